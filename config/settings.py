@@ -1,0 +1,194 @@
+"""The one typed settings object.
+
+Values come, highest precedence first, from keyword overrides, ``REM_*`` environment variables,
+an optional TOML file (``--config PATH`` or ``REM_CONFIG``) and the defaults below. Every value is
+validated; a bad one raises :class:`ConfigError` naming the setting.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+DEFAULT_SEMANTIC_TYPES: tuple[str, ...] = (
+    "CONCEPT",
+    "CLASS",
+    "METHOD",
+    "FILE",
+    "ISSUE",
+    "TEST",
+    "GUIDE",
+    "STRATEGY",
+    "DECISION",
+    "PERSON",
+    "AGENT",
+    "TOOL",
+)
+
+_COLLECTION_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{1,510}[A-Za-z0-9]$"
+
+
+class ConfigError(ValueError):
+    """A setting is missing or invalid; the message names it."""
+
+
+class Settings(BaseSettings):
+    """Every knob of rem-cycle. Environment variable = ``REM_`` + the upper-case field name."""
+
+    model_config = SettingsConfigDict(env_prefix="REM_", extra="forbid", frozen=True)
+
+    # --- storage -------------------------------------------------------------------------
+    data_dir: Path = Field(Path("./.rem-data"), description="Graph DB, queue and embedded Chroma live here")
+    chroma_url: str = Field("", description="Empty = embedded PersistentClient under data_dir; else a Chroma server URL")
+    chroma_token: SecretStr | None = Field(None, description="Bearer token for a Chroma server")
+    chroma_tenant: str = "default_tenant"
+    chroma_database: str = "default_database"
+    memory_collection: str = Field("neo-agent-memory", pattern=_COLLECTION_NAME)
+    session_collection: str = Field("neo-agent-sessions", pattern=_COLLECTION_NAME)
+    embedding: Literal["hash", "ollama", "openai"] = Field(
+        "hash", description="Embedding function for rows rem-cycle writes (import); 'hash' works offline"
+    )
+    embedding_model: str = "nomic-embed-text"
+    embedding_url: str = "http://127.0.0.1:11434"
+    embedding_api_key: SecretStr | None = None
+    lazy_edges_path: Path | None = Field(None, description="Default <data_dir>/lazy-edges.jsonl")
+
+    # --- cycle ---------------------------------------------------------------------------
+    batch_limit: int = Field(500, ge=1, description="Sessions ingested/extracted per cycle at most")
+    write_batch_size: int = Field(500, ge=1, le=100_000, description="Rows per graph transaction")
+    chroma_page_size: int = Field(2_000, ge=1, le=100_000)
+    interval_seconds: float = Field(3600.0, gt=0)
+    run_at_startup: bool = True
+    lease_timeout_seconds: float = Field(300.0, gt=0, description="A run silent this long is abandoned")
+    grace_seconds: float = Field(30.0, gt=0, description="Time allowed to finish the current transaction on SIGTERM")
+
+    # --- extraction ----------------------------------------------------------------------
+    extractor: Literal["heuristic", "openai"] = "heuristic"
+    llm_base_url: str = "http://127.0.0.1:11434/v1"
+    llm_model: str = "llama3.1"
+    llm_api_key: SecretStr | None = None
+    llm_concurrency: int = Field(4, ge=1, le=256)
+    llm_timeout_seconds: float = Field(120.0, gt=0)
+    llm_max_retries: int = Field(3, ge=0, le=20)
+    llm_json_mode: Literal["json_schema", "json_object", "none"] = "json_schema"
+    context_limit_tokens: int = Field(131_072, gt=0)
+    safe_processing_limit_tokens: int | None = Field(100_000, description="Unset = 75% of the context limit")
+    chunk_limit_tokens: int = Field(50_000, gt=0)
+    output_reserve_tokens: int = Field(8_192, ge=0)
+    prompt_envelope_tokens: int = Field(1_500, ge=0)
+    max_chunk_attempts: int = Field(3, ge=1)
+    lazy_max_attempts: int = Field(5, ge=1)
+    semantic_types: tuple[str, ...] = DEFAULT_SEMANTIC_TYPES
+
+    # --- operations ----------------------------------------------------------------------
+    http_host: str = "127.0.0.1"
+    http_port: int = Field(0, ge=0, le=65535, description="0 = no HTTP endpoint")
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    log_format: Literal["auto", "json", "console"] = "auto"
+
+    @field_validator("chroma_url")
+    @classmethod
+    def _check_url(cls, value: str) -> str:
+        if value and not value.startswith(("http://", "https://")):
+            raise ValueError("must start with http:// or https:// (or be empty for embedded Chroma)")
+        return value.rstrip("/")
+
+    @field_validator("semantic_types", mode="before")
+    @classmethod
+    def _split_types(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            value = [part for part in value.replace(",", " ").split() if part]
+        return tuple(str(part).upper() for part in value)
+
+    @model_validator(mode="after")
+    def _check_limits(self) -> "Settings":
+        if self.output_reserve_tokens >= self.context_limit_tokens:
+            raise ValueError("output_reserve_tokens must be smaller than context_limit_tokens")
+        if self.lazy_edges_path is not None and not _inside(self.lazy_edges_path, self.data_dir):
+            raise ValueError("lazy_edges_path must lie inside data_dir")
+        return self
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings, env_settings, TomlConfigSettingsSource(settings_cls))
+
+    # --- derived paths -------------------------------------------------------------------
+    @property
+    def graph_path(self) -> Path:
+        """The SQLite file holding the graph and the run state."""
+        return self.data_dir / "graph.sqlite3"
+
+    @property
+    def chroma_path(self) -> Path:
+        """Where the embedded Chroma keeps its files."""
+        return self.data_dir / "chroma"
+
+    @property
+    def queue_path(self) -> Path:
+        """The lazy-edge JSONL queue."""
+        return self.lazy_edges_path or self.data_dir / "lazy-edges.jsonl"
+
+    @property
+    def lock_path(self) -> Path:
+        """The single-flight lock file."""
+        return self.data_dir / "rem-cycle.lock"
+
+    @property
+    def effective_safe_limit(self) -> int:
+        """The safe processing band: the setting, or 75% of the context limit when unset."""
+        if self.safe_processing_limit_tokens is None:
+            return int(self.context_limit_tokens * 0.75)
+        return self.safe_processing_limit_tokens
+
+    @property
+    def chunk_budget_tokens(self) -> int | None:
+        """Token budget of one chunk's text: ``min(chunk, safe, context - reserve) - envelope``."""
+        limit = min(
+            self.chunk_limit_tokens,
+            self.effective_safe_limit,
+            self.context_limit_tokens - self.output_reserve_tokens,
+        ) - self.prompt_envelope_tokens
+        return limit if limit > 0 and math.isfinite(limit) else None
+
+
+def _inside(path: Path, root: Path) -> bool:
+    resolved, base = path.resolve(), root.resolve()
+    return resolved == base or base in resolved.parents
+
+
+def load_settings(config_file: str | os.PathLike[str] | None = None, **overrides: Any) -> Settings:
+    """Build :class:`Settings` from overrides, the environment and an optional TOML file.
+
+    >>> load_settings(data_dir="/tmp/rem").graph_path
+    PosixPath('/tmp/rem/graph.sqlite3')
+    """
+    path = config_file or os.environ.get("REM_CONFIG")
+    cls: type[Settings] = Settings
+    if path:
+        if not Path(path).is_file():
+            raise ConfigError(f"config file not found: {path}")
+        cls = type("FileSettings", (Settings,), {"model_config": {**Settings.model_config, "toml_file": path}})
+    try:
+        return cls(**overrides)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"REM_{'_'.join(str(p) for p in err['loc']).upper() or 'CONFIG'}: {err['msg']}" for err in exc.errors()
+        )
+        raise ConfigError(f"invalid configuration: {problems}") from None

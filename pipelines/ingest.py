@@ -1,0 +1,267 @@
+"""Live ingestion: Chroma session + memory rows → SESSION and MEMORY nodes with ORIGINATES_IN edges.
+
+The pure part (:func:`plan_session_sync`, :func:`payload_hash`, :func:`session_revision`) turns rows
+into nodes and edges; :func:`sync_sessions_to_graph` does the I/O: one Chroma read per batch of
+sessions, one transaction per batch of graph writes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import structlog
+
+from store.chroma import ChromaStore, MemoryRow, SummaryRow, row_created_at
+from store.graph import Edge, GraphStore, Node, dumps
+from store.ids import InvalidIdError, is_valid_row_id, memory_node_id, session_node_id
+from store.runstate import SessionRevision
+
+log = structlog.get_logger(__name__)
+
+ORIGINATES_IN = "ORIGINATES_IN"
+LIVE_MARKER = "liveIngested"
+BACKFILL_MARKER = "backfilled"
+
+
+@dataclass(slots=True)
+class SyncStats:
+    """Counts of one sync; ``errors`` lists what went wrong per row (never raised)."""
+
+    processed: int = 0
+    upserted: int = 0
+    skipped: int = 0
+    errors: int = 0
+    error_details: list[str] = field(default_factory=list)
+
+    def error(self, message: str) -> None:
+        self.errors += 1
+        if len(self.error_details) < 100:
+            self.error_details.append(message)
+
+    def merge(self, other: "SyncStats") -> None:
+        self.processed += other.processed
+        self.upserted += other.upserted
+        self.skipped += other.skipped
+        self.errors += other.errors
+        self.error_details.extend(other.error_details[: max(0, 100 - len(self.error_details))])
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"processed": self.processed, "upserted": self.upserted, "skipped": self.skipped, "errors": self.errors}
+
+
+def payload_hash(fields: dict[str, Any]) -> str:
+    """sha256 of the key-sorted JSON of the fields a node stores."""
+    return hashlib.sha256(dumps(fields).encode()).hexdigest()
+
+
+def text_hash(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def session_node(session_id: str, summary: SummaryRow | None, *, marker: str, memory_count: int | None = None) -> Node:
+    """The SESSION node for a session; ``summary`` None gives a minimal node."""
+    meta = summary.metadata if summary else {}
+    title = meta.get("title") if isinstance(meta.get("title"), str) else None
+    fields: dict[str, Any] = {
+        "sessionId": session_id,
+        "createdAt": row_created_at(meta),
+        "userId": meta.get("userId") if isinstance(meta.get("userId"), str) else None,
+        "title": title,
+        "chromaId": summary.id if summary else None,
+        "summary": summary.document if summary else None,
+    }
+    if memory_count is not None:
+        fields["memoryCount"] = memory_count
+    fields = {k: v for k, v in fields.items() if v is not None}
+    properties = {**fields, "payloadHash": payload_hash(fields), marker: True}
+    if summary is None:
+        properties["minimal"] = True
+    return Node(session_node_id(session_id), "SESSION", title or session_id, properties)
+
+
+def memory_node(row: MemoryRow, *, marker: str) -> Node:
+    """The MEMORY node for one memory row (its text stays in Chroma; the node keeps its hash)."""
+    meta = row.metadata
+    fields: dict[str, Any] = {
+        "chromaId": row.id,
+        "sessionId": row.session_id,
+        "createdAt": row.created_at,
+        "userId": meta.get("userId") if isinstance(meta.get("userId"), str) else None,
+        "turnIndex": row.turn_index,
+        "role": meta.get("role") if isinstance(meta.get("role"), str) else None,
+        "agent": meta.get("agent") if isinstance(meta.get("agent"), str) else None,
+        "contentHash": text_hash(row.document),
+        "chars": len(row.document),
+    }
+    fields = {k: v for k, v in fields.items() if v is not None}
+    preview = " ".join(row.document.split())[:80]
+    properties = {**fields, "payloadHash": payload_hash(fields), marker: True}
+    return Node(memory_node_id(row.id), "MEMORY", preview or row.id, properties)
+
+
+def plan_session_sync(
+    session_id: str,
+    rows: Sequence[MemoryRow],
+    summary: SummaryRow | None,
+    existing: dict[str, Node],
+) -> tuple[list[Node], list[Node], list[Edge], SyncStats]:
+    """Decide what a live sync writes: (session nodes, memory nodes, edges, stats). Pure.
+
+    A node is skipped when the graph already holds it live-ingested with the same payload hash; a
+    back-filled one is re-written so its marker becomes ``liveIngested``.
+    """
+    stats = SyncStats()
+    try:
+        session = session_node(session_id, summary, marker=LIVE_MARKER, memory_count=len(rows))
+    except InvalidIdError as exc:
+        stats.error(f"session {session_id!r}: {exc}")
+        return [], [], [], stats
+    sessions = [] if _is_current(session, existing) else [session]
+    memories: list[Node] = []
+    edges: list[Edge] = []
+    for row in rows:
+        stats.processed += 1
+        if row.session_id is None:
+            stats.error(f"memory {row.id!r}: metadata has no sessionId")
+            continue
+        if row.session_id != session_id:
+            stats.error(f"memory {row.id!r}: sessionId {row.session_id!r} is not {session_id!r}")
+            continue
+        try:
+            node = memory_node(row, marker=LIVE_MARKER)
+        except InvalidIdError as exc:
+            stats.error(f"memory {row.id!r}: {exc}")
+            continue
+        if _is_current(node, existing):
+            stats.skipped += 1
+            continue
+        memories.append(node)
+        edges.append(Edge(node.id, session.id, ORIGINATES_IN))
+    stats.upserted = len(memories)
+    return sessions, memories, edges, stats
+
+
+def _is_current(node: Node, existing: dict[str, Node]) -> bool:
+    old = existing.get(node.id)
+    return (
+        old is not None
+        and old.properties.get(LIVE_MARKER) is True
+        and old.properties.get("payloadHash") == node.properties["payloadHash"]
+        and old.name == node.name
+    )
+
+
+def session_revision(memories: Iterable[MemoryRow], summary: SummaryRow | None) -> str:
+    """A fingerprint of a session's input: memory ids + metadata, summary id + metadata + text.
+
+    Memory documents are not read by the cheap scan, so an in-place edit of a turn's text that
+    leaves its metadata alone is not seen; agents append turns, they do not rewrite them.
+    """
+    digest = hashlib.sha256()
+    for row in sorted(memories, key=lambda r: r.id):
+        digest.update(dumps([row.id, row.metadata]).encode())
+        digest.update(b"\n")
+    if summary is not None:
+        digest.update(dumps(["summary", summary.id, summary.metadata, text_hash(summary.document)]).encode())
+    return digest.hexdigest()
+
+
+@dataclass(slots=True)
+class ScanResult:
+    revisions: list[SessionRevision]
+    rows_scanned: int = 0
+    errors: int = 0
+    error_details: list[str] = field(default_factory=list)
+
+
+async def scan_session_revisions(chroma: ChromaStore, *, memory_collection: str, summary_collection: str) -> ScanResult:
+    """Read ids + metadata of every memory and summary row and fingerprint each session.
+
+    A row without a usable ``sessionId`` is counted as an error, never a crash.
+    """
+    by_session: dict[str, list[MemoryRow]] = {}
+    result = ScanResult(revisions=[])
+    async for page in chroma.scan_metadata(memory_collection):
+        for row in page:
+            result.rows_scanned += 1
+            if is_valid_row_id(row.session_id):
+                by_session.setdefault(row.session_id, []).append(row)  # type: ignore[arg-type]
+            else:
+                result.errors += 1
+                if len(result.error_details) < 100:
+                    result.error_details.append(f"memory {row.id!r}: missing or invalid sessionId")
+    summaries: dict[str, SummaryRow] = {}
+    session_ids = sorted(set(by_session))
+    async for page in chroma.scan_metadata(summary_collection):
+        for row in page:
+            result.rows_scanned += 1
+            if is_valid_row_id(row.session_id):
+                session_ids.append(row.session_id)  # type: ignore[arg-type]
+            else:
+                result.errors += 1
+                if len(result.error_details) < 100:
+                    result.error_details.append(f"summary {row.id!r}: missing or invalid sessionId")
+    wanted = sorted(set(session_ids))
+    # The scan skips documents; fetch summary texts (few, short) so an edited summary is seen.
+    for start in range(0, len(wanted), 500):
+        summaries.update(await chroma.summaries_for_sessions(wanted[start : start + 500]) or {})
+    for sid in wanted:
+        summary = summaries.get(sid)
+        rows = by_session.get(sid, [])
+        created = summary.created_at if summary else min((r.created_at for r in rows if r.created_at), default=None)
+        result.revisions.append(SessionRevision(sid, session_revision(rows, summary), created))
+    return result
+
+
+async def sync_sessions_to_graph(
+    session_ids: Sequence[str], *, chroma: ChromaStore, graph: GraphStore
+) -> dict[str, SyncStats]:
+    """Live-sync a batch of sessions: one Chroma read for their memories, one for their summaries,
+    one graph transaction. Returns stats per session."""
+    rows_by_session = await chroma.memories_for_sessions(session_ids)
+    summaries = await chroma.summaries_for_sessions(session_ids) or {}
+    return await anyio.to_thread.run_sync(_write_sessions, list(session_ids), rows_by_session, summaries, graph)
+
+
+async def sync_session_to_graph(session_id: str, *, chroma: ChromaStore, graph: GraphStore) -> SyncStats:
+    """Live-sync one session (DESIGN §4.2). A session with no memory rows still gets its node."""
+    return (await sync_sessions_to_graph([session_id], chroma=chroma, graph=graph))[session_id]
+
+
+def _write_sessions(
+    session_ids: list[str],
+    rows_by_session: dict[str, list[MemoryRow]],
+    summaries: dict[str, SummaryRow],
+    graph: GraphStore,
+) -> dict[str, SyncStats]:
+    all_ids: list[str] = []
+    for sid in session_ids:
+        try:
+            all_ids.append(session_node_id(sid))
+        except InvalidIdError:
+            continue
+        all_ids.extend(f"memory:{r.id}" for r in rows_by_session.get(sid, []) if is_valid_row_id(r.id))
+    results: dict[str, SyncStats] = {}
+    with graph.db.transaction():
+        existing = graph.get_nodes(all_ids)
+        sessions: list[Node] = []
+        memories: list[Node] = []
+        edges: list[Edge] = []
+        for sid in session_ids:
+            s, m, e, stats = plan_session_sync(sid, rows_by_session.get(sid, []), summaries.get(sid), existing)
+            sessions += s
+            memories += m
+            edges += e
+            stats.upserted += len(s)
+            results[sid] = stats
+        graph.upsert_nodes(sessions)
+        graph.upsert_nodes(memories)
+        graph.link_nodes(edges)
+    for sid, stats in results.items():
+        for detail in stats.error_details:
+            log.warning("ingest row error", session_id=sid, error=detail)
+    return results

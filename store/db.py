@@ -1,0 +1,164 @@
+"""The worker's SQLite database: connection, transactions and forward-only schema migrations.
+
+The graph (``nodes``, ``edges``) and the run state (``rem_runs``, ``session_digests``,
+``chunk_results``) share one file so that a session's graph writes and its digest record commit in
+one transaction. Table and column names are a public interface: other tools read them.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+# Each entry upgrades the schema by one version; never edit a released entry, append a new one.
+MIGRATIONS: tuple[str, ...] = (
+    """
+    CREATE TABLE nodes (
+        id          TEXT PRIMARY KEY,
+        label       TEXT NOT NULL,
+        name        TEXT NOT NULL,
+        properties  TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(properties)),
+        created_at  TEXT NOT NULL,
+        updated_at  TEXT NOT NULL
+    );
+    CREATE INDEX nodes_label ON nodes(label);
+    CREATE INDEX nodes_label_name ON nodes(label, name COLLATE NOCASE);
+    CREATE TABLE edges (
+        source        TEXT NOT NULL REFERENCES nodes(id) ON DELETE CASCADE,
+        target        TEXT NOT NULL REFERENCES nodes(id) ON DELETE CASCADE,
+        relationship  TEXT NOT NULL,
+        weight        REAL NOT NULL DEFAULT 1.0,
+        properties    TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(properties)),
+        created_at    TEXT NOT NULL,
+        updated_at    TEXT NOT NULL,
+        PRIMARY KEY (source, target, relationship)
+    );
+    CREATE INDEX edges_target ON edges(target);
+    CREATE TABLE rem_runs (
+        run_id                 TEXT PRIMARY KEY,
+        reason                 TEXT NOT NULL,
+        mode                   TEXT NOT NULL,
+        started_at             TEXT NOT NULL,
+        finished_at            TEXT,
+        outcome                TEXT NOT NULL,
+        reason_code            TEXT,
+        failure_phase          TEXT,
+        last_successful_phase  TEXT,
+        phases                 TEXT NOT NULL DEFAULT '{}',
+        lease_owner            TEXT,
+        heartbeat_at           TEXT
+    );
+    CREATE INDEX rem_runs_started ON rem_runs(started_at);
+    CREATE TABLE session_digests (
+        session_id         TEXT PRIMARY KEY,
+        input_revision     TEXT NOT NULL,
+        ingested_revision  TEXT,
+        digested_revision  TEXT,
+        state              TEXT NOT NULL DEFAULT 'undigested'
+                           CHECK (state IN ('undigested', 'digested', 'undigestible')),
+        attempts           INTEGER NOT NULL DEFAULT 0,
+        defer_reason       TEXT,
+        session_created_at TEXT,
+        last_run_id        TEXT,
+        updated_at         TEXT NOT NULL
+    );
+    CREATE INDEX session_digests_state ON session_digests(state, session_created_at);
+    CREATE TABLE chunk_results (
+        session_id       TEXT NOT NULL,
+        chunk_id         TEXT NOT NULL,
+        content_hash     TEXT NOT NULL,
+        fingerprint      TEXT NOT NULL,
+        status           TEXT NOT NULL CHECK (status IN ('ok', 'failed')),
+        error_kind       TEXT,
+        error            TEXT,
+        attempts         INTEGER NOT NULL DEFAULT 0,
+        next_attempt_at  TEXT,
+        tokens_in        INTEGER NOT NULL DEFAULT 0,
+        tokens_out       INTEGER NOT NULL DEFAULT 0,
+        latency_ms       REAL NOT NULL DEFAULT 0,
+        payload          TEXT,
+        run_id           TEXT,
+        updated_at       TEXT NOT NULL,
+        PRIMARY KEY (content_hash, fingerprint)
+    );
+    CREATE INDEX chunk_results_session ON chunk_results(session_id, status);
+    """,
+)
+
+
+class Database:
+    """One SQLite connection in WAL mode with foreign keys, shared by the graph and run-state stores.
+
+    ``transaction()`` nests: only the outermost block commits (or rolls back on an exception).
+    The connection may be used from worker threads (``anyio.to_thread``) but never from two at once;
+    a lock enforces that.
+    """
+
+    def __init__(self, path: str | Path, *, timeout: float = 30.0) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.conn = sqlite3.connect(
+            self.path, timeout=timeout, isolation_level=None, check_same_thread=False
+        )
+        self.conn.row_factory = sqlite3.Row
+        self.conn.execute("PRAGMA journal_mode=WAL")
+        self.conn.execute("PRAGMA foreign_keys=ON")
+        self.conn.execute("PRAGMA synchronous=NORMAL")
+        self._lock = threading.RLock()
+        self._depth = 0
+        self.migrate()
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """Run the block in one transaction (``BEGIN IMMEDIATE`` at the outermost level)."""
+        with self._lock:
+            outermost = self._depth == 0
+            if outermost:
+                self.conn.execute("BEGIN IMMEDIATE")
+            self._depth += 1
+            try:
+                yield self.conn
+            except BaseException:
+                self._depth -= 1
+                if outermost:
+                    self.conn.execute("ROLLBACK")
+                raise
+            self._depth -= 1
+            if outermost:
+                self.conn.execute("COMMIT")
+
+    def query(self, sql: str, params: tuple | list | dict = ()) -> list[sqlite3.Row]:
+        """Run a read and return all rows."""
+        with self._lock:
+            return self.conn.execute(sql, params).fetchall()
+
+    @property
+    def schema_version(self) -> int:
+        return self.conn.execute("SELECT COALESCE(MAX(version), 0) FROM schema_version").fetchone()[0]
+
+    def migrate(self) -> None:
+        """Apply every migration newer than the file's schema version, each in its own transaction."""
+        self.conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER PRIMARY KEY)")
+        for version, script in enumerate(MIGRATIONS, start=1):
+            if version <= self.schema_version:
+                continue
+            with self.transaction() as conn:
+                for statement in _statements(script):
+                    conn.execute(statement)
+                conn.execute("INSERT INTO schema_version(version) VALUES (?)", (version,))
+
+    def integrity_check(self) -> str:
+        """``PRAGMA integrity_check`` — ``"ok"`` when the file is sound."""
+        return self.query("PRAGMA integrity_check")[0][0]
+
+    def close(self) -> None:
+        with self._lock:
+            self.conn.close()
+
+
+def _statements(script: str) -> list[str]:
+    # executescript() would commit our open transaction; split instead (no ';' inside our DDL).
+    return [part.strip() for part in script.split(";") if part.strip()]

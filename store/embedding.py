@@ -1,0 +1,65 @@
+"""Embedding functions for the rows rem-cycle writes (the ``import`` command).
+
+Chroma's default embedding function downloads a model at run time, which fails offline. The
+default here, ``hash``, is a deterministic feature-hashing embedding: no model, no network, good
+enough for the demo and tests. Real deployments pick ``ollama`` or ``openai`` (any
+OpenAI-compatible embeddings endpoint) with ``REM_EMBEDDING``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from typing import Any
+
+import numpy as np
+from chromadb.api.types import Documents, EmbeddingFunction, Embeddings
+from chromadb.utils.embedding_functions import register_embedding_function
+
+from config import Settings
+
+_TOKEN = re.compile(r"\w+", re.UNICODE)
+
+
+@register_embedding_function
+class HashEmbeddingFunction(EmbeddingFunction[Documents]):
+    """Signed feature hashing of lower-cased word tokens into ``dim`` dimensions, L2-normalised."""
+
+    def __init__(self, dim: int = 256) -> None:
+        self.dim = dim
+
+    def __call__(self, input: Documents) -> Embeddings:  # noqa: A002 - Chroma's parameter name
+        vectors = []
+        for text in input:
+            vec = np.zeros(self.dim, dtype=np.float32)
+            for token in _TOKEN.findall(str(text).lower()):
+                digest = int.from_bytes(hashlib.blake2b(token.encode(), digest_size=8).digest(), "little")
+                vec[digest % self.dim] += 1.0 if digest >> 63 else -1.0
+            norm = float(np.linalg.norm(vec))
+            vectors.append(vec / norm if norm else vec)
+        return vectors
+
+    @staticmethod
+    def name() -> str:
+        return "rem-cycle-hash"
+
+    def get_config(self) -> dict[str, Any]:
+        return {"dim": self.dim}
+
+    @staticmethod
+    def build_from_config(config: dict[str, Any]) -> "HashEmbeddingFunction":
+        return HashEmbeddingFunction(int(config.get("dim", 256)))
+
+
+def make_embedding_function(settings: Settings) -> EmbeddingFunction[Documents]:
+    """The embedding function ``REM_EMBEDDING`` selects."""
+    if settings.embedding == "ollama":
+        from chromadb.utils.embedding_functions import OllamaEmbeddingFunction
+
+        return OllamaEmbeddingFunction(url=settings.embedding_url, model_name=settings.embedding_model)
+    if settings.embedding == "openai":
+        from chromadb.utils.embedding_functions import OpenAIEmbeddingFunction
+
+        key = settings.embedding_api_key.get_secret_value() if settings.embedding_api_key else None
+        return OpenAIEmbeddingFunction(api_key=key, model_name=settings.embedding_model, api_base=settings.embedding_url)
+    return HashEmbeddingFunction()

@@ -1,0 +1,194 @@
+"""The graph store: nodes and edges in SQLite behind a small typed surface.
+
+Writes are idempotent: an upsert whose label, name, properties (or weight) are unchanged touches
+nothing, not even ``updated_at``, so re-running a cycle leaves the file's content identical.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import structlog
+
+from store.db import Database
+from store.ids import normalize_graph_node_id
+
+log = structlog.get_logger(__name__)
+
+# SQLite's default limit on host parameters is 32766 (>= 3.32); stay well below it.
+_IN_CHUNK = 900
+
+
+def utc_now() -> str:
+    """Current UTC time as ISO 8601 with milliseconds and a ``Z``."""
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def dumps(value: Any) -> str:
+    """Canonical JSON (sorted keys, no spaces) so equal values are equal strings."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    id: str
+    label: str
+    name: str
+    properties: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Edge:
+    source: str
+    target: str
+    relationship: str
+    weight: float = 1.0
+    properties: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class LinkStats:
+    linked: int = 0
+    unchanged: int = 0
+    culled: int = 0
+    culled_edges: list[Edge] = field(default_factory=list)
+
+
+def chunked(items: Sequence[Any], size: int) -> Iterable[Sequence[Any]]:
+    """Consecutive slices of at most ``size`` items."""
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+class GraphStore:
+    """Typed access to ``nodes`` and ``edges``. Ids are normalised on the way in."""
+
+    def __init__(self, db: Database, *, clock: Callable[[], str] = utc_now) -> None:
+        self.db = db
+        self.clock = clock
+
+    # --- reads ---------------------------------------------------------------------------
+    def get_node(self, node_id: str) -> Node | None:
+        rows = self.db.query(
+            "SELECT id, label, name, properties FROM nodes WHERE id = ?", (normalize_graph_node_id(node_id),)
+        )
+        return _node(rows[0]) if rows else None
+
+    def get_nodes(self, node_ids: Iterable[str]) -> dict[str, Node]:
+        """The nodes that exist among ``node_ids``, by id."""
+        ids = sorted({normalize_graph_node_id(i) for i in node_ids})
+        found: dict[str, Node] = {}
+        for part in chunked(ids, _IN_CHUNK):
+            marks = ",".join("?" * len(part))
+            for row in self.db.query(f"SELECT id, label, name, properties FROM nodes WHERE id IN ({marks})", part):
+                found[row["id"]] = _node(row)
+        return found
+
+    def existing_ids(self, node_ids: Iterable[str]) -> set[str]:
+        """The subset of ``node_ids`` (normalised) present in the graph."""
+        ids = sorted({normalize_graph_node_id(i) for i in node_ids})
+        found: set[str] = set()
+        for part in chunked(ids, _IN_CHUNK):
+            marks = ",".join("?" * len(part))
+            found.update(r[0] for r in self.db.query(f"SELECT id FROM nodes WHERE id IN ({marks})", part))
+        return found
+
+    def nodes_by_label(self, label: str) -> list[Node]:
+        rows = self.db.query("SELECT id, label, name, properties FROM nodes WHERE label = ? ORDER BY id", (label,))
+        return [_node(r) for r in rows]
+
+    def edges_of(self, node_id: str) -> list[Edge]:
+        """Every edge touching ``node_id``, outgoing first."""
+        nid = normalize_graph_node_id(node_id)
+        rows = self.db.query(
+            "SELECT source, target, relationship, weight, properties FROM edges WHERE source = ? "
+            "UNION ALL SELECT source, target, relationship, weight, properties FROM edges WHERE target = ? AND source != ?",
+            (nid, nid, nid),
+        )
+        return [_edge(r) for r in rows]
+
+    def get_edge(self, source: str, target: str, relationship: str) -> Edge | None:
+        rows = self.db.query(
+            "SELECT source, target, relationship, weight, properties FROM edges "
+            "WHERE source = ? AND target = ? AND relationship = ?",
+            (normalize_graph_node_id(source), normalize_graph_node_id(target), relationship),
+        )
+        return _edge(rows[0]) if rows else None
+
+    def counts(self) -> dict[str, Any]:
+        """Node counts by label and edge counts by relationship."""
+        nodes = {r[0]: r[1] for r in self.db.query("SELECT label, COUNT(*) FROM nodes GROUP BY label ORDER BY label")}
+        edges = {
+            r[0]: r[1]
+            for r in self.db.query("SELECT relationship, COUNT(*) FROM edges GROUP BY relationship ORDER BY relationship")
+        }
+        return {"nodes": nodes, "edges": edges, "node_total": sum(nodes.values()), "edge_total": sum(edges.values())}
+
+    # --- writes --------------------------------------------------------------------------
+    def upsert_nodes(self, nodes: Iterable[Node]) -> int:
+        """Insert or update nodes in one transaction; returns how many rows actually changed."""
+        now = self.clock()
+        rows = [(normalize_graph_node_id(n.id), n.label, n.name, dumps(n.properties), now, now) for n in nodes]
+        with self.db.transaction() as conn:
+            before = conn.total_changes
+            conn.executemany(
+                "INSERT INTO nodes(id, label, name, properties, created_at, updated_at) VALUES (?,?,?,?,?,?) "
+                "ON CONFLICT(id) DO UPDATE SET label = excluded.label, name = excluded.name, "
+                "properties = excluded.properties, updated_at = excluded.updated_at "
+                "WHERE nodes.label IS NOT excluded.label OR nodes.name IS NOT excluded.name "
+                "OR nodes.properties IS NOT excluded.properties",
+                rows,
+            )
+            return conn.total_changes - before
+
+    def upsert_node(self, node: Node) -> bool:
+        """Insert or update one node; ``True`` when something changed."""
+        return self.upsert_nodes([node]) > 0
+
+    def link_nodes(self, edges: Iterable[Edge]) -> LinkStats:
+        """Insert or update edges whose endpoints both exist; an edge with a missing endpoint is culled,
+        counted and logged (never silently). Re-linking an identical edge changes nothing."""
+        stats = LinkStats()
+        normalised = [
+            Edge(normalize_graph_node_id(e.source), normalize_graph_node_id(e.target), e.relationship, e.weight, e.properties)
+            for e in edges
+        ]
+        if not normalised:
+            return stats
+        now = self.clock()
+        with self.db.transaction() as conn:
+            present = self.existing_ids({e.source for e in normalised} | {e.target for e in normalised})
+            rows = []
+            for edge in normalised:
+                if edge.source in present and edge.target in present:
+                    rows.append((edge.source, edge.target, edge.relationship, float(edge.weight), dumps(edge.properties), now, now))
+                else:
+                    stats.culled += 1
+                    stats.culled_edges.append(edge)
+            before = conn.total_changes
+            conn.executemany(
+                "INSERT INTO edges(source, target, relationship, weight, properties, created_at, updated_at) "
+                "VALUES (?,?,?,?,?,?,?) ON CONFLICT(source, target, relationship) DO UPDATE SET "
+                "weight = excluded.weight, properties = excluded.properties, updated_at = excluded.updated_at "
+                "WHERE edges.weight IS NOT excluded.weight OR edges.properties IS NOT excluded.properties",
+                rows,
+            )
+            stats.linked = conn.total_changes - before
+            stats.unchanged = len(rows) - stats.linked
+        for edge in stats.culled_edges[:20]:
+            log.warning("edge culled: endpoint missing", source=edge.source, target=edge.target, relationship=edge.relationship)
+        if stats.culled > 20:
+            log.warning("more edges culled", count=stats.culled - 20)
+        return stats
+
+
+def _node(row: Any) -> Node:
+    return Node(row["id"], row["label"], row["name"], json.loads(row["properties"]))
+
+
+def _edge(row: Any) -> Edge:
+    return Edge(row["source"], row["target"], row["relationship"], row["weight"], json.loads(row["properties"]))

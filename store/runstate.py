@@ -1,0 +1,234 @@
+"""Run state: ``rem_runs`` (one row per cycle) and ``session_digests`` (one row per session).
+
+Lives in the graph database so that a session's graph writes and its digest record commit in one
+transaction. ``chunk_results`` (per-chunk extraction outcomes) is in the same file.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from store.db import Database
+from store.graph import chunked, dumps, utc_now
+
+RUN_OUTCOMES = ("running", "completed", "failed", "skipped", "interrupted", "abandoned")
+DIGEST_STATES = ("undigested", "digested", "undigestible")
+
+
+@dataclass(frozen=True, slots=True)
+class DigestRecord:
+    session_id: str
+    input_revision: str
+    ingested_revision: str | None
+    digested_revision: str | None
+    state: str
+    attempts: int
+    defer_reason: str | None
+    session_created_at: str | None
+    last_run_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class SessionRevision:
+    """What the cheap scan of Chroma says about one session."""
+
+    session_id: str
+    revision: str
+    created_at: str | None
+
+
+class RunStateStore:
+    """Typed access to ``rem_runs`` and ``session_digests``."""
+
+    def __init__(self, db: Database, *, clock: Callable[[], str] = utc_now) -> None:
+        self.db = db
+        self.clock = clock
+
+    # --- runs ----------------------------------------------------------------------------
+    def start_run(self, run_id: str, *, reason: str, mode: str, owner: str) -> None:
+        now = self.clock()
+        with self.db.transaction() as conn:
+            conn.execute(
+                "INSERT INTO rem_runs(run_id, reason, mode, started_at, outcome, lease_owner, heartbeat_at) "
+                "VALUES (?,?,?,?,?,?,?)",
+                (run_id, reason, mode, now, "running", owner, now),
+            )
+
+    def heartbeat(self, run_id: str) -> None:
+        with self.db.transaction() as conn:
+            conn.execute("UPDATE rem_runs SET heartbeat_at = ? WHERE run_id = ?", (self.clock(), run_id))
+
+    def finish_run(
+        self,
+        run_id: str,
+        *,
+        outcome: str,
+        phases: dict[str, Any],
+        reason_code: str | None = None,
+        failure_phase: str | None = None,
+        last_successful_phase: str | None = None,
+    ) -> None:
+        if outcome not in RUN_OUTCOMES:
+            raise ValueError(f"unknown run outcome {outcome!r}")
+        with self.db.transaction() as conn:
+            conn.execute(
+                "UPDATE rem_runs SET finished_at = ?, outcome = ?, reason_code = ?, failure_phase = ?, "
+                "last_successful_phase = ?, phases = ? WHERE run_id = ?",
+                (self.clock(), outcome, reason_code, failure_phase, last_successful_phase, dumps(phases), run_id),
+            )
+
+    def mark_abandoned(self, *, older_than_seconds: float, now: datetime | None = None) -> list[str]:
+        """Mark ``running`` runs whose heartbeat is older than the lease timeout as ``abandoned``."""
+        now = now or datetime.now(UTC)
+        cutoff = (now - timedelta(seconds=older_than_seconds)).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+        with self.db.transaction() as conn:
+            stale = [
+                r[0]
+                for r in conn.execute(
+                    "SELECT run_id FROM rem_runs WHERE outcome = 'running' AND heartbeat_at < ?", (cutoff,)
+                ).fetchall()
+            ]
+            conn.executemany(
+                "UPDATE rem_runs SET outcome = 'abandoned', reason_code = 'heartbeat-lost', finished_at = ? "
+                "WHERE run_id = ?",
+                [(self.clock(), run_id) for run_id in stale],
+            )
+        return stale
+
+    def running_runs(self) -> list[dict[str, Any]]:
+        return [_run(r) for r in self.db.query("SELECT * FROM rem_runs WHERE outcome = 'running' ORDER BY started_at")]
+
+    def recent_runs(self, limit: int = 10) -> list[dict[str, Any]]:
+        rows = self.db.query("SELECT * FROM rem_runs ORDER BY started_at DESC, rowid DESC LIMIT ?", (limit,))
+        return [_run(r) for r in rows]
+
+    def runs_by_outcome(self) -> dict[str, int]:
+        return {r[0]: r[1] for r in self.db.query("SELECT outcome, COUNT(*) FROM rem_runs GROUP BY outcome")}
+
+    # --- session digests -----------------------------------------------------------------
+    def get_digests(self, session_ids: Iterable[str] | None = None) -> dict[str, DigestRecord]:
+        """Digest records by session id: all of them, or those among ``session_ids``."""
+        if session_ids is None:
+            return {r["session_id"]: _digest(r) for r in self.db.query("SELECT * FROM session_digests")}
+        found: dict[str, DigestRecord] = {}
+        for part in chunked(sorted(set(session_ids)), 900):
+            marks = ",".join("?" * len(part))
+            for r in self.db.query(f"SELECT * FROM session_digests WHERE session_id IN ({marks})", part):
+                found[r["session_id"]] = _digest(r)
+        return found
+
+    def changed_sessions(self, revisions: Iterable[SessionRevision]) -> list[SessionRevision]:
+        """The sessions whose input revision differs from the one last ingested, oldest first."""
+        revisions = list(revisions)
+        known = self.get_digests(r.session_id for r in revisions)
+        changed = [
+            r for r in revisions if r.session_id not in known or known[r.session_id].ingested_revision != r.revision
+        ]
+        return sorted(changed, key=lambda r: (r.created_at or "", r.session_id))
+
+    def mark_ingested(self, revision: SessionRevision, run_id: str) -> None:
+        """Record that ``revision`` of the session is in the graph; a changed revision resets the
+        extraction state (new content deserves a fresh set of attempts)."""
+        now = self.clock()
+        with self.db.transaction() as conn:
+            conn.execute(
+                "INSERT INTO session_digests(session_id, input_revision, ingested_revision, state, attempts, "
+                "session_created_at, last_run_id, updated_at) VALUES (?,?,?,'undigested',0,?,?,?) "
+                "ON CONFLICT(session_id) DO UPDATE SET input_revision = excluded.input_revision, "
+                "ingested_revision = excluded.ingested_revision, session_created_at = excluded.session_created_at, "
+                "last_run_id = excluded.last_run_id, updated_at = excluded.updated_at, "
+                "state = CASE WHEN session_digests.digested_revision IS excluded.input_revision "
+                "THEN session_digests.state ELSE 'undigested' END, "
+                "attempts = CASE WHEN session_digests.digested_revision IS excluded.input_revision "
+                "THEN session_digests.attempts ELSE 0 END, "
+                "defer_reason = CASE WHEN session_digests.digested_revision IS excluded.input_revision "
+                "THEN session_digests.defer_reason ELSE NULL END",
+                (revision.session_id, revision.revision, revision.revision, revision.created_at, run_id, now),
+            )
+
+    def sessions_to_extract(self, limit: int) -> list[DigestRecord]:
+        """Ingested sessions not yet digested at their current revision, oldest first."""
+        rows = self.db.query(
+            "SELECT * FROM session_digests WHERE state = 'undigested' AND ingested_revision = input_revision "
+            "ORDER BY session_created_at, session_id LIMIT ?",
+            (limit,),
+        )
+        return [_digest(r) for r in rows]
+
+    def mark_digested(self, session_id: str, revision: str, run_id: str) -> None:
+        """Call inside the commit transaction of the session's graph writes."""
+        with self.db.transaction() as conn:
+            conn.execute(
+                "UPDATE session_digests SET digested_revision = ?, state = 'digested', defer_reason = NULL, "
+                "last_run_id = ?, updated_at = ? WHERE session_id = ?",
+                (revision, run_id, self.clock(), session_id),
+            )
+
+    def record_failure(self, session_id: str, *, reason: str, run_id: str, max_attempts: int) -> str:
+        """Count a failed digest attempt; returns the new state (``undigestible`` past the limit)."""
+        with self.db.transaction() as conn:
+            conn.execute(
+                "UPDATE session_digests SET attempts = attempts + 1, defer_reason = ?, last_run_id = ?, "
+                "updated_at = ?, state = CASE WHEN attempts + 1 >= ? THEN 'undigestible' ELSE 'undigested' END "
+                "WHERE session_id = ?",
+                (reason, run_id, self.clock(), max_attempts, session_id),
+            )
+            row = conn.execute("SELECT state FROM session_digests WHERE session_id = ?", (session_id,)).fetchone()
+        return row[0] if row else "undigested"
+
+    def reset_sessions(self, session_ids: Iterable[str] | None = None) -> int:
+        """Make undigestible sessions eligible again (all of them when ``session_ids`` is None)."""
+        now = self.clock()
+        with self.db.transaction() as conn:
+            if session_ids is None:
+                cur = conn.execute(
+                    "UPDATE session_digests SET state = 'undigested', attempts = 0, defer_reason = NULL, "
+                    "updated_at = ? WHERE state = 'undigestible'",
+                    (now,),
+                )
+                return cur.rowcount
+            cur = conn.executemany(
+                "UPDATE session_digests SET state = 'undigested', attempts = 0, defer_reason = NULL, "
+                "updated_at = ? WHERE session_id = ? AND state != 'digested'",
+                [(now, sid) for sid in session_ids],
+            )
+            return cur.rowcount
+
+    def digest_counts(self) -> dict[str, int]:
+        counts = dict.fromkeys(DIGEST_STATES, 0)
+        counts.update({r[0]: r[1] for r in self.db.query("SELECT state, COUNT(*) FROM session_digests GROUP BY state")})
+        return counts
+
+    def undigestible_sessions(self, limit: int = 50) -> list[DigestRecord]:
+        rows = self.db.query(
+            "SELECT * FROM session_digests WHERE state = 'undigestible' ORDER BY updated_at DESC LIMIT ?", (limit,)
+        )
+        return [_digest(r) for r in rows]
+
+    def oldest_undigested_created_at(self) -> str | None:
+        rows = self.db.query("SELECT MIN(session_created_at) FROM session_digests WHERE state = 'undigested'")
+        return rows[0][0] if rows else None
+
+
+def _run(row: Any) -> dict[str, Any]:
+    run = dict(row)
+    run["phases"] = json.loads(run.get("phases") or "{}")
+    return run
+
+
+def _digest(row: Any) -> DigestRecord:
+    return DigestRecord(
+        session_id=row["session_id"],
+        input_revision=row["input_revision"],
+        ingested_revision=row["ingested_revision"],
+        digested_revision=row["digested_revision"],
+        state=row["state"],
+        attempts=row["attempts"],
+        defer_reason=row["defer_reason"],
+        session_created_at=row["session_created_at"],
+        last_run_id=row["last_run_id"],
+    )

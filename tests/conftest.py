@@ -1,0 +1,111 @@
+"""Shared fixtures: real SQLite files and real Chroma (embedded per test; a `chroma run` server
+on a loopback port per session, started on demand)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from config import Settings, load_settings
+from worker.cycle import Stores, open_stores
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLE = ROOT / "examples" / "sessions.jsonl"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path) -> Path:
+    return tmp_path / "data"
+
+
+@pytest.fixture
+def settings(data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
+    for key in list(os.environ):
+        if key.startswith("REM_"):
+            monkeypatch.delenv(key)
+    monkeypatch.setenv("REM_DATA_DIR", str(data_dir))
+    return load_settings(data_dir=data_dir)
+
+
+@pytest.fixture
+async def stores(settings: Settings) -> AsyncIterator[Stores]:
+    opened = await open_stores(settings)
+    try:
+        yield opened
+    finally:
+        opened.close()
+
+
+def write_sessions(path: Path, sessions: list[dict[str, Any]]) -> Path:
+    """Write sessions as an import JSONL file."""
+    path.write_text("".join(json.dumps(s) + "\n" for s in sessions), encoding="utf-8")
+    return path
+
+
+def make_session(sid: str, n_turns: int = 3, *, created: str = "2026-11-01T10:00:00Z", summary: bool = True, text: str = "turn {i} of {sid}") -> dict[str, Any]:
+    session: dict[str, Any] = {
+        "sessionId": sid,
+        "title": f"Session {sid}",
+        "createdAt": created,
+        "userId": "user-1",
+        "turns": [{"role": "user" if i % 2 == 0 else "assistant", "text": text.format(i=i, sid=sid)} for i in range(n_turns)],
+    }
+    if summary:
+        session["summary"] = f"Summary of {sid}"
+    else:
+        session["noSummary"] = True
+    return session
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 300, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m worker ARGS`` as a real subprocess."""
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("REM_")}
+    full_env.update(env or {})
+    full_env["PYTHONPATH"] = str(ROOT)
+    return subprocess.run(
+        [sys.executable, "-m", "worker", *args],
+        capture_output=True, text=True, timeout=timeout, env=full_env, cwd=cwd or ROOT,
+    )
+
+
+@pytest.fixture(scope="session")
+def chroma_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real `chroma run` server on a free loopback port; yields its URL."""
+    exe = shutil.which("chroma") or str(Path(sys.executable).parent / "chroma")
+    path = tmp_path_factory.mktemp("chroma-server")
+    port = free_port()
+    proc = subprocess.Popen(
+        [exe, "run", "--path", str(path), "--host", "127.0.0.1", "--port", str(port)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{url}/api/v2/heartbeat", timeout=1).status_code == 200:
+                break
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    else:
+        proc.kill()
+        raise RuntimeError("chroma run did not start")
+    yield url
+    proc.terminate()
+    proc.wait(10)

@@ -1,0 +1,1 @@
+"""Composition and operations: the REM cycle, the daemon, the CLI, health/metrics and logging."""

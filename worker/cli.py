@@ -1,0 +1,147 @@
+"""The ``rem-cycle`` command line.
+
+``rem-cycle`` runs the daemon; ``rem-cycle --once`` runs one cycle; subcommands operate on the
+data dir (``import``, ``status`` …). Every command takes ``--config FILE`` and ``--json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import anyio
+
+from config import ConfigError, Settings, load_settings
+from worker.cycle import EXIT_BUSY, EXIT_FAILED, EXIT_OK, CycleBusyError, open_stores, run_cycle
+from worker.logs import configure_logging
+
+EXIT_USAGE = 2
+
+Handler = Callable[[Settings, argparse.Namespace], Awaitable[int]]
+
+
+def _common() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    # SUPPRESS so a value given before the subcommand is not reset by the subparser's default.
+    common.add_argument("--config", metavar="FILE", default=argparse.SUPPRESS, help="TOML settings file")
+    common.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print one JSON object")
+    return common
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = _common()
+    parser = argparse.ArgumentParser(
+        prog="rem-cycle",
+        description="Consolidate agent memories in Chroma into an SQLite knowledge graph.",
+        parents=[common],
+    )
+    parser.add_argument("--once", action="store_true", help="run one REM cycle and exit (non-zero when it failed)")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    imp = sub.add_parser("import", parents=[common], help="write sessions from a JSONL file into Chroma")
+    imp.add_argument("file", help="JSONL file, one session per line (see README)")
+    status = sub.add_parser("status", parents=[common], help="recent runs, backlog and graph counts")
+    status.add_argument("--runs", type=int, default=10, help="how many recent runs to show")
+    return parser
+
+
+def _emit(args: argparse.Namespace, payload: dict[str, Any], text: Callable[[], None]) -> None:
+    if getattr(args, "json", False):
+        print(json.dumps(payload, indent=None, sort_keys=True, default=str))
+    else:
+        text()
+
+
+async def cmd_once(settings: Settings, args: argparse.Namespace) -> int:
+    try:
+        result = await run_cycle(settings, reason="manual", mode="once")
+    except CycleBusyError as exc:
+        print(f"rem-cycle: {exc}; not starting a second one", file=sys.stderr)
+        return EXIT_BUSY
+
+    def text() -> None:
+        from worker.report import print_cycle
+
+        print_cycle(result.as_dict())
+
+    _emit(args, result.as_dict(), text)
+    return result.exit_code
+
+
+async def cmd_import(settings: Settings, args: argparse.Namespace) -> int:
+    from pipelines.importer import import_sessions
+    from store.chroma import ChromaStore
+
+    chroma = await ChromaStore.connect(settings)
+    stats = await import_sessions(
+        args.file,
+        chroma=chroma,
+        memory_collection=settings.memory_collection,
+        summary_collection=settings.session_collection,
+    )
+    payload = stats.as_dict()
+
+    def text() -> None:
+        print(
+            f"imported {stats.sessions} sessions from {stats.lines} lines: "
+            f"{stats.memories_written} memories written ({stats.memories_unchanged} unchanged), "
+            f"{stats.summaries_written} summaries written ({stats.summaries_unchanged} unchanged)"
+        )
+        for bad in stats.bad_lines[:50]:
+            print(f"  line {bad['line']}: {bad['error']}", file=sys.stderr)
+
+    _emit(args, payload, text)
+    return EXIT_OK if not stats.bad_lines else EXIT_FAILED
+
+
+async def cmd_status(settings: Settings, args: argparse.Namespace) -> int:
+    from worker.report import collect_status, print_status
+
+    stores = await open_stores(settings)
+    try:
+        payload = await anyio.to_thread.run_sync(lambda: collect_status(settings, stores, runs=args.runs))
+    finally:
+        stores.close()
+    _emit(args, payload, lambda: print_status(payload))
+    return EXIT_OK
+
+
+async def cmd_daemon(settings: Settings, args: argparse.Namespace) -> int:
+    from worker.daemon import run_daemon
+
+    return await run_daemon(settings)
+
+
+COMMANDS: dict[str, Handler] = {
+    "import": cmd_import,
+    "status": cmd_status,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``rem-cycle`` console script."""
+    args = build_parser().parse_args(argv)
+    try:
+        settings = load_settings(getattr(args, "config", None))
+    except ConfigError as exc:
+        print(f"rem-cycle: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    secrets = [s.get_secret_value() for s in (settings.chroma_token, settings.llm_api_key, settings.embedding_api_key) if s]
+    configure_logging(level=settings.log_level, fmt=settings.log_format, secrets=secrets)
+    if args.command:
+        handler = COMMANDS[args.command]
+    else:
+        handler = cmd_once if args.once else cmd_daemon
+    try:
+        return anyio.run(handler, settings, args)
+    except KeyboardInterrupt:
+        return EXIT_OK
+    except Exception as exc:  # noqa: BLE001 - a clear one-line error instead of a traceback
+        from store.chroma import ChromaUnavailableError
+
+        if isinstance(exc, (ChromaUnavailableError, FileNotFoundError, PermissionError)):
+            print(f"rem-cycle: {exc}", file=sys.stderr)
+            return EXIT_FAILED
+        raise

@@ -1,0 +1,321 @@
+"""One REM cycle: provider-ready → ingest → finalize, recorded as a row of ``rem_runs``.
+
+A failure in one session is recorded and the cycle goes on with the next; a failure of a whole
+phase ends the cycle with ``outcome=failed``, the phase and a reason code.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import structlog
+from filelock import FileLock, Timeout
+
+from config import Settings
+from pipelines.ingest import scan_session_revisions, sync_sessions_to_graph
+from store.chroma import ChromaStore, ChromaUnavailableError
+from store.db import Database
+from store.graph import GraphStore, utc_now
+from store.runstate import RunStateStore
+
+log = structlog.get_logger(__name__)
+
+# Sessions synced per Chroma read / graph transaction: large enough to amortise the round trip,
+# small enough that an interrupted cycle loses little work.
+SESSIONS_PER_BATCH = 25
+HEARTBEAT_SECONDS = 5.0
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_BUSY = 3
+
+
+class CycleBusyError(RuntimeError):
+    """Another cycle holds the single-flight lock on this data dir."""
+
+
+class PhaseError(RuntimeError):
+    """A whole phase failed; ``reason_code`` says why in a word."""
+
+    def __init__(self, reason_code: str, message: str) -> None:
+        super().__init__(message)
+        self.reason_code = reason_code
+
+
+class CycleInterrupted(RuntimeError):
+    """A stop was requested; the cycle ended after the current transaction."""
+
+
+@dataclass
+class Stores:
+    """The open stores a cycle works with."""
+
+    db: Database
+    graph: GraphStore
+    runstate: RunStateStore
+    chroma: ChromaStore
+
+    def close(self) -> None:
+        self.db.close()
+
+
+async def open_stores(settings: Settings) -> Stores:
+    """Open the graph database (migrating it) and connect to Chroma."""
+    db = await anyio.to_thread.run_sync(Database, settings.graph_path)
+    try:
+        chroma = await ChromaStore.connect(settings)
+    except Exception:
+        db.close()
+        raise
+    return Stores(db=db, graph=GraphStore(db), runstate=RunStateStore(db), chroma=chroma)
+
+
+@dataclass
+class CycleContext:
+    settings: Settings
+    stores: Stores
+    run_id: str
+    stop: anyio.Event = field(default_factory=anyio.Event)
+
+    def check_stop(self) -> None:
+        """Raise :class:`CycleInterrupted` when a stop was requested (call between transactions)."""
+        if self.stop.is_set():
+            raise CycleInterrupted("stop requested")
+
+
+Phase = Callable[[CycleContext], Awaitable[dict[str, Any]]]
+
+
+async def provider_ready(ctx: CycleContext) -> dict[str, Any]:
+    """Chroma answers (and, when configured, the model server)."""
+    try:
+        await ctx.stores.chroma.ping()
+    except ChromaUnavailableError as exc:
+        raise PhaseError("chroma-unavailable", str(exc)) from exc
+    return {"chroma": ctx.stores.chroma.location}
+
+
+async def ingest(ctx: CycleContext) -> dict[str, Any]:
+    """Live-sync the sessions whose input revision changed, oldest first, up to the batch limit."""
+    settings, stores = ctx.settings, ctx.stores
+    try:
+        scan = await scan_session_revisions(
+            stores.chroma,
+            memory_collection=settings.memory_collection,
+            summary_collection=settings.session_collection,
+        )
+    except ChromaUnavailableError as exc:
+        raise PhaseError("chroma-unavailable", str(exc)) from exc
+    changed = await anyio.to_thread.run_sync(stores.runstate.changed_sessions, scan.revisions)
+    todo = changed[: settings.batch_limit]
+    counts: dict[str, Any] = {
+        "sessions_seen": len(scan.revisions),
+        "sessions_changed": len(changed),
+        "sessions_synced": 0,
+        "sessions_failed": 0,
+        "rows_scanned": scan.rows_scanned,
+        "processed": 0,
+        "upserted": 0,
+        "skipped": 0,
+        "errors": scan.errors,
+    }
+    for detail in scan.error_details[:20]:
+        log.warning("scan row error", error=detail)
+    for start in range(0, len(todo), SESSIONS_PER_BATCH):
+        ctx.check_stop()
+        group = todo[start : start + SESSIONS_PER_BATCH]
+        try:
+            results = await sync_sessions_to_graph([r.session_id for r in group], chroma=stores.chroma, graph=stores.graph)
+        except ChromaUnavailableError as exc:
+            raise PhaseError("chroma-unavailable", str(exc)) from exc
+        except Exception as exc:  # noqa: BLE001 - one bad batch must not stop the cycle
+            counts["sessions_failed"] += len(group)
+            log.exception("session batch failed", sessions=[r.session_id for r in group], error=str(exc))
+            continue
+        for revision in group:
+            stats = results[revision.session_id]
+            for key in ("processed", "upserted", "skipped", "errors"):
+                counts[key] += getattr(stats, key)
+            await anyio.to_thread.run_sync(stores.runstate.mark_ingested, revision, ctx.run_id)
+            counts["sessions_synced"] += 1
+    counts["backlog"] = len(changed) - counts["sessions_synced"]
+    return counts
+
+
+async def finalize(ctx: CycleContext) -> dict[str, Any]:
+    """Graph and digest counts, for the run record."""
+    graph = await anyio.to_thread.run_sync(ctx.stores.graph.counts)
+    digests = await anyio.to_thread.run_sync(ctx.stores.runstate.digest_counts)
+    return {"graph": graph, "digests": digests}
+
+
+PHASES: tuple[tuple[str, Phase], ...] = (
+    ("provider-ready", provider_ready),
+    ("ingest", ingest),
+    ("finalize", finalize),
+)
+
+
+@dataclass
+class CycleResult:
+    run_id: str
+    outcome: str
+    started_at: str
+    finished_at: str
+    wall_ms: float
+    phases: dict[str, Any]
+    reason_code: str | None = None
+    failure_phase: str | None = None
+    last_successful_phase: str | None = None
+    message: str | None = None
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_OK if self.outcome in ("completed", "interrupted") else EXIT_FAILED
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "outcome": self.outcome,
+            "reason_code": self.reason_code,
+            "failure_phase": self.failure_phase,
+            "last_successful_phase": self.last_successful_phase,
+            "started_at": self.started_at,
+            "finished_at": self.finished_at,
+            "wall_ms": round(self.wall_ms, 1),
+            "message": self.message,
+            "phases": self.phases,
+        }
+
+
+@asynccontextmanager
+async def single_flight(settings: Settings) -> AsyncIterator[None]:
+    """Hold the data dir's cycle lock, or raise :class:`CycleBusyError` at once."""
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(settings.lock_path)
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        raise CycleBusyError(f"another REM cycle is running on {settings.data_dir} (lock {settings.lock_path})") from None
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+def owner_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+async def run_cycle(
+    settings: Settings,
+    *,
+    reason: str = "manual",
+    mode: str = "once",
+    stores: Stores | None = None,
+    stop: anyio.Event | None = None,
+    phases: tuple[tuple[str, Phase], ...] = PHASES,
+) -> CycleResult:
+    """Run one REM cycle under the single-flight lock and record it. Raises :class:`CycleBusyError`
+    when another cycle holds the lock; every other failure ends up in the result."""
+    async with single_flight(settings):
+        own_stores = stores is None
+        if stores is None:
+            try:
+                stores = await open_stores(settings)
+            except ChromaUnavailableError as exc:
+                now = utc_now()
+                return CycleResult(
+                    run_id="-", outcome="failed", started_at=now, finished_at=now, wall_ms=0.0, phases={},
+                    reason_code="chroma-unavailable", failure_phase="provider-ready", message=str(exc),
+                )
+        try:
+            return await _run_phases(settings, stores, reason=reason, mode=mode, stop=stop or anyio.Event(), phases=phases)
+        finally:
+            if own_stores:
+                stores.close()
+
+
+async def _run_phases(
+    settings: Settings,
+    stores: Stores,
+    *,
+    reason: str,
+    mode: str,
+    stop: anyio.Event,
+    phases: tuple[tuple[str, Phase], ...],
+) -> CycleResult:
+    run_id = f"run-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{uuid.uuid4().hex[:8]}"
+    runstate = stores.runstate
+    # We hold the lock, so any run still marked running died without finishing.
+    abandoned = await anyio.to_thread.run_sync(lambda: runstate.mark_abandoned(older_than_seconds=0))
+    for old in abandoned:
+        log.warning("previous run abandoned", old_run_id=old)
+    await anyio.to_thread.run_sync(lambda: runstate.start_run(run_id, reason=reason, mode=mode, owner=owner_id()))
+    ctx = CycleContext(settings=settings, stores=stores, run_id=run_id, stop=stop)
+    started, t0 = utc_now(), time.perf_counter()
+    record: dict[str, Any] = {}
+    result = CycleResult(run_id=run_id, outcome="completed", started_at=started, finished_at="", wall_ms=0.0, phases=record)
+    structlog.contextvars.bind_contextvars(run_id=run_id)
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_heartbeat, runstate, run_id)
+            for name, phase in phases:
+                structlog.contextvars.bind_contextvars(phase=name)
+                p0 = time.perf_counter()
+                try:
+                    counts = await phase(ctx)
+                except PhaseError as exc:
+                    record[name] = {"state": "failed", "duration_ms": _ms(p0), "error": str(exc)}
+                    result.outcome, result.reason_code, result.failure_phase = "failed", exc.reason_code, name
+                    result.message = str(exc)
+                    log.error("phase failed", reason_code=exc.reason_code, error=str(exc))
+                    break
+                except CycleInterrupted:
+                    record[name] = {"state": "interrupted", "duration_ms": _ms(p0)}
+                    result.outcome, result.reason_code, result.failure_phase = "interrupted", "stop-requested", name
+                    break
+                except Exception as exc:  # noqa: BLE001 - recorded, never swallowed
+                    record[name] = {"state": "failed", "duration_ms": _ms(p0), "error": repr(exc)}
+                    result.outcome, result.reason_code, result.failure_phase = "failed", "phase-error", name
+                    result.message = repr(exc)
+                    log.exception("phase crashed")
+                    break
+                record[name] = {"state": "completed", "duration_ms": _ms(p0), **counts}
+                result.last_successful_phase = name
+                log.info("phase completed", duration_ms=record[name]["duration_ms"])
+            tg.cancel_scope.cancel()
+    finally:
+        structlog.contextvars.unbind_contextvars("run_id", "phase")
+        result.finished_at, result.wall_ms = utc_now(), (time.perf_counter() - t0) * 1000
+        with anyio.CancelScope(shield=True):
+            await anyio.to_thread.run_sync(
+                lambda: runstate.finish_run(
+                    run_id,
+                    outcome=result.outcome,
+                    phases=record,
+                    reason_code=result.reason_code,
+                    failure_phase=result.failure_phase,
+                    last_successful_phase=result.last_successful_phase,
+                )
+            )
+    log.info("cycle finished", run_id=run_id, outcome=result.outcome, wall_ms=round(result.wall_ms, 1))
+    return result
+
+
+async def _heartbeat(runstate: RunStateStore, run_id: str) -> None:
+    while True:
+        await anyio.sleep(HEARTBEAT_SECONDS)
+        await anyio.to_thread.run_sync(runstate.heartbeat, run_id)
+
+
+def _ms(start: float) -> float:
+    return round((time.perf_counter() - start) * 1000, 1)

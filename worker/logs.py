@@ -1,0 +1,59 @@
+"""structlog setup: JSON lines when stderr is not a terminal, a console renderer when it is.
+
+Secrets never reach a log line: values under secret-looking keys are masked, and so is any
+configured secret value wherever it appears in a message.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import sys
+from collections.abc import Iterable
+from typing import Any
+
+import structlog
+
+_SECRET_KEY = re.compile(r"(api[_-]?key|token|secret|password|authorization)", re.IGNORECASE)
+MASK = "***"
+
+
+class SecretMasker:
+    """A structlog processor that masks secret-looking keys and known secret values."""
+
+    def __init__(self, secrets: Iterable[str] = ()) -> None:
+        self.secrets = [s for s in secrets if s and len(s) >= 4]
+
+    def _scrub(self, value: Any) -> Any:
+        if isinstance(value, str):
+            for secret in self.secrets:
+                value = value.replace(secret, MASK)
+            return value
+        if isinstance(value, dict):
+            return {k: MASK if _SECRET_KEY.search(str(k)) else self._scrub(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return type(value)(self._scrub(v) for v in value)
+        return value
+
+    def __call__(self, logger: Any, method: str, event: dict[str, Any]) -> dict[str, Any]:
+        return self._scrub(event)
+
+
+def configure_logging(*, level: str = "info", fmt: str = "auto", secrets: Iterable[str] = (), stream: Any = None) -> None:
+    """Configure structlog for the process. ``fmt``: ``auto`` | ``json`` | ``console``."""
+    stream = stream or sys.stderr
+    console = fmt == "console" or (fmt == "auto" and hasattr(stream, "isatty") and stream.isatty())
+    renderer: Any = structlog.dev.ConsoleRenderer() if console else structlog.processors.JSONRenderer()
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.processors.format_exc_info,
+            SecretMasker(secrets),
+            renderer,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(getattr(logging, level.upper())),
+        logger_factory=structlog.PrintLoggerFactory(file=stream),
+        cache_logger_on_first_use=False,
+    )
