@@ -110,28 +110,38 @@ def _rows(result: dict[str, Any], cls: Callable[..., Any]) -> list[Any]:
 class ChromaStore:
     """The two collections rem-cycle reads. Create with :meth:`connect`."""
 
-    def __init__(self, client: Any, settings: Settings, *, is_async: bool) -> None:
-        self._client = client
+    def __init__(self, settings: Settings) -> None:
         self._settings = settings
-        self._is_async = is_async
+        self._client: Any = None
+        self._is_async = bool(settings.chroma_url)
         self._collections: dict[str, Any] = {}
 
     @classmethod
     async def connect(cls, settings: Settings) -> "ChromaStore":
-        """Open the embedded store or connect to the server named by ``REM_CHROMA_URL``."""
+        """A store that has already reached Chroma (raises :class:`ChromaUnavailableError`)."""
+        store = cls(settings)
+        await store._ensure_client()
+        return store
+
+    async def _ensure_client(self) -> Any:
+        """Open the embedded store or connect to the server on first use, so that a Chroma that is
+        down fails the cycle's first phase (recorded) rather than the process start."""
+        if self._client is not None:
+            return self._client
+        settings = self._settings
         chroma_settings = ChromaSettings(anonymized_telemetry=False, allow_reset=False)
         try:
-            if not settings.chroma_url:
+            if not self._is_async:
                 settings.chroma_path.mkdir(parents=True, exist_ok=True)
-                client = await anyio.to_thread.run_sync(
+                self._client = await anyio.to_thread.run_sync(
                     partial(chromadb.PersistentClient, path=str(settings.chroma_path), settings=chroma_settings)
                 )
-                return cls(client, settings, is_async=False)
+                return self._client
             url = urlparse(settings.chroma_url)
             headers = {}
             if settings.chroma_token is not None:
                 headers["Authorization"] = f"Bearer {settings.chroma_token.get_secret_value()}"
-            client = await chromadb.AsyncHttpClient(
+            self._client = await chromadb.AsyncHttpClient(
                 host=url.hostname or "127.0.0.1",
                 port=url.port or (443 if url.scheme == "https" else 8000),
                 ssl=url.scheme == "https",
@@ -141,14 +151,15 @@ class ChromaStore:
                 database=settings.chroma_database,
             )
         except Exception as exc:  # noqa: BLE001 - any client failure means "unreachable"
-            raise ChromaUnavailableError(f"cannot open Chroma ({_where(settings)}): {exc}") from exc
-        return cls(client, settings, is_async=True)
+            raise ChromaUnavailableError(f"cannot open Chroma ({self.location}): {_brief(exc)}") from exc
+        return self._client
 
     @property
     def location(self) -> str:
         return _where(self._settings)
 
     async def _call(self, fn: Callable[..., Any], **kwargs: Any) -> Any:
+        await self._ensure_client()
         try:
             if self._is_async:
                 return await fn(**kwargs)
@@ -158,11 +169,12 @@ class ChromaStore:
         except (ValueError, TypeError):
             raise
         except Exception as exc:  # noqa: BLE001 - transport / server failures
-            raise ChromaUnavailableError(f"Chroma call failed ({self.location}): {exc}") from exc
+            raise ChromaUnavailableError(f"Chroma call failed ({self.location}): {_brief(exc)}") from exc
 
     async def ping(self) -> None:
         """Raise :class:`ChromaUnavailableError` unless Chroma answers."""
-        await self._call(self._client.heartbeat)
+        client = await self._ensure_client()
+        await self._call(client.heartbeat)
 
     async def collection(self, name: str, *, create: bool = False) -> Any | None:
         """The named collection, or ``None`` when it does not exist (and ``create`` is false)."""
@@ -171,12 +183,12 @@ class ChromaStore:
         try:
             if create:
                 coll = await self._call(
-                    self._client.get_or_create_collection,
+                    (await self._ensure_client()).get_or_create_collection,
                     name=name,
                     embedding_function=make_embedding_function(self._settings),
                 )
             else:
-                coll = await self._call(self._client.get_collection, name=name)
+                coll = await self._call((await self._ensure_client()).get_collection, name=name)
         except NotFoundError:
             return None
         self._collections[name] = coll
@@ -267,6 +279,12 @@ class ChromaStore:
             return {}
         result = await self._call(coll.get, ids=ids, include=["metadatas", "documents"])
         return {r.id: (r.document, r.metadata) for r in _rows(result, MemoryRow)}
+
+
+def _brief(exc: BaseException) -> str:
+    """One line naming the error, without the server's multi-line bodies."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"{type(exc).__name__}: {text[:300]}" if text else type(exc).__name__
 
 
 def _where(settings: Settings) -> str:

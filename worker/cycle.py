@@ -68,14 +68,9 @@ class Stores:
 
 
 async def open_stores(settings: Settings) -> Stores:
-    """Open the graph database (migrating it) and connect to Chroma."""
+    """Open the graph database (migrating it); Chroma is reached on first use."""
     db = await anyio.to_thread.run_sync(Database, settings.graph_path)
-    try:
-        chroma = await ChromaStore.connect(settings)
-    except Exception:
-        db.close()
-        raise
-    return Stores(db=db, graph=GraphStore(db), runstate=RunStateStore(db), chroma=chroma)
+    return Stores(db=db, graph=GraphStore(db), runstate=RunStateStore(db), chroma=ChromaStore(settings))
 
 
 @dataclass
@@ -229,14 +224,7 @@ async def run_cycle(
     async with single_flight(settings):
         own_stores = stores is None
         if stores is None:
-            try:
-                stores = await open_stores(settings)
-            except ChromaUnavailableError as exc:
-                now = utc_now()
-                return CycleResult(
-                    run_id="-", outcome="failed", started_at=now, finished_at=now, wall_ms=0.0, phases={},
-                    reason_code="chroma-unavailable", failure_phase="provider-ready", message=str(exc),
-                )
+            stores = await open_stores(settings)
         try:
             return await _run_phases(settings, stores, reason=reason, mode=mode, stop=stop or anyio.Event(), phases=phases)
         finally:

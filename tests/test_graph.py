@@ -1,0 +1,92 @@
+"""The SQLite graph store on real database files."""
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from store.db import MIGRATIONS, Database
+from store.graph import Edge, GraphStore, Node
+from store.ids import InvalidIdError
+
+
+@pytest.fixture
+def graph(tmp_path: Path) -> GraphStore:
+    return GraphStore(Database(tmp_path / "g.sqlite3"))
+
+
+def dump(path: Path) -> list[tuple]:
+    conn = sqlite3.connect(path)
+    try:
+        return conn.execute("SELECT * FROM nodes ORDER BY id").fetchall() + conn.execute(
+            "SELECT * FROM edges ORDER BY source, target, relationship").fetchall()
+    finally:
+        conn.close()
+
+
+def test_schema_pragmas_and_version(tmp_path: Path) -> None:
+    db = Database(tmp_path / "g.sqlite3")
+    assert db.query("PRAGMA journal_mode")[0][0] == "wal"
+    assert db.query("PRAGMA foreign_keys")[0][0] == 1
+    assert db.schema_version == len(MIGRATIONS)
+    db.close()
+    # Re-opening migrates nothing and keeps the version.
+    again = Database(tmp_path / "g.sqlite3")
+    assert again.schema_version == len(MIGRATIONS)
+    cols = {r[1] for r in again.query("PRAGMA table_info(edges)")}
+    assert {"source", "target", "relationship", "weight", "properties"} <= cols
+
+
+def test_upsert_is_idempotent_and_normalises(graph: GraphStore, tmp_path: Path) -> None:
+    nodes = [Node("SESSION:S1", "SESSION", "s1", {"a": 1}), Node("MEMORY:M1", "MEMORY", "m1", {"b": [1, 2]})]
+    assert graph.upsert_nodes(nodes) == 2
+    assert graph.get_node("session:S1") is not None
+    assert graph.get_node("memory:M1").properties == {"b": [1, 2]}
+    before = dump(tmp_path / "g.sqlite3")
+    assert graph.upsert_nodes(nodes) == 0
+    assert dump(tmp_path / "g.sqlite3") == before
+    assert graph.upsert_node(Node("memory:M1", "MEMORY", "m1", {"b": [1, 3]})) is True
+
+
+def test_link_culls_missing_endpoints_and_counts(graph: GraphStore) -> None:
+    graph.upsert_nodes([Node("memory:a", "MEMORY", "a"), Node("session:s", "SESSION", "s")])
+    stats = graph.link_nodes([
+        Edge("MEMORY:a", "session:s", "ORIGINATES_IN"),
+        Edge("memory:a", "session:missing", "ORIGINATES_IN"),
+        Edge("CONCEPT:x", "memory:a", "MENTIONED_IN"),
+    ])
+    assert (stats.linked, stats.culled) == (1, 2)
+    assert {(e.source, e.target) for e in stats.culled_edges} == {("memory:a", "session:missing"), ("CONCEPT:x", "memory:a")}
+    assert graph.get_edge("memory:a", "session:s", "ORIGINATES_IN") is not None
+    again = graph.link_nodes([Edge("memory:a", "session:s", "ORIGINATES_IN")])
+    assert (again.linked, again.unchanged) == (0, 1)
+    assert graph.counts()["edge_total"] == 1
+
+
+def test_one_edge_per_triple_weight_not_bumped(graph: GraphStore) -> None:
+    graph.upsert_nodes([Node("CONCEPT:a", "CONCEPT", "a"), Node("CONCEPT:b", "CONCEPT", "b")])
+    for _ in range(3):
+        graph.link_nodes([Edge("CONCEPT:a", "CONCEPT:b", "RELATES_TO", 2.0)])
+    assert graph.get_edge("CONCEPT:a", "CONCEPT:b", "RELATES_TO").weight == 2.0
+    assert graph.counts()["edges"] == {"RELATES_TO": 1}
+
+
+def test_foreign_keys_enforced(graph: GraphStore) -> None:
+    with pytest.raises(sqlite3.IntegrityError):
+        with graph.db.transaction() as conn:
+            conn.execute(
+                "INSERT INTO edges(source, target, relationship, created_at, updated_at) VALUES ('x','y','R','t','t')")
+
+
+def test_transaction_rolls_back_everything(graph: GraphStore) -> None:
+    with pytest.raises(RuntimeError):
+        with graph.db.transaction():
+            graph.upsert_nodes([Node("CONCEPT:a", "CONCEPT", "a")])
+            raise RuntimeError("boom")
+    assert graph.get_node("CONCEPT:a") is None
+
+
+def test_invalid_id_rejected(graph: GraphStore) -> None:
+    with pytest.raises(InvalidIdError):
+        graph.upsert_nodes([Node("memory:bad id", "MEMORY", "x")])
+    assert graph.counts()["node_total"] == 0

@@ -1,0 +1,66 @@
+"""Settings: env vars, TOML file, precedence and clear errors."""
+
+from pathlib import Path
+
+import pytest
+
+from config import ConfigError, load_settings
+
+
+def test_defaults(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.chdir(tmp_path)
+    s = load_settings()
+    assert s.data_dir == Path(".rem-data")
+    assert s.graph_path == Path(".rem-data/graph.sqlite3")
+    assert s.memory_collection == "neo-agent-memory"
+    assert s.session_collection == "neo-agent-sessions"
+    assert s.chroma_url == ""
+    assert s.queue_path == Path(".rem-data/lazy-edges.jsonl")
+    assert (s.context_limit_tokens, s.safe_processing_limit_tokens, s.chunk_limit_tokens, s.output_reserve_tokens) == (
+        131072, 100000, 50000, 8192)
+    assert s.http_host == "127.0.0.1"
+
+
+def test_env_overrides_toml(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    conf = tmp_path / "rem.toml"
+    conf.write_text('batch_limit = 7\nmemory_collection = "team-memory"\n')
+    monkeypatch.setenv("REM_BATCH_LIMIT", "9")
+    s = load_settings(conf)
+    assert s.batch_limit == 9
+    assert s.memory_collection == "team-memory"
+
+
+def test_bad_values_name_the_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("REM_BATCH_LIMIT", "lots")
+    with pytest.raises(ConfigError, match="REM_BATCH_LIMIT"):
+        load_settings()
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [("REM_CHROMA_URL", "ftp://x"), ("REM_MEMORY_COLLECTION", "a"), ("REM_EXTRACTOR", "magic"), ("REM_HTTP_PORT", "70000")],
+)
+def test_invalid_settings(monkeypatch: pytest.MonkeyPatch, key: str, value: str) -> None:
+    monkeypatch.setenv(key, value)
+    with pytest.raises(ConfigError, match=key):
+        load_settings()
+
+
+def test_missing_config_file() -> None:
+    with pytest.raises(ConfigError, match="not found"):
+        load_settings("/nonexistent/rem.toml")
+
+
+def test_queue_path_must_stay_inside_data_dir(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="inside data_dir"):
+        load_settings(data_dir=tmp_path / "d", lazy_edges_path=tmp_path / "d" / ".." / "elsewhere.jsonl")
+    ok = load_settings(data_dir=tmp_path / "d", lazy_edges_path=tmp_path / "d" / "q" / "edges.jsonl")
+    assert ok.queue_path == tmp_path / "d" / "q" / "edges.jsonl"
+
+
+def test_chunk_budget() -> None:
+    s = load_settings(chunk_limit_tokens=8000, prompt_envelope_tokens=1000)
+    assert s.chunk_budget_tokens == 7000
+    s = load_settings(safe_processing_limit_tokens=None, context_limit_tokens=10000, output_reserve_tokens=1000,
+                      chunk_limit_tokens=50000, prompt_envelope_tokens=0)
+    assert s.chunk_budget_tokens == 7500
