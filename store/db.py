@@ -86,6 +86,34 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX chunk_results_session ON chunk_results(session_id, status);
     """,
+    # 2: knowledge quality — detected communities (stable ids, cached labels) and identity merges
+    # (each one recorded with what is needed to undo it).
+    """
+    CREATE TABLE communities (
+        id            TEXT PRIMARY KEY,
+        label         TEXT NOT NULL,
+        label_source  TEXT NOT NULL DEFAULT 'default' CHECK (label_source IN ('default', 'model')),
+        members       TEXT NOT NULL CHECK (json_valid(members)),
+        member_hash   TEXT NOT NULL,
+        size          INTEGER NOT NULL,
+        created_at    TEXT NOT NULL,
+        updated_at    TEXT NOT NULL
+    );
+    CREATE INDEX communities_member_hash ON communities(member_hash);
+    CREATE TABLE merges (
+        merge_id    INTEGER PRIMARY KEY AUTOINCREMENT,
+        merged_id   TEXT NOT NULL,
+        into_id     TEXT NOT NULL,
+        rule        TEXT NOT NULL,
+        score       REAL NOT NULL,
+        evidence    TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(evidence)),
+        restore     TEXT NOT NULL CHECK (json_valid(restore)),
+        created_at  TEXT NOT NULL,
+        undone_at   TEXT
+    );
+    CREATE INDEX merges_merged ON merges(merged_id, undone_at);
+    CREATE INDEX merges_into ON merges(into_id, undone_at);
+    """,
 )
 
 

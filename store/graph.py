@@ -119,6 +119,17 @@ class GraphStore:
         )
         return _edge(rows[0]) if rows else None
 
+    def all_nodes(self) -> list[Node]:
+        """Every node, ordered by id."""
+        return [_node(r) for r in self.db.query("SELECT id, label, name, properties FROM nodes ORDER BY id")]
+
+    def all_edges(self) -> list[Edge]:
+        """Every edge, ordered by (source, target, relationship)."""
+        rows = self.db.query(
+            "SELECT source, target, relationship, weight, properties FROM edges ORDER BY source, target, relationship"
+        )
+        return [_edge(r) for r in rows]
+
     def counts(self) -> dict[str, Any]:
         """Node counts by label and edge counts by relationship."""
         nodes = {r[0]: r[1] for r in self.db.query("SELECT label, COUNT(*) FROM nodes GROUP BY label ORDER BY label")}

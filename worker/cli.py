@@ -44,6 +44,12 @@ def build_parser() -> argparse.ArgumentParser:
     imp.add_argument("file", help="JSONL file, one session per line (see README)")
     status = sub.add_parser("status", parents=[common], help="recent runs, backlog and graph counts")
     status.add_argument("--runs", type=int, default=10, help="how many recent runs to show")
+    export = sub.add_parser("export", parents=[common], help="graph snapshot as JSON or GraphML")
+    export.add_argument("--format", choices=("json", "graphml"), default="json", help="output format (default json)")
+    export.add_argument("--out", metavar="FILE", help="write to FILE instead of stdout")
+    export.add_argument(
+        "--include-anchors", action="store_true", help="also export MEMORY/SESSION/NOTE nodes and provenance edges"
+    )
     return parser
 
 
@@ -108,6 +114,32 @@ async def cmd_status(settings: Settings, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+async def cmd_export(settings: Settings, args: argparse.Namespace) -> int:
+    from pipelines.export import render
+    from worker.knowledge import open_graph_db, snapshot_from_db
+
+    def build() -> dict[str, Any]:
+        with open_graph_db(settings) as db:
+            return snapshot_from_db(db, include_anchors=args.include_anchors)
+
+    snapshot = await anyio.to_thread.run_sync(build)
+    text = render(snapshot, args.format)
+    if not args.out:
+        sys.stdout.write(text)
+        return EXIT_OK
+    await anyio.Path(args.out).write_text(text, encoding="utf-8")
+    _emit(
+        args,
+        {"out": args.out, "format": args.format, **snapshot["counts"]},
+        lambda: print(f"wrote {args.out} ({args.format}): {_counts_line(snapshot['counts'])}", file=sys.stderr),
+    )
+    return EXIT_OK
+
+
+def _counts_line(counts: dict[str, Any]) -> str:
+    return ", ".join(f"{v} {k}" for k, v in counts.items())
+
+
 async def cmd_daemon(settings: Settings, args: argparse.Namespace) -> int:
     from worker.daemon import run_daemon
 
@@ -117,6 +149,7 @@ async def cmd_daemon(settings: Settings, args: argparse.Namespace) -> int:
 COMMANDS: dict[str, Handler] = {
     "import": cmd_import,
     "status": cmd_status,
+    "export": cmd_export,
 }
 
 

@@ -1,0 +1,263 @@
+"""Graph snapshot export: one payload a viewer renders (JSON) and the same graph as GraphML.
+
+:func:`build_snapshot` is pure: it takes the graph's nodes, edges and stored communities and
+returns a JSON-ready dict (schema in README "Exploring the graph"):
+
+- ``nodes``: knowledge nodes (anchors too with ``include_anchors``) — ``id``, ``label``, ``name``,
+  ``properties`` (without ``provenance``, which has its own key) and ``community``;
+- ``edges``: semantic edges between exported nodes (every edge with ``include_anchors``);
+- ``sessions``: ``session:<id>`` → title; ``file_sources``: ``note:<hash>`` → file path;
+- ``node_sessions``: node id → the anchors (sessions, notes files) it came from, sorted;
+- ``communities``: id, label, label source, sorted members, size;
+- ``provenance``: node id → its provenance points (session, memory, chunk, evidence quote).
+
+:func:`graphml_text` renders a snapshot as GraphML (networkx), JSON-encoding the values GraphML
+cannot hold (lists, dicts) so Gephi/Cytoscape open it and nothing is lost.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import networkx as nx
+
+from pipelines.vocabulary import (
+    ANCHOR_LABELS,
+    MEMORY_LABEL,
+    NOTE_LABEL,
+    ORIGINATES_IN,
+    PROVENANCE_RELATIONSHIPS,
+    SESSION_LABEL,
+    is_semantic_edge,
+)
+from store.communities import CommunityRecord
+from store.graph import Edge, Node
+from store.ids import InvalidIdError, normalize_graph_node_id
+
+SNAPSHOT_VERSION = 1
+FORMATS = ("json", "graphml")
+# Node/edge attribute names the GraphML writer sets itself; a property of the same name is
+# written as ``property.<name>`` instead of silently overwriting them.
+_NODE_RESERVED = frozenset({"label", "name", "community", "sessions", "provenance"})
+_EDGE_RESERVED = frozenset({"relationship", "weight"})
+
+
+def build_snapshot(
+    nodes: Iterable[Node],
+    edges: Iterable[Edge],
+    communities: Iterable[CommunityRecord] = (),
+    *,
+    generated_at: str | None = None,
+    include_anchors: bool = False,
+) -> dict[str, Any]:
+    """The snapshot payload of a graph (pure; see the module docstring for the shape)."""
+    by_id = {n.id: n for n in nodes}
+    edge_list = list(edges)
+    memory_session = _memory_sessions(by_id, edge_list)
+    exported = {i: n for i, n in by_id.items() if include_anchors or n.label not in ANCHOR_LABELS}
+
+    anchors: dict[str, set[str]] = {i: set() for i, n in exported.items() if n.label not in ANCHOR_LABELS}
+    for edge in edge_list:
+        if edge.source in anchors and edge.relationship in PROVENANCE_RELATIONSHIPS:
+            anchor = _anchor(edge.target, by_id, memory_session)
+            if anchor:
+                anchors[edge.source].add(anchor)
+    provenance: dict[str, list[dict[str, Any]]] = {}
+    for node_id in anchors:
+        points = _points(by_id[node_id].properties.get("provenance"))
+        if points:
+            provenance[node_id] = points
+        for point in points:
+            anchor = _point_anchor(point, by_id, memory_session)
+            if anchor:
+                anchors[node_id].add(anchor)
+
+    community_of: dict[str, str] = {}
+    community_rows = []
+    for community in communities:
+        members = sorted(m for m in community.members if m in exported)
+        for member in members:
+            community_of.setdefault(member, community.id)
+        community_rows.append(
+            {
+                "id": community.id,
+                "label": community.label,
+                "label_source": community.label_source,
+                "members": members,
+                "size": len(members),
+            }
+        )
+
+    node_rows = [
+        {
+            "id": node.id,
+            "label": node.label,
+            "name": node.name,
+            "properties": {k: v for k, v in node.properties.items() if k != "provenance"},
+            "community": community_of.get(node.id),
+        }
+        for node in sorted(exported.values(), key=lambda n: n.id)
+    ]
+    edge_rows = [
+        {
+            "source": e.source,
+            "target": e.target,
+            "relationship": e.relationship,
+            "weight": e.weight,
+            "properties": e.properties,
+        }
+        for e in sorted(edge_list, key=lambda e: (e.source, e.target, e.relationship))
+        if e.source in exported
+        and e.target in exported
+        and (include_anchors or is_semantic_edge(e.relationship, exported[e.source].label, exported[e.target].label))
+    ]
+    return {
+        "version": SNAPSHOT_VERSION,
+        "generated_at": generated_at,
+        "nodes": node_rows,
+        "edges": edge_rows,
+        "sessions": {i: n.name for i, n in sorted(by_id.items()) if n.label == SESSION_LABEL},
+        "file_sources": {
+            i: str(n.properties.get("path") or n.name) for i, n in sorted(by_id.items()) if n.label == NOTE_LABEL
+        },
+        "node_sessions": {i: sorted(a) for i, a in sorted(anchors.items()) if a},
+        "communities": community_rows,
+        "provenance": provenance,
+        "counts": {"nodes": len(node_rows), "edges": len(edge_rows), "communities": len(community_rows)},
+    }
+
+
+def graphml_text(snapshot: Mapping[str, Any]) -> str:
+    """The snapshot as a GraphML document (a directed multigraph keyed by relationship). Pure."""
+    graph = nx.MultiDiGraph()
+    graph.graph["version"] = snapshot.get("version", SNAPSHOT_VERSION)
+    if snapshot.get("generated_at"):
+        graph.graph["generated_at"] = snapshot["generated_at"]
+    node_sessions = snapshot.get("node_sessions", {})
+    provenance = snapshot.get("provenance", {})
+    node_attrs = []
+    for node in snapshot["nodes"]:
+        attrs: dict[str, Any] = {
+            "label": node["label"],
+            "name": node["name"],
+            "community": node.get("community") or "",
+            "sessions": node_sessions.get(node["id"], []),
+            "provenance": provenance.get(node["id"], []),
+        }
+        attrs.update(_prefixed(node["properties"], _NODE_RESERVED))
+        node_attrs.append((node["id"], attrs))
+    edge_attrs = []
+    for edge in snapshot["edges"]:
+        attrs = {"relationship": edge["relationship"], "weight": float(edge["weight"])}
+        attrs.update(_prefixed(edge["properties"], _EDGE_RESERVED))
+        edge_attrs.append((edge["source"], edge["target"], edge["relationship"], attrs))
+    for node_id, attrs in zip((n for n, _ in node_attrs), _scalars([a for _, a in node_attrs]), strict=True):
+        graph.add_node(node_id, **attrs)
+    for (source, target, key, _), attrs in zip(edge_attrs, _scalars([a for *_, a in edge_attrs]), strict=True):
+        graph.add_edge(source, target, key=key, **attrs)
+    return "\n".join(nx.generate_graphml(graph)) + "\n"
+
+
+def render(snapshot: Mapping[str, Any], fmt: str) -> str:
+    """The snapshot as text in ``fmt`` (``json`` or ``graphml``)."""
+    if fmt == "json":
+        return json.dumps(snapshot, ensure_ascii=False, sort_keys=True, indent=2) + "\n"
+    if fmt == "graphml":
+        return graphml_text(snapshot)
+    raise ValueError(f"unknown export format {fmt!r}; expected one of {', '.join(FORMATS)}")
+
+
+def _prefixed(properties: Mapping[str, Any], reserved: frozenset[str]) -> dict[str, Any]:
+    return {(f"property.{k}" if k in reserved else k): v for k, v in properties.items()}
+
+
+def _scalars(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """GraphML declares one type per attribute name: values that are not str/bool/number, or an
+    attribute whose values mix types across elements, become JSON strings; ``None`` is left out."""
+    kinds: dict[str, set[type]] = {}
+    for row in rows:
+        for key, value in row.items():
+            if value is not None:
+                kinds.setdefault(key, set()).add(_kind(value))
+    mixed = {key for key, types in kinds.items() if len(types) > 1}
+    out = []
+    for row in rows:
+        clean: dict[str, Any] = {}
+        for key, value in row.items():
+            if value is None:
+                continue
+            kind = _kind(value)
+            if key in mixed or kind is dict:
+                clean[key] = json.dumps(value, ensure_ascii=False, sort_keys=True)
+            else:
+                clean[key] = float(value) if kind is float else value
+        out.append(clean)
+    return out
+
+
+def _kind(value: Any) -> type:
+    """The GraphML type a value maps to: bool, float (any number), str, or dict (encode as JSON)."""
+    if isinstance(value, bool):
+        return bool
+    if isinstance(value, (int, float)):
+        return float
+    if isinstance(value, str):
+        return str
+    return dict
+
+
+def _memory_sessions(by_id: Mapping[str, Node], edges: Iterable[Edge]) -> dict[str, str]:
+    """memory node id → session node id, from ORIGINATES_IN edges, else the memory's ``sessionId``."""
+    found: dict[str, str] = {}
+    for node in by_id.values():
+        session = node.properties.get("sessionId")
+        if node.label == MEMORY_LABEL and isinstance(session, str):
+            found[node.id] = _session_id(session) or ""
+    for edge in edges:
+        if edge.relationship == ORIGINATES_IN:
+            found[edge.source] = edge.target
+    return {m: s for m, s in found.items() if s}
+
+
+def _anchor(node_id: str, by_id: Mapping[str, Node], memory_session: Mapping[str, str]) -> str | None:
+    """The session/notes anchor a provenance edge target stands for."""
+    node = by_id.get(node_id)
+    label = node.label if node else None
+    if label in (SESSION_LABEL, NOTE_LABEL) or node_id.startswith("session:"):
+        return node_id
+    if label == MEMORY_LABEL or node_id.startswith("memory:"):
+        return memory_session.get(node_id)
+    return None
+
+
+def _point_anchor(point: Mapping[str, Any], by_id: Mapping[str, Node], memory_session: Mapping[str, str]) -> str | None:
+    session = point.get("session")
+    if isinstance(session, str) and session:
+        if session in by_id and by_id[session].label == NOTE_LABEL:
+            return session
+        return _session_id(session)
+    memory = point.get("memory")
+    if isinstance(memory, str) and memory:
+        return memory_session.get(_prefixed_id("memory", memory) or "")
+    return None
+
+
+def _session_id(value: str) -> str | None:
+    return _prefixed_id("session", value)
+
+
+def _prefixed_id(kind: str, value: str) -> str | None:
+    """``kind:<value>`` normalised, accepting a bare id or an already prefixed one."""
+    candidate = value if value.lower().startswith(f"{kind}:") else f"{kind}:{value}"
+    try:
+        return normalize_graph_node_id(candidate)
+    except InvalidIdError:
+        return None
+
+
+def _points(value: Any) -> list[dict[str, Any]]:
+    if not isinstance(value, list):
+        return []
+    return [dict(p) for p in value if isinstance(p, Mapping)]

@@ -1,0 +1,76 @@
+"""The ``communities`` table: the graph's detected communities with their stable ids and labels.
+
+One row per community of the latest detection. ``members`` is the JSON list of member node ids
+(sorted); ``member_hash`` the sha256 of that list, so an unchanged community is recognised without
+comparing lists; ``label_source`` says whether the label came from the model or is the default.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from store.db import Database
+from store.graph import dumps, utc_now
+
+
+@dataclass(frozen=True, slots=True)
+class CommunityRecord:
+    """One community as stored (and as exported)."""
+
+    id: str
+    label: str
+    members: tuple[str, ...]
+    member_hash: str
+    label_source: str = "default"
+
+
+class CommunityStore:
+    """Typed access to ``communities``."""
+
+    def __init__(self, db: Database, *, clock: Callable[[], str] = utc_now) -> None:
+        self.db = db
+        self.clock = clock
+
+    def all(self) -> list[CommunityRecord]:
+        """Every stored community, largest first (then by id)."""
+        rows = self.db.query(
+            "SELECT id, label, label_source, members, member_hash FROM communities ORDER BY size DESC, id"
+        )
+        return [
+            CommunityRecord(
+                id=r["id"],
+                label=r["label"],
+                members=tuple(json.loads(r["members"])),
+                member_hash=r["member_hash"],
+                label_source=r["label_source"],
+            )
+            for r in rows
+        ]
+
+    def replace_all(self, communities: Iterable[CommunityRecord]) -> dict[str, int]:
+        """Make the table hold exactly ``communities`` in one transaction. Rows whose content is
+        unchanged are not touched (``updated_at`` included). Returns written/unchanged/removed counts."""
+        now = self.clock()
+        records = list(communities)
+        rows = [
+            (c.id, c.label, c.label_source, dumps(list(c.members)), c.member_hash, len(c.members), now, now)
+            for c in records
+        ]
+        with self.db.transaction() as conn:
+            keep = {c.id for c in records}
+            stale = [r[0] for r in conn.execute("SELECT id FROM communities").fetchall() if r[0] not in keep]
+            conn.executemany("DELETE FROM communities WHERE id = ?", [(i,) for i in stale])
+            before = conn.total_changes
+            conn.executemany(
+                "INSERT INTO communities(id, label, label_source, members, member_hash, size, created_at, updated_at) "
+                "VALUES (?,?,?,?,?,?,?,?) ON CONFLICT(id) DO UPDATE SET label = excluded.label, "
+                "label_source = excluded.label_source, members = excluded.members, "
+                "member_hash = excluded.member_hash, size = excluded.size, updated_at = excluded.updated_at "
+                "WHERE communities.label IS NOT excluded.label OR communities.label_source IS NOT excluded.label_source "
+                "OR communities.member_hash IS NOT excluded.member_hash",
+                rows,
+            )
+            written = conn.total_changes - before
+        return {"written": written, "unchanged": len(rows) - written, "removed": len(stale)}

@@ -1,0 +1,113 @@
+"""Snapshot export: JSON shape and GraphML (read back with networkx) from a real SQLite graph."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import networkx as nx
+import pytest
+
+from pipelines.export import build_snapshot, graphml_text, render
+from store.communities import CommunityRecord, CommunityStore
+from store.graph import GraphStore, Node
+from tests.conftest import run_cli
+from tests.graph_fixtures import build_sample_graph
+from worker.knowledge import snapshot_from_db
+
+QUEUE = ("CLASS:LazyEdgeQueue", "DECISION:Rename before drain", "FILE:store/lazy_queue.py", "METHOD:drain")
+
+
+@pytest.fixture
+def db(tmp_path: Path):
+    database = build_sample_graph(tmp_path / "graph.sqlite3")
+    CommunityStore(database).replace_all([CommunityRecord("c_queue", "LazyEdgeQueue · drain()", QUEUE, "h1")])
+    yield database
+    database.close()
+
+
+def test_snapshot_shape(db) -> None:
+    snap = snapshot_from_db(db)
+    ids = [n["id"] for n in snap["nodes"]]
+    assert ids == sorted(ids) and len(ids) == 7
+    assert not any(i.startswith(("memory:", "session:")) for i in ids)
+    assert {e["relationship"] for e in snap["edges"]} == {"IMPLEMENTS", "RELATES_TO", "SUPPORTS", "CAUSES_ISSUE"}
+    assert snap["sessions"] == {"session:s1": "Fix the lazy edge queue drain", "session:s2": "Chunker performance"}
+    assert snap["file_sources"] == {}
+    assert snap["node_sessions"]["CLASS:LazyEdgeQueue"] == ["session:s1"]
+    assert snap["node_sessions"]["FILE:pipelines/chunker.py"] == ["session:s2"]
+    queue = next(n for n in snap["nodes"] if n["id"] == "CLASS:LazyEdgeQueue")
+    assert queue["community"] == "c_queue"
+    assert "provenance" not in queue["properties"] and queue["properties"]["aliases"] == ["LazyEdgeQueue", "lazy edge queue"]
+    assert snap["provenance"]["CLASS:LazyEdgeQueue"][0]["evidence"] == "The LazyEdgeQueue drain loses lines"
+    assert snap["communities"] == [
+        {"id": "c_queue", "label": "LazyEdgeQueue · drain()", "label_source": "default", "members": list(QUEUE), "size": 4}
+    ]
+    assert snap["counts"] == {"nodes": 7, "edges": 8, "communities": 1}
+    json.dumps(snap)  # JSON-ready
+
+
+def test_include_anchors_and_sessions_from_memory_only(db) -> None:
+    snap = snapshot_from_db(db, include_anchors=True)
+    assert {"memory:m1", "session:s2"} <= {n["id"] for n in snap["nodes"]}
+    assert any(e["relationship"] == "ORIGINATES_IN" for e in snap["edges"])
+    # A node known only through a MENTIONED_IN memory edge still maps to that memory's session.
+    graph = GraphStore(db)
+    graph.upsert_node(Node("CONCEPT:Orphan", "CONCEPT", "Orphan", {}))
+    from store.graph import Edge
+
+    graph.link_nodes([Edge("CONCEPT:Orphan", "memory:m3", "MENTIONED_IN")])
+    assert snapshot_from_db(db)["node_sessions"]["CONCEPT:Orphan"] == ["session:s2"]
+
+
+def test_graphml_reads_back_with_networkx(db, tmp_path: Path) -> None:
+    snap = snapshot_from_db(db)
+    path = tmp_path / "g.graphml"
+    path.write_text(graphml_text(snap), encoding="utf-8")
+    graph = nx.read_graphml(path, force_multigraph=True)
+    assert graph.number_of_nodes() == 7 and graph.number_of_edges() == 8
+    node = graph.nodes["CLASS:LazyEdgeQueue"]
+    assert node["label"] == "CLASS" and node["community"] == "c_queue"
+    assert json.loads(node["aliases"]) == ["LazyEdgeQueue", "lazy edge queue"]
+    assert json.loads(node["sessions"]) == ["session:s1"]
+    assert json.loads(node["provenance"])[0]["memory"] == "memory:m1"
+    edge = graph.get_edge_data("METHOD:drain", "CLASS:LazyEdgeQueue")
+    (attrs,) = edge.values()
+    assert attrs["relationship"] == "IMPLEMENTS" and attrs["weight"] == 2.0
+    assert attrs["justification"] == "drain is a method of the queue"
+
+
+def test_graphml_mixed_types_and_reserved_names() -> None:
+    nodes = [
+        Node("CONCEPT:a", "CONCEPT", "a", {"x": 1, "label": "shadow", "flag": True, "gone": None}),
+        Node("CONCEPT:b", "CONCEPT", "b", {"x": "one", "flag": False}),
+    ]
+    text = graphml_text(build_snapshot(nodes, []))
+    graph = nx.parse_graphml(text)
+    assert graph.nodes["CONCEPT:a"]["label"] == "CONCEPT"
+    assert graph.nodes["CONCEPT:a"]["property.label"] == "shadow"
+    # "x" mixes a number and a string: both JSON-encoded, so one declared type.
+    assert [json.loads(graph.nodes[n]["x"]) for n in ("CONCEPT:a", "CONCEPT:b")] == [1, "one"]
+    assert graph.nodes["CONCEPT:b"]["flag"] is False
+    assert "gone" not in graph.nodes["CONCEPT:a"]
+
+
+def test_render_rejects_unknown_format() -> None:
+    with pytest.raises(ValueError, match="unknown export format"):
+        render(build_snapshot([], []), "csv")
+
+
+def test_cli_export(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    build_sample_graph(data / "graph.sqlite3").close()
+    env = {"REM_DATA_DIR": str(data)}
+    out = tmp_path / "snap.graphml"
+    done = run_cli("export", "--format", "graphml", "--out", str(out), env=env)
+    assert done.returncode == 0, done.stderr
+    assert nx.read_graphml(out).number_of_nodes() == 7
+    done = run_cli("export", env=env)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["counts"]["nodes"] == 7
+    missing = run_cli("export", env={"REM_DATA_DIR": str(tmp_path / "nothing")})
+    assert missing.returncode == 1 and "no graph database" in missing.stderr
+    assert not (tmp_path / "nothing" / "graph.sqlite3").exists()
