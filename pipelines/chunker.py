@@ -1,0 +1,219 @@
+"""Split a session's turns into token-bounded, turn-aligned chunks (pure, deterministic).
+
+Greedy left-to-right packing: a turn joins the current chunk while the joined text still fits the
+limit; a single turn over the limit stands alone, intact, flagged ``oversized_turn``. A session that
+fits in one pass gives one chunk with ``chunked=False``.
+
+Linear in the total text: the joined length of a chunk is tracked incrementally instead of
+re-joining and re-estimating the chunk for every added turn (the earlier system's quadratic way).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from bisect import bisect_right
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from itertools import accumulate, repeat
+from operator import add
+from typing import Any
+
+SEPARATOR = "\n"
+DEFAULT_BYTES_PER_TOKEN = 3
+
+Estimator = Callable[[Any], int]
+
+
+def estimate_tokens(text: Any, bytes_per_token: int = DEFAULT_BYTES_PER_TOKEN) -> int:
+    """Coarse, reproducible token estimate: ``ceil(utf-8 bytes / bytes_per_token)``; 0 for a non-string.
+
+    >>> estimate_tokens("x" * 300), estimate_tokens("x" * 301), estimate_tokens(None)
+    (100, 101, 0)
+    """
+    if not isinstance(text, str):
+        return 0
+    return -(-_utf8_len(text) // bytes_per_token)
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    """One chunk of a session: consecutive turns joined with ``"\\n"``."""
+
+    chunk_id: str
+    turn_indices: tuple[int, ...]
+    text: str
+    estimated_tokens: int
+    oversized_turn: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkPlan:
+    """The chunks of one session; ``chunked`` is false when the session is a single pass."""
+
+    chunked: bool
+    total_estimated_tokens: int
+    chunks: tuple[Chunk, ...]
+
+
+def chunk_id(session_id: str, index: int) -> str:
+    """``<session_id>:chunk:<index>``."""
+    return f"{session_id}:chunk:{index}"
+
+
+def chunk_session(
+    turns: Sequence[Any] | None,
+    *,
+    session_id: str,
+    safe_processing_limit_tokens: float | None,
+    estimate: Estimator = estimate_tokens,
+) -> ChunkPlan:
+    """Pack ``turns`` (texts; a non-string counts as ``""``) into chunks of at most
+    ``safe_processing_limit_tokens`` estimated tokens.
+
+    ``chunked`` is true whenever the whole text exceeds the limit (even when that leaves one lone
+    oversized turn). A missing, zero, negative or non-finite limit means "never chunk". Empty or
+    ``None`` input gives one empty chunk. Packing is exact for a byte-rate estimator (:func:`estimate_tokens`, or a
+    ``functools.partial`` of it); any other estimator packs on the sum of the turn estimates plus
+    one separator estimate per join, which is exact for additive estimators.
+    """
+    texts = [t if isinstance(t, str) else "" for t in (turns or ())]
+    meter = _meter(estimate)
+    sizes = meter.sizes(texts)
+    # prefix[i] = size of turns[:i] plus one separator after each: a chunk [s, e) measures
+    # prefix[e] - prefix[s] - separator. Packing is then one bisect per chunk, not work per turn.
+    separator_size = meter.size(SEPARATOR)
+    prefix = list(accumulate(map(add, sizes, repeat(separator_size)), initial=0))
+    joined_size = prefix[-1] - separator_size if texts else 0
+    total = meter.total(joined_size, texts)
+    limit = _usable_limit(safe_processing_limit_tokens)
+    if limit is None or total <= limit:
+        whole = SEPARATOR.join(texts)
+        return ChunkPlan(
+            chunked=False,
+            total_estimated_tokens=total,
+            chunks=(Chunk(chunk_id(session_id, 0), tuple(range(len(texts))), whole, estimate(whole)),),
+        )
+    capacity = meter.capacity(limit)
+    chunks: list[Chunk] = []
+    start = 0
+    while start < len(texts):
+        # Greedy: the furthest end whose joined size still fits (sizes are non-negative).
+        end = bisect_right(prefix, prefix[start] + separator_size + capacity, lo=start + 1) - 1
+        oversized = end == start
+        end = max(end, start + 1)
+        text = SEPARATOR.join(texts[start:end])
+        chunks.append(Chunk(chunk_id(session_id, len(chunks)), tuple(range(start, end)), text, estimate(text), oversized))
+        start = end
+    return ChunkPlan(chunked=True, total_estimated_tokens=total, chunks=tuple(chunks))
+
+
+def split_oversized_text(text: str, *, limit_tokens: int, estimate: Estimator = estimate_tokens) -> list[str]:
+    """Cut one over-limit text into consecutive parts that each fit ``limit_tokens``: on paragraph
+    boundaries, else sentence boundaries, else line/word boundaries, else hard cuts. Concatenating
+    the parts gives back ``text`` exactly (a boundary stays with the part it ends)."""
+    if limit_tokens <= 0 or estimate(text) <= limit_tokens:
+        return [text]
+    return _split(text, limit_tokens, _meter(estimate), _BOUNDARIES)
+
+
+# Separators tried in order, coarsest first; each stays attached to the piece it ends.
+_BOUNDARIES: tuple[str, ...] = ("\n\n", ". ", "\n", " ")
+
+
+@dataclass(frozen=True, slots=True)
+class _Meter:
+    """Additive sizes of texts, the token cost of a total size and the largest size that fits a
+    limit — what linear-time packing needs from an estimator."""
+
+    size: Callable[[str], int]
+    cost: Callable[[int], int]
+    rate: int | None
+
+    def sizes(self, texts: list[str]) -> list[int]:
+        if self.rate is not None and all(map(str.isascii, texts)):
+            return list(map(len, texts))  # the common case, at C speed
+        return list(map(self.size, texts))
+
+    def total(self, joined_size: int, texts: list[str]) -> int:
+        return self.cost(joined_size) if self.rate is not None else self.size(SEPARATOR.join(texts))
+
+    def capacity(self, limit: float) -> int:
+        # ceil(size / rate) <= limit  <=>  size <= floor(limit) * rate, for integer sizes
+        return math.floor(limit) * (self.rate or 1)
+
+
+def _meter(estimate: Estimator) -> _Meter:
+    rate = _byte_rate(estimate)
+    if rate is not None:
+        return _Meter(size=_utf8_len, cost=lambda size: -(-size // rate), rate=rate)
+    return _Meter(size=estimate, cost=lambda size: size, rate=None)
+
+
+def _split(text: str, limit: int, meter: _Meter, boundaries: tuple[str, ...]) -> list[str]:
+    if meter.cost(meter.size(text)) <= limit:
+        return [text]
+    if not boundaries:
+        return _hard_cut(text, limit, meter)
+    boundary, finer = boundaries[0], boundaries[1:]
+    pieces = [p + boundary for p in text.split(boundary)]
+    pieces[-1] = pieces[-1][: len(pieces[-1]) - len(boundary)]
+    parts: list[str] = []
+    current: list[str] = []
+    current_size = 0
+    for piece in pieces:
+        if not piece:
+            continue
+        piece_size = meter.size(piece)
+        if meter.cost(piece_size) > limit:
+            if current:
+                parts.append("".join(current))
+                current, current_size = [], 0
+            parts.extend(_split(piece, limit, meter, finer))
+        elif meter.cost(current_size + piece_size) <= limit:
+            current.append(piece)
+            current_size += piece_size
+        else:
+            parts.append("".join(current))
+            current, current_size = [piece], piece_size
+    if current:
+        parts.append("".join(current))
+    return parts
+
+
+def _hard_cut(text: str, limit: int, meter: _Meter) -> list[str]:
+    parts: list[str] = []
+    while text:
+        low, high = 1, len(text)
+        while low < high:  # longest prefix that fits (binary search: sizes grow with length)
+            mid = (low + high + 1) // 2
+            if meter.cost(meter.size(text[:mid])) <= limit:
+                low = mid
+            else:
+                high = mid - 1
+        parts.append(text[:low])
+        text = text[low:]
+    return parts
+
+
+def _usable_limit(limit: Any) -> float | None:
+    if isinstance(limit, bool) or not isinstance(limit, (int, float)):
+        return None
+    if not math.isfinite(limit) or limit <= 0:
+        return None
+    return limit
+
+
+def _byte_rate(estimate: Estimator) -> int | None:
+    """The bytes-per-token of a byte-rate estimator, or ``None`` for any other estimator."""
+    if estimate is estimate_tokens:
+        return DEFAULT_BYTES_PER_TOKEN
+    if isinstance(estimate, functools.partial) and estimate.func is estimate_tokens and not estimate.args:
+        rate = estimate.keywords.get("bytes_per_token", DEFAULT_BYTES_PER_TOKEN)
+        return rate if isinstance(rate, int) and rate > 0 else None
+    return None
+
+
+def _utf8_len(text: str) -> int:
+    # An ASCII string's byte length is its length; skip the encode (the hot path of big sessions).
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
