@@ -25,6 +25,7 @@ from store.chroma import ChromaStore, ChromaUnavailableError
 from store.db import Database
 from store.graph import GraphStore, utc_now
 from store.runstate import RunStateStore
+from worker.knowledge import refresh_communities
 
 log = structlog.get_logger(__name__)
 
@@ -146,10 +147,11 @@ async def ingest(ctx: CycleContext) -> dict[str, Any]:
 
 
 async def finalize(ctx: CycleContext) -> dict[str, Any]:
-    """Graph and digest counts, for the run record."""
+    """Refresh the graph's communities; graph and digest counts for the run record."""
+    communities = await refresh_communities(ctx.stores.db)
     graph = await anyio.to_thread.run_sync(ctx.stores.graph.counts)
     digests = await anyio.to_thread.run_sync(ctx.stores.runstate.digest_counts)
-    return {"graph": graph, "digests": digests}
+    return {"graph": graph, "digests": digests, "communities": communities}
 
 
 PHASES: tuple[tuple[str, Phase], ...] = (

@@ -7,7 +7,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import anyio
+
 from config import Settings
+from pipelines.communities import Namer, name_communities, plan_communities, semantic_graph
 from pipelines.export import build_snapshot
 from store.communities import CommunityStore
 from store.db import Database
@@ -41,3 +44,29 @@ def snapshot_from_db(db: Database, *, include_anchors: bool = False) -> dict[str
         generated_at=utc_now(),
         include_anchors=include_anchors,
     )
+
+
+async def refresh_communities(db: Database, *, namer: Namer | None = None) -> dict[str, Any]:
+    """Detect the graph's communities, keep ids/labels stable, optionally name new ones with the
+    model, and store them. Returns counts for the run record."""
+    graph, communities = GraphStore(db), CommunityStore(db)
+
+    def load() -> tuple[list[Any], list[Any], list[Any]]:
+        return graph.all_nodes(), graph.all_edges(), communities.all()
+
+    nodes, edges, previous = await anyio.to_thread.run_sync(load)
+    plan = plan_communities(nodes, edges, previous)
+    records, named = plan.communities, 0
+    if namer is not None and records:
+        names = {n.id: n.name for n in nodes}
+        records, named = await name_communities(records, names, namer=namer, graph=semantic_graph(nodes, edges))
+    written = await anyio.to_thread.run_sync(communities.replace_all, records)
+    return {
+        "communities": len(records),
+        "unchanged": plan.unchanged,
+        "carried": plan.carried,
+        "new": plan.new,
+        "dropped": plan.dropped,
+        "named": named,
+        "written": written["written"],
+    }

@@ -1,0 +1,197 @@
+"""Communities of the knowledge graph: Louvain over the semantic edges, with stable ids and labels.
+
+Pure core, in three steps:
+
+1. :func:`detect_communities` — Louvain (networkx, fixed seed, so the same graph gives the same
+   partition) over the undirected semantic graph: knowledge nodes only (no MEMORY/SESSION/NOTE
+   anchors) and semantic relationships only (no provenance), edge weights summed per node pair.
+   Communities smaller than ``min_size`` (default 3) are dropped.
+2. :func:`plan_communities` — ids and labels, stable across runs:
+
+   - a community whose member set is unchanged keeps its id and its label (recognised by
+     ``member_hash``, the sha256 of the sorted member ids);
+   - otherwise it carries over the id (and a model-given label) of the previous community it
+     overlaps most, when their Jaccard similarity |A∩B| / |A∪B| is at least ``carry_threshold``
+     (default 0.6; above 0.5 no two new communities can claim the same old one, and each old id
+     is claimed at most once, best overlap first);
+   - otherwise it is new: id ``c_`` + the first 12 hex digits of its member hash.
+
+   The default label is the names of its three highest-degree members (ties by name), joined
+   with `` · ``; it is recomputed each run, so it follows the membership.
+3. :func:`name_communities` — optionally asks a namer (the model) for a label, only for communities
+   that have no model label yet, so an unchanged community is never renamed (and never re-billed).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
+
+import networkx as nx
+
+from pipelines.vocabulary import is_semantic_edge
+from store.communities import CommunityRecord
+from store.graph import Edge, Node
+
+DEFAULT_SEED = 7
+MIN_COMMUNITY_SIZE = 3
+CARRY_THRESHOLD = 0.6
+LABEL_MEMBERS = 3
+
+# Given the member names of one community (highest degree first), return a short label or None.
+Namer = Callable[[Sequence[str]], Awaitable[str | None]]
+
+
+@dataclass(frozen=True, slots=True)
+class CommunityPlan:
+    """The outcome of one detection: the communities to store, and how they relate to the last."""
+
+    communities: list[CommunityRecord]
+    unchanged: int
+    carried: int
+    new: int
+    dropped: int
+
+
+def semantic_graph(nodes: Iterable[Node], edges: Iterable[Edge]) -> nx.Graph:
+    """The undirected, weighted graph of knowledge nodes and semantic edges (self-loops dropped)."""
+    labels = {n.id: n.label for n in nodes}
+    graph = nx.Graph()
+    for edge in edges:
+        if edge.source == edge.target:
+            continue
+        if not is_semantic_edge(edge.relationship, labels.get(edge.source), labels.get(edge.target)):
+            continue
+        weight = max(float(edge.weight), 0.0) or 1e-6
+        if graph.has_edge(edge.source, edge.target):
+            graph[edge.source][edge.target]["weight"] += weight
+        else:
+            graph.add_edge(edge.source, edge.target, weight=weight)
+    return graph
+
+
+def detect_communities(
+    graph: nx.Graph, *, seed: int = DEFAULT_SEED, min_size: int = MIN_COMMUNITY_SIZE
+) -> list[tuple[str, ...]]:
+    """Louvain communities of ``graph`` with at least ``min_size`` members, each sorted, the list
+    ordered by size (descending) then first member. Deterministic for a given seed."""
+    if graph.number_of_edges() == 0:
+        return []
+    found = nx.community.louvain_communities(graph, weight="weight", seed=seed)
+    kept = [tuple(sorted(c)) for c in found if len(c) >= min_size]
+    return sorted(kept, key=lambda members: (-len(members), members[0]))
+
+
+def member_hash(members: Iterable[str]) -> str:
+    """sha256 of the sorted member ids (newline-joined)."""
+    return hashlib.sha256("\n".join(sorted(members)).encode("utf-8")).hexdigest()
+
+
+def community_id(members: Iterable[str]) -> str:
+    """The id a brand-new community gets: ``c_`` + 12 hex digits of its member hash."""
+    return "c_" + member_hash(members)[:12]
+
+
+def default_label(members: Sequence[str], graph: nx.Graph, names: dict[str, str]) -> str:
+    """The names of the ``LABEL_MEMBERS`` highest-degree members, joined with `` · ``."""
+    ranked = sorted(members, key=lambda m: (-graph.degree(m, weight="weight"), names.get(m, m).lower(), m))
+    return " · ".join(names.get(m, m) for m in ranked[:LABEL_MEMBERS])
+
+
+def plan_communities(
+    nodes: Sequence[Node],
+    edges: Iterable[Edge],
+    previous: Sequence[CommunityRecord],
+    *,
+    seed: int = DEFAULT_SEED,
+    min_size: int = MIN_COMMUNITY_SIZE,
+    carry_threshold: float = CARRY_THRESHOLD,
+) -> CommunityPlan:
+    """Detect communities and give them stable ids and labels (rules in the module docstring). Pure."""
+    graph = semantic_graph(nodes, edges)
+    names = {n.id: n.name for n in nodes}
+    detected = detect_communities(graph, seed=seed, min_size=min_size)
+    by_hash = {c.member_hash: c for c in previous}
+    claimed: set[str] = set()
+    chosen: dict[int, CommunityRecord] = {}
+    unchanged = 0
+    for index, members in enumerate(detected):
+        old = by_hash.get(member_hash(members))
+        if old is not None and old.id not in claimed:
+            claimed.add(old.id)
+            chosen[index] = old
+            unchanged += 1
+    overlaps = []
+    for index, members in enumerate(detected):
+        if index in chosen:
+            continue
+        current = set(members)
+        for old in previous:
+            if old.id in claimed:
+                continue
+            similarity = len(current & set(old.members)) / len(current | set(old.members))
+            if similarity >= carry_threshold:
+                overlaps.append((-similarity, old.id, index, old))
+    carried = 0
+    for _, old_id, index, old in sorted(overlaps, key=lambda o: o[:3]):
+        if index in chosen or old_id in claimed:
+            continue
+        claimed.add(old_id)
+        members = detected[index]
+        model_label = old.label_source == "model"
+        chosen[index] = CommunityRecord(
+            id=old.id,
+            label=old.label if model_label else default_label(members, graph, names),
+            members=members,
+            member_hash=member_hash(members),
+            label_source=old.label_source if model_label else "default",
+        )
+        carried += 1
+    result = []
+    for index, members in enumerate(detected):
+        record = chosen.get(index)
+        if record is None:
+            record = CommunityRecord(
+                id=community_id(members),
+                label=default_label(members, graph, names),
+                members=members,
+                member_hash=member_hash(members),
+            )
+        elif record.label_source == "default":
+            record = replace(record, label=default_label(members, graph, names))
+        result.append(record)
+    new = len(detected) - unchanged - carried
+    return CommunityPlan(
+        communities=result,
+        unchanged=unchanged,
+        carried=carried,
+        new=new,
+        dropped=len({c.id for c in previous} - claimed),
+    )
+
+
+async def name_communities(
+    communities: Sequence[CommunityRecord], names: dict[str, str], *, namer: Namer, graph: nx.Graph | None = None
+) -> tuple[list[CommunityRecord], int]:
+    """Ask ``namer`` for a label for each community that has no model label yet; returns the
+    communities (named ones with ``label_source="model"``) and how many were named. A namer that
+    returns nothing (it logs and swallows its own provider errors) leaves the default label."""
+    named = 0
+    out = []
+    for community in communities:
+        if community.label_source == "model":
+            out.append(community)
+            continue
+        ranked = (
+            sorted(community.members, key=lambda m: (-graph.degree(m, weight="weight"), m))
+            if graph is not None
+            else list(community.members)
+        )
+        label = await namer([names.get(m, m) for m in ranked])
+        if label and label.strip():
+            out.append(replace(community, label=" ".join(label.split())[:80], label_source="model"))
+            named += 1
+        else:
+            out.append(community)
+    return out, named

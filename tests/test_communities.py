@@ -1,0 +1,116 @@
+"""Communities: Louvain over semantic edges only, stable ids, cached model labels, finalize phase."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from pipelines.communities import community_id, member_hash, plan_communities
+from store.communities import CommunityStore
+from store.db import Database
+from store.graph import Edge, GraphStore, Node
+from tests.graph_fixtures import build_sample_graph
+from worker.cycle import run_cycle
+from worker.knowledge import refresh_communities
+
+QUEUE = ("CLASS:LazyEdgeQueue", "DECISION:Rename before drain", "FILE:store/lazy_queue.py", "METHOD:drain")
+CHUNKER = ("CONCEPT:Quadratic join", "FILE:pipelines/chunker.py", "METHOD:chunk_session")
+
+
+@pytest.fixture
+def db(tmp_path: Path):
+    database = build_sample_graph(tmp_path / "graph.sqlite3")
+    yield database
+    database.close()
+
+
+class CountingNamer:
+    """A namer standing in for the model: records what it was asked."""
+
+    def __init__(self) -> None:
+        self.calls: list[list[str]] = []
+
+    async def __call__(self, names: Sequence[str]) -> str | None:
+        self.calls.append(list(names))
+        return f"About {names[0]}"
+
+
+def test_detects_semantic_communities_only(db) -> None:
+    graph = GraphStore(db)
+    plan = plan_communities(graph.all_nodes(), graph.all_edges(), [])
+    assert [c.members for c in plan.communities] == [QUEUE, CHUNKER]
+    assert plan.communities[0].id == community_id(QUEUE) and plan.communities[0].member_hash == member_hash(QUEUE)
+    # Default label: highest-degree members first (drain() has 3 semantic neighbours).
+    assert plan.communities[0].label.startswith("drain()")
+    assert (plan.new, plan.unchanged, plan.carried) == (2, 0, 0)
+
+
+def test_small_components_are_dropped(db) -> None:
+    graph = GraphStore(db)
+    graph.upsert_nodes([Node("CONCEPT:x", "CONCEPT", "x"), Node("CONCEPT:y", "CONCEPT", "y")])
+    graph.link_nodes([Edge("CONCEPT:x", "CONCEPT:y", "RELATES_TO")])
+    plan = plan_communities(graph.all_nodes(), graph.all_edges(), [])
+    assert all("CONCEPT:x" not in c.members for c in plan.communities)
+
+
+async def test_ids_stable_and_carried_over(db) -> None:
+    store = CommunityStore(db)
+    first = await refresh_communities(db)
+    assert (first["communities"], first["new"], first["written"]) == (2, 2, 2)
+    ids = [c.id for c in store.all()]
+    again = await refresh_communities(db)
+    assert (again["unchanged"], again["written"]) == (2, 0)
+    assert [c.id for c in store.all()] == ids
+    # One more member joins the queue community (Jaccard 4/5): same id, new member hash.
+    graph = GraphStore(db)
+    graph.upsert_node(Node("TEST:test_drain", "TEST", "test_drain"))
+    graph.link_nodes([Edge("TEST:test_drain", "METHOD:drain", "RELATES_TO", 3.0), Edge("TEST:test_drain", "CLASS:LazyEdgeQueue", "RELATES_TO")])
+    grown = await refresh_communities(db)
+    assert (grown["carried"], grown["unchanged"]) == (1, 1)
+    queue = next(c for c in store.all() if "METHOD:drain" in c.members)
+    assert queue.id == community_id(QUEUE) and len(queue.members) == 5 and queue.member_hash != member_hash(QUEUE)
+
+
+async def test_model_labels_cached(db) -> None:
+    namer = CountingNamer()
+    first = await refresh_communities(db, namer=namer)
+    assert first["named"] == 2 and len(namer.calls) == 2
+    assert namer.calls[0][0] == "drain()"  # highest degree first
+    labels = {c.id: (c.label, c.label_source) for c in CommunityStore(db).all()}
+    assert labels[community_id(QUEUE)] == ("About drain()", "model")
+    second = await refresh_communities(db, namer=namer)
+    assert second["named"] == 0 and len(namer.calls) == 2 and second["written"] == 0
+    # A carried-over community keeps its model label: no new call.
+    graph = GraphStore(db)
+    graph.upsert_node(Node("TEST:test_drain", "TEST", "test_drain"))
+    graph.link_nodes([Edge("TEST:test_drain", "METHOD:drain", "RELATES_TO", 3.0)])
+    await refresh_communities(db, namer=namer)
+    assert len(namer.calls) == 2
+    assert {c.id: c.label for c in CommunityStore(db).all()}[community_id(QUEUE)] == "About drain()"
+
+
+async def test_unrelated_membership_gets_new_id(db) -> None:
+    await refresh_communities(db)
+    graph = GraphStore(db)
+    # Rewire: the chunker cluster dissolves into a new, larger cluster with other nodes.
+    extra = [Node(f"CONCEPT:n{i}", "CONCEPT", f"n{i}") for i in range(6)]
+    graph.upsert_nodes(extra)
+    graph.link_nodes([Edge(a.id, b.id, "RELATES_TO", 5.0) for a in extra for b in extra if a.id < b.id])
+    graph.link_nodes([Edge("CONCEPT:n0", "METHOD:chunk_session", "RELATES_TO", 5.0)])
+    result = await refresh_communities(db)
+    ids = {c.id for c in CommunityStore(db).all()}
+    assert community_id(QUEUE) in ids and result["new"] >= 1
+
+
+async def test_finalize_phase_computes_communities(settings) -> None:
+    build_sample_graph(settings.graph_path).close()
+    result = await run_cycle(settings)
+    assert result.outcome == "completed", result.message
+    assert result.phases["finalize"]["communities"]["communities"] == 2
+    db = Database(settings.graph_path)
+    try:
+        assert [c.members for c in CommunityStore(db).all()] == [QUEUE, CHUNKER]
+    finally:
+        db.close()
