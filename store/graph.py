@@ -58,6 +58,11 @@ class LinkStats:
     culled_edges: list[Edge] = field(default_factory=list)
 
 
+def escape_like(text: str) -> str:
+    """``text`` with LIKE wildcards escaped (escape character ``\\``) so it matches literally."""
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
 def chunked(items: Sequence[Any], size: int) -> Iterable[Sequence[Any]]:
     """Consecutive slices of at most ``size`` items."""
     for start in range(0, len(items), size):
@@ -129,6 +134,24 @@ class GraphStore:
             "SELECT source, target, relationship, weight, properties FROM edges ORDER BY source, target, relationship"
         )
         return [_edge(r) for r in rows]
+
+    def search_nodes(self, text: str, *, limit: int = 50, exclude_labels: Iterable[str] = (), label: str | None = None) -> list[Node]:
+        """Nodes whose name or one of whose ``aliases`` contains ``text`` (case-insensitive for ASCII;
+        ``%`` and ``_`` match literally). Exact name matches first, then name prefixes, then other
+        name matches, then alias-only matches; ties by name."""
+        pattern = "%" + escape_like(text) + "%"
+        excluded = sorted(set(exclude_labels))
+        marks = ",".join("?" * len(excluded))
+        rows = self.db.query(
+            "SELECT id, label, name, properties FROM nodes "
+            f"WHERE label NOT IN ({marks}) AND (? IS NULL OR label = ?) AND ("
+            "name LIKE ? ESCAPE '\\' OR id LIKE ? ESCAPE '\\' OR EXISTS (SELECT 1 FROM json_each(nodes.properties, '$.aliases') "
+            "WHERE json_each.type = 'text' AND json_each.value LIKE ? ESCAPE '\\')) "
+            "ORDER BY CASE WHEN name = ? COLLATE NOCASE THEN 0 WHEN name LIKE ? ESCAPE '\\' THEN 1 "
+            "WHEN name LIKE ? ESCAPE '\\' THEN 2 ELSE 3 END, name COLLATE NOCASE, id LIMIT ?",
+            (*excluded, label, label, pattern, pattern, pattern, text, escape_like(text) + "%", pattern, limit),
+        )
+        return [_node(r) for r in rows]
 
     def counts(self) -> dict[str, Any]:
         """Node counts by label and edge counts by relationship."""

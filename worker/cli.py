@@ -50,6 +50,12 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument(
         "--include-anchors", action="store_true", help="also export MEMORY/SESSION/NOTE nodes and provenance edges"
     )
+    show = sub.add_parser("show", parents=[common], help="one node: aliases, edges, and the turns it came from")
+    show.add_argument("node_id", metavar="NODE_ID", help="e.g. CLASS:LazyEdgeQueue (or an exact name)")
+    search = sub.add_parser("search", parents=[common], help="find nodes by name or alias (case-insensitive)")
+    search.add_argument("text", metavar="TEXT")
+    search.add_argument("--label", help="only nodes with this label, e.g. CLASS")
+    search.add_argument("--limit", type=int, default=50)
     return parser
 
 
@@ -136,6 +142,40 @@ async def cmd_export(settings: Settings, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+async def cmd_search(settings: Settings, args: argparse.Namespace) -> int:
+    from worker.knowledge import search_graph
+    from worker.views import print_search
+
+    rows = await anyio.to_thread.run_sync(
+        lambda: search_graph(settings, args.text, limit=args.limit, label=args.label and args.label.upper())
+    )
+    _emit(args, {"query": args.text, "results": rows}, lambda: print_search(rows, args.text))
+    return EXIT_OK
+
+
+async def cmd_show(settings: Settings, args: argparse.Namespace) -> int:
+    from store.ids import InvalidIdError
+    from worker.knowledge import search_graph, show_node
+    from worker.views import print_node
+
+    try:
+        view = await show_node(settings, args.node_id)
+    except InvalidIdError as exc:
+        print(f"rem-cycle: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if view is None:
+        # Not an id: an exact (case-insensitive) name or alias of exactly one node is good enough.
+        hits = await anyio.to_thread.run_sync(lambda: search_graph(settings, args.node_id, limit=20))
+        exact = [h for h in hits if args.node_id.casefold() in {a.casefold() for a in [h["name"], *h["aliases"]]}]
+        view = await show_node(settings, exact[0]["id"]) if len(exact) == 1 else None
+        if view is None:
+            suggestions = ", ".join(h["id"] for h in (exact or hits)[:10])
+            print(f"rem-cycle: no node {args.node_id!r}" + (f"; did you mean: {suggestions}" if suggestions else ""), file=sys.stderr)
+            return EXIT_FAILED
+    _emit(args, view, lambda: print_node(view))
+    return EXIT_OK
+
+
 def _counts_line(counts: dict[str, Any]) -> str:
     return ", ".join(f"{v} {k}" for k, v in counts.items())
 
@@ -150,6 +190,8 @@ COMMANDS: dict[str, Handler] = {
     "import": cmd_import,
     "status": cmd_status,
     "export": cmd_export,
+    "show": cmd_show,
+    "search": cmd_search,
 }
 
 

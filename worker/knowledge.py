@@ -12,9 +12,13 @@ import anyio
 from config import Settings
 from pipelines.communities import Namer, name_communities, plan_communities, semantic_graph
 from pipelines.export import build_snapshot
+from pipelines.query import node_view, search_row, turn_memory_ids
+from pipelines.vocabulary import ANCHOR_LABELS
+from store.chroma import ChromaStore, ChromaUnavailableError
 from store.communities import CommunityStore
 from store.db import Database
-from store.graph import GraphStore, utc_now
+from store.graph import Edge, GraphStore, Node, utc_now
+from store.ids import memory_node_id, row_suffix
 
 
 class NoGraphError(FileNotFoundError):
@@ -70,3 +74,42 @@ async def refresh_communities(db: Database, *, namer: Namer | None = None) -> di
         "named": named,
         "written": written["written"],
     }
+
+
+def search_graph(settings: Settings, text: str, *, limit: int = 50, label: str | None = None) -> list[dict[str, Any]]:
+    """Knowledge nodes whose name or alias contains ``text`` (case-insensitive), best first."""
+    with open_graph_db(settings) as db:
+        nodes = GraphStore(db).search_nodes(text, limit=limit, exclude_labels=ANCHOR_LABELS, label=label)
+    return [search_row(n) for n in nodes]
+
+
+def _load_node(settings: Settings, node_id: str) -> tuple[Node | None, list[Edge], dict[str, Node]]:
+    with open_graph_db(settings) as db:
+        graph = GraphStore(db)
+        node = graph.get_node(node_id)
+        if node is None:
+            return None, [], {}
+        edges = graph.edges_of(node.id)
+        neighbours = graph.get_nodes({e.source for e in edges} | {e.target for e in edges})
+        return node, edges, neighbours
+
+
+async def show_node(settings: Settings, node_id: str) -> dict[str, Any] | None:
+    """The ``show`` view of one node, with the text of the turns it came from (read from Chroma);
+    ``None`` when the graph has no such node. When Chroma cannot be read the view still comes back,
+    without turn texts and with ``turns_error``."""
+    node, edges, neighbours = await anyio.to_thread.run_sync(_load_node, settings, node_id)
+    if node is None:
+        return None
+    turns: dict[str, Any] = {}
+    error = None
+    memory_ids = turn_memory_ids(node, edges)
+    if memory_ids:
+        try:
+            rows = await ChromaStore(settings).memories_by_ids([row_suffix(m) for m in memory_ids])
+        except ChromaUnavailableError as exc:
+            rows, error = [], str(exc)
+        turns = {memory_node_id(r.id): r for r in rows or []}
+    view = node_view(node, edges, neighbours, turns)
+    view["turns_error"] = error
+    return view

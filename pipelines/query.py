@@ -1,0 +1,138 @@
+"""The query surface's pure core: what ``rem-cycle show`` and ``rem-cycle search`` report.
+
+:func:`turn_memory_ids` says which memories (turns) a node came from — its provenance points and
+its ``MENTIONED_IN`` edges; :func:`node_view` assembles the node, its aliases, its semantic edges,
+the sessions/notes it came from and those turns with their text and evidence quotes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from pipelines.vocabulary import (
+    ANCHOR_LABELS,
+    DISCUSSED_IN,
+    MENTIONED_IN,
+    PROVENANCE_RELATIONSHIPS,
+    SESSION_LABEL,
+)
+from store.chroma import MemoryRow
+from store.graph import Edge, Node
+from store.ids import InvalidIdError, normalize_graph_node_id
+
+
+def _memory_id(value: Any) -> str | None:
+    if not isinstance(value, str) or not value:
+        return None
+    candidate = value if value.lower().startswith("memory:") else f"memory:{value}"
+    try:
+        return normalize_graph_node_id(candidate)
+    except InvalidIdError:
+        return None
+
+
+def _points(node: Node) -> list[Mapping[str, Any]]:
+    value = node.properties.get("provenance")
+    return [p for p in value if isinstance(p, Mapping)] if isinstance(value, list) else []
+
+
+def turn_memory_ids(node: Node, edges: Iterable[Edge]) -> list[str]:
+    """The ``memory:`` ids of the turns ``node`` came from, sorted."""
+    found = {m for m in (_memory_id(p.get("memory")) for p in _points(node)) if m}
+    found.update(e.target for e in edges if e.source == node.id and e.relationship == MENTIONED_IN)
+    return sorted(found)
+
+
+def node_view(
+    node: Node,
+    edges: Sequence[Edge],
+    neighbours: Mapping[str, Node],
+    turns: Mapping[str, MemoryRow],
+    *,
+    merged_from: Sequence[Mapping[str, Any]] = (),
+) -> dict[str, Any]:
+    """Everything ``show`` prints about ``node``. ``edges`` are the edges touching it, ``neighbours``
+    the nodes at their other ends, ``turns`` the Chroma rows of its memories (``memory:<id>`` keys;
+    a missing one is shown without text)."""
+    semantic: list[dict[str, Any]] = []
+    anchors: set[str] = set()
+    for edge in edges:
+        outgoing = edge.source == node.id
+        other_id = edge.target if outgoing else edge.source
+        other = neighbours.get(other_id)
+        if edge.relationship in PROVENANCE_RELATIONSHIPS or (other is not None and other.label in ANCHOR_LABELS):
+            if outgoing and edge.relationship == DISCUSSED_IN:
+                anchors.add(other_id)
+            continue
+        semantic.append(
+            {
+                "direction": "out" if outgoing else "in",
+                "relationship": edge.relationship,
+                "node": other_id,
+                "name": other.name if other else other_id,
+                "label": other.label if other else None,
+                "weight": edge.weight,
+                "justification": edge.properties.get("justification"),
+            }
+        )
+    evidence: dict[str, list[str]] = {}
+    chunks: dict[str, set[str]] = {}
+    for point in _points(node):
+        memory = _memory_id(point.get("memory"))
+        if memory is None:
+            continue
+        quote = point.get("evidence")
+        if isinstance(quote, str) and quote and quote not in evidence.setdefault(memory, []):
+            evidence[memory].append(quote)
+        if isinstance(point.get("chunk_id"), str):
+            chunks.setdefault(memory, set()).add(point["chunk_id"])
+    turn_rows = []
+    for memory in turn_memory_ids(node, edges):
+        row = turns.get(memory)
+        session = row.session_id if row else None
+        if session:
+            anchors.add(f"session:{session}")
+        turn_rows.append(
+            {
+                "memory": memory,
+                "session": f"session:{session}" if session else None,
+                "turn_index": row.turn_index if row else None,
+                "role": row.metadata.get("role") if row else None,
+                "created_at": row.created_at if row else None,
+                "text": row.document if row else None,
+                "evidence": evidence.get(memory, []),
+                "chunks": sorted(chunks.get(memory, ())),
+            }
+        )
+    turn_rows.sort(key=lambda t: (t["session"] or "", t["turn_index"] if t["turn_index"] is not None else -1, t["memory"]))
+    sources = [
+        {"id": a, "label": neighbours[a].label if a in neighbours else SESSION_LABEL, "title": neighbours[a].name if a in neighbours else a}
+        for a in sorted(anchors)
+    ]
+    properties = {k: v for k, v in node.properties.items() if k not in ("provenance", "aliases")}
+    aliases = node.properties.get("aliases")
+    return {
+        "id": node.id,
+        "label": node.label,
+        "name": node.name,
+        "description": node.properties.get("description"),
+        "aliases": list(aliases) if isinstance(aliases, list) else [],
+        "properties": properties,
+        "edges": sorted(semantic, key=lambda e: (e["direction"] != "out", e["relationship"], e["node"])),
+        "sources": sources,
+        "turns": turn_rows,
+        "merged_from": list(merged_from),
+    }
+
+
+def search_row(node: Node) -> dict[str, Any]:
+    """One ``search`` result."""
+    aliases = node.properties.get("aliases")
+    return {
+        "id": node.id,
+        "label": node.label,
+        "name": node.name,
+        "aliases": list(aliases) if isinstance(aliases, list) else [],
+        "description": node.properties.get("description"),
+    }

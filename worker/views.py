@@ -1,0 +1,61 @@
+"""What ``show`` and ``search`` print for a person (``--json`` prints the plain data instead)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+TURN_TEXT_CHARS = 400
+
+
+def _console() -> Console:
+    return Console(highlight=False, soft_wrap=True)
+
+
+def print_search(rows: Sequence[dict[str, Any]], text: str) -> None:
+    """Search hits as a table."""
+    console = _console()
+    if not rows:
+        console.print(f"no node matches {escape(repr(text))}")
+        return
+    table = Table("id", "label", "name", "aliases")
+    for row in rows:
+        table.add_row(escape(row["id"]), row["label"], escape(row["name"]), escape(", ".join(row["aliases"][:5])))
+    console.print(table)
+
+
+def print_node(view: dict[str, Any]) -> None:
+    """One node: header, description, aliases, edges, sources and the turns it came from."""
+    console = _console()
+    console.print(f"[bold]{escape(view['name'])}[/bold]  {escape(view['id'])}  ({view['label']})")
+    if view.get("description"):
+        console.print(escape(view["description"]))
+    if view["aliases"]:
+        console.print("aliases: " + escape(", ".join(view["aliases"])))
+    for merge in view.get("merged_from", []):
+        console.print(f"merged from {escape(merge['merged_id'])} by {merge['rule']} (score {merge['score']:.2f})")
+    if view["edges"]:
+        table = Table("dir", "relationship", "node", "name", "weight")
+        for edge in view["edges"]:
+            arrow = "→" if edge["direction"] == "out" else "←"
+            table.add_row(arrow, edge["relationship"], escape(edge["node"]), escape(edge["name"]), f"{edge['weight']:g}")
+        console.print(table)
+    for source in view["sources"]:
+        console.print(f"from {source['label'].lower()} {escape(source['id'])}: {escape(source['title'])}")
+    if view.get("turns_error"):
+        console.print(f"[yellow]turn texts unavailable: {escape(view['turns_error'])}[/yellow]")
+    for turn in view["turns"]:
+        where = f"{turn['session'] or '?'} turn {turn['turn_index'] if turn['turn_index'] is not None else '?'}"
+        console.print(f"\n[bold]{escape(turn['memory'])}[/bold] ({escape(where)}, {turn['role'] or 'turn'})")
+        text = turn["text"]
+        if text is None:
+            console.print("  (turn not found in Chroma)")
+        else:
+            shown = text if len(text) <= TURN_TEXT_CHARS else text[:TURN_TEXT_CHARS] + " …"
+            console.print("  " + escape(shown))
+        for quote in turn["evidence"]:
+            console.print(f'  [green]evidence:[/green] "{escape(quote)}"')
