@@ -15,7 +15,7 @@ from typing import Any
 import anyio
 import structlog
 
-from store.chroma import ChromaStore, MemoryRow, SummaryRow, row_created_at
+from store.chroma import ChromaStore, MemoryRow, SummaryRow, latest_by_session, row_created_at
 from store.graph import Edge, GraphStore, Node, dumps
 from store.ids import InvalidIdError, is_valid_row_id, memory_node_id, session_node_id
 from store.runstate import SessionRevision
@@ -155,15 +155,16 @@ def _is_current(node: Node, existing: dict[str, Node]) -> bool:
     )
 
 
-def session_revision(memories: Iterable[MemoryRow], summary: SummaryRow | None) -> str:
-    """A fingerprint of a session's input: memory ids + metadata, summary id + metadata + text.
+def session_revision(memory_ids: Iterable[str], summary: SummaryRow | None) -> str:
+    """A fingerprint of a session's input: its memory ids, and its summary's id, metadata and text.
 
-    Memory documents are not read by the cheap scan, so an in-place edit of a turn's text that
-    leaves its metadata alone is not seen; agents append turns, they do not rewrite them.
+    Memory metadata and texts are not part of it: reading them for every row each cycle costs ten
+    times an ids-only scan, and agents append turns rather than rewrite them. A rewritten turn is
+    picked up when anything else in its session changes.
     """
     digest = hashlib.sha256()
-    for row in sorted(memories, key=lambda r: r.id):
-        digest.update(dumps([row.id, row.metadata]).encode())
+    for memory_id in sorted(memory_ids):
+        digest.update(memory_id.encode())
         digest.update(b"\n")
     if summary is not None:
         digest.update(dumps(["summary", summary.id, summary.metadata, text_hash(summary.document)]).encode())
@@ -177,43 +178,55 @@ class ScanResult:
     errors: int = 0
     error_details: list[str] = field(default_factory=list)
 
+    def error(self, message: str) -> None:
+        self.errors += 1
+        if len(self.error_details) < 100:
+            self.error_details.append(message)
 
-async def scan_session_revisions(chroma: ChromaStore, *, memory_collection: str, summary_collection: str) -> ScanResult:
-    """Read ids + metadata of every memory and summary row and fingerprint each session.
 
-    A row without a usable ``sessionId`` is counted as an error, never a crash.
+async def scan_session_revisions(
+    chroma: ChromaStore,
+    *,
+    memory_collection: str,
+    summary_collection: str,
+    known_sessions: dict[str, str],
+    metadata_batch: int = 1000,
+) -> ScanResult:
+    """Fingerprint every session from an ids-only scan of the memory collection.
+
+    ``known_sessions`` maps memory ids already ingested to their session; only ids not in it have
+    their metadata read. Summaries (one per session) are read whole. A row without a usable
+    ``sessionId`` is counted as an error, never a crash.
     """
-    by_session: dict[str, list[MemoryRow]] = {}
     result = ScanResult(revisions=[])
-    async for page in chroma.scan_metadata(memory_collection):
+    present: set[str] = set()
+    async for page in chroma.scan(memory_collection):
+        present.update(row.id for row in page)
+    result.rows_scanned = len(present)
+    members: dict[str, list[str]] = {}
+    for memory_id, session_id in known_sessions.items():
+        if memory_id in present:
+            members.setdefault(session_id, []).append(memory_id)
+    new_ids = sorted(present.difference(known_sessions))
+    for start in range(0, len(new_ids), metadata_batch):
+        for row in await chroma.metadata_by_ids(memory_collection, new_ids[start : start + metadata_batch]):
+            if is_valid_row_id(row.session_id) and is_valid_row_id(row.id):
+                members.setdefault(row.session_id, []).append(row.id)  # type: ignore[arg-type]
+            else:
+                result.error(f"memory {row.id!r}: missing or invalid sessionId or id")
+    valid: list[SummaryRow] = []
+    async for page in chroma.scan(summary_collection, include=("metadatas", "documents")):
         for row in page:
             result.rows_scanned += 1
-            if is_valid_row_id(row.session_id):
-                by_session.setdefault(row.session_id, []).append(row)  # type: ignore[arg-type]
+            if is_valid_row_id(row.metadata.get("sessionId")):
+                valid.append(SummaryRow(row.id, row.document, row.metadata))
             else:
-                result.errors += 1
-                if len(result.error_details) < 100:
-                    result.error_details.append(f"memory {row.id!r}: missing or invalid sessionId")
-    summaries: dict[str, SummaryRow] = {}
-    session_ids = sorted(set(by_session))
-    async for page in chroma.scan_metadata(summary_collection):
-        for row in page:
-            result.rows_scanned += 1
-            if is_valid_row_id(row.session_id):
-                session_ids.append(row.session_id)  # type: ignore[arg-type]
-            else:
-                result.errors += 1
-                if len(result.error_details) < 100:
-                    result.error_details.append(f"summary {row.id!r}: missing or invalid sessionId")
-    wanted = sorted(set(session_ids))
-    # The scan skips documents; fetch summary texts (few, short) so an edited summary is seen.
-    for start in range(0, len(wanted), 500):
-        summaries.update(await chroma.summaries_for_sessions(wanted[start : start + 500]) or {})
-    for sid in wanted:
+                result.error(f"summary {row.id!r}: missing or invalid sessionId")
+    summaries = latest_by_session(valid)
+    for sid in sorted(set(members) | set(summaries)):
         summary = summaries.get(sid)
-        rows = by_session.get(sid, [])
-        created = summary.created_at if summary else min((r.created_at for r in rows if r.created_at), default=None)
-        result.revisions.append(SessionRevision(sid, session_revision(rows, summary), created))
+        ids = tuple(sorted(members.get(sid, ())))
+        result.revisions.append(SessionRevision(sid, session_revision(ids, summary), summary.created_at if summary else None, ids))
     return result
 
 

@@ -100,6 +100,15 @@ def turn_order_key(row: MemoryRow) -> tuple[int, int, str, str]:
     return (0 if index is not None else 1, index if index is not None else 0, row.created_at or "", row.id)
 
 
+def latest_by_session(summaries: Iterable[SummaryRow]) -> dict[str, SummaryRow]:
+    """One summary per session id: the newest (by creation time, then id) when there are several."""
+    found: dict[str, SummaryRow] = {}
+    for row in sorted(summaries, key=lambda r: (r.created_at or "", r.id)):
+        if row.session_id:
+            found[row.session_id] = row
+    return found
+
+
 def _rows(result: dict[str, Any], cls: Callable[..., Any]) -> list[Any]:
     ids = result.get("ids") or []
     docs = result.get("documents") or [None] * len(ids)
@@ -201,21 +210,29 @@ class ChromaStore:
         return await self.collection(self._settings.session_collection)
 
     # --- reads ---------------------------------------------------------------------------
-    async def scan_metadata(self, name: str, *, page_size: int | None = None) -> AsyncIterator[list[MemoryRow]]:
-        """Page through a whole collection's ids and metadata (no documents)."""
+    async def scan(self, name: str, *, include: Sequence[str] = (), page_size: int | None = None) -> AsyncIterator[list[MemoryRow]]:
+        """Page through a whole collection. ``include=()`` reads ids only, which is an order of
+        magnitude cheaper than metadata on a large collection."""
         coll = await self.collection(name)
         if coll is None:
             return
         size = page_size or self._settings.chroma_page_size
         offset = 0
         while True:
-            result = await self._call(coll.get, include=["metadatas"], limit=size, offset=offset)
+            result = await self._call(coll.get, include=list(include), limit=size, offset=offset)
             page = _rows(result, MemoryRow)
             if page:
                 yield page
             if len(page) < size:
                 return
             offset += size
+
+    async def metadata_by_ids(self, name: str, ids: Sequence[str]) -> list[MemoryRow]:
+        """Ids and metadata (no documents) of the rows among ``ids`` that exist."""
+        coll = await self.collection(name)
+        if coll is None or not ids:
+            return []
+        return _rows(await self._call(coll.get, ids=list(ids), include=["metadatas"]), MemoryRow)
 
     async def memories_for_session(self, session_id: str) -> list[MemoryRow]:
         """Every memory row of one session, in turn order (one Chroma read)."""
@@ -246,11 +263,7 @@ class ChromaStore:
             return {}
         where: dict[str, Any] = {"sessionId": wanted[0]} if len(wanted) == 1 else {"sessionId": {"$in": wanted}}
         result = await self._call(coll.get, where=where, include=["metadatas", "documents"])
-        found: dict[str, SummaryRow] = {}
-        for row in sorted(_rows(result, SummaryRow), key=lambda r: (r.created_at or "", r.id)):
-            if row.session_id:
-                found[row.session_id] = row
-        return found
+        return latest_by_session(_rows(result, SummaryRow))
 
     async def memories_for_sessions(self, session_ids: Iterable[str]) -> dict[str, list[MemoryRow]]:
         """Memory rows of many sessions in one read, each list in turn order."""

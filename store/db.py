@@ -114,6 +114,14 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX merges_merged ON merges(merged_id, undone_at);
     CREATE INDEX merges_into ON merges(into_id, undone_at);
     """,
+    # 3: which session each ingested memory row belongs to, so the cheap scan can read ids only.
+    """
+    CREATE TABLE memory_index (
+        memory_id   TEXT PRIMARY KEY,
+        session_id  TEXT NOT NULL
+    );
+    CREATE INDEX memory_index_session ON memory_index(session_id);
+    """,
 )
 
 

@@ -28,9 +28,12 @@ def utc_now() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
 def dumps(value: Any) -> str:
     """Canonical JSON (sorted keys, no spaces) so equal values are equal strings."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return _CANONICAL.encode(value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,7 +98,10 @@ class GraphStore:
 
     def existing_ids(self, node_ids: Iterable[str]) -> set[str]:
         """The subset of ``node_ids`` (normalised) present in the graph."""
-        ids = sorted({normalize_graph_node_id(i) for i in node_ids})
+        return self._existing({normalize_graph_node_id(i) for i in node_ids})
+
+    def _existing(self, normalised: set[str]) -> set[str]:
+        ids = sorted(normalised)
         found: set[str] = set()
         for part in chunked(ids, _IN_CHUNK):
             marks = ",".join("?" * len(part))
@@ -195,11 +201,12 @@ class GraphStore:
             return stats
         now = self.clock()
         with self.db.transaction() as conn:
-            present = self.existing_ids({e.source for e in normalised} | {e.target for e in normalised})
+            present = self._existing({e.source for e in normalised} | {e.target for e in normalised})
             rows = []
             for edge in normalised:
                 if edge.source in present and edge.target in present:
-                    rows.append((edge.source, edge.target, edge.relationship, float(edge.weight), dumps(edge.properties), now, now))
+                    props = dumps(edge.properties) if edge.properties else "{}"
+                    rows.append((edge.source, edge.target, edge.relationship, float(edge.weight), props, now, now))
                 else:
                     stats.culled += 1
                     stats.culled_edges.append(edge)

@@ -51,13 +51,15 @@ def normalize_graph_node_id(node_id: str) -> str:
     >>> normalize_graph_node_id("CONCEPT:Graph")
     'CONCEPT:Graph'
     """
+    prefix, sep, suffix = node_id.partition(":") if isinstance(node_id, str) else ("", "", "")
+    if prefix in ROW_PREFIXES and _ROW_ID.fullmatch(suffix):
+        return node_id  # the common case: already canonical
     if not isinstance(node_id, str) or not node_id or node_id != node_id.strip():
         raise InvalidIdError(f"invalid node id {node_id!r}: empty or surrounded by white space")
     if len(node_id) > MAX_NODE_ID_LENGTH:
         raise InvalidIdError(f"invalid node id: {len(node_id)} characters, the limit is {MAX_NODE_ID_LENGTH}")
     if _FORBIDDEN.search(node_id):
         raise InvalidIdError(f"invalid node id {node_id[:80]!r}: control characters are not allowed")
-    prefix, sep, suffix = node_id.partition(":")
     if sep and prefix.lower() in ROW_PREFIXES:
         validate_row_id(suffix, what=f"{prefix.lower()} id")
         return f"{prefix.lower()}:{suffix}"

@@ -39,6 +39,7 @@ class SessionRevision:
     session_id: str
     revision: str
     created_at: str | None
+    memory_ids: tuple[str, ...] = ()
 
 
 class RunStateStore:
@@ -130,11 +131,20 @@ class RunStateStore:
         ]
         return sorted(changed, key=lambda r: (r.created_at or "", r.session_id))
 
+    def memory_index(self) -> dict[str, str]:
+        """``memory id -> session id`` for every memory row ingested so far."""
+        return {r[0]: r[1] for r in self.db.query("SELECT memory_id, session_id FROM memory_index")}
+
     def mark_ingested(self, revision: SessionRevision, run_id: str) -> None:
-        """Record that ``revision`` of the session is in the graph; a changed revision resets the
-        extraction state (new content deserves a fresh set of attempts)."""
+        """Record that ``revision`` of the session (and its memory ids) is in the graph; a changed
+        revision resets the extraction state (new content deserves a fresh set of attempts)."""
         now = self.clock()
         with self.db.transaction() as conn:
+            conn.execute("DELETE FROM memory_index WHERE session_id = ?", (revision.session_id,))
+            conn.executemany(
+                "INSERT OR REPLACE INTO memory_index(memory_id, session_id) VALUES (?, ?)",
+                [(memory_id, revision.session_id) for memory_id in revision.memory_ids],
+            )
             conn.execute(
                 "INSERT INTO session_digests(session_id, input_revision, ingested_revision, state, attempts, "
                 "session_created_at, last_run_id, updated_at) VALUES (?,?,?,'undigested',0,?,?,?) "

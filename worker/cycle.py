@@ -102,11 +102,13 @@ async def provider_ready(ctx: CycleContext) -> dict[str, Any]:
 async def ingest(ctx: CycleContext) -> dict[str, Any]:
     """Live-sync the sessions whose input revision changed, oldest first, up to the batch limit."""
     settings, stores = ctx.settings, ctx.stores
+    known = await anyio.to_thread.run_sync(stores.runstate.memory_index)
     try:
         scan = await scan_session_revisions(
             stores.chroma,
             memory_collection=settings.memory_collection,
             summary_collection=settings.session_collection,
+            known_sessions=known,
         )
     except ChromaUnavailableError as exc:
         raise PhaseError("chroma-unavailable", str(exc)) from exc
