@@ -133,8 +133,18 @@ class Database:
     a lock enforces that.
     """
 
-    def __init__(self, path: str | Path, *, timeout: float = 30.0) -> None:
+    def __init__(self, path: str | Path, *, timeout: float = 30.0, readonly: bool = False) -> None:
         self.path = Path(path)
+        self._lock = threading.RLock()
+        self._depth = 0
+        if readonly:
+            # Readers beside a running cycle (metrics, readiness): never create, migrate or write.
+            self.conn = sqlite3.connect(
+                f"{self.path.resolve().as_uri()}?mode=ro", uri=True, timeout=timeout,
+                isolation_level=None, check_same_thread=False,
+            )
+            self.conn.row_factory = sqlite3.Row
+            return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.conn = sqlite3.connect(
             self.path, timeout=timeout, isolation_level=None, check_same_thread=False
@@ -143,8 +153,6 @@ class Database:
         self.conn.execute("PRAGMA journal_mode=WAL")
         self.conn.execute("PRAGMA foreign_keys=ON")
         self.conn.execute("PRAGMA synchronous=NORMAL")
-        self._lock = threading.RLock()
-        self._depth = 0
         self.migrate()
 
     @contextmanager
@@ -198,3 +206,35 @@ class Database:
 def _statements(script: str) -> list[str]:
     # executescript() would commit our open transaction; split instead (no ';' inside our DDL).
     return [part.strip() for part in script.split(";") if part.strip()]
+
+
+def backup_database(source: str | Path, destination: str | Path) -> dict[str, object]:
+    """Copy the live database at ``source`` to ``destination`` with SQLite's online backup API.
+
+    Safe while a cycle writes: the copy is one consistent snapshot (WAL readers never block the
+    writer). The copy is written beside ``destination`` and renamed into place only after its
+    ``integrity_check`` passed, so a failed backup never leaves a half-written file under that name.
+    Returns ``{path, bytes, integrity}``.
+    """
+    destination = Path(destination)
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    partial = destination.with_name(destination.name + ".partial")
+    partial.unlink(missing_ok=True)
+    src = sqlite3.connect(f"{Path(source).resolve().as_uri()}?mode=ro", uri=True, timeout=30.0)
+    try:
+        dst = sqlite3.connect(partial)
+        try:
+            # pages=-1: one step, one read snapshot; stepping would restart on every concurrent write.
+            src.backup(dst, pages=-1)
+            # A self-contained single file: no -wal/-shm companions to forget when copying it away.
+            dst.execute("PRAGMA journal_mode=DELETE")
+            integrity = dst.execute("PRAGMA integrity_check").fetchone()[0]
+        finally:
+            dst.close()
+    finally:
+        src.close()
+    if integrity != "ok":
+        partial.unlink(missing_ok=True)
+        raise sqlite3.DatabaseError(f"backup failed integrity_check: {integrity}")
+    partial.replace(destination)
+    return {"path": str(destination), "bytes": destination.stat().st_size, "integrity": integrity}

@@ -168,6 +168,17 @@ class GraphStore:
         }
         return {"nodes": nodes, "edges": edges, "node_total": sum(nodes.values()), "edge_total": sum(edges.values())}
 
+    def backfill_counts(self) -> dict[str, dict[str, int]]:
+        """Row-backed nodes by label and provenance: ``{label: {backfilled, backfilled-minimal}}``
+        (a minimal session is counted once, as ``backfilled-minimal``)."""
+        rows = self.db.query(
+            "SELECT label, "
+            "TOTAL(json_extract(properties, '$.backfilled') = 1 AND json_extract(properties, '$.minimal') IS NOT 1), "
+            "TOTAL(json_extract(properties, '$.minimal') = 1) "
+            "FROM nodes WHERE label IN ('MEMORY', 'SESSION') GROUP BY label"
+        )
+        return {r[0]: {"backfilled": int(r[1]), "backfilled-minimal": int(r[2])} for r in rows}
+
     # --- writes --------------------------------------------------------------------------
     def upsert_nodes(self, nodes: Iterable[Node]) -> int:
         """Insert or update nodes in one transaction; returns how many rows actually changed."""

@@ -110,6 +110,54 @@ class RunStateStore:
     def runs_by_outcome(self) -> dict[str, int]:
         return {r[0]: r[1] for r in self.db.query("SELECT outcome, COUNT(*) FROM rem_runs GROUP BY outcome")}
 
+    def run_durations(self) -> list[float]:
+        """Wall-clock seconds of every finished run."""
+        rows = self.db.query(
+            "SELECT (julianday(finished_at) - julianday(started_at)) * 86400.0 FROM rem_runs "
+            "WHERE finished_at IS NOT NULL AND outcome != 'running'"
+        )
+        return [max(0.0, r[0]) for r in rows if r[0] is not None]
+
+    def phase_durations(self) -> list[tuple[str, float]]:
+        """``(phase, seconds)`` for every phase recorded in ``rem_runs.phases``."""
+        rows = self.db.query(
+            "SELECT p.key, json_extract(p.value, '$.duration_ms') FROM rem_runs, json_each(rem_runs.phases) AS p "
+            "WHERE json_valid(rem_runs.phases) AND json_type(p.value, '$.duration_ms') IN ('integer', 'real')"
+        )
+        return [(r[0], r[1] / 1000.0) for r in rows]
+
+    def phase_count_total(self, phase: str, key: str) -> float:
+        """Sum over all runs of the count ``key`` recorded by ``phase`` (0 when never recorded)."""
+        rows = self.db.query(
+            "SELECT TOTAL(json_extract(phases, '$.\"' || ? || '\".\"' || ? || '\"')) FROM rem_runs "
+            "WHERE json_valid(phases)",
+            (phase, key),
+        )
+        return float(rows[0][0] or 0.0)
+
+    def last_finished_by_outcome(self) -> dict[str, str]:
+        """Finish time of the latest run of each outcome."""
+        rows = self.db.query(
+            "SELECT outcome, MAX(finished_at) FROM rem_runs WHERE finished_at IS NOT NULL GROUP BY outcome"
+        )
+        return {r[0]: r[1] for r in rows}
+
+    def chunk_totals(self) -> dict[str, dict[str, int]]:
+        """Per ``chunk_results`` status: ``{count, tokens_in, tokens_out}``."""
+        rows = self.db.query(
+            "SELECT status, COUNT(*), TOTAL(tokens_in), TOTAL(tokens_out) FROM chunk_results GROUP BY status"
+        )
+        return {r[0]: {"count": r[1], "tokens_in": int(r[2]), "tokens_out": int(r[3])} for r in rows}
+
+    def failing_chunks(self, limit: int = 20) -> list[dict[str, Any]]:
+        """The most recently failed chunk results (no payloads)."""
+        rows = self.db.query(
+            "SELECT session_id, chunk_id, error_kind, error, attempts, next_attempt_at, updated_at FROM chunk_results "
+            "WHERE status = 'failed' ORDER BY updated_at DESC, chunk_id LIMIT ?",
+            (limit,),
+        )
+        return [dict(r) for r in rows]
+
     # --- session digests -----------------------------------------------------------------
     def get_digests(self, session_ids: Iterable[str] | None = None) -> dict[str, DigestRecord]:
         """Digest records by session id: all of them, or those among ``session_ids``."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sqlite3
 import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -56,6 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
     search.add_argument("text", metavar="TEXT")
     search.add_argument("--label", help="only nodes with this label, e.g. CLASS")
     search.add_argument("--limit", type=int, default=50)
+    backup = sub.add_parser("backup", parents=[common], help="copy the graph database (safe while the daemon runs)")
+    backup.add_argument("path", help="destination file (replaced atomically when the copy is sound)")
     return parser
 
 
@@ -67,11 +70,18 @@ def _emit(args: argparse.Namespace, payload: dict[str, Any], text: Callable[[], 
 
 
 async def cmd_once(settings: Settings, args: argparse.Namespace) -> int:
+    from worker.daemon import stop_on_signals
+
+    result = None
     try:
-        result = await run_cycle(settings, reason="manual", mode="once")
+        async with stop_on_signals(grace_seconds=settings.grace_seconds) as stop:
+            result = await run_cycle(settings, reason="manual", mode="once", stop=stop)
     except CycleBusyError as exc:
         print(f"rem-cycle: {exc}; not starting a second one", file=sys.stderr)
         return EXIT_BUSY
+    if result is None:  # cancelled after the grace time; the run is recorded interrupted
+        print("rem-cycle: stopped before the cycle finished (recorded as interrupted)", file=sys.stderr)
+        return EXIT_OK
 
     def text() -> None:
         from worker.report import print_cycle
@@ -180,10 +190,29 @@ def _counts_line(counts: dict[str, Any]) -> str:
     return ", ".join(f"{v} {k}" for k, v in counts.items())
 
 
+async def cmd_backup(settings: Settings, args: argparse.Namespace) -> int:
+    from store.db import backup_database
+
+    if not settings.graph_path.exists():
+        print(f"rem-cycle: no graph database at {settings.graph_path}", file=sys.stderr)
+        return EXIT_FAILED
+    try:
+        payload = await anyio.to_thread.run_sync(backup_database, settings.graph_path, args.path)
+    except sqlite3.Error as exc:
+        print(f"rem-cycle: backup failed: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    _emit(args, payload, lambda: print(f"backed up {settings.graph_path} to {payload['path']} ({payload['bytes']} bytes, integrity ok)"))
+    return EXIT_OK
+
+
 async def cmd_daemon(settings: Settings, args: argparse.Namespace) -> int:
     from worker.daemon import run_daemon
 
-    return await run_daemon(settings)
+    try:
+        return await run_daemon(settings)
+    except CycleBusyError as exc:
+        print(f"rem-cycle: {exc}; not starting a second one", file=sys.stderr)
+        return EXIT_BUSY
 
 
 COMMANDS: dict[str, Handler] = {
@@ -192,6 +221,7 @@ COMMANDS: dict[str, Handler] = {
     "export": cmd_export,
     "show": cmd_show,
     "search": cmd_search,
+    "backup": cmd_backup,
 }
 
 

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import os
 import socket
+import sqlite3
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -144,6 +146,8 @@ async def ingest(ctx: CycleContext) -> dict[str, Any]:
                 counts[key] += getattr(stats, key)
             await anyio.to_thread.run_sync(stores.runstate.mark_ingested, revision, ctx.run_id)
             counts["sessions_synced"] += 1
+            with structlog.contextvars.bound_contextvars(session_id=revision.session_id):
+                log.debug("session ingested", upserted=stats.upserted, skipped=stats.skipped, errors=stats.errors)
     counts["backlog"] = len(changed) - counts["sessions_synced"]
     return counts
 
@@ -196,14 +200,19 @@ class CycleResult:
 
 
 @asynccontextmanager
-async def single_flight(settings: Settings) -> AsyncIterator[None]:
-    """Hold the data dir's cycle lock, or raise :class:`CycleBusyError` at once."""
+async def single_flight(settings: Settings, *, lock_path: Path | None = None, what: str = "REM cycle") -> AsyncIterator[None]:
+    """Hold the data dir's cycle lock (or ``lock_path``), or raise :class:`CycleBusyError` at once.
+
+    An OS file lock: the kernel releases it when its process dies, even by SIGKILL, so a crash
+    never leaves the data dir locked; the dead run's ``rem_runs`` row is then marked abandoned.
+    """
+    path = lock_path or settings.lock_path
     settings.data_dir.mkdir(parents=True, exist_ok=True)
-    lock = FileLock(settings.lock_path)
+    lock = FileLock(path)
     try:
         lock.acquire(timeout=0)
     except Timeout:
-        raise CycleBusyError(f"another REM cycle is running on {settings.data_dir} (lock {settings.lock_path})") from None
+        raise CycleBusyError(f"another {what} is running on {settings.data_dir} (lock {path})") from None
     try:
         yield
     finally:
@@ -264,6 +273,7 @@ async def _run_phases(
                 structlog.contextvars.bind_contextvars(phase=name)
                 p0 = time.perf_counter()
                 try:
+                    ctx.check_stop()
                     counts = await phase(ctx)
                 except PhaseError as exc:
                     record[name] = {"state": "failed", "duration_ms": _ms(p0), "error": str(exc)}
@@ -274,7 +284,15 @@ async def _run_phases(
                 except CycleInterrupted:
                     record[name] = {"state": "interrupted", "duration_ms": _ms(p0)}
                     result.outcome, result.reason_code, result.failure_phase = "interrupted", "stop-requested", name
+                    log.warning("cycle interrupted: stop requested")
                     break
+                except anyio.get_cancelled_exc_class():
+                    # The grace time ran out (or the caller gave up): the in-flight thread call
+                    # finished its transaction before the cancellation got here; record and go.
+                    record[name] = {"state": "interrupted", "duration_ms": _ms(p0)}
+                    result.outcome, result.reason_code, result.failure_phase = "interrupted", "cancelled", name
+                    log.warning("cycle interrupted: cancelled")
+                    raise
                 except Exception as exc:  # noqa: BLE001 - recorded, never swallowed
                     record[name] = {"state": "failed", "duration_ms": _ms(p0), "error": repr(exc)}
                     result.outcome, result.reason_code, result.failure_phase = "failed", "phase-error", name
@@ -304,9 +322,13 @@ async def _run_phases(
 
 
 async def _heartbeat(runstate: RunStateStore, run_id: str) -> None:
+    """Refresh the run's lease; a missed beat (database busy) is logged, never fatal to the cycle."""
     while True:
         await anyio.sleep(HEARTBEAT_SECONDS)
-        await anyio.to_thread.run_sync(runstate.heartbeat, run_id)
+        try:
+            await anyio.to_thread.run_sync(runstate.heartbeat, run_id)
+        except sqlite3.Error as exc:
+            log.warning("heartbeat failed", error=str(exc))
 
 
 def _ms(start: float) -> float:

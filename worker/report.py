@@ -9,18 +9,32 @@ from rich.table import Table
 
 from config import Settings
 from worker.cycle import Stores
+from worker.metrics import parse_utc, read_queue
 
 
 def collect_status(settings: Settings, stores: Stores, *, runs: int = 10) -> dict[str, Any]:
-    """Everything ``rem-cycle status`` reports, as plain data."""
+    """Everything ``rem-cycle status`` reports, as plain data (a dict other reports extend)."""
+    recent = stores.runstate.recent_runs(runs)
+    digests = stores.runstate.digest_counts()
+    queue = read_queue(settings.queue_path)
     return {
         "data_dir": str(settings.data_dir),
         "chroma": stores.chroma.location,
-        "runs": stores.runstate.recent_runs(runs),
+        "runs": [{**run, "duration_seconds": _duration(run["started_at"], run.get("finished_at"))} for run in recent],
         "runs_by_outcome": stores.runstate.runs_by_outcome(),
-        "digests": stores.runstate.digest_counts(),
+        "digests": digests,
+        "backlog": {
+            "undigested_sessions": digests.get("undigested", 0),
+            # Sessions changed in Chroma but not yet ingested, as the latest ingest left them.
+            "not_ingested_sessions": next(
+                (run["phases"]["ingest"].get("backlog") for run in recent if "backlog" in run["phases"].get("ingest", {})),
+                None,
+            ),
+        },
         "oldest_undigested_created_at": stores.runstate.oldest_undigested_created_at(),
         "undigestible": [d.session_id for d in stores.runstate.undigestible_sessions()],
+        "failing_chunks": stores.runstate.failing_chunks(),
+        "queue": {"depth": queue.depth, "oldest_timestamp": queue.oldest_timestamp},
         "graph": stores.graph.counts(),
     }
 
@@ -50,17 +64,36 @@ def print_status(status: dict[str, Any]) -> None:
     """The ``status`` report."""
     console = _console()
     console.print(f"data dir {status['data_dir']} · chroma {status['chroma']}")
-    table = Table("run", "started", "outcome", "seconds", "failure")
+    table = Table("run", "mode", "started", "outcome", "seconds", "failure", title="recent runs")
     for run in status["runs"]:
-        seconds = _duration(run["started_at"], run.get("finished_at"))
+        seconds = "-" if run["duration_seconds"] is None else f"{run['duration_seconds']:.2f}"
         failure = f"{run['failure_phase']}: {run['reason_code']}" if run.get("reason_code") else ""
-        table.add_row(run["run_id"], run["started_at"], run["outcome"], seconds, failure)
+        table.add_row(run["run_id"], run["mode"], run["started_at"], _styled_outcome(run["outcome"]), seconds, failure)
     console.print(table)
-    console.print(f"sessions: {_flat(status['digests'])}")
+    backlog = status["backlog"]
+    pending = backlog["not_ingested_sessions"]
+    console.print(
+        f"backlog: {backlog['undigested_sessions']} undigested sessions"
+        + (f", {pending} changed sessions not yet ingested" if pending else "")
+        + f" · sessions {_flat(status['digests'])}"
+    )
     if status.get("oldest_undigested_created_at"):
         console.print(f"oldest undigested session created {status['oldest_undigested_created_at']}")
     if status["undigestible"]:
         console.print(f"undigestible: {', '.join(status['undigestible'])}")
+    if status["failing_chunks"]:
+        chunks = Table("chunk", "error", "attempts", "next attempt", "message", title="failing chunks")
+        for chunk in status["failing_chunks"]:
+            chunks.add_row(
+                chunk["chunk_id"], chunk.get("error_kind") or "", str(chunk["attempts"]),
+                chunk.get("next_attempt_at") or "", (chunk.get("error") or "")[:80],
+            )
+        console.print(chunks)
+    queue = status["queue"]
+    console.print(
+        f"lazy-edge queue: {queue['depth']} lines"
+        + (f", oldest {queue['oldest_timestamp']}" if queue["oldest_timestamp"] else "")
+    )
     graph = status["graph"]
     console.print(f"graph: {graph['node_total']} nodes {_flat(graph['nodes'])} · {graph['edge_total']} edges {_flat(graph['edges'])}")
 
@@ -69,10 +102,11 @@ def _flat(mapping: dict[str, Any]) -> str:
     return " ".join(f"{k}={v}" for k, v in mapping.items())
 
 
-def _duration(start: str, end: str | None) -> str:
-    from datetime import datetime
+def _styled_outcome(outcome: str) -> str:
+    colour = {"completed": "green", "failed": "red", "interrupted": "yellow", "abandoned": "magenta"}.get(outcome)
+    return f"[{colour}]{outcome}[/{colour}]" if colour else outcome
 
-    if not end:
-        return "-"
-    delta = datetime.fromisoformat(end.replace("Z", "+00:00")) - datetime.fromisoformat(start.replace("Z", "+00:00"))
-    return f"{delta.total_seconds():.2f}"
+
+def _duration(start: str, end: str | None) -> float | None:
+    begun, ended = parse_utc(start), parse_utc(end)
+    return round((ended - begun).total_seconds(), 3) if begun and ended else None

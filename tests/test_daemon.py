@@ -1,0 +1,123 @@
+"""The daemon as a real process: scheduling, the HTTP endpoint, surviving a failed cycle."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.conftest import SAMPLE, free_port, run_cli
+from tests.daemon_support import read_runs, start_worker, stop, wait_for, wait_for_http, worker_env
+from worker.daemon import next_delay
+
+
+@pytest.mark.parametrize(
+    ("started", "finished", "expected"),
+    [
+        (0.0, 10.0, 50.0),  # a quick cycle: the next one starts one interval after this one started
+        (0.0, 0.0, 60.0),
+        (0.0, 59.9, pytest.approx(0.1)),
+        (0.0, 60.0, 60.0),  # exactly overran: cool down a full interval from completion
+        (100.0, 250.0, 60.0),  # overran by far: still a full interval, never a burst of catch-up cycles
+    ],
+)
+def test_next_delay(started: float, finished: float, expected: float) -> None:
+    assert next_delay(interval=60.0, started=started, finished=finished) == expected
+
+
+def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def test_daemon_runs_cycles_on_its_interval_and_serves_endpoints(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    assert run_cli("import", str(SAMPLE), env={"REM_DATA_DIR": str(data)}).returncode == 0
+    port = free_port()
+    env = worker_env(data, interval_seconds="1", http_port=str(port))
+    proc = start_worker(env=env, log_path=tmp_path / "daemon.log")
+    try:
+        base = f"http://127.0.0.1:{port}"
+        assert wait_for_http(f"{base}/healthz").json() == {"status": "ok"}
+        wait_for(
+            lambda: sum(r["outcome"] == "completed" for r in read_runs(data / "graph.sqlite3")) >= 2,
+            timeout=60, interval=0.1, what="two completed cycles",
+        )
+        ready = httpx.get(f"{base}/readyz", timeout=10)
+        assert ready.status_code == 200
+        assert ready.json() == {"ready": True, "checks": {"graph": "ok", "chroma": "ok"}}
+        metrics = httpx.get(f"{base}/metrics", timeout=10)
+        assert metrics.status_code == 200
+        assert metrics.headers["content-type"].startswith("text/plain")
+        samples = _samples(metrics.text)
+        assert httpx.get(f"{base}/nope", timeout=5).status_code == 404
+        assert proc.poll() is None, "the daemon exited on its own"
+    finally:
+        status = stop(proc)
+    assert status == 0, (tmp_path / "daemon.log").read_text()
+    assert samples[("rem_cycle_cycles_total", (("outcome", "completed"),))] >= 2
+    assert samples[("rem_cycle_cycles_total", (("outcome", "failed"),))] == 0
+    assert samples[("rem_cycle_cycle_duration_seconds_count", ())] >= 2
+    assert samples[("rem_cycle_phase_duration_seconds_count", (("phase", "ingest"),))] >= 2
+    assert samples[("rem_cycle_graph_nodes", (("label", "SESSION"),))] == 26
+    assert samples[("rem_cycle_graph_edges", (("relationship", "ORIGINATES_IN"),))] > 0
+    assert samples[("rem_cycle_sessions", (("state", "undigested"),))] + samples[
+        ("rem_cycle_sessions", (("state", "digested"),))
+    ] == 26
+    assert samples[("rem_cycle_lazy_queue_depth", ())] >= 0
+    assert samples[("rem_cycle_metrics_ok", ())] == 1
+    runs = read_runs(data / "graph.sqlite3")
+    assert all(r["mode"] == "daemon" and r["reason"] == "scheduled" for r in runs)
+    # One-second cadence: consecutive cycles start about an interval apart, not back to back.
+    assert runs[1]["started_at"] > runs[0]["finished_at"]
+
+
+def test_daemon_survives_chroma_down_and_retries_next_cycle(tmp_path: Path) -> None:
+    """Chroma down → each cycle fails and is recorded, the daemon lives on, /readyz says 503;
+    once a Chroma server answers on that address, the next cycle completes."""
+    data = tmp_path / "data"
+    port, http_port = free_port(), free_port()
+    url = f"http://127.0.0.1:{port}"
+    env = worker_env(data, interval_seconds="1", http_port=str(http_port), chroma_url=url)
+    proc = start_worker(env=env, log_path=tmp_path / "daemon.log")
+    chroma: subprocess.Popen[bytes] | None = None
+    try:
+        failed = wait_for(
+            lambda: [r for r in read_runs(data / "graph.sqlite3") if r["outcome"] == "failed"][1:],
+            timeout=60, interval=0.1, what="two failed cycles",
+        )
+        assert failed[0]["reason_code"] == "chroma-unavailable"
+        assert failed[0]["failure_phase"] == "provider-ready"
+        ready = httpx.get(f"http://127.0.0.1:{http_port}/readyz", timeout=15)
+        assert ready.status_code == 503
+        assert ready.json()["checks"] == {"graph": "ok", "chroma": "unavailable"}
+        assert url not in ready.text  # no configuration leaks through the endpoint
+        assert proc.poll() is None
+
+        exe = shutil.which("chroma") or str(Path(sys.executable).parent / "chroma")
+        chroma = subprocess.Popen(
+            [exe, "run", "--path", str(tmp_path / "chroma"), "--host", "127.0.0.1", "--port", str(port)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        wait_for_http(f"{url}/api/v2/heartbeat", timeout=60)
+        assert run_cli("import", str(SAMPLE), env={"REM_DATA_DIR": str(data), "REM_CHROMA_URL": url}).returncode == 0
+        completed = wait_for(
+            lambda: [r for r in read_runs(data / "graph.sqlite3") if r["outcome"] == "completed" and r["phases"]["ingest"]["sessions_seen"] == 26],
+            timeout=60, interval=0.1, what="a completed cycle after Chroma came back",
+        )
+        assert completed[0]["phases"]["finalize"]["graph"]["nodes"]["SESSION"] == 26
+        assert httpx.get(f"http://127.0.0.1:{http_port}/readyz", timeout=15).status_code == 200
+    finally:
+        status = stop(proc)
+        if chroma is not None:
+            chroma.terminate()
+            chroma.wait(10)
+    assert status == 0, (tmp_path / "daemon.log").read_text()

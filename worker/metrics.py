@@ -1,0 +1,233 @@
+"""Prometheus metrics, read from the database and the lazy-edge queue at scrape time.
+
+Nothing is counted in process memory: every value comes from ``rem_runs``, ``session_digests``,
+``chunk_results``, ``nodes``/``edges`` and the queue file when ``/metrics`` is scraped, so the
+numbers survive restarts, include work done by ``rem-cycle --once`` runs, and a scrape never
+touches the cycle's connection (it opens its own read-only one). Every name starts with
+``rem_cycle_``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sqlite3
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import structlog
+from prometheus_client import CollectorRegistry, ProcessCollector
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from config import Settings
+from store.db import Database
+from store.graph import GraphStore
+from store.runstate import RUN_OUTCOMES, RunStateStore
+
+log = structlog.get_logger(__name__)
+
+CYCLE_BUCKETS: tuple[float, ...] = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, math.inf)
+PHASE_BUCKETS: tuple[float, ...] = (0.05, 0.25, 1, 5, 15, 60, 300, 900, 3600, math.inf)
+
+
+def parse_utc(value: str | None) -> datetime | None:
+    """An ISO 8601 timestamp (``Z`` or offset; naive means UTC) as an aware datetime, else None."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def age_seconds(value: str | None, now: datetime) -> float:
+    """Seconds from the timestamp ``value`` to ``now``; 0 when there is no usable timestamp."""
+    moment = parse_utc(value)
+    return max(0.0, (now - moment).total_seconds()) if moment else 0.0
+
+
+def histogram_buckets(values: Iterable[float], bounds: Iterable[float]) -> tuple[list[tuple[str, float]], float]:
+    """Cumulative Prometheus buckets (``le`` label, count) and the sum of ``values``. ``bounds``
+    must be ascending and end with ``inf``. Pure."""
+    ordered = sorted(values)
+    buckets: list[tuple[str, float]] = []
+    index = 0
+    for bound in bounds:
+        while index < len(ordered) and ordered[index] <= bound:
+            index += 1
+        buckets.append(("+Inf" if math.isinf(bound) else repr(float(bound)), float(index)))
+    return buckets, float(sum(ordered))
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSummary:
+    """What the lazy-edge queue holds: lines waiting, and the oldest line's ``timestamp``."""
+
+    depth: int = 0
+    oldest_timestamp: str | None = None
+
+
+def summarize_queue_lines(lines: Iterable[bytes]) -> QueueSummary:
+    """Count non-blank lines and find the oldest parsable ``timestamp`` (lines are not in time
+    order: retried lines go back to the end with their original timestamp). Pure."""
+    depth, oldest, oldest_raw = 0, None, None
+    for line in lines:
+        if not line.strip():
+            continue
+        depth += 1
+        try:
+            stamp = json.loads(line).get("timestamp")
+        except (ValueError, AttributeError):
+            continue
+        moment = parse_utc(stamp)
+        if moment is not None and (oldest is None or moment < oldest):
+            oldest, oldest_raw = moment, stamp
+    return QueueSummary(depth=depth, oldest_timestamp=oldest_raw)
+
+
+def read_queue(path: Path) -> QueueSummary:
+    """Summarise the live queue plus a ``.draining`` file a drain is working through (its lines
+    are still waiting for their edges)."""
+    files = [p for p in (path, path.with_name(path.name + ".draining")) if p.exists()]
+
+    def lines() -> Iterator[bytes]:
+        for file in files:
+            try:
+                with file.open("rb") as handle:
+                    yield from handle
+            except FileNotFoundError:  # renamed by a drain between exists() and open()
+                continue
+
+    return summarize_queue_lines(lines())
+
+
+class RemCycleCollector(Collector):
+    """Builds every ``rem_cycle_*`` family from the data dir on each scrape."""
+
+    def __init__(self, settings: Settings, *, now: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
+        self.settings = settings
+        self.now = now
+
+    def collect(self) -> Iterator[Metric]:
+        try:
+            families = self._families()
+        except (sqlite3.Error, OSError) as exc:
+            log.warning("metrics scrape failed", error=str(exc))
+            families = []
+        yield from families
+        yield GaugeMetricFamily("rem_cycle_metrics_ok", "1 when the last scrape read the database", value=1 if families else 0)
+
+    def _families(self) -> list[Metric]:
+        now = self.now()
+        db = Database(self.settings.graph_path, readonly=True, timeout=5.0)
+        try:
+            runstate, graph = RunStateStore(db), GraphStore(db)
+            families = [
+                *_run_families(runstate, now),
+                *_session_families(runstate, now),
+                *_chunk_families(runstate),
+                *_graph_families(graph),
+            ]
+        finally:
+            db.close()
+        families.extend(_queue_families(read_queue(self.settings.queue_path), now))
+        return families
+
+
+def _run_families(runstate: RunStateStore, now: datetime) -> list[Metric]:
+    by_outcome = runstate.runs_by_outcome()
+    cycles = CounterMetricFamily("rem_cycle_cycles", "Finished REM cycles by outcome", labels=["outcome"])
+    for outcome in RUN_OUTCOMES:
+        if outcome != "running":
+            cycles.add_metric([outcome], by_outcome.get(outcome, 0))
+    running = GaugeMetricFamily("rem_cycle_cycle_running", "1 while a cycle is running", value=by_outcome.get("running", 0))
+    last = GaugeMetricFamily(
+        "rem_cycle_last_cycle_finished_timestamp_seconds", "Unix time the latest cycle of each outcome finished",
+        labels=["outcome"],
+    )
+    for outcome, finished in sorted(runstate.last_finished_by_outcome().items()):
+        moment = parse_utc(finished)
+        if moment is not None:
+            last.add_metric([outcome], moment.timestamp())
+    buckets, total = histogram_buckets(runstate.run_durations(), CYCLE_BUCKETS)
+    duration = HistogramMetricFamily("rem_cycle_cycle_duration_seconds", "Wall-clock time of finished cycles")
+    duration.add_metric([], buckets, total)
+    phase_duration = HistogramMetricFamily(
+        "rem_cycle_phase_duration_seconds", "Time spent in each phase of a cycle", labels=["phase"]
+    )
+    by_phase: dict[str, list[float]] = {}
+    for phase, seconds in runstate.phase_durations():
+        by_phase.setdefault(phase, []).append(seconds)
+    for phase, values in sorted(by_phase.items()):
+        phase_buckets, phase_total = histogram_buckets(values, PHASE_BUCKETS)
+        phase_duration.add_metric([phase], phase_buckets, phase_total)
+    return [cycles, running, last, duration, phase_duration]
+
+
+def _session_families(runstate: RunStateStore, now: datetime) -> list[Metric]:
+    sessions = GaugeMetricFamily("rem_cycle_sessions", "Sessions by digest state", labels=["state"])
+    for state, count in sorted(runstate.digest_counts().items()):
+        sessions.add_metric([state], count)
+    oldest = GaugeMetricFamily(
+        "rem_cycle_oldest_undigested_session_age_seconds",
+        "Age of the oldest undigested session (by its creation time); 0 when none",
+        value=age_seconds(runstate.oldest_undigested_created_at(), now),
+    )
+    return [sessions, oldest]
+
+
+def _chunk_families(runstate: RunStateStore) -> list[Metric]:
+    totals = runstate.chunk_totals()
+    chunks = GaugeMetricFamily("rem_cycle_chunk_results", "Chunk extraction results on record by status", labels=["status"])
+    tokens = GaugeMetricFamily(
+        "rem_cycle_model_tokens", "Model tokens recorded in chunk results", labels=["direction"]
+    )
+    for status in ("ok", "failed"):
+        chunks.add_metric([status], totals.get(status, {}).get("count", 0))
+    tokens.add_metric(["in"], sum(t["tokens_in"] for t in totals.values()))
+    tokens.add_metric(["out"], sum(t["tokens_out"] for t in totals.values()))
+    reused = CounterMetricFamily(
+        "rem_cycle_chunks_reused", "Chunks whose stored result was reused instead of calling the model",
+        value=runstate.phase_count_total("extract", "chunks_reused"),
+    )
+    return [chunks, reused, tokens]
+
+
+def _graph_families(graph: GraphStore) -> list[Metric]:
+    counts = graph.counts()
+    nodes = GaugeMetricFamily("rem_cycle_graph_nodes", "Graph nodes by label", labels=["label"])
+    for label, count in counts["nodes"].items():
+        nodes.add_metric([label], count)
+    edges = GaugeMetricFamily("rem_cycle_graph_edges", "Graph edges by relationship", labels=["relationship"])
+    for relationship, count in counts["edges"].items():
+        edges.add_metric([relationship], count)
+    backfilled = GaugeMetricFamily(
+        "rem_cycle_backfilled_nodes", "MEMORY/SESSION nodes created by back-fill, by reason", labels=["label", "reason"]
+    )
+    for label, reasons in sorted(graph.backfill_counts().items()):
+        for reason, count in reasons.items():
+            backfilled.add_metric([label, reason], count)
+    return [nodes, edges, backfilled]
+
+
+def _queue_families(queue: QueueSummary, now: datetime) -> list[Metric]:
+    return [
+        GaugeMetricFamily("rem_cycle_lazy_queue_depth", "Lines waiting in the lazy-edge queue", value=queue.depth),
+        GaugeMetricFamily(
+            "rem_cycle_lazy_queue_oldest_age_seconds", "Age of the oldest queued lazy edge; 0 when empty",
+            value=age_seconds(queue.oldest_timestamp, now),
+        ),
+    ]
+
+
+def build_registry(settings: Settings) -> CollectorRegistry:
+    """A registry with the rem-cycle collector and the standard process metrics."""
+    # auto_describe=False: registering must not run a scrape (the database may not exist yet).
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(RemCycleCollector(settings))
+    ProcessCollector(registry=registry)
+    return registry
