@@ -174,7 +174,7 @@ class GraphStore:
         rows = self.db.query(
             "SELECT label, "
             "TOTAL(json_extract(properties, '$.backfilled') = 1 AND json_extract(properties, '$.minimal') IS NOT 1), "
-            "TOTAL(json_extract(properties, '$.minimal') = 1) "
+            "TOTAL(json_extract(properties, '$.backfilled') = 1 AND json_extract(properties, '$.minimal') = 1) "
             "FROM nodes WHERE label IN ('MEMORY', 'SESSION') GROUP BY label"
         )
         return {r[0]: {"backfilled": int(r[1]), "backfilled-minimal": int(r[2])} for r in rows}
