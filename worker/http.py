@@ -146,9 +146,9 @@ class Readiness:
         return False
 
     async def _ping_chroma(self) -> None:
+        # One store for all probes: it connects on first use and retries while Chroma is down.
+        self._chroma = self._chroma or ChromaStore(self.settings)
         with anyio.fail_after(READY_TIMEOUT_SECONDS):
-            if self._chroma is None:
-                self._chroma = await ChromaStore.connect(self.settings)
             await self._chroma.ping()
 
 
