@@ -237,6 +237,20 @@ class GraphStore:
             log.warning("more edges culled", count=stats.culled - 20)
         return stats
 
+    def delete_node(self, node_id: str) -> bool:
+        """Delete a node and (by cascade) its edges; ``True`` when it existed."""
+        with self.db.transaction() as conn:
+            return conn.execute("DELETE FROM nodes WHERE id = ?", (normalize_graph_node_id(node_id),)).rowcount > 0
+
+    def delete_edge(self, source: str, target: str, relationship: str) -> bool:
+        """Delete one edge; ``True`` when it existed."""
+        with self.db.transaction() as conn:
+            cursor = conn.execute(
+                "DELETE FROM edges WHERE source = ? AND target = ? AND relationship = ?",
+                (normalize_graph_node_id(source), normalize_graph_node_id(target), relationship),
+            )
+            return cursor.rowcount > 0
+
 
 def _node(row: Any) -> Node:
     return Node(row["id"], row["label"], row["name"], json.loads(row["properties"]))

@@ -59,6 +59,11 @@ def build_parser() -> argparse.ArgumentParser:
     search.add_argument("--limit", type=int, default=50)
     backup = sub.add_parser("backup", parents=[common], help="copy the graph database (safe while the daemon runs)")
     backup.add_argument("path", help="destination file (replaced atomically when the copy is sound)")
+    unmerge = sub.add_parser("unmerge", parents=[common], help="undo the merges of a node (restores it, its edges and aliases)")
+    unmerge.add_argument("node_id", metavar="NODE_ID", help="the node that was merged away")
+    merge = sub.add_parser("merge", parents=[common], help="fold one node into another by hand (recorded, undoable)")
+    merge.add_argument("merged_id", metavar="NODE_ID")
+    merge.add_argument("into_id", metavar="INTO_ID")
     return parser
 
 
@@ -186,6 +191,47 @@ async def cmd_show(settings: Settings, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+async def cmd_unmerge(settings: Settings, args: argparse.Namespace) -> int:
+    from store.ids import InvalidIdError
+    from store.merges import MergeError
+    from worker.knowledge import unmerge_node
+
+    try:
+        undone = await anyio.to_thread.run_sync(unmerge_node, settings, args.node_id)
+    except (MergeError, InvalidIdError) as exc:
+        print(f"rem-cycle: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+
+    def text() -> None:
+        for item in undone:
+            print(
+                f"restored {args.node_id} (was merged into {item['into']}, merge #{item['merge_id']}): "
+                f"{item['edges_relinked']} edges back, {item['edges_deleted']} merged edges removed, "
+                f"{item['edges_culled']} culled (endpoint gone)"
+            )
+
+    _emit(args, {"node": args.node_id, "undone": undone}, text)
+    return EXIT_OK
+
+
+async def cmd_merge(settings: Settings, args: argparse.Namespace) -> int:
+    from store.ids import InvalidIdError
+    from store.merges import MergeError
+    from worker.knowledge import merge_node
+
+    try:
+        merge_id = await anyio.to_thread.run_sync(merge_node, settings, args.merged_id, args.into_id)
+    except (MergeError, InvalidIdError) as exc:
+        print(f"rem-cycle: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    _emit(
+        args,
+        {"merge_id": merge_id, "merged": args.merged_id, "into": args.into_id},
+        lambda: print(f"merged {args.merged_id} into {args.into_id} (merge #{merge_id}; undo: rem-cycle unmerge {args.merged_id})"),
+    )
+    return EXIT_OK
+
+
 def _counts_line(counts: dict[str, Any]) -> str:
     return ", ".join(f"{v} {k}" for k, v in counts.items())
 
@@ -222,6 +268,8 @@ COMMANDS: dict[str, Handler] = {
     "show": cmd_show,
     "search": cmd_search,
     "backup": cmd_backup,
+    "unmerge": cmd_unmerge,
+    "merge": cmd_merge,
 }
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
@@ -18,7 +19,8 @@ from store.chroma import ChromaStore, ChromaUnavailableError
 from store.communities import CommunityStore
 from store.db import Database
 from store.graph import Edge, GraphStore, Node, utc_now
-from store.ids import memory_node_id, row_suffix
+from store.ids import memory_node_id, normalize_graph_node_id, row_suffix
+from store.merges import MergeStore
 
 
 class NoGraphError(FileNotFoundError):
@@ -83,22 +85,42 @@ def search_graph(settings: Settings, text: str, *, limit: int = 50, label: str |
     return [search_row(n) for n in nodes]
 
 
-def _load_node(settings: Settings, node_id: str) -> tuple[Node | None, list[Edge], dict[str, Node]]:
+@dataclass
+class _Loaded:
+    node: Node | None = None
+    edges: list[Edge] = field(default_factory=list)
+    neighbours: dict[str, Node] = field(default_factory=dict)
+    merged_from: list[dict[str, Any]] = field(default_factory=list)
+    redirected_from: str | None = None
+
+
+def _load_node(settings: Settings, node_id: str) -> _Loaded:
+    """The node (or, when it was merged away, the node it was merged into), its edges and merges."""
     with open_graph_db(settings) as db:
-        graph = GraphStore(db)
-        node = graph.get_node(node_id)
-        if node is None:
-            return None, [], {}
-        edges = graph.edges_of(node.id)
-        neighbours = graph.get_nodes({e.source for e in edges} | {e.target for e in edges})
-        return node, edges, neighbours
+        graph, merges = GraphStore(db), MergeStore(db)
+        loaded = _Loaded(node=graph.get_node(node_id))
+        if loaded.node is None:
+            onward = merges.records(merged_id=normalize_graph_node_id(node_id), active=True, limit=1)
+            if not onward:
+                return loaded
+            loaded.node, loaded.redirected_from = graph.get_node(onward[0].into_id), onward[0].merged_id
+            if loaded.node is None:
+                return loaded
+        loaded.edges = graph.edges_of(loaded.node.id)
+        loaded.neighbours = graph.get_nodes({e.source for e in loaded.edges} | {e.target for e in loaded.edges})
+        loaded.merged_from = [
+            {"merged_id": r.merged_id, "rule": r.rule, "score": r.score, "created_at": r.created_at, "evidence": r.evidence}
+            for r in merges.records(into_id=loaded.node.id, active=True)
+        ]
+        return loaded
 
 
 async def show_node(settings: Settings, node_id: str) -> dict[str, Any] | None:
     """The ``show`` view of one node, with the text of the turns it came from (read from Chroma);
     ``None`` when the graph has no such node. When Chroma cannot be read the view still comes back,
     without turn texts and with ``turns_error``."""
-    node, edges, neighbours = await anyio.to_thread.run_sync(_load_node, settings, node_id)
+    loaded = await anyio.to_thread.run_sync(_load_node, settings, node_id)
+    node, edges = loaded.node, loaded.edges
     if node is None:
         return None
     turns: dict[str, Any] = {}
@@ -110,6 +132,19 @@ async def show_node(settings: Settings, node_id: str) -> dict[str, Any] | None:
         except ChromaUnavailableError as exc:
             rows, error = [], str(exc)
         turns = {memory_node_id(r.id): r for r in rows or []}
-    view = node_view(node, edges, neighbours, turns)
+    view = node_view(node, edges, loaded.neighbours, turns, merged_from=loaded.merged_from)
     view["turns_error"] = error
+    view["redirected_from"] = loaded.redirected_from
     return view
+
+
+def unmerge_node(settings: Settings, node_id: str) -> list[dict[str, Any]]:
+    """Undo the merges of ``node_id`` (see :meth:`store.merges.MergeStore.unmerge`)."""
+    with open_graph_db(settings) as db:
+        return MergeStore(db).unmerge(node_id)
+
+
+def merge_node(settings: Settings, merged_id: str, into_id: str) -> int:
+    """Fold ``merged_id`` into ``into_id`` by hand (an operator confirming a reported candidate)."""
+    with open_graph_db(settings) as db:
+        return MergeStore(db).merge_nodes(merged_id, into_id, rule="manual", score=1.0, evidence={"by": "operator"})

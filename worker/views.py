@@ -31,6 +31,8 @@ def print_search(rows: Sequence[dict[str, Any]], text: str) -> None:
 def print_node(view: dict[str, Any]) -> None:
     """One node: header, description, aliases, edges, sources and the turns it came from."""
     console = _console()
+    if view.get("redirected_from"):
+        console.print(f"{escape(view['redirected_from'])} was merged into {escape(view['id'])} (undo: rem-cycle unmerge {escape(view['redirected_from'])})")
     console.print(f"[bold]{escape(view['name'])}[/bold]  {escape(view['id'])}  ({view['label']})")
     if view.get("description"):
         console.print(escape(view["description"]))
