@@ -45,6 +45,10 @@ def build_parser() -> argparse.ArgumentParser:
     imp.add_argument("file", help="JSONL file, one session per line (see README)")
     status = sub.add_parser("status", parents=[common], help="recent runs, backlog and graph counts")
     status.add_argument("--runs", type=int, default=10, help="how many recent runs to show")
+    retry = sub.add_parser("retry", parents=[common], help="make failed / undigestible sessions eligible again now")
+    which = retry.add_mutually_exclusive_group(required=True)
+    which.add_argument("--session", metavar="ID", action="append", help="a session id (repeatable)")
+    which.add_argument("--all", action="store_true", help="every undigestible session and every failed chunk")
     export = sub.add_parser("export", parents=[common], help="graph snapshot as JSON or GraphML")
     export.add_argument("--format", choices=("json", "graphml"), default="json", help="output format (default json)")
     export.add_argument("--out", metavar="FILE", help="write to FILE instead of stdout")
@@ -132,6 +136,23 @@ async def cmd_status(settings: Settings, args: argparse.Namespace) -> int:
     finally:
         stores.close()
     _emit(args, payload, lambda: print_status(payload))
+    return EXIT_OK
+
+
+async def cmd_retry(settings: Settings, args: argparse.Namespace) -> int:
+    from worker.report import reset_failures
+
+    stores = await open_stores(settings)
+    try:
+        payload = await anyio.to_thread.run_sync(lambda: reset_failures(stores, None if args.all else args.session))
+    finally:
+        stores.close()
+    _emit(
+        args,
+        payload,
+        lambda: print(f"reset {payload['sessions_reset']} sessions and {payload['chunks_reset']} failed chunks; "
+                      "the next cycle tries them again"),
+    )
     return EXIT_OK
 
 
@@ -264,6 +285,7 @@ async def cmd_daemon(settings: Settings, args: argparse.Namespace) -> int:
 COMMANDS: dict[str, Handler] = {
     "import": cmd_import,
     "status": cmd_status,
+    "retry": cmd_retry,
     "export": cmd_export,
     "show": cmd_show,
     "search": cmd_search,

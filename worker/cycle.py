@@ -1,4 +1,4 @@
-"""One REM cycle: provider-ready → ingest → finalize, recorded as a row of ``rem_runs``.
+"""One REM cycle: provider-ready → ingest → extract → finalize, recorded as a row of ``rem_runs``.
 
 A failure in one session is recorded and the cycle goes on with the next; a failure of a whole
 phase ends the cycle with ``outcome=failed``, the phase and a reason code.
@@ -98,7 +98,18 @@ async def provider_ready(ctx: CycleContext) -> dict[str, Any]:
         await ctx.stores.chroma.ping()
     except ChromaUnavailableError as exc:
         raise PhaseError("chroma-unavailable", str(exc)) from exc
-    return {"chroma": ctx.stores.chroma.location}
+    ready: dict[str, Any] = {"chroma": ctx.stores.chroma.location}
+    if ctx.settings.extractor == "openai":
+        from pipelines.extract.llm import OpenAIExtractor
+        from pipelines.extract.model import ExtractionFailure
+
+        try:
+            async with OpenAIExtractor(ctx.settings) as llm:
+                await llm.ping()
+        except ExtractionFailure as exc:
+            raise PhaseError("llm-unavailable", str(exc)) from exc
+        ready["llm"] = ctx.settings.llm_base_url
+    return ready
 
 
 async def ingest(ctx: CycleContext) -> dict[str, Any]:
@@ -152,6 +163,35 @@ async def ingest(ctx: CycleContext) -> dict[str, Any]:
     return counts
 
 
+async def extract(ctx: CycleContext) -> dict[str, Any]:
+    """Map → reduce → commit every ingested, not yet digested session (oldest first, up to the
+    batch limit). A failing session is recorded and the phase goes on."""
+    from datetime import UTC, datetime
+
+    from pipelines.extract.workflow import ExtractEnv, extract_sessions, open_extractor
+    from store.chunks import ChunkResultStore
+    from store.lazy_queue import LazyEdgeQueue
+    from store.semantic_index import SemanticIndex
+
+    settings, stores = ctx.settings, ctx.stores
+    todo = await anyio.to_thread.run_sync(stores.runstate.sessions_to_extract, settings.batch_limit)
+    async with open_extractor(settings) as extractor:
+        env = ExtractEnv(
+            chroma=stores.chroma, graph=stores.graph, runstate=stores.runstate, chunks=ChunkResultStore(stores.db),
+            queue=LazyEdgeQueue(settings.queue_path), graph_index=SemanticIndex(stores.db), extractor=extractor,
+            semantic_types=settings.semantic_types, budget_tokens=settings.chunk_budget_tokens,
+            max_attempts=settings.max_chunk_attempts, concurrency=settings.llm_concurrency, run_id=ctx.run_id,
+            now=datetime.now(UTC),
+        )
+        try:
+            stats = await extract_sessions(todo, env, should_stop=ctx.stop.is_set)
+        except* ChromaUnavailableError as group:
+            raise PhaseError("chroma-unavailable", str(group.exceptions[0])) from None
+    if stats.interrupted:
+        raise CycleInterrupted("stop requested")
+    return {"extractor": extractor.fingerprint, "sessions_queued": len(todo), **stats.as_dict()}
+
+
 async def finalize(ctx: CycleContext) -> dict[str, Any]:
     """Refresh the graph's communities; graph and digest counts for the run record."""
     communities = await refresh_communities(ctx.stores.db)
@@ -163,6 +203,7 @@ async def finalize(ctx: CycleContext) -> dict[str, Any]:
 PHASES: tuple[tuple[str, Phase], ...] = (
     ("provider-ready", provider_ready),
     ("ingest", ingest),
+    ("extract", extract),
     ("finalize", finalize),
 )
 

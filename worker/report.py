@@ -8,6 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 from config import Settings
+from store.chunks import ChunkResultStore
 from worker.cycle import Stores
 from worker.metrics import parse_utc, read_queue
 
@@ -33,10 +34,23 @@ def collect_status(settings: Settings, stores: Stores, *, runs: int = 10) -> dic
         },
         "oldest_undigested_created_at": stores.runstate.oldest_undigested_created_at(),
         "undigestible": [d.session_id for d in stores.runstate.undigestible_sessions()],
+        "undigestible_sessions": [
+            {"session_id": d.session_id, "attempts": d.attempts, "reason": d.defer_reason}
+            for d in stores.runstate.undigestible_sessions()
+        ],
         "failing_chunks": stores.runstate.failing_chunks(),
         "queue": {"depth": queue.depth, "oldest_timestamp": queue.oldest_timestamp},
         "graph": stores.graph.counts(),
     }
+
+
+def reset_failures(stores: Stores, session_ids: list[str] | None) -> dict[str, int]:
+    """``retry``: forget failed chunk attempts and make undigestible sessions eligible again (all of
+    them when ``session_ids`` is None)."""
+    with stores.db.transaction():
+        chunks = ChunkResultStore(stores.db).reset_failures(session_ids)
+        sessions = stores.runstate.reset_sessions(session_ids)
+    return {"sessions_reset": sessions, "chunks_reset": chunks}
 
 
 def _console() -> Console:
@@ -79,8 +93,8 @@ def print_status(status: dict[str, Any]) -> None:
     )
     if status.get("oldest_undigested_created_at"):
         console.print(f"oldest undigested session created {status['oldest_undigested_created_at']}")
-    if status["undigestible"]:
-        console.print(f"undigestible: {', '.join(status['undigestible'])}")
+    for session in status.get("undigestible_sessions", []):
+        console.print(f"undigestible: {session['session_id']} after {session['attempts']} attempts — {session['reason']}")
     if status["failing_chunks"]:
         chunks = Table("chunk", "error", "attempts", "next attempt", "message", title="failing chunks")
         for chunk in status["failing_chunks"]:

@@ -1,0 +1,311 @@
+"""The ``openai`` extractor: any OpenAI-compatible chat-completions server (Ollama, vLLM, llama.cpp
+server, LM Studio, OpenAI).
+
+One unit = one conversation: the prompt shows the turns with local numbers ``[1] …``; the answer
+must be JSON in the model schema (:mod:`pipelines.extract.model`). Structured output is asked for
+with ``response_format`` (``json_schema``, else ``json_object``, else nothing — a server that
+rejects a mode is asked again one mode lower, and the extractor remembers). Transport failures
+(connection errors, HTTP 429/5xx, timeouts) are retried with exponential backoff honouring a
+capped ``Retry-After``; unparseable JSON gets one repair round. Every failure ends as an
+:class:`ExtractionFailure` with one of the six kinds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import re
+import time
+from collections.abc import Sequence
+from email.utils import parsedate_to_datetime
+from typing import Any
+
+import anyio
+import httpx
+import structlog
+
+from config import Settings
+from pipelines.chunker import estimate_tokens
+from pipelines.extract.model import (
+    SCHEMA_VERSION,
+    SEMANTIC_RELATIONSHIPS,
+    ExtractionFailure,
+    ExtractorReply,
+    WorkUnit,
+)
+
+log = structlog.get_logger(__name__)
+
+PROMPT_VERSION = 1
+JSON_MODES: tuple[str, ...] = ("json_schema", "json_object", "none")
+MAX_RETRY_AFTER_SECONDS = 60.0
+MAX_BACKOFF_SECONDS = 30.0
+_CONTEXT_OVERFLOW = re.compile(r"context[ _-]?(length|window|size)|maximum context|too many tokens|prompt is too long|exceeds", re.I)
+_FORMAT_REJECTED = re.compile(r"response_format|json_schema|json_object|structured", re.I)
+
+_EVIDENCE = {
+    "type": "array",
+    "items": {
+        "type": "object",
+        "properties": {"turn": {"type": "integer"}, "quote": {"type": "string"}},
+        "required": ["turn", "quote"],
+    },
+}
+RESPONSE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "summary": {"type": "string"},
+        "nodes": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "id": {"type": "string"},
+                    "type": {"type": "string"},
+                    "name": {"type": "string"},
+                    "description": {"type": "string"},
+                    "aliases": {"type": "array", "items": {"type": "string"}},
+                    "confidence": {"type": "number"},
+                    "tags": {"type": "array", "items": {"type": "string"}},
+                    "evidence": _EVIDENCE,
+                },
+                "required": ["id", "type", "name", "evidence"],
+            },
+        },
+        "edges": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "source": {"type": "string"},
+                    "target": {"type": "string"},
+                    "relationship": {"type": "string"},
+                    "justification": {"type": "string"},
+                    "evidence": _EVIDENCE,
+                },
+                "required": ["source", "target", "relationship"],
+            },
+        },
+    },
+    "required": ["summary", "nodes", "edges"],
+}
+
+
+def system_prompt(semantic_types: Sequence[str]) -> str:
+    """The instructions: what to extract and the exact JSON shape."""
+    return (
+        "You extract a knowledge graph from a conversation between a user, an AI agent and its tools.\n"
+        "Reply with ONE JSON object and nothing else:\n"
+        '{"summary": "two sentences", "nodes": [{"id": "n1", "type": "CLASS", "name": "…", '
+        '"description": "…", "aliases": ["…"], "confidence": 0.0-1.0, "tags": ["…"], '
+        '"evidence": [{"turn": 3, "quote": "verbatim words from turn 3"}]}], '
+        '"edges": [{"source": "n1", "target": "n2", "relationship": "DEPENDS_ON", "justification": "…", '
+        '"evidence": [{"turn": 3, "quote": "…"}]}]}\n'
+        f"Node types: {', '.join(semantic_types)}.\n"
+        f"Relationships: {', '.join(SEMANTIC_RELATIONSHIPS)}.\n"
+        "Turns are numbered [1], [2], …: cite those numbers. Every quote must be copied verbatim from "
+        "the cited turn (a few words). Extract durable knowledge (code entities, files, issues, "
+        "decisions, strategies, people, tools), not chit-chat."
+    )
+
+
+def user_prompt(unit: WorkUnit) -> str:
+    """The unit's turns with their local numbers (never the raw Chroma ids)."""
+    lines = [f"Session {unit.session_id}, part {unit.unit_id.removeprefix(unit.session_id + ':')}. Turns:"]
+    for turn in unit.turns:
+        role = f" ({turn.role})" if turn.role else ""
+        lines.append(f"[{turn.number}]{role} {turn.text}")
+    return "\n".join(lines)
+
+
+class OpenAIExtractor:
+    """Extraction through an OpenAI-compatible ``/chat/completions`` endpoint.
+
+    Use as an async context manager (it owns an ``httpx.AsyncClient``). ``backoff_base`` and
+    ``retry_after_cap`` exist so tests can keep their sleeps short.
+    """
+
+    name = "openai"
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        backoff_base: float = 0.5,
+        retry_after_cap: float = MAX_RETRY_AFTER_SECONDS,
+        client: httpx.AsyncClient | None = None,
+    ) -> None:
+        self.settings = settings
+        self.base_url = settings.llm_base_url.rstrip("/")
+        self.backoff_base = backoff_base
+        self.retry_after_cap = retry_after_cap
+        self.json_mode = settings.llm_json_mode
+        self._client = client
+        self._own_client = client is None
+        self._system = system_prompt(settings.semantic_types)
+
+    @property
+    def fingerprint(self) -> str:
+        basis = json.dumps(
+            [self.name, self.settings.llm_model, PROMPT_VERSION, SCHEMA_VERSION, list(self.settings.semantic_types)]
+        )
+        return f"openai:{self.settings.llm_model}:p{PROMPT_VERSION}:s{SCHEMA_VERSION}:{hashlib.sha256(basis.encode()).hexdigest()[:12]}"
+
+    async def __aenter__(self) -> "OpenAIExtractor":
+        if self._client is None:
+            headers = {"Content-Type": "application/json"}
+            if self.settings.llm_api_key is not None:
+                headers["Authorization"] = f"Bearer {self.settings.llm_api_key.get_secret_value()}"
+            limits = httpx.Limits(max_connections=self.settings.llm_concurrency * 2)
+            self._client = httpx.AsyncClient(
+                headers=headers, timeout=httpx.Timeout(self.settings.llm_timeout_seconds), limits=limits
+            )
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._own_client and self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+    async def ping(self) -> None:
+        """Raise :class:`ExtractionFailure` ``provider-error`` unless the server answers ``GET /models``
+        (any answer below 500 except 401/403 counts: some servers do not list models)."""
+        assert self._client is not None, "use the extractor as an async context manager"
+        try:
+            response = await self._client.get(f"{self.base_url}/models", timeout=min(10.0, self.settings.llm_timeout_seconds))
+        except httpx.HTTPError as exc:
+            raise ExtractionFailure("provider-error", f"LLM server {self.base_url} unreachable: {exc}") from exc
+        if response.status_code in (401, 403) or response.status_code >= 500:
+            raise ExtractionFailure("provider-error", f"LLM server {self.base_url} answered HTTP {response.status_code}")
+
+    async def extract(self, unit: WorkUnit) -> ExtractorReply:
+        messages = [{"role": "system", "content": self._system}, {"role": "user", "content": user_prompt(unit)}]
+        prompt_tokens = sum(estimate_tokens(m["content"]) for m in messages)
+        band = min(self.settings.effective_safe_limit, self.settings.context_limit_tokens - self.settings.output_reserve_tokens)
+        if prompt_tokens > band:
+            raise ExtractionFailure("skip-over-band", f"prompt of ~{prompt_tokens} tokens exceeds the {band}-token band")
+        usage = [0, 0]
+        content = await self._complete(messages, usage)
+        try:
+            return ExtractorReply(parse_json_reply(content), usage[0], usage[1])
+        except ValueError as exc:
+            log.info("llm reply not JSON, asking for a repair", unit_id=unit.unit_id, error=str(exc))
+            repair = [
+                *messages,
+                {"role": "assistant", "content": content},
+                {"role": "user", "content": f"That was not valid JSON ({exc}). Reply with only the JSON object."},
+            ]
+            content = await self._complete(repair, usage)
+            try:
+                return ExtractorReply(parse_json_reply(content), usage[0], usage[1])
+            except ValueError as again:
+                raise ExtractionFailure(
+                    "schema-failure", f"invalid JSON after one repair: {again}", tokens_in=usage[0], tokens_out=usage[1]
+                ) from None
+
+    async def _complete(self, messages: list[dict[str, str]], usage: list[int]) -> str:
+        """One chat completion with retries; returns the message content."""
+        assert self._client is not None, "use the extractor as an async context manager"
+        attempt = 0
+        while True:
+            body = self._body(messages)
+            try:
+                response = await self._client.post(f"{self.base_url}/chat/completions", json=body)
+            except httpx.TimeoutException as exc:
+                failure = ExtractionFailure("timeout", f"no answer within {self.settings.llm_timeout_seconds}s: {exc!r}")
+                delay = None
+            except httpx.HTTPError as exc:
+                failure = ExtractionFailure("provider-error", f"connection failed: {exc!r}")
+                delay = None
+            else:
+                if response.status_code == 200:
+                    return self._content(response, usage)
+                text = response.text[:500]
+                if response.status_code == 400 and self.json_mode != "none" and _FORMAT_REJECTED.search(text):
+                    self.json_mode = JSON_MODES[JSON_MODES.index(self.json_mode) + 1]
+                    log.warning("LLM server rejected the response format, falling back", json_mode=self.json_mode)
+                    continue
+                if response.status_code in (400, 413) and _CONTEXT_OVERFLOW.search(text):
+                    raise ExtractionFailure("context-overflow", f"HTTP {response.status_code}: {text}")
+                failure = ExtractionFailure("provider-error", f"HTTP {response.status_code}: {text}")
+                if response.status_code not in (408, 409, 429) and response.status_code < 500:
+                    raise failure
+                delay = retry_after_seconds(response.headers.get("Retry-After"), cap=self.retry_after_cap)
+            if attempt >= self.settings.llm_max_retries:
+                failure.tokens_in, failure.tokens_out = usage
+                raise failure
+            attempt += 1
+            if delay is None:
+                delay = min(MAX_BACKOFF_SECONDS, self.backoff_base * 2 ** (attempt - 1)) * (0.5 + random.random() / 2)
+            log.info("llm call failed, retrying", kind=failure.kind, error=str(failure)[:200], attempt=attempt, delay_s=round(delay, 3))
+            await anyio.sleep(delay)
+
+    def _body(self, messages: list[dict[str, str]]) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "model": self.settings.llm_model,
+            "messages": messages,
+            "temperature": 0,
+            "max_tokens": self.settings.output_reserve_tokens,
+        }
+        if self.json_mode == "json_schema":
+            body["response_format"] = {"type": "json_schema", "json_schema": {"name": "extraction", "schema": RESPONSE_SCHEMA}}
+        elif self.json_mode == "json_object":
+            body["response_format"] = {"type": "json_object"}
+        return body
+
+    @staticmethod
+    def _content(response: httpx.Response, usage: list[int]) -> str:
+        try:
+            data = response.json()
+            choice = data["choices"][0]
+            content = choice.get("message", {}).get("content")
+            finish = choice.get("finish_reason")
+        except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
+            raise ExtractionFailure("provider-error", f"not a chat-completions answer: {exc!r}") from None
+        counts = data.get("usage") if isinstance(data.get("usage"), dict) else {}
+        usage[0] += int(counts.get("prompt_tokens") or 0)
+        usage[1] += int(counts.get("completion_tokens") or 0)
+        if finish == "length":
+            raise ExtractionFailure("truncated-output", "the answer hit the output limit (finish_reason=length)",
+                                    tokens_in=usage[0], tokens_out=usage[1])
+        if not isinstance(content, str) or not content.strip():
+            # The earlier system's lesson: an empty answer means the prompt overflowed the context.
+            raise ExtractionFailure("context-overflow", "empty answer", tokens_in=usage[0], tokens_out=usage[1])
+        return content
+
+
+_FENCE = re.compile(r"^\s*```(?:json)?\s*(.*?)\s*```\s*$", re.S)
+
+
+def parse_json_reply(content: str) -> Any:
+    """The JSON object in a reply (a Markdown code fence around it is tolerated); ``ValueError``
+    when there is none or it has no ``nodes`` list (worth a repair round too)."""
+    match = _FENCE.match(content)
+    text = match.group(1) if match else content
+    value = json.loads(text)
+    if not isinstance(value, dict):
+        raise ValueError(f"expected a JSON object, got {type(value).__name__}")
+    graph = value.get("graph") if isinstance(value.get("graph"), dict) else value
+    if not isinstance(graph.get("nodes"), list):
+        raise ValueError("the object has no 'nodes' list")
+    return value
+
+
+def retry_after_seconds(value: str | None, *, cap: float = MAX_RETRY_AFTER_SECONDS, now: float | None = None) -> float | None:
+    """Seconds to wait from a ``Retry-After`` header (delta-seconds or HTTP date), capped; ``None``
+    when absent or unreadable."""
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            moment = parsedate_to_datetime(value)
+        except (TypeError, ValueError):
+            return None
+        seconds = moment.timestamp() - (time.time() if now is None else now)
+    if seconds != seconds:  # NaN
+        return None
+    return max(0.0, min(cap, seconds))

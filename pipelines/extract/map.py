@@ -1,0 +1,135 @@
+"""Map: every work unit of a session through the extractor, at most N calls at a time.
+
+A unit whose content hash already has an ``ok`` row for this extractor fingerprint is reused (no
+model call); a unit whose last failure is still backing off is deferred (no call this cycle);
+every other unit is extracted, validated, and its outcome written to ``chunk_results``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from functools import partial
+
+import anyio
+import structlog
+
+from pipelines.extract.model import ChunkExtraction, ExtractionFailure, Extractor, WorkUnit, validate_extraction
+from store.chunks import ChunkResult, ChunkResultStore
+
+log = structlog.get_logger(__name__)
+
+CHUNK_BACKOFF_BASE_SECONDS = 60.0
+CHUNK_BACKOFF_MAX_SECONDS = 6 * 3600.0
+OUTCOMES = ("ok", "reused", "empty", "failed", "deferred")
+
+
+@dataclass(frozen=True, slots=True)
+class UnitOutcome:
+    """What happened to one unit this cycle. ``extraction`` is set for ok / reused / empty."""
+
+    unit: WorkUnit
+    status: str
+    extraction: ChunkExtraction | None = None
+    error_kind: str | None = None
+    error: str | None = None
+    tokens_in: int = 0
+    tokens_out: int = 0
+    latency_ms: float = 0.0
+
+
+def chunk_backoff(attempts: int) -> timedelta:
+    """Wait before trying a chunk again after ``attempts`` failures: 1 min, 2, 4 … capped at 6 h."""
+    return timedelta(seconds=min(CHUNK_BACKOFF_MAX_SECONDS, CHUNK_BACKOFF_BASE_SECONDS * 2 ** max(0, attempts - 1)))
+
+
+def iso(moment: datetime) -> str:
+    """The run-state timestamp format (UTC, milliseconds, ``Z``)."""
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+async def map_units(
+    units: Sequence[WorkUnit],
+    *,
+    extractor: Extractor,
+    store: ChunkResultStore,
+    semantic_types: Collection[str],
+    limiter: anyio.CapacityLimiter,
+    now: datetime,
+    run_id: str | None,
+) -> list[UnitOutcome]:
+    """Outcomes in unit order. Never raises for a unit's failure: it is an outcome."""
+    fingerprint = extractor.fingerprint
+    known = await anyio.to_thread.run_sync(store.get_many, [u.content_hash for u in units], fingerprint)
+    outcomes: list[UnitOutcome | None] = [None] * len(units)
+    todo: list[int] = []
+    for index, unit in enumerate(units):
+        row = known.get(unit.content_hash)
+        if unit.is_empty:
+            outcomes[index] = UnitOutcome(unit, "empty", ChunkExtraction(unit_id=unit.unit_id))
+        elif row is not None and row.status == "ok" and row.payload is not None:
+            outcomes[index] = UnitOutcome(unit, "reused", ChunkExtraction.from_payload(row.payload))
+        elif row is not None and row.status == "failed" and row.next_attempt_at and row.next_attempt_at > iso(now):
+            outcomes[index] = UnitOutcome(unit, "deferred", error_kind=row.error_kind, error=row.error)
+        else:
+            todo.append(index)
+
+    async def run(index: int) -> None:
+        async with limiter:
+            outcomes[index] = await _extract_one(
+                units[index], extractor=extractor, store=store, semantic_types=semantic_types,
+                fingerprint=fingerprint, now=now, run_id=run_id, failed_before=_failures(known.get(units[index].content_hash)),
+            )
+
+    async with anyio.create_task_group() as tg:
+        for index in todo:
+            tg.start_soon(run, index)
+    return [o for o in outcomes if o is not None]
+
+
+def _failures(row: ChunkResult | None) -> int:
+    return row.attempts if row is not None and row.status == "failed" else 0
+
+
+async def _extract_one(
+    unit: WorkUnit,
+    *,
+    extractor: Extractor,
+    store: ChunkResultStore,
+    semantic_types: Collection[str],
+    fingerprint: str,
+    now: datetime,
+    run_id: str | None,
+    failed_before: int,
+) -> UnitOutcome:
+    started = time.perf_counter()
+    try:
+        reply = await extractor.extract(unit)
+        extraction = validate_extraction(reply.raw, unit, semantic_types=semantic_types)
+    except ExtractionFailure as failure:
+        latency = round((time.perf_counter() - started) * 1000, 1)
+        attempts = failed_before + 1
+        await anyio.to_thread.run_sync(
+            partial(
+                store.record_failure,
+                session_id=unit.session_id, chunk_id=unit.unit_id, content_hash=unit.content_hash,
+                fingerprint=fingerprint, error_kind=failure.kind, error=str(failure),
+                next_attempt_at=iso(now + chunk_backoff(attempts)), tokens_in=failure.tokens_in,
+                tokens_out=failure.tokens_out, latency_ms=latency, run_id=run_id,
+            )
+        )
+        log.warning("chunk extraction failed", chunk_id=unit.unit_id, kind=failure.kind, error=str(failure)[:300],
+                    attempts=attempts)
+        return UnitOutcome(unit, "failed", None, failure.kind, str(failure), failure.tokens_in, failure.tokens_out, latency)
+    latency = round((time.perf_counter() - started) * 1000, 1)
+    await anyio.to_thread.run_sync(
+        partial(
+            store.record_ok,
+            session_id=unit.session_id, chunk_id=unit.unit_id, content_hash=unit.content_hash,
+            fingerprint=fingerprint, tokens_in=reply.tokens_in, tokens_out=reply.tokens_out,
+            latency_ms=latency, payload=extraction.to_payload(), run_id=run_id,
+        )
+    )
+    return UnitOutcome(unit, "ok", extraction, tokens_in=reply.tokens_in, tokens_out=reply.tokens_out, latency_ms=latency)

@@ -1,0 +1,437 @@
+"""The data of extraction (pure): work units, the extractor contract, validated chunk extractions.
+
+An extractor answers with the *model schema* (below) in which turns are small local numbers
+(``1..n`` within the unit). :func:`validate_extraction` checks that answer, maps the numbers back to
+Chroma memory ids, grounds every evidence quote in the turn text and gives canonical node ids.
+Its result (:class:`ChunkExtraction`) is what ``chunk_results.payload`` stores and what reduce reads.
+
+Model schema (JSON)::
+
+    {"summary": "…",
+     "nodes": [{"id": "n1", "type": "CLASS", "name": "LazyEdgeQueue", "description": "…",
+                "aliases": ["lazy edge queue"], "confidence": 0.9, "tags": ["queue"],
+                "evidence": [{"turn": 3, "quote": "the LazyEdgeQueue drops lines"}]}],
+     "edges": [{"source": "n1", "target": "n2", "relationship": "DEPENDS_ON",
+                "justification": "…", "evidence": [{"turn": 3, "quote": "…"}]}]}
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import unicodedata
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol
+
+from store.graph import dumps
+from store.ids import MAX_NODE_ID_LENGTH, InvalidIdError, normalize_graph_node_id
+
+SCHEMA_VERSION = 1
+
+FAILURE_KINDS: tuple[str, ...] = (
+    "skip-over-band",
+    "context-overflow",
+    "truncated-output",
+    "schema-failure",
+    "timeout",
+    "provider-error",
+)
+
+SEMANTIC_RELATIONSHIPS: tuple[str, ...] = (
+    "IMPLEMENTS",
+    "EXTENDS",
+    "DEPENDS_ON",
+    "BLOCKS",
+    "RESOLVES",
+    "CAUSES_ISSUE",
+    "RELATES_TO",
+    "FOLLOWS",
+    "SUPPORTS",
+)
+DEFAULT_TYPE = "CONCEPT"
+DEFAULT_RELATIONSHIP = "RELATES_TO"
+# Types whose names are prose: their ids are lower-cased with separators unified, so "Map-Reduce"
+# and "map reduce" are one CONCEPT. Identifier-like types (CLASS, FILE …) keep their case.
+PROSE_TYPES: frozenset[str] = frozenset({"CONCEPT", "STRATEGY", "DECISION", "GUIDE"})
+MAX_NAME_CHARS = 300
+MAX_TEXT_CHARS = 2_000
+
+
+class ExtractionFailure(Exception):
+    """A chunk could not be extracted; ``kind`` is one of :data:`FAILURE_KINDS`."""
+
+    def __init__(self, kind: str, message: str, *, tokens_in: int = 0, tokens_out: int = 0) -> None:
+        if kind not in FAILURE_KINDS:
+            raise ValueError(f"unknown failure kind {kind!r}")
+        super().__init__(message)
+        self.kind = kind
+        self.tokens_in = tokens_in
+        self.tokens_out = tokens_out
+
+
+@dataclass(frozen=True, slots=True)
+class UnitTurn:
+    """One turn as the extractor sees it: its local number, its memory and (part of) its text."""
+
+    number: int
+    memory_id: str
+    text: str
+    role: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class WorkUnit:
+    """What one extractor call sees: a chunk, or one part of an oversized turn."""
+
+    unit_id: str
+    session_id: str
+    chunk_index: int
+    turns: tuple[UnitTurn, ...]
+    content_hash: str
+
+    @property
+    def is_empty(self) -> bool:
+        return not any(t.text.strip() for t in self.turns)
+
+
+def unit_content_hash(session_id: str, turns: Sequence[UnitTurn], *, part: int | None = None) -> str:
+    """sha256 over exactly what the extractor sees (session, memory ids, roles, texts)."""
+    body = [session_id, part, [[t.number, t.memory_id, t.role, t.text] for t in turns]]
+    return hashlib.sha256(dumps(body).encode("utf-8", "surrogatepass")).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class ExtractorReply:
+    """An extractor's answer in the model schema, with the tokens it cost."""
+
+    raw: Any
+    tokens_in: int = 0
+    tokens_out: int = 0
+
+
+class Extractor(Protocol):
+    """Turns one work unit into a reply in the model schema, or raises :class:`ExtractionFailure`."""
+
+    name: str
+
+    @property
+    def fingerprint(self) -> str:
+        """Extractor name + model + prompt version + schema version (+ settings that change output)."""
+        ...
+
+    async def extract(self, unit: WorkUnit) -> ExtractorReply: ...
+
+
+# --- validated output --------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Evidence:
+    memory_id: str
+    quote: str
+
+
+@dataclass(frozen=True, slots=True)
+class ExtractedNode:
+    id: str
+    type: str
+    name: str
+    description: str = ""
+    aliases: tuple[str, ...] = ()
+    confidence: float = 0.5
+    tags: tuple[str, ...] = ()
+    evidence: tuple[Evidence, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ExtractedEdge:
+    source: str
+    target: str
+    relationship: str
+    justification: str = ""
+    evidence: tuple[Evidence, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Reference:
+    """An explicit ``memory:``/``session:`` reference (``target``) written in a turn (``memory_id``)."""
+
+    target: str
+    memory_id: str
+    quote: str
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkExtraction:
+    """One unit's validated extraction: canonical ids, memory ids, grounded evidence only."""
+
+    unit_id: str
+    summary: str = ""
+    nodes: tuple[ExtractedNode, ...] = ()
+    edges: tuple[ExtractedEdge, ...] = ()
+    references: tuple[Reference, ...] = ()
+    ungrounded: tuple[dict[str, Any], ...] = ()
+    invalid_turn_refs: int = 0
+    dropped_items: int = 0
+
+    def to_payload(self) -> dict[str, Any]:
+        """Plain JSON-ready data (``chunk_results.payload``)."""
+        return asdict(self)
+
+    @classmethod
+    def from_payload(cls, data: Mapping[str, Any]) -> "ChunkExtraction":
+        """Inverse of :meth:`to_payload`."""
+
+        def ev(items: Sequence[Mapping[str, Any]]) -> tuple[Evidence, ...]:
+            return tuple(Evidence(i["memory_id"], i["quote"]) for i in items)
+
+        return cls(
+            unit_id=data["unit_id"],
+            summary=data.get("summary", ""),
+            nodes=tuple(
+                ExtractedNode(
+                    n["id"], n["type"], n["name"], n["description"], tuple(n["aliases"]), n["confidence"],
+                    tuple(n["tags"]), ev(n["evidence"]),
+                )
+                for n in data.get("nodes", ())
+            ),
+            edges=tuple(
+                ExtractedEdge(e["source"], e["target"], e["relationship"], e["justification"], ev(e["evidence"]))
+                for e in data.get("edges", ())
+            ),
+            references=tuple(Reference(r["target"], r["memory_id"], r["quote"]) for r in data.get("references", ())),
+            ungrounded=tuple(dict(u) for u in data.get("ungrounded", ())),
+            invalid_turn_refs=data.get("invalid_turn_refs", 0),
+            dropped_items=data.get("dropped_items", 0),
+        )
+
+
+# --- names and ids -----------------------------------------------------------------------------
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_PROSE_SEPARATORS = re.compile(r"[\s_\-–—→/]+")
+
+
+def clean_text(value: Any, *, limit: int = MAX_TEXT_CHARS) -> str:
+    """A string with control characters turned into spaces, white space collapsed, clipped."""
+    if not isinstance(value, str):
+        return ""
+    return " ".join(_CONTROL.sub(" ", unicodedata.normalize("NFC", value)).split())[:limit]
+
+
+def canonical_name(node_type: str, name: str) -> str:
+    """The name part of a semantic node id: prose types lower-cased with separators unified."""
+    cleaned = clean_text(name, limit=MAX_NAME_CHARS).strip("`'\"")
+    if node_type in PROSE_TYPES:
+        cleaned = " ".join(_PROSE_SEPARATORS.sub(" ", cleaned.casefold()).split())
+    return cleaned
+
+
+def identity_key(node_type: str, name: str) -> tuple[str, str]:
+    """The (TYPE, normalised name) pair that deduplicates nodes across chunks and sessions."""
+    return node_type, canonical_name(node_type, name).casefold()
+
+
+def semantic_node_id(node_type: str, name: str) -> str | None:
+    """``<TYPE>:<canonical name>``, or ``None`` when the name is empty or the id invalid."""
+    canonical = canonical_name(node_type, name)
+    if not canonical:
+        return None
+    node_id = f"{node_type}:{canonical}"[:MAX_NODE_ID_LENGTH].rstrip()
+    try:
+        normalized = normalize_graph_node_id(node_id)
+    except InvalidIdError:
+        return None
+    # A name like "memory:x" would make a row-backed id; those are never semantic nodes.
+    return normalized if normalized.partition(":")[0] == node_type else None
+
+
+def coerce_type(value: Any, semantic_types: Collection[str]) -> str:
+    """The upper-cased type when it is in the vocabulary, else CONCEPT."""
+    upper = clean_text(value, limit=64).upper().replace(" ", "_")
+    return upper if upper in semantic_types else DEFAULT_TYPE
+
+
+def coerce_relationship(value: Any) -> str:
+    """The upper-cased relationship when it is a known semantic one, else RELATES_TO."""
+    upper = clean_text(value, limit=64).upper().replace(" ", "_").replace("-", "_")
+    return upper if upper in SEMANTIC_RELATIONSHIPS else DEFAULT_RELATIONSHIP
+
+
+# --- explicit references -----------------------------------------------------------------------
+# Ids may contain '.' and ':' (and end a sentence), so trailing '.', ':' and ')' are stripped.
+_REFERENCE = re.compile(r"(?<![A-Za-z0-9_])(memory|session|MEMORY|SESSION|Memory|Session):([A-Za-z0-9_.:@+=-]+)")
+
+
+def find_references(unit: WorkUnit) -> tuple[Reference, ...]:
+    """Every explicit ``memory:<id>`` / ``session:<id>`` written in the unit's turns (pure)."""
+    found: list[Reference] = []
+    seen: set[tuple[str, str]] = set()
+    for turn in unit.turns:
+        for match in _REFERENCE.finditer(turn.text):
+            suffix = match.group(2).rstrip(".:)")
+            if not suffix:
+                continue
+            try:
+                target = normalize_graph_node_id(f"{match.group(1)}:{suffix}")
+            except InvalidIdError:
+                continue
+            if (target, turn.memory_id) not in seen and target != f"memory:{turn.memory_id}":
+                seen.add((target, turn.memory_id))
+                found.append(Reference(target, turn.memory_id, f"{match.group(1)}:{suffix}"))
+    return tuple(found)
+
+
+# --- validation --------------------------------------------------------------------------------
+@dataclass(slots=True)
+class _Grounding:
+    turns: dict[int, UnitTurn]
+    folded: dict[int, str]
+    ungrounded: list[dict[str, Any]] = field(default_factory=list)
+    invalid_turn_refs: int = 0
+
+    def ground(self, items: Any, owner: str) -> tuple[Evidence, ...]:
+        """Grounded evidence of one node/edge; the rest is flagged in ``ungrounded``."""
+        grounded: list[Evidence] = []
+        for item in items if isinstance(items, list) else []:
+            if not isinstance(item, Mapping):
+                continue
+            quote = clean_text(item.get("quote"), limit=500)
+            turn = item.get("turn")
+            number = turn if isinstance(turn, int) and not isinstance(turn, bool) else None
+            if number is not None and number not in self.turns:
+                self.invalid_turn_refs += 1
+                number = None
+            memory_id = self._locate(quote, number) if quote else None
+            if memory_id is None:
+                self.ungrounded.append({"owner": owner, "turn": turn, "quote": quote})
+            elif Evidence(memory_id, quote) not in grounded:
+                grounded.append(Evidence(memory_id, quote))
+        return tuple(grounded)
+
+    def _locate(self, quote: str, number: int | None) -> str | None:
+        needle = quote.casefold()
+        if number is not None and needle in self.folded[number]:
+            return self.turns[number].memory_id
+        # Models garble numbers more often than quotes: accept the quote in another turn.
+        for other, text in self.folded.items():
+            if needle in text:
+                return self.turns[other].memory_id
+        return None
+
+
+def validate_extraction(raw: Any, unit: WorkUnit, *, semantic_types: Collection[str]) -> ChunkExtraction:
+    """Check a reply in the model schema and turn it into a :class:`ChunkExtraction` (pure).
+
+    Raises :class:`ExtractionFailure` ``schema-failure`` when the reply is not an object with a
+    ``nodes`` list (a ``graph: {nodes, edges}`` wrapper, the earlier system's shape, is accepted).
+    Bad items are dropped and counted; evidence whose quote is not in the chunk text is flagged in
+    ``ungrounded`` and never used as provenance; turn numbers outside the unit are counted.
+    """
+    if isinstance(raw, Mapping) and isinstance(raw.get("graph"), Mapping):
+        raw = {**raw["graph"], "summary": raw.get("summary", "")}
+    if not isinstance(raw, Mapping) or not isinstance(raw.get("nodes"), list):
+        raise ExtractionFailure("schema-failure", "reply is not an object with a 'nodes' list")
+    edges_raw = raw.get("edges", [])
+    if not isinstance(edges_raw, list):
+        raise ExtractionFailure("schema-failure", "'edges' is not a list")
+    grounding = _Grounding(
+        turns={t.number: t for t in unit.turns},
+        folded={t.number: clean_text(t.text, limit=len(t.text) + 1).casefold() for t in unit.turns},
+    )
+    dropped = 0
+    nodes: dict[str, ExtractedNode] = {}
+    handles: dict[str, str] = {}  # what the reply may call a node (its id, name, aliases) -> node id
+    for item in raw["nodes"]:
+        node = _node(item, semantic_types, grounding)
+        if node is None:
+            dropped += 1
+            continue
+        if node.id in nodes:  # the same entity twice in one reply: keep one, merge its evidence
+            first = nodes[node.id]
+            node = ExtractedNode(
+                first.id, first.type, first.name, max(first.description, node.description, key=len),
+                _union(first.aliases, node.aliases), max(first.confidence, node.confidence),
+                _union(first.tags, node.tags), _union(first.evidence, node.evidence),
+            )
+        nodes[node.id] = node
+        for handle in (item.get("id"), item.get("name"), node.id, node.name, *node.aliases):
+            if isinstance(handle, str) and handle.strip():
+                handles.setdefault(handle.strip().casefold(), node.id)
+    edges: dict[tuple[str, str, str], ExtractedEdge] = {}
+    for item in edges_raw:
+        edge = _edge(item, handles, grounding)
+        if edge is None:
+            dropped += 1
+            continue
+        key = (edge.source, edge.target, edge.relationship)
+        if key in edges:
+            first = edges[key]
+            edge = ExtractedEdge(*key, _join(first.justification, edge.justification), _union(first.evidence, edge.evidence))
+        edges[key] = edge
+    return ChunkExtraction(
+        unit_id=unit.unit_id,
+        summary=clean_text(raw.get("summary")),
+        nodes=tuple(nodes.values()),
+        edges=tuple(edges.values()),
+        references=find_references(unit),
+        ungrounded=tuple(grounding.ungrounded),
+        invalid_turn_refs=grounding.invalid_turn_refs,
+        dropped_items=dropped,
+    )
+
+
+def _node(item: Any, semantic_types: Collection[str], grounding: _Grounding) -> ExtractedNode | None:
+    if not isinstance(item, Mapping):
+        return None
+    name, node_type = item.get("name"), item.get("type")
+    given_id = item.get("id") if isinstance(item.get("id"), str) else ""
+    if (not isinstance(name, str) or not name.strip()) and ":" in given_id:
+        node_type, _, name = given_id.partition(":")  # the earlier system's "Type:Name" ids
+    node_type = coerce_type(node_type, semantic_types)
+    node_id = semantic_node_id(node_type, name if isinstance(name, str) else "")
+    if node_id is None:
+        return None
+    display = clean_text(name, limit=MAX_NAME_CHARS)
+    aliases = [clean_text(a, limit=MAX_NAME_CHARS) for a in item.get("aliases", []) if isinstance(a, str)]
+    confidence = item.get("confidence", 0.5)
+    if not isinstance(confidence, (int, float)) or isinstance(confidence, bool) or confidence != confidence:
+        confidence = 0.5
+    tags = [clean_text(t, limit=64).lower() for t in item.get("tags", []) if isinstance(t, str)]
+    return ExtractedNode(
+        id=node_id,
+        type=node_type,
+        name=display,
+        description=clean_text(item.get("description")),
+        aliases=tuple(sorted({a for a in [display, *aliases] if a})),
+        confidence=round(min(1.0, max(0.0, float(confidence))), 4),
+        tags=tuple(sorted({t for t in tags if t})),
+        evidence=grounding.ground(item.get("evidence"), node_id),
+    )
+
+
+def _edge(item: Any, handles: Mapping[str, str], grounding: _Grounding) -> ExtractedEdge | None:
+    if not isinstance(item, Mapping):
+        return None
+    ends = []
+    for key in ("source", "target"):
+        value = item.get(key)
+        ends.append(handles.get(value.strip().casefold()) if isinstance(value, str) else None)
+    source, target = ends
+    if source is None or target is None or source == target:
+        return None
+    relationship = coerce_relationship(item.get("relationship"))
+    return ExtractedEdge(
+        source,
+        target,
+        relationship,
+        clean_text(item.get("justification"), limit=500),
+        grounding.ground(item.get("evidence"), f"{source} {relationship} {target}"),
+    )
+
+
+def _union(first: Sequence[Any], second: Sequence[Any]) -> tuple[Any, ...]:
+    return tuple(dict.fromkeys([*first, *second]))
+
+
+def _join(first: str, second: str) -> str:
+    parts = [p for p in dict.fromkeys([first, second]) if p]
+    return "; ".join(parts)

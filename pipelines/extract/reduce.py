@@ -1,0 +1,159 @@
+"""Reduce: a session's chunk extractions → one deduplicated extraction (pure, deterministic).
+
+Chunks are read in order. Nodes are deduplicated by (TYPE, normalised name): the first occurrence
+keeps its id and later ids remap to it; descriptions merge to the longest, aliases and tags to
+their union, confidence to the maximum, provenance to the union. Edges are remapped and keyed by
+(source, target, relationship). Summaries are joined in chunk order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pipelines.extract.model import ChunkExtraction, Evidence, identity_key
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Point:
+    """One provenance point: where something was said (``memory``/``evidence`` empty when the
+    extractor gave no grounded quote — then only the session and chunk are known)."""
+
+    session: str
+    memory: str
+    chunk_id: str
+    evidence: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "session": self.session,
+            "memory": self.memory or None,
+            "chunk_id": self.chunk_id,
+            "evidence": self.evidence or None,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ReducedNode:
+    id: str
+    type: str
+    name: str
+    description: str
+    aliases: tuple[str, ...]
+    confidence: float
+    tags: tuple[str, ...]
+    provenance: tuple[Point, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ReducedEdge:
+    source: str
+    target: str
+    relationship: str
+    justification: str
+    provenance: tuple[Point, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ReducedReference:
+    """``target`` (a ``memory:``/``session:`` id) is referenced by the turn ``memory_id``."""
+
+    target: str
+    memory_id: str
+    quotes: tuple[str, ...]
+    chunk_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ReducedSession:
+    session_id: str
+    summary: str
+    nodes: tuple[ReducedNode, ...]
+    edges: tuple[ReducedEdge, ...]
+    references: tuple[ReducedReference, ...]
+    remapped: dict[str, str] = field(default_factory=dict)
+    ungrounded: int = 0
+    invalid_turn_refs: int = 0
+    dropped_items: int = 0
+
+
+def points(session_id: str, chunk_id: str, evidence: Iterable[Evidence]) -> list[Point]:
+    """Provenance points of grounded evidence, or one chunk-level point when there is none."""
+    found = [Point(f"session:{session_id}", f"memory:{e.memory_id}", chunk_id, e.quote) for e in evidence]
+    return found or [Point(f"session:{session_id}", "", chunk_id, "")]
+
+
+def reduce_session(session_id: str, extractions: Sequence[ChunkExtraction]) -> ReducedSession:
+    """Merge the extractions of a session's chunks (given in chunk order) into one."""
+    first_id: dict[tuple[str, str], str] = {}
+    remap: dict[str, str] = {}
+    nodes: dict[str, dict[str, Any]] = {}
+    for extraction in extractions:
+        for node in extraction.nodes:
+            key = identity_key(node.type, node.name)
+            keeper = first_id.setdefault(key, node.id)
+            if node.id != keeper:
+                remap[node.id] = keeper
+            merged = nodes.get(keeper)
+            new_points = points(session_id, extraction.unit_id, node.evidence)
+            if merged is None:
+                nodes[keeper] = {
+                    "type": node.type, "name": node.name, "description": node.description,
+                    "aliases": set(node.aliases), "confidence": node.confidence, "tags": set(node.tags),
+                    "provenance": set(new_points),
+                }
+                continue
+            if len(node.description) > len(merged["description"]):
+                merged["description"] = node.description
+            merged["aliases"].update(node.aliases)
+            merged["tags"].update(node.tags)
+            merged["confidence"] = max(merged["confidence"], node.confidence)
+            merged["provenance"].update(new_points)
+    edges: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for extraction in extractions:
+        for edge in extraction.edges:
+            source, target = remap.get(edge.source, edge.source), remap.get(edge.target, edge.target)
+            if source == target:
+                continue
+            key = (source, target, edge.relationship)
+            merged = edges.setdefault(key, {"justifications": [], "provenance": set()})
+            if edge.justification and edge.justification not in merged["justifications"]:
+                merged["justifications"].append(edge.justification)
+            merged["provenance"].update(points(session_id, extraction.unit_id, edge.evidence))
+    references: dict[tuple[str, str], dict[str, list[str]]] = {}
+    for extraction in extractions:
+        for ref in extraction.references:
+            merged = references.setdefault((ref.target, ref.memory_id), {"quotes": [], "chunks": []})
+            for bucket, value in (("quotes", ref.quote), ("chunks", extraction.unit_id)):
+                if value not in merged[bucket]:
+                    merged[bucket].append(value)
+    return ReducedSession(
+        session_id=session_id,
+        summary="\n".join(e.summary for e in extractions if e.summary),
+        nodes=tuple(
+            ReducedNode(
+                node_id, n["type"], n["name"], n["description"], tuple(sorted(n["aliases"])), n["confidence"],
+                tuple(sorted(n["tags"])), _clean_points(n["provenance"]),
+            )
+            for node_id, n in sorted(nodes.items())
+        ),
+        edges=tuple(
+            ReducedEdge(s, t, r, "; ".join(e["justifications"]), _clean_points(e["provenance"]))
+            for (s, t, r), e in sorted(edges.items())
+        ),
+        references=tuple(
+            ReducedReference(target, memory_id, tuple(r["quotes"]), tuple(r["chunks"]))
+            for (target, memory_id), r in sorted(references.items())
+        ),
+        remapped=dict(sorted(remap.items())),
+        ungrounded=sum(len(e.ungrounded) for e in extractions),
+        invalid_turn_refs=sum(e.invalid_turn_refs for e in extractions),
+        dropped_items=sum(e.dropped_items for e in extractions),
+    )
+
+
+def _clean_points(found: set[Point]) -> tuple[Point, ...]:
+    """Sorted points; a chunk-level point is dropped when the chunk also gave a grounded one."""
+    grounded_chunks = {p.chunk_id for p in found if p.memory}
+    return tuple(sorted(p for p in found if p.memory or p.chunk_id not in grounded_chunks))

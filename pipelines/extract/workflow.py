@@ -1,0 +1,218 @@
+"""Extraction of sessions: turns → units → map → reduce → fail-closed commit, with the counts a
+cycle reports. Stores and the extractor are injected; nothing here reads settings or the clock."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Collection, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from functools import partial
+from typing import Any
+
+import anyio
+import structlog
+
+from config import Settings
+from pipelines.extract.commit import GraphIndex, commit_session
+from pipelines.extract.heuristic import HeuristicExtractor
+from pipelines.extract.map import UnitOutcome, map_units
+from pipelines.extract.model import Extractor
+from pipelines.extract.reduce import reduce_session
+from pipelines.extract.units import SourceTurn, plan_units
+from store.chroma import ChromaStore, ChromaUnavailableError, MemoryRow
+from store.chunks import ChunkResultStore
+from store.graph import GraphStore
+from store.ids import is_valid_row_id
+from store.lazy_queue import LazyEdgeQueue
+from store.runstate import DigestRecord, RunStateStore
+
+log = structlog.get_logger(__name__)
+
+
+@asynccontextmanager
+async def open_extractor(settings: Settings) -> AsyncIterator[Extractor]:
+    """The extractor named by ``REM_EXTRACTOR``, open for the duration of the block."""
+    if settings.extractor == "openai":
+        from pipelines.extract.llm import OpenAIExtractor
+
+        async with OpenAIExtractor(settings) as extractor:
+            yield extractor
+    else:
+        yield HeuristicExtractor()
+
+
+@dataclass(frozen=True)
+class ExtractEnv:
+    """Everything extraction works with."""
+
+    chroma: ChromaStore
+    graph: GraphStore
+    runstate: RunStateStore
+    chunks: ChunkResultStore
+    queue: LazyEdgeQueue
+    graph_index: GraphIndex
+    extractor: Extractor
+    semantic_types: Collection[str]
+    budget_tokens: int | None
+    max_attempts: int
+    concurrency: int
+    run_id: str | None
+    now: datetime
+
+
+@dataclass(slots=True)
+class ExtractStats:
+    """Counts of an extract phase (``--once --json`` shows them)."""
+
+    sessions_attempted: int = 0
+    sessions_digested: int = 0
+    sessions_failed: int = 0
+    sessions_deferred: int = 0
+    sessions_undigestible: int = 0
+    chunks_total: int = 0
+    chunks_ok: int = 0
+    chunks_reused: int = 0
+    chunks_empty: int = 0
+    chunks_failed: int = 0
+    chunks_deferred: int = 0
+    tokens_in: int = 0
+    tokens_out: int = 0
+    nodes_written: int = 0
+    edges_written: int = 0
+    lazy_edges_queued: int = 0
+    edges_dropped: int = 0
+    linked_existing: int = 0
+    ungrounded_evidence: int = 0
+    invalid_turn_refs: int = 0
+    failures_by_kind: dict[str, int] = field(default_factory=dict)
+    failed_chunks: list[str] = field(default_factory=list)
+    interrupted: bool = False
+
+    def count_outcomes(self, outcomes: Sequence[UnitOutcome]) -> None:
+        self.chunks_total += len(outcomes)
+        for outcome in outcomes:
+            self.tokens_in += outcome.tokens_in
+            self.tokens_out += outcome.tokens_out
+            if outcome.status == "ok":
+                self.chunks_ok += 1
+            elif outcome.status == "reused":
+                self.chunks_reused += 1
+            elif outcome.status == "empty":
+                self.chunks_empty += 1
+            elif outcome.status == "deferred":
+                self.chunks_deferred += 1
+            else:
+                self.chunks_failed += 1
+                kind = outcome.error_kind or "provider-error"
+                self.failures_by_kind[kind] = self.failures_by_kind.get(kind, 0) + 1
+                if len(self.failed_chunks) < 50:
+                    self.failed_chunks.append(outcome.unit.unit_id)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def source_turns(rows: Sequence[MemoryRow]) -> list[SourceTurn]:
+    """A session's memory rows (already in turn order) as extractor input; rows whose id cannot be
+    a graph id are left out (ingest reported them)."""
+    return [
+        SourceTurn(row.id, row.document, row.metadata.get("role") if isinstance(row.metadata.get("role"), str) else None)
+        for row in rows
+        if is_valid_row_id(row.id)
+    ]
+
+
+async def extract_session(record: DigestRecord, env: ExtractEnv, stats: ExtractStats, limiter: anyio.CapacityLimiter) -> str:
+    """Extract one session and commit it if every chunk succeeded; returns ``digested``,
+    ``failed``, ``deferred`` or ``undigestible``. A failure is recorded, never raised (except
+    Chroma being unreachable, which fails the whole phase)."""
+    sid = record.session_id
+    try:
+        rows = await env.chroma.memories_for_session(sid)
+        units = plan_units(sid, source_turns(rows), budget_tokens=env.budget_tokens)
+        outcomes = await map_units(
+            units, extractor=env.extractor, store=env.chunks, semantic_types=env.semantic_types,
+            limiter=limiter, now=env.now, run_id=env.run_id,
+        )
+        stats.count_outcomes(outcomes)
+        failed = [o for o in outcomes if o.extraction is None]
+        if failed:
+            if all(o.status == "deferred" for o in failed):
+                log.info("session deferred: chunks backing off", session_id=sid, chunks=[o.unit.unit_id for o in failed])
+                return "deferred"
+            first = next(o for o in failed if o.status == "failed")
+            return await _record_failure(
+                record, env, f"{len(failed)}/{len(outcomes)} chunks failed; {first.unit.unit_id}: {first.error_kind}: {first.error}"
+            )
+        reduced = reduce_session(sid, [o.extraction for o in outcomes if o.extraction is not None])
+        keep = [u.content_hash for u in units]
+
+        def on_commit() -> None:
+            env.runstate.mark_digested(sid, record.input_revision, env.run_id or "-")
+            env.chunks.prune_session(sid, keep)
+
+        committed = await anyio.to_thread.run_sync(
+            partial(
+                commit_session, reduced, graph=env.graph, graph_index=env.graph_index, on_commit=on_commit,
+                queue_append=env.queue.append,
+            )
+        )
+    except ChromaUnavailableError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - one bad session must not stop the cycle
+        log.exception("session extraction crashed", session_id=sid)
+        return await _record_failure(record, env, f"error: {exc!r}"[:500])
+    stats.nodes_written += committed.nodes_written
+    stats.edges_written += committed.edges_written
+    stats.lazy_edges_queued += committed.lazy_edges_queued
+    stats.edges_dropped += committed.edges_dropped
+    stats.linked_existing += committed.linked_existing
+    stats.ungrounded_evidence += reduced.ungrounded
+    stats.invalid_turn_refs += reduced.invalid_turn_refs
+    return "digested"
+
+
+async def _record_failure(record: DigestRecord, env: ExtractEnv, reason: str) -> str:
+    state = await anyio.to_thread.run_sync(
+        partial(env.runstate.record_failure, record.session_id, reason=reason, run_id=env.run_id or "-",
+                max_attempts=env.max_attempts)
+    )
+    log.warning("session not digested", session_id=record.session_id, state=state, reason=reason[:300])
+    return "undigestible" if state == "undigestible" else "failed"
+
+
+async def extract_sessions(
+    records: Sequence[DigestRecord], env: ExtractEnv, *, should_stop: Callable[[], bool] = lambda: False
+) -> ExtractStats:
+    """Extract sessions, several at a time so that small sessions keep the model busy; at most
+    ``env.concurrency`` extractor calls run at once across all of them. A stop request lets the
+    sessions already started finish and starts no new one."""
+    stats = ExtractStats()
+    calls = anyio.CapacityLimiter(env.concurrency)
+    sessions = anyio.CapacityLimiter(env.concurrency)
+    tally = {"digested": "sessions_digested", "failed": "sessions_failed", "deferred": "sessions_deferred",
+             "undigestible": "sessions_undigestible"}
+
+    async def one(record: DigestRecord) -> None:
+        try:
+            if should_stop():
+                stats.interrupted = True
+                return
+            stats.sessions_attempted += 1
+            result = await extract_session(record, env, stats, calls)
+            setattr(stats, tally[result], getattr(stats, tally[result]) + 1)
+            if result == "undigestible":
+                stats.sessions_failed += 1
+        finally:
+            sessions.release_on_behalf_of(record)
+
+    async with anyio.create_task_group() as tg:
+        for record in records:
+            await sessions.acquire_on_behalf_of(record)
+            if should_stop():
+                sessions.release_on_behalf_of(record)
+                stats.interrupted = True
+                break
+            tg.start_soon(one, record)
+    return stats

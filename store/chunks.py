@@ -1,0 +1,157 @@
+"""Run state of extraction: ``chunk_results``, one row per (chunk content hash, extractor fingerprint).
+
+An ``ok`` row is the chunk's extraction, reused as long as the chunk's content and the extractor's
+fingerprint are unchanged (no second model call). A ``failed`` row carries the failure kind, the
+attempts and the time before which the chunk is not tried again.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from store.db import Database
+from store.graph import chunked, dumps, utc_now
+
+_IN_CHUNK = 900
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkResult:
+    session_id: str
+    chunk_id: str
+    content_hash: str
+    fingerprint: str
+    status: str
+    error_kind: str | None
+    error: str | None
+    attempts: int
+    next_attempt_at: str | None
+    tokens_in: int
+    tokens_out: int
+    latency_ms: float
+    payload: dict[str, Any] | None
+    run_id: str | None
+    updated_at: str
+
+
+class ChunkResultStore:
+    """Typed access to ``chunk_results`` (same database file as the graph)."""
+
+    def __init__(self, db: Database, *, clock: Callable[[], str] = utc_now) -> None:
+        self.db = db
+        self.clock = clock
+
+    def get_many(self, content_hashes: Iterable[str], fingerprint: str) -> dict[str, ChunkResult]:
+        """Rows for ``fingerprint`` among ``content_hashes``, by content hash."""
+        hashes = sorted(set(content_hashes))
+        found: dict[str, ChunkResult] = {}
+        for part in chunked(hashes, _IN_CHUNK):
+            marks = ",".join("?" * len(part))
+            rows = self.db.query(
+                f"SELECT * FROM chunk_results WHERE fingerprint = ? AND content_hash IN ({marks})", [fingerprint, *part]
+            )
+            found.update((r["content_hash"], _result(r)) for r in rows)
+        return found
+
+    def record_ok(
+        self,
+        *,
+        session_id: str,
+        chunk_id: str,
+        content_hash: str,
+        fingerprint: str,
+        tokens_in: int,
+        tokens_out: int,
+        latency_ms: float,
+        payload: dict[str, Any],
+        run_id: str | None,
+    ) -> None:
+        """Store a successful extraction (replacing an earlier failure of the same chunk)."""
+        self._upsert(
+            (session_id, chunk_id, content_hash, fingerprint, "ok", None, None, None, tokens_in, tokens_out,
+             latency_ms, dumps(payload), run_id, self.clock()),
+        )
+
+    def record_failure(
+        self,
+        *,
+        session_id: str,
+        chunk_id: str,
+        content_hash: str,
+        fingerprint: str,
+        error_kind: str,
+        error: str,
+        next_attempt_at: str | None,
+        tokens_in: int,
+        tokens_out: int,
+        latency_ms: float,
+        run_id: str | None,
+    ) -> int:
+        """Store a failed attempt; returns the chunk's attempt count so far."""
+        self._upsert(
+            (session_id, chunk_id, content_hash, fingerprint, "failed", error_kind, error[:2000], next_attempt_at,
+             tokens_in, tokens_out, latency_ms, None, run_id, self.clock()),
+        )
+        rows = self.db.query(
+            "SELECT attempts FROM chunk_results WHERE content_hash = ? AND fingerprint = ?", (content_hash, fingerprint)
+        )
+        return rows[0][0]
+
+    def _upsert(self, row: tuple[Any, ...]) -> None:
+        with self.db.transaction() as conn:
+            conn.execute(
+                "INSERT INTO chunk_results(session_id, chunk_id, content_hash, fingerprint, status, error_kind, error, "
+                "next_attempt_at, tokens_in, tokens_out, latency_ms, payload, run_id, updated_at, attempts) "
+                "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,1) ON CONFLICT(content_hash, fingerprint) DO UPDATE SET "
+                "session_id = excluded.session_id, chunk_id = excluded.chunk_id, status = excluded.status, "
+                "error_kind = excluded.error_kind, error = excluded.error, next_attempt_at = excluded.next_attempt_at, "
+                "tokens_in = chunk_results.tokens_in + excluded.tokens_in, "
+                "tokens_out = chunk_results.tokens_out + excluded.tokens_out, latency_ms = excluded.latency_ms, "
+                "payload = excluded.payload, run_id = excluded.run_id, updated_at = excluded.updated_at, "
+                "attempts = chunk_results.attempts + 1",
+                row,
+            )
+
+    def prune_session(self, session_id: str, keep_hashes: Iterable[str]) -> int:
+        """Delete the session's rows for chunks it no longer has, and its failures (call in the
+        commit transaction: a digested session has nothing failing)."""
+        keep = set(keep_hashes)
+        with self.db.transaction() as conn:
+            rows = conn.execute(
+                "SELECT content_hash, fingerprint, status FROM chunk_results WHERE session_id = ?", (session_id,)
+            ).fetchall()
+            doomed = [(r[0], r[1]) for r in rows if r[2] == "failed" or r[0] not in keep]
+            conn.executemany("DELETE FROM chunk_results WHERE content_hash = ? AND fingerprint = ?", doomed)
+        return len(doomed)
+
+    def reset_failures(self, session_ids: Iterable[str] | None = None) -> int:
+        """Forget failed attempts (all, or of ``session_ids``) so the chunks are tried at once."""
+        with self.db.transaction() as conn:
+            if session_ids is None:
+                return conn.execute("DELETE FROM chunk_results WHERE status = 'failed'").rowcount
+            return conn.executemany(
+                "DELETE FROM chunk_results WHERE status = 'failed' AND session_id = ?", [(s,) for s in session_ids]
+            ).rowcount
+
+
+def _result(row: Any) -> ChunkResult:
+    return ChunkResult(
+        session_id=row["session_id"],
+        chunk_id=row["chunk_id"],
+        content_hash=row["content_hash"],
+        fingerprint=row["fingerprint"],
+        status=row["status"],
+        error_kind=row["error_kind"],
+        error=row["error"],
+        attempts=row["attempts"],
+        next_attempt_at=row["next_attempt_at"],
+        tokens_in=row["tokens_in"],
+        tokens_out=row["tokens_out"],
+        latency_ms=row["latency_ms"],
+        payload=json.loads(row["payload"]) if row["payload"] else None,
+        run_id=row["run_id"],
+        updated_at=row["updated_at"],
+    )

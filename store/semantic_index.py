@@ -1,0 +1,42 @@
+"""Look-ups of existing semantic nodes by id, name or alias (for identity at commit time)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from store.db import Database
+from store.graph import Node, chunked
+
+_IN_CHUNK = 400
+
+
+class SemanticIndex:
+    """Finds nodes of a label by exact id, by name (ASCII case-insensitive) or by one of their
+    ``aliases`` — the graph side of :func:`pipelines.extract.commit.match_existing`."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    def find(self, label: str, *, ids: Sequence[str], names: Sequence[str]) -> list[Node]:
+        """Nodes of ``label`` whose id is in ``ids`` or whose name or an alias is in ``names``."""
+        found: dict[str, Node] = {}
+        for part in chunked(sorted(set(ids)), _IN_CHUNK):
+            marks = ",".join("?" * len(part))
+            rows = self.db.query(f"SELECT id, label, name, properties FROM nodes WHERE id IN ({marks})", part)
+            found.update((r["id"], _node(r)) for r in rows if r["label"] == label)
+        for part in chunked(sorted(set(names)), _IN_CHUNK):
+            marks = ",".join("?" * len(part))
+            rows = self.db.query(
+                f"SELECT id, label, name, properties FROM nodes WHERE label = ? AND name COLLATE NOCASE IN ({marks}) "
+                f"UNION SELECT n.id, n.label, n.name, n.properties FROM nodes AS n, json_each(n.properties, '$.aliases') AS a "
+                f"WHERE n.label = ? AND a.type = 'text' AND a.value COLLATE NOCASE IN ({marks})",
+                [label, *part, label, *part],
+            )
+            found.update((r["id"], _node(r)) for r in rows)
+        return [found[k] for k in sorted(found)]
+
+
+def _node(row: Any) -> Node:
+    return Node(row["id"], row["label"], row["name"], json.loads(row["properties"]))

@@ -1,0 +1,301 @@
+"""A real OpenAI-compatible chat-completions server on 127.0.0.1 with scripted behaviour, for tests
+and benchmarks (no mocks: the extractor talks HTTP to it like to Ollama or vLLM).
+
+    with LLMServer() as llm:                      # or the ``llm_server`` pytest fixture
+        llm.script(rate_limited(retry_after="1"), ok())          # next two chat requests
+        llm.script(malformed(), match="CHUNK-B")                 # first request whose prompt has CHUNK-B
+        settings = load_settings(..., llm_base_url=llm.url, extractor="openai")
+        ...
+        assert llm.chat_count == 3
+
+Behaviours are consumed in order per script; a request no script matches gets the default
+(:func:`ok`, an extraction derived from the prompt: one CLASS node per CamelCase word of each turn,
+cited with that turn's number). ``GET /v1/models`` answers a model list. Every request is recorded.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+Content = str | dict[str, Any] | Callable[[dict[str, Any]], Any] | None
+
+
+@dataclass(frozen=True)
+class Reply:
+    """A 200 answer. ``content``: a string (sent verbatim), a dict (sent as JSON), a callable of the
+    request body, or ``None`` for :func:`auto_extraction`."""
+
+    content: Content = None
+    finish_reason: str = "stop"
+    delay: float = 0.0
+    usage: tuple[int, int] | None = None
+
+
+@dataclass(frozen=True)
+class Status:
+    """A non-200 answer."""
+
+    status: int
+    body: str = ""
+    headers: dict[str, str] = field(default_factory=dict)
+    delay: float = 0.0
+
+
+Behaviour = Reply | Status
+
+
+def ok(content: Content = None, *, delay: float = 0.0) -> Reply:
+    return Reply(content, delay=delay)
+
+
+def slow(seconds: float, content: Content = None) -> Reply:
+    return Reply(content, delay=seconds)
+
+
+def rate_limited(*, retry_after: str | None = "1") -> Status:
+    headers = {"Retry-After": retry_after} if retry_after is not None else {}
+    return Status(429, '{"error": {"message": "rate limited"}}', headers)
+
+
+def server_error(status: int = 500) -> Status:
+    return Status(status, '{"error": {"message": "internal error"}}')
+
+
+def context_overflow() -> Status:
+    return Status(400, '{"error": {"message": "This model\'s maximum context length is 8192 tokens"}}')
+
+
+def malformed() -> Reply:
+    return Reply('{"nodes": [ {"name": "oops", ')
+
+
+def truncated() -> Reply:
+    return Reply('{"summary": "cut', finish_reason="length")
+
+
+def empty() -> Reply:
+    return Reply("")
+
+
+def out_of_range_turns() -> Reply:
+    """An extraction citing turn 99 (and 0): numbers the chunk does not have."""
+    return Reply(
+        lambda body: {
+            "summary": "",
+            "nodes": [
+                {"id": "n1", "type": "CONCEPT", "name": "phantom", "evidence": [{"turn": 99, "quote": "anything"}]},
+                {"id": "n2", "type": "CONCEPT", "name": "zero", "evidence": [{"turn": 0, "quote": "nothing"}]},
+            ],
+            "edges": [],
+        }
+    )
+
+
+_TURN = re.compile(r"^\[(\d+)\](?: \([^)]*\))? (.*)$")
+_CAMEL = re.compile(r"\b[A-Z][a-z0-9]+(?:[A-Z][a-z0-9]*)+\b")
+
+
+def prompt_turns(body: dict[str, Any]) -> list[tuple[int, str]]:
+    """``(number, text)`` of the turns in a request's first user message."""
+    user = next((m["content"] for m in body.get("messages", []) if m.get("role") == "user"), "")
+    turns: list[tuple[int, str]] = []
+    for line in user.splitlines():
+        match = _TURN.match(line)
+        if match:
+            turns.append((int(match.group(1)), match.group(2)))
+        elif turns:
+            turns[-1] = (turns[-1][0], turns[-1][1] + "\n" + line)
+    return turns
+
+
+def auto_extraction(body: dict[str, Any]) -> dict[str, Any]:
+    """A valid extraction of the prompt: a CLASS node per CamelCase word (first mention cited),
+    and a RELATES_TO edge between the first two of each turn."""
+    nodes: dict[str, dict[str, Any]] = {}
+    edges = []
+    for number, text in prompt_turns(body):
+        words = list(dict.fromkeys(_CAMEL.findall(text)))
+        for word in words:
+            nodes.setdefault(
+                word,
+                {"id": word, "type": "CLASS", "name": word, "description": f"{word} as discussed",
+                 "confidence": 0.8, "evidence": [{"turn": number, "quote": word}]},
+            )
+        if len(words) >= 2:
+            edges.append({"source": words[0], "target": words[1], "relationship": "DEPENDS_ON",
+                          "justification": "said together", "evidence": [{"turn": number, "quote": words[0]}]})
+    return {"summary": f"{len(nodes)} entities", "nodes": list(nodes.values()), "edges": edges}
+
+
+@dataclass(frozen=True)
+class Recorded:
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: dict[str, Any] | None
+    at: float
+
+    @property
+    def prompt(self) -> str:
+        """The first user message of a chat request ("" otherwise)."""
+        messages = (self.body or {}).get("messages", [])
+        return next((m["content"] for m in messages if m.get("role") == "user"), "")
+
+
+class LLMServer:
+    """The server; start/stop it, or use it as a context manager."""
+
+    def __init__(self, *, model: str = "test-model", default: Behaviour | None = None) -> None:
+        self.model = model
+        self.default: Behaviour = default or ok()
+        self.requests: list[Recorded] = []
+        self._scripts: list[tuple[str | None, list[Behaviour]]] = []
+        self._lock = threading.Lock()
+        self._httpd: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # --- lifecycle ----------------------------------------------------------------------
+    def start(self) -> "LLMServer":
+        handler = _handler(self)
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self._httpd.daemon_threads = True
+        self._httpd.request_queue_size = 128
+        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+            self._httpd = None
+
+    def __enter__(self) -> "LLMServer":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def url(self) -> str:
+        """Base URL to give the extractor (``REM_LLM_BASE_URL``), ending in ``/v1``."""
+        assert self._httpd is not None, "server not started"
+        return f"http://127.0.0.1:{self._httpd.server_address[1]}/v1"
+
+    # --- scripting ----------------------------------------------------------------------
+    def script(self, *behaviours: Behaviour, match: str | None = None) -> None:
+        """Queue behaviours for the next chat requests (those whose prompt contains ``match``)."""
+        with self._lock:
+            self._scripts.append((match, list(behaviours)))
+
+    def reset(self) -> None:
+        """Forget scripts and recorded requests."""
+        with self._lock:
+            self._scripts.clear()
+            self.requests.clear()
+
+    @property
+    def chat_requests(self) -> list[Recorded]:
+        with self._lock:
+            return [r for r in self.requests if r.path.endswith("/chat/completions")]
+
+    @property
+    def chat_count(self) -> int:
+        return len(self.chat_requests)
+
+    def _next(self, prompt: str) -> Behaviour:
+        with self._lock:
+            for match, queue in self._scripts:
+                if queue and (match is None or match in prompt):
+                    return queue.pop(0)
+        return self.default
+
+    def _record(self, request: Recorded) -> None:
+        with self._lock:
+            self.requests.append(request)
+
+
+def _handler(server: LLMServer) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - quiet test output
+            return
+
+        def do_GET(self) -> None:  # noqa: N802
+            server._record(Recorded("GET", self.path, dict(self.headers), None, time.monotonic()))
+            if self.path.rstrip("/").endswith("/models"):
+                self._send(200, {"object": "list", "data": [{"id": server.model, "object": "model"}]})
+            else:
+                self._send(404, {"error": {"message": "not found"}})
+
+        def do_POST(self) -> None:  # noqa: N802
+            length = int(self.headers.get("Content-Length") or 0)
+            raw = self.rfile.read(length)
+            try:
+                body = json.loads(raw or b"{}")
+            except ValueError:
+                self._send(400, {"error": {"message": "request body is not JSON"}})
+                return
+            recorded = Recorded("POST", self.path, dict(self.headers), body, time.monotonic())
+            server._record(recorded)
+            if not self.path.rstrip("/").endswith("/chat/completions"):
+                self._send(404, {"error": {"message": "not found"}})
+                return
+            behaviour = server._next(recorded.prompt)
+            if behaviour.delay:
+                time.sleep(behaviour.delay)
+            if isinstance(behaviour, Status):
+                self._send(behaviour.status, behaviour.body, behaviour.headers)
+                return
+            content = behaviour.content
+            if content is None:
+                content = auto_extraction(body)
+            elif callable(content):
+                content = content(body)
+            text = content if isinstance(content, str) else json.dumps(content)
+            tokens_in = sum(len(m.get("content", "")) for m in body.get("messages", [])) // 4
+            usage = behaviour.usage or (tokens_in, len(text) // 4)
+            self._send(
+                200,
+                {
+                    "id": "chatcmpl-test",
+                    "object": "chat.completion",
+                    "model": body.get("model", server.model),
+                    "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
+                                 "finish_reason": behaviour.finish_reason}],
+                    "usage": {"prompt_tokens": usage[0], "completion_tokens": usage[1],
+                              "total_tokens": usage[0] + usage[1]},
+                },
+            )
+
+        def _send(self, status: int, payload: Any, headers: dict[str, str] | None = None) -> None:
+            data = payload.encode() if isinstance(payload, str) else json.dumps(payload).encode()
+            try:
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                for key, value in (headers or {}).items():
+                    self.send_header(key, value)
+                self.end_headers()
+                self.wfile.write(data)
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the client gave up (a timeout test)
+
+    return Handler
+
+
+@pytest.fixture
+def llm_server() -> Iterator[LLMServer]:
+    """A started :class:`LLMServer`, stopped after the test."""
+    with LLMServer() as server:
+        yield server
