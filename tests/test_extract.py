@@ -1,0 +1,182 @@
+"""Pure parts of extraction: validation, ids, units, heuristic, reduce and the commit plan."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from config import DEFAULT_SEMANTIC_TYPES
+from pipelines.extract.commit import Candidate, match_existing, plan_commit
+from pipelines.extract.heuristic import extract_heuristic, find_mentions
+from pipelines.extract.model import (
+    ChunkExtraction,
+    UnitTurn,
+    WorkUnit,
+    find_references,
+    semantic_node_id,
+    unit_content_hash,
+    validate_extraction,
+)
+from pipelines.extract.reduce import reduce_session
+from pipelines.extract.units import SourceTurn, plan_units
+from store.db import Database
+from store.graph import GraphStore, Node
+from store.ids import normalize_graph_node_id
+from store.semantic_index import SemanticIndex
+
+TYPES = DEFAULT_SEMANTIC_TYPES
+
+
+def unit(*texts: str, unit_id: str = "s:chunk:0", first_memory: int = 0) -> WorkUnit:
+    turns = tuple(UnitTurn(n, f"m{first_memory + n - 1}", t) for n, t in enumerate(texts, start=1))
+    return WorkUnit(unit_id, "s", int(unit_id.rsplit(":", 1)[1]), turns, unit_content_hash("s", turns))
+
+
+def test_validation_coerces_grounds_and_counts() -> None:
+    work = unit("The Chunker is linear now.", "It replaced the quadratic join.")
+    raw = {
+        "summary": "chunking",
+        "nodes": [
+            {"id": "a", "type": "class", "name": "Chunker", "evidence": [{"turn": 1, "quote": "the  chunker is LINEAR"}]},
+            {"id": "b", "type": "gizmo", "name": "Quadratic-Join", "evidence": [{"turn": 1, "quote": "quadratic join"}]},
+            {"id": "c", "type": "CONCEPT", "name": "invented", "evidence": [{"turn": 2, "quote": "never said"}]},
+            {"type": "CLASS", "name": "  "},
+            "not an object",
+        ],
+        "edges": [
+            {"source": "a", "target": "b", "relationship": "replaces"},
+            {"source": "a", "target": "ghost", "relationship": "DEPENDS_ON"},
+        ],
+    }
+    extraction = validate_extraction(raw, work, semantic_types=TYPES)
+    nodes = {n.id: n for n in extraction.nodes}
+    assert set(nodes) == {"CLASS:Chunker", "CONCEPT:quadratic join", "CONCEPT:invented"}
+    assert nodes["CLASS:Chunker"].evidence[0].memory_id == "m0"
+    # a quote found in another turn than the cited one is re-attributed, not lost
+    assert nodes["CONCEPT:quadratic join"].evidence[0].memory_id == "m1"
+    assert nodes["CONCEPT:invented"].evidence == ()
+    assert extraction.ungrounded == ({"owner": "CONCEPT:invented", "turn": 2, "quote": "never said"},)
+    (edge,) = extraction.edges
+    assert (edge.source, edge.target, edge.relationship) == ("CLASS:Chunker", "CONCEPT:quadratic join", "RELATES_TO")
+    assert extraction.dropped_items == 3
+    assert ChunkExtraction.from_payload(extraction.to_payload()) == extraction
+
+
+def test_earlier_system_shape_is_accepted() -> None:
+    raw = {"summary": "s", "graph": {"nodes": [{"id": "Class:GraphStore", "type": "CLASS"}], "edges": []}}
+    extraction = validate_extraction(raw, unit("GraphStore"), semantic_types=TYPES)
+    assert [n.id for n in extraction.nodes] == ["CLASS:GraphStore"]
+
+
+@given(st.sampled_from(TYPES), st.text(max_size=700))
+def test_semantic_ids_are_always_valid_graph_ids(node_type: str, name: str) -> None:
+    node_id = semantic_node_id(node_type, name)
+    if node_id is not None:
+        assert normalize_graph_node_id(node_id) == node_id
+        assert node_id.startswith(f"{node_type}:")
+
+
+def test_references_strip_trailing_punctuation() -> None:
+    work = unit("see memory:sess-1-t0007. and (session:sess-2) or `memory:a.b:c:` and session: nothing, MEMORY:Up1")
+    assert [r.target for r in find_references(work)] == ["memory:sess-1-t0007", "session:sess-2", "memory:a.b:c", "memory:Up1"]
+
+
+def test_units_split_an_oversized_turn_into_parts_with_its_memory() -> None:
+    turns = [SourceTurn("m0", "short"), SourceTurn("m1", "para one is here.\n\npara two is here.\n\npara three."), SourceTurn("m2", "end")]
+    units = plan_units("s", turns, budget_tokens=8)
+    assert [u.unit_id for u in units] == ["s:chunk:0", "s:chunk:1:part:0", "s:chunk:1:part:1", "s:chunk:1:part:2", "s:chunk:2"]
+    parts = [u for u in units if ":part:" in u.unit_id]
+    assert "".join(u.turns[0].text for u in parts) == turns[1].text
+    assert {u.turns[0].memory_id for u in parts} == {"m1"}
+    assert len({u.content_hash for u in units}) == len(units)
+    assert plan_units("s", turns, budget_tokens=8) == units
+
+
+def test_heuristic_finds_code_entities_without_sentence_starts() -> None:
+    text = (
+        "The LazyEdgeQueue in src/store/lazy_queue.py calls drain() and time.monotonic(); see #123 and "
+        "https://example.com/x/y. Tomás Herrera and Docker Compose too. This Monday we ran test_drain_twice."
+    )
+    found = {(m.node_type, m.name) for m in find_mentions(text)}
+    assert found >= {
+        ("CLASS", "LazyEdgeQueue"), ("FILE", "src/store/lazy_queue.py"), ("METHOD", "drain"),
+        ("METHOD", "time.monotonic"), ("ISSUE", "#123"), ("FILE", "https://example.com/x/y"),
+        ("CONCEPT", "Tomás Herrera"), ("CONCEPT", "Docker Compose"), ("TEST", "test_drain_twice"),
+    }
+    assert not any(name.startswith(("The ", "This ")) for _, name in found)
+    reply = extract_heuristic(unit(text))
+    assert extract_heuristic(unit(text)) == reply  # deterministic
+    extraction = validate_extraction(reply, unit(text), semantic_types=TYPES)
+    assert extraction.ungrounded == ()
+    assert all(e.relationship == "RELATES_TO" for e in extraction.edges) and extraction.edges
+
+
+def test_reduce_merges_across_chunks_in_order() -> None:
+    first = validate_extraction(
+        {"summary": "one", "nodes": [
+            {"id": "q", "type": "CLASS", "name": "LazyEdgeQueue", "description": "short", "confidence": 0.4,
+             "tags": ["b"], "evidence": [{"turn": 1, "quote": "LazyEdgeQueue"}]},
+            {"id": "g", "type": "CLASS", "name": "GraphStore", "evidence": [{"turn": 1, "quote": "GraphStore"}]}],
+         "edges": [{"source": "q", "target": "g", "relationship": "DEPENDS_ON", "justification": "reads"}]},
+        unit("LazyEdgeQueue feeds GraphStore"), semantic_types=TYPES)
+    second = validate_extraction(
+        {"summary": "two", "nodes": [
+            {"id": "x", "type": "CLASS", "name": "lazyedgequeue", "description": "a much longer description",
+             "confidence": 0.9, "tags": ["a"], "aliases": ["the queue"], "evidence": [{"turn": 1, "quote": "lazyedgequeue"}]},
+            {"id": "g", "type": "CLASS", "name": "GraphStore", "evidence": [{"turn": 1, "quote": "GraphStore"}]}],
+         "edges": [{"source": "x", "target": "g", "relationship": "DEPENDS_ON", "justification": "writes"}]},
+        unit("the lazyedgequeue and GraphStore", unit_id="s:chunk:1", first_memory=5), semantic_types=TYPES)
+    reduced = reduce_session("s", [first, second])
+    assert reduced.remapped == {"CLASS:lazyedgequeue": "CLASS:LazyEdgeQueue"}
+    queue = next(n for n in reduced.nodes if n.id == "CLASS:LazyEdgeQueue")
+    assert queue.description == "a much longer description" and queue.confidence == 0.9
+    assert queue.tags == ("a", "b") and "the queue" in queue.aliases and "lazyedgequeue" in queue.aliases
+    assert [(p.memory, p.chunk_id) for p in queue.provenance] == [("memory:m0", "s:chunk:0"), ("memory:m5", "s:chunk:1")]
+    (edge,) = reduced.edges
+    assert (edge.source, edge.justification, len(edge.provenance)) == ("CLASS:LazyEdgeQueue", "reads; writes", 2)
+    assert reduced.summary == "one\ntwo"
+    assert reduce_session("s", [first, second]) == reduced
+
+
+def test_commit_plan_is_idempotent_and_weights_do_not_creep(tmp_path: Path) -> None:
+    work = unit("LazyEdgeQueue and GraphStore")
+    extraction = validate_extraction(extract_heuristic(work), work, semantic_types=TYPES)
+    reduced = reduce_session("s", [extraction])
+    base = {"session:s": Node("session:s", "SESSION", "s"), "memory:m0": Node("memory:m0", "MEMORY", "m0")}
+    plan = plan_commit(reduced, matches={}, existing_nodes=base, existing_edges={})
+    nodes = {n.id: n for n in plan.nodes}
+    edges = {(e.source, e.target, e.relationship): e for e in plan.edges}
+    again = plan_commit(reduced, matches={}, existing_nodes={**base, **nodes}, existing_edges=edges)
+    assert again.nodes == plan.nodes and again.edges == plan.edges
+    semantic = edges[("CLASS:GraphStore", "CLASS:LazyEdgeQueue", "RELATES_TO")]
+    assert semantic.weight == 1.0
+    # another session saying the same raises the weight once, and only once
+    other = reduce_session("t", [validate_extraction(extract_heuristic(work), work, semantic_types=TYPES)])
+    merged = plan_commit(other, matches={}, existing_nodes={**base, **nodes}, existing_edges=edges)
+    merged_edges = {(e.source, e.target, e.relationship): e for e in merged.edges}
+    assert merged_edges[("CLASS:GraphStore", "CLASS:LazyEdgeQueue", "RELATES_TO")].weight == 2.0
+    assert {e["target"] for e in merged.lazy} == {"session:t"}  # t is not in the graph: queued
+
+
+def test_match_existing_by_name_and_alias(tmp_path: Path) -> None:
+    db = Database(tmp_path / "g.sqlite3")
+    try:
+        GraphStore(db).upsert_nodes([
+            Node("CLASS:LazyEdgeQueue", "CLASS", "LazyEdgeQueue", {"aliases": ["the lazy queue"]}),
+            Node("CONCEPT:map reduce", "CONCEPT", "Map-Reduce", {"aliases": []}),
+        ])
+        found = match_existing(
+            [Candidate("CLASS:lazyedgequeue", "CLASS", "lazyedgequeue"),
+             Candidate("CLASS:Queue", "CLASS", "Queue", ("The Lazy Queue",)),
+             Candidate("CONCEPT:map reduce", "CONCEPT", "map reduce"),
+             Candidate("CLASS:Other", "CLASS", "Other")],
+            SemanticIndex(db),
+        )
+        assert found == {
+            "CLASS:lazyedgequeue": "CLASS:LazyEdgeQueue", "CLASS:Queue": "CLASS:LazyEdgeQueue",
+            "CONCEPT:map reduce": "CONCEPT:map reduce",
+        }
+    finally:
+        db.close()
