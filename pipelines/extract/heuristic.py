@@ -31,7 +31,7 @@ _METHOD = re.compile(r"(?<![\w.])((?:[A-Za-z_][A-Za-z0-9_]*\.)*[A-Za-z_][A-Za-z0
 _TEST = re.compile(r"(?<![\w.])test_[A-Za-z0-9_]+\b")
 _CLASS = re.compile(r"(?<![\w.])[A-Z][a-z0-9]+(?:[A-Z][a-z0-9]*)+\b")
 _ISSUE = re.compile(r"(?<![\w&#/])#(\d{1,7})\b")
-_PROPER = re.compile(r"(?<![\w.])[A-Z][\w'’]*[a-z][\w'’]*(?:[ \t]+(?:[A-Z][\w'’]*[a-z][\w'’]*|of|for|the|and))*[ \t]+[A-Z][\w'’]*[a-z][\w'’]*")
+_PROPER = re.compile(r"(?<![\w.])[A-Z][\w'’]*[a-z][\w'’]*(?:[ \t]+(?:[A-Z][\w'’]*[a-z][\w'’]*|of|for|the))*[ \t]+[A-Z][\w'’]*[a-z][\w'’]*")
 _SENTENCE_START = re.compile(r"(?:^|[.!?:]\s+|\n\s*)$")
 _STOPWORDS = frozenset(
     "a an and but for if in it its my no not of on or so the then this that these those we you i he she they "
