@@ -126,8 +126,8 @@ async def test_second_chunk_failing_commits_nothing_and_retry_resends_only_it(
     assert (extract["chunks_ok"], extract["chunks_failed"], extract["sessions_failed"]) == (1, 1, 1)
     assert extract["failures_by_kind"] == {"schema-failure": 1}
     assert stores.graph.nodes_by_label("CLASS") == []  # fail-closed: chunk 0's extraction is not committed
-    (failing,) = ChunkResultStore(stores.db).failing()
-    assert (failing.chunk_id, failing.error_kind, failing.attempts) == ("s1:chunk:1", "schema-failure", 1)
+    (failing,) = stores.runstate.failing_chunks()
+    assert (failing["chunk_id"], failing["error_kind"], failing["attempts"]) == ("s1:chunk:1", "schema-failure", 1)
     digest = stores.runstate.get_digests(["s1"])["s1"]
     assert (digest.state, digest.attempts) == ("undigested", 1)
     assert "s1:chunk:1" in digest.defer_reason
@@ -144,7 +144,7 @@ async def test_second_chunk_failing_commits_nothing_and_retry_resends_only_it(
     assert [r.prompt.count("CHUNK-B") > 0 for r in llm_server.chat_requests] == [True]
     assert third.phases["extract"]["chunks_reused"] == 1 and third.phases["extract"]["sessions_digested"] == 1
     assert stores.graph.get_node("CLASS:LazyEdgeQueue") is not None
-    assert ChunkResultStore(stores.db).failing() == []
+    assert stores.runstate.failing_chunks() == []
 
 
 async def test_session_becomes_undigestible_after_max_attempts(settings: Settings, llm_server: LLMServer, tmp_path: Path) -> None:
