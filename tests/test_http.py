@@ -14,7 +14,7 @@ from config import Settings
 from store.graph import Node
 from store.lazy_queue import LazyEdgeQueue
 from tests.conftest import SAMPLE
-from worker.cycle import Stores, run_cycle
+from worker.cycle import PHASES, Stores, run_cycle
 from worker.http import serve_http
 from worker.metrics import build_registry, histogram_buckets, summarize_queue_lines
 
@@ -55,8 +55,10 @@ async def test_collector_reads_runs_digests_chunks_graph_backfills_and_queue(set
     from pipelines.importer import import_sessions
 
     await import_sessions(SAMPLE, chroma=stores.chroma, memory_collection=settings.memory_collection, summary_collection=settings.session_collection)
-    first = await run_cycle(settings, stores=stores)
-    await run_cycle(settings, stores=stores)
+    # Without the extract phase: the test writes the extract record and chunk results it checks.
+    phases = tuple(phase for phase in PHASES if phase[0] != "extract")
+    first = await run_cycle(settings, stores=stores, phases=phases)
+    await run_cycle(settings, stores=stores, phases=phases)
     assert first.outcome == "completed"
     stores.graph.upsert_nodes([
         Node("memory:bf-1", "MEMORY", "bf-1", {"backfilled": True}),
