@@ -216,7 +216,9 @@ class ChromaStore:
         coll = await self.collection(name)
         if coll is None:
             return
-        size = page_size or self._settings.chroma_page_size
+        # Chroma pages by offset, so every page re-walks the ones before it: ids are small enough to
+        # read in far larger pages than metadata, which keeps an ids-only scan close to linear.
+        size = page_size or (self._settings.chroma_page_size * (50 if not include else 1))
         offset = 0
         while True:
             result = await self._call(coll.get, include=list(include), limit=size, offset=offset)
