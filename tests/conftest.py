@@ -85,12 +85,9 @@ def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 300,
     )
 
 
-@pytest.fixture(scope="session")
-def chroma_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A real `chroma run` server on a free loopback port; yields its URL."""
+def start_chroma_server(path: Path, port: int) -> subprocess.Popen[bytes]:
+    """Start `chroma run` on 127.0.0.1:port over ``path`` and wait until it answers."""
     exe = shutil.which("chroma") or str(Path(sys.executable).parent / "chroma")
-    path = tmp_path_factory.mktemp("chroma-server")
-    port = free_port()
     proc = subprocess.Popen(
         [exe, "run", "--path", str(path), "--host", "127.0.0.1", "--port", str(port)],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -100,12 +97,18 @@ def chroma_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     while time.monotonic() < deadline:
         try:
             if httpx.get(f"{url}/api/v2/heartbeat", timeout=1).status_code == 200:
-                break
+                return proc
         except httpx.HTTPError:
             time.sleep(0.2)
-    else:
-        proc.kill()
-        raise RuntimeError("chroma run did not start")
-    yield url
+    proc.kill()
+    raise RuntimeError("chroma run did not start")
+
+
+@pytest.fixture(scope="session")
+def chroma_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real `chroma run` server on a free loopback port; yields its URL."""
+    port = free_port()
+    proc = start_chroma_server(tmp_path_factory.mktemp("chroma-server"), port)
+    yield f"http://127.0.0.1:{port}"
     proc.terminate()
     proc.wait(10)
