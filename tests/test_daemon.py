@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -121,3 +122,14 @@ def test_daemon_survives_chroma_down_and_retries_next_cycle(tmp_path: Path) -> N
             chroma.terminate()
             chroma.wait(10)
     assert status == 0, (tmp_path / "daemon.log").read_text()
+
+
+def test_daemon_with_its_http_port_taken_exits_with_a_clear_message(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = run_cli(env={"REM_DATA_DIR": str(tmp_path / "data"), "REM_HTTP_PORT": str(port)}, timeout=60)
+    assert done.returncode == 1
+    assert "cannot start the daemon" in done.stderr
+    assert "Traceback" not in done.stderr

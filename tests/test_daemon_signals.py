@@ -4,14 +4,20 @@ marks abandoned. Real processes, caught mid-cycle by polling ``rem_runs`` for th
 from __future__ import annotations
 
 import json
+import os
 import signal
 import time
 from pathlib import Path
 
+import anyio
 import pytest
+
+from config import Settings
 
 from tests.conftest import run_cli
 from tests.daemon_support import BUSY_SESSIONS, busy_data_dir, busy_env, integrity, read_runs, start_worker, wait_for
+from worker.cycle import CycleContext, provider_ready, run_cycle
+from worker.daemon import stop_on_signals
 
 
 @pytest.fixture
@@ -81,3 +87,29 @@ def test_killed_daemon_run_is_marked_abandoned_by_the_next_run(busy: Path, tmp_p
     assert runs[dead["run_id"]]["reason_code"] == "heartbeat-lost"
     assert runs[dead["run_id"]]["finished_at"]
     assert sorted(r["outcome"] for r in runs.values()) == ["abandoned", "completed"]
+
+
+async def test_a_cycle_stuck_in_one_call_is_cancelled_after_the_grace_time(settings: Settings) -> None:
+    """A phase that never reaches a transaction boundary (say, waiting on a model) is cancelled
+    at 80 % of the grace time and still recorded."""
+
+    started = 0.0
+
+    async def stuck(ctx: CycleContext) -> dict:
+        nonlocal started
+        started = time.monotonic()
+        os.kill(os.getpid(), signal.SIGTERM)
+        await anyio.sleep(60)
+        return {}
+
+    result = "not cancelled"
+    async with stop_on_signals(grace_seconds=1.0) as stop:
+        result = await run_cycle(settings, stop=stop, phases=(("provider-ready", provider_ready), ("stuck", stuck)))
+    took = time.monotonic() - started
+    assert result == "not cancelled"  # run_cycle never returned: it was cancelled
+    assert 0.8 <= took < 3.0, took
+    (run,) = read_runs(settings.graph_path)
+    assert (run["outcome"], run["reason_code"], run["failure_phase"]) == ("interrupted", "cancelled", "stuck")
+    assert run["phases"]["provider-ready"]["state"] == "completed"
+    assert run["phases"]["stuck"]["state"] == "interrupted"
+    assert integrity(settings.graph_path) == "ok"

@@ -280,6 +280,9 @@ async def cmd_daemon(settings: Settings, args: argparse.Namespace) -> int:
     except CycleBusyError as exc:
         print(f"rem-cycle: {exc}; not starting a second one", file=sys.stderr)
         return EXIT_BUSY
+    except (OSError, sqlite3.Error) as exc:  # e.g. the HTTP port is taken, the data dir is not writable
+        print(f"rem-cycle: cannot start the daemon: {exc}", file=sys.stderr)
+        return EXIT_FAILED
 
 
 COMMANDS: dict[str, Handler] = {

@@ -102,7 +102,8 @@ class HttpEndpoint:
 
 
 def start_endpoint(*, host: str, port: int, registry: CollectorRegistry, ready: ReadyCheck) -> HttpEndpoint:
-    """Bind ``host:port`` (port 0 = any free port) and serve in a background thread."""
+    """Bind ``host:port`` (port 0 = any free port) and serve in a background thread; raises
+    ``OSError`` when the address cannot be bound."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     server_cls = type("_BoundServer", (_Server,), {"address_family": family})
     server = server_cls((host, port), _Handler)
@@ -155,17 +156,24 @@ class Readiness:
 @asynccontextmanager
 async def serve_http(settings: Settings, *, registry: CollectorRegistry | None = None) -> AsyncIterator[HttpEndpoint]:
     """Serve the endpoint on ``REM_HTTP_HOST:REM_HTTP_PORT`` while the block runs (call from the
-    daemon's event loop: readiness reaches Chroma through it)."""
-    async with BlockingPortal() as portal:
-        readiness = Readiness(settings, portal)
-        endpoint = await anyio.to_thread.run_sync(
-            lambda: start_endpoint(
-                host=settings.http_host, port=settings.http_port,
-                registry=registry or build_registry(settings), ready=readiness.check,
-            )
+    daemon's event loop: readiness reaches Chroma through it). Raises ``OSError`` at once when
+    the address cannot be bound."""
+    readiness: Readiness | None = None
+
+    def ready() -> dict[str, bool]:
+        # Requests that arrive before the portal is up (a split second) are simply not ready yet.
+        return readiness.check() if readiness else {"graph": False, "chroma": False}
+
+    # Bind before the portal's task group exists, so a taken port is a plain OSError.
+    endpoint = await anyio.to_thread.run_sync(
+        lambda: start_endpoint(
+            host=settings.http_host, port=settings.http_port, registry=registry or build_registry(settings), ready=ready
         )
-        try:
+    )
+    try:
+        async with BlockingPortal() as portal:
+            readiness = Readiness(settings, portal)
             yield endpoint
-        finally:
-            with anyio.CancelScope(shield=True):
-                await anyio.to_thread.run_sync(endpoint.close)
+    finally:
+        with anyio.CancelScope(shield=True):
+            await anyio.to_thread.run_sync(endpoint.close)
