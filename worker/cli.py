@@ -10,7 +10,8 @@ import argparse
 import json
 import sqlite3
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import anyio
@@ -68,7 +69,39 @@ def build_parser() -> argparse.ArgumentParser:
     merge = sub.add_parser("merge", parents=[common], help="fold one node into another by hand (recorded, undoable)")
     merge.add_argument("merged_id", metavar="NODE_ID")
     merge.add_argument("into_id", metavar="INTO_ID")
+    drain = sub.add_parser("drain", parents=[common], help="link queued lazy edges, back-filling their endpoints")
+    drain.add_argument("--dry-run", action="store_true", help="read the queue and report; change nothing")
+    backfill = sub.add_parser(
+        "backfill", parents=[common], help="live-sync recent sessions, then drain the lazy-edge queue"
+    )
+    backfill.add_argument("--days", type=_positive_days, default=30.0, help="window in days (default 30)")
+    backfill.add_argument("--dry-run", action="store_true", help="count what would be synced; change nothing")
+    backfill.add_argument("--skip-drain", action="store_true", help="do not drain the lazy-edge queue afterwards")
     return parser
+
+
+def _positive_days(value: str) -> float:
+    try:
+        days = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {value!r}") from None
+    if not 0 < days < 100_000:
+        raise argparse.ArgumentTypeError("must be a positive number of days")
+    return days
+
+
+@contextmanager
+def _progress_bar(args: argparse.Namespace, description: str) -> Iterator[Callable[[int, int], None] | None]:
+    """A rich progress bar on stderr when it is a terminal (and no ``--json``); else no callback."""
+    if getattr(args, "json", False) or not sys.stderr.isatty():
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import Progress
+
+    with Progress(console=Console(stderr=True), transient=True) as progress:
+        task = progress.add_task(description, total=None)
+        yield lambda done, total: progress.update(task, completed=done, total=total or None)
 
 
 def _emit(args: argparse.Namespace, payload: dict[str, Any], text: Callable[[], None]) -> None:
@@ -269,6 +302,64 @@ async def cmd_backup(settings: Settings, args: argparse.Namespace) -> int:
         print(f"rem-cycle: backup failed: {exc}", file=sys.stderr)
         return EXIT_FAILED
     _emit(args, payload, lambda: print(f"backed up {settings.graph_path} to {payload['path']} ({payload['bytes']} bytes, integrity ok)"))
+
+
+async def _drain_once(settings: Settings, stores: Any, args: argparse.Namespace) -> dict[str, Any]:
+    from worker.cycle import drain_lazy_edges
+
+    with _progress_bar(args, "draining lazy edges") as on_progress:
+        stats = await drain_lazy_edges(settings, stores, dry_run=args.dry_run, on_progress=on_progress)
+    return stats.as_dict()
+
+
+async def cmd_drain(settings: Settings, args: argparse.Namespace) -> int:
+    from store.lazy_queue import QueueBusyError
+    from worker.report import print_drain
+
+    stores = await open_stores(settings)
+    try:
+        payload = await _drain_once(settings, stores, args)
+    except QueueBusyError as exc:
+        print(f"rem-cycle: {exc}; not starting a second one", file=sys.stderr)
+        return EXIT_BUSY
+    finally:
+        stores.close()
+    _emit(args, payload, lambda: print_drain(payload))
+    return EXIT_OK
+
+
+async def cmd_backfill(settings: Settings, args: argparse.Namespace) -> int:
+    from datetime import UTC, datetime
+
+    from pipelines.backfill import sync_recent_sessions
+    from store.lazy_queue import QueueBusyError
+    from worker.cycle import SESSIONS_PER_BATCH
+    from worker.report import print_backfill
+
+    stores = await open_stores(settings)
+    try:
+        with _progress_bar(args, "syncing sessions") as on_progress:
+            recent = await sync_recent_sessions(
+                chroma=stores.chroma,
+                graph=stores.graph,
+                memory_collection=settings.memory_collection,
+                summary_collection=settings.session_collection,
+                now=datetime.now(UTC),
+                days=args.days,
+                dry_run=args.dry_run,
+                sessions_per_batch=SESSIONS_PER_BATCH,
+                on_progress=on_progress,
+            )
+        payload: dict[str, Any] = {**recent.as_dict(), "drain": None}
+        if not args.skip_drain:
+            try:
+                payload["drain"] = await _drain_once(settings, stores, args)
+            except QueueBusyError as exc:
+                print(f"rem-cycle: {exc}; sessions synced, drain skipped", file=sys.stderr)
+                payload["drain"] = {"skipped": "busy"}
+    finally:
+        stores.close()
+    _emit(args, payload, lambda: print_backfill(payload))
     return EXIT_OK
 
 
@@ -295,6 +386,8 @@ COMMANDS: dict[str, Handler] = {
     "backup": cmd_backup,
     "unmerge": cmd_unmerge,
     "merge": cmd_merge,
+    "drain": cmd_drain,
+    "backfill": cmd_backfill,
 }
 
 

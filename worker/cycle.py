@@ -1,4 +1,4 @@
-"""One REM cycle: provider-ready → ingest → extract → finalize, recorded as a row of ``rem_runs``.
+"""One REM cycle: provider-ready → ingest → extract → drain → finalize, recorded as a row of ``rem_runs``.
 
 A failure in one session is recorded and the cycle goes on with the next; a failure of a whole
 phase ends the cycle with ``outcome=failed``, the phase and a reason code.
@@ -22,10 +22,12 @@ import structlog
 from filelock import FileLock, Timeout
 
 from config import Settings
+from pipelines.drain import DrainStats, drain_queue
 from pipelines.ingest import scan_session_revisions, sync_sessions_to_graph
 from store.chroma import ChromaStore, ChromaUnavailableError
 from store.db import Database
 from store.graph import GraphStore, utc_now
+from store.lazy_queue import LazyEdgeQueue, QueueBusyError
 from store.runstate import RunStateStore
 from worker.knowledge import refresh_communities
 
@@ -192,6 +194,31 @@ async def extract(ctx: CycleContext) -> dict[str, Any]:
     return {"extractor": extractor.fingerprint, "sessions_queued": len(todo), **stats.as_dict()}
 
 
+async def drain_lazy_edges(settings: Settings, stores: Stores, **options: Any) -> DrainStats:
+    """Drain the configured lazy-edge queue with the settings' attempt limit and batch size;
+    ``options`` go to :func:`pipelines.drain.drain_queue` (``dry_run``, ``on_progress`` …)."""
+    return await drain_queue(
+        LazyEdgeQueue(settings.queue_path),
+        graph=stores.graph,
+        chroma=stores.chroma,
+        max_attempts=settings.lazy_max_attempts,
+        batch_size=settings.write_batch_size,
+        **options,
+    )
+
+
+async def drain(ctx: CycleContext) -> dict[str, Any]:
+    """Link the queued lazy edges, back-filling their endpoints (skipped while a ``rem-cycle drain``
+    runs). A stop request ends the drain after the current batch; unread lines stay queued."""
+    try:
+        stats = await drain_lazy_edges(ctx.settings, ctx.stores, should_stop=ctx.stop.is_set)
+    except QueueBusyError as exc:
+        log.warning("drain skipped", reason=str(exc))
+        return {"skipped": "busy"}
+    ctx.check_stop()
+    return stats.as_dict()
+
+
 async def finalize(ctx: CycleContext) -> dict[str, Any]:
     """Refresh the graph's communities; graph and digest counts for the run record."""
     communities = await refresh_communities(ctx.stores.db)
@@ -204,6 +231,7 @@ PHASES: tuple[tuple[str, Phase], ...] = (
     ("provider-ready", provider_ready),
     ("ingest", ingest),
     ("extract", extract),
+    ("drain", drain),
     ("finalize", finalize),
 )
 

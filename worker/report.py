@@ -9,6 +9,7 @@ from rich.table import Table
 
 from config import Settings
 from store.chunks import ChunkResultStore
+from store.lazy_queue import LazyEdgeQueue
 from worker.cycle import Stores
 from worker.metrics import parse_utc, read_queue
 
@@ -39,7 +40,11 @@ def collect_status(settings: Settings, stores: Stores, *, runs: int = 10) -> dic
             for d in stores.runstate.undigestible_sessions()
         ],
         "failing_chunks": stores.runstate.failing_chunks(),
-        "queue": {"depth": queue.depth, "oldest_timestamp": queue.oldest_timestamp},
+        "queue": {
+            "depth": queue.depth,
+            "oldest_timestamp": queue.oldest_timestamp,
+            "dead_letters": LazyEdgeQueue(settings.queue_path).dead_letter_count(),
+        },
         "graph": stores.graph.counts(),
     }
 
@@ -107,9 +112,38 @@ def print_status(status: dict[str, Any]) -> None:
     console.print(
         f"lazy-edge queue: {queue['depth']} lines"
         + (f", oldest {queue['oldest_timestamp']}" if queue["oldest_timestamp"] else "")
+        + f" · {queue['dead_letters']} dead letters"
     )
     graph = status["graph"]
     console.print(f"graph: {graph['node_total']} nodes {_flat(graph['nodes'])} · {graph['edge_total']} edges {_flat(graph['edges'])}")
+
+
+def print_drain(stats: dict[str, Any]) -> None:
+    """One drain's counts."""
+    prefix = "dry run: " if stats.get("dry_run") else ""
+    _console().print(
+        f"{prefix}lazy-edge drain: {stats['total_lines']} lines · {stats['succeeded']} linked · "
+        f"{stats['failed']} failed ({stats['requeued']} re-queued) · {stats['skipped_malformed']} malformed · "
+        f"{stats['dead_lettered']} dead-lettered · {stats['backfilled']} nodes back-filled"
+        + (" · orphaned .draining recovered" if stats.get("orphan_recovered") else "")
+    )
+    if stats.get("failure_reasons"):
+        _console().print(f"  failures: {_flat(stats['failure_reasons'])}")
+
+
+def print_backfill(result: dict[str, Any]) -> None:
+    """``rem-cycle backfill``: sessions synced, then the drain."""
+    prefix = "dry run: " if result["dry_run"] else ""
+    _console().print(
+        f"{prefix}{result['sessions_in_window']} sessions created since {result['since']} "
+        f"({result['sessions_present']} already in the graph, {result['sessions_undated']} undated left out); "
+        f"synced {result['sessions_synced']}, failed {result['sessions_failed']} · {_flat(result['ingest'])}"
+    )
+    drain = result.get("drain")
+    if drain and "total_lines" in drain:
+        print_drain(drain)
+    elif drain:
+        _console().print("drain skipped: another drain is running")
 
 
 def _flat(mapping: dict[str, Any]) -> str:
