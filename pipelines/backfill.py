@@ -22,11 +22,10 @@ from typing import Any
 import anyio
 import structlog
 
-from pipelines.ingest import BACKFILL_MARKER, ORIGINATES_IN, memory_node, scan_session_revisions, session_node, sync_sessions_to_graph
+from pipelines.ingest import BACKFILL_MARKER, ORIGINATES_IN, memory_node, session_node, sync_sessions_to_graph
 from store.chroma import ChromaStore, ChromaUnavailableError, MemoryRow, SummaryRow
 from store.graph import Edge, GraphStore, Node, chunked
-from store.ids import InvalidIdError, normalize_graph_node_id, row_kind, row_suffix, session_node_id
-from store.runstate import SessionRevision
+from store.ids import InvalidIdError, is_valid_row_id, normalize_graph_node_id, row_kind, row_suffix, session_node_id
 
 log = structlog.get_logger(__name__)
 
@@ -291,12 +290,29 @@ async def link_nodes_async(
 # --- rem-cycle backfill -------------------------------------------------------------------------
 
 
-def sessions_in_window(revisions: Iterable[SessionRevision], *, since: str) -> tuple[list[str], int]:
+def session_created_times(summaries: Iterable[MemoryRow], memories: Iterable[MemoryRow]) -> dict[str, str | None]:
+    """When each session was created: its summary row's ``createdAt``/``timestamp``, else the
+    earliest of its memory rows'; ``None`` when no row says. Rows without a valid ``sessionId``
+    are ignored. Pure."""
+    from_summaries: dict[str, str | None] = {}
+    for row in summaries:
+        if is_valid_row_id(row.session_id):
+            created = row.created_at
+            known = from_summaries.get(row.session_id)  # type: ignore[arg-type]
+            from_summaries[row.session_id] = max(filter(None, (known, created)), default=None)  # type: ignore[index]
+    times: dict[str, str | None] = {}
+    for row in memories:
+        if is_valid_row_id(row.session_id) and row.session_id not in from_summaries:
+            created, known = row.created_at, times.get(row.session_id)  # type: ignore[arg-type]
+            times[row.session_id] = min(filter(None, (known, created)), default=None)  # type: ignore[index]
+    return {**times, **from_summaries}
+
+
+def sessions_in_window(created: dict[str, str | None], *, since: str) -> tuple[list[str], int]:
     """Session ids created at or after ``since`` (ISO 8601 UTC), oldest first, and how many sessions
     have no creation time at all (left out). Pure."""
-    dated = [(r.created_at, r.session_id) for r in revisions if r.created_at]
-    undated = sum(1 for r in revisions if not r.created_at)
-    return [sid for created, sid in sorted(dated) if created >= since], undated
+    dated = sorted((when, sid) for sid, when in created.items() if when)
+    return [sid for when, sid in dated if when >= since], sum(1 for when in created.values() if not when)
 
 
 def window_start(now: datetime, days: float) -> str:
@@ -346,13 +362,17 @@ async def sync_recent_sessions(
     on_progress: Callable[[int, int], None] | None = None,
 ) -> RecentBackfill:
     """Live-sync every session created in the last ``days`` days (by its summary row's
-    ``createdAt``/``timestamp``, else its earliest memory row's). A dry run only counts.
+    ``createdAt``/``timestamp``, else its earliest memory row's). A dry run only counts. Reads the
+    metadata of every row once (ids and metadata only, no documents).
 
     ``on_progress(done, total)`` is called after each batch of sessions.
     """
     result = RecentBackfill(days=days, since=window_start(now, days), dry_run=dry_run)
-    scan = await scan_session_revisions(chroma, memory_collection=memory_collection, summary_collection=summary_collection)
-    session_ids, result.sessions_undated = sessions_in_window(scan.revisions, since=result.since)
+    summaries = [row async for page in chroma.scan(summary_collection, include=("metadatas",)) for row in page]
+    memories = [row async for page in chroma.scan(memory_collection, include=("metadatas",)) for row in page]
+    created = session_created_times(summaries, memories)
+    del summaries, memories
+    session_ids, result.sessions_undated = sessions_in_window(created, since=result.since)
     result.sessions_in_window = len(session_ids)
     node_ids = [session_node_id(sid) for sid in session_ids]
     result.sessions_present = len(await anyio.to_thread.run_sync(graph.existing_ids, node_ids))

@@ -215,8 +215,9 @@ class _Drain:
         """Back-fill the endpoints of ``items`` and link the edges whose endpoints exist; the error of
         each item (``None`` = linked)."""
         endpoints = {e for _, line in items for e in (line.edge.source, line.edge.target)}
+        # All endpoints of the batch in one back-fill batch: one Chroma read per kind of row.
         outcomes = await ensure_nodes_exist(
-            endpoints, chroma=self.chroma, graph=self.graph, batch_size=self.batch_size, dry_run=self.dry_run
+            endpoints, chroma=self.chroma, graph=self.graph, batch_size=max(1, len(endpoints)), dry_run=self.dry_run
         )
         self.stats.backfilled += sum(1 for o in outcomes.values() if o.reason in ("backfilled", "backfilled-minimal"))
         results: list[tuple[tuple[bytes, QueuedEdge], str | None]] = []

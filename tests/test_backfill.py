@@ -20,12 +20,13 @@ from pipelines.backfill import (
     ensure_nodes_exist,
     ingest_single_row,
     link_nodes_async,
+    session_created_times,
     sessions_in_window,
     window_start,
 )
 from pipelines.ingest import sync_session_to_graph
 from store.chroma import ChromaStore
-from store.runstate import SessionRevision
+from store.chroma import MemoryRow
 from tests.conftest import free_port, make_session, run_cli
 from tests.lazy_fixtures import add_concepts, edge_count, graph_dump, queue_of, read_jsonl, seed_chroma, seed_standard
 from worker.cycle import Stores
@@ -215,16 +216,26 @@ async def test_chroma_fetch_failed_when_the_server_goes_away(tmp_path: Path, mon
 # --- rem-cycle backfill ------------------------------------------------------------------------
 
 
-def test_sessions_in_window_is_pure() -> None:
-    revisions = [
-        SessionRevision("old", "r", "2026-01-01T00:00:00.000Z"),
-        SessionRevision("new-b", "r", "2026-11-20T00:00:00.000Z"),
-        SessionRevision("new-a", "r", "2026-11-10T00:00:00.000Z"),
-        SessionRevision("undated", "r", None),
+def test_session_times_and_window_are_pure() -> None:
+    summaries = [
+        MemoryRow("sum-old", "", {"sessionId": "old", "createdAt": "2026-01-01T00:00:00Z"}),
+        MemoryRow("sum-b", "", {"sessionId": "new-b", "timestamp": 1_795_132_800_000}),  # 2026-11-20, epoch ms
+        MemoryRow("sum-bad", "", {"createdAt": "2026-11-20T00:00:00Z"}),
     ]
+    memories = [
+        MemoryRow("m1", "", {"sessionId": "new-a", "createdAt": "2026-11-12T00:00:00Z"}),
+        MemoryRow("m2", "", {"sessionId": "new-a", "createdAt": "2026-11-10T00:00:00Z"}),
+        MemoryRow("m3", "", {"sessionId": "old", "createdAt": "2026-11-28T00:00:00Z"}),  # the summary decides
+        MemoryRow("m4", "", {"sessionId": "undated"}),
+    ]
+    created = session_created_times(summaries, memories)
+    assert created == {
+        "old": "2026-01-01T00:00:00.000Z", "new-b": "2026-11-20T00:00:00.000Z",
+        "new-a": "2026-11-10T00:00:00.000Z", "undated": None,
+    }
     since = window_start(datetime(2026, 11, 29, tzinfo=UTC), 30)
     assert since == "2026-10-30T00:00:00.000Z"
-    assert sessions_in_window(revisions, since=since) == (["new-a", "new-b"], 1)
+    assert sessions_in_window(created, since=since) == (["new-a", "new-b"], 1)
 
 
 def test_cli_backfill_days_dry_run_and_skip_drain(settings: Settings, tmp_path: Path) -> None:

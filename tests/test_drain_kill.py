@@ -3,7 +3,8 @@
 Each trial copies a prepared data dir (embedded Chroma with 200 memories in 40 sessions, a graph
 with 13 concepts), queues 3,000 lines (2,600 resolvable edges needing back-fill, 300 pointing at
 memories that do not exist, 100 malformed), starts ``python -m worker drain`` with 100-line
-batches, kills it with SIGKILL at a random moment, then drains again in this process and checks
+batches, kills it with SIGKILL at a random moment (from launch, or once a random share of the edges
+is linked), then drains again in this process and checks
 every line's fate.
 """
 
@@ -14,6 +15,7 @@ import os
 import random
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -76,12 +78,21 @@ async def test_sigkill_at_random_points_loses_no_line(tmp_path: Path, monkeypatc
         proc = subprocess.Popen([sys.executable, "-m", "worker", "drain", "--json"], env=env,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         started = time.monotonic()
-        if trial % 2:  # a random moment after the drain has begun (its rename is done)
-            while not queue.draining_files() and proc.poll() is None and time.monotonic() - started < 60:
-                time.sleep(0.002)
-            time.sleep(rng.uniform(0, 0.8))
+        if trial % 2:
+            # A random point of the drain's progress: after a random share of the edges is linked
+            # (a share of 1 lands in the commit: re-queueing, dead letters, deleting .draining).
+            share = rng.choice([rng.random(), rng.random(), 1.0])
+            watcher = sqlite3.connect(settings.graph_path, timeout=30)
+            try:
+                while proc.poll() is None and time.monotonic() - started < 120:
+                    linked = watcher.execute("SELECT COUNT(*) FROM edges WHERE relationship = 'MENTIONED_IN'").fetchone()[0]
+                    if linked >= share * RESOLVABLE:
+                        break
+                    time.sleep(0.002)
+            finally:
+                watcher.close()
         else:  # a random moment from launch: start-up, rename, batches, commit
-            time.sleep(rng.uniform(0.5, 2.5))
+            time.sleep(rng.uniform(0.3, 2.5))
         proc.send_signal(signal.SIGKILL)
         proc.wait(30)
 
