@@ -2,8 +2,9 @@
 
 A node created here carries ``backfilled: true`` (a later live sync replaces it with
 ``liveIngested``). A memory's parent session is back-filled with it, written first in the same
-transaction, so ``ORIGINATES_IN`` never dangles; a session with no summary row becomes a minimal
-node (``minimal: true``).
+transaction, so ``ORIGINATES_IN`` never dangles; a session with no summary row but with memory rows
+becomes a minimal node (``minimal: true``); one with neither is ``chroma-row-not-found`` (never
+faked).
 
 - :func:`plan_backfill` is the pure core: rows in, nodes, edges and one outcome per id out.
 - :func:`ensure_nodes_exist` is the batched form: per batch of ids one Chroma ``get(ids=[…])`` for
@@ -78,6 +79,8 @@ class Fetched:
     summary_error: str | None = None
     memory_unavailable: bool = True
     summary_unavailable: bool = True
+    # Sessions known to have memory rows (without a summary row, only these become minimal nodes).
+    sessions_with_memories: frozenset[str] = frozenset()
 
 
 @dataclass(slots=True)
@@ -120,6 +123,8 @@ def plan_backfill(requested: Iterable[str], *, existing: set[str], fetched: Fetc
             outcome = RowOutcome(reason, node_id, fetched.summary_error)
         elif fetched.summaries is None:
             outcome = RowOutcome("no-collection", node_id, "the summary collection does not exist")
+        elif sid not in fetched.summaries and sid not in fetched.sessions_with_memories:
+            outcome = RowOutcome("chroma-row-not-found", node_id, "no summary row and no memory row for this session")
         else:
             summary = fetched.summaries.get(sid)
             try:
@@ -220,8 +225,13 @@ async def _plan_batch(batch: Sequence[str], *, chroma: ChromaStore, graph: Graph
     if wanted_sessions:
         try:
             fetched["summaries"] = await chroma.summaries_for_sessions(sorted(wanted_sessions))
+            # A session asked for directly with no summary row is real only if it has memory rows.
+            unsummarised = wanted_sessions - parents - set(fetched["summaries"] or ())
+            if fetched["summaries"] is not None and unsummarised:
+                fetched["sessions_with_memories"] = frozenset(await chroma.sessions_with_memories(unsummarised) or ())
         except Exception as exc:  # noqa: BLE001 - becomes the outcome of every session of the read
             fetched.update(summary_error=_describe(exc), summary_unavailable=isinstance(exc, ChromaUnavailableError))
+    fetched["sessions_with_memories"] = frozenset(fetched.get("sessions_with_memories", ())) | parents
     return plan_backfill(batch, existing=existing, fetched=Fetched(**fetched))
 
 

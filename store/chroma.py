@@ -281,6 +281,19 @@ class ChromaStore:
                 grouped[row.session_id].append(row)
         return {sid: sorted(rows, key=turn_order_key) for sid, rows in grouped.items()}
 
+    async def sessions_with_memories(self, session_ids: Iterable[str]) -> set[str] | None:
+        """The session ids among ``session_ids`` that have at least one memory row (one read of
+        metadata, no documents); ``None`` when the memory collection is missing."""
+        coll = await self.memories()
+        if coll is None:
+            return None
+        wanted = sorted(set(session_ids))
+        if not wanted:
+            return set()
+        where: dict[str, Any] = {"sessionId": wanted[0]} if len(wanted) == 1 else {"sessionId": {"$in": wanted}}
+        result = await self._call(coll.get, where=where, include=["metadatas"])
+        return {row.session_id for row in _rows(result, MemoryRow) if row.session_id in wanted}
+
     # --- writes (import only) ------------------------------------------------------------
     async def upsert(self, name: str, ids: list[str], documents: list[str], metadatas: list[Metadata]) -> None:
         """Write rows to a collection, creating it (with the configured embedding function)."""

@@ -44,6 +44,10 @@ async def test_reasons_for_rows_in_chroma(settings: Settings, stores: Stores, tm
     assert await single(stores, "session:s-nosum") == {
         "success": True, "reason": "backfilled-minimal", "graph_node_id": "session:s-nosum",
     }
+    # A session with neither a summary nor any memory row is not faked.
+    ghost = await single(stores, "session:legacy-2025-03-01")
+    assert (ghost["success"], ghost["reason"]) == (False, "chroma-row-not-found")
+    assert stores.graph.get_node("session:legacy-2025-03-01") is None
     assert (await single(stores, "CONCEPT:x"))["reason"] == "already-exists"
     unknown = await single(stores, "CONCEPT:unknown")
     assert (unknown["success"], unknown["reason"]) == (False, "unrecognized-prefix")
