@@ -10,8 +10,11 @@ exact-id        1.00   the incoming id exists (an update, not a merge)
 alias           1.00   a name/alias equals an existing name/alias, ignoring case, space, quotes
 issue-number    1.00   ISSUE: the same number written differently (``#123``, ``issue 123``, ``GH-123``)
 normalised      0.95   the same words after camelCase splitting, punctuation/underscores as spaces,
-                       plural → singular, a trailing ``()`` dropped (``LazyEdgeQueue`` ≈
-                       ``lazy edge queues``); FILE: same path ignoring case and ``./``/``\\``
+                       accents, a leading article, a possessive ``'s`` and a trailing ``()``
+                       dropped, plural → singular except in a METHOD/TEST/FILE identifier
+                       (``get_node`` is not ``get_nodes``), the words joined (``back-fill`` ≈
+                       ``backfill``) — ``LazyEdgeQueue`` ≈ ``the lazy edge queues``;
+                       FILE: the same path ignoring case, ``./`` and ``\\`` vs ``/``
 acronym         0.90   an all-caps acronym of ≥ 3 letters = the initials of a ≥ 3-word name
                        (``LEQ`` ↔ ``Lazy Edge Queue``); a 2-letter acronym is only a candidate
 token-set       0.90   (nearly) the same set of words in any order (Jaccard ≥ ``Thresholds.link``)
@@ -28,8 +31,10 @@ report; with one, an auditor decides link-or-create for the same-type candidates
 
 from __future__ import annotations
 
+import math
 import re
 import unicodedata
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from difflib import SequenceMatcher
@@ -51,6 +56,10 @@ _CALL = re.compile(r"\([^()]*\)\s*$")
 _ISSUE = re.compile(r"^(?:(?:issue|bug|ticket|pr|pull request|gh)\s*)?[#-]?\s*(\d+)$")
 _ACRONYM = re.compile(r"^[A-Z]{2,8}s?$")
 _QUOTES = "`'\"“”‘’"
+_POSSESSIVE = re.compile(r"['’]s\b")
+_ARTICLES = frozenset({"the", "a", "an"})
+# Identifier types whose plural is another identifier (get_node / get_nodes): no plural folding.
+_NO_PLURAL_TYPES = frozenset({"METHOD", "TEST", "FILE"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,17 +107,25 @@ class Verdict:
 
 
 # --- normal forms (pure) -------------------------------------------------------------------------
+def _plain(text: str) -> str:
+    """NFKD with accents dropped (``Tomás`` → ``Tomas``), quotes around it stripped."""
+    decomposed = unicodedata.normalize("NFKD", text)
+    return "".join(c for c in decomposed if not unicodedata.combining(c)).strip().strip(_QUOTES)
+
+
 def fold(text: str) -> str:
-    """Case-folded, NFKC, surrounding quotes stripped, white space collapsed."""
-    return " ".join(unicodedata.normalize("NFKC", text).strip().strip(_QUOTES).casefold().split())
+    """Case-folded, accents dropped, surrounding quotes stripped, white space collapsed."""
+    return " ".join(_plain(text).casefold().split())
 
 
 def words(text: str) -> list[str]:
-    """Lower-case words: camelCase split, punctuation and underscores as separators, a call's
-    ``(…)`` dropped. ``"LazyEdgeQueue.drain()"`` → ``["lazy", "edge", "queue", "drain"]``."""
-    text = _CALL.sub("", unicodedata.normalize("NFKC", text).strip().strip(_QUOTES))
+    """Lower-case words: camelCase split, punctuation and underscores as separators, accents, a
+    possessive ``'s`` and a call's ``(…)`` dropped, a leading article dropped.
+    ``"LazyEdgeQueue.drain()"`` → ``["lazy", "edge", "queue", "drain"]``."""
+    text = _POSSESSIVE.sub("", _CALL.sub("", _plain(text)))
     text = _CAMEL_ACRONYM.sub(" ", _CAMEL_LOWER_UPPER.sub(" ", text))
-    return [w for w in _NON_WORD.split(text.casefold()) if w]
+    found = [w for w in _NON_WORD.split(text.casefold()) if w]
+    return found[1:] if len(found) > 1 and found[0] in _ARTICLES else found
 
 
 def singular(word: str) -> str:
@@ -124,8 +141,11 @@ def singular(word: str) -> str:
     return word
 
 
-def tokens(text: str) -> tuple[str, ...]:
-    """:func:`words`, each singular."""
+def tokens(text: str, node_type: str = "") -> tuple[str, ...]:
+    """:func:`words`, each singular — except for a METHOD/TEST/FILE written as one identifier
+    (``get_nodes``), whose plural is another identifier."""
+    if node_type in _NO_PLURAL_TYPES and len(text.split()) == 1:
+        return tuple(words(text))
     return tuple(singular(w) for w in words(text))
 
 
@@ -137,7 +157,7 @@ def normal_key(node_type: str, text: str) -> str:
         number = _ISSUE.match(fold(text))
         if number:
             return f"#{int(number.group(1))}"
-    return " ".join(tokens(text))
+    return " ".join(tokens(text, node_type))
 
 
 def numbers(text: str) -> tuple[str, ...]:
@@ -147,7 +167,7 @@ def numbers(text: str) -> tuple[str, ...]:
 
 def acronym_of(text: str) -> str | None:
     """The upper-case acronym ``text`` is written as (``"LEQ"``, ``"LEQs"`` → ``"LEQ"``), else None."""
-    stripped = unicodedata.normalize("NFKC", text).strip().strip(_QUOTES)
+    stripped = _plain(text)
     if not _ACRONYM.match(stripped):
         return None
     return stripped.rstrip("s")
@@ -167,16 +187,29 @@ def jaccard(a: Iterable[str], b: Iterable[str]) -> float:
 
 
 # --- the index -----------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class _Form:
+    """One written form of an indexed node, with what the rules compare precomputed."""
+
+    text: str
+    key: str
+    tokens: frozenset[str]
+    numbers: tuple[str, ...]
+
+
 @dataclass(slots=True)
 class AliasIndex:
-    """Lookup tables over the existing nodes' names and aliases. Build with :meth:`build`; the
-    resolver adds each node it creates or links so later nodes of the same batch see it."""
+    """Lookup tables over the existing nodes' names and aliases. Build with :meth:`build`, extend
+    with :meth:`add` (or :func:`learn` after a batch)."""
 
     nodes: dict[str, NodeRef] = field(default_factory=dict)
+    forms: dict[str, list[_Form]] = field(default_factory=dict)
     exact: dict[tuple[str, str], set[str]] = field(default_factory=dict)
     normal: dict[tuple[str, str], set[str]] = field(default_factory=dict)
+    joined: dict[tuple[str, str], set[str]] = field(default_factory=dict)
     any_type: dict[str, set[str]] = field(default_factory=dict)
     by_token: dict[tuple[str, str], set[str]] = field(default_factory=dict)
+    by_prefix: dict[tuple[str, str], set[str]] = field(default_factory=dict)
     by_initials: dict[tuple[str, str], set[str]] = field(default_factory=dict)
     by_acronym: dict[tuple[str, str], set[str]] = field(default_factory=dict)
     by_basename: dict[str, set[str]] = field(default_factory=dict)
@@ -194,21 +227,33 @@ class AliasIndex:
         if known is not None:
             node = NodeRef(node.id, known.type, known.name, tuple(dict.fromkeys((*known.aliases, node.name, *node.aliases))))
         self.nodes[node.id] = node
-        for form in node.forms:
-            key = normal_key(node.type, form)
-            self.exact.setdefault((node.type, fold(form)), set()).add(node.id)
-            self.normal.setdefault((node.type, key), set()).add(node.id)
-            self.any_type.setdefault(key, set()).add(node.id)
-            for token in set(tokens(form)):
-                self.by_token.setdefault((node.type, token), set()).add(node.id)
-            letters = initials(form)
+        seen = {f.text for f in self.forms.get(node.id, ())}
+        kind = node.type
+        for text in node.forms:
+            if text in seen:
+                continue
+            form = _form(kind, text)
+            self.forms.setdefault(node.id, []).append(form)
+            self.exact.setdefault((kind, fold(text)), set()).add(node.id)
+            self.normal.setdefault((kind, form.key), set()).add(node.id)
+            self.any_type.setdefault(form.key, set()).add(node.id)
+            if kind not in ("FILE", "ISSUE") and len(form.tokens) > 1:
+                self.joined.setdefault((kind, form.key.replace(" ", "")), set()).add(node.id)
+            for token in form.tokens:
+                self.by_token.setdefault((kind, token), set()).add(node.id)
+            self.by_prefix.setdefault((kind, form.key[:4]), set()).add(node.id)
+            letters = initials(text)
             if letters:
-                self.by_initials.setdefault((node.type, letters), set()).add(node.id)
-            acronym = acronym_of(form)
+                self.by_initials.setdefault((kind, letters), set()).add(node.id)
+            acronym = acronym_of(text)
             if acronym:
-                self.by_acronym.setdefault((node.type, acronym), set()).add(node.id)
-            if node.type == "FILE":
-                self.by_basename.setdefault(key.rsplit("/", 1)[-1], set()).add(node.id)
+                self.by_acronym.setdefault((kind, acronym), set()).add(node.id)
+            if kind == "FILE":
+                self.by_basename.setdefault(form.key.rsplit("/", 1)[-1], set()).add(node.id)
+
+
+def _form(node_type: str, text: str) -> _Form:
+    return _Form(text, normal_key(node_type, text), frozenset(tokens(text, node_type)), numbers(text))
 
 
 # --- the resolver --------------------------------------------------------------------------------
@@ -232,13 +277,13 @@ def resolve(
         return Verdict(node.id, LINK, node.id, "exact-id", 1.0)
     kind = node.type
 
-    def allowed(ids: Iterable[str], form: str, *, check_numbers: bool = True) -> set[str]:
+    def allowed(ids: Iterable[str], form: _Form, *, check_numbers: bool = True) -> set[str]:
         return {
             i
             for i in ids
             if i != node.id
             and (node.id, i) not in blocked
-            and (not check_numbers or any(numbers(form) == numbers(f) for f in index.nodes[i].forms))
+            and (not check_numbers or any(form.numbers == f.numbers for f in index.forms[i]))
         }
 
     alias_hits: dict[str, str] = {}
@@ -251,38 +296,42 @@ def resolve(
         if match.node_id not in candidates or candidates[match.node_id].score < match.score:
             candidates[match.node_id] = match
 
-    for form in node.forms:
-        key = normal_key(kind, form)
-        alias_hits.update(dict.fromkeys(allowed(index.exact.get((kind, fold(form)), ()), form, check_numbers=False), form))
+    forms = [_form(kind, text) for text in node.forms]
+    for form in forms:
+        text, key = form.text, form.key
+        alias_hits.update(dict.fromkeys(allowed(index.exact.get((kind, fold(text)), ()), form, check_numbers=False), text))
         if key:
             found = allowed(index.normal.get((kind, key), ()), form, check_numbers=not key.startswith("#"))
-            normal_hits.update(dict.fromkeys(found, form))
+            if kind not in ("FILE", "ISSUE"):
+                found |= allowed(index.joined.get((kind, key.replace(" ", "")), ()), form)
+            normal_hits.update(dict.fromkeys(found, text))
             for other in allowed(index.any_type.get(key, ()), form, check_numbers=False):
                 if index.nodes[other].type != kind:
-                    offer(Match(other, "cross-type", 0.5, form, index.nodes[other].type))
+                    offer(Match(other, "cross-type", 0.5, text, index.nodes[other].type))
         if kind == "FILE":
             for target in allowed(index.by_basename.get(key.rsplit("/", 1)[-1], ()), form):
-                offer(Match(target, "file-basename", 0.6, form, kind))
+                offer(Match(target, "file-basename", 0.6, text, kind))
             continue
         if kind == "ISSUE" and key.startswith("#"):
             continue
-        acronym, letters = acronym_of(form), initials(form)
+        acronym, letters = acronym_of(text), initials(text)
         found = set()
         if acronym:
             found |= allowed(index.by_initials.get((kind, acronym), ()), form)
         if letters:
             found |= allowed(index.by_acronym.get((kind, letters), ()), form)
         if len(acronym or letters or "") >= MIN_ACRONYM_LETTERS:
-            acronym_hits.update(dict.fromkeys(found, form))
+            acronym_hits.update(dict.fromkeys(found, text))
         else:
             for target in found:
-                offer(Match(target, "acronym-short", 0.6, form, kind))
-        own = tokens(form)
-        pool = set().union(*(index.by_token.get((kind, t), set()) for t in set(own))) if own else set()
-        for target in allowed(pool, form):
-            best = max(jaccard(own, tokens(f)) for f in index.nodes[target].forms)
+                offer(Match(target, "acronym-short", 0.6, text, kind))
+        # Jaccard(A, B) <= shared / |A|: only nodes sharing enough tokens can reach the threshold.
+        shared = _shared_tokens(index, kind, form.tokens)
+        needed = max(1, math.ceil(thresholds.candidate * len(form.tokens)))
+        for target in allowed((t for t, n in shared.items() if n >= needed), form):
+            best = max(jaccard(form.tokens, f.tokens) for f in index.forms[target])
             if best > token_scores.get(target, (0.0, ""))[0]:
-                token_scores[target] = (best, form)
+                token_scores[target] = (best, text)
     token_hits = {t: f for t, (score, f) in token_scores.items() if score >= thresholds.link}
     for rule, score, hits in (
         ("alias", 1.0, alias_hits),
@@ -291,41 +340,56 @@ def resolve(
         ("token-set", thresholds.link, token_hits),
     ):
         if len(hits) == 1:
-            ((target, form),) = hits.items()
-            return Verdict(node.id, LINK, target, rule, score, (Match(target, rule, score, form, kind),))
+            ((target, text),) = hits.items()
+            return Verdict(node.id, LINK, target, rule, score, (Match(target, rule, score, text, kind),))
         if len(hits) > 1:
             matches = tuple(Match(t, rule, score, f, kind) for t, f in sorted(hits.items()))
             return Verdict(node.id, CANDIDATE, None, f"ambiguous-{rule}", score, matches)
-    for target, (score, form) in token_scores.items():
+    for target, (score, text) in token_scores.items():
         if score >= thresholds.candidate:
-            offer(Match(target, "token-set", round(score, 3), form, kind))
-    for match in _fuzzy(node, index, blocked, thresholds.fuzzy, exclude=set(candidates)):
-        offer(match)
+            offer(Match(target, "token-set", round(score, 3), text, kind))
+    for form in forms:
+        for match in _fuzzy(node, form, index, blocked, thresholds.fuzzy, exclude=set(candidates)):
+            offer(match)
     if candidates:
         ranked = tuple(sorted(candidates.values(), key=lambda m: (-m.score, m.node_id)))
         return Verdict(node.id, CANDIDATE, None, ranked[0].rule, ranked[0].score, ranked)
     return Verdict(node.id, CREATE)
 
 
+def _shared_tokens(index: AliasIndex, kind: str, own: Iterable[str]) -> Counter[str]:
+    """Indexed node id → how many of ``own`` tokens it has."""
+    shared: Counter[str] = Counter()
+    for token in own:
+        shared.update(index.by_token.get((kind, token), ()))
+    return shared
+
+
 def _fuzzy(
-    node: NodeRef, index: AliasIndex, blocked: frozenset[tuple[str, str]], threshold: float, *, exclude: set[str]
+    node: NodeRef, form: _Form, index: AliasIndex, blocked: frozenset[tuple[str, str]], threshold: float, *, exclude: set[str]
 ) -> list[Match]:
-    """Near-identical spellings among nodes sharing a token or the first letters (typos)."""
+    """Near-identical spellings (typos): among nodes sharing all tokens but one, or the first four
+    characters, a character similarity of at least ``threshold`` with the same numbers."""
+    if len(form.key) < 6:
+        return []
+    shared = _shared_tokens(index, node.type, form.tokens)
+    needed = max(1, len(form.tokens) - 1)
+    pool = {t for t, n in shared.items() if n >= needed} | index.by_prefix.get((node.type, form.key[:4]), set())
     found = []
-    for form in node.forms:
-        key = normal_key(node.type, form)
-        if len(key) < 6:
+    for target in sorted(pool - exclude - {node.id}):
+        if (node.id, target) in blocked:
             continue
-        pool = set().union(*(index.by_token.get((node.type, t), set()) for t in set(tokens(form)))) if tokens(form) else set()
-        for target in sorted(pool - exclude - {node.id}):
-            if (node.id, target) in blocked:
+        for other in index.forms[target]:
+            # ratio() <= 2·min(len)/(sum of lens): skip pairs whose lengths alone rule it out.
+            if 2 * min(len(form.key), len(other.key)) / (len(form.key) + len(other.key)) < threshold:
                 continue
-            for other in index.nodes[target].forms:
-                other_key = normal_key(node.type, other)
-                ratio = SequenceMatcher(None, key, other_key).ratio()
-                if ratio >= threshold and numbers(form) == numbers(other):
-                    found.append(Match(target, "fuzzy", round(ratio, 3), form, node.type))
-                    break
+            matcher = SequenceMatcher(None, form.key, other.key)
+            if matcher.quick_ratio() < threshold or form.numbers != other.numbers:
+                continue
+            ratio = matcher.ratio()
+            if ratio >= threshold:
+                found.append(Match(target, "fuzzy", round(ratio, 3), form.text, node.type))
+                break
     return found
 
 
