@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import shutil
 import socket
 import subprocess
-import sys
 from pathlib import Path
 
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.conftest import SAMPLE, free_port, run_cli
+from tests.conftest import SAMPLE, free_port, run_cli, start_chroma_server
 from tests.daemon_support import read_runs, start_worker, stop, wait_for, wait_for_http, worker_env
 from worker.daemon import next_delay
 
@@ -82,8 +80,9 @@ def test_daemon_runs_cycles_on_its_interval_and_serves_endpoints(tmp_path: Path)
 
 
 def test_daemon_survives_chroma_down_and_retries_next_cycle(tmp_path: Path) -> None:
-    """Chroma down → each cycle fails and is recorded, the daemon lives on, /readyz says 503;
-    once a Chroma server answers on that address, the next cycle completes."""
+    """Chroma down from the start → each cycle fails and is recorded, the daemon lives on, /readyz
+    says 503 (without leaking the URL); once a server answers there, /readyz says 200 and the next
+    cycle completes. (tests/test_chroma_faults.py kills a server under a working daemon.)"""
     data = tmp_path / "data"
     port, http_port = free_port(), free_port()
     url = f"http://127.0.0.1:{port}"
@@ -103,12 +102,7 @@ def test_daemon_survives_chroma_down_and_retries_next_cycle(tmp_path: Path) -> N
         assert url not in ready.text  # no configuration leaks through the endpoint
         assert proc.poll() is None
 
-        exe = shutil.which("chroma") or str(Path(sys.executable).parent / "chroma")
-        chroma = subprocess.Popen(
-            [exe, "run", "--path", str(tmp_path / "chroma"), "--host", "127.0.0.1", "--port", str(port)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )
-        wait_for_http(f"{url}/api/v2/heartbeat", timeout=60)
+        chroma = start_chroma_server(tmp_path / "chroma", port)
         assert run_cli("import", str(SAMPLE), env={"REM_DATA_DIR": str(data), "REM_CHROMA_URL": url}).returncode == 0
         completed = wait_for(
             lambda: [r for r in read_runs(data / "graph.sqlite3") if r["outcome"] == "completed" and r["phases"]["ingest"]["sessions_seen"] == 26],
