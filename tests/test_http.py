@@ -133,3 +133,19 @@ async def test_readiness_fails_without_the_graph_database(settings: Settings) ->
         assert ready.status_code == 503
         assert json.loads(ready.text) == {"ready": False, "checks": {"graph": "unavailable", "chroma": "ok"}}
         assert (await client.get("/healthz")).status_code == 200
+
+
+async def test_a_new_run_shows_in_the_next_scrape_of_the_same_registry(settings: Settings, stores: Stores) -> None:
+    registry = build_registry(settings)
+    await run_cycle(settings, stores=stores)
+    first = _samples(generate_latest(registry).decode())
+    again = _samples(generate_latest(registry).decode())
+    own = [k for k in first if k[0].startswith("rem_cycle_") and "age_seconds" not in k[0]]
+    assert [again[k] for k in own] == [first[k] for k in own]  # unchanged data, same answer
+    await run_cycle(settings, stores=stores)
+    second = _samples(generate_latest(registry).decode())
+    for name in ("rem_cycle_cycle_duration_seconds_count", "rem_cycle_cycles_total"):
+        key = next(k for k in first if k[0] == name and k[1] in ((), (("outcome", "completed"),)))
+        assert (first[key], second[key]) == (1, 2)
+    phase = ("rem_cycle_phase_duration_seconds_count", (("phase", "ingest"),))
+    assert (first[phase], second[phase]) == (1, 2)

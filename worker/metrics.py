@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import structlog
 from prometheus_client import CollectorRegistry, ProcessCollector
@@ -111,6 +112,11 @@ class RemCycleCollector(Collector):
     def __init__(self, settings: Settings, *, now: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
         self.settings = settings
         self.now = now
+        # The duration histograms read every phase of every run ever recorded (the costliest part
+        # of a scrape after a year of hourly cycles) but change only when a run finishes: keep the
+        # last result, keyed by the run counts and latest finish times. Scrapes run in several
+        # threads; replacing the tuple is atomic, and a lost race only recomputes.
+        self._durations: tuple[Any, list[Metric]] | None = None
 
     def collect(self) -> Iterator[Metric]:
         try:
@@ -121,13 +127,36 @@ class RemCycleCollector(Collector):
         yield from families
         yield GaugeMetricFamily("rem_cycle_metrics_ok", "1 when the last scrape read the database", value=1 if families else 0)
 
+    def _run_families(self, runstate: RunStateStore) -> list[Metric]:
+        by_outcome = runstate.runs_by_outcome()
+        last_finished = runstate.last_finished_by_outcome()
+        cycles = CounterMetricFamily("rem_cycle_cycles", "Finished REM cycles by outcome", labels=["outcome"])
+        for outcome in RUN_OUTCOMES:
+            if outcome != "running":
+                cycles.add_metric([outcome], by_outcome.get(outcome, 0))
+        running = GaugeMetricFamily("rem_cycle_cycle_running", "1 while a cycle is running", value=by_outcome.get("running", 0))
+        last = GaugeMetricFamily(
+            "rem_cycle_last_cycle_finished_timestamp_seconds", "Unix time the latest cycle of each outcome finished",
+            labels=["outcome"],
+        )
+        for outcome, finished in sorted(last_finished.items()):
+            moment = parse_utc(finished)
+            if moment is not None:
+                last.add_metric([outcome], moment.timestamp())
+        key = (sorted(by_outcome.items()), sorted(last_finished.items()))
+        cached = self._durations
+        if cached is None or cached[0] != key:
+            cached = (key, _duration_families(runstate))
+            self._durations = cached
+        return [cycles, running, last, *cached[1]]
+
     def _families(self) -> list[Metric]:
         now = self.now()
         db = Database(self.settings.graph_path, readonly=True, timeout=5.0)
         try:
             runstate, graph = RunStateStore(db), GraphStore(db)
             families = [
-                *_run_families(runstate, now),
+                *self._run_families(runstate),
                 *_session_families(runstate, now),
                 *_chunk_families(runstate),
                 *_graph_families(graph),
@@ -138,21 +167,7 @@ class RemCycleCollector(Collector):
         return families
 
 
-def _run_families(runstate: RunStateStore, now: datetime) -> list[Metric]:
-    by_outcome = runstate.runs_by_outcome()
-    cycles = CounterMetricFamily("rem_cycle_cycles", "Finished REM cycles by outcome", labels=["outcome"])
-    for outcome in RUN_OUTCOMES:
-        if outcome != "running":
-            cycles.add_metric([outcome], by_outcome.get(outcome, 0))
-    running = GaugeMetricFamily("rem_cycle_cycle_running", "1 while a cycle is running", value=by_outcome.get("running", 0))
-    last = GaugeMetricFamily(
-        "rem_cycle_last_cycle_finished_timestamp_seconds", "Unix time the latest cycle of each outcome finished",
-        labels=["outcome"],
-    )
-    for outcome, finished in sorted(runstate.last_finished_by_outcome().items()):
-        moment = parse_utc(finished)
-        if moment is not None:
-            last.add_metric([outcome], moment.timestamp())
+def _duration_families(runstate: RunStateStore) -> list[Metric]:
     buckets, total = histogram_buckets(runstate.run_durations(), CYCLE_BUCKETS)
     duration = HistogramMetricFamily("rem_cycle_cycle_duration_seconds", "Wall-clock time of finished cycles")
     duration.add_metric([], buckets, total)
@@ -165,7 +180,7 @@ def _run_families(runstate: RunStateStore, now: datetime) -> list[Metric]:
     for phase, values in sorted(by_phase.items()):
         phase_buckets, phase_total = histogram_buckets(values, PHASE_BUCKETS)
         phase_duration.add_metric([phase], phase_buckets, phase_total)
-    return [cycles, running, last, duration, phase_duration]
+    return [duration, phase_duration]
 
 
 def _session_families(runstate: RunStateStore, now: datetime) -> list[Metric]:
