@@ -27,13 +27,10 @@ LIVE_MARKER = "liveIngested"
 BACKFILL_MARKER = "backfilled"
 
 
-@dataclass(slots=True)
-class SyncStats:
-    """Counts of one sync; ``errors`` lists what went wrong per row (never raised)."""
+@dataclass(slots=True, kw_only=True)
+class ErrorTally:
+    """A count of rejected rows with the first reasons (bounded, so a bad collection cannot grow it)."""
 
-    processed: int = 0
-    upserted: int = 0
-    skipped: int = 0
     errors: int = 0
     error_details: list[str] = field(default_factory=list)
 
@@ -42,12 +39,14 @@ class SyncStats:
         if len(self.error_details) < 100:
             self.error_details.append(message)
 
-    def merge(self, other: "SyncStats") -> None:
-        self.processed += other.processed
-        self.upserted += other.upserted
-        self.skipped += other.skipped
-        self.errors += other.errors
-        self.error_details.extend(other.error_details[: max(0, 100 - len(self.error_details))])
+
+@dataclass(slots=True, kw_only=True)
+class SyncStats(ErrorTally):
+    """Counts of one sync; ``error_details`` says what went wrong per row (never raised)."""
+
+    processed: int = 0
+    upserted: int = 0
+    skipped: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         return {"processed": self.processed, "upserted": self.upserted, "skipped": self.skipped, "errors": self.errors}
@@ -171,17 +170,12 @@ def session_revision(memory_ids: Iterable[str], summary: SummaryRow | None) -> s
     return digest.hexdigest()
 
 
-@dataclass(slots=True)
-class ScanResult:
-    revisions: list[SessionRevision]
-    rows_scanned: int = 0
-    errors: int = 0
-    error_details: list[str] = field(default_factory=list)
+@dataclass(slots=True, kw_only=True)
+class ScanResult(ErrorTally):
+    """Every session's revision, and the rows the scan had to reject."""
 
-    def error(self, message: str) -> None:
-        self.errors += 1
-        if len(self.error_details) < 100:
-            self.error_details.append(message)
+    revisions: list[SessionRevision] = field(default_factory=list)
+    rows_scanned: int = 0
 
 
 async def scan_session_revisions(
@@ -198,7 +192,7 @@ async def scan_session_revisions(
     their metadata read. Summaries (one per session) are read whole. A row without a usable
     ``sessionId`` is counted as an error, never a crash.
     """
-    result = ScanResult(revisions=[])
+    result = ScanResult()
     present: set[str] = set()
     async for page in chroma.scan(memory_collection):
         present.update(row.id for row in page)

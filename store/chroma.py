@@ -31,8 +31,8 @@ class ChromaUnavailableError(RuntimeError):
 
 
 @dataclass(frozen=True, slots=True)
-class MemoryRow:
-    """One memory (agent turn) as stored in Chroma."""
+class ChromaRow:
+    """One row of a collection: id, document and metadata, with the fields every row may carry."""
 
     id: str
     document: str
@@ -42,11 +42,6 @@ class MemoryRow:
     def session_id(self) -> str | None:
         value = self.metadata.get("sessionId")
         return value if isinstance(value, str) and value else None
-
-    @property
-    def turn_index(self) -> int | None:
-        value = self.metadata.get("turnIndex")
-        return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) else None
 
     @property
     def created_at(self) -> str | None:
@@ -54,21 +49,18 @@ class MemoryRow:
 
 
 @dataclass(frozen=True, slots=True)
-class SummaryRow:
+class MemoryRow(ChromaRow):
+    """One memory (agent turn) as stored in Chroma."""
+
+    @property
+    def turn_index(self) -> int | None:
+        value = self.metadata.get("turnIndex")
+        return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) else None
+
+
+@dataclass(frozen=True, slots=True)
+class SummaryRow(ChromaRow):
     """One session summary as stored in Chroma (its id is opaque)."""
-
-    id: str
-    document: str
-    metadata: Metadata = field(default_factory=dict)
-
-    @property
-    def session_id(self) -> str | None:
-        value = self.metadata.get("sessionId")
-        return value if isinstance(value, str) and value else None
-
-    @property
-    def created_at(self) -> str | None:
-        return row_created_at(self.metadata)
 
 
 def row_created_at(metadata: Metadata) -> str | None:
