@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 import subprocess
+import time
 from pathlib import Path
 
 import httpx
@@ -127,3 +128,23 @@ def test_daemon_with_its_http_port_taken_exits_with_a_clear_message(tmp_path: Pa
     assert done.returncode == 1
     assert "cannot start the daemon" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_daemon_without_run_at_startup_waits_and_stops_at_once_while_waiting(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    port = free_port()
+    env = worker_env(data, interval_seconds="3600", run_at_startup="false", http_port=str(port))
+    proc = start_worker(env=env, log_path=tmp_path / "daemon.log")
+    try:
+        wait_for_http(f"http://127.0.0.1:{port}/healthz")
+        time.sleep(1.0)
+        assert read_runs(data / "graph.sqlite3") == []  # the schema exists, no cycle has started
+        sent = time.monotonic()
+        status = stop(proc, timeout=20)
+        took = time.monotonic() - sent
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert status == 0, (tmp_path / "daemon.log").read_text()
+    assert took < 5, took  # a stop while sleeping does not wait for the interval
+    assert read_runs(data / "graph.sqlite3") == []
