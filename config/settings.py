@@ -89,6 +89,10 @@ class Settings(BaseSettings):
     max_chunk_attempts: int = Field(3, ge=1)
     lazy_max_attempts: int = Field(5, ge=1)
     semantic_types: tuple[str, ...] = DEFAULT_SEMANTIC_TYPES
+    llm_judge: bool = Field(
+        False,
+        description="With extractor=openai: also ask the model to name communities and to settle ambiguous identity candidates",
+    )
 
     # --- operations ----------------------------------------------------------------------
     http_host: str = "127.0.0.1"

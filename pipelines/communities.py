@@ -18,14 +18,15 @@ Pure core, in three steps:
 
    The default label is the names of its three highest-degree members (ties by name), joined
    with `` · ``; it is recomputed each run, so it follows the membership.
-3. :func:`name_communities` — optionally asks a namer (the model) for a label, only for communities
-   that have no model label yet, so an unchanged community is never renamed (and never re-billed).
+3. :func:`name_communities` — optionally asks a namer (the model, ``REM_LLM_JUDGE``) for a label,
+   only for communities whose membership is new or changed and that have no model label yet, so an
+   unchanged community is never renamed (and never re-billed, even when naming failed before).
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, replace
 
 import networkx as nx
@@ -48,6 +49,8 @@ class CommunityPlan:
     """The outcome of one detection: the communities to store, and how they relate to the last."""
 
     communities: list[CommunityRecord]
+    # ids of communities whose membership is new or changed (the only ones worth naming again)
+    fresh: frozenset[str]
     unchanged: int
     carried: int
     new: int
@@ -162,8 +165,10 @@ def plan_communities(
             record = replace(record, label=default_label(members, graph, names))
         result.append(record)
     new = len(detected) - unchanged - carried
+    unchanged_ids = {c.id for c in result if c.member_hash in by_hash and by_hash[c.member_hash].id == c.id}
     return CommunityPlan(
         communities=result,
+        fresh=frozenset(c.id for c in result if c.id not in unchanged_ids),
         unchanged=unchanged,
         carried=carried,
         new=new,
@@ -172,15 +177,21 @@ def plan_communities(
 
 
 async def name_communities(
-    communities: Sequence[CommunityRecord], names: dict[str, str], *, namer: Namer, graph: nx.Graph | None = None
+    communities: Sequence[CommunityRecord],
+    names: dict[str, str],
+    *,
+    namer: Namer,
+    only: Collection[str],
+    graph: nx.Graph | None = None,
 ) -> tuple[list[CommunityRecord], int]:
-    """Ask ``namer`` for a label for each community that has no model label yet; returns the
-    communities (named ones with ``label_source="model"``) and how many were named. A namer that
-    returns nothing (it logs and swallows its own provider errors) leaves the default label."""
+    """Ask ``namer`` for a label for each community in ``only`` (new or changed membership) that
+    has no model label yet; returns the communities (named ones with ``label_source="model"``) and
+    how many were named. A namer that returns nothing (it logs and swallows its own provider
+    errors) leaves the default label, and an unchanged community is not asked again."""
     named = 0
     out = []
     for community in communities:
-        if community.label_source == "model":
+        if community.label_source == "model" or community.id not in only:
             out.append(community)
             continue
         ranked = (

@@ -35,7 +35,7 @@ import math
 import re
 import unicodedata
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from difflib import SequenceMatcher
 
@@ -424,3 +424,36 @@ def learn(index: AliasIndex, nodes: Sequence[NodeRef], verdicts: Sequence[Verdic
             index.add(NodeRef(verdict.target, node.type, node.name, node.forms))
         else:
             index.add(node)
+
+
+class Resolution(dict[str, str]):
+    """What the extraction commit's matcher returns: candidate id → the existing id it is (the
+    plain mapping the commit reads), with the :class:`Verdict` behind every decision in
+    ``verdicts`` (so merges can be recorded with their rule and candidates reported)."""
+
+    def __init__(self, verdicts: Sequence[Verdict]) -> None:
+        super().__init__({v.node_id: v.target for v in verdicts if v.action == LINK and v.target is not None})
+        self.verdicts: dict[str, Verdict] = {v.node_id: v for v in verdicts}
+
+    @property
+    def candidates(self) -> list[Verdict]:
+        """The ambiguous verdicts (created as new nodes and reported)."""
+        return [v for v in self.verdicts.values() if v.action == CANDIDATE]
+
+
+# Given an incoming node and the existing same-type nodes it may be, return the id of the one it
+# is, or None for "a new node". Only asked about ``candidate`` verdicts.
+Auditor = Callable[[NodeRef, Sequence[NodeRef]], Awaitable[str | None]]
+
+
+async def audit(verdict: Verdict, node: NodeRef, index: AliasIndex, *, auditor: Auditor) -> Verdict:
+    """Ask ``auditor`` to settle a ``candidate`` verdict among its same-type candidates; a link
+    becomes rule ``auditor``. Cross-type candidates are never offered (never merged)."""
+    options = [index.nodes[m.node_id] for m in verdict.candidates if m.type == node.type and m.node_id in index.nodes]
+    if verdict.action != CANDIDATE or not options:
+        return verdict
+    chosen = await auditor(node, options)
+    if chosen is None or chosen not in {o.id for o in options}:
+        return verdict
+    score = next(m.score for m in verdict.candidates if m.node_id == chosen)
+    return Verdict(node.id, LINK, chosen, "auditor", score, verdict.candidates)

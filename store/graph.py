@@ -141,6 +141,18 @@ class GraphStore:
         )
         return [_edge(r) for r in rows]
 
+    def node_names(self, *, exclude_labels: Iterable[str] = ()) -> list[tuple[str, str, str, Any]]:
+        """(id, label, name, aliases) of every node whose label is not excluded — what identity
+        resolution indexes, without reading whole property documents."""
+        excluded = sorted(set(exclude_labels))
+        marks = ",".join("?" * len(excluded))
+        rows = self.db.query(
+            "SELECT id, label, name, CASE json_type(properties, '$.aliases') WHEN 'array' "
+            f"THEN json_extract(properties, '$.aliases') END AS aliases FROM nodes WHERE label NOT IN ({marks})",
+            excluded,
+        )
+        return [(r["id"], r["label"], r["name"], json.loads(r["aliases"]) if r["aliases"] else None) for r in rows]
+
     def search_nodes(self, text: str, *, limit: int = 50, exclude_labels: Iterable[str] = (), label: str | None = None) -> list[Node]:
         """Nodes whose name or one of whose ``aliases`` contains ``text`` (case-insensitive for ASCII;
         ``%`` and ``_`` match literally). Exact name matches first, then name prefixes, then other

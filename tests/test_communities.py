@@ -12,6 +12,8 @@ from store.communities import CommunityStore
 from store.db import Database
 from store.graph import Edge, GraphStore, Node
 from tests.graph_fixtures import build_sample_graph
+from tests.llm_server import llm_server  # noqa: F401 - fixture
+from tests.llm_server import ok
 from worker.cycle import run_cycle
 from worker.knowledge import refresh_communities
 
@@ -114,3 +116,23 @@ async def test_finalize_phase_computes_communities(settings) -> None:
         assert [c.members for c in CommunityStore(db).all()] == [QUEUE, CHUNKER]
     finally:
         db.close()
+
+
+async def test_model_namer_over_http(db, settings, llm_server) -> None:
+    from worker.knowledge import model_judge
+
+    model = settings.model_copy(update={"extractor": "openai", "llm_base_url": llm_server.url, "llm_max_retries": 0, "llm_judge": True})
+    llm_server.script(ok({"label": "Lazy queue draining"}), match="drain()")
+    llm_server.script(ok("not json at all"), match="chunk_session()")
+    async with model_judge(model) as judge:
+        assert judge is not None
+        first = await refresh_communities(db, namer=judge.name_community)
+    assert first["named"] == 1 and llm_server.chat_count == 2
+    labels = {c.id: (c.label, c.label_source) for c in CommunityStore(db).all()}
+    assert labels[community_id(QUEUE)] == ("Lazy queue draining", "model")
+    assert labels[community_id(CHUNKER)][1] == "default"  # an unusable answer keeps the default label
+    async with model_judge(model) as judge:
+        await refresh_communities(db, namer=judge.name_community)
+    assert llm_server.chat_count == 2  # unchanged communities are not asked again
+    async with model_judge(settings) as judge:
+        assert judge is None  # heuristic extractor: no model

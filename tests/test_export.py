@@ -111,3 +111,32 @@ def test_cli_export(tmp_path: Path) -> None:
     missing = run_cli("export", env={"REM_DATA_DIR": str(tmp_path / "nothing")})
     assert missing.returncode == 1 and "no graph database" in missing.stderr
     assert not (tmp_path / "nothing" / "graph.sqlite3").exists()
+
+
+async def test_snapshot_of_a_real_cycle_over_sample_sessions(settings, tmp_path: Path) -> None:
+    from pipelines.importer import import_sessions
+    from store.chroma import ChromaStore
+    from store.db import Database
+    from tests.conftest import SAMPLE
+    from worker.cycle import run_cycle
+
+    sample = tmp_path / "four.jsonl"
+    sample.write_text("".join(SAMPLE.read_text(encoding="utf-8").splitlines(keepends=True)[:4]), encoding="utf-8")
+    await import_sessions(sample, chroma=ChromaStore(settings), memory_collection=settings.memory_collection, summary_collection=settings.session_collection)
+    result = await run_cycle(settings)
+    assert result.outcome == "completed", result.message
+    db = Database(settings.graph_path)
+    try:
+        snap = snapshot_from_db(db)
+    finally:
+        db.close()
+    ids = {n["id"] for n in snap["nodes"]}
+    assert len(snap["sessions"]) == 4 and len(ids) > 10 and snap["edges"]
+    assert all(e["source"] in ids and e["target"] in ids for e in snap["edges"])
+    # every extracted node traces back to the sessions it came from, with evidence quotes
+    assert set(snap["node_sessions"]) == ids
+    assert all(set(s) <= set(snap["sessions"]) for s in snap["node_sessions"].values())
+    assert all(p["evidence"] for points in snap["provenance"].values() for p in points if p.get("memory"))
+    assert snap["communities"] and all(set(c["members"]) <= ids and c["size"] >= 3 for c in snap["communities"])
+    graph = nx.parse_graphml(graphml_text(snap), force_multigraph=True)
+    assert (graph.number_of_nodes(), graph.number_of_edges()) == (len(ids), len(snap["edges"]))

@@ -24,6 +24,7 @@ from store.graph import Edge, GraphStore, Node
 from store.merges import MergeError, MergeStore
 from tests.conftest import run_cli
 from tests.graph_fixtures import build_sample_graph, knowledge, point
+from tests.llm_server import llm_server  # noqa: F401 - fixture
 
 EXISTING = [
     NodeRef("CLASS:LazyEdgeQueue", "CLASS", "LazyEdgeQueue", ("lazy edge queue",)),
@@ -183,3 +184,91 @@ def test_cli_merge_show_unmerge(db, tmp_path: Path) -> None:
     assert json.loads(undone.stdout)["undone"][0]["into"] == "CLASS:LazyEdgeQueue"
     again = run_cli("unmerge", "CLASS:LEQ", env=env)
     assert again.returncode == 1 and "no active merge" in again.stderr
+
+
+# --- in the REM cycle ----------------------------------------------------------------------------
+async def _import(settings, tmp_path: Path, sessions: list[dict]) -> None:
+    from pipelines.importer import import_sessions
+    from store.chroma import ChromaStore
+    from tests.conftest import write_sessions
+
+    await import_sessions(
+        write_sessions(tmp_path / "in.jsonl", sessions), chroma=ChromaStore(settings),
+        memory_collection=settings.memory_collection, summary_collection=settings.session_collection,
+    )
+
+
+def _session(sid: str, created: str, turns: list[str]) -> dict:
+    return {
+        "sessionId": sid, "title": f"Session {sid}", "createdAt": created, "summary": f"about {sid}",
+        "turns": [{"id": f"{sid}-t{i}", "role": "user", "text": t} for i, t in enumerate(turns)],
+    }
+
+
+async def test_cycle_links_variants_records_the_merge_and_unmerge_sticks(settings, tmp_path: Path) -> None:
+    from store.db import Database
+    from worker.cycle import run_cycle
+
+    await _import(settings, tmp_path, [_session("a", "2026-11-01T10:00:00Z", ["The LazyEdgeQueue drops lines when DrainWorker crashes."])])
+    assert (await run_cycle(settings)).outcome == "completed"
+    await _import(settings, tmp_path, [_session("b", "2026-11-02T10:00:00Z", ["Two LazyEdgeQueues share one DrainWorker today."])])
+    result = await run_cycle(settings)
+    assert result.outcome == "completed", result.message
+    assert result.phases["extract"]["merges_recorded"] == 1
+    db = Database(settings.graph_path)
+    try:
+        graph, merges = GraphStore(db), MergeStore(db)
+        queue = graph.get_node("CLASS:LazyEdgeQueue")
+        assert graph.get_node("CLASS:LazyEdgeQueues") is None and "LazyEdgeQueues" in queue.properties["aliases"]
+        assert graph.get_edge("CLASS:LazyEdgeQueue", "memory:b-t0", "MENTIONED_IN") is not None
+        (record,) = merges.records(active=True)
+        assert (record.merged_id, record.into_id, record.rule) == ("CLASS:LazyEdgeQueues", "CLASS:LazyEdgeQueue", "normalised")
+        assert record.evidence["session"] == "b"
+
+        merges.unmerge("CLASS:LazyEdgeQueues")
+        restored = graph.get_node("CLASS:LazyEdgeQueues")
+        assert restored is not None and {p["session"] for p in restored.properties["provenance"]} == {"session:b"}
+        assert graph.get_edge("CLASS:LazyEdgeQueues", "memory:b-t0", "MENTIONED_IN") is not None
+        assert graph.get_edge("CLASS:DrainWorker", "CLASS:LazyEdgeQueues", "RELATES_TO") is not None
+        queue = graph.get_node("CLASS:LazyEdgeQueue")
+        assert "LazyEdgeQueues" not in queue.properties["aliases"]
+        assert {p["session"] for p in queue.properties["provenance"]} == {"session:a"}
+        assert graph.get_edge("CLASS:LazyEdgeQueue", "memory:b-t0", "MENTIONED_IN") is None
+        shared = graph.get_edge("CLASS:DrainWorker", "CLASS:LazyEdgeQueue", "RELATES_TO")
+        assert shared.weight == 1.0 and {p["session"] for p in shared.properties["provenance"]} == {"session:a"}
+        # Re-extracting session b does not merge the pair again: the undone merge blocks it.
+        db.conn.execute("UPDATE session_digests SET state = 'undigested' WHERE session_id = 'b'")
+    finally:
+        db.close()
+    again = await run_cycle(settings)
+    assert again.phases["extract"]["sessions_digested"] == 1 and again.phases["extract"]["merges_recorded"] == 0
+
+
+async def test_model_auditor_settles_a_candidate(settings, llm_server) -> None:
+    from pipelines.extract.commit import Candidate
+    from pipelines.extract.llm import OpenAIExtractor
+    from pipelines.judge import ModelJudge
+    from pipelines.resolver import GraphResolver
+    from tests.llm_server import ok
+
+    model = settings.model_copy(update={"extractor": "openai", "llm_base_url": llm_server.url, "llm_max_retries": 0})
+    llm_server.script(ok({"verdict": "link", "target": "CLASS:GraphStore"}), match="GraphStroe")
+    llm_server.script(ok({"verdict": "link", "target": "CLASS:Invented"}), match="GraphStorr")
+    async with OpenAIExtractor(model) as extractor:
+        resolver = GraphResolver(
+            load_nodes=lambda: EXISTING, load_blocked=frozenset, existing=lambda ids: set(ids),
+            auditor=ModelJudge(extractor).audit_identity,
+        )
+        typo, other, plain = Candidate("CLASS:GraphStroe", "CLASS", "GraphStroe"), Candidate("CLASS:GraphStorr", "CLASS", "GraphStorr"), Candidate("CLASS:Brand", "CLASS", "BrandNewThing")
+        assert await resolver.prepare([typo, other, plain]) == 2  # only the two ambiguous ones are asked
+        resolution = resolver([typo, other, plain])
+    assert resolution == {"CLASS:GraphStroe": "CLASS:GraphStore"}  # an unknown target is not trusted
+    assert resolution.verdicts["CLASS:GraphStroe"].rule == "auditor"
+    assert resolution.verdicts["CLASS:GraphStorr"].action == CANDIDATE
+    assert llm_server.chat_count == 2
+    body = llm_server.chat_requests[0].body
+    assert body["response_format"]["json_schema"]["name"] == "identity_verdict"
+    # The same question is never asked twice.
+    async with OpenAIExtractor(model) as extractor:
+        resolver.auditor = ModelJudge(extractor).audit_identity
+        assert await resolver.prepare([typo]) == 0

@@ -29,7 +29,7 @@ from store.db import Database
 from store.graph import GraphStore, utc_now
 from store.lazy_queue import LazyEdgeQueue, QueueBusyError
 from store.runstate import RunStateStore
-from worker.knowledge import refresh_communities
+from worker.knowledge import identity_resolver, model_judge, refresh_communities
 
 log = structlog.get_logger(__name__)
 
@@ -170,20 +170,26 @@ async def extract(ctx: CycleContext) -> dict[str, Any]:
     batch limit). A failing session is recorded and the phase goes on."""
     from datetime import UTC, datetime
 
+    from pipelines.extract.llm import OpenAIExtractor
     from pipelines.extract.workflow import ExtractEnv, extract_sessions, open_extractor
+    from pipelines.judge import ModelJudge
     from store.chunks import ChunkResultStore
     from store.lazy_queue import LazyEdgeQueue
+    from store.merges import MergeStore
     from store.semantic_index import SemanticIndex
 
     settings, stores = ctx.settings, ctx.stores
     todo = await anyio.to_thread.run_sync(stores.runstate.sessions_to_extract, settings.batch_limit)
     async with open_extractor(settings) as extractor:
+        judge = ModelJudge(extractor) if settings.llm_judge and isinstance(extractor, OpenAIExtractor) else None
         env = ExtractEnv(
             chroma=stores.chroma, graph=stores.graph, runstate=stores.runstate, chunks=ChunkResultStore(stores.db),
             queue=LazyEdgeQueue(settings.queue_path), graph_index=SemanticIndex(stores.db), extractor=extractor,
             semantic_types=settings.semantic_types, budget_tokens=settings.chunk_budget_tokens,
             max_attempts=settings.max_chunk_attempts, concurrency=settings.llm_concurrency, run_id=ctx.run_id,
             now=datetime.now(UTC),
+            resolver=identity_resolver(stores.db, auditor=judge.audit_identity if judge else None),
+            merges=MergeStore(stores.db),
         )
         try:
             stats = await extract_sessions(todo, env, should_stop=ctx.stop.is_set)
@@ -221,7 +227,8 @@ async def drain(ctx: CycleContext) -> dict[str, Any]:
 
 async def finalize(ctx: CycleContext) -> dict[str, Any]:
     """Refresh the graph's communities; graph and digest counts for the run record."""
-    communities = await refresh_communities(ctx.stores.db)
+    async with model_judge(ctx.settings) as judge:
+        communities = await refresh_communities(ctx.stores.db, namer=judge.name_community if judge else None)
     graph = await anyio.to_thread.run_sync(ctx.stores.graph.counts)
     digests = await anyio.to_thread.run_sync(ctx.stores.runstate.digest_counts)
     return {"graph": graph, "digests": digests, "communities": communities}

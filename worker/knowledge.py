@@ -3,8 +3,8 @@ communities, the query surface (show/search) and unmerge."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,7 +13,10 @@ import anyio
 from config import Settings
 from pipelines.communities import Namer, name_communities, plan_communities, semantic_graph
 from pipelines.export import build_snapshot
+from pipelines.identity import Auditor
+from pipelines.judge import ModelJudge
 from pipelines.query import node_view, search_row, turn_memory_ids
+from pipelines.resolver import GraphResolver, node_refs
 from pipelines.vocabulary import ANCHOR_LABELS
 from store.chroma import ChromaStore, ChromaUnavailableError
 from store.communities import CommunityStore
@@ -21,6 +24,30 @@ from store.db import Database
 from store.graph import Edge, GraphStore, Node, utc_now
 from store.ids import memory_node_id, normalize_graph_node_id, row_suffix
 from store.merges import MergeStore
+
+
+@asynccontextmanager
+async def model_judge(settings: Settings) -> AsyncIterator[ModelJudge | None]:
+    """The model namer/auditor when ``REM_EXTRACTOR=openai`` and ``REM_LLM_JUDGE`` (its own HTTP
+    client), else ``None``."""
+    if settings.extractor != "openai" or not settings.llm_judge:
+        yield None
+        return
+    from pipelines.extract.llm import OpenAIExtractor
+
+    async with OpenAIExtractor(settings) as extractor:
+        yield ModelJudge(extractor)
+
+
+def identity_resolver(db: Database, *, auditor: Auditor | None = None) -> GraphResolver:
+    """The extraction commit's identity resolution over the graph in ``db``."""
+    graph = GraphStore(db)
+    return GraphResolver(
+        load_nodes=lambda: node_refs(graph.node_names(exclude_labels=ANCHOR_LABELS)),
+        load_blocked=MergeStore(db).blocked_pairs,
+        existing=graph.existing_ids,
+        auditor=auditor,
+    )
 
 
 class NoGraphError(FileNotFoundError):
@@ -65,7 +92,9 @@ async def refresh_communities(db: Database, *, namer: Namer | None = None) -> di
     records, named = plan.communities, 0
     if namer is not None and records:
         names = {n.id: n.name for n in nodes}
-        records, named = await name_communities(records, names, namer=namer, graph=semantic_graph(nodes, edges))
+        records, named = await name_communities(
+            records, names, namer=namer, only=plan.fresh, graph=semantic_graph(nodes, edges)
+        )
     written = await anyio.to_thread.run_sync(communities.replace_all, records)
     return {
         "communities": len(records),

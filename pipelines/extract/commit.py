@@ -41,6 +41,16 @@ class Candidate:
     aliases: tuple[str, ...] = ()
 
 
+class MergeRecorder(Protocol):
+    """Where a link of a candidate to a *different* existing node is recorded, undoably
+    (:class:`store.merges.MergeStore`)."""
+
+    def record_link(
+        self, merged: Node, merged_edges: Sequence[Edge], *, into_id: str, rule: str, score: float,
+        evidence: Mapping[str, Any] | None = None,
+    ) -> int: ...
+
+
 class GraphIndex(Protocol):
     """What identity resolution needs from the graph (see :class:`store.semantic_index.SemanticIndex`)."""
 
@@ -135,6 +145,23 @@ def plan_commit(
     return plan
 
 
+def linked_payloads(
+    reduced: ReducedSession, matches: Mapping[str, str], existing_nodes: Mapping[str, Node]
+) -> dict[str, tuple[Node, list[Edge]]]:
+    """For every candidate linked to a *different* node: the node and the edges (provenance and
+    semantic, in its own terms, other endpoints resolved as committed) this session would have
+    written for it had it not been linked — what undoing the link restores (pure)."""
+    payloads: dict[str, tuple[Node, list[Edge]]] = {}
+    for merged_id in sorted(old for old, new in matches.items() if old != new):
+        others = {k: v for k, v in matches.items() if k != merged_id}
+        unlinked = plan_commit(reduced, matches=others, existing_nodes=existing_nodes, existing_edges={})
+        lazy = [Edge(x["source"], x["target"], x["relationship"], x["weight"], x["properties"]) for x in unlinked.lazy]
+        node = next(n for n in unlinked.nodes if n.id == merged_id)
+        edges = [e for e in (*unlinked.edges, *lazy) if merged_id in (e.source, e.target)]
+        payloads[merged_id] = (node, edges)
+    return payloads
+
+
 def needed_ids(reduced: ReducedSession, matches: Mapping[str, str]) -> set[str]:
     """Every node id :func:`plan_commit` needs to know about (existing or not)."""
     ids = {matches.get(n.id, n.id) for n in reduced.nodes} | {f"session:{reduced.session_id}"}
@@ -222,6 +249,8 @@ class CommitStats:
     lazy_edges_queued: int = 0
     edges_dropped: int = 0
     linked_existing: int = 0
+    merges_recorded: int = 0
+    identity_candidates: int = 0
 
 
 def commit_session(
@@ -232,6 +261,7 @@ def commit_session(
     on_commit: Callable[[], None],
     queue_append: Callable[[list[dict[str, Any]]], int],
     matcher: Callable[[Sequence[Candidate], GraphIndex], Mapping[str, str]] = match_existing,
+    merges: MergeRecorder | None = None,
 ) -> CommitStats:
     """Write ``reduced`` in one transaction; ``on_commit`` (the digest record, chunk-result
     pruning) runs inside it, and the lazy-queue lines are appended as its last step so a failed
@@ -249,6 +279,18 @@ def commit_session(
             if found is not None:
                 existing_edges[key] = found
         plan = plan_commit(reduced, matches=matches, existing_nodes=existing_nodes, existing_edges=existing_edges)
+        verdicts = getattr(matches, "verdicts", {})
+        stats.identity_candidates = sum(1 for v in verdicts.values() if v.action == "candidate")
+        if merges is not None:
+            # Recorded before the writes below: the record must see the target as it was.
+            for merged_id, (node, edges) in linked_payloads(reduced, matches, existing_nodes).items():
+                verdict = verdicts.get(merged_id)
+                merges.record_link(
+                    node, edges, into_id=matches[merged_id], rule=verdict.rule if verdict else "exact-key",
+                    score=verdict.score if verdict else 1.0,
+                    evidence={"session": reduced.session_id, "form": verdict.candidates[0].form if verdict and verdict.candidates else node.name},
+                )
+                stats.merges_recorded += 1
         stats.nodes_written = graph.upsert_nodes(plan.nodes)
         stats.edges_written = graph.link_nodes(plan.edges).linked
         stats.edges_dropped = len(plan.dropped)

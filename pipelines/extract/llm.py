@@ -204,12 +204,22 @@ class OpenAIExtractor:
                     "schema-failure", f"invalid JSON after one repair: {again}", tokens_in=usage[0], tokens_out=usage[1]
                 ) from None
 
-    async def _complete(self, messages: list[dict[str, str]], usage: list[int]) -> str:
+    async def complete_json(self, messages: list[dict[str, str]], *, schema_name: str, schema: dict[str, Any]) -> Any:
+        """One structured chat completion besides extraction (community naming, identity auditing):
+        the same transport, retries and JSON-mode fallback, another schema. Returns the parsed JSON;
+        ``ValueError`` when the answer is not JSON, :class:`ExtractionFailure` when the call failed."""
+        content = await self._complete(messages, [0, 0], schema=(schema_name, schema))
+        match = _FENCE.match(content)
+        return json.loads(match.group(1) if match else content)
+
+    async def _complete(
+        self, messages: list[dict[str, str]], usage: list[int], *, schema: tuple[str, dict[str, Any]] = ("extraction", RESPONSE_SCHEMA)
+    ) -> str:
         """One chat completion with retries; returns the message content."""
         assert self._client is not None, "use the extractor as an async context manager"
         attempt = 0
         while True:
-            body = self._body(messages)
+            body = self._body(messages, schema)
             try:
                 response = await self._client.post(f"{self.base_url}/chat/completions", json=body)
             except httpx.TimeoutException as exc:
@@ -241,7 +251,7 @@ class OpenAIExtractor:
             log.info("llm call failed, retrying", kind=failure.kind, error=str(failure)[:200], attempt=attempt, delay_s=round(delay, 3))
             await anyio.sleep(delay)
 
-    def _body(self, messages: list[dict[str, str]]) -> dict[str, Any]:
+    def _body(self, messages: list[dict[str, str]], schema: tuple[str, dict[str, Any]]) -> dict[str, Any]:
         body: dict[str, Any] = {
             "model": self.settings.llm_model,
             "messages": messages,
@@ -249,7 +259,7 @@ class OpenAIExtractor:
             "max_tokens": self.settings.output_reserve_tokens,
         }
         if self.json_mode == "json_schema":
-            body["response_format"] = {"type": "json_schema", "json_schema": {"name": "extraction", "schema": RESPONSE_SCHEMA}}
+            body["response_format"] = {"type": "json_schema", "json_schema": {"name": schema[0], "schema": schema[1]}}
         elif self.json_mode == "json_object":
             body["response_format"] = {"type": "json_object"}
         return body

@@ -14,12 +14,13 @@ import anyio
 import structlog
 
 from config import Settings
-from pipelines.extract.commit import GraphIndex, commit_session
+from pipelines.extract.commit import GraphIndex, MergeRecorder, commit_session
 from pipelines.extract.heuristic import HeuristicExtractor
 from pipelines.extract.map import UnitOutcome, map_units
 from pipelines.extract.model import Extractor
 from pipelines.extract.reduce import reduce_session
 from pipelines.extract.units import SourceTurn, plan_units
+from pipelines.resolver import GraphResolver
 from store.chroma import ChromaStore, ChromaUnavailableError, MemoryRow
 from store.chunks import ChunkResultStore
 from store.graph import GraphStore
@@ -59,6 +60,10 @@ class ExtractEnv:
     concurrency: int
     run_id: str | None
     now: datetime
+    # Identity resolution beyond exact names (pipelines.resolver.GraphResolver) and where its
+    # merges are recorded; without them the commit's exact matcher is used and nothing is recorded.
+    resolver: GraphResolver | None = None
+    merges: MergeRecorder | None = None
 
 
 @dataclass(slots=True)
@@ -83,6 +88,8 @@ class ExtractStats:
     lazy_edges_queued: int = 0
     edges_dropped: int = 0
     linked_existing: int = 0
+    merges_recorded: int = 0
+    identity_candidates: int = 0
     ungrounded_evidence: int = 0
     invalid_turn_refs: int = 0
     failures_by_kind: dict[str, int] = field(default_factory=dict)
@@ -152,10 +159,14 @@ async def extract_session(record: DigestRecord, env: ExtractEnv, stats: ExtractS
             env.runstate.mark_digested(sid, record.input_revision, env.run_id or "-")
             env.chunks.prune_session(sid, keep)
 
+        identity: dict[str, Any] = {}
+        if env.resolver is not None:
+            await env.resolver.prepare(reduced.nodes)
+            identity["matcher"] = env.resolver
         committed = await anyio.to_thread.run_sync(
             partial(
                 commit_session, reduced, graph=env.graph, graph_index=env.graph_index, on_commit=on_commit,
-                queue_append=env.queue.append,
+                queue_append=env.queue.append, merges=env.merges, **identity,
             )
         )
     except ChromaUnavailableError:
@@ -168,6 +179,8 @@ async def extract_session(record: DigestRecord, env: ExtractEnv, stats: ExtractS
     stats.lazy_edges_queued += committed.lazy_edges_queued
     stats.edges_dropped += committed.edges_dropped
     stats.linked_existing += committed.linked_existing
+    stats.merges_recorded += committed.merges_recorded
+    stats.identity_candidates += committed.identity_candidates
     stats.ungrounded_evidence += reduced.ungrounded
     stats.invalid_turn_refs += reduced.invalid_turn_refs
     return "digested"

@@ -1,0 +1,74 @@
+"""The model's small jobs besides extraction (``REM_EXTRACTOR=openai`` only): naming a community
+and settling an ambiguous identity. Both go through the openai extractor's transport (retries,
+JSON mode), and both fail soft: an error or an unusable answer means "no label" / "create".
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import structlog
+
+from pipelines.extract.llm import OpenAIExtractor
+from pipelines.extract.model import ExtractionFailure
+from pipelines.identity import NodeRef
+
+log = structlog.get_logger(__name__)
+
+LABEL_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"label": {"type": "string"}},
+    "required": ["label"],
+}
+VERDICT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"verdict": {"type": "string", "enum": ["link", "create"]}, "target": {"type": "string"}},
+    "required": ["verdict"],
+}
+NAMER_PROMPT = (
+    "You name clusters of a knowledge graph built from an AI agent's working sessions. Given the "
+    "members of one cluster (most connected first), answer with a short label (2 to 5 words) for "
+    'what they have in common, as JSON: {"label": "..."}.'
+)
+AUDITOR_PROMPT = (
+    "You decide whether a newly extracted entity is the same thing as one of the existing entities "
+    "of a knowledge graph. Same thing = the same class, file, issue, person, concept … written "
+    "differently (spelling, abbreviation, paraphrase). Similar but distinct things are NOT the same. "
+    'Answer as JSON: {"verdict": "link", "target": "<existing id>"} or {"verdict": "create"}.'
+)
+
+
+def _describe(node: NodeRef) -> dict[str, Any]:
+    return {"id": node.id, "type": node.type, "name": node.name, "aliases": list(node.aliases[:10])}
+
+
+class ModelJudge:
+    """Community namer and identity auditor over an open :class:`OpenAIExtractor`."""
+
+    def __init__(self, extractor: OpenAIExtractor) -> None:
+        self.extractor = extractor
+
+    async def _ask(self, system: str, payload: Any, *, schema_name: str, schema: dict[str, Any]) -> Any:
+        messages = [{"role": "system", "content": system}, {"role": "user", "content": json.dumps(payload, ensure_ascii=False)}]
+        try:
+            return await self.extractor.complete_json(messages, schema_name=schema_name, schema=schema)
+        except (ExtractionFailure, ValueError) as exc:
+            log.warning("model call failed; falling back", job=schema_name, error=str(exc)[:200])
+            return None
+
+    async def name_community(self, names: Sequence[str]) -> str | None:
+        """A short label for a community whose member names are given (most connected first)."""
+        answer = await self._ask(NAMER_PROMPT, {"members": list(names[:30])}, schema_name="community_label", schema=LABEL_SCHEMA)
+        label = answer.get("label") if isinstance(answer, dict) else None
+        return label if isinstance(label, str) and label.strip() else None
+
+    async def audit_identity(self, node: NodeRef, options: Sequence[NodeRef]) -> str | None:
+        """The id of the existing node ``node`` is, or ``None`` (a new node)."""
+        payload = {"new": _describe(node), "existing": [_describe(o) for o in options]}
+        answer = await self._ask(AUDITOR_PROMPT, payload, schema_name="identity_verdict", schema=VERDICT_SCHEMA)
+        if not isinstance(answer, dict) or answer.get("verdict") != "link":
+            return None
+        target = answer.get("target")
+        return target if target in {o.id for o in options} else None

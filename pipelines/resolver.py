@@ -1,0 +1,150 @@
+"""Identity resolution against the graph, as the extraction commit's matcher.
+
+:class:`GraphResolver` is called by :func:`pipelines.extract.commit.commit_session` inside the
+session's transaction with the session's candidates (the ``matcher`` interface: candidates and the
+graph index in, candidate id → existing id out) and answers with a
+:class:`pipelines.identity.Resolution`. It keeps an :class:`~pipelines.identity.AliasIndex` of the
+graph's knowledge nodes in memory — built from the graph on first use, then kept current with what
+each commit decides — so a commit costs a few dictionary look-ups, not a scan of the graph. A
+commit that rolled back is noticed at the next call (a node it created is missing) and the index is
+rebuilt from the graph.
+
+The optional model auditor is asked *before* the transaction (:meth:`GraphResolver.prepare`, in
+async code), never while the database is locked; its answers are kept per question, so the same
+ambiguity is never paid for twice.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Protocol
+
+import anyio
+import structlog
+
+from pipelines.identity import (
+    CANDIDATE,
+    LINK,
+    AliasIndex,
+    Auditor,
+    NodeRef,
+    Resolution,
+    Thresholds,
+    Verdict,
+    audit,
+    learn,
+    resolve_batch,
+)
+
+log = structlog.get_logger(__name__)
+
+
+class CandidateLike(Protocol):
+    id: str
+    type: str
+    name: str
+    aliases: tuple[str, ...]
+
+
+def _refs(candidates: Iterable[CandidateLike]) -> list[NodeRef]:
+    return [NodeRef(c.id, c.type, c.name, tuple(c.aliases)) for c in candidates]
+
+
+class GraphResolver:
+    """The stateful matcher. ``load_nodes`` lists the graph's knowledge nodes, ``load_blocked`` the
+    (merged, into) pairs whose merge was undone, ``existing`` says which of some ids exist."""
+
+    def __init__(
+        self,
+        *,
+        load_nodes: Callable[[], Iterable[NodeRef]],
+        load_blocked: Callable[[], frozenset[tuple[str, str]]],
+        existing: Callable[[Iterable[str]], set[str]],
+        auditor: Auditor | None = None,
+        thresholds: Thresholds = Thresholds(),
+    ) -> None:
+        self._load_nodes = load_nodes
+        self._load_blocked = load_blocked
+        self._existing = existing
+        self.auditor = auditor
+        self.thresholds = thresholds
+        self._index: AliasIndex | None = None
+        self._blocked: frozenset[tuple[str, str]] = frozenset()
+        self._created: list[str] = []
+        self._decisions: dict[tuple[str, tuple[str, ...]], str | None] = {}
+        self._lock = threading.RLock()
+
+    def reset(self) -> None:
+        """Forget the index (the next call rebuilds it from the graph)."""
+        with self._lock:
+            self._index = None
+
+    def _ready_index(self) -> AliasIndex:
+        if self._index is not None and self._created:
+            created = set(self._created)
+            if created - self._existing(created):
+                log.info("identity index stale (a commit rolled back): rebuilding")
+                self._index = None
+        if self._index is None:
+            self._index = AliasIndex.build(self._load_nodes())
+            self._blocked = self._load_blocked()
+            self._created = []
+        return self._index
+
+    async def prepare(self, candidates: Sequence[CandidateLike]) -> int:
+        """Settle this session's ambiguous candidates with the auditor (when there is one), before
+        the commit. Returns how many questions were asked."""
+        if self.auditor is None:
+            return 0
+        refs = _refs(candidates)
+
+        def resolve_now() -> tuple[AliasIndex, list[Verdict]]:
+            with self._lock:
+                index = self._ready_index()
+                return index, resolve_batch(refs, index, blocked=self._blocked, thresholds=self.thresholds)
+
+        index, verdicts = await anyio.to_thread.run_sync(resolve_now)
+        asked = 0
+        for ref, verdict in zip(refs, verdicts, strict=True):
+            key = _question(verdict)
+            if verdict.action != CANDIDATE or key in self._decisions:
+                continue
+            settled = await audit(verdict, ref, index, auditor=self.auditor)
+            self._decisions[key] = settled.target
+            asked += 1
+        return asked
+
+    def __call__(self, candidates: Sequence[CandidateLike], graph_index: Any = None) -> Resolution:
+        """The matcher: resolve, apply settled auditor answers, learn the outcome."""
+        with self._lock:
+            index = self._ready_index()
+            refs = _refs(candidates)
+            verdicts = resolve_batch(refs, index, blocked=self._blocked, thresholds=self.thresholds)
+            verdicts = [self._settled(v) for v in verdicts]
+            learn(index, refs, verdicts)
+            self._created = [v.node_id for v in verdicts if v.target is None or v.target == v.node_id]
+            for verdict in verdicts:
+                if verdict.action == CANDIDATE:
+                    log.info(
+                        "identity candidate (created, not merged)",
+                        node=verdict.node_id, rule=verdict.rule,
+                        candidates=[(m.node_id, m.rule, m.score) for m in verdict.candidates[:5]],
+                    )
+            return Resolution(verdicts)
+
+    def _settled(self, verdict: Verdict) -> Verdict:
+        chosen = self._decisions.get(_question(verdict)) if verdict.action == CANDIDATE else None
+        if chosen is None:
+            return verdict
+        score = next(m.score for m in verdict.candidates if m.node_id == chosen)
+        return Verdict(verdict.node_id, LINK, chosen, "auditor", score, verdict.candidates)
+
+
+def _question(verdict: Verdict) -> tuple[str, tuple[str, ...]]:
+    return verdict.node_id, tuple(sorted(m.node_id for m in verdict.candidates))
+
+
+def node_refs(rows: Iterable[tuple[str, str, str, Any]]) -> list[NodeRef]:
+    """(id, label, name, aliases) rows as :class:`NodeRef`."""
+    return [NodeRef(i, label, name, tuple(a for a in aliases if isinstance(a, str)) if isinstance(aliases, list) else ()) for i, label, name, aliases in rows]
