@@ -69,6 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
     merge = sub.add_parser("merge", parents=[common], help="fold one node into another by hand (recorded, undoable)")
     merge.add_argument("merged_id", metavar="NODE_ID")
     merge.add_argument("into_id", metavar="INTO_ID")
+    notes = sub.add_parser("import-notes", parents=[common], help="extract Markdown/text notes files into the graph")
+    notes.add_argument("paths", nargs="+", metavar="PATH", help="files, or folders searched for *.md / *.txt")
     drain = sub.add_parser("drain", parents=[common], help="link queued lazy edges, back-filling their endpoints")
     drain.add_argument("--dry-run", action="store_true", help="read the queue and report; change nothing")
     backfill = sub.add_parser(
@@ -286,6 +288,29 @@ async def cmd_merge(settings: Settings, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+async def cmd_import_notes(settings: Settings, args: argparse.Namespace) -> int:
+    from worker.cycle import single_flight
+    from worker.knowledge import import_notes
+
+    try:
+        async with single_flight(settings):
+            report = await import_notes(settings, args.paths)
+    except CycleBusyError as exc:
+        print(f"rem-cycle: {exc}; import the notes when it has finished", file=sys.stderr)
+        return EXIT_BUSY
+
+    def text() -> None:
+        for item in report["files"]:
+            detail = f"{item['nodes_written']} nodes, {item['edges_written']} edges written" if item["status"] == "imported" else item["error"] or ""
+            print(f"{item['status']:9} {item['path']} ({item['note_id']}) {detail}".rstrip())
+        for error in report["errors"]:
+            print(f"error     {error}", file=sys.stderr)
+        print(f"{report['imported']} imported, {report['unchanged']} unchanged, {report['failed']} failed")
+
+    _emit(args, report, text)
+    return EXIT_OK if not report["failed"] and not report["errors"] else EXIT_FAILED
+
+
 def _counts_line(counts: dict[str, Any]) -> str:
     return ", ".join(f"{v} {k}" for k, v in counts.items())
 
@@ -388,6 +413,7 @@ COMMANDS: dict[str, Handler] = {
     "merge": cmd_merge,
     "drain": cmd_drain,
     "backfill": cmd_backfill,
+    "import-notes": cmd_import_notes,
 }
 
 

@@ -177,3 +177,31 @@ def merge_node(settings: Settings, merged_id: str, into_id: str) -> int:
     """Fold ``merged_id`` into ``into_id`` by hand (an operator confirming a reported candidate)."""
     with open_graph_db(settings) as db:
         return MergeStore(db).merge_nodes(merged_id, into_id, rule="manual", score=1.0, evidence={"by": "operator"})
+
+
+async def import_notes(settings: Settings, paths: list[str]) -> dict[str, Any]:
+    """``import-notes``: every Markdown/text file named or under the folders named, through the
+    extraction path with the file as provenance anchor (see :mod:`pipelines.notes`)."""
+    from datetime import UTC, datetime
+
+    from pipelines.extract.llm import OpenAIExtractor
+    from pipelines.extract.workflow import open_extractor
+    from pipelines.notes import NotesEnv, find_note_files, import_note
+    from store.chunks import ChunkResultStore
+
+    files, errors = await anyio.to_thread.run_sync(find_note_files, paths)
+    db = await anyio.to_thread.run_sync(Database, settings.graph_path)
+    try:
+        async with open_extractor(settings) as extractor:
+            judge = ModelJudge(extractor) if settings.llm_judge and isinstance(extractor, OpenAIExtractor) else None
+            env = NotesEnv(
+                graph=GraphStore(db), chunks=ChunkResultStore(db), extractor=extractor,
+                semantic_types=settings.semantic_types, budget_tokens=settings.chunk_budget_tokens,
+                concurrency=settings.llm_concurrency, now=datetime.now(UTC),
+                resolver=identity_resolver(db, auditor=judge.audit_identity if judge else None), merges=MergeStore(db),
+            )
+            results = [(await import_note(note, env)).as_dict() for note in files]
+    finally:
+        db.close()
+    counts = {status: sum(1 for r in results if r["status"] == status) for status in ("imported", "unchanged", "failed")}
+    return {"files": results, "errors": errors, **counts}

@@ -106,7 +106,7 @@ def plan_commit(
     """Every write of one session's commit (pure). ``existing_nodes`` holds whatever exists among
     the matched nodes, the session's memories and session, and the referenced rows."""
     plan = CommitPlan()
-    session = f"session:{reduced.session_id}"
+    session = reduced.anchor_id
     target_of = {node.id: matches.get(node.id, node.id) for node in reduced.nodes}
     plan.linked_existing = sum(1 for old, new in target_of.items() if old != new)
     written: set[str] = set()
@@ -164,7 +164,7 @@ def linked_payloads(
 
 def needed_ids(reduced: ReducedSession, matches: Mapping[str, str]) -> set[str]:
     """Every node id :func:`plan_commit` needs to know about (existing or not)."""
-    ids = {matches.get(n.id, n.id) for n in reduced.nodes} | {f"session:{reduced.session_id}"}
+    ids = {matches.get(n.id, n.id) for n in reduced.nodes} | {reduced.anchor_id}
     for node in reduced.nodes:
         ids.update(p.memory for p in node.provenance if p.memory)
     for ref in reduced.references:

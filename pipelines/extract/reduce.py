@@ -76,16 +76,28 @@ class ReducedSession:
     ungrounded: int = 0
     invalid_turn_refs: int = 0
     dropped_items: int = 0
+    # The provenance anchor when it is not ``session:<session_id>`` (an imported notes file,
+    # ``note:<hash>``): then points carry no memory and the anchor in their ``session`` field.
+    anchor: str = ""
+
+    @property
+    def anchor_id(self) -> str:
+        """The node the session's provenance points at: its SESSION node, or the notes file."""
+        return self.anchor or f"session:{self.session_id}"
 
 
-def points(session_id: str, chunk_id: str, evidence: Iterable[Evidence]) -> list[Point]:
-    """Provenance points of grounded evidence, or one chunk-level point when there is none."""
+def points(session_id: str, chunk_id: str, evidence: Iterable[Evidence], *, anchor: str = "") -> list[Point]:
+    """Provenance points of grounded evidence, or one chunk-level point when there is none. With an
+    ``anchor`` (a notes file) the points name it and no memory (a file has no turns)."""
+    if anchor:
+        return [Point(anchor, "", chunk_id, e.quote) for e in evidence] or [Point(anchor, "", chunk_id, "")]
     found = [Point(f"session:{session_id}", f"memory:{e.memory_id}", chunk_id, e.quote) for e in evidence]
     return found or [Point(f"session:{session_id}", "", chunk_id, "")]
 
 
-def reduce_session(session_id: str, extractions: Sequence[ChunkExtraction]) -> ReducedSession:
-    """Merge the extractions of a session's chunks (given in chunk order) into one."""
+def reduce_session(session_id: str, extractions: Sequence[ChunkExtraction], *, anchor: str = "") -> ReducedSession:
+    """Merge the extractions of a session's chunks (given in chunk order) into one; ``anchor``:
+    see :attr:`ReducedSession.anchor`."""
     first_id: dict[tuple[str, str], str] = {}
     remap: dict[str, str] = {}
     nodes: dict[str, dict[str, Any]] = {}
@@ -96,7 +108,7 @@ def reduce_session(session_id: str, extractions: Sequence[ChunkExtraction]) -> R
             if node.id != keeper:
                 remap[node.id] = keeper
             merged = nodes.get(keeper)
-            new_points = points(session_id, extraction.unit_id, node.evidence)
+            new_points = points(session_id, extraction.unit_id, node.evidence, anchor=anchor)
             if merged is None:
                 nodes[keeper] = {
                     "type": node.type, "name": node.name, "description": node.description,
@@ -120,7 +132,7 @@ def reduce_session(session_id: str, extractions: Sequence[ChunkExtraction]) -> R
             merged = edges.setdefault(key, {"justifications": [], "provenance": set()})
             if edge.justification and edge.justification not in merged["justifications"]:
                 merged["justifications"].append(edge.justification)
-            merged["provenance"].update(points(session_id, extraction.unit_id, edge.evidence))
+            merged["provenance"].update(points(session_id, extraction.unit_id, edge.evidence, anchor=anchor))
     references: dict[tuple[str, str], dict[str, list[str]]] = {}
     for extraction in extractions:
         for ref in extraction.references:
@@ -150,6 +162,7 @@ def reduce_session(session_id: str, extractions: Sequence[ChunkExtraction]) -> R
         ungrounded=sum(len(e.ungrounded) for e in extractions),
         invalid_turn_refs=sum(e.invalid_turn_refs for e in extractions),
         dropped_items=sum(e.dropped_items for e in extractions),
+        anchor=anchor,
     )
 
 

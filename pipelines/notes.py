@@ -1,0 +1,200 @@
+"""Notes import: Markdown / plain-text files through the same chunk → extract → reduce → commit path
+as sessions, with the file itself as the provenance anchor.
+
+- **Source id**: ``note:<first 16 hex digits of sha256(absolute path)>`` — deterministic, so
+  re-importing the same file re-extracts against the same anchor (its old provenance points are
+  replaced, exactly like a re-extracted session's). The anchor is a ``NOTE`` node whose name is the
+  path as given and whose ``path`` property is the absolute path; it is what ``export`` lists in
+  ``file_sources``. Extracted nodes point at it with ``DISCUSSED_IN``; their provenance points carry
+  the note id in ``session`` and no ``memory`` (a file has no turns), plus the chunk and the
+  verbatim evidence quote.
+- **Turns**: the file's paragraphs (blank-line separated) play the part of turns, so chunking
+  keeps paragraphs whole.
+- **Cost**: an unchanged file (same content hash as its last successful import) is skipped before
+  anything is planned: no model call, no write. A changed file re-extracts only the chunks whose
+  text changed (``chunk_results`` reuse by content hash, as for sessions).
+- **Fail-closed**: a file commits only when every chunk succeeded; a failure leaves the graph as
+  it was (the NOTE node keeps its old hash, so the next import tries again).
+- Explicit ``memory:``/``session:`` references written in notes are not linked (a file has no
+  memory to be ``REFERENCED_BY``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from pipelines.extract.commit import MergeRecorder, commit_session
+from pipelines.extract.map import map_units
+from pipelines.extract.model import Extractor
+from pipelines.extract.reduce import reduce_session
+from pipelines.extract.units import SourceTurn, plan_units
+from pipelines.resolver import GraphResolver
+from pipelines.vocabulary import NOTE_LABEL
+from store.chunks import ChunkResultStore
+from store.graph import GraphStore, Node
+
+NOTE_SUFFIXES: tuple[str, ...] = (".md", ".markdown", ".mdown", ".txt", ".text")
+
+
+@dataclass(frozen=True, slots=True)
+class NoteFile:
+    """One file to import: where it is, how the user named it, its text."""
+
+    path: Path
+    shown: str
+    text: str
+
+    @property
+    def digest(self) -> str:
+        return hashlib.sha256(str(self.path).encode("utf-8", "surrogatepass")).hexdigest()
+
+    @property
+    def note_id(self) -> str:
+        """The anchor node id, ``note:<hash of the absolute path>``."""
+        return f"note:{self.digest[:16]}"
+
+    @property
+    def key(self) -> str:
+        """The session-like key of its chunks (``<key>:chunk:<N>``) and chunk results."""
+        return f"note-{self.digest[:16]}"
+
+    @property
+    def content_hash(self) -> str:
+        return hashlib.sha256(self.text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def find_note_files(paths: Iterable[str | os.PathLike[str]]) -> tuple[list[NoteFile], list[str]]:
+    """The files named (any extension) and the Markdown/text files under the folders named
+    (recursively, hidden entries skipped), each once, sorted; plus one error per unreadable path."""
+    found: dict[Path, NoteFile] = {}
+    errors: list[str] = []
+    for given in paths:
+        root = Path(given)
+        if root.is_dir():
+            candidates = sorted(
+                p for p in root.rglob("*")
+                if p.is_file() and p.suffix.lower() in NOTE_SUFFIXES and not any(part.startswith(".") for part in p.relative_to(root).parts)
+            )
+        elif root.is_file():
+            candidates = [root]
+        else:
+            errors.append(f"{given}: no such file or folder")
+            continue
+        for candidate in candidates:
+            absolute = candidate.resolve()
+            if absolute in found:
+                continue
+            try:
+                text = candidate.read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError) as exc:
+                errors.append(f"{candidate}: {exc}")
+                continue
+            found[absolute] = NoteFile(absolute, str(candidate), text)
+    return [found[p] for p in sorted(found)], errors
+
+
+def note_turns(note: NoteFile) -> list[SourceTurn]:
+    """The file's paragraphs as turns (pure)."""
+    paragraphs = [p.strip() for p in note.text.replace("\r\n", "\n").split("\n\n")]
+    return [SourceTurn(f"{note.key}-p{n}", text) for n, text in enumerate(p for p in paragraphs if p)]
+
+
+def note_node(note: NoteFile, *, content_hash: str | None) -> Node:
+    """The NOTE anchor node; ``content_hash`` is set once the file's extraction is committed."""
+    properties: dict[str, Any] = {"path": str(note.path), "chars": len(note.text)}
+    if content_hash is not None:
+        properties["contentHash"] = content_hash
+    return Node(note.note_id, NOTE_LABEL, note.shown, properties)
+
+
+@dataclass(frozen=True)
+class NotesEnv:
+    """What a notes import works with (the same stores and extractor as the cycle's extract phase)."""
+
+    graph: GraphStore
+    chunks: ChunkResultStore
+    extractor: Extractor
+    semantic_types: Sequence[str]
+    budget_tokens: int | None
+    concurrency: int
+    now: datetime
+    resolver: GraphResolver
+    merges: MergeRecorder | None = None
+    run_id: str | None = None
+
+
+@dataclass(slots=True)
+class NoteResult:
+    """What importing one file did."""
+
+    note_id: str
+    path: str
+    status: str  # imported | unchanged | failed
+    chunks: int = 0
+    chunks_reused: int = 0
+    nodes_written: int = 0
+    edges_written: int = 0
+    merges_recorded: int = 0
+    error: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in ("note_id", "path", "status", "chunks", "chunks_reused", "nodes_written", "edges_written", "merges_recorded", "error")}
+
+
+async def import_note(note: NoteFile, env: NotesEnv) -> NoteResult:
+    """Extract one notes file and commit it (see the module docstring)."""
+    result = NoteResult(note.note_id, note.shown, "unchanged")
+    existing = await anyio.to_thread.run_sync(env.graph.get_node, note.note_id)
+    if existing is not None and existing.properties.get("contentHash") == note.content_hash:
+        return result
+    units = plan_units(note.key, note_turns(note), budget_tokens=env.budget_tokens)
+    outcomes = await map_units(
+        units, extractor=env.extractor, store=env.chunks, semantic_types=env.semantic_types,
+        limiter=anyio.CapacityLimiter(env.concurrency), now=env.now, run_id=env.run_id,
+    )
+    result.chunks = len(outcomes)
+    result.chunks_reused = sum(1 for o in outcomes if o.status == "reused")
+    failed = [o for o in outcomes if o.extraction is None]
+    if failed:
+        result.status = "failed"
+        result.error = f"{len(failed)}/{len(outcomes)} chunks failed; {failed[0].unit.unit_id}: {failed[0].error_kind}: {failed[0].error}"
+        return result
+    reduced = replace(
+        reduce_session(note.key, [o.extraction for o in outcomes if o.extraction is not None], anchor=note.note_id),
+        references=(),
+    )
+    # The anchor must exist when the commit plans its DISCUSSED_IN edges; its content hash is
+    # only written inside the commit, so a failed commit leaves the file "not yet imported".
+    pending = existing.properties.get("contentHash") if existing is not None else None
+    await anyio.to_thread.run_sync(env.graph.upsert_node, note_node(note, content_hash=pending))
+    keep = [u.content_hash for u in units]
+
+    def on_commit() -> None:
+        env.graph.upsert_node(note_node(note, content_hash=note.content_hash))
+        env.chunks.prune_session(note.key, keep)
+
+    await env.resolver.prepare(reduced.nodes)
+    committed = await anyio.to_thread.run_sync(
+        partial(
+            commit_session, reduced, graph=env.graph, graph_index=None, on_commit=on_commit,
+            queue_append=_no_lazy_edges, matcher=env.resolver, merges=env.merges,
+        )
+    )
+    result.status = "imported"
+    result.nodes_written, result.edges_written = committed.nodes_written, committed.edges_written
+    result.merges_recorded = committed.merges_recorded
+    return result
+
+
+def _no_lazy_edges(lines: list[dict[str, Any]]) -> int:
+    """A notes commit has no memory/session endpoints to wait for; anything else is a bug."""
+    raise AssertionError(f"a notes import produced lazy edges: {lines[:3]}")

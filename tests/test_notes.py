@@ -1,0 +1,94 @@
+"""Notes import: files through chunk → extract → reduce → commit with the file as anchor;
+re-importing an unchanged file costs nothing."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from config import Settings
+from pipelines.notes import find_note_files, note_turns
+from store.db import Database
+from store.graph import GraphStore
+from tests.conftest import run_cli
+from tests.test_graph import dump as graph_dump
+from worker.knowledge import import_notes, snapshot_from_db
+
+DESIGN = """# Queue design
+
+The LazyEdgeQueue appends one line per edge to store/lazy_queue.py files.
+
+The DrainWorker renames the queue first, then reads it. See #42.
+"""
+RUNBOOK = "Restart the DrainWorker when the LazyEdgeQueue stalls.\n"
+
+
+def _notes(tmp_path: Path) -> Path:
+    folder = tmp_path / "notes"
+    (folder / "ops").mkdir(parents=True)
+    (folder / "design.md").write_text(DESIGN, encoding="utf-8")
+    (folder / "ops" / "runbook.txt").write_text(RUNBOOK, encoding="utf-8")
+    (folder / ".hidden.md").write_text("SecretThing lives here.", encoding="utf-8")
+    (folder / "diagram.png").write_bytes(b"\x89PNG")
+    return folder
+
+
+def test_find_files_and_paragraph_turns(tmp_path: Path) -> None:
+    folder = _notes(tmp_path)
+    files, errors = find_note_files([folder, folder / "design.md", tmp_path / "missing.md"])
+    assert [f.path.name for f in files] == ["design.md", "runbook.txt"]
+    assert errors == [f"{tmp_path / 'missing.md'}: no such file or folder"]
+    design = files[0]
+    assert design.note_id == "note:" + hashlib.sha256(str((folder / "design.md").resolve()).encode()).hexdigest()[:16]
+    assert [t.text.split()[0] for t in note_turns(design)] == ["#", "The", "The"]
+
+
+async def test_import_reimport_and_change(settings: Settings, tmp_path: Path) -> None:
+    folder = _notes(tmp_path)
+    first = await import_notes(settings, [str(folder)])
+    assert (first["imported"], first["unchanged"], first["failed"]) == (2, 0, 0)
+    design_id = next(f["note_id"] for f in first["files"] if f["path"].endswith("design.md"))
+    db = Database(settings.graph_path)
+    try:
+        graph = GraphStore(db)
+        note = graph.get_node(design_id)
+        assert note.label == "NOTE" and note.properties["path"] == str((folder / "design.md").resolve())
+        queue = graph.get_node("CLASS:LazyEdgeQueue")
+        assert {p["session"] for p in queue.properties["provenance"]} == {design_id, next(f["note_id"] for f in first["files"] if f["note_id"] != design_id)}
+        point = next(p for p in queue.properties["provenance"] if p["session"] == design_id)
+        assert point["memory"] is None and point["evidence"] == "LazyEdgeQueue" and point["chunk_id"].startswith("note-")
+        assert graph.get_edge("CLASS:LazyEdgeQueue", design_id, "DISCUSSED_IN") is not None
+        assert graph.get_node("ISSUE:#42") is not None and graph.get_node("CLASS:SecretThing") is None
+        snap = snapshot_from_db(db)
+        assert snap["file_sources"][design_id] == str((folder / "design.md").resolve())
+        assert design_id in snap["node_sessions"]["CLASS:LazyEdgeQueue"]
+    finally:
+        db.close()
+    before = graph_dump(settings.graph_path)
+
+    again = await import_notes(settings, [str(folder)])
+    assert (again["imported"], again["unchanged"]) == (0, 2)
+    assert graph_dump(settings.graph_path) == before
+
+    (folder / "design.md").write_text(DESIGN + "\nThe GraphStore keeps the edges.\n", encoding="utf-8")
+    changed = await import_notes(settings, [str(folder)])
+    assert (changed["imported"], changed["unchanged"]) == (1, 1)
+    design = next(f for f in changed["files"] if f["note_id"] == design_id)
+    assert design["chunks"] == 1 and design["nodes_written"] > 0
+    db = Database(settings.graph_path)
+    try:
+        assert GraphStore(db).get_edge("CLASS:GraphStore", design_id, "DISCUSSED_IN") is not None
+    finally:
+        db.close()
+
+
+def test_cli_import_notes(tmp_path: Path) -> None:
+    folder = _notes(tmp_path)
+    env = {"REM_DATA_DIR": str(tmp_path / "data")}
+    done = run_cli("import-notes", str(folder / "design.md"), "--json", env=env)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["imported"] == 1 and report["files"][0]["path"] == str(folder / "design.md")
+    text = run_cli("import-notes", str(folder / "design.md"), str(tmp_path / "nope.md"), env=env)
+    assert text.returncode == 1 and "unchanged" in text.stdout and "no such file" in text.stderr
