@@ -58,6 +58,6 @@ def print_node(view: dict[str, Any]) -> None:
             console.print("  (turn not found in Chroma)")
         else:
             shown = text if len(text) <= TURN_TEXT_CHARS else text[:TURN_TEXT_CHARS] + " …"
-            console.print("  " + escape(shown))
+            console.print("  " + escape(shown).replace("\n", "\n  "))
         for quote in turn["evidence"]:
             console.print(f'  [green]evidence:[/green] "{escape(quote)}"')
