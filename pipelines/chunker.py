@@ -78,34 +78,46 @@ def chunk_session(
     one separator estimate per join, which is exact for additive estimators.
     """
     texts = [t if isinstance(t, str) else "" for t in (turns or ())]
-    meter = _meter(estimate)
-    sizes = meter.sizes(texts)
-    # prefix[i] = size of turns[:i] plus one separator after each: a chunk [s, e) measures
-    # prefix[e] - prefix[s] - separator. Packing is then one bisect per chunk, not work per turn.
-    separator_size = meter.size(SEPARATOR)
-    prefix = list(accumulate(map(add, sizes, repeat(separator_size)), initial=0))
-    joined_size = prefix[-1] - separator_size if texts else 0
-    total = meter.total(joined_size, texts)
-    limit = _usable_limit(safe_processing_limit_tokens)
-    if limit is None or total <= limit:
+    total, spans = plan_boundaries(texts, limit_tokens=safe_processing_limit_tokens, estimate=estimate)
+    if spans is None:
         whole = SEPARATOR.join(texts)
         return ChunkPlan(
             chunked=False,
             total_estimated_tokens=total,
             chunks=(Chunk(chunk_id(session_id, 0), tuple(range(len(texts))), whole, estimate(whole)),),
         )
+    chunks = []
+    for number, (start, end, oversized) in enumerate(spans):
+        text = SEPARATOR.join(texts[start:end])
+        chunks.append(Chunk(chunk_id(session_id, number), tuple(range(start, end)), text, estimate(text), oversized))
+    return ChunkPlan(chunked=True, total_estimated_tokens=total, chunks=tuple(chunks))
+
+
+def plan_boundaries(
+    texts: list[str], *, limit_tokens: float | None, estimate: Estimator = estimate_tokens
+) -> tuple[int, list[tuple[int, int, bool]] | None]:
+    """The packing decision alone: ``(total estimated tokens, spans)`` where each span is
+    ``(first turn, end turn, oversized)``, or ``None`` when the session is a single pass."""
+    meter = _meter(estimate)
+    sizes = meter.sizes(texts)
+    # prefix[i] = size of texts[:i] plus one separator after each: a chunk [s, e) measures
+    # prefix[e] - prefix[s] - separator. Packing is then one bisect per chunk, not work per turn.
+    separator_size = meter.size(SEPARATOR)
+    prefix = list(accumulate(map(add, sizes, repeat(separator_size)), initial=0))
+    joined_size = prefix[-1] - separator_size if texts else 0
+    total = meter.total(joined_size, texts)
+    limit = _usable_limit(limit_tokens)
+    if limit is None or total <= limit:
+        return total, None
     capacity = meter.capacity(limit)
-    chunks: list[Chunk] = []
+    spans: list[tuple[int, int, bool]] = []
     start = 0
     while start < len(texts):
         # Greedy: the furthest end whose joined size still fits (sizes are non-negative).
         end = bisect_right(prefix, prefix[start] + separator_size + capacity, lo=start + 1) - 1
-        oversized = end == start
-        end = max(end, start + 1)
-        text = SEPARATOR.join(texts[start:end])
-        chunks.append(Chunk(chunk_id(session_id, len(chunks)), tuple(range(start, end)), text, estimate(text), oversized))
-        start = end
-    return ChunkPlan(chunked=True, total_estimated_tokens=total, chunks=tuple(chunks))
+        spans.append((start, max(end, start + 1), end == start))
+        start = max(end, start + 1)
+    return total, spans
 
 
 def split_oversized_text(text: str, *, limit_tokens: int, estimate: Estimator = estimate_tokens) -> list[str]:

@@ -77,11 +77,10 @@ async def map_units(
             todo.append(index)
 
     async def run(index: int) -> None:
-        async with limiter:
-            outcomes[index] = await _extract_one(
-                units[index], extractor=extractor, store=store, semantic_types=semantic_types,
-                fingerprint=fingerprint, now=now, run_id=run_id, failed_before=_failures(known.get(units[index].content_hash)),
-            )
+        outcomes[index] = await _extract_one(
+            units[index], extractor=extractor, store=store, semantic_types=semantic_types, limiter=limiter,
+            fingerprint=fingerprint, now=now, run_id=run_id, failed_before=_failures(known.get(units[index].content_hash)),
+        )
 
     async with anyio.create_task_group() as tg:
         for index in todo:
@@ -99,14 +98,17 @@ async def _extract_one(
     extractor: Extractor,
     store: ChunkResultStore,
     semantic_types: Collection[str],
+    limiter: anyio.CapacityLimiter,
     fingerprint: str,
     now: datetime,
     run_id: str | None,
     failed_before: int,
 ) -> UnitOutcome:
-    started = time.perf_counter()
     try:
-        reply = await extractor.extract(unit)
+        # The limiter bounds model calls only: validating and recording happen after the slot is freed.
+        async with limiter:
+            started = time.perf_counter()
+            reply = await extractor.extract(unit)
         extraction = validate_extraction(reply.raw, unit, semantic_types=semantic_types)
     except ExtractionFailure as failure:
         latency = round((time.perf_counter() - started) * 1000, 1)
