@@ -4,8 +4,9 @@ Greedy left-to-right packing: a turn joins the current chunk while the joined te
 limit; a single turn over the limit stands alone, intact, flagged ``oversized_turn``. A session that
 fits in one pass gives one chunk with ``chunked=False``.
 
-Linear in the total text: the joined length of a chunk is tracked incrementally instead of
-re-joining and re-estimating the chunk for every added turn (the earlier system's quadratic way).
+Linear in the total text: each turn's size is measured once, and a chunk's joined size comes from
+prefix sums (one bisect per chunk) instead of re-joining and re-estimating the chunk for every
+added turn (the earlier system's quadratic way).
 """
 
 from __future__ import annotations
