@@ -213,7 +213,11 @@ async def extract_sessions(
                 stats.interrupted = True
                 return
             stats.sessions_attempted += 1
-            result = await extract_session(record, env, stats, calls)
+            # Every log line of this session's extraction (extractor retries, culled edges …)
+            # carries its id; each task has its own context, so concurrent sessions do not mix.
+            with structlog.contextvars.bound_contextvars(session_id=record.session_id):
+                result = await extract_session(record, env, stats, calls)
+                log.debug("session extracted", result=result)
             setattr(stats, tally[result], getattr(stats, tally[result]) + 1)
             if result == "undigestible":
                 stats.sessions_failed += 1
