@@ -7,8 +7,9 @@ becomes a minimal node (``minimal: true``); one with neither is ``chroma-row-not
 faked).
 
 - :func:`plan_backfill` is the pure core: rows in, nodes, edges and one outcome per id out.
-- :func:`ensure_nodes_exist` is the batched form: per batch of ids one Chroma ``get(ids=[…])`` for
-  memories, one ``where={"sessionId": {"$in": […]}}`` for summaries, one graph transaction.
+- :func:`plan_nodes` / :func:`write_backfill` are one batch: one Chroma ``get(ids=[…])`` for
+  memories, one ``where={"sessionId": {"$in": […]}}`` for summaries, one graph transaction (which
+  the drain shares with the batch's own edges); :func:`ensure_nodes_exist` loops over batches.
 - :func:`ingest_single_row` and :func:`link_nodes_async` are the one-id / one-edge forms.
 - :func:`backfill_recent` is ``rem-cycle backfill``: live-sync recent sessions, then drain.
 """
@@ -18,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any
 
 import anyio
@@ -25,7 +27,7 @@ import structlog
 
 from pipelines.ingest import BACKFILL_MARKER, ORIGINATES_IN, memory_node, session_node, sync_sessions_to_graph
 from store.chroma import ChromaStore, ChromaUnavailableError, MemoryRow, SummaryRow
-from store.graph import Edge, GraphStore, Node, chunked
+from store.graph import Edge, GraphStore, LinkStats, Node, chunked
 from store.ids import InvalidIdError, is_valid_row_id, normalize_graph_node_id, row_kind, row_suffix, session_node_id
 
 log = structlog.get_logger(__name__)
@@ -173,6 +175,37 @@ def plan_backfill(requested: Iterable[str], *, existing: set[str], fetched: Fetc
     return plan
 
 
+async def plan_nodes(node_ids: Iterable[object], *, chroma: ChromaStore, graph: GraphStore) -> tuple[BackfillPlan, dict[Any, RowOutcome]]:
+    """Read what a back-fill of ``node_ids`` (one batch) needs — one Chroma ``get(ids=[…])`` for the
+    missing memories, one ``$in`` read for their sessions — and plan it. Writes nothing. Returns the
+    plan and an outcome per given id (keyed as given); Chroma failures become outcomes."""
+    outcomes: dict[Any, RowOutcome] = {}
+    canonical: dict[str, list[Any]] = {}
+    for given in dict.fromkeys(node_ids):
+        node_id, failed = normalise_request(given)
+        if failed is not None:
+            outcomes[given] = failed
+        else:
+            canonical.setdefault(node_id, []).append(given)  # type: ignore[arg-type]
+    plan = await _plan_batch(list(canonical), chroma=chroma, graph=graph) if canonical else BackfillPlan()
+    for node_id, outcome in plan.outcomes.items():
+        for given in canonical[node_id]:
+            outcomes[given] = outcome
+    return plan, outcomes
+
+
+def write_backfill(plan: BackfillPlan, graph: GraphStore, *, edges: Sequence[Edge] = ()) -> LinkStats:
+    """Write a plan's nodes (sessions first) and ``ORIGINATES_IN`` edges, then ``edges``, in one
+    transaction. Blocking: call from a worker thread."""
+    with graph.db.transaction():
+        # Re-check inside the write transaction: a live sync may have written a node since we
+        # looked, and a back-fill must never overwrite a live-ingested node.
+        present = graph.existing_ids([n.id for n in plan.sessions] + [n.id for n in plan.memories])
+        graph.upsert_nodes(n for n in plan.sessions if n.id not in present)
+        graph.upsert_nodes(n for n in plan.memories if n.id not in present)
+        return graph.link_nodes([*plan.edges, *edges])
+
+
 async def ensure_nodes_exist(
     node_ids: Iterable[object],
     *,
@@ -182,26 +215,16 @@ async def ensure_nodes_exist(
     dry_run: bool = False,
 ) -> dict[Any, RowOutcome]:
     """Make every ``memory:`` / ``session:`` id among ``node_ids`` exist, back-filling the missing
-    ones from Chroma in batches. Returns an outcome per given id (keyed as given). A dry run reads
-    but writes nothing; its outcomes say what would happen.
-
-    Chroma failures become per-id outcomes; a graph write failure raises.
+    ones from Chroma in batches (:func:`plan_nodes`, then one transaction per batch). Returns an
+    outcome per given id (keyed as given). A dry run reads but writes nothing; its outcomes say
+    what would happen. Chroma failures become per-id outcomes; a graph write failure raises.
     """
     outcomes: dict[Any, RowOutcome] = {}
-    canonical: dict[str, list[Any]] = {}
-    for given in dict.fromkeys(node_ids):
-        node_id, failed = normalise_request(given)
-        if failed is not None:
-            outcomes[given] = failed
-        else:
-            canonical.setdefault(node_id, []).append(given)  # type: ignore[arg-type]
-    for batch in chunked(list(canonical), max(1, batch_size)):
-        plan = await _plan_batch(batch, chroma=chroma, graph=graph)
+    for batch in chunked(list(dict.fromkeys(node_ids)), max(1, batch_size)):
+        plan, found = await plan_nodes(batch, chroma=chroma, graph=graph)
         if not dry_run and (plan.sessions or plan.memories):
-            await anyio.to_thread.run_sync(_write_plan, plan, graph)
-        for node_id, outcome in plan.outcomes.items():
-            for given in canonical[node_id]:
-                outcomes[given] = outcome
+            await anyio.to_thread.run_sync(write_backfill, plan, graph)
+        outcomes.update(found)
     return outcomes
 
 
@@ -242,16 +265,6 @@ def _session_id_or_none(session_id: str) -> str | None:
         return None
 
 
-def _write_plan(plan: BackfillPlan, graph: GraphStore) -> None:
-    with graph.db.transaction():
-        # Re-check inside the write transaction: a live sync may have written a node since we
-        # looked, and a back-fill must never overwrite a live-ingested node.
-        present = graph.existing_ids([n.id for n in plan.sessions] + [n.id for n in plan.memories])
-        graph.upsert_nodes(n for n in plan.sessions if n.id not in present)
-        graph.upsert_nodes(n for n in plan.memories if n.id not in present)
-        graph.link_nodes(plan.edges)
-
-
 def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"[:500]
 
@@ -280,21 +293,20 @@ async def link_nodes_async(
     chroma: ChromaStore,
     graph: GraphStore,
 ) -> bool:
-    """Back-fill a missing ``memory:`` / ``session:`` endpoint, then link. ``False`` (logged) when an
-    endpoint cannot be made to exist: unknown prefix, back-fill failure, invalid id."""
+    """Back-fill a missing ``memory:`` / ``session:`` endpoint, then link (one transaction).
+    ``False`` (logged) when an endpoint cannot be made to exist: unknown prefix, back-fill failure,
+    invalid id; the other endpoint is back-filled all the same."""
     try:
-        outcomes = await ensure_nodes_exist([source, target], chroma=chroma, graph=graph)
+        plan, outcomes = await plan_nodes([source, target], chroma=chroma, graph=graph)
+        failed = {given: o for given, o in outcomes.items() if not o.success}
+        edges = [] if failed else [Edge(source, target, relationship, weight, dict(properties or {}))]
+        stats = await anyio.to_thread.run_sync(partial(write_backfill, plan, graph, edges=edges))
     except Exception as exc:  # noqa: BLE001 - reported as False, like every other failure here
         log.warning("link back-fill failed", source=str(source)[:200], target=str(target)[:200], error=_describe(exc))
         return False
-    failed = {given: o for given, o in outcomes.items() if not o.success}
-    if failed:
-        for given, outcome in failed.items():
-            log.warning("link endpoint unavailable", node_id=str(given)[:200], reason=outcome.reason, error=outcome.error)
-        return False
-    edge = Edge(source, target, relationship, weight, dict(properties or {}))
-    stats = await anyio.to_thread.run_sync(graph.link_nodes, [edge])
-    return stats.culled == 0
+    for given, outcome in failed.items():
+        log.warning("link endpoint unavailable", node_id=str(given)[:200], reason=outcome.reason, error=outcome.error)
+    return not failed and stats.culled == 0
 
 
 # --- rem-cycle backfill -------------------------------------------------------------------------

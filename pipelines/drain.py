@@ -4,8 +4,9 @@
 2. ``.draining`` files left by a crashed drain are drained first ("orphan recovery").
 3. The live queue is renamed to ``.draining``; producers appending meanwhile create a fresh queue.
 4. Lines are read in batches (streaming; memory stays flat): parse and normalise
-   (:func:`parse_line`, pure), back-fill missing ``memory:``/``session:`` endpoints, link the batch
-   in one transaction. A batch that raises is retried line by line so one bad line cannot hold
+   (:func:`parse_line`, pure), read what back-filling the missing ``memory:``/``session:``
+   endpoints needs (one Chroma read per kind of row), then write the back-filled nodes and link the
+   batch's edges in one transaction. A batch that raises is retried line by line so one bad line cannot hold
    the others back.
 5. A line that fails goes back to the live queue with ``attempts`` + 1 and ``lastError``; after
    ``max_attempts`` it goes to the dead-letter file instead. A malformed line (not JSON, missing or
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import json
 import math
+from functools import partial
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,7 +32,7 @@ from typing import IO, Any
 import anyio
 import structlog
 
-from pipelines.backfill import DEFAULT_BATCH_SIZE, RowOutcome, ensure_nodes_exist
+from pipelines.backfill import DEFAULT_BATCH_SIZE, RowOutcome, plan_nodes, write_backfill
 from store.chroma import ChromaStore
 from store.graph import Edge, GraphStore, utc_now
 from store.ids import InvalidIdError, normalize_graph_node_id
@@ -212,13 +214,10 @@ class _Drain:
                 self._failed(raw, line, error)
 
     async def _link(self, items: list[tuple[bytes, QueuedEdge]]) -> list[tuple[tuple[bytes, QueuedEdge], str | None]]:
-        """Back-fill the endpoints of ``items`` and link the edges whose endpoints exist; the error of
-        each item (``None`` = linked)."""
+        """Back-fill the endpoints of ``items`` and link the edges whose endpoints exist, in one
+        transaction; the error of each item (``None`` = linked)."""
         endpoints = {e for _, line in items for e in (line.edge.source, line.edge.target)}
-        # All endpoints of the batch in one back-fill batch: one Chroma read per kind of row.
-        outcomes = await ensure_nodes_exist(
-            endpoints, chroma=self.chroma, graph=self.graph, batch_size=max(1, len(endpoints)), dry_run=self.dry_run
-        )
+        plan, outcomes = await plan_nodes(endpoints, chroma=self.chroma, graph=self.graph)
         self.stats.backfilled += sum(1 for o in outcomes.values() if o.reason in ("backfilled", "backfilled-minimal"))
         results: list[tuple[tuple[bytes, QueuedEdge], str | None]] = []
         linkable: list[tuple[bytes, QueuedEdge]] = []
@@ -229,14 +228,16 @@ class _Drain:
                 results.append((item, error))
             else:
                 linkable.append(item)
-        if linkable and not self.dry_run:
-            link_stats = await anyio.to_thread.run_sync(self.graph.link_nodes, [line.edge for _, line in linkable])
+        culled: set[tuple[str, str, str]] = set()
+        if not self.dry_run and (linkable or plan.sessions or plan.memories):
+            link_stats = await anyio.to_thread.run_sync(
+                partial(write_backfill, plan, self.graph, edges=[line.edge for _, line in linkable])
+            )
             culled = {(e.source, e.target, e.relationship) for e in link_stats.culled_edges}
-            for item in linkable:
-                edge = item[1].edge
-                results.append((item, "endpoint-missing: culled while linking" if (edge.source, edge.target, edge.relationship) in culled else None))
-        else:
-            results += [(item, None) for item in linkable]
+        for item in linkable:
+            edge = item[1].edge
+            missing = (edge.source, edge.target, edge.relationship) in culled
+            results.append((item, "endpoint-missing: culled while linking" if missing else None))
         return results
 
     def _failed(self, raw: bytes, line: QueuedEdge, error: str) -> None:
