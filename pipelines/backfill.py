@@ -26,7 +26,7 @@ import anyio
 import structlog
 
 from pipelines.ingest import BACKFILL_MARKER, ORIGINATES_IN, memory_node, session_node, sync_sessions_to_graph
-from store.chroma import ChromaStore, ChromaUnavailableError, MemoryRow, SummaryRow
+from store.chroma import ChromaRow, ChromaStore, ChromaUnavailableError, MemoryRow, SummaryRow
 from store.graph import Edge, GraphStore, LinkStats, Node, chunked
 from store.ids import InvalidIdError, is_valid_row_id, normalize_graph_node_id, row_kind, row_suffix, session_node_id
 
@@ -312,7 +312,7 @@ async def link_nodes_async(
 # --- rem-cycle backfill -------------------------------------------------------------------------
 
 
-def session_created_times(summaries: Iterable[MemoryRow], memories: Iterable[MemoryRow]) -> dict[str, str | None]:
+def session_created_times(summaries: Iterable[ChromaRow], memories: Iterable[ChromaRow]) -> dict[str, str | None]:
     """When each session was created: its summary row's ``createdAt``/``timestamp``, else the
     earliest of its memory rows'; ``None`` when no row says. Rows without a valid ``sessionId``
     are ignored. Pure."""
