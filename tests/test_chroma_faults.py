@@ -1,41 +1,19 @@
-"""Chroma going away: a `chroma run` server stopped under a running daemon, then brought back."""
+"""Chroma going away: a `chroma run` server killed under a running daemon, then brought back."""
 
 from __future__ import annotations
 
 import json
-import os
 import signal
-import sqlite3
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, SAMPLE, free_port, run_cli, start_chroma_server
+from tests.conftest import SAMPLE, free_port, run_cli, start_chroma_server
+from tests.daemon_support import read_runs, start_worker, stop, wait_for, worker_env
 
 
-def runs(data_dir: Path) -> list[tuple[str, str | None]]:
-    path = data_dir / "graph.sqlite3"
-    if not path.exists():
-        return []
-    conn = sqlite3.connect(path)
-    try:
-        return conn.execute("SELECT outcome, reason_code FROM rem_runs ORDER BY started_at, rowid").fetchall()
-    except sqlite3.OperationalError:
-        return []
-    finally:
-        conn.close()
-
-
-def wait_for(predicate, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.3)
-    raise AssertionError(f"timed out waiting for {what}")
+def outcomes(graph_path: Path) -> list[tuple[str, str | None]]:
+    return [(run["outcome"], run["reason_code"]) for run in read_runs(graph_path)]
 
 
 @pytest.mark.slow
@@ -44,27 +22,23 @@ def test_daemon_survives_chroma_outage(tmp_path: Path) -> None:
     store = tmp_path / "chroma"
     server = start_chroma_server(store, port)
     data_dir = tmp_path / "d"
-    env = {"REM_DATA_DIR": str(data_dir), "REM_CHROMA_URL": f"http://127.0.0.1:{port}", "REM_INTERVAL_SECONDS": "1"}
+    env = worker_env(data_dir, chroma_url=f"http://127.0.0.1:{port}", interval_seconds="1")
+    graph = data_dir / "graph.sqlite3"
     assert run_cli("import", str(SAMPLE), env=env).returncode == 0
-    daemon_env = {k: v for k, v in os.environ.items() if not k.startswith("REM_")} | env | {"PYTHONPATH": str(ROOT)}
-    daemon = subprocess.Popen([sys.executable, "-m", "worker"], env=daemon_env, cwd=ROOT,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    daemon = start_worker(env=env, log_path=tmp_path / "daemon.log")
     try:
-        wait_for(lambda: ("completed", None) in runs(data_dir), 120, "a completed cycle")
+        wait_for(lambda: ("completed", None) in outcomes(graph), timeout=120, what="a completed cycle")
         server.send_signal(signal.SIGKILL)
         server.wait(10)
-        wait_for(lambda: ("failed", "chroma-unavailable") in runs(data_dir), 120, "a cycle failed for chroma-unavailable")
+        wait_for(lambda: ("failed", "chroma-unavailable") in outcomes(graph), timeout=120, what="a chroma-unavailable failure")
         assert daemon.poll() is None, "the daemon must survive a failed cycle"
-        completed_before = runs(data_dir).count(("completed", None))
+        completed_before = outcomes(graph).count(("completed", None))
         server = start_chroma_server(store, port)
-        wait_for(lambda: runs(data_dir).count(("completed", None)) > completed_before, 120, "a completed cycle after recovery")
+        wait_for(lambda: outcomes(graph).count(("completed", None)) > completed_before, timeout=120,
+                 what="a completed cycle after recovery")
         assert daemon.poll() is None
     finally:
-        daemon.send_signal(signal.SIGTERM)
-        try:
-            daemon.wait(60)
-        except subprocess.TimeoutExpired:
-            daemon.kill()
+        assert stop(daemon) == 0, (tmp_path / "daemon.log").read_text()[-3000:]
         server.kill()
         server.wait(10)
     status = json.loads(run_cli("status", "--json", env=env).stdout)
