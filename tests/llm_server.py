@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import re
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -50,7 +51,14 @@ class Status:
     delay: float = 0.0
 
 
-Behaviour = Reply | Status
+@dataclass(frozen=True)
+class HangUp:
+    """Close the connection without answering (a crashed or restarted server process)."""
+
+    delay: float = 0.0
+
+
+Behaviour = Reply | Status | HangUp
 
 
 def ok(content: Content = None, *, delay: float = 0.0) -> Reply:
@@ -72,6 +80,10 @@ def server_error(status: int = 500) -> Status:
 
 def context_overflow() -> Status:
     return Status(400, '{"error": {"message": "This model\'s maximum context length is 8192 tokens"}}')
+
+
+def hang_up() -> HangUp:
+    return HangUp()
 
 
 def malformed() -> Reply:
@@ -154,19 +166,22 @@ class Recorded:
 class LLMServer:
     """The server; start/stop it, or use it as a context manager."""
 
-    def __init__(self, *, model: str = "test-model", default: Behaviour | None = None) -> None:
+    def __init__(self, *, model: str = "test-model", default: Behaviour | None = None, port: int = 0) -> None:
         self.model = model
+        self.port = port  # 0 = any free port; a fixed one lets a test restart "the same" server
         self.default: Behaviour = default or ok()
         self.requests: list[Recorded] = []
         self._scripts: list[tuple[str | None, list[Behaviour]]] = []
         self._lock = threading.Lock()
         self._httpd: ThreadingHTTPServer | None = None
+        self._connections: set[socket.socket] = set()
         self._thread: threading.Thread | None = None
 
     # --- lifecycle ----------------------------------------------------------------------
     def start(self) -> "LLMServer":
         handler = _handler(self)
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", self.port), handler)
+        self.port = self._httpd.server_address[1]
         self._httpd.daemon_threads = True
         self._httpd.request_queue_size = 128
         self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
@@ -178,6 +193,18 @@ class LLMServer:
             self._httpd.shutdown()
             self._httpd.server_close()
             self._httpd = None
+
+    def kill(self) -> None:
+        """Go away like a crashed process: stop listening and cut every open connection
+        (``stop`` alone leaves keep-alive connections served)."""
+        self.stop()
+        with self._lock:
+            connections = list(self._connections)
+        for connection in connections:
+            try:
+                connection.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
 
     def __enter__(self) -> "LLMServer":
         return self.start()
@@ -230,6 +257,16 @@ def _handler(server: LLMServer) -> type[BaseHTTPRequestHandler]:
         # Headers and body go out in two writes: without TCP_NODELAY, Nagle + delayed ACK add ~40 ms.
         disable_nagle_algorithm = True
 
+        def setup(self) -> None:
+            super().setup()
+            with server._lock:
+                server._connections.add(self.connection)
+
+        def finish(self) -> None:
+            with server._lock:
+                server._connections.discard(self.connection)
+            super().finish()
+
         def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - quiet test output
             return
 
@@ -256,6 +293,10 @@ def _handler(server: LLMServer) -> type[BaseHTTPRequestHandler]:
             behaviour = server._next(recorded.prompt)
             if behaviour.delay:
                 time.sleep(behaviour.delay)
+            if isinstance(behaviour, HangUp):
+                self.close_connection = True
+                self.connection.shutdown(socket.SHUT_RDWR)
+                return
             if isinstance(behaviour, Status):
                 self._send(behaviour.status, behaviour.body, behaviour.headers)
                 return

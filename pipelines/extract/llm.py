@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import random
 import re
 import time
@@ -41,6 +42,7 @@ PROMPT_VERSION = 1
 JSON_MODES: tuple[str, ...] = ("json_schema", "json_object", "none")
 MAX_RETRY_AFTER_SECONDS = 60.0
 MAX_BACKOFF_SECONDS = 30.0
+MAX_TOKEN_COUNT = 2**40
 _CONTEXT_OVERFLOW = re.compile(r"context[ _-]?(length|window|size)|maximum context|too many tokens|prompt is too long|exceeds", re.I)
 _FORMAT_REJECTED = re.compile(r"response_format|json_schema|json_object|structured", re.I)
 
@@ -274,8 +276,8 @@ class OpenAIExtractor:
         except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
             raise ExtractionFailure("provider-error", f"not a chat-completions answer: {exc!r}") from None
         counts = data.get("usage") if isinstance(data.get("usage"), dict) else {}
-        usage[0] += int(counts.get("prompt_tokens") or 0)
-        usage[1] += int(counts.get("completion_tokens") or 0)
+        usage[0] += _token_count(counts.get("prompt_tokens"))
+        usage[1] += _token_count(counts.get("completion_tokens"))
         if finish == "length":
             raise ExtractionFailure("truncated-output", "the answer hit the output limit (finish_reason=length)",
                                     tokens_in=usage[0], tokens_out=usage[1])
@@ -283,6 +285,16 @@ class OpenAIExtractor:
             # The earlier system's lesson: an empty answer means the prompt overflowed the context.
             raise ExtractionFailure("context-overflow", "empty answer", tokens_in=usage[0], tokens_out=usage[1])
         return content
+
+
+def _token_count(value: Any) -> int:
+    """A usage figure as an int; a server's ``"many"``, ``null``, negative or non-finite figure is 0
+    and an absurd one is capped (SQLite integers are 64-bit)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return 0
+    if isinstance(value, float) and not math.isfinite(value):
+        return 0
+    return int(min(max(value, 0), MAX_TOKEN_COUNT))
 
 
 _FENCE = re.compile(r"^\s*```(?:json)?\s*(.*?)\s*```\s*$", re.S)

@@ -172,6 +172,7 @@ class ChunkExtraction:
     ungrounded: tuple[dict[str, Any], ...] = ()
     invalid_turn_refs: int = 0
     dropped_items: int = 0
+    rejected: tuple[tuple[str, int], ...] = ()  # (reason, count) of the dropped items, sorted
 
     def to_payload(self) -> dict[str, Any]:
         """Plain JSON-ready data (``chunk_results.payload``)."""
@@ -202,11 +203,13 @@ class ChunkExtraction:
             ungrounded=tuple(dict(u) for u in data.get("ungrounded", ())),
             invalid_turn_refs=data.get("invalid_turn_refs", 0),
             dropped_items=data.get("dropped_items", 0),
+            rejected=tuple((str(r), int(n)) for r, n in data.get("rejected", ())),
         )
 
 
 # --- names and ids -----------------------------------------------------------------------------
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+# Control characters, and lone surrogates (JSON "\\ud800" decodes to one; SQLite cannot store it).
+_CONTROL = re.compile("[\x00-\x1f\x7f\ud800-\udfff]")
 _PROSE_SEPARATORS = re.compile(r"[\s_\-–—→/]+")
 
 
@@ -323,7 +326,9 @@ def validate_extraction(raw: Any, unit: WorkUnit, *, semantic_types: Collection[
 
     Raises :class:`ExtractionFailure` ``schema-failure`` when the reply is not an object with a
     ``nodes`` list (a ``graph: {nodes, edges}`` wrapper, the earlier system's shape, is accepted).
-    Bad items are dropped and counted; evidence whose quote is not in the chunk text is flagged in
+    Bad items are dropped and counted by reason (``rejected``: ``node-not-an-object``,
+    ``node-name-invalid``, ``edge-not-an-object``, ``edge-endpoint-unknown``, ``edge-self-loop``);
+    fields of the wrong type are ignored, never raised on; evidence whose quote is not in the chunk text is flagged in
     ``ungrounded`` and never used as provenance; turn numbers outside the unit are counted.
     """
     if isinstance(raw, Mapping) and isinstance(raw.get("graph"), Mapping):
@@ -337,13 +342,13 @@ def validate_extraction(raw: Any, unit: WorkUnit, *, semantic_types: Collection[
         turns={t.number: t for t in unit.turns},
         folded={t.number: clean_text(t.text, limit=len(t.text) + 1).casefold() for t in unit.turns},
     )
-    dropped = 0
+    rejected: dict[str, int] = {}
     nodes: dict[str, ExtractedNode] = {}
     handles: dict[str, str] = {}  # what the reply may call a node (its id, name, aliases) -> node id
     for item in raw["nodes"]:
         node = _node(item, semantic_types, grounding)
-        if node is None:
-            dropped += 1
+        if isinstance(node, str):
+            rejected[node] = rejected.get(node, 0) + 1
             continue
         if node.id in nodes:  # the same entity twice in one reply: keep one, merge its evidence
             first = nodes[node.id]
@@ -359,8 +364,8 @@ def validate_extraction(raw: Any, unit: WorkUnit, *, semantic_types: Collection[
     edges: dict[tuple[str, str, str], ExtractedEdge] = {}
     for item in edges_raw:
         edge = _edge(item, handles, grounding)
-        if edge is None:
-            dropped += 1
+        if isinstance(edge, str):
+            rejected[edge] = rejected.get(edge, 0) + 1
             continue
         key = (edge.source, edge.target, edge.relationship)
         if key in edges:
@@ -375,13 +380,15 @@ def validate_extraction(raw: Any, unit: WorkUnit, *, semantic_types: Collection[
         references=find_references(unit),
         ungrounded=tuple(grounding.ungrounded),
         invalid_turn_refs=grounding.invalid_turn_refs,
-        dropped_items=dropped,
+        dropped_items=sum(rejected.values()),
+        rejected=tuple(sorted(rejected.items())),
     )
 
 
-def _node(item: Any, semantic_types: Collection[str], grounding: _Grounding) -> ExtractedNode | None:
+def _node(item: Any, semantic_types: Collection[str], grounding: _Grounding) -> ExtractedNode | str:
+    """The validated node, or the reason it is rejected."""
     if not isinstance(item, Mapping):
-        return None
+        return "node-not-an-object"
     name, node_type = item.get("name"), item.get("type")
     given_id = item.get("id") if isinstance(item.get("id"), str) else ""
     if (not isinstance(name, str) or not name.strip()) and ":" in given_id:
@@ -389,35 +396,36 @@ def _node(item: Any, semantic_types: Collection[str], grounding: _Grounding) -> 
     node_type = coerce_type(node_type, semantic_types)
     node_id = semantic_node_id(node_type, name if isinstance(name, str) else "")
     if node_id is None:
-        return None
+        return "node-name-invalid"
     display = clean_text(name, limit=MAX_NAME_CHARS)
-    aliases = [clean_text(a, limit=MAX_NAME_CHARS) for a in item.get("aliases", []) if isinstance(a, str)]
-    confidence = item.get("confidence", 0.5)
-    if not isinstance(confidence, (int, float)) or isinstance(confidence, bool) or confidence != confidence:
-        confidence = 0.5
-    tags = [clean_text(t, limit=64).lower() for t in item.get("tags", []) if isinstance(t, str)]
+    aliases = [clean_text(a, limit=MAX_NAME_CHARS) for a in _list(item.get("aliases")) if isinstance(a, str)]
+    confidence = _confidence(item.get("confidence", 0.5))
+    tags = [clean_text(t, limit=64).lower() for t in _list(item.get("tags")) if isinstance(t, str)]
     return ExtractedNode(
         id=node_id,
         type=node_type,
         name=display,
         description=clean_text(item.get("description")),
         aliases=tuple(sorted({a for a in [display, *aliases] if a})),
-        confidence=round(min(1.0, max(0.0, float(confidence))), 4),
+        confidence=confidence,
         tags=tuple(sorted({t for t in tags if t})),
         evidence=grounding.ground(item.get("evidence"), node_id),
     )
 
 
-def _edge(item: Any, handles: Mapping[str, str], grounding: _Grounding) -> ExtractedEdge | None:
+def _edge(item: Any, handles: Mapping[str, str], grounding: _Grounding) -> ExtractedEdge | str:
+    """The validated edge, or the reason it is rejected."""
     if not isinstance(item, Mapping):
-        return None
+        return "edge-not-an-object"
     ends = []
     for key in ("source", "target"):
         value = item.get(key)
         ends.append(handles.get(value.strip().casefold()) if isinstance(value, str) else None)
     source, target = ends
-    if source is None or target is None or source == target:
-        return None
+    if source is None or target is None:
+        return "edge-endpoint-unknown"
+    if source == target:
+        return "edge-self-loop"
     relationship = coerce_relationship(item.get("relationship"))
     return ExtractedEdge(
         source,
@@ -426,6 +434,22 @@ def _edge(item: Any, handles: Mapping[str, str], grounding: _Grounding) -> Extra
         clean_text(item.get("justification"), limit=500),
         grounding.ground(item.get("evidence"), f"{source} {relationship} {target}"),
     )
+
+
+def _confidence(value: Any) -> float:
+    """A number clamped to 0..1; anything else (a string, NaN, an int too big for a float) is 0.5."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return 0.5
+    try:
+        number = float(value)
+    except OverflowError:
+        number = 1.0 if value > 0 else 0.0
+    return 0.5 if number != number else round(min(1.0, max(0.0, number)), 4)
+
+
+def _list(value: Any) -> list[Any]:
+    """``value`` when it is a list; a model's ``"aliases": 7`` or ``"tags": "x"`` counts as none."""
+    return value if isinstance(value, list) else []
 
 
 def _union(first: Sequence[Any], second: Sequence[Any]) -> tuple[Any, ...]:

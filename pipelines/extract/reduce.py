@@ -76,6 +76,7 @@ class ReducedSession:
     ungrounded: int = 0
     invalid_turn_refs: int = 0
     dropped_items: int = 0
+    rejected: dict[str, int] = field(default_factory=dict)
     # The provenance anchor when it is not ``session:<session_id>`` (an imported notes file,
     # ``note:<hash>``): then points carry no memory and the anchor in their ``session`` field.
     anchor: str = ""
@@ -163,7 +164,15 @@ def reduce_session(session_id: str, extractions: Sequence[ChunkExtraction], *, a
         invalid_turn_refs=sum(e.invalid_turn_refs for e in extractions),
         dropped_items=sum(e.dropped_items for e in extractions),
         anchor=anchor,
+        rejected=_count_reasons(r for e in extractions for r in e.rejected),
     )
+
+
+def _count_reasons(pairs: Iterable[tuple[str, int]]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for reason, count in pairs:
+        counts[reason] = counts.get(reason, 0) + count
+    return dict(sorted(counts.items()))
 
 
 def _clean_points(found: set[Point]) -> tuple[Point, ...]:

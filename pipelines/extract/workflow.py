@@ -92,6 +92,8 @@ class ExtractStats:
     identity_candidates: int = 0
     ungrounded_evidence: int = 0
     invalid_turn_refs: int = 0
+    items_rejected: int = 0
+    rejected_reasons: dict[str, int] = field(default_factory=dict)
     failures_by_kind: dict[str, int] = field(default_factory=dict)
     failed_chunks: list[str] = field(default_factory=list)
     interrupted: bool = False
@@ -183,6 +185,11 @@ async def extract_session(record: DigestRecord, env: ExtractEnv, stats: ExtractS
     stats.identity_candidates += committed.identity_candidates
     stats.ungrounded_evidence += reduced.ungrounded
     stats.invalid_turn_refs += reduced.invalid_turn_refs
+    stats.items_rejected += reduced.dropped_items
+    for reason, count in reduced.rejected.items():
+        stats.rejected_reasons[reason] = stats.rejected_reasons.get(reason, 0) + count
+    if reduced.dropped_items:
+        log.info("extracted items rejected", session_id=sid, rejected=reduced.rejected)
     return "digested"
 
 
