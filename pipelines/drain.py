@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from functools import partial
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -36,7 +37,7 @@ from pipelines.backfill import DEFAULT_BATCH_SIZE, RowOutcome, plan_nodes, write
 from store.chroma import ChromaStore
 from store.graph import Edge, GraphStore, utc_now
 from store.ids import InvalidIdError, normalize_graph_node_id
-from store.lazy_queue import LazyEdgeQueue, QueueBusyError, edge_line
+from store.lazy_queue import MAX_LINE_BYTES, LazyEdgeQueue, OversizedLine, QueueBusyError, edge_line
 
 log = structlog.get_logger(__name__)
 
@@ -46,6 +47,9 @@ __all__ = ["DrainStats", "MalformedLine", "QueuedEdge", "QueueBusyError", "dead_
 # edge property (the earlier system lost ``justification`` by forwarding only ``properties``).
 LINE_FIELDS = frozenset({"source", "target", "relationship", "weight", "properties", "timestamp", "attempts", "lastError"})
 MAX_RELATIONSHIP_LENGTH = 128
+# Lines read per batch stop at this many bytes too, so a batch of long lines stays small in memory.
+MAX_BATCH_BYTES = 8 * 1024 * 1024
+_CONTROL = re.compile("[\x00-\x1f\x7f]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +63,8 @@ class QueuedEdge:
 
 @dataclass(frozen=True, slots=True)
 class MalformedLine:
-    """A line that can never link; ``reason`` is ``malformed-json`` or ``invalid-edge``."""
+    """A line that can never link; ``reason`` is ``malformed-json``, ``invalid-edge`` or
+    ``line-too-long``."""
 
     reason: str
     detail: str
@@ -71,10 +76,14 @@ def parse_line(raw: bytes) -> QueuedEdge | MalformedLine:
     >>> parse_line(b'{"source":"CONCEPT:a","target":"MEMORY:m1","relationship":"MENTIONED_IN"}').edge.target
     'memory:m1'
     """
+    if isinstance(raw, OversizedLine):
+        return MalformedLine("line-too-long", f"line of {raw.size} bytes; the limit is {MAX_LINE_BYTES} bytes")
     try:
         record = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         return MalformedLine("malformed-json", f"not JSON: {exc}"[:300])
+    except RecursionError:
+        return MalformedLine("malformed-json", "not JSON we accept: nested too deeply")
     if not isinstance(record, dict):
         return MalformedLine("malformed-json", f"expected a JSON object, got {type(record).__name__}")
     missing = [name for name in ("source", "target", "relationship") if record.get(name) in (None, "")]
@@ -86,8 +95,15 @@ def parse_line(raw: bytes) -> QueuedEdge | MalformedLine:
     except InvalidIdError as exc:
         return MalformedLine("invalid-edge", str(exc)[:300])
     relationship = record["relationship"]
-    if not isinstance(relationship, str) or len(relationship) > MAX_RELATIONSHIP_LENGTH or relationship != relationship.strip():
-        return MalformedLine("invalid-edge", f"relationship must be a string of 1-{MAX_RELATIONSHIP_LENGTH} characters")
+    if (
+        not isinstance(relationship, str)
+        or len(relationship) > MAX_RELATIONSHIP_LENGTH
+        or relationship != relationship.strip()
+        or _CONTROL.search(relationship)
+    ):
+        return MalformedLine(
+            "invalid-edge", f"relationship must be a string of 1-{MAX_RELATIONSHIP_LENGTH} characters without control characters"
+        )
     weight = record.get("weight", 1.0)
     if weight is None:
         weight = 1.0
@@ -99,8 +115,25 @@ def parse_line(raw: bytes) -> QueuedEdge | MalformedLine:
     extras = {k: v for k, v in record.items() if k not in LINE_FIELDS}
     attempts = record.get("attempts", 0)
     attempts = attempts if isinstance(attempts, int) and not isinstance(attempts, bool) and attempts >= 0 else 0
-    edge = Edge(source, target, relationship, float(weight), {**extras, **properties})
+    merged = {**extras, **properties}
+    problem = _unstorable(merged)
+    if problem:
+        return MalformedLine("invalid-edge", f"properties cannot be stored: {problem}")
+    edge = Edge(source, target, relationship, float(weight), merged)
     return QueuedEdge(edge, record, attempts)
+
+
+def _unstorable(properties: dict[str, Any]) -> str | None:
+    """Why ``properties`` cannot become an edge's JSON column (NaN/Infinity, lone surrogates,
+    nesting too deep for the encoder), or ``None``. Checked here so that such a line is a dead
+    letter at once instead of failing to link on every drain until its attempts run out."""
+    try:
+        json.dumps(properties, allow_nan=False, ensure_ascii=False).encode("utf-8")
+    except ValueError as exc:  # UnicodeEncodeError is a ValueError too
+        return str(exc)[:200]
+    except RecursionError:
+        return "nested too deeply"
+    return None
 
 
 def dead_letter_record(raw: bytes, *, reason: str, detail: str, attempts: int, at: str) -> dict[str, Any]:
@@ -181,8 +214,15 @@ class _Drain:
 
     def _copy_rest(self, lines: Iterator[bytes]) -> None:
         for line in lines:
-            if self.requeue_out is not None:
+            if isinstance(line, OversizedLine):  # only its head was read: it cannot go back whole
+                self.stats.total_lines += 1
+                self._malformed(line, parse_line(line))  # type: ignore[arg-type]
+            elif self.requeue_out is not None:
                 self.requeue_out.write(line if line.endswith(b"\n") else line + b"\n")
+
+    def _malformed(self, raw: bytes, line: MalformedLine) -> None:
+        self.stats.skipped_malformed += 1
+        self._dead(raw, reason=line.reason, detail=line.detail, attempts=0)
 
     async def run_batch(self, batch: list[bytes]) -> None:
         parsed: list[tuple[bytes, QueuedEdge]] = []
@@ -190,8 +230,7 @@ class _Drain:
             self.stats.total_lines += 1
             line = parse_line(raw)
             if isinstance(line, MalformedLine):
-                self.stats.skipped_malformed += 1
-                self._dead(raw, reason=line.reason, detail=line.detail, attempts=0)
+                self._malformed(raw, line)
             else:
                 parsed.append((raw, line))
         if not parsed:
@@ -265,9 +304,11 @@ def _endpoint_error(outcome: RowOutcome) -> str | None:
 
 def _take(lines: Iterator[bytes], size: int) -> list[bytes]:
     batch = []
+    nbytes = 0
     for line in lines:
         batch.append(line)
-        if len(batch) >= size:
+        nbytes += len(line)
+        if len(batch) >= size or nbytes >= MAX_BATCH_BYTES:
             break
     return batch
 

@@ -16,7 +16,8 @@ ROW_PREFIXES: tuple[str, ...] = ("memory", "session")
 RowKind = Literal["memory", "session"]
 
 _ROW_ID = re.compile(r"[A-Za-z0-9_.:@+=-]{1,%d}" % MAX_ROW_ID_LENGTH)
-_FORBIDDEN = re.compile(r"[\x00-\x1f\x7f]")
+# Control characters, and lone surrogates (JSON "\\udc00" decodes to one; SQLite cannot store it).
+_FORBIDDEN = re.compile("[\x00-\x1f\x7f\ud800-\udfff]")
 
 
 class InvalidIdError(ValueError):
@@ -59,7 +60,7 @@ def normalize_graph_node_id(node_id: str) -> str:
     if len(node_id) > MAX_NODE_ID_LENGTH:
         raise InvalidIdError(f"invalid node id: {len(node_id)} characters, the limit is {MAX_NODE_ID_LENGTH}")
     if _FORBIDDEN.search(node_id):
-        raise InvalidIdError(f"invalid node id {node_id[:80]!r}: control characters are not allowed")
+        raise InvalidIdError(f"invalid node id {node_id[:80]!r}: control characters and lone surrogates are not allowed")
     if sep and prefix.lower() in ROW_PREFIXES:
         validate_row_id(suffix, what=f"{prefix.lower()} id")
         return f"{prefix.lower()}:{suffix}"

@@ -35,6 +35,23 @@ from store.graph import utc_now
 
 # Appends are written in pieces of about this size, each made of whole lines.
 _WRITE_CHUNK = 256 * 1024
+# The longest line a reader takes in (an edge with generous properties is a few KiB). A longer
+# line is skipped in pieces, never held in memory whole, and surfaces as an OversizedLine.
+MAX_LINE_BYTES = 1024 * 1024
+_READ_PIECE = 64 * 1024
+OVERSIZED_HEAD_BYTES = 1024
+
+
+class OversizedLine(bytes):
+    """A line longer than :data:`MAX_LINE_BYTES`: the value is its first
+    :data:`OVERSIZED_HEAD_BYTES` bytes, ``size`` its full length in bytes (newline excluded)."""
+
+    size: int
+
+    def __new__(cls, head: bytes, size: int) -> "OversizedLine":
+        line = super().__new__(cls, head)
+        line.size = size
+        return line
 
 
 class QueueBusyError(RuntimeError):
@@ -165,11 +182,26 @@ class LazyEdgeQueue:
         return target
 
     @staticmethod
-    def read_lines(path: Path) -> Iterator[bytes]:
-        """The non-blank lines of ``path`` (with their newline, if any), streamed."""
+    def read_lines(path: Path, *, max_line_bytes: int = MAX_LINE_BYTES) -> Iterator[bytes]:
+        """The non-blank lines of ``path`` (with their newline, if any), streamed. A line longer
+        than ``max_line_bytes`` is read past in pieces and yielded as an :class:`OversizedLine`
+        (its head and size), so memory stays bounded whatever a producer wrote."""
         with path.open("rb") as handle:
-            for line in handle:
-                if line.strip():
+            while True:
+                line = handle.readline(max_line_bytes + 1)
+                if not line:
+                    return
+                if len(line) > max_line_bytes and not line.endswith(b"\n"):
+                    size = len(line)
+                    head = line[:OVERSIZED_HEAD_BYTES]
+                    del line
+                    while True:
+                        piece = handle.readline(_READ_PIECE)
+                        size += len(piece)
+                        if not piece or piece.endswith(b"\n"):
+                            break
+                    yield OversizedLine(head, size - (1 if piece.endswith(b"\n") else 0))
+                elif line.strip():
                     yield line
 
     def open_scratch(self) -> tuple[IO[bytes], IO[bytes]]:
