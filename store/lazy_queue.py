@@ -21,6 +21,7 @@ on the renamed file, so it starts reading only after every in-flight append has 
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
@@ -56,6 +57,23 @@ class OversizedLine(bytes):
 
 class QueueBusyError(RuntimeError):
     """Another drain holds the queue's single-flight lock."""
+
+
+class UnsafeQueuePathError(OSError):
+    """A queue file is a symbolic link: following it could read or write outside the data dir."""
+
+
+def _open(path: Path, flags: int, mode: int = 0o640) -> int:
+    """``os.open`` that refuses to follow a symbolic link in the last component: the settings
+    check that the queue lies inside the data dir, and a link planted later must not undo that."""
+    try:
+        return os.open(path, flags | os.O_NOFOLLOW, mode)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise UnsafeQueuePathError(
+                errno.ELOOP, f"{path} is a symbolic link; the lazy-edge queue refuses to follow it"
+            ) from None
+        raise
 
 
 def edge_line(edge: Mapping[str, Any], *, timestamp: str | None = None) -> bytes:
@@ -127,7 +145,7 @@ class LazyEdgeQueue:
 
     def append_file(self, source: Path, *, fsync: bool = True) -> None:
         """Append the whole content of ``source`` (a file of complete lines) to the live queue."""
-        with source.open("rb") as handle, self._open_live() as fd:
+        with os.fdopen(_open(source, os.O_RDONLY), "rb") as handle, self._open_live() as fd:
             _write_whole_lines(fd, handle)
             if fsync:
                 os.fsync(fd)
@@ -136,7 +154,7 @@ class LazyEdgeQueue:
     def _open_live(self) -> Iterator[int]:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         while True:
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640)
+            fd = _open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
             try:
                 fcntl.flock(fd, fcntl.LOCK_SH)
                 if _same_file(fd, self.path):
@@ -164,6 +182,8 @@ class LazyEdgeQueue:
     def rotate(self) -> Path | None:
         """Rename the live queue to a free ``.draining`` name and wait for in-flight appends to it;
         ``None`` when there is no live queue. Producers appending afterwards create a fresh file."""
+        if self.path.is_symlink():
+            _open(self.path, os.O_RDONLY)  # raises UnsafeQueuePathError before anything moves
         target = self.draining_path
         number = 0
         while target.exists():
@@ -174,7 +194,7 @@ class LazyEdgeQueue:
         except FileNotFoundError:
             return None
         _fsync_dir(self.path.parent)
-        fd = os.open(target, os.O_RDONLY)
+        fd = _open(target, os.O_RDONLY)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)  # returns once every producer holding LOCK_SH is done
         finally:
@@ -186,7 +206,7 @@ class LazyEdgeQueue:
         """The non-blank lines of ``path`` (with their newline, if any), streamed. A line longer
         than ``max_line_bytes`` is read past in pieces and yielded as an :class:`OversizedLine`
         (its head and size), so memory stays bounded whatever a producer wrote."""
-        with path.open("rb") as handle:
+        with os.fdopen(_open(path, os.O_RDONLY), "rb") as handle:
             while True:
                 line = handle.readline(max_line_bytes + 1)
                 if not line:
@@ -216,7 +236,8 @@ class LazyEdgeQueue:
         A crash inside it may re-queue a failed line twice; replaying a line is idempotent.
         """
         if self.dead_pending_path.stat().st_size:
-            with self.dead_pending_path.open("rb") as src, self.dead_letter_path.open("ab") as dst:
+            dead = os.fdopen(_open(self.dead_letter_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT), "ab")
+            with self.dead_pending_path.open("rb") as src, dead as dst:
                 for line in src:
                     dst.write(line)
                 dst.flush()
