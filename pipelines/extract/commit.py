@@ -175,8 +175,9 @@ def needed_ids(reduced: ReducedSession, matches: Mapping[str, str]) -> set[str]:
 def _merge_node(existing: Node | None, node: ReducedNode, node_id: str, session: str) -> Node:
     old = existing.properties if existing is not None else {}
     description = old.get("description") if isinstance(old.get("description"), str) else ""
-    if len(node.description) > len(description):
-        description = node.description
+    # The longer one; between equally long ones the larger, so the result never depends on which
+    # session committed first.
+    description = max(description, node.description, key=lambda text: (len(text), text))
     properties = {
         **old,
         "description": description,

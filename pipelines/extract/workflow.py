@@ -3,7 +3,7 @@ cycle reports. Stores and the extractor are injected; nothing here reads setting
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Collection, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
@@ -132,10 +132,18 @@ def source_turns(rows: Sequence[MemoryRow]) -> list[SourceTurn]:
     ]
 
 
-async def extract_session(record: DigestRecord, env: ExtractEnv, stats: ExtractStats, limiter: anyio.CapacityLimiter) -> str:
+async def extract_session(
+    record: DigestRecord,
+    env: ExtractEnv,
+    stats: ExtractStats,
+    limiter: anyio.CapacityLimiter,
+    *,
+    commit_turn: Callable[[], Awaitable[None]] | None = None,
+) -> str:
     """Extract one session and commit it if every chunk succeeded; returns ``digested``,
     ``failed``, ``deferred`` or ``undigestible``. A failure is recorded, never raised (except
-    Chroma being unreachable, which fails the whole phase)."""
+    Chroma being unreachable, which fails the whole phase). ``commit_turn`` is awaited just before
+    the commit (:func:`extract_sessions` uses it to commit in session order)."""
     sid = record.session_id
     try:
         rows = await env.chroma.memories_for_session(sid)
@@ -161,6 +169,8 @@ async def extract_session(record: DigestRecord, env: ExtractEnv, stats: ExtractS
             env.runstate.mark_digested(sid, record.input_revision, env.run_id or "-")
             env.chunks.prune_session(sid, keep)
 
+        if commit_turn is not None:
+            await commit_turn()
         identity: dict[str, Any] = {}
         if env.resolver is not None:
             await env.resolver.prepare(reduced.nodes)
@@ -207,36 +217,58 @@ async def extract_sessions(
 ) -> ExtractStats:
     """Extract sessions, several at a time so that small sessions keep the model busy; at most
     ``env.concurrency`` extractor calls run at once across all of them. A stop request lets the
-    sessions already started finish and starts no new one."""
+    sessions already started finish and starts no new one.
+
+    Sessions *commit* in the order of ``records`` (oldest first) whatever order their extractions
+    finish in: which node keeps its id and name when two sessions name it differently depends on
+    who commits first, so a fixed order makes the graph independent of timing — and an interrupted
+    phase leaves a prefix committed, after which the next cycle builds exactly the graph one
+    uninterrupted cycle would have."""
     stats = ExtractStats()
     calls = anyio.CapacityLimiter(env.concurrency)
     sessions = anyio.CapacityLimiter(env.concurrency)
     tally = {"digested": "sessions_digested", "failed": "sessions_failed", "deferred": "sessions_deferred",
              "undigestible": "sessions_undigestible"}
 
-    async def one(record: DigestRecord) -> None:
+    # passed[i]: every session up to i has committed or given up.
+    passed = [anyio.Event() for _ in records]
+
+    async def one(index: int, record: DigestRecord) -> None:
+        holding = True
+
+        async def turn() -> None:
+            nonlocal holding
+            if holding:  # waiting for the turn takes no extraction slot
+                holding = False
+                sessions.release_on_behalf_of(record)
+            if index:
+                await passed[index - 1].wait()
+
         try:
             if should_stop():
                 stats.interrupted = True
-                return
-            stats.sessions_attempted += 1
-            # Every log line of this session's extraction (extractor retries, culled edges …)
-            # carries its id; each task has its own context, so concurrent sessions do not mix.
-            with structlog.contextvars.bound_contextvars(session_id=record.session_id):
-                result = await extract_session(record, env, stats, calls)
-                log.debug("session extracted", result=result)
-            setattr(stats, tally[result], getattr(stats, tally[result]) + 1)
-            if result == "undigestible":
-                stats.sessions_failed += 1
+            else:
+                stats.sessions_attempted += 1
+                # Every log line of this session's extraction (extractor retries, culled edges …)
+                # carries its id; each task has its own context, so concurrent sessions do not mix.
+                with structlog.contextvars.bound_contextvars(session_id=record.session_id):
+                    result = await extract_session(record, env, stats, calls, commit_turn=turn)
+                    log.debug("session extracted", result=result)
+                setattr(stats, tally[result], getattr(stats, tally[result]) + 1)
+                if result == "undigestible":
+                    stats.sessions_failed += 1
+            await turn()  # a session that committed nothing passes the turn on in order too
         finally:
-            sessions.release_on_behalf_of(record)
+            if holding:
+                sessions.release_on_behalf_of(record)
+            passed[index].set()
 
     async with anyio.create_task_group() as tg:
-        for record in records:
+        for index, record in enumerate(records):
             await sessions.acquire_on_behalf_of(record)
             if should_stop():
                 sessions.release_on_behalf_of(record)
                 stats.interrupted = True
                 break
-            tg.start_soon(one, record)
+            tg.start_soon(one, index, record)
     return stats
