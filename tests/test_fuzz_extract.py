@@ -67,7 +67,7 @@ replies = st.one_of(
 )
 
 
-@hsettings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@hsettings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(replies)
 def test_validation_rejects_or_cleans_never_raises(reply: Any) -> None:
     try:

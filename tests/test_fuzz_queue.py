@@ -64,7 +64,7 @@ raw_lines = st.one_of(
 )
 
 
-@hsettings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@hsettings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(raw_lines)
 def test_parse_line_classifies_every_line_and_accepts_only_storable_edges(raw: bytes) -> None:
     result = parse_line(raw)

@@ -299,3 +299,33 @@ async def test_schema_valid_nonsense_is_sanitised_counted_and_explained(settings
             }
         finally:
             stores.close()
+
+
+async def test_a_slow_answer_does_not_change_the_graph(settings: Settings, tmp_path: Path) -> None:
+    """Sessions commit oldest first even when a younger session's extraction finishes first, so
+    which spelling of a shared entity keeps the id never depends on the model's latency."""
+
+    def naming(spelling: str) -> Any:
+        return ok({"summary": "", "nodes": [{"id": "n", "type": "CLASS", "name": spelling,
+                                             "evidence": [{"turn": 1, "quote": spelling}]}], "edges": []})
+
+    with LLMServer() as server:
+        server.script(Reply(naming("WidgetPool").content, delay=0.6), match="OLDER")
+        server.script(naming("widgetpool"), match="YOUNGER")
+        mine = fault_settings(settings.data_dir, server, llm_timeout_seconds=5.0)
+        stores = await open_stores(mine)
+        try:
+            older = session("a-older", ["OLDER: the WidgetPool leaks."])
+            younger = session("b-younger", ["YOUNGER: the widgetpool leaks."])
+            path = write_sessions(tmp_path / "in.jsonl", [older, younger])
+            await import_sessions(path, chroma=stores.chroma, memory_collection=mine.memory_collection,
+                                  summary_collection=mine.session_collection)
+            result = await run_cycle(mine, stores=stores)
+            assert result.phases["extract"]["sessions_digested"] == 2
+            first, second = sorted(server.chat_requests, key=lambda r: r.at)
+            assert "OLDER" in first.prompt  # both were in flight at once …
+            node = stores.graph.get_node("CLASS:WidgetPool")  # … yet the older session's spelling won
+            assert node is not None and stores.graph.get_node("CLASS:widgetpool") is None
+            assert sorted(node.properties["aliases"]) == ["WidgetPool", "widgetpool"]
+        finally:
+            stores.close()

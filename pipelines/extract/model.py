@@ -328,8 +328,9 @@ def validate_extraction(raw: Any, unit: WorkUnit, *, semantic_types: Collection[
     ``nodes`` list (a ``graph: {nodes, edges}`` wrapper, the earlier system's shape, is accepted).
     Bad items are dropped and counted by reason (``rejected``: ``node-not-an-object``,
     ``node-name-invalid``, ``edge-not-an-object``, ``edge-endpoint-unknown``, ``edge-self-loop``);
-    fields of the wrong type are ignored, never raised on; evidence whose quote is not in the chunk text is flagged in
-    ``ungrounded`` and never used as provenance; turn numbers outside the unit are counted.
+    fields of the wrong type are ignored, never raised on; evidence whose quote is not in the chunk
+    text is flagged in ``ungrounded`` and never used as provenance; turn numbers outside the unit
+    are counted.
     """
     if isinstance(raw, Mapping) and isinstance(raw.get("graph"), Mapping):
         raw = {**raw["graph"], "summary": raw.get("summary", "")}
