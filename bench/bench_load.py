@@ -82,15 +82,16 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e6
 
 
-def start_producers(settings: Settings, *, edges: int, producers: int, sessions: int, per: int,
+def start_producers(settings: Settings, *, first: int, edges: int, producers: int, sessions: int, per: int,
                     spread: float) -> list[subprocess.Popen[bytes]]:
+    """``producers`` processes appending edges ``first … first + edges - 1`` between them."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     share = -(-edges // producers)
     procs = []
     for k in range(producers):
-        first, count = k * share, max(0, min(share, edges - k * share))
+        start, count = first + k * share, max(0, min(share, edges - k * share))
         procs.append(subprocess.Popen(
-            [sys.executable, "-m", "bench.lazy_producer", str(settings.queue_path), str(first), str(count),
+            [sys.executable, "-m", "bench.lazy_producer", str(settings.queue_path), str(start), str(count),
              "--sessions", str(sessions), "--turns-per-session", str(per), "--spread", str(spread)],
             env=env, cwd=ROOT,
         ))
@@ -113,7 +114,11 @@ async def bench(*, sessions: int, turns: int, edges: int, producers: int, spread
 
     rss_before = rss_mb()
     stores = await open_stores(settings)
-    procs = start_producers(settings, edges=edges, producers=producers, sessions=sessions, per=per, spread=spread)
+    # Two waves of producers: the first appends while the big first cycle ingests and extracts,
+    # the second while the following cycles (mostly drains) run back to back, racing the renames.
+    half = edges // 2
+    shared = {"settings": settings, "producers": producers, "sessions": sessions, "per": per, "spread": spread}
+    procs = start_producers(first=0, edges=half, **shared)
     cycles: list[Any] = []
     rss_after: list[float] = []
     drained_while_producing = 0
@@ -126,7 +131,9 @@ async def bench(*, sessions: int, turns: int, edges: int, producers: int, spread
             cycles.append(result)
             rss_after.append(rss_mb())
             drained_while_producing += producing and result.phases["drain"].get("succeeded", 0) > 0
-            if not producing:
+            if len(cycles) == 1:
+                procs += start_producers(first=half, edges=edges - half, **shared)
+            elif not producing:
                 break  # this cycle started after the last append: it drained everything
         codes = [p.wait(60) for p in procs]
         if any(codes):
@@ -150,8 +157,9 @@ async def bench(*, sessions: int, turns: int, edges: int, producers: int, spread
         "edges_produced": edges,
         "edges_linked": cites,
         "edges_lost": edges - cites,
-        "queue_left": queue.depth() - _non_cites(queue),
-        "dead_letters": queue.dead_letter_count(),
+        "queue_left": _count(queue.path, b'"CITES"'),
+        "dead_letters": queue.dead_letter_count(),  # the extraction's refs to rows that do not exist
+        "producer_dead_letters": _count(queue.dead_letter_path, b"CITES"),
         "chroma_load_s": round(load_s, 1),
         "cycles": len(cycles),
         "drains_while_producing": drained_while_producing,
@@ -171,11 +179,11 @@ async def bench(*, sessions: int, turns: int, edges: int, producers: int, spread
     }
 
 
-def _non_cites(queue: LazyEdgeQueue) -> int:
-    """Lines in the live queue that are not the producers' (the extraction's unresolvable refs)."""
-    if not queue.path.exists():
+def _count(path: Path, needle: bytes) -> int:
+    """Lines of ``path`` that contain ``needle`` (the producers' lines: relationship CITES)."""
+    if not path.exists():
         return 0
-    return sum(1 for line in LazyEdgeQueue.read_lines(queue.path) if b'"CITES"' not in line)
+    return sum(1 for line in LazyEdgeQueue.read_lines(path) if needle in line)
 
 
 def run(argv: list[str] | None = None) -> dict[str, Any]:
@@ -185,7 +193,7 @@ def run(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--turns", type=int, default=50_000)
     parser.add_argument("--edges", type=int, default=10_000)
     parser.add_argument("--producers", type=int, default=4)
-    parser.add_argument("--spread", type=float, default=60.0, help="seconds over which producers append")
+    parser.add_argument("--spread", type=float, default=20.0, help="seconds over which each wave of producers appends")
     args = parser.parse_args(argv)
     workdir = Path(tempfile.mkdtemp(prefix="rem-bench-load-"))
     try:

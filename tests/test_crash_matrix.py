@@ -176,7 +176,7 @@ def check_invariants(data: Path, ref: dict[str, Any], produced: set[Key], malfor
         assert dead_raw <= malformed, "a well-formed line was dead-lettered"
     finally:
         conn.close()
-    if not conn_runs(settings.graph_path):
+    if not run_count(settings.graph_path):
         return "start-up"
     if len(states) < len(ref["sessions"]) or not digested:
         return "ingest"
@@ -187,7 +187,8 @@ def check_invariants(data: Path, ref: dict[str, Any], produced: set[Key], malfor
     return "after-drain" if drained else "before-drain"
 
 
-def conn_runs(path: Path) -> int:
+def run_count(path: Path) -> int:
+    """Rows in ``rem_runs``: 0 until the cycle has started."""
     conn = sqlite3.connect(path)
     try:
         return conn.execute("SELECT COUNT(*) FROM rem_runs").fetchone()[0]
@@ -357,7 +358,7 @@ async def run_matrix(tmp_path: Path, forks: ForkServer, template: Path, resolvab
             wait_for(lambda: LazyEdgeQueue(settings.queue_path).draining_path.exists(), pid)
             delay = rng.uniform(0, high - low)
         else:
-            wait_for(lambda: conn_runs(settings.graph_path) > 0, pid)
+            wait_for(lambda: run_count(settings.graph_path) > 0, pid)
             delay = rng.uniform(low, high)
         time.sleep(delay)
         os.kill(pid, signal.SIGKILL)

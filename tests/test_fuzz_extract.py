@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
+from hypothesis import HealthCheck, example, given, settings as hsettings, strategies as st
 
 from config import DEFAULT_SEMANTIC_TYPES
 from pipelines.extract.llm import parse_json_reply
@@ -69,6 +69,8 @@ replies = st.one_of(
 
 @hsettings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(replies)
+@example({"nodes": [{"id": "n1", "name": "LazyEdgeQueue", "evidence": [{"turn": "\ud800"}]}]})  # found by this test
+@example({"nodes": [{"name": "LazyEdgeQueue", "aliases": None, "tags": 7, "confidence": 10**400}]})
 def test_validation_rejects_or_cleans_never_raises(reply: Any) -> None:
     try:
         extraction = validate_extraction(reply, UNIT, semantic_types=DEFAULT_SEMANTIC_TYPES)

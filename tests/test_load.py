@@ -16,11 +16,11 @@ async def test_load_no_loss_stable_memory(tmp_path: Path, monkeypatch: pytest.Mo
     for key in list(os.environ):
         if key.startswith("REM_"):
             monkeypatch.delenv(key)
-    result = await bench(sessions=50, turns=2000, edges=1000, producers=2, spread=4.0, workdir=tmp_path)
+    result = await bench(sessions=50, turns=2000, edges=1000, producers=2, spread=3.0, workdir=tmp_path)
     print(result)
     assert (result["edges_linked"], result["edges_lost"], result["queue_left"]) == (1000, 0, 0), result
-    assert result["dead_letters"] == 0
+    assert result["producer_dead_letters"] == 0  # dead letters are only the extraction's refs to missing rows
     assert result["sessions_digested"] == 50 and result["chunks"] >= 50
-    assert result["extraction_lazy_edges"] > 0
+    assert result["extraction_lazy_edges"] > 0 and result["drains_while_producing"] >= 1
     # Flat memory: the later cycles (drains racing the producers) add next to nothing.
     assert result["rss_after_last_cycle_mb"] - result["rss_after_first_cycle_mb"] < 40, result

@@ -305,7 +305,9 @@ class _Grounding:
                 number = None
             memory_id = self._locate(quote, number) if quote else None
             if memory_id is None:
-                self.ungrounded.append({"owner": owner, "turn": turn, "quote": quote})
+                # Only cleaned values are kept: this goes into the stored payload as JSON text.
+                shown = clean_text(turn, limit=40) if isinstance(turn, str) else _plain_int(turn)
+                self.ungrounded.append({"owner": owner, "turn": shown, "quote": quote})
             elif Evidence(memory_id, quote) not in grounded:
                 grounded.append(Evidence(memory_id, quote))
         return tuple(grounded)
@@ -435,6 +437,10 @@ def _edge(item: Any, handles: Mapping[str, str], grounding: _Grounding) -> Extra
         clean_text(item.get("justification"), limit=500),
         grounding.ground(item.get("evidence"), f"{source} {relationship} {target}"),
     )
+
+
+def _plain_int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _confidence(value: Any) -> float:
