@@ -24,9 +24,9 @@ from __future__ import annotations
 import json
 import math
 import re
-from functools import partial
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import IO, Any
 
