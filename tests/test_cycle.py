@@ -86,3 +86,20 @@ def test_server_mode_sample_data(tmp_path: Path, chroma_server: str) -> None:
     assert first["phases"]["finalize"]["graph"]["nodes"]["SESSION"] == counts["sessions"]
     assert once(env)["phases"]["ingest"]["upserted"] == 0
     assert not (tmp_path / "d" / "chroma").exists()  # server mode keeps no embedded store
+
+
+def test_environment_problems_are_one_line_errors(tmp_path: Path) -> None:
+    data = tmp_path / "d"
+    data.mkdir()
+    outside = tmp_path / "outside.jsonl"
+    outside.write_text('{"source": "a", "target": "b", "relationship": "R"}\n')
+    (data / "lazy-edges.jsonl").symlink_to(outside)
+    done = run_cli("status", env={"REM_DATA_DIR": str(data)})
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert "symbolic link" in done.stderr
+    damaged = tmp_path / "damaged"
+    damaged.mkdir()
+    (damaged / "graph.sqlite3").write_bytes(b"this is not a database" * 100)
+    done = run_cli("status", env={"REM_DATA_DIR": str(damaged)})
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert "not a database" in done.stderr

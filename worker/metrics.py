@@ -26,6 +26,7 @@ from prometheus_client.registry import Collector
 from config import Settings
 from store.db import Database
 from store.graph import GraphStore
+from store.lazy_queue import LazyEdgeQueue
 from store.runstate import RUN_OUTCOMES, RunStateStore
 
 log = structlog.get_logger(__name__)
@@ -91,16 +92,16 @@ def summarize_queue_lines(lines: Iterable[bytes]) -> QueueSummary:
 
 
 def read_queue(path: Path) -> QueueSummary:
-    """Summarise the live queue plus a ``.draining`` file a drain is working through (its lines
-    are still waiting for their edges)."""
-    files = [p for p in (path, path.with_name(path.name + ".draining")) if p.exists()]
+    """Summarise the live queue plus the ``.draining`` files a drain is working through or left
+    behind (their lines are still waiting for their edges). Reads through the queue's own reader:
+    bounded per line, and it refuses a symbolic link in place of a queue file."""
+    queue = LazyEdgeQueue(path)
 
     def lines() -> Iterator[bytes]:
-        for file in files:
+        for file in [path, *queue.draining_files()]:
             try:
-                with file.open("rb") as handle:
-                    yield from handle
-            except FileNotFoundError:  # renamed by a drain between exists() and open()
+                yield from LazyEdgeQueue.read_lines(file)
+            except FileNotFoundError:  # absent, or renamed by a drain meanwhile
                 continue
 
     return summarize_queue_lines(lines())
