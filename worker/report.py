@@ -71,7 +71,8 @@ def print_cycle(result: dict[str, Any]) -> None:
     console.print(line)
     table = Table("phase", "state", "ms", "counts")
     for name, phase in result["phases"].items():
-        counts = {k: v for k, v in phase.items() if k not in ("state", "duration_ms", "graph")}
+        # Zeros, empty lists and false flags are noise on a terminal (``--json`` keeps them all).
+        counts = {k: v for k, v in phase.items() if k not in ("state", "duration_ms", "graph") and v not in (0, False, None, [], {})}
         table.add_row(name, phase["state"], str(phase["duration_ms"]), _flat(counts))
     console.print(table)
     graph = result["phases"].get("finalize", {}).get("graph")
