@@ -126,7 +126,8 @@ class GraphResolver:
             self._created = [v.node_id for v in verdicts if v.target is None or v.target == v.node_id]
             for verdict in verdicts:
                 if verdict.action == CANDIDATE:
-                    log.info(
+                    # Debug: a busy graph reports many; the run record counts them (identity_candidates).
+                    log.debug(
                         "identity candidate (created, not merged)",
                         node=verdict.node_id, rule=verdict.rule,
                         candidates=[(m.node_id, m.rule, m.score) for m in verdict.candidates[:5]],
