@@ -245,6 +245,8 @@ def _number(value: Any) -> float:
 
 @dataclass(slots=True)
 class CommitStats:
+    """What one commit wrote (and what it queued, dropped or linked to the existing graph)."""
+
     nodes_written: int = 0
     edges_written: int = 0
     lazy_edges_queued: int = 0
@@ -252,6 +254,11 @@ class CommitStats:
     linked_existing: int = 0
     merges_recorded: int = 0
     identity_candidates: int = 0
+
+    def add(self, other: "CommitStats") -> None:
+        """Add ``other``'s counts to these (a phase sums its sessions' commits)."""
+        for name in CommitStats.__dataclass_fields__:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
 
 
 def commit_session(

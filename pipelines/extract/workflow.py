@@ -14,7 +14,7 @@ import anyio
 import structlog
 
 from config import Settings
-from pipelines.extract.commit import GraphIndex, MergeRecorder, commit_session
+from pipelines.extract.commit import CommitStats, GraphIndex, MergeRecorder, commit_session
 from pipelines.extract.heuristic import HeuristicExtractor
 from pipelines.extract.map import UnitOutcome, map_units
 from pipelines.extract.model import Extractor
@@ -67,8 +67,9 @@ class ExtractEnv:
 
 
 @dataclass(slots=True)
-class ExtractStats:
-    """Counts of an extract phase (``--once --json`` shows them)."""
+class ExtractStats(CommitStats):
+    """Counts of an extract phase (``--once --json`` shows them); the commit counts are summed
+    over its sessions."""
 
     sessions_attempted: int = 0
     sessions_digested: int = 0
@@ -83,13 +84,6 @@ class ExtractStats:
     chunks_deferred: int = 0
     tokens_in: int = 0
     tokens_out: int = 0
-    nodes_written: int = 0
-    edges_written: int = 0
-    lazy_edges_queued: int = 0
-    edges_dropped: int = 0
-    linked_existing: int = 0
-    merges_recorded: int = 0
-    identity_candidates: int = 0
     ungrounded_evidence: int = 0
     invalid_turn_refs: int = 0
     items_rejected: int = 0
@@ -186,13 +180,7 @@ async def extract_session(
     except Exception as exc:  # noqa: BLE001 - one bad session must not stop the cycle
         log.exception("session extraction crashed", session_id=sid)
         return await _record_failure(record, env, f"error: {exc!r}"[:500])
-    stats.nodes_written += committed.nodes_written
-    stats.edges_written += committed.edges_written
-    stats.lazy_edges_queued += committed.lazy_edges_queued
-    stats.edges_dropped += committed.edges_dropped
-    stats.linked_existing += committed.linked_existing
-    stats.merges_recorded += committed.merges_recorded
-    stats.identity_candidates += committed.identity_candidates
+    stats.add(committed)
     stats.ungrounded_evidence += reduced.ungrounded
     stats.invalid_turn_refs += reduced.invalid_turn_refs
     stats.items_rejected += reduced.dropped_items
