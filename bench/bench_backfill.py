@@ -28,7 +28,7 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.bench_ingest import load_chroma, synthetic_rows  # noqa: E402
+from bench.bench_ingest import load_corpus, synthetic_rows  # noqa: E402
 from config import load_settings  # noqa: E402
 from pipelines.backfill import link_nodes_async  # noqa: E402
 from pipelines.drain import drain_queue  # noqa: E402
@@ -73,10 +73,7 @@ async def bench(memories: int, sessions: int, workdir: Path, batch_size: int) ->
         sid = sum_rows[k][2]["sessionId"]
         mem_rows.append((f"{sid}-x{k:04d}", "one more turn", {"sessionId": sid, "turnIndex": 1000 + k, "createdAt": "2026-10-01T00:00:00Z"}))
     chroma = ChromaStore(settings)
-    t0 = time.perf_counter()
-    await load_chroma(chroma, settings.memory_collection, mem_rows)
-    await load_chroma(chroma, settings.session_collection, sum_rows)
-    load_s = time.perf_counter() - t0
+    load_s = await load_corpus(chroma, settings, mem_rows, sum_rows)
     edges = queued_edges([r[0] for r in mem_rows])
 
     batched_graph = fresh_graph(workdir / "batched.sqlite3")

@@ -23,7 +23,7 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from config import load_settings  # noqa: E402
+from config import Settings, load_settings  # noqa: E402
 from pipelines.ingest import plan_session_sync  # noqa: E402
 from store.chroma import ChromaStore  # noqa: E402
 from store.db import Database  # noqa: E402
@@ -49,10 +49,17 @@ def synthetic_rows(memories: int, sessions: int, seed: int = 7) -> tuple[list[tu
     return mem_rows, sum_rows
 
 
-async def load_chroma(chroma: ChromaStore, name: str, rows: list[tuple[str, str, dict[str, Any]]], batch: int = 5000) -> None:
-    for start in range(0, len(rows), batch):
-        part = rows[start : start + batch]
-        await chroma.upsert(name, [r[0] for r in part], [r[1] for r in part], [r[2] for r in part])
+Row = tuple[str, str, dict[str, Any]]
+
+
+async def load_corpus(chroma: ChromaStore, settings: Settings, memories: list[Row], summaries: list[Row], batch: int = 5000) -> float:
+    """Write memory and summary rows into the configured collections; returns the seconds it took."""
+    t0 = time.perf_counter()
+    for name, rows in ((settings.memory_collection, memories), (settings.session_collection, summaries)):
+        for start in range(0, len(rows), batch):
+            part = rows[start : start + batch]
+            await chroma.upsert(name, [r[0] for r in part], [r[1] for r in part], [r[2] for r in part])
+    return time.perf_counter() - t0
 
 
 def raw_insert_seconds(path: Path, nodes: list[tuple], edges: list[tuple]) -> float:
@@ -77,10 +84,7 @@ async def bench(memories: int, sessions: int, workdir: Path) -> dict[str, Any]:
     settings = load_settings(data_dir=workdir / "data", batch_limit=sessions)
     mem_rows, sum_rows = synthetic_rows(memories, sessions)
     chroma = ChromaStore(settings)
-    t0 = time.perf_counter()
-    await load_chroma(chroma, settings.memory_collection, mem_rows)
-    await load_chroma(chroma, settings.session_collection, sum_rows)
-    load_s = time.perf_counter() - t0
+    load_s = await load_corpus(chroma, settings, mem_rows, sum_rows)
 
     first = await run_cycle(settings, reason="bench")
     assert first.outcome == "completed", first.message

@@ -28,7 +28,7 @@ import anyio
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.bench_ingest import load_chroma  # noqa: E402
+from bench.bench_ingest import load_corpus  # noqa: E402
 from bench.lazy_producer import memory_id  # noqa: E402
 from config import Settings, load_settings  # noqa: E402
 from store.chroma import ChromaStore  # noqa: E402
@@ -106,10 +106,7 @@ async def bench(*, sessions: int, turns: int, edges: int, producers: int, spread
     settings = load_settings(data_dir=workdir / "data", batch_limit=sessions)
     memories, summaries = corpus(sessions, turns)
     chroma = ChromaStore(settings)
-    t0 = time.perf_counter()
-    await load_chroma(chroma, settings.memory_collection, memories)
-    await load_chroma(chroma, settings.session_collection, summaries)
-    load_s = time.perf_counter() - t0
+    load_s = await load_corpus(chroma, settings, memories, summaries)
     del memories, summaries
 
     rss_before = rss_mb()
