@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import aiofiles
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from store.chroma import ChromaStore, row_created_at
 from store.ids import validate_row_id
@@ -31,40 +32,36 @@ class ImportLineError(ValueError):
     """A line of an import file cannot be imported; the message says why."""
 
 
+def _iso_time(value: str) -> str:
+    if row_created_at({"createdAt": value}) is None:
+        raise ValueError(f"not an ISO 8601 time: {value[:40]!r}")
+    return value
+
+
+IsoTime = Annotated[str, AfterValidator(_iso_time)]
+TurnId = Annotated[str, AfterValidator(partial(validate_row_id, what="turn id"))]
+SessionId = Annotated[str, AfterValidator(partial(validate_row_id, what="sessionId"))]
+
+
 class ImportedTurn(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
-    id: str | None = None
+    id: TurnId | None = None
     role: str | None = Field(None, max_length=64)
     text: str
-    createdAt: str | None = None
-
-    @field_validator("id")
-    @classmethod
-    def _id(cls, value: str | None) -> str | None:
-        return None if value is None else validate_row_id(value, what="turn id")
-
-    @field_validator("createdAt")
-    @classmethod
-    def _created(cls, value: str | None) -> str | None:
-        if value is not None and row_created_at({"createdAt": value}) is None:
-            raise ValueError(f"not an ISO 8601 time: {value[:40]!r}")
-        return value
+    createdAt: IsoTime | None = None
 
 
 class ImportedSession(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
-    sessionId: str
+    sessionId: SessionId
     title: str | None = None
-    createdAt: str | None = None
+    createdAt: IsoTime | None = None
     userId: str | None = None
     summary: str | None = None
     noSummary: bool = False
     turns: list[ImportedTurn] = Field(default_factory=list)
-
-    _id = field_validator("sessionId")(lambda cls, v: validate_row_id(v, what="sessionId"))
-    _created = field_validator("createdAt")(ImportedTurn._created.__func__)  # type: ignore[attr-defined]
 
 
 def parse_session_line(line: str) -> ImportedSession:
