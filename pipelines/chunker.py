@@ -6,7 +6,9 @@ fits in one pass gives one chunk with ``chunked=False``.
 
 Linear in the total text: each turn's size is measured once, and a chunk's joined size comes from
 prefix sums (one bisect per chunk) instead of re-joining and re-estimating the chunk for every
-added turn (the earlier system's quadratic way).
+added turn (the earlier system's quadratic way). A chunk's estimate comes from the same sums, and
+its text is joined only when read: the extractor never reads it, so chunking a session that is
+gigabytes long costs a few lists of integers, not a second copy of the session.
 """
 
 from __future__ import annotations
@@ -17,7 +19,6 @@ from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import accumulate, repeat
-from operator import add
 from typing import Any
 
 SEPARATOR = "\n"
@@ -37,15 +38,59 @@ def estimate_tokens(text: Any, bytes_per_token: int = DEFAULT_BYTES_PER_TOKEN) -
     return -(-_utf8_len(text) // bytes_per_token)
 
 
-@dataclass(frozen=True, slots=True)
 class Chunk:
-    """One chunk of a session: consecutive turns joined with ``"\\n"``."""
+    """One chunk of a session: consecutive turns joined with ``"\\n"``. Immutable.
 
+    ``text`` is built on first read and kept: the extractor works from ``turn_indices`` and never
+    needs the joined copy, so a huge session is not held twice in memory just to be chunked.
+    """
+
+    __slots__ = ("chunk_id", "turn_indices", "estimated_tokens", "oversized_turn", "_source", "_text")
     chunk_id: str
     turn_indices: tuple[int, ...]
-    text: str
     estimated_tokens: int
-    oversized_turn: bool = False
+    oversized_turn: bool
+
+    def __init__(
+        self,
+        chunk_id: str,
+        turn_indices: tuple[int, ...],
+        estimated_tokens: int,
+        oversized_turn: bool = False,
+        *,
+        source: Sequence[str],
+        text: str | None = None,
+    ) -> None:
+        values = (chunk_id, turn_indices, estimated_tokens, oversized_turn, source, text)
+        for name, value in zip(self.__slots__, values, strict=True):
+            object.__setattr__(self, name, value)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"Chunk is immutable: cannot set {name!r}")
+
+    @property
+    def text(self) -> str:
+        """The chunk's turns joined with ``"\\n"``."""
+        if self._text is None:
+            indices = self.turn_indices
+            text = SEPARATOR.join(self._source[indices[0] : indices[-1] + 1]) if indices else ""
+            object.__setattr__(self, "_text", text)
+        return self._text
+
+    def _key(self) -> tuple[str, tuple[int, ...], int, bool, str]:
+        return (self.chunk_id, self.turn_indices, self.estimated_tokens, self.oversized_turn, self.text)
+
+    def __eq__(self, other: object) -> bool:
+        return self._key() == other._key() if isinstance(other, Chunk) else NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        return (
+            f"Chunk(chunk_id={self.chunk_id!r}, turns={len(self.turn_indices)}, "
+            f"estimated_tokens={self.estimated_tokens}, oversized_turn={self.oversized_turn})"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,24 +119,44 @@ def chunk_session(
 
     ``chunked`` is true whenever the whole text exceeds the limit (even when that leaves one lone
     oversized turn). A missing, zero, negative or non-finite limit means "never chunk". Empty or
-    ``None`` input gives one empty chunk. Packing is exact for a byte-rate estimator (:func:`estimate_tokens`, or a
-    ``functools.partial`` of it); any other estimator packs on the sum of the turn estimates plus
-    one separator estimate per join, which is exact for additive estimators.
+    ``None`` input gives one empty chunk. Packing is exact for a byte-rate estimator
+    (:func:`estimate_tokens`, or a ``functools.partial`` of it); any other estimator packs on the sum
+    of the turn estimates plus one separator estimate per join, which is exact for additive
+    estimators. Each chunk's ``estimated_tokens`` equals ``estimate(chunk.text)``.
     """
-    texts = [t if isinstance(t, str) else "" for t in (turns or ())]
-    total, spans = plan_boundaries(texts, limit_tokens=safe_processing_limit_tokens, estimate=estimate)
+    texts, known_ascii = _session_texts(turns)
+    meter = _meter(estimate)
+    total, spans, prefix = _pack(texts, limit_tokens=safe_processing_limit_tokens, meter=meter, known_ascii=known_ascii)
     if spans is None:
-        whole = SEPARATOR.join(texts)
-        return ChunkPlan(
-            chunked=False,
-            total_estimated_tokens=total,
-            chunks=(Chunk(chunk_id(session_id, 0), tuple(range(len(texts))), whole, estimate(whole)),),
-        )
+        whole = None if meter.rate is not None else SEPARATOR.join(texts)
+        tokens = total if whole is None else estimate(whole)
+        only = Chunk(chunk_id(session_id, 0), tuple(range(len(texts))), tokens, source=texts, text=whole)
+        return ChunkPlan(chunked=False, total_estimated_tokens=total, chunks=(only,))
+    separator_size = meter.size(SEPARATOR)
     chunks = []
     for number, (start, end, oversized) in enumerate(spans):
-        text = SEPARATOR.join(texts[start:end])
-        chunks.append(Chunk(chunk_id(session_id, number), tuple(range(start, end)), text, estimate(text), oversized))
+        if meter.rate is not None:
+            # Exactly estimate(text) for a byte-rate estimator, from sizes already measured.
+            text, tokens = None, meter.cost(prefix[end] - prefix[start] + (end - start - 1) * separator_size)
+        else:
+            text = SEPARATOR.join(texts[start:end])
+            tokens = estimate(text)
+        chunks.append(Chunk(chunk_id(session_id, number), tuple(range(start, end)), tokens, oversized, source=texts, text=text))
     return ChunkPlan(chunked=True, total_estimated_tokens=total, chunks=tuple(chunks))
+
+
+def _session_texts(turns: Sequence[Any] | None) -> tuple[list[str], bool]:
+    """``(texts, known to be all ASCII)``: a private list of the turns (chunks read their text from
+    it later, so the caller may reuse its own), a non-string turn replaced by ``""``."""
+    texts = list(turns or ())
+    try:
+        if all(map(str.isascii, texts)):  # the ASCII test type-checks every turn on the way
+            return texts, True
+    except TypeError:  # a non-string turn
+        pass
+    if not all(map(isinstance, texts, repeat(str))):
+        texts = [t if isinstance(t, str) else "" for t in texts]
+    return texts, False
 
 
 def plan_boundaries(
@@ -99,26 +164,38 @@ def plan_boundaries(
 ) -> tuple[int, list[tuple[int, int, bool]] | None]:
     """The packing decision alone: ``(total estimated tokens, spans)`` where each span is
     ``(first turn, end turn, oversized)``, or ``None`` when the session is a single pass."""
-    meter = _meter(estimate)
-    sizes = meter.sizes(texts)
-    # prefix[i] = size of texts[:i] plus one separator after each: a chunk [s, e) measures
-    # prefix[e] - prefix[s] - separator. Packing is then one bisect per chunk, not work per turn.
+    total, spans, _ = _pack(texts, limit_tokens=limit_tokens, meter=_meter(estimate))
+    return total, spans
+
+
+def _pack(
+    texts: list[str], *, limit_tokens: float | None, meter: _Meter, known_ascii: bool = False
+) -> tuple[int, list[tuple[int, int, bool]] | None, list[int]]:
+    """``(total, spans or None, prefix sizes)``; ``prefix[i]`` is the size of ``texts[:i]``, so a
+    span ``[s, e)`` joined with separators measures ``prefix[e] - prefix[s] + (e - s - 1) * sep``."""
+    prefix = list(accumulate(meter.sizes(texts, known_ascii=known_ascii), initial=0))
     separator_size = meter.size(SEPARATOR)
-    prefix = list(accumulate(map(add, sizes, repeat(separator_size)), initial=0))
-    joined_size = prefix[-1] - separator_size if texts else 0
+    joined_size = prefix[-1] + (len(texts) - 1) * separator_size if texts else 0
     total = meter.total(joined_size, texts)
     limit = _usable_limit(limit_tokens)
     if limit is None or total <= limit:
-        return total, None
+        return total, None, prefix
     capacity = meter.capacity(limit)
     spans: list[tuple[int, int, bool]] = []
+
+    def joined_end(end: int) -> int:  # size of texts[:end] with a separator after each
+        return prefix[end] + end * separator_size
+
+    # Packing is one bisect per chunk, not work per turn per chunk: the furthest end whose joined
+    # size still fits (sizes are non-negative, so joined sizes grow with the end).
+    positions = range(len(texts) + 1)
     start = 0
     while start < len(texts):
-        # Greedy: the furthest end whose joined size still fits (sizes are non-negative).
-        end = bisect_right(prefix, prefix[start] + separator_size + capacity, lo=start + 1) - 1
+        reach = joined_end(start) + separator_size + capacity
+        end = bisect_right(positions, reach, lo=start + 1, key=joined_end) - 1
         spans.append((start, max(end, start + 1), end == start))
         start = max(end, start + 1)
-    return total, spans
+    return total, spans, prefix
 
 
 def split_oversized_text(text: str, *, limit_tokens: int, estimate: Estimator = estimate_tokens) -> list[str]:
@@ -143,9 +220,9 @@ class _Meter:
     cost: Callable[[int], int]
     rate: int | None
 
-    def sizes(self, texts: list[str]) -> list[int]:
-        if self.rate is not None and all(map(str.isascii, texts)):
-            return list(map(len, texts))  # the common case, at C speed
+    def sizes(self, texts: list[str], *, known_ascii: bool = False) -> list[int]:
+        if self.rate is not None and (known_ascii or all(map(str.isascii, texts))):
+            return list(map(len, texts))  # an ASCII string's length is its UTF-8 size, at C speed
         return list(map(self.size, texts))
 
     def total(self, joined_size: int, texts: list[str]) -> int:

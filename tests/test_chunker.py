@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import functools
 import math
+import tracemalloc
+
+import pytest
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -143,3 +146,39 @@ def test_split_prefers_paragraphs() -> None:
     text = "first paragraph here.\n\nsecond paragraph here.\n\nthird one."
     parts = split_oversized_text(text, limit_tokens=9)
     assert parts == ["first paragraph here.\n\n", "second paragraph here.\n\n", "third one."]
+
+
+def test_chunk_text_is_built_on_first_read_only() -> None:
+    # The extractor reads turn_indices, never chunk.text: chunking a big session must not hold a
+    # second copy of it. 400 turns of 10 kB at a 50k-token limit: 4 MB of text, 14 turns a chunk.
+    turns = [chr(ord("a") + i % 26) * 10_000 for i in range(400)]
+    tracemalloc.start()
+    try:
+        plan = chunk_session(turns, session_id="big", safe_processing_limit_tokens=50_000)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert plan.chunked and len(plan.chunks) == 29 and len(plan.chunks[0].turn_indices) == 14
+    assert peak < 100_000  # bytes: the plan's bookkeeping, none of the 4 MB of text
+    first = plan.chunks[0]
+    assert first.text == "\n".join(turns[i] for i in first.turn_indices)
+    assert first.text is first.text  # built once, then kept
+
+
+def test_chunk_is_immutable_and_compares_by_content() -> None:
+    plan = chunk_session(["ab", "cd", "ef"], session_id="s", safe_processing_limit_tokens=1)
+    chunk = plan.chunks[0]
+    with pytest.raises(AttributeError):
+        chunk.turn_indices = (5,)  # type: ignore[misc]
+    again = chunk_session(["ab", "cd", "ef"], session_id="s", safe_processing_limit_tokens=1)
+    other = chunk_session(["ab", "cd", "eX"], session_id="s", safe_processing_limit_tokens=1)
+    assert again.chunks == plan.chunks and hash(again.chunks[0]) == hash(chunk)
+    assert other.chunks[2] != plan.chunks[2]  # same ids and sizes, different text
+    assert "ab" not in repr(chunk)  # a repr never dumps a chunk's text
+
+
+def test_caller_may_reuse_its_list() -> None:
+    turns = ["one", "two", "three"]
+    plan = chunk_session(turns, session_id="s", safe_processing_limit_tokens=2)
+    turns[0] = "changed"
+    assert plan.chunks[0].text == "one"
