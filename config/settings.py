@@ -69,7 +69,9 @@ class Settings(BaseSettings):
     chroma_page_size: int = Field(2_000, ge=1, le=100_000)
     interval_seconds: float = Field(3600.0, gt=0)
     run_at_startup: bool = True
-    lease_timeout_seconds: float = Field(300.0, gt=0, description="A run silent this long is abandoned")
+    lease_timeout_seconds: float = Field(
+        300.0, gt=0, description="A running cycle without a heartbeat this long is stalled (/healthz 503, status, metrics)"
+    )
     grace_seconds: float = Field(30.0, gt=0, description="Time allowed to finish the current transaction on SIGTERM")
 
     # --- extraction ----------------------------------------------------------------------

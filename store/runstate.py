@@ -83,22 +83,28 @@ class RunStateStore:
             )
 
     def mark_abandoned(self, *, older_than_seconds: float, now: datetime | None = None) -> list[str]:
-        """Mark ``running`` runs whose heartbeat is older than the lease timeout as ``abandoned``."""
-        now = now or datetime.now(UTC)
-        cutoff = (now - timedelta(seconds=older_than_seconds)).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+        """Mark ``running`` runs whose heartbeat is older than ``older_than_seconds`` as ``abandoned``."""
         with self.db.transaction() as conn:
-            stale = [
-                r[0]
-                for r in conn.execute(
-                    "SELECT run_id FROM rem_runs WHERE outcome = 'running' AND heartbeat_at < ?", (cutoff,)
-                ).fetchall()
-            ]
+            stale = [run["run_id"] for run in self.silent_runs(older_than_seconds=older_than_seconds, now=now)]
             conn.executemany(
                 "UPDATE rem_runs SET outcome = 'abandoned', reason_code = 'heartbeat-lost', finished_at = ? "
                 "WHERE run_id = ?",
                 [(self.clock(), run_id) for run_id in stale],
             )
         return stale
+
+    def silent_runs(
+        self, *, older_than_seconds: float, now: datetime | None = None, owner: str | None = None
+    ) -> list[dict[str, Any]]:
+        """``running`` runs (of ``owner`` only, when given) whose heartbeat is older than
+        ``older_than_seconds``. Read-only: whether such a run is dead or stalled is the caller's call."""
+        now = now or datetime.now(UTC)
+        cutoff = (now - timedelta(seconds=older_than_seconds)).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+        sql = "SELECT * FROM rem_runs WHERE outcome = 'running' AND heartbeat_at < ?"
+        params: tuple[str, ...] = (cutoff,)
+        if owner is not None:
+            sql, params = sql + " AND lease_owner = ?", (cutoff, owner)
+        return [_run(r) for r in self.db.query(sql + " ORDER BY started_at", params)]
 
     def running_runs(self) -> list[dict[str, Any]]:
         return [_run(r) for r in self.db.query("SELECT * FROM rem_runs WHERE outcome = 'running' ORDER BY started_at")]

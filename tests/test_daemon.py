@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import sqlite3
 import subprocess
 import time
 from pathlib import Path
@@ -13,6 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import SAMPLE, free_port, run_cli, start_chroma_server
 from tests.daemon_support import read_runs, start_worker, stop, wait_for, wait_for_http, worker_env
+from tests.llm_server import LLMServer, slow
 from worker.daemon import next_delay
 
 
@@ -148,3 +150,51 @@ def test_daemon_without_run_at_startup_waits_and_stops_at_once_while_waiting(tmp
     assert status == 0, (tmp_path / "daemon.log").read_text()
     assert took < 5, took  # a stop while sleeping does not wait for the interval
     assert read_runs(data / "graph.sqlite3") == []
+
+
+def test_a_cycle_stuck_on_a_lock_is_reported_stalled_then_recovers(tmp_path: Path) -> None:
+    # A real stall, no hooks: the cycle waits on the model (1 s a chunk) while another program
+    # holds graph.sqlite3's write lock, so neither its commits nor its heartbeats get through.
+    data = tmp_path / "data"
+    graph = data / "graph.sqlite3"
+    assert run_cli("import", str(SAMPLE), env={"REM_DATA_DIR": str(data)}).returncode == 0
+    port = free_port()
+    with LLMServer(default=slow(1.0)) as llm:
+        env = worker_env(
+            data, http_port=str(port), lease_timeout_seconds="2", extractor="openai",
+            llm_base_url=llm.url, llm_model="test-model", interval_seconds="3600",
+        )
+        proc = start_worker(env=env, log_path=tmp_path / "daemon.log")
+        try:
+            base = f"http://127.0.0.1:{port}"
+            assert wait_for_http(f"{base}/healthz").status_code == 200
+            wait_for(lambda: llm.chat_count >= 1, timeout=60, interval=0.05, what="the extract phase")
+            (run,) = [r for r in read_runs(graph) if r["outcome"] == "running"]
+            blocker = sqlite3.connect(graph, timeout=30, isolation_level=None)
+            blocker.execute("BEGIN IMMEDIATE")
+            try:
+                stalled = wait_for(
+                    lambda: (answer := httpx.get(f"{base}/healthz", timeout=10)).status_code == 503 and answer,
+                    timeout=30, interval=0.2, what="/healthz to report the stall",
+                )
+                body = stalled.json()
+                assert body["status"] == "stalled"
+                assert [r["run_id"] for r in body["runs"]] == [run["run_id"]]
+                assert body["runs"][0]["silent_seconds"] > 2
+                samples = _samples(httpx.get(f"{base}/metrics", timeout=10).text)
+                assert samples[("rem_cycle_cycle_stalled", ())] == 1
+                assert proc.poll() is None
+            finally:
+                blocker.execute("ROLLBACK")
+                blocker.close()
+            wait_for(
+                lambda: httpx.get(f"{base}/healthz", timeout=10).status_code == 200,
+                timeout=30, interval=0.2, what="/healthz to recover",
+            )
+            done = wait_for(
+                lambda: next((r for r in read_runs(graph) if r["run_id"] == run["run_id"] and r["outcome"] != "running"), None),
+                timeout=180, interval=0.2, what="the stalled cycle to finish",
+            )
+            assert done["outcome"] == "completed"
+        finally:
+            assert stop(proc) == 0

@@ -14,9 +14,10 @@ from config import Settings
 from store.graph import Node
 from store.lazy_queue import LazyEdgeQueue
 from tests.conftest import SAMPLE
-from worker.cycle import PHASES, Stores, run_cycle
+from worker.cycle import PHASES, Stores, heartbeat_interval, owner_id, run_cycle
 from worker.http import serve_http
 from worker.metrics import build_registry, histogram_buckets, summarize_queue_lines
+from worker.report import collect_status
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 
@@ -149,3 +150,53 @@ async def test_a_new_run_shows_in_the_next_scrape_of_the_same_registry(settings:
         assert (first[key], second[key]) == (1, 2)
     phase = ("rem_cycle_phase_duration_seconds_count", (("phase", "ingest"),))
     assert (first[phase], second[phase]) == (1, 2)
+
+
+def test_heartbeat_interval_fits_the_lease() -> None:
+    assert heartbeat_interval(300) == 5.0
+    assert heartbeat_interval(15) == 5.0
+    assert heartbeat_interval(3) == 1.0  # three beats per lease, so one late beat is not a stall
+
+
+async def test_a_silent_run_is_stalled_in_healthz_metrics_and_status(settings: Settings, stores: Stores) -> None:
+    # Run rows as a wedged cycle of this process, and a killed process elsewhere, leave them.
+    now = datetime.now(UTC)
+
+    def stamp(moment: datetime) -> str:
+        return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+    def running(run_id: str, owner: str, silent_for: float) -> None:
+        stores.runstate.start_run(run_id, reason="test", mode="daemon", owner=owner)
+        with stores.db.transaction() as conn:
+            conn.execute(
+                "UPDATE rem_runs SET heartbeat_at = ? WHERE run_id = ?", (stamp(now - timedelta(seconds=silent_for)), run_id)
+            )
+
+    running("run-elsewhere", "other-host:1", silent_for=900)  # older than the 300 s lease
+    async with serve_http(settings) as endpoint, httpx.AsyncClient(base_url=endpoint.url, timeout=20) as client:
+        # Another process's silent run is not this process's liveness problem...
+        assert (await client.get("/healthz")).status_code == 200
+        # ...but metrics and status report it.
+        samples = _samples((await client.get("/metrics")).text)
+        assert samples[("rem_cycle_cycle_stalled", ())] == 1
+        assert samples[("rem_cycle_heartbeat_age_seconds", ())] >= 900
+        assert collect_status(settings, stores)["stalled_runs"] == ["run-elsewhere"]
+        stores.runstate.finish_run("run-elsewhere", outcome="abandoned", phases={})
+
+        running("run-here-fresh", owner_id(), silent_for=10)
+        assert (await client.get("/healthz")).json() == {"status": "ok"}
+        assert _samples((await client.get("/metrics")).text)[("rem_cycle_cycle_stalled", ())] == 0
+        running("run-here-silent", owner_id(), silent_for=400)
+        health = await client.get("/healthz")
+        assert health.status_code == 503
+        body = health.json()
+        assert body["status"] == "stalled"
+        assert [run["run_id"] for run in body["runs"]] == ["run-here-silent"]
+        assert 400 <= body["runs"][0]["silent_seconds"] < 460
+        status = collect_status(settings, stores)
+        assert status["stalled_runs"] == ["run-here-silent"]
+        assert next(r for r in status["runs"] if r["run_id"] == "run-here-silent")["silent_seconds"] >= 400
+        # A beat clears it.
+        stores.runstate.heartbeat("run-here-silent")
+        assert (await client.get("/healthz")).status_code == 200
+        assert collect_status(settings, stores)["stalled_runs"] == []

@@ -37,6 +37,8 @@ log = structlog.get_logger(__name__)
 # small enough that an interrupted cycle loses little work.
 SESSIONS_PER_BATCH = 25
 HEARTBEAT_SECONDS = 5.0
+# A lease timeout covers this many heartbeats, so one slow beat is never taken for a stall.
+BEATS_PER_LEASE = 3
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -344,7 +346,7 @@ async def _run_phases(
     structlog.contextvars.bind_contextvars(run_id=run_id)
     try:
         async with anyio.create_task_group() as tg:
-            tg.start_soon(_heartbeat, runstate, run_id)
+            tg.start_soon(_heartbeat, runstate, run_id, heartbeat_interval(settings.lease_timeout_seconds))
             for name, phase in phases:
                 structlog.contextvars.bind_contextvars(phase=name)
                 p0 = time.perf_counter()
@@ -397,10 +399,16 @@ async def _run_phases(
     return result
 
 
-async def _heartbeat(runstate: RunStateStore, run_id: str) -> None:
+def heartbeat_interval(lease_timeout_seconds: float) -> float:
+    """Seconds between a running cycle's heartbeats: every 5 s, more often when the lease timeout
+    (after which a silent run counts as stalled) is under ``BEATS_PER_LEASE`` × 5 s. Pure."""
+    return min(HEARTBEAT_SECONDS, lease_timeout_seconds / BEATS_PER_LEASE)
+
+
+async def _heartbeat(runstate: RunStateStore, run_id: str, interval: float) -> None:
     """Refresh the run's lease; a missed beat (database busy) is logged, never fatal to the cycle."""
     while True:
-        await anyio.sleep(HEARTBEAT_SECONDS)
+        await anyio.sleep(interval)
         try:
             await anyio.to_thread.run_sync(runstate.heartbeat, run_id)
         except sqlite3.Error as exc:

@@ -1,5 +1,8 @@
 """The health and metrics endpoint: ``/healthz``, ``/readyz``, ``/metrics``.
 
+``/healthz`` is liveness: 200 while the process answers, 503 when a cycle this process is running
+has not written its heartbeat for ``REM_LEASE_TIMEOUT_SECONDS`` (a wedged cycle, which a restart
+cures; the next cycle records it ``abandoned``). ``/readyz`` is readiness (the stores answer).
 A stdlib ``ThreadingHTTPServer`` in its own threads, so a slow scrape can never hold up the
 cycle's event loop. ``/metrics`` reads the database through its own read-only connection.
 ``/readyz`` checks the graph database from the request thread and Chroma through the daemon's
@@ -17,6 +20,7 @@ import threading
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -28,19 +32,23 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from config import Settings
 from store.chroma import ChromaStore
 from store.db import Database
-from worker.metrics import build_registry
+from store.runstate import RunStateStore
+from worker.cycle import owner_id
+from worker.metrics import age_seconds, build_registry
 
 log = structlog.get_logger(__name__)
 
 READY_TIMEOUT_SECONDS = 5.0
 
 ReadyCheck = Callable[[], dict[str, bool]]
+LiveCheck = Callable[[], list[dict[str, Any]]]
 
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True  # a hung request must not keep the process alive at exit
     registry: CollectorRegistry
     ready: ReadyCheck
+    stalled: LiveCheck
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -50,7 +58,9 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:  # noqa: N802 - http.server's naming
         path = self.path.split("?", 1)[0]
         if path == "/healthz":
-            self._send(200, "application/json", json.dumps({"status": "ok"}).encode())
+            stalled = self.server.stalled()
+            body = {"status": "stalled", "runs": stalled} if stalled else {"status": "ok"}
+            self._send(503 if stalled else 200, "application/json", json.dumps(body).encode())
         elif path == "/readyz":
             checks = self.server.ready()
             ready = all(checks.values())
@@ -101,16 +111,38 @@ class HttpEndpoint:
         self.thread.join(5)
 
 
-def start_endpoint(*, host: str, port: int, registry: CollectorRegistry, ready: ReadyCheck) -> HttpEndpoint:
+def start_endpoint(
+    *, host: str, port: int, registry: CollectorRegistry, ready: ReadyCheck, stalled: LiveCheck
+) -> HttpEndpoint:
     """Bind ``host:port`` (port 0 = any free port) and serve in a background thread; raises
     ``OSError`` when the address cannot be bound."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     server_cls = type("_BoundServer", (_Server,), {"address_family": family})
     server = server_cls((host, port), _Handler)
-    server.registry, server.ready = registry, ready
+    server.registry, server.ready, server.stalled = registry, ready, stalled
     thread = threading.Thread(target=server.serve_forever, name="rem-cycle-http", daemon=True)
     thread.start()
     return HttpEndpoint(server=server, thread=thread)
+
+
+def stalled_runs(settings: Settings, *, owner: str | None = None) -> list[dict[str, Any]]:
+    """Running cycles (``owner``'s only, when given) silent for longer than the lease timeout, as
+    ``{run_id, heartbeat_at, silent_seconds}``. A database that cannot be read says nothing about
+    liveness (``/readyz`` reports it): the answer is then an empty list."""
+    now = datetime.now(UTC)
+    try:
+        db = Database(settings.graph_path, readonly=True, timeout=READY_TIMEOUT_SECONDS)
+        try:
+            silent = RunStateStore(db).silent_runs(older_than_seconds=settings.lease_timeout_seconds, now=now, owner=owner)
+        finally:
+            db.close()
+    except sqlite3.Error as exc:
+        log.warning("liveness: run state unreadable", error=str(exc))
+        return []
+    return [
+        {"run_id": run["run_id"], "heartbeat_at": run["heartbeat_at"], "silent_seconds": round(age_seconds(run["heartbeat_at"], now), 1)}
+        for run in silent
+    ]
 
 
 class Readiness:
@@ -167,7 +199,11 @@ async def serve_http(settings: Settings, *, registry: CollectorRegistry | None =
     # Bind before the portal's task group exists, so a taken port is a plain OSError.
     endpoint = await anyio.to_thread.run_sync(
         lambda: start_endpoint(
-            host=settings.http_host, port=settings.http_port, registry=registry or build_registry(settings), ready=ready
+            host=settings.http_host,
+            port=settings.http_port,
+            registry=registry or build_registry(settings),
+            ready=ready,
+            stalled=lambda: stalled_runs(settings, owner=owner_id()),
         )
     )
     try:

@@ -128,7 +128,7 @@ class RemCycleCollector(Collector):
         yield from families
         yield GaugeMetricFamily("rem_cycle_metrics_ok", "1 when the last scrape read the database", value=1 if families else 0)
 
-    def _run_families(self, runstate: RunStateStore) -> list[Metric]:
+    def _run_families(self, runstate: RunStateStore, now: datetime) -> list[Metric]:
         by_outcome = runstate.runs_by_outcome()
         last_finished = runstate.last_finished_by_outcome()
         cycles = CounterMetricFamily("rem_cycle_cycles", "Finished REM cycles by outcome", labels=["outcome"])
@@ -136,6 +136,14 @@ class RemCycleCollector(Collector):
             if outcome != "running":
                 cycles.add_metric([outcome], by_outcome.get(outcome, 0))
         running = GaugeMetricFamily("rem_cycle_cycle_running", "1 while a cycle is running", value=by_outcome.get("running", 0))
+        silence = max((age_seconds(run["heartbeat_at"], now) for run in runstate.running_runs()), default=0.0)
+        silent = GaugeMetricFamily(
+            "rem_cycle_heartbeat_age_seconds", "Seconds since the running cycle's last heartbeat (0 when none runs)", value=silence
+        )
+        stalled = GaugeMetricFamily(
+            "rem_cycle_cycle_stalled", "1 while a running cycle has been silent longer than REM_LEASE_TIMEOUT_SECONDS",
+            value=int(silence > self.settings.lease_timeout_seconds),
+        )
         last = GaugeMetricFamily(
             "rem_cycle_last_cycle_finished_timestamp_seconds", "Unix time the latest cycle of each outcome finished",
             labels=["outcome"],
@@ -149,7 +157,7 @@ class RemCycleCollector(Collector):
         if cached is None or cached[0] != key:
             cached = (key, _duration_families(runstate))
             self._durations = cached
-        return [cycles, running, last, *cached[1]]
+        return [cycles, running, silent, stalled, last, *cached[1]]
 
     def _families(self) -> list[Metric]:
         now = self.now()
@@ -157,7 +165,7 @@ class RemCycleCollector(Collector):
         try:
             runstate, graph = RunStateStore(db), GraphStore(db)
             families = [
-                *self._run_families(runstate),
+                *self._run_families(runstate, now),
                 *_session_families(runstate, now),
                 *_chunk_families(runstate),
                 *_graph_families(graph),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from rich.console import Console
@@ -11,12 +12,16 @@ from config import Settings
 from store.chunks import ChunkResultStore
 from store.lazy_queue import LazyEdgeQueue
 from worker.cycle import Stores
-from worker.metrics import parse_utc, read_queue
+from worker.metrics import age_seconds, parse_utc, read_queue
 
 
 def collect_status(settings: Settings, stores: Stores, *, runs: int = 10) -> dict[str, Any]:
     """Everything ``rem-cycle status`` reports, as plain data (a dict other reports extend)."""
     recent = stores.runstate.recent_runs(runs)
+    now = datetime.now(UTC)
+    for run in recent:
+        if run["outcome"] == "running":
+            run["silent_seconds"] = round(age_seconds(run["heartbeat_at"], now), 1)
     digests = stores.runstate.digest_counts()
     queue = read_queue(settings.queue_path)
     return {
@@ -24,6 +29,11 @@ def collect_status(settings: Settings, stores: Stores, *, runs: int = 10) -> dic
         "chroma": stores.chroma.location,
         "runs": [{**run, "duration_seconds": _duration(run["started_at"], run.get("finished_at"))} for run in recent],
         "runs_by_outcome": stores.runstate.runs_by_outcome(),
+        # Running but silent past the lease timeout: wedged, or killed (the next cycle abandons it).
+        "stalled_runs": [
+            run["run_id"]
+            for run in stores.runstate.silent_runs(older_than_seconds=settings.lease_timeout_seconds, now=now)
+        ],
         "digests": digests,
         "backlog": {
             "undigested_sessions": digests.get("undigested", 0),
@@ -88,7 +98,10 @@ def print_status(status: dict[str, Any]) -> None:
     for run in status["runs"]:
         seconds = "-" if run["duration_seconds"] is None else f"{run['duration_seconds']:.2f}"
         failure = f"{run['failure_phase']}: {run['reason_code']}" if run.get("reason_code") else ""
-        table.add_row(run["run_id"], run["mode"], run["started_at"], _styled_outcome(run["outcome"]), seconds, failure)
+        outcome = _styled_outcome(run["outcome"])
+        if run["run_id"] in status["stalled_runs"]:
+            outcome += f" [red](stalled: no heartbeat for {run['silent_seconds']:.0f}s)[/red]"
+        table.add_row(run["run_id"], run["mode"], run["started_at"], outcome, seconds, failure)
     console.print(table)
     backlog = status["backlog"]
     pending = backlog["not_ingested_sessions"]
