@@ -141,6 +141,27 @@ class GraphStore:
         )
         return [_edge(r) for r in rows]
 
+    def skeleton(
+        self, *, exclude_labels: Iterable[str] = (), exclude_relationships: Iterable[str] = ()
+    ) -> tuple[list[Node], list[Edge]]:
+        """Nodes whose label and edges whose relationship is not excluded, in the order of
+        :meth:`all_nodes` / :meth:`all_edges`, **without their property documents** (``properties``
+        is empty): the shape of the graph for algorithms that read ids, labels, names and weights
+        only (community detection), without decoding every document."""
+        labels, relationships = sorted(set(exclude_labels)), sorted(set(exclude_relationships))
+        node_rows = self.db.query(
+            f"SELECT id, label, name FROM nodes WHERE label NOT IN ({','.join('?' * len(labels))}) ORDER BY id", labels
+        )
+        edge_rows = self.db.query(
+            "SELECT source, target, relationship, weight FROM edges "
+            f"WHERE relationship NOT IN ({','.join('?' * len(relationships))}) ORDER BY source, target, relationship",
+            relationships,
+        )
+        return (
+            [Node(r["id"], r["label"], r["name"], {}) for r in node_rows],
+            [Edge(r["source"], r["target"], r["relationship"], r["weight"], {}) for r in edge_rows],
+        )
+
     def node_names(self, *, exclude_labels: Iterable[str] = ()) -> list[tuple[str, str, str, Any]]:
         """(id, label, name, aliases) of every node whose label is not excluded — what identity
         resolution indexes, without reading whole property documents."""

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from pipelines.communities import community_id, member_hash, plan_communities
+from pipelines.vocabulary import ANCHOR_LABELS, PROVENANCE_RELATIONSHIPS
 from store.communities import CommunityStore
 from store.db import Database
 from store.graph import Edge, GraphStore, Node
@@ -136,3 +137,18 @@ async def test_model_namer_over_http(db, settings, llm_server) -> None:
     assert llm_server.chat_count == 2  # unchanged communities are not asked again
     async with model_judge(settings) as judge:
         assert judge is None  # heuristic extractor: no model
+
+
+async def test_refresh_reads_the_skeleton_and_finds_what_the_full_graph_gives(db) -> None:
+    graph = GraphStore(db)
+    nodes, edges = graph.skeleton(exclude_labels=ANCHOR_LABELS, exclude_relationships=PROVENANCE_RELATIONSHIPS)
+    assert nodes and edges
+    assert all(n.properties == {} and n.label not in ANCHOR_LABELS for n in nodes)
+    assert all(e.properties == {} and e.relationship not in PROVENANCE_RELATIONSHIPS for e in edges)
+    full = {(e.source, e.target, e.relationship): e.weight for e in graph.all_edges()}
+    assert [(e.source, e.target, e.relationship, e.weight) for e in edges] == [
+        (*key, weight) for key, weight in full.items() if key[2] not in PROVENANCE_RELATIONSHIPS
+    ]
+    await refresh_communities(db)
+    expected = plan_communities(graph.all_nodes(), graph.all_edges(), [])
+    assert CommunityStore(db).all() == expected.communities

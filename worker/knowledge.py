@@ -17,7 +17,7 @@ from pipelines.identity import Auditor
 from pipelines.judge import ModelJudge
 from pipelines.query import node_view, search_row, turn_memory_ids
 from pipelines.resolver import GraphResolver, node_refs
-from pipelines.vocabulary import ANCHOR_LABELS
+from pipelines.vocabulary import ANCHOR_LABELS, PROVENANCE_RELATIONSHIPS
 from store.chroma import ChromaStore, ChromaUnavailableError
 from store.communities import CommunityStore
 from store.db import Database
@@ -85,7 +85,10 @@ async def refresh_communities(db: Database, *, namer: Namer | None = None) -> di
     graph, communities = GraphStore(db), CommunityStore(db)
 
     def load() -> tuple[list[Any], list[Any], list[Any]]:
-        return graph.all_nodes(), graph.all_edges(), communities.all()
+        # Anchors and provenance never take part (semantic_graph drops them): leave them, and every
+        # property document, in the database.
+        nodes, edges = graph.skeleton(exclude_labels=ANCHOR_LABELS, exclude_relationships=PROVENANCE_RELATIONSHIPS)
+        return nodes, edges, communities.all()
 
     nodes, edges, previous = await anyio.to_thread.run_sync(load)
     plan = plan_communities(nodes, edges, previous)
