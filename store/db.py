@@ -122,6 +122,19 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX memory_index_session ON memory_index(session_id);
     """,
+    # 4: pairs identity resolution found ambiguous and did not merge, kept for review.
+    """
+    CREATE TABLE identity_candidates (
+        node_id       TEXT NOT NULL REFERENCES nodes(id) ON DELETE CASCADE,
+        candidate_id  TEXT NOT NULL REFERENCES nodes(id) ON DELETE CASCADE,
+        rule          TEXT NOT NULL,
+        score         REAL NOT NULL,
+        form          TEXT NOT NULL,
+        session_id    TEXT NOT NULL,
+        PRIMARY KEY (node_id, candidate_id)
+    );
+    CREATE INDEX identity_candidates_candidate ON identity_candidates(candidate_id);
+    """,
 )
 
 

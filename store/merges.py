@@ -15,6 +15,11 @@ points it added to I (and I's description when M's replaced it). :meth:`MergeSto
 puts M and its edges back, deletes the edges the merge created, restores the ones it changed and
 removes what it added to I; the pair is then *blocked*: identity resolution never links it again.
 One active record per (M, I) pair: a repeated link extends it.
+
+``identity_candidates`` keeps the other identity decision: pairs that resolution found ambiguous
+(``candidate`` verdicts: created, not merged) with the rule and score that made them candidates,
+for a person to review (``rem-cycle candidates``) and merge by hand or leave. A pair disappears
+when either node does (a merge deletes the merged node), and an undone merge's pair is not listed.
 """
 
 from __future__ import annotations
@@ -84,6 +89,25 @@ def _redirect(edge: Edge, merged_id: str, into_id: str) -> Edge:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class CandidatePair:
+    """One reported pair: ``node_id`` (created) may be the same thing as ``candidate_id``."""
+
+    node_id: str
+    candidate_id: str
+    rule: str
+    score: float
+    form: str
+    session_id: str
+
+
+# A candidate pair (alias c) whose merge was undone is settled: keep them apart, do not list it.
+_NOT_UNDONE = (
+    "NOT EXISTS (SELECT 1 FROM merges b WHERE b.undone_at IS NOT NULL "
+    "AND b.merged_id = c.node_id AND b.into_id = c.candidate_id)"
+)
+
+
 class MergeStore:
     """Records, applies and undoes merges (SQL for ``merges``; node/edge writes via :class:`GraphStore`)."""
 
@@ -111,7 +135,40 @@ class MergeStore:
         rows = self.db.query("SELECT DISTINCT merged_id, into_id FROM merges WHERE undone_at IS NOT NULL")
         return frozenset((r[0], r[1]) for r in rows)
 
+    def candidates(self, *, limit: int = 100) -> list[dict[str, Any]]:
+        """Reported pairs whose nodes both exist and whose merge was never undone, best score first,
+        with both nodes' labels and names."""
+        rows = self.db.query(
+            "SELECT c.node_id, n.label AS node_label, n.name AS node_name, c.candidate_id, "
+            "m.label AS candidate_label, m.name AS candidate_name, c.rule, c.score, c.form, c.session_id "
+            "FROM identity_candidates c JOIN nodes n ON n.id = c.node_id JOIN nodes m ON m.id = c.candidate_id "
+            f"WHERE {_NOT_UNDONE} ORDER BY c.score DESC, c.node_id, c.candidate_id LIMIT ?",
+            (limit,),
+        )
+        return [dict(r) for r in rows]
+
+    def candidate_count(self) -> int:
+        """How many pairs :meth:`candidates` would list, without a limit."""
+        return self.db.query(f"SELECT COUNT(*) FROM identity_candidates c WHERE {_NOT_UNDONE}")[0][0]
+
     # --- writes --------------------------------------------------------------------------
+    def record_candidates(self, pairs: Iterable[CandidatePair]) -> int:
+        """Keep ``pairs`` for review (a pair already kept takes the newer rule and score). A pair
+        whose nodes are not both in the graph is skipped: the record is advisory and must never
+        fail the commit it is part of. Returns how many were kept."""
+        kept = 0
+        with self.db.transaction() as conn:
+            for pair in pairs:
+                cursor = conn.execute(
+                    "INSERT OR REPLACE INTO identity_candidates(node_id, candidate_id, rule, score, form, session_id) "
+                    "SELECT ?, ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM nodes WHERE id = ?) "
+                    "AND EXISTS (SELECT 1 FROM nodes WHERE id = ?)",
+                    (pair.node_id, pair.candidate_id, pair.rule, float(pair.score), pair.form, pair.session_id,
+                     pair.node_id, pair.candidate_id),
+                )
+                kept += cursor.rowcount
+        return kept
+
     def record_link(
         self,
         merged: Node,

@@ -272,3 +272,37 @@ async def test_model_auditor_settles_a_candidate(settings, llm_server) -> None:
     async with OpenAIExtractor(model) as extractor:
         resolver.auditor = ModelJudge(extractor).audit_identity
         assert await resolver.prepare([typo]) == 0
+
+
+async def test_ambiguous_pairs_are_kept_for_review_then_merged_by_hand(settings, tmp_path: Path) -> None:
+    from worker.cycle import run_cycle
+
+    env = {"REM_DATA_DIR": str(settings.data_dir)}
+    await _import(settings, tmp_path, [_session("a", "2026-11-01T10:00:00Z", ["The GraphStore writes rows for the DrainWorker."])])
+    assert (await run_cycle(settings)).outcome == "completed"
+    empty = run_cli("candidates", "--json", env=env)
+    assert empty.returncode == 0 and json.loads(empty.stdout) == {"candidates": [], "total": 0}
+    # A typo: near-identical spelling is a candidate (created, reported), never a silent merge.
+    await _import(settings, tmp_path, [_session("b", "2026-11-02T10:00:00Z", ["The GraphStroe writes rows too."])])
+    result = await run_cycle(settings)
+    assert result.phases["extract"]["identity_candidates"] == 1
+    listed = run_cli("candidates", "--json", env=env)
+    assert listed.returncode == 0, listed.stderr
+    (pair,) = json.loads(listed.stdout)["candidates"]
+    assert (pair["node_id"], pair["candidate_id"], pair["rule"], pair["session_id"]) == (
+        "CLASS:GraphStroe", "CLASS:GraphStore", "fuzzy", "b",
+    )
+    assert pair["node_name"] == "GraphStroe" and pair["candidate_name"] == "GraphStore" and pair["score"] >= 0.9
+    text = run_cli("candidates", env={**env, "COLUMNS": "160"}).stdout
+    assert "CLASS:GraphStroe" in text and "CLASS:GraphStore" in text and "rem-cycle merge NODE MAY_BE" in text
+    status = run_cli("status", "--json", env=env)
+    assert json.loads(status.stdout)["identity_candidates"] == 1
+    # Re-running the session's extraction keeps one row per pair.
+    again = await run_cycle(settings)
+    assert again.outcome == "completed"
+    assert json.loads(run_cli("candidates", "--json", env=env).stdout)["total"] == 1
+    # Accepting it: the merged node is gone, and so is the pair; undoing blocks the pair for good.
+    assert run_cli("merge", "CLASS:GraphStroe", "CLASS:GraphStore", env=env).returncode == 0
+    assert json.loads(run_cli("candidates", "--json", env=env).stdout)["total"] == 0
+    assert run_cli("unmerge", "CLASS:GraphStroe", env=env).returncode == 0
+    assert json.loads(run_cli("candidates", "--json", env=env).stdout)["total"] == 0

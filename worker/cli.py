@@ -66,6 +66,10 @@ def build_parser() -> argparse.ArgumentParser:
     backup.add_argument("path", help="destination file (replaced atomically when the copy is sound)")
     unmerge = sub.add_parser("unmerge", parents=[common], help="undo the merges of a node (restores it, its edges and aliases)")
     unmerge.add_argument("node_id", metavar="NODE_ID", help="the node that was merged away")
+    candidates = sub.add_parser(
+        "candidates", parents=[common], help="pairs identity resolution found ambiguous and did not merge, to review"
+    )
+    candidates.add_argument("--limit", type=int, default=50)
     merge = sub.add_parser("merge", parents=[common], help="fold one node into another by hand (recorded, undoable)")
     merge.add_argument("merged_id", metavar="NODE_ID")
     merge.add_argument("into_id", metavar="INTO_ID")
@@ -270,6 +274,15 @@ async def cmd_unmerge(settings: Settings, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+async def cmd_candidates(settings: Settings, args: argparse.Namespace) -> int:
+    from worker.knowledge import identity_candidates
+    from worker.views import print_candidates
+
+    pairs, total = await anyio.to_thread.run_sync(lambda: identity_candidates(settings, limit=args.limit))
+    _emit(args, {"candidates": pairs, "total": total}, lambda: print_candidates(pairs, total))
+    return EXIT_OK
+
+
 async def cmd_merge(settings: Settings, args: argparse.Namespace) -> int:
     from store.ids import InvalidIdError
     from store.merges import MergeError
@@ -410,6 +423,7 @@ COMMANDS: dict[str, Handler] = {
     "search": cmd_search,
     "backup": cmd_backup,
     "unmerge": cmd_unmerge,
+    "candidates": cmd_candidates,
     "merge": cmd_merge,
     "drain": cmd_drain,
     "backfill": cmd_backfill,

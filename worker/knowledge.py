@@ -176,6 +176,14 @@ def unmerge_node(settings: Settings, node_id: str) -> list[dict[str, Any]]:
         return MergeStore(db).unmerge(node_id)
 
 
+def identity_candidates(settings: Settings, *, limit: int = 50) -> tuple[list[dict[str, Any]], int]:
+    """The reported identity pairs to review (best score first, at most ``limit``) and how many
+    there are in all."""
+    with open_graph_db(settings) as db:
+        merges = MergeStore(db)
+        return merges.candidates(limit=limit), merges.candidate_count()
+
+
 def merge_node(settings: Settings, merged_id: str, into_id: str) -> int:
     """Fold ``merged_id`` into ``into_id`` by hand (an operator confirming a reported candidate)."""
     with open_graph_db(settings) as db:

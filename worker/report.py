@@ -11,6 +11,7 @@ from rich.table import Table
 from config import Settings
 from store.chunks import ChunkResultStore
 from store.lazy_queue import LazyEdgeQueue
+from store.merges import MergeStore
 from worker.cycle import Stores
 from worker.metrics import age_seconds, parse_utc, read_queue
 
@@ -56,6 +57,7 @@ def collect_status(settings: Settings, stores: Stores, *, runs: int = 10) -> dic
             "dead_letters": LazyEdgeQueue(settings.queue_path).dead_letter_count(),
         },
         "graph": stores.graph.counts(),
+        "identity_candidates": MergeStore(stores.db).candidate_count(),
     }
 
 
@@ -128,6 +130,8 @@ def print_status(status: dict[str, Any]) -> None:
         + (f", oldest {queue['oldest_timestamp']}" if queue["oldest_timestamp"] else "")
         + f" · {queue['dead_letters']} dead letters"
     )
+    if status["identity_candidates"]:
+        console.print(f"identity candidates to review: {status['identity_candidates']} (rem-cycle candidates)")
     graph = status["graph"]
     console.print(f"graph: {graph['node_total']} nodes {_flat(graph['nodes'])} · {graph['edge_total']} edges {_flat(graph['edges'])}")
 

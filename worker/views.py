@@ -28,6 +28,27 @@ def print_search(rows: Sequence[dict[str, Any]], text: str) -> None:
     console.print(table)
 
 
+def print_candidates(pairs: Sequence[dict[str, Any]], total: int) -> None:
+    """Reported identity pairs, with the command that accepts one."""
+    console = _console()
+    if not pairs:
+        console.print("no identity candidates to review")
+        return
+    table = Table("node", "may be", "rule", "score", "session", title=f"identity candidates ({len(pairs)} of {total})")
+
+    def shown(node_id: str, name: str) -> str:
+        # The name only when the id does not already say it.
+        return escape(node_id if node_id.partition(":")[2] == name else f"{node_id} ({name})")
+
+    for pair in pairs:
+        table.add_row(
+            shown(pair["node_id"], pair["node_name"]), shown(pair["candidate_id"], pair["candidate_name"]),
+            pair["rule"], f"{pair['score']:.2f}", escape(pair["session_id"]),
+        )
+    console.print(table)
+    console.print("to merge a pair: rem-cycle merge NODE MAY_BE  (undo: rem-cycle unmerge NODE)")
+
+
 def print_node(view: dict[str, Any]) -> None:
     """One node: header, description, aliases, edges, sources and the turns it came from."""
     console = _console()

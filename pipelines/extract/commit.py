@@ -23,12 +23,17 @@ from typing import Any, Protocol
 import structlog
 
 from pipelines.extract.model import identity_key
+from pipelines.identity import CANDIDATE, Verdict
 from pipelines.extract.reduce import Point, ReducedEdge, ReducedNode, ReducedSession
 from pipelines.vocabulary import DISCUSSED_IN, MENTIONED_IN, REFERENCED_BY
 from store.graph import Edge, GraphStore, Node
 from store.ids import row_kind
+from store.merges import CandidatePair
 
 log = structlog.get_logger(__name__)
+
+# Candidate pairs kept for review per ambiguous node (the strongest ones; the rest are noise).
+CANDIDATES_KEPT = 5
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,13 +47,15 @@ class Candidate:
 
 
 class MergeRecorder(Protocol):
-    """Where a link of a candidate to a *different* existing node is recorded, undoably
-    (:class:`store.merges.MergeStore`)."""
+    """Where identity decisions are recorded (:class:`store.merges.MergeStore`): a link of a
+    candidate to a *different* existing node, undoably, and the ambiguous pairs left unmerged."""
 
     def record_link(
         self, merged: Node, merged_edges: Sequence[Edge], *, into_id: str, rule: str, score: float,
         evidence: Mapping[str, Any] | None = None,
     ) -> int: ...
+
+    def record_candidates(self, pairs: Iterable[CandidatePair]) -> int: ...
 
 
 class GraphIndex(Protocol):
@@ -261,6 +268,16 @@ class CommitStats:
             setattr(self, name, getattr(self, name) + getattr(other, name))
 
 
+def candidate_pairs(verdicts: Iterable[Verdict], session_id: str) -> list[CandidatePair]:
+    """The pairs of the ``candidate`` verdicts (created, not merged), strongest few per node."""
+    return [
+        CandidatePair(verdict.node_id, match.node_id, match.rule, match.score, match.form, session_id)
+        for verdict in verdicts
+        if verdict.action == CANDIDATE
+        for match in verdict.candidates[:CANDIDATES_KEPT]
+    ]
+
+
 def commit_session(
     reduced: ReducedSession,
     *,
@@ -288,7 +305,7 @@ def commit_session(
                 existing_edges[key] = found
         plan = plan_commit(reduced, matches=matches, existing_nodes=existing_nodes, existing_edges=existing_edges)
         verdicts = getattr(matches, "verdicts", {})
-        stats.identity_candidates = sum(1 for v in verdicts.values() if v.action == "candidate")
+        stats.identity_candidates = sum(1 for v in verdicts.values() if v.action == CANDIDATE)
         if merges is not None:
             # Recorded before the writes below: the record must see the target as it was.
             for merged_id, (node, edges) in linked_payloads(reduced, matches, existing_nodes).items():
@@ -301,6 +318,8 @@ def commit_session(
                 stats.merges_recorded += 1
         stats.nodes_written = graph.upsert_nodes(plan.nodes)
         stats.edges_written = graph.link_nodes(plan.edges).linked
+        if merges is not None and stats.identity_candidates:
+            merges.record_candidates(candidate_pairs(verdicts.values(), reduced.session_id))
         stats.edges_dropped = len(plan.dropped)
         stats.linked_existing = plan.linked_existing
         on_commit()
