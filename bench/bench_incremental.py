@@ -46,6 +46,8 @@ async def scenario(name: str, turns: list[SourceTurn], extra: SourceTurn) -> dic
                     outcomes = await map_units(
                         units, extractor=extractor, store=store, semantic_types=settings.semantic_types,
                         limiter=anyio.CapacityLimiter(8), now=datetime.now(UTC), run_id="bench",
+                        retry_base_seconds=settings.chunk_retry_base_seconds,
+                        retry_max_seconds=settings.chunk_retry_max_seconds,
                     )
                     assert all(o.extraction is not None for o in outcomes)
                     return len(units), server.chat_count - before

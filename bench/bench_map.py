@@ -50,6 +50,8 @@ async def run(chunks: int, latency: float, concurrency: int) -> dict[str, Any]:
                 outcomes = await map_units(
                     units, extractor=extractor, store=ChunkResultStore(db), semantic_types=settings.semantic_types,
                     limiter=anyio.CapacityLimiter(concurrency), now=datetime.now(UTC), run_id="bench",
+                    retry_base_seconds=settings.chunk_retry_base_seconds,
+                    retry_max_seconds=settings.chunk_retry_max_seconds,
                 )
                 wall = time.perf_counter() - started
         finally:

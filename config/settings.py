@@ -89,6 +89,10 @@ class Settings(BaseSettings):
     output_reserve_tokens: int = Field(8_192, ge=0)
     prompt_envelope_tokens: int = Field(1_500, ge=0)
     max_chunk_attempts: int = Field(3, ge=1)
+    chunk_retry_base_seconds: float = Field(
+        60.0, gt=0, description="Wait before retrying a failed chunk the first time; doubles with every failure"
+    )
+    chunk_retry_max_seconds: float = Field(21_600.0, gt=0, description="Longest wait before retrying a failed chunk")
     lazy_max_attempts: int = Field(5, ge=1)
     semantic_types: tuple[str, ...] = DEFAULT_SEMANTIC_TYPES
     llm_judge: bool = Field(
@@ -122,6 +126,8 @@ class Settings(BaseSettings):
             raise ValueError("output_reserve_tokens must be smaller than context_limit_tokens")
         if self.lazy_edges_path is not None and not _inside(self.lazy_edges_path, self.data_dir):
             raise ValueError("lazy_edges_path must lie inside data_dir")
+        if self.chunk_retry_max_seconds < self.chunk_retry_base_seconds:
+            raise ValueError("chunk_retry_max_seconds must not be smaller than chunk_retry_base_seconds")
         return self
 
     @classmethod

@@ -126,6 +126,8 @@ class NotesEnv:
     semantic_types: Sequence[str]
     budget_tokens: int | None
     concurrency: int
+    retry_base_seconds: float
+    retry_max_seconds: float
     now: datetime
     resolver: GraphResolver
     merges: MergeRecorder | None = None
@@ -160,6 +162,7 @@ async def import_note(note: NoteFile, env: NotesEnv) -> NoteResult:
     outcomes = await map_units(
         units, extractor=env.extractor, store=env.chunks, semantic_types=env.semantic_types,
         limiter=anyio.CapacityLimiter(env.concurrency), now=env.now, run_id=env.run_id,
+        retry_base_seconds=env.retry_base_seconds, retry_max_seconds=env.retry_max_seconds,
     )
     result.chunks = len(outcomes)
     result.chunks_reused = sum(1 for o in outcomes if o.status == "reused")

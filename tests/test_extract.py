@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 
 from hypothesis import given
@@ -10,6 +11,7 @@ from hypothesis import strategies as st
 from config import DEFAULT_SEMANTIC_TYPES
 from pipelines.extract.commit import Candidate, match_existing, plan_commit
 from pipelines.extract.heuristic import extract_heuristic, find_mentions
+from pipelines.extract.map import chunk_backoff
 from pipelines.extract.model import (
     ChunkExtraction,
     UnitTurn,
@@ -81,6 +83,12 @@ def test_semantic_ids_are_always_valid_graph_ids(node_type: str, name: str) -> N
 def test_references_strip_trailing_punctuation() -> None:
     work = unit("see memory:sess-1-t0007. and (session:sess-2) or `memory:a.b:c:` and session: nothing, MEMORY:Up1")
     assert [r.target for r in find_references(work)] == ["memory:sess-1-t0007", "session:sess-2", "memory:a.b:c", "memory:Up1"]
+
+
+def test_chunk_backoff_doubles_from_the_base_up_to_the_cap() -> None:
+    waits = [chunk_backoff(n, base_seconds=7.5, max_seconds=50) for n in range(0, 6)]
+    assert waits == [timedelta(seconds=s) for s in (7.5, 7.5, 15, 30, 50, 50)]
+    assert chunk_backoff(4, base_seconds=5, max_seconds=5) == timedelta(seconds=5)  # constant when max == base
 
 
 def test_units_split_an_oversized_turn_into_parts_with_its_memory() -> None:

@@ -11,6 +11,7 @@ call is made for it, and ``retry`` plus a healthy server digests it.
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -161,6 +162,28 @@ async def test_fault_is_recorded_fail_closed_retried_then_undigestible(
             assert healed.phases["extract"]["sessions_digested"] == 1
             assert semantic_writes(stores, "bad") != []
             assert stores.db.integrity_check() == "ok"
+        finally:
+            stores.close()
+
+
+async def test_failed_chunk_waits_the_configured_backoff(settings: Settings, tmp_path: Path) -> None:
+    """``REM_CHUNK_RETRY_BASE_SECONDS`` / ``_MAX_SECONDS`` set the failed chunk's ``next_attempt_at``:
+    the base after the first failure, double that capped at the max after the second."""
+    with LLMServer() as server:
+        server.script(*[server_error(500)] * 4, match=MARKER)
+        mine = fault_settings(settings.data_dir, server, chunk_retry_base_seconds=7, chunk_retry_max_seconds=10)
+        stores = await open_stores(mine)
+        try:
+            await load(mine, stores, tmp_path)
+            for attempts, wait in ((1, 7), (2, 10)):
+                expire_backoff(stores)
+                before = datetime.now(UTC) - timedelta(milliseconds=1)  # next_attempt_at keeps milliseconds
+                await run_cycle(mine, stores=stores)
+                after = datetime.now(UTC)
+                (failing,) = stores.runstate.failing_chunks()
+                assert (failing["session_id"], failing["attempts"]) == ("bad", attempts)
+                due = datetime.fromisoformat(failing["next_attempt_at"])
+                assert before + timedelta(seconds=wait) <= due <= after + timedelta(seconds=wait), (attempts, due)
         finally:
             stores.close()
 

@@ -19,6 +19,7 @@ def test_defaults(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     assert (s.context_limit_tokens, s.safe_processing_limit_tokens, s.chunk_limit_tokens, s.output_reserve_tokens) == (
         131072, 100000, 50000, 8192)
     assert s.http_host == "127.0.0.1"
+    assert (s.chunk_retry_base_seconds, s.chunk_retry_max_seconds) == (60, 6 * 3600)
 
 
 def test_env_overrides_toml(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -56,6 +57,19 @@ def test_queue_path_must_stay_inside_data_dir(tmp_path: Path) -> None:
         load_settings(data_dir=tmp_path / "d", lazy_edges_path=tmp_path / "d" / ".." / "elsewhere.jsonl")
     ok = load_settings(data_dir=tmp_path / "d", lazy_edges_path=tmp_path / "d" / "q" / "edges.jsonl")
     assert ok.queue_path == tmp_path / "d" / "q" / "edges.jsonl"
+
+
+def test_chunk_retry_backoff_from_env_and_max_below_base_rejected(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("REM_CHUNK_RETRY_BASE_SECONDS", "2.5")
+    monkeypatch.setenv("REM_CHUNK_RETRY_MAX_SECONDS", "90")
+    s = load_settings()
+    assert (s.chunk_retry_base_seconds, s.chunk_retry_max_seconds) == (2.5, 90)
+    monkeypatch.setenv("REM_CHUNK_RETRY_MAX_SECONDS", "2")
+    with pytest.raises(ConfigError, match="chunk_retry_max_seconds must not be smaller than chunk_retry_base_seconds"):
+        load_settings()
+    monkeypatch.setenv("REM_CHUNK_RETRY_BASE_SECONDS", "0")
+    with pytest.raises(ConfigError, match="REM_CHUNK_RETRY_BASE_SECONDS"):
+        load_settings()
 
 
 def test_chunk_budget() -> None:

@@ -208,7 +208,8 @@ async def import_notes(settings: Settings, paths: list[str]) -> dict[str, Any]:
             env = NotesEnv(
                 graph=GraphStore(db), chunks=ChunkResultStore(db), extractor=extractor,
                 semantic_types=settings.semantic_types, budget_tokens=settings.chunk_budget_tokens,
-                concurrency=settings.llm_concurrency, now=datetime.now(UTC),
+                concurrency=settings.llm_concurrency, retry_base_seconds=settings.chunk_retry_base_seconds,
+                retry_max_seconds=settings.chunk_retry_max_seconds, now=datetime.now(UTC),
                 resolver=identity_resolver(db, auditor=judge.audit_identity if judge else None), merges=MergeStore(db),
             )
             results = [(await import_note(note, env)).as_dict() for note in files]

@@ -21,8 +21,6 @@ from store.chunks import ChunkResult, ChunkResultStore
 
 log = structlog.get_logger(__name__)
 
-CHUNK_BACKOFF_BASE_SECONDS = 60.0
-CHUNK_BACKOFF_MAX_SECONDS = 6 * 3600.0
 OUTCOMES = ("ok", "reused", "empty", "failed", "deferred")
 
 
@@ -40,9 +38,15 @@ class UnitOutcome:
     latency_ms: float = 0.0
 
 
-def chunk_backoff(attempts: int) -> timedelta:
-    """Wait before trying a chunk again after ``attempts`` failures: 1 min, 2, 4 … capped at 6 h."""
-    return timedelta(seconds=min(CHUNK_BACKOFF_MAX_SECONDS, CHUNK_BACKOFF_BASE_SECONDS * 2 ** max(0, attempts - 1)))
+def chunk_backoff(attempts: int, *, base_seconds: float, max_seconds: float) -> timedelta:
+    """Wait before trying a chunk again after ``attempts`` failures: ``base_seconds``, doubling with
+    every further failure, at most ``max_seconds`` (``REM_CHUNK_RETRY_BASE_SECONDS`` and
+    ``REM_CHUNK_RETRY_MAX_SECONDS``).
+
+    >>> chunk_backoff(3, base_seconds=10, max_seconds=100), chunk_backoff(5, base_seconds=10, max_seconds=100)
+    (datetime.timedelta(seconds=40), datetime.timedelta(seconds=100))
+    """
+    return timedelta(seconds=min(max_seconds, base_seconds * 2 ** max(0, attempts - 1)))
 
 
 def iso(moment: datetime) -> str:
@@ -59,8 +63,11 @@ async def map_units(
     limiter: anyio.CapacityLimiter,
     now: datetime,
     run_id: str | None,
+    retry_base_seconds: float,
+    retry_max_seconds: float,
 ) -> list[UnitOutcome]:
-    """Outcomes in unit order. Never raises for a unit's failure: it is an outcome."""
+    """Outcomes in unit order. Never raises for a unit's failure: it is an outcome; a failed unit is
+    not tried again before :func:`chunk_backoff` of its failures (``retry_*_seconds``) has passed."""
     fingerprint = extractor.fingerprint
     known = await anyio.to_thread.run_sync(store.get_many, [u.content_hash for u in units], fingerprint)
     outcomes: list[UnitOutcome | None] = [None] * len(units)
@@ -80,6 +87,7 @@ async def map_units(
         outcomes[index] = await _extract_one(
             units[index], extractor=extractor, store=store, semantic_types=semantic_types, limiter=limiter,
             fingerprint=fingerprint, now=now, run_id=run_id, failed_before=_failures(known.get(units[index].content_hash)),
+            retry_base_seconds=retry_base_seconds, retry_max_seconds=retry_max_seconds,
         )
 
     async with anyio.create_task_group() as tg:
@@ -103,6 +111,8 @@ async def _extract_one(
     now: datetime,
     run_id: str | None,
     failed_before: int,
+    retry_base_seconds: float,
+    retry_max_seconds: float,
 ) -> UnitOutcome:
     try:
         # The limiter bounds model calls only: validating and recording happen after the slot is freed.
@@ -113,12 +123,13 @@ async def _extract_one(
     except ExtractionFailure as failure:
         latency = round((time.perf_counter() - started) * 1000, 1)
         attempts = failed_before + 1
+        backoff = chunk_backoff(attempts, base_seconds=retry_base_seconds, max_seconds=retry_max_seconds)
         await anyio.to_thread.run_sync(
             partial(
                 store.record_failure,
                 session_id=unit.session_id, chunk_id=unit.unit_id, content_hash=unit.content_hash,
                 fingerprint=fingerprint, error_kind=failure.kind, error=str(failure),
-                next_attempt_at=iso(now + chunk_backoff(attempts)), tokens_in=failure.tokens_in,
+                next_attempt_at=iso(now + backoff), tokens_in=failure.tokens_in,
                 tokens_out=failure.tokens_out, latency_ms=latency, run_id=run_id,
             )
         )

@@ -57,6 +57,8 @@ class ExtractEnv:
     semantic_types: Collection[str]
     budget_tokens: int | None
     max_attempts: int
+    retry_base_seconds: float
+    retry_max_seconds: float
     concurrency: int
     run_id: str | None
     now: datetime
@@ -144,7 +146,8 @@ async def extract_session(
         units = plan_units(sid, source_turns(rows), budget_tokens=env.budget_tokens)
         outcomes = await map_units(
             units, extractor=env.extractor, store=env.chunks, semantic_types=env.semantic_types,
-            limiter=limiter, now=env.now, run_id=env.run_id,
+            limiter=limiter, now=env.now, run_id=env.run_id, retry_base_seconds=env.retry_base_seconds,
+            retry_max_seconds=env.retry_max_seconds,
         )
         stats.count_outcomes(outcomes)
         failed = [o for o in outcomes if o.extraction is None]
