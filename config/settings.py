@@ -37,6 +37,9 @@ DEFAULT_SEMANTIC_TYPES: tuple[str, ...] = (
 
 _COLLECTION_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{1,510}[A-Za-z0-9]$"
 
+# A retry wait over a year is a mistake (and a long enough one would overflow the next-attempt time).
+MAX_RETRY_WAIT_SECONDS = 366 * 86_400.0
+
 
 class ConfigError(ValueError):
     """A setting is missing or invalid; the message names it."""
@@ -90,9 +93,12 @@ class Settings(BaseSettings):
     prompt_envelope_tokens: int = Field(1_500, ge=0)
     max_chunk_attempts: int = Field(3, ge=1)
     chunk_retry_base_seconds: float = Field(
-        60.0, gt=0, description="Wait before retrying a failed chunk the first time; doubles with every failure"
+        60.0, gt=0, le=MAX_RETRY_WAIT_SECONDS,
+        description="Wait before retrying a failed chunk the first time; doubles with every failure",
     )
-    chunk_retry_max_seconds: float = Field(21_600.0, gt=0, description="Longest wait before retrying a failed chunk")
+    chunk_retry_max_seconds: float = Field(
+        21_600.0, gt=0, le=MAX_RETRY_WAIT_SECONDS, description="Longest wait before retrying a failed chunk"
+    )
     lazy_max_attempts: int = Field(5, ge=1)
     semantic_types: tuple[str, ...] = DEFAULT_SEMANTIC_TYPES
     llm_judge: bool = Field(

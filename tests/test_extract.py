@@ -89,6 +89,7 @@ def test_chunk_backoff_doubles_from_the_base_up_to_the_cap() -> None:
     waits = [chunk_backoff(n, base_seconds=7.5, max_seconds=50) for n in range(0, 6)]
     assert waits == [timedelta(seconds=s) for s in (7.5, 7.5, 15, 30, 50, 50)]
     assert chunk_backoff(4, base_seconds=5, max_seconds=5) == timedelta(seconds=5)  # constant when max == base
+    assert chunk_backoff(10**6, base_seconds=60, max_seconds=21_600) == timedelta(hours=6)  # no overflow
 
 
 def test_units_split_an_oversized_turn_into_parts_with_its_memory() -> None:

@@ -70,6 +70,10 @@ def test_chunk_retry_backoff_from_env_and_max_below_base_rejected(monkeypatch: p
     monkeypatch.setenv("REM_CHUNK_RETRY_BASE_SECONDS", "0")
     with pytest.raises(ConfigError, match="REM_CHUNK_RETRY_BASE_SECONDS"):
         load_settings()
+    monkeypatch.setenv("REM_CHUNK_RETRY_BASE_SECONDS", "60")
+    monkeypatch.setenv("REM_CHUNK_RETRY_MAX_SECONDS", "1e12")  # a typo, not a year: refused, never an overflow
+    with pytest.raises(ConfigError, match="REM_CHUNK_RETRY_MAX_SECONDS"):
+        load_settings()
 
 
 def test_chunk_budget() -> None:

@@ -46,7 +46,8 @@ def chunk_backoff(attempts: int, *, base_seconds: float, max_seconds: float) -> 
     >>> chunk_backoff(3, base_seconds=10, max_seconds=100), chunk_backoff(5, base_seconds=10, max_seconds=100)
     (datetime.timedelta(seconds=40), datetime.timedelta(seconds=100))
     """
-    return timedelta(seconds=min(max_seconds, base_seconds * 2 ** max(0, attempts - 1)))
+    # 2**64 × any positive base passes any cap: stop doubling there (a huge count cannot overflow).
+    return timedelta(seconds=min(max_seconds, base_seconds * 2.0 ** min(max(0, attempts - 1), 64)))
 
 
 def iso(moment: datetime) -> str:
