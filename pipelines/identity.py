@@ -24,7 +24,8 @@ More than one existing node matching a decisive rule makes the verdict ``candida
 Below the decisive rules, weaker evidence makes a ``candidate``: token-set Jaccard ≥
 ``candidate_threshold``, a near-identical spelling (character similarity ≥ ``fuzzy_threshold``),
 a FILE with the same base name in another directory, a 2-letter acronym, and the same normalised
-name under a *different type* — which is reported, never merged. Names whose numbers differ
+name under a *different type* — which is reported, never merged. A test file and a non-test file
+(``x.test.ts`` / ``x.ts``) are never near-identical spellings of each other. Names whose numbers differ
 (``#123``/``#124``, ``v2``/``v3``) never link. Without a model, ``candidate`` means create and
 report; with one, an auditor decides link-or-create for the same-type candidates only.
 """
@@ -58,6 +59,8 @@ _ACRONYM = re.compile(r"^[A-Z]{2,8}s?$")
 _QUOTES = "`'\"“”‘’"
 _POSSESSIVE = re.compile(r"['’]s\b")
 _ARTICLES = frozenset({"the", "a", "an"})
+# A test file's name: test_x.py, x_test.go, x.test.ts, x.spec.js, or anything under a tests/ folder.
+_TEST_PATH = re.compile(r"(?:^|/)(?:tests?/|test_[^/]*$|[^/]*_test\.[^/.]+$)|\.(?:test|spec)\.[^/.]+$")
 # Identifier types whose plural is another identifier (get_node / get_nodes): no plural folding.
 _NO_PLURAL_TYPES = frozenset({"METHOD", "TEST", "FILE"})
 
@@ -163,6 +166,12 @@ def normal_key(node_type: str, text: str) -> str:
 def numbers(text: str) -> tuple[str, ...]:
     """The digit runs of a name, without leading zeros (``#0123`` and ``#123`` agree)."""
     return tuple(str(int(d)) for d in _DIGITS.findall(text))
+
+
+def is_test_path(path: str) -> bool:
+    """Whether a (folded) file path names a test: ``tests/…``, ``test_x.py``, ``x_test.go``,
+    ``x.test.ts``, ``x.spec.js``."""
+    return _TEST_PATH.search(path) is not None
 
 
 def acronym_of(text: str) -> str | None:
@@ -386,6 +395,8 @@ def _fuzzy(
             matcher = SequenceMatcher(None, form.key, other.key)
             if matcher.quick_ratio() < threshold or form.numbers != other.numbers:
                 continue
+            if node.type == "FILE" and is_test_path(form.key) != is_test_path(other.key):
+                continue  # x.test.ts is never a misspelt x.ts, however alike the names
             ratio = matcher.ratio()
             if ratio >= threshold:
                 found.append(Match(target, "fuzzy", round(ratio, 3), form.text, node.type))

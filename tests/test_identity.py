@@ -13,6 +13,7 @@ from pipelines.identity import (
     LINK,
     AliasIndex,
     NodeRef,
+    is_test_path,
     learn,
     normal_key,
     resolve,
@@ -306,3 +307,25 @@ async def test_ambiguous_pairs_are_kept_for_review_then_merged_by_hand(settings,
     assert json.loads(run_cli("candidates", "--json", env=env).stdout)["total"] == 0
     assert run_cli("unmerge", "CLASS:GraphStroe", env=env).returncode == 0
     assert json.loads(run_cli("candidates", "--json", env=env).stdout)["total"] == 0
+
+
+@pytest.mark.parametrize(
+    ("path", "is_test"),
+    [
+        ("web/src/api/client.test.ts", True), ("tests/test_graph.py", True), ("pkg/graph_test.go", True),
+        ("src/app.spec.js", True), ("test/fixtures/data.json", True), ("store/graph.py", False),
+        ("web/src/api/client.ts", False), ("docs/testing.md", False), ("src/contest.py", False),
+    ],
+)
+def test_is_test_path(path: str, is_test: bool) -> None:
+    assert is_test_path(path) is is_test
+
+
+def test_a_test_file_is_never_a_misspelt_source_file() -> None:
+    panel = "web/src/components/GraphExplorerPanel.tsx"
+    index = AliasIndex.build([NodeRef(f"FILE:{panel}", "FILE", panel)])
+    test_file = "web/src/components/GraphExplorerPanel.test.tsx"
+    assert resolve(NodeRef(f"FILE:{test_file}", "FILE", test_file), index).action == CREATE
+    typo = "web/src/components/GraphExplorerPanl.tsx"
+    verdict = resolve(NodeRef(f"FILE:{typo}", "FILE", typo), index)
+    assert (verdict.action, verdict.rule) == (CANDIDATE, "fuzzy")
