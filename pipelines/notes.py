@@ -15,8 +15,9 @@ as sessions, with the file itself as the provenance anchor.
   text changed (``chunk_results`` reuse by content hash, as for sessions).
 - **Fail-closed**: a file commits only when every chunk succeeded; a failure leaves the graph as
   it was (the NOTE node keeps its old hash, so the next import tries again).
-- Explicit ``memory:``/``session:`` references written in notes are not linked (a file has no
-  memory to be ``REFERENCED_BY``).
+- Explicit ``memory:``/``session:`` references written in notes link the referenced row to the
+  file: ``memory:x REFERENCED_BY note:<hash>``. A row not in the graph yet goes to the lazy-edge
+  queue, and the next drain back-fills it from Chroma (or dead-letters a reference to nothing).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
 from pathlib import Path
@@ -38,6 +39,7 @@ from pipelines.extract.model import Extractor
 from pipelines.extract.reduce import reduce_session
 from pipelines.extract.units import SourceTurn, plan_units
 from pipelines.resolver import GraphResolver
+from store.lazy_queue import LazyEdgeQueue
 from pipelines.vocabulary import NOTE_LABEL
 from store.chunks import ChunkResultStore
 from store.graph import GraphStore, Node
@@ -130,6 +132,7 @@ class NotesEnv:
     retry_max_seconds: float
     now: datetime
     resolver: GraphResolver
+    queue: LazyEdgeQueue
     merges: MergeRecorder | None = None
     run_id: str | None = None
 
@@ -171,10 +174,7 @@ async def import_note(note: NoteFile, env: NotesEnv) -> NoteResult:
         result.status = "failed"
         result.error = f"{len(failed)}/{len(outcomes)} chunks failed; {failed[0].unit.unit_id}: {failed[0].error_kind}: {failed[0].error}"
         return result
-    reduced = replace(
-        reduce_session(note.key, [o.extraction for o in outcomes if o.extraction is not None], anchor=note.note_id),
-        references=(),
-    )
+    reduced = reduce_session(note.key, [o.extraction for o in outcomes if o.extraction is not None], anchor=note.note_id)
     # The anchor must exist when the commit plans its DISCUSSED_IN edges; its content hash is
     # only written inside the commit, so a failed commit leaves the file "not yet imported".
     pending = existing.properties.get("contentHash") if existing is not None else None
@@ -189,15 +189,10 @@ async def import_note(note: NoteFile, env: NotesEnv) -> NoteResult:
     committed = await anyio.to_thread.run_sync(
         partial(
             commit_session, reduced, graph=env.graph, graph_index=None, on_commit=on_commit,
-            queue_append=_no_lazy_edges, matcher=env.resolver, merges=env.merges,
+            queue_append=env.queue.append, matcher=env.resolver, merges=env.merges,
         )
     )
     result.status = "imported"
     result.nodes_written, result.edges_written = committed.nodes_written, committed.edges_written
     result.merges_recorded = committed.merges_recorded
     return result
-
-
-def _no_lazy_edges(lines: list[dict[str, Any]]) -> int:
-    """A notes commit has no memory/session endpoints to wait for; anything else is a bug."""
-    raise AssertionError(f"a notes import produced lazy edges: {lines[:3]}")

@@ -92,3 +92,45 @@ def test_cli_import_notes(tmp_path: Path) -> None:
     assert report["imported"] == 1 and report["files"][0]["path"] == str(folder / "design.md")
     text = run_cli("import-notes", str(folder / "design.md"), str(tmp_path / "nope.md"), env=env)
     assert text.returncode == 1 and "unchanged" in text.stdout and "no such file" in text.stderr
+
+
+def test_references_in_notes_link_rows_to_the_file(tmp_path: Path) -> None:
+    from tests.conftest import write_sessions
+
+    env = {"REM_DATA_DIR": str(tmp_path / "data")}
+
+    def session(sid: str) -> dict:
+        return {"sessionId": sid, "title": sid, "createdAt": "2026-11-01T10:00:00Z", "summary": f"about {sid}",
+                "turns": [{"id": f"{sid}-t{i}", "role": "user", "text": f"turn {i} of {sid}"} for i in range(2)]}
+
+    assert run_cli("import", str(write_sessions(tmp_path / "ab.jsonl", [session("a"), session("b")])), env=env).returncode == 0
+    assert run_cli("--once", env=env).returncode == 0
+    # c is in Chroma but not in the graph yet; nope is nowhere.
+    assert run_cli("import", str(write_sessions(tmp_path / "c.jsonl", [session("c")])), env=env).returncode == 0
+    note = tmp_path / "decisions.md"
+    note.write_text(
+        "We chose rename-then-drain, see memory:a-t0 and session:b.\n\nThe crash is in memory:c-t1; memory:nope-t9 was lost.\n",
+        encoding="utf-8",
+    )
+    done = run_cli("import-notes", str(note), "--json", env=env)
+    assert done.returncode == 0, done.stderr
+    note_id = json.loads(done.stdout)["files"][0]["note_id"]
+    db = Database(tmp_path / "data" / "graph.sqlite3")
+    try:
+        graph = GraphStore(db)
+        assert graph.get_edge("memory:a-t0", note_id, "REFERENCED_BY") is not None
+        assert graph.get_edge("session:b", note_id, "REFERENCED_BY") is not None
+        assert graph.get_node("memory:c-t1") is None  # not made up: queued for the drain
+    finally:
+        db.close()
+    queued = [json.loads(line) for line in (tmp_path / "data" / "lazy-edges.jsonl").read_text().splitlines()]
+    assert {(q["source"], q["target"]) for q in queued} == {("memory:c-t1", note_id), ("memory:nope-t9", note_id)}
+    drained = run_cli("drain", "--json", env=env)
+    assert drained.returncode == 0, drained.stderr
+    db = Database(tmp_path / "data" / "graph.sqlite3")
+    try:
+        graph = GraphStore(db)
+        assert graph.get_edge("memory:c-t1", note_id, "REFERENCED_BY") is not None  # back-filled from Chroma
+        assert graph.get_node("memory:nope-t9") is None
+    finally:
+        db.close()

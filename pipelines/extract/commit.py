@@ -24,7 +24,7 @@ import structlog
 
 from pipelines.extract.model import identity_key
 from pipelines.identity import CANDIDATE, Verdict
-from pipelines.extract.reduce import Point, ReducedEdge, ReducedNode, ReducedSession
+from pipelines.extract.reduce import Point, ReducedEdge, ReducedNode, ReducedReference, ReducedSession
 from pipelines.vocabulary import DISCUSSED_IN, MENTIONED_IN, REFERENCED_BY
 from store.graph import Edge, GraphStore, Node
 from store.ids import row_kind
@@ -145,11 +145,16 @@ def plan_commit(
     for ref in reduced.references:
         place(
             Edge(
-                ref.target, f"memory:{ref.memory_id}", REFERENCED_BY, float(len(ref.quotes)),
+                ref.target, referrer(reduced, ref), REFERENCED_BY, float(len(ref.quotes)),
                 {"sessionId": reduced.session_id, "chunk_ids": sorted(ref.chunk_ids), "evidence": sorted(ref.quotes)},
             )
         )
     return plan
+
+
+def referrer(reduced: ReducedSession, ref: ReducedReference) -> str:
+    """Who wrote a reference: the turn's memory, or the notes file (its paragraphs are no memories)."""
+    return reduced.anchor or f"memory:{ref.memory_id}"
 
 
 def linked_payloads(
@@ -175,7 +180,7 @@ def needed_ids(reduced: ReducedSession, matches: Mapping[str, str]) -> set[str]:
     for node in reduced.nodes:
         ids.update(p.memory for p in node.provenance if p.memory)
     for ref in reduced.references:
-        ids.update((ref.target, f"memory:{ref.memory_id}"))
+        ids.update((ref.target, referrer(reduced, ref)))
     return ids
 
 
