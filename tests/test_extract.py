@@ -122,6 +122,22 @@ def test_heuristic_finds_code_entities_without_sentence_starts() -> None:
     assert all(e.relationship == "RELATES_TO" for e in extraction.edges) and extraction.edges
 
 
+def test_heuristic_descriptions_are_prose_never_log_lines() -> None:
+    log = "2026-11-10T10:38:58.216Z ERROR [worker-4] upsert_edge failed src=LazyEdgeQueue dst=WebhookDispatcher: could not serialize"
+    turns = (
+        UnitTurn(1, "m1", log, "tool"),
+        UnitTurn(2, "m2", "Here is the log:\n" + log, "user"),  # a person pasting a log line
+        UnitTurn(3, "m3", "$ grep -n LazyEdgeQueue src/queue/lazy_edges.py", "user"),
+        UnitTurn(4, "m4", "EmbeddingCache and LazyEdgeQueue both write the same row without ON CONFLICT.", "assistant"),
+    )
+    nodes = {n["id"]: n for n in extract_heuristic(WorkUnit("u", "s", 0, turns, "h"))["nodes"]}
+    prose = "EmbeddingCache and LazyEdgeQueue both write the same row without ON CONFLICT."
+    assert nodes["CLASS:LazyEdgeQueue"]["description"] == prose  # found in a later turn, still chosen
+    assert nodes["CLASS:EmbeddingCache"]["description"] == prose
+    assert nodes["CLASS:WebhookDispatcher"]["description"] == ""  # seen only in a log: no description
+    assert nodes["FILE:src/queue/lazy_edges.py"]["description"] == ""
+
+
 def test_reduce_merges_across_chunks_in_order() -> None:
     first = validate_extraction(
         {"summary": "one", "nodes": [

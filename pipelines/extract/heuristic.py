@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from itertools import combinations
 from typing import Any
 
-from pipelines.extract.model import ExtractorReply, WorkUnit, semantic_node_id
+from pipelines.extract.model import ExtractorReply, UnitTurn, WorkUnit, semantic_node_id
 
-HEURISTIC_VERSION = 1
+HEURISTIC_VERSION = 2
 # Entities of one turn linked pairwise: the first few only, so a long tool dump does not turn
 # into a clique of hundreds of edges.
 MAX_LINKED_PER_TURN = 6
@@ -40,6 +40,12 @@ _STOPWORDS = frozenset(
 )
 # A proper-noun phrase must keep at least two words after dropping sentence-initial stop words.
 _MIN_PHRASE_WORDS = 2
+
+# What is not prose, so never a description: a log line (timestamp or level first), a shell or
+# REPL prompt, a stack frame, a diff or table row.
+_NOT_PROSE = re.compile(r"^(?:\d{2,4}[-/:.]\d|\[?(?:TRACE|DEBUG|INFO|WARN|WARNING|ERROR|FATAL)\b|[$>#|+-]\s|File \"|at \S+\()")
+_MIN_PROSE_WORDS = 4
+_MIN_PROSE_LETTERS = 0.6
 
 _CONFIDENCE = {"FILE": 0.8, "ISSUE": 0.8, "METHOD": 0.7, "TEST": 0.7, "CLASS": 0.6, "CONCEPT": 0.4}
 
@@ -78,13 +84,16 @@ def extract_heuristic(unit: WorkUnit) -> dict[str, Any]:
             if node_id is None:
                 continue
             evidence = {"turn": turn.number, "quote": mention.quote}
+            described = _description(turn, mention)
             node = nodes.get(node_id)
+            if node is not None and not node["description"]:
+                node["description"] = described
             if node is None:
                 node = nodes[node_id] = {
                     "id": node_id,
                     "type": mention.node_type,
                     "name": mention.name,
-                    "description": _sentence_around(turn.text, mention.start, mention.end),
+                    "description": described,
                     "aliases": [],
                     "confidence": _CONFIDENCE.get(mention.node_type, 0.5),
                     "tags": list(mention.tags),
@@ -162,6 +171,19 @@ def _proper_phrase(text: str, match: re.Match[str]) -> _Mention | None:
     end = text.index(words[-1], start) + len(words[-1])
     quote = text[start:end]
     return _Mention(start, end, "CONCEPT", phrase, quote, ("proper-noun",))
+
+
+def _description(turn: UnitTurn, mention: _Mention) -> str:
+    """The sentence around a mention when it reads as prose said by a person or the assistant;
+    ``""`` for tool output, log lines and the like (a node seen only there has no description,
+    rather than a log line posing as one)."""
+    if turn.role == "tool":
+        return ""
+    sentence = _sentence_around(turn.text, mention.start, mention.end)
+    letters = sum(c.isalpha() or c == " " for c in sentence)
+    if _NOT_PROSE.match(sentence) or len(sentence.split()) < _MIN_PROSE_WORDS or letters < _MIN_PROSE_LETTERS * len(sentence):
+        return ""
+    return sentence
 
 
 def _sentence_around(text: str, start: int, end: int) -> str:
