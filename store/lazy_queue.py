@@ -16,7 +16,10 @@ Append protocol (any producer, any process): open ``Q`` with ``O_APPEND``, take 
 ``flock``, check the descriptor still is ``Q`` (a drain may have renamed it meanwhile; if so,
 reopen), write whole lines, close. A drain renames ``Q`` and then takes an *exclusive* ``flock``
 on the renamed file, so it starts reading only after every in-flight append has landed. Each
-``write`` carries whole lines only, so concurrent appends never interleave inside a line.
+``write`` carries whole lines only, so concurrent appends never interleave inside a line. A writer
+killed inside a large ``write`` can leave the head of a line without its newline; the next append
+starts with a newline then, so the fragment stays a line of its own (dead-lettered as malformed)
+and never swallows the good line written after it.
 """
 
 from __future__ import annotations
@@ -154,7 +157,7 @@ class LazyEdgeQueue:
     def _open_live(self) -> Iterator[int]:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         while True:
-            fd = _open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+            fd = _open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT)
             try:
                 fcntl.flock(fd, fcntl.LOCK_SH)
                 if _same_file(fd, self.path):
@@ -233,15 +236,17 @@ class LazyEdgeQueue:
         queue, then delete the drained files and the scratch files.
 
         A crash before this leaves the inputs in place (they are drained again: no line is lost).
-        A crash inside it may re-queue a failed line twice; replaying a line is idempotent.
+        A crash inside it may re-queue a failed line twice (replaying a line is idempotent), or leave
+        the head of one, which the next drain dead-letters as malformed beside the whole line.
         """
         if self.dead_pending_path.stat().st_size:
-            dead = os.fdopen(_open(self.dead_letter_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT), "ab")
-            with self.dead_pending_path.open("rb") as src, dead as dst:
-                for line in src:
-                    dst.write(line)
-                dst.flush()
-                os.fsync(dst.fileno())
+            fd = _open(self.dead_letter_path, os.O_RDWR | os.O_APPEND | os.O_CREAT)
+            try:
+                with self.dead_pending_path.open("rb") as src:
+                    _write_whole_lines(fd, src)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
         if self.requeue_pending_path.stat().st_size:
             self.append_file(self.requeue_pending_path)
         for path in inputs:
@@ -284,9 +289,11 @@ def _same_file(fd: int, path: Path) -> bool:
 
 
 def _write_whole_lines(fd: int, lines: Iterable[bytes]) -> None:
-    """Write ``lines`` with as few ``write`` calls as possible, each carrying whole lines only."""
-    buffer: list[bytes] = []
-    size = 0
+    """Append ``lines`` to the file open (read-write, ``O_APPEND``) on ``fd`` with as few ``write``
+    calls as possible, each carrying whole lines only — after a newline of its own when the file
+    ends inside a line (a writer killed mid-``write``)."""
+    buffer: list[bytes] = [b"\n"] if _ends_mid_line(fd) else []
+    size = len(buffer)
     for line in lines:
         if not line.endswith(b"\n"):
             line += b"\n"  # a torn last line of a crashed writer must not glue onto the next one
@@ -297,6 +304,11 @@ def _write_whole_lines(fd: int, lines: Iterable[bytes]) -> None:
             buffer, size = [], 0
     if buffer:
         _write_all(fd, b"".join(buffer))
+
+
+def _ends_mid_line(fd: int) -> bool:
+    size = os.fstat(fd).st_size
+    return size > 0 and os.pread(fd, 1, size - 1) != b"\n"
 
 
 def _write_all(fd: int, data: bytes) -> None:

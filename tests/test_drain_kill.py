@@ -116,8 +116,14 @@ async def test_sigkill_at_random_points_loses_no_line(tmp_path: Path, monkeypatc
         assert waiting == {f"memory:missing-{i}" for i in range(MISSING)}, f"trial {trial}"
         assert all(r["attempts"] in (1, 2) for r in read_jsonl(queue.path))
         dead = read_jsonl(queue.dead_letter_path)
-        assert {d["line"] for d in dead} == {f'{{"broken": {i}' for i in range(MALFORMED)}, f"trial {trial}"
+        broken = {f'{{"broken": {i}' for i in range(MALFORMED)}
+        assert {d["line"] for d in dead} >= broken, f"trial {trial}"
         assert all(d["reason"] == "malformed-json" for d in dead)
+        # A kill inside the commit's re-queue write can leave the head of a line; it is dead-lettered
+        # as malformed, and the whole line is in the queue (the drain re-published it from its input).
+        whole = queue.path.read_text().splitlines()
+        torn = [d["line"] for d in dead if d["line"] not in broken]
+        assert all(any(line.startswith(head) and line != head for line in whole) for head in torn), f"trial {trial}: {torn}"
         shutil.rmtree(data)
     mid_drain = sum(1 for linked in kill_points if 0 < linked < RESOLVABLE)
     assert mid_drain >= TRIALS // 4, f"only {mid_drain} kills landed mid-drain: {kill_points}"

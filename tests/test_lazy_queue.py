@@ -67,6 +67,30 @@ def test_commit_publishes_scratch_and_removes_inputs(tmp_path: Path) -> None:
     assert queue.dead_letter_count() == 1
 
 
+def test_a_torn_line_never_swallows_the_next_append(tmp_path: Path) -> None:
+    # A writer killed inside a large write() leaves the head of a line and no newline (Linux cuts a
+    # write short at a page when SIGKILL arrives). The next append must not glue onto it.
+    queue = LazyEdgeQueue(tmp_path / "lazy-edges.jsonl")
+    queue.append([EDGE])
+    torn = edge_line({**EDGE, "target": "memory:torn"})[:30]
+    with queue.path.open("ab") as handle:
+        handle.write(torn)
+    queue.append([{**EDGE, "target": "memory:after"}])
+    lines = list(LazyEdgeQueue.read_lines(queue.path))
+    assert lines[1] == torn + b"\n"  # the fragment is a line of its own (a malformed one)
+    assert json.loads(lines[2])["target"] == "memory:after"  # the good line is whole
+    # The same for the dead-letter file, which a drain's commit appends to.
+    with queue.dead_letter_path.open("ab") as handle:
+        handle.write(b'{"reason":"malformed-json","li')
+    rotated = queue.rotate()
+    assert rotated is not None
+    requeue, dead = queue.open_scratch()
+    with requeue, dead:
+        dead.write(b'{"reason":"malformed-json","line":"x"}\n')
+    queue.commit_drain([rotated])
+    assert json.loads(queue.dead_letter_path.read_bytes().splitlines()[-1]) == {"reason": "malformed-json", "line": "x"}
+
+
 def test_exclusive_is_single_flight(tmp_path: Path) -> None:
     queue = LazyEdgeQueue(tmp_path / "lazy-edges.jsonl")
     with queue.exclusive():
