@@ -127,22 +127,17 @@ def chunk_session(
     texts, known_ascii = _session_texts(turns)
     meter = _meter(estimate)
     total, spans, prefix = _pack(texts, limit_tokens=safe_processing_limit_tokens, meter=meter, known_ascii=known_ascii)
-    if spans is None:
-        whole = None if meter.rate is not None else SEPARATOR.join(texts)
-        tokens = total if whole is None else estimate(whole)
-        only = Chunk(chunk_id(session_id, 0), tuple(range(len(texts))), tokens, source=texts, text=whole)
-        return ChunkPlan(chunked=False, total_estimated_tokens=total, chunks=(only,))
     separator_size = meter.size(SEPARATOR)
     chunks = []
-    for number, (start, end, oversized) in enumerate(spans):
+    for number, (start, end, oversized) in enumerate(spans if spans is not None else [(0, len(texts), False)]):
         if meter.rate is not None:
             # Exactly estimate(text) for a byte-rate estimator, from sizes already measured.
-            text, tokens = None, meter.cost(prefix[end] - prefix[start] + (end - start - 1) * separator_size)
+            text, tokens = None, meter.cost(max(0, prefix[end] - prefix[start] + (end - start - 1) * separator_size))
         else:
             text = SEPARATOR.join(texts[start:end])
             tokens = estimate(text)
         chunks.append(Chunk(chunk_id(session_id, number), tuple(range(start, end)), tokens, oversized, source=texts, text=text))
-    return ChunkPlan(chunked=True, total_estimated_tokens=total, chunks=tuple(chunks))
+    return ChunkPlan(chunked=spans is not None, total_estimated_tokens=total, chunks=tuple(chunks))
 
 
 def _session_texts(turns: Sequence[Any] | None) -> tuple[list[str], bool]:
