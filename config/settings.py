@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -129,11 +130,11 @@ class Settings(BaseSettings):
     @model_validator(mode="after")
     def _check_limits(self) -> "Settings":
         if self.output_reserve_tokens >= self.context_limit_tokens:
-            raise ValueError("output_reserve_tokens must be smaller than context_limit_tokens")
+            raise ValueError("REM_OUTPUT_RESERVE_TOKENS must be smaller than REM_CONTEXT_LIMIT_TOKENS")
         if self.lazy_edges_path is not None and not _inside(self.lazy_edges_path, self.data_dir):
-            raise ValueError("lazy_edges_path must lie inside data_dir")
+            raise ValueError("REM_LAZY_EDGES_PATH must lie inside REM_DATA_DIR")
         if self.chunk_retry_max_seconds < self.chunk_retry_base_seconds:
-            raise ValueError("chunk_retry_max_seconds must not be smaller than chunk_retry_base_seconds")
+            raise ValueError("REM_CHUNK_RETRY_MAX_SECONDS must not be smaller than REM_CHUNK_RETRY_BASE_SECONDS")
         return self
 
     @classmethod
@@ -206,7 +207,13 @@ def load_settings(config_file: str | os.PathLike[str] | None = None, **overrides
     try:
         return cls(**overrides)
     except ValidationError as exc:
-        problems = "; ".join(
-            f"REM_{'_'.join(str(p) for p in err['loc']).upper() or 'CONFIG'}: {err['msg']}" for err in exc.errors()
-        )
-        raise ConfigError(f"invalid configuration: {problems}") from None
+        raise ConfigError(f"invalid configuration: {'; '.join(map(_problem, exc.errors()))}") from None
+
+
+def _problem(error: Mapping[str, Any]) -> str:
+    """One validation error in the user's terms: ``REM_<FIELD>: why``, or, for a rule across
+    settings (no field of its own), the rule, which names its variables itself."""
+    message = str(error["msg"]).removeprefix("Value error, ")
+    if not error["loc"]:
+        return message
+    return f"REM_{'_'.join(str(part) for part in error['loc']).upper()}: {message}"

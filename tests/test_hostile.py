@@ -171,7 +171,7 @@ def test_no_path_setting_can_point_the_queue_outside_the_data_dir(tmp_path: Path
     (data / "escape").symlink_to(outside, target_is_directory=True)
     for path in (data / ".." / "q.jsonl", data / "escape" / "q.jsonl", outside / "q.jsonl", Path("/etc/q.jsonl"),
                  data / "sub" / ".." / ".." / "outside" / "q.jsonl"):
-        with pytest.raises(ConfigError, match="inside data_dir"):
+        with pytest.raises(ConfigError, match="REM_LAZY_EDGES_PATH must lie inside REM_DATA_DIR"):
             load_settings(data_dir=data, lazy_edges_path=path)
     assert load_settings(data_dir=data, lazy_edges_path=data / "sub" / ".." / "q.jsonl").queue_path.parent.resolve() == data.resolve()
 

@@ -53,7 +53,7 @@ def test_missing_config_file() -> None:
 
 
 def test_queue_path_must_stay_inside_data_dir(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="inside data_dir"):
+    with pytest.raises(ConfigError, match="REM_LAZY_EDGES_PATH must lie inside REM_DATA_DIR"):
         load_settings(data_dir=tmp_path / "d", lazy_edges_path=tmp_path / "d" / ".." / "elsewhere.jsonl")
     ok = load_settings(data_dir=tmp_path / "d", lazy_edges_path=tmp_path / "d" / "q" / "edges.jsonl")
     assert ok.queue_path == tmp_path / "d" / "q" / "edges.jsonl"
@@ -65,7 +65,7 @@ def test_chunk_retry_backoff_from_env_and_max_below_base_rejected(monkeypatch: p
     s = load_settings()
     assert (s.chunk_retry_base_seconds, s.chunk_retry_max_seconds) == (2.5, 90)
     monkeypatch.setenv("REM_CHUNK_RETRY_MAX_SECONDS", "2")
-    with pytest.raises(ConfigError, match="chunk_retry_max_seconds must not be smaller than chunk_retry_base_seconds"):
+    with pytest.raises(ConfigError, match="configuration: REM_CHUNK_RETRY_MAX_SECONDS must not be smaller than REM_CHUNK_RETRY_BASE_SECONDS$"):
         load_settings()
     monkeypatch.setenv("REM_CHUNK_RETRY_BASE_SECONDS", "0")
     with pytest.raises(ConfigError, match="REM_CHUNK_RETRY_BASE_SECONDS"):
