@@ -81,6 +81,9 @@ def score(pairs: Sequence[dict[str, Any]], decide: Callable[[NodeRef, AliasIndex
                 counts["fn_reported_as_candidate"] += 1
             if not linked:
                 misses.append(f"miss {pair['kind']}: {pair['incoming']['name']!r} → {pair['existing']['name']!r} ({verdict.action} {verdict.rule})")
+        elif verdict.action == CANDIDATE and pair["existing_ref"].id in {c.node_id for c in verdict.candidates}:
+            counts["tn"] += 1
+            counts["tn_reported_as_candidate"] += 1  # noise in the review list
         elif linked:
             counts["fp"] += 1
             misses.append(f"false merge {pair['kind']}: {pair['incoming']['name']!r} → {pair['existing']['name']!r} ({verdict.rule})")
@@ -100,7 +103,9 @@ def score(pairs: Sequence[dict[str, Any]], decide: Callable[[NodeRef, AliasIndex
         "precision": round(tp / (tp + fp), 3) if tp + fp else 1.0,
         "recall": round(tp / (tp + fn), 3) if tp + fn else 1.0,
         "recall_with_review": round((tp + counts["fn_reported_as_candidate"]) / (tp + fn), 3) if tp + fn else 1.0,
-        **{k: counts[k] for k in ("tp", "fp", "fn", "tn", "wrong_target", "cross_type_merged", "fn_reported_as_candidate")},
+        # Of the pairs that are *not* the same, the share shown to a reviewer anyway.
+        "review_noise": round(counts["tn_reported_as_candidate"] / counts["tn"], 3) if counts["tn"] else 0.0,
+        **{k: counts[k] for k in ("tp", "fp", "fn", "tn", "wrong_target", "cross_type_merged", "fn_reported_as_candidate", "tn_reported_as_candidate")},
         "errors": misses,
     }
 
@@ -152,7 +157,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             r = results[setting][name]
             print(
                 f"{setting:8} {name:8} pairs={r['pairs']} positives={r['positives']} precision={r['precision']:.3f} "
-                f"recall={r['recall']:.3f} recall_with_review={r['recall_with_review']:.3f} "
+                f"recall={r['recall']:.3f} recall_with_review={r['recall_with_review']:.3f} review_noise={r['review_noise']:.3f} "
                 f"tp={r['tp']} fp={r['fp']} fn={r['fn']} cross_type_merged={r['cross_type_merged']}"
             )
         base, ours = results[setting]["baseline"]["recall"], results[setting]["resolver"]["recall"]

@@ -25,7 +25,9 @@ Below the decisive rules, weaker evidence makes a ``candidate``: token-set Jacca
 ``candidate_threshold``, a near-identical spelling (character similarity ≥ ``fuzzy_threshold``),
 a FILE with the same base name in another directory, a 2-letter acronym, and the same normalised
 name under a *different type* — which is reported, never merged. A test file and a non-test file
-(``x.test.ts`` / ``x.ts``) are never near-identical spellings of each other. Names whose numbers differ
+(``x.test.ts`` / ``x.ts``) are never near-identical spellings of each other, and two one-word code
+identifiers sharing only some words (``ConfigLoader`` / ``ConfigLoaderError``) are never
+token-set candidates. Names whose numbers differ
 (``#123``/``#124``, ``v2``/``v3``) never link. Without a model, ``candidate`` means create and
 report; with one, an auditor decides link-or-create for the same-type candidates only.
 """
@@ -63,6 +65,8 @@ _ARTICLES = frozenset({"the", "a", "an"})
 _TEST_PATH = re.compile(r"(?:^|/)(?:tests?/|test_[^/]*$|[^/]*_test\.[^/.]+$)|\.(?:test|spec)\.[^/.]+$")
 # Identifier types whose plural is another identifier (get_node / get_nodes): no plural folding.
 _NO_PLURAL_TYPES = frozenset({"METHOD", "TEST", "FILE"})
+# Names in code: words shared in part make another identifier, never a candidate.
+_CODE_TYPES = frozenset({"CLASS", "METHOD", "TEST"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -355,7 +359,7 @@ def resolve(
             matches = tuple(Match(t, rule, score, f, kind) for t, f in sorted(hits.items()))
             return Verdict(node.id, CANDIDATE, None, f"ambiguous-{rule}", score, matches)
     for target, (score, text) in token_scores.items():
-        if score >= thresholds.candidate:
+        if score >= thresholds.candidate and not _other_identifier(kind, text, index.nodes[target].name):
             offer(Match(target, "token-set", round(score, 3), text, kind))
     for form in forms:
         for match in _fuzzy(node, form, index, blocked, thresholds.fuzzy, exclude=set(candidates)):
@@ -364,6 +368,15 @@ def resolve(
         ranked = tuple(sorted(candidates.values(), key=lambda m: (-m.score, m.node_id)))
         return Verdict(node.id, CANDIDATE, None, ranked[0].rule, ranked[0].score, ranked)
     return Verdict(node.id, CREATE)
+
+
+def _other_identifier(node_type: str, text: str, other: str) -> bool:
+    """Whether two one-word code identifiers that share only some of their words
+    (``ConfigLoader`` / ``ConfigLoaderError``, ``FakeGraphPanel`` / ``GraphPanelError``) name
+    different things — in code they do, so they are no identity candidates. The same words in
+    another order still link (token-set), and names with spaces are prose, where ``edge queue``
+    may well mean ``LazyEdgeQueue``."""
+    return node_type in _CODE_TYPES and len(text.split()) == 1 and len(other.split()) == 1
 
 
 def _shared_tokens(index: AliasIndex, kind: str, own: Iterable[str]) -> Counter[str]:

@@ -329,3 +329,13 @@ def test_a_test_file_is_never_a_misspelt_source_file() -> None:
     typo = "web/src/components/GraphExplorerPanl.tsx"
     verdict = resolve(NodeRef(f"FILE:{typo}", "FILE", typo), index)
     assert (verdict.action, verdict.rule) == (CANDIDATE, "fuzzy")
+
+
+def test_code_identifiers_sharing_some_words_are_other_identifiers() -> None:
+    index = AliasIndex.build([NodeRef("CLASS:ConfigLoader", "CLASS", "ConfigLoader"), NodeRef("CLASS:GraphPanelError", "CLASS", "GraphPanelError")])
+    for name in ("ConfigLoaderError", "FakeConfigLoader", "FakeGraphPanel"):
+        assert resolve(NodeRef(f"CLASS:{name}", "CLASS", name), index).action == CREATE, name
+    # The same words in another order are still the same class; prose may still be a candidate.
+    assert resolve(NodeRef("CLASS:LoaderConfig", "CLASS", "LoaderConfig"), index).target == "CLASS:ConfigLoader"
+    prose = resolve(NodeRef("CONCEPT:config loader error", "CONCEPT", "config loader error"), AliasIndex.build([NodeRef("CONCEPT:config loader", "CONCEPT", "config loader")]))
+    assert (prose.action, prose.rule) == (CANDIDATE, "token-set")
