@@ -51,10 +51,13 @@ def node_view(
     turns: Mapping[str, MemoryRow],
     *,
     merged_from: Sequence[Mapping[str, Any]] = (),
+    limit: int | None = None,
 ) -> dict[str, Any]:
     """Everything ``show`` prints about ``node``. ``edges`` are the edges touching it, ``neighbours``
     the nodes at their other ends, ``turns`` the Chroma rows of its memories (``memory:<id>`` keys;
-    a missing one is shown without text)."""
+    a missing one is shown without text). With ``limit``, at most that many semantic edges (the
+    heaviest) and turns (the first of :func:`turn_memory_ids`); ``edges_total`` and ``turns_total``
+    say how many there are."""
     semantic: list[dict[str, Any]] = []
     anchors: set[str] = set()
     for edge in edges:
@@ -88,7 +91,8 @@ def node_view(
         if isinstance(point.get("chunk_id"), str):
             chunks.setdefault(memory, set()).add(point["chunk_id"])
     turn_rows = []
-    for memory in turn_memory_ids(node, edges):
+    memories = turn_memory_ids(node, edges)
+    for memory in memories[:limit]:
         row = turns.get(memory)
         session = row.session_id if row else None
         if session:
@@ -119,9 +123,11 @@ def node_view(
         "description": node.properties.get("description"),
         "aliases": list(aliases) if isinstance(aliases, list) else [],
         "properties": properties,
-        "edges": sorted(semantic, key=lambda e: (e["direction"] != "out", e["relationship"], e["node"])),
+        "edges": sorted(semantic, key=lambda e: (-e["weight"], e["direction"] != "out", e["relationship"], e["node"]))[:limit],
+        "edges_total": len(semantic),
         "sources": sources,
         "turns": turn_rows,
+        "turns_total": len(memories),
         "merged_from": list(merged_from),
     }
 

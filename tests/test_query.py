@@ -105,3 +105,22 @@ def test_cli_show_and_search(graph_settings: Settings) -> None:
     found = run_cli("search", "chunk", "--json", env=env)
     assert found.returncode == 0, found.stderr
     assert [r["id"] for r in json.loads(found.stdout)["results"]][:1] == ["METHOD:chunk_session"]
+
+
+async def test_show_is_bounded_and_says_what_it_left_out(graph_settings: Settings) -> None:
+    full = await show_node(graph_settings, "FILE:store/lazy_queue.py")
+    assert full is not None and full["edges_total"] == len(full["edges"]) >= 2 and full["turns_total"] == len(full["turns"]) >= 2
+    weights = [e["weight"] for e in full["edges"]]
+    assert weights == sorted(weights, reverse=True)  # the heaviest first
+    one = await show_node(graph_settings, "FILE:store/lazy_queue.py", limit=1)
+    assert one["edges"] == full["edges"][:1] and [t["memory"] for t in one["turns"]] == [full["turns"][0]["memory"]]
+    assert (one["edges_total"], one["turns_total"]) == (full["edges_total"], full["turns_total"])
+    env = {"REM_DATA_DIR": str(graph_settings.data_dir)}
+    text = run_cli("show", "FILE:store/lazy_queue.py", "--limit", "1", env=env)
+    assert text.returncode == 0, text.stderr
+    assert f"… {full['turns_total'] - 1} more turns (rem-cycle show FILE:store/lazy_queue.py --limit 0 for all)" in text.stdout
+    assert "more edges" in text.stdout
+    everything = run_cli("show", "FILE:store/lazy_queue.py", "--limit", "0", env=env).stdout
+    assert "more turns" not in everything and "more edges" not in everything
+    bad = run_cli("show", "FILE:store/lazy_queue.py", "--limit", "-1", env=env)
+    assert bad.returncode == 2 and "must be 0 or more" in bad.stderr

@@ -21,6 +21,8 @@ from worker.cycle import EXIT_BUSY, EXIT_FAILED, EXIT_OK, CycleBusyError, open_s
 from worker.logs import configure_logging
 
 EXIT_USAGE = 2
+# Edges and turns ``show`` prints by default: a node mentioned in thousands of turns stays readable.
+SHOW_LIMIT = 20
 
 Handler = Callable[[Settings, argparse.Namespace], Awaitable[int]]
 
@@ -58,6 +60,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     show = sub.add_parser("show", parents=[common], help="one node: aliases, edges, and the turns it came from")
     show.add_argument("node_id", metavar="NODE_ID", help="e.g. CLASS:LazyEdgeQueue (or an exact name)")
+    show.add_argument(
+        "--limit", type=_non_negative_int, default=SHOW_LIMIT,
+        help=f"at most this many edges (heaviest first) and turns (default {SHOW_LIMIT}; 0: all)",
+    )
     search = sub.add_parser("search", parents=[common], help="find nodes by name or alias (case-insensitive)")
     search.add_argument("text", metavar="TEXT")
     search.add_argument("--label", help="only nodes with this label, e.g. CLASS")
@@ -84,6 +90,16 @@ def build_parser() -> argparse.ArgumentParser:
     backfill.add_argument("--dry-run", action="store_true", help="count what would be synced; change nothing")
     backfill.add_argument("--skip-drain", action="store_true", help="do not drain the lazy-edge queue afterwards")
     return parser
+
+
+def _non_negative_int(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {value!r}") from None
+    if number < 0:
+        raise argparse.ArgumentTypeError("must be 0 or more")
+    return number
 
 
 def _positive_days(value: str) -> float:
@@ -234,7 +250,7 @@ async def cmd_show(settings: Settings, args: argparse.Namespace) -> int:
     from worker.views import print_node
 
     try:
-        view = await show_node(settings, args.node_id)
+        view = await show_node(settings, args.node_id, limit=args.limit or None)
     except InvalidIdError as exc:
         print(f"rem-cycle: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -242,7 +258,7 @@ async def cmd_show(settings: Settings, args: argparse.Namespace) -> int:
         # Not an id: an exact (case-insensitive) name or alias of exactly one node is good enough.
         hits = await anyio.to_thread.run_sync(lambda: search_graph(settings, args.node_id, limit=20))
         exact = [h for h in hits if args.node_id.casefold() in {a.casefold() for a in [h["name"], *h["aliases"]]}]
-        view = await show_node(settings, exact[0]["id"]) if len(exact) == 1 else None
+        view = await show_node(settings, exact[0]["id"], limit=args.limit or None) if len(exact) == 1 else None
         if view is None:
             suggestions = ", ".join(h["id"] for h in (exact or hits)[:10])
             print(f"rem-cycle: no node {args.node_id!r}" + (f"; did you mean: {suggestions}" if suggestions else ""), file=sys.stderr)

@@ -148,24 +148,25 @@ def _load_node(settings: Settings, node_id: str) -> _Loaded:
         return loaded
 
 
-async def show_node(settings: Settings, node_id: str) -> dict[str, Any] | None:
-    """The ``show`` view of one node, with the text of the turns it came from (read from Chroma);
-    ``None`` when the graph has no such node. When Chroma cannot be read the view still comes back,
-    without turn texts and with ``turns_error``."""
+async def show_node(settings: Settings, node_id: str, *, limit: int | None = None) -> dict[str, Any] | None:
+    """The ``show`` view of one node, with the text of the turns it came from (read from Chroma;
+    at most ``limit`` edges and turns, see :func:`pipelines.query.node_view`); ``None`` when the
+    graph has no such node. When Chroma cannot be read the view still comes back, without turn
+    texts and with ``turns_error``."""
     loaded = await anyio.to_thread.run_sync(_load_node, settings, node_id)
     node, edges = loaded.node, loaded.edges
     if node is None:
         return None
     turns: dict[str, Any] = {}
     error = None
-    memory_ids = turn_memory_ids(node, edges)
+    memory_ids = turn_memory_ids(node, edges)[:limit]
     if memory_ids:
         try:
             rows = await ChromaStore(settings).memories_by_ids([row_suffix(m) for m in memory_ids])
         except ChromaUnavailableError as exc:
             rows, error = [], str(exc)
         turns = {memory_node_id(r.id): r for r in rows or []}
-    view = node_view(node, edges, loaded.neighbours, turns, merged_from=loaded.merged_from)
+    view = node_view(node, edges, loaded.neighbours, turns, merged_from=loaded.merged_from, limit=limit)
     view["turns_error"] = error
     view["redirected_from"] = loaded.redirected_from
     return view

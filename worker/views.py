@@ -67,6 +67,7 @@ def print_node(view: dict[str, Any]) -> None:
             arrow = "→" if edge["direction"] == "out" else "←"
             table.add_row(arrow, edge["relationship"], escape(edge["node"]), escape(edge["name"]), f"{edge['weight']:g}")
         console.print(table)
+    _more(console, view, "edges")
     for source in view["sources"]:
         console.print(f"from {source['label'].lower()} {escape(source['id'])}: {escape(source['title'])}")
     if view.get("turns_error"):
@@ -82,3 +83,11 @@ def print_node(view: dict[str, Any]) -> None:
             console.print("  " + escape(shown).replace("\n", "\n  "))
         for quote in turn["evidence"]:
             console.print(f'  [green]evidence:[/green] "{escape(quote)}"')
+    _more(console, view, "turns")
+
+
+def _more(console: Console, view: dict[str, Any], what: str) -> None:
+    """``… N more edges/turns`` when ``show`` printed only the first ones."""
+    hidden = view.get(f"{what}_total", 0) - len(view[what])
+    if hidden > 0:
+        console.print(f"… {hidden} more {what} (rem-cycle show {escape(view['id'])} --limit 0 for all)")
