@@ -180,7 +180,7 @@ def test_a_cycle_stuck_on_a_lock_is_reported_stalled_then_recovers(tmp_path: Pat
                 body = stalled.json()
                 assert body["status"] == "stalled"
                 assert [r["run_id"] for r in body["runs"]] == [run["run_id"]]
-                assert body["runs"][0]["silent_seconds"] > 2
+                assert body["runs"][0]["silent_seconds"] >= 2  # rounded to 0.1 s
                 samples = _samples(httpx.get(f"{base}/metrics", timeout=10).text)
                 assert samples[("rem_cycle_cycle_stalled", ())] == 1
                 assert proc.poll() is None
