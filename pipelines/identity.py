@@ -24,10 +24,11 @@ More than one existing node matching a decisive rule makes the verdict ``candida
 Below the decisive rules, weaker evidence makes a ``candidate``: token-set Jaccard ≥
 ``candidate_threshold``, a near-identical spelling (character similarity ≥ ``fuzzy_threshold``),
 a FILE with the same base name in another directory, a 2-letter acronym, and the same normalised
-name under a *different type* — which is reported, never merged. A test file and a non-test file
-(``x.test.ts`` / ``x.ts``) are never near-identical spellings of each other, and two one-word code
-identifiers sharing only some words (``ConfigLoader`` / ``ConfigLoaderError``) are never
-token-set candidates. Names whose numbers differ
+name under a *different type* — which is reported, never merged. Neither a test file and its
+source (``x.test.ts`` / ``x.ts``) nor a METHOD/TEST/FILE and its plural (``get_node`` /
+``get_nodes``) are near-identical spellings of each other, and two one-word code identifiers
+sharing only some words (``ConfigLoader`` / ``ConfigLoaderError``) are never token-set
+candidates. Names whose numbers differ
 (``#123``/``#124``, ``v2``/``v3``) never link. Without a model, ``candidate`` means create and
 report; with one, an auditor decides link-or-create for the same-type candidates only.
 """
@@ -379,6 +380,11 @@ def _other_identifier(node_type: str, text: str, other: str) -> bool:
     return node_type in _CODE_TYPES and len(text.split()) == 1 and len(other.split()) == 1
 
 
+def _plural_twins(key: str, other: str) -> bool:
+    """Two normal keys that differ only in the number of their words (``get node`` / ``get nodes``)."""
+    return key != other and [singular(w) for w in key.split()] == [singular(w) for w in other.split()]
+
+
 def _shared_tokens(index: AliasIndex, kind: str, own: Iterable[str]) -> Counter[str]:
     """Indexed node id → how many of ``own`` tokens it has."""
     shared: Counter[str] = Counter()
@@ -410,6 +416,8 @@ def _fuzzy(
                 continue
             if node.type == "FILE" and is_test_path(form.key) != is_test_path(other.key):
                 continue  # x.test.ts is never a misspelt x.ts, however alike the names
+            if node.type in _NO_PLURAL_TYPES and _plural_twins(form.key, other.key):
+                continue  # get_nodes is another method than get_node, not a typo of it
             ratio = matcher.ratio()
             if ratio >= threshold:
                 found.append(Match(target, "fuzzy", round(ratio, 3), form.text, node.type))

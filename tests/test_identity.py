@@ -339,3 +339,7 @@ def test_code_identifiers_sharing_some_words_are_other_identifiers() -> None:
     assert resolve(NodeRef("CLASS:LoaderConfig", "CLASS", "LoaderConfig"), index).target == "CLASS:ConfigLoader"
     prose = resolve(NodeRef("CONCEPT:config loader error", "CONCEPT", "config loader error"), AliasIndex.build([NodeRef("CONCEPT:config loader", "CONCEPT", "config loader")]))
     assert (prose.action, prose.rule) == (CANDIDATE, "token-set")
+    # An identifier and its plural are two identifiers, not a typo; a real typo still is one.
+    methods = AliasIndex.build([NodeRef("METHOD:get_node", "METHOD", "get_node")])
+    assert resolve(NodeRef("METHOD:get_nodes", "METHOD", "get_nodes"), methods).action == CREATE
+    assert resolve(NodeRef("METHOD:get_nodee", "METHOD", "get_nodee"), methods).rule == "fuzzy"
