@@ -84,16 +84,16 @@ def extract_heuristic(unit: WorkUnit) -> dict[str, Any]:
             if node_id is None:
                 continue
             evidence = {"turn": turn.number, "quote": mention.quote}
-            described = _description(turn, mention)
             node = nodes.get(node_id)
             if node is not None and not node["description"]:
-                node["description"] = described
+                # Only while it has none: finding the sentence scans the turn, which may be huge.
+                node["description"] = _description(turn, mention)
             if node is None:
                 node = nodes[node_id] = {
                     "id": node_id,
                     "type": mention.node_type,
                     "name": mention.name,
-                    "description": described,
+                    "description": _description(turn, mention),
                     "aliases": [],
                     "confidence": _CONFIDENCE.get(mention.node_type, 0.5),
                     "tags": list(mention.tags),
