@@ -34,7 +34,7 @@ from store.chroma import ChromaStore
 from store.db import Database
 from store.runstate import RunStateStore
 from worker.cycle import owner_id
-from worker.metrics import age_seconds, build_registry
+from worker.metrics import build_registry, silent_seconds
 
 log = structlog.get_logger(__name__)
 
@@ -140,7 +140,7 @@ def stalled_runs(settings: Settings, *, owner: str | None = None) -> list[dict[s
         log.warning("liveness: run state unreadable", error=str(exc))
         return []
     return [
-        {"run_id": run["run_id"], "heartbeat_at": run["heartbeat_at"], "silent_seconds": round(age_seconds(run["heartbeat_at"], now), 1)}
+        {"run_id": run["run_id"], "heartbeat_at": run["heartbeat_at"], "silent_seconds": silent_seconds(run, now)}
         for run in silent
     ]
 

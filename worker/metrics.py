@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import math
 import sqlite3
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -50,6 +50,11 @@ def age_seconds(value: str | None, now: datetime) -> float:
     """Seconds from the timestamp ``value`` to ``now``; 0 when there is no usable timestamp."""
     moment = parse_utc(value)
     return max(0.0, (now - moment).total_seconds()) if moment else 0.0
+
+
+def silent_seconds(run: Mapping[str, Any], now: datetime) -> float:
+    """Seconds since a run's last heartbeat, to 0.1 s (what ``/healthz`` and ``status`` show)."""
+    return round(age_seconds(run.get("heartbeat_at"), now), 1)
 
 
 def histogram_buckets(values: Iterable[float], bounds: Iterable[float]) -> tuple[list[tuple[str, float]], float]:

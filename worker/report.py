@@ -13,7 +13,7 @@ from store.chunks import ChunkResultStore
 from store.lazy_queue import LazyEdgeQueue
 from store.merges import MergeStore
 from worker.cycle import Stores
-from worker.metrics import age_seconds, parse_utc, read_queue
+from worker.metrics import parse_utc, read_queue, silent_seconds
 
 
 def collect_status(settings: Settings, stores: Stores, *, runs: int = 10) -> dict[str, Any]:
@@ -22,7 +22,7 @@ def collect_status(settings: Settings, stores: Stores, *, runs: int = 10) -> dic
     now = datetime.now(UTC)
     for run in recent:
         if run["outcome"] == "running":
-            run["silent_seconds"] = round(age_seconds(run["heartbeat_at"], now), 1)
+            run["silent_seconds"] = silent_seconds(run, now)
     digests = stores.runstate.digest_counts()
     queue = read_queue(settings.queue_path)
     return {
