@@ -36,11 +36,17 @@ def data_dir(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def settings(data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    """No ``REM_*`` variable of the developer's shell leaks into the test."""
     for key in list(os.environ):
         if key.startswith("REM_"):
             monkeypatch.delenv(key)
-    monkeypatch.setenv("REM_DATA_DIR", str(data_dir))
+    return monkeypatch
+
+
+@pytest.fixture
+def settings(data_dir: Path, clean_env: pytest.MonkeyPatch) -> Settings:
+    clean_env.setenv("REM_DATA_DIR", str(data_dir))
     return load_settings(data_dir=data_dir)
 
 

@@ -326,10 +326,7 @@ async def reference_run(template: Path, root: Path, forks: ForkServer) -> dict[s
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-async def test_sigkill_matrix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    for key in list(os.environ):
-        if key.startswith("REM_"):
-            monkeypatch.delenv(key)
+async def test_sigkill_matrix(tmp_path: Path, clean_env: pytest.MonkeyPatch) -> None:
     template, _, resolvable, never, malformed = await make_template(tmp_path)
     forks = ForkServer()
     try:

@@ -60,10 +60,7 @@ async def make_template(root: Path) -> Path:
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-async def test_sigkill_at_random_points_loses_no_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    for key in list(os.environ):
-        if key.startswith("REM_"):
-            monkeypatch.delenv(key)
+async def test_sigkill_at_random_points_loses_no_line(tmp_path: Path, clean_env: pytest.MonkeyPatch) -> None:
     template = await make_template(tmp_path / "template")
     rng = random.Random(4242)
     kill_points: list[int] = []  # edges linked when the drain was killed, per trial

@@ -3,7 +3,6 @@ heuristic extractor while two producer processes append 1,000 lazy edges — non
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -12,10 +11,7 @@ from bench.bench_load import bench
 
 
 @pytest.mark.timeout(180)
-async def test_load_no_loss_stable_memory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    for key in list(os.environ):
-        if key.startswith("REM_"):
-            monkeypatch.delenv(key)
+async def test_load_no_loss_stable_memory(tmp_path: Path, clean_env: pytest.MonkeyPatch) -> None:
     result = await bench(sessions=50, turns=2000, edges=1000, producers=2, spread=3.0, workdir=tmp_path)
     print(result)
     assert (result["edges_linked"], result["edges_lost"], result["queue_left"]) == (1000, 0, 0), result
