@@ -237,11 +237,15 @@ class LazyEdgeQueue:
 
         A crash before this leaves the inputs in place (they are drained again: no line is lost).
         A crash inside it may re-queue a failed line twice (replaying a line is idempotent), or leave
-        the head of one, which the next drain dead-letters as malformed beside the whole line.
+        the head of one, which the next drain dead-letters as malformed beside the whole line. A
+        head left in the dead-letter file is dropped by the next publish, which writes it whole.
         """
         if self.dead_pending_path.stat().st_size:
             fd = _open(self.dead_letter_path, os.O_RDWR | os.O_APPEND | os.O_CREAT)
             try:
+                # Only a drain writes here (under the drain lock), and a drain killed mid-write
+                # re-publishes its dead letters whole: the head it left is a duplicate, drop it.
+                _drop_torn_tail(fd)
                 with self.dead_pending_path.open("rb") as src:
                     _write_whole_lines(fd, src)
                 os.fsync(fd)
@@ -309,6 +313,21 @@ def _write_whole_lines(fd: int, lines: Iterable[bytes]) -> None:
 def _ends_mid_line(fd: int) -> bool:
     size = os.fstat(fd).st_size
     return size > 0 and os.pread(fd, 1, size - 1) != b"\n"
+
+
+def _drop_torn_tail(fd: int) -> None:
+    """Truncate the file open on ``fd`` after its last newline (nothing when it ends in one)."""
+    end = os.fstat(fd).st_size
+    if not _ends_mid_line(fd):
+        return
+    while end > 0:
+        start = max(0, end - _READ_PIECE)
+        newline = os.pread(fd, end - start, start).rfind(b"\n")
+        if newline != -1:
+            os.ftruncate(fd, start + newline + 1)
+            return
+        end = start
+    os.ftruncate(fd, 0)
 
 
 def _write_all(fd: int, data: bytes) -> None:
