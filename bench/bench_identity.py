@@ -198,6 +198,7 @@ def review_report(sessions: Path, pairs: Sequence[dict[str, Any]]) -> dict[str, 
             "review_pairs": len(review),
             "review_per_100_sessions": round(len(review) * 100 / count, 1) if count else 0.0,
             "review_max_per_node": max(per_node.values(), default=0),
+            "review_max_per_target": max(Counter(other for _, _, other in review).values(), default=0),
             "review_labelled": len(labelled),
             "review_noise": round(labelled.count(False) / len(labelled), 3) if labelled else None,
             "links": len(links),
@@ -273,7 +274,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     for key, r in results["real"].items():
         print(f"  {key:32} precision={r['precision']:.3f} recall={r['recall']:.3f} ({r['recall_with_review']:.3f}) "
               f"review_noise={r['review_noise']:.3f} [{r['positives']}/{r['pairs']}] fp={r['fp']} fn={r['fn']}")
-    for key in ("tuning/all/crowd",):  # the split that may be looked at
+    for key in ("tuning/all/isolated", "tuning/all/crowd"):  # the split that may be looked at
         for error in results["real"][key]["errors"]:
             print(f"  {key}: {error}")
     if args.sessions is not None:

@@ -62,7 +62,8 @@ _ISSUE = re.compile(r"^(?:(?:issue|bug|ticket|pr|pull request|gh)\s*)?[#-]?\s*(\
 _ACRONYM = re.compile(r"^[A-Z]{2,8}s?$")
 _QUOTES = "`'\"“”‘’"
 _POSSESSIVE = re.compile(r"['’]s\b")
-_ARTICLES = frozenset({"the", "a", "an"})
+# Dropped at the start of a name: articles and demonstratives ("this Sequential Feature Selector").
+_ARTICLES = frozenset({"the", "a", "an", "this", "that", "these", "those"})
 # Identifier types whose plural is another identifier (get_node / get_nodes): no plural folding.
 _NO_PLURAL_TYPES = frozenset({"METHOD", "TEST", "FILE"})
 # Types whose one-word names are code identifiers: compared as written (see identifier_key).
@@ -353,8 +354,20 @@ def same_member(one: str, other: str) -> bool:
     short, long = sorted((left, right), key=len)
     if len(short) == 1 and short[0] in _BUILTINS:
         return False
-    squash = [q.replace("_", "").casefold() for q in short[:-1]]
-    return squash == [q.replace("_", "").casefold() for q in long[len(long) - len(short) : -1]]
+    return [_receiver(q) for q in short[:-1]] == [_receiver(q) for q in long[len(long) - len(short) : -1]]
+
+
+def member_overlap(one: str, other: str) -> int:
+    """How many trailing qualifiers two :func:`same_member` names share (more = a closer match)."""
+    return min(one.count("."), other.count("."))
+
+
+def _receiver(qualifier: str) -> str:
+    """A qualifier as class or instance (``QuerySet`` ~ ``queryset``, ``ProjectState`` ~
+    ``project_state``); leading and trailing underscores still count (``_dict`` ≠ ``__dict__``)."""
+    core = qualifier.strip("_")
+    lead = qualifier[: len(qualifier) - len(qualifier.lstrip("_"))]
+    return lead + core.replace("_", "").casefold() + qualifier[len(lead) + len(core) :]
 
 
 # --- the resolver --------------------------------------------------------------------------------
@@ -397,7 +410,7 @@ def resolve(
 
     alias_hits: dict[str, str] = {}
     normal_hits: dict[str, str] = {}
-    member_hits: dict[str, str] = {}
+    member_scores: dict[str, tuple[int, str]] = {}
     acronym_hits: dict[str, str] = {}
     token_scores: dict[str, tuple[float, str]] = {}
     candidates: dict[str, Match] = {}
@@ -426,8 +439,9 @@ def resolve(
         if kind == "METHOD" and form.identifier:
             last = key.rsplit(".", 1)[-1]
             for target in allowed(index.members.get((kind, last), ()), form):
-                if any(f.identifier and same_member(key, f.key) for f in index.forms[target]):
-                    member_hits.setdefault(target, text)
+                overlap = max((member_overlap(key, f.key) for f in index.forms[target] if f.identifier and same_member(key, f.key)), default=-1)
+                if overlap >= 0:
+                    member_scores[target] = (overlap, text)
         acronym = acronym_of(text)
         letters = _initials(form)
         found = set()
@@ -440,8 +454,10 @@ def resolve(
         else:
             for target in found:
                 offer(Match(target, "acronym-short", 0.6, text, kind))
-        if form.identifier:
-            continue  # words in another order, or some of them, make another identifier
+        if form.identifier or len(form.tokens) < len(form.words.split()):
+            # Words in another order, or some of them, make another identifier; a name that
+            # repeats a word is a sequence (`True True False`), where order and count matter.
+            continue
         # Jaccard(A, B) <= shared / |A|: only nodes sharing enough tokens can reach the threshold.
         shared = _shared_tokens(index, kind, form.tokens)
         needed = max(1, math.ceil(thresholds.candidate * len(form.tokens)))
@@ -450,6 +466,10 @@ def resolve(
             if best > token_scores.get(target, (0.0, ""))[0]:
                 token_scores[target] = (best, text)
     token_hits = {t: f for t, (score, f) in token_scores.items() if score >= thresholds.link}
+    # The qualified names sharing the most qualifiers (`datetime.now` is `datetime.datetime.now`
+    # before it is `now`); a tie among them is ambiguous.
+    closest = max((n for n, _ in member_scores.values()), default=-1)
+    member_hits = {t: f for t, (n, f) in member_scores.items() if n == closest}
     for rule, score, hits in (
         ("alias", 1.0, alias_hits),
         ("issue-number" if kind == "ISSUE" else "normalised", 1.0 if kind == "ISSUE" else 0.95, normal_hits),
