@@ -147,11 +147,18 @@ def real_report(pairs: Sequence[dict[str, Any]]) -> dict[str, Any]:
     for split in SPLITS:
         # A cross-type pair is never merged (reported only): it has no place in precision/recall.
         mine = [p for p in pairs if p["split"] == split and p["rule"] != "cross-type"]
+        # "names": the two names alone. The recorded aliases come from the run the pairs were
+        # collected from, whose per-session dedup still folded case (`exists()` beside `EXISTS`).
+        bare = [{**p, "existing_ref": _named(p["existing_ref"]), "incoming_ref": _named(p["incoming_ref"])} for p in mine]
         for kind in ("identifier", "path", "prose", "all"):
-            chosen = [p for p in mine if kind == "all" or p["name_kind"] == kind]
-            for setting, crowd in (("isolated", False), ("crowd", True)):
-                report[f"{split}/{kind}/{setting}"] = score(chosen, lambda n, i: resolve(n, i), crowd=crowd, everyone=mine)
+            for setting, crowd, population in (("isolated", False, mine), ("crowd", True, mine), ("names", False, bare)):
+                chosen = [p for p in population if kind == "all" or p["name_kind"] == kind]
+                report[f"{split}/{kind}/{setting}"] = score(chosen, lambda n, i: resolve(n, i), crowd=crowd, everyone=population)
     return report
+
+
+def _named(node: NodeRef) -> NodeRef:
+    return NodeRef(node.id, node.type, node.name)
 
 
 def review_report(sessions: Path, pairs: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -274,7 +281,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     for key, r in results["real"].items():
         print(f"  {key:32} precision={r['precision']:.3f} recall={r['recall']:.3f} ({r['recall_with_review']:.3f}) "
               f"review_noise={r['review_noise']:.3f} [{r['positives']}/{r['pairs']}] fp={r['fp']} fn={r['fn']}")
-    for key in ("tuning/all/isolated", "tuning/all/crowd"):  # the split that may be looked at
+    for key in ("tuning/all/isolated", "tuning/all/crowd", "tuning/all/names"):  # the split that may be looked at
         for error in results["real"][key]["errors"]:
             print(f"  {key}: {error}")
     if args.sessions is not None:

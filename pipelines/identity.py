@@ -49,7 +49,9 @@ CREATE = "create"
 CANDIDATE = "candidate"
 
 LINK_THRESHOLD = 0.9
-CANDIDATE_THRESHOLD = 0.5
+# Prose sharing half its words (`Then Python` / `The Python`) was another thing in every such
+# pair labelled on real sessions: a candidate needs more than half.
+CANDIDATE_THRESHOLD = 0.6
 FUZZY_THRESHOLD = 0.9
 MIN_ACRONYM_LETTERS = 3
 
@@ -74,8 +76,9 @@ _URL = re.compile(r"^[a-z][a-z0-9+.-]*://", re.IGNORECASE)
 _CAMEL_NAME = re.compile(r"(?:[A-Z][a-z0-9]+){2,}")
 # A bare call of a Python builtin (`min()`, `len()`) names the builtin, never `A.min()`.
 _BUILTINS = frozenset(name for name in dir(builtins) if name.islower() and not name.startswith("_"))
-# A base name shared by more files than this names none of them in particular (`__init__.py`).
-MAX_BASENAME_FILES = 3
+# A base name shared by more files than this names none of them in particular (`__init__.py`);
+# the same for a bare method name shared by more qualified ones.
+MAX_SHARED_NAME = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -439,9 +442,11 @@ def resolve(
         if kind == "METHOD" and form.identifier:
             last = key.rsplit(".", 1)[-1]
             for target in allowed(index.members.get((kind, last), ()), form):
-                overlap = max((member_overlap(key, f.key) for f in index.forms[target] if f.identifier and same_member(key, f.key)), default=-1)
-                if overlap >= 0:
-                    member_scores[target] = (overlap, text)
+                # Against the node's own name only: an alias it took from an earlier link
+                # (`items` into `annotations.items`) must not make `sequence.items` the same.
+                name = identifier_key(kind, index.nodes[target].name)
+                if is_identifier(kind, index.nodes[target].name) and same_member(key, name):
+                    member_scores[target] = (member_overlap(key, name), text)
         acronym = acronym_of(text)
         letters = _initials(form)
         found = set()
@@ -470,6 +475,8 @@ def resolve(
     # before it is `now`); a tie among them is ambiguous.
     closest = max((n for n, _ in member_scores.values()), default=-1)
     member_hits = {t: f for t, (n, f) in member_scores.items() if n == closest}
+    if len(member_hits) > MAX_SHARED_NAME:
+        member_hits = {}  # `save` beside `user.save`, `obj.save`, `form.save` … names none of them
     for rule, score, hits in (
         ("alias", 1.0, alias_hits),
         ("issue-number" if kind == "ISSUE" else "normalised", 1.0 if kind == "ISSUE" else 0.95, normal_hits),
@@ -498,13 +505,13 @@ def resolve(
 
 def _offer_basename(index: AliasIndex, form: _Form, allowed: Callable[..., set[str]], offer: Callable[[Match], None]) -> None:
     """A file named by its base name alone and a full path ending in it are a candidate — unless
-    that base name ends more than :data:`MAX_BASENAME_FILES` paths (``__init__.py`` names none of
+    that base name ends more than :data:`MAX_SHARED_NAME` paths (``__init__.py`` names none of
     them). Two full paths are never one file however alike their base names."""
     if _URL.match(form.key):
         return
     base = form.key.rsplit("/", 1)[-1]
     paths = index.paths_by_basename.get(base, set())
-    if len(paths) > MAX_BASENAME_FILES:
+    if len(paths) > MAX_SHARED_NAME:
         return
     others = index.bare_files.get(base, set()) if "/" in form.key else paths
     for target in allowed(others, form):
@@ -571,7 +578,23 @@ def resolve_batch(
                 verdict = local
         verdicts.append(verdict)
         learn(batch, [node], [verdict])
-    return verdicts
+    return [_without_crowded_basenames(v, index, batch) for v in verdicts]
+
+
+def _without_crowded_basenames(verdict: Verdict, index: AliasIndex, batch: AliasIndex) -> Verdict:
+    """Drop ``file-basename`` candidates whose base name more than :data:`MAX_SHARED_NAME` paths
+    share once the batch is counted too (`formats.py` of forty locales in one session)."""
+    if verdict.action != CANDIDATE or not any(m.rule == "file-basename" for m in verdict.candidates):
+        return verdict
+
+    def crowded(match: Match) -> bool:
+        base = normal_path(match.form).rsplit("/", 1)[-1]
+        return len(index.paths_by_basename.get(base, set()) | batch.paths_by_basename.get(base, set())) > MAX_SHARED_NAME
+
+    kept = tuple(m for m in verdict.candidates if m.rule != "file-basename" or not crowded(m))
+    if not kept:
+        return Verdict(verdict.node_id, CREATE)
+    return Verdict(verdict.node_id, CANDIDATE, None, kept[0].rule, kept[0].score, kept)
 
 
 def learn(index: AliasIndex, nodes: Sequence[NodeRef], verdicts: Sequence[Verdict]) -> None:

@@ -388,3 +388,16 @@ def test_file_nodes_drop_diff_prefixes_and_identifiers_keep_case_in_a_session() 
     assert semantic_node_id("FILE", "b/src/X.py") == "FILE:src/X.py"
     assert identity_key("METHOD", "F") != identity_key("METHOD", "f")
     assert identity_key("CONCEPT", "Map Reduce") == identity_key("CONCEPT", "map reduce")
+
+
+def test_review_list_caps_what_one_name_can_be() -> None:
+    # Forty locales' formats.py in one session: none is a candidate for a bare formats.py.
+    index = AliasIndex.build([NodeRef("FILE:formats.py", "FILE", "formats.py")])
+    batch = [NodeRef(f"FILE:locale/{code}/formats.py", "FILE", f"locale/{code}/formats.py") for code in ("de", "fr", "it", "nl", "pl")]
+    assert [v.action for v in resolve_batch(batch, index)] == [CREATE] * 5
+    # A bare method name shared by many qualified ones names none of them.
+    saves = [("METHOD", f"{owner}.save") for owner in ("user", "form", "obj", "model")]
+    assert _verdict(saves, "METHOD", "save").action == CREATE
+    # An alias taken from an earlier link is no bridge between two receivers.
+    index = AliasIndex.build([NodeRef("METHOD:annotations.items", "METHOD", "annotations.items", ("items",))])
+    assert resolve(NodeRef("METHOD:sequence.items", "METHOD", "sequence.items"), index).action == CREATE
