@@ -1,36 +1,48 @@
 """Identity resolution: does an extracted node name something the graph already holds? (pure)
 
 For each incoming node the resolver returns a :class:`Verdict` — ``link`` (it *is* that existing
-node), ``create`` (it is new) or ``candidate`` (maybe; ambiguous). Rules, first decisive one wins:
+node), ``create`` (it is new) or ``candidate`` (maybe; ambiguous). A name is a **code identifier**
+when it is a FILE path or a CLASS/METHOD/TEST name without spaces (:func:`is_identifier`), else
+**prose**. Two identifiers are compared as written; prose is compared by its words, with prose or
+with an identifier. Rules, first decisive one wins:
 
 ==============  =====  ===========================================================================
 rule            score  matches (always the same type, never a blocked pair)
 ==============  =====  ===========================================================================
 exact-id        1.00   the incoming id exists (an update, not a merge)
-alias           1.00   a name/alias equals an existing name/alias, ignoring case, space, quotes
-issue-number    1.00   ISSUE: the same number written differently (``#123``, ``issue 123``, ``GH-123``)
-normalised      0.95   the same words after camelCase splitting, punctuation/underscores as spaces,
-                       accents, a leading article, a possessive ``'s`` and a trailing ``()``
-                       dropped, plural → singular except in a METHOD/TEST/FILE identifier
-                       (``get_node`` is not ``get_nodes``), the words joined (``back-fill`` ≈
-                       ``backfill``) — ``LazyEdgeQueue`` ≈ ``the lazy edge queues``;
-                       FILE: the same path ignoring case, ``./`` and ``\\`` vs ``/``
-acronym         0.90   an all-caps acronym of ≥ 3 letters = the initials of a ≥ 3-word name
-                       (``LEQ`` ↔ ``Lazy Edge Queue``); a 2-letter acronym is only a candidate
-token-set       0.90   (nearly) the same set of words in any order (Jaccard ≥ ``Thresholds.link``)
+alias           1.00   a name/alias equals an existing name/alias: an identifier as written but
+                       for a call's ``()``, prose ignoring case, space and quotes
+issue-number    1.00   ISSUE: the same decimal number written differently (``#123``, ``issue
+                       123``, ``GH-123``); a leading zero (``#0123``, ``#000``) is no issue number
+normalised      0.95   identifier ↔ identifier: :func:`identifier_key` — case, underscores and word
+                       order count (``_get`` ≠ ``get``, ``FieldFile`` ≠ ``FileField``), a CLASS in
+                       the plural is its singular (``ModelAdmins``), a path loses a diff's
+                       ``a/``/``b/`` and ``./`` but keeps its case; otherwise the same words
+                       after camelCase splitting, punctuation/underscores as spaces, accents, a
+                       leading article or demonstrative, a possessive ``'s`` and ``()`` dropped,
+                       plural → singular except in a METHOD/TEST/FILE identifier, the words joined
+                       (``back-fill`` ≈ ``backfill``) — ``LazyEdgeQueue`` ≈ ``the lazy edge queues``
+qualified       0.90   METHOD: the same function qualified or not (:func:`same_member`:
+                       ``QuerySet.iterator`` ≈ ``queryset.iterator`` ≈ ``iterator``), never a
+                       builtin (``min`` ≠ ``A.min``); the name sharing the most qualifiers wins
+acronym         0.90   an all-caps acronym of ≥ 3 letters = the initials of a ≥ 3-word prose or
+                       CamelCase name (``LEQ`` ↔ ``Lazy Edge Queue``); 2 letters: a candidate only
+token-set       0.90   prose only: (nearly) the same set of words in any order (Jaccard ≥
+                       ``Thresholds.link``), never for a name repeating a word (``True True False``)
 ==============  =====  ===========================================================================
 
-More than one existing node matching a decisive rule makes the verdict ``candidate`` (ambiguous).
-Below the decisive rules, weaker evidence makes a ``candidate``: token-set Jaccard ≥
-``candidate_threshold``, a near-identical spelling (character similarity ≥ ``fuzzy_threshold``),
-a FILE with the same base name in another directory, a 2-letter acronym, and the same normalised
-name under a *different type* — which is reported, never merged. Neither a test file and its
-source (``x.test.ts`` / ``x.ts``) nor a METHOD/TEST/FILE and its plural (``get_node`` /
-``get_nodes``) are near-identical spellings of each other, and two one-word code identifiers
-sharing only some words (``ConfigLoader`` / ``ConfigLoaderError``) are never token-set
-candidates. Names whose numbers differ
-(``#123``/``#124``, ``v2``/``v3``) never link. Without a model, ``candidate`` means create and
-report; with one, an auditor decides link-or-create for the same-type candidates only.
+More than one existing node matching a decisive rule makes the verdict ``candidate`` (ambiguous);
+more than :data:`MAX_SHARED_NAME` qualified names for one bare name make nothing. Below the
+decisive rules, weaker evidence makes a ``candidate`` (kept for review, strongest first): prose
+word sets with Jaccard ≥ ``candidate_threshold``, a near-identical *prose* spelling (character
+similarity ≥ ``fuzzy_threshold``), a file named by its base name alone beside a full path ending
+in it (unless more than :data:`MAX_SHARED_NAME` paths share that base name), a 2-letter acronym,
+and the same name under a *different type* — which is reported, never merged. Never a
+candidate: two identifiers a letter apart or sharing some words, two full paths with the same base
+name. Names whose numbers differ (``#123``/``#124``, ``v2``/``v3``) never link. Without a model,
+``candidate`` means create and report; with one, an auditor decides link-or-create for the
+same-type candidates only. The why of each rule: README, "Identity resolution, merges and
+unmerge"; the evidence: bench/RESULTS.md.
 """
 
 from __future__ import annotations
@@ -328,6 +340,11 @@ class AliasIndex:
                 target.setdefault(base, set()).add(node.id)
 
 
+def _repeats(form: _Form) -> bool:
+    """Whether a name repeats a word (`True True False`): a sequence, where order and count matter."""
+    return len(form.tokens) < len(form.words.split())
+
+
 def _initials(form: _Form) -> str | None:
     """The initials of prose or of a CamelCase name (``LazyEdgeQueue`` → ``LEQ``); a snake_case or
     dotted identifier has none (``my_func`` is no ``MF``)."""
@@ -459,7 +476,7 @@ def resolve(
         else:
             for target in found:
                 offer(Match(target, "acronym-short", 0.6, text, kind))
-        if form.identifier or len(form.tokens) < len(form.words.split()):
+        if form.identifier or _repeats(form):
             # Words in another order, or some of them, make another identifier; a name that
             # repeats a word is a sequence (`True True False`), where order and count matter.
             continue
@@ -467,7 +484,7 @@ def resolve(
         shared = _shared_tokens(index, kind, form.tokens)
         needed = max(1, math.ceil(thresholds.candidate * len(form.tokens)))
         for target in allowed((t for t, n in shared.items() if n >= needed), form):
-            best = max((jaccard(form.tokens, f.tokens) for f in index.forms[target] if not f.identifier), default=0.0)
+            best = max((jaccard(form.tokens, f.tokens) for f in index.forms[target] if not f.identifier and not _repeats(f)), default=0.0)
             if best > token_scores.get(target, (0.0, ""))[0]:
                 token_scores[target] = (best, text)
     token_hits = {t: f for t, (score, f) in token_scores.items() if score >= thresholds.link}
