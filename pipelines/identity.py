@@ -459,10 +459,11 @@ def resolve(
         if kind == "METHOD" and form.identifier:
             last = key.rsplit(".", 1)[-1]
             for target in allowed(index.members.get((kind, last), ()), form):
-                # Against the node's own name only: an alias it took from an earlier link
-                # (`items` into `annotations.items`) must not make `sequence.items` the same.
-                name = identifier_key(kind, index.nodes[target].name)
-                if is_identifier(kind, index.nodes[target].name) and same_member(key, name):
+                # Against the node's own name (its id's, which never drifts) only: an alias it took
+                # from an earlier link (`items` into `annotations.items`) is no bridge to `sequence.items`.
+                own = index.nodes[target].id.partition(":")[2]
+                name = identifier_key(kind, own)
+                if is_identifier(kind, own) and same_member(key, name):
                     member_scores[target] = (member_overlap(key, name), text)
         acronym = acronym_of(text)
         letters = _initials(form)
