@@ -7,9 +7,11 @@ validated; a bad one raises :class:`ConfigError` naming the setting.
 
 from __future__ import annotations
 
+import difflib
 import math
 import os
-from collections.abc import Mapping
+import tomllib
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -192,6 +194,10 @@ def _inside(path: Path, root: Path) -> bool:
     return resolved == base or base in resolved.parents
 
 
+# ``REM_*`` variables rem-cycle reads that are not settings.
+ENVIRONMENT_ONLY = frozenset({"REM_CONFIG"})
+
+
 def load_settings(config_file: str | os.PathLike[str] | None = None, **overrides: Any) -> Settings:
     """Build :class:`Settings` from overrides, the environment and an optional TOML file.
 
@@ -206,14 +212,40 @@ def load_settings(config_file: str | os.PathLike[str] | None = None, **overrides
         cls = type("FileSettings", (Settings,), {"model_config": {**Settings.model_config, "toml_file": path}})
     try:
         return cls(**overrides)
+    except tomllib.TOMLDecodeError as exc:  # its message ends "(at line L, column C)"
+        raise ConfigError(f"invalid configuration: {path}: {exc}") from None
+    except (UnicodeDecodeError, OSError) as exc:
+        raise ConfigError(f"invalid configuration: {path}: {exc}") from None
     except ValidationError as exc:
-        raise ConfigError(f"invalid configuration: {'; '.join(map(_problem, exc.errors()))}") from None
+        problems = (_problem(error, config_file=path) for error in exc.errors())
+        raise ConfigError(f"invalid configuration: {'; '.join(problems)}") from None
 
 
-def _problem(error: Mapping[str, Any]) -> str:
+def _problem(error: Mapping[str, Any], *, config_file: str | os.PathLike[str] | None) -> str:
     """One validation error in the user's terms: ``REM_<FIELD>: why``, or, for a rule across
-    settings (no field of its own), the rule, which names its variables itself."""
+    settings (no field of its own), the rule, which names its variables itself. An unknown key
+    (only a TOML file can bring one) is named as written, with the closest setting."""
     message = str(error["msg"]).removeprefix("Value error, ")
     if not error["loc"]:
         return message
-    return f"REM_{'_'.join(str(part) for part in error['loc']).upper()}: {message}"
+    key = ".".join(str(part) for part in error["loc"])
+    if error["type"] == "extra_forbidden":
+        where = f" in {config_file}" if config_file else ""
+        return f"unknown setting {key!r}{where}{_did_you_mean(key, Settings.model_fields)}"
+    return f"REM_{key.replace('.', '_').upper()}: {message}"
+
+
+def unknown_environment(environ: Mapping[str, str]) -> list[str]:
+    """One warning per ``REM_*`` variable in ``environ`` that no setting reads (a typo is
+    otherwise silently ignored), naming the closest known variable."""
+    known = {f"REM_{name.upper()}" for name in Settings.model_fields} | ENVIRONMENT_ONLY
+    return [
+        f"{name} is not a rem-cycle setting and is ignored{_did_you_mean(name, known)}"
+        for name in sorted(environ)
+        if name.startswith("REM_") and name not in known
+    ]
+
+
+def _did_you_mean(name: str, known: Iterable[str]) -> str:
+    close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]}?)" if close else ""

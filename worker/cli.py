@@ -8,21 +8,48 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+from importlib.metadata import PackageNotFoundError, version
 import sqlite3
 import sys
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import anyio
+import structlog
 
-from config import ConfigError, Settings, load_settings
+from config import ConfigError, Settings, load_settings, unknown_environment
 from worker.cycle import EXIT_BUSY, EXIT_FAILED, EXIT_OK, CycleBusyError, open_stores, run_cycle
 from worker.logs import configure_logging
 
 EXIT_USAGE = 2
+# Commands that read or change an existing graph: on a graph database that is not there they say
+# so (with the resolved path) and fail, rather than create an empty one and report on nothing.
+GRAPH_COMMANDS = frozenset({"search", "show", "export", "candidates", "retry", "merge", "unmerge", "backup"})
+# ``status`` also reports on a data dir before its first cycle (an import, a queue), but not on none.
+DATA_DIR_COMMANDS = GRAPH_COMMANDS | {"status"}
+EPILOG = """\
+Without a COMMAND, rem-cycle runs the daemon (a cycle every REM_INTERVAL_SECONDS until SIGTERM or
+Ctrl-C); no COMMAND starts or talks to a daemon. Every command works on the data dir
+REM_DATA_DIR (default ./.rem-data), which holds the graph database graph.sqlite3, the lazy-edge
+queue and, without REM_CHROMA_URL, the embedded Chroma; here (unless --config sets data_dir):
+  {data_dir}
+Settings: REM_* environment variables, or a TOML file (--config FILE or REM_CONFIG) with the
+same names in lower case; see README "Configuration".
+
+exit codes:
+  0  done (a cycle completed, or was stopped and recorded interrupted)
+  1  failed: a cycle failed, bad input lines or notes were rejected, no such node, Chroma
+     unreachable, no data dir or graph database (read commands never create one)
+  2  usage or configuration error (bad argument, invalid TOML, invalid setting)
+  3  busy: another cycle, daemon or drain holds the data dir's lock
+"""
 # Edges and turns ``show`` prints by default: a node mentioned in thousands of turns stays readable.
 SHOW_LIMIT = 20
+
+log = structlog.get_logger(__name__)
 
 Handler = Callable[[Settings, argparse.Namespace], Awaitable[int]]
 
@@ -40,14 +67,17 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="rem-cycle",
         description="Consolidate agent memories in Chroma into an SQLite knowledge graph.",
+        epilog=EPILOG.format(data_dir=Path(os.environ.get("REM_DATA_DIR") or Settings.model_fields["data_dir"].default).resolve()),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
         parents=[common],
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}", help="print the version and exit")
     parser.add_argument("--once", action="store_true", help="run one REM cycle and exit (non-zero when it failed)")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands (none: run the daemon)")
     imp = sub.add_parser("import", parents=[common], help="write sessions from a JSONL file into Chroma")
     imp.add_argument("file", help="JSONL file, one session per line (see README)")
     status = sub.add_parser("status", parents=[common], help="recent runs, backlog and graph counts")
-    status.add_argument("--runs", type=int, default=10, help="how many recent runs to show")
+    status.add_argument("--runs", type=_non_negative_int, default=10, help="how many recent runs to show (default 10)")
     retry = sub.add_parser("retry", parents=[common], help="make failed / undigestible sessions eligible again now")
     which = retry.add_mutually_exclusive_group(required=True)
     which.add_argument("--session", metavar="ID", action="append", help="a session id (repeatable)")
@@ -65,9 +95,9 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"at most this many edges (heaviest first) and turns (default {SHOW_LIMIT}; 0: all)",
     )
     search = sub.add_parser("search", parents=[common], help="find nodes by name or alias (case-insensitive)")
-    search.add_argument("text", metavar="TEXT")
+    search.add_argument("text", metavar="TEXT", help="part of a node's name or alias")
     search.add_argument("--label", help="only nodes with this label, e.g. CLASS")
-    search.add_argument("--limit", type=int, default=50)
+    search.add_argument("--limit", type=_non_negative_int, default=50, help="at most this many nodes (default 50)")
     backup = sub.add_parser("backup", parents=[common], help="copy the graph database (safe while the daemon runs)")
     backup.add_argument("path", help="destination file (replaced atomically when the copy is sound)")
     unmerge = sub.add_parser("unmerge", parents=[common], help="undo the merges of a node (restores it, its edges and aliases)")
@@ -75,10 +105,10 @@ def build_parser() -> argparse.ArgumentParser:
     candidates = sub.add_parser(
         "candidates", parents=[common], help="pairs identity resolution found ambiguous and did not merge, to review"
     )
-    candidates.add_argument("--limit", type=int, default=50)
+    candidates.add_argument("--limit", type=_non_negative_int, default=50, help="at most this many pairs (default 50)")
     merge = sub.add_parser("merge", parents=[common], help="fold one node into another by hand (recorded, undoable)")
-    merge.add_argument("merged_id", metavar="NODE_ID")
-    merge.add_argument("into_id", metavar="INTO_ID")
+    merge.add_argument("merged_id", metavar="NODE_ID", help="the node to merge away")
+    merge.add_argument("into_id", metavar="INTO_ID", help="the node that keeps its id and takes the edges and aliases")
     notes = sub.add_parser("import-notes", parents=[common], help="extract Markdown/text notes files into the graph")
     notes.add_argument("paths", nargs="+", metavar="PATH", help="files, or folders searched for *.md / *.txt")
     drain = sub.add_parser("drain", parents=[common], help="link queued lazy edges, back-filling their endpoints")
@@ -90,6 +120,13 @@ def build_parser() -> argparse.ArgumentParser:
     backfill.add_argument("--dry-run", action="store_true", help="count what would be synced; change nothing")
     backfill.add_argument("--skip-drain", action="store_true", help="do not drain the lazy-edge queue afterwards")
     return parser
+
+
+def _version() -> str:
+    try:
+        return version("rem-cycle")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed)"
 
 
 def _non_negative_int(value: str) -> int:
@@ -347,15 +384,13 @@ def _counts_line(counts: dict[str, Any]) -> str:
 async def cmd_backup(settings: Settings, args: argparse.Namespace) -> int:
     from store.db import backup_database
 
-    if not settings.graph_path.exists():
-        print(f"rem-cycle: no graph database at {settings.graph_path}", file=sys.stderr)
-        return EXIT_FAILED
     try:
         payload = await anyio.to_thread.run_sync(backup_database, settings.graph_path, args.path)
     except sqlite3.Error as exc:
         print(f"rem-cycle: backup failed: {exc}", file=sys.stderr)
         return EXIT_FAILED
     _emit(args, payload, lambda: print(f"backed up {settings.graph_path} to {payload['path']} ({payload['bytes']} bytes, integrity ok)"))
+    return EXIT_OK
 
 
 async def _drain_once(settings: Settings, stores: Any, args: argparse.Namespace) -> dict[str, Any]:
@@ -447,6 +482,17 @@ COMMANDS: dict[str, Handler] = {
 }
 
 
+def _missing_data(settings: Settings, *, graph: bool) -> str | None:
+    """Why a command that needs an existing data dir (and ``graph`` database) cannot run here,
+    with resolved paths; None when it can."""
+    if not settings.data_dir.is_dir():
+        return (f"no data dir at {settings.data_dir.resolve()}, so no graph database (set REM_DATA_DIR or "
+                "data_dir in --config; `rem-cycle --once` creates it)")
+    if graph and not settings.graph_path.is_file():
+        return f"no graph database at {settings.graph_path.resolve()} (run a REM cycle first: rem-cycle --once)"
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``rem-cycle`` console script."""
     args = build_parser().parse_args(argv)
@@ -457,6 +503,11 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     secrets = [s.get_secret_value() for s in (settings.chroma_token, settings.llm_api_key, settings.embedding_api_key) if s]
     configure_logging(level=settings.log_level, fmt=settings.log_format, secrets=secrets)
+    for warning in unknown_environment(os.environ):
+        log.warning(warning)
+    if args.command in DATA_DIR_COMMANDS and (missing := _missing_data(settings, graph=args.command in GRAPH_COMMANDS)):
+        print(f"rem-cycle: {missing}", file=sys.stderr)
+        return EXIT_FAILED
     if args.command:
         handler = COMMANDS[args.command]
     else:
