@@ -8,16 +8,18 @@ validated; a bad one raises :class:`ConfigError` naming the setting.
 from __future__ import annotations
 
 import difflib
+import json
 import math
 import os
 import tomllib
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
+    NoDecode,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
     TomlConfigSettingsSource,
@@ -103,7 +105,8 @@ class Settings(BaseSettings):
         21_600.0, gt=0, le=MAX_RETRY_WAIT_SECONDS, description="Longest wait before retrying a failed chunk"
     )
     lazy_max_attempts: int = Field(5, ge=1)
-    semantic_types: tuple[str, ...] = DEFAULT_SEMANTIC_TYPES
+    # NoDecode: the environment's value is a plain word list ("CONCEPT CLASS"), split below.
+    semantic_types: Annotated[tuple[str, ...], NoDecode] = DEFAULT_SEMANTIC_TYPES
     llm_judge: bool = Field(
         False,
         description="With extractor=openai: also ask the model to name communities and to settle ambiguous identity candidates",
@@ -125,7 +128,9 @@ class Settings(BaseSettings):
     @field_validator("semantic_types", mode="before")
     @classmethod
     def _split_types(cls, value: Any) -> Any:
-        if isinstance(value, str):
+        if isinstance(value, str) and value.lstrip().startswith("["):
+            value = json.loads(value)  # a JSON list, as pydantic-settings reads complex values
+        elif isinstance(value, str):
             value = [part for part in value.replace(",", " ").split() if part]
         return tuple(str(part).upper() for part in value)
 

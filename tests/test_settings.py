@@ -109,3 +109,13 @@ def test_unknown_rem_variables_are_named_with_the_closest_setting() -> None:
         "REM_LLM_MODLE is not a rem-cycle setting and is ignored (did you mean REM_LLM_MODEL?)",
         "REM_ZZZ is not a rem-cycle setting and is ignored",
     ]
+
+
+def test_semantic_types_from_the_environment_as_readme_writes_them(clean_env: pytest.MonkeyPatch) -> None:
+    clean_env.setenv("REM_SEMANTIC_TYPES", "CONCEPT CLASS tool")  # was a SettingsError traceback
+    assert load_settings().semantic_types == ("CONCEPT", "CLASS", "TOOL")
+    clean_env.setenv("REM_SEMANTIC_TYPES", '["CONCEPT", "FILE"]')
+    assert load_settings().semantic_types == ("CONCEPT", "FILE")
+    clean_env.setenv("REM_SEMANTIC_TYPES", "[CONCEPT")
+    with pytest.raises(ConfigError, match="REM_SEMANTIC_TYPES"):
+        load_settings()
