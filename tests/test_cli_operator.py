@@ -102,6 +102,7 @@ def test_every_argument_of_every_command_has_help() -> None:
     ]
     assert missing == []
     for prog, parser in _parsers(build_parser()):
+        assert parser.description, f"{prog} --help has no description"
         for action in parser._actions:
             if isinstance(action, argparse._SubParsersAction):
                 assert all(choice.help for choice in action._choices_actions), prog

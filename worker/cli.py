@@ -74,52 +74,57 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}", help="print the version and exit")
     parser.add_argument("--once", action="store_true", help="run one REM cycle and exit (non-zero when it failed)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands (none: run the daemon)")
-    imp = sub.add_parser("import", parents=[common], help="write sessions from a JSONL file into Chroma")
+    imp = add_command(sub, "import", common, "write sessions from a JSONL file into Chroma")
     imp.add_argument("file", help="JSONL file, one session per line (see README)")
-    status = sub.add_parser("status", parents=[common], help="recent runs, backlog and graph counts")
+    status = add_command(sub, "status", common, "recent runs, backlog and graph counts")
     status.add_argument("--runs", type=_non_negative_int, default=10, help="how many recent runs to show (default 10)")
-    retry = sub.add_parser("retry", parents=[common], help="make failed / undigestible sessions eligible again now")
+    retry = add_command(sub, "retry", common, "make failed / undigestible sessions eligible again now")
     which = retry.add_mutually_exclusive_group(required=True)
     which.add_argument("--session", metavar="ID", action="append", help="a session id (repeatable)")
     which.add_argument("--all", action="store_true", help="every undigestible session and every failed chunk")
-    export = sub.add_parser("export", parents=[common], help="graph snapshot as JSON or GraphML")
+    export = add_command(sub, "export", common, "graph snapshot as JSON or GraphML")
     export.add_argument("--format", choices=("json", "graphml"), default="json", help="output format (default json)")
     export.add_argument("--out", metavar="FILE", help="write to FILE instead of stdout")
     export.add_argument(
         "--include-anchors", action="store_true", help="also export MEMORY/SESSION/NOTE nodes and provenance edges"
     )
-    show = sub.add_parser("show", parents=[common], help="one node: aliases, edges, and the turns it came from")
+    show = add_command(sub, "show", common, "one node: aliases, edges, and the turns it came from")
     show.add_argument("node_id", metavar="NODE_ID", help="e.g. CLASS:LazyEdgeQueue (or an exact name)")
     show.add_argument(
         "--limit", type=_non_negative_int, default=SHOW_LIMIT,
         help=f"at most this many edges (heaviest first) and turns (default {SHOW_LIMIT}; 0: all)",
     )
-    search = sub.add_parser("search", parents=[common], help="find nodes by name or alias (case-insensitive)")
+    search = add_command(sub, "search", common, "find nodes by name or alias (case-insensitive)")
     search.add_argument("text", metavar="TEXT", help="part of a node's name or alias")
     search.add_argument("--label", help="only nodes with this label, e.g. CLASS")
     search.add_argument("--limit", type=_non_negative_int, default=50, help="at most this many nodes (default 50)")
-    backup = sub.add_parser("backup", parents=[common], help="copy the graph database (safe while the daemon runs)")
+    backup = add_command(sub, "backup", common, "copy the graph database (safe while the daemon runs)")
     backup.add_argument("path", help="destination file (replaced atomically when the copy is sound)")
-    unmerge = sub.add_parser("unmerge", parents=[common], help="undo the merges of a node (restores it, its edges and aliases)")
+    unmerge = add_command(sub, "unmerge", common, "undo the merges of a node (restores it, its edges and aliases)")
     unmerge.add_argument("node_id", metavar="NODE_ID", help="the node that was merged away")
-    candidates = sub.add_parser(
-        "candidates", parents=[common], help="pairs identity resolution found ambiguous and did not merge, to review"
+    candidates = add_command(
+        sub, "candidates", common, "pairs identity resolution found ambiguous and did not merge, to review"
     )
     candidates.add_argument("--limit", type=_non_negative_int, default=50, help="at most this many pairs (default 50)")
-    merge = sub.add_parser("merge", parents=[common], help="fold one node into another by hand (recorded, undoable)")
+    merge = add_command(sub, "merge", common, "fold one node into another by hand (recorded, undoable)")
     merge.add_argument("merged_id", metavar="NODE_ID", help="the node to merge away")
     merge.add_argument("into_id", metavar="INTO_ID", help="the node that keeps its id and takes the edges and aliases")
-    notes = sub.add_parser("import-notes", parents=[common], help="extract Markdown/text notes files into the graph")
+    notes = add_command(sub, "import-notes", common, "extract Markdown/text notes files into the graph")
     notes.add_argument("paths", nargs="+", metavar="PATH", help="files, or folders searched for *.md / *.txt")
-    drain = sub.add_parser("drain", parents=[common], help="link queued lazy edges, back-filling their endpoints")
+    drain = add_command(sub, "drain", common, "link queued lazy edges, back-filling their endpoints")
     drain.add_argument("--dry-run", action="store_true", help="read the queue and report; change nothing")
-    backfill = sub.add_parser(
-        "backfill", parents=[common], help="live-sync recent sessions, then drain the lazy-edge queue"
-    )
+    backfill = add_command(sub, "backfill", common, "live-sync recent sessions, then drain the lazy-edge queue")
     backfill.add_argument("--days", type=_positive_days, default=30.0, help="window in days (default 30)")
     backfill.add_argument("--dry-run", action="store_true", help="count what would be synced; change nothing")
     backfill.add_argument("--skip-drain", action="store_true", help="do not drain the lazy-edge queue afterwards")
     return parser
+
+
+def add_command(
+    sub: argparse._SubParsersAction, name: str, common: argparse.ArgumentParser, summary: str
+) -> argparse.ArgumentParser:
+    """A subcommand whose one-line summary is both its entry in ``--help`` and its own description."""
+    return sub.add_parser(name, parents=[common], help=summary, description=f"{summary[0].upper()}{summary[1:]}.")
 
 
 def _version() -> str:
