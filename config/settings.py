@@ -217,9 +217,8 @@ def load_settings(config_file: str | os.PathLike[str] | None = None, **overrides
         cls = type("FileSettings", (Settings,), {"model_config": {**Settings.model_config, "toml_file": path}})
     try:
         return cls(**overrides)
-    except tomllib.TOMLDecodeError as exc:  # its message ends "(at line L, column C)"
-        raise ConfigError(f"invalid configuration: {path}: {exc}") from None
-    except (UnicodeDecodeError, OSError) as exc:
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError, OSError) as exc:  # reading the TOML file;
+        # a parse error's message ends "(at line L, column C)"
         raise ConfigError(f"invalid configuration: {path}: {exc}") from None
     except ValidationError as exc:
         problems = (_problem(error, config_file=path) for error in exc.errors())
