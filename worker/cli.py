@@ -46,6 +46,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     imp = sub.add_parser("import", parents=[common], help="write sessions from a JSONL file into Chroma")
     imp.add_argument("file", help="JSONL file, one session per line (see README)")
+    imp.add_argument(
+        "--allow-move", action="store_true",
+        help="a turn id that belongs to another session moves to this line's session (each move is reported); "
+        "without it the line is rejected",
+    )
     status = sub.add_parser("status", parents=[common], help="recent runs, backlog and graph counts")
     status.add_argument("--runs", type=int, default=10, help="how many recent runs to show")
     retry = sub.add_parser("retry", parents=[common], help="make failed / undigestible sessions eligible again now")
@@ -166,17 +171,23 @@ async def cmd_import(settings: Settings, args: argparse.Namespace) -> int:
         chroma=chroma,
         memory_collection=settings.memory_collection,
         summary_collection=settings.session_collection,
+        allow_move=args.allow_move,
     )
     payload = stats.as_dict()
 
     def text() -> None:
+        rejected = f"; {len(stats.bad_lines)} lines rejected (nothing of them written)" if stats.bad_lines else ""
+        moved = f"; {len(stats.moves)} turns moved between sessions" if stats.moves else ""
         print(
             f"imported {stats.sessions} sessions from {stats.lines} lines: "
             f"{stats.memories_written} memories written ({stats.memories_unchanged} unchanged), "
-            f"{stats.summaries_written} summaries written ({stats.summaries_unchanged} unchanged)"
+            f"{stats.summaries_written} summaries written ({stats.summaries_unchanged} unchanged){rejected}{moved}"
         )
-        for bad in stats.bad_lines[:50]:
-            print(f"  line {bad['line']}: {bad['error']}", file=sys.stderr)
+        notes = [(bad["line"], bad["error"]) for bad in stats.bad_lines]
+        notes += [(m["line"], f"moved turn {m['turn']!r} from session {m['from_session']!r} to {m['to_session']!r}")
+                  for m in stats.moves]
+        for line, note in sorted(notes, key=lambda item: item[0]):
+            print(f"  line {line}: {note}", file=sys.stderr)
 
     _emit(args, payload, text)
     return EXIT_OK if not stats.bad_lines else EXIT_FAILED
