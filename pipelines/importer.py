@@ -26,7 +26,16 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import aiofiles
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    model_validator,
+)
 
 from store.chroma import ChromaStore
 from store.ids import MAX_ROW_ID_LENGTH, validate_row_id
@@ -44,8 +53,9 @@ class ImportLineError(ValueError):
     """A line of an import file cannot be imported; the message says why."""
 
 
-def _unicode_text(value: str) -> str:
-    found = _LONE_SURROGATE.search(value)
+def _unicode_text(value: Any) -> Any:
+    """Runs before pydantic's own string checks, so that a surrogate gets this reason."""
+    found = _LONE_SURROGATE.search(value) if isinstance(value, str) else None
     if found:
         raise ValueError(f"lone surrogate \\u{ord(found.group()):04x} at character {found.start()} is not Unicode text")
     return value
@@ -64,7 +74,8 @@ def _iso_time(value: str) -> str:
     return value
 
 
-Text = Annotated[str, AfterValidator(_unicode_text)]
+Text = Annotated[str, BeforeValidator(_unicode_text)]
+Role = Annotated[str, StringConstraints(max_length=64), BeforeValidator(_unicode_text)]
 IsoTime = Annotated[str, AfterValidator(_iso_time)]
 TurnId = Annotated[str, AfterValidator(partial(validate_row_id, what="turn id"))]
 SessionId = Annotated[str, AfterValidator(partial(validate_row_id, what="sessionId"))]
@@ -74,7 +85,7 @@ class ImportedTurn(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     id: TurnId | None = None
-    role: Text | None = Field(None, max_length=64)
+    role: Role | None = None
     text: Text
     createdAt: IsoTime | None = None
 

@@ -147,6 +147,24 @@ async def test_poison_created_at_rejects_the_line_with_a_reason(tmp_path: Path) 
     assert {s: len(r) for s, r in memories.items()} == {"late": 0, "early": 0, "ok": 1}
 
 
+def test_json_python_cannot_take_is_a_reason_not_a_traceback(tmp_path: Path) -> None:
+    path = tmp_path / "odd.jsonl"
+    lines = ['{"sessionId": "deep", "x": ' + "[" * 100_000 + "]" * 100_000 + "}",
+             '{"sessionId": "digits", "x": ' + "7" * 5_000 + "}", json.dumps(make_session("ok", 1))]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    code, result = import_json(path, tmp_path / "d")
+    assert code == 1 and result["sessions"] == 1
+    assert reasons(result) == {1: "not usable JSON: nested too deeply", 2: reasons(result)[2]}
+    assert reasons(result)[2].startswith("not usable JSON: Exceeds the limit (4300 digits)")
+
+
+def test_a_small_session_then_a_large_one_are_written_in_separate_batches(tmp_path: Path) -> None:
+    # 499 + 4,970 turns in one write passed Chroma's max batch size (5,461) and aborted the file.
+    sessions = [make_session("small", 499, text="small {i}"), make_session("large", 4_970, text="large {i}")]
+    code, result = import_json(write_sessions(tmp_path / "s.jsonl", sessions), tmp_path / "d")
+    assert code == 0 and (result["sessions"], result["memories_written"]) == (2, 5_469)
+
+
 def test_reimport_after_rejections_changes_nothing(tmp_path: Path) -> None:
     lines = [session_with_ids("a", "T1"), session_with_ids("b", "T1"), make_session("a", 1), make_session("c", 2)]
     path = write_sessions(tmp_path / "s.jsonl", lines)
