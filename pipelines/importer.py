@@ -16,6 +16,7 @@ belongs to another session (earlier in the file or already stored) rejects its l
 
 from __future__ import annotations
 
+import bisect
 import json
 import re
 from collections.abc import AsyncIterator
@@ -180,6 +181,8 @@ def _drop_none(meta: dict[str, Any]) -> dict[str, Any]:
 
 @dataclass(slots=True)
 class ImportStats:
+    """What an import did; filled in as it goes, so that it still tells after a failure."""
+
     lines: int = 0
     sessions: int = 0
     memories_written: int = 0
@@ -188,6 +191,9 @@ class ImportStats:
     summaries_unchanged: int = 0
     bad_lines: list[dict[str, Any]] = field(default_factory=list)
     moves: list[dict[str, Any]] = field(default_factory=list)
+    # Every line up to this one is written or rejected (a re-run redoes nothing before it).
+    done_through_line: int = 0
+    stopped: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -201,6 +207,8 @@ class ImportStats:
             "errors": self.bad_lines,
             "turns_moved": len(self.moves),
             "moves": self.moves,
+            "done_through_line": self.done_through_line,
+            "stopped": self.stopped,
         }
 
 
@@ -216,21 +224,22 @@ class _Importer:
     """Validated lines waiting to be written, checked against each other and what is stored."""
 
     def __init__(self, *, chroma: ChromaStore, memory_collection: str, summary_collection: str,
-                 batch_rows: int, allow_move: bool, max_line_bytes: int) -> None:
+                 batch_rows: int, allow_move: bool, max_line_bytes: int, stats: ImportStats) -> None:
         self.chroma = chroma
         self.memory_collection = memory_collection
         self.summary_collection = summary_collection
         self.batch_rows = batch_rows
         self.allow_move = allow_move
         self.max_line_bytes = max_line_bytes
-        self.stats = ImportStats()
+        self.stats = stats
         self.pending: list[_ParsedLine] = []
         self.pending_rows = 0
         # The line of each session in the file: one line per session (a few bytes per line).
         self.session_lines: dict[str, int] = {}
 
     def reject(self, number: int, reason: str) -> None:
-        self.stats.bad_lines.append({"line": number, "error": reason})
+        # In line order, although a line can be rejected after later ones (when its batch is written).
+        bisect.insort(self.stats.bad_lines, {"line": number, "error": reason}, key=lambda bad: bad["line"])
 
     async def add(self, number: int, raw: bytes | None, size: int) -> None:
         """Validate one line (``raw`` is ``None`` when it was over the limit) and queue its rows."""
@@ -272,16 +281,17 @@ class _Importer:
         owners = {row_id: meta.get("sessionId") for row_id, (_, meta) in stored.items()}
         memories: dict[str, tuple[str, dict[str, Any]]] = {}
         summaries: dict[str, tuple[str, dict[str, Any]]] = {}
+        accepted, moves = 0, []
         for line in lines:
             taken = [(r[0], owners[r[0]]) for r in line.memories if r[0] in owners and owners[r[0]] != line.session_id]
             if taken and not self.allow_move:
                 self.reject(line.number, self._taken_reason(taken))
                 continue
-            self.stats.moves.extend(
+            moves.extend(
                 {"line": line.number, "turn": row_id, "from_session": owner, "to_session": line.session_id}
                 for row_id, owner in taken
             )
-            self.stats.sessions += 1
+            accepted += 1
             for row_id, doc, meta in line.memories:
                 owners[row_id] = line.session_id
                 memories[row_id] = (doc, meta)
@@ -294,6 +304,8 @@ class _Importer:
         written, same = await self._write(self.summary_collection, summaries, stored_summaries)
         self.stats.summaries_written += written
         self.stats.summaries_unchanged += same
+        self.stats.sessions += accepted
+        self.stats.moves.extend(moves)
 
     def _taken_reason(self, taken: list[tuple[str, Any]]) -> str:
         described = []
@@ -345,16 +357,22 @@ async def import_sessions(
     batch_rows: int = 500,
     allow_move: bool = False,
     max_line_bytes: int = MAX_LINE_BYTES,
+    stats: ImportStats | None = None,
 ) -> ImportStats:
     """Stream a sessions JSONL file into the memory and summary collections; ``stats.bad_lines``
-    lists every rejected line (by number) and ``stats.moves`` every turn moved between sessions."""
+    lists every rejected line (by number) and ``stats.moves`` every turn moved between sessions.
+    Pass ``stats`` to still know what was done when the import fails or is stopped."""
+    stats = stats if stats is not None else ImportStats()
     importer = _Importer(chroma=chroma, memory_collection=memory_collection, summary_collection=summary_collection,
-                         batch_rows=batch_rows, allow_move=allow_move, max_line_bytes=max_line_bytes)
+                         batch_rows=batch_rows, allow_move=allow_move, max_line_bytes=max_line_bytes, stats=stats)
+    number = 0
     async for number, raw, size in read_lines(path, max_line_bytes=max_line_bytes):
         if raw is not None and (not raw or raw.isspace()):
             continue
-        importer.stats.lines += 1
+        stats.lines += 1
         await importer.add(number, raw, size)
+        if not importer.pending:
+            stats.done_through_line = number
     await importer.flush()
-    importer.stats.bad_lines.sort(key=lambda bad: bad["line"])
-    return importer.stats
+    stats.done_through_line = number
+    return stats

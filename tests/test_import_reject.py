@@ -5,14 +5,18 @@ non-zero when anything was rejected. Through the real CLI, into a real embedded 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
+import chromadb
+
 from config import load_settings
 from store.chroma import ChromaStore, MemoryRow
-from tests.conftest import ROOT, make_session, run_cli, write_sessions
+from tests.conftest import ROOT, free_port, make_session, run_cli, start_chroma_server, write_sessions
 
 
 def import_json(path: Path, data_dir: Path, *extra: str) -> tuple[int, dict[str, Any]]:
@@ -220,3 +224,50 @@ def test_an_oversized_line_is_rejected_while_streaming(tmp_path: Path) -> None:
     assert big_peak - small_peak < 100 * 1024, (small_peak, big_peak)
     assert code == 1 and result["sessions"] == 2
     assert result["errors"] == [{"line": 2, "error": f"line is {size} bytes, the limit is {64 * 1024 * 1024}"}]
+
+
+def test_chroma_going_away_mid_import_still_reports_what_was_done(tmp_path: Path) -> None:
+    port = free_port()
+    server = start_chroma_server(tmp_path / "chroma", port)
+    fifo = tmp_path / "sessions.fifo"
+    os.mkfifo(fifo)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REM_")}
+    env.update(PYTHONPATH=str(ROOT), REM_DATA_DIR=str(tmp_path / "d"), REM_CHROMA_URL=f"http://127.0.0.1:{port}")
+    importer = subprocess.Popen([sys.executable, "-m", "worker", "import", str(fifo), "--json"], cwd=ROOT, env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        with fifo.open("w", encoding="utf-8") as feed:
+            # A full batch (500 turns) is written as soon as its line is read; line 2 is rejected.
+            feed.write(json.dumps(make_session("first", 500)) + "\n" + "not json\n")
+            feed.flush()
+            client = chromadb.HttpClient(host="127.0.0.1", port=port)
+            settings = load_settings(data_dir=tmp_path / "d")
+            collections = (settings.memory_collection, settings.session_collection)
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline and _stored(client, collections, "first") != (500, 1):
+                time.sleep(0.2)
+            assert _stored(client, collections, "first") == (500, 1)
+            time.sleep(1)  # the summary write's answer reaches the importer, which waits for line 3
+            server.kill()
+            server.wait(10)
+            feed.write(json.dumps(make_session("second", 500)) + "\n")
+        out, err = importer.communicate(timeout=180)
+    finally:
+        importer.kill()
+        server.kill()
+    assert importer.returncode == 1, err[-3000:]
+    result = json.loads(out)
+    assert (result["sessions"], result["memories_written"], result["done_through_line"]) == (1, 500, 2)
+    assert result["errors"] == [{"line": 2, "error": "not JSON: Expecting value at column 1"}]
+    assert "Chroma" in result["stopped"]
+    assert "import stopped: " in err and "lines 1-2 are imported or listed as rejected" in err
+    assert "re-running the import is safe" in err and "Traceback" not in err
+
+
+def _stored(client: Any, collections: tuple[str, str], session_id: str) -> tuple[int, int]:
+    """(memory rows, summary rows) of a session on the server."""
+    try:
+        return tuple(len(client.get_collection(name).get(where={"sessionId": session_id}, include=[])["ids"])
+                     for name in collections)  # type: ignore[return-value]
+    except Exception:  # noqa: BLE001 - a collection is not there yet
+        return (0, 0)

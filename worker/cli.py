@@ -162,18 +162,22 @@ async def cmd_once(settings: Settings, args: argparse.Namespace) -> int:
 
 
 async def cmd_import(settings: Settings, args: argparse.Namespace) -> int:
-    from pipelines.importer import import_sessions
-    from store.chroma import ChromaStore
+    from pipelines.importer import ImportStats, import_sessions
+    from store.chroma import ChromaStore, ChromaUnavailableError
 
     chroma = await ChromaStore.connect(settings)
-    stats = await import_sessions(
-        args.file,
-        chroma=chroma,
-        memory_collection=settings.memory_collection,
-        summary_collection=settings.session_collection,
-        allow_move=args.allow_move,
-    )
-    payload = stats.as_dict()
+    stats = ImportStats()
+    try:
+        await import_sessions(
+            args.file,
+            chroma=chroma,
+            memory_collection=settings.memory_collection,
+            summary_collection=settings.session_collection,
+            allow_move=args.allow_move,
+            stats=stats,
+        )
+    except ChromaUnavailableError as exc:  # say what was done: the rejected lines found so far too
+        stats.stopped = str(exc)
 
     def text() -> None:
         rejected = f"; {len(stats.bad_lines)} lines rejected (nothing of them written)" if stats.bad_lines else ""
@@ -189,8 +193,12 @@ async def cmd_import(settings: Settings, args: argparse.Namespace) -> int:
         for line, note in sorted(notes, key=lambda item: item[0]):
             print(f"  line {line}: {note}", file=sys.stderr)
 
-    _emit(args, payload, text)
-    return EXIT_OK if not stats.bad_lines else EXIT_FAILED
+    _emit(args, stats.as_dict(), text)
+    if stats.stopped:
+        done = stats.done_through_line
+        what = f"lines 1-{done} are imported or listed as rejected, the rest is not" if done else "no line was imported"
+        print(f"rem-cycle: import stopped: {stats.stopped}; {what}; re-running the import is safe", file=sys.stderr)
+    return EXIT_OK if not stats.bad_lines and not stats.stopped else EXIT_FAILED
 
 
 async def cmd_status(settings: Settings, args: argparse.Namespace) -> int:
