@@ -285,7 +285,7 @@ class _Importer:
         for line in lines:
             taken = [(r[0], owners[r[0]]) for r in line.memories if r[0] in owners and owners[r[0]] != line.session_id]
             if taken and not self.allow_move:
-                self.reject(line.number, self._taken_reason(taken))
+                self.reject(line.number, self._taken_reason(taken, line.number))
                 continue
             moves.extend(
                 {"line": line.number, "turn": row_id, "from_session": owner, "to_session": line.session_id}
@@ -307,11 +307,11 @@ class _Importer:
         self.stats.sessions += accepted
         self.stats.moves.extend(moves)
 
-    def _taken_reason(self, taken: list[tuple[str, Any]]) -> str:
+    def _taken_reason(self, taken: list[tuple[str, Any]], number: int) -> str:
         described = []
         for row_id, owner in taken[:3]:
-            line = self.session_lines.get(owner) if isinstance(owner, str) else None
-            where = f"line {line}" if line is not None else "already stored"
+            line = self.session_lines.get(owner, number) if isinstance(owner, str) else number
+            where = f"line {line}" if line < number else "already stored"
             described.append(f"turn id {row_id!r} belongs to session {owner!r} ({where})")
         more = f" and {len(taken) - 3} more" if len(taken) > 3 else ""
         return "; ".join(described) + more + ": give the turns other ids, or import with --allow-move to move them"
