@@ -76,6 +76,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands (none: run the daemon)")
     imp = add_command(sub, "import", common, "write sessions from a JSONL file into Chroma")
     imp.add_argument("file", help="JSONL file, one session per line (see README)")
+    imp.add_argument(
+        "--allow-move", action="store_true",
+        help="a turn id that belongs to another session moves to this line's session (each move is reported); "
+        "without it the line is rejected",
+    )
     status = add_command(sub, "status", common, "recent runs, backlog and graph counts")
     status.add_argument("--runs", type=_non_negative_int, default=10, help="how many recent runs to show (default 10)")
     retry = add_command(sub, "retry", common, "make failed / undigestible sessions eligible again now")
@@ -199,29 +204,43 @@ async def cmd_once(settings: Settings, args: argparse.Namespace) -> int:
 
 
 async def cmd_import(settings: Settings, args: argparse.Namespace) -> int:
-    from pipelines.importer import import_sessions
-    from store.chroma import ChromaStore
+    from pipelines.importer import ImportStats, import_sessions
+    from store.chroma import ChromaStore, ChromaUnavailableError
 
     chroma = await ChromaStore.connect(settings)
-    stats = await import_sessions(
-        args.file,
-        chroma=chroma,
-        memory_collection=settings.memory_collection,
-        summary_collection=settings.session_collection,
-    )
-    payload = stats.as_dict()
+    stats = ImportStats()
+    try:
+        await import_sessions(
+            args.file,
+            chroma=chroma,
+            memory_collection=settings.memory_collection,
+            summary_collection=settings.session_collection,
+            allow_move=args.allow_move,
+            stats=stats,
+        )
+    except ChromaUnavailableError as exc:  # say what was done: the rejected lines found so far too
+        stats.stopped = str(exc)
 
     def text() -> None:
+        rejected = f"; {len(stats.bad_lines)} lines rejected (nothing of them written)" if stats.bad_lines else ""
+        moved = f"; {len(stats.moves)} turns moved between sessions" if stats.moves else ""
         print(
             f"imported {stats.sessions} sessions from {stats.lines} lines: "
             f"{stats.memories_written} memories written ({stats.memories_unchanged} unchanged), "
-            f"{stats.summaries_written} summaries written ({stats.summaries_unchanged} unchanged)"
+            f"{stats.summaries_written} summaries written ({stats.summaries_unchanged} unchanged){rejected}{moved}"
         )
-        for bad in stats.bad_lines[:50]:
-            print(f"  line {bad['line']}: {bad['error']}", file=sys.stderr)
+        notes = [(bad["line"], bad["error"]) for bad in stats.bad_lines]
+        notes += [(m["line"], f"moved turn {m['turn']!r} from session {m['from_session']!r} to {m['to_session']!r}")
+                  for m in stats.moves]
+        for line, note in sorted(notes, key=lambda item: item[0]):
+            print(f"  line {line}: {note}", file=sys.stderr)
 
-    _emit(args, payload, text)
-    return EXIT_OK if not stats.bad_lines else EXIT_FAILED
+    _emit(args, stats.as_dict(), text)
+    if stats.stopped:
+        done = stats.done_through_line
+        what = f"lines 1-{done} are imported or listed as rejected, the rest is not" if done else "no line was imported"
+        print(f"rem-cycle: import stopped: {stats.stopped}; {what}; re-running the import is safe", file=sys.stderr)
+    return EXIT_OK if not stats.bad_lines and not stats.stopped else EXIT_FAILED
 
 
 async def cmd_status(settings: Settings, args: argparse.Namespace) -> int:
