@@ -147,3 +147,4 @@ async def test_status_counts_identity_candidates_as_the_run_records_do(settings,
     assert payload["identity_candidate_pairs"] == listed["total"] == 3
     text = run_cli("status", env={**env, "COLUMNS": "200"}).stdout
     assert "identity candidates to review: 2 nodes in 3 pairs" in text
+    assert "identity candidate pairs (3 of 3)" in run_cli("candidates", env={**env, "COLUMNS": "200"}).stdout
