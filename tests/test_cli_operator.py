@@ -142,7 +142,9 @@ async def test_status_counts_identity_candidates_as_the_run_records_do(settings,
     status = run_cli("status", "--json", env=env)
     assert status.returncode == 0, status.stderr
     payload = json.loads(status.stdout)
+    assert payload["data_dir"] == str(settings.data_dir.resolve())
     assert payload["identity_candidates"] == sum(per_run) == 2
     assert payload["identity_candidate_pairs"] == listed["total"] == 3
     text = run_cli("status", env={**env, "COLUMNS": "200"}).stdout
     assert "identity candidates to review: 2 nodes in 3 pairs" in text
+    assert "identity candidate pairs (3 of 3)" in run_cli("candidates", env={**env, "COLUMNS": "200"}).stdout

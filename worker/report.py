@@ -26,7 +26,7 @@ def collect_status(settings: Settings, stores: Stores, *, runs: int = 10) -> dic
     digests = stores.runstate.digest_counts()
     queue = read_queue(settings.queue_path)
     return {
-        "data_dir": str(settings.data_dir),
+        "data_dir": str(settings.data_dir.resolve()),  # where it is, whatever the current directory
         "chroma": stores.chroma.location,
         "runs": [{**run, "duration_seconds": _duration(run["started_at"], run.get("finished_at"))} for run in recent],
         "runs_by_outcome": stores.runstate.runs_by_outcome(),
