@@ -205,3 +205,51 @@ def test_match_existing_by_name_and_alias(tmp_path: Path) -> None:
         }
     finally:
         db.close()
+
+
+NOISE = [
+    ("CLASS", "b6166dccb4d2b48173aa7e7739be52db9d2d56a0", "node-name-blob"),  # a commit hash
+    ("CLASS", "aGVsbG8gd29ybGQgaGVsbG8gd29ybGQ=", "node-name-blob"),  # base64
+    ("CONCEPT", "550e8400-e29b-41d4-a716-446655440000", "node-name-blob"),  # a uuid
+    ("METHOD", "function(a){return a;}", "node-name-blob"),  # minified code
+    ("CONCEPT", "3.14", "node-name-number"),
+    ("CONCEPT", "2026-11-30", "node-name-number"),
+    ("ISSUE", "#0a0a0a", "node-name-colour"),
+    ("ISSUE", "#000", "node-name-colour"),  # no issue number has a leading zero
+    ("CONCEPT", "rgba(0, 0, 0, 0.5)", "node-name-colour"),
+    ("CONCEPT", "$ git status", "node-name-shell-prompt"),
+    ("CONCEPT", "dev@box:~/repo$ make", "node-name-shell-prompt"),
+    ("CONCEPT", ">>> import os", "node-name-shell-prompt"),
+]
+
+
+def test_noise_never_becomes_a_node_and_is_counted_per_reason() -> None:
+    work = unit(" ".join(name for _, name, _ in NOISE) + " #123 LazyEdgeQueue Pix2Sky_TAN XMLHttpRequest")
+    keep = [("ISSUE", "#123"), ("CLASS", "LazyEdgeQueue"), ("CLASS", "Pix2Sky_TAN"), ("CLASS", "XMLHttpRequest")]
+    raw = {"nodes": [{"type": t, "name": n, "evidence": [{"turn": 1, "quote": n}]} for t, n, _ in NOISE]
+           + [{"type": t, "name": n} for t, n in keep]}
+    extraction = validate_extraction(raw, work, semantic_types=TYPES)
+    assert sorted(n.name for n in extraction.nodes) == sorted(n for _, n in keep)
+    expected: dict[str, int] = {}
+    for _, _, reason in NOISE:
+        expected[reason] = expected.get(reason, 0) + 1
+    assert dict(extraction.rejected) == expected and extraction.dropped_items == len(NOISE)
+
+
+def test_heuristic_output_passes_the_same_noise_rules() -> None:
+    text = "Commit b6166dccb4d2b48173aa7e7739be52db9d2d56a0 set color #ff0000 on AbCdEfGh12IjKlMn34OpQr; see #42."
+    work = unit(text)
+    extraction = validate_extraction(extract_heuristic(work), work, semantic_types=TYPES)
+    names = {n.name for n in extraction.nodes}
+    assert "#42" in names and not names & {"#ff0000", "AbCdEfGh12IjKlMn34OpQr", "b6166dccb4d2b48173aa7e7739be52db9d2d56a0"}
+
+
+def test_a_speaker_named_as_evidence_is_grounded_in_the_turn() -> None:
+    turns = (UnitTurn(1, "m0", "We met in Paris.", "Alice"), UnitTurn(2, "m1", "Yes!", "Bob"))
+    work = WorkUnit("s:chunk:0", "s", 0, turns, unit_content_hash("s", turns))
+    raw = {"nodes": [{"type": "PERSON", "name": "Bob", "evidence": [{"turn": 2, "quote": "Bob"}]},
+                     {"type": "PERSON", "name": "Carol", "evidence": [{"turn": 2, "quote": "Carol"}]}]}
+    extraction = validate_extraction(raw, work, semantic_types=(*TYPES, "PERSON"))
+    nodes = {n.name: n for n in extraction.nodes}
+    assert [e.memory_id for e in nodes["Bob"].evidence] == ["m1"]
+    assert nodes["Carol"].evidence == () and len(extraction.ungrounded) == 1
