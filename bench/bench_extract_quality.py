@@ -64,6 +64,7 @@ class SeenNode:
     name: str
     roles: Counter[str] = field(default_factory=Counter)
     quotes: list[str] = field(default_factory=list)
+    turns: set[str] = field(default_factory=set)  # memory ids of its evidence
 
 
 def load_sessions(path: Path) -> list[dict[str, Any]]:
@@ -88,6 +89,7 @@ def extract_session(units: Sequence[WorkUnit], extract: Extract, settings: Setti
             entry = seen.setdefault(node.id, SeenNode(node.id, node.type, node.name))
             for evidence in node.evidence:
                 entry.roles[role_of.get(evidence.memory_id, "")] += 1
+                entry.turns.add(evidence.memory_id)
                 if len(entry.quotes) < 2:
                     entry.quotes.append(evidence.quote)
     return seen
@@ -139,7 +141,10 @@ def precision_nodes(
 def cmd_sample(args: argparse.Namespace) -> None:
     settings = Settings()
     labelled = {(r["session"], r["node"]) for r in read_jsonl(NODE_LABELS)}
-    _, sample = precision_nodes(args.data, args.source, args.split, heuristic.extract_heuristic, settings)
+    if args.tool_only:
+        sample = tool_only_pool(args.data, args.split, settings)
+    else:
+        _, sample = precision_nodes(args.data, args.source, args.split, heuristic.extract_heuristic, settings)
     for sid, node in sample:
         if (sid, node.id) not in labelled:
             print(json.dumps({"session": sid, "node": node.id, "roles": dict(node.roles), "quotes": node.quotes}, ensure_ascii=False))
@@ -163,6 +168,7 @@ def main(argv: list[str] | None = None) -> None:
         if name != "report":
             command.add_argument("--source", choices=SOURCES, required=True)
             command.add_argument("--split", choices=SPLITS, required=True)
+            command.add_argument("--tool-only", action="store_true", help="the tool-only reference sample (swe)")
         else:
             command.add_argument("--baseline-ref", default="fb81ed7", help="git ref of the heuristic to compare with")
             command.add_argument("--splits", nargs="+", choices=SPLITS, default=["tune"])
@@ -171,7 +177,9 @@ def main(argv: list[str] | None = None) -> None:
     {"report": cmd_report, "sample": cmd_sample, "show": cmd_show}[args.command](args)
 
 
-TOOL_THRESHOLDS = (1, 2, 3, 4, 10**6)
+NEVER = 10**6
+TOOL_THRESHOLDS = (1, 2, 3, 4, 6, NEVER)
+TOOL_ONLY_SAMPLE = 100
 SPEED_SESSIONS = {"friends": 400, "swe": 30}
 
 
@@ -211,26 +219,28 @@ def entity_recall(data: Path, split: str, extract: Extract, settings: Settings) 
     }
 
 
-def tool_only_tradeoff(
-    data: Path, split: str, labels: dict[tuple[str, str], bool], settings: Settings
-) -> list[dict[str, Any]]:
-    """Precision and recall of the labelled coding nodes as the tool-only threshold varies: the
-    reference is the labelled sample drawn with every tool-only node kept (threshold 1)."""
-    found, sample = precision_nodes(data, "swe", split, partial(heuristic.extract_heuristic, tool_only_min_turns=1), settings)
-    reference = {(sid, node.id): labels[(sid, node.id)] for sid, node in sample if (sid, node.id) in labels}
-    useful = sum(reference.values())
+def tool_only_pool(data: Path, split: str, settings: Settings) -> list[tuple[str, SeenNode]]:
+    """A fixed random sample of the coding nodes seen only in tool output, every one of them kept
+    (threshold 1): the reference for the tool-only trade-off."""
+    found, _ = precision_nodes(data, "swe", split, partial(heuristic.extract_heuristic, tool_only_min_turns=1), settings)
+    pool = [(sid, node_id) for sid, nodes in found.items() for node_id, node in nodes.items()
+            if set(node.roles) <= heuristic.TOOL_ROLES]
+    pool.sort(key=lambda pair: hashlib.sha256(f"{SEED}|tool-only|{split}|{pair[0]}|{pair[1]}".encode()).hexdigest())
+    return [(sid, found[sid][node_id]) for sid, node_id in pool[:TOOL_ONLY_SAMPLE]]
+
+
+def tool_only_tradeoff(data: Path, split: str, labels: dict[tuple[str, str], bool], settings: Settings) -> list[dict[str, Any]]:
+    """Precision and recall among labelled tool-only nodes as the number of tool turns required
+    to keep one varies (a node also named in prose is kept whatever the threshold)."""
+    reference = [(node, labels[(sid, node.id)]) for sid, node in tool_only_pool(data, split, settings) if (sid, node.id) in labels]
+    useful = sum(v for _, v in reference)
     rows = []
     for threshold in TOOL_THRESHOLDS:
-        extract = partial(heuristic.extract_heuristic, tool_only_min_turns=threshold)
-        kept = {
-            (sid, node_id) for sid in found
-            for node_id in extract_session(units_of(_session(data, "swe", split, sid), settings), extract, settings)
-        }
-        judged = [v for key, v in reference.items() if key in kept]
+        kept = [v for node, v in reference if len(node.turns) >= threshold]
         rows.append({
-            "tool_only_min_turns": "never" if threshold == 10**6 else threshold, "kept": len(judged),
-            "precision": round(sum(judged) / len(judged), 3) if judged else None,
-            "recall": round(sum(judged) / useful, 3) if useful else None,
+            "tool_only_min_turns": "never" if threshold == NEVER else threshold, "labelled": len(reference), "kept": len(kept),
+            "precision": round(sum(kept) / len(kept), 3) if kept else None,
+            "recall": round(sum(kept) / useful, 3) if useful else None,
         })
     return rows
 

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from config import DEFAULT_SEMANTIC_TYPES
 from pipelines.extract.commit import Candidate, match_existing, plan_commit
-from pipelines.extract.heuristic import extract_heuristic, find_mentions
+from pipelines.extract.heuristic import TOOL_ONLY_MIN_TURNS, extract_heuristic, find_mentions
 from pipelines.extract.map import chunk_backoff
 from pipelines.extract.model import (
     ChunkExtraction,
@@ -253,3 +253,49 @@ def test_a_speaker_named_as_evidence_is_grounded_in_the_turn() -> None:
     nodes = {n.name: n for n in extraction.nodes}
     assert [e.memory_id for e in nodes["Bob"].evidence] == ["m1"]
     assert nodes["Carol"].evidence == () and len(extraction.ungrounded) == 1
+
+
+def conversation(*turns: tuple[str, str]) -> WorkUnit:
+    unit_turns = tuple(UnitTurn(n, f"m{n}", text, role) for n, (role, text) in enumerate(turns, start=1))
+    return WorkUnit("s:chunk:0", "s", 0, unit_turns, unit_content_hash("s", unit_turns))
+
+
+def nodes_of(work: WorkUnit) -> dict[str, float]:
+    extraction = validate_extraction(extract_heuristic(work), work, semantic_types=TYPES)
+    assert extraction.ungrounded == () and extraction.rejected == ()
+    return {n.id: n.confidence for n in extraction.nodes}
+
+
+def test_heuristic_reads_people_places_and_works_in_conversation() -> None:
+    assert set(nodes_of(conversation(("user", "Alice met Bob in Paris.")))) == {"PERSON:Alice", "PERSON:Bob", "PLACE:Paris"}
+    found = nodes_of(conversation(
+        ("Monica Geller", "Hey John, how was Boston? Last Friday I went to the Museum of Natural History."),
+        ("John Smith", "Sometimes I'm tired. That's Boston for you! Oh Monica, we watched \"An Affair To Remember\"."),
+    ))
+    # speakers are people; "Hey John" is John (the speaker John Smith), "Oh Monica" is Monica Geller
+    assert set(found) == {
+        "PERSON:Monica Geller", "PERSON:John Smith", "CONCEPT:boston", "PLACE:Museum of Natural History",
+        "WORK:An Affair To Remember",
+    }
+    # said in both turns, by both speakers: outranks the one-off
+    assert found["CONCEPT:boston"] > found["PLACE:Museum of Natural History"]
+
+
+def test_heuristic_speaker_roles_that_are_no_names_make_no_person() -> None:
+    found = nodes_of(conversation(("user", "hi"), ("assistant", "hello"), ("Old Woman", "well"), ("Speaker 1", "ok"), ("#ALL#", "yes")))
+    assert not [n for n in found if n.startswith("PERSON:")]
+
+
+def test_heuristic_names_only_in_tool_output_need_several_tool_turns() -> None:
+    listing = "setup.py\nREADME.md\nsrc/store/lazy_queue.py"
+    once = nodes_of(conversation(("user", "fix the queue"), ("tool", listing), ("assistant", "I will edit src/store/lazy_queue.py")))
+    assert set(once) == {"FILE:src/store/lazy_queue.py"}  # named by the assistant: kept; the rest only listed once
+    repeated = nodes_of(conversation(*[("tool", listing)] * TOOL_ONLY_MIN_TURNS))
+    assert "FILE:setup.py" in repeated and "FILE:README.md" in repeated
+    fewer = nodes_of(conversation(*[("tool", listing)] * (TOOL_ONLY_MIN_TURNS - 1)))
+    assert fewer == {}
+
+
+def test_heuristic_agent_prose_about_code_makes_no_people_or_places() -> None:
+    text = "The Query class in Django handles `Value` joins.\n1. Configure Django settings.\n2. Call super() on a ValueError."
+    assert set(nodes_of(conversation(("assistant", text)))) == set()
