@@ -144,7 +144,8 @@ def cmd_sample(args: argparse.Namespace) -> None:
     if args.tool_only:
         sample = tool_only_pool(args.data, args.split, settings)
     else:
-        _, sample = precision_nodes(args.data, args.source, args.split, heuristic.extract_heuristic, settings)
+        extract = baseline_module(args.baseline_ref).extract_heuristic if args.before else heuristic.extract_heuristic
+        _, sample = precision_nodes(args.data, args.source, args.split, extract, settings)
     for sid, node in sample:
         if (sid, node.id) not in labelled:
             print(json.dumps({"session": sid, "node": node.id, "roles": dict(node.roles), "quotes": node.quotes}, ensure_ascii=False))
@@ -169,6 +170,8 @@ def main(argv: list[str] | None = None) -> None:
             command.add_argument("--source", choices=SOURCES, required=True)
             command.add_argument("--split", choices=SPLITS, required=True)
             command.add_argument("--tool-only", action="store_true", help="the tool-only reference sample (swe)")
+            command.add_argument("--before", action="store_true", help="sample the baseline extractor's nodes")
+            command.add_argument("--baseline-ref", default="fb81ed7")
         else:
             command.add_argument("--baseline-ref", default="fb81ed7", help="git ref of the heuristic to compare with")
             command.add_argument("--splits", nargs="+", choices=SPLITS, default=["tune"])

@@ -18,6 +18,7 @@ import re
 from collections.abc import Iterable, Mapping
 from collections import Counter
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from itertools import combinations
 from typing import Any
 
@@ -177,6 +178,7 @@ class HeuristicExtractor:
         return ExtractorReply(raw=extract_heuristic(unit))
 
 
+@lru_cache(maxsize=4096)
 def speaker_name(role: str | None) -> str | None:
     """The person a turn's role names ("Monica Geller", "Mr. Treeger"), or ``None`` for ``user``,
     ``assistant``, ``tool``, "Speaker 1" and roles that describe someone ("Old Woman")."""
