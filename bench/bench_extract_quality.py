@@ -8,8 +8,9 @@ tuning and a held-out half before anything was labelled. Labels (committed, smal
 - ``bench/data/chat_entities.jsonl`` — ``{"session", "entities": [{"name", "type", "aliases"}]}``:
   for sampled conversations, the named people, places, works and organisations a person would list.
 
-    python -m bench.bench_extract_quality report --data /tmp/qe-data [--baseline-ref fb81ed7]
-    python -m bench.bench_extract_quality sample --data /tmp/qe-data --source swe --split tune
+    python -m bench.bench_extract_quality report --data /tmp/qe-data --splits tune heldout --speed
+    python -m bench.bench_extract_quality sample --data /tmp/qe-data --source swe --split tune [--before|--tool-only]
+    REM_TRANSCRIPTS=/tmp/qe-data python bench/run_all.py extract_quality
 
 ``report`` prints, per source and split, node precision over the labelled nodes the extractor
 still makes, chat entity recall, and turns/s against the baseline extractor (the heuristic module
@@ -22,6 +23,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import random
 import subprocess
 import sys
@@ -176,6 +178,12 @@ def main(argv: list[str] | None = None) -> None:
             command.add_argument("--baseline-ref", default="fb81ed7", help="git ref of the heuristic to compare with")
             command.add_argument("--splits", nargs="+", choices=SPLITS, default=["tune"])
             command.add_argument("--speed", action="store_true", help="also time both extractors")
+    if argv is not None and not argv:  # from bench/run_all.py: the data are fetched by hand
+        data = os.environ.get("REM_TRANSCRIPTS")
+        if not data:
+            print("skipped: set REM_TRANSCRIPTS to the converted transcripts (see this module's docstring)")
+            return
+        argv = ["report", "--data", data, "--splits", "tune", "heldout", "--speed"]
     args = parser.parse_args(argv)
     {"report": cmd_report, "sample": cmd_sample, "show": cmd_show}[args.command](args)
 

@@ -161,8 +161,7 @@ class _Name:
     end: int
     name: str
     quote: str
-    sentence_initial_word: bool  # a lone word where any sentence starts with a capital
-    cues: set[str] = field(default_factory=set)  # PERSON, PLACE, WORK, ORGANIZATION
+    cues: set[str] = field(default_factory=set)  # types the stripped words implied ("Hey John": PERSON)
 
 
 class HeuristicExtractor:
@@ -471,7 +470,7 @@ def _trim_name(text: str, match: re.Match[str], capitalised_elsewhere: frozenset
         return None  # "Sometimes", "Sounds": any sentence starts with a capital
     if _is_heading(text, match.start(), match.end()):
         return None  # "Command Execution Rules" on a line of its own is a heading, not a name
-    return _Name(start, end, " ".join(words), text[start:end], lone_initial, cues)
+    return _Name(start, end, " ".join(words), text[start:end], cues)
 
 
 def _possessive_base(word: str) -> str:
