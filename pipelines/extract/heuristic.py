@@ -67,11 +67,12 @@ _CONNECTORS = frozenset("of the de da del van von le la &".split())
 _NAME_RUN = re.compile(rf"(?<![\w'’@#/.`-]){_WORD}(?:[ \t]+(?:(?:{'|'.join(_CONNECTORS)})[ \t]+)*{_WORD})*(?![\w@/`-])")
 _QUOTED_TITLE = re.compile(r"[\"“]([A-Z][^\"“”\n]{0,80}?)[,.?!]*[\"”]")
 _SENTENCE_END = re.compile(r"(?:^|[.!?:;…\"“”(\[*#>-]|\n)\s*$")
+_NEW_YEAR = re.compile(r"(?:Happy[ \t]+)?New[ \t]+Year(?:['’]s)?(?:[ \t]+(?:Eve|Day))?$")
 _LIST_ITEM = re.compile(r"\n[ \t]*(?:\d{1,2}[.)]|[-*•])[ \t]+$")
 _CONTRACTION = re.compile(r"^(.+?)['’](m|re|ve|ll|d|t|s)$", re.I)
 
 _GREETINGS = frozenset(
-    "hey hi hello hiya howdy yo bye goodbye goodnight morning evening night thanks thank dear congratulations "
+    "hey hi hello hiya howdy yo bye goodbye goodnight thanks thank dear congratulations "
     "congrats welcome sorry cheers".split()
 )
 _INTERJECTIONS = frozenset(
@@ -94,7 +95,10 @@ _STOPWORDS = frozenset(
 _DATE_WORDS = frozenset(
     "monday tuesday wednesday thursday friday saturday sunday today tomorrow yesterday tonight weekend january "
     "february march april may june july august september october november december christmas thanksgiving "
-    "halloween easter hanukkah valentine's valentines new year eve birthday anniversary".split()
+    "halloween easter hanukkah valentine's valentines year year's eve birthday anniversary".split()
+)
+# Stripped only when nothing else is left ("Tomorrow Night" is a date, "the Night Shift" a name).
+_TIMES_OF_DAY = frozenset("morning afternoon evening night".split()
 )
 _RELATIVE_DATE_LEADS = frozenset("last next this past coming early late mid every".split())
 _TITLES = frozenset("mr mr. mrs mrs. ms ms. dr dr. miss uncle aunt auntie grandma grandpa professor prof prof. sir lady lord dame".split())
@@ -416,6 +420,8 @@ def _name_mentions(text: str, people: Mapping[str, str], capitalised_elsewhere: 
 def _trim_name(text: str, match: re.Match[str], capitalised_elsewhere: frozenset[str], *, chat: bool) -> _Name | None:
     """The name inside a run of capitalised words: greetings, interjections, contractions, stop
     words and dates stripped off; ``None`` when nothing is left that reads as a name."""
+    if _NEW_YEAR.match(match.group(0)):
+        return None  # a date, though "New" starts names ("New York")
     spans = [(m.start() + match.start(), m.group(0)) for m in re.finditer(r"\S+", match.group(0))]
     at_sentence_start = match.start() == 0 or _SENTENCE_END.search(text[max(0, match.start() - 3) : match.start()]) is not None
     list_item = _LIST_ITEM.search(text[max(0, match.start() - 12) : match.start()]) is not None or (
@@ -458,7 +464,7 @@ def _trim_name(text: str, match: re.Match[str], capitalised_elsewhere: frozenset
             break
     while spans and (spans[-1][1].casefold() in _DATE_WORDS or spans[-1][1].casefold() in _STOPWORDS or spans[-1][1] in _CONNECTORS):
         spans = spans[:-1]
-    if not spans or all(w.casefold() in _DATE_WORDS for _, w in spans):
+    if not spans or all(w.casefold() in _DATE_WORDS or w.casefold() in _TIMES_OF_DAY for _, w in spans):
         return None
     words = [_possessive_base(w) for _, w in spans]
     if len(words) == 1 and (len(words[0]) < 2 or words[0] == "I"):
