@@ -109,6 +109,7 @@ def baseline_module(ref: str) -> types.ModuleType:
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """The rows of a JSONL file (none when it does not exist yet)."""
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
@@ -134,6 +135,7 @@ def node_sample(nodes: dict[str, dict[str, SeenNode]], source: str, split: str) 
 def precision_nodes(
     data: Path, source: str, split: str, extract: Extract, settings: Settings
 ) -> tuple[dict[str, dict[str, SeenNode]], list[tuple[str, SeenNode]]]:
+    """Every node ``extract`` makes on the split's precision sessions, and the node sample."""
     sessions = load_sessions(data / f"{source}.{split}.jsonl")
     chosen = sampled_sessions(sessions, source, PRECISION_SESSIONS[source], salt=f"{split}:precision")
     found = {s["sessionId"]: extract_session(units_of(s, settings), extract, settings) for s in chosen}
@@ -141,6 +143,7 @@ def precision_nodes(
 
 
 def cmd_sample(args: argparse.Namespace) -> None:
+    """Print the sampled nodes that have no label yet, for a person to label."""
     settings = Settings()
     labelled = {(r["session"], r["node"]) for r in read_jsonl(NODE_LABELS)}
     if args.tool_only:
@@ -256,16 +259,6 @@ def tool_only_tradeoff(data: Path, split: str, labels: dict[tuple[str, str], boo
     return rows
 
 
-_SESSION_CACHE: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
-
-
-def _session(data: Path, source: str, split: str, sid: str) -> dict[str, Any]:
-    key = (source, split)
-    if key not in _SESSION_CACHE:
-        _SESSION_CACHE[key] = {s["sessionId"]: s for s in load_sessions(data / f"{source}.{split}.jsonl")}
-    return _SESSION_CACHE[key][sid]
-
-
 def speed(data: Path, source: str, extractors: Mapping[str, Extract], settings: Settings) -> dict[str, Any]:
     """Turns/s of each extractor over the same units (planned once), timed in this process."""
     sessions = sampled_sessions(load_sessions(data / f"{source}.tune.jsonl"), source, SPEED_SESSIONS[source], salt="speed")
@@ -288,6 +281,7 @@ def speed(data: Path, source: str, extractors: Mapping[str, Extract], settings: 
 
 
 def cmd_report(args: argparse.Namespace) -> None:
+    """Print precision, recall, the tool-only trade-off and (``--speed``) turns/s as JSON."""
     settings = Settings()
     labels = {(r["session"], r["node"]): bool(r["useful"]) for r in read_jsonl(NODE_LABELS)}
     before = baseline_module(args.baseline_ref).extract_heuristic
