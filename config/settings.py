@@ -38,6 +38,9 @@ DEFAULT_SEMANTIC_TYPES: tuple[str, ...] = (
     "PERSON",
     "AGENT",
     "TOOL",
+    "PLACE",
+    "ORGANIZATION",
+    "WORK",
 )
 
 _COLLECTION_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{1,510}[A-Za-z0-9]$"
