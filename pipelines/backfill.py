@@ -16,6 +16,7 @@ faked).
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -25,7 +26,7 @@ from typing import Any
 import anyio
 import structlog
 
-from pipelines.ingest import BACKFILL_MARKER, ORIGINATES_IN, memory_node, session_node, sync_sessions_to_graph
+from pipelines.ingest import BACKFILL_MARKER, ORIGINATES_IN, memory_node, session_node, sync_batch_isolating_failures
 from store.chroma import ChromaRow, ChromaStore, ChromaUnavailableError, MemoryRow, SummaryRow
 from store.graph import Edge, GraphStore, LinkStats, Node, chunked
 from store.ids import InvalidIdError, is_valid_row_id, normalize_graph_node_id, row_kind, row_suffix, session_node_id
@@ -313,21 +314,20 @@ async def link_nodes_async(
 
 
 def session_created_times(summaries: Iterable[ChromaRow], memories: Iterable[ChromaRow]) -> dict[str, str | None]:
-    """When each session was created: its summary row's ``createdAt``/``timestamp``, else the
-    earliest of its memory rows'; ``None`` when no row says. Rows without a valid ``sessionId``
-    are ignored. Pure."""
+    """When each session was created: its summary row's ``createdAt``/``timestamp``, else (no
+    summary row, or one without a usable time) the earliest of its memory rows'; ``None`` when no
+    row says. Rows without a valid ``sessionId`` are ignored. Pure."""
     from_summaries: dict[str, str | None] = {}
     for row in summaries:
         if is_valid_row_id(row.session_id):
-            created = row.created_at
             known = from_summaries.get(row.session_id)  # type: ignore[arg-type]
-            from_summaries[row.session_id] = max(filter(None, (known, created)), default=None)  # type: ignore[index]
+            from_summaries[row.session_id] = max(filter(None, (known, row.created_at)), default=None)  # type: ignore[index]
     times: dict[str, str | None] = {}
     for row in memories:
-        if is_valid_row_id(row.session_id) and row.session_id not in from_summaries:
+        if is_valid_row_id(row.session_id) and not from_summaries.get(row.session_id):  # type: ignore[arg-type]
             created, known = row.created_at, times.get(row.session_id)  # type: ignore[arg-type]
             times[row.session_id] = min(filter(None, (known, created)), default=None)  # type: ignore[index]
-    return {**times, **from_summaries}
+    return {**from_summaries, **times}
 
 
 def sessions_in_window(created: dict[str, str | None], *, since: str) -> tuple[list[str], int]:
@@ -356,6 +356,8 @@ class RecentBackfill:
     sessions_synced: int = 0
     sessions_failed: int = 0
     ingest: dict[str, int] = field(default_factory=lambda: {"processed": 0, "upserted": 0, "skipped": 0, "errors": 0})
+    bad_values: Counter[str] = field(default_factory=Counter)
+    session_failures: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -368,6 +370,8 @@ class RecentBackfill:
             "sessions_synced": self.sessions_synced,
             "sessions_failed": self.sessions_failed,
             "ingest": dict(self.ingest),
+            "bad_values": dict(sorted(self.bad_values.items())),
+            "session_failures": list(self.session_failures),
         }
 
 
@@ -403,18 +407,14 @@ async def sync_recent_sessions(
     if dry_run:
         return result
     for done, batch in enumerate(chunked(session_ids, max(1, sessions_per_batch)), start=1):
-        try:
-            stats = await sync_sessions_to_graph(list(batch), chroma=chroma, graph=graph)
-        except ChromaUnavailableError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - one bad batch must not stop the back-fill
-            result.sessions_failed += len(batch)
-            log.warning("back-fill session batch failed", sessions=list(batch)[:5], error=_describe(exc))
-        else:
-            result.sessions_synced += len(batch)
-            for one in stats.values():
-                for key, value in one.as_dict().items():
-                    result.ingest[key] += value
+        synced = await sync_batch_isolating_failures(list(batch), chroma=chroma, graph=graph)
+        result.sessions_failed += len(synced.failed)
+        result.session_failures += [f"{sid}: {why}" for sid, why in synced.failed.items()][: 20 - len(result.session_failures)]
+        result.sessions_synced += len(synced.synced)
+        for one in synced.synced.values():
+            for key, value in one.as_dict().items():
+                result.ingest[key] += value
+            result.bad_values.update(one.bad_values)
         if on_progress:
             on_progress(min(done * sessions_per_batch, len(session_ids)), len(session_ids))
     return result
