@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings as hsettings, strategies as st
 
 from config import Settings, load_settings
 from pipelines.ingest import plan_session_sync
@@ -168,6 +169,26 @@ def test_time_parsing_is_total() -> None:
     assert read_turn_index(4.0) == (4, None) and read_turn_index(float("nan")) == (None, "not-finite")
 
 
+meta_values = (st.none() | st.booleans() | st.integers(min_value=-(2**70), max_value=2**70) | st.floats() | st.text(max_size=70)
+               | st.lists(st.text(max_size=5), max_size=2) | st.sampled_from(["9999-12-31T23:59:59-05:00", "0001-01-01T00:00:00+05:00", "2026-11-01T10:00:00Z"]))
+meta_keys = st.sampled_from(["sessionId", "createdAt", "timestamp", "turnIndex", "userId", "role", "agent", "title"])
+KNOWN_REASONS = {"missing", "invalid", "wrong-type", "unparseable", "not-finite", "out-of-range", "not-an-integer"}
+
+
+@hsettings(max_examples=300)
+@given(st.dictionaries(meta_keys, meta_values, max_size=8), st.dictionaries(meta_keys, meta_values, max_size=8))
+def test_any_metadata_is_read_totally_and_every_bad_value_is_named(memory_meta: dict[str, Any], summary_meta: dict[str, Any]) -> None:
+    row = MemoryRow("m-1", "text", memory_meta)
+    _, memories, _, stats = plan_session_sync("s-1", [row], SummaryRow("sum-1", "summary", summary_meta), {})
+    assert len(memories) + stats.errors == 1
+    for key in stats.bad_values:
+        field_name, reason = key.split(":")
+        assert field_name in {"sessionId", "createdAt", "timestamp", "turnIndex", "userId", "role", "agent", "title"}
+        assert reason in KNOWN_REASONS, key
+    if memories:
+        assert memories[0].properties.get("createdAt") in (None, row.created_at)
+
+
 def test_nan_metadata_is_counted_not_fatal() -> None:
     # Embedded Chroma drops NaN metadata on write, a server or another client may not: the rows are read totally.
     rows = [MemoryRow("m-1", "x", {"sessionId": "s", "turnIndex": float("nan"), "timestamp": float("nan")})]
@@ -232,3 +253,23 @@ async def test_a_session_of_100k_turns_ingests_chunks_and_digests(tmp_path: Path
     assert extract["chunks_total"] > 2 and extract["chunks_failed"] == 0
     assert graph_query(data, "SELECT COUNT(*) FROM nodes WHERE label = 'MEMORY'")[0][0] == 100_003
     assert graph_query(data, "SELECT state FROM session_digests WHERE session_id = 'huge'") == [("digested",)]
+
+
+@pytest.mark.server
+async def test_server_mode_batches_pages_and_survives_poison(tmp_path: Path, clean_env: pytest.MonkeyPatch, chroma_server: str) -> None:
+    env = {"REM_DATA_DIR": str(tmp_path / "d"), "REM_CHROMA_URL": chroma_server,
+           "REM_MEMORY_COLLECTION": "poison-memory-srv", "REM_SESSION_COLLECTION": "poison-sessions-srv"}
+    settings = load_settings(data_dir=tmp_path / "d", chroma_url=chroma_server, memory_collection=env["REM_MEMORY_COLLECTION"],
+                             session_collection=env["REM_SESSION_COLLECTION"])
+    chroma = await ChromaStore.connect(settings)
+    limit = await chroma.max_batch_size()  # what the server says, asked through the async client
+    assert limit > 0
+    big = limit + 500  # one write and one session past the server's limit
+    await write_poisoned_store(settings)
+    await write_rows(settings, memories=turns("big", big), summaries=[summary("big")])
+    result = once(env)
+    assert result["outcome"] == "completed", result
+    ingest = result["phases"]["ingest"]
+    assert ingest["bad_values"] == EXPECTED_BAD_VALUES
+    assert (ingest["sessions_synced"], ingest["processed"]) == (5, 14 + big)
+    assert result["phases"]["extract"]["sessions_digested"] == 5
