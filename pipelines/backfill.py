@@ -26,7 +26,14 @@ from typing import Any
 import anyio
 import structlog
 
-from pipelines.ingest import BACKFILL_MARKER, ORIGINATES_IN, memory_node, session_node, sync_batch_isolating_failures
+from pipelines.ingest import (
+    BACKFILL_MARKER,
+    ORIGINATES_IN,
+    describe_error,
+    memory_node,
+    session_node,
+    sync_batch_isolating_failures,
+)
 from store.chroma import ChromaRow, ChromaStore, ChromaUnavailableError, MemoryRow, SummaryRow
 from store.graph import Edge, GraphStore, LinkStats, Node, chunked
 from store.ids import InvalidIdError, is_valid_row_id, normalize_graph_node_id, row_kind, row_suffix, session_node_id
@@ -239,7 +246,7 @@ async def _plan_batch(batch: Sequence[str], *, chroma: ChromaStore, graph: Graph
             rows = await chroma.memories_by_ids(missing_memories)
             fetched["memories"] = None if rows is None else {row.id: row for row in rows}
         except Exception as exc:  # noqa: BLE001 - becomes the outcome of every id of the read
-            fetched.update(memory_error=_describe(exc), memory_unavailable=isinstance(exc, ChromaUnavailableError))
+            fetched.update(memory_error=describe_error(exc), memory_unavailable=isinstance(exc, ChromaUnavailableError))
     parents = {row.session_id for row in (fetched.get("memories") or {}).values() if row.session_id}
     if parents:
         parent_ids = {sid: _session_id_or_none(sid) for sid in parents}
@@ -254,7 +261,7 @@ async def _plan_batch(batch: Sequence[str], *, chroma: ChromaStore, graph: Graph
             if fetched["summaries"] is not None and unsummarised:
                 fetched["sessions_with_memories"] = frozenset(await chroma.sessions_with_memories(unsummarised) or ())
         except Exception as exc:  # noqa: BLE001 - becomes the outcome of every session of the read
-            fetched.update(summary_error=_describe(exc), summary_unavailable=isinstance(exc, ChromaUnavailableError))
+            fetched.update(summary_error=describe_error(exc), summary_unavailable=isinstance(exc, ChromaUnavailableError))
     fetched["sessions_with_memories"] = frozenset(fetched.get("sessions_with_memories", ())) | parents
     return plan_backfill(batch, existing=existing, fetched=Fetched(**fetched))
 
@@ -264,10 +271,6 @@ def _session_id_or_none(session_id: str) -> str | None:
         return session_node_id(session_id)
     except InvalidIdError:
         return None
-
-
-def _describe(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"[:500]
 
 
 async def ingest_single_row(graph_node_id: object, *, chroma: ChromaStore, graph: GraphStore) -> dict[str, Any]:
@@ -280,8 +283,8 @@ async def ingest_single_row(graph_node_id: object, *, chroma: ChromaStore, graph
         outcomes = await ensure_nodes_exist([graph_node_id], chroma=chroma, graph=graph, batch_size=1)
         return outcomes[graph_node_id].as_dict()
     except Exception as exc:  # noqa: BLE001 - the contract is a result, not an exception
-        log.warning("back-fill failed", graph_node_id=str(graph_node_id)[:200], error=_describe(exc))
-        return RowOutcome("error", error=_describe(exc)).as_dict()
+        log.warning("back-fill failed", graph_node_id=str(graph_node_id)[:200], error=describe_error(exc))
+        return RowOutcome("error", error=describe_error(exc)).as_dict()
 
 
 async def link_nodes_async(
@@ -303,7 +306,7 @@ async def link_nodes_async(
         edges = [] if failed else [Edge(source, target, relationship, weight, dict(properties or {}))]
         stats = await anyio.to_thread.run_sync(partial(write_backfill, plan, graph, edges=edges))
     except Exception as exc:  # noqa: BLE001 - reported as False, like every other failure here
-        log.warning("link back-fill failed", source=str(source)[:200], target=str(target)[:200], error=_describe(exc))
+        log.warning("link back-fill failed", source=str(source)[:200], target=str(target)[:200], error=describe_error(exc))
         return False
     for given, outcome in failed.items():
         log.warning("link endpoint unavailable", node_id=str(given)[:200], reason=outcome.reason, error=outcome.error)

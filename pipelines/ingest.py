@@ -264,7 +264,7 @@ async def sync_batch_isolating_failures(session_ids: Sequence[str], *, chroma: C
         raise
     except Exception as exc:  # noqa: BLE001 - narrowed down below, session by session
         if len(session_ids) == 1:
-            result.failed[session_ids[0]] = _describe(exc)
+            result.failed[session_ids[0]] = describe_error(exc)
             log.warning("session sync failed", session_id=session_ids[0], error=result.failed[session_ids[0]])
             return result
     for sid in session_ids:
@@ -274,8 +274,9 @@ async def sync_batch_isolating_failures(session_ids: Sequence[str], *, chroma: C
     return result
 
 
-def _describe(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"[:300]
+def describe_error(exc: BaseException) -> str:
+    """``<ExceptionType>: <message>``, bounded, for stats and logs."""
+    return f"{type(exc).__name__}: {exc}"[:500]
 
 
 async def sync_session_to_graph(session_id: str, *, chroma: ChromaStore, graph: GraphStore) -> SyncStats:

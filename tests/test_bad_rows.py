@@ -273,3 +273,32 @@ async def test_server_mode_batches_pages_and_survives_poison(tmp_path: Path, cle
     assert ingest["bad_values"] == EXPECTED_BAD_VALUES
     assert (ingest["sessions_synced"], ingest["processed"]) == (5, 14 + big)
     assert result["phases"]["extract"]["sessions_digested"] == 5
+
+
+async def test_a_session_whose_sync_fails_costs_only_itself(tmp_path: Path, clean_env: pytest.MonkeyPatch) -> None:
+    """A real SQLite failure (a trigger refusing one session's node) fails that session alone; the
+    others of its batch are ingested and digested, and it is synced once the fault is gone."""
+    from store.db import Database
+
+    data = tmp_path / "d"
+    settings = load_settings(data_dir=data)
+    await write_rows(settings, memories=[*turns("fine-1", 2), *turns("doomed", 2), *turns("fine-2", 2)],
+                     summaries=[summary(sid) for sid in ("fine-1", "doomed", "fine-2")])
+    db = Database(settings.graph_path)
+    with db.transaction() as conn:
+        conn.execute("CREATE TRIGGER refuse_doomed BEFORE INSERT ON nodes WHEN NEW.id = 'session:doomed' "
+                     "BEGIN SELECT RAISE(ABORT, 'refused by test trigger'); END")
+    db.close()
+    result = once({"REM_DATA_DIR": str(data)})
+    assert result["outcome"] == "completed", result
+    ingest = result["phases"]["ingest"]
+    assert (ingest["sessions_synced"], ingest["sessions_failed"], ingest["backlog"]) == (2, 1, 1)
+    assert len(ingest["session_failures"]) == 1 and ingest["session_failures"][0].startswith("doomed: ")
+    assert "refused by test trigger" in ingest["session_failures"][0]
+    assert result["phases"]["extract"]["sessions_digested"] == 2
+    conn = sqlite3.connect(data / "graph.sqlite3")
+    conn.execute("DROP TRIGGER refuse_doomed")
+    conn.commit()
+    conn.close()
+    again = once({"REM_DATA_DIR": str(data)})
+    assert (again["phases"]["ingest"]["sessions_synced"], again["phases"]["extract"]["sessions_digested"]) == (1, 1)
