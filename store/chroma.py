@@ -68,45 +68,70 @@ TEXT_FIELDS: dict[str, tuple[str, ...]] = {"memory": ("userId", "role", "agent")
 
 
 @dataclass(frozen=True, slots=True)
+class RowValues:
+    """What the worker reads from one row's metadata: its time, its turn index (memories only) and
+    every bad value as ``<field>:<reason>``."""
+
+    created_at: str | None
+    turn_index: int | None
+    problems: tuple[str, ...]
+
+
+def read_row(row_id: object, metadata: Metadata, *, kind: str) -> RowValues:
+    """Read a row's metadata totally (``kind`` is ``memory`` or ``summary``): a bad value is read as
+    missing and named in ``problems``, never raised on, never clamped. Pure."""
+    created, problems = read_created_at(metadata)
+    index = None
+    if kind == "memory":
+        index, bad_index = read_turn_index(metadata.get("turnIndex"))
+        if bad_index:
+            problems.append(f"turnIndex:{bad_index}")
+    return RowValues(created, index, (*row_problems(row_id, metadata, kind=kind), *problems))
+
+
+@dataclass(frozen=True, slots=True)
 class ChromaRow:
     """One row of a collection: id, document and metadata, with the fields every row may carry.
 
-    Metadata is read once, totally: ``created_at`` is the row's time (``None`` when missing or
-    bad) and ``problems`` names every bad value as ``<field>:<reason>`` (see :func:`row_problems`),
-    so that one poison value is counted and never raises."""
+    Metadata is read on first use (an ids-only scan never pays for it) by :func:`read_row`."""
 
     id: str
     document: str
     metadata: Metadata = field(default_factory=dict)
-    created_at: str | None = field(init=False, compare=False, repr=False)
-    problems: tuple[str, ...] = field(init=False, compare=False, repr=False)
-
-    def __post_init__(self) -> None:
-        created, problems = read_created_at(self.metadata)
-        object.__setattr__(self, "created_at", created)
-        object.__setattr__(self, "problems", (*row_problems(self.id, self.metadata, kind=self._kind), *problems, *self._more()))
+    _values: RowValues | None = field(init=False, default=None, compare=False, repr=False)
 
     _kind = "memory"
 
-    def _more(self) -> tuple[str, ...]:
-        return ()
+    def values(self) -> RowValues:
+        """The row's metadata, read once."""
+        if self._values is None:
+            object.__setattr__(self, "_values", read_row(self.id, self.metadata, kind=self._kind))
+        return self._values  # type: ignore[return-value]
 
     @property
     def session_id(self) -> str | None:
         value = self.metadata.get("sessionId")
         return value if isinstance(value, str) and value else None
 
+    @property
+    def created_at(self) -> str | None:
+        """The row's time (``createdAt``, else ``timestamp``) in canonical UTC; ``None`` when missing or bad."""
+        return self.values().created_at
+
+    @property
+    def problems(self) -> tuple[str, ...]:
+        """Every bad value of the row as ``<field>:<reason>``."""
+        return self.values().problems
+
 
 @dataclass(frozen=True, slots=True)
 class MemoryRow(ChromaRow):
-    """One memory (agent turn) as stored in Chroma; ``turn_index`` is ``None`` when missing or bad."""
+    """One memory (agent turn) as stored in Chroma."""
 
-    turn_index: int | None = field(init=False, compare=False, repr=False)
-
-    def _more(self) -> tuple[str, ...]:
-        index, problem = read_turn_index(self.metadata.get("turnIndex"))
-        object.__setattr__(self, "turn_index", index)
-        return (f"turnIndex:{problem}",) if problem else ()
+    @property
+    def turn_index(self) -> int | None:
+        """``turnIndex`` when it is a usable index; ``None`` when missing or bad."""
+        return self.values().turn_index
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,7 +185,7 @@ def read_turn_index(value: object) -> tuple[int | None, str | None]:
 
 def row_problems(row_id: object, metadata: Metadata, *, kind: str) -> list[str]:
     """``<field>:<reason>`` for the id, the ``sessionId`` and the text fields of a row (times and
-    turn index are read by :func:`read_created_at` / :func:`read_turn_index`). Pure, total."""
+    turn index are read by :func:`read_created_at` / :func:`read_turn_index`). Pure."""
     problems: list[str] = []
     if not is_valid_row_id(row_id):
         problems.append("id:invalid")
