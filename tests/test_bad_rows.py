@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given, settings as hsettings, strategies as st
+from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
 
 from config import Settings, load_settings
 from pipelines.ingest import plan_session_sync
@@ -175,7 +175,7 @@ meta_keys = st.sampled_from(["sessionId", "createdAt", "timestamp", "turnIndex",
 KNOWN_REASONS = {"missing", "invalid", "wrong-type", "unparseable", "not-finite", "out-of-range", "not-an-integer"}
 
 
-@hsettings(max_examples=300)
+@hsettings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.dictionaries(meta_keys, meta_values, max_size=8), st.dictionaries(meta_keys, meta_values, max_size=8))
 def test_any_metadata_is_read_totally_and_every_bad_value_is_named(memory_meta: dict[str, Any], summary_meta: dict[str, Any]) -> None:
     row = MemoryRow("m-1", "text", memory_meta)
