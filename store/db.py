@@ -9,9 +9,24 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
+
+# Values bound per ``IN (…)`` list: old SQLite builds allow 999 variables per statement, and a
+# statement has a few parameters of its own. Every IN list is built by :func:`in_batches`.
+SQL_IN_BATCH = 900
+
+
+def in_batches(values: Iterable[Any], *, lists: int = 1) -> Iterator[tuple[list[Any], str]]:
+    """``(batch, placeholders)`` for each batch of ``values``, small enough that a statement using
+    the batch in ``lists`` IN lists stays within SQLite's variable limit, whatever the input size."""
+    items = list(values)
+    size = max(1, SQL_IN_BATCH // max(1, lists))
+    for start in range(0, len(items), size):
+        batch = items[start : start + size]
+        yield batch, ",".join("?" * len(batch))
 
 # Each entry upgrades the schema by one version; never edit a released entry, append a new one.
 MIGRATIONS: tuple[str, ...] = (

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from store.db import Database
-from store.graph import chunked, dumps, utc_now
+from store.db import Database, in_batches
+from store.graph import dumps, utc_now
 
 RUN_OUTCOMES = ("running", "completed", "failed", "skipped", "interrupted", "abandoned")
 DIGEST_STATES = ("undigested", "digested", "undigestible")
@@ -170,8 +170,7 @@ class RunStateStore:
         if session_ids is None:
             return {r["session_id"]: _digest(r) for r in self.db.query("SELECT * FROM session_digests")}
         found: dict[str, DigestRecord] = {}
-        for part in chunked(sorted(set(session_ids)), 900):
-            marks = ",".join("?" * len(part))
+        for part, marks in in_batches(sorted(set(session_ids))):
             for r in self.db.query(f"SELECT * FROM session_digests WHERE session_id IN ({marks})", part):
                 found[r["session_id"]] = _digest(r)
         return found

@@ -541,11 +541,12 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return EXIT_OK
     except Exception as exc:  # noqa: BLE001 - a clear one-line error instead of a traceback
-        from store.chroma import ChromaUnavailableError
+        from store.chroma import ChromaStoreError
 
-        # Environment problems (unreachable Chroma, missing or unsafe files, a damaged database)
-        # are the operator's to fix: say what is wrong in one line. Anything else is a bug: raise.
-        if isinstance(exc, (ChromaUnavailableError, OSError, sqlite3.DatabaseError)):
+        # Environment problems (unreachable Chroma or Chroma refusing a call, missing or unsafe
+        # files, a damaged database) are the operator's to fix: say what is wrong in one line.
+        # Anything else is a bug: raise.
+        if isinstance(exc, (ChromaStoreError, OSError, sqlite3.DatabaseError)):
             print(f"rem-cycle: {exc}", file=sys.stderr)
             return EXIT_FAILED
         raise

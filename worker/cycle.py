@@ -11,6 +11,7 @@ import socket
 import sqlite3
 import time
 import uuid
+from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -23,8 +24,8 @@ from filelock import FileLock, Timeout
 
 from config import Settings
 from pipelines.drain import DrainStats, drain_queue
-from pipelines.ingest import scan_session_revisions, sync_sessions_to_graph
-from store.chroma import ChromaStore, ChromaUnavailableError
+from pipelines.ingest import scan_session_revisions, sync_batch_isolating_failures
+from store.chroma import ChromaStore, ChromaStoreError, ChromaUnavailableError
 from store.db import Database
 from store.graph import GraphStore, utc_now
 from store.lazy_queue import LazyEdgeQueue, QueueBusyError
@@ -127,8 +128,8 @@ async def ingest(ctx: CycleContext) -> dict[str, Any]:
             summary_collection=settings.session_collection,
             known_sessions=known,
         )
-    except ChromaUnavailableError as exc:
-        raise PhaseError("chroma-unavailable", str(exc)) from exc
+    except ChromaStoreError as exc:
+        raise PhaseError(exc.reason_code, str(exc)) from exc
     changed = await anyio.to_thread.run_sync(stores.runstate.changed_sessions, scan.revisions)
     todo = changed[: settings.batch_limit]
     counts: dict[str, Any] = {
@@ -141,29 +142,35 @@ async def ingest(ctx: CycleContext) -> dict[str, Any]:
         "upserted": 0,
         "skipped": 0,
         "errors": scan.errors,
+        "session_failures": [],
     }
+    bad_values = Counter(scan.bad_values)
     for detail in scan.error_details[:20]:
         log.warning("scan row error", error=detail)
     for start in range(0, len(todo), SESSIONS_PER_BATCH):
         ctx.check_stop()
         group = todo[start : start + SESSIONS_PER_BATCH]
         try:
-            results = await sync_sessions_to_graph([r.session_id for r in group], chroma=stores.chroma, graph=stores.graph)
+            batch = await sync_batch_isolating_failures([r.session_id for r in group], chroma=stores.chroma, graph=stores.graph)
         except ChromaUnavailableError as exc:
-            raise PhaseError("chroma-unavailable", str(exc)) from exc
-        except Exception as exc:  # noqa: BLE001 - one bad batch must not stop the cycle
-            counts["sessions_failed"] += len(group)
-            log.exception("session batch failed", sessions=[r.session_id for r in group], error=str(exc))
-            continue
+            raise PhaseError(exc.reason_code, str(exc)) from exc
+        counts["sessions_failed"] += len(batch.failed)
+        counts["session_failures"] += [f"{sid}: {why}" for sid, why in batch.failed.items()][: 20 - len(counts["session_failures"])]
         for revision in group:
-            stats = results[revision.session_id]
+            stats = batch.synced.get(revision.session_id)
+            if stats is None:
+                continue
             for key in ("processed", "upserted", "skipped", "errors"):
                 counts[key] += getattr(stats, key)
+            bad_values.update(stats.bad_values)
             await anyio.to_thread.run_sync(stores.runstate.mark_ingested, revision, ctx.run_id)
             counts["sessions_synced"] += 1
             with structlog.contextvars.bound_contextvars(session_id=revision.session_id):
                 log.debug("session ingested", upserted=stats.upserted, skipped=stats.skipped, errors=stats.errors)
     counts["backlog"] = len(changed) - counts["sessions_synced"]
+    counts["bad_values"] = dict(sorted(bad_values.items()))
+    if bad_values:
+        log.warning("bad values in source rows", bad_values=counts["bad_values"])
     return counts
 
 

@@ -163,6 +163,10 @@ def print_backfill(result: dict[str, Any]) -> None:
         f"({result['sessions_present']} already in the graph, {result['sessions_undated']} undated left out); "
         f"synced {result['sessions_synced']}, failed {result['sessions_failed']} · {_flat(result['ingest'])}"
     )
+    if result.get("bad_values"):
+        _console().print(f"bad values in source rows (read as missing or row skipped): {_flat(result['bad_values'])}")
+    for failure in result.get("session_failures", []):
+        _console().print(f"session failed: {failure}")
     drain = result.get("drain")
     if drain and "total_lines" in drain:
         print_drain(drain)
