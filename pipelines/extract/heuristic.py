@@ -205,6 +205,7 @@ def extract_heuristic(unit: WorkUnit, *, tool_only_min_turns: int = TOOL_ONLY_MI
     per_turn = _agree_on_types([(turn, _turn_mentions(turn, people, capitalised)) for turn in unit.turns])
     nodes: dict[str, dict[str, Any]] = {}
     seen_in: dict[str, dict[int, str]] = {}  # node id -> turn number -> role
+    evidence = _EvidenceIndex()
     linked_per_turn: list[tuple[UnitTurn, list[str]]] = []
     for turn, mentions in per_turn:
         linked: list[str] = []
@@ -222,7 +223,7 @@ def extract_heuristic(unit: WorkUnit, *, tool_only_min_turns: int = TOOL_ONLY_MI
                     "description": _description(turn, mention), "aliases": [],
                     "confidence": _CONFIDENCE.get(mention.node_type, 0.5), "tags": list(mention.tags), "evidence": [],
                 }
-            _add_evidence(node, turn.number, mention.quote)
+            evidence.add(node, turn.number, mention.quote)
             seen_in.setdefault(node_id, {})[turn.number] = turn.role or ""
             if node_id not in linked:
                 linked.append(node_id)
@@ -238,7 +239,7 @@ def extract_heuristic(unit: WorkUnit, *, tool_only_min_turns: int = TOOL_ONLY_MI
         node["confidence"] = max(node["confidence"], _SPEAKER_CONFIDENCE)
         if "speaker" not in node["tags"]:
             node["tags"].append("speaker")
-        _add_evidence(node, number, name)
+        evidence.add(node, number, name)
         seen_in.setdefault(node_id, {})[number] = name
     kept = {
         node_id for node_id, turns in seen_in.items()
@@ -260,7 +261,7 @@ def extract_heuristic(unit: WorkUnit, *, tool_only_min_turns: int = TOOL_ONLY_MI
                 {"source": source, "target": target, "relationship": "RELATES_TO",
                  "justification": "mentioned together in one turn", "evidence": []},
             )
-            quote = next((e["quote"] for e in nodes[source]["evidence"] if e["turn"] == turn.number), None)
+            quote = evidence.first_quote.get((source, turn.number))
             if quote and len(edge["evidence"]) < 3:
                 edge["evidence"].append({"turn": turn.number, "quote": quote})
     return {"summary": "", "nodes": [n for i, n in nodes.items() if i in kept], "edges": list(edges.values())}
@@ -284,12 +285,24 @@ def _agree_on_types(per_turn: list[tuple[UnitTurn, list[_Mention]]]) -> list[tup
     ]
 
 
-def _add_evidence(node: dict[str, Any], turn: int, quote: str) -> None:
-    if quote not in node["aliases"]:
-        node["aliases"].append(quote)
-    evidence = {"turn": turn, "quote": quote}
-    if evidence not in node["evidence"]:
-        node["evidence"].append(evidence)
+class _EvidenceIndex:
+    """Adds a node's aliases and evidence without repeats, and remembers each node's first quote per
+    turn. Sets, not list scans: a name said thousands of times in one chunk must not cost n²."""
+
+    def __init__(self) -> None:
+        self.first_quote: dict[tuple[str, int], str] = {}
+        self._aliases: set[tuple[str, str]] = set()
+        self._evidence: set[tuple[str, int, str]] = set()
+
+    def add(self, node: dict[str, Any], turn: int, quote: str) -> None:
+        node_id = node["id"]
+        if (node_id, quote) not in self._aliases:
+            self._aliases.add((node_id, quote))
+            node["aliases"].append(quote)
+        if (node_id, turn, quote) not in self._evidence:
+            self._evidence.add((node_id, turn, quote))
+            node["evidence"].append({"turn": turn, "quote": quote})
+            self.first_quote.setdefault((node_id, turn), quote)
 
 
 def _people_index(speakers: Iterable[str]) -> dict[str, str]:
@@ -360,7 +373,7 @@ def find_mentions(
     if prose:
         # Prose with no code in it reads as conversation even from a user or an assistant.
         conversational = chat or (not candidates and "`" not in text)
-        prose_text = _CODE_SPAN.sub(lambda m: " " * len(m.group(0)), text)  # comments in code are no prose
+        prose_text = _mask_code(text)  # comments in code are no prose
         candidates.extend(_name_mentions(prose_text, people or {}, capitalised_elsewhere or frozenset(), chat=conversational))
     # Longest match wins an overlap (a path beats the CamelCase file name inside it).
     candidates.sort(key=lambda m: (m.start, -(m.end - m.start)))
@@ -371,6 +384,12 @@ def find_mentions(
             chosen.append(mention)
             taken_until = mention.end
     return chosen
+
+
+def _mask_code(text: str) -> str:
+    """``text`` with its code spans blanked out, offsets kept. NUL, not spaces: a name run must not
+    join the words on either side of a span ("John `x` John" is no "John John" quote)."""
+    return _CODE_SPAN.sub(lambda m: "\0" * len(m.group(0)), text)
 
 
 def _is_placeholder(name: str) -> bool:
@@ -384,7 +403,7 @@ def _capitalised_words(unit: WorkUnit) -> frozenset[str]:
     for turn in unit.turns:
         if (turn.role or "") in TOOL_ROLES:
             continue
-        text = _CODE_SPAN.sub(lambda m: " " * len(m.group(0)), turn.text)
+        text = _mask_code(turn.text)
         for match in _NAME_RUN.finditer(text):
             inside = match.start() > 0 and not _SENTENCE_END.search(text[max(0, match.start() - 3) : match.start()])
             for index, word in enumerate(match.group(0).split()):

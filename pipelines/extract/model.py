@@ -461,7 +461,7 @@ class _Grounding:
 
     def ground(self, items: Any, owner: str) -> tuple[Evidence, ...]:
         """Grounded evidence of one node/edge; the rest is flagged in ``ungrounded``."""
-        grounded: list[Evidence] = []
+        grounded: dict[Evidence, None] = {}  # ordered, and no list scan per quote (n² on a long chunk)
         for item in items:
             fields = read_fields(EvidenceSpec, item)
             quote = clean_text(fields["quote"], limit=500)
@@ -475,8 +475,8 @@ class _Grounding:
                 turn = item.get("turn")
                 shown = clean_text(turn, limit=40) if isinstance(turn, str) else _plain_int(turn)
                 self.ungrounded.append({"owner": owner, "turn": shown, "quote": quote})
-            elif Evidence(memory_id, quote) not in grounded:
-                grounded.append(Evidence(memory_id, quote))
+            else:
+                grounded.setdefault(Evidence(memory_id, quote))
         return tuple(grounded)
 
     def _locate(self, quote: str, number: int | None) -> str | None:
