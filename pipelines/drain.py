@@ -348,6 +348,9 @@ async def drain_queue(
         await _run_inputs(run, [p for p in inputs if p.exists()], on_progress, should_stop)
         return stats
     with queue.exclusive():
+        recovered = await anyio.to_thread.run_sync(queue.recover_publish)
+        if recovered:
+            log.warning("the previous drain was killed while publishing; recovered", recovery=recovered)
         inputs = queue.draining_files()
         stats.orphan_recovered = bool(inputs)
         rotated = await anyio.to_thread.run_sync(queue.rotate)

@@ -19,12 +19,12 @@ from typing import Any
 
 import anyio
 import structlog
-from filelock import FileLock, Timeout
 
 from config import Settings
 from pipelines.drain import DrainStats, drain_queue
 from pipelines.ingest import scan_session_revisions, sync_sessions_to_graph
 from store.chroma import ChromaStore, ChromaUnavailableError
+from store.confined import exclusive_lock
 from store.db import Database
 from store.graph import GraphStore, utc_now
 from store.lazy_queue import LazyEdgeQueue, QueueBusyError
@@ -286,16 +286,10 @@ async def single_flight(settings: Settings, *, lock_path: Path | None = None, wh
     never leaves the data dir locked; the dead run's ``rem_runs`` row is then marked abandoned.
     """
     path = lock_path or settings.lock_path
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
-    lock = FileLock(path)
-    try:
-        lock.acquire(timeout=0)
-    except Timeout:
-        raise CycleBusyError(f"another {what} is running on {settings.data_dir} (lock {path})") from None
-    try:
+    with exclusive_lock(path, root=settings.data_dir) as held:
+        if not held:
+            raise CycleBusyError(f"another {what} is running on {settings.data_dir} (lock {path})")
         yield
-    finally:
-        lock.release()
 
 
 def owner_id() -> str:
