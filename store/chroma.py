@@ -21,6 +21,7 @@ from chromadb.config import Settings as ChromaSettings
 from chromadb.errors import NotFoundError
 
 from config import Settings
+from config.redact import redact
 from store.embedding import make_embedding_function
 
 Metadata = dict[str, Any]
@@ -308,4 +309,4 @@ def _brief(exc: BaseException) -> str:
 
 
 def _where(settings: Settings) -> str:
-    return settings.chroma_url or f"embedded at {settings.chroma_path}"
+    return redact(settings.chroma_url) or f"embedded at {settings.chroma_path}"

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from config.redact import redact
 from store.db import Database
 from store.graph import chunked, dumps, utc_now
 
@@ -79,7 +80,7 @@ class RunStateStore:
             conn.execute(
                 "UPDATE rem_runs SET finished_at = ?, outcome = ?, reason_code = ?, failure_phase = ?, "
                 "last_successful_phase = ?, phases = ? WHERE run_id = ?",
-                (self.clock(), outcome, reason_code, failure_phase, last_successful_phase, dumps(phases), run_id),
+                (self.clock(), outcome, reason_code, failure_phase, last_successful_phase, dumps(redact(phases)), run_id),
             )
 
     def mark_abandoned(self, *, older_than_seconds: float, now: datetime | None = None) -> list[str]:

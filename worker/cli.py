@@ -17,6 +17,7 @@ from typing import Any
 import anyio
 
 from config import ConfigError, Settings, load_settings
+from config.redact import redact, remember_secrets, secret_values
 from worker.cycle import EXIT_BUSY, EXIT_FAILED, EXIT_OK, CycleBusyError, open_stores, run_cycle
 from worker.logs import configure_logging
 
@@ -455,8 +456,8 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"rem-cycle: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    secrets = [s.get_secret_value() for s in (settings.chroma_token, settings.llm_api_key, settings.embedding_api_key) if s]
-    configure_logging(level=settings.log_level, fmt=settings.log_format, secrets=secrets)
+    remember_secrets(secret_values(settings))
+    configure_logging(level=settings.log_level, fmt=settings.log_format)
     if args.command:
         handler = COMMANDS[args.command]
     else:
@@ -471,6 +472,6 @@ def main(argv: list[str] | None = None) -> int:
         # Environment problems (unreachable Chroma, missing or unsafe files, a damaged database)
         # are the operator's to fix: say what is wrong in one line. Anything else is a bug: raise.
         if isinstance(exc, (ChromaUnavailableError, OSError, sqlite3.DatabaseError)):
-            print(f"rem-cycle: {exc}", file=sys.stderr)
+            print(f"rem-cycle: {redact(str(exc))}", file=sys.stderr)
             return EXIT_FAILED
         raise

@@ -21,6 +21,7 @@ import anyio
 import structlog
 
 from config import Settings
+from config.redact import redact
 from pipelines.drain import DrainStats, drain_queue
 from pipelines.ingest import scan_session_revisions, sync_sessions_to_graph
 from store.chroma import ChromaStore, ChromaUnavailableError
@@ -112,7 +113,7 @@ async def provider_ready(ctx: CycleContext) -> dict[str, Any]:
                 await llm.ping()
         except ExtractionFailure as exc:
             raise PhaseError("llm-unavailable", str(exc)) from exc
-        ready["llm"] = ctx.settings.llm_base_url
+        ready["llm"] = redact(ctx.settings.llm_base_url)
     return ready
 
 
