@@ -22,6 +22,7 @@ from chromadb.errors import NotFoundError
 
 from config import Settings
 from config.redact import redact
+from store.confined import confined_dir
 from store.embedding import make_embedding_function
 
 Metadata = dict[str, Any]
@@ -134,7 +135,7 @@ class ChromaStore:
         chroma_settings = ChromaSettings(anonymized_telemetry=False, allow_reset=False)
         try:
             if not self._is_async:
-                settings.chroma_path.mkdir(parents=True, exist_ok=True)
+                confined_dir(settings.chroma_path, root=settings.data_dir)  # never a link out of the data dir
                 self._client = await anyio.to_thread.run_sync(
                     partial(chromadb.PersistentClient, path=str(settings.chroma_path), settings=chroma_settings)
                 )

@@ -166,3 +166,14 @@ def test_a_publish_killed_after_its_outputs_are_out_finishes_without_duplicates(
     assert not rotated.exists() and queue.draining_files() == []
     assert queue.dead_letter_count() == 1
 
+
+
+def test_a_link_planted_at_the_embedded_chroma_dir_is_refused(tmp_path: Path) -> None:
+    data, outside = tmp_path / "data", tmp_path / "outside"
+    outside.mkdir()
+    data.mkdir()
+    (data / "chroma").symlink_to(outside, target_is_directory=True)
+    result = run_cli("--once", env={"REM_DATA_DIR": str(data)})
+    assert result.returncode == 1 and "chroma-unavailable" in result.stdout + result.stderr, result.stderr
+    assert "symbolic link" in result.stdout + result.stderr
+    assert list(outside.iterdir()) == []
