@@ -48,13 +48,7 @@ def open_confined(path: str | os.PathLike[str], flags: int, *, root: str | os.Pa
     finally:
         os.close(directory)
     try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise UnsafePathError(errno.EINVAL, f"{path} is not a regular file; rem-cycle refuses to use it")
-        if flags & _WRITE_FLAGS and info.st_nlink > 1:
-            raise UnsafePathError(
-                errno.EMLINK, f"{path} has {info.st_nlink} hard links; rem-cycle refuses to write to a file linked elsewhere"
-            )
+        _refuse_unsafe(fd, Path(path), written=bool(flags & _WRITE_FLAGS))
         fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
         if flags & os.O_TRUNC:
             os.ftruncate(fd, 0)
@@ -66,11 +60,16 @@ def open_confined(path: str | os.PathLike[str], flags: int, *, root: str | os.Pa
 
 def check_confined(path: str | os.PathLike[str], *, root: str | os.PathLike[str]) -> None:
     """Raise :class:`UnsafePathError` when ``path`` exists but is not a regular file inside ``root``
-    reached without links (for files a library opens by name, such as SQLite's ``-wal``)."""
+    reached without links, with one hard link (for files a library opens by name and writes, such
+    as SQLite's ``-wal``)."""
     try:
-        os.close(open_confined(path, os.O_RDONLY, root=root))
+        fd = open_confined(path, os.O_RDONLY, root=root)
     except FileNotFoundError:
         return
+    try:
+        _refuse_unsafe(fd, Path(path), written=True)
+    finally:
+        os.close(fd)
 
 
 def confined_dir(path: str | os.PathLike[str], *, root: str | os.PathLike[str]) -> Path:
@@ -103,6 +102,16 @@ def exclusive_lock(path: str | os.PathLike[str], *, root: str | os.PathLike[str]
         yield True
     finally:
         os.close(fd)  # also releases the flock
+
+
+def _refuse_unsafe(fd: int, path: Path, *, written: bool) -> None:
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        raise UnsafePathError(errno.EINVAL, f"{path} is not a regular file; rem-cycle refuses to use it")
+    if written and info.st_nlink > 1:
+        raise UnsafePathError(
+            errno.EMLINK, f"{path} has {info.st_nlink} hard links; rem-cycle refuses to write to a file linked elsewhere"
+        )
 
 
 def _parts_below(path: Path, root: Path, *, allow_root: bool = False) -> tuple[str, ...]:

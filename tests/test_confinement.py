@@ -177,3 +177,15 @@ def test_a_link_planted_at_the_embedded_chroma_dir_is_refused(tmp_path: Path) ->
     assert result.returncode == 1 and "chroma-unavailable" in result.stdout + result.stderr, result.stderr
     assert "symbolic link" in result.stdout + result.stderr
     assert list(outside.iterdir()) == []
+
+
+def test_a_hard_link_planted_at_the_wal_is_refused(tmp_path: Path) -> None:
+    data, outside = _data_dir(tmp_path)
+    victim = outside / "victim.txt"
+    victim.write_bytes(VICTIM)
+    wal = data / "graph.sqlite3-wal"
+    wal.unlink(missing_ok=True)
+    os.link(victim, wal)
+    result = run_cli("drain", env={"REM_DATA_DIR": str(data)})
+    assert result.returncode == 1 and "hard links" in result.stderr, result.stderr
+    assert victim.read_bytes() == VICTIM
