@@ -35,19 +35,19 @@ _remembered: set[str] = set()
 T = TypeVar("T")
 
 
-def redact(value: T) -> T:
-    """``value`` with every secret masked: a string, or the strings inside dicts, lists and tuples
-    (keys included); anything else is returned as it is.
+def redact(value: T, *, also: Iterable[str] = ()) -> T:
+    """``value`` with every secret masked (and the values in ``also``): a string, or the strings
+    inside dicts, lists and tuples (keys included); anything else is returned as it is.
 
     >>> redact("cannot open Chroma (http://rem:hunter2@db:8000/?token=abc)")
     'cannot open Chroma (http://rem:***@db:8000/?token=***)'
     """
     if isinstance(value, str):
-        return _redact_text(value)  # type: ignore[return-value]
+        return _redact_text(value, also)  # type: ignore[return-value]
     if isinstance(value, dict):
-        return {redact(k): redact(v) for k, v in value.items()}  # type: ignore[return-value]
+        return {redact(k, also=also): redact(v, also=also) for k, v in value.items()}  # type: ignore[return-value]
     if isinstance(value, (list, tuple)):
-        return type(value)(redact(v) for v in value)  # type: ignore[return-value]
+        return type(value)(redact(v, also=also) for v in value)  # type: ignore[return-value]
     return value
 
 
@@ -70,9 +70,10 @@ def remember_secrets(values: Iterable[str]) -> None:
     _remembered.update(value for value in values if len(value) >= MIN_SECRET_LENGTH)
 
 
-def _redact_text(text: str) -> str:
+def _redact_text(text: str, also: Iterable[str]) -> str:
     # Longest first, so a secret containing another is masked whole.
-    for secret in sorted(_remembered, key=len, reverse=True):
+    extra = {value for value in also if len(value) >= MIN_SECRET_LENGTH}
+    for secret in sorted(_remembered | extra, key=len, reverse=True):
         text = text.replace(secret, MASK)
     text = _URL_USERINFO.sub(_mask_userinfo, text)
     return _SECRET_PARAMETER.sub(lambda m: m["name"] + MASK, text)

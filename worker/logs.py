@@ -24,13 +24,11 @@ class SecretMasker:
     configured secrets and ``secrets``."""
 
     def __init__(self, secrets: Iterable[str] = ()) -> None:
-        self.secrets = [s for s in secrets if s and len(s) >= 4]
+        self.secrets = tuple(secrets)
 
     def _scrub(self, value: Any) -> Any:
         if isinstance(value, str):
-            for secret in self.secrets:
-                value = value.replace(secret, MASK)
-            return redact(value)
+            return redact(value, also=self.secrets)
         if isinstance(value, dict):
             return {k: MASK if _SECRET_KEY.search(str(k)) else self._scrub(v) for k, v in value.items()}
         if isinstance(value, (list, tuple)):
