@@ -28,7 +28,6 @@ and never swallows the good line written after it.
 
 from __future__ import annotations
 
-import errno
 import fcntl
 import json
 import os
@@ -37,7 +36,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
-from store.confined import UnsafePathError, check_confined, exclusive_lock, open_confined
+from store.confined import check_confined, exclusive_lock, open_confined
 from store.graph import utc_now
 
 # Appends are written in pieces of about this size, each made of whole lines.
