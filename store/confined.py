@@ -92,7 +92,7 @@ def exclusive_lock(path: str | os.PathLike[str], *, root: str | os.PathLike[str]
     """Try an exclusive ``flock`` on the lock file ``path`` (created confined, never truncated);
     yields ``True`` while held, ``False`` at once when another process holds it. The kernel drops
     the lock when the process dies, even by SIGKILL."""
-    fd = open_confined(path, os.O_RDWR | os.O_CREAT, root=root, mode=0o644)
+    fd = open_confined(path, os.O_RDWR | os.O_CREAT, root=root)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

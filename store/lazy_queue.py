@@ -150,7 +150,6 @@ class LazyEdgeQueue:
 
     @contextmanager
     def _open_live(self) -> Iterator[int]:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         while True:
             fd = self._open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT)
             try:
@@ -238,12 +237,11 @@ class LazyEdgeQueue:
         which the next drain dead-letters as malformed beside the whole line.
         """
         inputs = list(inputs)
-        names = [path.name for path in inputs]
         if _size(self.dead_pending_path):
             fd = self._open(self.dead_letter_path, os.O_RDWR | os.O_APPEND | os.O_CREAT)
             try:
                 self._write_marker(
-                    {"state": "publishing", "deadLetterBytes": os.fstat(fd).st_size, "newlineFirst": _ends_mid_line(fd), "inputs": names}
+                    {"state": "publishing", "deadLetterBytes": os.fstat(fd).st_size, "newlineFirst": _ends_mid_line(fd)}
                 )
                 with os.fdopen(self._open(self.dead_pending_path, os.O_RDONLY), "rb") as src:
                     _write_whole_lines(fd, src)
@@ -252,7 +250,7 @@ class LazyEdgeQueue:
                 os.close(fd)
         if _size(self.requeue_pending_path):
             self.append_file(self.requeue_pending_path)
-        self._write_marker({"state": "published", "inputs": names})
+        self._write_marker({"state": "published", "inputs": [path.name for path in inputs]})
         self._finish_publish(inputs)
 
     def recover_publish(self) -> str | None:
