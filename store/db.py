@@ -171,7 +171,7 @@ class Database:
             for suffix in _COMPANIONS:
                 check_confined(self.path.with_name(self.path.name + suffix), root=root)
         except OSError as exc:  # callers handle a database they cannot open as sqlite3.Error
-            raise sqlite3.OperationalError(f"cannot open the database: {exc.strerror or exc}") from exc
+            raise sqlite3.OperationalError(f"cannot open the database {self.path}: {exc.strerror or exc}") from exc
         if readonly:
             # Readers beside a running cycle (metrics, readiness): never create, migrate or write.
             self.conn = sqlite3.connect(
