@@ -34,21 +34,12 @@ def open_confined(path: str | os.PathLike[str], flags: int, *, root: str | os.Pa
     write to a file with more than one hard link. Missing directories below ``root`` are created
     when ``flags`` has ``O_CREAT``. ``O_TRUNC`` truncates only after those checks passed.
     Raises :class:`UnsafePathError` (an ``OSError``) for an unsafe path."""
-    parts = _parts_below(Path(path), Path(root))
-    create = bool(flags & os.O_CREAT)
-    directory = _open_directory(Path(root), create=create)
-    try:
-        for index, part in enumerate(parts[:-1]):
-            below = _open_directory(part, dir_fd=directory, create=create, shown=Path(root, *parts[: index + 1]))
-            os.close(directory)
-            directory = below
-        wanted = flags & ~os.O_TRUNC
+    with _parent(Path(path), Path(root), create=bool(flags & os.O_CREAT)) as (directory, name):
         # O_NONBLOCK: a FIFO planted at the name must not block the open; refused just below.
-        fd = _checked_open(parts[-1], wanted | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, mode, directory, Path(path))
-    finally:
-        os.close(directory)
+        fd = _checked_open(name, (flags & ~os.O_TRUNC) | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, mode, directory, Path(path))
     try:
-        _refuse_unsafe(fd, Path(path), written=bool(flags & _WRITE_FLAGS))
+        info = os.fstat(fd)
+        _refuse_unsafe(info.st_mode, info.st_nlink, Path(path), written=bool(flags & _WRITE_FLAGS))
         fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
         if flags & os.O_TRUNC:
             os.ftruncate(fd, 0)
@@ -59,32 +50,25 @@ def open_confined(path: str | os.PathLike[str], flags: int, *, root: str | os.Pa
 
 
 def check_confined(path: str | os.PathLike[str], *, root: str | os.PathLike[str]) -> None:
-    """Raise :class:`UnsafePathError` when ``path`` exists but is not a regular file inside ``root``
-    reached without links, with one hard link (for files a library opens by name and writes, such
-    as SQLite's ``-wal``)."""
+    """Raise :class:`UnsafePathError` unless ``path`` is missing or a regular file with one hard
+    link, inside ``root`` and reached without links — for files a library opens by name and writes,
+    such as SQLite's database and ``-wal``. It looks without opening the file: closing a descriptor
+    of a database file would drop the POSIX locks SQLite holds on it in this process."""
     try:
-        fd = open_confined(path, os.O_RDONLY, root=root)
+        with _parent(Path(path), Path(root), create=False) as (directory, name):
+            info = os.stat(name, dir_fd=directory, follow_symlinks=False)
     except FileNotFoundError:
         return
-    try:
-        _refuse_unsafe(fd, Path(path), written=True)
-    finally:
-        os.close(fd)
+    if stat.S_ISLNK(info.st_mode):
+        raise UnsafePathError(errno.ELOOP, f"{path} is a symbolic link; rem-cycle refuses to follow it")
+    _refuse_unsafe(info.st_mode, info.st_nlink, Path(path), written=True)
 
 
 def confined_dir(path: str | os.PathLike[str], *, root: str | os.PathLike[str]) -> Path:
     """Create the directory ``path`` below ``root`` (and its parents) without following links;
     returns ``path``. Raises :class:`UnsafePathError` when a component is a link or a file."""
-    parts = _parts_below(Path(path), Path(root), allow_root=True)
-    directory = _open_directory(Path(root), create=True)
-    try:
-        for index, part in enumerate(parts):
-            below = _open_directory(part, dir_fd=directory, create=True, shown=Path(root, *parts[: index + 1]))
-            os.close(directory)
-            directory = below
-    finally:
-        os.close(directory)
-    return Path(path)
+    with _parent(Path(path) / "_", Path(root), create=True):
+        return Path(path)
 
 
 @contextmanager
@@ -104,17 +88,32 @@ def exclusive_lock(path: str | os.PathLike[str], *, root: str | os.PathLike[str]
         os.close(fd)  # also releases the flock
 
 
-def _refuse_unsafe(fd: int, path: Path, *, written: bool) -> None:
-    info = os.fstat(fd)
-    if not stat.S_ISREG(info.st_mode):
+def _refuse_unsafe(mode: int, links: int, path: Path, *, written: bool) -> None:
+    if not stat.S_ISREG(mode):
         raise UnsafePathError(errno.EINVAL, f"{path} is not a regular file; rem-cycle refuses to use it")
-    if written and info.st_nlink > 1:
+    if written and links > 1:
         raise UnsafePathError(
-            errno.EMLINK, f"{path} has {info.st_nlink} hard links; rem-cycle refuses to write to a file linked elsewhere"
+            errno.EMLINK, f"{path} has {links} hard links; rem-cycle refuses to write to a file linked elsewhere"
         )
 
 
-def _parts_below(path: Path, root: Path, *, allow_root: bool = False) -> tuple[str, ...]:
+@contextmanager
+def _parent(path: Path, root: Path, *, create: bool) -> Iterator[tuple[int, str]]:
+    """``(descriptor of path's directory, path's name)``, reached from ``root`` one directory at a
+    time with ``O_NOFOLLOW`` (creating missing ones when ``create``); the descriptor is closed after."""
+    parts = _parts_below(path, root)
+    directory = _open_directory(root, create=create)
+    try:
+        for index, part in enumerate(parts[:-1]):
+            below = _open_directory(part, dir_fd=directory, create=create, shown=Path(root, *parts[: index + 1]))
+            os.close(directory)
+            directory = below
+        yield directory, parts[-1]
+    finally:
+        os.close(directory)
+
+
+def _parts_below(path: Path, root: Path) -> tuple[str, ...]:
     """The components of ``path`` below ``root`` (both made absolute, ``..`` folded lexically)."""
     absolute, base = Path(os.path.abspath(path)), Path(os.path.abspath(root))
     for candidate in (base, Path(os.path.realpath(base))):
@@ -122,7 +121,7 @@ def _parts_below(path: Path, root: Path, *, allow_root: bool = False) -> tuple[s
             parts = absolute.relative_to(candidate).parts
         except ValueError:
             continue
-        if parts or allow_root:
+        if parts:
             return parts
     raise UnsafePathError(errno.EXDEV, f"{path} is not inside the data dir {root}; rem-cycle refuses to use it")
 

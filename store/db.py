@@ -7,14 +7,13 @@ one transaction. Table and column names are a public interface: other tools read
 
 from __future__ import annotations
 
-import os
 import sqlite3
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from store.confined import check_confined, open_confined
+from store.confined import check_confined, confined_dir
 
 # Files SQLite keeps beside the database (WAL mode; the rollback journal of older files).
 _COMPANIONS = ("-wal", "-shm", "-journal")
@@ -166,9 +165,10 @@ class Database:
         self._depth = 0
         root = Path(root) if root is not None else self.path.parent
         try:
+            if not readonly:
+                confined_dir(self.path.parent, root=root)
             # SQLite opens these by name and would follow a link planted at any of them.
-            os.close(open_confined(self.path, os.O_RDONLY if readonly else os.O_RDWR | os.O_CREAT, root=root))
-            for suffix in _COMPANIONS:
+            for suffix in ("", *_COMPANIONS):
                 check_confined(self.path.with_name(self.path.name + suffix), root=root)
         except OSError as exc:  # callers handle a database they cannot open as sqlite3.Error
             raise sqlite3.OperationalError(f"cannot open the database {self.path}: {exc.strerror or exc}") from exc

@@ -73,3 +73,25 @@ def test_a_dead_run_whose_heartbeat_is_in_the_future_is_abandoned(tmp_path: Path
         assert tuple(row) == ("abandoned", "heartbeat-lost")
         assert conn.execute("SELECT COUNT(*) FROM rem_runs WHERE outcome = 'running'").fetchone()[0] == 0
     conn.close()
+
+
+def test_checking_the_database_files_keeps_the_locks_sqlite_holds_in_this_process(tmp_path: Path) -> None:
+    # POSIX locks belong to the process: closing any descriptor of the database file drops every
+    # lock SQLite holds on it. The link checks must look at the files without opening them (a
+    # daemon opens read-only connections for /metrics beside the cycle's writer; found as a SIGBUS).
+    from store.db import Database
+
+    writer = Database(tmp_path / "graph.sqlite3")
+    try:
+        with writer.transaction():
+            Database(tmp_path / "graph.sqlite3", readonly=True).close()
+            Database(tmp_path / "graph.sqlite3").close()
+            other = subprocess.run(
+                [sys.executable, "-c", "import sqlite3, sys; c = sqlite3.connect(sys.argv[1], timeout=0, isolation_level=None)\n"
+                 "try:\n    c.execute('BEGIN IMMEDIATE'); print('got the write lock')\nexcept sqlite3.OperationalError as e:\n    print(e)",
+                 str(tmp_path / "graph.sqlite3")],
+                capture_output=True, text=True, check=True,
+            )
+            assert other.stdout.strip() == "database is locked", other.stdout
+    finally:
+        writer.close()
