@@ -28,6 +28,8 @@ from chromadb.errors import (
 )
 
 from config import Settings
+from config.redact import redact
+from store.confined import confined_dir
 from store.embedding import make_embedding_function
 from store.graph import chunked
 from store.ids import is_valid_row_id
@@ -248,7 +250,7 @@ class ChromaStore:
         chroma_settings = ChromaSettings(anonymized_telemetry=False, allow_reset=False)
         try:
             if not self._is_async:
-                settings.chroma_path.mkdir(parents=True, exist_ok=True)
+                confined_dir(settings.chroma_path, root=settings.data_dir)  # never a link out of the data dir
                 self._client = await anyio.to_thread.run_sync(
                     partial(chromadb.PersistentClient, path=str(settings.chroma_path), settings=chroma_settings)
                 )
@@ -460,4 +462,4 @@ def _brief(exc: BaseException) -> str:
 
 
 def _where(settings: Settings) -> str:
-    return settings.chroma_url or f"embedded at {settings.chroma_path}"
+    return redact(settings.chroma_url) or f"embedded at {settings.chroma_path}"

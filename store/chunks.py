@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from config.redact import redact
 from store.db import Database, in_batches
 from store.graph import dumps, utc_now
 
@@ -90,7 +91,7 @@ class ChunkResultStore:
     ) -> int:
         """Store a failed attempt; returns the chunk's attempt count so far."""
         self._upsert(
-            (session_id, chunk_id, content_hash, fingerprint, "failed", error_kind, error[:2000], next_attempt_at,
+            (session_id, chunk_id, content_hash, fingerprint, "failed", error_kind, redact(error)[:2000], next_attempt_at,
              tokens_in, tokens_out, latency_ms, None, run_id, self.clock()),
         )
         rows = self.db.query(

@@ -21,6 +21,7 @@ import anyio
 import structlog
 
 from config import ConfigError, Settings, load_settings, unknown_environment
+from config.redact import redact, remember_secrets, secret_values
 from worker.cycle import EXIT_BUSY, EXIT_FAILED, EXIT_OK, CycleBusyError, open_stores, run_cycle
 from worker.logs import configure_logging
 
@@ -525,8 +526,8 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"rem-cycle: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    secrets = [s.get_secret_value() for s in (settings.chroma_token, settings.llm_api_key, settings.embedding_api_key) if s]
-    configure_logging(level=settings.log_level, fmt=settings.log_format, secrets=secrets)
+    remember_secrets(secret_values(settings))
+    configure_logging(level=settings.log_level, fmt=settings.log_format)
     for warning in unknown_environment(os.environ):
         log.warning(warning)
     if args.command in DATA_DIR_COMMANDS and (missing := _missing_data(settings, graph=args.command in GRAPH_COMMANDS)):
@@ -547,6 +548,6 @@ def main(argv: list[str] | None = None) -> int:
         # files, a damaged database) are the operator's to fix: say what is wrong in one line.
         # Anything else is a bug: raise.
         if isinstance(exc, (ChromaStoreError, OSError, sqlite3.DatabaseError)):
-            print(f"rem-cycle: {exc}", file=sys.stderr)
+            print(f"rem-cycle: {redact(str(exc))}", file=sys.stderr)
             return EXIT_FAILED
         raise

@@ -20,12 +20,13 @@ from typing import Any
 
 import anyio
 import structlog
-from filelock import FileLock, Timeout
 
 from config import Settings
+from config.redact import redact
 from pipelines.drain import DrainStats, drain_queue
 from pipelines.ingest import scan_session_revisions, sync_batch_isolating_failures
 from store.chroma import ChromaStore, ChromaStoreError, ChromaUnavailableError
+from store.confined import exclusive_lock
 from store.db import Database
 from store.graph import GraphStore, utc_now
 from store.lazy_queue import LazyEdgeQueue, QueueBusyError
@@ -113,7 +114,7 @@ async def provider_ready(ctx: CycleContext) -> dict[str, Any]:
                 await llm.ping()
         except ExtractionFailure as exc:
             raise PhaseError("llm-unavailable", str(exc)) from exc
-        ready["llm"] = ctx.settings.llm_base_url
+        ready["llm"] = redact(ctx.settings.llm_base_url)
     return ready
 
 
@@ -293,16 +294,10 @@ async def single_flight(settings: Settings, *, lock_path: Path | None = None, wh
     never leaves the data dir locked; the dead run's ``rem_runs`` row is then marked abandoned.
     """
     path = lock_path or settings.lock_path
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
-    lock = FileLock(path)
-    try:
-        lock.acquire(timeout=0)
-    except Timeout:
-        raise CycleBusyError(f"another {what} is running on {settings.data_dir} (lock {path})") from None
-    try:
+    with exclusive_lock(path, root=settings.data_dir) as held:
+        if not held:
+            raise CycleBusyError(f"another {what} is running on {settings.data_dir} (lock {path})")
         yield
-    finally:
-        lock.release()
 
 
 def owner_id() -> str:
