@@ -1,7 +1,18 @@
 """Identity-resolution benchmark: precision/recall of the resolver on a labelled merge set, against
-the exact-match baseline (same type, case-insensitive equal name or alias), plus resolver speed.
+the exact-match baseline (same type, case-insensitive equal name or alias), plus resolver speed;
+and the same on pairs labelled from real coding-agent sessions, per split.
 
-    /work/venv/bin/python bench/bench_identity.py [--pairs bench/data/merge_pairs.jsonl] [--scale 20000]
+    python bench/bench_identity.py [--pairs bench/data/merge_pairs.jsonl] [--scale 20000]
+        [--real bench/data/identity_real_pairs.jsonl] [--sessions SESSIONS.jsonl]
+
+The synthetic set (``--pairs``) is a regression test. The real set (``--real``, built with
+bench/real_sessions.py and bench/identity_pairs.py, labelled by hand) is the evidence: precision
+and recall per split (``tuning``, ``held-out``) and per kind of name (code identifiers, file paths,
+prose names). With ``--sessions`` (an import file from bench/real_sessions.py; default
+``$REM_BENCH_SESSIONS``) each split's sessions also go through ``rem-cycle import`` +
+``rem-cycle --once`` in a temporary data dir, and the review list that run leaves is measured:
+pairs per 100 sessions, most pairs per node, and its noise (labelled pairs on it that are not
+the same thing).
 
 Each line of the merge set is ``{"existing": {type, name, aliases}, "incoming": {type, name},
 "same": bool, "kind": "…"}`` — pairs from realistic agent sessions: spelling variants that name the
@@ -16,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import sys
 import time
@@ -29,16 +41,23 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from pipelines.identity import CANDIDATE, LINK, AliasIndex, NodeRef, Verdict, fold, resolve  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data" / "merge_pairs.jsonl"
+REAL = Path(__file__).resolve().parent / "data" / "identity_real_pairs.jsonl"
+SPLITS = ("tuning", "held-out")
 
 
 def load_pairs(path: Path) -> list[dict[str, Any]]:
-    """The labelled pairs, each with ``existing``/``incoming`` as :class:`NodeRef`."""
+    """The labelled pairs, each with ``existing``/``incoming`` as :class:`NodeRef`. A real pair
+    (a top-level ``type``, both ends of it) gets ``kind`` = its source and ``name_kind``."""
     pairs = []
     for line in path.read_text(encoding="utf-8").splitlines():
         if not line.strip():
             continue
         row = json.loads(line)
         old, new = row["existing"], row["incoming"]
+        if "type" in row:
+            old, new = {**old, "type": row["type"]}, {**new, "type": row["type"]}
+            row["kind"] = f"{row['source']} {row['rule']}".strip()
+            row["name_kind"] = name_kind(row["type"], old["name"], new["name"])
         row["existing_ref"] = NodeRef(f"{old['type']}:{old['name']}", old["type"], old["name"], tuple(old.get("aliases", ())))
         row["incoming_ref"] = NodeRef(f"{new['type']}:{new['name']}#incoming", new["type"], new["name"], tuple(new.get("aliases", ())))
         pairs.append(row)
@@ -55,9 +74,13 @@ def baseline(node: NodeRef, index: AliasIndex) -> Verdict:
     return Verdict(node.id, "create")
 
 
-def score(pairs: Sequence[dict[str, Any]], decide: Callable[[NodeRef, AliasIndex], Verdict], *, crowd: bool) -> dict[str, Any]:
-    """Precision/recall of ``decide`` over the pairs."""
-    everyone = [p["existing_ref"] for p in pairs]  # one id may come with different aliases: build() unions them
+def score(
+    pairs: Sequence[dict[str, Any]], decide: Callable[[NodeRef, AliasIndex], Verdict], *, crowd: bool,
+    everyone: Sequence[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """Precision/recall of ``decide`` over the pairs (crowd: among the existing nodes of
+    ``everyone``, default the pairs themselves)."""
+    everyone = [p["existing_ref"] for p in (pairs if everyone is None else everyone)]  # build() unions aliases of one id
     counts: Counter[str] = Counter()
     misses: list[str] = []
     for pair in pairs:
@@ -110,6 +133,88 @@ def score(pairs: Sequence[dict[str, Any]], decide: Callable[[NodeRef, AliasIndex
     }
 
 
+def name_kind(node_type: str, a: str, b: str) -> str:
+    """``path`` (FILE), ``prose`` (either name has a space) or ``identifier``."""
+    if node_type == "FILE":
+        return "path"
+    return "prose" if len(a.split()) > 1 or len(b.split()) > 1 else "identifier"
+
+
+def real_report(pairs: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Precision/recall of the resolver on the real labelled pairs, per split and kind of name
+    (isolated and crowd, as for the synthetic set; crowd = every existing node of the split)."""
+    report: dict[str, Any] = {}
+    for split in SPLITS:
+        # A cross-type pair is never merged (reported only): it has no place in precision/recall.
+        mine = [p for p in pairs if p["split"] == split and p["rule"] != "cross-type"]
+        # "names": the two names alone. The recorded aliases come from the run the pairs were
+        # collected from, whose per-session dedup still folded case (`exists()` beside `EXISTS`).
+        bare = [{**p, "existing_ref": _named(p["existing_ref"]), "incoming_ref": _named(p["incoming_ref"])} for p in mine]
+        for kind in ("identifier", "path", "prose", "all"):
+            for setting, crowd, population in (("isolated", False, mine), ("crowd", True, mine), ("names", False, bare)):
+                chosen = [p for p in population if kind == "all" or p["name_kind"] == kind]
+                report[f"{split}/{kind}/{setting}"] = score(chosen, lambda n, i: resolve(n, i), crowd=crowd, everyone=population)
+    return report
+
+
+def _named(node: NodeRef) -> NodeRef:
+    return NodeRef(node.id, node.type, node.name)
+
+
+def review_report(sessions: Path, pairs: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Run each split's sessions through import + one cycle (heuristic extractor) in a temporary
+    data dir and measure the review list it leaves and the links it made (against the labels)."""
+    import sqlite3
+    import subprocess
+    import tempfile
+
+    from bench.real_sessions import split_of
+
+    labels = {(p["type"], p["incoming"]["name"], p["existing"]["name"]): p["same"] for p in pairs}
+    labels |= {(t, b, a): same for (t, a, b), same in list(labels.items())}
+    root = Path(__file__).resolve().parent.parent
+    out: dict[str, Any] = {}
+    for split in SPLITS:
+        with tempfile.TemporaryDirectory(prefix="rem-bench-identity-") as tmp:
+            part = Path(tmp) / "sessions.jsonl"
+            count = 0
+            with sessions.open(encoding="utf-8") as src, part.open("w", encoding="utf-8") as dst:
+                for line in src:
+                    if line.strip() and split_of(json.loads(line)["title"]) == split:
+                        dst.write(line)
+                        count += 1
+            env = {**os.environ, "REM_DATA_DIR": str(Path(tmp) / "data"), "REM_EXTRACTOR": "heuristic", "REM_LOG_LEVEL": "warning"}
+            for args in (["import", str(part)], ["--once", "--json"]):
+                subprocess.run([sys.executable, "-m", "worker", *args], cwd=root, env=env, check=True, capture_output=True)
+            db = sqlite3.connect(Path(tmp) / "data" / "graph.sqlite3")
+            names = dict(db.execute("SELECT id, name FROM nodes"))
+            review = [
+                (node.partition(":")[0], names.get(node, ""), names.get(other, ""))
+                for node, other in db.execute("SELECT node_id, candidate_id FROM identity_candidates")
+            ]
+            per_node = Counter(name for _, name, _ in review)
+            links = [
+                (merged.partition(":")[0], json.loads(restore).get("node", {}).get("name", merged.partition(":")[2]), names.get(into, ""))
+                for merged, into, restore in db.execute("SELECT merged_id, into_id, restore FROM merges")
+            ]
+            db.close()
+        labelled = [labels[r] for r in review if r in labels]
+        linked = [labels[r] for r in links if r in labels]
+        out[split] = {
+            "sessions": count,
+            "review_pairs": len(review),
+            "review_per_100_sessions": round(len(review) * 100 / count, 1) if count else 0.0,
+            "review_max_per_node": max(per_node.values(), default=0),
+            "review_max_per_target": max(Counter(other for _, _, other in review).values(), default=0),
+            "review_labelled": len(labelled),
+            "review_noise": round(labelled.count(False) / len(labelled), 3) if labelled else None,
+            "links": len(links),
+            "links_labelled": len(linked),
+            "links_wrong": linked.count(False),
+        }
+    return out
+
+
 def speed(size: int, *, seed: int = 11) -> dict[str, Any]:
     """Index ``size`` synthetic CamelCase class names and resolve 1,000 variants against them."""
     rng = random.Random(seed)
@@ -143,6 +248,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", type=Path, default=DATA)
     parser.add_argument("--scale", type=int, default=20_000, help="synthetic index size for the speed figure")
+    parser.add_argument("--real", type=Path, default=REAL, help="labelled pairs from real sessions")
+    parser.add_argument("--sessions", type=Path, default=Path(os.environ["REM_BENCH_SESSIONS"]) if os.environ.get("REM_BENCH_SESSIONS") else None,
+                        help="import file of the real sessions (bench/real_sessions.py): also measure the review list")
     args = parser.parse_args(argv)
     pairs = load_pairs(args.pairs)
     results: dict[str, Any] = {"pairs_file": str(args.pairs)}
@@ -167,6 +275,19 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             print(f"  {setting}: {error}")
     s = results["speed"]
     print(f"speed: {s['resolves']} resolves against {s['index_nodes']} nodes: {s['ms_per_resolve']} ms each (index build {s['index_build_s']} s)")
+    real = load_pairs(args.real)
+    results["real"] = real_report(real)
+    print(f"real pairs ({args.real.name}): precision / recall (recall with review) [positives/pairs], cross-type pairs excluded")
+    for key, r in results["real"].items():
+        print(f"  {key:32} precision={r['precision']:.3f} recall={r['recall']:.3f} ({r['recall_with_review']:.3f}) "
+              f"review_noise={r['review_noise']:.3f} [{r['positives']}/{r['pairs']}] fp={r['fp']} fn={r['fn']}")
+    for key in ("tuning/all/isolated", "tuning/all/crowd", "tuning/all/names"):  # the split that may be looked at
+        for error in results["real"][key]["errors"]:
+            print(f"  {key}: {error}")
+    if args.sessions is not None:
+        results["review"] = review_report(args.sessions, real)
+        for split, r in results["review"].items():
+            print(f"review list {split}: {r}")
     return results
 
 

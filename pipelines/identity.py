@@ -1,40 +1,53 @@
 """Identity resolution: does an extracted node name something the graph already holds? (pure)
 
 For each incoming node the resolver returns a :class:`Verdict` — ``link`` (it *is* that existing
-node), ``create`` (it is new) or ``candidate`` (maybe; ambiguous). Rules, first decisive one wins:
+node), ``create`` (it is new) or ``candidate`` (maybe; ambiguous). A name is a **code identifier**
+when it is a FILE path or a CLASS/METHOD/TEST name without spaces (:func:`is_identifier`), else
+**prose**. Two identifiers are compared as written; prose is compared by its words, with prose or
+with an identifier. Rules, first decisive one wins:
 
 ==============  =====  ===========================================================================
 rule            score  matches (always the same type, never a blocked pair)
 ==============  =====  ===========================================================================
 exact-id        1.00   the incoming id exists (an update, not a merge)
-alias           1.00   a name/alias equals an existing name/alias, ignoring case, space, quotes
-issue-number    1.00   ISSUE: the same number written differently (``#123``, ``issue 123``, ``GH-123``)
-normalised      0.95   the same words after camelCase splitting, punctuation/underscores as spaces,
-                       accents, a leading article, a possessive ``'s`` and a trailing ``()``
-                       dropped, plural → singular except in a METHOD/TEST/FILE identifier
-                       (``get_node`` is not ``get_nodes``), the words joined (``back-fill`` ≈
-                       ``backfill``) — ``LazyEdgeQueue`` ≈ ``the lazy edge queues``;
-                       FILE: the same path ignoring case, ``./`` and ``\\`` vs ``/``
-acronym         0.90   an all-caps acronym of ≥ 3 letters = the initials of a ≥ 3-word name
-                       (``LEQ`` ↔ ``Lazy Edge Queue``); a 2-letter acronym is only a candidate
-token-set       0.90   (nearly) the same set of words in any order (Jaccard ≥ ``Thresholds.link``)
+alias           1.00   a name/alias equals an existing name/alias: an identifier as written but
+                       for a call's ``()``, prose ignoring case, space and quotes
+issue-number    1.00   ISSUE: the same decimal number written differently (``#123``, ``issue
+                       123``, ``GH-123``); a leading zero (``#0123``, ``#000``) is no issue number
+normalised      0.95   identifier ↔ identifier: :func:`identifier_key` — case, underscores and word
+                       order count (``_get`` ≠ ``get``, ``FieldFile`` ≠ ``FileField``), a CLASS in
+                       the plural is its singular (``ModelAdmins``), a path loses a diff's
+                       ``a/``/``b/`` and ``./`` but keeps its case; otherwise the same words
+                       after camelCase splitting, punctuation/underscores as spaces, accents, a
+                       leading article or demonstrative, a possessive ``'s`` and ``()`` dropped,
+                       plural → singular except in a METHOD/TEST/FILE identifier, the words joined
+                       (``back-fill`` ≈ ``backfill``) — ``LazyEdgeQueue`` ≈ ``the lazy edge queues``
+qualified       0.90   METHOD: the same function qualified or not (:func:`same_member`:
+                       ``QuerySet.iterator`` ≈ ``queryset.iterator`` ≈ ``iterator``), never a
+                       builtin (``min`` ≠ ``A.min``); the name sharing the most qualifiers wins
+acronym         0.90   an all-caps acronym of ≥ 3 letters = the initials of a ≥ 3-word prose or
+                       CamelCase name (``LEQ`` ↔ ``Lazy Edge Queue``); 2 letters: a candidate only
+token-set       0.90   prose only: (nearly) the same set of words in any order (Jaccard ≥
+                       ``Thresholds.link``), never for a name repeating a word (``True True False``)
 ==============  =====  ===========================================================================
 
-More than one existing node matching a decisive rule makes the verdict ``candidate`` (ambiguous).
-Below the decisive rules, weaker evidence makes a ``candidate``: token-set Jaccard ≥
-``candidate_threshold``, a near-identical spelling (character similarity ≥ ``fuzzy_threshold``),
-a FILE with the same base name in another directory, a 2-letter acronym, and the same normalised
-name under a *different type* — which is reported, never merged. Neither a test file and its
-source (``x.test.ts`` / ``x.ts``) nor a METHOD/TEST/FILE and its plural (``get_node`` /
-``get_nodes``) are near-identical spellings of each other, and two one-word code identifiers
-sharing only some words (``ConfigLoader`` / ``ConfigLoaderError``) are never token-set
-candidates. Names whose numbers differ
-(``#123``/``#124``, ``v2``/``v3``) never link. Without a model, ``candidate`` means create and
-report; with one, an auditor decides link-or-create for the same-type candidates only.
+More than one existing node matching a decisive rule makes the verdict ``candidate`` (ambiguous);
+more than :data:`MAX_SHARED_NAME` qualified names for one bare name make nothing. Below the
+decisive rules, weaker evidence makes a ``candidate`` (kept for review, strongest first): prose
+word sets with Jaccard ≥ ``candidate_threshold``, a near-identical *prose* spelling (character
+similarity ≥ ``fuzzy_threshold``), a file named by its base name alone beside a full path ending
+in it (unless more than :data:`MAX_SHARED_NAME` paths share that base name), a 2-letter acronym,
+and the same name under a *different type* — which is reported, never merged. Never a
+candidate: two identifiers a letter apart or sharing some words, two full paths with the same base
+name. Names whose numbers differ (``#123``/``#124``, ``v2``/``v3``) never link. Without a model,
+``candidate`` means create and report; with one, an auditor decides link-or-create for the
+same-type candidates only. The why of each rule: README, "Identity resolution, merges and
+unmerge"; the evidence: bench/RESULTS.md.
 """
 
 from __future__ import annotations
 
+import builtins
 import math
 import re
 import unicodedata
@@ -48,7 +61,9 @@ CREATE = "create"
 CANDIDATE = "candidate"
 
 LINK_THRESHOLD = 0.9
-CANDIDATE_THRESHOLD = 0.5
+# Prose sharing half its words (`Then Python` / `The Python`) was another thing in every such
+# pair labelled on real sessions: a candidate needs more than half.
+CANDIDATE_THRESHOLD = 0.6
 FUZZY_THRESHOLD = 0.9
 MIN_ACRONYM_LETTERS = 3
 
@@ -61,13 +76,21 @@ _ISSUE = re.compile(r"^(?:(?:issue|bug|ticket|pr|pull request|gh)\s*)?[#-]?\s*(\
 _ACRONYM = re.compile(r"^[A-Z]{2,8}s?$")
 _QUOTES = "`'\"“”‘’"
 _POSSESSIVE = re.compile(r"['’]s\b")
-_ARTICLES = frozenset({"the", "a", "an"})
-# A test file's name: test_x.py, x_test.go, x.test.ts, x.spec.js, or anything under a tests/ folder.
-_TEST_PATH = re.compile(r"(?:^|/)(?:tests?/|test_[^/]*$|[^/]*_test\.[^/.]+$)|\.(?:test|spec)\.[^/.]+$")
+# Dropped at the start of a name: articles and demonstratives ("this Sequential Feature Selector").
+_ARTICLES = frozenset({"the", "a", "an", "this", "that", "these", "those"})
 # Identifier types whose plural is another identifier (get_node / get_nodes): no plural folding.
 _NO_PLURAL_TYPES = frozenset({"METHOD", "TEST", "FILE"})
-# Names in code: words shared in part make another identifier, never a candidate.
+# Types whose one-word names are code identifiers: compared as written (see identifier_key).
 _CODE_TYPES = frozenset({"CLASS", "METHOD", "TEST"})
+# What a git diff, a relative path or a shell puts before a path: `a/x.py`, `b/x.py`, `./x.py`.
+_PATH_PREFIX = re.compile(r"^(?:[ab]/(?=.))?(?:\./)*")
+_URL = re.compile(r"^[a-z][a-z0-9+.-]*://", re.IGNORECASE)
+_CAMEL_NAME = re.compile(r"(?:[A-Z][a-z0-9]+){2,}")
+# A bare call of a Python builtin (`min()`, `len()`) names the builtin, never `A.min()`.
+_BUILTINS = frozenset(name for name in dir(builtins) if name.islower() and not name.startswith("_"))
+# A base name shared by more files than this names none of them in particular (`__init__.py`);
+# the same for a bare method name shared by more qualified ones.
+MAX_SHARED_NAME = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,26 +180,54 @@ def tokens(text: str, node_type: str = "") -> tuple[str, ...]:
     return tuple(singular(w) for w in words(text))
 
 
-def normal_key(node_type: str, text: str) -> str:
-    """The form two names of one type share when they name the same thing (see the rule table)."""
+def is_identifier(node_type: str, text: str) -> bool:
+    """Whether ``text`` is a code identifier: a CLASS/METHOD/TEST name without spaces
+    (CamelCase, snake_case, dotted, dunder) or a FILE path. Identifiers are compared as written."""
+    return node_type == "FILE" or (node_type in _CODE_TYPES and len(_plain(text).split()) == 1)
+
+
+def normal_path(text: str) -> str:
+    """A path as the file system reads it: ``\\`` as ``/``, a git diff's ``a/``/``b/`` and any
+    ``./`` in front dropped, case kept (``a/src/X.py`` → ``src/X.py``). URLs are left whole."""
+    path = _plain(text).replace("\\", "/")
+    return path if _URL.match(path) else _PATH_PREFIX.sub("", path)
+
+
+def identifier_key(node_type: str, text: str) -> str:
+    """What two spellings of one identifier share: the text itself, without a call's ``(…)`` and
+    surrounding quotes — case, underscores and word order all count (``_get`` ≠ ``get`` ≠
+    ``Get``). A CLASS named in the plural (``ModelAdmins``, prose about a class) is its singular;
+    a path is :func:`normal_path`."""
     if node_type == "FILE":
-        return fold(text).replace("\\", "/").removeprefix("./")
+        return normal_path(text)
+    name = _CALL.sub("", _plain(text)).strip()
+    if node_type == "CLASS" and re.fullmatch(r"(?:[A-Z][a-z0-9]+)+[a-z]s", name) and not name.endswith(("ss", "us", "is")):
+        return name[:-3] + "y" if name.endswith("ies") else name[:-1]
+    return name
+
+
+def normal_key(node_type: str, text: str) -> str:
+    """The form two names of one type share when they name the same thing (see the rule table):
+    the identifier key for an identifier, the decimal number for an issue, else the words."""
+    if is_identifier(node_type, text):
+        return identifier_key(node_type, text)
     if node_type == "ISSUE":
         number = _ISSUE.match(fold(text))
-        if number:
+        if number and not (len(number.group(1)) > 1 and number.group(1).startswith("0")):
             return f"#{int(number.group(1))}"
     return " ".join(tokens(text, node_type))
 
 
+def prose_key(node_type: str, text: str) -> str:
+    """The words of a name (:func:`tokens`), what prose and an identifier are compared by
+    (``lazy edge queue`` ↔ ``LazyEdgeQueue``)."""
+    return " ".join(tokens(text, node_type))
+
+
 def numbers(text: str) -> tuple[str, ...]:
-    """The digit runs of a name, without leading zeros (``#0123`` and ``#123`` agree)."""
-    return tuple(str(int(d)) for d in _DIGITS.findall(text))
-
-
-def is_test_path(path: str) -> bool:
-    """Whether a (folded) file path names a test: ``tests/…``, ``test_x.py``, ``x_test.go``,
-    ``x.test.ts``, ``x.spec.js``."""
-    return _TEST_PATH.search(path) is not None
+    """The digit runs of a name as written (``#0123`` is not ``#123``: issue numbers are decimal,
+    a leading zero is a colour or a hash)."""
+    return tuple(_DIGITS.findall(text))
 
 
 def acronym_of(text: str) -> str | None:
@@ -207,26 +258,36 @@ class _Form:
 
     text: str
     key: str
+    words: str
     tokens: frozenset[str]
     numbers: tuple[str, ...]
+    identifier: bool
+
+
+# The lookup a form is filed under: (type or "*" for any type, key).
+_Key = tuple[str, str]
 
 
 @dataclass(slots=True)
 class AliasIndex:
     """Lookup tables over the existing nodes' names and aliases. Build with :meth:`build`, extend
-    with :meth:`add` (or :func:`learn` after a batch)."""
+    with :meth:`add` (or :func:`learn` after a batch). Identifier forms and prose forms are filed
+    apart, because an identifier is compared as written and prose by its words."""
 
     nodes: dict[str, NodeRef] = field(default_factory=dict)
     forms: dict[str, list[_Form]] = field(default_factory=dict)
-    exact: dict[tuple[str, str], set[str]] = field(default_factory=dict)
-    normal: dict[tuple[str, str], set[str]] = field(default_factory=dict)
-    joined: dict[tuple[str, str], set[str]] = field(default_factory=dict)
-    any_type: dict[str, set[str]] = field(default_factory=dict)
-    by_token: dict[tuple[str, str], set[str]] = field(default_factory=dict)
-    by_prefix: dict[tuple[str, str], set[str]] = field(default_factory=dict)
-    by_initials: dict[tuple[str, str], set[str]] = field(default_factory=dict)
-    by_acronym: dict[tuple[str, str], set[str]] = field(default_factory=dict)
-    by_basename: dict[str, set[str]] = field(default_factory=dict)
+    exact: dict[_Key, set[str]] = field(default_factory=dict)
+    identifiers: dict[_Key, set[str]] = field(default_factory=dict)
+    identifier_words: dict[_Key, set[str]] = field(default_factory=dict)
+    prose_words: dict[_Key, set[str]] = field(default_factory=dict)
+    joined: dict[_Key, set[str]] = field(default_factory=dict)
+    members: dict[_Key, set[str]] = field(default_factory=dict)
+    by_token: dict[_Key, set[str]] = field(default_factory=dict)
+    by_prefix: dict[_Key, set[str]] = field(default_factory=dict)
+    by_initials: dict[_Key, set[str]] = field(default_factory=dict)
+    by_acronym: dict[_Key, set[str]] = field(default_factory=dict)
+    paths_by_basename: dict[str, set[str]] = field(default_factory=dict)
+    bare_files: dict[str, set[str]] = field(default_factory=dict)
 
     @classmethod
     def build(cls, nodes: Iterable[NodeRef]) -> "AliasIndex":
@@ -243,31 +304,90 @@ class AliasIndex:
         self.nodes[node.id] = node
         seen = {f.text for f in self.forms.get(node.id, ())}
         kind = node.type
+
+        def file(table: dict[_Key, set[str]], key: str, *, any_type: bool = False) -> None:
+            table.setdefault((kind, key), set()).add(node.id)
+            if any_type:
+                table.setdefault(("*", key), set()).add(node.id)
+
         for text in node.forms:
             if text in seen:
                 continue
             form = _form(kind, text)
             self.forms.setdefault(node.id, []).append(form)
-            self.exact.setdefault((kind, fold(text)), set()).add(node.id)
-            self.normal.setdefault((kind, form.key), set()).add(node.id)
-            self.any_type.setdefault(form.key, set()).add(node.id)
-            if kind not in ("FILE", "ISSUE") and len(form.tokens) > 1:
-                self.joined.setdefault((kind, form.key.replace(" ", "")), set()).add(node.id)
-            for token in form.tokens:
-                self.by_token.setdefault((kind, token), set()).add(node.id)
-            self.by_prefix.setdefault((kind, form.key[:4]), set()).add(node.id)
-            letters = initials(text)
+            file(self.exact, _alias_key(kind, text))
+            if form.identifier:
+                file(self.identifiers, form.key, any_type=True)
+                file(self.identifier_words, form.words, any_type=True)
+                if kind == "METHOD":
+                    file(self.members, form.key.rsplit(".", 1)[-1])
+            else:
+                file(self.prose_words, form.words, any_type=True)
+                if len(form.tokens) > 1:
+                    file(self.joined, form.words.replace(" ", ""))
+                for token in form.tokens:
+                    file(self.by_token, token)
+                file(self.by_prefix, form.words[:4])
+            letters = _initials(form)
             if letters:
-                self.by_initials.setdefault((kind, letters), set()).add(node.id)
+                file(self.by_initials, letters)
             acronym = acronym_of(text)
             if acronym:
-                self.by_acronym.setdefault((kind, acronym), set()).add(node.id)
-            if kind == "FILE":
-                self.by_basename.setdefault(form.key.rsplit("/", 1)[-1], set()).add(node.id)
+                file(self.by_acronym, acronym)
+            if kind == "FILE" and not _URL.match(form.key):
+                base = form.key.rsplit("/", 1)[-1]
+                target = self.paths_by_basename if "/" in form.key else self.bare_files
+                target.setdefault(base, set()).add(node.id)
+
+
+def _repeats(form: _Form) -> bool:
+    """Whether a name repeats a word (`True True False`): a sequence, where order and count matter."""
+    return len(form.tokens) < len(form.words.split())
+
+
+def _initials(form: _Form) -> str | None:
+    """The initials of prose or of a CamelCase name (``LazyEdgeQueue`` → ``LEQ``); a snake_case or
+    dotted identifier has none (``my_func`` is no ``MF``)."""
+    return initials(form.text) if not form.identifier or _CAMEL_NAME.fullmatch(_CALL.sub("", form.text)) else None
+
+
+def _alias_key(node_type: str, text: str) -> str:
+    """What the ``alias`` rule compares: an identifier as written (without ``()``), prose folded."""
+    return _CALL.sub("", _plain(text)).strip() if is_identifier(node_type, text) else fold(text)
 
 
 def _form(node_type: str, text: str) -> _Form:
-    return _Form(text, normal_key(node_type, text), frozenset(tokens(text, node_type)), numbers(text))
+    key = normal_key(node_type, text)
+    # An issue number is compared by its number: `issue 123` and `#123` share no words.
+    said = key if node_type == "ISSUE" and key.startswith("#") else prose_key(node_type, text)
+    return _Form(text, key, said, frozenset(tokens(text, node_type)), numbers(text), is_identifier(node_type, text))
+
+
+def same_member(one: str, other: str) -> bool:
+    """Whether two METHOD identifiers name one function, qualified or not: the same last name
+    (as written), the shorter's qualifiers the tail of the longer's, a qualifier matching as a
+    class or an instance (``QuerySet.iterator`` / ``queryset.iterator`` / ``iterator``). A bare
+    call of a Python builtin (``min``) is the builtin, not ``A.min``."""
+    left, right = one.split("."), other.split(".")
+    if left == right or left[-1] != right[-1]:
+        return False
+    short, long = sorted((left, right), key=len)
+    if len(short) == 1 and short[0] in _BUILTINS:
+        return False
+    return [_receiver(q) for q in short[:-1]] == [_receiver(q) for q in long[len(long) - len(short) : -1]]
+
+
+def member_overlap(one: str, other: str) -> int:
+    """How many trailing qualifiers two :func:`same_member` names share (more = a closer match)."""
+    return min(one.count("."), other.count("."))
+
+
+def _receiver(qualifier: str) -> str:
+    """A qualifier as class or instance (``QuerySet`` ~ ``queryset``, ``ProjectState`` ~
+    ``project_state``); leading and trailing underscores still count (``_dict`` ≠ ``__dict__``)."""
+    core = qualifier.strip("_")
+    lead = qualifier[: len(qualifier) - len(qualifier.lstrip("_"))]
+    return lead + core.replace("_", "").casefold() + qualifier[len(lead) + len(core) :]
 
 
 # --- the resolver --------------------------------------------------------------------------------
@@ -276,6 +396,14 @@ class Thresholds:
     link: float = LINK_THRESHOLD
     candidate: float = CANDIDATE_THRESHOLD
     fuzzy: float = FUZZY_THRESHOLD
+
+
+def _same_name(index: AliasIndex, kind: str, form: _Form) -> set[str]:
+    """Indexed nodes one of whose forms names the same thing as ``form`` (``kind`` a type or
+    ``"*"``): identifier = identifier as written; prose = identifier or prose by their words."""
+    if form.identifier:
+        return index.identifiers.get((kind, form.key), set()) | index.prose_words.get((kind, form.words), set())
+    return index.prose_words.get((kind, form.words), set()) | index.identifier_words.get((kind, form.words), set())
 
 
 def resolve(
@@ -302,6 +430,7 @@ def resolve(
 
     alias_hits: dict[str, str] = {}
     normal_hits: dict[str, str] = {}
+    member_scores: dict[str, tuple[int, str]] = {}
     acronym_hits: dict[str, str] = {}
     token_scores: dict[str, tuple[float, str]] = {}
     candidates: dict[str, Match] = {}
@@ -313,22 +442,30 @@ def resolve(
     forms = [_form(kind, text) for text in node.forms]
     for form in forms:
         text, key = form.text, form.key
-        alias_hits.update(dict.fromkeys(allowed(index.exact.get((kind, fold(text)), ()), form, check_numbers=False), text))
+        alias_hits.update(dict.fromkeys(allowed(index.exact.get((kind, _alias_key(kind, text)), ()), form, check_numbers=False), text))
         if key:
-            found = allowed(index.normal.get((kind, key), ()), form, check_numbers=not key.startswith("#"))
-            if kind not in ("FILE", "ISSUE"):
-                found |= allowed(index.joined.get((kind, key.replace(" ", "")), ()), form)
+            found = allowed(_same_name(index, kind, form), form, check_numbers=not key.startswith("#"))
+            if not form.identifier and kind not in ("FILE", "ISSUE"):
+                found |= allowed(index.joined.get((kind, form.words.replace(" ", "")), ()), form)
             normal_hits.update(dict.fromkeys(found, text))
-            for other in allowed(index.any_type.get(key, ()), form, check_numbers=False):
+            for other in allowed(_same_name(index, "*", form), form, check_numbers=False):
                 if index.nodes[other].type != kind:
                     offer(Match(other, "cross-type", 0.5, text, index.nodes[other].type))
         if kind == "FILE":
-            for target in allowed(index.by_basename.get(key.rsplit("/", 1)[-1], ()), form):
-                offer(Match(target, "file-basename", 0.6, text, kind))
+            _offer_basename(index, form, allowed, offer)
             continue
         if kind == "ISSUE" and key.startswith("#"):
             continue
-        acronym, letters = acronym_of(text), initials(text)
+        if kind == "METHOD" and form.identifier:
+            last = key.rsplit(".", 1)[-1]
+            for target in allowed(index.members.get((kind, last), ()), form):
+                # Against the node's own name only: an alias it took from an earlier link
+                # (`items` into `annotations.items`) must not make `sequence.items` the same.
+                name = identifier_key(kind, index.nodes[target].name)
+                if is_identifier(kind, index.nodes[target].name) and same_member(key, name):
+                    member_scores[target] = (member_overlap(key, name), text)
+        acronym = acronym_of(text)
+        letters = _initials(form)
         found = set()
         if acronym:
             found |= allowed(index.by_initials.get((kind, acronym), ()), form)
@@ -339,17 +476,28 @@ def resolve(
         else:
             for target in found:
                 offer(Match(target, "acronym-short", 0.6, text, kind))
+        if form.identifier or _repeats(form):
+            # Words in another order, or some of them, make another identifier; a name that
+            # repeats a word is a sequence (`True True False`), where order and count matter.
+            continue
         # Jaccard(A, B) <= shared / |A|: only nodes sharing enough tokens can reach the threshold.
         shared = _shared_tokens(index, kind, form.tokens)
         needed = max(1, math.ceil(thresholds.candidate * len(form.tokens)))
         for target in allowed((t for t, n in shared.items() if n >= needed), form):
-            best = max(jaccard(form.tokens, f.tokens) for f in index.forms[target])
+            best = max((jaccard(form.tokens, f.tokens) for f in index.forms[target] if not f.identifier and not _repeats(f)), default=0.0)
             if best > token_scores.get(target, (0.0, ""))[0]:
                 token_scores[target] = (best, text)
     token_hits = {t: f for t, (score, f) in token_scores.items() if score >= thresholds.link}
+    # The qualified names sharing the most qualifiers (`datetime.now` is `datetime.datetime.now`
+    # before it is `now`); a tie among them is ambiguous.
+    closest = max((n for n, _ in member_scores.values()), default=-1)
+    member_hits = {t: f for t, (n, f) in member_scores.items() if n == closest}
+    if len(member_hits) > MAX_SHARED_NAME:
+        member_hits = {}  # `save` beside `user.save`, `obj.save`, `form.save` … names none of them
     for rule, score, hits in (
         ("alias", 1.0, alias_hits),
         ("issue-number" if kind == "ISSUE" else "normalised", 1.0 if kind == "ISSUE" else 0.95, normal_hits),
+        ("qualified", 0.9, member_hits),
         ("acronym", 0.9, acronym_hits),
         ("token-set", thresholds.link, token_hits),
     ):
@@ -360,33 +508,35 @@ def resolve(
             matches = tuple(Match(t, rule, score, f, kind) for t, f in sorted(hits.items()))
             return Verdict(node.id, CANDIDATE, None, f"ambiguous-{rule}", score, matches)
     for target, (score, text) in token_scores.items():
-        if score >= thresholds.candidate and not _other_identifier(kind, text, index.nodes[target].name):
+        if score >= thresholds.candidate:
             offer(Match(target, "token-set", round(score, 3), text, kind))
     for form in forms:
-        for match in _fuzzy(node, form, index, blocked, thresholds.fuzzy, exclude=set(candidates)):
-            offer(match)
+        if not form.identifier:
+            for match in _fuzzy(node, form, index, blocked, thresholds.fuzzy, exclude=set(candidates)):
+                offer(match)
     if candidates:
         ranked = tuple(sorted(candidates.values(), key=lambda m: (-m.score, m.node_id)))
         return Verdict(node.id, CANDIDATE, None, ranked[0].rule, ranked[0].score, ranked)
     return Verdict(node.id, CREATE)
 
 
-def _other_identifier(node_type: str, text: str, other: str) -> bool:
-    """Whether two one-word code identifiers that share only some of their words
-    (``ConfigLoader`` / ``ConfigLoaderError``, ``FakeGraphPanel`` / ``GraphPanelError``) name
-    different things — in code they do, so they are no identity candidates. The same words in
-    another order still link (token-set), and names with spaces are prose, where ``edge queue``
-    may well mean ``LazyEdgeQueue``."""
-    return node_type in _CODE_TYPES and len(text.split()) == 1 and len(other.split()) == 1
-
-
-def _plural_twins(key: str, other: str) -> bool:
-    """Two normal keys that differ only in the number of their words (``get node`` / ``get nodes``)."""
-    return key != other and [singular(w) for w in key.split()] == [singular(w) for w in other.split()]
+def _offer_basename(index: AliasIndex, form: _Form, allowed: Callable[..., set[str]], offer: Callable[[Match], None]) -> None:
+    """A file named by its base name alone and a full path ending in it are a candidate — unless
+    that base name ends more than :data:`MAX_SHARED_NAME` paths (``__init__.py`` names none of
+    them). Two full paths are never one file however alike their base names."""
+    if _URL.match(form.key):
+        return
+    base = form.key.rsplit("/", 1)[-1]
+    paths = index.paths_by_basename.get(base, set())
+    if len(paths) > MAX_SHARED_NAME:
+        return
+    others = index.bare_files.get(base, set()) if "/" in form.key else paths
+    for target in allowed(others, form):
+        offer(Match(target, "file-basename", 0.6, form.text, "FILE"))
 
 
 def _shared_tokens(index: AliasIndex, kind: str, own: Iterable[str]) -> Counter[str]:
-    """Indexed node id → how many of ``own`` tokens it has."""
+    """Indexed node id → how many of ``own`` tokens its prose forms have."""
     shared: Counter[str] = Counter()
     for token in own:
         shared.update(index.by_token.get((kind, token), ()))
@@ -396,28 +546,28 @@ def _shared_tokens(index: AliasIndex, kind: str, own: Iterable[str]) -> Counter[
 def _fuzzy(
     node: NodeRef, form: _Form, index: AliasIndex, blocked: frozenset[tuple[str, str]], threshold: float, *, exclude: set[str]
 ) -> list[Match]:
-    """Near-identical spellings (typos): among nodes sharing all tokens but one, or the first four
-    characters, a character similarity of at least ``threshold`` with the same numbers."""
-    if len(form.key) < 6:
+    """Near-identical spellings (typos) of prose: among nodes sharing all tokens but one, or the
+    first four characters, a character similarity of at least ``threshold`` with the same
+    numbers. Identifiers are never typos of each other (``test_parse``/``test_parser``,
+    ``MutableMatrix``/``ImmutableMatrix``): in code, a letter apart is another name."""
+    if len(form.words) < 6:
         return []
     shared = _shared_tokens(index, node.type, form.tokens)
     needed = max(1, len(form.tokens) - 1)
-    pool = {t for t, n in shared.items() if n >= needed} | index.by_prefix.get((node.type, form.key[:4]), set())
+    pool = {t for t, n in shared.items() if n >= needed} | index.by_prefix.get((node.type, form.words[:4]), set())
     found = []
     for target in sorted(pool - exclude - {node.id}):
         if (node.id, target) in blocked:
             continue
         for other in index.forms[target]:
-            # ratio() <= 2·min(len)/(sum of lens): skip pairs whose lengths alone rule it out.
-            if 2 * min(len(form.key), len(other.key)) / (len(form.key) + len(other.key)) < threshold:
+            if other.identifier:
                 continue
-            matcher = SequenceMatcher(None, form.key, other.key)
+            # ratio() <= 2·min(len)/(sum of lens): skip pairs whose lengths alone rule it out.
+            if 2 * min(len(form.words), len(other.words)) / (len(form.words) + len(other.words)) < threshold:
+                continue
+            matcher = SequenceMatcher(None, form.words, other.words)
             if matcher.quick_ratio() < threshold or form.numbers != other.numbers:
                 continue
-            if node.type == "FILE" and is_test_path(form.key) != is_test_path(other.key):
-                continue  # x.test.ts is never a misspelt x.ts, however alike the names
-            if node.type in _NO_PLURAL_TYPES and _plural_twins(form.key, other.key):
-                continue  # get_nodes is another method than get_node, not a typo of it
             ratio = matcher.ratio()
             if ratio >= threshold:
                 found.append(Match(target, "fuzzy", round(ratio, 3), form.text, node.type))
@@ -445,7 +595,23 @@ def resolve_batch(
                 verdict = local
         verdicts.append(verdict)
         learn(batch, [node], [verdict])
-    return verdicts
+    return [_without_crowded_basenames(v, index, batch) for v in verdicts]
+
+
+def _without_crowded_basenames(verdict: Verdict, index: AliasIndex, batch: AliasIndex) -> Verdict:
+    """Drop ``file-basename`` candidates whose base name more than :data:`MAX_SHARED_NAME` paths
+    share once the batch is counted too (`formats.py` of forty locales in one session)."""
+    if verdict.action != CANDIDATE or not any(m.rule == "file-basename" for m in verdict.candidates):
+        return verdict
+
+    def crowded(match: Match) -> bool:
+        base = normal_path(match.form).rsplit("/", 1)[-1]
+        return len(index.paths_by_basename.get(base, set()) | batch.paths_by_basename.get(base, set())) > MAX_SHARED_NAME
+
+    kept = tuple(m for m in verdict.candidates if m.rule != "file-basename" or not crowded(m))
+    if not kept:
+        return Verdict(verdict.node_id, CREATE)
+    return Verdict(verdict.node_id, CANDIDATE, None, kept[0].rule, kept[0].score, kept)
 
 
 def learn(index: AliasIndex, nodes: Sequence[NodeRef], verdicts: Sequence[Verdict]) -> None:

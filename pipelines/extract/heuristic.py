@@ -23,6 +23,7 @@ from itertools import combinations
 from typing import Any
 
 from pipelines.extract.model import ExtractorReply, UnitTurn, WorkUnit, clean_text, semantic_node_id
+from pipelines.identity import normal_path
 
 HEURISTIC_VERSION = 3
 # Entities of one turn linked pairwise: the first few only, so a long tool dump does not turn
@@ -350,7 +351,8 @@ def find_mentions(
         url = match.group(0).rstrip(".,;:!?")
         candidates.append(_Mention(match.start(), match.start() + len(url), "FILE", url, url, ("url",)))
     for match in _PATH.finditer(text):
-        candidates.append(_Mention(match.start(), match.end(), "FILE", match.group(0), match.group(0)))
+        # The name without a diff's a/ or b/ or a ./ (one file, one node); the quote as written.
+        candidates.append(_Mention(match.start(), match.end(), "FILE", normal_path(match.group(0)), match.group(0)))
     for match in _BARE_FILE.finditer(text):
         candidates.append(_Mention(match.start(), match.end(), "FILE", match.group(0), match.group(0)))
     for match in _TEST.finditer(text):

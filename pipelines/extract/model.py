@@ -30,6 +30,7 @@ from typing import Annotated, Any, Protocol, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
+from pipelines.identity import is_identifier, normal_path
 from store.graph import dumps
 from store.ids import MAX_NODE_ID_LENGTH, InvalidIdError, normalize_graph_node_id
 
@@ -356,12 +357,16 @@ def canonical_name(node_type: str, name: str) -> str:
     cleaned = clean_text(name, limit=MAX_NAME_CHARS).strip("`'\"")
     if node_type in PROSE_TYPES:
         cleaned = " ".join(_PROSE_SEPARATORS.sub(" ", cleaned.casefold()).split())
+    elif node_type == "FILE":
+        cleaned = normal_path(cleaned)  # a/x.py, b/x.py, ./x.py and x.py are one file
     return cleaned
 
 
 def identity_key(node_type: str, name: str) -> tuple[str, str]:
-    """The (TYPE, normalised name) pair that deduplicates nodes across chunks and sessions."""
-    return node_type, canonical_name(node_type, name).casefold()
+    """The (TYPE, normalised name) pair that deduplicates nodes across chunks and sessions; a code
+    identifier keeps its case (``F`` is not ``f``, see :func:`pipelines.identity.is_identifier`)."""
+    canonical = canonical_name(node_type, name)
+    return node_type, canonical if is_identifier(node_type, canonical) else canonical.casefold()
 
 
 def semantic_node_id(node_type: str, name: str) -> str | None:
