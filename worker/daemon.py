@@ -2,7 +2,9 @@
 
 Lifetime of the process: hold the daemon lock (a second daemon on the same data dir exits at
 once), open the health/metrics endpoint, then loop: cycle, cool down, cycle … until SIGTERM or
-SIGINT. A signal sets the cycle's stop event — the cycle ends after its current transaction and
+SIGINT. A cycle that fails in any way — in a phase, or around the phases for want of a lock file,
+a database connection or a file descriptor — is recorded ``failed`` in ``rem_runs`` with a reason
+code (``worker.failures``), and the next one retries. A signal sets the cycle's stop event — the cycle ends after its current transaction and
 is recorded ``interrupted`` — and the daemon exits 0. Should the cycle not reach a transaction
 boundary within ``REM_GRACE_SECONDS``, it is cancelled (the in-flight SQLite transaction still
 completes: thread calls are not abandoned) and recorded ``interrupted`` with reason ``cancelled``.
@@ -20,8 +22,8 @@ import anyio
 import structlog
 
 from config import Settings
-from store.db import Database
 from worker.cycle import EXIT_OK, CycleBusyError, run_cycle, single_flight
+from worker.failures import FailureRecorder
 
 log = structlog.get_logger(__name__)
 
@@ -83,8 +85,11 @@ async def run_daemon(settings: Settings) -> int:
     another daemon holds this data dir."""
     async with AsyncExitStack() as stack:
         await stack.enter_async_context(single_flight(settings, lock_path=daemon_lock_path(settings), what="rem-cycle daemon"))
-        # Create/migrate the database before the endpoint starts answering /readyz.
-        await anyio.to_thread.run_sync(lambda: Database(settings.graph_path).close())
+        # Create/migrate the database before the endpoint starts answering /readyz, and keep a
+        # connection for recording crashed cycles (see worker.failures).
+        recorder = FailureRecorder(settings.graph_path)
+        await anyio.to_thread.run_sync(recorder.open)
+        stack.callback(recorder.close)
         if settings.http_port:
             from worker.http import serve_http
 
@@ -92,22 +97,25 @@ async def run_daemon(settings: Settings) -> int:
             log.info("http endpoint listening", url=server.url)
         stop = await stack.enter_async_context(stop_on_signals(grace_seconds=settings.grace_seconds))
         log.info("daemon started", interval_seconds=settings.interval_seconds, run_at_startup=settings.run_at_startup)
-        await _schedule(settings, stop)
+        await _schedule(settings, stop, recorder)
     log.info("daemon stopped")
     return EXIT_OK
 
 
-async def _schedule(settings: Settings, stop: anyio.Event) -> None:
+async def _schedule(settings: Settings, stop: anyio.Event, recorder: FailureRecorder) -> None:
     if not settings.run_at_startup:
         await _sleep_unless_stopped(stop, settings.interval_seconds)
     while not stop.is_set():
         started = time.monotonic()
+        # A crashed cycle the database could not take at the time is written first.
+        await anyio.to_thread.run_sync(recorder.flush)
         try:
-            await run_cycle(settings, reason="scheduled", mode="daemon", stop=stop)
+            # Every failure but a busy lock is recorded and returned (worker.cycle.run_cycle).
+            await run_cycle(settings, reason="scheduled", mode="daemon", stop=stop, recorder=recorder)
         except CycleBusyError as exc:
             log.warning("cycle skipped", reason=str(exc))
-        except Exception:  # noqa: BLE001 - the daemon outlives any one cycle; the next one retries
-            log.exception("cycle crashed")
+        except Exception:  # noqa: BLE001 - not even the recording worked; the daemon outlives it
+            log.exception("cycle crashed and could not be recorded")
         delay = next_delay(interval=settings.interval_seconds, started=started, finished=time.monotonic())
         await _sleep_unless_stopped(stop, delay)
 

@@ -62,6 +62,9 @@ ACCEPT_BACKOFF_SECONDS = 0.1
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True  # a hung request must not keep the process alive at exit
+    # A burst of probes and scrapes waits in the kernel's accept queue (no descriptor of ours)
+    # instead of being refused; socketserver's default is 5.
+    request_queue_size = 128
     registry: CollectorRegistry
     ready: ReadyCheck
     live: LiveCheck
