@@ -168,9 +168,11 @@ async def import_sessions(
     memory_collection: str,
     summary_collection: str,
     batch_rows: int = 500,
+    stats: ImportStats | None = None,
 ) -> ImportStats:
-    """Stream a sessions JSONL file into the memory and summary collections."""
-    stats = ImportStats()
+    """Stream a sessions JSONL file into the memory and summary collections, counting into
+    ``stats`` when given (so that a caller cancelled mid-file knows what was written)."""
+    stats = stats if stats is not None else ImportStats()
     memories, summaries = _Batch(memory_collection), _Batch(summary_collection)
 
     async def flush() -> None:
