@@ -145,6 +145,7 @@ def test_every_cycle_that_runs_out_of_descriptors_is_recorded_with_a_reason(tmp_
     finally:
         status = stop(proc)
     assert status == 0, log_path.read_text()
+    assert "REM_HTTP_MAX_CONNECTIONS is high for the file-descriptor limit" in log_path.read_text()  # said at start-up
     assert {r["reason_code"] for r in failed} == {"too-many-open-files"}, failed
     assert all(r["finished_at"] and r["phases"][r["failure_phase"]]["state"] == "failed" for r in failed)
     runs = read_runs(graph)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import errno
 import json
+import resource
 import socket
 import sqlite3
 import threading
@@ -56,8 +57,14 @@ LiveCheck = Callable[[], dict[str, Any]]
 
 # Sent to a connection over the cap before closing it (a fresh socket's send buffer takes it whole).
 _BUSY_RESPONSE = b"HTTP/1.0 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-# Out of descriptors, accept() fails while the listening socket stays readable: pause instead of spinning.
+# Out of descriptors, accept() fails while the listening socket stays readable: pause instead of
+# spinning, and say so at most once a minute.
 ACCEPT_BACKOFF_SECONDS = 0.1
+ACCEPT_WARNING_INTERVAL_SECONDS = 60.0
+# Descriptors one connection may hold: its socket and a read-only database connection (file, WAL, shm).
+DESCRIPTORS_PER_CONNECTION = 4
+# What the process needs besides the endpoint at its busiest (embedded Chroma, database, locks; ~45 measured).
+DESCRIPTORS_FOR_THE_CYCLE = 64
 
 
 class _Server(ThreadingHTTPServer):
@@ -70,13 +77,16 @@ class _Server(ThreadingHTTPServer):
     live: LiveCheck
     request_timeout: float
     _slots: threading.BoundedSemaphore
+    _warned_at: float = -ACCEPT_WARNING_INTERVAL_SECONDS
 
     def get_request(self) -> tuple[socket.socket, Any]:
         try:
             return super().get_request()
         except OSError as exc:
             if exc.errno in (errno.EMFILE, errno.ENFILE):
-                log.warning("http: out of file descriptors, not accepting for a moment")
+                if time.monotonic() - self._warned_at >= ACCEPT_WARNING_INTERVAL_SECONDS:
+                    self._warned_at = time.monotonic()
+                    log.warning("http: out of file descriptors, not accepting connections for now")
                 time.sleep(ACCEPT_BACKOFF_SECONDS)
             raise
 
@@ -272,6 +282,18 @@ class Readiness:
             await self._chroma.ping()
 
 
+def warn_if_descriptors_short(max_connections: int) -> None:
+    """Log a warning when ``max_connections`` busy connections and a cycle could need more file
+    descriptors than the process may open (``RLIMIT_NOFILE``)."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    needed = max_connections * DESCRIPTORS_PER_CONNECTION + DESCRIPTORS_FOR_THE_CYCLE
+    if soft != resource.RLIM_INFINITY and needed > soft:
+        log.warning(
+            "REM_HTTP_MAX_CONNECTIONS is high for the file-descriptor limit: busy connections could starve the cycle",
+            max_connections=max_connections, descriptors_needed=needed, descriptor_limit=soft,
+        )
+
+
 @asynccontextmanager
 async def serve_http(settings: Settings, *, registry: CollectorRegistry | None = None) -> AsyncIterator[HttpEndpoint]:
     """Serve the endpoint on ``REM_HTTP_HOST:REM_HTTP_PORT`` while the block runs (call from the
@@ -283,6 +305,7 @@ async def serve_http(settings: Settings, *, registry: CollectorRegistry | None =
         # Requests that arrive before the portal is up (a split second) are simply not ready yet.
         return readiness.check() if readiness else {"graph": False, "chroma": False}
 
+    warn_if_descriptors_short(settings.http_max_connections)
     # Bind before the portal's task group exists, so a taken port is a plain OSError.
     endpoint = await anyio.to_thread.run_sync(
         lambda: start_endpoint(
