@@ -15,31 +15,19 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import statistics
 import sys
 import tempfile
-import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.bench_metrics import best_of  # noqa: E402
 from store.db import Database  # noqa: E402
 from store.lazy_queue import LazyEdgeQueue  # noqa: E402
 from store.runstate import RunStateStore  # noqa: E402
 from worker.metrics import DeadLetterCounter  # noqa: E402
 
 TURNS_PER_SESSION = 20
-
-
-def median_seconds(fn: Callable[[], Any], repeat: int = 7) -> float:
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def dead_letter_file(queue: LazyEdgeQueue, records: int) -> None:
@@ -74,9 +62,9 @@ def measure(root: Path, *, dead_letters: int, sessions: int) -> dict[str, float]
         runstate = RunStateStore(db)
         assert runstate.sessions_without_turns() == sessions // 100
         return {
-            "recount": median_seconds(queue.dead_letter_count),
-            "cached_count": median_seconds(counter.count),
-            "no_turn_query": median_seconds(runstate.sessions_without_turns),
+            "recount": best_of(queue.dead_letter_count),
+            "cached_count": best_of(counter.count),
+            "no_turn_query": best_of(runstate.sessions_without_turns),
         }
     finally:
         db.close()
