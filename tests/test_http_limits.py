@@ -7,6 +7,7 @@ cycle needs (the same with a real daemon under a low descriptor limit: tests/tes
 
 from __future__ import annotations
 
+import select
 import socket
 import sqlite3
 import time
@@ -53,23 +54,39 @@ def _settings(data_dir: Path, **overrides: object) -> Settings:
     return load_settings(data_dir=data_dir, **overrides)
 
 
-async def test_connections_over_the_cap_get_503_and_idle_ones_are_cut_off(settings: Settings, stores: Stores) -> None:
+async def test_idle_connections_make_room_for_a_real_request_and_are_cut_off(settings: Settings, stores: Stores) -> None:
     await run_cycle(settings, stores=stores)
     limited = _settings(settings.data_dir, http_max_connections=4, http_request_timeout_seconds=1.5)
-    async with serve_http(limited) as endpoint:
-        port = endpoint.port
-        with _closing([_connect(port) for _ in range(4)]) as idle:
-            time.sleep(0.2)  # the server has accepted them all
-            with _connect(port) as extra:
-                extra.settimeout(5)
-                answer = extra.recv(4096)
-            assert answer.startswith(b"HTTP/1.0 503"), answer
+    async with serve_http(limited) as endpoint, httpx.AsyncClient(base_url=endpoint.url, timeout=10) as client:
+        with _closing([_connect(endpoint.port) for _ in range(4)]) as idle:
+            time.sleep(0.2)  # the server has accepted them all: every slot is taken
+            # A real request still gets in: the connection idle the longest is closed for it.
+            assert (await client.get("/healthz")).json() == {"status": "ok"}
+            time.sleep(0.2)
+            evicted = [s for s in idle if select.select([s], [], [], 0)[0]]  # readable: EOF from the server
+            assert len(evicted) == 1, evicted
             started = time.monotonic()
-            closed = await anyio.to_thread.run_sync(lambda: [_closed_by_server(s, within=5) for s in idle])
+            closed = await anyio.to_thread.run_sync(lambda: [_closed_by_server(s, within=5) for s in idle if s not in evicted])
             took = time.monotonic() - started
             assert all(closed) and took < 3.5, (closed, took)
-        async with httpx.AsyncClient(base_url=endpoint.url, timeout=10) as client:
-            assert (await client.get("/healthz")).json() == {"status": "ok"}
+        assert (await client.get("/healthz")).json() == {"status": "ok"}
+
+
+async def test_a_connection_over_the_cap_gets_503_while_every_slot_answers_a_request(settings: Settings, stores: Stores) -> None:
+    await run_cycle(settings, stores=stores)
+    stores.close()
+    limited = _settings(settings.data_dir, http_max_connections=1)
+    async with serve_http(limited) as endpoint:
+        with _exclusively_locked(settings.graph_path):
+            # The one slot answers a scrape that waits for the locked database (seconds).
+            scrape = _connect(endpoint.port)
+            scrape.sendall(b"GET /metrics HTTP/1.0\r\n\r\n")
+            time.sleep(0.5)
+            with _connect(endpoint.port) as extra:
+                extra.settimeout(5)
+                answer = extra.recv(4096)
+            scrape.close()
+    assert answer.startswith(b"HTTP/1.0 503"), answer
 
 
 async def test_a_client_trickling_its_request_is_cut_off_at_the_deadline(settings: Settings, stores: Stores) -> None:

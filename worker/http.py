@@ -12,9 +12,11 @@ Responses carry check names and states only — never settings, URLs or error te
 hold credentials; the reasons go to the (secret-masking) log.
 
 Every connection holds a file descriptor the cycle may need: the endpoint serves at most
-``REM_HTTP_MAX_CONNECTIONS`` at once (one more is answered 503 and closed at once) and closes a
-connection that has not sent its whole request within ``REM_HTTP_REQUEST_TIMEOUT_SECONDS``, so idle
-or trickling clients can never exhaust the process's descriptors.
+``REM_HTTP_MAX_CONNECTIONS`` at once and closes a connection that has not sent its whole request
+within ``REM_HTTP_REQUEST_TIMEOUT_SECONDS``, so idle or trickling clients can never exhaust the
+process's descriptors. When all slots are taken, the connection that has waited longest for its
+request is closed to make room, so they cannot lock out a health probe either; a newcomer is
+answered 503 and closed only when every slot is busy answering a request.
 """
 
 from __future__ import annotations
@@ -61,6 +63,9 @@ _BUSY_RESPONSE = b"HTTP/1.0 503 Service Unavailable\r\nContent-Length: 0\r\nConn
 # spinning, and say so at most once a minute.
 ACCEPT_BACKOFF_SECONDS = 0.1
 ACCEPT_WARNING_INTERVAL_SECONDS = 60.0
+# When full, the connection waiting longest for its request is closed to make room; the newcomer
+# waits this long for the freed slot.
+EVICTION_WAIT_SECONDS = 0.5
 # Descriptors one connection may hold: its socket and a read-only database connection (file, WAL, shm).
 DESCRIPTORS_PER_CONNECTION = 4
 # What the process needs besides the endpoint at its busiest (embedded Chroma, database, locks; ~45 measured).
@@ -77,7 +82,26 @@ class _Server(ThreadingHTTPServer):
     live: LiveCheck
     request_timeout: float
     _slots: threading.BoundedSemaphore
+    _waiting: dict[_Handler, float]  # connections that have not sent their request yet, since when
+    _waiting_lock: threading.Lock
     _warned_at: float = -ACCEPT_WARNING_INTERVAL_SECONDS
+
+    def waiting(self, handler: _Handler, *, since: float | None) -> None:
+        """Note that ``handler`` waits for its request (``since`` a monotonic time), or no longer."""
+        with self._waiting_lock:
+            if since is None:
+                self._waiting.pop(handler, None)
+            else:
+                self._waiting[handler] = since
+
+    def _evict_longest_waiting(self) -> bool:
+        with self._waiting_lock:
+            if not self._waiting:
+                return False
+            oldest = min(self._waiting, key=self._waiting.__getitem__)
+            del self._waiting[oldest]
+        oldest.cut_off()
+        return True
 
     def get_request(self) -> tuple[socket.socket, Any]:
         try:
@@ -92,6 +116,11 @@ class _Server(ThreadingHTTPServer):
 
     def verify_request(self, request: Any, client_address: Any) -> bool:
         if self._slots.acquire(blocking=False):
+            return True
+        # Full. Idle or trickling clients must not lock out a real request: close the one that has
+        # waited longest for its request and take its slot. Only when every slot is answering a
+        # request is the newcomer refused.
+        if self._evict_longest_waiting() and self._slots.acquire(timeout=EVICTION_WAIT_SECONDS):
             return True
         log.debug("http: connection refused, REM_HTTP_MAX_CONNECTIONS reached", client=client_address[0])
         try:
@@ -124,22 +153,28 @@ class _Handler(BaseHTTPRequestHandler):
         # whole request, so a client trickling a byte at a time cannot hold the connection either.
         self.timeout = self.server.request_timeout
         super().setup()
-        self._deadline = threading.Timer(self.server.request_timeout, self._cut_off)
+        self._deadline = threading.Timer(self.server.request_timeout, self.cut_off)
         self._deadline.daemon = True
         self._deadline.start()
+        self.server.waiting(self, since=time.monotonic())
 
-    def _cut_off(self) -> None:
+    def cut_off(self) -> None:
+        """End the connection: the blocked read returns, and the handler with it."""
         try:
-            self.connection.shutdown(socket.SHUT_RDWR)  # the blocked read returns, the handler ends
+            self.connection.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass  # already closed
 
-    def finish(self) -> None:
+    def _request_in(self) -> None:
         self._deadline.cancel()
+        self.server.waiting(self, since=None)
+
+    def finish(self) -> None:
+        self._request_in()
         super().finish()
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's naming
-        self._deadline.cancel()  # the request is in: the answer may take longer than the deadline
+        self._request_in()  # the answer may take longer than the deadline, and is never evicted
         path = self.path.split("?", 1)[0]
         if path == "/healthz":
             body = self.server.live()
@@ -212,6 +247,7 @@ def start_endpoint(
     server = server_cls((host, port), _Handler)
     server.registry, server.ready, server.live = registry, ready, live
     server.request_timeout, server._slots = request_timeout, threading.BoundedSemaphore(max_connections)
+    server._waiting, server._waiting_lock = {}, threading.Lock()
     thread = threading.Thread(target=server.serve_forever, name="rem-cycle-http", daemon=True)
     thread.start()
     return HttpEndpoint(server=server, thread=thread)
