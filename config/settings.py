@@ -118,6 +118,12 @@ class Settings(BaseSettings):
     # --- operations ----------------------------------------------------------------------
     http_host: str = "127.0.0.1"
     http_port: int = Field(0, ge=0, le=65535, description="0 = no HTTP endpoint")
+    http_max_connections: int = Field(
+        16, ge=1, le=1024, description="Connections the HTTP endpoint serves at once; the one idle the longest makes room for a new one"
+    )
+    http_request_timeout_seconds: float = Field(
+        10.0, gt=0, le=3600, description="A connection must send its whole request within this time, else it is closed"
+    )
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_format: Literal["auto", "json", "console"] = "auto"
 

@@ -282,6 +282,15 @@ class RunStateStore:
         rows = self.db.query("SELECT MIN(session_created_at) FROM session_digests WHERE state = 'undigested'")
         return rows[0][0] if rows else None
 
+    def sessions_without_turns(self) -> int:
+        """Ingested sessions whose latest ingest found no memory rows (every turn gone, or moved to
+        another session), by the memory index."""
+        rows = self.db.query(
+            "SELECT COUNT(*) FROM session_digests AS d WHERE d.ingested_revision IS NOT NULL "
+            "AND NOT EXISTS (SELECT 1 FROM memory_index AS m WHERE m.session_id = d.session_id)"
+        )
+        return int(rows[0][0])
+
 
 def _stamp(moment: datetime) -> str:
     return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")

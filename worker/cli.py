@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 from importlib.metadata import PackageNotFoundError, version
 import sqlite3
 import sys
@@ -24,6 +25,7 @@ from config import ConfigError, Settings, load_settings, unknown_environment
 from config.redact import redact, remember_secrets, secret_values
 from worker.cycle import EXIT_BUSY, EXIT_FAILED, EXIT_OK, CycleBusyError, open_stores, run_cycle
 from worker.logs import configure_logging
+from worker.signals import EXIT_SIGNAL_BASE, CommandProgress, interruptible
 
 EXIT_USAGE = 2
 # Commands that read or change an existing graph: on a graph database that is not there they say
@@ -46,6 +48,8 @@ exit codes:
      unreachable, no data dir or graph database (read commands never create one)
   2  usage or configuration error (bad argument, invalid TOML, invalid setting)
   3  busy: another cycle, daemon or drain holds the data dir's lock
+  130, 143  import, drain or backfill stopped by SIGINT (Ctrl-C) or SIGTERM; a line on stderr says
+     what was done, and re-running is safe
 """
 # Edges and turns ``show`` prints by default: a node mentioned in thousands of turns stays readable.
 SHOW_LIMIT = 20
@@ -182,12 +186,12 @@ def _emit(args: argparse.Namespace, payload: dict[str, Any], text: Callable[[], 
 
 
 async def cmd_once(settings: Settings, args: argparse.Namespace) -> int:
-    from worker.daemon import stop_on_signals
+    from worker.signals import stop_on_signals
 
     result = None
     try:
         async with stop_on_signals(grace_seconds=settings.grace_seconds) as stop:
-            result = await run_cycle(settings, reason="manual", mode="once", stop=stop)
+            result = await run_cycle(settings, reason="manual", mode="once", stop=stop.event)
     except CycleBusyError as exc:
         print(f"rem-cycle: {exc}; not starting a second one", file=sys.stderr)
         return EXIT_BUSY
@@ -204,12 +208,16 @@ async def cmd_once(settings: Settings, args: argparse.Namespace) -> int:
     return result.exit_code
 
 
-async def cmd_import(settings: Settings, args: argparse.Namespace) -> int:
+async def cmd_import(settings: Settings, args: argparse.Namespace, progress: CommandProgress) -> int:
     from pipelines.importer import ImportStats, import_sessions
     from store.chroma import ChromaStore, ChromaUnavailableError
 
-    chroma = await ChromaStore.connect(settings)
     stats = ImportStats()
+    progress.describe = lambda: (
+        f"lines 1-{stats.done_through_line} are imported or rejected, the rest is not"
+        if stats.done_through_line else "no line was imported"
+    ) + f" ({stats.memories_written} memories and {stats.summaries_written} summaries written)"
+    chroma = await ChromaStore.connect(settings)
     try:
         await import_sessions(
             args.file,
@@ -418,21 +426,37 @@ async def cmd_backup(settings: Settings, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-async def _drain_once(settings: Settings, stores: Any, args: argparse.Namespace) -> dict[str, Any]:
+async def _drain_once(
+    settings: Settings, stores: Any, args: argparse.Namespace, progress: CommandProgress, *, before: str = ""
+) -> dict[str, Any]:
+    """Drain once; a stop signal ends it after the current batch. ``before``: what the command did
+    earlier, for the message on a signal."""
     from worker.cycle import drain_lazy_edges
 
-    with _progress_bar(args, "draining lazy edges") as on_progress:
-        stats = await drain_lazy_edges(settings, stores, dry_run=args.dry_run, on_progress=on_progress)
+    stop = progress.stop
+    progress.describe = lambda: before + "the drain was cut short; its input stays queued (a .draining file the next drain reads first)"
+    stop.stops_by_itself = True  # the drain checks between batches and re-queues the unread lines
+    try:
+        with _progress_bar(args, "draining lazy edges") as on_progress:
+            stats = await drain_lazy_edges(
+                settings, stores, dry_run=args.dry_run, on_progress=on_progress, should_stop=stop.event.is_set
+            )
+    finally:
+        stop.stops_by_itself = False
+    progress.describe = lambda: before + (
+        f"{stats.succeeded} queued edges linked, {stats.failed} re-queued, {stats.dead_lettered} dead-lettered; "
+        "the unread lines are back in the queue untouched"
+    )
     return stats.as_dict()
 
 
-async def cmd_drain(settings: Settings, args: argparse.Namespace) -> int:
+async def cmd_drain(settings: Settings, args: argparse.Namespace, progress: CommandProgress) -> int:
     from store.lazy_queue import QueueBusyError
     from worker.report import print_drain
 
     stores = await open_stores(settings)
     try:
-        payload = await _drain_once(settings, stores, args)
+        payload = await _drain_once(settings, stores, args, progress)
     except QueueBusyError as exc:
         print(f"rem-cycle: {exc}; not starting a second one", file=sys.stderr)
         return EXIT_BUSY
@@ -442,7 +466,7 @@ async def cmd_drain(settings: Settings, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-async def cmd_backfill(settings: Settings, args: argparse.Namespace) -> int:
+async def cmd_backfill(settings: Settings, args: argparse.Namespace, progress: CommandProgress) -> int:
     from datetime import UTC, datetime
 
     from pipelines.backfill import sync_recent_sessions
@@ -450,9 +474,17 @@ async def cmd_backfill(settings: Settings, args: argparse.Namespace) -> int:
     from worker.cycle import SESSIONS_PER_BATCH
     from worker.report import print_backfill
 
+    synced = {"done": 0, "total": 0}
+    progress.describe = lambda: f"{synced['done']} of {synced['total'] or '?'} sessions synced, drain not started"
     stores = await open_stores(settings)
     try:
-        with _progress_bar(args, "syncing sessions") as on_progress:
+        with _progress_bar(args, "syncing sessions") as bar:
+
+            def on_progress(done: int, total: int) -> None:
+                synced.update(done=done, total=total)
+                if bar:
+                    bar(done, total)
+
             recent = await sync_recent_sessions(
                 chroma=stores.chroma,
                 graph=stores.graph,
@@ -467,7 +499,8 @@ async def cmd_backfill(settings: Settings, args: argparse.Namespace) -> int:
         payload: dict[str, Any] = {**recent.as_dict(), "drain": None}
         if not args.skip_drain:
             try:
-                payload["drain"] = await _drain_once(settings, stores, args)
+                before = f"{recent.sessions_synced} of {recent.sessions_in_window} sessions synced; "
+                payload["drain"] = await _drain_once(settings, stores, args, progress, before=before)
             except QueueBusyError as exc:
                 print(f"rem-cycle: {exc}; sessions synced, drain skipped", file=sys.stderr)
                 payload["drain"] = {"skipped": "busy"}
@@ -491,7 +524,7 @@ async def cmd_daemon(settings: Settings, args: argparse.Namespace) -> int:
 
 
 COMMANDS: dict[str, Handler] = {
-    "import": cmd_import,
+    "import": interruptible(cmd_import, name="import", rerun="re-running the same import is safe: rows already stored are skipped"),
     "status": cmd_status,
     "retry": cmd_retry,
     "export": cmd_export,
@@ -501,8 +534,8 @@ COMMANDS: dict[str, Handler] = {
     "unmerge": cmd_unmerge,
     "candidates": cmd_candidates,
     "merge": cmd_merge,
-    "drain": cmd_drain,
-    "backfill": cmd_backfill,
+    "drain": interruptible(cmd_drain, name="drain", rerun="re-running the drain is safe: no queued line is lost"),
+    "backfill": interruptible(cmd_backfill, name="backfill", rerun="re-running the backfill is safe: synced sessions are unchanged"),
     "import-notes": cmd_import_notes,
 }
 
@@ -539,8 +572,9 @@ def main(argv: list[str] | None = None) -> int:
         handler = cmd_once if args.once else cmd_daemon
     try:
         return anyio.run(handler, settings, args)
-    except KeyboardInterrupt:
-        return EXIT_OK
+    except KeyboardInterrupt:  # SIGINT outside a command's own handling (start-up, read commands)
+        print("rem-cycle: interrupted by SIGINT", file=sys.stderr)
+        return EXIT_SIGNAL_BASE + signal.SIGINT
     except Exception as exc:  # noqa: BLE001 - a clear one-line error instead of a traceback
         from store.chroma import ChromaStoreError
 
