@@ -131,8 +131,9 @@ async def test_status_counts_identity_candidates_as_the_run_records_do(settings,
     env = {"REM_DATA_DIR": str(settings.data_dir)}
     per_run = []
     for sid, created, text in (
-        ("a", "2026-11-01T10:00:00Z", "The GraphStore writes rows. The GraphStorage reads rows."),
-        ("b", "2026-11-02T10:00:00Z", "The GraphStorae writes rows too."),  # close to both: two pairs
+        ("a", "2026-11-01T10:00:00Z", "We changed store/graph_store.py, lib/graph_store.py and pkg/loader.py today."),
+        # A bare file name may be any path with that base name: graph_store.py has two pairs.
+        ("b", "2026-11-02T10:00:00Z", "Then graph_store.py and loader.py changed again."),
     ):
         await _import(settings, tmp_path, [_session(sid, created, [text])])
         result = await run_cycle(settings)
