@@ -19,7 +19,10 @@ COPY store ./store
 COPY pipelines ./pipelines
 COPY worker ./worker
 COPY examples ./examples
-RUN pip install --no-cache-dir .
+# The chromadb client speaks the server's wire protocol: pin it to the server image's version.
+# docker-compose.yml passes CHROMA_VERSION, the same value as its chromadb/chroma tag.
+ARG CHROMA_VERSION=1.5.9
+RUN pip install --no-cache-dir . "chromadb==${CHROMA_VERSION}"
 
 # Everything the worker writes (graph, run state, lazy-edge queue, lock) lives under /data.
 ENV REM_DATA_DIR=/data \

@@ -7,15 +7,19 @@ validated; a bad one raises :class:`ConfigError` naming the setting.
 
 from __future__ import annotations
 
+import difflib
+import json
 import math
 import os
-from collections.abc import Mapping
+import tomllib
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
+    NoDecode,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
     TomlConfigSettingsSource,
@@ -34,6 +38,9 @@ DEFAULT_SEMANTIC_TYPES: tuple[str, ...] = (
     "PERSON",
     "AGENT",
     "TOOL",
+    "PLACE",
+    "ORGANIZATION",
+    "WORK",
 )
 
 _COLLECTION_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{1,510}[A-Za-z0-9]$"
@@ -101,7 +108,8 @@ class Settings(BaseSettings):
         21_600.0, gt=0, le=MAX_RETRY_WAIT_SECONDS, description="Longest wait before retrying a failed chunk"
     )
     lazy_max_attempts: int = Field(5, ge=1)
-    semantic_types: tuple[str, ...] = DEFAULT_SEMANTIC_TYPES
+    # NoDecode: the environment's value is a plain word list ("CONCEPT CLASS"), split below.
+    semantic_types: Annotated[tuple[str, ...], NoDecode] = DEFAULT_SEMANTIC_TYPES
     llm_judge: bool = Field(
         False,
         description="With extractor=openai: also ask the model to name communities and to settle ambiguous identity candidates",
@@ -110,6 +118,12 @@ class Settings(BaseSettings):
     # --- operations ----------------------------------------------------------------------
     http_host: str = "127.0.0.1"
     http_port: int = Field(0, ge=0, le=65535, description="0 = no HTTP endpoint")
+    http_max_connections: int = Field(
+        16, ge=1, le=1024, description="Connections the HTTP endpoint serves at once; the one idle the longest makes room for a new one"
+    )
+    http_request_timeout_seconds: float = Field(
+        10.0, gt=0, le=3600, description="A connection must send its whole request within this time, else it is closed"
+    )
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_format: Literal["auto", "json", "console"] = "auto"
 
@@ -123,7 +137,9 @@ class Settings(BaseSettings):
     @field_validator("semantic_types", mode="before")
     @classmethod
     def _split_types(cls, value: Any) -> Any:
-        if isinstance(value, str):
+        if isinstance(value, str) and value.lstrip().startswith("["):
+            value = json.loads(value)  # a JSON list, as pydantic-settings reads complex values
+        elif isinstance(value, str):
             value = [part for part in value.replace(",", " ").split() if part]
         return tuple(str(part).upper() for part in value)
 
@@ -192,6 +208,10 @@ def _inside(path: Path, root: Path) -> bool:
     return resolved == base or base in resolved.parents
 
 
+# ``REM_*`` variables rem-cycle reads that are not settings.
+ENVIRONMENT_ONLY = frozenset({"REM_CONFIG"})
+
+
 def load_settings(config_file: str | os.PathLike[str] | None = None, **overrides: Any) -> Settings:
     """Build :class:`Settings` from overrides, the environment and an optional TOML file.
 
@@ -206,14 +226,39 @@ def load_settings(config_file: str | os.PathLike[str] | None = None, **overrides
         cls = type("FileSettings", (Settings,), {"model_config": {**Settings.model_config, "toml_file": path}})
     try:
         return cls(**overrides)
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError, OSError) as exc:  # reading the TOML file;
+        # a parse error's message ends "(at line L, column C)"
+        raise ConfigError(f"invalid configuration: {path}: {exc}") from None
     except ValidationError as exc:
-        raise ConfigError(f"invalid configuration: {'; '.join(map(_problem, exc.errors()))}") from None
+        problems = (_problem(error, config_file=path) for error in exc.errors())
+        raise ConfigError(f"invalid configuration: {'; '.join(problems)}") from None
 
 
-def _problem(error: Mapping[str, Any]) -> str:
+def _problem(error: Mapping[str, Any], *, config_file: str | os.PathLike[str] | None) -> str:
     """One validation error in the user's terms: ``REM_<FIELD>: why``, or, for a rule across
-    settings (no field of its own), the rule, which names its variables itself."""
+    settings (no field of its own), the rule, which names its variables itself. An unknown key
+    (only a TOML file can bring one) is named as written, with the closest setting."""
     message = str(error["msg"]).removeprefix("Value error, ")
     if not error["loc"]:
         return message
-    return f"REM_{'_'.join(str(part) for part in error['loc']).upper()}: {message}"
+    key = ".".join(str(part) for part in error["loc"])
+    if error["type"] == "extra_forbidden":
+        where = f" in {config_file}" if config_file else ""
+        return f"unknown setting {key!r}{where}{_did_you_mean(key, Settings.model_fields)}"
+    return f"REM_{key.replace('.', '_').upper()}: {message}"
+
+
+def unknown_environment(environ: Mapping[str, str]) -> list[str]:
+    """One warning per ``REM_*`` variable in ``environ`` that no setting reads (a typo is
+    otherwise silently ignored), naming the closest known variable."""
+    known = {f"REM_{name.upper()}" for name in Settings.model_fields} | ENVIRONMENT_ONLY
+    return [
+        f"{name} is not a rem-cycle setting and is ignored{_did_you_mean(name, known)}"
+        for name in sorted(environ)
+        if name.startswith("REM_") and name not in known
+    ]
+
+
+def _did_you_mean(name: str, known: Iterable[str]) -> str:
+    close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]}?)" if close else ""

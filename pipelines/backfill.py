@@ -16,6 +16,7 @@ faked).
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -25,7 +26,14 @@ from typing import Any
 import anyio
 import structlog
 
-from pipelines.ingest import BACKFILL_MARKER, ORIGINATES_IN, memory_node, session_node, sync_sessions_to_graph
+from pipelines.ingest import (
+    BACKFILL_MARKER,
+    ORIGINATES_IN,
+    describe_error,
+    memory_node,
+    session_node,
+    sync_batch_isolating_failures,
+)
 from store.chroma import ChromaRow, ChromaStore, ChromaUnavailableError, MemoryRow, SummaryRow
 from store.graph import Edge, GraphStore, LinkStats, Node, chunked
 from store.ids import InvalidIdError, is_valid_row_id, normalize_graph_node_id, row_kind, row_suffix, session_node_id
@@ -238,7 +246,7 @@ async def _plan_batch(batch: Sequence[str], *, chroma: ChromaStore, graph: Graph
             rows = await chroma.memories_by_ids(missing_memories)
             fetched["memories"] = None if rows is None else {row.id: row for row in rows}
         except Exception as exc:  # noqa: BLE001 - becomes the outcome of every id of the read
-            fetched.update(memory_error=_describe(exc), memory_unavailable=isinstance(exc, ChromaUnavailableError))
+            fetched.update(memory_error=describe_error(exc), memory_unavailable=isinstance(exc, ChromaUnavailableError))
     parents = {row.session_id for row in (fetched.get("memories") or {}).values() if row.session_id}
     if parents:
         parent_ids = {sid: _session_id_or_none(sid) for sid in parents}
@@ -253,7 +261,7 @@ async def _plan_batch(batch: Sequence[str], *, chroma: ChromaStore, graph: Graph
             if fetched["summaries"] is not None and unsummarised:
                 fetched["sessions_with_memories"] = frozenset(await chroma.sessions_with_memories(unsummarised) or ())
         except Exception as exc:  # noqa: BLE001 - becomes the outcome of every session of the read
-            fetched.update(summary_error=_describe(exc), summary_unavailable=isinstance(exc, ChromaUnavailableError))
+            fetched.update(summary_error=describe_error(exc), summary_unavailable=isinstance(exc, ChromaUnavailableError))
     fetched["sessions_with_memories"] = frozenset(fetched.get("sessions_with_memories", ())) | parents
     return plan_backfill(batch, existing=existing, fetched=Fetched(**fetched))
 
@@ -263,10 +271,6 @@ def _session_id_or_none(session_id: str) -> str | None:
         return session_node_id(session_id)
     except InvalidIdError:
         return None
-
-
-def _describe(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"[:500]
 
 
 async def ingest_single_row(graph_node_id: object, *, chroma: ChromaStore, graph: GraphStore) -> dict[str, Any]:
@@ -279,8 +283,8 @@ async def ingest_single_row(graph_node_id: object, *, chroma: ChromaStore, graph
         outcomes = await ensure_nodes_exist([graph_node_id], chroma=chroma, graph=graph, batch_size=1)
         return outcomes[graph_node_id].as_dict()
     except Exception as exc:  # noqa: BLE001 - the contract is a result, not an exception
-        log.warning("back-fill failed", graph_node_id=str(graph_node_id)[:200], error=_describe(exc))
-        return RowOutcome("error", error=_describe(exc)).as_dict()
+        log.warning("back-fill failed", graph_node_id=str(graph_node_id)[:200], error=describe_error(exc))
+        return RowOutcome("error", error=describe_error(exc)).as_dict()
 
 
 async def link_nodes_async(
@@ -302,7 +306,7 @@ async def link_nodes_async(
         edges = [] if failed else [Edge(source, target, relationship, weight, dict(properties or {}))]
         stats = await anyio.to_thread.run_sync(partial(write_backfill, plan, graph, edges=edges))
     except Exception as exc:  # noqa: BLE001 - reported as False, like every other failure here
-        log.warning("link back-fill failed", source=str(source)[:200], target=str(target)[:200], error=_describe(exc))
+        log.warning("link back-fill failed", source=str(source)[:200], target=str(target)[:200], error=describe_error(exc))
         return False
     for given, outcome in failed.items():
         log.warning("link endpoint unavailable", node_id=str(given)[:200], reason=outcome.reason, error=outcome.error)
@@ -313,21 +317,20 @@ async def link_nodes_async(
 
 
 def session_created_times(summaries: Iterable[ChromaRow], memories: Iterable[ChromaRow]) -> dict[str, str | None]:
-    """When each session was created: its summary row's ``createdAt``/``timestamp``, else the
-    earliest of its memory rows'; ``None`` when no row says. Rows without a valid ``sessionId``
-    are ignored. Pure."""
+    """When each session was created: its summary row's ``createdAt``/``timestamp``, else (no
+    summary row, or one without a usable time) the earliest of its memory rows'; ``None`` when no
+    row says. Rows without a valid ``sessionId`` are ignored. Pure."""
     from_summaries: dict[str, str | None] = {}
     for row in summaries:
         if is_valid_row_id(row.session_id):
-            created = row.created_at
             known = from_summaries.get(row.session_id)  # type: ignore[arg-type]
-            from_summaries[row.session_id] = max(filter(None, (known, created)), default=None)  # type: ignore[index]
+            from_summaries[row.session_id] = max(filter(None, (known, row.created_at)), default=None)  # type: ignore[index]
     times: dict[str, str | None] = {}
     for row in memories:
-        if is_valid_row_id(row.session_id) and row.session_id not in from_summaries:
+        if is_valid_row_id(row.session_id) and not from_summaries.get(row.session_id):  # type: ignore[arg-type]
             created, known = row.created_at, times.get(row.session_id)  # type: ignore[arg-type]
             times[row.session_id] = min(filter(None, (known, created)), default=None)  # type: ignore[index]
-    return {**times, **from_summaries}
+    return {**from_summaries, **times}
 
 
 def sessions_in_window(created: dict[str, str | None], *, since: str) -> tuple[list[str], int]:
@@ -356,6 +359,8 @@ class RecentBackfill:
     sessions_synced: int = 0
     sessions_failed: int = 0
     ingest: dict[str, int] = field(default_factory=lambda: {"processed": 0, "upserted": 0, "skipped": 0, "errors": 0})
+    bad_values: Counter[str] = field(default_factory=Counter)
+    session_failures: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -368,6 +373,8 @@ class RecentBackfill:
             "sessions_synced": self.sessions_synced,
             "sessions_failed": self.sessions_failed,
             "ingest": dict(self.ingest),
+            "bad_values": dict(sorted(self.bad_values.items())),
+            "session_failures": list(self.session_failures),
         }
 
 
@@ -403,18 +410,14 @@ async def sync_recent_sessions(
     if dry_run:
         return result
     for done, batch in enumerate(chunked(session_ids, max(1, sessions_per_batch)), start=1):
-        try:
-            stats = await sync_sessions_to_graph(list(batch), chroma=chroma, graph=graph)
-        except ChromaUnavailableError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - one bad batch must not stop the back-fill
-            result.sessions_failed += len(batch)
-            log.warning("back-fill session batch failed", sessions=list(batch)[:5], error=_describe(exc))
-        else:
-            result.sessions_synced += len(batch)
-            for one in stats.values():
-                for key, value in one.as_dict().items():
-                    result.ingest[key] += value
+        synced = await sync_batch_isolating_failures(list(batch), chroma=chroma, graph=graph)
+        result.sessions_failed += len(synced.failed)
+        result.session_failures += [f"{sid}: {why}" for sid, why in synced.failed.items()][: 20 - len(result.session_failures)]
+        result.sessions_synced += len(synced.synced)
+        for one in synced.synced.values():
+            for key, value in one.as_dict().items():
+                result.ingest[key] += value
+            result.bad_values.update(one.bad_values)
         if on_progress:
             on_progress(min(done * sessions_per_batch, len(session_ids)), len(session_ids))
     return result

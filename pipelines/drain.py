@@ -13,7 +13,9 @@
    invalid ``source``/``target``/``relationship``/``weight``/``properties``) goes straight to the
    dead-letter file. Outputs are staged in scratch files and published at the end, then the
    ``.draining`` files are deleted: a crash anywhere loses no line (the next drain starts over from
-   the ``.draining`` files, and linking a line twice leaves one edge).
+   the ``.draining`` files, and linking a line twice leaves one edge). A publish a crash cut short
+   is undone or finished first (``LazyEdgeQueue.recover_publish``), so no dead letter is doubled
+   or left torn, and no record rem-cycle did not write is ever cut.
 
 A dry run reads the ``.draining`` files and the live queue, checks what back-fill would do, and
 changes nothing (no rename, no lock file, no graph or Chroma write).
@@ -348,6 +350,9 @@ async def drain_queue(
         await _run_inputs(run, [p for p in inputs if p.exists()], on_progress, should_stop)
         return stats
     with queue.exclusive():
+        recovered = await anyio.to_thread.run_sync(queue.recover_publish)
+        if recovered:
+            log.warning("the previous drain was killed while publishing; recovered", recovery=recovered)
         inputs = queue.draining_files()
         stats.orphan_recovered = bool(inputs)
         rotated = await anyio.to_thread.run_sync(queue.rotate)

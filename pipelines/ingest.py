@@ -8,6 +8,7 @@ sessions, one transaction per batch of graph writes.
 from __future__ import annotations
 
 import hashlib
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,7 +16,7 @@ from typing import Any
 import anyio
 import structlog
 
-from store.chroma import ChromaStore, MemoryRow, SummaryRow, latest_by_session, row_created_at
+from store.chroma import ChromaStore, ChromaUnavailableError, MemoryRow, SummaryRow, latest_by_session
 from store.graph import Edge, GraphStore, Node, dumps
 from store.ids import InvalidIdError, is_valid_row_id, memory_node_id, session_node_id
 from store.runstate import SessionRevision
@@ -29,10 +30,13 @@ BACKFILL_MARKER = "backfilled"
 
 @dataclass(slots=True, kw_only=True)
 class ErrorTally:
-    """A count of rejected rows with the first reasons (bounded, so a bad collection cannot grow it)."""
+    """A count of rejected rows with the first reasons (bounded, so a bad collection cannot grow it),
+    and of bad metadata values by ``<field>:<reason>`` (rejected rows and rows read with the bad
+    value taken as missing alike)."""
 
     errors: int = 0
     error_details: list[str] = field(default_factory=list)
+    bad_values: Counter[str] = field(default_factory=Counter)
 
     def error(self, message: str) -> None:
         self.errors += 1
@@ -67,7 +71,7 @@ def session_node(session_id: str, summary: SummaryRow | None, *, marker: str, me
     title = meta.get("title") if isinstance(meta.get("title"), str) else None
     fields: dict[str, Any] = {
         "sessionId": session_id,
-        "createdAt": row_created_at(meta),
+        "createdAt": summary.created_at if summary else None,
         "userId": meta.get("userId") if isinstance(meta.get("userId"), str) else None,
         "title": title,
         "chromaId": summary.id if summary else None,
@@ -114,6 +118,8 @@ def plan_session_sync(
     back-filled one is re-written so its marker becomes ``liveIngested``.
     """
     stats = SyncStats()
+    if summary is not None:
+        stats.bad_values.update(summary.problems)
     try:
         session = session_node(session_id, summary, marker=LIVE_MARKER, memory_count=len(rows))
     except InvalidIdError as exc:
@@ -124,6 +130,7 @@ def plan_session_sync(
     edges: list[Edge] = []
     for row in rows:
         stats.processed += 1
+        stats.bad_values.update(row.problems)
         if row.session_id is None:
             stats.error(f"memory {row.id!r}: metadata has no sessionId")
             continue
@@ -208,14 +215,17 @@ async def scan_session_revisions(
                 members.setdefault(row.session_id, []).append(row.id)  # type: ignore[arg-type]
             else:
                 result.error(f"memory {row.id!r}: missing or invalid sessionId or id")
+                result.bad_values.update(row.problems)
     valid: list[SummaryRow] = []
     async for page in chroma.scan(summary_collection, include=("metadatas", "documents")):
         for row in page:
             result.rows_scanned += 1
-            if is_valid_row_id(row.metadata.get("sessionId")):
-                valid.append(SummaryRow(row.id, row.document, row.metadata))
+            summary = SummaryRow(row.id, row.document, row.metadata)
+            if is_valid_row_id(summary.session_id):
+                valid.append(summary)
             else:
                 result.error(f"summary {row.id!r}: missing or invalid sessionId")
+                result.bad_values.update(summary.problems)
     summaries = latest_by_session(valid)
     for sid in sorted(set(members) | set(summaries)):
         summary = summaries.get(sid)
@@ -227,11 +237,46 @@ async def scan_session_revisions(
 async def sync_sessions_to_graph(
     session_ids: Sequence[str], *, chroma: ChromaStore, graph: GraphStore
 ) -> dict[str, SyncStats]:
-    """Live-sync a batch of sessions: one Chroma read for their memories, one for their summaries,
+    """Live-sync a batch of sessions: paged Chroma reads for their memories and their summaries,
     one graph transaction. Returns stats per session."""
     rows_by_session = await chroma.memories_for_sessions(session_ids)
     summaries = await chroma.summaries_for_sessions(session_ids) or {}
     return await anyio.to_thread.run_sync(_write_sessions, list(session_ids), rows_by_session, summaries, graph)
+
+
+@dataclass(slots=True, kw_only=True)
+class BatchSync:
+    """Stats of the sessions a batch synced, and why each of the others failed."""
+
+    synced: dict[str, SyncStats] = field(default_factory=dict)
+    failed: dict[str, str] = field(default_factory=dict)
+
+
+async def sync_batch_isolating_failures(session_ids: Sequence[str], *, chroma: ChromaStore, graph: GraphStore) -> BatchSync:
+    """:func:`sync_sessions_to_graph` for a batch; when the batch fails, each session is synced on
+    its own, so that one bad session costs only itself. An unreachable Chroma is not a session's
+    fault and is raised (:class:`ChromaUnavailableError`)."""
+    result = BatchSync()
+    try:
+        result.synced = await sync_sessions_to_graph(session_ids, chroma=chroma, graph=graph)
+        return result
+    except ChromaUnavailableError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - narrowed down below, session by session
+        if len(session_ids) == 1:
+            result.failed[session_ids[0]] = describe_error(exc)
+            log.warning("session sync failed", session_id=session_ids[0], error=result.failed[session_ids[0]])
+            return result
+    for sid in session_ids:
+        one = await sync_batch_isolating_failures([sid], chroma=chroma, graph=graph)
+        result.synced.update(one.synced)
+        result.failed.update(one.failed)
+    return result
+
+
+def describe_error(exc: BaseException) -> str:
+    """``<ExceptionType>: <message>``, bounded, for stats and logs."""
+    return f"{type(exc).__name__}: {exc}"[:500]
 
 
 async def sync_session_to_graph(session_id: str, *, chroma: ChromaStore, graph: GraphStore) -> SyncStats:

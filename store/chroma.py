@@ -10,7 +10,6 @@ from __future__ import annotations
 import math
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from functools import partial
 from typing import Any
 from urllib.parse import urlparse
@@ -18,25 +17,98 @@ from urllib.parse import urlparse
 import anyio
 import chromadb
 from chromadb.config import Settings as ChromaSettings
-from chromadb.errors import NotFoundError
+from chromadb.errors import (
+    AuthorizationError,
+    ChromaAuthError,
+    ChromaError,
+    NotFoundError,
+    QuotaError,
+    RateLimitError,
+    VersionMismatchError,
+)
 
 from config import Settings
+from config.redact import redact
+from store.confined import confined_dir
 from store.embedding import make_embedding_function
+from store.graph import chunked
+from store.ids import is_valid_row_id
+from store.timeparse import BadTimeError, epoch_ms_to_utc, iso_to_utc
 
 Metadata = dict[str, Any]
 
 
-class ChromaUnavailableError(RuntimeError):
-    """Chroma could not be reached or answered with an error."""
+class ChromaStoreError(RuntimeError):
+    """A Chroma call failed; ``reason_code`` says how in a word (a cycle's failure reason)."""
+
+    reason_code = "chroma-error"
+
+
+class ChromaUnavailableError(ChromaStoreError):
+    """Chroma could not be reached (transport failure, refused credentials, rate or quota limit)."""
+
+    reason_code = "chroma-unavailable"
+
+
+class ChromaQueryError(ChromaStoreError):
+    """Chroma was reached and answered this call with an error (e.g. its own database refused the
+    query): retrying later will not help, and Chroma is not down."""
+
+    reason_code = "chroma-error"
+
+
+# Chroma errors that mean "cannot use Chroma now" rather than "this call is wrong".
+_UNAVAILABLE_ERRORS = (ChromaAuthError, AuthorizationError, RateLimitError, QuotaError, VersionMismatchError)
+# Used when a server does not say its max batch size (old servers answer -1).
+FALLBACK_MAX_BATCH_SIZE = 1000
+
+
+# The largest integer every JSON reader keeps exact; a larger turn index is a corrupt value.
+MAX_TURN_INDEX = 2**53 - 1
+# Metadata fields the worker reads as text; any other type is a bad value (read as missing).
+TEXT_FIELDS: dict[str, tuple[str, ...]] = {"memory": ("userId", "role", "agent"), "summary": ("userId", "title")}
+
+
+@dataclass(frozen=True, slots=True)
+class RowValues:
+    """What the worker reads from one row's metadata: its time, its turn index (memories only) and
+    every bad value as ``<field>:<reason>``."""
+
+    created_at: str | None
+    turn_index: int | None
+    problems: tuple[str, ...]
+
+
+def read_row(row_id: object, metadata: Metadata, *, kind: str) -> RowValues:
+    """Read a row's metadata totally (``kind`` is ``memory`` or ``summary``): a bad value is read as
+    missing and named in ``problems``, never raised on, never clamped. Pure."""
+    created, problems = read_created_at(metadata)
+    index = None
+    if kind == "memory":
+        index, bad_index = read_turn_index(metadata.get("turnIndex"))
+        if bad_index:
+            problems.append(f"turnIndex:{bad_index}")
+    return RowValues(created, index, (*row_problems(row_id, metadata, kind=kind), *problems))
 
 
 @dataclass(frozen=True, slots=True)
 class ChromaRow:
-    """One row of a collection: id, document and metadata, with the fields every row may carry."""
+    """One row of a collection: id, document and metadata, with the fields every row may carry.
+
+    Metadata is read on first use (an ids-only scan never pays for it) by :func:`read_row`."""
 
     id: str
     document: str
     metadata: Metadata = field(default_factory=dict)
+    _values: RowValues | None = field(init=False, default=None, compare=False, repr=False)
+
+    _kind = "memory"
+
+    def values(self) -> RowValues:
+        """The row's metadata, read once."""
+        if self._values is None:
+            object.__setattr__(self, "_values", read_row(self.id, self.metadata, kind=self._kind))
+        return self._values  # type: ignore[return-value]
 
     @property
     def session_id(self) -> str | None:
@@ -45,7 +117,13 @@ class ChromaRow:
 
     @property
     def created_at(self) -> str | None:
-        return row_created_at(self.metadata)
+        """The row's time (``createdAt``, else ``timestamp``) in canonical UTC; ``None`` when missing or bad."""
+        return self.values().created_at
+
+    @property
+    def problems(self) -> tuple[str, ...]:
+        """Every bad value of the row as ``<field>:<reason>``."""
+        return self.values().problems
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,36 +132,74 @@ class MemoryRow(ChromaRow):
 
     @property
     def turn_index(self) -> int | None:
-        value = self.metadata.get("turnIndex")
-        return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) else None
+        """``turnIndex`` when it is a usable index; ``None`` when missing or bad."""
+        return self.values().turn_index
 
 
 @dataclass(frozen=True, slots=True)
 class SummaryRow(ChromaRow):
     """One session summary as stored in Chroma (its id is opaque)."""
 
+    _kind = "summary"
+
+
+def read_created_at(metadata: Metadata) -> tuple[str | None, list[str]]:
+    """The row's creation time in the canonical UTC form — ``createdAt`` (ISO 8601), else
+    ``timestamp`` (epoch ms) — and a ``<field>:<reason>`` for each of the two that is present but
+    bad. A bad value is read as missing (never clamped: a made-up time would sort as real). Total."""
+    created: str | None = None
+    problems: list[str] = []
+    for name, parse in (("createdAt", iso_to_utc), ("timestamp", epoch_ms_to_utc)):
+        value = metadata.get(name)
+        if value is None:
+            continue
+        try:
+            parsed = parse(value)
+        except BadTimeError as exc:
+            problems.append(f"{name}:{exc.reason}")
+        else:
+            created = created or parsed
+    return created, problems
+
 
 def row_created_at(metadata: Metadata) -> str | None:
     """ISO 8601 creation time from ``createdAt`` (ISO string) or ``timestamp`` (epoch ms); ``None``
     when neither is usable."""
-    created = metadata.get("createdAt")
-    if isinstance(created, str) and created:
-        try:
-            parsed = datetime.fromisoformat(created.replace("Z", "+00:00"))
-        except ValueError:
-            parsed = None
-        if parsed is not None:
-            if parsed.tzinfo is None:
-                parsed = parsed.replace(tzinfo=UTC)
-            return parsed.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-    stamp = metadata.get("timestamp")
-    if isinstance(stamp, (int, float)) and not isinstance(stamp, bool) and math.isfinite(stamp):
-        try:
-            moment = datetime.fromtimestamp(stamp / 1000, UTC)
-        except (OverflowError, OSError, ValueError):
-            return None
-        return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
-    return None
+    return read_created_at(metadata)[0]
+
+
+def read_turn_index(value: object) -> tuple[int | None, str | None]:
+    """``(turn index, None)``, or ``(None, reason)`` for a value that is no usable index (``None``
+    is simply missing). Integral floats are accepted (some writers store numbers as floats). Total."""
+    if value is None:
+        return None, None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None, "wrong-type"
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return None, "not-finite"
+        if not value.is_integer():
+            return None, "not-an-integer"
+    if not 0 <= value <= MAX_TURN_INDEX:
+        return None, "out-of-range"
+    return int(value), None
+
+
+def row_problems(row_id: object, metadata: Metadata, *, kind: str) -> list[str]:
+    """``<field>:<reason>`` for the id, the ``sessionId`` and the text fields of a row (times and
+    turn index are read by :func:`read_created_at` / :func:`read_turn_index`). Pure."""
+    problems: list[str] = []
+    if not is_valid_row_id(row_id):
+        problems.append("id:invalid")
+    session_id = metadata.get("sessionId")
+    if session_id is None:
+        problems.append("sessionId:missing")
+    elif not isinstance(session_id, str):
+        problems.append("sessionId:wrong-type")
+    elif not is_valid_row_id(session_id):
+        problems.append("sessionId:invalid")
+    problems.extend(f"{name}:wrong-type" for name in TEXT_FIELDS[kind] if metadata.get(name) is not None and not isinstance(metadata[name], str))
+    return problems
 
 
 def turn_order_key(row: MemoryRow) -> tuple[int, int, str, str]:
@@ -116,6 +232,7 @@ class ChromaStore:
         self._client: Any = None
         self._is_async = bool(settings.chroma_url)
         self._collections: dict[str, Any] = {}
+        self._max_batch_size: int | None = None
 
     @classmethod
     async def connect(cls, settings: Settings) -> "ChromaStore":
@@ -133,7 +250,7 @@ class ChromaStore:
         chroma_settings = ChromaSettings(anonymized_telemetry=False, allow_reset=False)
         try:
             if not self._is_async:
-                settings.chroma_path.mkdir(parents=True, exist_ok=True)
+                confined_dir(settings.chroma_path, root=settings.data_dir)  # never a link out of the data dir
                 self._client = await anyio.to_thread.run_sync(
                     partial(chromadb.PersistentClient, path=str(settings.chroma_path), settings=chroma_settings)
                 )
@@ -169,8 +286,26 @@ class ChromaStore:
             raise
         except (ValueError, TypeError):
             raise
+        except ChromaError as exc:
+            if isinstance(exc, _UNAVAILABLE_ERRORS):
+                raise ChromaUnavailableError(f"Chroma call failed ({self.location}): {_brief(exc)}") from exc
+            raise ChromaQueryError(f"Chroma refused a call ({self.location}): {_brief(exc)}") from exc
         except Exception as exc:  # noqa: BLE001 - transport / server failures
             raise ChromaUnavailableError(f"Chroma call failed ({self.location}): {_brief(exc)}") from exc
+
+    async def max_batch_size(self) -> int:
+        """The most rows Chroma takes in one write or one ``ids`` / metadata read, as the client
+        reports it (embedded: bounded by its SQLite's variable limit; server: its configured limit).
+        Asked once per store."""
+        if self._max_batch_size is None:
+            client = await self._ensure_client()
+            reported = await self._call(client.get_max_batch_size)
+            self._max_batch_size = reported if isinstance(reported, int) and reported > 0 else FALLBACK_MAX_BATCH_SIZE
+        return self._max_batch_size
+
+    async def _page_size(self) -> int:
+        """Rows per metadata/document read: the configured page size, within the batch limit."""
+        return max(1, min(self._settings.chroma_page_size, await self.max_batch_size()))
 
     async def ping(self) -> None:
         """Raise :class:`ChromaUnavailableError` unless Chroma answers."""
@@ -202,6 +337,8 @@ class ChromaStore:
         return await self.collection(self._settings.session_collection)
 
     # --- reads ---------------------------------------------------------------------------
+    # Every read is paged or chunked: Chroma's embedded store fails a read of more rows than its
+    # SQLite takes variables ("too many SQL variables", ~32k) and a server caps a request's size.
     async def scan(self, name: str, *, include: Sequence[str] = (), page_size: int | None = None) -> AsyncIterator[list[MemoryRow]]:
         """Page through a whole collection. ``include=()`` reads ids only, which is an order of
         magnitude cheaper than metadata on a large collection."""
@@ -209,42 +346,63 @@ class ChromaStore:
         if coll is None:
             return
         # Chroma pages by offset, so every page re-walks the ones before it: ids are small enough to
-        # read in far larger pages than metadata, which keeps an ids-only scan close to linear.
-        size = page_size or (self._settings.chroma_page_size * (50 if not include else 1))
+        # read in far larger pages than metadata (an ids-only read has no per-row variable), which
+        # keeps an ids-only scan close to linear.
+        size = page_size or (self._settings.chroma_page_size * 50 if not include else await self._page_size())
+        async for page in self._pages(coll, include=include, size=size):
+            yield page
+
+    async def _pages(
+        self, coll: Any, *, include: Sequence[str], size: int, where: dict[str, Any] | None = None, cls: type[ChromaRow] = MemoryRow
+    ) -> AsyncIterator[list[Any]]:
         offset = 0
         while True:
-            result = await self._call(coll.get, include=list(include), limit=size, offset=offset)
-            page = _rows(result, MemoryRow)
+            kwargs: dict[str, Any] = {"include": list(include), "limit": size, "offset": offset}
+            if where is not None:
+                kwargs["where"] = where
+            page = _rows(await self._call(coll.get, **kwargs), cls)
             if page:
                 yield page
             if len(page) < size:
                 return
             offset += size
 
+    async def _by_ids(self, coll: Any, ids: Sequence[str], *, include: Sequence[str], cls: type[ChromaRow] = MemoryRow) -> list[Any]:
+        """The rows among ``ids`` that exist, read in chunks within the batch limit."""
+        size = await self._page_size()
+        rows: list[Any] = []
+        for part in chunked(list(ids), size):
+            rows += _rows(await self._call(coll.get, ids=list(part), include=list(include)), cls)
+        return rows
+
+    async def _of_sessions(self, coll: Any, session_ids: Iterable[str], *, include: Sequence[str], cls: type[ChromaRow]) -> list[Any]:
+        """Every row whose ``sessionId`` is among ``session_ids``: the ``$in`` list is chunked and
+        each chunk's result paged, so neither grows a request past the batch limit."""
+        size = await self._page_size()
+        rows: list[Any] = []
+        for part in chunked(sorted(set(session_ids)), size):
+            where: dict[str, Any] = {"sessionId": part[0]} if len(part) == 1 else {"sessionId": {"$in": list(part)}}
+            async for page in self._pages(coll, include=include, size=size, where=where, cls=cls):
+                rows += page
+        return rows
+
     async def metadata_by_ids(self, name: str, ids: Sequence[str]) -> list[MemoryRow]:
         """Ids and metadata (no documents) of the rows among ``ids`` that exist."""
         coll = await self.collection(name)
         if coll is None or not ids:
             return []
-        return _rows(await self._call(coll.get, ids=list(ids), include=["metadatas"]), MemoryRow)
+        return await self._by_ids(coll, ids, include=["metadatas"])
 
     async def memories_for_session(self, session_id: str) -> list[MemoryRow]:
-        """Every memory row of one session, in turn order (one Chroma read)."""
-        coll = await self.memories()
-        if coll is None:
-            return []
-        result = await self._call(coll.get, where={"sessionId": session_id}, include=["metadatas", "documents"])
-        return sorted(_rows(result, MemoryRow), key=turn_order_key)
+        """Every memory row of one session, in turn order (paged reads)."""
+        return (await self.memories_for_sessions([session_id])).get(session_id, [])
 
     async def memories_by_ids(self, ids: Sequence[str]) -> list[MemoryRow] | None:
         """The memory rows among ``ids`` that exist; ``None`` when the collection is missing."""
         coll = await self.memories()
         if coll is None:
             return None
-        if not ids:
-            return []
-        result = await self._call(coll.get, ids=list(ids), include=["metadatas", "documents"])
-        return _rows(result, MemoryRow)
+        return await self._by_ids(coll, ids, include=["metadatas", "documents"])
 
     async def summaries_for_sessions(self, session_ids: Iterable[str]) -> dict[str, SummaryRow] | None:
         """Summary rows by session id, looked up by ``where`` (summary ids are opaque); ``None`` when
@@ -252,53 +410,49 @@ class ChromaStore:
         coll = await self.summaries()
         if coll is None:
             return None
-        wanted = sorted(set(session_ids))
-        if not wanted:
-            return {}
-        where: dict[str, Any] = {"sessionId": wanted[0]} if len(wanted) == 1 else {"sessionId": {"$in": wanted}}
-        result = await self._call(coll.get, where=where, include=["metadatas", "documents"])
-        return latest_by_session(_rows(result, SummaryRow))
+        return latest_by_session(await self._of_sessions(coll, session_ids, include=["metadatas", "documents"], cls=SummaryRow))
 
     async def memories_for_sessions(self, session_ids: Iterable[str]) -> dict[str, list[MemoryRow]]:
-        """Memory rows of many sessions in one read, each list in turn order."""
+        """Memory rows of many sessions (paged reads), each list in turn order."""
         coll = await self.memories()
         wanted = sorted(set(session_ids))
         if coll is None or not wanted:
             return {}
-        where: dict[str, Any] = {"sessionId": wanted[0]} if len(wanted) == 1 else {"sessionId": {"$in": wanted}}
-        result = await self._call(coll.get, where=where, include=["metadatas", "documents"])
-        grouped: dict[str, list[MemoryRow]] = {sid: [] for sid in wanted}
-        for row in _rows(result, MemoryRow):
+        grouped: dict[str, dict[str, MemoryRow]] = {sid: {} for sid in wanted}
+        for row in await self._of_sessions(coll, wanted, include=["metadatas", "documents"], cls=MemoryRow):
             if row.session_id in grouped:
-                grouped[row.session_id].append(row)
-        return {sid: sorted(rows, key=turn_order_key) for sid, rows in grouped.items()}
+                grouped[row.session_id][row.id] = row
+        return {sid: sorted(rows.values(), key=turn_order_key) for sid, rows in grouped.items()}
 
     async def sessions_with_memories(self, session_ids: Iterable[str]) -> set[str] | None:
-        """The session ids among ``session_ids`` that have at least one memory row (one read of
-        metadata, no documents); ``None`` when the memory collection is missing."""
+        """The session ids among ``session_ids`` that have at least one memory row (one id read of
+        at most one row per session, however large the session); ``None`` when the memory
+        collection is missing."""
         coll = await self.memories()
         if coll is None:
             return None
-        wanted = sorted(set(session_ids))
-        if not wanted:
-            return set()
-        where: dict[str, Any] = {"sessionId": wanted[0]} if len(wanted) == 1 else {"sessionId": {"$in": wanted}}
-        result = await self._call(coll.get, where=where, include=["metadatas"])
-        return {row.session_id for row in _rows(result, MemoryRow) if row.session_id in wanted}
+        found: set[str] = set()
+        for sid in sorted(set(session_ids)):
+            if (await self._call(coll.get, where={"sessionId": sid}, include=[], limit=1)).get("ids"):
+                found.add(sid)
+        return found
 
     # --- writes (import only) ------------------------------------------------------------
     async def upsert(self, name: str, ids: list[str], documents: list[str], metadatas: list[Metadata]) -> None:
-        """Write rows to a collection, creating it (with the configured embedding function)."""
+        """Write rows to a collection, creating it (with the configured embedding function), in
+        batches within the client's max batch size."""
         coll = await self.collection(name, create=True)
-        await self._call(coll.upsert, ids=ids, documents=documents, metadatas=metadatas)
+        size = await self.max_batch_size()
+        for start in range(0, len(ids), size):
+            stop = start + size
+            await self._call(coll.upsert, ids=ids[start:stop], documents=documents[start:stop], metadatas=metadatas[start:stop])
 
     async def get_existing(self, name: str, ids: list[str]) -> dict[str, tuple[str, Metadata]]:
         """``id -> (document, metadata)`` for the ids that exist in the collection."""
         coll = await self.collection(name)
         if coll is None or not ids:
             return {}
-        result = await self._call(coll.get, ids=ids, include=["metadatas", "documents"])
-        return {r.id: (r.document, r.metadata) for r in _rows(result, MemoryRow)}
+        return {r.id: (r.document, r.metadata) for r in await self._by_ids(coll, ids, include=["metadatas", "documents"])}
 
 
 def _brief(exc: BaseException) -> str:
@@ -308,4 +462,4 @@ def _brief(exc: BaseException) -> str:
 
 
 def _where(settings: Settings) -> str:
-    return settings.chroma_url or f"embedded at {settings.chroma_path}"
+    return redact(settings.chroma_url) or f"embedded at {settings.chroma_path}"

@@ -12,10 +12,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from store.db import Database
-from store.graph import chunked, dumps, utc_now
+from config.redact import redact
+from store.db import Database, in_batches
+from store.graph import dumps, utc_now
 
-_IN_CHUNK = 900
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,8 +48,7 @@ class ChunkResultStore:
         """Rows for ``fingerprint`` among ``content_hashes``, by content hash."""
         hashes = sorted(set(content_hashes))
         found: dict[str, ChunkResult] = {}
-        for part in chunked(hashes, _IN_CHUNK):
-            marks = ",".join("?" * len(part))
+        for part, marks in in_batches(hashes):
             rows = self.db.query(
                 f"SELECT * FROM chunk_results WHERE fingerprint = ? AND content_hash IN ({marks})", [fingerprint, *part]
             )
@@ -92,7 +91,7 @@ class ChunkResultStore:
     ) -> int:
         """Store a failed attempt; returns the chunk's attempt count so far."""
         self._upsert(
-            (session_id, chunk_id, content_hash, fingerprint, "failed", error_kind, error[:2000], next_attempt_at,
+            (session_id, chunk_id, content_hash, fingerprint, "failed", error_kind, redact(error)[:2000], next_attempt_at,
              tokens_in, tokens_out, latency_ms, None, run_id, self.clock()),
         )
         rows = self.db.query(

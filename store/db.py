@@ -9,9 +9,29 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
+
+# Values bound per ``IN (…)`` list: old SQLite builds allow 999 variables per statement, and a
+# statement has a few parameters of its own. Every IN list is built by :func:`in_batches`.
+SQL_IN_BATCH = 900
+
+
+def in_batches(values: Iterable[Any], *, lists: int = 1) -> Iterator[tuple[list[Any], str]]:
+    """``(batch, placeholders)`` for each batch of ``values``, small enough that a statement using
+    the batch in ``lists`` IN lists stays within SQLite's variable limit, whatever the input size."""
+    items = list(values)
+    size = max(1, SQL_IN_BATCH // max(1, lists))
+    for start in range(0, len(items), size):
+        batch = items[start : start + size]
+        yield batch, ",".join("?" * len(batch))
+
+from store.confined import check_confined, confined_dir
+
+# Files SQLite keeps beside the database (WAL mode; the rollback journal of older files).
+_COMPANIONS = ("-wal", "-shm", "-journal")
 
 # Each entry upgrades the schema by one version; never edit a released entry, append a new one.
 MIGRATIONS: tuple[str, ...] = (
@@ -138,18 +158,35 @@ MIGRATIONS: tuple[str, ...] = (
 )
 
 
+class SchemaTooNewError(sqlite3.DatabaseError):
+    """The database was written by a newer rem-cycle (a schema version this one does not know)."""
+
+
 class Database:
     """One SQLite connection in WAL mode with foreign keys, shared by the graph and run-state stores.
 
     ``transaction()`` nests: only the outermost block commits (or rolls back on an exception).
     The connection may be used from worker threads (``anyio.to_thread``) but never from two at once;
     a lock enforces that.
+
+    The file and SQLite's companions (``-wal``, ``-shm``, ``-journal``) must be regular files
+    reached without links inside ``root`` (default: the database's directory), and a file whose
+    schema is newer than this code is refused (:class:`SchemaTooNewError`) before anything is written.
     """
 
-    def __init__(self, path: str | Path, *, timeout: float = 30.0, readonly: bool = False) -> None:
+    def __init__(self, path: str | Path, *, timeout: float = 30.0, readonly: bool = False, root: str | Path | None = None) -> None:
         self.path = Path(path)
         self._lock = threading.RLock()
         self._depth = 0
+        root = Path(root) if root is not None else self.path.parent
+        try:
+            if not readonly:
+                confined_dir(self.path.parent, root=root)
+            # SQLite opens these by name and would follow a link planted at any of them.
+            for suffix in ("", *_COMPANIONS):
+                check_confined(self.path.with_name(self.path.name + suffix), root=root)
+        except OSError as exc:  # callers handle a database they cannot open as sqlite3.Error
+            raise sqlite3.OperationalError(f"cannot open the database {self.path}: {exc.strerror or exc}") from exc
         if readonly:
             # Readers beside a running cycle (metrics, readiness): never create, migrate or write.
             self.conn = sqlite3.connect(
@@ -157,12 +194,13 @@ class Database:
                 isolation_level=None, check_same_thread=False,
             )
             self.conn.row_factory = sqlite3.Row
+            self._refuse_newer_schema()
             return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         self.conn = sqlite3.connect(
             self.path, timeout=timeout, isolation_level=None, check_same_thread=False
         )
         self.conn.row_factory = sqlite3.Row
+        self._refuse_newer_schema()
         self.conn.execute("PRAGMA journal_mode=WAL")
         self.conn.execute("PRAGMA foreign_keys=ON")
         self.conn.execute("PRAGMA synchronous=NORMAL")
@@ -195,6 +233,22 @@ class Database:
     @property
     def schema_version(self) -> int:
         return self.conn.execute("SELECT COALESCE(MAX(version), 0) FROM schema_version").fetchone()[0]
+
+    def _refuse_newer_schema(self) -> None:
+        """Raise :class:`SchemaTooNewError` (closing the connection) when the file's schema version
+        is newer than :data:`MIGRATIONS`: this code would misread it and could damage it."""
+        try:
+            known = self.conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'").fetchone()
+            version = self.schema_version if known else 0
+        except BaseException:
+            self.conn.close()
+            raise
+        if version > len(MIGRATIONS):
+            self.conn.close()
+            raise SchemaTooNewError(
+                f"{self.path} has schema version {version}, newer than this rem-cycle knows ({len(MIGRATIONS)}); "
+                "upgrade rem-cycle (or restore a backup made by this version) — the file was not changed"
+            )
 
     def migrate(self) -> None:
         """Apply every migration newer than the file's schema version, each in its own transaction."""

@@ -14,13 +14,12 @@ from typing import Any
 
 import structlog
 
-from store.db import Database
+from store.db import Database, in_batches
 from store.ids import normalize_graph_node_id
 
 log = structlog.get_logger(__name__)
 
 # SQLite's default limit on host parameters is 32766 (>= 3.32); stay well below it.
-_IN_CHUNK = 900
 
 
 def utc_now() -> str:
@@ -90,8 +89,7 @@ class GraphStore:
         """The nodes that exist among ``node_ids``, by id."""
         ids = sorted({normalize_graph_node_id(i) for i in node_ids})
         found: dict[str, Node] = {}
-        for part in chunked(ids, _IN_CHUNK):
-            marks = ",".join("?" * len(part))
+        for part, marks in in_batches(ids):
             for row in self.db.query(f"SELECT id, label, name, properties FROM nodes WHERE id IN ({marks})", part):
                 found[row["id"]] = _node(row)
         return found
@@ -103,8 +101,7 @@ class GraphStore:
     def _existing(self, normalised: set[str]) -> set[str]:
         ids = sorted(normalised)
         found: set[str] = set()
-        for part in chunked(ids, _IN_CHUNK):
-            marks = ",".join("?" * len(part))
+        for part, marks in in_batches(ids):
             found.update(r[0] for r in self.db.query(f"SELECT id FROM nodes WHERE id IN ({marks})", part))
         return found
 

@@ -9,8 +9,12 @@ Files next to the queue ``Q`` (default ``<data_dir>/lazy-edges.jsonl``):
 
 - ``Q.draining`` (and ``Q.draining-N`` after repeated crashes): what a drain is working on;
 - ``Q.requeue-pending`` / ``Q.dead-pending``: a drain's scratch output, discarded after a crash;
+- ``Q.publishing``: present only while a drain publishes its outputs (see ``commit_drain``);
 - ``<stem>.dead.jsonl``: the dead-letter file (lines that will never link, with the reason);
 - ``Q.lock``: the drain's single-flight lock.
+
+Every one of them is opened through :func:`store.confined.open_confined`: a link planted at any
+of these names is refused before a byte is read or written.
 
 Append protocol (any producer, any process): open ``Q`` with ``O_APPEND``, take a *shared*
 ``flock``, check the descriptor still is ``Q`` (a drain may have renamed it meanwhile; if so,
@@ -24,7 +28,6 @@ and never swallows the good line written after it.
 
 from __future__ import annotations
 
-import errno
 import fcntl
 import json
 import os
@@ -33,8 +36,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
-from filelock import FileLock, Timeout
-
+from store.confined import check_confined, exclusive_lock, open_confined
 from store.graph import utc_now
 
 # Appends are written in pieces of about this size, each made of whole lines.
@@ -62,23 +64,6 @@ class QueueBusyError(RuntimeError):
     """Another drain holds the queue's single-flight lock."""
 
 
-class UnsafeQueuePathError(OSError):
-    """A queue file is a symbolic link: following it could read or write outside the data dir."""
-
-
-def _open(path: Path, flags: int, mode: int = 0o640) -> int:
-    """``os.open`` that refuses to follow a symbolic link in the last component: the settings
-    check that the queue lies inside the data dir, and a link planted later must not undo that."""
-    try:
-        return os.open(path, flags | os.O_NOFOLLOW, mode)
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise UnsafeQueuePathError(
-                errno.ELOOP, f"{path} is a symbolic link; the lazy-edge queue refuses to follow it"
-            ) from None
-        raise
-
-
 def edge_line(edge: Mapping[str, Any], *, timestamp: str | None = None) -> bytes:
     """One queue line (with trailing newline) for ``edge``; every field of ``edge`` is kept and a
     ``timestamp`` is added when missing."""
@@ -93,8 +78,13 @@ class LazyEdgeQueue:
     This class moves bytes and files; what a line means is decided in ``pipelines.drain``.
     """
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, root: str | os.PathLike[str] | None = None) -> None:
         self.path = Path(path)
+        # Every file of the queue is opened confined to ``root`` (default: the queue's directory).
+        self.root = Path(root) if root is not None else self.path.parent
+
+    def _open(self, path: Path, flags: int) -> int:
+        return open_confined(path, flags, root=self.root)
 
     # --- file names ----------------------------------------------------------------------
     @property
@@ -119,6 +109,11 @@ class LazyEdgeQueue:
     @property
     def dead_pending_path(self) -> Path:
         return self.path.with_name(self.path.name + ".dead-pending")
+
+    @property
+    def publish_marker_path(self) -> Path:
+        """Written while a drain publishes its outputs: what to undo or finish after a crash."""
+        return self.path.with_name(self.path.name + ".publishing")
 
     def draining_files(self) -> list[Path]:
         """Files a crashed drain left behind, oldest first: ``Q.draining``, ``Q.draining-1`` …"""
@@ -148,16 +143,15 @@ class LazyEdgeQueue:
 
     def append_file(self, source: Path, *, fsync: bool = True) -> None:
         """Append the whole content of ``source`` (a file of complete lines) to the live queue."""
-        with os.fdopen(_open(source, os.O_RDONLY), "rb") as handle, self._open_live() as fd:
+        with os.fdopen(self._open(source, os.O_RDONLY), "rb") as handle, self._open_live() as fd:
             _write_whole_lines(fd, handle)
             if fsync:
                 os.fsync(fd)
 
     @contextmanager
     def _open_live(self) -> Iterator[int]:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         while True:
-            fd = _open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT)
+            fd = self._open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT)
             try:
                 fcntl.flock(fd, fcntl.LOCK_SH)
                 if _same_file(fd, self.path):
@@ -171,22 +165,15 @@ class LazyEdgeQueue:
     @contextmanager
     def exclusive(self) -> Iterator[None]:
         """Hold the single-flight drain lock, or raise :class:`QueueBusyError` at once."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        lock = FileLock(self.lock_path)
-        try:
-            lock.acquire(timeout=0)
-        except Timeout:
-            raise QueueBusyError(f"another drain of {self.path} is running (lock {self.lock_path})") from None
-        try:
+        with exclusive_lock(self.lock_path, root=self.root) as held:
+            if not held:
+                raise QueueBusyError(f"another drain of {self.path} is running (lock {self.lock_path})")
             yield
-        finally:
-            lock.release()
 
     def rotate(self) -> Path | None:
         """Rename the live queue to a free ``.draining`` name and wait for in-flight appends to it;
         ``None`` when there is no live queue. Producers appending afterwards create a fresh file."""
-        if self.path.is_symlink():
-            _open(self.path, os.O_RDONLY)  # raises UnsafeQueuePathError before anything moves
+        check_confined(self.path, root=self.root)  # a planted link raises before anything moves
         target = self.draining_path
         number = 0
         while target.exists():
@@ -197,7 +184,7 @@ class LazyEdgeQueue:
         except FileNotFoundError:
             return None
         _fsync_dir(self.path.parent)
-        fd = _open(target, os.O_RDONLY)
+        fd = self._open(target, os.O_RDONLY)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)  # returns once every producer holding LOCK_SH is done
         finally:
@@ -208,8 +195,9 @@ class LazyEdgeQueue:
     def read_lines(path: Path, *, max_line_bytes: int = MAX_LINE_BYTES) -> Iterator[bytes]:
         """The non-blank lines of ``path`` (with their newline, if any), streamed. A line longer
         than ``max_line_bytes`` is read past in pieces and yielded as an :class:`OversizedLine`
-        (its head and size), so memory stays bounded whatever a producer wrote."""
-        with os.fdopen(_open(path, os.O_RDONLY), "rb") as handle:
+        (its head and size), so memory stays bounded whatever a producer wrote. A link at ``path``
+        is refused (:class:`~store.confined.UnsafePathError`)."""
+        with os.fdopen(open_confined(path, os.O_RDONLY, root=path.parent), "rb") as handle:
             while True:
                 line = handle.readline(max_line_bytes + 1)
                 if not line:
@@ -229,34 +217,120 @@ class LazyEdgeQueue:
 
     def open_scratch(self) -> tuple[IO[bytes], IO[bytes]]:
         """Fresh (requeue, dead-letter) scratch files for a drain, truncating leftovers of a crash."""
-        return self.requeue_pending_path.open("wb"), self.dead_pending_path.open("wb")
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+        requeue = os.fdopen(self._open(self.requeue_pending_path, flags), "wb")
+        try:
+            return requeue, os.fdopen(self._open(self.dead_pending_path, flags), "wb")
+        except BaseException:
+            requeue.close()
+            raise
 
     def commit_drain(self, inputs: Iterable[Path]) -> None:
         """Publish a finished drain: dead letters to the dead-letter file, failures back to the live
         queue, then delete the drained files and the scratch files.
 
-        A crash before this leaves the inputs in place (they are drained again: no line is lost).
-        A crash inside it may re-queue a failed line twice (replaying a line is idempotent), or leave
-        the head of one, which the next drain dead-letters as malformed beside the whole line. A
-        head left in the dead-letter file is dropped by the next publish, which writes it whole.
+        A publish marker makes this recoverable (see :meth:`recover_publish`): ``publishing``
+        records the dead-letter file's length before the append, ``published`` that every output
+        is out and only the inputs are left to delete. A crash before this leaves the inputs in
+        place (they are drained again: no line is lost). A crash inside the re-queue append may
+        re-queue a failed line twice (replaying a line is idempotent), or leave the head of one,
+        which the next drain dead-letters as malformed beside the whole line.
         """
-        if self.dead_pending_path.stat().st_size:
-            fd = _open(self.dead_letter_path, os.O_RDWR | os.O_APPEND | os.O_CREAT)
+        inputs = list(inputs)
+        if _size(self.dead_pending_path):
+            fd = self._open(self.dead_letter_path, os.O_RDWR | os.O_APPEND | os.O_CREAT)
             try:
-                # Only a drain writes here (under the drain lock), and a drain killed mid-write
-                # re-publishes its dead letters whole: the head it left is a duplicate, drop it.
-                _drop_torn_tail(fd)
-                with self.dead_pending_path.open("rb") as src:
+                self._write_marker(
+                    {"state": "publishing", "deadLetterBytes": os.fstat(fd).st_size, "newlineFirst": _ends_mid_line(fd)}
+                )
+                with os.fdopen(self._open(self.dead_pending_path, os.O_RDONLY), "rb") as src:
                     _write_whole_lines(fd, src)
                 os.fsync(fd)
             finally:
                 os.close(fd)
-        if self.requeue_pending_path.stat().st_size:
+        if _size(self.requeue_pending_path):
             self.append_file(self.requeue_pending_path)
+        self._write_marker({"state": "published", "inputs": [path.name for path in inputs]})
+        self._finish_publish(inputs)
+
+    def recover_publish(self) -> str | None:
+        """Undo or finish a publish a crash interrupted (call holding :meth:`exclusive`, before
+        listing the inputs); returns what was done, ``None`` when there was nothing to recover.
+
+        - ``published``: every output is out; the inputs are deleted (draining them again would
+          dead-letter their lines twice).
+        - ``publishing``: the inputs are still there and are drained again, so the dead letters
+          are published again: the bytes appended after the recorded length are cut — only when
+          they are, byte for byte, the start of what the drain was writing (its scratch file).
+          Anything else (a file edited since, a scratch file gone) is left as it is.
+        """
+        try:
+            with os.fdopen(self._open(self.publish_marker_path, os.O_RDONLY), "rb") as handle:
+                marker = json.loads(handle.read(64 * 1024) or b"{}")
+        except FileNotFoundError:
+            return None
+        except ValueError:
+            marker = {}
+        names = marker.get("inputs") if isinstance(marker, dict) else None
+        inputs = [self.path.with_name(name) for name in names or () if isinstance(name, str) and self._is_draining_name(name)]
+        state = marker.get("state") if isinstance(marker, dict) else None
+        done = "marker-unreadable"
+        if state == "published":
+            done = "finished"
+        elif state == "publishing":
+            done = "dead-letters-rolled-back" if self._undo_dead_letter_append(marker) else "dead-letters-kept"
+            inputs = []
+        self._finish_publish(inputs)
+        return done
+
+    def _is_draining_name(self, name: str) -> bool:
+        base = self.draining_path.name
+        return name == base or (name.startswith(base + "-") and name[len(base) + 1 :].isdigit())
+
+    def _undo_dead_letter_append(self, marker: Mapping[str, Any]) -> bool:
+        start = marker.get("deadLetterBytes")
+        if not isinstance(start, int) or isinstance(start, bool) or start < 0:
+            return False
+        try:
+            fd = self._open(self.dead_letter_path, os.O_RDWR)
+        except FileNotFoundError:
+            return False
+        try:
+            end = os.fstat(fd).st_size
+            if end <= start:
+                return False
+            try:
+                pending = os.fdopen(self._open(self.dead_pending_path, os.O_RDONLY), "rb")
+            except FileNotFoundError:
+                return False
+            with pending:
+                first = b"\n" if marker.get("newlineFirst") is True else b""
+                if not _holds_start_of(fd, start, end, first=first, source=pending):
+                    return False
+            os.ftruncate(fd, start)
+            os.fsync(fd)
+            return True
+        finally:
+            os.close(fd)
+
+    def _write_marker(self, marker: Mapping[str, Any]) -> None:
+        temporary = self.publish_marker_path.with_name(self.publish_marker_path.name + ".tmp")
+        fd = self._open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        try:
+            _write_all(fd, json.dumps(marker).encode("utf-8"))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.rename(temporary, self.publish_marker_path)
+        _fsync_dir(self.path.parent)
+
+    def _finish_publish(self, inputs: Iterable[Path]) -> None:
         for path in inputs:
             path.unlink(missing_ok=True)
         _fsync_dir(self.path.parent)
         self.discard_scratch()
+        self.publish_marker_path.unlink(missing_ok=True)
+        _fsync_dir(self.path.parent)
 
     def discard_scratch(self) -> None:
         self.requeue_pending_path.unlink(missing_ok=True)
@@ -315,19 +389,27 @@ def _ends_mid_line(fd: int) -> bool:
     return size > 0 and os.pread(fd, 1, size - 1) != b"\n"
 
 
-def _drop_torn_tail(fd: int) -> None:
-    """Truncate the file open on ``fd`` after its last newline (nothing when it ends in one)."""
-    end = os.fstat(fd).st_size
-    if not _ends_mid_line(fd):
-        return
-    while end > 0:
-        start = max(0, end - _READ_PIECE)
-        newline = os.pread(fd, end - start, start).rfind(b"\n")
-        if newline != -1:
-            os.ftruncate(fd, start + newline + 1)
-            return
-        end = start
-    os.ftruncate(fd, 0)
+def _holds_start_of(fd: int, start: int, end: int, *, first: bytes, source: IO[bytes]) -> bool:
+    """Whether bytes ``start``..``end`` of the file open on ``fd`` are exactly the first
+    ``end - start`` bytes of ``first`` followed by the content of ``source``."""
+    position, expected = start, first
+    while position < end:
+        if not expected:
+            expected = source.read(_READ_PIECE)
+            if not expected:
+                return False  # the file holds more than was being written
+        size = min(len(expected), end - position)
+        if os.pread(fd, size, position) != expected[:size]:
+            return False
+        position, expected = position + size, expected[size:]
+    return True
+
+
+def _size(path: Path) -> int:
+    try:
+        return os.lstat(path).st_size
+    except FileNotFoundError:
+        return 0
 
 
 def _write_all(fd: int, data: bytes) -> None:

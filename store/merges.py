@@ -151,6 +151,10 @@ class MergeStore:
         """How many pairs :meth:`candidates` would list, without a limit."""
         return self.db.query(f"SELECT COUNT(*) FROM identity_candidates c WHERE {_NOT_UNDONE}")[0][0]
 
+    def candidate_node_count(self) -> int:
+        """How many nodes those pairs start from: the unit of a run's ``identity_candidates``."""
+        return self.db.query(f"SELECT COUNT(DISTINCT c.node_id) FROM identity_candidates c WHERE {_NOT_UNDONE}")[0][0]
+
     # --- writes --------------------------------------------------------------------------
     def record_candidates(self, pairs: Iterable[CandidatePair]) -> int:
         """Keep ``pairs`` for review (a pair already kept takes the newer rule and score). A pair

@@ -12,8 +12,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from store.db import Database
-from store.graph import chunked, dumps, utc_now
+from config.redact import redact
+from store.db import Database, in_batches
+from store.graph import dumps, utc_now
 
 RUN_OUTCOMES = ("running", "completed", "failed", "skipped", "interrupted", "abandoned")
 DIGEST_STATES = ("undigested", "digested", "undigestible")
@@ -79,11 +80,12 @@ class RunStateStore:
             conn.execute(
                 "UPDATE rem_runs SET finished_at = ?, outcome = ?, reason_code = ?, failure_phase = ?, "
                 "last_successful_phase = ?, phases = ? WHERE run_id = ?",
-                (self.clock(), outcome, reason_code, failure_phase, last_successful_phase, dumps(phases), run_id),
+                (self.clock(), outcome, reason_code, failure_phase, last_successful_phase, dumps(redact(phases)), run_id),
             )
 
     def mark_abandoned(self, *, older_than_seconds: float, now: datetime | None = None) -> list[str]:
-        """Mark ``running`` runs whose heartbeat is older than ``older_than_seconds`` as ``abandoned``."""
+        """Mark ``running`` runs that are silent (see :meth:`silent_runs`: a heartbeat older than
+        ``older_than_seconds``, or that far ahead of a clock that went back) as ``abandoned``."""
         with self.db.transaction() as conn:
             stale = [run["run_id"] for run in self.silent_runs(older_than_seconds=older_than_seconds, now=now)]
             conn.executemany(
@@ -97,13 +99,17 @@ class RunStateStore:
         self, *, older_than_seconds: float, now: datetime | None = None, owner: str | None = None
     ) -> list[dict[str, Any]]:
         """``running`` runs (of ``owner`` only, when given) whose heartbeat is older than
-        ``older_than_seconds``. Read-only: whether such a run is dead or stalled is the caller's call."""
+        ``older_than_seconds`` — or further than that in the future: a live run rewrites its
+        heartbeat with its own clock every few seconds, so one left ahead of the clock stopped
+        beating before the clock went back. Read-only: whether such a run is dead or stalled is
+        the caller's call."""
         now = now or datetime.now(UTC)
-        cutoff = (now - timedelta(seconds=older_than_seconds)).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-        sql = "SELECT * FROM rem_runs WHERE outcome = 'running' AND heartbeat_at < ?"
-        params: tuple[str, ...] = (cutoff,)
+        lease = timedelta(seconds=older_than_seconds)
+        early, late = (_stamp(now - lease), _stamp(now + lease))
+        sql = "SELECT * FROM rem_runs WHERE outcome = 'running' AND (heartbeat_at IS NULL OR heartbeat_at < ? OR heartbeat_at > ?)"
+        params: tuple[str, ...] = (early, late)
         if owner is not None:
-            sql, params = sql + " AND lease_owner = ?", (cutoff, owner)
+            sql, params = sql + " AND lease_owner = ?", (*params, owner)
         return [_run(r) for r in self.db.query(sql + " ORDER BY started_at", params)]
 
     def running_runs(self) -> list[dict[str, Any]]:
@@ -170,8 +176,7 @@ class RunStateStore:
         if session_ids is None:
             return {r["session_id"]: _digest(r) for r in self.db.query("SELECT * FROM session_digests")}
         found: dict[str, DigestRecord] = {}
-        for part in chunked(sorted(set(session_ids)), 900):
-            marks = ",".join("?" * len(part))
+        for part, marks in in_batches(sorted(set(session_ids))):
             for r in self.db.query(f"SELECT * FROM session_digests WHERE session_id IN ({marks})", part):
                 found[r["session_id"]] = _digest(r)
         return found
@@ -276,6 +281,19 @@ class RunStateStore:
     def oldest_undigested_created_at(self) -> str | None:
         rows = self.db.query("SELECT MIN(session_created_at) FROM session_digests WHERE state = 'undigested'")
         return rows[0][0] if rows else None
+
+    def sessions_without_turns(self) -> int:
+        """Ingested sessions whose latest ingest found no memory rows (every turn gone, or moved to
+        another session), by the memory index."""
+        rows = self.db.query(
+            "SELECT COUNT(*) FROM session_digests AS d WHERE d.ingested_revision IS NOT NULL "
+            "AND NOT EXISTS (SELECT 1 FROM memory_index AS m WHERE m.session_id = d.session_id)"
+        )
+        return int(rows[0][0])
+
+
+def _stamp(moment: datetime) -> str:
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def _run(row: Any) -> dict[str, Any]:

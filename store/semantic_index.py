@@ -6,10 +6,9 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from store.db import Database
-from store.graph import Node, chunked
+from store.db import Database, in_batches
+from store.graph import Node
 
-_IN_CHUNK = 400
 
 
 class SemanticIndex:
@@ -22,12 +21,10 @@ class SemanticIndex:
     def find(self, label: str, *, ids: Sequence[str], names: Sequence[str]) -> list[Node]:
         """Nodes of ``label`` whose id is in ``ids`` or whose name or an alias is in ``names``."""
         found: dict[str, Node] = {}
-        for part in chunked(sorted(set(ids)), _IN_CHUNK):
-            marks = ",".join("?" * len(part))
+        for part, marks in in_batches(sorted(set(ids))):
             rows = self.db.query(f"SELECT id, label, name, properties FROM nodes WHERE id IN ({marks})", part)
             found.update((r["id"], _node(r)) for r in rows if r["label"] == label)
-        for part in chunked(sorted(set(names)), _IN_CHUNK):
-            marks = ",".join("?" * len(part))
+        for part, marks in in_batches(sorted(set(names)), lists=2):
             rows = self.db.query(
                 f"SELECT id, label, name, properties FROM nodes WHERE label = ? AND name COLLATE NOCASE IN ({marks}) "
                 f"UNION SELECT n.id, n.label, n.name, n.properties FROM nodes AS n, json_each(n.properties, '$.aliases') AS a "

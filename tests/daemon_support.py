@@ -33,11 +33,14 @@ def worker_env(data_dir: Path, **settings: str) -> dict[str, str]:
     return env
 
 
-def start_worker(*args: str, env: dict[str, str], log_path: Path) -> subprocess.Popen[bytes]:
-    """Start ``python -m worker ARGS`` in the background, stdout+stderr to ``log_path``."""
+def start_worker(*args: str, env: dict[str, str], log_path: Path, **popen: Any) -> subprocess.Popen[bytes]:
+    """Start ``python -m worker ARGS`` in the background, stdout+stderr to ``log_path`` (``popen``:
+    more ``subprocess.Popen`` options, e.g. a ``preexec_fn``)."""
     handle = log_path.open("ab")
     try:
-        return subprocess.Popen([sys.executable, "-m", "worker", *args], stdout=handle, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+        return subprocess.Popen(
+            [sys.executable, "-m", "worker", *args], stdout=handle, stderr=subprocess.STDOUT, env=env, cwd=ROOT, **popen
+        )
     finally:
         handle.close()
 

@@ -17,7 +17,7 @@ from config import Settings
 from tests.conftest import run_cli
 from tests.daemon_support import BUSY_SESSIONS, busy_data_dir, busy_env, integrity, read_runs, start_worker, wait_for
 from worker.cycle import CycleContext, provider_ready, run_cycle
-from worker.daemon import stop_on_signals
+from worker.signals import stop_on_signals
 
 
 @pytest.fixture
@@ -104,7 +104,7 @@ async def test_a_cycle_stuck_in_one_call_is_cancelled_after_the_grace_time(setti
 
     result = "not cancelled"
     async with stop_on_signals(grace_seconds=1.0) as stop:
-        result = await run_cycle(settings, stop=stop, phases=(("provider-ready", provider_ready), ("stuck", stuck)))
+        result = await run_cycle(settings, stop=stop.event, phases=(("provider-ready", provider_ready), ("stuck", stuck)))
     took = time.monotonic() - started
     assert result == "not cancelled"  # run_cycle never returned: it was cancelled
     assert 0.8 <= took < 3.0, took

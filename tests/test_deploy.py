@@ -18,12 +18,16 @@ import httpx
 import pytest
 import yaml
 
-from config import Settings
+from config import Settings, load_settings
 from tests.conftest import ROOT, SAMPLE, free_port, run_cli
 from tests.daemon_support import integrity, read_runs, start_worker, stop, wait_for, wait_for_http, worker_env
 
 COMPOSE = ROOT / "docker-compose.yml"
+COMPOSE_LLM = ROOT / "docker-compose.llm.yml"
 DOCKERFILE = ROOT / "Dockerfile"
+ENV_EXAMPLE = ROOT / ".env.example"
+# Settings the container fixes whatever .env says (the volume, the endpoint its HEALTHCHECK asks).
+CONTAINER_FIXED = {"REM_DATA_DIR": "/data", "REM_HTTP_HOST": "0.0.0.0", "REM_HTTP_PORT": "8080"}
 
 
 def _tool(name: str) -> str:
@@ -36,17 +40,39 @@ def _tool(name: str) -> str:
     pytest.skip(f"{name} not installed")
 
 
-@pytest.fixture(scope="module")
-def compose_config() -> dict[str, Any]:
-    """``docker-compose config``: validates the file against the compose schema (no engine needed)
-    and renders it with defaults interpolated."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("REM_")}
+def _render(project: Path, dotenv: str, *, llm: bool) -> dict[str, Any]:
+    """``docker-compose config`` of a copy of the compose files with ``dotenv`` as ``.env``:
+    validates them against the compose schema (no engine needed) and renders them with every
+    variable interpolated and ``env_file`` folded into ``environment``."""
+    project.mkdir(parents=True, exist_ok=True)
+    for source in (COMPOSE, COMPOSE_LLM):
+        shutil.copy(source, project / source.name)
+    (project / ".env").write_text(dotenv, encoding="utf-8")
+    files = ["-f", COMPOSE.name] + (["-f", COMPOSE_LLM.name] if llm else [])
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("REM_", "COMPOSE_"))}
     done = subprocess.run(
-        [_tool("docker-compose"), "--project-directory", str(ROOT), "-f", str(COMPOSE), "--profile", "llm", "config"],
-        capture_output=True, text=True, env=env, timeout=120,
+        [_tool("docker-compose"), "--project-directory", str(project), *files, "config"],
+        capture_output=True, text=True, env=env, timeout=120, cwd=project,
     )
     assert done.returncode == 0, done.stderr
     return yaml.safe_load(done.stdout)
+
+
+def _example_lines() -> dict[str, str]:
+    """``NAME=default`` of every commented-out assignment in ``.env.example``."""
+    text = ENV_EXAMPLE.read_text(encoding="utf-8")
+    return dict(re.findall(r"^# ([A-Z][A-Z0-9_]*)=(.*)$", text, re.MULTILINE))
+
+
+def _uncommented(extra: str = "") -> str:
+    """``.env.example`` with every assignment made live, plus ``extra`` lines."""
+    return "".join(f"{name}={value}\n" for name, value in _example_lines().items()) + extra
+
+
+@pytest.fixture(scope="module")
+def compose_config(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """Both compose files rendered with ``.env.example`` copied to ``.env`` (the README's first step)."""
+    return _render(tmp_path_factory.mktemp("compose"), ENV_EXAMPLE.read_text(encoding="utf-8"), llm=True)
 
 
 def test_compose_topology(compose_config: dict[str, Any]) -> None:
@@ -58,21 +84,31 @@ def test_compose_topology(compose_config: dict[str, Any]) -> None:
     assert any(v.startswith("chroma-data:/data") for v in chroma["volumes"])
     assert "/api/v2/heartbeat" in " ".join(chroma["healthcheck"]["test"])
 
-    assert worker["depends_on"] == {"chroma": {"condition": "service_healthy"}}
+    # The llm file's worker waits for the model server's healthcheck as well as for Chroma's.
+    assert worker["depends_on"] == {"chroma": {"condition": "service_healthy"}, "ollama": {"condition": "service_healthy"}}
+    assert ollama["healthcheck"]["test"] == ["CMD", "ollama", "list"]
     env = worker["environment"]
+    assert {k: env[k] for k in CONTAINER_FIXED} == CONTAINER_FIXED
     assert env["REM_CHROMA_URL"] == "http://chroma:8000"
-    assert env["REM_EXTRACTOR"] == "heuristic"
+    assert env["REM_LOG_FORMAT"] == "json"
+    assert env["REM_EXTRACTOR"] == "openai"
     assert env["REM_LLM_BASE_URL"] == "http://ollama:11434/v1"
-    # Secrets are pass-through only: never a value in the file.
-    assert env["REM_LLM_API_KEY"] is None and env["REM_CHROMA_TOKEN"] is None
+    # Secrets: not in the compose files; only .env can bring them (the example sets none).
+    assert "REM_LLM_API_KEY" not in env and "REM_CHROMA_TOKEN" not in env
+    for text in (COMPOSE.read_text(), COMPOSE_LLM.read_text()):
+        assert not re.search(r"REM_(LLM_API_KEY|CHROMA_TOKEN|EMBEDDING_API_KEY)\s*:", text)
     assert any(v.startswith("rem-data:/data") for v in worker["volumes"])
-    assert all(str(p).startswith("127.0.0.1:") for p in worker["ports"]), "the endpoint is published on loopback only"
     grace = _seconds(worker["stop_grace_period"])
     assert grace > Settings.model_fields["grace_seconds"].default
-
-    assert ollama["profiles"] == ["llm"]
-    assert "ollama" not in worker["depends_on"], "the optional profile must not be required by the worker"
     assert {"chroma-data", "rem-data", "ollama-models"} <= set(compose_config["volumes"])
+
+
+def test_published_ports_are_on_loopback_by_default(compose_config: dict[str, Any]) -> None:
+    services = compose_config["services"]
+    # Chroma for agents outside the compose network, the worker's health/metrics endpoint.
+    assert services["chroma"]["ports"] == ["127.0.0.1:8000:8000/tcp"]
+    assert services["worker"]["ports"] == ["127.0.0.1:8080:8080/tcp"]
+    assert "ports" not in services["ollama"]
 
 
 def _seconds(value: str) -> float:
@@ -81,15 +117,54 @@ def _seconds(value: str) -> float:
     return int(match.group(1) or 0) * 60 + float(match.group(2) or 0)
 
 
-def test_compose_without_the_llm_profile_runs_chroma_and_worker_only() -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("REM_")}
-    done = subprocess.run(
-        [_tool("docker-compose"), "--project-directory", str(ROOT), "-f", str(COMPOSE), "config"],
-        capture_output=True, text=True, env=env, timeout=120,
-    )
-    assert done.returncode == 0, done.stderr
-    services = yaml.safe_load(done.stdout)["services"]
-    assert services["ollama"].get("profiles") == ["llm"]  # listed, but only started with --profile llm
+def test_compose_without_the_llm_file_runs_chroma_and_worker_only(tmp_path: Path) -> None:
+    services = _render(tmp_path, ENV_EXAMPLE.read_text(encoding="utf-8"), llm=False)["services"]
+    assert set(services) == {"chroma", "worker"}
+    assert services["worker"]["depends_on"] == {"chroma": {"condition": "service_healthy"}}
+    assert "REM_EXTRACTOR" not in services["worker"]["environment"]  # heuristic, the setting's default
+
+
+def test_env_example_lists_every_setting_with_its_default(clean_env: pytest.MonkeyPatch) -> None:
+    documented = _example_lines()
+    settings = {f"REM_{name.upper()}" for name in Settings.model_fields}
+    assert settings - set(documented) == set(), "settings missing from .env.example"
+    rem_names = {name for name in documented if name.startswith("REM_")}
+    assert rem_names - settings == set(), "names in .env.example that are no setting"
+    # The documented defaults are the real ones: loaded as the environment they change nothing.
+    # (The expectation is taken before the variables are set: Settings() itself reads them.)
+    defaults = load_settings()
+    for name in rem_names:
+        if documented[name]:
+            clean_env.setenv(name, documented[name])
+    assert load_settings() == defaults
+    # Host-side knobs carry no REM_ prefix: rem-cycle would warn about them inside the container.
+    assert {"PUBLISH_ADDRESS", "CHROMA_PUBLISH_PORT", "METRICS_PUBLISH_PORT", "CHROMA_VERSION"} <= set(documented) - rem_names
+
+
+def test_every_setting_in_dotenv_reaches_the_worker(tmp_path: Path) -> None:
+    dotenv = _uncommented("REM_LLM_API_KEY=sk-test-passed-through\nREM_BATCH_LIMIT=7\n")
+    worker = _render(tmp_path, dotenv, llm=False)["services"]["worker"]
+    env = worker["environment"]
+    expected = {f"REM_{name.upper()}" for name in Settings.model_fields}
+    assert expected - set(env) == set(), "settings that .env does not pass to the worker"
+    assert env["REM_BATCH_LIMIT"] == "7" and env["REM_LLM_API_KEY"] == "sk-test-passed-through"
+    assert env["REM_LOG_FORMAT"] == "auto"  # .env overrides a container default ...
+    assert {k: env[k] for k in CONTAINER_FIXED} == CONTAINER_FIXED  # ... but not what the container fixes
+
+
+def test_chroma_client_and_server_versions_come_from_one_value(tmp_path: Path, compose_config: dict[str, Any]) -> None:
+    services = compose_config["services"]
+    tag = services["chroma"]["image"].removeprefix("chromadb/chroma:")
+    assert services["worker"]["build"]["args"] == {"CHROMA_VERSION": tag}
+    instructions = _instructions()
+    assert ("ARG", f"CHROMA_VERSION={tag}") in instructions  # a plain `docker build` gets the same default
+    (install,) = [arg for kind, arg in instructions if kind == "RUN" and "pip install" in arg]
+    assert '"chromadb==${CHROMA_VERSION}"' in install
+    assert _example_lines()["CHROMA_VERSION"] == tag
+    # One variable moves both.
+    moved = _render(tmp_path, "CHROMA_VERSION=1.2.3\n", llm=False)["services"]
+    assert moved["chroma"]["image"] == "chromadb/chroma:1.2.3"
+    assert moved["worker"]["build"]["args"] == {"CHROMA_VERSION": "1.2.3"}
 
 
 def test_dockerfile_passes_hadolint() -> None:
@@ -125,7 +200,7 @@ def test_dockerfile_is_slim_non_root_with_healthcheck_and_data_volume() -> None:
 
 def test_dockerignore_keeps_data_and_vcs_out_of_the_image() -> None:
     ignored = {line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines() if line.strip() and not line.startswith("#")}
-    assert {".git", ".rem-data", "*.sqlite3", "venv", ".venv", "tests", "**/__pycache__"} <= ignored
+    assert {".git", ".rem-data", ".env", "*.sqlite3", "venv", ".venv", "tests", "**/__pycache__"} <= ignored
 
 
 @pytest.mark.server

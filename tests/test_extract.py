@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from config import DEFAULT_SEMANTIC_TYPES
 from pipelines.extract.commit import Candidate, match_existing, plan_commit
-from pipelines.extract.heuristic import extract_heuristic, find_mentions
+from pipelines.extract.heuristic import TOOL_ONLY_MIN_TURNS, extract_heuristic, find_mentions
 from pipelines.extract.map import chunk_backoff
 from pipelines.extract.model import (
     ChunkExtraction,
@@ -205,3 +205,103 @@ def test_match_existing_by_name_and_alias(tmp_path: Path) -> None:
         }
     finally:
         db.close()
+
+
+NOISE = [
+    ("CLASS", "b6166dccb4d2b48173aa7e7739be52db9d2d56a0", "node-name-blob"),  # a commit hash
+    ("CLASS", "aGVsbG8gd29ybGQgaGVsbG8gd29ybGQ=", "node-name-blob"),  # base64
+    ("CONCEPT", "550e8400-e29b-41d4-a716-446655440000", "node-name-blob"),  # a uuid
+    ("METHOD", "function(a){return a;}", "node-name-blob"),  # minified code
+    ("CONCEPT", "3.14", "node-name-number"),
+    ("CONCEPT", "2026-11-30", "node-name-number"),
+    ("ISSUE", "#0a0a0a", "node-name-colour"),
+    ("ISSUE", "#000", "node-name-colour"),  # no issue number has a leading zero
+    ("CONCEPT", "rgba(0, 0, 0, 0.5)", "node-name-colour"),
+    ("CONCEPT", "$ git status", "node-name-shell-prompt"),
+    ("CONCEPT", "dev@box:~/repo$ make", "node-name-shell-prompt"),
+    ("CONCEPT", ">>> import os", "node-name-shell-prompt"),
+]
+
+
+def test_noise_never_becomes_a_node_and_is_counted_per_reason() -> None:
+    work = unit(" ".join(name for _, name, _ in NOISE) + " #123 LazyEdgeQueue Pix2Sky_TAN XMLHttpRequest")
+    keep = [("ISSUE", "#123"), ("CLASS", "LazyEdgeQueue"), ("CLASS", "Pix2Sky_TAN"), ("CLASS", "XMLHttpRequest")]
+    raw = {"nodes": [{"type": t, "name": n, "evidence": [{"turn": 1, "quote": n}]} for t, n, _ in NOISE]
+           + [{"type": t, "name": n} for t, n in keep]}
+    extraction = validate_extraction(raw, work, semantic_types=TYPES)
+    assert sorted(n.name for n in extraction.nodes) == sorted(n for _, n in keep)
+    expected: dict[str, int] = {}
+    for _, _, reason in NOISE:
+        expected[reason] = expected.get(reason, 0) + 1
+    assert dict(extraction.rejected) == expected and extraction.dropped_items == len(NOISE)
+
+
+def test_heuristic_output_passes_the_same_noise_rules() -> None:
+    text = "Commit b6166dccb4d2b48173aa7e7739be52db9d2d56a0 set color #ff0000 on AbCdEfGh12IjKlMn34OpQr; see #42."
+    work = unit(text)
+    extraction = validate_extraction(extract_heuristic(work), work, semantic_types=TYPES)
+    names = {n.name for n in extraction.nodes}
+    assert "#42" in names and not names & {"#ff0000", "AbCdEfGh12IjKlMn34OpQr", "b6166dccb4d2b48173aa7e7739be52db9d2d56a0"}
+
+
+def test_a_speaker_named_as_evidence_is_grounded_in_the_turn() -> None:
+    turns = (UnitTurn(1, "m0", "We met in Paris.", "Alice"), UnitTurn(2, "m1", "Yes!", "Bob"))
+    work = WorkUnit("s:chunk:0", "s", 0, turns, unit_content_hash("s", turns))
+    raw = {"nodes": [{"type": "PERSON", "name": "Bob", "evidence": [{"turn": 2, "quote": "Bob"}]},
+                     {"type": "PERSON", "name": "Carol", "evidence": [{"turn": 2, "quote": "Carol"}]}]}
+    extraction = validate_extraction(raw, work, semantic_types=(*TYPES, "PERSON"))
+    nodes = {n.name: n for n in extraction.nodes}
+    assert [e.memory_id for e in nodes["Bob"].evidence] == ["m1"]
+    assert nodes["Carol"].evidence == () and len(extraction.ungrounded) == 1
+
+
+def conversation(*turns: tuple[str, str]) -> WorkUnit:
+    unit_turns = tuple(UnitTurn(n, f"m{n}", text, role) for n, (role, text) in enumerate(turns, start=1))
+    return WorkUnit("s:chunk:0", "s", 0, unit_turns, unit_content_hash("s", unit_turns))
+
+
+def nodes_of(work: WorkUnit) -> dict[str, float]:
+    extraction = validate_extraction(extract_heuristic(work), work, semantic_types=TYPES)
+    assert extraction.ungrounded == () and extraction.rejected == ()
+    return {n.id: n.confidence for n in extraction.nodes}
+
+
+def test_heuristic_reads_people_places_and_works_in_conversation() -> None:
+    assert set(nodes_of(conversation(("user", "Alice met Bob in Paris.")))) == {"PERSON:Alice", "PERSON:Bob", "PLACE:Paris"}
+    found = nodes_of(conversation(
+        ("Monica Geller", "Hey John, how was Boston? Last Friday I went to the Museum of Natural History."),
+        ("John Smith", "Sometimes I'm tired. That's Boston for you! Oh Monica, we watched \"An Affair To Remember\"."),
+    ))
+    # speakers are people; "Hey John" is John (the speaker John Smith), "Oh Monica" is Monica Geller
+    assert set(found) == {
+        "PERSON:Monica Geller", "PERSON:John Smith", "CONCEPT:boston", "PLACE:Museum of Natural History",
+        "WORK:An Affair To Remember",
+    }
+    # said in both turns, by both speakers: outranks the one-off
+    assert found["CONCEPT:boston"] > found["PLACE:Museum of Natural History"]
+
+
+def test_heuristic_speaker_roles_that_are_no_names_make_no_person() -> None:
+    found = nodes_of(conversation(("user", "hi"), ("assistant", "hello"), ("Old Woman", "well"), ("Speaker 1", "ok"), ("#ALL#", "yes")))
+    assert not [n for n in found if n.startswith("PERSON:")]
+
+
+def test_heuristic_names_only_in_tool_output_need_several_tool_turns() -> None:
+    listing = "setup.py\nREADME.md\nsrc/store/lazy_queue.py"
+    once = nodes_of(conversation(("user", "fix the queue"), ("tool", listing), ("assistant", "I will edit src/store/lazy_queue.py")))
+    assert set(once) == {"FILE:src/store/lazy_queue.py"}  # named by the assistant: kept; the rest only listed once
+    repeated = nodes_of(conversation(*[("tool", listing)] * TOOL_ONLY_MIN_TURNS))
+    assert "FILE:setup.py" in repeated and "FILE:README.md" in repeated
+    fewer = nodes_of(conversation(*[("tool", listing)] * (TOOL_ONLY_MIN_TURNS - 1)))
+    assert fewer == {}
+
+
+def test_heuristic_agent_prose_about_code_makes_no_people_or_places() -> None:
+    text = "The Query class in Django handles `Value` joins.\n1. Configure Django settings.\n2. Call super() on a ValueError."
+    assert set(nodes_of(conversation(("assistant", text)))) == set()
+
+
+def test_heuristic_dates_are_stripped_but_names_that_start_like_dates_stay() -> None:
+    found = nodes_of(conversation(("Ross Geller", "We moved to New York on New Year's Eve. Happy Birthday! Last Friday "
+                                                  "and Tomorrow Night I work the Night Shift.")))
+    assert set(found) == {"PERSON:Ross Geller", "PLACE:New York", "CONCEPT:night shift"}

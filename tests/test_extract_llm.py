@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -185,3 +186,29 @@ def test_reply_parsing_and_retry_after() -> None:
     assert retry_after_seconds("5000", cap=60) == 60
     assert retry_after_seconds("Sun, 29 Nov 2026 12:00:10 GMT", now=1795953600.0) == 10.0
     assert retry_after_seconds("soon") is None and retry_after_seconds(None) is None
+
+
+async def test_prompt_schema_and_validation_come_from_one_model(tmp_path: Path, llm_server: LLMServer) -> None:
+    from pipelines.extract.llm import system_prompt
+    from pipelines.extract.model import ExtractionSpec, NodeSpec, response_schema, schema_example
+
+    settings = make_settings(tmp_path, llm_server)
+    await extract(settings, unit("We use the LazyEdgeQueue here."))
+    (request,) = llm_server.chat_requests
+    sent = request.body["response_format"]["json_schema"]["schema"]
+    assert sent == response_schema() and "$ref" not in json.dumps(sent)
+    node_schema = sent["properties"]["nodes"]["items"]
+    assert set(node_schema["properties"]) == set(NodeSpec.model_fields)
+    assert node_schema["required"] == [n for n, f in NodeSpec.model_fields.items() if f.is_required()]
+    example = schema_example()
+    ExtractionSpec.model_validate(example)  # the prompt's example is a valid answer
+    assert json.dumps(example, ensure_ascii=False) in system_prompt(settings.semantic_types)
+    assert json.dumps(example, ensure_ascii=False) in request.body["messages"][0]["content"]
+
+
+def test_fingerprint_follows_the_prompt(tmp_path: Path) -> None:
+    with LLMServer() as server:
+        one = OpenAIExtractor(make_settings(tmp_path, server))
+        other = OpenAIExtractor(make_settings(tmp_path, server))
+        other._system += " Also extract colours."
+        assert one.fingerprint != other.fingerprint

@@ -163,7 +163,8 @@ def test_no_path_setting_can_point_the_queue_outside_the_data_dir(tmp_path: Path
     import pytest
 
     from config import ConfigError, load_settings
-    from store.lazy_queue import LazyEdgeQueue, UnsafeQueuePathError
+    from store.confined import UnsafePathError
+    from store.lazy_queue import LazyEdgeQueue
 
     data, outside = tmp_path / "data", tmp_path / "outside"
     data.mkdir()
@@ -181,16 +182,16 @@ def test_no_path_setting_can_point_the_queue_outside_the_data_dir(tmp_path: Path
     queue_path = load_settings(data_dir=data).queue_path
     queue_path.symlink_to(secret)
     queue = LazyEdgeQueue(queue_path)
-    with pytest.raises(UnsafeQueuePathError, match="symbolic link"):
+    with pytest.raises(UnsafePathError, match="symbolic link"):
         queue.append([{"source": "CONCEPT:a", "target": "CONCEPT:b", "relationship": "R"}])
-    with pytest.raises(UnsafeQueuePathError):
+    with pytest.raises(UnsafePathError):
         queue.rotate()
-    with pytest.raises(UnsafeQueuePathError):
+    with pytest.raises(UnsafePathError):
         list(LazyEdgeQueue.read_lines(queue_path))
     assert secret.read_text() == "root:x:0:0\n" and queue_path.is_symlink()
     queue_path.unlink()
     queue.dead_letter_path.symlink_to(secret)
-    with pytest.raises(UnsafeQueuePathError):
+    with pytest.raises(UnsafePathError):
         _dead_letter(queue)  # a drain publishing its dead letters
     assert secret.read_text() == "root:x:0:0\n"
 

@@ -133,7 +133,8 @@ async def test_readiness_fails_without_the_graph_database(settings: Settings) ->
         ready = await client.get("/readyz")
         assert ready.status_code == 503
         assert json.loads(ready.text) == {"ready": False, "checks": {"graph": "unavailable", "chroma": "ok"}}
-        assert (await client.get("/healthz")).status_code == 200
+        health = await client.get("/healthz")  # the daemon creates it before serving: gone means broken
+        assert (health.status_code, health.json()) == (503, {"status": "unhealthy", "reason": "database-unreadable"})
 
 
 async def test_a_new_run_shows_in_the_next_scrape_of_the_same_registry(settings: Settings, stores: Stores) -> None:

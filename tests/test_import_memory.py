@@ -41,3 +41,25 @@ async def test_import_memory_is_flat_in_file_size(stores: Stores, settings: Sett
     # Five times the file, about the same peak: memory follows the batch, not the file.
     assert large_peak < 1.5 * small_peak, (small_peak, large_peak)
     assert large_peak < large_size / 2, (large_peak, large_size)
+
+
+async def test_an_oversized_line_is_read_past_in_pieces(stores: Stores, settings: Settings, tmp_path: Path) -> None:
+    path = tmp_path / "big.jsonl"
+    good = json.dumps({"sessionId": "good", "turns": [{"text": "fine"}]}) + "\n"
+    with path.open("w", encoding="utf-8") as handle:
+        handle.write(good)
+        handle.write('{"sessionId": "huge", "turns": [{"text": "' + "y" * 30_000_000 + '"}]}\n')
+        handle.write(good.replace("good", "after"))
+    write_file(tmp_path / "warm.jsonl", 5, offset=90_000)  # Chroma's collections and caches
+    await peak_of_import(stores, settings, tmp_path / "warm.jsonl")
+    tracemalloc.start()
+    try:
+        stats = await import_sessions(path, chroma=stores.chroma, memory_collection=settings.memory_collection,
+                                      summary_collection=settings.session_collection, max_line_bytes=1024 * 1024)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert stats.sessions == 2 and [b["line"] for b in stats.bad_lines] == [2]
+    assert stats.bad_lines[0]["error"] == "line is 30000046 bytes, the limit is 1048576"
+    # The 30 MB line is never held: the peak is about the 1 MiB limit, not the line.
+    assert peak < 4 * 1024 * 1024, peak

@@ -82,3 +82,40 @@ def test_chunk_budget() -> None:
     s = load_settings(safe_processing_limit_tokens=None, context_limit_tokens=10000, output_reserve_tokens=1000,
                       chunk_limit_tokens=50000, prompt_envelope_tokens=0)
     assert s.chunk_budget_tokens == 7500
+
+
+def test_invalid_toml_names_the_file_line_and_column(tmp_path: Path) -> None:
+    conf = tmp_path / "rem.toml"
+    conf.write_text('batch_limit = 7\nmemory_collection = "unterminated\n', encoding="utf-8")
+    with pytest.raises(ConfigError, match=rf"^invalid configuration: {conf}: .*\(at line 2, column \d+\)$"):
+        load_settings(conf)
+    conf.write_bytes(b"\xff\xfe batch_limit = 7\n")
+    with pytest.raises(ConfigError, match=rf"^invalid configuration: {conf}: 'utf-8' codec can't decode"):
+        load_settings(conf)
+
+
+def test_an_unknown_toml_key_is_named_with_the_closest_setting(tmp_path: Path) -> None:
+    conf = tmp_path / "rem.toml"
+    conf.write_text("chroma_page_sise = 10\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=rf"^invalid configuration: unknown setting 'chroma_page_sise' in {conf} \(did you mean chroma_page_size\?\)$"):
+        load_settings(conf)
+
+
+def test_unknown_rem_variables_are_named_with_the_closest_setting() -> None:
+    from config import unknown_environment
+
+    environ = {"REM_DATA_DIR": "d", "REM_CONFIG": "x.toml", "REM_LLM_MODLE": "m", "REM_ZZZ": "1", "HOME": "/root"}
+    assert unknown_environment(environ) == [
+        "REM_LLM_MODLE is not a rem-cycle setting and is ignored (did you mean REM_LLM_MODEL?)",
+        "REM_ZZZ is not a rem-cycle setting and is ignored",
+    ]
+
+
+def test_semantic_types_from_the_environment_as_readme_writes_them(clean_env: pytest.MonkeyPatch) -> None:
+    clean_env.setenv("REM_SEMANTIC_TYPES", "CONCEPT CLASS tool")  # was a SettingsError traceback
+    assert load_settings().semantic_types == ("CONCEPT", "CLASS", "TOOL")
+    clean_env.setenv("REM_SEMANTIC_TYPES", '["CONCEPT", "FILE"]')
+    assert load_settings().semantic_types == ("CONCEPT", "FILE")
+    clean_env.setenv("REM_SEMANTIC_TYPES", "[CONCEPT")
+    with pytest.raises(ConfigError, match="REM_SEMANTIC_TYPES"):
+        load_settings()

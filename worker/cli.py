@@ -8,21 +8,53 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
+from importlib.metadata import PackageNotFoundError, version
 import sqlite3
 import sys
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import anyio
+import structlog
 
-from config import ConfigError, Settings, load_settings
+from config import ConfigError, Settings, load_settings, unknown_environment
+from config.redact import redact, remember_secrets, secret_values
 from worker.cycle import EXIT_BUSY, EXIT_FAILED, EXIT_OK, CycleBusyError, open_stores, run_cycle
 from worker.logs import configure_logging
+from worker.signals import EXIT_SIGNAL_BASE, CommandProgress, interruptible
 
 EXIT_USAGE = 2
+# Commands that read or change an existing graph: on a graph database that is not there they say
+# so (with the resolved path) and fail, rather than create an empty one and report on nothing.
+GRAPH_COMMANDS = frozenset({"search", "show", "export", "candidates", "retry", "merge", "unmerge", "backup"})
+# ``status`` also reports on a data dir before its first cycle (an import, a queue), but not on none.
+DATA_DIR_COMMANDS = GRAPH_COMMANDS | {"status"}
+EPILOG = """\
+Without a COMMAND, rem-cycle runs the daemon (a cycle every REM_INTERVAL_SECONDS until SIGTERM or
+Ctrl-C); no COMMAND starts or talks to a daemon. Every command works on the data dir
+REM_DATA_DIR (default ./.rem-data), which holds the graph database graph.sqlite3, the lazy-edge
+queue and, without REM_CHROMA_URL, the embedded Chroma; here (unless --config sets data_dir):
+  {data_dir}
+Settings: REM_* environment variables, or a TOML file (--config FILE or REM_CONFIG) with the
+same names in lower case; see README "Configuration".
+
+exit codes:
+  0  done (a cycle completed, or was stopped and recorded interrupted)
+  1  failed: a cycle failed, bad input lines or notes were rejected, no such node, Chroma
+     unreachable, no data dir or graph database (read commands never create one)
+  2  usage or configuration error (bad argument, invalid TOML, invalid setting)
+  3  busy: another cycle, daemon or drain holds the data dir's lock
+  130, 143  import, drain or backfill stopped by SIGINT (Ctrl-C) or SIGTERM; a line on stderr says
+     what was done, and re-running is safe
+"""
 # Edges and turns ``show`` prints by default: a node mentioned in thousands of turns stays readable.
 SHOW_LIMIT = 20
+
+log = structlog.get_logger(__name__)
 
 Handler = Callable[[Settings, argparse.Namespace], Awaitable[int]]
 
@@ -40,56 +72,76 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="rem-cycle",
         description="Consolidate agent memories in Chroma into an SQLite knowledge graph.",
+        epilog=EPILOG.format(data_dir=Path(os.environ.get("REM_DATA_DIR") or Settings.model_fields["data_dir"].default).resolve()),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
         parents=[common],
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}", help="print the version and exit")
     parser.add_argument("--once", action="store_true", help="run one REM cycle and exit (non-zero when it failed)")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    imp = sub.add_parser("import", parents=[common], help="write sessions from a JSONL file into Chroma")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands (none: run the daemon)")
+    imp = add_command(sub, "import", common, "write sessions from a JSONL file into Chroma")
     imp.add_argument("file", help="JSONL file, one session per line (see README)")
-    status = sub.add_parser("status", parents=[common], help="recent runs, backlog and graph counts")
-    status.add_argument("--runs", type=int, default=10, help="how many recent runs to show")
-    retry = sub.add_parser("retry", parents=[common], help="make failed / undigestible sessions eligible again now")
+    imp.add_argument(
+        "--allow-move", action="store_true",
+        help="a turn id that belongs to another session moves to this line's session (each move is reported); "
+        "without it the line is rejected",
+    )
+    status = add_command(sub, "status", common, "recent runs, backlog and graph counts")
+    status.add_argument("--runs", type=_non_negative_int, default=10, help="how many recent runs to show (default 10)")
+    retry = add_command(sub, "retry", common, "make failed / undigestible sessions eligible again now")
     which = retry.add_mutually_exclusive_group(required=True)
     which.add_argument("--session", metavar="ID", action="append", help="a session id (repeatable)")
     which.add_argument("--all", action="store_true", help="every undigestible session and every failed chunk")
-    export = sub.add_parser("export", parents=[common], help="graph snapshot as JSON or GraphML")
+    export = add_command(sub, "export", common, "graph snapshot as JSON or GraphML")
     export.add_argument("--format", choices=("json", "graphml"), default="json", help="output format (default json)")
     export.add_argument("--out", metavar="FILE", help="write to FILE instead of stdout")
     export.add_argument(
         "--include-anchors", action="store_true", help="also export MEMORY/SESSION/NOTE nodes and provenance edges"
     )
-    show = sub.add_parser("show", parents=[common], help="one node: aliases, edges, and the turns it came from")
+    show = add_command(sub, "show", common, "one node: aliases, edges, and the turns it came from")
     show.add_argument("node_id", metavar="NODE_ID", help="e.g. CLASS:LazyEdgeQueue (or an exact name)")
     show.add_argument(
         "--limit", type=_non_negative_int, default=SHOW_LIMIT,
         help=f"at most this many edges (heaviest first) and turns (default {SHOW_LIMIT}; 0: all)",
     )
-    search = sub.add_parser("search", parents=[common], help="find nodes by name or alias (case-insensitive)")
-    search.add_argument("text", metavar="TEXT")
+    search = add_command(sub, "search", common, "find nodes by name or alias (case-insensitive)")
+    search.add_argument("text", metavar="TEXT", help="part of a node's name or alias")
     search.add_argument("--label", help="only nodes with this label, e.g. CLASS")
-    search.add_argument("--limit", type=int, default=50)
-    backup = sub.add_parser("backup", parents=[common], help="copy the graph database (safe while the daemon runs)")
+    search.add_argument("--limit", type=_non_negative_int, default=50, help="at most this many nodes (default 50)")
+    backup = add_command(sub, "backup", common, "copy the graph database (safe while the daemon runs)")
     backup.add_argument("path", help="destination file (replaced atomically when the copy is sound)")
-    unmerge = sub.add_parser("unmerge", parents=[common], help="undo the merges of a node (restores it, its edges and aliases)")
+    unmerge = add_command(sub, "unmerge", common, "undo the merges of a node (restores it, its edges and aliases)")
     unmerge.add_argument("node_id", metavar="NODE_ID", help="the node that was merged away")
-    candidates = sub.add_parser(
-        "candidates", parents=[common], help="pairs identity resolution found ambiguous and did not merge, to review"
+    candidates = add_command(
+        sub, "candidates", common, "pairs identity resolution found ambiguous and did not merge, to review"
     )
-    candidates.add_argument("--limit", type=int, default=50)
-    merge = sub.add_parser("merge", parents=[common], help="fold one node into another by hand (recorded, undoable)")
-    merge.add_argument("merged_id", metavar="NODE_ID")
-    merge.add_argument("into_id", metavar="INTO_ID")
-    notes = sub.add_parser("import-notes", parents=[common], help="extract Markdown/text notes files into the graph")
+    candidates.add_argument("--limit", type=_non_negative_int, default=50, help="at most this many pairs (default 50)")
+    merge = add_command(sub, "merge", common, "fold one node into another by hand (recorded, undoable)")
+    merge.add_argument("merged_id", metavar="NODE_ID", help="the node to merge away")
+    merge.add_argument("into_id", metavar="INTO_ID", help="the node that keeps its id and takes the edges and aliases")
+    notes = add_command(sub, "import-notes", common, "extract Markdown/text notes files into the graph")
     notes.add_argument("paths", nargs="+", metavar="PATH", help="files, or folders searched for *.md / *.txt")
-    drain = sub.add_parser("drain", parents=[common], help="link queued lazy edges, back-filling their endpoints")
+    drain = add_command(sub, "drain", common, "link queued lazy edges, back-filling their endpoints")
     drain.add_argument("--dry-run", action="store_true", help="read the queue and report; change nothing")
-    backfill = sub.add_parser(
-        "backfill", parents=[common], help="live-sync recent sessions, then drain the lazy-edge queue"
-    )
+    backfill = add_command(sub, "backfill", common, "live-sync recent sessions, then drain the lazy-edge queue")
     backfill.add_argument("--days", type=_positive_days, default=30.0, help="window in days (default 30)")
     backfill.add_argument("--dry-run", action="store_true", help="count what would be synced; change nothing")
     backfill.add_argument("--skip-drain", action="store_true", help="do not drain the lazy-edge queue afterwards")
     return parser
+
+
+def add_command(
+    sub: argparse._SubParsersAction, name: str, common: argparse.ArgumentParser, summary: str
+) -> argparse.ArgumentParser:
+    """A subcommand whose one-line summary is both its entry in ``--help`` and its own description."""
+    return sub.add_parser(name, parents=[common], help=summary, description=f"{summary[0].upper()}{summary[1:]}.")
+
+
+def _version() -> str:
+    try:
+        return version("rem-cycle")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed)"
 
 
 def _non_negative_int(value: str) -> int:
@@ -134,12 +186,12 @@ def _emit(args: argparse.Namespace, payload: dict[str, Any], text: Callable[[], 
 
 
 async def cmd_once(settings: Settings, args: argparse.Namespace) -> int:
-    from worker.daemon import stop_on_signals
+    from worker.signals import stop_on_signals
 
     result = None
     try:
         async with stop_on_signals(grace_seconds=settings.grace_seconds) as stop:
-            result = await run_cycle(settings, reason="manual", mode="once", stop=stop)
+            result = await run_cycle(settings, reason="manual", mode="once", stop=stop.event)
     except CycleBusyError as exc:
         print(f"rem-cycle: {exc}; not starting a second one", file=sys.stderr)
         return EXIT_BUSY
@@ -156,30 +208,48 @@ async def cmd_once(settings: Settings, args: argparse.Namespace) -> int:
     return result.exit_code
 
 
-async def cmd_import(settings: Settings, args: argparse.Namespace) -> int:
-    from pipelines.importer import import_sessions
-    from store.chroma import ChromaStore
+async def cmd_import(settings: Settings, args: argparse.Namespace, progress: CommandProgress) -> int:
+    from pipelines.importer import ImportStats, import_sessions
+    from store.chroma import ChromaStore, ChromaUnavailableError
 
+    stats = ImportStats()
+    progress.describe = lambda: (
+        f"lines 1-{stats.done_through_line} are imported or rejected, the rest is not"
+        if stats.done_through_line else "no line was imported"
+    ) + f" ({stats.memories_written} memories and {stats.summaries_written} summaries written)"
     chroma = await ChromaStore.connect(settings)
-    stats = await import_sessions(
-        args.file,
-        chroma=chroma,
-        memory_collection=settings.memory_collection,
-        summary_collection=settings.session_collection,
-    )
-    payload = stats.as_dict()
+    try:
+        await import_sessions(
+            args.file,
+            chroma=chroma,
+            memory_collection=settings.memory_collection,
+            summary_collection=settings.session_collection,
+            allow_move=args.allow_move,
+            stats=stats,
+        )
+    except ChromaUnavailableError as exc:  # say what was done: the rejected lines found so far too
+        stats.stopped = str(exc)
 
     def text() -> None:
+        rejected = f"; {len(stats.bad_lines)} lines rejected (nothing of them written)" if stats.bad_lines else ""
+        moved = f"; {len(stats.moves)} turns moved between sessions" if stats.moves else ""
         print(
             f"imported {stats.sessions} sessions from {stats.lines} lines: "
             f"{stats.memories_written} memories written ({stats.memories_unchanged} unchanged), "
-            f"{stats.summaries_written} summaries written ({stats.summaries_unchanged} unchanged)"
+            f"{stats.summaries_written} summaries written ({stats.summaries_unchanged} unchanged){rejected}{moved}"
         )
-        for bad in stats.bad_lines[:50]:
-            print(f"  line {bad['line']}: {bad['error']}", file=sys.stderr)
+        notes = [(bad["line"], bad["error"]) for bad in stats.bad_lines]
+        notes += [(m["line"], f"moved turn {m['turn']!r} from session {m['from_session']!r} to {m['to_session']!r}")
+                  for m in stats.moves]
+        for line, note in sorted(notes, key=lambda item: item[0]):
+            print(f"  line {line}: {note}", file=sys.stderr)
 
-    _emit(args, payload, text)
-    return EXIT_OK if not stats.bad_lines else EXIT_FAILED
+    _emit(args, stats.as_dict(), text)
+    if stats.stopped:
+        done = stats.done_through_line
+        what = f"lines 1-{done} are imported or listed as rejected, the rest is not" if done else "no line was imported"
+        print(f"rem-cycle: import stopped: {stats.stopped}; {what}; re-running the import is safe", file=sys.stderr)
+    return EXIT_OK if not stats.bad_lines and not stats.stopped else EXIT_FAILED
 
 
 async def cmd_status(settings: Settings, args: argparse.Namespace) -> int:
@@ -347,32 +417,46 @@ def _counts_line(counts: dict[str, Any]) -> str:
 async def cmd_backup(settings: Settings, args: argparse.Namespace) -> int:
     from store.db import backup_database
 
-    if not settings.graph_path.exists():
-        print(f"rem-cycle: no graph database at {settings.graph_path}", file=sys.stderr)
-        return EXIT_FAILED
     try:
         payload = await anyio.to_thread.run_sync(backup_database, settings.graph_path, args.path)
     except sqlite3.Error as exc:
         print(f"rem-cycle: backup failed: {exc}", file=sys.stderr)
         return EXIT_FAILED
     _emit(args, payload, lambda: print(f"backed up {settings.graph_path} to {payload['path']} ({payload['bytes']} bytes, integrity ok)"))
+    return EXIT_OK
 
 
-async def _drain_once(settings: Settings, stores: Any, args: argparse.Namespace) -> dict[str, Any]:
+async def _drain_once(
+    settings: Settings, stores: Any, args: argparse.Namespace, progress: CommandProgress, *, before: str = ""
+) -> dict[str, Any]:
+    """Drain once; a stop signal ends it after the current batch. ``before``: what the command did
+    earlier, for the message on a signal."""
     from worker.cycle import drain_lazy_edges
 
-    with _progress_bar(args, "draining lazy edges") as on_progress:
-        stats = await drain_lazy_edges(settings, stores, dry_run=args.dry_run, on_progress=on_progress)
+    stop = progress.stop
+    progress.describe = lambda: before + "the drain was cut short; its input stays queued (a .draining file the next drain reads first)"
+    stop.stops_by_itself = True  # the drain checks between batches and re-queues the unread lines
+    try:
+        with _progress_bar(args, "draining lazy edges") as on_progress:
+            stats = await drain_lazy_edges(
+                settings, stores, dry_run=args.dry_run, on_progress=on_progress, should_stop=stop.event.is_set
+            )
+    finally:
+        stop.stops_by_itself = False
+    progress.describe = lambda: before + (
+        f"{stats.succeeded} queued edges linked, {stats.failed} re-queued, {stats.dead_lettered} dead-lettered; "
+        "the unread lines are back in the queue untouched"
+    )
     return stats.as_dict()
 
 
-async def cmd_drain(settings: Settings, args: argparse.Namespace) -> int:
+async def cmd_drain(settings: Settings, args: argparse.Namespace, progress: CommandProgress) -> int:
     from store.lazy_queue import QueueBusyError
     from worker.report import print_drain
 
     stores = await open_stores(settings)
     try:
-        payload = await _drain_once(settings, stores, args)
+        payload = await _drain_once(settings, stores, args, progress)
     except QueueBusyError as exc:
         print(f"rem-cycle: {exc}; not starting a second one", file=sys.stderr)
         return EXIT_BUSY
@@ -382,7 +466,7 @@ async def cmd_drain(settings: Settings, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-async def cmd_backfill(settings: Settings, args: argparse.Namespace) -> int:
+async def cmd_backfill(settings: Settings, args: argparse.Namespace, progress: CommandProgress) -> int:
     from datetime import UTC, datetime
 
     from pipelines.backfill import sync_recent_sessions
@@ -390,9 +474,17 @@ async def cmd_backfill(settings: Settings, args: argparse.Namespace) -> int:
     from worker.cycle import SESSIONS_PER_BATCH
     from worker.report import print_backfill
 
+    synced = {"done": 0, "total": 0}
+    progress.describe = lambda: f"{synced['done']} of {synced['total'] or '?'} sessions synced, drain not started"
     stores = await open_stores(settings)
     try:
-        with _progress_bar(args, "syncing sessions") as on_progress:
+        with _progress_bar(args, "syncing sessions") as bar:
+
+            def on_progress(done: int, total: int) -> None:
+                synced.update(done=done, total=total)
+                if bar:
+                    bar(done, total)
+
             recent = await sync_recent_sessions(
                 chroma=stores.chroma,
                 graph=stores.graph,
@@ -407,7 +499,8 @@ async def cmd_backfill(settings: Settings, args: argparse.Namespace) -> int:
         payload: dict[str, Any] = {**recent.as_dict(), "drain": None}
         if not args.skip_drain:
             try:
-                payload["drain"] = await _drain_once(settings, stores, args)
+                before = f"{recent.sessions_synced} of {recent.sessions_in_window} sessions synced; "
+                payload["drain"] = await _drain_once(settings, stores, args, progress, before=before)
             except QueueBusyError as exc:
                 print(f"rem-cycle: {exc}; sessions synced, drain skipped", file=sys.stderr)
                 payload["drain"] = {"skipped": "busy"}
@@ -431,7 +524,7 @@ async def cmd_daemon(settings: Settings, args: argparse.Namespace) -> int:
 
 
 COMMANDS: dict[str, Handler] = {
-    "import": cmd_import,
+    "import": interruptible(cmd_import, name="import", rerun="re-running the same import is safe: rows already stored are skipped"),
     "status": cmd_status,
     "retry": cmd_retry,
     "export": cmd_export,
@@ -441,10 +534,21 @@ COMMANDS: dict[str, Handler] = {
     "unmerge": cmd_unmerge,
     "candidates": cmd_candidates,
     "merge": cmd_merge,
-    "drain": cmd_drain,
-    "backfill": cmd_backfill,
+    "drain": interruptible(cmd_drain, name="drain", rerun="re-running the drain is safe: no queued line is lost"),
+    "backfill": interruptible(cmd_backfill, name="backfill", rerun="re-running the backfill is safe: synced sessions are unchanged"),
     "import-notes": cmd_import_notes,
 }
+
+
+def _missing_data(settings: Settings, *, graph: bool) -> str | None:
+    """Why a command that needs an existing data dir (and ``graph`` database) cannot run here,
+    with resolved paths; None when it can."""
+    if not settings.data_dir.is_dir():
+        return (f"no data dir at {settings.data_dir.resolve()}, so no graph database (set REM_DATA_DIR or "
+                "data_dir in --config; `rem-cycle --once` creates it)")
+    if graph and not settings.graph_path.is_file():
+        return f"no graph database at {settings.graph_path.resolve()} (run a REM cycle first: rem-cycle --once)"
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -455,22 +559,29 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"rem-cycle: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    secrets = [s.get_secret_value() for s in (settings.chroma_token, settings.llm_api_key, settings.embedding_api_key) if s]
-    configure_logging(level=settings.log_level, fmt=settings.log_format, secrets=secrets)
+    remember_secrets(secret_values(settings))
+    configure_logging(level=settings.log_level, fmt=settings.log_format)
+    for warning in unknown_environment(os.environ):
+        log.warning(warning)
+    if args.command in DATA_DIR_COMMANDS and (missing := _missing_data(settings, graph=args.command in GRAPH_COMMANDS)):
+        print(f"rem-cycle: {missing}", file=sys.stderr)
+        return EXIT_FAILED
     if args.command:
         handler = COMMANDS[args.command]
     else:
         handler = cmd_once if args.once else cmd_daemon
     try:
         return anyio.run(handler, settings, args)
-    except KeyboardInterrupt:
-        return EXIT_OK
+    except KeyboardInterrupt:  # SIGINT outside a command's own handling (start-up, read commands)
+        print("rem-cycle: interrupted by SIGINT", file=sys.stderr)
+        return EXIT_SIGNAL_BASE + signal.SIGINT
     except Exception as exc:  # noqa: BLE001 - a clear one-line error instead of a traceback
-        from store.chroma import ChromaUnavailableError
+        from store.chroma import ChromaStoreError
 
-        # Environment problems (unreachable Chroma, missing or unsafe files, a damaged database)
-        # are the operator's to fix: say what is wrong in one line. Anything else is a bug: raise.
-        if isinstance(exc, (ChromaUnavailableError, OSError, sqlite3.DatabaseError)):
-            print(f"rem-cycle: {exc}", file=sys.stderr)
+        # Environment problems (unreachable Chroma or Chroma refusing a call, missing or unsafe
+        # files, a damaged database) are the operator's to fix: say what is wrong in one line.
+        # Anything else is a bug: raise.
+        if isinstance(exc, (ChromaStoreError, OSError, sqlite3.DatabaseError)):
+            print(f"rem-cycle: {redact(str(exc))}", file=sys.stderr)
             return EXIT_FAILED
         raise

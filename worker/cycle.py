@@ -11,6 +11,7 @@ import socket
 import sqlite3
 import time
 import uuid
+from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -19,16 +20,18 @@ from typing import Any
 
 import anyio
 import structlog
-from filelock import FileLock, Timeout
 
 from config import Settings
+from config.redact import redact
 from pipelines.drain import DrainStats, drain_queue
-from pipelines.ingest import scan_session_revisions, sync_sessions_to_graph
-from store.chroma import ChromaStore, ChromaUnavailableError
+from pipelines.ingest import scan_session_revisions, sync_batch_isolating_failures
+from store.chroma import ChromaStore, ChromaStoreError, ChromaUnavailableError
+from store.confined import exclusive_lock
 from store.db import Database
 from store.graph import GraphStore, utc_now
 from store.lazy_queue import LazyEdgeQueue, QueueBusyError
 from store.runstate import RunStateStore
+from worker.failures import FailureRecorder, RunFailure, failure_reason
 from worker.knowledge import identity_resolver, model_judge, refresh_communities
 
 log = structlog.get_logger(__name__)
@@ -112,7 +115,7 @@ async def provider_ready(ctx: CycleContext) -> dict[str, Any]:
                 await llm.ping()
         except ExtractionFailure as exc:
             raise PhaseError("llm-unavailable", str(exc)) from exc
-        ready["llm"] = ctx.settings.llm_base_url
+        ready["llm"] = redact(ctx.settings.llm_base_url)
     return ready
 
 
@@ -127,8 +130,8 @@ async def ingest(ctx: CycleContext) -> dict[str, Any]:
             summary_collection=settings.session_collection,
             known_sessions=known,
         )
-    except ChromaUnavailableError as exc:
-        raise PhaseError("chroma-unavailable", str(exc)) from exc
+    except ChromaStoreError as exc:
+        raise PhaseError(exc.reason_code, str(exc)) from exc
     changed = await anyio.to_thread.run_sync(stores.runstate.changed_sessions, scan.revisions)
     todo = changed[: settings.batch_limit]
     counts: dict[str, Any] = {
@@ -141,29 +144,35 @@ async def ingest(ctx: CycleContext) -> dict[str, Any]:
         "upserted": 0,
         "skipped": 0,
         "errors": scan.errors,
+        "session_failures": [],
     }
+    bad_values = Counter(scan.bad_values)
     for detail in scan.error_details[:20]:
         log.warning("scan row error", error=detail)
     for start in range(0, len(todo), SESSIONS_PER_BATCH):
         ctx.check_stop()
         group = todo[start : start + SESSIONS_PER_BATCH]
         try:
-            results = await sync_sessions_to_graph([r.session_id for r in group], chroma=stores.chroma, graph=stores.graph)
+            batch = await sync_batch_isolating_failures([r.session_id for r in group], chroma=stores.chroma, graph=stores.graph)
         except ChromaUnavailableError as exc:
-            raise PhaseError("chroma-unavailable", str(exc)) from exc
-        except Exception as exc:  # noqa: BLE001 - one bad batch must not stop the cycle
-            counts["sessions_failed"] += len(group)
-            log.exception("session batch failed", sessions=[r.session_id for r in group], error=str(exc))
-            continue
+            raise PhaseError(exc.reason_code, str(exc)) from exc
+        counts["sessions_failed"] += len(batch.failed)
+        counts["session_failures"] += [f"{sid}: {why}" for sid, why in batch.failed.items()][: 20 - len(counts["session_failures"])]
         for revision in group:
-            stats = results[revision.session_id]
+            stats = batch.synced.get(revision.session_id)
+            if stats is None:
+                continue
             for key in ("processed", "upserted", "skipped", "errors"):
                 counts[key] += getattr(stats, key)
+            bad_values.update(stats.bad_values)
             await anyio.to_thread.run_sync(stores.runstate.mark_ingested, revision, ctx.run_id)
             counts["sessions_synced"] += 1
             with structlog.contextvars.bound_contextvars(session_id=revision.session_id):
                 log.debug("session ingested", upserted=stats.upserted, skipped=stats.skipped, errors=stats.errors)
     counts["backlog"] = len(changed) - counts["sessions_synced"]
+    counts["bad_values"] = dict(sorted(bad_values.items()))
+    if bad_values:
+        log.warning("bad values in source rows", bad_values=counts["bad_values"])
     return counts
 
 
@@ -286,20 +295,36 @@ async def single_flight(settings: Settings, *, lock_path: Path | None = None, wh
     never leaves the data dir locked; the dead run's ``rem_runs`` row is then marked abandoned.
     """
     path = lock_path or settings.lock_path
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
-    lock = FileLock(path)
-    try:
-        lock.acquire(timeout=0)
-    except Timeout:
-        raise CycleBusyError(f"another {what} is running on {settings.data_dir} (lock {path})") from None
-    try:
+    with exclusive_lock(path, root=settings.data_dir) as held:
+        if not held:
+            raise CycleBusyError(f"another {what} is running on {settings.data_dir} (lock {path})")
         yield
-    finally:
-        lock.release()
 
 
 def owner_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
+
+
+@dataclass
+class CycleAttempt:
+    """What a cycle has done so far: enough to write its run row even when it crashes outside a
+    phase. ``step`` is the phase running, or ``setup`` (lock, database, run row) / ``finish``
+    (writing the record)."""
+
+    run_id: str
+    reason: str
+    mode: str
+    started_at: str = field(default_factory=utc_now)
+    t0: float = field(default_factory=time.perf_counter)
+    phases: dict[str, Any] = field(default_factory=dict)
+    step: str = "setup"
+    last_successful_phase: str | None = None
+    row_started: bool = False
+    result: CycleResult | None = None  # set once the run row is finished
+
+
+def new_run_id() -> str:
+    return f"run-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{uuid.uuid4().hex[:8]}"
 
 
 async def run_cycle(
@@ -310,39 +335,77 @@ async def run_cycle(
     stores: Stores | None = None,
     stop: anyio.Event | None = None,
     phases: tuple[tuple[str, Phase], ...] = PHASES,
+    recorder: FailureRecorder | None = None,
 ) -> CycleResult:
     """Run one REM cycle under the single-flight lock and record it. Raises :class:`CycleBusyError`
-    when another cycle holds the lock; every other failure ends up in the result."""
-    async with single_flight(settings):
-        own_stores = stores is None
-        if stores is None:
-            stores = await open_stores(settings)
-        try:
-            return await _run_phases(settings, stores, reason=reason, mode=mode, stop=stop or anyio.Event(), phases=phases)
-        finally:
-            if own_stores:
-                stores.close()
+    when another cycle holds the lock. Every other failure — in a phase, or around the phases (the
+    lock file, the database or the run row cannot be opened or written, say for want of file
+    descriptors) — ends up in the result and in ``rem_runs``, written through ``recorder`` (the
+    daemon's, which keeps what it cannot write yet) or a connection opened for it."""
+    attempt = CycleAttempt(run_id=new_run_id(), reason=reason, mode=mode)
+    try:
+        async with single_flight(settings):
+            own_stores = stores is None
+            if stores is None:
+                stores = await open_stores(settings)
+            try:
+                return await _run_phases(settings, stores, attempt, stop=stop or anyio.Event(), phases=phases)
+            finally:
+                if own_stores:
+                    stores.close()
+    except CycleBusyError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - recorded below, never swallowed
+        if attempt.result is not None:  # the run is recorded; only releasing a store failed
+            log.exception("cycle clean-up failed", run_id=attempt.run_id)
+            return attempt.result
+        return await _record_crash(attempt, exc, recorder or FailureRecorder(settings.graph_path))
+
+
+async def _record_crash(attempt: CycleAttempt, exc: Exception, recorder: FailureRecorder) -> CycleResult:
+    reason_code = failure_reason(exc)
+    # The environment's fault (descriptors, files, the database) needs no traceback; anything else is a bug.
+    log.error(
+        "cycle crashed", run_id=attempt.run_id, step=attempt.step, reason_code=reason_code, error=repr(exc),
+        exc_info=exc if reason_code == "crashed" else None,
+    )
+    phases = {**attempt.phases, attempt.step: {"state": "failed", "error": repr(exc)}}
+    result = CycleResult(
+        run_id=attempt.run_id, outcome="failed", started_at=attempt.started_at, finished_at=utc_now(),
+        wall_ms=(time.perf_counter() - attempt.t0) * 1000, phases=phases, reason_code=reason_code,
+        failure_phase=attempt.step, last_successful_phase=attempt.last_successful_phase, message=repr(exc),
+    )
+    failure = RunFailure(
+        run_id=result.run_id, reason=attempt.reason, mode=attempt.mode, owner=owner_id(), started_at=result.started_at,
+        finished_at=result.finished_at, reason_code=reason_code, failure_phase=attempt.step,
+        last_successful_phase=attempt.last_successful_phase, phases=phases, row_started=attempt.row_started,
+    )
+    with anyio.CancelScope(shield=True):
+        recorded = await anyio.to_thread.run_sync(recorder.record, failure)
+    if not recorded:
+        result.message = f"{result.message}; not recorded in rem_runs yet"
+    return result
 
 
 async def _run_phases(
     settings: Settings,
     stores: Stores,
+    attempt: CycleAttempt,
     *,
-    reason: str,
-    mode: str,
     stop: anyio.Event,
     phases: tuple[tuple[str, Phase], ...],
 ) -> CycleResult:
-    run_id = f"run-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{uuid.uuid4().hex[:8]}"
+    run_id = attempt.run_id
     runstate = stores.runstate
     # We hold the lock, so any run still marked running died without finishing.
     abandoned = await anyio.to_thread.run_sync(lambda: runstate.mark_abandoned(older_than_seconds=0))
     for old in abandoned:
         log.warning("previous run abandoned", old_run_id=old)
-    await anyio.to_thread.run_sync(lambda: runstate.start_run(run_id, reason=reason, mode=mode, owner=owner_id()))
+    await anyio.to_thread.run_sync(lambda: runstate.start_run(run_id, reason=attempt.reason, mode=attempt.mode, owner=owner_id()))
+    attempt.row_started = True
     ctx = CycleContext(settings=settings, stores=stores, run_id=run_id, stop=stop)
     started, t0 = utc_now(), time.perf_counter()
-    record: dict[str, Any] = {}
+    record = attempt.phases
     result = CycleResult(run_id=run_id, outcome="completed", started_at=started, finished_at="", wall_ms=0.0, phases=record)
     structlog.contextvars.bind_contextvars(run_id=run_id)
     try:
@@ -350,15 +413,17 @@ async def _run_phases(
             tg.start_soon(_heartbeat, runstate, run_id, heartbeat_interval(settings.lease_timeout_seconds))
             for name, phase in phases:
                 structlog.contextvars.bind_contextvars(phase=name)
+                attempt.step = name
                 p0 = time.perf_counter()
                 try:
                     ctx.check_stop()
                     counts = await phase(ctx)
                 except PhaseError as exc:
                     record[name] = {"state": "failed", "duration_ms": _ms(p0), "error": str(exc)}
-                    result.outcome, result.reason_code, result.failure_phase = "failed", exc.reason_code, name
+                    reason_code = _phase_reason(exc, exc.reason_code)
+                    result.outcome, result.reason_code, result.failure_phase = "failed", reason_code, name
                     result.message = str(exc)
-                    log.error("phase failed", reason_code=exc.reason_code, error=str(exc))
+                    log.error("phase failed", reason_code=reason_code, error=str(exc))
                     break
                 except CycleInterrupted:
                     record[name] = {"state": "interrupted", "duration_ms": _ms(p0)}
@@ -374,17 +439,19 @@ async def _run_phases(
                     raise
                 except Exception as exc:  # noqa: BLE001 - recorded, never swallowed
                     record[name] = {"state": "failed", "duration_ms": _ms(p0), "error": repr(exc)}
-                    result.outcome, result.reason_code, result.failure_phase = "failed", "phase-error", name
+                    reason_code = _phase_reason(exc, "phase-error")
+                    result.outcome, result.reason_code, result.failure_phase = "failed", reason_code, name
                     result.message = repr(exc)
-                    log.exception("phase crashed")
+                    log.exception("phase crashed", reason_code=reason_code)
                     break
                 record[name] = {"state": "completed", "duration_ms": _ms(p0), **counts}
-                result.last_successful_phase = name
+                result.last_successful_phase = attempt.last_successful_phase = name
                 log.info("phase completed", duration_ms=record[name]["duration_ms"])
             tg.cancel_scope.cancel()
     finally:
         structlog.contextvars.unbind_contextvars("run_id", "phase")
         result.finished_at, result.wall_ms = utc_now(), (time.perf_counter() - t0) * 1000
+        attempt.step = "finish"
         with anyio.CancelScope(shield=True):
             await anyio.to_thread.run_sync(
                 lambda: runstate.finish_run(
@@ -396,8 +463,15 @@ async def _run_phases(
                     last_successful_phase=result.last_successful_phase,
                 )
             )
+        attempt.result = result
     log.info("cycle finished", run_id=run_id, outcome=result.outcome, wall_ms=round(result.wall_ms, 1))
     return result
+
+
+def _phase_reason(exc: Exception, default: str) -> str:
+    """A failed phase's reason code; running out of file descriptors (anywhere in the exception's
+    causes) is the process's state rather than the phase's fault, and says so. Pure."""
+    return "too-many-open-files" if failure_reason(exc) == "too-many-open-files" else default
 
 
 def heartbeat_interval(lease_timeout_seconds: float) -> float:
@@ -412,7 +486,7 @@ async def _heartbeat(runstate: RunStateStore, run_id: str, interval: float) -> N
         await anyio.sleep(interval)
         try:
             await anyio.to_thread.run_sync(runstate.heartbeat, run_id)
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, OSError) as exc:
             log.warning("heartbeat failed", error=str(exc))
 
 

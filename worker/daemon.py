@@ -2,33 +2,30 @@
 
 Lifetime of the process: hold the daemon lock (a second daemon on the same data dir exits at
 once), open the health/metrics endpoint, then loop: cycle, cool down, cycle … until SIGTERM or
-SIGINT. A signal sets the cycle's stop event — the cycle ends after its current transaction and
-is recorded ``interrupted`` — and the daemon exits 0. Should the cycle not reach a transaction
+SIGINT. A cycle that fails in any way — in a phase, or around the phases for want of a lock file,
+a database connection or a file descriptor — is recorded ``failed`` in ``rem_runs`` with a reason
+code (``worker.failures``), and the next one retries. A signal sets the cycle's stop event
+(``worker.signals``) — the cycle ends after its current transaction and is recorded
+``interrupted`` — and the daemon exits 0. Should the cycle not reach a transaction
 boundary within ``REM_GRACE_SECONDS``, it is cancelled (the in-flight SQLite transaction still
 completes: thread calls are not abandoned) and recorded ``interrupted`` with reason ``cancelled``.
 """
 
 from __future__ import annotations
 
-import signal
 import time
-from collections.abc import AsyncIterator
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import AsyncExitStack
 from pathlib import Path
 
 import anyio
 import structlog
 
 from config import Settings
-from store.db import Database
 from worker.cycle import EXIT_OK, CycleBusyError, run_cycle, single_flight
+from worker.failures import FailureRecorder
+from worker.signals import stop_on_signals
 
 log = structlog.get_logger(__name__)
-
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
-# Share of the grace time the cycle gets to stop by itself before it is cancelled; the rest is for
-# the in-flight transaction and the run record.
-GRACE_SHARE_BEFORE_CANCEL = 0.8
 
 
 def next_delay(*, interval: float, started: float, finished: float) -> float:
@@ -44,70 +41,42 @@ def daemon_lock_path(settings: Settings) -> Path:
     return settings.lock_path.with_name("rem-cycle.daemon.lock")
 
 
-@asynccontextmanager
-async def stop_on_signals(*, grace_seconds: float) -> AsyncIterator[anyio.Event]:
-    """Yield an event set by the first SIGTERM/SIGINT. If the body has not returned
-    ``GRACE_SHARE_BEFORE_CANCEL × grace_seconds`` later, or on a second signal, the body is
-    cancelled; the block then exits normally."""
-    stop = anyio.Event()
-    try:
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(_watch_signals, stop, grace_seconds * GRACE_SHARE_BEFORE_CANCEL, tg.cancel_scope)
-            yield stop
-            tg.cancel_scope.cancel()
-    except BaseExceptionGroup as group:
-        # The watcher never raises, so this is the body's own exception: give it back unwrapped.
-        if len(group.exceptions) == 1:
-            raise group.exceptions[0] from None
-        raise
-
-
-async def _watch_signals(stop: anyio.Event, grace: float, scope: anyio.CancelScope) -> None:
-    with anyio.open_signal_receiver(*STOP_SIGNALS) as signals:
-        async for signum in signals:
-            log.info("stop requested: finishing the current transaction", signal=signal.Signals(signum).name)
-            stop.set()
-            break
-        # A second signal while we wait ends the wait (and the cycle) at once.
-        with anyio.move_on_after(grace) as waited:
-            async for signum in signals:
-                log.warning("second stop signal: cancelling now", signal=signal.Signals(signum).name)
-                break
-        if waited.cancelled_caught:
-            log.warning("grace time over: cancelling the cycle", grace_seconds=grace)
-        scope.cancel()
-
-
 async def run_daemon(settings: Settings) -> int:
     """Run cycles until stopped; returns the exit status. Raises :class:`CycleBusyError` when
     another daemon holds this data dir."""
     async with AsyncExitStack() as stack:
         await stack.enter_async_context(single_flight(settings, lock_path=daemon_lock_path(settings), what="rem-cycle daemon"))
-        # Create/migrate the database before the endpoint starts answering /readyz.
-        await anyio.to_thread.run_sync(lambda: Database(settings.graph_path).close())
+        # Create/migrate the database before the endpoint starts answering /readyz, and keep a
+        # connection for recording crashed cycles (see worker.failures).
+        recorder = FailureRecorder(settings.graph_path)
+        await anyio.to_thread.run_sync(recorder.open)
+        stack.callback(recorder.close)
         if settings.http_port:
             from worker.http import serve_http
 
             server = await stack.enter_async_context(serve_http(settings))
             log.info("http endpoint listening", url=server.url)
-        stop = await stack.enter_async_context(stop_on_signals(grace_seconds=settings.grace_seconds))
+        stop = (await stack.enter_async_context(stop_on_signals(grace_seconds=settings.grace_seconds))).event
         log.info("daemon started", interval_seconds=settings.interval_seconds, run_at_startup=settings.run_at_startup)
-        await _schedule(settings, stop)
+        await _schedule(settings, stop, recorder)
     log.info("daemon stopped")
     return EXIT_OK
 
 
-async def _schedule(settings: Settings, stop: anyio.Event) -> None:
+async def _schedule(settings: Settings, stop: anyio.Event, recorder: FailureRecorder) -> None:
     if not settings.run_at_startup:
         await _sleep_unless_stopped(stop, settings.interval_seconds)
     while not stop.is_set():
         started = time.monotonic()
+        # A crashed cycle the database could not take at the time is written first.
+        await anyio.to_thread.run_sync(recorder.flush)
         try:
-            await run_cycle(settings, reason="scheduled", mode="daemon", stop=stop)
+            # Every failure but a busy lock is recorded and returned (worker.cycle.run_cycle).
+            await run_cycle(settings, reason="scheduled", mode="daemon", stop=stop, recorder=recorder)
         except CycleBusyError as exc:
             log.warning("cycle skipped", reason=str(exc))
-        except Exception:  # noqa: BLE001 - the daemon outlives any one cycle; the next one retries
-            log.exception("cycle crashed")
+        except Exception:  # noqa: BLE001 - not even the recording worked; the daemon outlives it
+            log.exception("cycle crashed and could not be recorded")
         delay = next_delay(interval=settings.interval_seconds, started=started, finished=time.monotonic())
         await _sleep_unless_stopped(stop, delay)
 

@@ -1,22 +1,33 @@
 """The health and metrics endpoint: ``/healthz``, ``/readyz``, ``/metrics``.
 
-``/healthz`` is liveness: 200 while the process answers, 503 when a cycle this process is running
-has not written its heartbeat for ``REM_LEASE_TIMEOUT_SECONDS`` (a wedged cycle, which a restart
-cures; the next cycle records it ``abandoned``). ``/readyz`` is readiness (the stores answer).
+``/healthz`` is liveness: 200 while the process answers and can read its graph database, 503 when
+it cannot, or when a cycle this process is running has not written its heartbeat for
+``REM_LEASE_TIMEOUT_SECONDS`` (a wedged cycle, which a restart cures; the next cycle records it
+``abandoned``). ``/readyz`` is readiness (the stores answer).
 A stdlib ``ThreadingHTTPServer`` in its own threads, so a slow scrape can never hold up the
 cycle's event loop. ``/metrics`` reads the database through its own read-only connection.
 ``/readyz`` checks the graph database from the request thread and Chroma through the daemon's
 event loop (a blocking portal: the async Chroma client lives on that loop), each with a timeout.
 Responses carry check names and states only — never settings, URLs or error texts, which could
 hold credentials; the reasons go to the (secret-masking) log.
+
+Every connection holds a file descriptor the cycle may need: the endpoint serves at most
+``REM_HTTP_MAX_CONNECTIONS`` at once and closes a connection that has not sent its whole request
+within ``REM_HTTP_REQUEST_TIMEOUT_SECONDS``, so idle or trickling clients can never exhaust the
+process's descriptors. When all slots are taken, the connection that has waited longest for its
+request is closed to make room, so they cannot lock out a health probe either; a newcomer is
+answered 503 and closed only when every slot is busy answering a request.
 """
 
 from __future__ import annotations
 
+import errno
 import json
+import resource
 import socket
 import sqlite3
 import threading
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -39,28 +50,135 @@ from worker.metrics import build_registry, silent_seconds
 log = structlog.get_logger(__name__)
 
 READY_TIMEOUT_SECONDS = 5.0
+# /healthz waits this long for a locked database before calling it unreadable (probes time out soon).
+HEALTH_DB_TIMEOUT_SECONDS = 2.0
 
 ReadyCheck = Callable[[], dict[str, bool]]
-LiveCheck = Callable[[], list[dict[str, Any]]]
+LiveCheck = Callable[[], dict[str, Any]]
+
+
+# Sent to a connection over the cap before closing it (a fresh socket's send buffer takes it whole).
+_BUSY_RESPONSE = b"HTTP/1.0 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+# Out of descriptors, accept() fails while the listening socket stays readable: pause instead of
+# spinning, and say so at most once a minute.
+ACCEPT_BACKOFF_SECONDS = 0.1
+ACCEPT_WARNING_INTERVAL_SECONDS = 60.0
+# When full, the connection waiting longest for its request is closed to make room; the newcomer
+# waits this long for the freed slot.
+EVICTION_WAIT_SECONDS = 0.5
+# Descriptors one connection may hold: its socket and a read-only database connection (file, WAL, shm).
+DESCRIPTORS_PER_CONNECTION = 4
+# What the process needs besides the endpoint at its busiest (embedded Chroma, database, locks; ~45 measured).
+DESCRIPTORS_FOR_THE_CYCLE = 64
 
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True  # a hung request must not keep the process alive at exit
+    # A burst of probes and scrapes waits in the kernel's accept queue (no descriptor of ours)
+    # instead of being refused; socketserver's default is 5.
+    request_queue_size = 128
     registry: CollectorRegistry
     ready: ReadyCheck
-    stalled: LiveCheck
+    live: LiveCheck
+    request_timeout: float
+    _slots: threading.BoundedSemaphore
+    _waiting: dict[_Handler, float]  # connections that have not sent their request yet, since when
+    _waiting_lock: threading.Lock
+    _warned_at: float = -ACCEPT_WARNING_INTERVAL_SECONDS
+
+    def waiting(self, handler: _Handler, *, since: float | None) -> None:
+        """Note that ``handler`` waits for its request (``since`` a monotonic time), or no longer."""
+        with self._waiting_lock:
+            if since is None:
+                self._waiting.pop(handler, None)
+            else:
+                self._waiting[handler] = since
+
+    def _evict_longest_waiting(self) -> bool:
+        with self._waiting_lock:
+            if not self._waiting:
+                return False
+            oldest = min(self._waiting, key=self._waiting.__getitem__)
+            del self._waiting[oldest]
+        oldest.cut_off()
+        return True
+
+    def get_request(self) -> tuple[socket.socket, Any]:
+        try:
+            return super().get_request()
+        except OSError as exc:
+            if exc.errno in (errno.EMFILE, errno.ENFILE):
+                if time.monotonic() - self._warned_at >= ACCEPT_WARNING_INTERVAL_SECONDS:
+                    self._warned_at = time.monotonic()
+                    log.warning("http: out of file descriptors, not accepting connections for now")
+                time.sleep(ACCEPT_BACKOFF_SECONDS)
+            raise
+
+    def verify_request(self, request: Any, client_address: Any) -> bool:
+        if self._slots.acquire(blocking=False):
+            return True
+        # Full. Idle or trickling clients must not lock out a real request: close the one that has
+        # waited longest for its request and take its slot. Only when every slot is answering a
+        # request is the newcomer refused.
+        if self._evict_longest_waiting() and self._slots.acquire(timeout=EVICTION_WAIT_SECONDS):
+            return True
+        log.debug("http: connection refused, REM_HTTP_MAX_CONNECTIONS reached", client=client_address[0])
+        try:
+            request.setblocking(False)
+            request.send(_BUSY_RESPONSE)
+        except OSError:
+            pass
+        return False  # socketserver closes it
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()  # no thread was started to release it
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
 
 
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
     server_version = "rem-cycle"
 
+    def setup(self) -> None:
+        # The socket timeout bounds each wait for bytes (and each send); the deadline bounds the
+        # whole request, so a client trickling a byte at a time cannot hold the connection either.
+        self.timeout = self.server.request_timeout
+        super().setup()
+        self._deadline = threading.Timer(self.server.request_timeout, self.cut_off)
+        self._deadline.daemon = True
+        self._deadline.start()
+        self.server.waiting(self, since=time.monotonic())
+
+    def cut_off(self) -> None:
+        """End the connection: the blocked read returns, and the handler with it."""
+        try:
+            self.connection.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass  # already closed
+
+    def _request_in(self) -> None:
+        self._deadline.cancel()
+        self.server.waiting(self, since=None)
+
+    def finish(self) -> None:
+        self._request_in()
+        super().finish()
+
     def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+        self._request_in()  # the answer may take longer than the deadline, and is never evicted
         path = self.path.split("?", 1)[0]
         if path == "/healthz":
-            stalled = self.server.stalled()
-            body = {"status": "stalled", "runs": stalled} if stalled else {"status": "ok"}
-            self._send(503 if stalled else 200, "application/json", json.dumps(body).encode())
+            body = self.server.live()
+            self._send(200 if body["status"] == "ok" else 503, "application/json", json.dumps(body).encode())
         elif path == "/readyz":
             checks = self.server.ready()
             ready = all(checks.values())
@@ -112,37 +230,52 @@ class HttpEndpoint:
 
 
 def start_endpoint(
-    *, host: str, port: int, registry: CollectorRegistry, ready: ReadyCheck, stalled: LiveCheck
+    *,
+    host: str,
+    port: int,
+    registry: CollectorRegistry,
+    ready: ReadyCheck,
+    live: LiveCheck,
+    max_connections: int,
+    request_timeout: float,
 ) -> HttpEndpoint:
-    """Bind ``host:port`` (port 0 = any free port) and serve in a background thread; raises
-    ``OSError`` when the address cannot be bound."""
+    """Bind ``host:port`` (port 0 = any free port) and serve in a background thread, at most
+    ``max_connections`` at once, each given ``request_timeout`` seconds to send its request;
+    raises ``OSError`` when the address cannot be bound."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     server_cls = type("_BoundServer", (_Server,), {"address_family": family})
     server = server_cls((host, port), _Handler)
-    server.registry, server.ready, server.stalled = registry, ready, stalled
+    server.registry, server.ready, server.live = registry, ready, live
+    server.request_timeout, server._slots = request_timeout, threading.BoundedSemaphore(max_connections)
+    server._waiting, server._waiting_lock = {}, threading.Lock()
     thread = threading.Thread(target=server.serve_forever, name="rem-cycle-http", daemon=True)
     thread.start()
     return HttpEndpoint(server=server, thread=thread)
 
 
-def stalled_runs(settings: Settings, *, owner: str | None = None) -> list[dict[str, Any]]:
-    """Running cycles (``owner``'s only, when given) silent for longer than the lease timeout, as
-    ``{run_id, heartbeat_at, silent_seconds}``. A database that cannot be read says nothing about
-    liveness (``/readyz`` reports it): the answer is then an empty list."""
+def liveness(settings: Settings, *, owner: str | None = None) -> dict[str, Any]:
+    """The ``/healthz`` body: ``{"status": "ok"}``; ``{"status": "stalled", "runs": [{run_id,
+    heartbeat_at, silent_seconds}]}`` when running cycles (``owner``'s only, when given) have been
+    silent for longer than the lease timeout; ``{"status": "unhealthy", "reason":
+    "database-unreadable"}`` when the graph database cannot be read (missing, not a database,
+    unreadable, locked), since no cycle can then do its work. The error text goes to the log only."""
     now = datetime.now(UTC)
     try:
-        db = Database(settings.graph_path, readonly=True, timeout=READY_TIMEOUT_SECONDS)
+        db = Database(settings.graph_path, readonly=True, timeout=HEALTH_DB_TIMEOUT_SECONDS)
         try:
             silent = RunStateStore(db).silent_runs(older_than_seconds=settings.lease_timeout_seconds, now=now, owner=owner)
         finally:
             db.close()
     except sqlite3.Error as exc:
-        log.warning("liveness: run state unreadable", error=str(exc))
-        return []
-    return [
+        log.warning("liveness: graph database unreadable", error=str(exc))
+        return {"status": "unhealthy", "reason": "database-unreadable"}
+    if not silent:
+        return {"status": "ok"}
+    runs = [
         {"run_id": run["run_id"], "heartbeat_at": run["heartbeat_at"], "silent_seconds": silent_seconds(run, now)}
         for run in silent
     ]
+    return {"status": "stalled", "runs": runs}
 
 
 class Readiness:
@@ -185,6 +318,18 @@ class Readiness:
             await self._chroma.ping()
 
 
+def warn_if_descriptors_short(max_connections: int) -> None:
+    """Log a warning when ``max_connections`` busy connections and a cycle could need more file
+    descriptors than the process may open (``RLIMIT_NOFILE``)."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    needed = max_connections * DESCRIPTORS_PER_CONNECTION + DESCRIPTORS_FOR_THE_CYCLE
+    if soft != resource.RLIM_INFINITY and needed > soft:
+        log.warning(
+            "REM_HTTP_MAX_CONNECTIONS is high for the file-descriptor limit: busy connections could starve the cycle",
+            max_connections=max_connections, descriptors_needed=needed, descriptor_limit=soft,
+        )
+
+
 @asynccontextmanager
 async def serve_http(settings: Settings, *, registry: CollectorRegistry | None = None) -> AsyncIterator[HttpEndpoint]:
     """Serve the endpoint on ``REM_HTTP_HOST:REM_HTTP_PORT`` while the block runs (call from the
@@ -196,6 +341,7 @@ async def serve_http(settings: Settings, *, registry: CollectorRegistry | None =
         # Requests that arrive before the portal is up (a split second) are simply not ready yet.
         return readiness.check() if readiness else {"graph": False, "chroma": False}
 
+    warn_if_descriptors_short(settings.http_max_connections)
     # Bind before the portal's task group exists, so a taken port is a plain OSError.
     endpoint = await anyio.to_thread.run_sync(
         lambda: start_endpoint(
@@ -203,7 +349,9 @@ async def serve_http(settings: Settings, *, registry: CollectorRegistry | None =
             port=settings.http_port,
             registry=registry or build_registry(settings),
             ready=ready,
-            stalled=lambda: stalled_runs(settings, owner=owner_id()),
+            live=lambda: liveness(settings, owner=owner_id()),
+            max_connections=settings.http_max_connections,
+            request_timeout=settings.http_request_timeout_seconds,
         )
     )
     try:

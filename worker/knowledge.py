@@ -18,7 +18,7 @@ from pipelines.judge import ModelJudge
 from pipelines.query import node_view, search_row, turn_memory_ids
 from pipelines.resolver import GraphResolver, node_refs
 from pipelines.vocabulary import ANCHOR_LABELS, PROVENANCE_RELATIONSHIPS
-from store.chroma import ChromaStore, ChromaUnavailableError
+from store.chroma import ChromaStore, ChromaStoreError
 from store.communities import CommunityStore
 from store.db import Database
 from store.graph import Edge, GraphStore, Node, utc_now
@@ -163,7 +163,7 @@ async def show_node(settings: Settings, node_id: str, *, limit: int | None = Non
     if memory_ids:
         try:
             rows = await ChromaStore(settings).memories_by_ids([row_suffix(m) for m in memory_ids])
-        except ChromaUnavailableError as exc:
+        except ChromaStoreError as exc:
             rows, error = [], str(exc)
         turns = {memory_node_id(r.id): r for r in rows or []}
     view = node_view(node, edges, loaded.neighbours, turns, merged_from=loaded.merged_from, limit=limit)

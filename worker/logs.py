@@ -1,7 +1,7 @@
 """structlog setup: JSON lines when stderr is not a terminal, a console renderer when it is.
 
-Secrets never reach a log line: values under secret-looking keys are masked, and so is any
-configured secret value wherever it appears in a message.
+Secrets never reach a log line: values under secret-looking keys are masked, and every string
+goes through :func:`config.redact.redact` (credentials inside URLs, configured secret values).
 """
 
 from __future__ import annotations
@@ -14,21 +14,21 @@ from typing import Any
 
 import structlog
 
+from config.redact import MASK, redact
+
 _SECRET_KEY = re.compile(r"(api[_-]?key|token|secret|password|authorization)", re.IGNORECASE)
-MASK = "***"
 
 
 class SecretMasker:
-    """A structlog processor that masks secret-looking keys and known secret values."""
+    """A structlog processor that masks secret-looking keys, secrets inside URLs, the process's
+    configured secrets and ``secrets``."""
 
     def __init__(self, secrets: Iterable[str] = ()) -> None:
-        self.secrets = [s for s in secrets if s and len(s) >= 4]
+        self.secrets = tuple(secrets)
 
     def _scrub(self, value: Any) -> Any:
         if isinstance(value, str):
-            for secret in self.secrets:
-                value = value.replace(secret, MASK)
-            return value
+            return redact(value, also=self.secrets)
         if isinstance(value, dict):
             return {k: MASK if _SECRET_KEY.search(str(k)) else self._scrub(v) for k, v in value.items()}
         if isinstance(value, (list, tuple)):

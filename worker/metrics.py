@@ -1,19 +1,21 @@
 """Prometheus metrics, read from the database and the lazy-edge queue at scrape time.
 
 Nothing is counted in process memory: every value comes from ``rem_runs``, ``session_digests``,
-``chunk_results``, ``nodes``/``edges`` and the queue file when ``/metrics`` is scraped, so the
+``chunk_results``, ``nodes``/``edges`` and the queue files when ``/metrics`` is scraped, so the
 numbers survive restarts, include work done by ``rem-cycle --once`` runs, and a scrape never
-touches the cycle's connection (it opens its own read-only one). Every name starts with
-``rem_cycle_``.
+touches the cycle's connection (it opens its own read-only one). What only grows and changes
+only now and then (the run history, the dead-letter file) is recounted only when it changed.
+Every name starts with ``rem_cycle_``.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
 import sqlite3
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -96,6 +98,28 @@ def summarize_queue_lines(lines: Iterable[bytes]) -> QueueSummary:
     return QueueSummary(depth=depth, oldest_timestamp=oldest_raw)
 
 
+@dataclass
+class DeadLetterCounter:
+    """The dead-letter file's record count, recounted only when the file changed (another file,
+    size or modification time): the file only grows, and a scrape must not rescan it unchanged.
+    Scrapes run in several threads; replacing the tuple is atomic, and a lost race only recounts."""
+
+    queue: LazyEdgeQueue
+    _seen: tuple[tuple[int, int, int, int], int] | None = field(default=None, init=False, repr=False)
+
+    def count(self) -> int:
+        try:
+            stat = os.stat(self.queue.dead_letter_path, follow_symlinks=False)
+        except FileNotFoundError:
+            return 0
+        key = (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns)
+        seen = self._seen
+        if seen is None or seen[0] != key:
+            seen = (key, self.queue.dead_letter_count())
+            self._seen = seen
+        return seen[1]
+
+
 def read_queue(path: Path) -> QueueSummary:
     """Summarise the live queue plus the ``.draining`` files a drain is working through or left
     behind (their lines are still waiting for their edges). Reads through the queue's own reader:
@@ -119,10 +143,12 @@ class RemCycleCollector(Collector):
         self.settings = settings
         self.now = now
         # The duration histograms read every phase of every run ever recorded (the costliest part
-        # of a scrape after a year of hourly cycles) but change only when a run finishes: keep the
-        # last result, keyed by the run counts and latest finish times. Scrapes run in several
-        # threads; replacing the tuple is atomic, and a lost race only recomputes.
-        self._durations: tuple[Any, list[Metric]] | None = None
+        # of a scrape after a year of hourly cycles), and only a cycle's ingest changes which
+        # sessions have turns: keep the last result, keyed by the run counts and latest finish
+        # times. Scrapes run in several threads; replacing the tuple is atomic, and a lost race
+        # only recomputes.
+        self._by_runs: tuple[Any, list[Metric]] | None = None
+        self._dead_letters = DeadLetterCounter(LazyEdgeQueue(settings.queue_path))
 
     def collect(self) -> Iterator[Metric]:
         try:
@@ -134,6 +160,8 @@ class RemCycleCollector(Collector):
         yield GaugeMetricFamily("rem_cycle_metrics_ok", "1 when the last scrape read the database", value=1 if families else 0)
 
     def _run_families(self, runstate: RunStateStore, now: datetime) -> list[Metric]:
+        """Run counts and times; the duration histograms and the sessions left without turns
+        change only when a run starts or finishes, and are kept until then."""
         by_outcome = runstate.runs_by_outcome()
         last_finished = runstate.last_finished_by_outcome()
         cycles = CounterMetricFamily("rem_cycle_cycles", "Finished REM cycles by outcome", labels=["outcome"])
@@ -158,10 +186,10 @@ class RemCycleCollector(Collector):
             if moment is not None:
                 last.add_metric([outcome], moment.timestamp())
         key = (sorted(by_outcome.items()), sorted(last_finished.items()))
-        cached = self._durations
+        cached = self._by_runs
         if cached is None or cached[0] != key:
-            cached = (key, _duration_families(runstate))
-            self._durations = cached
+            cached = (key, [*_duration_families(runstate), _no_turn_family(runstate)])
+            self._by_runs = cached
         return [cycles, running, silent, stalled, last, *cached[1]]
 
     def _families(self) -> list[Metric]:
@@ -178,6 +206,12 @@ class RemCycleCollector(Collector):
         finally:
             db.close()
         families.extend(_queue_families(read_queue(self.settings.queue_path), now))
+        families.append(
+            GaugeMetricFamily(
+                "rem_cycle_dead_letters", "Records in the lazy-edge dead-letter file (lines that will never link)",
+                value=self._dead_letters.count(),
+            )
+        )
         return families
 
 
@@ -195,6 +229,14 @@ def _duration_families(runstate: RunStateStore) -> list[Metric]:
         phase_buckets, phase_total = histogram_buckets(values, PHASE_BUCKETS)
         phase_duration.add_metric([phase], phase_buckets, phase_total)
     return [duration, phase_duration]
+
+
+def _no_turn_family(runstate: RunStateStore) -> Metric:
+    return GaugeMetricFamily(
+        "rem_cycle_sessions_without_turns",
+        "Ingested sessions whose latest ingest found no turns (all removed, or moved to another session)",
+        value=runstate.sessions_without_turns(),
+    )
 
 
 def _session_families(runstate: RunStateStore, now: datetime) -> list[Metric]:

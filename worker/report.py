@@ -26,7 +26,7 @@ def collect_status(settings: Settings, stores: Stores, *, runs: int = 10) -> dic
     digests = stores.runstate.digest_counts()
     queue = read_queue(settings.queue_path)
     return {
-        "data_dir": str(settings.data_dir),
+        "data_dir": str(settings.data_dir.resolve()),  # where it is, whatever the current directory
         "chroma": stores.chroma.location,
         "runs": [{**run, "duration_seconds": _duration(run["started_at"], run.get("finished_at"))} for run in recent],
         "runs_by_outcome": stores.runstate.runs_by_outcome(),
@@ -57,7 +57,9 @@ def collect_status(settings: Settings, stores: Stores, *, runs: int = 10) -> dic
             "dead_letters": LazyEdgeQueue(settings.queue_path).dead_letter_count(),
         },
         "graph": stores.graph.counts(),
-        "identity_candidates": MergeStore(stores.db).candidate_count(),
+        # Nodes, as a run record's ``identity_candidates`` counts them; each has up to a few pairs.
+        "identity_candidates": MergeStore(stores.db).candidate_node_count(),
+        "identity_candidate_pairs": MergeStore(stores.db).candidate_count(),
     }
 
 
@@ -131,7 +133,11 @@ def print_status(status: dict[str, Any]) -> None:
         + f" · {queue['dead_letters']} dead letters"
     )
     if status["identity_candidates"]:
-        console.print(f"identity candidates to review: {status['identity_candidates']} (rem-cycle candidates)")
+        console.print(
+            f"identity candidates to review: {status['identity_candidates']} nodes in "
+            f"{status['identity_candidate_pairs']} pairs (rem-cycle candidates lists the pairs; "
+            "a run's identity_candidates counts the nodes it found ambiguous)"
+        )
     graph = status["graph"]
     console.print(f"graph: {graph['node_total']} nodes {_flat(graph['nodes'])} · {graph['edge_total']} edges {_flat(graph['edges'])}")
 
@@ -157,6 +163,10 @@ def print_backfill(result: dict[str, Any]) -> None:
         f"({result['sessions_present']} already in the graph, {result['sessions_undated']} undated left out); "
         f"synced {result['sessions_synced']}, failed {result['sessions_failed']} · {_flat(result['ingest'])}"
     )
+    if result.get("bad_values"):
+        _console().print(f"bad values in source rows (read as missing or row skipped): {_flat(result['bad_values'])}")
+    for failure in result.get("session_failures", []):
+        _console().print(f"session failed: {failure}")
     drain = result.get("drain")
     if drain and "total_lines" in drain:
         print_drain(drain)

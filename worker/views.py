@@ -34,7 +34,7 @@ def print_candidates(pairs: Sequence[dict[str, Any]], total: int) -> None:
     if not pairs:
         console.print("no identity candidates to review")
         return
-    table = Table("node", "may be", "rule", "score", "session", title=f"identity candidates ({len(pairs)} of {total})")
+    table = Table("node", "may be", "rule", "score", "session", title=f"identity candidate pairs ({len(pairs)} of {total})")
 
     def shown(node_id: str, name: str) -> str:
         # The name only when the id does not already say it.

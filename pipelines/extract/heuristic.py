@@ -1,27 +1,43 @@
 """The offline, deterministic extractor (the default): patterns instead of a model.
 
 It finds code identifiers (CamelCase classes, ``func()`` methods, ``test_*`` tests), file paths,
-URLs, issue references (``#123``) and multi-word proper-noun phrases, and links the entities of one
-turn with ``RELATES_TO``. Evidence is always the matched text, so everything it says is grounded.
-Explicit ``memory:``/``session:`` references are found for every extractor by
+URLs and issue references (``#123``) in every turn, and in what people and the assistant wrote
+(never in tool output) the names of people, places, works and organisations: speakers whose role is
+a person's name become PERSON nodes, capitalised names inside sentences become nodes once greetings,
+interjections, contractions and dates are stripped off them ("Hey John" → John, "Last Friday" →
+nothing). The entities of one turn are linked with ``RELATES_TO``. Evidence is always the matched
+text (or, for a speaker, the turn's role), so everything it says is grounded. Explicit
+``memory:``/``session:`` references are found for every extractor by
 :func:`pipelines.extract.model.find_references`.
 """
 
 from __future__ import annotations
 
+import builtins
 import re
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from collections import Counter
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from itertools import combinations
 from typing import Any
 
-from pipelines.extract.model import ExtractorReply, UnitTurn, WorkUnit, semantic_node_id
+from pipelines.extract.model import ExtractorReply, UnitTurn, WorkUnit, clean_text, semantic_node_id
 from pipelines.identity import normal_path
 
-HEURISTIC_VERSION = 2
+HEURISTIC_VERSION = 3
 # Entities of one turn linked pairwise: the first few only, so a long tool dump does not turn
 # into a clique of hundreds of edges.
 MAX_LINKED_PER_TURN = 6
 DESCRIPTION_CHARS = 240
+# A name seen only in tool output (file listings, code views, logs) must be seen in this many tool
+# turns of the unit to become a node. Measured on 100 labelled tool-only nodes of real coding-agent
+# sessions (bench/RESULTS.md, tuning split): 4 % are useful; kept from 2 tool turns on, precision
+# 0.2 with half the useful ones; from 3 on, 0.5 with a quarter; from 6 on, none is left.
+TOOL_ONLY_MIN_TURNS = 3
+TOOL_ROLES = frozenset({"tool", "function", "ipython"})
+# Roles that are no person's name.
+_SYSTEM_ROLES = frozenset({"user", "assistant", "system", "tool", "function", "ipython", "human", "ai", "bot", "model", "developer", "agent"})
 
 _URL = re.compile(r"https?://[^\s`'\"<>()\[\]{}]+")
 _PATH = re.compile(r"(?<![\w/.@:-])(?:[\w.-]+/)+[\w.-]*[A-Za-z0-9_-]\.[A-Za-z][A-Za-z0-9]{0,7}\b")
@@ -31,16 +47,89 @@ _BARE_FILE = re.compile(
 _METHOD = re.compile(r"(?<![\w.])((?:[A-Za-z_][A-Za-z0-9_]*\.)*[A-Za-z_][A-Za-z0-9_]*)\(\)")
 _TEST = re.compile(r"(?<![\w.])test_[A-Za-z0-9_]+\b")
 _CLASS = re.compile(r"(?<![\w.])[A-Z][a-z0-9]+(?:[A-Z][a-z0-9]*)+\b")
+# "McCartney", "DeMarco", "LeBlanc": CamelCase that is a surname, not a class.
+_SURNAME = re.compile(r"(?:Mc|Mac|De|Di|Da|Du|La|Le|Van|Von|O)[A-Z][a-z]{2,}")
 _ISSUE = re.compile(r"(?<![\w&#/])#(\d{1,7})\b")
-_PROPER = re.compile(r"(?<![\w.])[A-Z][\w'’]*[a-z][\w'’]*(?:[ \t]+(?:[A-Z][\w'’]*[a-z][\w'’]*|of|for|the))*[ \t]+[A-Z][\w'’]*[a-z][\w'’]*")
-_SENTENCE_START = re.compile(r"(?:^|[.!?:]\s+|\n\s*)$")
+_BUILTINS = frozenset(dir(builtins))
+_PLACEHOLDERS = frozenset(
+    "filename newfile foo bar baz qux quux spam eggs something somethingelse myfile my_file mymodule "
+    "my_module yourfile your_file xyz".split()
+)
+# Fenced blocks and inline code spans of Markdown.
+_CODE_SPAN = re.compile(r"```.*?(?:```|\Z)|`[^`\n]*`", re.S)
+
+# --- names in prose ------------------------------------------------------------------------------
+# A name word: "Paris", "O'Brien", "U.S.S.", "Phoebe's"; runs of them, joined by a few lower-case
+# particles ("Museum of Natural History", "Days of Our Lives", "Barnes & Noble").
+_UPPER, _LOWER = "A-ZÀ-ÖØ-Þ", "a-zß-öø-ÿ"
+_WORD = rf"(?:[{_UPPER}][{_LOWER}]+(?:['’][A-Za-z]+)?|[{_UPPER}]['’][{_UPPER}][{_LOWER}]+|(?:[A-Z]\.){{1,4}}|[{_UPPER}][{_LOWER}]*[{_UPPER}][{_LOWER}]+|I['’][a-z]+)"
+_CONNECTORS = frozenset("of the de da del van von le la &".split())
+# Not after a backtick, @, #, / or a dot: `Value` in Markdown code and a.b.C are code, not names.
+_NAME_RUN = re.compile(rf"(?<![\w'’@#/.`-]){_WORD}(?:[ \t]+(?:(?:{'|'.join(_CONNECTORS)})[ \t]+)*{_WORD})*(?![\w@/`-])")
+_QUOTED_TITLE = re.compile(r"[\"“]([A-Z][^\"“”\n]{0,80}?)[,.?!]*[\"”]")
+_SENTENCE_END = re.compile(r"(?:^|[.!?:;…\"“”(\[*#>-]|\n)\s*$")
+_NEW_YEAR = re.compile(r"(?:Happy[ \t]+)?New[ \t]+Year(?:['’]s)?(?:[ \t]+(?:Eve|Day))?$")
+_LIST_ITEM = re.compile(r"\n[ \t]*(?:\d{1,2}[.)]|[-*•])[ \t]+$")
+_CONTRACTION = re.compile(r"^(.+?)['’](m|re|ve|ll|d|t|s)$", re.I)
+
+_GREETINGS = frozenset(
+    "hey hi hello hiya howdy yo bye goodbye goodnight thanks thank dear congratulations "
+    "congrats welcome sorry cheers".split()
+)
+_INTERJECTIONS = frozenset(
+    "oh ooh ohh ah ahh aah uh uhh um umm hmm huh wow whoa woah well look listen wait ok okay yeah yes yep no nope "
+    "nah alright right so hmmm god gosh geez jeez man dude boy girl sweetie honey please ugh eww oops ha haha hah "
+    "aw aww wh ew mm mmm shh yay hooray gee golly damn c'mon come y'know happy merry".split()
+)
 _STOPWORDS = frozenset(
     "a an and but for if in it its my no not of on or so the then this that these those we you i he she they "
     "our your their yes ok okay sure thanks please also let next now here there what why how when which who "
-    "after before because while with without".split()
+    "after before because while with without me him her them us is are was were be been being do does did "
+    "have has had will would can could should shall may might must just only even still maybe actually "
+    "apparently sometimes always never ever really very too all any some every each both either neither one "
+    "two three first second last another other such same again once anyway besides however though although "
+    "until unless whether whatever whoever wherever where everyone everybody someone somebody anyone anybody "
+    "nobody nothing something anything everything guys mom dad mommy daddy mum grandma grandpa sir ma'am madam "
+    "mister miss mr mrs ms dr true false none null note warning error todo fixme see also example i'm i'll "
+    "i've i'd".split()
 )
-# A proper-noun phrase must keep at least two words after dropping sentence-initial stop words.
-_MIN_PHRASE_WORDS = 2
+_DATE_WORDS = frozenset(
+    "monday tuesday wednesday thursday friday saturday sunday today tomorrow yesterday tonight weekend january "
+    "february march april may june july august september october november december christmas thanksgiving "
+    "halloween easter hanukkah valentine's valentines year year's eve birthday anniversary".split()
+)
+# Stripped only when nothing else is left ("Tomorrow Night" is a date, "the Night Shift" a name).
+_TIMES_OF_DAY = frozenset("morning afternoon evening night".split()
+)
+_RELATIVE_DATE_LEADS = frozenset("last next this past coming early late mid every".split())
+_TITLES = frozenset("mr mr. mrs mrs. ms ms. dr dr. miss uncle aunt auntie grandma grandpa professor prof prof. sir lady lord dame".split())
+_PERSON_VERBS = frozenset(
+    "met meets said says told tells asked asks married marries dated dates loves loved kissed kisses thinks "
+    "thought knows knew hates hated".split()
+)
+_PERSON_LEADS = frozenset("met meet meeting with and named called marry married date dating kiss kissed love loved tell told ask asked call".split())
+_PLACE_LEADS = frozenset("in at from to near into toward towards around outside inside across".split())
+_PLACE_VERBS = frozenset("visit visiting visited visits".split())
+_WORK_LEADS = frozenset("movie film book novel song album show series play musical opera poem magazine newspaper painting episode read reading watch watching watched".split())
+_PLACE_WORDS = frozenset(
+    "city street st avenue ave road rd park square island islands river lake mountain mountains beach bay county "
+    "hall museum hotel airport station bridge center centre church hospital zoo plaza village heights falls "
+    "valley harbor harbour coast state states kingdom republic".split()
+)
+_ORGANIZATION_WORDS = frozenset(
+    "inc inc. corp corp. corporation company co co. ltd ltd. llc university college school institute foundation "
+    "association agency bank group airlines records studios bureau department committee council club society "
+    "party times news quartet band orchestra barn hut".split()
+)
+# Roles that describe someone rather than name them ("Old Woman", "Ticket Counter Attendant").
+_ROLE_WORDS = frozenset(
+    "man woman men women guy guys girl girls boy boys lady ladies kid kids child people person crowd all both "
+    "everyone together attendant waiter waitress nurse doctor clerk customer officer cop priest minister "
+    "voice announcer narrator host interviewer director receptionist driver student teacher professor "
+    "manager assistant secretary stranger friend friends other others speaker unknown user the a an with "
+    "his her old young little tall short".split()
+)
+_PERSON_ROLE = re.compile(r"^(?:(?:Mr|Mrs|Ms|Dr|Miss)\.?[ ])?[A-Z][A-Za-z'’-]*(?:[ ](?:[A-Z][A-Za-z'’-]*|[A-Z]\.))*$")
 
 # What is not prose, so never a description: a log line (timestamp or level first), a shell or
 # REPL prompt, a stack frame, a diff or table row.
@@ -48,7 +137,15 @@ _NOT_PROSE = re.compile(r"^(?:\d{2,4}[-/:.]\d|\[?(?:TRACE|DEBUG|INFO|WARN|WARNIN
 _MIN_PROSE_WORDS = 4
 _MIN_PROSE_LETTERS = 0.6
 
-_CONFIDENCE = {"FILE": 0.8, "ISSUE": 0.8, "METHOD": 0.7, "TEST": 0.7, "CLASS": 0.6, "CONCEPT": 0.4}
+_CONFIDENCE = {
+    "FILE": 0.8, "ISSUE": 0.8, "METHOD": 0.7, "TEST": 0.7, "CLASS": 0.6, "PERSON": 0.6, "PLACE": 0.55,
+    "ORGANIZATION": 0.55, "WORK": 0.55, "CONCEPT": 0.4,
+}
+_SPEAKER_CONFIDENCE = 0.7
+# A name said in several turns, or by more than one speaker, outranks a one-off.
+_REPEAT_BONUS = 0.1
+_MAX_REPEATS_COUNTED = 3
+_MAX_CONFIDENCE = 0.95
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +158,17 @@ class _Mention:
     tags: tuple[str, ...] = ()
 
 
+@dataclass(slots=True)
+class _Name:
+    """A capitalised name found in prose, before the unit decides whether and how to keep it."""
+
+    start: int
+    end: int
+    name: str
+    quote: str
+    cues: set[str] = field(default_factory=set)  # types the stripped words implied ("Hey John": PERSON)
+
+
 class HeuristicExtractor:
     """Pattern-based extraction; no network, same input → same output."""
 
@@ -68,44 +176,85 @@ class HeuristicExtractor:
 
     @property
     def fingerprint(self) -> str:
-        return f"heuristic:v{HEURISTIC_VERSION}"
+        return f"heuristic:v{HEURISTIC_VERSION}:t{TOOL_ONLY_MIN_TURNS}"
 
     async def extract(self, unit: WorkUnit) -> ExtractorReply:
         return ExtractorReply(raw=extract_heuristic(unit))
 
 
-def extract_heuristic(unit: WorkUnit) -> dict[str, Any]:
-    """The model-schema reply for ``unit`` (pure)."""
+@lru_cache(maxsize=4096)
+def speaker_name(role: str | None) -> str | None:
+    """The person a turn's role names ("Monica Geller", "Mr. Treeger"), or ``None`` for ``user``,
+    ``assistant``, ``tool``, "Speaker 1" and roles that describe someone ("Old Woman")."""
+    if not role:
+        return None
+    cleaned = clean_text(role, limit=64)
+    if cleaned.casefold() in _SYSTEM_ROLES or not _PERSON_ROLE.match(cleaned):
+        return None
+    words = [w.casefold().rstrip(".") for w in cleaned.split()]
+    if any(w in _ROLE_WORDS for w in words):
+        return None
+    return cleaned
+
+
+def extract_heuristic(unit: WorkUnit, *, tool_only_min_turns: int = TOOL_ONLY_MIN_TURNS) -> dict[str, Any]:
+    """The model-schema reply for ``unit`` (pure). ``tool_only_min_turns``: how many tool turns
+    must name something seen only in tool output (the benchmark varies it)."""
+    speakers = {t.number: name for t in unit.turns if (name := speaker_name(t.role))}
+    people = _people_index(speakers.values())
+    capitalised = _capitalised_words(unit)
+    per_turn = _agree_on_types([(turn, _turn_mentions(turn, people, capitalised)) for turn in unit.turns])
     nodes: dict[str, dict[str, Any]] = {}
-    edges: dict[tuple[str, str], dict[str, Any]] = {}
-    for turn in unit.turns:
+    seen_in: dict[str, dict[int, str]] = {}  # node id -> turn number -> role
+    evidence = _EvidenceIndex()
+    linked_per_turn: list[tuple[UnitTurn, list[str]]] = []
+    for turn, mentions in per_turn:
         linked: list[str] = []
-        for mention in find_mentions(turn.text):
+        for mention in mentions:
             node_id = semantic_node_id(mention.node_type, mention.name)
             if node_id is None:
                 continue
-            evidence = {"turn": turn.number, "quote": mention.quote}
             node = nodes.get(node_id)
             if node is not None and not node["description"]:
                 # Only while it has none: finding the sentence scans the turn, which may be huge.
                 node["description"] = _description(turn, mention)
             if node is None:
                 node = nodes[node_id] = {
-                    "id": node_id,
-                    "type": mention.node_type,
-                    "name": mention.name,
-                    "description": _description(turn, mention),
-                    "aliases": [],
-                    "confidence": _CONFIDENCE.get(mention.node_type, 0.5),
-                    "tags": list(mention.tags),
-                    "evidence": [],
+                    "id": node_id, "type": mention.node_type, "name": mention.name,
+                    "description": _description(turn, mention), "aliases": [],
+                    "confidence": _CONFIDENCE.get(mention.node_type, 0.5), "tags": list(mention.tags), "evidence": [],
                 }
-            if mention.quote not in node["aliases"]:
-                node["aliases"].append(mention.quote)
-            if evidence not in node["evidence"]:
-                node["evidence"].append(evidence)
+            evidence.add(node, turn.number, mention.quote)
+            seen_in.setdefault(node_id, {})[turn.number] = turn.role or ""
             if node_id not in linked:
                 linked.append(node_id)
+        linked_per_turn.append((turn, linked))
+    for number, name in speakers.items():
+        node_id = semantic_node_id("PERSON", name)
+        if node_id is None:
+            continue
+        node = nodes.setdefault(node_id, {
+            "id": node_id, "type": "PERSON", "name": name, "description": "", "aliases": [],
+            "confidence": _SPEAKER_CONFIDENCE, "tags": ["speaker"], "evidence": [],
+        })
+        node["confidence"] = max(node["confidence"], _SPEAKER_CONFIDENCE)
+        if "speaker" not in node["tags"]:
+            node["tags"].append("speaker")
+        evidence.add(node, number, name)
+        seen_in.setdefault(node_id, {})[number] = name
+    kept = {
+        node_id for node_id, turns in seen_in.items()
+        if any(role not in TOOL_ROLES for role in turns.values()) or len(turns) >= tool_only_min_turns
+    }
+    for node_id in kept:
+        turns = seen_in[node_id]
+        voices = {role for role in turns.values() if role not in TOOL_ROLES}
+        repeats = min(len(turns), _MAX_REPEATS_COUNTED) - 1 + (1 if len(voices) > 1 else 0)
+        node = nodes[node_id]
+        node["confidence"] = round(min(_MAX_CONFIDENCE, node["confidence"] + _REPEAT_BONUS * repeats), 4)
+    edges: dict[tuple[str, str], dict[str, Any]] = {}
+    for turn, linked in linked_per_turn:
+        linked = [n for n in linked if n in kept]
         for source, target in combinations(linked[:MAX_LINKED_PER_TURN], 2):
             source, target = sorted((source, target))
             edge = edges.setdefault(
@@ -113,14 +262,90 @@ def extract_heuristic(unit: WorkUnit) -> dict[str, Any]:
                 {"source": source, "target": target, "relationship": "RELATES_TO",
                  "justification": "mentioned together in one turn", "evidence": []},
             )
-            quote = nodes[source]["evidence"][-1]["quote"] if nodes[source]["evidence"][-1]["turn"] == turn.number else None
+            quote = evidence.first_quote.get((source, turn.number))
             if quote and len(edge["evidence"]) < 3:
                 edge["evidence"].append({"turn": turn.number, "quote": quote})
-    return {"summary": "", "nodes": list(nodes.values()), "edges": list(edges.values())}
+    return {"summary": "", "nodes": [n for i, n in nodes.items() if i in kept], "edges": list(edges.values())}
 
 
-def find_mentions(text: str) -> list[_Mention]:
-    """Entity mentions in one turn, in text order, overlapping matches resolved (longest first)."""
+def _agree_on_types(per_turn: list[tuple[UnitTurn, list[_Mention]]]) -> list[tuple[UnitTurn, list[_Mention]]]:
+    """One type per name in a unit: PERSON when any mention says so, else the most frequent other
+    type, else CONCEPT ("met Ross" makes every "Ross" of the unit a person)."""
+    votes: dict[str, Counter[str]] = {}
+    for _, mentions in per_turn:
+        for m in mentions:
+            if "proper-noun" in m.tags:
+                votes.setdefault(m.name.casefold(), Counter())[m.node_type] += 1
+    chosen: dict[str, str] = {}
+    for name, counts in votes.items():
+        typed = Counter({t: n for t, n in counts.items() if t != "CONCEPT"})
+        chosen[name] = "PERSON" if "PERSON" in typed else (min(typed, key=lambda t: (-typed[t], t)) if typed else "CONCEPT")
+    return [
+        (turn, [replace(m, node_type=chosen[m.name.casefold()]) if "proper-noun" in m.tags else m for m in mentions])
+        for turn, mentions in per_turn
+    ]
+
+
+class _EvidenceIndex:
+    """Adds a node's aliases and evidence without repeats, and remembers each node's first quote per
+    turn. Sets, not list scans: a name said thousands of times in one chunk must not cost n²."""
+
+    def __init__(self) -> None:
+        self.first_quote: dict[tuple[str, int], str] = {}
+        self._aliases: set[tuple[str, str]] = set()
+        self._evidence: set[tuple[str, int, str]] = set()
+
+    def add(self, node: dict[str, Any], turn: int, quote: str) -> None:
+        node_id = node["id"]
+        if (node_id, quote) not in self._aliases:
+            self._aliases.add((node_id, quote))
+            node["aliases"].append(quote)
+        if (node_id, turn, quote) not in self._evidence:
+            self._evidence.add((node_id, turn, quote))
+            node["evidence"].append({"turn": turn, "quote": quote})
+            self.first_quote.setdefault((node_id, turn), quote)
+
+
+def _people_index(speakers: Iterable[str]) -> dict[str, str]:
+    """Folded full names and unambiguous first names of the speakers → the speaker's name."""
+    index: dict[str, str] = {}
+    first: dict[str, set[str]] = {}
+    for name in speakers:
+        index[name.casefold()] = name
+        words = [w for w in name.split() if w.casefold().rstrip(".") not in _TITLES]
+        if len(words) > 1:
+            first.setdefault(words[0].casefold(), set()).add(name)
+    for word, names in first.items():
+        if len(names) == 1 and word not in index:
+            index[word] = next(iter(names))
+    return index
+
+
+def _turn_mentions(turn: UnitTurn, people: Mapping[str, str], capitalised: frozenset[str]) -> list[_Mention]:
+    """A turn's mentions: code entities always, names only in what a person or the assistant wrote."""
+    if (turn.role or "") in TOOL_ROLES:
+        return find_mentions(turn.text, prose=False)
+    return find_mentions(turn.text, chat=speaker_name(turn.role) is not None, people=people, capitalised_elsewhere=capitalised)
+
+
+def find_mentions(
+    text: str,
+    *,
+    prose: bool = True,
+    chat: bool = False,
+    people: Mapping[str, str] | None = None,
+    capitalised_elsewhere: frozenset[str] | None = None,
+) -> list[_Mention]:
+    """Entity mentions in one turn, in text order, overlapping matches resolved (longest first).
+
+    ``prose``: look for names of people, places, works and organisations too (not in tool output).
+    ``chat``: the turn is a person's (its role is their name), or has no code at all: weaker cues
+    count there — a lone untyped capitalised word, a preposition before a place, a quoted title. In
+    an agent's prose about code those are too often code ("in Django", "the Query").
+    ``people``: folded names (and first names) of the speakers → their full name.
+    ``capitalised_elsewhere``: folded words written capitalised inside a sentence somewhere in the
+    unit; a lone capitalised word at a sentence start counts only if it is among them.
+    """
     candidates: list[_Mention] = []
     for match in _URL.finditer(text):
         url = match.group(0).rstrip(".,;:!?")
@@ -139,11 +364,19 @@ def find_mentions(text: str) -> list[_Mention]:
     for match in _ISSUE.finditer(text):
         candidates.append(_Mention(match.start(), match.end(), "ISSUE", match.group(0), match.group(0)))
     for match in _CLASS.finditer(text):
-        candidates.append(_Mention(match.start(), match.end(), "CLASS", match.group(0), match.group(0)))
-    for match in _PROPER.finditer(text):
-        phrase = _proper_phrase(text, match)
-        if phrase is not None:
-            candidates.append(phrase)
+        if not (chat and _SURNAME.fullmatch(match.group(0))):
+            candidates.append(_Mention(match.start(), match.end(), "CLASS", match.group(0), match.group(0)))
+    # Python's own names (ValueError, super(), object()) are the language, not the project; the
+    # placeholders of examples and instructions (filename.py, foo(), SomethingElse) name nothing.
+    candidates = [
+        m for m in candidates
+        if not (m.node_type in ("CLASS", "METHOD") and m.name in _BUILTINS) and not _is_placeholder(m.name)
+    ]
+    if prose:
+        # Prose with no code in it reads as conversation even from a user or an assistant.
+        conversational = chat or (not candidates and "`" not in text)
+        prose_text = _mask_code(text)  # comments in code are no prose
+        candidates.extend(_name_mentions(prose_text, people or {}, capitalised_elsewhere or frozenset(), chat=conversational))
     # Longest match wins an overlap (a path beats the CamelCase file name inside it).
     candidates.sort(key=lambda m: (m.start, -(m.end - m.start)))
     chosen: list[_Mention] = []
@@ -155,31 +388,163 @@ def find_mentions(text: str) -> list[_Mention]:
     return chosen
 
 
-def _proper_phrase(text: str, match: re.Match[str]) -> _Mention | None:
-    words = match.group(0).split()
-    start = match.start()
-    # Sentence-initial capitals say nothing about proper nouns: drop leading stop words there.
-    at_sentence_start = _SENTENCE_START.search(text[max(0, start - 3) : start]) is not None or start == 0
-    while words and (words[0].lower() in _STOPWORDS and (at_sentence_start or words[0].islower())):
-        start = text.index(words[0], start) + len(words[0])
-        start = len(text) - len(text[start:].lstrip())
-        words = words[1:]
+def _mask_code(text: str) -> str:
+    """``text`` with its code spans blanked out, offsets kept. NUL, not spaces: a name run must not
+    join the words on either side of a span ("John `x` John" is no "John John" quote)."""
+    return _CODE_SPAN.sub(lambda m: "\0" * len(m.group(0)), text)
+
+
+def _is_placeholder(name: str) -> bool:
+    """``filename.py``, ``obj.foo``, ``SomethingElse``: a name made of an example's placeholder."""
+    return any(part.casefold() in _PLACEHOLDERS for part in re.split(r"[/.()]", name))
+
+
+def _capitalised_words(unit: WorkUnit) -> frozenset[str]:
+    """Folded words the unit's prose writes capitalised inside a sentence (so they are names)."""
+    words: set[str] = set()
+    for turn in unit.turns:
+        if (turn.role or "") in TOOL_ROLES:
+            continue
+        text = _mask_code(turn.text)
+        for match in _NAME_RUN.finditer(text):
+            inside = match.start() > 0 and not _SENTENCE_END.search(text[max(0, match.start() - 3) : match.start()])
+            for index, word in enumerate(match.group(0).split()):
+                if index > 0 or inside:
+                    words.add(_possessive_base(word).casefold())
+    return frozenset(words)
+
+
+def _name_mentions(text: str, people: Mapping[str, str], capitalised_elsewhere: frozenset[str], *, chat: bool) -> list[_Mention]:
+    """Names of people, places, works and organisations written in one turn of prose."""
+    found: list[_Mention] = []
+    for match in _QUOTED_TITLE.finditer(text) if chat else ():
+        title = match.group(1).strip().rstrip(",.?!")
+        words = title.split()
+        folded = title.casefold()
+        # A quoted title is title case ("An Affair To Remember"); quoted speech is not ("No strippers").
+        title_case = all(w[:1].isupper() for w in words if len(w) > 3)
+        if 1 <= len(words) <= 8 and title_case and not ({folded} & (_STOPWORDS | _GREETINGS | _INTERJECTIONS)):
+            start = match.start(1)
+            found.append(_Mention(start, start + len(title), "WORK", title, title, ("proper-noun",)))
+    for match in _NAME_RUN.finditer(text):
+        name = _trim_name(text, match, capitalised_elsewhere, chat=chat)
+        if name is None:
+            continue
+        node_type = _name_type(text, name, people, chat=chat)
+        if node_type == "CONCEPT" and not chat and " " not in name.name:
+            continue  # an untyped lone word in an agent's prose is more often code than a name
+        full = people.get(name.name.casefold()) if node_type == "PERSON" else None
+        found.append(_Mention(name.start, name.end, node_type, full or name.name, name.quote, ("proper-noun",)))
+    return found
+
+
+def _trim_name(text: str, match: re.Match[str], capitalised_elsewhere: frozenset[str], *, chat: bool) -> _Name | None:
+    """The name inside a run of capitalised words: greetings, interjections, contractions, stop
+    words and dates stripped off; ``None`` when nothing is left that reads as a name."""
+    if _NEW_YEAR.match(match.group(0)):
+        return None  # a date, though "New" starts names ("New York")
+    spans = [(m.start() + match.start(), m.group(0)) for m in re.finditer(r"\S+", match.group(0))]
+    at_sentence_start = match.start() == 0 or _SENTENCE_END.search(text[max(0, match.start() - 3) : match.start()]) is not None
+    list_item = _LIST_ITEM.search(text[max(0, match.start() - 12) : match.start()]) is not None or (
+        match.start() < 12 and _LIST_ITEM.search("\n" + text[: match.start()]) is not None
+    )
+    cues: set[str] = set()
+    # Leading words that are no part of the name; what they were tells what follows.
+    while spans:
+        word = spans[0][1]
+        folded = word.casefold()
+        contraction = _CONTRACTION.match(word)
+        if folded in _GREETINGS or folded in _INTERJECTIONS:
+            if folded in _GREETINGS:
+                cues.add("PERSON")  # "Hey John": the one greeted is a person
+        elif folded.rstrip(".") in _TITLES or folded in _TITLES:
+            if len(spans) > 1:
+                cues.add("PERSON")  # "Mr. Treeger", "Uncle Nathan"
+            else:
+                return None
+        elif contraction and (contraction.group(1).casefold() in _STOPWORDS or contraction.group(2).casefold() != "s"):
+            if folded in ("i'm", "i’m") and len(spans) > 1:
+                cues.add("PERSON")  # "I'm Chandler"
+        elif folded in _STOPWORDS or folded in _RELATIVE_DATE_LEADS or folded in _DATE_WORDS:
+            pass
+        elif not (not chat and list_item and len(spans) > 1 and folded not in capitalised_elsewhere):
+            break  # else "1. Configure Django settings": an instruction's verb, not part of a name
+        spans = spans[1:]
         at_sentence_start = False
-    while words and words[-1].lower() in _STOPWORDS:
-        words = words[:-1]
-    if len(words) < _MIN_PHRASE_WORDS or any(_CLASS.fullmatch(w) for w in words):
+    # A possessive ends the name ("Phoebe's room"); a contraction, greeting or interjection after
+    # it is no part of it ("Look Phoebe I'm", "Mary Ellen Wait"). Stop words inside stay: "Days of
+    # Our Lives".
+    for index, (_, word) in enumerate(spans):
+        folded = word.casefold()
+        contraction = _CONTRACTION.match(word)
+        if contraction and contraction.group(2).casefold() == "s" and contraction.group(1).casefold() not in _STOPWORDS:
+            spans = spans[: index + 1]
+            break
+        if contraction or folded in _GREETINGS or folded in _INTERJECTIONS:
+            spans = spans[:index]
+            break
+    while spans and (spans[-1][1].casefold() in _DATE_WORDS or spans[-1][1].casefold() in _STOPWORDS or spans[-1][1] in _CONNECTORS):
+        spans = spans[:-1]
+    if not spans or all(w.casefold() in _DATE_WORDS or w.casefold() in _TIMES_OF_DAY for _, w in spans):
         return None
-    phrase = " ".join(words)
-    end = text.index(words[-1], start) + len(words[-1])
-    quote = text[start:end]
-    return _Mention(start, end, "CONCEPT", phrase, quote, ("proper-noun",))
+    words = [_possessive_base(w) for _, w in spans]
+    if len(words) == 1 and (len(words[0]) < 2 or words[0] == "I"):
+        return None
+    start = spans[0][0]
+    end = spans[-1][0] + len(words[-1])
+    lone_initial = at_sentence_start and len(words) == 1
+    if lone_initial and words[0].casefold() not in capitalised_elsewhere and not _followed_by_person_verb(text, end):
+        return None  # "Sometimes", "Sounds": any sentence starts with a capital
+    if _is_heading(text, match.start(), match.end()):
+        return None  # "Command Execution Rules" on a line of its own is a heading, not a name
+    return _Name(start, end, " ".join(words), text[start:end], cues)
+
+
+def _possessive_base(word: str) -> str:
+    contraction = _CONTRACTION.match(word)
+    return contraction.group(1) if contraction and contraction.group(2).casefold() == "s" else word
+
+
+def _followed_by_person_verb(text: str, end: int) -> bool:
+    following = re.match(r"[ \t]+([a-z']+)", text[end : end + 24])
+    return following is not None and following.group(1) in _PERSON_VERBS
+
+
+def _is_heading(text: str, start: int, end: int) -> bool:
+    line_start = text.rfind("\n", 0, start) + 1
+    line_end = text.find("\n", end)
+    line = text[line_start : len(text) if line_end == -1 else line_end]
+    return line.strip(" \t#*_:=-|>`").strip() == text[start:end] and "\n" in text
+
+
+def _name_type(text: str, name: _Name, people: Mapping[str, str], *, chat: bool) -> str:
+    """PERSON, PLACE, WORK, ORGANIZATION or CONCEPT, from the words around and inside the name."""
+    words = name.name.split()
+    folded = [w.casefold() for w in words]
+    if name.name.casefold() in people or "PERSON" in name.cues or _followed_by_person_verb(text, name.end):
+        return "PERSON"
+    before = re.findall(r"[A-Za-z']+", text[max(0, name.start - 30) : name.start])
+    previous = [w.casefold() for w in before[-2:]]
+    if previous[-1:] == ["the"]:
+        previous = previous[:-1]
+    if folded[-1].rstrip(".") in _ORGANIZATION_WORDS or folded[-1] in _ORGANIZATION_WORDS:
+        return "ORGANIZATION"
+    if folded[-1] in _PLACE_WORDS:
+        return "PLACE"
+    if any(w in _WORK_LEADS for w in previous):
+        return "WORK"
+    if previous and (previous[-1] in _PLACE_VERBS or (chat and previous[-1] in _PLACE_LEADS)):
+        return "PLACE"
+    if chat and previous and previous[-1] in _PERSON_LEADS:
+        return "PERSON"
+    return "CONCEPT"
 
 
 def _description(turn: UnitTurn, mention: _Mention) -> str:
     """The sentence around a mention when it reads as prose said by a person or the assistant;
     ``""`` for tool output, log lines and the like (a node seen only there has no description,
     rather than a log line posing as one)."""
-    if turn.role == "tool":
+    if (turn.role or "") in TOOL_ROLES:
         return ""
     sentence = _sentence_around(turn.text, mention.start, mention.end)
     letters = sum(c.isalpha() or c == " " for c in sentence)

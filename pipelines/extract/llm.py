@@ -34,11 +34,13 @@ from pipelines.extract.model import (
     ExtractionFailure,
     ExtractorReply,
     WorkUnit,
+    response_schema,
+    schema_example,
 )
 
 log = structlog.get_logger(__name__)
 
-PROMPT_VERSION = 1
+PROMPT_VERSION = 2
 JSON_MODES: tuple[str, ...] = ("json_schema", "json_object", "none")
 MAX_RETRY_AFTER_SECONDS = 60.0
 MAX_BACKOFF_SECONDS = 30.0
@@ -46,69 +48,24 @@ MAX_TOKEN_COUNT = 2**40
 _CONTEXT_OVERFLOW = re.compile(r"context[ _-]?(length|window|size)|maximum context|too many tokens|prompt is too long|exceeds", re.I)
 _FORMAT_REJECTED = re.compile(r"response_format|json_schema|json_object|structured", re.I)
 
-_EVIDENCE = {
-    "type": "array",
-    "items": {
-        "type": "object",
-        "properties": {"turn": {"type": "integer"}, "quote": {"type": "string"}},
-        "required": ["turn", "quote"],
-    },
-}
-RESPONSE_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "summary": {"type": "string"},
-        "nodes": {
-            "type": "array",
-            "items": {
-                "type": "object",
-                "properties": {
-                    "id": {"type": "string"},
-                    "type": {"type": "string"},
-                    "name": {"type": "string"},
-                    "description": {"type": "string"},
-                    "aliases": {"type": "array", "items": {"type": "string"}},
-                    "confidence": {"type": "number"},
-                    "tags": {"type": "array", "items": {"type": "string"}},
-                    "evidence": _EVIDENCE,
-                },
-                "required": ["id", "type", "name", "evidence"],
-            },
-        },
-        "edges": {
-            "type": "array",
-            "items": {
-                "type": "object",
-                "properties": {
-                    "source": {"type": "string"},
-                    "target": {"type": "string"},
-                    "relationship": {"type": "string"},
-                    "justification": {"type": "string"},
-                    "evidence": _EVIDENCE,
-                },
-                "required": ["source", "target", "relationship"],
-            },
-        },
-    },
-    "required": ["summary", "nodes", "edges"],
-}
+# The JSON schema sent with ``response_format`` and the example in the prompt both come from the
+# one model of the answer (pipelines.extract.model.ExtractionSpec), which validation reads too.
+RESPONSE_SCHEMA: dict[str, Any] = response_schema()
+_SCHEMA_EXAMPLE = json.dumps(schema_example(), ensure_ascii=False)
 
 
 def system_prompt(semantic_types: Sequence[str]) -> str:
     """The instructions: what to extract and the exact JSON shape."""
     return (
         "You extract a knowledge graph from a conversation between a user, an AI agent and its tools.\n"
-        "Reply with ONE JSON object and nothing else:\n"
-        '{"summary": "two sentences", "nodes": [{"id": "n1", "type": "CLASS", "name": "…", '
-        '"description": "…", "aliases": ["…"], "confidence": 0.0-1.0, "tags": ["…"], '
-        '"evidence": [{"turn": 3, "quote": "verbatim words from turn 3"}]}], '
-        '"edges": [{"source": "n1", "target": "n2", "relationship": "DEPENDS_ON", "justification": "…", '
-        '"evidence": [{"turn": 3, "quote": "…"}]}]}\n'
+        "Reply with ONE JSON object and nothing else, shaped like this (confidence is 0.0-1.0):\n"
+        f"{_SCHEMA_EXAMPLE}\n"
         f"Node types: {', '.join(semantic_types)}.\n"
         f"Relationships: {', '.join(SEMANTIC_RELATIONSHIPS)}.\n"
         "Turns are numbered [1], [2], …: cite those numbers. Every quote must be copied verbatim from "
-        "the cited turn (a few words). Extract durable knowledge (code entities, files, issues, "
-        "decisions, strategies, people, tools), not chit-chat."
+        "the cited turn (a few words); a speaker may be cited by the name in parentheses. Extract "
+        "durable knowledge (code entities, files, issues, decisions, strategies, people, places, "
+        "works, organisations, tools), not chit-chat, greetings, numbers or hashes."
     )
 
 
@@ -149,8 +106,10 @@ class OpenAIExtractor:
 
     @property
     def fingerprint(self) -> str:
+        # The prompt and the schema themselves are in the basis: changing either re-extracts.
         basis = json.dumps(
-            [self.name, self.settings.llm_model, PROMPT_VERSION, SCHEMA_VERSION, list(self.settings.semantic_types)]
+            [self.name, self.settings.llm_model, PROMPT_VERSION, SCHEMA_VERSION, list(self.settings.semantic_types),
+             self._system, RESPONSE_SCHEMA]
         )
         return f"openai:{self.settings.llm_model}:p{PROMPT_VERSION}:s{SCHEMA_VERSION}:{hashlib.sha256(basis.encode()).hexdigest()[:12]}"
 

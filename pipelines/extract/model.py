@@ -1,9 +1,12 @@
 """The data of extraction (pure): work units, the extractor contract, validated chunk extractions.
 
-An extractor answers with the *model schema* (below) in which turns are small local numbers
-(``1..n`` within the unit). :func:`validate_extraction` checks that answer, maps the numbers back to
-Chroma memory ids, grounds every evidence quote in the turn text and gives canonical node ids.
-Its result (:class:`ChunkExtraction`) is what ``chunk_results.payload`` stores and what reduce reads.
+An extractor answers with the *model schema* in which turns are small local numbers (``1..n``
+within the unit). The schema is one pydantic model, :class:`ExtractionSpec`: the prompt's example
+(:func:`schema_example`), the JSON schema sent to the server (:func:`response_schema`) and the
+fields :func:`validate_extraction` reads all come from it. Validation checks an answer, maps the
+numbers back to Chroma memory ids, grounds every evidence quote in the turn text (or the turn's
+speaker), rejects noise names and gives canonical node ids. Its result (:class:`ChunkExtraction`)
+is what ``chunk_results.payload`` stores and what reduce reads.
 
 Model schema (JSON)::
 
@@ -22,7 +25,10 @@ import re
 import unicodedata
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Protocol
+from functools import cache
+from typing import Annotated, Any, Protocol, get_args, get_origin
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from pipelines.identity import is_identifier, normal_path
 from store.graph import dumps
@@ -57,6 +63,131 @@ DEFAULT_RELATIONSHIP = "RELATES_TO"
 PROSE_TYPES: frozenset[str] = frozenset({"CONCEPT", "STRATEGY", "DECISION", "GUIDE"})
 MAX_NAME_CHARS = 300
 MAX_TEXT_CHARS = 2_000
+
+
+# --- the model schema: one definition -------------------------------------------------------
+class EvidenceSpec(BaseModel):
+    """Where something was said: a turn number and words copied from that turn."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    turn: int = Field(description="the [n] number of the turn", examples=[3])
+    quote: str = Field(description="a few words copied verbatim from that turn", examples=["verbatim words from turn 3"])
+
+
+class NodeSpec(BaseModel):
+    """One entity of the answer."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    id: str = Field(description="a handle edges use to name this node", examples=["n1"])
+    type: str = Field(description="one of the node types", examples=["CLASS"])
+    name: str = Field(description="the entity's name as written", examples=["…"])
+    description: str = Field("", examples=["…"])
+    aliases: list[str] = Field(default_factory=list, examples=[["…"]])
+    confidence: float = Field(0.5, ge=0.0, le=1.0, examples=[0.9])
+    tags: list[str] = Field(default_factory=list, examples=[["…"]])
+    evidence: list[EvidenceSpec]
+
+
+class EdgeSpec(BaseModel):
+    """One relationship between two nodes of the answer (named by id, name or alias)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    source: str = Field(examples=["n1"])
+    target: str = Field(examples=["n2"])
+    relationship: str = Field(description="one of the relationships", examples=["DEPENDS_ON"])
+    justification: str = Field("", examples=["…"])
+    evidence: list[EvidenceSpec] = Field(default_factory=list)
+
+
+class ExtractionSpec(BaseModel):
+    """An extractor's answer for one work unit (the model schema)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    summary: str = Field(examples=["two sentences"])
+    nodes: list[NodeSpec]
+    edges: list[EdgeSpec]
+
+
+def schema_example(spec: type[BaseModel] = ExtractionSpec) -> dict[str, Any]:
+    """An example answer built from the fields' examples (what the prompt shows)."""
+    example: dict[str, Any] = {}
+    for name, info in spec.model_fields.items():
+        inner = _list_item_model(info.annotation)
+        example[name] = [schema_example(inner)] if inner is not None else (info.examples or [""])[0]
+    return example
+
+
+def response_schema(spec: type[BaseModel] = ExtractionSpec) -> dict[str, Any]:
+    """The JSON schema sent to the server: the model's schema with its ``$defs`` inlined (some
+    servers' grammar builders do not follow ``$ref``) and without titles and examples."""
+    raw = spec.model_json_schema()
+    definitions = raw.pop("$defs", {})
+
+    def inline(value: Any) -> Any:
+        if isinstance(value, dict):
+            if "$ref" in value:
+                return inline(definitions[value["$ref"].rsplit("/", 1)[-1]])
+            return {k: inline(v) for k, v in value.items() if k not in ("title", "examples")}
+        if isinstance(value, list):
+            return [inline(v) for v in value]
+        return value
+
+    return inline(raw)
+
+
+def _list_item_model(annotation: Any) -> type[BaseModel] | None:
+    """``M`` when ``annotation`` is ``list[M]`` for a pydantic model ``M``."""
+    if get_origin(annotation) is list:
+        (item,) = get_args(annotation)
+        if isinstance(item, type) and issubclass(item, BaseModel):
+            return item
+    return None
+
+
+@cache
+def _field_adapter(spec: type[BaseModel], name: str) -> tuple[TypeAdapter[Any], bool]:
+    """A strict validator of one field (of a list field: of one element), and whether it is a list."""
+    info = spec.model_fields[name]
+    if get_origin(info.annotation) is list:
+        (item,) = get_args(info.annotation)
+        return TypeAdapter(Any if _list_item_model(info.annotation) else item), True
+    annotation = Annotated[(info.annotation, *info.metadata)] if info.metadata else info.annotation
+    return TypeAdapter(annotation), False
+
+
+def read_fields(spec: type[BaseModel], item: Mapping[str, Any]) -> dict[str, Any]:
+    """Every field of ``spec`` read from ``item`` on its own, so one bad field never costs the item:
+    a value of the wrong type or out of the field's bounds is the field's default (``None`` for a
+    required field); a list keeps its elements of the right type (of a list of models: its objects,
+    read by the caller with this function again). Nothing raises."""
+    fields: dict[str, Any] = {}
+    for name, info in spec.model_fields.items():
+        adapter, is_list = _field_adapter(spec, name)
+        value = item.get(name)
+        if is_list:
+            elements = value if isinstance(value, list) else []
+            if _list_item_model(info.annotation) is not None:
+                fields[name] = [e for e in elements if isinstance(e, Mapping)]
+            else:
+                fields[name] = [e for e in elements if _valid(adapter, e)]
+            continue
+        if value is not None and _valid(adapter, value):
+            fields[name] = value
+        else:
+            fields[name] = None if info.is_required() else info.get_default(call_default_factory=True)
+    return fields
+
+
+def _valid(adapter: TypeAdapter[Any], value: Any) -> bool:
+    try:
+        adapter.validate_python(value, strict=True)
+    except (ValidationError, TypeError, ValueError, OverflowError):
+        return False
+    return True
 
 
 class ExtractionFailure(Exception):
@@ -252,6 +383,42 @@ def semantic_node_id(node_type: str, name: str) -> str | None:
     return normalized if normalized.partition(":")[0] == node_type else None
 
 
+# Noise no extractor may turn into a node (each a ``rejected`` reason of its own).
+_SHELL_PROMPT = re.compile(r"^(?:[$%#>]|>>>|\.\.\.|In \[\d*\]:|PS [A-Za-z]:\\\S*>|\S+@[\w.-]+:\S*[$#])(?:\s|$)")
+_COLOUR = re.compile(r"^(?:#(?:[0-9a-fA-F]{3,4}|[0-9a-fA-F]{6}|[0-9a-fA-F]{8})|(?:rgba?|hsla?)\(.*\))$")
+_ISSUE_NUMBER = re.compile(r"^#?[1-9]\d*$")  # decimal, no leading zero: "#0a0" and "#000" are colours
+_NUMBER = re.compile(r"^[#+-]?v?\d[\d.,:/_%x-]*$")
+_HEX_BLOB = re.compile(r"^(?:0x|sha\d*[:-])?(?=[0-9a-fA-F-]*\d)(?=[0-9a-fA-F-]*[a-fA-F])[0-9a-fA-F-]{8,}$")
+_TOKEN_BLOB = re.compile(r"^[A-Za-z0-9+/=_-]{16,}$")
+_CODE_PUNCTUATION = re.compile(r"[;{}]")
+# In a base64 or random token about two characters in three change class (upper, lower, digit,
+# other); in CamelCase and snake_case identifiers one in five or fewer.
+_BLOB_CLASS_CHANGES = 0.45
+
+
+def noise_reason(node_type: str, name: str) -> str | None:
+    """Why ``name`` is noise rather than an entity, or ``None``: ``node-name-shell-prompt``,
+    ``node-name-colour``, ``node-name-number`` or ``node-name-blob`` (a hash, long hex, a base64 or
+    random token, minified code). ``#123`` stays a valid ISSUE name."""
+    if _SHELL_PROMPT.match(name):
+        return "node-name-shell-prompt"
+    if node_type == "ISSUE" and _ISSUE_NUMBER.match(name):
+        return None
+    if _COLOUR.match(name):
+        return "node-name-colour"
+    if _NUMBER.match(name):
+        return "node-name-number"
+    if _HEX_BLOB.match(name) or _CODE_PUNCTUATION.search(name) or (_TOKEN_BLOB.match(name) and _class_changes(name) >= _BLOB_CLASS_CHANGES):
+        return "node-name-blob"
+    return None
+
+
+def _class_changes(token: str) -> float:
+    """The share of neighbouring characters of a different class (upper, lower, digit, other)."""
+    classes = [0 if c.isupper() else 1 if c.islower() else 2 if c.isdigit() else 3 for c in token]
+    return sum(a != b for a, b in zip(classes, classes[1:])) / max(1, len(token) - 1)
+
+
 def coerce_type(value: Any, semantic_types: Collection[str]) -> str:
     """The upper-cased type when it is in the vocabulary, else CONCEPT."""
     upper = clean_text(value, limit=64).upper().replace(" ", "_")
@@ -293,37 +460,41 @@ def find_references(unit: WorkUnit) -> tuple[Reference, ...]:
 class _Grounding:
     turns: dict[int, UnitTurn]
     folded: dict[int, str]
+    speakers: dict[int, str]
     ungrounded: list[dict[str, Any]] = field(default_factory=list)
     invalid_turn_refs: int = 0
 
     def ground(self, items: Any, owner: str) -> tuple[Evidence, ...]:
         """Grounded evidence of one node/edge; the rest is flagged in ``ungrounded``."""
-        grounded: list[Evidence] = []
-        for item in items if isinstance(items, list) else []:
-            if not isinstance(item, Mapping):
-                continue
-            quote = clean_text(item.get("quote"), limit=500)
-            turn = item.get("turn")
-            number = turn if isinstance(turn, int) and not isinstance(turn, bool) else None
+        grounded: dict[Evidence, None] = {}  # ordered, and no list scan per quote (n² on a long chunk)
+        for item in items:
+            fields = read_fields(EvidenceSpec, item)
+            quote = clean_text(fields["quote"], limit=500)
+            number = fields["turn"]
             if number is not None and number not in self.turns:
                 self.invalid_turn_refs += 1
                 number = None
             memory_id = self._locate(quote, number) if quote else None
             if memory_id is None:
                 # Only cleaned values are kept: this goes into the stored payload as JSON text.
+                turn = item.get("turn")
                 shown = clean_text(turn, limit=40) if isinstance(turn, str) else _plain_int(turn)
                 self.ungrounded.append({"owner": owner, "turn": shown, "quote": quote})
-            elif Evidence(memory_id, quote) not in grounded:
-                grounded.append(Evidence(memory_id, quote))
+            else:
+                grounded.setdefault(Evidence(memory_id, quote))
         return tuple(grounded)
 
     def _locate(self, quote: str, number: int | None) -> str | None:
         needle = quote.casefold()
-        if number is not None and needle in self.folded[number]:
+        if number is not None and (needle in self.folded[number] or needle == self.speakers.get(number)):
             return self.turns[number].memory_id
         # Models garble numbers more often than quotes: accept the quote in another turn.
         for other, text in self.folded.items():
             if needle in text:
+                return self.turns[other].memory_id
+        # A speaker is named by the turn's role, not its text: the quote is that name.
+        for other, speaker in self.speakers.items():
+            if needle == speaker:
                 return self.turns[other].memory_id
         return None
 
@@ -333,11 +504,13 @@ def validate_extraction(raw: Any, unit: WorkUnit, *, semantic_types: Collection[
 
     Raises :class:`ExtractionFailure` ``schema-failure`` when the reply is not an object with a
     ``nodes`` list (a ``graph: {nodes, edges}`` wrapper, the earlier system's shape, is accepted).
-    Bad items are dropped and counted by reason (``rejected``: ``node-not-an-object``,
-    ``node-name-invalid``, ``edge-not-an-object``, ``edge-endpoint-unknown``, ``edge-self-loop``);
-    fields of the wrong type are ignored, never raised on; evidence whose quote is not in the chunk
-    text is flagged in ``ungrounded`` and never used as provenance; turn numbers outside the unit
-    are counted.
+    Items are read field by field from :class:`NodeSpec` / :class:`EdgeSpec` / :class:`EvidenceSpec`
+    (:func:`read_fields`: a field of the wrong type is its default, never raised on). Bad items are
+    dropped and counted by reason (``rejected``: ``node-not-an-object``, ``node-name-invalid``, the
+    noise reasons of :func:`noise_reason`, ``edge-not-an-object``, ``edge-endpoint-unknown``,
+    ``edge-self-loop``); evidence whose quote is neither in the chunk text nor a turn's speaker is
+    flagged in ``ungrounded`` and never used as provenance; turn numbers outside the unit are
+    counted.
     """
     if isinstance(raw, Mapping) and isinstance(raw.get("graph"), Mapping):
         raw = {**raw["graph"], "summary": raw.get("summary", "")}
@@ -349,6 +522,7 @@ def validate_extraction(raw: Any, unit: WorkUnit, *, semantic_types: Collection[
     grounding = _Grounding(
         turns={t.number: t for t in unit.turns},
         folded={t.number: clean_text(t.text, limit=len(t.text) + 1).casefold() for t in unit.turns},
+        speakers={t.number: clean_text(t.role, limit=64).casefold() for t in unit.turns if t.role},
     )
     rejected: dict[str, int] = {}
     nodes: dict[str, ExtractedNode] = {}
@@ -397,27 +571,29 @@ def _node(item: Any, semantic_types: Collection[str], grounding: _Grounding) -> 
     """The validated node, or the reason it is rejected."""
     if not isinstance(item, Mapping):
         return "node-not-an-object"
-    name, node_type = item.get("name"), item.get("type")
-    given_id = item.get("id") if isinstance(item.get("id"), str) else ""
-    if (not isinstance(name, str) or not name.strip()) and ":" in given_id:
+    fields = read_fields(NodeSpec, item)
+    name, node_type, given_id = fields["name"], fields["type"], fields["id"] or ""
+    if (name is None or not name.strip()) and ":" in given_id:
         node_type, _, name = given_id.partition(":")  # the earlier system's "Type:Name" ids
     node_type = coerce_type(node_type, semantic_types)
-    node_id = semantic_node_id(node_type, name if isinstance(name, str) else "")
+    node_id = semantic_node_id(node_type, name or "")
     if node_id is None:
         return "node-name-invalid"
     display = clean_text(name, limit=MAX_NAME_CHARS)
-    aliases = [clean_text(a, limit=MAX_NAME_CHARS) for a in _list(item.get("aliases")) if isinstance(a, str)]
-    confidence = _confidence(item.get("confidence", 0.5))
-    tags = [clean_text(t, limit=64).lower() for t in _list(item.get("tags")) if isinstance(t, str)]
+    noise = noise_reason(node_type, display)
+    if noise is not None:
+        return noise
+    aliases = [clean_text(a, limit=MAX_NAME_CHARS) for a in fields["aliases"]]
+    tags = [clean_text(t, limit=64).lower() for t in fields["tags"]]
     return ExtractedNode(
         id=node_id,
         type=node_type,
         name=display,
-        description=clean_text(item.get("description")),
+        description=clean_text(fields["description"]),
         aliases=tuple(sorted({a for a in [display, *aliases] if a})),
-        confidence=confidence,
+        confidence=round(float(fields["confidence"]), 4),
         tags=tuple(sorted({t for t in tags if t})),
-        evidence=grounding.ground(item.get("evidence"), node_id),
+        evidence=grounding.ground(fields["evidence"], node_id),
     )
 
 
@@ -425,43 +601,24 @@ def _edge(item: Any, handles: Mapping[str, str], grounding: _Grounding) -> Extra
     """The validated edge, or the reason it is rejected."""
     if not isinstance(item, Mapping):
         return "edge-not-an-object"
-    ends = []
-    for key in ("source", "target"):
-        value = item.get(key)
-        ends.append(handles.get(value.strip().casefold()) if isinstance(value, str) else None)
-    source, target = ends
+    fields = read_fields(EdgeSpec, item)
+    source, target = (handles.get(v.strip().casefold()) if v is not None else None for v in (fields["source"], fields["target"]))
     if source is None or target is None:
         return "edge-endpoint-unknown"
     if source == target:
         return "edge-self-loop"
-    relationship = coerce_relationship(item.get("relationship"))
+    relationship = coerce_relationship(fields["relationship"])
     return ExtractedEdge(
         source,
         target,
         relationship,
-        clean_text(item.get("justification"), limit=500),
-        grounding.ground(item.get("evidence"), f"{source} {relationship} {target}"),
+        clean_text(fields["justification"], limit=500),
+        grounding.ground(fields["evidence"], f"{source} {relationship} {target}"),
     )
 
 
 def _plain_int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def _confidence(value: Any) -> float:
-    """A number clamped to 0..1; anything else (a string, NaN, an int too big for a float) is 0.5."""
-    if not isinstance(value, (int, float)) or isinstance(value, bool):
-        return 0.5
-    try:
-        number = float(value)
-    except OverflowError:
-        number = 1.0 if value > 0 else 0.0
-    return 0.5 if number != number else round(min(1.0, max(0.0, number)), 4)
-
-
-def _list(value: Any) -> list[Any]:
-    """``value`` when it is a list; a model's ``"aliases": 7`` or ``"tags": "x"`` counts as none."""
-    return value if isinstance(value, list) else []
 
 
 def _union(first: Sequence[Any], second: Sequence[Any]) -> tuple[Any, ...]:

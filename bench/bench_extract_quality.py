@@ -1,0 +1,310 @@
+"""Offline extraction quality on real transcripts: node precision, chat entity recall, turns/s.
+
+Data: ``bench/convert_transcripts.py`` turns public transcripts into import JSONL, split into a
+tuning and a held-out half before anything was labelled. Labels (committed, small):
+
+- ``bench/data/extract_node_labels.jsonl`` — ``{"session", "node", "useful": bool}``: nodes drawn at
+  random from the extractor's output on sampled sessions, each judged useful or noise;
+- ``bench/data/chat_entities.jsonl`` — ``{"session", "entities": [{"name", "type", "aliases"}]}``:
+  for sampled conversations, the named people, places, works and organisations a person would list.
+
+    python -m bench.bench_extract_quality report --data /tmp/qe-data --splits tune heldout --speed
+    python -m bench.bench_extract_quality sample --data /tmp/qe-data --source swe --split tune [--before|--tool-only]
+    REM_TRANSCRIPTS=/tmp/qe-data python bench/run_all.py extract_quality
+
+``report`` prints, per source and split, node precision over the labelled nodes the extractor
+still makes, chat entity recall, and turns/s against the baseline extractor (the heuristic module
+at ``--baseline-ref``, loaded from git into this process). ``sample`` lists sampled nodes that
+have no label yet (to be labelled by a person, never by the extractor).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+import types
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from config import Settings  # noqa: E402
+from pipelines.extract import heuristic  # noqa: E402
+from pipelines.extract.model import WorkUnit, validate_extraction  # noqa: E402
+from pipelines.extract.units import SourceTurn, plan_units  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+NODE_LABELS = ROOT / "bench" / "data" / "extract_node_labels.jsonl"
+CHAT_ENTITIES = ROOT / "bench" / "data" / "chat_entities.jsonl"
+SOURCES = ("friends", "swe")
+SPLITS = ("tune", "heldout")
+# Sessions whose nodes are sampled for precision labels, and conversations labelled for recall.
+PRECISION_SESSIONS = {"friends": 40, "swe": 12}
+NODES_PER_SPLIT = 80
+RECALL_CONVERSATIONS = 20
+SEED = 11
+
+Extract = Callable[[WorkUnit], dict[str, Any]]
+
+
+@dataclass(slots=True)
+class SeenNode:
+    """One node of a session's extraction, with where it was seen."""
+
+    id: str
+    type: str
+    name: str
+    roles: Counter[str] = field(default_factory=Counter)
+    quotes: list[str] = field(default_factory=list)
+    turns: set[str] = field(default_factory=set)  # memory ids of its evidence
+
+
+def load_sessions(path: Path) -> list[dict[str, Any]]:
+    """The import lines of one converted file."""
+    with path.open(encoding="utf-8") as handle:
+        return [json.loads(line) for line in handle if line.strip()]
+
+
+def units_of(session: dict[str, Any], settings: Settings) -> list[WorkUnit]:
+    """The work units the worker would plan for a session."""
+    turns = [SourceTurn(t["id"], t["text"], t.get("role")) for t in session["turns"]]
+    return plan_units(session["sessionId"], turns, budget_tokens=settings.chunk_budget_tokens)
+
+
+def extract_session(units: Sequence[WorkUnit], extract: Extract, settings: Settings) -> dict[str, SeenNode]:
+    """The validated nodes of a session (every extractor's validation applies), by id."""
+    seen: dict[str, SeenNode] = {}
+    for unit in units:
+        role_of = {t.memory_id: t.role or "" for t in unit.turns}
+        extraction = validate_extraction(extract(unit), unit, semantic_types=settings.semantic_types)
+        for node in extraction.nodes:
+            entry = seen.setdefault(node.id, SeenNode(node.id, node.type, node.name))
+            for evidence in node.evidence:
+                entry.roles[role_of.get(evidence.memory_id, "")] += 1
+                entry.turns.add(evidence.memory_id)
+                if len(entry.quotes) < 2:
+                    entry.quotes.append(evidence.quote)
+    return seen
+
+
+def baseline_module(ref: str) -> types.ModuleType:
+    """The heuristic extractor as it was at git ``ref``, loaded beside the current one."""
+    source = subprocess.run(
+        ["git", "-C", str(ROOT), "show", f"{ref}:pipelines/extract/heuristic.py"], check=True, capture_output=True, text=True
+    ).stdout
+    module = types.ModuleType("baseline_heuristic")
+    sys.modules[module.__name__] = module  # dataclasses look their module up
+    exec(compile(source, f"{ref}:heuristic.py", "exec"), module.__dict__)
+    return module
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """The rows of a JSONL file (none when it does not exist yet)."""
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def sampled_sessions(sessions: Sequence[dict[str, Any]], source: str, count: int, *, salt: str) -> list[dict[str, Any]]:
+    """A fixed random sample of sessions (with at least two turns)."""
+    pool = sorted((s for s in sessions if len(s["turns"]) >= 2), key=lambda s: s["sessionId"])
+    return random.Random(f"{SEED}:{source}:{salt}").sample(pool, min(count, len(pool)))
+
+
+def node_sample(nodes: dict[str, dict[str, SeenNode]], source: str, split: str) -> list[tuple[str, SeenNode]]:
+    """A fixed random sample of (session, node) out of every node made on the sampled sessions.
+
+    The order is drawn once over the sorted pool, so a node keeps its place when the extractor
+    changes; the sample is the first NODES_PER_SPLIT of the current extractor's nodes in that order.
+    """
+    pool = [(sid, node_id) for sid, found in nodes.items() for node_id in found]
+    pool.sort(key=lambda pair: hashlib.sha256(f"{SEED}|{source}|{split}|{pair[0]}|{pair[1]}".encode()).hexdigest())
+    return [(sid, nodes[sid][node_id]) for sid, node_id in pool[:NODES_PER_SPLIT]]
+
+
+def precision_nodes(
+    data: Path, source: str, split: str, extract: Extract, settings: Settings
+) -> tuple[dict[str, dict[str, SeenNode]], list[tuple[str, SeenNode]]]:
+    """Every node ``extract`` makes on the split's precision sessions, and the node sample."""
+    sessions = load_sessions(data / f"{source}.{split}.jsonl")
+    chosen = sampled_sessions(sessions, source, PRECISION_SESSIONS[source], salt=f"{split}:precision")
+    found = {s["sessionId"]: extract_session(units_of(s, settings), extract, settings) for s in chosen}
+    return found, node_sample(found, source, split)
+
+
+def cmd_sample(args: argparse.Namespace) -> None:
+    """Print the sampled nodes that have no label yet, for a person to label."""
+    settings = Settings()
+    labelled = {(r["session"], r["node"]) for r in read_jsonl(NODE_LABELS)}
+    if args.tool_only:
+        sample = tool_only_pool(args.data, args.split, settings)
+    else:
+        extract = baseline_module(args.baseline_ref).extract_heuristic if args.before else heuristic.extract_heuristic
+        _, sample = precision_nodes(args.data, args.source, args.split, extract, settings)
+    for sid, node in sample:
+        if (sid, node.id) not in labelled:
+            print(json.dumps({"session": sid, "node": node.id, "roles": dict(node.roles), "quotes": node.quotes}, ensure_ascii=False))
+
+
+def cmd_show(args: argparse.Namespace) -> None:
+    """Print sampled conversations (for entity labelling), without any extractor output."""
+    sessions = load_sessions(args.data / f"{args.source}.{args.split}.jsonl")
+    for session in sampled_sessions(sessions, args.source, RECALL_CONVERSATIONS, salt=f"{args.split}:recall"):
+        print(f"=== {session['sessionId']}")
+        for turn in session["turns"]:
+            print(f"{turn.get('role')}: {turn['text']}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name in ("report", "sample", "show"):
+        command = sub.add_parser(name)
+        command.add_argument("--data", type=Path, required=True, help="directory of converted <source>.<split>.jsonl")
+        if name != "report":
+            command.add_argument("--source", choices=SOURCES, required=True)
+            command.add_argument("--split", choices=SPLITS, required=True)
+            command.add_argument("--tool-only", action="store_true", help="the tool-only reference sample (swe)")
+            command.add_argument("--before", action="store_true", help="sample the baseline extractor's nodes")
+            command.add_argument("--baseline-ref", default="fb81ed7")
+        else:
+            command.add_argument("--baseline-ref", default="fb81ed7", help="git ref of the heuristic to compare with")
+            command.add_argument("--splits", nargs="+", choices=SPLITS, default=["tune"])
+            command.add_argument("--speed", action="store_true", help="also time both extractors")
+    if argv is not None and not argv:  # from bench/run_all.py: the data are fetched by hand
+        data = os.environ.get("REM_TRANSCRIPTS")
+        if not data:
+            print("skipped: set REM_TRANSCRIPTS to the converted transcripts (see this module's docstring)")
+            return
+        argv = ["report", "--data", data, "--splits", "tune", "heldout", "--speed"]
+    args = parser.parse_args(argv)
+    {"report": cmd_report, "sample": cmd_sample, "show": cmd_show}[args.command](args)
+
+
+NEVER = 10**6
+TOOL_THRESHOLDS = (1, 2, 3, 4, 6, NEVER)
+TOOL_ONLY_SAMPLE = 100
+SPEED_SESSIONS = {"friends": 400, "swe": 30}
+
+
+def precision(labels: dict[tuple[str, str], bool], sample: Sequence[tuple[str, SeenNode]]) -> dict[str, Any]:
+    """Useful share of the labelled nodes in a sample (and how many sampled nodes have a label)."""
+    judged = [labels[(sid, node.id)] for sid, node in sample if (sid, node.id) in labels]
+    return {"sampled": len(sample), "labelled": len(judged), "precision": round(sum(judged) / len(judged), 3) if judged else None}
+
+
+def entity_recall(data: Path, split: str, extract: Extract, settings: Settings) -> dict[str, Any]:
+    """Share of the labelled entities of each conversation that some node names (name or alias
+    equal, case-insensitive); ``said`` counts only entities that are not a speaker of the session."""
+    sessions = {s["sessionId"]: s for s in load_sessions(data / f"friends.{split}.jsonl")}
+    hits = total = said_hits = said_total = 0
+    missed: list[str] = []
+    for row in read_jsonl(CHAT_ENTITIES):
+        if row["split"] != split:
+            continue
+        session = sessions[row["session"]]
+        names = {n.name.casefold() for n in extract_session(units_of(session, settings), extract, settings).values()}
+        roles = {str(t.get("role", "")).casefold() for t in session["turns"]}
+        for entity in row["entities"]:
+            forms = {f.casefold() for f in (entity["name"], *entity.get("aliases", ()))}
+            found = bool(forms & names)
+            hits += found
+            total += 1
+            if not forms & roles:
+                said_hits += found
+                said_total += 1
+                if not found:
+                    missed.append(entity["name"])
+    return {
+        "conversations": sum(1 for r in read_jsonl(CHAT_ENTITIES) if r["split"] == split),
+        "entities": total, "recall": round(hits / total, 3) if total else None,
+        "said_entities": said_total, "said_recall": round(said_hits / said_total, 3) if said_total else None,
+        "missed_said": missed[:15],
+    }
+
+
+def tool_only_pool(data: Path, split: str, settings: Settings) -> list[tuple[str, SeenNode]]:
+    """A fixed random sample of the coding nodes seen only in tool output, every one of them kept
+    (threshold 1): the reference for the tool-only trade-off."""
+    found, _ = precision_nodes(data, "swe", split, partial(heuristic.extract_heuristic, tool_only_min_turns=1), settings)
+    pool = [(sid, node_id) for sid, nodes in found.items() for node_id, node in nodes.items()
+            if set(node.roles) <= heuristic.TOOL_ROLES]
+    pool.sort(key=lambda pair: hashlib.sha256(f"{SEED}|tool-only|{split}|{pair[0]}|{pair[1]}".encode()).hexdigest())
+    return [(sid, found[sid][node_id]) for sid, node_id in pool[:TOOL_ONLY_SAMPLE]]
+
+
+def tool_only_tradeoff(data: Path, split: str, labels: dict[tuple[str, str], bool], settings: Settings) -> list[dict[str, Any]]:
+    """Precision and recall among labelled tool-only nodes as the number of tool turns required
+    to keep one varies (a node also named in prose is kept whatever the threshold)."""
+    reference = [(node, labels[(sid, node.id)]) for sid, node in tool_only_pool(data, split, settings) if (sid, node.id) in labels]
+    useful = sum(v for _, v in reference)
+    rows = []
+    for threshold in TOOL_THRESHOLDS:
+        kept = [v for node, v in reference if len(node.turns) >= threshold]
+        rows.append({
+            "tool_only_min_turns": "never" if threshold == NEVER else threshold, "labelled": len(reference), "kept": len(kept),
+            "precision": round(sum(kept) / len(kept), 3) if kept else None,
+            "recall": round(sum(kept) / useful, 3) if useful else None,
+        })
+    return rows
+
+
+def speed(data: Path, source: str, extractors: Mapping[str, Extract], settings: Settings) -> dict[str, Any]:
+    """Turns/s of each extractor over the same units (planned once), timed in this process."""
+    sessions = sampled_sessions(load_sessions(data / f"{source}.tune.jsonl"), source, SPEED_SESSIONS[source], salt="speed")
+    units = [u for s in sessions for u in units_of(s, settings)]
+    turns = sum(len(u.turns) for u in units)
+    timings: dict[str, float] = {}
+    for _ in range(2):  # interleaved, best of two: the machine is shared
+        for name, extract in extractors.items():
+            started = time.perf_counter()
+            for unit in units:
+                extract(unit)
+            elapsed = time.perf_counter() - started
+            timings[name] = min(timings.get(name, elapsed), elapsed)
+    result: dict[str, Any] = {"turns": turns}
+    for name, elapsed in timings.items():
+        result[f"{name}_turns_per_s"] = round(turns / elapsed)
+    names = list(extractors)
+    result["ratio"] = round(timings[names[0]] / timings[names[1]], 2)  # > 1: the second is faster
+    return result
+
+
+def cmd_report(args: argparse.Namespace) -> None:
+    """Print precision, recall, the tool-only trade-off and (``--speed``) turns/s as JSON."""
+    settings = Settings()
+    labels = {(r["session"], r["node"]): bool(r["useful"]) for r in read_jsonl(NODE_LABELS)}
+    before = baseline_module(args.baseline_ref).extract_heuristic
+    after = heuristic.extract_heuristic
+    report: dict[str, Any] = {"baseline_ref": args.baseline_ref}
+    for split in args.splits:
+        for source in SOURCES:
+            entry: dict[str, Any] = {}
+            for name, extract in (("before", before), ("after", after)):
+                _, sample = precision_nodes(args.data, source, split, extract, settings)
+                entry[f"precision_{name}"] = precision(labels, sample)
+            if source == "friends":
+                for name, extract in (("before", before), ("after", after)):
+                    entry[f"entity_recall_{name}"] = entity_recall(args.data, split, extract, settings)
+            else:
+                entry["tool_only_tradeoff"] = tool_only_tradeoff(args.data, split, labels, settings)
+            report[f"{source}/{split}"] = entry
+    if args.speed:
+        report["speed"] = {source: speed(args.data, source, {"before": before, "after": after}, settings) for source in SOURCES}
+    print(json.dumps(report, indent=1, ensure_ascii=False))
+
+
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,99 @@
+"""Secrets never leave the process as text: :func:`redact` is the one function that masks them,
+used by logging and by everything that prints or records settings and errors (run records,
+chunk errors, ``status``).
+
+It masks two kinds of secret:
+
+- credentials inside any URL in the text (``http://user:secret@host`` → ``http://user:***@host``,
+  ``?api_key=secret`` → ``?api_key=***``), whether or not they were configured;
+- the configured secret values (tokens, API keys, URL passwords) wherever they appear, once
+  :func:`remember_secrets` was called — they are process-wide, like the settings they come from.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, TypeVar
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+if TYPE_CHECKING:
+    from config.settings import Settings
+
+MASK = "***"
+# Shorter values are too likely to occur by chance in ordinary text; URL credentials are masked
+# by their place in the URL whatever their length.
+MIN_SECRET_LENGTH = 4
+_URL_SETTINGS = ("chroma_url", "llm_base_url", "embedding_url")
+_TOKEN_SETTINGS = ("chroma_token", "llm_api_key", "embedding_api_key")
+_SECRET_NAME = r"[A-Za-z0-9_.-]*(?:api[_-]?key|token|secret|password|passwd|pwd|auth|signature|sig|credential)[A-Za-z0-9_.-]*"
+# scheme://userinfo@ — greedy up to the last '@' before the path, so an unencoded '@' in a password is covered.
+_URL_USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^\s/?#]*)@")
+_SECRET_PARAMETER = re.compile(rf"(?P<name>[?&;]{_SECRET_NAME}=)[^&#\s'\"()<>\[\]]*", re.IGNORECASE)
+
+_remembered: set[str] = set()
+T = TypeVar("T")
+
+
+def redact(value: T, *, also: Iterable[str] = ()) -> T:
+    """``value`` with every secret masked (and the values in ``also``): a string, or the strings
+    inside dicts, lists and tuples (keys included); anything else is returned as it is.
+
+    >>> redact("cannot open Chroma (http://rem:hunter2@db:8000/?token=abc)")
+    'cannot open Chroma (http://rem:***@db:8000/?token=***)'
+    """
+    if isinstance(value, str):
+        return _redact_text(value, also)  # type: ignore[return-value]
+    if isinstance(value, dict):
+        return {redact(k, also=also): redact(v, also=also) for k, v in value.items()}  # type: ignore[return-value]
+    if isinstance(value, (list, tuple)):
+        return type(value)(redact(v, also=also) for v in value)  # type: ignore[return-value]
+    return value
+
+
+def secret_values(settings: Settings) -> set[str]:
+    """The secret values in ``settings``: tokens, API keys, and the passwords (and secret query
+    parameters) of the URL settings, as written and percent-decoded."""
+    found: set[str] = set()
+    for name in _TOKEN_SETTINGS:
+        secret = getattr(settings, name)
+        if secret is not None:
+            found.add(secret.get_secret_value())
+    for name in _URL_SETTINGS:
+        found |= _url_secrets(getattr(settings, name))
+    return {value for value in found if len(value) >= MIN_SECRET_LENGTH}
+
+
+def remember_secrets(values: Iterable[str]) -> None:
+    """Add ``values`` to the secrets :func:`redact` masks in this process (call once the settings
+    are loaded; see :func:`secret_values`)."""
+    _remembered.update(value for value in values if len(value) >= MIN_SECRET_LENGTH)
+
+
+def _redact_text(text: str, also: Iterable[str]) -> str:
+    # Longest first, so a secret containing another is masked whole.
+    extra = {value for value in also if len(value) >= MIN_SECRET_LENGTH}
+    for secret in sorted(_remembered | extra, key=len, reverse=True):
+        text = text.replace(secret, MASK)
+    text = _URL_USERINFO.sub(_mask_userinfo, text)
+    return _SECRET_PARAMETER.sub(lambda m: m["name"] + MASK, text)
+
+
+def _mask_userinfo(match: re.Match[str]) -> str:
+    user, colon, _ = match["userinfo"].partition(":")
+    # Without a password, the user part itself is the credential (a token used as a user name).
+    return f"{match['scheme']}{user}:{MASK}@" if colon else f"{match['scheme']}{MASK}@"
+
+
+def _url_secrets(url: str) -> set[str]:
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return set()
+    found = set()
+    userinfo = parts.netloc.rpartition("@")[0]
+    if userinfo:
+        user, colon, password = userinfo.partition(":")
+        found.add(password if colon else user)
+    found |= {value for name, value in parse_qsl(parts.query) if re.fullmatch(_SECRET_NAME, name, re.IGNORECASE)}
+    return found | {unquote(value) for value in found}

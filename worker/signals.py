@@ -1,0 +1,118 @@
+"""SIGTERM/SIGINT: the daemon and ``--once`` stop at a transaction boundary; operator commands
+(``import``, ``drain``, ``backfill`` …) stop, say what they did, and exit non-zero.
+
+One watcher for both: :func:`stop_on_signals` sets a :class:`StopRequest` on the first signal. A
+body that can stop by itself (the cycle, the drain: they check ``request.event`` between
+transactions) gets ``GRACE_SHARE_BEFORE_CANCEL × grace_seconds`` to do so; one that cannot (an
+import, a sync) is cancelled at once — its writes are idempotent batches, and a thread call in
+flight still completes. A second signal cancels at once.
+
+:func:`interruptible` wraps an operator command: a signal ends it with exit status ``128 + signal``
+(130 for SIGINT, 143 for SIGTERM) and one line on stderr saying what was done so far and that
+re-running is safe — never a silent exit 0 half done.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+
+import anyio
+import structlog
+
+from config import Settings
+
+log = structlog.get_logger(__name__)
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+# Share of the grace time a body that stops by itself gets before it is cancelled; the rest is for
+# the in-flight transaction and the record.
+GRACE_SHARE_BEFORE_CANCEL = 0.8
+# A command ended by signal N exits 128 + N, as a shell reports a process killed by it.
+EXIT_SIGNAL_BASE = 128
+
+
+@dataclass
+class StopRequest:
+    """What the first stop signal set: ``event`` for the body to check, ``signal`` for the exit status.
+
+    ``stops_by_itself``: whether the body, right now, checks ``event`` at its boundaries; when
+    False a signal cancels it at once (a command sets it around the parts that can stop cleanly)."""
+
+    event: anyio.Event = field(default_factory=anyio.Event)
+    signal: signal.Signals | None = None
+    stops_by_itself: bool = True
+
+    @property
+    def exit_status(self) -> int:
+        return EXIT_SIGNAL_BASE + int(self.signal or 0)
+
+
+@asynccontextmanager
+async def stop_on_signals(*, grace_seconds: float, stops_by_itself: bool = True) -> AsyncIterator[StopRequest]:
+    """Yield a :class:`StopRequest` set by the first SIGTERM/SIGINT. Unless the body stops by
+    itself within ``GRACE_SHARE_BEFORE_CANCEL × grace_seconds`` (or on a second signal, or at once
+    when it cannot stop by itself), it is cancelled; the block then exits normally."""
+    request = StopRequest(stops_by_itself=stops_by_itself)
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_watch_signals, request, grace_seconds * GRACE_SHARE_BEFORE_CANCEL, tg.cancel_scope)
+            yield request
+            tg.cancel_scope.cancel()
+    except BaseExceptionGroup as group:
+        # The watcher never raises, so this is the body's own exception: give it back unwrapped.
+        if len(group.exceptions) == 1:
+            raise group.exceptions[0] from None
+        raise
+
+
+async def _watch_signals(request: StopRequest, grace: float, scope: anyio.CancelScope) -> None:
+    with anyio.open_signal_receiver(*STOP_SIGNALS) as signals:
+        async for signum in signals:
+            request.signal = signal.Signals(signum)
+            log.info("stop requested: finishing the current transaction", signal=request.signal.name)
+            request.event.set()
+            break
+        if request.stops_by_itself:
+            # A second signal while we wait ends the wait (and the body) at once.
+            with anyio.move_on_after(grace) as waited:
+                async for signum in signals:
+                    log.warning("second stop signal: cancelling now", signal=signal.Signals(signum).name)
+                    break
+            if waited.cancelled_caught:
+                log.warning("grace time over: cancelling", grace_seconds=grace)
+        scope.cancel()
+
+
+@dataclass
+class CommandProgress:
+    """Handed to an interruptible command: ``stop`` (see :class:`StopRequest`) and ``describe``,
+    which says in words what the command has finished so far (for the message on a signal)."""
+
+    stop: StopRequest
+    describe: Callable[[], str] = lambda: "nothing was changed yet"
+
+
+InterruptibleCommand = Callable[[Settings, argparse.Namespace, CommandProgress], Awaitable[int]]
+
+
+def interruptible(command: InterruptibleCommand, *, name: str, rerun: str) -> Callable[[Settings, argparse.Namespace], Awaitable[int]]:
+    """``command`` as a CLI handler that a SIGINT/SIGTERM ends with exit status 128 + signal and
+    the line ``rem-cycle: NAME stopped by SIGINT: <what was done>; <rerun>`` on stderr."""
+
+    async def run(settings: Settings, args: argparse.Namespace) -> int:
+        status: int | None = None
+        async with stop_on_signals(grace_seconds=settings.grace_seconds, stops_by_itself=False) as stop:
+            progress = CommandProgress(stop=stop)
+            status = await command(settings, args, progress)
+        if stop.signal is None and status is not None:
+            return status
+        print(f"rem-cycle: {name} stopped by {stop.signal.name if stop.signal else 'a signal'}: "
+              f"{progress.describe()}; {rerun}", file=sys.stderr)
+        return stop.exit_status
+
+    return run
