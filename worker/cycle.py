@@ -26,8 +26,8 @@ from config.redact import redact
 from pipelines.drain import DrainStats, drain_queue
 from pipelines.ingest import scan_session_revisions, sync_batch_isolating_failures
 from store.chroma import ChromaStore, ChromaStoreError, ChromaUnavailableError
-from store.confined import exclusive_lock
-from store.db import Database
+from store.confined import UnsafePathError, exclusive_lock
+from store.db import Database, SchemaTooNewError
 from store.graph import GraphStore, utc_now
 from store.lazy_queue import LazyEdgeQueue, QueueBusyError
 from store.runstate import RunStateStore
@@ -301,6 +301,12 @@ async def single_flight(settings: Settings, *, lock_path: Path | None = None, wh
         yield
 
 
+# The data dir itself refuses the cycle: a database from a newer release, or a link / stray file
+# where rem-cycle writes. Nothing can be recorded safely there (recording would write to it), and
+# it is the operator's to fix: raised as a one-line error, never a run row.
+REFUSALS: tuple[type[Exception], ...] = (SchemaTooNewError, UnsafePathError)
+
+
 def owner_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
@@ -338,7 +344,8 @@ async def run_cycle(
     recorder: FailureRecorder | None = None,
 ) -> CycleResult:
     """Run one REM cycle under the single-flight lock and record it. Raises :class:`CycleBusyError`
-    when another cycle holds the lock. Every other failure — in a phase, or around the phases (the
+    when another cycle holds the lock and one of :data:`REFUSALS` when the data dir refuses it.
+    Every other failure — in a phase, or around the phases (the
     lock file, the database or the run row cannot be opened or written, say for want of file
     descriptors) — ends up in the result and in ``rem_runs``, written through ``recorder`` (the
     daemon's, which keeps what it cannot write yet) or a connection opened for it."""
@@ -353,7 +360,7 @@ async def run_cycle(
             finally:
                 if own_stores:
                     stores.close()
-    except CycleBusyError:
+    except (CycleBusyError, *REFUSALS):
         raise
     except Exception as exc:  # noqa: BLE001 - recorded below, never swallowed
         if attempt.result is not None:  # the run is recorded; only releasing a store failed

@@ -21,7 +21,7 @@ import anyio
 import structlog
 
 from config import Settings
-from worker.cycle import EXIT_OK, CycleBusyError, run_cycle, single_flight
+from worker.cycle import EXIT_OK, REFUSALS, CycleBusyError, run_cycle, single_flight
 from worker.failures import FailureRecorder
 from worker.signals import stop_on_signals
 
@@ -75,6 +75,8 @@ async def _schedule(settings: Settings, stop: anyio.Event, recorder: FailureReco
             await run_cycle(settings, reason="scheduled", mode="daemon", stop=stop, recorder=recorder)
         except CycleBusyError as exc:
             log.warning("cycle skipped", reason=str(exc))
+        except REFUSALS as exc:
+            log.error("cycle refused", reason=str(exc))
         except Exception:  # noqa: BLE001 - not even the recording worked; the daemon outlives it
             log.exception("cycle crashed and could not be recorded")
         delay = next_delay(interval=settings.interval_seconds, started=started, finished=time.monotonic())
