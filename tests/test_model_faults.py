@@ -334,12 +334,12 @@ async def test_a_slow_answer_does_not_change_the_graph(settings: Settings, tmp_p
 
     with LLMServer() as server:
         server.script(Reply(naming("WidgetPool").content, delay=0.6), match="OLDER")
-        server.script(naming("widgetpool"), match="YOUNGER")
+        server.script(naming("widget pool"), match="YOUNGER")
         mine = fault_settings(settings.data_dir, server, llm_timeout_seconds=5.0)
         stores = await open_stores(mine)
         try:
             older = session("a-older", ["OLDER: the WidgetPool leaks."])
-            younger = session("b-younger", ["YOUNGER: the widgetpool leaks."])
+            younger = session("b-younger", ["YOUNGER: the widget pool leaks."])
             path = write_sessions(tmp_path / "in.jsonl", [older, younger])
             await import_sessions(path, chroma=stores.chroma, memory_collection=mine.memory_collection,
                                   summary_collection=mine.session_collection)
@@ -348,7 +348,7 @@ async def test_a_slow_answer_does_not_change_the_graph(settings: Settings, tmp_p
             at = {("OLDER" in r.prompt): r.at for r in server.chat_requests}
             assert at[False] < at[True] + 0.6  # the younger answer came back before the older one …
             node = stores.graph.get_node("CLASS:WidgetPool")  # … yet the older session's spelling won
-            assert node is not None and stores.graph.get_node("CLASS:widgetpool") is None
-            assert sorted(node.properties["aliases"]) == ["WidgetPool", "widgetpool"]
+            assert node is not None and stores.graph.get_node("CLASS:widget pool") is None
+            assert sorted(node.properties["aliases"]) == ["WidgetPool", "widget pool"]
         finally:
             stores.close()
