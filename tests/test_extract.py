@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from config import DEFAULT_SEMANTIC_TYPES
-from pipelines.extract.commit import Candidate, match_existing, plan_commit
+from pipelines.extract.commit import Candidate, CommitState, match_existing, plan_commit
 from pipelines.extract.heuristic import extract_heuristic, find_mentions
 from pipelines.extract.map import chunk_backoff
 from pipelines.extract.model import (
@@ -26,6 +26,7 @@ from pipelines.extract.units import SourceTurn, plan_units
 from store.db import Database
 from store.graph import GraphStore, Node
 from store.ids import normalize_graph_node_id
+from store.provenance import AnchorRows
 from store.semantic_index import SemanticIndex
 
 TYPES = DEFAULT_SEMANTIC_TYPES
@@ -170,19 +171,28 @@ def test_commit_plan_is_idempotent_and_weights_do_not_creep(tmp_path: Path) -> N
     extraction = validate_extraction(extract_heuristic(work), work, semantic_types=TYPES)
     reduced = reduce_session("s", [extraction])
     base = {"session:s": Node("session:s", "SESSION", "s"), "memory:m0": Node("memory:m0", "MEMORY", "m0")}
-    plan = plan_commit(reduced, matches={}, existing_nodes=base, existing_edges={})
+    plan = plan_commit(reduced, matches={}, state=CommitState(base))
     nodes = {n.id: n for n in plan.nodes}
     edges = {(e.source, e.target, e.relationship): e for e in plan.edges}
-    again = plan_commit(reduced, matches={}, existing_nodes={**base, **nodes}, existing_edges=edges)
-    assert again.nodes == plan.nodes and again.edges == plan.edges
-    semantic = edges[("CLASS:GraphStore", "CLASS:LazyEdgeQueue", "RELATES_TO")]
-    assert semantic.weight == 1.0
+    key = ("CLASS:GraphStore", "CLASS:LazyEdgeQueue", "RELATES_TO")
+    assert edges[key].weight == 1.0 and [r.point.memory for r in plan.edge_points] == ["memory:m0"]
+    # the same session again, with its earlier rows in the graph: the same writes, nothing removed
+    committed = CommitState({**base, **nodes}, edges, {key: 1}, frozenset(nodes))
+    old = AnchorRows(plan.node_points, plan.edge_points, plan.claims)
+    again = plan_commit(reduced, matches={}, state=committed, old=old)
+    assert (again.nodes, again.edges, again.node_points, again.edge_points, again.claims) == (
+        plan.nodes, plan.edges, plan.node_points, plan.edge_points, plan.claims)
+    assert not again.removed_edges and not again.orphans and not again.recombine
     # another session saying the same raises the weight once, and only once
     other = reduce_session("t", [validate_extraction(extract_heuristic(work), work, semantic_types=TYPES)])
-    merged = plan_commit(other, matches={}, existing_nodes={**base, **nodes}, existing_edges=edges)
+    merged = plan_commit(other, matches={}, state=committed)
     merged_edges = {(e.source, e.target, e.relationship): e for e in merged.edges}
-    assert merged_edges[("CLASS:GraphStore", "CLASS:LazyEdgeQueue", "RELATES_TO")].weight == 2.0
+    assert merged_edges[key].weight == 2.0
     assert {e["target"] for e in merged.lazy} == {"session:t"}  # t is not in the graph: queued
+    # a re-extraction of s that no longer yields the edge takes its place away: the edge goes
+    empty = reduce_session("s", [])
+    gone = plan_commit(empty, matches={}, state=committed, old=old)
+    assert key in gone.removed_edges and gone.orphans == set(nodes)
 
 
 def test_match_existing_by_name_and_alias(tmp_path: Path) -> None:
