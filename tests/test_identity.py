@@ -344,3 +344,18 @@ def test_code_identifiers_sharing_some_words_are_other_identifiers() -> None:
     methods = AliasIndex.build([NodeRef("METHOD:get_node", "METHOD", "get_node")])
     assert resolve(NodeRef("METHOD:get_nodes", "METHOD", "get_nodes"), methods).action == CREATE
     assert resolve(NodeRef("METHOD:get_nodee", "METHOD", "get_nodee"), methods).rule == "fuzzy"
+
+
+def test_merge_and_unmerge_refuse_while_a_cycle_runs(db, tmp_path: Path) -> None:
+    from filelock import FileLock
+
+    from config import load_settings
+
+    env = {"REM_DATA_DIR": str(tmp_path)}
+    before = _dump(GraphStore(db))
+    with FileLock(load_settings(data_dir=tmp_path).lock_path):  # what a running cycle holds
+        busy = run_cli("merge", "CLASS:LEQ", "CLASS:LazyEdgeQueue", env=env)
+        assert busy.returncode == 3 and "merge when it has finished" in busy.stderr
+        assert run_cli("unmerge", "CLASS:LEQ", env=env).returncode == 3
+    assert _dump(GraphStore(db)) == before and MergeStore(db).records() == []
+    assert run_cli("merge", "CLASS:LEQ", "CLASS:LazyEdgeQueue", env=env).returncode == 0
