@@ -269,6 +269,16 @@ MIGRATIONS: tuple[str, ...] = (
     UPDATE nodes SET properties = json_remove(properties, '$.provenance') WHERE json_type(properties, '$.provenance') IS NOT NULL;
     UPDATE edges SET properties = json_remove(properties, '$.provenance') WHERE json_type(properties, '$.provenance') IS NOT NULL
     """,
+    # 6: what ``rem-cycle forget`` removed, so that a later cycle does not bring it back while the
+    # source rows still exist in Chroma.
+    """
+    CREATE TABLE tombstones (
+        kind        TEXT NOT NULL CHECK (kind IN ('session', 'memory', 'note')),
+        id          TEXT NOT NULL,
+        created_at  TEXT NOT NULL,
+        PRIMARY KEY (kind, id)
+    ) WITHOUT ROWID
+    """,
 )
 
 

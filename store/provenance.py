@@ -237,6 +237,19 @@ class ProvenanceStore:
                 ],
             )
 
+    def delete_turn_points(self, anchor: str, memory_id: str) -> tuple[set[str], set[EdgeKey]]:
+        """Delete the points one turn gave (of nodes and edges); returns the nodes and edges that had some."""
+        params = (anchor, memory_id)
+        nodes = {r[0] for r in self.db.query("SELECT DISTINCT node_id FROM node_points WHERE anchor = ? AND memory_id = ?", params)}
+        edges = {
+            (r[0], r[1], r[2])
+            for r in self.db.query("SELECT DISTINCT source, target, relationship FROM edge_points WHERE anchor = ? AND memory_id = ?", params)
+        }
+        with self.db.transaction() as conn:
+            for table in ("node_points", "edge_points"):
+                conn.execute(f"DELETE FROM {table} WHERE anchor = ? AND memory_id = ?", params)
+        return nodes, edges
+
     # --- merges ----------------------------------------------------------------------------
     def move_node_rows(self, *, from_id: str, to_id: str, new_merge_id: int) -> set[str]:
         """Move all of ``from_id``'s points and claims to ``to_id``, marked as moved by merge

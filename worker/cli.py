@@ -79,6 +79,14 @@ def build_parser() -> argparse.ArgumentParser:
     merge = sub.add_parser("merge", parents=[common], help="fold one node into another by hand (recorded, undoable)")
     merge.add_argument("merged_id", metavar="NODE_ID")
     merge.add_argument("into_id", metavar="INTO_ID")
+    forget = sub.add_parser(
+        "forget", parents=[common], help="remove a session, turn or notes file from the graph (tombstoned: not brought back)"
+    )
+    what = forget.add_mutually_exclusive_group(required=True)
+    what.add_argument("--session", metavar="ID", help="a session id")
+    what.add_argument("--memory", metavar="ID", help="a memory (turn) id, with or without memory:")
+    what.add_argument("--note", metavar="PATH", help="an imported notes file, by the path it was imported from")
+    forget.add_argument("--dry-run", action="store_true", help="report what would be removed; change nothing")
     notes = sub.add_parser("import-notes", parents=[common], help="extract Markdown/text notes files into the graph")
     notes.add_argument("paths", nargs="+", metavar="PATH", help="files, or folders searched for *.md / *.txt")
     drain = sub.add_parser("drain", parents=[common], help="link queued lazy edges, back-filling their endpoints")
@@ -330,6 +338,35 @@ async def cmd_merge(settings: Settings, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+async def cmd_forget(settings: Settings, args: argparse.Namespace) -> int:
+    from store.ids import InvalidIdError
+    from worker.cycle import single_flight
+    from worker.knowledge import NoGraphError, forget
+
+    try:
+        async with single_flight(settings):
+            report = await anyio.to_thread.run_sync(
+                lambda: forget(settings, session=args.session, memory=args.memory, note=args.note, dry_run=args.dry_run)
+            )
+    except CycleBusyError as exc:
+        print(f"rem-cycle: {exc}; forget when it has finished", file=sys.stderr)
+        return EXIT_BUSY
+    except (InvalidIdError, NoGraphError) as exc:
+        print(f"rem-cycle: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+
+    def text() -> None:
+        verb = "would remove" if report["dry_run"] else "removed"
+        print(
+            f"{verb} {report['kind']} {report['id']}: {report['points']} provenance points, {report['nodes_removed']} nodes "
+            f"({len(report['knowledge_nodes_removed'])} knowledge nodes left without support), {report['edges_removed']} edges"
+            + ("; tombstoned" if report.get("tombstone") and not report["dry_run"] else "")
+        )
+
+    _emit(args, report, text)
+    return EXIT_OK
+
+
 async def cmd_import_notes(settings: Settings, args: argparse.Namespace) -> int:
     from worker.cycle import single_flight
     from worker.knowledge import import_notes
@@ -454,6 +491,7 @@ COMMANDS: dict[str, Handler] = {
     "unmerge": cmd_unmerge,
     "candidates": cmd_candidates,
     "merge": cmd_merge,
+    "forget": cmd_forget,
     "drain": cmd_drain,
     "backfill": cmd_backfill,
     "import-notes": cmd_import_notes,

@@ -196,6 +196,23 @@ def merge_node(settings: Settings, merged_id: str, into_id: str) -> int:
         return MergeStore(db).merge_nodes(merged_id, into_id, rule="manual", score=1.0, evidence={"by": "operator"})
 
 
+def forget(settings: Settings, *, session: str | None = None, memory: str | None = None, note: str | None = None,
+           dry_run: bool = False) -> dict[str, Any]:
+    """``forget``: one session, turn or imported notes file out of the graph (see :mod:`pipelines.forget`)."""
+    from pathlib import Path
+
+    from pipelines.forget import forget_memory, forget_note, forget_session
+    from pipelines.notes import NoteFile
+
+    with open_graph_db(settings) as db:
+        if session is not None:
+            return forget_session(db, session, dry_run=dry_run)
+        if memory is not None:
+            return forget_memory(db, row_suffix(memory) if memory.lower().startswith("memory:") else memory, dry_run=dry_run)
+        file = NoteFile(Path(note or "").resolve(), note or "", "")
+        return forget_note(db, file.note_id, file.key, dry_run=dry_run)
+
+
 async def import_notes(settings: Settings, paths: list[str]) -> dict[str, Any]:
     """``import-notes``: every Markdown/text file named or under the folders named, through the
     extraction path with the file as provenance anchor (see :mod:`pipelines.notes`)."""

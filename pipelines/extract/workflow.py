@@ -66,6 +66,8 @@ class ExtractEnv:
     # merges are recorded; without them the commit's exact matcher is used and nothing is recorded.
     resolver: GraphResolver | None = None
     merges: MergeRecorder | None = None
+    # Which of some memory ids were forgotten (``rem-cycle forget --memory``): never extracted again.
+    forgotten_memories: Callable[[Sequence[str]], set[str]] = lambda ids: set()
 
 
 @dataclass(slots=True)
@@ -154,6 +156,8 @@ async def extract_session(
     sid = record.session_id
     try:
         rows = await env.chroma.memories_for_session(sid)
+        forgotten = await anyio.to_thread.run_sync(env.forgotten_memories, [r.id for r in rows])
+        rows = [r for r in rows if r.id not in forgotten]
         units = plan_units(sid, source_turns(rows), budget_tokens=env.budget_tokens)
         outcomes = await map_units(
             units, extractor=env.extractor, store=env.chunks, semantic_types=env.semantic_types,
