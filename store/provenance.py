@@ -111,7 +111,6 @@ def place_count(points: Iterable[PointRow]) -> int:
 
 
 _POINT_COLUMNS = "anchor, memory_id, chunk_id, evidence, observed_at"
-_AS_OF = "(? IS NULL OR (observed_at IS NOT NULL AND observed_at <= ?))"
 
 
 class ProvenanceStore:
@@ -141,11 +140,9 @@ class ProvenanceStore:
             [_claim(r) for r in claims],
         )
 
-    def node_points(self, node_id: str, *, as_of: str | None = None) -> list[PointRow]:
-        """The points of one node (sorted); with ``as_of`` only those observed by then."""
-        rows = self.db.query(
-            f"SELECT DISTINCT {_POINT_COLUMNS} FROM node_points WHERE node_id = ? AND {_AS_OF}", (node_id, as_of, as_of)
-        )
+    def node_points(self, node_id: str) -> list[PointRow]:
+        """The points of one node (sorted, distinct)."""
+        rows = self.db.query(f"SELECT DISTINCT {_POINT_COLUMNS} FROM node_points WHERE node_id = ?", (node_id,))
         return sorted(_point(r) for r in rows)
 
     def points_by_node(self, node_ids: Iterable[str] | None = None) -> dict[str, list[PointRow]]:
@@ -161,10 +158,26 @@ class ProvenanceStore:
                     found.setdefault(row["node_id"], set()).add(_point(row))
         return {k: sorted(v) for k, v in sorted(found.items())}
 
-    def seen(self, node_id: str) -> tuple[str | None, str | None]:
-        """(first_seen, last_seen): the earliest and latest turn time among the node's points."""
-        row = self.db.query("SELECT MIN(observed_at), MAX(observed_at) FROM node_points WHERE node_id = ?", (node_id,))[0]
-        return row[0], row[1]
+    def points_by_edge(self, keys: Iterable[EdgeKey] | None = None) -> dict[EdgeKey, list[PointRow]]:
+        """Points of the given edges (of every edge when ``None``), by key, sorted."""
+        found: dict[EdgeKey, set[PointRow]] = {}
+        select = f"SELECT source, target, relationship, {_POINT_COLUMNS} FROM edge_points"
+        rows = self.db.query(select) if keys is None else [
+            r for key in sorted(set(keys)) for r in self.db.query(select + " WHERE source = ? AND target = ? AND relationship = ?", key)
+        ]
+        for row in rows:
+            found.setdefault((row["source"], row["target"], row["relationship"]), set()).add(_point(row))
+        return {k: sorted(v) for k, v in sorted(found.items())}
+
+    def claims_by_node(self, node_ids: Iterable[str] | None = None) -> dict[str, list[ClaimRow]]:
+        """Claims of the given nodes (of every node when ``None``), by node id."""
+        rows = self.db.query("SELECT * FROM node_claims") if node_ids is None else [
+            r for node_id in sorted(set(node_ids)) for r in self.db.query("SELECT * FROM node_claims WHERE node_id = ?", (node_id,))
+        ]
+        found: dict[str, list[ClaimRow]] = {}
+        for row in rows:
+            found.setdefault(row["node_id"], []).append(_claim(row))
+        return found
 
     def claims(self, node_id: str) -> list[ClaimRow]:
         """Every claim on ``node_id``."""

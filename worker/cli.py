@@ -58,7 +58,10 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument(
         "--include-anchors", action="store_true", help="also export MEMORY/SESSION/NOTE nodes and provenance edges"
     )
+    as_of_help = "the graph as known at DATE (2026-11-15, end of day UTC) or an ISO 8601 time"
+    export.add_argument("--as-of", type=_as_of, metavar="DATE", help=as_of_help)
     show = sub.add_parser("show", parents=[common], help="one node: aliases, edges, and the turns it came from")
+    show.add_argument("--as-of", type=_as_of, metavar="DATE", help=as_of_help)
     show.add_argument("node_id", metavar="NODE_ID", help="e.g. CLASS:LazyEdgeQueue (or an exact name)")
     show.add_argument(
         "--limit", type=_non_negative_int, default=SHOW_LIMIT,
@@ -68,6 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     search.add_argument("text", metavar="TEXT")
     search.add_argument("--label", help="only nodes with this label, e.g. CLASS")
     search.add_argument("--limit", type=int, default=50)
+    search.add_argument("--as-of", type=_as_of, metavar="DATE", help=as_of_help)
     backup = sub.add_parser("backup", parents=[common], help="copy the graph database (safe while the daemon runs)")
     backup.add_argument("path", help="destination file (replaced atomically when the copy is sound)")
     unmerge = sub.add_parser("unmerge", parents=[common], help="undo the merges of a node (restores it, its edges and aliases)")
@@ -98,6 +102,15 @@ def build_parser() -> argparse.ArgumentParser:
     backfill.add_argument("--dry-run", action="store_true", help="count what would be synced; change nothing")
     backfill.add_argument("--skip-drain", action="store_true", help="do not drain the lazy-edge queue afterwards")
     return parser
+
+
+def _as_of(value: str) -> str:
+    from pipelines.asof import AsOfError, parse_as_of
+
+    try:
+        return parse_as_of(value)
+    except AsOfError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _non_negative_int(value: str) -> int:
@@ -225,7 +238,7 @@ async def cmd_export(settings: Settings, args: argparse.Namespace) -> int:
 
     def build() -> dict[str, Any]:
         with open_graph_db(settings) as db:
-            return snapshot_from_db(db, include_anchors=args.include_anchors)
+            return snapshot_from_db(db, include_anchors=args.include_anchors, as_of=args.as_of)
 
     snapshot = await anyio.to_thread.run_sync(build)
     text = render(snapshot, args.format)
@@ -246,7 +259,7 @@ async def cmd_search(settings: Settings, args: argparse.Namespace) -> int:
     from worker.views import print_search
 
     rows = await anyio.to_thread.run_sync(
-        lambda: search_graph(settings, args.text, limit=args.limit, label=args.label and args.label.upper())
+        lambda: search_graph(settings, args.text, limit=args.limit, label=args.label and args.label.upper(), as_of=args.as_of)
     )
     _emit(args, {"query": args.text, "results": rows}, lambda: print_search(rows, args.text))
     return EXIT_OK
@@ -258,15 +271,15 @@ async def cmd_show(settings: Settings, args: argparse.Namespace) -> int:
     from worker.views import print_node
 
     try:
-        view = await show_node(settings, args.node_id, limit=args.limit or None)
+        view = await show_node(settings, args.node_id, limit=args.limit or None, as_of=args.as_of)
     except InvalidIdError as exc:
         print(f"rem-cycle: {exc}", file=sys.stderr)
         return EXIT_USAGE
     if view is None:
         # Not an id: an exact (case-insensitive) name or alias of exactly one node is good enough.
-        hits = await anyio.to_thread.run_sync(lambda: search_graph(settings, args.node_id, limit=20))
+        hits = await anyio.to_thread.run_sync(lambda: search_graph(settings, args.node_id, limit=20, as_of=args.as_of))
         exact = [h for h in hits if args.node_id.casefold() in {a.casefold() for a in [h["name"], *h["aliases"]]}]
-        view = await show_node(settings, exact[0]["id"], limit=args.limit or None) if len(exact) == 1 else None
+        view = await show_node(settings, exact[0]["id"], limit=args.limit or None, as_of=args.as_of) if len(exact) == 1 else None
         if view is None:
             suggestions = ", ".join(h["id"] for h in (exact or hits)[:10])
             print(f"rem-cycle: no node {args.node_id!r}" + (f"; did you mean: {suggestions}" if suggestions else ""), file=sys.stderr)
