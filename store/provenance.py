@@ -169,6 +169,13 @@ class ProvenanceStore:
             found.setdefault((row["source"], row["target"], row["relationship"]), set()).add(_point(row))
         return {k: sorted(v) for k, v in sorted(found.items())}
 
+    def edge_seen(self) -> dict[EdgeKey, tuple[str | None, str | None]]:
+        """Every edge with points: (first, last) turn time among them (one grouped pass)."""
+        rows = self.db.query(
+            "SELECT source, target, relationship, MIN(observed_at), MAX(observed_at) FROM edge_points GROUP BY source, target, relationship"
+        )
+        return {(r[0], r[1], r[2]): (r[3], r[4]) for r in rows}
+
     def claims_by_node(self, node_ids: Iterable[str] | None = None) -> dict[str, list[ClaimRow]]:
         """Claims of the given nodes (of every node when ``None``), by node id."""
         rows = self.db.query("SELECT * FROM node_claims") if node_ids is None else [

@@ -74,10 +74,13 @@ def snapshot_from_db(db: Database, *, include_anchors: bool = False, as_of: str 
     """The export snapshot of the graph in ``db`` (as known at ``as_of``, see :mod:`pipelines.asof`)."""
     graph, provenance = GraphStore(db), ProvenanceStore(db)
     nodes, edges, points = graph.all_nodes(), graph.all_edges(), provenance.points_by_node()
+    edge_seen = provenance.edge_seen()
     if as_of is not None:
-        view = graph_as_of(nodes, edges, node_points=points, edge_points=provenance.points_by_edge(),
+        edge_points = provenance.points_by_edge()
+        view = graph_as_of(nodes, edges, node_points=points, edge_points=edge_points,
                            claims=provenance.claims_by_node(), as_of=as_of)
         nodes, edges, points = view.nodes, view.edges, view.points
+        edge_seen = {k: _first_last(p.observed_at for p in v if p.observed_at and p.observed_at <= as_of) for k, v in edge_points.items()}
     snapshot = build_snapshot(
         nodes,
         edges,
@@ -85,9 +88,15 @@ def snapshot_from_db(db: Database, *, include_anchors: bool = False, as_of: str 
         generated_at=utc_now(),
         include_anchors=include_anchors,
         points={k: [p.as_dict() for p in v] for k, v in points.items()},
+        edge_seen=edge_seen,
     )
     snapshot["as_of"] = as_of
     return snapshot
+
+
+def _first_last(times: Any) -> tuple[str | None, str | None]:
+    known = sorted(times)
+    return (known[0], known[-1]) if known else (None, None)
 
 
 def _as_of_subgraph(db: Database, nodes: list[Node], edges: list[Edge], as_of: str) -> tuple[list[Node], list[Edge], dict[str, list[Any]]]:
