@@ -7,7 +7,8 @@ graph's history?
    Chroma) on top of 250 sessions, then on top of 2,000 (and 8,000 with ``--large``), in the same
    process. Reports the per-session cost of each step, the ratio last/first, and database bytes
    per provenance point.
-2. One node with 100,000 points (and an edge with 100,000 points): a commit of a session that
+2. ``forget`` of one session in a 2,000-session graph: its time and the rows it touched.
+3. One node with 100,000 points (and an edge with 100,000 points): a commit of a session that
    mentions it against a commit of a session of the same size that mentions only fresh names.
 
     python bench/bench_provenance.py            # 250 → 2,000
@@ -27,6 +28,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pipelines.extract.commit import commit_session  # noqa: E402
+from pipelines.forget import forget_session  # noqa: E402
 from pipelines.extract.heuristic import extract_heuristic  # noqa: E402
 from pipelines.extract.model import validate_extraction  # noqa: E402
 from pipelines.extract.reduce import ReducedSession, reduce_session  # noqa: E402
@@ -123,6 +125,21 @@ def growth(steps: list[int], *, new: int = 25, seed: int = 12) -> list[dict[str,
     return results
 
 
+def forget_cost(history: int = 2000, *, seed: int = 12) -> dict[str, Any]:
+    """Forget one session of a ``history``-session graph: time and rows touched (the report)."""
+    rng = random.Random(seed)
+    with tempfile.TemporaryDirectory() as tmp:
+        g = Graph(Path(tmp) / "graph.sqlite3")
+        for done in range(history):
+            g.extract(f"s{done:05d}", [turn_text(rng, done, t) for t in range(TURNS_PER_SESSION)], day=done)
+        t0 = time.perf_counter()
+        report = forget_session(g.db, f"s{history // 2:05d}")
+        seconds = time.perf_counter() - t0
+        g.db.close()
+    return {"history": history, "forget_ms": 1000 * seconds, **{k: report[k] for k in ("points", "claims", "nodes_removed", "edges_removed", "memories")},
+            "knowledge_nodes_removed": len(report["knowledge_nodes_removed"])}
+
+
 def hot_node(points: int = 100_000, *, repeats: int = 15) -> dict[str, Any]:
     """A commit touching a node with ``points`` points (and an edge with as many) vs a fresh one."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -162,7 +179,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     grown = growth(steps)
     first, last = grown[0], grown[-1]
     hot = hot_node(args.hot_points)
+    forgot = forget_cost(2000)
     summary = {
+        "forget": forgot,
         "growth": grown,
         "extract_ratio": last["extract_ms_per_session"] / first["extract_ms_per_session"],
         "commit_ratio": last["commit_ms_per_session"] / first["commit_ms_per_session"],

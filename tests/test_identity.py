@@ -359,3 +359,34 @@ def test_merge_and_unmerge_refuse_while_a_cycle_runs(db, tmp_path: Path) -> None
         assert run_cli("unmerge", "CLASS:LEQ", env=env).returncode == 3
     assert _dump(GraphStore(db)) == before and MergeStore(db).records() == []
     assert run_cli("merge", "CLASS:LEQ", "CLASS:LazyEdgeQueue", env=env).returncode == 0
+
+
+def test_unmerge_after_later_sessions_moves_back_only_the_merged_rows(db) -> None:
+    from pipelines.extract.commit import commit_session
+    from pipelines.extract.model import UnitTurn, WorkUnit, validate_extraction
+    from pipelines.extract.reduce import reduce_session
+    from store.semantic_index import SemanticIndex
+
+    graph, merges, points = GraphStore(db), MergeStore(db), ProvenanceStore(db)
+    original = graph.get_node("CLASS:LazyEdgeQueue")
+    merges.merge_nodes("CLASS:LEQ", "CLASS:LazyEdgeQueue")
+    assert graph.get_node("CLASS:LazyEdgeQueue").properties["description"].startswith("The lazy edge queue, abbreviated")
+    # a later session names the merged form: identity links it to the target (LEQ is its alias now)
+    work = WorkUnit("s9:chunk:0", "s9", 0, (UnitTurn(1, "m9", "LEQ drains"),), "h")
+    raw = {"summary": "", "nodes": [{"id": "q", "type": "CLASS", "name": "LEQ", "description": "short",
+                                     "evidence": [{"turn": 1, "quote": "LEQ"}]}], "edges": []}
+    graph.upsert_nodes([Node("session:s9", "SESSION", "s9"), Node("memory:m9", "MEMORY", "m9")])
+    commit_session(reduce_session("s9", [validate_extraction(raw, work, semantic_types=("CLASS",))]), graph=graph,
+                   graph_index=SemanticIndex(db), on_commit=lambda: None, queue_append=len)
+    assert {p.anchor for p in points.node_points("CLASS:LazyEdgeQueue")} == {"session:s1", "session:s2", "session:s9"}
+
+    merges.unmerge("CLASS:LEQ")
+    queue = graph.get_node("CLASS:LazyEdgeQueue")
+    # the later session's point stays on the target; the merged node gets exactly its own rows back
+    assert {p.anchor for p in points.node_points("CLASS:LazyEdgeQueue")} == {"session:s1", "session:s9"}
+    assert {(p.anchor, p.memory) for p in points.node_points("CLASS:LEQ")} == {("session:s2", "memory:m3")}
+    # and the target says what it would without the merge (plus what s9 said), not LEQ's description
+    assert queue.properties["description"] == original.properties["description"]
+    assert set(queue.properties["aliases"]) == set(original.properties["aliases"]) | {"LEQ"}
+    assert graph.get_edge("CLASS:LazyEdgeQueue", "session:s9", "DISCUSSED_IN") is not None
+    assert graph.get_edge("CLASS:LazyEdgeQueue", "memory:m3", "MENTIONED_IN") is None
