@@ -33,9 +33,11 @@ class _Rollback(Exception):
     """Raised inside the transaction of a dry run, so that nothing it did is kept."""
 
 
-def _counts(db: Database) -> tuple[int, int]:
-    row = db.query("SELECT (SELECT COUNT(*) FROM nodes), (SELECT COUNT(*) FROM edges)")[0]
-    return row[0], row[1]
+def _counts(graph: GraphStore, node_ids: set[str]) -> tuple[int, int]:
+    """How many of ``node_ids`` exist and how many edges touch them (index look-ups only: every
+    row a forget removes is one of these nodes or an edge touching one)."""
+    edges = {(e.source, e.target, e.relationship) for node_id in node_ids for e in graph.edges_of(node_id)}
+    return len(graph.existing_ids(node_ids)), len(edges)
 
 
 def forget_anchor(
@@ -49,20 +51,21 @@ def forget_anchor(
     report: dict[str, Any] = {"kind": kind, "id": item_id, "anchor": anchor, "dry_run": dry_run}
     try:
         with db.transaction():
-            nodes_before, edges_before = _counts(db)
             rows = provenance.anchor_rows(anchor)
             touched = {r.node_id for r in rows.node_points} | {c.node_id for c in rows.claims}
+            memories = tombstones.session_memories(item_id) if kind == SESSION else []
+            doomed = touched | {memory_node_id(m) for m in memories} | {anchor}
+            nodes_before, edges_before = _counts(graph, doomed)
             empty = reduce_session(reduce_key, [], anchor=anchor if kind == NOTE else "")
             commit_session(empty, graph=graph, graph_index=None, on_commit=lambda: None,
                            queue_append=lambda lines: 0, matcher=lambda candidates, index: {})
-            memories = tombstones.session_memories(item_id) if kind == SESSION else []
             for memory in memories:
                 graph.delete_node(memory_node_id(memory))
             graph.delete_node(anchor)
             state = tombstones.forget_session_state(item_id if kind == SESSION else anchor, chunk_key)
             if bury:
                 tombstones.bury(kind, item_id)
-            nodes_after, edges_after = _counts(db)
+            nodes_after, edges_after = _counts(graph, doomed)
             report.update(
                 points=len(rows.node_points) + len(rows.edge_points), claims=len(rows.claims),
                 nodes_removed=nodes_before - nodes_after, edges_removed=edges_before - edges_after,
@@ -97,12 +100,14 @@ def forget_memory(db: Database, memory_id: str, *, dry_run: bool = False) -> dic
     report: dict[str, Any] = {"kind": MEMORY, "id": memory_id, "dry_run": dry_run}
     try:
         with db.transaction() as conn:
-            nodes_before, edges_before = _counts(db)
             session = next((r[0] for r in db.query("SELECT session_id FROM memory_index WHERE memory_id = ?", (memory_id,))), None)
             memory = graph.get_node(node_id)
             if session is None and memory is not None and isinstance(memory.properties.get("sessionId"), str):
                 session = memory.properties["sessionId"]
             anchor = session_node_id(session) if session else ""
+            owners = {r[0] for r in db.query("SELECT DISTINCT node_id FROM node_points WHERE anchor = ? AND memory_id = ?", (anchor, node_id))}
+            doomed = owners | {node_id}
+            nodes_before, edges_before = _counts(graph, doomed)
             nodes, edges = provenance.delete_turn_points(anchor, node_id) if anchor else (set(), set())
             for owner in sorted(nodes):
                 points = provenance.node_anchor_points(owner, anchor)
@@ -126,7 +131,7 @@ def forget_memory(db: Database, memory_id: str, *, dry_run: bool = False) -> dic
                 conn.execute("UPDATE session_digests SET state = 'undigested', digested_revision = NULL, attempts = 0 "
                              "WHERE session_id = ?", (session,))
             tombstones.bury(MEMORY, memory_id)
-            nodes_after, edges_after = _counts(db)
+            nodes_after, edges_after = _counts(graph, doomed)
             report.update(
                 session=session, points=len(nodes) + len(edges), nodes_removed=nodes_before - nodes_after,
                 edges_removed=edges_before - edges_after, knowledge_nodes_removed=orphans, tombstone=True,

@@ -29,11 +29,12 @@ class TombstoneStore:
         return found if ids is None else found & set(ids)
 
     def session_memories(self, session_id: str) -> list[str]:
-        """The memory ids ingested for ``session_id`` (the memory index and MEMORY nodes that name it)."""
+        """The memory ids of ``session_id``: its memory index and the MEMORY nodes that originate in
+        its SESSION node (a back-filled turn has no index row)."""
         rows = self.db.query(
             "SELECT memory_id FROM memory_index WHERE session_id = ? UNION "
-            "SELECT substr(id, 8) FROM nodes WHERE label = 'MEMORY' AND json_extract(properties, '$.sessionId') = ?",
-            (session_id, session_id),
+            "SELECT substr(source, 8) FROM edges WHERE target = ? AND relationship = 'ORIGINATES_IN' AND source LIKE 'memory:%'",
+            (session_id, f"session:{session_id}"),
         )
         return sorted(r[0] for r in rows)
 
