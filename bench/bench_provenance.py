@@ -5,8 +5,9 @@ graph's history?
    sessions, as in real coding sessions, plus a long tail). 25 new sessions are extracted
    (heuristic map → reduce → commit with identity resolution, the cycle's extract path without
    Chroma) on top of 250 sessions, then on top of 2,000 (and 8,000 with ``--large``), in the same
-   process. Reports the per-session cost of each step, the ratio last/first, and database bytes
-   per provenance point.
+   process, each interleaved with a session on a reference graph that stays at 250 (the machine's
+   load cancels out). Reports per step the medians, the cost relative to the reference, the ratio
+   of that between the last and the first step, and database bytes per provenance point.
 2. ``forget`` of one session in a 2,000-session graph: its time and the rows it touched.
 3. One node with 100,000 points (and an edge with 100,000 points): a commit of a session that
    mentions it against a commit of a session of the same size that mentions only fresh names.
@@ -93,35 +94,44 @@ class Graph:
 
 
 def growth(steps: list[int], *, new: int = 25, seed: int = 12) -> list[dict[str, Any]]:
+    """Per step: 25 new sessions on the growing graph, each interleaved with one of the same size
+    on a reference graph that stays at the first step's size — so the machine's load, which changes
+    over a long run, cancels out of ``relative`` (growing / reference)."""
     rng = random.Random(seed)
     results = []
     with tempfile.TemporaryDirectory() as tmp:
-        g = Graph(Path(tmp) / "graph.sqlite3")
-        done = 0
+        g, ref = Graph(Path(tmp) / "graph.sqlite3"), Graph(Path(tmp) / "reference.sqlite3")
+        for done in range(steps[0]):
+            texts = [turn_text(rng, done, t) for t in range(TURNS_PER_SESSION)]
+            g.extract(f"s{done:05d}", texts, day=done)
+            ref.extract(f"s{done:05d}", texts, day=done)
+        done = steps[0]
         for step in steps:
             while done < step:
                 g.extract(f"s{done:05d}", [turn_text(rng, done, t) for t in range(TURNS_PER_SESSION)], day=done)
                 done += 1
-            extract, commit = [], []
+            timed: dict[str, list[float]] = {"extract": [], "commit": [], "ref_extract": [], "ref_commit": []}
             for i in range(new):
                 sid = f"new{step:05d}-{i:02d}"
                 one = g.extract(sid, [turn_text(rng, done + i, t) for t in range(TURNS_PER_SESSION)], day=done + i)
-                extract.append(one["map_reduce"] + one["commit"])
-                commit.append(one["commit"])
-            done_new = done + new
+                other = ref.extract(sid, [turn_text(rng, done + i, t) for t in range(TURNS_PER_SESSION)], day=done + i)
+                timed["extract"].append(one["map_reduce"] + one["commit"])
+                timed["commit"].append(one["commit"])
+                timed["ref_extract"].append(other["map_reduce"] + other["commit"])
+                timed["ref_commit"].append(other["commit"])
+            done += new
             points = g.points()
+            median = {k: 1000 * sorted(v)[new // 2] for k, v in timed.items()}
             results.append({
-                "history": step, "sessions": done_new,
-                "extract_ms_per_session": 1000 * sum(extract) / new,
-                "extract_ms_median": 1000 * sorted(extract)[new // 2],
-                "commit_ms_per_session": 1000 * sum(commit) / new,
-                "commit_ms_median": 1000 * sorted(commit)[new // 2],
-                "points": points, "bytes_per_point": g.size() / points,
+                "history": step, "sessions": done, "points": points, "bytes_per_point": g.size() / points,
+                "extract_ms_median": median["extract"], "commit_ms_median": median["commit"],
+                "reference_extract_ms_median": median["ref_extract"],
+                "relative_extract": sum(timed["extract"]) / sum(timed["ref_extract"]),
+                "relative_commit": sum(timed["commit"]) / sum(timed["ref_commit"]),
             })
-            # the new sessions stay: the next step's history includes them
-            done = done_new
             print(results[-1], flush=True)
         g.db.close()
+        ref.db.close()
     return results
 
 
@@ -183,8 +193,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     summary = {
         "forget": forgot,
         "growth": grown,
-        "extract_ratio": last["extract_ms_per_session"] / first["extract_ms_per_session"],
-        "commit_ratio": last["commit_ms_per_session"] / first["commit_ms_per_session"],
+        "extract_ratio": last["relative_extract"] / first["relative_extract"],
+        "commit_ratio": last["relative_commit"] / first["relative_commit"],
         "hot_node": hot,
     }
     print(summary)

@@ -36,8 +36,7 @@ class _Rollback(Exception):
 def _counts(graph: GraphStore, node_ids: set[str]) -> tuple[int, int]:
     """How many of ``node_ids`` exist and how many edges touch them (index look-ups only: every
     row a forget removes is one of these nodes or an edge touching one)."""
-    edges = {(e.source, e.target, e.relationship) for node_id in node_ids for e in graph.edges_of(node_id)}
-    return len(graph.existing_ids(node_ids)), len(edges)
+    return len(graph.existing_ids(node_ids)), graph.count_edges_touching(node_ids)
 
 
 def forget_anchor(

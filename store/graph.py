@@ -122,6 +122,14 @@ class GraphStore:
         )
         return [_edge(r) for r in rows]
 
+    def count_edges_touching(self, node_ids: Iterable[str]) -> int:
+        """How many edges have an end among ``node_ids`` (counted by index, no document read)."""
+        ids = dumps(sorted({normalize_graph_node_id(i) for i in node_ids}))
+        return self.db.query(
+            "SELECT COUNT(*) FROM edges WHERE source IN (SELECT value FROM json_each(?)) OR target IN (SELECT value FROM json_each(?))",
+            (ids, ids),
+        )[0][0]
+
     def get_edge(self, source: str, target: str, relationship: str) -> Edge | None:
         rows = self.db.query(
             "SELECT source, target, relationship, weight, properties FROM edges "
