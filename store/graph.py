@@ -176,8 +176,8 @@ class GraphStore:
         excluded = sorted(set(exclude_labels))
         marks = ",".join("?" * len(excluded))
         rows = self.db.query(
-            "SELECT id, label, name, CASE json_type(properties, '$.aliases') WHEN 'array' "
-            f"THEN json_extract(properties, '$.aliases') END AS aliases FROM nodes WHERE label NOT IN ({marks})",
+            "SELECT id, label, name, (SELECT json_group_array(a.alias) FROM node_aliases AS a WHERE a.node_id = nodes.id) "
+            f"AS aliases FROM nodes WHERE label NOT IN ({marks})",
             excluded,
         )
         return [(r["id"], r["label"], r["name"], json.loads(r["aliases"]) if r["aliases"] else None) for r in rows]
