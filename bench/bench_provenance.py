@@ -76,7 +76,11 @@ class Graph:
         reduced = reduced_session(sid, texts)
         t1 = time.perf_counter()
         anchor = f"session:{sid}"
-        self.graph.upsert_node(Node(anchor, "SESSION", sid, {"sessionId": sid, "liveIngested": True}))
+        # What ingest writes first: the session and its turns (so provenance edges are written, not queued).
+        self.graph.upsert_nodes(
+            [Node(anchor, "SESSION", sid, {"sessionId": sid, "liveIngested": True})]
+            + [Node(f"memory:{sid}-t{i:03d}", "MEMORY", f"turn {i}", {"sessionId": sid, "liveIngested": True}) for i in range(len(texts))]
+        )
         times = {f"memory:{sid}-t{i:03d}": f"2026-{1 + day // 28 % 12:02d}-{1 + day % 28:02d}T10:00:00Z" for i in range(len(texts))}
         commit_session(
             reduced, graph=self.graph, graph_index=None, on_commit=lambda: None, queue_append=len,
