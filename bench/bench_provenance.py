@@ -5,8 +5,8 @@ graph's history?
    sessions, as in real coding sessions, plus a long tail). 25 new sessions are extracted
    (heuristic map → reduce → commit with identity resolution, the cycle's extract path without
    Chroma) on top of 250 sessions, then on top of 2,000 (and 8,000 with ``--large``), in the same
-   process, each interleaved with a session on a reference graph that stays at 250 (the machine's
-   load cancels out). Reports per step the medians, the cost relative to the reference, the ratio
+   process (four rounds of 25), each interleaved with a session on a reference graph that stays at
+   250 (the machine's load cancels out). Reports per step the medians, the cost relative to the reference, the ratio
    of that between the last and the first step, and database bytes per provenance point.
 2. ``forget`` of one session in a 2,000-session graph: its time and the rows it touched.
 3. One node with 100,000 points (and an edge with 100,000 points): a commit of a session that
@@ -97,10 +97,11 @@ class Graph:
         return self.db.path.stat().st_size
 
 
-def growth(steps: list[int], *, new: int = 25, seed: int = 12) -> list[dict[str, Any]]:
-    """Per step: 25 new sessions on the growing graph, each interleaved with one of the same size
-    on a reference graph that stays at the first step's size — so the machine's load, which changes
-    over a long run, cancels out of ``relative`` (growing / reference)."""
+def growth(steps: list[int], *, new: int = 25, rounds: int = 4, seed: int = 12) -> list[dict[str, Any]]:
+    """Per step: ``rounds`` × ``new`` new sessions on the growing graph, each interleaved with one of
+    the same size on a reference graph that stays at the first step's size — so the machine's load,
+    which changes over a long run, cancels out of ``relative`` (growing / reference: the median
+    over the rounds of their summed times)."""
     rng = random.Random(seed)
     results = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -115,7 +116,7 @@ def growth(steps: list[int], *, new: int = 25, seed: int = 12) -> list[dict[str,
                 g.extract(f"s{done:05d}", [turn_text(rng, done, t) for t in range(TURNS_PER_SESSION)], day=done)
                 done += 1
             timed: dict[str, list[float]] = {"extract": [], "commit": [], "ref_extract": [], "ref_commit": []}
-            for i in range(new):
+            for i in range(new * rounds):
                 sid = f"new{step:05d}-{i:02d}"
                 one = g.extract(sid, [turn_text(rng, done + i, t) for t in range(TURNS_PER_SESSION)], day=done + i)
                 other = ref.extract(sid, [turn_text(rng, done + i, t) for t in range(TURNS_PER_SESSION)], day=done + i)
@@ -123,15 +124,21 @@ def growth(steps: list[int], *, new: int = 25, seed: int = 12) -> list[dict[str,
                 timed["commit"].append(one["commit"])
                 timed["ref_extract"].append(other["map_reduce"] + other["commit"])
                 timed["ref_commit"].append(other["commit"])
-            done += new
+            done += new * rounds
             points = g.points()
-            median = {k: 1000 * sorted(v)[new // 2] for k, v in timed.items()}
+            median = {k: 1000 * sorted(v)[len(v) // 2] for k, v in timed.items()}
+
+            def relative(kind: str) -> float:
+                ratios = sorted(
+                    sum(timed[kind][r * new : (r + 1) * new]) / sum(timed[f"ref_{kind}"][r * new : (r + 1) * new]) for r in range(rounds)
+                )
+                return (ratios[(rounds - 1) // 2] + ratios[rounds // 2]) / 2
             results.append({
                 "history": step, "sessions": done, "points": points, "bytes_per_point": g.size() / points,
                 "extract_ms_median": median["extract"], "commit_ms_median": median["commit"],
                 "reference_extract_ms_median": median["ref_extract"],
-                "relative_extract": sum(timed["extract"]) / sum(timed["ref_extract"]),
-                "relative_commit": sum(timed["commit"]) / sum(timed["ref_commit"]),
+                "relative_extract": relative("extract"),
+                "relative_commit": relative("commit"),
             })
             print(results[-1], flush=True)
         g.db.close()
