@@ -58,7 +58,9 @@ def _edge_dict(edge: Edge) -> dict[str, Any]:
 
 
 def _edge(data: Mapping[str, Any]) -> Edge:
-    return Edge(data["source"], data["target"], data["relationship"], float(data["weight"]), dict(data["properties"]))
+    # A record of the release before rows carries points in ``provenance``: they are rows now.
+    properties = {k: v for k, v in data["properties"].items() if k != "provenance"}
+    return Edge(data["source"], data["target"], data["relationship"], float(data["weight"]), properties)
 
 
 def _union(first: Iterable[Any], second: Iterable[Any]) -> list[Any]:
@@ -200,7 +202,9 @@ class MergeStore:
             if merged is None or into is None:
                 raise MergeError(f"no node {merged_id if merged is None else into_id}")
             edges = [e for e in self.graph.edges_of(merged_id) if e.relationship not in _DERIVED]
-            restore: dict[str, Any] = {"edges": [_edge_dict(e) for e in edges], "created": [], "modified": [], "loop_points": []}
+            # Edges with points come back through their rows; only those without are kept whole.
+            pointless = [e for e in edges if not self.provenance.edge_has_points((e.source, e.target, e.relationship))]
+            restore: dict[str, Any] = {"edges": [_edge_dict(e) for e in pointless], "created": [], "modified": [], "loop_points": []}
             for edge in edges:
                 moved = _redirect(edge, merged_id, into_id)
                 if moved.source == moved.target:
@@ -315,7 +319,15 @@ class MergeStore:
         restored = self.graph.link_nodes(
             [_edge(e) for e in restore.get("modified", ()) if not self.provenance.edge_has_points((e["source"], e["target"], e["relationship"]))]
         ).linked
-        pointless = [e for k, e in saved.items() if k not in touched and not self.provenance.edge_has_points(k) and self.graph.get_edge(*k) is None]
+        # A record of the release before rows kept every edge with its points in ``provenance``:
+        # those come back through their rows (or not at all, when their points were forgotten).
+        kept_whole = {
+            (e["source"], e["target"], e["relationship"]) for e in restore.get("edges", ()) if "provenance" not in e.get("properties", {})
+        }
+        pointless = [
+            e for k, e in saved.items()
+            if k in kept_whole and k not in touched and not self.provenance.edge_has_points(k) and self.graph.get_edge(*k) is None
+        ]
         relinked = self.graph.link_nodes(pointless)
         self._refacts(merged_id)
         self._refacts(into.id)
