@@ -282,6 +282,12 @@ MIGRATIONS: tuple[str, ...] = (
 )
 
 
+# Page cache of the writing connection, KiB. A commit touches a few index leaves per node and edge
+# it names; with SQLite's default 2 MiB they are re-read through the OS once the file outgrows it,
+# and the commit cost creeps with the graph's size (bench/RESULTS.md, "Provenance rows").
+CACHE_KIB = 65_536
+
+
 class Database:
     """One SQLite connection in WAL mode with foreign keys, shared by the graph and run-state stores.
 
@@ -311,6 +317,7 @@ class Database:
         self.conn.execute("PRAGMA journal_mode=WAL")
         self.conn.execute("PRAGMA foreign_keys=ON")
         self.conn.execute("PRAGMA synchronous=NORMAL")
+        self.conn.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
         self.migrate()
 
     @contextmanager
