@@ -4,8 +4,9 @@
 returns a JSON-ready dict (schema in README "Exploring the graph"):
 
 - ``nodes``: knowledge nodes (anchors too with ``include_anchors``) — ``id``, ``label``, ``name``,
-  ``properties`` (without ``provenance``, which has its own key) and ``community``;
-- ``edges``: semantic edges between exported nodes (every edge with ``include_anchors``);
+  ``properties``, ``community``, ``first_seen``/``last_seen`` (turn times of its points);
+- ``edges``: semantic edges between exported nodes (every edge with ``include_anchors``), with
+  ``first_seen``/``last_seen``;
 - ``sessions``: ``session:<id>`` → title; ``file_sources``: ``note:<hash>`` → file path;
 - ``node_sessions``: node id → the anchors (sessions, notes files) it came from, sorted;
 - ``communities``: id, label, label source, sorted members, size;
@@ -40,8 +41,8 @@ SNAPSHOT_VERSION = 1
 FORMATS = ("json", "graphml")
 # Node/edge attribute names the GraphML writer sets itself; a property of the same name is
 # written as ``property.<name>`` instead of silently overwriting them.
-_NODE_RESERVED = frozenset({"label", "name", "community", "sessions", "provenance"})
-_EDGE_RESERVED = frozenset({"relationship", "weight"})
+_NODE_RESERVED = frozenset({"label", "name", "community", "sessions", "provenance", "first_seen", "last_seen"})
+_EDGE_RESERVED = frozenset({"relationship", "weight", "first_seen", "last_seen"})
 
 
 def build_snapshot(
@@ -51,8 +52,12 @@ def build_snapshot(
     *,
     generated_at: str | None = None,
     include_anchors: bool = False,
+    points: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
+    edge_seen: Mapping[tuple[str, str, str], tuple[str | None, str | None]] | None = None,
 ) -> dict[str, Any]:
-    """The snapshot payload of a graph (pure; see the module docstring for the shape)."""
+    """The snapshot payload of a graph (pure; see the module docstring for the shape); ``points``:
+    node id → its provenance points; ``edge_seen``: edge key → (first, last) turn time of its points."""
+    points, edge_seen = points or {}, edge_seen or {}
     by_id = {n.id: n for n in nodes}
     edge_list = list(edges)
     memory_session = _memory_sessions(by_id, edge_list)
@@ -66,10 +71,10 @@ def build_snapshot(
                 anchors[edge.source].add(anchor)
     provenance: dict[str, list[dict[str, Any]]] = {}
     for node_id in anchors:
-        points = _points(by_id[node_id].properties.get("provenance"))
-        if points:
-            provenance[node_id] = points
-        for point in points:
+        own = [dict(p) for p in points.get(node_id, ())]
+        if own:
+            provenance[node_id] = own
+        for point in own:
             anchor = _point_anchor(point, by_id, memory_session)
             if anchor:
                 anchors[node_id].add(anchor)
@@ -95,8 +100,9 @@ def build_snapshot(
             "id": node.id,
             "label": node.label,
             "name": node.name,
-            "properties": {k: v for k, v in node.properties.items() if k != "provenance"},
+            "properties": dict(node.properties),
             "community": community_of.get(node.id),
+            **_seen(p.get("observed_at") for p in points.get(node.id, ())),
         }
         for node in sorted(exported.values(), key=lambda n: n.id)
     ]
@@ -107,6 +113,7 @@ def build_snapshot(
             "relationship": e.relationship,
             "weight": e.weight,
             "properties": e.properties,
+            **_seen(edge_seen.get((e.source, e.target, e.relationship), ())),
         }
         for e in sorted(edge_list, key=lambda e: (e.source, e.target, e.relationship))
         if e.source in exported
@@ -129,6 +136,12 @@ def build_snapshot(
     }
 
 
+def _seen(times: Iterable[str | None]) -> dict[str, str | None]:
+    """``first_seen``/``last_seen``: the earliest and latest of the turn times given."""
+    known = sorted(t for t in times if isinstance(t, str))
+    return {"first_seen": known[0] if known else None, "last_seen": known[-1] if known else None}
+
+
 def graphml_text(snapshot: Mapping[str, Any]) -> str:
     """The snapshot as a GraphML document (a directed multigraph keyed by relationship). Pure."""
     graph = nx.MultiDiGraph()
@@ -145,12 +158,15 @@ def graphml_text(snapshot: Mapping[str, Any]) -> str:
             "community": node.get("community") or "",
             "sessions": node_sessions.get(node["id"], []),
             "provenance": provenance.get(node["id"], []),
+            "first_seen": node.get("first_seen"),
+            "last_seen": node.get("last_seen"),
         }
         attrs.update(_prefixed(node["properties"], _NODE_RESERVED))
         node_attrs.append((node["id"], attrs))
     edge_attrs = []
     for edge in snapshot["edges"]:
-        attrs = {"relationship": edge["relationship"], "weight": float(edge["weight"])}
+        attrs = {"relationship": edge["relationship"], "weight": float(edge["weight"]),
+                 "first_seen": edge.get("first_seen"), "last_seen": edge.get("last_seen")}
         attrs.update(_prefixed(edge["properties"], _EDGE_RESERVED))
         edge_attrs.append((edge["source"], edge["target"], edge["relationship"], attrs))
     for node_id, attrs in zip((n for n, _ in node_attrs), _scalars([a for _, a in node_attrs]), strict=True):
@@ -255,9 +271,3 @@ def _prefixed_id(kind: str, value: str) -> str | None:
         return normalize_graph_node_id(candidate)
     except InvalidIdError:
         return None
-
-
-def _points(value: Any) -> list[dict[str, Any]]:
-    if not isinstance(value, list):
-        return []
-    return [dict(p) for p in value if isinstance(p, Mapping)]

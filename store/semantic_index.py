@@ -6,9 +6,8 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from store.db import Database, in_batches
+from store.db import Database, alias_key, in_batches
 from store.graph import Node
-
 
 
 class SemanticIndex:
@@ -25,11 +24,12 @@ class SemanticIndex:
             rows = self.db.query(f"SELECT id, label, name, properties FROM nodes WHERE id IN ({marks})", part)
             found.update((r["id"], _node(r)) for r in rows if r["label"] == label)
         for part, marks in in_batches(sorted(set(names)), lists=2):
+            keys = sorted({alias_key(n) for n in part})
             rows = self.db.query(
                 f"SELECT id, label, name, properties FROM nodes WHERE label = ? AND name COLLATE NOCASE IN ({marks}) "
-                f"UNION SELECT n.id, n.label, n.name, n.properties FROM nodes AS n, json_each(n.properties, '$.aliases') AS a "
-                f"WHERE n.label = ? AND a.type = 'text' AND a.value COLLATE NOCASE IN ({marks})",
-                [label, *part, label, *part],
+                "UNION SELECT n.id, n.label, n.name, n.properties FROM node_aliases AS a JOIN nodes AS n ON n.id = a.node_id "
+                f"WHERE a.alias_key IN ({','.join('?' * len(keys))}) AND n.label = ?",
+                [label, *part, *keys, label],
             )
             found.update((r["id"], _node(r)) for r in rows)
         return [found[k] for k in sorted(found)]

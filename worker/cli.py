@@ -30,7 +30,7 @@ from worker.signals import EXIT_SIGNAL_BASE, CommandProgress, interruptible
 EXIT_USAGE = 2
 # Commands that read or change an existing graph: on a graph database that is not there they say
 # so (with the resolved path) and fail, rather than create an empty one and report on nothing.
-GRAPH_COMMANDS = frozenset({"search", "show", "export", "candidates", "retry", "merge", "unmerge", "backup"})
+GRAPH_COMMANDS = frozenset({"search", "show", "export", "candidates", "retry", "merge", "unmerge", "backup", "forget"})
 # ``status`` also reports on a data dir before its first cycle (an import, a queue), but not on none.
 DATA_DIR_COMMANDS = GRAPH_COMMANDS | {"status"}
 EPILOG = """\
@@ -98,7 +98,10 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument(
         "--include-anchors", action="store_true", help="also export MEMORY/SESSION/NOTE nodes and provenance edges"
     )
+    as_of_help = "the graph as known at DATE (2026-11-15, end of day UTC) or an ISO 8601 time"
+    export.add_argument("--as-of", type=_as_of, metavar="DATE", help=as_of_help)
     show = add_command(sub, "show", common, "one node: aliases, edges, and the turns it came from")
+    show.add_argument("--as-of", type=_as_of, metavar="DATE", help=as_of_help)
     show.add_argument("node_id", metavar="NODE_ID", help="e.g. CLASS:LazyEdgeQueue (or an exact name)")
     show.add_argument(
         "--limit", type=_non_negative_int, default=SHOW_LIMIT,
@@ -108,6 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
     search.add_argument("text", metavar="TEXT", help="part of a node's name or alias")
     search.add_argument("--label", help="only nodes with this label, e.g. CLASS")
     search.add_argument("--limit", type=_non_negative_int, default=50, help="at most this many nodes (default 50)")
+    search.add_argument("--as-of", type=_as_of, metavar="DATE", help=as_of_help)
     backup = add_command(sub, "backup", common, "copy the graph database (safe while the daemon runs)")
     backup.add_argument("path", help="destination file (replaced atomically when the copy is sound)")
     unmerge = add_command(sub, "unmerge", common, "undo the merges of a node (restores it, its edges and aliases)")
@@ -119,6 +123,14 @@ def build_parser() -> argparse.ArgumentParser:
     merge = add_command(sub, "merge", common, "fold one node into another by hand (recorded, undoable)")
     merge.add_argument("merged_id", metavar="NODE_ID", help="the node to merge away")
     merge.add_argument("into_id", metavar="INTO_ID", help="the node that keeps its id and takes the edges and aliases")
+    forget = add_command(
+        sub, "forget", common, "remove a session, turn or notes file from the graph (tombstoned: not brought back)"
+    )
+    what = forget.add_mutually_exclusive_group(required=True)
+    what.add_argument("--session", metavar="ID", help="a session id")
+    what.add_argument("--memory", metavar="ID", help="a memory (turn) id, with or without memory:")
+    what.add_argument("--note", metavar="PATH", help="an imported notes file, by the path it was imported from")
+    forget.add_argument("--dry-run", action="store_true", help="report what would be removed; change nothing")
     notes = add_command(sub, "import-notes", common, "extract Markdown/text notes files into the graph")
     notes.add_argument("paths", nargs="+", metavar="PATH", help="files, or folders searched for *.md / *.txt")
     drain = add_command(sub, "drain", common, "link queued lazy edges, back-filling their endpoints")
@@ -142,6 +154,15 @@ def _version() -> str:
         return version("rem-cycle")
     except PackageNotFoundError:  # run from a source tree that was never installed
         return "unknown (not installed)"
+
+
+def _as_of(value: str) -> str:
+    from pipelines.asof import AsOfError, parse_as_of
+
+    try:
+        return parse_as_of(value)
+    except AsOfError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _non_negative_int(value: str) -> int:
@@ -287,7 +308,7 @@ async def cmd_export(settings: Settings, args: argparse.Namespace) -> int:
 
     def build() -> dict[str, Any]:
         with open_graph_db(settings) as db:
-            return snapshot_from_db(db, include_anchors=args.include_anchors)
+            return snapshot_from_db(db, include_anchors=args.include_anchors, as_of=args.as_of)
 
     snapshot = await anyio.to_thread.run_sync(build)
     text = render(snapshot, args.format)
@@ -308,7 +329,7 @@ async def cmd_search(settings: Settings, args: argparse.Namespace) -> int:
     from worker.views import print_search
 
     rows = await anyio.to_thread.run_sync(
-        lambda: search_graph(settings, args.text, limit=args.limit, label=args.label and args.label.upper())
+        lambda: search_graph(settings, args.text, limit=args.limit, label=args.label and args.label.upper(), as_of=args.as_of)
     )
     _emit(args, {"query": args.text, "results": rows}, lambda: print_search(rows, args.text))
     return EXIT_OK
@@ -320,15 +341,15 @@ async def cmd_show(settings: Settings, args: argparse.Namespace) -> int:
     from worker.views import print_node
 
     try:
-        view = await show_node(settings, args.node_id, limit=args.limit or None)
+        view = await show_node(settings, args.node_id, limit=args.limit or None, as_of=args.as_of)
     except InvalidIdError as exc:
         print(f"rem-cycle: {exc}", file=sys.stderr)
         return EXIT_USAGE
     if view is None:
         # Not an id: an exact (case-insensitive) name or alias of exactly one node is good enough.
-        hits = await anyio.to_thread.run_sync(lambda: search_graph(settings, args.node_id, limit=20))
+        hits = await anyio.to_thread.run_sync(lambda: search_graph(settings, args.node_id, limit=20, as_of=args.as_of))
         exact = [h for h in hits if args.node_id.casefold() in {a.casefold() for a in [h["name"], *h["aliases"]]}]
-        view = await show_node(settings, exact[0]["id"], limit=args.limit or None) if len(exact) == 1 else None
+        view = await show_node(settings, exact[0]["id"], limit=args.limit or None, as_of=args.as_of) if len(exact) == 1 else None
         if view is None:
             suggestions = ", ".join(h["id"] for h in (exact or hits)[:10])
             print(f"rem-cycle: no node {args.node_id!r}" + (f"; did you mean: {suggestions}" if suggestions else ""), file=sys.stderr)
@@ -342,8 +363,15 @@ async def cmd_unmerge(settings: Settings, args: argparse.Namespace) -> int:
     from store.merges import MergeError
     from worker.knowledge import unmerge_node
 
+    from worker.cycle import single_flight
+
     try:
-        undone = await anyio.to_thread.run_sync(unmerge_node, settings, args.node_id)
+        # A cycle's identity resolution keeps its own view of the graph: never change it under one.
+        async with single_flight(settings):
+            undone = await anyio.to_thread.run_sync(unmerge_node, settings, args.node_id)
+    except CycleBusyError as exc:
+        print(f"rem-cycle: {exc}; unmerge when it has finished", file=sys.stderr)
+        return EXIT_BUSY
     except (MergeError, InvalidIdError) as exc:
         print(f"rem-cycle: {exc}", file=sys.stderr)
         return EXIT_FAILED
@@ -374,8 +402,14 @@ async def cmd_merge(settings: Settings, args: argparse.Namespace) -> int:
     from store.merges import MergeError
     from worker.knowledge import merge_node
 
+    from worker.cycle import single_flight
+
     try:
-        merge_id = await anyio.to_thread.run_sync(merge_node, settings, args.merged_id, args.into_id)
+        async with single_flight(settings):
+            merge_id = await anyio.to_thread.run_sync(merge_node, settings, args.merged_id, args.into_id)
+    except CycleBusyError as exc:
+        print(f"rem-cycle: {exc}; merge when it has finished", file=sys.stderr)
+        return EXIT_BUSY
     except (MergeError, InvalidIdError) as exc:
         print(f"rem-cycle: {exc}", file=sys.stderr)
         return EXIT_FAILED
@@ -384,6 +418,37 @@ async def cmd_merge(settings: Settings, args: argparse.Namespace) -> int:
         {"merge_id": merge_id, "merged": args.merged_id, "into": args.into_id},
         lambda: print(f"merged {args.merged_id} into {args.into_id} (merge #{merge_id}; undo: rem-cycle unmerge {args.merged_id})"),
     )
+    return EXIT_OK
+
+
+async def cmd_forget(settings: Settings, args: argparse.Namespace, progress: CommandProgress) -> int:
+    from store.ids import InvalidIdError
+    from worker.cycle import single_flight
+    from worker.knowledge import NoGraphError, forget
+
+    progress.describe = lambda: "a forget is one transaction, so it was applied whole or not at all"
+
+    try:
+        async with single_flight(settings):
+            report = await anyio.to_thread.run_sync(
+                lambda: forget(settings, session=args.session, memory=args.memory, note=args.note, dry_run=args.dry_run)
+            )
+    except CycleBusyError as exc:
+        print(f"rem-cycle: {exc}; forget when it has finished", file=sys.stderr)
+        return EXIT_BUSY
+    except (InvalidIdError, NoGraphError) as exc:
+        print(f"rem-cycle: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+
+    def text() -> None:
+        verb = "would remove" if report["dry_run"] else "removed"
+        print(
+            f"{verb} {report['kind']} {report['id']}: {report['points']} provenance points, {report['nodes_removed']} nodes "
+            f"({len(report['knowledge_nodes_removed'])} knowledge nodes left without support), {report['edges_removed']} edges"
+            + ("; tombstoned" if report.get("tombstone") and not report["dry_run"] else "")
+        )
+
+    _emit(args, report, text)
     return EXIT_OK
 
 
@@ -534,6 +599,7 @@ COMMANDS: dict[str, Handler] = {
     "unmerge": cmd_unmerge,
     "candidates": cmd_candidates,
     "merge": cmd_merge,
+    "forget": interruptible(cmd_forget, name="forget", rerun="re-running the forget is safe: it removes what is left"),
     "drain": interruptible(cmd_drain, name="drain", rerun="re-running the drain is safe: no queued line is lost"),
     "backfill": interruptible(cmd_backfill, name="backfill", rerun="re-running the backfill is safe: synced sessions are unchanged"),
     "import-notes": cmd_import_notes,

@@ -12,6 +12,7 @@ import sqlite3
 import time
 import uuid
 from collections import Counter
+from functools import partial
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -24,6 +25,7 @@ import structlog
 from config import Settings
 from config.redact import redact
 from pipelines.drain import DrainStats, drain_queue
+from pipelines.forget import retract_vanished
 from pipelines.ingest import scan_session_revisions, sync_batch_isolating_failures
 from store.chroma import ChromaStore, ChromaStoreError, ChromaUnavailableError
 from store.confined import UnsafePathError, exclusive_lock
@@ -31,6 +33,7 @@ from store.db import Database, SchemaTooNewError
 from store.graph import GraphStore, utc_now
 from store.lazy_queue import LazyEdgeQueue, QueueBusyError
 from store.runstate import RunStateStore
+from store.tombstones import MEMORY, SESSION, TombstoneStore
 from worker.failures import FailureRecorder, RunFailure, failure_reason
 from worker.knowledge import identity_resolver, model_judge, refresh_communities
 
@@ -132,10 +135,14 @@ async def ingest(ctx: CycleContext) -> dict[str, Any]:
         )
     except ChromaStoreError as exc:
         raise PhaseError(exc.reason_code, str(exc)) from exc
-    changed = await anyio.to_thread.run_sync(stores.runstate.changed_sessions, scan.revisions)
+    buried = await anyio.to_thread.run_sync(TombstoneStore(stores.db).buried, SESSION)
+    revisions = [r for r in scan.revisions if r.session_id not in buried]  # forgotten: never back
+    retracted = await anyio.to_thread.run_sync(_retract_vanished, stores, scan) if scan.rows_scanned else []
+    changed = await anyio.to_thread.run_sync(stores.runstate.changed_sessions, revisions)
     todo = changed[: settings.batch_limit]
     counts: dict[str, Any] = {
-        "sessions_seen": len(scan.revisions),
+        "sessions_seen": len(revisions),
+        "sessions_retracted": len(retracted),
         "sessions_changed": len(changed),
         "sessions_synced": 0,
         "sessions_failed": 0,
@@ -176,6 +183,16 @@ async def ingest(ctx: CycleContext) -> dict[str, Any]:
     return counts
 
 
+def _retract_vanished(stores: Stores, scan: Any) -> list[dict[str, Any]]:
+    """Sessions whose rows all left Chroma are forgotten (no tombstone: new rows may come back).
+    Reads every known session id — as the scan reads every row id."""
+    present = {r.session_id for r in scan.revisions}
+    retracted = retract_vanished(stores.db, present, set(stores.runstate.get_digests()))
+    for report in retracted:
+        log.info("session retracted: its rows left Chroma", session_id=report["id"], points=report["points"])
+    return retracted
+
+
 async def extract(ctx: CycleContext) -> dict[str, Any]:
     """Map → reduce → commit every ingested, not yet digested session (oldest first, up to the
     batch limit). A failing session is recorded and the phase goes on."""
@@ -201,7 +218,7 @@ async def extract(ctx: CycleContext) -> dict[str, Any]:
             retry_max_seconds=settings.chunk_retry_max_seconds, concurrency=settings.llm_concurrency, run_id=ctx.run_id,
             now=datetime.now(UTC),
             resolver=identity_resolver(stores.db, auditor=judge.audit_identity if judge else None),
-            merges=MergeStore(stores.db),
+            merges=MergeStore(stores.db), forgotten_memories=partial(TombstoneStore(stores.db).buried, MEMORY),
         )
         try:
             stats = await extract_sessions(todo, env, should_stop=ctx.stop.is_set)

@@ -11,6 +11,7 @@ from typing import Any
 import anyio
 
 from config import Settings
+from pipelines.asof import graph_as_of
 from pipelines.communities import Namer, name_communities, plan_communities, semantic_graph
 from pipelines.export import build_snapshot
 from pipelines.identity import Auditor
@@ -25,6 +26,7 @@ from store.graph import Edge, GraphStore, Node, utc_now
 from store.ids import memory_node_id, normalize_graph_node_id, row_suffix
 from store.lazy_queue import LazyEdgeQueue
 from store.merges import MergeStore
+from store.provenance import ProvenanceStore
 
 
 @asynccontextmanager
@@ -68,16 +70,45 @@ def open_graph_db(settings: Settings) -> Iterator[Database]:
         db.close()
 
 
-def snapshot_from_db(db: Database, *, include_anchors: bool = False) -> dict[str, Any]:
-    """The export snapshot of the graph in ``db``."""
-    graph = GraphStore(db)
-    return build_snapshot(
-        graph.all_nodes(),
-        graph.all_edges(),
+def snapshot_from_db(db: Database, *, include_anchors: bool = False, as_of: str | None = None) -> dict[str, Any]:
+    """The export snapshot of the graph in ``db`` (as known at ``as_of``, see :mod:`pipelines.asof`)."""
+    graph, provenance = GraphStore(db), ProvenanceStore(db)
+    nodes, edges, points = graph.all_nodes(), graph.all_edges(), provenance.points_by_node()
+    edge_seen = provenance.edge_seen()
+    if as_of is not None:
+        edge_points = provenance.points_by_edge()
+        view = graph_as_of(nodes, edges, node_points=points, edge_points=edge_points,
+                           claims=provenance.claims_by_node(), as_of=as_of)
+        nodes, edges, points = view.nodes, view.edges, view.points
+        edge_seen = {k: _first_last(p.observed_at for p in v if p.observed_at and p.observed_at <= as_of) for k, v in edge_points.items()}
+    snapshot = build_snapshot(
+        nodes,
+        edges,
         CommunityStore(db).all(),
         generated_at=utc_now(),
         include_anchors=include_anchors,
+        points={k: [p.as_dict() for p in v] for k, v in points.items()},
+        edge_seen=edge_seen,
     )
+    snapshot["as_of"] = as_of
+    return snapshot
+
+
+def _first_last(times: Any) -> tuple[str | None, str | None]:
+    known = sorted(times)
+    return (known[0], known[-1]) if known else (None, None)
+
+
+def _as_of_subgraph(db: Database, nodes: list[Node], edges: list[Edge], as_of: str) -> tuple[list[Node], list[Edge], dict[str, list[Any]]]:
+    """``nodes`` and ``edges`` as known at ``as_of`` (their own rows only)."""
+    provenance = ProvenanceStore(db)
+    ids = [n.id for n in nodes]
+    view = graph_as_of(
+        nodes, edges, node_points=provenance.points_by_node(ids),
+        edge_points=provenance.points_by_edge((e.source, e.target, e.relationship) for e in edges),
+        claims=provenance.claims_by_node(ids), as_of=as_of,
+    )
+    return view.nodes, view.edges, view.points
 
 
 async def refresh_communities(db: Database, *, namer: Namer | None = None) -> dict[str, Any]:
@@ -111,10 +142,14 @@ async def refresh_communities(db: Database, *, namer: Namer | None = None) -> di
     }
 
 
-def search_graph(settings: Settings, text: str, *, limit: int = 50, label: str | None = None) -> list[dict[str, Any]]:
-    """Knowledge nodes whose name or alias contains ``text`` (case-insensitive), best first."""
+def search_graph(settings: Settings, text: str, *, limit: int = 50, label: str | None = None, as_of: str | None = None) -> list[dict[str, Any]]:
+    """Knowledge nodes whose name or alias contains ``text`` (case-insensitive), best first; with
+    ``as_of``, those known then, as they were then (their aliases of then are not searched)."""
     with open_graph_db(settings) as db:
         nodes = GraphStore(db).search_nodes(text, limit=limit, exclude_labels=ANCHOR_LABELS, label=label)
+        if as_of is not None:
+            known = {n.id: n for n in _as_of_subgraph(db, nodes, [], as_of)[0]}
+            nodes = [known[n.id] for n in nodes if n.id in known]
     return [search_row(n) for n in nodes]
 
 
@@ -124,10 +159,11 @@ class _Loaded:
     edges: list[Edge] = field(default_factory=list)
     neighbours: dict[str, Node] = field(default_factory=dict)
     merged_from: list[dict[str, Any]] = field(default_factory=list)
+    points: list[dict[str, Any]] = field(default_factory=list)
     redirected_from: str | None = None
 
 
-def _load_node(settings: Settings, node_id: str) -> _Loaded:
+def _load_node(settings: Settings, node_id: str, as_of: str | None = None) -> _Loaded:
     """The node (or, when it was merged away, the node it was merged into), its edges and merges."""
     with open_graph_db(settings) as db:
         graph, merges = GraphStore(db), MergeStore(db)
@@ -141,6 +177,15 @@ def _load_node(settings: Settings, node_id: str) -> _Loaded:
                 return loaded
         loaded.edges = graph.edges_of(loaded.node.id)
         loaded.neighbours = graph.get_nodes({e.source for e in loaded.edges} | {e.target for e in loaded.edges})
+        points = ProvenanceStore(db).node_points(loaded.node.id)
+        if as_of is not None:
+            nodes, loaded.edges, known = _as_of_subgraph(db, [loaded.node, *loaded.neighbours.values()], loaded.edges, as_of)
+            by_id = {n.id: n for n in nodes}
+            if loaded.node.id not in by_id:
+                return _Loaded(redirected_from=loaded.redirected_from)
+            loaded.node, loaded.neighbours, points = by_id[loaded.node.id], by_id, known.get(loaded.node.id, [])
+            loaded.edges = [e for e in loaded.edges if loaded.node.id in (e.source, e.target)]
+        loaded.points = [p.as_dict() for p in points]
         loaded.merged_from = [
             {"merged_id": r.merged_id, "rule": r.rule, "score": r.score, "created_at": r.created_at, "evidence": r.evidence}
             for r in merges.records(into_id=loaded.node.id, active=True)
@@ -148,25 +193,25 @@ def _load_node(settings: Settings, node_id: str) -> _Loaded:
         return loaded
 
 
-async def show_node(settings: Settings, node_id: str, *, limit: int | None = None) -> dict[str, Any] | None:
+async def show_node(settings: Settings, node_id: str, *, limit: int | None = None, as_of: str | None = None) -> dict[str, Any] | None:
     """The ``show`` view of one node, with the text of the turns it came from (read from Chroma;
     at most ``limit`` edges and turns, see :func:`pipelines.query.node_view`); ``None`` when the
     graph has no such node. When Chroma cannot be read the view still comes back, without turn
     texts and with ``turns_error``."""
-    loaded = await anyio.to_thread.run_sync(_load_node, settings, node_id)
+    loaded = await anyio.to_thread.run_sync(_load_node, settings, node_id, as_of)
     node, edges = loaded.node, loaded.edges
     if node is None:
         return None
     turns: dict[str, Any] = {}
     error = None
-    memory_ids = turn_memory_ids(node, edges)[:limit]
+    memory_ids = turn_memory_ids(node, edges, loaded.points)[:limit]
     if memory_ids:
         try:
             rows = await ChromaStore(settings).memories_by_ids([row_suffix(m) for m in memory_ids])
         except ChromaStoreError as exc:
             rows, error = [], str(exc)
         turns = {memory_node_id(r.id): r for r in rows or []}
-    view = node_view(node, edges, loaded.neighbours, turns, merged_from=loaded.merged_from, limit=limit)
+    view = node_view(node, edges, loaded.neighbours, turns, points=loaded.points, merged_from=loaded.merged_from, limit=limit)
     view["turns_error"] = error
     view["redirected_from"] = loaded.redirected_from
     return view
@@ -190,6 +235,23 @@ def merge_node(settings: Settings, merged_id: str, into_id: str) -> int:
     """Fold ``merged_id`` into ``into_id`` by hand (an operator confirming a reported candidate)."""
     with open_graph_db(settings) as db:
         return MergeStore(db).merge_nodes(merged_id, into_id, rule="manual", score=1.0, evidence={"by": "operator"})
+
+
+def forget(settings: Settings, *, session: str | None = None, memory: str | None = None, note: str | None = None,
+           dry_run: bool = False) -> dict[str, Any]:
+    """``forget``: one session, turn or imported notes file out of the graph (see :mod:`pipelines.forget`)."""
+    from pathlib import Path
+
+    from pipelines.forget import forget_memory, forget_note, forget_session
+    from pipelines.notes import NoteFile
+
+    with open_graph_db(settings) as db:
+        if session is not None:
+            return forget_session(db, session, dry_run=dry_run)
+        if memory is not None:
+            return forget_memory(db, row_suffix(memory) if memory.lower().startswith("memory:") else memory, dry_run=dry_run)
+        file = NoteFile(Path(note or "").resolve(), note or "", "")
+        return forget_note(db, file.note_id, file.key, dry_run=dry_run)
 
 
 async def import_notes(settings: Settings, paths: list[str]) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from config import Settings
 from pipelines.extract.commit import CommitStats, GraphIndex, MergeRecorder, commit_session
 from pipelines.extract.heuristic import HeuristicExtractor
 from pipelines.extract.map import UnitOutcome, map_units
-from pipelines.extract.model import Extractor
+from pipelines.extract.model import Extractor, WorkUnit
 from pipelines.extract.reduce import reduce_session
 from pipelines.extract.units import SourceTurn, plan_units
 from pipelines.resolver import GraphResolver
@@ -66,6 +66,8 @@ class ExtractEnv:
     # merges are recorded; without them the commit's exact matcher is used and nothing is recorded.
     resolver: GraphResolver | None = None
     merges: MergeRecorder | None = None
+    # Which of some memory ids were forgotten (``rem-cycle forget --memory``): never extracted again.
+    forgotten_memories: Callable[[Sequence[str]], set[str]] = lambda ids: set()
 
 
 @dataclass(slots=True)
@@ -128,6 +130,17 @@ def source_turns(rows: Sequence[MemoryRow]) -> list[SourceTurn]:
     ]
 
 
+def turn_times(rows: Sequence[MemoryRow], units: Sequence[WorkUnit]) -> dict[str, str]:
+    """When each turn (``memory:<id>``) was said, and each chunk (its earliest turn): the
+    ``observed_at`` of the provenance points extracted from them."""
+    times = {f"memory:{row.id}": row.created_at for row in rows if row.created_at}
+    for unit in units:
+        said = [times[f"memory:{t.memory_id}"] for t in unit.turns if f"memory:{t.memory_id}" in times]
+        if said:
+            times[unit.unit_id] = min(said)
+    return times
+
+
 async def extract_session(
     record: DigestRecord,
     env: ExtractEnv,
@@ -143,6 +156,8 @@ async def extract_session(
     sid = record.session_id
     try:
         rows = await env.chroma.memories_for_session(sid)
+        forgotten = await anyio.to_thread.run_sync(env.forgotten_memories, [r.id for r in rows])
+        rows = [r for r in rows if r.id not in forgotten]
         units = plan_units(sid, source_turns(rows), budget_tokens=env.budget_tokens)
         outcomes = await map_units(
             units, extractor=env.extractor, store=env.chunks, semantic_types=env.semantic_types,
@@ -175,9 +190,11 @@ async def extract_session(
         committed = await anyio.to_thread.run_sync(
             partial(
                 commit_session, reduced, graph=env.graph, graph_index=env.graph_index, on_commit=on_commit,
-                queue_append=env.queue.append, merges=env.merges, **identity,
+                queue_append=env.queue.append, merges=env.merges, observed_at=turn_times(rows, units), **identity,
             )
         )
+        if committed.nodes_removed and env.resolver is not None:
+            env.resolver.reset()  # its index still knows the removed nodes
     except ChromaUnavailableError:
         raise
     except Exception as exc:  # noqa: BLE001 - one bad session must not stop the cycle

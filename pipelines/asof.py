@@ -1,0 +1,98 @@
+"""The graph as it was known at a date (``export/show/search --as-of DATE``), derived from the
+points' turn times (pure).
+
+At ``DATE`` a knowledge node is known when one of its points was observed by then; what it says is
+the combination of the claims of the anchors that had pointed at it by then (a claim carried over
+from before schema 5, anchor '', counts whenever the node is known). A semantic edge is known when
+one of its points was; its weight is its distinct places among those points. Provenance edges
+(``MENTIONED_IN``/``DISCUSSED_IN``) are rebuilt from the points known by then. Anchors (sessions,
+turns, notes files) are known from their own ``createdAt``; an edge without points (a reference,
+``ORIGINATES_IN``, one written by hand) when both its ends are known.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, date, datetime
+
+from pipelines.vocabulary import ANCHOR_LABELS, DISCUSSED_IN, MENTIONED_IN
+from store.facts import combine_all, facts_of, with_facts
+from store.graph import Edge, Node
+from store.provenance import ClaimRow, EdgeKey, PointRow, anchor_edges, place_count
+
+
+class AsOfError(ValueError):
+    """An ``--as-of`` value that is no date."""
+
+
+def parse_as_of(text: str) -> str:
+    """``DATE`` (the end of that day, UTC) or an ISO 8601 time → the ``observed_at`` form
+    (``YYYY-MM-DDTHH:MM:SS.mmmZ``) it is compared with."""
+    value = text.strip()
+    try:
+        if len(value) == 10:
+            day = date.fromisoformat(value)
+            return f"{day.isoformat()}T23:59:59.999Z"
+        moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise AsOfError(f"--as-of {text!r}: expected a date (2026-11-15) or an ISO 8601 time") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+@dataclass(frozen=True, slots=True)
+class GraphAsOf:
+    nodes: list[Node]
+    edges: list[Edge]
+    points: dict[str, list[PointRow]]
+
+
+def graph_as_of(
+    nodes: Iterable[Node],
+    edges: Iterable[Edge],
+    *,
+    node_points: Mapping[str, Sequence[PointRow]],
+    edge_points: Mapping[EdgeKey, Sequence[PointRow]],
+    claims: Mapping[str, Sequence[ClaimRow]],
+    as_of: str,
+) -> GraphAsOf:
+    """The part of the graph known at ``as_of`` (see the module docstring)."""
+    known_points = {
+        node_id: [p for p in points if p.observed_at is not None and p.observed_at <= as_of]
+        for node_id, points in node_points.items()
+    }
+    known_points = {k: v for k, v in known_points.items() if v}
+    kept: dict[str, Node] = {}
+    for node in nodes:
+        if node.label in ANCHOR_LABELS:
+            created = node.properties.get("createdAt")
+            if not isinstance(created, str) or created <= as_of:
+                kept[node.id] = node
+            continue
+        points = known_points.get(node.id)
+        if not points:
+            continue
+        anchors = {p.anchor for p in points}
+        said = [c.facts for c in claims.get(node.id, ()) if c.anchor in anchors or not c.anchor.startswith(("session:", "note:"))]
+        facts = combine_all(said) if said else facts_of(node.properties)
+        kept[node.id] = Node(node.id, node.label, node.name, with_facts(node.properties, facts))
+    out: list[Edge] = []
+    for edge in edges:
+        key = (edge.source, edge.target, edge.relationship)
+        if edge.source not in kept or edge.target not in kept or edge.relationship in (MENTIONED_IN, DISCUSSED_IN):
+            continue
+        points = edge_points.get(key)
+        if points is None:
+            out.append(edge)
+            continue
+        seen = [p for p in points if p.observed_at is not None and p.observed_at <= as_of]
+        if seen:
+            out.append(Edge(*key, float(max(1, place_count(seen))), edge.properties))
+    for node_id, points in sorted(known_points.items()):
+        if node_id in kept:
+            for anchor in sorted({p.anchor for p in points}):
+                out.extend(e for e in anchor_edges(node_id, anchor, [p for p in points if p.anchor == anchor]) if e.target in kept)
+    out.sort(key=lambda e: (e.source, e.target, e.relationship))
+    return GraphAsOf(sorted(kept.values(), key=lambda n: n.id), out, {k: v for k, v in known_points.items() if k in kept})

@@ -1,0 +1,147 @@
+"""Forgetting: a session, a turn or a notes file taken out of the graph as if it had never been
+extracted (``rem-cycle forget``), and the retraction of sessions whose rows left Chroma.
+
+- **A session or a notes file** is its anchor: forgetting it commits an *empty* extraction for that
+  anchor (:func:`pipelines.extract.commit.commit_session` — the same rule that takes back what a
+  re-extraction no longer says): its points and claims go, the facts and weights they fed are
+  recomputed, nodes and edges left without points go. Then its anchor node, its MEMORY nodes (and
+  every edge touching them), its digest, memory index, chunk results and the identity candidates
+  it reported go too, and a tombstone keeps a later cycle from bringing it back while its rows are
+  still in Chroma.
+- **A turn** (``--memory``): its points go now (weights and provenance edges recomputed, nodes and
+  edges left without points removed), its MEMORY node goes, a tombstone keeps extraction from ever
+  reading it again, and its session is marked for re-extraction so that what the session *said*
+  (descriptions, aliases) is recombined without the turn at the next cycle.
+- ``dry_run``: everything is done in one transaction that is rolled back, so the report says
+  exactly what a real run removes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pipelines.extract.commit import commit_session
+from pipelines.extract.reduce import reduce_session
+from store.db import Database
+from store.graph import Edge, GraphStore
+from store.ids import memory_node_id, session_node_id
+from store.provenance import DISCUSSED_IN, ProvenanceStore, anchor_edges
+from store.tombstones import MEMORY, NOTE, SESSION, TombstoneStore
+
+
+class _Rollback(Exception):
+    """Raised inside the transaction of a dry run, so that nothing it did is kept."""
+
+
+def _counts(graph: GraphStore, node_ids: set[str]) -> tuple[int, int]:
+    """How many of ``node_ids`` exist and how many edges touch them (index look-ups only: every
+    row a forget removes is one of these nodes or an edge touching one)."""
+    return len(graph.existing_ids(node_ids)), graph.count_edges_touching(node_ids)
+
+
+def forget_anchor(
+    db: Database, *, kind: str, item_id: str, anchor: str, reduce_key: str, chunk_key: str,
+    bury: bool = True, dry_run: bool = False,
+) -> dict[str, Any]:
+    """Forget one session (``kind`` ``session``, ``item_id`` its id) or notes file (``note``, its
+    ``note:`` id): see the module docstring. ``reduce_key``/``chunk_key``: the key its extraction
+    and its chunk results were written under. Returns what went."""
+    graph, provenance, tombstones = GraphStore(db), ProvenanceStore(db), TombstoneStore(db)
+    report: dict[str, Any] = {"kind": kind, "id": item_id, "anchor": anchor, "dry_run": dry_run}
+    try:
+        with db.transaction():
+            rows = provenance.anchor_rows(anchor)
+            touched = {r.node_id for r in rows.node_points} | {c.node_id for c in rows.claims}
+            memories = tombstones.session_memories(item_id) if kind == SESSION else []
+            doomed = touched | {memory_node_id(m) for m in memories} | {anchor}
+            nodes_before, edges_before = _counts(graph, doomed)
+            empty = reduce_session(reduce_key, [], anchor=anchor if kind == NOTE else "")
+            commit_session(empty, graph=graph, graph_index=None, on_commit=lambda: None,
+                           queue_append=lambda lines: 0, matcher=lambda candidates, index: {})
+            for memory in memories:
+                graph.delete_node(memory_node_id(memory))
+            graph.delete_node(anchor)
+            state = tombstones.forget_session_state(item_id if kind == SESSION else anchor, chunk_key)
+            if bury:
+                tombstones.bury(kind, item_id)
+            nodes_after, edges_after = _counts(graph, doomed)
+            report.update(
+                points=len(rows.node_points) + len(rows.edge_points), claims=len(rows.claims),
+                nodes_removed=nodes_before - nodes_after, edges_removed=edges_before - edges_after,
+                knowledge_nodes_removed=sorted(touched - graph.existing_ids(touched)), memories=len(memories),
+                chunk_results=state["chunk_results"], digests=state["session_digests"],
+                identity_candidates=state["identity_candidates"], tombstone=bury,
+            )
+            if dry_run:
+                raise _Rollback
+    except _Rollback:
+        pass
+    return report
+
+
+def forget_session(db: Database, session_id: str, *, bury: bool = True, dry_run: bool = False) -> dict[str, Any]:
+    """Forget a session (see :func:`forget_anchor`)."""
+    return forget_anchor(db, kind=SESSION, item_id=session_id, anchor=session_node_id(session_id), reduce_key=session_id,
+                         chunk_key=session_id, bury=bury, dry_run=dry_run)
+
+
+def forget_note(db: Database, note_id: str, note_key: str, *, dry_run: bool = False) -> dict[str, Any]:
+    """Forget an imported notes file (see :func:`forget_anchor`); a later ``import-notes`` of the
+    file brings it back (that is asking for it)."""
+    return forget_anchor(db, kind=NOTE, item_id=note_id, anchor=note_id, reduce_key=note_key, chunk_key=note_key,
+                         bury=False, dry_run=dry_run)
+
+
+def forget_memory(db: Database, memory_id: str, *, dry_run: bool = False) -> dict[str, Any]:
+    """Forget one turn (see the module docstring)."""
+    graph, provenance, tombstones = GraphStore(db), ProvenanceStore(db), TombstoneStore(db)
+    node_id = memory_node_id(memory_id)
+    report: dict[str, Any] = {"kind": MEMORY, "id": memory_id, "dry_run": dry_run}
+    try:
+        with db.transaction() as conn:
+            session = next((r[0] for r in db.query("SELECT session_id FROM memory_index WHERE memory_id = ?", (memory_id,))), None)
+            memory = graph.get_node(node_id)
+            if session is None and memory is not None and isinstance(memory.properties.get("sessionId"), str):
+                session = memory.properties["sessionId"]
+            anchor = session_node_id(session) if session else ""
+            owners = {r[0] for r in db.query("SELECT DISTINCT node_id FROM node_points WHERE anchor = ? AND memory_id = ?", (anchor, node_id))}
+            doomed = owners | {node_id}
+            nodes_before, edges_before = _counts(graph, doomed)
+            nodes, edges = provenance.delete_turn_points(anchor, node_id) if anchor else (set(), set())
+            for owner in sorted(nodes):
+                points = provenance.node_anchor_points(owner, anchor)
+                graph.link_nodes(anchor_edges(owner, anchor, points))
+                if not points:
+                    graph.delete_edge(owner, anchor, DISCUSSED_IN)
+            for key in sorted(edges):
+                places = provenance.edge_places(key)
+                edge = graph.get_edge(*key)
+                if edge is not None and places:
+                    graph.link_nodes([Edge(*key, float(places), edge.properties)])
+                elif edge is not None:
+                    graph.delete_edges([key])
+            orphans = sorted(nodes - provenance.supported(nodes))
+            for orphan in orphans:
+                graph.delete_node(orphan)
+            graph.delete_node(node_id)
+            conn.execute("DELETE FROM memory_index WHERE memory_id = ?", (memory_id,))
+            if session:
+                # What the session said of its nodes is recombined without the turn when it is re-extracted.
+                conn.execute("UPDATE session_digests SET state = 'undigested', digested_revision = NULL, attempts = 0 "
+                             "WHERE session_id = ?", (session,))
+            tombstones.bury(MEMORY, memory_id)
+            nodes_after, edges_after = _counts(graph, doomed)
+            report.update(
+                session=session, points=len(nodes) + len(edges), nodes_removed=nodes_before - nodes_after,
+                edges_removed=edges_before - edges_after, knowledge_nodes_removed=orphans, tombstone=True,
+            )
+            if dry_run:
+                raise _Rollback
+    except _Rollback:
+        pass
+    return report
+
+
+def retract_vanished(db: Database, present: set[str], known: set[str]) -> list[dict[str, Any]]:
+    """Forget (without a tombstone) the ``known`` sessions no longer ``present`` in Chroma."""
+    return [forget_session(db, session_id, bury=False) for session_id in sorted(known - present)]

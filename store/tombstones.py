@@ -1,0 +1,53 @@
+"""What ``rem-cycle forget`` removed (``tombstones``) and the run-state rows a forgotten session
+leaves behind (digest, memory index, chunk results, identity candidates)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from store.db import Database
+from store.graph import utc_now
+
+SESSION, MEMORY, NOTE = "session", "memory", "note"
+
+
+class TombstoneStore:
+    """Tombstones and the forgetting of a session's run state (inside the caller's transaction)."""
+
+    def __init__(self, db: Database, *, clock: Callable[[], str] = utc_now) -> None:
+        self.db = db
+        self.clock = clock
+
+    def bury(self, kind: str, item_id: str) -> None:
+        """Record that ``item_id`` (a session id, memory id or note id) was forgotten."""
+        with self.db.transaction() as conn:
+            conn.execute("INSERT OR IGNORE INTO tombstones(kind, id, created_at) VALUES (?,?,?)", (kind, item_id, self.clock()))
+
+    def buried(self, kind: str, ids: Iterable[str] | None = None) -> set[str]:
+        """The forgotten ids of ``kind`` (among ``ids`` when given)."""
+        found = {r[0] for r in self.db.query("SELECT id FROM tombstones WHERE kind = ?", (kind,))}
+        return found if ids is None else found & set(ids)
+
+    def session_memories(self, session_id: str) -> list[str]:
+        """The memory ids of ``session_id``: its memory index and the MEMORY nodes that originate in
+        its SESSION node (a back-filled turn has no index row)."""
+        rows = self.db.query(
+            "SELECT memory_id FROM memory_index WHERE session_id = ? UNION "
+            "SELECT substr(source, 8) FROM edges WHERE target = ? AND relationship = 'ORIGINATES_IN' AND source LIKE 'memory:%'",
+            (session_id, f"session:{session_id}"),
+        )
+        return sorted(r[0] for r in rows)
+
+    def forget_session_state(self, session_id: str, chunk_key: str) -> dict[str, int]:
+        """Delete a session's digest, memory index, chunk results (keyed ``chunk_key``) and the
+        identity candidates it reported. Returns rows deleted per table."""
+        deleted = {}
+        with self.db.transaction() as conn:
+            for table, column, value in (
+                ("session_digests", "session_id", session_id),
+                ("memory_index", "session_id", session_id),
+                ("chunk_results", "session_id", chunk_key),
+                ("identity_candidates", "session_id", session_id),
+            ):
+                deleted[table] = conn.execute(f"DELETE FROM {table} WHERE {column} = ?", (value,)).rowcount
+        return deleted
