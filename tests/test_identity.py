@@ -404,20 +404,6 @@ def test_review_list_caps_what_one_name_can_be() -> None:
     assert resolve(NodeRef("METHOD:sequence.items", "METHOD", "sequence.items"), index).action == CREATE
 
 
-def test_code_identifiers_sharing_some_words_are_other_identifiers() -> None:
-    index = AliasIndex.build([NodeRef("CLASS:ConfigLoader", "CLASS", "ConfigLoader"), NodeRef("CLASS:GraphPanelError", "CLASS", "GraphPanelError")])
-    for name in ("ConfigLoaderError", "FakeConfigLoader", "FakeGraphPanel"):
-        assert resolve(NodeRef(f"CLASS:{name}", "CLASS", name), index).action == CREATE, name
-    # The same words in another order are still the same class; prose may still be a candidate.
-    assert resolve(NodeRef("CLASS:LoaderConfig", "CLASS", "LoaderConfig"), index).target == "CLASS:ConfigLoader"
-    prose = resolve(NodeRef("CONCEPT:config loader error", "CONCEPT", "config loader error"), AliasIndex.build([NodeRef("CONCEPT:config loader", "CONCEPT", "config loader")]))
-    assert (prose.action, prose.rule) == (CANDIDATE, "token-set")
-    # An identifier and its plural are two identifiers, not a typo; a real typo still is one.
-    methods = AliasIndex.build([NodeRef("METHOD:get_node", "METHOD", "get_node")])
-    assert resolve(NodeRef("METHOD:get_nodes", "METHOD", "get_nodes"), methods).action == CREATE
-    assert resolve(NodeRef("METHOD:get_nodee", "METHOD", "get_nodee"), methods).rule == "fuzzy"
-
-
 def test_merge_and_unmerge_refuse_while_a_cycle_runs(db, tmp_path: Path) -> None:
     from filelock import FileLock
 
