@@ -51,8 +51,11 @@ def build_snapshot(
     *,
     generated_at: str | None = None,
     include_anchors: bool = False,
+    points: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
 ) -> dict[str, Any]:
-    """The snapshot payload of a graph (pure; see the module docstring for the shape)."""
+    """The snapshot payload of a graph (pure; see the module docstring for the shape); ``points``:
+    node id → its provenance points."""
+    points = points or {}
     by_id = {n.id: n for n in nodes}
     edge_list = list(edges)
     memory_session = _memory_sessions(by_id, edge_list)
@@ -66,10 +69,10 @@ def build_snapshot(
                 anchors[edge.source].add(anchor)
     provenance: dict[str, list[dict[str, Any]]] = {}
     for node_id in anchors:
-        points = _points(by_id[node_id].properties.get("provenance"))
-        if points:
-            provenance[node_id] = points
-        for point in points:
+        own = [dict(p) for p in points.get(node_id, ())]
+        if own:
+            provenance[node_id] = own
+        for point in own:
             anchor = _point_anchor(point, by_id, memory_session)
             if anchor:
                 anchors[node_id].add(anchor)
@@ -95,7 +98,7 @@ def build_snapshot(
             "id": node.id,
             "label": node.label,
             "name": node.name,
-            "properties": {k: v for k, v in node.properties.items() if k != "provenance"},
+            "properties": dict(node.properties),
             "community": community_of.get(node.id),
         }
         for node in sorted(exported.values(), key=lambda n: n.id)
@@ -255,9 +258,3 @@ def _prefixed_id(kind: str, value: str) -> str | None:
         return normalize_graph_node_id(candidate)
     except InvalidIdError:
         return None
-
-
-def _points(value: Any) -> list[dict[str, Any]]:
-    if not isinstance(value, list):
-        return []
-    return [dict(p) for p in value if isinstance(p, Mapping)]

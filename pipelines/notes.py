@@ -190,8 +190,12 @@ async def import_note(note: NoteFile, env: NotesEnv) -> NoteResult:
         partial(
             commit_session, reduced, graph=env.graph, graph_index=None, on_commit=on_commit,
             queue_append=env.queue.append, matcher=env.resolver, merges=env.merges,
+            # A file has no turns: its points are observed when it is imported.
+            observed_at={u.unit_id: env.now.isoformat(timespec="milliseconds").replace("+00:00", "Z") for u in units},
         )
     )
+    if committed.nodes_removed:
+        env.resolver.reset()  # its index still knows the removed nodes
     result.status = "imported"
     result.nodes_written, result.edges_written = committed.nodes_written, committed.edges_written
     result.merges_recorded = committed.merges_recorded

@@ -32,14 +32,9 @@ def _memory_id(value: Any) -> str | None:
         return None
 
 
-def _points(node: Node) -> list[Mapping[str, Any]]:
-    value = node.properties.get("provenance")
-    return [p for p in value if isinstance(p, Mapping)] if isinstance(value, list) else []
-
-
-def turn_memory_ids(node: Node, edges: Iterable[Edge]) -> list[str]:
-    """The ``memory:`` ids of the turns ``node`` came from, sorted."""
-    found = {m for m in (_memory_id(p.get("memory")) for p in _points(node)) if m}
+def turn_memory_ids(node: Node, edges: Iterable[Edge], points: Iterable[Mapping[str, Any]] = ()) -> list[str]:
+    """The ``memory:`` ids of the turns ``node`` came from (its points and ``MENTIONED_IN`` edges), sorted."""
+    found = {m for m in (_memory_id(p.get("memory")) for p in points) if m}
     found.update(e.target for e in edges if e.source == node.id and e.relationship == MENTIONED_IN)
     return sorted(found)
 
@@ -50,11 +45,12 @@ def node_view(
     neighbours: Mapping[str, Node],
     turns: Mapping[str, MemoryRow],
     *,
+    points: Sequence[Mapping[str, Any]] = (),
     merged_from: Sequence[Mapping[str, Any]] = (),
     limit: int | None = None,
 ) -> dict[str, Any]:
     """Everything ``show`` prints about ``node``. ``edges`` are the edges touching it, ``neighbours``
-    the nodes at their other ends, ``turns`` the Chroma rows of its memories (``memory:<id>`` keys;
+    the nodes at their other ends, ``points`` its provenance points, ``turns`` the Chroma rows of its memories (``memory:<id>`` keys;
     a missing one is shown without text). With ``limit``, at most that many semantic edges (the
     heaviest) and turns (the first of :func:`turn_memory_ids`); ``edges_total`` and ``turns_total``
     say how many there are."""
@@ -81,7 +77,7 @@ def node_view(
         )
     evidence: dict[str, list[str]] = {}
     chunks: dict[str, set[str]] = {}
-    for point in _points(node):
+    for point in points:
         memory = _memory_id(point.get("memory"))
         if memory is None:
             continue
@@ -91,7 +87,7 @@ def node_view(
         if isinstance(point.get("chunk_id"), str):
             chunks.setdefault(memory, set()).add(point["chunk_id"])
     turn_rows = []
-    memories = turn_memory_ids(node, edges)
+    memories = turn_memory_ids(node, edges, points)
     for memory in memories[:limit]:
         row = turns.get(memory)
         session = row.session_id if row else None
@@ -114,7 +110,8 @@ def node_view(
         {"id": a, "label": neighbours[a].label if a in neighbours else SESSION_LABEL, "title": neighbours[a].name if a in neighbours else a}
         for a in sorted(anchors)
     ]
-    properties = {k: v for k, v in node.properties.items() if k not in ("provenance", "aliases")}
+    properties = {k: v for k, v in node.properties.items() if k != "aliases"}
+    seen = sorted(t for t in (p.get("observed_at") for p in points) if isinstance(t, str))
     aliases = node.properties.get("aliases")
     return {
         "id": node.id,
@@ -129,6 +126,8 @@ def node_view(
         "turns": turn_rows,
         "turns_total": len(memories),
         "merged_from": list(merged_from),
+        "first_seen": seen[0] if seen else None,
+        "last_seen": seen[-1] if seen else None,
     }
 
 

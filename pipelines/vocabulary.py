@@ -3,6 +3,8 @@ labels are provenance anchors rather than knowledge, and which relationships are
 
 from __future__ import annotations
 
+from store.provenance import DISCUSSED_IN, MENTIONED_IN
+
 MEMORY_LABEL = "MEMORY"
 SESSION_LABEL = "SESSION"
 # An imported notes file: the provenance anchor of what ``import-notes`` extracted from it.
@@ -10,8 +12,6 @@ NOTE_LABEL = "NOTE"
 ANCHOR_LABELS: frozenset[str] = frozenset({MEMORY_LABEL, SESSION_LABEL, NOTE_LABEL})
 
 ORIGINATES_IN = "ORIGINATES_IN"
-MENTIONED_IN = "MENTIONED_IN"
-DISCUSSED_IN = "DISCUSSED_IN"
 REFERENCED_BY = "REFERENCED_BY"
 PROVENANCE_RELATIONSHIPS: frozenset[str] = frozenset({ORIGINATES_IN, MENTIONED_IN, DISCUSSED_IN, REFERENCED_BY})
 

@@ -135,6 +135,140 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX identity_candidates_candidate ON identity_candidates(candidate_id);
     """,
+    # 5: provenance points as rows of their own tables, never a list inside a node's JSON (DESIGN
+    # §3): a commit, merge, unmerge or forget touches only the rows of its own anchor. ``anchor`` is
+    # the ``session:``/``note:`` id; '' in memory_id/evidence = none (NULL would defeat equality).
+    # ``extracted_for`` is the node (``extracted_source``/``_target`` the edge ends) the point was
+    # first extracted for, ``merge_id`` the merge that moved it here. ``node_claims`` holds what each
+    # anchor said of a node (description, aliases, tags, confidence; anchor '' = said before this
+    # version); a node's facts are their combination. ``node_aliases`` indexes aliases for look-ups.
+    # The data of version 4 is moved in place: points out of ``properties``, merges' restore records
+    # to row marks.
+    """
+    CREATE TABLE node_points (
+        node_id        TEXT NOT NULL REFERENCES nodes(id) ON DELETE CASCADE,
+        anchor         TEXT NOT NULL,
+        memory_id      TEXT NOT NULL DEFAULT '',
+        chunk_id       TEXT NOT NULL DEFAULT '',
+        evidence       TEXT NOT NULL DEFAULT '',
+        observed_at    TEXT,
+        extracted_for  TEXT NOT NULL,
+        merge_id       INTEGER
+    );
+    CREATE INDEX node_points_owner ON node_points(node_id, anchor);
+    CREATE INDEX node_points_anchor ON node_points(anchor, memory_id);
+    CREATE INDEX node_points_merge ON node_points(merge_id) WHERE merge_id IS NOT NULL;
+    CREATE TABLE edge_points (
+        source            TEXT NOT NULL,
+        target            TEXT NOT NULL,
+        relationship      TEXT NOT NULL,
+        anchor            TEXT NOT NULL,
+        memory_id         TEXT NOT NULL DEFAULT '',
+        chunk_id          TEXT NOT NULL DEFAULT '',
+        evidence          TEXT NOT NULL DEFAULT '',
+        observed_at       TEXT,
+        extracted_source  TEXT NOT NULL,
+        extracted_target  TEXT NOT NULL,
+        merge_id          INTEGER,
+        FOREIGN KEY (source, target, relationship) REFERENCES edges(source, target, relationship) ON DELETE CASCADE
+    );
+    CREATE INDEX edge_points_owner ON edge_points(source, target, relationship, anchor);
+    CREATE INDEX edge_points_anchor ON edge_points(anchor, memory_id);
+    CREATE INDEX edge_points_merge ON edge_points(merge_id) WHERE merge_id IS NOT NULL;
+    CREATE TABLE node_claims (
+        node_id        TEXT NOT NULL REFERENCES nodes(id) ON DELETE CASCADE,
+        anchor         TEXT NOT NULL,
+        extracted_for  TEXT NOT NULL,
+        merge_id       INTEGER,
+        description    TEXT NOT NULL DEFAULT '',
+        aliases        TEXT NOT NULL DEFAULT '[]' CHECK (json_valid(aliases)),
+        tags           TEXT NOT NULL DEFAULT '[]' CHECK (json_valid(tags)),
+        confidence     REAL NOT NULL DEFAULT 0
+    );
+    CREATE INDEX node_claims_owner ON node_claims(node_id, anchor);
+    CREATE INDEX node_claims_anchor ON node_claims(anchor);
+    CREATE INDEX node_claims_merge ON node_claims(merge_id) WHERE merge_id IS NOT NULL;
+    CREATE TABLE node_aliases (
+        node_id    TEXT NOT NULL REFERENCES nodes(id) ON DELETE CASCADE,
+        alias      TEXT NOT NULL,
+        alias_key  TEXT NOT NULL,
+        PRIMARY KEY (node_id, alias)
+    ) WITHOUT ROWID;
+    CREATE INDEX node_aliases_key ON node_aliases(alias_key);
+    INSERT INTO node_points(node_id, anchor, memory_id, chunk_id, evidence, observed_at, extracted_for)
+        SELECT n.id, COALESCE(json_extract(p.value, '$.session'), ''), COALESCE(json_extract(p.value, '$.memory'), ''),
+               COALESCE(json_extract(p.value, '$.chunk_id'), ''), COALESCE(json_extract(p.value, '$.evidence'), ''),
+               (SELECT json_extract(m.properties, '$.createdAt') FROM nodes AS m WHERE m.id = json_extract(p.value, '$.memory')),
+               n.id
+        FROM nodes AS n, json_each(n.properties, '$.provenance') AS p
+        WHERE json_type(n.properties, '$.provenance') = 'array' AND p.type = 'object';
+    INSERT INTO edge_points(source, target, relationship, anchor, memory_id, chunk_id, evidence, observed_at,
+                            extracted_source, extracted_target)
+        SELECT e.source, e.target, e.relationship, COALESCE(json_extract(p.value, '$.session'), ''),
+               COALESCE(json_extract(p.value, '$.memory'), ''), COALESCE(json_extract(p.value, '$.chunk_id'), ''),
+               COALESCE(json_extract(p.value, '$.evidence'), ''),
+               (SELECT json_extract(m.properties, '$.createdAt') FROM nodes AS m WHERE m.id = json_extract(p.value, '$.memory')),
+               e.source, e.target
+        FROM edges AS e, json_each(e.properties, '$.provenance') AS p
+        WHERE json_type(e.properties, '$.provenance') = 'array' AND p.type = 'object';
+    UPDATE node_points SET extracted_for = moved.merged_id, merge_id = moved.merge_id
+        FROM (SELECT m.merge_id, m.merged_id, m.into_id, COALESCE(json_extract(p.value, '$.session'), '') AS anchor,
+                     COALESCE(json_extract(p.value, '$.memory'), '') AS memory_id,
+                     COALESCE(json_extract(p.value, '$.chunk_id'), '') AS chunk_id,
+                     COALESCE(json_extract(p.value, '$.evidence'), '') AS evidence
+              FROM merges AS m, json_each(m.restore, '$.added_points') AS p WHERE m.undone_at IS NULL) AS moved
+        WHERE node_points.node_id = moved.into_id AND node_points.anchor = moved.anchor
+          AND node_points.memory_id = moved.memory_id AND node_points.chunk_id = moved.chunk_id
+          AND node_points.evidence = moved.evidence;
+    UPDATE edge_points SET
+            extracted_source = CASE WHEN moved.source = moved.merged_id THEN moved.merged_id ELSE edge_points.extracted_source END,
+            extracted_target = CASE WHEN moved.target = moved.merged_id THEN moved.merged_id ELSE edge_points.extracted_target END,
+            merge_id = moved.merge_id
+        FROM (SELECT m.merge_id, m.merged_id, m.into_id, json_extract(e.value, '$.source') AS source,
+                     json_extract(e.value, '$.target') AS target, json_extract(e.value, '$.relationship') AS relationship,
+                     COALESCE(json_extract(p.value, '$.session'), '') AS anchor,
+                     COALESCE(json_extract(p.value, '$.memory'), '') AS memory_id,
+                     COALESCE(json_extract(p.value, '$.chunk_id'), '') AS chunk_id,
+                     COALESCE(json_extract(p.value, '$.evidence'), '') AS evidence
+              FROM merges AS m, json_each(m.restore, '$.edges') AS e, json_each(e.value, '$.properties.provenance') AS p
+              WHERE m.undone_at IS NULL AND json_type(e.value, '$.properties.provenance') = 'array') AS moved
+        WHERE edge_points.source = CASE WHEN moved.source = moved.merged_id THEN moved.into_id ELSE moved.source END
+          AND edge_points.target = CASE WHEN moved.target = moved.merged_id THEN moved.into_id ELSE moved.target END
+          AND edge_points.relationship = moved.relationship AND edge_points.anchor = moved.anchor
+          AND edge_points.memory_id = moved.memory_id AND edge_points.chunk_id = moved.chunk_id
+          AND edge_points.evidence = moved.evidence;
+    INSERT INTO node_claims(node_id, anchor, extracted_for, merge_id, description, aliases, tags, confidence)
+        SELECT m.into_id, '', m.merged_id, m.merge_id,
+               COALESCE(json_extract(m.restore, '$.node.properties.description'), ''),
+               (SELECT json_group_array(DISTINCT a.value) FROM (
+                   SELECT value FROM json_each(m.restore, '$.node.properties.aliases') WHERE type = 'text'
+                   UNION SELECT value FROM json_each(m.restore, '$.added_aliases') WHERE type = 'text') AS a),
+               (SELECT json_group_array(DISTINCT t.value) FROM json_each(m.restore, '$.node.properties.tags') AS t WHERE t.type = 'text'),
+               COALESCE(json_extract(m.restore, '$.node.properties.confidence'), 0)
+        FROM merges AS m JOIN nodes AS n ON n.id = m.into_id WHERE m.undone_at IS NULL;
+    INSERT INTO node_claims(node_id, anchor, extracted_for, description, aliases, tags, confidence)
+        SELECT n.id, '', n.id,
+               COALESCE((SELECT json_extract(m.restore, '$.description_before') FROM merges AS m
+                         WHERE m.into_id = n.id AND m.undone_at IS NULL
+                           AND json_extract(m.restore, '$.description_before') IS NOT NULL
+                           AND json_extract(m.restore, '$.node.properties.description') IS json_extract(n.properties, '$.description')
+                         ORDER BY m.merge_id LIMIT 1), json_extract(n.properties, '$.description'), ''),
+               (SELECT json_group_array(a.value) FROM json_each(n.properties, '$.aliases') AS a
+                WHERE a.type = 'text' AND a.value NOT IN (
+                    SELECT x.value FROM merges AS m, json_each(m.restore, '$.added_aliases') AS x
+                    WHERE m.into_id = n.id AND m.undone_at IS NULL)),
+               (SELECT json_group_array(t.value) FROM json_each(n.properties, '$.tags') AS t
+                WHERE t.type = 'text' AND t.value NOT IN (
+                    SELECT x.value FROM merges AS m, json_each(m.restore, '$.added_tags') AS x
+                    WHERE m.into_id = n.id AND m.undone_at IS NULL)),
+               COALESCE(json_extract(n.properties, '$.confidence'), 0)
+        FROM nodes AS n WHERE n.id IN (SELECT into_id FROM merges WHERE undone_at IS NULL);
+    INSERT OR IGNORE INTO node_aliases(node_id, alias, alias_key)
+        SELECT n.id, a.value, casefold(a.value) FROM nodes AS n, json_each(n.properties, '$.aliases') AS a
+        WHERE json_type(n.properties, '$.aliases') = 'array' AND a.type = 'text';
+    UPDATE nodes SET properties = json_remove(properties, '$.provenance') WHERE json_type(properties, '$.provenance') IS NOT NULL;
+    UPDATE edges SET properties = json_remove(properties, '$.provenance') WHERE json_type(properties, '$.provenance') IS NOT NULL
+    """,
 )
 
 
@@ -163,6 +297,7 @@ class Database:
             self.path, timeout=timeout, isolation_level=None, check_same_thread=False
         )
         self.conn.row_factory = sqlite3.Row
+        register_functions(self.conn)
         self.conn.execute("PRAGMA journal_mode=WAL")
         self.conn.execute("PRAGMA foreign_keys=ON")
         self.conn.execute("PRAGMA synchronous=NORMAL")
@@ -214,6 +349,16 @@ class Database:
     def close(self) -> None:
         with self._lock:
             self.conn.close()
+
+
+def alias_key(alias: str) -> str:
+    """The look-up key of an alias or name: its Unicode case fold (``node_aliases.alias_key``)."""
+    return alias.casefold()
+
+
+def register_functions(conn: sqlite3.Connection) -> None:
+    """SQL functions the schema's migrations use: ``casefold(text)`` = :func:`alias_key`."""
+    conn.create_function("casefold", 1, lambda text: alias_key(text) if isinstance(text, str) else text, deterministic=True)
 
 
 def _statements(script: str) -> list[str]:

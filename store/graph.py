@@ -14,7 +14,7 @@ from typing import Any
 
 import structlog
 
-from store.db import Database
+from store.db import Database, alias_key
 from store.ids import normalize_graph_node_id
 
 log = structlog.get_logger(__name__)
@@ -184,8 +184,8 @@ class GraphStore:
         rows = self.db.query(
             "SELECT id, label, name, properties FROM nodes "
             f"WHERE label NOT IN ({marks}) AND (? IS NULL OR label = ?) AND ("
-            "name LIKE ? ESCAPE '\\' OR id LIKE ? ESCAPE '\\' OR EXISTS (SELECT 1 FROM json_each(nodes.properties, '$.aliases') "
-            "WHERE json_each.type = 'text' AND json_each.value LIKE ? ESCAPE '\\')) "
+            "name LIKE ? ESCAPE '\\' OR id LIKE ? ESCAPE '\\' OR EXISTS (SELECT 1 FROM node_aliases AS a "
+            "WHERE a.node_id = nodes.id AND a.alias LIKE ? ESCAPE '\\')) "
             "ORDER BY CASE WHEN name = ? COLLATE NOCASE THEN 0 WHEN name LIKE ? ESCAPE '\\' THEN 1 "
             "WHEN name LIKE ? ESCAPE '\\' THEN 2 ELSE 3 END, name COLLATE NOCASE, id LIMIT ?",
             (*excluded, label, label, pattern, pattern, pattern, text, escape_like(text) + "%", pattern, limit),
@@ -214,20 +214,34 @@ class GraphStore:
 
     # --- writes --------------------------------------------------------------------------
     def upsert_nodes(self, nodes: Iterable[Node]) -> int:
-        """Insert or update nodes in one transaction; returns how many rows actually changed."""
+        """Insert or update nodes in one transaction; returns how many rows actually changed. A node
+        whose row changed gets its ``node_aliases`` rows rewritten from its ``aliases`` property."""
         now = self.clock()
-        rows = [(normalize_graph_node_id(n.id), n.label, n.name, dumps(n.properties), now, now) for n in nodes]
+        changed = 0
         with self.db.transaction() as conn:
-            before = conn.total_changes
+            for n in nodes:
+                node_id = normalize_graph_node_id(n.id)
+                cursor = conn.execute(
+                    "INSERT INTO nodes(id, label, name, properties, created_at, updated_at) VALUES (?,?,?,?,?,?) "
+                    "ON CONFLICT(id) DO UPDATE SET label = excluded.label, name = excluded.name, "
+                    "properties = excluded.properties, updated_at = excluded.updated_at "
+                    "WHERE nodes.label IS NOT excluded.label OR nodes.name IS NOT excluded.name "
+                    "OR nodes.properties IS NOT excluded.properties",
+                    (node_id, n.label, n.name, dumps(n.properties), now, now),
+                )
+                if cursor.rowcount > 0:
+                    changed += 1
+                    self._index_aliases(conn, node_id, n.properties.get("aliases"))
+            return changed
+
+    @staticmethod
+    def _index_aliases(conn: Any, node_id: str, aliases: Any) -> None:
+        conn.execute("DELETE FROM node_aliases WHERE node_id = ?", (node_id,))
+        if isinstance(aliases, list):
             conn.executemany(
-                "INSERT INTO nodes(id, label, name, properties, created_at, updated_at) VALUES (?,?,?,?,?,?) "
-                "ON CONFLICT(id) DO UPDATE SET label = excluded.label, name = excluded.name, "
-                "properties = excluded.properties, updated_at = excluded.updated_at "
-                "WHERE nodes.label IS NOT excluded.label OR nodes.name IS NOT excluded.name "
-                "OR nodes.properties IS NOT excluded.properties",
-                rows,
+                "INSERT OR IGNORE INTO node_aliases(node_id, alias, alias_key) VALUES (?,?,?)",
+                [(node_id, a, alias_key(a)) for a in aliases if isinstance(a, str)],
             )
-            return conn.total_changes - before
 
     def upsert_node(self, node: Node) -> bool:
         """Insert or update one node; ``True`` when something changed."""
@@ -274,6 +288,11 @@ class GraphStore:
         """Delete a node and (by cascade) its edges; ``True`` when it existed."""
         with self.db.transaction() as conn:
             return conn.execute("DELETE FROM nodes WHERE id = ?", (normalize_graph_node_id(node_id),)).rowcount > 0
+
+    def delete_edges(self, keys: Iterable[tuple[str, str, str]]) -> int:
+        """Delete edges by (source, target, relationship); returns how many existed."""
+        with self.db.transaction() as conn:
+            return conn.executemany("DELETE FROM edges WHERE source = ? AND target = ? AND relationship = ?", list(keys)).rowcount
 
     def delete_edge(self, source: str, target: str, relationship: str) -> bool:
         """Delete one edge; ``True`` when it existed."""

@@ -1,20 +1,21 @@
-"""The ``merges`` table: every identity merge, with what is needed to undo it.
+"""The ``merges`` table: every identity merge, and the rows it moved, so that it can be undone exactly.
 
 A merge folds node M ("merged") into node I ("into"). It happens in two ways:
 
-- at commit time, when identity resolution links an extracted node to an existing one: the
-  commit writes the node's aliases, provenance and edges onto I, and M never exists; the caller
-  records what M *would have been* with :meth:`MergeStore.record_link` inside the commit's
-  transaction, before its writes;
-- by hand, ``rem-cycle merge M I`` (:meth:`MergeStore.merge_nodes`): M exists, its aliases,
-  provenance and edges move to I and M is deleted.
+- at commit time, when identity resolution links an extracted node to an existing one: M never
+  exists; the commit records the link with :meth:`MergeStore.record_link` and writes the points and
+  claims it extracted for M onto I (and onto I's edges) carrying the merge's id;
+- by hand, ``rem-cycle merge M I`` (:meth:`MergeStore.merge_nodes`): M exists; all its points and
+  claims move to I carrying the merge's id, its edges' points move to I's edges, M's name becomes
+  an alias of I (a claim of its own) and M is deleted.
 
-The ``restore`` column holds M's node and its edges (in M's terms), the keys of I's edges the
-merge created, the pre-merge state of I's edges it changed, and the aliases, tags and provenance
-points it added to I (and I's description when M's replaced it). :meth:`MergeStore.unmerge`
-puts M and its edges back, deletes the edges the merge created, restores the ones it changed and
-removes what it added to I; the pair is then *blocked*: identity resolution never links it again.
-One active record per (M, I) pair: a repeated link extends it.
+:meth:`MergeStore.unmerge` moves exactly the rows carrying the merge's id back to M (re-created),
+so points that later sessions added stay where they belong, and recombines both nodes' facts from
+their claims: I says what it would say without the merge. Edges without points (written by hand or
+by other tools) are kept in the ``restore`` column — M's edges, the keys of I's edges the merge
+created and the prior state of those it changed — and restored from there. The pair is then
+*blocked*: identity resolution never links it again. One active record per (M, I) pair: a
+repeated link reuses it.
 
 ``identity_candidates`` keeps the other identity decision: pairs that resolution found ambiguous
 (``candidate`` verdicts: created, not merged) with the rule and score that made them candidates,
@@ -30,8 +31,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from store.db import Database
+from store.facts import NodeFacts, facts_of, with_facts
 from store.graph import Edge, GraphStore, Node, dumps, utc_now
 from store.ids import normalize_graph_node_id
+from store.provenance import DISCUSSED_IN, MENTIONED_IN, ClaimRow, ProvenanceStore, anchor_edges, facts_from_claims
 
 
 class MergeError(ValueError):
@@ -58,25 +61,12 @@ def _edge(data: Mapping[str, Any]) -> Edge:
     return Edge(data["source"], data["target"], data["relationship"], float(data["weight"]), dict(data["properties"]))
 
 
-def _strings(value: Any) -> list[str]:
-    return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
-
-
-def _dicts(value: Any) -> list[dict[str, Any]]:
-    return [dict(v) for v in value if isinstance(v, Mapping)] if isinstance(value, list) else []
-
-
 def _union(first: Iterable[Any], second: Iterable[Any]) -> list[Any]:
     """Order-preserving union of JSON-able values."""
     seen: dict[str, Any] = {}
     for value in (*first, *second):
         seen.setdefault(dumps(value), value)
     return list(seen.values())
-
-
-def _minus(values: Iterable[Any], removed: Iterable[Any]) -> list[Any]:
-    gone = {dumps(v) for v in removed}
-    return [v for v in values if dumps(v) not in gone]
 
 
 def _redirect(edge: Edge, merged_id: str, into_id: str) -> Edge:
@@ -115,6 +105,7 @@ class MergeStore:
         self.db = db
         self.clock = clock
         self.graph = GraphStore(db, clock=clock)
+        self.provenance = ProvenanceStore(db)
 
     # --- reads ---------------------------------------------------------------------------
     def records(self, *, merged_id: str | None = None, into_id: str | None = None, active: bool | None = None, limit: int = 1000) -> list[MergeRecord]:
@@ -174,90 +165,85 @@ class MergeStore:
         return kept
 
     def record_link(
-        self,
-        merged: Node,
-        merged_edges: Sequence[Edge],
-        *,
-        into_id: str,
-        rule: str,
-        score: float,
-        evidence: Mapping[str, Any] | None = None,
+        self, merged: Node, *, into_id: str, rule: str, score: float, evidence: Mapping[str, Any] | None = None,
+        restore: Mapping[str, Any] | None = None,
     ) -> int:
-        """Record that ``merged`` (with ``merged_edges``, in its own terms) is about to be folded into
-        ``into_id``. Call inside the transaction that then writes the fold, *before* writing it."""
+        """The id of the active merge of ``merged`` into ``into_id`` — a new record, or the existing
+        one (its score raised, ``restore`` extended). Rows written for ``merged`` on ``into_id`` must
+        carry this id."""
         into_id = normalize_graph_node_id(into_id)
+        record = dict(restore or {})
+        record["node"] = {"id": merged.id, "label": merged.label, "name": merged.name}
         with self.db.transaction() as conn:
-            into = self.graph.get_node(into_id)
-            restore = self._restore(merged, merged_edges, into)
             active = conn.execute(
                 "SELECT merge_id, restore FROM merges WHERE merged_id = ? AND into_id = ? AND undone_at IS NULL",
                 (merged.id, into_id),
             ).fetchone()
             if active is not None:
-                restore = _extend(json.loads(active["restore"]), restore)
                 conn.execute(
                     "UPDATE merges SET restore = ?, score = MAX(score, ?) WHERE merge_id = ?",
-                    (dumps(restore), score, active["merge_id"]),
+                    (dumps(_extend(json.loads(active["restore"]), record)), score, active["merge_id"]),
                 )
                 return int(active["merge_id"])
             cursor = conn.execute(
                 "INSERT INTO merges(merged_id, into_id, rule, score, evidence, restore, created_at) VALUES (?,?,?,?,?,?,?)",
-                (merged.id, into_id, rule, float(score), dumps(dict(evidence or {})), dumps(restore), self.clock()),
+                (merged.id, into_id, rule, float(score), dumps(dict(evidence or {})), dumps(record), self.clock()),
             )
             return int(cursor.lastrowid)
 
-    def _restore(self, merged: Node, merged_edges: Sequence[Edge], into: Node | None) -> dict[str, Any]:
-        created, modified = [], []
-        for edge in merged_edges if into is not None else ():
-            folded = _redirect(edge, merged.id, into.id)
-            if folded.source == folded.target:
-                continue
-            prior = self.graph.get_edge(folded.source, folded.target, folded.relationship)
-            if prior is None:
-                created.append([folded.source, folded.target, folded.relationship])
-            else:
-                modified.append(_edge_dict(prior))
-        before = into.properties if into else {}
-        aliases = _union(_strings(merged.properties.get("aliases")), [merged.name])
-        description = before.get("description") if isinstance(before.get("description"), str) else ""
-        incoming = merged.properties.get("description")
-        return {
-            "node": {"id": merged.id, "label": merged.label, "name": merged.name, "properties": merged.properties},
-            "edges": [_edge_dict(e) for e in merged_edges],
-            "created": created,
-            "modified": modified,
-            "added_aliases": _minus(aliases, [*_strings(before.get("aliases")), into.name if into else ""]),
-            "added_tags": _minus(_strings(merged.properties.get("tags")), _strings(before.get("tags"))),
-            "added_points": _minus(_dicts(merged.properties.get("provenance")), _dicts(before.get("provenance"))),
-            "description_before": description
-            if into is not None and isinstance(incoming, str) and len(incoming) > len(description)
-            else None,
-        }
-
     def merge_nodes(self, merged_id: str, into_id: str, *, rule: str = "manual", score: float = 1.0, evidence: Mapping[str, Any] | None = None) -> int:
         """Fold the existing node ``merged_id`` into the existing node ``into_id`` (one transaction):
-        aliases (with M's name), tags and provenance unioned, the longer description, the higher
-        confidence; M's edges moved to I (an edge I already has keeps the higher weight and gains
-        M's provenance points); M deleted. Returns the merge id."""
+        M's points and claims move to I (its name becomes an alias of I), I's facts gain M's, M's
+        edges' points move to the matching edges of I (created when missing; an edge without points
+        keeps the higher weight), and M is deleted. Returns the merge id."""
         merged_id, into_id = normalize_graph_node_id(merged_id), normalize_graph_node_id(into_id)
         if merged_id == into_id:
             raise MergeError("a node cannot be merged into itself")
-        with self.db.transaction():
+        with self.db.transaction() as conn:
             merged, into = self.graph.get_node(merged_id), self.graph.get_node(into_id)
             if merged is None or into is None:
                 raise MergeError(f"no node {merged_id if merged is None else into_id}")
-            edges = self.graph.edges_of(merged_id)
-            merge_id = self.record_link(merged, edges, into_id=into_id, rule=rule, score=score, evidence=evidence)
-            self.graph.upsert_node(Node(into.id, into.label, into.name, _fold_properties(into.properties, merged)))
-            folded = []
+            edges = [e for e in self.graph.edges_of(merged_id) if e.relationship not in _DERIVED]
+            restore: dict[str, Any] = {"edges": [_edge_dict(e) for e in edges], "created": [], "modified": [], "loop_points": []}
             for edge in edges:
                 moved = _redirect(edge, merged_id, into_id)
                 if moved.source == moved.target:
                     continue
                 prior = self.graph.get_edge(moved.source, moved.target, moved.relationship)
-                folded.append(_fold_edge(prior, moved) if prior is not None else moved)
-            self.graph.link_nodes(folded)
+                if prior is None:
+                    restore["created"].append([moved.source, moved.target, moved.relationship])
+                else:
+                    restore["modified"].append(_edge_dict(prior))
+            restore["prior_merges"] = [
+                [r[0], r[1]] for r in conn.execute(
+                    "SELECT DISTINCT extracted_for, merge_id FROM node_points WHERE node_id = ? AND merge_id IS NOT NULL", (merged_id,)
+                )
+            ]
+            restore["loop_points"] = [
+                dict(r) for r in conn.execute(
+                    "SELECT * FROM edge_points WHERE (source = ? AND target = ?) OR (source = ? AND target = ?)",
+                    (merged_id, into_id, into_id, merged_id),
+                )
+            ]
+            merge_id = self.record_link(merged, into_id=into_id, rule=rule, score=score, evidence=evidence, restore=restore)
+            self._ensure_claims([merged, into])
+            anchors = self.provenance.move_node_rows(from_id=merged_id, to_id=into_id, new_merge_id=merge_id)
+            self.provenance.add_claims([ClaimRow(into_id, f"merge:{merge_id}", merged_id, NodeFacts.of(aliases=[merged.name]), merge_id)])
+            for edge in edges:
+                moved = _redirect(edge, merged_id, into_id)
+                if moved.source == moved.target:
+                    continue
+                prior = self.graph.get_edge(moved.source, moved.target, moved.relationship)
+                self.graph.link_nodes([_fold_edge(prior, moved) if prior is not None else moved])
+                key = (edge.source, edge.target, edge.relationship)
+                new_key = (moved.source, moved.target, moved.relationship)
+                self.provenance.rekey_edge_points(key, new_key, node_id=merged_id, new_merge_id=merge_id)
+                places = self.provenance.edge_places(new_key)
+                if places:
+                    self.graph.link_nodes([Edge(*new_key, float(places), self.graph.get_edge(*new_key).properties)])
             self.graph.delete_node(merged_id)
+            self._refacts(into_id)
+            self._refresh_anchor_edges(into_id, anchors)
         return merge_id
 
     def unmerge(self, node_id: str) -> list[dict[str, Any]]:
@@ -279,68 +265,133 @@ class MergeStore:
                     onward = self.records(merged_id=row["into_id"], active=True, limit=1)
                     hint = f" (it was merged into {onward[0].into_id}: unmerge {row['into_id']} first)" if onward else ""
                     raise MergeError(f"cannot unmerge {node_id}: {row['into_id']} no longer exists{hint}")
-                results.append({"merge_id": row["merge_id"], "into": into.id, **self._undo(json.loads(row["restore"]), into)})
+                undone = self._undo(int(row["merge_id"]), json.loads(row["restore"]), into)
+                results.append({"merge_id": row["merge_id"], "into": into.id, **undone})
                 conn.execute("UPDATE merges SET undone_at = ? WHERE merge_id = ?", (self.clock(), row["merge_id"]))
         return results
 
-    def _undo(self, restore: Mapping[str, Any], into: Node) -> dict[str, int]:
+    def _undo(self, merge_id: int, restore: Mapping[str, Any], into: Node) -> dict[str, int]:
         data = restore["node"]
-        node = Node(data["id"], data["label"], data["name"], dict(data["properties"]))
-        current = self.graph.get_node(node.id)
-        if current is not None:  # re-created since (e.g. by a later commit): keep both sides' facts
-            node = Node(current.id, current.label, current.name, _fold_properties(current.properties, node))
-        self.graph.upsert_node(node)
-        props = dict(into.properties)
-        props["aliases"] = _minus(_strings(props.get("aliases")), restore["added_aliases"])
-        props["tags"] = _minus(_strings(props.get("tags")), restore["added_tags"])
-        props["provenance"] = _minus(_dicts(props.get("provenance")), restore["added_points"])
-        if restore.get("description_before") is not None and props.get("description") == node.properties.get("description"):
-            props["description"] = restore["description_before"]
-        self.graph.upsert_node(Node(into.id, into.label, into.name, props))
-        deleted = sum(self.graph.delete_edge(*key) for key in restore["created"])
-        restored = self.graph.link_nodes([_edge(e) for e in restore["modified"]]).linked
-        relinked = self.graph.link_nodes([_edge(e) for e in restore["edges"]])
-        return {"edges_deleted": deleted, "edges_restored": restored, "edges_relinked": relinked.linked + relinked.unchanged, "edges_culled": relinked.culled}
+        merged_id = data["id"]
+        if self.graph.get_node(merged_id) is None:
+            self.graph.upsert_node(Node(merged_id, data["label"], data["name"], {}))
+        conn = self.db.conn
+        conn.execute("DELETE FROM node_claims WHERE anchor = ? AND node_id = ?", (f"merge:{merge_id}", into.id))
+        anchors = self.provenance.merged_anchors(into.id, merge_id)
+        before = {a: {p.memory for p in self.provenance.node_anchor_points(into.id, a)} for a in anchors}
+        for table in ("node_points", "node_claims"):
+            conn.execute(f"UPDATE {table} SET node_id = ?, merge_id = NULL WHERE merge_id = ? AND node_id = ?", (merged_id, merge_id, into.id))
+            for extracted_for, prior in restore.get("prior_merges", ()):
+                conn.execute(f"UPDATE {table} SET merge_id = ? WHERE node_id = ? AND extracted_for = ? AND merge_id IS NULL",
+                             (prior, merged_id, extracted_for))
+        saved = {(e["source"], e["target"], e["relationship"]): _edge(e) for e in restore.get("edges", ())}
+        touched: set[tuple[str, str, str]] = set()
+        for key in [tuple(r) for r in conn.execute(
+            "SELECT DISTINCT source, target, relationship FROM edge_points WHERE merge_id = ?", (merge_id,)
+        ).fetchall()]:
+            back = (merged_id if key[0] == into.id else key[0], merged_id if key[1] == into.id else key[1], key[2])
+            if self.graph.get_edge(*back) is None:
+                current = self.graph.get_edge(*key)
+                template = saved.get(back) or Edge(*back, 1.0, current.properties if current else {})
+                self.graph.link_nodes([Edge(*back, template.weight, template.properties)])
+            conn.execute(
+                "UPDATE edge_points SET source = ?, target = ?, merge_id = NULL WHERE merge_id = ? AND source = ? AND target = ? AND relationship = ?",
+                (*back[:2], merge_id, *key),
+            )
+            touched.update((key, back))
+        loops = restore.get("loop_points", ())
+        for point in loops:
+            key = (point["source"], point["target"], point["relationship"])
+            if self.graph.get_edge(*key) is None and key in saved:
+                self.graph.link_nodes([saved[key]])
+            touched.add(key)
+        if loops:
+            columns = [c for c in loops[0] if c != "rowid"]
+            conn.executemany(
+                f"INSERT INTO edge_points({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})",
+                [[p[c] for c in columns] for p in loops],
+            )
+        deleted = self._reweigh(sorted(touched), restore)
+        created = {tuple(k) for k in restore.get("created", ())}
+        deleted += self.graph.delete_edges(
+            k for k in created if self.graph.get_edge(*k) is not None and not self.provenance.edge_has_points(k)
+        )
+        restored = self.graph.link_nodes(
+            [_edge(e) for e in restore.get("modified", ()) if not self.provenance.edge_has_points((e["source"], e["target"], e["relationship"]))]
+        ).linked
+        pointless = [e for k, e in saved.items() if k not in touched and not self.provenance.edge_has_points(k) and self.graph.get_edge(*k) is None]
+        relinked = self.graph.link_nodes(pointless)
+        self._refacts(merged_id)
+        self._refacts(into.id)
+        self._refresh_anchor_edges(merged_id, anchors)
+        deleted += self._refresh_anchor_edges(into.id, anchors, before=before)
+        return {"edges_deleted": deleted, "edges_restored": restored, "edges_relinked": relinked.linked + len(touched), "edges_culled": relinked.culled}
+
+    # --- helpers ---------------------------------------------------------------------------
+    def _ensure_claims(self, nodes: Sequence[Node]) -> None:
+        """A node written before claims existed gets its current facts as its first claim."""
+        claimed = self.provenance.with_claims(n.id for n in nodes)
+        self.provenance.add_claims(ClaimRow(n.id, "", n.id, facts_of(n.properties)) for n in nodes if n.id not in claimed)
+
+    def _refacts(self, node_id: str) -> None:
+        node = self.graph.get_node(node_id)
+        if node is not None:
+            facts = facts_from_claims(self.provenance.claims(node_id))
+            self.graph.upsert_node(Node(node.id, node.label, node.name, with_facts(node.properties, facts)))
+
+    def _reweigh(self, keys: Iterable[tuple[str, str, str]], restore: Mapping[str, Any]) -> int:
+        """Weights of edges whose points moved: from their places; an edge left without points
+        goes back to its state before the merge (``modified``) or, when the merge made it, goes."""
+        prior = {(e["source"], e["target"], e["relationship"]): _edge(e) for e in restore.get("modified", ())}
+        deleted = 0
+        for key in keys:
+            edge = self.graph.get_edge(*key)
+            if edge is None:
+                continue
+            places = self.provenance.edge_places(key)
+            if places:
+                self.graph.link_nodes([Edge(*key, float(places), edge.properties)])
+            elif key in prior:
+                self.graph.link_nodes([prior[key]])
+            else:
+                deleted += self.graph.delete_edges([key])
+        return deleted
+
+    def _refresh_anchor_edges(self, node_id: str, anchors: Iterable[str], *, before: Mapping[str, set[str]] | None = None) -> int:
+        """Rebuild ``node_id``'s provenance edges for ``anchors`` from its points; with ``before``
+        (the turns it had per anchor), delete those it no longer has. Returns edges deleted."""
+        deleted = 0
+        for anchor in sorted(anchors):
+            points = self.provenance.node_anchor_points(node_id, anchor)
+            self.graph.link_nodes(anchor_edges(node_id, anchor, points))
+            if before is not None:
+                kept = {p.memory for p in points}
+                stale = [(node_id, m, MENTIONED_IN) for m in sorted(before.get(anchor, set()) - kept) if m]
+                if not points:
+                    stale.append((node_id, anchor, DISCUSSED_IN))
+                deleted += self.graph.delete_edges(stale)
+        return deleted
 
 
-def _fold_properties(into: Mapping[str, Any], merged: Node) -> dict[str, Any]:
-    props = dict(into)
-    props["aliases"] = sorted(_union(_strings(into.get("aliases")), [*_strings(merged.properties.get("aliases")), merged.name]))
-    props["tags"] = sorted(_union(_strings(into.get("tags")), _strings(merged.properties.get("tags"))))
-    points = _union(_dicts(into.get("provenance")), _dicts(merged.properties.get("provenance")))
-    props["provenance"] = sorted(points, key=dumps)
-    description, incoming = into.get("description"), merged.properties.get("description")
-    if isinstance(incoming, str) and len(incoming) > len(description if isinstance(description, str) else ""):
-        props["description"] = incoming
-    confidences = [c for c in (into.get("confidence"), merged.properties.get("confidence")) if isinstance(c, (int, float)) and not isinstance(c, bool)]
-    if confidences:
-        props["confidence"] = max(confidences)
-    return props
+_DERIVED = frozenset({MENTIONED_IN, DISCUSSED_IN})
 
 
 def _fold_edge(prior: Edge, moved: Edge) -> Edge:
-    props = {**moved.properties, **prior.properties}
-    points = _union(_dicts(prior.properties.get("provenance")), _dicts(moved.properties.get("provenance")))
-    if points:
-        props["provenance"] = sorted(points, key=dumps)
-    return Edge(prior.source, prior.target, prior.relationship, max(prior.weight, moved.weight), props)
+    """An edge of M landing on an edge I already has: I's properties win, the higher weight (points,
+    when there are any, set the weight afterwards)."""
+    return Edge(prior.source, prior.target, prior.relationship, max(prior.weight, moved.weight), {**moved.properties, **prior.properties})
 
 
 def _extend(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
-    """One restore record for two links of the same pair: union of what both need undone; an edge
-    the first link created stays "created", one that existed before it keeps its oldest state."""
-    known = {tuple(k) for k in old["created"]} | {(e["source"], e["target"], e["relationship"]) for e in old["modified"]}
-    node = old["node"]
-    merged_node = Node(node["id"], node["label"], node["name"], node["properties"])
-    incoming = new["node"]
-    folded = _fold_properties(merged_node.properties, Node(incoming["id"], incoming["label"], incoming["name"], incoming["properties"]))
+    """One restore record for two links of the same pair: an edge the first link created stays
+    "created", one that existed before it keeps its oldest state; lists are unioned."""
+    known = {tuple(k) for k in old.get("created", ())} | {(e["source"], e["target"], e["relationship"]) for e in old.get("modified", ())}
     return {
-        "node": {**node, "properties": folded},
-        "edges": _union(old["edges"], new["edges"]),
-        "created": old["created"] + [k for k in new["created"] if tuple(k) not in known],
-        "modified": old["modified"] + [e for e in new["modified"] if (e["source"], e["target"], e["relationship"]) not in known],
-        "added_aliases": _union(old["added_aliases"], new["added_aliases"]),
-        "added_tags": _union(old["added_tags"], new["added_tags"]),
-        "added_points": _union(old["added_points"], new["added_points"]),
-        "description_before": old["description_before"] if old["description_before"] is not None else new["description_before"],
+        **new,
+        **{k: v for k, v in old.items() if k not in ("edges", "created", "modified", "loop_points", "prior_merges")},
+        "edges": _union(old.get("edges", ()), new.get("edges", ())),
+        "created": list(old.get("created", ())) + [k for k in new.get("created", ()) if tuple(k) not in known],
+        "modified": list(old.get("modified", ())) + [e for e in new.get("modified", ()) if (e["source"], e["target"], e["relationship"]) not in known],
+        "loop_points": _union(old.get("loop_points", ()), new.get("loop_points", ())),
+        "prior_merges": _union(old.get("prior_merges", ()), new.get("prior_merges", ())),
     }

@@ -6,7 +6,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from store.db import Database
+from store.db import Database, alias_key
 from store.graph import Node, chunked
 
 _IN_CHUNK = 400
@@ -28,11 +28,12 @@ class SemanticIndex:
             found.update((r["id"], _node(r)) for r in rows if r["label"] == label)
         for part in chunked(sorted(set(names)), _IN_CHUNK):
             marks = ",".join("?" * len(part))
+            keys = sorted({alias_key(n) for n in part})
             rows = self.db.query(
                 f"SELECT id, label, name, properties FROM nodes WHERE label = ? AND name COLLATE NOCASE IN ({marks}) "
-                f"UNION SELECT n.id, n.label, n.name, n.properties FROM nodes AS n, json_each(n.properties, '$.aliases') AS a "
-                f"WHERE n.label = ? AND a.type = 'text' AND a.value COLLATE NOCASE IN ({marks})",
-                [label, *part, label, *part],
+                "UNION SELECT n.id, n.label, n.name, n.properties FROM node_aliases AS a JOIN nodes AS n ON n.id = a.node_id "
+                f"WHERE a.alias_key IN ({','.join('?' * len(keys))}) AND n.label = ?",
+                [label, *part, *keys, label],
             )
             found.update((r["id"], _node(r)) for r in rows)
         return [found[k] for k in sorted(found)]

@@ -8,20 +8,31 @@ from typing import Any
 
 from store.db import Database
 from store.graph import Edge, GraphStore, Node
+from store.provenance import NodePointRow, PointRow, ProvenanceStore, anchor_edges
 
 
 def point(session: str, memory: str, evidence: str, chunk: int = 0) -> dict[str, Any]:
     return {"session": f"session:{session}", "memory": f"memory:{memory}", "chunk_id": f"{session}:chunk:{chunk}", "evidence": evidence}
 
 
-def knowledge(node_id: str, name: str, *, aliases: list[str], points: list[dict[str, Any]], description: str = "") -> Node:
+def knowledge(node_id: str, name: str, *, aliases: list[str], points: list[dict[str, Any]], description: str = "") -> tuple[Node, list[dict[str, Any]]]:
+    """A semantic node and its provenance points (write them with :func:`add_knowledge`)."""
     label = node_id.partition(":")[0]
-    return Node(
-        node_id,
-        label,
-        name,
-        {"description": description or f"{name} as discussed", "aliases": aliases, "confidence": 0.9, "tags": ["t"], "provenance": points},
-    )
+    properties = {"description": description or f"{name} as discussed", "aliases": aliases, "confidence": 0.9, "tags": ["t"]}
+    return Node(node_id, label, name, properties), points
+
+
+def add_knowledge(db: Database, items: list[tuple[Node, list[dict[str, Any]]]]) -> None:
+    """Write semantic nodes with their points and the provenance edges derived from them."""
+    graph, provenance = GraphStore(db), ProvenanceStore(db)
+    graph.upsert_nodes([node for node, _ in items])
+    edges = []
+    for node, points in items:
+        rows = [PointRow(p["session"], p["memory"] or "", p["chunk_id"], p["evidence"] or "") for p in points]
+        provenance.add_node_points(NodePointRow(node.id, r, node.id) for r in rows)
+        for anchor in sorted({r.anchor for r in rows}):
+            edges.extend(anchor_edges(node.id, anchor, [r for r in rows if r.anchor == anchor]))
+    graph.link_nodes(edges)
 
 
 def build_sample_graph(path: Path) -> Database:
@@ -46,16 +57,13 @@ def build_sample_graph(path: Path) -> Database:
         knowledge("CONCEPT:Quadratic join", "Quadratic join", aliases=["quadratic"], points=[q3]),
         knowledge("FILE:pipelines/chunker.py", "pipelines/chunker.py", aliases=["pipelines/chunker.py"], points=[q3]),
     ]
-    graph.upsert_nodes(rows + semantic)
+    graph.upsert_nodes(rows)
+    add_knowledge(db, semantic)
     provenance = [
         Edge("memory:m1", "session:s1", "ORIGINATES_IN"),
         Edge("memory:m2", "session:s1", "ORIGINATES_IN"),
         Edge("memory:m3", "session:s2", "ORIGINATES_IN"),
     ]
-    for node in semantic:
-        for p in node.properties["provenance"]:
-            provenance.append(Edge(node.id, p["memory"], "MENTIONED_IN"))
-            provenance.append(Edge(node.id, p["session"], "DISCUSSED_IN"))
     links = [
         Edge("METHOD:drain", "CLASS:LazyEdgeQueue", "IMPLEMENTS", 2.0, {"justification": "drain is a method of the queue"}),
         Edge("CLASS:LazyEdgeQueue", "FILE:store/lazy_queue.py", "RELATES_TO", 1.0),

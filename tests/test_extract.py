@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from datetime import timedelta
 from pathlib import Path
 
@@ -9,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from config import DEFAULT_SEMANTIC_TYPES
-from pipelines.extract.commit import Candidate, match_existing, plan_commit
+from pipelines.extract.commit import Candidate, CommitState, CommitStats, commit_session, match_existing, plan_commit
 from pipelines.extract.heuristic import extract_heuristic, find_mentions
 from pipelines.extract.map import chunk_backoff
 from pipelines.extract.model import (
@@ -26,6 +28,7 @@ from pipelines.extract.units import SourceTurn, plan_units
 from store.db import Database
 from store.graph import GraphStore, Node
 from store.ids import normalize_graph_node_id
+from store.provenance import AnchorRows, ProvenanceStore
 from store.semantic_index import SemanticIndex
 
 TYPES = DEFAULT_SEMANTIC_TYPES
@@ -170,19 +173,28 @@ def test_commit_plan_is_idempotent_and_weights_do_not_creep(tmp_path: Path) -> N
     extraction = validate_extraction(extract_heuristic(work), work, semantic_types=TYPES)
     reduced = reduce_session("s", [extraction])
     base = {"session:s": Node("session:s", "SESSION", "s"), "memory:m0": Node("memory:m0", "MEMORY", "m0")}
-    plan = plan_commit(reduced, matches={}, existing_nodes=base, existing_edges={})
+    plan = plan_commit(reduced, matches={}, state=CommitState(base))
     nodes = {n.id: n for n in plan.nodes}
     edges = {(e.source, e.target, e.relationship): e for e in plan.edges}
-    again = plan_commit(reduced, matches={}, existing_nodes={**base, **nodes}, existing_edges=edges)
-    assert again.nodes == plan.nodes and again.edges == plan.edges
-    semantic = edges[("CLASS:GraphStore", "CLASS:LazyEdgeQueue", "RELATES_TO")]
-    assert semantic.weight == 1.0
+    key = ("CLASS:GraphStore", "CLASS:LazyEdgeQueue", "RELATES_TO")
+    assert edges[key].weight == 1.0 and [r.point.memory for r in plan.edge_points] == ["memory:m0"]
+    # the same session again, with its earlier rows in the graph: the same writes, nothing removed
+    committed = CommitState({**base, **nodes}, edges, {key: 1}, frozenset(nodes))
+    old = AnchorRows(plan.node_points, plan.edge_points, plan.claims)
+    again = plan_commit(reduced, matches={}, state=committed, old=old)
+    assert (again.nodes, again.edges, again.node_points, again.edge_points, again.claims) == (
+        plan.nodes, plan.edges, plan.node_points, plan.edge_points, plan.claims)
+    assert not again.removed_edges and not again.orphans and not again.recombine
     # another session saying the same raises the weight once, and only once
     other = reduce_session("t", [validate_extraction(extract_heuristic(work), work, semantic_types=TYPES)])
-    merged = plan_commit(other, matches={}, existing_nodes={**base, **nodes}, existing_edges=edges)
+    merged = plan_commit(other, matches={}, state=committed)
     merged_edges = {(e.source, e.target, e.relationship): e for e in merged.edges}
-    assert merged_edges[("CLASS:GraphStore", "CLASS:LazyEdgeQueue", "RELATES_TO")].weight == 2.0
+    assert merged_edges[key].weight == 2.0
     assert {e["target"] for e in merged.lazy} == {"session:t"}  # t is not in the graph: queued
+    # a re-extraction of s that no longer yields the edge takes its place away: the edge goes
+    empty = reduce_session("s", [])
+    gone = plan_commit(empty, matches={}, state=committed, old=old)
+    assert key in gone.removed_edges and gone.orphans == set(nodes)
 
 
 def test_match_existing_by_name_and_alias(tmp_path: Path) -> None:
@@ -203,5 +215,66 @@ def test_match_existing_by_name_and_alias(tmp_path: Path) -> None:
             "CLASS:lazyedgequeue": "CLASS:LazyEdgeQueue", "CLASS:Queue": "CLASS:LazyEdgeQueue",
             "CONCEPT:map reduce": "CONCEPT:map reduce",
         }
+    finally:
+        db.close()
+
+
+def _commit(db: Database, sid: str, *texts: str) -> CommitStats:
+    work = WorkUnit(f"{sid}:chunk:0", sid, 0, tuple(UnitTurn(n, f"{sid}-m{n}", t) for n, t in enumerate(texts, 1)), "h")
+    reduced = reduce_session(sid, [validate_extraction(extract_heuristic(work), work, semantic_types=TYPES)])
+    graph = GraphStore(db)
+    graph.upsert_nodes([Node(f"session:{sid}", "SESSION", sid)] + [Node(f"memory:{sid}-m{n}", "MEMORY", "m") for n in range(1, len(texts) + 1)])
+    return commit_session(reduced, graph=graph, graph_index=SemanticIndex(db), on_commit=lambda: None, queue_append=len)
+
+
+def test_a_re_extraction_takes_back_what_it_no_longer_says(tmp_path: Path) -> None:
+    db = Database(tmp_path / "g.sqlite3")
+    try:
+        graph, points = GraphStore(db), ProvenanceStore(db)
+        _commit(db, "a", "The LazyEdgeQueue feeds GraphStore.")
+        _commit(db, "b", "The LazyEdgeQueue feeds GraphStore and DrainWorker.")
+        key = ("CLASS:GraphStore", "CLASS:LazyEdgeQueue", "RELATES_TO")
+        assert graph.get_edge(*key).weight == 2.0
+        # b again, now without GraphStore and DrainWorker: b's points on them go, DrainWorker
+        # (only b said it) is removed, the shared edge falls back to a's weight
+        again = _commit(db, "b", "The LazyEdgeQueue stays.")
+        assert again.nodes_removed == 1 and graph.get_node("CLASS:DrainWorker") is None
+        assert graph.get_edge(*key).weight == 1.0
+        assert {p.anchor for p in points.node_points("CLASS:GraphStore")} == {"session:a"}
+        assert graph.get_edge("CLASS:GraphStore", "session:b", "DISCUSSED_IN") is None
+        assert graph.get_edge("CLASS:GraphStore", "memory:b-m1", "MENTIONED_IN") is None
+        assert graph.get_edge("CLASS:LazyEdgeQueue", "memory:b-m1", "MENTIONED_IN") is not None
+        # and committing it twice changes nothing
+        before = (graph.all_nodes(), graph.all_edges())
+        assert _commit(db, "b", "The LazyEdgeQueue stays.").nodes_written == 0
+        assert (graph.all_nodes(), graph.all_edges()) == before
+    finally:
+        db.close()
+
+
+def test_facts_a_session_takes_back_are_recombined_from_the_other_claims(tmp_path: Path) -> None:
+    db = Database(tmp_path / "g.sqlite3")
+    try:
+        graph = GraphStore(db)
+        raw = {"summary": "", "nodes": [{"id": "q", "type": "CLASS", "name": "LazyEdgeQueue", "description": "{d}",
+                                          "aliases": ["{a}"], "evidence": [{"turn": 1, "quote": "LazyEdgeQueue"}]}], "edges": []}
+
+        def commit(sid: str, description: str, alias: str) -> None:
+            work = WorkUnit(f"{sid}:chunk:0", sid, 0, (UnitTurn(1, f"{sid}-m1", "LazyEdgeQueue"),), "h")
+            data = json.loads(json.dumps(raw).replace("{d}", description).replace("{a}", alias))
+            reduced = reduce_session(sid, [validate_extraction(data, work, semantic_types=TYPES)])
+            graph.upsert_nodes([Node(f"session:{sid}", "SESSION", sid), Node(f"memory:{sid}-m1", "MEMORY", "m")])
+            commit_session(reduced, graph=graph, graph_index=SemanticIndex(db), on_commit=lambda: None, queue_append=len)
+
+        commit("a", "short", "the queue")
+        commit("b", "a much longer description", "LEQ")
+        node = graph.get_node("CLASS:LazyEdgeQueue")
+        assert node.properties["description"] == "a much longer description" and "LEQ" in node.properties["aliases"]
+        assert [r[0] for r in db.query("SELECT node_id FROM node_aliases WHERE alias_key = 'leq'")] == ["CLASS:LazyEdgeQueue"]
+        commit("b", "tiny", "lazy queue")
+        node = graph.get_node("CLASS:LazyEdgeQueue")
+        assert node.properties["description"] == "short"
+        assert "LEQ" not in node.properties["aliases"] and {"the queue", "lazy queue"} <= set(node.properties["aliases"])
+        assert db.query("SELECT COUNT(*) FROM node_aliases WHERE alias_key = 'leq'")[0][0] == 0
     finally:
         db.close()

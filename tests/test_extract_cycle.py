@@ -13,6 +13,7 @@ import pytest
 from config import Settings, load_settings
 from pipelines.extract.workflow import ExtractEnv, extract_sessions, open_extractor
 from pipelines.importer import import_sessions
+from store.provenance import ProvenanceStore
 from store.chunks import ChunkResultStore
 from store.lazy_queue import LazyEdgeQueue
 from store.semantic_index import SemanticIndex
@@ -90,9 +91,10 @@ async def test_entity_in_two_chunks_is_one_node_and_second_cycle_calls_nothing(
     queue = stores.graph.get_node("CLASS:LazyEdgeQueue")
     assert queue is not None and stores.graph.get_node("CLASS:lazyedgequeue") is None
     assert "lazyedgequeue" in queue.properties["aliases"]
-    chunks = {p["chunk_id"] for p in queue.properties["provenance"]}
-    assert chunks == {"s1:chunk:0", "s1:chunk:1"}
-    assert {p["memory"] for p in queue.properties["provenance"]} == {"memory:s1-t0", "memory:s1-t2"}
+    points = ProvenanceStore(stores.db).node_points("CLASS:LazyEdgeQueue")
+    assert {p.chunk_id for p in points} == {"s1:chunk:0", "s1:chunk:1"}
+    assert {p.memory for p in points} == {"memory:s1-t0", "memory:s1-t2"}
+    assert all(p.observed_at for p in points)  # the turns' createdAt
     blocks = stores.graph.get_edge("CLASS:LazyEdgeQueue", "CLASS:DrainWorker", "BLOCKS")
     assert blocks is not None and blocks.weight == 1.0
     assert stores.graph.get_edge("CLASS:LazyEdgeQueue", "memory:s1-t2", "MENTIONED_IN") is not None

@@ -23,8 +23,9 @@ from pipelines.identity import (
 )
 from store.graph import Edge, GraphStore, Node
 from store.merges import MergeError, MergeStore
+from store.provenance import ProvenanceStore
 from tests.conftest import run_cli
-from tests.graph_fixtures import build_sample_graph, knowledge, point
+from tests.graph_fixtures import add_knowledge, build_sample_graph, knowledge, point
 from tests.llm_server import llm_server  # noqa: F401 - fixture
 
 EXISTING = [
@@ -117,11 +118,9 @@ def _dump(graph: GraphStore) -> tuple[list, list]:
 def db(tmp_path: Path):
     database = build_sample_graph(tmp_path / "graph.sqlite3")
     graph = GraphStore(database)
-    graph.upsert_node(knowledge("CLASS:LEQ", "LEQ", aliases=["LEQ"], points=[point("s2", "m3", "the LEQ")], description="The lazy edge queue, abbreviated, described at length"))
+    add_knowledge(database, [knowledge("CLASS:LEQ", "LEQ", aliases=["LEQ"], points=[point("s2", "m3", "the LEQ")], description="The lazy edge queue, abbreviated, described at length")])
     graph.link_nodes(
         [
-            Edge("CLASS:LEQ", "memory:m3", "MENTIONED_IN"),
-            Edge("CLASS:LEQ", "session:s2", "DISCUSSED_IN"),
             Edge("METHOD:drain", "CLASS:LEQ", "IMPLEMENTS", 5.0, {"justification": "LEQ drains"}),  # I has it too
             Edge("CLASS:LEQ", "METHOD:chunk_session", "DEPENDS_ON", 1.0),  # new for I
             Edge("CLASS:LEQ", "CLASS:LazyEdgeQueue", "RELATES_TO", 1.0),  # becomes a self-loop
@@ -139,7 +138,7 @@ def test_merge_then_unmerge_restores_the_graph_exactly(db) -> None:
     into = graph.get_node("CLASS:LazyEdgeQueue")
     assert into is not None and {"LEQ", "lazy edge queue"} <= set(into.properties["aliases"])
     assert into.properties["description"].startswith("The lazy edge queue, abbreviated")
-    assert len(into.properties["provenance"]) == 2
+    assert len(ProvenanceStore(db).node_points("CLASS:LazyEdgeQueue")) == 2
     assert graph.get_edge("CLASS:LazyEdgeQueue", "METHOD:chunk_session", "DEPENDS_ON") is not None
     assert graph.get_edge("METHOD:drain", "CLASS:LazyEdgeQueue", "IMPLEMENTS").weight == 5.0
     assert graph.get_edge("CLASS:LazyEdgeQueue", "CLASS:LazyEdgeQueue", "RELATES_TO") is None
@@ -155,9 +154,9 @@ def test_merge_then_unmerge_restores_the_graph_exactly(db) -> None:
 
 def test_record_link_extends_one_record_per_pair(db) -> None:
     merges = MergeStore(db)
-    node = Node("CLASS:LEQs", "CLASS", "LEQs", {"aliases": ["LEQs"], "provenance": []})
-    first = merges.record_link(node, [], into_id="CLASS:LazyEdgeQueue", rule="acronym", score=0.9)
-    again = merges.record_link(node, [Edge("CLASS:LEQs", "METHOD:drain", "RELATES_TO")], into_id="CLASS:LazyEdgeQueue", rule="acronym", score=0.9)
+    node = Node("CLASS:LEQs", "CLASS", "LEQs")
+    first = merges.record_link(node, into_id="CLASS:LazyEdgeQueue", rule="acronym", score=0.9)
+    again = merges.record_link(node, into_id="CLASS:LazyEdgeQueue", rule="acronym", score=0.95)
     assert first == again and len(merges.records()) == 1
 
 
@@ -228,15 +227,17 @@ async def test_cycle_links_variants_records_the_merge_and_unmerge_sticks(setting
 
         merges.unmerge("CLASS:LazyEdgeQueues")
         restored = graph.get_node("CLASS:LazyEdgeQueues")
-        assert restored is not None and {p["session"] for p in restored.properties["provenance"]} == {"session:b"}
+        points = ProvenanceStore(db)
+        assert restored is not None and {p.anchor for p in points.node_points("CLASS:LazyEdgeQueues")} == {"session:b"}
         assert graph.get_edge("CLASS:LazyEdgeQueues", "memory:b-t0", "MENTIONED_IN") is not None
         assert graph.get_edge("CLASS:DrainWorker", "CLASS:LazyEdgeQueues", "RELATES_TO") is not None
         queue = graph.get_node("CLASS:LazyEdgeQueue")
         assert "LazyEdgeQueues" not in queue.properties["aliases"]
-        assert {p["session"] for p in queue.properties["provenance"]} == {"session:a"}
+        assert {p.anchor for p in points.node_points("CLASS:LazyEdgeQueue")} == {"session:a"}
         assert graph.get_edge("CLASS:LazyEdgeQueue", "memory:b-t0", "MENTIONED_IN") is None
         shared = graph.get_edge("CLASS:DrainWorker", "CLASS:LazyEdgeQueue", "RELATES_TO")
-        assert shared.weight == 1.0 and {p["session"] for p in shared.properties["provenance"]} == {"session:a"}
+        assert shared.weight == 1.0 and {r[0] for r in db.query(
+            "SELECT anchor FROM edge_points WHERE source = 'CLASS:DrainWorker' AND target = 'CLASS:LazyEdgeQueue'")} == {"session:a"}
         # Re-extracting session b does not merge the pair again: the undone merge blocks it.
         db.conn.execute("UPDATE session_digests SET state = 'undigested' WHERE session_id = 'b'")
     finally:
@@ -343,3 +344,18 @@ def test_code_identifiers_sharing_some_words_are_other_identifiers() -> None:
     methods = AliasIndex.build([NodeRef("METHOD:get_node", "METHOD", "get_node")])
     assert resolve(NodeRef("METHOD:get_nodes", "METHOD", "get_nodes"), methods).action == CREATE
     assert resolve(NodeRef("METHOD:get_nodee", "METHOD", "get_nodee"), methods).rule == "fuzzy"
+
+
+def test_merge_and_unmerge_refuse_while_a_cycle_runs(db, tmp_path: Path) -> None:
+    from filelock import FileLock
+
+    from config import load_settings
+
+    env = {"REM_DATA_DIR": str(tmp_path)}
+    before = _dump(GraphStore(db))
+    with FileLock(load_settings(data_dir=tmp_path).lock_path):  # what a running cycle holds
+        busy = run_cli("merge", "CLASS:LEQ", "CLASS:LazyEdgeQueue", env=env)
+        assert busy.returncode == 3 and "merge when it has finished" in busy.stderr
+        assert run_cli("unmerge", "CLASS:LEQ", env=env).returncode == 3
+    assert _dump(GraphStore(db)) == before and MergeStore(db).records() == []
+    assert run_cli("merge", "CLASS:LEQ", "CLASS:LazyEdgeQueue", env=env).returncode == 0

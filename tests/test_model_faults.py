@@ -20,6 +20,7 @@ import pytest
 
 from config import Settings, load_settings
 from pipelines.importer import import_sessions
+from store.provenance import ProvenanceStore
 from tests.conftest import write_sessions
 from tests.llm_server import (
     Behaviour,
@@ -75,8 +76,9 @@ def semantic_writes(stores: Stores, sid: str) -> list[tuple[str, str, str]]:
         "AND (target = ? OR target LIKE ?)", (f"session:{sid}", f"memory:{sid}-%"),
     )
     nodes = stores.db.query(
-        "SELECT id, label, '' FROM nodes WHERE label NOT IN ('MEMORY', 'SESSION') AND properties LIKE ?",
-        (f'%"session:{sid}"%',),
+        "SELECT DISTINCT n.id, n.label, '' FROM nodes AS n JOIN node_points AS p ON p.node_id = n.id "
+        "WHERE n.label NOT IN ('MEMORY', 'SESSION') AND p.anchor = ?",
+        (f"session:{sid}",),
     )
     return [tuple(r) for r in [*edges, *nodes]]
 
@@ -307,10 +309,10 @@ async def test_schema_valid_nonsense_is_sanitised_counted_and_explained(settings
             assert stores.db.query("SELECT COUNT(*) FROM edges WHERE source = target")[0][0] == 0
             assert stores.graph.get_node("memory:bad-t0").label == "MEMORY"
             ghost = stores.graph.get_node("CLASS:Ghost")
-            assert ghost is not None and ghost.properties["provenance"][0].get("memory") is None  # no grounded turn
+            assert ghost is not None and ProvenanceStore(stores.db).node_points(ghost.id)[0].memory == ""  # no grounded turn
             # turn 99 is out of range, but the quote is in turn 1: provenance comes from the text
             flaky = stores.graph.get_node("CLASS:FlakyService")
-            assert {p["memory"] for p in flaky.properties["provenance"] if p.get("memory")} == {"memory:bad-t0"}
+            assert {p.memory for p in ProvenanceStore(stores.db).node_points(flaky.id) if p.memory} == {"memory:bad-t0"}
             assert extract["invalid_turn_refs"] == 4  # 99, 0, -4 (nodes), 7 (edge); "two" is no number at all
             assert extract["ungrounded_evidence"] == 3  # Ghost's three quotes are in no turn
             assert extract["items_rejected"] == 6

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from config import Settings
 from pipelines.notes import find_note_files, note_turns
+from store.provenance import ProvenanceStore
 from store.db import Database
 from store.graph import GraphStore
 from tests.conftest import run_cli
@@ -55,9 +56,10 @@ async def test_import_reimport_and_change(settings: Settings, tmp_path: Path) ->
         note = graph.get_node(design_id)
         assert note.label == "NOTE" and note.properties["path"] == str((folder / "design.md").resolve())
         queue = graph.get_node("CLASS:LazyEdgeQueue")
-        assert {p["session"] for p in queue.properties["provenance"]} == {design_id, next(f["note_id"] for f in first["files"] if f["note_id"] != design_id)}
-        point = next(p for p in queue.properties["provenance"] if p["session"] == design_id)
-        assert point["memory"] is None and point["evidence"] == "LazyEdgeQueue" and point["chunk_id"].startswith("note-")
+        points = ProvenanceStore(db).node_points("CLASS:LazyEdgeQueue")
+        assert {p.anchor for p in points} == {design_id, next(f["note_id"] for f in first["files"] if f["note_id"] != design_id)}
+        point = next(p for p in points if p.anchor == design_id)
+        assert point.memory == "" and point.evidence == "LazyEdgeQueue" and point.chunk_id.startswith("note-")
         assert graph.get_edge("CLASS:LazyEdgeQueue", design_id, "DISCUSSED_IN") is not None
         assert graph.get_node("ISSUE:#42") is not None and graph.get_node("CLASS:SecretThing") is None
         snap = snapshot_from_db(db)

@@ -333,8 +333,15 @@ async def cmd_unmerge(settings: Settings, args: argparse.Namespace) -> int:
     from store.merges import MergeError
     from worker.knowledge import unmerge_node
 
+    from worker.cycle import single_flight
+
     try:
-        undone = await anyio.to_thread.run_sync(unmerge_node, settings, args.node_id)
+        # A cycle's identity resolution keeps its own view of the graph: never change it under one.
+        async with single_flight(settings):
+            undone = await anyio.to_thread.run_sync(unmerge_node, settings, args.node_id)
+    except CycleBusyError as exc:
+        print(f"rem-cycle: {exc}; unmerge when it has finished", file=sys.stderr)
+        return EXIT_BUSY
     except (MergeError, InvalidIdError) as exc:
         print(f"rem-cycle: {exc}", file=sys.stderr)
         return EXIT_FAILED
@@ -365,8 +372,14 @@ async def cmd_merge(settings: Settings, args: argparse.Namespace) -> int:
     from store.merges import MergeError
     from worker.knowledge import merge_node
 
+    from worker.cycle import single_flight
+
     try:
-        merge_id = await anyio.to_thread.run_sync(merge_node, settings, args.merged_id, args.into_id)
+        async with single_flight(settings):
+            merge_id = await anyio.to_thread.run_sync(merge_node, settings, args.merged_id, args.into_id)
+    except CycleBusyError as exc:
+        print(f"rem-cycle: {exc}; merge when it has finished", file=sys.stderr)
+        return EXIT_BUSY
     except (MergeError, InvalidIdError) as exc:
         print(f"rem-cycle: {exc}", file=sys.stderr)
         return EXIT_FAILED

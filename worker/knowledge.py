@@ -25,6 +25,7 @@ from store.graph import Edge, GraphStore, Node, utc_now
 from store.ids import memory_node_id, normalize_graph_node_id, row_suffix
 from store.lazy_queue import LazyEdgeQueue
 from store.merges import MergeStore
+from store.provenance import ProvenanceStore
 
 
 @asynccontextmanager
@@ -77,6 +78,7 @@ def snapshot_from_db(db: Database, *, include_anchors: bool = False) -> dict[str
         CommunityStore(db).all(),
         generated_at=utc_now(),
         include_anchors=include_anchors,
+        points={k: [p.as_dict() for p in v] for k, v in ProvenanceStore(db).points_by_node().items()},
     )
 
 
@@ -124,6 +126,7 @@ class _Loaded:
     edges: list[Edge] = field(default_factory=list)
     neighbours: dict[str, Node] = field(default_factory=dict)
     merged_from: list[dict[str, Any]] = field(default_factory=list)
+    points: list[dict[str, Any]] = field(default_factory=list)
     redirected_from: str | None = None
 
 
@@ -140,6 +143,7 @@ def _load_node(settings: Settings, node_id: str) -> _Loaded:
             if loaded.node is None:
                 return loaded
         loaded.edges = graph.edges_of(loaded.node.id)
+        loaded.points = [p.as_dict() for p in ProvenanceStore(db).node_points(loaded.node.id)]
         loaded.neighbours = graph.get_nodes({e.source for e in loaded.edges} | {e.target for e in loaded.edges})
         loaded.merged_from = [
             {"merged_id": r.merged_id, "rule": r.rule, "score": r.score, "created_at": r.created_at, "evidence": r.evidence}
@@ -159,14 +163,14 @@ async def show_node(settings: Settings, node_id: str, *, limit: int | None = Non
         return None
     turns: dict[str, Any] = {}
     error = None
-    memory_ids = turn_memory_ids(node, edges)[:limit]
+    memory_ids = turn_memory_ids(node, edges, loaded.points)[:limit]
     if memory_ids:
         try:
             rows = await ChromaStore(settings).memories_by_ids([row_suffix(m) for m in memory_ids])
         except ChromaUnavailableError as exc:
             rows, error = [], str(exc)
         turns = {memory_node_id(r.id): r for r in rows or []}
-    view = node_view(node, edges, loaded.neighbours, turns, merged_from=loaded.merged_from, limit=limit)
+    view = node_view(node, edges, loaded.neighbours, turns, points=loaded.points, merged_from=loaded.merged_from, limit=limit)
     view["turns_error"] = error
     view["redirected_from"] = loaded.redirected_from
     return view

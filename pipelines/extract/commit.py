@@ -1,17 +1,28 @@
 """Commit: a reduced session → graph writes, in one transaction with the session's digest record.
 
-:func:`plan_commit` is pure: given the reduced session, the matching existing nodes and edges, it
-decides every node, edge and lazy-queue line. :func:`commit_session` does the I/O.
+A commit costs what its session costs, whatever the graph's history (DESIGN §3):
 
-- Identity against the existing graph (:func:`match_existing`, swappable): a node whose
+- Identity against the existing graph (:func:`match_existing` or the resolver): a node whose
   (type, normalised name) or alias already exists links to that node.
-- Merging with what other sessions said is idempotent: longest description, union of aliases and
-  tags, max confidence; this session's provenance points *replace* its earlier ones, so re-running
-  a session changes nothing and an edge's weight (its distinct provenance points) never creeps.
-- Provenance edges: node → ``memory:`` ``MENTIONED_IN``, node → ``session:`` ``DISCUSSED_IN``;
-  an explicit reference ``memory:x`` written in turn ``m`` gives ``memory:x REFERENCED_BY memory:m``.
-  One of those whose ``memory:``/``session:`` endpoint is not in the graph goes to the lazy-edge
+- The session's *anchor* (``session:<id>`` or ``note:<hash>``) owns rows: the provenance points of
+  the nodes and edges it yielded (``node_points``/``edge_points``) and what it said of each node
+  (``node_claims``). A commit **replaces this anchor's rows**: re-running a session changes
+  nothing, and a node or edge a re-extraction no longer yields loses this anchor's points.
+- A node's facts are the combination (:func:`store.facts.combine_facts`) of its claims; a new claim
+  that only adds is combined with the node's current facts (no other claim is read), one that takes
+  something back has the node's claims recombined.
+- Weights are derived from points, recomputed only for what this anchor touched: a semantic edge's
+  weight is its distinct places (an anchor's turns, or chunks without a turn) — the change is this
+  anchor's old places out, its new places in; provenance edges (node → ``memory:`` ``MENTIONED_IN``,
+  node → anchor ``DISCUSSED_IN``) are rebuilt from this anchor's points only. An explicit
+  reference ``memory:x`` written in turn ``m`` gives ``memory:x REFERENCED_BY memory:m``.
+- A semantic edge left with no points is deleted; a node left with no points is removed with its
+  edges (nothing supports it any more).
+- A provenance edge whose ``memory:``/``session:`` endpoint is not in the graph goes to the lazy-edge
   queue; any other edge with a missing endpoint is dropped, counted and logged.
+
+:func:`plan_commit` is pure: given the reduced session, the matches, the anchor's old rows and the
+current state of what they touch, it decides every write. :func:`commit_session` does the I/O.
 """
 
 from __future__ import annotations
@@ -24,11 +35,24 @@ import structlog
 
 from pipelines.extract.model import identity_key
 from pipelines.identity import CANDIDATE, Verdict
-from pipelines.extract.reduce import Point, ReducedEdge, ReducedNode, ReducedReference, ReducedSession
+from pipelines.extract.reduce import Point, ReducedReference, ReducedSession
 from pipelines.vocabulary import DISCUSSED_IN, MENTIONED_IN, REFERENCED_BY
+from store.facts import NodeFacts, combine_all, combine_facts, facts_of, with_facts
 from store.graph import Edge, GraphStore, Node
 from store.ids import row_kind
 from store.merges import CandidatePair
+from store.provenance import (
+    AnchorRows,
+    ClaimRow,
+    EdgeKey,
+    EdgePointRow,
+    NodePointRow,
+    PointRow,
+    ProvenanceStore,
+    anchor_edges,
+    facts_from_claims,
+    place_count,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -48,11 +72,11 @@ class Candidate:
 
 class MergeRecorder(Protocol):
     """Where identity decisions are recorded (:class:`store.merges.MergeStore`): a link of a
-    candidate to a *different* existing node, undoably, and the ambiguous pairs left unmerged."""
+    candidate to a *different* existing node (the rows the commit writes for it carry the returned
+    merge id, so an unmerge moves exactly those back), and the ambiguous pairs left unmerged."""
 
     def record_link(
-        self, merged: Node, merged_edges: Sequence[Edge], *, into_id: str, rule: str, score: float,
-        evidence: Mapping[str, Any] | None = None,
+        self, merged: Node, *, into_id: str, rule: str, score: float, evidence: Mapping[str, Any] | None = None,
     ) -> int: ...
 
     def record_candidates(self, pairs: Iterable[CandidatePair]) -> int: ...
@@ -94,12 +118,34 @@ def match_existing(candidates: Sequence[Candidate], graph_index: GraphIndex) -> 
     return mapping
 
 
+@dataclass(frozen=True, slots=True)
+class CommitState:
+    """What :func:`plan_commit` needs to know of the graph: ``nodes`` — whatever exists among the
+    matched nodes, the session's memories and anchor, the referenced rows and the nodes the anchor's
+    old rows touch; ``edges`` — the existing edges among the semantic edge keys the anchor touches
+    (old and new); ``edge_places`` — each such edge's distinct places before this commit;
+    ``claimed`` — the existing nodes that have at least one claim."""
+
+    nodes: Mapping[str, Node]
+    edges: Mapping[EdgeKey, Edge] = field(default_factory=dict)
+    edge_places: Mapping[EdgeKey, int] = field(default_factory=dict)
+    claimed: frozenset[str] = frozenset()
+
+
 @dataclass(slots=True)
 class CommitPlan:
     nodes: list[Node] = field(default_factory=list)
+    claims: list[ClaimRow] = field(default_factory=list)
+    node_points: list[NodePointRow] = field(default_factory=list)
+    edge_points: list[EdgePointRow] = field(default_factory=list)
     edges: list[Edge] = field(default_factory=list)
+    removed_edges: list[EdgeKey] = field(default_factory=list)
     lazy: list[dict[str, Any]] = field(default_factory=list)
     dropped: list[Edge] = field(default_factory=list)
+    # Nodes whose facts must be recombined from all their claims (this anchor took something back),
+    # and nodes that lost this anchor's points (removed if nothing else supports them).
+    recombine: set[str] = field(default_factory=set)
+    orphans: set[str] = field(default_factory=set)
     linked_existing: int = 0
 
 
@@ -107,21 +153,68 @@ def plan_commit(
     reduced: ReducedSession,
     *,
     matches: Mapping[str, str],
-    existing_nodes: Mapping[str, Node],
-    existing_edges: Mapping[tuple[str, str, str], Edge],
+    state: CommitState,
+    old: AnchorRows = AnchorRows([], [], []),
+    merge_of: Mapping[str, int] = {},
+    observed_at: Mapping[str, str] = {},
 ) -> CommitPlan:
-    """Every write of one session's commit (pure). ``existing_nodes`` holds whatever exists among
-    the matched nodes, the session's memories and session, and the referenced rows."""
+    """Every write of one session's commit (pure): this anchor's new rows replacing ``old``, the
+    nodes whose facts change, the edges whose weight changes. ``merge_of``: candidate id → the merge
+    record of its link to another node; ``observed_at``: memory or chunk id → the turn's time."""
     plan = CommitPlan()
-    session = reduced.anchor_id
+    anchor = reduced.anchor_id
     target_of = {node.id: matches.get(node.id, node.id) for node in reduced.nodes}
-    plan.linked_existing = sum(1 for old, new in target_of.items() if old != new)
-    written: set[str] = set()
+    plan.linked_existing = sum(1 for old_id, new_id in target_of.items() if old_id != new_id)
+
+    def row(point: Point) -> PointRow:
+        time = observed_at.get(point.memory) or observed_at.get(point.chunk_id)
+        return PointRow(anchor, point.memory, point.chunk_id, point.evidence, time)
+
+    # --- nodes: claims, points, facts
+    new_claims: dict[str, list[NodeFacts]] = {}
+    shown: dict[str, tuple[str, str]] = {}
     for node in reduced.nodes:
-        merged = _merge_node(existing_nodes.get(target_of[node.id]), node, target_of[node.id], session)
-        plan.nodes.append(merged)
-        written.add(merged.id)
-    present = set(existing_nodes) | written
+        target = target_of[node.id]
+        facts = NodeFacts.of(description=node.description, aliases=node.aliases, tags=node.tags, confidence=node.confidence)
+        plan.claims.append(ClaimRow(target, anchor, node.id, facts, merge_of.get(node.id)))
+        new_claims.setdefault(target, []).append(facts)
+        if target == node.id or target not in shown:
+            shown[target] = (node.type, node.name)
+        plan.node_points.extend(
+            NodePointRow(target, point, node.id, merge_of.get(node.id)) for point in sorted({row(p) for p in node.provenance})
+        )
+    old_claims: dict[str, list[NodeFacts]] = {}
+    for claim in old.claims:
+        old_claims.setdefault(claim.node_id, []).append(claim.facts)
+    for target, claims in sorted(new_claims.items()):
+        mine = combine_all(claims)
+        existing = state.nodes.get(target)
+        if existing is None:
+            label, name = shown[target]
+            plan.nodes.append(Node(target, label, name, with_facts({}, mine)))
+            continue
+        if target not in state.claimed:
+            # Written before claims existed: what it says now is its first claim.
+            plan.claims.append(ClaimRow(target, "", target, facts_of(existing.properties)))
+        if combine_facts(mine, combine_all(old_claims.get(target, ()))) == mine:
+            facts = combine_facts(facts_of(existing.properties), mine)
+            plan.nodes.append(Node(existing.id, existing.label, existing.name, with_facts(existing.properties, facts)))
+        else:
+            plan.recombine.add(target)
+    for node_id in sorted(set(old_claims) - set(new_claims)):
+        if node_id in state.nodes:
+            plan.recombine.add(node_id)
+
+    # --- provenance edges of every node this anchor touches, old or new
+    written = {n.id for n in plan.nodes}
+    present = set(state.nodes) | written
+    new_points: dict[str, set[PointRow]] = {}
+    for point_row in plan.node_points:
+        new_points.setdefault(point_row.node_id, set()).add(point_row.point)
+    old_memories: dict[str, set[str]] = {}
+    for point_row in old.node_points:
+        old_memories.setdefault(point_row.node_id, set()).add(point_row.point.memory)
+    plan.orphans = {n for n in old_memories if n not in new_points and n in state.nodes}
 
     def place(edge: Edge) -> None:
         if edge.source in present and edge.target in present:
@@ -134,14 +227,53 @@ def plan_commit(
         else:
             plan.dropped.append(edge)
 
-    for node in reduced.nodes:
-        node_id = target_of[node.id]
-        for edge in _provenance_edges(node_id, node.provenance, session):
+    for node_id in sorted(set(new_points) | set(old_memories)):
+        for edge in anchor_edges(node_id, anchor, new_points.get(node_id, ())):
             place(edge)
+        if node_id in state.nodes and node_id in old_memories:
+            kept = {p.memory for p in new_points.get(node_id, ())}
+            plan.removed_edges.extend((node_id, m, MENTIONED_IN) for m in sorted(old_memories[node_id] - kept) if m)
+            if node_id not in new_points:
+                plan.removed_edges.append((node_id, anchor, DISCUSSED_IN))
+
+    # --- semantic edges: this anchor's places out, its new places in
+    new_edge_points: dict[EdgeKey, list[EdgePointRow]] = {}
+    justification: dict[EdgeKey, set[str]] = {}
     for edge in reduced.edges:
-        source, target = target_of.get(edge.source, edge.source), target_of.get(edge.target, edge.target)
-        if source != target:
-            place(_merge_edge(existing_edges.get((source, target, edge.relationship)), edge, source, target, session))
+        key = (target_of.get(edge.source, edge.source), target_of.get(edge.target, edge.target), edge.relationship)
+        if key[0] == key[1]:
+            continue
+        merge_id = merge_of.get(edge.source) or merge_of.get(edge.target)
+        new_edge_points.setdefault(key, []).extend(
+            EdgePointRow(key, point, edge.source, edge.target, merge_id) for point in sorted({row(p) for p in edge.provenance})
+        )
+        justification.setdefault(key, set()).update(j for j in edge.justification.split("; ") if j)
+    old_edge_points: dict[EdgeKey, list[PointRow]] = {}
+    for edge_row in old.edge_points:
+        old_edge_points.setdefault(edge_row.key, []).append(edge_row.point)
+    for key in sorted(set(new_edge_points) | set(old_edge_points)):
+        existing_edge = state.edges.get(key)
+        places = state.edge_places.get(key, 0) - place_count(old_edge_points.get(key, ())) + place_count(
+            r.point for r in new_edge_points.get(key, ())
+        )
+        if key not in new_edge_points:
+            if existing_edge is None:
+                continue
+            if places <= 0:
+                plan.removed_edges.append(key)
+            else:
+                plan.edges.append(Edge(*key, float(places), existing_edge.properties))
+            continue
+        props = dict(existing_edge.properties) if existing_edge is not None else {}
+        previous = props.get("justification") if isinstance(props.get("justification"), str) else ""
+        parts = {j for j in previous.split("; ") if j} | justification[key]
+        props["justification"] = "; ".join(sorted(parts))
+        edge = Edge(*key, float(max(1, places)), props)
+        if key[0] in present and key[1] in present:
+            plan.edges.append(edge)
+            plan.edge_points.extend(new_edge_points[key])
+        else:
+            plan.dropped.append(edge)
     for ref in reduced.references:
         place(
             Edge(
@@ -157,25 +289,9 @@ def referrer(reduced: ReducedSession, ref: ReducedReference) -> str:
     return reduced.anchor or f"memory:{ref.memory_id}"
 
 
-def linked_payloads(
-    reduced: ReducedSession, matches: Mapping[str, str], existing_nodes: Mapping[str, Node]
-) -> dict[str, tuple[Node, list[Edge]]]:
-    """For every candidate linked to a *different* node: the node and the edges (provenance and
-    semantic, in its own terms, other endpoints resolved as committed) this session would have
-    written for it had it not been linked — what undoing the link restores (pure)."""
-    payloads: dict[str, tuple[Node, list[Edge]]] = {}
-    for merged_id in sorted(old for old, new in matches.items() if old != new):
-        others = {k: v for k, v in matches.items() if k != merged_id}
-        unlinked = plan_commit(reduced, matches=others, existing_nodes=existing_nodes, existing_edges={})
-        lazy = [Edge(x["source"], x["target"], x["relationship"], x["weight"], x["properties"]) for x in unlinked.lazy]
-        node = next(n for n in unlinked.nodes if n.id == merged_id)
-        edges = [e for e in (*unlinked.edges, *lazy) if merged_id in (e.source, e.target)]
-        payloads[merged_id] = (node, edges)
-    return payloads
-
-
 def needed_ids(reduced: ReducedSession, matches: Mapping[str, str]) -> set[str]:
-    """Every node id :func:`plan_commit` needs to know about (existing or not)."""
+    """Every node id :func:`plan_commit` needs to know about (existing or not), besides the nodes
+    the anchor's old rows touch."""
     ids = {matches.get(n.id, n.id) for n in reduced.nodes} | {reduced.anchor_id}
     for node in reduced.nodes:
         ids.update(p.memory for p in node.provenance if p.memory)
@@ -184,75 +300,14 @@ def needed_ids(reduced: ReducedSession, matches: Mapping[str, str]) -> set[str]:
     return ids
 
 
-def _merge_node(existing: Node | None, node: ReducedNode, node_id: str, session: str) -> Node:
-    old = existing.properties if existing is not None else {}
-    description = old.get("description") if isinstance(old.get("description"), str) else ""
-    # The longer one; between equally long ones the larger, so the result never depends on which
-    # session committed first.
-    description = max(description, node.description, key=lambda text: (len(text), text))
-    properties = {
-        **old,
-        "description": description,
-        "aliases": sorted(set(_strings(old.get("aliases"))) | set(node.aliases)),
-        "tags": sorted(set(_strings(old.get("tags"))) | set(node.tags)),
-        "confidence": max(node.confidence, _number(old.get("confidence"))),
-        "provenance": _replace_session_points(old.get("provenance"), node.provenance, session),
-    }
-    if existing is not None:
-        return Node(existing.id, existing.label, existing.name, properties)
-    return Node(node_id, node.type, node.name, properties)
-
-
-def _merge_edge(existing: Edge | None, edge: ReducedEdge, source: str, target: str, session: str) -> Edge:
-    old = existing.properties if existing is not None else {}
-    provenance = _replace_session_points(old.get("provenance"), edge.provenance, session)
-    previous = old.get("justification") if isinstance(old.get("justification"), str) else ""
-    justifications = {j for j in (*previous.split("; "), *edge.justification.split("; ")) if j}
-    properties = {**old, "justification": "; ".join(sorted(justifications)), "provenance": provenance}
-    return Edge(source, target, edge.relationship, float(_distinct_points(provenance)), properties)
-
-
-def _provenance_edges(node_id: str, provenance: Iterable[Point], session: str) -> list[Edge]:
-    by_memory: dict[str, list[Point]] = {}
-    chunks: set[str] = set()
-    own = [p for p in provenance if p.session == session]
-    for point in own:
-        chunks.add(point.chunk_id)
-        if point.memory:
-            by_memory.setdefault(point.memory, []).append(point)
-    edges = [
-        Edge(
-            node_id, memory, MENTIONED_IN, float(len(found)),
-            {"chunk_ids": sorted({p.chunk_id for p in found}), "evidence": sorted({p.evidence for p in found})},
-        )
-        for memory, found in sorted(by_memory.items())
-    ]
-    edges.append(Edge(node_id, session, DISCUSSED_IN, float(max(1, len(own))), {"chunk_ids": sorted(chunks)}))
-    return edges
-
-
-def _replace_session_points(old: Any, new: Iterable[Point], session: str) -> list[dict[str, Any]]:
-    """Other sessions' points kept, this session's replaced by ``new``; sorted, unique."""
-    kept = [dict(p) for p in old if isinstance(p, Mapping) and p.get("session") != session] if isinstance(old, list) else []
-    merged = {_point_key(p): p for p in [*kept, *(p.as_dict() for p in new)]}
-    return [merged[k] for k in sorted(merged)]
-
-
-def _point_key(point: Mapping[str, Any]) -> tuple[str, str, str, str]:
-    return tuple(str(point.get(k) or "") for k in ("session", "memory", "chunk_id", "evidence"))  # type: ignore[return-value]
-
-
-def _distinct_points(provenance: Sequence[Mapping[str, Any]]) -> int:
-    """An edge's strength: the distinct places (session, turn or chunk) that asserted it."""
-    return max(1, len({(p.get("session"), p.get("memory") or p.get("chunk_id")) for p in provenance}))
-
-
-def _strings(value: Any) -> list[str]:
-    return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
-
-
-def _number(value: Any) -> float:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0.0
+def edge_keys(reduced: ReducedSession, matches: Mapping[str, str], old: AnchorRows) -> set[EdgeKey]:
+    """The semantic edge keys a commit touches: those it yields and those the anchor had."""
+    keys = {r.key for r in old.edge_points}
+    for edge in reduced.edges:
+        key = (matches.get(edge.source, edge.source), matches.get(edge.target, edge.target), edge.relationship)
+        if key[0] != key[1]:
+            keys.add(key)
+    return keys
 
 
 @dataclass(slots=True)
@@ -266,6 +321,8 @@ class CommitStats:
     linked_existing: int = 0
     merges_recorded: int = 0
     identity_candidates: int = 0
+    edges_removed: int = 0
+    nodes_removed: int = 0
 
     def add(self, other: "CommitStats") -> None:
         """Add ``other``'s counts to these (a phase sums its sessions' commits)."""
@@ -292,37 +349,56 @@ def commit_session(
     queue_append: Callable[[list[dict[str, Any]]], int],
     matcher: Callable[[Sequence[Candidate], GraphIndex], Mapping[str, str]] = match_existing,
     merges: MergeRecorder | None = None,
+    observed_at: Mapping[str, str] = {},
 ) -> CommitStats:
-    """Write ``reduced`` in one transaction; ``on_commit`` (the digest record, chunk-result
-    pruning) runs inside it, and the lazy-queue lines are appended as its last step so a failed
-    commit can at worst leave a line that the drain retries, never lose one. Blocking: call from
-    a worker thread."""
+    """Write ``reduced`` in one transaction, replacing its anchor's earlier rows; ``on_commit`` (the
+    digest record, chunk-result pruning) runs inside it, and the lazy-queue lines are appended as
+    its last step so a failed commit can at worst leave a line that the drain retries, never lose
+    one. ``observed_at``: memory or chunk id → the turn's time. Blocking: call from a worker thread."""
     stats = CommitStats()
+    provenance = ProvenanceStore(graph.db)
     with graph.db.transaction():
         candidates = [Candidate(n.id, n.type, n.name, n.aliases) for n in reduced.nodes]
         matches = matcher(candidates, graph_index)
-        existing_nodes = graph.get_nodes(needed_ids(reduced, matches))
-        existing_edges: dict[tuple[str, str, str], Edge] = {}
-        for edge in reduced.edges:
-            key = (matches.get(edge.source, edge.source), matches.get(edge.target, edge.target), edge.relationship)
-            found = graph.get_edge(*key) if key[0] in existing_nodes and key[1] in existing_nodes else None
-            if found is not None:
-                existing_edges[key] = found
-        plan = plan_commit(reduced, matches=matches, existing_nodes=existing_nodes, existing_edges=existing_edges)
+        old = provenance.anchor_rows(reduced.anchor_id)
+        touched = {r.node_id for r in old.node_points} | {c.node_id for c in old.claims}
+        nodes = graph.get_nodes(needed_ids(reduced, matches) | touched)
+        keys = sorted(edge_keys(reduced, matches, old))
+        edges = {key: edge for key in keys if key[0] in nodes and key[1] in nodes and (edge := graph.get_edge(*key)) is not None}
+        places = {key: _places(edge, provenance) for key, edge in edges.items()}
+        state = CommitState(nodes, edges, places, frozenset(provenance.with_claims(set(nodes) & (touched | set(matches.values()) | {n.id for n in reduced.nodes}))))
         verdicts = getattr(matches, "verdicts", {})
         stats.identity_candidates = sum(1 for v in verdicts.values() if v.action == CANDIDATE)
+        merge_of: dict[str, int] = {}
         if merges is not None:
-            # Recorded before the writes below: the record must see the target as it was.
-            for merged_id, (node, edges) in linked_payloads(reduced, matches, existing_nodes).items():
-                verdict = verdicts.get(merged_id)
-                merges.record_link(
-                    node, edges, into_id=matches[merged_id], rule=verdict.rule if verdict else "exact-key",
+            for node in reduced.nodes:
+                into = matches.get(node.id, node.id)
+                if into == node.id:
+                    continue
+                verdict = verdicts.get(node.id)
+                merge_of[node.id] = merges.record_link(
+                    Node(node.id, node.type, node.name), into_id=into, rule=verdict.rule if verdict else "exact-key",
                     score=verdict.score if verdict else 1.0,
                     evidence={"session": reduced.session_id, "form": verdict.candidates[0].form if verdict and verdict.candidates else node.name},
                 )
                 stats.merges_recorded += 1
+        plan = plan_commit(reduced, matches=matches, state=state, old=old, merge_of=merge_of, observed_at=observed_at)
+        provenance.delete_anchor(reduced.anchor_id)
         stats.nodes_written = graph.upsert_nodes(plan.nodes)
+        provenance.add_claims(plan.claims)
+        provenance.add_node_points(plan.node_points)
+        for node_id in sorted(plan.recombine):
+            node = graph.get_node(node_id)
+            if node is not None:
+                facts = facts_from_claims(provenance.claims(node_id))
+                stats.nodes_written += graph.upsert_nodes([Node(node.id, node.label, node.name, with_facts(node.properties, facts))])
+        stats.edges_removed = graph.delete_edges(plan.removed_edges)
         stats.edges_written = graph.link_nodes(plan.edges).linked
+        provenance.add_edge_points(plan.edge_points)
+        orphans = sorted(plan.orphans - provenance.supported(plan.orphans))
+        for node_id in orphans:
+            graph.delete_node(node_id)
+        stats.nodes_removed = len(orphans)
         if merges is not None and stats.identity_candidates:
             merges.record_candidates(candidate_pairs(verdicts.values(), reduced.session_id))
         stats.edges_dropped = len(plan.dropped)
@@ -333,3 +409,11 @@ def commit_session(
         log.warning("edge dropped: endpoint missing", session_id=reduced.session_id, source=edge.source,
                     target=edge.target, relationship=edge.relationship)
     return stats
+
+
+def _places(edge: Edge, provenance: ProvenanceStore) -> int:
+    """An existing edge's distinct places, read from its weight (``max(1, places)``): only a weight
+    of 1 needs a look at whether it has any point at all — never a count of its points."""
+    if edge.weight > 1:
+        return round(edge.weight)
+    return 1 if provenance.edge_has_points((edge.source, edge.target, edge.relationship)) else 0

@@ -1,8 +1,8 @@
 """Reduce: a session's chunk extractions → one deduplicated extraction (pure, deterministic).
 
 Chunks are read in order. Nodes are deduplicated by (TYPE, normalised name): the first occurrence
-keeps its id and later ids remap to it; descriptions merge to the longest, aliases and tags to
-their union, confidence to the maximum, provenance to the union. Edges are remapped and keyed by
+keeps its id and later ids remap to it; its facts combine with :func:`store.facts.combine_facts`
+(the rule commit and merge use too), provenance to the union. Edges are remapped and keyed by
 (source, target, relationship). Summaries are joined in chunk order.
 """
 
@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pipelines.extract.model import ChunkExtraction, Evidence, identity_key
+from store.facts import NodeFacts, combine_facts
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -108,20 +109,10 @@ def reduce_session(session_id: str, extractions: Sequence[ChunkExtraction], *, a
             keeper = first_id.setdefault(key, node.id)
             if node.id != keeper:
                 remap[node.id] = keeper
-            merged = nodes.get(keeper)
             new_points = points(session_id, extraction.unit_id, node.evidence, anchor=anchor)
-            if merged is None:
-                nodes[keeper] = {
-                    "type": node.type, "name": node.name, "description": node.description,
-                    "aliases": set(node.aliases), "confidence": node.confidence, "tags": set(node.tags),
-                    "provenance": set(new_points),
-                }
-                continue
-            if len(node.description) > len(merged["description"]):
-                merged["description"] = node.description
-            merged["aliases"].update(node.aliases)
-            merged["tags"].update(node.tags)
-            merged["confidence"] = max(merged["confidence"], node.confidence)
+            facts = NodeFacts.of(description=node.description, aliases=node.aliases, tags=node.tags, confidence=node.confidence)
+            merged = nodes.setdefault(keeper, {"type": node.type, "name": node.name, "facts": facts, "provenance": set()})
+            merged["facts"] = combine_facts(merged["facts"], facts)
             merged["provenance"].update(new_points)
     edges: dict[tuple[str, str, str], dict[str, Any]] = {}
     for extraction in extractions:
@@ -146,8 +137,8 @@ def reduce_session(session_id: str, extractions: Sequence[ChunkExtraction], *, a
         summary="\n".join(e.summary for e in extractions if e.summary),
         nodes=tuple(
             ReducedNode(
-                node_id, n["type"], n["name"], n["description"], tuple(sorted(n["aliases"])), n["confidence"],
-                tuple(sorted(n["tags"])), _clean_points(n["provenance"]),
+                node_id, n["type"], n["name"], n["facts"].description, n["facts"].aliases, n["facts"].confidence,
+                n["facts"].tags, _clean_points(n["provenance"]),
             )
             for node_id, n in sorted(nodes.items())
         ),

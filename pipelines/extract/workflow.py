@@ -17,7 +17,7 @@ from config import Settings
 from pipelines.extract.commit import CommitStats, GraphIndex, MergeRecorder, commit_session
 from pipelines.extract.heuristic import HeuristicExtractor
 from pipelines.extract.map import UnitOutcome, map_units
-from pipelines.extract.model import Extractor
+from pipelines.extract.model import Extractor, WorkUnit
 from pipelines.extract.reduce import reduce_session
 from pipelines.extract.units import SourceTurn, plan_units
 from pipelines.resolver import GraphResolver
@@ -128,6 +128,17 @@ def source_turns(rows: Sequence[MemoryRow]) -> list[SourceTurn]:
     ]
 
 
+def turn_times(rows: Sequence[MemoryRow], units: Sequence[WorkUnit]) -> dict[str, str]:
+    """When each turn (``memory:<id>``) was said, and each chunk (its earliest turn): the
+    ``observed_at`` of the provenance points extracted from them."""
+    times = {f"memory:{row.id}": row.created_at for row in rows if row.created_at}
+    for unit in units:
+        said = [times[f"memory:{t.memory_id}"] for t in unit.turns if f"memory:{t.memory_id}" in times]
+        if said:
+            times[unit.unit_id] = min(said)
+    return times
+
+
 async def extract_session(
     record: DigestRecord,
     env: ExtractEnv,
@@ -175,9 +186,11 @@ async def extract_session(
         committed = await anyio.to_thread.run_sync(
             partial(
                 commit_session, reduced, graph=env.graph, graph_index=env.graph_index, on_commit=on_commit,
-                queue_append=env.queue.append, merges=env.merges, **identity,
+                queue_append=env.queue.append, merges=env.merges, observed_at=turn_times(rows, units), **identity,
             )
         )
+        if committed.nodes_removed and env.resolver is not None:
+            env.resolver.reset()  # its index still knows the removed nodes
     except ChromaUnavailableError:
         raise
     except Exception as exc:  # noqa: BLE001 - one bad session must not stop the cycle

@@ -1,0 +1,176 @@
+"""Provenance-rows benchmark (issue 12): does a commit cost what its session costs, whatever the
+graph's history?
+
+1. Growth: a corpus where popular entities recur (a few dozen classes and files named in most
+   sessions, as in real coding sessions, plus a long tail). 25 new sessions are extracted
+   (heuristic map → reduce → commit with identity resolution, the cycle's extract path without
+   Chroma) on top of 250 sessions, then on top of 2,000 (and 8,000 with ``--large``), in the same
+   process. Reports the per-session cost of each step, the ratio last/first, and database bytes
+   per provenance point.
+2. One node with 100,000 points (and an edge with 100,000 points): a commit of a session that
+   mentions it against a commit of a session of the same size that mentions only fresh names.
+
+    python bench/bench_provenance.py            # 250 → 2,000
+    python bench/bench_provenance.py --large    # 250 → 2,000 → 8,000
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from pipelines.extract.commit import commit_session  # noqa: E402
+from pipelines.extract.heuristic import extract_heuristic  # noqa: E402
+from pipelines.extract.model import validate_extraction  # noqa: E402
+from pipelines.extract.reduce import ReducedSession, reduce_session  # noqa: E402
+from pipelines.extract.units import SourceTurn, plan_units  # noqa: E402
+from store.db import Database  # noqa: E402
+from store.graph import Edge, GraphStore, Node  # noqa: E402
+from store.merges import MergeStore  # noqa: E402
+from store.provenance import EdgePointRow, NodePointRow, PointRow, ProvenanceStore  # noqa: E402
+from worker.knowledge import identity_resolver  # noqa: E402
+from worker.logs import configure_logging  # noqa: E402
+
+TYPES = ("CONCEPT", "CLASS", "METHOD", "FILE", "ISSUE", "TEST", "DECISION", "PERSON", "TOOL")
+POPULAR = [f"{a}{b}" for a in ("Graph", "Edge", "Session", "Memory", "Chunk", "Retry") for b in ("Store", "Queue", "Worker", "Policy", "Index")]
+FILES = [f"src/{d}/{f}.py" for d in ("store", "queue", "worker", "extract") for f in ("core", "io", "util")]
+TURNS_PER_SESSION = 12
+
+
+def turn_text(rng: random.Random, session: int, turn: int) -> str:
+    """One turn: two popular names (Zipf-like), a file, and one name of the long tail."""
+    popular = [POPULAR[min(int(rng.paretovariate(1.2)) - 1, len(POPULAR) - 1)] for _ in range(2)]
+    tail = f"Widget{rng.randrange(50_000):05d}"
+    return (
+        f"We changed {popular[0]} and {tail} in {rng.choice(FILES)} so that {popular[1]} keeps its "
+        f"order; see #{1000 + rng.randrange(5000)} (session {session}, turn {turn})."
+    )
+
+
+def reduced_session(sid: str, texts: list[str]) -> ReducedSession:
+    turns = [SourceTurn(f"{sid}-t{i:03d}", text, "assistant") for i, text in enumerate(texts)]
+    units = plan_units(sid, turns, budget_tokens=None)
+    return reduce_session(sid, [validate_extraction(extract_heuristic(u), u, semantic_types=TYPES) for u in units])
+
+
+class Graph:
+    def __init__(self, path: Path) -> None:
+        self.db = Database(path)
+        self.graph = GraphStore(self.db)
+        self.resolver = identity_resolver(self.db)
+        self.merges = MergeStore(self.db)
+
+    def extract(self, sid: str, texts: list[str], *, day: int) -> dict[str, float]:
+        """Map + reduce + commit one session; seconds spent in each."""
+        t0 = time.perf_counter()
+        reduced = reduced_session(sid, texts)
+        t1 = time.perf_counter()
+        anchor = f"session:{sid}"
+        self.graph.upsert_node(Node(anchor, "SESSION", sid, {"sessionId": sid, "liveIngested": True}))
+        times = {f"memory:{sid}-t{i:03d}": f"2026-{1 + day // 28 % 12:02d}-{1 + day % 28:02d}T10:00:00Z" for i in range(len(texts))}
+        commit_session(
+            reduced, graph=self.graph, graph_index=None, on_commit=lambda: None, queue_append=len,
+            matcher=self.resolver, merges=self.merges, observed_at=times,
+        )
+        t2 = time.perf_counter()
+        return {"map_reduce": t1 - t0, "commit": t2 - t1}
+
+    def points(self) -> int:
+        return self.db.query("SELECT (SELECT COUNT(*) FROM node_points) + (SELECT COUNT(*) FROM edge_points)")[0][0]
+
+    def size(self) -> int:
+        self.db.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        return self.db.path.stat().st_size
+
+
+def growth(steps: list[int], *, new: int = 25, seed: int = 12) -> list[dict[str, Any]]:
+    rng = random.Random(seed)
+    results = []
+    with tempfile.TemporaryDirectory() as tmp:
+        g = Graph(Path(tmp) / "graph.sqlite3")
+        done = 0
+        for step in steps:
+            while done < step:
+                g.extract(f"s{done:05d}", [turn_text(rng, done, t) for t in range(TURNS_PER_SESSION)], day=done)
+                done += 1
+            extract, commit = [], []
+            for i in range(new):
+                sid = f"new{step:05d}-{i:02d}"
+                one = g.extract(sid, [turn_text(rng, done + i, t) for t in range(TURNS_PER_SESSION)], day=done + i)
+                extract.append(one["map_reduce"] + one["commit"])
+                commit.append(one["commit"])
+            done_new = done + new
+            points = g.points()
+            results.append({
+                "history": step, "sessions": done_new,
+                "extract_ms_per_session": 1000 * sum(extract) / new,
+                "extract_ms_median": 1000 * sorted(extract)[new // 2],
+                "commit_ms_per_session": 1000 * sum(commit) / new,
+                "commit_ms_median": 1000 * sorted(commit)[new // 2],
+                "points": points, "bytes_per_point": g.size() / points,
+            })
+            # the new sessions stay: the next step's history includes them
+            done = done_new
+            print(results[-1], flush=True)
+        g.db.close()
+    return results
+
+
+def hot_node(points: int = 100_000, *, repeats: int = 15) -> dict[str, Any]:
+    """A commit touching a node with ``points`` points (and an edge with as many) vs a fresh one."""
+    with tempfile.TemporaryDirectory() as tmp:
+        g = Graph(Path(tmp) / "graph.sqlite3")
+        # Seed the node and its heaviest edge the way commits would have left them.
+        g.extract("seed", ["We changed GraphStore and EdgeQueue in src/store/core.py."], day=0)
+        prov = ProvenanceStore(g.db)
+        key = ("CLASS:EdgeQueue", "CLASS:GraphStore", "RELATES_TO")
+        assert g.graph.get_edge(*key) is not None, g.graph.all_edges()
+        with g.db.transaction():
+            for start in range(0, points, 10_000):
+                rows = [PointRow(f"session:old{i:06d}", f"memory:old{i:06d}-t0", f"old{i:06d}:chunk:0", "GraphStore", "2025-01-01T00:00:00Z")
+                        for i in range(start, min(points, start + 10_000))]
+                prov.add_node_points(NodePointRow("CLASS:GraphStore", r, "CLASS:GraphStore") for r in rows)
+                prov.add_edge_points(EdgePointRow(key, r, key[0], key[1]) for r in rows)
+            g.graph.link_nodes([Edge(*key, float(points + 1), g.graph.get_edge(*key).properties)])
+        hot_text = "We changed GraphStore and EdgeQueue in src/store/core.py for #{n}."
+        cold_text = "We changed Fresh{n}Store and Fresh{n}Queue in src/fresh/f{n}.py for #{n}."
+        timings: dict[str, list[float]] = {"hot": [], "cold": []}
+        for i in range(repeats):
+            for kind, text in (("hot", hot_text), ("cold", cold_text)):
+                spent = g.extract(f"{kind}{i:03d}", [text.format(n=7000 + i)], day=i)
+                timings[kind].append(spent["commit"])
+        weight = g.graph.get_edge(*key).weight
+        g.db.close()
+    hot, cold = sorted(timings["hot"])[repeats // 2], sorted(timings["cold"])[repeats // 2]
+    return {"points": points, "hot_commit_ms": 1000 * hot, "fresh_commit_ms": 1000 * cold, "ratio": hot / cold, "edge_weight_after": weight}
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--large", action="store_true", help="also 8,000 sessions of history")
+    parser.add_argument("--hot-points", type=int, default=100_000)
+    args = parser.parse_args(argv)
+    configure_logging(level="warning")
+    steps = [250, 2000, 8000] if args.large else [250, 2000]
+    grown = growth(steps)
+    first, last = grown[0], grown[-1]
+    hot = hot_node(args.hot_points)
+    summary = {
+        "growth": grown,
+        "extract_ratio": last["extract_ms_per_session"] / first["extract_ms_per_session"],
+        "commit_ratio": last["commit_ms_per_session"] / first["commit_ms_per_session"],
+        "hot_node": hot,
+    }
+    print(summary)
+    return summary
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,82 @@
+"""What a node *says* — description, aliases, tags, confidence — and the one rule that combines two
+sayings of the same thing (pure).
+
+Reduce (two chunks naming one node), commit (a session's claim beside the graph's) and merge (two
+nodes folded into one) all combine with :func:`combine_facts`. It is a semilattice join —
+associative, commutative, idempotent — so the facts of a node are the same whatever order its
+claims arrive in, and adding one claim to the combination of the others equals recombining all.
+The tie-break: the longer description wins; between equally long ones the larger string, so no
+result depends on who came first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+FACT_KEYS: tuple[str, ...] = ("description", "aliases", "tags", "confidence")
+
+
+@dataclass(frozen=True, slots=True)
+class NodeFacts:
+    """A node's facts; ``aliases``/``tags`` sorted and unique."""
+
+    description: str = ""
+    aliases: tuple[str, ...] = ()
+    tags: tuple[str, ...] = ()
+    confidence: float = 0.0
+
+    @classmethod
+    def of(cls, *, description: str = "", aliases: Iterable[str] = (), tags: Iterable[str] = (), confidence: float = 0.0) -> "NodeFacts":
+        """Facts from loose values (sorted, deduplicated)."""
+        return cls(description, tuple(sorted(set(aliases))), tuple(sorted(set(tags))), float(confidence))
+
+    def as_properties(self) -> dict[str, Any]:
+        """The facts as the node's property keys."""
+        return {"description": self.description, "aliases": list(self.aliases), "tags": list(self.tags), "confidence": self.confidence}
+
+
+def longer_text(first: str, second: str) -> str:
+    """The longer of two texts; between equally long ones the larger (order-independent)."""
+    return max(first, second, key=lambda text: (len(text), text))
+
+
+def combine_facts(first: NodeFacts, second: NodeFacts) -> NodeFacts:
+    """The facts of one node said twice: longer description (:func:`longer_text`), union of aliases
+    and of tags, higher confidence."""
+    return NodeFacts(
+        longer_text(first.description, second.description),
+        tuple(sorted(set(first.aliases) | set(second.aliases))),
+        tuple(sorted(set(first.tags) | set(second.tags))),
+        max(first.confidence, second.confidence),
+    )
+
+
+def combine_all(facts: Iterable[NodeFacts]) -> NodeFacts:
+    """Every claim combined (empty facts when there is none)."""
+    result = NodeFacts()
+    for one in facts:
+        result = combine_facts(result, one)
+    return result
+
+
+def facts_of(properties: Mapping[str, Any]) -> NodeFacts:
+    """The facts in a node's property document (ill-typed values read as absent)."""
+    description = properties.get("description")
+    confidence = properties.get("confidence")
+    return NodeFacts.of(
+        description=description if isinstance(description, str) else "",
+        aliases=_strings(properties.get("aliases")),
+        tags=_strings(properties.get("tags")),
+        confidence=float(confidence) if isinstance(confidence, (int, float)) and not isinstance(confidence, bool) else 0.0,
+    )
+
+
+def with_facts(properties: Mapping[str, Any], facts: NodeFacts) -> dict[str, Any]:
+    """``properties`` with its fact keys replaced by ``facts`` (other keys kept)."""
+    return {**properties, **facts.as_properties()}
+
+
+def _strings(value: Any) -> list[str]:
+    return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []

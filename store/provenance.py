@@ -1,0 +1,295 @@
+"""Provenance as rows: ``node_points``, ``edge_points`` and ``node_claims`` (schema version 5).
+
+A *point* says where a node or edge was seen: its anchor (``session:<id>`` or ``note:<hash>``), the
+turn (``memory:<id>``, '' when the extractor gave no grounded quote), the chunk, the verbatim
+evidence and the turn's time. A *claim* is what one anchor said of a node (description, aliases,
+tags, confidence). Every write here is keyed by anchor or by merge, so a commit, merge, unmerge or
+forget touches only the rows of its own source — never a list that grows with the graph's history.
+
+The derived numbers: an edge's ``weight`` is the number of distinct places (anchor, and the turn —
+or the chunk when there is no turn) among its points, at least 1; a ``MENTIONED_IN`` edge (node →
+turn) weighs the node's distinct points in that turn, a ``DISCUSSED_IN`` edge (node → anchor) the
+node's distinct points from that anchor.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from store.db import Database
+from store.facts import NodeFacts, combine_all
+from store.graph import Edge, chunked, dumps
+
+# The provenance relationships derived from points (their names are a public interface).
+MENTIONED_IN = "MENTIONED_IN"
+DISCUSSED_IN = "DISCUSSED_IN"
+
+_IN_CHUNK = 400
+
+EdgeKey = tuple[str, str, str]
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class PointRow:
+    """One provenance point (of a node or an edge). ``memory``/``evidence`` are '' when absent."""
+
+    anchor: str
+    memory: str
+    chunk_id: str
+    evidence: str
+    observed_at: str | None = None
+
+    @property
+    def place(self) -> tuple[str, str]:
+        """What an edge's weight counts once: the anchor and the turn (the chunk without a turn)."""
+        return self.anchor, self.memory or self.chunk_id
+
+    def as_dict(self) -> dict[str, Any]:
+        """The point as ``show``/``export`` print it (``session`` = the anchor)."""
+        return {
+            "session": self.anchor,
+            "memory": self.memory or None,
+            "chunk_id": self.chunk_id,
+            "evidence": self.evidence or None,
+            "observed_at": self.observed_at,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class NodePointRow:
+    node_id: str
+    point: PointRow
+    extracted_for: str
+    merge_id: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class EdgePointRow:
+    key: EdgeKey
+    point: PointRow
+    extracted_source: str
+    extracted_target: str
+    merge_id: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimRow:
+    node_id: str
+    anchor: str
+    extracted_for: str
+    facts: NodeFacts
+    merge_id: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AnchorRows:
+    """Every row one anchor wrote."""
+
+    node_points: list[NodePointRow]
+    edge_points: list[EdgePointRow]
+    claims: list[ClaimRow]
+
+
+def _point(row: Any) -> PointRow:
+    return PointRow(row["anchor"], row["memory_id"], row["chunk_id"], row["evidence"], row["observed_at"])
+
+
+def _claim(row: Any) -> ClaimRow:
+    facts = NodeFacts.of(
+        description=row["description"], aliases=json.loads(row["aliases"]), tags=json.loads(row["tags"]),
+        confidence=row["confidence"],
+    )
+    return ClaimRow(row["node_id"], row["anchor"], row["extracted_for"], facts, row["merge_id"])
+
+
+def place_count(points: Iterable[PointRow]) -> int:
+    """How many distinct places (see :attr:`PointRow.place`) ``points`` name."""
+    return len({p.place for p in points})
+
+
+_POINT_COLUMNS = "anchor, memory_id, chunk_id, evidence, observed_at"
+_AS_OF = "(? IS NULL OR (observed_at IS NOT NULL AND observed_at <= ?))"
+
+
+class ProvenanceStore:
+    """Reads and writes of the point and claim tables (inside the caller's transaction)."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    # --- reads ---------------------------------------------------------------------------
+    def anchor_rows(self, anchor: str) -> AnchorRows:
+        """Every point and claim ``anchor`` wrote."""
+        nodes = self.db.query(
+            f"SELECT node_id, {_POINT_COLUMNS}, extracted_for, merge_id FROM node_points WHERE anchor = ?", (anchor,)
+        )
+        edges = self.db.query(
+            f"SELECT source, target, relationship, {_POINT_COLUMNS}, extracted_source, extracted_target, merge_id "
+            "FROM edge_points WHERE anchor = ?",
+            (anchor,),
+        )
+        claims = self.db.query("SELECT * FROM node_claims WHERE anchor = ?", (anchor,))
+        return AnchorRows(
+            [NodePointRow(r["node_id"], _point(r), r["extracted_for"], r["merge_id"]) for r in nodes],
+            [
+                EdgePointRow((r["source"], r["target"], r["relationship"]), _point(r), r["extracted_source"], r["extracted_target"], r["merge_id"])
+                for r in edges
+            ],
+            [_claim(r) for r in claims],
+        )
+
+    def node_points(self, node_id: str, *, as_of: str | None = None) -> list[PointRow]:
+        """The points of one node (sorted); with ``as_of`` only those observed by then."""
+        rows = self.db.query(
+            f"SELECT DISTINCT {_POINT_COLUMNS} FROM node_points WHERE node_id = ? AND {_AS_OF}", (node_id, as_of, as_of)
+        )
+        return sorted(_point(r) for r in rows)
+
+    def points_by_node(self, node_ids: Iterable[str] | None = None) -> dict[str, list[PointRow]]:
+        """Points of the given nodes (of every node when ``None``), by node id, sorted."""
+        found: dict[str, set[PointRow]] = {}
+        if node_ids is None:
+            for row in self.db.query(f"SELECT node_id, {_POINT_COLUMNS} FROM node_points"):
+                found.setdefault(row["node_id"], set()).add(_point(row))
+        else:
+            for part in chunked(sorted(set(node_ids)), _IN_CHUNK):
+                marks = ",".join("?" * len(part))
+                for row in self.db.query(f"SELECT node_id, {_POINT_COLUMNS} FROM node_points WHERE node_id IN ({marks})", part):
+                    found.setdefault(row["node_id"], set()).add(_point(row))
+        return {k: sorted(v) for k, v in sorted(found.items())}
+
+    def seen(self, node_id: str) -> tuple[str | None, str | None]:
+        """(first_seen, last_seen): the earliest and latest turn time among the node's points."""
+        row = self.db.query("SELECT MIN(observed_at), MAX(observed_at) FROM node_points WHERE node_id = ?", (node_id,))[0]
+        return row[0], row[1]
+
+    def claims(self, node_id: str) -> list[ClaimRow]:
+        """Every claim on ``node_id``."""
+        return [_claim(r) for r in self.db.query("SELECT * FROM node_claims WHERE node_id = ?", (node_id,))]
+
+    def with_claims(self, node_ids: Iterable[str]) -> set[str]:
+        """The subset of ``node_ids`` that has at least one claim."""
+        return self._having("node_claims", "node_id", node_ids)
+
+    def supported(self, node_ids: Iterable[str]) -> set[str]:
+        """The subset of ``node_ids`` that has at least one point."""
+        return self._having("node_points", "node_id", node_ids)
+
+    def _having(self, table: str, column: str, ids: Iterable[str]) -> set[str]:
+        found: set[str] = set()
+        for part in chunked(sorted(set(ids)), _IN_CHUNK):
+            marks = ",".join("?" * len(part))
+            found.update(r[0] for r in self.db.query(f"SELECT DISTINCT {column} FROM {table} WHERE {column} IN ({marks})", part))
+        return found
+
+    def edge_has_points(self, key: EdgeKey) -> bool:
+        """``True`` when the edge has at least one point."""
+        return bool(self.db.query("SELECT 1 FROM edge_points WHERE source = ? AND target = ? AND relationship = ? LIMIT 1", key))
+
+    def edge_places(self, key: EdgeKey) -> int:
+        """The distinct places among the edge's points (reads all of them: for merges, not commits)."""
+        return self.db.query(
+            "SELECT COUNT(*) FROM (SELECT DISTINCT anchor, CASE WHEN memory_id != '' THEN memory_id ELSE chunk_id END "
+            "FROM edge_points WHERE source = ? AND target = ? AND relationship = ?)",
+            key,
+        )[0][0]
+
+    def node_anchor_points(self, node_id: str, anchor: str) -> list[PointRow]:
+        """The node's distinct points from one anchor (what its provenance edges to it are made of)."""
+        rows = self.db.query(f"SELECT DISTINCT {_POINT_COLUMNS} FROM node_points WHERE node_id = ? AND anchor = ?", (node_id, anchor))
+        return sorted(_point(r) for r in rows)
+
+    # --- writes --------------------------------------------------------------------------
+    def delete_anchor(self, anchor: str) -> None:
+        """Remove every point and claim ``anchor`` wrote."""
+        with self.db.transaction() as conn:
+            for table in ("node_points", "edge_points", "node_claims"):
+                conn.execute(f"DELETE FROM {table} WHERE anchor = ?", (anchor,))
+
+    def add_node_points(self, rows: Iterable[NodePointRow]) -> None:
+        with self.db.transaction() as conn:
+            conn.executemany(
+                "INSERT INTO node_points(node_id, anchor, memory_id, chunk_id, evidence, observed_at, extracted_for, merge_id) "
+                "VALUES (?,?,?,?,?,?,?,?)",
+                [(r.node_id, *_point_values(r.point), r.extracted_for, r.merge_id) for r in rows],
+            )
+
+    def add_edge_points(self, rows: Iterable[EdgePointRow]) -> None:
+        with self.db.transaction() as conn:
+            conn.executemany(
+                "INSERT INTO edge_points(source, target, relationship, anchor, memory_id, chunk_id, evidence, observed_at, "
+                "extracted_source, extracted_target, merge_id) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                [(*r.key, *_point_values(r.point), r.extracted_source, r.extracted_target, r.merge_id) for r in rows],
+            )
+
+    def add_claims(self, rows: Iterable[ClaimRow]) -> None:
+        with self.db.transaction() as conn:
+            conn.executemany(
+                "INSERT INTO node_claims(node_id, anchor, extracted_for, merge_id, description, aliases, tags, confidence) "
+                "VALUES (?,?,?,?,?,?,?,?)",
+                [
+                    (r.node_id, r.anchor, r.extracted_for, r.merge_id, r.facts.description, dumps(list(r.facts.aliases)),
+                     dumps(list(r.facts.tags)), r.facts.confidence)
+                    for r in rows
+                ],
+            )
+
+    # --- merges ----------------------------------------------------------------------------
+    def move_node_rows(self, *, from_id: str, to_id: str, new_merge_id: int) -> set[str]:
+        """Move all of ``from_id``'s points and claims to ``to_id``, marked as moved by merge
+        ``new_merge_id``. Returns the anchors of the moved points."""
+        anchors = {r[0] for r in self.db.query("SELECT DISTINCT anchor FROM node_points WHERE node_id = ?", (from_id,))}
+        with self.db.transaction() as conn:
+            for table in ("node_points", "node_claims"):
+                conn.execute(f"UPDATE {table} SET node_id = ?, merge_id = ? WHERE node_id = ?", (to_id, new_merge_id, from_id))
+        return anchors
+
+    def rekey_edge_points(self, old: EdgeKey, new: EdgeKey, *, node_id: str, new_merge_id: int) -> None:
+        """Move every point of edge ``old`` (an edge of ``node_id``) to edge ``new``, marked as moved
+        by merge ``new_merge_id``; the caller creates edge ``new`` first (foreign key)."""
+        with self.db.transaction() as conn:
+            conn.execute(
+                "UPDATE edge_points SET source = ?, target = ?, merge_id = ? WHERE source = ? AND target = ? AND relationship = ?",
+                (new[0], new[1], new_merge_id, *old),
+            )
+
+    def merged_anchors(self, node_id: str, merge_id: int) -> set[str]:
+        """Anchors of the points ``merge_id`` moved onto ``node_id``."""
+        rows = self.db.query("SELECT DISTINCT anchor FROM node_points WHERE merge_id = ? AND node_id = ?", (merge_id, node_id))
+        return {r[0] for r in rows}
+
+
+def _point_values(point: PointRow) -> tuple[str, str, str, str, str | None]:
+    return point.anchor, point.memory, point.chunk_id, point.evidence, point.observed_at
+
+
+def facts_from_claims(claims: Iterable[ClaimRow]) -> NodeFacts:
+    """The combination of ``claims``' facts."""
+    return combine_all(c.facts for c in claims)
+
+
+def anchor_edges(node_id: str, anchor: str, points: Iterable[PointRow]) -> list[Edge]:
+    """The provenance edges of ``node_id`` for one anchor, derived from its points from there (pure):
+    one ``MENTIONED_IN`` per turn (weight = its points in that turn, with their chunks and quotes)
+    and one ``DISCUSSED_IN`` to the anchor (weight = its points from there, at least 1, with the
+    chunks). No points: no edges."""
+    own = sorted(set(points))
+    if not own:
+        return []
+    by_memory: dict[str, set[tuple[str, str]]] = {}
+    for point in own:
+        if point.memory:
+            by_memory.setdefault(point.memory, set()).add((point.chunk_id, point.evidence))
+    edges = [
+        Edge(
+            node_id, memory, MENTIONED_IN, float(len(found)),
+            {"chunk_ids": sorted({c for c, _ in found}), "evidence": sorted({e for _, e in found})},
+        )
+        for memory, found in sorted(by_memory.items())
+    ]
+    distinct = {(p.memory, p.chunk_id, p.evidence) for p in own}
+    edges.append(Edge(node_id, anchor, DISCUSSED_IN, float(max(1, len(distinct))), {"chunk_ids": sorted({p.chunk_id for p in own})}))
+    return edges
