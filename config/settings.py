@@ -123,6 +123,7 @@ class Settings(BaseSettings):
     mcp_host: str = Field("127.0.0.1", description="`rem-cycle mcp --http` binds here; beyond loopback REM_MCP_TOKEN is required")
     mcp_port: int = Field(8765, ge=1, le=65535)
     mcp_token: SecretStr | None = Field(None, description="Bearer token MCP clients must send over HTTP")
+    mcp_user: str | None = Field(None, max_length=200, description="Pin every MCP call to this user's sessions")
 
     # --- operations ----------------------------------------------------------------------
     http_host: str = "127.0.0.1"

@@ -516,7 +516,7 @@ async def cmd_daemon(settings: Settings, args: argparse.Namespace) -> int:
 
 async def cmd_recall(settings: Settings, args: argparse.Namespace) -> int:
     from pipelines.recall import RecallInputError, RecallRequest, parse_as_of
-    from worker.recall import run_recall
+    from worker.recall import RecallTimeoutError, run_recall
     from worker.views import print_recall
 
     try:
@@ -526,7 +526,7 @@ async def cmd_recall(settings: Settings, args: argparse.Namespace) -> int:
             recency=args.recency,
         )
         answer = await run_recall(settings, request)
-    except RecallInputError as exc:
+    except (RecallInputError, RecallTimeoutError) as exc:
         print(f"rem-cycle: {exc}", file=sys.stderr)
         return EXIT_USAGE
     _emit(args, answer, lambda: print_recall(answer))

@@ -3,6 +3,8 @@ signal to Chroma when ``REM_RECALL_VECTOR`` is on, run the pure core, and re-ind
 
 from __future__ import annotations
 
+import sqlite3
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -32,6 +34,13 @@ from store.recall_index import RecallIndex, Scope
 from worker.knowledge import NoGraphError
 
 _SHOW_TURNS = 20
+# A recall that has not finished by then is stopped (SQLite interrupts it): a pathological query or
+# a huge graph costs the caller an error, never a worker thread held for minutes.
+RECALL_DEADLINE_SECONDS = 10.0
+
+
+class RecallTimeoutError(RuntimeError):
+    """A recall took longer than :data:`RECALL_DEADLINE_SECONDS` and was stopped."""
 
 
 def weights_from(settings: Settings) -> RecallWeights:
@@ -50,12 +59,18 @@ def open_index(settings: Settings) -> Iterator[RecallIndex]:
     if not settings.graph_path.is_file():
         raise NoGraphError(f"no graph database at {settings.graph_path} (run a REM cycle first)")
     db = Database(settings.graph_path, readonly=True)
+    deadline = time.monotonic() + RECALL_DEADLINE_SECONDS
+    db.conn.set_progress_handler(lambda: int(time.monotonic() > deadline), 10_000)
     try:
         if not db.query("SELECT 1 FROM sqlite_master WHERE name = 'recall_turns'"):
             raise NoGraphError(
                 f"the graph at {settings.graph_path} has no recall index yet: run `rem-cycle reindex` (it migrates and fills it)"
             )
         yield RecallIndex(db)
+    except sqlite3.OperationalError as exc:
+        if "interrupted" in str(exc):
+            raise RecallTimeoutError(f"recall took more than {RECALL_DEADLINE_SECONDS:g} s and was stopped; ask something narrower") from exc
+        raise
     finally:
         db.close()
 
@@ -150,4 +165,4 @@ async def reindex(settings: Settings, *, page_size: int = 1_000) -> dict[str, in
     return {"scanned": scanned, "written": written, **counts}
 
 
-__all__ = ["RecallInputError", "reindex", "run_recall", "search_nodes", "show_node", "weights_from"]
+__all__ = ["RecallInputError", "RecallTimeoutError", "reindex", "run_recall", "search_nodes", "show_node", "weights_from"]
