@@ -72,10 +72,10 @@ class RecallWeights:
     """Fusion weights and the RRF constant ``k`` (settings ``REM_RECALL_WEIGHT_*``, ``REM_RECALL_RRF_K``)."""
 
     keyword: float = 1.0
-    entities: float = 1.0
-    vector: float = 1.0
+    entities: float = 0.3
+    vector: float = 0.5
     recency: float = 0.5
-    rrf_k: float = 60.0
+    rrf_k: float = 20.0
 
     def of(self, signal: str) -> float:
         return float(getattr(self, signal))
@@ -236,13 +236,17 @@ def fuse(rankings: dict[str, Sequence[str]], weights: RecallWeights) -> list[tup
 
 
 def entity_ranking(matched: Sequence[str], neighbours: Sequence[str], grounding: dict[str, list[tuple[str, int]]]) -> list[str]:
-    """Turns the matched nodes ground (node by node in match order, most-cited first), then the
-    turns their neighbours ground; each turn once."""
-    ranked: dict[str, None] = {}
-    for node_id in [*matched, *neighbours]:
+    """Turns ranked by the nodes they ground: each matched node adds ``1 / (its match rank + 1)``, a
+    neighbour half of what the node it neighbours would; so the turns of the best-matching node
+    come first, and among them those that also ground other entities of the query. Ties by first
+    appearance."""
+    scores: dict[str, float] = {}
+    ranked = [*((n, 1.0, r) for r, n in enumerate(matched)), *((n, 0.5, len(matched) + r) for r, n in enumerate(neighbours))]
+    for node_id, factor, rank in ranked:
         for memory_id, _ in grounding.get(node_id, []):
-            ranked.setdefault(memory_id)
-    return list(ranked)
+            scores[memory_id] = scores.get(memory_id, 0.0) + factor / (rank + 1)
+    order = {m: i for i, m in enumerate(scores)}
+    return sorted(scores, key=lambda m: (-scores[m], order[m]))
 
 
 def recall(
