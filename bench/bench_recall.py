@@ -265,7 +265,8 @@ def latency(friends: Path, work: Path, *, queries: int, mcp_queries: int) -> dic
 
 
 # --- ingest cost ---------------------------------------------------------------------------
-_RECALL_TRIGGERS = ("recall_nodes_ai", "recall_nodes_au", "recall_nodes_ad", "recall_claims_ai", "recall_claims_ad", "recall_claims_au")
+_RECALL_TRIGGERS = ("recall_sessions_from_nodes_ai", "recall_node_names_ai", "recall_nodes_au", "recall_turns_from_nodes_ad",
+                    "recall_nodes_ad", "recall_claims_ai", "recall_claims_ad", "recall_claims_au")
 
 
 def ingest_batches(friends: Path, sessions_per_batch: int = 50) -> list[tuple[list[str], dict[str, list[MemoryRow]], dict[str, SummaryRow]]]:

@@ -108,24 +108,40 @@ class RecallIndex:
 
     # --- writes --------------------------------------------------------------------------
     def index_turns(self, turns: Iterable[TurnRecord]) -> int:
-        """Insert or refresh turns (keyed by ``memory_id``); returns how many rows were written."""
-        rows = [
-            (t.memory_id, t.session_id, t.user_id, t.turn_index, t.role, t.created_at, t.text) for t in turns
-        ]
+        """Insert or refresh turns (keyed by ``memory_id``) and their FTS rows; returns how many
+        turns were written (an unchanged turn is not)."""
+        rows = {t.memory_id: (t.memory_id, t.session_id, t.user_id, t.turn_index, t.role, t.created_at, t.text) for t in turns}
         if not rows:
             return 0
+        ids = json.dumps(list(rows))
         with self.db.transaction() as conn:
-            cursor = conn.executemany(
+            existing = conn.execute(
+                "SELECT id, memory_id, session_id, user_id, turn_index, role, created_at, text FROM recall_turns "
+                "WHERE memory_id IN (SELECT value FROM json_each(?))",
+                (ids,),
+            ).fetchall()
+            known = {r["memory_id"]: r for r in existing}
+            unchanged = {m for m, r in known.items() if tuple(r)[1:] == rows[m]}
+            retext = [m for m, r in known.items() if r["text"] != rows[m][-1]]
+            # An external-content FTS row is removed with the text it was indexed with.
+            conn.executemany(
+                "INSERT INTO recall_turns_fts(recall_turns_fts, rowid, text) VALUES ('delete', ?, ?)",
+                [(known[m]["id"], known[m]["text"]) for m in retext],
+            )
+            fresh = [row for memory_id, row in rows.items() if memory_id not in unchanged]
+            conn.executemany(
                 "INSERT INTO recall_turns(memory_id, session_id, user_id, turn_index, role, created_at, text) "
                 "VALUES (?,?,?,?,?,?,?) ON CONFLICT(memory_id) DO UPDATE SET session_id = excluded.session_id, "
                 "user_id = excluded.user_id, turn_index = excluded.turn_index, role = excluded.role, "
-                "created_at = excluded.created_at, text = excluded.text "
-                "WHERE recall_turns.text != excluded.text OR recall_turns.session_id != excluded.session_id "
-                "OR recall_turns.user_id IS NOT excluded.user_id OR recall_turns.turn_index IS NOT excluded.turn_index "
-                "OR recall_turns.role IS NOT excluded.role OR recall_turns.created_at IS NOT excluded.created_at",
-                rows,
+                "created_at = excluded.created_at, text = excluded.text",
+                fresh,
             )
-            return max(cursor.rowcount, 0)
+            conn.execute(
+                "INSERT INTO recall_turns_fts(rowid, text) SELECT id, text FROM recall_turns "
+                "WHERE memory_id IN (SELECT value FROM json_each(?))",
+                (json.dumps([m for m in rows if m not in known] + retext),),
+            )
+        return len(fresh)
 
     def index_memory_nodes(self, nodes: Iterable[Node], texts: Mapping[str, str]) -> int:
         """Index the MEMORY ``nodes`` ingest just wrote, with their text (``texts`` by node id); a
@@ -154,15 +170,6 @@ class RecallIndex:
             (user, user),
         )
         return frozenset(r[0] for r in rows)
-
-    def session_exists(self, session_id: str) -> bool:
-        return bool(
-            self.db.query(
-                "SELECT 1 FROM recall_sessions WHERE session_id = ? UNION ALL "
-                "SELECT 1 FROM recall_turns WHERE session_id = ? LIMIT 1",
-                (session_id, session_id),
-            )
-        )
 
     # --- keyword -------------------------------------------------------------------------
     def keyword_turns(self, match: str, scope: Scope, *, limit: int) -> list[str]:

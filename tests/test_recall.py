@@ -370,3 +370,18 @@ async def test_cli_recall_json_and_errors(graph: Settings) -> None:
     for args, message in ((("",), "empty"), (("x", "--as-of", "someday"), "not a date"), (("x" * 5000,), "at most")):
         bad = run_cli("recall", *args, env=env)
         assert bad.returncode == 2 and message in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_a_rewritten_turn_is_found_by_its_new_words_only(tmp_path: Path) -> None:
+    from store.recall_index import Scope, TurnRecord
+
+    db = Database(tmp_path / "g.sqlite3")
+    index = RecallIndex(db)
+    turn = TurnRecord("memory:t1", "session:s", 0, "user", "2026-11-01T00:00:00.000Z", "the heron flies", "u")
+    assert index.index_turns([turn, TurnRecord("memory:t2", "session:s", 1, "user", None, "a heron waits", "u")]) == 2
+    assert index.index_turns([turn]) == 0  # unchanged: nothing written
+    assert index.index_turns([TurnRecord(**{**{f: getattr(turn, f) for f in turn.__slots__}, "text": "the osprey dives"})]) == 1
+    assert index.keyword_turns('"heron"', Scope(), limit=10) == ["memory:t2"]
+    assert index.keyword_turns('"osprey"', Scope(), limit=10) == ["memory:t1"]
+    db.conn.execute("INSERT INTO recall_turns_fts(recall_turns_fts, rank) VALUES ('integrity-check', 1)")
+    db.close()
