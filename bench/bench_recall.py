@@ -24,6 +24,7 @@ settings.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import random
 import shutil
@@ -56,8 +57,9 @@ CONFIGS: dict[str, tuple[str, ...]] = {
     "keyword": ("keyword",),
     "entities": ("entities",),
     "vector": ("vector",),
-    "fused (keyword+entities)": ("keyword", "entities"),
-    "fused (all three)": ("keyword", "entities", "vector"),
+    "context": ("context",),
+    "fused (keyword+entities+context: default, no vector)": ("keyword", "entities", "context"),
+    "fused (all four)": ("keyword", "entities", "vector", "context"),
 }
 RANK_DEPTH = 50
 
@@ -157,26 +159,27 @@ def tune_weights(friends: Path, work: Path) -> dict[str, Any]:
     rankings = []
     for q in questions:
         per_signal = {}
-        for signal in ("keyword", "entities", "vector"):
+        for signal in ("keyword", "entities", "vector", "context"):
             answer = recall(RecallRequest(query=q["question"], limit=MAX_DEPTH, budget_tokens=200_000),
                             source=index, vector=vector, signals=(signal,))
             per_signal[signal] = [t["memory_id"] for t in answer.as_dict()["turns"]]
         rankings.append((per_signal, {f"memory:{a}" for a in q["answers"]}))
     db.close()
     grid = []
-    for entities in (0.0, 0.1, 0.2, 0.3, 0.5, 0.7, 1.0):
-        for vec in (0.0, 0.1, 0.2, 0.3, 0.5, 0.7, 1.0):
-            for k in (5.0, 20.0, 60.0):
-                weights = RecallWeights(keyword=1.0, entities=entities, vector=vec, rrf_k=k)
-                totals = {"recall@5": 0.0, "recall@10": 0.0, "mrr": 0.0}
-                for per_signal, gold in rankings:
-                    fused = [m for m, _, _ in fuse({s: r for s, r in per_signal.items() if weights.of(s) > 0}, weights)]
-                    for key, value in metrics(fused[:RANK_DEPTH], gold).items():
-                        totals[key] += value
-                grid.append({"entities": entities, "vector": vec, "rrf_k": k,
-                             **{key: round(v / len(rankings), 3) for key, v in totals.items()}})
-    grid.sort(key=lambda g: (-g["recall@10"], -g["mrr"], -g["entities"] - g["vector"]))
-    return {"questions": len(rankings), "best": grid[:5]}
+    for entities, vec, context, k in itertools.product(
+        (0.0, 0.1, 0.3, 0.5, 1.0), (0.0, 0.2, 0.5, 1.0), (0.0, 0.2, 0.3, 0.5, 1.0), (5.0, 20.0, 60.0)
+    ):
+        weights = RecallWeights(keyword=1.0, entities=entities, vector=vec, context=context, rrf_k=k)
+        totals = {"recall@5": 0.0, "recall@10": 0.0, "mrr": 0.0}
+        for per_signal, gold in rankings:
+            fused = [m for m, _, _ in fuse({s: r for s, r in per_signal.items() if weights.of(s) > 0}, weights)]
+            for key, value in metrics(fused[:RANK_DEPTH], gold).items():
+                totals[key] += value
+        grid.append({"entities": entities, "vector": vec, "context": context, "rrf_k": k,
+                     **{key: round(v / len(rankings), 3) for key, v in totals.items()}})
+    grid.sort(key=lambda g: (-g["recall@10"], -g["mrr"]))
+    no_vector = [g for g in grid if g["vector"] == 0]
+    return {"questions": len(rankings), "best": grid[:5], "best_without_vector": no_vector[:5]}
 
 
 # --- latency -------------------------------------------------------------------------------

@@ -7,6 +7,8 @@ ranks turns on its own and is reported on its own:
 - ``entities`` — nodes whose name, aliases or description match, expanded to the turns their
   provenance points cite, then to the turns of their 1-hop semantic neighbours;
 - ``vector`` — the memory collection's nearest turns by its own embedding function (optional);
+- ``context`` — the turns next to the keyword hits in their session (an answer is often the reply
+  to the turn that names the topic, and shares none of its words);
 - ``recency`` — an explicit option: newer first among the candidates the others found.
 
 They are fused by weighted reciprocal rank fusion: ``score(turn) = Σ weight_s / (k + rank_s)``.
@@ -37,7 +39,7 @@ MAX_TERMS = 24
 MAX_LIMIT = 100
 MAX_BUDGET_TOKENS = 200_000
 MAX_USER_CHARS = 200
-SIGNALS: tuple[str, ...] = ("keyword", "entities", "vector", "recency")
+SIGNALS: tuple[str, ...] = ("keyword", "entities", "vector", "context", "recency")
 # Candidates each signal contributes before fusion: deeper than ``limit`` so that a turn ranked
 # modestly by two signals can overtake one ranked first by a single signal.
 _DEPTH_FACTOR = 5
@@ -47,6 +49,9 @@ _NEIGHBOURS = 20
 _EDGES_PER_FACT = 3
 _MAX_FACTS = 5
 _MAX_SESSIONS = 5
+# The keyword hits whose neighbours the context signal ranks, and how far around each it looks.
+_CONTEXT_HITS = 50
+_CONTEXT_RADIUS = 2
 # A turn that does not fit whole is cut to the room left, if at least this much is left.
 _MIN_TRUNCATED_TOKENS = 48
 
@@ -74,6 +79,7 @@ class RecallWeights:
     keyword: float = 1.0
     entities: float = 0.3
     vector: float = 0.5
+    context: float = 0.3
     recency: float = 0.5
     rrf_k: float = 20.0
 
@@ -100,6 +106,7 @@ class RecallSource(Protocol):
     def sessions_of_user(self, user: str) -> frozenset[str]: ...
     def keyword_turns(self, match: str, scope: Scope, *, limit: int) -> list[str]: ...
     def keyword_sessions(self, match: str, scope: Scope, *, limit: int) -> list[str]: ...
+    def adjacent_turns(self, memory_ids: Sequence[str], scope: Scope, *, radius: int) -> list[str]: ...
     def matching_nodes(self, match: str, scope: Scope, *, limit: int) -> list[str]: ...
     def grounding_turns(self, node_ids: Sequence[str], scope: Scope) -> dict[str, list[tuple[str, int]]]: ...
     def neighbours(self, node_ids: Sequence[str], scope: Scope, *, exclude_relationships: Any, limit: int) -> list[str]: ...
@@ -273,9 +280,13 @@ def recall(
     matched: list[str] = []
     keyword_sessions: list[str] = []
     if match and not empty_scope:
-        if "keyword" in signals:
-            rankings["keyword"] = source.keyword_turns(match, scope, limit=depth)
-            keyword_sessions = source.keyword_sessions(match, scope, limit=_MAX_SESSIONS)
+        if "keyword" in signals or "context" in signals:
+            hits = source.keyword_turns(match, scope, limit=depth)
+            if "keyword" in signals:
+                rankings["keyword"] = hits
+                keyword_sessions = source.keyword_sessions(match, scope, limit=_MAX_SESSIONS)
+            if "context" in signals:
+                rankings["context"] = source.adjacent_turns(hits[:_CONTEXT_HITS], scope, radius=_CONTEXT_RADIUS)[:depth]
         if "entities" in signals:
             matched = source.matching_nodes(match, scope, limit=_MATCHED_NODES)
             near = source.neighbours(matched, scope, exclude_relationships=PROVENANCE_RELATIONSHIPS, limit=_NEIGHBOURS)

@@ -289,6 +289,7 @@ MIGRATIONS: tuple[str, ...] = (
         text        TEXT NOT NULL
     );
     CREATE INDEX recall_turns_user ON recall_turns(user_id, session_id);
+    CREATE INDEX recall_turns_order ON recall_turns(session_id, turn_index);
     CREATE VIRTUAL TABLE recall_turns_fts USING fts5(
         text, content='recall_turns', content_rowid='id', tokenize='porter unicode61 remove_diacritics 2', detail='column'
     );

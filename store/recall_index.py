@@ -194,6 +194,20 @@ class RecallIndex:
         )
         return [r[0] for r in rows]
 
+    def adjacent_turns(self, memory_ids: Sequence[str], scope: Scope, *, radius: int) -> list[str]:
+        """The turns within ``radius`` of each of ``memory_ids`` in its session (not those turns
+        themselves), in the order of ``memory_ids``, nearest first, the next turn before the previous."""
+        visible, vp = _visible("b.session_id", scope)
+        known, kp = _known("b.created_at", scope)
+        rows = self.db.query(
+            "SELECT b.memory_id FROM json_each(?) AS h JOIN recall_turns AS a ON a.memory_id = h.value "
+            "JOIN recall_turns AS b ON b.session_id = a.session_id AND b.turn_index BETWEEN a.turn_index - ? AND a.turn_index + ? "
+            f"AND b.id != a.id WHERE {visible} AND {known} "
+            "ORDER BY h.key, ABS(b.turn_index - a.turn_index), b.turn_index DESC",
+            (json.dumps(list(memory_ids)), radius, radius, *vp, *kp),
+        )
+        return list(dict.fromkeys(r[0] for r in rows))
+
     # --- entities ------------------------------------------------------------------------
     def matching_nodes(self, match: str, scope: Scope, *, limit: int) -> list[str]:
         """Nodes whose name, or a visible claim's aliases/description, match ``match``, best first;

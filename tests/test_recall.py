@@ -385,3 +385,12 @@ def test_a_rewritten_turn_is_found_by_its_new_words_only(tmp_path: Path) -> None
     assert index.keyword_turns('"osprey"', Scope(), limit=10) == ["memory:t1"]
     db.conn.execute("INSERT INTO recall_turns_fts(recall_turns_fts, rank) VALUES ('integrity-check', 1)")
     db.close()
+
+
+async def test_context_finds_the_reply_next_to_a_keyword_hit(graph: Settings) -> None:
+    # Only am1 says "crashes"; the reply am2 shares no word with the query but is the turn after it.
+    answer = ask(graph, "crashes", user="alice")
+    by_id = {t["memory_id"]: t["signals"] for t in answer["turns"]}
+    assert by_id["memory:am1"][0] == "keyword"
+    assert "context" in by_id["memory:am2"] and "keyword" not in by_id["memory:am2"]
+    assert answer["signals"]["context"]["turns"] >= 1
