@@ -115,9 +115,9 @@ class Settings(BaseSettings):
     # --- recall and the MCP server ------------------------------------------------------
     recall_vector: bool = Field(False, description="Recall also asks the memory collection for the nearest turns")
     recall_weight_keyword: float = Field(1.0, ge=0, le=100, description="RRF weight of BM25 over turns")
-    recall_weight_entities: float = Field(0.3, ge=0, le=100, description="RRF weight of the turns matching nodes ground")
+    recall_weight_entities: float = Field(0.5, ge=0, le=100, description="RRF weight of the turns matching nodes ground")
     recall_weight_vector: float = Field(0.5, ge=0, le=100, description="RRF weight of the nearest turns by embedding")
-    recall_weight_context: float = Field(0.3, ge=0, le=100, description="RRF weight of the turns next to keyword hits")
+    recall_weight_context: float = Field(0.2, ge=0, le=100, description="RRF weight of the turns next to keyword hits")
     recall_weight_recency: float = Field(0.5, ge=0, le=100, description="RRF weight of newest-first (with --recency)")
     recall_rrf_k: float = Field(20.0, gt=0, le=10_000, description="RRF constant k: larger flattens rank differences")
     recall_budget_tokens: int = Field(2_000, ge=1, le=200_000, description="Default token budget of a recall answer")

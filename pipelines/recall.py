@@ -77,9 +77,9 @@ class RecallWeights:
     """Fusion weights and the RRF constant ``k`` (settings ``REM_RECALL_WEIGHT_*``, ``REM_RECALL_RRF_K``)."""
 
     keyword: float = 1.0
-    entities: float = 0.3
+    entities: float = 0.5
     vector: float = 0.5
-    context: float = 0.3
+    context: float = 0.2
     recency: float = 0.5
     rrf_k: float = 20.0
 
