@@ -265,7 +265,7 @@ def latency(friends: Path, work: Path, *, queries: int, mcp_queries: int) -> dic
         report[name] = {
             "turns": RecallIndex(Database(settings.graph_path, readonly=True)).counts()["recall_turns"],
             "core_no_vector": time_core(settings, qs, vector=False),
-            "core_no_vector_user": time_core(settings, qs, vector=False, user="user-1"),
+            "core_no_vector_user": time_core(settings, qs, vector=False, user="user-0"),
             "core_with_vector": time_core(settings, qs[: max(100, queries // 5)], vector=True),
             "db_mb": round(settings.graph_path.stat().st_size / 1e6, 1),
         }

@@ -66,6 +66,11 @@ STOPWORDS: frozenset[str] = frozenset(
     know tell say said get got""".split()
 )
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
+# BM25 scores every turn that contains any query word, so the time of a query grows with how many
+# turns its words are in. Words are kept rarest first while the turns they are in add up to at most
+# this many; the commoner ones say little about any one turn (BM25 weighs them low) and are left out.
+# When even the rarest word is in more turns, the keyword signal lists the newest turns with it.
+MATCH_BUDGET = 5_000
 
 
 class RecallInputError(ValueError):
@@ -104,7 +109,8 @@ class RecallSource(Protocol):
     """What recall reads (``store.recall_index.RecallIndex``)."""
 
     def sessions_of_user(self, user: str) -> frozenset[str]: ...
-    def keyword_turns(self, match: str, scope: Scope, *, limit: int) -> list[str]: ...
+    def term_counts(self, terms: Sequence[str], *, cap: int) -> dict[str, int]: ...
+    def keyword_turns(self, match: str, scope: Scope, *, limit: int, ranked: bool = True) -> list[str]: ...
     def keyword_sessions(self, match: str, scope: Scope, *, limit: int) -> list[str]: ...
     def adjacent_turns(self, memory_ids: Sequence[str], scope: Scope, *, radius: int) -> list[str]: ...
     def matching_nodes(self, match: str, scope: Scope, *, limit: int) -> list[str]: ...
@@ -147,6 +153,22 @@ def query_terms(text: str) -> list[str]:
     words = list(dict.fromkeys(w.casefold() for w in _WORD.findall(text) if len(w) <= 64))
     kept = [w for w in words if w not in STOPWORDS and (len(w) > 1 or w.isdigit())] or words
     return kept[:MAX_TERMS]
+
+
+def selective_terms(terms: Sequence[str], counts: dict[str, int], budget: int = MATCH_BUDGET) -> tuple[list[str], bool]:
+    """The words to match (in query order) and whether BM25 may rank them: the rarest words whose
+    turn counts add up to at most ``budget``; when even the rarest is in more, that word alone and
+    ``False`` (see :data:`MATCH_BUDGET`)."""
+    kept: set[str] = set()
+    total = 0
+    for term in sorted(terms, key=lambda t: (counts.get(t, 0), t)):
+        total += counts.get(term, 0)
+        if total > budget:
+            break
+        kept.add(term)
+    if not kept and terms:
+        return [min(terms, key=lambda t: (counts.get(t, 0), t))], False
+    return [t for t in terms if t in kept], True
 
 
 def match_expression(terms: Sequence[str]) -> str | None:
@@ -267,11 +289,12 @@ def recall(
     signals rank (the benchmark measures each alone); recency also needs ``request.recency``."""
     terms = validate(request)
     scope = resolve_scope(source, request)
-    match = match_expression(terms)
+    used, ranked = selective_terms(terms, source.term_counts(terms, cap=MATCH_BUDGET)) if terms else ([], True)
+    match = match_expression(used)
     depth = max(_MIN_DEPTH, request.limit * _DEPTH_FACTOR)
     rankings: dict[str, list[str]] = {}
     report: dict[str, Any] = {
-        "terms": terms,
+        "terms": {"used": used, "common": [t for t in terms if t not in used], "bm25": ranked},
         "scope": {"user": request.user, "session": request.session, "as_of": request.as_of,
                   "sessions_visible": None if scope.sessions is None else len(scope.sessions)},
         "weights": {s: weights.of(s) for s in SIGNALS} | {"rrf_k": weights.rrf_k},
@@ -281,7 +304,7 @@ def recall(
     keyword_sessions: list[str] = []
     if match and not empty_scope:
         if "keyword" in signals or "context" in signals:
-            hits = source.keyword_turns(match, scope, limit=depth)
+            hits = source.keyword_turns(match, scope, limit=depth, ranked=ranked)
             if "keyword" in signals:
                 rankings["keyword"] = hits
                 keyword_sessions = source.keyword_sessions(match, scope, limit=_MAX_SESSIONS)

@@ -171,14 +171,26 @@ class RecallIndex:
         )
         return frozenset(r[0] for r in rows)
 
+    def term_counts(self, terms: Sequence[str], *, cap: int) -> dict[str, int]:
+        """How many turns contain each term; counting stops at ``cap + 1``, so a common word costs
+        no more than a rare one."""
+        return {
+            term: self.db.query(
+                "SELECT COUNT(*) FROM (SELECT rowid FROM recall_turns_fts WHERE recall_turns_fts MATCH ? LIMIT ?)",
+                ('"' + term.replace('"', '""') + '"', cap + 1),
+            )[0][0]
+            for term in terms
+        }
+
     # --- keyword -------------------------------------------------------------------------
-    def keyword_turns(self, match: str, scope: Scope, *, limit: int) -> list[str]:
-        """Turns matching ``match`` by BM25, best first."""
+    def keyword_turns(self, match: str, scope: Scope, *, limit: int, ranked: bool = True) -> list[str]:
+        """Turns matching ``match`` by BM25, best first (``ranked=False``: newest first, without
+        scoring every match)."""
         visible, vp = _visible("t.session_id", scope)
         known, kp = _known("t.created_at", scope)
         rows = self.db.query(
             "SELECT t.memory_id FROM recall_turns_fts AS f JOIN recall_turns AS t ON t.id = f.rowid "
-            f"WHERE recall_turns_fts MATCH ? AND {visible} AND {known} ORDER BY f.rank, t.id LIMIT ?",
+            f"WHERE recall_turns_fts MATCH ? AND {visible} AND {known} ORDER BY {'f.rank, t.id' if ranked else 'f.rowid DESC'} LIMIT ?",
             (match, *vp, *kp, limit),
         )
         return [r[0] for r in rows]

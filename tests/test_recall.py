@@ -23,6 +23,7 @@ from pipelines.recall import (
     parse_as_of,
     query_terms,
     recall,
+    selective_terms,
 )
 from store.chroma import ChromaStore
 from store.db import MIGRATIONS, Database, _statements, register_functions
@@ -349,6 +350,14 @@ def test_as_of_that_is_not_a_date_is_a_clear_error(text: str) -> None:
         parse_as_of(text)
 
 
+def test_common_words_are_left_out_within_the_match_budget() -> None:
+    counts = {"joey": 3_000, "sandwich": 40, "the": 90_000, "ate": 1_500}
+    assert selective_terms(["joey", "ate", "the", "sandwich"], counts, 5_000) == (["joey", "ate", "sandwich"], True)
+    assert selective_terms(["joey", "ate", "sandwich"], counts, 2_000) == (["ate", "sandwich"], True)
+    # Only common words: the rarest alone, listed newest first rather than scored.
+    assert selective_terms(["the", "joey"], counts, 1_000) == (["joey"], False)
+
+
 def test_query_terms_are_bounded_and_quoted() -> None:
     assert query_terms("What do we know about the drain's torn lines?") == ["drain", "torn", "lines"]
     assert query_terms("the and of") == ["the", "and", "of"]
@@ -383,6 +392,7 @@ def test_a_rewritten_turn_is_found_by_its_new_words_only(tmp_path: Path) -> None
     assert index.index_turns([TurnRecord(**{**{f: getattr(turn, f) for f in turn.__slots__}, "text": "the osprey dives"})]) == 1
     assert index.keyword_turns('"heron"', Scope(), limit=10) == ["memory:t2"]
     assert index.keyword_turns('"osprey"', Scope(), limit=10) == ["memory:t1"]
+    assert index.keyword_turns('"heron" OR "osprey"', Scope(), limit=10, ranked=False) == ["memory:t2", "memory:t1"]
     db.conn.execute("INSERT INTO recall_turns_fts(recall_turns_fts, rank) VALUES ('integrity-check', 1)")
     db.close()
 
