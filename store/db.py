@@ -272,7 +272,8 @@ MIGRATIONS: tuple[str, ...] = (
     # 6: recall's full-text indexes (FTS5, store/recall_index.py). ``recall_turns`` holds each turn's
     # text (ingest writes it in the session's transaction: the graph keeps only a hash; its FTS rows
     # are written by RecallIndex.index_turns in one statement per batch, twice as fast as a trigger
-    # per row, and removed by a trigger when a turn goes); sessions
+    # per row, and removed by a trigger when a turn goes; ``recall_session_users`` lists the users
+    # a session's turns name, for sessions whose own row names nobody); sessions
     # and node names/claims are copied by triggers, so every write path — commit, merge, unmerge,
     # forget, node deletion — keeps them current without knowing they exist. Existing sessions and
     # nodes are indexed here; existing turns' text is not in the database: `rem-cycle reindex`
@@ -288,7 +289,11 @@ MIGRATIONS: tuple[str, ...] = (
         created_at  TEXT,
         text        TEXT NOT NULL
     );
-    CREATE INDEX recall_turns_user ON recall_turns(user_id, session_id);
+    CREATE TABLE recall_session_users (
+        session_id  TEXT NOT NULL,
+        user_id     TEXT NOT NULL,
+        PRIMARY KEY (user_id, session_id)
+    ) WITHOUT ROWID;
     CREATE INDEX recall_turns_order ON recall_turns(session_id, turn_index);
     CREATE VIRTUAL TABLE recall_turns_fts USING fts5(
         text, content='recall_turns', content_rowid='id', tokenize='porter unicode61 remove_diacritics 2', detail='column'
@@ -313,6 +318,7 @@ MIGRATIONS: tuple[str, ...] = (
     END;
     CREATE TRIGGER recall_sessions_ad AFTER DELETE ON recall_sessions BEGIN
         INSERT INTO recall_sessions_fts(recall_sessions_fts, rowid, title, summary) VALUES ('delete', old.id, old.title, old.summary);
+        DELETE FROM recall_session_users WHERE session_id = old.session_id;
     END;
     CREATE TRIGGER recall_sessions_au AFTER UPDATE ON recall_sessions BEGIN
         INSERT INTO recall_sessions_fts(recall_sessions_fts, rowid, title, summary) VALUES ('delete', old.id, old.title, old.summary);

@@ -141,6 +141,10 @@ class RecallIndex:
                 "WHERE memory_id IN (SELECT value FROM json_each(?))",
                 (json.dumps([m for m in rows if m not in known] + retext),),
             )
+            conn.executemany(
+                "INSERT OR IGNORE INTO recall_session_users(session_id, user_id) VALUES (?, ?)",
+                sorted({(row[1], row[2]) for row in fresh if row[2] is not None}),
+            )
         return len(fresh)
 
     def index_memory_nodes(self, nodes: Iterable[Node], texts: Mapping[str, str]) -> int:
@@ -164,9 +168,9 @@ class RecallIndex:
         names nobody — those whose turns say so."""
         rows = self.db.query(
             "SELECT session_id FROM recall_sessions WHERE user_id = ? "
-            "UNION SELECT DISTINCT t.session_id FROM recall_turns AS t "
-            "LEFT JOIN recall_sessions AS s ON s.session_id = t.session_id "
-            "WHERE t.user_id = ? AND s.user_id IS NULL",
+            "UNION SELECT u.session_id FROM recall_session_users AS u "
+            "LEFT JOIN recall_sessions AS s ON s.session_id = u.session_id "
+            "WHERE u.user_id = ? AND s.user_id IS NULL",
             (user, user),
         )
         return frozenset(r[0] for r in rows)
