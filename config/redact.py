@@ -25,7 +25,7 @@ MASK = "***"
 # by their place in the URL whatever their length.
 MIN_SECRET_LENGTH = 4
 _URL_SETTINGS = ("chroma_url", "llm_base_url", "embedding_url")
-_TOKEN_SETTINGS = ("chroma_token", "llm_api_key", "embedding_api_key")
+_TOKEN_SETTINGS = ("chroma_token", "llm_api_key", "embedding_api_key", "mcp_token")
 _SECRET_NAME = r"[A-Za-z0-9_.-]*(?:api[_-]?key|token|secret|password|passwd|pwd|auth|signature|sig|credential)[A-Za-z0-9_.-]*"
 # scheme://userinfo@ — greedy up to the last '@' before the path, so an unencoded '@' in a password is covered.
 _URL_USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^\s/?#]*)@")

@@ -115,6 +115,20 @@ class Settings(BaseSettings):
         description="With extractor=openai: also ask the model to name communities and to settle ambiguous identity candidates",
     )
 
+    # --- recall and the MCP server ------------------------------------------------------
+    recall_vector: bool = Field(False, description="Recall also asks the memory collection for the nearest turns")
+    recall_weight_keyword: float = Field(1.0, ge=0, le=100, description="RRF weight of BM25 over turns")
+    recall_weight_entities: float = Field(0.5, ge=0, le=100, description="RRF weight of the turns matching nodes ground")
+    recall_weight_vector: float = Field(0.5, ge=0, le=100, description="RRF weight of the nearest turns by embedding")
+    recall_weight_context: float = Field(0.2, ge=0, le=100, description="RRF weight of the turns next to keyword hits")
+    recall_weight_recency: float = Field(0.5, ge=0, le=100, description="RRF weight of newest-first (with --recency)")
+    recall_rrf_k: float = Field(20.0, gt=0, le=10_000, description="RRF constant k: larger flattens rank differences")
+    recall_budget_tokens: int = Field(2_000, ge=1, le=200_000, description="Default token budget of a recall answer")
+    mcp_host: str = Field("127.0.0.1", description="`rem-cycle mcp --http` binds here; beyond loopback REM_MCP_TOKEN is required")
+    mcp_port: int = Field(8765, ge=1, le=65535)
+    mcp_token: SecretStr | None = Field(None, description="Bearer token MCP clients must send over HTTP")
+    mcp_user: str | None = Field(None, max_length=200, description="Pin every MCP call to this user's sessions")
+
     # --- operations ----------------------------------------------------------------------
     http_host: str = "127.0.0.1"
     http_port: int = Field(0, ge=0, le=65535, description="0 = no HTTP endpoint")

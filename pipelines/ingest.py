@@ -19,6 +19,7 @@ import structlog
 from store.chroma import ChromaStore, ChromaUnavailableError, MemoryRow, SummaryRow, latest_by_session
 from store.graph import Edge, GraphStore, Node, dumps
 from store.ids import InvalidIdError, is_valid_row_id, memory_node_id, session_node_id
+from store.recall_index import RecallIndex
 from store.runstate import SessionRevision
 
 log = structlog.get_logger(__name__)
@@ -313,6 +314,8 @@ def _write_sessions(
         graph.upsert_nodes(sessions)
         graph.upsert_nodes(memories)
         graph.link_nodes(edges)
+        texts = {f"memory:{r.id}": r.document for sid in session_ids for r in rows_by_session.get(sid, [])}
+        RecallIndex(graph.db).index_memory_nodes(memories, texts)
     for sid, stats in results.items():
         for detail in stats.error_details:
             log.warning("ingest row error", session_id=sid, error=detail)

@@ -299,6 +299,140 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (kind, id)
     ) WITHOUT ROWID
     """,
+    # 7: recall's full-text indexes (FTS5, store/recall_index.py). ``recall_turns`` holds each turn's
+    # text (ingest writes it in the session's transaction: the graph keeps only a hash; its FTS rows
+    # are written by RecallIndex.index_turns in one statement per batch, twice as fast as a trigger
+    # per row, and removed by a trigger when a turn goes; ``recall_session_users`` lists the users
+    # a session's turns name, for sessions whose own row names nobody); sessions
+    # and node names/claims are copied by triggers, so every write path — commit, merge, unmerge,
+    # forget, node deletion — keeps them current without knowing they exist. Existing sessions and
+    # nodes are indexed here; existing turns' text is not in the database: `rem-cycle reindex`
+    # reads it from Chroma once.
+    """
+    CREATE TABLE recall_turns (
+        id          INTEGER PRIMARY KEY,
+        memory_id   TEXT NOT NULL UNIQUE,
+        session_id  TEXT NOT NULL,
+        user_id     TEXT,
+        turn_index  INTEGER,
+        role        TEXT,
+        created_at  TEXT,
+        text        TEXT NOT NULL
+    );
+    CREATE TABLE recall_session_users (
+        session_id  TEXT NOT NULL,
+        user_id     TEXT NOT NULL,
+        PRIMARY KEY (user_id, session_id)
+    ) WITHOUT ROWID;
+    CREATE INDEX recall_turns_order ON recall_turns(session_id, turn_index);
+    CREATE VIRTUAL TABLE recall_turns_fts USING fts5(
+        text, content='recall_turns', content_rowid='id', tokenize='porter unicode61 remove_diacritics 2', detail='column'
+    );
+    CREATE TRIGGER recall_turns_ad AFTER DELETE ON recall_turns BEGIN
+        INSERT INTO recall_turns_fts(recall_turns_fts, rowid, text) VALUES ('delete', old.id, old.text);
+    END;
+    CREATE TABLE recall_sessions (
+        id          INTEGER PRIMARY KEY,
+        session_id  TEXT NOT NULL UNIQUE,
+        user_id     TEXT,
+        created_at  TEXT,
+        title       TEXT NOT NULL DEFAULT '',
+        summary     TEXT NOT NULL DEFAULT ''
+    );
+    CREATE INDEX recall_sessions_user ON recall_sessions(user_id);
+    CREATE VIRTUAL TABLE recall_sessions_fts USING fts5(
+        title, summary, content='recall_sessions', content_rowid='id', tokenize='porter unicode61 remove_diacritics 2'
+    );
+    CREATE TRIGGER recall_sessions_ai AFTER INSERT ON recall_sessions BEGIN
+        INSERT INTO recall_sessions_fts(rowid, title, summary) VALUES (new.id, new.title, new.summary);
+    END;
+    CREATE TRIGGER recall_sessions_ad AFTER DELETE ON recall_sessions BEGIN
+        INSERT INTO recall_sessions_fts(recall_sessions_fts, rowid, title, summary) VALUES ('delete', old.id, old.title, old.summary);
+        DELETE FROM recall_session_users WHERE session_id = old.session_id;
+    END;
+    CREATE TRIGGER recall_sessions_au AFTER UPDATE ON recall_sessions BEGIN
+        INSERT INTO recall_sessions_fts(recall_sessions_fts, rowid, title, summary) VALUES ('delete', old.id, old.title, old.summary);
+        INSERT INTO recall_sessions_fts(rowid, title, summary) VALUES (new.id, new.title, new.summary);
+    END;
+    CREATE TABLE recall_node_docs (
+        id           INTEGER PRIMARY KEY,
+        node_id      TEXT NOT NULL,
+        anchor       TEXT NOT NULL,
+        kind         TEXT NOT NULL CHECK (kind IN ('name', 'claim')),
+        name         TEXT NOT NULL DEFAULT '',
+        aliases      TEXT NOT NULL DEFAULT '',
+        description  TEXT NOT NULL DEFAULT ''
+    );
+    CREATE INDEX recall_node_docs_node ON recall_node_docs(node_id, kind, anchor);
+    CREATE VIRTUAL TABLE recall_node_docs_fts USING fts5(
+        name, aliases, description, content='recall_node_docs', content_rowid='id',
+        tokenize='porter unicode61 remove_diacritics 2', detail='column'
+    );
+    CREATE TRIGGER recall_node_docs_ai AFTER INSERT ON recall_node_docs BEGIN
+        INSERT INTO recall_node_docs_fts(rowid, name, aliases, description) VALUES (new.id, new.name, new.aliases, new.description);
+    END;
+    CREATE TRIGGER recall_node_docs_ad AFTER DELETE ON recall_node_docs BEGIN
+        INSERT INTO recall_node_docs_fts(recall_node_docs_fts, rowid, name, aliases, description)
+            VALUES ('delete', old.id, old.name, old.aliases, old.description);
+    END;
+    CREATE TRIGGER recall_sessions_from_nodes_ai AFTER INSERT ON nodes WHEN new.label = 'SESSION' BEGIN
+        INSERT INTO recall_sessions(session_id, user_id, created_at, title, summary)
+            VALUES (new.id, json_extract(new.properties, '$.userId'), json_extract(new.properties, '$.createdAt'),
+                    COALESCE(json_extract(new.properties, '$.title'), ''), COALESCE(json_extract(new.properties, '$.summary'), ''));
+    END;
+    CREATE TRIGGER recall_node_names_ai AFTER INSERT ON nodes WHEN new.label NOT IN ('MEMORY', 'SESSION', 'NOTE') BEGIN
+        INSERT INTO recall_node_docs(node_id, anchor, kind, name) VALUES (new.id, '', 'name', new.name);
+    END;
+    CREATE TRIGGER recall_nodes_au AFTER UPDATE ON nodes WHEN old.label != 'MEMORY' OR new.label != 'MEMORY' BEGIN
+        DELETE FROM recall_sessions WHERE session_id = old.id AND new.label != 'SESSION';
+        INSERT INTO recall_sessions(session_id, user_id, created_at, title, summary)
+            SELECT new.id, json_extract(new.properties, '$.userId'), json_extract(new.properties, '$.createdAt'),
+                   COALESCE(json_extract(new.properties, '$.title'), ''), COALESCE(json_extract(new.properties, '$.summary'), '')
+            WHERE new.label = 'SESSION'
+            ON CONFLICT(session_id) DO UPDATE SET user_id = excluded.user_id, created_at = excluded.created_at,
+                title = excluded.title, summary = excluded.summary
+            WHERE recall_sessions.user_id IS NOT excluded.user_id OR recall_sessions.created_at IS NOT excluded.created_at
+               OR recall_sessions.title != excluded.title OR recall_sessions.summary != excluded.summary;
+        DELETE FROM recall_node_docs WHERE node_id = old.id AND kind = 'name' AND (old.name != new.name OR old.label != new.label);
+        INSERT INTO recall_node_docs(node_id, anchor, kind, name)
+            SELECT new.id, '', 'name', new.name
+            WHERE new.label NOT IN ('MEMORY', 'SESSION', 'NOTE') AND (old.name != new.name OR old.label != new.label);
+    END;
+    CREATE TRIGGER recall_turns_from_nodes_ad AFTER DELETE ON nodes WHEN old.label = 'MEMORY' BEGIN
+        DELETE FROM recall_turns WHERE memory_id = old.id;
+    END;
+    CREATE TRIGGER recall_nodes_ad AFTER DELETE ON nodes WHEN old.label != 'MEMORY' BEGIN
+        DELETE FROM recall_sessions WHERE session_id = old.id;
+        DELETE FROM recall_node_docs WHERE node_id = old.id AND kind = 'name';
+    END;
+    CREATE TRIGGER recall_claims_ai AFTER INSERT ON node_claims BEGIN
+        INSERT INTO recall_node_docs(node_id, anchor, kind, aliases, description)
+            VALUES (new.node_id, new.anchor, 'claim', (SELECT COALESCE(group_concat(value, ' '), '') FROM json_each(new.aliases)), new.description);
+    END;
+    CREATE TRIGGER recall_claims_ad AFTER DELETE ON node_claims BEGIN
+        DELETE FROM recall_node_docs WHERE id = (
+            SELECT id FROM recall_node_docs WHERE node_id = old.node_id AND kind = 'claim' AND anchor = old.anchor
+              AND description = old.description
+              AND aliases = (SELECT COALESCE(group_concat(value, ' '), '') FROM json_each(old.aliases)) LIMIT 1);
+    END;
+    CREATE TRIGGER recall_claims_au AFTER UPDATE ON node_claims BEGIN
+        DELETE FROM recall_node_docs WHERE id = (
+            SELECT id FROM recall_node_docs WHERE node_id = old.node_id AND kind = 'claim' AND anchor = old.anchor
+              AND description = old.description
+              AND aliases = (SELECT COALESCE(group_concat(value, ' '), '') FROM json_each(old.aliases)) LIMIT 1);
+        INSERT INTO recall_node_docs(node_id, anchor, kind, aliases, description)
+            VALUES (new.node_id, new.anchor, 'claim', (SELECT COALESCE(group_concat(value, ' '), '') FROM json_each(new.aliases)), new.description);
+    END;
+    INSERT INTO recall_sessions(session_id, user_id, created_at, title, summary)
+        SELECT id, json_extract(properties, '$.userId'), json_extract(properties, '$.createdAt'),
+               COALESCE(json_extract(properties, '$.title'), ''), COALESCE(json_extract(properties, '$.summary'), '')
+        FROM nodes WHERE label = 'SESSION';
+    INSERT INTO recall_node_docs(node_id, anchor, kind, name)
+        SELECT id, '', 'name', name FROM nodes WHERE label NOT IN ('MEMORY', 'SESSION', 'NOTE');
+    INSERT INTO recall_node_docs(node_id, anchor, kind, aliases, description)
+        SELECT node_id, anchor, 'claim', (SELECT COALESCE(group_concat(value, ' '), '') FROM json_each(aliases)), description
+        FROM node_claims
+    """,
 )
 
 
@@ -433,8 +567,19 @@ def register_functions(conn: sqlite3.Connection) -> None:
 
 
 def _statements(script: str) -> list[str]:
-    # executescript() would commit our open transaction; split instead (no ';' inside our DDL).
-    return [part.strip() for part in script.split(";") if part.strip()]
+    # executescript() would commit our open transaction; split instead, at the ';' that completes a
+    # statement (a trigger's body holds several).
+    statements: list[str] = []
+    pending = ""
+    for part in script.split(";"):
+        pending += part + ";"
+        if sqlite3.complete_statement(pending):
+            if pending.strip(" \n;"):
+                statements.append(pending.strip())
+            pending = ""
+    if pending.strip(" \n;"):
+        statements.append(pending.strip())
+    return statements
 
 
 def backup_database(source: str | Path, destination: str | Path) -> dict[str, object]:

@@ -30,7 +30,9 @@ from worker.signals import EXIT_SIGNAL_BASE, CommandProgress, interruptible
 EXIT_USAGE = 2
 # Commands that read or change an existing graph: on a graph database that is not there they say
 # so (with the resolved path) and fail, rather than create an empty one and report on nothing.
-GRAPH_COMMANDS = frozenset({"search", "show", "export", "candidates", "retry", "merge", "unmerge", "backup", "forget"})
+GRAPH_COMMANDS = frozenset({
+    "search", "show", "export", "candidates", "retry", "merge", "unmerge", "backup", "forget", "recall", "reindex", "mcp",
+})
 # ``status`` also reports on a data dir before its first cycle (an import, a queue), but not on none.
 DATA_DIR_COMMANDS = GRAPH_COMMANDS | {"status"}
 EPILOG = """\
@@ -139,6 +141,18 @@ def build_parser() -> argparse.ArgumentParser:
     backfill.add_argument("--days", type=_positive_days, default=30.0, help="window in days (default 30)")
     backfill.add_argument("--dry-run", action="store_true", help="count what would be synced; change nothing")
     backfill.add_argument("--skip-drain", action="store_true", help="do not drain the lazy-edge queue afterwards")
+    recall = add_command(sub, "recall", common, "facts, turns and sessions that answer a question, within a token budget")
+    recall.add_argument("query", metavar="QUERY", help="what to recall, in words")
+    recall.add_argument("--user", help="only this user's sessions count")
+    recall.add_argument("--session", help="only this session")
+    recall.add_argument("--as-of", dest="as_of", metavar="DATE", help="only what was known by then (2026-03-01, ISO time, epoch)")
+    recall.add_argument("--limit", type=_non_negative_int, default=10, help="at most this many turns (1-100, default 10)")
+    recall.add_argument("--budget-tokens", dest="budget_tokens", type=_non_negative_int, default=None,
+                        help="pack the answer into this many tokens (default REM_RECALL_BUDGET_TOKENS)")
+    recall.add_argument("--recency", action="store_true", help="also rank newer turns higher")
+    add_command(sub, "reindex", common, "fill the recall index with the text of every ingested turn (reads Chroma)")
+    mcp = add_command(sub, "mcp", common, "serve recall to agents over MCP (stdio, or --http)")
+    mcp.add_argument("--http", action="store_true", help="streamable HTTP on REM_MCP_HOST:REM_MCP_PORT instead of stdio")
     return parser
 
 
@@ -588,7 +602,49 @@ async def cmd_daemon(settings: Settings, args: argparse.Namespace) -> int:
         return EXIT_FAILED
 
 
+async def cmd_recall(settings: Settings, args: argparse.Namespace) -> int:
+    from pipelines.recall import RecallInputError, RecallRequest, parse_as_of
+    from worker.recall import RecallTimeoutError, run_recall
+    from worker.views import print_recall
+
+    try:
+        request = RecallRequest(
+            query=args.query, user=args.user, session=args.session, as_of=parse_as_of(args.as_of), limit=args.limit,
+            budget_tokens=settings.recall_budget_tokens if args.budget_tokens is None else args.budget_tokens,
+            recency=args.recency,
+        )
+        answer = await run_recall(settings, request)
+    except (RecallInputError, RecallTimeoutError) as exc:
+        print(f"rem-cycle: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    _emit(args, answer, lambda: print_recall(answer))
+    return EXIT_OK
+
+
+async def cmd_reindex(settings: Settings, args: argparse.Namespace) -> int:
+    from worker.recall import reindex
+
+    counts = await reindex(settings)
+    _emit(args, counts, lambda: print(f"reindexed {counts['written']} of {counts['scanned']} turns; index: "
+                                      f"{counts['recall_turns']} turns, {counts['recall_sessions']} sessions"))
+    return EXIT_OK
+
+
+async def cmd_mcp(settings: Settings, args: argparse.Namespace) -> int:
+    from worker.mcp_server import McpConfigError, serve
+
+    try:
+        await serve(settings, http=args.http)
+    except McpConfigError as exc:
+        print(f"rem-cycle: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    return EXIT_OK
+
+
 COMMANDS: dict[str, Handler] = {
+    "recall": cmd_recall,
+    "reindex": cmd_reindex,
+    "mcp": cmd_mcp,
     "import": interruptible(cmd_import, name="import", rerun="re-running the same import is safe: rows already stored are skipped"),
     "status": cmd_status,
     "retry": cmd_retry,

@@ -91,3 +91,25 @@ def _more(console: Console, view: dict[str, Any], what: str) -> None:
     hidden = view.get(f"{what}_total", 0) - len(view[what])
     if hidden > 0:
         console.print(f"… {hidden} more {what} (rem-cycle show {escape(view['id'])} --limit 0 for all)")
+
+
+def print_recall(answer: dict[str, Any]) -> None:
+    """A recall answer: facts with their strongest edges, then the turns in rank order, then sessions."""
+    console = _console()
+    if not (answer["facts"] or answer["turns"] or answer["sessions"]):
+        console.print("nothing recalled")
+    for fact in answer["facts"]:
+        console.print(f"[bold]{escape(fact['name'])}[/bold] ({escape(fact['id'])}) {escape(fact['description'])}")
+        for edge in fact["edges"]:
+            console.print(f"  {escape(edge['relationship'])} {escape(edge['other'])} ×{edge['strength']}: "
+                          f"“{escape(edge['evidence'])}” ({escape(edge['memory_id'] or '-')})")
+    for turn in answer["turns"]:
+        text = " ".join(turn["text"].split())
+        shown = text if len(text) <= TURN_TEXT_CHARS else text[:TURN_TEXT_CHARS] + "…"
+        console.print(f"[bold]{escape(turn['memory_id'])}[/bold] {escape(turn['session_id'])} #{turn['turn_index']} "
+                      f"{escape(turn['role'] or '')} {escape(turn['created_at'] or '')} [{', '.join(turn['signals'])}]")
+        console.print(f"  {escape(shown)}")
+    for session in answer["sessions"]:
+        console.print(f"session {escape(session['id'])}: {escape(session['title'])} — {escape(session['summary'][:TURN_TEXT_CHARS])}")
+    if answer["omitted"]:
+        console.print(f"({len(answer['omitted'])} more did not fit in {answer['budget_tokens']} tokens)")

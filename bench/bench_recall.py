@@ -1,0 +1,415 @@
+"""Recall benchmark (issue 14): quality per signal on real conversations, latency, index cost.
+
+    python bench/bench_recall.py                          # everything, data from /tmp/qe-data
+    python bench/bench_recall.py quality latency ingest   # some parts
+    python bench/bench_recall.py --friends DIR/friends --work /tmp/recall-bench
+
+Data: the Friends scripts (EmilHvitfeldt/friends, MIT; from emorynlp/character-mining, Apache-2.0),
+one session per scene, converted by quality-extractor's ``bench/convert_transcripts.py`` into
+``friends.tune.jsonl`` / ``friends.heldout.jsonl`` (split by a hash of the episode). The questions
+(``bench/data/recall_questions.jsonl``) were written from a seeded sample of scenes of each split
+before any run; the held-out ones are reported apart and were never looked at while choosing
+settings.
+
+- ``quality``: each split imported into embedded Chroma and consolidated by one real cycle
+  (heuristic extractor); evidence recall@5/@10 and MRR for keyword, entities, vector (the
+  collection's ``hash`` embedding) and fused, in the same run.
+- ``latency``: the core (no CLI, no process start) over 1,000 queries against 12,500 and 100,000
+  turns (1× and 8×: real turns of both splits, repeated under new ids), p50/p95 without and with
+  the vector signal; and the MCP round trip (``rem-cycle mcp`` over stdio, the SDK's client).
+- ``ingest``: ingest's graph write path with the FTS index against the same path without it
+  (index triggers dropped, turn text not written), same rows, same process; database growth.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import random
+import shutil
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from config import Settings, load_settings  # noqa: E402
+from pipelines.importer import import_sessions  # noqa: E402
+from pipelines.ingest import _write_sessions  # noqa: E402
+from pipelines.recall import MAX_LIMIT as MAX_DEPTH  # noqa: E402
+from pipelines.recall import RecallRequest, RecallWeights, fuse, recall  # noqa: E402
+from store.chroma import MemoryRow, SummaryRow, row_created_at  # noqa: E402
+from store.db import Database  # noqa: E402
+from store.graph import GraphStore  # noqa: E402
+from store.recall_index import RecallIndex  # noqa: E402
+from worker.cycle import run_cycle  # noqa: E402
+from worker.logs import configure_logging  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+QUESTIONS = HERE / "data" / "recall_questions.jsonl"
+CONFIGS: dict[str, tuple[str, ...]] = {
+    "keyword": ("keyword",),
+    "entities": ("entities",),
+    "vector": ("vector",),
+    "context": ("context",),
+    "fused (keyword+entities+context: default, no vector)": ("keyword", "entities", "context"),
+    "fused (all four)": ("keyword", "entities", "vector", "context"),
+}
+RANK_DEPTH = 50
+
+
+class ChromaVector:
+    """The vector signal as recall's core sees it, over the embedded collection (synchronous)."""
+
+    def __init__(self, settings: Settings) -> None:
+        import chromadb
+        from chromadb.config import Settings as ChromaSettings
+
+        import store.embedding  # noqa: F401 - registers the persisted ``hash`` embedding function
+
+        client = chromadb.PersistentClient(path=str(settings.chroma_path), settings=ChromaSettings(anonymized_telemetry=False))
+        self.collection = client.get_collection(settings.memory_collection)
+
+    def nearest(self, text: str, *, limit: int) -> list[str]:
+        result = self.collection.query(query_texts=[text], n_results=limit, include=[])
+        return [f"memory:{i}" for i in result["ids"][0]]
+
+
+def sessions_of(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.open(encoding="utf-8")]
+
+
+async def build_graph(settings: Settings, sessions_file: Path) -> dict[str, float]:
+    """Import ``sessions_file`` into embedded Chroma and consolidate it with one real cycle."""
+    configure_logging(level="warning", fmt="json")
+    t0 = time.perf_counter()
+    from store.chroma import ChromaStore
+
+    await import_sessions(sessions_file, chroma=ChromaStore(settings), memory_collection=settings.memory_collection,
+                          summary_collection=settings.session_collection, batch_rows=5_000)
+    t1 = time.perf_counter()
+    result = await run_cycle(settings, reason="bench")
+    assert result.outcome == "completed", result.message
+    return {"import_s": round(t1 - t0, 1), "cycle_s": round(time.perf_counter() - t1, 1)}
+
+
+def graph_settings(work: Path, name: str) -> Settings:
+    return load_settings(data_dir=work / name, batch_limit=100_000)
+
+
+def ensure_graph(work: Path, name: str, sessions_file: Path) -> Settings:
+    settings = graph_settings(work, name)
+    marker = settings.data_dir / "bench-built"
+    if not marker.exists():
+        if settings.data_dir.exists():
+            shutil.rmtree(settings.data_dir)
+        timing = anyio.run(build_graph, settings, sessions_file)
+        marker.write_text(json.dumps(timing))
+    return settings
+
+
+# --- quality -------------------------------------------------------------------------------
+def metrics(ranked: Sequence[str], gold: set[str]) -> dict[str, float]:
+    """Evidence recall@5/@10 (share of the answering turns in the top k) and reciprocal rank."""
+    rr = next((1 / i for i, m in enumerate(ranked, start=1) if m in gold), 0.0)
+    return {
+        "recall@5": len(gold & set(ranked[:5])) / len(gold),
+        "recall@10": len(gold & set(ranked[:10])) / len(gold),
+        "mrr": rr,
+    }
+
+
+def quality(friends: Path, work: Path, *, splits: Sequence[str] = ("tune", "heldout")) -> dict[str, Any]:
+    questions = [json.loads(line) for line in QUESTIONS.open(encoding="utf-8")]
+    report: dict[str, Any] = {}
+    for split in splits:
+        settings = ensure_graph(work, f"friends-{split}", friends.with_name(f"{friends.name}.{split}.jsonl"))
+        db = Database(settings.graph_path, readonly=True)
+        index, vector = RecallIndex(db), ChromaVector(settings)
+        mine = [q for q in questions if q["split"] == split]
+        rows: dict[str, dict[str, float]] = {}
+        for config, signals in CONFIGS.items():
+            totals = {"recall@5": 0.0, "recall@10": 0.0, "mrr": 0.0}
+            for q in mine:
+                answer = recall(RecallRequest(query=q["question"], limit=RANK_DEPTH, budget_tokens=200_000),
+                                source=index, vector=vector, signals=signals)
+                ranked = [t["memory_id"] for t in answer.as_dict()["turns"]]
+                for key, value in metrics(ranked, {f"memory:{a}" for a in q["answers"]}).items():
+                    totals[key] += value
+            rows[config] = {k: round(v / len(mine), 3) for k, v in totals.items()}
+        db.close()
+        report[split] = {"questions": len(mine), "turns": RecallIndex(Database(settings.graph_path, readonly=True)).counts()["recall_turns"], **rows}
+    return report
+
+
+def tune_weights(friends: Path, work: Path) -> dict[str, Any]:
+    """Grid search of the fusion weights on the tune split only (the held-out split is never read):
+    the settings' defaults come from here. Ranked by recall@10, then MRR."""
+    questions = [json.loads(line) for line in QUESTIONS.open(encoding="utf-8") if json.loads(line)["split"] == "tune"]
+    settings = ensure_graph(work, "friends-tune", friends.with_name(f"{friends.name}.tune.jsonl"))
+    db = Database(settings.graph_path, readonly=True)
+    index, vector = RecallIndex(db), ChromaVector(settings)
+    # Each signal's ranking once per question; fusion is then recomputed per weight setting.
+    rankings = []
+    for q in questions:
+        per_signal = {}
+        for signal in ("keyword", "entities", "vector", "context"):
+            answer = recall(RecallRequest(query=q["question"], limit=MAX_DEPTH, budget_tokens=200_000),
+                            source=index, vector=vector, signals=(signal,))
+            per_signal[signal] = [t["memory_id"] for t in answer.as_dict()["turns"]]
+        rankings.append((per_signal, {f"memory:{a}" for a in q["answers"]}))
+    db.close()
+    grid = []
+    for entities, vec, context, k in itertools.product(
+        (0.0, 0.1, 0.3, 0.5, 1.0), (0.0, 0.2, 0.5, 1.0), (0.0, 0.2, 0.3, 0.5, 1.0), (5.0, 20.0, 60.0)
+    ):
+        weights = RecallWeights(keyword=1.0, entities=entities, vector=vec, context=context, rrf_k=k)
+        totals = {"recall@5": 0.0, "recall@10": 0.0, "mrr": 0.0}
+        for per_signal, gold in rankings:
+            fused = [m for m, _, _ in fuse({s: r for s, r in per_signal.items() if weights.of(s) > 0}, weights)]
+            for key, value in metrics(fused[:RANK_DEPTH], gold).items():
+                totals[key] += value
+        grid.append({"entities": entities, "vector": vec, "context": context, "rrf_k": k,
+                     **{key: round(v / len(rankings), 3) for key, v in totals.items()}})
+    grid.sort(key=lambda g: (-g["recall@10"], -g["mrr"]))
+    keyword_only = {k: 0.0 for k in ("recall@5", "recall@10", "mrr")}
+    for per_signal, gold in rankings:
+        for key, value in metrics(per_signal["keyword"][:RANK_DEPTH], gold).items():
+            keyword_only[key] += value / len(rankings)
+    # The rule the defaults follow: the best recall@10 that does not lose MRR against keyword alone.
+    chosen = next(g for g in grid if g["mrr"] >= keyword_only["mrr"])
+    no_vector = [g for g in grid if g["vector"] == 0]
+    return {"questions": len(rankings), "keyword_only": {k: round(v, 3) for k, v in keyword_only.items()},
+            "chosen": chosen, "best": grid[:5], "best_without_vector": no_vector[:5]}
+
+
+# --- latency -------------------------------------------------------------------------------
+def replicated(friends: Path, turns: int, out: Path) -> Path:
+    """Real turns of both splits, repeated under new ids until there are ``turns`` of them."""
+    scenes = sessions_of(friends.with_name(f"{friends.name}.tune.jsonl")) + sessions_of(friends.with_name(f"{friends.name}.heldout.jsonl"))
+    written = 0
+    copy = 0
+    with out.open("w", encoding="utf-8") as handle:
+        while written < turns:
+            for scene in scenes:
+                if written >= turns:
+                    break
+                keep = scene["turns"][: turns - written]
+                prefix = f"c{copy}-" if copy else ""
+                session = {**scene, "sessionId": prefix + scene["sessionId"], "userId": f"user-{copy % 4}",
+                           "turns": [{**t, "id": prefix + t["id"]} for t in keep]}
+                handle.write(json.dumps(session) + "\n")
+                written += len(keep)
+            copy += 1
+    return out
+
+
+def percentile(values: Sequence[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
+
+
+def query_set(friends: Path, n: int, seed: int = 14) -> list[str]:
+    """The benchmark's questions, then the first words of random real turns, ``n`` in all."""
+    rng = random.Random(seed)
+    queries = [json.loads(line)["question"] for line in QUESTIONS.open(encoding="utf-8")]
+    turns = [t["text"] for s in sessions_of(friends.with_name(f"{friends.name}.tune.jsonl")) for t in s["turns"]]
+    while len(queries) < n:
+        words = rng.choice(turns).split()
+        queries.append(" ".join(words[: rng.randint(2, 8)]) or "coffee")
+    return queries[:n]
+
+
+def time_core(settings: Settings, queries: Sequence[str], *, vector: bool, user: str | None = None) -> dict[str, float]:
+    db = Database(settings.graph_path, readonly=True)
+    index = RecallIndex(db)
+    source = ChromaVector(settings) if vector else None
+    times = []
+    for q in queries:
+        t0 = time.perf_counter()
+        recall(RecallRequest(query=q, user=user, limit=10, budget_tokens=2_000), source=index, vector=source)
+        times.append((time.perf_counter() - t0) * 1000)
+    db.close()
+    return {"p50_ms": round(percentile(times, 50), 2), "p95_ms": round(percentile(times, 95), 2), "queries": len(times)}
+
+
+async def time_mcp(settings: Settings, queries: Sequence[str]) -> dict[str, float]:
+    from mcp import Client
+    from mcp.client.stdio import StdioServerParameters
+
+    env = {"REM_DATA_DIR": str(settings.data_dir), "PYTHONPATH": str(HERE.parent), "REM_LOG_LEVEL": "warning"}
+    params = StdioServerParameters(command=sys.executable, args=["-m", "worker", "mcp"], env=env, cwd=str(HERE.parent))
+    times = []
+    async with Client(params) as client:
+        await client.call_tool("recall", {"query": "warm up"})
+        for q in queries:
+            t0 = time.perf_counter()
+            result = await client.call_tool("recall", {"query": q, "limit": 10, "budget_tokens": 2_000})
+            assert not result.is_error, result
+            times.append((time.perf_counter() - t0) * 1000)
+    return {"p50_ms": round(percentile(times, 50), 2), "p95_ms": round(percentile(times, 95), 2), "queries": len(times)}
+
+
+def latency(friends: Path, work: Path, *, queries: int, mcp_queries: int) -> dict[str, Any]:
+    qs = query_set(friends, queries)
+    report: dict[str, Any] = {}
+    for name, turns in (("1x", 12_500), ("8x", 100_000)):
+        source = replicated(friends, turns, work / f"latency-{name}.jsonl")
+        settings = ensure_graph(work, f"latency-{name}", source)
+        report[name] = {
+            "turns": RecallIndex(Database(settings.graph_path, readonly=True)).counts()["recall_turns"],
+            "core_no_vector": time_core(settings, qs, vector=False),
+            "core_no_vector_user": time_core(settings, qs, vector=False, user="user-0"),
+            "core_with_vector": time_core(settings, qs[: max(100, queries // 5)], vector=True),
+            "db_mb": round(settings.graph_path.stat().st_size / 1e6, 1),
+        }
+        if name == "8x":
+            report[name]["mcp_stdio_round_trip"] = anyio.run(time_mcp, settings, qs[:mcp_queries])
+    return report
+
+
+# --- ingest cost ---------------------------------------------------------------------------
+_RECALL_TRIGGERS = ("recall_sessions_from_nodes_ai", "recall_node_names_ai", "recall_nodes_au", "recall_turns_from_nodes_ad",
+                    "recall_nodes_ad", "recall_claims_ai", "recall_claims_ad", "recall_claims_au")
+
+
+def ingest_batches(friends: Path, sessions_per_batch: int = 50) -> list[tuple[list[str], dict[str, list[MemoryRow]], dict[str, SummaryRow]]]:
+    """Real sessions as ingest receives them from Chroma (rows with the metadata import writes)."""
+    batches = []
+    scenes = sessions_of(friends.with_name(f"{friends.name}.tune.jsonl"))
+    for start in range(0, len(scenes), sessions_per_batch):
+        ids, rows, summaries = [], {}, {}
+        for scene in scenes[start : start + sessions_per_batch]:
+            sid = scene["sessionId"]
+            ids.append(sid)
+            rows[sid] = [MemoryRow(t["id"], t["text"], {"sessionId": sid, "turnIndex": i, "role": t["role"],
+                                                          "createdAt": t["createdAt"], "userId": "u"})
+                         for i, t in enumerate(scene["turns"])]
+            meta = {"sessionId": sid, "title": scene["title"], "createdAt": scene["createdAt"], "userId": "u"}
+            summaries[sid] = SummaryRow(f"summary_{sid}", f"Scene {sid}", meta)
+            assert row_created_at(meta)
+        batches.append((ids, rows, summaries))
+    return batches
+
+
+def ingest_cost(friends: Path, work: Path, *, rounds: int = 3) -> dict[str, Any]:
+    """Two ratios, each over the same rows in the same process, alternating variants: the graph
+    write path alone (``_write_sessions`` over rows already in memory: the strictest view, the FTS
+    work against SQLite writes only) and the live-sync phase end to end (the Chroma read included,
+    as a cycle runs it: ``sync_sessions_to_graph`` over the tune split's embedded Chroma)."""
+    import store.recall_index as recall_index_module
+    from pipelines.ingest import sync_sessions_to_graph
+    from store.chroma import ChromaStore
+
+    batches = ingest_batches(friends)
+    chroma_settings = ensure_graph(work, "friends-tune", friends.with_name(f"{friends.name}.tune.jsonl"))
+    rows = sum(len(r) for _, by, _ in batches for r in by.values())
+    original = recall_index_module.RecallIndex.index_memory_nodes
+    timings: dict[str, list[float]] = {"with_fts": [], "without_fts": []}
+    end_to_end: dict[str, list[float]] = {"with_fts": [], "without_fts": []}
+    sizes: dict[str, int] = {}
+    for _ in range(rounds):
+        for variant in ("with_fts", "without_fts"):
+            path = work / f"ingest-{variant}.sqlite3"
+            for suffix in ("", "-wal", "-shm"):
+                Path(f"{path}{suffix}").unlink(missing_ok=True)
+            db = Database(path)
+            if variant == "without_fts":
+                for trigger in _RECALL_TRIGGERS:
+                    db.conn.execute(f"DROP TRIGGER {trigger}")
+                recall_index_module.RecallIndex.index_memory_nodes = lambda self, nodes, texts: 0  # type: ignore[method-assign]
+            graph = GraphStore(db)
+            try:
+                t0 = time.perf_counter()
+                for ids, by_session, summaries in batches:
+                    _write_sessions(ids, by_session, summaries, graph)
+                timings[variant].append(time.perf_counter() - t0)
+                with db.transaction() as conn:
+                    for table in ("edges", "nodes"):
+                        conn.execute(f"DELETE FROM {table}")
+                chroma = ChromaStore(chroma_settings)
+
+                async def sync_all() -> float:
+                    started = time.perf_counter()
+                    for ids, _, _ in batches:
+                        await sync_sessions_to_graph(ids, chroma=chroma, graph=graph)
+                    return time.perf_counter() - started
+
+                end_to_end[variant].append(anyio.run(sync_all))
+            finally:
+                recall_index_module.RecallIndex.index_memory_nodes = original  # type: ignore[method-assign]
+            db.close()
+    for variant in ("with_fts", "without_fts"):
+        # Database growth: the graph write path's rows once more into a fresh file, checkpointed.
+        path = work / f"ingest-size-{variant}.sqlite3"
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{path}{suffix}").unlink(missing_ok=True)
+        db = Database(path)
+        if variant == "without_fts":
+            for trigger in _RECALL_TRIGGERS:
+                db.conn.execute(f"DROP TRIGGER {trigger}")
+            recall_index_module.RecallIndex.index_memory_nodes = lambda self, nodes, texts: 0  # type: ignore[method-assign]
+        try:
+            for ids, by_session, summaries in batches:
+                _write_sessions(ids, by_session, summaries, GraphStore(db))
+        finally:
+            recall_index_module.RecallIndex.index_memory_nodes = original  # type: ignore[method-assign]
+        db.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        db.close()
+        sizes[variant] = path.stat().st_size
+    with_s, without_s = statistics.median(timings["with_fts"]), statistics.median(timings["without_fts"])
+    e2e_with, e2e_without = statistics.median(end_to_end["with_fts"]), statistics.median(end_to_end["without_fts"])
+    return {
+        "sync_with_fts_rows_per_s": round(rows / e2e_with),
+        "sync_without_fts_rows_per_s": round(rows / e2e_without),
+        "sync_ratio": round(e2e_without / e2e_with, 3),
+        "turns": rows,
+        "write_path_with_fts_rows_per_s": round(rows / with_s),
+        "write_path_without_fts_rows_per_s": round(rows / without_s),
+        "write_path_ratio": round(without_s / with_s, 3),
+        "db_mb_with_fts": round(sizes["with_fts"] / 1e6, 1),
+        "db_mb_without_fts": round(sizes["without_fts"] / 1e6, 1),
+        "growth": round(sizes["with_fts"] / sizes["without_fts"], 2),
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("parts", nargs="*", choices=("quality", "tune", "latency", "ingest", []), default=[])
+    parser.add_argument("--friends", type=Path, default=Path("/tmp/qe-data/friends"),
+                        help="prefix of friends.tune.jsonl / friends.heldout.jsonl")
+    parser.add_argument("--work", type=Path, default=Path("/tmp/recall-bench"))
+    parser.add_argument("--split", choices=("tune", "heldout"), action="append",
+                        help="quality on this split only (repeatable; default both) — tune on 'tune' alone")
+    parser.add_argument("--queries", type=int, default=1_000)
+    parser.add_argument("--mcp-queries", type=int, default=200)
+    args = parser.parse_args(argv)
+    parts = args.parts or ["quality", "latency", "ingest"]
+    if not args.friends.with_name(f"{args.friends.name}.tune.jsonl").exists():
+        print(f"no {args.friends}.tune.jsonl: see this module's docstring for the data and its converter")
+        return
+    args.work.mkdir(parents=True, exist_ok=True)
+    configure_logging(level="warning", fmt="json")
+    report: dict[str, Any] = {}
+    for part in parts:
+        t0 = time.perf_counter()
+        if part == "quality":
+            report["quality"] = quality(args.friends, args.work, splits=args.split or ("tune", "heldout"))
+        elif part == "tune":
+            report["tune"] = tune_weights(args.friends, args.work)
+        elif part == "latency":
+            report["latency"] = latency(args.friends, args.work, queries=args.queries, mcp_queries=args.mcp_queries)
+        else:
+            report["ingest"] = ingest_cost(args.friends, args.work)
+        report[f"{part}_s"] = round(time.perf_counter() - t0, 1)
+        print(json.dumps({part: report[part]}, indent=1), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,415 @@
+"""Recall: what an agent asks the consolidated memory — facts, the turns they came from, sessions.
+
+The pure core over injected stores (:class:`RecallSource`, :class:`VectorSource`). Each signal
+ranks turns on its own and is reported on its own:
+
+- ``keyword`` — BM25 over turn text (FTS5); session titles/summaries are matched the same way;
+- ``entities`` — nodes whose name, aliases or description match, expanded to the turns their
+  provenance points cite, then to the turns of their 1-hop semantic neighbours;
+- ``vector`` — the memory collection's nearest turns by its own embedding function (optional);
+- ``context`` — the turns next to the keyword hits in their session (an answer is often the reply
+  to the turn that names the topic, and shares none of its words);
+- ``recency`` — an explicit option: newer first among the candidates the others found.
+
+They are fused by weighted reciprocal rank fusion: ``score(turn) = Σ weight_s / (k + rank_s)``.
+RRF needs no score calibration between BM25, graph walks and cosine distances, which live on
+unrelated scales. The result is packed greedily into ``budget_tokens`` with the project's token
+estimator; what did not fit is listed in ``omitted``.
+
+Scope is the store's job (:class:`store.recall_index.Scope`): with ``user`` only that user's
+sessions are visible; ``as_of`` hides what was not known yet. This module never sees anything else.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, time, timedelta
+from typing import Any, Protocol
+
+from pipelines.chunker import estimate_tokens
+from pipelines.vocabulary import PROVENANCE_RELATIONSHIPS
+from store.ids import InvalidIdError, validate_row_id
+from store.recall_index import FactRecord, Scope, SessionRecord, TurnRecord
+
+MAX_QUERY_CHARS = 4_000
+MAX_TERMS = 24
+MAX_LIMIT = 100
+MAX_BUDGET_TOKENS = 200_000
+MAX_USER_CHARS = 200
+SIGNALS: tuple[str, ...] = ("keyword", "entities", "vector", "context", "recency")
+# Candidates each signal contributes before fusion: deeper than ``limit`` so that a turn ranked
+# modestly by two signals can overtake one ranked first by a single signal.
+_DEPTH_FACTOR = 5
+_MIN_DEPTH = 50
+_MATCHED_NODES = 20
+_NEIGHBOURS = 20
+_EDGES_PER_FACT = 3
+_MAX_FACTS = 5
+_MAX_SESSIONS = 5
+# The keyword hits whose neighbours the context signal ranks, and how far around each it looks.
+_CONTEXT_HITS = 50
+_CONTEXT_RADIUS = 2
+# A turn that does not fit whole is cut to the room left, if at least this much is left.
+_MIN_TRUNCATED_TOKENS = 48
+
+# Words too common to say anything about a turn. BM25's IDF weighs them low anyway, but every one
+# of them matches most of the index and costs time.
+STOPWORDS: frozenset[str] = frozenset(
+    """a about above after again all am an and any are as at be been before being below between both but by can
+    could did do does doing done down during each few for from further had has have having he her here hers him his
+    how i if in into is it its itself just me more most my no nor not now of off on once only or other our ours out
+    over own same she should so some such than that the their theirs them then there these they this those through
+    to too under until up very was we were what when where which while who whom why will with would you your yours
+    know tell say said get got""".split()
+)
+_WORD = re.compile(r"[^\W_]+", re.UNICODE)
+# BM25 scores every turn that contains any query word, so the time of a query grows with how many
+# turns its words are in. Words are kept rarest first while the turns they are in add up to at most
+# this many; the commoner ones say little about any one turn (BM25 weighs them low) and are left out.
+# When even the rarest word is in more turns, the keyword signal lists the newest turns with it.
+MATCH_BUDGET = 5_000
+
+
+class RecallInputError(ValueError):
+    """A recall request that cannot be answered as given (the message says why)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RecallWeights:
+    """Fusion weights and the RRF constant ``k`` (settings ``REM_RECALL_WEIGHT_*``, ``REM_RECALL_RRF_K``)."""
+
+    keyword: float = 1.0
+    entities: float = 0.5
+    vector: float = 0.5
+    context: float = 0.2
+    recency: float = 0.5
+    rrf_k: float = 20.0
+
+    def of(self, signal: str) -> float:
+        return float(getattr(self, signal))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RecallRequest:
+    """One question. ``as_of`` is ISO 8601 UTC (see :func:`parse_as_of`)."""
+
+    query: str
+    user: str | None = None
+    session: str | None = None
+    as_of: str | None = None
+    limit: int = 10
+    budget_tokens: int = 2_000
+    recency: bool = False
+
+
+class RecallSource(Protocol):
+    """What recall reads (``store.recall_index.RecallIndex``)."""
+
+    def sessions_of_user(self, user: str) -> frozenset[str]: ...
+    def term_counts(self, terms: Sequence[str], *, cap: int) -> dict[str, int]: ...
+    def keyword_turns(self, match: str, scope: Scope, *, limit: int, ranked: bool = True) -> list[str]: ...
+    def keyword_sessions(self, match: str, scope: Scope, *, limit: int) -> list[str]: ...
+    def adjacent_turns(self, memory_ids: Sequence[str], scope: Scope, *, radius: int) -> list[str]: ...
+    def matching_nodes(self, match: str, scope: Scope, *, limit: int) -> list[str]: ...
+    def grounding_turns(self, node_ids: Sequence[str], scope: Scope) -> dict[str, list[tuple[str, int]]]: ...
+    def neighbours(self, node_ids: Sequence[str], scope: Scope, *, exclude_relationships: Any, limit: int) -> list[str]: ...
+    def turns(self, memory_ids: Sequence[str], scope: Scope) -> dict[str, TurnRecord]: ...
+    def sessions(self, session_ids: Sequence[str], scope: Scope) -> dict[str, SessionRecord]: ...
+    def facts(self, node_ids: Sequence[str], scope: Scope, *, exclude_relationships: Any, edges_per_node: int) -> list[FactRecord]: ...
+
+
+class VectorSource(Protocol):
+    """Nearest turns to a text (``memory:<id>`` ids, nearest first), unscoped: recall filters them."""
+
+    def nearest(self, text: str, *, limit: int) -> list[str]: ...
+
+
+@dataclass(slots=True)
+class RecallResult:
+    """What recall answers; :meth:`as_dict` is the ``--json`` / MCP shape."""
+
+    facts: list[dict[str, Any]] = field(default_factory=list)
+    turns: list[dict[str, Any]] = field(default_factory=list)
+    sessions: list[dict[str, Any]] = field(default_factory=list)
+    signals: dict[str, Any] = field(default_factory=dict)
+    omitted: list[dict[str, Any]] = field(default_factory=list)
+    used_tokens: int = 0
+    budget_tokens: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "facts": self.facts, "turns": self.turns, "sessions": self.sessions, "signals": self.signals,
+            "omitted": self.omitted, "used_tokens": self.used_tokens, "budget_tokens": self.budget_tokens,
+        }
+
+
+# --- input ---------------------------------------------------------------------------------
+def query_terms(text: str) -> list[str]:
+    """The searchable words of ``text`` (lower-cased, unique, in order, at most :data:`MAX_TERMS`);
+    stop words and single letters are dropped unless nothing else is left."""
+    words = list(dict.fromkeys(w.casefold() for w in _WORD.findall(text) if len(w) <= 64))
+    kept = [w for w in words if w not in STOPWORDS and (len(w) > 1 or w.isdigit())] or words
+    return kept[:MAX_TERMS]
+
+
+def selective_terms(terms: Sequence[str], counts: dict[str, int], budget: int = MATCH_BUDGET) -> tuple[list[str], bool]:
+    """The words to match (in query order) and whether BM25 may rank them: the rarest words whose
+    turn counts add up to at most ``budget``; when even the rarest is in more, that word alone and
+    ``False`` (see :data:`MATCH_BUDGET`)."""
+    kept: set[str] = set()
+    total = 0
+    for term in sorted(terms, key=lambda t: (counts.get(t, 0), t)):
+        total += counts.get(term, 0)
+        if total > budget:
+            break
+        kept.add(term)
+    if not kept and terms:
+        return [min(terms, key=lambda t: (counts.get(t, 0), t))], False
+    return [t for t in terms if t in kept], True
+
+
+def match_expression(terms: Sequence[str]) -> str | None:
+    """An FTS5 query matching any of ``terms``, each a quoted string (so ``"``, ``*``, ``NEAR``,
+    ``-`` or ``AND`` in a query are words, never syntax); ``None`` without terms."""
+    return " OR ".join('"' + t.replace('"', '""') + '"' for t in terms) or None
+
+
+def parse_as_of(value: str | None) -> str | None:
+    """``value`` as the graph's time format (ISO 8601 UTC with milliseconds, ``Z``). Accepts ISO
+    dates and times, epoch seconds or milliseconds and the common written forms ("1 March 2026",
+    "2026/03/01 10:00"); a date alone means the end of that day. A time without zone is UTC."""
+    if value is None:
+        return None
+    text = value.strip()
+    if not text or len(text) > 100:
+        raise RecallInputError(f"as_of {value[:40]!r} is not a date")
+    moment: datetime | None = None
+    date_only = False
+    if re.fullmatch(r"-?\d+(\.\d+)?", text):
+        number = float(text)
+        seconds = number / 1000 if abs(number) >= 1e11 else number
+        try:
+            moment = datetime.fromtimestamp(seconds, UTC)
+        except (OverflowError, OSError, ValueError) as exc:
+            raise RecallInputError(f"as_of {text!r} is out of range") from exc
+    else:
+        from dateutil import parser as date_parser
+
+        try:
+            moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+            date_only = re.fullmatch(r"\d{4}-\d{2}-\d{2}", text) is not None
+        except ValueError:
+            try:
+                moment = date_parser.parse(text)
+            except (ValueError, OverflowError) as exc:
+                raise RecallInputError(f"as_of {text[:40]!r} is not a date (try 2026-03-01 or 2026-03-01T10:00Z)") from exc
+            date_only = moment.time() == time() and not re.search(r"\d:\d", text)
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    if date_only:
+        moment = moment + timedelta(days=1) - timedelta(milliseconds=1)
+    try:
+        return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    except (OverflowError, ValueError) as exc:
+        raise RecallInputError(f"as_of {text!r} is out of range") from exc
+
+
+def validate(request: RecallRequest) -> list[str]:
+    """Check ``request``; returns its query terms. Raises :class:`RecallInputError` with the reason."""
+    if not isinstance(request.query, str) or not request.query.strip():
+        raise RecallInputError("query is empty")
+    if len(request.query) > MAX_QUERY_CHARS:
+        raise RecallInputError(f"query is {len(request.query)} characters; at most {MAX_QUERY_CHARS}")
+    if not 1 <= request.limit <= MAX_LIMIT:
+        raise RecallInputError(f"limit must be 1..{MAX_LIMIT}, not {request.limit}")
+    if not 1 <= request.budget_tokens <= MAX_BUDGET_TOKENS:
+        raise RecallInputError(f"budget_tokens must be 1..{MAX_BUDGET_TOKENS}, not {request.budget_tokens}")
+    if request.user is not None and (not request.user.strip() or len(request.user) > MAX_USER_CHARS):
+        raise RecallInputError(f"user must be 1..{MAX_USER_CHARS} characters")
+    if request.session is not None:
+        try:
+            validate_row_id(request.session.removeprefix("session:"), what="session id")
+        except InvalidIdError as exc:
+            raise RecallInputError(str(exc)) from exc
+    return query_terms(request.query)
+
+
+def resolve_scope(source: RecallSource, request: RecallRequest) -> Scope:
+    """The sessions ``request`` may see (``None`` = all) and its ``as_of``."""
+    sessions: frozenset[str] | None = None
+    if request.user is not None:
+        sessions = source.sessions_of_user(request.user)
+    if request.session is not None:
+        wanted = "session:" + request.session.removeprefix("session:")
+        sessions = frozenset({wanted}) & sessions if sessions is not None else frozenset({wanted})
+    return Scope(sessions=sessions, as_of=request.as_of)
+
+
+# --- ranking -------------------------------------------------------------------------------
+def fuse(rankings: dict[str, Sequence[str]], weights: RecallWeights) -> list[tuple[str, float, list[str]]]:
+    """Weighted reciprocal rank fusion of ``rankings`` (signal → ids best first): ``[(id, score,
+    signals that found it)]``, best first; ties by first appearance."""
+    scores: dict[str, float] = {}
+    found_by: dict[str, list[str]] = {}
+    for signal, ranked in rankings.items():
+        weight = weights.of(signal)
+        for rank, item in enumerate(dict.fromkeys(ranked), start=1):
+            scores[item] = scores.get(item, 0.0) + weight / (weights.rrf_k + rank)
+            found_by.setdefault(item, []).append(signal)
+    order = {item: i for i, item in enumerate(found_by)}
+    return sorted(((i, scores[i], found_by[i]) for i in scores), key=lambda x: (-x[1], order[x[0]]))
+
+
+def entity_ranking(matched: Sequence[str], neighbours: Sequence[str], grounding: dict[str, list[tuple[str, int]]]) -> list[str]:
+    """Turns ranked by the nodes they ground: each matched node adds ``1 / (its match rank + 1)``, a
+    neighbour half of what the node it neighbours would; so the turns of the best-matching node
+    come first, and among them those that also ground other entities of the query. Ties by first
+    appearance."""
+    scores: dict[str, float] = {}
+    ranked = [*((n, 1.0, r) for r, n in enumerate(matched)), *((n, 0.5, len(matched) + r) for r, n in enumerate(neighbours))]
+    for node_id, factor, rank in ranked:
+        for memory_id, _ in grounding.get(node_id, []):
+            scores[memory_id] = scores.get(memory_id, 0.0) + factor / (rank + 1)
+    order = {m: i for i, m in enumerate(scores)}
+    return sorted(scores, key=lambda m: (-scores[m], order[m]))
+
+
+def recall(
+    request: RecallRequest,
+    *,
+    source: RecallSource,
+    vector: VectorSource | None = None,
+    weights: RecallWeights = RecallWeights(),
+    signals: Sequence[str] = SIGNALS,
+) -> RecallResult:
+    """Answer ``request`` from ``source`` (and ``vector`` when given). ``signals`` restricts which
+    signals rank (the benchmark measures each alone); recency also needs ``request.recency``."""
+    terms = validate(request)
+    scope = resolve_scope(source, request)
+    used, ranked = selective_terms(terms, source.term_counts(terms, cap=MATCH_BUDGET)) if terms else ([], True)
+    match = match_expression(used)
+    depth = max(_MIN_DEPTH, request.limit * _DEPTH_FACTOR)
+    rankings: dict[str, list[str]] = {}
+    report: dict[str, Any] = {
+        "terms": {"used": used, "common": [t for t in terms if t not in used], "bm25": ranked},
+        "scope": {"user": request.user, "session": request.session, "as_of": request.as_of,
+                  "sessions_visible": None if scope.sessions is None else len(scope.sessions)},
+        "weights": {s: weights.of(s) for s in SIGNALS} | {"rrf_k": weights.rrf_k},
+    }
+    empty_scope = scope.sessions is not None and not scope.sessions
+    matched: list[str] = []
+    keyword_sessions: list[str] = []
+    if match and not empty_scope:
+        if "keyword" in signals or "context" in signals:
+            hits = source.keyword_turns(match, scope, limit=depth, ranked=ranked)
+            if "keyword" in signals:
+                rankings["keyword"] = hits
+                keyword_sessions = source.keyword_sessions(match, scope, limit=_MAX_SESSIONS)
+            if "context" in signals:
+                rankings["context"] = source.adjacent_turns(hits[:_CONTEXT_HITS], scope, radius=_CONTEXT_RADIUS)[:depth]
+        if "entities" in signals:
+            matched = source.matching_nodes(match, scope, limit=_MATCHED_NODES)
+            near = source.neighbours(matched, scope, exclude_relationships=PROVENANCE_RELATIONSHIPS, limit=_NEIGHBOURS)
+            grounding = source.grounding_turns([*matched, *near], scope)
+            rankings["entities"] = entity_ranking(matched, near, grounding)[:depth]
+            report["entities"] = {"nodes": matched, "neighbours": near}
+    if vector is not None and "vector" in signals and not empty_scope:
+        # The vector store knows nothing of scope: ask deeper, keep only what the scope shows.
+        nearest = vector.nearest(request.query, limit=depth * 4)
+        visible = source.turns(nearest, scope)
+        rankings["vector"] = [m for m in nearest if m in visible][:depth]
+    candidates = {m for ranked in rankings.values() for m in ranked}
+    records = source.turns(sorted(candidates), scope)
+    rankings = {s: [m for m in ranked if m in records] for s, ranked in rankings.items()}
+    if request.recency and "recency" in signals and records:
+        rankings["recency"] = sorted(records, key=lambda m: (records[m].created_at or "", m), reverse=True)[:depth]
+    for signal in SIGNALS:
+        report[signal] = {**report.get(signal, {}), "turns": len(rankings.get(signal, [])),
+                          "enabled": signal in rankings}
+    fused = fuse({s: rankings[s] for s in SIGNALS if s in rankings}, weights)[: request.limit]
+    report["candidates"] = len(records)
+    facts = source.facts(matched[:_MAX_FACTS], scope, exclude_relationships=PROVENANCE_RELATIONSHIPS, edges_per_node=_EDGES_PER_FACT)
+    session_ids = list(dict.fromkeys([*keyword_sessions, *(records[m].session_id for m, _, _ in fused)]))[:_MAX_SESSIONS]
+    sessions = source.sessions(session_ids, scope)
+    result = RecallResult(signals=report, budget_tokens=request.budget_tokens)
+    _pack(
+        result,
+        facts=[fact_item(f) for f in facts],
+        turns=[turn_item(records[m], score, found) for m, score, found in fused],
+        sessions=[session_item(sessions[s]) for s in session_ids if s in sessions],
+    )
+    return result
+
+
+# --- output --------------------------------------------------------------------------------
+def fact_item(fact: FactRecord) -> dict[str, Any]:
+    return {
+        "id": fact.node_id, "label": fact.label, "name": fact.name, "description": fact.description,
+        "evidence": fact.evidence, "memory_id": fact.memory_id or None,
+        "edges": [
+            {"source": e.source, "relationship": e.relationship, "target": e.target, "other": e.other_name,
+             "strength": e.places, "evidence": e.evidence, "memory_id": e.memory_id or None}
+            for e in fact.edges
+        ],
+    }
+
+
+def turn_item(turn: TurnRecord, score: float, found_by: Sequence[str]) -> dict[str, Any]:
+    return {
+        "memory_id": turn.memory_id, "session_id": turn.session_id, "turn_index": turn.turn_index,
+        "role": turn.role, "created_at": turn.created_at, "text": turn.text, "score": round(score, 6),
+        "signals": list(found_by),
+    }
+
+
+def session_item(session: SessionRecord) -> dict[str, Any]:
+    return {"id": session.session_id, "title": session.title, "summary": session.summary, "created_at": session.created_at}
+
+
+def item_tokens(item: dict[str, Any]) -> int:
+    """What an item costs in the context it is packed into: the estimate of its compact JSON."""
+    return estimate_tokens(json.dumps(item, ensure_ascii=False, separators=(",", ":")))
+
+
+def _pack(result: RecallResult, *, facts: list[dict[str, Any]], turns: list[dict[str, Any]], sessions: list[dict[str, Any]]) -> None:
+    """Greedy packing in priority order — the best fact, then turns and facts alternating by rank,
+    then sessions — into ``result.budget_tokens``. A turn that does not fit whole is cut to fit
+    (``truncated: true``) when enough room is left; anything else that does not fit is omitted."""
+    queue: list[tuple[str, dict[str, Any]]] = []
+    for i in range(max(len(facts), len(turns))):
+        if i < len(facts):
+            queue.append(("facts", facts[i]))
+        if i < len(turns):
+            queue.append(("turns", turns[i]))
+    queue += [("sessions", s) for s in sessions]
+    left = result.budget_tokens
+    for kind, item in queue:
+        cost = item_tokens(item)
+        if cost > left and kind == "turns" and left >= _MIN_TRUNCATED_TOKENS:
+            item, cost = _truncated(item, left)
+        if cost <= left:
+            getattr(result, kind).append(item)
+            left -= cost
+        else:
+            result.omitted.append({"kind": kind[:-1], "id": item.get("memory_id") or item.get("id"), "tokens": cost})
+    result.used_tokens = result.budget_tokens - left
+
+
+def _truncated(item: dict[str, Any], room: int) -> tuple[dict[str, Any], int]:
+    """``item`` with its text cut (on a character boundary, with "…") so that it costs at most ``room``."""
+    overhead = item_tokens({**item, "text": "", "truncated": True})
+    text = item["text"]
+    # Each character costs at most 4 bytes / 3 per token; a JSON escape can cost 6 bytes.
+    low, high = 0, len(text)
+    while low < high:
+        mid = (low + high + 1) // 2
+        if overhead + estimate_tokens(json.dumps(text[:mid] + "…", ensure_ascii=False)) <= room:
+            low = mid
+        else:
+            high = mid - 1
+    cut = {**item, "text": text[:low] + "…", "truncated": True}
+    return cut, item_tokens(cut)
+

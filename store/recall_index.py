@@ -1,0 +1,391 @@
+"""Recall's read side and turn-text writes over the FTS5 tables of schema version 6.
+
+``recall_turns`` (+ ``recall_turns_fts``) holds each turn's text, written by ingest in the session's
+transaction (:meth:`RecallIndex.index_memory_nodes`) and by ``rem-cycle reindex``;
+``recall_sessions`` and ``recall_node_docs`` are kept by triggers (see the migration in
+``store/db.py``). Every read takes a :class:`Scope`: which sessions the caller may see (``None`` =
+all) and the time by which something must have been known (``as_of``). Visibility is decided here,
+in SQL, so that nothing out of scope ever reaches the caller — not even as a ranking candidate.
+
+FTS match expressions come from the caller already built out of quoted terms
+(``pipelines.recall.match_expression``); this module never builds one from raw user text.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from store.db import Database
+from store.facts import longer_text
+from store.graph import Node, chunked
+
+_IN_CHUNK = 400
+# Node name, aliases, description: a name hit says more than a word in a description.
+_NODE_COLUMN_WEIGHTS = (10.0, 5.0, 1.0)
+
+
+@dataclass(frozen=True, slots=True)
+class Scope:
+    """What a caller may see: ``sessions`` (``session:<id>`` anchors; ``None`` = every session and
+    note) and ``as_of`` (ISO 8601 UTC, ``...Z``; ``None`` = now)."""
+
+    sessions: frozenset[str] | None = None
+    as_of: str | None = None
+
+    def sessions_json(self) -> str | None:
+        return None if self.sessions is None else json.dumps(sorted(self.sessions))
+
+
+@dataclass(frozen=True, slots=True)
+class TurnRecord:
+    """One indexed turn."""
+
+    memory_id: str
+    session_id: str
+    turn_index: int | None
+    role: str | None
+    created_at: str | None
+    text: str
+    user_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SessionRecord:
+    session_id: str
+    title: str
+    summary: str
+    created_at: str | None
+    user_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class FactEdge:
+    """A semantic edge of a fact, as strong as its distinct visible places, with one quote."""
+
+    source: str
+    target: str
+    relationship: str
+    other_id: str
+    other_name: str
+    places: int
+    evidence: str
+    memory_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class FactRecord:
+    node_id: str
+    label: str
+    name: str
+    description: str
+    evidence: str
+    memory_id: str
+    edges: list[FactEdge] = field(default_factory=list)
+
+
+# Visibility fragments; every one takes the parameters (sessions_json, sessions_json) or (as_of, as_of).
+_SESSION_VISIBLE = "(? IS NULL OR {col} IN (SELECT value FROM json_each(?)))"
+_KNOWN_BY = "(? IS NULL OR ({col} IS NOT NULL AND {col} <= ?))"
+
+
+def _visible(col: str, scope: Scope) -> tuple[str, tuple[Any, ...]]:
+    sessions = scope.sessions_json()
+    return _SESSION_VISIBLE.format(col=col), (sessions, sessions)
+
+
+def _known(col: str, scope: Scope) -> tuple[str, tuple[Any, ...]]:
+    return _KNOWN_BY.format(col=col), (scope.as_of, scope.as_of)
+
+
+class RecallIndex:
+    """The recall tables of one graph database (reads need no transaction; writes join the caller's)."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    # --- writes --------------------------------------------------------------------------
+    def index_turns(self, turns: Iterable[TurnRecord]) -> int:
+        """Insert or refresh turns (keyed by ``memory_id``) and their FTS rows; returns how many
+        turns were written (an unchanged turn is not)."""
+        rows = {t.memory_id: (t.memory_id, t.session_id, t.user_id, t.turn_index, t.role, t.created_at, t.text) for t in turns}
+        if not rows:
+            return 0
+        ids = json.dumps(list(rows))
+        with self.db.transaction() as conn:
+            existing = conn.execute(
+                "SELECT id, memory_id, session_id, user_id, turn_index, role, created_at, text FROM recall_turns "
+                "WHERE memory_id IN (SELECT value FROM json_each(?))",
+                (ids,),
+            ).fetchall()
+            known = {r["memory_id"]: r for r in existing}
+            unchanged = {m for m, r in known.items() if tuple(r)[1:] == rows[m]}
+            retext = [m for m, r in known.items() if r["text"] != rows[m][-1]]
+            # An external-content FTS row is removed with the text it was indexed with.
+            conn.executemany(
+                "INSERT INTO recall_turns_fts(recall_turns_fts, rowid, text) VALUES ('delete', ?, ?)",
+                [(known[m]["id"], known[m]["text"]) for m in retext],
+            )
+            fresh = [row for memory_id, row in rows.items() if memory_id not in unchanged]
+            conn.executemany(
+                "INSERT INTO recall_turns(memory_id, session_id, user_id, turn_index, role, created_at, text) "
+                "VALUES (?,?,?,?,?,?,?) ON CONFLICT(memory_id) DO UPDATE SET session_id = excluded.session_id, "
+                "user_id = excluded.user_id, turn_index = excluded.turn_index, role = excluded.role, "
+                "created_at = excluded.created_at, text = excluded.text",
+                fresh,
+            )
+            conn.execute(
+                "INSERT INTO recall_turns_fts(rowid, text) SELECT id, text FROM recall_turns "
+                "WHERE memory_id IN (SELECT value FROM json_each(?))",
+                (json.dumps([m for m in rows if m not in known] + retext),),
+            )
+            conn.executemany(
+                "INSERT OR IGNORE INTO recall_session_users(session_id, user_id) VALUES (?, ?)",
+                sorted({(row[1], row[2]) for row in fresh if row[2] is not None}),
+            )
+        return len(fresh)
+
+    def index_memory_nodes(self, nodes: Iterable[Node], texts: Mapping[str, str]) -> int:
+        """Index the MEMORY ``nodes`` ingest just wrote, with their text (``texts`` by node id); a
+        node without text is skipped."""
+        return self.index_turns(
+            memory_turn(node, texts[node.id]) for node in nodes if node.label == "MEMORY" and node.id in texts
+        )
+
+    def indexed_memory_ids(self, memory_ids: Sequence[str]) -> set[str]:
+        """The subset of ``memory_ids`` whose text is indexed."""
+        found: set[str] = set()
+        for part in chunked(list(memory_ids), _IN_CHUNK):
+            marks = ",".join("?" * len(part))
+            found.update(r[0] for r in self.db.query(f"SELECT memory_id FROM recall_turns WHERE memory_id IN ({marks})", part))
+        return found
+
+    # --- scope ---------------------------------------------------------------------------
+    def sessions_of_user(self, user: str) -> frozenset[str]:
+        """The sessions ``user`` owns: those whose session row says so, and — for a session whose row
+        names nobody — those whose turns say so."""
+        rows = self.db.query(
+            "SELECT session_id FROM recall_sessions WHERE user_id = ? "
+            "UNION SELECT u.session_id FROM recall_session_users AS u "
+            "LEFT JOIN recall_sessions AS s ON s.session_id = u.session_id "
+            "WHERE u.user_id = ? AND s.user_id IS NULL",
+            (user, user),
+        )
+        return frozenset(r[0] for r in rows)
+
+    def term_counts(self, terms: Sequence[str], *, cap: int) -> dict[str, int]:
+        """How many turns contain each term; counting stops at ``cap + 1``, so a common word costs
+        no more than a rare one."""
+        return {
+            term: self.db.query(
+                "SELECT COUNT(*) FROM (SELECT rowid FROM recall_turns_fts WHERE recall_turns_fts MATCH ? LIMIT ?)",
+                ('"' + term.replace('"', '""') + '"', cap + 1),
+            )[0][0]
+            for term in terms
+        }
+
+    # --- keyword -------------------------------------------------------------------------
+    def keyword_turns(self, match: str, scope: Scope, *, limit: int, ranked: bool = True) -> list[str]:
+        """Turns matching ``match`` by BM25, best first (``ranked=False``: newest first, without
+        scoring every match)."""
+        visible, vp = _visible("t.session_id", scope)
+        known, kp = _known("t.created_at", scope)
+        rows = self.db.query(
+            "SELECT t.memory_id FROM recall_turns_fts AS f JOIN recall_turns AS t ON t.id = f.rowid "
+            f"WHERE recall_turns_fts MATCH ? AND {visible} AND {known} ORDER BY {'f.rank, t.id' if ranked else 'f.rowid DESC'} LIMIT ?",
+            (match, *vp, *kp, limit),
+        )
+        return [r[0] for r in rows]
+
+    def keyword_sessions(self, match: str, scope: Scope, *, limit: int) -> list[str]:
+        """Sessions whose title or summary matches ``match``, best first."""
+        visible, vp = _visible("s.session_id", scope)
+        known, kp = _known("s.created_at", scope)
+        rows = self.db.query(
+            "SELECT s.session_id FROM recall_sessions_fts AS f JOIN recall_sessions AS s ON s.id = f.rowid "
+            f"WHERE recall_sessions_fts MATCH ? AND {visible} AND {known} ORDER BY f.rank, s.id LIMIT ?",
+            (match, *vp, *kp, limit),
+        )
+        return [r[0] for r in rows]
+
+    def adjacent_turns(self, memory_ids: Sequence[str], scope: Scope, *, radius: int) -> list[str]:
+        """The turns within ``radius`` of each of ``memory_ids`` in its session (not those turns
+        themselves), in the order of ``memory_ids``, nearest first, the next turn before the previous."""
+        visible, vp = _visible("b.session_id", scope)
+        known, kp = _known("b.created_at", scope)
+        rows = self.db.query(
+            "SELECT b.memory_id FROM json_each(?) AS h JOIN recall_turns AS a ON a.memory_id = h.value "
+            "JOIN recall_turns AS b ON b.session_id = a.session_id AND b.turn_index BETWEEN a.turn_index - ? AND a.turn_index + ? "
+            f"AND b.id != a.id WHERE {visible} AND {known} "
+            "ORDER BY h.key, ABS(b.turn_index - a.turn_index), b.turn_index DESC",
+            (json.dumps(list(memory_ids)), radius, radius, *vp, *kp),
+        )
+        return list(dict.fromkeys(r[0] for r in rows))
+
+    # --- entities ------------------------------------------------------------------------
+    def matching_nodes(self, match: str, scope: Scope, *, limit: int) -> list[str]:
+        """Nodes whose name, or a visible claim's aliases/description, match ``match``, best first;
+        only nodes with at least one visible point known by ``as_of``."""
+        point_visible, pvp = _visible("p.anchor", scope)
+        point_known, pkp = _known("p.observed_at", scope)
+        claim_visible, cvp = _visible("d.anchor", scope)
+        claim_known, ckp = _known("c.observed_at", scope)
+        weights = ", ".join(str(w) for w in _NODE_COLUMN_WEIGHTS)
+        rows = self.db.query(
+            f"SELECT d.node_id, bm25(recall_node_docs_fts, {weights}) AS score "
+            "FROM recall_node_docs_fts JOIN recall_node_docs AS d ON d.id = recall_node_docs_fts.rowid "
+            "WHERE recall_node_docs_fts MATCH ? "
+            f"AND (d.kind = 'name' OR ({claim_visible} AND (? IS NULL OR EXISTS (SELECT 1 FROM node_points AS c "
+            f"WHERE c.node_id = d.node_id AND c.anchor = d.anchor AND {claim_known})))) "
+            f"AND EXISTS (SELECT 1 FROM node_points AS p WHERE p.node_id = d.node_id AND {point_visible} AND {point_known}) "
+            "ORDER BY score, d.id LIMIT ?",
+            (match, *cvp, scope.as_of, *ckp, *pvp, *pkp, limit * 4),
+        )
+        # A node has a name row and a row per claim: its best row ranks it.
+        return list(dict.fromkeys(r[0] for r in rows))[:limit]
+
+    def grounding_turns(self, node_ids: Sequence[str], scope: Scope) -> dict[str, list[tuple[str, int]]]:
+        """For each node, the turns its visible points cite: ``[(memory_id, points)]``, most points first."""
+        if not node_ids:
+            return {}
+        visible, vp = _visible("anchor", scope)
+        known, kp = _known("observed_at", scope)
+        rows = self.db.query(
+            "SELECT node_id, memory_id, COUNT(*) AS n FROM node_points "
+            f"WHERE node_id IN (SELECT value FROM json_each(?)) AND memory_id != '' AND {visible} AND {known} "
+            "GROUP BY node_id, memory_id ORDER BY node_id, n DESC, memory_id",
+            (json.dumps(list(node_ids)), *vp, *kp),
+        )
+        found: dict[str, list[tuple[str, int]]] = {}
+        for r in rows:
+            found.setdefault(r["node_id"], []).append((r["memory_id"], r["n"]))
+        return found
+
+    def neighbours(self, node_ids: Sequence[str], scope: Scope, *, exclude_relationships: Iterable[str], limit: int) -> list[str]:
+        """Nodes one semantic edge away from ``node_ids`` through visible edge points, strongest first."""
+        if not node_ids:
+            return []
+        visible, vp = _visible("anchor", scope)
+        known, kp = _known("observed_at", scope)
+        ids = json.dumps(list(node_ids))
+        rows = self.db.query(
+            "SELECT other, COUNT(DISTINCT anchor || ' ' || memory_id || ' ' || chunk_id) AS places FROM ("
+            "SELECT CASE WHEN source IN (SELECT value FROM json_each(?)) THEN target ELSE source END AS other, "
+            "anchor, memory_id, chunk_id, observed_at FROM edge_points "
+            "WHERE (source IN (SELECT value FROM json_each(?)) OR target IN (SELECT value FROM json_each(?))) "
+            "AND relationship NOT IN (SELECT value FROM json_each(?))"
+            f") WHERE other NOT IN (SELECT value FROM json_each(?)) AND {visible} AND {known} "
+            "AND other NOT LIKE 'memory:%' AND other NOT LIKE 'session:%' AND other NOT LIKE 'note:%' "
+            "GROUP BY other ORDER BY places DESC, other LIMIT ?",
+            (ids, ids, ids, json.dumps(sorted(exclude_relationships)), ids, *vp, *kp, limit),
+        )
+        return [r[0] for r in rows]
+
+    # --- records ---------------------------------------------------------------------------
+    def turns(self, memory_ids: Sequence[str], scope: Scope) -> dict[str, TurnRecord]:
+        """The visible turns among ``memory_ids`` (missing or hidden ones are left out)."""
+        visible, vp = _visible("session_id", scope)
+        known, kp = _known("created_at", scope)
+        found: dict[str, TurnRecord] = {}
+        for part in chunked(list(dict.fromkeys(memory_ids)), _IN_CHUNK):
+            rows = self.db.query(
+                "SELECT memory_id, session_id, turn_index, role, created_at, text, user_id FROM recall_turns "
+                f"WHERE memory_id IN (SELECT value FROM json_each(?)) AND {visible} AND {known}",
+                (json.dumps(list(part)), *vp, *kp),
+            )
+            for r in rows:
+                found[r[0]] = TurnRecord(*r)
+        return found
+
+    def sessions(self, session_ids: Sequence[str], scope: Scope) -> dict[str, SessionRecord]:
+        """The visible sessions among ``session_ids``; a summary written after ``as_of`` is hidden
+        with its session."""
+        visible, vp = _visible("session_id", scope)
+        known, kp = _known("created_at", scope)
+        rows = self.db.query(
+            "SELECT session_id, title, summary, created_at, user_id FROM recall_sessions "
+            f"WHERE session_id IN (SELECT value FROM json_each(?)) AND {visible} AND {known}",
+            (json.dumps(list(dict.fromkeys(session_ids))), *vp, *kp),
+        )
+        return {r[0]: SessionRecord(*r) for r in rows}
+
+    def facts(self, node_ids: Sequence[str], scope: Scope, *, exclude_relationships: Iterable[str], edges_per_node: int) -> list[FactRecord]:
+        """Each visible node of ``node_ids`` (in that order) with the description its visible claims
+        give, its first visible quote and its strongest visible semantic edges."""
+        if not node_ids:
+            return []
+        point_visible, pvp = _visible("anchor", scope)
+        point_known, pkp = _known("observed_at", scope)
+        claim_visible, cvp = _visible("c.anchor", scope)
+        claim_known, ckp = _known("p.observed_at", scope)
+        excluded = json.dumps(sorted(exclude_relationships))
+        records: list[FactRecord] = []
+        for node_id in node_ids:
+            node = self.db.query("SELECT id, label, name FROM nodes WHERE id = ?", (node_id,))
+            points = self.db.query(
+                f"SELECT memory_id, evidence FROM node_points WHERE node_id = ? AND {point_visible} AND {point_known} "
+                "ORDER BY evidence = '', observed_at, memory_id LIMIT 1",
+                (node_id, *pvp, *pkp),
+            )
+            if not node or not points:
+                continue
+            description = ""
+            for c in self.db.query(
+                f"SELECT c.description FROM node_claims AS c WHERE c.node_id = ? AND c.description != '' AND {claim_visible} "
+                f"AND (? IS NULL OR EXISTS (SELECT 1 FROM node_points AS p WHERE p.node_id = c.node_id "
+                f"AND p.anchor = c.anchor AND {claim_known}))",
+                (node_id, *cvp, scope.as_of, *ckp),
+            ):
+                description = longer_text(description, c[0])
+            edges = self.db.query(
+                "SELECT source, target, relationship, COUNT(DISTINCT anchor || ' ' || CASE WHEN memory_id != '' "
+                "THEN memory_id ELSE chunk_id END) AS places, MAX(evidence) AS evidence, memory_id "
+                "FROM edge_points WHERE (source = ? OR target = ?) AND relationship NOT IN (SELECT value FROM json_each(?)) "
+                f"AND {point_visible} AND {point_known} "
+                "GROUP BY source, target, relationship ORDER BY places DESC, relationship, source, target LIMIT ?",
+                (node_id, node_id, excluded, *pvp, *pkp, edges_per_node),
+            )
+            names = {
+                r[0]: r[1]
+                for r in self.db.query(
+                    "SELECT id, name FROM nodes WHERE id IN (SELECT value FROM json_each(?))",
+                    (json.dumps([e["target"] if e["source"] == node_id else e["source"] for e in edges]),),
+                )
+            }
+            fact_edges = []
+            for e in edges:
+                other = e["target"] if e["source"] == node_id else e["source"]
+                fact_edges.append(
+                    FactEdge(e["source"], e["target"], e["relationship"], other, names.get(other, other), e["places"],
+                             e["evidence"] or "", e["memory_id"] or "")
+                )
+            records.append(
+                FactRecord(node[0]["id"], node[0]["label"], node[0]["name"], description, points[0]["evidence"],
+                           points[0]["memory_id"], fact_edges)
+            )
+        return records
+
+    def counts(self) -> dict[str, int]:
+        """Rows in each recall table."""
+        return {
+            table: self.db.query(f"SELECT COUNT(*) FROM {table}")[0][0]
+            for table in ("recall_turns", "recall_sessions", "recall_node_docs")
+        }
+
+
+def memory_turn(node: Node, text: str) -> TurnRecord:
+    """The index row of a MEMORY node written by ingest (its properties name session, user, order, role, time)."""
+    props = node.properties
+    session = props.get("sessionId")
+    turn_index = props.get("turnIndex")
+    return TurnRecord(
+        memory_id=node.id,
+        session_id=f"session:{session}" if isinstance(session, str) else "",
+        turn_index=turn_index if isinstance(turn_index, int) and not isinstance(turn_index, bool) else None,
+        role=props.get("role") if isinstance(props.get("role"), str) else None,
+        created_at=props.get("createdAt") if isinstance(props.get("createdAt"), str) else None,
+        text=text,
+        user_id=props.get("userId") if isinstance(props.get("userId"), str) else None,
+    )

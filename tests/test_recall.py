@@ -1,0 +1,406 @@
+"""Recall: FTS5 index kept by ingest and triggers, hybrid ranking, scope (user, session, as_of),
+token budget, bad input — against real SQLite and a real embedded Chroma, through a real cycle."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from config import Settings, load_settings
+from pipelines.importer import import_sessions
+from pipelines.recall import (
+    MAX_QUERY_CHARS,
+    RecallInputError,
+    RecallRequest,
+    RecallWeights,
+    fuse,
+    item_tokens,
+    match_expression,
+    parse_as_of,
+    query_terms,
+    recall,
+    selective_terms,
+)
+from store.chroma import ChromaStore
+from store.db import MIGRATIONS, Database, _statements, register_functions
+from store.graph import GraphStore
+from store.recall_index import RecallIndex
+from tests.conftest import run_cli, write_sessions
+from worker.cycle import run_cycle
+from worker.recall import reindex, run_recall, search_nodes, show_node
+
+# Two users whose sessions share entities (LazyEdgeQueue, drain()); each also says things only they know.
+ALICE_ONLY = ("torn", "quarantined", "Drain torn lines", "alice-s1", "am1", "am2", "crashes", "Alice")
+BOB_ONLY = ("Zephyr", "BLUEFIN", "payroll", "bob-s1", "bob-s2", "bm1", "bm2", "bm3", "Bob", "ordering", "Heron")
+SESSIONS: list[dict[str, Any]] = [
+    {
+        "sessionId": "alice-s1", "title": "Drain torn lines", "createdAt": "2026-11-01T10:00:00Z", "userId": "alice",
+        "summary": "Alice found that the LazyEdgeQueue drain leaves torn lines after a crash.",
+        "turns": [
+            {"id": "am1", "role": "user", "createdAt": "2026-11-01T10:00:00Z",
+             "text": "The LazyEdgeQueue drain loses torn lines when the worker crashes mid-write."},
+            {"id": "am2", "role": "assistant", "createdAt": "2026-11-01T10:01:00Z",
+             "text": "Agreed: drain() must rename the queue file first, then read it, so a torn line is quarantined."},
+        ],
+    },
+    {
+        "sessionId": "bob-s1", "title": "Bob Zephyr planning", "createdAt": "2026-11-05T10:00:00Z", "userId": "bob",
+        "summary": "Bob discussed Project Zephyr payroll exports on the LazyEdgeQueue.",
+        "turns": [
+            {"id": "bm1", "role": "user", "createdAt": "2026-11-05T10:00:00Z",
+             "text": "Project Zephyr uses the LazyEdgeQueue for payroll exports, codename BLUEFIN."},
+            {"id": "bm2", "role": "assistant", "createdAt": "2026-11-05T10:01:00Z",
+             "text": "The BLUEFIN payroll export depends on LazyEdgeQueue ordering and drain() timing."},
+        ],
+    },
+    {
+        "sessionId": "bob-s2", "title": "Heron review", "createdAt": "2026-11-20T10:00:00Z", "userId": "bob",
+        "summary": "Bob reviewed Heron and the drain.",
+        "turns": [
+            {"id": "bm3", "role": "user", "createdAt": "2026-11-20T10:00:00Z",
+             "text": "Heron calls drain() before every payroll export of the LazyEdgeQueue."},
+        ],
+    },
+]
+
+
+async def build(settings: Settings, tmp_path: Path, sessions: list[dict[str, Any]] = SESSIONS) -> None:
+    await import_sessions(
+        write_sessions(tmp_path / "in.jsonl", sessions), chroma=ChromaStore(settings),
+        memory_collection=settings.memory_collection, summary_collection=settings.session_collection,
+    )
+    result = await run_cycle(settings)
+    assert result.outcome == "completed", result
+
+
+@pytest.fixture
+async def graph(settings: Settings, tmp_path: Path) -> Settings:
+    await build(settings, tmp_path)
+    return settings
+
+
+def ask(settings: Settings, query: str, **options: Any) -> dict[str, Any]:
+    db = Database(settings.graph_path, readonly=True)
+    try:
+        return recall(RecallRequest(query=query, **options), source=RecallIndex(db)).as_dict()
+    finally:
+        db.close()
+
+
+def strings(value: Any) -> list[str]:
+    """Every string in a JSON value (keys too)."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for k, v in value.items() for s in [k, *strings(v)]]
+    if isinstance(value, list):
+        return [s for v in value for s in strings(v)]
+    return []
+
+
+def answer_strings(answer: dict[str, Any]) -> str:
+    """Everything an answer says, except the echo of the caller's own query terms."""
+    echoed = {**answer, "signals": {k: v for k, v in answer["signals"].items() if k != "terms"}}
+    return "\n".join(strings(echoed)).casefold()
+
+
+# --- index ---------------------------------------------------------------------------------
+async def test_ingest_indexes_turns_and_sessions_in_the_same_transaction(graph: Settings) -> None:
+    db = Database(graph.graph_path)
+    counts = RecallIndex(db).counts()
+    assert counts["recall_turns"] == 5 and counts["recall_sessions"] == 3
+    row = db.query("SELECT * FROM recall_turns WHERE memory_id = 'memory:am2'")[0]
+    assert (row["session_id"], row["user_id"], row["turn_index"], row["role"]) == ("session:alice-s1", "alice", 1, "assistant")
+    assert "quarantined" in row["text"]
+    # Node names and claims are indexed by triggers: every semantic node has its name row.
+    names = {r[0] for r in db.query("SELECT node_id FROM recall_node_docs WHERE kind = 'name'")}
+    semantic = {n.id for n in GraphStore(db).all_nodes() if n.label not in ("MEMORY", "SESSION")}
+    assert names == semantic and "CLASS:LazyEdgeQueue" in names
+    db.close()
+
+
+async def test_deleting_a_node_takes_it_out_of_the_index(graph: Settings) -> None:
+    db = Database(graph.graph_path)
+    graph_store = GraphStore(db)
+    assert ask(graph, "quarantined")["turns"][0]["memory_id"] == "memory:am2"
+    graph_store.delete_node("memory:am2")
+    graph_store.delete_node("CLASS:LazyEdgeQueue")
+    assert not db.query("SELECT 1 FROM recall_node_docs WHERE node_id = 'CLASS:LazyEdgeQueue'")
+    assert "memory:am2" not in [t["memory_id"] for t in ask(graph, "quarantined")["turns"]]
+    # The FTS index agrees with its content table (an external-content index can drift silently).
+    db.conn.execute("INSERT INTO recall_turns_fts(recall_turns_fts, rank) VALUES ('integrity-check', 1)")
+    db.conn.execute("INSERT INTO recall_node_docs_fts(recall_node_docs_fts, rank) VALUES ('integrity-check', 1)")
+    db.conn.execute("INSERT INTO recall_sessions_fts(recall_sessions_fts, rank) VALUES ('integrity-check', 1)")
+    db.close()
+
+
+async def test_reindex_fills_turn_text_for_a_graph_made_before_the_index(graph: Settings) -> None:
+    db = Database(graph.graph_path)
+    with db.transaction() as conn:
+        conn.execute("DELETE FROM recall_turns")
+    db.close()
+    assert ask(graph, "quarantined")["turns"] == []
+    counts = await reindex(graph, page_size=2)
+    assert counts["scanned"] == 5 and counts["written"] == 5 and counts["recall_turns"] == 5
+    assert ask(graph, "quarantined")["turns"][0]["memory_id"] == "memory:am2"
+    assert (await reindex(graph))["written"] == 0  # idempotent
+
+
+def test_migration_indexes_existing_sessions_and_nodes(tmp_path: Path) -> None:
+    path = tmp_path / "old.sqlite3"
+    conn = sqlite3.connect(path, isolation_level=None)
+    register_functions(conn)
+    conn.execute("CREATE TABLE schema_version (version INTEGER PRIMARY KEY)")
+    recall_version = next(v for v, script in enumerate(MIGRATIONS, start=1) if "recall_turns" in script)
+    for version, script in enumerate(MIGRATIONS[: recall_version - 1], start=1):
+        for statement in _statements(script):
+            conn.execute(statement)
+        conn.execute("INSERT INTO schema_version VALUES (?)", (version,))
+    conn.execute(
+        "INSERT INTO nodes VALUES ('session:s1', 'SESSION', 'Old one', ?, 't', 't')",
+        (json.dumps({"sessionId": "s1", "userId": "u", "summary": "kestrel migration notes", "title": "Old one"}),),
+    )
+    conn.execute("INSERT INTO nodes VALUES ('CONCEPT:kestrel', 'CONCEPT', 'kestrel', '{}', 't', 't')")
+    conn.execute("INSERT INTO node_claims(node_id, anchor, extracted_for, description) VALUES ('CONCEPT:kestrel', 'session:s1', 'CONCEPT:kestrel', 'a falcon')")
+    conn.close()
+    db = Database(path)
+    assert db.schema_version == len(MIGRATIONS)
+    hit = db.query("SELECT session_id FROM recall_sessions_fts JOIN recall_sessions ON id = recall_sessions_fts.rowid WHERE recall_sessions_fts MATCH 'kestrel'")
+    assert hit[0][0] == "session:s1"
+    kinds = db.query("SELECT kind FROM recall_node_docs_fts JOIN recall_node_docs ON id = recall_node_docs_fts.rowid WHERE recall_node_docs_fts MATCH 'falcon OR kestrel'")
+    assert {r[0] for r in kinds} == {"name", "claim"}
+    db.close()
+
+
+# --- ranking -------------------------------------------------------------------------------
+async def test_recall_reports_facts_turns_sessions_and_each_signal(graph: Settings) -> None:
+    answer = ask(graph, "what do we know about the drain's torn lines?")
+    turns = answer["turns"]
+    assert turns[0]["memory_id"] in {"memory:am1", "memory:am2"}
+    first = turns[0]
+    assert set(first) >= {"memory_id", "session_id", "turn_index", "role", "created_at", "text", "score", "signals"}
+    assert "keyword" in first["signals"] and "entities" in first["signals"]
+    assert [t["score"] for t in turns] == sorted((t["score"] for t in turns), reverse=True)
+    assert answer["signals"]["keyword"]["turns"] >= 2 and answer["signals"]["entities"]["turns"] >= 1
+    assert answer["sessions"][0]["id"] == "session:alice-s1" and answer["sessions"][0]["summary"].startswith("Alice")
+    fact = next(f for f in answer["facts"] if f["id"] == "METHOD:drain")
+    assert fact["memory_id"].startswith("memory:") and fact["evidence"]
+    assert answer["used_tokens"] <= answer["budget_tokens"]
+
+
+async def test_entities_reach_turns_that_share_no_word_with_the_query(graph: Settings) -> None:
+    # Every turn that grounds the node is found through it, whatever words the turn uses.
+    answer = ask(graph, "LazyEdgeQueue")
+    entity_turns = {t["memory_id"] for t in answer["turns"] if "entities" in t["signals"]}
+    assert {"memory:am1", "memory:bm1"} <= entity_turns
+
+
+def test_fuse_is_weighted_reciprocal_rank() -> None:
+    weights = RecallWeights(keyword=1.0, entities=2.0, rrf_k=10)
+    fused = fuse({"keyword": ["a", "b"], "entities": ["b", "c"]}, weights)
+    scores = {i: s for i, s, _ in fused}
+    assert scores["b"] == pytest.approx(1 / 12 + 2 / 11)
+    assert scores["a"] == pytest.approx(1 / 11) and scores["c"] == pytest.approx(2 / 12)
+    assert [i for i, _, _ in fused] == ["b", "c", "a"]
+    assert dict((i, f) for i, _, f in fused)["b"] == ["keyword", "entities"]
+
+
+async def test_recency_is_an_explicit_option(graph: Settings) -> None:
+    plain = ask(graph, "drain payroll", user="bob")
+    recent = ask(graph, "drain payroll", user="bob", recency=True)
+    assert plain["signals"]["recency"]["enabled"] is False
+    assert recent["signals"]["recency"]["enabled"] is True
+    assert all("recency" in t["signals"] for t in recent["turns"])
+
+
+async def test_vector_signal_uses_the_collections_own_embedding(graph: Settings, clean_env: pytest.MonkeyPatch) -> None:
+    clean_env.setenv("REM_RECALL_VECTOR", "true")
+    settings = load_settings()
+    answer = await run_recall(settings, RecallRequest(query="payroll export codename", user="bob"))
+    assert answer["signals"]["vector"]["enabled"] and answer["signals"]["vector"]["turns"] >= 1
+    vector_found = {t["memory_id"] for t in answer["turns"] if "vector" in t["signals"]}
+    assert vector_found and vector_found <= {"memory:bm1", "memory:bm2", "memory:bm3"}
+
+
+# --- scope ---------------------------------------------------------------------------------
+QUERIES = (
+    "LazyEdgeQueue", "drain()", "drain torn lines", "payroll export Zephyr BLUEFIN", "Heron", "what did Bob decide",
+    "Alice crashes quarantined", "queue", "ordering timing",
+)
+
+
+@pytest.mark.parametrize("vector", [False, True])
+async def test_nothing_of_one_user_leaks_into_the_others_recall(graph: Settings, clean_env: pytest.MonkeyPatch, vector: bool) -> None:
+    clean_env.setenv("REM_RECALL_VECTOR", "true" if vector else "false")
+    settings = load_settings()
+    for me, other_only in (("alice", BOB_ONLY), ("bob", ALICE_ONLY)):
+        for query in QUERIES:
+            answer = await run_recall(settings, RecallRequest(query=query, user=me, budget_tokens=20_000, limit=50))
+            said = answer_strings(answer)
+            leaked = [word for word in other_only if word.casefold() in said]
+            assert not leaked, (me, query, leaked)
+            for turn in answer["turns"]:
+                assert turn["session_id"].startswith(f"session:{me}-")
+        # The shared entity is found for both, each through their own turns only.
+        found = await run_recall(settings, RecallRequest(query="LazyEdgeQueue", user=me))
+        assert found["turns"] and found["facts"]
+    for me, other_only in (("alice", BOB_ONLY), ("bob", ALICE_ONLY)):
+        hits = search_nodes(settings, "LazyEdgeQueue drain Zephyr Heron payroll", user=me)
+        assert hits["nodes"]
+        said = "\n".join(strings(hits["nodes"])).casefold()
+        assert not [w for w in other_only if w.casefold() in said]
+        shown = show_node(settings, "CLASS:LazyEdgeQueue", user=me)
+        assert shown is not None
+        said = "\n".join(strings(shown)).casefold()
+        assert not [w for w in other_only if w.casefold() in said], shown
+    # A node only the other user grounds does not exist for me.
+    zephyr = search_nodes(settings, "Zephyr", user="bob")["nodes"]
+    assert zephyr
+    assert show_node(settings, zephyr[0]["id"], user="alice") is None
+    assert search_nodes(settings, "Zephyr", user="alice")["nodes"] == []
+
+
+async def test_unknown_user_and_foreign_session_get_an_empty_answer(graph: Settings) -> None:
+    for options in ({"user": "mallory"}, {"user": "alice", "session": "bob-s1"}):
+        answer = ask(graph, "LazyEdgeQueue drain payroll", **options)
+        assert answer["turns"] == answer["facts"] == answer["sessions"] == []
+        assert answer["signals"]["scope"]["sessions_visible"] == 0
+    only = ask(graph, "LazyEdgeQueue drain payroll", session="bob-s2")
+    assert {t["session_id"] for t in only["turns"]} == {"session:bob-s2"}
+
+
+async def test_as_of_hides_what_was_not_known_yet(graph: Settings) -> None:
+    before = ask(graph, "Heron payroll drain LazyEdgeQueue", as_of=parse_as_of("2026-11-10"), budget_tokens=20_000, limit=50)
+    said = answer_strings(before)
+    assert "heron" not in said and "memory:bm3" not in said and "session:bob-s2" not in said
+    assert {t["memory_id"] for t in before["turns"]} >= {"memory:bm1"}
+    nothing = ask(graph, "LazyEdgeQueue", as_of=parse_as_of("2020-01-01"))
+    assert nothing["turns"] == nothing["facts"] == nothing["sessions"] == []
+
+
+# --- budget --------------------------------------------------------------------------------
+async def test_answer_is_packed_into_the_budget_and_says_what_was_left_out(graph: Settings) -> None:
+    full = ask(graph, "LazyEdgeQueue drain payroll", budget_tokens=50_000, limit=50)
+    small = ask(graph, "LazyEdgeQueue drain payroll", budget_tokens=120, limit=50)
+    assert small["used_tokens"] <= 120
+    cost = sum(item_tokens(i) for kind in ("facts", "turns", "sessions") for i in small[kind])
+    assert cost == small["used_tokens"]
+    assert small["omitted"] and all({"kind", "id", "tokens"} <= set(o) for o in small["omitted"])
+    assert len(small["turns"]) + len(small["facts"]) + len(small["sessions"]) + len(small["omitted"]) == (
+        len(full["turns"]) + len(full["facts"]) + len(full["sessions"])
+    )
+
+
+async def test_a_long_turn_is_cut_to_the_room_left(settings: Settings, tmp_path: Path) -> None:
+    long_text = "The osprey protocol " + "needs a long explanation " * 2_000
+    await build(settings, tmp_path, [{"sessionId": "long", "createdAt": "2026-11-01T10:00:00Z", "userId": "u",
+                                      "turns": [{"id": "l1", "role": "user", "text": long_text}]}])
+    answer = ask(settings, "osprey", budget_tokens=300)
+    assert answer["used_tokens"] <= 300
+    turn = answer["turns"][0]
+    assert turn["truncated"] is True and turn["text"].startswith("The osprey") and turn["text"].endswith("…")
+
+
+# --- bad input -----------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "query",
+    ['"', '""', "*", "NEAR", "NEAR(a b)", "-drain", "drain -queue", "a AND OR NOT b", "col:drain", "^drain", "drain*",
+     "(", ")", "{queue}", "'; DROP TABLE recall_turns; --", "\x00drain", "\udc00", "🦜 émoji", "drain" * 700],
+)
+async def test_fts_syntax_in_a_query_is_text_never_an_error(graph: Settings, query: str) -> None:
+    answer = ask(graph, query)
+    assert isinstance(answer["turns"], list)
+
+
+async def test_bad_requests_get_a_clear_error(graph: Settings) -> None:
+    for query, message in (("", "empty"), ("   \n", "empty"), ("x" * (MAX_QUERY_CHARS + 1), "at most"), ("y" * 100_000, "at most")):
+        with pytest.raises(RecallInputError, match=message):
+            ask(graph, query)
+    for options, message in (({"limit": 0}, "limit"), ({"limit": 10_000}, "limit"), ({"budget_tokens": 0}, "budget"),
+                             ({"session": "bad id!"}, "session id"), ({"user": ""}, "user"), ({"user": "u" * 500}, "user")):
+        with pytest.raises(RecallInputError, match=message):
+            ask(graph, "drain", **options)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("2026-11-10", "2026-11-10T23:59:59.999Z"),
+        ("2026-11-10T08:00:00Z", "2026-11-10T08:00:00.000Z"),
+        ("2026-11-10T10:00:00+02:00", "2026-11-10T08:00:00.000Z"),
+        ("2026-11-10 08:00", "2026-11-10T08:00:00.000Z"),
+        ("10 November 2026", "2026-11-10T23:59:59.999Z"),
+        ("Nov 10 2026 8:00", "2026-11-10T08:00:00.000Z"),
+        ("2026/11/10", "2026-11-10T23:59:59.999Z"),
+        ("1794297600", "2026-11-10T08:00:00.000Z"),
+        ("1794297600000", "2026-11-10T08:00:00.000Z"),
+    ],
+)
+def test_as_of_accepts_dates_in_many_formats(text: str, expected: str) -> None:
+    assert parse_as_of(text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "soon", "2026-13-45", "9" * 30, "x" * 1_000, "-99999999999999999"])
+def test_as_of_that_is_not_a_date_is_a_clear_error(text: str) -> None:
+    with pytest.raises(RecallInputError):
+        parse_as_of(text)
+
+
+def test_common_words_are_left_out_within_the_match_budget() -> None:
+    counts = {"joey": 3_000, "sandwich": 40, "the": 90_000, "ate": 1_500}
+    assert selective_terms(["joey", "ate", "the", "sandwich"], counts, 5_000) == (["joey", "ate", "sandwich"], True)
+    assert selective_terms(["joey", "ate", "sandwich"], counts, 2_000) == (["ate", "sandwich"], True)
+    # Only common words: the rarest alone, listed newest first rather than scored.
+    assert selective_terms(["the", "joey"], counts, 1_000) == (["joey"], False)
+
+
+def test_query_terms_are_bounded_and_quoted() -> None:
+    assert query_terms("What do we know about the drain's torn lines?") == ["drain", "torn", "lines"]
+    assert query_terms("the and of") == ["the", "and", "of"]
+    assert len(query_terms(" ".join(f"w{i}" for i in range(500)))) == 24
+    assert match_expression(['near', 'and']) == '"near" OR "and"'
+    assert match_expression([]) is None
+
+
+# --- CLI -----------------------------------------------------------------------------------
+async def test_cli_recall_json_and_errors(graph: Settings) -> None:
+    env = {"REM_DATA_DIR": str(graph.data_dir)}
+    done = run_cli("recall", "torn lines", "--user", "alice", "--json", env=env)
+    assert done.returncode == 0, done.stderr
+    answer = json.loads(done.stdout)
+    assert set(answer) >= {"facts", "turns", "sessions", "signals", "omitted"}
+    assert answer["turns"][0]["session_id"] == "session:alice-s1"
+    text = run_cli("recall", "torn lines", "--as-of", "1 Nov 2026", env=env)
+    assert text.returncode == 0 and "memory:am1" in text.stdout
+    for args, message in ((("",), "empty"), (("x", "--as-of", "someday"), "not a date"), (("x" * 5000,), "at most")):
+        bad = run_cli("recall", *args, env=env)
+        assert bad.returncode == 2 and message in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_a_rewritten_turn_is_found_by_its_new_words_only(tmp_path: Path) -> None:
+    from store.recall_index import Scope, TurnRecord
+
+    db = Database(tmp_path / "g.sqlite3")
+    index = RecallIndex(db)
+    turn = TurnRecord("memory:t1", "session:s", 0, "user", "2026-11-01T00:00:00.000Z", "the heron flies", "u")
+    assert index.index_turns([turn, TurnRecord("memory:t2", "session:s", 1, "user", None, "a heron waits", "u")]) == 2
+    assert index.index_turns([turn]) == 0  # unchanged: nothing written
+    assert index.index_turns([TurnRecord(**{**{f: getattr(turn, f) for f in turn.__slots__}, "text": "the osprey dives"})]) == 1
+    assert index.keyword_turns('"heron"', Scope(), limit=10) == ["memory:t2"]
+    assert index.keyword_turns('"osprey"', Scope(), limit=10) == ["memory:t1"]
+    assert index.keyword_turns('"heron" OR "osprey"', Scope(), limit=10, ranked=False) == ["memory:t2", "memory:t1"]
+    db.conn.execute("INSERT INTO recall_turns_fts(recall_turns_fts, rank) VALUES ('integrity-check', 1)")
+    db.close()
+
+
+async def test_context_finds_the_reply_next_to_a_keyword_hit(graph: Settings) -> None:
+    # Only am1 says "crashes"; the reply am2 shares no word with the query but is the turn after it.
+    answer = ask(graph, "crashes", user="alice")
+    by_id = {t["memory_id"]: t["signals"] for t in answer["turns"]}
+    assert by_id["memory:am1"][0] == "keyword"
+    assert "context" in by_id["memory:am2"] and "keyword" not in by_id["memory:am2"]
+    assert answer["signals"]["context"]["turns"] >= 1

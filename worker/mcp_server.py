@@ -1,0 +1,180 @@
+"""``rem-cycle mcp``: recall served to agents over the Model Context Protocol (official ``mcp`` SDK).
+
+Three read-only tools — ``recall``, ``search_nodes``, ``show_node`` — over stdio (the client
+starts this process) or streamable HTTP (``--http``, ``REM_MCP_HOST``:``REM_MCP_PORT``, path
+``/mcp``). Over HTTP a bearer token (``REM_MCP_TOKEN``) is checked on every request when set, and
+required when the host is not loopback. ``REM_MCP_USER`` pins every call to one user's sessions,
+whatever the client asks: the ``user`` argument is a filter a model chooses, not an identity.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+from typing import Annotated, Any
+
+import anyio
+import structlog
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp_types import ToolAnnotations
+from pydantic import Field
+
+from config import Settings
+from pipelines.recall import MAX_BUDGET_TOKENS, MAX_LIMIT, MAX_QUERY_CHARS, RecallInputError, RecallRequest, parse_as_of
+from worker.knowledge import NoGraphError
+from worker.recall import RecallTimeoutError, run_recall, search_nodes, show_node
+
+log = structlog.get_logger(__name__)
+
+INSTRUCTIONS = (
+    "rem-cycle is the long-term memory of past agent sessions, consolidated into a knowledge graph. "
+    "Call `recall` with a question in plain words to get the facts and the verbatim past turns that answer it "
+    "(each turn with its memory_id and session), packed into a token budget. Use `search_nodes` to find "
+    "entities (classes, files, people, decisions…) by name and `show_node` for everything known about one. "
+    "Every result is traceable to the turn it came from; nothing is written."
+)
+_READ_ONLY = ToolAnnotations(readOnlyHint=True, destructiveHint=False, idempotentHint=True, openWorldHint=False)
+
+Query = Annotated[str, Field(
+    description="What to remember, in plain words (e.g. 'why does the drain quarantine torn lines?'). "
+    f"Words are matched literally; quotes, *, NEAR, - are plain text. 1-{MAX_QUERY_CHARS} characters.",
+    min_length=1, max_length=MAX_QUERY_CHARS,
+)]
+User = Annotated[str | None, Field(
+    description="Only sessions of this user id count (omit for all sessions the server may show).", max_length=200,
+)]
+AsOf = Annotated[str | None, Field(
+    description="Only what was known by this time: a date (2026-03-01 = end of that day), an ISO time or epoch "
+    "seconds. Omit for now.", max_length=100,
+)]
+
+
+class McpConfigError(ValueError):
+    """The MCP server cannot start as configured (the message says why)."""
+
+
+def build_server(settings: Settings) -> MCPServer:
+    """The MCP server with its three read-only tools over ``settings``' graph."""
+    server = MCPServer(name="rem-cycle", instructions=INSTRUCTIONS)
+
+    def scoped_user(user: str | None) -> str | None:
+        pinned = settings.mcp_user
+        if pinned is not None and user is not None and user != pinned:
+            raise ToolError(f"this server only answers for user {pinned!r}")
+        return pinned if pinned is not None else user
+
+    async def recall(
+        query: Query,
+        user: User = None,
+        session: Annotated[str | None, Field(description="Only this session id.", max_length=200)] = None,
+        as_of: AsOf = None,
+        limit: Annotated[int, Field(description="At most this many turns.", ge=1, le=MAX_LIMIT)] = 10,
+        budget_tokens: Annotated[int, Field(
+            description="Pack the answer into about this many tokens; what does not fit is listed in `omitted`.",
+            ge=1, le=MAX_BUDGET_TOKENS,
+        )] = settings.recall_budget_tokens,
+        recency: Annotated[bool, Field(description="Also rank newer turns higher.")] = False,
+    ) -> dict[str, Any]:
+        """Recall facts, past turns (verbatim, with memory_id, session_id, turn_index, role, created_at and the
+        signals that found them) and session summaries that answer a question. Turns are in rank order."""
+        return await _answer(lambda: run_recall(settings, RecallRequest(
+            query=query, user=scoped_user(user), session=session, as_of=parse_as_of(as_of), limit=limit,
+            budget_tokens=budget_tokens, recency=recency,
+        )))
+
+    async def search_nodes_tool(
+        query: Query,
+        user: User = None,
+        as_of: AsOf = None,
+        limit: Annotated[int, Field(description="At most this many entities.", ge=1, le=MAX_LIMIT)] = 10,
+    ) -> dict[str, Any]:
+        """Find entities of the knowledge graph (concepts, classes, methods, files, issues, people, decisions…)
+        whose name, aliases or description match the query; each with its description, the quote and turn
+        (memory_id) it was first seen in, and its strongest relations. Use the returned `id` with show_node."""
+        return await _answer(lambda: anyio.to_thread.run_sync(
+            lambda: search_nodes(settings, query, user=scoped_user(user), as_of=parse_as_of(as_of), limit=limit)
+        ))
+
+    async def show_node_tool(
+        node_id: Annotated[str, Field(description="An entity id from search_nodes or recall, e.g. CLASS:LazyEdgeQueue.",
+                                      min_length=1, max_length=512)],
+        user: User = None,
+        as_of: AsOf = None,
+    ) -> dict[str, Any]:
+        """Everything known about one entity: description, relations (strongest first, each with its evidence
+        quote and memory_id) and the turns it was mentioned in, verbatim."""
+        async def shown() -> dict[str, Any]:
+            view = await anyio.to_thread.run_sync(
+                lambda: show_node(settings, node_id, user=scoped_user(user), as_of=parse_as_of(as_of))
+            )
+            if view is None:
+                raise ToolError(f"no entity {node_id!r} (search_nodes finds ids by name)")
+            return view
+
+        return await _answer(shown)
+
+    for fn, name in ((recall, "recall"), (search_nodes_tool, "search_nodes"), (show_node_tool, "show_node")):
+        server.add_tool(fn, name=name, annotations=_READ_ONLY, structured_output=True)
+    return server
+
+
+async def _answer(call: Any) -> dict[str, Any]:
+    """Run a tool body; a bad argument or a missing graph is a tool error the model can read."""
+    try:
+        return await call()
+    except (RecallInputError, RecallTimeoutError, NoGraphError) as exc:
+        raise ToolError(str(exc)) from exc
+
+
+def is_loopback(host: str) -> bool:
+    """``True`` for localhost and loopback addresses."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class BearerAuth:
+    """ASGI middleware: every HTTP request must carry ``Authorization: Bearer <token>``."""
+
+    def __init__(self, app: Any, token: str) -> None:
+        self.app = app
+        self.expected = f"Bearer {token}".encode()
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            given = dict(scope.get("headers") or []).get(b"authorization", b"")
+            if not hmac.compare_digest(given, self.expected):
+                await send({"type": "http.response.start", "status": 401,
+                            "headers": [(b"content-type", b"application/json"), (b"www-authenticate", b"Bearer")]})
+                await send({"type": "http.response.body", "body": b'{"error":"missing or wrong bearer token"}'})
+                return
+        await self.app(scope, receive, send)
+
+
+def http_app(settings: Settings) -> Any:
+    """The streamable-HTTP ASGI app (``/mcp``), behind the bearer check when a token is set."""
+    host = settings.mcp_host
+    token = settings.mcp_token.get_secret_value() if settings.mcp_token else None
+    if not is_loopback(host) and not token:
+        raise McpConfigError(f"REM_MCP_TOKEN is required when REM_MCP_HOST ({host}) is not a loopback address")
+    app = build_server(settings).streamable_http_app(host=host)
+    return BearerAuth(app, token) if token else app
+
+
+async def serve(settings: Settings, *, http: bool) -> None:
+    """Serve until the client goes away (stdio: stdin closes) or the process is stopped (HTTP)."""
+    if not http:
+        await build_server(settings).run_stdio_async()
+        return
+    import uvicorn
+
+    app = http_app(settings)
+    log.info("mcp server listening", url=f"http://{settings.mcp_host}:{settings.mcp_port}/mcp",
+             auth="bearer" if settings.mcp_token else "none")
+    server = uvicorn.Server(uvicorn.Config(app, host=settings.mcp_host, port=settings.mcp_port, log_level="warning",
+                                           lifespan="on", timeout_graceful_shutdown=5))
+    await server.serve()

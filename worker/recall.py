@@ -1,0 +1,168 @@
+"""Composition of recall for the CLI and the MCP server: open the graph read-only, wire the vector
+signal to Chroma when ``REM_RECALL_VECTOR`` is on, run the pure core, and re-index turn text."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import anyio
+import anyio.from_thread
+
+from config import Settings
+from pipelines.recall import (
+    MAX_LIMIT,
+    RecallInputError,
+    RecallRequest,
+    RecallWeights,
+    fact_item,
+    match_expression,
+    query_terms,
+    recall,
+    turn_item,
+    validate,
+)
+from pipelines.vocabulary import PROVENANCE_RELATIONSHIPS
+from store.chroma import ChromaStore
+from store.db import Database
+from store.graph import GraphStore
+from store.ids import InvalidIdError, normalize_graph_node_id
+from store.recall_index import RecallIndex, Scope
+from worker.knowledge import NoGraphError
+
+_SHOW_TURNS = 20
+# A recall that has not finished by then is stopped (SQLite interrupts it): a pathological query or
+# a huge graph costs the caller an error, never a worker thread held for minutes.
+RECALL_DEADLINE_SECONDS = 10.0
+
+
+class RecallTimeoutError(RuntimeError):
+    """A recall took longer than :data:`RECALL_DEADLINE_SECONDS` and was stopped."""
+
+
+def weights_from(settings: Settings) -> RecallWeights:
+    """The fusion weights the settings give."""
+    return RecallWeights(
+        keyword=settings.recall_weight_keyword, entities=settings.recall_weight_entities,
+        vector=settings.recall_weight_vector, context=settings.recall_weight_context, recency=settings.recall_weight_recency, rrf_k=settings.recall_rrf_k,
+    )
+
+
+@contextmanager
+def open_index(settings: Settings) -> Iterator[RecallIndex]:
+    """The recall index of the existing graph, opened read-only (recall never writes; a running
+    cycle is not blocked). :class:`NoGraphError` when there is no graph yet, and a clear error when
+    the graph predates the index (open it once with any writing command to migrate it)."""
+    if not settings.graph_path.is_file():
+        raise NoGraphError(f"no graph database at {settings.graph_path} (run a REM cycle first)")
+    db = Database(settings.graph_path, readonly=True)
+    deadline = time.monotonic() + RECALL_DEADLINE_SECONDS
+    db.conn.set_progress_handler(lambda: int(time.monotonic() > deadline), 10_000)
+    try:
+        if not db.query("SELECT 1 FROM sqlite_master WHERE name = 'recall_turns'"):
+            raise NoGraphError(
+                f"the graph at {settings.graph_path} has no recall index yet: run `rem-cycle reindex` (it migrates and fills it)"
+            )
+        yield RecallIndex(db)
+    except sqlite3.OperationalError as exc:
+        if "interrupted" in str(exc):
+            raise RecallTimeoutError(f"recall took more than {RECALL_DEADLINE_SECONDS:g} s and was stopped; ask something narrower") from exc
+        raise
+    finally:
+        db.close()
+
+
+class ChromaNearest:
+    """The vector signal: the memory collection's own query (its embedding function), called from
+    the worker thread the core runs in."""
+
+    def __init__(self, chroma: ChromaStore) -> None:
+        self.chroma = chroma
+
+    def nearest(self, text: str, *, limit: int) -> list[str]:
+        return anyio.from_thread.run(self._nearest, text, limit)
+
+    async def _nearest(self, text: str, limit: int) -> list[str]:
+        collection = await self.chroma.memories()
+        if collection is None:
+            return []
+        result = await self.chroma._call(collection.query, query_texts=[text], n_results=limit, include=[])
+        return [f"memory:{i}" for i in (result.get("ids") or [[]])[0]]
+
+
+async def run_recall(settings: Settings, request: RecallRequest, *, chroma: ChromaStore | None = None) -> dict[str, Any]:
+    """Recall ``request`` against the graph (and Chroma when ``REM_RECALL_VECTOR``); the JSON shape.
+    Raises :class:`RecallInputError` for a request that cannot be answered as given."""
+    validate(request)
+    vector = None
+    if settings.recall_vector:
+        vector = ChromaNearest(chroma or ChromaStore(settings))
+
+    def answer() -> dict[str, Any]:
+        with open_index(settings) as index:
+            return recall(request, source=index, vector=vector, weights=weights_from(settings)).as_dict()
+
+    return await anyio.to_thread.run_sync(answer)
+
+
+def search_nodes(settings: Settings, query: str, *, user: str | None = None, as_of: str | None = None, limit: int = 10) -> dict[str, Any]:
+    """Knowledge nodes matching ``query`` (names, aliases, descriptions), each with its facts, in
+    ``user``'s scope."""
+    request = RecallRequest(query=query, user=user, as_of=as_of, limit=min(max(limit, 1), MAX_LIMIT))
+    terms = validate(request)
+    match = match_expression(terms)
+    with open_index(settings) as index:
+        scope = _scope(index, user=user, as_of=as_of)
+        ids = index.matching_nodes(match, scope, limit=request.limit) if match else []
+        facts = index.facts(ids, scope, exclude_relationships=PROVENANCE_RELATIONSHIPS, edges_per_node=5)
+    return {"query": query, "terms": query_terms(query), "nodes": [fact_item(f) for f in facts]}
+
+
+def show_node(settings: Settings, node_id: str, *, user: str | None = None, as_of: str | None = None) -> dict[str, Any] | None:
+    """One node in ``user``'s scope: its facts, strongest edges and the turns it came from; ``None``
+    when it does not exist or is out of scope (the two are not told apart)."""
+    try:
+        node_id = normalize_graph_node_id(node_id)
+    except InvalidIdError as exc:
+        raise RecallInputError(str(exc)) from exc
+
+    with open_index(settings) as index:
+        scope = _scope(index, user=user, as_of=as_of)
+        facts = index.facts([node_id], scope, exclude_relationships=PROVENANCE_RELATIONSHIPS, edges_per_node=20)
+        if not facts:
+            return None
+        grounding = index.grounding_turns([node_id], scope).get(node_id, [])[:_SHOW_TURNS]
+        turns = index.turns([m for m, _ in grounding], scope)
+    return {
+        **fact_item(facts[0]),
+        "turns": [turn_item(turns[m], float(n), ["entities"]) for m, n in grounding if m in turns],
+    }
+
+
+def _scope(index: RecallIndex, *, user: str | None, as_of: str | None) -> Scope:
+    return Scope(sessions=index.sessions_of_user(user) if user is not None else None, as_of=as_of)
+
+
+async def reindex(settings: Settings, *, page_size: int = 1_000) -> dict[str, int]:
+    """Fill the turn-text index from Chroma for every memory the graph holds (after upgrading a graph
+    made before the index, or to repair it). Idempotent; one transaction per page."""
+    db = await anyio.to_thread.run_sync(Database, settings.graph_path)
+    chroma = ChromaStore(settings)
+    written = scanned = 0
+    try:
+        graph, index = GraphStore(db), RecallIndex(db)
+        async for page in chroma.scan(settings.memory_collection, include=("documents",), page_size=page_size):
+            scanned += len(page)
+            texts = {f"memory:{row.id}": row.document for row in page}
+            nodes = await anyio.to_thread.run_sync(lambda: graph.get_nodes(list(texts)))
+            written += await anyio.to_thread.run_sync(lambda: index.index_memory_nodes(nodes.values(), texts))
+        counts = await anyio.to_thread.run_sync(index.counts)
+    finally:
+        db.close()
+    return {"scanned": scanned, "written": written, **counts}
+
+
+__all__ = ["RecallInputError", "RecallTimeoutError", "reindex", "run_recall", "search_nodes", "show_node", "weights_from"]
