@@ -404,3 +404,16 @@ async def test_context_finds_the_reply_next_to_a_keyword_hit(graph: Settings) ->
     assert by_id["memory:am1"][0] == "keyword"
     assert "context" in by_id["memory:am2"] and "keyword" not in by_id["memory:am2"]
     assert answer["signals"]["context"]["turns"] >= 1
+
+
+async def test_a_forgotten_session_is_never_recalled_again(graph: Settings) -> None:
+    env = {"REM_DATA_DIR": str(graph.data_dir)}
+    before = json.loads(run_cli("recall", "BLUEFIN payroll Zephyr", "--json", env=env).stdout)
+    assert any(t["session_id"] == "session:bob-s1" for t in before["turns"])
+    forgot = run_cli("forget", "--session", "bob-s1", "--json", env=env)
+    assert forgot.returncode == 0, forgot.stderr
+    # Nor after the next cycle, while its rows are still in Chroma (the tombstone keeps it out).
+    assert (await run_cycle(graph)).outcome == "completed"
+    after = json.loads(run_cli("recall", "BLUEFIN payroll Zephyr", "--json", env=env).stdout)
+    said = answer_strings(after)
+    assert "bluefin" not in said and "zephyr" not in said and "bob-s1" not in said, after
