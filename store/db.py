@@ -7,7 +7,6 @@ one transaction. Table and column names are a public interface: other tools read
 
 from __future__ import annotations
 
-import functools
 import sqlite3
 import threading
 from collections.abc import Callable, Iterable, Iterator
@@ -482,10 +481,9 @@ _Method = TypeVar("_Method", bound=Callable[..., Any])
 
 
 def _translating(method: _Method) -> _Method:
-    """``method`` raising :func:`store_error` instead of ``sqlite3`` errors (cheaper per row than
+    """``method`` raising :func:`store_error` instead of ``sqlite3`` errors (cheaper per call than
     entering :func:`sqlite_errors`, which matters for the cursor's ``__next__``)."""
 
-    @functools.wraps(method)
     def translated(*args: Any, **kwargs: Any) -> Any:
         try:
             return method(*args, **kwargs)
@@ -493,6 +491,9 @@ def _translating(method: _Method) -> _Method:
             raise store_error(exc) from exc
 
     return translated  # type: ignore[return-value]
+
+
+_new_cursor = sqlite3.Connection.cursor
 
 
 class _Cursor(sqlite3.Cursor):
@@ -511,13 +512,13 @@ class _Connection(sqlite3.Connection):
     :class:`_Cursor`, so no ``sqlite3`` error leaves the adapter."""
 
     def cursor(self, factory: type[sqlite3.Cursor] = _Cursor) -> sqlite3.Cursor:  # type: ignore[override]
-        return super().cursor(factory)
+        return _new_cursor(self, factory)
 
     def execute(self, sql: str, parameters: Any = (), /) -> sqlite3.Cursor:  # type: ignore[override]
-        return self.cursor().execute(sql, parameters)
+        return _new_cursor(self, _Cursor).execute(sql, parameters)
 
     def executemany(self, sql: str, parameters: Any, /) -> sqlite3.Cursor:  # type: ignore[override]
-        return self.cursor().executemany(sql, parameters)
+        return _new_cursor(self, _Cursor).executemany(sql, parameters)
 
     commit = _translating(sqlite3.Connection.commit)
     rollback = _translating(sqlite3.Connection.rollback)
