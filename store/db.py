@@ -541,6 +541,9 @@ class Database:
     The file and SQLite's companions (``-wal``, ``-shm``, ``-journal``) must be regular files
     reached without links inside ``root`` (default: the database's directory), and a file whose
     schema is newer than this code is refused (:class:`SchemaTooNewError`) before anything is written.
+
+    ``conn`` is a :class:`_Connection`: whatever fails — opening, a statement, a fetch — raises the
+    :mod:`store.errors` family, never ``sqlite3``'s own exceptions.
     """
 
     def __init__(self, path: str | Path, *, timeout: float = 30.0, readonly: bool = False, root: str | Path | None = None) -> None:

@@ -22,7 +22,7 @@ The family::
 Chroma's errors join the family because Chroma is one of the stores (the memory collections the
 worker reads): a caller that handles "a store failed" catches :class:`StoreError` once, and one that
 must tell them apart catches the subclass or reads ``reason_code``. Input errors (bad ids, bad
-times, merge requests) are not store failures and stay ``ValueError``\\ s.
+times, merge requests) are not store failures and stay ``ValueError`` subclasses.
 """
 
 from __future__ import annotations
