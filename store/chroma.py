@@ -31,6 +31,7 @@ from config import Settings
 from config.redact import redact
 from store.confined import confined_dir
 from store.embedding import make_embedding_function
+from store.errors import StoreError
 from store.graph import chunked
 from store.ids import is_valid_row_id
 from store.timeparse import BadTimeError, epoch_ms_to_utc, iso_to_utc
@@ -38,8 +39,9 @@ from store.timeparse import BadTimeError, epoch_ms_to_utc, iso_to_utc
 Metadata = dict[str, Any]
 
 
-class ChromaStoreError(RuntimeError):
-    """A Chroma call failed; ``reason_code`` says how in a word (a cycle's failure reason)."""
+class ChromaStoreError(StoreError):
+    """A Chroma call failed; ``reason_code`` says how in a word (a cycle's failure reason). Part of
+    the :mod:`store.errors` family: Chroma is one of the stores."""
 
     reason_code = "chroma-error"
 

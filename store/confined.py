@@ -21,11 +21,15 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from store.errors import StoreError
+
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR
 
 
-class UnsafePathError(OSError):
-    """A file rem-cycle keeps in its data dir is a link, not a regular file, or outside the data dir."""
+class UnsafePathError(StoreError, OSError):
+    """A file rem-cycle keeps in its data dir is a link, not a regular file, or outside the data dir.
+    A :class:`~store.errors.StoreError`, and an ``OSError`` (with its ``errno``) as the file
+    system refused it."""
 
 
 def open_confined(path: str | os.PathLike[str], flags: int, *, root: str | os.PathLike[str], mode: int = 0o640) -> int:

@@ -9,10 +9,20 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+from store.confined import check_confined, confined_dir
+from store.errors import (
+    ConstraintError,
+    DatabaseBusyError,
+    DatabaseError,
+    DatabaseUnreadableError,
+    QueryInterruptedError,
+    SchemaTooNewError,
+)
 
 # Values bound per ``IN (…)`` list: old SQLite builds allow 999 variables per statement, and a
 # statement has a few parameters of its own. Every IN list is built by :func:`in_batches`.
@@ -27,8 +37,6 @@ def in_batches(values: Iterable[Any], *, lists: int = 1) -> Iterator[tuple[list[
     for start in range(0, len(items), size):
         batch = items[start : start + size]
         yield batch, ",".join("?" * len(batch))
-
-from store.confined import check_confined, confined_dir
 
 # Files SQLite keeps beside the database (WAL mode; the rollback journal of older files).
 _COMPANIONS = ("-wal", "-shm", "-journal")
@@ -436,8 +444,85 @@ MIGRATIONS: tuple[str, ...] = (
 )
 
 
-class SchemaTooNewError(sqlite3.DatabaseError):
-    """The database was written by a newer rem-cycle (a schema version this one does not know)."""
+# SQLite's primary result codes (https://sqlite.org/rescode.html) that name a kind of failure.
+_BUSY_CODES = frozenset({5, 6})  # SQLITE_BUSY, SQLITE_LOCKED
+_INTERRUPT_CODE = 9  # SQLITE_INTERRUPT: a progress handler stopped the statement
+_UNREADABLE_CODES = frozenset({3, 10, 11, 14, 23, 26})  # PERM, IOERR, CORRUPT, CANTOPEN, AUTH, NOTADB
+
+
+def store_error(exc: sqlite3.Error) -> DatabaseError:
+    """The :mod:`store.errors` class for an ``sqlite3`` error, with the same message. Pure."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    primary = code & 0xFF if isinstance(code, int) else None
+    if isinstance(exc, sqlite3.IntegrityError):
+        kind: type[DatabaseError] = ConstraintError
+    elif primary in _BUSY_CODES:
+        kind = DatabaseBusyError
+    elif primary == _INTERRUPT_CODE:
+        kind = QueryInterruptedError
+    elif primary in _UNREADABLE_CODES:
+        kind = DatabaseUnreadableError
+    else:
+        kind = DatabaseError
+    return kind(str(exc))
+
+
+@contextmanager
+def sqlite_errors() -> Iterator[None]:
+    """The adapter's boundary: an ``sqlite3`` error raised in the block leaves it as its
+    :func:`store_error`, the original kept as ``__cause__``."""
+    try:
+        yield
+    except sqlite3.Error as exc:
+        raise store_error(exc) from exc
+
+
+_Method = TypeVar("_Method", bound=Callable[..., Any])
+
+
+def _translating(method: _Method) -> _Method:
+    """``method`` raising :func:`store_error` instead of ``sqlite3`` errors (cheaper per call than
+    entering :func:`sqlite_errors`, which matters for the cursor's ``__next__``)."""
+
+    def translated(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(*args, **kwargs)
+        except sqlite3.Error as exc:
+            raise store_error(exc) from exc
+
+    return translated  # type: ignore[return-value]
+
+
+_new_cursor = sqlite3.Connection.cursor
+
+
+class _Cursor(sqlite3.Cursor):
+    """A cursor whose statements and fetches raise :mod:`store.errors` (a read can fail mid-way)."""
+
+    execute = _translating(sqlite3.Cursor.execute)
+    executemany = _translating(sqlite3.Cursor.executemany)
+    fetchone = _translating(sqlite3.Cursor.fetchone)
+    fetchmany = _translating(sqlite3.Cursor.fetchmany)
+    fetchall = _translating(sqlite3.Cursor.fetchall)
+    __next__ = _translating(sqlite3.Cursor.__next__)
+
+
+class _Connection(sqlite3.Connection):
+    """The connection the stores use (``Database.conn``): every statement runs on a
+    :class:`_Cursor`, so no ``sqlite3`` error leaves the adapter."""
+
+    def cursor(self, factory: type[sqlite3.Cursor] = _Cursor) -> sqlite3.Cursor:  # type: ignore[override]
+        return _new_cursor(self, factory)
+
+    def execute(self, sql: str, parameters: Any = (), /) -> sqlite3.Cursor:  # type: ignore[override]
+        return _new_cursor(self, _Cursor).execute(sql, parameters)
+
+    def executemany(self, sql: str, parameters: Any, /) -> sqlite3.Cursor:  # type: ignore[override]
+        return _new_cursor(self, _Cursor).executemany(sql, parameters)
+
+    commit = _translating(sqlite3.Connection.commit)
+    rollback = _translating(sqlite3.Connection.rollback)
+    backup = _translating(sqlite3.Connection.backup)
 
 
 # Page cache of the writing connection, KiB. A commit touches a few index leaves per node and edge
@@ -456,6 +541,9 @@ class Database:
     The file and SQLite's companions (``-wal``, ``-shm``, ``-journal``) must be regular files
     reached without links inside ``root`` (default: the database's directory), and a file whose
     schema is newer than this code is refused (:class:`SchemaTooNewError`) before anything is written.
+
+    ``conn`` is a :class:`_Connection`: whatever fails — opening, a statement, a fetch — raises the
+    :mod:`store.errors` family, never ``sqlite3``'s own exceptions.
     """
 
     def __init__(self, path: str | Path, *, timeout: float = 30.0, readonly: bool = False, root: str | Path | None = None) -> None:
@@ -469,21 +557,23 @@ class Database:
             # SQLite opens these by name and would follow a link planted at any of them.
             for suffix in ("", *_COMPANIONS):
                 check_confined(self.path.with_name(self.path.name + suffix), root=root)
-        except OSError as exc:  # callers handle a database they cannot open as sqlite3.Error
-            raise sqlite3.OperationalError(f"cannot open the database {self.path}: {exc.strerror or exc}") from exc
+        except OSError as exc:  # callers handle a database they cannot open as a DatabaseError
+            raise DatabaseUnreadableError(f"cannot open the database {self.path}: {exc.strerror or exc}") from exc
+        with sqlite_errors():  # connect() itself raises sqlite3 errors (no such directory, not a database)
+            if readonly:
+                # Readers beside a running cycle (metrics, readiness): never create, migrate or write.
+                self.conn = sqlite3.connect(
+                    f"{self.path.resolve().as_uri()}?mode=ro", uri=True, timeout=timeout,
+                    isolation_level=None, check_same_thread=False, factory=_Connection,
+                )
+            else:
+                self.conn = sqlite3.connect(
+                    self.path, timeout=timeout, isolation_level=None, check_same_thread=False, factory=_Connection
+                )
+        self.conn.row_factory = sqlite3.Row
         if readonly:
-            # Readers beside a running cycle (metrics, readiness): never create, migrate or write.
-            self.conn = sqlite3.connect(
-                f"{self.path.resolve().as_uri()}?mode=ro", uri=True, timeout=timeout,
-                isolation_level=None, check_same_thread=False,
-            )
-            self.conn.row_factory = sqlite3.Row
             self._refuse_newer_schema()
             return
-        self.conn = sqlite3.connect(
-            self.path, timeout=timeout, isolation_level=None, check_same_thread=False
-        )
-        self.conn.row_factory = sqlite3.Row
         self._refuse_newer_schema()
         register_functions(self.conn)
         self.conn.execute("PRAGMA journal_mode=WAL")
@@ -594,9 +684,11 @@ def backup_database(source: str | Path, destination: str | Path) -> dict[str, ob
     destination.parent.mkdir(parents=True, exist_ok=True)
     partial = destination.with_name(destination.name + ".partial")
     partial.unlink(missing_ok=True)
-    src = sqlite3.connect(f"{Path(source).resolve().as_uri()}?mode=ro", uri=True, timeout=30.0)
+    with sqlite_errors():
+        src = sqlite3.connect(f"{Path(source).resolve().as_uri()}?mode=ro", uri=True, timeout=30.0, factory=_Connection)
     try:
-        dst = sqlite3.connect(partial)
+        with sqlite_errors():
+            dst = sqlite3.connect(partial, factory=_Connection)
         try:
             # pages=-1: one step, one read snapshot; stepping would restart on every concurrent write.
             src.backup(dst, pages=-1)
@@ -609,6 +701,6 @@ def backup_database(source: str | Path, destination: str | Path) -> dict[str, ob
         src.close()
     if integrity != "ok":
         partial.unlink(missing_ok=True)
-        raise sqlite3.DatabaseError(f"backup failed integrity_check: {integrity}")
+        raise DatabaseUnreadableError(f"backup failed integrity_check: {integrity}")
     partial.replace(destination)
     return {"path": str(destination), "bytes": destination.stat().st_size, "integrity": integrity}

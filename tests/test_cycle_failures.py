@@ -8,10 +8,11 @@ import errno
 import json
 import os
 import resource
-import sqlite3
 from pathlib import Path
 
 from config import Settings
+from store.confined import UnsafePathError
+from store.errors import DatabaseUnreadableError
 from tests.conftest import run_cli
 from tests.daemon_support import read_runs
 from worker.cycle import CycleContext, Stores, provider_ready, run_cycle
@@ -24,7 +25,8 @@ def test_failure_reason_looks_through_causes_and_groups() -> None:
     wrapped.__cause__ = emfile
     assert failure_reason(wrapped) == "too-many-open-files"
     assert failure_reason(ExceptionGroup("g", [ValueError(), OSError(errno.ENFILE, "file table full")])) == "too-many-open-files"
-    assert failure_reason(sqlite3.OperationalError("unable to open database file")) == "database-error"
+    assert failure_reason(DatabaseUnreadableError("unable to open database file")) == "database-error"
+    assert failure_reason(UnsafePathError(errno.ELOOP, "a link")) == "os-error"  # a store error, not the database's
     assert failure_reason(PermissionError(errno.EACCES, "denied")) == "os-error"
     assert failure_reason(KeyError("x")) == "crashed"
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from store.db import Database, backup_database
+from store.errors import DatabaseUnreadableError
 from store.graph import GraphStore, Node
 from tests.conftest import run_cli
 
@@ -65,7 +66,7 @@ def test_backup_replaces_the_destination_only_when_sound(tmp_path: Path) -> None
     dest.write_bytes(b"previous backup")
     backup_database(source, dest)
     assert _count(dest) == 0
-    with pytest.raises(sqlite3.OperationalError):
+    with pytest.raises(DatabaseUnreadableError):
         backup_database(tmp_path / "missing.sqlite3", tmp_path / "other.sqlite3")
     assert not (tmp_path / "other.sqlite3").exists()
 

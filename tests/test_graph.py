@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from store.db import MIGRATIONS, Database
+from store.errors import ConstraintError
 from store.graph import Edge, GraphStore, Node
 from store.ids import InvalidIdError
 
@@ -72,7 +73,7 @@ def test_one_edge_per_triple_weight_not_bumped(graph: GraphStore) -> None:
 
 
 def test_foreign_keys_enforced(graph: GraphStore) -> None:
-    with pytest.raises(sqlite3.IntegrityError):
+    with pytest.raises(ConstraintError):
         with graph.db.transaction() as conn:
             conn.execute(
                 "INSERT INTO edges(source, target, relationship, created_at, updated_at) VALUES ('x','y','R','t','t')")

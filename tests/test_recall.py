@@ -31,7 +31,7 @@ from store.graph import GraphStore
 from store.recall_index import RecallIndex
 from tests.conftest import run_cli, write_sessions
 from worker.cycle import run_cycle
-from worker.recall import reindex, run_recall, search_nodes, show_node
+from worker.recall import RecallTimeoutError, open_index, reindex, run_recall, search_nodes, show_node
 
 # Two users whose sessions share entities (LazyEdgeQueue, drain()); each also says things only they know.
 ALICE_ONLY = ("torn", "quarantined", "Drain torn lines", "alice-s1", "am1", "am2", "crashes", "Alice")
@@ -417,3 +417,12 @@ async def test_a_forgotten_session_is_never_recalled_again(graph: Settings) -> N
     after = json.loads(run_cli("recall", "BLUEFIN payroll Zephyr", "--json", env=env).stdout)
     said = answer_strings(after)
     assert "bluefin" not in said and "zephyr" not in said and "bob-s1" not in said, after
+
+
+async def test_a_recall_past_its_deadline_is_stopped_with_a_clear_error(graph: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The store stops the read (an interrupted query, whatever the engine) and recall says why."""
+    monkeypatch.setattr("worker.recall.RECALL_DEADLINE_SECONDS", 0.0)
+    many_rows = "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 1000000) SELECT i FROM n"
+    with pytest.raises(RecallTimeoutError, match="was stopped; ask something narrower"):
+        with open_index(graph) as index:
+            index.db.conn.execute(many_rows).fetchall()

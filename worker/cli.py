@@ -11,7 +11,6 @@ import json
 import os
 import signal
 from importlib.metadata import PackageNotFoundError, version
-import sqlite3
 import sys
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
@@ -23,6 +22,7 @@ import structlog
 
 from config import ConfigError, Settings, load_settings, unknown_environment
 from config.redact import redact, remember_secrets, secret_values
+from store.errors import StoreError
 from worker.cycle import EXIT_BUSY, EXIT_FAILED, EXIT_OK, CycleBusyError, open_stores, run_cycle
 from worker.logs import configure_logging
 from worker.signals import EXIT_SIGNAL_BASE, CommandProgress, interruptible
@@ -498,7 +498,7 @@ async def cmd_backup(settings: Settings, args: argparse.Namespace) -> int:
 
     try:
         payload = await anyio.to_thread.run_sync(backup_database, settings.graph_path, args.path)
-    except sqlite3.Error as exc:
+    except StoreError as exc:
         print(f"rem-cycle: backup failed: {exc}", file=sys.stderr)
         return EXIT_FAILED
     _emit(args, payload, lambda: print(f"backed up {settings.graph_path} to {payload['path']} ({payload['bytes']} bytes, integrity ok)"))
@@ -597,7 +597,7 @@ async def cmd_daemon(settings: Settings, args: argparse.Namespace) -> int:
     except CycleBusyError as exc:
         print(f"rem-cycle: {exc}; not starting a second one", file=sys.stderr)
         return EXIT_BUSY
-    except (OSError, sqlite3.Error) as exc:  # e.g. the HTTP port is taken, the data dir is not writable
+    except (OSError, StoreError) as exc:  # e.g. the HTTP port is taken, the data dir is not writable
         print(f"rem-cycle: cannot start the daemon: {exc}", file=sys.stderr)
         return EXIT_FAILED
 
@@ -698,12 +698,10 @@ def main(argv: list[str] | None = None) -> int:
         print("rem-cycle: interrupted by SIGINT", file=sys.stderr)
         return EXIT_SIGNAL_BASE + signal.SIGINT
     except Exception as exc:  # noqa: BLE001 - a clear one-line error instead of a traceback
-        from store.chroma import ChromaStoreError
-
         # Environment problems (unreachable Chroma or Chroma refusing a call, missing or unsafe
         # files, a damaged database) are the operator's to fix: say what is wrong in one line.
         # Anything else is a bug: raise.
-        if isinstance(exc, (ChromaStoreError, OSError, sqlite3.DatabaseError)):
+        if isinstance(exc, (StoreError, OSError)):
             print(f"rem-cycle: {redact(str(exc))}", file=sys.stderr)
             return EXIT_FAILED
         raise

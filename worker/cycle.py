@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import socket
-import sqlite3
 import time
 import uuid
 from collections import Counter
@@ -29,7 +28,8 @@ from pipelines.forget import retract_vanished
 from pipelines.ingest import scan_session_revisions, sync_batch_isolating_failures
 from store.chroma import ChromaStore, ChromaStoreError, ChromaUnavailableError
 from store.confined import UnsafePathError, exclusive_lock
-from store.db import Database, SchemaTooNewError
+from store.db import Database
+from store.errors import SchemaTooNewError, StoreError
 from store.graph import GraphStore, utc_now
 from store.lazy_queue import LazyEdgeQueue, QueueBusyError
 from store.runstate import RunStateStore
@@ -510,7 +510,7 @@ async def _heartbeat(runstate: RunStateStore, run_id: str, interval: float) -> N
         await anyio.sleep(interval)
         try:
             await anyio.to_thread.run_sync(runstate.heartbeat, run_id)
-        except (sqlite3.Error, OSError) as exc:
+        except (StoreError, OSError) as exc:
             log.warning("heartbeat failed", error=str(exc))
 
 

@@ -12,7 +12,6 @@ What cannot be written at once is kept and written at the next chance (before th
 from __future__ import annotations
 
 import errno
-import sqlite3
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +20,7 @@ from typing import Any
 import structlog
 
 from store.db import Database
+from store.errors import ConstraintError, DatabaseError, StoreError
 from store.runstate import RunStateStore
 
 log = structlog.get_logger(__name__)
@@ -48,7 +48,7 @@ def failure_reason(exc: BaseException) -> str:
     links = list(_causes(exc))
     if any(isinstance(link, OSError) and link.errno in FD_EXHAUSTED for link in links):
         return "too-many-open-files"
-    if any(isinstance(link, sqlite3.Error) for link in links):
+    if any(isinstance(link, DatabaseError) for link in links):
         return "database-error"
     if any(isinstance(link, OSError) for link in links):
         return "os-error"
@@ -107,7 +107,7 @@ class FailureRecorder:
             finally:
                 if db is not self._db:
                     db.close()
-        except (sqlite3.Error, OSError) as exc:
+        except (StoreError, OSError) as exc:
             log.error("cycle failure not recorded yet, will retry", error=str(exc), pending=[f.run_id for f in self.pending])
             return False
         return True
@@ -120,7 +120,7 @@ def _write(db: Database, failure: RunFailure) -> None:
                 RunStateStore(db, clock=lambda: failure.started_at).start_run(
                     failure.run_id, reason=failure.reason, mode=failure.mode, owner=failure.owner
                 )
-            except sqlite3.IntegrityError:
+            except ConstraintError:
                 pass  # the row was written after all (the crash came just after)
         RunStateStore(db, clock=lambda: failure.finished_at).finish_run(
             failure.run_id,

@@ -25,7 +25,6 @@ import errno
 import json
 import resource
 import socket
-import sqlite3
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
@@ -43,6 +42,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from config import Settings
 from store.chroma import ChromaStore
 from store.db import Database
+from store.errors import StoreError
 from store.runstate import RunStateStore
 from worker.cycle import owner_id
 from worker.metrics import build_registry, silent_seconds
@@ -266,7 +266,7 @@ def liveness(settings: Settings, *, owner: str | None = None) -> dict[str, Any]:
             silent = RunStateStore(db).silent_runs(older_than_seconds=settings.lease_timeout_seconds, now=now, owner=owner)
         finally:
             db.close()
-    except sqlite3.Error as exc:
+    except StoreError as exc:
         log.warning("liveness: graph database unreadable", error=str(exc))
         return {"status": "unhealthy", "reason": "database-unreadable"}
     if not silent:
@@ -297,7 +297,7 @@ class Readiness:
                 return db.schema_version > 0
             finally:
                 db.close()
-        except sqlite3.Error as exc:
+        except StoreError as exc:
             log.warning("readiness: graph database unavailable", error=str(exc))
             return False
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import sqlite3
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -27,6 +26,7 @@ from prometheus_client.registry import Collector
 
 from config import Settings
 from store.db import Database
+from store.errors import StoreError
 from store.graph import GraphStore
 from store.lazy_queue import LazyEdgeQueue
 from store.runstate import RUN_OUTCOMES, RunStateStore
@@ -153,7 +153,7 @@ class RemCycleCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         try:
             families = self._families()
-        except (sqlite3.Error, OSError) as exc:
+        except (StoreError, OSError) as exc:
             log.warning("metrics scrape failed", error=str(exc))
             families = []
         yield from families

@@ -3,7 +3,6 @@ signal to Chroma when ``REM_RECALL_VECTOR`` is on, run the pure core, and re-ind
 
 from __future__ import annotations
 
-import sqlite3
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -28,6 +27,7 @@ from pipelines.recall import (
 from pipelines.vocabulary import PROVENANCE_RELATIONSHIPS
 from store.chroma import ChromaStore
 from store.db import Database
+from store.errors import QueryInterruptedError
 from store.graph import GraphStore
 from store.ids import InvalidIdError, normalize_graph_node_id
 from store.recall_index import RecallIndex, Scope
@@ -67,10 +67,8 @@ def open_index(settings: Settings) -> Iterator[RecallIndex]:
                 f"the graph at {settings.graph_path} has no recall index yet: run `rem-cycle reindex` (it migrates and fills it)"
             )
         yield RecallIndex(db)
-    except sqlite3.OperationalError as exc:
-        if "interrupted" in str(exc):
-            raise RecallTimeoutError(f"recall took more than {RECALL_DEADLINE_SECONDS:g} s and was stopped; ask something narrower") from exc
-        raise
+    except QueryInterruptedError as exc:
+        raise RecallTimeoutError(f"recall took more than {RECALL_DEADLINE_SECONDS:g} s and was stopped; ask something narrower") from exc
     finally:
         db.close()
 

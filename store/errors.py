@@ -1,0 +1,60 @@
+"""The one family of errors the stores raise for the worker to catch: :class:`StoreError`.
+
+Callers outside ``store/`` never see a database engine's own exceptions: the SQLite adapter
+(``store.db``) turns every ``sqlite3`` error into one of the :class:`DatabaseError` classes below
+at its boundary, keeping the original as ``__cause__`` (and its text as the message). Another
+backend would map its engine's errors onto the same classes, so the worker's exit codes, one-line
+messages, ``rem_runs`` reason codes and ``/healthz`` answers do not depend on the engine.
+
+The family::
+
+    StoreError                      reason_code
+    ├── DatabaseError               database-error   the graph database failed (any engine error)
+    │   ├── DatabaseUnreadableError                  missing, unopenable, not a database, damaged
+    │   ├── DatabaseBusyError                        locked or busy past the timeout
+    │   ├── ConstraintError                          a write broke a constraint (e.g. a duplicate key)
+    │   ├── QueryInterruptedError                    a read was stopped at its deadline
+    │   └── SchemaTooNewError                        written by a newer rem-cycle; refused untouched
+    ├── UnsafePathError (store.confined)             a link or stray file in the data dir; also an
+    │                                                OSError, as the file system refused it
+    └── ChromaStoreError (store.chroma)  chroma-error / chroma-unavailable
+
+Chroma's errors join the family because Chroma is one of the stores (the memory collections the
+worker reads): a caller that handles "a store failed" catches :class:`StoreError` once, and one that
+must tell them apart catches the subclass or reads ``reason_code``. Input errors (bad ids, bad
+times, merge requests) are not store failures and stay ``ValueError`` subclasses.
+"""
+
+from __future__ import annotations
+
+
+class StoreError(Exception):
+    """A store could not do what was asked; ``reason_code`` names the failure in a word."""
+
+    reason_code = "store-error"
+
+
+class DatabaseError(StoreError):
+    """The graph database failed; ``__cause__`` is the engine's own exception."""
+
+    reason_code = "database-error"
+
+
+class DatabaseUnreadableError(DatabaseError):
+    """The database cannot be opened or read: missing, unreadable, not a database, or damaged."""
+
+
+class DatabaseBusyError(DatabaseError):
+    """Another connection held the database (locked, busy) for longer than the timeout."""
+
+
+class ConstraintError(DatabaseError):
+    """A write broke one of the schema's constraints (a duplicate key, a missing reference)."""
+
+
+class QueryInterruptedError(DatabaseError):
+    """A read was stopped because it ran past its deadline."""
+
+
+class SchemaTooNewError(DatabaseError):
+    """The database was written by a newer rem-cycle (a schema version this one does not know)."""
