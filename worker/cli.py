@@ -15,7 +15,7 @@ import sys
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import structlog
@@ -372,23 +372,44 @@ async def cmd_show(settings: Settings, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+T = TypeVar("T")
+
+
+class _EditRefused(Exception):
+    """A graph edit that did not run; its one-line reason is printed, ``status`` is the exit code."""
+
+    def __init__(self, status: int) -> None:
+        super().__init__(status)
+        self.status = status
+
+
+async def _edit_graph(settings: Settings, what: str, edit: Callable[[], T], *, refused: tuple[type[Exception], ...]) -> T:
+    """``edit`` (a ``merge``, ``unmerge`` or ``forget``) in a thread under the cycle's single-flight
+    lock: a cycle's identity resolution keeps its own view of the graph, so it is never changed
+    under one. A held lock (exit 3) or an input in ``refused`` (exit 1) is printed and raised as
+    :class:`_EditRefused`."""
+    from worker.cycle import single_flight
+
+    try:
+        async with single_flight(settings):
+            return await anyio.to_thread.run_sync(edit)
+    except CycleBusyError as exc:
+        print(f"rem-cycle: {exc}; {what} when it has finished", file=sys.stderr)
+        raise _EditRefused(EXIT_BUSY) from exc
+    except refused as exc:
+        print(f"rem-cycle: {exc}", file=sys.stderr)
+        raise _EditRefused(EXIT_FAILED) from exc
+
+
 async def cmd_unmerge(settings: Settings, args: argparse.Namespace) -> int:
     from store.ids import InvalidIdError
     from store.merges import MergeError
     from worker.knowledge import unmerge_node
 
-    from worker.cycle import single_flight
-
     try:
-        # A cycle's identity resolution keeps its own view of the graph: never change it under one.
-        async with single_flight(settings):
-            undone = await anyio.to_thread.run_sync(unmerge_node, settings, args.node_id)
-    except CycleBusyError as exc:
-        print(f"rem-cycle: {exc}; unmerge when it has finished", file=sys.stderr)
-        return EXIT_BUSY
-    except (MergeError, InvalidIdError) as exc:
-        print(f"rem-cycle: {exc}", file=sys.stderr)
-        return EXIT_FAILED
+        undone = await _edit_graph(settings, "unmerge", lambda: unmerge_node(settings, args.node_id), refused=(MergeError, InvalidIdError))
+    except _EditRefused as refusal:
+        return refusal.status
 
     def text() -> None:
         for item in undone:
@@ -416,17 +437,12 @@ async def cmd_merge(settings: Settings, args: argparse.Namespace) -> int:
     from store.merges import MergeError
     from worker.knowledge import merge_node
 
-    from worker.cycle import single_flight
-
     try:
-        async with single_flight(settings):
-            merge_id = await anyio.to_thread.run_sync(merge_node, settings, args.merged_id, args.into_id)
-    except CycleBusyError as exc:
-        print(f"rem-cycle: {exc}; merge when it has finished", file=sys.stderr)
-        return EXIT_BUSY
-    except (MergeError, InvalidIdError) as exc:
-        print(f"rem-cycle: {exc}", file=sys.stderr)
-        return EXIT_FAILED
+        merge_id = await _edit_graph(
+            settings, "merge", lambda: merge_node(settings, args.merged_id, args.into_id), refused=(MergeError, InvalidIdError)
+        )
+    except _EditRefused as refusal:
+        return refusal.status
     _emit(
         args,
         {"merge_id": merge_id, "merged": args.merged_id, "into": args.into_id},
@@ -437,22 +453,17 @@ async def cmd_merge(settings: Settings, args: argparse.Namespace) -> int:
 
 async def cmd_forget(settings: Settings, args: argparse.Namespace, progress: CommandProgress) -> int:
     from store.ids import InvalidIdError
-    from worker.cycle import single_flight
     from worker.knowledge import NoGraphError, forget
 
     progress.describe = lambda: "a forget is one transaction, so it was applied whole or not at all"
-
     try:
-        async with single_flight(settings):
-            report = await anyio.to_thread.run_sync(
-                lambda: forget(settings, session=args.session, memory=args.memory, note=args.note, dry_run=args.dry_run)
-            )
-    except CycleBusyError as exc:
-        print(f"rem-cycle: {exc}; forget when it has finished", file=sys.stderr)
-        return EXIT_BUSY
-    except (InvalidIdError, NoGraphError) as exc:
-        print(f"rem-cycle: {exc}", file=sys.stderr)
-        return EXIT_FAILED
+        report = await _edit_graph(
+            settings, "forget",
+            lambda: forget(settings, session=args.session, memory=args.memory, note=args.note, dry_run=args.dry_run),
+            refused=(InvalidIdError, NoGraphError),
+        )
+    except _EditRefused as refusal:
+        return refusal.status
 
     def text() -> None:
         verb = "would remove" if report["dry_run"] else "removed"
