@@ -25,7 +25,7 @@ from typing import Any
 from pipelines.extract.model import ExtractorReply, UnitTurn, WorkUnit, clean_text, semantic_node_id
 from pipelines.identity import normal_path
 
-HEURISTIC_VERSION = 3
+HEURISTIC_VERSION = 4
 # Entities of one turn linked pairwise: the first few only, so a long tool dump does not turn
 # into a clique of hundreds of edges.
 MAX_LINKED_PER_TURN = 6
@@ -54,6 +54,14 @@ _BUILTINS = frozenset(dir(builtins))
 _PLACEHOLDERS = frozenset(
     "filename newfile foo bar baz qux quux spam eggs something somethingelse myfile my_file mymodule "
     "my_module yourfile your_file xyz".split()
+)
+# File names every project or package has: alone, without their directory, they name no file in
+# particular (a repository has dozens of `__init__.py`; the agent's instructions name
+# `pyproject.toml` in every session). With a directory they do (`django/forms/__init__.py`).
+_CONVENTIONAL_FILES = frozenset(
+    "__init__.py __main__.py setup.py setup.cfg pyproject.toml tox.ini conftest.py requirements.txt "
+    "package.json tsconfig.json makefile readme.md changelog.md contributing.md code_of_conduct.md "
+    "license.md utils.py util.py helpers.py common.py constants.py config.py settings.py models.py tests.py".split()
 )
 # Fenced blocks and inline code spans of Markdown.
 _CODE_SPAN = re.compile(r"```.*?(?:```|\Z)|`[^`\n]*`", re.S)
@@ -354,7 +362,8 @@ def find_mentions(
         # The name without a diff's a/ or b/ or a ./ (one file, one node); the quote as written.
         candidates.append(_Mention(match.start(), match.end(), "FILE", normal_path(match.group(0)), match.group(0)))
     for match in _BARE_FILE.finditer(text):
-        candidates.append(_Mention(match.start(), match.end(), "FILE", match.group(0), match.group(0)))
+        if match.group(0).casefold() not in _CONVENTIONAL_FILES:
+            candidates.append(_Mention(match.start(), match.end(), "FILE", match.group(0), match.group(0)))
     for match in _TEST.finditer(text):
         candidates.append(_Mention(match.start(), match.end(), "TEST", match.group(0), match.group(0)))
     for match in _METHOD.finditer(text):
