@@ -314,6 +314,12 @@ def test_heuristic_bare_conventional_file_names_name_no_file() -> None:
     assert set(found) == {"FILE:django/forms/__init__.py", "FILE:drv.py"}
 
 
+def test_heuristic_elided_paths_name_no_file() -> None:
+    found = {(m.node_type, m.name) for m in find_mentions("It fails in .../componenttest/__init__.py, not in src/a/b.py")}
+    assert ("FILE", "src/a/b.py") in found
+    assert not any("componenttest" in name for _, name in found)
+
+
 def test_heuristic_agent_prose_about_code_makes_no_people_or_places() -> None:
     text = "The Query class in Django handles `Value` joins.\n1. Configure Django settings.\n2. Call super() on a ValueError."
     assert set(nodes_of(conversation(("assistant", text)))) == set()

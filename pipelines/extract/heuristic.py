@@ -43,6 +43,8 @@ _SYSTEM_ROLES = frozenset({"user", "assistant", "system", "tool", "function", "i
 
 _URL = re.compile(r"https?://[^\s`'\"<>()\[\]{}]+")
 _PATH = re.compile(r"(?<![\w/.@:-])(?:[\w.-]+/)+[\w.-]*[A-Za-z0-9_-]\.[A-Za-z][A-Za-z0-9]{0,7}\b")
+# A path segment of three or more dots: an elision (`.../pkg/__init__.py`), not a directory.
+_ELIDED = re.compile(r"(?:^|/)\.{3,}/")
 _BARE_FILE = re.compile(
     r"(?<![\w/.-])[\w-]+\.(?:py|pyi|ts|tsx|js|jsx|mjs|md|json|jsonl|ya?ml|toml|sql|go|rs|java|kt|rb|c|h|cc|cpp|hpp|sh|ini|cfg|lock)\b"
 )
@@ -361,6 +363,8 @@ def find_mentions(
         url = match.group(0).rstrip(".,;:!?")
         candidates.append(_Mention(match.start(), match.start() + len(url), "FILE", url, url, ("url",)))
     for match in _PATH.finditer(text):
+        if _ELIDED.search(match.group(0)):
+            continue  # `.../tests/__init__.py`: part of the path left out, so no file in particular
         # The name without a diff's a/ or b/ or a ./ (one file, one node); the quote as written.
         candidates.append(_Mention(match.start(), match.end(), "FILE", normal_path(match.group(0)), match.group(0)))
     for match in _BARE_FILE.finditer(text):
