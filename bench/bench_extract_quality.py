@@ -291,6 +291,8 @@ def cmd_report(args: argparse.Namespace) -> None:
     report: dict[str, Any] = {"baseline_ref": args.baseline_ref}
     for split in args.splits:
         for source in SOURCES:
+            if not (args.data / f"{source}.{split}.jsonl").exists():
+                continue  # the fresh split is coding sessions only
             entry: dict[str, Any] = {}
             for name, extract in (("before", before), ("after", after)):
                 _, sample = precision_nodes(args.data, source, split, extract, settings)
