@@ -50,8 +50,8 @@ from __future__ import annotations
 import builtins
 import math
 import re
-import unicodedata
 import sys
+import unicodedata
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
