@@ -50,6 +50,7 @@ from __future__ import annotations
 import builtins
 import math
 import re
+import sys
 import unicodedata
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Sequence
@@ -88,6 +89,9 @@ _URL = re.compile(r"^[a-z][a-z0-9+.-]*://", re.IGNORECASE)
 _CAMEL_NAME = re.compile(r"(?:[A-Z][a-z0-9]+){2,}")
 # A bare call of a Python builtin (`min()`, `len()`) names the builtin, never `A.min()`.
 _BUILTINS = frozenset(name for name in dir(builtins) if name.islower() and not name.startswith("_"))
+# A bare call named like a standard-library module (`copy()`, `time()`, `glob()`) is that module's
+# function (`copy.copy`), never a method of some object (`attrs.copy` is `dict.copy`).
+_STDLIB_MODULES = frozenset(name for name in sys.stdlib_module_names if not name.startswith("_"))
 # A base name shared by more files than this names none of them in particular (`__init__.py`);
 # the same for a bare method name shared by more qualified ones.
 MAX_SHARED_NAME = 3
@@ -367,13 +371,16 @@ def same_member(one: str, other: str) -> bool:
     """Whether two METHOD identifiers name one function, qualified or not: the same last name
     (as written), the shorter's qualifiers the tail of the longer's, a qualifier matching as a
     class or an instance (``QuerySet.iterator`` / ``queryset.iterator`` / ``iterator``). A bare
-    call of a Python builtin (``min``) is the builtin, not ``A.min``."""
+    call of a Python builtin (``min``) is the builtin, not ``A.min``; a bare call named like a
+    standard-library module (``copy``) is that module's function (``copy.copy``), not ``a.copy``."""
     left, right = one.split("."), other.split(".")
     if left == right or left[-1] != right[-1]:
         return False
     short, long = sorted((left, right), key=len)
     if len(short) == 1 and short[0] in _BUILTINS:
         return False
+    if len(short) == 1 and short[0] in _STDLIB_MODULES:
+        return long[-2] == short[0]
     return [_receiver(q) for q in short[:-1]] == [_receiver(q) for q in long[len(long) - len(short) : -1]]
 
 
@@ -384,8 +391,12 @@ def member_overlap(one: str, other: str) -> int:
 
 def _receiver(qualifier: str) -> str:
     """A qualifier as class or instance (``QuerySet`` ~ ``queryset``, ``ProjectState`` ~
-    ``project_state``); leading and trailing underscores still count (``_dict`` ≠ ``__dict__``)."""
+    ``project_state``); leading and trailing underscores still count (``_dict`` ≠ ``__dict__``).
+    A qualifier with no lower-case letter keeps its case: ``X`` and ``x`` are two variables,
+    ``PRECEDENCE`` is a constant beside a ``precedence`` variable."""
     core = qualifier.strip("_")
+    if not any(c.islower() for c in core):
+        return qualifier
     lead = qualifier[: len(qualifier) - len(qualifier.lstrip("_"))]
     return lead + core.replace("_", "").casefold() + qualifier[len(lead) + len(core) :]
 

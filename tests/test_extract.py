@@ -299,13 +299,25 @@ def test_heuristic_speaker_roles_that_are_no_names_make_no_person() -> None:
 
 
 def test_heuristic_names_only_in_tool_output_need_several_tool_turns() -> None:
-    listing = "setup.py\nREADME.md\nsrc/store/lazy_queue.py"
+    listing = "migrate_ids.py\nNOTES.md\nsrc/store/lazy_queue.py"
     once = nodes_of(conversation(("user", "fix the queue"), ("tool", listing), ("assistant", "I will edit src/store/lazy_queue.py")))
     assert set(once) == {"FILE:src/store/lazy_queue.py"}  # named by the assistant: kept; the rest only listed once
     repeated = nodes_of(conversation(*[("tool", listing)] * TOOL_ONLY_MIN_TURNS))
-    assert "FILE:setup.py" in repeated and "FILE:README.md" in repeated
+    assert "FILE:migrate_ids.py" in repeated and "FILE:NOTES.md" in repeated
     fewer = nodes_of(conversation(*[("tool", listing)] * (TOOL_ONLY_MIN_TURNS - 1)))
     assert fewer == {}
+
+
+def test_heuristic_bare_conventional_file_names_name_no_file() -> None:
+    text = "Read pyproject.toml, setup.cfg and __init__.py first; the fix is in django/forms/__init__.py and drv.py."
+    found = nodes_of(conversation(("user", text), ("assistant", text)))
+    assert set(found) == {"FILE:django/forms/__init__.py", "FILE:drv.py"}
+
+
+def test_heuristic_elided_paths_name_no_file() -> None:
+    found = {(m.node_type, m.name) for m in find_mentions("It fails in .../componenttest/__init__.py, not in src/a/b.py")}
+    assert ("FILE", "src/a/b.py") in found
+    assert not any("componenttest" in name for _, name in found)
 
 
 def test_heuristic_agent_prose_about_code_makes_no_people_or_places() -> None:

@@ -333,6 +333,10 @@ def _verdict(existing: list[tuple[str, str]], node_type: str, name: str):
         ("CLASS", "QmFzZTY0U3RyaW5n", "Qmfzzty0U3RyaW5N"),
         # a builtin is not the method of the same name
         ("METHOD", "A.min", "min"),
+        # a bare call named like a stdlib module is its function (`copy.copy`), not `attrs.copy`
+        ("METHOD", "attrs.copy", "copy"), ("METHOD", "clock.time", "time"),
+        # a qualifier with no lower case keeps its case: two variables, a constant and a variable
+        ("METHOD", "X.max", "x.max"), ("METHOD", "PRECEDENCE.copy", "precedence.copy"),
     ],
 )
 def test_code_identifiers_never_link_across_case_underscores_or_word_order(node_type: str, existing: str, incoming: str) -> None:
@@ -349,6 +353,9 @@ def test_code_identifiers_never_link_across_case_underscores_or_word_order(node_
         ("METHOD", "QuerySet.iterator", "queryset.iterator", "qualified"),  # class or instance
         ("METHOD", "query.clone", "clone.query.clone", "qualified"),
         ("METHOD", "timezone.get_current_timezone", "get_current_timezone", "qualified"),
+        ("METHOD", "copy.copy", "copy", "qualified"),  # the stdlib module's own function
+        ("METHOD", "time.time", "time", "qualified"),
+        ("METHOD", "ProjectState.clone", "project_state.clone", "qualified"),  # a class and its instance
         ("FILE", "django/forms/models.py", "a/django/forms/models.py", "normalised"),
         ("FILE", "django/forms/models.py", "b/django/forms/models.py", "normalised"),
         ("FILE", "django/forms/models.py", "./django/forms/models.py", "normalised"),
