@@ -15,7 +15,7 @@ node's distinct points from that anchor.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -169,6 +169,32 @@ class ProvenanceStore:
         """(first, last) turn time among ``node_id``'s points (one indexed aggregate)."""
         row = self.db.query("SELECT MIN(observed_at), MAX(observed_at) FROM node_points WHERE node_id = ?", (node_id,))[0]
         return row[0], row[1]
+
+    def iter_node_points(self) -> Iterator[tuple[str, PointRow]]:
+        """Every node's points, distinct, ordered by node and then as :meth:`node_points` sorts
+        them, read from a cursor (one row at a time) so an export never holds them all."""
+        cursor = self.db.conn.execute(
+            f"SELECT DISTINCT node_id, {_POINT_COLUMNS} FROM node_points "
+            "ORDER BY node_id, anchor, memory_id, chunk_id, evidence, observed_at"
+        )
+        for row in cursor:
+            yield row["node_id"], _point(row)
+
+    def point_places_by_node(self) -> dict[str, list[PointRow]]:
+        """Per node, one point per anchor (per turn for points without an anchor), with the first
+        and the last turn time of those points: what an export says of a node's points besides
+        listing them (its sources, ``first_seen``/``last_seen``), in size of its sources, not of
+        its points."""
+        rows = self.db.query(
+            "SELECT node_id, anchor, CASE WHEN anchor = '' THEN memory_id ELSE '' END AS memory_id, '' AS chunk_id, "
+            "'' AS evidence, MIN(observed_at) AS first, MAX(observed_at) AS last FROM node_points "
+            "GROUP BY node_id, anchor, CASE WHEN anchor = '' THEN memory_id ELSE '' END"
+        )
+        found: dict[str, list[PointRow]] = {}
+        for row in rows:
+            for time in {row["first"], row["last"]}:
+                found.setdefault(row["node_id"], []).append(PointRow(row["anchor"], row["memory_id"], "", "", time))
+        return found
 
     def points_by_node(self, node_ids: Iterable[str] | None = None) -> dict[str, list[PointRow]]:
         """Points of the given nodes (of every node when ``None``), by node id, sorted."""

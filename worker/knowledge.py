@@ -6,14 +6,14 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TextIO
 
 import anyio
 
 from config import Settings
 from pipelines.asof import graph_as_of
 from pipelines.communities import Namer, name_communities, plan_communities, semantic_graph
-from pipelines.export import build_snapshot
+from pipelines.export import build_snapshot, render, write_json
 from pipelines.identity import Auditor
 from pipelines.judge import ModelJudge
 from pipelines.query import ViewCounts, node_view, search_row, turn_memory_ids
@@ -70,10 +70,13 @@ def open_graph_db(settings: Settings) -> Iterator[Database]:
         db.close()
 
 
-def snapshot_from_db(db: Database, *, include_anchors: bool = False, as_of: str | None = None) -> dict[str, Any]:
-    """The export snapshot of the graph in ``db`` (as known at ``as_of``, see :mod:`pipelines.asof`)."""
+def snapshot_from_db(db: Database, *, include_anchors: bool = False, as_of: str | None = None, stream_points: bool = False) -> dict[str, Any]:
+    """The export snapshot of the graph in ``db`` (as known at ``as_of``, see :mod:`pipelines.asof`);
+    ``stream_points`` (not with ``as_of``): without the points themselves, for
+    :func:`pipelines.export.write_json`."""
     graph, provenance = GraphStore(db), ProvenanceStore(db)
-    nodes, edges, points = graph.all_nodes(), graph.all_edges(), provenance.points_by_node()
+    nodes, edges = graph.all_nodes(), graph.all_edges()
+    points = provenance.point_places_by_node() if stream_points else provenance.points_by_node()
     edge_seen = provenance.edge_seen()
     if as_of is not None:
         edge_points = provenance.points_by_edge()
@@ -89,9 +92,24 @@ def snapshot_from_db(db: Database, *, include_anchors: bool = False, as_of: str 
         include_anchors=include_anchors,
         points={k: [p.as_dict() for p in v] for k, v in points.items()},
         edge_seen=edge_seen,
+        list_points=not stream_points,
     )
     snapshot["as_of"] = as_of
     return snapshot
+
+
+def export_graph(settings: Settings, out: TextIO, *, fmt: str, include_anchors: bool = False, as_of: str | None = None) -> dict[str, int]:
+    """``export``: write the snapshot in ``fmt`` to ``out``; returns its counts. JSON of the graph
+    as it is now is streamed: the points are listed as they are read, never held (see
+    :func:`pipelines.export.write_json`); GraphML and ``as_of`` build the whole snapshot first."""
+    with open_graph_db(settings) as db:
+        if fmt == "json" and as_of is None:
+            snapshot = snapshot_from_db(db, include_anchors=include_anchors, stream_points=True)
+            write_json(snapshot, ((n, p.as_dict()) for n, p in ProvenanceStore(db).iter_node_points()), out)
+        else:
+            snapshot = snapshot_from_db(db, include_anchors=include_anchors, as_of=as_of)
+            out.write(render(snapshot, fmt))
+    return dict(snapshot["counts"])
 
 
 def _first_last(times: Any) -> tuple[str | None, str | None]:
