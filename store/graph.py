@@ -145,16 +145,14 @@ class GraphStore:
         )
         return [_edge(r) for r in rows], total
 
-    def edge_targets(self, node_id: str, relationship: str, *, limit: int | None) -> tuple[list[str], int]:
+    def edge_targets(self, node_id: str, relationship: str, *, limit: int | None) -> list[str]:
         """The first ``limit`` targets (sorted; all when ``None``) of ``node_id``'s ``relationship``
-        edges, and how many there are (index reads only)."""
-        nid = normalize_graph_node_id(node_id)
-        total = self.db.query("SELECT COUNT(*) FROM edges WHERE source = ? AND relationship = ?", (nid, relationship))[0][0]
+        edges (index reads only)."""
         rows = self.db.query(
             "SELECT target FROM edges WHERE source = ? AND relationship = ? ORDER BY target LIMIT ?",
-            (nid, relationship, -1 if limit is None else limit),
+            (normalize_graph_node_id(node_id), relationship, -1 if limit is None else limit),
         )
-        return [r[0] for r in rows], total
+        return [r[0] for r in rows]
 
     def count_edges_touching(self, node_ids: Iterable[str]) -> int:
         """How many edges have an end among ``node_ids`` (counted by index, no document read)."""

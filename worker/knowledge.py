@@ -182,16 +182,15 @@ class _Loaded:
     counted: ViewCounts | None = None
 
 
-def _load_shown(db: Database, loaded: _Loaded, limit: int | None) -> None:
-    """Only what ``show`` prints of ``loaded.node`` — its ``limit`` heaviest semantic edges, its
+def _load_shown(db: Database, loaded: _Loaded, node_id: str, limit: int | None) -> None:
+    """Into ``loaded``, only what ``show`` prints of node ``node_id`` — its ``limit`` heaviest semantic edges, its
     first ``limit`` sources and turns with those turns' points — plus the totals, counted in SQL:
     a node with a hundred thousand points shows in the memory of ``limit`` of them."""
     graph, provenance = GraphStore(db), ProvenanceStore(db)
-    node_id = loaded.node.id  # type: ignore[union-attr]
     semantic, edges_total = graph.heaviest_edges_of(
         node_id, exclude_relationships=PROVENANCE_RELATIONSHIPS, exclude_labels=ANCHOR_LABELS, limit=limit
     )
-    anchors, _ = graph.edge_targets(node_id, DISCUSSED_IN, limit=limit)
+    anchors = graph.edge_targets(node_id, DISCUSSED_IN, limit=limit)
     turn_ids, turns_total = provenance.turn_memories(node_id, limit=limit)
     loaded.edges = semantic + [Edge(node_id, a, DISCUSSED_IN, 1.0) for a in anchors]
     loaded.neighbours = graph.get_nodes({e.source for e in semantic} | {e.target for e in semantic} | set(anchors))
@@ -212,7 +211,7 @@ def _load_node(settings: Settings, node_id: str, as_of: str | None = None, limit
             if loaded.node is None:
                 return loaded
         if as_of is None:
-            _load_shown(db, loaded, limit)
+            _load_shown(db, loaded, loaded.node.id, limit)
         else:
             loaded.edges = graph.edges_of(loaded.node.id)
             loaded.neighbours = graph.get_nodes({e.source for e in loaded.edges} | {e.target for e in loaded.edges})
