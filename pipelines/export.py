@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, TextIO
 
 import networkx as nx
 
@@ -54,9 +54,13 @@ def build_snapshot(
     include_anchors: bool = False,
     points: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
     edge_seen: Mapping[tuple[str, str, str], tuple[str | None, str | None]] | None = None,
+    list_points: bool = True,
 ) -> dict[str, Any]:
     """The snapshot payload of a graph (pure; see the module docstring for the shape); ``points``:
-    node id → its provenance points; ``edge_seen``: edge key → (first, last) turn time of its points."""
+    node id → its provenance points; ``edge_seen``: edge key → (first, last) turn time of its points.
+    ``list_points=False``: ``points`` holds only what the sources and turn times need (one point per
+    anchor with its first and last time), ``provenance`` is left empty and :func:`write_json` lists
+    the points as it reads them."""
     points, edge_seen = points or {}, edge_seen or {}
     by_id = {n.id: n for n in nodes}
     edge_list = list(edges)
@@ -72,7 +76,7 @@ def build_snapshot(
     provenance: dict[str, list[dict[str, Any]]] = {}
     for node_id in anchors:
         own = [dict(p) for p in points.get(node_id, ())]
-        if own:
+        if own and list_points:
             provenance[node_id] = own
         for point in own:
             anchor = _point_anchor(point, by_id, memory_session)
@@ -183,6 +187,31 @@ def render(snapshot: Mapping[str, Any], fmt: str) -> str:
     if fmt == "graphml":
         return graphml_text(snapshot)
     raise ValueError(f"unknown export format {fmt!r}; expected one of {', '.join(FORMATS)}")
+
+
+_STREAMED = "\u0000provenance\u0000"
+
+
+def write_json(snapshot: Mapping[str, Any], points: Iterable[tuple[str, Mapping[str, Any]]], out: TextIO) -> None:
+    """Write ``render(snapshot, "json")`` of a snapshot built with ``list_points=False`` to ``out``,
+    its ``provenance`` filled from ``points`` — (node id, point) pairs ordered by node — as they are
+    read, so memory does not grow with a node's points. Points of nodes the snapshot does not list
+    provenance for (anchors, nodes not exported) are skipped."""
+    owners = {n["id"] for n in snapshot["nodes"] if n["label"] not in ANCHOR_LABELS}
+    head, tail = render({**snapshot, "provenance": _STREAMED}, "json").split(json.dumps(_STREAMED), 1)
+    out.write(head)
+    current = None
+    for node_id, point in points:
+        if node_id not in owners:
+            continue
+        text = json.dumps(point, ensure_ascii=False, sort_keys=True, indent=2).replace("\n", "\n      ")
+        if node_id != current:
+            out.write(("{\n" if current is None else "\n    ],\n") + f"    {json.dumps(node_id, ensure_ascii=False)}: [\n      {text}")
+            current = node_id
+        else:
+            out.write(f",\n      {text}")
+    out.write("{}" if current is None else "\n    ]\n  }")
+    out.write(tail)
 
 
 def _prefixed(properties: Mapping[str, Any], reserved: frozenset[str]) -> dict[str, Any]:

@@ -8,6 +8,7 @@ the sessions/notes it came from and those turns with their text and evidence quo
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from pipelines.vocabulary import (
@@ -39,6 +40,18 @@ def turn_memory_ids(node: Node, edges: Iterable[Edge], points: Iterable[Mapping[
     return sorted(found)
 
 
+@dataclass(frozen=True)
+class ViewCounts:
+    """What :func:`node_view` cannot count from inputs cut to what ``show`` prints: the turns to
+    show (sorted ``memory:`` ids), the totals of semantic edges and turns, and the (first, last)
+    turn time of all the node's points."""
+
+    turn_ids: Sequence[str]
+    edges_total: int
+    turns_total: int
+    seen: tuple[str | None, str | None]
+
+
 def node_view(
     node: Node,
     edges: Sequence[Edge],
@@ -48,12 +61,15 @@ def node_view(
     points: Sequence[Mapping[str, Any]] = (),
     merged_from: Sequence[Mapping[str, Any]] = (),
     limit: int | None = None,
+    counted: ViewCounts | None = None,
 ) -> dict[str, Any]:
     """Everything ``show`` prints about ``node``. ``edges`` are the edges touching it, ``neighbours``
     the nodes at their other ends, ``points`` its provenance points, ``turns`` the Chroma rows of its memories (``memory:<id>`` keys;
     a missing one is shown without text). With ``limit``, at most that many semantic edges (the
     heaviest) and turns (the first of :func:`turn_memory_ids`); ``edges_total`` and ``turns_total``
-    say how many there are."""
+    say how many there are. ``counted``: the inputs are already cut to what is shown (the heaviest
+    edges, the sources and the points of the turns shown), and these are the totals and times of
+    the whole node."""
     semantic: list[dict[str, Any]] = []
     anchors: set[str] = set()
     for edge in edges:
@@ -87,7 +103,7 @@ def node_view(
         if isinstance(point.get("chunk_id"), str):
             chunks.setdefault(memory, set()).add(point["chunk_id"])
     turn_rows = []
-    memories = turn_memory_ids(node, edges, points)
+    memories = list(counted.turn_ids) if counted else turn_memory_ids(node, edges, points)
     for memory in memories[:limit]:
         row = turns.get(memory)
         session = row.session_id if row else None
@@ -111,7 +127,7 @@ def node_view(
         for a in sorted(anchors)
     ]
     properties = {k: v for k, v in node.properties.items() if k != "aliases"}
-    seen = sorted(t for t in (p.get("observed_at") for p in points) if isinstance(t, str))
+    seen = [t for t in counted.seen if t] if counted else sorted(t for t in (p.get("observed_at") for p in points) if isinstance(t, str))
     aliases = node.properties.get("aliases")
     return {
         "id": node.id,
@@ -121,10 +137,10 @@ def node_view(
         "aliases": list(aliases) if isinstance(aliases, list) else [],
         "properties": properties,
         "edges": sorted(semantic, key=lambda e: (-e["weight"], e["direction"] != "out", e["relationship"], e["node"]))[:limit],
-        "edges_total": len(semantic),
+        "edges_total": counted.edges_total if counted else len(semantic),
         "sources": sources,
         "turns": turn_rows,
-        "turns_total": len(memories),
+        "turns_total": counted.turns_total if counted else len(memories),
         "merged_from": list(merged_from),
         "first_seen": seen[0] if seen else None,
         "last_seen": seen[-1] if seen else None,

@@ -119,6 +119,41 @@ class GraphStore:
         )
         return [_edge(r) for r in rows]
 
+    def heaviest_edges_of(
+        self, node_id: str, *, exclude_relationships: Iterable[str], exclude_labels: Iterable[str], limit: int | None,
+    ) -> tuple[list[Edge], int]:
+        """The ``limit`` heaviest edges touching ``node_id`` (all when ``None``) whose relationship
+        is not excluded and whose other end is not a node with an excluded label, ordered as
+        ``show`` lists them (weight, outgoing first, relationship, other end); and how many such
+        edges there are. Only those edges' documents are read, so a node with a hundred thousand
+        provenance edges costs what it shows."""
+        nid = normalize_graph_node_id(node_id)
+        matching = (
+            "FROM (SELECT source, target, relationship, weight, properties, target AS other, 0 AS incoming FROM edges WHERE source = :n "
+            "UNION ALL SELECT source, target, relationship, weight, properties, source, 1 FROM edges WHERE target = :n AND source != :n) t "
+            "LEFT JOIN nodes o ON o.id = t.other "
+            "WHERE t.relationship NOT IN (SELECT value FROM json_each(:rels)) "
+            "AND (o.label IS NULL OR o.label NOT IN (SELECT value FROM json_each(:labels)))"
+        )
+        params = {"n": nid, "rels": dumps(sorted(exclude_relationships)), "labels": dumps(sorted(exclude_labels)),
+                  "limit": -1 if limit is None else limit}
+        total = self.db.query(f"SELECT COUNT(*) {matching}", params)[0][0]
+        rows = self.db.query(
+            f"SELECT t.source, t.target, t.relationship, t.weight, t.properties {matching} "
+            "ORDER BY t.weight DESC, t.incoming, t.relationship, t.other LIMIT :limit",
+            params,
+        )
+        return [_edge(r) for r in rows], total
+
+    def edge_targets(self, node_id: str, relationship: str, *, limit: int | None) -> list[str]:
+        """The first ``limit`` targets (sorted; all when ``None``) of ``node_id``'s ``relationship``
+        edges (index reads only)."""
+        rows = self.db.query(
+            "SELECT target FROM edges WHERE source = ? AND relationship = ? ORDER BY target LIMIT ?",
+            (normalize_graph_node_id(node_id), relationship, -1 if limit is None else limit),
+        )
+        return [r[0] for r in rows]
+
     def count_edges_touching(self, node_ids: Iterable[str]) -> int:
         """How many edges have an end among ``node_ids`` (counted by index, no document read)."""
         ids = dumps(sorted({normalize_graph_node_id(i) for i in node_ids}))

@@ -206,9 +206,13 @@ class MergeStore:
             if merged is None or into is None:
                 raise MergeError(f"no node {merged_id if merged is None else into_id}")
             edges = [e for e in self.graph.edges_of(merged_id) if e.relationship not in _DERIVED]
-            # Edges with points come back through their rows; only those without are kept whole.
-            pointless = [e for e in edges if not self.provenance.edge_has_points((e.source, e.target, e.relationship))]
-            restore: dict[str, Any] = {"edges": [_edge_dict(e) for e in pointless], "created": [], "modified": [], "loop_points": []}
+            # Edges with points come back through their rows; only those without are kept whole, and
+            # the edges between the two nodes (they vanish with M, so their points need them back).
+            kept = [
+                e for e in edges
+                if {e.source, e.target} == {merged_id, into_id} or not self.provenance.edge_has_points((e.source, e.target, e.relationship))
+            ]
+            restore: dict[str, Any] = {"edges": [_edge_dict(e) for e in kept], "created": [], "modified": [], "loop_points": []}
             for edge in edges:
                 moved = _redirect(edge, merged_id, into_id)
                 if moved.source == moved.target:
@@ -306,8 +310,10 @@ class MergeStore:
         loops = restore.get("loop_points", ())
         for point in loops:
             key = (point["source"], point["target"], point["relationship"])
-            if self.graph.get_edge(*key) is None and key in saved:
-                self.graph.link_nodes([saved[key]])
+            if self.graph.get_edge(*key) is None:
+                # A record written before loop edges were kept has only the points: weight and
+                # properties are then rebuilt from them.
+                self.graph.link_nodes([saved.get(key) or Edge(*key, 1.0, {})])
             touched.add(key)
         if loops:
             columns = [c for c in loops[0] if c != "rowid"]

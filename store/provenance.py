@@ -15,7 +15,7 @@ node's distinct points from that anchor.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -144,6 +144,57 @@ class ProvenanceStore:
         """The points of one node (sorted, distinct)."""
         rows = self.db.query(f"SELECT DISTINCT {_POINT_COLUMNS} FROM node_points WHERE node_id = ?", (node_id,))
         return sorted(_point(r) for r in rows)
+
+    def turn_memories(self, node_id: str, *, limit: int | None) -> tuple[list[str], int]:
+        """The first ``limit`` (sorted; all when ``None``) ``memory:`` ids of the turns ``node_id``
+        came from — its points' turns and its ``MENTIONED_IN`` targets — and how many there are."""
+        union = (
+            "SELECT memory_id AS m FROM node_points WHERE node_id = :n AND memory_id != '' "
+            "UNION SELECT target FROM edges WHERE source = :n AND relationship = :rel"
+        )
+        params = {"n": node_id, "rel": MENTIONED_IN, "limit": -1 if limit is None else limit}
+        total = self.db.query(f"SELECT COUNT(*) FROM ({union})", params)[0][0]
+        return [r[0] for r in self.db.query(f"SELECT m FROM ({union}) ORDER BY m LIMIT :limit", params)], total
+
+    def node_turn_points(self, node_id: str, memory_ids: Iterable[str]) -> list[PointRow]:
+        """The points of ``node_id`` from the turns ``memory_ids`` (sorted, distinct)."""
+        found: set[PointRow] = set()
+        for part in chunked(sorted(set(memory_ids)), _IN_CHUNK):
+            marks = ",".join("?" * len(part))
+            rows = self.db.query(f"SELECT {_POINT_COLUMNS} FROM node_points WHERE node_id = ? AND memory_id IN ({marks})", (node_id, *part))
+            found.update(_point(r) for r in rows)
+        return sorted(found)
+
+    def node_seen(self, node_id: str) -> tuple[str | None, str | None]:
+        """(first, last) turn time among ``node_id``'s points (one indexed aggregate)."""
+        row = self.db.query("SELECT MIN(observed_at), MAX(observed_at) FROM node_points WHERE node_id = ?", (node_id,))[0]
+        return row[0], row[1]
+
+    def iter_node_points(self) -> Iterator[tuple[str, PointRow]]:
+        """Every node's points, distinct, ordered by node and then as :meth:`node_points` sorts
+        them, read from a cursor (one row at a time) so an export never holds them all."""
+        cursor = self.db.conn.execute(
+            f"SELECT DISTINCT node_id, {_POINT_COLUMNS} FROM node_points "
+            "ORDER BY node_id, anchor, memory_id, chunk_id, evidence, observed_at"
+        )
+        for row in cursor:
+            yield row["node_id"], _point(row)
+
+    def point_places_by_node(self) -> dict[str, list[PointRow]]:
+        """Per node, one point per anchor (per turn for points without an anchor), with the first
+        and the last turn time of those points: what an export says of a node's points besides
+        listing them (its sources, ``first_seen``/``last_seen``), in size of its sources, not of
+        its points."""
+        rows = self.db.query(
+            "SELECT node_id, anchor, CASE WHEN anchor = '' THEN memory_id ELSE '' END AS memory_id, '' AS chunk_id, "
+            "'' AS evidence, MIN(observed_at) AS first, MAX(observed_at) AS last FROM node_points "
+            "GROUP BY node_id, anchor, CASE WHEN anchor = '' THEN memory_id ELSE '' END"
+        )
+        found: dict[str, list[PointRow]] = {}
+        for row in rows:
+            for time in {row["first"], row["last"]}:
+                found.setdefault(row["node_id"], []).append(PointRow(row["anchor"], row["memory_id"], "", "", time))
+        return found
 
     def points_by_node(self, node_ids: Iterable[str] | None = None) -> dict[str, list[PointRow]]:
         """Points of the given nodes (of every node when ``None``), by node id, sorted."""

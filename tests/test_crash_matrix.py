@@ -225,8 +225,12 @@ class ForkServer:
         self.proc.stdin.flush()
         return json.loads(self.proc.stdout.readline())
 
+    def run(self, args: list[str], env: dict[str, str]) -> int:
+        """Fork ``rem-cycle ARGS`` with ``env``; returns its pid."""
+        return self._ask({"run": args, "env": env})["pid"]
+
     def run_once(self, data: Path) -> int:
-        return self._ask({"run": ["--once", "--json"], "env": {**ENV, "REM_DATA_DIR": str(data)}})["pid"]
+        return self.run(["--once", "--json"], {**ENV, "REM_DATA_DIR": str(data)})
 
     def wait(self, pid: int) -> int:
         return self._ask({"wait": pid})["status"]

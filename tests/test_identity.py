@@ -22,7 +22,7 @@ from pipelines.identity import (
 )
 from store.graph import Edge, GraphStore, Node
 from store.merges import MergeError, MergeStore
-from store.provenance import ProvenanceStore
+from store.provenance import EdgePointRow, PointRow, ProvenanceStore
 from tests.conftest import run_cli
 from tests.graph_fixtures import add_knowledge, build_sample_graph, knowledge, point
 from tests.llm_server import llm_server  # noqa: F401 - fixture
@@ -150,6 +150,20 @@ def test_merge_then_unmerge_restores_the_graph_exactly(db) -> None:
     assert merges.blocked_pairs() == frozenset({("CLASS:LEQ", "CLASS:LazyEdgeQueue")})
     with pytest.raises(MergeError, match="no active merge"):
         merges.unmerge("CLASS:LEQ")
+
+
+def test_unmerge_brings_back_an_edge_with_points_between_the_two_nodes(db) -> None:
+    """The edge between M and I vanishes with M (it would be a self-loop); its points come back with
+    it on unmerge — the edge first, so the points have an owner."""
+    graph, merges, provenance = GraphStore(db), MergeStore(db), ProvenanceStore(db)
+    key = ("CLASS:LEQ", "CLASS:LazyEdgeQueue", "RELATES_TO")
+    provenance.add_edge_points([EdgePointRow(key, PointRow("session:s2", "memory:m3", "s2:chunk:0", "LEQ is the queue"), *key[:2])])
+    before = _dump(graph)
+    merges.merge_nodes("CLASS:LEQ", "CLASS:LazyEdgeQueue")
+    assert graph.get_edge(*key) is None
+    merges.unmerge("CLASS:LEQ")
+    assert _dump(graph) == before
+    assert provenance.edge_places(key) == 1
 
 
 def test_record_link_extends_one_record_per_pair(db) -> None:

@@ -317,23 +317,29 @@ async def cmd_retry(settings: Settings, args: argparse.Namespace) -> int:
 
 
 async def cmd_export(settings: Settings, args: argparse.Namespace) -> int:
-    from pipelines.export import render
-    from worker.knowledge import open_graph_db, snapshot_from_db
+    from worker.knowledge import export_graph
 
-    def build() -> dict[str, Any]:
-        with open_graph_db(settings) as db:
-            return snapshot_from_db(db, include_anchors=args.include_anchors, as_of=args.as_of)
+    def write() -> dict[str, int]:
+        if not args.out:
+            return export_graph(settings, sys.stdout, fmt=args.format, include_anchors=args.include_anchors, as_of=args.as_of)
+        # Written beside and renamed into place: a failed export never leaves half a file at OUT.
+        part = f"{args.out}.part"
+        try:
+            with open(part, "w", encoding="utf-8") as out:
+                counts = export_graph(settings, out, fmt=args.format, include_anchors=args.include_anchors, as_of=args.as_of)
+        except BaseException:
+            os.unlink(part)
+            raise
+        os.replace(part, args.out)
+        return counts
 
-    snapshot = await anyio.to_thread.run_sync(build)
-    text = render(snapshot, args.format)
+    counts = await anyio.to_thread.run_sync(write)
     if not args.out:
-        sys.stdout.write(text)
         return EXIT_OK
-    await anyio.Path(args.out).write_text(text, encoding="utf-8")
     _emit(
         args,
-        {"out": args.out, "format": args.format, **snapshot["counts"]},
-        lambda: print(f"wrote {args.out} ({args.format}): {_counts_line(snapshot['counts'])}", file=sys.stderr),
+        {"out": args.out, "format": args.format, **counts},
+        lambda: print(f"wrote {args.out} ({args.format}): {_counts_line(counts)}", file=sys.stderr),
     )
     return EXIT_OK
 

@@ -6,19 +6,19 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TextIO
 
 import anyio
 
 from config import Settings
 from pipelines.asof import graph_as_of
 from pipelines.communities import Namer, name_communities, plan_communities, semantic_graph
-from pipelines.export import build_snapshot
+from pipelines.export import build_snapshot, render, write_json
 from pipelines.identity import Auditor
 from pipelines.judge import ModelJudge
-from pipelines.query import node_view, search_row, turn_memory_ids
+from pipelines.query import ViewCounts, node_view, search_row, turn_memory_ids
 from pipelines.resolver import GraphResolver, node_refs
-from pipelines.vocabulary import ANCHOR_LABELS, PROVENANCE_RELATIONSHIPS
+from pipelines.vocabulary import ANCHOR_LABELS, DISCUSSED_IN, PROVENANCE_RELATIONSHIPS
 from store.chroma import ChromaStore, ChromaStoreError
 from store.communities import CommunityStore
 from store.db import Database
@@ -70,10 +70,13 @@ def open_graph_db(settings: Settings) -> Iterator[Database]:
         db.close()
 
 
-def snapshot_from_db(db: Database, *, include_anchors: bool = False, as_of: str | None = None) -> dict[str, Any]:
-    """The export snapshot of the graph in ``db`` (as known at ``as_of``, see :mod:`pipelines.asof`)."""
+def snapshot_from_db(db: Database, *, include_anchors: bool = False, as_of: str | None = None, stream_points: bool = False) -> dict[str, Any]:
+    """The export snapshot of the graph in ``db`` (as known at ``as_of``, see :mod:`pipelines.asof`);
+    ``stream_points`` (not with ``as_of``): without the points themselves, for
+    :func:`pipelines.export.write_json`."""
     graph, provenance = GraphStore(db), ProvenanceStore(db)
-    nodes, edges, points = graph.all_nodes(), graph.all_edges(), provenance.points_by_node()
+    nodes, edges = graph.all_nodes(), graph.all_edges()
+    points = provenance.point_places_by_node() if stream_points else provenance.points_by_node()
     edge_seen = provenance.edge_seen()
     if as_of is not None:
         edge_points = provenance.points_by_edge()
@@ -89,9 +92,24 @@ def snapshot_from_db(db: Database, *, include_anchors: bool = False, as_of: str 
         include_anchors=include_anchors,
         points={k: [p.as_dict() for p in v] for k, v in points.items()},
         edge_seen=edge_seen,
+        list_points=not stream_points,
     )
     snapshot["as_of"] = as_of
     return snapshot
+
+
+def export_graph(settings: Settings, out: TextIO, *, fmt: str, include_anchors: bool = False, as_of: str | None = None) -> dict[str, int]:
+    """``export``: write the snapshot in ``fmt`` to ``out``; returns its counts. JSON of the graph
+    as it is now is streamed: the points are listed as they are read, never held (see
+    :func:`pipelines.export.write_json`); GraphML and ``as_of`` build the whole snapshot first."""
+    with open_graph_db(settings) as db:
+        if fmt == "json" and as_of is None:
+            snapshot = snapshot_from_db(db, include_anchors=include_anchors, stream_points=True)
+            write_json(snapshot, ((n, p.as_dict()) for n, p in ProvenanceStore(db).iter_node_points()), out)
+        else:
+            snapshot = snapshot_from_db(db, include_anchors=include_anchors, as_of=as_of)
+            out.write(render(snapshot, fmt))
+    return dict(snapshot["counts"])
 
 
 def _first_last(times: Any) -> tuple[str | None, str | None]:
@@ -161,9 +179,26 @@ class _Loaded:
     merged_from: list[dict[str, Any]] = field(default_factory=list)
     points: list[dict[str, Any]] = field(default_factory=list)
     redirected_from: str | None = None
+    counted: ViewCounts | None = None
 
 
-def _load_node(settings: Settings, node_id: str, as_of: str | None = None) -> _Loaded:
+def _load_shown(db: Database, loaded: _Loaded, node_id: str, limit: int | None) -> None:
+    """Into ``loaded``, only what ``show`` prints of node ``node_id`` — its ``limit`` heaviest semantic edges, its
+    first ``limit`` sources and turns with those turns' points — plus the totals, counted in SQL:
+    a node with a hundred thousand points shows in the memory of ``limit`` of them."""
+    graph, provenance = GraphStore(db), ProvenanceStore(db)
+    semantic, edges_total = graph.heaviest_edges_of(
+        node_id, exclude_relationships=PROVENANCE_RELATIONSHIPS, exclude_labels=ANCHOR_LABELS, limit=limit
+    )
+    anchors = graph.edge_targets(node_id, DISCUSSED_IN, limit=limit)
+    turn_ids, turns_total = provenance.turn_memories(node_id, limit=limit)
+    loaded.edges = semantic + [Edge(node_id, a, DISCUSSED_IN, 1.0) for a in anchors]
+    loaded.neighbours = graph.get_nodes({e.source for e in semantic} | {e.target for e in semantic} | set(anchors))
+    loaded.points = [p.as_dict() for p in provenance.node_turn_points(node_id, turn_ids)]
+    loaded.counted = ViewCounts(turn_ids, edges_total, turns_total, provenance.node_seen(node_id))
+
+
+def _load_node(settings: Settings, node_id: str, as_of: str | None = None, limit: int | None = None) -> _Loaded:
     """The node (or, when it was merged away, the node it was merged into), its edges and merges."""
     with open_graph_db(settings) as db:
         graph, merges = GraphStore(db), MergeStore(db)
@@ -175,17 +210,18 @@ def _load_node(settings: Settings, node_id: str, as_of: str | None = None) -> _L
             loaded.node, loaded.redirected_from = graph.get_node(onward[0].into_id), onward[0].merged_id
             if loaded.node is None:
                 return loaded
-        loaded.edges = graph.edges_of(loaded.node.id)
-        loaded.neighbours = graph.get_nodes({e.source for e in loaded.edges} | {e.target for e in loaded.edges})
-        points = ProvenanceStore(db).node_points(loaded.node.id)
-        if as_of is not None:
+        if as_of is None:
+            _load_shown(db, loaded, loaded.node.id, limit)
+        else:
+            loaded.edges = graph.edges_of(loaded.node.id)
+            loaded.neighbours = graph.get_nodes({e.source for e in loaded.edges} | {e.target for e in loaded.edges})
             nodes, loaded.edges, known = _as_of_subgraph(db, [loaded.node, *loaded.neighbours.values()], loaded.edges, as_of)
             by_id = {n.id: n for n in nodes}
             if loaded.node.id not in by_id:
                 return _Loaded(redirected_from=loaded.redirected_from)
-            loaded.node, loaded.neighbours, points = by_id[loaded.node.id], by_id, known.get(loaded.node.id, [])
+            loaded.node, loaded.neighbours = by_id[loaded.node.id], by_id
             loaded.edges = [e for e in loaded.edges if loaded.node.id in (e.source, e.target)]
-        loaded.points = [p.as_dict() for p in points]
+            loaded.points = [p.as_dict() for p in known.get(loaded.node.id, [])]
         loaded.merged_from = [
             {"merged_id": r.merged_id, "rule": r.rule, "score": r.score, "created_at": r.created_at, "evidence": r.evidence}
             for r in merges.records(into_id=loaded.node.id, active=True)
@@ -198,20 +234,21 @@ async def show_node(settings: Settings, node_id: str, *, limit: int | None = Non
     at most ``limit`` edges and turns, see :func:`pipelines.query.node_view`); ``None`` when the
     graph has no such node. When Chroma cannot be read the view still comes back, without turn
     texts and with ``turns_error``."""
-    loaded = await anyio.to_thread.run_sync(_load_node, settings, node_id, as_of)
+    loaded = await anyio.to_thread.run_sync(_load_node, settings, node_id, as_of, limit)
     node, edges = loaded.node, loaded.edges
     if node is None:
         return None
     turns: dict[str, Any] = {}
     error = None
-    memory_ids = turn_memory_ids(node, edges, loaded.points)[:limit]
+    memory_ids = list(loaded.counted.turn_ids) if loaded.counted else turn_memory_ids(node, edges, loaded.points)[:limit]
     if memory_ids:
         try:
             rows = await ChromaStore(settings).memories_by_ids([row_suffix(m) for m in memory_ids])
         except ChromaStoreError as exc:
             rows, error = [], str(exc)
         turns = {memory_node_id(r.id): r for r in rows or []}
-    view = node_view(node, edges, loaded.neighbours, turns, points=loaded.points, merged_from=loaded.merged_from, limit=limit)
+    view = node_view(node, edges, loaded.neighbours, turns, points=loaded.points, merged_from=loaded.merged_from, limit=limit,
+                     counted=loaded.counted)
     view["turns_error"] = error
     view["redirected_from"] = loaded.redirected_from
     return view
