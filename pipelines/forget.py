@@ -98,13 +98,13 @@ def forget_memory(db: Database, memory_id: str, *, dry_run: bool = False) -> dic
     node_id = memory_node_id(memory_id)
     report: dict[str, Any] = {"kind": MEMORY, "id": memory_id, "dry_run": dry_run}
     try:
-        with db.transaction() as conn:
-            session = next((r[0] for r in db.query("SELECT session_id FROM memory_index WHERE memory_id = ?", (memory_id,))), None)
+        with db.transaction():
+            session = tombstones.session_of_memory(memory_id)
             memory = graph.get_node(node_id)
             if session is None and memory is not None and isinstance(memory.properties.get("sessionId"), str):
                 session = memory.properties["sessionId"]
             anchor = session_node_id(session) if session else ""
-            owners = {r[0] for r in db.query("SELECT DISTINCT node_id FROM node_points WHERE anchor = ? AND memory_id = ?", (anchor, node_id))}
+            owners = provenance.turn_owners(anchor, node_id)
             doomed = owners | {node_id}
             nodes_before, edges_before = _counts(graph, doomed)
             nodes, edges = provenance.delete_turn_points(anchor, node_id) if anchor else (set(), set())
@@ -124,11 +124,7 @@ def forget_memory(db: Database, memory_id: str, *, dry_run: bool = False) -> dic
             for orphan in orphans:
                 graph.delete_node(orphan)
             graph.delete_node(node_id)
-            conn.execute("DELETE FROM memory_index WHERE memory_id = ?", (memory_id,))
-            if session:
-                # What the session said of its nodes is recombined without the turn when it is re-extracted.
-                conn.execute("UPDATE session_digests SET state = 'undigested', digested_revision = NULL, attempts = 0 "
-                             "WHERE session_id = ?", (session,))
+            tombstones.forget_memory_state(memory_id, session)
             tombstones.bury(MEMORY, memory_id)
             nodes_after, edges_after = _counts(graph, doomed)
             report.update(

@@ -313,10 +313,14 @@ class ProvenanceStore:
                 ],
             )
 
+    def turn_owners(self, anchor: str, memory_id: str) -> set[str]:
+        """The nodes that have a point from one turn (``memory_id``) of ``anchor``."""
+        return {r[0] for r in self.db.query("SELECT DISTINCT node_id FROM node_points WHERE anchor = ? AND memory_id = ?", (anchor, memory_id))}
+
     def delete_turn_points(self, anchor: str, memory_id: str) -> tuple[set[str], set[EdgeKey]]:
         """Delete the points one turn gave (of nodes and edges); returns the nodes and edges that had some."""
         params = (anchor, memory_id)
-        nodes = {r[0] for r in self.db.query("SELECT DISTINCT node_id FROM node_points WHERE anchor = ? AND memory_id = ?", params)}
+        nodes = self.turn_owners(anchor, memory_id)
         edges = {
             (r[0], r[1], r[2])
             for r in self.db.query("SELECT DISTINCT source, target, relationship FROM edge_points WHERE anchor = ? AND memory_id = ?", params)

@@ -38,6 +38,21 @@ class TombstoneStore:
         )
         return sorted(r[0] for r in rows)
 
+    def session_of_memory(self, memory_id: str) -> str | None:
+        """The session a memory row was ingested under (its memory index row), if any."""
+        return next((r[0] for r in self.db.query("SELECT session_id FROM memory_index WHERE memory_id = ?", (memory_id,))), None)
+
+    def forget_memory_state(self, memory_id: str, session_id: str | None) -> None:
+        """Delete a forgotten turn's memory index row and mark its session for re-extraction, so
+        that what the session said of its nodes is recombined without the turn."""
+        with self.db.transaction() as conn:
+            conn.execute("DELETE FROM memory_index WHERE memory_id = ?", (memory_id,))
+            if session_id:
+                conn.execute(
+                    "UPDATE session_digests SET state = 'undigested', digested_revision = NULL, attempts = 0 WHERE session_id = ?",
+                    (session_id,),
+                )
+
     def forget_session_state(self, session_id: str, chunk_key: str) -> dict[str, int]:
         """Delete a session's digest, memory index, chunk results (keyed ``chunk_key``) and the
         identity candidates it reported. Returns rows deleted per table."""
