@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -236,11 +236,12 @@ async def scan_session_revisions(
 
 
 async def sync_sessions_to_graph(
-    session_ids: Sequence[str], *, chroma: ChromaStore, graph: GraphStore
+    session_ids: Sequence[str], *, chroma: ChromaStore, graph: GraphStore, memory_ids: Mapping[str, Sequence[str]] | None = None
 ) -> dict[str, SyncStats]:
     """Live-sync a batch of sessions: paged Chroma reads for their memories and their summaries,
-    one graph transaction. Returns stats per session."""
-    rows_by_session = await chroma.memories_for_sessions(session_ids)
+    one graph transaction. Returns stats per session. ``memory_ids``: each session's row ids as
+    the scan found them, so that the rows are read by id (see ``ChromaStore.memories_for_sessions``)."""
+    rows_by_session = await chroma.memories_for_sessions(session_ids, memory_ids=memory_ids)
     summaries = await chroma.summaries_for_sessions(session_ids) or {}
     return await anyio.to_thread.run_sync(_write_sessions, list(session_ids), rows_by_session, summaries, graph)
 
@@ -253,13 +254,15 @@ class BatchSync:
     failed: dict[str, str] = field(default_factory=dict)
 
 
-async def sync_batch_isolating_failures(session_ids: Sequence[str], *, chroma: ChromaStore, graph: GraphStore) -> BatchSync:
+async def sync_batch_isolating_failures(
+    session_ids: Sequence[str], *, chroma: ChromaStore, graph: GraphStore, memory_ids: Mapping[str, Sequence[str]] | None = None
+) -> BatchSync:
     """:func:`sync_sessions_to_graph` for a batch; when the batch fails, each session is synced on
     its own, so that one bad session costs only itself. An unreachable Chroma is not a session's
     fault and is raised (:class:`ChromaUnavailableError`)."""
     result = BatchSync()
     try:
-        result.synced = await sync_sessions_to_graph(session_ids, chroma=chroma, graph=graph)
+        result.synced = await sync_sessions_to_graph(session_ids, chroma=chroma, graph=graph, memory_ids=memory_ids)
         return result
     except ChromaUnavailableError:
         raise
@@ -269,7 +272,7 @@ async def sync_batch_isolating_failures(session_ids: Sequence[str], *, chroma: C
             log.warning("session sync failed", session_id=session_ids[0], error=result.failed[session_ids[0]])
             return result
     for sid in session_ids:
-        one = await sync_batch_isolating_failures([sid], chroma=chroma, graph=graph)
+        one = await sync_batch_isolating_failures([sid], chroma=chroma, graph=graph, memory_ids=memory_ids)
         result.synced.update(one.synced)
         result.failed.update(one.failed)
     return result

@@ -8,7 +8,7 @@ see one async surface either way. The worker only reads; ``upsert_*`` exists for
 from __future__ import annotations
 
 import math
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -395,9 +395,11 @@ class ChromaStore:
             return []
         return await self._by_ids(coll, ids, include=["metadatas"])
 
-    async def memories_for_session(self, session_id: str) -> list[MemoryRow]:
-        """Every memory row of one session, in turn order (paged reads)."""
-        return (await self.memories_for_sessions([session_id])).get(session_id, [])
+    async def memories_for_session(self, session_id: str, *, memory_ids: Sequence[str] | None = None) -> list[MemoryRow]:
+        """Every memory row of one session, in turn order (paged reads; by id when ``memory_ids``
+        are known, see :meth:`memories_for_sessions`)."""
+        known = None if memory_ids is None else {session_id: memory_ids}
+        return (await self.memories_for_sessions([session_id], memory_ids=known)).get(session_id, [])
 
     async def memories_by_ids(self, ids: Sequence[str]) -> list[MemoryRow] | None:
         """The memory rows among ``ids`` that exist; ``None`` when the collection is missing."""
@@ -414,14 +416,24 @@ class ChromaStore:
             return None
         return latest_by_session(await self._of_sessions(coll, session_ids, include=["metadatas", "documents"], cls=SummaryRow))
 
-    async def memories_for_sessions(self, session_ids: Iterable[str]) -> dict[str, list[MemoryRow]]:
-        """Memory rows of many sessions (paged reads), each list in turn order."""
+    async def memories_for_sessions(
+        self, session_ids: Iterable[str], *, memory_ids: Mapping[str, Sequence[str]] | None = None
+    ) -> dict[str, list[MemoryRow]]:
+        """Memory rows of many sessions (paged reads), each list in turn order. With ``memory_ids``
+        (each session's row ids, as the cycle's scan found them) the rows are read by id: Chroma
+        answers a ``where`` on metadata by scanning the collection, so that read costs more as the
+        history grows, and a read by id does not. A row is kept under the session it names."""
         coll = await self.memories()
         wanted = sorted(set(session_ids))
         if coll is None or not wanted:
             return {}
+        include = ["metadatas", "documents"]
+        if memory_ids is None:
+            rows = await self._of_sessions(coll, wanted, include=include, cls=MemoryRow)
+        else:
+            rows = await self._by_ids(coll, sorted({m for sid in wanted for m in memory_ids.get(sid, ())}), include=include)
         grouped: dict[str, dict[str, MemoryRow]] = {sid: {} for sid in wanted}
-        for row in await self._of_sessions(coll, wanted, include=["metadatas", "documents"], cls=MemoryRow):
+        for row in rows:
             if row.session_id in grouped:
                 grouped[row.session_id][row.id] = row
         return {sid: sorted(rows.values(), key=turn_order_key) for sid, rows in grouped.items()}

@@ -160,7 +160,10 @@ async def ingest(ctx: CycleContext) -> dict[str, Any]:
         ctx.check_stop()
         group = todo[start : start + SESSIONS_PER_BATCH]
         try:
-            batch = await sync_batch_isolating_failures([r.session_id for r in group], chroma=stores.chroma, graph=stores.graph)
+            batch = await sync_batch_isolating_failures(
+                [r.session_id for r in group], chroma=stores.chroma, graph=stores.graph,
+                memory_ids={r.session_id: r.memory_ids for r in group},
+            )
         except ChromaUnavailableError as exc:
             raise PhaseError(exc.reason_code, str(exc)) from exc
         counts["sessions_failed"] += len(batch.failed)
@@ -219,6 +222,7 @@ async def extract(ctx: CycleContext) -> dict[str, Any]:
             now=datetime.now(UTC),
             resolver=identity_resolver(stores.db, auditor=judge.audit_identity if judge else None),
             merges=MergeStore(stores.db), forgotten_memories=partial(TombstoneStore(stores.db).buried, MEMORY),
+            session_memory_ids=TombstoneStore(stores.db).session_memories,
         )
         try:
             stats = await extract_sessions(todo, env, should_stop=ctx.stop.is_set)

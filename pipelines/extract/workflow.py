@@ -68,6 +68,9 @@ class ExtractEnv:
     merges: MergeRecorder | None = None
     # Which of some memory ids were forgotten (``rem-cycle forget --memory``): never extracted again.
     forgotten_memories: Callable[[Sequence[str]], set[str]] = lambda ids: set()
+    # The memory ids the graph knows for a session (ingest's memory index): its turns are read from
+    # Chroma by id, which costs the same whatever the collection's size. None: read by ``sessionId``.
+    session_memory_ids: Callable[[str], Sequence[str]] | None = None
 
 
 @dataclass(slots=True)
@@ -155,7 +158,8 @@ async def extract_session(
     the commit (:func:`extract_sessions` uses it to commit in session order)."""
     sid = record.session_id
     try:
-        rows = await env.chroma.memories_for_session(sid)
+        known = await anyio.to_thread.run_sync(env.session_memory_ids, sid) if env.session_memory_ids else None
+        rows = await env.chroma.memories_for_session(sid, memory_ids=known or None)
         forgotten = await anyio.to_thread.run_sync(env.forgotten_memories, [r.id for r in rows])
         rows = [r for r in rows if r.id not in forgotten]
         units = plan_units(sid, source_turns(rows), budget_tokens=env.budget_tokens)
