@@ -282,3 +282,29 @@ async def test_heuristic_cycle_on_the_sample_data_is_idempotent(settings: Settin
         assert graph_dump(settings.graph_path) == dump
     finally:
         stores.close()
+
+
+async def test_a_node_linked_to_another_of_the_same_session_keeps_both_its_points(
+    opened: Any, llm_server: LLMServer, tmp_path: Path
+) -> None:
+    """Chunk A names the class, chunk B names it in prose: reduce keeps two nodes, the resolver links
+    the second to the first within the session's own batch. The linked-to node keeps its own name
+    and its own point; the linked one's point joins it (none is overwritten)."""
+    def naming(name: str, quote: str) -> Any:
+        return ok({"summary": "", "nodes": [{"id": "n", "type": "CLASS", "name": name, "evidence": [{"turn": 1, "quote": quote}]}], "edges": []})
+
+    settings, stores = opened
+    llm_server.script(naming("LazyEdgeQueue", "LazyEdgeQueue feeds"), match="CHUNK-A")
+    llm_server.script(naming("lazy edge queue", "lazy edge queue stall"), match="CHUNK-B")
+    turns = ["CHUNK-A: the LazyEdgeQueue feeds the GraphStore every cycle.", "CHUNK-A: filler words about nothing in particular here.",
+             "CHUNK-B: we saw the lazy edge queue stall under load.", "CHUNK-B: more filler words for the second chunk, fine."]
+    await load(settings, stores, tmp_path, [session("s1", turns)])
+    result = await run_cycle(settings, stores=stores)
+    assert result.outcome == "completed", result.message
+    node = stores.graph.get_node("CLASS:LazyEdgeQueue")
+    assert node is not None and node.name == "LazyEdgeQueue"
+    assert stores.graph.get_node("CLASS:lazy edge queue") is None
+    points = ProvenanceStore(stores.db).node_points("CLASS:LazyEdgeQueue")
+    assert {(p.chunk_id, p.evidence) for p in points} == {
+        ("s1:chunk:0", "LazyEdgeQueue feeds"), ("s1:chunk:1", "lazy edge queue stall"),
+    }
