@@ -298,6 +298,19 @@ def ingest_batches(friends: Path, sessions_per_batch: int = 50) -> list[tuple[li
     return batches
 
 
+def fresh_database(path: Path, *, fts: bool) -> Database:
+    """A new graph database at ``path``; without ``fts`` the recall index is switched off (its
+    triggers dropped, ingest's turn indexing a no-op until the caller restores it)."""
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
+    db = Database(path)
+    if not fts:
+        for trigger in _RECALL_TRIGGERS:
+            db.conn.execute(f"DROP TRIGGER {trigger}")
+        recall_index_module.RecallIndex.index_memory_nodes = lambda self, nodes, texts: 0  # type: ignore[method-assign]
+    return db
+
+
 def ingest_cost(friends: Path, work: Path, *, rounds: int = 3) -> dict[str, Any]:
     """Two ratios, each over the same rows in the same process, alternating variants: the graph
     write path alone (``_write_sessions`` over rows already in memory: the strictest view, the FTS
@@ -316,14 +329,7 @@ def ingest_cost(friends: Path, work: Path, *, rounds: int = 3) -> dict[str, Any]
     sizes: dict[str, int] = {}
     for _ in range(rounds):
         for variant in ("with_fts", "without_fts"):
-            path = work / f"ingest-{variant}.sqlite3"
-            for suffix in ("", "-wal", "-shm"):
-                Path(f"{path}{suffix}").unlink(missing_ok=True)
-            db = Database(path)
-            if variant == "without_fts":
-                for trigger in _RECALL_TRIGGERS:
-                    db.conn.execute(f"DROP TRIGGER {trigger}")
-                recall_index_module.RecallIndex.index_memory_nodes = lambda self, nodes, texts: 0  # type: ignore[method-assign]
+            db = fresh_database(work / f"ingest-{variant}.sqlite3", fts=variant == "with_fts")
             graph = GraphStore(db)
             try:
                 t0 = time.perf_counter()
@@ -347,14 +353,7 @@ def ingest_cost(friends: Path, work: Path, *, rounds: int = 3) -> dict[str, Any]
             db.close()
     for variant in ("with_fts", "without_fts"):
         # Database growth: the graph write path's rows once more into a fresh file, checkpointed.
-        path = work / f"ingest-size-{variant}.sqlite3"
-        for suffix in ("", "-wal", "-shm"):
-            Path(f"{path}{suffix}").unlink(missing_ok=True)
-        db = Database(path)
-        if variant == "without_fts":
-            for trigger in _RECALL_TRIGGERS:
-                db.conn.execute(f"DROP TRIGGER {trigger}")
-            recall_index_module.RecallIndex.index_memory_nodes = lambda self, nodes, texts: 0  # type: ignore[method-assign]
+        db = fresh_database(work / f"ingest-size-{variant}.sqlite3", fts=variant == "with_fts")
         try:
             for ids, by_session, summaries in batches:
                 _write_sessions(ids, by_session, summaries, GraphStore(db))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from store.db import Database
+from store.db import Database, in_batches
 from store.graph import utc_now
 
 SESSION, MEMORY, NOTE = "session", "memory", "note"
@@ -24,9 +24,14 @@ class TombstoneStore:
             conn.execute("INSERT OR IGNORE INTO tombstones(kind, id, created_at) VALUES (?,?,?)", (kind, item_id, self.clock()))
 
     def buried(self, kind: str, ids: Iterable[str] | None = None) -> set[str]:
-        """The forgotten ids of ``kind`` (among ``ids`` when given)."""
-        found = {r[0] for r in self.db.query("SELECT id FROM tombstones WHERE kind = ?", (kind,))}
-        return found if ids is None else found & set(ids)
+        """The forgotten ids of ``kind`` (among ``ids`` when given: only those are looked up, so a
+        session's extraction does not read every tombstone ever written)."""
+        if ids is None:
+            return {r[0] for r in self.db.query("SELECT id FROM tombstones WHERE kind = ?", (kind,))}
+        found: set[str] = set()
+        for part, marks in in_batches(sorted(set(ids))):
+            found.update(r[0] for r in self.db.query(f"SELECT id FROM tombstones WHERE kind = ? AND id IN ({marks})", (kind, *part)))
+        return found
 
     def session_memories(self, session_id: str) -> list[str]:
         """The memory ids of ``session_id``: its memory index and the MEMORY nodes that originate in
