@@ -84,6 +84,10 @@ class Settings(BaseSettings):
         300.0, gt=0, description="A running cycle without a heartbeat this long is stalled (/healthz 503, status, metrics)"
     )
     grace_seconds: float = Field(30.0, gt=0, description="Time allowed to finish the current transaction on SIGTERM")
+    community_refresh_fraction: float = Field(
+        0.1, ge=0, le=100,
+        description="Re-detect communities once the sessions digested since the last detection reach this share of those before it (0 = every cycle)",
+    )
 
     # --- extraction ----------------------------------------------------------------------
     extractor: Literal["heuristic", "openai"] = "heuristic"

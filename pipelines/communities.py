@@ -21,11 +21,17 @@ Pure core, in three steps:
 3. :func:`name_communities` — optionally asks a namer (the model, ``REM_LLM_JUDGE``) for a label,
    only for communities whose membership is new or changed and that have no model label yet, so an
    unchanged community is never renamed (and never re-billed, even when naming failed before).
+
+Detection reads the whole semantic graph, so a cycle runs it only when enough has changed since
+the last one (:func:`detection_due`): when the sessions digested since then reach a fraction of
+those digested before it. Per digested session that is a constant share of one detection, however
+long the history; while the graph is small (a few sessions) it is every cycle.
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, replace
 
@@ -39,6 +45,10 @@ DEFAULT_SEED = 7
 MIN_COMMUNITY_SIZE = 3
 CARRY_THRESHOLD = 0.6
 LABEL_MEMBERS = 3
+
+# Re-detect once the sessions digested since the last detection reach this share of those digested
+# before it (``REM_COMMUNITY_REFRESH_FRACTION``; 0 = every cycle).
+REFRESH_FRACTION = 0.1
 
 # Given the member names of one community (highest degree first), return a short label or None.
 Namer = Callable[[Sequence[str]], Awaitable[str | None]]
@@ -55,6 +65,37 @@ class CommunityPlan:
     carried: int
     new: int
     dropped: int
+
+
+@dataclass(frozen=True, slots=True)
+class DetectionBasis:
+    """What the last detection saw: when it ran, and how many sessions were digested then."""
+
+    detected_at: str
+    digested: int
+
+    @classmethod
+    def from_record(cls, record: object) -> "DetectionBasis | None":
+        """The basis kept in a finalize phase record (``{"detected_at", "digested"}``), or None
+        when the record has none (an older release's, or damaged). Pure."""
+        if not isinstance(record, dict):
+            return None
+        moment, digested = record.get("detected_at"), record.get("digested")
+        if not isinstance(moment, str) or not isinstance(digested, int) or isinstance(digested, bool) or digested < 0:
+            return None
+        return cls(moment, digested)
+
+    def as_dict(self) -> dict[str, object]:
+        return {"detected_at": self.detected_at, "digested": self.digested}
+
+
+def detection_due(basis: DetectionBasis | None, digested_since: int, *, fraction: float = REFRESH_FRACTION) -> bool:
+    """Whether communities must be detected again: never detected (or no basis on record), or at
+    least ``max(1, fraction × basis.digested)`` sessions digested since — ``fraction`` 0: always.
+    Pure."""
+    if basis is None or fraction <= 0:
+        return True
+    return digested_since >= max(1, math.ceil(fraction * basis.digested))
 
 
 def semantic_graph(nodes: Iterable[Node], edges: Iterable[Edge]) -> nx.Graph:

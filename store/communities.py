@@ -49,6 +49,10 @@ class CommunityStore:
             for r in rows
         ]
 
+    def count(self) -> int:
+        """How many communities are stored."""
+        return int(self.db.query("SELECT COUNT(*) FROM communities")[0][0])
+
     def replace_all(self, communities: Iterable[CommunityRecord]) -> dict[str, int]:
         """Make the table hold exactly ``communities`` in one transaction. Rows whose content is
         unchanged are not touched (``updated_at`` included). Returns written/unchanged/removed counts."""

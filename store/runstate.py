@@ -147,6 +147,23 @@ class RunStateStore:
         )
         return float(rows[0][0] or 0.0)
 
+    def last_phase_record(self, phase: str) -> dict[str, Any] | None:
+        """What ``phase`` recorded in the latest run that completed it, or None. Walks the runs
+        newest first (``rem_runs_started``) and stops at the first that has it: usually the last."""
+        rows = self.db.query(
+            "SELECT json_extract(phases, '$.\"' || ? || '\"') FROM rem_runs WHERE json_valid(phases) "
+            "AND json_extract(phases, '$.\"' || ? || '\".state') = 'completed' ORDER BY started_at DESC LIMIT 1",
+            (phase, phase),
+        )
+        return json.loads(rows[0][0]) if rows and rows[0][0] else None
+
+    def digested_since(self, moment: str) -> int:
+        """Sessions digested (state ``digested``) whose digest record changed after ``moment``."""
+        rows = self.db.query(
+            "SELECT COUNT(*) FROM session_digests WHERE state = 'digested' AND updated_at > ?", (moment,)
+        )
+        return int(rows[0][0])
+
     def last_finished_by_outcome(self) -> dict[str, str]:
         """Finish time of the latest run of each outcome."""
         rows = self.db.query(
@@ -280,6 +297,12 @@ class RunStateStore:
 
     def oldest_undigested_created_at(self) -> str | None:
         rows = self.db.query("SELECT MIN(session_created_at) FROM session_digests WHERE state = 'undigested'")
+        return rows[0][0] if rows else None
+
+    def newest_digested_created_at(self) -> str | None:
+        """Creation time of the newest digested session (``session_digests_state`` answers it
+        without reading the others)."""
+        rows = self.db.query("SELECT MAX(session_created_at) FROM session_digests WHERE state = 'digested'")
         return rows[0][0] if rows else None
 
     def sessions_without_turns(self) -> int:

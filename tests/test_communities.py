@@ -7,11 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.communities import community_id, member_hash, plan_communities
+from pipelines.communities import DetectionBasis, community_id, detection_due, member_hash, plan_communities
 from pipelines.vocabulary import ANCHOR_LABELS, PROVENANCE_RELATIONSHIPS
 from store.communities import CommunityStore
 from store.db import Database
 from store.graph import Edge, GraphStore, Node
+from store.runstate import RunStateStore, SessionRevision
 from tests.graph_fixtures import build_sample_graph
 from tests.llm_server import llm_server  # noqa: F401 - fixture
 from tests.llm_server import ok
@@ -152,3 +153,60 @@ async def test_refresh_reads_the_skeleton_and_finds_what_the_full_graph_gives(db
     await refresh_communities(db)
     expected = plan_communities(graph.all_nodes(), graph.all_edges(), [])
     assert CommunityStore(db).all() == expected.communities
+
+
+def test_detection_is_due_after_a_share_of_the_sessions_digested_before() -> None:
+    basis = DetectionBasis("2026-11-30T10:00:00.000Z", 1000)
+    assert detection_due(None, 0)  # never detected
+    assert not detection_due(basis, 99) and detection_due(basis, 100)
+    assert detection_due(basis, 0, fraction=0)  # 0: every cycle
+    assert detection_due(DetectionBasis("2026-11-30T10:00:00.000Z", 0), 1)  # a small graph: every new session
+    assert not detection_due(DetectionBasis("2026-11-30T10:00:00.000Z", 3), 0)
+    for damaged in (None, "x", {}, {"detected_at": 5, "digested": 1}, {"detected_at": "t", "digested": -1},
+                    {"detected_at": "t", "digested": True}):
+        assert DetectionBasis.from_record(damaged) is None
+    assert DetectionBasis.from_record(basis.as_dict()) == basis
+
+
+def _digest(db: Database, sessions: range) -> None:
+    runstate = RunStateStore(db)
+    for n in sessions:
+        runstate.mark_ingested(SessionRevision(f"s{n}", f"rev{n}", "2026-11-01T10:00:00Z"), "test")
+        runstate.mark_digested(f"s{n}", f"rev{n}", "test")
+
+
+async def test_finalize_detects_again_only_after_enough_new_sessions(settings) -> None:
+    settings = settings.model_copy(update={"community_refresh_fraction": 0.5})
+    db = build_sample_graph(settings.graph_path)
+    try:
+        _digest(db, range(10))
+    finally:
+        db.close()
+    first = (await run_cycle(settings)).phases["finalize"]["communities"]
+    assert first["detected"] and first["communities"] == 2 and first["basis"]["digested"] == 10
+    # The chunker cluster grows by a member: not seen until 5 (half of 10) sessions more are digested.
+    db = Database(settings.graph_path)
+    try:
+        GraphStore(db).upsert_nodes([Node("CONCEPT:Token budget", "CONCEPT", "Token budget")])
+        GraphStore(db).link_nodes([Edge("CONCEPT:Token budget", member, "RELATES_TO", 5.0) for member in CHUNKER])
+        _digest(db, range(10, 14))
+    finally:
+        db.close()
+    second = (await run_cycle(settings)).phases["finalize"]["communities"]
+    assert not second["detected"] and second["digested_since"] == 4 and second["communities"] == 2
+    assert second["basis"] == first["basis"]  # carried forward
+    db = Database(settings.graph_path)
+    try:
+        assert "CONCEPT:Token budget" not in CommunityStore(db).all()[1].members
+        _digest(db, range(14, 15))
+    finally:
+        db.close()
+    third = (await run_cycle(settings)).phases["finalize"]["communities"]
+    assert third["detected"] and third["basis"]["digested"] == 15 and third["basis"]["detected_at"] > first["basis"]["detected_at"]
+    db = Database(settings.graph_path)
+    try:
+        assert any("CONCEPT:Token budget" in c.members for c in CommunityStore(db).all())
+    finally:
+        db.close()
+    fourth = (await run_cycle(settings)).phases["finalize"]["communities"]
+    assert not fourth["detected"] and fourth["digested_since"] == 0

@@ -35,7 +35,7 @@ from store.lazy_queue import LazyEdgeQueue, QueueBusyError
 from store.runstate import RunStateStore
 from store.tombstones import MEMORY, SESSION, TombstoneStore
 from worker.failures import FailureRecorder, RunFailure, failure_reason
-from worker.knowledge import identity_resolver, model_judge, refresh_communities
+from worker.knowledge import identity_resolver, model_judge, refresh_communities_when_due
 
 log = structlog.get_logger(__name__)
 
@@ -259,9 +259,12 @@ async def drain(ctx: CycleContext) -> dict[str, Any]:
 
 
 async def finalize(ctx: CycleContext) -> dict[str, Any]:
-    """Refresh the graph's communities; graph and digest counts for the run record."""
+    """Refresh the graph's communities when enough changed since the last detection; graph and
+    digest counts for the run record."""
     async with model_judge(ctx.settings) as judge:
-        communities = await refresh_communities(ctx.stores.db, namer=judge.name_community if judge else None)
+        communities = await refresh_communities_when_due(
+            ctx.stores.db, namer=judge.name_community if judge else None, fraction=ctx.settings.community_refresh_fraction
+        )
     graph = await anyio.to_thread.run_sync(ctx.stores.graph.counts)
     digests = await anyio.to_thread.run_sync(ctx.stores.runstate.digest_counts)
     return {"graph": graph, "digests": digests, "communities": communities}

@@ -12,7 +12,15 @@ import anyio
 
 from config import Settings
 from pipelines.asof import graph_as_of
-from pipelines.communities import Namer, name_communities, plan_communities, semantic_graph
+from pipelines.communities import (
+    REFRESH_FRACTION,
+    DetectionBasis,
+    Namer,
+    detection_due,
+    name_communities,
+    plan_communities,
+    semantic_graph,
+)
 from pipelines.export import build_snapshot, render, write_json
 from pipelines.identity import Auditor
 from pipelines.judge import ModelJudge
@@ -27,6 +35,7 @@ from store.ids import memory_node_id, normalize_graph_node_id, row_suffix
 from store.lazy_queue import LazyEdgeQueue
 from store.merges import MergeStore
 from store.provenance import ProvenanceStore
+from store.runstate import RunStateStore
 
 
 @asynccontextmanager
@@ -158,6 +167,27 @@ async def refresh_communities(db: Database, *, namer: Namer | None = None) -> di
         "named": named,
         "written": written["written"],
     }
+
+
+async def refresh_communities_when_due(db: Database, *, namer: Namer | None = None, fraction: float = REFRESH_FRACTION) -> dict[str, Any]:
+    """Finalize's communities: :func:`refresh_communities` when :func:`pipelines.communities.detection_due`
+    says enough sessions were digested since the last detection (whose basis the previous finalize
+    recorded), else only the stored count. The returned ``basis`` is what the next cycle compares
+    with: it is carried forward until a detection replaces it."""
+    runstate = RunStateStore(db)
+
+    def since_last() -> tuple[DetectionBasis | None, int]:
+        record = runstate.last_phase_record("finalize") or {}
+        basis = DetectionBasis.from_record((record.get("communities") or {}).get("basis"))
+        return basis, runstate.digested_since(basis.detected_at) if basis else 0
+
+    basis, digested_since = await anyio.to_thread.run_sync(since_last)
+    if basis is not None and not detection_due(basis, digested_since, fraction=fraction):
+        stored = await anyio.to_thread.run_sync(CommunityStore(db).count)
+        return {"detected": False, "communities": stored, "digested_since": digested_since, "basis": basis.as_dict()}
+    moment, digested = utc_now(), (await anyio.to_thread.run_sync(runstate.digest_counts))["digested"]
+    counts = await refresh_communities(db, namer=namer)
+    return {"detected": True, **counts, "basis": DetectionBasis(moment, digested).as_dict()}
 
 
 def search_graph(settings: Settings, text: str, *, limit: int = 50, label: str | None = None, as_of: str | None = None) -> list[dict[str, Any]]:
