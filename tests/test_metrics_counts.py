@@ -1,5 +1,6 @@
 """``/metrics`` additions against a real database, queue files and Chroma: dead letters (counted
-again only when the file changed) and sessions left with no turns."""
+again only when the file changed), sessions left with no turns, the database read again only when
+its files changed, and how fresh the graph is."""
 
 from __future__ import annotations
 
@@ -14,7 +15,9 @@ from store.lazy_queue import LazyEdgeQueue
 from tests.conftest import make_session
 from tests.lazy_fixtures import drain, queue_of, seed_chroma
 from worker.cycle import PHASES, Stores, run_cycle
-from worker.metrics import build_registry
+from store.db import Database
+from worker import metrics
+from worker.metrics import build_registry, database_files_key, parse_utc, settled
 
 WITHOUT_EXTRACT = tuple(phase for phase in PHASES if phase[0] != "extract")
 
@@ -56,3 +59,35 @@ async def test_sessions_left_without_turns_are_exported(settings: Settings, stor
     result = await run_cycle(settings, stores=stores, phases=WITHOUT_EXTRACT)
     assert result.outcome == "completed"
     assert _sample(registry, "rem_cycle_sessions_without_turns") == 1
+
+
+async def test_an_unchanged_database_is_not_read_again_and_a_write_is_seen(
+    settings: Settings, stores: Stores, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await seed_chroma(stores, settings, [make_session("old", 2, created="2026-11-01T10:00:00Z")], tmp_path)
+    await run_cycle(settings, stores=stores)
+    registry = build_registry(settings)
+    monkeypatch.setattr(metrics, "SETTLE_SECONDS", 0.0)  # the files are settled as soon as written
+    reads: list[Path] = []
+    monkeypatch.setattr(metrics, "Database", lambda path, **options: reads.append(path) or Database(path, **options))
+    assert _sample(registry, "rem_cycle_newest_digested_session_timestamp_seconds") == parse_utc("2026-11-01T10:00:00Z").timestamp()
+    assert _sample(registry, "rem_cycle_cycles_total") == 1
+    assert len(reads) == 1  # the second scrape found the files as they were
+    # Another connection writes (a cycle digests a newer session): the next scrape reads it.
+    await seed_chroma(stores, settings, [make_session("new", 2, created="2026-11-20T08:30:00Z")], tmp_path)
+    await run_cycle(settings, stores=stores)
+    assert _sample(registry, "rem_cycle_newest_digested_session_timestamp_seconds") == parse_utc("2026-11-20T08:30:00Z").timestamp()
+    assert _sample(registry, "rem_cycle_cycles_total") == 2
+    assert len(reads) == 2
+
+
+def test_files_written_in_the_last_moments_are_not_settled(tmp_path: Path) -> None:
+    path = tmp_path / "graph.sqlite3"
+    assert database_files_key(path) == (None, None)
+    path.write_bytes(b"x")
+    key = database_files_key(path)
+    written = key[0][3] / 1e9  # type: ignore[index]
+    assert not settled(key, written + metrics.SETTLE_SECONDS - 0.5)
+    assert settled(key, written + metrics.SETTLE_SECONDS)
+    path.write_bytes(b"xy")
+    assert database_files_key(path) != key

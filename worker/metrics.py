@@ -4,7 +4,9 @@ Nothing is counted in process memory: every value comes from ``rem_runs``, ``ses
 ``chunk_results``, ``nodes``/``edges`` and the queue files when ``/metrics`` is scraped, so the
 numbers survive restarts, include work done by ``rem-cycle --once`` runs, and a scrape never
 touches the cycle's connection (it opens its own read-only one). What only grows and changes
-only now and then (the run history, the dead-letter file) is recounted only when it changed.
+only now and then (the run history, the dead-letter file) is recounted only when it changed, and
+nothing is read from the database while its files are unchanged (:func:`database_files_key`): a
+scrape between cycles costs a few ``stat`` calls, however long the history.
 Every name starts with ``rem_cycle_``.
 """
 
@@ -13,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -120,6 +123,45 @@ class DeadLetterCounter:
         return seen[1]
 
 
+# A database whose files changed less than this long ago is read again at the next scrape: a write
+# in the same tick of the file system's clock (coarse, a few ms) as the last one would leave the
+# files' sizes and times as they were.
+SETTLE_SECONDS = 2.0
+
+FileKey = tuple[tuple[int, int, int, int] | None, ...]
+
+
+def database_files_key(path: Path) -> FileKey:
+    """(device, inode, size, mtime ns) of the database file and of its write-ahead log (None when
+    absent). Every commit writes the log, a checkpoint the file, a restore replaces the file: any
+    change to the data changes the key."""
+    key = []
+    for file in (path, path.with_name(path.name + "-wal")):
+        try:
+            stat = os.stat(file, follow_symlinks=False)
+        except FileNotFoundError:
+            key.append(None)
+            continue
+        key.append((stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns))
+    return tuple(key)
+
+
+def settled(key: FileKey, now_seconds: float) -> bool:
+    """Whether every file of ``key`` was last written at least :data:`SETTLE_SECONDS` before
+    ``now_seconds`` (so that a later write is bound to change the key). Pure."""
+    return all(part is None or part[3] / 1e9 <= now_seconds - SETTLE_SECONDS for part in key)
+
+
+@dataclass(frozen=True, slots=True)
+class DatabaseReading:
+    """What a scrape read from the database: the families that do not depend on the time of the
+    scrape, and the timestamps of those that do (ages are computed at each scrape)."""
+
+    fixed: list[Metric]
+    heartbeats: list[str | None]
+    oldest_undigested_created_at: str | None
+
+
 def read_queue(path: Path) -> QueueSummary:
     """Summarise the live queue plus the ``.draining`` files a drain is working through or left
     behind (their lines are still waiting for their edges). Reads through the queue's own reader:
@@ -148,6 +190,9 @@ class RemCycleCollector(Collector):
         # times. Scrapes run in several threads; replacing the tuple is atomic, and a lost race
         # only recomputes.
         self._by_runs: tuple[Any, list[Metric]] | None = None
+        # Everything read from the database, kept while its files are unchanged (the same atomic
+        # replace as above).
+        self._by_files: tuple[FileKey, DatabaseReading] | None = None
         self._dead_letters = DeadLetterCounter(LazyEdgeQueue(settings.queue_path))
 
     def collect(self) -> Iterator[Metric]:
@@ -159,9 +204,9 @@ class RemCycleCollector(Collector):
         yield from families
         yield GaugeMetricFamily("rem_cycle_metrics_ok", "1 when the last scrape read the database", value=1 if families else 0)
 
-    def _run_families(self, runstate: RunStateStore, now: datetime) -> list[Metric]:
-        """Run counts and times; the duration histograms and the sessions left without turns
-        change only when a run starts or finishes, and are kept until then."""
+    def _run_families(self, runstate: RunStateStore) -> tuple[list[Metric], list[str | None]]:
+        """Run counts and times, and the running runs' heartbeats; the duration histograms and the
+        sessions left without turns change only when a run starts or finishes, and are kept until then."""
         by_outcome = runstate.runs_by_outcome()
         last_finished = runstate.last_finished_by_outcome()
         cycles = CounterMetricFamily("rem_cycle_cycles", "Finished REM cycles by outcome", labels=["outcome"])
@@ -169,14 +214,6 @@ class RemCycleCollector(Collector):
             if outcome != "running":
                 cycles.add_metric([outcome], by_outcome.get(outcome, 0))
         running = GaugeMetricFamily("rem_cycle_cycle_running", "1 while a cycle is running", value=by_outcome.get("running", 0))
-        silence = max((age_seconds(run["heartbeat_at"], now) for run in runstate.running_runs()), default=0.0)
-        silent = GaugeMetricFamily(
-            "rem_cycle_heartbeat_age_seconds", "Seconds since the running cycle's last heartbeat (0 when none runs)", value=silence
-        )
-        stalled = GaugeMetricFamily(
-            "rem_cycle_cycle_stalled", "1 while a running cycle has been silent longer than REM_LEASE_TIMEOUT_SECONDS",
-            value=int(silence > self.settings.lease_timeout_seconds),
-        )
         last = GaugeMetricFamily(
             "rem_cycle_last_cycle_finished_timestamp_seconds", "Unix time the latest cycle of each outcome finished",
             labels=["outcome"],
@@ -190,21 +227,34 @@ class RemCycleCollector(Collector):
         if cached is None or cached[0] != key:
             cached = (key, [*_duration_families(runstate), _no_turn_family(runstate)])
             self._by_runs = cached
-        return [cycles, running, silent, stalled, last, *cached[1]]
+        return [cycles, running, last, *cached[1]], [run["heartbeat_at"] for run in runstate.running_runs()]
+
+    def _read_database(self) -> DatabaseReading:
+        """Read the database, or reuse the last reading while its files are unchanged."""
+        path = self.settings.graph_path
+        key = database_files_key(path)
+        cached = self._by_files
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        db = Database(path, readonly=True, timeout=5.0)
+        try:
+            runstate, graph = RunStateStore(db), GraphStore(db)
+            runs, heartbeats = self._run_families(runstate)
+            reading = DatabaseReading(
+                fixed=[*runs, *_session_families(runstate), *_chunk_families(runstate), *_graph_families(graph)],
+                heartbeats=heartbeats,
+                oldest_undigested_created_at=runstate.oldest_undigested_created_at(),
+            )
+        finally:
+            db.close()
+        if settled(key, time.time()):
+            self._by_files = (key, reading)
+        return reading
 
     def _families(self) -> list[Metric]:
         now = self.now()
-        db = Database(self.settings.graph_path, readonly=True, timeout=5.0)
-        try:
-            runstate, graph = RunStateStore(db), GraphStore(db)
-            families = [
-                *self._run_families(runstate, now),
-                *_session_families(runstate, now),
-                *_chunk_families(runstate),
-                *_graph_families(graph),
-            ]
-        finally:
-            db.close()
+        reading = self._read_database()
+        families = [*reading.fixed, *_age_families(reading, now, self.settings.lease_timeout_seconds)]
         families.extend(_queue_families(read_queue(self.settings.queue_path), now))
         families.append(
             GaugeMetricFamily(
@@ -213,6 +263,25 @@ class RemCycleCollector(Collector):
             )
         )
         return families
+
+
+def _age_families(reading: DatabaseReading, now: datetime, lease_timeout_seconds: float) -> list[Metric]:
+    """The families that depend on the time of the scrape: heartbeat age, stall, oldest undigested."""
+    silence = max((age_seconds(beat, now) for beat in reading.heartbeats), default=0.0)
+    return [
+        GaugeMetricFamily(
+            "rem_cycle_heartbeat_age_seconds", "Seconds since the running cycle's last heartbeat (0 when none runs)", value=silence
+        ),
+        GaugeMetricFamily(
+            "rem_cycle_cycle_stalled", "1 while a running cycle has been silent longer than REM_LEASE_TIMEOUT_SECONDS",
+            value=int(silence > lease_timeout_seconds),
+        ),
+        GaugeMetricFamily(
+            "rem_cycle_oldest_undigested_session_age_seconds",
+            "Age of the oldest undigested session (by its creation time); 0 when none",
+            value=age_seconds(reading.oldest_undigested_created_at, now),
+        ),
+    ]
 
 
 def _duration_families(runstate: RunStateStore) -> list[Metric]:
@@ -239,16 +308,18 @@ def _no_turn_family(runstate: RunStateStore) -> Metric:
     )
 
 
-def _session_families(runstate: RunStateStore, now: datetime) -> list[Metric]:
+def _session_families(runstate: RunStateStore) -> list[Metric]:
     sessions = GaugeMetricFamily("rem_cycle_sessions", "Sessions by digest state", labels=["state"])
     for state, count in sorted(runstate.digest_counts().items()):
         sessions.add_metric([state], count)
-    oldest = GaugeMetricFamily(
-        "rem_cycle_oldest_undigested_session_age_seconds",
-        "Age of the oldest undigested session (by its creation time); 0 when none",
-        value=age_seconds(runstate.oldest_undigested_created_at(), now),
+    newest = GaugeMetricFamily(
+        "rem_cycle_newest_digested_session_timestamp_seconds",
+        "Unix time the newest digested session was created (how fresh the graph is); absent when none",
     )
-    return [sessions, oldest]
+    moment = parse_utc(runstate.newest_digested_created_at())
+    if moment is not None:
+        newest.add_metric([], moment.timestamp())
+    return [sessions, newest]
 
 
 def _chunk_families(runstate: RunStateStore) -> list[Metric]:
