@@ -202,8 +202,8 @@ async def scan_session_revisions(
     """
     result = ScanResult()
     present: set[str] = set()
-    async for page in chroma.scan(memory_collection):
-        present.update(row.id for row in page)
+    async for ids in chroma.scan_ids(memory_collection):
+        present.update(ids)
     result.rows_scanned = len(present)
     members: dict[str, list[str]] = {}
     for memory_id, session_id in known_sessions.items():

@@ -354,15 +354,27 @@ class ChromaStore:
         async for page in self._pages(coll, include=include, size=size):
             yield page
 
+    async def scan_ids(self, name: str) -> AsyncIterator[list[str]]:
+        """Page through a whole collection's ids (:meth:`scan` with nothing included, without a row
+        object per id: the change scan reads every id of the memory collection each cycle)."""
+        coll = await self.collection(name)
+        if coll is None:
+            return
+        async for page in self._pages(coll, include=(), size=self._settings.chroma_page_size * 50, cls=None):
+            yield page
+
     async def _pages(
-        self, coll: Any, *, include: Sequence[str], size: int, where: dict[str, Any] | None = None, cls: type[ChromaRow] = MemoryRow
+        self, coll: Any, *, include: Sequence[str], size: int, where: dict[str, Any] | None = None,
+        cls: type[ChromaRow] | None = MemoryRow,
     ) -> AsyncIterator[list[Any]]:
+        """Pages of rows of ``cls`` (``None``: of ids only)."""
         offset = 0
         while True:
             kwargs: dict[str, Any] = {"include": list(include), "limit": size, "offset": offset}
             if where is not None:
                 kwargs["where"] = where
-            page = _rows(await self._call(coll.get, **kwargs), cls)
+            result = await self._call(coll.get, **kwargs)
+            page = list(result.get("ids") or []) if cls is None else _rows(result, cls)
             if page:
                 yield page
             if len(page) < size:

@@ -201,11 +201,16 @@ class RunStateStore:
     def changed_sessions(self, revisions: Iterable[SessionRevision]) -> list[SessionRevision]:
         """The sessions whose input revision differs from the one last ingested, oldest first."""
         revisions = list(revisions)
-        known = self.get_digests(r.session_id for r in revisions)
-        changed = [
-            r for r in revisions if r.session_id not in known or known[r.session_id].ingested_revision != r.revision
-        ]
+        ingested: dict[str, str | None] = {}
+        for part, marks in in_batches(sorted({r.session_id for r in revisions})):
+            rows = self.db.query(f"SELECT session_id, ingested_revision FROM session_digests WHERE session_id IN ({marks})", part)
+            ingested.update((r[0], r[1]) for r in rows)
+        changed = [r for r in revisions if r.session_id not in ingested or ingested[r.session_id] != r.revision]
         return sorted(changed, key=lambda r: (r.created_at or "", r.session_id))
+
+    def session_ids(self) -> set[str]:
+        """Every session with a digest record (ids only)."""
+        return {r[0] for r in self.db.query("SELECT session_id FROM session_digests")}
 
     def memory_index(self) -> dict[str, str]:
         """``memory id -> session id`` for every memory row ingested so far."""

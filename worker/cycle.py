@@ -190,7 +190,7 @@ def _retract_vanished(stores: Stores, scan: Any) -> list[dict[str, Any]]:
     """Sessions whose rows all left Chroma are forgotten (no tombstone: new rows may come back).
     Reads every known session id — as the scan reads every row id."""
     present = {r.session_id for r in scan.revisions}
-    retracted = retract_vanished(stores.db, present, set(stores.runstate.get_digests()))
+    retracted = retract_vanished(stores.db, present, stores.runstate.session_ids())
     for report in retracted:
         log.info("session retracted: its rows left Chroma", session_id=report["id"], points=report["points"])
     return retracted
