@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 FACT_KEYS: tuple[str, ...] = ("description", "aliases", "tags", "confidence")
 
@@ -59,6 +59,39 @@ def combine_all(facts: Iterable[NodeFacts]) -> NodeFacts:
     for one in facts:
         result = combine_facts(result, one)
     return result
+
+
+class ClaimLookup(Protocol):
+    """Questions about the claims a node has left (answered from the database by
+    :class:`store.provenance.ProvenanceStore.claim_lookup`)."""
+
+    def says_description(self, text: str) -> bool: ...
+    def says_confidence(self, value: float) -> bool: ...
+    def says_alias(self, alias: str) -> bool: ...
+    def says_tag(self, tag: str) -> bool: ...
+    def best_description(self) -> str: ...
+    def max_confidence(self) -> float: ...
+
+
+def without_claim(current: NodeFacts, withdrawn: NodeFacts, remaining: ClaimLookup) -> NodeFacts:
+    """The combination of a node's claims once ``withdrawn`` is taken out, from the combination
+    ``current`` of all of them (which includes ``withdrawn``) and questions about the claims left,
+    asked only of what ``withdrawn`` may have been alone to say: a value it did not say (or that
+    ``current`` does not show) came from another claim and stays. The answer equals
+    :func:`combine_all` of the claims left, without reading them all (pure)."""
+    description = current.description
+    if withdrawn.description == description and not remaining.says_description(description):
+        description = remaining.best_description()
+    confidence = current.confidence
+    if withdrawn.confidence == confidence and not remaining.says_confidence(confidence):
+        confidence = remaining.max_confidence()
+    withdrawn_aliases, withdrawn_tags = set(withdrawn.aliases), set(withdrawn.tags)
+    return NodeFacts(
+        description,
+        tuple(a for a in current.aliases if a not in withdrawn_aliases or remaining.says_alias(a)),
+        tuple(t for t in current.tags if t not in withdrawn_tags or remaining.says_tag(t)),
+        confidence,
+    )
 
 
 def facts_of(properties: Mapping[str, Any]) -> NodeFacts:

@@ -241,6 +241,10 @@ class ProvenanceStore:
         """Every claim on ``node_id``."""
         return [_claim(r) for r in self.db.query("SELECT * FROM node_claims WHERE node_id = ?", (node_id,))]
 
+    def claim_lookup(self, node_id: str) -> "NodeClaimLookup":
+        """Questions about ``node_id``'s claims for :func:`store.facts.without_claim`."""
+        return NodeClaimLookup(self.db, node_id)
+
     def with_claims(self, node_ids: Iterable[str]) -> set[str]:
         """The subset of ``node_ids`` that has at least one claim."""
         return self._having("node_claims", "node_id", node_ids)
@@ -357,6 +361,45 @@ class ProvenanceStore:
 
 def _point_values(point: PointRow) -> tuple[str, str, str, str, str | None]:
     return point.anchor, point.memory, point.chunk_id, point.evidence, point.observed_at
+
+
+@dataclass(frozen=True, slots=True)
+class NodeClaimLookup:
+    """:class:`store.facts.ClaimLookup` over one node's rows of ``node_claims``. A ``says_…``
+    question stops at the first claim that says it (through ``node_claims_owner``); only a value no
+    other claim says, and the best description or confidence when the winner was withdrawn, read
+    all the node's claims — in SQL, not as decoded rows."""
+
+    db: Database
+    node_id: str
+
+    def _any(self, sql: str, value: object) -> bool:
+        return bool(self.db.query(f"SELECT 1 FROM node_claims AS c{sql} LIMIT 1", (self.node_id, value)))
+
+    def says_description(self, text: str) -> bool:
+        return self._any(" WHERE c.node_id = ? AND c.description = ?", text)
+
+    def says_confidence(self, value: float) -> bool:
+        return self._any(" WHERE c.node_id = ? AND c.confidence = ?", value)
+
+    def says_alias(self, alias: str) -> bool:
+        return self._any(", json_each(c.aliases) AS j WHERE c.node_id = ? AND j.value = ?", alias)
+
+    def says_tag(self, tag: str) -> bool:
+        return self._any(", json_each(c.tags) AS j WHERE c.node_id = ? AND j.value = ?", tag)
+
+    def best_description(self) -> str:
+        # The tie-break of store.facts.longer_text: characters first, then the larger string
+        # (SQLite's binary order of UTF-8 is Python's order of code points).
+        rows = self.db.query(
+            "SELECT description FROM node_claims WHERE node_id = ? ORDER BY length(description) DESC, description DESC LIMIT 1",
+            (self.node_id,),
+        )
+        return rows[0][0] if rows else ""
+
+    def max_confidence(self) -> float:
+        rows = self.db.query("SELECT MAX(confidence) FROM node_claims WHERE node_id = ?", (self.node_id,))
+        return float(rows[0][0]) if rows and rows[0][0] is not None else 0.0
 
 
 def facts_from_claims(claims: Iterable[ClaimRow]) -> NodeFacts:

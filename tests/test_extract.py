@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 
 from datetime import timedelta
 from pathlib import Path
@@ -25,10 +26,12 @@ from pipelines.extract.model import (
 )
 from pipelines.extract.reduce import reduce_session
 from pipelines.extract.units import SourceTurn, plan_units
+from pipelines.forget import forget_session
 from store.db import Database
 from store.graph import GraphStore, Node
 from store.ids import normalize_graph_node_id
-from store.provenance import AnchorRows, ProvenanceStore
+from store.facts import NodeFacts, combine_all, facts_of, without_claim
+from store.provenance import AnchorRows, ProvenanceStore, facts_from_claims
 from store.semantic_index import SemanticIndex
 
 TYPES = DEFAULT_SEMANTIC_TYPES
@@ -388,5 +391,80 @@ def test_facts_a_session_takes_back_are_recombined_from_the_other_claims(tmp_pat
         assert node.properties["description"] == "short"
         assert "LEQ" not in node.properties["aliases"] and {"the queue", "lazy queue"} <= set(node.properties["aliases"])
         assert db.query("SELECT COUNT(*) FROM node_aliases WHERE alias_key = 'leq'")[0][0] == 0
+    finally:
+        db.close()
+
+
+class _ListLookup:
+    """store.facts.ClaimLookup over a list of claims (what the database answers, in memory)."""
+
+    def __init__(self, claims: list[NodeFacts]) -> None:
+        self.claims = claims
+
+    def says_description(self, text: str) -> bool:
+        return any(c.description == text for c in self.claims)
+
+    def says_confidence(self, value: float) -> bool:
+        return any(c.confidence == value for c in self.claims)
+
+    def says_alias(self, alias: str) -> bool:
+        return any(alias in c.aliases for c in self.claims)
+
+    def says_tag(self, tag: str) -> bool:
+        return any(tag in c.tags for c in self.claims)
+
+    def best_description(self) -> str:
+        return combine_all(self.claims).description
+
+    def max_confidence(self) -> float:
+        return combine_all(self.claims).confidence
+
+
+_WORDS = st.sampled_from(["", "a", "b", "ab", "ba", "abc", "queue", "Queue"])
+_FACTS = st.builds(
+    lambda d, a, t, c: NodeFacts.of(description=d, aliases=a, tags=t, confidence=c),
+    _WORDS, st.lists(_WORDS, max_size=3), st.lists(_WORDS, max_size=2), st.sampled_from([0.0, 0.5, 0.9, 1.0]),
+)
+
+
+@given(st.lists(_FACTS, min_size=1, max_size=6), st.data())
+def test_taking_one_claim_out_equals_combining_the_others(claims: list[NodeFacts], data: st.DataObject) -> None:
+    k = data.draw(st.integers(0, len(claims) - 1))
+    others = claims[:k] + claims[k + 1 :]
+    assert without_claim(combine_all(claims), claims[k], _ListLookup(others)) == combine_all(others)
+
+
+def test_take_backs_leave_the_facts_all_claims_give(tmp_path: Path) -> None:
+    """Re-extractions that take things back and forgotten sessions, at random: a node's facts stay
+    the combination of its claims (read here in full, as the commit no longer does)."""
+    rng = random.Random(5)
+    db = Database(tmp_path / "g.sqlite3")
+    try:
+        graph, provenance = GraphStore(db), ProvenanceStore(db)
+        words = ["q", "queue", "lazy queue", "LEQ", "the edge queue", "edges"]
+
+        def commit(sid: str) -> None:
+            node = {"id": "q", "type": "CLASS", "name": "LazyEdgeQueue", "description": rng.choice(words),
+                    "aliases": rng.sample(words, rng.randrange(3)), "tags": rng.sample(words, rng.randrange(2)),
+                    "confidence": rng.choice([0.3, 0.6, 0.9]), "evidence": [{"turn": 1, "quote": "LazyEdgeQueue"}]}
+            work = WorkUnit(f"{sid}:chunk:0", sid, 0, (UnitTurn(1, f"{sid}-m1", "LazyEdgeQueue"),), "h")
+            reduced = reduce_session(sid, [validate_extraction({"summary": "", "nodes": [node], "edges": []}, work, semantic_types=TYPES)])
+            graph.upsert_nodes([Node(f"session:{sid}", "SESSION", sid), Node(f"memory:{sid}-m1", "MEMORY", "m")])
+            commit_session(reduced, graph=graph, graph_index=SemanticIndex(db), on_commit=lambda: None, queue_append=len)
+
+        sessions = [f"s{i}" for i in range(8)]
+        for sid in sessions:
+            commit(sid)
+        for step in range(40):
+            sid = rng.choice(sessions)
+            if step % 7 == 6:
+                forget_session(db, sid)
+                sessions.remove(sid)
+                commit(f"n{step}")
+                sessions.append(f"n{step}")
+            else:
+                commit(sid)  # a re-extraction that says something else
+            node = graph.get_node("CLASS:LazyEdgeQueue")
+            assert facts_of(node.properties) == facts_from_claims(provenance.claims(node.id)), step
     finally:
         db.close()

@@ -10,7 +10,8 @@ A commit costs what its session costs, whatever the graph's history (DESIGN §3)
   nothing, and a node or edge a re-extraction no longer yields loses this anchor's points.
 - A node's facts are the combination (:func:`store.facts.combine_facts`) of its claims; a new claim
   that only adds is combined with the node's current facts (no other claim is read), one that takes
-  something back has the node's claims recombined.
+  something back asks the node's other claims only about what the old claim may have been alone
+  to say (:func:`store.facts.without_claim`), never reading them all for a popular node.
 - Weights are derived from points, recomputed only for what this anchor touched: a semantic edge's
   weight is its distinct places (an anchor's turns, or chunks without a turn) — the change is this
   anchor's old places out, its new places in; provenance edges (node → ``memory:`` ``MENTIONED_IN``,
@@ -37,7 +38,7 @@ from pipelines.extract.model import identity_key
 from pipelines.identity import CANDIDATE, Verdict
 from pipelines.extract.reduce import Point, ReducedReference, ReducedSession
 from pipelines.vocabulary import DISCUSSED_IN, MENTIONED_IN, REFERENCED_BY
-from store.facts import NodeFacts, combine_all, combine_facts, facts_of, with_facts
+from store.facts import NodeFacts, combine_all, combine_facts, facts_of, with_facts, without_claim
 from store.graph import Edge, GraphStore, Node
 from store.ids import row_kind
 from store.merges import CandidatePair
@@ -50,7 +51,6 @@ from store.provenance import (
     PointRow,
     ProvenanceStore,
     anchor_edges,
-    facts_from_claims,
     place_count,
 )
 
@@ -142,9 +142,10 @@ class CommitPlan:
     removed_edges: list[EdgeKey] = field(default_factory=list)
     lazy: list[dict[str, Any]] = field(default_factory=list)
     dropped: list[Edge] = field(default_factory=list)
-    # Nodes whose facts must be recombined from all their claims (this anchor took something back),
-    # and nodes that lost this anchor's points (removed if nothing else supports them).
-    recombine: set[str] = field(default_factory=set)
+    # Nodes whose facts lose something this anchor took back: node → (what the anchor said before,
+    # what it says now), for store.facts.without_claim; and nodes that lost this anchor's points
+    # (removed if nothing else supports them).
+    recombine: dict[str, tuple[NodeFacts, NodeFacts]] = field(default_factory=dict)
     orphans: set[str] = field(default_factory=set)
     linked_existing: int = 0
 
@@ -196,14 +197,15 @@ def plan_commit(
         if target not in state.claimed:
             # Written before claims existed: what it says now is its first claim.
             plan.claims.append(ClaimRow(target, "", target, facts_of(existing.properties)))
-        if combine_facts(mine, combine_all(old_claims.get(target, ()))) == mine:
+        withdrawn = combine_all(old_claims.get(target, ()))
+        if combine_facts(mine, withdrawn) == mine:
             facts = combine_facts(facts_of(existing.properties), mine)
             plan.nodes.append(Node(existing.id, existing.label, existing.name, with_facts(existing.properties, facts)))
         else:
-            plan.recombine.add(target)
+            plan.recombine[target] = (withdrawn, mine)
     for node_id in sorted(set(old_claims) - set(new_claims)):
         if node_id in state.nodes:
-            plan.recombine.add(node_id)
+            plan.recombine[node_id] = (combine_all(old_claims[node_id]), NodeFacts())
 
     # --- provenance edges of every node this anchor touches, old or new
     written = {n.id for n in plan.nodes}
@@ -387,10 +389,13 @@ def commit_session(
         stats.nodes_written = graph.upsert_nodes(plan.nodes)
         provenance.add_claims(plan.claims)
         provenance.add_node_points(plan.node_points)
-        for node_id in sorted(plan.recombine):
+        for node_id, (withdrawn, said) in sorted(plan.recombine.items()):
             node = graph.get_node(node_id)
             if node is not None:
-                facts = facts_from_claims(provenance.claims(node_id))
+                # The node's facts combined all its claims, this anchor's old one included; only
+                # what that claim may have been alone to say is looked up in the others.
+                left = without_claim(facts_of(node.properties), withdrawn, provenance.claim_lookup(node_id))
+                facts = combine_facts(left, said)
                 stats.nodes_written += graph.upsert_nodes([Node(node.id, node.label, node.name, with_facts(node.properties, facts))])
         stats.edges_removed = graph.delete_edges(plan.removed_edges)
         stats.edges_written = graph.link_nodes(plan.edges).linked
