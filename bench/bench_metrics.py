@@ -7,6 +7,8 @@ alone (what ``status`` already ran), and ``rem-cycle backup`` against a plain fi
 
     python bench/bench_metrics.py
     python bench/bench_metrics.py --memories 100000 --sessions 5000 --runs 8760
+    python bench/bench_metrics.py --growth    # a scrape at 1× and 8× that size (12,500 → 100,000 memories), queue drained:
+                                             # right after a write (reads the database) and with the files unchanged
 """
 
 from __future__ import annotations
@@ -29,10 +31,11 @@ from config import load_settings  # noqa: E402
 from store.db import Database, backup_database  # noqa: E402
 from store.graph import Edge, GraphStore, Node, dumps  # noqa: E402
 from store.lazy_queue import LazyEdgeQueue  # noqa: E402
+from worker import metrics  # noqa: E402
 from worker.metrics import build_registry  # noqa: E402
 
 
-def build(root: Path, *, memories: int, sessions: int, runs: int) -> Any:
+def build(root: Path, *, memories: int, sessions: int, runs: int, queued: int = 10_000) -> Any:
     settings = load_settings(data_dir=root)
     db = Database(settings.graph_path)
     graph = GraphStore(db)
@@ -68,10 +71,35 @@ def build(root: Path, *, memories: int, sessions: int, runs: int) -> Any:
               "2026-11-29T00:00:00Z") for n in range(20_000)],
         )
     LazyEdgeQueue(settings.queue_path).append(
-        ({"source": f"CONCEPT:c{n}", "target": f"memory:x{n}", "relationship": "MENTIONED_IN"} for n in range(10_000)),
+        ({"source": f"CONCEPT:c{n}", "target": f"memory:x{n}", "relationship": "MENTIONED_IN"} for n in range(queued)),
         fsync=False,
     )
     return settings, graph
+
+
+def scrape_growth(workdir: Path, *, memories: int, sessions: int, runs: int) -> None:
+    """A scrape at 1× and 8× the data (the queue drained): right after another connection wrote
+    (the collector reads the database) and with the files unchanged (it reuses that reading)."""
+    print("| data | scrape after a write | scrape, files unchanged | graph counts alone |")
+    print("| --- | --- | --- | --- |")
+    for scale in (1, 8):
+        settings, graph = build(workdir / f"data{scale}", memories=memories * scale // 8, sessions=sessions * scale // 8,
+                                runs=runs * scale // 8, queued=0)
+        registry = build_registry(settings)
+        generate_latest(registry)  # the duration histograms, built once
+
+        def after_write() -> None:
+            graph.db.conn.execute("UPDATE rem_runs SET heartbeat_at = ? WHERE run_id = 'run-0'", (str(time.time()),))
+            generate_latest(registry)
+
+        written = best_of(after_write)
+        time.sleep(metrics.SETTLE_SECONDS + 0.5)
+        generate_latest(registry)  # reads once more, now that the files have settled, and keeps it
+        unchanged = best_of(lambda: generate_latest(registry), repeat=20)
+        counts = best_of(graph.counts)
+        print(f"| {scale}× ({memories * scale // 8:,} memories, {runs * scale // 8:,} runs) | {written * 1000:.1f} ms | "
+              f"{unchanged * 1000:.2f} ms | {counts * 1000:.1f} ms |")
+        graph.db.close()
 
 
 def best_of(fn: Callable[[], Any], repeat: int = 5) -> float:
@@ -88,9 +116,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--memories", type=int, default=100_000)
     parser.add_argument("--sessions", type=int, default=5_000)
     parser.add_argument("--runs", type=int, default=8_760)
+    parser.add_argument("--growth", action="store_true", help="scrape cost at 1× and 8× the data, after a write and unchanged")
     args = parser.parse_args(argv)
     workdir = Path(tempfile.mkdtemp(prefix="rem-bench-metrics-"))
     try:
+        if args.growth:
+            scrape_growth(workdir, memories=args.memories, sessions=args.sessions, runs=args.runs)
+            return
         t0 = time.perf_counter()
         settings, graph = build(workdir / "data", memories=args.memories, sessions=args.sessions, runs=args.runs)
         print(f"built in {time.perf_counter() - t0:.1f}s: {args.memories} memories, {args.sessions} sessions, "
