@@ -123,11 +123,12 @@ class RecallIndex:
             known = {r["memory_id"]: r for r in existing}
             unchanged = {m for m, r in known.items() if tuple(r)[1:] == rows[m]}
             retext = [m for m, r in known.items() if r["text"] != rows[m][-1]]
-            # An external-content FTS row is removed with the text it was indexed with.
-            conn.executemany(
-                "INSERT INTO recall_turns_fts(recall_turns_fts, rowid, text) VALUES ('delete', ?, ?)",
-                [(known[m]["id"], known[m]["text"]) for m in retext],
-            )
+            fts = self.db.dialect.fts_rows_written
+            if fts:  # an external-content FTS row is removed with the text it was indexed with
+                conn.executemany(
+                    "INSERT INTO recall_turns_fts(recall_turns_fts, rowid, text) VALUES ('delete', ?, ?)",
+                    [(known[m]["id"], known[m]["text"]) for m in retext],
+                )
             fresh = [row for memory_id, row in rows.items() if memory_id not in unchanged]
             conn.executemany(
                 "INSERT INTO recall_turns(memory_id, session_id, user_id, turn_index, role, created_at, text) "
@@ -136,13 +137,14 @@ class RecallIndex:
                 "created_at = excluded.created_at, text = excluded.text",
                 fresh,
             )
-            conn.execute(
-                "INSERT INTO recall_turns_fts(rowid, text) SELECT id, text FROM recall_turns "
-                "WHERE memory_id IN (SELECT value FROM json_each(?))",
-                (json.dumps([m for m in rows if m not in known] + retext),),
-            )
+            if fts:
+                conn.execute(
+                    "INSERT INTO recall_turns_fts(rowid, text) SELECT id, text FROM recall_turns "
+                    "WHERE memory_id IN (SELECT value FROM json_each(?))",
+                    (json.dumps([m for m in rows if m not in known] + retext),),
+                )
             conn.executemany(
-                "INSERT OR IGNORE INTO recall_session_users(session_id, user_id) VALUES (?, ?)",
+                "INSERT INTO recall_session_users(session_id, user_id) VALUES (?, ?) ON CONFLICT DO NOTHING",
                 sorted({(row[1], row[2]) for row in fresh if row[2] is not None}),
             )
         return len(fresh)

@@ -685,7 +685,7 @@ def _missing_data(settings: Settings, *, graph: bool) -> str | None:
     if not settings.data_dir.is_dir():
         return (f"no data dir at {settings.data_dir.resolve()}, so no graph database (set REM_DATA_DIR or "
                 "data_dir in --config; `rem-cycle --once` creates it)")
-    if graph and not settings.graph_path.is_file():
+    if graph and settings.database_url is None and not settings.graph_path.is_file():
         return f"no graph database at {settings.graph_path.resolve()} (run a REM cycle first: rem-cycle --once)"
     return None
 

@@ -25,7 +25,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from config import Settings
-from store.db import Database
+from store.backend import open_database
 from store.errors import StoreError
 from store.graph import GraphStore
 from store.lazy_queue import LazyEdgeQueue
@@ -194,7 +194,7 @@ class RemCycleCollector(Collector):
 
     def _families(self) -> list[Metric]:
         now = self.now()
-        db = Database(self.settings.graph_path, readonly=True, timeout=5.0)
+        db = open_database(self.settings, readonly=True, timeout=5.0)
         try:
             runstate, graph = RunStateStore(db), GraphStore(db)
             families = [
