@@ -4,6 +4,7 @@ database ``REM_DATABASE_URL`` names. Everything that opens the graph database go
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from config.settings import Settings
@@ -17,14 +18,17 @@ if TYPE_CHECKING:
 def open_database(settings: Settings, *, readonly: bool = False, timeout: float = 30.0) -> Database | PostgresDatabase:
     """The graph database of ``settings``, migrated unless ``readonly``. Raises the
     :mod:`store.errors` family when it cannot be opened."""
-    if settings.database_url is None:
-        return Database(settings.graph_path, readonly=readonly, timeout=timeout)
+    url = settings.database_url.get_secret_value() if settings.database_url is not None else None
+    return open_database_at(path=settings.graph_path, url=url, readonly=readonly, timeout=timeout)
+
+
+def open_database_at(*, path: Path, url: str | None, readonly: bool = False, timeout: float = 30.0) -> Database | PostgresDatabase:
+    """The SQLite file at ``path`` when ``url`` is None, else the PostgreSQL database ``url``."""
+    if url is None:
+        return Database(path, readonly=readonly, timeout=timeout)
     from store.postgres import PostgresDatabase  # psycopg is loaded only by those who use it
 
-    return PostgresDatabase(
-        settings.database_url.get_secret_value(), readonly=readonly, timeout=timeout,
-        known_versions=len(MIGRATIONS), sqlite_migrations=MIGRATIONS,
-    )
+    return PostgresDatabase(url, readonly=readonly, timeout=timeout, known_versions=len(MIGRATIONS), sqlite_migrations=MIGRATIONS)
 
 
 def database_exists(settings: Settings) -> bool:
@@ -46,3 +50,29 @@ def database_location(settings: Settings) -> str:
     from store.postgres import redacted
 
     return redacted(settings.database_url.get_secret_value())
+
+
+# The public tables whose content a cycle decides (the graph and its provenance, identity and
+# forgetting records), each with the columns that do not record when a row was written.
+_CANONICAL_TABLES: dict[str, str] = {
+    "nodes": "id, label, name, properties",
+    "edges": "source, target, relationship, weight, properties",
+    "node_points": "node_id, anchor, memory_id, chunk_id, evidence, observed_at, extracted_for, merge_id",
+    "edge_points": "source, target, relationship, anchor, memory_id, chunk_id, evidence, observed_at, extracted_source, extracted_target, merge_id",
+    "node_claims": "node_id, anchor, extracted_for, merge_id, description, aliases, tags, confidence",
+    "node_aliases": "node_id, alias, alias_key",
+    "merges": "merge_id, merged_id, into_id, rule, score, evidence, restore, undone_at IS NULL",
+    "identity_candidates": "node_id, candidate_id, rule, score, form, session_id",
+    "communities": "id, label, label_source, members, member_hash, size",
+    "memory_index": "memory_id, session_id",
+    "session_digests": "session_id, input_revision, ingested_revision, digested_revision, state, attempts, defer_reason, session_created_at",
+}
+
+
+def canonical_dump(db: Database | PostgresDatabase) -> dict[str, list[tuple[object, ...]]]:
+    """Every row of the tables a cycle decides, without write times and run ids, sorted in Python
+    (not by the engine's collation): equal dumps = the same graph, whichever engine holds it."""
+    return {
+        table: sorted((tuple(row) for row in db.query(f"SELECT {columns} FROM {table}")), key=repr)
+        for table, columns in _CANONICAL_TABLES.items()
+    }
