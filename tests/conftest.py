@@ -52,6 +52,8 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
 # names (.ci/run starts one). Without that server the PostgreSQL run is skipped — except under
 # CI=true, where it fails: CI must not pass by skipping the backend it is there to test.
 BACKENDS = ("sqlite", "postgresql")
+# Read once, before any test's ``clean_env`` removes REM_* variables.
+TEST_POSTGRES_URL = os.environ.get("REM_TEST_POSTGRES_URL", "")
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -74,7 +76,7 @@ def _no_postgres(reason: str) -> None:
 @pytest.fixture(scope="session")
 def postgres_server_url() -> str:
     """The test PostgreSQL server (REM_TEST_POSTGRES_URL), checked once per session."""
-    url = os.environ.get("REM_TEST_POSTGRES_URL", "")
+    url = TEST_POSTGRES_URL
     if not url:
         _no_postgres("REM_TEST_POSTGRES_URL is not set")
     import psycopg

@@ -22,10 +22,15 @@ def graph(tmp_path: Path, open_graph_database: Callable[[Path], Any]) -> Iterato
     db.close()
 
 
-def dump(db: Any) -> list[tuple]:
-    """Every node and edge row, columns and all (through a connection of the test's engine)."""
-    return [tuple(r) for r in db.query("SELECT * FROM nodes ORDER BY id")] + [
-        tuple(r) for r in db.query("SELECT * FROM edges ORDER BY source, target, relationship")]
+def dump(target: Path | Any) -> list[tuple]:
+    """Every node and edge row, columns and all, of an open database or of the SQLite file at a path."""
+    db = Database(target) if isinstance(target, Path) else target
+    try:
+        return [tuple(r) for r in db.query("SELECT * FROM nodes ORDER BY id")] + [
+            tuple(r) for r in db.query("SELECT * FROM edges ORDER BY source, target, relationship")]
+    finally:
+        if db is not target:
+            db.close()
 
 
 def test_schema_pragmas_and_version(tmp_path: Path) -> None:

@@ -681,11 +681,14 @@ COMMANDS: dict[str, Handler] = {
 
 def _missing_data(settings: Settings, *, graph: bool) -> str | None:
     """Why a command that needs an existing data dir (and ``graph`` database) cannot run here,
-    with resolved paths; None when it can."""
+    with resolved paths; None when it can. A PostgreSQL graph (REM_DATABASE_URL) is not in the data
+    dir: the command itself says when that database has no graph yet."""
+    if settings.database_url is not None:
+        return None
     if not settings.data_dir.is_dir():
         return (f"no data dir at {settings.data_dir.resolve()}, so no graph database (set REM_DATA_DIR or "
                 "data_dir in --config; `rem-cycle --once` creates it)")
-    if graph and settings.database_url is None and not settings.graph_path.is_file():
+    if graph and not settings.graph_path.is_file():
         return f"no graph database at {settings.graph_path.resolve()} (run a REM cycle first: rem-cycle --once)"
     return None
 
