@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from config.settings import Settings
-from store.db import MIGRATIONS, Database
+from store.db import MIGRATIONS, Database, backup_database
 
 if TYPE_CHECKING:
     from store.postgres import PostgresDatabase
@@ -41,6 +41,16 @@ def database_exists(settings: Settings) -> bool:
         return db.schema_version > 0
     finally:
         db.close()
+
+
+def backup(settings: Settings, destination: Path) -> dict[str, object]:
+    """Copy the graph database to ``destination`` with the engine's own tool: SQLite's online backup
+    API, or ``pg_dump`` for PostgreSQL. Returns ``{path, bytes, integrity}``."""
+    if settings.database_url is None:
+        return backup_database(settings.graph_path, destination)
+    from store.postgres import backup_postgres
+
+    return backup_postgres(settings.database_url.get_secret_value(), destination)
 
 
 def database_location(settings: Settings) -> str:

@@ -5,6 +5,7 @@ schema; ``status`` and ``backup`` answer. Needs REM_TEST_POSTGRES_URL (see tests
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import psycopg
@@ -120,3 +121,41 @@ def test_the_sample_cycle_builds_the_same_graph_and_export_on_both_engines(datab
     status = run_cli("status", "--json", env=postgres_env)
     assert status.returncode == 0, status.stderr
     assert json.loads(status.stdout)["graph"]["node_total"] == len(exports["postgresql"]["nodes"])
+
+
+@pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
+def test_backup_uses_pg_dump_and_restores(database_url: str, settings, tmp_path: Path, postgres_server_url: str) -> None:
+    from store.graph import GraphStore, Node
+
+    db = open_database(settings)
+    GraphStore(db).upsert_nodes([Node("CONCEPT:kept", "CONCEPT", "kept")])
+    db.close()
+    env = {"REM_DATA_DIR": str(tmp_path / "d"), "REM_DATABASE_URL": database_url}
+    done = run_cli("backup", str(tmp_path / "graph.dump"), "--json", env=env)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["bytes"] == (tmp_path / "graph.dump").stat().st_size > 0
+    assert not (tmp_path / "graph.dump.partial").exists()
+    # pg_restore puts it back (here: into a fresh database of the test server).
+    restored = f"restore_{tmp_path.name[-8:].lower().replace('-', '_')}"
+    with psycopg.connect(postgres_server_url, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {restored}")
+        conn.execute(f"CREATE DATABASE {restored}")
+    try:
+        target = postgres_server_url.rsplit("/", 1)[0] + f"/{restored}"
+        subprocess.run(["pg_restore", "--no-owner", f"--dbname={target}", str(tmp_path / "graph.dump")], check=True, capture_output=True)
+        with psycopg.connect(target) as conn:
+            schema = conn.execute("SELECT nspname FROM pg_namespace WHERE nspname LIKE 'test_%'").fetchone()[0]
+            assert conn.execute(f"SELECT name FROM {schema}.nodes").fetchall() == [("kept",)]
+    finally:
+        with psycopg.connect(postgres_server_url, autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {restored}")
+
+
+@pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
+def test_backup_without_pg_dump_says_what_to_use(settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from store.backend import backup
+
+    monkeypatch.setenv("PATH", str(tmp_path))  # no pg_dump on PATH
+    with pytest.raises(DatabaseError, match="needs pg_dump and pg_restore on PATH"):
+        backup(settings, tmp_path / "graph.dump")
+    assert not (tmp_path / "graph.dump").exists()

@@ -511,14 +511,14 @@ def _counts_line(counts: dict[str, Any]) -> str:
 
 
 async def cmd_backup(settings: Settings, args: argparse.Namespace) -> int:
-    from store.db import backup_database
+    from store.backend import backup, database_location
 
     try:
-        payload = await anyio.to_thread.run_sync(backup_database, settings.graph_path, args.path)
+        payload = await anyio.to_thread.run_sync(backup, settings, Path(args.path))
     except StoreError as exc:
         print(f"rem-cycle: backup failed: {exc}", file=sys.stderr)
         return EXIT_FAILED
-    _emit(args, payload, lambda: print(f"backed up {settings.graph_path} to {payload['path']} ({payload['bytes']} bytes, integrity ok)"))
+    _emit(args, payload, lambda: print(f"backed up {database_location(settings)} to {payload['path']} ({payload['bytes']} bytes, integrity ok)"))
     return EXIT_OK
 
 
