@@ -79,6 +79,46 @@ def raw_insert_seconds(path: Path, nodes: list[tuple], edges: list[tuple]) -> fl
     return elapsed
 
 
+Batch = tuple[list[Any], list[Any]]
+
+
+async def planned_batches(chroma: ChromaStore, session_ids: list[str]) -> list[Batch]:
+    """The nodes and edges the ingest phase plans for these sessions, in the cycle's batches."""
+    rows_by_session: dict[str, list] = {}
+    summaries: dict[str, Any] = {}
+    for start in range(0, len(session_ids), 200):
+        part = session_ids[start : start + 200]
+        rows_by_session.update(await chroma.memories_for_sessions(part))
+        summaries.update(await chroma.summaries_for_sessions(part) or {})
+    batches = []
+    for start in range(0, len(session_ids), SESSIONS_PER_BATCH):
+        nodes_b, edges_b = [], []
+        for sid in session_ids[start : start + SESSIONS_PER_BATCH]:
+            s_nodes, m_nodes, e, _ = plan_session_sync(sid, rows_by_session[sid], summaries.get(sid), {})
+            nodes_b += s_nodes + m_nodes
+            edges_b += e
+        batches.append((nodes_b, edges_b))
+    return batches
+
+
+def graph_write_seconds(graph: GraphStore, batches: list[Batch]) -> float:
+    """Seconds to write ``batches`` through the graph store, one transaction per batch."""
+    t0 = time.perf_counter()
+    for nodes_b, edges_b in batches:
+        with graph.db.transaction():
+            graph.upsert_nodes(nodes_b)
+            graph.link_nodes(edges_b)
+    return time.perf_counter() - t0
+
+
+def written_rows(db: Any) -> tuple[list[tuple], list[tuple]]:
+    """The node and edge rows in ``db``, as a raw insert writes them (with one write time)."""
+    now = utc_now()
+    nodes = [tuple(r) + (now, now) for r in db.query("SELECT id, label, name, properties FROM nodes ORDER BY id")]
+    edges = [tuple(r) + (now, now) for r in db.query("SELECT source, target, relationship, weight, properties FROM edges ORDER BY source, target, relationship")]
+    return nodes, edges
+
+
 async def bench(memories: int, sessions: int, workdir: Path) -> dict[str, Any]:
     configure_logging(level="warning", fmt="json")
     settings = load_settings(data_dir=workdir / "data", batch_limit=sessions)
@@ -95,32 +135,10 @@ async def bench(memories: int, sessions: int, workdir: Path) -> dict[str, Any]:
 
     # Graph writes alone, on a fresh database: the nodes and edges the ingest phase plans for these
     # rows, written through GraphStore in the cycle's batches (one transaction per batch).
-    session_ids = [r[2]["sessionId"] for r in sum_rows]
-    rows_by_session: dict[str, list] = {}
-    summaries: dict[str, Any] = {}
-    for start in range(0, len(session_ids), 200):
-        part = session_ids[start : start + 200]
-        rows_by_session.update(await chroma.memories_for_sessions(part))
-        summaries.update(await chroma.summaries_for_sessions(part) or {})
-    batches = []
-    for start in range(0, len(session_ids), SESSIONS_PER_BATCH):
-        nodes_b, edges_b = [], []
-        for sid in session_ids[start : start + SESSIONS_PER_BATCH]:
-            s_nodes, m_nodes, e, _ = plan_session_sync(sid, rows_by_session[sid], summaries.get(sid), {})
-            nodes_b += s_nodes + m_nodes
-            edges_b += e
-        batches.append((nodes_b, edges_b))
+    batches = await planned_batches(chroma, [r[2]["sessionId"] for r in sum_rows])
     graph = GraphStore(Database(workdir / "graph-only.sqlite3"))
-    t0 = time.perf_counter()
-    for nodes_b, edges_b in batches:
-        with graph.db.transaction():
-            graph.upsert_nodes(nodes_b)
-            graph.link_nodes(edges_b)
-    graph_s = time.perf_counter() - t0
-    conn = graph.db.conn
-    now = utc_now()
-    nodes = [tuple(r) + (now, now) for r in conn.execute("SELECT id, label, name, properties FROM nodes")]
-    edges = [tuple(r) + (now, now) for r in conn.execute("SELECT source, target, relationship, weight, properties FROM edges")]
+    graph_s = graph_write_seconds(graph, batches)
+    nodes, edges = written_rows(graph.db)
     graph.db.close()
     raw_s = raw_insert_seconds(workdir / "raw.sqlite3", nodes, edges)
     graph_rows = len(nodes) + len(edges)

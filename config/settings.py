@@ -73,6 +73,9 @@ class Settings(BaseSettings):
     embedding_url: str = "http://127.0.0.1:11434"
     embedding_api_key: SecretStr | None = None
     lazy_edges_path: Path | None = Field(None, description="Default <data_dir>/lazy-edges.jsonl")
+    database_url: SecretStr | None = Field(
+        None, description="Empty = the SQLite file <data_dir>/graph.sqlite3; postgresql://… = that PostgreSQL database"
+    )
 
     # --- cycle ---------------------------------------------------------------------------
     batch_limit: int = Field(500, ge=1, description="Sessions ingested/extracted per cycle at most")
@@ -151,6 +154,15 @@ class Settings(BaseSettings):
         if value and not value.startswith(("http://", "https://")):
             raise ValueError("must start with http:// or https:// (or be empty for embedded Chroma)")
         return value.rstrip("/")
+
+    @field_validator("database_url")
+    @classmethod
+    def _check_database_url(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is None or not value.get_secret_value().strip():
+            return None
+        if not value.get_secret_value().startswith(("postgresql://", "postgres://")):
+            raise ValueError("must start with postgresql:// (or be empty for the embedded SQLite file)")
+        return value
 
     @field_validator("semantic_types", mode="before")
     @classmethod

@@ -66,15 +66,14 @@ class CommunityStore:
             keep = {c.id for c in records}
             stale = [r[0] for r in conn.execute("SELECT id FROM communities").fetchall() if r[0] not in keep]
             conn.executemany("DELETE FROM communities WHERE id = ?", [(i,) for i in stale])
-            before = conn.total_changes
-            conn.executemany(
+            written = conn.executemany(
                 "INSERT INTO communities(id, label, label_source, members, member_hash, size, created_at, updated_at) "
                 "VALUES (?,?,?,?,?,?,?,?) ON CONFLICT(id) DO UPDATE SET label = excluded.label, "
                 "label_source = excluded.label_source, members = excluded.members, "
                 "member_hash = excluded.member_hash, size = excluded.size, updated_at = excluded.updated_at "
-                "WHERE communities.label IS NOT excluded.label OR communities.label_source IS NOT excluded.label_source "
-                "OR communities.member_hash IS NOT excluded.member_hash",
+                "WHERE communities.label IS DISTINCT FROM excluded.label "
+                "OR communities.label_source IS DISTINCT FROM excluded.label_source "
+                "OR communities.member_hash IS DISTINCT FROM excluded.member_hash",
                 rows,
-            )
-            written = conn.total_changes - before
+            ).rowcount
         return {"written": written, "unchanged": len(rows) - written, "removed": len(stale)}

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
 from store.confined import check_confined, confined_dir
+from store.dialect import SQLITE, Dialect
 from store.errors import (
     ConstraintError,
     DatabaseBusyError,
@@ -23,6 +25,9 @@ from store.errors import (
     QueryInterruptedError,
     SchemaTooNewError,
 )
+
+# A LIMIT that keeps every row, in a form both engines accept (SQLite's -1 is an error on PostgreSQL).
+UNLIMITED = 2**63 - 1
 
 # Values bound per ``IN (…)`` list: old SQLite builds allow 999 variables per statement, and a
 # statement has a few parameters of its own. Every IN list is built by :func:`in_batches`.
@@ -546,8 +551,11 @@ class Database:
     :mod:`store.errors` family, never ``sqlite3``'s own exceptions.
     """
 
+    dialect: Dialect = SQLITE
+
     def __init__(self, path: str | Path, *, timeout: float = 30.0, readonly: bool = False, root: str | Path | None = None) -> None:
         self.path = Path(path)
+        self.location = str(self.path)
         self._lock = threading.RLock()
         self._depth = 0
         root = Path(root) if root is not None else self.path.parent
@@ -605,6 +613,15 @@ class Database:
         """Run a read and return all rows."""
         with self._lock:
             return self.conn.execute(sql, params).fetchall()
+
+    def set_deadline(self, seconds: float) -> None:
+        """Stop a statement still running ``seconds`` from now (:class:`QueryInterruptedError`)."""
+        deadline = time.monotonic() + seconds
+        self.conn.set_progress_handler(lambda: int(time.monotonic() > deadline), 10_000)
+
+    def table_exists(self, name: str) -> bool:
+        """``True`` when the file has a table ``name``."""
+        return bool(self.query("SELECT 1 FROM sqlite_master WHERE type IN ('table', 'view') AND name = ?", (name,)))
 
     @property
     def schema_version(self) -> int:

@@ -14,7 +14,7 @@ from typing import Any
 
 import structlog
 
-from store.db import Database, alias_key, in_batches
+from store.db import UNLIMITED, Database, alias_key, in_batches
 from store.ids import normalize_graph_node_id
 
 log = structlog.get_logger(__name__)
@@ -136,7 +136,7 @@ class GraphStore:
             "AND (o.label IS NULL OR o.label NOT IN (SELECT value FROM json_each(:labels)))"
         )
         params = {"n": nid, "rels": dumps(sorted(exclude_relationships)), "labels": dumps(sorted(exclude_labels)),
-                  "limit": -1 if limit is None else limit}
+                  "limit": UNLIMITED if limit is None else limit}
         total = self.db.query(f"SELECT COUNT(*) {matching}", params)[0][0]
         rows = self.db.query(
             f"SELECT t.source, t.target, t.relationship, t.weight, t.properties {matching} "
@@ -150,7 +150,7 @@ class GraphStore:
         edges (index reads only)."""
         rows = self.db.query(
             "SELECT target FROM edges WHERE source = ? AND relationship = ? ORDER BY target LIMIT ?",
-            (normalize_graph_node_id(node_id), relationship, -1 if limit is None else limit),
+            (normalize_graph_node_id(node_id), relationship, UNLIMITED if limit is None else limit),
         )
         return [r[0] for r in rows]
 
@@ -188,14 +188,14 @@ class GraphStore:
         :meth:`all_nodes` / :meth:`all_edges`, **without their property documents** (``properties``
         is empty): the shape of the graph for algorithms that read ids, labels, names and weights
         only (community detection), without decoding every document."""
-        labels, relationships = sorted(set(exclude_labels)), sorted(set(exclude_relationships))
         node_rows = self.db.query(
-            f"SELECT id, label, name FROM nodes WHERE label NOT IN ({','.join('?' * len(labels))}) ORDER BY id", labels
+            "SELECT id, label, name FROM nodes WHERE label NOT IN (SELECT value FROM json_each(?)) ORDER BY id",
+            (dumps(sorted(set(exclude_labels))),),
         )
         edge_rows = self.db.query(
             "SELECT source, target, relationship, weight FROM edges "
-            f"WHERE relationship NOT IN ({','.join('?' * len(relationships))}) ORDER BY source, target, relationship",
-            relationships,
+            "WHERE relationship NOT IN (SELECT value FROM json_each(?)) ORDER BY source, target, relationship",
+            (dumps(sorted(set(exclude_relationships))),),
         )
         return (
             [Node(r["id"], r["label"], r["name"], {}) for r in node_rows],
@@ -205,12 +205,10 @@ class GraphStore:
     def node_names(self, *, exclude_labels: Iterable[str] = ()) -> list[tuple[str, str, str, Any]]:
         """(id, label, name, aliases) of every node whose label is not excluded — what identity
         resolution indexes, without reading whole property documents."""
-        excluded = sorted(set(exclude_labels))
-        marks = ",".join("?" * len(excluded))
         rows = self.db.query(
             "SELECT id, label, name, (SELECT json_group_array(a.alias) FROM node_aliases AS a WHERE a.node_id = nodes.id) "
-            f"AS aliases FROM nodes WHERE label NOT IN ({marks})",
-            excluded,
+            "AS aliases FROM nodes WHERE label NOT IN (SELECT value FROM json_each(?))",
+            (dumps(sorted(set(exclude_labels))),),
         )
         return [(r["id"], r["label"], r["name"], json.loads(r["aliases"]) if r["aliases"] else None) for r in rows]
 
@@ -219,16 +217,15 @@ class GraphStore:
         ``%`` and ``_`` match literally). Exact name matches first, then name prefixes, then other
         name matches, then alias-only matches; ties by name."""
         pattern = "%" + escape_like(text) + "%"
-        excluded = sorted(set(exclude_labels))
-        marks = ",".join("?" * len(excluded))
+        like = self.db.dialect.like_nocase
         rows = self.db.query(
             "SELECT id, label, name, properties FROM nodes "
-            f"WHERE label NOT IN ({marks}) AND (? IS NULL OR label = ?) AND ("
-            "name LIKE ? ESCAPE '\\' OR id LIKE ? ESCAPE '\\' OR EXISTS (SELECT 1 FROM node_aliases AS a "
-            "WHERE a.node_id = nodes.id AND a.alias LIKE ? ESCAPE '\\')) "
-            "ORDER BY CASE WHEN name = ? COLLATE NOCASE THEN 0 WHEN name LIKE ? ESCAPE '\\' THEN 1 "
-            "WHEN name LIKE ? ESCAPE '\\' THEN 2 ELSE 3 END, name COLLATE NOCASE, id LIMIT ?",
-            (*excluded, label, label, pattern, pattern, pattern, text, escape_like(text) + "%", pattern, limit),
+            "WHERE label NOT IN (SELECT value FROM json_each(?)) AND (? IS NULL OR label = ?) AND ("
+            f"name {like} ? ESCAPE '\\' OR id {like} ? ESCAPE '\\' OR EXISTS (SELECT 1 FROM node_aliases AS a "
+            f"WHERE a.node_id = nodes.id AND a.alias {like} ? ESCAPE '\\')) "
+            f"ORDER BY CASE WHEN name = ? COLLATE NOCASE THEN 0 WHEN name {like} ? ESCAPE '\\' THEN 1 "
+            f"WHEN name {like} ? ESCAPE '\\' THEN 2 ELSE 3 END, name COLLATE NOCASE, id LIMIT ?",
+            (dumps(sorted(set(exclude_labels))), label, label, pattern, pattern, pattern, text, escape_like(text) + "%", pattern, limit),
         )
         return [_node(r) for r in rows]
 
@@ -244,10 +241,11 @@ class GraphStore:
     def backfill_counts(self) -> dict[str, dict[str, int]]:
         """Row-backed nodes by label and provenance: ``{label: {backfilled, backfilled-minimal}}``
         (a minimal session is counted once, as ``backfilled-minimal``)."""
+        backfilled, minimal = (self.db.dialect.json_flag("properties", key) for key in ("backfilled", "minimal"))
         rows = self.db.query(
             "SELECT label, "
-            "TOTAL(json_extract(properties, '$.backfilled') = 1 AND json_extract(properties, '$.minimal') IS NOT 1), "
-            "TOTAL(json_extract(properties, '$.backfilled') = 1 AND json_extract(properties, '$.minimal') = 1) "
+            f"SUM(CASE WHEN {backfilled} AND NOT {minimal} THEN 1 ELSE 0 END), "
+            f"SUM(CASE WHEN {backfilled} AND {minimal} THEN 1 ELSE 0 END) "
             "FROM nodes WHERE label IN ('MEMORY', 'SESSION') GROUP BY label"
         )
         return {r[0]: {"backfilled": int(r[1]), "backfilled-minimal": int(r[2])} for r in rows}
@@ -255,33 +253,48 @@ class GraphStore:
     # --- writes --------------------------------------------------------------------------
     def upsert_nodes(self, nodes: Iterable[Node]) -> int:
         """Insert or update nodes in one transaction; returns how many rows actually changed. A node
-        whose row changed gets its ``node_aliases`` rows rewritten from its ``aliases`` property."""
+        whose row changed gets its ``node_aliases`` rows rewritten from its ``aliases`` property.
+
+        The stored rows of these ids are read first (one statement per batch of ids) and only the
+        new or different ones are written, in one ``executemany`` — a round trip per batch, not per
+        node, which is what a server database costs. The upsert keeps its own ``WHERE`` so a row
+        another writer made identical meanwhile is still left untouched."""
         now = self.clock()
-        changed = 0
+        wanted: dict[str, Node] = {}
+        for n in nodes:
+            node_id = normalize_graph_node_id(n.id)
+            wanted[node_id] = Node(node_id, n.label, n.name, n.properties)
+        if not wanted:
+            return 0
+        documents = {node_id: dumps(n.properties) for node_id, n in wanted.items()}
         with self.db.transaction() as conn:
-            for n in nodes:
-                node_id = normalize_graph_node_id(n.id)
-                cursor = conn.execute(
-                    "INSERT INTO nodes(id, label, name, properties, created_at, updated_at) VALUES (?,?,?,?,?,?) "
-                    "ON CONFLICT(id) DO UPDATE SET label = excluded.label, name = excluded.name, "
-                    "properties = excluded.properties, updated_at = excluded.updated_at "
-                    "WHERE nodes.label IS NOT excluded.label OR nodes.name IS NOT excluded.name "
-                    "OR nodes.properties IS NOT excluded.properties",
-                    (node_id, n.label, n.name, dumps(n.properties), now, now),
-                )
-                if cursor.rowcount > 0:
-                    changed += 1
-                    self._index_aliases(conn, node_id, n.properties.get("aliases"))
+            stored: dict[str, tuple[str, str, str]] = {}
+            for part, marks in in_batches(list(wanted)):
+                for r in conn.execute(f"SELECT id, label, name, properties FROM nodes WHERE id IN ({marks})", part):
+                    stored[r[0]] = (r[1], r[2], r[3])
+            fresh = [n for node_id, n in wanted.items() if stored.get(node_id) != (n.label, n.name, documents[node_id])]
+            changed = conn.executemany(
+                "INSERT INTO nodes(id, label, name, properties, created_at, updated_at) VALUES (?,?,?,?,?,?) "
+                "ON CONFLICT(id) DO UPDATE SET label = excluded.label, name = excluded.name, "
+                "properties = excluded.properties, updated_at = excluded.updated_at "
+                "WHERE nodes.label IS DISTINCT FROM excluded.label OR nodes.name IS DISTINCT FROM excluded.name "
+                "OR nodes.properties IS DISTINCT FROM excluded.properties",
+                [(n.id, n.label, n.name, documents[n.id], now, now) for n in fresh],
+            ).rowcount
+            self._index_aliases(conn, fresh)
             return changed
 
     @staticmethod
-    def _index_aliases(conn: Any, node_id: str, aliases: Any) -> None:
-        conn.execute("DELETE FROM node_aliases WHERE node_id = ?", (node_id,))
-        if isinstance(aliases, list):
-            conn.executemany(
-                "INSERT OR IGNORE INTO node_aliases(node_id, alias, alias_key) VALUES (?,?,?)",
-                [(node_id, a, alias_key(a)) for a in aliases if isinstance(a, str)],
-            )
+    def _index_aliases(conn: Any, nodes: Sequence[Node]) -> None:
+        conn.executemany("DELETE FROM node_aliases WHERE node_id = ?", [(n.id,) for n in nodes])
+        conn.executemany(
+            "INSERT INTO node_aliases(node_id, alias, alias_key) VALUES (?,?,?) ON CONFLICT DO NOTHING",
+            [
+                (n.id, a, alias_key(a))
+                for n in nodes if isinstance(aliases := n.properties.get("aliases"), list)
+                for a in aliases if isinstance(a, str)
+            ],
+        )
 
     def upsert_node(self, node: Node) -> bool:
         """Insert or update one node; ``True`` when something changed."""
@@ -308,15 +321,14 @@ class GraphStore:
                 else:
                     stats.culled += 1
                     stats.culled_edges.append(edge)
-            before = conn.total_changes
-            conn.executemany(
+            linked = conn.executemany(
                 "INSERT INTO edges(source, target, relationship, weight, properties, created_at, updated_at) "
                 "VALUES (?,?,?,?,?,?,?) ON CONFLICT(source, target, relationship) DO UPDATE SET "
                 "weight = excluded.weight, properties = excluded.properties, updated_at = excluded.updated_at "
-                "WHERE edges.weight IS NOT excluded.weight OR edges.properties IS NOT excluded.properties",
+                "WHERE edges.weight IS DISTINCT FROM excluded.weight OR edges.properties IS DISTINCT FROM excluded.properties",
                 rows,
             )
-            stats.linked = conn.total_changes - before
+            stats.linked = linked.rowcount
             stats.unchanged = len(rows) - stats.linked
         for edge in stats.culled_edges[:20]:
             log.warning("edge culled: endpoint missing", source=edge.source, target=edge.target, relationship=edge.relationship)

@@ -157,9 +157,10 @@ class MergeStore:
         with self.db.transaction() as conn:
             for pair in pairs:
                 cursor = conn.execute(
-                    "INSERT OR REPLACE INTO identity_candidates(node_id, candidate_id, rule, score, form, session_id) "
+                    "INSERT INTO identity_candidates(node_id, candidate_id, rule, score, form, session_id) "
                     "SELECT ?, ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM nodes WHERE id = ?) "
-                    "AND EXISTS (SELECT 1 FROM nodes WHERE id = ?)",
+                    "AND EXISTS (SELECT 1 FROM nodes WHERE id = ?) ON CONFLICT(node_id, candidate_id) DO UPDATE SET "
+                    "rule = excluded.rule, score = excluded.score, form = excluded.form, session_id = excluded.session_id",
                     (pair.node_id, pair.candidate_id, pair.rule, float(pair.score), pair.form, pair.session_id,
                      pair.node_id, pair.candidate_id),
                 )
@@ -183,15 +184,16 @@ class MergeStore:
             ).fetchone()
             if active is not None:
                 conn.execute(
-                    "UPDATE merges SET restore = ?, score = MAX(score, ?) WHERE merge_id = ?",
-                    (dumps(_extend(json.loads(active["restore"]), record)), score, active["merge_id"]),
+                    "UPDATE merges SET restore = ?, score = CASE WHEN score >= ? THEN score ELSE ? END WHERE merge_id = ?",
+                    (dumps(_extend(json.loads(active["restore"]), record)), score, score, active["merge_id"]),
                 )
                 return int(active["merge_id"])
             cursor = conn.execute(
-                "INSERT INTO merges(merged_id, into_id, rule, score, evidence, restore, created_at) VALUES (?,?,?,?,?,?,?)",
+                "INSERT INTO merges(merged_id, into_id, rule, score, evidence, restore, created_at) VALUES (?,?,?,?,?,?,?) "
+                "RETURNING merge_id",
                 (merged.id, into_id, rule, float(score), dumps(dict(evidence or {})), dumps(record), self.clock()),
             )
-            return int(cursor.lastrowid)
+            return int(cursor.fetchone()[0])
 
     def merge_nodes(self, merged_id: str, into_id: str, *, rule: str = "manual", score: float = 1.0, evidence: Mapping[str, Any] | None = None) -> int:
         """Fold the existing node ``merged_id`` into the existing node ``into_id`` (one transaction):

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from store.db import Database
+from store.db import UNLIMITED, Database
 from store.facts import NodeFacts, combine_all
 from store.graph import Edge, chunked, dumps
 
@@ -152,9 +152,9 @@ class ProvenanceStore:
             "SELECT memory_id AS m FROM node_points WHERE node_id = :n AND memory_id != '' "
             "UNION SELECT target FROM edges WHERE source = :n AND relationship = :rel"
         )
-        params = {"n": node_id, "rel": MENTIONED_IN, "limit": -1 if limit is None else limit}
-        total = self.db.query(f"SELECT COUNT(*) FROM ({union})", params)[0][0]
-        return [r[0] for r in self.db.query(f"SELECT m FROM ({union}) ORDER BY m LIMIT :limit", params)], total
+        params = {"n": node_id, "rel": MENTIONED_IN, "limit": UNLIMITED if limit is None else limit}
+        total = self.db.query(f"SELECT COUNT(*) FROM ({union}) AS u", params)[0][0]
+        return [r[0] for r in self.db.query(f"SELECT m FROM ({union}) AS u ORDER BY m LIMIT :limit", params)], total
 
     def node_turn_points(self, node_id: str, memory_ids: Iterable[str]) -> list[PointRow]:
         """The points of ``node_id`` from the turns ``memory_ids`` (sorted, distinct)."""
@@ -273,7 +273,7 @@ class ProvenanceStore:
         """The distinct places among the edge's points (reads all of them: for merges, not commits)."""
         return self.db.query(
             "SELECT COUNT(*) FROM (SELECT DISTINCT anchor, CASE WHEN memory_id != '' THEN memory_id ELSE chunk_id END "
-            "FROM edge_points WHERE source = ? AND target = ? AND relationship = ?)",
+            "FROM edge_points WHERE source = ? AND target = ? AND relationship = ?) AS places",
             key,
         )[0][0]
 

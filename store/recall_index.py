@@ -123,11 +123,12 @@ class RecallIndex:
             known = {r["memory_id"]: r for r in existing}
             unchanged = {m for m, r in known.items() if tuple(r)[1:] == rows[m]}
             retext = [m for m, r in known.items() if r["text"] != rows[m][-1]]
-            # An external-content FTS row is removed with the text it was indexed with.
-            conn.executemany(
-                "INSERT INTO recall_turns_fts(recall_turns_fts, rowid, text) VALUES ('delete', ?, ?)",
-                [(known[m]["id"], known[m]["text"]) for m in retext],
-            )
+            fts = self.db.dialect.fts_rows_written
+            if fts:  # an external-content FTS row is removed with the text it was indexed with
+                conn.executemany(
+                    "INSERT INTO recall_turns_fts(recall_turns_fts, rowid, text) VALUES ('delete', ?, ?)",
+                    [(known[m]["id"], known[m]["text"]) for m in retext],
+                )
             fresh = [row for memory_id, row in rows.items() if memory_id not in unchanged]
             conn.executemany(
                 "INSERT INTO recall_turns(memory_id, session_id, user_id, turn_index, role, created_at, text) "
@@ -136,13 +137,14 @@ class RecallIndex:
                 "created_at = excluded.created_at, text = excluded.text",
                 fresh,
             )
-            conn.execute(
-                "INSERT INTO recall_turns_fts(rowid, text) SELECT id, text FROM recall_turns "
-                "WHERE memory_id IN (SELECT value FROM json_each(?))",
-                (json.dumps([m for m in rows if m not in known] + retext),),
-            )
+            if fts:
+                conn.execute(
+                    "INSERT INTO recall_turns_fts(rowid, text) SELECT id, text FROM recall_turns "
+                    "WHERE memory_id IN (SELECT value FROM json_each(?))",
+                    (json.dumps([m for m in rows if m not in known] + retext),),
+                )
             conn.executemany(
-                "INSERT OR IGNORE INTO recall_session_users(session_id, user_id) VALUES (?, ?)",
+                "INSERT INTO recall_session_users(session_id, user_id) VALUES (?, ?) ON CONFLICT DO NOTHING",
                 sorted({(row[1], row[2]) for row in fresh if row[2] is not None}),
             )
         return len(fresh)
@@ -178,13 +180,10 @@ class RecallIndex:
     def term_counts(self, terms: Sequence[str], *, cap: int) -> dict[str, int]:
         """How many turns contain each term; counting stops at ``cap + 1``, so a common word costs
         no more than a rare one."""
-        return {
-            term: self.db.query(
-                "SELECT COUNT(*) FROM (SELECT rowid FROM recall_turns_fts WHERE recall_turns_fts MATCH ? LIMIT ?)",
-                ('"' + term.replace('"', '""') + '"', cap + 1),
-            )[0][0]
-            for term in terms
-        }
+        fts = self.db.dialect
+        sql = (f"SELECT COUNT(*) FROM (SELECT 1 FROM {fts.fts_source('recall_turns', 't')} "
+               f"WHERE {fts.fts_match('recall_turns', 't')} LIMIT ?) AS hits")
+        return {term: self.db.query(sql, ('"' + term.replace('"', '""') + '"', cap + 1))[0][0] for term in terms}
 
     # --- keyword -------------------------------------------------------------------------
     def keyword_turns(self, match: str, scope: Scope, *, limit: int, ranked: bool = True) -> list[str]:
@@ -192,9 +191,11 @@ class RecallIndex:
         scoring every match)."""
         visible, vp = _visible("t.session_id", scope)
         known, kp = _known("t.created_at", scope)
+        fts = self.db.dialect
+        order = f"{fts.fts_rank('recall_turns', 't')}, t.id" if ranked else "t.id DESC"
         rows = self.db.query(
-            "SELECT t.memory_id FROM recall_turns_fts AS f JOIN recall_turns AS t ON t.id = f.rowid "
-            f"WHERE recall_turns_fts MATCH ? AND {visible} AND {known} ORDER BY {'f.rank, t.id' if ranked else 'f.rowid DESC'} LIMIT ?",
+            f"SELECT t.memory_id FROM {fts.fts_source('recall_turns', 't')} "
+            f"WHERE {fts.fts_match('recall_turns', 't')} AND {visible} AND {known} ORDER BY {order} LIMIT ?",
             (match, *vp, *kp, limit),
         )
         return [r[0] for r in rows]
@@ -203,9 +204,11 @@ class RecallIndex:
         """Sessions whose title or summary matches ``match``, best first."""
         visible, vp = _visible("s.session_id", scope)
         known, kp = _known("s.created_at", scope)
+        fts = self.db.dialect
         rows = self.db.query(
-            "SELECT s.session_id FROM recall_sessions_fts AS f JOIN recall_sessions AS s ON s.id = f.rowid "
-            f"WHERE recall_sessions_fts MATCH ? AND {visible} AND {known} ORDER BY f.rank, s.id LIMIT ?",
+            f"SELECT s.session_id FROM {fts.fts_source('recall_sessions', 's')} "
+            f"WHERE {fts.fts_match('recall_sessions', 's')} AND {visible} AND {known} "
+            f"ORDER BY {fts.fts_rank('recall_sessions', 's')}, s.id LIMIT ?",
             (match, *vp, *kp, limit),
         )
         return [r[0] for r in rows]
@@ -232,11 +235,10 @@ class RecallIndex:
         point_known, pkp = _known("p.observed_at", scope)
         claim_visible, cvp = _visible("d.anchor", scope)
         claim_known, ckp = _known("c.observed_at", scope)
-        weights = ", ".join(str(w) for w in _NODE_COLUMN_WEIGHTS)
+        fts = self.db.dialect
         rows = self.db.query(
-            f"SELECT d.node_id, bm25(recall_node_docs_fts, {weights}) AS score "
-            "FROM recall_node_docs_fts JOIN recall_node_docs AS d ON d.id = recall_node_docs_fts.rowid "
-            "WHERE recall_node_docs_fts MATCH ? "
+            f"SELECT d.node_id, {fts.fts_rank('recall_node_docs', 'd', _NODE_COLUMN_WEIGHTS)} AS score "
+            f"FROM {fts.fts_source('recall_node_docs', 'd')} WHERE {fts.fts_match('recall_node_docs', 'd')} "
             f"AND (d.kind = 'name' OR ({claim_visible} AND (? IS NULL OR EXISTS (SELECT 1 FROM node_points AS c "
             f"WHERE c.node_id = d.node_id AND c.anchor = d.anchor AND {claim_known})))) "
             f"AND EXISTS (SELECT 1 FROM node_points AS p WHERE p.node_id = d.node_id AND {point_visible} AND {point_known}) "
@@ -276,7 +278,7 @@ class RecallIndex:
             "anchor, memory_id, chunk_id, observed_at FROM edge_points "
             "WHERE (source IN (SELECT value FROM json_each(?)) OR target IN (SELECT value FROM json_each(?))) "
             "AND relationship NOT IN (SELECT value FROM json_each(?))"
-            f") WHERE other NOT IN (SELECT value FROM json_each(?)) AND {visible} AND {known} "
+            f") AS e WHERE other NOT IN (SELECT value FROM json_each(?)) AND {visible} AND {known} "
             "AND other NOT LIKE 'memory:%' AND other NOT LIKE 'session:%' AND other NOT LIKE 'note:%' "
             "GROUP BY other ORDER BY places DESC, other LIMIT ?",
             (ids, ids, ids, json.dumps(sorted(exclude_relationships)), ids, *vp, *kp, limit),
@@ -341,7 +343,8 @@ class RecallIndex:
                 description = longer_text(description, c[0])
             edges = self.db.query(
                 "SELECT source, target, relationship, COUNT(DISTINCT anchor || ' ' || CASE WHEN memory_id != '' "
-                "THEN memory_id ELSE chunk_id END) AS places, MAX(evidence) AS evidence, memory_id "
+                f"THEN memory_id ELSE chunk_id END) AS places, MAX(evidence) AS evidence, "
+                f"{self.db.dialect.value_at_max('memory_id', 'evidence')} AS memory_id "
                 "FROM edge_points WHERE (source = ? OR target = ?) AND relationship NOT IN (SELECT value FROM json_each(?)) "
                 f"AND {point_visible} AND {point_known} "
                 "GROUP BY source, target, relationship ORDER BY places DESC, relationship, source, target LIMIT ?",

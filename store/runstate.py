@@ -7,7 +7,7 @@ transaction. ``chunk_results`` (per-chunk extraction outcomes) is in the same fi
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -124,28 +124,34 @@ class RunStateStore:
 
     def run_durations(self) -> list[float]:
         """Wall-clock seconds of every finished run."""
-        rows = self.db.query(
-            "SELECT (julianday(finished_at) - julianday(started_at)) * 86400.0 FROM rem_runs "
-            "WHERE finished_at IS NOT NULL AND outcome != 'running'"
-        )
-        return [max(0.0, r[0]) for r in rows if r[0] is not None]
+        rows = self.db.query("SELECT started_at, finished_at FROM rem_runs WHERE finished_at IS NOT NULL AND outcome != 'running'")
+        durations = (_seconds_between(r[0], r[1]) for r in rows)
+        return [max(0.0, d) for d in durations if d is not None]
 
     def phase_durations(self) -> list[tuple[str, float]]:
         """``(phase, seconds)`` for every phase recorded in ``rem_runs.phases``."""
-        rows = self.db.query(
-            "SELECT p.key, json_extract(p.value, '$.duration_ms') FROM rem_runs, json_each(rem_runs.phases) AS p "
-            "WHERE json_valid(rem_runs.phases) AND json_type(p.value, '$.duration_ms') IN ('integer', 'real')"
-        )
-        return [(r[0], r[1] / 1000.0) for r in rows]
+        return [
+            (phase, record["duration_ms"] / 1000.0)
+            for phases in self._all_phases()
+            for phase, record in phases.items()
+            if isinstance(record, dict) and _is_number(record.get("duration_ms"))
+        ]
 
     def phase_count_total(self, phase: str, key: str) -> float:
         """Sum over all runs of the count ``key`` recorded by ``phase`` (0 when never recorded)."""
-        rows = self.db.query(
-            "SELECT TOTAL(json_extract(phases, '$.\"' || ? || '\".\"' || ? || '\"')) FROM rem_runs "
-            "WHERE json_valid(phases)",
-            (phase, key),
-        )
-        return float(rows[0][0] or 0.0)
+        counts = (phases.get(phase, {}).get(key) if isinstance(phases.get(phase), dict) else None for phases in self._all_phases())
+        return float(sum(c for c in counts if _is_number(c)))
+
+    def _all_phases(self) -> Iterator[dict[str, Any]]:
+        # Decoded here rather than with the engine's JSON functions, which SQLite and PostgreSQL
+        # spell differently; a document that does not parse counts as no phases.
+        for row in self.db.query("SELECT phases FROM rem_runs"):
+            try:
+                phases = json.loads(row[0])
+            except (TypeError, ValueError):
+                continue
+            if isinstance(phases, dict):
+                yield phases
 
     def last_phase_record(self, phase: str) -> dict[str, Any] | None:
         """What ``phase`` recorded in the latest run that completed it, or None. Walks the runs
@@ -174,7 +180,7 @@ class RunStateStore:
     def chunk_totals(self) -> dict[str, dict[str, int]]:
         """Per ``chunk_results`` status: ``{count, tokens_in, tokens_out}``."""
         rows = self.db.query(
-            "SELECT status, COUNT(*), TOTAL(tokens_in), TOTAL(tokens_out) FROM chunk_results GROUP BY status"
+            "SELECT status, COUNT(*), COALESCE(SUM(tokens_in), 0), COALESCE(SUM(tokens_out), 0) FROM chunk_results GROUP BY status"
         )
         return {r[0]: {"count": r[1], "tokens_in": int(r[2]), "tokens_out": int(r[3])} for r in rows}
 
@@ -223,7 +229,8 @@ class RunStateStore:
         with self.db.transaction() as conn:
             conn.execute("DELETE FROM memory_index WHERE session_id = ?", (revision.session_id,))
             conn.executemany(
-                "INSERT OR REPLACE INTO memory_index(memory_id, session_id) VALUES (?, ?)",
+                "INSERT INTO memory_index(memory_id, session_id) VALUES (?, ?) "
+                "ON CONFLICT(memory_id) DO UPDATE SET session_id = excluded.session_id",
                 [(memory_id, revision.session_id) for memory_id in revision.memory_ids],
             )
             conn.execute(
@@ -232,11 +239,11 @@ class RunStateStore:
                 "ON CONFLICT(session_id) DO UPDATE SET input_revision = excluded.input_revision, "
                 "ingested_revision = excluded.ingested_revision, session_created_at = excluded.session_created_at, "
                 "last_run_id = excluded.last_run_id, updated_at = excluded.updated_at, "
-                "state = CASE WHEN session_digests.digested_revision IS excluded.input_revision "
+                "state = CASE WHEN session_digests.digested_revision IS NOT DISTINCT FROM excluded.input_revision "
                 "THEN session_digests.state ELSE 'undigested' END, "
-                "attempts = CASE WHEN session_digests.digested_revision IS excluded.input_revision "
+                "attempts = CASE WHEN session_digests.digested_revision IS NOT DISTINCT FROM excluded.input_revision "
                 "THEN session_digests.attempts ELSE 0 END, "
-                "defer_reason = CASE WHEN session_digests.digested_revision IS excluded.input_revision "
+                "defer_reason = CASE WHEN session_digests.digested_revision IS NOT DISTINCT FROM excluded.input_revision "
                 "THEN session_digests.defer_reason ELSE NULL END",
                 (revision.session_id, revision.revision, revision.revision, revision.created_at, run_id, now),
             )
@@ -324,8 +331,20 @@ def _stamp(moment: datetime) -> str:
     return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+def _seconds_between(start: str | None, end: str | None) -> float | None:
+    try:
+        return (datetime.fromisoformat(end) - datetime.fromisoformat(start)).total_seconds()  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
 def _run(row: Any) -> dict[str, Any]:
     run = dict(row)
+    run.pop("rowid", None)  # PostgreSQL's explicit insertion order column (SQLite's is implicit)
     run["phases"] = json.loads(run.get("phases") or "{}")
     return run
 

@@ -21,7 +21,7 @@ class TombstoneStore:
     def bury(self, kind: str, item_id: str) -> None:
         """Record that ``item_id`` (a session id, memory id or note id) was forgotten."""
         with self.db.transaction() as conn:
-            conn.execute("INSERT OR IGNORE INTO tombstones(kind, id, created_at) VALUES (?,?,?)", (kind, item_id, self.clock()))
+            conn.execute("INSERT INTO tombstones(kind, id, created_at) VALUES (?,?,?) ON CONFLICT DO NOTHING", (kind, item_id, self.clock()))
 
     def buried(self, kind: str, ids: Iterable[str] | None = None) -> set[str]:
         """The forgotten ids of ``kind`` (among ``ids`` when given: only those are looked up, so a

@@ -10,9 +10,11 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 import pytest
@@ -44,9 +46,84 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
     return monkeypatch
 
 
+# --- both backends ---------------------------------------------------------------------------
+# A test marked ``both_backends`` runs once on SQLite and once on PostgreSQL: its ``settings`` (and
+# ``open_graph_database``) point at a fresh schema of the PostgreSQL server REM_TEST_POSTGRES_URL
+# names (.ci/run starts one). Without that server the PostgreSQL run is skipped — except under
+# CI=true, where it fails: CI must not pass by skipping the backend it is there to test.
+BACKENDS = ("sqlite", "postgresql")
+# Read once, before any test's ``clean_env`` removes REM_* variables.
+TEST_POSTGRES_URL = os.environ.get("REM_TEST_POSTGRES_URL", "")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "backend" in metafunc.fixturenames and metafunc.definition.get_closest_marker("both_backends"):
+        metafunc.parametrize("backend", BACKENDS, indirect=True)
+
+
 @pytest.fixture
-def settings(data_dir: Path, clean_env: pytest.MonkeyPatch) -> Settings:
+def backend(request: pytest.FixtureRequest) -> str:
+    """The engine this test runs on (``sqlite`` unless the test is marked ``both_backends``)."""
+    return getattr(request, "param", "sqlite")
+
+
+def _no_postgres(reason: str) -> None:
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"CI=true and {reason}: the PostgreSQL tests must run in CI")
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def postgres_server_url() -> str:
+    """The test PostgreSQL server (REM_TEST_POSTGRES_URL), checked once per session."""
+    url = TEST_POSTGRES_URL
+    if not url:
+        _no_postgres("REM_TEST_POSTGRES_URL is not set")
+    import psycopg
+
+    try:
+        psycopg.connect(url, connect_timeout=5).close()
+    except psycopg.Error as exc:
+        _no_postgres(f"the PostgreSQL server at REM_TEST_POSTGRES_URL is unreachable ({exc})")
+    return url
+
+
+@pytest.fixture
+def database_url(backend: str, request: pytest.FixtureRequest) -> Iterator[str | None]:
+    """``None`` on SQLite; on PostgreSQL the URL of a fresh, empty schema (dropped afterwards)."""
+    if backend == "sqlite":
+        yield None
+        return
+    import psycopg
+
+    from store.postgres import close_pools
+
+    server = request.getfixturevalue("postgres_server_url")
+    schema = f"test_{uuid.uuid4().hex[:16]}"
+    with psycopg.connect(server, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+    separator = "&" if "?" in server else "?"
+    yield f"{server}{separator}options={quote(f'-csearch_path={schema}')}"
+    close_pools()
+    with psycopg.connect(server, autocommit=True) as conn:
+        conn.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+@pytest.fixture
+def open_graph_database(database_url: str | None) -> Callable[[Path], Any]:
+    """Opens the test's graph database: the SQLite file at the path given, or (PostgreSQL) the
+    test's schema, whatever the path."""
+    from store.backend import open_database_at
+
+    return lambda path, **options: open_database_at(path=path, url=database_url, **options)
+
+
+@pytest.fixture
+def settings(data_dir: Path, clean_env: pytest.MonkeyPatch, database_url: str | None) -> Settings:
     clean_env.setenv("REM_DATA_DIR", str(data_dir))
+    if database_url is not None:
+        clean_env.setenv("REM_DATABASE_URL", database_url)
+        return load_settings(data_dir=data_dir, database_url=database_url)
     return load_settings(data_dir=data_dir)
 
 

@@ -4,6 +4,7 @@ communities and query tests."""
 from __future__ import annotations
 
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 from store.db import Database
@@ -35,10 +36,10 @@ def add_knowledge(db: Database, items: list[tuple[Node, list[dict[str, Any]]]]) 
     graph.link_nodes(edges)
 
 
-def build_sample_graph(path: Path) -> Database:
+def build_sample_graph(path: Path, *, opener: Callable[[Path], Any] = Database) -> Database:
     """Two sessions with memories, two clusters of semantic nodes joined by one weak edge, provenance
     edges to memories and sessions. Returns the open database."""
-    db = Database(path)
+    db = opener(path)
     graph = GraphStore(db)
     rows = [
         Node("session:s1", "SESSION", "Fix the lazy edge queue drain", {"sessionId": "s1", "liveIngested": True}),

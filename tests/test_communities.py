@@ -10,7 +10,7 @@ import pytest
 from pipelines.communities import DetectionBasis, community_id, detection_due, member_hash, plan_communities
 from pipelines.vocabulary import ANCHOR_LABELS, PROVENANCE_RELATIONSHIPS
 from store.communities import CommunityStore
-from store.db import Database
+from store.backend import open_database
 from store.graph import Edge, GraphStore, Node
 from store.runstate import RunStateStore, SessionRevision
 from tests.graph_fixtures import build_sample_graph
@@ -23,9 +23,12 @@ QUEUE = ("CLASS:LazyEdgeQueue", "DECISION:Rename before drain", "FILE:store/lazy
 CHUNKER = ("CONCEPT:Quadratic join", "FILE:pipelines/chunker.py", "METHOD:chunk_session")
 
 
+pytestmark = pytest.mark.both_backends
+
+
 @pytest.fixture
-def db(tmp_path: Path):
-    database = build_sample_graph(tmp_path / "graph.sqlite3")
+def db(tmp_path: Path, open_graph_database):
+    database = build_sample_graph(tmp_path / "graph.sqlite3", opener=open_graph_database)
     yield database
     database.close()
 
@@ -109,11 +112,11 @@ async def test_unrelated_membership_gets_new_id(db) -> None:
 
 
 async def test_finalize_phase_computes_communities(settings) -> None:
-    build_sample_graph(settings.graph_path).close()
+    build_sample_graph(settings.graph_path, opener=lambda _: open_database(settings)).close()
     result = await run_cycle(settings)
     assert result.outcome == "completed", result.message
     assert result.phases["finalize"]["communities"]["communities"] == 2
-    db = Database(settings.graph_path)
+    db = open_database(settings)
     try:
         assert [c.members for c in CommunityStore(db).all()] == [QUEUE, CHUNKER]
     finally:

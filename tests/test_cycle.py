@@ -1,19 +1,27 @@
 """`rem-cycle --once` end to end as a real subprocess: embedded and `chroma run` server mode."""
 
 import json
-import sqlite3
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from tests.conftest import SAMPLE, free_port, make_session, run_cli, write_sessions
+from tests.test_graph import dump
 
 
-def graph_dump(data_dir: Path) -> list[tuple]:
-    conn = sqlite3.connect(data_dir / "graph.sqlite3")
+def cycle_env(data_dir: Path, database_url: str | None) -> dict[str, str]:
+    """The subprocess environment of a test: its data dir and (PostgreSQL) its database."""
+    return {"REM_DATA_DIR": str(data_dir), **({"REM_DATABASE_URL": database_url} if database_url else {})}
+
+
+def graph_dump(data_dir: Path, open_graph_database: Callable[[Path], Any]) -> list[tuple]:
+    db = open_graph_database(data_dir / "graph.sqlite3")
     try:
-        return conn.execute("SELECT * FROM nodes ORDER BY id").fetchall() + conn.execute(
-            "SELECT * FROM edges ORDER BY source, target, relationship").fetchall()
+        return dump(db)
     finally:
-        conn.close()
+        db.close()
 
 
 def once(env: dict[str, str]) -> dict:
@@ -22,8 +30,9 @@ def once(env: dict[str, str]) -> dict:
     return json.loads(done.stdout)
 
 
-def test_once_twice_second_changes_nothing(tmp_path: Path) -> None:
-    env = {"REM_DATA_DIR": str(tmp_path / "d")}
+@pytest.mark.both_backends
+def test_once_twice_second_changes_nothing(tmp_path: Path, database_url: str | None, open_graph_database: Callable[[Path], Any]) -> None:
+    env = cycle_env(tmp_path / "d", database_url)
     sessions = [make_session(f"s{i}", 4, created=f"2026-11-0{i + 1}T10:00:00Z") for i in range(3)]
     assert run_cli("import", str(write_sessions(tmp_path / "in.jsonl", sessions)), env=env).returncode == 0
     first = once(env)
@@ -33,11 +42,11 @@ def test_once_twice_second_changes_nothing(tmp_path: Path) -> None:
     graph = first["phases"]["finalize"]["graph"]
     assert graph["nodes"]["MEMORY"] == 12 and graph["nodes"]["SESSION"] == 3
     assert graph["edges"]["ORIGINATES_IN"] == 12
-    dump = graph_dump(tmp_path / "d")
+    before = graph_dump(tmp_path / "d", open_graph_database)
     second = once(env)
     assert second["phases"]["ingest"]["sessions_changed"] == 0
     assert second["phases"]["ingest"]["upserted"] == 0
-    assert graph_dump(tmp_path / "d") == dump
+    assert graph_dump(tmp_path / "d", open_graph_database) == before
     # A new turn in one session: only that session is re-synced.
     sessions[1]["turns"].append({"role": "user", "text": "one more"})
     run_cli("import", str(write_sessions(tmp_path / "in.jsonl", sessions)), env=env)
@@ -46,8 +55,9 @@ def test_once_twice_second_changes_nothing(tmp_path: Path) -> None:
     assert third["phases"]["ingest"]["upserted"] == 2  # the new memory + the session's memoryCount
 
 
-def test_status_json_lists_runs(tmp_path: Path) -> None:
-    env = {"REM_DATA_DIR": str(tmp_path / "d")}
+@pytest.mark.both_backends
+def test_status_json_lists_runs(tmp_path: Path, database_url: str | None) -> None:
+    env = cycle_env(tmp_path / "d", database_url)
     run_cli("import", str(write_sessions(tmp_path / "in.jsonl", [make_session("s1", 2)])), env=env)
     once(env)
     status = run_cli("status", "--json", env=env)
@@ -59,8 +69,9 @@ def test_status_json_lists_runs(tmp_path: Path) -> None:
     assert "completed" in text.stdout and "MEMORY=2" in text.stdout
 
 
-def test_unreachable_chroma_fails_with_reason_and_exit_code(tmp_path: Path) -> None:
-    env = {"REM_DATA_DIR": str(tmp_path / "d"), "REM_CHROMA_URL": f"http://127.0.0.1:{free_port()}"}
+@pytest.mark.both_backends
+def test_unreachable_chroma_fails_with_reason_and_exit_code(tmp_path: Path, database_url: str | None) -> None:
+    env = {**cycle_env(tmp_path / "d", database_url), "REM_CHROMA_URL": f"http://127.0.0.1:{free_port()}"}
     done = run_cli("--once", "--json", env=env)
     assert done.returncode == 1
     result = json.loads(done.stdout)

@@ -1,4 +1,5 @@
-"""Snapshot export: JSON shape and GraphML (read back with networkx) from a real SQLite graph."""
+"""Snapshot export: JSON shape and GraphML (read back with networkx) from a real graph database
+(SQLite and PostgreSQL)."""
 
 from __future__ import annotations
 
@@ -18,9 +19,12 @@ from worker.knowledge import snapshot_from_db
 QUEUE = ("CLASS:LazyEdgeQueue", "DECISION:Rename before drain", "FILE:store/lazy_queue.py", "METHOD:drain")
 
 
+pytestmark = pytest.mark.both_backends
+
+
 @pytest.fixture
-def db(tmp_path: Path):
-    database = build_sample_graph(tmp_path / "graph.sqlite3")
+def db(tmp_path: Path, open_graph_database):
+    database = build_sample_graph(tmp_path / "graph.sqlite3", opener=open_graph_database)
     CommunityStore(database).replace_all([CommunityRecord("c_queue", "LazyEdgeQueue · drain()", QUEUE, "h1")])
     yield database
     database.close()
@@ -97,10 +101,10 @@ def test_render_rejects_unknown_format() -> None:
         render(build_snapshot([], []), "csv")
 
 
-def test_cli_export(tmp_path: Path) -> None:
+def test_cli_export(tmp_path: Path, open_graph_database, database_url: str | None) -> None:
     data = tmp_path / "data"
-    build_sample_graph(data / "graph.sqlite3").close()
-    env = {"REM_DATA_DIR": str(data)}
+    build_sample_graph(data / "graph.sqlite3", opener=open_graph_database).close()
+    env = {"REM_DATA_DIR": str(data), **({"REM_DATABASE_URL": database_url} if database_url else {})}
     out = tmp_path / "snap.graphml"
     done = run_cli("export", "--format", "graphml", "--out", str(out), env=env)
     assert done.returncode == 0, done.stderr
@@ -116,7 +120,7 @@ def test_cli_export(tmp_path: Path) -> None:
 async def test_snapshot_of_a_real_cycle_over_sample_sessions(settings, tmp_path: Path) -> None:
     from pipelines.importer import import_sessions
     from store.chroma import ChromaStore
-    from store.db import Database
+    from store.backend import open_database
     from tests.conftest import SAMPLE
     from worker.cycle import run_cycle
 
@@ -125,7 +129,7 @@ async def test_snapshot_of_a_real_cycle_over_sample_sessions(settings, tmp_path:
     await import_sessions(sample, chroma=ChromaStore(settings), memory_collection=settings.memory_collection, summary_collection=settings.session_collection)
     result = await run_cycle(settings)
     assert result.outcome == "completed", result.message
-    db = Database(settings.graph_path)
+    db = open_database(settings)
     try:
         snap = snapshot_from_db(db)
     finally:

@@ -1,7 +1,8 @@
-"""The SQLite graph store on real database files."""
+"""The graph store on real databases (SQLite files; PostgreSQL schemas where marked)."""
 
-import sqlite3
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -11,18 +12,25 @@ from store.graph import Edge, GraphStore, Node
 from store.ids import InvalidIdError
 
 
+pytestmark = pytest.mark.both_backends
+
+
 @pytest.fixture
-def graph(tmp_path: Path) -> GraphStore:
-    return GraphStore(Database(tmp_path / "g.sqlite3"))
+def graph(tmp_path: Path, open_graph_database: Callable[[Path], Any]) -> Iterator[GraphStore]:
+    db = open_graph_database(tmp_path / "g.sqlite3")
+    yield GraphStore(db)
+    db.close()
 
 
-def dump(path: Path) -> list[tuple]:
-    conn = sqlite3.connect(path)
+def dump(target: Path | Any) -> list[tuple]:
+    """Every node and edge row, columns and all, of an open database or of the SQLite file at a path."""
+    db = Database(target) if isinstance(target, Path) else target
     try:
-        return conn.execute("SELECT * FROM nodes ORDER BY id").fetchall() + conn.execute(
-            "SELECT * FROM edges ORDER BY source, target, relationship").fetchall()
+        return [tuple(r) for r in db.query("SELECT * FROM nodes ORDER BY id")] + [
+            tuple(r) for r in db.query("SELECT * FROM edges ORDER BY source, target, relationship")]
     finally:
-        conn.close()
+        if db is not target:
+            db.close()
 
 
 def test_schema_pragmas_and_version(tmp_path: Path) -> None:
@@ -43,9 +51,9 @@ def test_upsert_is_idempotent_and_normalises(graph: GraphStore, tmp_path: Path) 
     assert graph.upsert_nodes(nodes) == 2
     assert graph.get_node("session:S1") is not None
     assert graph.get_node("memory:M1").properties == {"b": [1, 2]}
-    before = dump(tmp_path / "g.sqlite3")
+    before = dump(graph.db)
     assert graph.upsert_nodes(nodes) == 0
-    assert dump(tmp_path / "g.sqlite3") == before
+    assert dump(graph.db) == before
     assert graph.upsert_node(Node("memory:M1", "MEMORY", "m1", {"b": [1, 3]})) is True
 
 

@@ -115,8 +115,8 @@ def _dump(graph: GraphStore) -> tuple[list, list]:
 
 
 @pytest.fixture
-def db(tmp_path: Path):
-    database = build_sample_graph(tmp_path / "graph.sqlite3")
+def db(tmp_path: Path, open_graph_database):
+    database = build_sample_graph(tmp_path / "graph.sqlite3", opener=open_graph_database)
     graph = GraphStore(database)
     add_knowledge(database, [knowledge("CLASS:LEQ", "LEQ", aliases=["LEQ"], points=[point("s2", "m3", "the LEQ")], description="The lazy edge queue, abbreviated, described at length")])
     graph.link_nodes(
@@ -130,6 +130,7 @@ def db(tmp_path: Path):
     database.close()
 
 
+@pytest.mark.both_backends
 def test_merge_then_unmerge_restores_the_graph_exactly(db) -> None:
     graph, merges = GraphStore(db), MergeStore(db)
     before = _dump(graph)
@@ -152,6 +153,7 @@ def test_merge_then_unmerge_restores_the_graph_exactly(db) -> None:
         merges.unmerge("CLASS:LEQ")
 
 
+@pytest.mark.both_backends
 def test_unmerge_brings_back_an_edge_with_points_between_the_two_nodes(db) -> None:
     """The edge between M and I vanishes with M (it would be a self-loop); its points come back with
     it on unmerge — the edge first, so the points have an owner."""
@@ -166,6 +168,7 @@ def test_unmerge_brings_back_an_edge_with_points_between_the_two_nodes(db) -> No
     assert provenance.edge_places(key) == 1
 
 
+@pytest.mark.both_backends
 def test_record_link_extends_one_record_per_pair(db) -> None:
     merges = MergeStore(db)
     node = Node("CLASS:LEQs", "CLASS", "LEQs")
@@ -174,6 +177,7 @@ def test_record_link_extends_one_record_per_pair(db) -> None:
     assert first == again and len(merges.records()) == 1
 
 
+@pytest.mark.both_backends
 def test_chained_merge_must_be_undone_in_order(db) -> None:
     merges = MergeStore(db)
     merges.merge_nodes("CLASS:LEQ", "CLASS:LazyEdgeQueue")
@@ -219,8 +223,9 @@ def _session(sid: str, created: str, turns: list[str]) -> dict:
     }
 
 
+@pytest.mark.both_backends
 async def test_cycle_links_variants_records_the_merge_and_unmerge_sticks(settings, tmp_path: Path) -> None:
-    from store.db import Database
+    from store.backend import open_database
     from worker.cycle import run_cycle
 
     await _import(settings, tmp_path, [_session("a", "2026-11-01T10:00:00Z", ["The LazyEdgeQueue drops lines when DrainWorker crashes."])])
@@ -229,7 +234,7 @@ async def test_cycle_links_variants_records_the_merge_and_unmerge_sticks(setting
     result = await run_cycle(settings)
     assert result.outcome == "completed", result.message
     assert result.phases["extract"]["merges_recorded"] == 1
-    db = Database(settings.graph_path)
+    db = open_database(settings)
     try:
         graph, merges = GraphStore(db), MergeStore(db)
         queue = graph.get_node("CLASS:LazyEdgeQueue")
@@ -440,6 +445,7 @@ def test_merge_and_unmerge_refuse_while_a_cycle_runs(db, tmp_path: Path) -> None
     assert run_cli("merge", "CLASS:LEQ", "CLASS:LazyEdgeQueue", env=env).returncode == 0
 
 
+@pytest.mark.both_backends
 def test_unmerge_after_later_sessions_moves_back_only_the_merged_rows(db) -> None:
     from pipelines.extract.commit import commit_session
     from pipelines.extract.model import UnitTurn, WorkUnit, validate_extraction

@@ -1,6 +1,9 @@
-"""Live ingestion against a real embedded Chroma and a real SQLite graph (DESIGN §4.2)."""
+"""Live ingestion against a real embedded Chroma and a real graph database, SQLite and PostgreSQL
+(DESIGN §4.2)."""
 
 from pathlib import Path
+
+import pytest
 
 from config import Settings
 from pipelines.importer import import_sessions
@@ -17,6 +20,7 @@ from store.chroma import MemoryRow
 from tests.conftest import make_session, write_sessions
 from worker.cycle import Stores
 
+pytestmark = pytest.mark.both_backends
 
 async def load(stores: Stores, settings: Settings, tmp_path: Path, sessions: list[dict]) -> None:
     path = write_sessions(tmp_path / "in.jsonl", sessions)

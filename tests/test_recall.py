@@ -25,6 +25,7 @@ from pipelines.recall import (
     recall,
     selective_terms,
 )
+from store.backend import open_database
 from store.chroma import ChromaStore
 from store.db import MIGRATIONS, Database, _statements, register_functions
 from store.graph import GraphStore
@@ -84,7 +85,7 @@ async def graph(settings: Settings, tmp_path: Path) -> Settings:
 
 
 def ask(settings: Settings, query: str, **options: Any) -> dict[str, Any]:
-    db = Database(settings.graph_path, readonly=True)
+    db = open_database(settings, readonly=True)
     try:
         return recall(RecallRequest(query=query, **options), source=RecallIndex(db)).as_dict()
     finally:
@@ -177,6 +178,7 @@ def test_migration_indexes_existing_sessions_and_nodes(tmp_path: Path) -> None:
 
 
 # --- ranking -------------------------------------------------------------------------------
+@pytest.mark.both_backends
 async def test_recall_reports_facts_turns_sessions_and_each_signal(graph: Settings) -> None:
     answer = ask(graph, "what do we know about the drain's torn lines?")
     turns = answer["turns"]
@@ -192,6 +194,7 @@ async def test_recall_reports_facts_turns_sessions_and_each_signal(graph: Settin
     assert answer["used_tokens"] <= answer["budget_tokens"]
 
 
+@pytest.mark.both_backends
 async def test_entities_reach_turns_that_share_no_word_with_the_query(graph: Settings) -> None:
     # Every turn that grounds the node is found through it, whatever words the turn uses.
     answer = ask(graph, "LazyEdgeQueue")
@@ -233,6 +236,7 @@ QUERIES = (
 )
 
 
+@pytest.mark.both_backends
 @pytest.mark.parametrize("vector", [False, True])
 async def test_nothing_of_one_user_leaks_into_the_others_recall(graph: Settings, clean_env: pytest.MonkeyPatch, vector: bool) -> None:
     clean_env.setenv("REM_RECALL_VECTOR", "true" if vector else "false")
@@ -264,6 +268,7 @@ async def test_nothing_of_one_user_leaks_into_the_others_recall(graph: Settings,
     assert search_nodes(settings, "Zephyr", user="alice")["nodes"] == []
 
 
+@pytest.mark.both_backends
 async def test_unknown_user_and_foreign_session_get_an_empty_answer(graph: Settings) -> None:
     for options in ({"user": "mallory"}, {"user": "alice", "session": "bob-s1"}):
         answer = ask(graph, "LazyEdgeQueue drain payroll", **options)
@@ -273,6 +278,7 @@ async def test_unknown_user_and_foreign_session_get_an_empty_answer(graph: Setti
     assert {t["session_id"] for t in only["turns"]} == {"session:bob-s2"}
 
 
+@pytest.mark.both_backends
 async def test_as_of_hides_what_was_not_known_yet(graph: Settings) -> None:
     before = ask(graph, "Heron payroll drain LazyEdgeQueue", as_of=parse_as_of("2026-11-10"), budget_tokens=20_000, limit=50)
     said = answer_strings(before)
@@ -283,6 +289,7 @@ async def test_as_of_hides_what_was_not_known_yet(graph: Settings) -> None:
 
 
 # --- budget --------------------------------------------------------------------------------
+@pytest.mark.both_backends
 async def test_answer_is_packed_into_the_budget_and_says_what_was_left_out(graph: Settings) -> None:
     full = ask(graph, "LazyEdgeQueue drain payroll", budget_tokens=50_000, limit=50)
     small = ask(graph, "LazyEdgeQueue drain payroll", budget_tokens=120, limit=50)
@@ -311,6 +318,7 @@ async def test_a_long_turn_is_cut_to_the_room_left(settings: Settings, tmp_path:
     ['"', '""', "*", "NEAR", "NEAR(a b)", "-drain", "drain -queue", "a AND OR NOT b", "col:drain", "^drain", "drain*",
      "(", ")", "{queue}", "'; DROP TABLE recall_turns; --", "\x00drain", "\udc00", "🦜 émoji", "drain" * 700],
 )
+@pytest.mark.both_backends
 async def test_fts_syntax_in_a_query_is_text_never_an_error(graph: Settings, query: str) -> None:
     answer = ask(graph, query)
     assert isinstance(answer["turns"], list)
@@ -397,6 +405,7 @@ def test_a_rewritten_turn_is_found_by_its_new_words_only(tmp_path: Path) -> None
     db.close()
 
 
+@pytest.mark.both_backends
 async def test_context_finds_the_reply_next_to_a_keyword_hit(graph: Settings) -> None:
     # Only am1 says "crashes"; the reply am2 shares no word with the query but is the turn after it.
     answer = ask(graph, "crashes", user="alice")

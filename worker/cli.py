@@ -511,14 +511,14 @@ def _counts_line(counts: dict[str, Any]) -> str:
 
 
 async def cmd_backup(settings: Settings, args: argparse.Namespace) -> int:
-    from store.db import backup_database
+    from store.backend import backup, database_location
 
     try:
-        payload = await anyio.to_thread.run_sync(backup_database, settings.graph_path, args.path)
+        payload = await anyio.to_thread.run_sync(backup, settings, Path(args.path))
     except StoreError as exc:
         print(f"rem-cycle: backup failed: {exc}", file=sys.stderr)
         return EXIT_FAILED
-    _emit(args, payload, lambda: print(f"backed up {settings.graph_path} to {payload['path']} ({payload['bytes']} bytes, integrity ok)"))
+    _emit(args, payload, lambda: print(f"backed up {database_location(settings)} to {payload['path']} ({payload['bytes']} bytes, integrity ok)"))
     return EXIT_OK
 
 
@@ -681,7 +681,10 @@ COMMANDS: dict[str, Handler] = {
 
 def _missing_data(settings: Settings, *, graph: bool) -> str | None:
     """Why a command that needs an existing data dir (and ``graph`` database) cannot run here,
-    with resolved paths; None when it can."""
+    with resolved paths; None when it can. A PostgreSQL graph (REM_DATABASE_URL) is not in the data
+    dir: the command itself says when that database has no graph yet."""
+    if settings.database_url is not None:
+        return None
     if not settings.data_dir.is_dir():
         return (f"no data dir at {settings.data_dir.resolve()}, so no graph database (set REM_DATA_DIR or "
                 "data_dir in --config; `rem-cycle --once` creates it)")

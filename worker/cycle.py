@@ -28,6 +28,7 @@ from pipelines.forget import retract_vanished
 from pipelines.ingest import scan_session_revisions, sync_batch_isolating_failures
 from store.chroma import ChromaStore, ChromaStoreError, ChromaUnavailableError
 from store.confined import UnsafePathError, exclusive_lock
+from store.backend import open_database
 from store.db import Database
 from store.errors import SchemaTooNewError, StoreError
 from store.graph import GraphStore, utc_now
@@ -82,7 +83,7 @@ class Stores:
 
 async def open_stores(settings: Settings) -> Stores:
     """Open the graph database (migrating it); Chroma is reached on first use."""
-    db = await anyio.to_thread.run_sync(Database, settings.graph_path)
+    db = await anyio.to_thread.run_sync(open_database, settings)
     return Stores(db=db, graph=GraphStore(db), runstate=RunStateStore(db), chroma=ChromaStore(settings))
 
 
@@ -390,7 +391,7 @@ async def run_cycle(
         if attempt.result is not None:  # the run is recorded; only releasing a store failed
             log.exception("cycle clean-up failed", run_id=attempt.run_id)
             return attempt.result
-        return await _record_crash(attempt, exc, recorder or FailureRecorder(settings.graph_path))
+        return await _record_crash(attempt, exc, recorder or FailureRecorder(settings))
 
 
 async def _record_crash(attempt: CycleAttempt, exc: Exception, recorder: FailureRecorder) -> CycleResult:

@@ -14,11 +14,12 @@ from __future__ import annotations
 import errno
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import structlog
 
+from config import Settings
+from store.backend import open_database
 from store.db import Database
 from store.errors import ConstraintError, DatabaseError, StoreError
 from store.runstate import RunStateStore
@@ -76,13 +77,13 @@ class RunFailure:
 class FailureRecorder:
     """Writes :class:`RunFailure` rows; keeps those it cannot write yet (see the module doc)."""
 
-    graph_path: Path
+    settings: Settings
     pending: list[RunFailure] = field(default_factory=list)
     _db: Database | None = field(default=None, init=False, repr=False)
 
     def open(self) -> None:
         """Open (creating or migrating) the database and keep the connection for later writes."""
-        self._db = Database(self.graph_path)
+        self._db = open_database(self.settings)
 
     def close(self) -> None:
         if self._db is not None:
@@ -99,7 +100,7 @@ class FailureRecorder:
         if not self.pending:
             return True
         try:
-            db = self._db or Database(self.graph_path)
+            db = self._db or open_database(self.settings)
             try:
                 while self.pending:
                     _write(db, self.pending[0])

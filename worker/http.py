@@ -41,7 +41,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 
 from config import Settings
 from store.chroma import ChromaStore
-from store.db import Database
+from store.backend import open_database
 from store.errors import StoreError
 from store.runstate import RunStateStore
 from worker.cycle import owner_id
@@ -261,7 +261,7 @@ def liveness(settings: Settings, *, owner: str | None = None) -> dict[str, Any]:
     unreadable, locked), since no cycle can then do its work. The error text goes to the log only."""
     now = datetime.now(UTC)
     try:
-        db = Database(settings.graph_path, readonly=True, timeout=HEALTH_DB_TIMEOUT_SECONDS)
+        db = open_database(settings, readonly=True, timeout=HEALTH_DB_TIMEOUT_SECONDS)
         try:
             silent = RunStateStore(db).silent_runs(older_than_seconds=settings.lease_timeout_seconds, now=now, owner=owner)
         finally:
@@ -292,7 +292,7 @@ class Readiness:
 
     def _graph_ok(self) -> bool:
         try:
-            db = Database(self.settings.graph_path, readonly=True, timeout=READY_TIMEOUT_SECONDS)
+            db = open_database(self.settings, readonly=True, timeout=READY_TIMEOUT_SECONDS)
             try:
                 return db.schema_version > 0
             finally:

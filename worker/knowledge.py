@@ -29,6 +29,7 @@ from pipelines.resolver import GraphResolver, node_refs
 from pipelines.vocabulary import ANCHOR_LABELS, DISCUSSED_IN, PROVENANCE_RELATIONSHIPS
 from store.chroma import ChromaStore, ChromaStoreError
 from store.communities import CommunityStore
+from store.backend import database_exists, database_location, open_database
 from store.db import Database
 from store.graph import Edge, GraphStore, Node, utc_now
 from store.ids import memory_node_id, normalize_graph_node_id, row_suffix
@@ -70,9 +71,9 @@ class NoGraphError(FileNotFoundError):
 def open_graph_db(settings: Settings) -> Iterator[Database]:
     """The existing graph database (migrated); :class:`NoGraphError` when there is none, so a read
     command never creates an empty database as a side effect."""
-    if not settings.graph_path.is_file():
-        raise NoGraphError(f"no graph database at {settings.graph_path} (run a REM cycle first)")
-    db = Database(settings.graph_path)
+    if not database_exists(settings):
+        raise NoGraphError(f"no graph database at {database_location(settings)} (run a REM cycle first)")
+    db = open_database(settings)
     try:
         yield db
     finally:
@@ -332,7 +333,7 @@ async def import_notes(settings: Settings, paths: list[str]) -> dict[str, Any]:
     from store.chunks import ChunkResultStore
 
     files, errors = await anyio.to_thread.run_sync(find_note_files, paths)
-    db = await anyio.to_thread.run_sync(Database, settings.graph_path)
+    db = await anyio.to_thread.run_sync(open_database, settings)
     try:
         async with open_extractor(settings) as extractor:
             judge = ModelJudge(extractor) if settings.llm_judge and isinstance(extractor, OpenAIExtractor) else None

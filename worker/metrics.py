@@ -28,7 +28,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from config import Settings
-from store.db import Database
+from store.backend import open_database
 from store.errors import StoreError
 from store.graph import GraphStore
 from store.lazy_queue import LazyEdgeQueue
@@ -231,12 +231,12 @@ class RemCycleCollector(Collector):
 
     def _read_database(self) -> DatabaseReading:
         """Read the database, or reuse the last reading while its files are unchanged."""
-        path = self.settings.graph_path
-        key = database_files_key(path)
+        # A server database has no files to watch: it is read at every scrape.
+        key = database_files_key(self.settings.graph_path) if self.settings.database_url is None else None
         cached = self._by_files
-        if cached is not None and cached[0] == key:
+        if key is not None and cached is not None and cached[0] == key:
             return cached[1]
-        db = Database(path, readonly=True, timeout=5.0)
+        db = open_database(self.settings, readonly=True, timeout=5.0)
         try:
             runstate, graph = RunStateStore(db), GraphStore(db)
             runs, heartbeats = self._run_families(runstate)
@@ -247,7 +247,7 @@ class RemCycleCollector(Collector):
             )
         finally:
             db.close()
-        if settled(key, time.time()):
+        if key is not None and settled(key, time.time()):
             self._by_files = (key, reading)
         return reading
 

@@ -3,7 +3,6 @@ signal to Chroma when ``REM_RECALL_VECTOR`` is on, run the pure core, and re-ind
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -26,7 +25,7 @@ from pipelines.recall import (
 )
 from pipelines.vocabulary import PROVENANCE_RELATIONSHIPS
 from store.chroma import ChromaStore
-from store.db import Database
+from store.backend import database_exists, database_location, open_database
 from store.errors import QueryInterruptedError
 from store.graph import GraphStore
 from store.ids import InvalidIdError, normalize_graph_node_id
@@ -56,15 +55,14 @@ def open_index(settings: Settings) -> Iterator[RecallIndex]:
     """The recall index of the existing graph, opened read-only (recall never writes; a running
     cycle is not blocked). :class:`NoGraphError` when there is no graph yet, and a clear error when
     the graph predates the index (open it once with any writing command to migrate it)."""
-    if not settings.graph_path.is_file():
-        raise NoGraphError(f"no graph database at {settings.graph_path} (run a REM cycle first)")
-    db = Database(settings.graph_path, readonly=True)
-    deadline = time.monotonic() + RECALL_DEADLINE_SECONDS
-    db.conn.set_progress_handler(lambda: int(time.monotonic() > deadline), 10_000)
+    if not database_exists(settings):
+        raise NoGraphError(f"no graph database at {database_location(settings)} (run a REM cycle first)")
+    db = open_database(settings, readonly=True)
+    db.set_deadline(RECALL_DEADLINE_SECONDS)
     try:
-        if not db.query("SELECT 1 FROM sqlite_master WHERE name = 'recall_turns'"):
+        if not db.table_exists("recall_turns"):
             raise NoGraphError(
-                f"the graph at {settings.graph_path} has no recall index yet: run `rem-cycle reindex` (it migrates and fills it)"
+                f"the graph at {database_location(settings)} has no recall index yet: run `rem-cycle reindex` (it migrates and fills it)"
             )
         yield RecallIndex(db)
     except QueryInterruptedError as exc:
@@ -147,7 +145,7 @@ def _scope(index: RecallIndex, *, user: str | None, as_of: str | None) -> Scope:
 async def reindex(settings: Settings, *, page_size: int = 1_000) -> dict[str, int]:
     """Fill the turn-text index from Chroma for every memory the graph holds (after upgrading a graph
     made before the index, or to repair it). Idempotent; one transaction per page."""
-    db = await anyio.to_thread.run_sync(Database, settings.graph_path)
+    db = await anyio.to_thread.run_sync(open_database, settings)
     chroma = ChromaStore(settings)
     written = scanned = 0
     try:

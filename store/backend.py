@@ -1,0 +1,88 @@
+"""Which engine holds the graph: the SQLite file in the data dir (default) or the PostgreSQL
+database ``REM_DATABASE_URL`` names. Everything that opens the graph database goes through
+:func:`open_database`, so the choice is made once."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from config.settings import Settings
+from store.db import MIGRATIONS, Database, backup_database
+
+if TYPE_CHECKING:
+    from store.postgres import PostgresDatabase
+
+
+
+def open_database(settings: Settings, *, readonly: bool = False, timeout: float = 30.0) -> Database | PostgresDatabase:
+    """The graph database of ``settings``, migrated unless ``readonly``. Raises the
+    :mod:`store.errors` family when it cannot be opened."""
+    url = settings.database_url.get_secret_value() if settings.database_url is not None else None
+    return open_database_at(path=settings.graph_path, url=url, readonly=readonly, timeout=timeout)
+
+
+def open_database_at(*, path: Path, url: str | None, readonly: bool = False, timeout: float = 30.0) -> Database | PostgresDatabase:
+    """The SQLite file at ``path`` when ``url`` is None, else the PostgreSQL database ``url``."""
+    if url is None:
+        return Database(path, readonly=readonly, timeout=timeout)
+    from store.postgres import PostgresDatabase  # psycopg is loaded only by those who use it
+
+    return PostgresDatabase(url, readonly=readonly, timeout=timeout, known_versions=len(MIGRATIONS), sqlite_migrations=MIGRATIONS)
+
+
+def database_exists(settings: Settings) -> bool:
+    """Whether a cycle has created the graph database yet (the SQLite file exists; the PostgreSQL
+    database has rem-cycle's schema). A PostgreSQL server that cannot be reached raises."""
+    if settings.database_url is None:
+        return settings.graph_path.is_file()
+    db = open_database(settings, readonly=True, timeout=10.0)
+    try:
+        return db.schema_version > 0
+    finally:
+        db.close()
+
+
+def backup(settings: Settings, destination: Path) -> dict[str, object]:
+    """Copy the graph database to ``destination`` with the engine's own tool: SQLite's online backup
+    API, or ``pg_dump`` for PostgreSQL. Returns ``{path, bytes, integrity}``."""
+    if settings.database_url is None:
+        return backup_database(settings.graph_path, destination)
+    from store.postgres import backup_postgres
+
+    return backup_postgres(settings.database_url.get_secret_value(), destination)
+
+
+def database_location(settings: Settings) -> str:
+    """The graph database as messages name it (a PostgreSQL URL without its password)."""
+    if settings.database_url is None:
+        return str(settings.graph_path)
+    from store.postgres import redacted
+
+    return redacted(settings.database_url.get_secret_value())
+
+
+# The public tables whose content a cycle decides (the graph and its provenance, identity and
+# forgetting records), each with the columns that do not record when a row was written.
+_CANONICAL_TABLES: dict[str, str] = {
+    "nodes": "id, label, name, properties",
+    "edges": "source, target, relationship, weight, properties",
+    "node_points": "node_id, anchor, memory_id, chunk_id, evidence, observed_at, extracted_for, merge_id",
+    "edge_points": "source, target, relationship, anchor, memory_id, chunk_id, evidence, observed_at, extracted_source, extracted_target, merge_id",
+    "node_claims": "node_id, anchor, extracted_for, merge_id, description, aliases, tags, confidence",
+    "node_aliases": "node_id, alias, alias_key",
+    "merges": "merge_id, merged_id, into_id, rule, score, evidence, restore, undone_at IS NULL",
+    "identity_candidates": "node_id, candidate_id, rule, score, form, session_id",
+    "communities": "id, label, label_source, members, member_hash, size",
+    "memory_index": "memory_id, session_id",
+    "session_digests": "session_id, input_revision, ingested_revision, digested_revision, state, attempts, defer_reason, session_created_at",
+}
+
+
+def canonical_dump(db: Database | PostgresDatabase) -> dict[str, list[tuple[object, ...]]]:
+    """Every row of the tables a cycle decides, without write times and run ids, sorted in Python
+    (not by the engine's collation): equal dumps = the same graph, whichever engine holds it."""
+    return {
+        table: sorted((tuple(row) for row in db.query(f"SELECT {columns} FROM {table}")), key=repr)
+        for table, columns in _CANONICAL_TABLES.items()
+    }

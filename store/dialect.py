@@ -1,0 +1,81 @@
+"""What the SQL of the stores says differently on SQLite and on PostgreSQL, in one place.
+
+The stores write one statement for both engines wherever the engines share the SQL (``ON CONFLICT``,
+``IS DISTINCT FROM``, ``RETURNING``; PostgreSQL gets SQLite's ``json_each`` over an array and
+``json_group_array`` as functions of its schema, see :mod:`store.postgres`). The few fragments that
+cannot be shared are methods of a :class:`Dialect`; a store reads ``self.db.dialect``.
+
+Full-text search: SQLite keeps an FTS5 table ``<table>_fts`` beside each recall table (rows joined by
+``rowid``, BM25 ranking); PostgreSQL a generated ``search`` tsvector column of the table itself
+(GIN index, ``ts_rank``). A statement takes the three fragments :meth:`Dialect.fts_source`,
+:meth:`Dialect.fts_match` and :meth:`Dialect.fts_rank`; between them they bind exactly one parameter,
+the match expression (built by ``pipelines.recall.match_expression``: quoted terms joined by ``OR``,
+which PostgreSQL's ``websearch_to_tsquery`` reads the same way), before any other parameter of the
+WHERE clause.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Dialect:
+    """The SQL fragments one engine writes its own way (table, alias and key arguments are
+    constants of the caller, never user input)."""
+
+    name: str
+    # LIKE as SQLite's (case-insensitive for ASCII): PostgreSQL's LIKE is case-sensitive.
+    like_nocase: str
+    # Full-text rows are written by the store (SQLite's external-content FTS5 tables); PostgreSQL's
+    # tsvector columns are generated from the row itself.
+    fts_rows_written: bool
+
+    @property
+    def postgres(self) -> bool:
+        return self.name == "postgresql"
+
+    def json_flag(self, document: str, key: str) -> str:
+        """A boolean expression, never NULL: the JSON object in the text column ``document`` has
+        ``key`` set to ``true`` (or ``1``)."""
+        if self.postgres:
+            return f"COALESCE(({document})::jsonb -> '{key}' IN ('true'::jsonb, '1'::jsonb), false)"
+        return f"COALESCE(json_extract({document}, '$.{key}') = 1, 0)"
+
+    def value_at_max(self, column: str, by: str) -> str:
+        """In a grouped query that also selects ``MAX(by)``: ``column`` of the row holding that
+        maximum (SQLite gives a bare column that row's value; PostgreSQL needs it spelled out)."""
+        if self.postgres:
+            return f"(array_agg({column} ORDER BY {by} DESC))[1]"
+        return column
+
+    def fts_source(self, table: str, alias: str) -> str:
+        """The FROM part giving the rows of ``table`` (as ``alias``) with their full-text index."""
+        if self.postgres:
+            return f"{table} AS {alias} CROSS JOIN websearch_to_tsquery('english', ?) AS {alias}_query"
+        return f"{table}_fts JOIN {table} AS {alias} ON {alias}.id = {table}_fts.rowid"
+
+    def fts_match(self, table: str, alias: str) -> str:
+        """The condition: the row matches the match expression."""
+        if self.postgres:
+            return f"{alias}.search @@ {alias}_query"
+        return f"{table}_fts MATCH ?"
+
+    def fts_rank(self, table: str, alias: str, weights: Sequence[float] | None = None) -> str:
+        """A score, lower = better, of the row against the match expression; ``weights`` = one per
+        indexed column, in the table's column order (SQLite's BM25 weights; on PostgreSQL the
+        columns are weighted A, B, D in that order)."""
+        if self.postgres:
+            if weights is None:
+                return f"-ts_rank({alias}.search, {alias}_query)"
+            # The A, B and D columns; ts_rank takes {D, C, B, A}, each at most 1 (the order is what counts).
+            first, second, third = (w / max(weights) for w in weights)
+            return f"-ts_rank('{{{third}, 0, {second}, {first}}}', {alias}.search, {alias}_query)"
+        if weights is None:
+            return f"{table}_fts.rank"
+        return f"bm25({table}_fts, {', '.join(str(w) for w in weights)})"
+
+
+SQLITE = Dialect("sqlite", like_nocase="LIKE", fts_rows_written=True)
+POSTGRESQL = Dialect("postgresql", like_nocase="ILIKE", fts_rows_written=False)
