@@ -73,6 +73,11 @@ class Settings(BaseSettings):
     embedding_url: str = "http://127.0.0.1:11434"
     embedding_api_key: SecretStr | None = None
     lazy_edges_path: Path | None = Field(None, description="Default <data_dir>/lazy-edges.jsonl")
+    lazy_queue: Literal["file", "database"] = Field(
+        "file",
+        description="Where `rem-cycle enqueue` and the worker's own lazy edges go: the JSONL file (one host) or the "
+        "lazy_edges table of the graph database (producers anywhere); the drain drains both",
+    )
 
     # --- cycle ---------------------------------------------------------------------------
     batch_limit: int = Field(500, ge=1, description="Sessions ingested/extracted per cycle at most")
@@ -193,6 +198,14 @@ class Settings(BaseSettings):
     def queue_path(self) -> Path:
         """The lazy-edge JSONL queue."""
         return self.lazy_edges_path or self.data_dir / "lazy-edges.jsonl"
+
+    @property
+    def lazy_queue_target(self) -> str | Path:
+        """Where producers configured like this worker enqueue (``REM_LAZY_QUEUE``): the JSONL
+        queue's path, or the graph database's URL (``pipelines.enqueue.enqueue_lazy_edges``)."""
+        if self.lazy_queue == "file":
+            return self.queue_path
+        return f"sqlite:///{self.graph_path.resolve()}"
 
     @property
     def lock_path(self) -> Path:

@@ -75,7 +75,7 @@ async def test_missing_queue_is_a_noop(settings: Settings, stores: Stores) -> No
     assert stats.as_dict() | {"failure_reasons": {}} == {
         "total_lines": 0, "processed": 0, "succeeded": 0, "failed": 0, "skipped_malformed": 0,
         "dead_lettered": 0, "queue_rotated": False, "orphan_recovered": False, "requeued": 0,
-        "backfilled": 0, "dry_run": False, "failure_reasons": {},
+        "backfilled": 0, "table_rows": 0, "dry_run": False, "failure_reasons": {},
     }
     queue = queue_of(settings)
     assert not queue.path.exists() and not queue.draining_path.exists() and not queue.dead_letter_path.exists()

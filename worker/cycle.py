@@ -32,6 +32,7 @@ from store.db import Database
 from store.errors import SchemaTooNewError, StoreError
 from store.graph import GraphStore, utc_now
 from store.lazy_queue import LazyEdgeQueue, QueueBusyError
+from store.lazy_table import LazyEdgeTable
 from store.runstate import RunStateStore
 from store.tombstones import MEMORY, SESSION, TombstoneStore
 from worker.failures import FailureRecorder, RunFailure, failure_reason
@@ -234,10 +235,12 @@ async def extract(ctx: CycleContext) -> dict[str, Any]:
 
 
 async def drain_lazy_edges(settings: Settings, stores: Stores, **options: Any) -> DrainStats:
-    """Drain the configured lazy-edge queue with the settings' attempt limit and batch size;
+    """Drain the lazy-edge queue — the JSONL file, then the graph database's queue table — with
+    the settings' attempt limit and batch size;
     ``options`` go to :func:`pipelines.drain.drain_queue` (``dry_run``, ``on_progress`` …)."""
     return await drain_queue(
         LazyEdgeQueue(settings.queue_path),
+        table=LazyEdgeTable(stores.db),
         graph=stores.graph,
         chroma=stores.chroma,
         max_attempts=settings.lazy_max_attempts,
