@@ -17,11 +17,19 @@ import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from store.graph import Edge
 from store.ids import InvalidIdError, normalize_graph_node_id
 from store.lazy_queue import MAX_LINE_BYTES, OversizedLine, edge_line
+
+class LazyEdgeSink(Protocol):
+    """Where a pipeline puts the edges it could not link yet: the JSONL queue
+    (``store.lazy_queue.LazyEdgeQueue``) or the queue table (``store.lazy_table.LazyEdgeTable``,
+    whose rows commit with the transaction the call runs in)."""
+
+    def append(self, edges: Iterable[Mapping[str, Any]]) -> int: ...
+
 
 # Fields of a queue line with a meaning of their own; every other top-level field is kept as an
 # edge property (the earlier system lost ``justification`` by forwarding only ``properties``).

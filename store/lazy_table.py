@@ -23,10 +23,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from config.settings import Settings
 from store.db import Database, in_batches
 from store.errors import DatabaseError, DatabaseUnreadableError
 from store.graph import utc_now
-from store.lazy_queue import edge_line
+from store.lazy_queue import LazyEdgeQueue, edge_line
 
 # The longest ``line`` the table takes (its CHECK constraint, migration 9): a longer insert fails
 # at once, so the producer learns; the JSONL form's limit is the same number of bytes.
@@ -160,6 +161,12 @@ def _text(line: bytes | str) -> str:
     text = line.decode("utf-8", "replace") if isinstance(line, bytes) else line
     return text[:-1] if text.endswith("\n") else text
 
+
+
+def lazy_edge_sink(settings: Settings, db: Database) -> LazyEdgeQueue | LazyEdgeTable:
+    """Where the worker's own lazy edges go (``REM_LAZY_QUEUE``): the JSONL queue, or the queue
+    table of ``db`` — its rows then commit with the session that produced them."""
+    return LazyEdgeTable(db) if settings.lazy_queue == "database" else LazyEdgeQueue(settings.queue_path)
 
 
 SQLITE_URL_PREFIX = "sqlite:///"

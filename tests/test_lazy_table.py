@@ -337,3 +337,51 @@ async def test_concurrent_producer_processes_and_a_drain_lose_nothing(settings: 
     assert edge_count(stores.graph, "R") == 4 * per_producer and drains >= 1
     assert waiting(stores.db) == [] and dead(stores.db) == []
     assert not queue_of(settings).path.exists() and not queue_of(settings).dead_letter_path.exists()
+
+
+# --- the worker as a producer, and the operator's verb ------------------------------------------
+
+
+async def test_with_the_database_form_a_cycle_queues_its_lazy_edges_as_rows(settings: Settings, tmp_path: Path) -> None:
+    """REM_LAZY_QUEUE=database: the provenance edges extraction cannot link yet become rows, in
+    the session's commit; the drain phase then works them like any producer's."""
+    from tests.conftest import make_session
+    from tests.lazy_fixtures import seed_chroma
+    from worker.cycle import PHASES, open_stores, run_cycle
+
+    mine = settings.model_copy(update={"lazy_queue": "database"})
+    stores = await open_stores(mine)
+    try:
+        await seed_chroma(stores, mine, [make_session("s2", 2, text="turn {i} cites memory:legacy-0117 and session:old-2")], tmp_path)
+        result = await run_cycle(mine, stores=stores, phases=tuple(p for p in PHASES if p[0] != "drain"))
+        assert result.phases["extract"]["lazy_edges_queued"] == 4
+        rows = [json.loads(r["line"]) for r in waiting(stores.db)]
+        assert {(r["source"], r["relationship"]) for r in rows} == {("memory:legacy-0117", "REFERENCED_BY"), ("session:old-2", "REFERENCED_BY")}
+        assert not mine.queue_path.exists()
+        full = await run_cycle(mine, stores=stores)
+        assert full.phases["drain"]["table_rows"] == 4 and full.phases["drain"]["requeued"] == 4
+        assert [r["attempts"] for r in waiting(stores.db)] == [1, 1, 1, 1]
+    finally:
+        stores.close()
+
+
+def test_cli_enqueue_queues_a_file_in_the_configured_form(settings: Settings, stores: Stores, tmp_path: Path) -> None:
+    from tests.conftest import run_cli
+
+    edges = tmp_path / "edges.jsonl"
+    edges.write_text(json.dumps(mention("a", "memory:m1")) + "\n\n" + json.dumps(mention("b", "memory:m2")) + "\n")
+    env = {"REM_DATA_DIR": str(settings.data_dir)}
+    done = run_cli("enqueue", str(edges), "--json", env=env)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"queued": 2, "queue": "file"} and len(read_jsonl(settings.queue_path)) == 2
+    done = run_cli("enqueue", str(edges), env={**env, "REM_LAZY_QUEUE": "database"})
+    assert done.returncode == 0 and "queued 2 lazy edges in the queue table" in done.stdout
+    assert len(waiting(stores.db)) == 2
+    # One bad line: each is named, nothing is queued.
+    edges.write_text(json.dumps(mention("a", "memory:m3")) + "\n{oops\n" + json.dumps({"source": "CONCEPT:a"}) + "\n")
+    done = run_cli("enqueue", str(edges), env={**env, "REM_LAZY_QUEUE": "database"})
+    assert done.returncode == 1 and "line 2: malformed-json" in done.stderr and "nothing was queued" in done.stderr
+    edges.write_text(json.dumps(mention("a", "memory:m3")) + "\n" + json.dumps({"source": "CONCEPT:a"}) + "\n")
+    done = run_cli("enqueue", str(edges), env=env)
+    assert done.returncode == 1 and "line 2: invalid-edge: missing target, relationship" in done.stderr
+    assert len(waiting(stores.db)) == 2 and len(read_jsonl(settings.queue_path)) == 2
