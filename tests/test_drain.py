@@ -336,4 +336,5 @@ def test_cli_drain_json_and_dry_run(settings: Settings) -> None:
     status = run_cli("status", "--json", env=env)
     assert json.loads(status.stdout)["queue"] | {"oldest_timestamp": None} == {
         "depth": 1, "dead_letters": 1, "oldest_timestamp": None,
+        "table_rows": 0, "table_oldest_enqueued_at": None, "table_dead_letters": 0,
     }

@@ -377,6 +377,11 @@ def test_cli_enqueue_queues_a_file_in_the_configured_form(settings: Settings, st
     done = run_cli("enqueue", str(edges), env={**env, "REM_LAZY_QUEUE": "database"})
     assert done.returncode == 0 and "queued 2 lazy edges in the queue table" in done.stdout
     assert len(waiting(stores.db)) == 2
+    status = run_cli("status", "--json", env=env)
+    assert status.returncode == 0, status.stderr
+    queue = json.loads(status.stdout)["queue"]
+    assert (queue["depth"], queue["table_rows"], queue["table_dead_letters"]) == (2, 2, 0) and queue["table_oldest_enqueued_at"]
+    assert "table: 2 rows" in run_cli("status", env=env).stdout
     # One bad line: each is named, nothing is queued.
     edges.write_text(json.dumps(mention("a", "memory:m3")) + "\n{oops\n" + json.dumps({"source": "CONCEPT:a"}) + "\n")
     done = run_cli("enqueue", str(edges), env={**env, "REM_LAZY_QUEUE": "database"})
