@@ -137,8 +137,10 @@ class LazyEdgeTable:
         return self.db.query("SELECT COUNT(*) FROM lazy_edges")[0][0]
 
     def oldest_enqueued_at(self) -> str | None:
-        """When the oldest waiting row was inserted (``None`` when the table is empty)."""
-        return self.db.query("SELECT MIN(enqueued_at) FROM lazy_edges")[0][0]
+        """When the first row in line was inserted (``None`` when the table is empty); one index
+        look-up, not a scan."""
+        found = self.db.query("SELECT enqueued_at FROM lazy_edges ORDER BY id LIMIT 1")
+        return found[0][0] if found else None
 
     def dead_letter_count(self) -> int:
         """Rows in ``lazy_edges_dead``."""

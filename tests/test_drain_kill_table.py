@@ -9,14 +9,8 @@ memories that do not exist, 100 malformed), inserted as rows; the drain runs wit
 from __future__ import annotations
 
 import json
-import os
 import random
 import shutil
-import signal
-import sqlite3
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -24,9 +18,8 @@ import pytest
 from config import load_settings
 from store.db import Database
 from store.lazy_table import LazyEdgeTable
-from tests.conftest import ROOT
 from tests.lazy_fixtures import drain, edge_count, table_of
-from tests.test_drain_kill import MALFORMED, MISSING, RESOLVABLE, make_template, queue_lines
+from tests.test_drain_kill import MALFORMED, MISSING, RESOLVABLE, kill_drain, make_template, queue_lines
 from worker.cycle import open_stores
 
 TRIALS = 8
@@ -45,26 +38,10 @@ async def test_sigkill_of_a_table_drain_loses_no_row_and_doubles_none(tmp_path: 
         db = Database(settings.graph_path)
         LazyEdgeTable(db).append_lines(queue_lines(trial))
         db.close()
-        env = {k: v for k, v in os.environ.items() if not k.startswith("REM_")}
-        env.update(PYTHONPATH=str(ROOT), REM_DATA_DIR=str(data), REM_WRITE_BATCH_SIZE="100", REM_LOG_LEVEL="warning")
-        proc = subprocess.Popen([sys.executable, "-m", "worker", "drain", "--json"], env=env,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        started = time.monotonic()
         if trial % 2:  # once a random share of the edges is linked
-            share = rng.uniform(0.02, 0.95)
-            watcher = sqlite3.connect(settings.graph_path, timeout=30)
-            try:
-                while proc.poll() is None and time.monotonic() - started < 120:
-                    linked = watcher.execute("SELECT COUNT(*) FROM edges WHERE relationship = 'MENTIONED_IN'").fetchone()[0]
-                    if linked >= share * RESOLVABLE:
-                        break
-                    time.sleep(0.002)
-            finally:
-                watcher.close()
+            kill_drain(settings, share=rng.uniform(0.02, 0.95))
         else:  # a random moment from launch
-            time.sleep(rng.uniform(0.3, 2.5))
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(30)
+            kill_drain(settings, delay=rng.uniform(0.3, 2.5))
 
         stores = await open_stores(settings)
         try:

@@ -390,3 +390,18 @@ def test_cli_enqueue_queues_a_file_in_the_configured_form(settings: Settings, st
     done = run_cli("enqueue", str(edges), env=env)
     assert done.returncode == 1 and "line 2: invalid-edge: missing target, relationship" in done.stderr
     assert len(waiting(stores.db)) == 2 and len(read_jsonl(settings.queue_path)) == 2
+
+
+async def test_metrics_export_the_rows_waiting_in_the_table(settings: Settings, stores: Stores) -> None:
+    from prometheus_client import generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from worker.metrics import build_registry
+
+    def rows_gauge() -> float:
+        text = generate_latest(build_registry(settings)).decode()
+        return next(s.value for f in text_string_to_metric_families(text) for s in f.samples if s.name == "rem_cycle_lazy_queue_table_rows")
+
+    assert rows_gauge() == 0
+    enqueue_lazy_edges(url_of(settings), [mention("a", f"memory:m{i}") for i in range(3)])
+    assert rows_gauge() == 3

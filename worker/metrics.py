@@ -29,6 +29,7 @@ from store.db import Database
 from store.errors import StoreError
 from store.graph import GraphStore
 from store.lazy_queue import LazyEdgeQueue
+from store.lazy_table import LazyEdgeTable
 from store.runstate import RUN_OUTCOMES, RunStateStore
 
 log = structlog.get_logger(__name__)
@@ -202,6 +203,10 @@ class RemCycleCollector(Collector):
                 *_session_families(runstate, now),
                 *_chunk_families(runstate),
                 *_graph_families(graph),
+                GaugeMetricFamily(
+                    "rem_cycle_lazy_queue_table_rows", "Rows waiting in the lazy-edge queue table (the database form)",
+                    value=LazyEdgeTable(db).depth(),
+                ),
             ]
         finally:
             db.close()
