@@ -1,10 +1,11 @@
-"""A lazy-edge producer process for the load benchmark: ``python -m bench.lazy_producer QUEUE FIRST COUNT
+"""A lazy-edge producer process for the load benchmark: ``python -m bench.lazy_producer TARGET FIRST COUNT
 --sessions S --turns-per-session T --spread SECONDS``.
 
-Appends ``COUNT`` edges numbered ``FIRST …`` (``memory:a CITES memory:b``, both rows of the synthetic
-corpus of :mod:`bench.bench_load`, distinct for distinct numbers) through the queue's public append
-protocol, in small batches spread evenly over ``SECONDS`` so that they race the cycle's drains.
-Imports nothing heavy: a producer is any process that can append a line.
+Queues ``COUNT`` edges numbered ``FIRST …`` (``memory:a CITES memory:b``, both rows of the synthetic
+corpus of :mod:`bench.bench_load`, distinct for distinct numbers) with the producer library
+(``pipelines.enqueue.enqueue_lazy_edges``): ``TARGET`` is the JSONL queue's path or a database URL
+(``sqlite:///…``, ``postgresql://…``) for the queue table. Small batches spread evenly over
+``SECONDS`` race the cycle's drains. Imports nothing heavy: no Chroma, no worker.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from store.lazy_queue import LazyEdgeQueue  # noqa: E402
+from pipelines.enqueue import enqueue_lazy_edges  # noqa: E402
 
 BATCH = 20
 
@@ -37,21 +38,20 @@ def edge(number: int, *, total_turns: int, turns_per_session: int) -> dict[str, 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("queue")
+    parser.add_argument("target", help="the JSONL queue's path, or sqlite:///… / postgresql://… for the queue table")
     parser.add_argument("first", type=int)
     parser.add_argument("count", type=int)
     parser.add_argument("--sessions", type=int, required=True)
     parser.add_argument("--turns-per-session", type=int, required=True)
     parser.add_argument("--spread", type=float, default=10.0)
     args = parser.parse_args(argv)
-    queue = LazyEdgeQueue(args.queue)
     total = args.sessions * args.turns_per_session
     batches = max(1, -(-args.count // BATCH))
     pause = args.spread / batches
     started = time.monotonic()
     for b in range(batches):
         numbers = range(args.first + b * BATCH, args.first + min(args.count, (b + 1) * BATCH))
-        queue.append([edge(n, total_turns=total, turns_per_session=args.turns_per_session) for n in numbers], fsync=False)
+        enqueue_lazy_edges(args.target, [edge(n, total_turns=total, turns_per_session=args.turns_per_session) for n in numbers], fsync=False)
         # Keep to the schedule (not a fixed sleep): a producer slowed by a busy machine catches up.
         delay = started + (b + 1) * pause - time.monotonic()
         if delay > 0:

@@ -76,6 +76,11 @@ class Settings(BaseSettings):
     database_url: SecretStr | None = Field(
         None, description="Empty = the SQLite file <data_dir>/graph.sqlite3; postgresql://… = that PostgreSQL database"
     )
+    lazy_queue: Literal["file", "database"] = Field(
+        "file",
+        description="Where `rem-cycle enqueue` and the worker's own lazy edges go: the JSONL file (one host) or the "
+        "lazy_edges table of the graph database (producers anywhere); the drain drains both",
+    )
 
     # --- cycle ---------------------------------------------------------------------------
     batch_limit: int = Field(500, ge=1, description="Sessions ingested/extracted per cycle at most")
@@ -209,6 +214,14 @@ class Settings(BaseSettings):
     def queue_path(self) -> Path:
         """The lazy-edge JSONL queue."""
         return self.lazy_edges_path or self.data_dir / "lazy-edges.jsonl"
+
+    @property
+    def lazy_queue_target(self) -> str | Path:
+        """Where producers configured like this worker enqueue (``REM_LAZY_QUEUE``): the JSONL
+        queue's path, or the graph database's URL (``pipelines.enqueue.enqueue_lazy_edges``)."""
+        if self.lazy_queue == "file":
+            return self.queue_path
+        return f"sqlite:///{self.graph_path.resolve()}"
 
     @property
     def lock_path(self) -> Path:

@@ -17,136 +17,43 @@
    is undone or finished first (``LazyEdgeQueue.recover_publish``), so no dead letter is doubled
    or left torn, and no record rem-cycle did not write is ever cut.
 
-A dry run reads the ``.draining`` files and the live queue, checks what back-fill would do, and
-changes nothing (no rename, no lock file, no graph or Chroma write).
+The queue's database form (the ``lazy_edges`` table, store/lazy_table.py) is drained after the
+files, under the same lock: the rows present when it starts, in id order, in the same batches and
+with the same rule per line (``pipelines.lazy_edge.parse_line``). Each batch's fates are settled in
+the transaction that writes its edges — a linked row is deleted, a failed one keeps its id with
+``attempts`` + 1 and its error, a dead one moves to ``lazy_edges_dead`` with the reason — so a crash
+anywhere rolls back edges and fates together: no row is lost, none applied twice.
+
+A dry run reads the ``.draining`` files, the live queue and the table, checks what back-fill would
+do, and changes nothing (no rename, no lock file, no graph, table or Chroma write).
 """
 
 from __future__ import annotations
 
 import json
-import math
-import re
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
 import anyio
 import structlog
 
 from pipelines.backfill import DEFAULT_BATCH_SIZE, RowOutcome, plan_nodes, write_backfill
 from store.chroma import ChromaStore
-from store.graph import Edge, GraphStore, utc_now
-from store.ids import InvalidIdError, normalize_graph_node_id
-from store.lazy_queue import MAX_LINE_BYTES, LazyEdgeQueue, OversizedLine, QueueBusyError, edge_line
+from pipelines.lazy_edge import MalformedLine, QueuedEdge, dead_letter_record, parse_line
+from store.graph import GraphStore, utc_now
+from store.lazy_queue import LazyEdgeQueue, OversizedLine, QueueBusyError, edge_line
+from store.lazy_table import DeadRow, LazyEdgeTable, QueuedRow, RowsTakenError
 
 log = structlog.get_logger(__name__)
 
+# The line rule lives in pipelines.lazy_edge; it is re-exported here for the drain's callers.
 __all__ = ["DrainStats", "MalformedLine", "QueuedEdge", "QueueBusyError", "dead_letter_record", "drain_queue", "parse_line"]
 
-# Fields of a queue line with a meaning of their own; every other top-level field is kept as an
-# edge property (the earlier system lost ``justification`` by forwarding only ``properties``).
-LINE_FIELDS = frozenset({"source", "target", "relationship", "weight", "properties", "timestamp", "attempts", "lastError"})
-MAX_RELATIONSHIP_LENGTH = 128
 # Lines read per batch stop at this many bytes too, so a batch of long lines stays small in memory.
 MAX_BATCH_BYTES = 8 * 1024 * 1024
-_CONTROL = re.compile("[\x00-\x1f\x7f]")
-
-
-@dataclass(frozen=True, slots=True)
-class QueuedEdge:
-    """A well-formed queue line: the edge to link plus its bookkeeping."""
-
-    edge: Edge
-    record: dict[str, Any]
-    attempts: int
-
-
-@dataclass(frozen=True, slots=True)
-class MalformedLine:
-    """A line that can never link; ``reason`` is ``malformed-json``, ``invalid-edge`` or
-    ``line-too-long``."""
-
-    reason: str
-    detail: str
-
-
-def parse_line(raw: bytes) -> QueuedEdge | MalformedLine:
-    """Parse and normalise one queue line. Pure.
-
-    >>> parse_line(b'{"source":"CONCEPT:a","target":"MEMORY:m1","relationship":"MENTIONED_IN"}').edge.target
-    'memory:m1'
-    """
-    if isinstance(raw, OversizedLine):
-        return MalformedLine("line-too-long", f"line of {raw.size} bytes; the limit is {MAX_LINE_BYTES} bytes")
-    try:
-        record = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        return MalformedLine("malformed-json", f"not JSON: {exc}"[:300])
-    except RecursionError:
-        return MalformedLine("malformed-json", "not JSON we accept: nested too deeply")
-    if not isinstance(record, dict):
-        return MalformedLine("malformed-json", f"expected a JSON object, got {type(record).__name__}")
-    missing = [name for name in ("source", "target", "relationship") if record.get(name) in (None, "")]
-    if missing:
-        return MalformedLine("invalid-edge", f"missing {', '.join(missing)}")
-    try:
-        source = normalize_graph_node_id(record["source"])
-        target = normalize_graph_node_id(record["target"])
-    except InvalidIdError as exc:
-        return MalformedLine("invalid-edge", str(exc)[:300])
-    relationship = record["relationship"]
-    if (
-        not isinstance(relationship, str)
-        or len(relationship) > MAX_RELATIONSHIP_LENGTH
-        or relationship != relationship.strip()
-        or _CONTROL.search(relationship)
-    ):
-        return MalformedLine(
-            "invalid-edge", f"relationship must be a string of 1-{MAX_RELATIONSHIP_LENGTH} characters without control characters"
-        )
-    weight = record.get("weight", 1.0)
-    if weight is None:
-        weight = 1.0
-    if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight):
-        return MalformedLine("invalid-edge", f"weight must be a finite number, got {str(weight)[:40]!r}")
-    properties = record.get("properties") or {}
-    if not isinstance(properties, dict):
-        return MalformedLine("invalid-edge", "properties must be a JSON object")
-    extras = {k: v for k, v in record.items() if k not in LINE_FIELDS}
-    attempts = record.get("attempts", 0)
-    attempts = attempts if isinstance(attempts, int) and not isinstance(attempts, bool) and attempts >= 0 else 0
-    merged = {**extras, **properties}
-    problem = _unstorable(merged)
-    if problem:
-        return MalformedLine("invalid-edge", f"properties cannot be stored: {problem}")
-    edge = Edge(source, target, relationship, float(weight), merged)
-    return QueuedEdge(edge, record, attempts)
-
-
-def _unstorable(properties: dict[str, Any]) -> str | None:
-    """Why ``properties`` cannot become an edge's JSON column (NaN/Infinity, lone surrogates,
-    nesting too deep for the encoder), or ``None``. Checked here so that such a line is a dead
-    letter at once instead of failing to link on every drain until its attempts run out."""
-    try:
-        json.dumps(properties, allow_nan=False, ensure_ascii=False).encode("utf-8")
-    except ValueError as exc:  # UnicodeEncodeError is a ValueError too
-        return str(exc)[:200]
-    except RecursionError:
-        return "nested too deeply"
-    return None
-
-
-def dead_letter_record(raw: bytes, *, reason: str, detail: str, attempts: int, at: str) -> dict[str, Any]:
-    """One dead-letter line: why, when, and the original line verbatim (as text). Pure."""
-    return {
-        "reason": reason,
-        "detail": detail,
-        "attempts": attempts,
-        "deadLetteredAt": at,
-        "line": raw.decode("utf-8", "replace").rstrip("\n"),
-    }
 
 
 @dataclass(slots=True)
@@ -163,6 +70,7 @@ class DrainStats:
     orphan_recovered: bool = False
     requeued: int = 0
     backfilled: int = 0
+    table_rows: int = 0
     dry_run: bool = False
     failure_reasons: dict[str, int] = field(default_factory=dict)
 
@@ -178,6 +86,7 @@ class DrainStats:
             "orphan_recovered": self.orphan_recovered,
             "requeued": self.requeued,
             "backfilled": self.backfilled,
+            "table_rows": self.table_rows,
             "dry_run": self.dry_run,
             "failure_reasons": dict(sorted(self.failure_reasons.items())),
         }
@@ -186,11 +95,83 @@ class DrainStats:
 Progress = Callable[[int, int], None]
 
 
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    """One queued line of either form: its bytes and, when it came from the table, its row."""
+
+    raw: bytes
+    row: QueuedRow | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Fate:
+    """What a drain made of one line. ``outcome``: ``linked``; ``requeued`` (``detail`` = the
+    error, ``attempts`` = the new count, ``record`` = the line's record); ``dead`` (``reason``,
+    ``detail``, ``attempts``; ``malformed`` when it never parsed)."""
+
+    entry: _Entry
+    outcome: str
+    reason: str = ""
+    detail: str = ""
+    attempts: int = 0
+    record: dict[str, Any] | None = None
+    malformed: bool = False
+
+
+class _Outputs(Protocol):
+    """Where a queue form records the fates of its lines. ``in_database``: ``settle`` writes the
+    graph's database, so it runs inside the transaction of the batch's edges."""
+
+    in_database: bool
+
+    def settle(self, fates: list[_Fate]) -> None: ...
+
+
+@dataclass
+class _FileOutputs:
+    """The JSONL form: failed lines to the re-queue scratch file (with ``attempts`` and
+    ``lastError``), dead letters to the dead-letter scratch file; published by ``commit_drain``."""
+
+    requeue_out: IO[bytes]
+    dead_out: IO[bytes]
+    clock: Callable[[], str]
+    in_database: bool = False
+
+    def settle(self, fates: list[_Fate]) -> None:
+        for fate in fates:
+            if fate.outcome == "requeued":
+                self.requeue_out.write(edge_line({**(fate.record or {}), "attempts": fate.attempts, "lastError": fate.detail[:300]}))
+            elif fate.outcome == "dead":
+                record = dead_letter_record(fate.entry.raw, reason=fate.reason, detail=fate.detail, attempts=fate.attempts, at=self.clock())
+                self.dead_out.write((json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8"))
+
+
+@dataclass
+class _TableOutputs:
+    """The table form: every settled row leaves ``lazy_edges``; failed ones come back with
+    ``attempts`` + 1, dead ones go to ``lazy_edges_dead`` — in the batch's own transaction."""
+
+    table: LazyEdgeTable
+    clock: Callable[[], str]
+    in_database: bool = True
+
+    def settle(self, fates: list[_Fate]) -> None:
+        at = self.clock()
+        self.table.settle(
+            taken=[fate.entry.row for fate in fates if fate.entry.row is not None],
+            requeued=[(fate.entry.row, fate.detail) for fate in fates if fate.outcome == "requeued" and fate.entry.row],
+            dead=[
+                DeadRow(fate.entry.row, fate.reason, fate.detail, fate.attempts, at)
+                for fate in fates
+                if fate.outcome == "dead" and fate.entry.row
+            ],
+        )
+
+
 @dataclass
 class _Drain:
-    """The state of one drain run (scratch outputs, counters, options)."""
+    """The state of one drain run (counters, options); the queue forms feed it batches."""
 
-    queue: LazyEdgeQueue
     graph: GraphStore
     chroma: ChromaStore
     max_attempts: int
@@ -198,106 +179,163 @@ class _Drain:
     dry_run: bool
     clock: Callable[[], str]
     stats: DrainStats
-    requeue_out: IO[bytes] | None = None
-    dead_out: IO[bytes] | None = None
 
-    async def run_file(self, path: Path, *, progress: Callable[[int], None], stop: Callable[[], bool]) -> bool:
+    async def run_file(
+        self, path: Path, outputs: _FileOutputs | None, *, progress: Callable[[int], None], stop: Callable[[], bool]
+    ) -> bool:
         """Drain one file; ``False`` when stopped early (the rest was copied to the requeue output)."""
         lines = LazyEdgeQueue.read_lines(path)
         while True:
             batch = await anyio.to_thread.run_sync(_take, lines, self.batch_size)
             if not batch:
                 return True
-            await self.run_batch(batch)
+            await self.run_batch([_Entry(line) for line in batch], outputs)
             progress(sum(len(line) for line in batch))
             if stop():
-                await anyio.to_thread.run_sync(self._copy_rest, lines)
+                await anyio.to_thread.run_sync(self.copy_rest, lines, outputs)
                 return False
 
-    def _copy_rest(self, lines: Iterator[bytes]) -> None:
+    async def run_table(
+        self, table: LazyEdgeTable, up_to: int, outputs: _TableOutputs | None, *,
+        progress: Callable[[int], None], stop: Callable[[], bool],
+    ) -> bool:
+        """Drain the table's rows up to id ``up_to``; ``False`` when stopped early (unread rows
+        stay in the table untouched)."""
+        after = 0
+        while True:
+            rows = await anyio.to_thread.run_sync(
+                partial(table.read_batch, after=after, up_to=up_to, limit=self.batch_size, max_bytes=MAX_BATCH_BYTES)
+            )
+            if not rows:
+                return True
+            after = rows[-1].id
+            self.stats.table_rows += len(rows)
+            await self.run_batch([_Entry(row.line, row) for row in rows], outputs)
+            progress(sum(len(row.line) for row in rows))
+            if stop():
+                return False
+
+    def copy_rest(self, lines: Iterator[bytes], outputs: _FileOutputs | None) -> None:
+        """Put the unread lines of a stopped drain back in the queue, untouched."""
         for line in lines:
             if isinstance(line, OversizedLine):  # only its head was read: it cannot go back whole
+                fate = _malformed(_Entry(line), parse_line(line))  # type: ignore[arg-type]
+                if outputs is not None:
+                    outputs.settle([fate])
+                self._count([fate])
                 self.stats.total_lines += 1
-                self._malformed(line, parse_line(line))  # type: ignore[arg-type]
-            elif self.requeue_out is not None:
-                self.requeue_out.write(line if line.endswith(b"\n") else line + b"\n")
+            elif outputs is not None:
+                outputs.requeue_out.write(line if line.endswith(b"\n") else line + b"\n")
 
-    def _malformed(self, raw: bytes, line: MalformedLine) -> None:
-        self.stats.skipped_malformed += 1
-        self._dead(raw, reason=line.reason, detail=line.detail, attempts=0)
-
-    async def run_batch(self, batch: list[bytes]) -> None:
-        parsed: list[tuple[bytes, QueuedEdge]] = []
-        for raw in batch:
-            self.stats.total_lines += 1
-            line = parse_line(raw)
+    async def run_batch(self, batch: list[_Entry], outputs: _Outputs | None) -> None:
+        """Parse, link and settle one batch. A batch that raises is retried line by line so one bad
+        line cannot hold the others back; a batch another drain settled first is skipped."""
+        self.stats.total_lines += len(batch)
+        malformed: list[_Fate] = []
+        parsed: list[tuple[_Entry, QueuedEdge]] = []
+        for entry in batch:
+            line = parse_line(entry.raw)
             if isinstance(line, MalformedLine):
-                self._malformed(raw, line)
+                malformed.append(_malformed(entry, line))
             else:
-                parsed.append((raw, line))
-        if not parsed:
-            return
+                # A row's attempts are its column (the drain's bookkeeping), never the producer's.
+                parsed.append((entry, line if entry.row is None else replace(line, attempts=entry.row.attempts)))
         self.stats.processed += len(parsed)
         try:
-            results = await self._link(parsed)
+            fates = await self._link(parsed, malformed, outputs)
+        except RowsTakenError as exc:
+            log.warning("lazy queue rows taken by another drain; batch skipped", rows=len(batch), error=str(exc))
+            return
         except Exception as exc:  # noqa: BLE001 - isolate the line that breaks the batch
+            if not parsed:
+                raise
             log.warning("drain batch failed; retrying its lines one by one", lines=len(parsed), error=_describe(exc))
-            results = []
+            fates = await self._settle_alone(malformed, outputs)
             for item in parsed:
                 try:
-                    results += await self._link([item])
+                    fates += await self._link([item], [], outputs)
+                except RowsTakenError:
+                    continue
                 except Exception as one_exc:  # noqa: BLE001 - the line is kept for the next drain
-                    results.append((item, f"error: {_describe(one_exc)}"))
-        for (raw, line), error in results:
-            if error is None:
-                self.stats.succeeded += 1
-            else:
-                self._failed(raw, line, error)
+                    fates += await self._settle_alone([self._failure(item, f"error: {_describe(one_exc)}")], outputs)
+        self._count(fates)
 
-    async def _link(self, items: list[tuple[bytes, QueuedEdge]]) -> list[tuple[tuple[bytes, QueuedEdge], str | None]]:
-        """Back-fill the endpoints of ``items`` and link the edges whose endpoints exist, in one
-        transaction; the error of each item (``None`` = linked)."""
-        endpoints = {e for _, line in items for e in (line.edge.source, line.edge.target)}
-        plan, outcomes = await plan_nodes(endpoints, chroma=self.chroma, graph=self.graph)
-        self.stats.backfilled += sum(1 for o in outcomes.values() if o.reason in ("backfilled", "backfilled-minimal"))
-        results: list[tuple[tuple[bytes, QueuedEdge], str | None]] = []
-        linkable: list[tuple[bytes, QueuedEdge]] = []
-        for item in items:
-            edge = item[1].edge
-            error = _endpoint_error(outcomes[edge.source]) or _endpoint_error(outcomes[edge.target])
-            if error:
-                results.append((item, error))
-            else:
-                linkable.append(item)
-        culled: set[tuple[str, str, str]] = set()
-        if not self.dry_run and (linkable or plan.sessions or plan.memories):
-            link_stats = await anyio.to_thread.run_sync(
-                partial(write_backfill, plan, self.graph, edges=[line.edge for _, line in linkable])
-            )
-            culled = {(e.source, e.target, e.relationship) for e in link_stats.culled_edges}
-        for item in linkable:
-            edge = item[1].edge
-            missing = (edge.source, edge.target, edge.relationship) in culled
-            results.append((item, "endpoint-missing: culled while linking" if missing else None))
-        return results
+    async def _settle_alone(self, fates: list[_Fate], outputs: _Outputs | None) -> list[_Fate]:
+        """Settle ``fates`` in a transaction of their own; ``[]`` when another drain took them."""
+        try:
+            return await self._link([], fates, outputs)
+        except RowsTakenError:
+            return []
 
-    def _failed(self, raw: bytes, line: QueuedEdge, error: str) -> None:
-        self.stats.failed += 1
-        kind = error.split(":", 1)[0]
-        self.stats.failure_reasons[kind] = self.stats.failure_reasons.get(kind, 0) + 1
-        attempts = line.attempts + 1
+    async def _link(self, items: list[tuple[_Entry, QueuedEdge]], settled: list[_Fate], outputs: _Outputs | None) -> list[_Fate]:
+        """Back-fill the endpoints of ``items`` and link the edges whose endpoints exist, then
+        settle their fates and ``settled`` (known already) — in one transaction."""
+        fates = list(settled)
+        linkable: list[tuple[_Entry, QueuedEdge]] = []
+        plan = None
+        if items:
+            endpoints = {e for _, line in items for e in (line.edge.source, line.edge.target)}
+            plan, outcomes = await plan_nodes(endpoints, chroma=self.chroma, graph=self.graph)
+            self.stats.backfilled += sum(1 for o in outcomes.values() if o.reason in ("backfilled", "backfilled-minimal"))
+            for item in items:
+                edge = item[1].edge
+                error = _endpoint_error(outcomes[edge.source]) or _endpoint_error(outcomes[edge.target])
+                if error:
+                    fates.append(self._failure(item, error))
+                else:
+                    linkable.append(item)
+        if self.dry_run or outputs is None:
+            return fates + [_Fate(entry, "linked") for entry, _ in linkable]
+        writes = plan is not None and bool(linkable or plan.sessions or plan.memories)
+
+        def write() -> list[_Fate]:
+            culled: set[tuple[str, str, str]] = set()
+            if writes and plan is not None:
+                link_stats = write_backfill(plan, self.graph, edges=[line.edge for _, line in linkable])
+                culled = {(e.source, e.target, e.relationship) for e in link_stats.culled_edges}
+            done = fates + [
+                self._failure(item, "endpoint-missing: culled while linking")
+                if (item[1].edge.source, item[1].edge.target, item[1].edge.relationship) in culled
+                else _Fate(item[0], "linked")
+                for item in linkable
+            ]
+            outputs.settle(done)
+            return done
+
+        def in_transaction() -> list[_Fate]:
+            with self.graph.db.transaction():
+                return write()
+
+        if not (writes or outputs.in_database):
+            return await anyio.to_thread.run_sync(write)
+        if not (fates or linkable) and not writes:
+            return []
+        return await anyio.to_thread.run_sync(in_transaction)
+
+    def _failure(self, item: tuple[_Entry, QueuedEdge], error: str) -> _Fate:
+        attempts = item[1].attempts + 1
         if attempts >= self.max_attempts:
-            self._dead(raw, reason="max-attempts", detail=error, attempts=attempts)
-            return
-        self.stats.requeued += 1
-        if self.requeue_out is not None:
-            self.requeue_out.write(edge_line({**line.record, "attempts": attempts, "lastError": error[:300]}))
+            return _Fate(item[0], "dead", "max-attempts", error, attempts)
+        return _Fate(item[0], "requeued", detail=error, attempts=attempts, record=item[1].record)
 
-    def _dead(self, raw: bytes, *, reason: str, detail: str, attempts: int) -> None:
-        self.stats.dead_lettered += 1
-        if self.dead_out is not None:
-            record = dead_letter_record(raw, reason=reason, detail=detail, attempts=attempts, at=self.clock())
-            self.dead_out.write((json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8"))
+    def _count(self, fates: list[_Fate]) -> None:
+        for fate in fates:
+            if fate.outcome == "linked":
+                self.stats.succeeded += 1
+                continue
+            if fate.outcome == "dead":
+                self.stats.dead_lettered += 1
+            if fate.malformed:
+                self.stats.skipped_malformed += 1
+                continue
+            self.stats.failed += 1
+            self.stats.requeued += fate.outcome == "requeued"
+            kind = fate.detail.split(":", 1)[0]
+            self.stats.failure_reasons[kind] = self.stats.failure_reasons.get(kind, 0) + 1
+
+
+def _malformed(entry: _Entry, line: MalformedLine) -> _Fate:
+    return _Fate(entry, "dead", line.reason, line.detail, 0, malformed=True)
 
 
 def _endpoint_error(outcome: RowOutcome) -> str | None:
@@ -332,22 +370,27 @@ async def drain_queue(
     graph: GraphStore,
     chroma: ChromaStore,
     max_attempts: int,
+    table: LazyEdgeTable | None = None,
     batch_size: int = DEFAULT_BATCH_SIZE,
     dry_run: bool = False,
     on_progress: Progress | None = None,
     should_stop: Callable[[], bool] = lambda: False,
     clock: Callable[[], str] = utc_now,
 ) -> DrainStats:
-    """Drain ``queue`` once (see the module doc). Raises :class:`QueueBusyError` when another drain
-    runs. ``on_progress(bytes_done, bytes_total)`` follows the work; ``should_stop()`` is checked
-    between batches: when true, the unread lines go back to the live queue untouched and the drain
-    ends cleanly."""
+    """Drain ``queue`` once (see the module doc), then ``table`` (the queue's database form, in
+    ``graph``'s database) when given. Raises :class:`QueueBusyError` when another drain runs.
+    ``on_progress(done, total)`` follows the work (bytes of the files, characters of the rows);
+    ``should_stop()`` is checked between batches: when true, the unread lines go back to the live
+    queue and the unread rows stay where they are, untouched, and the drain ends cleanly."""
     stats = DrainStats(dry_run=dry_run)
-    run = _Drain(queue, graph, chroma, max_attempts, max(1, batch_size), dry_run, clock, stats)
+    run = _Drain(graph, chroma, max_attempts, max(1, batch_size), dry_run, clock, stats)
     if dry_run:
-        inputs = [*queue.draining_files(), queue.path]
+        inputs = [p for p in [*queue.draining_files(), queue.path] if p.exists()]
         stats.orphan_recovered = len(inputs) > 1
-        await _run_inputs(run, [p for p in inputs if p.exists()], on_progress, should_stop)
+        up_to = await anyio.to_thread.run_sync(table.last_id) if table is not None else 0
+        progress = await _progress_over(inputs, table, up_to, on_progress)
+        if await _run_inputs(run, inputs, None, progress, should_stop) and table is not None and up_to:
+            await run.run_table(table, up_to, None, progress=progress, stop=should_stop)
         return stats
     with queue.exclusive():
         recovered = await anyio.to_thread.run_sync(queue.recover_publish)
@@ -359,34 +402,55 @@ async def drain_queue(
         stats.queue_rotated = rotated is not None
         if rotated is not None:
             inputs.append(rotated)
-        if not inputs:
+        up_to = await anyio.to_thread.run_sync(table.last_id) if table is not None else 0
+        if not inputs and not up_to:
             return stats
-        run.requeue_out, run.dead_out = queue.open_scratch()
-        try:
-            await _run_inputs(run, inputs, on_progress, should_stop)
-            for out in (run.requeue_out, run.dead_out):
-                out.flush()
-        finally:
-            run.requeue_out.close()
-            run.dead_out.close()
-        await anyio.to_thread.run_sync(queue.commit_drain, inputs)
+        progress = await _progress_over(inputs, table, up_to, on_progress)
+        finished = True
+        if inputs:
+            requeue_out, dead_out = queue.open_scratch()
+            try:
+                finished = await _run_inputs(run, inputs, _FileOutputs(requeue_out, dead_out, clock), progress, should_stop)
+                for out in (requeue_out, dead_out):
+                    out.flush()
+            finally:
+                requeue_out.close()
+                dead_out.close()
+            await anyio.to_thread.run_sync(queue.commit_drain, inputs)
+        if finished and table is not None and up_to:
+            await run.run_table(table, up_to, _TableOutputs(table, clock), progress=progress, stop=should_stop)
     log.info("lazy queue drained", **{k: v for k, v in stats.as_dict().items() if k != "failure_reasons"})
     return stats
 
 
-async def _run_inputs(run: _Drain, inputs: list[Path], on_progress: Progress | None, should_stop: Callable[[], bool]) -> None:
+async def _progress_over(
+    inputs: list[Path], table: LazyEdgeTable | None, up_to: int, on_progress: Progress | None
+) -> Callable[[int], None]:
+    """A ``progress(amount)`` that adds up and reports to ``on_progress`` against the total of
+    ``inputs`` and the table's rows up to ``up_to``."""
+    if on_progress is None:
+        return lambda amount: None
     total = sum(_size(p) for p in inputs)
+    if table is not None and up_to:
+        total += await anyio.to_thread.run_sync(partial(table.pending_bytes, up_to=up_to))
     done = 0
 
-    def progress(nbytes: int) -> None:
+    def progress(amount: int) -> None:
         nonlocal done
-        done += nbytes
-        if on_progress:
-            on_progress(done, total)
+        done += amount
+        on_progress(done, total)
 
+    return progress
+
+
+async def _run_inputs(
+    run: _Drain, inputs: list[Path], outputs: _FileOutputs | None, progress: Callable[[int], None], should_stop: Callable[[], bool]
+) -> bool:
+    """Drain the files ``inputs`` in order; ``False`` when stopped early (the rest re-queued)."""
     stopped = False
     for path in inputs:
         if stopped:
-            await anyio.to_thread.run_sync(run._copy_rest, LazyEdgeQueue.read_lines(path))
+            await anyio.to_thread.run_sync(run.copy_rest, LazyEdgeQueue.read_lines(path), outputs)
             continue
-        stopped = not await run.run_file(path, progress=progress, stop=should_stop)
+        stopped = not await run.run_file(path, outputs, progress=progress, stop=should_stop)
+    return not stopped

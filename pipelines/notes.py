@@ -38,8 +38,8 @@ from pipelines.extract.map import map_units
 from pipelines.extract.model import Extractor
 from pipelines.extract.reduce import reduce_session
 from pipelines.extract.units import SourceTurn, plan_units
+from pipelines.lazy_edge import LazyEdgeSink
 from pipelines.resolver import GraphResolver
-from store.lazy_queue import LazyEdgeQueue
 from pipelines.vocabulary import NOTE_LABEL
 from store.chunks import ChunkResultStore
 from store.graph import GraphStore, Node
@@ -132,7 +132,7 @@ class NotesEnv:
     retry_max_seconds: float
     now: datetime
     resolver: GraphResolver
-    queue: LazyEdgeQueue
+    queue: LazyEdgeSink
     merges: MergeRecorder | None = None
     run_id: str | None = None
 

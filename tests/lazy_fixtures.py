@@ -11,6 +11,7 @@ from pipelines.drain import DrainStats, drain_queue
 from pipelines.importer import import_sessions
 from store.graph import GraphStore, Node
 from store.lazy_queue import LazyEdgeQueue
+from store.lazy_table import LazyEdgeTable
 from tests.conftest import make_session, write_sessions
 from worker.cycle import Stores
 
@@ -48,13 +49,19 @@ def queue_of(settings: Settings) -> LazyEdgeQueue:
     return LazyEdgeQueue(settings.queue_path)
 
 
+def table_of(stores: Stores) -> LazyEdgeTable:
+    """The queue table of the stores' graph database."""
+    return LazyEdgeTable(stores.db)
+
+
 async def drain(settings: Settings, stores: Stores, **options: Any) -> DrainStats:
     """Drain the settings' queue with the stores and settings defaults."""
     options.setdefault("max_attempts", settings.lazy_max_attempts)
     options.setdefault("batch_size", settings.write_batch_size)
     options.setdefault("graph", stores.graph)
     options.setdefault("chroma", stores.chroma)
-    return await drain_queue(queue_of(settings), **options)
+    queue = options.pop("queue", None) or queue_of(settings)
+    return await drain_queue(queue, **options)
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:

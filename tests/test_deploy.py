@@ -75,8 +75,13 @@ def compose_config(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return _render(tmp_path_factory.mktemp("compose"), ENV_EXAMPLE.read_text(encoding="utf-8"), llm=True)
 
 
+def _default_services(config: dict[str, Any]) -> dict[str, Any]:
+    """The services ``docker compose up`` starts: those in no profile."""
+    return {name: service for name, service in config["services"].items() if not service.get("profiles")}
+
+
 def test_compose_topology(compose_config: dict[str, Any]) -> None:
-    services = compose_config["services"]
+    services = _default_services(compose_config)
     assert set(services) == {"chroma", "worker", "ollama"}
     chroma, worker, ollama = services["chroma"], services["worker"], services["ollama"]
 
@@ -100,7 +105,7 @@ def test_compose_topology(compose_config: dict[str, Any]) -> None:
     assert any(v.startswith("rem-data:/data") for v in worker["volumes"])
     grace = _seconds(worker["stop_grace_period"])
     assert grace > Settings.model_fields["grace_seconds"].default
-    assert {"chroma-data", "rem-data", "ollama-models"} <= set(compose_config["volumes"])
+    assert {"chroma-data", "rem-data", "ollama-models", "postgres-data"} <= set(compose_config["volumes"])
 
 
 def test_published_ports_are_on_loopback_by_default(compose_config: dict[str, Any]) -> None:
@@ -109,6 +114,9 @@ def test_published_ports_are_on_loopback_by_default(compose_config: dict[str, An
     assert services["chroma"]["ports"] == ["127.0.0.1:8000:8000/tcp"]
     assert services["worker"]["ports"] == ["127.0.0.1:8080:8080/tcp"]
     assert "ports" not in services["ollama"]
+    # PostgreSQL for producers outside the compose network; the replicas publish nothing.
+    assert services["postgres"]["ports"] == ["127.0.0.1:5432:5432/tcp"]
+    assert "ports" not in services["worker-pg"]
 
 
 def _seconds(value: str) -> float:
@@ -118,7 +126,7 @@ def _seconds(value: str) -> float:
 
 
 def test_compose_without_the_llm_file_runs_chroma_and_worker_only(tmp_path: Path) -> None:
-    services = _render(tmp_path, ENV_EXAMPLE.read_text(encoding="utf-8"), llm=False)["services"]
+    services = _default_services(_render(tmp_path, ENV_EXAMPLE.read_text(encoding="utf-8"), llm=False))
     assert set(services) == {"chroma", "worker"}
     assert services["worker"]["depends_on"] == {"chroma": {"condition": "service_healthy"}}
     assert "REM_EXTRACTOR" not in services["worker"]["environment"]  # heuristic, the setting's default
@@ -138,7 +146,8 @@ def test_env_example_lists_every_setting_with_its_default(clean_env: pytest.Monk
             clean_env.setenv(name, documented[name])
     assert load_settings() == defaults
     # Host-side knobs carry no REM_ prefix: rem-cycle would warn about them inside the container.
-    assert {"PUBLISH_ADDRESS", "CHROMA_PUBLISH_PORT", "METRICS_PUBLISH_PORT", "CHROMA_VERSION"} <= set(documented) - rem_names
+    assert {"PUBLISH_ADDRESS", "CHROMA_PUBLISH_PORT", "METRICS_PUBLISH_PORT", "CHROMA_VERSION",
+            "POSTGRES_PASSWORD", "POSTGRES_PUBLISH_PORT", "POSTGRES_VERSION"} <= set(documented) - rem_names
 
 
 def test_every_setting_in_dotenv_reaches_the_worker(tmp_path: Path) -> None:
@@ -150,6 +159,42 @@ def test_every_setting_in_dotenv_reaches_the_worker(tmp_path: Path) -> None:
     assert env["REM_BATCH_LIMIT"] == "7" and env["REM_LLM_API_KEY"] == "sk-test-passed-through"
     assert env["REM_LOG_FORMAT"] == "auto"  # .env overrides a container default ...
     assert {k: env[k] for k in CONTAINER_FIXED} == CONTAINER_FIXED  # ... but not what the container fixes
+
+
+def test_compose_postgres_profile_runs_two_workers_on_one_database(tmp_path: Path) -> None:
+    """``docker compose --profile postgres up postgres worker-pg``: PostgreSQL with a named volume
+    and a healthcheck, two worker replicas that wait for it and for Chroma, share the database (and
+    its lazy-edge queue table) and are otherwise configured exactly like the single-host worker."""
+    config = _render(tmp_path, _uncommented("POSTGRES_PASSWORD=pw-from-dotenv\n"), llm=False)
+    services = config["services"]
+    profiled = {name for name, service in services.items() if service.get("profiles")}
+    assert profiled == {"postgres", "worker-pg"}
+    postgres, replicas, single = services["postgres"], services["worker-pg"], services["worker"]
+    assert postgres["profiles"] == replicas["profiles"] == ["postgres"]
+    assert postgres["image"] == "postgres:16"
+    assert "postgres-data:/var/lib/postgresql/data:rw" in postgres["volumes"] and "postgres-data" in config["volumes"]
+    assert postgres["healthcheck"]["test"][:2] == ["CMD", "pg_isready"]
+    assert postgres["environment"]["POSTGRES_PASSWORD"] == "pw-from-dotenv"
+
+    assert replicas["scale"] == 2
+    assert replicas["depends_on"] == {"chroma": {"condition": "service_healthy"}, "postgres": {"condition": "service_healthy"}}
+    env = replicas["environment"]
+    assert env["REM_DATABASE_URL"] == "postgresql://rem:pw-from-dotenv@postgres:5432/rem"
+    assert env["REM_LAZY_QUEUE"] == "database"
+    assert {k: env[k] for k in CONTAINER_FIXED} == CONTAINER_FIXED
+    # Everything else as the single-host worker: the same image, build, settings from .env, grace.
+    for key in ("build", "image", "init", "restart", "stop_grace_period"):
+        assert replicas[key] == single[key], key
+    own = ("REM_DATABASE_URL", "REM_LAZY_QUEUE")
+    assert {k: v for k, v in env.items() if k not in own} == {k: v for k, v in single["environment"].items() if k not in own}
+    assert "volumes" not in replicas  # each replica's /data is its own (the image's VOLUME)
+    # The password reaches the services from .env only.
+    assert "pw-from-dotenv" not in COMPOSE.read_text() and not re.search(r"^\s*POSTGRES_PASSWORD:\s*[^$\s]", COMPOSE.read_text(), re.MULTILINE)
+    listed = subprocess.run(
+        [_tool("docker-compose"), "--project-directory", str(tmp_path), "-f", COMPOSE.name, "config", "--profiles"],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path,
+    )
+    assert listed.stdout.split() == ["postgres"]
 
 
 def test_chroma_client_and_server_versions_come_from_one_value(tmp_path: Path, compose_config: dict[str, Any]) -> None:

@@ -75,7 +75,7 @@ async def test_missing_queue_is_a_noop(settings: Settings, stores: Stores) -> No
     assert stats.as_dict() | {"failure_reasons": {}} == {
         "total_lines": 0, "processed": 0, "succeeded": 0, "failed": 0, "skipped_malformed": 0,
         "dead_lettered": 0, "queue_rotated": False, "orphan_recovered": False, "requeued": 0,
-        "backfilled": 0, "dry_run": False, "failure_reasons": {},
+        "backfilled": 0, "table_rows": 0, "dry_run": False, "failure_reasons": {},
     }
     queue = queue_of(settings)
     assert not queue.path.exists() and not queue.draining_path.exists() and not queue.dead_letter_path.exists()
@@ -336,4 +336,5 @@ def test_cli_drain_json_and_dry_run(settings: Settings) -> None:
     status = run_cli("status", "--json", env=env)
     assert json.loads(status.stdout)["queue"] | {"oldest_timestamp": None} == {
         "depth": 1, "dead_letters": 1, "oldest_timestamp": None,
+        "table_rows": 0, "table_oldest_enqueued_at": None, "table_dead_letters": 0,
     }

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from config import load_settings
+from config import Settings, load_settings
 from tests.conftest import ROOT, make_session
 from tests.lazy_fixtures import add_concepts, drain, edge_count, queue_of, read_jsonl, seed_chroma
 from worker.cycle import open_stores
@@ -58,6 +58,30 @@ async def make_template(root: Path) -> Path:
     return root / "data"
 
 
+def kill_drain(settings: Settings, *, share: float | None = None, delay: float = 0.0) -> None:
+    """Run ``rem-cycle drain`` (100-line batches) on ``settings``' data dir and SIGKILL it once
+    ``share`` of the resolvable edges are linked, or ``delay`` seconds after launch."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REM_")}
+    env.update(PYTHONPATH=str(ROOT), REM_DATA_DIR=str(settings.data_dir), REM_WRITE_BATCH_SIZE="100", REM_LOG_LEVEL="warning")
+    proc = subprocess.Popen([sys.executable, "-m", "worker", "drain", "--json"], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    started = time.monotonic()
+    if share is not None:
+        watcher = sqlite3.connect(settings.graph_path, timeout=30)
+        try:
+            while proc.poll() is None and time.monotonic() - started < 120:
+                linked = watcher.execute("SELECT COUNT(*) FROM edges WHERE relationship = 'MENTIONED_IN'").fetchone()[0]
+                if linked >= share * RESOLVABLE:
+                    break
+                time.sleep(0.002)
+        finally:
+            watcher.close()
+    else:
+        time.sleep(delay)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(30)
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 async def test_sigkill_at_random_points_loses_no_line(tmp_path: Path, clean_env: pytest.MonkeyPatch) -> None:
@@ -70,28 +94,12 @@ async def test_sigkill_at_random_points_loses_no_line(tmp_path: Path, clean_env:
         settings = load_settings(data_dir=data)
         queue = queue_of(settings)
         queue.append_lines(queue_lines(trial))
-        env = {k: v for k, v in os.environ.items() if not k.startswith("REM_")}
-        env.update(PYTHONPATH=str(ROOT), REM_DATA_DIR=str(data), REM_WRITE_BATCH_SIZE="100", REM_LOG_LEVEL="warning")
-        proc = subprocess.Popen([sys.executable, "-m", "worker", "drain", "--json"], env=env,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        started = time.monotonic()
         if trial % 2:
             # A random point of the drain's progress: after a random share of the edges is linked
             # (a share of 1 lands in the commit: re-queueing, dead letters, deleting .draining).
-            share = 1.0 if trial % 10 == 9 else rng.uniform(0.02, 0.95)
-            watcher = sqlite3.connect(settings.graph_path, timeout=30)
-            try:
-                while proc.poll() is None and time.monotonic() - started < 120:
-                    linked = watcher.execute("SELECT COUNT(*) FROM edges WHERE relationship = 'MENTIONED_IN'").fetchone()[0]
-                    if linked >= share * RESOLVABLE:
-                        break
-                    time.sleep(0.002)
-            finally:
-                watcher.close()
+            kill_drain(settings, share=1.0 if trial % 10 == 9 else rng.uniform(0.02, 0.95))
         else:  # a random moment from launch: start-up, rename, batches, commit
-            time.sleep(rng.uniform(0.3, 2.5))
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(30)
+            kill_drain(settings, delay=rng.uniform(0.3, 2.5))
 
         stores = await open_stores(settings)
         try:

@@ -33,8 +33,9 @@ EXIT_USAGE = 2
 GRAPH_COMMANDS = frozenset({
     "search", "show", "export", "candidates", "retry", "merge", "unmerge", "backup", "forget", "recall", "reindex", "mcp",
 })
-# ``status`` also reports on a data dir before its first cycle (an import, a queue), but not on none.
-DATA_DIR_COMMANDS = GRAPH_COMMANDS | {"status"}
+# ``status`` also reports on a data dir before its first cycle (an import, a queue), but not on none;
+# ``enqueue`` writes the queue file or table there.
+DATA_DIR_COMMANDS = GRAPH_COMMANDS | {"status", "enqueue"}
 EPILOG = """\
 Without a COMMAND, rem-cycle runs the daemon (a cycle every REM_INTERVAL_SECONDS until SIGTERM or
 Ctrl-C); no COMMAND starts or talks to a daemon. Every command works on the data dir
@@ -135,6 +136,8 @@ def build_parser() -> argparse.ArgumentParser:
     forget.add_argument("--dry-run", action="store_true", help="report what would be removed; change nothing")
     notes = add_command(sub, "import-notes", common, "extract Markdown/text notes files into the graph")
     notes.add_argument("paths", nargs="+", metavar="PATH", help="files, or folders searched for *.md / *.txt")
+    enqueue = add_command(sub, "enqueue", common, "queue lazy edges from a JSONL file (REM_LAZY_QUEUE: the file or the table)")
+    enqueue.add_argument("file", help="JSONL file, one edge per line (see README); - reads standard input")
     drain = add_command(sub, "drain", common, "link queued lazy edges, back-filling their endpoints")
     drain.add_argument("--dry-run", action="store_true", help="read the queue and report; change nothing")
     backfill = add_command(sub, "backfill", common, "live-sync recent sessions, then drain the lazy-edge queue")
@@ -546,6 +549,35 @@ async def _drain_once(
     return stats.as_dict()
 
 
+async def cmd_enqueue(settings: Settings, args: argparse.Namespace) -> int:
+    from pipelines.enqueue import InvalidLazyEdgeError, enqueue_lazy_edges
+
+    text = sys.stdin.buffer.read() if args.file == "-" else await anyio.Path(args.file).read_bytes()
+    numbered = [(number, line) for number, line in enumerate(text.splitlines(), start=1) if line.strip()]
+    edges: list[Any] = []
+    problems: list[str] = []
+    for number, line in numbered:
+        try:
+            edges.append(json.loads(line))
+        except (ValueError, RecursionError) as exc:
+            problems.append(f"line {number}: malformed-json: {exc}"[:300])
+    if not problems:
+        target = settings.lazy_queue_target
+        try:
+            written = await anyio.to_thread.run_sync(enqueue_lazy_edges, target, edges)
+        except InvalidLazyEdgeError as exc:
+            problems = [f"line {numbered[index][0]}: {reason}: {detail}" for index, reason, detail in exc.problems]
+    if problems:
+        for problem in problems:
+            print(f"  {problem}", file=sys.stderr)
+        print(f"rem-cycle: {len(problems)} of {len(numbered)} lines rejected; nothing was queued", file=sys.stderr)
+        return EXIT_FAILED
+    where = "the queue table" if settings.lazy_queue == "database" else str(settings.queue_path)
+    payload = {"queued": written, "queue": settings.lazy_queue}
+    _emit(args, payload, lambda: print(f"queued {written} lazy edges in {where}"))
+    return EXIT_OK
+
+
 async def cmd_drain(settings: Settings, args: argparse.Namespace, progress: CommandProgress) -> int:
     from store.lazy_queue import QueueBusyError
     from worker.report import print_drain
@@ -673,6 +705,7 @@ COMMANDS: dict[str, Handler] = {
     "candidates": cmd_candidates,
     "merge": cmd_merge,
     "forget": interruptible(cmd_forget, name="forget", rerun="re-running the forget is safe: it removes what is left"),
+    "enqueue": cmd_enqueue,
     "drain": interruptible(cmd_drain, name="drain", rerun="re-running the drain is safe: no queued line is lost"),
     "backfill": interruptible(cmd_backfill, name="backfill", rerun="re-running the backfill is safe: synced sessions are unchanged"),
     "import-notes": cmd_import_notes,

@@ -33,6 +33,7 @@ from store.db import Database
 from store.errors import SchemaTooNewError, StoreError
 from store.graph import GraphStore, utc_now
 from store.lazy_queue import LazyEdgeQueue, QueueBusyError
+from store.lazy_table import LazyEdgeTable, lazy_edge_sink
 from store.runstate import RunStateStore
 from store.tombstones import MEMORY, SESSION, TombstoneStore
 from worker.failures import FailureRecorder, RunFailure, failure_reason
@@ -206,7 +207,6 @@ async def extract(ctx: CycleContext) -> dict[str, Any]:
     from pipelines.extract.workflow import ExtractEnv, extract_sessions, open_extractor
     from pipelines.judge import ModelJudge
     from store.chunks import ChunkResultStore
-    from store.lazy_queue import LazyEdgeQueue
     from store.merges import MergeStore
     from store.semantic_index import SemanticIndex
 
@@ -216,7 +216,7 @@ async def extract(ctx: CycleContext) -> dict[str, Any]:
         judge = ModelJudge(extractor) if settings.llm_judge and isinstance(extractor, OpenAIExtractor) else None
         env = ExtractEnv(
             chroma=stores.chroma, graph=stores.graph, runstate=stores.runstate, chunks=ChunkResultStore(stores.db),
-            queue=LazyEdgeQueue(settings.queue_path), graph_index=SemanticIndex(stores.db), extractor=extractor,
+            queue=lazy_edge_sink(settings, stores.db), graph_index=SemanticIndex(stores.db), extractor=extractor,
             semantic_types=settings.semantic_types, budget_tokens=settings.chunk_budget_tokens,
             max_attempts=settings.max_chunk_attempts, retry_base_seconds=settings.chunk_retry_base_seconds,
             retry_max_seconds=settings.chunk_retry_max_seconds, concurrency=settings.llm_concurrency, run_id=ctx.run_id,
@@ -235,10 +235,12 @@ async def extract(ctx: CycleContext) -> dict[str, Any]:
 
 
 async def drain_lazy_edges(settings: Settings, stores: Stores, **options: Any) -> DrainStats:
-    """Drain the configured lazy-edge queue with the settings' attempt limit and batch size;
+    """Drain the lazy-edge queue — the JSONL file, then the graph database's queue table — with
+    the settings' attempt limit and batch size;
     ``options`` go to :func:`pipelines.drain.drain_queue` (``dry_run``, ``on_progress`` …)."""
     return await drain_queue(
         LazyEdgeQueue(settings.queue_path),
+        table=LazyEdgeTable(stores.db),
         graph=stores.graph,
         chroma=stores.chroma,
         max_attempts=settings.lazy_max_attempts,

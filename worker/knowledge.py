@@ -33,7 +33,7 @@ from store.backend import database_exists, database_location, open_database
 from store.db import Database
 from store.graph import Edge, GraphStore, Node, utc_now
 from store.ids import memory_node_id, normalize_graph_node_id, row_suffix
-from store.lazy_queue import LazyEdgeQueue
+from store.lazy_table import lazy_edge_sink
 from store.merges import MergeStore
 from store.provenance import ProvenanceStore
 from store.runstate import RunStateStore
@@ -343,7 +343,7 @@ async def import_notes(settings: Settings, paths: list[str]) -> dict[str, Any]:
                 concurrency=settings.llm_concurrency, retry_base_seconds=settings.chunk_retry_base_seconds,
                 retry_max_seconds=settings.chunk_retry_max_seconds, now=datetime.now(UTC),
                 resolver=identity_resolver(db, auditor=judge.audit_identity if judge else None),
-                queue=LazyEdgeQueue(settings.queue_path), merges=MergeStore(db),
+                queue=lazy_edge_sink(settings, db), merges=MergeStore(db),
             )
             results = [(await import_note(note, env)).as_dict() for note in files]
     finally:

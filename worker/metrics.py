@@ -32,6 +32,7 @@ from store.backend import open_database
 from store.errors import StoreError
 from store.graph import GraphStore
 from store.lazy_queue import LazyEdgeQueue
+from store.lazy_table import LazyEdgeTable
 from store.runstate import RUN_OUTCOMES, RunStateStore
 
 log = structlog.get_logger(__name__)
@@ -241,7 +242,13 @@ class RemCycleCollector(Collector):
             runstate, graph = RunStateStore(db), GraphStore(db)
             runs, heartbeats = self._run_families(runstate)
             reading = DatabaseReading(
-                fixed=[*runs, *_session_families(runstate), *_chunk_families(runstate), *_graph_families(graph)],
+                fixed=[
+                    *runs, *_session_families(runstate), *_chunk_families(runstate), *_graph_families(graph),
+                    GaugeMetricFamily(
+                        "rem_cycle_lazy_queue_table_rows", "Rows waiting in the lazy-edge queue table (the database form)",
+                        value=LazyEdgeTable(db).depth(),
+                    ),
+                ],
                 heartbeats=heartbeats,
                 oldest_undigested_created_at=runstate.oldest_undigested_created_at(),
             )

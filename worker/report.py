@@ -11,6 +11,7 @@ from rich.table import Table
 from config import Settings
 from store.chunks import ChunkResultStore
 from store.lazy_queue import LazyEdgeQueue
+from store.lazy_table import LazyEdgeTable
 from store.merges import MergeStore
 from worker.cycle import Stores
 from worker.metrics import parse_utc, read_queue, silent_seconds
@@ -25,6 +26,7 @@ def collect_status(settings: Settings, stores: Stores, *, runs: int = 10) -> dic
             run["silent_seconds"] = silent_seconds(run, now)
     digests = stores.runstate.digest_counts()
     queue = read_queue(settings.queue_path)
+    table = LazyEdgeTable(stores.db)
     return {
         "data_dir": str(settings.data_dir.resolve()),  # where it is, whatever the current directory
         "chroma": stores.chroma.location,
@@ -55,6 +57,10 @@ def collect_status(settings: Settings, stores: Stores, *, runs: int = 10) -> dic
             "depth": queue.depth,
             "oldest_timestamp": queue.oldest_timestamp,
             "dead_letters": LazyEdgeQueue(settings.queue_path).dead_letter_count(),
+            # The database form (producers anywhere): rows waiting, and its dead letters.
+            "table_rows": table.depth(),
+            "table_oldest_enqueued_at": table.oldest_enqueued_at(),
+            "table_dead_letters": table.dead_letter_count(),
         },
         "graph": stores.graph.counts(),
         # Nodes, as a run record's ``identity_candidates`` counts them; each has up to a few pairs.
@@ -131,6 +137,9 @@ def print_status(status: dict[str, Any]) -> None:
         f"lazy-edge queue: {queue['depth']} lines"
         + (f", oldest {queue['oldest_timestamp']}" if queue["oldest_timestamp"] else "")
         + f" · {queue['dead_letters']} dead letters"
+        + (f" · table: {queue['table_rows']} rows" if queue["table_rows"] or queue["table_dead_letters"] else "")
+        + (f", oldest {queue['table_oldest_enqueued_at']}" if queue["table_oldest_enqueued_at"] else "")
+        + (f", {queue['table_dead_letters']} dead" if queue["table_dead_letters"] else "")
     )
     if status["identity_candidates"]:
         console.print(

@@ -20,12 +20,12 @@ from pipelines.extract.map import UnitOutcome, map_units
 from pipelines.extract.model import Extractor, WorkUnit
 from pipelines.extract.reduce import reduce_session
 from pipelines.extract.units import SourceTurn, plan_units
+from pipelines.lazy_edge import LazyEdgeSink
 from pipelines.resolver import GraphResolver
 from store.chroma import ChromaStore, ChromaUnavailableError, MemoryRow
 from store.chunks import ChunkResultStore
 from store.graph import GraphStore
 from store.ids import is_valid_row_id
-from store.lazy_queue import LazyEdgeQueue
 from store.runstate import DigestRecord, RunStateStore
 
 log = structlog.get_logger(__name__)
@@ -51,7 +51,7 @@ class ExtractEnv:
     graph: GraphStore
     runstate: RunStateStore
     chunks: ChunkResultStore
-    queue: LazyEdgeQueue
+    queue: LazyEdgeSink
     graph_index: GraphIndex
     extractor: Extractor
     semantic_types: Collection[str]

@@ -1,0 +1,173 @@
+"""What a lazy-edge queue line means: the one validation rule of both queue forms (the JSONL file,
+store/lazy_queue.py, and the table, store/lazy_table.py) and of producers before they write. Pure.
+
+A line is one JSON object::
+
+    {"source": "CONCEPT:x", "target": "memory:abc", "relationship": "MENTIONED_IN",
+     "weight": 1.0, "properties": {...}, "timestamp": "2026-11-29T10:00:00.000Z"}
+
+:func:`parse_line` turns it into the edge to link (ids normalised, every extra top-level field kept
+as a property) or a :class:`MalformedLine` with the reason it can never link.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from store.graph import Edge
+from store.ids import InvalidIdError, normalize_graph_node_id
+from store.lazy_queue import MAX_LINE_BYTES, OversizedLine, edge_line
+
+class LazyEdgeSink(Protocol):
+    """Where a pipeline puts the edges it could not link yet: the JSONL queue
+    (``store.lazy_queue.LazyEdgeQueue``) or the queue table (``store.lazy_table.LazyEdgeTable``,
+    whose rows commit with the transaction the call runs in)."""
+
+    def append(self, edges: Iterable[Mapping[str, Any]]) -> int: ...
+
+
+# Fields of a queue line with a meaning of their own; every other top-level field is kept as an
+# edge property (the earlier system lost ``justification`` by forwarding only ``properties``).
+LINE_FIELDS = frozenset({"source", "target", "relationship", "weight", "properties", "timestamp", "attempts", "lastError"})
+MAX_RELATIONSHIP_LENGTH = 128
+_CONTROL = re.compile("[\x00-\x1f\x7f]")
+
+
+@dataclass(frozen=True, slots=True)
+class QueuedEdge:
+    """A well-formed queue line: the edge to link plus its bookkeeping."""
+
+    edge: Edge
+    record: dict[str, Any]
+    attempts: int
+
+
+@dataclass(frozen=True, slots=True)
+class MalformedLine:
+    """A line that can never link; ``reason`` is ``malformed-json``, ``invalid-edge`` or
+    ``line-too-long``."""
+
+    reason: str
+    detail: str
+
+
+def parse_line(raw: bytes) -> QueuedEdge | MalformedLine:
+    """Parse and normalise one queue line. Pure.
+
+    >>> parse_line(b'{"source":"CONCEPT:a","target":"MEMORY:m1","relationship":"MENTIONED_IN"}').edge.target
+    'memory:m1'
+    """
+    if isinstance(raw, OversizedLine):
+        return MalformedLine("line-too-long", f"line of {raw.size} bytes; the limit is {MAX_LINE_BYTES} bytes")
+    try:
+        record = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        return MalformedLine("malformed-json", f"not JSON: {exc}"[:300])
+    except RecursionError:
+        return MalformedLine("malformed-json", "not JSON we accept: nested too deeply")
+    if not isinstance(record, dict):
+        return MalformedLine("malformed-json", f"expected a JSON object, got {type(record).__name__}")
+    missing = [name for name in ("source", "target", "relationship") if record.get(name) in (None, "")]
+    if missing:
+        return MalformedLine("invalid-edge", f"missing {', '.join(missing)}")
+    try:
+        source = normalize_graph_node_id(record["source"])
+        target = normalize_graph_node_id(record["target"])
+    except InvalidIdError as exc:
+        return MalformedLine("invalid-edge", str(exc)[:300])
+    relationship = record["relationship"]
+    if (
+        not isinstance(relationship, str)
+        or len(relationship) > MAX_RELATIONSHIP_LENGTH
+        or relationship != relationship.strip()
+        or _CONTROL.search(relationship)
+    ):
+        return MalformedLine(
+            "invalid-edge", f"relationship must be a string of 1-{MAX_RELATIONSHIP_LENGTH} characters without control characters"
+        )
+    weight = record.get("weight", 1.0)
+    if weight is None:
+        weight = 1.0
+    if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight):
+        return MalformedLine("invalid-edge", f"weight must be a finite number, got {str(weight)[:40]!r}")
+    properties = record.get("properties") or {}
+    if not isinstance(properties, dict):
+        return MalformedLine("invalid-edge", "properties must be a JSON object")
+    extras = {k: v for k, v in record.items() if k not in LINE_FIELDS}
+    attempts = record.get("attempts", 0)
+    attempts = attempts if isinstance(attempts, int) and not isinstance(attempts, bool) and attempts >= 0 else 0
+    merged = {**extras, **properties}
+    problem = _unstorable(merged)
+    if problem:
+        return MalformedLine("invalid-edge", f"properties cannot be stored: {problem}")
+    edge = Edge(source, target, relationship, float(weight), merged)
+    return QueuedEdge(edge, record, attempts)
+
+
+def _unstorable(properties: dict[str, Any]) -> str | None:
+    """Why ``properties`` cannot become an edge's JSON column (NaN/Infinity, lone surrogates,
+    nesting too deep for the encoder), or ``None``. Checked here so that such a line is a dead
+    letter at once instead of failing to link on every drain until its attempts run out."""
+    try:
+        json.dumps(properties, allow_nan=False, ensure_ascii=False).encode("utf-8")
+    except ValueError as exc:  # UnicodeEncodeError is a ValueError too
+        return str(exc)[:200]
+    except RecursionError:
+        return "nested too deeply"
+    return None
+
+
+def dead_letter_record(raw: bytes, *, reason: str, detail: str, attempts: int, at: str) -> dict[str, Any]:
+    """One dead-letter line: why, when, and the original line verbatim (as text). Pure."""
+    return {
+        "reason": reason,
+        "detail": detail,
+        "attempts": attempts,
+        "deadLetteredAt": at,
+        "line": raw.decode("utf-8", "replace").rstrip("\n"),
+    }
+
+
+class InvalidLazyEdgeError(ValueError):
+    """Edges a producer passed that can never link; ``problems`` lists ``(index, reason, detail)``
+    of each. Nothing of the call was enqueued."""
+
+    def __init__(self, problems: list[tuple[int, str, str]]) -> None:
+        self.problems = problems
+        shown = "; ".join(f"edge {index}: {reason}: {detail}" for index, reason, detail in problems[:5])
+        more = f" (and {len(problems) - 5} more)" if len(problems) > 5 else ""
+        super().__init__(f"{len(problems)} lazy edge(s) rejected, none enqueued: {shown}{more}")
+
+
+def queue_lines(edges: Iterable[Mapping[str, Any]], *, timestamp: str | None = None) -> list[bytes]:
+    """The queue lines of ``edges`` (each a mapping with ``source``, ``target``, ``relationship``
+    and optional ``weight``, ``properties`` and any other field), checked by :func:`parse_line`:
+    raises :class:`InvalidLazyEdgeError` naming every edge that can never link (the drain would
+    dead-letter it), so a producer learns at once and writes all of them or none."""
+    lines: list[bytes] = []
+    problems: list[tuple[int, str, str]] = []
+    for index, edge in enumerate(edges):
+        if not isinstance(edge, Mapping):
+            problems.append((index, "invalid-edge", f"expected a mapping, got {type(edge).__name__}"))
+            continue
+        try:
+            line = edge_line(edge, timestamp=timestamp)
+        except (TypeError, ValueError, RecursionError) as exc:
+            problems.append((index, "invalid-edge", f"cannot be written as JSON: {exc}"[:300]))
+            continue
+        if len(line) - 1 > MAX_LINE_BYTES:
+            problems.append((index, "line-too-long", f"line of {len(line) - 1} bytes; the limit is {MAX_LINE_BYTES} bytes"))
+            continue
+        parsed = parse_line(line)
+        if isinstance(parsed, MalformedLine):
+            problems.append((index, parsed.reason, parsed.detail))
+        else:
+            lines.append(line)
+    if problems:
+        raise InvalidLazyEdgeError(problems)
+    return lines

@@ -1,0 +1,205 @@
+"""The lazy-edge queue's database form: the tables ``lazy_edges`` and ``lazy_edges_dead``
+(migration 9), for producers that do not share the worker's disk.
+
+One row is one queue line: ``line`` holds exactly the JSON text a line of the JSONL queue holds
+(store/lazy_queue.py); what it means is decided in ``pipelines.lazy_edge`` for both forms. Any
+process that can reach the database may insert rows (``INSERT INTO lazy_edges(line, enqueued_at)
+VALUES (?, ?)``; ``pipelines.enqueue.enqueue_lazy_edges`` validates first).
+
+A drain reads the rows present when it starts (ids up to :meth:`LazyEdgeTable.last_id`), in id
+order, and settles each batch (:meth:`LazyEdgeTable.settle`) inside the transaction that writes
+the batch's edges: a row is deleted (linked), re-inserted under its own id with ``attempts`` + 1
+(failed, retried by the next drain) or moved to ``lazy_edges_dead`` with the reason. A kill at any
+point rolls the whole batch back — its edges and its rows' fates together — so nothing is lost and
+nothing applied twice. The settle deletes the batch's rows first: rows another drain settled
+meanwhile make it raise :class:`RowsTakenError`, and the batch is rolled back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from config.settings import Settings
+from store.db import Database, in_batches
+from store.errors import DatabaseError, DatabaseUnreadableError
+from store.graph import utc_now
+from store.lazy_queue import LazyEdgeQueue, edge_line
+
+# The longest ``line`` the table takes (its CHECK constraint, migration 9): a longer insert fails
+# at once, so the producer learns; the JSONL form's limit is the same number of bytes.
+MAX_LINE_CHARACTERS = 1024 * 1024
+
+
+class RowsTakenError(DatabaseError):
+    """Rows a drain was settling were settled by another drain first; its batch was rolled back."""
+
+
+@dataclass(frozen=True, slots=True)
+class QueuedRow:
+    """One row of ``lazy_edges``: ``line`` is its UTF-8 text (a queue line without newline)."""
+
+    id: int
+    line: bytes
+    attempts: int
+    enqueued_at: str
+
+
+@dataclass(frozen=True, slots=True)
+class DeadRow:
+    """A row that will never link, as ``lazy_edges_dead`` keeps it."""
+
+    row: QueuedRow
+    reason: str
+    detail: str
+    attempts: int
+    dead_lettered_at: str
+
+
+class LazyEdgeTable:
+    """The queue table of ``db`` (the graph's own database, so a batch's fate and edges commit
+    together). Blocking: call from a worker thread."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    # --- producers -----------------------------------------------------------------------
+    def append(self, edges: Iterable[Mapping[str, Any]]) -> int:
+        """Insert one row per edge (a ``timestamp`` is added when missing) in one transaction;
+        returns the number of rows."""
+        return self.append_lines(edge_line(edge) for edge in edges)
+
+    def append_lines(self, lines: Iterable[bytes | str]) -> int:
+        """Insert ready-made queue lines (trailing newline optional) in one transaction."""
+        now = utc_now()
+        rows = [(_text(line), now) for line in lines]
+        if rows:
+            with self.db.transaction() as conn:
+                conn.executemany("INSERT INTO lazy_edges(line, enqueued_at) VALUES (?, ?)", rows)
+        return len(rows)
+
+    # --- the drain's side ----------------------------------------------------------------
+    def last_id(self) -> int:
+        """The newest row's id (0 when empty): a drain takes rows up to it, not those inserted
+        while it runs, so a steady producer cannot keep it going forever."""
+        return self.db.query("SELECT COALESCE(MAX(id), 0) FROM lazy_edges")[0][0]
+
+    def pending_bytes(self, *, up_to: int) -> int:
+        """Characters of the rows up to id ``up_to`` (for progress reports)."""
+        return self.db.query("SELECT COALESCE(SUM(length(line)), 0) FROM lazy_edges WHERE id <= ?", (up_to,))[0][0]
+
+    def read_batch(self, *, after: int, up_to: int, limit: int, max_bytes: int) -> list[QueuedRow]:
+        """Rows with ``after < id <= up_to`` in id order: at most ``limit`` of them and, past the
+        first, no more than about ``max_bytes`` characters (a row holds at most
+        :data:`MAX_LINE_CHARACTERS`, the table's CHECK), so a batch of long rows stays small."""
+        found = self.db.query(
+            "SELECT id, line, attempts, enqueued_at FROM lazy_edges WHERE id > ? AND id <= ? ORDER BY id LIMIT ?",
+            (after, up_to, max(1, limit)),
+        )
+        rows: list[QueuedRow] = []
+        total = 0
+        for row in found:
+            total += len(row["line"])
+            if rows and total > max_bytes:
+                break
+            rows.append(QueuedRow(row["id"], row["line"].encode("utf-8"), row["attempts"], row["enqueued_at"]))
+        return rows
+
+    def settle(self, *, taken: Sequence[QueuedRow], requeued: Sequence[tuple[QueuedRow, str]], dead: Sequence[DeadRow]) -> None:
+        """Record what a drain made of the rows ``taken``: all leave the queue, ``requeued``
+        (row, error) come back with ``attempts`` + 1, ``dead`` go to ``lazy_edges_dead``. Call in
+        the transaction that writes their edges; raises :class:`RowsTakenError` (roll back) when
+        another drain settled any of them first."""
+        with self.db.transaction() as conn:
+            deleted = 0
+            for batch, marks in in_batches(row.id for row in taken):
+                deleted += conn.execute(f"DELETE FROM lazy_edges WHERE id IN ({marks})", batch).rowcount
+            if deleted != len(taken):
+                raise RowsTakenError(f"{len(taken) - deleted} of {len(taken)} queue rows were settled by another drain")
+            if requeued:
+                conn.executemany(
+                    "INSERT INTO lazy_edges(id, line, attempts, last_error, enqueued_at) VALUES (?, ?, ?, ?, ?)",
+                    [(row.id, _text(row.line), row.attempts + 1, error[:300], row.enqueued_at) for row, error in requeued],
+                )
+            if dead:
+                conn.executemany(
+                    """INSERT INTO lazy_edges_dead(line, reason, detail, attempts, enqueued_at, dead_lettered_at)
+                       VALUES (?, ?, ?, ?, ?, ?)""",
+                    [(_text(d.row.line), d.reason, d.detail, d.attempts, d.row.enqueued_at, d.dead_lettered_at) for d in dead],
+                )
+
+    # --- reporting -----------------------------------------------------------------------
+    def depth(self) -> int:
+        """Rows waiting in the queue table."""
+        return self.db.query("SELECT COUNT(*) FROM lazy_edges")[0][0]
+
+    def oldest_enqueued_at(self) -> str | None:
+        """When the first row in line was inserted (``None`` when the table is empty); one index
+        look-up, not a scan."""
+        found = self.db.query("SELECT enqueued_at FROM lazy_edges ORDER BY id LIMIT 1")
+        return found[0][0] if found else None
+
+    def dead_letter_count(self) -> int:
+        """Rows in ``lazy_edges_dead``."""
+        return self.db.query("SELECT COUNT(*) FROM lazy_edges_dead")[0][0]
+
+    def dead_letters(self, *, limit: int = 100) -> list[dict[str, Any]]:
+        """The newest dead rows, as the dead-letter file's records (``line``, ``reason``, ``detail``,
+        ``attempts``, ``deadLetteredAt``)."""
+        rows = self.db.query(
+            "SELECT line, reason, detail, attempts, dead_lettered_at FROM lazy_edges_dead ORDER BY id DESC LIMIT ?", (limit,)
+        )
+        return [
+            {"reason": r["reason"], "detail": r["detail"], "attempts": r["attempts"], "deadLetteredAt": r["dead_lettered_at"],
+             "line": r["line"]}
+            for r in rows
+        ]
+
+
+def _text(line: bytes | str) -> str:
+    text = line.decode("utf-8", "replace") if isinstance(line, bytes) else line
+    return text[:-1] if text.endswith("\n") else text
+
+
+
+def lazy_edge_sink(settings: Settings, db: Database) -> LazyEdgeQueue | LazyEdgeTable:
+    """Where the worker's own lazy edges go (``REM_LAZY_QUEUE``): the JSONL queue, or the queue
+    table of ``db`` — its rows then commit with the session that produced them."""
+    return LazyEdgeTable(db) if settings.lazy_queue == "database" else LazyEdgeQueue(settings.queue_path)
+
+
+SQLITE_URL_PREFIX = "sqlite:///"
+POSTGRES_URL_PREFIXES = ("postgresql://", "postgres://")
+
+
+def is_database_url(target: object) -> bool:
+    """Whether ``target`` names a database (``sqlite:///…``, ``postgresql://…``) rather than a
+    JSONL queue file. Pure."""
+    return isinstance(target, str) and target.startswith((SQLITE_URL_PREFIX, *POSTGRES_URL_PREFIXES))
+
+
+@contextmanager
+def open_queue_table(url: str, *, timeout: float = 30.0) -> Iterator[LazyEdgeTable]:
+    """The queue table of the database ``url`` names, closed on exit:
+    ``sqlite:///relative/graph.sqlite3``, ``sqlite:////absolute/graph.sqlite3`` (the file must
+    exist: a producer never creates a graph database by mistyping its path) or
+    ``postgresql://user@host/db``. Raises the :mod:`store.errors` family."""
+    if url.startswith(SQLITE_URL_PREFIX):
+        path = Path(url[len(SQLITE_URL_PREFIX):])
+        if not path.is_file():
+            raise DatabaseUnreadableError(f"no graph database at {path}: run rem-cycle once there first, or fix the URL")
+        db: Any = Database(path, timeout=timeout)
+    elif url.startswith(POSTGRES_URL_PREFIXES):
+        from store.db import MIGRATIONS
+        from store.postgres import PostgresDatabase  # the PostgreSQL backend; psycopg loads only here
+
+        db = PostgresDatabase(url, timeout=timeout, known_versions=len(MIGRATIONS), sqlite_migrations=MIGRATIONS)
+    else:
+        raise ValueError(f"not a database URL (sqlite:///PATH or postgresql://…): {url.split('://', 1)[0]}://…")
+    try:
+        yield LazyEdgeTable(db)
+    finally:
+        db.close()
