@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from config.settings import Settings
+from store.backend import open_database_at
 from store.db import Database, in_batches
 from store.errors import DatabaseError, DatabaseUnreadableError
 from store.graph import utc_now
@@ -191,12 +192,9 @@ def open_queue_table(url: str, *, timeout: float = 30.0) -> Iterator[LazyEdgeTab
         path = Path(url[len(SQLITE_URL_PREFIX):])
         if not path.is_file():
             raise DatabaseUnreadableError(f"no graph database at {path}: run rem-cycle once there first, or fix the URL")
-        db: Any = Database(path, timeout=timeout)
+        db = open_database_at(path=path, url=None, timeout=timeout)
     elif url.startswith(POSTGRES_URL_PREFIXES):
-        from store.db import MIGRATIONS
-        from store.postgres import PostgresDatabase  # the PostgreSQL backend; psycopg loads only here
-
-        db = PostgresDatabase(url, timeout=timeout, known_versions=len(MIGRATIONS), sqlite_migrations=MIGRATIONS)
+        db = open_database_at(path=Path(), url=url, timeout=timeout)  # psycopg loads only here
     else:
         raise ValueError(f"not a database URL (sqlite:///PATH or postgresql://…): {url.split('://', 1)[0]}://…")
     try:

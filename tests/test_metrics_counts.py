@@ -11,11 +11,11 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from config import Settings
+from store.backend import open_database
 from store.lazy_queue import LazyEdgeQueue
 from tests.conftest import make_session
 from tests.lazy_fixtures import drain, queue_of, seed_chroma
 from worker.cycle import PHASES, Stores, run_cycle
-from store.db import Database
 from worker import metrics
 from worker.metrics import build_registry, database_files_key, parse_utc, settled
 
@@ -68,8 +68,8 @@ async def test_an_unchanged_database_is_not_read_again_and_a_write_is_seen(
     await run_cycle(settings, stores=stores)
     registry = build_registry(settings)
     monkeypatch.setattr(metrics, "SETTLE_SECONDS", 0.0)  # the files are settled as soon as written
-    reads: list[Path] = []
-    monkeypatch.setattr(metrics, "Database", lambda path, **options: reads.append(path) or Database(path, **options))
+    reads: list[Settings] = []
+    monkeypatch.setattr(metrics, "open_database", lambda s, **options: reads.append(s) or open_database(s, **options))
     assert _sample(registry, "rem_cycle_newest_digested_session_timestamp_seconds") == parse_utc("2026-11-01T10:00:00Z").timestamp()
     assert _sample(registry, "rem_cycle_cycles_total") == 1
     assert len(reads) == 1  # the second scrape found the files as they were
