@@ -46,12 +46,13 @@ from pipelines.extract.units import SourceTurn, plan_units  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 NODE_LABELS = ROOT / "bench" / "data" / "extract_node_labels.jsonl"
 CHAT_ENTITIES = ROOT / "bench" / "data" / "chat_entities.jsonl"
-SOURCES = ("friends", "swe")
+SOURCES = ("friends", "swe", "sweagent")
 # ``fresh``: held-out sessions never sampled for a label before issue 11's second round (labelled
 # before its rule changes; see bench/RESULTS.md).
 SPLITS = ("tune", "heldout", "fresh")
 # Sessions whose nodes are sampled for precision labels, and conversations labelled for recall.
-PRECISION_SESSIONS = {"friends": 40, "swe": 12}
+# ``sweagent``: SWE-agent's own trajectories (issue 11's third round; 15 sessions, all sampled).
+PRECISION_SESSIONS = {"friends": 40, "swe": 12, "sweagent": 15}
 NODES_PER_SPLIT = 80
 RECALL_CONVERSATIONS = 20
 SEED = 11
@@ -300,7 +301,7 @@ def cmd_report(args: argparse.Namespace) -> None:
             if source == "friends":
                 for name, extract in (("before", before), ("after", after)):
                     entry[f"entity_recall_{name}"] = entity_recall(args.data, split, extract, settings)
-            else:
+            elif source == "swe":
                 entry["tool_only_tradeoff"] = tool_only_tradeoff(args.data, split, labels, settings)
             report[f"{source}/{split}"] = entry
     if args.speed:

@@ -7,6 +7,11 @@ Two sources (fetched by the operator, never committed; see bench/RESULTS.md for 
   people); a turn's role is the speaker's name. Scene directions are dropped (nobody says them).
 - ``swe``: mini-swe-agent trajectories (``*.traj.json``, MIT) — the task (role ``user``), the
   agent's messages (``assistant``) and the shell's answers (``tool``).
+- ``sweagent``: SWE-agent trajectories (``*.traj``, MIT; the ones committed in the SWE-agent
+  repository) — another agent framework, model and prompt template; the first user message is the
+  task, later user (or ``tool``) messages are the environment's answers; demonstrations embedded in
+  the prompt (``is_demo``) and the system prompt are dropped; replays of one task are kept once.
+  Issue 11's third round holds all of them out (split ``fresh``): none is used for tuning.
 
 The split is by a hash of the episode (friends) or the task id (swe), fixed before any labelling::
 
@@ -82,18 +87,48 @@ def swe_sessions(trajs_dir: Path) -> Iterator[tuple[str, dict[str, Any]]]:
         yield instance, {"sessionId": session_id, "title": instance, "createdAt": start.isoformat(), "turns": turns, "noSummary": True}
 
 
+def sweagent_sessions(trajs_dir: Path) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(``fresh``, import line) per distinct SWE-agent trajectory (``*.traj``) under ``trajs_dir``;
+    a task replayed under several configurations (same file name) is kept once, the first."""
+    seen: set[str] = set()
+    for number, path in enumerate(sorted(trajs_dir.rglob("*.traj"))):
+        task = path.name.removesuffix(".traj").rsplit("_", 1)[-1] if "replay__" in path.name else path.name.removesuffix(".traj")
+        if task in seen:
+            continue
+        seen.add(task)
+        data = json.loads(path.read_text(encoding="utf-8"))
+        session_id = "sa-" + "".join(c if c.isalnum() or c in "-_." else "-" for c in task)[-100:]
+        start = _EPOCH + timedelta(days=number)
+        turns = []
+        asked = False
+        for i, message in enumerate(data.get("history", [])):
+            content = message.get("content")
+            if isinstance(content, list):
+                content = "\n".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+            role = message.get("role")
+            if role == "system" or message.get("is_demo") or not isinstance(content, str) or not content.strip():
+                continue
+            if role == "user":
+                role = "tool" if asked else "user"  # the first is the task, the rest observations
+                asked = True
+            turns.append({"id": f"{session_id}-m{i:04d}", "role": role, "text": content,
+                          "createdAt": (start + timedelta(seconds=i)).isoformat()})
+        yield "fresh", {"sessionId": session_id, "title": task, "createdAt": start.isoformat(), "turns": turns, "noSummary": True}
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("source", choices=("friends", "swe"))
-    parser.add_argument("path", type=Path, help="friends.rda, or a directory of *.traj.json")
+    parser.add_argument("source", choices=("friends", "swe", "sweagent"))
+    parser.add_argument("path", type=Path, help="friends.rda, or a directory of *.traj.json / *.traj")
     parser.add_argument("--out", type=Path, required=True, help="output prefix")
     args = parser.parse_args(argv)
-    sessions = friends_sessions(args.path) if args.source == "friends" else swe_sessions(args.path)
-    counts = dict.fromkeys(SPLITS, 0)
-    outputs = {split: args.out.with_name(f"{args.out.name}.{split}.jsonl").open("w", encoding="utf-8") for split in SPLITS}
+    sessions = {"friends": friends_sessions, "swe": swe_sessions, "sweagent": sweagent_sessions}[args.source](args.path)
+    splits = ("fresh",) if args.source == "sweagent" else SPLITS
+    counts = dict.fromkeys(splits, 0)
+    outputs = {split: args.out.with_name(f"{args.out.name}.{split}.jsonl").open("w", encoding="utf-8") for split in splits}
     try:
         for key, line in sessions:
-            split = split_of(key)
+            split = key if args.source == "sweagent" else split_of(key)
             outputs[split].write(json.dumps(line, ensure_ascii=False) + "\n")
             counts[split] += 1
     finally:
