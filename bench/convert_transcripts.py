@@ -5,8 +5,9 @@ Two sources (fetched by the operator, never committed; see bench/RESULTS.md for 
 - ``friends``: the Friends scripts as tidied by EmilHvitfeldt/friends (``data/friends.rda``, MIT,
   from emorynlp/character-mining, Apache-2.0). One session per scene (a conversation between named
   people); a turn's role is the speaker's name. Scene directions are dropped (nobody says them).
-- ``swe``: mini-swe-agent trajectories (``*.traj.json``, MIT) — the task (role ``user``), the
-  agent's messages (``assistant``) and the shell's answers (``tool``).
+- ``swe``: mini-swe-agent trajectories (``*.traj.json``, MIT) — the task (the first ``user``
+  message), the agent's messages (``assistant``) and the environment's answers (``tool``: every
+  later ``user`` message — command output, format errors, timeouts, the submitted diff).
 - ``sweagent``: SWE-agent trajectories (``*.traj``, MIT; the ones committed in the SWE-agent
   repository) — another agent framework, model and prompt template; the first user message is the
   task, later user (or ``tool``) messages are the environment's answers; demonstrations embedded in
@@ -34,7 +35,6 @@ from typing import Any
 SPLITS = ("tune", "heldout")
 _EPOCH = datetime(2026, 1, 1, tzinfo=timezone.utc)
 _NOT_SPOKEN = {"Scene Directions"}
-_TOOL_ANSWER_PREFIXES = ("<returncode>", "<output", "<warning>")
 
 
 def split_of(key: str) -> str:
@@ -73,6 +73,7 @@ def swe_sessions(trajs_dir: Path) -> Iterator[tuple[str, dict[str, Any]]]:
         session_id = "swe-" + "".join(c if c.isalnum() or c in "-_." else "-" for c in instance)
         start = _EPOCH + timedelta(days=number)
         turns = []
+        asked = False
         for i, message in enumerate(data.get("messages", [])):
             content = message.get("content")
             if isinstance(content, list):  # content parts
@@ -80,8 +81,11 @@ def swe_sessions(trajs_dir: Path) -> Iterator[tuple[str, dict[str, Any]]]:
             role = message.get("role")
             if role == "system" or not isinstance(content, str) or not content.strip():
                 continue
-            if role == "user" and content.lstrip().startswith(_TOOL_ANSWER_PREFIXES):
-                role = "tool"
+            if role == "user":
+                # The first is the task; every later one is the environment's (command output, a
+                # format error, a timeout notice, the final diff), whatever it starts with.
+                role = "tool" if asked else "user"
+                asked = True
             turns.append({"id": f"{session_id}-m{i:04d}", "role": role, "text": content,
                           "createdAt": (start + timedelta(seconds=i)).isoformat()})
         yield instance, {"sessionId": session_id, "title": instance, "createdAt": start.isoformat(), "turns": turns, "noSummary": True}
