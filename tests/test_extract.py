@@ -318,7 +318,7 @@ def test_heuristic_bare_conventional_file_names_name_no_file() -> None:
 
 
 def test_heuristic_python_itself_is_no_node_but_the_projects_calls_are() -> None:
-    text = ("for k, v in seen.items(): f.readlines(); a.all(); traceback.print_exc(); os.path.join(); x is NoneType\n"
+    text = ("for k, v in seen.items(): f.readlines(); a.all(); _cache.keys(); traceback.print_exc(); os.path.join(); x is NoneType\n"
             "self.add(); self.alias_map.items(); connection.schema_editor(); QuerySet.filter(); MyModel.objects.all()")
     found = nodes_of(conversation(("assistant", text)))
     assert set(found) == {"METHOD:self.add", "METHOD:connection.schema_editor", "METHOD:QuerySet.filter", "METHOD:MyModel.objects.all"}

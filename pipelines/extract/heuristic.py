@@ -432,7 +432,7 @@ def _is_language(name: str) -> bool:
     receiver, dot, method = name.rpartition(".")
     if not dot:
         return False
-    if method in _BUILTIN_METHODS and receiver[:1].islower() and receiver not in _OWN_RECEIVERS:
+    if method in _BUILTIN_METHODS and receiver.lstrip("_")[:1].islower() and receiver not in _OWN_RECEIVERS:
         return True
     module = receiver.split(".")
     return module[0] in sys.stdlib_module_names and all(part.islower() for part in module)
