@@ -46,13 +46,14 @@ from pipelines.extract.units import SourceTurn, plan_units  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 NODE_LABELS = ROOT / "bench" / "data" / "extract_node_labels.jsonl"
 CHAT_ENTITIES = ROOT / "bench" / "data" / "chat_entities.jsonl"
-SOURCES = ("friends", "swe", "sweagent")
+SOURCES = ("friends", "swe", "sweagent", "aider")
 # ``fresh``: held-out sessions never sampled for a label before issue 11's second round (labelled
 # before its rule changes; see bench/RESULTS.md).
 SPLITS = ("tune", "heldout", "fresh")
 # Sessions whose nodes are sampled for precision labels, and conversations labelled for recall.
-# ``sweagent``: SWE-agent's own trajectories (issue 11's third round; 15 sessions, all sampled).
-PRECISION_SESSIONS = {"friends": 40, "swe": 12, "sweagent": 15}
+# ``sweagent``: SWE-agent's own trajectories (issue 11's third round; 15 sessions, all sampled);
+# ``aider``: aider's own chat history (third round, held out).
+PRECISION_SESSIONS = {"friends": 40, "swe": 12, "sweagent": 15, "aider": 60}
 NODES_PER_SPLIT = 80
 RECALL_CONVERSATIONS = 20
 SEED = 11
