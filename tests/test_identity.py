@@ -383,7 +383,7 @@ def test_what_still_links(node_type: str, existing: str, incoming: str, rule: st
 
 
 def test_a_name_a_word_longer_is_only_a_candidate() -> None:
-    # On real sessions the same shape was the same thing 10 times and another thing 40 times
+    # On real sessions the same shape was the same thing 12 times and another thing 42 times
     # (`DigiCert Global Root` / `Global Root`, `New York` / `New York Office`): never a link.
     for existing, incoming in (("Camerfirma Global Chambersign Root", "Global Chambersign Root"), ("New York Office", "New York")):
         verdict = _verdict([("CONCEPT", existing)], "CONCEPT", incoming)
