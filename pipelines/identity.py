@@ -21,8 +21,8 @@ normalised      0.95   identifier ↔ identifier: :func:`identifier_key` — cas
                        after camelCase splitting, punctuation/underscores as spaces, accents, a
                        leading article or demonstrative, ``the``/``an`` inside, a possessive
                        ``'s`` and ``()`` dropped, plural → singular except in a METHOD/TEST/FILE
-                       identifier, the words joined
-                       (``back-fill`` ≈ ``backfill``) — ``LazyEdgeQueue`` ≈ ``the lazy edge queues``
+                       identifier, the words joined (``back-fill`` ≈ ``backfill``) —
+                       ``LazyEdgeQueue`` ≈ ``the lazy edge queues``
 qualified       0.90   METHOD: the same function qualified or not (:func:`same_member`:
                        ``QuerySet.iterator`` ≈ ``queryset.iterator`` ≈ ``iterator``), never a
                        builtin (``min`` ≠ ``A.min``); the name sharing the most qualifiers wins
@@ -166,8 +166,7 @@ def words(text: str) -> list[str]:
     text = _CAMEL_ACRONYM.sub(" ", _CAMEL_LOWER_UPPER.sub(" ", text))
     found = [w for w in _NON_WORD.split(text.casefold()) if w]
     found = found[1:] if len(found) > 1 and found[0] in _ARTICLES else found
-    inner = [w for i, w in enumerate(found) if i == 0 or w not in _INNER_ARTICLES]
-    return inner if inner else found
+    return [w for i, w in enumerate(found) if i == 0 or w not in _INNER_ARTICLES]
 
 
 def singular(word: str) -> str:
