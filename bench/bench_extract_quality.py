@@ -46,12 +46,14 @@ from pipelines.extract.units import SourceTurn, plan_units  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 NODE_LABELS = ROOT / "bench" / "data" / "extract_node_labels.jsonl"
 CHAT_ENTITIES = ROOT / "bench" / "data" / "chat_entities.jsonl"
-SOURCES = ("friends", "swe")
+SOURCES = ("friends", "swe", "sweagent", "aider")
 # ``fresh``: held-out sessions never sampled for a label before issue 11's second round (labelled
 # before its rule changes; see bench/RESULTS.md).
 SPLITS = ("tune", "heldout", "fresh")
 # Sessions whose nodes are sampled for precision labels, and conversations labelled for recall.
-PRECISION_SESSIONS = {"friends": 40, "swe": 12}
+# ``sweagent``: SWE-agent's own trajectories (issue 11's third round; 15 sessions, all sampled);
+# ``aider``: aider's own chat history (third round, held out).
+PRECISION_SESSIONS = {"friends": 40, "swe": 12, "sweagent": 15, "aider": 60}
 NODES_PER_SPLIT = 80
 RECALL_CONVERSATIONS = 20
 SEED = 11
@@ -123,25 +125,27 @@ def sampled_sessions(sessions: Sequence[dict[str, Any]], source: str, count: int
     return random.Random(f"{SEED}:{source}:{salt}").sample(pool, min(count, len(pool)))
 
 
-def node_sample(nodes: dict[str, dict[str, SeenNode]], source: str, split: str) -> list[tuple[str, SeenNode]]:
+def node_sample(
+    nodes: dict[str, dict[str, SeenNode]], source: str, split: str, *, count: int = NODES_PER_SPLIT
+) -> list[tuple[str, SeenNode]]:
     """A fixed random sample of (session, node) out of every node made on the sampled sessions.
 
     The order is drawn once over the sorted pool, so a node keeps its place when the extractor
-    changes; the sample is the first NODES_PER_SPLIT of the current extractor's nodes in that order.
+    changes; the sample is the first ``count`` of the current extractor's nodes in that order.
     """
     pool = [(sid, node_id) for sid, found in nodes.items() for node_id in found]
     pool.sort(key=lambda pair: hashlib.sha256(f"{SEED}|{source}|{split}|{pair[0]}|{pair[1]}".encode()).hexdigest())
-    return [(sid, nodes[sid][node_id]) for sid, node_id in pool[:NODES_PER_SPLIT]]
+    return [(sid, nodes[sid][node_id]) for sid, node_id in pool[:count]]
 
 
 def precision_nodes(
-    data: Path, source: str, split: str, extract: Extract, settings: Settings
+    data: Path, source: str, split: str, extract: Extract, settings: Settings, *, count: int = NODES_PER_SPLIT
 ) -> tuple[dict[str, dict[str, SeenNode]], list[tuple[str, SeenNode]]]:
     """Every node ``extract`` makes on the split's precision sessions, and the node sample."""
     sessions = load_sessions(data / f"{source}.{split}.jsonl")
     chosen = sampled_sessions(sessions, source, PRECISION_SESSIONS[source], salt=f"{split}:precision")
     found = {s["sessionId"]: extract_session(units_of(s, settings), extract, settings) for s in chosen}
-    return found, node_sample(found, source, split)
+    return found, node_sample(found, source, split, count=count)
 
 
 def cmd_sample(args: argparse.Namespace) -> None:
@@ -183,6 +187,7 @@ def main(argv: list[str] | None = None) -> None:
             command.add_argument("--baseline-ref", default="fb81ed7", help="git ref of the heuristic to compare with")
             command.add_argument("--splits", nargs="+", choices=SPLITS, default=["tune"])
             command.add_argument("--speed", action="store_true", help="also time both extractors")
+            command.add_argument("--nodes", type=int, default=NODES_PER_SPLIT, help="nodes sampled per split for precision")
     if argv is not None and not argv:  # from bench/run_all.py: the data are fetched by hand
         data = os.environ.get("REM_TRANSCRIPTS")
         if not data:
@@ -295,16 +300,19 @@ def cmd_report(args: argparse.Namespace) -> None:
                 continue  # the fresh split is coding sessions only
             entry: dict[str, Any] = {}
             for name, extract in (("before", before), ("after", after)):
-                _, sample = precision_nodes(args.data, source, split, extract, settings)
+                _, sample = precision_nodes(args.data, source, split, extract, settings, count=args.nodes)
                 entry[f"precision_{name}"] = precision(labels, sample)
             if source == "friends":
                 for name, extract in (("before", before), ("after", after)):
                     entry[f"entity_recall_{name}"] = entity_recall(args.data, split, extract, settings)
-            else:
+            elif source == "swe":
                 entry["tool_only_tradeoff"] = tool_only_tradeoff(args.data, split, labels, settings)
             report[f"{source}/{split}"] = entry
     if args.speed:
-        report["speed"] = {source: speed(args.data, source, {"before": before, "after": after}, settings) for source in SOURCES}
+        report["speed"] = {
+            source: speed(args.data, source, {"before": before, "after": after}, settings)
+            for source in SOURCES if (args.data / f"{source}.tune.jsonl").exists()
+        }
     print(json.dumps(report, indent=1, ensure_ascii=False))
 
 

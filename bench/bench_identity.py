@@ -45,7 +45,10 @@ REAL = Path(__file__).resolve().parent / "data" / "identity_real_pairs.jsonl"
 SPLITS = ("tuning", "held-out")
 # Labelled pairs only: ``fresh`` = held-out sessions' pairs first labelled in issue 11's second
 # round, before its rule changes (bench/RESULTS.md); its errors are never printed.
-LABELLED_SPLITS = (*SPLITS, "fresh")
+# ``sweagent`` / ``aider``: pairs from SWE-agent's own trajectories and from aider's own chat
+# history (other frameworks and models; issue 11's third round), labelled from main's run before
+# the code of that round ever ran on them.
+LABELLED_SPLITS = (*SPLITS, "fresh", "sweagent", "aider")
 
 
 def load_pairs(path: Path) -> list[dict[str, Any]]:

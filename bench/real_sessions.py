@@ -12,9 +12,9 @@ gruckion/mini-swe-agent repository (MIT), folder ``swebench_results/20251118_gem
     git clone https://github.com/gruckion/mini-swe-agent /tmp/msa
     python bench/real_sessions.py /tmp/msa/swebench_results/20251118_gemini-3-pro-74pct/trajs sessions.jsonl
 
-The system prompt is dropped; the task (first user message) stays a ``user`` turn, command output
-(a ``user`` message starting ``<returncode>``) becomes a ``tool`` turn, the agent's messages are
-``assistant`` turns. The split is fixed by the instance id alone (:func:`split_of`), so it never
+The system prompt is dropped; the task (first user message) stays a ``user`` turn, every later
+``user`` message (command output, format errors, timeouts, the submitted diff) becomes a ``tool``
+turn, the agent's messages are ``assistant`` turns. The split is fixed by the instance id alone (:func:`split_of`), so it never
 depends on what the rules do and a held-out session never moves to the tuning side.
 """
 
@@ -48,8 +48,9 @@ def session_id_of(instance_id: str) -> str:
 
 
 def _role(message: dict[str, Any], position: int) -> str:
-    text = str(message.get("content") or "")
-    if message.get("role") == "user" and position > 0 and text.lstrip().startswith("<returncode>"):
+    # Only the first user message is the task; every later one is the environment's (command
+    # output, a format error, a timeout notice, the submitted diff).
+    if message.get("role") == "user" and position > 0:
         return "tool"
     return str(message.get("role") or "user")
 

@@ -19,9 +19,10 @@ normalised      0.95   identifier ↔ identifier: :func:`identifier_key` — cas
                        the plural is its singular (``ModelAdmins``), a path loses a diff's
                        ``a/``/``b/`` and ``./`` but keeps its case; otherwise the same words
                        after camelCase splitting, punctuation/underscores as spaces, accents, a
-                       leading article or demonstrative, a possessive ``'s`` and ``()`` dropped,
-                       plural → singular except in a METHOD/TEST/FILE identifier, the words joined
-                       (``back-fill`` ≈ ``backfill``) — ``LazyEdgeQueue`` ≈ ``the lazy edge queues``
+                       leading article or demonstrative, ``the``/``an`` inside, a possessive
+                       ``'s`` and ``()`` dropped, plural → singular except in a METHOD/TEST/FILE
+                       identifier, the words joined (``back-fill`` ≈ ``backfill``) —
+                       ``LazyEdgeQueue`` ≈ ``the lazy edge queues``
 qualified       0.90   METHOD: the same function qualified or not (:func:`same_member`:
                        ``QuerySet.iterator`` ≈ ``queryset.iterator`` ≈ ``iterator``), never a
                        builtin (``min`` ≠ ``A.min``); the name sharing the most qualifiers wins
@@ -79,6 +80,9 @@ _QUOTES = "`'\"“”‘’"
 _POSSESSIVE = re.compile(r"['’]s\b")
 # Dropped at the start of a name: articles and demonstratives ("this Sequential Feature Selector").
 _ARTICLES = frozenset({"the", "a", "an", "this", "that", "these", "those"})
+# Dropped inside a name too ("Accessing the UserAdmin" = "Accessing UserAdmin"); not "a", which
+# inside a name is often a letter ("Type A Error").
+_INNER_ARTICLES = frozenset({"the", "an"})
 # Identifier types whose plural is another identifier (get_node / get_nodes): no plural folding.
 _NO_PLURAL_TYPES = frozenset({"METHOD", "TEST", "FILE"})
 # Types whose one-word names are code identifiers: compared as written (see identifier_key).
@@ -155,12 +159,14 @@ def fold(text: str) -> str:
 
 def words(text: str) -> list[str]:
     """Lower-case words: camelCase split, punctuation and underscores as separators, accents, a
-    possessive ``'s`` and a call's ``(…)`` dropped, a leading article dropped.
+    possessive ``'s`` and a call's ``(…)`` dropped, a leading article dropped, and ``the``/``an``
+    inside the name.
     ``"LazyEdgeQueue.drain()"`` → ``["lazy", "edge", "queue", "drain"]``."""
     text = _POSSESSIVE.sub("", _CALL.sub("", _plain(text)))
     text = _CAMEL_ACRONYM.sub(" ", _CAMEL_LOWER_UPPER.sub(" ", text))
     found = [w for w in _NON_WORD.split(text.casefold()) if w]
-    return found[1:] if len(found) > 1 and found[0] in _ARTICLES else found
+    found = found[1:] if len(found) > 1 and found[0] in _ARTICLES else found
+    return [w for i, w in enumerate(found) if i == 0 or w not in _INNER_ARTICLES]
 
 
 def singular(word: str) -> str:

@@ -111,13 +111,13 @@ def test_units_split_an_oversized_turn_into_parts_with_its_memory() -> None:
 
 def test_heuristic_finds_code_entities_without_sentence_starts() -> None:
     text = (
-        "The LazyEdgeQueue in src/store/lazy_queue.py calls drain() and time.monotonic(); see #123 and "
+        "The LazyEdgeQueue in src/store/lazy_queue.py calls drain() and clock.monotonic(); see #123 and "
         "https://example.com/x/y. Tomás Herrera and Docker Compose too. This Monday we ran test_drain_twice."
     )
     found = {(m.node_type, m.name) for m in find_mentions(text)}
     assert found >= {
         ("CLASS", "LazyEdgeQueue"), ("FILE", "src/store/lazy_queue.py"), ("METHOD", "drain"),
-        ("METHOD", "time.monotonic"), ("ISSUE", "#123"), ("FILE", "https://example.com/x/y"),
+        ("METHOD", "clock.monotonic"), ("ISSUE", "#123"), ("FILE", "https://example.com/x/y"),
         ("CONCEPT", "Tomás Herrera"), ("CONCEPT", "Docker Compose"), ("TEST", "test_drain_twice"),
     }
     assert not any(name.startswith(("The ", "This ")) for _, name in found)
@@ -235,6 +235,8 @@ NOISE = [
     ("CONCEPT", "$ git status", "node-name-shell-prompt"),
     ("CONCEPT", "dev@box:~/repo$ make", "node-name-shell-prompt"),
     ("CONCEPT", ">>> import os", "node-name-shell-prompt"),
+    ("FILE", "s/query_patch.py/query_final.py", "node-name-edit-command"),  # sed -i 's/a.py/b.py/'
+    ("FILE", "2476s/self.dataLim", "node-name-edit-command"),  # sed -i '2476s/…/…/'
 ]
 
 
@@ -312,9 +314,17 @@ def test_heuristic_names_only_in_tool_output_need_several_tool_turns() -> None:
 
 
 def test_heuristic_bare_conventional_file_names_name_no_file() -> None:
-    text = "Read pyproject.toml, setup.cfg and __init__.py first; the fix is in django/forms/__init__.py and drv.py."
+    text = ("Read pyproject.toml, setup.cfg, pytest.ini, manage.py and __init__.py first; the fix is in "
+            "django/forms/__init__.py and drv.py.")
     found = nodes_of(conversation(("user", text), ("assistant", text)))
     assert set(found) == {"FILE:django/forms/__init__.py", "FILE:drv.py"}
+
+
+def test_heuristic_python_itself_is_no_node_but_the_projects_calls_are() -> None:
+    text = ("for k, v in seen.items(): f.readlines(); a.all(); _cache.keys(); traceback.print_exc(); os.path.join(); x is NoneType\n"
+            "self.add(); self.alias_map.items(); connection.schema_editor(); QuerySet.filter(); MyModel.objects.all()")
+    found = nodes_of(conversation(("assistant", text)))
+    assert set(found) == {"METHOD:self.add", "METHOD:connection.schema_editor", "METHOD:QuerySet.filter", "METHOD:MyModel.objects.all"}
 
 
 def test_heuristic_elided_paths_name_no_file() -> None:

@@ -379,11 +379,22 @@ def test_code_identifiers_never_link_across_case_underscores_or_word_order(node_
         ("FILE", "django/forms/models.py", "b/django/forms/models.py", "normalised"),
         ("FILE", "django/forms/models.py", "./django/forms/models.py", "normalised"),
         ("ISSUE", "#123", "issue 123", "issue-number"),
+        ("CONCEPT", "Accessing the UserAdmin", "Accessing UserAdmin", "normalised"),  # "the" inside a name
     ],
 )
 def test_what_still_links(node_type: str, existing: str, incoming: str, rule: str) -> None:
     verdict = _verdict([(node_type, existing)], node_type, incoming)
     assert (verdict.action, verdict.rule, verdict.target) == (LINK, rule, f"{node_type}:{existing}")
+
+
+def test_a_name_a_word_longer_is_only_a_candidate() -> None:
+    # On real sessions the same shape was the same thing 12 times and another thing 42 times
+    # (`DigiCert Global Root` / `Global Root`, `New York` / `New York Office`): never a link.
+    for existing, incoming in (("Camerfirma Global Chambersign Root", "Global Chambersign Root"), ("New York Office", "New York")):
+        verdict = _verdict([("CONCEPT", existing)], "CONCEPT", incoming)
+        assert verdict.action == CANDIDATE and verdict.candidates[0].node_id == f"CONCEPT:{existing}"
+    # "a" inside a name is a letter, not an article
+    assert _verdict([("CONCEPT", "Type A Error")], "CONCEPT", "Type Error").action != LINK
 
 
 def test_a_colour_or_a_leading_zero_is_no_issue_number() -> None:

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import builtins
 import re
+import sys
+import types
 from collections.abc import Iterable, Mapping
 from collections import Counter
 from dataclasses import dataclass, field, replace
@@ -25,7 +27,7 @@ from typing import Any
 from pipelines.extract.model import ExtractorReply, UnitTurn, WorkUnit, clean_text, semantic_node_id
 from pipelines.identity import normal_path
 
-HEURISTIC_VERSION = 4
+HEURISTIC_VERSION = 5
 # Entities of one turn linked pairwise: the first few only, so a long tool dump does not turn
 # into a clique of hundreds of edges.
 MAX_LINKED_PER_TURN = 6
@@ -54,7 +56,17 @@ _CLASS = re.compile(r"(?<![\w.])[A-Z][a-z0-9]+(?:[A-Z][a-z0-9]*)+\b")
 # "McCartney", "DeMarco", "LeBlanc": CamelCase that is a surname, not a class.
 _SURNAME = re.compile(r"(?:Mc|Mac|De|Di|Da|Du|La|Le|Van|Von|O)[A-Z][a-z]{2,}")
 _ISSUE = re.compile(r"(?<![\w&#/])#(\d{1,7})\b")
-_BUILTINS = frozenset(dir(builtins))
+# Python's own names: builtins, and the types module's (`NoneType`).
+_BUILTINS = frozenset(dir(builtins)) | frozenset(n for n in dir(types) if n[:1].isupper())
+# Methods of Python's built-in types and file objects, and the built-in functions: called on a
+# variable (`seen.items()`, `f.readlines()`, `a.all()`) they are the language, not the project.
+_BUILTIN_METHODS = frozenset(
+    name for kind in (dict, list, str, set, bytes, tuple, int, float) for name in dir(kind) if not name.startswith("_")
+) | frozenset("read readline readlines write writelines close seek tell flush".split()) | frozenset(
+    name for name in dir(builtins) if name.islower() and not name.startswith("_")
+)
+# A method of the class at hand (`self.add()`) is the project's, whatever its name.
+_OWN_RECEIVERS = frozenset({"self", "cls"})
 _PLACEHOLDERS = frozenset(
     "filename newfile foo bar baz qux quux spam eggs something somethingelse myfile my_file mymodule "
     "my_module yourfile your_file xyz".split()
@@ -65,7 +77,8 @@ _PLACEHOLDERS = frozenset(
 _CONVENTIONAL_FILES = frozenset(
     "__init__.py __main__.py setup.py setup.cfg pyproject.toml tox.ini conftest.py requirements.txt "
     "package.json tsconfig.json makefile readme.md changelog.md contributing.md code_of_conduct.md "
-    "license.md utils.py util.py helpers.py common.py constants.py config.py settings.py models.py tests.py".split()
+    "license.md utils.py util.py helpers.py common.py constants.py config.py settings.py models.py tests.py "
+    "manage.py pytest.ini mypy.ini noxfile.py".split()
 )
 # Fenced blocks and inline code spans of Markdown.
 _CODE_SPAN = re.compile(r"```.*?(?:```|\Z)|`[^`\n]*`", re.S)
@@ -381,11 +394,12 @@ def find_mentions(
     for match in _CLASS.finditer(text):
         if not (chat and _SURNAME.fullmatch(match.group(0))):
             candidates.append(_Mention(match.start(), match.end(), "CLASS", match.group(0), match.group(0)))
-    # Python's own names (ValueError, super(), object()) are the language, not the project; the
-    # placeholders of examples and instructions (filename.py, foo(), SomethingElse) name nothing.
+    # Python's own names (ValueError, super(), object(), seen.items(), traceback.print_exc()) are
+    # the language, not the project; the placeholders of examples and instructions (filename.py,
+    # foo(), SomethingElse) name nothing.
     candidates = [
         m for m in candidates
-        if not (m.node_type in ("CLASS", "METHOD") and m.name in _BUILTINS) and not _is_placeholder(m.name)
+        if not (m.node_type in ("CLASS", "METHOD") and _is_language(m.name)) and not _is_placeholder(m.name)
     ]
     if prose:
         # Prose with no code in it reads as conversation even from a user or an assistant.
@@ -407,6 +421,21 @@ def _mask_code(text: str) -> str:
     """``text`` with its code spans blanked out, offsets kept. NUL, not spaces: a name run must not
     join the words on either side of a span ("John `x` John" is no "John John" quote)."""
     return _CODE_SPAN.sub(lambda m: "\0" * len(m.group(0)), text)
+
+
+def _is_language(name: str) -> bool:
+    """A builtin (``ValueError``, ``NoneType``), a built-in type's method called on a variable
+    (``seen.items``, ``f.readlines``; not ``self.add``), or a standard-library module's function
+    (``traceback.print_exc``, ``os.path.join``)."""
+    if name in _BUILTINS:
+        return True
+    receiver, dot, method = name.rpartition(".")
+    if not dot:
+        return False
+    if method in _BUILTIN_METHODS and receiver.lstrip("_")[:1].islower() and receiver not in _OWN_RECEIVERS:
+        return True
+    module = receiver.split(".")
+    return module[0] in sys.stdlib_module_names and all(part.islower() for part in module)
 
 
 def _is_placeholder(name: str) -> bool:

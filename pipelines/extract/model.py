@@ -391,6 +391,8 @@ _NUMBER = re.compile(r"^[#+-]?v?\d[\d.,:/_%x-]*$")
 _HEX_BLOB = re.compile(r"^(?:0x|sha\d*[:-])?(?=[0-9a-fA-F-]*\d)(?=[0-9a-fA-F-]*[a-fA-F])[0-9a-fA-F-]{8,}$")
 _TOKEN_BLOB = re.compile(r"^[A-Za-z0-9+/=_-]{16,}$")
 _CODE_PUNCTUATION = re.compile(r"[;{}]")
+# A sed script the agent ran (`s/old.py/new.py/`, `2476s/self.dataLim`): a command, not a path.
+_EDIT_COMMAND = re.compile(r"^(?:(?:\d+(?:,\d+)?|\$)[sy]/|[sy]/[^/\s]+/)")
 # In a base64 or random token about two characters in three change class (upper, lower, digit,
 # other); in CamelCase and snake_case identifiers one in five or fewer.
 _BLOB_CLASS_CHANGES = 0.45
@@ -398,10 +400,13 @@ _BLOB_CLASS_CHANGES = 0.45
 
 def noise_reason(node_type: str, name: str) -> str | None:
     """Why ``name`` is noise rather than an entity, or ``None``: ``node-name-shell-prompt``,
-    ``node-name-colour``, ``node-name-number`` or ``node-name-blob`` (a hash, long hex, a base64 or
-    random token, minified code). ``#123`` stays a valid ISSUE name."""
+    ``node-name-colour``, ``node-name-number``, ``node-name-blob`` (a hash, long hex, a base64 or
+    random token, minified code) or ``node-name-edit-command`` (a sed expression read as a path).
+    ``#123`` stays a valid ISSUE name."""
     if _SHELL_PROMPT.match(name):
         return "node-name-shell-prompt"
+    if _EDIT_COMMAND.match(name):
+        return "node-name-edit-command"
     if node_type == "ISSUE" and _ISSUE_NUMBER.match(name):
         return None
     if _COLOUR.match(name):
