@@ -25,8 +25,10 @@ import re
 import shutil
 import subprocess
 import threading
+import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 from pathlib import Path
 from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
@@ -471,13 +473,61 @@ def psycopg_errors() -> Iterator[None]:
         raise store_error(exc) from exc
 
 
+# ``INSERT INTO t(cols) VALUES (?, …) [ON CONFLICT …]``: one row of placeholders.
+_SINGLE_ROW_INSERT = re.compile(
+    r"^\s*(INSERT\s+INTO\s+\w+\s*\(([^)]*)\)\s*VALUES\s*)\((\s*\?\s*(?:,\s*\?\s*)*)\)(.*)$", re.IGNORECASE | re.DOTALL
+)
+_CONFLICT_UPDATE = re.compile(r"ON\s+CONFLICT\s*\(([^)]*)\)\s*DO\s+UPDATE", re.IGNORECASE)
+_MAX_PARAMETERS = 30_000  # PostgreSQL takes 65,535 per statement
+
+
+@dataclass(frozen=True, slots=True)
+class _MultiRowPlan:
+    """How ``executemany`` of a one-row INSERT becomes one statement per chunk of rows: a round trip
+    per chunk instead of per row (most of a bulk write's cost on a server database)."""
+
+    head: str
+    width: int
+    tail: str
+    rows_per_statement: int
+    key: tuple[int, ...]  # positions of the ON CONFLICT … DO UPDATE key, if any
+
+    def statement(self, rows: int) -> str:
+        """The statement for ``rows`` rows, in PostgreSQL's own ``$n`` placeholders."""
+        return _multi_row_statement(self, rows)
+
+
+@functools.lru_cache(maxsize=256)
+def _multi_row_plan(sql: str) -> _MultiRowPlan | None:
+    match = _SINGLE_ROW_INSERT.match(sql)
+    if match is None or "?" in match.group(4) or "RETURNING" in match.group(4).upper():
+        return None
+    columns = [c.strip() for c in match.group(2).split(",")]
+    width = match.group(3).count("?")
+    conflict = _CONFLICT_UPDATE.search(match.group(4))
+    key = tuple(columns.index(c.strip()) for c in conflict.group(1).split(",")) if conflict else ()
+    return _MultiRowPlan(
+        head=match.group(1), width=width, tail=" " + match.group(4).strip(),
+        rows_per_statement=max(1, min(1_000, _MAX_PARAMETERS // width)), key=key,
+    )
+
+
+@functools.lru_cache(maxsize=64)
+def _multi_row_statement(plan: _MultiRowPlan, rows: int) -> str:
+    width = plan.width
+    values = ", ".join("(" + ", ".join(f"${r * width + c + 1}" for c in range(width)) + ")" for r in range(rows))
+    return plan.head + values + plan.tail
+
+
 class _Cursor:
     """A cursor whose statements take ``?`` placeholders and whose failures are :mod:`store.errors`."""
 
     def __init__(self, cursor: psycopg.Cursor[Any]) -> None:
         self._cursor = cursor
+        self._rowcount: int | None = None  # of a multi-row executemany (several statements)
 
     def execute(self, sql: str, params: Any = ()) -> _Cursor:
+        self._rowcount = None
         with psycopg_errors():
             self._cursor.execute(to_pyformat(sql), params)  # always formatted: a literal % was doubled
         return self
@@ -485,14 +535,31 @@ class _Cursor:
     def executemany(self, sql: str, params_seq: Any) -> _Cursor:
         rows = list(params_seq)
         with psycopg_errors():
-            if rows:
-                self._cursor.executemany(to_pyformat(sql), rows)
-            else:
+            if not rows:
                 self._cursor = self._cursor.connection.cursor()  # rowcount 0, like sqlite3
+                return self
+            plan = _multi_row_plan(sql)
+            if plan is None:
+                self._cursor.executemany(to_pyformat(sql), rows)
+                return self
+            affected = 0
+            raw = psycopg.RawCursor(self._cursor.connection)  # $n placeholders: no client-side parsing
+            for start in range(0, len(rows), plan.rows_per_statement):
+                chunk = rows[start : start + plan.rows_per_statement]
+                if plan.key and len({tuple(r[i] for i in plan.key) for r in chunk}) < len(chunk):
+                    # A key twice in one statement is an error for DO UPDATE: row by row, as SQLite does.
+                    self._cursor.executemany(to_pyformat(sql), chunk)
+                    affected += max(0, self._cursor.rowcount)
+                else:
+                    raw.execute(plan.statement(len(chunk)), [value for row in chunk for value in row])
+                    affected += max(0, raw.rowcount)
+            self._rowcount = affected
         return self
 
     @property
     def rowcount(self) -> int:
+        if self._rowcount is not None:
+            return self._rowcount
         return max(0, self._cursor.rowcount)
 
     def fetchone(self) -> Any:
@@ -538,6 +605,7 @@ class _Connection:
 _pools: dict[str, ConnectionPool] = {}
 _pools_lock = threading.Lock()
 POOL_MAX_SIZE = 8
+_STREAM_PAGE = 2_000
 
 
 def _configure(conn: psycopg.Connection[Any]) -> None:
@@ -661,6 +729,24 @@ class PostgresDatabase:
         """Run a read and return all rows."""
         with self._lock:
             return self.conn.execute(sql, params).fetchall()
+
+    def stream(self, sql: str, params: tuple | list | dict = ()) -> Iterator[Any]:
+        """The rows of a read, fetched in pages from a server-side cursor as they are consumed
+        (a client-side cursor would hold every row at once). ``WITH HOLD``: the cursor outlives
+        the autocommit statement that opened it; it is closed when the iteration ends."""
+        with self._lock, psycopg_errors():
+            cursor = self.conn.raw.cursor(name=f"rem_stream_{uuid.uuid4().hex}", withhold=True)
+            cursor.execute(to_pyformat(sql), params)
+        try:
+            while True:
+                with self._lock, psycopg_errors():
+                    page = cursor.fetchmany(_STREAM_PAGE)
+                if not page:
+                    return
+                yield from page
+        finally:
+            with self._lock:
+                cursor.close()
 
     def set_deadline(self, seconds: float) -> None:
         """Stop each later statement that runs longer than ``seconds`` (:class:`QueryInterruptedError`;
