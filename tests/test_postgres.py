@@ -159,3 +159,25 @@ def test_backup_without_pg_dump_says_what_to_use(settings, tmp_path: Path, monke
     with pytest.raises(DatabaseError, match="needs pg_dump and pg_restore on PATH"):
         backup(settings, tmp_path / "graph.dump")
     assert not (tmp_path / "graph.dump").exists()
+
+
+@pytest.mark.both_backends
+def test_bulk_writes_count_and_resolve_repeats_as_sqlite_does(open_graph_database, tmp_path: Path) -> None:
+    """More rows than one multi-row statement takes, a key repeated within a batch (the later row
+    wins, as in SQLite's row-by-row order), and the changed-row counts the stores report."""
+    from store.graph import Edge, GraphStore, Node
+
+    db = open_graph_database(tmp_path / "g.sqlite3")
+    graph = GraphStore(db)
+    nodes = [Node(f"CONCEPT:n{i:05d}", "CONCEPT", f"n{i}", {"aliases": [f"alias {i}"]}) for i in range(2_500)]
+    assert graph.upsert_nodes(nodes) == 2_500
+    assert graph.upsert_nodes(nodes) == 0
+    edges = [Edge(f"CONCEPT:n{i:05d}", f"CONCEPT:n{i + 1:05d}", "NEXT", 1.0) for i in range(2_499)]
+    repeated = [*edges[:10], Edge("CONCEPT:n00000", "CONCEPT:n00001", "NEXT", 7.0)]
+    assert graph.link_nodes(edges).linked == 2_499
+    stats = graph.link_nodes(repeated)
+    assert (stats.linked, stats.unchanged) == (1, 10)
+    assert graph.get_edge("CONCEPT:n00000", "CONCEPT:n00001", "NEXT").weight == 7.0
+    assert db.query("SELECT COUNT(*) FROM node_aliases")[0][0] == 2_500
+    assert [tuple(r) for r in db.stream("SELECT id FROM nodes ORDER BY id")][:2] == [("CONCEPT:n00000",), ("CONCEPT:n00001",)]
+    db.close()
