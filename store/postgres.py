@@ -718,11 +718,14 @@ class PostgresDatabase:
 
     @contextmanager
     def transaction(self) -> Iterator[_Connection]:
-        """Run the block in one transaction (``BEGIN`` at the outermost level)."""
+        """Run the block in one transaction (``BEGIN`` at the outermost level). A nested block is a
+        savepoint: when it fails, what it wrote is undone and the transaction stays usable, so a
+        caller that handles the error goes on as on SQLite (where a failed statement is undone
+        alone); PostgreSQL would otherwise refuse every later statement of the transaction."""
         with self._lock:
             outermost = self._depth == 0
-            if outermost:
-                self.conn.execute("BEGIN")
+            savepoint = f"rem_{self._depth}"
+            self.conn.execute("BEGIN" if outermost else f"SAVEPOINT {savepoint}")
             self._depth += 1
             try:
                 yield self.conn
@@ -730,10 +733,11 @@ class PostgresDatabase:
                 self._depth -= 1
                 if outermost:
                     self._rollback()
+                else:
+                    self.conn.execute(f"ROLLBACK TO SAVEPOINT {savepoint}")
                 raise
             self._depth -= 1
-            if outermost:
-                self.conn.execute("COMMIT")
+            self.conn.execute("COMMIT" if outermost else f"RELEASE SAVEPOINT {savepoint}")
 
     def _rollback(self) -> None:
         try:

@@ -197,3 +197,20 @@ def test_a_later_sqlite_migration_gets_identity_ids_and_bytewise_text_on_postgre
         "ALTER TABLE nodes ADD COLUMN spelling TEXT COLLATE \"C\" NOT NULL DEFAULT '';\n"
         "INSERT INTO t(a) SELECT CAST(x AS TEXT) FROM u"
     )
+
+
+@pytest.mark.both_backends
+def test_a_failed_nested_block_leaves_the_transaction_usable(open_graph_database, tmp_path: Path) -> None:
+    """What worker/failures.py relies on: a duplicate run row inside a transaction is handled and the
+    transaction goes on (SQLite undoes the failed statement; PostgreSQL rolls back to a savepoint)."""
+    from store.runstate import RunStateStore
+
+    db = open_graph_database(tmp_path / "g.sqlite3")
+    runs = RunStateStore(db)
+    runs.start_run("run-1", reason="test", mode="once", owner="me")
+    with db.transaction():
+        with pytest.raises(ConstraintError):
+            runs.start_run("run-1", reason="test", mode="once", owner="me")
+        runs.finish_run("run-1", outcome="failed", phases={})
+    assert [(r["run_id"], r["outcome"]) for r in runs.recent_runs()] == [("run-1", "failed")]
+    db.close()
