@@ -78,7 +78,7 @@ class Schemas:
                 conn.execute(f"DROP SCHEMA IF EXISTS {name} CASCADE")
 
 
-async def bench(memories: int, sessions: int, server: str, workdir: Path) -> dict[str, Any]:
+async def bench(memories: int, sessions: int, server: str, workdir: Path, repeat: int) -> dict[str, Any]:
     configure_logging(level="warning", fmt="json")
     schemas = Schemas(server)
     try:
@@ -91,7 +91,7 @@ async def bench(memories: int, sessions: int, server: str, workdir: Path) -> dic
         chroma = ChromaStore(engines["sqlite"])
         await load_corpus(chroma, engines["sqlite"], mem_rows, sum_rows)
         batches = await planned_batches(chroma, [r[2]["sessionId"] for r in sum_rows])
-        result: dict[str, Any] = {"memories": memories, "sessions": sessions}
+        result: dict[str, Any] = {"memories": memories, "sessions": sessions, "repeat": repeat}
         dumps = {}
         for name, settings in engines.items():
             cycle = await run_cycle(settings, reason="bench")
@@ -101,15 +101,18 @@ async def bench(memories: int, sessions: int, server: str, workdir: Path) -> dic
             dumps[name] = canonical_dump(db)
             db.close()
 
-            url = None if name == "sqlite" else schemas.new("graph")
-            graph = GraphStore(open_database_at(path=workdir / f"graph-only-{name}.sqlite3", url=url))
-            graph_s = graph_write_seconds(graph, batches)
-            nodes, edges = written_rows(graph.db)
-            graph.db.close()
-            if url is None:
-                raw_s = raw_insert_seconds(workdir / "raw.sqlite3", nodes, edges)
-            else:
-                raw_s = copy_insert_seconds(schemas.new("raw"), nodes, edges)
+            # Best of ``repeat`` alternating runs, each on a fresh database: the machine is shared.
+            graph_s = raw_s = float("inf")
+            for attempt in range(repeat):
+                url = None if name == "sqlite" else schemas.new("graph")
+                graph = GraphStore(open_database_at(path=workdir / f"graph-only-{name}-{attempt}.sqlite3", url=url))
+                graph_s = min(graph_s, graph_write_seconds(graph, batches))
+                nodes, edges = written_rows(graph.db)
+                graph.db.close()
+                if url is None:
+                    raw_s = min(raw_s, raw_insert_seconds(workdir / f"raw-{attempt}.sqlite3", nodes, edges))
+                else:
+                    raw_s = min(raw_s, copy_insert_seconds(schemas.new("raw"), nodes, edges))
             rows = len(nodes) + len(edges)
             result[f"{name}_graph_rows"] = rows
             result[f"{name}_graph_write_rows_per_s"] = round(rows / graph_s)
@@ -127,14 +130,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--memories", type=int, default=20_000)
     parser.add_argument("--sessions", type=int, default=400)
+    parser.add_argument("--repeat", type=int, default=3, help="graph-write and raw-insert runs per engine (best is kept)")
     parser.add_argument("--postgres-url", default=os.environ.get("REM_TEST_POSTGRES_URL", ""),
                         help="a PostgreSQL database the bench may create schemas in (default: REM_TEST_POSTGRES_URL)")
     args = parser.parse_args(argv)
-    if not args.postgres_url:
-        parser.error("needs a PostgreSQL server: --postgres-url or REM_TEST_POSTGRES_URL")
+    if not args.postgres_url:  # run_all goes on with the other benchmarks
+        print("bench_backends skipped: it needs a PostgreSQL server (--postgres-url or REM_TEST_POSTGRES_URL)")
+        return {}
     workdir = Path(tempfile.mkdtemp(prefix="rem-bench-backends-"))
     try:
-        result = anyio.run(bench, args.memories, args.sessions, args.postgres_url, workdir)
+        result = anyio.run(bench, args.memories, args.sessions, args.postgres_url, workdir, args.repeat)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     for key, value in result.items():

@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from config import Settings, load_settings  # noqa: E402
 from pipelines.ingest import plan_session_sync  # noqa: E402
 from store.chroma import ChromaStore  # noqa: E402
-from store.db import Database  # noqa: E402
+from store.db import CACHE_KIB, Database  # noqa: E402
 from store.graph import GraphStore, utc_now  # noqa: E402
 from worker.cycle import SESSIONS_PER_BATCH, run_cycle  # noqa: E402
 from worker.logs import configure_logging  # noqa: E402
@@ -69,6 +69,7 @@ def raw_insert_seconds(path: Path, nodes: list[tuple], edges: list[tuple]) -> fl
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=NORMAL")
     conn.execute("PRAGMA foreign_keys=ON")
+    conn.execute(f"PRAGMA cache_size=-{CACHE_KIB}")  # as the graph store's connection
     t0 = time.perf_counter()
     conn.execute("BEGIN")
     conn.executemany("INSERT INTO nodes(id, label, name, properties, created_at, updated_at) VALUES (?,?,?,?,?,?)", nodes)

@@ -639,6 +639,10 @@ class Database:
         with self._lock:
             return self.conn.execute(sql, params).fetchall()
 
+    def stream(self, sql: str, params: tuple | list | dict = ()) -> Iterator[sqlite3.Row]:
+        """The rows of a read, fetched as they are consumed (never all held at once)."""
+        return iter(self.conn.execute(sql, params))
+
     def set_deadline(self, seconds: float) -> None:
         """Stop a statement still running ``seconds`` from now (:class:`QueryInterruptedError`)."""
         deadline = time.monotonic() + seconds

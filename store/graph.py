@@ -7,7 +7,7 @@ nothing, not even ``updated_at``, so re-running a cycle leaves the file's conten
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Container, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -281,12 +281,13 @@ class GraphStore:
                 "OR nodes.properties IS DISTINCT FROM excluded.properties",
                 [(n.id, n.label, n.name, documents[n.id], now, now) for n in fresh],
             ).rowcount
-            self._index_aliases(conn, fresh)
+            self._index_aliases(conn, fresh, stored)
             return changed
 
     @staticmethod
-    def _index_aliases(conn: Any, nodes: Sequence[Node]) -> None:
-        conn.executemany("DELETE FROM node_aliases WHERE node_id = ?", [(n.id,) for n in nodes])
+    def _index_aliases(conn: Any, nodes: Sequence[Node], stored: Container[str]) -> None:
+        # A node that was not stored has no alias rows to remove.
+        conn.executemany("DELETE FROM node_aliases WHERE node_id = ?", [(n.id,) for n in nodes if n.id in stored])
         conn.executemany(
             "INSERT INTO node_aliases(node_id, alias, alias_key) VALUES (?,?,?) ON CONFLICT DO NOTHING",
             [

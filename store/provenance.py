@@ -173,11 +173,11 @@ class ProvenanceStore:
     def iter_node_points(self) -> Iterator[tuple[str, PointRow]]:
         """Every node's points, distinct, ordered by node and then as :meth:`node_points` sorts
         them, read from a cursor (one row at a time) so an export never holds them all."""
-        cursor = self.db.conn.execute(
+        rows = self.db.stream(
             f"SELECT DISTINCT node_id, {_POINT_COLUMNS} FROM node_points "
             "ORDER BY node_id, anchor, memory_id, chunk_id, evidence, observed_at"
         )
-        for row in cursor:
+        for row in rows:
             yield row["node_id"], _point(row)
 
     def point_places_by_node(self) -> dict[str, list[PointRow]]:

@@ -8,8 +8,11 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from config import Settings, load_settings
 from pipelines.importer import import_sessions
+from store.backend import open_database
 from store.chroma import ChromaStore
 from store.db import Database
 from tests.conftest import run_cli, write_sessions
@@ -39,9 +42,10 @@ async def _build(settings: Settings, tmp_path: Path, names: list[str]) -> None:
     assert result.outcome == "completed", result.message
 
 
-def canonical(path: Path) -> dict[str, Any]:
-    """The graph as data: nodes, edges, points and claims, without write times."""
-    db = Database(path)
+def canonical(source: Settings | Path) -> dict[str, Any]:
+    """The graph as data: nodes, edges, points and claims, without write times (of the graph
+    database ``source`` settings name, or of the SQLite file at a path)."""
+    db = Database(source) if isinstance(source, Path) else open_database(source)
     try:
         return {
             "nodes": [tuple(r) for r in db.query("SELECT id, label, name, properties FROM nodes ORDER BY id")],
@@ -55,19 +59,27 @@ def canonical(path: Path) -> dict[str, Any]:
 
 
 def _settings(path: Path) -> Settings:
-    return load_settings(data_dir=path)
+    """A reference graph built apart: always an SQLite file in ``path``."""
+    return load_settings(data_dir=path, database_url="")
 
 
+def _env(settings: Settings) -> dict[str, str]:
+    """The environment of a ``rem-cycle`` subprocess on the test's data dir and graph database."""
+    url = settings.database_url.get_secret_value() if settings.database_url else None
+    return {"REM_DATA_DIR": str(settings.data_dir), **({"REM_DATABASE_URL": url} if url else {})}
+
+
+@pytest.mark.both_backends
 async def test_forgetting_a_session_leaves_the_graph_built_without_it(settings: Settings, tmp_path: Path, clean_env) -> None:
     await _build(settings, tmp_path, ["a", "b", "c"])
-    env = {"REM_DATA_DIR": str(settings.data_dir)}
-    full = canonical(settings.graph_path)
+    env = _env(settings)
+    full = canonical(settings)
 
     dry = run_cli("forget", "--session", "b", "--dry-run", "--json", env=env)
     assert dry.returncode == 0, dry.stderr
     planned = json.loads(dry.stdout)
     assert planned["dry_run"] and "CLASS:DrainWorker" in planned["knowledge_nodes_removed"] and planned["points"] > 0
-    assert canonical(settings.graph_path) == full  # a dry run changes nothing
+    assert canonical(settings) == full  # a dry run changes nothing
 
     done = run_cli("forget", "--session", "b", "--json", env=env)
     assert done.returncode == 0, done.stderr
@@ -79,15 +91,16 @@ async def test_forgetting_a_session_leaves_the_graph_built_without_it(settings: 
     clean_env.setenv("REM_DATA_DIR", str(other))
     await _build(_settings(other), tmp_path, ["a", "c"])
     without_b = canonical(other / "graph.sqlite3")
-    assert canonical(settings.graph_path) == without_b != full
+    assert canonical(settings) == without_b != full
 
     # b's rows are still in Chroma: the tombstone keeps a later cycle from bringing it back
     clean_env.setenv("REM_DATA_DIR", str(settings.data_dir))
     again = await run_cycle(settings)
     assert again.outcome == "completed" and again.phases["ingest"]["sessions_changed"] == 0
-    assert canonical(settings.graph_path) == without_b != full
+    assert canonical(settings) == without_b != full
 
 
+@pytest.mark.both_backends
 async def test_rows_deleted_from_chroma_are_retracted_by_the_next_cycle(settings: Settings, tmp_path: Path, clean_env) -> None:
     await _build(settings, tmp_path, ["a", "c"])
     chroma = ChromaStore(settings)
@@ -99,18 +112,19 @@ async def test_rows_deleted_from_chroma_are_retracted_by_the_next_cycle(settings
     other = tmp_path / "only-a"
     clean_env.setenv("REM_DATA_DIR", str(other))
     await _build(_settings(other), tmp_path, ["a"])
-    assert canonical(settings.graph_path) == canonical(other / "graph.sqlite3")
+    assert canonical(settings) == canonical(other / "graph.sqlite3")
 
 
+@pytest.mark.both_backends
 async def test_a_forgotten_turn_is_gone_and_never_read_again(settings: Settings, tmp_path: Path) -> None:
     await _build(settings, tmp_path, ["b"])
-    env = {"REM_DATA_DIR": str(settings.data_dir)}
+    env = _env(settings)
     done = run_cli("forget", "--memory", "memory:b-t1", "--json", env=env)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["session"] == "b"
     result = await run_cycle(settings)  # re-extracts b without the turn
     assert result.outcome == "completed" and result.phases["extract"]["sessions_digested"] == 1
-    db = Database(settings.graph_path)
+    db = open_database(settings)
     try:
         assert db.query("SELECT COUNT(*) FROM node_points WHERE memory_id = 'memory:b-t1'")[0][0] == 0
         assert db.query("SELECT COUNT(*) FROM edges WHERE target = 'memory:b-t1' AND relationship = 'MENTIONED_IN'")[0][0] == 0

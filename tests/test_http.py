@@ -7,6 +7,7 @@ import math
 from datetime import UTC, datetime, timedelta
 
 import httpx
+import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -114,6 +115,7 @@ def test_collector_reports_not_ok_without_a_database(settings: Settings) -> None
     assert not settings.graph_path.exists()  # a scrape never creates the database
 
 
+@pytest.mark.both_backends
 async def test_endpoint_serves_health_readiness_and_metrics(settings: Settings, stores: Stores) -> None:
     await run_cycle(settings, stores=stores)
     async with serve_http(settings) as endpoint, httpx.AsyncClient(base_url=endpoint.url, timeout=20) as client:
@@ -137,6 +139,7 @@ async def test_readiness_fails_without_the_graph_database(settings: Settings) ->
         assert (health.status_code, health.json()) == (503, {"status": "unhealthy", "reason": "database-unreadable"})
 
 
+@pytest.mark.both_backends
 async def test_a_new_run_shows_in_the_next_scrape_of_the_same_registry(settings: Settings, stores: Stores) -> None:
     registry = build_registry(settings)
     await run_cycle(settings, stores=stores)
@@ -159,6 +162,7 @@ def test_heartbeat_interval_fits_the_lease() -> None:
     assert heartbeat_interval(3) == 1.0  # three beats per lease, so one late beat is not a stall
 
 
+@pytest.mark.both_backends
 async def test_a_silent_run_is_stalled_in_healthz_metrics_and_status(settings: Settings, stores: Stores) -> None:
     # Run rows as a wedged cycle of this process, and a killed process elsewhere, leave them.
     now = datetime.now(UTC)

@@ -36,12 +36,13 @@ def test_no_upward_imports(layer: str) -> None:
 
 
 def test_only_the_store_layer_speaks_sqlite() -> None:
-    """The database engine stays behind store/: callers catch store.errors.StoreError, never sqlite3's."""
+    """The database engines stay behind store/: callers catch store.errors.StoreError, never the
+    exceptions of sqlite3 or psycopg."""
     offenders = [
         str(path.relative_to(ROOT))
         for layer in LAYERS
         if layer != "store"
         for path in sorted((ROOT / layer).rglob("*.py"))
-        if "sqlite3" in imported_modules(path)
+        if {"sqlite3", "psycopg", "psycopg_pool"} & imported_modules(path)
     ]
     assert offenders == []
