@@ -38,7 +38,7 @@ def dead(db: Database) -> list[dict[str, Any]]:
 
 
 def url_of(settings: Settings) -> str:
-    return f"sqlite:///{settings.graph_path}"
+    return f"sqlite:///{settings.graph_path.resolve()}"
 
 
 # --- the producer library ----------------------------------------------------------------------
@@ -59,7 +59,7 @@ async def test_enqueue_writes_the_file_or_the_table_by_target(settings: Settings
     assert enqueue_lazy_edges(url_of(settings), []) == 0
     # Settings name the configured form.
     assert settings.lazy_queue_target == settings.queue_path
-    assert settings.model_copy(update={"lazy_queue": "database"}).lazy_queue_target == f"sqlite:///{settings.graph_path.resolve()}"
+    assert settings.model_copy(update={"lazy_queue": "database"}).lazy_queue_target == url_of(settings)
 
 
 @pytest.mark.parametrize("form", ["file", "table"])
