@@ -76,11 +76,6 @@ class Settings(BaseSettings):
     database_url: SecretStr | None = Field(
         None, description="Empty = the SQLite file <data_dir>/graph.sqlite3; postgresql://… = that PostgreSQL database"
     )
-    lazy_queue: Literal["file", "database"] = Field(
-        "file",
-        description="Where `rem-cycle enqueue` and the worker's own lazy edges go: the JSONL file (one host) or the "
-        "lazy_edges table of the graph database (producers anywhere); the drain drains both",
-    )
 
     # --- cycle ---------------------------------------------------------------------------
     batch_limit: int = Field(500, ge=1, description="Sessions ingested/extracted per cycle at most")
@@ -120,6 +115,11 @@ class Settings(BaseSettings):
         21_600.0, gt=0, le=MAX_RETRY_WAIT_SECONDS, description="Longest wait before retrying a failed chunk"
     )
     lazy_max_attempts: int = Field(5, ge=1)
+    lazy_queue: Literal["file", "database"] = Field(
+        "file",
+        description="Where `rem-cycle enqueue` and the worker's own lazy edges go: the JSONL file (one host) or the "
+        "lazy_edges table of the graph database (producers anywhere); the drain drains both",
+    )
     # NoDecode: the environment's value is a plain word list ("CONCEPT CLASS"), split below.
     semantic_types: Annotated[tuple[str, ...], NoDecode] = DEFAULT_SEMANTIC_TYPES
     llm_judge: bool = Field(

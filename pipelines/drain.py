@@ -35,14 +35,14 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
-from typing import IO, Any, Protocol
+from typing import IO, Any, Literal, Protocol
 
 import anyio
 import structlog
 
 from pipelines.backfill import DEFAULT_BATCH_SIZE, RowOutcome, plan_nodes, write_backfill
-from store.chroma import ChromaStore
 from pipelines.lazy_edge import MalformedLine, QueuedEdge, dead_letter_record, parse_line
+from store.chroma import ChromaStore
 from store.graph import GraphStore, utc_now
 from store.lazy_queue import LazyEdgeQueue, OversizedLine, QueueBusyError, edge_line
 from store.lazy_table import DeadRow, LazyEdgeTable, QueuedRow, RowsTakenError
@@ -110,7 +110,7 @@ class _Fate:
     ``detail``, ``attempts``; ``malformed`` when it never parsed)."""
 
     entry: _Entry
-    outcome: str
+    outcome: Literal["linked", "requeued", "dead"]
     reason: str = ""
     detail: str = ""
     attempts: int = 0
@@ -306,11 +306,11 @@ class _Drain:
             with self.graph.db.transaction():
                 return write()
 
-        if not (writes or outputs.in_database):
-            return await anyio.to_thread.run_sync(write)
-        if not (fates or linkable) and not writes:
+        if not (fates or linkable or writes):
             return []
-        return await anyio.to_thread.run_sync(in_transaction)
+        if writes or outputs.in_database:
+            return await anyio.to_thread.run_sync(in_transaction)
+        return await anyio.to_thread.run_sync(write)  # the file form's scratch outputs only
 
     def _failure(self, item: tuple[_Entry, QueuedEdge], error: str) -> _Fate:
         attempts = item[1].attempts + 1

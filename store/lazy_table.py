@@ -35,6 +35,9 @@ from store.lazy_queue import LazyEdgeQueue, edge_line
 MAX_LINE_CHARACTERS = 1024 * 1024
 
 
+_READ_BATCH = "SELECT id, {line} AS line, attempts, enqueued_at FROM lazy_edges WHERE id > ? AND id <= ? ORDER BY id LIMIT ?"
+
+
 class RowsTakenError(DatabaseError):
     """Rows a drain was settling were settled by another drain first; its batch was rolled back."""
 
@@ -94,19 +97,27 @@ class LazyEdgeTable:
 
     def read_batch(self, *, after: int, up_to: int, limit: int, max_bytes: int) -> list[QueuedRow]:
         """Rows with ``after < id <= up_to`` in id order: at most ``limit`` of them and, past the
-        first, no more than about ``max_bytes`` characters (a row holds at most
+        first, no more than about ``max_bytes`` bytes (a row holds at most
         :data:`MAX_LINE_CHARACTERS`, the table's CHECK), so a batch of long rows stays small."""
-        found = self.db.query(
-            "SELECT id, line, attempts, enqueued_at FROM lazy_edges WHERE id > ? AND id <= ? ORDER BY id LIMIT ?",
-            (after, up_to, max(1, limit)),
-        )
+        params = (after, up_to, max(1, limit))
+        try:
+            found = self.db.query(_READ_BATCH.format(line="line"), params)
+        except DatabaseError as exc:
+            # A producer wrote bytes that are not UTF-8 (SQLite keeps what it is given; PostgreSQL
+            # refuses them): read the batch as bytes, so the drain dead-letters such a row as it
+            # does such a file line instead of failing on it forever.
+            try:
+                found = self.db.query(_READ_BATCH.format(line="CAST(line AS BLOB)"), params)
+            except DatabaseError:
+                raise exc from None
         rows: list[QueuedRow] = []
         total = 0
         for row in found:
-            total += len(row["line"])
+            line = row["line"] if isinstance(row["line"], bytes) else row["line"].encode("utf-8")
+            total += len(line)
             if rows and total > max_bytes:
                 break
-            rows.append(QueuedRow(row["id"], row["line"].encode("utf-8"), row["attempts"], row["enqueued_at"]))
+            rows.append(QueuedRow(row["id"], line, row["attempts"], row["enqueued_at"]))
         return rows
 
     def settle(self, *, taken: Sequence[QueuedRow], requeued: Sequence[tuple[QueuedRow, str]], dead: Sequence[DeadRow]) -> None:

@@ -38,7 +38,7 @@ def dead(db: Database) -> list[dict[str, Any]]:
 
 
 def url_of(settings: Settings) -> str:
-    return f"sqlite:///{settings.graph_path}"
+    return f"sqlite:///{settings.graph_path.resolve()}"
 
 
 # --- the producer library ----------------------------------------------------------------------
@@ -59,7 +59,7 @@ async def test_enqueue_writes_the_file_or_the_table_by_target(settings: Settings
     assert enqueue_lazy_edges(url_of(settings), []) == 0
     # Settings name the configured form.
     assert settings.lazy_queue_target == settings.queue_path
-    assert settings.model_copy(update={"lazy_queue": "database"}).lazy_queue_target == f"sqlite:///{settings.graph_path.resolve()}"
+    assert settings.model_copy(update={"lazy_queue": "database"}).lazy_queue_target == url_of(settings)
 
 
 @pytest.mark.parametrize("form", ["file", "table"])
@@ -171,6 +171,25 @@ async def test_malformed_rows_are_dead_lettered_exactly_like_file_lines(settings
     assert [d["reason"] for d in from_table] == ["malformed-json", "invalid-edge", "invalid-edge", "malformed-json", "invalid-edge"]
     assert table.dead_letter_count() == 5 and table.dead_letters(limit=1)[0]["line"] == MALFORMED[-1]
     assert edge_count(stores.graph) == 1  # the good line, queued twice, is one edge
+
+
+async def test_a_row_that_is_not_utf8_is_dead_lettered_not_stuck(settings: Settings, stores: Stores) -> None:
+    """SQLite stores whatever bytes a producer writing SQL gives it: such a row is dead-lettered
+    as malformed, like such a file line, and the rows around it link."""
+    import sqlite3
+
+    add_concepts(stores.graph, "a", "b")
+    enqueue_lazy_edges(url_of(settings), [{"source": "CONCEPT:a", "target": "CONCEPT:b", "relationship": "R"}])
+    raw = sqlite3.connect(settings.graph_path)
+    raw.execute("INSERT INTO lazy_edges(line, enqueued_at) VALUES (CAST(X'7B22FF7D' AS TEXT), 't')")
+    raw.commit()
+    raw.close()
+    enqueue_lazy_edges(url_of(settings), [{"source": "CONCEPT:b", "target": "CONCEPT:a", "relationship": "R"}])
+    stats = await drain(settings, stores, table=table_of(stores))
+    assert (stats.succeeded, stats.skipped_malformed, edge_count(stores.graph)) == (2, 1, 2)
+    [gone] = dead(stores.db)
+    assert gone["reason"] == "malformed-json" and gone["line"] == '{"\ufffd}'
+    assert waiting(stores.db) == []
 
 
 async def test_one_drain_drains_both_forms(settings: Settings, stores: Stores) -> None:
