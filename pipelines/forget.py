@@ -18,6 +18,8 @@ extracted (``rem-cycle forget``), and the retraction of sessions whose rows left
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from pipelines.extract.commit import commit_session
@@ -25,7 +27,7 @@ from pipelines.extract.reduce import reduce_session
 from store.db import Database
 from store.graph import Edge, GraphStore
 from store.ids import memory_node_id, session_node_id
-from store.provenance import DISCUSSED_IN, ProvenanceStore, anchor_edges
+from store.provenance import DISCUSSED_IN, EdgeKey, ProvenanceStore, anchor_edges
 from store.tombstones import MEMORY, NOTE, SESSION, TombstoneStore
 
 
@@ -33,10 +35,26 @@ class _Rollback(Exception):
     """Raised inside the transaction of a dry run, so that nothing it did is kept."""
 
 
-def _counts(graph: GraphStore, node_ids: set[str]) -> tuple[int, int]:
-    """How many of ``node_ids`` exist and how many edges touch them (index look-ups only: every
-    row a forget removes is one of these nodes or an edge touching one)."""
-    return len(graph.existing_ids(node_ids)), graph.count_edges_touching(node_ids)
+@dataclass(frozen=True, slots=True)
+class _RemovalCount:
+    """Counts what a forget removes without counting a popular node's edges: every node it can
+    remove is in ``small`` (its anchor, turns, and the nodes with no point from elsewhere, which
+    alone can be left without support), and every edge it can remove touches one of them or is
+    one of ``keys`` (the edges it gave points to between nodes that keep theirs, and for a turn
+    its owners' ``DISCUSSED_IN`` edges)."""
+
+    graph: GraphStore
+    small: set[str]
+    keys: set[EdgeKey]
+
+    @classmethod
+    def of(cls, graph: GraphStore, *, small: set[str], keys: Iterable[EdgeKey]) -> "_RemovalCount":
+        return cls(graph, small, {k for k in keys if k[0] not in small and k[1] not in small})
+
+    def now(self) -> tuple[int, int]:
+        """(nodes of ``small`` that exist, edges that touch them + ``keys`` that exist)."""
+        kept = sum(1 for k in sorted(self.keys) if self.graph.get_edge(*k) is not None)
+        return len(self.graph.existing_ids(self.small)), self.graph.count_edges_touching(self.small) + kept
 
 
 def forget_anchor(
@@ -53,8 +71,9 @@ def forget_anchor(
             rows = provenance.anchor_rows(anchor)
             touched = {r.node_id for r in rows.node_points} | {c.node_id for c in rows.claims}
             memories = tombstones.session_memories(item_id) if kind == SESSION else []
-            doomed = touched | {memory_node_id(m) for m in memories} | {anchor}
-            nodes_before, edges_before = _counts(graph, doomed)
+            small = (touched - provenance.pointed_elsewhere(touched, anchor)) | {memory_node_id(m) for m in memories} | {anchor}
+            counter = _RemovalCount.of(graph, small=small, keys=(r.key for r in rows.edge_points))
+            nodes_before, edges_before = counter.now()
             empty = reduce_session(reduce_key, [], anchor=anchor if kind == NOTE else "")
             commit_session(empty, graph=graph, graph_index=None, on_commit=lambda: None,
                            queue_append=lambda lines: 0, matcher=lambda candidates, index: {})
@@ -64,7 +83,7 @@ def forget_anchor(
             state = tombstones.forget_session_state(item_id if kind == SESSION else anchor, chunk_key)
             if bury:
                 tombstones.bury(kind, item_id)
-            nodes_after, edges_after = _counts(graph, doomed)
+            nodes_after, edges_after = counter.now()
             report.update(
                 points=len(rows.node_points) + len(rows.edge_points), claims=len(rows.claims),
                 nodes_removed=nodes_before - nodes_after, edges_removed=edges_before - edges_after,
@@ -105,8 +124,10 @@ def forget_memory(db: Database, memory_id: str, *, dry_run: bool = False) -> dic
                 session = memory.properties["sessionId"]
             anchor = session_node_id(session) if session else ""
             owners = provenance.turn_owners(anchor, node_id)
-            doomed = owners | {node_id}
-            nodes_before, edges_before = _counts(graph, doomed)
+            small = (owners - provenance.pointed_elsewhere(owners, anchor, node_id)) | {node_id}
+            keys = provenance.turn_edges(anchor, node_id) | {(owner, anchor, DISCUSSED_IN) for owner in owners}
+            counter = _RemovalCount.of(graph, small=small, keys=keys)
+            nodes_before, edges_before = counter.now()
             nodes, edges = provenance.delete_turn_points(anchor, node_id) if anchor else (set(), set())
             for owner in sorted(nodes):
                 points = provenance.node_anchor_points(owner, anchor)
@@ -126,7 +147,7 @@ def forget_memory(db: Database, memory_id: str, *, dry_run: bool = False) -> dic
             graph.delete_node(node_id)
             tombstones.forget_memory_state(memory_id, session)
             tombstones.bury(MEMORY, memory_id)
-            nodes_after, edges_after = _counts(graph, doomed)
+            nodes_after, edges_after = counter.now()
             report.update(
                 session=session, points=len(nodes) + len(edges), nodes_removed=nodes_before - nodes_after,
                 edges_removed=edges_before - edges_after, knowledge_nodes_removed=orphans, tombstone=True,

@@ -249,6 +249,22 @@ class ProvenanceStore:
         """The subset of ``node_ids`` that has at least one claim."""
         return self._having("node_claims", "node_id", node_ids)
 
+    def pointed_elsewhere(self, node_ids: Iterable[str], anchor: str, memory_id: str | None = None) -> set[str]:
+        """The subset of ``node_ids`` with a point of another anchor than ``anchor`` (with
+        ``memory_id``: of another turn than that one of ``anchor``). Each probe walks the node's
+        ``node_points_owner`` entries only until the first such point: a popular node's history is
+        not read."""
+        other = "anchor != ?" if memory_id is None else "(anchor != ? OR memory_id != ?)"
+        params = (anchor,) if memory_id is None else (anchor, memory_id)
+        found: set[str] = set()
+        for part in chunked(sorted(set(node_ids)), _IN_CHUNK):
+            rows = self.db.query(
+                f"SELECT value FROM json_each(?) WHERE EXISTS (SELECT 1 FROM node_points WHERE node_id = json_each.value AND {other})",
+                (dumps(list(part)), *params),
+            )
+            found.update(r[0] for r in rows)
+        return found
+
     def supported(self, node_ids: Iterable[str]) -> set[str]:
         """The subset of ``node_ids`` that has at least one point."""
         return self._having("node_points", "node_id", node_ids)
@@ -321,14 +337,15 @@ class ProvenanceStore:
         """The nodes that have a point from one turn (``memory_id``) of ``anchor``."""
         return {r[0] for r in self.db.query("SELECT DISTINCT node_id FROM node_points WHERE anchor = ? AND memory_id = ?", (anchor, memory_id))}
 
+    def turn_edges(self, anchor: str, memory_id: str) -> set[EdgeKey]:
+        """The edges that have a point from one turn (``memory_id``) of ``anchor``."""
+        rows = self.db.query("SELECT DISTINCT source, target, relationship FROM edge_points WHERE anchor = ? AND memory_id = ?", (anchor, memory_id))
+        return {(r[0], r[1], r[2]) for r in rows}
+
     def delete_turn_points(self, anchor: str, memory_id: str) -> tuple[set[str], set[EdgeKey]]:
         """Delete the points one turn gave (of nodes and edges); returns the nodes and edges that had some."""
         params = (anchor, memory_id)
-        nodes = self.turn_owners(anchor, memory_id)
-        edges = {
-            (r[0], r[1], r[2])
-            for r in self.db.query("SELECT DISTINCT source, target, relationship FROM edge_points WHERE anchor = ? AND memory_id = ?", params)
-        }
+        nodes, edges = self.turn_owners(anchor, memory_id), self.turn_edges(anchor, memory_id)
         with self.db.transaction() as conn:
             for table in ("node_points", "edge_points"):
                 conn.execute(f"DELETE FROM {table} WHERE anchor = ? AND memory_id = ?", params)

@@ -11,10 +11,12 @@ from typing import Any
 import pytest
 
 from config import Settings, load_settings
+from pipelines.forget import forget_memory, forget_session
 from pipelines.importer import import_sessions
 from store.backend import open_database
 from store.chroma import ChromaStore
 from store.db import Database
+from store.graph import GraphStore
 from tests.conftest import run_cli, write_sessions
 from worker.cycle import run_cycle
 
@@ -133,3 +135,25 @@ async def test_a_forgotten_turn_is_gone_and_never_read_again(settings: Settings,
         db.close()
     bad = run_cli("forget", "--session", "no such/id", env=env)
     assert bad.returncode == 1 and "session id" in bad.stderr
+
+
+async def test_what_forget_reports_removed_is_what_left_the_graph(settings: Settings, tmp_path: Path) -> None:
+    """The report counts only the nodes that can go and the edges touching them (never all of a
+    popular node's edges): the counts still equal the difference in the whole graph."""
+    await _build(settings, tmp_path, ["a", "b", "c"])
+    db = Database(settings.graph_path)
+    try:
+        graph = GraphStore(db)
+
+        def totals() -> tuple[int, int]:
+            counts = graph.counts()
+            return counts["node_total"], counts["edge_total"]
+
+        for forget, item in ((forget_memory, "b-t0"), (forget_session, "a"), (forget_memory, "c-t1"), (forget_session, "b")):
+            nodes, edges = totals()
+            report = forget(db, item)
+            after = totals()
+            assert (report["nodes_removed"], report["edges_removed"]) == (nodes - after[0], edges - after[1]), item
+            assert report["edges_removed"] > 0
+    finally:
+        db.close()
