@@ -84,6 +84,11 @@ class Settings(BaseSettings):
         300.0, gt=0, description="A running cycle without a heartbeat this long is stalled (/healthz 503, status, metrics)"
     )
     grace_seconds: float = Field(30.0, gt=0, description="Time allowed to finish the current transaction on SIGTERM")
+    shared_extract: bool = Field(
+        False,
+        description="Several workers share this database: a cycle that finds the single-flight phases taken "
+        "digests claimed sessions beside it instead of exiting busy (leases: REM_LEASE_TIMEOUT_SECONDS)",
+    )
 
     # --- extraction ----------------------------------------------------------------------
     extractor: Literal["heuristic", "openai"] = "heuristic"
