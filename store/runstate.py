@@ -240,11 +240,12 @@ class RunStateStore:
                 (revision, run_id, self.clock(), seq, session_id),
             )
 
-    def commits_since(self, seq: int) -> tuple[int, list[str]]:
+    def commits_since(self, seq: int | None) -> tuple[int, list[str]]:
         """``(latest commit sequence number, the sessions committed after seq)``: what other
-        workers committed since a worker last looked (an index read, whatever the history)."""
+        workers committed since a worker last looked (an index read, whatever the history).
+        ``seq`` None: the latest number alone."""
         latest = self.db.query("SELECT value FROM rem_counters WHERE name = 'commit'")[0][0]
-        if latest == seq:
+        if seq is None or latest == seq:
             return latest, []
         rows = self.db.query("SELECT session_id FROM session_digests WHERE commit_seq > ? ORDER BY commit_seq", (seq,))
         return latest, [r[0] for r in rows]

@@ -35,12 +35,12 @@ from pipelines.drain import DrainStats, drain_queue
 from pipelines.forget import retract_vanished
 from pipelines.ingest import scan_session_revisions, sync_batch_isolating_failures
 from store.chroma import ChromaStore, ChromaStoreError, ChromaUnavailableError
+from store.claims import CYCLE_LOCK, ClaimStore, LockStore
 from store.confined import UnsafePathError, exclusive_lock
 from store.db import Database
 from store.errors import SchemaTooNewError, StoreError
 from store.graph import GraphStore, utc_now
 from store.lazy_queue import LazyEdgeQueue, QueueBusyError
-from store.claims import CYCLE_LOCK, ClaimStore, LockStore
 from store.runstate import RunStateStore
 from store.tombstones import MEMORY, SESSION, TombstoneStore
 from worker.failures import FailureRecorder, RunFailure, failure_reason

@@ -212,7 +212,7 @@ async def extract_session(
                 queue_append=env.queue.append, merges=env.merges, observed_at=turn_times(rows, units), **identity,
             )
         )
-        if committed.nodes_removed and env.resolver is not None:
+        if (committed.nodes_removed or committed.nodes_folded) and env.resolver is not None:
             env.resolver.reset()  # its index still knows the removed nodes
     except ChromaUnavailableError:
         raise
@@ -256,10 +256,9 @@ async def extract_sessions(
     new one when None), which is returned.
 
     Sessions *commit* in the order of ``records`` (oldest first) whatever order their extractions
-    finish in: which node keeps its id and name when two sessions name it differently depends on
-    who commits first, so a fixed order makes the graph independent of timing — and an interrupted
-    phase leaves a prefix committed, after which the next cycle builds exactly the graph one
-    uninterrupted cycle would have."""
+    finish in, so an interrupted phase leaves a prefix committed. The graph does not depend on the
+    commit order anyway (least id survives a link, least spelling names a node: see
+    :mod:`pipelines.extract.commit`) — which is what lets several workers commit side by side."""
     stats = stats if stats is not None else ExtractStats()
     calls = anyio.CapacityLimiter(env.concurrency)
     sessions = anyio.CapacityLimiter(env.concurrency)
