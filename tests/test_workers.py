@@ -110,3 +110,35 @@ def test_three_workers_one_killed_repeatedly_digest_every_session_once(tmp_path:
     assert report["claims_left"] == 0, report
     assert sqlite3.connect(shared / "graph.sqlite3").execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     assert canonical(shared / "graph.sqlite3") == canonical(single / "graph.sqlite3")
+
+
+def test_a_workers_identity_index_learns_what_the_others_committed(tmp_path: Path) -> None:
+    """Worker B's resolver was built before worker A committed ``CLASS:GraphQueue``: at B's next
+    call it has learned the node from A's commit (by commit number), so ``GraphQueues`` links to
+    it; once A's node is gone, B's exact-id match on it makes B rebuild instead of linking to it."""
+    from pipelines.extract.commit import Candidate
+    from store.db import Database
+    from store.facts import NodeFacts
+    from store.graph import GraphStore, Node
+    from store.provenance import ClaimRow, ProvenanceStore
+    from store.runstate import RunStateStore, SessionRevision
+    from worker.knowledge import identity_resolver
+
+    path = tmp_path / "g.db"
+    a, b = Database(path), Database(path)
+    try:
+        GraphStore(b).upsert_nodes([Node("CLASS:Unrelated", "CLASS", "Unrelated")])
+        resolver = identity_resolver(b)
+        assert resolver([Candidate("CLASS:Unrelated", "CLASS", "Unrelated")]) == {"CLASS:Unrelated": "CLASS:Unrelated"}  # index built
+        runstate = RunStateStore(a)
+        runstate.mark_ingested(SessionRevision("sa", "r1", "2026-11-01T00:00:00Z"), "run-a")
+        with a.transaction():
+            GraphStore(a).upsert_nodes([Node("CLASS:GraphQueue", "CLASS", "GraphQueue", {"aliases": ["GraphQueue"]})])
+            ProvenanceStore(a).add_claims([ClaimRow("CLASS:GraphQueue", "session:sa", "CLASS:GraphQueue", NodeFacts.of(aliases=["GraphQueue"]), name="GraphQueue")])
+            runstate.mark_digested("sa", "r1", "run-a")
+        assert resolver([Candidate("CLASS:GraphQueues", "CLASS", "GraphQueues")]) == {"CLASS:GraphQueues": "CLASS:GraphQueue"}
+        GraphStore(a).delete_node("CLASS:GraphQueue")
+        assert resolver([Candidate("CLASS:GraphQueue", "CLASS", "GraphQueue")]) == {}  # gone: created anew, not linked
+    finally:
+        a.close()
+        b.close()
