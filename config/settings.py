@@ -91,6 +91,11 @@ class Settings(BaseSettings):
         0.1, ge=0, le=100,
         description="Re-detect communities once the sessions digested since the last detection reach this share of those before it (0 = every cycle)",
     )
+    shared_extract: bool = Field(
+        False,
+        description="Several workers share this database: a cycle that finds the single-flight phases taken "
+        "digests claimed sessions beside it instead of exiting busy (leases: REM_LEASE_TIMEOUT_SECONDS)",
+    )
 
     # --- extraction ----------------------------------------------------------------------
     extractor: Literal["heuristic", "openai"] = "heuristic"

@@ -7,7 +7,10 @@ graph index in, candidate id → existing id out) and answers with a
 graph's knowledge nodes in memory — built from the graph on first use, then kept current with what
 each commit decides — so a commit costs a few dictionary look-ups, not a scan of the graph. A
 commit that rolled back is noticed at the next call (a node it created is missing) and the index is
-rebuilt from the graph.
+rebuilt from the graph. Workers sharing the database commit beside it: at each call the resolver
+adds the nodes of the sessions committed since it last looked (``committed_since``, by the commit
+sequence number — what the others did, never the graph's history), and a link to a node that is
+gone (folded, forgotten, merged elsewhere) makes it rebuild the index and resolve again.
 
 The optional model auditor is asked *before* the transaction (:meth:`GraphResolver.prepare`, in
 async code), never while the database is locked; its answers are kept per question, so the same
@@ -61,12 +64,17 @@ class GraphResolver:
         load_nodes: Callable[[], Iterable[NodeRef]],
         load_blocked: Callable[[], frozenset[tuple[str, str]]],
         existing: Callable[[Iterable[str]], set[str]],
+        committed_since: Callable[[int | None], tuple[int, list[NodeRef]]] | None = None,
         auditor: Auditor | None = None,
         thresholds: Thresholds = Thresholds(),
     ) -> None:
         self._load_nodes = load_nodes
         self._load_blocked = load_blocked
         self._existing = existing
+        # (latest commit number, the nodes of the sessions committed after ``since``); ``None``:
+        # the latest number alone.
+        self._committed_since = committed_since
+        self._seen = 0
         self.auditor = auditor
         self.thresholds = thresholds
         self._index: AliasIndex | None = None
@@ -87,9 +95,15 @@ class GraphResolver:
                 log.info("identity index stale (a commit rolled back): rebuilding")
                 self._index = None
         if self._index is None:
+            if self._committed_since is not None:
+                self._seen = self._committed_since(None)[0]  # before the read: a commit between is re-read
             self._index = AliasIndex.build(self._load_nodes())
             self._blocked = self._load_blocked()
             self._created = []
+        elif self._committed_since is not None:
+            self._seen, refs = self._committed_since(self._seen)
+            for ref in refs:
+                self._index.add(ref)
         return self._index
 
     async def prepare(self, candidates: Sequence[CandidateLike]) -> int:
@@ -121,6 +135,15 @@ class GraphResolver:
             index = self._ready_index()
             refs = _refs(candidates)
             verdicts = resolve_batch(refs, index, blocked=self._blocked, thresholds=self.thresholds)
+            # Targets in the graph (an exact id, or a link to a node not of this batch): one of them
+            # gone (another worker folded or forgot it) means the index is stale.
+            batch = {r.id for r in refs}
+            targets = {v.target for v in verdicts if v.action == LINK and v.target is not None and (v.rule == "exact-id" or v.target not in batch)}
+            if targets - self._existing(targets):
+                log.info("identity index stale (a node it links to is gone): rebuilding")
+                self._index = None
+                index = self._ready_index()
+                verdicts = resolve_batch(refs, index, blocked=self._blocked, thresholds=self.thresholds)
             verdicts = [self._settled(v) for v in verdicts]
             learn(index, refs, verdicts)
             self._created = [v.node_id for v in verdicts if v.target is None or v.target == v.node_id]

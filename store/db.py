@@ -472,7 +472,40 @@ MIGRATIONS: tuple[str, ...] = (
         SELECT node_id, anchor, 'claim', (SELECT COALESCE(group_concat(value, ' '), '') FROM json_each(aliases)), description
         FROM node_claims
     """,
-    # 9 (8 is the session claims'): the lazy-edge queue table, LAZY_EDGES_MIGRATION above.
+    # 8: several workers on one database (store/claims.py). ``session_claims``: the session a worker
+    # is digesting, until its lease runs out (a dead worker's claims are taken over then); the row
+    # goes in the transaction that commits the session. ``rem_locks``: named leases for the
+    # single-flight phases (ingest, drain, finalize). ``rem_counters.commit``: the sequence number
+    # of the last session commit; ``session_digests.commit_seq`` says which commit digested a
+    # session, so a worker learns what the others committed since it last looked without reading
+    # the graph. ``node_claims.name``: the spelling a claim used, from which a node's display name
+    # is chosen whatever order its claims came in. Plain SQL that PostgreSQL accepts too.
+    """
+    CREATE TABLE session_claims (
+        session_id        TEXT PRIMARY KEY,
+        owner             TEXT NOT NULL,
+        claimed_at        TEXT NOT NULL,
+        heartbeat_at      TEXT NOT NULL,
+        lease_expires_at  TEXT NOT NULL
+    );
+    CREATE INDEX session_claims_owner ON session_claims(owner);
+    CREATE TABLE rem_locks (
+        name              TEXT PRIMARY KEY,
+        owner             TEXT NOT NULL,
+        acquired_at       TEXT NOT NULL,
+        heartbeat_at      TEXT NOT NULL,
+        lease_expires_at  TEXT NOT NULL
+    );
+    CREATE TABLE rem_counters (
+        name   TEXT PRIMARY KEY,
+        value  BIGINT NOT NULL
+    );
+    INSERT INTO rem_counters(name, value) VALUES ('commit', 0);
+    ALTER TABLE session_digests ADD COLUMN commit_seq BIGINT;
+    CREATE INDEX session_digests_commit_seq ON session_digests(commit_seq);
+    ALTER TABLE node_claims ADD COLUMN name TEXT NOT NULL DEFAULT ''
+    """,
+    # 9: the lazy-edge queue table, LAZY_EDGES_MIGRATION above.
     LAZY_EDGES_MIGRATION,
 )
 

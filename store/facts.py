@@ -6,7 +6,8 @@ nodes folded into one) all combine with :func:`combine_facts`. It is a semilatti
 associative, commutative, idempotent — so the facts of a node are the same whatever order its
 claims arrive in, and adding one claim to the combination of the others equals recombining all.
 The tie-break: the longer description wins; between equally long ones the larger string, so no
-result depends on who came first.
+result depends on who came first. A node's *name* follows the same idea (:func:`least_name`): the
+least of the spellings its claims gave it.
 """
 
 from __future__ import annotations
@@ -40,6 +41,20 @@ class NodeFacts:
 def longer_text(first: str, second: str) -> str:
     """The longer of two texts; between equally long ones the larger (order-independent)."""
     return max(first, second, key=lambda text: (len(text), text))
+
+
+def name_order(name: str, node_id: str) -> tuple[bool, str, str]:
+    """How spellings of the node ``node_id``'s name are ranked: those that write its id (the part
+    after ``TYPE:``, case aside) first — the id is the least of its linked group's, so this is
+    the spelling that named the survivor — then case-folded, then as written. Pure."""
+    return node_id.partition(":")[2].casefold() != name.casefold(), name.casefold(), name
+
+
+def least_name(names: Iterable[str], *, node_id: str) -> str | None:
+    """The display name of the node ``node_id`` given ``names``: the least non-empty one by
+    :func:`name_order` (None when there is none). A minimum, so it is the same whatever order the
+    names came in, and adding one name to the least of the others equals taking the least of all."""
+    return min((n for n in names if n), key=lambda name: name_order(name, node_id), default=None)
 
 
 def combine_facts(first: NodeFacts, second: NodeFacts) -> NodeFacts:

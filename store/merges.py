@@ -34,7 +34,7 @@ from store.db import Database
 from store.facts import NodeFacts, facts_of, with_facts
 from store.graph import Edge, GraphStore, Node, dumps, utc_now
 from store.ids import normalize_graph_node_id
-from store.provenance import DISCUSSED_IN, MENTIONED_IN, ClaimRow, ProvenanceStore, anchor_edges, facts_from_claims
+from store.provenance import DISCUSSED_IN, MENTIONED_IN, ClaimRow, ProvenanceStore, anchor_edges, facts_from_claims, name_from_claims
 
 
 class MergeError(ValueError):
@@ -195,11 +195,16 @@ class MergeStore:
             )
             return int(cursor.fetchone()[0])
 
-    def merge_nodes(self, merged_id: str, into_id: str, *, rule: str = "manual", score: float = 1.0, evidence: Mapping[str, Any] | None = None) -> int:
+    def merge_nodes(
+        self, merged_id: str, into_id: str, *, rule: str = "manual", score: float = 1.0,
+        evidence: Mapping[str, Any] | None = None, name_as_alias: bool = True,
+    ) -> int:
         """Fold the existing node ``merged_id`` into the existing node ``into_id`` (one transaction):
-        M's points and claims move to I (its name becomes an alias of I), I's facts gain M's, M's
-        edges' points move to the matching edges of I (created when missing; an edge without points
-        keeps the higher weight), and M is deleted. Returns the merge id."""
+        M's points and claims move to I (its name becomes an alias of I — by a claim of its own
+        unless ``name_as_alias`` is False: the extraction commit's folds, whose claims name it
+        already), I's facts and name are recomputed from its claims, M's edges' points move to the
+        matching edges of I (created when missing; an edge without points keeps the higher weight),
+        and M is deleted. Returns the merge id."""
         merged_id, into_id = normalize_graph_node_id(merged_id), normalize_graph_node_id(into_id)
         if merged_id == into_id:
             raise MergeError("a node cannot be merged into itself")
@@ -238,7 +243,8 @@ class MergeStore:
             merge_id = self.record_link(merged, into_id=into_id, rule=rule, score=score, evidence=evidence, restore=restore)
             self._ensure_claims([merged, into])
             anchors = self.provenance.move_node_rows(from_id=merged_id, to_id=into_id, new_merge_id=merge_id)
-            self.provenance.add_claims([ClaimRow(into_id, f"merge:{merge_id}", merged_id, NodeFacts.of(aliases=[merged.name]), merge_id)])
+            if name_as_alias:
+                self.provenance.add_claims([ClaimRow(into_id, f"merge:{merge_id}", merged_id, NodeFacts.of(aliases=[merged.name]), merge_id)])
             for edge in edges:
                 moved = _redirect(edge, merged_id, into_id)
                 if moved.source == moved.target:
@@ -351,13 +357,15 @@ class MergeStore:
     def _ensure_claims(self, nodes: Sequence[Node]) -> None:
         """A node written before claims existed gets its current facts as its first claim."""
         claimed = self.provenance.with_claims(n.id for n in nodes)
-        self.provenance.add_claims(ClaimRow(n.id, "", n.id, facts_of(n.properties)) for n in nodes if n.id not in claimed)
+        self.provenance.add_claims(ClaimRow(n.id, "", n.id, facts_of(n.properties), name=n.name) for n in nodes if n.id not in claimed)
 
     def _refacts(self, node_id: str) -> None:
+        """The node's facts and name recomputed from its claims."""
         node = self.graph.get_node(node_id)
         if node is not None:
-            facts = facts_from_claims(self.provenance.claims(node_id))
-            self.graph.upsert_node(Node(node.id, node.label, node.name, with_facts(node.properties, facts)))
+            claims = self.provenance.claims(node_id)
+            name = name_from_claims(node.id, claims, current=node.name)
+            self.graph.upsert_node(Node(node.id, node.label, name, with_facts(node.properties, facts_from_claims(claims))))
 
     def _reweigh(self, keys: Iterable[tuple[str, str, str]], restore: Mapping[str, Any]) -> int:
         """Weights of edges whose points moved: from their places; an edge left without points

@@ -19,8 +19,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from store.db import UNLIMITED, Database
-from store.facts import NodeFacts, combine_all
+from store.db import UNLIMITED, Database, in_batches
+from store.facts import NodeFacts, combine_all, least_name
 from store.graph import Edge, chunked, dumps
 
 # The provenance relationships derived from points (their names are a public interface).
@@ -82,6 +82,8 @@ class ClaimRow:
     extracted_for: str
     facts: NodeFacts
     merge_id: int | None = None
+    # The spelling this claim named the node with ("" when unknown: written before schema 8).
+    name: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,7 +104,7 @@ def _claim(row: Any) -> ClaimRow:
         description=row["description"], aliases=json.loads(row["aliases"]), tags=json.loads(row["tags"]),
         confidence=row["confidence"],
     )
-    return ClaimRow(row["node_id"], row["anchor"], row["extracted_for"], facts, row["merge_id"])
+    return ClaimRow(row["node_id"], row["anchor"], row["extracted_for"], facts, row["merge_id"], row["name"])
 
 
 def place_count(points: Iterable[PointRow]) -> int:
@@ -245,6 +247,13 @@ class ProvenanceStore:
         """Questions about ``node_id``'s claims for :func:`store.facts.without_claim`."""
         return NodeClaimLookup(self.db, node_id)
 
+    def claimed_by(self, anchors: Iterable[str]) -> set[str]:
+        """The nodes that ``anchors`` (``session:<id>`` …) have claims on."""
+        found: set[str] = set()
+        for part, marks in in_batches(sorted(set(anchors))):
+            found.update(r[0] for r in self.db.query(f"SELECT DISTINCT node_id FROM node_claims WHERE anchor IN ({marks})", part))
+        return found
+
     def with_claims(self, node_ids: Iterable[str]) -> set[str]:
         """The subset of ``node_ids`` that has at least one claim."""
         return self._having("node_claims", "node_id", node_ids)
@@ -324,11 +333,11 @@ class ProvenanceStore:
     def add_claims(self, rows: Iterable[ClaimRow]) -> None:
         with self.db.transaction() as conn:
             conn.executemany(
-                "INSERT INTO node_claims(node_id, anchor, extracted_for, merge_id, description, aliases, tags, confidence) "
-                "VALUES (?,?,?,?,?,?,?,?)",
+                "INSERT INTO node_claims(node_id, anchor, extracted_for, merge_id, description, aliases, tags, confidence, name) "
+                "VALUES (?,?,?,?,?,?,?,?,?)",
                 [
                     (r.node_id, r.anchor, r.extracted_for, r.merge_id, r.facts.description, dumps(list(r.facts.aliases)),
-                     dumps(list(r.facts.tags)), r.facts.confidence)
+                     dumps(list(r.facts.tags)), r.facts.confidence, r.name)
                     for r in rows
                 ],
             )
@@ -405,6 +414,14 @@ class NodeClaimLookup:
     def says_tag(self, tag: str) -> bool:
         return self._any(", json_each(c.tags) AS j WHERE c.node_id = ? AND j.value = ?", tag)
 
+    def says_name(self, name: str) -> bool:
+        """Whether another claim used the spelling ``name``."""
+        return self._any(" WHERE c.node_id = ? AND c.name = ?", name)
+
+    def names(self) -> list[str]:
+        """The distinct spellings the node's claims used (few, whatever its history)."""
+        return [r[0] for r in self.db.query("SELECT DISTINCT name FROM node_claims WHERE node_id = ? AND name <> ''", (self.node_id,))]
+
     def best_description(self) -> str:
         # The tie-break of store.facts.longer_text: characters first, then the larger string
         # (SQLite's binary order of UTF-8 is Python's order of code points).
@@ -422,6 +439,12 @@ class NodeClaimLookup:
 def facts_from_claims(claims: Iterable[ClaimRow]) -> NodeFacts:
     """The combination of ``claims``' facts."""
     return combine_all(c.facts for c in claims)
+
+
+def name_from_claims(node_id: str, claims: Iterable[ClaimRow], *, current: str) -> str:
+    """A node's display name recomputed from its claims (:func:`store.facts.least_name` of their
+    spellings); ``current`` when no claim carries one (all written before schema 8)."""
+    return least_name((c.name for c in claims), node_id=node_id) or current
 
 
 def anchor_edges(node_id: str, anchor: str, points: Iterable[PointRow]) -> list[Edge]:

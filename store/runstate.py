@@ -197,11 +197,11 @@ class RunStateStore:
     def get_digests(self, session_ids: Iterable[str] | None = None) -> dict[str, DigestRecord]:
         """Digest records by session id: all of them, or those among ``session_ids``."""
         if session_ids is None:
-            return {r["session_id"]: _digest(r) for r in self.db.query("SELECT * FROM session_digests")}
+            return {r["session_id"]: digest_record(r) for r in self.db.query("SELECT * FROM session_digests")}
         found: dict[str, DigestRecord] = {}
         for part, marks in in_batches(sorted(set(session_ids))):
             for r in self.db.query(f"SELECT * FROM session_digests WHERE session_id IN ({marks})", part):
-                found[r["session_id"]] = _digest(r)
+                found[r["session_id"]] = digest_record(r)
         return found
 
     def changed_sessions(self, revisions: Iterable[SessionRevision]) -> list[SessionRevision]:
@@ -255,16 +255,29 @@ class RunStateStore:
             "ORDER BY session_created_at, session_id LIMIT ?",
             (limit,),
         )
-        return [_digest(r) for r in rows]
+        return [digest_record(r) for r in rows]
 
     def mark_digested(self, session_id: str, revision: str, run_id: str) -> None:
-        """Call inside the commit transaction of the session's graph writes."""
+        """Call inside the commit transaction of the session's graph writes. The session gets the
+        next commit sequence number (``rem_counters``: the counter row also orders concurrent
+        commits on engines that do not serialise writers)."""
         with self.db.transaction() as conn:
+            seq = conn.execute("UPDATE rem_counters SET value = value + 1 WHERE name = 'commit' RETURNING value").fetchone()[0]
             conn.execute(
                 "UPDATE session_digests SET digested_revision = ?, state = 'digested', defer_reason = NULL, "
-                "last_run_id = ?, updated_at = ? WHERE session_id = ?",
-                (revision, run_id, self.clock(), session_id),
+                "last_run_id = ?, updated_at = ?, commit_seq = ? WHERE session_id = ?",
+                (revision, run_id, self.clock(), seq, session_id),
             )
+
+    def commits_since(self, seq: int | None) -> tuple[int, list[str]]:
+        """``(latest commit sequence number, the sessions committed after seq)``: what other
+        workers committed since a worker last looked (an index read, whatever the history).
+        ``seq`` None: the latest number alone."""
+        latest = self.db.query("SELECT value FROM rem_counters WHERE name = 'commit'")[0][0]
+        if seq is None or latest == seq:
+            return latest, []
+        rows = self.db.query("SELECT session_id FROM session_digests WHERE commit_seq > ? ORDER BY commit_seq", (seq,))
+        return latest, [r[0] for r in rows]
 
     def record_failure(self, session_id: str, *, reason: str, run_id: str, max_attempts: int) -> str:
         """Count a failed digest attempt; returns the new state (``undigestible`` past the limit)."""
@@ -305,7 +318,7 @@ class RunStateStore:
         rows = self.db.query(
             "SELECT * FROM session_digests WHERE state = 'undigestible' ORDER BY updated_at DESC LIMIT ?", (limit,)
         )
-        return [_digest(r) for r in rows]
+        return [digest_record(r) for r in rows]
 
     def oldest_undigested_created_at(self) -> str | None:
         rows = self.db.query("SELECT MIN(session_created_at) FROM session_digests WHERE state = 'undigested'")
@@ -349,7 +362,8 @@ def _run(row: Any) -> dict[str, Any]:
     return run
 
 
-def _digest(row: Any) -> DigestRecord:
+def digest_record(row: Any) -> DigestRecord:
+    """A ``session_digests`` row as a :class:`DigestRecord`."""
     return DigestRecord(
         session_id=row["session_id"],
         input_revision=row["input_revision"],

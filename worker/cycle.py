@@ -2,6 +2,14 @@
 
 A failure in one session is recorded and the cycle goes on with the next; a failure of a whole
 phase ends the cycle with ``outcome=failed``, the phase and a reason code.
+
+Single flight and several workers: a cycle that takes this host's lock file and the database's
+single-flight lock (``rem_locks``, :data:`store.claims.CYCLE_LOCK`) runs every phase — it is the
+*leader*. Extract digests sessions it claims (``session_claims``), never a list: with
+``REM_SHARED_EXTRACT`` a cycle that finds either lock taken is a *follower* and runs provider-ready
+and extract only, claiming sessions beside the leader, instead of exiting busy. Ingest, drain and
+finalize therefore run in one worker at a time across every host sharing the database, while
+extraction — where the model's latency is — runs in all of them.
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ from pipelines.drain import DrainStats, drain_queue
 from pipelines.forget import retract_vanished
 from pipelines.ingest import scan_session_revisions, sync_batch_isolating_failures
 from store.chroma import ChromaStore, ChromaStoreError, ChromaUnavailableError
+from store.claims import CYCLE_LOCK, ClaimStore, LockStore
 from store.confined import UnsafePathError, exclusive_lock
 from store.backend import open_database
 from store.db import Database
@@ -94,6 +103,8 @@ class CycleContext:
     stores: Stores
     run_id: str
     stop: anyio.Event = field(default_factory=anyio.Event)
+    # Who holds this cycle's leases (session claims, the single-flight lock): host:pid:nonce.
+    lease_owner: str = field(default_factory=lambda: lease_owner_id())
 
     def check_stop(self) -> None:
         """Raise :class:`CycleInterrupted` when a stop was requested (call between transactions)."""
@@ -204,14 +215,14 @@ async def extract(ctx: CycleContext) -> dict[str, Any]:
     from datetime import UTC, datetime
 
     from pipelines.extract.llm import OpenAIExtractor
-    from pipelines.extract.workflow import ExtractEnv, extract_sessions, open_extractor
+    from pipelines.extract.workflow import ExtractEnv, ExtractStats, extract_sessions, open_extractor
     from pipelines.judge import ModelJudge
     from store.chunks import ChunkResultStore
     from store.merges import MergeStore
     from store.semantic_index import SemanticIndex
 
     settings, stores = ctx.settings, ctx.stores
-    todo = await anyio.to_thread.run_sync(stores.runstate.sessions_to_extract, settings.batch_limit)
+    claims = ClaimStore(stores.db, owner=ctx.lease_owner, lease_seconds=settings.lease_timeout_seconds)
     async with open_extractor(settings) as extractor:
         judge = ModelJudge(extractor) if settings.llm_judge and isinstance(extractor, OpenAIExtractor) else None
         env = ExtractEnv(
@@ -223,15 +234,33 @@ async def extract(ctx: CycleContext) -> dict[str, Any]:
             now=datetime.now(UTC),
             resolver=identity_resolver(stores.db, auditor=judge.audit_identity if judge else None),
             merges=MergeStore(stores.db), forgotten_memories=partial(TombstoneStore(stores.db).buried, MEMORY),
-            session_memory_ids=TombstoneStore(stores.db).session_memories,
+            session_memory_ids=TombstoneStore(stores.db).session_memories, claims=claims,
         )
+        stats, queued = ExtractStats(), 0
         try:
-            stats = await extract_sessions(todo, env, should_stop=ctx.stop.is_set)
+            # Claim a few sessions at a time, so that workers beside this one find work too; a
+            # session that failed or was deferred stays claimed until the phase ends (no worker
+            # retries it in the meantime), then every claim left is released.
+            while queued < settings.batch_limit and not ctx.stop.is_set():
+                todo = await anyio.to_thread.run_sync(claims.claim, min(claim_step(settings.llm_concurrency), settings.batch_limit - queued))
+                if not todo:
+                    break
+                queued += len(todo)
+                await extract_sessions(todo, env, should_stop=ctx.stop.is_set, stats=stats)
         except* ChromaUnavailableError as group:
             raise PhaseError("chroma-unavailable", str(group.exceptions[0])) from None
-    if stats.interrupted:
+        finally:
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(claims.release)
+    if stats.interrupted or ctx.stop.is_set():
         raise CycleInterrupted("stop requested")
-    return {"extractor": extractor.fingerprint, "sessions_queued": len(todo), **stats.as_dict()}
+    return {"extractor": extractor.fingerprint, "sessions_queued": queued, **stats.as_dict()}
+
+
+def claim_step(concurrency: int) -> int:
+    """Sessions claimed at a time: twice the sessions extracted at once, so that the model stays
+    busy while a session commits, and few enough that workers beside this one find work. Pure."""
+    return 2 * concurrency
 
 
 async def drain_lazy_edges(settings: Settings, stores: Stores, **options: Any) -> DrainStats:
@@ -280,6 +309,8 @@ PHASES: tuple[tuple[str, Phase], ...] = (
     ("drain", drain),
     ("finalize", finalize),
 )
+# What a follower (REM_SHARED_EXTRACT, the single-flight lock held elsewhere) runs.
+FOLLOWER_PHASES = frozenset({"provider-ready", "extract"})
 
 
 @dataclass
@@ -321,11 +352,19 @@ async def single_flight(settings: Settings, *, lock_path: Path | None = None, wh
     An OS file lock: the kernel releases it when its process dies, even by SIGKILL, so a crash
     never leaves the data dir locked; the dead run's ``rem_runs`` row is then marked abandoned.
     """
+    async with _host_lock(settings, lock_path=lock_path, what=what, follow=False):
+        yield
+
+
+@asynccontextmanager
+async def _host_lock(settings: Settings, *, lock_path: Path | None = None, what: str, follow: bool) -> AsyncIterator[bool]:
+    """Hold the lock file and yield ``True``; when another process holds it, yield ``False`` if
+    ``follow`` else raise :class:`CycleBusyError`."""
     path = lock_path or settings.lock_path
     with exclusive_lock(path, root=settings.data_dir) as held:
-        if not held:
+        if not held and not follow:
             raise CycleBusyError(f"another {what} is running on {settings.data_dir} (lock {path})")
-        yield
+        yield held
 
 
 # The data dir itself refuses the cycle: a database from a newer release, or a link / stray file
@@ -336,6 +375,12 @@ REFUSALS: tuple[type[Exception], ...] = (SchemaTooNewError, UnsafePathError)
 
 def owner_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def lease_owner_id() -> str:
+    """A cycle as the owner of database leases: :func:`owner_id` and a nonce (a reused pid is
+    another owner), the form :func:`store.claims.owner_is_dead` reads."""
+    return f"{owner_id()}:{uuid.uuid4().hex[:8]}"
 
 
 @dataclass
@@ -377,13 +422,29 @@ async def run_cycle(
     descriptors) — ends up in the result and in ``rem_runs``, written through ``recorder`` (the
     daemon's, which keeps what it cannot write yet) or a connection opened for it."""
     attempt = CycleAttempt(run_id=new_run_id(), reason=reason, mode=mode)
+    lease_owner = lease_owner_id()
     try:
-        async with single_flight(settings):
+        async with _host_lock(settings, what="REM cycle", follow=settings.shared_extract) as leader:
             own_stores = stores is None
             if stores is None:
                 stores = await open_stores(settings)
+            locks = LockStore(stores.db, owner=lease_owner, lease_seconds=settings.lease_timeout_seconds)
             try:
-                return await _run_phases(settings, stores, attempt, stop=stop or anyio.Event(), phases=phases)
+                if leader and not await anyio.to_thread.run_sync(locks.acquire, CYCLE_LOCK):
+                    if not settings.shared_extract:
+                        holder = await anyio.to_thread.run_sync(locks.holder, CYCLE_LOCK)
+                        raise CycleBusyError(f"another REM cycle holds the database's single-flight lock ({holder})")
+                    leader = False
+                if not leader:
+                    phases = tuple((name, phase) for name, phase in phases if name in FOLLOWER_PHASES)
+                try:
+                    return await _run_phases(
+                        settings, stores, attempt, stop=stop or anyio.Event(), phases=phases, lease_owner=lease_owner,
+                        lock=locks if leader else None,
+                    )
+                finally:
+                    if leader:
+                        await _release_lock(locks)
             finally:
                 if own_stores:
                     stores.close()
@@ -394,6 +455,15 @@ async def run_cycle(
             log.exception("cycle clean-up failed", run_id=attempt.run_id)
             return attempt.result
         return await _record_crash(attempt, exc, recorder or FailureRecorder(settings))
+
+
+async def _release_lock(locks: LockStore) -> None:
+    """Give the single-flight lock up; failing that, it runs out with its lease."""
+    with anyio.CancelScope(shield=True):
+        try:
+            await anyio.to_thread.run_sync(locks.release, CYCLE_LOCK)
+        except (StoreError, OSError) as exc:
+            log.warning("single-flight lock not released: it runs out with its lease", error=str(exc))
 
 
 async def _record_crash(attempt: CycleAttempt, exc: Exception, recorder: FailureRecorder) -> CycleResult:
@@ -428,23 +498,31 @@ async def _run_phases(
     *,
     stop: anyio.Event,
     phases: tuple[tuple[str, Phase], ...],
+    lease_owner: str,
+    lock: LockStore | None,
 ) -> CycleResult:
     run_id = attempt.run_id
     runstate = stores.runstate
-    # We hold the lock, so any run still marked running died without finishing.
-    abandoned = await anyio.to_thread.run_sync(lambda: runstate.mark_abandoned(older_than_seconds=0))
-    for old in abandoned:
-        log.warning("previous run abandoned", old_run_id=old)
+    if lock is not None:
+        # We hold the lock, so any run still marked running died without finishing — unless
+        # followers share the database: theirs are abandoned once silent for a lease.
+        silent = settings.lease_timeout_seconds if settings.shared_extract else 0
+        abandoned = await anyio.to_thread.run_sync(lambda: runstate.mark_abandoned(older_than_seconds=silent))
+        for old in abandoned:
+            log.warning("previous run abandoned", old_run_id=old)
     await anyio.to_thread.run_sync(lambda: runstate.start_run(run_id, reason=attempt.reason, mode=attempt.mode, owner=owner_id()))
     attempt.row_started = True
-    ctx = CycleContext(settings=settings, stores=stores, run_id=run_id, stop=stop)
+    ctx = CycleContext(settings=settings, stores=stores, run_id=run_id, stop=stop, lease_owner=lease_owner)
+    beats: list[Callable[[], object]] = [partial(runstate.heartbeat, run_id), ClaimStore(stores.db, owner=lease_owner, lease_seconds=settings.lease_timeout_seconds).heartbeat]
+    if lock is not None:
+        beats.append(partial(lock.heartbeat, CYCLE_LOCK))
     started, t0 = utc_now(), time.perf_counter()
     record = attempt.phases
     result = CycleResult(run_id=run_id, outcome="completed", started_at=started, finished_at="", wall_ms=0.0, phases=record)
     structlog.contextvars.bind_contextvars(run_id=run_id)
     try:
         async with anyio.create_task_group() as tg:
-            tg.start_soon(_heartbeat, runstate, run_id, heartbeat_interval(settings.lease_timeout_seconds))
+            tg.start_soon(_heartbeat, beats, heartbeat_interval(settings.lease_timeout_seconds))
             for name, phase in phases:
                 structlog.contextvars.bind_contextvars(phase=name)
                 attempt.step = name
@@ -514,14 +592,16 @@ def heartbeat_interval(lease_timeout_seconds: float) -> float:
     return min(HEARTBEAT_SECONDS, lease_timeout_seconds / BEATS_PER_LEASE)
 
 
-async def _heartbeat(runstate: RunStateStore, run_id: str, interval: float) -> None:
-    """Refresh the run's lease; a missed beat (database busy) is logged, never fatal to the cycle."""
+async def _heartbeat(beats: list[Callable[[], object]], interval: float) -> None:
+    """Refresh the run's lease, its session claims' and its single-flight lock's; a missed beat
+    (database busy) is logged, never fatal to the cycle."""
     while True:
         await anyio.sleep(interval)
-        try:
-            await anyio.to_thread.run_sync(runstate.heartbeat, run_id)
-        except (StoreError, OSError) as exc:
-            log.warning("heartbeat failed", error=str(exc))
+        for beat in beats:
+            try:
+                await anyio.to_thread.run_sync(beat)
+            except (StoreError, OSError) as exc:
+                log.warning("heartbeat failed", error=str(exc))
 
 
 def _ms(start: float) -> float:

@@ -45,7 +45,8 @@ async def run_daemon(settings: Settings) -> int:
     """Run cycles until stopped; returns the exit status. Raises :class:`CycleBusyError` when
     another daemon holds this data dir."""
     async with AsyncExitStack() as stack:
-        await stack.enter_async_context(single_flight(settings, lock_path=daemon_lock_path(settings), what="rem-cycle daemon"))
+        if not settings.shared_extract:  # shared: several daemons may work on one data dir
+            await stack.enter_async_context(single_flight(settings, lock_path=daemon_lock_path(settings), what="rem-cycle daemon"))
         # Create/migrate the database before the endpoint starts answering /readyz, and keep a
         # connection for recording crashed cycles (see worker.failures).
         recorder = FailureRecorder(settings)

@@ -22,7 +22,7 @@ from pipelines.communities import (
     semantic_graph,
 )
 from pipelines.export import build_snapshot, render, write_json
-from pipelines.identity import Auditor
+from pipelines.identity import Auditor, NodeRef
 from pipelines.judge import ModelJudge
 from pipelines.query import ViewCounts, node_view, search_row, turn_memory_ids
 from pipelines.resolver import GraphResolver, node_refs
@@ -54,11 +54,20 @@ async def model_judge(settings: Settings) -> AsyncIterator[ModelJudge | None]:
 
 def identity_resolver(db: Database, *, auditor: Auditor | None = None) -> GraphResolver:
     """The extraction commit's identity resolution over the graph in ``db``."""
-    graph = GraphStore(db)
+    graph, runstate, provenance = GraphStore(db), RunStateStore(db), ProvenanceStore(db)
+
+    def committed_since(seq: int | None) -> tuple[int, list[NodeRef]]:
+        latest, sessions = runstate.commits_since(seq)
+        if not sessions:
+            return latest, []
+        touched = provenance.claimed_by(f"session:{sid}" for sid in sessions)
+        return latest, node_refs(graph.node_names(exclude_labels=ANCHOR_LABELS, ids=touched))
+
     return GraphResolver(
         load_nodes=lambda: node_refs(graph.node_names(exclude_labels=ANCHOR_LABELS)),
         load_blocked=MergeStore(db).blocked_pairs,
         existing=graph.existing_ids,
+        committed_since=committed_since,
         auditor=auditor,
     )
 

@@ -3,7 +3,9 @@
 A commit costs what its session costs, whatever the graph's history (DESIGN §3):
 
 - Identity against the existing graph (:func:`match_existing` or the resolver): a node whose
-  (type, normalised name) or alias already exists links to that node.
+  (type, normalised name) or alias already exists links to that node. The linked group keeps the
+  **least id** (:func:`survivors`): an existing node whose id comes after an incoming one is folded
+  into it, so the result does not depend on which session committed first.
 - The session's *anchor* (``session:<id>`` or ``note:<hash>``) owns rows: the provenance points of
   the nodes and edges it yielded (``node_points``/``edge_points``) and what it said of each node
   (``node_claims``). A commit **replaces this anchor's rows**: re-running a session changes
@@ -12,6 +14,8 @@ A commit costs what its session costs, whatever the graph's history (DESIGN §3)
   that only adds is combined with the node's current facts (no other claim is read), one that takes
   something back asks the node's other claims only about what the old claim may have been alone
   to say (:func:`store.facts.without_claim`), never reading them all for a popular node.
+  Its name is the least spelling its claims used (:func:`store.facts.least_name`), kept per claim
+  (``node_claims.name``).
 - Weights are derived from points, recomputed only for what this anchor touched: a semantic edge's
   weight is its distinct places (an anchor's turns, or chunks without a turn) — the change is this
   anchor's old places out, its new places in; provenance edges (node → ``memory:`` ``MENTIONED_IN``,
@@ -38,7 +42,7 @@ from pipelines.extract.model import identity_key
 from pipelines.identity import CANDIDATE, Verdict
 from pipelines.extract.reduce import Point, ReducedReference, ReducedSession
 from pipelines.vocabulary import DISCUSSED_IN, MENTIONED_IN, REFERENCED_BY
-from store.facts import NodeFacts, combine_all, combine_facts, facts_of, with_facts, without_claim
+from store.facts import NodeFacts, combine_all, combine_facts, facts_of, least_name, with_facts, without_claim
 from store.graph import Edge, GraphStore, Node
 from store.ids import row_kind
 from store.merges import CandidatePair
@@ -73,13 +77,36 @@ class Candidate:
 class MergeRecorder(Protocol):
     """Where identity decisions are recorded (:class:`store.merges.MergeStore`): a link of a
     candidate to a *different* existing node (the rows the commit writes for it carry the returned
-    merge id, so an unmerge moves exactly those back), and the ambiguous pairs left unmerged."""
+    merge id, so an unmerge moves exactly those back), and the ambiguous pairs left unmerged; and
+    the fold of an existing node into a new one whose id comes first (:func:`survivors`)."""
 
     def record_link(
         self, merged: Node, *, into_id: str, rule: str, score: float, evidence: Mapping[str, Any] | None = None,
     ) -> int: ...
 
     def record_candidates(self, pairs: Iterable[CandidatePair]) -> int: ...
+
+    def merge_nodes(
+        self, merged_id: str, into_id: str, *, rule: str = "manual", score: float = 1.0,
+        evidence: Mapping[str, Any] | None = None, name_as_alias: bool = True,
+    ) -> int: ...
+
+
+def survivors(node_ids: Iterable[str], matches: Mapping[str, str]) -> dict[str, str]:
+    """The id each linked node ends up under, whatever order sessions commit in (pure): every node
+    linked to one target, and the target, become the **least id** of that group (code-point order).
+    Returns ``id -> survivor`` for the ids whose survivor is another id — the incoming nodes, and
+    targets that must be folded into a new node with a lesser id (:func:`commit_session` does it)."""
+    groups: dict[str, set[str]] = {}
+    for node_id in node_ids:
+        target = matches.get(node_id, node_id)
+        if target != node_id:
+            groups.setdefault(target, {target}).add(node_id)
+    moved: dict[str, str] = {}
+    for group in groups.values():
+        least = min(group)
+        moved.update({member: least for member in group if member != least})
+    return moved
 
 
 class GraphIndex(Protocol):
@@ -132,6 +159,17 @@ class CommitState:
     claimed: frozenset[str] = frozenset()
 
 
+@dataclass(frozen=True, slots=True)
+class TakeBack:
+    """What an anchor said of a node before (``withdrawn``, ``withdrawn_names``) and says now."""
+
+    withdrawn: NodeFacts
+    said: NodeFacts
+    withdrawn_names: frozenset[str] = frozenset()
+    said_names: tuple[str, ...] = ()
+
+
+
 @dataclass(slots=True)
 class CommitPlan:
     nodes: list[Node] = field(default_factory=list)
@@ -142,10 +180,9 @@ class CommitPlan:
     removed_edges: list[EdgeKey] = field(default_factory=list)
     lazy: list[dict[str, Any]] = field(default_factory=list)
     dropped: list[Edge] = field(default_factory=list)
-    # Nodes whose facts lose something this anchor took back: node → (what the anchor said before,
-    # what it says now), for store.facts.without_claim; and nodes that lost this anchor's points
-    # (removed if nothing else supports them).
-    recombine: dict[str, tuple[NodeFacts, NodeFacts]] = field(default_factory=dict)
+    # Nodes whose facts or name lose something this anchor took back (for store.facts.without_claim),
+    # and nodes that lost this anchor's points (removed if nothing else supports them).
+    recombine: dict[str, TakeBack] = field(default_factory=dict)
     orphans: set[str] = field(default_factory=set)
     linked_existing: int = 0
 
@@ -173,39 +210,43 @@ def plan_commit(
 
     # --- nodes: claims, points, facts
     new_claims: dict[str, list[NodeFacts]] = {}
-    shown: dict[str, tuple[str, str]] = {}
+    spellings: dict[str, list[str]] = {}
     for node in reduced.nodes:
         target = target_of[node.id]
         facts = NodeFacts.of(description=node.description, aliases=node.aliases, tags=node.tags, confidence=node.confidence)
-        plan.claims.append(ClaimRow(target, anchor, node.id, facts, merge_of.get(node.id)))
+        plan.claims.append(ClaimRow(target, anchor, node.id, facts, merge_of.get(node.id), node.name))
         new_claims.setdefault(target, []).append(facts)
-        if target == node.id or target not in shown:
-            shown[target] = (node.type, node.name)
+        spellings.setdefault(target, []).append(node.name)
         plan.node_points.extend(
             NodePointRow(target, point, node.id, merge_of.get(node.id)) for point in sorted({row(p) for p in node.provenance})
         )
+    labels = {target_of[node.id]: node.type for node in reduced.nodes}
     old_claims: dict[str, list[NodeFacts]] = {}
+    old_names: dict[str, set[str]] = {}
     for claim in old.claims:
         old_claims.setdefault(claim.node_id, []).append(claim.facts)
+        if claim.name:
+            old_names.setdefault(claim.node_id, set()).add(claim.name)
     for target, claims in sorted(new_claims.items()):
         mine = combine_all(claims)
         existing = state.nodes.get(target)
         if existing is None:
-            label, name = shown[target]
-            plan.nodes.append(Node(target, label, name, with_facts({}, mine)))
+            plan.nodes.append(Node(target, labels[target], least_name(spellings[target], node_id=target) or target, with_facts({}, mine)))
             continue
         if target not in state.claimed:
             # Written before claims existed: what it says now is its first claim.
-            plan.claims.append(ClaimRow(target, "", target, facts_of(existing.properties)))
+            plan.claims.append(ClaimRow(target, "", target, facts_of(existing.properties), name=existing.name))
         withdrawn = combine_all(old_claims.get(target, ()))
-        if combine_facts(mine, withdrawn) == mine:
+        withdrawn_names = old_names.get(target, set())
+        if combine_facts(mine, withdrawn) == mine and set(spellings[target]) >= withdrawn_names:
             facts = combine_facts(facts_of(existing.properties), mine)
-            plan.nodes.append(Node(existing.id, existing.label, existing.name, with_facts(existing.properties, facts)))
+            name = least_name([existing.name, *spellings[target]], node_id=target) or existing.name
+            plan.nodes.append(Node(existing.id, existing.label, name, with_facts(existing.properties, facts)))
         else:
-            plan.recombine[target] = (withdrawn, mine)
+            plan.recombine[target] = TakeBack(withdrawn, mine, frozenset(withdrawn_names), tuple(spellings[target]))
     for node_id in sorted(set(old_claims) - set(new_claims)):
         if node_id in state.nodes:
-            plan.recombine[node_id] = (combine_all(old_claims[node_id]), NodeFacts())
+            plan.recombine[node_id] = TakeBack(combine_all(old_claims[node_id]), NodeFacts(), frozenset(old_names.get(node_id, ())))
 
     # --- provenance edges of every node this anchor touches, old or new
     written = {n.id for n in plan.nodes}
@@ -325,6 +366,7 @@ class CommitStats:
     identity_candidates: int = 0
     edges_removed: int = 0
     nodes_removed: int = 0
+    nodes_folded: int = 0
 
     def add(self, other: "CommitStats") -> None:
         """Add ``other``'s counts to these (a phase sums its sessions' commits)."""
@@ -361,7 +403,17 @@ def commit_session(
     provenance = ProvenanceStore(graph.db)
     with graph.db.transaction():
         candidates = [Candidate(n.id, n.type, n.name, n.aliases) for n in reduced.nodes]
-        matches = matcher(candidates, graph_index)
+        resolved = matcher(candidates, graph_index)
+        verdicts = getattr(resolved, "verdicts", {})
+        matches = dict(resolved)
+        incoming = {n.id for n in reduced.nodes}
+        folded: dict[str, str] = {}
+        if merges is not None:
+            # Order-independent survivors: a target whose id comes after an incoming one is folded
+            # into it below, as if the incoming node had been committed first.
+            moved = survivors(incoming, matches)
+            folded = {target: least for target, least in moved.items() if target not in incoming}
+            matches = {node_id: moved.get(node_id, node_id) for node_id in incoming if moved.get(node_id, node_id) != node_id or node_id in matches}
         old = provenance.anchor_rows(reduced.anchor_id)
         touched = {r.node_id for r in old.node_points} | {c.node_id for c in old.claims}
         nodes = graph.get_nodes(needed_ids(reduced, matches) | touched)
@@ -369,7 +421,6 @@ def commit_session(
         edges = {key: edge for key in keys if key[0] in nodes and key[1] in nodes and (edge := graph.get_edge(*key)) is not None}
         places = {key: _places(edge, provenance) for key, edge in edges.items()}
         state = CommitState(nodes, edges, places, frozenset(provenance.with_claims(set(nodes) & (touched | set(matches.values()) | {n.id for n in reduced.nodes}))))
-        verdicts = getattr(matches, "verdicts", {})
         stats.identity_candidates = sum(1 for v in verdicts.values() if v.action == CANDIDATE)
         merge_of: dict[str, int] = {}
         if merges is not None:
@@ -389,14 +440,18 @@ def commit_session(
         stats.nodes_written = graph.upsert_nodes(plan.nodes)
         provenance.add_claims(plan.claims)
         provenance.add_node_points(plan.node_points)
-        for node_id, (withdrawn, said) in sorted(plan.recombine.items()):
+        for node_id, take_back in sorted(plan.recombine.items()):
             node = graph.get_node(node_id)
             if node is not None:
-                # The node's facts combined all its claims, this anchor's old one included; only
-                # what that claim may have been alone to say is looked up in the others.
-                left = without_claim(facts_of(node.properties), withdrawn, provenance.claim_lookup(node_id))
-                facts = combine_facts(left, said)
-                stats.nodes_written += graph.upsert_nodes([Node(node.id, node.label, node.name, with_facts(node.properties, facts))])
+                # The node's facts and name combined all its claims, this anchor's old one included;
+                # only what that claim may have been alone to say is looked up in the others.
+                lookup = provenance.claim_lookup(node_id)
+                facts = combine_facts(without_claim(facts_of(node.properties), take_back.withdrawn, lookup), take_back.said)
+                name = node.name
+                if name in take_back.withdrawn_names and not lookup.says_name(name):
+                    name = least_name(lookup.names(), node_id=node_id) or name
+                name = least_name([name, *take_back.said_names], node_id=node_id) or name
+                stats.nodes_written += graph.upsert_nodes([Node(node.id, node.label, name, with_facts(node.properties, facts))])
         stats.edges_removed = graph.delete_edges(plan.removed_edges)
         stats.edges_written = graph.link_nodes(plan.edges).linked
         provenance.add_edge_points(plan.edge_points)
@@ -404,6 +459,14 @@ def commit_session(
         for node_id in orphans:
             graph.delete_node(node_id)
         stats.nodes_removed = len(orphans)
+        for target, least in sorted(folded.items()):
+            if merges is not None and graph.get_node(target) is not None:
+                verdict = next((v for v in verdicts.values() if v.target == target), None)
+                merges.merge_nodes(
+                    target, least, rule=verdict.rule if verdict else "exact-key", score=verdict.score if verdict else 1.0,
+                    evidence={"session": reduced.session_id, "survivor": "least-id"}, name_as_alias=False,
+                )
+                stats.nodes_folded += 1
         if merges is not None and stats.identity_candidates:
             merges.record_candidates(candidate_pairs(verdicts.values(), reduced.session_id))
         stats.edges_dropped = len(plan.dropped)

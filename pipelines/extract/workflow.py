@@ -8,7 +8,7 @@ from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from functools import partial
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 import structlog
@@ -24,6 +24,7 @@ from pipelines.lazy_edge import LazyEdgeSink
 from pipelines.resolver import GraphResolver
 from store.chroma import ChromaStore, ChromaUnavailableError, MemoryRow
 from store.chunks import ChunkResultStore
+from store.claims import ClaimLostError
 from store.graph import GraphStore
 from store.ids import is_valid_row_id
 from store.runstate import DigestRecord, RunStateStore
@@ -41,6 +42,14 @@ async def open_extractor(settings: Settings) -> AsyncIterator[Extractor]:
             yield extractor
     else:
         yield HeuristicExtractor()
+
+
+class SessionClaims(Protocol):
+    """A worker's hold on the sessions it digests (:class:`store.claims.ClaimStore`)."""
+
+    def settle(self, session_id: str) -> None:
+        """Inside the session's commit transaction: drop the claim, or raise when it was lost."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -71,6 +80,9 @@ class ExtractEnv:
     # The memory ids the graph knows for a session (ingest's memory index): its turns are read from
     # Chroma by id, which costs the same whatever the collection's size. None: read by ``sessionId``.
     session_memory_ids: Callable[[str], Sequence[str]] | None = None
+    # The claims of a worker sharing the database with others (store.claims.ClaimStore): a session
+    # commits only while its claim is this worker's, and the claim goes in the same transaction.
+    claims: SessionClaims | None = None
 
 
 @dataclass(slots=True)
@@ -83,6 +95,7 @@ class ExtractStats(CommitStats):
     sessions_failed: int = 0
     sessions_deferred: int = 0
     sessions_undigestible: int = 0
+    sessions_claim_lost: int = 0
     chunks_total: int = 0
     chunks_ok: int = 0
     chunks_reused: int = 0
@@ -153,7 +166,7 @@ async def extract_session(
     commit_turn: Callable[[], Awaitable[None]] | None = None,
 ) -> str:
     """Extract one session and commit it if every chunk succeeded; returns ``digested``,
-    ``failed``, ``deferred`` or ``undigestible``. A failure is recorded, never raised (except
+    ``failed``, ``deferred``, ``undigestible`` or ``claim-lost``. A failure is recorded, never raised (except
     Chroma being unreachable, which fails the whole phase). ``commit_turn`` is awaited just before
     the commit (:func:`extract_sessions` uses it to commit in session order)."""
     sid = record.session_id
@@ -182,6 +195,8 @@ async def extract_session(
         keep = [u.content_hash for u in units]
 
         def on_commit() -> None:
+            if env.claims is not None:
+                env.claims.settle(sid)
             env.runstate.mark_digested(sid, record.input_revision, env.run_id or "-")
             env.chunks.prune_session(sid, keep)
 
@@ -197,10 +212,14 @@ async def extract_session(
                 queue_append=env.queue.append, merges=env.merges, observed_at=turn_times(rows, units), **identity,
             )
         )
-        if committed.nodes_removed and env.resolver is not None:
+        if (committed.nodes_removed or committed.nodes_folded) and env.resolver is not None:
             env.resolver.reset()  # its index still knows the removed nodes
     except ChromaUnavailableError:
         raise
+    except ClaimLostError:
+        # Another worker took the session over after this one's lease ran out: it is theirs now.
+        log.warning("session not committed: its claim was taken over", session_id=sid)
+        return "claim-lost"
     except Exception as exc:  # noqa: BLE001 - one bad session must not stop the cycle
         log.exception("session extraction crashed", session_id=sid)
         return await _record_failure(record, env, f"error: {exc!r}"[:500])
@@ -225,22 +244,26 @@ async def _record_failure(record: DigestRecord, env: ExtractEnv, reason: str) ->
 
 
 async def extract_sessions(
-    records: Sequence[DigestRecord], env: ExtractEnv, *, should_stop: Callable[[], bool] = lambda: False
+    records: Sequence[DigestRecord],
+    env: ExtractEnv,
+    *,
+    should_stop: Callable[[], bool] = lambda: False,
+    stats: ExtractStats | None = None,
 ) -> ExtractStats:
     """Extract sessions, several at a time so that small sessions keep the model busy; at most
     ``env.concurrency`` extractor calls run at once across all of them. A stop request lets the
-    sessions already started finish and starts no new one.
+    sessions already started finish and starts no new one. The counts are added to ``stats`` (a
+    new one when None), which is returned.
 
     Sessions *commit* in the order of ``records`` (oldest first) whatever order their extractions
-    finish in: which node keeps its id and name when two sessions name it differently depends on
-    who commits first, so a fixed order makes the graph independent of timing — and an interrupted
-    phase leaves a prefix committed, after which the next cycle builds exactly the graph one
-    uninterrupted cycle would have."""
-    stats = ExtractStats()
+    finish in, so an interrupted phase leaves a prefix committed. The graph does not depend on the
+    commit order anyway (least id survives a link, least spelling names a node: see
+    :mod:`pipelines.extract.commit`) — which is what lets several workers commit side by side."""
+    stats = stats if stats is not None else ExtractStats()
     calls = anyio.CapacityLimiter(env.concurrency)
     sessions = anyio.CapacityLimiter(env.concurrency)
     tally = {"digested": "sessions_digested", "failed": "sessions_failed", "deferred": "sessions_deferred",
-             "undigestible": "sessions_undigestible"}
+             "undigestible": "sessions_undigestible", "claim-lost": "sessions_claim_lost"}
 
     # passed[i]: every session up to i has committed or given up.
     passed = [anyio.Event() for _ in records]

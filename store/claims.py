@@ -1,0 +1,223 @@
+"""Several workers on one database: session claims with leases, and named single-flight locks.
+
+A worker digests a session only while it holds the session's **claim**, a row of
+``session_claims`` naming its owner and when the lease runs out. Claiming picks undigested sessions
+no live claim covers, oldest first; the owner's heartbeat pushes the lease forward; the claim is
+deleted in the transaction that commits the session's graph writes and digest record
+(:meth:`ClaimStore.settle`) — a worker whose lease ran out and was taken over finds its claim gone
+there, and its commit rolls back (:class:`ClaimLostError`), so no session is digested twice. A
+claim whose lease ran out, or whose owner is a process of this host that no longer exists, is
+taken over by the next worker that claims.
+
+The single-flight phases (ingest, drain, finalize) hold a **lock**: a row of ``rem_locks`` with
+the same lease rules (:class:`LockStore`).
+
+Times are UTC ISO strings compared as text: leases assume the workers' clocks agree to well within
+a lease (``REM_LEASE_TIMEOUT_SECONDS``, minutes by default).
+
+The SQL is plain and runs on SQLite and PostgreSQL alike but for one piece, :class:`ClaimDialect`:
+on SQLite a claim runs in a ``BEGIN IMMEDIATE`` transaction, which already excludes every other
+writer; on PostgreSQL the candidate rows are locked ``FOR UPDATE … SKIP LOCKED`` so that
+concurrent claimers skip each other's rows instead of queueing on them.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import structlog
+
+from store.db import Database, in_batches
+from store.errors import StoreError
+from store.runstate import DigestRecord, digest_record
+
+log = structlog.get_logger(__name__)
+
+# The single-flight lock of a cycle's ingest, drain and finalize phases.
+CYCLE_LOCK = "cycle"
+
+
+class ClaimLostError(StoreError):
+    """A session's claim was taken over (its lease ran out) before the session committed."""
+
+    reason_code = "claim-lost"
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimDialect:
+    """What claiming needs that differs between engines: the clause that ends the candidate query."""
+
+    candidate_lock: str
+
+
+SQLITE_CLAIMS = ClaimDialect(candidate_lock="")
+# FOR UPDATE OF the digest row (not the claim, absent for an unclaimed session): two claimers never
+# pick the same session, and neither waits for the other.
+POSTGRESQL_CLAIMS = ClaimDialect(candidate_lock="FOR UPDATE OF d SKIP LOCKED")
+
+
+def claim_dialect(db: Any) -> ClaimDialect:
+    """The :class:`ClaimDialect` of ``db``'s engine (``db.engine``; SQLite when it says none)."""
+    return POSTGRESQL_CLAIMS if getattr(db, "engine", "sqlite") == "postgresql" else SQLITE_CLAIMS
+
+
+def worker_owner() -> str:
+    """This process as a lease owner: ``host:pid:nonce`` (the nonce tells a reused pid apart)."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+def owner_is_dead(owner: str, *, host: str | None = None) -> bool:
+    """Whether ``owner`` (:func:`worker_owner`) is a process of this host that no longer exists —
+    killed, say: its leases need not be waited out. An owner on another host is never known dead."""
+    parts = owner.rsplit(":", 2)
+    if len(parts) != 3 or parts[0] != (host or socket.gethostname()) or not parts[1].isdigit():
+        return False
+    try:
+        os.kill(int(parts[1]), 0)
+    except ProcessLookupError:
+        return True
+    except (PermissionError, OverflowError):
+        return False
+    return False
+
+
+def _stamp(moment: datetime) -> str:
+    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+class ClaimStore:
+    """``session_claims``: which worker digests which session, until when."""
+
+    def __init__(self, db: Database, *, owner: str, lease_seconds: float, clock: Callable[[], datetime] = _now) -> None:
+        self.db = db
+        self.owner = owner
+        self.lease = timedelta(seconds=lease_seconds)
+        self.clock = clock
+        self.dialect = claim_dialect(db)
+
+    def claim(self, limit: int) -> list[DigestRecord]:
+        """Claim up to ``limit`` sessions that are ingested, not digested at their revision and not
+        claimed by a live worker, oldest first; returns their digest records."""
+        now = self.clock()
+        stamp, expires = _stamp(now), _stamp(now + self.lease)
+        with self.db.transaction() as conn:
+            _drop_dead_owners(conn, "session_claims")
+            rows = conn.execute(
+                "SELECT d.*, c.owner AS claimed_by FROM session_digests AS d "
+                "LEFT JOIN session_claims AS c ON c.session_id = d.session_id "
+                "WHERE d.state = 'undigested' AND d.ingested_revision = d.input_revision "
+                "AND (c.session_id IS NULL OR c.lease_expires_at < ?) "
+                f"ORDER BY d.session_created_at, d.session_id LIMIT ? {self.dialect.candidate_lock}",
+                (stamp, limit),
+            ).fetchall()
+            claimed = []
+            for row in rows:
+                cursor = conn.execute(
+                    "INSERT INTO session_claims(session_id, owner, claimed_at, heartbeat_at, lease_expires_at) "
+                    "VALUES (?,?,?,?,?) ON CONFLICT(session_id) DO UPDATE SET owner = excluded.owner, "
+                    "claimed_at = excluded.claimed_at, heartbeat_at = excluded.heartbeat_at, "
+                    "lease_expires_at = excluded.lease_expires_at WHERE session_claims.lease_expires_at < excluded.claimed_at",
+                    (row["session_id"], self.owner, stamp, stamp, expires),
+                )
+                if cursor.rowcount == 1:
+                    claimed.append(row)
+        for row in claimed:
+            if row["claimed_by"] is not None:
+                log.info("session claim taken over: its lease ran out", session_id=row["session_id"], previous_owner=row["claimed_by"])
+        return [digest_record(row) for row in claimed]
+
+    def heartbeat(self) -> int:
+        """Push the lease of every claim this worker holds forward; returns how many it holds."""
+        now = self.clock()
+        with self.db.transaction() as conn:
+            return conn.execute(
+                "UPDATE session_claims SET heartbeat_at = ?, lease_expires_at = ? WHERE owner = ?",
+                (_stamp(now), _stamp(now + self.lease), self.owner),
+            ).rowcount
+
+    def settle(self, session_id: str) -> None:
+        """Delete this worker's claim on ``session_id`` — call inside the transaction that commits
+        the session: raises :class:`ClaimLostError` (rolling the commit back) when the claim is no
+        longer this worker's."""
+        with self.db.transaction() as conn:
+            gone = conn.execute(
+                "DELETE FROM session_claims WHERE session_id = ? AND owner = ?", (session_id, self.owner)
+            ).rowcount
+        if gone != 1:
+            raise ClaimLostError(f"the claim on session {session_id} was taken over (its lease ran out); not committed")
+
+    def release(self, session_ids: Iterable[str] | None = None) -> int:
+        """Give up this worker's claims (all of them when ``session_ids`` is None)."""
+        with self.db.transaction() as conn:
+            if session_ids is None:
+                return conn.execute("DELETE FROM session_claims WHERE owner = ?", (self.owner,)).rowcount
+            released = 0
+            for part, marks in in_batches(sorted(set(session_ids))):
+                released += conn.execute(
+                    f"DELETE FROM session_claims WHERE owner = ? AND session_id IN ({marks})", (self.owner, *part)
+                ).rowcount
+            return released
+
+
+def _drop_dead_owners(conn: Any, table: str) -> None:
+    """Delete the rows of ``table`` (``session_claims`` or ``rem_locks``) owned by processes of this
+    host that are gone: a killed worker's leases are taken over at once, not after they run out."""
+    owners = [r[0] for r in conn.execute(f"SELECT DISTINCT owner FROM {table}").fetchall()]  # noqa: S608 - fixed names
+    for owner in owners:
+        if owner_is_dead(owner):
+            log.info("lease owner gone: its leases are taken over", table=table, owner=owner)
+            conn.execute(f"DELETE FROM {table} WHERE owner = ?", (owner,))  # noqa: S608 - fixed names
+
+
+class LockStore:
+    """``rem_locks``: named leases, one holder each (the single-flight phases: :data:`CYCLE_LOCK`)."""
+
+    def __init__(self, db: Database, *, owner: str, lease_seconds: float, clock: Callable[[], datetime] = _now) -> None:
+        self.db = db
+        self.owner = owner
+        self.lease = timedelta(seconds=lease_seconds)
+        self.clock = clock
+
+    def acquire(self, name: str) -> bool:
+        """Take the lock ``name`` unless a live holder has it (its lease running, its process alive);
+        ``True`` when this owner holds it now."""
+        now = self.clock()
+        stamp, expires = _stamp(now), _stamp(now + self.lease)
+        with self.db.transaction() as conn:
+            _drop_dead_owners(conn, "rem_locks")
+            return conn.execute(
+                "INSERT INTO rem_locks(name, owner, acquired_at, heartbeat_at, lease_expires_at) VALUES (?,?,?,?,?) "
+                "ON CONFLICT(name) DO UPDATE SET owner = excluded.owner, acquired_at = excluded.acquired_at, "
+                "heartbeat_at = excluded.heartbeat_at, lease_expires_at = excluded.lease_expires_at "
+                "WHERE rem_locks.lease_expires_at < excluded.acquired_at OR rem_locks.owner = excluded.owner",
+                (name, self.owner, stamp, stamp, expires),
+            ).rowcount == 1
+
+    def holder(self, name: str) -> str | None:
+        """Who holds ``name`` (lease running or not), or None."""
+        rows = self.db.query("SELECT owner FROM rem_locks WHERE name = ?", (name,))
+        return rows[0][0] if rows else None
+
+    def heartbeat(self, name: str) -> bool:
+        """Push this owner's lease on ``name`` forward; ``False`` when it no longer holds it."""
+        now = self.clock()
+        with self.db.transaction() as conn:
+            return conn.execute(
+                "UPDATE rem_locks SET heartbeat_at = ?, lease_expires_at = ? WHERE name = ? AND owner = ?",
+                (_stamp(now), _stamp(now + self.lease), name, self.owner),
+            ).rowcount == 1
+
+    def release(self, name: str) -> None:
+        """Give the lock up (nothing happens when this owner does not hold it)."""
+        with self.db.transaction() as conn:
+            conn.execute("DELETE FROM rem_locks WHERE name = ? AND owner = ?", (name, self.owner))

@@ -1,0 +1,178 @@
+"""Session claims and single-flight locks in the database (store/claims.py), and the cycle's leader /
+follower split (REM_SHARED_EXTRACT): real SQLite files, two connections as two workers."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from config import Settings, load_settings
+from pipelines.importer import import_sessions
+from store.chroma import ChromaStore
+from store.claims import CYCLE_LOCK, ClaimLostError, ClaimStore, LockStore, owner_is_dead
+from store.db import Database
+from store.runstate import RunStateStore, SessionRevision
+from tests.conftest import SAMPLE
+from worker.cycle import PHASES, CycleBusyError, lease_owner_id, run_cycle, single_flight
+
+T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = T0
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+def ingested(path: Path, count: int) -> None:
+    db = Database(path)
+    try:
+        runstate = RunStateStore(db)
+        for i in range(count):
+            runstate.mark_ingested(SessionRevision(f"s{i:02d}", "r1", f"2026-11-{1 + i:02d}T00:00:00Z"), "run-x")
+    finally:
+        db.close()
+
+
+def dead_owner() -> str:
+    """The owner id of a process of this host that has exited."""
+    proc = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True)
+    return f"{socket.gethostname()}:{proc.stdout.strip()}:deadbeef"
+
+
+def test_two_workers_claim_disjoint_sessions_oldest_first(tmp_path: Path) -> None:
+    path = tmp_path / "g.db"
+    ingested(path, 10)
+    one, two = Database(path), Database(path)
+    try:
+        a = ClaimStore(one, owner="h:1:a", lease_seconds=60, clock=Clock())
+        b = ClaimStore(two, owner="h:2:b", lease_seconds=60, clock=Clock())
+        first = [r.session_id for r in a.claim(4)]
+        second = [r.session_id for r in b.claim(4)]
+        rest = [r.session_id for r in a.claim(10)]
+        assert first == ["s00", "s01", "s02", "s03"]
+        assert second == ["s04", "s05", "s06", "s07"]
+        assert rest == ["s08", "s09"]
+        assert b.claim(10) == []  # everything is claimed by a live worker
+        assert b.release(["s04"]) == 1 and [r.session_id for r in a.claim(10)] == ["s04"]
+    finally:
+        one.close()
+        two.close()
+
+
+def test_an_expired_claim_is_taken_over_and_the_old_owner_cannot_commit(tmp_path: Path) -> None:
+    path = tmp_path / "g.db"
+    ingested(path, 2)
+    db = Database(path)
+    clock = Clock()
+    try:
+        slow = ClaimStore(db, owner="h:1:slow", lease_seconds=30, clock=clock)
+        other = ClaimStore(db, owner="h:2:other", lease_seconds=30, clock=clock)
+        assert [r.session_id for r in slow.claim(1)] == ["s00"]
+        clock.now = T0 + timedelta(seconds=20)
+        assert slow.heartbeat() == 1  # the lease now runs to T0 + 50 s
+        clock.now = T0 + timedelta(seconds=45)
+        assert [r.session_id for r in other.claim(5)] == ["s01"]  # s00's lease still runs
+        clock.now = T0 + timedelta(seconds=51)
+        assert [r.session_id for r in other.claim(5)] == ["s00"]  # taken over
+        runstate = RunStateStore(db)
+        with pytest.raises(ClaimLostError):
+            with db.transaction():
+                runstate.mark_digested("s00", "r1", "run-slow")
+                slow.settle("s00")
+        assert runstate.get_digests(["s00"])["s00"].state == "undigested"  # rolled back
+        with db.transaction():
+            other.settle("s00")
+            runstate.mark_digested("s00", "r1", "run-other")
+        assert runstate.get_digests(["s00"])["s00"].state == "digested"
+        assert [r[0] for r in db.query("SELECT session_id FROM session_claims ORDER BY 1")] == ["s01"]
+        assert runstate.commits_since(0) == (1, ["s00"])
+    finally:
+        db.close()
+
+
+def test_a_dead_local_workers_claims_and_lock_are_taken_over_at_once(tmp_path: Path) -> None:
+    path = tmp_path / "g.db"
+    ingested(path, 3)
+    db = Database(path)
+    dead = dead_owner()
+    try:
+        assert owner_is_dead(dead) and not owner_is_dead(lease_owner_id())
+        assert not owner_is_dead("another-host:1:x")  # another host's process is never known dead
+        assert [r.session_id for r in ClaimStore(db, owner=dead, lease_seconds=3600).claim(3)] == ["s00", "s01", "s02"]
+        assert LockStore(db, owner=dead, lease_seconds=3600).acquire(CYCLE_LOCK)
+        live = lease_owner_id()
+        assert [r.session_id for r in ClaimStore(db, owner=live, lease_seconds=60).claim(5)] == ["s00", "s01", "s02"]
+        assert LockStore(db, owner=live, lease_seconds=60).acquire(CYCLE_LOCK)
+    finally:
+        db.close()
+
+
+def test_the_single_flight_lock_has_one_holder_until_released_or_expired(tmp_path: Path) -> None:
+    db = Database(tmp_path / "g.db")
+    clock = Clock()
+    try:
+        a = LockStore(db, owner="h:1:a", lease_seconds=10, clock=clock)
+        b = LockStore(db, owner="h:2:b", lease_seconds=10, clock=clock)
+        assert a.acquire(CYCLE_LOCK) and not b.acquire(CYCLE_LOCK)
+        assert a.acquire(CYCLE_LOCK)  # re-entrant for its holder
+        assert b.acquire("another-lock")
+        clock.now = T0 + timedelta(seconds=8)
+        assert a.heartbeat(CYCLE_LOCK)
+        clock.now = T0 + timedelta(seconds=15)
+        assert not b.acquire(CYCLE_LOCK)  # the beat pushed the lease to T0 + 18 s
+        a.release(CYCLE_LOCK)
+        assert b.acquire(CYCLE_LOCK) and b.holder(CYCLE_LOCK) == "h:2:b"
+        clock.now = T0 + timedelta(seconds=40)
+        assert not b.heartbeat("no-such-lock")
+        assert a.acquire(CYCLE_LOCK)  # b's lease ran out
+    finally:
+        db.close()
+
+
+async def test_a_follower_digests_claimed_sessions_while_another_cycle_holds_single_flight(
+    settings: Settings, clean_env: pytest.MonkeyPatch
+) -> None:
+    await import_sessions(SAMPLE, chroma=ChromaStore(settings), memory_collection=settings.memory_collection,
+                          summary_collection=settings.session_collection)
+    # A leader that ingested and stopped (the batch limit) before extracting.
+    ingest_only = await run_cycle(settings, phases=tuple(p for p in PHASES if p[0] == "ingest"))
+    assert ingest_only.outcome == "completed"
+    shared = load_settings(data_dir=settings.data_dir, shared_extract=True)
+    async with single_flight(settings):
+        follower = await run_cycle(shared)
+    assert follower.outcome == "completed", follower.message
+    assert list(follower.phases) == ["provider-ready", "extract"]
+    extracted = follower.phases["extract"]
+    db = Database(settings.graph_path)
+    try:
+        digests = RunStateStore(db).digest_counts()
+        assert extracted["sessions_digested"] == digests["digested"] == 26 and digests["undigested"] == 0
+        assert db.query("SELECT COUNT(*) FROM session_claims")[0][0] == 0  # every claim settled
+        assert db.query("SELECT COUNT(*) FROM rem_locks")[0][0] == 0  # the leader's lock was released
+    finally:
+        db.close()
+    # Without REM_SHARED_EXTRACT a held lock still means busy.
+    async with single_flight(settings):
+        with pytest.raises(CycleBusyError):
+            await run_cycle(settings)
+
+
+async def test_a_cycle_is_busy_while_another_host_holds_the_database_lock(settings: Settings) -> None:
+    assert (await run_cycle(settings)).outcome == "completed"
+    db = Database(settings.graph_path)
+    try:
+        assert LockStore(db, owner="elsewhere:1:x", lease_seconds=600).acquire(CYCLE_LOCK)
+    finally:
+        db.close()
+    with pytest.raises(CycleBusyError, match="single-flight lock"):
+        await run_cycle(settings)
+    follower = await run_cycle(load_settings(data_dir=settings.data_dir, shared_extract=True))
+    assert follower.outcome == "completed" and list(follower.phases) == ["provider-ready", "extract"]

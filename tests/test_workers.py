@@ -1,0 +1,144 @@
+"""Several workers build the graph one worker builds: canonical names and merge survivors do not
+depend on the order sessions commit in (README "Several workers", the rule), and three real
+worker processes, one SIGKILLed again and again, digest every session exactly once."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from config import Settings, load_settings
+from pipelines.extract.commit import survivors
+from pipelines.importer import import_sessions
+from store.chroma import ChromaStore
+from store.facts import least_name
+from tests.conftest import write_sessions
+from tests.llm_server import LLMServer, slow
+from tests.test_forget import canonical
+from tests.workers_support import corpus, digest_report, ingested, run_workers
+from worker.cycle import PHASES, run_cycle
+
+
+def session(sid: str, day: int, *turns: tuple[str, str]) -> dict[str, Any]:
+    return {"sessionId": sid, "title": f"Session {sid}", "createdAt": f"2026-11-0{day}T10:00:00Z", "userId": "u-1",
+            "summary": f"Summary of {sid}", "turns": [{"role": role, "text": text} for role, text in turns]}
+
+
+# One person and one method, each written two ways; which spelling comes first depends on the order.
+VARIANTS = [
+    session("va", 1, ("user", "Tomás Herrera says the DrainWorker class calls QuerySet.iterator() before the lazy queue."),
+            ("assistant", "I will read DrainWorker and QuerySet.iterator() now.")),
+    session("vb", 2, ("user", "Tomas Herrera thinks DrainWorkers call iterator() too often."),
+            ("assistant", "Right, the DrainWorkers loop calls iterator() per batch.")),
+    session("vc", 3, ("user", "Ask Tomas Herrera whether LazyEdgeQueue and the DrainWorker share a lock."),
+            ("assistant", "LazyEdgeQueue holds a file lock; DrainWorker takes it.")),
+]
+
+
+def test_survivors_are_the_least_id_of_each_linked_group() -> None:
+    # b and c link to the existing z: all three become b; d links to a (a stays); e is new.
+    assert survivors(["b", "c", "d", "e"], {"b": "z", "c": "z", "d": "a"}) == {"z": "b", "c": "b", "d": "a"}
+    assert survivors(["x"], {"x": "x"}) == {}  # an exact id is no link
+    person = "PERSON:Tomas Herrera"
+    assert least_name(["Tomás Herrera", "Tomas Herrera", ""], node_id=person) == least_name(["Tomas Herrera", "Tomás Herrera"], node_id=person) == "Tomas Herrera"
+    # The spelling of the id first, then case-folded order.
+    assert least_name(["iterator", "QuerySet.iterator"], node_id="METHOD:QuerySet.iterator") == "QuerySet.iterator"
+    assert least_name(["lazy edge queue", "LazyEdgeQueue"], node_id="CLASS:LazyEdgeQueue") == "LazyEdgeQueue"
+    assert least_name(["Lazy queue", "lazy Queue"], node_id="CONCEPT:lazy queue") == "Lazy queue"
+    assert least_name(["Zeta", "alpha"], node_id="CLASS:Other") == "alpha"
+    assert least_name([], node_id=person) is None
+
+
+async def digest_in_order(settings: Settings, work: Path, order: list[str]) -> dict[str, Any]:
+    """Import and ingest :data:`VARIANTS`, then let extraction commit one session at a time in ``order``."""
+    await import_sessions(write_sessions(work / "variants.jsonl", VARIANTS), chroma=ChromaStore(settings),
+                          memory_collection=settings.memory_collection, summary_collection=settings.session_collection)
+    assert (await run_cycle(settings, phases=tuple(p for p in PHASES if p[0] == "ingest"))).outcome == "completed"
+    extract_only = tuple(p for p in PHASES if p[0] == "extract")
+    for sid in order:
+        conn = sqlite3.connect(settings.graph_path)
+        with conn:  # every other undigested session waits (claims pick the oldest first)
+            conn.execute("UPDATE session_digests SET state = 'undigestible' WHERE state = 'undigested' AND session_id != ?", (sid,))
+        conn.close()
+        result = await run_cycle(settings, phases=extract_only)
+        assert result.outcome == "completed" and result.phases["extract"]["sessions_digested"] == 1, result.phases
+        conn = sqlite3.connect(settings.graph_path)
+        with conn:
+            conn.execute("UPDATE session_digests SET state = 'undigested' WHERE state = 'undigestible'")
+        conn.close()
+    return canonical(settings.graph_path)
+
+
+@pytest.mark.parametrize("order", [["vc", "vb", "va"], ["vb", "vc", "va"]])
+async def test_the_graph_is_the_same_whatever_order_sessions_commit_in(tmp_path: Path, clean_env: pytest.MonkeyPatch, order: list[str]) -> None:
+    oldest_first = await digest_in_order(load_settings(data_dir=tmp_path / "first"), tmp_path, ["va", "vb", "vc"])
+    reordered = await digest_in_order(load_settings(data_dir=tmp_path / "other"), tmp_path, order)
+    assert reordered == oldest_first
+    nodes = {node_id: name for node_id, _, name, _ in oldest_first["nodes"]}
+    # The least id of each linked pair survives, under the least spelling (README "Several workers").
+    assert nodes["PERSON:Tomas Herrera"] == "Tomas Herrera" and "PERSON:Tomás Herrera" not in nodes
+    assert nodes["METHOD:QuerySet.iterator"] == "QuerySet.iterator" and "METHOD:iterator" not in nodes
+    assert "CLASS:DrainWorker" in nodes and "CLASS:DrainWorkers" not in nodes
+
+
+@pytest.mark.slow
+def test_three_workers_one_killed_repeatedly_digest_every_session_once(tmp_path: Path, clean_env: pytest.MonkeyPatch) -> None:
+    """Three ``--once`` workers with REM_SHARED_EXTRACT; a worker holding claims is SIGKILLed five
+    times. Every session is digested, by exactly one commit, no claim is left, and the graph equals
+    the one a single in-process cycle builds from the same data."""
+    sessions = 90
+    with LLMServer(default=slow(0.05)) as server:
+        template = tmp_path / "template"
+        asyncio.run(ingested(template, corpus(sessions), tmp_path))
+        single = tmp_path / "single"
+        shutil.copytree(template, single)
+        reference = asyncio.run(run_cycle(load_settings(data_dir=single, extractor="openai", llm_base_url=server.url, llm_max_retries=0)))
+        assert reference.outcome == "completed" and reference.phases["extract"]["sessions_digested"] == sessions
+        shared = tmp_path / "shared"
+        shutil.copytree(template, shared)
+        run = run_workers(shared, server.url, workers=3, logs=tmp_path / "logs", kills=5, kill_after=(0.2, 0.8),
+                          lease_timeout_seconds=3, timeout=300)
+    assert run.kills == 5, run
+    report = digest_report(shared / "graph.sqlite3")
+    assert report["states"] == {"digested": sessions}, report  # nothing lost
+    assert report["last_commit_seq"] == sessions == report["distinct_commit_seqs"], report  # nothing committed twice
+    assert report["claims_left"] == 0, report
+    assert sqlite3.connect(shared / "graph.sqlite3").execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    assert canonical(shared / "graph.sqlite3") == canonical(single / "graph.sqlite3")
+
+
+def test_a_workers_identity_index_learns_what_the_others_committed(tmp_path: Path) -> None:
+    """Worker B's resolver was built before worker A committed ``CLASS:GraphQueue``: at B's next
+    call it has learned the node from A's commit (by commit number), so ``GraphQueues`` links to
+    it; once A's node is gone, B's exact-id match on it makes B rebuild instead of linking to it."""
+    from pipelines.extract.commit import Candidate
+    from store.db import Database
+    from store.facts import NodeFacts
+    from store.graph import GraphStore, Node
+    from store.provenance import ClaimRow, ProvenanceStore
+    from store.runstate import RunStateStore, SessionRevision
+    from worker.knowledge import identity_resolver
+
+    path = tmp_path / "g.db"
+    a, b = Database(path), Database(path)
+    try:
+        GraphStore(b).upsert_nodes([Node("CLASS:Unrelated", "CLASS", "Unrelated")])
+        resolver = identity_resolver(b)
+        assert resolver([Candidate("CLASS:Unrelated", "CLASS", "Unrelated")]) == {"CLASS:Unrelated": "CLASS:Unrelated"}  # index built
+        runstate = RunStateStore(a)
+        runstate.mark_ingested(SessionRevision("sa", "r1", "2026-11-01T00:00:00Z"), "run-a")
+        with a.transaction():
+            GraphStore(a).upsert_nodes([Node("CLASS:GraphQueue", "CLASS", "GraphQueue", {"aliases": ["GraphQueue"]})])
+            ProvenanceStore(a).add_claims([ClaimRow("CLASS:GraphQueue", "session:sa", "CLASS:GraphQueue", NodeFacts.of(aliases=["GraphQueue"]), name="GraphQueue")])
+            runstate.mark_digested("sa", "r1", "run-a")
+        assert resolver([Candidate("CLASS:GraphQueues", "CLASS", "GraphQueues")]) == {"CLASS:GraphQueues": "CLASS:GraphQueue"}
+        GraphStore(a).delete_node("CLASS:GraphQueue")
+        assert resolver([Candidate("CLASS:GraphQueue", "CLASS", "GraphQueue")]) == {}  # gone: created anew, not linked
+    finally:
+        a.close()
+        b.close()
