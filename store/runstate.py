@@ -155,13 +155,24 @@ class RunStateStore:
 
     def last_phase_record(self, phase: str) -> dict[str, Any] | None:
         """What ``phase`` recorded in the latest run that completed it, or None. Walks the runs
-        newest first (``rem_runs_started``) and stops at the first that has it: usually the last."""
-        rows = self.db.query(
-            "SELECT json_extract(phases, '$.\"' || ? || '\"') FROM rem_runs WHERE json_valid(phases) "
-            "AND json_extract(phases, '$.\"' || ? || '\".state') = 'completed' ORDER BY started_at DESC LIMIT 1",
-            (phase, phase),
-        )
-        return json.loads(rows[0][0]) if rows and rows[0][0] else None
+        newest first (``rem_runs_started``), a page at a time, and stops at the first that has it:
+        usually the last. The JSON is read here, not in SQL, so that both engines share the query."""
+        before: str | None = None
+        while True:
+            rows = self.db.query(
+                "SELECT started_at, phases FROM rem_runs WHERE (? IS NULL OR started_at < ?) ORDER BY started_at DESC LIMIT 50",
+                (before, before),
+            )
+            for started_at, text in rows:
+                try:
+                    record = json.loads(text).get(phase)
+                except (TypeError, ValueError, AttributeError):
+                    continue
+                if isinstance(record, dict) and record.get("state") == "completed":
+                    return record
+            if len(rows) < 50:
+                return None
+            before = rows[-1][0]
 
     def digested_since(self, moment: str) -> int:
         """Sessions digested (state ``digested``) whose digest record changed after ``moment``."""

@@ -180,7 +180,7 @@ def _digest(db: Database, sessions: range) -> None:
 
 async def test_finalize_detects_again_only_after_enough_new_sessions(settings) -> None:
     settings = settings.model_copy(update={"community_refresh_fraction": 0.5})
-    db = build_sample_graph(settings.graph_path)
+    db = build_sample_graph(settings.graph_path, opener=lambda _path: open_database(settings))
     try:
         _digest(db, range(10))
     finally:
@@ -188,7 +188,7 @@ async def test_finalize_detects_again_only_after_enough_new_sessions(settings) -
     first = (await run_cycle(settings)).phases["finalize"]["communities"]
     assert first["detected"] and first["communities"] == 2 and first["basis"]["digested"] == 10
     # The chunker cluster grows by a member: not seen until 5 (half of 10) sessions more are digested.
-    db = Database(settings.graph_path)
+    db = open_database(settings)
     try:
         GraphStore(db).upsert_nodes([Node("CONCEPT:Token budget", "CONCEPT", "Token budget")])
         GraphStore(db).link_nodes([Edge("CONCEPT:Token budget", member, "RELATES_TO", 5.0) for member in CHUNKER])
@@ -198,7 +198,7 @@ async def test_finalize_detects_again_only_after_enough_new_sessions(settings) -
     second = (await run_cycle(settings)).phases["finalize"]["communities"]
     assert not second["detected"] and second["digested_since"] == 4 and second["communities"] == 2
     assert second["basis"] == first["basis"]  # carried forward
-    db = Database(settings.graph_path)
+    db = open_database(settings)
     try:
         assert "CONCEPT:Token budget" not in CommunityStore(db).all()[1].members
         _digest(db, range(14, 15))
@@ -206,7 +206,7 @@ async def test_finalize_detects_again_only_after_enough_new_sessions(settings) -
         db.close()
     third = (await run_cycle(settings)).phases["finalize"]["communities"]
     assert third["detected"] and third["basis"]["digested"] == 15 and third["basis"]["detected_at"] > first["basis"]["detected_at"]
-    db = Database(settings.graph_path)
+    db = open_database(settings)
     try:
         assert any("CONCEPT:Token budget" in c.members for c in CommunityStore(db).all())
     finally:
