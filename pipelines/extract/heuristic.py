@@ -2,7 +2,7 @@
 
 It finds code identifiers (CamelCase classes, ``func()`` methods, ``test_*`` tests), file paths,
 URLs and issue references (``#123``) in every turn, and in what people and the assistant wrote
-(never in tool output) the names of people, places, works and organisations: speakers whose role is
+(never in tool output, nor in documents a command pasted into a message) the names of people, places, works and organisations: speakers whose role is
 a person's name become PERSON nodes, capitalised names inside sentences become nodes once greetings,
 interjections, contractions and dates are stripped off them ("Hey John" → John, "Last Friday" →
 nothing). The entities of one turn are linked with ``RELATES_TO``. Evidence is always the matched
@@ -376,7 +376,7 @@ def _defined_in(node: dict[str, Any], unit: WorkUnit, turns: Mapping[int, str]) 
     return any(definition.search(t.text) for t in unit.turns if t.number in turns)
 
 
-def pasted_spans(text: str) -> list[tuple[int, int]]:
+def _pasted_spans(text: str) -> list[tuple[int, int]]:
     """The parts of a message that a command or a tool pasted into it: blocks of a tag used for
     two blocks or more (``<doc>`` … ``</doc>`` twice)."""
     if "</" not in text:
@@ -396,7 +396,7 @@ def _turn_mentions(turn: UnitTurn, people: Mapping[str, str], capitalised: froze
     if role in TOOL_ROLES:
         return find_mentions(text, prose=False)
     chat = speaker_name(turn.role) is not None
-    spans = pasted_spans(text)
+    spans = _pasted_spans(text)
     if not spans:
         return find_mentions(text, chat=chat, people=people, capitalised_elsewhere=capitalised)
     said, pasted = _split_text(text, spans)
