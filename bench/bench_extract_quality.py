@@ -30,7 +30,7 @@ import sys
 import time
 import types
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -55,6 +55,11 @@ SPLITS = ("tune", "heldout", "fresh")
 # ``aider``: aider's own chat history (third round, held out).
 PRECISION_SESSIONS = {"friends": 40, "swe": 12, "sweagent": 15, "aider": 60}
 NODES_PER_SPLIT = 80
+# Issue 11's fourth round: the third round's two new sources (``sweagent``, ``aider``; split
+# ``fresh``) had been seen as aggregate figures, so each is cut by session into a tuning half and
+# a held-out half, fixed before any node was looked at: the sessions of the source's precision
+# sample, ordered by SHA-256 of "round4|<session id>", the first half (rounded up) tunes.
+HALVED_SOURCES = ("sweagent", "aider")
 RECALL_CONVERSATIONS = 20
 SEED = 11
 
@@ -146,6 +151,13 @@ def precision_nodes(
     chosen = sampled_sessions(sessions, source, PRECISION_SESSIONS[source], salt=f"{split}:precision")
     found = {s["sessionId"]: extract_session(units_of(s, settings), extract, settings) for s in chosen}
     return found, node_sample(found, source, split, count=count)
+
+
+def halves(session_ids: Iterable[str]) -> dict[str, str]:
+    """Each session of a halved source's precision sample → ``"tune"`` or ``"heldout"``."""
+    ordered = sorted(session_ids, key=lambda sid: hashlib.sha256(f"round4|{sid}".encode()).hexdigest())
+    cut = (len(ordered) + 1) // 2
+    return {sid: "tune" if index < cut else "heldout" for index, sid in enumerate(ordered)}
 
 
 def cmd_sample(args: argparse.Namespace) -> None:
@@ -300,8 +312,12 @@ def cmd_report(args: argparse.Namespace) -> None:
                 continue  # the fresh split is coding sessions only
             entry: dict[str, Any] = {}
             for name, extract in (("before", before), ("after", after)):
-                _, sample = precision_nodes(args.data, source, split, extract, settings, count=args.nodes)
+                found, sample = precision_nodes(args.data, source, split, extract, settings, count=args.nodes)
                 entry[f"precision_{name}"] = precision(labels, sample)
+                if source in HALVED_SOURCES:
+                    half_of = halves(found)
+                    for half in ("tune", "heldout"):
+                        entry[f"precision_{name}_{half}_half"] = precision(labels, [(sid, n) for sid, n in sample if half_of[sid] == half])
             if source == "friends":
                 for name, extract in (("before", before), ("after", after)):
                     entry[f"entity_recall_{name}"] = entity_recall(args.data, split, extract, settings)

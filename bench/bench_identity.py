@@ -6,9 +6,9 @@ and the same on pairs labelled from real coding-agent sessions, per split.
         [--real bench/data/identity_real_pairs.jsonl] [--sessions SESSIONS.jsonl]
 
 The synthetic set (``--pairs``) is a regression test. The real set (``--real``, built with
-bench/real_sessions.py and bench/identity_pairs.py, labelled by hand) is the evidence: precision
+bench/convert_transcripts.py and bench/identity_pairs.py, labelled by hand) is the evidence: precision
 and recall per split (``tuning``, ``held-out``) and per kind of name (code identifiers, file paths,
-prose names). With ``--sessions`` (an import file from bench/real_sessions.py; default
+prose names). With ``--sessions`` (``convert_transcripts swe … --all``'s import file; default
 ``$REM_BENCH_SESSIONS``) each split's sessions also go through ``rem-cycle import`` +
 ``rem-cycle --once`` in a temporary data dir, and the review list that run leaves is measured:
 pairs per 100 sessions, most pairs per node, and its noise (labelled pairs on it that are not
@@ -43,6 +43,8 @@ from pipelines.identity import CANDIDATE, LINK, AliasIndex, NodeRef, Verdict, fo
 DATA = Path(__file__).resolve().parent / "data" / "merge_pairs.jsonl"
 REAL = Path(__file__).resolve().parent / "data" / "identity_real_pairs.jsonl"
 SPLITS = ("tuning", "held-out")
+# The converter's split names (one hash, bench/convert_transcripts.py) → the labels' split names.
+_IDENTITY_SPLIT = {"tune": "tuning", "heldout": "held-out"}
 # Labelled pairs only: ``fresh`` = held-out sessions' pairs first labelled in issue 11's second
 # round, before its rule changes (bench/RESULTS.md); its errors are never printed.
 # ``sweagent`` / ``aider``: pairs from SWE-agent's own trajectories and from aider's own chat
@@ -174,7 +176,7 @@ def review_report(sessions: Path, pairs: Sequence[dict[str, Any]]) -> dict[str, 
     import subprocess
     import tempfile
 
-    from bench.real_sessions import split_of
+    from bench.convert_transcripts import split_of
 
     labels = {(p["type"], p["incoming"]["name"], p["existing"]["name"]): p["same"] for p in pairs}
     labels |= {(t, b, a): same for (t, a, b), same in list(labels.items())}
@@ -186,7 +188,7 @@ def review_report(sessions: Path, pairs: Sequence[dict[str, Any]]) -> dict[str, 
             count = 0
             with sessions.open(encoding="utf-8") as src, part.open("w", encoding="utf-8") as dst:
                 for line in src:
-                    if line.strip() and split_of(json.loads(line)["title"]) == split:
+                    if line.strip() and _IDENTITY_SPLIT[split_of(json.loads(line)["title"])] == split:
                         dst.write(line)
                         count += 1
             env = {**os.environ, "REM_DATA_DIR": str(Path(tmp) / "data"), "REM_EXTRACTOR": "heuristic", "REM_LOG_LEVEL": "warning"}
@@ -256,7 +258,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--scale", type=int, default=20_000, help="synthetic index size for the speed figure")
     parser.add_argument("--real", type=Path, default=REAL, help="labelled pairs from real sessions")
     parser.add_argument("--sessions", type=Path, default=Path(os.environ["REM_BENCH_SESSIONS"]) if os.environ.get("REM_BENCH_SESSIONS") else None,
-                        help="import file of the real sessions (bench/real_sessions.py): also measure the review list")
+                        help="import file of the real sessions (convert_transcripts swe --all): also measure the review list")
     args = parser.parse_args(argv)
     pairs = load_pairs(args.pairs)
     results: dict[str, Any] = {"pairs_file": str(args.pairs)}

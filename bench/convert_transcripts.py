@@ -24,7 +24,13 @@ The split is by a hash of the episode (friends) or the task id (swe), fixed befo
     python -m bench.convert_transcripts friends /tmp/qe-data/friends.rda --out /tmp/qe-data/friends
     python -m bench.convert_transcripts swe /tmp/qe-data/trajs --out /tmp/qe-data/swe
 
-writes ``<out>.tune.jsonl`` and ``<out>.heldout.jsonl``.
+writes ``<out>.tune.jsonl`` and ``<out>.heldout.jsonl``; ``--all`` writes every session to one
+file ``<out>.jsonl`` instead (the identity benchmark's ``--sessions`` splits it itself, by
+:func:`split_of` of each session's title). This is the only mini-swe-agent converter (issue 11's
+round 4 folded ``bench/real_sessions.py`` into it)::
+
+    python -m bench.convert_transcripts swe /tmp/msa/swebench_results/20251118_gemini-3-pro-74pct/trajs --out /tmp/q3/all --all
+    python bench/bench_identity.py --sessions /tmp/q3/all.jsonl
 """
 
 from __future__ import annotations
@@ -182,15 +188,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("source", choices=("friends", "swe", "sweagent", "aider"))
     parser.add_argument("path", type=Path, help="friends.rda, a directory of *.traj.json / *.traj, or an aider chat history")
     parser.add_argument("--out", type=Path, required=True, help="output prefix")
+    parser.add_argument("--all", action="store_true", help="every session in one file, <out>.jsonl (no split)")
     args = parser.parse_args(argv)
     sessions = {"friends": friends_sessions, "swe": swe_sessions, "sweagent": sweagent_sessions, "aider": aider_sessions}[args.source](args.path)
     held_out = args.source in ("sweagent", "aider")  # every session held out
-    splits = ("fresh",) if held_out else SPLITS
+    splits = ("all",) if args.all else ("fresh",) if held_out else SPLITS
     counts = dict.fromkeys(splits, 0)
-    outputs = {split: args.out.with_name(f"{args.out.name}.{split}.jsonl").open("w", encoding="utf-8") for split in splits}
+    name = "{}.jsonl" if args.all else "{}.{}.jsonl"
+    outputs = {split: args.out.with_name(name.format(args.out.name, split)).open("w", encoding="utf-8") for split in splits}
     try:
         for key, line in sessions:
-            split = key if held_out else split_of(key)
+            split = "all" if args.all else key if held_out else split_of(key)
             outputs[split].write(json.dumps(line, ensure_ascii=False) + "\n")
             counts[split] += 1
     finally:

@@ -4,7 +4,7 @@ review list, and a sample of same-type pairs it left apart although they share w
     python bench/identity_pairs.py DATA_DIR --split held-out --out pairs.jsonl [--seed 11]
 
 ``DATA_DIR`` is a rem-cycle data dir after ``rem-cycle import`` + ``rem-cycle --once`` on the
-sessions of one split (bench/real_sessions.py). Each output line is
+sessions of one split (bench/convert_transcripts.py). Each output line is
 ``{"split", "type", "existing": {name, aliases}, "incoming": {name, aliases}, "source", "rule",
 "score"}`` — add ``"same": true|false`` by hand to make it a labelled pair
 (bench/data/identity_real_pairs.jsonl). Read-only on the data dir.

@@ -303,14 +303,39 @@ def test_heuristic_speaker_roles_that_are_no_names_make_no_person() -> None:
     assert not [n for n in found if n.startswith("PERSON:")]
 
 
-def test_heuristic_names_only_in_tool_output_need_several_tool_turns() -> None:
+def test_heuristic_names_only_in_tool_output_need_several_tool_turns_and_a_definition() -> None:
     listing = "migrate_ids.py\nNOTES.md\nsrc/store/lazy_queue.py"
     once = nodes_of(conversation(("user", "fix the queue"), ("tool", listing), ("assistant", "I will edit src/store/lazy_queue.py")))
     assert set(once) == {"FILE:src/store/lazy_queue.py"}  # named by the assistant: kept; the rest only listed once
-    repeated = nodes_of(conversation(*[("tool", listing)] * TOOL_ONLY_MIN_TURNS))
-    assert "FILE:migrate_ids.py" in repeated and "FILE:NOTES.md" in repeated
-    fewer = nodes_of(conversation(*[("tool", listing)] * (TOOL_ONLY_MIN_TURNS - 1)))
-    assert fewer == {}
+    # Repetition alone is boilerplate: the same listing after every command makes no node.
+    assert nodes_of(conversation(*[("tool", listing)] * TOOL_ONLY_MIN_TURNS)) == {}
+    view = "   12\tclass OrderedSet(MutableSet):\n   13\t    pass\nOrderedSet used by BaseCache"
+    defined = nodes_of(conversation(*[("tool", view)] * TOOL_ONLY_MIN_TURNS))
+    assert set(defined) == {"CLASS:OrderedSet"}  # the code of it was shown: kept; BaseCache only used
+    assert nodes_of(conversation(*[("tool", view)] * (TOOL_ONLY_MIN_TURNS - 1))) == {}
+
+
+def test_heuristic_text_pasted_into_a_message_is_tool_output() -> None:
+    docs = "".join(f"<doc>\nSee [the docs](https://aider.chat/docs/d{i}.html) and help-tip.md\n</doc>\n" for i in range(3))
+    found = nodes_of(conversation(("user", f"/help how do I add drv.py?\n\n# Relevant docs:\n\n{docs}"), ("assistant", "Use /add.")))
+    assert set(found) == {"FILE:drv.py"}  # the question is the person's; the pasted documents are not
+    # One block is no list of pasted documents (a task's <pr_description>), nor is the agent's own text.
+    task = "<pr_description>\nFix drv.py, see https://example.org/bug\n</pr_description>"
+    assert set(nodes_of(conversation(("user", task)))) == {"FILE:drv.py", "FILE:https://example.org/bug"}
+    own = nodes_of(conversation(("user", "edit it"), ("assistant", "<source>\ndrv.py\n</source>\n<source>\nmain.js\n</source>")))
+    assert set(own) == {"FILE:drv.py", "FILE:main.js"}
+
+
+def test_heuristic_hidden_markup_and_url_queries() -> None:
+    issue = ("<!-- Please read CONTRIBUTING.md and https://github.com/org/repo/blob/main/CODE_OF_CONDUCT.md -->\n"
+             "Loading http://host/file.pl?flag and http://host/file.pl?/flag fails in drv.py")
+    found = nodes_of(conversation(("user", issue)))
+    # An issue template's comment is hidden text; a URL's query string is a request to one page.
+    assert set(found) == {"FILE:http://host/file.pl", "FILE:drv.py"}
+    page = '<!DOCTYPE html PUBLIC "-//W3C//DTD XHTML 1.0//EN" "http://www.w3.org/TR/xhtml1/DTD/xhtml1.dtd">\n<p>hi</p>'
+    assert nodes_of(conversation(*[("tool", page)] * (TOOL_ONLY_MIN_TURNS + 1))) == {}
+    # The agent's own HTML comments are its code, kept.
+    assert "FILE:leaderboard.yml" in nodes_of(conversation(("user", "go"), ("assistant", "<!-- cog: load leaderboard.yml -->")))
 
 
 def test_heuristic_bare_conventional_file_names_name_no_file() -> None:

@@ -2,7 +2,7 @@
 
 It finds code identifiers (CamelCase classes, ``func()`` methods, ``test_*`` tests), file paths,
 URLs and issue references (``#123``) in every turn, and in what people and the assistant wrote
-(never in tool output) the names of people, places, works and organisations: speakers whose role is
+(never in tool output, nor in documents a command pasted into a message) the names of people, places, works and organisations: speakers whose role is
 a person's name become PERSON nodes, capitalised names inside sentences become nodes once greetings,
 interjections, contractions and dates are stripped off them ("Hey John" → John, "Last Friday" →
 nothing). The entities of one turn are linked with ``RELATES_TO``. Evidence is always the matched
@@ -27,7 +27,7 @@ from typing import Any
 from pipelines.extract.model import ExtractorReply, UnitTurn, WorkUnit, clean_text, semantic_node_id
 from pipelines.identity import normal_path
 
-HEURISTIC_VERSION = 5
+HEURISTIC_VERSION = 6
 # Entities of one turn linked pairwise: the first few only, so a long tool dump does not turn
 # into a clique of hundreds of edges.
 MAX_LINKED_PER_TURN = 6
@@ -38,12 +38,28 @@ DESCRIPTION_CHARS = 240
 # 0.2 with half the useful ones; from 3 on, 0.5 with a quarter; from 6 on, none is left. On the
 # labelled node samples of both old splits (issue 11, second round), going from 3 to 4 dropped 9
 # noise nodes and 2 useful ones, from 4 to 5 another 3 noise and 1 useful, beyond 5 nothing more.
+#
+# Repetition alone is not enough (issue 11, fourth round): boilerplate repeats too (the same page
+# header in every answer, the same listing after every command). A name seen only in tool output
+# must also be *defined* there (``class OrderedSet``, ``def _fetch_all``): the agent has looked at
+# the code of it. A file, URL or issue seen only in tool output is therefore never a node.
 TOOL_ONLY_MIN_TURNS = 5
 TOOL_ROLES = frozenset({"tool", "function", "ipython"})
+# The agent's own roles: what it writes is its own (its `<source>` edit blocks, the HTML it writes),
+# never text pasted into its message.
+_AGENT_ROLES = frozenset({"assistant", "ai", "bot", "model", "agent"})
 # Roles that are no person's name.
 _SYSTEM_ROLES = frozenset({"user", "assistant", "system", "tool", "function", "ipython", "human", "ai", "bot", "model", "developer", "agent"})
 
-_URL = re.compile(r"https?://[^\s`'\"<>()\[\]{}]+")
+_URL = re.compile(r"https?://[^\s`'\"<>()\[\]{}\0]+")
+# Hidden markup is no text: an HTML comment (the instructions of an issue template, which nobody
+# reads in the rendered issue), a doctype or a processing instruction (the XHTML doctype a fetched
+# page repeats: `W3C`, the DTD's URL).
+_HIDDEN_MARKUP = re.compile(r"<!--.*?-->|<![A-Za-z][^<>]*>|<\?[A-Za-z][^<>]*\?>", re.S)
+# A block on lines of its own, `<doc>` … `</doc>`. The same tag used for two blocks or more in one
+# message is a list of pasted documents (aider's `/help` pastes pages of its documentation under
+# the question as `<doc>` blocks; retrieval contexts look alike): tool output, not the person's words.
+_BLOCK = re.compile(r"^[ \t]*<([A-Za-z][\w:-]*)(?:[ \t][^<>\n]*)?>[ \t]*\n.*?^[ \t]*</\1>[ \t]*$", re.S | re.M)
 _PATH = re.compile(r"(?<![\w/.@:-])(?:[\w.-]+/)+[\w.-]*[A-Za-z0-9_-]\.[A-Za-z][A-Za-z0-9]{0,7}\b")
 # A path segment of three or more dots: an elision (`.../pkg/__init__.py`), not a directory.
 _ELIDED = re.compile(r"(?:^|/)\.{3,}/")
@@ -181,6 +197,7 @@ class _Mention:
     name: str
     quote: str
     tags: tuple[str, ...] = ()
+    pasted: bool = False  # in text a command pasted into a message: counts as tool output
 
 
 @dataclass(slots=True)
@@ -250,7 +267,9 @@ def extract_heuristic(unit: WorkUnit, *, tool_only_min_turns: int = TOOL_ONLY_MI
                     "confidence": _CONFIDENCE.get(mention.node_type, 0.5), "tags": list(mention.tags), "evidence": [],
                 }
             evidence.add(node, turn.number, mention.quote)
-            seen_in.setdefault(node_id, {})[turn.number] = turn.role or ""
+            roles = seen_in.setdefault(node_id, {})
+            if roles.get(turn.number, "tool") in TOOL_ROLES:  # said in the turn outranks pasted there
+                roles[turn.number] = "tool" if mention.pasted else turn.role or ""
             if node_id not in linked:
                 linked.append(node_id)
         linked_per_turn.append((turn, linked))
@@ -269,7 +288,8 @@ def extract_heuristic(unit: WorkUnit, *, tool_only_min_turns: int = TOOL_ONLY_MI
         seen_in.setdefault(node_id, {})[number] = name
     kept = {
         node_id for node_id, turns in seen_in.items()
-        if any(role not in TOOL_ROLES for role in turns.values()) or len(turns) >= tool_only_min_turns
+        if any(role not in TOOL_ROLES for role in turns.values())
+        or (len(turns) >= tool_only_min_turns and _defined_in(nodes[node_id], unit, turns))
     }
     for node_id in kept:
         turns = seen_in[node_id]
@@ -346,11 +366,54 @@ def _people_index(speakers: Iterable[str]) -> dict[str, str]:
     return index
 
 
+def _defined_in(node: dict[str, Any], unit: WorkUnit, turns: Mapping[int, str]) -> bool:
+    """Whether the turns a node is seen in define it (``class Name``, ``def name``): the only
+    evidence that makes a name seen nowhere but in tool output a node."""
+    if node["type"] not in ("CLASS", "METHOD", "TEST"):
+        return False
+    name = re.escape(str(node["name"]).rsplit(".", 1)[-1])
+    definition = re.compile(rf"\b(?:class|def|function|func|fn|interface|struct|type)[ \t]+{name}\b")
+    return any(definition.search(t.text) for t in unit.turns if t.number in turns)
+
+
+def _pasted_spans(text: str) -> list[tuple[int, int]]:
+    """The parts of a message that a command or a tool pasted into it: blocks of a tag used for
+    two blocks or more (``<doc>`` … ``</doc>`` twice)."""
+    if "</" not in text:
+        return []
+    blocks = [(m.group(1), m.start(), m.end()) for m in _BLOCK.finditer(text)]
+    tags = Counter(tag for tag, _, _ in blocks)
+    return [(start, end) for tag, start, end in blocks if tags[tag] > 1]
+
+
 def _turn_mentions(turn: UnitTurn, people: Mapping[str, str], capitalised: frozenset[str]) -> list[_Mention]:
-    """A turn's mentions: code entities always, names only in what a person or the assistant wrote."""
-    if (turn.role or "") in TOOL_ROLES:
-        return find_mentions(turn.text, prose=False)
-    return find_mentions(turn.text, chat=speaker_name(turn.role) is not None, people=people, capitalised_elsewhere=capitalised)
+    """A turn's mentions: code entities always, names only in what a person or the assistant wrote;
+    what a command pasted into a message is read like tool output (and marked ``pasted``)."""
+    role = turn.role or ""
+    if role in _AGENT_ROLES:  # its own words, its own comments
+        return find_mentions(turn.text, people=people, capitalised_elsewhere=capitalised)
+    text = _HIDDEN_MARKUP.sub(lambda m: "\0" * len(m.group(0)), turn.text) if "<!" in turn.text or "<?" in turn.text else turn.text
+    if role in TOOL_ROLES:
+        return find_mentions(text, prose=False)
+    chat = speaker_name(turn.role) is not None
+    spans = _pasted_spans(text)
+    if not spans:
+        return find_mentions(text, chat=chat, people=people, capitalised_elsewhere=capitalised)
+    said, pasted = _split_text(text, spans)
+    mentions = find_mentions(said, chat=chat, people=people, capitalised_elsewhere=capitalised)
+    mentions += [replace(m, pasted=True) for m in find_mentions(pasted, prose=False)]
+    return sorted(mentions, key=lambda m: m.start)
+
+
+def _split_text(text: str, spans: Iterable[tuple[int, int]]) -> tuple[str, str]:
+    """``text`` twice, offsets kept: once without the spans, once with only them (NUL elsewhere,
+    so that no match joins text across a cut)."""
+    inside = bytearray(len(text))
+    for start, end in spans:
+        inside[start:end] = b"\1" * (end - start)
+    said = "".join("\0" if flag else c for c, flag in zip(text, inside))
+    pasted = "".join(c if flag else "\0" for c, flag in zip(text, inside))
+    return said, pasted
 
 
 def find_mentions(
@@ -374,7 +437,9 @@ def find_mentions(
     candidates: list[_Mention] = []
     for match in _URL.finditer(text):
         url = match.group(0).rstrip(".,;:!?")
-        candidates.append(_Mention(match.start(), match.start() + len(url), "FILE", url, url, ("url",)))
+        # The page, not the request: `file.pl?flag` and `file.pl?/flag` are one node, `file.pl`.
+        page = url.partition("?")[0]
+        candidates.append(_Mention(match.start(), match.start() + len(url), "FILE", page, url, ("url",)))
     for match in _PATH.finditer(text):
         if _ELIDED.search(match.group(0)):
             continue  # `.../tests/__init__.py`: part of the path left out, so no file in particular
@@ -403,9 +468,11 @@ def find_mentions(
     ]
     if prose:
         # Prose with no code in it reads as conversation even from a user or an assistant.
-        conversational = chat or (not candidates and "`" not in text)
+        # Blanked text (pasted, hidden markup) was no conversation either.
+        conversational = chat or (not candidates and "`" not in text and "\0" not in text)
         prose_text = _mask_code(text)  # comments in code are no prose
-        candidates.extend(_name_mentions(prose_text, people or {}, capitalised_elsewhere or frozenset(), chat=conversational))
+        names = _name_mentions(prose_text, people or {}, capitalised_elsewhere or frozenset(), chat=conversational)
+        candidates.extend(m for m in names if m.name not in _BUILTINS)  # "a SyntaxError" in prose
     # Longest match wins an overlap (a path beats the CamelCase file name inside it).
     candidates.sort(key=lambda m: (m.start, -(m.end - m.start)))
     chosen: list[_Mention] = []
