@@ -232,6 +232,9 @@ class RemCycleCollector(Collector):
     def _read_database(self) -> DatabaseReading:
         """Read the database, or reuse the last reading while its files are unchanged."""
         path = self.settings.graph_path
+        # Taken before the key: a write after this moment gets a later modification time than
+        # any file that was settled by then, so it cannot leave the key as it was.
+        read_at = time.time()
         key = database_files_key(path)
         cached = self._by_files
         if cached is not None and cached[0] == key:
@@ -247,7 +250,7 @@ class RemCycleCollector(Collector):
             )
         finally:
             db.close()
-        if settled(key, time.time()):
+        if settled(key, read_at):
             self._by_files = (key, reading)
         return reading
 
