@@ -147,9 +147,10 @@ class RunStateStore:
         )
         return float(rows[0][0] or 0.0)
 
-    def last_phase_record(self, phase: str) -> dict[str, Any] | None:
-        """What ``phase`` recorded in the latest run that completed it, or None. Walks the runs
-        newest first (``rem_runs_started``) and stops at the first that has it: usually the last."""
+    def last_phase_record(self, phase: str) -> Any:
+        """What ``phase`` recorded in the latest run that completed it (decoded JSON, a dict as this
+        release writes it), or None. Walks the runs newest first (``rem_runs_started``) and stops at
+        the first that has it: usually the last."""
         rows = self.db.query(
             "SELECT json_extract(phases, '$.\"' || ? || '\"') FROM rem_runs WHERE json_valid(phases) "
             "AND json_extract(phases, '$.\"' || ? || '\".state') = 'completed' ORDER BY started_at DESC LIMIT 1",
