@@ -183,6 +183,9 @@ async def test_finalize_detects_again_only_after_enough_new_sessions(settings) -
     db = build_sample_graph(settings.graph_path, opener=lambda _path: open_database(settings))
     try:
         _digest(db, range(10))
+        # A run of an earlier release: its finalize record has no detection basis.
+        RunStateStore(db).start_run("run-old", reason="manual", mode="once", owner="test")
+        RunStateStore(db).finish_run("run-old", outcome="completed", phases={"finalize": {"state": "completed", "communities": {"communities": 2}}})
     finally:
         db.close()
     first = (await run_cycle(settings)).phases["finalize"]["communities"]

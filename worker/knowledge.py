@@ -187,8 +187,9 @@ async def refresh_communities_when_due(db: Database, *, namer: Namer | None = No
     runstate = RunStateStore(db)
 
     def since_last() -> tuple[DetectionBasis | None, int]:
-        record = runstate.last_phase_record("finalize") or {}
-        basis = DetectionBasis.from_record((record.get("communities") or {}).get("basis"))
+        record = runstate.last_phase_record("finalize")
+        communities = record.get("communities") if isinstance(record, dict) else None
+        basis = DetectionBasis.from_record(communities.get("basis") if isinstance(communities, dict) else None)
         return basis, runstate.digested_since(basis.detected_at) if basis else 0
 
     basis, digested_since = await anyio.to_thread.run_sync(since_last)

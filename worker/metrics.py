@@ -232,7 +232,10 @@ class RemCycleCollector(Collector):
 
     def _read_database(self) -> DatabaseReading:
         """Read the database, or reuse the last reading while its files are unchanged."""
-        # A server database has no files to watch: it is read at every scrape.
+        # Taken before the key: a write after this moment gets a later modification time than
+        # any file that was settled by then, so it cannot leave the key as it was. A server
+        # database has no files to watch: it is read at every scrape.
+        read_at = time.time()
         key = database_files_key(self.settings.graph_path) if self.settings.database_url is None else None
         cached = self._by_files
         if key is not None and cached is not None and cached[0] == key:
@@ -254,7 +257,7 @@ class RemCycleCollector(Collector):
             )
         finally:
             db.close()
-        if key is not None and settled(key, time.time()):
+        if key is not None and settled(key, read_at):
             self._by_files = (key, reading)
         return reading
 
