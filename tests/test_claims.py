@@ -3,6 +3,7 @@ follower split (REM_SHARED_EXTRACT): real SQLite files, two connections as two w
 
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
 import sys
@@ -188,6 +189,12 @@ def test_graph_edits_wait_for_the_database_single_flight_lock(settings: Settings
     env = {"REM_DATA_DIR": str(settings.data_dir)}
     try:
         assert other.acquire(CYCLE_LOCK)
+        ingested(settings.graph_path, 3)
+        assert len(ClaimStore(db, owner="elsewhere:1:x", lease_seconds=600).claim(2)) == 2
+        status = run_cli("status", "--json", env=env)
+        leases = json.loads(status.stdout)["leases"]  # who holds what, for the operator
+        assert [(lock["name"], lock["owner"]) for lock in leases["locks"]] == [(CYCLE_LOCK, "elsewhere:1:x")]
+        assert [(claim["owner"], claim["sessions"]) for claim in leases["claims"]] == [("elsewhere:1:x", 2)]
         busy = run_cli("merge", "CLASS:A", "CLASS:B", env=env)
         assert busy.returncode == 3 and "single-flight lock (elsewhere:1:x)" in busy.stderr, busy.stderr
         other.release(CYCLE_LOCK)
