@@ -639,10 +639,13 @@ def _reset(conn: psycopg.Connection[Any]) -> None:
 
 
 def pool_for(url: str, *, timeout: float) -> ConnectionPool:
-    """The process's pool for ``url`` (created on first use)."""
+    """The process's pool for ``url`` (created on first use, after one direct connection showed
+    the server answers: a pool would retry a refused connection until its timeout)."""
     with _pools_lock:
         pool = _pools.get(url)
         if pool is None:
+            with psycopg_errors():
+                psycopg.connect(url, connect_timeout=max(1, int(timeout))).close()
             pool = ConnectionPool(
                 url, min_size=1, max_size=POOL_MAX_SIZE, open=False, configure=_configure, reset=_reset,
                 kwargs={"connect_timeout": max(1, int(timeout))}, name="rem-cycle", timeout=timeout,
@@ -650,6 +653,13 @@ def pool_for(url: str, *, timeout: float) -> ConnectionPool:
             pool.open(wait=False)
             _pools[url] = pool
         return pool
+
+
+def _discard_pool(url: str) -> None:
+    with _pools_lock:
+        pool = _pools.pop(url, None)
+    if pool is not None:
+        pool.close(timeout=1.0)
 
 
 def close_pools() -> None:
@@ -696,11 +706,14 @@ class PostgresDatabase:
         self._migrations = migrations(sqlite_migrations) if sqlite_migrations else []
         self._lock = threading.RLock()
         self._depth = 0
-        self._pool = pool_for(url, timeout=timeout)
         try:
+            self._pool = pool_for(url, timeout=timeout)
             with psycopg_errors():
                 raw = self._pool.getconn(timeout=timeout)
         except DatabaseBusyError as exc:  # the pool could not connect within the timeout
+            _discard_pool(url)  # no pool left retrying in the background for a server that is down
+            raise DatabaseUnreadableError(f"cannot connect to the PostgreSQL database {self.location}: {exc}") from exc
+        except DatabaseUnreadableError as exc:  # refused, unknown host, authentication, no such database
             raise DatabaseUnreadableError(f"cannot connect to the PostgreSQL database {self.location}: {exc}") from exc
         self._raw: psycopg.Connection[Any] | None = raw
         self.conn = _Connection(raw)

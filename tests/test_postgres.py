@@ -214,3 +214,14 @@ def test_a_failed_nested_block_leaves_the_transaction_usable(open_graph_database
         runs.finish_run("run-1", outcome="failed", phases={})
     assert [(r["run_id"], r["outcome"]) for r in runs.recent_runs()] == [("run-1", "failed")]
     db.close()
+
+
+def test_an_unreachable_database_is_one_line_and_the_password_stays_secret(tmp_path: Path) -> None:
+    env = {"REM_DATA_DIR": str(tmp_path / "d"), "REM_DATABASE_URL": f"postgresql://rem:s3cret-pw@127.0.0.1:{free_port()}/rem"}
+    status = run_cli("status", env=env, timeout=60)
+    assert status.returncode == 1 and "cannot connect to the PostgreSQL database postgresql://rem:***@" in status.stderr
+    cycle = run_cli("--once", "--json", env=env, timeout=60)
+    assert cycle.returncode == 1 and json.loads(cycle.stdout)["reason_code"] == "database-error"
+    assert "s3cret-pw" not in status.stdout + status.stderr + cycle.stdout + cycle.stderr
+    bad = run_cli("status", env={**env, "REM_DATABASE_URL": "mysql://rem@db/rem"})
+    assert bad.returncode == 2 and "REM_DATABASE_URL: must start with postgresql://" in bad.stderr
