@@ -296,27 +296,13 @@ BEGIN
 END $$;
 CREATE TRIGGER recall_sessions_ad AFTER DELETE ON recall_sessions FOR EACH ROW EXECUTE FUNCTION rem_recall_sessions_del();
 
-CREATE FUNCTION rem_recall_nodes_ins() RETURNS trigger LANGUAGE plpgsql AS $$
+-- SQLite's recall_sessions_from_nodes_ai, recall_node_names_ai and recall_nodes_au in one function.
+CREATE FUNCTION rem_recall_nodes_write() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    IF NEW.label = 'SESSION' THEN
-        INSERT INTO recall_sessions(session_id, user_id, created_at, title, summary)
-            VALUES (NEW.id, NEW.properties::json ->> 'userId', NEW.properties::json ->> 'createdAt',
-                    COALESCE(NEW.properties::json ->> 'title', ''), COALESCE(NEW.properties::json ->> 'summary', ''));
-    ELSIF NEW.label NOT IN ('MEMORY', 'NOTE') THEN
-        INSERT INTO recall_node_docs(node_id, anchor, kind, name) VALUES (NEW.id, '', 'name', NEW.name);
-    END IF;
-    RETURN NULL;
-END $$;
-CREATE TRIGGER recall_nodes_ai AFTER INSERT ON nodes FOR EACH ROW EXECUTE FUNCTION rem_recall_nodes_ins();
-
-CREATE FUNCTION rem_recall_nodes_upd() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    IF OLD.label = 'MEMORY' AND NEW.label = 'MEMORY' THEN
+    IF TG_OP = 'UPDATE' AND OLD.label = 'MEMORY' AND NEW.label = 'MEMORY' THEN
         RETURN NULL;
     END IF;
-    IF NEW.label != 'SESSION' THEN
-        DELETE FROM recall_sessions WHERE session_id = OLD.id;
-    ELSE
+    IF NEW.label = 'SESSION' THEN
         INSERT INTO recall_sessions(session_id, user_id, created_at, title, summary)
             VALUES (NEW.id, NEW.properties::json ->> 'userId', NEW.properties::json ->> 'createdAt',
                     COALESCE(NEW.properties::json ->> 'title', ''), COALESCE(NEW.properties::json ->> 'summary', ''))
@@ -325,16 +311,20 @@ BEGIN
             WHERE recall_sessions.user_id IS DISTINCT FROM excluded.user_id
                OR recall_sessions.created_at IS DISTINCT FROM excluded.created_at
                OR recall_sessions.title != excluded.title OR recall_sessions.summary != excluded.summary;
+    ELSIF TG_OP = 'UPDATE' THEN
+        DELETE FROM recall_sessions WHERE session_id = OLD.id;
     END IF;
-    IF OLD.name != NEW.name OR OLD.label != NEW.label THEN
-        DELETE FROM recall_node_docs WHERE node_id = OLD.id AND kind = 'name';
+    IF TG_OP = 'INSERT' OR OLD.name != NEW.name OR OLD.label != NEW.label THEN
+        IF TG_OP = 'UPDATE' THEN
+            DELETE FROM recall_node_docs WHERE node_id = OLD.id AND kind = 'name';
+        END IF;
         IF NEW.label NOT IN ('MEMORY', 'SESSION', 'NOTE') THEN
             INSERT INTO recall_node_docs(node_id, anchor, kind, name) VALUES (NEW.id, '', 'name', NEW.name);
         END IF;
     END IF;
     RETURN NULL;
 END $$;
-CREATE TRIGGER recall_nodes_au AFTER UPDATE ON nodes FOR EACH ROW EXECUTE FUNCTION rem_recall_nodes_upd();
+CREATE TRIGGER recall_nodes_aiu AFTER INSERT OR UPDATE ON nodes FOR EACH ROW EXECUTE FUNCTION rem_recall_nodes_write();
 
 CREATE FUNCTION rem_recall_nodes_del() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
