@@ -390,8 +390,9 @@ _TOKENS = re.compile(r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"|--[^\n]*|::|\?|(?<![\w
 def to_pyformat(sql: str) -> str:
     """``sql`` with SQLite's placeholders in psycopg's style: ``?`` → ``%s``, ``:name`` →
     ``%(name)s``, every ``%`` doubled (psycopg formats the whole text, literals included); what is
-    inside literals, quoted names and comments is otherwise untouched. A ``?`` whose only use is a NULL test (``? IS NULL``) is cast to text:
-    PostgreSQL must know each parameter's type, and a NULL test holds for any. Pure."""
+    inside literals, quoted names and comments is otherwise untouched. A ``?`` tested for NULL
+    (``? IS NULL``) is cast to text: PostgreSQL must know each parameter's type, and a NULL test
+    holds for any. Pure."""
 
     def replace(match: re.Match[str]) -> str:
         token = match.group(0)
