@@ -2,7 +2,7 @@
 
 Selected by ``REM_DATABASE_URL=postgresql://…`` (:func:`store.backend.open_database`). The stores'
 SQL is shared with SQLite: statements are written with ``?`` (and ``:name``) placeholders and in the
-SQL both engines accept (``ON CONFLICT``, ``IS DISTINCT FROM``, ``RETURNING``); this module rewrites
+SQL both engines accept (``ON CONFLICT``, ``RETURNING``); this module rewrites
 the placeholders to psycopg's (:func:`to_pyformat`), returns rows readable by index and by column
 name like ``sqlite3.Row`` (:class:`Row`), and turns every psycopg error into the
 :mod:`store.errors` family (:func:`store_error`). What the engines do not share lives in two places:
