@@ -71,6 +71,24 @@ CREATE FUNCTION json_each(list text) RETURNS TABLE (key bigint, value text)
 CREATE FUNCTION rem_json_text_array(items text[]) RETURNS text
     LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT array_to_json(items)::text $$;
 CREATE AGGREGATE json_group_array(text) (SFUNC = array_append, STYPE = text[], FINALFUNC = rem_json_text_array, INITCOND = '{}');
+-- SQLite's json_valid(X) and json_extract(X, path) for paths of keys and indexes ($.a."b c"[0]).
+-- json_extract returns text: a string's value, a number's digits, 1/0 for true/false (as SQLite),
+-- NULL for null, an object's or array's JSON text; comparing it with a number is an error here,
+-- never a silent mismatch.
+CREATE FUNCTION json_valid(doc text) RETURNS boolean LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
+BEGIN
+    PERFORM doc::json;
+    RETURN doc IS NOT NULL;
+EXCEPTION WHEN others THEN
+    RETURN false;
+END $$;
+CREATE FUNCTION rem_json_path(path text) RETURNS text[] LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT COALESCE(array_agg(COALESCE(r.m[1], r.m[2], r.m[3]) ORDER BY r.n), '{}')
+    FROM regexp_matches(path, '\.(?:"([^"]*)"|([^."\[]+))|\[(\d+)\]', 'g') WITH ORDINALITY AS r(m, n) $$;
+CREATE FUNCTION json_extract(doc text, path text) RETURNS text LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT CASE jsonb_typeof(v) WHEN 'string' THEN v #>> '{}' WHEN 'null' THEN NULL
+                WHEN 'boolean' THEN CASE WHEN v = 'true'::jsonb THEN '1' ELSE '0' END ELSE v::text END
+    FROM (SELECT doc::jsonb #> rem_json_path(path) AS v) AS found $$;
 
 CREATE TABLE nodes (
     id          TEXT COLLATE "C" PRIMARY KEY,

@@ -225,3 +225,17 @@ def test_an_unreachable_database_is_one_line_and_the_password_stays_secret(tmp_p
     assert "s3cret-pw" not in status.stdout + status.stderr + cycle.stdout + cycle.stderr
     bad = run_cli("status", env={**env, "REM_DATABASE_URL": "mysql://rem@db/rem"})
     assert bad.returncode == 2 and "REM_DATABASE_URL: must start with postgresql://" in bad.stderr
+
+
+@pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
+def test_sqlite_json_functions_mean_the_same_on_postgresql(database_url: str) -> None:
+    """The SQLite functions PostgreSQL's schema provides answer as SQLite does for what the stores
+    ask (json_extract's scalars come back as text there)."""
+    db = _pg(database_url)
+    doc = '{"extract": {"state": "completed", "n": 5, "ok": true, "l": [1, {"x": "y"}]}, "a b": {"c": null}}'
+    cases = {"$.\"extract\".state": "completed", "$.extract.n": "5", "$.extract.ok": "1", "$.extract.l[1].x": "y", "$.\"a b\".c": None, "$.nope": None}
+    assert {path: db.query("SELECT json_extract(?, ?)", (doc, path))[0][0] for path in cases} == cases
+    assert [tuple(r) for r in db.query("SELECT json_valid('{'), json_valid('[1]')")] == [(False, True)]
+    assert [tuple(r) for r in db.query("SELECT key, value FROM json_each(?) ORDER BY key", ('["b","a"]',))] == [(0, "b"), (1, "a")]
+    assert db.query("SELECT json_group_array(v) FROM (SELECT 'x' AS v UNION ALL SELECT 'y') AS t")[0][0] == '["x","y"]'
+    db.close()
