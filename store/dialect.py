@@ -3,7 +3,8 @@
 The stores write one statement for both engines wherever the engines share the SQL (``ON CONFLICT``,
 ``RETURNING``; the columns an upsert compares are NOT NULL, so ``!=`` says what SQLite's ``IS NOT``
 said, without needing SQLite 3.39's ``IS DISTINCT FROM``). PostgreSQL gets SQLite's ``json_each``
-over an array and ``json_group_array`` as functions of its schema (see :mod:`store.postgres`). The
+over an array, ``json_group_array``, ``json_valid`` and ``json_extract`` as functions of its schema
+(see :mod:`store.postgres`). The
 few fragments that cannot be shared are methods of a :class:`Dialect`; a store reads
 ``self.db.dialect``.
 

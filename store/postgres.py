@@ -7,8 +7,8 @@ the placeholders to psycopg's (:func:`to_pyformat`), returns rows readable by in
 name like ``sqlite3.Row`` (:class:`Row`), and turns every psycopg error into the
 :mod:`store.errors` family (:func:`store_error`). What the engines do not share lives in two places:
 :class:`store.dialect.Dialect` (a few SQL fragments) and :data:`SCHEMA`, which gives PostgreSQL the
-handful of SQLite functions the statements use (``json_each`` over an array, ``json_group_array``)
-with SQLite's meaning, and the ``nocase`` collation.
+handful of SQLite functions the statements use (``json_each`` over an array, ``json_group_array``,
+``json_valid``, ``json_extract``) with SQLite's meaning, and the ``nocase`` collation.
 
 Connections come from one :class:`psycopg_pool.ConnectionPool` per URL and process: a
 :class:`PostgresDatabase` holds one connection for its life (the stores' transactions nest on it,
