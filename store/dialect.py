@@ -37,6 +37,7 @@ class Dialect:
 
     @property
     def postgres(self) -> bool:
+        """``True`` for PostgreSQL (``name`` is also what ``Database.engine`` says)."""
         return self.name == "postgresql"
 
     def json_flag(self, document: str, key: str) -> str:

@@ -239,3 +239,10 @@ def test_sqlite_json_functions_mean_the_same_on_postgresql(database_url: str) ->
     assert [tuple(r) for r in db.query("SELECT key, value FROM json_each(?) ORDER BY key", ('["b","a"]',))] == [(0, "b"), (1, "a")]
     assert db.query("SELECT json_group_array(v) FROM (SELECT 'x' AS v UNION ALL SELECT 'y') AS t")[0][0] == '["x","y"]'
     db.close()
+
+
+@pytest.mark.both_backends
+def test_a_database_says_its_engine(open_graph_database, backend: str, tmp_path: Path) -> None:
+    db = open_graph_database(tmp_path / "g.sqlite3")
+    assert db.engine == db.dialect.name == backend
+    db.close()
