@@ -184,7 +184,7 @@ def test_bulk_writes_count_and_resolve_repeats_as_sqlite_does(open_graph_databas
 
 
 def test_a_later_sqlite_migration_gets_identity_ids_and_bytewise_text_on_postgresql() -> None:
-    from store.postgres import postgres_form
+    from store.postgres_schema import postgres_form
 
     sqlite = (
         "CREATE TABLE queue (\n    id INTEGER PRIMARY KEY AUTOINCREMENT,\n    line TEXT NOT NULL CHECK (length(line) <= 10),\n"
