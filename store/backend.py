@@ -14,7 +14,6 @@ if TYPE_CHECKING:
     from store.postgres import PostgresDatabase
 
 
-
 def open_database(settings: Settings, *, readonly: bool = False, timeout: float = 30.0) -> Database | PostgresDatabase:
     """The graph database of ``settings``, migrated unless ``readonly``. Raises the
     :mod:`store.errors` family when it cannot be opened."""

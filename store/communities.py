@@ -71,9 +71,9 @@ class CommunityStore:
                 "VALUES (?,?,?,?,?,?,?,?) ON CONFLICT(id) DO UPDATE SET label = excluded.label, "
                 "label_source = excluded.label_source, members = excluded.members, "
                 "member_hash = excluded.member_hash, size = excluded.size, updated_at = excluded.updated_at "
-                "WHERE communities.label IS DISTINCT FROM excluded.label "
-                "OR communities.label_source IS DISTINCT FROM excluded.label_source "
-                "OR communities.member_hash IS DISTINCT FROM excluded.member_hash",
+                "WHERE communities.label != excluded.label "
+                "OR communities.label_source != excluded.label_source "
+                "OR communities.member_hash != excluded.member_hash",
                 rows,
             ).rowcount
         return {"written": written, "unchanged": len(rows) - written, "removed": len(stale)}

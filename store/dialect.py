@@ -1,9 +1,12 @@
 """What the SQL of the stores says differently on SQLite and on PostgreSQL, in one place.
 
 The stores write one statement for both engines wherever the engines share the SQL (``ON CONFLICT``,
-``IS DISTINCT FROM``, ``RETURNING``; PostgreSQL gets SQLite's ``json_each`` over an array and
-``json_group_array`` as functions of its schema, see :mod:`store.postgres`). The few fragments that
-cannot be shared are methods of a :class:`Dialect`; a store reads ``self.db.dialect``.
+``RETURNING``; the columns an upsert compares are NOT NULL, so ``!=`` says what SQLite's ``IS NOT``
+said, without needing SQLite 3.39's ``IS DISTINCT FROM``). PostgreSQL gets SQLite's ``json_each``
+over an array, ``json_group_array``, ``json_valid`` and ``json_extract`` as functions of its schema
+(see :mod:`store.postgres`). The
+few fragments that cannot be shared are methods of a :class:`Dialect`; a store reads
+``self.db.dialect``.
 
 Full-text search: SQLite keeps an FTS5 table ``<table>_fts`` beside each recall table (rows joined by
 ``rowid``, BM25 ranking); PostgreSQL a generated ``search`` tsvector column of the table itself
@@ -34,6 +37,7 @@ class Dialect:
 
     @property
     def postgres(self) -> bool:
+        """``True`` for PostgreSQL (``name`` is also what ``Database.engine`` says)."""
         return self.name == "postgresql"
 
     def json_flag(self, document: str, key: str) -> str:

@@ -284,8 +284,8 @@ class GraphStore:
                 "INSERT INTO nodes(id, label, name, properties, created_at, updated_at) VALUES (?,?,?,?,?,?) "
                 "ON CONFLICT(id) DO UPDATE SET label = excluded.label, name = excluded.name, "
                 "properties = excluded.properties, updated_at = excluded.updated_at "
-                "WHERE nodes.label IS DISTINCT FROM excluded.label OR nodes.name IS DISTINCT FROM excluded.name "
-                "OR nodes.properties IS DISTINCT FROM excluded.properties",
+                "WHERE nodes.label != excluded.label OR nodes.name != excluded.name "
+                "OR nodes.properties != excluded.properties",
                 [(n.id, n.label, n.name, documents[n.id], now, now) for n in fresh],
             ).rowcount
             self._index_aliases(conn, fresh, stored)
@@ -333,7 +333,7 @@ class GraphStore:
                 "INSERT INTO edges(source, target, relationship, weight, properties, created_at, updated_at) "
                 "VALUES (?,?,?,?,?,?,?) ON CONFLICT(source, target, relationship) DO UPDATE SET "
                 "weight = excluded.weight, properties = excluded.properties, updated_at = excluded.updated_at "
-                "WHERE edges.weight IS DISTINCT FROM excluded.weight OR edges.properties IS DISTINCT FROM excluded.properties",
+                "WHERE edges.weight != excluded.weight OR edges.properties != excluded.properties",
                 rows,
             )
             stats.linked = linked.rowcount

@@ -250,11 +250,11 @@ class RunStateStore:
                 "ON CONFLICT(session_id) DO UPDATE SET input_revision = excluded.input_revision, "
                 "ingested_revision = excluded.ingested_revision, session_created_at = excluded.session_created_at, "
                 "last_run_id = excluded.last_run_id, updated_at = excluded.updated_at, "
-                "state = CASE WHEN session_digests.digested_revision IS NOT DISTINCT FROM excluded.input_revision "
+                "state = CASE WHEN session_digests.digested_revision = excluded.input_revision "
                 "THEN session_digests.state ELSE 'undigested' END, "
-                "attempts = CASE WHEN session_digests.digested_revision IS NOT DISTINCT FROM excluded.input_revision "
+                "attempts = CASE WHEN session_digests.digested_revision = excluded.input_revision "
                 "THEN session_digests.attempts ELSE 0 END, "
-                "defer_reason = CASE WHEN session_digests.digested_revision IS NOT DISTINCT FROM excluded.input_revision "
+                "defer_reason = CASE WHEN session_digests.digested_revision = excluded.input_revision "
                 "THEN session_digests.defer_reason ELSE NULL END",
                 (revision.session_id, revision.revision, revision.revision, revision.created_at, run_id, now),
             )

@@ -184,7 +184,7 @@ def test_bulk_writes_count_and_resolve_repeats_as_sqlite_does(open_graph_databas
 
 
 def test_a_later_sqlite_migration_gets_identity_ids_and_bytewise_text_on_postgresql() -> None:
-    from store.postgres import postgres_form
+    from store.postgres_schema import postgres_form
 
     sqlite = (
         "CREATE TABLE queue (\n    id INTEGER PRIMARY KEY AUTOINCREMENT,\n    line TEXT NOT NULL CHECK (length(line) <= 10),\n"
@@ -213,4 +213,36 @@ def test_a_failed_nested_block_leaves_the_transaction_usable(open_graph_database
             runs.start_run("run-1", reason="test", mode="once", owner="me")
         runs.finish_run("run-1", outcome="failed", phases={})
     assert [(r["run_id"], r["outcome"]) for r in runs.recent_runs()] == [("run-1", "failed")]
+    db.close()
+
+
+def test_an_unreachable_database_is_one_line_and_the_password_stays_secret(tmp_path: Path) -> None:
+    env = {"REM_DATA_DIR": str(tmp_path / "d"), "REM_DATABASE_URL": f"postgresql://rem:s3cret-pw@127.0.0.1:{free_port()}/rem"}
+    status = run_cli("status", env=env, timeout=60)
+    assert status.returncode == 1 and "cannot connect to the PostgreSQL database postgresql://rem:***@" in status.stderr
+    cycle = run_cli("--once", "--json", env=env, timeout=60)
+    assert cycle.returncode == 1 and json.loads(cycle.stdout)["reason_code"] == "database-error"
+    assert "s3cret-pw" not in status.stdout + status.stderr + cycle.stdout + cycle.stderr
+    bad = run_cli("status", env={**env, "REM_DATABASE_URL": "mysql://rem@db/rem"})
+    assert bad.returncode == 2 and "REM_DATABASE_URL: must start with postgresql://" in bad.stderr
+
+
+@pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
+def test_sqlite_json_functions_mean_the_same_on_postgresql(database_url: str) -> None:
+    """The SQLite functions PostgreSQL's schema provides answer as SQLite does for what the stores
+    ask (json_extract's scalars come back as text there)."""
+    db = _pg(database_url)
+    doc = '{"extract": {"state": "completed", "n": 5, "ok": true, "l": [1, {"x": "y"}]}, "a b": {"c": null}}'
+    cases = {"$.\"extract\".state": "completed", "$.extract.n": "5", "$.extract.ok": "1", "$.extract.l[1].x": "y", "$.\"a b\".c": None, "$.nope": None}
+    assert {path: db.query("SELECT json_extract(?, ?)", (doc, path))[0][0] for path in cases} == cases
+    assert [tuple(r) for r in db.query("SELECT json_valid('{'), json_valid('[1]')")] == [(False, True)]
+    assert [tuple(r) for r in db.query("SELECT key, value FROM json_each(?) ORDER BY key", ('["b","a"]',))] == [(0, "b"), (1, "a")]
+    assert db.query("SELECT json_group_array(v) FROM (SELECT 'x' AS v UNION ALL SELECT 'y') AS t")[0][0] == '["x","y"]'
+    db.close()
+
+
+@pytest.mark.both_backends
+def test_a_database_says_its_engine(open_graph_database, backend: str, tmp_path: Path) -> None:
+    db = open_graph_database(tmp_path / "g.sqlite3")
+    assert db.engine == db.dialect.name == backend
     db.close()

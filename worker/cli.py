@@ -39,8 +39,9 @@ DATA_DIR_COMMANDS = GRAPH_COMMANDS | {"status", "enqueue"}
 EPILOG = """\
 Without a COMMAND, rem-cycle runs the daemon (a cycle every REM_INTERVAL_SECONDS until SIGTERM or
 Ctrl-C); no COMMAND starts or talks to a daemon. Every command works on the data dir
-REM_DATA_DIR (default ./.rem-data), which holds the graph database graph.sqlite3, the lazy-edge
-queue and, without REM_CHROMA_URL, the embedded Chroma; here (unless --config sets data_dir):
+REM_DATA_DIR (default ./.rem-data), which holds the graph database graph.sqlite3 (unless
+REM_DATABASE_URL names a PostgreSQL database), the lazy-edge queue and, without REM_CHROMA_URL,
+the embedded Chroma; here (unless --config sets data_dir):
   {data_dir}
 Settings: REM_* environment variables, or a TOML file (--config FILE or REM_CONFIG) with the
 same names in lower case; see README "Configuration".

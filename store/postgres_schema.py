@@ -1,0 +1,361 @@
+"""The PostgreSQL schema of the graph database and its migrations (:mod:`store.postgres` applies them).
+
+Version :data:`BASELINE` is SQLite's versions 1-7 as one script (no PostgreSQL database predates
+them); every later version is SQLite's own migration in :func:`postgres_form`, or its
+:data:`OVERRIDES` entry when PostgreSQL needs another text.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+# The SQLite schema versions 1..BASELINE exist on PostgreSQL as one script (no PostgreSQL database
+# predates them); later versions follow store.db.MIGRATIONS one by one (see :func:`migrations`).
+BASELINE = 7
+
+# Schema version BASELINE: the tables of SQLite's versions 1-7 with the same names and columns.
+# Differences, each for a reason: REAL is float8 (SQLite's REAL is 8 bytes; float4 would change
+# weights and scores); JSON documents stay TEXT (the stores compare and return the exact canonical
+# string) with a CHECK that they parse; merges.merge_id is an identity column (AUTOINCREMENT);
+# rem_runs has an explicit ``rowid`` (insertion order, which SQLite keeps implicitly and
+# ``recent_runs`` sorts by); text columns compare bytewise (``COLLATE "C"``, SQLite's BINARY), so
+# ORDER BY, MIN and MAX give the same order as SQLite whatever the database's locale. The recall tables keep their turn text and session/node documents;
+# their full-text search is PostgreSQL's (tsvector + GIN, store/recall_index.py's dialect part).
+SCHEMA = r"""
+CREATE COLLATION IF NOT EXISTS nocase (provider = icu, locale = 'und-u-ks-level2', deterministic = false);
+
+-- SQLite's json_each(X) over a JSON array, as the stores use it: (key = 0-based index, value as text).
+CREATE FUNCTION json_each(list text) RETURNS TABLE (key bigint, value text)
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$ SELECT e.ordinality - 1, e.value FROM json_array_elements_text(list::json) WITH ORDINALITY AS e(value, ordinality) $$;
+-- SQLite's json_group_array(X) over text: the JSON array (text) of the group's values, '[]' for none.
+CREATE FUNCTION rem_json_text_array(items text[]) RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT array_to_json(items)::text $$;
+CREATE AGGREGATE json_group_array(text) (SFUNC = array_append, STYPE = text[], FINALFUNC = rem_json_text_array, INITCOND = '{}');
+-- SQLite's json_valid(X) and json_extract(X, path) for paths of keys and indexes ($.a."b c"[0]).
+-- json_extract returns text: a string's value, a number's digits, 1/0 for true/false (as SQLite),
+-- NULL for null, an object's or array's JSON text; comparing it with a number is an error here,
+-- never a silent mismatch.
+CREATE FUNCTION json_valid(doc text) RETURNS boolean LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
+BEGIN
+    PERFORM doc::json;
+    RETURN doc IS NOT NULL;
+EXCEPTION WHEN others THEN
+    RETURN false;
+END $$;
+CREATE FUNCTION rem_json_path(path text) RETURNS text[] LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT COALESCE(array_agg(COALESCE(r.m[1], r.m[2], r.m[3]) ORDER BY r.n), '{}')
+    FROM regexp_matches(path, '\.(?:"([^"]*)"|([^."\[]+))|\[(\d+)\]', 'g') WITH ORDINALITY AS r(m, n) $$;
+CREATE FUNCTION json_extract(doc text, path text) RETURNS text LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT CASE jsonb_typeof(v) WHEN 'string' THEN v #>> '{}' WHEN 'null' THEN NULL
+                WHEN 'boolean' THEN CASE WHEN v = 'true'::jsonb THEN '1' ELSE '0' END ELSE v::text END
+    FROM (SELECT doc::jsonb #> rem_json_path(path) AS v) AS found $$;
+
+CREATE TABLE nodes (
+    id          TEXT COLLATE "C" PRIMARY KEY,
+    label       TEXT COLLATE "C" NOT NULL,
+    name        TEXT COLLATE "C" NOT NULL,
+    properties  TEXT COLLATE "C" NOT NULL DEFAULT '{}' CHECK (properties::json IS NOT NULL),
+    created_at  TEXT COLLATE "C" NOT NULL,
+    updated_at  TEXT COLLATE "C" NOT NULL
+);
+CREATE INDEX nodes_label ON nodes(label);
+CREATE INDEX nodes_label_name ON nodes(label, name COLLATE nocase);
+CREATE TABLE edges (
+    source        TEXT COLLATE "C" NOT NULL REFERENCES nodes(id) ON DELETE CASCADE,
+    target        TEXT COLLATE "C" NOT NULL REFERENCES nodes(id) ON DELETE CASCADE,
+    relationship  TEXT COLLATE "C" NOT NULL,
+    weight        DOUBLE PRECISION NOT NULL DEFAULT 1.0,
+    properties    TEXT COLLATE "C" NOT NULL DEFAULT '{}' CHECK (properties::json IS NOT NULL),
+    created_at    TEXT COLLATE "C" NOT NULL,
+    updated_at    TEXT COLLATE "C" NOT NULL,
+    PRIMARY KEY (source, target, relationship)
+);
+CREATE INDEX edges_target ON edges(target);
+CREATE TABLE rem_runs (
+    run_id                 TEXT COLLATE "C" PRIMARY KEY,
+    reason                 TEXT COLLATE "C" NOT NULL,
+    mode                   TEXT COLLATE "C" NOT NULL,
+    started_at             TEXT COLLATE "C" NOT NULL,
+    finished_at            TEXT COLLATE "C",
+    outcome                TEXT COLLATE "C" NOT NULL,
+    reason_code            TEXT COLLATE "C",
+    failure_phase          TEXT COLLATE "C",
+    last_successful_phase  TEXT COLLATE "C",
+    phases                 TEXT COLLATE "C" NOT NULL DEFAULT '{}',
+    lease_owner            TEXT COLLATE "C",
+    heartbeat_at           TEXT COLLATE "C",
+    rowid                  BIGINT GENERATED ALWAYS AS IDENTITY UNIQUE
+);
+CREATE INDEX rem_runs_started ON rem_runs(started_at);
+CREATE TABLE session_digests (
+    session_id         TEXT COLLATE "C" PRIMARY KEY,
+    input_revision     TEXT COLLATE "C" NOT NULL,
+    ingested_revision  TEXT COLLATE "C",
+    digested_revision  TEXT COLLATE "C",
+    state              TEXT COLLATE "C" NOT NULL DEFAULT 'undigested'
+                       CHECK (state IN ('undigested', 'digested', 'undigestible')),
+    attempts           INTEGER NOT NULL DEFAULT 0,
+    defer_reason       TEXT COLLATE "C",
+    session_created_at TEXT COLLATE "C",
+    last_run_id        TEXT COLLATE "C",
+    updated_at         TEXT COLLATE "C" NOT NULL
+);
+CREATE INDEX session_digests_state ON session_digests(state, session_created_at);
+CREATE TABLE chunk_results (
+    session_id       TEXT COLLATE "C" NOT NULL,
+    chunk_id         TEXT COLLATE "C" NOT NULL,
+    content_hash     TEXT COLLATE "C" NOT NULL,
+    fingerprint      TEXT COLLATE "C" NOT NULL,
+    status           TEXT COLLATE "C" NOT NULL CHECK (status IN ('ok', 'failed')),
+    error_kind       TEXT COLLATE "C",
+    error            TEXT COLLATE "C",
+    attempts         INTEGER NOT NULL DEFAULT 0,
+    next_attempt_at  TEXT COLLATE "C",
+    tokens_in        BIGINT NOT NULL DEFAULT 0,
+    tokens_out       BIGINT NOT NULL DEFAULT 0,
+    latency_ms       DOUBLE PRECISION NOT NULL DEFAULT 0,
+    payload          TEXT COLLATE "C",
+    run_id           TEXT COLLATE "C",
+    updated_at       TEXT COLLATE "C" NOT NULL,
+    PRIMARY KEY (content_hash, fingerprint)
+);
+CREATE INDEX chunk_results_session ON chunk_results(session_id, status);
+CREATE TABLE communities (
+    id            TEXT COLLATE "C" PRIMARY KEY,
+    label         TEXT COLLATE "C" NOT NULL,
+    label_source  TEXT COLLATE "C" NOT NULL DEFAULT 'default' CHECK (label_source IN ('default', 'model')),
+    members       TEXT COLLATE "C" NOT NULL CHECK (members::json IS NOT NULL),
+    member_hash   TEXT COLLATE "C" NOT NULL,
+    size          INTEGER NOT NULL,
+    created_at    TEXT COLLATE "C" NOT NULL,
+    updated_at    TEXT COLLATE "C" NOT NULL
+);
+CREATE INDEX communities_member_hash ON communities(member_hash);
+CREATE TABLE merges (
+    merge_id    BIGINT GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY,
+    merged_id   TEXT COLLATE "C" NOT NULL,
+    into_id     TEXT COLLATE "C" NOT NULL,
+    rule        TEXT COLLATE "C" NOT NULL,
+    score       DOUBLE PRECISION NOT NULL,
+    evidence    TEXT COLLATE "C" NOT NULL DEFAULT '{}' CHECK (evidence::json IS NOT NULL),
+    restore     TEXT COLLATE "C" NOT NULL CHECK (restore::json IS NOT NULL),
+    created_at  TEXT COLLATE "C" NOT NULL,
+    undone_at   TEXT COLLATE "C"
+);
+CREATE INDEX merges_merged ON merges(merged_id, undone_at);
+CREATE INDEX merges_into ON merges(into_id, undone_at);
+CREATE TABLE memory_index (
+    memory_id   TEXT COLLATE "C" PRIMARY KEY,
+    session_id  TEXT COLLATE "C" NOT NULL
+);
+CREATE INDEX memory_index_session ON memory_index(session_id);
+CREATE TABLE identity_candidates (
+    node_id       TEXT COLLATE "C" NOT NULL REFERENCES nodes(id) ON DELETE CASCADE,
+    candidate_id  TEXT COLLATE "C" NOT NULL REFERENCES nodes(id) ON DELETE CASCADE,
+    rule          TEXT COLLATE "C" NOT NULL,
+    score         DOUBLE PRECISION NOT NULL,
+    form          TEXT COLLATE "C" NOT NULL,
+    session_id    TEXT COLLATE "C" NOT NULL,
+    PRIMARY KEY (node_id, candidate_id)
+);
+CREATE INDEX identity_candidates_candidate ON identity_candidates(candidate_id);
+CREATE TABLE node_points (
+    node_id        TEXT COLLATE "C" NOT NULL REFERENCES nodes(id) ON DELETE CASCADE,
+    anchor         TEXT COLLATE "C" NOT NULL,
+    memory_id      TEXT COLLATE "C" NOT NULL DEFAULT '',
+    chunk_id       TEXT COLLATE "C" NOT NULL DEFAULT '',
+    evidence       TEXT COLLATE "C" NOT NULL DEFAULT '',
+    observed_at    TEXT COLLATE "C",
+    extracted_for  TEXT COLLATE "C" NOT NULL,
+    merge_id       BIGINT
+);
+CREATE INDEX node_points_owner ON node_points(node_id, anchor);
+CREATE INDEX node_points_anchor ON node_points(anchor, memory_id);
+CREATE INDEX node_points_merge ON node_points(merge_id) WHERE merge_id IS NOT NULL;
+CREATE TABLE edge_points (
+    source            TEXT COLLATE "C" NOT NULL,
+    target            TEXT COLLATE "C" NOT NULL,
+    relationship      TEXT COLLATE "C" NOT NULL,
+    anchor            TEXT COLLATE "C" NOT NULL,
+    memory_id         TEXT COLLATE "C" NOT NULL DEFAULT '',
+    chunk_id          TEXT COLLATE "C" NOT NULL DEFAULT '',
+    evidence          TEXT COLLATE "C" NOT NULL DEFAULT '',
+    observed_at       TEXT COLLATE "C",
+    extracted_source  TEXT COLLATE "C" NOT NULL,
+    extracted_target  TEXT COLLATE "C" NOT NULL,
+    merge_id          BIGINT,
+    FOREIGN KEY (source, target, relationship) REFERENCES edges(source, target, relationship) ON DELETE CASCADE
+);
+CREATE INDEX edge_points_owner ON edge_points(source, target, relationship, anchor);
+CREATE INDEX edge_points_anchor ON edge_points(anchor, memory_id);
+CREATE INDEX edge_points_merge ON edge_points(merge_id) WHERE merge_id IS NOT NULL;
+CREATE TABLE node_claims (
+    node_id        TEXT COLLATE "C" NOT NULL REFERENCES nodes(id) ON DELETE CASCADE,
+    anchor         TEXT COLLATE "C" NOT NULL,
+    extracted_for  TEXT COLLATE "C" NOT NULL,
+    merge_id       BIGINT,
+    description    TEXT COLLATE "C" NOT NULL DEFAULT '',
+    aliases        TEXT COLLATE "C" NOT NULL DEFAULT '[]' CHECK (aliases::json IS NOT NULL),
+    tags           TEXT COLLATE "C" NOT NULL DEFAULT '[]' CHECK (tags::json IS NOT NULL),
+    confidence     DOUBLE PRECISION NOT NULL DEFAULT 0
+);
+CREATE INDEX node_claims_owner ON node_claims(node_id, anchor);
+CREATE INDEX node_claims_anchor ON node_claims(anchor);
+CREATE INDEX node_claims_merge ON node_claims(merge_id) WHERE merge_id IS NOT NULL;
+CREATE TABLE node_aliases (
+    node_id    TEXT COLLATE "C" NOT NULL REFERENCES nodes(id) ON DELETE CASCADE,
+    alias      TEXT COLLATE "C" NOT NULL,
+    alias_key  TEXT COLLATE "C" NOT NULL,
+    PRIMARY KEY (node_id, alias)
+);
+CREATE INDEX node_aliases_key ON node_aliases(alias_key);
+CREATE TABLE tombstones (
+    kind        TEXT COLLATE "C" NOT NULL CHECK (kind IN ('session', 'memory', 'note')),
+    id          TEXT COLLATE "C" NOT NULL,
+    created_at  TEXT COLLATE "C" NOT NULL,
+    PRIMARY KEY (kind, id)
+);
+""" + r"""
+-- Recall (SQLite version 7): the same tables; a generated tsvector column with a GIN index stands
+-- in for each FTS5 table, and the triggers that keep sessions and node documents current are
+-- PL/pgSQL versions of SQLite's.
+CREATE TABLE recall_turns (
+    id          BIGINT GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY,
+    memory_id   TEXT COLLATE "C" NOT NULL UNIQUE,
+    session_id  TEXT COLLATE "C" NOT NULL,
+    user_id     TEXT COLLATE "C",
+    turn_index  INTEGER,
+    role        TEXT COLLATE "C",
+    created_at  TEXT COLLATE "C",
+    text        TEXT COLLATE "C" NOT NULL,
+    search      tsvector GENERATED ALWAYS AS (to_tsvector('english', text)) STORED
+);
+CREATE INDEX recall_turns_search ON recall_turns USING gin(search);
+CREATE TABLE recall_session_users (
+    session_id  TEXT COLLATE "C" NOT NULL,
+    user_id     TEXT COLLATE "C" NOT NULL,
+    PRIMARY KEY (user_id, session_id)
+);
+CREATE INDEX recall_turns_order ON recall_turns(session_id, turn_index);
+CREATE TABLE recall_sessions (
+    id          BIGINT GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY,
+    session_id  TEXT COLLATE "C" NOT NULL UNIQUE,
+    user_id     TEXT COLLATE "C",
+    created_at  TEXT COLLATE "C",
+    title       TEXT COLLATE "C" NOT NULL DEFAULT '',
+    summary     TEXT COLLATE "C" NOT NULL DEFAULT '',
+    search      tsvector GENERATED ALWAYS AS (
+                    setweight(to_tsvector('english', title), 'A') || setweight(to_tsvector('english', summary), 'D')) STORED
+);
+CREATE INDEX recall_sessions_user ON recall_sessions(user_id);
+CREATE INDEX recall_sessions_search ON recall_sessions USING gin(search);
+CREATE TABLE recall_node_docs (
+    id           BIGINT GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY,
+    node_id      TEXT COLLATE "C" NOT NULL,
+    anchor       TEXT COLLATE "C" NOT NULL,
+    kind         TEXT COLLATE "C" NOT NULL CHECK (kind IN ('name', 'claim')),
+    name         TEXT COLLATE "C" NOT NULL DEFAULT '',
+    aliases      TEXT COLLATE "C" NOT NULL DEFAULT '',
+    description  TEXT COLLATE "C" NOT NULL DEFAULT '',
+    search       tsvector GENERATED ALWAYS AS (
+                     setweight(to_tsvector('english', name), 'A') || setweight(to_tsvector('english', aliases), 'B')
+                     || setweight(to_tsvector('english', description), 'D')) STORED
+);
+CREATE INDEX recall_node_docs_node ON recall_node_docs(node_id, kind, anchor);
+CREATE INDEX recall_node_docs_search ON recall_node_docs USING gin(search);
+
+CREATE FUNCTION rem_json_words(list text) RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT COALESCE(string_agg(value, ' '), '') FROM json_each(list) $$;
+
+CREATE FUNCTION rem_recall_sessions_del() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    DELETE FROM recall_session_users WHERE session_id = OLD.session_id;
+    RETURN NULL;
+END $$;
+CREATE TRIGGER recall_sessions_ad AFTER DELETE ON recall_sessions FOR EACH ROW EXECUTE FUNCTION rem_recall_sessions_del();
+
+-- SQLite's recall_sessions_from_nodes_ai, recall_node_names_ai and recall_nodes_au in one function.
+CREATE FUNCTION rem_recall_nodes_write() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP = 'UPDATE' AND OLD.label = 'MEMORY' AND NEW.label = 'MEMORY' THEN
+        RETURN NULL;
+    END IF;
+    IF NEW.label = 'SESSION' THEN
+        INSERT INTO recall_sessions(session_id, user_id, created_at, title, summary)
+            VALUES (NEW.id, NEW.properties::json ->> 'userId', NEW.properties::json ->> 'createdAt',
+                    COALESCE(NEW.properties::json ->> 'title', ''), COALESCE(NEW.properties::json ->> 'summary', ''))
+            ON CONFLICT (session_id) DO UPDATE SET user_id = excluded.user_id, created_at = excluded.created_at,
+                title = excluded.title, summary = excluded.summary
+            WHERE recall_sessions.user_id IS DISTINCT FROM excluded.user_id
+               OR recall_sessions.created_at IS DISTINCT FROM excluded.created_at
+               OR recall_sessions.title != excluded.title OR recall_sessions.summary != excluded.summary;
+    ELSIF TG_OP = 'UPDATE' THEN
+        DELETE FROM recall_sessions WHERE session_id = OLD.id;
+    END IF;
+    IF TG_OP = 'INSERT' OR OLD.name != NEW.name OR OLD.label != NEW.label THEN
+        IF TG_OP = 'UPDATE' THEN
+            DELETE FROM recall_node_docs WHERE node_id = OLD.id AND kind = 'name';
+        END IF;
+        IF NEW.label NOT IN ('MEMORY', 'SESSION', 'NOTE') THEN
+            INSERT INTO recall_node_docs(node_id, anchor, kind, name) VALUES (NEW.id, '', 'name', NEW.name);
+        END IF;
+    END IF;
+    RETURN NULL;
+END $$;
+CREATE TRIGGER recall_nodes_aiu AFTER INSERT OR UPDATE ON nodes FOR EACH ROW EXECUTE FUNCTION rem_recall_nodes_write();
+
+CREATE FUNCTION rem_recall_nodes_del() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF OLD.label = 'MEMORY' THEN
+        DELETE FROM recall_turns WHERE memory_id = OLD.id;
+    ELSE
+        DELETE FROM recall_sessions WHERE session_id = OLD.id;
+        DELETE FROM recall_node_docs WHERE node_id = OLD.id AND kind = 'name';
+    END IF;
+    RETURN NULL;
+END $$;
+CREATE TRIGGER recall_nodes_ad AFTER DELETE ON nodes FOR EACH ROW EXECUTE FUNCTION rem_recall_nodes_del();
+
+CREATE FUNCTION rem_recall_claims() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP IN ('DELETE', 'UPDATE') THEN
+        DELETE FROM recall_node_docs WHERE id = (
+            SELECT id FROM recall_node_docs WHERE node_id = OLD.node_id AND kind = 'claim' AND anchor = OLD.anchor
+              AND description = OLD.description AND aliases = rem_json_words(OLD.aliases) LIMIT 1);
+    END IF;
+    IF TG_OP IN ('INSERT', 'UPDATE') THEN
+        INSERT INTO recall_node_docs(node_id, anchor, kind, aliases, description)
+            VALUES (NEW.node_id, NEW.anchor, 'claim', rem_json_words(NEW.aliases), NEW.description);
+    END IF;
+    RETURN NULL;
+END $$;
+CREATE TRIGGER recall_claims AFTER INSERT OR UPDATE OR DELETE ON node_claims FOR EACH ROW EXECUTE FUNCTION rem_recall_claims();
+"""
+
+# Versions after BASELINE whose SQLite text PostgreSQL cannot run even in :func:`postgres_form`:
+# their PostgreSQL script.
+OVERRIDES: dict[int, str] = {}
+
+# The two spellings a later migration may use that PostgreSQL reads otherwise.
+_AUTOINCREMENT_ID = re.compile(r"\bINTEGER\s+PRIMARY\s+KEY\s+AUTOINCREMENT\b", re.IGNORECASE)
+_TEXT_COLUMN = re.compile(r"(?im)^(\s*(?:ALTER\s+TABLE\s+\w+\s+ADD\s+COLUMN\s+)?\w+\s+)TEXT\b(?!\s+COLLATE)")
+
+
+def postgres_form(script: str) -> str:
+    """A later SQLite migration as PostgreSQL runs it: an ``INTEGER PRIMARY KEY AUTOINCREMENT`` id
+    becomes an identity column, and a text column compares bytewise (``COLLATE "C"``, SQLite's
+    BINARY) like every text column of :data:`SCHEMA`. Pure."""
+    script = _AUTOINCREMENT_ID.sub("BIGINT GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY", script)
+    return _TEXT_COLUMN.sub(r'\1TEXT COLLATE "C"', script)
+
+
+def migrations(sqlite_migrations: Sequence[str]) -> list[tuple[int, str]]:
+    """``(version, script)`` for PostgreSQL: :data:`SCHEMA` as version :data:`BASELINE`, then each
+    later SQLite migration in :func:`postgres_form`, or its :data:`OVERRIDES` entry."""
+    later = [
+        (v, OVERRIDES.get(v) or postgres_form(sqlite_migrations[v - 1]))
+        for v in range(BASELINE + 1, len(sqlite_migrations) + 1)
+    ]
+    return [(BASELINE, SCHEMA), *later]
