@@ -401,6 +401,8 @@ def test_cli_enqueue_queues_a_file_in_the_configured_form(settings: Settings, st
     queue = json.loads(status.stdout)["queue"]
     assert (queue["depth"], queue["table_rows"], queue["table_dead_letters"]) == (2, 2, 0) and queue["table_oldest_enqueued_at"]
     assert "table: 2 rows" in run_cli("status", env=env).stdout
+    drained = run_cli("drain", env=env)
+    assert drained.returncode == 0 and "4 lines" in drained.stdout and "2 of the lines from the queue table" in drained.stdout
     # One bad line: each is named, nothing is queued.
     edges.write_text(json.dumps(mention("a", "memory:m3")) + "\n{oops\n" + json.dumps({"source": "CONCEPT:a"}) + "\n")
     done = run_cli("enqueue", str(edges), env={**env, "REM_LAZY_QUEUE": "database"})

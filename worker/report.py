@@ -165,6 +165,7 @@ def print_drain(stats: dict[str, Any]) -> None:
         f"{prefix}lazy-edge drain: {stats['total_lines']} lines · {stats['succeeded']} linked · "
         f"{stats['failed']} failed ({stats['requeued']} re-queued) · {stats['skipped_malformed']} malformed · "
         f"{stats['dead_lettered']} dead-lettered · {stats['backfilled']} nodes back-filled"
+        + (f" · {stats['table_rows']} of the lines from the queue table" if stats.get("table_rows") else "")
         + (" · orphaned .draining recovered" if stats.get("orphan_recovered") else "")
     )
     if stats.get("failure_reasons"):
