@@ -47,6 +47,7 @@ from pipelines.recall import RecallRequest, RecallWeights, fuse, recall  # noqa:
 from store.chroma import MemoryRow, SummaryRow, row_created_at  # noqa: E402
 from store.db import Database  # noqa: E402
 from store.graph import GraphStore  # noqa: E402
+import store.recall_index as recall_index_module  # noqa: E402
 from store.recall_index import RecallIndex  # noqa: E402
 from worker.cycle import run_cycle  # noqa: E402
 from worker.logs import configure_logging  # noqa: E402
@@ -99,12 +100,14 @@ async def build_graph(settings: Settings, sessions_file: Path) -> dict[str, floa
     return {"import_s": round(t1 - t0, 1), "cycle_s": round(time.perf_counter() - t1, 1)}
 
 
-def graph_settings(work: Path, name: str) -> Settings:
-    return load_settings(data_dir=work / name, batch_limit=100_000)
+def graph_settings(work: Path, name: str, *, embedding: str = "hash") -> Settings:
+    """A graph's settings; one built with another embedding than ``hash`` lives in its own folder."""
+    folder = name if embedding == "hash" else f"{name}-{embedding}"
+    return load_settings(data_dir=work / folder, batch_limit=100_000, embedding=embedding)
 
 
-def ensure_graph(work: Path, name: str, sessions_file: Path) -> Settings:
-    settings = graph_settings(work, name)
+def ensure_graph(work: Path, name: str, sessions_file: Path, *, embedding: str = "hash") -> Settings:
+    settings = graph_settings(work, name, embedding=embedding)
     marker = settings.data_dir / "bench-built"
     if not marker.exists():
         if settings.data_dir.exists():
@@ -316,7 +319,6 @@ def ingest_cost(friends: Path, work: Path, *, rounds: int = 3) -> dict[str, Any]
     write path alone (``_write_sessions`` over rows already in memory: the strictest view, the FTS
     work against SQLite writes only) and the live-sync phase end to end (the Chroma read included,
     as a cycle runs it: ``sync_sessions_to_graph`` over the tune split's embedded Chroma)."""
-    import store.recall_index as recall_index_module
     from pipelines.ingest import sync_sessions_to_graph
     from store.chroma import ChromaStore
 
@@ -353,7 +355,8 @@ def ingest_cost(friends: Path, work: Path, *, rounds: int = 3) -> dict[str, Any]
             db.close()
     for variant in ("with_fts", "without_fts"):
         # Database growth: the graph write path's rows once more into a fresh file, checkpointed.
-        db = fresh_database(work / f"ingest-size-{variant}.sqlite3", fts=variant == "with_fts")
+        size_path = work / f"ingest-size-{variant}.sqlite3"
+        db = fresh_database(size_path, fts=variant == "with_fts")
         try:
             for ids, by_session, summaries in batches:
                 _write_sessions(ids, by_session, summaries, GraphStore(db))
@@ -361,7 +364,7 @@ def ingest_cost(friends: Path, work: Path, *, rounds: int = 3) -> dict[str, Any]
             recall_index_module.RecallIndex.index_memory_nodes = original  # type: ignore[method-assign]
         db.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         db.close()
-        sizes[variant] = path.stat().st_size
+        sizes[variant] = size_path.stat().st_size
     with_s, without_s = statistics.median(timings["with_fts"]), statistics.median(timings["without_fts"])
     e2e_with, e2e_without = statistics.median(end_to_end["with_fts"]), statistics.median(end_to_end["without_fts"])
     return {

@@ -66,8 +66,8 @@ class Settings(BaseSettings):
     chroma_database: str = "default_database"
     memory_collection: str = Field("neo-agent-memory", pattern=_COLLECTION_NAME)
     session_collection: str = Field("neo-agent-sessions", pattern=_COLLECTION_NAME)
-    embedding: Literal["hash", "ollama", "openai"] = Field(
-        "hash", description="Embedding function for rows rem-cycle writes (import); 'hash' works offline"
+    embedding: Literal["hash", "minilm", "ollama", "openai"] = Field(
+        "hash", description="Embedding function for rows rem-cycle writes (import); 'hash' and 'minilm' work offline"
     )
     embedding_model: str = "nomic-embed-text"
     embedding_url: str = "http://127.0.0.1:11434"
