@@ -13,7 +13,13 @@ ranks turns on its own and is reported on its own:
 
 They are fused by weighted reciprocal rank fusion: ``score(turn) = Σ weight_s / (k + rank_s)``.
 RRF needs no score calibration between BM25, graph walks and cosine distances, which live on
-unrelated scales. The result is packed greedily into ``budget_tokens`` with the project's token
+unrelated scales. But RRF trusts every signal's top ranks alike on every query, and the signals
+other than keyword are weak on most queries (they find nothing there, yet their first turns still
+score high), so plain RRF pushed keyword's answers down. Hence the keyword anchor: when BM25 ranks
+(the query has words rare enough, see :data:`MATCH_BUDGET`), keyword's first ``keyword_anchor``
+turns keep the first places in keyword's order, and fusion decides the places after them. Recall
+at the anchor's depth is then keyword's, and so is the reciprocal rank when keyword's first answer
+is among them; what fusion adds comes after (``bench/RESULTS.md``, "Recall"). The result is packed greedily into ``budget_tokens`` with the project's token
 estimator; what did not fit is listed in ``omitted``.
 
 Scope is the store's job (:class:`store.recall_index.Scope`): with ``user`` only that user's
@@ -79,7 +85,8 @@ class RecallInputError(ValueError):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RecallWeights:
-    """Fusion weights and the RRF constant ``k`` (settings ``REM_RECALL_WEIGHT_*``, ``REM_RECALL_RRF_K``)."""
+    """Fusion weights, the RRF constant ``k`` and the keyword anchor (settings ``REM_RECALL_WEIGHT_*``,
+    ``REM_RECALL_RRF_K``, ``REM_RECALL_KEYWORD_ANCHOR``)."""
 
     keyword: float = 1.0
     entities: float = 0.5
@@ -87,6 +94,7 @@ class RecallWeights:
     context: float = 0.2
     recency: float = 0.5
     rrf_k: float = 20.0
+    keyword_anchor: int = 5
 
     def of(self, signal: str) -> float:
         return float(getattr(self, signal))
@@ -249,9 +257,10 @@ def resolve_scope(source: RecallSource, request: RecallRequest) -> Scope:
 
 
 # --- ranking -------------------------------------------------------------------------------
-def fuse(rankings: dict[str, Sequence[str]], weights: RecallWeights) -> list[tuple[str, float, list[str]]]:
+def fuse(rankings: dict[str, Sequence[str]], weights: RecallWeights, *, anchor: Sequence[str] = ()) -> list[tuple[str, float, list[str]]]:
     """Weighted reciprocal rank fusion of ``rankings`` (signal → ids best first): ``[(id, score,
-    signals that found it)]``, best first; ties by first appearance."""
+    signals that found it)]``, best first; ties by first appearance. The ids in ``anchor`` (those
+    of them that a ranking holds) come first, in their order, whatever their score."""
     scores: dict[str, float] = {}
     found_by: dict[str, list[str]] = {}
     for signal, ranked in rankings.items():
@@ -260,7 +269,11 @@ def fuse(rankings: dict[str, Sequence[str]], weights: RecallWeights) -> list[tup
             scores[item] = scores.get(item, 0.0) + weight / (weights.rrf_k + rank)
             found_by.setdefault(item, []).append(signal)
     order = {item: i for i, item in enumerate(found_by)}
-    return sorted(((i, scores[i], found_by[i]) for i in scores), key=lambda x: (-x[1], order[x[0]]))
+    first = {item: i for i, item in enumerate(dict.fromkeys(a for a in anchor if a in scores))}
+    return sorted(
+        ((i, scores[i], found_by[i]) for i in scores),
+        key=lambda x: (first.get(x[0], len(first)), -x[1], order[x[0]]),
+    )
 
 
 def entity_ranking(matched: Sequence[str], neighbours: Sequence[str], grounding: dict[str, list[tuple[str, int]]]) -> list[str]:
@@ -297,7 +310,7 @@ def recall(
         "terms": {"used": used, "common": [t for t in terms if t not in used], "bm25": ranked},
         "scope": {"user": request.user, "session": request.session, "as_of": request.as_of,
                   "sessions_visible": None if scope.sessions is None else len(scope.sessions)},
-        "weights": {s: weights.of(s) for s in SIGNALS} | {"rrf_k": weights.rrf_k},
+        "weights": {s: weights.of(s) for s in SIGNALS} | {"rrf_k": weights.rrf_k, "keyword_anchor": weights.keyword_anchor},
     }
     empty_scope = scope.sessions is not None and not scope.sessions
     matched: list[str] = []
@@ -329,7 +342,11 @@ def recall(
     for signal in SIGNALS:
         report[signal] = {**report.get(signal, {}), "turns": len(rankings.get(signal, [])),
                           "enabled": signal in rankings}
-    fused = fuse({s: rankings[s] for s in SIGNALS if s in rankings}, weights)[: request.limit]
+    # The anchor holds only where BM25 ranked: a list of the newest turns with a common word is no
+    # evidence that its first turns answer anything.
+    anchor = rankings.get("keyword", [])[: weights.keyword_anchor] if ranked else []
+    report["keyword_anchor"] = len(anchor)
+    fused = fuse({s: rankings[s] for s in SIGNALS if s in rankings}, weights, anchor=anchor)[: request.limit]
     report["candidates"] = len(records)
     facts = source.facts(matched[:_MAX_FACTS], scope, exclude_relationships=PROVENANCE_RELATIONSHIPS, edges_per_node=_EDGES_PER_FACT)
     session_ids = list(dict.fromkeys([*keyword_sessions, *(records[m].session_id for m, _, _ in fused)]))[:_MAX_SESSIONS]

@@ -14,6 +14,7 @@ from config import Settings, load_settings
 from pipelines.importer import import_sessions
 from pipelines.recall import (
     MAX_QUERY_CHARS,
+    SIGNALS,
     RecallInputError,
     RecallRequest,
     RecallWeights,
@@ -83,10 +84,10 @@ async def graph(settings: Settings, tmp_path: Path) -> Settings:
     return settings
 
 
-def ask(settings: Settings, query: str, **options: Any) -> dict[str, Any]:
+def ask(settings: Settings, query: str, *, signals: tuple[str, ...] = SIGNALS, weights: RecallWeights = RecallWeights(), **options: Any) -> dict[str, Any]:
     db = Database(settings.graph_path, readonly=True)
     try:
-        return recall(RecallRequest(query=query, **options), source=RecallIndex(db)).as_dict()
+        return recall(RecallRequest(query=query, **options), source=RecallIndex(db), signals=signals, weights=weights).as_dict()
     finally:
         db.close()
 
@@ -207,6 +208,27 @@ def test_fuse_is_weighted_reciprocal_rank() -> None:
     assert scores["a"] == pytest.approx(1 / 11) and scores["c"] == pytest.approx(2 / 12)
     assert [i for i, _, _ in fused] == ["b", "c", "a"]
     assert dict((i, f) for i, _, f in fused)["b"] == ["keyword", "entities"]
+
+
+def test_the_keyword_anchor_keeps_keywords_first_turns_in_place() -> None:
+    rankings = {"keyword": ["a", "b", "c", "d"], "entities": ["d", "c", "x"], "context": ["d", "x"]}
+    weights = RecallWeights(rrf_k=20)
+    plain = [i for i, _, _ in fuse(rankings, weights)]
+    assert plain[:2] == ["d", "c"]  # plain RRF: two weak signals agreeing outvote keyword's first turns
+    anchored = [i for i, _, _ in fuse(rankings, weights, anchor=["a", "b", "gone"])]
+    # The anchor's turns first, in keyword's order (an id no ranking holds is skipped); fusion orders the rest.
+    assert anchored == ["a", "b", *[i for i in plain if i not in {"a", "b"}]]
+
+
+async def test_recall_keeps_keywords_first_turns_when_bm25_ranks(graph: Settings) -> None:
+    query = "drain torn lines"
+    keyword = [t["memory_id"] for t in ask(graph, query, limit=20, signals=("keyword",))["turns"]]
+    fused = ask(graph, query, limit=20)
+    anchored = fused["signals"]["keyword_anchor"]
+    assert fused["signals"]["terms"]["bm25"] and anchored == min(5, len(keyword)) > 0
+    assert [t["memory_id"] for t in fused["turns"][:anchored]] == keyword[:anchored]
+    plain = ask(graph, query, limit=20, weights=RecallWeights(keyword_anchor=0))
+    assert plain["signals"]["keyword_anchor"] == 0
 
 
 async def test_recency_is_an_explicit_option(graph: Settings) -> None:
