@@ -52,6 +52,12 @@ _DEPTH_FACTOR = 5
 _MIN_DEPTH = 50
 _MATCHED_NODES = 20
 _NEIGHBOURS = 20
+# A node cited by more turns than this (a chat's speaker is cited by every turn they say) is too
+# common to say which turns answer a query, like a stop word; it is neither grounded nor walked
+# from. And grounding stops once the nodes' points add up to the budget: it bounds a query's time
+# (reading 27,000 points of a scene's speakers took half a second).
+COMMON_NODE_POINTS = 500
+GROUNDING_BUDGET = 2_000
 _EDGES_PER_FACT = 3
 _MAX_FACTS = 5
 _MAX_SESSIONS = 5
@@ -122,6 +128,7 @@ class RecallSource(Protocol):
     def keyword_sessions(self, match: str, scope: Scope, *, limit: int) -> list[str]: ...
     def adjacent_turns(self, memory_ids: Sequence[str], scope: Scope, *, radius: int) -> list[str]: ...
     def matching_nodes(self, match: str, scope: Scope, *, limit: int) -> list[str]: ...
+    def point_counts(self, node_ids: Sequence[str], *, cap: int) -> dict[str, int]: ...
     def grounding_turns(self, node_ids: Sequence[str], scope: Scope) -> dict[str, list[tuple[str, int]]]: ...
     def neighbours(self, node_ids: Sequence[str], scope: Scope, *, exclude_relationships: Any, limit: int) -> list[str]: ...
     def turns(self, memory_ids: Sequence[str], scope: Scope) -> dict[str, TurnRecord]: ...
@@ -276,6 +283,22 @@ def fuse(rankings: dict[str, Sequence[str]], weights: RecallWeights, *, anchor: 
     )
 
 
+def specific_nodes(nodes: Sequence[str], points: dict[str, int], *, budget: int = GROUNDING_BUDGET) -> tuple[list[str], list[str]]:
+    """``(kept, common)``: ``nodes`` in order, without those cited by more than
+    :data:`COMMON_NODE_POINTS` points, while the kept ones' points add up to at most ``budget``;
+    ``common`` are the ones left out as too common."""
+    kept: list[str] = []
+    common: list[str] = []
+    for node in nodes:
+        count = points.get(node, 0)
+        if count > COMMON_NODE_POINTS:
+            common.append(node)
+        elif count <= budget:
+            kept.append(node)
+            budget -= count
+    return kept, common
+
+
 def entity_ranking(matched: Sequence[str], neighbours: Sequence[str], grounding: dict[str, list[tuple[str, int]]]) -> list[str]:
     """Turns ranked by the nodes they ground: each matched node adds ``1 / (its match rank + 1)``, a
     neighbour half of what the node it neighbours would; so the turns of the best-matching node
@@ -325,10 +348,14 @@ def recall(
                 rankings["context"] = source.adjacent_turns(hits[:_CONTEXT_HITS], scope, radius=_CONTEXT_RADIUS)[:depth]
         if "entities" in signals:
             matched = source.matching_nodes(match, scope, limit=_MATCHED_NODES)
-            near = source.neighbours(matched, scope, exclude_relationships=PROVENANCE_RELATIONSHIPS, limit=_NEIGHBOURS)
-            grounding = source.grounding_turns([*matched, *near], scope)
-            rankings["entities"] = entity_ranking(matched, near, grounding)[:depth]
-            report["entities"] = {"nodes": matched, "neighbours": near}
+            points = source.point_counts(matched, cap=COMMON_NODE_POINTS + 1)
+            specific, common = specific_nodes(matched, points)
+            near = source.neighbours(specific, scope, exclude_relationships=PROVENANCE_RELATIONSHIPS, limit=_NEIGHBOURS)
+            left = GROUNDING_BUDGET - sum(points.get(n, 0) for n in specific)
+            near, common_near = specific_nodes(near, source.point_counts(near, cap=COMMON_NODE_POINTS + 1), budget=left)
+            grounding = source.grounding_turns([*specific, *near], scope)
+            rankings["entities"] = entity_ranking(specific, near, grounding)[:depth]
+            report["entities"] = {"nodes": matched, "neighbours": near, "common": [*common, *common_near]}
     if vector is not None and "vector" in signals and not empty_scope:
         # The vector store knows nothing of scope: ask deeper, keep only what the scope shows.
         nearest = vector.nearest(request.query, limit=depth * 4)

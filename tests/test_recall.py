@@ -13,6 +13,7 @@ import pytest
 from config import Settings, load_settings
 from pipelines.importer import import_sessions
 from pipelines.recall import (
+    COMMON_NODE_POINTS,
     MAX_QUERY_CHARS,
     SIGNALS,
     RecallInputError,
@@ -25,6 +26,7 @@ from pipelines.recall import (
     query_terms,
     recall,
     selective_terms,
+    specific_nodes,
 )
 from store.chroma import ChromaStore
 from store.db import MIGRATIONS, Database, _statements, register_functions
@@ -218,6 +220,14 @@ def test_the_keyword_anchor_keeps_keywords_first_turns_in_place() -> None:
     anchored = [i for i, _, _ in fuse(rankings, weights, anchor=["a", "b", "gone"])]
     # The anchor's turns first, in keyword's order (an id no ranking holds is skipped); fusion orders the rest.
     assert anchored == ["a", "b", *[i for i in plain if i not in {"a", "b"}]]
+
+
+def test_a_node_cited_everywhere_grounds_no_turns_and_grounding_is_bounded() -> None:
+    points = {"PERSON:Ross": COMMON_NODE_POINTS + 1, "CONCEPT:lobster": 3, "CONCEPT:prom": 40, "CONCEPT:video": 10}
+    kept, common = specific_nodes(["PERSON:Ross", "CONCEPT:lobster", "CONCEPT:prom", "CONCEPT:video"], points, budget=50)
+    # The speaker of every turn is too common to say which turns answer; the budget skips what does not fit.
+    assert common == ["PERSON:Ross"] and kept == ["CONCEPT:lobster", "CONCEPT:prom"]
+    assert specific_nodes(["CONCEPT:video", "CONCEPT:unknown"], points) == (["CONCEPT:video", "CONCEPT:unknown"], [])
 
 
 async def test_recall_keeps_keywords_first_turns_when_bm25_ranks(graph: Settings) -> None:
