@@ -47,19 +47,26 @@ from pipelines.recall import RecallRequest, RecallWeights, fuse, recall  # noqa:
 from store.chroma import MemoryRow, SummaryRow, row_created_at  # noqa: E402
 from store.db import Database  # noqa: E402
 from store.graph import GraphStore  # noqa: E402
+import store.recall_index as recall_index_module  # noqa: E402
 from store.recall_index import RecallIndex  # noqa: E402
 from worker.cycle import run_cycle  # noqa: E402
 from worker.logs import configure_logging  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 QUESTIONS = HERE / "data" / "recall_questions.jsonl"
-CONFIGS: dict[str, tuple[str, ...]] = {
-    "keyword": ("keyword",),
-    "entities": ("entities",),
-    "vector": ("vector",),
-    "context": ("context",),
-    "fused (keyword+entities+context: default, no vector)": ("keyword", "entities", "context"),
-    "fused (all four)": ("keyword", "entities", "vector", "context"),
+DEFAULT_WEIGHTS = RecallWeights()
+PLAIN_RRF = RecallWeights(keyword_anchor=0)
+# name → (signals, weights): each signal alone, then fused as configured by default (keyword
+# anchor) and as plain RRF (the first design, for comparison), without and with the vector signal.
+CONFIGS: dict[str, tuple[tuple[str, ...], RecallWeights]] = {
+    "keyword": (("keyword",), DEFAULT_WEIGHTS),
+    "entities": (("entities",), DEFAULT_WEIGHTS),
+    "vector": (("vector",), DEFAULT_WEIGHTS),
+    "context": (("context",), DEFAULT_WEIGHTS),
+    "fused, default (keyword+entities+context, keyword anchor 5)": (("keyword", "entities", "context"), DEFAULT_WEIGHTS),
+    "fused, all four (keyword anchor 5)": (("keyword", "entities", "vector", "context"), DEFAULT_WEIGHTS),
+    "plain RRF (keyword+entities+context)": (("keyword", "entities", "context"), PLAIN_RRF),
+    "plain RRF (all four)": (("keyword", "entities", "vector", "context"), PLAIN_RRF),
 }
 RANK_DEPTH = 50
 
@@ -99,12 +106,14 @@ async def build_graph(settings: Settings, sessions_file: Path) -> dict[str, floa
     return {"import_s": round(t1 - t0, 1), "cycle_s": round(time.perf_counter() - t1, 1)}
 
 
-def graph_settings(work: Path, name: str) -> Settings:
-    return load_settings(data_dir=work / name, batch_limit=100_000)
+def graph_settings(work: Path, name: str, *, embedding: str = "hash") -> Settings:
+    """A graph's settings; one built with another embedding than ``hash`` lives in its own folder."""
+    folder = name if embedding == "hash" else f"{name}-{embedding}"
+    return load_settings(data_dir=work / folder, batch_limit=100_000, embedding=embedding)
 
 
-def ensure_graph(work: Path, name: str, sessions_file: Path) -> Settings:
-    settings = graph_settings(work, name)
+def ensure_graph(work: Path, name: str, sessions_file: Path, *, embedding: str = "hash") -> Settings:
+    settings = graph_settings(work, name, embedding=embedding)
     marker = settings.data_dir / "bench-built"
     if not marker.exists():
         if settings.data_dir.exists():
@@ -125,20 +134,20 @@ def metrics(ranked: Sequence[str], gold: set[str]) -> dict[str, float]:
     }
 
 
-def quality(friends: Path, work: Path, *, splits: Sequence[str] = ("tune", "heldout")) -> dict[str, Any]:
+def quality(friends: Path, work: Path, *, splits: Sequence[str] = ("tune", "heldout"), embedding: str = "hash") -> dict[str, Any]:
     questions = [json.loads(line) for line in QUESTIONS.open(encoding="utf-8")]
-    report: dict[str, Any] = {}
+    report: dict[str, Any] = {"embedding": embedding}
     for split in splits:
-        settings = ensure_graph(work, f"friends-{split}", friends.with_name(f"{friends.name}.{split}.jsonl"))
+        settings = ensure_graph(work, f"friends-{split}", friends.with_name(f"{friends.name}.{split}.jsonl"), embedding=embedding)
         db = Database(settings.graph_path, readonly=True)
         index, vector = RecallIndex(db), ChromaVector(settings)
         mine = [q for q in questions if q["split"] == split]
         rows: dict[str, dict[str, float]] = {}
-        for config, signals in CONFIGS.items():
+        for config, (signals, weights) in CONFIGS.items():
             totals = {"recall@5": 0.0, "recall@10": 0.0, "mrr": 0.0}
             for q in mine:
                 answer = recall(RecallRequest(query=q["question"], limit=RANK_DEPTH, budget_tokens=200_000),
-                                source=index, vector=vector, signals=signals)
+                                source=index, vector=vector, signals=signals, weights=weights)
                 ranked = [t["memory_id"] for t in answer.as_dict()["turns"]]
                 for key, value in metrics(ranked, {f"memory:{a}" for a in q["answers"]}).items():
                     totals[key] += value
@@ -148,11 +157,11 @@ def quality(friends: Path, work: Path, *, splits: Sequence[str] = ("tune", "held
     return report
 
 
-def tune_weights(friends: Path, work: Path) -> dict[str, Any]:
+def tune_weights(friends: Path, work: Path, *, embedding: str = "hash") -> dict[str, Any]:
     """Grid search of the fusion weights on the tune split only (the held-out split is never read):
     the settings' defaults come from here. Ranked by recall@10, then MRR."""
     questions = [json.loads(line) for line in QUESTIONS.open(encoding="utf-8") if json.loads(line)["split"] == "tune"]
-    settings = ensure_graph(work, "friends-tune", friends.with_name(f"{friends.name}.tune.jsonl"))
+    settings = ensure_graph(work, "friends-tune", friends.with_name(f"{friends.name}.tune.jsonl"), embedding=embedding)
     db = Database(settings.graph_path, readonly=True)
     index, vector = RecallIndex(db), ChromaVector(settings)
     # Each signal's ranking once per question; fusion is then recomputed per weight setting.
@@ -166,27 +175,30 @@ def tune_weights(friends: Path, work: Path) -> dict[str, Any]:
         rankings.append((per_signal, {f"memory:{a}" for a in q["answers"]}))
     db.close()
     grid = []
-    for entities, vec, context, k in itertools.product(
-        (0.0, 0.1, 0.3, 0.5, 1.0), (0.0, 0.2, 0.5, 1.0), (0.0, 0.2, 0.3, 0.5, 1.0), (5.0, 20.0, 60.0)
+    for entities, vec, context, k, anchor in itertools.product(
+        (0.0, 0.1, 0.3, 0.5, 1.0), (0.0, 0.2, 0.5, 1.0), (0.0, 0.2, 0.3, 0.5, 1.0), (5.0, 20.0, 60.0), (0, 3, 5)
     ):
-        weights = RecallWeights(keyword=1.0, entities=entities, vector=vec, context=context, rrf_k=k)
+        weights = RecallWeights(keyword=1.0, entities=entities, vector=vec, context=context, rrf_k=k, keyword_anchor=anchor)
         totals = {"recall@5": 0.0, "recall@10": 0.0, "mrr": 0.0}
         for per_signal, gold in rankings:
-            fused = [m for m, _, _ in fuse({s: r for s, r in per_signal.items() if weights.of(s) > 0}, weights)]
+            fused = [m for m, _, _ in fuse({s: r for s, r in per_signal.items() if weights.of(s) > 0}, weights,
+                                           anchor=per_signal["keyword"][:anchor])]
             for key, value in metrics(fused[:RANK_DEPTH], gold).items():
                 totals[key] += value
-        grid.append({"entities": entities, "vector": vec, "context": context, "rrf_k": k,
+        grid.append({"entities": entities, "vector": vec, "context": context, "rrf_k": k, "keyword_anchor": anchor,
                      **{key: round(v / len(rankings), 3) for key, v in totals.items()}})
     grid.sort(key=lambda g: (-g["recall@10"], -g["mrr"]))
     keyword_only = {k: 0.0 for k in ("recall@5", "recall@10", "mrr")}
     for per_signal, gold in rankings:
         for key, value in metrics(per_signal["keyword"][:RANK_DEPTH], gold).items():
             keyword_only[key] += value / len(rankings)
-    # The rule the defaults follow: the best recall@10 that does not lose MRR against keyword alone.
-    chosen = next(g for g in grid if g["mrr"] >= keyword_only["mrr"])
+    # The rule: the best recall@10 that loses neither recall@5 nor MRR against keyword alone.
+    chosen = next(g for g in grid if g["mrr"] >= keyword_only["mrr"] and g["recall@5"] >= keyword_only["recall@5"])
+    defaults = next(g for g in grid if all(g[key] == DEFAULT_WEIGHTS.of(key) for key in ("entities", "vector", "context"))
+                    and g["rrf_k"] == DEFAULT_WEIGHTS.rrf_k and g["keyword_anchor"] == DEFAULT_WEIGHTS.keyword_anchor)
     no_vector = [g for g in grid if g["vector"] == 0]
     return {"questions": len(rankings), "keyword_only": {k: round(v, 3) for k, v in keyword_only.items()},
-            "chosen": chosen, "best": grid[:5], "best_without_vector": no_vector[:5]}
+            "chosen": chosen, "defaults": defaults, "best": grid[:5], "best_without_vector": no_vector[:5]}
 
 
 # --- latency -------------------------------------------------------------------------------
@@ -316,7 +328,6 @@ def ingest_cost(friends: Path, work: Path, *, rounds: int = 3) -> dict[str, Any]
     write path alone (``_write_sessions`` over rows already in memory: the strictest view, the FTS
     work against SQLite writes only) and the live-sync phase end to end (the Chroma read included,
     as a cycle runs it: ``sync_sessions_to_graph`` over the tune split's embedded Chroma)."""
-    import store.recall_index as recall_index_module
     from pipelines.ingest import sync_sessions_to_graph
     from store.chroma import ChromaStore
 
@@ -353,7 +364,8 @@ def ingest_cost(friends: Path, work: Path, *, rounds: int = 3) -> dict[str, Any]
             db.close()
     for variant in ("with_fts", "without_fts"):
         # Database growth: the graph write path's rows once more into a fresh file, checkpointed.
-        db = fresh_database(work / f"ingest-size-{variant}.sqlite3", fts=variant == "with_fts")
+        size_path = work / f"ingest-size-{variant}.sqlite3"
+        db = fresh_database(size_path, fts=variant == "with_fts")
         try:
             for ids, by_session, summaries in batches:
                 _write_sessions(ids, by_session, summaries, GraphStore(db))
@@ -361,7 +373,7 @@ def ingest_cost(friends: Path, work: Path, *, rounds: int = 3) -> dict[str, Any]
             recall_index_module.RecallIndex.index_memory_nodes = original  # type: ignore[method-assign]
         db.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         db.close()
-        sizes[variant] = path.stat().st_size
+        sizes[variant] = size_path.stat().st_size
     with_s, without_s = statistics.median(timings["with_fts"]), statistics.median(timings["without_fts"])
     e2e_with, e2e_without = statistics.median(end_to_end["with_fts"]), statistics.median(end_to_end["without_fts"])
     return {
@@ -386,6 +398,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--work", type=Path, default=Path("/tmp/recall-bench"))
     parser.add_argument("--split", choices=("tune", "heldout"), action="append",
                         help="quality on this split only (repeatable; default both) — tune on 'tune' alone")
+    parser.add_argument("--embedding", choices=("hash", "minilm"), default="hash",
+                        help="the memory collection's embedding for quality/tune (minilm needs the 'embeddings' extra)")
     parser.add_argument("--queries", type=int, default=1_000)
     parser.add_argument("--mcp-queries", type=int, default=200)
     args = parser.parse_args(argv)
@@ -399,9 +413,9 @@ def main(argv: list[str] | None = None) -> None:
     for part in parts:
         t0 = time.perf_counter()
         if part == "quality":
-            report["quality"] = quality(args.friends, args.work, splits=args.split or ("tune", "heldout"))
+            report["quality"] = quality(args.friends, args.work, splits=args.split or ("tune", "heldout"), embedding=args.embedding)
         elif part == "tune":
-            report["tune"] = tune_weights(args.friends, args.work)
+            report["tune"] = tune_weights(args.friends, args.work, embedding=args.embedding)
         elif part == "latency":
             report["latency"] = latency(args.friends, args.work, queries=args.queries, mcp_queries=args.mcp_queries)
         else:

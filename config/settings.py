@@ -66,8 +66,8 @@ class Settings(BaseSettings):
     chroma_database: str = "default_database"
     memory_collection: str = Field("neo-agent-memory", pattern=_COLLECTION_NAME)
     session_collection: str = Field("neo-agent-sessions", pattern=_COLLECTION_NAME)
-    embedding: Literal["hash", "ollama", "openai"] = Field(
-        "hash", description="Embedding function for rows rem-cycle writes (import); 'hash' works offline"
+    embedding: Literal["hash", "minilm", "ollama", "openai"] = Field(
+        "hash", description="Embedding function for rows rem-cycle writes (import); 'hash' and 'minilm' work offline"
     )
     embedding_model: str = "nomic-embed-text"
     embedding_url: str = "http://127.0.0.1:11434"
@@ -140,6 +140,9 @@ class Settings(BaseSettings):
     recall_weight_context: float = Field(0.2, ge=0, le=100, description="RRF weight of the turns next to keyword hits")
     recall_weight_recency: float = Field(0.5, ge=0, le=100, description="RRF weight of newest-first (with --recency)")
     recall_rrf_k: float = Field(20.0, gt=0, le=10_000, description="RRF constant k: larger flattens rank differences")
+    recall_keyword_anchor: int = Field(
+        5, ge=0, le=100, description="Keyword's first N turns keep the first places of a recall answer (0 = plain RRF)"
+    )
     recall_budget_tokens: int = Field(2_000, ge=1, le=200_000, description="Default token budget of a recall answer")
     mcp_host: str = Field("127.0.0.1", description="`rem-cycle mcp --http` binds here; beyond loopback REM_MCP_TOKEN is required")
     mcp_port: int = Field(8765, ge=1, le=65535)

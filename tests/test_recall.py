@@ -13,7 +13,9 @@ import pytest
 from config import Settings, load_settings
 from pipelines.importer import import_sessions
 from pipelines.recall import (
+    COMMON_NODE_POINTS,
     MAX_QUERY_CHARS,
+    SIGNALS,
     RecallInputError,
     RecallRequest,
     RecallWeights,
@@ -24,6 +26,7 @@ from pipelines.recall import (
     query_terms,
     recall,
     selective_terms,
+    specific_nodes,
 )
 from store.backend import open_database
 from store.chroma import ChromaStore
@@ -84,10 +87,10 @@ async def graph(settings: Settings, tmp_path: Path) -> Settings:
     return settings
 
 
-def ask(settings: Settings, query: str, **options: Any) -> dict[str, Any]:
+def ask(settings: Settings, query: str, *, signals: tuple[str, ...] = SIGNALS, weights: RecallWeights = RecallWeights(), **options: Any) -> dict[str, Any]:
     db = open_database(settings, readonly=True)
     try:
-        return recall(RecallRequest(query=query, **options), source=RecallIndex(db)).as_dict()
+        return recall(RecallRequest(query=query, **options), source=RecallIndex(db), signals=signals, weights=weights).as_dict()
     finally:
         db.close()
 
@@ -210,6 +213,35 @@ def test_fuse_is_weighted_reciprocal_rank() -> None:
     assert scores["a"] == pytest.approx(1 / 11) and scores["c"] == pytest.approx(2 / 12)
     assert [i for i, _, _ in fused] == ["b", "c", "a"]
     assert dict((i, f) for i, _, f in fused)["b"] == ["keyword", "entities"]
+
+
+def test_the_keyword_anchor_keeps_keywords_first_turns_in_place() -> None:
+    rankings = {"keyword": ["a", "b", "c", "d"], "entities": ["d", "c", "x"], "context": ["d", "x"]}
+    weights = RecallWeights(rrf_k=20)
+    plain = [i for i, _, _ in fuse(rankings, weights)]
+    assert plain[:2] == ["d", "c"]  # plain RRF: two weak signals agreeing outvote keyword's first turns
+    anchored = [i for i, _, _ in fuse(rankings, weights, anchor=["a", "b", "gone"])]
+    # The anchor's turns first, in keyword's order (an id no ranking holds is skipped); fusion orders the rest.
+    assert anchored == ["a", "b", *[i for i in plain if i not in {"a", "b"}]]
+
+
+def test_a_node_cited_everywhere_grounds_no_turns_and_grounding_is_bounded() -> None:
+    points = {"PERSON:Ross": COMMON_NODE_POINTS + 1, "CONCEPT:lobster": 3, "CONCEPT:prom": 40, "CONCEPT:video": 10}
+    kept, common = specific_nodes(["PERSON:Ross", "CONCEPT:lobster", "CONCEPT:prom", "CONCEPT:video"], points, budget=50)
+    # The speaker of every turn is too common to say which turns answer; the budget skips what does not fit.
+    assert common == ["PERSON:Ross"] and kept == ["CONCEPT:lobster", "CONCEPT:prom"]
+    assert specific_nodes(["CONCEPT:video", "CONCEPT:unknown"], points) == (["CONCEPT:video", "CONCEPT:unknown"], [])
+
+
+async def test_recall_keeps_keywords_first_turns_when_bm25_ranks(graph: Settings) -> None:
+    query = "drain torn lines"
+    keyword = [t["memory_id"] for t in ask(graph, query, limit=20, signals=("keyword",))["turns"]]
+    fused = ask(graph, query, limit=20)
+    anchored = fused["signals"]["keyword_anchor"]
+    assert fused["signals"]["terms"]["bm25"] and anchored == min(5, len(keyword)) > 0
+    assert [t["memory_id"] for t in fused["turns"][:anchored]] == keyword[:anchored]
+    plain = ask(graph, query, limit=20, weights=RecallWeights(keyword_anchor=0))
+    assert plain["signals"]["keyword_anchor"] == 0
 
 
 async def test_recency_is_an_explicit_option(graph: Settings) -> None:

@@ -47,6 +47,7 @@ def weights_from(settings: Settings) -> RecallWeights:
     return RecallWeights(
         keyword=settings.recall_weight_keyword, entities=settings.recall_weight_entities,
         vector=settings.recall_weight_vector, context=settings.recall_weight_context, recency=settings.recall_weight_recency, rrf_k=settings.recall_rrf_k,
+        keyword_anchor=settings.recall_keyword_anchor,
     )
 
 
