@@ -112,12 +112,12 @@ class LazyEdgeTable:
                 raise exc from None
         rows: list[QueuedRow] = []
         total = 0
-        for row in found:
-            line = row["line"] if isinstance(row["line"], bytes) else row["line"].encode("utf-8")
+        for row_id, text, attempts, enqueued_at in found:
+            line = text if isinstance(text, bytes) else text.encode("utf-8")
             total += len(line)
             if rows and total > max_bytes:
                 break
-            rows.append(QueuedRow(row["id"], line, row["attempts"], row["enqueued_at"]))
+            rows.append(QueuedRow(row_id, line, attempts, enqueued_at))
         return rows
 
     def settle(self, *, taken: Sequence[QueuedRow], requeued: Sequence[tuple[QueuedRow, str]], dead: Sequence[DeadRow]) -> None:
