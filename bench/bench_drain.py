@@ -10,11 +10,13 @@ Producers: edges/s of ``enqueue_lazy_edges`` in calls of 100 edges, to the file 
 
     python bench/bench_drain.py
     python bench/bench_drain.py --lines 100000 --small 10000 --batch-size 500
+    python bench/bench_drain.py --postgres-url postgresql://…   # + both forms on PostgreSQL
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import statistics
 import sys
@@ -31,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from config import load_settings  # noqa: E402
 from pipelines.drain import drain_queue  # noqa: E402
 from pipelines.enqueue import enqueue_lazy_edges  # noqa: E402
+from store.backend import open_database_at  # noqa: E402
 from store.chroma import ChromaStore  # noqa: E402
 from store.db import Database  # noqa: E402
 from store.graph import GraphStore, Node  # noqa: E402
@@ -51,10 +54,13 @@ def queue_lines(lines: int) -> list[bytes]:
     return [edge_line(bench_edge(n), timestamp="2026-11-29T12:00:00.000Z") for n in range(lines)]
 
 
-async def one_drain(workdir: Path, lines: int, batch_size: int, *, trace: bool, form: str = "file") -> dict[str, Any]:
+async def one_drain(
+    workdir: Path, lines: int, batch_size: int, *, trace: bool, form: str = "file", url: str | None = None
+) -> dict[str, Any]:
     root = workdir / f"{lines}-{form}-{'trace' if trace else 'time'}"
     settings = load_settings(data_dir=root)
-    graph = GraphStore(Database(settings.graph_path))
+    root.mkdir(parents=True, exist_ok=True)
+    graph = GraphStore(open_database_at(path=settings.graph_path, url=url))
     graph.upsert_nodes(Node(f"CONCEPT:s{n}", "CONCEPT", f"s{n}") for n in range(FAN))
     graph.upsert_nodes(Node(f"CONCEPT:t{n}", "CONCEPT", f"t{n}") for n in range((lines + FAN - 1) // FAN))
     queue = LazyEdgeQueue(settings.queue_path)
@@ -139,17 +145,48 @@ async def bench(lines: int, small: int, batch_size: int, workdir: Path) -> dict[
     }
 
 
+async def bench_postgres(lines: int, batch_size: int, server: str) -> dict[str, Any]:
+    """The two forms with the graph (and the queue table) in PostgreSQL: medians of three
+    alternating rounds, each on a fresh schema."""
+    from bench.bench_backends import Schemas
+
+    schemas = Schemas(server)
+    workdir = Path(tempfile.mkdtemp(prefix="rem-bench-drain-pg-"))
+    try:
+        timed: dict[str, list[float]] = {"file": [], "table": []}
+        for _ in range(ROUNDS):
+            for form in ("file", "table"):
+                done = await one_drain(workdir, lines, batch_size, trace=False, form=form, url=schemas.new("drain"))
+                timed[form].append(done["seconds"])
+    finally:
+        schemas.drop()
+        shutil.rmtree(workdir, ignore_errors=True)
+    file_s, table_s = statistics.median(timed["file"]), statistics.median(timed["table"])
+    return {
+        "pg_lines": lines,
+        "pg_file_lines_per_s": round(lines / file_s),
+        "pg_table_rows_per_s": round(lines / table_s),
+        "pg_table_vs_file": round(file_s / table_s, 2),
+    }
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lines", type=int, default=100_000)
     parser.add_argument("--small", type=int, default=10_000)
     parser.add_argument("--batch-size", type=int, default=500)
+    parser.add_argument("--postgres-url", default=os.environ.get("REM_TEST_POSTGRES_URL", ""),
+                        help="also drain both forms with the graph in this PostgreSQL database (schemas made and dropped)")
+    parser.add_argument("--pg-lines", type=int, default=20_000)
     args = parser.parse_args(argv)
     workdir = Path(tempfile.mkdtemp(prefix="rem-bench-drain-"))
     try:
         result = anyio.run(bench, args.lines, args.small, args.batch_size, workdir)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+    if args.postgres_url:
+        configure_logging(level="warning", fmt="json")
+        result.update(anyio.run(bench_postgres, args.pg_lines, args.batch_size, args.postgres_url))
     for key, value in result.items():
         print(f"{key:20} {value}")
     print("target (peak heap of the large drain within 1.5× the small one):", "met" if result["peak_ratio"] <= 1.5 else "NOT met")

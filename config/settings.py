@@ -226,9 +226,12 @@ class Settings(BaseSettings):
     @property
     def lazy_queue_target(self) -> str | Path:
         """Where producers configured like this worker enqueue (``REM_LAZY_QUEUE``): the JSONL
-        queue's path, or the graph database's URL (``pipelines.enqueue.enqueue_lazy_edges``)."""
+        queue's path, or the graph database's URL — ``REM_DATABASE_URL``, else the SQLite file's
+        (``pipelines.enqueue.enqueue_lazy_edges``)."""
         if self.lazy_queue == "file":
             return self.queue_path
+        if self.database_url is not None:
+            return self.database_url.get_secret_value()
         return f"sqlite:///{self.graph_path.resolve()}"
 
     @property

@@ -1,5 +1,5 @@
 """The lazy-edge queue's database form (``lazy_edges``) and the producer library, against real SQLite
-files, a real embedded Chroma and real producer processes."""
+files (and a real PostgreSQL server: the tests marked ``both_backends``), a real embedded Chroma and real producer processes."""
 
 from __future__ import annotations
 
@@ -38,12 +38,15 @@ def dead(db: Database) -> list[dict[str, Any]]:
 
 
 def url_of(settings: Settings) -> str:
+    if settings.database_url is not None:
+        return settings.database_url.get_secret_value()
     return f"sqlite:///{settings.graph_path.resolve()}"
 
 
 # --- the producer library ----------------------------------------------------------------------
 
 
+@pytest.mark.both_backends
 async def test_enqueue_writes_the_file_or_the_table_by_target(settings: Settings, stores: Stores) -> None:
     edges = [mention("a", "memory:m1", justification="seen"), {"source": "CONCEPT:a", "target": "CONCEPT:b", "relationship": "R"}]
     assert enqueue_lazy_edges(settings.queue_path, edges) == 2
@@ -62,6 +65,7 @@ async def test_enqueue_writes_the_file_or_the_table_by_target(settings: Settings
     assert settings.model_copy(update={"lazy_queue": "database"}).lazy_queue_target == url_of(settings)
 
 
+@pytest.mark.both_backends
 @pytest.mark.parametrize("form", ["file", "table"])
 async def test_enqueue_rejects_bad_edges_and_writes_none(settings: Settings, stores: Stores, form: str) -> None:
     target = settings.queue_path if form == "file" else url_of(settings)
@@ -90,6 +94,7 @@ def test_enqueue_refuses_a_database_that_is_not_there_and_unknown_schemes(tmp_pa
         enqueue_lazy_edges("mysql://host/db", [mention("a", "memory:m")])
 
 
+@pytest.mark.both_backends
 async def test_the_table_refuses_a_line_longer_than_its_limit(stores: Stores) -> None:
     with pytest.raises(ConstraintError):
         table_of(stores).append_lines(["x" * (1024 * 1024 + 1)])
@@ -99,6 +104,7 @@ async def test_the_table_refuses_a_line_longer_than_its_limit(stores: Stores) ->
 # --- drains of the table -------------------------------------------------------------------------
 
 
+@pytest.mark.both_backends
 async def test_table_rows_link_backfill_and_leave_the_table(settings: Settings, stores: Stores, tmp_path: Path) -> None:
     await seed_standard(stores, settings, tmp_path)
     add_concepts(stores.graph, "graph", "queue")
@@ -118,6 +124,7 @@ async def test_table_rows_link_backfill_and_leave_the_table(settings: Settings, 
     assert not queue_of(settings).path.exists()
 
 
+@pytest.mark.both_backends
 async def test_failed_rows_keep_their_place_with_attempts_then_die(settings: Settings, stores: Stores, tmp_path: Path) -> None:
     await seed_standard(stores, settings, tmp_path)
     add_concepts(stores.graph, "graph")
@@ -151,6 +158,7 @@ MALFORMED = [
 ]
 
 
+@pytest.mark.both_backends
 async def test_malformed_rows_are_dead_lettered_exactly_like_file_lines(settings: Settings, stores: Stores) -> None:
     """One rule, one place: the same bad lines get the same reasons and details in either form."""
     add_concepts(stores.graph, "a", "b")
@@ -192,6 +200,7 @@ async def test_a_row_that_is_not_utf8_is_dead_lettered_not_stuck(settings: Setti
     assert waiting(stores.db) == []
 
 
+@pytest.mark.both_backends
 async def test_one_drain_drains_both_forms(settings: Settings, stores: Stores) -> None:
     add_concepts(stores.graph, "a", "b", "c")
     enqueue_lazy_edges(settings.queue_path, [{"source": "CONCEPT:a", "target": "CONCEPT:b", "relationship": "R"}])
@@ -203,6 +212,7 @@ async def test_one_drain_drains_both_forms(settings: Settings, stores: Stores) -
     assert seen and seen[-1][0] == seen[-1][1] > 0
 
 
+@pytest.mark.both_backends
 async def test_replayed_rows_leave_one_edge_and_rows_are_read_in_order(settings: Settings, stores: Stores) -> None:
     add_concepts(stores.graph, "a", "b")
     line = {"source": "CONCEPT:a", "target": "CONCEPT:b", "relationship": "R", "properties": {"n": 1}}
@@ -220,6 +230,7 @@ async def test_replayed_rows_leave_one_edge_and_rows_are_read_in_order(settings:
     assert waiting(stores.db) == []
 
 
+@pytest.mark.both_backends
 async def test_rows_inserted_during_a_drain_wait_for_the_next(settings: Settings, stores: Stores) -> None:
     """A drain takes the rows present when it starts: a steady producer cannot keep it going."""
     add_concepts(stores.graph, "a", *[f"t{i}" for i in range(6)])
@@ -234,6 +245,7 @@ async def test_rows_inserted_during_a_drain_wait_for_the_next(settings: Settings
     assert (await drain(settings, stores, table=table)).succeeded == 3
 
 
+@pytest.mark.both_backends
 async def test_dry_run_leaves_the_table_alone(settings: Settings, stores: Stores, tmp_path: Path) -> None:
     await seed_standard(stores, settings, tmp_path)
     add_concepts(stores.graph, "graph")
@@ -246,6 +258,7 @@ async def test_dry_run_leaves_the_table_alone(settings: Settings, stores: Stores
     assert (waiting(stores.db), graph_dump(stores.graph)) == before and dead(stores.db) == []
 
 
+@pytest.mark.both_backends
 async def test_a_stopped_drain_leaves_unread_rows_untouched(settings: Settings, stores: Stores) -> None:
     add_concepts(stores.graph, "a", *[f"t{i}" for i in range(5)])
     enqueue_lazy_edges(url_of(settings), [{"source": "CONCEPT:a", "target": f"CONCEPT:t{i}", "relationship": "R"} for i in range(5)])
@@ -277,6 +290,7 @@ async def test_an_exception_while_linking_keeps_the_row_and_rolls_back(settings:
         impatient.close()
 
 
+@pytest.mark.both_backends
 async def test_settling_rows_another_drain_took_rolls_the_batch_back(settings: Settings, stores: Stores) -> None:
     add_concepts(stores.graph, "a", "b")
     table = table_of(stores)
@@ -294,12 +308,15 @@ async def test_settling_rows_another_drain_took_rolls_the_batch_back(settings: S
         table.settle(taken=[stale], requeued=[], dead=[])
 
 
-async def test_two_concurrent_drains_of_one_table_apply_each_row_once(settings: Settings, stores: Stores, tmp_path: Path) -> None:
+@pytest.mark.both_backends
+async def test_two_concurrent_drains_of_one_table_apply_each_row_once(
+    settings: Settings, stores: Stores, tmp_path: Path, open_graph_database: Any
+) -> None:
     """Two drains (two hosts: their own queue files and locks, one database) race over the same
     rows: each batch is applied by exactly one of them."""
     add_concepts(stores.graph, "a", *[f"t{i}" for i in range(300)])
     enqueue_lazy_edges(url_of(settings), [{"source": "CONCEPT:a", "target": f"CONCEPT:t{i}", "relationship": "R"} for i in range(300)])
-    other_db = Database(settings.graph_path)
+    other_db = open_graph_database(settings.graph_path)
     try:
         results = []
 
@@ -331,6 +348,7 @@ for start in range(0, count, 10):
 """
 
 
+@pytest.mark.both_backends
 @pytest.mark.timeout(180)
 async def test_concurrent_producer_processes_and_a_drain_lose_nothing(settings: Settings, stores: Stores) -> None:
     """Four producer processes (two on the file, two on the table) write while drains run; at the
@@ -361,6 +379,7 @@ async def test_concurrent_producer_processes_and_a_drain_lose_nothing(settings: 
 # --- the worker as a producer, and the operator's verb ------------------------------------------
 
 
+@pytest.mark.both_backends
 async def test_with_the_database_form_a_cycle_queues_its_lazy_edges_as_rows(settings: Settings, tmp_path: Path) -> None:
     """REM_LAZY_QUEUE=database: the provenance edges extraction cannot link yet become rows, in
     the session's commit; the drain phase then works them like any producer's."""
@@ -384,12 +403,16 @@ async def test_with_the_database_form_a_cycle_queues_its_lazy_edges_as_rows(sett
         stores.close()
 
 
+@pytest.mark.both_backends
 def test_cli_enqueue_queues_a_file_in_the_configured_form(settings: Settings, stores: Stores, tmp_path: Path) -> None:
     from tests.conftest import run_cli
 
     edges = tmp_path / "edges.jsonl"
     edges.write_text(json.dumps(mention("a", "memory:m1")) + "\n\n" + json.dumps(mention("b", "memory:m2")) + "\n")
     env = {"REM_DATA_DIR": str(settings.data_dir)}
+    if settings.database_url is not None:
+        env["REM_DATABASE_URL"] = settings.database_url.get_secret_value()
+        settings.data_dir.mkdir(parents=True, exist_ok=True)  # the file form's queue lives there
     done = run_cli("enqueue", str(edges), "--json", env=env)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == {"queued": 2, "queue": "file"} and len(read_jsonl(settings.queue_path)) == 2
@@ -413,6 +436,7 @@ def test_cli_enqueue_queues_a_file_in_the_configured_form(settings: Settings, st
     assert len(waiting(stores.db)) == 2 and len(read_jsonl(settings.queue_path)) == 2
 
 
+@pytest.mark.both_backends
 async def test_metrics_export_the_rows_waiting_in_the_table(settings: Settings, stores: Stores) -> None:
     from prometheus_client import generate_latest
     from prometheus_client.parser import text_string_to_metric_families
