@@ -59,6 +59,12 @@ class Dialect:
             return f"FOR UPDATE OF {alias} SKIP LOCKED"
         return ""
 
+    def for_update(self) -> str:
+        """The clause that ends a read whose rows the transaction must hold until it ends: on
+        PostgreSQL a row lock that other writers of those rows wait for; on SQLite nothing (its
+        ``BEGIN IMMEDIATE`` transactions already exclude every other writer)."""
+        return "FOR UPDATE" if self.postgres else ""
+
     def fts_source(self, table: str, alias: str) -> str:
         """The FROM part giving the rows of ``table`` (as ``alias``) with their full-text index."""
         if self.postgres:
