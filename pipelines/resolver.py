@@ -135,11 +135,13 @@ class GraphResolver:
             index = self._ready_index()
             refs = _refs(candidates)
             verdicts = resolve_batch(refs, index, blocked=self._blocked, thresholds=self.thresholds)
-            # Targets in the graph (an exact id, or a link to a node not of this batch): one of them
-            # gone (another worker folded or forgot it) means the index is stale.
+            # The graph's nodes a verdict names (an exact id, a link or a candidate not of this
+            # batch): one of them gone (another worker folded or forgot it) means the index is
+            # stale — and a stale node beside the one it was folded into would make an ambiguity.
             batch = {r.id for r in refs}
-            targets = {v.target for v in verdicts if v.action == LINK and v.target is not None and (v.rule == "exact-id" or v.target not in batch)}
-            if targets - self._existing(targets):
+            named = {v.target for v in verdicts if v.action == LINK and v.target is not None and (v.rule == "exact-id" or v.target not in batch)}
+            named |= {m.node_id for v in verdicts for m in v.candidates if m.node_id not in batch}
+            if named - self._existing(named):
                 log.info("identity index stale (a node it links to is gone): rebuilding")
                 self._index = None
                 index = self._ready_index()

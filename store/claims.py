@@ -162,6 +162,17 @@ def _drop_dead_owners(conn: Any, table: str) -> None:
             conn.execute(f"DELETE FROM {table} WHERE owner = ?", (owner,))  # noqa: S608 - fixed names
 
 
+def lease_holders(db: Database) -> dict[str, list[dict[str, Any]]]:
+    """Who holds what (``status``): each lock's holder and lease, and per owner how many sessions it
+    has claimed and until when (read-only; the tables hold live leases only, so this is small)."""
+    locks = db.query("SELECT name, owner, acquired_at, lease_expires_at FROM rem_locks ORDER BY name")
+    claims = db.query(
+        "SELECT owner, COUNT(*) AS sessions, MAX(heartbeat_at) AS heartbeat_at, MIN(lease_expires_at) AS lease_expires_at "
+        "FROM session_claims GROUP BY owner ORDER BY owner"
+    )
+    return {"locks": [dict(r) for r in locks], "claims": [dict(r) for r in claims]}
+
+
 class LockStore:
     """``rem_locks``: named leases, one holder each (the single-flight phases: :data:`CYCLE_LOCK`)."""
 

@@ -4,6 +4,7 @@ two connections as two workers."""
 
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
 import sys
@@ -17,11 +18,11 @@ import pytest
 from config import Settings
 from pipelines.importer import import_sessions
 from store.chroma import ChromaStore
-from store.claims import CYCLE_LOCK, ClaimLostError, ClaimStore, LockStore, owner_is_dead
 from store.backend import open_database
+from store.claims import CYCLE_LOCK, ClaimLostError, ClaimStore, LockStore, owner_is_dead, worker_owner
 from store.runstate import RunStateStore, SessionRevision
 from tests.conftest import SAMPLE
-from worker.cycle import PHASES, CycleBusyError, lease_owner_id, run_cycle, single_flight
+from worker.cycle import PHASES, CycleBusyError, run_cycle, single_flight
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 
@@ -135,11 +136,11 @@ def test_a_dead_local_workers_claims_and_lock_are_taken_over_at_once(tmp_path: P
     db = open_graph_database(path)
     dead = dead_owner()
     try:
-        assert owner_is_dead(dead) and not owner_is_dead(lease_owner_id())
+        assert owner_is_dead(dead) and not owner_is_dead(worker_owner())
         assert not owner_is_dead("another-host:1:x")  # another host's process is never known dead
         assert [r.session_id for r in ClaimStore(db, owner=dead, lease_seconds=3600).claim(3)] == ["s00", "s01", "s02"]
         assert LockStore(db, owner=dead, lease_seconds=3600).acquire(CYCLE_LOCK)
-        live = lease_owner_id()
+        live = worker_owner()
         assert [r.session_id for r in ClaimStore(db, owner=live, lease_seconds=60).claim(5)] == ["s00", "s01", "s02"]
         assert LockStore(db, owner=live, lease_seconds=60).acquire(CYCLE_LOCK)
     finally:
@@ -210,3 +211,31 @@ async def test_a_cycle_is_busy_while_another_host_holds_the_database_lock(settin
         await run_cycle(settings)
     follower = await run_cycle(settings.model_copy(update={"shared_extract": True}))
     assert follower.outcome == "completed" and list(follower.phases) == ["provider-ready", "extract"]
+
+
+@pytest.mark.both_backends
+def test_graph_edits_wait_for_the_database_single_flight_lock(settings: Settings, open_graph_database: OpenDatabase) -> None:
+    """``merge`` (like ``unmerge``, ``forget``, ``import-notes``) refuses with exit 3 while a cycle
+    on another host holds the database's single-flight lock, and runs once it is released."""
+    from tests.conftest import run_cli
+
+    db = open_database(settings)
+    other = LockStore(db, owner="elsewhere:1:x", lease_seconds=600)
+    url = settings.database_url.get_secret_value() if settings.database_url else None
+    env = {"REM_DATA_DIR": str(settings.data_dir), **({"REM_DATABASE_URL": url} if url else {})}
+    try:
+        assert other.acquire(CYCLE_LOCK)
+        ingested(open_graph_database, settings.graph_path, 3)
+        assert len(ClaimStore(db, owner="elsewhere:1:x", lease_seconds=600).claim(2)) == 2
+        status = run_cli("status", "--json", env=env)
+        leases = json.loads(status.stdout)["leases"]  # who holds what, for the operator
+        assert [(lock["name"], lock["owner"]) for lock in leases["locks"]] == [(CYCLE_LOCK, "elsewhere:1:x")]
+        assert [(claim["owner"], claim["sessions"]) for claim in leases["claims"]] == [("elsewhere:1:x", 2)]
+        busy = run_cli("merge", "CLASS:A", "CLASS:B", env=env)
+        assert busy.returncode == 3 and "single-flight lock (elsewhere:1:x)" in busy.stderr, busy.stderr
+        other.release(CYCLE_LOCK)
+        done = run_cli("merge", "CLASS:A", "CLASS:B", env=env)
+        assert done.returncode == 1 and "no node" in done.stderr, done.stderr  # it ran: the nodes do not exist
+        assert db.query("SELECT COUNT(*) FROM rem_locks")[0][0] == 0  # released after the edit
+    finally:
+        db.close()

@@ -209,3 +209,37 @@ def test_a_workers_identity_index_learns_what_the_others_committed(tmp_path: Pat
     finally:
         a.close()
         b.close()
+
+
+def test_a_node_folded_by_another_worker_never_makes_an_ambiguity(tmp_path: Path) -> None:
+    """Worker B's index knows ``CLASS:LazyQueues``; worker A folds it into ``CLASS:LazyQueue`` (a
+    lesser id) and B learns the survivor, with the folded spelling among its aliases, from A's
+    commit. Prose naming the class must link to the survivor — not be an ambiguity between the
+    survivor and the stale node."""
+    from pipelines.extract.commit import Candidate
+    from store.db import Database
+    from store.facts import NodeFacts
+    from store.graph import GraphStore, Node
+    from store.merges import MergeStore
+    from store.provenance import ClaimRow, ProvenanceStore
+    from store.runstate import RunStateStore, SessionRevision
+    from worker.knowledge import identity_resolver
+
+    path = tmp_path / "g.db"
+    a, b = Database(path), Database(path)
+    try:
+        GraphStore(a).upsert_nodes([Node("CLASS:LazyQueues", "CLASS", "LazyQueues", {"aliases": ["LazyQueues"]}),
+                                    Node("CLASS:Other", "CLASS", "Other")])
+        resolver = identity_resolver(b)
+        assert resolver([Candidate("CLASS:Other", "CLASS", "Other")]) == {"CLASS:Other": "CLASS:Other"}  # index built
+        runstate = RunStateStore(a)
+        runstate.mark_ingested(SessionRevision("sa", "r1", "2026-11-01T00:00:00Z"), "run-a")
+        with a.transaction():  # what A's commit of a session naming LazyQueue does (commit_session's fold)
+            GraphStore(a).upsert_nodes([Node("CLASS:LazyQueue", "CLASS", "LazyQueue", {"aliases": ["LazyQueue"]})])
+            ProvenanceStore(a).add_claims([ClaimRow("CLASS:LazyQueue", "session:sa", "CLASS:LazyQueue", NodeFacts.of(aliases=["LazyQueue"]), name="LazyQueue")])
+            MergeStore(a).merge_nodes("CLASS:LazyQueues", "CLASS:LazyQueue", name_as_alias=True)
+            runstate.mark_digested("sa", "r1", "run-a")
+        assert resolver([Candidate("CLASS:lazy queues", "CLASS", "lazy queues")]) == {"CLASS:lazy queues": "CLASS:LazyQueue"}
+    finally:
+        a.close()
+        b.close()

@@ -397,10 +397,10 @@ async def _edit_graph(settings: Settings, what: str, edit: Callable[[], T], *, r
     lock: a cycle's identity resolution keeps its own view of the graph, so it is never changed
     under one. A held lock (exit 3) or an input in ``refused`` (exit 1) is printed and raised as
     :class:`_EditRefused`."""
-    from worker.cycle import single_flight
+    from worker.cycle import graph_single_flight
 
     try:
-        async with single_flight(settings):
+        async with graph_single_flight(settings):
             return await anyio.to_thread.run_sync(edit)
     except CycleBusyError as exc:
         print(f"rem-cycle: {exc}; {what} when it has finished", file=sys.stderr)
@@ -487,11 +487,11 @@ async def cmd_forget(settings: Settings, args: argparse.Namespace, progress: Com
 
 
 async def cmd_import_notes(settings: Settings, args: argparse.Namespace) -> int:
-    from worker.cycle import single_flight
+    from worker.cycle import graph_single_flight
     from worker.knowledge import import_notes
 
     try:
-        async with single_flight(settings):
+        async with graph_single_flight(settings):
             report = await import_notes(settings, args.paths)
     except CycleBusyError as exc:
         print(f"rem-cycle: {exc}; import the notes when it has finished", file=sys.stderr)

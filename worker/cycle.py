@@ -35,9 +35,9 @@ from pipelines.drain import DrainStats, drain_queue
 from pipelines.forget import retract_vanished
 from pipelines.ingest import scan_session_revisions, sync_batch_isolating_failures
 from store.chroma import ChromaStore, ChromaStoreError, ChromaUnavailableError
-from store.claims import CYCLE_LOCK, ClaimStore, LockStore
+from store.claims import CYCLE_LOCK, ClaimStore, LockStore, worker_owner
 from store.confined import UnsafePathError, exclusive_lock
-from store.backend import open_database
+from store.backend import database_exists, open_database
 from store.db import Database
 from store.errors import SchemaTooNewError, StoreError
 from store.graph import GraphStore, utc_now
@@ -104,7 +104,7 @@ class CycleContext:
     run_id: str
     stop: anyio.Event = field(default_factory=anyio.Event)
     # Who holds this cycle's leases (session claims, the single-flight lock): host:pid:nonce.
-    lease_owner: str = field(default_factory=lambda: lease_owner_id())
+    lease_owner: str = field(default_factory=worker_owner)
 
     def check_stop(self) -> None:
         """Raise :class:`CycleInterrupted` when a stop was requested (call between transactions)."""
@@ -357,6 +357,29 @@ async def single_flight(settings: Settings, *, lock_path: Path | None = None, wh
 
 
 @asynccontextmanager
+async def graph_single_flight(settings: Settings) -> AsyncIterator[None]:
+    """What a command that edits the graph (merge, unmerge, forget, import-notes) holds: the cycle's
+    lock file and, when the graph exists, the database's single-flight lock — so it never runs
+    beside a cycle's ingest, drain or finalize on any host. Raises :class:`CycleBusyError`."""
+    async with single_flight(settings):
+        if not await anyio.to_thread.run_sync(database_exists, settings):  # nothing to lock yet (the command says so itself)
+            yield
+            return
+        db = await anyio.to_thread.run_sync(open_database, settings)
+        try:
+            locks = LockStore(db, owner=worker_owner(), lease_seconds=settings.lease_timeout_seconds)
+            if not await anyio.to_thread.run_sync(locks.acquire, CYCLE_LOCK):
+                holder = await anyio.to_thread.run_sync(locks.holder, CYCLE_LOCK)
+                raise CycleBusyError(f"another REM cycle holds the database's single-flight lock ({holder})")
+            try:
+                yield
+            finally:
+                await _release_lock(locks)
+        finally:
+            db.close()
+
+
+@asynccontextmanager
 async def _host_lock(settings: Settings, *, lock_path: Path | None = None, what: str, follow: bool) -> AsyncIterator[bool]:
     """Hold the lock file and yield ``True``; when another process holds it, yield ``False`` if
     ``follow`` else raise :class:`CycleBusyError`."""
@@ -376,11 +399,6 @@ REFUSALS: tuple[type[Exception], ...] = (SchemaTooNewError, UnsafePathError)
 def owner_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
-
-def lease_owner_id() -> str:
-    """A cycle as the owner of database leases: :func:`owner_id` and a nonce (a reused pid is
-    another owner), the form :func:`store.claims.owner_is_dead` reads."""
-    return f"{owner_id()}:{uuid.uuid4().hex[:8]}"
 
 
 @dataclass
@@ -415,14 +433,16 @@ async def run_cycle(
     phases: tuple[tuple[str, Phase], ...] = PHASES,
     recorder: FailureRecorder | None = None,
 ) -> CycleResult:
-    """Run one REM cycle under the single-flight lock and record it. Raises :class:`CycleBusyError`
-    when another cycle holds the lock and one of :data:`REFUSALS` when the data dir refuses it.
+    """Run one REM cycle under the single-flight locks (the host's lock file, the database's
+    ``rem_locks`` row) and record it. Raises :class:`CycleBusyError` when another cycle holds
+    either — unless ``REM_SHARED_EXTRACT`` makes this cycle a follower (extract only, see the module
+    docstring) — and one of :data:`REFUSALS` when the data dir refuses it.
     Every other failure — in a phase, or around the phases (the
     lock file, the database or the run row cannot be opened or written, say for want of file
     descriptors) — ends up in the result and in ``rem_runs``, written through ``recorder`` (the
     daemon's, which keeps what it cannot write yet) or a connection opened for it."""
     attempt = CycleAttempt(run_id=new_run_id(), reason=reason, mode=mode)
-    lease_owner = lease_owner_id()
+    lease_owner = worker_owner()
     try:
         async with _host_lock(settings, what="REM cycle", follow=settings.shared_extract) as leader:
             own_stores = stores is None

@@ -10,6 +10,7 @@ from rich.table import Table
 
 from config import Settings
 from store.chunks import ChunkResultStore
+from store.claims import lease_holders
 from store.lazy_queue import LazyEdgeQueue
 from store.lazy_table import LazyEdgeTable
 from store.merges import MergeStore
@@ -66,6 +67,8 @@ def collect_status(settings: Settings, stores: Stores, *, runs: int = 10) -> dic
         # Nodes, as a run record's ``identity_candidates`` counts them; each has up to a few pairs.
         "identity_candidates": MergeStore(stores.db).candidate_node_count(),
         "identity_candidate_pairs": MergeStore(stores.db).candidate_count(),
+        # Several workers (REM_SHARED_EXTRACT): the single-flight lock's holder, each worker's claims.
+        "leases": lease_holders(stores.db),
     }
 
 
@@ -132,6 +135,10 @@ def print_status(status: dict[str, Any]) -> None:
                 chunk.get("next_attempt_at") or "", (chunk.get("error") or "")[:80],
             )
         console.print(chunks)
+    for lock in status["leases"]["locks"]:
+        console.print(f"lock {lock['name']}: held by {lock['owner']} since {lock['acquired_at']}, lease until {lock['lease_expires_at']}")
+    for claim in status["leases"]["claims"]:
+        console.print(f"claims: {claim['owner']} digests {claim['sessions']} sessions, lease until {claim['lease_expires_at']}")
     queue = status["queue"]
     console.print(
         f"lazy-edge queue: {queue['depth']} lines"
