@@ -171,6 +171,37 @@ def test_the_single_flight_lock_has_one_holder_until_released_or_expired(tmp_pat
 
 
 @pytest.mark.both_backends
+def test_concurrent_claimers_and_lockers_on_their_own_connections_never_share(tmp_path: Path, open_graph_database: OpenDatabase) -> None:
+    """Six workers (threads, one connection each) claim and take the single-flight lock at once:
+    every session is claimed by exactly one of them, and the lock has exactly one holder."""
+    from concurrent.futures import ThreadPoolExecutor
+    from threading import Barrier
+
+    path = tmp_path / "g.db"
+    ingested(open_graph_database, path, 24)
+    start = Barrier(6)
+
+    def worker(n: int) -> tuple[list[str], bool]:
+        db = open_graph_database(path)
+        try:
+            claims = ClaimStore(db, owner=f"h:{n}:w", lease_seconds=60)
+            lock = LockStore(db, owner=f"h:{n}:w", lease_seconds=60)
+            start.wait()
+            got: list[str] = []
+            while batch := claims.claim(3):
+                got += [r.session_id for r in batch]
+            return got, lock.acquire(CYCLE_LOCK)
+        finally:
+            db.close()
+
+    with ThreadPoolExecutor(6) as pool:
+        results = list(pool.map(worker, range(6)))
+    claimed = [sid for got, _ in results for sid in got]
+    assert sorted(claimed) == [f"s{i:02d}" for i in range(24)]  # each once
+    assert sum(held for _, held in results) == 1
+
+
+@pytest.mark.both_backends
 async def test_a_follower_digests_claimed_sessions_while_another_cycle_holds_single_flight(
     settings: Settings, clean_env: pytest.MonkeyPatch
 ) -> None:
