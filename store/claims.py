@@ -15,10 +15,13 @@ the same lease rules (:class:`LockStore`).
 Times are UTC ISO strings compared as text: leases assume the workers' clocks agree to well within
 a lease (``REM_LEASE_TIMEOUT_SECONDS``, minutes by default).
 
-The SQL is plain and runs on SQLite and PostgreSQL alike but for one piece, :class:`ClaimDialect`:
-on SQLite a claim runs in a ``BEGIN IMMEDIATE`` transaction, which already excludes every other
-writer; on PostgreSQL the candidate rows are locked ``FOR UPDATE … SKIP LOCKED`` so that
-concurrent claimers skip each other's rows instead of queueing on them.
+The SQL is plain and runs on SQLite and PostgreSQL alike but for one piece,
+:meth:`store.dialect.Dialect.skip_locked`: on SQLite a claim runs in a ``BEGIN IMMEDIATE``
+transaction, which already excludes every other writer; on PostgreSQL the candidate rows are locked
+``FOR UPDATE OF d SKIP LOCKED`` (the digest row: the claim row is absent for an unclaimed session),
+so concurrent claimers skip each other's rows instead of queueing on them. A candidate whose claim
+another worker committed after this claimer's snapshot is still refused by the claim's
+``ON CONFLICT … WHERE`` lease test.
 """
 
 from __future__ import annotations
@@ -27,7 +30,6 @@ import os
 import socket
 import uuid
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -47,24 +49,6 @@ class ClaimLostError(StoreError):
     """A session's claim was taken over (its lease ran out) before the session committed."""
 
     reason_code = "claim-lost"
-
-
-@dataclass(frozen=True, slots=True)
-class ClaimDialect:
-    """What claiming needs that differs between engines: the clause that ends the candidate query."""
-
-    candidate_lock: str
-
-
-SQLITE_CLAIMS = ClaimDialect(candidate_lock="")
-# FOR UPDATE OF the digest row (not the claim, absent for an unclaimed session): two claimers never
-# pick the same session, and neither waits for the other.
-POSTGRESQL_CLAIMS = ClaimDialect(candidate_lock="FOR UPDATE OF d SKIP LOCKED")
-
-
-def claim_dialect(db: Any) -> ClaimDialect:
-    """The :class:`ClaimDialect` of ``db``'s engine (``db.engine``; SQLite when it says none)."""
-    return POSTGRESQL_CLAIMS if getattr(db, "engine", "sqlite") == "postgresql" else SQLITE_CLAIMS
 
 
 def worker_owner() -> str:
@@ -103,7 +87,6 @@ class ClaimStore:
         self.owner = owner
         self.lease = timedelta(seconds=lease_seconds)
         self.clock = clock
-        self.dialect = claim_dialect(db)
 
     def claim(self, limit: int) -> list[DigestRecord]:
         """Claim up to ``limit`` sessions that are ingested, not digested at their revision and not
@@ -117,7 +100,7 @@ class ClaimStore:
                 "LEFT JOIN session_claims AS c ON c.session_id = d.session_id "
                 "WHERE d.state = 'undigested' AND d.ingested_revision = d.input_revision "
                 "AND (c.session_id IS NULL OR c.lease_expires_at < ?) "
-                f"ORDER BY d.session_created_at, d.session_id LIMIT ? {self.dialect.candidate_lock}",
+                f"ORDER BY d.session_created_at, d.session_id LIMIT ? {self.db.dialect.skip_locked('d')}",
                 (stamp, limit),
             ).fetchall()
             claimed = []

@@ -54,6 +54,21 @@ class Dialect:
             return f"(array_agg({column} ORDER BY {by} DESC))[1]"
         return column
 
+    def skip_locked(self, alias: str) -> str:
+        """The clause that ends a query picking work rows (``alias``'s) for one of several workers:
+        on PostgreSQL each picked row is locked and rows another worker's open transaction holds
+        are skipped, so concurrent pickers never choose the same row nor wait for each other; on
+        SQLite nothing (the picking transaction is ``BEGIN IMMEDIATE``: one writer at a time)."""
+        if self.postgres:
+            return f"FOR UPDATE OF {alias} SKIP LOCKED"
+        return ""
+
+    def for_update(self) -> str:
+        """The clause that ends a read whose rows the transaction must hold until it ends: on
+        PostgreSQL a row lock that other writers of those rows wait for; on SQLite nothing (its
+        ``BEGIN IMMEDIATE`` transactions already exclude every other writer)."""
+        return "FOR UPDATE" if self.postgres else ""
+
     def fts_source(self, table: str, alias: str) -> str:
         """The FROM part giving the rows of ``table`` (as ``alias``) with their full-text index."""
         if self.postgres:

@@ -268,6 +268,15 @@ class RunStateStore:
         )
         return [digest_record(r) for r in rows]
 
+    def begin_commit(self) -> None:
+        """Call first in a session's commit transaction: session commits then run one at a time on
+        either engine (PostgreSQL: the commit counter's row lock, held to the transaction's end;
+        SQLite: its single writer), so what a commit reads — the identity index learning the other
+        workers' commits, the nodes it links to — includes every commit before it, and the graph
+        does not depend on which worker commits when."""
+        with self.db.transaction() as conn:
+            conn.execute(f"SELECT value FROM rem_counters WHERE name = 'commit' {self.db.dialect.for_update()}")
+
     def mark_digested(self, session_id: str, revision: str, run_id: str) -> None:
         """Call inside the commit transaction of the session's graph writes. The session gets the
         next commit sequence number (``rem_counters``: the counter row also orders concurrent

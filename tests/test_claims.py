@@ -1,5 +1,6 @@
 """Session claims and single-flight locks in the database (store/claims.py), and the cycle's leader /
-follower split (REM_SHARED_EXTRACT): real SQLite files, two connections as two workers."""
+follower split (REM_SHARED_EXTRACT): real SQLite files and a real PostgreSQL server (``both_backends``),
+two connections as two workers."""
 
 from __future__ import annotations
 
@@ -7,16 +8,18 @@ import json
 import socket
 import subprocess
 import sys
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from config import Settings, load_settings
+from config import Settings
 from pipelines.importer import import_sessions
 from store.chroma import ChromaStore
+from store.backend import open_database
 from store.claims import CYCLE_LOCK, ClaimLostError, ClaimStore, LockStore, owner_is_dead, worker_owner
-from store.db import Database
 from store.runstate import RunStateStore, SessionRevision
 from tests.conftest import SAMPLE
 from worker.cycle import PHASES, CycleBusyError, run_cycle, single_flight
@@ -32,8 +35,11 @@ class Clock:
         return self.now
 
 
-def ingested(path: Path, count: int) -> None:
-    db = Database(path)
+OpenDatabase = Callable[..., Any]
+
+
+def ingested(open_graph_database: OpenDatabase, path: Path, count: int) -> None:
+    db = open_graph_database(path)
     try:
         runstate = RunStateStore(db)
         for i in range(count):
@@ -48,10 +54,11 @@ def dead_owner() -> str:
     return f"{socket.gethostname()}:{proc.stdout.strip()}:deadbeef"
 
 
-def test_two_workers_claim_disjoint_sessions_oldest_first(tmp_path: Path) -> None:
+@pytest.mark.both_backends
+def test_two_workers_claim_disjoint_sessions_oldest_first(tmp_path: Path, open_graph_database: OpenDatabase) -> None:
     path = tmp_path / "g.db"
-    ingested(path, 10)
-    one, two = Database(path), Database(path)
+    ingested(open_graph_database, path, 10)
+    one, two = open_graph_database(path), open_graph_database(path)
     try:
         a = ClaimStore(one, owner="h:1:a", lease_seconds=60, clock=Clock())
         b = ClaimStore(two, owner="h:2:b", lease_seconds=60, clock=Clock())
@@ -68,10 +75,33 @@ def test_two_workers_claim_disjoint_sessions_oldest_first(tmp_path: Path) -> Non
         two.close()
 
 
-def test_an_expired_claim_is_taken_over_and_the_old_owner_cannot_commit(tmp_path: Path) -> None:
+@pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
+def test_on_postgresql_claimers_skip_each_others_locked_rows_instead_of_waiting(tmp_path: Path, open_graph_database: OpenDatabase) -> None:
+    """While one claimer's transaction is still open (its candidate rows locked, its claims not yet
+    visible), another claims the next sessions at once: ``FOR UPDATE OF d SKIP LOCKED``. Without
+    SKIP LOCKED the second would wait on the first's row locks and fail after its 2 s lock timeout."""
     path = tmp_path / "g.db"
-    ingested(path, 2)
-    db = Database(path)
+    ingested(open_graph_database, path, 8)
+    one, two = open_graph_database(path), open_graph_database(path, timeout=2.0)
+    try:
+        a = ClaimStore(one, owner="h:1:a", lease_seconds=60, clock=Clock())
+        b = ClaimStore(two, owner="h:2:b", lease_seconds=60, clock=Clock())
+        with one.transaction():  # a's claim transaction stays open
+            assert [r.session_id for r in a.claim(3)] == ["s00", "s01", "s02"]
+            assert [r.session_id for r in b.claim(3)] == ["s03", "s04", "s05"]
+        assert [r.session_id for r in b.claim(5)] == ["s06", "s07"]  # a's claims are visible now
+        owners = dict(one.query("SELECT session_id, owner FROM session_claims"))
+        assert owners == {**{f"s0{i}": "h:1:a" for i in range(3)}, **{f"s0{i}": "h:2:b" for i in range(3, 8)}}
+    finally:
+        one.close()
+        two.close()
+
+
+@pytest.mark.both_backends
+def test_an_expired_claim_is_taken_over_and_the_old_owner_cannot_commit(tmp_path: Path, open_graph_database: OpenDatabase) -> None:
+    path = tmp_path / "g.db"
+    ingested(open_graph_database, path, 2)
+    db = open_graph_database(path)
     clock = Clock()
     try:
         slow = ClaimStore(db, owner="h:1:slow", lease_seconds=30, clock=clock)
@@ -99,10 +129,11 @@ def test_an_expired_claim_is_taken_over_and_the_old_owner_cannot_commit(tmp_path
         db.close()
 
 
-def test_a_dead_local_workers_claims_and_lock_are_taken_over_at_once(tmp_path: Path) -> None:
+@pytest.mark.both_backends
+def test_a_dead_local_workers_claims_and_lock_are_taken_over_at_once(tmp_path: Path, open_graph_database: OpenDatabase) -> None:
     path = tmp_path / "g.db"
-    ingested(path, 3)
-    db = Database(path)
+    ingested(open_graph_database, path, 3)
+    db = open_graph_database(path)
     dead = dead_owner()
     try:
         assert owner_is_dead(dead) and not owner_is_dead(worker_owner())
@@ -116,8 +147,9 @@ def test_a_dead_local_workers_claims_and_lock_are_taken_over_at_once(tmp_path: P
         db.close()
 
 
-def test_the_single_flight_lock_has_one_holder_until_released_or_expired(tmp_path: Path) -> None:
-    db = Database(tmp_path / "g.db")
+@pytest.mark.both_backends
+def test_the_single_flight_lock_has_one_holder_until_released_or_expired(tmp_path: Path, open_graph_database: OpenDatabase) -> None:
+    db = open_graph_database(tmp_path / "g.db")
     clock = Clock()
     try:
         a = LockStore(db, owner="h:1:a", lease_seconds=10, clock=clock)
@@ -138,6 +170,38 @@ def test_the_single_flight_lock_has_one_holder_until_released_or_expired(tmp_pat
         db.close()
 
 
+@pytest.mark.both_backends
+def test_concurrent_claimers_and_lockers_on_their_own_connections_never_share(tmp_path: Path, open_graph_database: OpenDatabase) -> None:
+    """Six workers (threads, one connection each) claim and take the single-flight lock at once:
+    every session is claimed by exactly one of them, and the lock has exactly one holder."""
+    from concurrent.futures import ThreadPoolExecutor
+    from threading import Barrier
+
+    path = tmp_path / "g.db"
+    ingested(open_graph_database, path, 24)
+    start = Barrier(6)
+
+    def worker(n: int) -> tuple[list[str], bool]:
+        db = open_graph_database(path)
+        try:
+            claims = ClaimStore(db, owner=f"h:{n}:w", lease_seconds=60)
+            lock = LockStore(db, owner=f"h:{n}:w", lease_seconds=60)
+            start.wait()
+            got: list[str] = []
+            while batch := claims.claim(3):
+                got += [r.session_id for r in batch]
+            return got, lock.acquire(CYCLE_LOCK)
+        finally:
+            db.close()
+
+    with ThreadPoolExecutor(6) as pool:
+        results = list(pool.map(worker, range(6)))
+    claimed = [sid for got, _ in results for sid in got]
+    assert sorted(claimed) == [f"s{i:02d}" for i in range(24)]  # each once
+    assert sum(held for _, held in results) == 1
+
+
+@pytest.mark.both_backends
 async def test_a_follower_digests_claimed_sessions_while_another_cycle_holds_single_flight(
     settings: Settings, clean_env: pytest.MonkeyPatch
 ) -> None:
@@ -146,13 +210,13 @@ async def test_a_follower_digests_claimed_sessions_while_another_cycle_holds_sin
     # A leader that ingested and stopped (the batch limit) before extracting.
     ingest_only = await run_cycle(settings, phases=tuple(p for p in PHASES if p[0] == "ingest"))
     assert ingest_only.outcome == "completed"
-    shared = load_settings(data_dir=settings.data_dir, shared_extract=True)
+    shared = settings.model_copy(update={"shared_extract": True})
     async with single_flight(settings):
         follower = await run_cycle(shared)
     assert follower.outcome == "completed", follower.message
     assert list(follower.phases) == ["provider-ready", "extract"]
     extracted = follower.phases["extract"]
-    db = Database(settings.graph_path)
+    db = open_database(settings)
     try:
         digests = RunStateStore(db).digest_counts()
         assert extracted["sessions_digested"] == digests["digested"] == 26 and digests["undigested"] == 0
@@ -166,30 +230,33 @@ async def test_a_follower_digests_claimed_sessions_while_another_cycle_holds_sin
             await run_cycle(settings)
 
 
+@pytest.mark.both_backends
 async def test_a_cycle_is_busy_while_another_host_holds_the_database_lock(settings: Settings) -> None:
     assert (await run_cycle(settings)).outcome == "completed"
-    db = Database(settings.graph_path)
+    db = open_database(settings)
     try:
         assert LockStore(db, owner="elsewhere:1:x", lease_seconds=600).acquire(CYCLE_LOCK)
     finally:
         db.close()
     with pytest.raises(CycleBusyError, match="single-flight lock"):
         await run_cycle(settings)
-    follower = await run_cycle(load_settings(data_dir=settings.data_dir, shared_extract=True))
+    follower = await run_cycle(settings.model_copy(update={"shared_extract": True}))
     assert follower.outcome == "completed" and list(follower.phases) == ["provider-ready", "extract"]
 
 
-def test_graph_edits_wait_for_the_database_single_flight_lock(settings: Settings) -> None:
+@pytest.mark.both_backends
+def test_graph_edits_wait_for_the_database_single_flight_lock(settings: Settings, open_graph_database: OpenDatabase) -> None:
     """``merge`` (like ``unmerge``, ``forget``, ``import-notes``) refuses with exit 3 while a cycle
     on another host holds the database's single-flight lock, and runs once it is released."""
     from tests.conftest import run_cli
 
-    db = Database(settings.graph_path)
+    db = open_database(settings)
     other = LockStore(db, owner="elsewhere:1:x", lease_seconds=600)
-    env = {"REM_DATA_DIR": str(settings.data_dir)}
+    url = settings.database_url.get_secret_value() if settings.database_url else None
+    env = {"REM_DATA_DIR": str(settings.data_dir), **({"REM_DATABASE_URL": url} if url else {})}
     try:
         assert other.acquire(CYCLE_LOCK)
-        ingested(settings.graph_path, 3)
+        ingested(open_graph_database, settings.graph_path, 3)
         assert len(ClaimStore(db, owner="elsewhere:1:x", lease_seconds=600).claim(2)) == 2
         status = run_cli("status", "--json", env=env)
         leases = json.loads(status.stdout)["leases"]  # who holds what, for the operator

@@ -1,6 +1,7 @@
 """Several workers build the graph one worker builds: canonical names and merge survivors do not
-depend on the order sessions commit in (README "Several workers", the rule), and three real
-worker processes, one SIGKILLed again and again, digest every session exactly once."""
+depend on the order sessions commit in (README "Several workers", the rule), and real worker
+processes — on SQLite and on PostgreSQL — digest every session exactly once, also when one of
+three is SIGKILLed (again and again; on PostgreSQL mid-commit, as if on another host)."""
 
 from __future__ import annotations
 
@@ -16,11 +17,12 @@ from config import Settings, load_settings
 from pipelines.extract.commit import survivors
 from pipelines.importer import import_sessions
 from store.chroma import ChromaStore
+from store.backend import open_database
 from store.facts import least_name
 from tests.conftest import write_sessions
 from tests.llm_server import LLMServer, slow
 from tests.test_forget import canonical
-from tests.workers_support import corpus, digest_report, ingested, run_workers
+from tests.workers_support import ELSEWHERE, corpus, digest_report, ingested, run_workers
 from worker.cycle import PHASES, run_cycle
 
 
@@ -104,12 +106,77 @@ def test_three_workers_one_killed_repeatedly_digest_every_session_once(tmp_path:
         run = run_workers(shared, server.url, workers=3, logs=tmp_path / "logs", kills=5, kill_after=(0.2, 0.8),
                           lease_timeout_seconds=3, timeout=300)
     assert run.kills == 5, run
-    report = digest_report(shared / "graph.sqlite3")
+    report = digest_report(shared)
     assert report["states"] == {"digested": sessions}, report  # nothing lost
     assert report["last_commit_seq"] == sessions == report["distinct_commit_seqs"], report  # nothing committed twice
     assert report["claims_left"] == 0, report
     assert sqlite3.connect(shared / "graph.sqlite3").execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     assert canonical(shared / "graph.sqlite3") == canonical(single / "graph.sqlite3")
+
+
+def reference_graph(tmp_path: Path, sessions: list[dict[str, Any]], llm_url: str) -> dict[str, Any]:
+    """The graph one in-process cycle builds from ``sessions`` (always on SQLite: the dump is the
+    same on either engine)."""
+    single = tmp_path / "single"
+    asyncio.run(ingested(single, sessions, tmp_path))
+    result = asyncio.run(run_cycle(load_settings(data_dir=single, database_url="", extractor="openai", llm_base_url=llm_url, llm_max_retries=0)))
+    assert result.outcome == "completed" and result.phases["extract"]["sessions_digested"] == len(sessions), result.phases
+    return canonical(single / "graph.sqlite3")
+
+
+@pytest.mark.both_backends
+def test_three_worker_processes_digest_disjoint_sessions_exactly_once(tmp_path: Path, settings: Settings, database_url: str | None) -> None:
+    """Three ``--once`` workers on one graph database (SQLite: one writer at a time; PostgreSQL:
+    claims ``FOR UPDATE … SKIP LOCKED``, commits concurrent): every session digested by exactly one
+    commit of one run, more than one worker did some, and the graph is one worker's."""
+    sessions = corpus(24)
+    with LLMServer(default=slow(0.05)) as server:
+        asyncio.run(ingested(settings.data_dir, sessions, tmp_path, database_url=database_url))
+        run = run_workers(settings.data_dir, server.url, workers=3, logs=tmp_path / "logs", timeout=120,
+                          database_url=database_url, llm_concurrency=2)
+        reference = reference_graph(tmp_path, sessions, server.url)
+    report = digest_report(settings.data_dir, database_url)
+    assert report["states"] == {"digested": 24} and report["claims_left"] == 0, report
+    assert report["digested"] == report["distinct_commit_seqs"] == report["last_commit_seq"] == 24, report  # one commit each
+    assert report["digested_by_runs"] == 24, report  # no run counted a session another run counted
+    # Every worker's run completed (and the ingest-only run before them); one led, the others followed.
+    assert report["run_outcomes"] == {"completed": run.launches + 1} and report["roles"]["follower"] >= 1, (report, run)
+    assert canonical(settings) == reference
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
+def test_on_postgresql_a_worker_killed_mid_commit_loses_nothing_and_its_claims_wait_for_its_lease(
+    tmp_path: Path, settings: Settings, database_url: str
+) -> None:
+    """Three workers on PostgreSQL; the first runs as if on another host (its death cannot be seen
+    from here) and is SIGKILLed while its transaction has written graph rows — mid-commit. The
+    server rolls that commit back; its claims stay until their lease runs out and are then taken
+    over: every session digested once, the graph one worker's."""
+    sessions = corpus(30)
+    lease = 3.0
+    with LLMServer(default=slow(0.05)) as server:
+        asyncio.run(ingested(settings.data_dir, sessions, tmp_path, database_url=database_url))
+        run = run_workers(settings.data_dir, server.url, workers=3, logs=tmp_path / "logs", timeout=120, database_url=database_url,
+                          remote_first=True, mid_commit=True, kills=1, kill_after=(0.0, 0.0), lease_timeout_seconds=lease,
+                          llm_concurrency=2)
+        reference = reference_graph(tmp_path, sessions, server.url)
+    assert run.kills == 1, run
+    [held] = run.killed_claims
+    assert held, run  # it died holding claims, mid-commit
+    report = digest_report(settings.data_dir, database_url)
+    assert report["states"] == {"digested": 30} and report["claims_left"] == 0, report  # nothing lost
+    assert report["digested"] == report["distinct_commit_seqs"] == report["last_commit_seq"] == 30, report  # nothing twice
+    db = open_database(settings)
+    try:
+        digested_at = dict(db.query("SELECT session_id, updated_at FROM session_digests"))
+        remote_runs = db.query("SELECT COUNT(*) FROM rem_runs WHERE lease_owner LIKE ?", (f"{ELSEWHERE}:%",))[0][0]
+    finally:
+        db.close()
+    # Another host's claims are not known dead: each was taken over only once its lease had run out.
+    assert all(digested_at[sid] >= expires for sid, expires in held.items()), (held, digested_at)
+    assert remote_runs == 1  # the killed worker's run row, left running (its lease says it is gone)
+    assert canonical(settings) == reference
 
 
 def test_a_workers_identity_index_learns_what_the_others_committed(tmp_path: Path) -> None:

@@ -1,14 +1,17 @@
 """Several real worker processes (``python -m worker --once`` with ``REM_SHARED_EXTRACT``) on one
-SQLite file and one embedded Chroma, extracting through the loopback model server — for
-tests/test_workers.py and bench/bench_workers.py."""
+graph database — the data dir's SQLite file, or the PostgreSQL database a ``database_url`` names —
+and one embedded Chroma, extracting through the loopback model server — for tests/test_workers.py
+and bench/bench_workers.py."""
 
 from __future__ import annotations
 
 import json
 import random
-import sqlite3
 import subprocess
+import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -16,8 +19,9 @@ from typing import Any
 
 from config import Settings, load_settings
 from pipelines.importer import import_sessions
+from store.backend import open_database_at
 from store.chroma import ChromaStore
-from tests.conftest import write_sessions
+from tests.conftest import ROOT, write_sessions
 from tests.daemon_support import start_worker, worker_env
 from worker.cycle import PHASES, run_cycle
 
@@ -54,9 +58,10 @@ def worker_settings(llm_url: str, **overrides: Any) -> dict[str, str]:
     return values
 
 
-async def ingested(data_dir: Path, sessions: list[dict[str, Any]], work: Path) -> Settings:
-    """Import ``sessions`` into the data dir's embedded Chroma and ingest them (no extraction)."""
-    settings = load_settings(data_dir=data_dir, batch_limit=max(1, len(sessions)))
+async def ingested(data_dir: Path, sessions: list[dict[str, Any]], work: Path, *, database_url: str | None = None) -> Settings:
+    """Import ``sessions`` into the data dir's embedded Chroma and ingest them (no extraction) into
+    the data dir's SQLite file, or the PostgreSQL database ``database_url``."""
+    settings = load_settings(data_dir=data_dir, batch_limit=max(1, len(sessions)), database_url=database_url or "")
     await import_sessions(write_sessions(work / f"{data_dir.name}.jsonl", sessions), chroma=ChromaStore(settings),
                           memory_collection=settings.memory_collection, summary_collection=settings.session_collection)
     result = await run_cycle(settings, phases=tuple(p for p in PHASES if p[0] == "ingest"))
@@ -73,100 +78,154 @@ class WorkersRun:
     kills: int = 0
     launches: int = 0
     exit_codes: list[int] = field(default_factory=list)
+    # Per kill: the sessions the killed worker held claims on, each with its lease's end.
+    killed_claims: list[dict[str, str]] = field(default_factory=list)
+
+
+# A worker that runs as if on another host: its lease-owner ids name that host, so the others cannot
+# see that its process is gone and take its claims over only when its leases run out. (A second host
+# cannot run here; the hostname is all the lease rules read of one.)
+ELSEWHERE = "elsewhere"
+_ON_ANOTHER_HOST = (
+    f"import runpy, socket; socket.gethostname = lambda: {ELSEWHERE!r}; "
+    "runpy.run_module('worker', run_name='__main__', alter_sys=True)"
+)
 
 
 def run_workers(data_dir: Path, llm_url: str, *, workers: int, logs: Path, kills: int = 0, seed: int = 1,
-                kill_after: tuple[float, float] = (0.3, 1.5), timeout: float = 600, **overrides: Any) -> WorkersRun:
+                kill_after: tuple[float, float] = (0.3, 1.5), timeout: float = 600, database_url: str | None = None,
+                remote_first: bool = False, mid_commit: bool = False, **overrides: Any) -> WorkersRun:
     """Keep ``workers`` ``--once`` processes running until no session is left to digest (a
     finished worker is started again while work remains); with ``kills``, SIGKILL a worker that
     holds session claims (mid-extraction or mid-commit) that many times, a random delay in
-    ``kill_after`` seconds apart."""
-    env = worker_env(data_dir, **worker_settings(llm_url, **overrides))
+    ``kill_after`` seconds apart. ``database_url``: the workers' graph is that PostgreSQL database
+    (each worker's connections are named ``rem-worker-<slot>``). ``remote_first``: the first worker
+    of slot 0 runs as if on another host (:data:`ELSEWHERE`), and it alone is killed. ``mid_commit``
+    (PostgreSQL): a kill waits until a claim holder's open transaction has written graph rows — it
+    dies mid-commit."""
+    if mid_commit and database_url is None:
+        raise ValueError("mid_commit needs PostgreSQL: SQLite does not show who is inside a transaction")
+    env = worker_env(data_dir, **worker_settings(llm_url, **overrides), **({"database_url": database_url} if database_url else {}))
     rng = random.Random(seed)
     logs.mkdir(parents=True, exist_ok=True)
     run = WorkersRun(workers=workers, wall_seconds=0.0)
     procs: list[subprocess.Popen[bytes] | None] = [None] * workers
+    remote: subprocess.Popen[bytes] | None = None
     started = time.perf_counter()
     next_kill = started + rng.uniform(*kill_after) if kills else float("inf")
-    try:
-        while True:
-            remaining = pending(data_dir / "graph.sqlite3")
-            for slot, proc in enumerate(procs):
-                if proc is not None and proc.poll() is not None:
-                    run.exit_codes.append(proc.returncode)
-                    procs[slot] = None
-                if procs[slot] is None and remaining:
-                    run.launches += 1
-                    procs[slot] = start_worker("--once", env=env, log_path=logs / f"worker-{slot}.log")
-            if not remaining and all(p is None for p in procs):
-                break
-            now = time.perf_counter()
-            if run.kills < kills and now >= next_kill:
-                holding = claim_holders(data_dir / "graph.sqlite3")
-                alive = [p for p in procs if p is not None and p.poll() is None and p.pid in holding]
-                if alive:
-                    victim = rng.choice(alive)
-                    victim.kill()
-                    victim.wait()
-                    run.kills += 1
-                    next_kill = now + rng.uniform(*kill_after)
-            if now - started > timeout:
-                raise TimeoutError(f"workers did not finish in {timeout} s: {remaining} sessions left")
-            time.sleep(0.02)
-    finally:
-        for proc in procs:
-            if proc is not None and proc.poll() is None:
-                proc.kill()
-                proc.wait()
+    with graph_database(data_dir, database_url) as db:
+        try:
+            while True:
+                remaining = pending(db)
+                for slot, proc in enumerate(procs):
+                    if proc is not None and proc.poll() is not None:
+                        run.exit_codes.append(proc.returncode)
+                        procs[slot] = None
+                    if procs[slot] is None and remaining:
+                        run.launches += 1
+                        procs[slot] = _launch(env, slot, logs, remote=remote_first and run.launches == 1)
+                        remote = procs[slot] if remote_first and run.launches == 1 else remote
+                if not remaining and all(p is None for p in procs):
+                    break
+                now = time.perf_counter()
+                if run.kills < kills and now >= next_kill:
+                    holding = claim_holders(db)
+                    committing = committing_slots(db) if mid_commit else set(range(workers))
+                    alive = [p for slot, p in enumerate(procs)
+                             if p is not None and p.poll() is None and p.pid in holding and slot in committing
+                             and (remote is None or p is remote)]
+                    if alive:
+                        victim = rng.choice(alive)
+                        victim.kill()
+                        victim.wait()
+                        run.kills += 1
+                        run.killed_claims.append(claims_of(db, victim.pid))
+                        next_kill = now + rng.uniform(*kill_after)
+                if now - started > timeout:
+                    raise TimeoutError(f"workers did not finish in {timeout} s: {remaining} sessions left")
+                time.sleep(0.002 if mid_commit and run.kills < kills else 0.02)
+        finally:
+            for proc in procs:
+                if proc is not None and proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
     run.wall_seconds = time.perf_counter() - started
     return run
 
 
-def claim_holders(graph_path: Path) -> set[int]:
-    """The pids of this host's processes that hold session claims (owner ``host:pid:nonce``)."""
-    conn = sqlite3.connect(graph_path, timeout=30)
+def _launch(env: dict[str, str], slot: int, logs: Path, *, remote: bool) -> subprocess.Popen[bytes]:
+    env = {**env, "PGAPPNAME": f"rem-worker-{slot}"}
+    log_path = logs / f"worker-{slot}.log"
+    if not remote:
+        return start_worker("--once", env=env, log_path=log_path)
+    with log_path.open("ab") as handle:
+        return subprocess.Popen([sys.executable, "-c", _ON_ANOTHER_HOST, "--once"], stdout=handle, stderr=subprocess.STDOUT,
+                                env=env, cwd=ROOT)
+
+
+@contextmanager
+def graph_database(data_dir: Path, database_url: str | None = None) -> Iterator[Any]:
+    """The workers' graph database, read-only: the data dir's SQLite file or ``database_url``."""
+    db = open_database_at(path=data_dir / "graph.sqlite3", url=database_url, readonly=True)
     try:
-        owners = [r[0] for r in conn.execute("SELECT DISTINCT owner FROM session_claims")]
+        yield db
     finally:
-        conn.close()
-    return {int(o.rsplit(":", 2)[1]) for o in owners if o.count(":") >= 2 and o.rsplit(":", 2)[1].isdigit()}
+        db.close()
 
 
-def pending(graph_path: Path) -> int:
+def _pid(owner: str) -> int | None:
+    parts = owner.rsplit(":", 2)
+    return int(parts[1]) if len(parts) == 3 and parts[1].isdigit() else None
+
+
+def claim_holders(db: Any) -> set[int]:
+    """The pids of the processes that hold session claims (owner ``host:pid:nonce``)."""
+    return {pid for (owner,) in db.query("SELECT DISTINCT owner FROM session_claims") if (pid := _pid(owner)) is not None}
+
+
+def claims_of(db: Any, pid: int) -> dict[str, str]:
+    """The session claims process ``pid`` holds: session id → its lease's end."""
+    rows = db.query("SELECT owner, session_id, lease_expires_at FROM session_claims")
+    return {session_id: expires for owner, session_id, expires in rows if _pid(owner) == pid}
+
+
+def committing_slots(db: Any) -> set[int]:
+    """(PostgreSQL) The worker slots whose open transaction has written ``nodes`` rows: a session's
+    commit is under way (the lock is held until the transaction ends)."""
+    rows = db.query(
+        "SELECT DISTINCT a.application_name FROM pg_stat_activity AS a JOIN pg_locks AS l ON l.pid = a.pid "
+        "WHERE a.application_name LIKE 'rem-worker-%' AND l.relation = 'nodes'::regclass AND l.mode = 'RowExclusiveLock'"
+    )
+    return {int(name.rsplit("-", 1)[1]) for (name,) in rows}
+
+
+def pending(db: Any) -> int:
     """Sessions still to digest (undigested at their ingested revision)."""
-    conn = sqlite3.connect(graph_path, timeout=30)
-    try:
-        return conn.execute(
-            "SELECT COUNT(*) FROM session_digests WHERE state = 'undigested' AND ingested_revision = input_revision"
-        ).fetchone()[0]
-    finally:
-        conn.close()
+    return db.query(
+        "SELECT COUNT(*) FROM session_digests WHERE state = 'undigested' AND ingested_revision = input_revision"
+    )[0][0]
 
 
-def digest_report(graph_path: Path) -> dict[str, Any]:
+def digest_report(data_dir: Path, database_url: str | None = None) -> dict[str, Any]:
     """States of the digests, sessions digested as counted by every run, commits, the runs'
     outcomes, and the commit rate: sessions committed per second between the first commit and the
     last (start-up excluded: every worker pays it once, whatever the corpus)."""
-    conn = sqlite3.connect(graph_path, timeout=30)
-    try:
-        states = dict(conn.execute("SELECT state, COUNT(*) FROM session_digests GROUP BY state").fetchall())
+    with graph_database(data_dir, database_url) as db:
+        states = {state: count for state, count in db.query("SELECT state, COUNT(*) FROM session_digests GROUP BY state")}
         digested_by_runs = 0
         outcomes: dict[str, int] = {}
         roles = {"leader": 0, "follower": 0}
-        for outcome, phases in conn.execute("SELECT outcome, phases FROM rem_runs"):
+        for outcome, phases in db.query("SELECT outcome, phases FROM rem_runs"):
             outcomes[outcome] = outcomes.get(outcome, 0) + 1
             parsed = json.loads(phases or "{}")
             digested_by_runs += int(parsed.get("extract", {}).get("sessions_digested", 0))
             if "extract" in parsed:
                 roles["leader" if "ingest" in parsed else "follower"] += 1
-        commits = conn.execute("SELECT COUNT(*), COUNT(DISTINCT commit_seq), MAX(commit_seq) FROM session_digests WHERE state = 'digested'").fetchone()
-        first, last = conn.execute(
-            "SELECT MIN(julianday(updated_at)), MAX(julianday(updated_at)) FROM session_digests WHERE state = 'digested'"
-        ).fetchone()
-        claims_left = conn.execute("SELECT COUNT(*) FROM session_claims").fetchone()[0]
-    finally:
-        conn.close()
-    span = (last - first) * 86400.0 if first is not None else 0.0
+        commits = db.query("SELECT COUNT(*), COUNT(DISTINCT commit_seq), MAX(commit_seq) FROM session_digests WHERE state = 'digested'")[0]
+        # UTC ISO stamps of one format: text order is time order on both engines.
+        first, last = db.query("SELECT MIN(updated_at), MAX(updated_at) FROM session_digests WHERE state = 'digested'")[0]
+        claims_left = db.query("SELECT COUNT(*) FROM session_claims")[0][0]
+    span = (datetime.fromisoformat(last) - datetime.fromisoformat(first)).total_seconds() if first is not None else 0.0
     return {
         "states": states, "digested_by_runs": digested_by_runs, "run_outcomes": outcomes, "roles": roles,
         "digested": commits[0], "distinct_commit_seqs": commits[1], "last_commit_seq": commits[2],
@@ -175,8 +234,8 @@ def digest_report(graph_path: Path) -> dict[str, Any]:
     }
 
 
-def canonical_dump(graph_path: Path) -> dict[str, list[tuple[Any, ...]]]:
-    """The graph as data without write times or merge ids (tests/test_forget.py's view)."""
+def canonical_dump(data_dir: Path, database_url: str | None = None) -> dict[str, list[tuple[Any, ...]]]:
+    """The graph as data without write times or merge ids (tests/test_forget.py's view), on either engine."""
     from tests.test_forget import canonical
 
-    return canonical(graph_path)
+    return canonical(load_settings(data_dir=data_dir, database_url=database_url or ""))

@@ -37,7 +37,7 @@ from pipelines.ingest import scan_session_revisions, sync_batch_isolating_failur
 from store.chroma import ChromaStore, ChromaStoreError, ChromaUnavailableError
 from store.claims import CYCLE_LOCK, ClaimStore, LockStore, worker_owner
 from store.confined import UnsafePathError, exclusive_lock
-from store.backend import open_database
+from store.backend import database_exists, open_database
 from store.db import Database
 from store.errors import SchemaTooNewError, StoreError
 from store.graph import GraphStore, utc_now
@@ -362,10 +362,10 @@ async def graph_single_flight(settings: Settings) -> AsyncIterator[None]:
     lock file and, when the graph exists, the database's single-flight lock — so it never runs
     beside a cycle's ingest, drain or finalize on any host. Raises :class:`CycleBusyError`."""
     async with single_flight(settings):
-        if not settings.graph_path.is_file():  # nothing to lock yet (the command says so itself)
+        if not await anyio.to_thread.run_sync(database_exists, settings):  # nothing to lock yet (the command says so itself)
             yield
             return
-        db = await anyio.to_thread.run_sync(Database, settings.graph_path)
+        db = await anyio.to_thread.run_sync(open_database, settings)
         try:
             locks = LockStore(db, owner=worker_owner(), lease_seconds=settings.lease_timeout_seconds)
             if not await anyio.to_thread.run_sync(locks.acquire, CYCLE_LOCK):

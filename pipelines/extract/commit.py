@@ -394,14 +394,19 @@ def commit_session(
     matcher: Callable[[Sequence[Candidate], GraphIndex], Mapping[str, str]] = match_existing,
     merges: MergeRecorder | None = None,
     observed_at: Mapping[str, str] = {},
+    on_begin: Callable[[], None] | None = None,
 ) -> CommitStats:
     """Write ``reduced`` in one transaction, replacing its anchor's earlier rows; ``on_commit`` (the
     digest record, chunk-result pruning) runs inside it, and the lazy-queue lines are appended as
     its last step so a failed commit can at worst leave a line that the drain retries, never lose
-    one. ``observed_at``: memory or chunk id → the turn's time. Blocking: call from a worker thread."""
+    one. ``on_begin`` runs first in the transaction, before anything is read (the commit-order lock
+    of several workers, ``RunStateStore.begin_commit``). ``observed_at``: memory or chunk id → the
+    turn's time. Blocking: call from a worker thread."""
     stats = CommitStats()
     provenance = ProvenanceStore(graph.db)
     with graph.db.transaction():
+        if on_begin is not None:
+            on_begin()
         candidates = [Candidate(n.id, n.type, n.name, n.aliases) for n in reduced.nodes]
         resolved = matcher(candidates, graph_index)
         verdicts = getattr(resolved, "verdicts", {})

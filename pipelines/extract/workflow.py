@@ -209,7 +209,8 @@ async def extract_session(
         committed = await anyio.to_thread.run_sync(
             partial(
                 commit_session, reduced, graph=env.graph, graph_index=env.graph_index, on_commit=on_commit,
-                queue_append=env.queue.append, merges=env.merges, observed_at=turn_times(rows, units), **identity,
+                queue_append=env.queue.append, merges=env.merges, observed_at=turn_times(rows, units),
+                on_begin=env.runstate.begin_commit, **identity,
             )
         )
         if (committed.nodes_removed or committed.nodes_folded) and env.resolver is not None:
