@@ -19,8 +19,9 @@ score high), so plain RRF pushed keyword's answers down. Hence the keyword ancho
 (the query has words rare enough, see :data:`MATCH_BUDGET`), keyword's first ``keyword_anchor``
 turns keep the first places in keyword's order, and fusion decides the places after them. Recall
 at the anchor's depth is then keyword's, and so is the reciprocal rank when keyword's first answer
-is among them; what fusion adds comes after (``bench/RESULTS.md``, "Recall"). The result is packed greedily into ``budget_tokens`` with the project's token
-estimator; what did not fit is listed in ``omitted``.
+is among them; what fusion adds comes after (``bench/RESULTS.md``, "Recall"). The result is
+packed greedily into ``budget_tokens`` with the project's token estimator; what did not fit is
+listed in ``omitted``.
 
 Scope is the store's job (:class:`store.recall_index.Scope`): with ``user`` only that user's
 sessions are visible; ``as_of`` hides what was not known yet. This module never sees anything else.
@@ -52,10 +53,10 @@ _DEPTH_FACTOR = 5
 _MIN_DEPTH = 50
 _MATCHED_NODES = 20
 _NEIGHBOURS = 20
-# A node cited by more turns than this (a chat's speaker is cited by every turn they say) is too
-# common to say which turns answer a query, like a stop word; it is neither grounded nor walked
-# from. And grounding stops once the nodes' points add up to the budget: it bounds a query's time
-# (reading 27,000 points of a scene's speakers took half a second).
+# A node with more provenance points than this (a chat's speaker is cited by every turn they say)
+# is too common to say which turns answer a query, like a stop word: it is neither grounded nor
+# walked from. And grounding stops once the kept nodes' points add up to the budget, which bounds
+# a query's time (the 27,000 points of Friends' main characters took half a second to read).
 COMMON_NODE_POINTS = 500
 GROUNDING_BUDGET = 2_000
 _EDGES_PER_FACT = 3
