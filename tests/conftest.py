@@ -32,6 +32,17 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+@pytest.fixture(autouse=True)
+def release_embedded_chroma() -> Iterator[None]:
+    """Embedded Chroma keeps each data dir's system (its SQLite file and HNSW segments open) in a
+    process-wide cache for the client's lifetime; a daemon has one, but a test session would build
+    up hundreds and run out of descriptors. Stop them after every test."""
+    yield
+    from chromadb.api.client import SharedSystemClient
+
+    SharedSystemClient.clear_system_cache()
+
+
 @pytest.fixture
 def data_dir(tmp_path: Path) -> Path:
     return tmp_path / "data"
