@@ -687,11 +687,6 @@ class Database:
         deadline = time.monotonic() + seconds
         self.conn.set_progress_handler(lambda: int(time.monotonic() > deadline), 10_000)
 
-    @property
-    def engine(self) -> str:
-        """``sqlite`` or ``postgresql``: for the few callers that choose SQL by engine."""
-        return self.dialect.name
-
     def table_exists(self, name: str) -> bool:
         """``True`` when the file has a table ``name``."""
         return bool(self.query("SELECT 1 FROM sqlite_master WHERE type IN ('table', 'view') AND name = ?", (name,)))

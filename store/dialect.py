@@ -37,7 +37,7 @@ class Dialect:
 
     @property
     def postgres(self) -> bool:
-        """``True`` for PostgreSQL (``name`` is also what ``Database.engine`` says)."""
+        """``True`` for PostgreSQL."""
         return self.name == "postgresql"
 
     def json_flag(self, document: str, key: str) -> str:

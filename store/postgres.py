@@ -447,11 +447,6 @@ class PostgresDatabase:
         with self._lock, psycopg_errors():
             self.conn.raw.execute(f"SET statement_timeout = {max(1, int(seconds * 1000))}")
 
-    @property
-    def engine(self) -> str:
-        """``sqlite`` or ``postgresql``: for the few callers that choose SQL by engine."""
-        return self.dialect.name
-
     def table_exists(self, name: str) -> bool:
         """``True`` when the schema has a table ``name`` (in the connection's search path)."""
         return bool(self.query("SELECT 1 WHERE to_regclass(?) IS NOT NULL", (name,)))
