@@ -352,6 +352,33 @@ def test_heuristic_python_itself_is_no_node_but_the_projects_calls_are() -> None
     assert set(found) == {"METHOD:self.add", "METHOD:connection.schema_editor", "METHOD:QuerySet.filter", "METHOD:MyModel.objects.all"}
 
 
+def test_heuristic_incidental_calls_languages_and_test_named_settings_are_no_nodes() -> None:
+    text = ("q1.deconstruct(); qs2.first(); main(); self.temp_dir.__enter__(); JavaScript and MySQL\n"
+            "  - test_cmd: []\n    test_file = Path('x')\n"
+            "h5py.File(); cli.main(); Message.__init__(); self.__init__(); connection.schema_editor(); "
+            "test_relim and test_check_equality == 1")
+    found = nodes_of(conversation(("assistant", text)))
+    # Issue 11, fifth round: a numbered throwaway instance's method, a bare main(), a dunder on a
+    # variable, a language's name, a setting or variable named like a test: none names the project's code.
+    assert set(found) == {"METHOD:h5py.File", "METHOD:cli.main", "METHOD:Message.__init__", "METHOD:self.__init__",
+                          "METHOD:connection.schema_editor", "TEST:test_relim", "TEST:test_check_equality"}
+
+
+def test_heuristic_temporary_files_name_no_file() -> None:
+    text = "Saved ../../private/var/folders/49/kx/T/tmplacu1lv7.png and out/tmpab12cd34.json; see scripts/reproduce.py"
+    assert set(nodes_of(conversation(("assistant", text)))) == {"FILE:scripts/reproduce.py"}
+
+
+def test_heuristic_prose_of_a_coding_session_is_not_conversation() -> None:
+    # Without code in the unit, a lone capitalised word inside a sentence reads as a name ...
+    assert "CONCEPT:python" in nodes_of(conversation(("user", "we use it"), ("assistant", "pip is the installer for Python.")))
+    # ... in a coding session (tool output or Markdown code in the unit) it is more often a language or code.
+    coding = conversation(("user", "install `pandas`"), ("tool", "$ pip list"), ("assistant", "pip is the installer for Python."))
+    assert nodes_of(coding) == {}
+    # ¿ and ¡ open a sentence: the capital after them is no name.
+    assert nodes_of(conversation(("assistant", "¿Puedes compartir los archivos?"))) == {}
+
+
 def test_heuristic_elided_paths_name_no_file() -> None:
     found = {(m.node_type, m.name) for m in find_mentions("It fails in .../componenttest/__init__.py, not in src/a/b.py")}
     assert ("FILE", "src/a/b.py") in found

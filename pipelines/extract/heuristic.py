@@ -27,7 +27,7 @@ from typing import Any
 from pipelines.extract.model import ExtractorReply, UnitTurn, WorkUnit, clean_text, semantic_node_id
 from pipelines.identity import normal_path
 
-HEURISTIC_VERSION = 6
+HEURISTIC_VERSION = 7
 # Entities of one turn linked pairwise: the first few only, so a long tool dump does not turn
 # into a clique of hundreds of edges.
 MAX_LINKED_PER_TURN = 6
@@ -83,6 +83,23 @@ _BUILTIN_METHODS = frozenset(
 )
 # A method of the class at hand (`self.add()`) is the project's, whatever its name.
 _OWN_RECEIVERS = frozenset({"self", "cls"})
+# A name written like a test but set to a value (`test_cmd: []` in a settings dump, `test_file =
+# Path(...)`): a setting or a variable, not a test.
+_TEST_VALUE = re.compile(r"[ \t]*(?::[ \t]*(?:[\[{'\"\d-]|True|False|None)|=(?!=))")
+# A throwaway instance of a script: a short name numbered (`q1`, `qs2`, `df2`), whose methods are
+# the library's (`q1.deconstruct()`), not the project's.
+_NUMBERED_RECEIVER = re.compile(r"[a-z]{1,3}\d+")
+# Every script has a `main()`: alone it is no function in particular (`cli.main()` is one).
+_GENERIC_CALLS = frozenset({"main"})
+# Names of programming languages and databases written CamelCase (`JavaScript`, `MySQL`): the
+# language, not a class of the project.
+_LANGUAGE_NAMES = frozenset(
+    "JavaScript TypeScript CoffeeScript ActionScript PostScript PowerShell GraphQL MySQL PostgreSQL MariaDB "
+    "MongoDB NoSQL".split()
+)
+# A temporary file: under the system's temporary folders, or named like Python's `tempfile`
+# makes it (`tmplacu1lv7.png`); it is gone after the session.
+_TEMPORARY_PATH = re.compile(r"(?:^|/)(?:private/)?var/folders/|(?:^|/)tmp[a-z0-9_]{6,8}(?:\.[A-Za-z0-9]+)?$")
 _PLACEHOLDERS = frozenset(
     "filename newfile foo bar baz qux quux spam eggs something somethingelse myfile my_file mymodule "
     "my_module yourfile your_file xyz".split()
@@ -108,7 +125,8 @@ _CONNECTORS = frozenset("of the de da del van von le la &".split())
 # Not after a backtick, @, #, / or a dot: `Value` in Markdown code and a.b.C are code, not names.
 _NAME_RUN = re.compile(rf"(?<![\w'’@#/.`-]){_WORD}(?:[ \t]+(?:(?:{'|'.join(_CONNECTORS)})[ \t]+)*{_WORD})*(?![\w@/`-])")
 _QUOTED_TITLE = re.compile(r"[\"“]([A-Z][^\"“”\n]{0,80}?)[,.?!]*[\"”]")
-_SENTENCE_END = re.compile(r"(?:^|[.!?:;…\"“”(\[*#>-]|\n)\s*$")
+# Spanish opens a question or an exclamation with ¿ / ¡: a sentence starts after them ("¿Puedes …").
+_SENTENCE_END = re.compile(r"(?:^|[.!?¿¡:;…\"“”(\[*#>-]|\n)\s*$")
 _NEW_YEAR = re.compile(r"(?:Happy[ \t]+)?New[ \t]+Year(?:['’]s)?(?:[ \t]+(?:Eve|Day))?$")
 _LIST_ITEM = re.compile(r"\n[ \t]*(?:\d{1,2}[.)]|[-*•])[ \t]+$")
 _CONTRACTION = re.compile(r"^(.+?)['’](m|re|ve|ll|d|t|s)$", re.I)
@@ -245,7 +263,8 @@ def extract_heuristic(unit: WorkUnit, *, tool_only_min_turns: int = TOOL_ONLY_MI
     speakers = {t.number: name for t in unit.turns if (name := speaker_name(t.role))}
     people = _people_index(speakers.values())
     capitalised = _capitalised_words(unit)
-    per_turn = _agree_on_types([(turn, _turn_mentions(turn, people, capitalised)) for turn in unit.turns])
+    coding = _is_coding_unit(unit)
+    per_turn = _agree_on_types([(turn, _turn_mentions(turn, people, capitalised, coding=coding)) for turn in unit.turns])
     nodes: dict[str, dict[str, Any]] = {}
     seen_in: dict[str, dict[int, str]] = {}  # node id -> turn number -> role
     evidence = _EvidenceIndex()
@@ -386,21 +405,27 @@ def _pasted_spans(text: str) -> list[tuple[int, int]]:
     return [(start, end) for tag, start, end in blocks if tags[tag] > 1]
 
 
-def _turn_mentions(turn: UnitTurn, people: Mapping[str, str], capitalised: frozenset[str]) -> list[_Mention]:
+def _is_coding_unit(unit: WorkUnit) -> bool:
+    """Whether a unit is a coding session's: it holds tool output or Markdown code. There, prose
+    with no code in it is still about code ("the package installer for Python"), not conversation."""
+    return any((t.role or "") in TOOL_ROLES or "`" in t.text for t in unit.turns)
+
+
+def _turn_mentions(turn: UnitTurn, people: Mapping[str, str], capitalised: frozenset[str], *, coding: bool = False) -> list[_Mention]:
     """A turn's mentions: code entities always, names only in what a person or the assistant wrote;
     what a command pasted into a message is read like tool output (and marked ``pasted``)."""
     role = turn.role or ""
     if role in _AGENT_ROLES:  # its own words, its own comments
-        return find_mentions(turn.text, people=people, capitalised_elsewhere=capitalised)
+        return find_mentions(turn.text, people=people, capitalised_elsewhere=capitalised, coding=coding)
     text = _HIDDEN_MARKUP.sub(lambda m: "\0" * len(m.group(0)), turn.text) if "<!" in turn.text or "<?" in turn.text else turn.text
     if role in TOOL_ROLES:
         return find_mentions(text, prose=False)
     chat = speaker_name(turn.role) is not None
     spans = _pasted_spans(text)
     if not spans:
-        return find_mentions(text, chat=chat, people=people, capitalised_elsewhere=capitalised)
+        return find_mentions(text, chat=chat, people=people, capitalised_elsewhere=capitalised, coding=coding)
     said, pasted = _split_text(text, spans)
-    mentions = find_mentions(said, chat=chat, people=people, capitalised_elsewhere=capitalised)
+    mentions = find_mentions(said, chat=chat, people=people, capitalised_elsewhere=capitalised, coding=coding)
     mentions += [replace(m, pasted=True) for m in find_mentions(pasted, prose=False)]
     return sorted(mentions, key=lambda m: m.start)
 
@@ -423,6 +448,7 @@ def find_mentions(
     chat: bool = False,
     people: Mapping[str, str] | None = None,
     capitalised_elsewhere: frozenset[str] | None = None,
+    coding: bool = False,
 ) -> list[_Mention]:
     """Entity mentions in one turn, in text order, overlapping matches resolved (longest first).
 
@@ -433,6 +459,8 @@ def find_mentions(
     ``people``: folded names (and first names) of the speakers → their full name.
     ``capitalised_elsewhere``: folded words written capitalised inside a sentence somewhere in the
     unit; a lone capitalised word at a sentence start counts only if it is among them.
+    ``coding``: the turn is part of a coding session (:func:`_is_coding_unit`): prose without code
+    there is not read as conversation.
     """
     candidates: list[_Mention] = []
     for match in _URL.finditer(text):
@@ -449,6 +477,8 @@ def find_mentions(
         if match.group(0).casefold() not in _CONVENTIONAL_FILES:
             candidates.append(_Mention(match.start(), match.end(), "FILE", match.group(0), match.group(0)))
     for match in _TEST.finditer(text):
+        if _TEST_VALUE.match(text, match.end()):
+            continue
         candidates.append(_Mention(match.start(), match.end(), "TEST", match.group(0), match.group(0)))
     for match in _METHOD.finditer(text):
         # ``RetryPolicy()`` constructs a class; ``load()`` / ``time.monotonic()`` call a method.
@@ -464,12 +494,14 @@ def find_mentions(
     # foo(), SomethingElse) name nothing.
     candidates = [
         m for m in candidates
-        if not (m.node_type in ("CLASS", "METHOD") and _is_language(m.name)) and not _is_placeholder(m.name)
+        if not (m.node_type in ("CLASS", "METHOD") and (_is_language(m.name) or _is_incidental(m.name)))
+        and not _is_placeholder(m.name)
+        and not (m.node_type == "FILE" and _TEMPORARY_PATH.search(m.name))
     ]
     if prose:
         # Prose with no code in it reads as conversation even from a user or an assistant.
         # Blanked text (pasted, hidden markup) was no conversation either.
-        conversational = chat or (not candidates and "`" not in text and "\0" not in text)
+        conversational = chat or (not coding and not candidates and "`" not in text and "\0" not in text)
         prose_text = _mask_code(text)  # comments in code are no prose
         names = _name_mentions(prose_text, people or {}, capitalised_elsewhere or frozenset(), chat=conversational)
         candidates.extend(m for m in names if m.name not in _BUILTINS)  # "a SyntaxError" in prose
@@ -491,18 +523,31 @@ def _mask_code(text: str) -> str:
 
 
 def _is_language(name: str) -> bool:
-    """A builtin (``ValueError``, ``NoneType``), a built-in type's method called on a variable
-    (``seen.items``, ``f.readlines``; not ``self.add``), or a standard-library module's function
+    """A builtin (``ValueError``, ``NoneType``), a language's name (``JavaScript``), a built-in
+    type's method or a dunder called on a variable (``seen.items``, ``f.readlines``,
+    ``self.temp_dir.__enter__``; not ``self.add``), or a standard-library module's function
     (``traceback.print_exc``, ``os.path.join``)."""
-    if name in _BUILTINS:
+    if name in _BUILTINS or name in _LANGUAGE_NAMES:
         return True
     receiver, dot, method = name.rpartition(".")
     if not dot:
         return False
     if method in _BUILTIN_METHODS and receiver.lstrip("_")[:1].islower() and receiver not in _OWN_RECEIVERS:
         return True
+    # A dunder on a variable is the language's protocol (`self.temp_dir.__enter__`); on a class it
+    # is that class's method (`Message.__init__`).
+    variable = receiver.rpartition(".")[2]
+    if method.startswith("__") and method.endswith("__") and variable.lstrip("_")[:1].islower() and receiver not in _OWN_RECEIVERS:
+        return True
     module = receiver.split(".")
     return module[0] in sys.stdlib_module_names and all(part.islower() for part in module)
+
+
+def _is_incidental(name: str) -> bool:
+    """A call that names no function in particular: a bare ``main()``, or a method of a numbered
+    throwaway instance (``q1.deconstruct``, ``qs2.first``)."""
+    receiver, dot, _ = name.rpartition(".")
+    return name in _GENERIC_CALLS or (bool(dot) and _NUMBERED_RECEIVER.fullmatch(receiver.rpartition(".")[2]) is not None)
 
 
 def _is_placeholder(name: str) -> bool:
