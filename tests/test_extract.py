@@ -326,6 +326,15 @@ def test_heuristic_text_pasted_into_a_message_is_tool_output() -> None:
     assert set(own) == {"FILE:drv.py", "FILE:main.js"}
 
 
+def test_heuristic_a_document_the_agent_writes_out_is_its_text_not_the_agents_words() -> None:
+    history = "HISTORY.md\n```\n# Release history\n- Support for OpenRouter, see https://aider.chat/docs/llms.html\n```\n"
+    code = "aider/io.py\n```python\n<<<<<<< SEARCH\n    self.tool_output()\n=======\n    self.tool_error()\n>>>>>>> REPLACE\n```"
+    found = nodes_of(conversation(("user", "translate it"), ("assistant", f"Here it is:\n\n{history}\nand {code}")))
+    # The document's file is what the agent works on; its links and product names are its text (issue 11,
+    # fifth round). A code file's edit is the agent's code.
+    assert set(found) == {"FILE:HISTORY.md", "FILE:aider/io.py", "METHOD:self.tool_output", "METHOD:self.tool_error"}
+
+
 def test_heuristic_hidden_markup_and_url_queries() -> None:
     issue = ("<!-- Please read CONTRIBUTING.md and https://github.com/org/repo/blob/main/CODE_OF_CONDUCT.md -->\n"
              "Loading http://host/file.pl?flag and http://host/file.pl?/flag fails in drv.py")

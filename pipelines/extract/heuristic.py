@@ -60,6 +60,12 @@ _HIDDEN_MARKUP = re.compile(r"<!--.*?-->|<![A-Za-z][^<>]*>|<\?[A-Za-z][^<>]*\?>"
 # message is a list of pasted documents (aider's `/help` pastes pages of its documentation under
 # the question as `<doc>` blocks; retrieval contexts look alike): tool output, not the person's words.
 _BLOCK = re.compile(r"^[ \t]*<([A-Za-z][\w:-]*)(?:[ \t][^<>\n]*)?>[ \t]*\n.*?^[ \t]*</\1>[ \t]*$", re.S | re.M)
+# A document the agent writes out under its file name (aider's whole-file and search/replace
+# blocks: `HISTORY.md` on a line, then a fenced block): the names in it are the document's text —
+# its links and product names — not what the agent discusses. Read like tool output.
+_DOCUMENT_BLOCK = re.compile(
+    r"^[ \t]*[\w./-]+\.(?:md|markdown|rst|txt|adoc|html?)[ \t]*\n[ \t]*```[^\n]*\n.*?(?:^[ \t]*```|\Z)", re.S | re.M | re.I
+)
 _PATH = re.compile(r"(?<![\w/.@:-])(?:[\w.-]+/)+[\w.-]*[A-Za-z0-9_-]\.[A-Za-z][A-Za-z0-9]{0,7}\b")
 # A path segment of three or more dots: an elision (`.../pkg/__init__.py`), not a directory.
 _ELIDED = re.compile(r"(?:^|/)\.{3,}/")
@@ -415,19 +421,33 @@ def _turn_mentions(turn: UnitTurn, people: Mapping[str, str], capitalised: froze
     """A turn's mentions: code entities always, names only in what a person or the assistant wrote;
     what a command pasted into a message is read like tool output (and marked ``pasted``)."""
     role = turn.role or ""
-    if role in _AGENT_ROLES:  # its own words, its own comments
-        return find_mentions(turn.text, people=people, capitalised_elsewhere=capitalised, coding=coding)
+    if role in _AGENT_ROLES:  # its own words, its own comments; the documents it writes out are not
+        if "```" not in turn.text:
+            return find_mentions(turn.text, people=people, capitalised_elsewhere=capitalised, coding=coding)
+        return _said_and_pasted(turn.text, _document_spans(turn.text), people, capitalised, chat=False, coding=coding)
     text = _HIDDEN_MARKUP.sub(lambda m: "\0" * len(m.group(0)), turn.text) if "<!" in turn.text or "<?" in turn.text else turn.text
     if role in TOOL_ROLES:
         return find_mentions(text, prose=False)
-    chat = speaker_name(turn.role) is not None
-    spans = _pasted_spans(text)
+    return _said_and_pasted(text, _pasted_spans(text), people, capitalised, chat=speaker_name(turn.role) is not None, coding=coding)
+
+
+def _said_and_pasted(
+    text: str, spans: list[tuple[int, int]], people: Mapping[str, str], capitalised: frozenset[str], *, chat: bool, coding: bool
+) -> list[_Mention]:
+    """The mentions of a message whose ``spans`` were pasted into it: those read like tool output
+    (and marked ``pasted``), the rest as the writer's own words."""
     if not spans:
         return find_mentions(text, chat=chat, people=people, capitalised_elsewhere=capitalised, coding=coding)
     said, pasted = _split_text(text, spans)
     mentions = find_mentions(said, chat=chat, people=people, capitalised_elsewhere=capitalised, coding=coding)
     mentions += [replace(m, pasted=True) for m in find_mentions(pasted, prose=False)]
     return sorted(mentions, key=lambda m: m.start)
+
+
+def _document_spans(text: str) -> list[tuple[int, int]]:
+    """The fenced blocks of a message that write out a document under its file name; the name's
+    line stays the writer's (the file is what it works on)."""
+    return [(m.start() + m.group(0).index("```"), m.end()) for m in _DOCUMENT_BLOCK.finditer(text)]
 
 
 def _split_text(text: str, spans: Iterable[tuple[int, int]]) -> tuple[str, str]:
