@@ -371,6 +371,9 @@ def test_heuristic_incidental_calls_languages_and_test_named_settings_are_no_nod
     # variable, a language's name, a setting or variable named like a test: none names the project's code.
     assert set(found) == {"METHOD:h5py.File", "METHOD:cli.main", "METHOD:Message.__init__", "METHOD:self.__init__",
                           "METHOD:connection.schema_editor", "TEST:test_relim", "TEST:test_check_equality"}
+    # A test named by its kind in an explanation is a placeholder; a test called on a variable so named is not.
+    explained = nodes_of(conversation(("assistant", "a class `TestClass` and method `test_method`; test_case.test_reproduction()")))
+    assert set(explained) == {"CLASS:TestClass", "METHOD:test_case.test_reproduction"}
 
 
 def test_heuristic_temporary_files_name_no_file() -> None:

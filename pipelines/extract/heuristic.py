@@ -110,6 +110,11 @@ _PLACEHOLDERS = frozenset(
     "filename newfile foo bar baz qux quux spam eggs something somethingelse myfile my_file mymodule "
     "my_module yourfile your_file xyz".split()
 )
+# A test named by its kind, in an explanation of how tests are named ("a method `test_method`"),
+# as the whole name (`test_case.test_reproduction()` calls a test on a variable so named).
+_TEST_PLACEHOLDERS = frozenset(
+    "test_method test_methods test_name test_func test_function test_case test_something test_example".split()
+)
 # File names every project or package has: alone, without their directory, they name no file in
 # particular (a repository has dozens of `__init__.py`; the agent's instructions name
 # `pyproject.toml` in every session). With a directory they do (`django/forms/__init__.py`).
@@ -572,7 +577,7 @@ def _is_incidental(name: str) -> bool:
 
 def _is_placeholder(name: str) -> bool:
     """``filename.py``, ``obj.foo``, ``SomethingElse``: a name made of an example's placeholder."""
-    return any(part.casefold() in _PLACEHOLDERS for part in re.split(r"[/.()]", name))
+    return name in _TEST_PLACEHOLDERS or any(part.casefold() in _PLACEHOLDERS for part in re.split(r"[/.()]", name))
 
 
 def _capitalised_words(unit: WorkUnit) -> frozenset[str]:
