@@ -458,12 +458,19 @@ def _document_spans(text: str) -> list[tuple[int, int]]:
 def _split_text(text: str, spans: Iterable[tuple[int, int]]) -> tuple[str, str]:
     """``text`` twice, offsets kept: once without the spans, once with only them (NUL elsewhere,
     so that no match joins text across a cut)."""
-    inside = bytearray(len(text))
-    for start, end in spans:
-        inside[start:end] = b"\1" * (end - start)
-    said = "".join("\0" if flag else c for c, flag in zip(text, inside))
-    pasted = "".join(c if flag else "\0" for c, flag in zip(text, inside))
-    return said, pasted
+    said: list[str] = []
+    pasted: list[str] = []
+    at = 0
+    for start, end in sorted(spans):
+        start = max(start, at)
+        if end <= start:
+            continue
+        said += [text[at:start], "\0" * (end - start)]
+        pasted += ["\0" * (start - at), text[start:end]]
+        at = end
+    said.append(text[at:])
+    pasted.append("\0" * (len(text) - at))
+    return "".join(said), "".join(pasted)
 
 
 def find_mentions(
