@@ -60,6 +60,14 @@ NODES_PER_SPLIT = 80
 # a held-out half, fixed before any node was looked at: the sessions of the source's precision
 # sample, ordered by SHA-256 of "round4|<session id>", the first half (rounded up) tunes.
 HALVED_SOURCES = ("sweagent", "aider")
+# Issue 11's fifth round: more tuning material for aider, whose tuning half holds 50 nodes — 60
+# of the sessions outside the precision sample (neither half), ordered by SHA-256 of
+# "round5-pool|<session id>"; 60 of their nodes were labelled (``"pool": "outside-sample"``).
+POOL_SESSIONS = {"aider": 60}
+# Evidence a code or name node of a coding session has (fifth round's trade-off): distinct turns
+# (at most 3), said by the person (a ``user`` turn), seen in tool output too.
+EVIDENCE_TYPES = ("CLASS", "METHOD", "TEST", "CONCEPT", "PERSON", "PLACE", "ORGANIZATION", "WORK")
+EVIDENCE_THRESHOLDS = (0, 2, 3, 4, 5)
 RECALL_CONVERSATIONS = 20
 SEED = 11
 
@@ -153,6 +161,42 @@ def precision_nodes(
     return found, node_sample(found, source, split, count=count)
 
 
+def pool_sessions(data: Path, source: str) -> list[dict[str, Any]]:
+    """The source's tuning pool: sessions outside its precision sample (:data:`POOL_SESSIONS`)."""
+    sessions = load_sessions(data / f"{source}.fresh.jsonl")
+    sampled = {s["sessionId"] for s in sampled_sessions(sessions, source, PRECISION_SESSIONS[source], salt="fresh:precision")}
+    return sorted(
+        (s for s in sessions if s["sessionId"] not in sampled and len(s["turns"]) >= 2),
+        key=lambda s: hashlib.sha256(f"round5-pool|{s['sessionId']}".encode()).hexdigest(),
+    )[: POOL_SESSIONS[source]]
+
+
+def pool_nodes(data: Path, source: str, extract: Extract, settings: Settings) -> list[tuple[str, SeenNode]]:
+    """Every node ``extract`` makes on the source's tuning pool."""
+    return [(s["sessionId"], n) for s in pool_sessions(data, source) for n in extract_session(units_of(s, settings), extract, settings).values()]
+
+
+def evidence(node: SeenNode) -> int:
+    """How much a session says about a node: distinct turns (at most 3), +1 if a ``user`` turn
+    names it, +1 if tool output shows it too."""
+    return min(len(node.turns), 3) + ("user" in node.roles) + bool(set(node.roles) & heuristic.TOOL_ROLES)
+
+
+def evidence_tradeoff(labelled: Sequence[tuple[SeenNode, bool]]) -> list[dict[str, Any]]:
+    """Precision and recall of the labelled tuning nodes if a code or name node needed at least
+    each :data:`EVIDENCE_THRESHOLDS` of :func:`evidence` (files, URLs and issues always kept)."""
+    useful = sum(v for _, v in labelled)
+    rows = []
+    for threshold in EVIDENCE_THRESHOLDS:
+        kept = [v for node, v in labelled if node.type not in EVIDENCE_TYPES or evidence(node) >= threshold]
+        rows.append({
+            "min_evidence": threshold, "kept": len(kept), "precision": round(sum(kept) / len(kept), 3),
+            "recall": round(sum(kept) / useful, 3), "noise_removed": len(labelled) - useful - (len(kept) - sum(kept)),
+            "useful_lost": useful - sum(kept),
+        })
+    return rows
+
+
 def halves(session_ids: Iterable[str]) -> dict[str, str]:
     """Each session of a halved source's precision sample → ``"tune"`` or ``"heldout"``."""
     ordered = sorted(session_ids, key=lambda sid: hashlib.sha256(f"round4|{sid}".encode()).hexdigest())
@@ -199,6 +243,7 @@ def main(argv: list[str] | None = None) -> None:
             command.add_argument("--baseline-ref", default="fb81ed7", help="git ref of the heuristic to compare with")
             command.add_argument("--splits", nargs="+", choices=SPLITS, default=["tune"])
             command.add_argument("--speed", action="store_true", help="also time both extractors")
+            command.add_argument("--evidence", action="store_true", help="the evidence trade-off on the tuning material")
             command.add_argument("--nodes", type=int, default=NODES_PER_SPLIT, help="nodes sampled per split for precision")
     if argv is not None and not argv:  # from bench/run_all.py: the data are fetched by hand
         data = os.environ.get("REM_TRANSCRIPTS")
@@ -280,8 +325,11 @@ def tool_only_tradeoff(data: Path, split: str, labels: dict[tuple[str, str], boo
 
 def speed(data: Path, source: str, extractors: Mapping[str, Extract], settings: Settings) -> dict[str, Any]:
     """Turns/s of each extractor over the same units (planned once), timed in this process."""
-    sessions = sampled_sessions(load_sessions(data / f"{source}.tune.jsonl"), source, SPEED_SESSIONS[source], salt="speed")
-    units = [u for s in sessions for u in units_of(s, settings)]
+    if source in POOL_SESSIONS:  # no tuning split: its tuning pool
+        units = [u for s in pool_sessions(data, source) for u in units_of(s, settings)]
+    else:
+        sessions = sampled_sessions(load_sessions(data / f"{source}.tune.jsonl"), source, SPEED_SESSIONS[source], salt="speed")
+        units = [u for s in sessions for u in units_of(s, settings)]
     turns = sum(len(u.turns) for u in units)
     timings: dict[str, float] = {}
     for _ in range(2):  # interleaved, best of two: the machine is shared
@@ -297,6 +345,30 @@ def speed(data: Path, source: str, extractors: Mapping[str, Extract], settings: 
     names = list(extractors)
     result["ratio"] = round(timings[names[0]] / timings[names[1]], 2)  # > 1: the second is faster
     return result
+
+
+def tuning_material(data: Path, labels: dict[tuple[str, str], bool], extract: Extract, settings: Settings) -> list[tuple[SeenNode, bool]]:
+    """The labelled coding nodes ``extract`` makes on the fifth round's tuning material: the first
+    160 of ``swe/tune``'s sample, the tuning halves of the halved sources, aider's tuning pool."""
+    _, sample = precision_nodes(data, "swe", "tune", extract, settings, count=160)
+    nodes = list(sample)
+    for source in HALVED_SOURCES:
+        found, _ = precision_nodes(data, source, "fresh", extract, settings)
+        half_of = halves(found)
+        nodes += [(sid, node) for sid, seen in found.items() if half_of[sid] == "tune" for node in seen.values()]
+    for source in POOL_SESSIONS:
+        nodes += pool_nodes(data, source, extract, settings)
+    return [(node, labels[(sid, node.id)]) for sid, node in nodes if (sid, node.id) in labels]
+
+
+def heldout_halves(data: Path, labels: dict[tuple[str, str], bool], extract: Extract, settings: Settings) -> list[tuple[SeenNode, bool]]:
+    """The labelled nodes ``extract`` makes on the held-out halves' sampled nodes."""
+    nodes: list[tuple[SeenNode, bool]] = []
+    for source in HALVED_SOURCES:
+        found, sample = precision_nodes(data, source, "fresh", extract, settings)
+        half_of = halves(found)
+        nodes += [(node, labels[(sid, node.id)]) for sid, node in sample if half_of[sid] == "heldout" and (sid, node.id) in labels]
+    return nodes
 
 
 def cmd_report(args: argparse.Namespace) -> None:
@@ -318,16 +390,22 @@ def cmd_report(args: argparse.Namespace) -> None:
                     half_of = halves(found)
                     for half in ("tune", "heldout"):
                         entry[f"precision_{name}_{half}_half"] = precision(labels, [(sid, n) for sid, n in sample if half_of[sid] == half])
+                if source in POOL_SESSIONS and split == "fresh":
+                    entry[f"precision_{name}_tuning_pool"] = precision(labels, pool_nodes(args.data, source, extract, settings))
             if source == "friends":
                 for name, extract in (("before", before), ("after", after)):
                     entry[f"entity_recall_{name}"] = entity_recall(args.data, split, extract, settings)
             elif source == "swe":
                 entry["tool_only_tradeoff"] = tool_only_tradeoff(args.data, split, labels, settings)
             report[f"{source}/{split}"] = entry
+    if args.evidence:
+        report["evidence_tradeoff_tuning"] = evidence_tradeoff(tuning_material(args.data, labels, after, settings))
+        # Reported, never used to choose: the threshold was decided on the tuning material (none).
+        report["evidence_tradeoff_heldout_halves"] = evidence_tradeoff(heldout_halves(args.data, labels, after, settings))
     if args.speed:
         report["speed"] = {
             source: speed(args.data, source, {"before": before, "after": after}, settings)
-            for source in SOURCES if (args.data / f"{source}.tune.jsonl").exists()
+            for source in SOURCES if (args.data / f"{source}.tune.jsonl").exists() or source in POOL_SESSIONS
         }
     print(json.dumps(report, indent=1, ensure_ascii=False))
 
