@@ -2,8 +2,9 @@
 
 It finds code identifiers (CamelCase classes, ``func()`` methods, ``test_*`` tests), file paths,
 URLs and issue references (``#123``) in every turn, and in what people and the assistant wrote
-(never in tool output, nor in documents a command pasted into a message) the names of people, places, works and organisations: speakers whose role is
-a person's name become PERSON nodes, capitalised names inside sentences become nodes once greetings,
+(never in tool output, in documents a command pasted into a message, nor in documents the agent
+writes out under their file name) the names of people, places, works and organisations: speakers
+whose role is a person's name become PERSON nodes, capitalised names inside sentences become nodes once greetings,
 interjections, contractions and dates are stripped off them ("Hey John" → John, "Last Friday" →
 nothing). The entities of one turn are linked with ``RELATES_TO``. Evidence is always the matched
 text (or, for a speaker, the turn's role), so everything it says is grounded. Explicit
