@@ -40,10 +40,11 @@ import structlog
 
 from pipelines.extract.model import identity_key
 from pipelines.identity import CANDIDATE, Verdict
+from pipelines.ports import MergeRecorder, Provenance, UnitOfWork
 from pipelines.extract.reduce import Point, ReducedReference, ReducedSession
 from pipelines.vocabulary import DISCUSSED_IN, MENTIONED_IN, REFERENCED_BY
 from store.facts import NodeFacts, combine_all, combine_facts, facts_of, least_name, with_facts, without_claim
-from store.graph import Edge, GraphStore, Node
+from store.graph import Edge, Node
 from store.ids import row_kind
 from store.merges import CandidatePair
 from store.provenance import (
@@ -53,7 +54,6 @@ from store.provenance import (
     EdgePointRow,
     NodePointRow,
     PointRow,
-    ProvenanceStore,
     anchor_edges,
     place_count,
 )
@@ -72,24 +72,6 @@ class Candidate:
     type: str
     name: str
     aliases: tuple[str, ...] = ()
-
-
-class MergeRecorder(Protocol):
-    """Where identity decisions are recorded (:class:`store.merges.MergeStore`): a link of a
-    candidate to a *different* existing node (the rows the commit writes for it carry the returned
-    merge id, so an unmerge moves exactly those back), and the ambiguous pairs left unmerged; and
-    the fold of an existing node into a new one whose id comes first (:func:`survivors`)."""
-
-    def record_link(
-        self, merged: Node, *, into_id: str, rule: str, score: float, evidence: Mapping[str, Any] | None = None,
-    ) -> int: ...
-
-    def record_candidates(self, pairs: Iterable[CandidatePair]) -> int: ...
-
-    def merge_nodes(
-        self, merged_id: str, into_id: str, *, rule: str = "manual", score: float = 1.0,
-        evidence: Mapping[str, Any] | None = None, name_as_alias: bool = True,
-    ) -> int: ...
 
 
 def survivors(node_ids: Iterable[str], matches: Mapping[str, str]) -> dict[str, str]:
@@ -387,7 +369,7 @@ def candidate_pairs(verdicts: Iterable[Verdict], session_id: str) -> list[Candid
 def commit_session(
     reduced: ReducedSession,
     *,
-    graph: GraphStore,
+    unit: UnitOfWork,
     graph_index: GraphIndex,
     on_commit: Callable[[], None],
     queue_append: Callable[[list[dict[str, Any]]], int],
@@ -396,15 +378,15 @@ def commit_session(
     observed_at: Mapping[str, str] = {},
     on_begin: Callable[[], None] | None = None,
 ) -> CommitStats:
-    """Write ``reduced`` in one transaction, replacing its anchor's earlier rows; ``on_commit`` (the
+    """Write ``reduced`` in one transaction of ``unit``, replacing its anchor's earlier rows; ``on_commit`` (the
     digest record, chunk-result pruning) runs inside it, and the lazy-queue lines are appended as
     its last step so a failed commit can at worst leave a line that the drain retries, never lose
     one. ``on_begin`` runs first in the transaction, before anything is read (the commit-order lock
     of several workers, ``RunStateStore.begin_commit``). ``observed_at``: memory or chunk id → the
     turn's time. Blocking: call from a worker thread."""
     stats = CommitStats()
-    provenance = ProvenanceStore(graph.db)
-    with graph.db.transaction():
+    graph, provenance = unit.graph, unit.provenance
+    with unit.transaction():
         if on_begin is not None:
             on_begin()
         candidates = [Candidate(n.id, n.type, n.name, n.aliases) for n in reduced.nodes]
@@ -484,7 +466,7 @@ def commit_session(
     return stats
 
 
-def _places(edge: Edge, provenance: ProvenanceStore) -> int:
+def _places(edge: Edge, provenance: Provenance) -> int:
     """An existing edge's distinct places, read from its weight (``max(1, places)``): only a weight
     of 1 needs a look at whether it has any point at all — never a count of its points."""
     if edge.weight > 1:
