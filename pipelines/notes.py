@@ -194,8 +194,8 @@ async def import_note(note: NoteFile, env: NotesEnv) -> NoteResult:
             observed_at={u.unit_id: env.now.isoformat(timespec="milliseconds").replace("+00:00", "Z") for u in units},
         )
     )
-    if committed.nodes_removed:
-        env.resolver.reset()  # its index still knows the removed nodes
+    if committed.nodes_removed or committed.nodes_folded:
+        env.resolver.reset()  # its index still knows the removed or folded nodes
     result.status = "imported"
     result.nodes_written, result.edges_written = committed.nodes_written, committed.edges_written
     result.merges_recorded = committed.merges_recorded

@@ -133,3 +133,38 @@ async def test_an_ingest_batch_failing_at_its_last_write_leaves_nothing_written(
     await sync_sessions_to_graph(["a", "b"], chroma=stores.chroma, unit=stores.unit)
     assert stores.graph.existing_ids(["session:a", "session:b", "memory:a-t0000"]) == {"session:a", "session:b", "memory:a-t0000"}
 
+
+
+@pytest.mark.parametrize(
+    ("protocol", "concrete"),
+    [
+        ("Graph", "store.graph.GraphStore"), ("Provenance", "store.provenance.ProvenanceStore"),
+        ("NodeClaims", "store.provenance.NodeClaimLookup"), ("MergeRecorder", "store.merges.MergeStore"),
+        ("RunState", "store.runstate.RunStateStore"), ("ChunkResults", "store.chunks.ChunkResultStore"),
+        ("Tombstones", "store.tombstones.TombstoneStore"), ("RecallWriter", "store.recall_index.RecallIndex"),
+        ("QueueTable", "store.lazy_table.LazyEdgeTable"), ("UnitOfWork", "store.unit_of_work.DatabaseUnitOfWork"),
+    ],
+)
+def test_every_protocol_method_is_the_stores_own(protocol: str, concrete: str) -> None:
+    """The Protocols describe methods the stores have, with the same parameters (a Protocol that
+    drifted from its store would type-check pipelines against a method nobody implements)."""
+    import importlib
+    import inspect
+
+    import pipelines.ports as ports
+
+    module, _, name = concrete.rpartition(".")
+    cls = getattr(importlib.import_module(module), name)
+    proto = getattr(ports, protocol)
+    members = [m for m in vars(proto) if not m.startswith("_")]
+    assert members
+    for member in members:
+        wanted = getattr(proto, member)
+        if isinstance(wanted, property):
+            assert member in inspect.signature(cls.__init__).parameters or member in inspect.getsource(cls.__init__), member
+            continue
+        mine, asked = inspect.signature(getattr(cls, member)).parameters, inspect.signature(wanted).parameters
+        # The store may take more, with defaults (options pipelines do not use).
+        assert [p for p in mine if p in asked] == list(asked), (protocol, member)
+        assert all(mine[p].kind == asked[p].kind for p in asked), (protocol, member)
+        assert all(mine[p].default is not inspect.Parameter.empty for p in mine if p not in asked), (protocol, member)
