@@ -36,6 +36,7 @@ from store.chroma import ChromaStore  # noqa: E402
 from store.db import Database  # noqa: E402
 from store.graph import GraphStore, Node  # noqa: E402
 from store.lazy_queue import LazyEdgeQueue  # noqa: E402
+from store.unit_of_work import DatabaseUnitOfWork  # noqa: E402
 from worker.logs import configure_logging  # noqa: E402
 
 TOPICS = 50
@@ -80,7 +81,7 @@ async def bench(memories: int, sessions: int, workdir: Path, batch_size: int) ->
     queue = LazyEdgeQueue(workdir / "data" / "lazy-edges.jsonl")
     queue.append(edges)
     t0, c0 = time.perf_counter(), time.process_time()
-    stats = await drain_queue(queue, graph=batched_graph, chroma=chroma, max_attempts=5, batch_size=batch_size)
+    stats = await drain_queue(queue, unit=DatabaseUnitOfWork(batched_graph.db), chroma=chroma, max_attempts=5, batch_size=batch_size)
     batched_s, batched_cpu = time.perf_counter() - t0, time.process_time() - c0
     assert stats.succeeded == memories and stats.failed == 0, stats
     check(batched_graph, memories, sessions)
@@ -90,7 +91,7 @@ async def bench(memories: int, sessions: int, workdir: Path, batch_size: int) ->
     t0, c0 = time.perf_counter(), time.process_time()
     for edge in edges:
         ok = await link_nodes_async(
-            edge["source"], edge["target"], edge["relationship"], properties=edge["properties"], chroma=chroma, graph=single_graph
+            edge["source"], edge["target"], edge["relationship"], properties=edge["properties"], chroma=chroma, unit=DatabaseUnitOfWork(single_graph.db)
         )
         assert ok, edge
     single_s, single_cpu = time.perf_counter() - t0, time.process_time() - c0

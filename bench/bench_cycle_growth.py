@@ -54,7 +54,7 @@ from pipelines.vocabulary import ANCHOR_LABELS  # noqa: E402
 from store.chroma import ChromaStore  # noqa: E402
 from store.db import Database  # noqa: E402
 from store.graph import GraphStore  # noqa: E402
-from store.runstate import RunStateStore  # noqa: E402
+from store.unit_of_work import DatabaseUnitOfWork  # noqa: E402
 from worker.cycle import CycleResult, Stores, run_cycle  # noqa: E402
 from worker.knowledge import refresh_communities  # noqa: E402
 from worker.logs import configure_logging  # noqa: E402
@@ -100,7 +100,7 @@ class DataDir:
     async def cycle(self, *, settings: Settings | None = None, profile: Path | None = None) -> CycleResult:
         settings = settings or self.settings
         db = Database(settings.graph_path)
-        stores = Stores(db=db, graph=GraphStore(db), runstate=RunStateStore(db), chroma=self.chroma)
+        stores = Stores(db=db, unit=DatabaseUnitOfWork(db), chroma=self.chroma)
         profiler = cProfile.Profile() if profile else None
         try:
             if profiler:
@@ -147,7 +147,7 @@ class DataDir:
         db = Database(self.settings.graph_path)
         try:
             t0 = time.perf_counter()
-            forget_session(db, session_id)
+            forget_session(DatabaseUnitOfWork(db), session_id)
             return time.perf_counter() - t0
         finally:
             db.close()

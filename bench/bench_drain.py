@@ -39,6 +39,7 @@ from store.db import Database  # noqa: E402
 from store.graph import GraphStore, Node  # noqa: E402
 from store.lazy_queue import LazyEdgeQueue, edge_line  # noqa: E402
 from store.lazy_table import LazyEdgeTable  # noqa: E402
+from store.unit_of_work import DatabaseUnitOfWork  # noqa: E402
 from worker.logs import configure_logging  # noqa: E402
 
 ROUNDS = 3
@@ -74,7 +75,7 @@ async def one_drain(
     if trace:
         tracemalloc.start()
     t0 = time.perf_counter()
-    stats = await drain_queue(queue, table=table, graph=graph, chroma=ChromaStore(settings), max_attempts=5, batch_size=batch_size)
+    stats = await drain_queue(queue, table=table, unit=DatabaseUnitOfWork(graph.db), chroma=ChromaStore(settings), max_attempts=5, batch_size=batch_size)
     seconds = time.perf_counter() - t0
     peak = 0
     if trace:

@@ -38,6 +38,7 @@ from store.db import Database  # noqa: E402
 from store.graph import Edge, GraphStore, Node  # noqa: E402
 from store.merges import MergeStore  # noqa: E402
 from store.provenance import EdgePointRow, NodePointRow, PointRow, ProvenanceStore  # noqa: E402
+from store.unit_of_work import DatabaseUnitOfWork  # noqa: E402
 from worker.knowledge import identity_resolver  # noqa: E402
 from worker.logs import configure_logging  # noqa: E402
 
@@ -83,7 +84,7 @@ class Graph:
         )
         times = {f"memory:{sid}-t{i:03d}": f"2026-{1 + day // 28 % 12:02d}-{1 + day % 28:02d}T10:00:00Z" for i in range(len(texts))}
         commit_session(
-            reduced, graph=self.graph, graph_index=None, on_commit=lambda: None, queue_append=len,
+            reduced, unit=DatabaseUnitOfWork(self.db), graph_index=None, on_commit=lambda: None, queue_append=len,
             matcher=self.resolver, merges=self.merges, observed_at=times,
         )
         t2 = time.perf_counter()
@@ -154,7 +155,7 @@ def forget_cost(history: int = 2000, *, seed: int = 12) -> dict[str, Any]:
         for done in range(history):
             g.extract(f"s{done:05d}", [turn_text(rng, done, t) for t in range(TURNS_PER_SESSION)], day=done)
         t0 = time.perf_counter()
-        report = forget_session(g.db, f"s{history // 2:05d}")
+        report = forget_session(DatabaseUnitOfWork(g.db), f"s{history // 2:05d}")
         seconds = time.perf_counter() - t0
         g.db.close()
     return {"history": history, "forget_ms": 1000 * seconds, **{k: report[k] for k in ("points", "claims", "nodes_removed", "edges_removed", "memories")},

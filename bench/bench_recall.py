@@ -46,7 +46,6 @@ from pipelines.recall import MAX_LIMIT as MAX_DEPTH  # noqa: E402
 from pipelines.recall import RecallRequest, RecallWeights, fuse, recall  # noqa: E402
 from store.chroma import MemoryRow, SummaryRow, row_created_at  # noqa: E402
 from store.db import Database  # noqa: E402
-from store.graph import GraphStore  # noqa: E402
 import store.recall_index as recall_index_module  # noqa: E402
 from store.recall_index import RecallIndex  # noqa: E402
 from worker.cycle import run_cycle  # noqa: E402
@@ -330,6 +329,7 @@ def ingest_cost(friends: Path, work: Path, *, rounds: int = 3) -> dict[str, Any]
     as a cycle runs it: ``sync_sessions_to_graph`` over the tune split's embedded Chroma)."""
     from pipelines.ingest import sync_sessions_to_graph
     from store.chroma import ChromaStore
+    from store.unit_of_work import DatabaseUnitOfWork
 
     batches = ingest_batches(friends)
     chroma_settings = ensure_graph(work, "friends-tune", friends.with_name(f"{friends.name}.tune.jsonl"))
@@ -341,11 +341,11 @@ def ingest_cost(friends: Path, work: Path, *, rounds: int = 3) -> dict[str, Any]
     for _ in range(rounds):
         for variant in ("with_fts", "without_fts"):
             db = fresh_database(work / f"ingest-{variant}.sqlite3", fts=variant == "with_fts")
-            graph = GraphStore(db)
+            unit = DatabaseUnitOfWork(db)
             try:
                 t0 = time.perf_counter()
                 for ids, by_session, summaries in batches:
-                    _write_sessions(ids, by_session, summaries, graph)
+                    _write_sessions(ids, by_session, summaries, unit)
                 timings[variant].append(time.perf_counter() - t0)
                 with db.transaction() as conn:
                     for table in ("edges", "nodes"):
@@ -355,7 +355,7 @@ def ingest_cost(friends: Path, work: Path, *, rounds: int = 3) -> dict[str, Any]
                 async def sync_all() -> float:
                     started = time.perf_counter()
                     for ids, _, _ in batches:
-                        await sync_sessions_to_graph(ids, chroma=chroma, graph=graph)
+                        await sync_sessions_to_graph(ids, chroma=chroma, unit=unit)
                     return time.perf_counter() - started
 
                 end_to_end[variant].append(anyio.run(sync_all))
@@ -368,7 +368,7 @@ def ingest_cost(friends: Path, work: Path, *, rounds: int = 3) -> dict[str, Any]
         db = fresh_database(size_path, fts=variant == "with_fts")
         try:
             for ids, by_session, summaries in batches:
-                _write_sessions(ids, by_session, summaries, GraphStore(db))
+                _write_sessions(ids, by_session, summaries, DatabaseUnitOfWork(db))
         finally:
             recall_index_module.RecallIndex.index_memory_nodes = original  # type: ignore[method-assign]
         db.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")

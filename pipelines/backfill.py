@@ -34,8 +34,9 @@ from pipelines.ingest import (
     session_node,
     sync_batch_isolating_failures,
 )
+from pipelines.ports import Graph, UnitOfWork
 from store.chroma import ChromaRow, ChromaStore, ChromaUnavailableError, MemoryRow, SummaryRow
-from store.graph import Edge, GraphStore, LinkStats, Node, chunked
+from store.graph import Edge, LinkStats, Node, chunked
 from store.ids import InvalidIdError, is_valid_row_id, normalize_graph_node_id, row_kind, row_suffix, session_node_id
 
 log = structlog.get_logger(__name__)
@@ -183,7 +184,7 @@ def plan_backfill(requested: Iterable[str], *, existing: set[str], fetched: Fetc
     return plan
 
 
-async def plan_nodes(node_ids: Iterable[object], *, chroma: ChromaStore, graph: GraphStore) -> tuple[BackfillPlan, dict[Any, RowOutcome]]:
+async def plan_nodes(node_ids: Iterable[object], *, chroma: ChromaStore, graph: Graph) -> tuple[BackfillPlan, dict[Any, RowOutcome]]:
     """Read what a back-fill of ``node_ids`` (one batch) needs — one Chroma ``get(ids=[…])`` for the
     missing memories, one ``$in`` read for their sessions — and plan it. Writes nothing. Returns the
     plan and an outcome per given id (keyed as given); Chroma failures become outcomes."""
@@ -202,10 +203,11 @@ async def plan_nodes(node_ids: Iterable[object], *, chroma: ChromaStore, graph: 
     return plan, outcomes
 
 
-def write_backfill(plan: BackfillPlan, graph: GraphStore, *, edges: Sequence[Edge] = ()) -> LinkStats:
+def write_backfill(plan: BackfillPlan, unit: UnitOfWork, *, edges: Sequence[Edge] = ()) -> LinkStats:
     """Write a plan's nodes (sessions first) and ``ORIGINATES_IN`` edges, then ``edges``, in one
-    transaction. Blocking: call from a worker thread."""
-    with graph.db.transaction():
+    transaction of ``unit``. Blocking: call from a worker thread."""
+    graph = unit.graph
+    with unit.transaction():
         # Re-check inside the write transaction: a live sync may have written a node since we
         # looked, and a back-fill must never overwrite a live-ingested node.
         present = graph.existing_ids([n.id for n in plan.sessions] + [n.id for n in plan.memories])
@@ -218,7 +220,7 @@ async def ensure_nodes_exist(
     node_ids: Iterable[object],
     *,
     chroma: ChromaStore,
-    graph: GraphStore,
+    unit: UnitOfWork,
     batch_size: int = DEFAULT_BATCH_SIZE,
     dry_run: bool = False,
 ) -> dict[Any, RowOutcome]:
@@ -229,14 +231,14 @@ async def ensure_nodes_exist(
     """
     outcomes: dict[Any, RowOutcome] = {}
     for batch in chunked(list(dict.fromkeys(node_ids)), max(1, batch_size)):
-        plan, found = await plan_nodes(batch, chroma=chroma, graph=graph)
+        plan, found = await plan_nodes(batch, chroma=chroma, graph=unit.graph)
         if not dry_run and (plan.sessions or plan.memories):
-            await anyio.to_thread.run_sync(write_backfill, plan, graph)
+            await anyio.to_thread.run_sync(write_backfill, plan, unit)
         outcomes.update(found)
     return outcomes
 
 
-async def _plan_batch(batch: Sequence[str], *, chroma: ChromaStore, graph: GraphStore) -> BackfillPlan:
+async def _plan_batch(batch: Sequence[str], *, chroma: ChromaStore, graph: Graph) -> BackfillPlan:
     existing = await anyio.to_thread.run_sync(graph.existing_ids, batch)
     missing_memories = [row_suffix(i) for i in batch if i not in existing and row_kind(i) == "memory"]
     wanted_sessions = {row_suffix(i) for i in batch if i not in existing and row_kind(i) == "session"}
@@ -273,14 +275,14 @@ def _session_id_or_none(session_id: str) -> str | None:
         return None
 
 
-async def ingest_single_row(graph_node_id: object, *, chroma: ChromaStore, graph: GraphStore) -> dict[str, Any]:
+async def ingest_single_row(graph_node_id: object, *, chroma: ChromaStore, unit: UnitOfWork) -> dict[str, Any]:
     """Back-fill one ``memory:`` / ``session:`` node (any prefix case) from its Chroma row.
 
     Returns ``{success, reason, graph_node_id?, error?}``; ``reason`` is one of :data:`REASONS`.
     Never raises.
     """
     try:
-        outcomes = await ensure_nodes_exist([graph_node_id], chroma=chroma, graph=graph, batch_size=1)
+        outcomes = await ensure_nodes_exist([graph_node_id], chroma=chroma, unit=unit, batch_size=1)
         return outcomes[graph_node_id].as_dict()
     except Exception as exc:  # noqa: BLE001 - the contract is a result, not an exception
         log.warning("back-fill failed", graph_node_id=str(graph_node_id)[:200], error=describe_error(exc))
@@ -295,16 +297,16 @@ async def link_nodes_async(
     properties: dict[str, Any] | None = None,
     *,
     chroma: ChromaStore,
-    graph: GraphStore,
+    unit: UnitOfWork,
 ) -> bool:
     """Back-fill a missing ``memory:`` / ``session:`` endpoint, then link (one transaction).
     ``False`` (logged) when an endpoint cannot be made to exist: unknown prefix, back-fill failure,
     invalid id; the other endpoint is back-filled all the same."""
     try:
-        plan, outcomes = await plan_nodes([source, target], chroma=chroma, graph=graph)
+        plan, outcomes = await plan_nodes([source, target], chroma=chroma, graph=unit.graph)
         failed = {given: o for given, o in outcomes.items() if not o.success}
         edges = [] if failed else [Edge(source, target, relationship, weight, dict(properties or {}))]
-        stats = await anyio.to_thread.run_sync(partial(write_backfill, plan, graph, edges=edges))
+        stats = await anyio.to_thread.run_sync(partial(write_backfill, plan, unit, edges=edges))
     except Exception as exc:  # noqa: BLE001 - reported as False, like every other failure here
         log.warning("link back-fill failed", source=str(source)[:200], target=str(target)[:200], error=describe_error(exc))
         return False
@@ -381,7 +383,7 @@ class RecentBackfill:
 async def sync_recent_sessions(
     *,
     chroma: ChromaStore,
-    graph: GraphStore,
+    unit: UnitOfWork,
     memory_collection: str,
     summary_collection: str,
     now: datetime,
@@ -404,13 +406,13 @@ async def sync_recent_sessions(
     session_ids, result.sessions_undated = sessions_in_window(created, since=result.since)
     result.sessions_in_window = len(session_ids)
     node_ids = [session_node_id(sid) for sid in session_ids]
-    result.sessions_present = len(await anyio.to_thread.run_sync(graph.existing_ids, node_ids))
+    result.sessions_present = len(await anyio.to_thread.run_sync(unit.graph.existing_ids, node_ids))
     if on_progress:
         on_progress(0, len(session_ids))
     if dry_run:
         return result
     for done, batch in enumerate(chunked(session_ids, max(1, sessions_per_batch)), start=1):
-        synced = await sync_batch_isolating_failures(list(batch), chroma=chroma, graph=graph)
+        synced = await sync_batch_isolating_failures(list(batch), chroma=chroma, unit=unit)
         result.sessions_failed += len(synced.failed)
         result.session_failures += [f"{sid}: {why}" for sid, why in synced.failed.items()][: 20 - len(result.session_failures)]
         result.sessions_synced += len(synced.synced)

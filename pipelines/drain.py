@@ -42,10 +42,11 @@ import structlog
 
 from pipelines.backfill import DEFAULT_BATCH_SIZE, RowOutcome, plan_nodes, write_backfill
 from pipelines.lazy_edge import MalformedLine, QueuedEdge, dead_letter_record, parse_line
+from pipelines.ports import QueueTable, UnitOfWork
 from store.chroma import ChromaStore
-from store.graph import GraphStore, utc_now
+from store.graph import utc_now
 from store.lazy_queue import LazyEdgeQueue, OversizedLine, QueueBusyError, edge_line
-from store.lazy_table import DeadRow, LazyEdgeTable, QueuedRow, RowsTakenError
+from store.lazy_table import DeadRow, QueuedRow, RowsTakenError
 
 log = structlog.get_logger(__name__)
 
@@ -151,7 +152,7 @@ class _TableOutputs:
     """The table form: every settled row leaves ``lazy_edges``; failed ones come back with
     ``attempts`` + 1, dead ones go to ``lazy_edges_dead`` — in the batch's own transaction."""
 
-    table: LazyEdgeTable
+    table: QueueTable
     clock: Callable[[], str]
     in_database: bool = True
 
@@ -172,7 +173,7 @@ class _TableOutputs:
 class _Drain:
     """The state of one drain run (counters, options); the queue forms feed it batches."""
 
-    graph: GraphStore
+    unit: UnitOfWork
     chroma: ChromaStore
     max_attempts: int
     batch_size: int
@@ -196,7 +197,7 @@ class _Drain:
                 return False
 
     async def run_table(
-        self, table: LazyEdgeTable, up_to: int, outputs: _TableOutputs | None, *,
+        self, table: QueueTable, up_to: int, outputs: _TableOutputs | None, *,
         progress: Callable[[int], None], stop: Callable[[], bool],
     ) -> bool:
         """Drain the table's rows up to id ``up_to``; ``False`` when stopped early (unread rows
@@ -275,7 +276,7 @@ class _Drain:
         plan = None
         if items:
             endpoints = {e for _, line in items for e in (line.edge.source, line.edge.target)}
-            plan, outcomes = await plan_nodes(endpoints, chroma=self.chroma, graph=self.graph)
+            plan, outcomes = await plan_nodes(endpoints, chroma=self.chroma, graph=self.unit.graph)
             self.stats.backfilled += sum(1 for o in outcomes.values() if o.reason in ("backfilled", "backfilled-minimal"))
             for item in items:
                 edge = item[1].edge
@@ -291,7 +292,7 @@ class _Drain:
         def write() -> list[_Fate]:
             culled: set[tuple[str, str, str]] = set()
             if writes and plan is not None:
-                link_stats = write_backfill(plan, self.graph, edges=[line.edge for _, line in linkable])
+                link_stats = write_backfill(plan, self.unit, edges=[line.edge for _, line in linkable])
                 culled = {(e.source, e.target, e.relationship) for e in link_stats.culled_edges}
             done = fates + [
                 self._failure(item, "endpoint-missing: culled while linking")
@@ -303,7 +304,7 @@ class _Drain:
             return done
 
         def in_transaction() -> list[_Fate]:
-            with self.graph.db.transaction():
+            with self.unit.transaction():
                 return write()
 
         if not (fates or linkable or writes):
@@ -367,10 +368,10 @@ def _size(path: Path) -> int:
 async def drain_queue(
     queue: LazyEdgeQueue,
     *,
-    graph: GraphStore,
+    unit: UnitOfWork,
     chroma: ChromaStore,
     max_attempts: int,
-    table: LazyEdgeTable | None = None,
+    table: QueueTable | None = None,
     batch_size: int = DEFAULT_BATCH_SIZE,
     dry_run: bool = False,
     on_progress: Progress | None = None,
@@ -378,12 +379,12 @@ async def drain_queue(
     clock: Callable[[], str] = utc_now,
 ) -> DrainStats:
     """Drain ``queue`` once (see the module doc), then ``table`` (the queue's database form, in
-    ``graph``'s database) when given. Raises :class:`QueueBusyError` when another drain runs.
+    ``unit``'s database) when given. Raises :class:`QueueBusyError` when another drain runs.
     ``on_progress(done, total)`` follows the work (bytes of the files, characters of the rows);
     ``should_stop()`` is checked between batches: when true, the unread lines go back to the live
     queue and the unread rows stay where they are, untouched, and the drain ends cleanly."""
     stats = DrainStats(dry_run=dry_run)
-    run = _Drain(graph, chroma, max_attempts, max(1, batch_size), dry_run, clock, stats)
+    run = _Drain(unit, chroma, max_attempts, max(1, batch_size), dry_run, clock, stats)
     if dry_run:
         inputs = [p for p in [*queue.draining_files(), queue.path] if p.exists()]
         stats.orphan_recovered = len(inputs) > 1
@@ -424,7 +425,7 @@ async def drain_queue(
 
 
 async def _progress_over(
-    inputs: list[Path], table: LazyEdgeTable | None, up_to: int, on_progress: Progress | None
+    inputs: list[Path], table: QueueTable | None, up_to: int, on_progress: Progress | None
 ) -> Callable[[int], None]:
     """A ``progress(amount)`` that adds up and reports to ``on_progress`` against the total of
     ``inputs`` and the table's rows up to ``up_to``."""

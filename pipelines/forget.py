@@ -24,11 +24,11 @@ from typing import Any
 
 from pipelines.extract.commit import commit_session
 from pipelines.extract.reduce import reduce_session
-from store.db import Database
-from store.graph import Edge, GraphStore
+from pipelines.ports import Graph, UnitOfWork
+from store.graph import Edge
 from store.ids import memory_node_id, session_node_id
-from store.provenance import DISCUSSED_IN, EdgeKey, ProvenanceStore, anchor_edges
-from store.tombstones import MEMORY, NOTE, SESSION, TombstoneStore
+from store.provenance import DISCUSSED_IN, EdgeKey, anchor_edges
+from store.tombstones import MEMORY, NOTE, SESSION
 
 
 class _Rollback(Exception):
@@ -43,12 +43,12 @@ class _RemovalCount:
     one of ``keys`` (the edges it gave points to between nodes that keep theirs, and for a turn
     its owners' ``DISCUSSED_IN`` edges)."""
 
-    graph: GraphStore
+    graph: Graph
     small: set[str]
     keys: set[EdgeKey]
 
     @classmethod
-    def of(cls, graph: GraphStore, *, small: set[str], keys: Iterable[EdgeKey]) -> "_RemovalCount":
+    def of(cls, graph: Graph, *, small: set[str], keys: Iterable[EdgeKey]) -> "_RemovalCount":
         return cls(graph, small, {k for k in keys if k[0] not in small and k[1] not in small})
 
     def now(self) -> tuple[int, int]:
@@ -58,16 +58,16 @@ class _RemovalCount:
 
 
 def forget_anchor(
-    db: Database, *, kind: str, item_id: str, anchor: str, reduce_key: str, chunk_key: str,
+    unit: UnitOfWork, *, kind: str, item_id: str, anchor: str, reduce_key: str, chunk_key: str,
     bury: bool = True, dry_run: bool = False,
 ) -> dict[str, Any]:
     """Forget one session (``kind`` ``session``, ``item_id`` its id) or notes file (``note``, its
     ``note:`` id): see the module docstring. ``reduce_key``/``chunk_key``: the key its extraction
     and its chunk results were written under. Returns what went."""
-    graph, provenance, tombstones = GraphStore(db), ProvenanceStore(db), TombstoneStore(db)
+    graph, provenance, tombstones = unit.graph, unit.provenance, unit.tombstones
     report: dict[str, Any] = {"kind": kind, "id": item_id, "anchor": anchor, "dry_run": dry_run}
     try:
-        with db.transaction():
+        with unit.transaction():
             rows = provenance.anchor_rows(anchor)
             touched = {r.node_id for r in rows.node_points} | {c.node_id for c in rows.claims}
             memories = tombstones.session_memories(item_id) if kind == SESSION else []
@@ -75,7 +75,7 @@ def forget_anchor(
             counter = _RemovalCount.of(graph, small=small, keys=(r.key for r in rows.edge_points))
             nodes_before, edges_before = counter.now()
             empty = reduce_session(reduce_key, [], anchor=anchor if kind == NOTE else "")
-            commit_session(empty, graph=graph, graph_index=None, on_commit=lambda: None,
+            commit_session(empty, unit=unit, graph_index=None, on_commit=lambda: None,
                            queue_append=lambda lines: 0, matcher=lambda candidates, index: {})
             for memory in memories:
                 graph.delete_node(memory_node_id(memory))
@@ -98,26 +98,26 @@ def forget_anchor(
     return report
 
 
-def forget_session(db: Database, session_id: str, *, bury: bool = True, dry_run: bool = False) -> dict[str, Any]:
+def forget_session(unit: UnitOfWork, session_id: str, *, bury: bool = True, dry_run: bool = False) -> dict[str, Any]:
     """Forget a session (see :func:`forget_anchor`)."""
-    return forget_anchor(db, kind=SESSION, item_id=session_id, anchor=session_node_id(session_id), reduce_key=session_id,
+    return forget_anchor(unit, kind=SESSION, item_id=session_id, anchor=session_node_id(session_id), reduce_key=session_id,
                          chunk_key=session_id, bury=bury, dry_run=dry_run)
 
 
-def forget_note(db: Database, note_id: str, note_key: str, *, dry_run: bool = False) -> dict[str, Any]:
+def forget_note(unit: UnitOfWork, note_id: str, note_key: str, *, dry_run: bool = False) -> dict[str, Any]:
     """Forget an imported notes file (see :func:`forget_anchor`); a later ``import-notes`` of the
     file brings it back (that is asking for it)."""
-    return forget_anchor(db, kind=NOTE, item_id=note_id, anchor=note_id, reduce_key=note_key, chunk_key=note_key,
+    return forget_anchor(unit, kind=NOTE, item_id=note_id, anchor=note_id, reduce_key=note_key, chunk_key=note_key,
                          bury=False, dry_run=dry_run)
 
 
-def forget_memory(db: Database, memory_id: str, *, dry_run: bool = False) -> dict[str, Any]:
+def forget_memory(unit: UnitOfWork, memory_id: str, *, dry_run: bool = False) -> dict[str, Any]:
     """Forget one turn (see the module docstring)."""
-    graph, provenance, tombstones = GraphStore(db), ProvenanceStore(db), TombstoneStore(db)
+    graph, provenance, tombstones = unit.graph, unit.provenance, unit.tombstones
     node_id = memory_node_id(memory_id)
     report: dict[str, Any] = {"kind": MEMORY, "id": memory_id, "dry_run": dry_run}
     try:
-        with db.transaction():
+        with unit.transaction():
             session = tombstones.session_of_memory(memory_id)
             memory = graph.get_node(node_id)
             if session is None and memory is not None and isinstance(memory.properties.get("sessionId"), str):
@@ -159,6 +159,6 @@ def forget_memory(db: Database, memory_id: str, *, dry_run: bool = False) -> dic
     return report
 
 
-def retract_vanished(db: Database, present: set[str], known: set[str]) -> list[dict[str, Any]]:
+def retract_vanished(unit: UnitOfWork, present: set[str], known: set[str]) -> list[dict[str, Any]]:
     """Forget (without a tombstone) the ``known`` sessions no longer ``present`` in Chroma."""
-    return [forget_session(db, session_id, bury=False) for session_id in sorted(known - present)]
+    return [forget_session(unit, session_id, bury=False) for session_id in sorted(known - present)]

@@ -16,10 +16,10 @@ from typing import Any
 import anyio
 import structlog
 
+from pipelines.ports import UnitOfWork
 from store.chroma import ChromaStore, ChromaUnavailableError, MemoryRow, SummaryRow, latest_by_session
-from store.graph import Edge, GraphStore, Node, dumps
+from store.graph import Edge, Node, dumps
 from store.ids import InvalidIdError, is_valid_row_id, memory_node_id, session_node_id
-from store.recall_index import RecallIndex
 from store.runstate import SessionRevision
 
 log = structlog.get_logger(__name__)
@@ -236,14 +236,14 @@ async def scan_session_revisions(
 
 
 async def sync_sessions_to_graph(
-    session_ids: Sequence[str], *, chroma: ChromaStore, graph: GraphStore, memory_ids: Mapping[str, Sequence[str]] | None = None
+    session_ids: Sequence[str], *, chroma: ChromaStore, unit: UnitOfWork, memory_ids: Mapping[str, Sequence[str]] | None = None
 ) -> dict[str, SyncStats]:
     """Live-sync a batch of sessions: paged Chroma reads for their memories and their summaries,
-    one graph transaction. Returns stats per session. ``memory_ids``: each session's row ids as
+    one transaction of ``unit``. Returns stats per session. ``memory_ids``: each session's row ids as
     the scan found them, so that the rows are read by id (see ``ChromaStore.memories_for_sessions``)."""
     rows_by_session = await chroma.memories_for_sessions(session_ids, memory_ids=memory_ids)
     summaries = await chroma.summaries_for_sessions(session_ids) or {}
-    return await anyio.to_thread.run_sync(_write_sessions, list(session_ids), rows_by_session, summaries, graph)
+    return await anyio.to_thread.run_sync(_write_sessions, list(session_ids), rows_by_session, summaries, unit)
 
 
 @dataclass(slots=True, kw_only=True)
@@ -255,14 +255,14 @@ class BatchSync:
 
 
 async def sync_batch_isolating_failures(
-    session_ids: Sequence[str], *, chroma: ChromaStore, graph: GraphStore, memory_ids: Mapping[str, Sequence[str]] | None = None
+    session_ids: Sequence[str], *, chroma: ChromaStore, unit: UnitOfWork, memory_ids: Mapping[str, Sequence[str]] | None = None
 ) -> BatchSync:
     """:func:`sync_sessions_to_graph` for a batch; when the batch fails, each session is synced on
     its own, so that one bad session costs only itself. An unreachable Chroma is not a session's
     fault and is raised (:class:`ChromaUnavailableError`)."""
     result = BatchSync()
     try:
-        result.synced = await sync_sessions_to_graph(session_ids, chroma=chroma, graph=graph, memory_ids=memory_ids)
+        result.synced = await sync_sessions_to_graph(session_ids, chroma=chroma, unit=unit, memory_ids=memory_ids)
         return result
     except ChromaUnavailableError:
         raise
@@ -272,7 +272,7 @@ async def sync_batch_isolating_failures(
             log.warning("session sync failed", session_id=session_ids[0], error=result.failed[session_ids[0]])
             return result
     for sid in session_ids:
-        one = await sync_batch_isolating_failures([sid], chroma=chroma, graph=graph, memory_ids=memory_ids)
+        one = await sync_batch_isolating_failures([sid], chroma=chroma, unit=unit, memory_ids=memory_ids)
         result.synced.update(one.synced)
         result.failed.update(one.failed)
     return result
@@ -283,16 +283,16 @@ def describe_error(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"[:500]
 
 
-async def sync_session_to_graph(session_id: str, *, chroma: ChromaStore, graph: GraphStore) -> SyncStats:
+async def sync_session_to_graph(session_id: str, *, chroma: ChromaStore, unit: UnitOfWork) -> SyncStats:
     """Live-sync one session (DESIGN §4.2). A session with no memory rows still gets its node."""
-    return (await sync_sessions_to_graph([session_id], chroma=chroma, graph=graph))[session_id]
+    return (await sync_sessions_to_graph([session_id], chroma=chroma, unit=unit))[session_id]
 
 
 def _write_sessions(
     session_ids: list[str],
     rows_by_session: dict[str, list[MemoryRow]],
     summaries: dict[str, SummaryRow],
-    graph: GraphStore,
+    unit: UnitOfWork,
 ) -> dict[str, SyncStats]:
     all_ids: list[str] = []
     for sid in session_ids:
@@ -302,7 +302,8 @@ def _write_sessions(
             continue
         all_ids.extend(f"memory:{r.id}" for r in rows_by_session.get(sid, []) if is_valid_row_id(r.id))
     results: dict[str, SyncStats] = {}
-    with graph.db.transaction():
+    graph = unit.graph
+    with unit.transaction():
         existing = graph.get_nodes(all_ids)
         sessions: list[Node] = []
         memories: list[Node] = []
@@ -318,7 +319,7 @@ def _write_sessions(
         graph.upsert_nodes(memories)
         graph.link_nodes(edges)
         texts = {f"memory:{r.id}": r.document for sid in session_ids for r in rows_by_session.get(sid, [])}
-        RecallIndex(graph.db).index_memory_nodes(memories, texts)
+        unit.recall_index.index_memory_nodes(memories, texts)
     for sid, stats in results.items():
         for detail in stats.error_details:
             log.warning("ingest row error", session_id=sid, error=detail)

@@ -33,16 +33,16 @@ from typing import Any
 
 import anyio
 
-from pipelines.extract.commit import MergeRecorder, commit_session
+from pipelines.extract.commit import commit_session
 from pipelines.extract.map import map_units
 from pipelines.extract.model import Extractor
 from pipelines.extract.reduce import reduce_session
 from pipelines.extract.units import SourceTurn, plan_units
 from pipelines.lazy_edge import LazyEdgeSink
+from pipelines.ports import MergeRecorder, UnitOfWork
 from pipelines.resolver import GraphResolver
 from pipelines.vocabulary import NOTE_LABEL
-from store.chunks import ChunkResultStore
-from store.graph import GraphStore, Node
+from store.graph import Node
 
 NOTE_SUFFIXES: tuple[str, ...] = (".md", ".markdown", ".mdown", ".txt", ".text")
 
@@ -122,8 +122,8 @@ def note_node(note: NoteFile, *, content_hash: str | None) -> Node:
 class NotesEnv:
     """What a notes import works with (the same stores and extractor as the cycle's extract phase)."""
 
-    graph: GraphStore
-    chunks: ChunkResultStore
+    # The graph and chunk results, and the transaction a file's commit runs in.
+    unit: UnitOfWork
     extractor: Extractor
     semantic_types: Sequence[str]
     budget_tokens: int | None
@@ -158,12 +158,12 @@ class NoteResult:
 async def import_note(note: NoteFile, env: NotesEnv) -> NoteResult:
     """Extract one notes file and commit it (see the module docstring)."""
     result = NoteResult(note.note_id, note.shown, "unchanged")
-    existing = await anyio.to_thread.run_sync(env.graph.get_node, note.note_id)
+    existing = await anyio.to_thread.run_sync(env.unit.graph.get_node, note.note_id)
     if existing is not None and existing.properties.get("contentHash") == note.content_hash:
         return result
     units = plan_units(note.key, note_turns(note), budget_tokens=env.budget_tokens)
     outcomes = await map_units(
-        units, extractor=env.extractor, store=env.chunks, semantic_types=env.semantic_types,
+        units, extractor=env.extractor, store=env.unit.chunks, semantic_types=env.semantic_types,
         limiter=anyio.CapacityLimiter(env.concurrency), now=env.now, run_id=env.run_id,
         retry_base_seconds=env.retry_base_seconds, retry_max_seconds=env.retry_max_seconds,
     )
@@ -178,24 +178,24 @@ async def import_note(note: NoteFile, env: NotesEnv) -> NoteResult:
     # The anchor must exist when the commit plans its DISCUSSED_IN edges; its content hash is
     # only written inside the commit, so a failed commit leaves the file "not yet imported".
     pending = existing.properties.get("contentHash") if existing is not None else None
-    await anyio.to_thread.run_sync(env.graph.upsert_node, note_node(note, content_hash=pending))
+    await anyio.to_thread.run_sync(env.unit.graph.upsert_node, note_node(note, content_hash=pending))
     keep = [u.content_hash for u in units]
 
     def on_commit() -> None:
-        env.graph.upsert_node(note_node(note, content_hash=note.content_hash))
-        env.chunks.prune_session(note.key, keep)
+        env.unit.graph.upsert_node(note_node(note, content_hash=note.content_hash))
+        env.unit.chunks.prune_session(note.key, keep)
 
     await env.resolver.prepare(reduced.nodes)
     committed = await anyio.to_thread.run_sync(
         partial(
-            commit_session, reduced, graph=env.graph, graph_index=None, on_commit=on_commit,
+            commit_session, reduced, unit=env.unit, graph_index=None, on_commit=on_commit,
             queue_append=env.queue.append, matcher=env.resolver, merges=env.merges,
             # A file has no turns: its points are observed when it is imported.
             observed_at={u.unit_id: env.now.isoformat(timespec="milliseconds").replace("+00:00", "Z") for u in units},
         )
     )
-    if committed.nodes_removed:
-        env.resolver.reset()  # its index still knows the removed nodes
+    if committed.nodes_removed or committed.nodes_folded:
+        env.resolver.reset()  # its index still knows the removed or folded nodes
     result.status = "imported"
     result.nodes_written, result.edges_written = committed.nodes_written, committed.edges_written
     result.merges_recorded = committed.merges_recorded

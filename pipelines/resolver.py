@@ -146,7 +146,7 @@ class GraphResolver:
                 self._index = None
                 index = self._ready_index()
                 verdicts = resolve_batch(refs, index, blocked=self._blocked, thresholds=self.thresholds)
-            verdicts = [self._settled(v) for v in verdicts]
+            verdicts = [separated(self._settled(v), self._blocked) for v in verdicts]
             learn(index, refs, verdicts)
             self._created = [v.node_id for v in verdicts if v.target is None or v.target == v.node_id]
             for verdict in verdicts:
@@ -165,6 +165,15 @@ class GraphResolver:
             return verdict
         score = next(m.score for m in verdict.candidates if m.node_id == chosen)
         return Verdict(verdict.node_id, LINK, chosen, "auditor", score, verdict.candidates)
+
+
+def separated(verdict: Verdict, blocked: frozenset[tuple[str, str]]) -> Verdict:
+    """An ambiguity among nodes someone separated (a merge undone between two of them) stays a
+    question for review: the commit never bridges it (pure; :func:`pipelines.extract.commit.bridges`)."""
+    ids = [m.node_id for m in verdict.candidates]
+    if verdict.action == CANDIDATE and verdict.rule.startswith("ambiguous-") and any((a, b) in blocked for a in ids for b in ids):
+        return Verdict(verdict.node_id, CANDIDATE, None, "ambiguous-separated", verdict.score, verdict.candidates)
+    return verdict
 
 
 def _question(verdict: Verdict) -> tuple[str, tuple[str, ...]]:

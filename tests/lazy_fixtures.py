@@ -58,7 +58,7 @@ async def drain(settings: Settings, stores: Stores, **options: Any) -> DrainStat
     """Drain the settings' queue with the stores and settings defaults."""
     options.setdefault("max_attempts", settings.lazy_max_attempts)
     options.setdefault("batch_size", settings.write_batch_size)
-    options.setdefault("graph", stores.graph)
+    options.setdefault("unit", stores.unit)
     options.setdefault("chroma", stores.chroma)
     queue = options.pop("queue", None) or queue_of(settings)
     return await drain_queue(queue, **options)

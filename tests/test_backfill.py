@@ -33,7 +33,7 @@ from worker.cycle import Stores
 
 
 async def single(stores: Stores, node_id: object) -> dict[str, Any]:
-    return await ingest_single_row(node_id, chroma=stores.chroma, graph=stores.graph)
+    return await ingest_single_row(node_id, chroma=stores.chroma, unit=stores.unit)
 
 
 async def test_reasons_for_rows_in_chroma(settings: Settings, stores: Stores, tmp_path: Path) -> None:
@@ -102,7 +102,7 @@ async def test_live_sync_upgrades_backfilled_nodes(settings: Settings, stores: S
     assert stores.graph.get_node("session:s-nosum").properties["minimal"] is True
     # The agent summarises the session later; the next live sync upgrades both nodes.
     await seed_chroma(stores, settings, [make_session("s-nosum", 2)], tmp_path)
-    stats = await sync_session_to_graph("s-nosum", chroma=stores.chroma, graph=stores.graph)
+    stats = await sync_session_to_graph("s-nosum", chroma=stores.chroma, unit=stores.unit)
     assert stats.errors == 0
     session = stores.graph.get_node("session:s-nosum")
     assert session.properties["liveIngested"] is True and session.properties["title"] == "Session s-nosum"
@@ -114,7 +114,7 @@ async def test_live_sync_upgrades_backfilled_nodes(settings: Settings, stores: S
 
 async def test_backfill_never_overwrites_a_live_node(settings: Settings, stores: Stores, tmp_path: Path) -> None:
     await seed_standard(stores, settings, tmp_path)
-    await sync_session_to_graph("s-1", chroma=stores.chroma, graph=stores.graph)
+    await sync_session_to_graph("s-1", chroma=stores.chroma, unit=stores.unit)
     before = graph_dump(stores.graph)
     assert (await single(stores, "memory:s-1-t0000"))["reason"] == "already-exists"
     assert graph_dump(stores.graph) == before
@@ -123,7 +123,7 @@ async def test_backfill_never_overwrites_a_live_node(settings: Settings, stores:
 async def test_link_nodes_async(settings: Settings, stores: Stores, tmp_path: Path) -> None:
     await seed_standard(stores, settings, tmp_path)
     add_concepts(stores.graph, "graph")
-    link = lambda s, t, **kw: link_nodes_async(s, t, "MENTIONED_IN", chroma=stores.chroma, graph=stores.graph, **kw)  # noqa: E731
+    link = lambda s, t, **kw: link_nodes_async(s, t, "MENTIONED_IN", chroma=stores.chroma, unit=stores.unit, **kw)  # noqa: E731
     assert await link("CONCEPT:graph", "MEMORY:s-2-t0000", weight=0.7, properties={"quote": "turn 0"}) is True
     edge = stores.graph.get_edge("CONCEPT:graph", "memory:s-2-t0000", "MENTIONED_IN")
     assert edge is not None and edge.weight == 0.7 and edge.properties == {"quote": "turn 0"}
@@ -149,7 +149,7 @@ async def test_ensure_nodes_exist_reads_chroma_once_per_batch(
 
     monkeypatch.setattr(Collection, "get", spy)
     wanted = [f"memory:b{n}-t{t:04d}" for n in range(12) for t in range(4)] + ["session:b0", "SESSION:b1", "memory:nope"]
-    outcomes = await ensure_nodes_exist(wanted, chroma=stores.chroma, graph=stores.graph, batch_size=100)
+    outcomes = await ensure_nodes_exist(wanted, chroma=stores.chroma, unit=stores.unit, batch_size=100)
     assert [c["ids"] for c in calls] == [49, 0]  # one get(ids=[…]) for memories, one where-$in for summaries
     assert calls[1]["where"] == {"sessionId": {"$in": [f"b{n}" for n in sorted(range(12), key=str)]}}
     assert outcomes["memory:nope"].reason == "chroma-row-not-found"
@@ -157,14 +157,14 @@ async def test_ensure_nodes_exist_reads_chroma_once_per_batch(
     assert sum(o.reason == "backfilled" for o in outcomes.values()) == 49
     assert stores.graph.counts()["nodes"] == {"MEMORY": 48, "SESSION": 12}
     calls.clear()
-    again = await ensure_nodes_exist(wanted, chroma=stores.chroma, graph=stores.graph, batch_size=20)
+    again = await ensure_nodes_exist(wanted, chroma=stores.chroma, unit=stores.unit, batch_size=20)
     assert [c["ids"] for c in calls] == [1]  # only the missing row is asked for again
     assert {o.reason for o in again.values()} == {"already-exists", "chroma-row-not-found"}
 
 
 async def test_dry_run_backfill_writes_nothing(settings: Settings, stores: Stores, tmp_path: Path) -> None:
     await seed_standard(stores, settings, tmp_path)
-    outcomes = await ensure_nodes_exist(["memory:s-1-t0000", "session:s-nosum"], chroma=stores.chroma, graph=stores.graph, dry_run=True)
+    outcomes = await ensure_nodes_exist(["memory:s-1-t0000", "session:s-nosum"], chroma=stores.chroma, unit=stores.unit, dry_run=True)
     assert [o.reason for o in outcomes.values()] == ["backfilled", "backfilled-minimal"]
     assert stores.graph.counts()["node_total"] == 0
 
@@ -202,7 +202,7 @@ async def test_chroma_fetch_failed_when_the_server_goes_away(tmp_path: Path, mon
             result = await single(stores, "memory:s-2-t0000")
             assert (result["success"], result["reason"]) == (False, "chroma-fetch-failed")
             assert (await single(stores, "session:s-2"))["reason"] == "chroma-fetch-failed"
-            assert await link_nodes_async("session:s-1", "session:s-2", "FOLLOWS", chroma=stores.chroma, graph=stores.graph) is False
+            assert await link_nodes_async("session:s-1", "session:s-2", "FOLLOWS", chroma=stores.chroma, unit=stores.unit) is False
             # The drain keeps such lines for the next cycle.
             queue_of(settings).append([{"source": "session:s-1", "target": "memory:s-2-t0001", "relationship": "REFERENCED_BY"}])
             from tests.lazy_fixtures import drain

@@ -15,7 +15,7 @@ import pytest
 from config import Settings
 from pipelines.drain import MalformedLine, QueuedEdge, parse_line
 from store.db import Database
-from store.graph import GraphStore
+from store.unit_of_work import DatabaseUnitOfWork
 from store.lazy_queue import QueueBusyError, edge_line
 from tests.conftest import ROOT, run_cli
 from tests.lazy_fixtures import (
@@ -192,12 +192,12 @@ async def test_an_exception_while_linking_keeps_the_line(settings: Settings, sto
     blocker = sqlite3.connect(settings.graph_path, isolation_level=None)
     try:
         blocker.execute("BEGIN IMMEDIATE")
-        stats = await drain(settings, stores, graph=GraphStore(impatient))
+        stats = await drain(settings, stores, unit=DatabaseUnitOfWork(impatient))
         assert (stats.succeeded, stats.failed, stats.requeued) == (0, 1, 1)
         [kept] = read_jsonl(queue.path)
         assert kept["attempts"] == 1 and "database is locked" in kept["lastError"]
         blocker.execute("ROLLBACK")
-        again = await drain(settings, stores, graph=GraphStore(impatient))
+        again = await drain(settings, stores, unit=DatabaseUnitOfWork(impatient))
         assert again.succeeded == 1 and not queue.path.exists()
     finally:
         blocker.close()
@@ -264,7 +264,7 @@ async def main():
     busy_rounds = 0
     while True:
         finished = done.exists()
-        stats = await drain_queue(queue, graph=stores.graph, chroma=stores.chroma, max_attempts=5, batch_size=50)
+        stats = await drain_queue(queue, unit=stores.unit, chroma=stores.chroma, max_attempts=5, batch_size=50)
         busy_rounds += stats.processed > 0
         if finished:
             break

@@ -33,6 +33,7 @@ from store.ids import normalize_graph_node_id
 from store.facts import NodeFacts, combine_all, facts_of, without_claim
 from store.provenance import AnchorRows, ProvenanceStore, facts_from_claims
 from store.semantic_index import SemanticIndex
+from store.unit_of_work import DatabaseUnitOfWork
 
 TYPES = DEFAULT_SEMANTIC_TYPES
 
@@ -413,7 +414,7 @@ def _commit(db: Database, sid: str, *texts: str) -> CommitStats:
     reduced = reduce_session(sid, [validate_extraction(extract_heuristic(work), work, semantic_types=TYPES)])
     graph = GraphStore(db)
     graph.upsert_nodes([Node(f"session:{sid}", "SESSION", sid)] + [Node(f"memory:{sid}-m{n}", "MEMORY", "m") for n in range(1, len(texts) + 1)])
-    return commit_session(reduced, graph=graph, graph_index=SemanticIndex(db), on_commit=lambda: None, queue_append=len)
+    return commit_session(reduced, unit=DatabaseUnitOfWork(db), graph_index=SemanticIndex(db), on_commit=lambda: None, queue_append=len)
 
 
 def test_a_re_extraction_takes_back_what_it_no_longer_says(tmp_path: Path) -> None:
@@ -453,7 +454,7 @@ def test_facts_a_session_takes_back_are_recombined_from_the_other_claims(tmp_pat
             data = json.loads(json.dumps(raw).replace("{d}", description).replace("{a}", alias))
             reduced = reduce_session(sid, [validate_extraction(data, work, semantic_types=TYPES)])
             graph.upsert_nodes([Node(f"session:{sid}", "SESSION", sid), Node(f"memory:{sid}-m1", "MEMORY", "m")])
-            commit_session(reduced, graph=graph, graph_index=SemanticIndex(db), on_commit=lambda: None, queue_append=len)
+            commit_session(reduced, unit=DatabaseUnitOfWork(db), graph_index=SemanticIndex(db), on_commit=lambda: None, queue_append=len)
 
         commit("a", "short", "the queue")
         commit("b", "a much longer description", "LEQ")
@@ -524,7 +525,7 @@ def test_take_backs_leave_the_facts_all_claims_give(tmp_path: Path) -> None:
             work = WorkUnit(f"{sid}:chunk:0", sid, 0, (UnitTurn(1, f"{sid}-m1", "LazyEdgeQueue"),), "h")
             reduced = reduce_session(sid, [validate_extraction({"summary": "", "nodes": [node], "edges": []}, work, semantic_types=TYPES)])
             graph.upsert_nodes([Node(f"session:{sid}", "SESSION", sid), Node(f"memory:{sid}-m1", "MEMORY", "m")])
-            commit_session(reduced, graph=graph, graph_index=SemanticIndex(db), on_commit=lambda: None, queue_append=len)
+            commit_session(reduced, unit=DatabaseUnitOfWork(db), graph_index=SemanticIndex(db), on_commit=lambda: None, queue_append=len)
 
         sessions = [f"s{i}" for i in range(8)]
         for sid in sessions:
@@ -532,7 +533,7 @@ def test_take_backs_leave_the_facts_all_claims_give(tmp_path: Path) -> None:
         for step in range(40):
             sid = rng.choice(sessions)
             if step % 7 == 6:
-                forget_session(db, sid)
+                forget_session(DatabaseUnitOfWork(db), sid)
                 sessions.remove(sid)
                 commit(f"n{step}")
                 sessions.append(f"n{step}")

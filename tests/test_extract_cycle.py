@@ -160,7 +160,7 @@ async def test_session_becomes_undigestible_after_max_attempts(settings: Setting
         later = datetime.now(UTC) + timedelta(hours=7)  # past any chunk backoff
         async with open_extractor(mine) as extractor:
             env = ExtractEnv(
-                chroma=stores.chroma, graph=stores.graph, runstate=stores.runstate, chunks=ChunkResultStore(stores.db),
+                chroma=stores.chroma, unit=stores.unit,
                 queue=LazyEdgeQueue(mine.queue_path), graph_index=SemanticIndex(stores.db), extractor=extractor,
                 semantic_types=mine.semantic_types, budget_tokens=mine.chunk_budget_tokens, max_attempts=2,
                 retry_base_seconds=mine.chunk_retry_base_seconds, retry_max_seconds=mine.chunk_retry_max_seconds,

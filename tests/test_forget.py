@@ -17,6 +17,7 @@ from store.backend import open_database
 from store.chroma import ChromaStore
 from store.db import Database
 from store.graph import GraphStore
+from store.unit_of_work import DatabaseUnitOfWork
 from tests.conftest import run_cli, write_sessions
 from worker.cycle import run_cycle
 
@@ -151,7 +152,7 @@ async def test_what_forget_reports_removed_is_what_left_the_graph(settings: Sett
 
         for forget, item in ((forget_memory, "b-t0"), (forget_session, "a"), (forget_memory, "c-t1"), (forget_session, "b")):
             nodes, edges = totals()
-            report = forget(db, item)
+            report = forget(DatabaseUnitOfWork(db), item)
             after = totals()
             assert (report["nodes_removed"], report["edges_removed"]) == (nodes - after[0], edges - after[1]), item
             assert report["edges_removed"] > 0

@@ -462,6 +462,7 @@ def test_unmerge_after_later_sessions_moves_back_only_the_merged_rows(db) -> Non
     from pipelines.extract.model import UnitTurn, WorkUnit, validate_extraction
     from pipelines.extract.reduce import reduce_session
     from store.semantic_index import SemanticIndex
+    from store.unit_of_work import DatabaseUnitOfWork
 
     graph, merges, points = GraphStore(db), MergeStore(db), ProvenanceStore(db)
     original = graph.get_node("CLASS:LazyEdgeQueue")
@@ -472,8 +473,8 @@ def test_unmerge_after_later_sessions_moves_back_only_the_merged_rows(db) -> Non
     raw = {"summary": "", "nodes": [{"id": "q", "type": "CLASS", "name": "LEQ", "description": "short",
                                      "evidence": [{"turn": 1, "quote": "LEQ"}]}], "edges": []}
     graph.upsert_nodes([Node("session:s9", "SESSION", "s9"), Node("memory:m9", "MEMORY", "m9")])
-    commit_session(reduce_session("s9", [validate_extraction(raw, work, semantic_types=("CLASS",))]), graph=graph,
-                   graph_index=SemanticIndex(db), on_commit=lambda: None, queue_append=len)
+    commit_session(reduce_session("s9", [validate_extraction(raw, work, semantic_types=("CLASS",))]),
+                   unit=DatabaseUnitOfWork(db), graph_index=SemanticIndex(db), on_commit=lambda: None, queue_append=len)
     assert {p.anchor for p in points.node_points("CLASS:LazyEdgeQueue")} == {"session:s1", "session:s2", "session:s9"}
 
     merges.unmerge("CLASS:LEQ")

@@ -31,7 +31,7 @@ async def load(stores: Stores, settings: Settings, tmp_path: Path, sessions: lis
 
 async def test_sync_creates_nodes_edges_and_markers(stores: Stores, settings: Settings, tmp_path: Path) -> None:
     await load(stores, settings, tmp_path, [make_session("s1", 3), make_session("s2", 2, summary=False)])
-    stats = await sync_session_to_graph("s1", chroma=stores.chroma, graph=stores.graph)
+    stats = await sync_session_to_graph("s1", chroma=stores.chroma, unit=stores.unit)
     assert stats.as_dict() == {"processed": 3, "upserted": 4, "skipped": 0, "errors": 0}
     session = stores.graph.get_node("session:s1")
     assert session.label == "SESSION" and session.name == "Session s1"
@@ -50,30 +50,30 @@ async def test_sync_creates_nodes_edges_and_markers(stores: Stores, settings: Se
 
 async def test_second_sync_upserts_nothing(stores: Stores, settings: Settings, tmp_path: Path) -> None:
     await load(stores, settings, tmp_path, [make_session("s1", 4)])
-    await sync_session_to_graph("s1", chroma=stores.chroma, graph=stores.graph)
-    again = await sync_session_to_graph("s1", chroma=stores.chroma, graph=stores.graph)
+    await sync_session_to_graph("s1", chroma=stores.chroma, unit=stores.unit)
+    again = await sync_session_to_graph("s1", chroma=stores.chroma, unit=stores.unit)
     assert again.as_dict() == {"processed": 4, "upserted": 0, "skipped": 4, "errors": 0}
 
 
 async def test_session_without_memories_still_upserts_its_node(stores: Stores, settings: Settings, tmp_path: Path) -> None:
     await load(stores, settings, tmp_path, [make_session("lonely", 0)])
-    stats = await sync_session_to_graph("lonely", chroma=stores.chroma, graph=stores.graph)
+    stats = await sync_session_to_graph("lonely", chroma=stores.chroma, unit=stores.unit)
     assert stats.upserted == 1
     assert stores.graph.get_node("session:lonely").properties["memoryCount"] == 0
 
 
 async def test_minimal_session_when_no_summary(stores: Stores, settings: Settings, tmp_path: Path) -> None:
     await load(stores, settings, tmp_path, [make_session("nosum", 2, summary=False)])
-    await sync_session_to_graph("nosum", chroma=stores.chroma, graph=stores.graph)
+    await sync_session_to_graph("nosum", chroma=stores.chroma, unit=stores.unit)
     node = stores.graph.get_node("session:nosum")
     assert node.properties["minimal"] is True and node.properties["liveIngested"] is True
 
 
 async def test_changed_row_is_reupserted(stores: Stores, settings: Settings, tmp_path: Path) -> None:
     await load(stores, settings, tmp_path, [make_session("s1", 2)])
-    await sync_session_to_graph("s1", chroma=stores.chroma, graph=stores.graph)
+    await sync_session_to_graph("s1", chroma=stores.chroma, unit=stores.unit)
     await load(stores, settings, tmp_path, [make_session("s1", 2, text="edited {i}")])
-    stats = await sync_session_to_graph("s1", chroma=stores.chroma, graph=stores.graph)
+    stats = await sync_session_to_graph("s1", chroma=stores.chroma, unit=stores.unit)
     assert (stats.upserted, stats.skipped) == (2, 0)
     assert stores.graph.get_node("memory:s1-t0000").name == "edited 0"
 
@@ -96,7 +96,7 @@ async def test_rows_missing_session_id_are_errors_not_crashes(stores: Stores, se
 async def test_timestamp_epoch_ms_accepted(stores: Stores, settings: Settings) -> None:
     await stores.chroma.upsert(settings.memory_collection, ["m-b", "m-a"], ["second", "first"],
                                [{"sessionId": "t1", "timestamp": 1_764_000_001_000}, {"sessionId": "t1", "timestamp": 1_764_000_000_000}])
-    await sync_sessions_to_graph(["t1"], chroma=stores.chroma, graph=stores.graph)
+    await sync_sessions_to_graph(["t1"], chroma=stores.chroma, unit=stores.unit)
     first = stores.graph.get_node("memory:m-a")
     assert first.properties["createdAt"] == "2025-11-24T16:00:00.000Z"
     rows = await stores.chroma.memories_for_session("t1")

@@ -46,3 +46,44 @@ def test_only_the_store_layer_speaks_sqlite() -> None:
         if {"sqlite3", "psycopg", "psycopg_pool"} & imported_modules(path)
     ]
     assert offenders == []
+
+
+# The concrete stores behind pipelines.ports' Protocols, and the connection they share.
+CONCRETE_STORES = {
+    "store.db": {"Database"},
+    "store.postgres": {"PostgresDatabase"},
+    "store.graph": {"GraphStore"},
+    "store.provenance": {"ProvenanceStore"},
+    "store.merges": {"MergeStore"},
+    "store.runstate": {"RunStateStore"},
+    "store.chunks": {"ChunkResultStore"},
+    "store.tombstones": {"TombstoneStore"},
+    "store.recall_index": {"RecallIndex"},
+    "store.lazy_table": {"LazyEdgeTable"},
+    "store.unit_of_work": {"DatabaseUnitOfWork"},
+}
+
+
+def concrete_store_imports(path: Path) -> list[str]:
+    """``module.Name`` for each concrete store class (or its whole module) ``path`` imports."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module in CONCRETE_STORES:
+            found += [f"{node.module}.{a.name}" for a in node.names if a.name in CONCRETE_STORES[node.module] or a.name == "*"]
+        elif isinstance(node, ast.Import):
+            found += [a.name for a in node.names if a.name in CONCRETE_STORES]
+    return found
+
+
+def test_pipelines_reach_stores_through_the_protocols_and_the_unit_of_work() -> None:
+    """Pipelines are typed against pipelines.ports (graph, provenance, merges, run state, chunk
+    results, tombstones, recall index, queue table, unit of work) and never construct a store or
+    open a transaction on a connection: the worker composes the stores and hands them over."""
+    offenders = {
+        str(path.relative_to(ROOT)): found
+        for path in sorted((ROOT / "pipelines").rglob("*.py"))
+        if (found := concrete_store_imports(path))
+    }
+    assert offenders == {}
+    sources = {path: path.read_text(encoding="utf-8") for path in sorted((ROOT / "pipelines").rglob("*.py"))}
+    assert [str(p.relative_to(ROOT)) for p, text in sources.items() if ".db.transaction(" in text or ".db)" in text] == []

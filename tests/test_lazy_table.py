@@ -17,7 +17,7 @@ from config import Settings
 from pipelines.enqueue import InvalidLazyEdgeError, enqueue_lazy_edges
 from store.db import Database
 from store.errors import ConstraintError, DatabaseUnreadableError
-from store.graph import GraphStore
+from store.unit_of_work import DatabaseUnitOfWork
 from store.lazy_queue import LazyEdgeQueue, edge_line
 from store.lazy_table import LazyEdgeTable, QueuedRow, RowsTakenError
 from tests.conftest import ROOT
@@ -280,10 +280,10 @@ async def test_an_exception_while_linking_keeps_the_row_and_rolls_back(settings:
         blocker.execute("BEGIN IMMEDIATE")
         with pytest.raises(Exception, match="locked"):
             # The write lock is held by another process: the row cannot even be settled as failed.
-            await drain(settings, stores, graph=GraphStore(impatient), table=LazyEdgeTable(impatient))
+            await drain(settings, stores, unit=DatabaseUnitOfWork(impatient), table=LazyEdgeTable(impatient))
         blocker.execute("ROLLBACK")
         assert [r["attempts"] for r in waiting(stores.db)] == [0] and edge_count(stores.graph) == 0
-        again = await drain(settings, stores, graph=GraphStore(impatient), table=LazyEdgeTable(impatient))
+        again = await drain(settings, stores, unit=DatabaseUnitOfWork(impatient), table=LazyEdgeTable(impatient))
         assert again.succeeded == 1 and waiting(stores.db) == []
     finally:
         blocker.close()
@@ -323,7 +323,7 @@ async def test_two_concurrent_drains_of_one_table_apply_each_row_once(
         async def one(queue_dir: Path, db: Database) -> None:
             queue_dir.mkdir()
             results.append(await drain(
-                settings, stores, graph=GraphStore(db), table=LazyEdgeTable(db), batch_size=25,
+                settings, stores, unit=DatabaseUnitOfWork(db), table=LazyEdgeTable(db), batch_size=25,
                 queue=LazyEdgeQueue(queue_dir / "lazy-edges.jsonl"),
             ))
 

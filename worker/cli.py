@@ -616,7 +616,7 @@ async def cmd_backfill(settings: Settings, args: argparse.Namespace, progress: C
 
             recent = await sync_recent_sessions(
                 chroma=stores.chroma,
-                graph=stores.graph,
+                unit=stores.unit,
                 memory_collection=settings.memory_collection,
                 summary_collection=settings.session_collection,
                 now=datetime.now(UTC),

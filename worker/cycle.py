@@ -45,6 +45,7 @@ from store.lazy_queue import LazyEdgeQueue, QueueBusyError
 from store.lazy_table import LazyEdgeTable, lazy_edge_sink
 from store.runstate import RunStateStore
 from store.tombstones import MEMORY, SESSION, TombstoneStore
+from store.unit_of_work import DatabaseUnitOfWork
 from worker.failures import FailureRecorder, RunFailure, failure_reason
 from worker.knowledge import identity_resolver, model_judge, refresh_communities_when_due
 
@@ -80,12 +81,19 @@ class CycleInterrupted(RuntimeError):
 
 @dataclass
 class Stores:
-    """The open stores a cycle works with."""
+    """The open stores a cycle works with: the graph database's (``unit``) and Chroma."""
 
     db: Database
-    graph: GraphStore
-    runstate: RunStateStore
+    unit: DatabaseUnitOfWork
     chroma: ChromaStore
+
+    @property
+    def graph(self) -> GraphStore:
+        return self.unit.graph
+
+    @property
+    def runstate(self) -> RunStateStore:
+        return self.unit.runstate
 
     def close(self) -> None:
         self.db.close()
@@ -94,7 +102,7 @@ class Stores:
 async def open_stores(settings: Settings) -> Stores:
     """Open the graph database (migrating it); Chroma is reached on first use."""
     db = await anyio.to_thread.run_sync(open_database, settings)
-    return Stores(db=db, graph=GraphStore(db), runstate=RunStateStore(db), chroma=ChromaStore(settings))
+    return Stores(db=db, unit=DatabaseUnitOfWork(db), chroma=ChromaStore(settings))
 
 
 @dataclass
@@ -174,7 +182,7 @@ async def ingest(ctx: CycleContext) -> dict[str, Any]:
         group = todo[start : start + SESSIONS_PER_BATCH]
         try:
             batch = await sync_batch_isolating_failures(
-                [r.session_id for r in group], chroma=stores.chroma, graph=stores.graph,
+                [r.session_id for r in group], chroma=stores.chroma, unit=stores.unit,
                 memory_ids={r.session_id: r.memory_ids for r in group},
             )
         except ChromaUnavailableError as exc:
@@ -203,7 +211,7 @@ def _retract_vanished(stores: Stores, scan: Any) -> list[dict[str, Any]]:
     """Sessions whose rows all left Chroma are forgotten (no tombstone: new rows may come back).
     Reads every known session id — as the scan reads every row id."""
     present = {r.session_id for r in scan.revisions}
-    retracted = retract_vanished(stores.db, present, stores.runstate.session_ids())
+    retracted = retract_vanished(stores.unit, present, stores.runstate.session_ids())
     for report in retracted:
         log.info("session retracted: its rows left Chroma", session_id=report["id"], points=report["points"])
     return retracted
@@ -217,8 +225,6 @@ async def extract(ctx: CycleContext) -> dict[str, Any]:
     from pipelines.extract.llm import OpenAIExtractor
     from pipelines.extract.workflow import ExtractEnv, ExtractStats, extract_sessions, open_extractor
     from pipelines.judge import ModelJudge
-    from store.chunks import ChunkResultStore
-    from store.merges import MergeStore
     from store.semantic_index import SemanticIndex
 
     settings, stores = ctx.settings, ctx.stores
@@ -226,14 +232,14 @@ async def extract(ctx: CycleContext) -> dict[str, Any]:
     async with open_extractor(settings) as extractor:
         judge = ModelJudge(extractor) if settings.llm_judge and isinstance(extractor, OpenAIExtractor) else None
         env = ExtractEnv(
-            chroma=stores.chroma, graph=stores.graph, runstate=stores.runstate, chunks=ChunkResultStore(stores.db),
+            chroma=stores.chroma, unit=stores.unit,
             queue=lazy_edge_sink(settings, stores.db), graph_index=SemanticIndex(stores.db), extractor=extractor,
             semantic_types=settings.semantic_types, budget_tokens=settings.chunk_budget_tokens,
             max_attempts=settings.max_chunk_attempts, retry_base_seconds=settings.chunk_retry_base_seconds,
             retry_max_seconds=settings.chunk_retry_max_seconds, concurrency=settings.llm_concurrency, run_id=ctx.run_id,
             now=datetime.now(UTC),
             resolver=identity_resolver(stores.db, auditor=judge.audit_identity if judge else None),
-            merges=MergeStore(stores.db), forgotten_memories=partial(TombstoneStore(stores.db).buried, MEMORY),
+            merges=stores.unit.merges, forgotten_memories=partial(TombstoneStore(stores.db).buried, MEMORY),
             session_memory_ids=TombstoneStore(stores.db).session_memories, claims=claims,
         )
         stats, queued = ExtractStats(), 0
@@ -270,7 +276,7 @@ async def drain_lazy_edges(settings: Settings, stores: Stores, **options: Any) -
     return await drain_queue(
         LazyEdgeQueue(settings.queue_path),
         table=LazyEdgeTable(stores.db),
-        graph=stores.graph,
+        unit=stores.unit,
         chroma=stores.chroma,
         max_attempts=settings.lazy_max_attempts,
         batch_size=settings.write_batch_size,

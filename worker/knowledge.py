@@ -37,6 +37,7 @@ from store.lazy_table import lazy_edge_sink
 from store.merges import MergeStore
 from store.provenance import ProvenanceStore
 from store.runstate import RunStateStore
+from store.unit_of_work import DatabaseUnitOfWork
 
 
 @asynccontextmanager
@@ -325,11 +326,11 @@ def forget(settings: Settings, *, session: str | None = None, memory: str | None
 
     with open_graph_db(settings) as db:
         if session is not None:
-            return forget_session(db, session, dry_run=dry_run)
+            return forget_session(DatabaseUnitOfWork(db), session, dry_run=dry_run)
         if memory is not None:
-            return forget_memory(db, row_suffix(memory) if memory.lower().startswith("memory:") else memory, dry_run=dry_run)
+            return forget_memory(DatabaseUnitOfWork(db), row_suffix(memory) if memory.lower().startswith("memory:") else memory, dry_run=dry_run)
         file = NoteFile(Path(note or "").resolve(), note or "", "")
-        return forget_note(db, file.note_id, file.key, dry_run=dry_run)
+        return forget_note(DatabaseUnitOfWork(db), file.note_id, file.key, dry_run=dry_run)
 
 
 async def import_notes(settings: Settings, paths: list[str]) -> dict[str, Any]:
@@ -340,7 +341,6 @@ async def import_notes(settings: Settings, paths: list[str]) -> dict[str, Any]:
     from pipelines.extract.llm import OpenAIExtractor
     from pipelines.extract.workflow import open_extractor
     from pipelines.notes import NotesEnv, find_note_files, import_note
-    from store.chunks import ChunkResultStore
 
     files, errors = await anyio.to_thread.run_sync(find_note_files, paths)
     db = await anyio.to_thread.run_sync(open_database, settings)
@@ -348,7 +348,7 @@ async def import_notes(settings: Settings, paths: list[str]) -> dict[str, Any]:
         async with open_extractor(settings) as extractor:
             judge = ModelJudge(extractor) if settings.llm_judge and isinstance(extractor, OpenAIExtractor) else None
             env = NotesEnv(
-                graph=GraphStore(db), chunks=ChunkResultStore(db), extractor=extractor,
+                unit=DatabaseUnitOfWork(db), extractor=extractor,
                 semantic_types=settings.semantic_types, budget_tokens=settings.chunk_budget_tokens,
                 concurrency=settings.llm_concurrency, retry_base_seconds=settings.chunk_retry_base_seconds,
                 retry_max_seconds=settings.chunk_retry_max_seconds, now=datetime.now(UTC),

@@ -5,7 +5,8 @@ A commit costs what its session costs, whatever the graph's history (DESIGN §3)
 - Identity against the existing graph (:func:`match_existing` or the resolver): a node whose
   (type, normalised name) or alias already exists links to that node. The linked group keeps the
   **least id** (:func:`survivors`): an existing node whose id comes after an incoming one is folded
-  into it, so the result does not depend on which session committed first.
+  into it, and a node that links several existing nodes by a spelling rule joins them
+  (:func:`bridges`), so the result does not depend on which session committed first.
 - The session's *anchor* (``session:<id>`` or ``note:<hash>``) owns rows: the provenance points of
   the nodes and edges it yielded (``node_points``/``edge_points``) and what it said of each node
   (``node_claims``). A commit **replaces this anchor's rows**: re-running a session changes
@@ -39,11 +40,12 @@ from typing import Any, Protocol
 import structlog
 
 from pipelines.extract.model import identity_key
-from pipelines.identity import CANDIDATE, Verdict
+from pipelines.identity import CANDIDATE, LINK, Verdict
+from pipelines.ports import MergeRecorder, Provenance, UnitOfWork
 from pipelines.extract.reduce import Point, ReducedReference, ReducedSession
 from pipelines.vocabulary import DISCUSSED_IN, MENTIONED_IN, REFERENCED_BY
 from store.facts import NodeFacts, combine_all, combine_facts, facts_of, least_name, with_facts, without_claim
-from store.graph import Edge, GraphStore, Node
+from store.graph import Edge, Node
 from store.ids import row_kind
 from store.merges import CandidatePair
 from store.provenance import (
@@ -53,7 +55,6 @@ from store.provenance import (
     EdgePointRow,
     NodePointRow,
     PointRow,
-    ProvenanceStore,
     anchor_edges,
     place_count,
 )
@@ -74,39 +75,48 @@ class Candidate:
     aliases: tuple[str, ...] = ()
 
 
-class MergeRecorder(Protocol):
-    """Where identity decisions are recorded (:class:`store.merges.MergeStore`): a link of a
-    candidate to a *different* existing node (the rows the commit writes for it carry the returned
-    merge id, so an unmerge moves exactly those back), and the ambiguous pairs left unmerged; and
-    the fold of an existing node into a new one whose id comes first (:func:`survivors`)."""
+def survivors(node_ids: Iterable[str], matches: Mapping[str, str], *, joins: Mapping[str, Iterable[str]] = {}) -> dict[str, str]:
+    """The id each linked node ends up under, whatever order sessions commit in (pure): a group is
+    every node connected by links — an incoming node and the node it ``matches``, and every node
+    it ``joins`` (:func:`bridges`) — and all of it becomes the group's **least id** (code-point
+    order). Returns ``id -> survivor`` for the ids whose survivor is another id — the incoming
+    nodes, and existing nodes that must be folded into the survivor (:func:`commit_session` does
+    it)."""
+    parent: dict[str, str] = {}
 
-    def record_link(
-        self, merged: Node, *, into_id: str, rule: str, score: float, evidence: Mapping[str, Any] | None = None,
-    ) -> int: ...
+    def root(node_id: str) -> str:
+        while parent.setdefault(node_id, node_id) != node_id:
+            node_id = parent[node_id]
+        return node_id
 
-    def record_candidates(self, pairs: Iterable[CandidatePair]) -> int: ...
-
-    def merge_nodes(
-        self, merged_id: str, into_id: str, *, rule: str = "manual", score: float = 1.0,
-        evidence: Mapping[str, Any] | None = None, name_as_alias: bool = True,
-    ) -> int: ...
-
-
-def survivors(node_ids: Iterable[str], matches: Mapping[str, str]) -> dict[str, str]:
-    """The id each linked node ends up under, whatever order sessions commit in (pure): every node
-    linked to one target, and the target, become the **least id** of that group (code-point order).
-    Returns ``id -> survivor`` for the ids whose survivor is another id — the incoming nodes, and
-    targets that must be folded into a new node with a lesser id (:func:`commit_session` does it)."""
-    groups: dict[str, set[str]] = {}
     for node_id in node_ids:
-        target = matches.get(node_id, node_id)
-        if target != node_id:
-            groups.setdefault(target, {target}).add(node_id)
-    moved: dict[str, str] = {}
-    for group in groups.values():
-        least = min(group)
-        moved.update({member: least for member in group if member != least})
-    return moved
+        for other in (matches.get(node_id, node_id), *joins.get(node_id, ())):
+            one, two = sorted((root(node_id), root(other)))
+            parent[two] = one
+    return {node_id: least for node_id in parent if (least := root(node_id)) != node_id}
+
+
+# The rules whose ambiguity (one name linking several existing nodes) is a bridge between them:
+# each says that two spellings write one name (its key, an alias, an issue number, the same prose
+# words), so whatever links to both is one thing with them. Not the rules that let one *short*
+# name stand for longer ones — a bare method name for qualified ones, an acronym for expansions:
+# `save` beside `user.save` and `form.save`, `LEQ` beside `Lazy Edge Queue` and `Lazy Event
+# Queue` name none of them in particular, and folding through them would make one node of every
+# `*.save` of a code base.
+BRIDGING_RULES = frozenset({"ambiguous-alias", "ambiguous-normalised", "ambiguous-issue-number", "ambiguous-token-set"})
+
+
+def bridges(verdicts: Iterable[Verdict]) -> dict[str, Verdict]:
+    """The verdicts whose incoming node joins several existing nodes into one group (pure): node
+    id → the verdict as a link to the least of them (the others are folded in, :func:`survivors`).
+    Groups linked by these rules are then the connected components of the links among all the
+    names seen, so the order in which a chain's names arrive decides nothing."""
+    return {
+        verdict.node_id: Verdict(verdict.node_id, LINK, min(m.node_id for m in verdict.candidates),
+                                 verdict.rule.removeprefix("ambiguous-"), verdict.score, verdict.candidates)
+        for verdict in verdicts
+        if verdict.action == CANDIDATE and verdict.rule in BRIDGING_RULES and len(verdict.candidates) > 1
+    }
 
 
 class GraphIndex(Protocol):
@@ -387,7 +397,7 @@ def candidate_pairs(verdicts: Iterable[Verdict], session_id: str) -> list[Candid
 def commit_session(
     reduced: ReducedSession,
     *,
-    graph: GraphStore,
+    unit: UnitOfWork,
     graph_index: GraphIndex,
     on_commit: Callable[[], None],
     queue_append: Callable[[list[dict[str, Any]]], int],
@@ -396,27 +406,31 @@ def commit_session(
     observed_at: Mapping[str, str] = {},
     on_begin: Callable[[], None] | None = None,
 ) -> CommitStats:
-    """Write ``reduced`` in one transaction, replacing its anchor's earlier rows; ``on_commit`` (the
+    """Write ``reduced`` in one transaction of ``unit``, replacing its anchor's earlier rows; ``on_commit`` (the
     digest record, chunk-result pruning) runs inside it, and the lazy-queue lines are appended as
     its last step so a failed commit can at worst leave a line that the drain retries, never lose
     one. ``on_begin`` runs first in the transaction, before anything is read (the commit-order lock
     of several workers, ``RunStateStore.begin_commit``). ``observed_at``: memory or chunk id → the
     turn's time. Blocking: call from a worker thread."""
     stats = CommitStats()
-    provenance = ProvenanceStore(graph.db)
-    with graph.db.transaction():
+    graph, provenance = unit.graph, unit.provenance
+    with unit.transaction():
         if on_begin is not None:
             on_begin()
         candidates = [Candidate(n.id, n.type, n.name, n.aliases) for n in reduced.nodes]
         resolved = matcher(candidates, graph_index)
-        verdicts = getattr(resolved, "verdicts", {})
+        verdicts = dict(getattr(resolved, "verdicts", {}))
         matches = dict(resolved)
         incoming = {n.id for n in reduced.nodes}
         folded: dict[str, str] = {}
+        bridged: dict[str, Verdict] = {}
         if merges is not None:
-            # Order-independent survivors: a target whose id comes after an incoming one is folded
-            # into it below, as if the incoming node had been committed first.
-            moved = survivors(incoming, matches)
+            # Order-independent groups: a node that links several existing nodes joins them, and a
+            # target whose id comes after an incoming one is folded into it below — as if the
+            # names had been committed in any other order.
+            bridged = bridges(verdicts.values())
+            verdicts.update(bridged)
+            moved = survivors(incoming, matches, joins={node_id: [m.node_id for m in v.candidates] for node_id, v in bridged.items()})
             folded = {target: least for target, least in moved.items() if target not in incoming}
             matches = {node_id: moved.get(node_id, node_id) for node_id in incoming if moved.get(node_id, node_id) != node_id or node_id in matches}
         old = provenance.anchor_rows(reduced.anchor_id)
@@ -466,10 +480,13 @@ def commit_session(
         stats.nodes_removed = len(orphans)
         for target, least in sorted(folded.items()):
             if merges is not None and graph.get_node(target) is not None:
-                verdict = next((v for v in verdicts.values() if v.target == target), None)
+                verdict = next((v for v in verdicts.values() if v.action == LINK and target in {v.target, *(m.node_id for m in v.candidates)}), None)
+                evidence = {"session": reduced.session_id, "survivor": "least-id"}
+                if verdict is not None and verdict.node_id in bridged:
+                    evidence["bridge"] = verdict.node_id
                 merges.merge_nodes(
                     target, least, rule=verdict.rule if verdict else "exact-key", score=verdict.score if verdict else 1.0,
-                    evidence={"session": reduced.session_id, "survivor": "least-id"}, name_as_alias=False,
+                    evidence=evidence, name_as_alias=False,
                 )
                 stats.nodes_folded += 1
         if merges is not None and stats.identity_candidates:
@@ -484,7 +501,7 @@ def commit_session(
     return stats
 
 
-def _places(edge: Edge, provenance: ProvenanceStore) -> int:
+def _places(edge: Edge, provenance: Provenance) -> int:
     """An existing edge's distinct places, read from its weight (``max(1, places)``): only a weight
     of 1 needs a look at whether it has any point at all — never a count of its points."""
     if edge.weight > 1:

@@ -17,7 +17,8 @@ import anyio
 import structlog
 
 from pipelines.extract.model import ChunkExtraction, ExtractionFailure, Extractor, WorkUnit, validate_extraction
-from store.chunks import ChunkResult, ChunkResultStore
+from pipelines.ports import ChunkResults
+from store.chunks import ChunkResult
 
 log = structlog.get_logger(__name__)
 
@@ -59,7 +60,7 @@ async def map_units(
     units: Sequence[WorkUnit],
     *,
     extractor: Extractor,
-    store: ChunkResultStore,
+    store: ChunkResults,
     semantic_types: Collection[str],
     limiter: anyio.CapacityLimiter,
     now: datetime,
@@ -105,7 +106,7 @@ async def _extract_one(
     unit: WorkUnit,
     *,
     extractor: Extractor,
-    store: ChunkResultStore,
+    store: ChunkResults,
     semantic_types: Collection[str],
     limiter: anyio.CapacityLimiter,
     fingerprint: str,

@@ -14,20 +14,19 @@ import anyio
 import structlog
 
 from config import Settings
-from pipelines.extract.commit import CommitStats, GraphIndex, MergeRecorder, commit_session
+from pipelines.extract.commit import CommitStats, GraphIndex, commit_session
 from pipelines.extract.heuristic import HeuristicExtractor
 from pipelines.extract.map import UnitOutcome, map_units
 from pipelines.extract.model import Extractor, WorkUnit
 from pipelines.extract.reduce import reduce_session
 from pipelines.extract.units import SourceTurn, plan_units
 from pipelines.lazy_edge import LazyEdgeSink
+from pipelines.ports import MergeRecorder, UnitOfWork
 from pipelines.resolver import GraphResolver
 from store.chroma import ChromaStore, ChromaUnavailableError, MemoryRow
-from store.chunks import ChunkResultStore
 from store.claims import ClaimLostError
-from store.graph import GraphStore
 from store.ids import is_valid_row_id
-from store.runstate import DigestRecord, RunStateStore
+from store.runstate import DigestRecord
 
 log = structlog.get_logger(__name__)
 
@@ -57,9 +56,8 @@ class ExtractEnv:
     """Everything extraction works with."""
 
     chroma: ChromaStore
-    graph: GraphStore
-    runstate: RunStateStore
-    chunks: ChunkResultStore
+    # The graph, run state and chunk results, and the transaction a session's commit runs in.
+    unit: UnitOfWork
     queue: LazyEdgeSink
     graph_index: GraphIndex
     extractor: Extractor
@@ -177,7 +175,7 @@ async def extract_session(
         rows = [r for r in rows if r.id not in forgotten]
         units = plan_units(sid, source_turns(rows), budget_tokens=env.budget_tokens)
         outcomes = await map_units(
-            units, extractor=env.extractor, store=env.chunks, semantic_types=env.semantic_types,
+            units, extractor=env.extractor, store=env.unit.chunks, semantic_types=env.semantic_types,
             limiter=limiter, now=env.now, run_id=env.run_id, retry_base_seconds=env.retry_base_seconds,
             retry_max_seconds=env.retry_max_seconds,
         )
@@ -197,8 +195,8 @@ async def extract_session(
         def on_commit() -> None:
             if env.claims is not None:
                 env.claims.settle(sid)
-            env.runstate.mark_digested(sid, record.input_revision, env.run_id or "-")
-            env.chunks.prune_session(sid, keep)
+            env.unit.runstate.mark_digested(sid, record.input_revision, env.run_id or "-")
+            env.unit.chunks.prune_session(sid, keep)
 
         if commit_turn is not None:
             await commit_turn()
@@ -208,9 +206,9 @@ async def extract_session(
             identity["matcher"] = env.resolver
         committed = await anyio.to_thread.run_sync(
             partial(
-                commit_session, reduced, graph=env.graph, graph_index=env.graph_index, on_commit=on_commit,
+                commit_session, reduced, unit=env.unit, graph_index=env.graph_index, on_commit=on_commit,
                 queue_append=env.queue.append, merges=env.merges, observed_at=turn_times(rows, units),
-                on_begin=env.runstate.begin_commit, **identity,
+                on_begin=env.unit.runstate.begin_commit, **identity,
             )
         )
         if (committed.nodes_removed or committed.nodes_folded) and env.resolver is not None:
@@ -237,7 +235,7 @@ async def extract_session(
 
 async def _record_failure(record: DigestRecord, env: ExtractEnv, reason: str) -> str:
     state = await anyio.to_thread.run_sync(
-        partial(env.runstate.record_failure, record.session_id, reason=reason, run_id=env.run_id or "-",
+        partial(env.unit.runstate.record_failure, record.session_id, reason=reason, run_id=env.run_id or "-",
                 max_attempts=env.max_attempts)
     )
     log.warning("session not digested", session_id=record.session_id, state=state, reason=reason[:300])

@@ -1,0 +1,43 @@
+"""The unit of work: the stores of one database connection and the transaction they share.
+
+Pipelines never open a transaction on a connection themselves: they are handed a unit of work
+(typed by :class:`pipelines.ports.UnitOfWork`) and write inside ``with unit.transaction():`` —
+everything written through its stores in that block commits together, or nothing does when the
+block raises. Blocks nest (only the outermost commits), as the engines' transactions do. Failures
+are the :mod:`store.errors` family whichever engine holds the graph.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+from store.chunks import ChunkResultStore
+from store.db import Database
+from store.graph import GraphStore, utc_now
+from store.merges import MergeStore
+from store.provenance import ProvenanceStore
+from store.recall_index import RecallIndex
+from store.runstate import RunStateStore
+from store.tombstones import TombstoneStore
+
+
+class DatabaseUnitOfWork:
+    """Every store over ``db`` (SQLite or PostgreSQL), and :meth:`transaction` around their writes.
+    ``clock`` stamps the rows the stores date (``utc_now``)."""
+
+    def __init__(self, db: Database, *, clock: Callable[[], str] = utc_now) -> None:
+        self.db = db
+        self.graph = GraphStore(db, clock=clock)
+        self.provenance = ProvenanceStore(db)
+        self.merges = MergeStore(db, clock=clock)
+        self.recall_index = RecallIndex(db)
+        self.runstate = RunStateStore(db, clock=clock)
+        self.chunks = ChunkResultStore(db, clock=clock)
+        self.tombstones = TombstoneStore(db, clock=clock)
+
+    @contextmanager
+    def transaction(self) -> Iterator[DatabaseUnitOfWork]:
+        """One transaction around the block: commits when it ends, rolls back when it raises."""
+        with self.db.transaction():
+            yield self

@@ -1,0 +1,144 @@
+"""Chains of spellings group the same whatever order their names commit in (README "Several
+workers"): a name that links several nodes by a spelling rule joins them, the group keeps its least
+id, and every spelling linked into a node stays one of its forms for identity resolution — also
+once the index is rebuilt from the graph (the next cycle, another worker)."""
+
+from __future__ import annotations
+
+import itertools
+import random
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from config import Settings
+from pipelines.extract.commit import commit_session
+from pipelines.extract.model import UnitTurn, WorkUnit, validate_extraction
+from pipelines.extract.reduce import reduce_session
+from pipelines.identity import CANDIDATE, LINK, AliasIndex, NodeRef, resolve
+from pipelines.resolver import GraphResolver
+from store.backend import open_database
+from store.db import Database
+from store.graph import Node
+from store.unit_of_work import DatabaseUnitOfWork
+from tests.test_forget import canonical
+from worker.knowledge import identity_resolver
+
+# Name, aliases. LazyEdgeQueue ≈ "lazy edge queue" ≈ lazy_edge_queue by words, but two identifiers
+# are compared as written: LazyEdgeQueue ≉ lazy_edge_queue.
+SPELLINGS = [("CLASS", "LazyEdgeQueue", ()), ("CLASS", "lazy edge queue", ()), ("CLASS", "lazy_edge_queue", ())]
+# Aliases chain: Robert ~ "Bob" ~ "Bobby T." — each shares an alias with the next only.
+ALIASES = [("PERSON", "Robert Tables", ("Bob",)), ("PERSON", "Bob", ("Bobby T.",)), ("PERSON", "Bobby T.", ())]
+OTHERS = [("CLASS", "DrainWorker", ()), ("CLASS", "DrainWorkers", ()), ("PERSON", "Ada Lovelace", ()), ("CLASS", "LazyEdgeTable", ())]
+
+
+def _ref(node_type: str, name: str, aliases: Sequence[str] = ()) -> NodeRef:
+    return NodeRef(f"{node_type}:{name}", node_type, name, tuple(aliases))
+
+
+@pytest.mark.parametrize("chain", [SPELLINGS, ALIASES], ids=["spellings", "aliases"])
+def test_the_chains_are_chains(chain: list[tuple[str, str, tuple[str, ...]]]) -> None:
+    """The premise: A ≈ B and B ≈ C by the pairwise rules, A ≉ C, and B beside A and C is ambiguous."""
+    a, b, c = (_ref(*name) for name in chain)
+
+    def verdict(node: NodeRef, *existing: NodeRef) -> Any:
+        return resolve(node, AliasIndex.build(existing))
+
+    assert verdict(b, a).action == LINK and verdict(c, b).action == LINK
+    assert verdict(c, a).action != LINK and verdict(a, c).action != LINK
+    both = verdict(b, a, c)
+    assert both.action == CANDIDATE and both.rule.startswith("ambiguous-") and {m.node_id for m in both.candidates} == {a.id, c.id}
+
+
+def commit_names(db: Database, names: Sequence[tuple[str, str, tuple[str, ...]]], *, index_per_session: bool) -> None:
+    """Commit each name as a one-node session of its own, through the worker's identity resolver
+    and the extraction commit. ``index_per_session``: each session resolves against an index
+    built from the graph (as each cycle, or another worker, does); else one index learns them all."""
+    unit = DatabaseUnitOfWork(db)
+    resolver: GraphResolver = identity_resolver(db)
+    for node_type, name, aliases in names:
+        sid = f"s-{name}".replace(" ", "-").replace(".", "")
+        work = WorkUnit(f"{sid}:chunk:0", sid, 0, (UnitTurn(1, f"{sid}-m1", name),), "h")
+        raw = {"summary": "", "nodes": [{"id": "n", "type": node_type, "name": name, "aliases": list(aliases),
+                                         "evidence": [{"turn": 1, "quote": name}]}], "edges": []}
+        reduced = reduce_session(sid, [validate_extraction(raw, work, semantic_types=(node_type,))])
+        unit.graph.upsert_nodes([Node(f"session:{sid}", "SESSION", sid), Node(f"memory:{sid}-m1", "MEMORY", "m")])
+        if index_per_session:
+            resolver = identity_resolver(db)
+        stats = commit_session(reduced, unit=unit, graph_index=None, on_commit=lambda: None, queue_append=len,
+                               matcher=resolver, merges=unit.merges)
+        if stats.nodes_removed or stats.nodes_folded:
+            resolver.reset()  # as the extract phase does
+
+
+def built(path: Path, names: Sequence[tuple[str, str, tuple[str, ...]]], *, index_per_session: bool = False) -> dict[str, Any]:
+    db = Database(path)
+    try:
+        commit_names(db, names, index_per_session=index_per_session)
+    finally:
+        db.close()
+    return canonical(path)
+
+
+def groups(graph: dict[str, Any]) -> set[frozenset[str]]:
+    """The sessions whose claims ended on one node."""
+    by_node: dict[str, set[str]] = {}
+    for node_id, anchor, *_ in graph["claims"]:
+        by_node.setdefault(node_id, set()).add(anchor)
+    return {frozenset(anchors) for anchors in by_node.values()}
+
+
+@pytest.mark.parametrize("index_per_session", [False, True], ids=["one-index", "index-per-session"])
+@pytest.mark.parametrize("chain", [SPELLINGS, ALIASES], ids=["spellings", "aliases"])
+def test_a_chain_groups_the_same_in_every_order(tmp_path: Path, chain: list[tuple[str, str, tuple[str, ...]]], index_per_session: bool) -> None:
+    reference = built(tmp_path / "reference.sqlite3", chain)
+    assert len(groups(reference)) == 1  # the three spellings are one node
+    for number, order in enumerate(itertools.permutations(chain)):
+        assert built(tmp_path / f"order{number}.sqlite3", order, index_per_session=index_per_session) == reference, order
+    survivor = min(f"{t}:{n}" for t, n, _ in chain) if chain is SPELLINGS else "PERSON:Bob"
+    assert [n[0] for n in reference["nodes"] if n[1] == chain[0][0]] == [survivor]
+
+
+def test_random_orders_of_chains_and_other_names_build_one_graph(tmp_path: Path) -> None:
+    """A property over several shuffled orders of two chains and names that link or not."""
+    names = SPELLINGS + ALIASES + OTHERS
+    reference = built(tmp_path / "reference.sqlite3", names)
+    rng = random.Random(15)
+    for number in range(8):
+        order = rng.sample(names, len(names))
+        assert built(tmp_path / f"shuffled{number}.sqlite3", order, index_per_session=number % 2 == 1) == reference, order
+
+
+@pytest.mark.both_backends
+@pytest.mark.parametrize("order", [[2, 0, 1], [0, 2, 1], [1, 0, 2]], ids=["bridge-last-reversed", "bridge-last", "bridge-first"])
+def test_a_bridging_name_folds_the_nodes_it_links_on_either_engine(tmp_path: Path, settings: Settings, order: list[int]) -> None:
+    """The name that links two existing nodes arrives last (it folds them: a merge each, undoable)
+    or first: the graph equals the one SQLite builds in the chain's own order."""
+    reference = built(tmp_path / "reference.sqlite3", SPELLINGS)
+    db = open_database(settings)
+    try:
+        commit_names(db, [SPELLINGS[i] for i in order], index_per_session=False)
+        folds = db.query("SELECT merged_id, into_id, evidence FROM merges WHERE evidence LIKE '%bridge%'")
+    finally:
+        db.close()
+    assert canonical(settings) == reference
+    if order[-1] == 1:
+        assert sorted((r[0], r[1]) for r in folds) == [("CLASS:lazy_edge_queue", "CLASS:LazyEdgeQueue")]
+
+
+def test_an_undone_merge_is_never_bridged_back(tmp_path: Path) -> None:
+    """An operator unmerged two spellings: a later name linking both stays a candidate for review."""
+    path = tmp_path / "graph.sqlite3"
+    db = Database(path)
+    try:
+        commit_names(db, [SPELLINGS[0], SPELLINGS[2], SPELLINGS[1]], index_per_session=False)
+        unit = DatabaseUnitOfWork(db)
+        unit.merges.unmerge("CLASS:lazy_edge_queue")
+        assert unit.graph.existing_ids(["CLASS:LazyEdgeQueue", "CLASS:lazy_edge_queue"]) == {"CLASS:LazyEdgeQueue", "CLASS:lazy_edge_queue"}
+        commit_names(db, [("CLASS", "the lazy edge queues", ())], index_per_session=True)
+        assert unit.graph.existing_ids(["CLASS:LazyEdgeQueue", "CLASS:lazy_edge_queue"]) == {"CLASS:LazyEdgeQueue", "CLASS:lazy_edge_queue"}
+        assert db.query("SELECT COUNT(*) FROM identity_candidates WHERE node_id LIKE 'CLASS:%lazy edge queues%'")[0][0] >= 1
+    finally:
+        db.close()
