@@ -213,6 +213,31 @@ class RecallIndex:
         )
         return [r[0] for r in rows]
 
+    def term_turns(self, terms: Sequence[str], scope: Scope) -> dict[str, list[tuple[str, str, int | None]]]:
+        """For each term, the visible turns that contain it: ``[(memory_id, session_id, turn_index)]``.
+        Unbounded per term: the caller passes only words rare enough (``pipelines.recall.MATCH_BUDGET``)."""
+        visible, vp = _visible("t.session_id", scope)
+        known, kp = _known("t.created_at", scope)
+        fts = self.db.dialect
+        sql = (f"SELECT t.memory_id, t.session_id, t.turn_index FROM {fts.fts_source('recall_turns', 't')} "
+               f"WHERE {fts.fts_match('recall_turns', 't')} AND {visible} AND {known}")
+        return {term: [(r[0], r[1], r[2]) for r in self.db.query(sql, ('"' + term.replace('"', '""') + '"', *vp, *kp))]
+                for term in terms}
+
+    def session_lengths(self, session_ids: Sequence[str]) -> dict[str, int]:
+        """How many turns each session has in the whole index (a ranking statistic, like
+        :meth:`point_counts`: it orders what the scope shows and is never returned)."""
+        rows = self.db.query(
+            "SELECT session_id, COUNT(*) FROM recall_turns WHERE session_id IN (SELECT value FROM json_each(?)) GROUP BY session_id",
+            (json.dumps(list(dict.fromkeys(session_ids))),),
+        )
+        return {r[0]: r[1] for r in rows}
+
+    def index_size(self) -> tuple[int, int]:
+        """``(turns, sessions)`` in the whole index (BM25's collection statistics for sessions)."""
+        row = self.db.query("SELECT (SELECT COUNT(*) FROM recall_turns), (SELECT COUNT(*) FROM recall_sessions)")[0]
+        return int(row[0]), int(row[1])
+
     def adjacent_turns(self, memory_ids: Sequence[str], scope: Scope, *, radius: int) -> list[str]:
         """The turns within ``radius`` of each of ``memory_ids`` in its session (not those turns
         themselves), in the order of ``memory_ids``, nearest first, the next turn before the previous."""
