@@ -43,7 +43,7 @@ from config import Settings, load_settings  # noqa: E402
 from pipelines.importer import import_sessions  # noqa: E402
 from pipelines.ingest import _write_sessions  # noqa: E402
 from pipelines.recall import MAX_LIMIT as MAX_DEPTH  # noqa: E402
-from pipelines.recall import RecallRequest, RecallWeights, fuse, recall  # noqa: E402
+from pipelines.recall import SIGNALS, RecallRequest, RecallWeights, fuse, recall  # noqa: E402
 from store.chroma import MemoryRow, SummaryRow, row_created_at  # noqa: E402
 from store.db import Database  # noqa: E402
 from store.graph import GraphStore  # noqa: E402
@@ -290,6 +290,25 @@ def time_core(settings: Settings, queries: Sequence[str], *, vector: bool, user:
     return {"p50_ms": round(percentile(times, 50), 2), "p95_ms": round(percentile(times, 95), 2), "queries": len(times)}
 
 
+def time_without(settings: Settings, queries: Sequence[str], *, signal: str) -> dict[str, Any]:
+    """What ``signal`` costs: each query timed with every default signal and without ``signal``,
+    the two alternating query by query (same process, same cache, same load), no vector."""
+    db = Database(settings.graph_path, readonly=True)
+    index = RecallIndex(db)
+    times: dict[str, list[float]] = {"with": [], "without": []}
+    variants = {"with": tuple(SIGNALS), "without": tuple(s for s in SIGNALS if s != signal)}
+    for i, q in enumerate(queries):
+        for name in (("with", "without") if i % 2 else ("without", "with")):
+            t0 = time.perf_counter()
+            recall(RecallRequest(query=q, limit=10, budget_tokens=2_000), source=index, signals=variants[name])
+            times[name].append((time.perf_counter() - t0) * 1000)
+    db.close()
+    report: dict[str, Any] = {name: {"p50_ms": round(percentile(t, 50), 2), "p95_ms": round(percentile(t, 95), 2)} for name, t in times.items()}
+    report["p50_ratio"] = round(report["with"]["p50_ms"] / report["without"]["p50_ms"], 2)
+    report["p95_ratio"] = round(report["with"]["p95_ms"] / report["without"]["p95_ms"], 2)
+    return report
+
+
 async def time_mcp(settings: Settings, queries: Sequence[str]) -> dict[str, float]:
     from mcp import Client
     from mcp.client.stdio import StdioServerParameters
@@ -316,6 +335,7 @@ def latency(friends: Path, work: Path, *, queries: int, mcp_queries: int) -> dic
         report[name] = {
             "turns": RecallIndex(Database(settings.graph_path, readonly=True)).counts()["recall_turns"],
             "core_no_vector": time_core(settings, qs, vector=False),
+            "session_signal_cost": time_without(settings, qs, signal="session"),
             "core_no_vector_user": time_core(settings, qs, vector=False, user="user-0"),
             "core_with_vector": time_core(settings, qs[: max(100, queries // 5)], vector=True),
             "db_mb": round(settings.graph_path.stat().st_size / 1e6, 1),

@@ -25,6 +25,7 @@ from pipelines.recall import (
     parse_as_of,
     query_terms,
     recall,
+    informative_first,
     selective_terms,
     session_matches,
     session_scores,
@@ -454,22 +455,17 @@ async def test_context_finds_the_reply_next_to_a_keyword_hit(graph: Settings) ->
 
 
 def test_session_bm25_ranks_a_session_whose_turns_share_the_query_words_between_them() -> None:
-    rows = {  # word → (memory_id, session_id, turn_index) of the turns holding it
-        "lisbon": [("m:a1", "s:a", 1), ("m:b1", "s:b", 1)],
-        "agent": [("m:a3", "s:a", 3), ("m:c1", "s:c", 1)],
-        "visa": [("m:c1", "s:c", 1)],
-    }
-    counts = {"lisbon": 2, "agent": 2, "visa": 1}
-    matches = session_matches(rows, counts, turns_total=1_000, sessions_total=100)
-    # c's one turn holds two words, the rarer first; a holds two words in two turns.
+    per_word = {"lisbon": {"s:a": 1, "s:b": 1}, "agent": {"s:a": 1, "s:c": 1}, "visa": {"s:c": 1}}  # word → session → turns
+    matches = session_matches(per_word, sessions_total=100)
     assert matches.frequencies == {"s:a": {"lisbon": 1, "agent": 1}, "s:b": {"lisbon": 1}, "s:c": {"agent": 1, "visa": 1}}
-    assert matches.turns["s:a"] == ["m:a1", "m:a3"] and matches.turns["s:c"] == ["m:c1"]
     rough = session_scores(matches, ["s:a", "s:b", "s:c"])
     assert rough["s:c"] > rough["s:a"] > rough["s:b"] > 0  # visa is rarer than lisbon
     # At equal matches the shorter session ranks higher (BM25's length normalisation, b 0.75).
-    lengths = {"s:a": 5, "s:c": 200}
-    exact = session_scores(matches, ["s:a", "s:c"], lengths=lengths, average_length=20.0)
+    exact = session_scores(matches, ["s:a", "s:c"], lengths={"s:a": 5, "s:c": 200}, average_length=20.0)
     assert exact["s:a"] > exact["s:c"]
+    # Within a session, the turn holding the rarer words first, then by place.
+    rows = {"lisbon": [("m:a1", "s:a", 1), ("m:a4", "s:a", 4)], "visa": [("m:a4", "s:a", 4), ("m:c1", "s:c", 1)]}
+    assert informative_first(rows, {"lisbon": 50, "visa": 5}, turns_total=1_000) == {"s:a": ["m:a4", "m:a1"], "s:c": ["m:c1"]}
 
 
 TRIP = [  # the answer (cm3) shares no word with the question; the words are spread over its session
