@@ -163,6 +163,27 @@ def mean_rows(results: dict[str, list[dict[str, float]]], keep: Sequence[int]) -
             for config, rows in results.items()}
 
 
+FUSED_DEFAULT = "fused, default (keyword+entities+context+session)"
+
+
+def paired_differences(results: dict[str, list[dict[str, float]]], *, resamples: int = 10_000, seed: int = 14) -> dict[str, Any]:
+    """The default fusion minus each single signal, question by question: the mean difference and a
+    95% bootstrap interval (questions resampled with replacement, seeded) per metric. An interval
+    that excludes 0 is a difference beyond what the choice of questions explains."""
+    rng = random.Random(seed)
+    n = len(results[FUSED_DEFAULT])
+    draws = [[rng.randrange(n) for _ in range(n)] for _ in range(resamples)]
+    report: dict[str, Any] = {}
+    for signal in ("keyword", "entities", "vector", "context", "session"):
+        report[f"fused - {signal}"] = {}
+        for key in ("recall@5", "recall@10", "mrr"):
+            diffs = [f[key] - g[key] for f, g in zip(results[FUSED_DEFAULT], results[signal])]
+            means = sorted(sum(diffs[i] for i in draw) / n for draw in draws)
+            report[f"fused - {signal}"][key] = {"mean": round(sum(diffs) / n, 3), "ci95": [round(means[int(0.025 * resamples)], 3),
+                                                                                        round(means[int(0.975 * resamples)], 3)]}
+    return report
+
+
 def quality(friends: Path, work: Path, *, splits: Sequence[str] = ("tune", "heldout"), embedding: str = "hash",
             untouched: bool = False) -> dict[str, Any]:
     """Mean metrics per config: of the first set's ``splits`` (each, and both together: the tuning
@@ -176,6 +197,7 @@ def quality(friends: Path, work: Path, *, splits: Sequence[str] = ("tune", "held
         keep = [i for i, q in enumerate(questions) if group(q) == name]
         report[f"{'untouched, haystack ' if untouched else ''}{name}"] = {"questions": len(keep), **mean_rows(results, keep)}
     report["untouched" if untouched else "tuning data (all)"] = {"questions": len(questions), **mean_rows(results, range(len(questions)))}
+    report["paired"] = paired_differences(results)
     return report
 
 
