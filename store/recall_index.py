@@ -186,7 +186,7 @@ class RecallIndex:
         """How many turns contain each term; counting stops at ``cap + 1``, so a common word costs
         no more than a rare one."""
         fts = self.db.dialect
-        sql = (f"SELECT COUNT(*) FROM (SELECT 1 FROM {fts.fts_source('recall_turns', 't')} "
+        sql = (f"SELECT COUNT(*) FROM (SELECT 1 FROM {fts.fts_index_source('recall_turns', 't')} "
                f"WHERE {fts.fts_match('recall_turns', 't')} LIMIT ?) AS hits")
         return {term: self.db.query(sql, (_quoted(term), cap + 1))[0][0] for term in terms}
 
