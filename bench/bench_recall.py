@@ -43,7 +43,7 @@ from config import Settings, load_settings  # noqa: E402
 from pipelines.importer import import_sessions  # noqa: E402
 from pipelines.ingest import _write_sessions  # noqa: E402
 from pipelines.recall import MAX_LIMIT as MAX_DEPTH  # noqa: E402
-from pipelines.recall import RecallRequest, RecallWeights, fuse, recall  # noqa: E402
+from pipelines.recall import SIGNALS, RecallRequest, RecallWeights, fuse, recall  # noqa: E402
 from store.chroma import MemoryRow, SummaryRow, row_created_at  # noqa: E402
 from store.db import Database  # noqa: E402
 import store.recall_index as recall_index_module  # noqa: E402
@@ -52,22 +52,26 @@ from worker.cycle import run_cycle  # noqa: E402
 from worker.logs import configure_logging  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
+# The first question set (28 tune + 28 held-out): since the third round, both halves are tuning data.
 QUESTIONS = HERE / "data" / "recall_questions.jsonl"
+# Written and committed (47bbec7) before any ranking ran on them; run once, at the end of a round.
+UNTOUCHED = HERE / "data" / "recall_questions_untouched.jsonl"
 DEFAULT_WEIGHTS = RecallWeights()
-PLAIN_RRF = RecallWeights(keyword_anchor=0)
-# name → (signals, weights): each signal alone, then fused as configured by default (keyword
-# anchor) and as plain RRF (the first design, for comparison), without and with the vector signal.
+ANCHORED = RecallWeights(keyword_anchor=5)
+# name → (signals, weights): each signal alone, then fused as configured by default, with the vector
+# signal, and the second round's default (no session signal, keyword anchor 5) for comparison.
 CONFIGS: dict[str, tuple[tuple[str, ...], RecallWeights]] = {
     "keyword": (("keyword",), DEFAULT_WEIGHTS),
     "entities": (("entities",), DEFAULT_WEIGHTS),
     "vector": (("vector",), DEFAULT_WEIGHTS),
     "context": (("context",), DEFAULT_WEIGHTS),
-    "fused, default (keyword+entities+context, keyword anchor 5)": (("keyword", "entities", "context"), DEFAULT_WEIGHTS),
-    "fused, all four (keyword anchor 5)": (("keyword", "entities", "vector", "context"), DEFAULT_WEIGHTS),
-    "plain RRF (keyword+entities+context)": (("keyword", "entities", "context"), PLAIN_RRF),
-    "plain RRF (all four)": (("keyword", "entities", "vector", "context"), PLAIN_RRF),
+    "session": (("session",), DEFAULT_WEIGHTS),
+    "fused, default (keyword+entities+context+session)": (("keyword", "entities", "context", "session"), DEFAULT_WEIGHTS),
+    "fused, all five (+vector)": (("keyword", "entities", "vector", "context", "session"), DEFAULT_WEIGHTS),
+    "second round's default (keyword+entities+context, keyword anchor 5)": (("keyword", "entities", "context"), ANCHORED),
 }
 RANK_DEPTH = 50
+TUNE_SIGNALS = ("keyword", "entities", "vector", "context", "session")
 
 
 class ChromaVector:
@@ -133,71 +137,128 @@ def metrics(ranked: Sequence[str], gold: set[str]) -> dict[str, float]:
     }
 
 
-def quality(friends: Path, work: Path, *, splits: Sequence[str] = ("tune", "heldout"), embedding: str = "hash") -> dict[str, Any]:
-    questions = [json.loads(line) for line in QUESTIONS.open(encoding="utf-8")]
-    report: dict[str, Any] = {"embedding": embedding}
-    for split in splits:
-        settings = ensure_graph(work, f"friends-{split}", friends.with_name(f"{friends.name}.{split}.jsonl"), embedding=embedding)
+def per_question(friends: Path, work: Path, questions: Sequence[dict[str, Any]], *, embedding: str) -> dict[str, list[dict[str, float]]]:
+    """config → each question's metrics (in ``questions``' order), every config in the same run; a
+    question is asked against the graph of its ``haystack`` split (its ``split`` when it has none)."""
+    results: dict[str, list[dict[str, float]]] = {config: [{}] * len(questions) for config in CONFIGS}
+    for haystack in sorted({q.get("haystack", q["split"]) for q in questions}):
+        settings = ensure_graph(work, f"friends-{haystack}", friends.with_name(f"{friends.name}.{haystack}.jsonl"), embedding=embedding)
         db = Database(settings.graph_path, readonly=True)
         index, vector = RecallIndex(db), ChromaVector(settings)
-        mine = [q for q in questions if q["split"] == split]
-        rows: dict[str, dict[str, float]] = {}
-        for config, (signals, weights) in CONFIGS.items():
-            totals = {"recall@5": 0.0, "recall@10": 0.0, "mrr": 0.0}
-            for q in mine:
+        for i, q in enumerate(questions):
+            if q.get("haystack", q["split"]) != haystack:
+                continue
+            for config, (signals, weights) in CONFIGS.items():
                 answer = recall(RecallRequest(query=q["question"], limit=RANK_DEPTH, budget_tokens=200_000),
                                 source=index, vector=vector, signals=signals, weights=weights)
                 ranked = [t["memory_id"] for t in answer.as_dict()["turns"]]
-                for key, value in metrics(ranked, {f"memory:{a}" for a in q["answers"]}).items():
-                    totals[key] += value
-            rows[config] = {k: round(v / len(mine), 3) for k, v in totals.items()}
+                results[config][i] = metrics(ranked, {f"memory:{a}" for a in q["answers"]})
         db.close()
-        report[split] = {"questions": len(mine), "turns": RecallIndex(Database(settings.graph_path, readonly=True)).counts()["recall_turns"], **rows}
+    return results
+
+
+def mean_rows(results: dict[str, list[dict[str, float]]], keep: Sequence[int]) -> dict[str, dict[str, float]]:
+    return {config: {key: round(sum(rows[i][key] for i in keep) / len(keep), 3) for key in ("recall@5", "recall@10", "mrr")}
+            for config, rows in results.items()}
+
+
+FUSED_DEFAULT = "fused, default (keyword+entities+context+session)"
+
+
+def paired_differences(results: dict[str, list[dict[str, float]]], *, resamples: int = 10_000, seed: int = 14) -> dict[str, Any]:
+    """The default fusion minus each single signal, question by question: the mean difference and a
+    95% bootstrap interval (questions resampled with replacement, seeded) per metric. An interval
+    that excludes 0 is a difference beyond what the choice of questions explains."""
+    rng = random.Random(seed)
+    n = len(results[FUSED_DEFAULT])
+    draws = [[rng.randrange(n) for _ in range(n)] for _ in range(resamples)]
+    report: dict[str, Any] = {}
+    for signal in ("keyword", "entities", "vector", "context", "session"):
+        report[f"fused - {signal}"] = {}
+        for key in ("recall@5", "recall@10", "mrr"):
+            diffs = [f[key] - g[key] for f, g in zip(results[FUSED_DEFAULT], results[signal])]
+            means = sorted(sum(diffs[i] for i in draw) / n for draw in draws)
+            report[f"fused - {signal}"][key] = {"mean": round(sum(diffs) / n, 3), "ci95": [round(means[int(0.025 * resamples)], 3),
+                                                                                        round(means[int(0.975 * resamples)], 3)]}
+    return report
+
+
+def quality(friends: Path, work: Path, *, splits: Sequence[str] = ("tune", "heldout"), embedding: str = "hash",
+            untouched: bool = False) -> dict[str, Any]:
+    """Mean metrics per config: of the first set's ``splits`` (each, and both together: the tuning
+    data) or, with ``untouched``, of the untouched set (per haystack split and all together)."""
+    path = UNTOUCHED if untouched else QUESTIONS
+    questions = [q for q in (json.loads(line) for line in path.open(encoding="utf-8")) if untouched or q["split"] in splits]
+    results = per_question(friends, work, questions, embedding=embedding)
+    group = (lambda q: q["haystack"]) if untouched else (lambda q: q["split"])
+    report: dict[str, Any] = {"embedding": embedding, "questions": path.name}
+    for name in sorted({group(q) for q in questions}):
+        keep = [i for i, q in enumerate(questions) if group(q) == name]
+        report[f"{'untouched, haystack ' if untouched else ''}{name}"] = {"questions": len(keep), **mean_rows(results, keep)}
+    report["untouched" if untouched else "tuning data (all)"] = {"questions": len(questions), **mean_rows(results, range(len(questions)))}
+    report["paired"] = paired_differences(results)
     return report
 
 
 def tune_weights(friends: Path, work: Path, *, embedding: str = "hash") -> dict[str, Any]:
-    """Grid search of the fusion weights on the tune split only (the held-out split is never read):
-    the settings' defaults come from here. Ranked by recall@10, then MRR."""
-    questions = [json.loads(line) for line in QUESTIONS.open(encoding="utf-8") if json.loads(line)["split"] == "tune"]
-    settings = ensure_graph(work, "friends-tune", friends.with_name(f"{friends.name}.tune.jsonl"), embedding=embedding)
-    db = Database(settings.graph_path, readonly=True)
-    index, vector = RecallIndex(db), ChromaVector(settings)
-    # Each signal's ranking once per question; fusion is then recomputed per weight setting.
+    """Grid of the fusion weights over the first question set, both halves (the tuning data since
+    the untouched set exists; the untouched set is never read here). Each signal ranks each
+    question once; fusion is recomputed per setting. Besides the grid's best settings and the
+    defaults' row, a leave-one-out estimate of choosing by grid: the best setting on all questions
+    but one (by recall@10 + MRR), scored on that one — what a grid pick is worth on a new question."""
+    questions = [json.loads(line) for line in QUESTIONS.open(encoding="utf-8")]
     rankings = []
-    for q in questions:
-        per_signal = {}
-        for signal in ("keyword", "entities", "vector", "context"):
-            answer = recall(RecallRequest(query=q["question"], limit=MAX_DEPTH, budget_tokens=200_000),
-                            source=index, vector=vector, signals=(signal,))
-            per_signal[signal] = [t["memory_id"] for t in answer.as_dict()["turns"]]
-        rankings.append((per_signal, {f"memory:{a}" for a in q["answers"]}))
-    db.close()
-    grid = []
-    for entities, vec, context, k, anchor in itertools.product(
-        (0.0, 0.1, 0.3, 0.5, 1.0), (0.0, 0.2, 0.5, 1.0), (0.0, 0.2, 0.3, 0.5, 1.0), (5.0, 20.0, 60.0), (0, 3, 5)
+    for split in ("tune", "heldout"):
+        settings = ensure_graph(work, f"friends-{split}", friends.with_name(f"{friends.name}.{split}.jsonl"), embedding=embedding)
+        db = Database(settings.graph_path, readonly=True)
+        index, vector = RecallIndex(db), ChromaVector(settings)
+        for q in (q for q in questions if q["split"] == split):
+            per_signal, bm25 = {}, True
+            for signal in TUNE_SIGNALS:
+                answer = recall(RecallRequest(query=q["question"], limit=MAX_DEPTH, budget_tokens=200_000),
+                                source=index, vector=vector, signals=(signal,))
+                per_signal[signal] = [t["memory_id"] for t in answer.as_dict()["turns"]]
+                bm25 = answer.signals["terms"]["bm25"]
+            rankings.append((per_signal, bm25, {f"memory:{a}" for a in q["answers"]}))
+        db.close()
+    keys = ("session", "entities", "vector", "context", "rrf_k", "keyword_anchor")
+    grid: list[dict[str, Any]] = []
+    per_setting: list[list[dict[str, float]]] = []
+    for session, entities, vec, context, k, anchor in itertools.product(
+        (0.0, 0.5, 1.0, 1.5, 2.0, 3.0), (0.0, 0.2, 0.5), (0.0, 0.5), (0.0, 0.2, 0.5), (5.0, 10.0, 20.0, 60.0), (0, 2, 5)
     ):
-        weights = RecallWeights(keyword=1.0, entities=entities, vector=vec, context=context, rrf_k=k, keyword_anchor=anchor)
-        totals = {"recall@5": 0.0, "recall@10": 0.0, "mrr": 0.0}
-        for per_signal, gold in rankings:
+        weights = RecallWeights(keyword=1.0, session=session, entities=entities, vector=vec, context=context, rrf_k=k, keyword_anchor=anchor)
+        rows = []
+        for per_signal, bm25, gold in rankings:
             fused = [m for m, _, _ in fuse({s: r for s, r in per_signal.items() if weights.of(s) > 0}, weights,
-                                           anchor=per_signal["keyword"][:anchor])]
-            for key, value in metrics(fused[:RANK_DEPTH], gold).items():
-                totals[key] += value
-        grid.append({"entities": entities, "vector": vec, "context": context, "rrf_k": k, "keyword_anchor": anchor,
-                     **{key: round(v / len(rankings), 3) for key, v in totals.items()}})
-    grid.sort(key=lambda g: (-g["recall@10"], -g["mrr"]))
-    keyword_only = {k: 0.0 for k in ("recall@5", "recall@10", "mrr")}
-    for per_signal, gold in rankings:
-        for key, value in metrics(per_signal["keyword"][:RANK_DEPTH], gold).items():
-            keyword_only[key] += value / len(rankings)
-    # The rule: the best recall@10 that loses neither recall@5 nor MRR against keyword alone.
-    chosen = next(g for g in grid if g["mrr"] >= keyword_only["mrr"] and g["recall@5"] >= keyword_only["recall@5"])
-    defaults = next(g for g in grid if all(g[key] == DEFAULT_WEIGHTS.of(key) for key in ("entities", "vector", "context"))
-                    and g["rrf_k"] == DEFAULT_WEIGHTS.rrf_k and g["keyword_anchor"] == DEFAULT_WEIGHTS.keyword_anchor)
-    no_vector = [g for g in grid if g["vector"] == 0]
-    return {"questions": len(rankings), "keyword_only": {k: round(v, 3) for k, v in keyword_only.items()},
-            "chosen": chosen, "defaults": defaults, "best": grid[:5], "best_without_vector": no_vector[:5]}
+                                           anchor=per_signal["keyword"][:anchor] if bm25 else [])]
+            rows.append(metrics(fused[:RANK_DEPTH], gold))
+        per_setting.append(rows)
+        grid.append(dict(zip(keys, (session, entities, vec, context, k, anchor)))
+                    | {key: round(sum(r[key] for r in rows) / len(rows), 3) for key in ("recall@5", "recall@10", "mrr")})
+    n = len(rankings)
+
+    def value(rows: Sequence[dict[str, float]]) -> float:
+        return sum(r["recall@10"] + r["mrr"] for r in rows)
+
+    loo = []
+    for i in range(n):
+        best = max(range(len(grid)), key=lambda g: value(per_setting[g][:i] + per_setting[g][i + 1:]))
+        loo.append(per_setting[best][i])
+    alone = {signal: {key: round(sum(metrics(p[signal][:RANK_DEPTH], gold)[key] for p, _, gold in rankings) / n, 3)
+                      for key in ("recall@5", "recall@10", "mrr")} for signal in TUNE_SIGNALS}
+    defaults = next(g for g in grid if all(g[key] == (DEFAULT_WEIGHTS.of(key) if key not in ("rrf_k", "keyword_anchor")
+                                                      else getattr(DEFAULT_WEIGHTS, key)) for key in keys if key != "vector") and g["vector"] == 0)
+    order = sorted(range(len(grid)), key=lambda g: -value(per_setting[g]))
+    spread = {}
+    for anchor in (0, 2, 5):
+        with_session = [g for g in grid if g["keyword_anchor"] == anchor and g["session"] > 0]
+        spread[f"anchor {anchor}, session > 0"] = {
+            key: {"median": statistics.median(g[key] for g in with_session), "min": min(g[key] for g in with_session)}
+            for key in ("recall@5", "recall@10", "mrr")}
+    return {"questions": n, "settings": len(grid), "alone": alone, "defaults": defaults,
+            "leave_one_out": {key: round(sum(r[key] for r in loo) / n, 3) for key in ("recall@5", "recall@10", "mrr")},
+            "spread": spread, "best": [grid[g] for g in order[:5]]}
 
 
 # --- latency -------------------------------------------------------------------------------
@@ -250,6 +311,25 @@ def time_core(settings: Settings, queries: Sequence[str], *, vector: bool, user:
     return {"p50_ms": round(percentile(times, 50), 2), "p95_ms": round(percentile(times, 95), 2), "queries": len(times)}
 
 
+def time_without(settings: Settings, queries: Sequence[str], *, signal: str) -> dict[str, Any]:
+    """What ``signal`` costs: each query timed with every default signal and without ``signal``,
+    the two alternating query by query (same process, same cache, same load), no vector."""
+    db = Database(settings.graph_path, readonly=True)
+    index = RecallIndex(db)
+    times: dict[str, list[float]] = {"with": [], "without": []}
+    variants = {"with": tuple(SIGNALS), "without": tuple(s for s in SIGNALS if s != signal)}
+    for i, q in enumerate(queries):
+        for name in (("with", "without") if i % 2 else ("without", "with")):
+            t0 = time.perf_counter()
+            recall(RecallRequest(query=q, limit=10, budget_tokens=2_000), source=index, signals=variants[name])
+            times[name].append((time.perf_counter() - t0) * 1000)
+    db.close()
+    report: dict[str, Any] = {name: {"p50_ms": round(percentile(t, 50), 2), "p95_ms": round(percentile(t, 95), 2)} for name, t in times.items()}
+    report["p50_ratio"] = round(report["with"]["p50_ms"] / report["without"]["p50_ms"], 2)
+    report["p95_ratio"] = round(report["with"]["p95_ms"] / report["without"]["p95_ms"], 2)
+    return report
+
+
 async def time_mcp(settings: Settings, queries: Sequence[str]) -> dict[str, float]:
     from mcp import Client
     from mcp.client.stdio import StdioServerParameters
@@ -276,6 +356,7 @@ def latency(friends: Path, work: Path, *, queries: int, mcp_queries: int) -> dic
         report[name] = {
             "turns": RecallIndex(Database(settings.graph_path, readonly=True)).counts()["recall_turns"],
             "core_no_vector": time_core(settings, qs, vector=False),
+            "session_signal_cost": time_without(settings, qs, signal="session"),
             "core_no_vector_user": time_core(settings, qs, vector=False, user="user-0"),
             "core_with_vector": time_core(settings, qs[: max(100, queries // 5)], vector=True),
             "db_mb": round(settings.graph_path.stat().st_size / 1e6, 1),
@@ -397,7 +478,9 @@ def main(argv: list[str] | None = None) -> None:
                         help="prefix of friends.tune.jsonl / friends.heldout.jsonl")
     parser.add_argument("--work", type=Path, default=Path("/tmp/recall-bench"))
     parser.add_argument("--split", choices=("tune", "heldout"), action="append",
-                        help="quality on this split only (repeatable; default both) — tune on 'tune' alone")
+                        help="quality on this half of the first question set only (repeatable; default both)")
+    parser.add_argument("--untouched", action="store_true",
+                        help="quality on the untouched question set instead (run it once, at the end of a round of tuning)")
     parser.add_argument("--embedding", choices=("hash", "minilm"), default="hash",
                         help="the memory collection's embedding for quality/tune (minilm needs the 'embeddings' extra)")
     parser.add_argument("--queries", type=int, default=1_000)
@@ -413,7 +496,8 @@ def main(argv: list[str] | None = None) -> None:
     for part in parts:
         t0 = time.perf_counter()
         if part == "quality":
-            report["quality"] = quality(args.friends, args.work, splits=args.split or ("tune", "heldout"), embedding=args.embedding)
+            report["quality"] = quality(args.friends, args.work, splits=args.split or ("tune", "heldout"), embedding=args.embedding,
+                                        untouched=args.untouched)
         elif part == "tune":
             report["tune"] = tune_weights(args.friends, args.work, embedding=args.embedding)
         elif part == "latency":

@@ -138,10 +138,11 @@ class Settings(BaseSettings):
     recall_weight_entities: float = Field(0.5, ge=0, le=100, description="RRF weight of the turns matching nodes ground")
     recall_weight_vector: float = Field(0.5, ge=0, le=100, description="RRF weight of the nearest turns by embedding")
     recall_weight_context: float = Field(0.2, ge=0, le=100, description="RRF weight of the turns next to keyword hits")
+    recall_weight_session: float = Field(1.0, ge=0, le=100, description="RRF weight of the turns of the best sessions by BM25 over whole sessions")
     recall_weight_recency: float = Field(0.5, ge=0, le=100, description="RRF weight of newest-first (with --recency)")
     recall_rrf_k: float = Field(20.0, gt=0, le=10_000, description="RRF constant k: larger flattens rank differences")
     recall_keyword_anchor: int = Field(
-        5, ge=0, le=100, description="Keyword's first N turns keep the first places of a recall answer (0 = plain RRF)"
+        0, ge=0, le=100, description="Keyword's first N turns keep the first places of a recall answer (0 = plain RRF)"
     )
     recall_budget_tokens: int = Field(2_000, ge=1, le=200_000, description="Default token budget of a recall answer")
     mcp_host: str = Field("127.0.0.1", description="`rem-cycle mcp --http` binds here; beyond loopback REM_MCP_TOKEN is required")

@@ -9,19 +9,21 @@ ranks turns on its own and is reported on its own:
 - ``vector`` — the memory collection's nearest turns by its own embedding function (optional);
 - ``context`` — the turns next to the keyword hits in their session (an answer is often the reply
   to the turn that names the topic, and shares none of its words);
+- ``session`` — BM25 over whole sessions: a session is a document of its turns, so one whose turns
+  between them hold most of the query's rare words ranks first even when no single turn holds
+  more than one; its matching turns, then their neighbours, are listed session by session;
 - ``recency`` — an explicit option: newer first among the candidates the others found.
 
 They are fused by weighted reciprocal rank fusion: ``score(turn) = Σ weight_s / (k + rank_s)``.
 RRF needs no score calibration between BM25, graph walks and cosine distances, which live on
-unrelated scales. But RRF trusts every signal's top ranks alike on every query, and the signals
-other than keyword are weak on most queries (they find nothing there, yet their first turns still
-score high), so plain RRF pushed keyword's answers down. Hence the keyword anchor: when BM25 ranks
+unrelated scales. RRF trusts every signal's top ranks alike on every query; without the session
+signal the others were weak on most queries (they find nothing there, yet their first turns still
+score high) and pushed keyword's answers down, hence the optional keyword anchor: when BM25 ranks
 (the query has words rare enough, see :data:`MATCH_BUDGET`), keyword's first ``keyword_anchor``
-turns keep the first places in keyword's order, and fusion decides the places after them. Recall
-at the anchor's depth is then keyword's, and so is the reciprocal rank when keyword's first answer
-is among them; what fusion adds comes after (``bench/RESULTS.md``, "Recall"). The result is
-packed greedily into ``budget_tokens`` with the project's token estimator; what did not fit is
-listed in ``omitted``.
+turns keep the first places in keyword's order, and fusion decides the places after them. With the
+session signal, a second strong view of the same words, plain RRF (anchor 0, the default) is better
+(``bench/RESULTS.md``, "Recall"). The result is packed greedily into ``budget_tokens`` with the
+project's token estimator; what did not fit is listed in ``omitted``.
 
 Scope is the store's job (:class:`store.recall_index.Scope`): with ``user`` only that user's
 sessions are visible; ``as_of`` hides what was not known yet. This module never sees anything else.
@@ -30,6 +32,7 @@ sessions are visible; ``as_of`` hides what was not known yet. This module never 
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -46,7 +49,7 @@ MAX_TERMS = 24
 MAX_LIMIT = 100
 MAX_BUDGET_TOKENS = 200_000
 MAX_USER_CHARS = 200
-SIGNALS: tuple[str, ...] = ("keyword", "entities", "vector", "context", "recency")
+SIGNALS: tuple[str, ...] = ("keyword", "entities", "vector", "context", "session", "recency")
 # Candidates each signal contributes before fusion: deeper than ``limit`` so that a turn ranked
 # modestly by two signals can overtake one ranked first by a single signal.
 _DEPTH_FACTOR = 5
@@ -65,6 +68,15 @@ _MAX_SESSIONS = 5
 # The keyword hits whose neighbours the context signal ranks, and how far around each it looks.
 _CONTEXT_HITS = 50
 _CONTEXT_RADIUS = 2
+# The session signal: BM25's textbook k1 and b (not tuned), how many sessions it lists, and how many
+# best sessions by the score without length normalisation have their lengths read (on the 56
+# tuning questions 100 gave the exact ranking for 55; reading every matching session's length
+# cost ~10 ms at 100,000 turns).
+SESSION_K1 = 1.2
+SESSION_B = 0.75
+_SESSIONS_RANKED = 5
+_SESSIONS_MEASURED = 100
+_SESSION_RADIUS = 1
 # A turn that does not fit whole is cut to the room left, if at least this much is left.
 _MIN_TRUNCATED_TOKENS = 48
 
@@ -99,9 +111,10 @@ class RecallWeights:
     entities: float = 0.5
     vector: float = 0.5
     context: float = 0.2
+    session: float = 1.0
     recency: float = 0.5
     rrf_k: float = 20.0
-    keyword_anchor: int = 5
+    keyword_anchor: int = 0
 
     def of(self, signal: str) -> float:
         return float(getattr(self, signal))
@@ -128,6 +141,10 @@ class RecallSource(Protocol):
     def keyword_turns(self, match: str, scope: Scope, *, limit: int, ranked: bool = True) -> list[str]: ...
     def keyword_sessions(self, match: str, scope: Scope, *, limit: int) -> list[str]: ...
     def adjacent_turns(self, memory_ids: Sequence[str], scope: Scope, *, radius: int) -> list[str]: ...
+    def term_sessions(self, terms: Sequence[str], scope: Scope) -> dict[str, dict[str, int]]: ...
+    def term_turns(self, terms: Sequence[str], scope: Scope, *, sessions: Sequence[str]) -> dict[str, list[tuple[str, str, int | None]]]: ...
+    def session_lengths(self, session_ids: Sequence[str]) -> dict[str, int]: ...
+    def index_size(self) -> tuple[int, int]: ...
     def matching_nodes(self, match: str, scope: Scope, *, limit: int) -> list[str]: ...
     def point_counts(self, node_ids: Sequence[str], *, cap: int) -> dict[str, int]: ...
     def grounding_turns(self, node_ids: Sequence[str], scope: Scope) -> dict[str, list[tuple[str, int]]]: ...
@@ -314,6 +331,85 @@ def entity_ranking(matched: Sequence[str], neighbours: Sequence[str], grounding:
     return sorted(scores, key=lambda m: (-scores[m], order[m]))
 
 
+def bm25_idf(documents: int, containing: int) -> float:
+    """BM25's inverse document frequency of a word ``containing`` of ``documents`` hold (never negative)."""
+    return math.log((documents - containing + 0.5) / (containing + 0.5) + 1)
+
+
+@dataclass(slots=True)
+class SessionMatches:
+    """The query words seen session by session (:func:`session_matches`)."""
+
+    frequencies: dict[str, dict[str, int]]  # session → word → how many of its turns hold the word
+    idf: dict[str, float]  # word → BM25 idf over sessions
+
+
+def session_matches(per_word: dict[str, dict[str, int]], *, sessions_total: int) -> SessionMatches:
+    """Turn ``per_word`` (word → ``{session: turns holding it}``) around, with each word's idf over
+    ``sessions_total`` sessions."""
+    frequencies: dict[str, dict[str, int]] = {}
+    idf: dict[str, float] = {}
+    for word, sessions in per_word.items():
+        idf[word] = bm25_idf(max(sessions_total, len(sessions)), len(sessions))
+        for session_id, n in sessions.items():
+            frequencies.setdefault(session_id, {})[word] = n
+    return SessionMatches(frequencies, idf)
+
+
+def session_scores(matches: SessionMatches, sessions: Sequence[str], *, lengths: dict[str, int] | None = None, average_length: float = 1.0) -> dict[str, float]:
+    """BM25 of each of ``sessions`` as one document: a word's frequency is how many of the session's
+    turns hold it, the session's length its number of turns (``lengths``; ``None``: no length
+    normalisation, every session of the average length), k1 and b the textbook 1.2 and 0.75."""
+    scores: dict[str, float] = {}
+    for session_id in sessions:
+        norm = 1.0
+        if lengths is not None:
+            norm = 1 - SESSION_B + SESSION_B * lengths.get(session_id, average_length) / average_length
+        scores[session_id] = sum(matches.idf[w] * f * (SESSION_K1 + 1) / (f + SESSION_K1 * norm)
+                                 for w, f in matches.frequencies[session_id].items())
+    return scores
+
+
+def informative_first(rows: dict[str, list[tuple[str, str, int | None]]], counts: dict[str, int], *, turns_total: int) -> dict[str, list[str]]:
+    """Each session's turns holding a query word (``rows``: word → ``[(memory_id, session_id,
+    turn_index)]``), ordered by the summed idf over turns (from ``counts``) of the words each holds,
+    then by their place in the session."""
+    weight: dict[str, float] = {}
+    place: dict[str, tuple[str, int]] = {}
+    for word, hits in rows.items():
+        word_idf = bm25_idf(max(turns_total, counts.get(word, len(hits))), counts.get(word, len(hits)))
+        for memory_id, session_id, turn_index in hits:
+            weight[memory_id] = weight.get(memory_id, 0.0) + word_idf
+            place[memory_id] = (session_id, turn_index if turn_index is not None else 0)
+    turns: dict[str, list[str]] = {}
+    for memory_id in sorted(weight, key=lambda m: (-weight[m], place[m][1], m)):
+        turns.setdefault(place[memory_id][0], []).append(memory_id)
+    return turns
+
+
+def session_ranking(source: RecallSource, words: Sequence[str], counts: dict[str, int], scope: Scope) -> tuple[list[str], list[str]]:
+    """The session signal: ``(turns, sessions)`` — the :data:`_SESSIONS_RANKED` best sessions by BM25
+    over whole sessions and, session by session, their turns holding query words, then those
+    turns' neighbours. ``words`` must be rare enough to list (see :data:`MATCH_BUDGET`)."""
+    turns_total, sessions_total = source.index_size()
+    if scope.sessions is not None:
+        sessions_total = len(scope.sessions)
+    matches = session_matches(source.term_sessions(words, scope), sessions_total=sessions_total)
+    rough = session_scores(matches, list(matches.frequencies))
+    # Length normalisation moves a session by a bounded factor: only the best by the rough score can
+    # end up first, so only their lengths are read.
+    measured = sorted(rough, key=lambda s: (-rough[s], s))[:_SESSIONS_MEASURED]
+    average = max(1.0, turns_total / sessions_total) if sessions_total else 1.0
+    exact = session_scores(matches, measured, lengths=source.session_lengths(measured), average_length=average)
+    best = sorted(exact, key=lambda s: (-exact[s], s))[:_SESSIONS_RANKED]
+    hits = informative_first(source.term_turns(words, scope, sessions=best), counts, turns_total=turns_total)
+    ranking: list[str] = []
+    for session_id in best:
+        found = hits.get(session_id, [])
+        ranking += [*found, *source.adjacent_turns(found, scope, radius=_SESSION_RADIUS)]
+    return list(dict.fromkeys(ranking)), best
+
+
 def recall(
     request: RecallRequest,
     *,
@@ -326,7 +422,8 @@ def recall(
     signals rank (the benchmark measures each alone); recency also needs ``request.recency``."""
     terms = validate(request)
     scope = resolve_scope(source, request)
-    used, ranked = selective_terms(terms, source.term_counts(terms, cap=MATCH_BUDGET)) if terms else ([], True)
+    counts = source.term_counts(terms, cap=MATCH_BUDGET) if terms else {}
+    used, ranked = selective_terms(terms, counts) if terms else ([], True)
     match = match_expression(used)
     depth = max(_MIN_DEPTH, request.limit * _DEPTH_FACTOR)
     rankings: dict[str, list[str]] = {}
@@ -347,6 +444,11 @@ def recall(
                 keyword_sessions = source.keyword_sessions(match, scope, limit=_MAX_SESSIONS)
             if "context" in signals:
                 rankings["context"] = source.adjacent_turns(hits[:_CONTEXT_HITS], scope, radius=_CONTEXT_RADIUS)[:depth]
+        # Weight 0 switches the session signal off, and its cost (~5 ms a query at 100,000 turns) with it.
+        if "session" in signals and ranked and weights.session > 0:
+            session_turns, best_sessions = session_ranking(source, used, counts, scope)
+            rankings["session"] = session_turns[:depth]
+            report["session"] = {"sessions": best_sessions}
         if "entities" in signals:
             matched = source.matching_nodes(match, scope, limit=_MATCHED_NODES)
             points = source.point_counts(matched, cap=COMMON_NODE_POINTS + 1)

@@ -100,6 +100,11 @@ def _known(col: str, scope: Scope) -> tuple[str, tuple[Any, ...]]:
     return _KNOWN_BY.format(col=col), (scope.as_of, scope.as_of)
 
 
+def _quoted(term: str) -> str:
+    """``term`` as an FTS match expression of that one word (a quoted string: never syntax)."""
+    return '"' + term.replace('"', '""') + '"'
+
+
 class RecallIndex:
     """The recall tables of one graph database (reads need no transaction; writes join the caller's)."""
 
@@ -181,9 +186,9 @@ class RecallIndex:
         """How many turns contain each term; counting stops at ``cap + 1``, so a common word costs
         no more than a rare one."""
         fts = self.db.dialect
-        sql = (f"SELECT COUNT(*) FROM (SELECT 1 FROM {fts.fts_source('recall_turns', 't')} "
+        sql = (f"SELECT COUNT(*) FROM (SELECT 1 FROM {fts.fts_index_source('recall_turns', 't')} "
                f"WHERE {fts.fts_match('recall_turns', 't')} LIMIT ?) AS hits")
-        return {term: self.db.query(sql, ('"' + term.replace('"', '""') + '"', cap + 1))[0][0] for term in terms}
+        return {term: self.db.query(sql, (_quoted(term), cap + 1))[0][0] for term in terms}
 
     # --- keyword -------------------------------------------------------------------------
     def keyword_turns(self, match: str, scope: Scope, *, limit: int, ranked: bool = True) -> list[str]:
@@ -212,6 +217,43 @@ class RecallIndex:
             (match, *vp, *kp, limit),
         )
         return [r[0] for r in rows]
+
+    def term_sessions(self, terms: Sequence[str], scope: Scope) -> dict[str, dict[str, int]]:
+        """For each term, the visible sessions with turns that contain it: ``{session_id: turns}``.
+        Unbounded per term: the caller passes only words rare enough (``pipelines.recall.MATCH_BUDGET``)."""
+        visible, vp = _visible("t.session_id", scope)
+        known, kp = _known("t.created_at", scope)
+        fts = self.db.dialect
+        sql = (f"SELECT t.session_id, COUNT(*) FROM {fts.fts_source('recall_turns', 't')} "
+               f"WHERE {fts.fts_match('recall_turns', 't')} AND {visible} AND {known} GROUP BY t.session_id")
+        return {term: {r[0]: r[1] for r in self.db.query(sql, (_quoted(term), *vp, *kp))} for term in terms}
+
+    def term_turns(self, terms: Sequence[str], scope: Scope, *, sessions: Sequence[str]) -> dict[str, list[tuple[str, str, int | None]]]:
+        """For each term, the visible turns of ``sessions`` that contain it: ``[(memory_id, session_id, turn_index)]``."""
+        visible, vp = _visible("t.session_id", scope)
+        known, kp = _known("t.created_at", scope)
+        fts = self.db.dialect
+        sql = (f"SELECT t.memory_id, t.session_id, t.turn_index FROM {fts.fts_source('recall_turns', 't')} "
+               f"WHERE {fts.fts_match('recall_turns', 't')} AND t.session_id IN (SELECT value FROM json_each(?)) "
+               f"AND {visible} AND {known}")
+        wanted = json.dumps(list(sessions))
+        return {term: [(r[0], r[1], r[2]) for r in self.db.query(sql, (_quoted(term), wanted, *vp, *kp))] for term in terms}
+
+    def session_lengths(self, session_ids: Sequence[str]) -> dict[str, int]:
+        """How many turns each session has in the whole index (a ranking statistic, like
+        :meth:`point_counts`: it orders what the scope shows and is never returned)."""
+        rows = self.db.query(
+            "SELECT session_id, COUNT(*) FROM recall_turns WHERE session_id IN (SELECT value FROM json_each(?)) GROUP BY session_id",
+            (json.dumps(list(dict.fromkeys(session_ids))),),
+        )
+        return {r[0]: r[1] for r in rows}
+
+    def index_size(self) -> tuple[int, int]:
+        """``(turns, sessions)`` in the whole index, BM25's collection statistics for sessions. The
+        turns are the highest row id (one index probe; counting 100,000 rows took ~1 ms a query and
+        grows with the index): removed turns still count, which only flattens idf a little."""
+        row = self.db.query("SELECT (SELECT MAX(id) FROM recall_turns), (SELECT COUNT(*) FROM recall_sessions)")[0]
+        return int(row[0] or 0), int(row[1] or 0)
 
     def adjacent_turns(self, memory_ids: Sequence[str], scope: Scope, *, radius: int) -> list[str]:
         """The turns within ``radius`` of each of ``memory_ids`` in its session (not those turns

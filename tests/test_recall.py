@@ -25,7 +25,10 @@ from pipelines.recall import (
     parse_as_of,
     query_terms,
     recall,
+    informative_first,
     selective_terms,
+    session_matches,
+    session_scores,
     specific_nodes,
 )
 from store.backend import open_database
@@ -240,11 +243,11 @@ def test_a_node_cited_everywhere_grounds_no_turns_and_grounding_is_bounded() -> 
 async def test_recall_keeps_keywords_first_turns_when_bm25_ranks(graph: Settings) -> None:
     query = "drain torn lines"
     keyword = [t["memory_id"] for t in ask(graph, query, limit=20, signals=("keyword",))["turns"]]
-    fused = ask(graph, query, limit=20)
+    fused = ask(graph, query, limit=20, weights=RecallWeights(keyword_anchor=5))
     anchored = fused["signals"]["keyword_anchor"]
     assert fused["signals"]["terms"]["bm25"] and anchored == min(5, len(keyword)) > 0
     assert [t["memory_id"] for t in fused["turns"][:anchored]] == keyword[:anchored]
-    plain = ask(graph, query, limit=20, weights=RecallWeights(keyword_anchor=0))
+    plain = ask(graph, query, limit=20)  # the default since the session signal: plain RRF
     assert plain["signals"]["keyword_anchor"] == 0
 
 
@@ -449,6 +452,56 @@ async def test_context_finds_the_reply_next_to_a_keyword_hit(graph: Settings) ->
     assert by_id["memory:am1"][0] == "keyword"
     assert "context" in by_id["memory:am2"] and "keyword" not in by_id["memory:am2"]
     assert answer["signals"]["context"]["turns"] >= 1
+
+
+def test_session_bm25_ranks_a_session_whose_turns_share_the_query_words_between_them() -> None:
+    per_word = {"lisbon": {"s:a": 1, "s:b": 1}, "agent": {"s:a": 1, "s:c": 1}, "visa": {"s:c": 1}}  # word → session → turns
+    matches = session_matches(per_word, sessions_total=100)
+    assert matches.frequencies == {"s:a": {"lisbon": 1, "agent": 1}, "s:b": {"lisbon": 1}, "s:c": {"agent": 1, "visa": 1}}
+    rough = session_scores(matches, ["s:a", "s:b", "s:c"])
+    assert rough["s:c"] > rough["s:a"] > rough["s:b"] > 0  # visa is rarer than lisbon
+    # At equal matches the shorter session ranks higher (BM25's length normalisation, b 0.75).
+    exact = session_scores(matches, ["s:a", "s:c"], lengths={"s:a": 5, "s:c": 200}, average_length=20.0)
+    assert exact["s:a"] > exact["s:c"]
+    # Within a session, the turn holding the rarer words first, then by place.
+    rows = {"lisbon": [("m:a1", "s:a", 1), ("m:a4", "s:a", 4)], "visa": [("m:a4", "s:a", 4), ("m:c1", "s:c", 1)]}
+    assert informative_first(rows, {"lisbon": 50, "visa": 5}, turns_total=1_000) == {"s:a": ["m:a4", "m:a1"], "s:c": ["m:c1"]}
+
+
+TRIP = [  # the answer (cm3) shares no word with the question; the words are spread over its session
+    {"sessionId": "carol-trip", "title": "t", "createdAt": "2026-11-02T10:00:00Z", "userId": "carol", "turns": [
+        {"id": "cm1", "role": "user", "createdAt": "2026-11-02T10:00:00Z", "text": "We fly to Lisbon in March."},
+        {"id": "cm2", "role": "assistant", "createdAt": "2026-11-02T10:01:00Z", "text": "Then ask the travel agent about a visa."},
+        {"id": "cm3", "role": "user", "createdAt": "2026-11-02T10:02:00Z", "text": "She said none is required for us."},
+        {"id": "cm4", "role": "assistant", "createdAt": "2026-11-02T10:03:00Z", "text": "Good, one thing less."},
+    ]},
+    *[{"sessionId": f"dave-{i}", "title": "t", "createdAt": "2026-11-03T10:00:00Z", "userId": "dave", "turns": [
+        {"id": f"dm{i}a", "role": "user", "createdAt": "2026-11-03T10:00:00Z", "text": f"The travel agent sold {i} visa forms and a Lisbon visa guide."},
+        {"id": f"dm{i}b", "role": "assistant", "createdAt": "2026-11-03T10:01:00Z", "text": "Noted."},
+    ]} for i in range(3)],
+]
+
+
+@pytest.mark.both_backends
+async def test_the_session_signal_finds_the_answer_in_the_session_that_matches_as_a_whole(settings: Settings, tmp_path: Path) -> None:
+    await build(settings, tmp_path, TRIP)
+    query = "Does Carol need a visa for the March trip to Lisbon, says the travel agent?"
+    alone = ask(settings, query, signals=("session",), limit=20)
+    # Dave's turns each hold four of the words in one turn; Carol's session holds five, over two
+    # turns, so BM25 over sessions ranks it first and lists its turns holding a word (the one with
+    # the most informative words first), then their neighbours — the answer among them.
+    assert alone["signals"]["session"]["sessions"][0] == "session:carol-trip"
+    found = [t["memory_id"] for t in alone["turns"]]
+    assert found[:3] == ["memory:cm1", "memory:cm2", "memory:cm3"]  # March is the rarest word
+    keyword = [t["memory_id"] for t in ask(settings, query, signals=("keyword",), limit=20)["turns"]]
+    assert "memory:cm3" not in keyword
+    fused = ask(settings, query, limit=20)
+    assert any(t["memory_id"] == "memory:cm3" and t["signals"] == ["context", "session"] for t in fused["turns"])
+    assert fused["signals"]["session"]["enabled"] and fused["signals"]["weights"]["session"] == 1.0
+    # The scope holds: for Dave, Carol's session is neither ranked nor counted.
+    dave = ask(settings, query, user="dave", signals=("session",), limit=20)
+    assert dave["signals"]["session"]["sessions"] and all(s.startswith("session:dave-") for s in dave["signals"]["session"]["sessions"])
+    assert all(t["session_id"].startswith("session:dave-") for t in dave["turns"])
 
 
 async def test_a_forgotten_session_is_never_recalled_again(graph: Settings) -> None:

@@ -46,7 +46,8 @@ def weights_from(settings: Settings) -> RecallWeights:
     """The fusion weights the settings give."""
     return RecallWeights(
         keyword=settings.recall_weight_keyword, entities=settings.recall_weight_entities,
-        vector=settings.recall_weight_vector, context=settings.recall_weight_context, recency=settings.recall_weight_recency, rrf_k=settings.recall_rrf_k,
+        vector=settings.recall_weight_vector, context=settings.recall_weight_context,
+        session=settings.recall_weight_session, recency=settings.recall_weight_recency, rrf_k=settings.recall_rrf_k,
         keyword_anchor=settings.recall_keyword_anchor,
     )
 
