@@ -233,6 +233,21 @@ class RunStateStore:
         """``memory id -> session id`` for every memory row ingested so far."""
         return {r[0]: r[1] for r in self.db.query("SELECT memory_id, session_id FROM memory_index")}
 
+    def sessions_of_memories(self, memory_ids: Iterable[str]) -> dict[str, str]:
+        """``memory id -> session id`` for those of ``memory_ids`` ingested so far."""
+        found: dict[str, str] = {}
+        for part, marks in in_batches(sorted(set(memory_ids))):
+            found.update((r[0], r[1]) for r in self.db.query(f"SELECT memory_id, session_id FROM memory_index WHERE memory_id IN ({marks})", part))
+        return found
+
+    def memories_of_sessions(self, session_ids: Iterable[str]) -> dict[str, list[str]]:
+        """The memory ids each of ``session_ids`` had when it was last ingested."""
+        found: dict[str, list[str]] = {}
+        for part, marks in in_batches(sorted(set(session_ids))):
+            for r in self.db.query(f"SELECT session_id, memory_id FROM memory_index WHERE session_id IN ({marks})", part):
+                found.setdefault(r[0], []).append(r[1])
+        return found
+
     def mark_ingested(self, revision: SessionRevision, run_id: str) -> None:
         """Record that ``revision`` of the session (and its memory ids) is in the graph; a changed
         revision resets the extraction state (new content deserves a fresh set of attempts)."""
