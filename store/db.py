@@ -110,7 +110,28 @@ CREATE TABLE chroma_scan_state (
     rows_applied  BIGINT NOT NULL,
     tail_ids      TEXT NOT NULL,
     full_scan_at  TEXT NOT NULL
-)
+);
+INSERT INTO rem_counters(name, value) VALUES ('identity', 0), ('identity_at_commit', 0), ('identity_epoch', 0), ('instance', abs(random()));
+CREATE TRIGGER identity_nodes_ai AFTER INSERT ON nodes WHEN new.label NOT IN ('MEMORY', 'SESSION', 'NOTE') BEGIN
+    UPDATE rem_counters SET value = value + 1 WHERE name = 'identity';
+END;
+CREATE TRIGGER identity_nodes_ad AFTER DELETE ON nodes WHEN old.label NOT IN ('MEMORY', 'SESSION', 'NOTE') BEGIN
+    UPDATE rem_counters SET value = value + 1 WHERE name = 'identity';
+END;
+CREATE TRIGGER identity_nodes_au AFTER UPDATE OF name, label ON nodes
+    WHEN (old.name != new.name OR old.label != new.label)
+     AND (old.label NOT IN ('MEMORY', 'SESSION', 'NOTE') OR new.label NOT IN ('MEMORY', 'SESSION', 'NOTE')) BEGIN
+    UPDATE rem_counters SET value = value + 1 WHERE name = 'identity';
+END;
+CREATE TRIGGER identity_aliases_ai AFTER INSERT ON node_aliases BEGIN
+    UPDATE rem_counters SET value = value + 1 WHERE name = 'identity';
+END;
+CREATE TRIGGER identity_aliases_ad AFTER DELETE ON node_aliases BEGIN
+    UPDATE rem_counters SET value = value + 1 WHERE name = 'identity';
+END;
+CREATE TRIGGER identity_aliases_au AFTER UPDATE ON node_aliases BEGIN
+    UPDATE rem_counters SET value = value + 1 WHERE name = 'identity';
+END
 """
 
 # Each entry upgrades the schema by one version; never edit a released entry, append a new one.
@@ -554,8 +575,14 @@ MIGRATIONS: tuple[str, ...] = (
     # ``graph_counts`` (GraphStore.fold_counts): reading the counts costs O(labels + changes since
     # the last fold), never O(graph). ``chroma_scan_state``: what the ingest change scan has applied
     # of each Chroma collection (rows in insertion order, the ids that ended it, the last full scan),
-    # so that a cycle reads only the rows added since (pipelines/ingest.py). PostgreSQL runs its own
-    # form (store/postgres_schema.py OVERRIDES).
+    # so that a cycle reads only the rows added since (pipelines/ingest.py). ``rem_counters``
+    # ``identity``: bumped by triggers on every write to what identity resolution indexes (knowledge
+    # nodes' names and labels, ``node_aliases``); a session commit copies it to
+    # ``identity_at_commit`` and, finding them different when it begins (a write that was not a
+    # commit: forget, merge, unmerge, a retraction), bumps ``identity_epoch`` — so a worker knows
+    # exactly whether its identity index missed anything besides commits (RunStateStore.identity_epoch,
+    # pipelines/resolver.py); ``instance``: a random number that tells this database from another
+    # at the same location. PostgreSQL runs its own form (store/postgres_schema.py OVERRIDES).
     GRAPH_COUNTS_MIGRATION,
 )
 

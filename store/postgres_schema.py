@@ -385,6 +385,22 @@ CREATE TABLE chroma_scan_state (
     tail_ids      TEXT COLLATE "C" NOT NULL,
     full_scan_at  TEXT COLLATE "C" NOT NULL
 );
+INSERT INTO rem_counters(name, value) VALUES ('identity', 0), ('identity_at_commit', 0), ('identity_epoch', 0),
+    ('instance', floor(random() * 9007199254740991)::bigint);
+CREATE FUNCTION rem_count_identity() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE rem_counters SET value = value + 1 WHERE name = 'identity';
+    RETURN NULL;
+END $$;
+CREATE TRIGGER identity_nodes_ai AFTER INSERT ON nodes FOR EACH ROW
+    WHEN (NEW.label NOT IN ('MEMORY', 'SESSION', 'NOTE')) EXECUTE FUNCTION rem_count_identity();
+CREATE TRIGGER identity_nodes_ad AFTER DELETE ON nodes FOR EACH ROW
+    WHEN (OLD.label NOT IN ('MEMORY', 'SESSION', 'NOTE')) EXECUTE FUNCTION rem_count_identity();
+CREATE TRIGGER identity_nodes_au AFTER UPDATE OF name, label ON nodes FOR EACH ROW
+    WHEN ((OLD.name IS DISTINCT FROM NEW.name OR OLD.label IS DISTINCT FROM NEW.label)
+          AND (OLD.label NOT IN ('MEMORY', 'SESSION', 'NOTE') OR NEW.label NOT IN ('MEMORY', 'SESSION', 'NOTE')))
+    EXECUTE FUNCTION rem_count_identity();
+CREATE TRIGGER identity_aliases AFTER INSERT OR UPDATE OR DELETE ON node_aliases FOR EACH ROW EXECUTE FUNCTION rem_count_identity();
 """,
 }
 

@@ -291,6 +291,17 @@ class RunStateStore:
         does not depend on which worker commits when."""
         with self.db.transaction() as conn:
             conn.execute(f"SELECT value FROM rem_counters WHERE name = 'commit' {self.db.dialect.for_update()}")
+            # Something other than a commit changed what identity resolution indexes since the last
+            # commit (forget, merge, unmerge, a retraction): a new epoch (see identity_epoch).
+            conn.execute(
+                "UPDATE rem_counters SET value = value + 1 WHERE name = 'identity_epoch' "
+                "AND (SELECT value FROM rem_counters WHERE name = 'identity') "
+                "!= (SELECT value FROM rem_counters WHERE name = 'identity_at_commit')"
+            )
+            conn.execute(
+                "UPDATE rem_counters SET value = (SELECT value FROM rem_counters WHERE name = 'identity') "
+                "WHERE name = 'identity_at_commit'"
+            )
 
     def mark_digested(self, session_id: str, revision: str, run_id: str) -> None:
         """Call inside the commit transaction of the session's graph writes. The session gets the
@@ -299,10 +310,25 @@ class RunStateStore:
         with self.db.transaction() as conn:
             seq = conn.execute("UPDATE rem_counters SET value = value + 1 WHERE name = 'commit' RETURNING value").fetchone()[0]
             conn.execute(
+                "UPDATE rem_counters SET value = (SELECT value FROM rem_counters WHERE name = 'identity') "
+                "WHERE name = 'identity_at_commit'"
+            )
+            conn.execute(
                 "UPDATE session_digests SET digested_revision = ?, state = 'digested', defer_reason = NULL, "
                 "last_run_id = ?, updated_at = ?, commit_seq = ? WHERE session_id = ?",
                 (revision, run_id, self.clock(), seq, session_id),
             )
+
+    def identity_epoch(self) -> str | None:
+        """The epoch of what identity resolution indexes, as ``<database instance>:<epoch>``: it
+        changes whenever a write other than a session commit changed knowledge nodes' names,
+        labels or aliases. ``None`` while such a write is pending (made after the last commit; the
+        next commit starts a new epoch)."""
+        values = {r[0]: r[1] for r in self.db.query(
+            "SELECT name, value FROM rem_counters WHERE name IN ('identity', 'identity_at_commit', 'identity_epoch', 'instance')")}
+        if values["identity"] != values["identity_at_commit"]:
+            return None
+        return f"{values['instance']}:{values['identity_epoch']}"
 
     def commits_since(self, seq: int | None) -> tuple[int, list[str]]:
         """``(latest commit sequence number, the sessions committed after seq)``: what other

@@ -38,7 +38,7 @@ from pipelines.ingest import ScanResult, mark_holds, scan_changed_sessions, sync
 from store.chroma import ChromaStore, ChromaStoreError, ChromaUnavailableError
 from store.claims import CYCLE_LOCK, ClaimStore, LockStore, worker_owner
 from store.confined import UnsafePathError, exclusive_lock
-from store.backend import database_exists, open_database
+from store.backend import database_exists, database_location, open_database
 from store.db import Database
 from store.errors import SchemaTooNewError, StoreError
 from store.graph import GraphStore, utc_now
@@ -48,7 +48,7 @@ from store.runstate import RunStateStore
 from store.scan_marks import ScanMark, ScanMarkStore
 from store.tombstones import MEMORY, SESSION, TombstoneStore
 from worker.failures import FailureRecorder, RunFailure, failure_reason
-from worker.knowledge import identity_resolver, model_judge, refresh_communities_when_due
+from worker.knowledge import identity_resolver, keep_identity_index, model_judge, refresh_communities_when_due
 
 log = structlog.get_logger(__name__)
 
@@ -254,6 +254,7 @@ async def extract(ctx: CycleContext) -> dict[str, Any]:
     claims = ClaimStore(stores.db, owner=ctx.lease_owner, lease_seconds=settings.lease_timeout_seconds)
     async with open_extractor(settings) as extractor:
         judge = ModelJudge(extractor) if settings.llm_judge and isinstance(extractor, OpenAIExtractor) else None
+        resolver = identity_resolver(stores.db, auditor=judge.audit_identity if judge else None, keep_as=database_location(settings))
         env = ExtractEnv(
             chroma=stores.chroma, graph=stores.graph, runstate=stores.runstate, chunks=ChunkResultStore(stores.db),
             queue=lazy_edge_sink(settings, stores.db), graph_index=SemanticIndex(stores.db), extractor=extractor,
@@ -261,7 +262,7 @@ async def extract(ctx: CycleContext) -> dict[str, Any]:
             max_attempts=settings.max_chunk_attempts, retry_base_seconds=settings.chunk_retry_base_seconds,
             retry_max_seconds=settings.chunk_retry_max_seconds, concurrency=settings.llm_concurrency, run_id=ctx.run_id,
             now=datetime.now(UTC),
-            resolver=identity_resolver(stores.db, auditor=judge.audit_identity if judge else None),
+            resolver=resolver,
             merges=MergeStore(stores.db), forgotten_memories=partial(TombstoneStore(stores.db).buried, MEMORY),
             session_memory_ids=TombstoneStore(stores.db).session_memories, claims=claims,
         )
@@ -283,7 +284,9 @@ async def extract(ctx: CycleContext) -> dict[str, Any]:
                 await anyio.to_thread.run_sync(claims.release)
     if stats.interrupted or ctx.stop.is_set():
         raise CycleInterrupted("stop requested")
-    return {"extractor": extractor.fingerprint, "sessions_queued": queued, **stats.as_dict()}
+    if not stats.sessions_failed:
+        keep_identity_index(resolver, keep_as=database_location(settings))
+    return {"extractor": extractor.fingerprint, "sessions_queued": queued, "identity_index_builds": resolver.builds, **stats.as_dict()}
 
 
 def claim_step(concurrency: int) -> int:
