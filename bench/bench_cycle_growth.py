@@ -27,7 +27,7 @@ not make the next timed cycle rebuild its index). The verdicts: the last step's 
 the first step's, for the extract phase and for the amortized cycle. Database bytes per
 provenance point are reported too.
 
-    python bench/bench_cycle_growth.py                      # 250 → 2,000 → 8,000 (about 15 minutes)
+    python bench/bench_cycle_growth.py                      # 250 → 2,000 → 8,000 (about 10 minutes)
     python bench/bench_cycle_growth.py --steps 250 2000     # quicker
     python bench/bench_cycle_growth.py --profile /tmp/prof  # + cProfile of one timed cycle per step
 """
@@ -254,7 +254,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, nargs="+", default=[250, 2000, 8000], help="sessions of history")
     parser.add_argument("--new", type=int, default=25, help="new sessions per timed cycle")
-    parser.add_argument("--rounds", type=int, default=4, help="timed cycles per step")
+    parser.add_argument("--rounds", type=int, default=8, help="timed cycles per step (4 left the first step's ratio noisy on a loaded machine)")
     parser.add_argument("--profile", type=Path, help="write cProfile stats of the first timed cycle of each step here")
     parser.add_argument("--seed", type=int, default=12)
     args = parser.parse_args(argv)
