@@ -241,8 +241,6 @@ def _retract_vanished(stores: Stores, scan: Any) -> list[dict[str, Any]]:
 async def extract(ctx: CycleContext) -> dict[str, Any]:
     """Map → reduce → commit every ingested, not yet digested session (oldest first, up to the
     batch limit). A failing session is recorded and the phase goes on."""
-    from datetime import UTC, datetime
-
     from pipelines.extract.llm import OpenAIExtractor
     from pipelines.extract.workflow import ExtractEnv, ExtractStats, extract_sessions, open_extractor
     from pipelines.judge import ModelJudge
@@ -284,7 +282,7 @@ async def extract(ctx: CycleContext) -> dict[str, Any]:
                 await anyio.to_thread.run_sync(claims.release)
     if stats.interrupted or ctx.stop.is_set():
         raise CycleInterrupted("stop requested")
-    if not stats.sessions_failed:
+    if not stats.sessions_failed and not stats.sessions_claim_lost:  # no commit rolled back after resolving
         keep_identity_index(resolver, keep_as=database_location(settings))
     return {"extractor": extractor.fingerprint, "sessions_queued": queued, "identity_index_builds": resolver.builds, **stats.as_dict()}
 
