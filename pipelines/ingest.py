@@ -273,6 +273,20 @@ async def scan_changed_sessions(
     return result
 
 
+async def _sessions_of_new_rows(chroma: ChromaStore, collection: str, ids: Sequence[str], tally: ErrorTally, *, metadata_batch: int) -> dict[str, list[str]]:
+    """Memory ids not ingested yet, by the session their metadata names (read in batches); a row
+    without a usable ``sessionId`` or id is counted in ``tally``."""
+    found: dict[str, list[str]] = {}
+    for start in range(0, len(ids), metadata_batch):
+        for row in await chroma.metadata_by_ids(collection, ids[start : start + metadata_batch]):
+            if is_valid_row_id(row.session_id) and is_valid_row_id(row.id):
+                found.setdefault(row.session_id, []).append(row.id)
+            else:
+                tally.error(f"memory {row.id!r}: missing or invalid sessionId or id")
+                tally.bad_values.update(row.problems)
+    return found
+
+
 async def _scan_tail(
     chroma: ChromaStore, *, memory_collection: str, summary_collection: str, index: MemoryIndexReader,
     new_memory_ids: list[str], new_summary_ids: list[str], marks: list[ScanMark], metadata_batch: int = 1000,
@@ -281,15 +295,8 @@ async def _scan_tail(
     them: the session's memory ids (the index's, and the new rows') and its newest summary."""
     result = ScanResult(full=False, marks=marks, rows_scanned=len(new_memory_ids) + len(new_summary_ids))
     known = await anyio.to_thread.run_sync(index.sessions_of_memories, new_memory_ids)
-    added: dict[str, list[str]] = {}
-    unknown = [i for i in new_memory_ids if i not in known]
-    for start in range(0, len(unknown), metadata_batch):
-        for row in await chroma.metadata_by_ids(memory_collection, unknown[start : start + metadata_batch]):
-            if is_valid_row_id(row.session_id) and is_valid_row_id(row.id):
-                added.setdefault(row.session_id, []).append(row.id)  # type: ignore[arg-type]
-            else:
-                result.error(f"memory {row.id!r}: missing or invalid sessionId or id")
-                result.bad_values.update(row.problems)
+    added = await _sessions_of_new_rows(chroma, memory_collection, [i for i in new_memory_ids if i not in known], result,
+                                        metadata_batch=metadata_batch)
     touched = set(added) | set(known.values())
     if new_summary_ids:
         for row in await chroma.metadata_by_ids(summary_collection, new_summary_ids, cls=SummaryRow):
@@ -336,14 +343,9 @@ async def scan_session_revisions(
     for memory_id, session_id in known_sessions.items():
         if memory_id in present:
             members.setdefault(session_id, []).append(memory_id)
-    new_ids = sorted(present.difference(known_sessions))
-    for start in range(0, len(new_ids), metadata_batch):
-        for row in await chroma.metadata_by_ids(memory_collection, new_ids[start : start + metadata_batch]):
-            if is_valid_row_id(row.session_id) and is_valid_row_id(row.id):
-                members.setdefault(row.session_id, []).append(row.id)  # type: ignore[arg-type]
-            else:
-                result.error(f"memory {row.id!r}: missing or invalid sessionId or id")
-                result.bad_values.update(row.problems)
+    for session_id, ids in (await _sessions_of_new_rows(chroma, memory_collection, sorted(present.difference(known_sessions)),
+                                                        result, metadata_batch=metadata_batch)).items():
+        members.setdefault(session_id, []).extend(ids)
     valid: list[SummaryRow] = []
     async for page in chroma.scan(summary_collection, include=("metadatas", "documents")):
         summary_mark = mark_after(summary_mark, [row.id for row in page])
