@@ -48,6 +48,7 @@ def build(root: Path, *, memories: int, sessions: int, runs: int, queued: int = 
         for n in range(memories)
     )
     graph.link_nodes(Edge(f"memory:m{n}", f"session:s{n % sessions}", "ORIGINATES_IN") for n in range(memories))
+    graph.fold_counts()  # as the last cycle's finalize left them
     phases = dumps({
         "provider-ready": {"state": "completed", "duration_ms": 3.0},
         "ingest": {"state": "completed", "duration_ms": 850.0},

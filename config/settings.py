@@ -87,6 +87,11 @@ class Settings(BaseSettings):
         300.0, gt=0, description="A running cycle without a heartbeat this long is stalled (/healthz 503, status, metrics)"
     )
     grace_seconds: float = Field(30.0, gt=0, description="Time allowed to finish the current transaction on SIGTERM")
+    full_scan_interval_seconds: float = Field(
+        21_600.0, ge=0,
+        description="The change scan reads every Chroma row this often (else only rows added since the last scan): "
+        "a summary edited in place or a row deleted and re-added under its id is seen within this delay (0 = every cycle)",
+    )
     community_refresh_fraction: float = Field(
         0.1, ge=0, le=100,
         description="Re-detect communities once the sessions digested since the last detection reach this share of those before it (0 = every cycle)",

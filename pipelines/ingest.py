@@ -10,8 +10,9 @@ from __future__ import annotations
 import hashlib
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Any, Protocol
 
 import anyio
 import structlog
@@ -21,6 +22,7 @@ from store.chroma import ChromaStore, ChromaUnavailableError, MemoryRow, Summary
 from store.graph import Edge, Node, dumps
 from store.ids import InvalidIdError, is_valid_row_id, memory_node_id, session_node_id
 from store.runstate import SessionRevision
+from store.scan_marks import ScanMark
 
 log = structlog.get_logger(__name__)
 
@@ -178,12 +180,140 @@ def session_revision(memory_ids: Iterable[str], summary: SummaryRow | None) -> s
     return digest.hexdigest()
 
 
+# Ids a scan mark keeps from the end of what it applied: the next scan finds them where they were,
+# or some row before them went away (or moved), and reads every row instead.
+TAIL_CHECK_IDS = 32
+
+
 @dataclass(slots=True, kw_only=True)
 class ScanResult(ErrorTally):
-    """Every session's revision, and the rows the scan had to reject."""
+    """The revisions of the sessions the scan looked at — every session (``full``), or those that
+    rows added since the marks belong to — the rows it had to reject, and the marks that say
+    what it read (to save once everything it found is applied)."""
 
     revisions: list[SessionRevision] = field(default_factory=list)
     rows_scanned: int = 0
+    full: bool = True
+    marks: list[ScanMark] = field(default_factory=list)
+
+
+class MemoryIndexReader(Protocol):
+    """What the change scan asks of ingest's memory index (memory id → session id)."""
+
+    def memory_index(self) -> dict[str, str]: ...
+    def sessions_of_memories(self, memory_ids: Iterable[str]) -> dict[str, str]: ...
+    def memories_of_sessions(self, session_ids: Iterable[str]) -> dict[str, list[str]]: ...
+
+
+def full_scan_due(marks: Mapping[str, ScanMark], collections: Sequence[str], *, location: str, now: datetime, interval_seconds: float) -> bool:
+    """Whether the scan must read every row: a collection has no mark or one made elsewhere, or
+    the last full scan is ``interval_seconds`` old (``0``: always). Pure."""
+    if interval_seconds <= 0:
+        return True
+    for name in collections:
+        mark = marks.get(name)
+        if mark is None or mark.location != location:
+            return True
+        if (now - datetime.fromisoformat(mark.full_scan_at)).total_seconds() >= interval_seconds:
+            return True
+    return False
+
+
+def mark_after(mark: ScanMark, new_ids: Sequence[str]) -> ScanMark:
+    """The mark once ``new_ids`` (read after ``mark``) are applied too. Pure."""
+    return replace(mark, rows_applied=mark.rows_applied + len(new_ids), tail_ids=(*mark.tail_ids, *new_ids)[-TAIL_CHECK_IDS:])
+
+
+async def ids_after(chroma: ChromaStore, mark: ScanMark, *, limit: int) -> list[str] | None:
+    """The ids added after ``mark``, read in one call from where its tail ids should be; ``None``
+    when they are not there (a row before them was deleted, or Chroma reordered) or when more
+    than ``limit`` rows follow — then only a full scan can say what changed."""
+    start = mark.rows_applied - len(mark.tail_ids)
+    ids = await chroma.ids_from(mark.collection, offset=start, limit=limit + len(mark.tail_ids) + 1)
+    if tuple(ids[: len(mark.tail_ids)]) != mark.tail_ids or len(ids) > limit + len(mark.tail_ids):
+        return None
+    return ids[len(mark.tail_ids) :]
+
+
+async def mark_holds(chroma: ChromaStore, mark: ScanMark) -> bool:
+    """Whether the mark's tail ids are still where it says (nothing before them went away)."""
+    if not mark.tail_ids:
+        return True
+    start = mark.rows_applied - len(mark.tail_ids)
+    return tuple(await chroma.ids_from(mark.collection, offset=start, limit=len(mark.tail_ids))) == mark.tail_ids
+
+
+async def scan_changed_sessions(
+    chroma: ChromaStore,
+    *,
+    memory_collection: str,
+    summary_collection: str,
+    index: MemoryIndexReader,
+    marks: Mapping[str, ScanMark],
+    location: str,
+    now: datetime,
+    full_scan_interval_seconds: float,
+    tail_limit: int = 50_000,
+) -> ScanResult:
+    """The change scan. When both collections have marks and no full scan is due, only the rows
+    added after the marks are read (one call per collection) and only the sessions they belong to
+    get a revision; every row is read (:func:`scan_session_revisions`) when a full scan is due or
+    a mark's tail ids are not where they were. ``index`` is read in a worker thread."""
+    collections = (memory_collection, summary_collection)
+    if not full_scan_due(marks, collections, location=location, now=now, interval_seconds=full_scan_interval_seconds):
+        tails = [await ids_after(chroma, marks[name], limit=tail_limit) for name in collections]
+        if tails[0] is not None and tails[1] is not None:
+            return await _scan_tail(chroma, memory_collection=memory_collection, summary_collection=summary_collection,
+                                    index=index, new_memory_ids=tails[0], new_summary_ids=tails[1],
+                                    marks=[mark_after(marks[name], ids) for name, ids in zip(collections, tails, strict=True)])
+        log.info("change scan: rows before the scan marks moved or went away; reading every row")
+    known = await anyio.to_thread.run_sync(index.memory_index)
+    result = await scan_session_revisions(chroma, memory_collection=memory_collection, summary_collection=summary_collection, known_sessions=known)
+    result.marks = [replace(mark, location=location, full_scan_at=now.isoformat()) for mark in result.marks]
+    return result
+
+
+async def _sessions_of_new_rows(chroma: ChromaStore, collection: str, ids: Sequence[str], tally: ErrorTally, *, metadata_batch: int) -> dict[str, list[str]]:
+    """Memory ids not ingested yet, by the session their metadata names (read in batches); a row
+    without a usable ``sessionId`` or id is counted in ``tally``."""
+    found: dict[str, list[str]] = {}
+    for start in range(0, len(ids), metadata_batch):
+        for row in await chroma.metadata_by_ids(collection, ids[start : start + metadata_batch]):
+            if is_valid_row_id(row.session_id) and is_valid_row_id(row.id):
+                found.setdefault(row.session_id, []).append(row.id)
+            else:
+                tally.error(f"memory {row.id!r}: missing or invalid sessionId or id")
+                tally.bad_values.update(row.problems)
+    return found
+
+
+async def _scan_tail(
+    chroma: ChromaStore, *, memory_collection: str, summary_collection: str, index: MemoryIndexReader,
+    new_memory_ids: list[str], new_summary_ids: list[str], marks: list[ScanMark], metadata_batch: int = 1000,
+) -> ScanResult:
+    """Revisions of the sessions that the new rows belong to, computed as the full scan computes
+    them: the session's memory ids (the index's, and the new rows') and its newest summary."""
+    result = ScanResult(full=False, marks=marks, rows_scanned=len(new_memory_ids) + len(new_summary_ids))
+    known = await anyio.to_thread.run_sync(index.sessions_of_memories, new_memory_ids)
+    added = await _sessions_of_new_rows(chroma, memory_collection, [i for i in new_memory_ids if i not in known], result,
+                                        metadata_batch=metadata_batch)
+    touched = set(added) | set(known.values())
+    if new_summary_ids:
+        for row in await chroma.metadata_by_ids(summary_collection, new_summary_ids, cls=SummaryRow):
+            if is_valid_row_id(row.session_id):
+                touched.add(row.session_id)  # type: ignore[arg-type]
+            else:
+                result.error(f"summary {row.id!r}: missing or invalid sessionId")
+                result.bad_values.update(row.problems)
+    if not touched:
+        return result
+    members = await anyio.to_thread.run_sync(index.memories_of_sessions, sorted(touched))
+    summaries = await chroma.summaries_for_sessions(sorted(touched)) or {}
+    for sid in sorted(touched):
+        summary = summaries.get(sid)
+        ids = tuple(sorted({*members.get(sid, ()), *added.get(sid, ())}))
+        result.revisions.append(SessionRevision(sid, session_revision(ids, summary), summary.created_at if summary else None, ids))
+    return result
 
 
 async def scan_session_revisions(
@@ -198,27 +328,27 @@ async def scan_session_revisions(
 
     ``known_sessions`` maps memory ids already ingested to their session; only ids not in it have
     their metadata read. Summaries (one per session) are read whole. A row without a usable
-    ``sessionId`` is counted as an error, never a crash.
+    ``sessionId`` is counted as an error, never a crash. The marks it returns (location and full
+    scan time left blank for the caller) say how many rows each collection had, and its last ids.
     """
     result = ScanResult()
     present: set[str] = set()
+    memory_mark = ScanMark(collection=memory_collection, location="", rows_applied=0, tail_ids=(), full_scan_at="")
     async for ids in chroma.scan_ids(memory_collection):
         present.update(ids)
+        memory_mark = mark_after(memory_mark, ids)
+    summary_mark = replace(memory_mark, collection=summary_collection, rows_applied=0, tail_ids=())
     result.rows_scanned = len(present)
     members: dict[str, list[str]] = {}
     for memory_id, session_id in known_sessions.items():
         if memory_id in present:
             members.setdefault(session_id, []).append(memory_id)
-    new_ids = sorted(present.difference(known_sessions))
-    for start in range(0, len(new_ids), metadata_batch):
-        for row in await chroma.metadata_by_ids(memory_collection, new_ids[start : start + metadata_batch]):
-            if is_valid_row_id(row.session_id) and is_valid_row_id(row.id):
-                members.setdefault(row.session_id, []).append(row.id)  # type: ignore[arg-type]
-            else:
-                result.error(f"memory {row.id!r}: missing or invalid sessionId or id")
-                result.bad_values.update(row.problems)
+    for session_id, ids in (await _sessions_of_new_rows(chroma, memory_collection, sorted(present.difference(known_sessions)),
+                                                        result, metadata_batch=metadata_batch)).items():
+        members.setdefault(session_id, []).extend(ids)
     valid: list[SummaryRow] = []
     async for page in chroma.scan(summary_collection, include=("metadatas", "documents")):
+        summary_mark = mark_after(summary_mark, [row.id for row in page])
         for row in page:
             result.rows_scanned += 1
             summary = SummaryRow(row.id, row.document, row.metadata)
@@ -232,6 +362,7 @@ async def scan_session_revisions(
         summary = summaries.get(sid)
         ids = tuple(sorted(members.get(sid, ())))
         result.revisions.append(SessionRevision(sid, session_revision(ids, summary), summary.created_at if summary else None, ids))
+    result.marks = [memory_mark, summary_mark]
     return result
 
 

@@ -10,7 +10,11 @@ commit that rolled back is noticed at the next call (a node it created is missin
 rebuilt from the graph. Workers sharing the database commit beside it: at each call the resolver
 adds the nodes of the sessions committed since it last looked (``committed_since``, by the commit
 sequence number — what the others did, never the graph's history), and a link to a node that is
-gone (folded, forgotten, merged elsewhere) makes it rebuild the index and resolve again.
+gone (folded, forgotten, merged elsewhere) makes it rebuild the index and resolve again. The index
+can outlive the extract phase (:meth:`GraphResolver.kept`, handed to the next phase's resolver):
+it is taken up only when the graph's identity epoch (``epoch``: it changes with every write to
+names, labels or aliases that was not a session commit) is the one it was built in, and then
+learns the commits made since like any others' — so a daemon builds it once, not every cycle.
 
 The optional model auditor is asked *before* the transaction (:meth:`GraphResolver.prepare`, in
 async code), never while the database is locked; its answers are kept per question, so the same
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import anyio
@@ -54,9 +59,23 @@ def _refs(candidates: Iterable[CandidateLike]) -> list[NodeRef]:
     return [NodeRef(c.id, c.type, c.name, tuple(c.aliases)) for c in candidates]
 
 
+@dataclass(frozen=True, slots=True)
+class KeptIndex:
+    """An identity index handed from one extract phase to the next: what it knew (the commit
+    sequence number it had seen, the nodes the last commit created) and the epoch it was built in."""
+
+    index: AliasIndex
+    blocked: frozenset[tuple[str, str]]
+    seen: int
+    created: tuple[str, ...]
+    epoch: str
+
+
 class GraphResolver:
     """The stateful matcher. ``load_nodes`` lists the graph's knowledge nodes, ``load_blocked`` the
-    (merged, into) pairs whose merge was undone, ``existing`` says which of some ids exist."""
+    (merged, into) pairs whose merge was undone, ``existing`` says which of some ids exist;
+    ``epoch`` the graph's identity epoch (``None`` while a write other than a commit is pending);
+    ``kept`` an index a previous phase's resolver built (taken up only in the same epoch)."""
 
     def __init__(
         self,
@@ -67,6 +86,8 @@ class GraphResolver:
         committed_since: Callable[[int | None], tuple[int, list[NodeRef]]] | None = None,
         auditor: Auditor | None = None,
         thresholds: Thresholds = Thresholds(),
+        epoch: Callable[[], str | None] | None = None,
+        kept: KeptIndex | None = None,
     ) -> None:
         self._load_nodes = load_nodes
         self._load_blocked = load_blocked
@@ -82,13 +103,39 @@ class GraphResolver:
         self._created: list[str] = []
         self._decisions: dict[tuple[str, tuple[str, ...]], str | None] = {}
         self._lock = threading.RLock()
+        self._epoch = epoch
+        self._kept = kept if epoch is not None and committed_since is not None else None
+        self._built_epoch: str | None = None
+        self.builds = 0  # indexes built from the whole graph (the phase record counts them)
 
     def reset(self) -> None:
         """Forget the index (the next call rebuilds it from the graph)."""
         with self._lock:
             self._index = None
 
+    def kept(self) -> KeptIndex | None:
+        """The index to hand to the next phase's resolver; ``None`` when there is none, or when it
+        was built while a write other than a commit was pending."""
+        with self._lock:
+            if self._index is None:
+                return self._kept  # never asked: hand on what it was given
+            if self._built_epoch is None:
+                return None
+            return KeptIndex(self._index, self._blocked, self._seen, tuple(self._created), self._built_epoch)
+
+    def _take_up_kept(self) -> None:
+        kept, self._kept = self._kept, None
+        if kept is None or self._epoch is None or self._committed_since is None:
+            return
+        if self._epoch() == kept.epoch and self._committed_since(None)[0] >= kept.seen:
+            self._index, self._blocked, self._seen = kept.index, kept.blocked, kept.seen
+            self._created, self._built_epoch = list(kept.created), kept.epoch
+        else:
+            log.info("kept identity index is stale (the graph changed otherwise than by commits): rebuilding")
+
     def _ready_index(self) -> AliasIndex:
+        if self._index is None and self._kept is not None:
+            self._take_up_kept()
         if self._index is not None and self._created:
             created = set(self._created)
             if created - self._existing(created):
@@ -97,7 +144,9 @@ class GraphResolver:
         if self._index is None:
             if self._committed_since is not None:
                 self._seen = self._committed_since(None)[0]  # before the read: a commit between is re-read
+            self._built_epoch = self._epoch() if self._epoch is not None else None  # before the read, too
             self._index = AliasIndex.build(self._load_nodes())
+            self.builds += 1
             self._blocked = self._load_blocked()
             self._created = []
         elif self._committed_since is not None:

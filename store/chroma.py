@@ -363,6 +363,15 @@ class ChromaStore:
         async for page in self._pages(coll, include=(), size=self._settings.chroma_page_size * 50, cls=None):
             yield page
 
+    async def ids_from(self, name: str, *, offset: int, limit: int) -> list[str]:
+        """Up to ``limit`` ids from position ``offset`` in Chroma's order (insertion order), in one
+        call — so the ids are one consistent reading. A missing collection has none."""
+        coll = await self.collection(name)
+        if coll is None:
+            return []
+        result = await self._call(coll.get, include=[], offset=offset, limit=limit)
+        return list(result.get("ids") or [])
+
     async def _pages(
         self, coll: Any, *, include: Sequence[str], size: int, where: dict[str, Any] | None = None,
         cls: type[ChromaRow] | None = MemoryRow,
@@ -400,12 +409,12 @@ class ChromaStore:
                 rows += page
         return rows
 
-    async def metadata_by_ids(self, name: str, ids: Sequence[str]) -> list[MemoryRow]:
-        """Ids and metadata (no documents) of the rows among ``ids`` that exist."""
+    async def metadata_by_ids(self, name: str, ids: Sequence[str], *, cls: type[ChromaRow] = MemoryRow) -> list[Any]:
+        """Ids and metadata (no documents) of the rows among ``ids`` that exist, as ``cls`` rows."""
         coll = await self.collection(name)
         if coll is None or not ids:
             return []
-        return await self._by_ids(coll, ids, include=["metadatas"])
+        return await self._by_ids(coll, ids, include=["metadatas"], cls=cls)
 
     async def memories_for_session(self, session_id: str, *, memory_ids: Sequence[str] | None = None) -> list[MemoryRow]:
         """Every memory row of one session, in turn order (paged reads; by id when ``memory_ids``

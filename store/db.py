@@ -72,6 +72,68 @@ CREATE TABLE lazy_edges_dead (
 )
 """
 
+GRAPH_COUNTS_MIGRATION = """
+CREATE TABLE graph_counts (
+    kind   TEXT NOT NULL CHECK (kind IN ('node', 'edge')),
+    name   TEXT NOT NULL,
+    total  BIGINT NOT NULL,
+    PRIMARY KEY (kind, name)
+);
+CREATE TABLE graph_count_changes (
+    kind   TEXT NOT NULL,
+    name   TEXT NOT NULL,
+    delta  INTEGER NOT NULL
+);
+CREATE TRIGGER graph_counts_nodes_ai AFTER INSERT ON nodes BEGIN
+    INSERT INTO graph_count_changes(kind, name, delta) VALUES ('node', new.label, 1);
+END;
+CREATE TRIGGER graph_counts_nodes_ad AFTER DELETE ON nodes BEGIN
+    INSERT INTO graph_count_changes(kind, name, delta) VALUES ('node', old.label, -1);
+END;
+CREATE TRIGGER graph_counts_nodes_au AFTER UPDATE OF label ON nodes WHEN old.label != new.label BEGIN
+    INSERT INTO graph_count_changes(kind, name, delta) VALUES ('node', old.label, -1), ('node', new.label, 1);
+END;
+CREATE TRIGGER graph_counts_edges_ai AFTER INSERT ON edges BEGIN
+    INSERT INTO graph_count_changes(kind, name, delta) VALUES ('edge', new.relationship, 1);
+END;
+CREATE TRIGGER graph_counts_edges_ad AFTER DELETE ON edges BEGIN
+    INSERT INTO graph_count_changes(kind, name, delta) VALUES ('edge', old.relationship, -1);
+END;
+CREATE TRIGGER graph_counts_edges_au AFTER UPDATE OF relationship ON edges WHEN old.relationship != new.relationship BEGIN
+    INSERT INTO graph_count_changes(kind, name, delta) VALUES ('edge', old.relationship, -1), ('edge', new.relationship, 1);
+END;
+INSERT INTO graph_counts(kind, name, total) SELECT 'node', label, COUNT(*) FROM nodes GROUP BY label;
+INSERT INTO graph_counts(kind, name, total) SELECT 'edge', relationship, COUNT(*) FROM edges GROUP BY relationship;
+CREATE TABLE chroma_scan_state (
+    collection    TEXT PRIMARY KEY,
+    location      TEXT NOT NULL,
+    rows_applied  BIGINT NOT NULL,
+    tail_ids      TEXT NOT NULL,
+    full_scan_at  TEXT NOT NULL
+);
+INSERT INTO rem_counters(name, value) VALUES ('identity', 0), ('identity_at_commit', 0), ('identity_epoch', 0), ('instance', abs(random()));
+CREATE TRIGGER identity_nodes_ai AFTER INSERT ON nodes WHEN new.label NOT IN ('MEMORY', 'SESSION', 'NOTE') BEGIN
+    UPDATE rem_counters SET value = value + 1 WHERE name = 'identity';
+END;
+CREATE TRIGGER identity_nodes_ad AFTER DELETE ON nodes WHEN old.label NOT IN ('MEMORY', 'SESSION', 'NOTE') BEGIN
+    UPDATE rem_counters SET value = value + 1 WHERE name = 'identity';
+END;
+CREATE TRIGGER identity_nodes_au AFTER UPDATE OF name, label ON nodes
+    WHEN (old.name != new.name OR old.label != new.label)
+     AND (old.label NOT IN ('MEMORY', 'SESSION', 'NOTE') OR new.label NOT IN ('MEMORY', 'SESSION', 'NOTE')) BEGIN
+    UPDATE rem_counters SET value = value + 1 WHERE name = 'identity';
+END;
+CREATE TRIGGER identity_aliases_ai AFTER INSERT ON node_aliases BEGIN
+    UPDATE rem_counters SET value = value + 1 WHERE name = 'identity';
+END;
+CREATE TRIGGER identity_aliases_ad AFTER DELETE ON node_aliases BEGIN
+    UPDATE rem_counters SET value = value + 1 WHERE name = 'identity';
+END;
+CREATE TRIGGER identity_aliases_au AFTER UPDATE ON node_aliases BEGIN
+    UPDATE rem_counters SET value = value + 1 WHERE name = 'identity';
+END
+"""
+
 # Each entry upgrades the schema by one version; never edit a released entry, append a new one.
 MIGRATIONS: tuple[str, ...] = (
     """
@@ -507,6 +569,21 @@ MIGRATIONS: tuple[str, ...] = (
     """,
     # 9: the lazy-edge queue table, LAZY_EDGES_MIGRATION above.
     LAZY_EDGES_MIGRATION,
+    # 10: counts that do not grow with the graph (issue 12). ``graph_counts``: nodes by label and
+    # edges by relationship; triggers append each write's change to ``graph_count_changes`` (an
+    # append, so concurrent writers never wait on one counter row), which ``finalize`` folds into
+    # ``graph_counts`` (GraphStore.fold_counts): reading the counts costs O(labels + changes since
+    # the last fold), never O(graph). ``chroma_scan_state``: what the ingest change scan has applied
+    # of each Chroma collection (rows in insertion order, the ids that ended it, the last full scan),
+    # so that a cycle reads only the rows added since (pipelines/ingest.py). ``rem_counters``
+    # ``identity``: bumped by triggers on every write to what identity resolution indexes (knowledge
+    # nodes' names and labels, ``node_aliases``); a session commit copies it to
+    # ``identity_at_commit`` and, finding them different when it begins (a write that was not a
+    # commit: forget, merge, unmerge, a retraction), bumps ``identity_epoch`` — so a worker knows
+    # exactly whether its identity index missed anything besides commits (RunStateStore.identity_epoch,
+    # pipelines/resolver.py); ``instance``: a random number that tells this database from another
+    # at the same location. PostgreSQL runs its own form (store/postgres_schema.py OVERRIDES).
+    GRAPH_COUNTS_MIGRATION,
 )
 
 # The queue table's schema version, wherever the entry sits (the PostgreSQL port keys its own form by it).

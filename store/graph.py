@@ -237,13 +237,35 @@ class GraphStore:
         return [_node(r) for r in rows]
 
     def counts(self) -> dict[str, Any]:
-        """Node counts by label and edge counts by relationship."""
-        nodes = {r[0]: r[1] for r in self.db.query("SELECT label, COUNT(*) FROM nodes GROUP BY label ORDER BY label")}
-        edges = {
-            r[0]: r[1]
-            for r in self.db.query("SELECT relationship, COUNT(*) FROM edges GROUP BY relationship ORDER BY relationship")
-        }
+        """Node counts by label and edge counts by relationship: the folded counts plus the changes
+        the count triggers recorded since (migration 10) — O(labels + changes), never O(graph)."""
+        rows = self.db.query(
+            "SELECT kind, name, SUM(total) FROM (SELECT kind, name, total FROM graph_counts "
+            "UNION ALL SELECT kind, name, delta FROM graph_count_changes) AS c "
+            "GROUP BY kind, name HAVING SUM(total) != 0 ORDER BY kind, name"
+        )
+        nodes = {r[1]: int(r[2]) for r in rows if r[0] == "node"}
+        edges = {r[1]: int(r[2]) for r in rows if r[0] == "edge"}
         return {"nodes": nodes, "edges": edges, "node_total": sum(nodes.values()), "edge_total": sum(edges.values())}
+
+    def fold_counts(self) -> int:
+        """Fold the recorded count changes into ``graph_counts``; returns how many were folded.
+        Deletes exactly the changes it adds up (``RETURNING``), so a change a concurrent writer
+        commits meanwhile stays for the next fold."""
+        with self.db.transaction() as conn:
+            changes = conn.execute("DELETE FROM graph_count_changes RETURNING kind, name, delta").fetchall()
+            totals: dict[tuple[str, str], int] = {}
+            for kind, name, delta in changes:
+                totals[(kind, name)] = totals.get((kind, name), 0) + int(delta)
+            moved = sorted((kind, name, delta) for (kind, name), delta in totals.items() if delta)
+            if moved:
+                conn.executemany(
+                    "INSERT INTO graph_counts(kind, name, total) VALUES (?, ?, ?) "
+                    "ON CONFLICT(kind, name) DO UPDATE SET total = graph_counts.total + excluded.total",
+                    moved,
+                )
+                conn.execute("DELETE FROM graph_counts WHERE total = 0")
+        return len(changes)
 
     def backfill_counts(self) -> dict[str, dict[str, int]]:
         """Row-backed nodes by label and provenance: ``{label: {backfilled, backfilled-minimal}}``

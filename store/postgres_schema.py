@@ -336,7 +336,73 @@ CREATE TRIGGER recall_claims AFTER INSERT OR UPDATE OR DELETE ON node_claims FOR
 
 # Versions after BASELINE whose SQLite text PostgreSQL cannot run even in :func:`postgres_form`:
 # their PostgreSQL script.
-OVERRIDES: dict[int, str] = {}
+OVERRIDES: dict[int, str] = {
+    # 10 (store.db.GRAPH_COUNTS_MIGRATION): the count triggers as PL/pgSQL functions.
+    10: r"""
+CREATE TABLE graph_counts (
+    kind   TEXT COLLATE "C" NOT NULL CHECK (kind IN ('node', 'edge')),
+    name   TEXT COLLATE "C" NOT NULL,
+    total  BIGINT NOT NULL,
+    PRIMARY KEY (kind, name)
+);
+CREATE TABLE graph_count_changes (
+    kind   TEXT COLLATE "C" NOT NULL,
+    name   TEXT COLLATE "C" NOT NULL,
+    delta  INTEGER NOT NULL
+);
+CREATE FUNCTION rem_count_nodes() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP IN ('DELETE', 'UPDATE') THEN
+        INSERT INTO graph_count_changes(kind, name, delta) VALUES ('node', OLD.label, -1);
+    END IF;
+    IF TG_OP IN ('INSERT', 'UPDATE') THEN
+        INSERT INTO graph_count_changes(kind, name, delta) VALUES ('node', NEW.label, 1);
+    END IF;
+    RETURN NULL;
+END $$;
+CREATE TRIGGER graph_counts_nodes_aid AFTER INSERT OR DELETE ON nodes FOR EACH ROW EXECUTE FUNCTION rem_count_nodes();
+CREATE TRIGGER graph_counts_nodes_au AFTER UPDATE OF label ON nodes FOR EACH ROW
+    WHEN (OLD.label IS DISTINCT FROM NEW.label) EXECUTE FUNCTION rem_count_nodes();
+CREATE FUNCTION rem_count_edges() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP IN ('DELETE', 'UPDATE') THEN
+        INSERT INTO graph_count_changes(kind, name, delta) VALUES ('edge', OLD.relationship, -1);
+    END IF;
+    IF TG_OP IN ('INSERT', 'UPDATE') THEN
+        INSERT INTO graph_count_changes(kind, name, delta) VALUES ('edge', NEW.relationship, 1);
+    END IF;
+    RETURN NULL;
+END $$;
+CREATE TRIGGER graph_counts_edges_aid AFTER INSERT OR DELETE ON edges FOR EACH ROW EXECUTE FUNCTION rem_count_edges();
+CREATE TRIGGER graph_counts_edges_au AFTER UPDATE OF relationship ON edges FOR EACH ROW
+    WHEN (OLD.relationship IS DISTINCT FROM NEW.relationship) EXECUTE FUNCTION rem_count_edges();
+INSERT INTO graph_counts(kind, name, total) SELECT 'node', label, COUNT(*) FROM nodes GROUP BY label;
+INSERT INTO graph_counts(kind, name, total) SELECT 'edge', relationship, COUNT(*) FROM edges GROUP BY relationship;
+CREATE TABLE chroma_scan_state (
+    collection    TEXT COLLATE "C" PRIMARY KEY,
+    location      TEXT COLLATE "C" NOT NULL,
+    rows_applied  BIGINT NOT NULL,
+    tail_ids      TEXT COLLATE "C" NOT NULL,
+    full_scan_at  TEXT COLLATE "C" NOT NULL
+);
+INSERT INTO rem_counters(name, value) VALUES ('identity', 0), ('identity_at_commit', 0), ('identity_epoch', 0),
+    ('instance', floor(random() * 9007199254740991)::bigint);
+CREATE FUNCTION rem_count_identity() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE rem_counters SET value = value + 1 WHERE name = 'identity';
+    RETURN NULL;
+END $$;
+CREATE TRIGGER identity_nodes_ai AFTER INSERT ON nodes FOR EACH ROW
+    WHEN (NEW.label NOT IN ('MEMORY', 'SESSION', 'NOTE')) EXECUTE FUNCTION rem_count_identity();
+CREATE TRIGGER identity_nodes_ad AFTER DELETE ON nodes FOR EACH ROW
+    WHEN (OLD.label NOT IN ('MEMORY', 'SESSION', 'NOTE')) EXECUTE FUNCTION rem_count_identity();
+CREATE TRIGGER identity_nodes_au AFTER UPDATE OF name, label ON nodes FOR EACH ROW
+    WHEN ((OLD.name IS DISTINCT FROM NEW.name OR OLD.label IS DISTINCT FROM NEW.label)
+          AND (OLD.label NOT IN ('MEMORY', 'SESSION', 'NOTE') OR NEW.label NOT IN ('MEMORY', 'SESSION', 'NOTE')))
+    EXECUTE FUNCTION rem_count_identity();
+CREATE TRIGGER identity_aliases AFTER INSERT OR UPDATE OR DELETE ON node_aliases FOR EACH ROW EXECUTE FUNCTION rem_count_identity();
+""",
+}
 
 # The two spellings a later migration may use that PostgreSQL reads otherwise.
 _AUTOINCREMENT_ID = re.compile(r"\bINTEGER\s+PRIMARY\s+KEY\s+AUTOINCREMENT\b", re.IGNORECASE)

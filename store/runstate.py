@@ -233,6 +233,21 @@ class RunStateStore:
         """``memory id -> session id`` for every memory row ingested so far."""
         return {r[0]: r[1] for r in self.db.query("SELECT memory_id, session_id FROM memory_index")}
 
+    def sessions_of_memories(self, memory_ids: Iterable[str]) -> dict[str, str]:
+        """``memory id -> session id`` for those of ``memory_ids`` ingested so far."""
+        found: dict[str, str] = {}
+        for part, marks in in_batches(sorted(set(memory_ids))):
+            found.update((r[0], r[1]) for r in self.db.query(f"SELECT memory_id, session_id FROM memory_index WHERE memory_id IN ({marks})", part))
+        return found
+
+    def memories_of_sessions(self, session_ids: Iterable[str]) -> dict[str, list[str]]:
+        """The memory ids each of ``session_ids`` had when it was last ingested."""
+        found: dict[str, list[str]] = {}
+        for part, marks in in_batches(sorted(set(session_ids))):
+            for r in self.db.query(f"SELECT session_id, memory_id FROM memory_index WHERE session_id IN ({marks})", part):
+                found.setdefault(r[0], []).append(r[1])
+        return found
+
     def mark_ingested(self, revision: SessionRevision, run_id: str) -> None:
         """Record that ``revision`` of the session (and its memory ids) is in the graph; a changed
         revision resets the extraction state (new content deserves a fresh set of attempts)."""
@@ -276,6 +291,17 @@ class RunStateStore:
         does not depend on which worker commits when."""
         with self.db.transaction() as conn:
             conn.execute(f"SELECT value FROM rem_counters WHERE name = 'commit' {self.db.dialect.for_update()}")
+            # Something other than a commit changed what identity resolution indexes since the last
+            # commit (forget, merge, unmerge, a retraction): a new epoch (see identity_epoch).
+            conn.execute(
+                "UPDATE rem_counters SET value = value + 1 WHERE name = 'identity_epoch' "
+                "AND (SELECT value FROM rem_counters WHERE name = 'identity') "
+                "!= (SELECT value FROM rem_counters WHERE name = 'identity_at_commit')"
+            )
+            conn.execute(
+                "UPDATE rem_counters SET value = (SELECT value FROM rem_counters WHERE name = 'identity') "
+                "WHERE name = 'identity_at_commit'"
+            )
 
     def mark_digested(self, session_id: str, revision: str, run_id: str) -> None:
         """Call inside the commit transaction of the session's graph writes. The session gets the
@@ -284,10 +310,25 @@ class RunStateStore:
         with self.db.transaction() as conn:
             seq = conn.execute("UPDATE rem_counters SET value = value + 1 WHERE name = 'commit' RETURNING value").fetchone()[0]
             conn.execute(
+                "UPDATE rem_counters SET value = (SELECT value FROM rem_counters WHERE name = 'identity') "
+                "WHERE name = 'identity_at_commit'"
+            )
+            conn.execute(
                 "UPDATE session_digests SET digested_revision = ?, state = 'digested', defer_reason = NULL, "
                 "last_run_id = ?, updated_at = ?, commit_seq = ? WHERE session_id = ?",
                 (revision, run_id, self.clock(), seq, session_id),
             )
+
+    def identity_epoch(self) -> str | None:
+        """The epoch of what identity resolution indexes, as ``<database instance>:<epoch>``: it
+        changes whenever a write other than a session commit changed knowledge nodes' names,
+        labels or aliases. ``None`` while such a write is pending (made after the last commit; the
+        next commit starts a new epoch)."""
+        values = {r[0]: r[1] for r in self.db.query(
+            "SELECT name, value FROM rem_counters WHERE name IN ('identity', 'identity_at_commit', 'identity_epoch', 'instance')")}
+        if values["identity"] != values["identity_at_commit"]:
+            return None
+        return f"{values['instance']}:{values['identity_epoch']}"
 
     def commits_since(self, seq: int | None) -> tuple[int, list[str]]:
         """``(latest commit sequence number, the sessions committed after seq)``: what other

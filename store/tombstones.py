@@ -52,6 +52,9 @@ class TombstoneStore:
         that what the session said of its nodes is recombined without the turn."""
         with self.db.transaction() as conn:
             conn.execute("DELETE FROM memory_index WHERE memory_id = ?", (memory_id,))
+            # The change scan's marks assume the memory index holds every row before them: the next
+            # scan reads every row (store/scan_marks.py).
+            conn.execute("DELETE FROM chroma_scan_state")
             if session_id:
                 conn.execute(
                     "UPDATE session_digests SET state = 'undigested', digested_revision = NULL, attempts = 0 WHERE session_id = ?",

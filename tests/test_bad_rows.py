@@ -121,9 +121,12 @@ async def test_poison_values_are_counted_and_every_session_is_digested(tmp_path:
     # The run record names the reasons.
     phases = json.loads(graph_query(data, "SELECT phases FROM rem_runs ORDER BY started_at DESC LIMIT 1")[0][0])
     assert phases["ingest"]["bad_values"] == EXPECTED_BAD_VALUES
-    # The next cycle has nothing new to ingest; the unplaceable rows are counted again (still there).
+    # The next cycle has nothing new to ingest and reads only the rows added since; the unplaceable
+    # rows are counted again by the next full scan (REM_FULL_SCAN_INTERVAL_SECONDS), while they remain.
     again = once({"REM_DATA_DIR": str(data)})["phases"]["ingest"]
-    assert (again["sessions_changed"], again["bad_values"]) == (0, {"sessionId:wrong-type": 2})
+    assert (again["scan"], again["sessions_changed"], again["bad_values"]) == ("new rows", 0, {})
+    full = once({"REM_DATA_DIR": str(data), "REM_FULL_SCAN_INTERVAL_SECONDS": "0"})["phases"]["ingest"]
+    assert (full["scan"], full["sessions_changed"], full["bad_values"]) == ("full", 0, {"sessionId:wrong-type": 2})
 
 
 async def test_backfill_survives_poison_values(tmp_path: Path, clean_env: pytest.MonkeyPatch) -> None:

@@ -99,3 +99,32 @@ def test_invalid_id_rejected(graph: GraphStore) -> None:
     with pytest.raises(InvalidIdError):
         graph.upsert_nodes([Node("memory:bad id", "MEMORY", "x")])
     assert graph.counts()["node_total"] == 0
+
+
+def counted_by_scan(db: Any) -> dict[str, Any]:
+    """The counts a full ``GROUP BY`` over the graph gives (what the count triggers must equal)."""
+    nodes = {r[0]: r[1] for r in db.query("SELECT label, COUNT(*) FROM nodes GROUP BY label")}
+    edges = {r[0]: r[1] for r in db.query("SELECT relationship, COUNT(*) FROM edges GROUP BY relationship")}
+    return {"nodes": nodes, "edges": edges, "node_total": sum(nodes.values()), "edge_total": sum(edges.values())}
+
+
+def test_counts_kept_by_triggers_equal_a_full_count_before_and_after_a_fold(graph: GraphStore) -> None:
+    graph.upsert_nodes([Node(f"class:c{i}", "CLASS", f"c{i}", {}) for i in range(5)] + [Node("file:f", "FILE", "f", {})])
+    graph.link_nodes([Edge(f"class:c{i}", "file:f", "DEFINED_IN") for i in range(5)] + [Edge("class:c0", "class:c1", "USES")])
+    assert graph.counts() == counted_by_scan(graph.db) == {
+        "nodes": {"CLASS": 5, "FILE": 1}, "edges": {"DEFINED_IN": 5, "USES": 1}, "node_total": 6, "edge_total": 6}
+    assert graph.fold_counts() == 12
+    assert graph.counts() == counted_by_scan(graph.db)
+    # A label change, a delete that cascades to edges, an edge delete, a re-upsert that changes nothing.
+    with graph.db.transaction() as conn:
+        conn.execute("UPDATE nodes SET label = 'INTERFACE' WHERE id = 'class:c4'")
+        conn.execute("UPDATE edges SET relationship = 'DECLARED_IN' WHERE source = 'class:c3'")
+    assert graph.delete_node("file:f")
+    assert graph.delete_edges([("class:c0", "class:c1", "USES")]) == 1
+    graph.upsert_nodes([Node("class:c0", "CLASS", "c0", {"x": 1})])
+    assert graph.counts() == counted_by_scan(graph.db) == {
+        "nodes": {"CLASS": 4, "INTERFACE": 1}, "edges": {}, "node_total": 5, "edge_total": 0}
+    graph.fold_counts()
+    assert graph.counts() == counted_by_scan(graph.db)
+    assert graph.db.query("SELECT COUNT(*) FROM graph_count_changes")[0][0] == 0
+    assert {r[1] for r in graph.db.query("SELECT kind, name FROM graph_counts")} == {"CLASS", "INTERFACE"}

@@ -23,6 +23,7 @@ from functools import partial
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -33,21 +34,22 @@ from config import Settings
 from config.redact import redact
 from pipelines.drain import DrainStats, drain_queue
 from pipelines.forget import retract_vanished
-from pipelines.ingest import scan_session_revisions, sync_batch_isolating_failures
+from pipelines.ingest import ScanResult, mark_holds, scan_changed_sessions, sync_batch_isolating_failures
 from store.chroma import ChromaStore, ChromaStoreError, ChromaUnavailableError
 from store.claims import CYCLE_LOCK, ClaimStore, LockStore, worker_owner
 from store.confined import UnsafePathError, exclusive_lock
-from store.backend import database_exists, open_database
+from store.backend import database_exists, database_location, open_database
 from store.db import Database
 from store.errors import SchemaTooNewError, StoreError
 from store.graph import GraphStore, utc_now
 from store.lazy_queue import LazyEdgeQueue, QueueBusyError
 from store.lazy_table import LazyEdgeTable, lazy_edge_sink
 from store.runstate import RunStateStore
+from store.scan_marks import ScanMark, ScanMarkStore
 from store.tombstones import MEMORY, SESSION, TombstoneStore
 from store.unit_of_work import DatabaseUnitOfWork
 from worker.failures import FailureRecorder, RunFailure, failure_reason
-from worker.knowledge import identity_resolver, model_judge, refresh_communities_when_due
+from worker.knowledge import identity_resolver, keep_identity_index, model_judge, refresh_communities_when_due
 
 log = structlog.get_logger(__name__)
 
@@ -146,22 +148,29 @@ async def provider_ready(ctx: CycleContext) -> dict[str, Any]:
 async def ingest(ctx: CycleContext) -> dict[str, Any]:
     """Live-sync the sessions whose input revision changed, oldest first, up to the batch limit."""
     settings, stores = ctx.settings, ctx.stores
-    known = await anyio.to_thread.run_sync(stores.runstate.memory_index)
+    scan_marks = ScanMarkStore(stores.db)
     try:
-        scan = await scan_session_revisions(
+        scan = await scan_changed_sessions(
             stores.chroma,
             memory_collection=settings.memory_collection,
             summary_collection=settings.session_collection,
-            known_sessions=known,
+            index=stores.runstate,
+            marks=await anyio.to_thread.run_sync(scan_marks.load),
+            location=stores.chroma.location,
+            now=datetime.now(UTC),
+            full_scan_interval_seconds=settings.full_scan_interval_seconds,
         )
     except ChromaStoreError as exc:
         raise PhaseError(exc.reason_code, str(exc)) from exc
     buried = await anyio.to_thread.run_sync(TombstoneStore(stores.db).buried, SESSION)
     revisions = [r for r in scan.revisions if r.session_id not in buried]  # forgotten: never back
-    retracted = await anyio.to_thread.run_sync(_retract_vanished, stores, scan) if scan.rows_scanned else []
+    # Only a full scan can see that a session's rows went away (a scan of the new rows found the
+    # rows before them where they were).
+    retracted = await anyio.to_thread.run_sync(_retract_vanished, stores, scan) if scan.full and scan.rows_scanned else []
     changed = await anyio.to_thread.run_sync(stores.runstate.changed_sessions, revisions)
     todo = changed[: settings.batch_limit]
     counts: dict[str, Any] = {
+        "scan": "full" if scan.full else "new rows",
         "sessions_seen": len(revisions),
         "sessions_retracted": len(retracted),
         "sessions_changed": len(changed),
@@ -177,6 +186,10 @@ async def ingest(ctx: CycleContext) -> dict[str, Any]:
     bad_values = Counter(scan.bad_values)
     for detail in scan.error_details[:20]:
         log.warning("scan row error", error=detail)
+    if todo:
+        # Until this phase ends with every change applied, no mark may say that the rows before it
+        # are in the graph (a stopped phase leaves sessions half-synced): the next scan reads all.
+        await anyio.to_thread.run_sync(scan_marks.clear)
     for start in range(0, len(todo), SESSIONS_PER_BATCH):
         ctx.check_stop()
         group = todo[start : start + SESSIONS_PER_BATCH]
@@ -201,10 +214,26 @@ async def ingest(ctx: CycleContext) -> dict[str, Any]:
             with structlog.contextvars.bound_contextvars(session_id=revision.session_id):
                 log.debug("session ingested", upserted=stats.upserted, skipped=stats.skipped, errors=stats.errors)
     counts["backlog"] = len(changed) - counts["sessions_synced"]
+    await _keep_scan_marks(stores, scan_marks, scan, applied=counts["backlog"] == 0)
     counts["bad_values"] = dict(sorted(bad_values.items()))
     if bad_values:
         log.warning("bad values in source rows", bad_values=counts["bad_values"])
     return counts
+
+
+async def _keep_scan_marks(stores: Stores, scan_marks: ScanMarkStore, scan: ScanResult, *, applied: bool) -> None:
+    """Save the marks of what the scan read once all it found is in the graph — and, after a full
+    scan (paged, so not one reading), only when its last ids are still where it read them; else
+    the next scan reads every row again (the marks were cleared before the first write)."""
+    if applied and (not scan.full or await _marks_hold(stores.chroma, scan.marks)):
+        await anyio.to_thread.run_sync(scan_marks.save, scan.marks)
+
+
+async def _marks_hold(chroma: ChromaStore, marks: list[ScanMark]) -> bool:
+    try:
+        return all([await mark_holds(chroma, mark) for mark in marks])
+    except ChromaStoreError:
+        return False
 
 
 def _retract_vanished(stores: Stores, scan: Any) -> list[dict[str, Any]]:
@@ -220,8 +249,6 @@ def _retract_vanished(stores: Stores, scan: Any) -> list[dict[str, Any]]:
 async def extract(ctx: CycleContext) -> dict[str, Any]:
     """Map → reduce → commit every ingested, not yet digested session (oldest first, up to the
     batch limit). A failing session is recorded and the phase goes on."""
-    from datetime import UTC, datetime
-
     from pipelines.extract.llm import OpenAIExtractor
     from pipelines.extract.workflow import ExtractEnv, ExtractStats, extract_sessions, open_extractor
     from pipelines.judge import ModelJudge
@@ -231,6 +258,7 @@ async def extract(ctx: CycleContext) -> dict[str, Any]:
     claims = ClaimStore(stores.db, owner=ctx.lease_owner, lease_seconds=settings.lease_timeout_seconds)
     async with open_extractor(settings) as extractor:
         judge = ModelJudge(extractor) if settings.llm_judge and isinstance(extractor, OpenAIExtractor) else None
+        resolver = identity_resolver(stores.db, auditor=judge.audit_identity if judge else None, keep_as=database_location(settings))
         env = ExtractEnv(
             chroma=stores.chroma, unit=stores.unit,
             queue=lazy_edge_sink(settings, stores.db), graph_index=SemanticIndex(stores.db), extractor=extractor,
@@ -238,7 +266,7 @@ async def extract(ctx: CycleContext) -> dict[str, Any]:
             max_attempts=settings.max_chunk_attempts, retry_base_seconds=settings.chunk_retry_base_seconds,
             retry_max_seconds=settings.chunk_retry_max_seconds, concurrency=settings.llm_concurrency, run_id=ctx.run_id,
             now=datetime.now(UTC),
-            resolver=identity_resolver(stores.db, auditor=judge.audit_identity if judge else None),
+            resolver=resolver,
             merges=stores.unit.merges, forgotten_memories=partial(TombstoneStore(stores.db).buried, MEMORY),
             session_memory_ids=TombstoneStore(stores.db).session_memories, claims=claims,
         )
@@ -260,7 +288,9 @@ async def extract(ctx: CycleContext) -> dict[str, Any]:
                 await anyio.to_thread.run_sync(claims.release)
     if stats.interrupted or ctx.stop.is_set():
         raise CycleInterrupted("stop requested")
-    return {"extractor": extractor.fingerprint, "sessions_queued": queued, **stats.as_dict()}
+    if not stats.sessions_failed and not stats.sessions_claim_lost:  # no commit rolled back after resolving
+        keep_identity_index(resolver, keep_as=database_location(settings))
+    return {"extractor": extractor.fingerprint, "sessions_queued": queued, "identity_index_builds": resolver.builds, **stats.as_dict()}
 
 
 def claim_step(concurrency: int) -> int:
@@ -303,6 +333,7 @@ async def finalize(ctx: CycleContext) -> dict[str, Any]:
         communities = await refresh_communities_when_due(
             ctx.stores.db, namer=judge.name_community if judge else None, fraction=ctx.settings.community_refresh_fraction
         )
+    await anyio.to_thread.run_sync(ctx.stores.graph.fold_counts)
     graph = await anyio.to_thread.run_sync(ctx.stores.graph.counts)
     digests = await anyio.to_thread.run_sync(ctx.stores.runstate.digest_counts)
     return {"graph": graph, "digests": digests, "communities": communities}

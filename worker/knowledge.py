@@ -25,7 +25,7 @@ from pipelines.export import build_snapshot, render, write_json
 from pipelines.identity import Auditor, NodeRef
 from pipelines.judge import ModelJudge
 from pipelines.query import ViewCounts, node_view, search_row, turn_memory_ids
-from pipelines.resolver import GraphResolver, node_refs
+from pipelines.resolver import GraphResolver, KeptIndex, node_refs
 from pipelines.vocabulary import ANCHOR_LABELS, DISCUSSED_IN, PROVENANCE_RELATIONSHIPS
 from store.chroma import ChromaStore, ChromaStoreError
 from store.communities import CommunityStore
@@ -53,8 +53,16 @@ async def model_judge(settings: Settings) -> AsyncIterator[ModelJudge | None]:
         yield ModelJudge(extractor)
 
 
-def identity_resolver(db: Database, *, auditor: Auditor | None = None) -> GraphResolver:
-    """The extraction commit's identity resolution over the graph in ``db``."""
+# Identity indexes kept between the extract phases of this process, by graph database location:
+# a daemon builds its index once, and each phase takes it up if the graph's identity epoch is still
+# the one it was built in (pipelines/resolver.py).
+_KEPT_INDEXES: dict[str, KeptIndex] = {}
+
+
+def identity_resolver(db: Database, *, auditor: Auditor | None = None, keep_as: str | None = None) -> GraphResolver:
+    """The extraction commit's identity resolution over the graph in ``db``; ``keep_as`` (the
+    database's location): take up the index a previous phase kept under that name (see
+    :func:`keep_identity_index`)."""
     graph, runstate, provenance = GraphStore(db), RunStateStore(db), ProvenanceStore(db)
 
     def committed_since(seq: int | None) -> tuple[int, list[NodeRef]]:
@@ -70,7 +78,17 @@ def identity_resolver(db: Database, *, auditor: Auditor | None = None) -> GraphR
         existing=graph.existing_ids,
         committed_since=committed_since,
         auditor=auditor,
+        epoch=runstate.identity_epoch,
+        kept=_KEPT_INDEXES.pop(keep_as, None) if keep_as else None,
     )
+
+
+def keep_identity_index(resolver: GraphResolver, *, keep_as: str) -> None:
+    """Keep the resolver's index for the next extract phase on the same database (call after a
+    phase in which every commit went through: a rolled-back commit may have taught it a name)."""
+    kept = resolver.kept()
+    if kept is not None:
+        _KEPT_INDEXES[keep_as] = kept
 
 
 class NoGraphError(FileNotFoundError):

@@ -1,0 +1,57 @@
+"""``chroma_scan_state``: how far the ingest change scan has applied each Chroma collection.
+
+Chroma returns a collection's rows in insertion order (an upsert of an existing id keeps its place;
+a deleted row leaves a gap that the rows after it close up). A mark records how many rows, in that
+order, the graph has applied and the ids that ended them, so the next scan reads only what comes
+after — and, by finding those ids where it left them, knows that no row before them went away.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from store.db import Database
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ScanMark:
+    """One collection's mark: ``rows_applied`` rows in insertion order, ending with ``tail_ids``,
+    read at ``location``; ``full_scan_at``: when the last full scan of every row was applied."""
+
+    collection: str
+    location: str
+    rows_applied: int
+    tail_ids: tuple[str, ...]
+    full_scan_at: str
+
+
+class ScanMarkStore:
+    """Typed access to ``chroma_scan_state``."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    def load(self) -> dict[str, ScanMark]:
+        """Every collection's mark, by collection name."""
+        rows = self.db.query("SELECT collection, location, rows_applied, tail_ids, full_scan_at FROM chroma_scan_state")
+        return {
+            r[0]: ScanMark(collection=r[0], location=r[1], rows_applied=int(r[2]), tail_ids=tuple(json.loads(r[3])), full_scan_at=r[4])
+            for r in rows
+        }
+
+    def save(self, marks: Iterable[ScanMark]) -> None:
+        """Replace the marks of these collections (one transaction)."""
+        with self.db.transaction() as conn:
+            conn.executemany(
+                "INSERT INTO chroma_scan_state(collection, location, rows_applied, tail_ids, full_scan_at) VALUES (?,?,?,?,?) "
+                "ON CONFLICT(collection) DO UPDATE SET location = excluded.location, rows_applied = excluded.rows_applied, "
+                "tail_ids = excluded.tail_ids, full_scan_at = excluded.full_scan_at",
+                [(m.collection, m.location, m.rows_applied, json.dumps(list(m.tail_ids)), m.full_scan_at) for m in marks],
+            )
+
+    def clear(self) -> None:
+        """Forget every mark: the next scan reads every row."""
+        with self.db.transaction() as conn:
+            conn.execute("DELETE FROM chroma_scan_state")
