@@ -17,6 +17,7 @@ from pipelines.forget import forget_session
 from pipelines.importer import import_sessions
 from store.backend import open_database
 from store.chroma import ChromaStore
+from store.unit_of_work import DatabaseUnitOfWork
 from tests.conftest import write_sessions
 from tests.test_forget import SESSIONS, _session, canonical
 from worker import knowledge
@@ -62,7 +63,7 @@ async def test_a_forget_between_phases_makes_the_next_one_rebuild(settings: Sett
     await _digest(settings, tmp_path, ["a", "b"])
     db = open_database(settings)
     try:
-        forget_session(db, "b")  # removes what only b named (DrainWorker): not a commit
+        forget_session(DatabaseUnitOfWork(db), "b")  # removes what only b named (DrainWorker): not a commit
     finally:
         db.close()
     after = await _digest(settings, tmp_path, ["c"])
