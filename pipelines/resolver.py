@@ -26,6 +26,7 @@ from typing import Any, Protocol
 import anyio
 import structlog
 
+from pipelines import hubs
 from pipelines.identity import (
     CANDIDATE,
     LINK,
@@ -147,7 +148,11 @@ class GraphResolver:
                 index = self._ready_index()
                 verdicts = resolve_batch(refs, index, blocked=self._blocked, thresholds=self.thresholds)
             verdicts = [separated(self._settled(v), self._blocked) for v in verdicts]
+            checked = hubs.check(refs, verdicts, index)
+            verdicts = checked.verdicts
             learn(index, refs, verdicts)
+            if checked.splits:
+                self._index = None  # the commit moves names out of nodes: rebuild at the next call
             self._created = [v.node_id for v in verdicts if v.target is None or v.target == v.node_id]
             for verdict in verdicts:
                 if verdict.action == CANDIDATE:
@@ -157,7 +162,9 @@ class GraphResolver:
                         node=verdict.node_id, rule=verdict.rule,
                         candidates=[(m.node_id, m.rule, m.score) for m in verdict.candidates[:5]],
                     )
-            return Resolution(verdicts)
+            resolution = Resolution(verdicts)
+            resolution.hubs = checked  # type: ignore[attr-defined]
+            return resolution
 
     def _settled(self, verdict: Verdict) -> Verdict:
         chosen = self._decisions.get(_question(verdict)) if verdict.action == CANDIDATE else None
