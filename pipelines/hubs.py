@@ -137,12 +137,14 @@ def check(refs: Sequence[NodeRef], verdicts: Sequence[Verdict], index: AliasInde
             for node_id in _related(index, kind, form):
                 holders.setdefault(node_id, set()).update(f.text for f in index.forms.get(node_id, ()))
 
+        known: dict[str, set[str]] = {}
+
         def longer(short: str) -> set[str]:
             """Every longer name ``short`` matches: in the graph and in this session."""
-            graph = {f for forms in holders.values() for f in forms if stands_for(kind, short, f)}
-            for node_id in _related(index, kind, short):
-                graph |= {f.text for f in index.forms.get(node_id, ()) if stands_for(kind, short, f.text)}
-            return graph | {f for k, f in batch if k == kind and stands_for(kind, short, f)}
+            if short not in known:
+                found = {f.text for node_id in _related(index, kind, short) for f in index.forms.get(node_id, ()) if stands_for(kind, short, f.text)}
+                known[short] = found | {f for k, f in batch if k == kind and stands_for(kind, short, f)}
+            return known[short]
 
         # This name as the short one: it joins only a set of longer names that is one thing.
         if verdict.action == LINK and verdict.rule in HUB_RULES and verdict.target != ref.id:
