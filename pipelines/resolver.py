@@ -142,8 +142,11 @@ class GraphResolver:
             batch = {r.id for r in refs}
             named = {v.target for v in verdicts if v.action == LINK and v.target is not None and (v.rule == "exact-id" or v.target not in batch)}
             named |= {m.node_id for v in verdicts for m in v.candidates if m.node_id not in batch}
-            if named - self._existing(named):
-                log.info("identity index stale (a node it links to is gone): rebuilding")
+            # And a name linked elsewhere whose own node exists: someone split it out (or unmerged it).
+            linked_away = {v.node_id for v in verdicts if v.action == LINK and v.target not in (None, v.node_id)}
+            present = self._existing(named | linked_away)
+            if named - present or linked_away & present:
+                log.info("identity index stale (a node it links to is gone, or one it links away exists): rebuilding")
                 self._index = None
                 index = self._ready_index()
                 verdicts = resolve_batch(refs, index, blocked=self._blocked, thresholds=self.thresholds)

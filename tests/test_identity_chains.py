@@ -54,14 +54,19 @@ def test_the_chains_are_chains(chain: list[tuple[str, str, tuple[str, ...]]]) ->
     assert both.action == CANDIDATE and both.rule.startswith("ambiguous-") and {m.node_id for m in both.candidates} == {a.id, c.id}
 
 
-def commit_names(db: Database, names: Sequence[tuple[str, str, tuple[str, ...]]], *, index_per_session: bool) -> None:
+def commit_names(
+    db: Database, names: Sequence[tuple[str, str, tuple[str, ...]]], *, index_per_session: bool, resolver: GraphResolver | None = None,
+    again: str = "",
+) -> None:
     """Commit each name as a one-node session of its own, through the worker's identity resolver
     and the extraction commit. ``index_per_session``: each session resolves against an index
-    built from the graph (as each cycle, or another worker, does); else one index learns them all."""
+    built from the graph (as each cycle, or another worker, does); else one index learns them all
+    (``resolver``'s, when given: a worker's). ``again``: a suffix of the session ids (the names said
+    again in other sessions)."""
     unit = DatabaseUnitOfWork(db)
-    resolver: GraphResolver = identity_resolver(db)
+    resolver = resolver or identity_resolver(db)
     for node_type, name, aliases in names:
-        sid = f"s-{name}".replace(" ", "-").replace(".", "").replace("()", "-call")
+        sid = f"s-{name}{again}".replace(" ", "-").replace(".", "").replace("()", "-call")
         work = WorkUnit(f"{sid}:chunk:0", sid, 0, (UnitTurn(1, f"{sid}-m1", name),), "h")
         raw = {"summary": "", "nodes": [{"id": "n", "type": node_type, "name": name, "aliases": list(aliases),
                                          "evidence": [{"turn": 1, "quote": name}]}], "edges": []}
@@ -245,5 +250,40 @@ def test_unmerge_and_merge_after_a_split_agree_with_the_graph(tmp_path: Path) ->
         unit.merges.unmerge("METHOD:get_head")
         assert unit.graph.existing_ids(["METHOD:get_head"]) == {"METHOD:get_head"}
         assert unit.merges.blocked_pairs() == frozenset({("METHOD:get_head", "METHOD:Repo.get_head")})
+    finally:
+        db.close()
+
+
+def test_a_split_reaches_through_a_later_fold(tmp_path: Path) -> None:
+    """`LEQ` joined `LazyEdgeQueue`, whose node was then folded into `Lazy Edge Queue` (a spelling,
+    the least id): `Lazy Event Queue` takes `LEQ` out all the same — the fold is undone and made
+    again — and the graph is the one of an order without any split."""
+    names = [("CLASS", "LEQ", ()), ("CLASS", "LazyEdgeQueue", ()), ("CLASS", "Lazy Edge Queue", ()), ("CLASS", "Lazy Event Queue", ())]
+    reference = built(tmp_path / "reference.sqlite3", [names[i] for i in (3, 1, 2, 0)])
+    db = Database(tmp_path / "graph.sqlite3")
+    try:
+        commit_names(db, names, index_per_session=False)
+        records = DatabaseUnitOfWork(db).merges.records()
+    finally:
+        db.close()
+    assert canonical(tmp_path / "graph.sqlite3") == reference
+    split = [(r.merged_id, r.into_id) for r in records if "split" in r.evidence]
+    assert split == [("CLASS:LazyEdgeQueue", "CLASS:Lazy Edge Queue"), ("CLASS:LEQ", "CLASS:LazyEdgeQueue")]
+    again = [(r.merged_id, r.into_id) for r in records if r.undone_at is None and "again_after_split" in r.evidence]
+    assert again == [("CLASS:LazyEdgeQueue", "CLASS:Lazy Edge Queue")]
+
+
+def test_another_workers_split_is_seen_before_linking_the_short_name(tmp_path: Path) -> None:
+    """Worker B's index knew `get_head` as a form of `Repo.get_head`; worker A split it out. B's
+    next `get_head` goes to the split node (B notices its index is stale), as on A."""
+    db = Database(tmp_path / "graph.sqlite3")
+    try:
+        commit_names(db, QUALIFIED[:2], index_per_session=False)
+        worker_b = identity_resolver(db)
+        commit_names(db, [("METHOD", "unrelated", ())], index_per_session=False, resolver=worker_b)  # B's index: get_head inside Repo.get_head
+        commit_names(db, QUALIFIED[2:], index_per_session=False)  # worker A: the split
+        commit_names(db, [("METHOD", "get_head", ())], index_per_session=False, resolver=worker_b, again="-2")
+        claims = db.query("SELECT node_id FROM node_claims WHERE anchor = 'session:s-get_head-2'")
+        assert [r[0] for r in claims] == ["METHOD:get_head"]
     finally:
         db.close()
