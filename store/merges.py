@@ -15,7 +15,8 @@ their claims: I says what it would say without the merge. Edges without points (
 by other tools) are kept in the ``restore`` column — M's edges, the keys of I's edges the merge
 created and the prior state of those it changed — and restored from there. The pair is then
 *blocked*: identity resolution never links it again. One active record per (M, I) pair: a
-repeated link reuses it.
+repeated link reuses it. :meth:`MergeStore.split` undoes a short name's links the same way inside
+an extraction commit (``pipelines.hubs``) but blocks nothing: its records keep ``evidence.split``.
 
 ``identity_candidates`` keeps the other identity decision: pairs that resolution found ambiguous
 (``candidate`` verdicts: created, not merged) with the rule and score that made them candidates,
