@@ -444,7 +444,6 @@ def commit_session(
                               shorts=checked.shorts if checked is not None else frozenset())
             folded = {target: least for target, least in moved.items() if target not in incoming}
             matches = {node_id: moved.get(node_id, node_id) for node_id in incoming if moved.get(node_id, node_id) != node_id or node_id in matches}
-        if merges is not None:
             # A short name that stopped naming one thing leaves the node it joined (pipelines.hubs):
             # before anything is read, so this commit plans against the split graph.
             for split in checked.splits if checked is not None else ():
