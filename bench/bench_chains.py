@@ -12,8 +12,8 @@ worker's identity resolver (``worker.knowledge.identity_resolver``) and
 Reported per split: pairwise precision and recall of "same node" against the labels (mean over the
 orders), and ``order_dependent`` — the labelled pairs whose same/different outcome differs between
 orders (0 when grouping does not depend on order) and how many of them have a bare method name or
-an acronym on one side (the rules that let one short name stand for several longer ones, which
-README "Several workers" leaves order-dependent), with the number of distinct groupings seen.
+an acronym on one side (the rules that let one short name stand for several longer ones: README
+"Several workers", *Short names*), with the number of distinct groupings seen.
 Cross-type pairs are left out (never merged). Run it on two commits to compare rules.
 """
 

@@ -71,7 +71,8 @@ class MergeRecorder(Protocol):
     candidate to a *different* existing node (the rows the commit writes for it carry the returned
     merge id, so an unmerge moves exactly those back), and the ambiguous pairs left unmerged; and
     the fold of an existing node into another (a group's survivor,
-    :func:`pipelines.extract.commit.survivors`)."""
+    :func:`pipelines.extract.commit.survivors`); and the split of a short name back out of a node
+    (:mod:`pipelines.hubs`), an undo that blocks nothing."""
 
     def record_link(
         self, merged: Node, *, into_id: str, rule: str, score: float, evidence: Mapping[str, Any] | None = None,
@@ -83,6 +84,8 @@ class MergeRecorder(Protocol):
         self, merged_id: str, into_id: str, *, rule: str = "manual", score: float = 1.0,
         evidence: Mapping[str, Any] | None = None, name_as_alias: bool = True,
     ) -> int: ...
+
+    def split(self, merged_id: str, *, rules: Iterable[str], evidence: Mapping[str, Any]) -> int: ...
 
 
 class RunState(Protocol):

@@ -31,6 +31,7 @@ from typing import Any, Protocol
 import anyio
 import structlog
 
+from pipelines import hubs
 from pipelines.identity import (
     CANDIDATE,
     LINK,
@@ -190,13 +191,20 @@ class GraphResolver:
             batch = {r.id for r in refs}
             named = {v.target for v in verdicts if v.action == LINK and v.target is not None and (v.rule == "exact-id" or v.target not in batch)}
             named |= {m.node_id for v in verdicts for m in v.candidates if m.node_id not in batch}
-            if named - self._existing(named):
-                log.info("identity index stale (a node it links to is gone): rebuilding")
+            # And a name linked elsewhere whose own node exists: someone split it out (or unmerged it).
+            linked_away = {v.node_id for v in verdicts if v.action == LINK and v.target not in (None, v.node_id)}
+            present = self._existing(named | linked_away)
+            if named - present or linked_away & present:
+                log.info("identity index stale (a node it links to is gone, or one it links away exists): rebuilding")
                 self._index = None
                 index = self._ready_index()
                 verdicts = resolve_batch(refs, index, blocked=self._blocked, thresholds=self.thresholds)
             verdicts = [separated(self._settled(v), self._blocked) for v in verdicts]
+            checked = hubs.check(refs, verdicts, index)
+            verdicts = checked.verdicts
             learn(index, refs, verdicts)
+            if checked.splits:
+                self._index = None  # the commit moves names out of nodes: rebuild at the next call
             self._created = [v.node_id for v in verdicts if v.target is None or v.target == v.node_id]
             for verdict in verdicts:
                 if verdict.action == CANDIDATE:
@@ -206,7 +214,9 @@ class GraphResolver:
                         node=verdict.node_id, rule=verdict.rule,
                         candidates=[(m.node_id, m.rule, m.score) for m in verdict.candidates[:5]],
                     )
-            return Resolution(verdicts)
+            resolution = Resolution(verdicts)
+            resolution.hubs = checked  # type: ignore[attr-defined]
+            return resolution
 
     def _settled(self, verdict: Verdict) -> Verdict:
         chosen = self._decisions.get(_question(verdict)) if verdict.action == CANDIDATE else None

@@ -15,7 +15,8 @@ their claims: I says what it would say without the merge. Edges without points (
 by other tools) are kept in the ``restore`` column — M's edges, the keys of I's edges the merge
 created and the prior state of those it changed — and restored from there. The pair is then
 *blocked*: identity resolution never links it again. One active record per (M, I) pair: a
-repeated link reuses it.
+repeated link reuses it. :meth:`MergeStore.split` undoes a short name's links the same way inside
+an extraction commit (``pipelines.hubs``) but blocks nothing: its records keep ``evidence.split``.
 
 ``identity_candidates`` keeps the other identity decision: pairs that resolution found ambiguous
 (``candidate`` verdicts: created, not merged) with the rule and score that made them candidates,
@@ -93,10 +94,13 @@ class CandidatePair:
     session_id: str
 
 
+# A merge undone by a commit's split (a short name that stopped naming one thing) is no operator's
+# decision: its pair is not blocked and stays listed. Marked in its evidence (``{"split": …}``).
+_SPLIT = "evidence LIKE '%\"split\":%'"
 # A candidate pair (alias c) whose merge was undone is settled: keep them apart, do not list it.
 _NOT_UNDONE = (
     "NOT EXISTS (SELECT 1 FROM merges b WHERE b.undone_at IS NOT NULL "
-    "AND b.merged_id = c.node_id AND b.into_id = c.candidate_id)"
+    f"AND b.merged_id = c.node_id AND b.into_id = c.candidate_id AND NOT b.{_SPLIT})"
 )
 
 
@@ -124,8 +128,9 @@ class MergeStore:
         ]
 
     def blocked_pairs(self) -> frozenset[tuple[str, str]]:
-        """(merged, into) pairs whose merge was undone: identity resolution must not link them again."""
-        rows = self.db.query("SELECT DISTINCT merged_id, into_id FROM merges WHERE undone_at IS NOT NULL")
+        """(merged, into) pairs whose merge was undone by an operator (not by a split): identity
+        resolution must not link them again."""
+        rows = self.db.query(f"SELECT DISTINCT merged_id, into_id FROM merges WHERE undone_at IS NOT NULL AND NOT {_SPLIT}")
         return frozenset((r[0], r[1]) for r in rows)
 
     def candidates(self, *, limit: int = 100) -> list[dict[str, Any]]:
@@ -285,6 +290,41 @@ class MergeStore:
                 results.append({"merge_id": row["merge_id"], "into": into.id, **undone})
                 conn.execute("UPDATE merges SET undone_at = ? WHERE merge_id = ?", (self.clock(), row["merge_id"]))
         return results
+
+    def split(self, merged_id: str, *, rules: Iterable[str], evidence: Mapping[str, Any]) -> int:
+        """Move ``merged_id`` (a name linked into another node by one of ``rules``) back out, as
+        :meth:`unmerge` does — exactly the rows carrying its merges' ids — inside the caller's
+        transaction, but without blocking the pair: each undone record's evidence gets ``split``
+        (why), and identity resolution may link the two again. When the node it joined was folded
+        on into a third (``M → I → J``), the folds after its own link are undone first and made
+        again once it is out. Returns how many of its links were undone."""
+        merged_id = normalize_graph_node_id(merged_id)
+        wanted = set(rules)
+        undone = 0
+        with self.db.transaction() as conn:
+            for first in self.records(merged_id=merged_id, active=True):
+                if first.rule not in wanted:
+                    continue
+                chain = [first]
+                while self.graph.get_node(chain[-1].into_id) is None:
+                    onward = self.records(merged_id=chain[-1].into_id, active=True, limit=1)
+                    if not onward:
+                        break
+                    chain.append(onward[0])
+                if self.graph.get_node(chain[-1].into_id) is None:
+                    continue
+                for record in reversed(chain):
+                    restore = json.loads(conn.execute("SELECT restore FROM merges WHERE merge_id = ?", (record.merge_id,)).fetchone()[0])
+                    self._undo(record.merge_id, restore, self.graph.get_node(record.into_id))
+                    why = {**record.evidence, "split": dict(evidence)}
+                    conn.execute("UPDATE merges SET undone_at = ?, evidence = ? WHERE merge_id = ?", (self.clock(), dumps(why), record.merge_id))
+                for record in chain[1:]:
+                    # A fold after the split name's link: the folded node goes back where it was.
+                    self.merge_nodes(record.merged_id, record.into_id, rule=record.rule, score=record.score,
+                                     evidence={**record.evidence, "again_after_split": first.merge_id},
+                                     name_as_alias="survivor" not in record.evidence)
+                undone += 1
+        return undone
 
     def _undo(self, merge_id: int, restore: Mapping[str, Any], into: Node) -> dict[str, int]:
         data = restore["node"]

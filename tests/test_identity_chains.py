@@ -1,7 +1,9 @@
 """Chains of spellings group the same whatever order their names commit in (README "Several
 workers"): a name that links several nodes by a spelling rule joins them, the group keeps its least
 id, and every spelling linked into a node stays one of its forms for identity resolution — also
-once the index is rebuilt from the graph (the next cycle, another worker)."""
+once the index is rebuilt from the graph (the next cycle, another worker). Short names (the
+qualified and acronym rules) join longer names only while those name one thing, and are split back
+out when a different one arrives: the same in every order too."""
 
 from __future__ import annotations
 
@@ -52,14 +54,19 @@ def test_the_chains_are_chains(chain: list[tuple[str, str, tuple[str, ...]]]) ->
     assert both.action == CANDIDATE and both.rule.startswith("ambiguous-") and {m.node_id for m in both.candidates} == {a.id, c.id}
 
 
-def commit_names(db: Database, names: Sequence[tuple[str, str, tuple[str, ...]]], *, index_per_session: bool) -> None:
+def commit_names(
+    db: Database, names: Sequence[tuple[str, str, tuple[str, ...]]], *, index_per_session: bool, resolver: GraphResolver | None = None,
+    again: str = "",
+) -> None:
     """Commit each name as a one-node session of its own, through the worker's identity resolver
     and the extraction commit. ``index_per_session``: each session resolves against an index
-    built from the graph (as each cycle, or another worker, does); else one index learns them all."""
+    built from the graph (as each cycle, or another worker, does); else one index learns them all
+    (``resolver``'s, when given: a worker's). ``again``: a suffix of the session ids (the names said
+    again in other sessions)."""
     unit = DatabaseUnitOfWork(db)
-    resolver: GraphResolver = identity_resolver(db)
+    resolver = resolver or identity_resolver(db)
     for node_type, name, aliases in names:
-        sid = f"s-{name}".replace(" ", "-").replace(".", "")
+        sid = f"s-{name}{again}".replace(" ", "-").replace(".", "").replace("()", "-call")
         work = WorkUnit(f"{sid}:chunk:0", sid, 0, (UnitTurn(1, f"{sid}-m1", name),), "h")
         raw = {"summary": "", "nodes": [{"id": "n", "type": node_type, "name": name, "aliases": list(aliases),
                                          "evidence": [{"turn": 1, "quote": name}]}], "edges": []}
@@ -140,5 +147,143 @@ def test_an_undone_merge_is_never_bridged_back(tmp_path: Path) -> None:
         commit_names(db, [("CLASS", "the lazy edge queues", ())], index_per_session=True)
         assert unit.graph.existing_ids(["CLASS:LazyEdgeQueue", "CLASS:lazy_edge_queue"]) == {"CLASS:LazyEdgeQueue", "CLASS:lazy_edge_queue"}
         assert db.query("SELECT COUNT(*) FROM identity_candidates WHERE node_id LIKE 'CLASS:%lazy edge queues%'")[0][0] >= 1
+    finally:
+        db.close()
+
+
+# Short names (README "Several workers", *Short names*): `get_head` stands for one qualified name,
+# not for two that differ; `LEQ` for one expansion, not for two. Each set is a chain in every order.
+QUALIFIED = [("METHOD", "get_head", ()), ("METHOD", "Repo.get_head", ()), ("METHOD", "Other.get_head", ())]
+# The bare name is the least id here: the longer names were joined *into* it.
+QUALIFIED_UNDER_SHORT = [("METHOD", "get_head", ()), ("METHOD", "x.get_head", ()), ("METHOD", "y.get_head", ())]
+# Every two of the longer names match each other: one function, one node.
+QUALIFIED_ONE_THING = [("METHOD", "get_head", ()), ("METHOD", "Repo.get_head", ()), ("METHOD", "self.repo.get_head", ())]
+ACRONYM = [("CLASS", "LEQ", ()), ("CLASS", "Lazy Edge Queue", ()), ("CLASS", "Lazy Event Queue", ())]
+ACRONYM_ONE_THING = [("CLASS", "LEQ", ()), ("CLASS", "Lazy Edge Queue", ()), ("CLASS", "LazyEdgeQueue", ())]
+SHORT_CHAINS = {"qualified": QUALIFIED, "qualified-under-short": QUALIFIED_UNDER_SHORT, "qualified-one-thing": QUALIFIED_ONE_THING,
+                "acronym": ACRONYM, "acronym-one-thing": ACRONYM_ONE_THING}
+
+
+@pytest.mark.parametrize("index_per_session", [False, True], ids=["one-index", "index-per-session"])
+@pytest.mark.parametrize("chain", list(SHORT_CHAINS.values()), ids=list(SHORT_CHAINS))
+def test_a_short_name_groups_the_same_in_every_order(tmp_path: Path, chain: list[tuple[str, str, tuple[str, ...]]], index_per_session: bool) -> None:
+    """All 6 orders of a short name and two longer ones give one graph: the short name joins them
+    when they name one thing, and is a node of its own beside two that differ."""
+    reference = built(tmp_path / "reference.sqlite3", chain)
+    expected = 1 if chain in (QUALIFIED_ONE_THING, ACRONYM_ONE_THING) else 3
+    assert len(groups(reference)) == expected
+    survivors = {"METHOD:self.repo.get_head"} if chain is QUALIFIED_ONE_THING else {"CLASS:Lazy Edge Queue"} if chain is ACRONYM_ONE_THING else {
+        f"{t}:{n}" for t, n, _ in chain}
+    assert {n[0] for n in reference["nodes"] if n[1] == chain[0][0]} == survivors  # a short name never survives
+    for number, order in enumerate(itertools.permutations(chain)):
+        assert built(tmp_path / f"order{number}.sqlite3", order, index_per_session=index_per_session) == reference, order
+
+
+def test_random_orders_of_short_names_and_spelling_chains_build_one_graph(tmp_path: Path) -> None:
+    """A property over shuffled orders of every chain, spelling and short-name ones together."""
+    names = SPELLINGS + ALIASES + OTHERS + QUALIFIED + QUALIFIED_UNDER_SHORT + ACRONYM + [("METHOD", "a.b.save", ()), ("METHOD", "save", ()), ("METHOD", "b.save", ())]
+    reference = built(tmp_path / "reference.sqlite3", names)
+    rng = random.Random(42)
+    for number in range(6):
+        order = rng.sample(names, len(names))
+        assert built(tmp_path / f"shuffled{number}.sqlite3", order, index_per_session=number % 2 == 1) == reference, order
+
+
+def _split_graph(db: Database) -> DatabaseUnitOfWork:
+    """`get_head` joined `Repo.get_head`, then `Other.get_head` arrived: the split."""
+    commit_names(db, QUALIFIED[:2], index_per_session=False)
+    unit = DatabaseUnitOfWork(db)
+    assert unit.graph.existing_ids(["METHOD:get_head"]) == set()
+    commit_names(db, QUALIFIED[2:], index_per_session=False)
+    return unit
+
+
+@pytest.mark.both_backends
+def test_a_split_moves_the_short_name_out_and_blocks_nothing(tmp_path: Path, settings: Settings) -> None:
+    """The short name's rows go back to its own node; the undone record says why and blocks no
+    pair; the ambiguous pairs are listed for review; the graph equals the one of the other order."""
+    reference = built(tmp_path / "reference.sqlite3", [QUALIFIED[i] for i in (1, 2, 0)])
+    db = open_database(settings)
+    try:
+        unit = _split_graph(db)
+        ids = ["METHOD:get_head", "METHOD:Repo.get_head", "METHOD:Other.get_head"]
+        assert unit.graph.existing_ids(ids) == set(ids)
+        records = unit.merges.records(merged_id="METHOD:get_head")
+        assert [(r.into_id, r.undone_at is not None, r.evidence.get("split", {}).get("ambiguous_with")) for r in records] == [
+            ("METHOD:Repo.get_head", True, "Other.get_head")]
+        assert unit.merges.blocked_pairs() == frozenset()
+        assert {(c["node_id"], c["candidate_id"]) for c in unit.merges.candidates()} == {("METHOD:get_head", "METHOD:Repo.get_head")}
+        assert db.query("SELECT COUNT(*) FROM node_claims WHERE node_id = ? AND anchor LIKE 'session:%'", ("METHOD:get_head",))[0][0] == 1
+    finally:
+        db.close()
+    assert canonical(settings) == reference
+
+
+def test_a_split_name_named_again_stays_its_own_node(tmp_path: Path) -> None:
+    """After the split, a later session naming the short name again (on a fresh index too) and a
+    third qualified name keep it apart."""
+    path = tmp_path / "graph.sqlite3"
+    db = Database(path)
+    try:
+        unit = _split_graph(db)
+        commit_names(db, [("METHOD", "get_head()", ()), ("METHOD", "Third.get_head", ())], index_per_session=True)
+        claims = db.query("SELECT node_id, COUNT(*) FROM node_claims WHERE anchor LIKE 'session:%' GROUP BY node_id ORDER BY node_id")
+        assert [tuple(r) for r in claims] == [("METHOD:Other.get_head", 1), ("METHOD:Repo.get_head", 1), ("METHOD:Third.get_head", 1), ("METHOD:get_head", 2)]
+        assert [(r.merged_id, r.into_id, r.rule) for r in unit.merges.records(active=True)] == [("METHOD:get_head()", "METHOD:get_head", "alias")]
+    finally:
+        db.close()
+
+
+def test_unmerge_and_merge_after_a_split_agree_with_the_graph(tmp_path: Path) -> None:
+    """A split leaves no active merge of the short name (unmerge says so); merging it by hand works
+    and unmerging that blocks the pair as any operator's unmerge does."""
+    from store.merges import MergeError
+
+    db = Database(tmp_path / "graph.sqlite3")
+    try:
+        unit = _split_graph(db)
+        with pytest.raises(MergeError, match="no active merge"):
+            unit.merges.unmerge("METHOD:get_head")
+        merge_id = unit.merges.merge_nodes("METHOD:get_head", "METHOD:Repo.get_head")
+        assert unit.graph.existing_ids(["METHOD:get_head"]) == set()
+        assert [r.merge_id for r in unit.merges.records(active=True)] == [merge_id]
+        unit.merges.unmerge("METHOD:get_head")
+        assert unit.graph.existing_ids(["METHOD:get_head"]) == {"METHOD:get_head"}
+        assert unit.merges.blocked_pairs() == frozenset({("METHOD:get_head", "METHOD:Repo.get_head")})
+    finally:
+        db.close()
+
+
+def test_a_split_reaches_through_a_later_fold(tmp_path: Path) -> None:
+    """`LEQ` joined `LazyEdgeQueue`, whose node was then folded into `Lazy Edge Queue` (a spelling,
+    the least id): `Lazy Event Queue` takes `LEQ` out all the same — the fold is undone and made
+    again — and the graph is the one of an order without any split."""
+    names = [("CLASS", "LEQ", ()), ("CLASS", "LazyEdgeQueue", ()), ("CLASS", "Lazy Edge Queue", ()), ("CLASS", "Lazy Event Queue", ())]
+    reference = built(tmp_path / "reference.sqlite3", [names[i] for i in (3, 1, 2, 0)])
+    db = Database(tmp_path / "graph.sqlite3")
+    try:
+        commit_names(db, names, index_per_session=False)
+        records = DatabaseUnitOfWork(db).merges.records()
+    finally:
+        db.close()
+    assert canonical(tmp_path / "graph.sqlite3") == reference
+    split = [(r.merged_id, r.into_id) for r in records if "split" in r.evidence]
+    assert split == [("CLASS:LazyEdgeQueue", "CLASS:Lazy Edge Queue"), ("CLASS:LEQ", "CLASS:LazyEdgeQueue")]
+    again = [(r.merged_id, r.into_id) for r in records if r.undone_at is None and "again_after_split" in r.evidence]
+    assert again == [("CLASS:LazyEdgeQueue", "CLASS:Lazy Edge Queue")]
+
+
+def test_another_workers_split_is_seen_before_linking_the_short_name(tmp_path: Path) -> None:
+    """Worker B's index knew `get_head` as a form of `Repo.get_head`; worker A split it out. B's
+    next `get_head` goes to the split node (B notices its index is stale), as on A."""
+    db = Database(tmp_path / "graph.sqlite3")
+    try:
+        commit_names(db, QUALIFIED[:2], index_per_session=False)
+        worker_b = identity_resolver(db)
+        commit_names(db, [("METHOD", "unrelated", ())], index_per_session=False, resolver=worker_b)  # B's index: get_head inside Repo.get_head
+        commit_names(db, QUALIFIED[2:], index_per_session=False)  # worker A: the split
+        commit_names(db, [("METHOD", "get_head", ())], index_per_session=False, resolver=worker_b, again="-2")
+        claims = db.query("SELECT node_id FROM node_claims WHERE anchor = 'session:s-get_head-2'")
+        assert [r[0] for r in claims] == ["METHOD:get_head"]
     finally:
         db.close()

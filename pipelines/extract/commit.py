@@ -40,6 +40,7 @@ from typing import Any, Protocol
 import structlog
 
 from pipelines.extract.model import identity_key
+from pipelines.hubs import HUB_RULES, Checked
 from pipelines.identity import CANDIDATE, LINK, Verdict
 from pipelines.ports import MergeRecorder, Provenance, UnitOfWork
 from pipelines.extract.reduce import Point, ReducedReference, ReducedSession
@@ -75,14 +76,20 @@ class Candidate:
     aliases: tuple[str, ...] = ()
 
 
-def survivors(node_ids: Iterable[str], matches: Mapping[str, str], *, joins: Mapping[str, Iterable[str]] = {}) -> dict[str, str]:
+def survivors(
+    node_ids: Iterable[str], matches: Mapping[str, str], *, joins: Mapping[str, Iterable[str]] = {}, shorts: frozenset[str] = frozenset(),
+) -> dict[str, str]:
     """The id each linked node ends up under, whatever order sessions commit in (pure): a group is
     every node connected by links — an incoming node and the node it ``matches``, and every node
     it ``joins`` (:func:`bridges`) — and all of it becomes the group's **least id** (code-point
-    order). Returns ``id -> survivor`` for the ids whose survivor is another id — the incoming
-    nodes, and existing nodes that must be folded into the survivor (:func:`commit_session` does
-    it)."""
+    order) among those that are not ``shorts`` (a short name linked to a longer one it stands for,
+    :mod:`pipelines.hubs`). Returns ``id -> survivor`` for the ids whose survivor is another id —
+    the incoming nodes, and existing nodes that must be folded into the survivor
+    (:func:`commit_session` does it)."""
     parent: dict[str, str] = {}
+
+    def rank(node_id: str) -> tuple[bool, str]:
+        return node_id in shorts, node_id
 
     def root(node_id: str) -> str:
         while parent.setdefault(node_id, node_id) != node_id:
@@ -91,7 +98,7 @@ def survivors(node_ids: Iterable[str], matches: Mapping[str, str], *, joins: Map
 
     for node_id in node_ids:
         for other in (matches.get(node_id, node_id), *joins.get(node_id, ())):
-            one, two = sorted((root(node_id), root(other)))
+            one, two = sorted((root(node_id), root(other)), key=rank)
             parent[two] = one
     return {node_id: least for node_id in parent if (least := root(node_id)) != node_id}
 
@@ -377,6 +384,7 @@ class CommitStats:
     edges_removed: int = 0
     nodes_removed: int = 0
     nodes_folded: int = 0
+    names_split: int = 0
 
     def add(self, other: "CommitStats") -> None:
         """Add ``other``'s counts to these (a phase sums its sessions' commits)."""
@@ -420,9 +428,11 @@ def commit_session(
         candidates = [Candidate(n.id, n.type, n.name, n.aliases) for n in reduced.nodes]
         resolved = matcher(candidates, graph_index)
         verdicts = dict(getattr(resolved, "verdicts", {}))
+        checked: Checked | None = getattr(resolved, "hubs", None)
         matches = dict(resolved)
         incoming = {n.id for n in reduced.nodes}
         folded: dict[str, str] = {}
+        pairs: list[CandidatePair] = []
         bridged: dict[str, Verdict] = {}
         if merges is not None:
             # Order-independent groups: a node that links several existing nodes joins them, and a
@@ -430,9 +440,18 @@ def commit_session(
             # names had been committed in any other order.
             bridged = bridges(verdicts.values())
             verdicts.update(bridged)
-            moved = survivors(incoming, matches, joins={node_id: [m.node_id for m in v.candidates] for node_id, v in bridged.items()})
+            moved = survivors(incoming, matches, joins={node_id: [m.node_id for m in v.candidates] for node_id, v in bridged.items()},
+                              shorts=checked.shorts if checked is not None else frozenset())
             folded = {target: least for target, least in moved.items() if target not in incoming}
             matches = {node_id: moved.get(node_id, node_id) for node_id in incoming if moved.get(node_id, node_id) != node_id or node_id in matches}
+            # A short name that stopped naming one thing leaves the node it joined (pipelines.hubs):
+            # before anything is read, so this commit plans against the split graph.
+            for split in checked.splits if checked is not None else ():
+                undone = merges.split(split.merged_id, rules=HUB_RULES, evidence={
+                    "session": reduced.session_id, "short": split.short, "ambiguous_with": split.ambiguous_with})
+                if undone:
+                    stats.names_split += undone
+                    pairs.append(CandidatePair(split.merged_id, split.into_id, f"ambiguous-{split.rule}", 0.9, split.short, reduced.session_id))
         old = provenance.anchor_rows(reduced.anchor_id)
         touched = {r.node_id for r in old.node_points} | {c.node_id for c in old.claims}
         nodes = graph.get_nodes(needed_ids(reduced, matches) | touched)
@@ -489,8 +508,8 @@ def commit_session(
                     evidence=evidence, name_as_alias=False,
                 )
                 stats.nodes_folded += 1
-        if merges is not None and stats.identity_candidates:
-            merges.record_candidates(candidate_pairs(verdicts.values(), reduced.session_id))
+        if merges is not None and (stats.identity_candidates or pairs):
+            merges.record_candidates([*pairs, *candidate_pairs(verdicts.values(), reduced.session_id)])
         stats.edges_dropped = len(plan.dropped)
         stats.linked_existing = plan.linked_existing
         on_commit()
