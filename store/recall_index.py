@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from store.db import Database
-from store.facts import longer_text
 from store.graph import Node, chunked
 
 _IN_CHUNK = 400
@@ -382,21 +381,31 @@ class RecallIndex:
         records: list[FactRecord] = []
         for node_id in node_ids:
             node = self.db.query("SELECT id, label, name FROM nodes WHERE id = ?", (node_id,))
-            points = self.db.query(
-                f"SELECT memory_id, evidence FROM node_points WHERE node_id = ? AND {point_visible} AND {point_known} "
-                "ORDER BY evidence = '', observed_at, memory_id LIMIT 1",
-                (node_id, *pvp, *pkp),
-            )
+            # The first quote: the earliest point with evidence, else the earliest point. Two probes
+            # that walk ``node_points_first`` in time order and stop at the first match, where one
+            # ``ORDER BY evidence = ''`` sorted all of a popular node's points (17,000 for a Friends
+            # speaker at 100,000 turns) to keep one.
+            points = []
+            for with_evidence in ("evidence != ''", "evidence = ''"):
+                points = self.db.query(
+                    f"SELECT memory_id, evidence FROM node_points WHERE node_id = ? AND {with_evidence} "
+                    f"AND {point_visible} AND {point_known} ORDER BY observed_at, memory_id LIMIT 1",
+                    (node_id, *pvp, *pkp),
+                )
+                if points:
+                    break
             if not node or not points:
                 continue
-            description = ""
-            for c in self.db.query(
+            # The longest visible description, then the larger (``store.facts.longer_text``'s order),
+            # chosen in SQL rather than by reading every claim's description.
+            best = self.db.query(
                 f"SELECT c.description FROM node_claims AS c WHERE c.node_id = ? AND c.description != '' AND {claim_visible} "
                 f"AND (? IS NULL OR EXISTS (SELECT 1 FROM node_points AS p WHERE p.node_id = c.node_id "
-                f"AND p.anchor = c.anchor AND {claim_known}))",
+                f"AND p.anchor = c.anchor AND {claim_known})) "
+                "ORDER BY length(c.description) DESC, c.description DESC LIMIT 1",
                 (node_id, *cvp, scope.as_of, *ckp),
-            ):
-                description = longer_text(description, c[0])
+            )
+            description = best[0][0] if best else ""
             edges = self.db.query(
                 "SELECT source, target, relationship, COUNT(DISTINCT anchor || ' ' || CASE WHEN memory_id != '' "
                 f"THEN memory_id ELSE chunk_id END) AS places, MAX(evidence) AS evidence, "
