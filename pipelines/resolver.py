@@ -142,6 +142,11 @@ class GraphResolver:
             if created - self._existing(created):
                 log.info("identity index stale (a commit rolled back): rebuilding")
                 self._index = None
+        if self._index is not None and self._epoch is not None and self._epoch() != self._built_epoch:
+            # A write that was not a plain commit (a worker's commit split a name out; forget,
+            # merge, unmerge) changed what the index holds: learning commits cannot follow it.
+            log.info("identity index stale (a new identity epoch): rebuilding")
+            self._index = None
         if self._index is None:
             if self._committed_since is not None:
                 self._seen = self._committed_since(None)[0]  # before the read: a commit between is re-read

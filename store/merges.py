@@ -324,6 +324,11 @@ class MergeStore:
                                      evidence={**record.evidence, "again_after_split": first.merge_id},
                                      name_as_alias="survivor" not in record.evidence)
                 undone += 1
+            if undone:
+                # Names left a node inside a commit: every worker's identity index may still send
+                # them there (under any spelling), so the split starts a new identity epoch, which
+                # makes each index rebuild before its next resolution (pipelines/resolver.py).
+                conn.execute("UPDATE rem_counters SET value = value + 1 WHERE name = 'identity_epoch'")
         return undone
 
     def _undo(self, merge_id: int, restore: Mapping[str, Any], into: Node) -> dict[str, int]:

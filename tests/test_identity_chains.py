@@ -24,6 +24,7 @@ from pipelines.resolver import GraphResolver
 from store.backend import open_database
 from store.db import Database
 from store.graph import Node
+from store.runstate import RunStateStore
 from store.unit_of_work import DatabaseUnitOfWork
 from tests.test_forget import canonical
 from worker.knowledge import identity_resolver
@@ -57,13 +58,16 @@ def test_the_chains_are_chains(chain: list[tuple[str, str, tuple[str, ...]]]) ->
 def commit_names(
     db: Database, names: Sequence[tuple[str, str, tuple[str, ...]]], *, index_per_session: bool, resolver: GraphResolver | None = None,
     again: str = "",
+    as_worker: bool = False,
 ) -> None:
     """Commit each name as a one-node session of its own, through the worker's identity resolver
     and the extraction commit. ``index_per_session``: each session resolves against an index
     built from the graph (as each cycle, or another worker, does); else one index learns them all
     (``resolver``'s, when given: a worker's). ``again``: a suffix of the session ids (the names said
-    again in other sessions)."""
+    again in other sessions). ``as_worker``: each commit begins and ends as the extract phase's do
+    (``begin_commit``, ``mark_digested``), which is what keeps the graph's identity epoch."""
     unit = DatabaseUnitOfWork(db)
+    runstate = RunStateStore(db)
     resolver = resolver or identity_resolver(db)
     for node_type, name, aliases in names:
         sid = f"s-{name}{again}".replace(" ", "-").replace(".", "").replace("()", "-call")
@@ -74,8 +78,9 @@ def commit_names(
         unit.graph.upsert_nodes([Node(f"session:{sid}", "SESSION", sid), Node(f"memory:{sid}-m1", "MEMORY", "m")])
         if index_per_session:
             resolver = identity_resolver(db)
-        stats = commit_session(reduced, unit=unit, graph_index=None, on_commit=lambda: None, queue_append=len,
-                               matcher=resolver, merges=unit.merges)
+        stats = commit_session(reduced, unit=unit, graph_index=None, queue_append=len, matcher=resolver, merges=unit.merges,
+                               on_begin=runstate.begin_commit if as_worker else None,
+                               on_commit=(lambda sid=sid: runstate.mark_digested(sid, "r", "run")) if as_worker else lambda: None)
         if stats.nodes_removed or stats.nodes_folded:
             resolver.reset()  # as the extract phase does
 
@@ -287,3 +292,27 @@ def test_another_workers_split_is_seen_before_linking_the_short_name(tmp_path: P
         assert [r[0] for r in claims] == ["METHOD:get_head"]
     finally:
         db.close()
+
+
+def test_another_workers_split_is_seen_under_another_spelling(tmp_path: Path) -> None:
+    """As above, but B's next mention is `get_head()`, whose own id no node has: B's index would
+    still send it into `Repo.get_head`. The split starts a new identity epoch, so B rebuilds and
+    links it where a fresh index does."""
+    said_again = [("METHOD", "get_head()", ())]
+
+    def run(path: Path, *, stale_worker: bool) -> list[str]:
+        db = Database(path)
+        try:
+            commit_names(db, QUALIFIED[:2], index_per_session=False, as_worker=True)
+            worker_b = identity_resolver(db)
+            commit_names(db, [("METHOD", "unrelated", ())], index_per_session=False, resolver=worker_b, as_worker=True)
+            commit_names(db, QUALIFIED[2:], index_per_session=False, as_worker=True)  # worker A: the split
+            commit_names(db, said_again, index_per_session=not stale_worker, resolver=worker_b if stale_worker else None,
+                         again="-2", as_worker=True)
+            return [r[0] for r in db.query("SELECT node_id FROM node_claims WHERE anchor = 'session:s-get_head-call-2'")]
+        finally:
+            db.close()
+
+    fresh = run(tmp_path / "fresh.sqlite3", stale_worker=False)
+    assert fresh and fresh != ["METHOD:Repo.get_head"]
+    assert run(tmp_path / "stale.sqlite3", stale_worker=True) == fresh
