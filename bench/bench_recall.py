@@ -54,8 +54,13 @@ from worker.logs import configure_logging  # noqa: E402
 HERE = Path(__file__).resolve().parent
 # The first question set (28 tune + 28 held-out): since the third round, both halves are tuning data.
 QUESTIONS = HERE / "data" / "recall_questions.jsonl"
-# Written and committed (47bbec7) before any ranking ran on them; run once, at the end of a round.
+# Written and committed (47bbec7) before any ranking ran on them; run at the end of the third round
+# (twice): since the fourth round, tuning data too.
 UNTOUCHED = HERE / "data" / "recall_questions_untouched.jsonl"
+# Set C: written and committed (a250848) before any ranking ran on them; run once, at the end of a round.
+SET_C = HERE / "data" / "recall_questions_c.jsonl"
+# A held-out question set by its flag: each question names the split whose graph it is asked against.
+HELD_OUT_SETS = {"untouched": UNTOUCHED, "c": SET_C}
 DEFAULT_WEIGHTS = RecallWeights()
 ANCHORED = RecallWeights(keyword_anchor=5)
 # name → (signals, weights): each signal alone, then fused as configured by default, with the vector
@@ -184,18 +189,18 @@ def paired_differences(results: dict[str, list[dict[str, float]]], *, resamples:
 
 
 def quality(friends: Path, work: Path, *, splits: Sequence[str] = ("tune", "heldout"), embedding: str = "hash",
-            untouched: bool = False) -> dict[str, Any]:
-    """Mean metrics per config: of the first set's ``splits`` (each, and both together: the tuning
-    data) or, with ``untouched``, of the untouched set (per haystack split and all together)."""
-    path = UNTOUCHED if untouched else QUESTIONS
-    questions = [q for q in (json.loads(line) for line in path.open(encoding="utf-8")) if untouched or q["split"] in splits]
+            held_out: str | None = None) -> dict[str, Any]:
+    """Mean metrics per config: of the first set's ``splits`` (each, and both together) or, with
+    ``held_out`` (a key of :data:`HELD_OUT_SETS`), of that set (per haystack split and all together)."""
+    path = HELD_OUT_SETS[held_out] if held_out else QUESTIONS
+    questions = [q for q in (json.loads(line) for line in path.open(encoding="utf-8")) if held_out or q["split"] in splits]
     results = per_question(friends, work, questions, embedding=embedding)
-    group = (lambda q: q["haystack"]) if untouched else (lambda q: q["split"])
+    group = (lambda q: q["haystack"]) if held_out else (lambda q: q["split"])
     report: dict[str, Any] = {"embedding": embedding, "questions": path.name}
     for name in sorted({group(q) for q in questions}):
         keep = [i for i, q in enumerate(questions) if group(q) == name]
-        report[f"{'untouched, haystack ' if untouched else ''}{name}"] = {"questions": len(keep), **mean_rows(results, keep)}
-    report["untouched" if untouched else "tuning data (all)"] = {"questions": len(questions), **mean_rows(results, range(len(questions)))}
+        report[f"{held_out + ', haystack ' if held_out else ''}{name}"] = {"questions": len(keep), **mean_rows(results, keep)}
+    report[held_out or "first set (both halves)"] = {"questions": len(questions), **mean_rows(results, range(len(questions)))}
     report["paired"] = paired_differences(results)
     return report
 
@@ -479,8 +484,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--work", type=Path, default=Path("/tmp/recall-bench"))
     parser.add_argument("--split", choices=("tune", "heldout"), action="append",
                         help="quality on this half of the first question set only (repeatable; default both)")
-    parser.add_argument("--untouched", action="store_true",
-                        help="quality on the untouched question set instead (run it once, at the end of a round of tuning)")
+    parser.add_argument("--untouched", action="store_const", const="untouched", dest="held_out",
+                        help="quality on the third round's untouched question set instead (tuning data since the fourth round)")
+    parser.add_argument("--set-c", action="store_const", const="c", dest="held_out",
+                        help="quality on question set C instead (the fourth round's held-out set: run it once, at the end)")
     parser.add_argument("--embedding", choices=("hash", "minilm"), default="hash",
                         help="the memory collection's embedding for quality/tune (minilm needs the 'embeddings' extra)")
     parser.add_argument("--queries", type=int, default=1_000)
@@ -497,7 +504,7 @@ def main(argv: list[str] | None = None) -> None:
         t0 = time.perf_counter()
         if part == "quality":
             report["quality"] = quality(args.friends, args.work, splits=args.split or ("tune", "heldout"), embedding=args.embedding,
-                                        untouched=args.untouched)
+                                        held_out=args.held_out)
         elif part == "tune":
             report["tune"] = tune_weights(args.friends, args.work, embedding=args.embedding)
         elif part == "latency":
