@@ -7,9 +7,10 @@
 Data: the Friends scripts (EmilHvitfeldt/friends, MIT; from emorynlp/character-mining, Apache-2.0),
 one session per scene, converted by quality-extractor's ``bench/convert_transcripts.py`` into
 ``friends.tune.jsonl`` / ``friends.heldout.jsonl`` (split by a hash of the episode). The questions
-(``bench/data/recall_questions.jsonl``) were written from a seeded sample of scenes of each split
-before any run; the held-out ones are reported apart and were never looked at while choosing
-settings.
+(``bench/data/recall_questions.jsonl``, then ``recall_questions_untouched.jsonl``, then
+``recall_questions_c.jsonl``) were each written from a seeded sample of scenes no earlier question
+uses, before any run; each round tunes on the earlier sets and runs its new set once, at the end
+(``--untouched``: the third round's; ``--set-c``: the fourth round's).
 
 - ``quality``: each split imported into embedded Chroma and consolidated by one real cycle
   (heuristic extractor); evidence recall@5/@10 and MRR for keyword, entities, vector (the
