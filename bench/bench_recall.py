@@ -7,9 +7,10 @@
 Data: the Friends scripts (EmilHvitfeldt/friends, MIT; from emorynlp/character-mining, Apache-2.0),
 one session per scene, converted by quality-extractor's ``bench/convert_transcripts.py`` into
 ``friends.tune.jsonl`` / ``friends.heldout.jsonl`` (split by a hash of the episode). The questions
-(``bench/data/recall_questions.jsonl``) were written from a seeded sample of scenes of each split
-before any run; the held-out ones are reported apart and were never looked at while choosing
-settings.
+(``bench/data/recall_questions.jsonl``, then ``recall_questions_untouched.jsonl``, then
+``recall_questions_c.jsonl``) were each written from a seeded sample of scenes no earlier question
+uses, before any run; each round tunes on the earlier sets and runs its new set once, at the end
+(``--untouched``: the third round's; ``--set-c``: the fourth round's).
 
 - ``quality``: each split imported into embedded Chroma and consolidated by one real cycle
   (heuristic extractor); evidence recall@5/@10 and MRR for keyword, entities, vector (the
@@ -54,20 +55,29 @@ from worker.logs import configure_logging  # noqa: E402
 HERE = Path(__file__).resolve().parent
 # The first question set (28 tune + 28 held-out): since the third round, both halves are tuning data.
 QUESTIONS = HERE / "data" / "recall_questions.jsonl"
-# Written and committed (47bbec7) before any ranking ran on them; run once, at the end of a round.
+# Written and committed (47bbec7) before any ranking ran on them; run at the end of the third round
+# (twice): since the fourth round, tuning data too.
 UNTOUCHED = HERE / "data" / "recall_questions_untouched.jsonl"
+# Set C: written and committed (a250848) before any ranking ran on them; run once, at the end of a round.
+SET_C = HERE / "data" / "recall_questions_c.jsonl"
+# A held-out question set by its flag: each question names the split whose graph it is asked against.
+HELD_OUT_SETS = {"untouched": UNTOUCHED, "c": SET_C}
 DEFAULT_WEIGHTS = RecallWeights()
-ANCHORED = RecallWeights(keyword_anchor=5)
-# name → (signals, weights): each signal alone, then fused as configured by default, with the vector
-# signal, and the second round's default (no session signal, keyword anchor 5) for comparison.
+ANCHORED = RecallWeights(keyword_anchor=5, scene_vote=0)
+NO_SCENE_VOTE = RecallWeights(scene_vote=0)
+# name → (signals, weights): each signal alone (its own ranking: no scene vote, which would regroup
+# even one signal's turns by session), then fused as configured by default, with the vector
+# signal, the third round's default (no scene vote) and the second round's (no session signal,
+# keyword anchor 5) for comparison.
 CONFIGS: dict[str, tuple[tuple[str, ...], RecallWeights]] = {
-    "keyword": (("keyword",), DEFAULT_WEIGHTS),
-    "entities": (("entities",), DEFAULT_WEIGHTS),
-    "vector": (("vector",), DEFAULT_WEIGHTS),
-    "context": (("context",), DEFAULT_WEIGHTS),
-    "session": (("session",), DEFAULT_WEIGHTS),
+    "keyword": (("keyword",), NO_SCENE_VOTE),
+    "entities": (("entities",), NO_SCENE_VOTE),
+    "vector": (("vector",), NO_SCENE_VOTE),
+    "context": (("context",), NO_SCENE_VOTE),
+    "session": (("session",), NO_SCENE_VOTE),
     "fused, default (keyword+entities+context+session)": (("keyword", "entities", "context", "session"), DEFAULT_WEIGHTS),
     "fused, all five (+vector)": (("keyword", "entities", "vector", "context", "session"), DEFAULT_WEIGHTS),
+    "third round's default (no scene vote)": (("keyword", "entities", "context", "session"), NO_SCENE_VOTE),
     "second round's default (keyword+entities+context, keyword anchor 5)": (("keyword", "entities", "context"), ANCHORED),
 }
 RANK_DEPTH = 50
@@ -173,7 +183,7 @@ def paired_differences(results: dict[str, list[dict[str, float]]], *, resamples:
     n = len(results[FUSED_DEFAULT])
     draws = [[rng.randrange(n) for _ in range(n)] for _ in range(resamples)]
     report: dict[str, Any] = {}
-    for signal in ("keyword", "entities", "vector", "context", "session"):
+    for signal in ("keyword", "entities", "vector", "context", "session", "third round's default (no scene vote)"):
         report[f"fused - {signal}"] = {}
         for key in ("recall@5", "recall@10", "mrr"):
             diffs = [f[key] - g[key] for f, g in zip(results[FUSED_DEFAULT], results[signal])]
@@ -184,57 +194,61 @@ def paired_differences(results: dict[str, list[dict[str, float]]], *, resamples:
 
 
 def quality(friends: Path, work: Path, *, splits: Sequence[str] = ("tune", "heldout"), embedding: str = "hash",
-            untouched: bool = False) -> dict[str, Any]:
-    """Mean metrics per config: of the first set's ``splits`` (each, and both together: the tuning
-    data) or, with ``untouched``, of the untouched set (per haystack split and all together)."""
-    path = UNTOUCHED if untouched else QUESTIONS
-    questions = [q for q in (json.loads(line) for line in path.open(encoding="utf-8")) if untouched or q["split"] in splits]
+            held_out: str | None = None) -> dict[str, Any]:
+    """Mean metrics per config: of the first set's ``splits`` (each, and both together) or, with
+    ``held_out`` (a key of :data:`HELD_OUT_SETS`), of that set (per haystack split and all together)."""
+    path = HELD_OUT_SETS[held_out] if held_out else QUESTIONS
+    questions = [q for q in (json.loads(line) for line in path.open(encoding="utf-8")) if held_out or q["split"] in splits]
     results = per_question(friends, work, questions, embedding=embedding)
-    group = (lambda q: q["haystack"]) if untouched else (lambda q: q["split"])
+    group = (lambda q: q["haystack"]) if held_out else (lambda q: q["split"])
     report: dict[str, Any] = {"embedding": embedding, "questions": path.name}
     for name in sorted({group(q) for q in questions}):
         keep = [i for i, q in enumerate(questions) if group(q) == name]
-        report[f"{'untouched, haystack ' if untouched else ''}{name}"] = {"questions": len(keep), **mean_rows(results, keep)}
-    report["untouched" if untouched else "tuning data (all)"] = {"questions": len(questions), **mean_rows(results, range(len(questions)))}
+        report[f"{held_out + ', haystack ' if held_out else ''}{name}"] = {"questions": len(keep), **mean_rows(results, keep)}
+    report[held_out or "first set (both halves)"] = {"questions": len(questions), **mean_rows(results, range(len(questions)))}
     report["paired"] = paired_differences(results)
     return report
 
 
 def tune_weights(friends: Path, work: Path, *, embedding: str = "hash") -> dict[str, Any]:
-    """Grid of the fusion weights over the first question set, both halves (the tuning data since
-    the untouched set exists; the untouched set is never read here). Each signal ranks each
-    question once; fusion is recomputed per setting. Besides the grid's best settings and the
-    defaults' row, a leave-one-out estimate of choosing by grid: the best setting on all questions
-    but one (by recall@10 + MRR), scored on that one — what a grid pick is worth on a new question."""
-    questions = [json.loads(line) for line in QUESTIONS.open(encoding="utf-8")]
+    """Grid of the fusion weights over the tuning data: the first question set (both halves) and
+    the third round's untouched set (set C is never read here). Each signal ranks each question
+    once, at the depth fusion sees; fusion is recomputed per setting. Besides the grid's best
+    settings and the defaults' row, a leave-one-out estimate of choosing by grid: the best setting
+    on all questions but one (by recall@10 + MRR), scored on that one — what a grid pick is worth
+    on a new question."""
+    questions = [json.loads(line) for path in (QUESTIONS, UNTOUCHED) for line in path.open(encoding="utf-8")]
     rankings = []
     for split in ("tune", "heldout"):
         settings = ensure_graph(work, f"friends-{split}", friends.with_name(f"{friends.name}.{split}.jsonl"), embedding=embedding)
         db = Database(settings.graph_path, readonly=True)
         index, vector = RecallIndex(db), ChromaVector(settings)
-        for q in (q for q in questions if q["split"] == split):
-            per_signal, bm25 = {}, True
+        for q in (q for q in questions if q.get("haystack", q["split"]) == split):
+            per_signal, bm25, scene_of = {}, True, {}
             for signal in TUNE_SIGNALS:
                 answer = recall(RecallRequest(query=q["question"], limit=MAX_DEPTH, budget_tokens=200_000),
-                                source=index, vector=vector, signals=(signal,))
-                per_signal[signal] = [t["memory_id"] for t in answer.as_dict()["turns"]]
+                                source=index, vector=vector, signals=(signal,), weights=NO_SCENE_VOTE)
+                turns = answer.as_dict()["turns"]
+                per_signal[signal] = [t["memory_id"] for t in turns]
+                scene_of |= {t["memory_id"]: t["session_id"] for t in turns}
                 bm25 = answer.signals["terms"]["bm25"]
-            rankings.append((per_signal, bm25, {f"memory:{a}" for a in q["answers"]}))
+            rankings.append((per_signal, bm25, scene_of, {f"memory:{a}" for a in q["answers"]}))
         db.close()
-    keys = ("session", "entities", "vector", "context", "rrf_k", "keyword_anchor")
+    keys = ("session", "entities", "vector", "context", "rrf_k", "keyword_anchor", "scene_vote")
     grid: list[dict[str, Any]] = []
     per_setting: list[list[dict[str, float]]] = []
-    for session, entities, vec, context, k, anchor in itertools.product(
-        (0.0, 0.5, 1.0, 1.5, 2.0, 3.0), (0.0, 0.2, 0.5), (0.0, 0.5), (0.0, 0.2, 0.5), (5.0, 10.0, 20.0, 60.0), (0, 2, 5)
+    for session, entities, vec, context, k, anchor, scene in itertools.product(
+        (0.0, 0.5, 1.0, 2.0), (0.0, 0.5), (0.0, 0.5), (0.0, 0.2, 0.5), (10.0, 20.0, 60.0), (0, 5), (0.0, 0.5, 1.0, 2.0)
     ):
-        weights = RecallWeights(keyword=1.0, session=session, entities=entities, vector=vec, context=context, rrf_k=k, keyword_anchor=anchor)
+        weights = RecallWeights(keyword=1.0, session=session, entities=entities, vector=vec, context=context, rrf_k=k,
+                                keyword_anchor=anchor, scene_vote=scene)
         rows = []
-        for per_signal, bm25, gold in rankings:
+        for per_signal, bm25, scene_of, gold in rankings:
             fused = [m for m, _, _ in fuse({s: r for s, r in per_signal.items() if weights.of(s) > 0}, weights,
-                                           anchor=per_signal["keyword"][:anchor] if bm25 else [])]
+                                           anchor=per_signal["keyword"][:anchor] if bm25 else [], scene_of=scene_of)]
             rows.append(metrics(fused[:RANK_DEPTH], gold))
         per_setting.append(rows)
-        grid.append(dict(zip(keys, (session, entities, vec, context, k, anchor)))
+        grid.append(dict(zip(keys, (session, entities, vec, context, k, anchor, scene)))
                     | {key: round(sum(r[key] for r in rows) / len(rows), 3) for key in ("recall@5", "recall@10", "mrr")})
     n = len(rankings)
 
@@ -245,16 +259,15 @@ def tune_weights(friends: Path, work: Path, *, embedding: str = "hash") -> dict[
     for i in range(n):
         best = max(range(len(grid)), key=lambda g: value(per_setting[g][:i] + per_setting[g][i + 1:]))
         loo.append(per_setting[best][i])
-    alone = {signal: {key: round(sum(metrics(p[signal][:RANK_DEPTH], gold)[key] for p, _, gold in rankings) / n, 3)
+    alone = {signal: {key: round(sum(metrics(p[signal][:RANK_DEPTH], gold)[key] for p, _, _, gold in rankings) / n, 3)
                       for key in ("recall@5", "recall@10", "mrr")} for signal in TUNE_SIGNALS}
-    defaults = next(g for g in grid if all(g[key] == (DEFAULT_WEIGHTS.of(key) if key not in ("rrf_k", "keyword_anchor")
-                                                      else getattr(DEFAULT_WEIGHTS, key)) for key in keys if key != "vector") and g["vector"] == 0)
+    defaults = next(g for g in grid if all(g[key] == getattr(DEFAULT_WEIGHTS, key) for key in keys if key != "vector") and g["vector"] == 0)
     order = sorted(range(len(grid)), key=lambda g: -value(per_setting[g]))
     spread = {}
-    for anchor in (0, 2, 5):
-        with_session = [g for g in grid if g["keyword_anchor"] == anchor and g["session"] > 0]
-        spread[f"anchor {anchor}, session > 0"] = {
-            key: {"median": statistics.median(g[key] for g in with_session), "min": min(g[key] for g in with_session)}
+    for scene in (0.0, 0.5, 1.0, 2.0):
+        region = [g for g in grid if g["keyword_anchor"] == 0 and g["session"] > 0 and g["scene_vote"] == scene]
+        spread[f"anchor 0, session > 0, scene vote {scene}"] = {
+            key: {"median": statistics.median(g[key] for g in region), "min": min(g[key] for g in region)}
             for key in ("recall@5", "recall@10", "mrr")}
     return {"questions": n, "settings": len(grid), "alone": alone, "defaults": defaults,
             "leave_one_out": {key: round(sum(r[key] for r in loo) / n, 3) for key in ("recall@5", "recall@10", "mrr")},
@@ -479,8 +492,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--work", type=Path, default=Path("/tmp/recall-bench"))
     parser.add_argument("--split", choices=("tune", "heldout"), action="append",
                         help="quality on this half of the first question set only (repeatable; default both)")
-    parser.add_argument("--untouched", action="store_true",
-                        help="quality on the untouched question set instead (run it once, at the end of a round of tuning)")
+    parser.add_argument("--untouched", action="store_const", const="untouched", dest="held_out",
+                        help="quality on the third round's untouched question set instead (tuning data since the fourth round)")
+    parser.add_argument("--set-c", action="store_const", const="c", dest="held_out",
+                        help="quality on question set C instead (the fourth round's held-out set: run it once, at the end)")
     parser.add_argument("--embedding", choices=("hash", "minilm"), default="hash",
                         help="the memory collection's embedding for quality/tune (minilm needs the 'embeddings' extra)")
     parser.add_argument("--queries", type=int, default=1_000)
@@ -497,7 +512,7 @@ def main(argv: list[str] | None = None) -> None:
         t0 = time.perf_counter()
         if part == "quality":
             report["quality"] = quality(args.friends, args.work, splits=args.split or ("tune", "heldout"), embedding=args.embedding,
-                                        untouched=args.untouched)
+                                        held_out=args.held_out)
         elif part == "tune":
             report["tune"] = tune_weights(args.friends, args.work, embedding=args.embedding)
         elif part == "latency":

@@ -14,7 +14,11 @@ ranks turns on its own and is reported on its own:
   more than one; its matching turns, then their neighbours, are listed session by session;
 - ``recency`` — an explicit option: newer first among the candidates the others found.
 
-They are fused by weighted reciprocal rank fusion: ``score(turn) = Σ weight_s / (k + rank_s)``.
+They are fused by weighted reciprocal rank fusion: ``score(turn) = Σ weight_s / (k + rank_s)``,
+plus the scene vote: keyword and the session signal each also rank sessions (by their first turn in
+the signal's list), and a turn adds its session's ``Σ weight_s / (k + session rank_s)`` — RRF one
+level up, so that the turns of the session both views put first are not scattered among single
+hits of other sessions (see :func:`fuse`).
 RRF needs no score calibration between BM25, graph walks and cosine distances, which live on
 unrelated scales. RRF trusts every signal's top ranks alike on every query; without the session
 signal the others were weak on most queries (they find nothing there, yet their first turns still
@@ -77,6 +81,11 @@ SESSION_B = 0.75
 _SESSIONS_RANKED = 5
 _SESSIONS_MEASURED = 100
 _SESSION_RADIUS = 1
+# The signals whose rankings vote for sessions (the scene vote, :func:`scene_votes`): the two BM25
+# views of the query's words. Context's sessions are keyword's (its turns are keyword hits'
+# neighbours), a second vote for the same evidence; entities' and the vector's sessions, weak
+# signals on chat, lowered the tuning data's MRR when they voted (bench/RESULTS.md, fourth round).
+SCENE_VOTERS: tuple[str, ...] = ("keyword", "session")
 # A turn that does not fit whole is cut to the room left, if at least this much is left.
 _MIN_TRUNCATED_TOKENS = 48
 
@@ -115,6 +124,9 @@ class RecallWeights:
     recency: float = 0.5
     rrf_k: float = 20.0
     keyword_anchor: int = 0
+    # The scene vote (``REM_RECALL_SCENE_VOTE``): a multiplier of the votes :data:`SCENE_VOTERS` cast
+    # for each turn's session; 0 = turn-level RRF only.
+    scene_vote: float = 1.0
 
     def of(self, signal: str) -> float:
         return float(getattr(self, signal))
@@ -282,10 +294,31 @@ def resolve_scope(source: RecallSource, request: RecallRequest) -> Scope:
 
 
 # --- ranking -------------------------------------------------------------------------------
-def fuse(rankings: dict[str, Sequence[str]], weights: RecallWeights, *, anchor: Sequence[str] = ()) -> list[tuple[str, float, list[str]]]:
+def scene_votes(rankings: dict[str, Sequence[str]], weights: RecallWeights, scene_of: dict[str, str]) -> dict[str, float]:
+    """Session → its vote: each of :data:`SCENE_VOTERS` ranks sessions by where their first turn
+    comes in its ranking, and adds ``scene_vote × weight / (k + that session rank)`` — reciprocal
+    rank fusion one level up, with the turn level's weights and ``k``."""
+    votes: dict[str, float] = {}
+    if weights.scene_vote <= 0:
+        return votes
+    for signal in SCENE_VOTERS:
+        weight = weights.of(signal) * weights.scene_vote
+        if signal not in rankings or weight <= 0:
+            continue
+        scenes = dict.fromkeys(scene_of[m] for m in rankings[signal] if m in scene_of)
+        for rank, scene in enumerate(scenes, start=1):
+            votes[scene] = votes.get(scene, 0.0) + weight / (weights.rrf_k + rank)
+    return votes
+
+
+def fuse(rankings: dict[str, Sequence[str]], weights: RecallWeights, *, anchor: Sequence[str] = (),
+         scene_of: dict[str, str] | None = None) -> list[tuple[str, float, list[str]]]:
     """Weighted reciprocal rank fusion of ``rankings`` (signal → ids best first): ``[(id, score,
-    signals that found it)]``, best first; ties by first appearance. The ids in ``anchor`` (those
-    of them that a ranking holds) come first, in their order, whatever their score."""
+    signals that found it)]``, best first; ties by first appearance. With ``scene_of`` (id → its
+    session), each id also gets its session's :func:`scene_votes`: a turn of the session that keyword
+    and the session signal both rank first outranks one of a session only one of them lists, so
+    the answer's session, once found, keeps its turns together near the top. The ids in ``anchor``
+    (those of them that a ranking holds) come first, in their order, whatever their score."""
     scores: dict[str, float] = {}
     found_by: dict[str, list[str]] = {}
     for signal, ranked in rankings.items():
@@ -293,6 +326,10 @@ def fuse(rankings: dict[str, Sequence[str]], weights: RecallWeights, *, anchor: 
         for rank, item in enumerate(dict.fromkeys(ranked), start=1):
             scores[item] = scores.get(item, 0.0) + weight / (weights.rrf_k + rank)
             found_by.setdefault(item, []).append(signal)
+    if scene_of is not None:
+        votes = scene_votes(rankings, weights, scene_of)
+        for item in scores:
+            scores[item] += votes.get(scene_of.get(item, ""), 0.0)
     order = {item: i for i, item in enumerate(found_by)}
     first = {item: i for i, item in enumerate(dict.fromkeys(a for a in anchor if a in scores))}
     return sorted(
@@ -431,7 +468,8 @@ def recall(
         "terms": {"used": used, "common": [t for t in terms if t not in used], "bm25": ranked},
         "scope": {"user": request.user, "session": request.session, "as_of": request.as_of,
                   "sessions_visible": None if scope.sessions is None else len(scope.sessions)},
-        "weights": {s: weights.of(s) for s in SIGNALS} | {"rrf_k": weights.rrf_k, "keyword_anchor": weights.keyword_anchor},
+        "weights": {s: weights.of(s) for s in SIGNALS} | {"rrf_k": weights.rrf_k, "keyword_anchor": weights.keyword_anchor,
+                                                          "scene_vote": weights.scene_vote},
     }
     empty_scope = scope.sessions is not None and not scope.sessions
     matched: list[str] = []
@@ -476,7 +514,8 @@ def recall(
     # evidence that its first turns answer anything.
     anchor = rankings.get("keyword", [])[: weights.keyword_anchor] if ranked else []
     report["keyword_anchor"] = len(anchor)
-    fused = fuse({s: rankings[s] for s in SIGNALS if s in rankings}, weights, anchor=anchor)[: request.limit]
+    fused = fuse({s: rankings[s] for s in SIGNALS if s in rankings}, weights, anchor=anchor,
+                 scene_of={m: record.session_id for m, record in records.items()})[: request.limit]
     report["candidates"] = len(records)
     facts = source.facts(matched[:_MAX_FACTS], scope, exclude_relationships=PROVENANCE_RELATIONSHIPS, edges_per_node=_EDGES_PER_FACT)
     session_ids = list(dict.fromkeys([*keyword_sessions, *(records[m].session_id for m, _, _ in fused)]))[:_MAX_SESSIONS]

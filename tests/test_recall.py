@@ -524,3 +524,45 @@ async def test_a_recall_past_its_deadline_is_stopped_with_a_clear_error(graph: S
     with pytest.raises(RecallTimeoutError, match="was stopped; ask something narrower"):
         with open_index(graph) as index:
             index.db.conn.execute(many_rows).fetchall()
+
+
+def test_the_scene_vote_adds_keyword_and_session_rrf_over_sessions() -> None:
+    rankings = {"keyword": ["a1", "b1", "a2"], "session": ["b1", "b2", "b3"], "context": ["a3", "c1"]}
+    scene_of = {"a1": "A", "a2": "A", "a3": "A", "b1": "B", "b2": "B", "b3": "B"}  # c1's session unknown
+    weights = RecallWeights(keyword=1.0, session=1.0, context=0.5, rrf_k=10)
+    plain = {i: s for i, s, _ in fuse(rankings, weights)}
+    voted = fuse(rankings, weights, scene_of=scene_of)
+    scores = {i: s for i, s, _ in voted}
+    # Keyword ranks A then B, the session signal B alone; context's sessions (keyword's neighbours) do not vote.
+    vote = {"A": 1 / 11, "B": 1 / 12 + 1 / 11}
+    for item, session in scene_of.items():
+        assert scores[item] == pytest.approx(plain[item] + vote[session])
+    assert scores["c1"] == pytest.approx(plain["c1"])
+    # B, which both views rank, holds the first places: its third turn now comes before keyword's first hit.
+    order, before = [i for i, _, _ in voted], [i for i, _, _ in fuse(rankings, weights)]
+    assert order[:3] == ["b1", "b2", "b3"] and order.index("b3") < order.index("a1") and before.index("a1") < before.index("b3")
+    # Weight 0 switches the vote off: plain turn-level RRF.
+    assert fuse(rankings, RecallWeights(keyword=1.0, session=1.0, context=0.5, rrf_k=10, scene_vote=0), scene_of=scene_of) == fuse(rankings, weights)
+
+
+@pytest.mark.both_backends
+async def test_recall_adds_each_turns_session_vote_to_its_fused_score(settings: Settings, tmp_path: Path) -> None:
+    await build(settings, tmp_path, TRIP)
+    query = "Does Carol need a visa for the March trip to Lisbon, says the travel agent?"
+    signals = ("keyword", "context", "session")
+    votes: dict[str, float] = {}
+    for signal in ("keyword", "session"):  # the voters: each ranks sessions by their first turn in its list
+        alone = ask(settings, query, signals=(signal,), limit=50)["turns"]
+        for rank, session in enumerate(dict.fromkeys(t["session_id"] for t in alone), start=1):
+            votes[session] = votes.get(session, 0.0) + 1.0 / (20 + rank)
+    plain = ask(settings, query, signals=signals, limit=50, weights=RecallWeights(scene_vote=0))
+    voted = ask(settings, query, signals=signals, limit=50)
+    assert voted["signals"]["weights"]["scene_vote"] == 1.0
+    before = {t["memory_id"]: t["score"] for t in plain["turns"]}
+    assert {t["memory_id"] for t in voted["turns"]} == set(before)
+    for turn in voted["turns"]:
+        assert turn["score"] == pytest.approx(before[turn["memory_id"]] + votes[turn["session_id"]], abs=1e-5)
+    # Every session either voter lists gets a vote (keyword's order differs between FTS5 and PostgreSQL).
+    assert set(votes) == {"session:carol-trip", "session:dave-0", "session:dave-1", "session:dave-2"}
+    scores = [t["score"] for t in voted["turns"]]
+    assert scores == sorted(scores, reverse=True)
