@@ -33,11 +33,11 @@ from pipelines.identity import (
     AliasIndex,
     NodeRef,
     Verdict,
-    _form,
-    _initials,
     acronym_of,
+    form_initials,
     identifier_key,
     is_identifier,
+    name_form,
     prose_key,
     same_member,
 )
@@ -68,7 +68,7 @@ def _qualified(kind: str, short: str, long: str) -> bool:
 
 def _acronym(kind: str, short: str, long: str) -> bool:
     letters = acronym_of(short)
-    return letters is not None and len(letters) >= 3 and _initials(_form(kind, long)) == letters
+    return letters is not None and len(letters) >= 3 and form_initials(name_form(kind, long)) == letters
 
 
 def _rule(kind: str, short: str, long: str) -> str:
@@ -101,11 +101,11 @@ def _related(index: AliasIndex, kind: str, text: str) -> set[str]:
     found: set[str] = set()
     if kind == "METHOD" and is_identifier(kind, text):
         found |= index.members.get((kind, identifier_key(kind, text).rsplit(".", 1)[-1]), set())
-    form = _form(kind, text)
+    form = name_form(kind, text)
     letters = acronym_of(text)
     if letters:
         found |= index.by_initials.get((kind, letters), set())
-    initials = _initials(form)
+    initials = form_initials(form)
     if initials:
         found |= index.by_acronym.get((kind, initials), set())
     return found

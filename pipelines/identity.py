@@ -263,7 +263,7 @@ def jaccard(a: Iterable[str], b: Iterable[str]) -> float:
 
 # --- the index -----------------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
-class _Form:
+class NameForm:
     """One written form of an indexed node, with what the rules compare precomputed."""
 
     text: str
@@ -285,7 +285,7 @@ class AliasIndex:
     apart, because an identifier is compared as written and prose by its words."""
 
     nodes: dict[str, NodeRef] = field(default_factory=dict)
-    forms: dict[str, list[_Form]] = field(default_factory=dict)
+    forms: dict[str, list[NameForm]] = field(default_factory=dict)
     exact: dict[_Key, set[str]] = field(default_factory=dict)
     identifiers: dict[_Key, set[str]] = field(default_factory=dict)
     identifier_words: dict[_Key, set[str]] = field(default_factory=dict)
@@ -323,7 +323,7 @@ class AliasIndex:
         for text in node.forms:
             if text in seen:
                 continue
-            form = _form(kind, text)
+            form = name_form(kind, text)
             self.forms.setdefault(node.id, []).append(form)
             file(self.exact, _alias_key(kind, text))
             if form.identifier:
@@ -338,7 +338,7 @@ class AliasIndex:
                 for token in form.tokens:
                     file(self.by_token, token)
                 file(self.by_prefix, form.words[:4])
-            letters = _initials(form)
+            letters = form_initials(form)
             if letters:
                 file(self.by_initials, letters)
             acronym = acronym_of(text)
@@ -350,12 +350,12 @@ class AliasIndex:
                 target.setdefault(base, set()).add(node.id)
 
 
-def _repeats(form: _Form) -> bool:
+def _repeats(form: NameForm) -> bool:
     """Whether a name repeats a word (`True True False`): a sequence, where order and count matter."""
     return len(form.tokens) < len(form.words.split())
 
 
-def _initials(form: _Form) -> str | None:
+def form_initials(form: NameForm) -> str | None:
     """The initials of prose or of a CamelCase name (``LazyEdgeQueue`` → ``LEQ``); a snake_case or
     dotted identifier has none (``my_func`` is no ``MF``)."""
     return initials(form.text) if not form.identifier or _CAMEL_NAME.fullmatch(_CALL.sub("", form.text)) else None
@@ -366,11 +366,13 @@ def _alias_key(node_type: str, text: str) -> str:
     return _CALL.sub("", _plain(text)).strip() if is_identifier(node_type, text) else fold(text)
 
 
-def _form(node_type: str, text: str) -> _Form:
+def name_form(node_type: str, text: str) -> NameForm:
+    """How identity compares ``text`` as a name of type ``node_type``: its key, words, tokens, numbers
+    and whether it is a code identifier. Pure."""
     key = normal_key(node_type, text)
     # An issue number is compared by its number: `issue 123` and `#123` share no words.
     said = key if node_type == "ISSUE" and key.startswith("#") else prose_key(node_type, text)
-    return _Form(text, key, said, frozenset(tokens(text, node_type)), numbers(text), is_identifier(node_type, text))
+    return NameForm(text, key, said, frozenset(tokens(text, node_type)), numbers(text), is_identifier(node_type, text))
 
 
 def same_member(one: str, other: str) -> bool:
@@ -415,7 +417,7 @@ class Thresholds:
     fuzzy: float = FUZZY_THRESHOLD
 
 
-def _same_name(index: AliasIndex, kind: str, form: _Form) -> set[str]:
+def _same_name(index: AliasIndex, kind: str, form: NameForm) -> set[str]:
     """Indexed nodes one of whose forms names the same thing as ``form`` (``kind`` a type or
     ``"*"``): identifier = identifier as written; prose = identifier or prose by their words."""
     if form.identifier:
@@ -436,7 +438,7 @@ def resolve(
         return Verdict(node.id, LINK, node.id, "exact-id", 1.0)
     kind = node.type
 
-    def allowed(ids: Iterable[str], form: _Form, *, check_numbers: bool = True) -> set[str]:
+    def allowed(ids: Iterable[str], form: NameForm, *, check_numbers: bool = True) -> set[str]:
         return {
             i
             for i in ids
@@ -456,7 +458,7 @@ def resolve(
         if match.node_id not in candidates or candidates[match.node_id].score < match.score:
             candidates[match.node_id] = match
 
-    forms = [_form(kind, text) for text in node.forms]
+    forms = [name_form(kind, text) for text in node.forms]
     for form in forms:
         text, key = form.text, form.key
         alias_hits.update(dict.fromkeys(allowed(index.exact.get((kind, _alias_key(kind, text)), ()), form, check_numbers=False), text))
@@ -483,7 +485,7 @@ def resolve(
                 if is_identifier(kind, own) and same_member(key, name):
                     member_scores[target] = (member_overlap(key, name), text)
         acronym = acronym_of(text)
-        letters = _initials(form)
+        letters = form_initials(form)
         found = set()
         if acronym:
             found |= allowed(index.by_initials.get((kind, acronym), ()), form)
@@ -538,7 +540,7 @@ def resolve(
     return Verdict(node.id, CREATE)
 
 
-def _offer_basename(index: AliasIndex, form: _Form, allowed: Callable[..., set[str]], offer: Callable[[Match], None]) -> None:
+def _offer_basename(index: AliasIndex, form: NameForm, allowed: Callable[..., set[str]], offer: Callable[[Match], None]) -> None:
     """A file named by its base name alone and a full path ending in it are a candidate — unless
     that base name ends more than :data:`MAX_SHARED_NAME` paths (``__init__.py`` names none of
     them). Two full paths are never one file however alike their base names."""
@@ -562,7 +564,7 @@ def _shared_tokens(index: AliasIndex, kind: str, own: Iterable[str]) -> Counter[
 
 
 def _fuzzy(
-    node: NodeRef, form: _Form, index: AliasIndex, blocked: frozenset[tuple[str, str]], threshold: float, *, exclude: set[str]
+    node: NodeRef, form: NameForm, index: AliasIndex, blocked: frozenset[tuple[str, str]], threshold: float, *, exclude: set[str]
 ) -> list[Match]:
     """Near-identical spellings (typos) of prose: among nodes sharing all tokens but one, or the
     first four characters, a character similarity of at least ``threshold`` with the same
