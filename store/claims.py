@@ -79,14 +79,19 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
-class ClaimStore:
-    """``session_claims``: which worker digests which session, until when."""
+class _Leases:
+    """What a store of leases knows: its database, the owner it acts for, how long a lease it
+    grants and its clock."""
 
     def __init__(self, db: Database, *, owner: str, lease_seconds: float, clock: Callable[[], datetime] = _now) -> None:
         self.db = db
         self.owner = owner
         self.lease = timedelta(seconds=lease_seconds)
         self.clock = clock
+
+
+class ClaimStore(_Leases):
+    """``session_claims``: which worker digests which session, until when."""
 
     def claim(self, limit: int) -> list[DigestRecord]:
         """Claim up to ``limit`` sessions that are ingested, not digested at their revision and not
@@ -173,14 +178,8 @@ def lease_holders(db: Database) -> dict[str, list[dict[str, Any]]]:
     return {"locks": [dict(r) for r in locks], "claims": [dict(r) for r in claims]}
 
 
-class LockStore:
+class LockStore(_Leases):
     """``rem_locks``: named leases, one holder each (the single-flight phases: :data:`CYCLE_LOCK`)."""
-
-    def __init__(self, db: Database, *, owner: str, lease_seconds: float, clock: Callable[[], datetime] = _now) -> None:
-        self.db = db
-        self.owner = owner
-        self.lease = timedelta(seconds=lease_seconds)
-        self.clock = clock
 
     def acquire(self, name: str) -> bool:
         """Take the lock ``name`` unless a live holder has it (its lease running, its process alive);
