@@ -49,7 +49,8 @@ CHAT_ENTITIES = ROOT / "bench" / "data" / "chat_entities.jsonl"
 SOURCES = ("friends", "swe", "sweagent", "aider")
 # ``fresh``: held-out sessions never sampled for a label before issue 11's second round (labelled
 # before its rule changes; see bench/RESULTS.md).
-SPLITS = ("tune", "heldout", "fresh")
+# ``untouched``: the sixth round's sample (:data:`UNTOUCHED_SESSIONS`), labelled before its rules.
+SPLITS = ("tune", "heldout", "fresh", "untouched")
 # Sessions whose nodes are sampled for precision labels, and conversations labelled for recall.
 # ``sweagent``: SWE-agent's own trajectories (issue 11's third round; 15 sessions, all sampled);
 # ``aider``: aider's own chat history (third round, held out).
@@ -64,6 +65,12 @@ HALVED_SOURCES = ("sweagent", "aider")
 # of the sessions outside the precision sample (neither half), ordered by SHA-256 of
 # "round5-pool|<session id>"; 60 of their nodes were labelled (``"pool": "outside-sample"``).
 POOL_SESSIONS = {"aider": 60}
+# Issue 11's sixth round: a new untouched sample, drawn before any rule of that round changed —
+# sessions in no earlier precision sample or pool, ordered by SHA-256 of "round6-untouched|<id>".
+# SWE-agent's 15 sessions are all in its precision sample, so the coding agent side comes from
+# mini-swe-agent's held-out split (minus its round-1 and round-2 samples).
+UNTOUCHED_SESSIONS = {"swe": 12, "aider": 60}
+UNTOUCHED_NODES = 60
 # Evidence a code or name node of a coding session has (fifth round's trade-off): distinct turns
 # (at most 3), said by the person (a ``user`` turn), seen in tool output too.
 EVIDENCE_TYPES = ("CLASS", "METHOD", "TEST", "CONCEPT", "PERSON", "PLACE", "ORGANIZATION", "WORK")
@@ -171,6 +178,30 @@ def pool_sessions(data: Path, source: str) -> list[dict[str, Any]]:
     )[: POOL_SESSIONS[source]]
 
 
+def untouched_sessions(data: Path, source: str) -> list[dict[str, Any]]:
+    """The source's sixth-round untouched sessions (:data:`UNTOUCHED_SESSIONS`): in no earlier
+    precision sample, tool-only sample or tuning pool."""
+    if source == "swe":
+        sessions = load_sessions(data / "swe.heldout.jsonl")
+        used = {s["sessionId"] for split in ("heldout", "fresh")
+                for s in sampled_sessions(load_sessions(data / f"swe.{split}.jsonl"), source, PRECISION_SESSIONS[source], salt=f"{split}:precision")}
+    else:
+        sessions = load_sessions(data / f"{source}.fresh.jsonl")
+        used = {s["sessionId"] for s in sampled_sessions(sessions, source, PRECISION_SESSIONS[source], salt="fresh:precision")}
+        used |= {s["sessionId"] for s in pool_sessions(data, source)}
+    return sorted(
+        (s for s in sessions if s["sessionId"] not in used and len(s["turns"]) >= 2),
+        key=lambda s: hashlib.sha256(f"round6-untouched|{s['sessionId']}".encode()).hexdigest(),
+    )[: UNTOUCHED_SESSIONS[source]]
+
+
+def untouched_nodes(data: Path, source: str, extract: Extract, settings: Settings) -> list[tuple[str, SeenNode]]:
+    """The sixth round's untouched node sample: :data:`UNTOUCHED_NODES` drawn at random from every
+    node ``extract`` makes on the source's untouched sessions."""
+    found = {s["sessionId"]: extract_session(units_of(s, settings), extract, settings) for s in untouched_sessions(data, source)}
+    return node_sample(found, source, "untouched", count=UNTOUCHED_NODES)
+
+
 def pool_nodes(data: Path, source: str, extract: Extract, settings: Settings) -> list[tuple[str, SeenNode]]:
     """Every node ``extract`` makes on the source's tuning pool."""
     return [(s["sessionId"], n) for s in pool_sessions(data, source) for n in extract_session(units_of(s, settings), extract, settings).values()]
@@ -210,6 +241,8 @@ def cmd_sample(args: argparse.Namespace) -> None:
     labelled = {(r["session"], r["node"]) for r in read_jsonl(NODE_LABELS)}
     if args.tool_only:
         sample = tool_only_pool(args.data, args.split, settings)
+    elif args.split == "untouched":
+        sample = untouched_nodes(args.data, args.source, heuristic.extract_heuristic, settings)
     else:
         extract = baseline_module(args.baseline_ref).extract_heuristic if args.before else heuristic.extract_heuristic
         _, sample = precision_nodes(args.data, args.source, args.split, extract, settings)
@@ -379,6 +412,13 @@ def cmd_report(args: argparse.Namespace) -> None:
     after = heuristic.extract_heuristic
     report: dict[str, Any] = {"baseline_ref": args.baseline_ref}
     for split in args.splits:
+        if split == "untouched":
+            report.update({
+                f"{source}/untouched": {f"precision_{name}": precision(labels, untouched_nodes(args.data, source, extract, settings))
+                                        for name, extract in (("before", before), ("after", after))}
+                for source in UNTOUCHED_SESSIONS
+            })
+            continue
         for source in SOURCES:
             if not (args.data / f"{source}.{split}.jsonl").exists():
                 continue  # the fresh split is coding sessions only
