@@ -71,6 +71,9 @@ POOL_SESSIONS = {"aider": 60}
 # mini-swe-agent's held-out split (minus its round-1 and round-2 samples).
 UNTOUCHED_SESSIONS = {"swe": 12, "aider": 60}
 UNTOUCHED_NODES = 60
+# ``swe/tune`` nodes in the tuning material: 160 until the fifth round, 220 from the sixth (its 60
+# new labels were made before its rules changed).
+TUNING_SWE_NODES = 220
 # Evidence a code or name node of a coding session has (fifth round's trade-off): distinct turns
 # (at most 3), said by the person (a ``user`` turn), seen in tool output too.
 EVIDENCE_TYPES = ("CLASS", "METHOD", "TEST", "CONCEPT", "PERSON", "PLACE", "ORGANIZATION", "WORK")
@@ -381,9 +384,10 @@ def speed(data: Path, source: str, extractors: Mapping[str, Extract], settings: 
 
 
 def tuning_material(data: Path, labels: dict[tuple[str, str], bool], extract: Extract, settings: Settings) -> list[tuple[SeenNode, bool]]:
-    """The labelled coding nodes ``extract`` makes on the fifth round's tuning material: the first
-    160 of ``swe/tune``'s sample, the tuning halves of the halved sources, aider's tuning pool."""
-    _, sample = precision_nodes(data, "swe", "tune", extract, settings, count=160)
+    """The labelled coding nodes ``extract`` makes on the tuning material: the first
+    :data:`TUNING_SWE_NODES` of ``swe/tune``'s sample, the tuning halves of the halved sources,
+    aider's tuning pool."""
+    _, sample = precision_nodes(data, "swe", "tune", extract, settings, count=TUNING_SWE_NODES)
     nodes = list(sample)
     for source in HALVED_SOURCES:
         found, _ = precision_nodes(data, source, "fresh", extract, settings)
