@@ -373,8 +373,46 @@ def test_heuristic_incidental_calls_languages_and_test_named_settings_are_no_nod
     assert set(found) == {"METHOD:h5py.File", "METHOD:cli.main", "METHOD:Message.__init__", "METHOD:self.__init__",
                           "METHOD:connection.schema_editor", "TEST:test_relim", "TEST:test_check_equality"}
     # A test named by its kind in an explanation is a placeholder; a test called on a variable so named is not.
-    explained = nodes_of(conversation(("assistant", "a class `TestClass` and method `test_method`; test_case.test_reproduction()")))
+    explained = nodes_of(conversation(("assistant", "a class `TestClass` and method `test_method`; test_case.test_reproduction()"),
+                                      ("assistant", "Now `test_case.test_reproduction()` passes.")))
     assert set(explained) == {"CLASS:TestClass", "METHOD:test_case.test_reproduction"}
+
+
+def test_heuristic_the_standard_librarys_mocks_are_no_nodes() -> None:
+    # Issue 11, sixth round (aider's own chat history): the mock API on any mock, the mock classes
+    # and a patched stand-in named after what it patches are the test's scaffolding.
+    edit = ("```python\n    with patch(\"aider.base_coder.RepoMap\") as MockRepoMap:\n        coder.repo = MagicMock()\n"
+            "        main([\"--map-tokens\", \"0\"], input=DummyInput())\n        MockRepoMap.assert_not_called()\n"
+            "        mock_prompt.assert_called_once()\n        mock_prompt.reset_mock()\n```")
+    found = nodes_of(conversation(("user", "fix the test"), ("assistant", edit), ("assistant", "`MockRepoMap` stands in for `RepoMap`; `MagicMock()` again")))
+    assert set(found) == {"CLASS:DummyInput", "CLASS:RepoMap"}
+
+
+def test_heuristic_a_call_on_a_variable_said_once_in_a_coding_session_is_no_node() -> None:
+    # Issue 11, sixth round: `pager.run()` in one edit of aider's history is the library's call.
+    edit = ("aider/commands.py\n```python\n            source = StringSource(diff)\n            pager = Pager()\n"
+            "            pager.add_source(source)\n            pager.run()\n        else:\n            self.io.tool_output()\n```")
+    found = nodes_of(conversation(("user", "paginate the diff"), ("assistant", edit)))
+    assert "METHOD:pager.run" not in found
+    # The class's own calls, a model's manager and a method the unit defines stay; so does a call said again.
+    assert {"METHOD:self.io.tool_output", "FILE:aider/commands.py"} <= set(found)
+    defined = ("`expression.get_group_by_cols()` returns `[self]`; Book.objects.all() too\n"
+               "```python\n    def get_group_by_cols(self, alias=None):\n```")
+    assert {"METHOD:expression.get_group_by_cols", "METHOD:Book.objects.all"} <= set(nodes_of(conversation(("user", "go"), ("assistant", defined))))
+    again = nodes_of(conversation(("user", "go"), ("assistant", edit), ("assistant", "`pager.run()` blocks until `q`.")))
+    assert "METHOD:pager.run" in again
+
+
+def test_heuristic_a_prose_name_said_once_in_a_coding_session_is_no_node() -> None:
+    # Issue 11, sixth round: aider's settings dump (`Config File (…):`) and a CTF heading said once.
+    dump = "Environment Variables:\n  OPENAI_API_KEY:    ...9doi\nConfig File (/Users/gauthier/Projects/aider/.aider.conf.yml):\n  lint-cmd: x"
+    coding = conversation(("user", "/settings"), ("tool", "$ aider --verbose"), ("assistant", dump))
+    assert "CONCEPT:config file" not in nodes_of(coding)
+    said_twice = conversation(("user", "`solve.py` uses the Chinese Remainder Theorem"), ("tool", "$ ls"),
+                              ("assistant", "Right, the Chinese Remainder Theorem gives `x`."))
+    assert "CONCEPT:chinese remainder theorem" in nodes_of(said_twice)
+    # Chat is no coding session: a name said once there stays.
+    assert set(nodes_of(conversation(("user", "Alice met Bob in Paris.")))) == {"PERSON:Alice", "PERSON:Bob", "PLACE:Paris"}
 
 
 def test_heuristic_temporary_files_name_no_file() -> None:
