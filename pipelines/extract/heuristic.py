@@ -110,9 +110,8 @@ _MOCK_STAND_IN = re.compile(r"Mock[A-Z]\w*")
 # Prose names: said once in a coding session they are mostly a heading or a phrase of a dump
 # (`Config File`, `Warm Up`, `Change the CharField`), see :func:`_said_once_in_passing`.
 _PROSE_TYPES = frozenset({"CONCEPT", "PERSON", "PLACE", "ORGANIZATION", "WORK"})
-# What defines a name in code (`class X`, `def x`, `function x`): a call whose method the unit
-# defines is the code at hand.
-_DEFINED_NAME = re.compile(r"\b(?:class|def|function|func|fn|interface|struct|type)[ \t]+([A-Za-z_$][\w$]*)")
+# A keyword that defines the name written right after it (`class X`, `def x`, `function x`).
+_DEFINITION_LEAD = re.compile(r"\b(?:class|def|function|func|fn|interface|struct|type)[ \t]+$")
 # Every script has a `main()`: alone it is no function in particular (`cli.main()` is one).
 _GENERIC_CALLS = frozenset({"main"})
 # Names of programming languages and databases written CamelCase (`JavaScript`, `MySQL`): the
@@ -340,8 +339,7 @@ def extract_heuristic(unit: WorkUnit, *, tool_only_min_turns: int = TOOL_ONLY_MI
         or (len(turns) >= tool_only_min_turns and _defined_in(nodes[node_id], unit, turns))
     }
     if coding:
-        defined = _DefinedNames(unit)
-        kept = {node_id for node_id in kept if not _said_once_in_passing(nodes[node_id], seen_in[node_id], defined)}
+        kept = {node_id for node_id in kept if not _said_once_in_passing(nodes[node_id], seen_in[node_id], unit)}
     for node_id in kept:
         turns = seen_in[node_id]
         voices = {role for role in turns.values() if role not in TOOL_ROLES}
@@ -422,27 +420,26 @@ def _defined_in(node: dict[str, Any], unit: WorkUnit, turns: Mapping[int, str]) 
     evidence that makes a name seen nowhere but in tool output a node."""
     if node["type"] not in ("CLASS", "METHOD", "TEST"):
         return False
-    name = re.escape(str(node["name"]).rsplit(".", 1)[-1])
-    definition = re.compile(rf"\b(?:class|def|function|func|fn|interface|struct|type)[ \t]+{name}\b")
-    return any(definition.search(t.text) for t in unit.turns if t.number in turns)
+    return _defines((t for t in unit.turns if t.number in turns), str(node["name"]).rsplit(".", 1)[-1])
 
 
-class _DefinedNames:
-    """The names a unit's code defines (``class X``, ``def x``), read once and only when asked."""
+def _defines(turns: Iterable[UnitTurn], name: str) -> bool:
+    """Whether one of ``turns`` defines ``name`` (``class Name``, ``def name``, ``function name``).
+    Each place the name is written is checked for a keyword before it: no pattern is compiled per
+    name (a chunk asks for dozens)."""
+    for turn in turns:
+        text = turn.text
+        at = text.find(name)
+        while at >= 0:
+            end = at + len(name)
+            whole = end == len(text) or not (text[end].isalnum() or text[end] == "_")
+            if whole and _DEFINITION_LEAD.search(text, max(0, at - 40), at):
+                return True
+            at = text.find(name, end)
+    return False
 
-    def __init__(self, unit: WorkUnit) -> None:
-        self._unit = unit
-        self._names: frozenset[str] | None = None
 
-    def __contains__(self, name: object) -> bool:
-        if self._names is None:
-            self._names = frozenset(
-                found for turn in self._unit.turns for found in _DEFINED_NAME.findall(turn.text)
-            )
-        return name in self._names
-
-
-def _said_once_in_passing(node: Mapping[str, Any], turns: Mapping[int, str], defined: _DefinedNames) -> bool:
+def _said_once_in_passing(node: Mapping[str, Any], turns: Mapping[int, str], unit: WorkUnit) -> bool:
     """Whether a coding unit shows a node in one turn only, with nothing else saying what it is:
     a prose name (`Config File`, `Warm Up`), or a call on a local variable whose method the unit
     never defines (`pager.run()`, `ctx.fillText()`, `mock_prompt.reset_mock()`; `self.x()`,
@@ -456,7 +453,7 @@ def _said_once_in_passing(node: Mapping[str, Any], turns: Mapping[int, str], def
     receiver, dot, method = str(node["name"]).rpartition(".")
     if node["type"] != "METHOD" or not dot or receiver.partition(".")[0] in _OWN_RECEIVERS:
         return False
-    return all(part.lstrip("_")[:1].islower() for part in receiver.split(".")) and method not in defined
+    return all(part.lstrip("_")[:1].islower() for part in receiver.split(".")) and not _defines(unit.turns, method)
 
 
 def _pasted_spans(text: str) -> list[tuple[int, int]]:
