@@ -6,7 +6,8 @@ URLs and issue references (``#123``) in every turn, and in what people and the a
 writes out under their file name) the names of people, places, works and organisations: speakers
 whose role is a person's name become PERSON nodes, capitalised names inside sentences become nodes once greetings,
 interjections, contractions and dates are stripped off them ("Hey John" → John, "Last Friday" →
-nothing). The entities of one turn are linked with ``RELATES_TO``. Evidence is always the matched
+nothing). In a coding session a prose name or a call on a local variable shown in one turn only
+makes no node (measured: mostly noise). The entities of one turn are linked with ``RELATES_TO``. Evidence is always the matched
 text (or, for a speaker, the turn's role), so everything it says is grounded. Explicit
 ``memory:``/``session:`` references are found for every extractor by
 :func:`pipelines.extract.model.find_references`.
