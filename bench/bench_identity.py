@@ -49,8 +49,11 @@ _IDENTITY_SPLIT = {"tune": "tuning", "heldout": "held-out"}
 # round, before its rule changes (bench/RESULTS.md); its errors are never printed.
 # ``sweagent`` / ``aider``: pairs from SWE-agent's own trajectories and from aider's own chat
 # history (other frameworks and models; issue 11's third round), labelled from main's run before
-# the code of that round ever ran on them.
-LABELLED_SPLITS = (*SPLITS, "fresh", "sweagent", "aider")
+# the code of that round ever ran on them. ``extension-tuning`` / ``extension-fresh``: prose names
+# beside the same name with words more (Friends scenes and the tuning split's sessions, issue 11's
+# sixth round, bench/identity_extensions.py), labelled before any rule of that round; the fresh
+# part is untouched until the rule is frozen.
+LABELLED_SPLITS = (*SPLITS, "fresh", "sweagent", "aider", "extension-tuning", "extension-fresh")
 
 
 def load_pairs(path: Path) -> list[dict[str, Any]]:
