@@ -4,6 +4,7 @@ and the same on pairs labelled from real coding-agent sessions, per split.
 
     python bench/bench_identity.py [--pairs bench/data/merge_pairs.jsonl] [--scale 20000]
         [--real bench/data/identity_real_pairs.jsonl] [--sessions SESSIONS.jsonl]
+        [--runs SOURCE=DATA_DIR ... [--runs-only]]
 
 The synthetic set (``--pairs``) is a regression test. The real set (``--real``, built with
 bench/convert_transcripts.py and bench/identity_pairs.py, labelled by hand) is the evidence: precision
@@ -12,7 +13,9 @@ prose names). With ``--sessions`` (``convert_transcripts swe … --all``'s impor
 ``$REM_BENCH_SESSIONS``) each split's sessions also go through ``rem-cycle import`` +
 ``rem-cycle --once`` in a temporary data dir, and the review list that run leaves is measured:
 pairs per 100 sessions, most pairs per node, and its noise (labelled pairs on it that are not
-the same thing).
+the same thing). With ``--runs`` the pairs collected from runs (``run``: their source,
+bench/identity_extensions.py) are scored against the graph a run of the same sessions left, where
+identity had the session as context (:func:`run_report`).
 
 Each line of the merge set is ``{"existing": {type, name, aliases}, "incoming": {type, name},
 "same": bool, "kind": "…"}`` — pairs from realistic agent sessions: spelling variants that name the
@@ -226,6 +229,77 @@ def review_report(sessions: Path, pairs: Sequence[dict[str, Any]]) -> dict[str, 
     return out
 
 
+# The run a labelled pair without a ``run`` of its own came from: the mini-swe-agent split its
+# sessions belong to (``convert_transcripts swe``; ``fresh`` pairs come from the held-out sessions).
+_SPLIT_RUN = {"tuning": "swe-tune", "held-out": "swe-heldout", "fresh": "swe-heldout"}
+
+
+def run_report(runs: dict[str, Path], pairs: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The labelled pairs collected from a run (``run`` = its source name, bench/identity_extensions.py;
+    else :data:`_SPLIT_RUN`) against the graph a run of the same sessions left in ``runs[source]`` (``rem-cycle import`` +
+    ``--once`` until all are digested): a pair is *linked* when both names ended on one node,
+    *reviewed* when the pair is on the review list. This is where the session context shows: the
+    pairwise figures resolve two names with no session. Per split and kind of name: precision / recall of links,
+    recall with review, review noise; per run: the review list per 100 sessions."""
+    import sqlite3
+
+    out: dict[str, Any] = {"splits": {}, "runs": {}}
+    state: dict[str, tuple[dict[tuple[str, str], str], set[frozenset[str]]]] = {}
+    for source, data_dir in runs.items():
+        db = sqlite3.connect(f"file:{data_dir / 'graph.sqlite3'}?mode=ro", uri=True)
+        where: dict[tuple[str, str], str] = {}
+        for node_id, label, name in db.execute("SELECT id, label, name FROM nodes"):
+            where[(label, name)] = node_id
+        # A merged name is where its merge went, or further where that node was folded (a node
+        # that exists is the end of the chain).
+        into = dict(db.execute("SELECT merged_id, into_id FROM merges WHERE undone_at IS NULL ORDER BY merge_id"))
+        existing = set(where.values())
+        for merged, restore in db.execute("SELECT merged_id, restore FROM merges WHERE undone_at IS NULL"):
+            node = json.loads(restore).get("node", {})
+            target, seen = into[merged], {merged}
+            while target not in existing and target in into and target not in seen:
+                seen.add(target)
+                target = into[target]
+            where.setdefault((merged.partition(":")[0], node.get("name", merged.partition(":")[2])), target)
+        review = {frozenset(pair) for pair in db.execute("SELECT node_id, candidate_id FROM identity_candidates")}
+        rules = Counter(rule for (rule,) in db.execute("SELECT rule FROM identity_candidates"))
+        sessions = db.execute("SELECT COUNT(*) FROM nodes WHERE label = 'SESSION'").fetchone()[0]
+        db.close()
+        state[source] = (where, review)
+        out["runs"][source] = {"sessions": sessions, "review_pairs": len(review),
+                               "review_per_100_sessions": round(len(review) * 100 / sessions, 1) if sessions else 0.0,
+                               "extension_pairs": rules.get("extension", 0)}
+    by_split: dict[str, Counter[str]] = {}
+    for pair in pairs:
+        run = pair.get("run") or _SPLIT_RUN.get(pair["split"])
+        if run not in state or pair["rule"] == "cross-type":
+            continue
+        where, review = state[run]
+        counts = by_split.setdefault(f"{pair['split']}/{pair['name_kind']}", Counter())
+        one, two = where.get((pair["type"], pair["existing"]["name"])), where.get((pair["type"], pair["incoming"]["name"]))
+        if one is None or two is None:
+            counts["absent"] += 1
+            continue
+        linked, reviewed = one == two, frozenset((one, two)) in review
+        if pair["same"]:
+            counts["tp" if linked else "fn"] += 1
+            counts["fn_reviewed"] += (not linked) and reviewed
+        else:
+            counts["fp" if linked else "tn"] += 1
+            counts["tn_reviewed"] += (not linked) and reviewed
+    for split, c in sorted(by_split.items()):
+        positives = c["tp"] + c["fn"]
+        out["splits"][split] = {
+            "pairs": sum(c[k] for k in ("tp", "fp", "fn", "tn")), "positives": positives, "absent": c["absent"],
+            "precision": round(c["tp"] / (c["tp"] + c["fp"]), 3) if c["tp"] + c["fp"] else 1.0,
+            "recall": round(c["tp"] / positives, 3) if positives else 1.0,
+            "recall_with_review": round((c["tp"] + c["fn_reviewed"]) / positives, 3) if positives else 1.0,
+            "review_noise": round(c["tn_reviewed"] / c["tn"], 3) if c["tn"] else 0.0,
+            "reviewed_same": c["fn_reviewed"], "reviewed_different": c["tn_reviewed"],
+        }
+    return out
+
+
 def speed(size: int, *, seed: int = 11) -> dict[str, Any]:
     """Index ``size`` synthetic CamelCase class names and resolve 1,000 variants against them."""
     rng = random.Random(seed)
@@ -262,7 +336,22 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--real", type=Path, default=REAL, help="labelled pairs from real sessions")
     parser.add_argument("--sessions", type=Path, default=Path(os.environ["REM_BENCH_SESSIONS"]) if os.environ.get("REM_BENCH_SESSIONS") else None,
                         help="import file of the real sessions (convert_transcripts swe --all): also measure the review list")
+    parser.add_argument("--runs", nargs="*", default=[], metavar="SOURCE=DATA_DIR",
+                        help="data dirs of runs over the sessions labelled pairs were collected from (bench/identity_extensions.py): "
+                             "score those pairs against the graph each left (the session context)")
+    parser.add_argument("--runs-only", action="store_true", help="print only the --runs figures")
     args = parser.parse_args(argv)
+    if args.runs:
+        runs = {source: Path(path) for source, _, path in (r.partition("=") for r in args.runs)}
+        report = run_report(runs, load_pairs(args.real))
+        for split, r in report["splits"].items():
+            print(f"run {split:18} precision={r['precision']:.3f} recall={r['recall']:.3f} ({r['recall_with_review']:.3f}) "
+                  f"review_noise={r['review_noise']:.3f} [{r['positives']}/{r['pairs']}] absent={r['absent']} "
+                  f"reviewed same/different={r['reviewed_same']}/{r['reviewed_different']}")
+        for source, r in report["runs"].items():
+            print(f"run {source:18} {r}")
+        if args.runs_only:
+            return {"runs": report}
     pairs = load_pairs(args.pairs)
     results: dict[str, Any] = {"pairs_file": str(args.pairs)}
     for setting, crowd in (("isolated", False), ("crowd", True)):
