@@ -650,6 +650,7 @@ def said_together(
     issue 11, sixth round): `Ross Geller` / `Ross` but `Joey Special` / `Joey`."""
     out = list(verdicts)
     own = [v.target if v.action == LINK and v.target else n.id for n, v in zip(nodes, verdicts, strict=True)]
+    paired: set[frozenset[str]] = set()  # one pair per two nodes, however many spellings say them
     for i, short in enumerate(nodes):
         form = name_form(short.type, short.name)
         if form.identifier or short.type in ("FILE", "ISSUE"):
@@ -658,6 +659,8 @@ def said_together(
         if len(wider) != 1:
             continue
         (long_id,) = wider
+        if frozenset((own[i], long_id)) in paired:
+            continue
         for j, long in enumerate(nodes):
             if own[j] != long_id or long.type != short.type or not extends(form, name_form(long.type, long.name)):
                 continue
@@ -672,6 +675,7 @@ def said_together(
             match = Match(target, "extension", 0.6, nodes[holder].name, short.type)
             ranked = tuple(sorted((*verdict.candidates, match), key=lambda m: (-m.score, m.node_id)))
             out[holder] = Verdict(verdict.node_id, CANDIDATE, None, ranked[0].rule, ranked[0].score, ranked)
+            paired.add(frozenset((own[i], long_id)))
             break
     return out
 

@@ -76,6 +76,10 @@ def test_the_rule_is_pure_and_leaves_decisive_rules_alone() -> None:
     # The longer name is new; the shorter one is the graph's (an exact id): the pair goes on the new one.
     assert shorter.action == LINK and longer.action == CANDIDATE and longer.rule == "extension"
     assert [m.node_id for m in longer.candidates] == ["PLACE:Vegas"]
+    # Two spellings of a new shorter name in the session (`Vegas`, `the Vegas`): still one pair.
+    twice = resolve_batch([NodeRef("PLACE:Vegas", "PLACE", "Vegas"), NodeRef("PLACE:the Vegas", "PLACE", "the Vegas"),
+                           NodeRef("PLACE:Las Vegas", "PLACE", "Las Vegas")], AliasIndex())
+    assert [(v.node_id, m.node_id) for v in twice for m in v.candidates if m.rule == "extension"] == [("PLACE:Vegas", "PLACE:Las Vegas")]
     # A name and its extension said in other sessions (only the graph holds the shorter): apart.
     assert resolve_batch(together[:1], index)[0].action == CREATE
     # A spelling rule still decides first: `Configures Django` is `Configure Django`, no extension.
