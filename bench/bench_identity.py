@@ -41,7 +41,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pipelines.identity import CANDIDATE, LINK, AliasIndex, NodeRef, Verdict, fold, resolve  # noqa: E402
+from pipelines.identity import CANDIDATE, LINK, AliasIndex, NodeRef, Verdict, fold, learn, resolve, resolve_batch, said_together  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data" / "merge_pairs.jsonl"
 REAL = Path(__file__).resolve().parent / "data" / "identity_real_pairs.jsonl"
@@ -315,7 +315,33 @@ def speed(size: int, *, seed: int = 11) -> dict[str, Any]:
     t0 = time.perf_counter()
     links = sum(resolve(NodeRef(f"CLASS:{p} x", "CLASS", " ".join(fold(w) for w in _split(p))), index).action == LINK for p in probes)
     elapsed = time.perf_counter() - t0
-    return {"index_nodes": len(names), "index_build_s": round(built, 3), "resolves": len(probes), "ms_per_resolve": round(elapsed / len(probes) * 1000, 3), "linked": links}
+    return {"index_nodes": len(names), "index_build_s": round(built, 3), "resolves": len(probes), "ms_per_resolve": round(elapsed / len(probes) * 1000, 3), "linked": links,
+            **extension_speed(names, rng)}
+
+
+def extension_speed(names: Sequence[str], rng: random.Random, *, sessions: int = 200, per_session: int = 20) -> dict[str, Any]:
+    """The session-context rule's cost (:func:`said_together`) against the whole batch's: the
+    synthetic names as prose (``graph store queue``, every word in thousands of names — a worst
+    case), sessions of ``per_session`` of them, half shortened by a word (an extension pair)."""
+    index = AliasIndex.build(NodeRef(f"CONCEPT:{n}", "CONCEPT", " ".join(_split(n))) for n in names)
+    batches = []
+    for number in range(sessions):
+        said = [" ".join(_split(rng.choice(names))) for _ in range(per_session)]
+        said += [" ".join(name.split()[1:]) for name in said[: per_session // 2]]
+        batches.append([NodeRef(f"CONCEPT:{name} {number}", "CONCEPT", name) for name in said])
+    whole = rule = 0.0
+    for batch in batches:
+        t0 = time.perf_counter()
+        verdicts = resolve_batch(batch, index)
+        t1 = time.perf_counter()
+        local = AliasIndex()
+        learn(local, batch, verdicts)
+        t2 = time.perf_counter()
+        said_together(batch, verdicts, index, local)
+        whole += t1 - t0
+        rule += time.perf_counter() - t2
+    return {"session_batches": sessions, "ms_per_session_batch": round(whole / sessions * 1000, 2),
+            "extension_rule_ms_per_session_batch": round(rule / sessions * 1000, 2), "extension_rule_share": round(rule / whole, 3) if whole else 0.0}
 
 
 def _split(name: str) -> list[str]:
@@ -375,6 +401,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             print(f"  {setting}: {error}")
     s = results["speed"]
     print(f"speed: {s['resolves']} resolves against {s['index_nodes']} nodes: {s['ms_per_resolve']} ms each (index build {s['index_build_s']} s)")
+    print(f"speed: {s['session_batches']} sessions of 30 prose names against the same names as prose: {s['ms_per_session_batch']} ms each, "
+          f"of which the extension rule {s['extension_rule_ms_per_session_batch']} ms ({s['extension_rule_share']:.1%})")
     real = load_pairs(args.real)
     results["real"] = real_report(real)
     print(f"real pairs ({args.real.name}): precision / recall (recall with review) [positives/pairs], cross-type pairs excluded")
