@@ -4,6 +4,7 @@ the resolver's name rules cannot decide (bench/RESULTS.md, issue 11, fifth and s
 
     python bench/identity_extensions.py friends-tune=DATA_DIR [more SOURCE=DATA_DIR] --out pairs.jsonl \\
         [--sample 90 60] [--seed 20261130] [--quotes 3]
+    python bench/identity_extensions.py friends-tune=DIR … --signals extension-tuning
 
 ``DATA_DIR`` is a rem-cycle data dir after ``rem-cycle import`` + ``rem-cycle --once`` (until every
 session is digested). Every pair of same-type knowledge nodes where one name's words
@@ -20,6 +21,7 @@ import argparse
 import hashlib
 import json
 import random
+import re
 import sqlite3
 import sys
 from collections import defaultdict
@@ -31,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from pipelines.identity import prose_key  # noqa: E402
 from pipelines.vocabulary import ANCHOR_LABELS  # noqa: E402
 
+LABELS = Path(__file__).resolve().parent / "data" / "identity_real_pairs.jsonl"
 # The label split names of the two parts (bench/bench_identity.py reads them).
 TUNING_PART = "extension-tuning"
 UNTOUCHED_PART = "extension-fresh"
@@ -111,14 +114,67 @@ def sample(pairs: list[dict[str, Any]], *, per_part: dict[str, int], seed: int) 
     return chosen
 
 
+def signals(runs: dict[str, Path], labels: list[dict[str, Any]], *, part: str) -> list[tuple[str, int, int]]:
+    """What each candidate context would do on one part's labelled pairs, read from the graph the
+    pair's run left: (context, pairs it would link, same among them). The contexts: the longer name
+    the only node extending the shorter; the two grounded in one session; the shorter name never
+    said on its own in its turns (only inside the longer)."""
+    rows = [r for r in labels if r.get("round") == 6 and r["split"] == part and r.get("run") in runs]
+    graphs: dict[str, tuple[sqlite3.Connection, dict[tuple[str, str], str], dict[str, set[str]]]] = {}
+    for row in rows:
+        if row["run"] not in graphs:
+            db = sqlite3.connect(f"file:{runs[row['run']] / 'graph.sqlite3'}?mode=ro", uri=True)
+            anchors = sorted(ANCHOR_LABELS)
+            named = {(label, name): i for i, label, name in db.execute(
+                f"SELECT id, label, name FROM nodes WHERE label NOT IN ({','.join('?' * len(anchors))})", anchors)}
+            grounded: dict[str, set[str]] = defaultdict(set)
+            for node_id, anchor in db.execute("SELECT node_id, anchor FROM node_points"):
+                grounded[node_id].add(anchor)
+            graphs[row["run"]] = (db, named, grounded)
+        db, named, grounded = graphs[row["run"]]
+        kind = row["type"]
+        short, long = sorted((row["existing"]["name"], row["incoming"]["name"]), key=lambda n: len(prose_key(kind, n).split()))
+        words = prose_key(kind, short).split()
+        row["extensions"] = sum(1 for (label, name) in named if label == kind and sub_run(words, prose_key(kind, name).split()))
+        row["together"] = bool(grounded[named[(kind, short)]] & grounded[named[(kind, long)]])
+        turns = [t for (t,) in db.execute("SELECT DISTINCT t.text FROM node_points p JOIN recall_turns t ON t.memory_id = p.memory_id"
+                                          " WHERE p.node_id = ?", (named[(kind, short)],))]
+        inside = [(m.start(), m.end()) for t in turns for m in re.finditer(re.escape(long), t, re.IGNORECASE)]
+        row["alone"] = sum(1 for t in turns for m in re.finditer(rf"(?<!\w){re.escape(short)}(?!\w)", t, re.IGNORECASE)
+                           if not any(a <= m.start() and m.end() <= b for a, b in inside))
+        row["short_words"] = len(short.split())
+    for db, _, _ in graphs.values():
+        db.close()
+    contexts = {
+        "the longer name is the only node extending the shorter": lambda r: r["extensions"] == 1,
+        "the two are said in one session": lambda r: r["together"],
+        "both (the extension rule)": lambda r: r["extensions"] == 1 and r["together"],
+        "the shorter has >= 2 words, and the only extension": lambda r: r["short_words"] >= 2 and r["extensions"] == 1,
+        "... and said in one session": lambda r: r["short_words"] >= 2 and r["extensions"] == 1 and r["together"],
+        "at most two extensions, said in one session": lambda r: r["extensions"] <= 2 and r["together"],
+        "the shorter name is never said on its own": lambda r: r["alone"] == 0,
+    }
+    return [(name, len(hit := [r for r in rows if rule(r)]), sum(r["same"] for r in hit)) for name, rule in contexts.items()]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("runs", nargs="+", help="SOURCE=DATA_DIR, e.g. friends-tune=/tmp/friends-tune")
-    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--out", type=Path, help="where the pairs go (required unless --signals)")
     parser.add_argument("--quotes", type=int, default=3)
     parser.add_argument("--sample", type=int, nargs=2, metavar=("TUNING", "FRESH"), help="draw this many pairs of each part")
     parser.add_argument("--seed", type=int, default=20261130)
+    parser.add_argument("--signals", metavar="PART", help="instead: what each context does on this part's labelled pairs")
     args = parser.parse_args(argv)
+    if args.signals:
+        runs = {source: Path(path) for source, _, path in (r.partition("=") for r in args.runs)}
+        labels = [json.loads(line) for line in LABELS.read_text(encoding="utf-8").splitlines() if line.strip()]
+        positives = sum(r["same"] for r in labels if r.get("round") == 6 and r["split"] == args.signals)
+        for name, hits, same in signals(runs, labels, part=args.signals):
+            print(f"{name:56} pairs={hits:3} same={same:3} precision={same / hits if hits else 1:.3f} recall={same / positives:.3f}")
+        return 0
+    if args.out is None:
+        parser.error("--out is required")
     pairs = []
     for run in args.runs:
         source, _, data_dir = run.partition("=")
