@@ -4,6 +4,7 @@ and the same on pairs labelled from real coding-agent sessions, per split.
 
     python bench/bench_identity.py [--pairs bench/data/merge_pairs.jsonl] [--scale 20000]
         [--real bench/data/identity_real_pairs.jsonl] [--sessions SESSIONS.jsonl]
+        [--runs SOURCE=DATA_DIR ... [--runs-only]]
 
 The synthetic set (``--pairs``) is a regression test. The real set (``--real``, built with
 bench/convert_transcripts.py and bench/identity_pairs.py, labelled by hand) is the evidence: precision
@@ -12,7 +13,9 @@ prose names). With ``--sessions`` (``convert_transcripts swe … --all``'s impor
 ``$REM_BENCH_SESSIONS``) each split's sessions also go through ``rem-cycle import`` +
 ``rem-cycle --once`` in a temporary data dir, and the review list that run leaves is measured:
 pairs per 100 sessions, most pairs per node, and its noise (labelled pairs on it that are not
-the same thing).
+the same thing). With ``--runs`` the pairs collected from runs (``run``: their source,
+bench/identity_extensions.py) are scored against the graph a run of the same sessions left, where
+identity had the session as context (:func:`run_report`).
 
 Each line of the merge set is ``{"existing": {type, name, aliases}, "incoming": {type, name},
 "same": bool, "kind": "…"}`` — pairs from realistic agent sessions: spelling variants that name the
@@ -38,7 +41,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pipelines.identity import CANDIDATE, LINK, AliasIndex, NodeRef, Verdict, fold, resolve  # noqa: E402
+from pipelines.identity import CANDIDATE, LINK, AliasIndex, NodeRef, Verdict, fold, learn, resolve, resolve_batch, said_together  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data" / "merge_pairs.jsonl"
 REAL = Path(__file__).resolve().parent / "data" / "identity_real_pairs.jsonl"
@@ -49,8 +52,11 @@ _IDENTITY_SPLIT = {"tune": "tuning", "heldout": "held-out"}
 # round, before its rule changes (bench/RESULTS.md); its errors are never printed.
 # ``sweagent`` / ``aider``: pairs from SWE-agent's own trajectories and from aider's own chat
 # history (other frameworks and models; issue 11's third round), labelled from main's run before
-# the code of that round ever ran on them.
-LABELLED_SPLITS = (*SPLITS, "fresh", "sweagent", "aider")
+# the code of that round ever ran on them. ``extension-tuning`` / ``extension-fresh``: prose names
+# beside the same name with words more (Friends scenes and the tuning split's sessions, issue 11's
+# sixth round, bench/identity_extensions.py), labelled before any rule of that round; the fresh
+# part is untouched until the rule is frozen.
+LABELLED_SPLITS = (*SPLITS, "fresh", "sweagent", "aider", "extension-tuning", "extension-fresh")
 
 
 def load_pairs(path: Path) -> list[dict[str, Any]]:
@@ -223,6 +229,77 @@ def review_report(sessions: Path, pairs: Sequence[dict[str, Any]]) -> dict[str, 
     return out
 
 
+# The run a labelled pair without a ``run`` of its own came from: the mini-swe-agent split its
+# sessions belong to (``convert_transcripts swe``; ``fresh`` pairs come from the held-out sessions).
+_SPLIT_RUN = {"tuning": "swe-tune", "held-out": "swe-heldout", "fresh": "swe-heldout"}
+
+
+def run_report(runs: dict[str, Path], pairs: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The labelled pairs collected from a run (``run`` = its source name, bench/identity_extensions.py;
+    else :data:`_SPLIT_RUN`) against the graph a run of the same sessions left in ``runs[source]`` (``rem-cycle import`` +
+    ``--once`` until all are digested): a pair is *linked* when both names ended on one node,
+    *reviewed* when the pair is on the review list. This is where the session context shows: the
+    pairwise figures resolve two names with no session. Per split and kind of name: precision / recall of links,
+    recall with review, review noise; per run: the review list per 100 sessions."""
+    import sqlite3
+
+    out: dict[str, Any] = {"splits": {}, "runs": {}}
+    state: dict[str, tuple[dict[tuple[str, str], str], set[frozenset[str]]]] = {}
+    for source, data_dir in runs.items():
+        db = sqlite3.connect(f"file:{data_dir / 'graph.sqlite3'}?mode=ro", uri=True)
+        where: dict[tuple[str, str], str] = {}
+        for node_id, label, name in db.execute("SELECT id, label, name FROM nodes"):
+            where[(label, name)] = node_id
+        # A merged name is where its merge went, or further where that node was folded (a node
+        # that exists is the end of the chain).
+        into = dict(db.execute("SELECT merged_id, into_id FROM merges WHERE undone_at IS NULL ORDER BY merge_id"))
+        existing = set(where.values())
+        for merged, restore in db.execute("SELECT merged_id, restore FROM merges WHERE undone_at IS NULL"):
+            node = json.loads(restore).get("node", {})
+            target, seen = into[merged], {merged}
+            while target not in existing and target in into and target not in seen:
+                seen.add(target)
+                target = into[target]
+            where.setdefault((merged.partition(":")[0], node.get("name", merged.partition(":")[2])), target)
+        review = {frozenset(pair) for pair in db.execute("SELECT node_id, candidate_id FROM identity_candidates")}
+        rules = Counter(rule for (rule,) in db.execute("SELECT rule FROM identity_candidates"))
+        sessions = db.execute("SELECT COUNT(*) FROM nodes WHERE label = 'SESSION'").fetchone()[0]
+        db.close()
+        state[source] = (where, review)
+        out["runs"][source] = {"sessions": sessions, "review_pairs": len(review),
+                               "review_per_100_sessions": round(len(review) * 100 / sessions, 1) if sessions else 0.0,
+                               "extension_pairs": rules.get("extension", 0)}
+    by_split: dict[str, Counter[str]] = {}
+    for pair in pairs:
+        run = pair.get("run") or _SPLIT_RUN.get(pair["split"])
+        if run not in state or pair["rule"] == "cross-type":
+            continue
+        where, review = state[run]
+        counts = by_split.setdefault(f"{pair['split']}/{pair['name_kind']}", Counter())
+        one, two = where.get((pair["type"], pair["existing"]["name"])), where.get((pair["type"], pair["incoming"]["name"]))
+        if one is None or two is None:
+            counts["absent"] += 1
+            continue
+        linked, reviewed = one == two, frozenset((one, two)) in review
+        if pair["same"]:
+            counts["tp" if linked else "fn"] += 1
+            counts["fn_reviewed"] += (not linked) and reviewed
+        else:
+            counts["fp" if linked else "tn"] += 1
+            counts["tn_reviewed"] += (not linked) and reviewed
+    for split, c in sorted(by_split.items()):
+        positives = c["tp"] + c["fn"]
+        out["splits"][split] = {
+            "pairs": sum(c[k] for k in ("tp", "fp", "fn", "tn")), "positives": positives, "absent": c["absent"],
+            "precision": round(c["tp"] / (c["tp"] + c["fp"]), 3) if c["tp"] + c["fp"] else 1.0,
+            "recall": round(c["tp"] / positives, 3) if positives else 1.0,
+            "recall_with_review": round((c["tp"] + c["fn_reviewed"]) / positives, 3) if positives else 1.0,
+            "review_noise": round(c["tn_reviewed"] / c["tn"], 3) if c["tn"] else 0.0,
+            "reviewed_same": c["fn_reviewed"], "reviewed_different": c["tn_reviewed"],
+        }
+    return out
+
+
 def speed(size: int, *, seed: int = 11) -> dict[str, Any]:
     """Index ``size`` synthetic CamelCase class names and resolve 1,000 variants against them."""
     rng = random.Random(seed)
@@ -238,7 +315,33 @@ def speed(size: int, *, seed: int = 11) -> dict[str, Any]:
     t0 = time.perf_counter()
     links = sum(resolve(NodeRef(f"CLASS:{p} x", "CLASS", " ".join(fold(w) for w in _split(p))), index).action == LINK for p in probes)
     elapsed = time.perf_counter() - t0
-    return {"index_nodes": len(names), "index_build_s": round(built, 3), "resolves": len(probes), "ms_per_resolve": round(elapsed / len(probes) * 1000, 3), "linked": links}
+    return {"index_nodes": len(names), "index_build_s": round(built, 3), "resolves": len(probes), "ms_per_resolve": round(elapsed / len(probes) * 1000, 3), "linked": links,
+            **extension_speed(names, rng)}
+
+
+def extension_speed(names: Sequence[str], rng: random.Random, *, sessions: int = 200, per_session: int = 20) -> dict[str, Any]:
+    """The session-context rule's cost (:func:`said_together`) against the whole batch's: the
+    synthetic names as prose (``graph store queue``, every word in thousands of names — a worst
+    case), sessions of ``per_session`` of them, half shortened by a word (an extension pair)."""
+    index = AliasIndex.build(NodeRef(f"CONCEPT:{n}", "CONCEPT", " ".join(_split(n))) for n in names)
+    batches = []
+    for number in range(sessions):
+        said = [" ".join(_split(rng.choice(names))) for _ in range(per_session)]
+        said += [" ".join(name.split()[1:]) for name in said[: per_session // 2]]
+        batches.append([NodeRef(f"CONCEPT:{name} {number}", "CONCEPT", name) for name in said])
+    whole = rule = 0.0
+    for batch in batches:
+        t0 = time.perf_counter()
+        verdicts = resolve_batch(batch, index)
+        t1 = time.perf_counter()
+        local = AliasIndex()
+        learn(local, batch, verdicts)
+        t2 = time.perf_counter()
+        said_together(batch, verdicts, index, local)
+        whole += t1 - t0
+        rule += time.perf_counter() - t2
+    return {"session_batches": sessions, "ms_per_session_batch": round(whole / sessions * 1000, 2),
+            "extension_rule_ms_per_session_batch": round(rule / sessions * 1000, 2), "extension_rule_share": round(rule / whole, 3) if whole else 0.0}
 
 
 def _split(name: str) -> list[str]:
@@ -259,7 +362,22 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--real", type=Path, default=REAL, help="labelled pairs from real sessions")
     parser.add_argument("--sessions", type=Path, default=Path(os.environ["REM_BENCH_SESSIONS"]) if os.environ.get("REM_BENCH_SESSIONS") else None,
                         help="import file of the real sessions (convert_transcripts swe --all): also measure the review list")
+    parser.add_argument("--runs", nargs="*", default=[], metavar="SOURCE=DATA_DIR",
+                        help="data dirs of runs over the sessions labelled pairs were collected from (bench/identity_extensions.py): "
+                             "score those pairs against the graph each left (the session context)")
+    parser.add_argument("--runs-only", action="store_true", help="print only the --runs figures")
     args = parser.parse_args(argv)
+    if args.runs:
+        runs = {source: Path(path) for source, _, path in (r.partition("=") for r in args.runs)}
+        report = run_report(runs, load_pairs(args.real))
+        for split, r in report["splits"].items():
+            print(f"run {split:18} precision={r['precision']:.3f} recall={r['recall']:.3f} ({r['recall_with_review']:.3f}) "
+                  f"review_noise={r['review_noise']:.3f} [{r['positives']}/{r['pairs']}] absent={r['absent']} "
+                  f"reviewed same/different={r['reviewed_same']}/{r['reviewed_different']}")
+        for source, r in report["runs"].items():
+            print(f"run {source:18} {r}")
+        if args.runs_only:
+            return {"runs": report}
     pairs = load_pairs(args.pairs)
     results: dict[str, Any] = {"pairs_file": str(args.pairs)}
     for setting, crowd in (("isolated", False), ("crowd", True)):
@@ -283,6 +401,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             print(f"  {setting}: {error}")
     s = results["speed"]
     print(f"speed: {s['resolves']} resolves against {s['index_nodes']} nodes: {s['ms_per_resolve']} ms each (index build {s['index_build_s']} s)")
+    print(f"speed: {s['session_batches']} sessions of 30 prose names against the same names as prose: {s['ms_per_session_batch']} ms each, "
+          f"of which the extension rule {s['extension_rule_ms_per_session_batch']} ms ({s['extension_rule_share']:.1%})")
     real = load_pairs(args.real)
     results["real"] = real_report(real)
     print(f"real pairs ({args.real.name}): precision / recall (recall with review) [positives/pairs], cross-type pairs excluded")

@@ -615,7 +615,69 @@ def resolve_batch(
                 verdict = local
         verdicts.append(verdict)
         learn(batch, [node], [verdict])
+    verdicts = said_together(nodes, verdicts, index, batch, blocked=blocked)
     return [_without_crowded_basenames(v, index, batch) for v in verdicts]
+
+
+def extends(short: NameForm, long: NameForm) -> bool:
+    """Whether prose ``long`` is prose ``short`` with words more: its words hold ``short``'s as a
+    contiguous, shorter run (``Joey`` / ``Joey Tribbiani``, ``Global Root`` / ``DigiCert Global Root``)."""
+    if short.identifier or long.identifier:
+        return False
+    part, whole = short.words.split(), long.words.split()
+    return 0 < len(part) < len(whole) and any(whole[i : i + len(part)] == part for i in range(len(whole) - len(part) + 1))
+
+
+def _extensions(index: AliasIndex, kind: str, form: NameForm) -> set[str]:
+    """The indexed nodes of type ``kind`` with a prose form that :func:`extends` ``form`` (only
+    nodes holding every one of its words are read)."""
+    if form.identifier or not form.tokens:
+        return set()
+    holders = set.intersection(*(index.by_token.get((kind, token), set()) for token in form.tokens))
+    return {i for i in holders if any(extends(form, f) for f in index.forms[i])}
+
+
+def said_together(
+    nodes: Sequence[NodeRef], verdicts: Sequence[Verdict], index: AliasIndex, batch: AliasIndex,
+    *, blocked: frozenset[tuple[str, str]] = frozenset(),
+) -> list[Verdict]:
+    """The ``extension`` rule, with the session as context (pure): a prose name and the same name
+    with words more (:func:`extends`) are a *candidate* pair for review — never a link — when both
+    are said in this session (``nodes``, the batch: a name it says that the graph already holds is
+    in it too) and the longer name is the only node, in the graph (``index``) or the session
+    (``batch``), that extends the shorter one. Otherwise they stay apart, as before. Why no link:
+    on labelled real pairs of this shape, no context reached link precision (bench/RESULTS.md,
+    issue 11, sixth round): `Ross Geller` / `Ross` but `Joey Special` / `Joey`."""
+    out = list(verdicts)
+    own = [v.target if v.action == LINK and v.target else n.id for n, v in zip(nodes, verdicts, strict=True)]
+    paired: set[frozenset[str]] = set()  # one pair per two nodes, however many spellings say them
+    for i, short in enumerate(nodes):
+        form = name_form(short.type, short.name)
+        if form.identifier or short.type in ("FILE", "ISSUE"):
+            continue
+        wider = (_extensions(index, short.type, form) | _extensions(batch, short.type, form)) - {own[i]}
+        if len(wider) != 1:
+            continue
+        (long_id,) = wider
+        if frozenset((own[i], long_id)) in paired:
+            continue
+        for j, long in enumerate(nodes):
+            if own[j] != long_id or long.type != short.type or not extends(form, name_form(long.type, long.name)):
+                continue
+            # The pair goes on the name that is not linked already (the shorter one first).
+            holder, target = (i, own[j]) if out[i].action != LINK else (j, own[i])
+            verdict = out[holder]
+            # An ambiguity of a decisive rule stays as it is (a bridging one joins its candidates).
+            if verdict.action == LINK or verdict.rule.startswith("ambiguous-") or target == nodes[holder].id or (nodes[holder].id, target) in blocked:
+                break
+            if any(m.node_id == target for m in verdict.candidates):
+                break
+            match = Match(target, "extension", 0.6, nodes[holder].name, short.type)
+            ranked = tuple(sorted((*verdict.candidates, match), key=lambda m: (-m.score, m.node_id)))
+            out[holder] = Verdict(verdict.node_id, CANDIDATE, None, ranked[0].rule, ranked[0].score, ranked)
+            paired.add(frozenset((own[i], long_id)))
+            break
+    return out
 
 
 def _without_crowded_basenames(verdict: Verdict, index: AliasIndex, batch: AliasIndex) -> Verdict:
