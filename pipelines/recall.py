@@ -20,8 +20,10 @@ the signal's list), and a turn adds its session's ``Σ weight_s / (k + session r
 level up, so that the turns of the session both views put first are not scattered among single
 hits of other sessions (see :func:`fuse`). Then the passage anchor: among the session signal's best
 sessions, the turn that holds the most of the query's rare words, counting at half weight those its
-neighbours hold (a passage of three turns, :func:`passage_ranking`), takes the first place — RRF
-sums ranks, and an answer both views rank second or third rarely comes first.
+neighbours hold (a passage of three turns, :func:`passage_ranking`), takes the first place: within
+the right session RRF orders turns by how each view ranks them one by one, and BM25 over turns
+prefers a short turn repeating one word to the answer whose words are spread over it and its
+neighbours.
 RRF needs no score calibration between BM25, graph walks and cosine distances, which live on
 unrelated scales. RRF trusts every signal's top ranks alike on every query; without the session
 signal the others were weak on most queries (they find nothing there, yet their first turns still
