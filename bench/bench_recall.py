@@ -63,12 +63,13 @@ SET_C = HERE / "data" / "recall_questions_c.jsonl"
 # A held-out question set by its flag: each question names the split whose graph it is asked against.
 HELD_OUT_SETS = {"untouched": UNTOUCHED, "c": SET_C}
 DEFAULT_WEIGHTS = RecallWeights()
-ANCHORED = RecallWeights(keyword_anchor=5, scene_vote=0)
-NO_SCENE_VOTE = RecallWeights(scene_vote=0)
+ANCHORED = RecallWeights(keyword_anchor=5, scene_vote=0, passage_anchor=0)
+NO_SCENE_VOTE = RecallWeights(scene_vote=0, passage_anchor=0)
+NO_PASSAGE_ANCHOR = RecallWeights(passage_anchor=0)
 # name → (signals, weights): each signal alone (its own ranking: no scene vote, which would regroup
-# even one signal's turns by session), then fused as configured by default, with the vector
-# signal, the third round's default (no scene vote) and the second round's (no session signal,
-# keyword anchor 5) for comparison.
+# even one signal's turns by session, and no passage anchor), then fused as configured by default,
+# with the vector signal, the fourth round's default (no passage anchor), the third round's (no scene
+# vote) and the second round's (no session signal, keyword anchor 5) for comparison.
 CONFIGS: dict[str, tuple[tuple[str, ...], RecallWeights]] = {
     "keyword": (("keyword",), NO_SCENE_VOTE),
     "entities": (("entities",), NO_SCENE_VOTE),
@@ -77,6 +78,7 @@ CONFIGS: dict[str, tuple[tuple[str, ...], RecallWeights]] = {
     "session": (("session",), NO_SCENE_VOTE),
     "fused, default (keyword+entities+context+session)": (("keyword", "entities", "context", "session"), DEFAULT_WEIGHTS),
     "fused, all five (+vector)": (("keyword", "entities", "vector", "context", "session"), DEFAULT_WEIGHTS),
+    "fourth round's default (no passage anchor)": (("keyword", "entities", "context", "session"), NO_PASSAGE_ANCHOR),
     "third round's default (no scene vote)": (("keyword", "entities", "context", "session"), NO_SCENE_VOTE),
     "second round's default (keyword+entities+context, keyword anchor 5)": (("keyword", "entities", "context"), ANCHORED),
 }
@@ -183,7 +185,8 @@ def paired_differences(results: dict[str, list[dict[str, float]]], *, resamples:
     n = len(results[FUSED_DEFAULT])
     draws = [[rng.randrange(n) for _ in range(n)] for _ in range(resamples)]
     report: dict[str, Any] = {}
-    for signal in ("keyword", "entities", "vector", "context", "session", "third round's default (no scene vote)"):
+    for signal in ("keyword", "entities", "vector", "context", "session", "fourth round's default (no passage anchor)",
+                   "third round's default (no scene vote)"):
         report[f"fused - {signal}"] = {}
         for key in ("recall@5", "recall@10", "mrr"):
             diffs = [f[key] - g[key] for f, g in zip(results[FUSED_DEFAULT], results[signal])]
@@ -324,22 +327,25 @@ def time_core(settings: Settings, queries: Sequence[str], *, vector: bool, user:
     return {"p50_ms": round(percentile(times, 50), 2), "p95_ms": round(percentile(times, 95), 2), "queries": len(times)}
 
 
-def time_without(settings: Settings, queries: Sequence[str], *, signal: str) -> dict[str, Any]:
-    """What ``signal`` costs: each query timed with every default signal and without ``signal``,
-    the two alternating query by query (same process, same cache, same load), no vector."""
+def time_alternating(settings: Settings, queries: Sequence[str], variants: dict[str, tuple[Sequence[str], RecallWeights]]) -> dict[str, Any]:
+    """What one variant costs against the other: each query timed with both ``variants`` (name →
+    (signals, weights)), alternating query by query and which goes first (same process, same cache,
+    same load), no vector. The ratio is the first variant's time over the second's."""
     db = Database(settings.graph_path, readonly=True)
     index = RecallIndex(db)
-    times: dict[str, list[float]] = {"with": [], "without": []}
-    variants = {"with": tuple(SIGNALS), "without": tuple(s for s in SIGNALS if s != signal)}
+    names = list(variants)
+    times: dict[str, list[float]] = {name: [] for name in names}
     for i, q in enumerate(queries):
-        for name in (("with", "without") if i % 2 else ("without", "with")):
+        for name in (names if i % 2 else names[::-1]):
+            signals, weights = variants[name]
             t0 = time.perf_counter()
-            recall(RecallRequest(query=q, limit=10, budget_tokens=2_000), source=index, signals=variants[name])
+            recall(RecallRequest(query=q, limit=10, budget_tokens=2_000), source=index, signals=signals, weights=weights)
             times[name].append((time.perf_counter() - t0) * 1000)
     db.close()
     report: dict[str, Any] = {name: {"p50_ms": round(percentile(t, 50), 2), "p95_ms": round(percentile(t, 95), 2)} for name, t in times.items()}
-    report["p50_ratio"] = round(report["with"]["p50_ms"] / report["without"]["p50_ms"], 2)
-    report["p95_ratio"] = round(report["with"]["p95_ms"] / report["without"]["p95_ms"], 2)
+    first, second = names
+    report["p50_ratio"] = round(report[first]["p50_ms"] / report[second]["p50_ms"], 2)
+    report["p95_ratio"] = round(report[first]["p95_ms"] / report[second]["p95_ms"], 2)
     return report
 
 
@@ -369,7 +375,9 @@ def latency(friends: Path, work: Path, *, queries: int, mcp_queries: int) -> dic
         report[name] = {
             "turns": RecallIndex(Database(settings.graph_path, readonly=True)).counts()["recall_turns"],
             "core_no_vector": time_core(settings, qs, vector=False),
-            "session_signal_cost": time_without(settings, qs, signal="session"),
+            "session_signal_cost": time_alternating(settings, qs, {"with": (SIGNALS, DEFAULT_WEIGHTS),
+                                                                   "without": (tuple(s for s in SIGNALS if s != "session"), DEFAULT_WEIGHTS)}),
+            "passage_anchor_cost": time_alternating(settings, qs, {"with": (SIGNALS, DEFAULT_WEIGHTS), "without": (SIGNALS, NO_PASSAGE_ANCHOR)}),
             "core_no_vector_user": time_core(settings, qs, vector=False, user="user-0"),
             "core_with_vector": time_core(settings, qs[: max(100, queries // 5)], vector=True),
             "db_mb": round(settings.graph_path.stat().st_size / 1e6, 1),

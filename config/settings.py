@@ -152,6 +152,10 @@ class Settings(BaseSettings):
     recall_scene_vote: float = Field(
         1.0, ge=0, le=100, description="Weight of the session votes of keyword and the session signal in recall's fusion (0 = turn-level RRF only)"
     )
+    recall_passage_anchor: int = Field(
+        1, ge=0, le=100,
+        description="The first N turns by passage (query words in a turn and, at half weight, its neighbours, in the session signal's best sessions) take the first places (0 = off)",
+    )
     recall_budget_tokens: int = Field(2_000, ge=1, le=200_000, description="Default token budget of a recall answer")
     mcp_host: str = Field("127.0.0.1", description="`rem-cycle mcp --http` binds here; beyond loopback REM_MCP_TOKEN is required")
     mcp_port: int = Field(8765, ge=1, le=65535)

@@ -18,7 +18,12 @@ They are fused by weighted reciprocal rank fusion: ``score(turn) = Σ weight_s /
 plus the scene vote: keyword and the session signal each also rank sessions (by their first turn in
 the signal's list), and a turn adds its session's ``Σ weight_s / (k + session rank_s)`` — RRF one
 level up, so that the turns of the session both views put first are not scattered among single
-hits of other sessions (see :func:`fuse`).
+hits of other sessions (see :func:`fuse`). Then the passage anchor: among the session signal's best
+sessions, the turn that holds the most of the query's rare words, counting at half weight those its
+neighbours hold (a passage of three turns, :func:`passage_ranking`), takes the first place: within
+the right session RRF orders turns by how each view ranks them one by one, and BM25 over turns
+prefers a short turn repeating one word to the answer whose words are spread over it and its
+neighbours.
 RRF needs no score calibration between BM25, graph walks and cosine distances, which live on
 unrelated scales. RRF trusts every signal's top ranks alike on every query; without the session
 signal the others were weak on most queries (they find nothing there, yet their first turns still
@@ -86,6 +91,10 @@ _SESSION_RADIUS = 1
 # neighbours), a second vote for the same evidence; entities' and the vector's sessions, weak
 # signals on chat, lowered the tuning data's MRR when they voted (bench/RESULTS.md, fourth round).
 SCENE_VOTERS: tuple[str, ...] = ("keyword", "session")
+# The passage anchor (:func:`passage_ranking`): a neighbour's words count at half weight, the same
+# discount as a 1-hop neighbour's in :func:`entity_ranking`; at full weight the turn between two hits
+# came first (tuning data MRR 0.17 instead of 0.28: bench/RESULTS.md, fifth round).
+PASSAGE_NEIGHBOUR_FACTOR = 0.5
 # A turn that does not fit whole is cut to the room left, if at least this much is left.
 _MIN_TRUNCATED_TOKENS = 48
 
@@ -127,6 +136,9 @@ class RecallWeights:
     # The scene vote (``REM_RECALL_SCENE_VOTE``): a multiplier of the votes :data:`SCENE_VOTERS` cast
     # for each turn's session; 0 = turn-level RRF only.
     scene_vote: float = 1.0
+    # The passage anchor (``REM_RECALL_PASSAGE_ANCHOR``): the first N turns of :func:`passage_ranking`
+    # take the first N places; 0 = off.
+    passage_anchor: int = 1
 
     def of(self, signal: str) -> float:
         return float(getattr(self, signal))
@@ -407,27 +419,70 @@ def session_scores(matches: SessionMatches, sessions: Sequence[str], *, lengths:
     return scores
 
 
+def turn_words(rows: dict[str, list[tuple[str, str, int | None]]], counts: dict[str, int], *, turns_total: int) -> dict[str, dict[str, float]]:
+    """Each turn of ``rows`` (word → ``[(memory_id, session_id, turn_index)]``) → the query words it
+    holds, each with its BM25 idf over turns (from ``counts``)."""
+    held: dict[str, dict[str, float]] = {}
+    for word, hits in rows.items():
+        word_idf = bm25_idf(max(turns_total, counts.get(word, len(hits))), counts.get(word, len(hits)))
+        for memory_id, _, _ in hits:
+            held.setdefault(memory_id, {})[word] = word_idf
+    return held
+
+
 def informative_first(rows: dict[str, list[tuple[str, str, int | None]]], counts: dict[str, int], *, turns_total: int) -> dict[str, list[str]]:
     """Each session's turns holding a query word (``rows``: word → ``[(memory_id, session_id,
     turn_index)]``), ordered by the summed idf over turns (from ``counts``) of the words each holds,
     then by their place in the session."""
-    weight: dict[str, float] = {}
-    place: dict[str, tuple[str, int]] = {}
-    for word, hits in rows.items():
-        word_idf = bm25_idf(max(turns_total, counts.get(word, len(hits))), counts.get(word, len(hits)))
-        for memory_id, session_id, turn_index in hits:
-            weight[memory_id] = weight.get(memory_id, 0.0) + word_idf
-            place[memory_id] = (session_id, turn_index if turn_index is not None else 0)
+    held = turn_words(rows, counts, turns_total=turns_total)
+    weight = {memory_id: sum(words.values()) for memory_id, words in held.items()}
+    place = {memory_id: (session_id, turn_index if turn_index is not None else 0)
+             for hits in rows.values() for memory_id, session_id, turn_index in hits}
     turns: dict[str, list[str]] = {}
     for memory_id in sorted(weight, key=lambda m: (-weight[m], place[m][1], m)):
         turns.setdefault(place[memory_id][0], []).append(memory_id)
     return turns
 
 
-def session_ranking(source: RecallSource, words: Sequence[str], counts: dict[str, int], scope: Scope) -> tuple[list[str], list[str]]:
-    """The session signal: ``(turns, sessions)`` — the :data:`_SESSIONS_RANKED` best sessions by BM25
-    over whole sessions and, session by session, their turns holding query words, then those
-    turns' neighbours. ``words`` must be rare enough to list (see :data:`MATCH_BUDGET`)."""
+@dataclass(slots=True)
+class SessionRanking:
+    """The session signal's answer (:func:`session_ranking`)."""
+
+    turns: list[str]  # its ranking: session by session, turns holding query words, then their neighbours
+    sessions: list[str]  # its best sessions, best first
+    words: dict[str, dict[str, float]]  # each of those turns holding query words → {word: idf over turns}
+
+
+def passage_ranking(words: dict[str, dict[str, float]], records: dict[str, TurnRecord], sessions: Sequence[str], *,
+                    radius: int = _SESSION_RADIUS) -> list[str]:
+    """The turns of ``records`` in ``sessions`` ranked as passages: a turn scores the idf of each query
+    word in it (``words``: turn → ``{word: idf}``) or, at :data:`PASSAGE_NEIGHBOUR_FACTOR`, in a turn
+    within ``radius`` of it (a word counts once, at its best). Best first; ties by the session's
+    place in ``sessions``, then the turn's. An answer is often the turn with the question's rarest
+    words and the reply or question next to it holding the others."""
+    session_rank = {session_id: i for i, session_id in enumerate(sessions)}
+    at = {(r.session_id, r.turn_index): m for m, r in records.items() if r.session_id in session_rank and r.turn_index is not None}
+    best: dict[str, dict[str, float]] = {}
+    for memory_id, held in words.items():
+        record = records.get(memory_id)
+        if record is None or record.turn_index is None or record.session_id not in session_rank:
+            continue
+        for offset in range(-radius, radius + 1):
+            near = at.get((record.session_id, record.turn_index + offset))
+            if near is None:
+                continue
+            factor = 1.0 if offset == 0 else PASSAGE_NEIGHBOUR_FACTOR
+            scores = best.setdefault(near, {})
+            for word, word_idf in held.items():
+                scores[word] = max(scores.get(word, 0.0), factor * word_idf)
+    total = {m: sum(scores.values()) for m, scores in best.items()}
+    return sorted(total, key=lambda m: (-total[m], session_rank[records[m].session_id], records[m].turn_index, m))
+
+
+def session_ranking(source: RecallSource, words: Sequence[str], counts: dict[str, int], scope: Scope) -> SessionRanking:
+    """The session signal: the :data:`_SESSIONS_RANKED` best sessions by BM25 over whole sessions and,
+    session by session, their turns holding query words, then those turns' neighbours (and the
+    words each turn holds). ``words`` must be rare enough to list (see :data:`MATCH_BUDGET`)."""
     turns_total, sessions_total = source.index_size()
     if scope.sessions is not None:
         sessions_total = len(scope.sessions)
@@ -439,12 +494,13 @@ def session_ranking(source: RecallSource, words: Sequence[str], counts: dict[str
     average = max(1.0, turns_total / sessions_total) if sessions_total else 1.0
     exact = session_scores(matches, measured, lengths=source.session_lengths(measured), average_length=average)
     best = sorted(exact, key=lambda s: (-exact[s], s))[:_SESSIONS_RANKED]
-    hits = informative_first(source.term_turns(words, scope, sessions=best), counts, turns_total=turns_total)
+    rows = source.term_turns(words, scope, sessions=best)
+    hits = informative_first(rows, counts, turns_total=turns_total)
     ranking: list[str] = []
     for session_id in best:
         found = hits.get(session_id, [])
         ranking += [*found, *source.adjacent_turns(found, scope, radius=_SESSION_RADIUS)]
-    return list(dict.fromkeys(ranking)), best
+    return SessionRanking(list(dict.fromkeys(ranking)), best, turn_words(rows, counts, turns_total=turns_total))
 
 
 def recall(
@@ -469,11 +525,12 @@ def recall(
         "scope": {"user": request.user, "session": request.session, "as_of": request.as_of,
                   "sessions_visible": None if scope.sessions is None else len(scope.sessions)},
         "weights": {s: weights.of(s) for s in SIGNALS} | {"rrf_k": weights.rrf_k, "keyword_anchor": weights.keyword_anchor,
-                                                          "scene_vote": weights.scene_vote},
+                                                          "scene_vote": weights.scene_vote, "passage_anchor": weights.passage_anchor},
     }
     empty_scope = scope.sessions is not None and not scope.sessions
     matched: list[str] = []
     keyword_sessions: list[str] = []
+    by_session: SessionRanking | None = None
     if match and not empty_scope:
         if "keyword" in signals or "context" in signals:
             hits = source.keyword_turns(match, scope, limit=depth, ranked=ranked)
@@ -484,9 +541,9 @@ def recall(
                 rankings["context"] = source.adjacent_turns(hits[:_CONTEXT_HITS], scope, radius=_CONTEXT_RADIUS)[:depth]
         # Weight 0 switches the session signal off, and its cost (~5 ms a query at 100,000 turns) with it.
         if "session" in signals and ranked and weights.session > 0:
-            session_turns, best_sessions = session_ranking(source, used, counts, scope)
-            rankings["session"] = session_turns[:depth]
-            report["session"] = {"sessions": best_sessions}
+            by_session = session_ranking(source, used, counts, scope)
+            rankings["session"] = by_session.turns[:depth]
+            report["session"] = {"sessions": by_session.sessions}
         if "entities" in signals:
             matched = source.matching_nodes(match, scope, limit=_MATCHED_NODES)
             points = source.point_counts(matched, cap=COMMON_NODE_POINTS + 1)
@@ -514,6 +571,14 @@ def recall(
     # evidence that its first turns answer anything.
     anchor = rankings.get("keyword", [])[: weights.keyword_anchor] if ranked else []
     report["keyword_anchor"] = len(anchor)
+    # The passage anchor goes before keyword's: over the turns the session signal ranks (so that an
+    # anchored turn is one a ranking holds), the best passage of its best sessions comes first.
+    passage: list[str] = []
+    if by_session is not None and "session" in rankings and weights.passage_anchor > 0:
+        listed = {m: records[m] for m in rankings["session"]}
+        passage = passage_ranking(by_session.words, listed, by_session.sessions)[: weights.passage_anchor]
+        anchor = [*passage, *anchor]
+    report["passage_anchor"] = passage
     fused = fuse({s: rankings[s] for s in SIGNALS if s in rankings}, weights, anchor=anchor,
                  scene_of={m: record.session_id for m, record in records.items()})[: request.limit]
     report["candidates"] = len(records)

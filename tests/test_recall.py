@@ -26,6 +26,7 @@ from pipelines.recall import (
     query_terms,
     recall,
     informative_first,
+    passage_ranking,
     selective_terms,
     session_matches,
     session_scores,
@@ -35,7 +36,7 @@ from store.backend import open_database
 from store.chroma import ChromaStore
 from store.db import MIGRATIONS, Database, _statements, register_functions
 from store.graph import GraphStore
-from store.recall_index import RecallIndex
+from store.recall_index import RecallIndex, TurnRecord
 from tests.conftest import run_cli, write_sessions
 from worker.cycle import run_cycle
 from worker.recall import RecallTimeoutError, open_index, reindex, run_recall, search_nodes, show_node
@@ -566,3 +567,42 @@ async def test_recall_adds_each_turns_session_vote_to_its_fused_score(settings: 
     assert set(votes) == {"session:carol-trip", "session:dave-0", "session:dave-1", "session:dave-2"}
     scores = [t["score"] for t in voted["turns"]]
     assert scores == sorted(scores, reverse=True)
+
+
+def test_a_passage_scores_its_turns_words_and_half_its_neighbours() -> None:
+    def turn(memory_id: str, session_id: str, index: int | None) -> TurnRecord:
+        return TurnRecord(memory_id, session_id, index, "user", None, "")
+
+    records = {t.memory_id: t for t in [turn("a0", "A", 0), turn("a1", "A", 1), turn("a2", "A", 2), turn("a3", "A", 3),
+                                        turn("b0", "B", 0), turn("b1", "B", 1), turn("b2", "B", 2),
+                                        turn("c0", "C", 0), turn("x", "A", None)]}
+    words = {"a0": {"march": 1.0}, "a2": {"visa": 3.0}, "a3": {"agent": 2.0},
+             "b0": {"visa": 3.0}, "b1": {"visa": 3.0}, "c0": {"visa": 9.0}, "x": {"visa": 9.0}}
+    ranked = passage_ranking(words, records, ["A", "B"])
+    scores = {"a2": 3 + 0.5 * 2, "a3": 2 + 0.5 * 3, "b0": 3.0, "b1": 3.0, "b2": 0.5 * 3, "a1": 0.5 * 1 + 0.5 * 3, "a0": 1.0}
+    # A word counts once, at its best (b0's neighbour b1 holds visa too: b0 scores 3, not 4.5); ties by
+    # the session's place, then the turn's; a turn of a session not ranked (c0) or without a place (x) is not listed.
+    assert ranked == sorted(scores, key=lambda m: (-scores[m], "AB".index(records[m].session_id), records[m].turn_index))
+    assert ranked[:4] == ["a2", "a3", "b0", "b1"]
+    assert passage_ranking(words, records, ["B", "A"])[:3] == ["a2", "a3", "b0"]
+    assert passage_ranking({}, records, ["A"]) == []
+
+
+@pytest.mark.both_backends
+async def test_the_passage_anchor_puts_the_best_passage_of_the_best_sessions_first(settings: Settings, tmp_path: Path) -> None:
+    await build(settings, tmp_path, TRIP)
+    query = "Does Carol need a visa for the March trip to Lisbon, says the travel agent?"
+    anchored = ask(settings, query, limit=20)
+    plain = ask(settings, query, limit=20, weights=RecallWeights(passage_anchor=0))
+    first = anchored["signals"]["passage_anchor"]
+    assert anchored["signals"]["weights"]["passage_anchor"] == 1 and plain["signals"]["passage_anchor"] == []
+    # Carol's session is the session signal's first; its turns hold the rarest words (March, Lisbon),
+    # with the travel agent's visa next to them.
+    assert len(first) == 1 and first[0] in {"memory:cm1", "memory:cm2"}
+    order = [t["memory_id"] for t in plain["turns"]]
+    assert [t["memory_id"] for t in anchored["turns"]] == [*first, *(m for m in order if m not in first)]
+    assert anchored["turns"][0]["signals"][-1] == "session"
+    # The scope holds: Dave's best passage is one of his turns; without the session signal there is no passage.
+    dave = ask(settings, query, user="dave", limit=20)
+    assert dave["signals"]["passage_anchor"][0].startswith("memory:dm") and dave["turns"][0]["memory_id"] == dave["signals"]["passage_anchor"][0]
+    assert ask(settings, query, signals=("keyword", "context"), limit=20)["signals"]["passage_anchor"] == []

@@ -49,6 +49,7 @@ def weights_from(settings: Settings) -> RecallWeights:
         vector=settings.recall_weight_vector, context=settings.recall_weight_context,
         session=settings.recall_weight_session, recency=settings.recall_weight_recency, rrf_k=settings.recall_rrf_k,
         keyword_anchor=settings.recall_keyword_anchor, scene_vote=settings.recall_scene_vote,
+        passage_anchor=settings.recall_passage_anchor,
     )
 
 
