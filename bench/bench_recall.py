@@ -60,8 +60,11 @@ QUESTIONS = HERE / "data" / "recall_questions.jsonl"
 UNTOUCHED = HERE / "data" / "recall_questions_untouched.jsonl"
 # Set C: written and committed (a250848) before any ranking ran on them; run once, at the end of a round.
 SET_C = HERE / "data" / "recall_questions_c.jsonl"
+# Set D: written blind (no ranking run while writing it) and committed before any ranking ran on it;
+# run once, at the end of the sixth round.
+SET_D = HERE / "data" / "recall_questions_d.jsonl"
 # A held-out question set by its flag: each question names the split whose graph it is asked against.
-HELD_OUT_SETS = {"untouched": UNTOUCHED, "c": SET_C}
+HELD_OUT_SETS = {"untouched": UNTOUCHED, "c": SET_C, "d": SET_D}
 DEFAULT_WEIGHTS = RecallWeights()
 ANCHORED = RecallWeights(keyword_anchor=5, scene_vote=0, passage_anchor=0)
 NO_SCENE_VOTE = RecallWeights(scene_vote=0, passage_anchor=0)
@@ -504,6 +507,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="quality on the third round's untouched question set instead (tuning data since the fourth round)")
     parser.add_argument("--set-c", action="store_const", const="c", dest="held_out",
                         help="quality on question set C instead (the fourth round's held-out set: run it once, at the end)")
+    parser.add_argument("--set-d", action="store_const", const="d", dest="held_out",
+                        help="quality on question set D instead (the sixth round's held-out set: run it once, at the end)")
     parser.add_argument("--embedding", choices=("hash", "minilm"), default="hash",
                         help="the memory collection's embedding for quality/tune (minilm needs the 'embeddings' extra)")
     parser.add_argument("--queries", type=int, default=1_000)
