@@ -135,6 +135,13 @@ END
 """
 
 # Each entry upgrades the schema by one version; never edit a released entry, append a new one.
+# The unordered identity candidate pair (migration 12): its lesser id, then its greater (both engines
+# compare ids bytewise), as an index key and as the conflict target that must match it.
+CANDIDATE_PAIR_KEY = (
+    "((CASE WHEN node_id < candidate_id THEN node_id ELSE candidate_id END), "
+    "(CASE WHEN node_id < candidate_id THEN candidate_id ELSE node_id END))"
+)
+
 MIGRATIONS: tuple[str, ...] = (
     """
     CREATE TABLE nodes (
@@ -592,6 +599,19 @@ MIGRATIONS: tuple[str, ...] = (
     """
     CREATE INDEX node_points_first ON node_points(node_id, observed_at, memory_id);
     CREATE INDEX edge_points_target ON edge_points(target, source, relationship)
+    """,
+    # 12: an identity candidate pair is one review, whichever node a session found ambiguous: a
+    # pair kept once from each side (A's candidate B, later B's candidate A) is folded to the row
+    # with the higher score (ties: the one starting from the lesser id), and a unique index on the
+    # unordered pair (CANDIDATE_PAIR_KEY, the conflict target of MergeStore.record_candidates)
+    # keeps it once, on both engines and under concurrent writers. Plain SQL PostgreSQL accepts.
+    f"""
+    DELETE FROM identity_candidates WHERE EXISTS (
+        SELECT 1 FROM identity_candidates r
+        WHERE r.node_id = identity_candidates.candidate_id AND r.candidate_id = identity_candidates.node_id
+        AND (r.score > identity_candidates.score OR (r.score = identity_candidates.score AND r.node_id < identity_candidates.node_id))
+    );
+    CREATE UNIQUE INDEX identity_candidates_pair ON identity_candidates{CANDIDATE_PAIR_KEY}
     """,
 )
 

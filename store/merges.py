@@ -20,8 +20,11 @@ an extraction commit (``pipelines.hubs``) but blocks nothing: its records keep `
 
 ``identity_candidates`` keeps the other identity decision: pairs that resolution found ambiguous
 (``candidate`` verdicts: created, not merged) with the rule and score that made them candidates,
-for a person to review (``rem-cycle candidates``) and merge by hand or leave. A pair disappears
-when either node does (a merge deletes the merged node), and an undone merge's pair is not listed.
+for a person to review (``rem-cycle candidates``) and merge by hand or leave. A pair is kept once,
+unordered: a later session finding the other node ambiguous against the first updates the same row
+(a unique index on the pair, ``store.db.CANDIDATE_PAIR_KEY``). A pair disappears when either node
+does (a merge, either way round, deletes the merged node), and a pair whose merge was undone (either
+way round) is not listed.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from store.db import Database
+from store.db import CANDIDATE_PAIR_KEY, Database
 from store.facts import NodeFacts, facts_of, with_facts
 from store.graph import Edge, GraphStore, Node, dumps, utc_now
 from store.ids import normalize_graph_node_id
@@ -97,10 +100,12 @@ class CandidatePair:
 # A merge undone by a commit's split (a short name that stopped naming one thing) is no operator's
 # decision: its pair is not blocked and stays listed. Marked in its evidence (``{"split": …}``).
 _SPLIT = "evidence LIKE '%\"split\":%'"
-# A candidate pair (alias c) whose merge was undone is settled: keep them apart, do not list it.
+# A candidate pair (alias c) whose merge was undone is settled: keep them apart, do not list it —
+# whichever of the two the reviewer merged into the other.
 _NOT_UNDONE = (
     "NOT EXISTS (SELECT 1 FROM merges b WHERE b.undone_at IS NOT NULL "
-    f"AND b.merged_id = c.node_id AND b.into_id = c.candidate_id AND NOT b.{_SPLIT})"
+    "AND ((b.merged_id = c.node_id AND b.into_id = c.candidate_id) OR (b.merged_id = c.candidate_id AND b.into_id = c.node_id)) "
+    f"AND NOT b.{_SPLIT})"
 )
 
 
@@ -155,16 +160,17 @@ class MergeStore:
 
     # --- writes --------------------------------------------------------------------------
     def record_candidates(self, pairs: Iterable[CandidatePair]) -> int:
-        """Keep ``pairs`` for review (a pair already kept takes the newer rule and score). A pair
-        whose nodes are not both in the graph is skipped: the record is advisory and must never
-        fail the commit it is part of. Returns how many were kept."""
+        """Keep ``pairs`` for review, each once whichever way round it comes (a pair already kept,
+        either way, keeps its direction and takes the newer rule and score). A pair whose nodes are
+        not both in the graph is skipped: the record is advisory and must never fail the commit it
+        is part of. Returns how many were kept."""
         kept = 0
         with self.db.transaction() as conn:
             for pair in pairs:
                 cursor = conn.execute(
                     "INSERT INTO identity_candidates(node_id, candidate_id, rule, score, form, session_id) "
                     "SELECT ?, ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM nodes WHERE id = ?) "
-                    "AND EXISTS (SELECT 1 FROM nodes WHERE id = ?) ON CONFLICT(node_id, candidate_id) DO UPDATE SET "
+                    f"AND EXISTS (SELECT 1 FROM nodes WHERE id = ?) ON CONFLICT{CANDIDATE_PAIR_KEY} DO UPDATE SET "
                     "rule = excluded.rule, score = excluded.score, form = excluded.form, session_id = excluded.session_id",
                     (pair.node_id, pair.candidate_id, pair.rule, float(pair.score), pair.form, pair.session_id,
                      pair.node_id, pair.candidate_id),
