@@ -14,7 +14,7 @@ import pytest
 
 from config import Settings
 from store.backend import open_database
-from store.db import MIGRATIONS
+from store.db import MIGRATIONS, Database
 from store.merges import CandidatePair, MergeStore
 from tests.test_identity_context import commit
 from worker.knowledge import identity_candidates, merge_node, unmerge_node
@@ -22,8 +22,8 @@ from worker.knowledge import identity_candidates, merge_node, unmerge_node
 SHORT, LONG = "CONCEPT:joseph francis", "CONCEPT:joseph francis tribbiani"
 
 
-def rows(db: object) -> list[tuple[str, str, str]]:
-    return [(a, b, rule) for a, b, rule in db.query("SELECT node_id, candidate_id, rule FROM identity_candidates ORDER BY node_id")]  # type: ignore[attr-defined]
+def rows(db: Database) -> list[tuple[str, str, str]]:
+    return [(a, b, rule) for a, b, rule in db.query("SELECT node_id, candidate_id, rule FROM identity_candidates ORDER BY node_id")]
 
 
 def said_from_both_sides(settings: Settings) -> None:
