@@ -8,7 +8,7 @@ server (``both_backends``), the worker's resolver and the extraction commit."""
 
 from __future__ import annotations
 
-from pathlib import Path
+import json
 
 import pytest
 
@@ -16,6 +16,7 @@ from config import Settings
 from store.backend import open_database
 from store.db import MIGRATIONS, Database
 from store.merges import CandidatePair, MergeStore
+from tests.conftest import run_cli
 from tests.test_identity_context import commit
 from worker.knowledge import identity_candidates, merge_node, unmerge_node
 
@@ -108,3 +109,22 @@ def test_the_migration_folds_pairs_kept_twice(settings: Settings) -> None:
         assert len(rows(db)) == 3
     finally:
         db.close()
+
+
+def test_the_command_line_lists_the_pair_once_and_settles_it_from_the_other_node(settings: Settings) -> None:
+    """`rem-cycle candidates` and `status` count the pair once; `rem-cycle merge` of the node the row
+    does not start from, then `unmerge`, leave nothing to review though the pair is reported again."""
+    said_from_both_sides(settings)
+    env = {"REM_DATA_DIR": str(settings.data_dir)}
+    listed = json.loads(run_cli("candidates", "--json", env=env).stdout)
+    assert listed["total"] == 1 and [(p["node_id"], p["candidate_id"]) for p in listed["candidates"]] == [(SHORT, LONG)]
+    for args in (("merge", LONG, SHORT), ("unmerge", LONG)):
+        done = run_cli(*args, env=env)
+        assert done.returncode == 0, done.stderr
+    db = open_database(settings)
+    try:
+        MergeStore(db).record_candidates([CandidatePair(SHORT, LONG, "extension", 0.6, "joseph francis", "b")])
+    finally:
+        db.close()
+    status = json.loads(run_cli("status", "--json", env=env).stdout)
+    assert (status["identity_candidates"], status["identity_candidate_pairs"]) == (0, 0)
