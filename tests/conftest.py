@@ -32,6 +32,8 @@ def pytest_configure(config: pytest.Config) -> None:
     PYTHONDONTWRITEBYTECODE=1 (set in CI's environment) Python never caches them itself."""
     import compileall
 
+    if hasattr(config, "workerinput"):  # a pytest-xdist worker: the controller has compiled it
+        return
     for package in ("config", "store", "pipelines", "worker", "tests"):
         compileall.compile_dir(ROOT / package, quiet=1)
 
