@@ -26,6 +26,18 @@ ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "examples" / "sessions.jsonl"
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Byte-compile the project once, so that the hundreds of ``python -m worker`` subprocesses
+    the suite starts load it from ``__pycache__`` instead of each compiling ~19,000 lines: with
+    PYTHONDONTWRITEBYTECODE=1 (set in CI's environment) Python never caches them itself."""
+    import compileall
+
+    if hasattr(config, "workerinput"):  # a pytest-xdist worker: the controller has compiled it
+        return
+    for package in ("config", "store", "pipelines", "worker", "tests"):
+        compileall.compile_dir(ROOT / package, quiet=1)
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

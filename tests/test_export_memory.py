@@ -15,7 +15,7 @@ import pytest
 from config import Settings
 from pipelines.export import render
 from store.graph import GraphStore
-from tests.test_show_memory import HOT, build
+from tests.test_show_memory import HOT, built
 from worker.knowledge import export_graph, open_graph_db, snapshot_from_db
 
 
@@ -41,8 +41,9 @@ def without_time(text: str) -> dict:
 
 
 @pytest.mark.slow
-def test_streamed_export_is_the_rendered_snapshot_and_its_memory_is_flat(tmp_path: Path, clean_env) -> None:
-    small, large = build(tmp_path / "small", 10_000), build(tmp_path / "large", 100_000)
+def test_streamed_export_is_the_rendered_snapshot_and_its_memory_is_flat(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory,
+                                                                         clean_env) -> None:
+    small, large = built(tmp_path_factory, tmp_path / "small", 10_000), built(tmp_path_factory, tmp_path / "large", 100_000)
     streamed = tmp_path / "small.json"
     peak_small = peak_of_export(small, streamed)
     with open_graph_db(small) as db:

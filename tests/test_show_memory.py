@@ -6,8 +6,11 @@ peak while showing it (tracemalloc) must not grow with the point count."""
 
 from __future__ import annotations
 
+import shutil
 import tracemalloc
 from pathlib import Path
+
+import pytest
 
 from config import Settings, load_settings
 from store.db import Database
@@ -43,6 +46,19 @@ def build(data: Path, points: int) -> Settings:
     return settings
 
 
+_BUILT: dict[int, Path] = {}  # points -> the data dir built once this session
+
+
+def built(factory: pytest.TempPathFactory, data: Path, points: int) -> Settings:
+    """A copy at ``data`` of ``build(..., points)``, built once a session: this file and
+    tests/test_export_memory.py read the same two graphs, which take seconds to build."""
+    if points not in _BUILT:
+        _BUILT[points] = factory.mktemp(f"hot-{points}") / "data"
+        build(_BUILT[points], points)
+    shutil.copytree(_BUILT[points], data)
+    return load_settings(data_dir=data)
+
+
 async def peak_of_show(settings: Settings) -> tuple[int, dict]:
     tracemalloc.start()
     try:
@@ -52,8 +68,9 @@ async def peak_of_show(settings: Settings) -> tuple[int, dict]:
         tracemalloc.stop()
 
 
-async def test_show_of_a_node_with_100k_points_runs_in_bounded_memory(tmp_path: Path, clean_env) -> None:
-    small, large = build(tmp_path / "small", 10_000), build(tmp_path / "large", 100_000)
+async def test_show_of_a_node_with_100k_points_runs_in_bounded_memory(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory,
+                                                                       clean_env) -> None:
+    small, large = built(tmp_path_factory, tmp_path / "small", 10_000), built(tmp_path_factory, tmp_path / "large", 100_000)
     await show_node(small, HOT, limit=20)  # warm-up: first imports and the Chroma client
     peak_small, view_small = await peak_of_show(small)
     peak_large, view = await peak_of_show(large)
