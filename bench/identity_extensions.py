@@ -30,6 +30,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.identity_pairs import write_pairs  # noqa: E402
 from pipelines.identity import prose_key  # noqa: E402
 from pipelines.vocabulary import ANCHOR_LABELS  # noqa: E402
 
@@ -181,10 +182,7 @@ def main(argv: list[str] | None = None) -> int:
         pairs += collect(Path(data_dir), source=source, quotes=args.quotes)
     if args.sample:
         pairs = sample(pairs, per_part={TUNING_PART: args.sample[0], UNTOUCHED_PART: args.sample[1]}, seed=args.seed)
-    with args.out.open("w", encoding="utf-8") as out:
-        for pair in pairs:
-            out.write(json.dumps(pair, ensure_ascii=False) + "\n")
-    print(f"{len(pairs)} pairs → {args.out}")
+    write_pairs(pairs, args.out)
     return 0
 
 

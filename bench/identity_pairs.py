@@ -132,12 +132,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--seed", type=int, default=11)
     args = parser.parse_args(argv)
-    pairs = collect(args.data_dir, split=args.split, seed=args.seed)
-    with args.out.open("w", encoding="utf-8") as out:
+    write_pairs(collect(args.data_dir, split=args.split, seed=args.seed), args.out)
+    return 0
+
+
+def write_pairs(pairs: list[dict[str, Any]], path: Path) -> None:
+    """Write labelled-pair candidates as JSON lines (the form of ``bench/data/identity_real_pairs.jsonl``)."""
+    with path.open("w", encoding="utf-8") as out:
         for pair in pairs:
             out.write(json.dumps(pair, ensure_ascii=False) + "\n")
-    print(f"{len(pairs)} pairs → {args.out}")
-    return 0
+    print(f"{len(pairs)} pairs → {path}")
 
 
 if __name__ == "__main__":
