@@ -430,11 +430,10 @@ def turn_words(rows: dict[str, list[tuple[str, str, int | None]]], counts: dict[
     return held
 
 
-def informative_first(rows: dict[str, list[tuple[str, str, int | None]]], counts: dict[str, int], *, turns_total: int) -> dict[str, list[str]]:
+def informative_first(rows: dict[str, list[tuple[str, str, int | None]]], held: dict[str, dict[str, float]]) -> dict[str, list[str]]:
     """Each session's turns holding a query word (``rows``: word → ``[(memory_id, session_id,
-    turn_index)]``), ordered by the summed idf over turns (from ``counts``) of the words each holds,
-    then by their place in the session."""
-    held = turn_words(rows, counts, turns_total=turns_total)
+    turn_index)]``), ordered by the summed idf of the words each holds (``held``, from
+    :func:`turn_words`), then by their place in the session."""
     weight = {memory_id: sum(words.values()) for memory_id, words in held.items()}
     place = {memory_id: (session_id, turn_index if turn_index is not None else 0)
              for hits in rows.values() for memory_id, session_id, turn_index in hits}
@@ -495,12 +494,13 @@ def session_ranking(source: RecallSource, words: Sequence[str], counts: dict[str
     exact = session_scores(matches, measured, lengths=source.session_lengths(measured), average_length=average)
     best = sorted(exact, key=lambda s: (-exact[s], s))[:_SESSIONS_RANKED]
     rows = source.term_turns(words, scope, sessions=best)
-    hits = informative_first(rows, counts, turns_total=turns_total)
+    held = turn_words(rows, counts, turns_total=turns_total)
+    hits = informative_first(rows, held)
     ranking: list[str] = []
     for session_id in best:
         found = hits.get(session_id, [])
         ranking += [*found, *source.adjacent_turns(found, scope, radius=_SESSION_RADIUS)]
-    return SessionRanking(list(dict.fromkeys(ranking)), best, turn_words(rows, counts, turns_total=turns_total))
+    return SessionRanking(list(dict.fromkeys(ranking)), best, held)
 
 
 def recall(

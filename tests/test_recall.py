@@ -31,6 +31,7 @@ from pipelines.recall import (
     session_matches,
     session_scores,
     specific_nodes,
+    turn_words,
 )
 from store.backend import open_database
 from store.chroma import ChromaStore
@@ -466,7 +467,7 @@ def test_session_bm25_ranks_a_session_whose_turns_share_the_query_words_between_
     assert exact["s:a"] > exact["s:c"]
     # Within a session, the turn holding the rarer words first, then by place.
     rows = {"lisbon": [("m:a1", "s:a", 1), ("m:a4", "s:a", 4)], "visa": [("m:a4", "s:a", 4), ("m:c1", "s:c", 1)]}
-    assert informative_first(rows, {"lisbon": 50, "visa": 5}, turns_total=1_000) == {"s:a": ["m:a4", "m:a1"], "s:c": ["m:c1"]}
+    assert informative_first(rows, turn_words(rows, {"lisbon": 50, "visa": 5}, turns_total=1_000)) == {"s:a": ["m:a4", "m:a1"], "s:c": ["m:c1"]}
 
 
 TRIP = [  # the answer (cm3) shares no word with the question; the words are spread over its session
