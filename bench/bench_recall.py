@@ -506,9 +506,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--untouched", action="store_const", const="untouched", dest="held_out",
                         help="quality on the third round's untouched question set instead (tuning data since the fourth round)")
     parser.add_argument("--set-c", action="store_const", const="c", dest="held_out",
-                        help="quality on question set C instead (the fourth round's held-out set: run it once, at the end)")
+                        help="quality on question set C instead (the fourth round's held-out set, run once then; tuning data since)")
     parser.add_argument("--set-d", action="store_const", const="d", dest="held_out",
-                        help="quality on question set D instead (the sixth round's held-out set: run it once, at the end)")
+                        help="quality on question set D instead (written blind in the sixth session, run once with the ranking of 0934fcb)")
     parser.add_argument("--embedding", choices=("hash", "minilm"), default="hash",
                         help="the memory collection's embedding for quality/tune (minilm needs the 'embeddings' extra)")
     parser.add_argument("--queries", type=int, default=1_000)
