@@ -72,6 +72,21 @@ CREATE TABLE lazy_edges_dead (
 )
 """
 
+def _count_triggers(table: str, column: str, kind: str) -> str:
+    """Migration 10's triggers that append each change of ``table``'s ``column`` to
+    ``graph_count_changes`` as ``kind`` (one text for nodes and edges alike)."""
+    return f"""CREATE TRIGGER graph_counts_{table}_ai AFTER INSERT ON {table} BEGIN
+    INSERT INTO graph_count_changes(kind, name, delta) VALUES ('{kind}', new.{column}, 1);
+END;
+CREATE TRIGGER graph_counts_{table}_ad AFTER DELETE ON {table} BEGIN
+    INSERT INTO graph_count_changes(kind, name, delta) VALUES ('{kind}', old.{column}, -1);
+END;
+CREATE TRIGGER graph_counts_{table}_au AFTER UPDATE OF {column} ON {table} WHEN old.{column} != new.{column} BEGIN
+    INSERT INTO graph_count_changes(kind, name, delta) VALUES ('{kind}', old.{column}, -1), ('{kind}', new.{column}, 1);
+END;
+"""
+
+
 GRAPH_COUNTS_MIGRATION = """
 CREATE TABLE graph_counts (
     kind   TEXT NOT NULL CHECK (kind IN ('node', 'edge')),
@@ -84,25 +99,7 @@ CREATE TABLE graph_count_changes (
     name   TEXT NOT NULL,
     delta  INTEGER NOT NULL
 );
-CREATE TRIGGER graph_counts_nodes_ai AFTER INSERT ON nodes BEGIN
-    INSERT INTO graph_count_changes(kind, name, delta) VALUES ('node', new.label, 1);
-END;
-CREATE TRIGGER graph_counts_nodes_ad AFTER DELETE ON nodes BEGIN
-    INSERT INTO graph_count_changes(kind, name, delta) VALUES ('node', old.label, -1);
-END;
-CREATE TRIGGER graph_counts_nodes_au AFTER UPDATE OF label ON nodes WHEN old.label != new.label BEGIN
-    INSERT INTO graph_count_changes(kind, name, delta) VALUES ('node', old.label, -1), ('node', new.label, 1);
-END;
-CREATE TRIGGER graph_counts_edges_ai AFTER INSERT ON edges BEGIN
-    INSERT INTO graph_count_changes(kind, name, delta) VALUES ('edge', new.relationship, 1);
-END;
-CREATE TRIGGER graph_counts_edges_ad AFTER DELETE ON edges BEGIN
-    INSERT INTO graph_count_changes(kind, name, delta) VALUES ('edge', old.relationship, -1);
-END;
-CREATE TRIGGER graph_counts_edges_au AFTER UPDATE OF relationship ON edges WHEN old.relationship != new.relationship BEGIN
-    INSERT INTO graph_count_changes(kind, name, delta) VALUES ('edge', old.relationship, -1), ('edge', new.relationship, 1);
-END;
-INSERT INTO graph_counts(kind, name, total) SELECT 'node', label, COUNT(*) FROM nodes GROUP BY label;
+""" + _count_triggers("nodes", "label", "node") + _count_triggers("edges", "relationship", "edge") + """INSERT INTO graph_counts(kind, name, total) SELECT 'node', label, COUNT(*) FROM nodes GROUP BY label;
 INSERT INTO graph_counts(kind, name, total) SELECT 'edge', relationship, COUNT(*) FROM edges GROUP BY relationship;
 CREATE TABLE chroma_scan_state (
     collection    TEXT PRIMARY KEY,

@@ -334,6 +334,25 @@ END $$;
 CREATE TRIGGER recall_claims AFTER INSERT OR UPDATE OR DELETE ON node_claims FOR EACH ROW EXECUTE FUNCTION rem_recall_claims();
 """
 
+def _count_triggers(table: str, column: str, kind: str) -> str:
+    """Migration 10's PostgreSQL triggers (a PL/pgSQL function and two triggers) that append each
+    change of ``table``'s ``column`` to ``graph_count_changes`` as ``kind``."""
+    return f"""CREATE FUNCTION rem_count_{table}() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP IN ('DELETE', 'UPDATE') THEN
+        INSERT INTO graph_count_changes(kind, name, delta) VALUES ('{kind}', OLD.{column}, -1);
+    END IF;
+    IF TG_OP IN ('INSERT', 'UPDATE') THEN
+        INSERT INTO graph_count_changes(kind, name, delta) VALUES ('{kind}', NEW.{column}, 1);
+    END IF;
+    RETURN NULL;
+END $$;
+CREATE TRIGGER graph_counts_{table}_aid AFTER INSERT OR DELETE ON {table} FOR EACH ROW EXECUTE FUNCTION rem_count_{table}();
+CREATE TRIGGER graph_counts_{table}_au AFTER UPDATE OF {column} ON {table} FOR EACH ROW
+    WHEN (OLD.{column} IS DISTINCT FROM NEW.{column}) EXECUTE FUNCTION rem_count_{table}();
+"""
+
+
 # Versions after BASELINE whose SQLite text PostgreSQL cannot run even in :func:`postgres_form`:
 # their PostgreSQL script.
 OVERRIDES: dict[int, str] = {
@@ -350,33 +369,7 @@ CREATE TABLE graph_count_changes (
     name   TEXT COLLATE "C" NOT NULL,
     delta  INTEGER NOT NULL
 );
-CREATE FUNCTION rem_count_nodes() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    IF TG_OP IN ('DELETE', 'UPDATE') THEN
-        INSERT INTO graph_count_changes(kind, name, delta) VALUES ('node', OLD.label, -1);
-    END IF;
-    IF TG_OP IN ('INSERT', 'UPDATE') THEN
-        INSERT INTO graph_count_changes(kind, name, delta) VALUES ('node', NEW.label, 1);
-    END IF;
-    RETURN NULL;
-END $$;
-CREATE TRIGGER graph_counts_nodes_aid AFTER INSERT OR DELETE ON nodes FOR EACH ROW EXECUTE FUNCTION rem_count_nodes();
-CREATE TRIGGER graph_counts_nodes_au AFTER UPDATE OF label ON nodes FOR EACH ROW
-    WHEN (OLD.label IS DISTINCT FROM NEW.label) EXECUTE FUNCTION rem_count_nodes();
-CREATE FUNCTION rem_count_edges() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    IF TG_OP IN ('DELETE', 'UPDATE') THEN
-        INSERT INTO graph_count_changes(kind, name, delta) VALUES ('edge', OLD.relationship, -1);
-    END IF;
-    IF TG_OP IN ('INSERT', 'UPDATE') THEN
-        INSERT INTO graph_count_changes(kind, name, delta) VALUES ('edge', NEW.relationship, 1);
-    END IF;
-    RETURN NULL;
-END $$;
-CREATE TRIGGER graph_counts_edges_aid AFTER INSERT OR DELETE ON edges FOR EACH ROW EXECUTE FUNCTION rem_count_edges();
-CREATE TRIGGER graph_counts_edges_au AFTER UPDATE OF relationship ON edges FOR EACH ROW
-    WHEN (OLD.relationship IS DISTINCT FROM NEW.relationship) EXECUTE FUNCTION rem_count_edges();
-INSERT INTO graph_counts(kind, name, total) SELECT 'node', label, COUNT(*) FROM nodes GROUP BY label;
+""" + _count_triggers("nodes", "label", "node") + _count_triggers("edges", "relationship", "edge") + r"""INSERT INTO graph_counts(kind, name, total) SELECT 'node', label, COUNT(*) FROM nodes GROUP BY label;
 INSERT INTO graph_counts(kind, name, total) SELECT 'edge', relationship, COUNT(*) FROM edges GROUP BY relationship;
 CREATE TABLE chroma_scan_state (
     collection    TEXT COLLATE "C" PRIMARY KEY,
