@@ -43,6 +43,12 @@ def longer_text(first: str, second: str) -> str:
     return max(first, second, key=lambda text: (len(text), text))
 
 
+def longer_text_order(column: str) -> str:
+    """:func:`longer_text`'s order as an SQL ``ORDER BY`` over ``column``, best first (both engines
+    compare the texts bytewise, which for UTF-8 is Python's order of code points)."""
+    return f"length({column}) DESC, {column} DESC"
+
+
 def name_order(name: str, node_id: str) -> tuple[bool, str, str]:
     """How spellings of the node ``node_id``'s name are ranked: those that write its id (the part
     after ``TYPE:``, case aside) first — the id is the least of its linked group's, so this is

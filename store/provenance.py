@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from store.db import UNLIMITED, Database, in_batches
-from store.facts import NodeFacts, combine_all, least_name
+from store.facts import NodeFacts, combine_all, least_name, longer_text_order
 from store.graph import Edge, chunked, dumps
 
 # The provenance relationships derived from points (their names are a public interface).
@@ -423,10 +423,8 @@ class NodeClaimLookup:
         return [r[0] for r in self.db.query("SELECT DISTINCT name FROM node_claims WHERE node_id = ? AND name <> ''", (self.node_id,))]
 
     def best_description(self) -> str:
-        # The tie-break of store.facts.longer_text: characters first, then the larger string
-        # (SQLite's binary order of UTF-8 is Python's order of code points).
         rows = self.db.query(
-            "SELECT description FROM node_claims WHERE node_id = ? ORDER BY length(description) DESC, description DESC LIMIT 1",
+            f"SELECT description FROM node_claims WHERE node_id = ? ORDER BY {longer_text_order('description')} LIMIT 1",
             (self.node_id,),
         )
         return rows[0][0] if rows else ""

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from store.db import Database
+from store.facts import longer_text_order
 from store.graph import Node, chunked
 
 _IN_CHUNK = 400
@@ -402,7 +403,7 @@ class RecallIndex:
                 f"SELECT c.description FROM node_claims AS c WHERE c.node_id = ? AND c.description != '' AND {claim_visible} "
                 f"AND (? IS NULL OR EXISTS (SELECT 1 FROM node_points AS p WHERE p.node_id = c.node_id "
                 f"AND p.anchor = c.anchor AND {claim_known})) "
-                "ORDER BY length(c.description) DESC, c.description DESC LIMIT 1",
+                f"ORDER BY {longer_text_order('c.description')} LIMIT 1",
                 (node_id, *cvp, scope.as_of, *ckp),
             )
             description = best[0][0] if best else ""
