@@ -394,10 +394,10 @@ def speed(data: Path, source: str, extractors: Mapping[str, Extract], settings: 
     return result
 
 
-def tuning_material(data: Path, labels: dict[tuple[str, str], bool], extract: Extract, settings: Settings) -> list[tuple[SeenNode, bool]]:
-    """The labelled coding nodes ``extract`` makes on the tuning material: the first
-    :data:`TUNING_SWE_NODES` of ``swe/tune``'s sample, the tuning halves of the halved sources,
-    aider's tuning pool."""
+def tuning_nodes(data: Path, labels: dict[tuple[str, str], bool], extract: Extract, settings: Settings) -> list[tuple[str, SeenNode, bool]]:
+    """The labelled coding nodes ``extract`` makes on the tuning material, with their session: the
+    first :data:`TUNING_SWE_NODES` of ``swe/tune``'s sample, the tuning halves of the halved
+    sources, aider's tuning pool."""
     _, sample = precision_nodes(data, "swe", "tune", extract, settings, count=TUNING_SWE_NODES)
     nodes = list(sample)
     for source in HALVED_SOURCES:
@@ -406,7 +406,12 @@ def tuning_material(data: Path, labels: dict[tuple[str, str], bool], extract: Ex
         nodes += [(sid, node) for sid, seen in found.items() if half_of[sid] == "tune" for node in seen.values()]
     for source in POOL_SESSIONS:
         nodes += pool_nodes(data, source, extract, settings)
-    return [(node, labels[(sid, node.id)]) for sid, node in nodes if (sid, node.id) in labels]
+    return [(sid, node, labels[(sid, node.id)]) for sid, node in nodes if (sid, node.id) in labels]
+
+
+def tuning_material(data: Path, labels: dict[tuple[str, str], bool], extract: Extract, settings: Settings) -> list[tuple[SeenNode, bool]]:
+    """The labelled coding nodes ``extract`` makes on the tuning material (:func:`tuning_nodes`)."""
+    return [(node, useful) for _, node, useful in tuning_nodes(data, labels, extract, settings)]
 
 
 def heldout_halves(data: Path, labels: dict[tuple[str, str], bool], extract: Extract, settings: Settings) -> list[tuple[SeenNode, bool]]:

@@ -290,10 +290,8 @@ def extract_heuristic(unit: WorkUnit, *, tool_only_min_turns: int = TOOL_ONLY_MI
     """The model-schema reply for ``unit`` (pure). ``tool_only_min_turns``: how many tool turns
     must name something seen only in tool output (the benchmark varies it)."""
     speakers = {t.number: name for t in unit.turns if (name := speaker_name(t.role))}
-    people = _people_index(speakers.values())
-    capitalised = _capitalised_words(unit)
     coding = _is_coding_unit(unit)
-    per_turn = _agree_on_types([(turn, _turn_mentions(turn, people, capitalised, coding=coding)) for turn in unit.turns])
+    per_turn = mentions_per_turn(unit, speakers=speakers, coding=coding)
     nodes: dict[str, dict[str, Any]] = {}
     seen_in: dict[str, dict[int, str]] = {}  # node id -> turn number -> role
     evidence = _EvidenceIndex()
@@ -361,6 +359,20 @@ def extract_heuristic(unit: WorkUnit, *, tool_only_min_turns: int = TOOL_ONLY_MI
             if quote and len(edge["evidence"]) < 3:
                 edge["evidence"].append({"turn": turn.number, "quote": quote})
     return {"summary": "", "nodes": [n for i, n in nodes.items() if i in kept], "edges": list(edges.values())}
+
+
+def mentions_per_turn(
+    unit: WorkUnit, *, speakers: Mapping[int, str] | None = None, coding: bool | None = None
+) -> list[tuple[UnitTurn, list[_Mention]]]:
+    """Each turn of ``unit`` with the mentions found in it (types agreed across the unit), before
+    the unit decides which become nodes. ``speakers`` and ``coding`` are computed when not given."""
+    if speakers is None:
+        speakers = {t.number: name for t in unit.turns if (name := speaker_name(t.role))}
+    if coding is None:
+        coding = _is_coding_unit(unit)
+    people = _people_index(speakers.values())
+    capitalised = _capitalised_words(unit)
+    return _agree_on_types([(turn, _turn_mentions(turn, people, capitalised, coding=coding)) for turn in unit.turns])
 
 
 def _agree_on_types(per_turn: list[tuple[UnitTurn, list[_Mention]]]) -> list[tuple[UnitTurn, list[_Mention]]]:

@@ -1,0 +1,259 @@
+"""What else a coding chunk says about a name, and whether it separates noise (issue 11, seventh round).
+
+The offline extractor keeps a code name that a person or the agent writes once; on the labelled
+tuning material such a one-off is useful about half the time. This module measures kinds of
+evidence no rule used before, per node and chunk, and what a rule built on each would do to the
+labelled tuning nodes (never to a held-out or untouched split):
+
+- **turn salience**: how many distinct names the turn that shows the name yields (a name in a
+  long dump is incidental, one of few in a short answer is what the session is about);
+- **agent action**: where in the agent's message the name is — its prose, the command line it
+  runs (a fenced shell block outside heredoc bodies), an edit it makes (a heredoc body, SWE-agent's
+  ``edit … end_of_edit``, aider's SEARCH/REPLACE block: lines in both halves are the edit's
+  unchanged context), or a quoted code block; versus a user turn or tool output;
+- **task**: in a user turn (the issue or request);
+- **provenance**: imported (``from m import Name``, ``import m``) from a package that is no
+  directory of any path the chunk shows (a library's name, not the project's).
+
+    python -m bench.extract_evidence --data /tmp/q3/data2
+
+prints the table of candidates: labelled noise removed / labelled useful lost (a session's node is
+removed only when every chunk that keeps it would drop it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench import bench_extract_quality as quality  # noqa: E402
+from config import Settings  # noqa: E402
+from pipelines.extract import heuristic  # noqa: E402
+from pipelines.extract.model import WorkUnit, semantic_node_id, validate_extraction  # noqa: E402
+
+CODE_TYPES = frozenset({"CLASS", "METHOD", "TEST"})
+_FENCE = re.compile(r"```([^\n`]*)\n(.*?)(?:```|\Z)|<source>([^\n]*)\n(.*?)(?:</source>|\Z)", re.S)
+_HEREDOC = re.compile(r"<<-?[ \t]*['\"]?(\w+)['\"]?[^\n]*\n(.*?)(?:^[ \t]*\1[ \t]*$|\Z)", re.S | re.M)
+_SWE_AGENT_EDIT = re.compile(r"^edit[ \t]+\d+:\d+[^\n]*\n(.*?)(?:^end_of_edit|\Z)", re.S | re.M)
+_SEARCH_REPLACE = re.compile(r"^<<<<<<< SEARCH[^\n]*\n.*?(?:^>>>>>>> REPLACE|\Z)", re.S | re.M)
+_SHELL_LANGUAGES = frozenset({"", "bash", "sh", "shell", "console", "zsh"})
+# An import line, also as a file view shows it (`  12 from x import y`, `12│from x import y`).
+_LINE_PREFIX = r"^[ \t>+\-\d│|:]*"
+_IMPORT_FROM = re.compile(_LINE_PREFIX + r"from[ \t]+(\.*[\w.]*)[ \t]+import[ \t]+(\([^)]*\)|[^\n]*)", re.M)
+_IMPORT = re.compile(_LINE_PREFIX + r"import[ \t]+([\w.]+(?:[ \t]+as[ \t]+\w+)?(?:[ \t]*,[ \t]*[\w.]+(?:[ \t]+as[ \t]+\w+)?)*)", re.M)
+_DIRECTORY = re.compile(r"[\w.-]+(?=/)")
+
+
+@dataclass(slots=True)
+class NameEvidence:
+    """What one chunk shows of one name."""
+
+    type: str
+    name: str
+    kinds: set[str] = field(default_factory=set)  # user, prose, command, edit, edit-context, quote, tool
+    turn_names: dict[int, int] = field(default_factory=dict)  # turn number → distinct names it yields
+    imported_from: str | None = None
+    library_import: bool = False
+
+    @property
+    def turns(self) -> int:
+        return len(self.turn_names)
+
+    @property
+    def salience(self) -> int:
+        """Names yielded by the busiest turn that shows it."""
+        return max(self.turn_names.values())
+
+
+def _edit_zones(text: str, start: int, end: int) -> list[tuple[int, int, str]]:
+    """An edit block's lines: those in both halves of a SEARCH/REPLACE are ``edit-context``."""
+    block = text[start:end]
+    search_at, divider_at = block.find("<<<<<<< SEARCH"), block.find("=======")
+    if search_at < 0 or divider_at < search_at:
+        return [(start, end, "edit")]
+    replace_end = block.find(">>>>>>> REPLACE", divider_at)
+    search = {line.strip() for line in block[search_at:divider_at].splitlines()[1:] if line.strip()}
+    replace = {line.strip() for line in block[divider_at : replace_end if replace_end >= 0 else len(block)].splitlines()[1:] if line.strip()}
+    zones, at = [], start
+    for line in block.splitlines(keepends=True):
+        zones.append((at, at + len(line), "edit-context" if line.strip() in search & replace else "edit"))
+        at += len(line)
+    return zones
+
+
+def agent_zones(text: str) -> list[tuple[int, int, str]]:
+    """The parts of an agent's message that are no prose: ``(start, end, kind)`` with kind
+    ``command``, ``edit``, ``edit-context`` or ``quote``; anything outside them is ``prose``."""
+    zones: list[tuple[int, int, str]] = []
+    for match in _SEARCH_REPLACE.finditer(text):
+        zones += _edit_zones(text, match.start(), match.end())
+    for match in _FENCE.finditer(text):
+        start, end = match.span()
+        if "<<<<<<< SEARCH" in text[start:end]:
+            zones = [z for z in zones if not start <= z[0] < end] + _edit_zones(text, start, end)
+            continue
+        if any(start <= z[0] < end for z in zones):
+            continue
+        language = (match.group(1) if match.group(1) is not None else match.group(3) or "").strip().lower()
+        if language not in _SHELL_LANGUAGES:
+            zones.append((start, end, "quote"))
+            continue
+        at = start
+        bodies = [(m.start(2), m.end()) for m in _HEREDOC.finditer(text, start, end)]
+        bodies += [(m.start(1), m.end()) for m in _SWE_AGENT_EDIT.finditer(text, start, end)]
+        for body_start, body_end in sorted(bodies):
+            if body_start > at:
+                zones.append((at, body_start, "command"))
+            zones.append((body_start, body_end, "edit"))
+            at = max(at, body_end)
+        if at < end:
+            zones.append((at, end, "command"))
+    return sorted(zones)
+
+
+def _kind_at(zones: Sequence[tuple[int, int, str]], position: int) -> str:
+    return next((kind for start, end, kind in zones if start <= position < end), "prose")
+
+
+def _imports(unit: WorkUnit) -> tuple[dict[str, str], set[str]]:
+    """Names the chunk imports → their module, and every directory name its paths show."""
+    imported: dict[str, str] = {}
+    directories: set[str] = set()
+    for turn in unit.turns:
+        for match in heuristic._PATH.finditer(turn.text):
+            directories.update(_DIRECTORY.findall(match.group(0)))
+        for match in _IMPORT_FROM.finditer(turn.text):
+            for part in re.split(r"[,()\n]", match.group(2)):
+                words = part.split()
+                name = words[-1] if len(words) == 3 and words[1] == "as" else (words[0] if words else "")
+                if re.fullmatch(r"\w+", name):
+                    imported.setdefault(name, match.group(1))
+        for match in _IMPORT.finditer(turn.text):
+            for part in match.group(1).split(","):
+                words = part.split()
+                if words:
+                    imported.setdefault(words[-1] if len(words) == 3 else words[0].split(".")[0], words[0])
+    return imported, directories
+
+
+def unit_evidence(unit: WorkUnit) -> dict[str, NameEvidence]:
+    """Every name the extractor finds in a chunk (kept or not), by node id, with its evidence."""
+    found: dict[str, NameEvidence] = {}
+    for turn, mentions in heuristic.mentions_per_turn(unit):
+        role = turn.role or ""
+        ids = {node_id for m in mentions if (node_id := semantic_node_id(m.node_type, m.name))}
+        zones = agent_zones(turn.text) if role in heuristic._AGENT_ROLES else []
+        for mention in mentions:
+            node_id = semantic_node_id(mention.node_type, mention.name)
+            if node_id is None:
+                continue
+            if role in heuristic.TOOL_ROLES or mention.pasted:
+                kind = "tool"
+            elif role in heuristic._AGENT_ROLES:
+                kind = _kind_at(zones, mention.start)
+            else:
+                kind = "user"
+            evidence = found.setdefault(node_id, NameEvidence(mention.node_type, mention.name))
+            evidence.kinds.add(kind)
+            evidence.turn_names[turn.number] = len(ids)
+    imported, directories = _imports(unit)
+    for evidence in found.values():
+        module = imported.get(evidence.name.split(".")[0])
+        evidence.imported_from = module
+        evidence.library_import = module is not None and not module.startswith(".") and module.split(".")[0] not in directories
+    return found
+
+
+Predicate = Callable[[str, NameEvidence], bool]
+
+
+def _said(evidence: NameEvidence) -> bool:
+    return bool(evidence.kinds & {"user", "prose"})
+
+
+def candidates() -> list[tuple[str, Predicate]]:
+    """The rules measured: each says, for a node a chunk keeps (its type, its evidence), "no node"."""
+    rules: list[tuple[str, Predicate]] = []
+    for k in (5, 10, 15, 20, 30):
+        rules.append((f"salience: code name in one turn, which yields > {k} names",
+                      lambda t, e, k=k: t in CODE_TYPES and e.turns == 1 and e.salience > k))
+    for k in (10, 20):
+        rules.append((f"salience: any name incl. files, one turn yielding > {k}",
+                      lambda t, e, k=k: (t in CODE_TYPES or t == "FILE") and e.turns == 1 and e.salience > k))
+        rules.append((f"salience + action: code name, one turn yielding > {k}, in no prose, user turn or command",
+                      lambda t, e, k=k: t in CODE_TYPES and e.turns == 1 and e.salience > k and not e.kinds & {"user", "prose", "command"}))
+    rules += [
+        ("action: code name in no user turn nor agent prose (only code, commands, tool output)",
+         lambda t, e: t in CODE_TYPES and not _said(e)),
+        ("action: … and in one turn", lambda t, e: t in CODE_TYPES and e.turns == 1 and not _said(e)),
+        ("action: code name in no command, edit, user turn or prose (quoted code, tool output)",
+         lambda t, e: t in CODE_TYPES and not e.kinds & {"user", "prose", "command", "edit", "edit-context"}),
+        ("action: code name in no command line, user turn or prose", lambda t, e: t in CODE_TYPES and not e.kinds & {"user", "prose", "command"}),
+        ("action: code name only inside edits", lambda t, e: t in CODE_TYPES and e.kinds <= {"edit", "edit-context"}),
+        ("action: … in one turn", lambda t, e: t in CODE_TYPES and e.turns == 1 and e.kinds <= {"edit", "edit-context"}),
+        ("action: code name only on an edit's unchanged context lines (and tool output)",
+         lambda t, e: t in CODE_TYPES and e.kinds <= {"edit-context", "tool"}),
+        ("action: file in one turn, in no prose, user turn or command", lambda t, e: t == "FILE" and e.turns == 1 and not e.kinds & {"user", "prose", "command"}),
+        ("task: code name in no user turn", lambda t, e: t in CODE_TYPES and "user" not in e.kinds),
+        ("task: … and in one turn", lambda t, e: t in CODE_TYPES and e.turns == 1 and "user" not in e.kinds),
+        ("task: code name in one user turn only", lambda t, e: t in CODE_TYPES and e.turns == 1 and e.kinds == {"user"}),
+        ("provenance: code name imported from a package outside the chunk's paths", lambda t, e: t in CODE_TYPES and e.library_import),
+        ("provenance: … in at most two turns", lambda t, e: t in CODE_TYPES and e.library_import and e.turns <= 2),
+        ("provenance: … in no prose or user turn", lambda t, e: t in CODE_TYPES and e.library_import and not _said(e)),
+    ]
+    return rules
+
+
+def session_chunks(session: dict[str, Any], settings: Settings) -> list[tuple[dict[str, str], dict[str, NameEvidence]]]:
+    """Per chunk of a session: the nodes the extractor keeps (id → type, after validation) and the
+    evidence of every name."""
+    chunks = []
+    for unit in quality.units_of(session, settings):
+        kept = validate_extraction(heuristic.extract_heuristic(unit), unit, semantic_types=settings.semantic_types)
+        chunks.append(({node.id: node.type for node in kept.nodes}, unit_evidence(unit)))
+    return chunks
+
+
+def removes(rule: Predicate, chunks: Sequence[tuple[dict[str, str], dict[str, NameEvidence]]], node_id: str) -> bool:
+    """Whether ``rule`` removes a session's node: every chunk that keeps it drops it."""
+    keeping = [(kept[node_id], found[node_id]) for kept, found in chunks if node_id in kept and node_id in found]
+    return bool(keeping) and all(rule(node_type, evidence) for node_type, evidence in keeping)
+
+
+def candidate_table(data: Path, settings: Settings) -> list[dict[str, Any]]:
+    """Each candidate's effect on the labelled tuning material (its nodes as the current
+    extractor makes them): labelled noise removed, labelled useful lost, and the lost names."""
+    labels = {(r["session"], r["node"]): bool(r["useful"]) for r in quality.read_jsonl(quality.NODE_LABELS)}
+    labelled = quality.tuning_nodes(data, labels, heuristic.extract_heuristic, settings)
+    sessions = {s["sessionId"]: s for name in ("swe.tune", "sweagent.fresh", "aider.fresh") for s in quality.load_sessions(data / f"{name}.jsonl")}
+    chunks = {sid: session_chunks(sessions[sid], settings) for sid in {sid for sid, _, _ in labelled}}
+    rows = []
+    for name, rule in candidates():
+        hit = [(node.id, useful) for sid, node, useful in labelled if removes(rule, chunks[sid], node.id)]
+        noise = sum(not useful for _, useful in hit)
+        lost = [node_id for node_id, useful in hit if useful]
+        rows.append({
+            "candidate": name, "noise_removed": noise, "useful_lost": len(lost),
+            "worth_it": noise > 0 and len(lost) * 3 <= noise, "lost": lost[:6],
+        })
+    return [{"labelled": len(labelled), "useful": sum(u for _, _, u in labelled)}, *rows]
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", type=Path, required=True, help="directory of converted <source>.<split>.jsonl")
+    args = parser.parse_args(argv)
+    for row in candidate_table(args.data, Settings()):
+        print(json.dumps(row, ensure_ascii=False))
+
+
+if __name__ == "__main__":
+    main()
