@@ -15,7 +15,7 @@ labelled tuning nodes (never to a held-out or untouched split):
 - **provenance**: imported (``from m import Name``, ``import m``) from a package that is no
   directory of any path the chunk shows (a library's name, not the project's).
 
-    python -m bench.extract_evidence --data /tmp/q3/data2
+    python -m bench.extract_evidence --data /tmp/q3/data2 [--material untouched7]
 
 prints the table of candidates: labelled noise removed / labelled useful lost (a session's node is
 removed only when every chunk that keeps it would drop it).
@@ -190,6 +190,8 @@ def candidates() -> list[tuple[str, Predicate]]:
                       lambda t, e, k=k: (t in CODE_TYPES or t == "FILE") and e.turns == 1 and e.salience > k))
         rules.append((f"salience + action: code name, one turn yielding > {k}, in no prose, user turn or command",
                       lambda t, e, k=k: t in CODE_TYPES and e.turns == 1 and e.salience > k and not e.kinds & {"user", "prose", "command"}))
+    rules.append(("salience + action + task: code name or file in one tool-output turn yielding > 20 names, in no agent message or user turn",
+                  lambda t, e: (t in CODE_TYPES or t == "FILE") and e.turns == 1 and e.salience > 20 and e.kinds == {"tool"}))
     rules += [
         ("action: code name in no user turn nor agent prose (only code, commands, tool output)",
          lambda t, e: t in CODE_TYPES and not _said(e)),
@@ -228,12 +230,27 @@ def removes(rule: Predicate, chunks: Sequence[tuple[dict[str, str], dict[str, Na
     return bool(keeping) and all(rule(node_type, evidence) for node_type, evidence in keeping)
 
 
-def candidate_table(data: Path, settings: Settings) -> list[dict[str, Any]]:
-    """Each candidate's effect on the labelled tuning material (its nodes as the current
-    extractor makes them): labelled noise removed, labelled useful lost, and the lost names."""
+def labelled_material(data: Path, material: str, settings: Settings) -> tuple[list[tuple[str, quality.SeenNode, bool]], dict[str, dict[str, Any]]]:
+    """The labelled nodes (session, node, useful) the current extractor makes on ``material`` —
+    ``tune`` (the tuning material) or an untouched split's sample — and their sessions by id."""
     labels = {(r["session"], r["node"]): bool(r["useful"]) for r in quality.read_jsonl(quality.NODE_LABELS)}
-    labelled = quality.tuning_nodes(data, labels, heuristic.extract_heuristic, settings)
-    sessions = {s["sessionId"]: s for name in ("swe.tune", "sweagent.fresh", "aider.fresh") for s in quality.load_sessions(data / f"{name}.jsonl")}
+    if material == "tune":
+        labelled = quality.tuning_nodes(data, labels, heuristic.extract_heuristic, settings)
+        sessions = {s["sessionId"]: s for name in ("swe.tune", "sweagent.fresh", "aider.fresh") for s in quality.load_sessions(data / f"{name}.jsonl")}
+        return labelled, sessions
+    labelled, sessions = [], {}
+    for source in quality.UNTOUCHED_SESSIONS:
+        sessions.update({s["sessionId"]: s for s in quality.untouched_sessions(data, source, material)})
+        sample = quality.untouched_nodes(data, source, heuristic.extract_heuristic, settings, material)
+        labelled += [(sid, node, labels[(sid, node.id)]) for sid, node in sample if (sid, node.id) in labels]
+    return labelled, sessions
+
+
+def candidate_table(data: Path, settings: Settings, material: str = "tune") -> list[dict[str, Any]]:
+    """Each candidate's effect on labelled material (its nodes as the current extractor makes
+    them): labelled noise removed, labelled useful lost, and the lost names. Rules are chosen on
+    ``tune`` only; an untouched split is reported after the choice is committed."""
+    labelled, sessions = labelled_material(data, material, settings)
     chunks = {sid: session_chunks(sessions[sid], settings) for sid in {sid for sid, _, _ in labelled}}
     rows = []
     for name, rule in candidates():
@@ -250,8 +267,10 @@ def candidate_table(data: Path, settings: Settings) -> list[dict[str, Any]]:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", type=Path, required=True, help="directory of converted <source>.<split>.jsonl")
+    parser.add_argument("--material", default="tune", choices=("tune", *quality.UNTOUCHED_SALTS),
+                        help="tune: the tuning material (choose here); an untouched split only after the choice is committed")
     args = parser.parse_args(argv)
-    for row in candidate_table(args.data, Settings()):
+    for row in candidate_table(args.data, Settings(), args.material):
         print(json.dumps(row, ensure_ascii=False))
 
 
