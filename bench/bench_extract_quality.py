@@ -52,8 +52,9 @@ SOURCES = ("friends", "swe", "sweagent", "aider")
 # ``fresh``: held-out sessions never sampled for a label before issue 11's second round (labelled
 # before its rule changes; see bench/RESULTS.md).
 # ``untouched``: the sixth round's sample (:data:`UNTOUCHED_SESSIONS`), labelled before its rules.
-# ``untouched7``: the seventh round's sample (same shape, sessions in none of the above).
-SPLITS = ("tune", "heldout", "fresh", "untouched", "untouched7")
+# ``untouched7``, ``untouched8``: the seventh round's samples (same shape, sessions in none of the
+# above; the second drawn after the first had been read for the evidence candidates).
+SPLITS = ("tune", "heldout", "fresh", "untouched", "untouched7", "untouched8")
 # Sessions whose nodes are sampled for precision labels, and conversations labelled for recall.
 # ``sweagent``: SWE-agent's own trajectories (issue 11's third round; 15 sessions, all sampled);
 # ``aider``: aider's own chat history (third round, held out).
@@ -77,7 +78,7 @@ UNTOUCHED_NODES = 60
 # Issue 11's seventh round: another untouched sample, drawn the same way from the sessions left
 # (none of the sixth round's), ordered by SHA-256 of "round7-untouched|<id>". Untouched splits in
 # the order they were drawn: each excludes the sessions of the ones before it.
-UNTOUCHED_SALTS = {"untouched": "round6-untouched", "untouched7": "round7-untouched"}
+UNTOUCHED_SALTS = {"untouched": "round6-untouched", "untouched7": "round7-untouched", "untouched8": "round8-untouched"}
 # ``swe/tune`` nodes in the tuning material: 160 until the fifth round, 220 from the sixth (its 60
 # new labels were made before its rules changed).
 TUNING_SWE_NODES = 220
