@@ -24,6 +24,7 @@ removed only when every chunk that keeps it would drop it).
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import re
 import sys
@@ -190,6 +191,12 @@ def candidates() -> list[tuple[str, Predicate]]:
                       lambda t, e, k=k: (t in CODE_TYPES or t == "FILE") and e.turns == 1 and e.salience > k))
         rules.append((f"salience + action: code name, one turn yielding > {k}, in no prose, user turn or command",
                       lambda t, e, k=k: t in CODE_TYPES and e.turns == 1 and e.salience > k and not e.kinds & {"user", "prose", "command"}))
+    for k in (10, 15, 20, 30):
+        rules.append((f"salience + action: any name in one turn yielding > {k} names, in no edit (changed or context lines)",
+                      lambda t, e, k=k: e.turns == 1 and e.salience > k and not e.kinds & {"edit", "edit-context"}))
+        rules.append((f"salience + action + task: any name in one turn yielding > {k} names, in no edit and no user turn",
+                      lambda t, e, k=k: e.turns == 1 and e.salience > k and not e.kinds & {"edit", "edit-context", "user"}))
+        rules.append((f"salience: any name in one turn yielding > {k} names", lambda t, e, k=k: e.turns == 1 and e.salience > k))
     rules.append(("salience + action + task: code name or file in one tool-output turn yielding > 20 names, in no agent message or user turn",
                   lambda t, e: (t in CODE_TYPES or t == "FILE") and e.turns == 1 and e.salience > 20 and e.kinds == {"tool"}))
     rules += [
@@ -230,12 +237,44 @@ def removes(rule: Predicate, chunks: Sequence[tuple[dict[str, str], dict[str, Na
     return bool(keeping) and all(rule(node_type, evidence) for node_type, evidence in keeping)
 
 
+SALIENCE_POOL_BAND = (10, 20)  # nodes shown in one turn of more than 10 names; 30 up to 20, 30 beyond
+SALIENCE_POOL_PER_BAND = 30
+
+
+def salience_pool(data: Path, settings: Settings) -> list[tuple[str, str, int]]:
+    """The seventh round's extra tuning material for turn salience (the tuning material held no
+    labelled node shown only in a busy turn): ``(session, node id, names of its busiest turn)``
+    for nodes the extractor keeps that a one-busy-turn rule would remove, on tuning sessions
+    outside every sample — ``swe/tune`` minus its precision sample, aider's sessions outside its
+    precision sample, pool and untouched splits — ordered by SHA-256 of
+    ``round7-salience|<session>|<node>``, :data:`SALIENCE_POOL_PER_BAND` per band."""
+    swe = quality.load_sessions(data / "swe.tune.jsonl")
+    used = {s["sessionId"] for s in quality.sampled_sessions(swe, "swe", quality.PRECISION_SESSIONS["swe"], salt="tune:precision")}
+    aider = quality.load_sessions(data / "aider.fresh.jsonl")
+    used |= {s["sessionId"] for s in quality.sampled_sessions(aider, "aider", quality.PRECISION_SESSIONS["aider"], salt="fresh:precision")}
+    used |= {s["sessionId"] for s in quality.pool_sessions(data, "aider")}
+    for split in quality.UNTOUCHED_SALTS:
+        used |= {s["sessionId"] for s in quality.untouched_sessions(data, "aider", split)}
+    found: list[tuple[str, str, int]] = []
+    for session in (s for s in swe + aider if s["sessionId"] not in used and len(s["turns"]) >= 2):
+        chunks = [c for c, unit in zip(session_chunks(session, settings), quality.units_of(session, settings)) if heuristic._is_coding_unit(unit)]
+        for node_id in {node_id for kept, _ in chunks for node_id in kept}:
+            busiest = min(e.salience if e.turns == 1 else 0 for kept, evidence in chunks if node_id in kept and (e := evidence.get(node_id)))
+            if busiest > SALIENCE_POOL_BAND[0]:
+                found.append((session["sessionId"], node_id, busiest))
+    order = sorted(found, key=lambda row: hashlib.sha256(f"round7-salience|{row[0]}|{row[1]}".encode()).hexdigest())
+    low = [row for row in order if row[2] <= SALIENCE_POOL_BAND[1]][:SALIENCE_POOL_PER_BAND]
+    return low + [row for row in order if row[2] > SALIENCE_POOL_BAND[1]][:SALIENCE_POOL_PER_BAND]
+
+
 def labelled_material(data: Path, material: str, settings: Settings) -> tuple[list[tuple[str, quality.SeenNode, bool]], dict[str, dict[str, Any]]]:
     """The labelled nodes (session, node, useful) the current extractor makes on ``material`` —
     ``tune`` (the tuning material) or an untouched split's sample — and their sessions by id."""
     labels = {(r["session"], r["node"]): bool(r["useful"]) for r in quality.read_jsonl(quality.NODE_LABELS)}
     if material == "tune":
         labelled = quality.tuning_nodes(data, labels, heuristic.extract_heuristic, settings)
+        labelled += [(sid, quality.SeenNode(node_id, node_id.partition(":")[0], node_id.partition(":")[2]), labels[(sid, node_id)])
+                     for sid, node_id, _ in salience_pool(data, settings) if (sid, node_id) in labels]
         sessions = {s["sessionId"]: s for name in ("swe.tune", "sweagent.fresh", "aider.fresh") for s in quality.load_sessions(data / f"{name}.jsonl")}
         return labelled, sessions
     labelled, sessions = [], {}
