@@ -7,10 +7,9 @@ labelled tuning nodes (never to a held-out or untouched split):
 
 - **turn salience**: how many distinct names the turn that shows the name yields (a name in a
   long dump is incidental, one of few in a short answer is what the session is about);
-- **agent action**: where in the agent's message the name is — its prose, the command line it
-  runs (a fenced shell block outside heredoc bodies), an edit it makes (a heredoc body, SWE-agent's
-  ``edit … end_of_edit``, aider's SEARCH/REPLACE block: lines in both halves are the edit's
-  unchanged context), or a quoted code block; versus a user turn or tool output;
+- **agent action**: where in the agent's message the name is (:mod:`pipelines.extract.message_parts`)
+  — its prose, the command line it runs, an edit it makes (changed lines or unchanged context), a
+  quoted code block; versus a user turn or tool output;
 - **task**: in a user turn (the issue or request);
 - **provenance**: imported (``from m import Name``, ``import m``) from a package that is no
   directory of any path the chunk shows (a library's name, not the project's).
@@ -38,14 +37,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench import bench_extract_quality as quality  # noqa: E402
 from config import Settings  # noqa: E402
 from pipelines.extract import heuristic  # noqa: E402
+from pipelines.extract.message_parts import agent_zones, zone_at  # noqa: E402
 from pipelines.extract.model import WorkUnit, semantic_node_id, validate_extraction  # noqa: E402
 
 CODE_TYPES = frozenset({"CLASS", "METHOD", "TEST"})
-_FENCE = re.compile(r"```([^\n`]*)\n(.*?)(?:```|\Z)|<source>([^\n]*)\n(.*?)(?:</source>|\Z)", re.S)
-_HEREDOC = re.compile(r"<<-?[ \t]*['\"]?(\w+)['\"]?[^\n]*\n(.*?)(?:^[ \t]*\1[ \t]*$|\Z)", re.S | re.M)
-_SWE_AGENT_EDIT = re.compile(r"^edit[ \t]+\d+:\d+[^\n]*\n(.*?)(?:^end_of_edit|\Z)", re.S | re.M)
-_SEARCH_REPLACE = re.compile(r"^<<<<<<< SEARCH[^\n]*\n.*?(?:^>>>>>>> REPLACE|\Z)", re.S | re.M)
-_SHELL_LANGUAGES = frozenset({"", "bash", "sh", "shell", "console", "zsh"})
 # An import line, also as a file view shows it (`  12 from x import y`, `12│from x import y`).
 _LINE_PREFIX = r"^[ \t>+\-\d│|:]*"
 _IMPORT_FROM = re.compile(_LINE_PREFIX + r"from[ \t]+(\.*[\w.]*)[ \t]+import[ \t]+(\([^)]*\)|[^\n]*)", re.M)
@@ -72,56 +67,6 @@ class NameEvidence:
     def salience(self) -> int:
         """Names yielded by the busiest turn that shows it."""
         return max(self.turn_names.values())
-
-
-def _edit_zones(text: str, start: int, end: int) -> list[tuple[int, int, str]]:
-    """An edit block's lines: those in both halves of a SEARCH/REPLACE are ``edit-context``."""
-    block = text[start:end]
-    search_at, divider_at = block.find("<<<<<<< SEARCH"), block.find("=======")
-    if search_at < 0 or divider_at < search_at:
-        return [(start, end, "edit")]
-    replace_end = block.find(">>>>>>> REPLACE", divider_at)
-    search = {line.strip() for line in block[search_at:divider_at].splitlines()[1:] if line.strip()}
-    replace = {line.strip() for line in block[divider_at : replace_end if replace_end >= 0 else len(block)].splitlines()[1:] if line.strip()}
-    zones, at = [], start
-    for line in block.splitlines(keepends=True):
-        zones.append((at, at + len(line), "edit-context" if line.strip() in search & replace else "edit"))
-        at += len(line)
-    return zones
-
-
-def agent_zones(text: str) -> list[tuple[int, int, str]]:
-    """The parts of an agent's message that are no prose: ``(start, end, kind)`` with kind
-    ``command``, ``edit``, ``edit-context`` or ``quote``; anything outside them is ``prose``."""
-    zones: list[tuple[int, int, str]] = []
-    for match in _SEARCH_REPLACE.finditer(text):
-        zones += _edit_zones(text, match.start(), match.end())
-    for match in _FENCE.finditer(text):
-        start, end = match.span()
-        if "<<<<<<< SEARCH" in text[start:end]:
-            zones = [z for z in zones if not start <= z[0] < end] + _edit_zones(text, start, end)
-            continue
-        if any(start <= z[0] < end for z in zones):
-            continue
-        language = (match.group(1) if match.group(1) is not None else match.group(3) or "").strip().lower()
-        if language not in _SHELL_LANGUAGES:
-            zones.append((start, end, "quote"))
-            continue
-        at = start
-        bodies = [(m.start(2), m.end()) for m in _HEREDOC.finditer(text, start, end)]
-        bodies += [(m.start(1), m.end()) for m in _SWE_AGENT_EDIT.finditer(text, start, end)]
-        for body_start, body_end in sorted(bodies):
-            if body_start > at:
-                zones.append((at, body_start, "command"))
-            zones.append((body_start, body_end, "edit"))
-            at = max(at, body_end)
-        if at < end:
-            zones.append((at, end, "command"))
-    return sorted(zones)
-
-
-def _kind_at(zones: Sequence[tuple[int, int, str]], position: int) -> str:
-    return next((kind for start, end, kind in zones if start <= position < end), "prose")
 
 
 def _imports(unit: WorkUnit) -> tuple[dict[str, str], set[str]]:
@@ -159,7 +104,7 @@ def unit_evidence(unit: WorkUnit) -> dict[str, NameEvidence]:
             if role in heuristic.TOOL_ROLES or mention.pasted:
                 kind = "tool"
             elif role in heuristic._AGENT_ROLES:
-                kind = _kind_at(zones, mention.start)
+                kind = zone_at(zones, mention.start)
             else:
                 kind = "user"
             evidence = found.setdefault(node_id, NameEvidence(mention.node_type, mention.name))

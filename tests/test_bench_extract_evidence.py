@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from bench.extract_evidence import agent_zones, unit_evidence
+from bench.extract_evidence import unit_evidence
+from pipelines.extract.message_parts import agent_zones
 from pipelines.extract.model import UnitTurn, WorkUnit, unit_content_hash
 
 
@@ -31,6 +32,9 @@ def test_an_aider_search_replace_block_splits_changed_lines_from_context() -> No
     assert kind_of(text, "self.matching_commands") == "edit-context"
     assert kind_of(text, 'self.coder.event("') == "edit"
     assert kind_of(text, "PromptSession") == "quote"
+    # A whole file written out under its name (aider's whole format) is an edit too.
+    whole = "Here is the new file:\n\naider/spinner.py\n```python\nclass Spinner:\n    pass\n```"
+    assert kind_of(whole, "Spinner:") == "edit"
 
 
 def test_unit_evidence_counts_the_names_of_a_turn_and_where_an_import_comes_from() -> None:
