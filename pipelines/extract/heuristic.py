@@ -351,7 +351,8 @@ def extract_heuristic(unit: WorkUnit, *, tool_only_min_turns: int = TOOL_ONLY_MI
         busy = _BusyTurns(linked_per_turn, written_at)
         kept = {
             node_id for node_id in kept
-            if not _said_once_in_passing(nodes[node_id], seen_in[node_id], unit) and not busy.shows_only_in_passing(nodes[node_id], seen_in[node_id])
+            if not _said_once_in_passing(nodes[node_id], seen_in[node_id], unit)
+            and not busy.shows_only_in_passing(nodes[node_id], seen_in[node_id])
         }
     for node_id in kept:
         turns = seen_in[node_id]
