@@ -17,7 +17,8 @@ labelled tuning nodes (never to a held-out or untouched split):
     python -m bench.extract_evidence --data /tmp/q3/data2 [--material untouched7]
 
 prints the table of candidates: labelled noise removed / labelled useful lost (a session's node is
-removed only when every chunk that keeps it would drop it).
+removed only when every chunk that keeps it would drop it). The tuning material is the sixth
+round's plus :func:`salience_pool` (nodes shown once in a busy turn, which it lacked).
 """
 
 from __future__ import annotations
