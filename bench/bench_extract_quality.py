@@ -11,6 +11,7 @@ tuning and a held-out half before anything was labelled. Labels (committed, smal
     python -m bench.bench_extract_quality report --data /tmp/qe-data --splits tune heldout --speed
     python -m bench.bench_extract_quality sample --data /tmp/qe-data --source swe --split tune [--before|--tool-only]
     python -m bench.bench_extract_quality sample --data /tmp/q3/data2 --source aider --split untouched   # sixth round
+    python -m bench.bench_extract_quality sample --data /tmp/q3/data2 --source swe --split untouched7    # seventh round
     REM_TRANSCRIPTS=/tmp/qe-data python bench/run_all.py extract_quality
 
 ``report`` prints, per source and split, node precision over the labelled nodes the extractor
@@ -51,7 +52,9 @@ SOURCES = ("friends", "swe", "sweagent", "aider")
 # ``fresh``: held-out sessions never sampled for a label before issue 11's second round (labelled
 # before its rule changes; see bench/RESULTS.md).
 # ``untouched``: the sixth round's sample (:data:`UNTOUCHED_SESSIONS`), labelled before its rules.
-SPLITS = ("tune", "heldout", "fresh", "untouched")
+# ``untouched7``, ``untouched8``: the seventh round's samples (same shape, sessions in none of the
+# above; the second drawn after the first had been read for the evidence candidates).
+SPLITS = ("tune", "heldout", "fresh", "untouched", "untouched7", "untouched8")
 # Sessions whose nodes are sampled for precision labels, and conversations labelled for recall.
 # ``sweagent``: SWE-agent's own trajectories (issue 11's third round; 15 sessions, all sampled);
 # ``aider``: aider's own chat history (third round, held out).
@@ -72,6 +75,10 @@ POOL_SESSIONS = {"aider": 60}
 # mini-swe-agent's held-out split (minus its round-1 and round-2 samples).
 UNTOUCHED_SESSIONS = {"swe": 12, "aider": 60}
 UNTOUCHED_NODES = 60
+# Issue 11's seventh round: another untouched sample, drawn the same way from the sessions left
+# (none of the sixth round's), ordered by SHA-256 of "round7-untouched|<id>". Untouched splits in
+# the order they were drawn: each excludes the sessions of the ones before it.
+UNTOUCHED_SALTS = {"untouched": "round6-untouched", "untouched7": "round7-untouched", "untouched8": "round8-untouched"}
 # ``swe/tune`` nodes in the tuning material: 160 until the fifth round, 220 from the sixth (its 60
 # new labels were made before its rules changed).
 TUNING_SWE_NODES = 220
@@ -182,28 +189,32 @@ def pool_sessions(data: Path, source: str) -> list[dict[str, Any]]:
     )[: POOL_SESSIONS[source]]
 
 
-def untouched_sessions(data: Path, source: str) -> list[dict[str, Any]]:
-    """The source's sixth-round untouched sessions (:data:`UNTOUCHED_SESSIONS`): in no earlier
-    precision sample, tool-only sample or tuning pool."""
+def untouched_sessions(data: Path, source: str, split: str = "untouched") -> list[dict[str, Any]]:
+    """The source's sessions of an untouched split (:data:`UNTOUCHED_SESSIONS` of them): in no
+    earlier precision sample, tool-only sample, tuning pool or earlier untouched split."""
     if source == "swe":
         sessions = load_sessions(data / "swe.heldout.jsonl")
-        used = {s["sessionId"] for split in ("heldout", "fresh")
-                for s in sampled_sessions(load_sessions(data / f"swe.{split}.jsonl"), source, PRECISION_SESSIONS[source], salt=f"{split}:precision")}
+        used = {s["sessionId"] for name in ("heldout", "fresh")
+                for s in sampled_sessions(load_sessions(data / f"swe.{name}.jsonl"), source, PRECISION_SESSIONS[source], salt=f"{name}:precision")}
     else:
         sessions = load_sessions(data / f"{source}.fresh.jsonl")
         used = {s["sessionId"] for s in sampled_sessions(sessions, source, PRECISION_SESSIONS[source], salt="fresh:precision")}
         used |= {s["sessionId"] for s in pool_sessions(data, source)}
+    for earlier in UNTOUCHED_SALTS:
+        if earlier == split:
+            break
+        used |= {s["sessionId"] for s in untouched_sessions(data, source, earlier)}
     return sorted(
         (s for s in sessions if s["sessionId"] not in used and len(s["turns"]) >= 2),
-        key=lambda s: hashlib.sha256(f"round6-untouched|{s['sessionId']}".encode()).hexdigest(),
+        key=lambda s: hashlib.sha256(f"{UNTOUCHED_SALTS[split]}|{s['sessionId']}".encode()).hexdigest(),
     )[: UNTOUCHED_SESSIONS[source]]
 
 
-def untouched_nodes(data: Path, source: str, extract: Extract, settings: Settings) -> list[tuple[str, SeenNode]]:
-    """The sixth round's untouched node sample: :data:`UNTOUCHED_NODES` drawn at random from every
-    node ``extract`` makes on the source's untouched sessions."""
-    found = {s["sessionId"]: extract_session(units_of(s, settings), extract, settings) for s in untouched_sessions(data, source)}
-    return node_sample(found, source, "untouched", count=UNTOUCHED_NODES)
+def untouched_nodes(data: Path, source: str, extract: Extract, settings: Settings, split: str = "untouched") -> list[tuple[str, SeenNode]]:
+    """An untouched split's node sample: :data:`UNTOUCHED_NODES` drawn at random from every node
+    ``extract`` makes on the source's sessions of that split."""
+    found = {s["sessionId"]: extract_session(units_of(s, settings), extract, settings) for s in untouched_sessions(data, source, split)}
+    return node_sample(found, source, split, count=UNTOUCHED_NODES)
 
 
 def pool_nodes(data: Path, source: str, extract: Extract, settings: Settings) -> list[tuple[str, SeenNode]]:
@@ -245,8 +256,8 @@ def cmd_sample(args: argparse.Namespace) -> None:
     labelled = {(r["session"], r["node"]) for r in read_jsonl(NODE_LABELS)}
     if args.tool_only:
         sample = tool_only_pool(args.data, args.split, settings)
-    elif args.split == "untouched":
-        sample = untouched_nodes(args.data, args.source, heuristic.extract_heuristic, settings)
+    elif args.split in UNTOUCHED_SALTS:
+        sample = untouched_nodes(args.data, args.source, heuristic.extract_heuristic, settings, args.split)
     else:
         extract = baseline_module(args.baseline_ref).extract_heuristic if args.before else heuristic.extract_heuristic
         _, sample = precision_nodes(args.data, args.source, args.split, extract, settings)
@@ -384,10 +395,10 @@ def speed(data: Path, source: str, extractors: Mapping[str, Extract], settings: 
     return result
 
 
-def tuning_material(data: Path, labels: dict[tuple[str, str], bool], extract: Extract, settings: Settings) -> list[tuple[SeenNode, bool]]:
-    """The labelled coding nodes ``extract`` makes on the tuning material: the first
-    :data:`TUNING_SWE_NODES` of ``swe/tune``'s sample, the tuning halves of the halved sources,
-    aider's tuning pool."""
+def tuning_nodes(data: Path, labels: dict[tuple[str, str], bool], extract: Extract, settings: Settings) -> list[tuple[str, SeenNode, bool]]:
+    """The labelled coding nodes ``extract`` makes on the tuning material, with their session: the
+    first :data:`TUNING_SWE_NODES` of ``swe/tune``'s sample, the tuning halves of the halved
+    sources, aider's tuning pool."""
     _, sample = precision_nodes(data, "swe", "tune", extract, settings, count=TUNING_SWE_NODES)
     nodes = list(sample)
     for source in HALVED_SOURCES:
@@ -396,7 +407,12 @@ def tuning_material(data: Path, labels: dict[tuple[str, str], bool], extract: Ex
         nodes += [(sid, node) for sid, seen in found.items() if half_of[sid] == "tune" for node in seen.values()]
     for source in POOL_SESSIONS:
         nodes += pool_nodes(data, source, extract, settings)
-    return [(node, labels[(sid, node.id)]) for sid, node in nodes if (sid, node.id) in labels]
+    return [(sid, node, labels[(sid, node.id)]) for sid, node in nodes if (sid, node.id) in labels]
+
+
+def tuning_material(data: Path, labels: dict[tuple[str, str], bool], extract: Extract, settings: Settings) -> list[tuple[SeenNode, bool]]:
+    """The labelled coding nodes ``extract`` makes on the tuning material (:func:`tuning_nodes`)."""
+    return [(node, useful) for _, node, useful in tuning_nodes(data, labels, extract, settings)]
 
 
 def heldout_halves(data: Path, labels: dict[tuple[str, str], bool], extract: Extract, settings: Settings) -> list[tuple[SeenNode, bool]]:
@@ -417,9 +433,9 @@ def cmd_report(args: argparse.Namespace) -> None:
     after = heuristic.extract_heuristic
     report: dict[str, Any] = {"baseline_ref": args.baseline_ref}
     for split in args.splits:
-        if split == "untouched":
+        if split in UNTOUCHED_SALTS:
             report.update({
-                f"{source}/untouched": {f"precision_{name}": precision(labels, untouched_nodes(args.data, source, extract, settings))
+                f"{source}/{split}": {f"precision_{name}": precision(labels, untouched_nodes(args.data, source, extract, settings, split))
                                         for name, extract in (("before", before), ("after", after))}
                 for source in UNTOUCHED_SESSIONS
             })

@@ -415,6 +415,26 @@ def test_heuristic_a_prose_name_said_once_in_a_coding_session_is_no_node() -> No
     assert set(nodes_of(conversation(("user", "Alice met Bob in Paris.")))) == {"PERSON:Alice", "PERSON:Bob", "PLACE:Paris"}
 
 
+def test_heuristic_a_name_shown_once_in_a_busy_turn_outside_any_edit_is_no_node() -> None:
+    # Issue 11, seventh round: a long answer quoting a module's imports (mini-swe-agent on
+    # django-12308) shows two dozen names; one shown there only, and in no edit, is incidental.
+    widgets = ("CheckboxInput ClearableFileInput DateInput DateTimeInput EmailInput FileInput HiddenInput MultipleHiddenInput "
+               "NullBooleanSelect NumberInput SelectMultiple SplitDateTimeWidget SplitHiddenDateTimeWidget TextInput TimeInput "
+               "URLInput JSONField BoundField ValidationError ImproperlyConfigured").split()
+    quote = ("THOUGHT: `django/forms/fields.py` imports:\n```python\nfrom io import BytesIO\nfrom django.forms.widgets import (\n    "
+             + ",\n    ".join(widgets) + ",\n)\n```\nSo `JSONField.prepare_value` must handle `InvalidJSONInput`.")
+    focused = "THOUGHT: `JSONField.prepare_value()` in `django/forms/fields.py` is the place; `InvalidJSONInput` stays a `str`."
+    found = nodes_of(conversation(("user", "Fix `JSONField` display in the admin"), ("assistant", quote), ("assistant", focused)))
+    assert "CLASS:DateTimeInput" not in found and "CLASS:TextInput" not in found
+    assert {"CLASS:InvalidJSONInput", "METHOD:JSONField.prepare_value", "FILE:django/forms/fields.py"} <= set(found)
+    # The same names shown once in a quiet turn stay, and so do those an edit writes in a busy turn.
+    assert "CLASS:DateTimeInput" in nodes_of(conversation(("user", "go"), ("assistant", "`DateTimeInput` renders it; see `TextInput`.")))
+    edit = ("django/forms/widgets.py\n```python\n<<<<<<< SEARCH\n__all__ = (\n    'TextInput',\n)\n=======\n__all__ = (\n    "
+            + ",\n    ".join(f"'{w}'" for w in widgets) + ",\n)\n>>>>>>> REPLACE\n```\n" + " ".join(f"`{w}`" for w in widgets))
+    written = nodes_of(conversation(("user", "export the widgets"), ("assistant", edit)))
+    assert {"CLASS:DateTimeInput", "CLASS:TextInput"} <= set(written)
+
+
 def test_heuristic_temporary_files_name_no_file() -> None:
     text = "Saved ../../private/var/folders/49/kx/T/tmplacu1lv7.png and out/tmpab12cd34.json; see scripts/reproduce.py"
     assert set(nodes_of(conversation(("assistant", text)))) == {"FILE:scripts/reproduce.py"}

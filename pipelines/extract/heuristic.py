@@ -7,7 +7,8 @@ writes out under their file name) the names of people, places, works and organis
 whose role is a person's name become PERSON nodes, capitalised names inside sentences become nodes once greetings,
 interjections, contractions and dates are stripped off them ("Hey John" → John, "Last Friday" →
 nothing). In a coding session a prose name or a call on a local variable shown in one turn only
-makes no node (measured: mostly noise). The entities of one turn are linked with ``RELATES_TO``. Evidence is always the matched
+makes no node, nor does a name shown once in a turn of more than 20 names that no edit of the agent
+writes (measured: mostly noise). The entities of one turn are linked with ``RELATES_TO``. Evidence is always the matched
 text (or, for a speaker, the turn's role), so everything it says is grounded. Explicit
 ``memory:``/``session:`` references are found for every extractor by
 :func:`pipelines.extract.model.find_references`.
@@ -26,10 +27,11 @@ from functools import lru_cache
 from itertools import combinations
 from typing import Any
 
+from pipelines.extract.message_parts import EDIT_KINDS, agent_zones, zone_at
 from pipelines.extract.model import ExtractorReply, UnitTurn, WorkUnit, clean_text, semantic_node_id
 from pipelines.identity import normal_path
 
-HEURISTIC_VERSION = 8
+HEURISTIC_VERSION = 9
 # Entities of one turn linked pairwise: the first few only, so a long tool dump does not turn
 # into a clique of hundreds of edges.
 MAX_LINKED_PER_TURN = 6
@@ -108,6 +110,11 @@ _MOCK_API = frozenset(
     "Mock MagicMock AsyncMock NonCallableMock NonCallableMagicMock PropertyMock".split()
 )
 _MOCK_STAND_IN = re.compile(r"Mock[A-Z]\w*")
+# A turn that yields more names than this is a dump or a long answer (a whole document rewritten,
+# a long chain of reasoning, a file's imports): a name it shows once, and that no edit of the agent
+# writes, is incidental (issue 11, seventh round: on the tuning material 19 labelled noise nodes
+# removed for 3 useful ones; from 15 names on 25 for 6, the step from 20 to 15 only 2 to 1).
+BUSY_TURN_NAMES = 20
 # Prose names: said once in a coding session they are mostly a heading or a phrase of a dump
 # (`Config File`, `Warm Up`, `Change the CharField`), see :func:`_said_once_in_passing`.
 _PROSE_TYPES = frozenset({"CONCEPT", "PERSON", "PLACE", "ORGANIZATION", "WORK"})
@@ -290,13 +297,12 @@ def extract_heuristic(unit: WorkUnit, *, tool_only_min_turns: int = TOOL_ONLY_MI
     """The model-schema reply for ``unit`` (pure). ``tool_only_min_turns``: how many tool turns
     must name something seen only in tool output (the benchmark varies it)."""
     speakers = {t.number: name for t in unit.turns if (name := speaker_name(t.role))}
-    people = _people_index(speakers.values())
-    capitalised = _capitalised_words(unit)
     coding = _is_coding_unit(unit)
-    per_turn = _agree_on_types([(turn, _turn_mentions(turn, people, capitalised, coding=coding)) for turn in unit.turns])
+    per_turn = mentions_per_turn(unit, speakers=speakers, coding=coding)
     nodes: dict[str, dict[str, Any]] = {}
     seen_in: dict[str, dict[int, str]] = {}  # node id -> turn number -> role
     evidence = _EvidenceIndex()
+    written_at: dict[tuple[str, int], list[int]] = {}  # (node id, turn) -> offsets the agent wrote it at
     linked_per_turn: list[tuple[UnitTurn, list[str]]] = []
     for turn, mentions in per_turn:
         linked: list[str] = []
@@ -318,6 +324,8 @@ def extract_heuristic(unit: WorkUnit, *, tool_only_min_turns: int = TOOL_ONLY_MI
             roles = seen_in.setdefault(node_id, {})
             if roles.get(turn.number, "tool") in TOOL_ROLES:  # said in the turn outranks pasted there
                 roles[turn.number] = "tool" if mention.pasted else turn.role or ""
+            if not mention.pasted and (turn.role or "") in _AGENT_ROLES:
+                written_at.setdefault((node_id, turn.number), []).append(mention.start)
             if node_id not in linked:
                 linked.append(node_id)
         linked_per_turn.append((turn, linked))
@@ -340,7 +348,12 @@ def extract_heuristic(unit: WorkUnit, *, tool_only_min_turns: int = TOOL_ONLY_MI
         or (len(turns) >= tool_only_min_turns and _defined_in(nodes[node_id], unit, turns))
     }
     if coding:
-        kept = {node_id for node_id in kept if not _said_once_in_passing(nodes[node_id], seen_in[node_id], unit)}
+        busy = _BusyTurns(linked_per_turn, written_at)
+        kept = {
+            node_id for node_id in kept
+            if not _said_once_in_passing(nodes[node_id], seen_in[node_id], unit)
+            and not busy.shows_only_in_passing(nodes[node_id], seen_in[node_id])
+        }
     for node_id in kept:
         turns = seen_in[node_id]
         voices = {role for role in turns.values() if role not in TOOL_ROLES}
@@ -361,6 +374,20 @@ def extract_heuristic(unit: WorkUnit, *, tool_only_min_turns: int = TOOL_ONLY_MI
             if quote and len(edge["evidence"]) < 3:
                 edge["evidence"].append({"turn": turn.number, "quote": quote})
     return {"summary": "", "nodes": [n for i, n in nodes.items() if i in kept], "edges": list(edges.values())}
+
+
+def mentions_per_turn(
+    unit: WorkUnit, *, speakers: Mapping[int, str] | None = None, coding: bool | None = None
+) -> list[tuple[UnitTurn, list[_Mention]]]:
+    """Each turn of ``unit`` with the mentions found in it (types agreed across the unit), before
+    the unit decides which become nodes. ``speakers`` and ``coding`` are computed when not given."""
+    if speakers is None:
+        speakers = {t.number: name for t in unit.turns if (name := speaker_name(t.role))}
+    if coding is None:
+        coding = _is_coding_unit(unit)
+    people = _people_index(speakers.values())
+    capitalised = _capitalised_words(unit)
+    return _agree_on_types([(turn, _turn_mentions(turn, people, capitalised, coding=coding)) for turn in unit.turns])
 
 
 def _agree_on_types(per_turn: list[tuple[UnitTurn, list[_Mention]]]) -> list[tuple[UnitTurn, list[_Mention]]]:
@@ -455,6 +482,30 @@ def _said_once_in_passing(node: Mapping[str, Any], turns: Mapping[int, str], uni
     if node["type"] != "METHOD" or not dot or receiver.partition(".")[0] in _OWN_RECEIVERS:
         return False
     return all(part.lstrip("_")[:1].islower() for part in receiver.split(".")) and not _defines(unit.turns, method)
+
+
+class _BusyTurns:
+    """Which nodes a coding unit shows once, in a turn of many names, outside every edit of the
+    agent (:data:`BUSY_TURN_NAMES`). A message is cut into its parts only when asked, once."""
+
+    def __init__(self, linked_per_turn: list[tuple[UnitTurn, list[str]]], written_at: Mapping[tuple[str, int], list[int]]) -> None:
+        self._turns = {turn.number: (turn, len(linked)) for turn, linked in linked_per_turn}
+        self._written_at = written_at
+        self._zones: dict[int, list[tuple[int, int, str]]] = {}
+
+    def shows_only_in_passing(self, node: Mapping[str, Any], turns: Mapping[int, str]) -> bool:
+        """Whether ``node`` is seen in one turn only, that turn yields more than
+        :data:`BUSY_TURN_NAMES` names, and no edit the agent writes there holds it (a speaker stays)."""
+        if len(turns) != 1 or "speaker" in node["tags"]:
+            return False
+        number = next(iter(turns))
+        turn, names = self._turns[number]
+        if names <= BUSY_TURN_NAMES:
+            return False
+        offsets = self._written_at.get((node["id"], number), [])
+        if offsets and number not in self._zones:
+            self._zones[number] = agent_zones(turn.text)
+        return not any(zone_at(self._zones[number], offset) in EDIT_KINDS for offset in offsets)
 
 
 def _pasted_spans(text: str) -> list[tuple[int, int]]:
