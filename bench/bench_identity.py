@@ -57,7 +57,9 @@ _IDENTITY_SPLIT = {"tune": "tuning", "heldout": "held-out"}
 # beside the same name with words more (Friends scenes and the tuning split's sessions, issue 11's
 # sixth round, bench/identity_extensions.py), labelled before any rule of that round; the fresh
 # part is untouched until the rule is frozen.
-LABELLED_SPLITS = (*SPLITS, "fresh", "sweagent", "aider", "extension-tuning", "extension-fresh")
+# ``person-audit``: every link the ``person`` rule made on the Friends runs once it was frozen
+# (issue 11's seventh round), labelled afterwards by reading the turns: an audit of that rule.
+LABELLED_SPLITS = (*SPLITS, "fresh", "sweagent", "aider", "extension-tuning", "extension-fresh", "person-audit")
 
 
 def load_pairs(path: Path) -> list[dict[str, Any]]:

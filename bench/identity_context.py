@@ -37,8 +37,9 @@ TITLES = frozenset("mr mrs ms miss dr doctor officer reverend professor prof sir
 
 
 def extension_rows(labels: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The labelled pairs that came from a run (the sixth round's extension pairs)."""
-    return [r for r in labels if r.get("round") == 6 and r.get("run")]
+    """The labelled pairs that came from a run: the sixth round's extension pairs, and the seventh
+    round's audit of the ``person`` rule's links (split ``person-audit``)."""
+    return [r for r in labels if r.get("round") in (6, 7) and r.get("run")]
 
 
 def persons_of(data_dir: Path) -> list[dict[str, Any]]:
