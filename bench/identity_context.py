@@ -5,7 +5,7 @@ people the graph knows (speakers of its sessions above all: a speaker's role is 
 the first name said in a scene they speak in is its alias, ``Ross`` on ``Ross Geller``).
 
     python bench/identity_context.py friends-tune=DIR friends-heldout=DIR swe-tune=DIR --out bench/data/identity_pair_persons.jsonl
-    python bench/identity_context.py … --signals extension-tuning     # what each candidate context does on one part
+    python bench/identity_context.py friends-tune=DIR friends-heldout=DIR --signals extension-tuning   # what each candidate context does on one part
 
 ``DIR``: the data dir of the run the pairs were collected from (``rem-cycle import`` + ``--once``
 until digested; bench/RESULTS.md, sixth round). Deterministic and read-only; the labels are not
@@ -147,6 +147,43 @@ def signals(rows: list[dict[str, Any]], persons: dict[tuple[str, str, str, str],
     return [(name, len(hit := [r for r in mine if rule(r)]), sum(r["same"] for r in hit)) for name, rule in contexts.items()]
 
 
+def speaker_signals(runs: dict[str, Path], rows: list[dict[str, Any]], *, part: str) -> list[tuple[str, int, int]]:
+    """What the session's speakers would link on one part's labelled pairs, read from the run's
+    graph (a speaker: a turn's role that is a person's name, :func:`pipelines.extract.heuristic.speaker_name`):
+    the longer name is a speaker of a session the shorter is said in; the shorter is one word,
+    the first or last word of exactly one speaker of such a session."""
+    from pipelines.extract.heuristic import speaker_name
+
+    graphs: dict[str, tuple[dict[tuple[str, str], str], dict[str, set[str]], dict[str, set[str]]]] = {}
+    found: dict[str, list[bool]] = {"the longer name is a speaker of a session the shorter is said in": [],
+                                    "the shorter (one word) is the first or last word of exactly one speaker of such a session": []}
+    for row in rows:
+        if row["split"] != part or row["run"] not in runs:
+            continue
+        if row["run"] not in graphs:
+            db = sqlite3.connect(f"file:{runs[row['run']] / 'graph.sqlite3'}?mode=ro", uri=True)
+            named = {(label, name): i for i, label, name in db.execute("SELECT id, label, name FROM nodes")}
+            grounded: dict[str, set[str]] = defaultdict(set)
+            for node_id, anchor in db.execute("SELECT node_id, anchor FROM node_points"):
+                grounded[node_id].add(anchor)
+            speakers: dict[str, set[str]] = defaultdict(set)
+            for session, role in db.execute("SELECT DISTINCT session_id, role FROM recall_turns"):
+                if (name := speaker_name(role)) is not None:
+                    speakers[session].add(prose_key("PERSON", name))
+            db.close()
+            graphs[row["run"]] = (named, grounded, speakers)
+        named, grounded, speakers = graphs[row["run"]]
+        kind = row["type"]
+        short, long = sorted((row["existing"]["name"], row["incoming"]["name"]), key=lambda n: len(prose_key(kind, n).split()))
+        s, l = prose_key(kind, short), prose_key(kind, long)
+        sessions = grounded[named[(kind, short)]]
+        if any(l in speakers[a] for a in sessions):
+            found["the longer name is a speaker of a session the shorter is said in"].append(row["same"])
+        if " " not in s and any(len([p for p in speakers[a] if " " in p and s in (p.split()[0], p.split()[-1])]) == 1 for a in sessions):
+            found["the shorter (one word) is the first or last word of exactly one speaker of such a session"].append(row["same"])
+    return [(name, len(labels), sum(labels)) for name, labels in found.items()]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("runs", nargs="*", help="SOURCE=DATA_DIR of the runs the pairs were collected from")
@@ -166,7 +203,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{len(written)} pairs with their person context → {args.out}")
     if args.signals:
         positives = sum(r["same"] for r in rows if r["split"] == args.signals)
-        for name, hits, same in signals(rows, load_context(args.context), part=args.signals):
+        runs = {source: Path(path) for source, _, path in (r.partition("=") for r in args.runs)}
+        for name, hits, same in [*speaker_signals(runs, rows, part=args.signals), *signals(rows, load_context(args.context), part=args.signals)]:
             print(f"{name:74} links={hits:3} right={same:3} wrong={hits - same:3} precision={same / hits if hits else 1:.3f} recall={same / positives:.3f}")
     return 0
 
