@@ -15,7 +15,9 @@ prose names). With ``--sessions`` (``convert_transcripts swe … --all``'s impor
 pairs per 100 sessions, most pairs per node, and its noise (labelled pairs on it that are not
 the same thing). With ``--runs`` the pairs collected from runs (``run``: their source,
 bench/identity_extensions.py) are scored against the graph a run of the same sessions left, where
-identity had the session as context (:func:`run_report`).
+identity had the session as context (:func:`run_report`). The setting ``persons`` resolves the
+pairs collected from runs beside the PERSON nodes of their run (bench/identity_context.py), as a
+session batch: the context of the ``person`` rule.
 
 Each line of the merge set is ``{"existing": {type, name, aliases}, "incoming": {type, name},
 "same": bool, "kind": "…"}`` — pairs from realistic agent sessions: spelling variants that name the

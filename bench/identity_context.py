@@ -26,14 +26,12 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pipelines.identity import prose_key  # noqa: E402
+from pipelines.identity import NAME_PREPOSITIONS, NAME_TITLES, prose_key  # noqa: E402
 
 LABELS = Path(__file__).resolve().parent / "data" / "identity_real_pairs.jsonl"
 CONTEXT = Path(__file__).resolve().parent / "data" / "identity_pair_persons.jsonl"
-# Leading words measured as glued onto a name (`To Ross`, `Between Monica`, `Since Alice`) and
-# titles (`Doctor Chandler`, `Mrs. Buffay`): the candidates of the signal table below.
-PREPOSITIONS = frozenset("to between since from with without for at by about of in on into onto than after before until like and or but because if when while as so via through under over against among around behind near during upon within".split())
-TITLES = frozenset("mr mrs ms miss dr doctor officer reverend professor prof sir lady lord dame uncle aunt auntie grandma grandpa queen king prince princess captain detective".split())
+# The leading words the candidates below drop, one kind at a time: the rule's own lists.
+PREPOSITIONS, TITLES = NAME_PREPOSITIONS, NAME_TITLES
 
 
 def extension_rows(labels: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -101,12 +101,15 @@ _STDLIB_MODULES = frozenset(name for name in sys.stdlib_module_names if not name
 # Words said or written glued before a person's name: prepositions and conjunctions the extractor
 # left on a name (`To Ross`, `Between Monica`) and titles (`Doctor Chandler`, `Officer Bing`). The
 # ``person`` rule drops one of them — only where what is left is a person's name the graph knows.
-_NAME_LEADS = frozenset(
+NAME_PREPOSITIONS = frozenset(
     "to between since from with without for at by about of in on into onto than after before until like and or but because if when"
-    " while as so via through under over against among around behind near during upon within"
-    " mr mrs ms miss dr doctor officer reverend professor prof sir lady lord dame uncle aunt auntie grandma grandpa queen king"
+    " while as so via through under over against among around behind near during upon within".split()
+)
+NAME_TITLES = frozenset(
+    "mr mrs ms miss dr doctor officer reverend professor prof sir lady lord dame uncle aunt auntie grandma grandpa queen king"
     " prince princess captain detective".split()
 )
+_NAME_LEADS = NAME_PREPOSITIONS | NAME_TITLES
 # Longest prose name whose sub-runs the ``person`` rule looks up (a name is a few words; a
 # sentence read as a name has no person inside worth a link).
 _PERSON_RULE_MAX_WORDS = 6
