@@ -15,7 +15,9 @@ prose names). With ``--sessions`` (``convert_transcripts swe … --all``'s impor
 pairs per 100 sessions, most pairs per node, and its noise (labelled pairs on it that are not
 the same thing). With ``--runs`` the pairs collected from runs (``run``: their source,
 bench/identity_extensions.py) are scored against the graph a run of the same sessions left, where
-identity had the session as context (:func:`run_report`).
+identity had the session as context (:func:`run_report`). The setting ``persons`` resolves the
+pairs collected from runs beside the PERSON nodes of their run (bench/identity_context.py), as a
+session batch: the context of the ``person`` rule.
 
 Each line of the merge set is ``{"existing": {type, name, aliases}, "incoming": {type, name},
 "same": bool, "kind": "…"}`` — pairs from realistic agent sessions: spelling variants that name the
@@ -41,7 +43,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pipelines.identity import CANDIDATE, LINK, AliasIndex, NodeRef, Verdict, fold, learn, resolve, resolve_batch, said_together  # noqa: E402
+from bench.identity_context import load_context, own_context  # noqa: E402
+from pipelines.identity import CANDIDATE, LINK, AliasIndex, NodeRef, Verdict, fold, learn, named_person, resolve, resolve_batch, said_together  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data" / "merge_pairs.jsonl"
 REAL = Path(__file__).resolve().parent / "data" / "identity_real_pairs.jsonl"
@@ -56,7 +59,9 @@ _IDENTITY_SPLIT = {"tune": "tuning", "heldout": "held-out"}
 # beside the same name with words more (Friends scenes and the tuning split's sessions, issue 11's
 # sixth round, bench/identity_extensions.py), labelled before any rule of that round; the fresh
 # part is untouched until the rule is frozen.
-LABELLED_SPLITS = (*SPLITS, "fresh", "sweagent", "aider", "extension-tuning", "extension-fresh")
+# ``person-audit``: every link the ``person`` rule made on the Friends runs once it was frozen
+# (issue 11's seventh round), labelled afterwards by reading the turns: an audit of that rule.
+LABELLED_SPLITS = (*SPLITS, "fresh", "sweagent", "aider", "extension-tuning", "extension-fresh", "person-audit")
 
 
 def load_pairs(path: Path) -> list[dict[str, Any]]:
@@ -90,10 +95,11 @@ def baseline(node: NodeRef, index: AliasIndex) -> Verdict:
 
 def score(
     pairs: Sequence[dict[str, Any]], decide: Callable[[NodeRef, AliasIndex], Verdict], *, crowd: bool,
-    everyone: Sequence[dict[str, Any]] | None = None,
+    everyone: Sequence[dict[str, Any]] | None = None, context: Callable[[dict[str, Any]], Sequence[NodeRef]] | None = None,
 ) -> dict[str, Any]:
     """Precision/recall of ``decide`` over the pairs (crowd: among the existing nodes of
-    ``everyone``, default the pairs themselves)."""
+    ``everyone``, default the pairs themselves; ``context``: more nodes indexed beside a pair's
+    existing one — the PERSON nodes of its run)."""
     everyone = [p["existing_ref"] for p in (pairs if everyone is None else everyone)]  # build() unions aliases of one id
     counts: Counter[str] = Counter()
     misses: list[str] = []
@@ -108,7 +114,7 @@ def score(
             ]
             index = AliasIndex.build(others)
         else:
-            index = AliasIndex.build([pair["existing_ref"]])
+            index = AliasIndex.build([pair["existing_ref"], *(context(pair) if context else ())])
         verdict = decide(incoming, index)
         linked = verdict.action == LINK and verdict.target == pair["existing_ref"].id
         wrong_target = verdict.action == LINK and not linked
@@ -158,6 +164,11 @@ def real_report(pairs: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Precision/recall of the resolver on the real labelled pairs, per split and kind of name
     (isolated and crowd, as for the synthetic set; crowd = every existing node of the split)."""
     report: dict[str, Any] = {}
+    people = load_context()
+
+    def persons(pair: dict[str, Any]) -> list[NodeRef]:
+        return [NodeRef(p["id"], "PERSON", p["name"], tuple(p["aliases"])) for p in own_context(pair, people)] if pair.get("run") else []
+
     for split in LABELLED_SPLITS:
         # A cross-type pair is never merged (reported only): it has no place in precision/recall.
         mine = [p for p in pairs if p["split"] == split and p["rule"] != "cross-type"]
@@ -168,6 +179,10 @@ def real_report(pairs: Sequence[dict[str, Any]]) -> dict[str, Any]:
             for setting, crowd, population in (("isolated", False, mine), ("crowd", True, mine), ("names", False, bare)):
                 chosen = [p for p in population if kind == "all" or p["name_kind"] == kind]
                 report[f"{split}/{kind}/{setting}"] = score(chosen, lambda n, i: resolve(n, i), crowd=crowd, everyone=population)
+            # "persons": the names, beside the PERSON nodes of the run the pair came from
+            # (bench/identity_context.py), resolved as a session batch: the ``person`` rule's context.
+            chosen = [p for p in bare if kind == "all" or p["name_kind"] == kind]
+            report[f"{split}/{kind}/persons"] = score(chosen, lambda n, i: resolve_batch([n], i)[0], crowd=False, context=persons)
     return report
 
 
@@ -320,16 +335,20 @@ def speed(size: int, *, seed: int = 11) -> dict[str, Any]:
 
 
 def extension_speed(names: Sequence[str], rng: random.Random, *, sessions: int = 200, per_session: int = 20) -> dict[str, Any]:
-    """The session-context rule's cost (:func:`said_together`) against the whole batch's: the
-    synthetic names as prose (``graph store queue``, every word in thousands of names — a worst
-    case), sessions of ``per_session`` of them, half shortened by a word (an extension pair)."""
-    index = AliasIndex.build(NodeRef(f"CONCEPT:{n}", "CONCEPT", " ".join(_split(n))) for n in names)
+    """The session-context rules' cost (:func:`said_together`, :func:`named_person`) against the
+    whole batch's: the synthetic names as prose (``graph store queue``, every word in thousands of
+    names — a worst case), sessions of ``per_session`` of them, half shortened by a word (an
+    extension pair); beside them a PERSON node for every two-word name of the vocabulary, with its
+    first word as an alias (`Graph Store` / `Graph`: every name holds a person's name)."""
+    vocab = sorted({w for n in names for w in _split(n)})
+    people = [NodeRef(f"PERSON:{a} {b}", "PERSON", f"{a} {b}", (a,)) for a in vocab for b in vocab if a != b]
+    index = AliasIndex.build([*(NodeRef(f"CONCEPT:{n}", "CONCEPT", " ".join(_split(n))) for n in names), *people])
     batches = []
     for number in range(sessions):
         said = [" ".join(_split(rng.choice(names))) for _ in range(per_session)]
         said += [" ".join(name.split()[1:]) for name in said[: per_session // 2]]
         batches.append([NodeRef(f"CONCEPT:{name} {number}", "CONCEPT", name) for name in said])
-    whole = rule = 0.0
+    whole = rule = person = 0.0
     for batch in batches:
         t0 = time.perf_counter()
         verdicts = resolve_batch(batch, index)
@@ -338,10 +357,15 @@ def extension_speed(names: Sequence[str], rng: random.Random, *, sessions: int =
         learn(local, batch, verdicts)
         t2 = time.perf_counter()
         said_together(batch, verdicts, index, local)
+        t3 = time.perf_counter()
+        named_person(batch, verdicts, index, local)
         whole += t1 - t0
-        rule += time.perf_counter() - t2
+        rule += t3 - t2
+        person += time.perf_counter() - t3
     return {"session_batches": sessions, "ms_per_session_batch": round(whole / sessions * 1000, 2),
-            "extension_rule_ms_per_session_batch": round(rule / sessions * 1000, 2), "extension_rule_share": round(rule / whole, 3) if whole else 0.0}
+            "extension_rule_ms_per_session_batch": round(rule / sessions * 1000, 2), "extension_rule_share": round(rule / whole, 3) if whole else 0.0,
+            "person_rule_ms_per_session_batch": round(person / sessions * 1000, 2), "person_rule_share": round(person / whole, 3) if whole else 0.0,
+            "person_nodes": len(people)}
 
 
 def _split(name: str) -> list[str]:
@@ -366,6 +390,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                         help="data dirs of runs over the sessions labelled pairs were collected from (bench/identity_extensions.py): "
                              "score those pairs against the graph each left (the session context)")
     parser.add_argument("--runs-only", action="store_true", help="print only the --runs figures")
+    parser.add_argument("--splits", nargs="+", default=list(LABELLED_SPLITS), choices=LABELLED_SPLITS,
+                        help="print the real pairs' figures of these splits only (the tuning ones while a rule is designed)")
     args = parser.parse_args(argv)
     if args.runs:
         runs = {source: Path(path) for source, _, path in (r.partition("=") for r in args.runs)}
@@ -402,15 +428,18 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     s = results["speed"]
     print(f"speed: {s['resolves']} resolves against {s['index_nodes']} nodes: {s['ms_per_resolve']} ms each (index build {s['index_build_s']} s)")
     print(f"speed: {s['session_batches']} sessions of 30 prose names against the same names as prose: {s['ms_per_session_batch']} ms each, "
-          f"of which the extension rule {s['extension_rule_ms_per_session_batch']} ms ({s['extension_rule_share']:.1%})")
+          f"of which the extension rule {s['extension_rule_ms_per_session_batch']} ms ({s['extension_rule_share']:.1%}), "
+          f"the person rule {s['person_rule_ms_per_session_batch']} ms ({s['person_rule_share']:.1%}; {s['person_nodes']} PERSON nodes indexed)")
     real = load_pairs(args.real)
     results["real"] = real_report(real)
     print(f"real pairs ({args.real.name}): precision / recall (recall with review) [positives/pairs], cross-type pairs excluded")
     for key, r in results["real"].items():
+        if key.split("/")[0] not in args.splits:
+            continue
         print(f"  {key:32} precision={r['precision']:.3f} recall={r['recall']:.3f} ({r['recall_with_review']:.3f}) "
               f"review_noise={r['review_noise']:.3f} [{r['positives']}/{r['pairs']}] fp={r['fp']} fn={r['fn']}")
-    for key in ("tuning/all/isolated", "tuning/all/crowd", "tuning/all/names"):  # the split that may be looked at
-        for error in results["real"][key]["errors"]:
+    for key in ("tuning/all/isolated", "tuning/all/crowd", "tuning/all/names", "extension-tuning/all/persons"):  # the splits that may be looked at
+        for error in results["real"][key]["errors"] if key.split("/")[0] in args.splits else ():
             print(f"  {key}: {error}")
     if args.sessions is not None:
         results["review"] = review_report(args.sessions, real)
