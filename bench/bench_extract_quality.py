@@ -12,6 +12,7 @@ tuning and a held-out half before anything was labelled. Labels (committed, smal
     python -m bench.bench_extract_quality sample --data /tmp/qe-data --source swe --split tune [--before|--tool-only]
     python -m bench.bench_extract_quality sample --data /tmp/q3/data2 --source aider --split untouched   # sixth round
     python -m bench.bench_extract_quality sample --data /tmp/q3/data2 --source swe --split untouched7    # seventh round
+    python -m bench.bench_extract_quality sample --data /tmp/q3/data2 --source aider --split untouched9  # eighth round
     REM_TRANSCRIPTS=/tmp/qe-data python bench/run_all.py extract_quality
 
 ``report`` prints, per source and split, node precision over the labelled nodes the extractor
