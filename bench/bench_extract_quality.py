@@ -12,6 +12,7 @@ tuning and a held-out half before anything was labelled. Labels (committed, smal
     python -m bench.bench_extract_quality sample --data /tmp/qe-data --source swe --split tune [--before|--tool-only]
     python -m bench.bench_extract_quality sample --data /tmp/q3/data2 --source aider --split untouched   # sixth round
     python -m bench.bench_extract_quality sample --data /tmp/q3/data2 --source swe --split untouched7    # seventh round
+    python -m bench.bench_extract_quality sample --data /tmp/q3/data2 --source aider --split untouched9  # eighth round
     REM_TRANSCRIPTS=/tmp/qe-data python bench/run_all.py extract_quality
 
 ``report`` prints, per source and split, node precision over the labelled nodes the extractor
@@ -54,7 +55,9 @@ SOURCES = ("friends", "swe", "sweagent", "aider")
 # ``untouched``: the sixth round's sample (:data:`UNTOUCHED_SESSIONS`), labelled before its rules.
 # ``untouched7``, ``untouched8``: the seventh round's samples (same shape, sessions in none of the
 # above; the second drawn after the first had been read for the evidence candidates).
-SPLITS = ("tune", "heldout", "fresh", "untouched", "untouched7", "untouched8")
+# ``untouched9``: the eighth round's sample (same shape; also none of the seventh round's salience
+# pool sessions).
+SPLITS = ("tune", "heldout", "fresh", "untouched", "untouched7", "untouched8", "untouched9")
 # Sessions whose nodes are sampled for precision labels, and conversations labelled for recall.
 # ``sweagent``: SWE-agent's own trajectories (issue 11's third round; 15 sessions, all sampled);
 # ``aider``: aider's own chat history (third round, held out).
@@ -78,7 +81,13 @@ UNTOUCHED_NODES = 60
 # Issue 11's seventh round: another untouched sample, drawn the same way from the sessions left
 # (none of the sixth round's), ordered by SHA-256 of "round7-untouched|<id>". Untouched splits in
 # the order they were drawn: each excludes the sessions of the ones before it.
-UNTOUCHED_SALTS = {"untouched": "round6-untouched", "untouched7": "round7-untouched", "untouched8": "round8-untouched"}
+UNTOUCHED_SALTS = {
+    "untouched": "round6-untouched", "untouched7": "round7-untouched", "untouched8": "round8-untouched",
+    "untouched9": "round9-untouched",
+}
+# Tuning pools drawn from the sessions outside every sample (their labels carry ``"pool"``): the
+# untouched splits drawn after a pool (value: the first such split) also exclude its sessions.
+LATER_POOLS = {"round7-salience": "untouched9"}
 # ``swe/tune`` nodes in the tuning material: 160 until the fifth round, 220 from the sixth (its 60
 # new labels were made before its rules changed).
 TUNING_SWE_NODES = 220
@@ -204,6 +213,9 @@ def untouched_sessions(data: Path, source: str, split: str = "untouched") -> lis
         if earlier == split:
             break
         used |= {s["sessionId"] for s in untouched_sessions(data, source, earlier)}
+    order = list(UNTOUCHED_SALTS)
+    pools = {pool for pool, first in LATER_POOLS.items() if order.index(first) <= order.index(split)}
+    used |= {r["session"] for r in read_jsonl(NODE_LABELS) if r.get("pool") in pools}
     return sorted(
         (s for s in sessions if s["sessionId"] not in used and len(s["turns"]) >= 2),
         key=lambda s: hashlib.sha256(f"{UNTOUCHED_SALTS[split]}|{s['sessionId']}".encode()).hexdigest(),

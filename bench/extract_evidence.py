@@ -199,7 +199,7 @@ def salience_pool(data: Path, settings: Settings) -> list[tuple[str, str, int]]:
     aider = quality.load_sessions(data / "aider.fresh.jsonl")
     used |= {s["sessionId"] for s in quality.sampled_sessions(aider, "aider", quality.PRECISION_SESSIONS["aider"], salt="fresh:precision")}
     used |= {s["sessionId"] for s in quality.pool_sessions(data, "aider")}
-    for split in quality.UNTOUCHED_SALTS:
+    for split in ("untouched", "untouched7", "untouched8"):  # the splits drawn before this pool
         used |= {s["sessionId"] for s in quality.untouched_sessions(data, "aider", split)}
     found: list[tuple[str, str, int]] = []
     for session in (s for s in swe + aider if s["sessionId"] not in used and len(s["turns"]) >= 2):

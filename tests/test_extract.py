@@ -299,6 +299,35 @@ def test_heuristic_reads_people_places_and_works_in_conversation() -> None:
     assert found["CONCEPT:boston"] > found["PLACE:Museum of Natural History"]
 
 
+def test_heuristic_a_word_glued_before_a_speakers_name_is_no_part_of_it() -> None:
+    # Issue 11, eighth round (Friends, tuning scenes): "Damnit Phoebe", "Ask Joey", "Doctor Ross
+    # Geller" are the speakers Phoebe, Joey and Ross, not three more names.
+    found = nodes_of(conversation(
+        ("Rachel Green", "Okay, you guys. Damnit Phoebe, give it back!"),
+        ("Phoebe Buffay", "No! Ask Joey, he was there with Doctor Ross Geller."),
+        ("Ross Geller", "Fun Bobby is here, and Monica Geller knows it."),
+        ("Joey Tribbiani", "Hey."),
+    ))
+    assert not {"CONCEPT:damnit phoebe", "CONCEPT:ask joey", "CONCEPT:doctor ross geller"} & set(found)
+    # A name the speakers do not hold stays whole ("Fun Bobby"), and so does a speaker's full name.
+    assert {"CONCEPT:fun bobby", "PERSON:Monica Geller", "PERSON:Phoebe Buffay", "PERSON:Joey Tribbiani", "PERSON:Ross Geller"} <= set(found)
+
+
+def test_heuristic_what_a_person_does_in_a_ticket_types_their_name() -> None:
+    # Issue 11, eighth round: "Terry wants …" (Friends) and, in a coding session, "Bug report from
+    # Jonas Weber" / "tag Jonas Weber" / "Jonas Weber suggested" make a person, not a CONCEPT.
+    chat = nodes_of(conversation(("Gunther", "Good one. Actually, Terry wants you to take the training again, whenever.")))
+    assert "PERSON:Terry" in chat
+    coding = nodes_of(conversation(
+        ("user", "Bug report from Jonas Weber: `LazyEdgeQueue` drops edges when Docker Compose restarts it."),
+        ("tool", "$ pytest tests/test_lazy_queue.py\n1 failed"),
+        ("assistant", "Fixed in `src/store/lazy_queue.py`; I'll tag Jonas Weber on the PR. The test restarts it the way Docker Compose does."),
+    ))
+    assert "PERSON:Jonas Weber" in coding and "CONCEPT:jonas weber" not in coding
+    # Without such a word before it, a name of the session keeps its type.
+    assert "CONCEPT:docker compose" in coding
+
+
 def test_heuristic_speaker_roles_that_are_no_names_make_no_person() -> None:
     found = nodes_of(conversation(("user", "hi"), ("assistant", "hello"), ("Old Woman", "well"), ("Speaker 1", "ok"), ("#ALL#", "yes")))
     assert not [n for n in found if n.startswith("PERSON:")]
@@ -386,6 +415,26 @@ def test_heuristic_the_standard_librarys_mocks_are_no_nodes() -> None:
             "        mock_prompt.assert_called_once()\n        mock_prompt.reset_mock()\n```")
     found = nodes_of(conversation(("user", "fix the test"), ("assistant", edit), ("assistant", "`MockRepoMap` stands in for `RepoMap`; `MagicMock()` again")))
     assert set(found) == {"CLASS:DummyInput", "CLASS:RepoMap"}
+
+
+def test_heuristic_a_standalone_scripts_scaffolding_is_no_node() -> None:
+    # Issue 11, eighth round: mini-swe-agent's reproduction scripts configure Django, declare an
+    # app and subclass the test framework's base class; said again in the agent's prose, those
+    # were still labelled noise. The script's own test class and the issue's class stay.
+    script = ("```bash\ncat <<'EOF' > reproduce.py\nimport django\nfrom django.conf import settings\n"
+              "settings.configure(INSTALLED_APPS=[\"reproduce_app\"])\ndjango.setup()\n"
+              "from django.apps import AppConfig\nfrom django.test import TestCase\n"
+              "class ReproduceAppConfig(AppConfig):\n    name = \"reproduce_app\"\n"
+              "class ExperimentTest(TestCase):\n    def test_subtraction(self):\n"
+              "        Experiment.objects.annotate(delta=F(\"end\") - F(\"start\"))\nEOF\npython reproduce.py\n```")
+    found = nodes_of(conversation(
+        ("user", "make temporal subtraction work without ExpressionWrapper"), ("assistant", script),
+        ("tool", "FieldError: Expression contains mixed types: DateTimeField, DurationField."),
+        ("assistant", "`django.setup()` ran and `ReproduceAppConfig` loaded; `TestCase` fails in `ExperimentTest`, so "
+                      "`settings.configure()` is right and `ExpressionWrapper` is still needed."),
+    ))
+    assert not {"METHOD:django.setup", "METHOD:settings.configure", "CLASS:TestCase", "CLASS:AppConfig", "CLASS:ReproduceAppConfig"} & set(found)
+    assert {"CLASS:ExperimentTest", "CLASS:ExpressionWrapper", "FILE:reproduce.py", "TEST:test_subtraction"} <= set(found)
 
 
 def test_heuristic_a_call_on_a_variable_said_once_in_a_coding_session_is_no_node() -> None:
