@@ -543,6 +543,15 @@ def resolve(
         ("acronym", 0.9, acronym_hits),
         ("token-set", thresholds.link, token_hits),
     ):
+        if kind == "PERSON":
+            # Another person's full name on the node (`Kate Smith` beside `Kate Miller`, met
+            # through the first name both were called by) makes it someone else.
+            hits = {t: f for t, f in hits.items() if not namesakes(forms, index.forms[t])}
+            if len(hits) > 1 and any(namesakes(index.forms[a], index.forms[b]) for a in hits for b in hits if a < b):
+                # A first name two different full names go by names neither: a review question,
+                # never a bridge between them (pipelines.extract.commit.BRIDGING_RULES).
+                matches = tuple(Match(t, rule, score, f, kind) for t, f in sorted(hits.items()))
+                return Verdict(node.id, CANDIDATE, None, "ambiguous-namesakes", score, matches)
         if len(hits) == 1:
             ((target, text),) = hits.items()
             return Verdict(node.id, LINK, target, rule, score, (Match(target, rule, score, text, kind),))
@@ -556,10 +565,37 @@ def resolve(
         if not form.identifier:
             for match in _fuzzy(node, form, index, blocked, thresholds.fuzzy, exclude=set(candidates)):
                 offer(match)
+    if kind == "PERSON":
+        # Nor a question for review: `Jill Green` beside `Jill Goodacre` shares a name, not a person.
+        candidates = {t: m for t, m in candidates.items() if m.type != kind or not namesakes(forms, index.forms[t])}
     if candidates:
         ranked = tuple(sorted(candidates.values(), key=lambda m: (-m.score, m.node_id)))
         return Verdict(node.id, CANDIDATE, None, ranked[0].rule, ranked[0].score, ranked)
     return Verdict(node.id, CREATE)
+
+
+def full_names(forms: Iterable[NameForm]) -> set[frozenset[str]]:
+    """A person's full names among prose ``forms``: the word sets of the forms with two words or
+    more once one leading title or preposition is dropped (`Doctor Kate Miller` → {kate, miller};
+    `Kate` is no full name)."""
+    found = set()
+    for form in forms:
+        if form.identifier:
+            continue
+        core = _person_core(form.words.split())
+        if len(core) > 1:
+            found.add(frozenset(core))
+    return found
+
+
+def namesakes(one: Iterable[NameForm], other: Iterable[NameForm]) -> bool:
+    """Whether two PERSON nodes' forms hold two full names that share a name and differ in another
+    — neither name's words within the other's (`Kate Miller` / `Kate Smith`, `Ross Geller` /
+    `Monica Geller`; not `Ross Geller` / `Doctor Ross Geller`, nor `Ross` / `Ross Geller`): two
+    people of one first name or one family. Full names sharing no word (`Robert Tables` / `Bobby
+    T.`) say nothing: a nickname is no other person."""
+    mine, theirs = full_names(one), full_names(other)
+    return any(a & b and not (a <= b or b <= a) for a in mine for b in theirs)
 
 
 def _offer_basename(index: AliasIndex, form: NameForm, allowed: Callable[..., set[str]], offer: Callable[[Match], None]) -> None:
@@ -685,15 +721,17 @@ def _person_forms(index: AliasIndex, batch: AliasIndex, person: str) -> set[str]
 def person_witness(short: str, core: str, index: AliasIndex, batch: AliasIndex) -> bool:
     """Whether a PERSON node, in the graph or the session, says that prose words ``short`` and
     ``core`` (``short``, or ``short`` with words more) name one person: it has both among its names,
-    and — when ``core`` is longer — it is the only PERSON node that has both and none of its other
-    names extends ``short`` (a node holding `Jill Goodacre` and `Jill Green` vouches for neither)."""
-    found = _persons(index, batch, short) & _persons(index, batch, core)
+    and — when ``core`` is longer — it is the only PERSON node that has both and no PERSON node
+    called ``short`` has another name extending it (a node holding `Jill Goodacre` and `Jill Green`,
+    or two nodes `Jill Goodacre` and `Jill Green` each called `Jill`, vouch for neither)."""
+    called = _persons(index, batch, short)
+    found = called & _persons(index, batch, core)
     if short == core:
         return bool(found)
     if len(found) != 1:
         return False
     part = short.split()
-    return {f for f in _person_forms(index, batch, next(iter(found))) if f == core or _sub_list(part, f.split())} == {core}
+    return {f for person in called for f in _person_forms(index, batch, person) if f == core or _sub_list(part, f.split())} == {core}
 
 
 def named_person(

@@ -1,0 +1,133 @@
+"""Two people who share a first name are never joined (issue 11, seventh round, second wave).
+
+The offline extractor makes a chat's speaker a PERSON node and files a first name said in a scene
+they speak in as that node's alias (`Kate` on `Kate Miller`). Across sessions, the alias rule used to
+join through that first name: `Kate Smith` (alias `Kate`) linked to `Kate Miller` (alias `Kate`), or
+both to a bare `Kate` of a third session. These tests run chat sessions through the real offline
+extractor, the worker's identity resolver and the extraction commit on a real SQLite file, in every
+order of arrival.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from pipelines.extract.commit import commit_session
+from pipelines.extract.heuristic import extract_heuristic
+from pipelines.extract.model import UnitTurn, WorkUnit, validate_extraction
+from pipelines.extract.reduce import reduce_session
+from pipelines.identity import CANDIDATE, LINK, AliasIndex, NodeRef, name_form, namesakes, resolve
+from config.settings import DEFAULT_SEMANTIC_TYPES
+from store.db import Database
+from store.graph import Node
+from store.unit_of_work import DatabaseUnitOfWork
+from worker.knowledge import identity_resolver
+
+Scene = tuple[str, tuple[tuple[str, str], ...]]  # session id, (speaker role, text) per turn
+
+
+def spoken_by(first: str, last: str) -> Scene:
+    """A scene where ``first last`` speaks and is called by the first name: the extractor makes
+    the PERSON `first last` with the alias `first`."""
+    full = f"{first} {last}"
+    return (f"s-{first}-{last}".lower(), (
+        (full, "Hello everyone, I am so glad to be here."),
+        ("Joey", f"You were great tonight, {first}."),
+        (full, "Thanks Joey, that means a lot."),
+        ("Joey", f"I told {first} about the play."),
+    ))
+
+
+def said_of(first: str) -> Scene:
+    """A scene where nobody of that name speaks and ``first`` is said as a person: the PERSON `first`."""
+    return (f"s-{first}-bare".lower(), (
+        ("Ross", f"I met {first} yesterday at the museum."),
+        ("Rachel", f"Oh really? How is {first} doing?"),
+    ))
+
+
+MILLER, SMITH, BARE = spoken_by("Kate", "Miller"), spoken_by("Kate", "Smith"), said_of("Kate")
+
+
+def commit_scene(db: Database, scene: Scene, *, index_per_session: bool, resolver: object) -> None:
+    """Extract ``scene`` with the offline extractor and commit it through the worker's resolver."""
+    sid, lines = scene
+    turns = tuple(UnitTurn(i + 1, f"{sid}-m{i + 1}", text, role) for i, (role, text) in enumerate(lines))
+    work = WorkUnit(f"{sid}:chunk:0", sid, 0, turns, "h")
+    reduced = reduce_session(sid, [validate_extraction(extract_heuristic(work), work, semantic_types=DEFAULT_SEMANTIC_TYPES)])
+    unit = DatabaseUnitOfWork(db)
+    unit.graph.upsert_nodes([Node(f"session:{sid}", "SESSION", sid), *(Node(f"memory:{t.memory_id}", "MEMORY", "m") for t in turns)])
+    matcher = identity_resolver(db) if index_per_session else resolver
+    stats = commit_session(reduced, unit=unit, graph_index=None, queue_append=len, matcher=matcher, merges=unit.merges,
+                           on_commit=lambda: None)
+    if stats.nodes_removed or stats.nodes_folded:
+        matcher.reset()  # type: ignore[attr-defined]  # as the extract phase does
+
+
+def person_names(db: Database) -> dict[str, set[str]]:
+    """PERSON node id → its name and aliases."""
+    names = {node_id: {name} for node_id, name in db.query("SELECT id, name FROM nodes WHERE label = 'PERSON'")}
+    for node_id, alias in db.query("SELECT node_id, alias FROM node_aliases"):
+        if node_id in names:
+            names[node_id].add(alias)
+    return names
+
+
+def build(path: Path, scenes: Sequence[Scene], *, index_per_session: bool) -> dict[str, set[str]]:
+    db = Database(path)
+    try:
+        resolver = identity_resolver(db)
+        for scene in scenes:
+            commit_scene(db, scene, index_per_session=index_per_session, resolver=resolver)
+        return person_names(db)
+    finally:
+        db.close()
+
+
+@pytest.mark.parametrize("index_per_session", [False, True], ids=["one-index", "index-per-session"])
+def test_two_full_names_of_one_first_name_never_end_in_one_node(tmp_path: Path, index_per_session: bool) -> None:
+    """`Kate Miller`, `Kate Smith` (each speaking, called `Kate`) and a bare `Kate` said elsewhere,
+    in every order: never one node for both full names; each full name is a node's."""
+    for number, order in enumerate(itertools.permutations([MILLER, SMITH, BARE])):
+        people = build(tmp_path / f"order{number}.sqlite3", order, index_per_session=index_per_session)
+        holders = {full: [n for n, names in people.items() if full in names] for full in ("Kate Miller", "Kate Smith")}
+        assert all(len(ids) == 1 for ids in holders.values()), (order, people)
+        assert holders["Kate Miller"] != holders["Kate Smith"], (order, people)
+
+
+def test_one_person_in_several_sessions_is_still_one_node(tmp_path: Path) -> None:
+    """The same speaker in two scenes (and `Ross` said where Ross Geller speaks) stays one node; a
+    bare first name said elsewhere still joins the one full name it can be."""
+    ross = spoken_by("Ross", "Geller")
+    again = (ross[0] + "-again", ross[1])
+    for order in itertools.permutations([ross, again, said_of("Ross")]):
+        people = build(tmp_path / "ross.sqlite3", order, index_per_session=False)
+        (tmp_path / "ross.sqlite3").unlink()
+        holders = [names for names in people.values() if "Ross Geller" in names]
+        assert len(holders) == 1 and "Ross" in holders[0], (order, people)
+        assert not [n for n, names in people.items() if "Ross" in names and "Ross Geller" not in names], (order, people)
+
+
+def _person(name: str, *aliases: str) -> NodeRef:
+    return NodeRef(f"PERSON:{name}", "PERSON", name, aliases)
+
+
+def test_the_resolver_neither_links_nor_bridges_namesakes() -> None:
+    """Pure: a full name never links to a node holding another full name of its first name, and a
+    bare first name beside two such nodes is a review question, not a bridge (commit.BRIDGING_RULES)."""
+    miller, smith = _person("Kate Miller", "Kate"), _person("Kate Smith", "Kate")
+    assert resolve(smith, AliasIndex.build([miller])).action != LINK
+    assert resolve(smith, AliasIndex.build([_person("Kate", "Kate Miller")])).action != LINK
+    assert resolve(miller, AliasIndex.build([_person("Kate")])).action == LINK  # one full name: still joins
+    both = resolve(_person("Kate"), AliasIndex.build([miller, smith]))
+    assert both.action == CANDIDATE and both.rule == "ambiguous-namesakes"
+    assert {m.node_id for m in both.candidates} == {miller.id, smith.id}
+    # Not namesakes: a title, a full name within a longer one, a nickname sharing no word.
+    forms = lambda *names: [name_form("PERSON", n) for n in names]  # noqa: E731
+    assert not namesakes(forms("Ross Geller"), forms("Doctor Ross Geller", "Ross"))
+    assert not namesakes(forms("Robert Tables", "Bob"), forms("Bobby T."))
+    assert namesakes(forms("Ross Geller"), forms("Monica Geller"))
