@@ -44,7 +44,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.identity_context import load_context, own_context  # noqa: E402
-from pipelines.identity import CANDIDATE, LINK, AliasIndex, NodeRef, Verdict, fold, learn, named_person, resolve, resolve_batch, said_together  # noqa: E402
+from pipelines.identity import (  # noqa: E402
+    CANDIDATE, LINK, AliasIndex, NodeRef, Verdict, fold, learn, name_form, named_person, namesakes, resolve, resolve_batch, said_together,
+)
 
 DATA = Path(__file__).resolve().parent / "data" / "merge_pairs.jsonl"
 REAL = Path(__file__).resolve().parent / "data" / "identity_real_pairs.jsonl"
@@ -276,14 +278,26 @@ def run_report(runs: dict[str, Path], pairs: Sequence[dict[str, Any]]) -> dict[s
                 seen.add(target)
                 target = into[target]
             where.setdefault((merged.partition(":")[0], node.get("name", merged.partition(":")[2])), target)
+        # PERSON nodes holding two people's full names (`Kate Miller` and `Kate Smith`: one name
+        # shared, another not), their name and aliases read as the resolver reads them.
+        aliases: dict[str, list[str]] = {}
+        for node_id, alias in db.execute("SELECT a.node_id, a.alias FROM node_aliases a JOIN nodes n ON n.id = a.node_id WHERE n.label = 'PERSON'"):
+            aliases.setdefault(node_id, []).append(alias)
+        namesake_nodes = []
+        for node_id, name in db.execute("SELECT id, name FROM nodes WHERE label = 'PERSON'"):
+            forms = [name_form("PERSON", f) for f in NodeRef(node_id, "PERSON", name, tuple(aliases.get(node_id, ()))).forms]
+            if namesakes(forms, forms):
+                namesake_nodes.append(name)
         review = {frozenset(pair) for pair in db.execute("SELECT node_id, candidate_id FROM identity_candidates")}
         rules = Counter(rule for (rule,) in db.execute("SELECT rule FROM identity_candidates"))
         sessions = db.execute("SELECT COUNT(*) FROM nodes WHERE label = 'SESSION'").fetchone()[0]
+        persons = db.execute("SELECT COUNT(*) FROM nodes WHERE label = 'PERSON'").fetchone()[0]
         db.close()
         state[source] = (where, review)
         out["runs"][source] = {"sessions": sessions, "review_pairs": len(review),
                                "review_per_100_sessions": round(len(review) * 100 / sessions, 1) if sessions else 0.0,
-                               "extension_pairs": rules.get("extension", 0)}
+                               "extension_pairs": rules.get("extension", 0),
+                               "person_nodes": persons, "namesake_person_nodes": sorted(namesake_nodes)}
     by_split: dict[str, Counter[str]] = {}
     for pair in pairs:
         run = pair.get("run") or _SPLIT_RUN.get(pair["split"])
