@@ -593,9 +593,15 @@ def namesakes(one: Iterable[NameForm], other: Iterable[NameForm]) -> bool:
     — neither name's words within the other's (`Kate Miller` / `Kate Smith`, `Ross Geller` /
     `Monica Geller`; not `Ross Geller` / `Doctor Ross Geller`, nor `Ross` / `Ross Geller`): two
     people of one first name or one family. Full names sharing no word (`Robert Tables` / `Bobby
-    T.`) say nothing: a nickname is no other person."""
+    T.`) say nothing: a nickname is no other person; nor does a near-identical spelling (`Joey
+    Tribianni` / `Joey Tribbiani`, similarity ≥ :data:`FUZZY_THRESHOLD`): a typo is no other person."""
     mine, theirs = full_names(one), full_names(other)
-    return any(a & b and not (a <= b or b <= a) for a in mine for b in theirs)
+    return any(a & b and not (a <= b or b <= a) and not _typo(a, b) for a in mine for b in theirs)
+
+
+def _typo(one: frozenset[str], other: frozenset[str]) -> bool:
+    """Whether two word sets are one name spelt a little differently."""
+    return SequenceMatcher(None, " ".join(sorted(one)), " ".join(sorted(other))).ratio() >= FUZZY_THRESHOLD
 
 
 def _offer_basename(index: AliasIndex, form: NameForm, allowed: Callable[..., set[str]], offer: Callable[[Match], None]) -> None:
