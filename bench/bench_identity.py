@@ -50,6 +50,8 @@ from pipelines.identity import (  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data" / "merge_pairs.jsonl"
 REAL = Path(__file__).resolve().parent / "data" / "identity_real_pairs.jsonl"
+# CONCEPT / PERSON-PLACE-ORGANIZATION-WORK pairs of one identical name from runs, labelled (cross_type_report).
+CROSS_TYPE = Path(__file__).resolve().parent / "data" / "identity_cross_type_pairs.jsonl"
 SPLITS = ("tuning", "held-out")
 # The converter's split names (one hash, bench/convert_transcripts.py) → the labels' split names.
 _IDENTITY_SPLIT = {"tune": "tuning", "heldout": "held-out"}
@@ -329,6 +331,67 @@ def run_report(runs: dict[str, Path], pairs: Sequence[dict[str, Any]]) -> dict[s
     return out
 
 
+# The types a CONCEPT (the extractor's fallback) may be one of under an identical name.
+NAMED_TYPES = ("PERSON", "PLACE", "ORGANIZATION", "WORK")
+
+
+def cross_type_pairs(data_dir: Path) -> list[dict[str, Any]]:
+    """The review list's ``cross-type`` pairs of a run whose ends are a CONCEPT and a node of
+    :data:`NAMED_TYPES` with the identical name (ignoring case) of two words or more, each with
+    ``typed_nodes``: how many nodes of those types hold that name (name or alias) in the graph."""
+    import sqlite3
+
+    db = sqlite3.connect(f"file:{data_dir / 'graph.sqlite3'}?mode=ro", uri=True)
+    try:
+        nodes = {node_id: (label, name) for node_id, label, name in db.execute("SELECT id, label, name FROM nodes")}
+        holders: dict[str, set[str]] = {}
+        for node_id, (label, name) in nodes.items():
+            if label in NAMED_TYPES:
+                holders.setdefault(fold(name), set()).add(node_id)
+        for node_id, alias in db.execute("SELECT node_id, alias FROM node_aliases"):
+            if nodes.get(node_id, ("", ""))[0] in NAMED_TYPES:
+                holders.setdefault(fold(alias), set()).add(node_id)
+        found = []
+        for one, two in db.execute("SELECT node_id, candidate_id FROM identity_candidates WHERE rule = 'cross-type'"):
+            if one not in nodes or two not in nodes:
+                continue
+            ends = {nodes[one][0]: nodes[one][1], nodes[two][0]: nodes[two][1]}
+            typed = [t for t in ends if t in NAMED_TYPES]
+            if "CONCEPT" not in ends or len(typed) != 1 or fold(ends["CONCEPT"]) != fold(ends[typed[0]]) or len(ends["CONCEPT"].split()) < 2:
+                continue
+            found.append({"concept": fold(ends["CONCEPT"]), "typed_type": typed[0], "typed": ends[typed[0]],
+                          "typed_nodes": len(holders.get(fold(ends["CONCEPT"]), ()))})
+        return found
+    finally:
+        db.close()
+
+
+def cross_type_report(runs: dict[str, Path], labels: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Two cross-type rules measured on the labelled pairs of ``runs`` (what each would link, right
+    or wrong): *named* — a CONCEPT links to the one PERSON/PLACE/ORGANIZATION/WORK node holding its
+    identical multi-word name (never when several such nodes hold it) — and *named-person*, the same
+    for a PERSON node only. Unlabelled pairs are counted apart (``unlabelled``)."""
+    by_key = {(r["run"], r["concept"], r["typed_type"], r["typed"]): r for r in labels}
+    out: dict[str, Any] = {}
+    for source, data_dir in runs.items():
+        for pair in cross_type_pairs(data_dir):
+            label = by_key.get((source, pair["concept"], pair["typed_type"], pair["typed"]))
+            split = label["split"] if label else "unlabelled"
+            for rule in ("named", "named-person"):
+                links = pair["typed_nodes"] == 1 and (rule == "named" or pair["typed_type"] == "PERSON")
+                c = out.setdefault(f"{split}/{rule}", Counter())
+                c["pairs"] += 1
+                if label is None:
+                    c["links"] += links
+                    continue
+                c["same"] += label["same"]
+                c["tp" if links and label["same"] else "fp" if links else "fn" if label["same"] else "tn"] += 1
+    for key, c in out.items():
+        c["precision"] = round(c["tp"] / (c["tp"] + c["fp"]), 3) if c["tp"] + c["fp"] else 1.0
+        c["recall"] = round(c["tp"] / c["same"], 3) if c["same"] else 1.0
+    return out
+
+
 def speed(size: int, *, seed: int = 11) -> dict[str, Any]:
     """Index ``size`` synthetic CamelCase class names and resolve 1,000 variants against them."""
     rng = random.Random(seed)
@@ -416,6 +479,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                   f"reviewed same/different={r['reviewed_same']}/{r['reviewed_different']}")
         for source, r in report["runs"].items():
             print(f"run {source:18} {r}")
+        labels = [json.loads(line) for line in CROSS_TYPE.read_text(encoding="utf-8").splitlines() if line.strip()]
+        for key, c in sorted(cross_type_report(runs, labels).items()):
+            print(f"run cross-type {key:30} {dict(c)}")
         if args.runs_only:
             return {"runs": report}
     pairs = load_pairs(args.pairs)
