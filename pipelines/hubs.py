@@ -151,6 +151,8 @@ def check(refs: Sequence[NodeRef], verdicts: Sequence[Verdict], index: AliasInde
                 known[short] = found | {f for k, f in batch if k == kind and stands_for(kind, short, f)}
             return known[short]
 
+        if verdict.action == LINK and verdict.rule == "named" and verdict.target is not None:
+            shorts.add(ref.id if ref.type == "CONCEPT" else verdict.target)  # the typed node's id survives
         # This name as the short one: it joins only a set of longer names that is one thing.
         if verdict.action == LINK and verdict.rule in HUB_RULES and verdict.target != ref.id:
             if any((matched := longer(form)) and not one_thing(kind, matched) for form in ref.forms):

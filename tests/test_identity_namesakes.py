@@ -154,3 +154,38 @@ def test_the_resolver_neither_links_nor_bridges_namesakes() -> None:
     assert not namesakes(forms("Ross Geller"), forms("Doctor Ross Geller", "Ross"))
     assert not namesakes(forms("Robert Tables", "Bob"), forms("Bobby T."))
     assert namesakes(forms("Ross Geller"), forms("Monica Geller"))
+
+
+@pytest.mark.parametrize("order", [("CONCEPT", "PERSON"), ("PERSON", "CONCEPT")], ids=["concept-first", "person-first"])
+def test_a_concept_and_a_person_of_one_full_name_are_one_person_node(tmp_path: Path, order: tuple[str, str]) -> None:
+    """`Bug report from Jonas Weber` (a CONCEPT) and `Jonas Weber said` (a PERSON) in two sessions,
+    either first: one node, the PERSON's, holding both sessions' claims; a one-word name and a name
+    typed twice (PLACE and PERSON `New York`) stay apart."""
+    db = Database(tmp_path / "graph.sqlite3")
+    try:
+        for number, kind in enumerate(order):
+            commit_named(db, f"s{number}", [(kind, "Jonas Weber"), (kind, "Weber")])
+        commit_named(db, "s2", [("PLACE", "New York")])
+        commit_named(db, "s3", [("PERSON", "New York")])
+        commit_named(db, "s4", [("CONCEPT", "New York")])
+        nodes = {node_id: label for node_id, label in db.query("SELECT id, label FROM nodes WHERE label NOT IN ('SESSION', 'MEMORY')")}
+        held = {anchor for (anchor,) in db.query("SELECT anchor FROM node_claims WHERE node_id = 'PERSON:Jonas Weber'")}
+    finally:
+        db.close()
+    assert "CONCEPT:jonas weber" not in nodes and nodes["PERSON:Jonas Weber"] == "PERSON"
+    assert held == {"session:s0", "session:s1"}
+    assert {"CONCEPT:weber", "PERSON:Weber"} <= set(nodes)  # one word: apart
+    assert {"PLACE:New York", "PERSON:New York", "CONCEPT:new york"} <= set(nodes)  # two typed nodes hold it: apart
+
+
+def commit_named(db: Database, sid: str, names: Sequence[tuple[str, str]]) -> None:
+    """One session naming ``names`` (type, name), through the worker's resolver and the commit."""
+    turns = tuple(UnitTurn(i + 1, f"{sid}-m{i + 1}", name) for i, (_, name) in enumerate(names))
+    work = WorkUnit(f"{sid}:chunk:0", sid, 0, turns, "h")
+    raw = {"summary": "", "edges": [], "nodes": [
+        {"id": f"n{i}", "type": kind, "name": name, "aliases": [], "evidence": [{"turn": i + 1, "quote": name}]} for i, (kind, name) in enumerate(names)
+    ]}
+    reduced = reduce_session(sid, [validate_extraction(raw, work, semantic_types=DEFAULT_SEMANTIC_TYPES)])
+    unit = DatabaseUnitOfWork(db)
+    unit.graph.upsert_nodes([Node(f"session:{sid}", "SESSION", sid), *(Node(f"memory:{t.memory_id}", "MEMORY", "m") for t in turns)])
+    commit_session(reduced, unit=unit, graph_index=None, queue_append=len, matcher=identity_resolver(db), merges=unit.merges, on_commit=lambda: None)
