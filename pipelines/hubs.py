@@ -31,7 +31,6 @@ from pipelines.identity import (
     CANDIDATE,
     LINK,
     AliasIndex,
-    NameForm,
     NodeRef,
     Verdict,
     acronym_of,
@@ -197,7 +196,7 @@ def namesake_splits(refs: Sequence[NodeRef], verdicts: Sequence[Verdict], index:
         if ref.type != "PERSON":
             continue
         mine = [name_form(ref.type, form) for form in ref.forms]
-        shorter = {run for full in full_names(mine) for run in _short_runs(mine, full)}
+        shorter = {run for full in full_names(mine) for run in _short_runs(full)}
         holders = {node_id for words in shorter for node_id in index.prose_words.get(("PERSON", words), ())}
         for node_id in sorted(holders - {verdict.target, ref.id}):
             theirs = index.forms.get(node_id, [])
@@ -217,15 +216,10 @@ def namesake_splits(refs: Sequence[NodeRef], verdicts: Sequence[Verdict], index:
     return found
 
 
-def _short_runs(forms: Sequence[NameForm], full: frozenset[str]) -> set[str]:
-    """The shorter runs (as words) of the forms whose words make the full name ``full``."""
-    runs: set[str] = set()
-    for form in forms:
-        said = form.words.split()
-        if frozenset(said) == full or frozenset(said[1:]) == full:
-            n = len(said)
-            runs |= {" ".join(said[i:j]) for i in range(n) for j in range(i + 1, n + 1) if j - i < n}
-    return runs
+def _short_runs(full: tuple[str, ...]) -> set[str]:
+    """The shorter runs of a full name's words, as text (`kate`, `miller` of `kate miller`)."""
+    n = len(full)
+    return {" ".join(full[i:j]) for i in range(n) for j in range(i + 1, n + 1) if j - i < n}
 
 
 def _ambiguous(verdict: Verdict) -> Verdict:

@@ -597,34 +597,37 @@ def _named(node: NodeRef, form: NameForm, index: AliasIndex, allowed: Callable[.
     return next(iter(found)) if len(found) == 1 else None
 
 
-def full_names(forms: Iterable[NameForm]) -> set[frozenset[str]]:
-    """A person's full names among prose ``forms``: the word sets of the forms with two words or
-    more once one leading title or preposition is dropped (`Doctor Kate Miller` → {kate, miller};
-    `Kate` is no full name)."""
+def full_names(forms: Iterable[NameForm]) -> set[tuple[str, ...]]:
+    """A person's full names among prose ``forms``: the words of the forms with two words or more
+    once one leading title or preposition is dropped (`Doctor Kate Miller` → kate miller; `Kate` is
+    no full name), never a form with a possessive (`Joey's Sister` is someone of Joey's, not a Joey)."""
     found = set()
     for form in forms:
-        if form.identifier:
+        if form.identifier or _POSSESSIVE.search(form.text):
             continue
         core = _person_core(form.words.split())
         if len(core) > 1:
-            found.add(frozenset(core))
+            found.add(tuple(core))
     return found
 
 
 def namesakes(one: Iterable[NameForm], other: Iterable[NameForm]) -> bool:
-    """Whether two PERSON nodes' forms hold two full names that share a name and differ in another
-    — neither name's words within the other's (`Kate Miller` / `Kate Smith`, `Ross Geller` /
-    `Monica Geller`; not `Ross Geller` / `Doctor Ross Geller`, nor `Ross` / `Ross Geller`): two
-    people of one first name or one family. Full names sharing no word (`Robert Tables` / `Bobby
-    T.`) say nothing: a nickname is no other person; nor does a near-identical spelling (`Joey
-    Tribianni` / `Joey Tribbiani`, similarity ≥ :data:`FUZZY_THRESHOLD`): a typo is no other person."""
+    """Whether two PERSON nodes' forms hold two full names of two people who share a first or a
+    last name: the same first word or the same last word, and neither name's words within the
+    other's (`Kate Miller` / `Kate Smith`, `Ross Geller` / `Monica Geller`; not `Ross Geller` /
+    `Doctor Ross Geller`, nor `Ross` / `Ross Geller`, nor `Rachel Green` / `Rachel Karen Green`).
+    A word shared elsewhere (`Red Ross` / `Ross Geller`, a nickname) or none (`Robert Tables` /
+    `Bobby T.`) says nothing, nor does a near-identical spelling (`Joey Tribianni` / `Joey
+    Tribbiani`, similarity ≥ :data:`FUZZY_THRESHOLD`): a typo is no other person."""
     mine, theirs = full_names(one), full_names(other)
-    return any(a & b and not (a <= b or b <= a) and not _typo(a, b) for a in mine for b in theirs)
+    return any(_two_people(a, b) for a in mine for b in theirs)
 
 
-def _typo(one: frozenset[str], other: frozenset[str]) -> bool:
-    """Whether two word sets are one name spelt a little differently."""
-    return SequenceMatcher(None, " ".join(sorted(one)), " ".join(sorted(other))).ratio() >= FUZZY_THRESHOLD
+def _two_people(one: tuple[str, ...], other: tuple[str, ...]) -> bool:
+    a, b = set(one), set(other)
+    if a <= b or b <= a or not (one[0] == other[0] or one[-1] == other[-1]):
+        return False
+    return SequenceMatcher(None, " ".join(one), " ".join(other)).ratio() < FUZZY_THRESHOLD
 
 
 def _offer_basename(index: AliasIndex, form: NameForm, allowed: Callable[..., set[str]], offer: Callable[[Match], None]) -> None:
