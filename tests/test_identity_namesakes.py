@@ -21,10 +21,13 @@ from pipelines.extract.heuristic import extract_heuristic
 from pipelines.extract.model import UnitTurn, WorkUnit, validate_extraction
 from pipelines.extract.reduce import reduce_session
 from pipelines.identity import CANDIDATE, LINK, AliasIndex, NodeRef, name_form, namesakes, resolve
+from config import Settings
 from config.settings import DEFAULT_SEMANTIC_TYPES
+from store.backend import open_database
 from store.db import Database
 from store.graph import Node
 from store.unit_of_work import DatabaseUnitOfWork
+from tests.test_forget import canonical
 from worker.knowledge import identity_resolver
 
 Scene = tuple[str, tuple[tuple[str, str], ...]]  # session id, (speaker role, text) per turn
@@ -112,6 +115,33 @@ def test_two_full_names_of_one_first_name_never_end_in_one_node(tmp_path: Path, 
         assert all(len(ids) == 1 for ids in holders.values()), (order, people)
         assert holders["Kate Miller"] != holders["Kate Smith"], (order, people)
         assert claims(path) == {frozenset({MILLER[0]}), frozenset({SMITH[0]}), frozenset({BARE[0]})}, order
+
+
+@pytest.mark.both_backends
+def test_the_split_of_a_first_name_on_either_engine(tmp_path: Path, settings: Settings) -> None:
+    """`Kate` (bare), `Kate Miller` (joins it), `Kate Smith` (splits them): on SQLite and PostgreSQL
+    the undone link record says why, blocks nothing, the pair is listed for review, and the graph
+    equals the one SQLite builds when `Kate Smith` comes first (no split)."""
+    reference = canonical(_built_graph(tmp_path / "reference.sqlite3", [SMITH, BARE, MILLER]))
+    db = open_database(settings)
+    try:
+        resolver = identity_resolver(db)
+        for scene in (BARE, MILLER, SMITH):
+            commit_scene(db, scene, index_per_session=False, resolver=resolver)
+        unit = DatabaseUnitOfWork(db)
+        records = unit.merges.records(merged_id="PERSON:Kate Miller")
+        assert [(r.into_id, r.undone_at is not None, r.evidence.get("split", {}).get("ambiguous_with")) for r in records] == [
+            ("PERSON:Kate", True, "Kate Smith")]
+        assert unit.merges.blocked_pairs() == frozenset()
+        assert ("PERSON:Kate Miller", "PERSON:Kate") in {(c["node_id"], c["candidate_id"]) for c in unit.merges.candidates()}
+    finally:
+        db.close()
+    assert canonical(settings) == reference
+
+
+def _built_graph(path: Path, scenes: Sequence[Scene]) -> Path:
+    build(path, scenes, index_per_session=False)
+    return path
 
 
 def test_a_bare_first_name_still_joins_the_one_full_name_it_can_be(tmp_path: Path) -> None:
