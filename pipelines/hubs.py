@@ -196,7 +196,7 @@ def namesake_splits(refs: Sequence[NodeRef], verdicts: Sequence[Verdict], index:
         if ref.type != "PERSON":
             continue
         mine = [name_form(ref.type, form) for form in ref.forms]
-        shorter = {run for full in full_names(mine) for run in _short_runs(full)}
+        shorter = {prose_key(ref.type, run) for full in full_names(mine) for run in _short_runs(full)}  # as the index files them
         holders = {node_id for words in shorter for node_id in index.prose_words.get(("PERSON", words), ())}
         for node_id in sorted(holders - {verdict.target, ref.id}):
             theirs = index.forms.get(node_id, [])

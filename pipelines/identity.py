@@ -113,6 +113,9 @@ _NAME_LEADS = NAME_PREPOSITIONS | NAME_TITLES
 # Longest prose name whose sub-runs the ``person`` rule looks up (a name is a few words; a
 # sentence read as a name has no person inside worth a link).
 _PERSON_RULE_MAX_WORDS = 6
+# A person's full name: first, middle and last (`Janice Litman Goralnik`); longer is a phrase the
+# extractor typed a person (`Ross Lingers In The Bathroom`), which says nothing of who is who.
+_FULL_NAME_MAX_WORDS = 3
 # The types a CONCEPT of the identical multi-word name may be (the ``named`` rule).
 NAMED_TYPES = frozenset({"PERSON", "PLACE", "ORGANIZATION", "WORK"})
 # A base name shared by more files than this names none of them in particular (`__init__.py`);
@@ -598,15 +601,17 @@ def _named(node: NodeRef, form: NameForm, index: AliasIndex, allowed: Callable[.
 
 
 def full_names(forms: Iterable[NameForm]) -> set[tuple[str, ...]]:
-    """A person's full names among prose ``forms``: the words of the forms with two words or more
-    once one leading title or preposition is dropped (`Doctor Kate Miller` → kate miller; `Kate` is
-    no full name), never a form with a possessive (`Joey's Sister` is someone of Joey's, not a Joey)."""
+    """A person's full names among prose ``forms``: the words as written (no plural folding:
+    `Rachels Apartment` is no Rachel) of the forms with two or three words once one leading title
+    or preposition is dropped (`Doctor Kate Miller` → kate miller; `Kate` is no full name, nor is
+    `Ross Lingers In The Bathroom`), never a form with a possessive (`Joey's Sister` is someone of
+    Joey's, not a Joey)."""
     found = set()
     for form in forms:
         if form.identifier or _POSSESSIVE.search(form.text):
             continue
-        core = _person_core(form.words.split())
-        if len(core) > 1:
+        core = _person_core(words(form.text))
+        if 1 < len(core) <= _FULL_NAME_MAX_WORDS:
             found.add(tuple(core))
     return found
 
