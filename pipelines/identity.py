@@ -596,7 +596,9 @@ def _named(node: NodeRef, form: NameForm, index: AliasIndex, allowed: Callable[.
         return None
     typed = {i for t in NAMED_TYPES for i in index.exact.get((t, key), ())} - {node.id}
     found = typed if node.type == "CONCEPT" else set() if typed else set(index.exact.get(("CONCEPT", key), ()))
-    found = allowed(found, form, check_numbers=False)
+    # Never into a person's node that holds another person of the name (`Jessica Ashley` beside
+    # `Jessica Lockhart`): which of them the CONCEPT is, the name cannot say.
+    found = {t for t in allowed(found, form, check_numbers=False) if not namesakes([form], index.forms[t])}
     return next(iter(found)) if len(found) == 1 else None
 
 
@@ -768,7 +770,7 @@ def person_witness(short: str, core: str, index: AliasIndex, batch: AliasIndex) 
     if len(found) != 1:
         return False
     part = short.split()
-    return {f for person in called for f in _person_forms(index, batch, person) if f == core or _sub_list(part, f.split())} == {core}
+    return not any(f != core and _sub_list(part, f.split()) for person in called for f in _person_forms(index, batch, person))
 
 
 def named_person(
