@@ -552,9 +552,12 @@ def resolve(
             # Another person's full name on the node (`Kate Smith` beside `Kate Miller`, met
             # through the first name both were called by) makes it someone else.
             hits = {t: f for t, f in hits.items() if not namesakes(forms, index.forms[t])}
-            if len(hits) > 1 and any(namesakes(index.forms[a], index.forms[b]) for a in hits for b in hits if a < b):
-                # A first name two different full names go by names neither: a review question,
-                # never a bridge between them (pipelines.extract.commit.BRIDGING_RULES).
+            if len(hits) > 1 and (
+                all(len(words(f)) == 1 for f in hits.values()) or any(namesakes(index.forms[a], index.forms[b]) for a in hits for b in hits if a < b)
+            ):
+                # A first name two nodes go by (two people of that name, or a bare `Phoebe` split
+                # out of `Phoebe Buffay`) names neither: a review question, never a bridge between
+                # them (pipelines.extract.commit.BRIDGING_RULES).
                 matches = tuple(Match(t, rule, score, f, kind) for t, f in sorted(hits.items()))
                 return Verdict(node.id, CANDIDATE, None, "ambiguous-namesakes", score, matches)
         if len(hits) == 1:

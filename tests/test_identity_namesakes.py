@@ -219,3 +219,34 @@ def commit_named(db: Database, sid: str, names: Sequence[tuple[str, str]]) -> No
     unit = DatabaseUnitOfWork(db)
     unit.graph.upsert_nodes([Node(f"session:{sid}", "SESSION", sid), *(Node(f"memory:{t.memory_id}", "MEMORY", "m") for t in turns)])
     commit_session(reduced, unit=unit, graph_index=None, queue_append=len, matcher=identity_resolver(db), merges=unit.merges, on_commit=lambda: None)
+
+
+def test_a_first_name_never_bridges_the_nodes_it_was_split_from(tmp_path: Path) -> None:
+    """After the split (by a `Kate Smith` nobody called `Kate`), `Kate` and `Kate Miller` both go
+    by `Kate`: a later person called only `Kate` (`Katie` with the alias `Kate`) joins neither and
+    folds nothing back together; it is a review question."""
+    path = tmp_path / "graph.sqlite3"
+    build(path, [BARE, MILLER], index_per_session=False)
+    db = Database(path)
+    try:
+        commit_named_aliases(db, SMITH[0], "Kate Smith", ())
+        commit_named_aliases(db, "s-katie", "Katie", ("Kate",))
+        people = person_names(db)
+        offered = {other for one, other in db.query("SELECT node_id, candidate_id FROM identity_candidates") for other in (one, other)
+                   if "PERSON:Katie" in (one, other) and other != "PERSON:Katie"}
+    finally:
+        db.close()
+    assert claims(path) == {frozenset({MILLER[0]}), frozenset({SMITH[0]}), frozenset({BARE[0]})}
+    assert "PERSON:Katie" in people and offered == {"PERSON:Kate", "PERSON:Kate Miller"}
+
+
+def commit_named_aliases(db: Database, sid: str, name: str, aliases: tuple[str, ...]) -> None:
+    """One session naming the PERSON ``name`` with ``aliases``, through the worker's resolver and the commit."""
+    turns = (UnitTurn(1, f"{sid}-m1", " / ".join((name, *aliases))),)
+    work = WorkUnit(f"{sid}:chunk:0", sid, 0, turns, "h")
+    raw = {"summary": "", "edges": [], "nodes": [
+        {"id": "n0", "type": "PERSON", "name": name, "aliases": list(aliases), "evidence": [{"turn": 1, "quote": name}]}]}
+    reduced = reduce_session(sid, [validate_extraction(raw, work, semantic_types=DEFAULT_SEMANTIC_TYPES)])
+    unit = DatabaseUnitOfWork(db)
+    unit.graph.upsert_nodes([Node(f"session:{sid}", "SESSION", sid), Node(f"memory:{sid}-m1", "MEMORY", "m")])
+    commit_session(reduced, unit=unit, graph_index=None, queue_append=len, matcher=identity_resolver(db), merges=unit.merges, on_commit=lambda: None)
