@@ -17,7 +17,9 @@ the same thing). With ``--runs`` the pairs collected from runs (``run``: their s
 bench/identity_extensions.py) are scored against the graph a run of the same sessions left, where
 identity had the session as context (:func:`run_report`). The setting ``persons`` resolves the
 pairs collected from runs beside the PERSON nodes of their run (bench/identity_context.py), as a
-session batch: the context of the ``person`` rule.
+session batch: the context of the ``person`` rule. ``--runs`` also counts each run's PERSON nodes
+holding two people's full names (``namesake_person_nodes``) and scores the ``named`` rule on the
+labelled cross-type pairs of ``bench/data/identity_cross_type_pairs.jsonl`` (:func:`cross_type_report`).
 
 Each line of the merge set is ``{"existing": {type, name, aliases}, "incoming": {type, name},
 "same": bool, "kind": "…"}`` — pairs from realistic agent sessions: spelling variants that name the
