@@ -18,7 +18,8 @@ holds two that do not, the short name is its own node, whatever came first:
   is), so the split moves exactly the short name's rows.
 
 :func:`check` reads the resolver's :class:`~pipelines.identity.AliasIndex` (every form of every
-node, the names linked into it included) and the session's own names.
+node, the names linked into it included) and the session's own names. A person's bare first name is
+a short name too (:func:`namesake_splits`): it stands for one full name until a namesake arrives.
 """
 
 from __future__ import annotations

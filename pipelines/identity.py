@@ -30,7 +30,15 @@ acronym         0.90   an all-caps acronym of ≥ 3 letters = the initials of a 
                        CamelCase name (``LEQ`` ↔ ``Lazy Edge Queue``); 2 letters: a candidate only
 token-set       0.90   prose only: (nearly) the same set of words in any order (Jaccard ≥
                        ``Thresholds.link``), never for a name repeating a word (``True True False``)
+named           0.95   CONCEPT ↔ the one PERSON/PLACE/ORGANIZATION/WORK node holding the identical
+                       multi-word name (ignoring case), either way round (:func:`_named`)
 ==============  =====  ===========================================================================
+
+PERSON: a node holding a *namesake* of the incoming full name (:func:`namesakes`: `Kate Miller` /
+`Kate Smith`) is never linked by any rule nor offered for review, and several PERSON nodes matched
+through a bare first name (or holding namesakes) are ``ambiguous-namesakes`` — never bridged; the
+first name joined to one full name is split back out when a namesake arrives
+(:func:`pipelines.hubs.namesake_splits`).
 
 More than one existing node matching a decisive rule makes the verdict ``candidate`` (ambiguous);
 more than :data:`MAX_SHARED_NAME` qualified names for one bare name make nothing. Below the
