@@ -178,6 +178,11 @@ def check(refs: Sequence[NodeRef], verdicts: Sequence[Verdict], index: AliasInde
                     splits.setdefault(short_id, Split(short_id, node_id, short, mine[0], _rule(kind, short, mine[0])))
     for split in namesake_splits(refs, verdicts, index):
         splits.setdefault(split.merged_id, split)
+        for position, (ref, verdict) in enumerate(zip(refs, out, strict=True)):
+            if verdict.action == LINK and ref.id == split.merged_id and verdict.target == split.into_id:
+                # The name this commit moves out must not go straight back in (`Kate Miller`
+                # speaking beside `Kate Smith`): it stays on its own node, the pair for review.
+                out[position] = Verdict(verdict.node_id, CANDIDATE, None, "ambiguous-namesakes", verdict.score, verdict.candidates)
     return Checked(out, sorted(splits.values(), key=lambda s: s.merged_id), frozenset(shorts))
 
 

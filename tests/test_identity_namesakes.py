@@ -144,6 +144,17 @@ def _built_graph(path: Path, scenes: Sequence[Scene]) -> Path:
     return path
 
 
+def test_a_name_split_out_does_not_go_straight_back_in(tmp_path: Path) -> None:
+    """`Kate` joined `Kate Miller`; then one scene where Kate Miller and Kate Smith both speak (the
+    extractor maps `Kate` to neither): the split and that scene's `Kate Miller` land in one commit,
+    and she stays out of the bare `Kate`'s node."""
+    both = ("s-kate-both", (("Kate Miller", "Hello everyone, I am so glad to be here."), ("Kate Smith", "Nice to meet you, I am new here."),
+                             ("Kate Miller", "Welcome to the show."), ("Kate Smith", "Thanks, the theatre is lovely.")))
+    path = tmp_path / "graph.sqlite3"
+    build(path, [BARE, MILLER, both], index_per_session=False)
+    assert claims(path) == {frozenset({MILLER[0], both[0]}), frozenset({both[0]}), frozenset({BARE[0]})}
+
+
 def test_a_bare_first_name_still_joins_the_one_full_name_it_can_be(tmp_path: Path) -> None:
     """With one `Kate` of a full name in the graph, a bare `Kate` said elsewhere joins her, in either order."""
     for order in ([MILLER, BARE], [BARE, MILLER]):
