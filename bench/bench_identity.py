@@ -47,7 +47,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.identity_context import load_context, own_context  # noqa: E402
 from pipelines.identity import (  # noqa: E402
-    CANDIDATE, LINK, AliasIndex, NodeRef, Verdict, fold, learn, name_form, named_person, namesakes, resolve, resolve_batch, said_together,
+    CANDIDATE, LINK, NAMED_TYPES, AliasIndex, NodeRef, Verdict, fold, learn, name_form, named_person, namesakes, resolve, resolve_batch,
+    said_together,
 )
 
 DATA = Path(__file__).resolve().parent / "data" / "merge_pairs.jsonl"
@@ -331,10 +332,6 @@ def run_report(runs: dict[str, Path], pairs: Sequence[dict[str, Any]]) -> dict[s
             "reviewed_same": c["fn_reviewed"], "reviewed_different": c["tn_reviewed"],
         }
     return out
-
-
-# The types a CONCEPT (the extractor's fallback) may be one of under an identical name.
-NAMED_TYPES = ("PERSON", "PLACE", "ORGANIZATION", "WORK")
 
 
 def cross_type_pairs(data_dir: Path) -> list[dict[str, Any]]:
