@@ -17,7 +17,9 @@ the same thing). With ``--runs`` the pairs collected from runs (``run``: their s
 bench/identity_extensions.py) are scored against the graph a run of the same sessions left, where
 identity had the session as context (:func:`run_report`). The setting ``persons`` resolves the
 pairs collected from runs beside the PERSON nodes of their run (bench/identity_context.py), as a
-session batch: the context of the ``person`` rule.
+session batch: the context of the ``person`` rule. ``--runs`` also counts each run's PERSON nodes
+holding two people's full names (``namesake_person_nodes``) and scores the ``named`` rule on the
+labelled cross-type pairs of ``bench/data/identity_cross_type_pairs.jsonl`` (:func:`cross_type_report`).
 
 Each line of the merge set is ``{"existing": {type, name, aliases}, "incoming": {type, name},
 "same": bool, "kind": "…"}`` — pairs from realistic agent sessions: spelling variants that name the
@@ -44,10 +46,15 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.identity_context import load_context, own_context  # noqa: E402
-from pipelines.identity import CANDIDATE, LINK, AliasIndex, NodeRef, Verdict, fold, learn, named_person, resolve, resolve_batch, said_together  # noqa: E402
+from pipelines.identity import (  # noqa: E402
+    CANDIDATE, LINK, NAMED_TYPES, AliasIndex, NodeRef, Verdict, fold, learn, name_form, named_person, namesakes, resolve, resolve_batch,
+    said_together,
+)
 
 DATA = Path(__file__).resolve().parent / "data" / "merge_pairs.jsonl"
 REAL = Path(__file__).resolve().parent / "data" / "identity_real_pairs.jsonl"
+# CONCEPT / PERSON-PLACE-ORGANIZATION-WORK pairs of one identical name from runs, labelled (cross_type_report).
+CROSS_TYPE = Path(__file__).resolve().parent / "data" / "identity_cross_type_pairs.jsonl"
 SPLITS = ("tuning", "held-out")
 # The converter's split names (one hash, bench/convert_transcripts.py) → the labels' split names.
 _IDENTITY_SPLIT = {"tune": "tuning", "heldout": "held-out"}
@@ -276,14 +283,26 @@ def run_report(runs: dict[str, Path], pairs: Sequence[dict[str, Any]]) -> dict[s
                 seen.add(target)
                 target = into[target]
             where.setdefault((merged.partition(":")[0], node.get("name", merged.partition(":")[2])), target)
+        # PERSON nodes holding two people's full names (`Kate Miller` and `Kate Smith`: one name
+        # shared, another not), their name and aliases read as the resolver reads them.
+        aliases: dict[str, list[str]] = {}
+        for node_id, alias in db.execute("SELECT a.node_id, a.alias FROM node_aliases a JOIN nodes n ON n.id = a.node_id WHERE n.label = 'PERSON'"):
+            aliases.setdefault(node_id, []).append(alias)
+        namesake_nodes = []
+        for node_id, name in db.execute("SELECT id, name FROM nodes WHERE label = 'PERSON'"):
+            forms = [name_form("PERSON", f) for f in NodeRef(node_id, "PERSON", name, tuple(aliases.get(node_id, ()))).forms]
+            if namesakes(forms, forms):
+                namesake_nodes.append(name)
         review = {frozenset(pair) for pair in db.execute("SELECT node_id, candidate_id FROM identity_candidates")}
         rules = Counter(rule for (rule,) in db.execute("SELECT rule FROM identity_candidates"))
         sessions = db.execute("SELECT COUNT(*) FROM nodes WHERE label = 'SESSION'").fetchone()[0]
+        persons = db.execute("SELECT COUNT(*) FROM nodes WHERE label = 'PERSON'").fetchone()[0]
         db.close()
         state[source] = (where, review)
         out["runs"][source] = {"sessions": sessions, "review_pairs": len(review),
                                "review_per_100_sessions": round(len(review) * 100 / sessions, 1) if sessions else 0.0,
-                               "extension_pairs": rules.get("extension", 0)}
+                               "extension_pairs": rules.get("extension", 0),
+                               "person_nodes": persons, "namesake_person_nodes": sorted(namesake_nodes)}
     by_split: dict[str, Counter[str]] = {}
     for pair in pairs:
         run = pair.get("run") or _SPLIT_RUN.get(pair["split"])
@@ -312,6 +331,63 @@ def run_report(runs: dict[str, Path], pairs: Sequence[dict[str, Any]]) -> dict[s
             "review_noise": round(c["tn_reviewed"] / c["tn"], 3) if c["tn"] else 0.0,
             "reviewed_same": c["fn_reviewed"], "reviewed_different": c["tn_reviewed"],
         }
+    return out
+
+
+def cross_type_pairs(data_dir: Path) -> list[dict[str, Any]]:
+    """The review list's ``cross-type`` pairs of a run whose ends are a CONCEPT and a node of
+    :data:`NAMED_TYPES` with the identical name (ignoring case) of two words or more, each with
+    ``typed_nodes``: how many nodes of those types hold that name (name or alias) in the graph."""
+    import sqlite3
+
+    db = sqlite3.connect(f"file:{data_dir / 'graph.sqlite3'}?mode=ro", uri=True)
+    try:
+        nodes = {node_id: (label, name) for node_id, label, name in db.execute("SELECT id, label, name FROM nodes")}
+        holders: dict[str, set[str]] = {}
+        for node_id, (label, name) in nodes.items():
+            if label in NAMED_TYPES:
+                holders.setdefault(fold(name), set()).add(node_id)
+        for node_id, alias in db.execute("SELECT node_id, alias FROM node_aliases"):
+            if nodes.get(node_id, ("", ""))[0] in NAMED_TYPES:
+                holders.setdefault(fold(alias), set()).add(node_id)
+        found = []
+        for one, two in db.execute("SELECT node_id, candidate_id FROM identity_candidates WHERE rule = 'cross-type'"):
+            if one not in nodes or two not in nodes:
+                continue
+            ends = {nodes[one][0]: nodes[one][1], nodes[two][0]: nodes[two][1]}
+            typed = [t for t in ends if t in NAMED_TYPES]
+            if "CONCEPT" not in ends or len(typed) != 1 or fold(ends["CONCEPT"]) != fold(ends[typed[0]]) or len(ends["CONCEPT"].split()) < 2:
+                continue
+            found.append({"concept": fold(ends["CONCEPT"]), "typed_type": typed[0], "typed": ends[typed[0]],
+                          "typed_nodes": len(holders.get(fold(ends["CONCEPT"]), ()))})
+        return found
+    finally:
+        db.close()
+
+
+def cross_type_report(runs: dict[str, Path], labels: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Two cross-type rules measured on the labelled pairs of ``runs`` (what each would link, right
+    or wrong): *named* — a CONCEPT links to the one PERSON/PLACE/ORGANIZATION/WORK node holding its
+    identical multi-word name (never when several such nodes hold it) — and *named-person*, the same
+    for a PERSON node only. Unlabelled pairs are counted apart (``unlabelled``)."""
+    by_key = {(r["run"], r["concept"], r["typed_type"], r["typed"]): r for r in labels}
+    out: dict[str, Any] = {}
+    for source, data_dir in runs.items():
+        for pair in cross_type_pairs(data_dir):
+            label = by_key.get((source, pair["concept"], pair["typed_type"], pair["typed"]))
+            split = label["split"] if label else "unlabelled"
+            for rule in ("named", "named-person"):
+                links = pair["typed_nodes"] == 1 and (rule == "named" or pair["typed_type"] == "PERSON")
+                c = out.setdefault(f"{split}/{rule}", Counter())
+                c["pairs"] += 1
+                if label is None:
+                    c["links"] += links
+                    continue
+                c["same"] += label["same"]
+                c["tp" if links and label["same"] else "fp" if links else "fn" if label["same"] else "tn"] += 1
+    for key, c in out.items():
+        c["precision"] = round(c["tp"] / (c["tp"] + c["fp"]), 3) if c["tp"] + c["fp"] else 1.0
+        c["recall"] = round(c["tp"] / c["same"], 3) if c["same"] else 1.0
     return out
 
 
@@ -402,6 +478,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                   f"reviewed same/different={r['reviewed_same']}/{r['reviewed_different']}")
         for source, r in report["runs"].items():
             print(f"run {source:18} {r}")
+        labels = [json.loads(line) for line in CROSS_TYPE.read_text(encoding="utf-8").splitlines() if line.strip()]
+        for key, c in sorted(cross_type_report(runs, labels).items()):
+            print(f"run cross-type {key:30} {dict(c)}")
         if args.runs_only:
             return {"runs": report}
     pairs = load_pairs(args.pairs)

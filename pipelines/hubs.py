@@ -18,7 +18,8 @@ holds two that do not, the short name is its own node, whatever came first:
   is), so the split moves exactly the short name's rows.
 
 :func:`check` reads the resolver's :class:`~pipelines.identity.AliasIndex` (every form of every
-node, the names linked into it included) and the session's own names.
+node, the names linked into it included) and the session's own names. A person's bare first name is
+a short name too (:func:`namesake_splits`): it stands for one full name until a namesake arrives.
 """
 
 from __future__ import annotations
@@ -35,9 +36,11 @@ from pipelines.identity import (
     Verdict,
     acronym_of,
     form_initials,
+    full_names,
     identifier_key,
     is_identifier,
     name_form,
+    namesakes,
     prose_key,
     same_member,
 )
@@ -56,6 +59,8 @@ class Split:
     short: str
     ambiguous_with: str
     rule: str
+    # The link rules whose records the split undoes (a person's first name joined by spelling).
+    rules: frozenset[str] = HUB_RULES
 
 
 def _qualified(kind: str, short: str, long: str) -> bool:
@@ -146,6 +151,8 @@ def check(refs: Sequence[NodeRef], verdicts: Sequence[Verdict], index: AliasInde
                 known[short] = found | {f for k, f in batch if k == kind and stands_for(kind, short, f)}
             return known[short]
 
+        if verdict.action == LINK and verdict.rule == "named" and verdict.target is not None:
+            shorts.add(ref.id if ref.type == "CONCEPT" else verdict.target)  # the typed node's id survives
         # This name as the short one: it joins only a set of longer names that is one thing.
         if verdict.action == LINK and verdict.rule in HUB_RULES and verdict.target != ref.id:
             if any((matched := longer(form)) and not one_thing(kind, matched) for form in ref.forms):
@@ -169,7 +176,56 @@ def check(refs: Sequence[NodeRef], verdicts: Sequence[Verdict], index: AliasInde
                 short_id = semantic_node_id(kind, short)
                 if short_id is not None and short_id != node_id and any(stands_for(kind, short, f) and f not in ref.forms for f in forms):
                     splits.setdefault(short_id, Split(short_id, node_id, short, mine[0], _rule(kind, short, mine[0])))
+    for split in namesake_splits(refs, verdicts, index):
+        splits.setdefault(split.merged_id, split)
+        for position, (ref, verdict) in enumerate(zip(refs, out, strict=True)):
+            if verdict.action == LINK and ref.id == split.merged_id and verdict.target == split.into_id:
+                # The name this commit moves out must not go straight back in (`Kate Miller`
+                # speaking beside `Kate Smith`): it stays on its own node, the pair for review.
+                out[position] = Verdict(verdict.node_id, CANDIDATE, None, "ambiguous-namesakes", verdict.score, verdict.candidates)
     return Checked(out, sorted(splits.values(), key=lambda s: s.merged_id), frozenset(shorts))
+
+
+# The spelling rules that join a person's bare first name and a full name (`Kate` → `Kate Miller`).
+PERSON_NAME_RULES = frozenset({"alias", "normalised", "token-set"})
+
+
+def namesake_splits(refs: Sequence[NodeRef], verdicts: Sequence[Verdict], index: AliasIndex) -> list[Split]:
+    """A person's short name (`Kate`) stands for one full name only until a second person of that
+    name arrives: when an incoming PERSON's full name (`Kate Smith`) is a namesake
+    (:func:`~pipelines.identity.namesakes`) of a full name some node holds together with a shorter
+    run of it (`Kate` + `Kate Miller`), the short name and that full name come apart — the full name
+    leaves a node named by the short one, or the short name leaves a node named by the full one —
+    so the graph ends with `Kate`, `Kate Miller` and `Kate Smith` apart whatever the order."""
+    found: list[Split] = []
+    for ref, verdict in zip(refs, verdicts, strict=True):
+        if ref.type != "PERSON":
+            continue
+        mine = [name_form(ref.type, form) for form in ref.forms]
+        shorter = {prose_key(ref.type, run) for full in full_names(mine) for run in _short_runs(full)}  # as the index files them
+        holders = {node_id for words in shorter for node_id in index.prose_words.get(("PERSON", words), ())}
+        for node_id in sorted(holders - {verdict.target, ref.id}):
+            theirs = index.forms.get(node_id, [])
+            if not namesakes(mine, theirs):
+                continue
+            own = name_form("PERSON", node_id.partition(":")[2])
+            others = [f for f in theirs if namesakes(mine, [f])]
+            if own.words in shorter:
+                # A node named by the short name holds another person's full name: that one leaves.
+                moved = [(semantic_node_id("PERSON", f.text), f.text) for f in others]
+            else:
+                # A node named by another person's full name holds the short name: it leaves.
+                moved = [(semantic_node_id("PERSON", f.text), f.text) for f in theirs if f.words in shorter]
+            for merged_id, text in moved:
+                if merged_id is not None and merged_id != node_id:
+                    found.append(Split(merged_id, node_id, text, ref.name, "alias", PERSON_NAME_RULES))
+    return found
+
+
+def _short_runs(full: tuple[str, ...]) -> set[str]:
+    """The shorter runs of a full name's words, as text (`kate`, `miller` of `kate miller`)."""
+    n = len(full)
+    return {" ".join(full[i:j]) for i in range(n) for j in range(i + 1, n + 1) if j - i < n}
 
 
 def _ambiguous(verdict: Verdict) -> Verdict:

@@ -40,7 +40,7 @@ from typing import Any, Protocol
 import structlog
 
 from pipelines.extract.model import identity_key
-from pipelines.hubs import HUB_RULES, Checked
+from pipelines.hubs import Checked
 from pipelines.identity import CANDIDATE, LINK, Verdict
 from pipelines.ports import MergeRecorder, Provenance, UnitOfWork
 from pipelines.extract.reduce import Point, ReducedReference, ReducedSession
@@ -447,7 +447,7 @@ def commit_session(
             # A short name that stopped naming one thing leaves the node it joined (pipelines.hubs):
             # before anything is read, so this commit plans against the split graph.
             for split in checked.splits if checked is not None else ():
-                undone = merges.split(split.merged_id, rules=HUB_RULES, evidence={
+                undone = merges.split(split.merged_id, rules=split.rules, evidence={
                     "session": reduced.session_id, "short": split.short, "ambiguous_with": split.ambiguous_with})
                 if undone:
                     stats.names_split += undone
