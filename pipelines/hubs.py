@@ -43,6 +43,7 @@ from pipelines.identity import (
     namesakes,
     prose_key,
     same_member,
+    sub_runs,
 )
 
 # The rules that let a short name stand for a longer one (their links are what a split undoes).
@@ -202,7 +203,7 @@ def namesake_splits(refs: Sequence[NodeRef], verdicts: Sequence[Verdict], index:
         if ref.type != "PERSON":
             continue
         mine = [name_form(ref.type, form) for form in ref.forms]
-        shorter = {prose_key(ref.type, run) for full in full_names(mine) for run in _short_runs(full)}  # as the index files them
+        shorter = {prose_key(ref.type, run) for full in full_names(mine) for run in sub_runs(full)}  # as the index files them
         holders = {node_id for words in shorter for node_id in index.prose_words.get(("PERSON", words), ())}
         for node_id in sorted(holders - {verdict.target, ref.id}):
             theirs = index.forms.get(node_id, [])
@@ -220,12 +221,6 @@ def namesake_splits(refs: Sequence[NodeRef], verdicts: Sequence[Verdict], index:
                 if merged_id is not None and merged_id != node_id:
                     found.append(Split(merged_id, node_id, text, ref.name, "alias", PERSON_NAME_RULES))
     return found
-
-
-def _short_runs(full: tuple[str, ...]) -> set[str]:
-    """The shorter runs of a full name's words, as text (`kate`, `miller` of `kate miller`)."""
-    n = len(full)
-    return {" ".join(full[i:j]) for i in range(n) for j in range(i + 1, n + 1) if j - i < n}
 
 
 def _ambiguous(verdict: Verdict) -> Verdict:

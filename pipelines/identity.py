@@ -748,8 +748,8 @@ def _extensions(index: AliasIndex, kind: str, form: NameForm) -> set[str]:
     return {i for i in holders if any(extends(form, f) for f in index.forms[i])}
 
 
-def _sub_runs(words: Sequence[str]) -> list[str]:
-    """Every contiguous, shorter run of ``words``, as text."""
+def sub_runs(words: Sequence[str]) -> list[str]:
+    """Every contiguous, shorter run of ``words``, as text (`kate`, `miller` of `kate miller`)."""
     n = len(words)
     return [" ".join(words[i:j]) for i in range(n) for j in range(i + 1, n + 1) if j - i < n]
 
@@ -820,7 +820,7 @@ def named_person(
         # The node as the longer name: a shorter run of its core is another node's name.
         core = _person_core(said)
         joined = " ".join(core)
-        for short in _sub_runs(core) + ([joined] if core != said else []):
+        for short in sub_runs(core) + ([joined] if core != said else []):
             found = same_type(kind, short)
             if found and person_witness(short, joined, index, batch):
                 targets |= found
