@@ -256,6 +256,25 @@ def review_report(sessions: Path, pairs: Sequence[dict[str, Any]]) -> dict[str, 
 _SPLIT_RUN = {"tuning": "swe-tune", "held-out": "swe-heldout", "fresh": "swe-heldout"}
 
 
+def node_of_name(db: Any) -> dict[tuple[str, str], str]:
+    """(type, name) → the node a run's graph (an open sqlite3 connection) holds that name on: its
+    own node, or where its merge went, or further where that node was folded (a node that exists
+    is the end of the chain)."""
+    where: dict[tuple[str, str], str] = {}
+    for node_id, label, name in db.execute("SELECT id, label, name FROM nodes"):
+        where[(label, name)] = node_id
+    into = dict(db.execute("SELECT merged_id, into_id FROM merges WHERE undone_at IS NULL ORDER BY merge_id"))
+    existing = set(where.values())
+    for merged, restore in db.execute("SELECT merged_id, restore FROM merges WHERE undone_at IS NULL"):
+        node = json.loads(restore).get("node", {})
+        target, seen = into[merged], {merged}
+        while target not in existing and target in into and target not in seen:
+            seen.add(target)
+            target = into[target]
+        where.setdefault((merged.partition(":")[0], node.get("name", merged.partition(":")[2])), target)
+    return where
+
+
 def run_report(runs: dict[str, Path], pairs: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """The labelled pairs collected from a run (``run`` = its source name, bench/identity_extensions.py;
     else :data:`_SPLIT_RUN`) against the graph a run of the same sessions left in ``runs[source]`` (``rem-cycle import`` +
@@ -269,20 +288,7 @@ def run_report(runs: dict[str, Path], pairs: Sequence[dict[str, Any]]) -> dict[s
     state: dict[str, tuple[dict[tuple[str, str], str], set[frozenset[str]]]] = {}
     for source, data_dir in runs.items():
         db = sqlite3.connect(f"file:{data_dir / 'graph.sqlite3'}?mode=ro", uri=True)
-        where: dict[tuple[str, str], str] = {}
-        for node_id, label, name in db.execute("SELECT id, label, name FROM nodes"):
-            where[(label, name)] = node_id
-        # A merged name is where its merge went, or further where that node was folded (a node
-        # that exists is the end of the chain).
-        into = dict(db.execute("SELECT merged_id, into_id FROM merges WHERE undone_at IS NULL ORDER BY merge_id"))
-        existing = set(where.values())
-        for merged, restore in db.execute("SELECT merged_id, restore FROM merges WHERE undone_at IS NULL"):
-            node = json.loads(restore).get("node", {})
-            target, seen = into[merged], {merged}
-            while target not in existing and target in into and target not in seen:
-                seen.add(target)
-                target = into[target]
-            where.setdefault((merged.partition(":")[0], node.get("name", merged.partition(":")[2])), target)
+        where = node_of_name(db)
         # PERSON nodes holding two people's full names (`Kate Miller` and `Kate Smith`: one name
         # shared, another not), their name and aliases read as the resolver reads them.
         aliases: dict[str, list[str]] = {}
