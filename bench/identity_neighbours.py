@@ -3,15 +3,18 @@ pair (a name beside the same name with words more, ``"round": 6`` in
 bench/data/identity_real_pairs.jsonl), how alike the two nodes' neighbourhoods are in the graph a
 run of the pair's sessions left — and what each neighbourhood context would link on one part.
 
-    python bench/identity_neighbours.py friends-tune=DIR friends-heldout=DIR swe-tune=DIR --part extension-tuning [--pairs]
+    python bench/identity_neighbours.py friends-tune=DIR friends-heldout=DIR swe-tune=DIR --part extension-tuning [--sweep] [--pairs]
+    python bench/identity_neighbours.py … swe-heldout=DIR --part extension-fresh      # once, after the contexts were frozen
 
 ``DIR``: a data dir after ``rem-cycle import`` + ``rem-cycle --once`` until every session is
 digested (bench/RESULTS.md, sixth round). A pair's names are found on the nodes the run holds them
 on (:func:`bench.bench_identity.node_of_name`: a merged name on the node it went into). The
 neighbourhoods of a node: its *edge* neighbours (``RELATES_TO``: said in one turn), its
 *co-session* names (every knowledge node grounded in a session it is grounded in) and the
-*speakers* of its sessions (turn roles that are person names). Read-only; only the given part's
-labels are read.
+*speakers* of its sessions (turn roles that are person names) — on the whole graph, and *at
+meeting* (:func:`at_meeting`: what a commit-time rule could read). Prints, per :data:`FROZEN`
+context, what it would link, and how well each feature ranks (AUC). Read-only; only the given
+part's labels are read.
 """
 
 from __future__ import annotations
