@@ -328,6 +328,26 @@ def test_heuristic_what_a_person_does_in_a_ticket_types_their_name() -> None:
     assert "CONCEPT:docker compose" in coding
 
 
+def test_heuristic_a_phrase_after_a_person_lead_is_no_person() -> None:
+    # Issue 11, ninth round (Friends, tuning scenes): "and", "with", "met" before a name type it
+    # PERSON, but a phrase whose words the scene also writes in lower case is no person's name, nor
+    # is what follows "the" ("and the Blowfish"), and what is "called" something is as often a band
+    # or a road. Such names made the identity resolver's wrong namesake splits.
+    found = nodes_of(conversation(
+        ("Chandler Bing", "Yes, and we call Ross Lingers In The Bathroom. He lingers in the bathroom."),
+        ("Monica Geller", "This great band called the Swing Kings played at the Met. Oh, the MET! The Metropolitan Museum of Art."),
+        ("Rachel Green", "The museum? I went there with Julie and Mindy, and Tova Borgnine. Carol met Susan there."),
+        ("Joey Tribbiani", "You partied with Hootie and the Blowfish? He and I...kind of did."),
+    ))
+    persons = {n for n in found if n.startswith("PERSON:")}
+    phrases = {"Ross Lingers In The Bathroom", "Swing Kings", "Metropolitan Museum of Art", "Blowfish"}
+    assert not {f"PERSON:{p}" for p in phrases} & persons
+    assert {f"CONCEPT:{p.casefold()}" for p in phrases} <= set(found)
+    assert not {"PERSON:I.", "CONCEPT:i."} & set(found)  # an initial alone is no name
+    # Names the scene writes only capitalised keep the lead's evidence; a person verb still types a name.
+    assert {"PERSON:Julie", "PERSON:Mindy", "PERSON:Tova Borgnine", "PERSON:Carol", "PERSON:Susan"} <= persons
+
+
 def test_heuristic_speaker_roles_that_are_no_names_make_no_person() -> None:
     found = nodes_of(conversation(("user", "hi"), ("assistant", "hello"), ("Old Woman", "well"), ("Speaker 1", "ok"), ("#ALL#", "yes")))
     assert not [n for n in found if n.startswith("PERSON:")]
