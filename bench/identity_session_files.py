@@ -7,7 +7,7 @@
   (``TEST:test_srepr_dict`` / ``METHOD:test_srepr_dict``). One instance per (session, name).
 
     python bench/identity_session_files.py list swe-tune=DATA_DIR [--kind A|B] [--sample N] [--seed S] [--show]
-    python bench/identity_session_files.py score [--splits tuning-A tuning-B]
+    python bench/identity_session_files.py score swe-tune=DATA_DIR swe-heldout=DATA_DIR [--splits session-files-tuning]
 
 ``list`` prints instances (with ``--show``, the turns where each name is said, for the labeller:
 role, turn number, the words around it). Labels (names and session ids only, no turn text) live in
@@ -17,8 +17,9 @@ shows several files of the name refers to none in particular); B: the session's 
 nodes of the name are one test function (its definition, or a copy the agent made to reproduce it).
 Samples: ``list --sample 60`` (A, seed 20261201) and every B instance, of the tuning and of the
 held-out run; labelled before any rule was written. ``score`` measures
-:func:`pipelines.identity.session_paths` (A) and the TEST/METHOD rule (B) on them. Read-only on
-the data dir.
+:func:`pipelines.identity.session_folds` on them: each labelled session's nodes (of a run made
+*without* the rule, which keeps both names apart) are folded, an instance is predicted the same
+when its bare name / METHOD folds into its full path / TEST. Read-only on the data dir.
 """
 
 from __future__ import annotations
@@ -125,6 +126,43 @@ def show(data_dir: Path, instance: dict[str, Any]) -> list[str]:
     return [*lines, *_said(db, session, instance["name"], limit=6, width=70)]
 
 
+def session_nodes(data_dir: Path, session: str) -> list[tuple[str, str, str]]:
+    """``(id, type, name)`` of the FILE/TEST/METHOD nodes with a point in one session."""
+    db = _connect(data_dir)
+    return [(i, label, name) for i, label, name in db.execute(
+        "SELECT DISTINCT n.id, n.label, n.name FROM node_points p JOIN nodes n ON n.id = p.node_id"
+        " WHERE p.anchor = ? AND n.label IN ('FILE', 'TEST', 'METHOD')", (f"session:{session}",))]
+
+
+def score(runs: dict[str, Path], splits: list[str]) -> dict[str, dict[str, Any]]:
+    """Precision / recall of :func:`session_folds` on the labelled instances of ``splits``, per kind."""
+    from pipelines.identity import session_folds
+
+    labels = [json.loads(line) for line in LABELS.read_text().splitlines() if line.strip()]
+    folds: dict[tuple[str, str], dict[str, str]] = {}
+    out: dict[str, dict[str, Any]] = {}
+    for label in labels:
+        if label["split"] not in splits:
+            continue
+        key = (label["run"], label["session"])
+        if key not in folds:
+            folds[key] = session_folds(session_nodes(runs[label["run"]], label["session"]))
+        found = folds[key]
+        if label["kind"] == "A":
+            predicted = found.get(f"FILE:{label['bare']}") == f"FILE:{label['path']}"
+        else:
+            predicted = found.get(f"METHOD:{label['name']}") == f"TEST:{label['name']}"
+        row = out.setdefault(f"{label['split']} {label['kind']}", {"n": 0, "same": 0, "linked": 0, "right": 0})
+        row["n"] += 1
+        row["same"] += label["same"]
+        row["linked"] += predicted
+        row["right"] += predicted and label["same"]
+    for row in out.values():
+        row["precision"] = round(row["right"] / row["linked"], 3) if row["linked"] else None
+        row["recall"] = round(row["right"] / row["same"], 3) if row["same"] else None
+    return out
+
+
 def _runs(pairs: list[str]) -> dict[str, Path]:
     return {source: Path(path) for source, _, path in (p.partition("=") for p in pairs)}
 
@@ -139,7 +177,16 @@ def main(argv: list[str] | None = None) -> None:
     listing.add_argument("--seed", type=int, default=SEED)
     listing.add_argument("--show", action="store_true", help="print the turns where each name is said")
     listing.add_argument("--json", action="store_true")
+    scoring = sub.add_parser("score", help="precision / recall of the session rules on the labels")
+    scoring.add_argument("runs", nargs="+", metavar="SOURCE=DATA_DIR", help="runs made without the rules")
+    scoring.add_argument("--splits", nargs="+", default=["session-files-tuning"],
+                         help="label splits (the held-out one, session-files-heldout, once the rules are frozen)")
     args = parser.parse_args(argv)
+    if args.command == "score":
+        for split, row in score(_runs(args.runs), args.splits).items():
+            print(f"{split}: {row['n']} instances, {row['same']} same; linked {row['linked']}, right {row['right']};"
+                  f" precision {row['precision']}, recall {row['recall']}")
+        return
     if args.command == "list":
         for source, data_dir in _runs(args.runs).items():
             found = file_instances(data_dir) if args.kind == "A" else test_instances(data_dir)
