@@ -52,8 +52,10 @@ same name with words more when a PERSON node holds both, :func:`named_person`). 
 candidate: two identifiers a letter apart or sharing some words, two full paths with the same base
 name. Names whose numbers differ (``#123``/``#124``, ``v2``/``v3``) never link. Without a model,
 ``candidate`` means create and report; with one, an auditor decides link-or-create for the
-same-type candidates only. The why of each rule: README, "Identity resolution, merges and
-unmerge"; the evidence: bench/RESULTS.md.
+same-type candidates only. Before any of this, a session's own names fold where the session
+decides them (:func:`session_folds`: a bare base name beside its one full path, a METHOD beside
+the TEST of its name). The why of each rule: README, "Identity resolution, merges and unmerge";
+the evidence: bench/RESULTS.md.
 """
 
 from __future__ import annotations
