@@ -8,6 +8,8 @@
 
     python bench/identity_session_files.py list swe-tune=DATA_DIR [--kind A|B] [--sample N] [--seed S] [--show]
     python bench/identity_session_files.py score swe-tune=DATA_DIR swe-heldout=DATA_DIR [--splits session-files-tuning]
+    python bench/identity_session_files.py cost swe-tune=DATA_DIR [--repeat 5]
+    python bench/identity_session_files.py review swe-heldout=DATA_DIR [--sample 40] [--show]
 
 ``list`` prints instances (with ``--show``, the turns where each name is said, for the labeller:
 role, turn number, the words around it). Labels (names and session ids only, no turn text) live in
@@ -19,7 +21,13 @@ Samples: ``list --sample 60`` (A, seed 20261201) and every B instance, of the tu
 held-out run; labelled before any rule was written. ``score`` measures
 :func:`pipelines.identity.session_folds` on them: each labelled session's nodes (of a run made
 *without* the rule, which keeps both names apart) are folded, an instance is predicted the same
-when its bare name / METHOD folds into its full path / TEST. Read-only on the data dir.
+when its bare name / METHOD folds into its full path / TEST. ``cost`` reduces every session of a run
+from its stored chunk results with the folds and without (one process, best of ``--repeat``): what
+the rule adds to a session's reduce (it reads the session's own nodes only, never the graph).
+``review`` draws a random sample of a run's review list (``identity_candidates``, seed 20261201)
+and scores it against the labels of ``session-files-review-heldout`` (40 pairs of the held-out run
+made with the rules, labelled after they were frozen: one referent or not, in the pair's session):
+the list's noise. Read-only on the data dir.
 """
 
 from __future__ import annotations
@@ -163,6 +171,45 @@ def score(runs: dict[str, Path], splits: list[str]) -> dict[str, dict[str, Any]]
     return out
 
 
+def cost(data_dir: Path, *, repeat: int = 5) -> dict[str, float]:
+    """Seconds to reduce every session of a run with :func:`session_folds` and with it disabled."""
+    import time
+    from unittest import mock
+
+    from pipelines.extract import reduce as reduce_module
+    from pipelines.extract.model import ChunkExtraction
+
+    db = _connect(data_dir)
+    sessions: dict[str, list[ChunkExtraction]] = defaultdict(list)
+    for session, payload in db.execute("SELECT session_id, payload FROM chunk_results WHERE status = 'ok' ORDER BY session_id, chunk_id"):
+        sessions[session].append(ChunkExtraction.from_payload(json.loads(payload)))
+
+    def once() -> float:
+        start = time.perf_counter()
+        for session, extractions in sessions.items():
+            reduce_module.reduce_session(session, extractions)
+        return time.perf_counter() - start
+
+    no_folds = mock.patch.object(reduce_module, "session_folds", lambda nodes: {})
+    once()  # warm-up
+    timed: dict[bool, list[float]] = {True: [], False: []}
+    for _ in range(repeat):  # interleaved, so load on the machine falls on both alike
+        timed[True].append(once())
+        with no_folds:
+            timed[False].append(once())
+    with_folds, without = min(timed[True]), min(timed[False])
+    return {"sessions": len(sessions), "with_folds_s": round(with_folds, 4), "without_s": round(without, 4),
+            "ratio": round(with_folds / without, 3)}
+
+
+def review_sample(data_dir: Path, *, sample: int, seed: int = SEED) -> list[tuple[str, str, str, str]]:
+    """A random ``sample`` of a run's review pairs: (rule, node, candidate, session)."""
+    db = _connect(data_dir)
+    rows = db.execute("SELECT node_id, candidate_id, rule, session_id FROM identity_candidates ORDER BY node_id, candidate_id").fetchall()
+    random.Random(seed).shuffle(rows)
+    return [(rule, node, candidate, session) for node, candidate, rule, session in rows[:sample]]
+
+
 def _runs(pairs: list[str]) -> dict[str, Path]:
     return {source: Path(path) for source, _, path in (p.partition("=") for p in pairs)}
 
@@ -181,7 +228,32 @@ def main(argv: list[str] | None = None) -> None:
     scoring.add_argument("runs", nargs="+", metavar="SOURCE=DATA_DIR", help="runs made without the rules")
     scoring.add_argument("--splits", nargs="+", default=["session-files-tuning"],
                          help="label splits (the held-out one, session-files-heldout, once the rules are frozen)")
+    costing = sub.add_parser("cost", help="reduce time with and without the session folds")
+    costing.add_argument("runs", nargs="+", metavar="SOURCE=DATA_DIR")
+    costing.add_argument("--repeat", type=int, default=5)
+    reviewing = sub.add_parser("review", help="a random sample of a run's review list, and its noise by the labels")
+    reviewing.add_argument("runs", nargs="+", metavar="SOURCE=DATA_DIR")
+    reviewing.add_argument("--sample", type=int, default=40)
     args = parser.parse_args(argv)
+    if args.command == "review":
+        labels = {(r["node"], r["candidate"]): r["same"] for r in map(json.loads, LABELS.read_text().splitlines()) if r["kind"] == "review"}
+        for source, data_dir in _runs(args.runs).items():
+            picked = review_sample(data_dir, sample=args.sample)
+            for rule, node, candidate, session in picked:
+                print(f"{source} {rule} | {node} | {candidate} | {session} | same={labels.get((node, candidate))}")
+            known = [labels[(n, c)] for _, n, c, _ in picked if (n, c) in labels]
+            by_rule: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+            for rule, n, c, _ in picked:
+                if (n, c) in labels:
+                    by_rule[rule][0] += not labels[(n, c)]
+                    by_rule[rule][1] += 1
+            print(f"# {source}: {len(picked)} pairs, {len(known)} labelled, noise {sum(not k for k in known)}/{len(known)};"
+                  f" by rule (different/labelled): {dict(by_rule)}")
+        return
+    if args.command == "cost":
+        for source, data_dir in _runs(args.runs).items():
+            print(source, cost(data_dir, repeat=args.repeat))
+        return
     if args.command == "score":
         for split, row in score(_runs(args.runs), args.splits).items():
             print(f"{split}: {row['n']} instances, {row['same']} same; linked {row['linked']}, right {row['right']};"
