@@ -18,7 +18,8 @@ name refers to that full path's file (what the agent and the user mean decides; 
 shows several files of the name refers to none in particular); B: the session's TEST and METHOD
 nodes of the name are one test function (its definition, or a copy the agent made to reproduce it).
 Samples: ``list --sample 60`` (A, seed 20261201) and every B instance, of the tuning and of the
-held-out run; labelled before any rule was written. ``score`` measures
+held-out run; labelled before any rule was written. ``session-files-fresh``: every instance of the
+aider and SWE-agent runs (two untouched sources), labelled after the rules were frozen. ``score`` measures
 :func:`pipelines.identity.session_folds` on them: each labelled session's nodes (of a run made
 *without* the rule, which keeps both names apart) are folded, an instance is predicted the same
 when its bare name / METHOD folds into its full path / TEST. ``cost`` reduces every session of a run
@@ -130,7 +131,7 @@ def show(data_dir: Path, instance: dict[str, Any]) -> list[str]:
     for kind in ("TEST", "METHOD"):
         turns = sorted({m for (m,) in db.execute(
             "SELECT DISTINCT memory_id FROM node_points WHERE node_id = ? AND anchor = ?", (f"{kind}:{instance['name']}", f"session:{session}"))})
-        lines.append(f"  {kind} points: {', '.join(t.rsplit('-m', 1)[-1] for t in turns)}")
+        lines.append(f"  {kind} points: {', '.join(t.removeprefix(f'memory:{session}-') for t in turns)}")
     return [*lines, *_said(db, session, instance["name"], limit=6, width=70)]
 
 
