@@ -52,8 +52,10 @@ same name with words more when a PERSON node holds both, :func:`named_person`). 
 candidate: two identifiers a letter apart or sharing some words, two full paths with the same base
 name. Names whose numbers differ (``#123``/``#124``, ``v2``/``v3``) never link. Without a model,
 ``candidate`` means create and report; with one, an auditor decides link-or-create for the
-same-type candidates only. The why of each rule: README, "Identity resolution, merges and
-unmerge"; the evidence: bench/RESULTS.md.
+same-type candidates only. Before any of this, a session's own names fold where the session
+decides them (:func:`session_folds`: a bare base name beside its one full path, a METHOD beside
+the TEST of its name). The why of each rule: README, "Identity resolution, merges and unmerge";
+the evidence: bench/RESULTS.md.
 """
 
 from __future__ import annotations
@@ -442,6 +444,41 @@ def _receiver(qualifier: str) -> str:
         return qualifier
     lead = qualifier[: len(qualifier) - len(qualifier.lstrip("_"))]
     return lead + core.replace("_", "").casefold() + qualifier[len(lead) + len(core) :]
+
+
+def session_folds(nodes: Iterable[tuple[str, str, str]]) -> dict[str, str]:
+    """Which of one session's nodes (``(id, type, name)``) are another node of that session
+    (pure): node id → the id it folds into, before the graph is consulted. Two rules, each
+    measured on labelled real sessions (bench/RESULTS.md, issue 11, eighth round):
+
+    * ``session-path`` — a FILE named by its base name alone (``options.py``) while the session
+      names exactly one full path with that base name (``django/contrib/admin/options.py``): that
+      path. Across sessions a bare base name stays its own node (two repositories, two files).
+    * ``session-test`` — a METHOD named exactly as the session's one TEST node of that name
+      (``test_srepr_dict``, a ``()`` aside): the TEST.
+    """
+    by_base: dict[str, list[str]] = {}
+    bare: list[tuple[str, str]] = []
+    tests: dict[str, list[str]] = {}
+    methods: list[tuple[str, str]] = []
+    for node_id, node_type, name in nodes:
+        if node_type == "FILE":
+            path = normal_path(name)
+            if _URL.match(path) or not path:
+                continue
+            if "/" in path:
+                by_base.setdefault(path.rsplit("/", 1)[-1], []).append(node_id)
+            else:
+                bare.append((node_id, path))
+        elif node_type in ("TEST", "METHOD") and is_identifier(node_type, name):
+            key = identifier_key(node_type, name)
+            if node_type == "TEST":
+                tests.setdefault(key, []).append(node_id)
+            else:
+                methods.append((node_id, key))
+    folds = {node_id: paths[0] for node_id, base in bare if len(paths := by_base.get(base, [])) == 1}
+    folds.update({node_id: found[0] for node_id, key in methods if len(found := tests.get(key, [])) == 1})
+    return folds
 
 
 # --- the resolver --------------------------------------------------------------------------------

@@ -2,17 +2,21 @@
 
 Chunks are read in order. Nodes are deduplicated by (TYPE, normalised name): the first occurrence
 keeps its id and later ids remap to it; its facts combine with :func:`store.facts.combine_facts`
-(the rule commit and merge use too), provenance to the union. Edges are remapped and keyed by
-(source, target, relationship). Summaries are joined in chunk order.
+(the rule commit and merge use too), provenance to the union. Then the session's names that are
+another of its nodes fold into it (:func:`pipelines.identity.session_folds`: a bare base name
+beside the session's one full path of it, a METHOD beside the TEST of its name) — their points
+and facts, not their spellings. Edges are remapped and keyed by (source, target, relationship).
+Summaries are joined in chunk order.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pipelines.extract.model import ChunkExtraction, Evidence, identity_key
+from pipelines.identity import session_folds
 from store.facts import NodeFacts, combine_facts
 
 
@@ -114,6 +118,14 @@ def reduce_session(session_id: str, extractions: Sequence[ChunkExtraction], *, a
             merged = nodes.setdefault(keeper, {"type": node.type, "name": node.name, "facts": facts, "provenance": set()})
             merged["facts"] = combine_facts(merged["facts"], facts)
             merged["provenance"].update(new_points)
+    folds = session_folds((node_id, n["type"], n["name"]) for node_id, n in nodes.items())
+    for node_id, into in sorted(folds.items()):
+        folded, kept = nodes.pop(node_id), nodes[into]
+        # Not its spellings: `options.py` as an alias of one repository's full path would link the
+        # bare name of every later session to it (and bridge two full paths that both carry it).
+        kept["facts"] = combine_facts(kept["facts"], replace(folded["facts"], aliases=()))
+        kept["provenance"].update(folded["provenance"])
+    remap = {node_id: folds.get(keeper, keeper) for node_id, keeper in remap.items()} | folds
     edges: dict[tuple[str, str, str], dict[str, Any]] = {}
     for extraction in extractions:
         for edge in extraction.edges:
