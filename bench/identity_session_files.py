@@ -237,7 +237,8 @@ def main(argv: list[str] | None = None) -> None:
     reviewing.add_argument("--sample", type=int, default=40)
     args = parser.parse_args(argv)
     if args.command == "review":
-        labels = {(r["node"], r["candidate"]): r["same"] for r in map(json.loads, LABELS.read_text().splitlines()) if r["kind"] == "review"}
+        labels = {(r["node"], r["candidate"]): r["same"] for r in map(json.loads, LABELS.read_text().splitlines())
+                  if r["kind"] == "review" and r["split"] == "session-files-review-heldout"}
         for source, data_dir in _runs(args.runs).items():
             picked = review_sample(data_dir, sample=args.sample)
             for rule, node, candidate, session in picked:

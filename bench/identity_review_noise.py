@@ -1,0 +1,103 @@
+"""The review list's noise on a real run, by family (bench/RESULTS.md, issue 11, eighth round: the
+review list's noise).
+
+    python bench/identity_review_noise.py sample swe-tune=DATA_DIR [--per-rule 27] [--show]
+
+``sample`` draws a sample of a run's review list (``identity_candidates``) stratified by rule
+(``--per-rule`` pairs of each rule, every pair of a rule with fewer; seed 20261201) and, with
+``--show``, prints what a labeller reads for each pair: every session that said each node, the
+spellings it said there, and the turns of the pair's session where each is said. Labels (names,
+rule and session ids; no turn text) live in ``bench/data/identity_session_files.jsonl``, split
+``review-noise-tuning``, ``same`` — would a reviewer who reads these sessions say the two nodes
+are one thing? A node that mixes several things (a bare ``save`` said of several classes'
+methods) beside one of them is *not* (no answer makes the graph right).
+
+Labelled before any review-list rule was written: 60 pairs of the tuning run
+(``--per-rule 27``: every ``ambiguous-qualified`` and ``cross-type`` pair, 27 ``file-basename``, 27
+``qualified``). Read-only on the data dir.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sqlite3
+import sys
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.identity_session_files import LABELS, SEED, _connect, _said  # noqa: E402
+
+
+def review_pairs(data_dir: Path) -> list[dict[str, Any]]:
+    """Every pair of a run's review list: rule, node, candidate, session, score, form."""
+    db = _connect(data_dir)
+    return [
+        {"rule": rule, "node": node, "candidate": candidate, "session": session, "score": score, "form": form}
+        for node, candidate, rule, session, score, form in db.execute(
+            "SELECT node_id, candidate_id, rule, session_id, score, form FROM identity_candidates ORDER BY node_id, candidate_id")
+    ]
+
+
+def stratified(pairs: list[dict[str, Any]], *, per_rule: int, seed: int = SEED) -> list[dict[str, Any]]:
+    """``per_rule`` random pairs of each rule (all of a rule with fewer)."""
+    by_rule: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for pair in pairs:
+        by_rule[pair["rule"]].append(pair)
+    rng = random.Random(seed)
+    return [p for rule in sorted(by_rule) for p in rng.sample(by_rule[rule], min(per_rule, len(by_rule[rule])))]
+
+
+def node_sessions(db: sqlite3.Connection, node_id: str) -> dict[str, list[str]]:
+    """Session → the spellings a node was said by there (its points' evidence)."""
+    said: dict[str, set[str]] = defaultdict(set)
+    for anchor, evidence in db.execute("SELECT DISTINCT anchor, evidence FROM node_points WHERE node_id = ?", (node_id,)):
+        said[anchor.removeprefix("session:")].add(evidence)
+    return {s: sorted(e) for s, e in sorted(said.items())}
+
+
+def show(data_dir: Path, pair: dict[str, Any]) -> list[str]:
+    """What a labeller reads for one pair."""
+    db = _connect(data_dir)
+    lines = []
+    for side in ("node", "candidate"):
+        node_id = pair[side]
+        lines.append(f"  {side} {node_id}:")
+        for session, spellings in node_sessions(db, node_id).items():
+            lines.append(f"    {session}: {spellings[:6]}")
+        name = node_id.partition(":")[2]
+        for session in list(node_sessions(db, node_id))[:3]:
+            lines.extend(f"  [{session}]" + line for line in _said(db, session, name, limit=3, width=80))
+    return lines
+
+
+def _runs(pairs: list[str]) -> dict[str, Path]:
+    return {source: Path(path) for source, _, path in (p.partition("=") for p in pairs)}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    sampling = sub.add_parser("sample", help="a stratified sample of a run's review list")
+    sampling.add_argument("runs", nargs="+", metavar="SOURCE=DATA_DIR")
+    sampling.add_argument("--per-rule", type=int, default=27)
+    sampling.add_argument("--seed", type=int, default=SEED)
+    sampling.add_argument("--show", action="store_true")
+    args = parser.parse_args(argv)
+    if args.command == "sample":
+        for source, data_dir in _runs(args.runs).items():
+            pairs = review_pairs(data_dir)
+            picked = stratified(pairs, per_rule=args.per_rule, seed=args.seed)
+            print(f"# {source}: {len(pairs)} pairs, {len(picked)} sampled", file=sys.stderr)
+            for n, pair in enumerate(picked, 1):
+                print(f"[{n}] " + json.dumps({"run": source, **{k: pair[k] for k in ("rule", "node", "candidate", "session")}}))
+                if args.show:
+                    print("\n".join(show(data_dir, pair)))
+
+
+if __name__ == "__main__":
+    main()
