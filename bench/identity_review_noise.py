@@ -2,6 +2,7 @@
 review list's noise).
 
     python bench/identity_review_noise.py sample swe-tune=DATA_DIR [--per-rule 27] [--show]
+    python bench/identity_review_noise.py compare BEFORE_DIR AFTER_DIR [--split review-noise-tuning]
 
 ``sample`` draws a sample of a run's review list (``identity_candidates``) stratified by rule
 (``--per-rule`` pairs of each rule, every pair of a rule with fewer; seed 20261201) and, with
@@ -14,7 +15,11 @@ methods) beside one of them is *not* (no answer makes the graph right).
 
 Labelled before any review-list rule was written: 60 pairs of the tuning run
 (``--per-rule 27``: every ``ambiguous-qualified`` and ``cross-type`` pair, 27 ``file-basename``, 27
-``qualified``). Read-only on the data dir.
+``qualified``). ``compare`` takes two runs of one source (before and after a review-list rule)
+and prints, per rule, the list's pairs on each and, of the labelled pairs of ``--split`` on the
+first, how many the second no longer lists — noise and same apart: what a rule removes. (The
+held-out labels, split ``session-files-review-heldout``, are read by ``identity_session_files.py
+review``, once the rules are frozen.) Read-only on the data dirs.
 """
 
 from __future__ import annotations
@@ -75,6 +80,33 @@ def show(data_dir: Path, pair: dict[str, Any]) -> list[str]:
     return lines
 
 
+def listed(data_dir: Path) -> dict[frozenset[str], str]:
+    """A run's review pairs, each as its two node ids (unordered) → rule."""
+    return {frozenset((p["node"], p["candidate"])): p["rule"] for p in review_pairs(data_dir)}
+
+
+def compare(before: Path, after: Path, *, split: str) -> dict[str, dict[str, int]]:
+    """Per rule: pairs listed before and after, and the labelled pairs (of ``split``, listed
+    before) the second run drops, noise and same apart."""
+    one, two = listed(before), listed(after)
+    out: dict[str, dict[str, int]] = defaultdict(lambda: dict.fromkeys(
+        ("before", "after", "labelled", "labelled_noise", "removed_noise", "removed_same"), 0))
+    for rule in one.values():
+        out[rule]["before"] += 1
+    for rule in two.values():
+        out[rule]["after"] += 1
+    for label in map(json.loads, LABELS.read_text().splitlines()):
+        pair = frozenset((label.get("node"), label.get("candidate")))
+        if label["kind"] != "review" or label["split"] != split or pair not in one:
+            continue
+        row = out[one[pair]]
+        row["labelled"] += 1
+        row["labelled_noise"] += not label["same"]
+        if pair not in two:
+            row["removed_noise" if not label["same"] else "removed_same"] += 1
+    return dict(out)
+
+
 def _runs(pairs: list[str]) -> dict[str, Path]:
     return {source: Path(path) for source, _, path in (p.partition("=") for p in pairs)}
 
@@ -87,7 +119,18 @@ def main(argv: list[str] | None = None) -> None:
     sampling.add_argument("--per-rule", type=int, default=27)
     sampling.add_argument("--seed", type=int, default=SEED)
     sampling.add_argument("--show", action="store_true")
+    comparing = sub.add_parser("compare", help="what a rule removes from a run's list, by the labels")
+    comparing.add_argument("before", type=Path)
+    comparing.add_argument("after", type=Path)
+    comparing.add_argument("--split", default="review-noise-tuning")
     args = parser.parse_args(argv)
+    if args.command == "compare":
+        rows = compare(args.before, args.after, split=args.split)
+        for rule, row in sorted(rows.items()):
+            print(f"{rule}: {row}")
+        total = {key: sum(row[key] for row in rows.values()) for key in next(iter(rows.values()), {})}
+        print(f"all: {total}")
+        return
     if args.command == "sample":
         for source, data_dir in _runs(args.runs).items():
             pairs = review_pairs(data_dir)

@@ -685,15 +685,31 @@ def _two_people(one: tuple[str, ...], other: tuple[str, ...]) -> bool:
     return SequenceMatcher(None, " ".join(one), " ".join(other)).ratio() < FUZZY_THRESHOLD
 
 
+def files_of(paths: Iterable[str]) -> int:
+    """How many files a set of full paths of one base name names: a path that ends another
+    (``migrations/test_autodetector.py`` / ``tests/migrations/test_autodetector.py``,
+    ``../tests/runtests.py`` / ``tests/runtests.py``) is that file written from another directory."""
+    rooted = {re.sub(r"^(?:\.\.?/)+", "", path) for path in paths}
+    return sum(1 for path in rooted if not any(other != path and other.endswith("/" + path) for other in rooted))
+
+
+def crowded_basename(path_ids: set[str]) -> bool:
+    """Whether a bare base name beside these FILE nodes (ids) of full paths ending in it names none
+    of them in particular: more than :data:`MAX_SHARED_NAME` paths (``__init__.py``), or paths of
+    more than one file (``query.py`` beside ``django/db/models/query.py`` and
+    ``django/db/models/sql/query.py``)."""
+    return len(path_ids) > MAX_SHARED_NAME or files_of(i.partition(":")[2] for i in path_ids) > 1
+
+
 def _offer_basename(index: AliasIndex, form: NameForm, allowed: Callable[..., set[str]], offer: Callable[[Match], None]) -> None:
     """A file named by its base name alone and a full path ending in it are a candidate — unless
-    that base name ends more than :data:`MAX_SHARED_NAME` paths (``__init__.py`` names none of
-    them). Two full paths are never one file however alike their base names."""
+    the base name is :func:`crowded_basename` (``__init__.py``, or two files of the name: the bare
+    name says neither). Two full paths are never one file however alike their base names."""
     if _URL.match(form.key):
         return
     base = form.key.rsplit("/", 1)[-1]
     paths = index.paths_by_basename.get(base, set())
-    if len(paths) > MAX_SHARED_NAME:
+    if crowded_basename(paths):
         return
     others = index.bare_files.get(base, set()) if "/" in form.key else paths
     for target in allowed(others, form):
@@ -924,19 +940,59 @@ def said_together(
 
 
 def _without_crowded_basenames(verdict: Verdict, index: AliasIndex, batch: AliasIndex) -> Verdict:
-    """Drop ``file-basename`` candidates whose base name more than :data:`MAX_SHARED_NAME` paths
-    share once the batch is counted too (`formats.py` of forty locales in one session)."""
+    """Drop ``file-basename`` candidates whose base name is :func:`crowded_basename` once the batch
+    is counted too (`formats.py` of forty locales in one session; a second file of the name)."""
     if verdict.action != CANDIDATE or not any(m.rule == "file-basename" for m in verdict.candidates):
         return verdict
 
     def crowded(match: Match) -> bool:
         base = normal_path(match.form).rsplit("/", 1)[-1]
-        return len(index.paths_by_basename.get(base, set()) | batch.paths_by_basename.get(base, set())) > MAX_SHARED_NAME
+        return crowded_basename(index.paths_by_basename.get(base, set()) | batch.paths_by_basename.get(base, set()))
 
     kept = tuple(m for m in verdict.candidates if m.rule != "file-basename" or not crowded(m))
     if not kept:
         return Verdict(verdict.node_id, CREATE)
     return Verdict(verdict.node_id, CANDIDATE, None, kept[0].rule, kept[0].score, kept)
+
+
+def without_foreign_receivers(nodes: Sequence[NodeRef], verdicts: Sequence[Verdict], index: AliasIndex) -> list[Verdict]:
+    """Drop the ``qualified`` candidates that name another receiver's method (pure; review list
+    only — no link changes): a pair of a shorter and a longer name of one method (``mean`` /
+    ``rolling.mean``) whose graph node this session (``nodes``, the batch) does not say, when the
+    shorter one's node already holds a qualified name that the longer one is not
+    (:func:`same_member`): `mean` holding `weighted.mean` beside `rolling.mean`, `deconstruct`
+    holding `self.value.deconstruct` beside `field.deconstruct`. Such a node is (partly) another
+    class's method, and nothing in this session says which the reviewer should read: on labelled
+    real pairs they were noise 5 times in 6 (bench/RESULTS.md, issue 11, eighth round: the review
+    list's noise). Reads the batch and the in-memory index only."""
+    said = {node.id for node in nodes} | {v.target for v in verdicts if v.action == LINK and v.target is not None}
+    out = list(verdicts)
+    for position, (node, verdict) in enumerate(zip(nodes, verdicts, strict=True)):
+        if verdict.action != CANDIDATE or not any(m.rule == "qualified" for m in verdict.candidates):
+            continue
+        kept = tuple(m for m in verdict.candidates if m.rule != "qualified" or m.node_id in said or not _foreign(node, m.node_id, index))
+        if len(kept) == len(verdict.candidates):
+            continue
+        out[position] = Verdict(verdict.node_id, CANDIDATE, None, verdict.rule, kept[0].score, kept) if kept else Verdict(verdict.node_id, CREATE)
+    return out
+
+
+def _foreign(node: NodeRef, other: str, index: AliasIndex) -> bool:
+    """Whether, of ``node`` and the indexed node ``other`` (one METHOD qualified more than the
+    other), the shorter one holds a qualified form that is not the longer one's method."""
+    own = identifier_key("METHOD", node.id.partition(":")[2])
+    theirs = identifier_key("METHOD", other.partition(":")[2])
+    mine = [*node.forms, *(f.text for f in index.forms.get(node.id, ()))]
+    if own.count(".") < theirs.count("."):
+        long, forms = theirs, mine
+    else:
+        long, forms = own, [f.text for f in index.forms.get(other, ())]
+    last = long.rsplit(".", 1)[-1]
+    for text in forms:
+        key = identifier_key("METHOD", text)
+        if "." in key and key != long and key.rsplit(".", 1)[-1] == last and not same_member(key, long):
+            return True
+    return False
 
 
 def learn(index: AliasIndex, nodes: Sequence[NodeRef], verdicts: Sequence[Verdict]) -> None:

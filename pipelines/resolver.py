@@ -44,6 +44,7 @@ from pipelines.identity import (
     audit,
     learn,
     resolve_batch,
+    without_foreign_receivers,
 )
 
 log = structlog.get_logger(__name__)
@@ -206,7 +207,7 @@ class GraphResolver:
                 verdicts = resolve_batch(refs, index, blocked=self._blocked, thresholds=self.thresholds)
             verdicts = [separated(self._settled(v), self._blocked) for v in verdicts]
             checked = hubs.check(refs, verdicts, index)
-            verdicts = checked.verdicts
+            verdicts = without_foreign_receivers(refs, checked.verdicts, index)
             learn(index, refs, verdicts)
             if checked.splits:
                 self._index = None  # the commit moves names out of nodes: rebuild at the next call

@@ -131,8 +131,9 @@ async def test_status_counts_identity_candidates_as_the_run_records_do(settings,
     env = {"REM_DATA_DIR": str(settings.data_dir)}
     per_run = []
     for sid, created, text in (
-        ("a", "2026-11-01T10:00:00Z", "We changed store/graph_store.py, lib/graph_store.py and pkg/loader.py today."),
-        # A bare file name may be any path with that base name: graph_store.py has two pairs.
+        ("a", "2026-11-01T10:00:00Z", "We changed src/store/graph_store.py, store/graph_store.py and pkg/loader.py today."),
+        # A bare file name may be either spelling of the one file with that base name: graph_store.py
+        # has two pairs (beside paths of two files it would have none).
         ("b", "2026-11-02T10:00:00Z", "Then graph_store.py and loader.py changed again."),
     ):
         await _import(settings, tmp_path, [_session(sid, created, [text])])

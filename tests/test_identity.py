@@ -13,6 +13,7 @@ from pipelines.identity import (
     LINK,
     AliasIndex,
     NodeRef,
+    files_of,
     learn,
     normal_key,
     resolve,
@@ -415,6 +416,17 @@ def test_review_list_skips_a_base_name_many_files_share() -> None:
     inits = [("FILE", f"pkg{i}/__init__.py") for i in range(5)]
     assert _verdict(inits, "FILE", "__init__.py").action == CREATE
     assert _verdict([("FILE", "__init__.py"), *inits], "FILE", "pkg9/__init__.py").action == CREATE
+
+
+def test_a_bare_base_name_beside_two_files_of_it_is_no_candidate() -> None:
+    # Two files of the name: the bare name says neither (review list only).
+    two = [("FILE", "django/db/models/query.py"), ("FILE", "django/db/models/sql/query.py")]
+    assert _verdict(two, "FILE", "query.py").action == CREATE
+    # One file written from two directories (one path ends the other, `../` aside) is one file.
+    one = [("FILE", "tests/migrations/test_autodetector.py"), ("FILE", "migrations/test_autodetector.py")]
+    assert _verdict(one, "FILE", "test_autodetector.py").action == CANDIDATE
+    assert files_of(["../tests/runtests.py", "tests/runtests.py"]) == 1
+    assert files_of(["a/x/f.py", "b/x/f.py", "x/f.py"]) == 2  # `x/f.py` may be either
 
 
 def test_file_nodes_drop_diff_prefixes_and_identifiers_keep_case_in_a_session() -> None:

@@ -11,7 +11,7 @@ real SQLite file.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from config.settings import DEFAULT_SEMANTIC_TYPES
@@ -26,16 +26,17 @@ from store.unit_of_work import DatabaseUnitOfWork
 from worker.knowledge import identity_resolver
 
 
-def commit(db: Database, sid: str, names: Sequence[tuple[str, str]], *, chunks: int = 1) -> None:
+def commit(db: Database, sid: str, names: Sequence[tuple[str, str]], *, chunks: int = 1, spelled: Mapping[str, Sequence[str]] = {}) -> None:
     """One session saying ``names`` (type, name), one turn each, spread over ``chunks`` chunks, through
-    reduce, the worker's resolver and the commit."""
+    reduce, the worker's resolver and the commit; ``spelled``: name → more spellings the extractor
+    recorded for it (aliases)."""
     turns = tuple(UnitTurn(i + 1, f"{sid}-m{i + 1}", f"see `{name}`") for i, (_, name) in enumerate(names))
     extractions = []
     for chunk in range(chunks):
         mine = [(i, kind, name) for i, (kind, name) in enumerate(names) if i % chunks == chunk]
         work = WorkUnit(f"{sid}:chunk:{chunk}", sid, chunk, tuple(turns[i] for i, _, _ in mine), "h")
         raw = {"summary": "", "edges": [], "nodes": [
-            {"id": f"n{chunk}-{i}", "type": kind, "name": name, "aliases": [name], "evidence": [{"turn": i + 1, "quote": name}]}
+            {"id": f"n{chunk}-{i}", "type": kind, "name": name, "aliases": [name, *spelled.get(name, ())], "evidence": [{"turn": i + 1, "quote": name}]}
             for i, kind, name in mine
         ]}
         extractions.append(validate_extraction(raw, work, semantic_types=DEFAULT_SEMANTIC_TYPES))
@@ -75,11 +76,11 @@ def test_a_bare_base_name_beside_the_sessions_one_full_path_is_that_file(tmp_pat
         commit(db, "s-admin", [("FILE", "django/contrib/admin/options.py"), ("FILE", "options.py")], chunks=2)
         after_one = points(db)
         review_after_one = pairs(db)
-        commit(db, "s-two", [("FILE", "django/db/models/options.py"), ("FILE", "django/contrib/admin/options.py"), ("FILE", "./options.py")])
         commit(db, "s-bare", [("FILE", "options.py")])
+        review = pairs(db)
+        commit(db, "s-two", [("FILE", "django/db/models/options.py"), ("FILE", "django/contrib/admin/options.py"), ("FILE", "./options.py")])
         found = points(db)
         full_aliases = aliases(db, "FILE:django/contrib/admin/options.py")
-        review = pairs(db)
     finally:
         db.close()
     assert "FILE:options.py" not in after_one and not review_after_one
@@ -139,3 +140,47 @@ def test_session_folds_needs_one_full_path_and_one_test() -> None:
              ("TEST:test_x", "TEST", "test_x"), ("METHOD:test_x()", "METHOD", "test_x()"), ("METHOD:Test_x", "METHOD", "Test_x"),
              ("METHOD:T.test_x", "METHOD", "T.test_x")]
     assert session_folds(nodes) == {"FILE:a.py": "FILE:x/a.py", "METHOD:test_x()": "TEST:test_x"}
+
+
+def test_a_bare_base_name_beside_two_files_of_that_name_is_no_review_pair(tmp_path: Path) -> None:
+    """`query.py` said alone, while the graph holds `django/db/models/query.py` and
+    `django/db/models/sql/query.py`: the bare name says neither, so neither is offered beside it
+    (review list only: the nodes stay as they were). Two spellings of one file
+    (`tests/migrations/test_autodetector.py`, `migrations/test_autodetector.py`, one ending the
+    other) are one file: a bare `test_autodetector.py` is offered beside both."""
+    db = Database(tmp_path / "graph.sqlite3")
+    try:
+        commit(db, "s-models", [("FILE", "django/db/models/query.py")])
+        commit(db, "s-sql", [("FILE", "django/db/models/sql/query.py")])
+        commit(db, "s-bare", [("FILE", "query.py")])
+        commit(db, "s-tests", [("FILE", "tests/migrations/test_autodetector.py")])
+        commit(db, "s-short", [("FILE", "migrations/test_autodetector.py")])
+        commit(db, "s-bare-test", [("FILE", "test_autodetector.py")])
+        review = {frozenset((a, b)) for a, b, _ in pairs(db)}
+        files = {node_id for (node_id,) in db.query("SELECT id FROM nodes WHERE label = 'FILE'")}
+    finally:
+        db.close()
+    assert "FILE:query.py" in files and not {p for p in review if "FILE:query.py" in p}
+    assert review == {frozenset(("FILE:test_autodetector.py", "FILE:tests/migrations/test_autodetector.py")),
+                      frozenset(("FILE:test_autodetector.py", "FILE:migrations/test_autodetector.py"))}
+
+
+def test_a_bare_method_holding_another_receivers_name_is_no_review_pair_across_sessions(tmp_path: Path) -> None:
+    """A bare `mean` node that holds `weighted.mean` (one session said both for one node) is no
+    review question beside `window.mean` from a session that never says `mean`: the node is
+    (partly) another receiver's method. A session that says `rolling.mean` and `mean` both keeps
+    that pair for review. The nodes stay apart either way (review list only)."""
+    db = Database(tmp_path / "graph.sqlite3")
+    try:
+        commit(db, "s-weighted", [("METHOD", "mean")], spelled={"mean": ["weighted.mean()"]})
+        commit(db, "s-window", [("METHOD", "window.mean")])
+        after_window = {frozenset((a, b)) for a, b, _ in pairs(db)}
+        commit(db, "s-rolling", [("METHOD", "rolling.mean"), ("METHOD", "mean")])
+        review = {frozenset((a, b)) for a, b, _ in pairs(db)}
+        methods = {node_id for (node_id,) in db.query("SELECT id FROM nodes WHERE label = 'METHOD'")}
+    finally:
+        db.close()
+    assert {"METHOD:mean", "METHOD:window.mean", "METHOD:rolling.mean"} <= methods
+    assert not after_window
+    assert frozenset(("METHOD:rolling.mean", "METHOD:mean")) in review
+    assert not {p for p in review if "METHOD:window.mean" in p}
