@@ -3,6 +3,7 @@ review list's noise).
 
     python bench/identity_review_noise.py sample swe-tune=DATA_DIR [--per-rule 27] [--show]
     python bench/identity_review_noise.py compare BEFORE_DIR AFTER_DIR [--split review-noise-tuning]
+    python bench/identity_review_noise.py cost swe-tune=DATA_DIR [--repeat 5]
 
 ``sample`` draws a sample of a run's review list (``identity_candidates``) stratified by rule
 (``--per-rule`` pairs of each rule, every pair of a rule with fewer; seed 20261201) and, with
@@ -19,7 +20,9 @@ Labelled before any review-list rule was written: 60 pairs of the tuning run
 and prints, per rule, the list's pairs on each and, of the labelled pairs of ``--split`` on the
 first, how many the second no longer lists — noise and same apart: what a rule removes. (The
 held-out labels, split ``session-files-review-heldout``, are read by ``identity_session_files.py
-review``, once the rules are frozen.) Read-only on the data dirs.
+review``, once the rules are frozen.) ``cost``: a run's sessions resolved in turn, each a batch of its
+FILE/METHOD names as it spelled them, against an index that learns each one, with the two
+review-list rules and with them disabled (one process, interleaved, best of ``--repeat``). Read-only on the data dirs.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import sqlite3
 import sys
 from collections import defaultdict
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -107,6 +111,51 @@ def compare(before: Path, after: Path, *, split: str) -> dict[str, dict[str, int
     return dict(out)
 
 
+def cost(data_dir: Path, *, repeat: int = 5) -> dict[str, Any]:
+    """Seconds to resolve a run's sessions in turn, each a batch of its FILE/METHOD names as it
+    spelled them (their points' evidence), against an index that learns each session (as the
+    worker's resolver does: resolve, short-name check, :func:`without_foreign_receivers`, learn),
+    with the review-list rules and without them."""
+    import time
+    from unittest import mock
+
+    from pipelines import hubs
+    from pipelines import identity as identity_module
+    from pipelines.identity import MAX_SHARED_NAME, AliasIndex, NodeRef, learn, resolve_batch, without_foreign_receivers
+
+    db = _connect(data_dir)
+    spelled: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
+    for node_id, anchor, evidence in db.execute(
+        "SELECT node_id, anchor, evidence FROM node_points WHERE node_id LIKE 'FILE:%' OR node_id LIKE 'METHOD:%' ORDER BY anchor, rowid"
+    ):
+        if evidence not in spelled[anchor][node_id]:
+            spelled[anchor][node_id].append(evidence)
+    batches = [[NodeRef(node_id, node_id.partition(":")[0], forms[0], tuple(forms[1:])) for node_id, forms in names.items()]
+               for _, names in sorted(spelled.items())]
+
+    def once(drop: Callable[..., list[Any]]) -> float:
+        index = AliasIndex()
+        start = time.perf_counter()
+        for refs in batches:
+            checked = hubs.check(refs, resolve_batch(refs, index), index)
+            learn(index, refs, drop(refs, checked.verdicts, index))
+        return time.perf_counter() - start
+
+    def keep_all(refs: Any, verdicts: Any, index: Any) -> list[Any]:
+        return list(verdicts)
+
+    old_crowd = mock.patch.object(identity_module, "crowded_basename", lambda ids: len(ids) > MAX_SHARED_NAME)
+    once(without_foreign_receivers)  # warm-up
+    timed: dict[bool, list[float]] = {True: [], False: []}
+    for _ in range(repeat):  # interleaved, so load on the machine falls on both alike
+        timed[True].append(once(without_foreign_receivers))
+        with old_crowd:
+            timed[False].append(once(keep_all))
+    with_rules, without_rules = min(timed[True]), min(timed[False])
+    return {"sessions": len(batches), "names": sum(map(len, batches)), "with_rules_s": round(with_rules, 3),
+            "without_s": round(without_rules, 3), "ratio": round(with_rules / without_rules, 3)}
+
+
 def _runs(pairs: list[str]) -> dict[str, Path]:
     return {source: Path(path) for source, _, path in (p.partition("=") for p in pairs)}
 
@@ -123,7 +172,14 @@ def main(argv: list[str] | None = None) -> None:
     comparing.add_argument("before", type=Path)
     comparing.add_argument("after", type=Path)
     comparing.add_argument("--split", default="review-noise-tuning")
+    costing = sub.add_parser("cost", help="resolution time with and without the review-list rules")
+    costing.add_argument("runs", nargs="+", metavar="SOURCE=DATA_DIR")
+    costing.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args(argv)
+    if args.command == "cost":
+        for source, data_dir in _runs(args.runs).items():
+            print(source, cost(data_dir, repeat=args.repeat))
+        return
     if args.command == "compare":
         rows = compare(args.before, args.after, split=args.split)
         for rule, row in sorted(rows.items()):

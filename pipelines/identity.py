@@ -45,10 +45,13 @@ more than :data:`MAX_SHARED_NAME` qualified names for one bare name make nothing
 decisive rules, weaker evidence makes a ``candidate`` (kept for review, strongest first): prose
 word sets with Jaccard ≥ ``candidate_threshold``, a near-identical *prose* spelling (character
 similarity ≥ ``fuzzy_threshold``), a file named by its base name alone beside a full path ending
-in it (unless more than :data:`MAX_SHARED_NAME` paths share that base name), a 2-letter acronym,
+in it (unless the base name is :func:`crowded_basename`: more than :data:`MAX_SHARED_NAME` paths,
+or paths of two files), a 2-letter acronym,
 and the same name under a *different type* — which is reported, never merged. Two session-context
 rules add candidates per batch: ``extension`` (:func:`said_together`) and ``person`` (a name and the
-same name with words more when a PERSON node holds both, :func:`named_person`). Never a
+same name with words more when a PERSON node holds both, :func:`named_person`); one drops them
+(:func:`without_foreign_receivers`: a ``qualified`` pair across sessions whose shorter node holds
+another receiver's name). Never a
 candidate: two identifiers a letter apart or sharing some words, two full paths with the same base
 name. Names whose numbers differ (``#123``/``#124``, ``v2``/``v3``) never link. Without a model,
 ``candidate`` means create and report; with one, an auditor decides link-or-create for the
