@@ -965,9 +965,9 @@ def without_foreign_receivers(nodes: Sequence[NodeRef], verdicts: Sequence[Verdi
     shorter one's node already holds a qualified name that the longer one is not
     (:func:`same_member`): `mean` holding `weighted.mean` beside `rolling.mean`, `deconstruct`
     holding `self.value.deconstruct` beside `field.deconstruct`. Such a node is (partly) another
-    class's method, and nothing in this session says which the reviewer should read: on labelled
-    real pairs they were noise 5 times in 6 (bench/RESULTS.md, issue 11, eighth round: the review
-    list's noise). Reads the batch and the in-memory index only."""
+    class's method, and nothing in this session says which the reviewer should read: of the
+    labelled pairs of a real run's list it removed 4, all noise (bench/RESULTS.md, issue 11, eighth
+    round: the review list's noise). Reads the batch and the in-memory index only."""
     said = {node.id for node in nodes} | {v.target for v in verdicts if v.action == LINK and v.target is not None}
     out = list(verdicts)
     for position, (node, verdict) in enumerate(zip(nodes, verdicts, strict=True)):
