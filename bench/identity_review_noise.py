@@ -39,7 +39,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.identity_session_files import LABELS, SEED, _connect, _said  # noqa: E402
+from bench.identity_session_files import LABELS, SEED, _connect, _runs, _said  # noqa: E402
 
 
 def review_pairs(data_dir: Path) -> list[dict[str, Any]]:
@@ -154,10 +154,6 @@ def cost(data_dir: Path, *, repeat: int = 5) -> dict[str, Any]:
     with_rules, without_rules = min(timed[True]), min(timed[False])
     return {"sessions": len(batches), "names": sum(map(len, batches)), "with_rules_s": round(with_rules, 3),
             "without_s": round(without_rules, 3), "ratio": round(with_rules / without_rules, 3)}
-
-
-def _runs(pairs: list[str]) -> dict[str, Path]:
-    return {source: Path(path) for source, _, path in (p.partition("=") for p in pairs)}
 
 
 def main(argv: list[str] | None = None) -> None:
