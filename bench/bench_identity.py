@@ -5,6 +5,7 @@ and the same on pairs labelled from real coding-agent sessions, per split.
     python bench/bench_identity.py [--pairs bench/data/merge_pairs.jsonl] [--scale 20000]
         [--real bench/data/identity_real_pairs.jsonl] [--sessions SESSIONS.jsonl]
         [--runs SOURCE=DATA_DIR ... [--runs-only]]
+        # SOURCE: swe-tune, swe-heldout, friends-tune, friends-heldout, sweagent-fresh, aider-fresh
 
 The synthetic set (``--pairs``) is a regression test. The real set (``--real``, built with
 bench/convert_transcripts.py and bench/identity_pairs.py, labelled by hand) is the evidence: precision
@@ -252,8 +253,11 @@ def review_report(sessions: Path, pairs: Sequence[dict[str, Any]]) -> dict[str, 
 
 
 # The run a labelled pair without a ``run`` of its own came from: the mini-swe-agent split its
-# sessions belong to (``convert_transcripts swe``; ``fresh`` pairs come from the held-out sessions).
-_SPLIT_RUN = {"tuning": "swe-tune", "held-out": "swe-heldout", "fresh": "swe-heldout"}
+# sessions belong to (``convert_transcripts swe``; ``fresh`` pairs come from the held-out sessions),
+# or the source whose sessions are all held out (``convert_transcripts sweagent`` / ``aider``: one
+# ``fresh`` file each, run under these names).
+_SPLIT_RUN = {"tuning": "swe-tune", "held-out": "swe-heldout", "fresh": "swe-heldout",
+              "sweagent": "sweagent-fresh", "aider": "aider-fresh"}
 
 
 def node_of_name(db: Any) -> dict[tuple[str, str], str]:
