@@ -56,7 +56,9 @@ async def test_the_aider_and_sweagent_pairs_are_scored_on_their_own_run(
     report = run_report({run: settings.data_dir}, pairs)
 
     assert report["runs"][run]["sessions"] == 2
-    assert set(report["splits"]) == {f"{split}/identifier", f"{split}/path"}
+    assert set(report["splits"]) == {f"{split}/identifier", f"{split}/path", f"{split}/all"}
     code, path = report["splits"][f"{split}/identifier"], report["splits"][f"{split}/path"]
     assert (code["pairs"], code["positives"], code["absent"], code["precision"], code["recall"]) == (2, 1, 0, 1.0, 1.0)
     assert (path["pairs"], path["positives"], path["recall"], path["recall_with_review"]) == (1, 1, 0.0, 1.0)
+    every = report["splits"][f"{split}/all"]
+    assert (every["pairs"], every["positives"], every["recall"], every["recall_with_review"], every["review_noise"]) == (3, 2, 0.5, 1.0, 0.0)
