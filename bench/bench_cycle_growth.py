@@ -18,11 +18,12 @@ on 8,000. The timed cycles leave it out, each round times it on its own, and the
 adds its share: detection × 25 ÷ (0.1 × history). The change scan reads only the rows added since
 the last cycle, and every row once per ``REM_FULL_SCAN_INTERVAL_SECONDS`` (6 h: one hourly cycle in
 6): each round times such a full-scan cycle's ingest with nothing new, and the amortized cycle adds
-a sixth of it. Both cycles keep their identity index, as a daemon does between cycles while only commits change
-the graph: the reference is handed, each round, a copy of the index its setup cycle kept at the
-snapshot (a restored graph is otherwise, rightly, not taken for the kept one, and its cycle would
-build the index every round — a build the growing cycle never pays, which made the first step's
-ratio depend on how long that build happened to take). Also timed per round, on both graphs:
+a sixth of it. Both cycles keep their identity index, as a daemon does between cycles while only
+commits change the graph: the reference is handed, each round, a copy of the index its setup cycle
+kept at the snapshot (``worker.knowledge.kept_identity_index`` / ``install_identity_index``; a
+restored graph is otherwise, rightly, not taken for the kept one, and its cycle would build the
+index every round — a build the growing cycle never pays, which made the first step's ratio depend
+on how long that build happened to take; a timed cycle that builds it fails the benchmark). Also timed per round, on both graphs:
 building the identity index from every knowledge node (what a daemon's first cycle, or one after a
 write that was not a commit, pays) and ``forget`` of one of the round's sessions (a
 take-back of every claim it made, popular nodes included; on a copy of the graph, so that it does
@@ -38,7 +39,6 @@ provenance point are reported too.
 from __future__ import annotations
 
 import argparse
-import copy
 import cProfile
 import random
 import shutil
@@ -62,13 +62,11 @@ from pipelines.identity import AliasIndex  # noqa: E402
 from pipelines.resolver import node_refs  # noqa: E402
 from pipelines.vocabulary import ANCHOR_LABELS  # noqa: E402
 from store.chroma import ChromaStore  # noqa: E402
-from store.backend import database_location  # noqa: E402
 from store.db import Database  # noqa: E402
 from store.graph import GraphStore  # noqa: E402
 from store.unit_of_work import DatabaseUnitOfWork  # noqa: E402
 from worker.cycle import CycleResult, Stores, run_cycle  # noqa: E402
-from worker import knowledge  # noqa: E402
-from worker.knowledge import refresh_communities  # noqa: E402
+from worker.knowledge import install_identity_index, kept_identity_index, refresh_communities  # noqa: E402
 from worker.logs import configure_logging  # noqa: E402
 
 Row = tuple[str, str, dict[str, Any]]
@@ -210,10 +208,11 @@ async def measure(steps: list[int], *, new: int, rounds: int, workdir: Path, pro
         await data.digest_all(steps[0])
     snapshot = workdir / "reference-graph.sqlite3"
     shutil.copyfile(ref.settings.graph_path, snapshot)
-    # The index the reference's setup cycle kept, as of the snapshot (the resolver learns every
-    # commit into it, so each round gets its own copy).
-    ref_location = database_location(ref.settings)
-    ref_index = copy.deepcopy(knowledge._KEPT_INDEXES[ref_location])
+    # The index the reference's setup cycle kept, as of the snapshot (each round installs a copy:
+    # the resolver learns every commit into it).
+    ref_index = kept_identity_index(ref.settings)
+    if ref_index is None:
+        raise RuntimeError("the reference's setup cycle kept no identity index")
     await ref.add(*sessions(rng, "r", 90_000, new))
     reference_share = new / max(new, REFRESH_FRACTION * steps[0])
     # One cycle in (full scan interval ÷ cycle interval) reads every Chroma row (defaults: 1 in 6).
@@ -232,7 +231,7 @@ async def measure(steps: list[int], *, new: int, rounds: int, workdir: Path, pro
             await grow.add(*sessions(rng, "n", fresh, new))
             mine = times(await grow.cycle(profile=profile / f"grow-{step}.prof" if profile and r == 0 else None))
             shutil.copyfile(snapshot, ref.settings.graph_path)
-            knowledge._KEPT_INDEXES[ref_location] = copy.deepcopy(ref_index)
+            install_identity_index(ref.settings, ref_index)
             theirs = times(await ref.cycle(profile=profile / f"reference-{step}.prof" if profile and r == 0 else None))
             mine["detect"], theirs["detect"] = await grow.detect(), await ref.detect()
             mine["identity_index"], theirs["identity_index"] = grow.identity_index(), ref.identity_index()

@@ -5,6 +5,7 @@ and the same on pairs labelled from real coding-agent sessions, per split.
     python bench/bench_identity.py [--pairs bench/data/merge_pairs.jsonl] [--scale 20000]
         [--real bench/data/identity_real_pairs.jsonl] [--sessions SESSIONS.jsonl]
         [--runs SOURCE=DATA_DIR ... [--runs-only]]
+        # SOURCE: swe-tune, swe-heldout, friends-tune, friends-heldout, sweagent-fresh, aider-fresh
 
 The synthetic set (``--pairs``) is a regression test. The real set (``--real``, built with
 bench/convert_transcripts.py and bench/identity_pairs.py, labelled by hand) is the evidence: precision
@@ -252,8 +253,11 @@ def review_report(sessions: Path, pairs: Sequence[dict[str, Any]]) -> dict[str, 
 
 
 # The run a labelled pair without a ``run`` of its own came from: the mini-swe-agent split its
-# sessions belong to (``convert_transcripts swe``; ``fresh`` pairs come from the held-out sessions).
-_SPLIT_RUN = {"tuning": "swe-tune", "held-out": "swe-heldout", "fresh": "swe-heldout"}
+# sessions belong to (``convert_transcripts swe``; ``fresh`` pairs come from the held-out sessions),
+# or the source whose sessions are all held out (``convert_transcripts sweagent`` / ``aider``: one
+# ``fresh`` file each, run under these names).
+_SPLIT_RUN = {"tuning": "swe-tune", "held-out": "swe-heldout", "fresh": "swe-heldout",
+              "sweagent": "sweagent-fresh", "aider": "aider-fresh"}
 
 
 def node_of_name(db: Any) -> dict[tuple[str, str], str]:
@@ -280,7 +284,7 @@ def run_report(runs: dict[str, Path], pairs: Sequence[dict[str, Any]]) -> dict[s
     else :data:`_SPLIT_RUN`) against the graph a run of the same sessions left in ``runs[source]`` (``rem-cycle import`` +
     ``--once`` until all are digested): a pair is *linked* when both names ended on one node,
     *reviewed* when the pair is on the review list. This is where the session context shows: the
-    pairwise figures resolve two names with no session. Per split and kind of name: precision / recall of links,
+    pairwise figures resolve two names with no session. Per split and kind of name (and ``all``): precision / recall of links,
     recall with review, review noise; per run: the review list per 100 sessions."""
     import sqlite3
 
@@ -315,18 +319,17 @@ def run_report(runs: dict[str, Path], pairs: Sequence[dict[str, Any]]) -> dict[s
         if run not in state or pair["rule"] == "cross-type":
             continue
         where, review = state[run]
-        counts = by_split.setdefault(f"{pair['split']}/{pair['name_kind']}", Counter())
         one, two = where.get((pair["type"], pair["existing"]["name"])), where.get((pair["type"], pair["incoming"]["name"]))
         if one is None or two is None:
-            counts["absent"] += 1
-            continue
-        linked, reviewed = one == two, frozenset((one, two)) in review
-        if pair["same"]:
-            counts["tp" if linked else "fn"] += 1
-            counts["fn_reviewed"] += (not linked) and reviewed
+            outcome = {"absent": 1}
         else:
-            counts["fp" if linked else "tn"] += 1
-            counts["tn_reviewed"] += (not linked) and reviewed
+            linked, reviewed = one == two, frozenset((one, two)) in review
+            if pair["same"]:
+                outcome = {"tp" if linked else "fn": 1, "fn_reviewed": int(not linked and reviewed)}
+            else:
+                outcome = {"fp" if linked else "tn": 1, "tn_reviewed": int(not linked and reviewed)}
+        for kind in (pair["name_kind"], "all"):
+            by_split.setdefault(f"{pair['split']}/{kind}", Counter()).update(outcome)
     for split, c in sorted(by_split.items()):
         positives = c["tp"] + c["fn"]
         out["splits"][split] = {

@@ -80,3 +80,34 @@ async def test_a_database_restored_from_a_copy_is_not_taken_for_the_kept_one(set
         Path(f"{settings.graph_path}{companion}").unlink(missing_ok=True)
     restored = await _digest(settings, tmp_path, ["c"])
     assert restored["identity_index_builds"] == 1
+
+
+async def test_the_index_kept_at_a_copy_is_taken_up_once_the_copy_is_restored(
+    settings: Settings, tmp_path: Path, clean_env: pytest.MonkeyPatch
+) -> None:
+    """The public hook a benchmark uses to restore a graph and the index kept with it
+    (``kept_identity_index`` / ``install_identity_index``, bench/bench_cycle_growth.py): the index
+    handed back is taken up, it is a copy that never learnt the commits made after it was taken,
+    and the graph it digests equals one digested with a fresh index."""
+    await _digest(settings, tmp_path, ["a"])
+    shutil.copyfile(settings.graph_path, tmp_path / "copy.sqlite3")
+    at_copy = knowledge.kept_identity_index(settings)
+    assert at_copy is not None
+    known = set(at_copy.index.nodes)
+    assert (await _digest(settings, tmp_path, ["b"]))["identity_index_builds"] == 0
+    live = knowledge.kept_identity_index(settings)
+    assert live is not None and set(live.index.nodes) > known == set(at_copy.index.nodes)
+    shutil.copyfile(tmp_path / "copy.sqlite3", settings.graph_path)  # b's commit is gone again
+    for companion in ("-wal", "-shm"):
+        Path(f"{settings.graph_path}{companion}").unlink(missing_ok=True)
+    knowledge.install_identity_index(settings, at_copy)
+    restored = await _digest(settings, tmp_path, ["c"])
+    assert (restored["sessions_digested"], restored["identity_index_builds"]) == (2, 0)  # b again, and c
+
+    fresh_dir = tmp_path / "fresh"
+    clean_env.setenv("REM_DATA_DIR", str(fresh_dir))
+    fresh = load_settings(data_dir=fresh_dir, database_url="")
+    await _digest(fresh, tmp_path, ["a"])
+    knowledge._KEPT_INDEXES.clear()
+    assert (await _digest(fresh, tmp_path, ["b", "c"]))["identity_index_builds"] == 1
+    assert canonical(settings) == canonical(fresh_dir / "graph.sqlite3")

@@ -3,6 +3,7 @@ communities, the query surface (show/search) and unmerge."""
 
 from __future__ import annotations
 
+import copy
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
@@ -89,6 +90,24 @@ def keep_identity_index(resolver: GraphResolver, *, keep_as: str) -> None:
     kept = resolver.kept()
     if kept is not None:
         _KEPT_INDEXES[keep_as] = kept
+
+
+def kept_identity_index(settings: Settings) -> KeptIndex | None:
+    """A copy of the identity index this process keeps for the graph of ``settings`` (the one its
+    next extract phase would take up), or ``None`` when it keeps none. With
+    :func:`install_identity_index`, a benchmark that restores a graph from a copy hands it the
+    index kept at that copy, as a daemon that never stopped would have it."""
+    kept = _KEPT_INDEXES.get(database_location(settings))
+    return copy.deepcopy(kept) if kept is not None else None
+
+
+def install_identity_index(settings: Settings, kept: KeptIndex) -> None:
+    """Keep a copy of ``kept`` (from :func:`kept_identity_index`) for the graph of ``settings``.
+    The next extract phase takes it up only if the graph is still in the identity epoch it was
+    built in and holds at least the commits the index has seen (pipelines/resolver.py), else it
+    rebuilds the index as if nothing had been installed; a copy, because a phase that takes it up learns its commits
+    into it."""
+    _KEPT_INDEXES[database_location(settings)] = copy.deepcopy(kept)
 
 
 class NoGraphError(FileNotFoundError):
