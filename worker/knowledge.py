@@ -105,8 +105,8 @@ def install_identity_index(settings: Settings, kept: KeptIndex) -> None:
     """Keep a copy of ``kept`` (from :func:`kept_identity_index`) for the graph of ``settings``.
     The next extract phase takes it up only if the graph is still in the identity epoch it was
     built in and holds at least the commits the index has seen (pipelines/resolver.py), else it
-    rebuilds the index as if nothing had been installed; a copy, because a phase that takes it up learns its commits
-    into it."""
+    rebuilds the index as if nothing had been installed; a copy, because a phase that takes it up
+    learns its commits into it."""
     _KEPT_INDEXES[database_location(settings)] = copy.deepcopy(kept)
 
 
