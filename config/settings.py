@@ -45,8 +45,9 @@ DEFAULT_SEMANTIC_TYPES: tuple[str, ...] = (
 
 _COLLECTION_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{1,510}[A-Za-z0-9]$"
 
-# A retry wait over a year is a mistake (and a long enough one would overflow the next-attempt time).
-MAX_RETRY_WAIT_SECONDS = 366 * 86_400.0
+# A retry wait or a lease over a year is a mistake, and a long enough one (or ``inf``) would
+# overflow the times computed from it: every cycle would crash in setup.
+MAX_WAIT_SECONDS = 366 * 86_400.0
 
 
 class ConfigError(ValueError):
@@ -84,7 +85,7 @@ class Settings(BaseSettings):
     interval_seconds: float = Field(3600.0, gt=0)
     run_at_startup: bool = True
     lease_timeout_seconds: float = Field(
-        300.0, gt=0, description="A running cycle without a heartbeat this long is stalled (/healthz 503, status, metrics)"
+        300.0, gt=0, le=MAX_WAIT_SECONDS, description="A running cycle without a heartbeat this long is stalled (/healthz 503, status, metrics)"
     )
     grace_seconds: float = Field(30.0, gt=0, description="Time allowed to finish the current transaction on SIGTERM")
     full_scan_interval_seconds: float = Field(
@@ -118,11 +119,11 @@ class Settings(BaseSettings):
     prompt_envelope_tokens: int = Field(1_500, ge=0)
     max_chunk_attempts: int = Field(3, ge=1)
     chunk_retry_base_seconds: float = Field(
-        60.0, gt=0, le=MAX_RETRY_WAIT_SECONDS,
+        60.0, gt=0, le=MAX_WAIT_SECONDS,
         description="Wait before retrying a failed chunk the first time; doubles with every failure",
     )
     chunk_retry_max_seconds: float = Field(
-        21_600.0, gt=0, le=MAX_RETRY_WAIT_SECONDS, description="Longest wait before retrying a failed chunk"
+        21_600.0, gt=0, le=MAX_WAIT_SECONDS, description="Longest wait before retrying a failed chunk"
     )
     lazy_max_attempts: int = Field(5, ge=1)
     lazy_queue: Literal["file", "database"] = Field(

@@ -1,0 +1,31 @@
+"""Settings a user can type that every command must refuse up front, through the real CLI: a
+value the worker cannot use is one ``invalid configuration`` line and exit 2, never a cycle that
+crashes in ``setup`` or a traceback from ``status``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import make_session, run_cli, write_sessions
+
+
+@pytest.mark.parametrize("value", ["inf", "1e300", "1e12"])
+def test_a_lease_timeout_no_clock_can_reach_is_a_configuration_error(tmp_path: Path, value: str) -> None:
+    data = tmp_path / "data"
+    env = {"REM_DATA_DIR": str(data)}
+    assert run_cli("import", str(write_sessions(tmp_path / "s.jsonl", [make_session("s-1")])), env=env).returncode == 0
+    bad = {**env, "REM_LEASE_TIMEOUT_SECONDS": value}
+    for command in (["--once"], ["status"], ["forget", "--session", "s-1", "--dry-run"]):
+        done = run_cli(*command, env=bad)
+        assert done.returncode == 2, (command, done.stdout, done.stderr[-2000:])
+        assert done.stderr.splitlines() == [
+            "rem-cycle: invalid configuration: REM_LEASE_TIMEOUT_SECONDS: Input should be less than or equal to 31622400"
+        ], command
+        assert "Traceback" not in done.stderr
+    # Nothing was recorded by the refused cycle, and the longest lease allowed runs a cycle.
+    assert not (data / "graph.sqlite3").exists()
+    done = run_cli("--once", env={**env, "REM_LEASE_TIMEOUT_SECONDS": str(366 * 86_400)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert run_cli("status", env={**env, "REM_LEASE_TIMEOUT_SECONDS": str(366 * 86_400)}).returncode == 0
