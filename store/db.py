@@ -860,35 +860,48 @@ def _statements(script: str) -> list[str]:
     return statements
 
 
-def backup_database(source: str | Path, destination: str | Path) -> dict[str, object]:
-    """Copy the live database at ``source`` to ``destination`` with SQLite's online backup API.
-
-    Safe while a cycle writes: the copy is one consistent snapshot (WAL readers never block the
-    writer). The copy is written beside ``destination`` and renamed into place only after its
-    ``integrity_check`` passed, so a failed backup never leaves a half-written file under that name.
-    Returns ``{path, bytes, integrity}``.
-    """
-    destination = Path(destination)
-    destination.parent.mkdir(parents=True, exist_ok=True)
-    partial = destination.with_name(destination.name + ".partial")
-    partial.unlink(missing_ok=True)
+def _copy_database(source: Path, copy: Path) -> str:
+    """Copy ``source`` into a new single-file database at ``copy``; its ``integrity_check``."""
     with sqlite_errors():
-        src = sqlite3.connect(f"{Path(source).resolve().as_uri()}?mode=ro", uri=True, timeout=30.0, factory=_Connection)
+        src = sqlite3.connect(f"{source.resolve().as_uri()}?mode=ro", uri=True, timeout=30.0, factory=_Connection)
     try:
         with sqlite_errors():
-            dst = sqlite3.connect(partial, factory=_Connection)
+            dst = sqlite3.connect(copy, factory=_Connection)
         try:
             # pages=-1: one step, one read snapshot; stepping would restart on every concurrent write.
             src.backup(dst, pages=-1)
             # A self-contained single file: no -wal/-shm companions to forget when copying it away.
             dst.execute("PRAGMA journal_mode=DELETE")
-            integrity = dst.execute("PRAGMA integrity_check").fetchone()[0]
+            return dst.execute("PRAGMA integrity_check").fetchone()[0]
         finally:
             dst.close()
     finally:
         src.close()
-    if integrity != "ok":
-        partial.unlink(missing_ok=True)
-        raise DatabaseUnreadableError(f"backup failed integrity_check: {integrity}")
+
+
+def backup_database(source: str | Path, destination: str | Path) -> dict[str, object]:
+    """Copy the live database at ``source`` to ``destination`` with SQLite's online backup API.
+
+    Safe while a cycle writes: the copy is one consistent snapshot (WAL readers never block the
+    writer). The copy is written beside ``destination`` and renamed into place only after its
+    ``integrity_check`` passed, so a failed backup never leaves a half-written file under that name,
+    nor the copy beside it.
+    Returns ``{path, bytes, integrity}``.
+    """
+    destination = Path(destination)
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    partial = destination.with_name(destination.name + ".partial")
+    # The copy and the journal SQLite keeps beside it while writing it.
+    scratch = (partial, partial.with_name(partial.name + "-journal"))
+    for path in scratch:
+        path.unlink(missing_ok=True)
+    try:
+        integrity = _copy_database(Path(source), partial)
+        if integrity != "ok":
+            raise DatabaseUnreadableError(f"backup failed integrity_check: {integrity}")
+    except BaseException:  # a failed copy (a full disk, a damaged source, Ctrl-C) must not keep taking space
+        for path in scratch:
+            path.unlink(missing_ok=True)
+        raise
     partial.replace(destination)
     return {"path": str(destination), "bytes": destination.stat().st_size, "integrity": integrity}
