@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 from importlib.metadata import PackageNotFoundError, version
 import sys
 from collections.abc import Awaitable, Callable, Iterator
@@ -24,8 +23,9 @@ from config import ConfigError, Settings, load_settings, unknown_environment
 from config.redact import redact, remember_secrets, secret_values
 from store.errors import StoreError
 from worker.cycle import EXIT_BUSY, EXIT_FAILED, EXIT_OK, CycleBusyError, open_stores, run_cycle
+from worker.entry import interrupted
 from worker.logs import configure_logging
-from worker.signals import EXIT_SIGNAL_BASE, CommandProgress, interruptible
+from worker.signals import CommandProgress, interruptible
 
 EXIT_USAGE = 2
 # Commands that read or change an existing graph: on a graph database that is not there they say
@@ -748,9 +748,8 @@ def main(argv: list[str] | None = None) -> int:
         handler = cmd_once if args.once else cmd_daemon
     try:
         return anyio.run(handler, settings, args)
-    except KeyboardInterrupt:  # SIGINT outside a command's own handling (start-up, read commands)
-        print("rem-cycle: interrupted by SIGINT", file=sys.stderr)
-        return EXIT_SIGNAL_BASE + signal.SIGINT
+    except KeyboardInterrupt:  # SIGINT outside a command's own handling (read commands)
+        return interrupted()
     except Exception as exc:  # noqa: BLE001 - a clear one-line error instead of a traceback
         # Environment problems (unreachable Chroma or Chroma refusing a call, missing or unsafe
         # files, a damaged database) are the operator's to fix: say what is wrong in one line.
