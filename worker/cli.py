@@ -249,7 +249,7 @@ async def cmd_once(settings: Settings, args: argparse.Namespace) -> int:
 
 async def cmd_import(settings: Settings, args: argparse.Namespace, progress: CommandProgress) -> int:
     from pipelines.importer import ImportStats, import_sessions
-    from store.chroma import ChromaStore, ChromaUnavailableError
+    from store.chroma import ChromaStore, ChromaStoreError
 
     stats = ImportStats()
     progress.describe = lambda: (
@@ -266,7 +266,7 @@ async def cmd_import(settings: Settings, args: argparse.Namespace, progress: Com
             allow_move=args.allow_move,
             stats=stats,
         )
-    except ChromaUnavailableError as exc:  # say what was done: the rejected lines found so far too
+    except ChromaStoreError as exc:  # gone, or refusing writes (a full disk): say what was done, rejections too
         stats.stopped = str(exc)
 
     def text() -> None:
