@@ -198,7 +198,9 @@ class Settings(BaseSettings):
             value = json.loads(value)  # a JSON list, as pydantic-settings reads complex values
         elif isinstance(value, str):
             value = [part for part in value.replace(",", " ").split() if part]
-        return tuple(str(part).upper() for part in value)
+        if not isinstance(value, (list, tuple)) or not all(isinstance(part, str) for part in value):
+            raise ValueError('expected type names (a TOML list of strings, or words: "CONCEPT CLASS FILE")')
+        return tuple(part.upper() for part in value)
 
     @model_validator(mode="after")
     def _check_limits(self) -> "Settings":

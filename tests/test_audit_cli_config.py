@@ -29,3 +29,15 @@ def test_a_lease_timeout_no_clock_can_reach_is_a_configuration_error(tmp_path: P
     done = run_cli("--once", env={**env, "REM_LEASE_TIMEOUT_SECONDS": str(366 * 86_400)})
     assert done.returncode == 0, done.stderr[-2000:]
     assert run_cli("status", env={**env, "REM_LEASE_TIMEOUT_SECONDS": str(366 * 86_400)}).returncode == 0
+
+
+@pytest.mark.parametrize("value", ["true", "5", "{concept = 1}", '["CONCEPT", 7]'])
+def test_semantic_types_that_are_no_list_of_names_are_a_configuration_error(tmp_path: Path, value: str) -> None:
+    conf = tmp_path / "rem.toml"
+    conf.write_text(f"semantic_types = {value}\n", encoding="utf-8")
+    done = run_cli("--config", str(conf), "status", env={"REM_DATA_DIR": str(tmp_path / "data")})
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert done.stderr.splitlines() == [
+        "rem-cycle: invalid configuration: REM_SEMANTIC_TYPES: expected type names "
+        '(a TOML list of strings, or words: "CONCEPT CLASS FILE")'
+    ]
