@@ -175,6 +175,15 @@ class Settings(BaseSettings):
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_format: Literal["auto", "json", "console"] = "auto"
 
+    @field_validator("data_dir", mode="before")
+    @classmethod
+    def _empty_data_dir_is_the_default(cls, value: Any) -> Any:
+        # ``REM_DATA_DIR=`` (in .env, or from an unset shell variable) would be the current
+        # directory, and every command would write there: it means the default, as --help says.
+        if isinstance(value, str) and not value.strip():
+            return cls.model_fields["data_dir"].default
+        return value
+
     @field_validator("chroma_url")
     @classmethod
     def _check_url(cls, value: str) -> str:

@@ -41,3 +41,21 @@ def test_semantic_types_that_are_no_list_of_names_are_a_configuration_error(tmp_
         "rem-cycle: invalid configuration: REM_SEMANTIC_TYPES: expected type names "
         '(a TOML list of strings, or words: "CONCEPT CLASS FILE")'
     ]
+
+
+def test_an_empty_data_dir_setting_is_the_default_not_the_current_directory(tmp_path: Path) -> None:
+    # ``REM_DATA_DIR=`` in .env, or ``REM_DATA_DIR=$UNSET_VARIABLE``: the default, as --help says.
+    work = tmp_path / "project"
+    work.mkdir()
+    done = run_cli("status", env={"REM_DATA_DIR": ""}, cwd=work)
+    assert done.returncode == 1
+    assert done.stderr.startswith(f"rem-cycle: no data dir at {(work / '.rem-data').resolve()}, so no graph database")
+    assert list(work.iterdir()) == []
+    assert str((work / ".rem-data").resolve()) in run_cli("--help", env={"REM_DATA_DIR": ""}, cwd=work).stdout
+    sessions = write_sessions(tmp_path / "s.jsonl", [make_session("s-1")])
+    assert run_cli("import", str(sessions), env={"REM_DATA_DIR": ""}, cwd=work).returncode == 0
+    assert [p.name for p in work.iterdir()] == [".rem-data"]
+    conf = tmp_path / "rem.toml"
+    conf.write_text('data_dir = ""\n', encoding="utf-8")
+    assert run_cli("--config", str(conf), "status", cwd=work).returncode == 0
+    assert [p.name for p in work.iterdir()] == [".rem-data"]
