@@ -259,6 +259,14 @@ class Settings(BaseSettings):
             return self.database_url.get_secret_value()
         return f"sqlite:///{self.graph_path.resolve()}"
 
+    def keeps_files_at(self, path: str | os.PathLike[str]) -> bool:
+        """Whether a file at ``path`` would be among rem-cycle's own: in the data dir itself (the
+        graph database and its companions, the locks, the lazy-edge queue with its scratch and
+        dead-letter files), in the queue's folder, or inside the embedded Chroma. Commands that
+        write a file the operator names refuse such a path: they would replace one of them."""
+        target = Path(path).resolve()
+        return target.parent in {self.data_dir.resolve(), self.queue_path.resolve().parent} or _inside(target, self.chroma_path)
+
     @property
     def lock_path(self) -> Path:
         """The single-flight lock file."""

@@ -320,9 +320,22 @@ async def cmd_retry(settings: Settings, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _refused_output(settings: Settings, path: str) -> bool:
+    """Whether ``path`` (a file a command is told to write, replacing what is there) is among
+    rem-cycle's own files; if so, say so in one line."""
+    if not settings.keeps_files_at(path):
+        return False
+    print(f"rem-cycle: refusing to write to {Path(path).resolve()}: rem-cycle keeps its own files there (the graph "
+          "database, the lazy-edge queue, locks, the embedded Chroma) and one could be replaced; name a file in another "
+          "folder (a folder of your own inside the data dir is fine)", file=sys.stderr)
+    return True
+
+
 async def cmd_export(settings: Settings, args: argparse.Namespace) -> int:
     from worker.knowledge import export_graph
 
+    if args.out and _refused_output(settings, args.out):
+        return EXIT_USAGE
     def write() -> dict[str, int]:
         if not args.out:
             return export_graph(settings, sys.stdout, fmt=args.format, include_anchors=args.include_anchors, as_of=args.as_of)
@@ -517,6 +530,8 @@ def _counts_line(counts: dict[str, Any]) -> str:
 async def cmd_backup(settings: Settings, args: argparse.Namespace) -> int:
     from store.backend import backup, database_location
 
+    if _refused_output(settings, args.path):
+        return EXIT_USAGE
     try:
         payload = await anyio.to_thread.run_sync(backup, settings, Path(args.path))
     except StoreError as exc:
