@@ -59,3 +59,18 @@ def test_an_empty_data_dir_setting_is_the_default_not_the_current_directory(tmp_
     conf.write_text('data_dir = ""\n', encoding="utf-8")
     assert run_cli("--config", str(conf), "status", cwd=work).returncode == 0
     assert [p.name for p in work.iterdir()] == [".rem-data"]
+
+
+@pytest.mark.parametrize("command", [
+    ["show", "session:s-1", "--limit"], ["search", "turn", "--limit"], ["candidates", "--limit"], ["status", "--runs"],
+])
+def test_a_count_past_what_the_database_can_take_is_a_usage_error(tmp_path: Path, command: list[str]) -> None:
+    data = tmp_path / "data"
+    env = {"REM_DATA_DIR": str(data)}
+    assert run_cli("import", str(write_sessions(tmp_path / "s.jsonl", [make_session("s-1")])), env=env).returncode == 0
+    assert run_cli("--once", env=env).returncode == 0
+    done = run_cli(*command, str(2**64), env=env)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr
+    assert done.stderr.splitlines()[-1].endswith(f"{command[-1]}: must be 0 to 1000000000, not {2**64}")
+    assert run_cli(*command, "1000000000", env=env).returncode == 0

@@ -55,6 +55,9 @@ exit codes:
   130, 143  import, drain or backfill stopped by SIGINT (Ctrl-C) or SIGTERM; a line on stderr says
      what was done, and re-running is safe
 """
+# The largest count (``--limit``, ``--runs``) a command takes: far past any graph, well within the
+# database's integers (a larger one made SQLite raise OverflowError).
+MAX_COUNT = 1_000_000_000
 # Edges and turns ``show`` prints by default: a node mentioned in thousands of turns stays readable.
 SHOW_LIMIT = 20
 
@@ -190,6 +193,8 @@ def _non_negative_int(value: str) -> int:
         raise argparse.ArgumentTypeError(f"not a whole number: {value!r}") from None
     if number < 0:
         raise argparse.ArgumentTypeError("must be 0 or more")
+    if number > MAX_COUNT:
+        raise argparse.ArgumentTypeError(f"must be 0 to {MAX_COUNT}, not {number}")
     return number
 
 
