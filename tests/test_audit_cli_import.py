@@ -30,3 +30,13 @@ def test_an_import_file_with_a_byte_order_mark_imports_every_line(tmp_path: Path
     assert done.returncode == 1
     assert [e["line"] for e in json.loads(done.stdout)["errors"]] == [3]
 
+
+
+def test_an_import_of_a_file_that_cannot_be_read_creates_nothing(tmp_path: Path) -> None:
+    # A mistyped path must not leave an empty data dir (and embedded Chroma) behind.
+    data = tmp_path / "data"
+    for path, reason in ((tmp_path / "sesions.jsonl", "No such file or directory"), (tmp_path, "Is a directory")):
+        done = run_cli("import", str(path), env={"REM_DATA_DIR": str(data)})
+        assert done.returncode == 1
+        assert done.stderr.splitlines() == [f"rem-cycle: cannot read {path}: {reason}"]
+        assert not data.exists()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import stat
 from importlib.metadata import PackageNotFoundError, version
 import sys
 from collections.abc import Awaitable, Callable, Iterator
@@ -252,10 +253,23 @@ async def cmd_once(settings: Settings, args: argparse.Namespace) -> int:
     return result.exit_code
 
 
+def _unreadable_file(path: str) -> str | None:
+    """Why ``path`` is no file to read (missing, a directory), or None. Only looked at, never
+    opened: opening a named pipe would take the place of the reader its writer waits for."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    return "Is a directory" if stat.S_ISDIR(mode) else None
+
+
 async def cmd_import(settings: Settings, args: argparse.Namespace, progress: CommandProgress) -> int:
     from pipelines.importer import ImportStats, import_sessions
     from store.chroma import ChromaStore, ChromaStoreError
 
+    if unreadable := _unreadable_file(args.file):  # before anything is created: a mistyped path leaves no data dir
+        print(f"rem-cycle: cannot read {args.file}: {unreadable}", file=sys.stderr)
+        return EXIT_FAILED
     stats = ImportStats()
     progress.describe = lambda: (
         f"lines 1-{stats.done_through_line} are imported or rejected, the rest is not"
