@@ -23,6 +23,7 @@ from store.graph import Edge, Node, dumps
 from store.ids import InvalidIdError, is_valid_row_id, memory_node_id, session_node_id
 from store.runstate import SessionRevision
 from store.scan_marks import ScanMark
+from store.tombstones import MEMORY
 
 log = structlog.get_logger(__name__)
 
@@ -435,6 +436,10 @@ def _write_sessions(
     results: dict[str, SyncStats] = {}
     graph = unit.graph
     with unit.transaction():
+        # A turn ``forget --memory`` removed stays out while its row is in Chroma (its text too).
+        forgotten = unit.tombstones.buried(MEMORY, [r.id for rows in rows_by_session.values() for r in rows])
+        if forgotten:
+            rows_by_session = {sid: [r for r in rows if r.id not in forgotten] for sid, rows in rows_by_session.items()}
         existing = graph.get_nodes(all_ids)
         sessions: list[Node] = []
         memories: list[Node] = []
