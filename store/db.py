@@ -622,10 +622,20 @@ _INTERRUPT_CODE = 9  # SQLITE_INTERRUPT: a progress handler stopped the statemen
 _UNREADABLE_CODES = frozenset({3, 10, 11, 14, 23, 26})  # PERM, IOERR, CORRUPT, CANTOPEN, AUTH, NOTADB
 
 
+# SQLITE_PERM, SQLITE_READONLY, SQLITE_CANTOPEN: the file, its companions or its folder refused access.
+_ACCESS_CODES = frozenset({3, 8, 14})
+_ACCESS_NEEDED = "(rem-cycle needs to read and write it, its -wal and -shm files and its folder)"
+
+
+def _primary_code(exc: BaseException | None) -> int | None:
+    """The primary SQLite result code of an ``sqlite3`` error, if it has one. Pure."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    return code & 0xFF if isinstance(code, int) else None
+
+
 def store_error(exc: sqlite3.Error) -> DatabaseError:
     """The :mod:`store.errors` class for an ``sqlite3`` error, with the same message. Pure."""
-    code = getattr(exc, "sqlite_errorcode", None)
-    primary = code & 0xFF if isinstance(code, int) else None
+    primary = _primary_code(exc)
     if isinstance(exc, sqlite3.IntegrityError):
         kind: type[DatabaseError] = ConstraintError
     elif primary in _BUSY_CODES:
@@ -734,6 +744,15 @@ class Database:
                 check_confined(self.path.with_name(self.path.name + suffix), root=root)
         except OSError as exc:  # callers handle a database they cannot open as a DatabaseError
             raise DatabaseUnreadableError(f"cannot open the database {self.path}: {exc.strerror or exc}") from exc
+        try:
+            self._open(readonly=readonly, timeout=timeout)
+        except SchemaTooNewError:
+            raise
+        except DatabaseError as exc:  # SQLite's own words name no file: say which, and what it needs
+            needs = f" {_ACCESS_NEEDED}" if _primary_code(exc.__cause__) in _ACCESS_CODES else ""
+            raise type(exc)(f"cannot open the database {self.path}: {exc}{needs}") from exc.__cause__
+
+    def _open(self, *, readonly: bool, timeout: float) -> None:
         with sqlite_errors():  # connect() itself raises sqlite3 errors (no such directory, not a database)
             if readonly:
                 # Readers beside a running cycle (metrics, readiness): never create, migrate or write.
@@ -745,17 +764,20 @@ class Database:
                 self.conn = sqlite3.connect(
                     self.path, timeout=timeout, isolation_level=None, check_same_thread=False, factory=_Connection
                 )
-        self.conn.row_factory = sqlite3.Row
-        if readonly:
+        try:
+            self.conn.row_factory = sqlite3.Row
             self._refuse_newer_schema()
-            return
-        self._refuse_newer_schema()
-        register_functions(self.conn)
-        self.conn.execute("PRAGMA journal_mode=WAL")
-        self.conn.execute("PRAGMA foreign_keys=ON")
-        self.conn.execute("PRAGMA synchronous=NORMAL")
-        self.conn.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
-        self.migrate()
+            if readonly:
+                return
+            register_functions(self.conn)
+            self.conn.execute("PRAGMA journal_mode=WAL")
+            self.conn.execute("PRAGMA foreign_keys=ON")
+            self.conn.execute("PRAGMA synchronous=NORMAL")
+            self.conn.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
+            self.migrate()
+        except BaseException:
+            self.conn.close()
+            raise
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
