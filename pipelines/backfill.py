@@ -56,7 +56,9 @@ REASONS: tuple[str, ...] = (
 )
 SUCCESS_REASONS = frozenset({"already-exists", "backfilled", "backfilled-minimal"})
 
+# Why a ``forgotten`` outcome failed (the drain dead-letters its line with this detail).
 FORGOTTEN = "removed by rem-cycle forget; its tombstone keeps it out of the graph"
+
 # Ids per Chroma read and per graph transaction in the batched form.
 DEFAULT_BATCH_SIZE = 500
 

@@ -753,6 +753,8 @@ class Database:
             raise type(exc)(f"cannot open the database {self.path}: {exc}{needs}") from exc.__cause__
 
     def _open(self, *, readonly: bool, timeout: float) -> None:
+        """Connect, refuse a newer schema and (unless ``readonly``) configure and migrate; the
+        connection is closed again when any of it fails."""
         with sqlite_errors():  # connect() itself raises sqlite3 errors (no such directory, not a database)
             if readonly:
                 # Readers beside a running cycle (metrics, readiness): never create, migrate or write.
