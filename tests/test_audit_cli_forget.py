@@ -81,3 +81,20 @@ def test_backfill_leaves_forgotten_sessions_and_turns_out(forgotten: Path) -> No
     assert _forgotten_nodes(forgotten) == []
     recall = run_cli("recall", "latency regression load_config ConfigLoader", "--json", env=env)
     assert recall.returncode == 0 and SESSION not in recall.stdout and TURN not in recall.stdout
+
+
+def test_forgetting_an_id_that_is_not_in_the_graph_says_so(digested: Path, tmp_path: Path) -> None:
+    # A typo in a forget (a privacy request, say) must not read like a done job.
+    data = tmp_path / "data"
+    shutil.copytree(digested, data)
+    env = {"REM_DATA_DIR": str(data)}
+    typo = SESSION[:-1]
+    done = run_cli("forget", "--session", typo, env=env)
+    assert done.returncode == 0
+    assert done.stdout.splitlines() == [
+        f"session {typo} is not in the graph: nothing was removed; tombstoned, so no cycle ingests it from Chroma "
+        "(check the id if you meant a session of the graph: rem-cycle search)"
+    ]
+    done = run_cli("forget", "--memory", f"{TURN}x", "--dry-run", env=env)
+    assert done.stdout.splitlines() == [f"memory {TURN}x is not in the graph: nothing would be removed"]
+    assert run_cli("forget", "--session", SESSION, env=env).stdout.startswith(f"removed session {SESSION}: ")

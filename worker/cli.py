@@ -508,6 +508,13 @@ async def cmd_forget(settings: Settings, args: argparse.Namespace, progress: Com
         return refusal.status
 
     def text() -> None:
+        if not (report["points"] or report["nodes_removed"] or report.get("digests")):
+            done = "nothing would be removed" if report["dry_run"] else "nothing was removed"
+            kept_out = report.get("tombstone") and not report["dry_run"]
+            print(f"{report['kind']} {report['id']} is not in the graph: {done}" + (
+                f"; tombstoned, so no cycle ingests it from Chroma (check the id if you meant a {report['kind']} of the "
+                "graph: rem-cycle search)" if kept_out else ""))
+            return
         verb = "would remove" if report["dry_run"] else "removed"
         print(
             f"{verb} {report['kind']} {report['id']}: {report['points']} provenance points, {report['nodes_removed']} nodes "
