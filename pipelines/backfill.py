@@ -223,11 +223,24 @@ def write_backfill(plan: BackfillPlan, unit: UnitOfWork, *, edges: Sequence[Edge
     graph = unit.graph
     with unit.transaction():
         # Re-check inside the write transaction: a live sync may have written a node since we
-        # looked, and a back-fill must never overwrite a live-ingested node.
+        # looked, and a back-fill must never overwrite a live-ingested node; a forget may have
+        # committed since the plan read the tombstones (a manual drain or backfill does not take
+        # its lock). Edges to what is left out are culled by link_nodes.
         present = graph.existing_ids([n.id for n in plan.sessions] + [n.id for n in plan.memories])
-        graph.upsert_nodes(n for n in plan.sessions if n.id not in present)
-        graph.upsert_nodes(n for n in plan.memories if n.id not in present)
+        left_out = present | _forgotten_since(plan, unit)
+        graph.upsert_nodes(n for n in plan.sessions if n.id not in left_out)
+        graph.upsert_nodes(n for n in plan.memories if n.id not in left_out)
         return graph.link_nodes([*plan.edges, *edges])
+
+
+def _forgotten_since(plan: BackfillPlan, unit: UnitOfWork) -> set[str]:
+    """The node ids of ``plan`` whose session or turn is tombstoned now."""
+    session_ids = [row_suffix(n.id) for n in plan.sessions] + [n.properties.get("sessionId") for n in plan.memories]
+    sessions = unit.tombstones.buried(SESSION, [sid for sid in session_ids if isinstance(sid, str)])
+    memories = unit.tombstones.buried(MEMORY, [row_suffix(n.id) for n in plan.memories])
+    return {n.id for n in plan.sessions if row_suffix(n.id) in sessions} | {
+        n.id for n in plan.memories if n.properties.get("sessionId") in sessions or row_suffix(n.id) in memories
+    }
 
 
 async def ensure_nodes_exist(

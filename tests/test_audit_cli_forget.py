@@ -11,10 +11,16 @@ import shutil
 import sqlite3
 from pathlib import Path
 
+import anyio
 import pytest
 
+from config import Settings
+from pipelines.backfill import plan_nodes, write_backfill
+from pipelines.forget import forget_session
+from pipelines.ingest import sync_batch_isolating_failures
 from tests.conftest import ROOT, run_cli
-from tests.lazy_fixtures import read_jsonl
+from tests.lazy_fixtures import read_jsonl, seed_standard
+from worker.cycle import Stores
 
 SAMPLE = ROOT / "examples" / "sessions.jsonl"
 SESSION = "sess-2026-11-21-91c1b3"  # forgotten whole
@@ -98,3 +104,20 @@ def test_forgetting_an_id_that_is_not_in_the_graph_says_so(digested: Path, tmp_p
     done = run_cli("forget", "--memory", f"{TURN}x", "--dry-run", env=env)
     assert done.stdout.splitlines() == [f"memory {TURN}x is not in the graph: nothing would be removed"]
     assert run_cli("forget", "--session", SESSION, env=env).stdout.startswith(f"removed session {SESSION}: ")
+
+
+@pytest.mark.both_backends
+async def test_a_forget_between_a_back_fills_read_and_its_write_wins(settings: Settings, stores: Stores, tmp_path: Path) -> None:
+    # A manual drain or backfill does not take the lock a forget takes: the forget may commit
+    # between the back-fill's reads (tombstones included) and its write transaction.
+    await seed_standard(stores, settings, tmp_path)
+    plan, outcomes = await plan_nodes(["memory:s-1-t0001", "session:s-2"], chroma=stores.chroma, unit=stores.unit)
+    assert {o.reason for o in outcomes.values()} == {"backfilled"}
+    forget_session(stores.unit, "s-1")
+    await anyio.to_thread.run_sync(write_backfill, plan, stores.unit)
+    assert stores.graph.existing_ids(["session:s-1", "memory:s-1-t0001", "session:s-2"]) == {"session:s-2"}
+    # ``rem-cycle backfill`` listed s-nosum before a forget committed: its live sync writes nothing.
+    forget_session(stores.unit, "s-nosum")
+    synced = await sync_batch_isolating_failures(["s-nosum"], chroma=stores.chroma, unit=stores.unit)
+    assert synced.synced["s-nosum"].upserted == 0
+    assert stores.graph.existing_ids(["session:s-nosum", "memory:s-nosum-t0000"]) == set()
