@@ -45,8 +45,9 @@ DEFAULT_SEMANTIC_TYPES: tuple[str, ...] = (
 
 _COLLECTION_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{1,510}[A-Za-z0-9]$"
 
-# A retry wait over a year is a mistake (and a long enough one would overflow the next-attempt time).
-MAX_RETRY_WAIT_SECONDS = 366 * 86_400.0
+# A retry wait or a lease over a year is a mistake, and a long enough one (or ``inf``) would
+# overflow the times computed from it: every cycle would crash in setup.
+MAX_WAIT_SECONDS = 366 * 86_400.0
 
 
 class ConfigError(ValueError):
@@ -84,7 +85,7 @@ class Settings(BaseSettings):
     interval_seconds: float = Field(3600.0, gt=0)
     run_at_startup: bool = True
     lease_timeout_seconds: float = Field(
-        300.0, gt=0, description="A running cycle without a heartbeat this long is stalled (/healthz 503, status, metrics)"
+        300.0, gt=0, le=MAX_WAIT_SECONDS, description="A running cycle without a heartbeat this long is stalled (/healthz 503, status, metrics)"
     )
     grace_seconds: float = Field(30.0, gt=0, description="Time allowed to finish the current transaction on SIGTERM")
     full_scan_interval_seconds: float = Field(
@@ -118,11 +119,11 @@ class Settings(BaseSettings):
     prompt_envelope_tokens: int = Field(1_500, ge=0)
     max_chunk_attempts: int = Field(3, ge=1)
     chunk_retry_base_seconds: float = Field(
-        60.0, gt=0, le=MAX_RETRY_WAIT_SECONDS,
+        60.0, gt=0, le=MAX_WAIT_SECONDS,
         description="Wait before retrying a failed chunk the first time; doubles with every failure",
     )
     chunk_retry_max_seconds: float = Field(
-        21_600.0, gt=0, le=MAX_RETRY_WAIT_SECONDS, description="Longest wait before retrying a failed chunk"
+        21_600.0, gt=0, le=MAX_WAIT_SECONDS, description="Longest wait before retrying a failed chunk"
     )
     lazy_max_attempts: int = Field(5, ge=1)
     lazy_queue: Literal["file", "database"] = Field(
@@ -174,6 +175,15 @@ class Settings(BaseSettings):
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_format: Literal["auto", "json", "console"] = "auto"
 
+    @field_validator("data_dir", mode="before")
+    @classmethod
+    def _empty_data_dir_is_the_default(cls, value: Any) -> Any:
+        # ``REM_DATA_DIR=`` (in .env, or from an unset shell variable) would be the current
+        # directory, and every command would write there: it means the default, as --help says.
+        if isinstance(value, str) and not value.strip():
+            return cls.model_fields["data_dir"].default
+        return value
+
     @field_validator("chroma_url")
     @classmethod
     def _check_url(cls, value: str) -> str:
@@ -197,7 +207,9 @@ class Settings(BaseSettings):
             value = json.loads(value)  # a JSON list, as pydantic-settings reads complex values
         elif isinstance(value, str):
             value = [part for part in value.replace(",", " ").split() if part]
-        return tuple(str(part).upper() for part in value)
+        if not isinstance(value, (list, tuple)) or not all(isinstance(part, str) for part in value):
+            raise ValueError('expected type names (a TOML list of strings, or words: "CONCEPT CLASS FILE")')
+        return tuple(part.upper() for part in value)
 
     @model_validator(mode="after")
     def _check_limits(self) -> "Settings":
@@ -246,6 +258,14 @@ class Settings(BaseSettings):
         if self.database_url is not None:
             return self.database_url.get_secret_value()
         return f"sqlite:///{self.graph_path.resolve()}"
+
+    def keeps_files_at(self, path: str | os.PathLike[str]) -> bool:
+        """Whether a file at ``path`` would be among rem-cycle's own: in the data dir itself (the
+        graph database and its companions, the locks, the lazy-edge queue with its scratch and
+        dead-letter files), in the queue's folder, or inside the embedded Chroma. Commands that
+        write a file the operator names refuse such a path: they would replace one of them."""
+        target = Path(path).resolve()
+        return target.parent in {self.data_dir.resolve(), self.queue_path.resolve().parent} or _inside(target, self.chroma_path)
 
     @property
     def lock_path(self) -> Path:

@@ -4,7 +4,8 @@ A node created here carries ``backfilled: true`` (a later live sync replaces it 
 ``liveIngested``). A memory's parent session is back-filled with it, written first in the same
 transaction, so ``ORIGINATES_IN`` never dangles; a session with no summary row but with memory rows
 becomes a minimal node (``minimal: true``); one with neither is ``chroma-row-not-found`` (never
-faked).
+faked). A session or turn ``rem-cycle forget`` removed is never back-filled (``forgotten``): its
+rows are still in Chroma, but the tombstone keeps it out of the graph.
 
 - :func:`plan_backfill` is the pure core: rows in, nodes, edges and one outcome per id out.
 - :func:`plan_nodes` / :func:`write_backfill` are one batch: one Chroma ``get(ids=[…])`` for
@@ -34,10 +35,11 @@ from pipelines.ingest import (
     session_node,
     sync_batch_isolating_failures,
 )
-from pipelines.ports import Graph, UnitOfWork
+from pipelines.ports import UnitOfWork
 from store.chroma import ChromaRow, ChromaStore, ChromaUnavailableError, MemoryRow, SummaryRow
 from store.graph import Edge, LinkStats, Node, chunked
 from store.ids import InvalidIdError, is_valid_row_id, normalize_graph_node_id, row_kind, row_suffix, session_node_id
+from store.tombstones import MEMORY, SESSION
 
 log = structlog.get_logger(__name__)
 
@@ -49,9 +51,13 @@ REASONS: tuple[str, ...] = (
     "no-collection",
     "chroma-fetch-failed",
     "chroma-row-not-found",
+    "forgotten",
     "error",
 )
 SUCCESS_REASONS = frozenset({"already-exists", "backfilled", "backfilled-minimal"})
+
+# Why a ``forgotten`` outcome failed (the drain dead-letters its line with this detail).
+FORGOTTEN = "removed by rem-cycle forget; its tombstone keeps it out of the graph"
 
 # Ids per Chroma read and per graph transaction in the batched form.
 DEFAULT_BATCH_SIZE = 500
@@ -92,6 +98,9 @@ class Fetched:
     summary_unavailable: bool = True
     # Sessions known to have memory rows (without a summary row, only these become minimal nodes).
     sessions_with_memories: frozenset[str] = frozenset()
+    # Not Chroma's word but the graph's: session and memory ids ``forget`` tombstoned.
+    forgotten_sessions: frozenset[str] = frozenset()
+    forgotten_memories: frozenset[str] = frozenset()
 
 
 @dataclass(slots=True)
@@ -129,7 +138,9 @@ def plan_backfill(requested: Iterable[str], *, existing: set[str], fetched: Fetc
             return RowOutcome("already-exists", node_id)
         if sid in session_outcomes:
             return session_outcomes[sid]
-        if fetched.summary_error is not None:
+        if sid in fetched.forgotten_sessions:
+            outcome = RowOutcome("forgotten", node_id, FORGOTTEN)
+        elif fetched.summary_error is not None:
             reason = "chroma-fetch-failed" if fetched.summary_unavailable else "error"
             outcome = RowOutcome(reason, node_id, fetched.summary_error)
         elif fetched.summaries is None:
@@ -149,6 +160,8 @@ def plan_backfill(requested: Iterable[str], *, existing: set[str], fetched: Fetc
         return outcome
 
     def ensure_memory(node_id: str) -> RowOutcome:
+        if row_suffix(node_id) in fetched.forgotten_memories:
+            return RowOutcome("forgotten", node_id, FORGOTTEN)
         if fetched.memory_error is not None:
             reason = "chroma-fetch-failed" if fetched.memory_unavailable else "error"
             return RowOutcome(reason, node_id, fetched.memory_error)
@@ -184,10 +197,11 @@ def plan_backfill(requested: Iterable[str], *, existing: set[str], fetched: Fetc
     return plan
 
 
-async def plan_nodes(node_ids: Iterable[object], *, chroma: ChromaStore, graph: Graph) -> tuple[BackfillPlan, dict[Any, RowOutcome]]:
+async def plan_nodes(node_ids: Iterable[object], *, chroma: ChromaStore, unit: UnitOfWork) -> tuple[BackfillPlan, dict[Any, RowOutcome]]:
     """Read what a back-fill of ``node_ids`` (one batch) needs — one Chroma ``get(ids=[…])`` for the
-    missing memories, one ``$in`` read for their sessions — and plan it. Writes nothing. Returns the
-    plan and an outcome per given id (keyed as given); Chroma failures become outcomes."""
+    missing memories, one ``$in`` read for their sessions, their tombstones — and plan it. Writes
+    nothing. Returns the plan and an outcome per given id (keyed as given); Chroma failures become
+    outcomes."""
     outcomes: dict[Any, RowOutcome] = {}
     canonical: dict[str, list[Any]] = {}
     for given in dict.fromkeys(node_ids):
@@ -196,7 +210,7 @@ async def plan_nodes(node_ids: Iterable[object], *, chroma: ChromaStore, graph: 
             outcomes[given] = failed
         else:
             canonical.setdefault(node_id, []).append(given)  # type: ignore[arg-type]
-    plan = await _plan_batch(list(canonical), chroma=chroma, graph=graph) if canonical else BackfillPlan()
+    plan = await _plan_batch(list(canonical), chroma=chroma, unit=unit) if canonical else BackfillPlan()
     for node_id, outcome in plan.outcomes.items():
         for given in canonical[node_id]:
             outcomes[given] = outcome
@@ -209,11 +223,24 @@ def write_backfill(plan: BackfillPlan, unit: UnitOfWork, *, edges: Sequence[Edge
     graph = unit.graph
     with unit.transaction():
         # Re-check inside the write transaction: a live sync may have written a node since we
-        # looked, and a back-fill must never overwrite a live-ingested node.
+        # looked, and a back-fill must never overwrite a live-ingested node; a forget may have
+        # committed since the plan read the tombstones (a manual drain or backfill does not take
+        # its lock). Edges to what is left out are culled by link_nodes.
         present = graph.existing_ids([n.id for n in plan.sessions] + [n.id for n in plan.memories])
-        graph.upsert_nodes(n for n in plan.sessions if n.id not in present)
-        graph.upsert_nodes(n for n in plan.memories if n.id not in present)
+        left_out = present | _forgotten_since(plan, unit)
+        graph.upsert_nodes(n for n in plan.sessions if n.id not in left_out)
+        graph.upsert_nodes(n for n in plan.memories if n.id not in left_out)
         return graph.link_nodes([*plan.edges, *edges])
+
+
+def _forgotten_since(plan: BackfillPlan, unit: UnitOfWork) -> set[str]:
+    """The node ids of ``plan`` whose session or turn is tombstoned now."""
+    session_ids = [row_suffix(n.id) for n in plan.sessions] + [n.properties.get("sessionId") for n in plan.memories]
+    sessions = unit.tombstones.buried(SESSION, [sid for sid in session_ids if isinstance(sid, str)])
+    memories = unit.tombstones.buried(MEMORY, [row_suffix(n.id) for n in plan.memories])
+    return {n.id for n in plan.sessions if row_suffix(n.id) in sessions} | {
+        n.id for n in plan.memories if n.properties.get("sessionId") in sessions or row_suffix(n.id) in memories
+    }
 
 
 async def ensure_nodes_exist(
@@ -231,18 +258,22 @@ async def ensure_nodes_exist(
     """
     outcomes: dict[Any, RowOutcome] = {}
     for batch in chunked(list(dict.fromkeys(node_ids)), max(1, batch_size)):
-        plan, found = await plan_nodes(batch, chroma=chroma, graph=unit.graph)
+        plan, found = await plan_nodes(batch, chroma=chroma, unit=unit)
         if not dry_run and (plan.sessions or plan.memories):
             await anyio.to_thread.run_sync(write_backfill, plan, unit)
         outcomes.update(found)
     return outcomes
 
 
-async def _plan_batch(batch: Sequence[str], *, chroma: ChromaStore, graph: Graph) -> BackfillPlan:
+async def _plan_batch(batch: Sequence[str], *, chroma: ChromaStore, unit: UnitOfWork) -> BackfillPlan:
+    graph, tombstones = unit.graph, unit.tombstones
     existing = await anyio.to_thread.run_sync(graph.existing_ids, batch)
     missing_memories = [row_suffix(i) for i in batch if i not in existing and row_kind(i) == "memory"]
     wanted_sessions = {row_suffix(i) for i in batch if i not in existing and row_kind(i) == "session"}
     fetched: dict[str, Any] = {}
+    if missing_memories:  # a forgotten turn is not even read
+        fetched["forgotten_memories"] = frozenset(await anyio.to_thread.run_sync(tombstones.buried, MEMORY, missing_memories))
+        missing_memories = [i for i in missing_memories if i not in fetched["forgotten_memories"]]
     if missing_memories:
         try:
             rows = await chroma.memories_by_ids(missing_memories)
@@ -265,6 +296,8 @@ async def _plan_batch(batch: Sequence[str], *, chroma: ChromaStore, graph: Graph
         except Exception as exc:  # noqa: BLE001 - becomes the outcome of every session of the read
             fetched.update(summary_error=describe_error(exc), summary_unavailable=isinstance(exc, ChromaUnavailableError))
     fetched["sessions_with_memories"] = frozenset(fetched.get("sessions_with_memories", ())) | parents
+    if wanted_sessions:
+        fetched["forgotten_sessions"] = frozenset(await anyio.to_thread.run_sync(tombstones.buried, SESSION, wanted_sessions))
     return plan_backfill(batch, existing=existing, fetched=Fetched(**fetched))
 
 
@@ -303,7 +336,7 @@ async def link_nodes_async(
     ``False`` (logged) when an endpoint cannot be made to exist: unknown prefix, back-fill failure,
     invalid id; the other endpoint is back-filled all the same."""
     try:
-        plan, outcomes = await plan_nodes([source, target], chroma=chroma, graph=unit.graph)
+        plan, outcomes = await plan_nodes([source, target], chroma=chroma, unit=unit)
         failed = {given: o for given, o in outcomes.items() if not o.success}
         edges = [] if failed else [Edge(source, target, relationship, weight, dict(properties or {}))]
         stats = await anyio.to_thread.run_sync(partial(write_backfill, plan, unit, edges=edges))
@@ -357,6 +390,7 @@ class RecentBackfill:
     dry_run: bool
     sessions_in_window: int = 0
     sessions_undated: int = 0
+    sessions_forgotten: int = 0
     sessions_present: int = 0
     sessions_synced: int = 0
     sessions_failed: int = 0
@@ -371,6 +405,7 @@ class RecentBackfill:
             "dry_run": self.dry_run,
             "sessions_in_window": self.sessions_in_window,
             "sessions_undated": self.sessions_undated,
+            "sessions_forgotten": self.sessions_forgotten,
             "sessions_present": self.sessions_present,
             "sessions_synced": self.sessions_synced,
             "sessions_failed": self.sessions_failed,
@@ -405,6 +440,9 @@ async def sync_recent_sessions(
     del summaries, memories
     session_ids, result.sessions_undated = sessions_in_window(created, since=result.since)
     result.sessions_in_window = len(session_ids)
+    forgotten = await anyio.to_thread.run_sync(unit.tombstones.buried, SESSION, session_ids)  # left out, as by a cycle
+    result.sessions_forgotten = len(forgotten)
+    session_ids = [sid for sid in session_ids if sid not in forgotten]
     node_ids = [session_node_id(sid) for sid in session_ids]
     result.sessions_present = len(await anyio.to_thread.run_sync(unit.graph.existing_ids, node_ids))
     if on_progress:

@@ -276,13 +276,15 @@ class _Drain:
         plan = None
         if items:
             endpoints = {e for _, line in items for e in (line.edge.source, line.edge.target)}
-            plan, outcomes = await plan_nodes(endpoints, chroma=self.chroma, graph=self.unit.graph)
+            plan, outcomes = await plan_nodes(endpoints, chroma=self.chroma, unit=self.unit)
             self.stats.backfilled += sum(1 for o in outcomes.values() if o.reason in ("backfilled", "backfilled-minimal"))
             for item in items:
                 edge = item[1].edge
                 error = _endpoint_error(outcomes[edge.source]) or _endpoint_error(outcomes[edge.target])
                 if error:
-                    fates.append(self._failure(item, error))
+                    # A forgotten endpoint never comes back: no retry can link the line.
+                    forgotten = "forgotten" in (outcomes[edge.source].reason, outcomes[edge.target].reason)
+                    fates.append(self._failure(item, error, dead_reason="forgotten" if forgotten else None))
                 else:
                     linkable.append(item)
         if self.dry_run or outputs is None:
@@ -313,10 +315,12 @@ class _Drain:
             return await anyio.to_thread.run_sync(in_transaction)
         return await anyio.to_thread.run_sync(write)  # the file form's scratch outputs only
 
-    def _failure(self, item: tuple[_Entry, QueuedEdge], error: str) -> _Fate:
+    def _failure(self, item: tuple[_Entry, QueuedEdge], error: str, *, dead_reason: str | None = None) -> _Fate:
+        """A line that did not link: re-queued, or dead-lettered after its last attempt (or at once,
+        with ``dead_reason``, when no attempt can ever link it)."""
         attempts = item[1].attempts + 1
-        if attempts >= self.max_attempts:
-            return _Fate(item[0], "dead", "max-attempts", error, attempts)
+        if dead_reason is not None or attempts >= self.max_attempts:
+            return _Fate(item[0], "dead", dead_reason or "max-attempts", error, attempts)
         return _Fate(item[0], "requeued", detail=error, attempts=attempts, record=item[1].record)
 
     def _count(self, fates: list[_Fate]) -> None:

@@ -17,6 +17,7 @@ belongs to another session (earlier in the file or already stored) rejects its l
 from __future__ import annotations
 
 import bisect
+import codecs
 import json
 import re
 from collections.abc import AsyncIterator
@@ -364,6 +365,8 @@ async def import_sessions(
                          batch_rows=batch_rows, allow_move=allow_move, max_line_bytes=max_line_bytes, stats=stats)
     number = 0
     async for number, raw, size in read_lines(path, max_line_bytes=max_line_bytes):
+        if number == 1 and raw is not None:
+            raw = raw.removeprefix(codecs.BOM_UTF8)  # a byte-order mark (Windows editors write one) is no text
         if raw is not None and (not raw or raw.isspace()):
             continue
         stats.lines += 1

@@ -23,6 +23,7 @@ from store.graph import Edge, Node, dumps
 from store.ids import InvalidIdError, is_valid_row_id, memory_node_id, session_node_id
 from store.runstate import SessionRevision
 from store.scan_marks import ScanMark
+from store.tombstones import MEMORY, SESSION
 
 log = structlog.get_logger(__name__)
 
@@ -435,11 +436,21 @@ def _write_sessions(
     results: dict[str, SyncStats] = {}
     graph = unit.graph
     with unit.transaction():
+        # What ``forget`` removed stays out while its rows are in Chroma (a turn's text too) — checked
+        # in this transaction: a forget may commit while a manual backfill, which does not take its
+        # lock, is reading.
+        forgotten = unit.tombstones.buried(MEMORY, [r.id for rows in rows_by_session.values() for r in rows])
+        if forgotten:
+            rows_by_session = {sid: [r for r in rows if r.id not in forgotten] for sid, rows in rows_by_session.items()}
+        forgotten_sessions = unit.tombstones.buried(SESSION, session_ids)
         existing = graph.get_nodes(all_ids)
         sessions: list[Node] = []
         memories: list[Node] = []
         edges: list[Edge] = []
         for sid in session_ids:
+            if sid in forgotten_sessions:
+                results[sid] = SyncStats()
+                continue
             s, m, e, stats = plan_session_sync(sid, rows_by_session.get(sid, []), summaries.get(sid), existing)
             sessions += s
             memories += m

@@ -622,10 +622,20 @@ _INTERRUPT_CODE = 9  # SQLITE_INTERRUPT: a progress handler stopped the statemen
 _UNREADABLE_CODES = frozenset({3, 10, 11, 14, 23, 26})  # PERM, IOERR, CORRUPT, CANTOPEN, AUTH, NOTADB
 
 
+# SQLITE_PERM, SQLITE_READONLY, SQLITE_CANTOPEN: the file, its companions or its folder refused access.
+_ACCESS_CODES = frozenset({3, 8, 14})
+_ACCESS_NEEDED = "(rem-cycle needs to read and write it, its -wal and -shm files and its folder)"
+
+
+def _primary_code(exc: BaseException | None) -> int | None:
+    """The primary SQLite result code of an ``sqlite3`` error, if it has one. Pure."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    return code & 0xFF if isinstance(code, int) else None
+
+
 def store_error(exc: sqlite3.Error) -> DatabaseError:
     """The :mod:`store.errors` class for an ``sqlite3`` error, with the same message. Pure."""
-    code = getattr(exc, "sqlite_errorcode", None)
-    primary = code & 0xFF if isinstance(code, int) else None
+    primary = _primary_code(exc)
     if isinstance(exc, sqlite3.IntegrityError):
         kind: type[DatabaseError] = ConstraintError
     elif primary in _BUSY_CODES:
@@ -734,6 +744,17 @@ class Database:
                 check_confined(self.path.with_name(self.path.name + suffix), root=root)
         except OSError as exc:  # callers handle a database they cannot open as a DatabaseError
             raise DatabaseUnreadableError(f"cannot open the database {self.path}: {exc.strerror or exc}") from exc
+        try:
+            self._open(readonly=readonly, timeout=timeout)
+        except SchemaTooNewError:
+            raise
+        except DatabaseError as exc:  # SQLite's own words name no file: say which, and what it needs
+            needs = f" {_ACCESS_NEEDED}" if _primary_code(exc.__cause__) in _ACCESS_CODES else ""
+            raise type(exc)(f"cannot open the database {self.path}: {exc}{needs}") from exc.__cause__
+
+    def _open(self, *, readonly: bool, timeout: float) -> None:
+        """Connect, refuse a newer schema and (unless ``readonly``) configure and migrate; the
+        connection is closed again when any of it fails."""
         with sqlite_errors():  # connect() itself raises sqlite3 errors (no such directory, not a database)
             if readonly:
                 # Readers beside a running cycle (metrics, readiness): never create, migrate or write.
@@ -745,17 +766,20 @@ class Database:
                 self.conn = sqlite3.connect(
                     self.path, timeout=timeout, isolation_level=None, check_same_thread=False, factory=_Connection
                 )
-        self.conn.row_factory = sqlite3.Row
-        if readonly:
+        try:
+            self.conn.row_factory = sqlite3.Row
             self._refuse_newer_schema()
-            return
-        self._refuse_newer_schema()
-        register_functions(self.conn)
-        self.conn.execute("PRAGMA journal_mode=WAL")
-        self.conn.execute("PRAGMA foreign_keys=ON")
-        self.conn.execute("PRAGMA synchronous=NORMAL")
-        self.conn.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
-        self.migrate()
+            if readonly:
+                return
+            register_functions(self.conn)
+            self.conn.execute("PRAGMA journal_mode=WAL")
+            self.conn.execute("PRAGMA foreign_keys=ON")
+            self.conn.execute("PRAGMA synchronous=NORMAL")
+            self.conn.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
+            self.migrate()
+        except BaseException:
+            self.conn.close()
+            raise
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
@@ -860,35 +884,48 @@ def _statements(script: str) -> list[str]:
     return statements
 
 
-def backup_database(source: str | Path, destination: str | Path) -> dict[str, object]:
-    """Copy the live database at ``source`` to ``destination`` with SQLite's online backup API.
-
-    Safe while a cycle writes: the copy is one consistent snapshot (WAL readers never block the
-    writer). The copy is written beside ``destination`` and renamed into place only after its
-    ``integrity_check`` passed, so a failed backup never leaves a half-written file under that name.
-    Returns ``{path, bytes, integrity}``.
-    """
-    destination = Path(destination)
-    destination.parent.mkdir(parents=True, exist_ok=True)
-    partial = destination.with_name(destination.name + ".partial")
-    partial.unlink(missing_ok=True)
+def _copy_database(source: Path, copy: Path) -> str:
+    """Copy ``source`` into a new single-file database at ``copy``; its ``integrity_check``."""
     with sqlite_errors():
-        src = sqlite3.connect(f"{Path(source).resolve().as_uri()}?mode=ro", uri=True, timeout=30.0, factory=_Connection)
+        src = sqlite3.connect(f"{source.resolve().as_uri()}?mode=ro", uri=True, timeout=30.0, factory=_Connection)
     try:
         with sqlite_errors():
-            dst = sqlite3.connect(partial, factory=_Connection)
+            dst = sqlite3.connect(copy, factory=_Connection)
         try:
             # pages=-1: one step, one read snapshot; stepping would restart on every concurrent write.
             src.backup(dst, pages=-1)
             # A self-contained single file: no -wal/-shm companions to forget when copying it away.
             dst.execute("PRAGMA journal_mode=DELETE")
-            integrity = dst.execute("PRAGMA integrity_check").fetchone()[0]
+            return dst.execute("PRAGMA integrity_check").fetchone()[0]
         finally:
             dst.close()
     finally:
         src.close()
-    if integrity != "ok":
-        partial.unlink(missing_ok=True)
-        raise DatabaseUnreadableError(f"backup failed integrity_check: {integrity}")
+
+
+def backup_database(source: str | Path, destination: str | Path) -> dict[str, object]:
+    """Copy the live database at ``source`` to ``destination`` with SQLite's online backup API.
+
+    Safe while a cycle writes: the copy is one consistent snapshot (WAL readers never block the
+    writer). The copy is written beside ``destination`` and renamed into place only after its
+    ``integrity_check`` passed, so a failed backup never leaves a half-written file under that name,
+    nor the copy beside it.
+    Returns ``{path, bytes, integrity}``.
+    """
+    destination = Path(destination)
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    partial = destination.with_name(destination.name + ".partial")
+    # The copy and the journal SQLite keeps beside it while writing it.
+    scratch = (partial, partial.with_name(partial.name + "-journal"))
+    for path in scratch:
+        path.unlink(missing_ok=True)
+    try:
+        integrity = _copy_database(Path(source), partial)
+        if integrity != "ok":
+            raise DatabaseUnreadableError(f"backup failed integrity_check: {integrity}")
+    except BaseException:  # a failed copy (a full disk, a damaged source, Ctrl-C) must not keep taking space
+        for path in scratch:
+            path.unlink(missing_ok=True)
+        raise
     partial.replace(destination)
     return {"path": str(destination), "bytes": destination.stat().st_size, "integrity": integrity}

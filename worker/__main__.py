@@ -1,5 +1,5 @@
 """``python -m worker`` is the ``rem-cycle`` command."""
 
-from worker.cli import main
+from worker.entry import main
 
 raise SystemExit(main())

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
+import stat
 from importlib.metadata import PackageNotFoundError, version
 import sys
 from collections.abc import Awaitable, Callable, Iterator
@@ -24,8 +24,9 @@ from config import ConfigError, Settings, load_settings, unknown_environment
 from config.redact import redact, remember_secrets, secret_values
 from store.errors import StoreError
 from worker.cycle import EXIT_BUSY, EXIT_FAILED, EXIT_OK, CycleBusyError, open_stores, run_cycle
+from worker.entry import interrupted
 from worker.logs import configure_logging
-from worker.signals import EXIT_SIGNAL_BASE, CommandProgress, interruptible
+from worker.signals import CommandProgress, interruptible
 
 EXIT_USAGE = 2
 # Commands that read or change an existing graph: on a graph database that is not there they say
@@ -55,6 +56,9 @@ exit codes:
   130, 143  import, drain or backfill stopped by SIGINT (Ctrl-C) or SIGTERM; a line on stderr says
      what was done, and re-running is safe
 """
+# The largest count (``--limit``, ``--runs``) a command takes: far past any graph, well within the
+# database's integers (a larger one made SQLite raise OverflowError).
+MAX_COUNT = 1_000_000_000
 # Edges and turns ``show`` prints by default: a node mentioned in thousands of turns stays readable.
 SHOW_LIMIT = 20
 
@@ -190,6 +194,8 @@ def _non_negative_int(value: str) -> int:
         raise argparse.ArgumentTypeError(f"not a whole number: {value!r}") from None
     if number < 0:
         raise argparse.ArgumentTypeError("must be 0 or more")
+    if number > MAX_COUNT:
+        raise argparse.ArgumentTypeError(f"must be 0 to {MAX_COUNT}, not {number}")
     return number
 
 
@@ -247,10 +253,23 @@ async def cmd_once(settings: Settings, args: argparse.Namespace) -> int:
     return result.exit_code
 
 
+def _unreadable_file(path: str) -> str | None:
+    """Why ``path`` is no file to read (missing, a directory), or None. Only looked at, never
+    opened: opening a named pipe would take the place of the reader its writer waits for."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    return "Is a directory" if stat.S_ISDIR(mode) else None
+
+
 async def cmd_import(settings: Settings, args: argparse.Namespace, progress: CommandProgress) -> int:
     from pipelines.importer import ImportStats, import_sessions
-    from store.chroma import ChromaStore, ChromaUnavailableError
+    from store.chroma import ChromaStore, ChromaStoreError
 
+    if unreadable := _unreadable_file(args.file):  # before anything is created: a mistyped path leaves no data dir
+        print(f"rem-cycle: cannot read {args.file}: {unreadable}", file=sys.stderr)
+        return EXIT_FAILED
     stats = ImportStats()
     progress.describe = lambda: (
         f"lines 1-{stats.done_through_line} are imported or rejected, the rest is not"
@@ -266,7 +285,7 @@ async def cmd_import(settings: Settings, args: argparse.Namespace, progress: Com
             allow_move=args.allow_move,
             stats=stats,
         )
-    except ChromaUnavailableError as exc:  # say what was done: the rejected lines found so far too
+    except ChromaStoreError as exc:  # gone, or refusing writes (a full disk): say what was done, rejections too
         stats.stopped = str(exc)
 
     def text() -> None:
@@ -320,9 +339,22 @@ async def cmd_retry(settings: Settings, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _refused_output(settings: Settings, path: str) -> bool:
+    """Whether ``path`` (a file a command is told to write, replacing what is there) is among
+    rem-cycle's own files; if so, say so in one line."""
+    if not settings.keeps_files_at(path):
+        return False
+    print(f"rem-cycle: refusing to write to {Path(path).resolve()}: rem-cycle keeps its own files there (the graph "
+          "database, the lazy-edge queue, locks, the embedded Chroma) and one could be replaced; name a file in another "
+          "folder (a folder of your own inside the data dir is fine)", file=sys.stderr)
+    return True
+
+
 async def cmd_export(settings: Settings, args: argparse.Namespace) -> int:
     from worker.knowledge import export_graph
 
+    if args.out and _refused_output(settings, args.out):
+        return EXIT_USAGE
     def write() -> dict[str, int]:
         if not args.out:
             return export_graph(settings, sys.stdout, fmt=args.format, include_anchors=args.include_anchors, as_of=args.as_of)
@@ -476,6 +508,13 @@ async def cmd_forget(settings: Settings, args: argparse.Namespace, progress: Com
         return refusal.status
 
     def text() -> None:
+        if not (report["points"] or report["nodes_removed"] or report.get("digests")):
+            done = "nothing would be removed" if report["dry_run"] else "nothing was removed"
+            kept_out = report.get("tombstone") and not report["dry_run"]
+            print(f"{report['kind']} {report['id']} is not in the graph: {done}" + (
+                f"; tombstoned, so no cycle ingests it from Chroma (check the id if you meant a {report['kind']} of the "
+                "graph: rem-cycle search)" if kept_out else ""))
+            return
         verb = "would remove" if report["dry_run"] else "removed"
         print(
             f"{verb} {report['kind']} {report['id']}: {report['points']} provenance points, {report['nodes_removed']} nodes "
@@ -517,6 +556,8 @@ def _counts_line(counts: dict[str, Any]) -> str:
 async def cmd_backup(settings: Settings, args: argparse.Namespace) -> int:
     from store.backend import backup, database_location
 
+    if _refused_output(settings, args.path):
+        return EXIT_USAGE
     try:
         payload = await anyio.to_thread.run_sync(backup, settings, Path(args.path))
     except StoreError as exc:
@@ -748,9 +789,8 @@ def main(argv: list[str] | None = None) -> int:
         handler = cmd_once if args.once else cmd_daemon
     try:
         return anyio.run(handler, settings, args)
-    except KeyboardInterrupt:  # SIGINT outside a command's own handling (start-up, read commands)
-        print("rem-cycle: interrupted by SIGINT", file=sys.stderr)
-        return EXIT_SIGNAL_BASE + signal.SIGINT
+    except KeyboardInterrupt:  # SIGINT outside a command's own handling (read commands)
+        return interrupted()
     except Exception as exc:  # noqa: BLE001 - a clear one-line error instead of a traceback
         # Environment problems (unreachable Chroma or Chroma refusing a call, missing or unsafe
         # files, a damaged database) are the operator's to fix: say what is wrong in one line.

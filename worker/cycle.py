@@ -617,6 +617,12 @@ async def _run_phases(
                 result.last_successful_phase = attempt.last_successful_phase = name
                 log.info("phase completed", duration_ms=record[name]["duration_ms"])
             tg.cancel_scope.cancel()
+    except Exception as exc:  # noqa: BLE001 - between two phases (a bug): the phases after it never ran
+        if record.get(attempt.step, {}).get("state") != "completed":
+            record[attempt.step] = {"state": "failed", "error": repr(exc)}
+        result.outcome, result.reason_code, result.failure_phase = "failed", failure_reason(exc), attempt.step
+        result.message = repr(exc)
+        log.exception("cycle crashed between phases", reason_code=result.reason_code)
     finally:
         structlog.contextvars.unbind_contextvars("run_id", "phase")
         result.finished_at, result.wall_ms = utc_now(), (time.perf_counter() - t0) * 1000

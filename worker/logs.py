@@ -39,6 +39,22 @@ class SecretMasker:
         return self._scrub(event)
 
 
+class LineDroppingLogger(structlog.PrintLogger):
+    """A :class:`structlog.PrintLogger` that drops a line it cannot write — the log's disk is
+    full, its reader went away, the stream is closed — as the standard library's ``logging`` does:
+    logs are the operator's view, not the work, and a cycle must not fail (nor the daemon die)
+    because one of its log lines could not be written."""
+
+    def msg(self, message: str) -> None:
+        try:
+            super().msg(message)
+        except (OSError, ValueError):  # ValueError: I/O on a closed file
+            pass
+
+    log = debug = info = warn = warning = msg
+    fatal = failure = err = error = critical = exception = msg
+
+
 def configure_logging(*, level: str = "info", fmt: str = "auto", secrets: Iterable[str] = (), stream: Any = None) -> None:
     """Configure structlog for the process. ``fmt``: ``auto`` | ``json`` | ``console``."""
     stream = stream or sys.stderr
@@ -54,6 +70,6 @@ def configure_logging(*, level: str = "info", fmt: str = "auto", secrets: Iterab
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(getattr(logging, level.upper())),
-        logger_factory=structlog.PrintLoggerFactory(file=stream),
+        logger_factory=lambda *_: LineDroppingLogger(stream),
         cache_logger_on_first_use=False,
     )

@@ -177,7 +177,8 @@ def print_backfill(result: dict[str, Any]) -> None:
     prefix = "dry run: " if result["dry_run"] else ""
     _console().print(
         f"{prefix}{result['sessions_in_window']} sessions created since {result['since']} "
-        f"({result['sessions_present']} already in the graph, {result['sessions_undated']} undated left out); "
+        f"({result['sessions_present']} already in the graph, {result['sessions_undated']} undated left out"
+        f"{', ' + str(result['sessions_forgotten']) + ' forgotten left out' if result.get('sessions_forgotten') else ''}); "
         f"synced {result['sessions_synced']}, failed {result['sessions_failed']} · {_flat(result['ingest'])}"
     )
     if result.get("bad_values"):

@@ -25,6 +25,7 @@ import anyio
 import structlog
 
 from config import Settings
+from worker.entry import EXIT_SIGNAL_BASE
 
 log = structlog.get_logger(__name__)
 
@@ -32,8 +33,6 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 # Share of the grace time a body that stops by itself gets before it is cancelled; the rest is for
 # the in-flight transaction and the record.
 GRACE_SHARE_BEFORE_CANCEL = 0.8
-# A command ended by signal N exits 128 + N, as a shell reports a process killed by it.
-EXIT_SIGNAL_BASE = 128
 
 
 @dataclass
