@@ -829,6 +829,11 @@ class Database:
         """``PRAGMA integrity_check`` — ``"ok"`` when the file is sound."""
         return self.query("PRAGMA integrity_check")[0][0]
 
+    @property
+    def broken(self) -> bool:
+        """Whether the connection is lost for good (never, for a file: see the PostgreSQL adapter)."""
+        return False
+
     def close(self) -> None:
         with self._lock:
             self.conn.close()

@@ -16,6 +16,7 @@ import pytest
 from config import load_settings
 from store.backend import open_database
 from store.errors import DatabaseError
+from worker.failures import FailureRecorder, RunFailure
 
 pytestmark = pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
 
@@ -39,6 +40,14 @@ def cut_connections(server_url: str, url: str) -> int:
     return len(rows)
 
 
+def failure(run_id: str) -> RunFailure:
+    return RunFailure(
+        run_id=run_id, reason="scheduled", mode="daemon", owner="test", started_at="2026-12-01T00:00:00.000Z",
+        finished_at="2026-12-01T00:00:01.000Z", reason_code="database-error", failure_phase="setup",
+        last_successful_phase=None, phases={}, row_started=False,
+    )
+
+
 def test_a_connection_the_server_dropped_while_pooled_is_never_handed_out(
     data_dir: Path, app_url: str, postgres_server_url: str
 ) -> None:
@@ -48,6 +57,29 @@ def test_a_connection_the_server_dropped_while_pooled_is_never_handed_out(
     db = open_database(settings)  # the next cycle's open: must get a live connection
     try:
         assert db.query("SELECT 1")[0][0] == 1
+    finally:
+        db.close()
+
+
+def test_the_failure_recorder_reconnects_after_the_server_dropped_its_connection(
+    data_dir: Path, app_url: str, postgres_server_url: str
+) -> None:
+    settings = load_settings(data_dir=data_dir, database_url=app_url)
+    recorder = FailureRecorder(settings)
+    recorder.open()
+    try:
+        assert cut_connections(postgres_server_url, app_url) >= 1
+        # The first write may meet the dead connection; it must never raise anything but keep the
+        # row, and the next chance writes it.
+        if not recorder.record(failure("run-after-restart")):
+            assert recorder.flush() is True
+        assert recorder.pending == []
+    finally:
+        recorder.close()
+    db = open_database(settings)
+    try:
+        rows = db.query("SELECT outcome, reason_code FROM rem_runs WHERE run_id = 'run-after-restart'")
+        assert [tuple(r) for r in rows] == [("failed", "database-error")]
     finally:
         db.close()
 

@@ -100,18 +100,29 @@ class FailureRecorder:
         if not self.pending:
             return True
         try:
-            db = self._db or open_database(self.settings)
             try:
-                while self.pending:
-                    _write(db, self.pending[0])
-                    self.pending.pop(0)
-            finally:
-                if db is not self._db:
-                    db.close()
+                self._write_pending()
+            except StoreError:
+                if self._db is None or not self._db.broken:
+                    raise
+                # The server dropped the kept connection (a PostgreSQL restart): keep a new one.
+                self.close()
+                self.open()
+                self._write_pending()
         except (StoreError, OSError) as exc:
             log.error("cycle failure not recorded yet, will retry", error=str(exc), pending=[f.run_id for f in self.pending])
             return False
         return True
+
+    def _write_pending(self) -> None:
+        db = self._db or open_database(self.settings)
+        try:
+            while self.pending:
+                _write(db, self.pending[0])
+                self.pending.pop(0)
+        finally:
+            if db is not self._db:
+                db.close()
 
 
 def _write(db: Database, failure: RunFailure) -> None:
