@@ -6,6 +6,7 @@ connections see of a restart ("terminating connection due to administrator comma
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +17,8 @@ import pytest
 from config import load_settings
 from store.backend import open_database
 from store.errors import DatabaseError
+from tests.conftest import SAMPLE, run_cli
+from tests.daemon_support import start_worker, stop, wait_for, worker_env
 from worker.failures import FailureRecorder, RunFailure
 
 pytestmark = pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
@@ -94,3 +97,35 @@ def test_a_closed_connection_is_a_store_error(data_dir: Path, app_url: str, post
                     conn.execute("SELECT 1")
     finally:
         db.close()
+
+
+def runs(url: str) -> list[tuple[str, str | None]]:
+    """``(outcome, reason_code)`` of every run so far (none before the schema exists)."""
+    with psycopg.connect(url) as conn:
+        try:
+            return [tuple(r) for r in conn.execute("SELECT outcome, reason_code FROM rem_runs ORDER BY rowid").fetchall()]
+        except psycopg.errors.UndefinedTable:
+            return []
+
+
+def test_the_daemon_lives_through_the_server_dropping_its_connections(
+    tmp_path: Path, app_url: str, database_url: str, postgres_server_url: str
+) -> None:
+    data_dir = tmp_path / "d"
+    env = worker_env(data_dir, database_url=app_url, interval_seconds="0.3")
+    assert run_cli("import", str(SAMPLE), env=env).returncode == 0
+    daemon = start_worker(env=env, log_path=tmp_path / "daemon.log")
+    try:
+        wait_for(lambda: ("completed", None) in runs(database_url), timeout=120, what="a completed cycle")
+        for _ in range(4):  # between cycles and inside them
+            cut_connections(postgres_server_url, app_url)
+            time.sleep(0.4)
+        cut_at = len(runs(database_url))
+        wait_for(lambda: daemon.poll() is not None or runs(database_url)[cut_at:].count(("completed", None)) >= 2,
+                 timeout=120, what="two completed cycles after the cuts")
+        assert daemon.poll() is None, (tmp_path / "daemon.log").read_text()[-3000:]
+    finally:
+        assert stop(daemon) == 0, (tmp_path / "daemon.log").read_text()[-3000:]
+    # every cycle is recorded, and a failed one says the database failed it
+    assert all(run in {("completed", None), ("failed", "database-error")} for run in runs(database_url)), runs(database_url)
+    assert "could not be recorded" not in (tmp_path / "daemon.log").read_text()
