@@ -45,6 +45,9 @@ JSON_MODES: tuple[str, ...] = ("json_schema", "json_object", "none")
 MAX_RETRY_AFTER_SECONDS = 60.0
 MAX_BACKOFF_SECONDS = 30.0
 MAX_TOKEN_COUNT = 2**40
+# An answer is at most REM_OUTPUT_RESERVE_TOKENS tokens, a few hundred KiB of JSON: anything near this
+# is a runaway or hostile server.
+MAX_RESPONSE_BYTES = 16 * 2**20
 _CONTEXT_OVERFLOW = re.compile(r"context[ _-]?(length|window|size)|maximum context|too many tokens|prompt is too long|exceeds", re.I)
 _FORMAT_REJECTED = re.compile(r"response_format|json_schema|json_object|structured", re.I)
 
@@ -182,8 +185,8 @@ class OpenAIExtractor:
         while True:
             body = self._body(messages, schema)
             try:
-                response = await self._client.post(f"{self.base_url}/chat/completions", json=body)
-            except httpx.TimeoutException as exc:
+                response, raw = await self._post(body)
+            except (httpx.TimeoutException, TimeoutError) as exc:
                 failure = ExtractionFailure("timeout", f"no answer within {self.settings.llm_timeout_seconds}s: {exc!r}")
                 delay = None
             except httpx.HTTPError as exc:
@@ -191,8 +194,8 @@ class OpenAIExtractor:
                 delay = None
             else:
                 if response.status_code == 200:
-                    return self._content(response, usage)
-                text = response.text[:500]
+                    return self._content(raw, usage)
+                text = raw[:500].decode("utf-8", "replace")
                 if response.status_code == 400 and self.json_mode != "none" and _FORMAT_REJECTED.search(text):
                     self.json_mode = JSON_MODES[JSON_MODES.index(self.json_mode) + 1]
                     log.warning("LLM server rejected the response format, falling back", json_mode=self.json_mode)
@@ -212,6 +215,25 @@ class OpenAIExtractor:
             log.info("llm call failed, retrying", kind=failure.kind, error=str(failure)[:200], attempt=attempt, delay_s=round(delay, 3))
             await anyio.sleep(delay)
 
+    async def _post(self, body: dict[str, Any]) -> tuple[httpx.Response, bytes]:
+        """One request and its answer's bytes, the whole exchange within ``REM_LLM_TIMEOUT_SECONDS``
+        (httpx's timeout bounds each read, so an answer trickling in would never time out) and the
+        answer within :data:`MAX_RESPONSE_BYTES` (``provider-error`` beyond: a runaway server never
+        fills the worker's memory)."""
+        assert self._client is not None
+        with anyio.fail_after(self.settings.llm_timeout_seconds):
+            async with self._client.stream("POST", f"{self.base_url}/chat/completions", json=body) as response:
+                parts: list[bytes] = []
+                size = 0
+                async for part in response.aiter_bytes():
+                    size += len(part)
+                    if size > MAX_RESPONSE_BYTES:
+                        raise ExtractionFailure(
+                            "provider-error", f"the answer is larger than {MAX_RESPONSE_BYTES // 2**20} MiB; stopped reading it"
+                        )
+                    parts.append(part)
+        return response, b"".join(parts)
+
     def _body(self, messages: list[dict[str, str]], schema: tuple[str, dict[str, Any]]) -> dict[str, Any]:
         body: dict[str, Any] = {
             "model": self.settings.llm_model,
@@ -226,9 +248,9 @@ class OpenAIExtractor:
         return body
 
     @staticmethod
-    def _content(response: httpx.Response, usage: list[int]) -> str:
+    def _content(raw: bytes, usage: list[int]) -> str:
         try:
-            data = response.json()
+            data = json.loads(raw)
             choice = data["choices"][0]
             content = choice.get("message", {}).get("content")
             finish = choice.get("finish_reason")
