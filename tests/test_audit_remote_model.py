@@ -1,6 +1,7 @@
 """The model server misbehaving in ways the fault matrix of tests/test_model_faults.py does not
 cover, through real REM cycles against the loopback server of tests/llm_server.py: an answer that
-trickles in past the request's timeout, one that never ends. Each fails only the chunk it answers, with a recorded kind, and never the cycle.
+trickles in past the request's timeout, one that never ends, JSON nested too deep for Python's
+parser. Each fails only the chunk it answers, with a recorded kind, and never the cycle.
 """
 
 from __future__ import annotations
@@ -13,14 +14,20 @@ import anyio
 import pytest
 
 from config import Settings
-from tests.llm_server import Behaviour, Flood, LLMServer, Trickle
+from tests.llm_server import Behaviour, Flood, LLMServer, Reply, Status, Trickle
 from tests.test_model_faults import MARKER, bad_calls, fault_settings, load, semantic_writes
 from worker.cycle import open_stores, run_cycle
+
+DEEP = "[" * 100_000 + "]" * 100_000  # valid JSON: Python's parser gives up on it (RecursionError)
+
 
 FAULTS: list[tuple[str, Behaviour, str, int]] = [
     # (name, behaviour, recorded kind, model calls)
     ("trickle-past-the-timeout", Trickle(interval=0.05), "timeout", 1),
     ("endless-answer", Flood(size=200 * 2**20), "provider-error", 1),
+    ("content-nested-too-deep", Reply(DEEP), "schema-failure", 2),
+    ("body-nested-too-deep", Status(200, DEEP), "provider-error", 1),
+    ("body-nested-too-deep-inside", Status(200, '{"choices": ' + DEEP + "}"), "provider-error", 1),
 ]
 
 

@@ -174,7 +174,7 @@ class OpenAIExtractor:
         ``ValueError`` when the answer is not JSON, :class:`ExtractionFailure` when the call failed."""
         content = await self._complete(messages, [0, 0], schema=(schema_name, schema))
         match = _FENCE.match(content)
-        return json.loads(match.group(1) if match else content)
+        return load_json(match.group(1) if match else content)
 
     async def _complete(
         self, messages: list[dict[str, str]], usage: list[int], *, schema: tuple[str, dict[str, Any]] = ("extraction", RESPONSE_SCHEMA)
@@ -250,7 +250,7 @@ class OpenAIExtractor:
     @staticmethod
     def _content(raw: bytes, usage: list[int]) -> str:
         try:
-            data = json.loads(raw)
+            data = load_json(raw)
             choice = data["choices"][0]
             content = choice.get("message", {}).get("content")
             finish = choice.get("finish_reason")
@@ -281,12 +281,21 @@ def _token_count(value: Any) -> int:
 _FENCE = re.compile(r"^\s*```(?:json)?\s*(.*?)\s*```\s*$", re.S)
 
 
+def load_json(text: str | bytes) -> Any:
+    """``json.loads``, with JSON nested deeper than Python's parser goes (a ``RecursionError``)
+    reported as the ``ValueError`` of any other unreadable JSON."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError("JSON nested too deep to read") from None
+
+
 def parse_json_reply(content: str) -> Any:
     """The JSON object in a reply (a Markdown code fence around it is tolerated); ``ValueError``
     when there is none or it has no ``nodes`` list (worth a repair round too)."""
     match = _FENCE.match(content)
     text = match.group(1) if match else content
-    value = json.loads(text)
+    value = load_json(text)
     if not isinstance(value, dict):
         raise ValueError(f"expected a JSON object, got {type(value).__name__}")
     graph = value.get("graph") if isinstance(value.get("graph"), dict) else value
