@@ -1,7 +1,9 @@
 """The model server misbehaving in ways the fault matrix of tests/test_model_faults.py does not
 cover, through real REM cycles against the loopback server of tests/llm_server.py: an answer that
 trickles in past the request's timeout, one that never ends, JSON nested too deep for Python's
-parser. Each fails only the chunk it answers, with a recorded kind, and never the cycle.
+parser. Each fails only the chunk it answers, with a recorded kind, and never the cycle. With
+``REM_LLM_JUDGE``, a junk identity verdict is no link and a community label is cleaned like any
+model text.
 """
 
 from __future__ import annotations
@@ -13,10 +15,14 @@ from pathlib import Path
 import anyio
 import pytest
 
-from config import Settings
+from config import Settings, load_settings
+from pipelines.identity import NodeRef
+from pipelines.importer import import_sessions
+from tests.conftest import SAMPLE
 from tests.llm_server import Behaviour, Flood, LLMServer, Reply, Status, Trickle
 from tests.test_model_faults import MARKER, bad_calls, fault_settings, load, semantic_writes
 from worker.cycle import open_stores, run_cycle
+from worker.knowledge import model_judge
 
 DEEP = "[" * 100_000 + "]" * 100_000  # valid JSON: Python's parser gives up on it (RecursionError)
 
@@ -60,5 +66,44 @@ async def test_a_misbehaving_answer_fails_its_chunk_only(
             # bounded: the request's timeout is the whole answer's, and an answer's size is capped
             assert time.monotonic() - started < 20
             assert peak < 100 * 2**20, f"{peak / 2**20:.0f} MiB"
+        finally:
+            stores.close()
+
+
+# --- REM_LLM_JUDGE: the model's answers to the namer and the identity auditor ----------------------
+JUNK_VERDICTS = [
+    {"verdict": "link", "target": ["CLASS:GraphStore"]},
+    {"verdict": "link", "target": {"id": "CLASS:GraphStore"}},
+    {"verdict": ["link"], "target": "CLASS:GraphStore"},
+    {"verdict": "link"},
+]
+
+
+@pytest.mark.parametrize("answer", [*JUNK_VERDICTS, DEEP], ids=["target-list", "target-object", "verdict-list", "no-target", "deep"])
+async def test_a_junk_identity_verdict_means_a_new_node(tmp_path: Path, answer: object) -> None:
+    with LLMServer() as server:
+        server.script(Reply(answer), match='"existing"')  # type: ignore[arg-type]
+        settings = load_settings(data_dir=tmp_path, extractor="openai", llm_base_url=server.url, llm_judge=True, llm_max_retries=0)
+        async with model_judge(settings) as judge:
+            assert judge is not None
+            node = NodeRef("CLASS:GraphStores", "CLASS", "GraphStores")
+            verdict = await judge.audit_identity(node, [NodeRef("CLASS:GraphStore", "CLASS", "GraphStore")])
+        assert verdict is None and server.chat_count == 1
+
+
+@pytest.mark.both_backends
+async def test_a_community_label_with_unstorable_characters_is_cleaned(settings: Settings, tmp_path: Path) -> None:
+    with LLMServer() as server:
+        server.script(*[Reply({"label": "Graph\ud800 stores\x00 and\tqueues " + "x" * 500})] * 10, match='"members"')
+        mine = fault_settings(settings.data_dir, server, llm_judge=True)
+        stores = await open_stores(mine)
+        try:
+            await import_sessions(SAMPLE, chroma=stores.chroma, memory_collection=mine.memory_collection,
+                                  summary_collection=mine.session_collection)
+            result = await run_cycle(mine, stores=stores)
+            assert result.outcome == "completed", result.message
+            labels = [r[0] for r in stores.db.query("SELECT label FROM communities WHERE label_source = 'model'")]
+            assert labels, "the model named no community"
+            assert all(label.startswith("Graph stores and queues x") and len(label) <= 80 for label in labels), labels
         finally:
             stores.close()
