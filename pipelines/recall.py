@@ -50,7 +50,7 @@ from typing import Any, Protocol
 
 from pipelines.chunker import estimate_tokens
 from pipelines.vocabulary import PROVENANCE_RELATIONSHIPS
-from store.ids import InvalidIdError, validate_row_id
+from store.ids import InvalidIdError, has_forbidden_characters, validate_row_id
 from store.recall_index import FactRecord, Scope, SessionRecord, TurnRecord
 
 MAX_QUERY_CHARS = 4_000
@@ -286,6 +286,8 @@ def validate(request: RecallRequest) -> list[str]:
         raise RecallInputError(f"budget_tokens must be 1..{MAX_BUDGET_TOKENS}, not {request.budget_tokens}")
     if request.user is not None and (not request.user.strip() or len(request.user) > MAX_USER_CHARS):
         raise RecallInputError(f"user must be 1..{MAX_USER_CHARS} characters")
+    if request.user is not None and has_forbidden_characters(request.user):
+        raise RecallInputError(f"invalid user {request.user[:80]!r}: control characters and lone surrogates are not allowed")
     if request.session is not None:
         try:
             validate_row_id(request.session.removeprefix("session:"), what="session id")
