@@ -70,6 +70,21 @@ async def test_a_misbehaving_answer_fails_its_chunk_only(
             stores.close()
 
 
+async def test_a_model_list_trickling_in_fails_provider_ready_within_the_timeout(settings: Settings, tmp_path: Path) -> None:
+    with LLMServer(models_interval=0.2) as server:
+        mine = fault_settings(settings.data_dir, server, llm_timeout_seconds=1.0)
+        stores = await open_stores(mine)
+        try:
+            await load(mine, stores, tmp_path)
+            started = time.monotonic()
+            with anyio.fail_after(60):
+                result = await run_cycle(mine, stores=stores)
+            assert (result.outcome, result.failure_phase, result.reason_code) == ("failed", "provider-ready", "llm-unavailable")
+            assert time.monotonic() - started < 10 and server.chat_count == 0
+        finally:
+            stores.close()
+
+
 # --- REM_LLM_JUDGE: the model's answers to the namer and the identity auditor ----------------------
 JUNK_VERDICTS = [
     {"verdict": "link", "target": ["CLASS:GraphStore"]},

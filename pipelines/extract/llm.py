@@ -136,8 +136,12 @@ class OpenAIExtractor:
         """Raise :class:`ExtractionFailure` ``provider-error`` unless the server answers ``GET /models``
         (any answer below 500 except 401/403 counts: some servers do not list models)."""
         assert self._client is not None, "use the extractor as an async context manager"
+        seconds = min(10.0, self.settings.llm_timeout_seconds)
         try:
-            response = await self._client.get(f"{self.base_url}/models", timeout=min(10.0, self.settings.llm_timeout_seconds))
+            with anyio.fail_after(seconds):  # the whole answer, not each read (see _post)
+                response = await self._client.get(f"{self.base_url}/models")
+        except TimeoutError as exc:
+            raise ExtractionFailure("provider-error", f"LLM server {self.base_url} did not answer within {seconds:g}s") from exc
         except httpx.HTTPError as exc:
             raise ExtractionFailure("provider-error", f"LLM server {self.base_url} unreachable: {exc}") from exc
         if response.status_code in (401, 403) or response.status_code >= 500:
