@@ -16,9 +16,11 @@ import anyio
 import pytest
 
 from config import Settings, load_settings
+from pipelines.extract.llm import OpenAIExtractor
 from pipelines.identity import NodeRef
 from pipelines.importer import import_sessions
 from tests.conftest import SAMPLE
+from tests.test_extract_llm import unit
 from tests.llm_server import Behaviour, Flood, LLMServer, Reply, Status, Trickle
 from tests.test_model_faults import MARKER, bad_calls, fault_settings, load, semantic_writes
 from worker.cycle import open_stores, run_cycle
@@ -83,6 +85,27 @@ async def test_a_model_list_trickling_in_fails_provider_ready_within_the_timeout
             assert time.monotonic() - started < 10 and server.chat_count == 0
         finally:
             stores.close()
+
+
+async def test_a_server_rejecting_json_schema_under_concurrent_calls_falls_back_one_mode(tmp_path: Path) -> None:
+    """Four calls in flight are all refused ``json_schema``: each retries one mode lower than it
+    sent (``json_object``), none skips to ``none`` and none fails."""
+    with LLMServer() as server:
+        refusal = Status(400, '{"error": {"message": "response_format json_schema is not supported"}}', delay=0.3)
+        server.script(*[refusal] * 4)
+        settings = load_settings(data_dir=tmp_path, extractor="openai", llm_base_url=server.url, llm_max_retries=0)
+        async with OpenAIExtractor(settings) as extractor:
+            replies: list[object] = []
+
+            async def one(text: str) -> None:
+                replies.append(await extractor.extract(unit(text)))
+
+            async with anyio.create_task_group() as group:
+                for text in ("The GraphStore", "The LazyQueue", "The DrainWorker", "The ChunkPlan"):
+                    group.start_soon(one, text)
+            assert len(replies) == 4 and extractor.json_mode == "json_object"
+        formats = [r.body.get("response_format", {}).get("type") for r in server.chat_requests]
+        assert formats == ["json_schema"] * 4 + ["json_object"] * 4, formats
 
 
 # --- REM_LLM_JUDGE: the model's answers to the namer and the identity auditor ----------------------

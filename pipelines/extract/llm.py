@@ -187,7 +187,8 @@ class OpenAIExtractor:
         assert self._client is not None, "use the extractor as an async context manager"
         attempt = 0
         while True:
-            body = self._body(messages, schema)
+            json_mode = self.json_mode
+            body = self._body(messages, schema, json_mode)
             try:
                 response, raw = await self._post(body)
             except (httpx.TimeoutException, TimeoutError) as exc:
@@ -200,9 +201,13 @@ class OpenAIExtractor:
                 if response.status_code == 200:
                     return self._content(raw, usage)
                 text = raw[:500].decode("utf-8", "replace")
-                if response.status_code == 400 and self.json_mode != "none" and _FORMAT_REJECTED.search(text):
-                    self.json_mode = JSON_MODES[JSON_MODES.index(self.json_mode) + 1]
-                    log.warning("LLM server rejected the response format, falling back", json_mode=self.json_mode)
+                if response.status_code == 400 and json_mode != "none" and _FORMAT_REJECTED.search(text):
+                    # One mode below the one this request sent: calls in flight together are all
+                    # refused the same mode, and each must not lower the mode again.
+                    lower = JSON_MODES[JSON_MODES.index(json_mode) + 1]
+                    if JSON_MODES.index(lower) > JSON_MODES.index(self.json_mode):
+                        self.json_mode = lower
+                        log.warning("LLM server rejected the response format, falling back", json_mode=lower)
                     continue
                 if response.status_code in (400, 413) and _CONTEXT_OVERFLOW.search(text):
                     raise ExtractionFailure("context-overflow", f"HTTP {response.status_code}: {text}")
@@ -238,16 +243,16 @@ class OpenAIExtractor:
                     parts.append(part)
         return response, b"".join(parts)
 
-    def _body(self, messages: list[dict[str, str]], schema: tuple[str, dict[str, Any]]) -> dict[str, Any]:
+    def _body(self, messages: list[dict[str, str]], schema: tuple[str, dict[str, Any]], json_mode: str) -> dict[str, Any]:
         body: dict[str, Any] = {
             "model": self.settings.llm_model,
             "messages": messages,
             "temperature": 0,
             "max_tokens": self.settings.output_reserve_tokens,
         }
-        if self.json_mode == "json_schema":
+        if json_mode == "json_schema":
             body["response_format"] = {"type": "json_schema", "json_schema": {"name": schema[0], "schema": schema[1]}}
-        elif self.json_mode == "json_object":
+        elif json_mode == "json_object":
             body["response_format"] = {"type": "json_object"}
         return body
 
