@@ -16,7 +16,7 @@ import pytest
 
 from config import load_settings
 from store.backend import open_database
-from store.errors import DatabaseError
+from store.errors import DatabaseError, DatabaseUnreadableError
 from tests.conftest import SAMPLE, run_cli
 from tests.daemon_support import start_worker, stop, wait_for, worker_env
 from worker.failures import FailureRecorder, RunFailure
@@ -51,6 +51,10 @@ def failure(run_id: str) -> RunFailure:
     )
 
 
+def refused(settings: object) -> None:
+    raise DatabaseUnreadableError("connection refused")
+
+
 def test_a_connection_the_server_dropped_while_pooled_is_never_handed_out(
     data_dir: Path, app_url: str, postgres_server_url: str
 ) -> None:
@@ -72,17 +76,23 @@ def test_the_failure_recorder_reconnects_after_the_server_dropped_its_connection
     recorder.open()
     try:
         assert cut_connections(postgres_server_url, app_url) >= 1
-        # The first write may meet the dead connection; it must never raise anything but keep the
-        # row, and the next chance writes it.
-        if not recorder.record(failure("run-after-restart")):
-            assert recorder.flush() is True
-        assert recorder.pending == []
+        assert recorder.record(failure("run-after-restart")) is True  # on a new connection
+        assert cut_connections(postgres_server_url, app_url) >= 1
+        # The server is still down when the recorder reconnects (the test server is shared, so its
+        # refusal is played by open_database): the row is kept, and written at the next chance.
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr("worker.failures.open_database", refused)
+            assert recorder.record(failure("run-while-down")) is False
+        assert [f.run_id for f in recorder.pending] == ["run-while-down"]
+        assert recorder.flush() is True and recorder.pending == []
+        assert recorder._db is not None and not recorder._db.broken  # a connection is kept again
     finally:
         recorder.close()
     db = open_database(settings)
     try:
-        rows = db.query("SELECT outcome, reason_code FROM rem_runs WHERE run_id = 'run-after-restart'")
-        assert [tuple(r) for r in rows] == [("failed", "database-error")]
+        rows = db.query("SELECT run_id, outcome, reason_code FROM rem_runs ORDER BY run_id")
+        assert [tuple(r) for r in rows] == [("run-after-restart", "failed", "database-error"),
+                                            ("run-while-down", "failed", "database-error")]
     finally:
         db.close()
 
