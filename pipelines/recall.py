@@ -178,8 +178,13 @@ class RecallSource(Protocol):
     def facts(self, node_ids: Sequence[str], scope: Scope, *, exclude_relationships: Any, edges_per_node: int) -> list[FactRecord]: ...
 
 
+class VectorUnavailableError(RuntimeError):
+    """The vector store could not answer (down, or not within its time): recall answers without it."""
+
+
 class VectorSource(Protocol):
-    """Nearest turns to a text (``memory:<id>`` ids, nearest first), unscoped: recall filters them."""
+    """Nearest turns to a text (``memory:<id>`` ids, nearest first), unscoped: recall filters them.
+    Raises :class:`VectorUnavailableError` when it cannot answer."""
 
     def nearest(self, text: str, *, limit: int) -> list[str]: ...
 
@@ -558,9 +563,13 @@ def recall(
             report["entities"] = {"nodes": matched, "neighbours": near, "common": [*common, *common_near]}
     if vector is not None and "vector" in signals and not empty_scope:
         # The vector store knows nothing of scope: ask deeper, keep only what the scope shows.
-        nearest = vector.nearest(request.query, limit=depth * 4)
-        visible = source.turns(nearest, scope)
-        rankings["vector"] = [m for m in nearest if m in visible][:depth]
+        try:
+            nearest = vector.nearest(request.query, limit=depth * 4)
+        except VectorUnavailableError as exc:  # an optional signal: the graph still answers
+            report["vector"] = {"error": str(exc)}
+        else:
+            visible = source.turns(nearest, scope)
+            rankings["vector"] = [m for m in nearest if m in visible][:depth]
     candidates = {m for ranked in rankings.values() for m in ranked}
     records = source.turns(sorted(candidates), scope)
     rankings = {s: [m for m in ranked if m in records] for s, ranked in rankings.items()}
