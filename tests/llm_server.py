@@ -188,9 +188,9 @@ class LLMServer:
     """The server; start/stop it, or use it as a context manager."""
 
     def __init__(self, *, model: str = "test-model", default: Behaviour | None = None, port: int = 0,
-                 models_interval: float = 0.0) -> None:
+                 models: Trickle | Flood | None = None) -> None:
         self.model = model
-        self.models_interval = models_interval  # > 0: ``GET /models`` trickles in a byte at a time
+        self.models = models  # how ``GET /models`` misbehaves (its content is always the model list)
         self.port = port  # 0 = any free port; a fixed one lets a test restart "the same" server
         self.default: Behaviour = default or ok()
         self.requests: list[Recorded] = []
@@ -296,8 +296,11 @@ def _handler(server: LLMServer) -> type[BaseHTTPRequestHandler]:
         def do_GET(self) -> None:  # noqa: N802
             server._record(Recorded("GET", self.path, dict(self.headers), None, time.monotonic()))
             if self.path.rstrip("/").endswith("/models"):
+                if isinstance(server.models, Flood):
+                    self._flood(server.models.size)
+                    return
                 self._send(200, {"object": "list", "data": [{"id": server.model, "object": "model"}]},
-                           interval=server.models_interval)
+                           interval=server.models.interval if isinstance(server.models, Trickle) else 0.0)
             else:
                 self._send(404, {"error": {"message": "not found"}})
 

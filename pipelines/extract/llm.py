@@ -138,8 +138,10 @@ class OpenAIExtractor:
         assert self._client is not None, "use the extractor as an async context manager"
         seconds = min(10.0, self.settings.llm_timeout_seconds)
         try:
-            with anyio.fail_after(seconds):  # the whole answer, not each read (see _post)
-                response = await self._client.get(f"{self.base_url}/models")
+            # The status is the answer: the body (a model list, or a runaway stream) is never read.
+            with anyio.fail_after(seconds):  # the whole exchange, not each read (see _post)
+                async with self._client.stream("GET", f"{self.base_url}/models") as response:
+                    pass
         except TimeoutError as exc:
             raise ExtractionFailure("provider-error", f"LLM server {self.base_url} did not answer within {seconds:g}s") from exc
         except httpx.HTTPError as exc:
