@@ -24,6 +24,7 @@ from store.errors import (
     DatabaseUnreadableError,
     QueryInterruptedError,
     SchemaTooNewError,
+    unstorable_text,
 )
 
 # A LIMIT that keeps every row, in a form both engines accept (SQLite's -1 is an error on PostgreSQL).
@@ -647,6 +648,8 @@ def sqlite_errors() -> Iterator[None]:
         yield
     except sqlite3.Error as exc:
         raise store_error(exc) from exc
+    except UnicodeEncodeError as exc:  # a parameter sqlite3 cannot bind
+        raise unstorable_text(exc) from exc
 
 
 _Method = TypeVar("_Method", bound=Callable[..., Any])
@@ -661,6 +664,8 @@ def _translating(method: _Method) -> _Method:
             return method(*args, **kwargs)
         except sqlite3.Error as exc:
             raise store_error(exc) from exc
+        except UnicodeEncodeError as exc:  # a parameter sqlite3 cannot bind
+            raise unstorable_text(exc) from exc
 
     return translated  # type: ignore[return-value]
 

@@ -47,6 +47,7 @@ from store.errors import (
     DatabaseUnreadableError,
     QueryInterruptedError,
     SchemaTooNewError,
+    unstorable_text,
 )
 from store.postgres_schema import migrations
 
@@ -147,6 +148,8 @@ def psycopg_errors() -> Iterator[None]:
         yield
     except (psycopg.Error, PoolTimeout) as exc:
         raise store_error(exc) from exc
+    except UnicodeEncodeError as exc:  # a parameter psycopg cannot send
+        raise unstorable_text(exc) from exc
 
 
 # ``INSERT INTO t(cols) VALUES (?, …) [ON CONFLICT …]``: one row of placeholders.
