@@ -21,7 +21,7 @@ from pipelines.identity import NodeRef
 from pipelines.importer import import_sessions
 from tests.conftest import SAMPLE
 from tests.test_extract_llm import unit
-from tests.llm_server import Behaviour, Flood, LLMServer, Reply, Status, Trickle
+from tests.llm_server import Behaviour, Flood, LLMServer, Reply, Status, Trickle, slow
 from tests.test_model_faults import MARKER, bad_calls, fault_settings, load, semantic_writes
 from worker.cycle import open_stores, run_cycle
 from worker.knowledge import model_judge
@@ -68,6 +68,24 @@ async def test_a_misbehaving_answer_fails_its_chunk_only(
             # bounded: the request's timeout is the whole answer's, and an answer's size is capped
             assert time.monotonic() - started < 20
             assert peak < 100 * 2**20, f"{peak / 2**20:.0f} MiB"
+        finally:
+            stores.close()
+
+
+async def test_an_answer_past_the_timeout_is_not_asked_for_again_in_the_same_attempt(settings: Settings, tmp_path: Path) -> None:
+    """A server slower than ``REM_LLM_TIMEOUT_SECONDS`` may be generating the answer when the worker
+    gives up: asking again at once would pay for the same text again (four times with
+    ``REM_LLM_MAX_RETRIES=3``). The chunk fails as ``timeout`` after one request and is retried
+    by a later cycle, after its backoff."""
+    with LLMServer() as server:
+        server.script(*[slow(1.0)] * 8, match=MARKER)
+        mine = fault_settings(settings.data_dir, server, llm_max_retries=3, llm_timeout_seconds=0.3)
+        stores = await open_stores(mine)
+        try:
+            await load(mine, stores, tmp_path)
+            result = await run_cycle(mine, stores=stores)
+            assert result.phases["extract"]["failures_by_kind"] == {"timeout": 1}
+            assert bad_calls(server) == 1
         finally:
             stores.close()
 

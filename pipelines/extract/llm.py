@@ -195,6 +195,12 @@ class OpenAIExtractor:
                 response, raw = await self._post(body)
             except (httpx.TimeoutException, TimeoutError) as exc:
                 failure = ExtractionFailure("timeout", f"no answer within {self.settings.llm_timeout_seconds}s: {exc!r}")
+                if not isinstance(exc, (httpx.ConnectTimeout, httpx.PoolTimeout)):
+                    # The request reached the server, which may still be generating the answer:
+                    # asking again now would pay for the same text again. A later cycle retries the
+                    # chunk after its backoff.
+                    failure.tokens_in, failure.tokens_out = usage
+                    raise failure from None
                 delay = None
             except httpx.HTTPError as exc:
                 failure = ExtractionFailure("provider-error", f"connection failed: {exc!r}")
