@@ -15,10 +15,13 @@ import psycopg
 import pytest
 
 from config import load_settings
+from pipelines.importer import import_sessions
 from store.backend import open_database
+from store.claims import ClaimStore, worker_owner
 from store.errors import DatabaseError, DatabaseUnreadableError
-from tests.conftest import SAMPLE, run_cli
+from tests.conftest import SAMPLE, make_session, run_cli, write_sessions
 from tests.daemon_support import start_worker, stop, wait_for, worker_env
+from worker.cycle import PHASES, open_stores, run_cycle
 from worker.failures import FailureRecorder, RunFailure
 
 pytestmark = pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
@@ -139,3 +142,24 @@ def test_the_daemon_lives_through_the_server_dropping_its_connections(
     # every cycle is recorded, and a failed one says the database failed it
     assert all(run in {("completed", None), ("failed", "database-error")} for run in runs(database_url)), runs(database_url)
     assert "could not be recorded" not in (tmp_path / "daemon.log").read_text()
+
+
+async def test_claims_a_daemons_earlier_cycle_could_not_release_are_its_own_again(data_dir: Path, app_url: str, tmp_path: Path) -> None:
+    """A daemon's cycles share one lease owner; when the server dropped the connection before a
+    cycle released its session claims, the daemon's next cycle digests those sessions — its
+    heartbeat would otherwise keep them claimed, by nobody at work on them, for its whole life."""
+    settings = load_settings(data_dir=data_dir, database_url=app_url)
+    sessions = write_sessions(tmp_path / "in.jsonl", [make_session(f"s{i}") for i in range(3)])
+    stores = await open_stores(settings)
+    try:
+        await import_sessions(sessions, chroma=stores.chroma, memory_collection=settings.memory_collection,
+                              summary_collection=settings.session_collection)
+        owner = worker_owner()
+        first = await run_cycle(settings, stores=stores, lease_owner=owner, phases=tuple(p for p in PHASES if p[0] != "extract"))
+        assert first.outcome == "completed"
+        # the earlier cycle claimed them, and its release never reached the server
+        assert len(ClaimStore(stores.db, owner=owner, lease_seconds=300).claim(10)) == 3
+        second = await run_cycle(settings, stores=stores, lease_owner=owner)
+        assert second.outcome == "completed" and second.phases["extract"]["sessions_digested"] == 3, second.phases["extract"]
+    finally:
+        stores.close()

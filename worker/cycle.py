@@ -272,6 +272,9 @@ async def extract(ctx: CycleContext) -> dict[str, Any]:
         )
         stats, queued = ExtractStats(), 0
         try:
+            # Claims this owner still holds are an earlier cycle's that could not release them (the
+            # database dropped its connection; a daemon's cycles share one owner): its own again.
+            await anyio.to_thread.run_sync(claims.release)
             # Claim a few sessions at a time, so that workers beside this one find work too; a
             # session that failed or was deferred stays claimed until the phase ends (no worker
             # retries it in the meantime), then every claim left is released.
