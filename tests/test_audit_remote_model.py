@@ -8,6 +8,7 @@ model text.
 
 from __future__ import annotations
 
+import json
 import time
 import tracemalloc
 from pathlib import Path
@@ -68,6 +69,33 @@ async def test_a_misbehaving_answer_fails_its_chunk_only(
             # bounded: the request's timeout is the whole answer's, and an answer's size is capped
             assert time.monotonic() - started < 20
             assert peak < 100 * 2**20, f"{peak / 2**20:.0f} MiB"
+        finally:
+            stores.close()
+
+
+def chat_body(message: dict[str, object]) -> Status:
+    return Status(200, json.dumps({"choices": [{"message": {"role": "assistant", **message}, "finish_reason": "stop"}]}))
+
+
+async def test_a_refusal_is_said_and_content_parts_are_read(settings: Settings, tmp_path: Path) -> None:
+    """A model's refusal (``content`` null, ``refusal`` its reason) is a ``schema-failure`` that
+    quotes it, not an "empty answer" read as a context overflow (which would send the operator
+    after the context settings); an answer whose ``content`` is a list of text parts is its text."""
+    answer = json.dumps({"summary": "", "nodes": [{"id": "n1", "type": "CLASS", "name": "GraphStore",
+                                                   "evidence": [{"turn": 1, "quote": "GraphStore"}]}], "edges": []})
+    with LLMServer() as server:
+        server.script(*[chat_body({"content": None, "refusal": "I can't help with that."})] * 4, match=MARKER)
+        server.script(*[chat_body({"content": [{"type": "text", "text": answer[:20]}, {"type": "text", "text": answer[20:]}]})] * 4,
+                      match="GraphStore")
+        mine = fault_settings(settings.data_dir, server)
+        stores = await open_stores(mine)
+        try:
+            await load(mine, stores, tmp_path)
+            result = await run_cycle(mine, stores=stores)
+            assert result.phases["extract"]["failures_by_kind"] == {"schema-failure": 1}
+            (failing,) = stores.runstate.failing_chunks()
+            assert failing["session_id"] == "bad" and "I can't help with that." in failing["error"]
+            assert stores.graph.get_node("CLASS:GraphStore") is not None  # read from the good session's parts
         finally:
             stores.close()
 

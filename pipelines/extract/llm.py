@@ -269,15 +269,21 @@ class OpenAIExtractor:
         try:
             data = load_json(raw)
             choice = data["choices"][0]
-            content = choice.get("message", {}).get("content")
+            message = choice.get("message", {})
+            content, refusal = message.get("content"), message.get("refusal")
             finish = choice.get("finish_reason")
         except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
             raise ExtractionFailure("provider-error", f"not a chat-completions answer: {exc!r}") from None
+        if isinstance(content, list):  # content parts: [{"type": "text", "text": …}, …]
+            content = "".join(p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
         counts = data.get("usage") if isinstance(data.get("usage"), dict) else {}
         usage[0] += _token_count(counts.get("prompt_tokens"))
         usage[1] += _token_count(counts.get("completion_tokens"))
         if finish == "length":
             raise ExtractionFailure("truncated-output", "the answer hit the output limit (finish_reason=length)",
+                                    tokens_in=usage[0], tokens_out=usage[1])
+        if isinstance(refusal, str) and refusal.strip() and not (isinstance(content, str) and content.strip()):
+            raise ExtractionFailure("schema-failure", f"the model refused: {refusal.strip()[:300]}",
                                     tokens_in=usage[0], tokens_out=usage[1])
         if not isinstance(content, str) or not content.strip():
             # The earlier system's lesson: an empty answer means the prompt overflowed the context.
