@@ -5,9 +5,11 @@ One unit = one conversation: the prompt shows the turns with local numbers ``[1]
 must be JSON in the model schema (:mod:`pipelines.extract.model`). Structured output is asked for
 with ``response_format`` (``json_schema``, else ``json_object``, else nothing — a server that
 rejects a mode is asked again one mode lower, and the extractor remembers). Transport failures
-(connection errors, HTTP 429/5xx, timeouts) are retried with exponential backoff honouring a
-capped ``Retry-After``; unparseable JSON gets one repair round. Every failure ends as an
-:class:`ExtractionFailure` with one of the six kinds.
+(connection errors and connect timeouts, HTTP 429/5xx) are retried with exponential backoff
+honouring a capped ``Retry-After``; an answer that did not arrive in time is not asked for again
+(the server may still be generating it: the chunk is retried after its backoff). The timeout
+bounds the whole answer, and its size is capped. Unparseable JSON gets one repair round. Every
+failure ends as an :class:`ExtractionFailure` with one of the six kinds.
 """
 
 from __future__ import annotations
