@@ -65,6 +65,9 @@ class Settings(BaseSettings):
     chroma_token: SecretStr | None = Field(None, description="Bearer token for a Chroma server")
     chroma_tenant: str = "default_tenant"
     chroma_database: str = "default_database"
+    chroma_timeout_seconds: float = Field(
+        120.0, gt=0, description="A Chroma server call (server mode) that has not answered by then fails as unavailable"
+    )
     memory_collection: str = Field("neo-agent-memory", pattern=_COLLECTION_NAME)
     session_collection: str = Field("neo-agent-sessions", pattern=_COLLECTION_NAME)
     embedding: Literal["hash", "minilm", "ollama", "openai"] = Field(

@@ -37,6 +37,7 @@ from dataclasses import dataclass, replace
 
 import networkx as nx
 
+from pipelines.extract.model import clean_text
 from pipelines.vocabulary import is_semantic_edge
 from store.communities import CommunityRecord
 from store.graph import Edge, Node
@@ -240,9 +241,11 @@ async def name_communities(
             if graph is not None
             else list(community.members)
         )
-        label = await namer([names.get(m, m) for m in ranked])
-        if label and label.strip():
-            out.append(replace(community, label=" ".join(label.split())[:80], label_source="model"))
+        # The model's text as any model output is read: no control characters or lone surrogates
+        # (which no database stores), white space collapsed, clipped.
+        label = clean_text(await namer([names.get(m, m) for m in ranked]), limit=80)
+        if label:
+            out.append(replace(community, label=label, label_source="model"))
             named += 1
         else:
             out.append(community)

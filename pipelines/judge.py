@@ -71,4 +71,4 @@ class ModelJudge:
         if not isinstance(answer, dict) or answer.get("verdict") != "link":
             return None
         target = answer.get("target")
-        return target if target in {o.id for o in options} else None
+        return target if isinstance(target, str) and target in {o.id for o in options} else None

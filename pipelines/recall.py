@@ -50,7 +50,7 @@ from typing import Any, Protocol
 
 from pipelines.chunker import estimate_tokens
 from pipelines.vocabulary import PROVENANCE_RELATIONSHIPS
-from store.ids import InvalidIdError, validate_row_id
+from store.ids import InvalidIdError, has_forbidden_characters, validate_row_id
 from store.recall_index import FactRecord, Scope, SessionRecord, TurnRecord
 
 MAX_QUERY_CHARS = 4_000
@@ -178,8 +178,13 @@ class RecallSource(Protocol):
     def facts(self, node_ids: Sequence[str], scope: Scope, *, exclude_relationships: Any, edges_per_node: int) -> list[FactRecord]: ...
 
 
+class VectorUnavailableError(RuntimeError):
+    """The vector store could not answer (down, or not within its time): recall answers without it."""
+
+
 class VectorSource(Protocol):
-    """Nearest turns to a text (``memory:<id>`` ids, nearest first), unscoped: recall filters them."""
+    """Nearest turns to a text (``memory:<id>`` ids, nearest first), unscoped: recall filters them.
+    Raises :class:`VectorUnavailableError` when it cannot answer."""
 
     def nearest(self, text: str, *, limit: int) -> list[str]: ...
 
@@ -286,6 +291,8 @@ def validate(request: RecallRequest) -> list[str]:
         raise RecallInputError(f"budget_tokens must be 1..{MAX_BUDGET_TOKENS}, not {request.budget_tokens}")
     if request.user is not None and (not request.user.strip() or len(request.user) > MAX_USER_CHARS):
         raise RecallInputError(f"user must be 1..{MAX_USER_CHARS} characters")
+    if request.user is not None and has_forbidden_characters(request.user):
+        raise RecallInputError(f"invalid user {request.user[:80]!r}: control characters and lone surrogates are not allowed")
     if request.session is not None:
         try:
             validate_row_id(request.session.removeprefix("session:"), what="session id")
@@ -556,9 +563,13 @@ def recall(
             report["entities"] = {"nodes": matched, "neighbours": near, "common": [*common, *common_near]}
     if vector is not None and "vector" in signals and not empty_scope:
         # The vector store knows nothing of scope: ask deeper, keep only what the scope shows.
-        nearest = vector.nearest(request.query, limit=depth * 4)
-        visible = source.turns(nearest, scope)
-        rankings["vector"] = [m for m in nearest if m in visible][:depth]
+        try:
+            nearest = vector.nearest(request.query, limit=depth * 4)
+        except VectorUnavailableError as exc:  # an optional signal: the graph still answers
+            report["vector"] = {"error": str(exc)}
+        else:
+            visible = source.turns(nearest, scope)
+            rankings["vector"] = [m for m in nearest if m in visible][:depth]
     candidates = {m for ranked in rankings.values() for m in ranked}
     records = source.turns(sorted(candidates), scope)
     rankings = {s: [m for m in ranked if m in records] for s, ranked in rankings.items()}

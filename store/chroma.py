@@ -8,7 +8,8 @@ see one async surface either way. The worker only reads; ``upsert_*`` exists for
 from __future__ import annotations
 
 import math
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -261,15 +262,18 @@ class ChromaStore:
             headers = {}
             if settings.chroma_token is not None:
                 headers["Authorization"] = f"Bearer {settings.chroma_token.get_secret_value()}"
-            self._client = await chromadb.AsyncHttpClient(
-                host=url.hostname or "127.0.0.1",
-                port=url.port or (443 if url.scheme == "https" else 8000),
-                ssl=url.scheme == "https",
-                headers=headers,
-                settings=chroma_settings,
-                tenant=settings.chroma_tenant,
-                database=settings.chroma_database,
-            )
+            with self._deadline():
+                self._client = await chromadb.AsyncHttpClient(
+                    host=url.hostname or "127.0.0.1",
+                    port=url.port or (443 if url.scheme == "https" else 8000),
+                    ssl=url.scheme == "https",
+                    headers=headers,
+                    settings=chroma_settings,
+                    tenant=settings.chroma_tenant,
+                    database=settings.chroma_database,
+                )
+        except ChromaUnavailableError:
+            raise
         except Exception as exc:  # noqa: BLE001 - any client failure means "unreachable"
             raise ChromaUnavailableError(f"cannot open Chroma ({self.location}): {_brief(exc)}") from exc
         return self._client
@@ -278,12 +282,27 @@ class ChromaStore:
     def location(self) -> str:
         return _where(self._settings)
 
+    @contextmanager
+    def _deadline(self) -> Iterator[None]:
+        """Bound one call to the server by ``REM_CHROMA_TIMEOUT_SECONDS``: Chroma's HTTP client
+        waits for ever, so a server that accepts and never answers (hung, frozen, a network black
+        hole) would hold the cycle — alive, beating its heartbeat — for good."""
+        seconds = self._settings.chroma_timeout_seconds
+        try:
+            with anyio.fail_after(seconds):
+                yield
+        except TimeoutError as exc:
+            raise ChromaUnavailableError(f"Chroma did not answer within {seconds:g} s ({self.location})") from exc
+
     async def _call(self, fn: Callable[..., Any], **kwargs: Any) -> Any:
         await self._ensure_client()
         try:
             if self._is_async:
-                return await fn(**kwargs)
+                with self._deadline():
+                    return await fn(**kwargs)
             return await anyio.to_thread.run_sync(partial(fn, **kwargs))
+        except ChromaUnavailableError:
+            raise
         except NotFoundError:
             raise
         except (ValueError, TypeError):

@@ -24,6 +24,7 @@ from store.errors import (
     DatabaseUnreadableError,
     QueryInterruptedError,
     SchemaTooNewError,
+    unstorable_text,
 )
 
 # A LIMIT that keeps every row, in a form both engines accept (SQLite's -1 is an error on PostgreSQL).
@@ -657,6 +658,8 @@ def sqlite_errors() -> Iterator[None]:
         yield
     except sqlite3.Error as exc:
         raise store_error(exc) from exc
+    except UnicodeEncodeError as exc:  # a parameter sqlite3 cannot bind
+        raise unstorable_text(exc) from exc
 
 
 _Method = TypeVar("_Method", bound=Callable[..., Any])
@@ -671,6 +674,8 @@ def _translating(method: _Method) -> _Method:
             return method(*args, **kwargs)
         except sqlite3.Error as exc:
             raise store_error(exc) from exc
+        except UnicodeEncodeError as exc:  # a parameter sqlite3 cannot bind
+            raise unstorable_text(exc) from exc
 
     return translated  # type: ignore[return-value]
 
@@ -852,6 +857,11 @@ class Database:
     def integrity_check(self) -> str:
         """``PRAGMA integrity_check`` — ``"ok"`` when the file is sound."""
         return self.query("PRAGMA integrity_check")[0][0]
+
+    @property
+    def broken(self) -> bool:
+        """Whether the connection is lost for good (never, for a file: see the PostgreSQL adapter)."""
+        return False
 
     def close(self) -> None:
         with self._lock:

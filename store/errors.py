@@ -58,3 +58,9 @@ class QueryInterruptedError(DatabaseError):
 
 class SchemaTooNewError(DatabaseError):
     """The database was written by a newer rem-cycle (a schema version this one does not know)."""
+
+
+def unstorable_text(exc: UnicodeEncodeError) -> DatabaseError:
+    """The :class:`DatabaseError` for a value neither engine can store: text that is no UTF-8 (a
+    lone surrogate, which is how Python reads a command-line byte that is not UTF-8). Pure."""
+    return DatabaseError(f"the database cannot store text that is not UTF-8 ({exc.reason}: {exc.object[exc.start:exc.end]!r})")

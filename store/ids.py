@@ -42,6 +42,12 @@ def is_valid_row_id(value: object) -> bool:
     return isinstance(value, str) and _ROW_ID.fullmatch(value) is not None
 
 
+def has_forbidden_characters(value: str) -> bool:
+    """``True`` when ``value`` holds a control character or a lone surrogate (no id may: PostgreSQL
+    stores no NUL and neither engine encodes a lone surrogate)."""
+    return _FORBIDDEN.search(value) is not None
+
+
 def normalize_graph_node_id(node_id: str) -> str:
     """Canonicalise a graph node id and validate it.
 
@@ -59,7 +65,7 @@ def normalize_graph_node_id(node_id: str) -> str:
         raise InvalidIdError(f"invalid node id {node_id!r}: empty or surrounded by white space")
     if len(node_id) > MAX_NODE_ID_LENGTH:
         raise InvalidIdError(f"invalid node id: {len(node_id)} characters, the limit is {MAX_NODE_ID_LENGTH}")
-    if _FORBIDDEN.search(node_id):
+    if has_forbidden_characters(node_id):
         raise InvalidIdError(f"invalid node id {node_id[:80]!r}: control characters and lone surrogates are not allowed")
     if sep and prefix.lower() in ROW_PREFIXES:
         validate_row_id(suffix, what=f"{prefix.lower()} id")

@@ -47,6 +47,7 @@ from store.errors import (
     DatabaseUnreadableError,
     QueryInterruptedError,
     SchemaTooNewError,
+    unstorable_text,
 )
 from store.postgres_schema import migrations
 
@@ -147,6 +148,8 @@ def psycopg_errors() -> Iterator[None]:
         yield
     except (psycopg.Error, PoolTimeout) as exc:
         raise store_error(exc) from exc
+    except UnicodeEncodeError as exc:  # a parameter psycopg cannot send
+        raise unstorable_text(exc) from exc
 
 
 # ``INSERT INTO t(cols) VALUES (?, …) [ON CONFLICT …]``: one row of placeholders.
@@ -268,7 +271,8 @@ class _Connection:
         self.raw = raw
 
     def cursor(self) -> _Cursor:
-        return _Cursor(self.raw.cursor())
+        with psycopg_errors():  # a connection the server closed refuses even a cursor
+            return _Cursor(self.raw.cursor())
 
     def execute(self, sql: str, params: Any = (), /) -> _Cursor:
         return self.cursor().execute(sql, params)
@@ -306,8 +310,11 @@ def pool_for(url: str, *, timeout: float) -> ConnectionPool:
         if pool is None:
             with psycopg_errors():
                 psycopg.connect(url, connect_timeout=max(1, int(timeout))).close()
+            # ``check``: a connection the server dropped while it idled in the pool (a restart, a
+            # failover) is replaced before it is handed out, instead of failing the next cycle.
             pool = ConnectionPool(
                 url, min_size=1, max_size=POOL_MAX_SIZE, open=False, configure=_configure, reset=_reset,
+                check=ConnectionPool.check_connection,
                 kwargs={"connect_timeout": max(1, int(timeout))}, name="rem-cycle", timeout=timeout,
             )
             pool.open(wait=False)
@@ -483,6 +490,12 @@ class PostgresDatabase:
         its pages itself; ``amcheck`` is the tool for a deeper look)."""
         self.query("SELECT COUNT(*) FROM schema_version")
         return "ok"
+
+    @property
+    def broken(self) -> bool:
+        """Whether the server closed this connection (a restart, a failover): every later statement
+        fails, so a holder should close this database and open it again."""
+        return self._raw is None or self._raw.closed
 
     def close(self) -> None:
         with self._lock:

@@ -58,7 +58,28 @@ class HangUp:
     delay: float = 0.0
 
 
-Behaviour = Reply | Status | HangUp
+@dataclass(frozen=True)
+class Trickle:
+    """A 200 whose body arrives one byte every ``interval`` seconds: each read well within a read
+    timeout, the whole answer far beyond the request's (a slow proxy, a server streaming slowly)."""
+
+    content: Content = None
+    interval: float = 0.1
+    delay: float = 0.0
+    finish_reason: str = "stop"
+    usage: tuple[int, int] | None = None
+
+
+@dataclass(frozen=True)
+class Flood:
+    """A 200 announcing and sending ``size`` bytes of a chat-completions answer, generated piece
+    by piece (the server never holds it whole): a runaway or hostile server."""
+
+    size: int
+    delay: float = 0.0
+
+
+Behaviour = Reply | Status | HangUp | Trickle | Flood
 
 
 def ok(content: Content = None, *, delay: float = 0.0) -> Reply:
@@ -166,8 +187,10 @@ class Recorded:
 class LLMServer:
     """The server; start/stop it, or use it as a context manager."""
 
-    def __init__(self, *, model: str = "test-model", default: Behaviour | None = None, port: int = 0) -> None:
+    def __init__(self, *, model: str = "test-model", default: Behaviour | None = None, port: int = 0,
+                 models: Trickle | Flood | None = None) -> None:
         self.model = model
+        self.models = models  # how ``GET /models`` misbehaves (its content is always the model list)
         self.port = port  # 0 = any free port; a fixed one lets a test restart "the same" server
         self.default: Behaviour = default or ok()
         self.requests: list[Recorded] = []
@@ -273,7 +296,11 @@ def _handler(server: LLMServer) -> type[BaseHTTPRequestHandler]:
         def do_GET(self) -> None:  # noqa: N802
             server._record(Recorded("GET", self.path, dict(self.headers), None, time.monotonic()))
             if self.path.rstrip("/").endswith("/models"):
-                self._send(200, {"object": "list", "data": [{"id": server.model, "object": "model"}]})
+                if isinstance(server.models, Flood):
+                    self._flood(server.models.size)
+                    return
+                self._send(200, {"object": "list", "data": [{"id": server.model, "object": "model"}]},
+                           interval=server.models.interval if isinstance(server.models, Trickle) else 0.0)
             else:
                 self._send(404, {"error": {"message": "not found"}})
 
@@ -300,6 +327,9 @@ def _handler(server: LLMServer) -> type[BaseHTTPRequestHandler]:
             if isinstance(behaviour, Status):
                 self._send(behaviour.status, behaviour.body, behaviour.headers)
                 return
+            if isinstance(behaviour, Flood):
+                self._flood(behaviour.size)
+                return
             content = behaviour.content
             if content is None:
                 content = auto_extraction(body)
@@ -319,9 +349,28 @@ def _handler(server: LLMServer) -> type[BaseHTTPRequestHandler]:
                     "usage": {"prompt_tokens": usage[0], "completion_tokens": usage[1],
                               "total_tokens": usage[0] + usage[1]},
                 },
+                interval=behaviour.interval if isinstance(behaviour, Trickle) else 0.0,
             )
 
-        def _send(self, status: int, payload: Any, headers: dict[str, str] | None = None) -> None:
+        def _flood(self, size: int) -> None:
+            head = b'{"choices": [{"message": {"role": "assistant", "content": "'
+            tail = b'"}, "finish_reason": "stop"}]}'
+            piece = b"x" * 65536
+            try:
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(size))
+                self.end_headers()
+                self.wfile.write(head)
+                left = size - len(head) - len(tail)
+                while left > 0:
+                    self.wfile.write(piece[: min(left, len(piece))])
+                    left -= len(piece)
+                self.wfile.write(tail)
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the client stopped reading
+
+        def _send(self, status: int, payload: Any, headers: dict[str, str] | None = None, *, interval: float = 0.0) -> None:
             data = payload.encode() if isinstance(payload, str) else json.dumps(payload).encode()
             try:
                 self.send_response(status)
@@ -330,7 +379,12 @@ def _handler(server: LLMServer) -> type[BaseHTTPRequestHandler]:
                 for key, value in (headers or {}).items():
                     self.send_header(key, value)
                 self.end_headers()
-                self.wfile.write(data)
+                if not interval:
+                    self.wfile.write(data)
+                for index in range(len(data) if interval else 0):
+                    self.wfile.write(data[index : index + 1])
+                    self.wfile.flush()
+                    time.sleep(interval)
             except (BrokenPipeError, ConnectionResetError):
                 pass  # the client gave up (a timeout test)
 

@@ -272,6 +272,9 @@ async def extract(ctx: CycleContext) -> dict[str, Any]:
         )
         stats, queued = ExtractStats(), 0
         try:
+            # Claims this owner still holds are an earlier cycle's that could not release them (the
+            # database dropped its connection; a daemon's cycles share one owner): its own again.
+            await anyio.to_thread.run_sync(claims.release)
             # Claim a few sessions at a time, so that workers beside this one find work too; a
             # session that failed or was deferred stays claimed until the phase ends (no worker
             # retries it in the meantime), then every claim left is released.
@@ -469,6 +472,7 @@ async def run_cycle(
     stop: anyio.Event | None = None,
     phases: tuple[tuple[str, Phase], ...] = PHASES,
     recorder: FailureRecorder | None = None,
+    lease_owner: str | None = None,
 ) -> CycleResult:
     """Run one REM cycle under the single-flight locks (the host's lock file, the database's
     ``rem_locks`` row) and record it. Raises :class:`CycleBusyError` when another cycle holds
@@ -477,9 +481,11 @@ async def run_cycle(
     Every other failure — in a phase, or around the phases (the
     lock file, the database or the run row cannot be opened or written, say for want of file
     descriptors) — ends up in the result and in ``rem_runs``, written through ``recorder`` (the
-    daemon's, which keeps what it cannot write yet) or a connection opened for it."""
+    daemon's, which keeps what it cannot write yet) or a connection opened for it. ``lease_owner``
+    names who holds the cycle's leases (default: this cycle alone; the daemon passes its own, so a
+    lock its last cycle could not give up — the database went away — is its own to take again)."""
     attempt = CycleAttempt(run_id=new_run_id(), reason=reason, mode=mode)
-    lease_owner = worker_owner()
+    lease_owner = lease_owner or worker_owner()
     try:
         async with _host_lock(settings, what="REM cycle", follow=settings.shared_extract) as leader:
             own_stores = stores is None
@@ -515,7 +521,8 @@ async def run_cycle(
 
 
 async def _release_lock(locks: LockStore) -> None:
-    """Give the single-flight lock up; failing that, it runs out with its lease."""
+    """Give the single-flight lock up; failing that, it runs out with its lease (or its owner takes
+    it again: see ``run_cycle``'s ``lease_owner``)."""
     with anyio.CancelScope(shield=True):
         try:
             await anyio.to_thread.run_sync(locks.release, CYCLE_LOCK)

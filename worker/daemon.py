@@ -21,6 +21,7 @@ import anyio
 import structlog
 
 from config import Settings
+from store.claims import worker_owner
 from worker.cycle import EXIT_OK, REFUSALS, CycleBusyError, run_cycle, single_flight
 from worker.failures import FailureRecorder
 from worker.signals import stop_on_signals
@@ -65,6 +66,10 @@ async def run_daemon(settings: Settings) -> int:
 
 
 async def _schedule(settings: Settings, stop: anyio.Event, recorder: FailureRecorder) -> None:
+    # One lease owner for the daemon's life: its cycles run one after another, so a single-flight
+    # lock a cycle could not release (the database dropped its connection) is not waited out by
+    # the next cycle for REM_LEASE_TIMEOUT_SECONDS.
+    owner = worker_owner()
     if not settings.run_at_startup:
         await _sleep_unless_stopped(stop, settings.interval_seconds)
     while not stop.is_set():
@@ -73,7 +78,7 @@ async def _schedule(settings: Settings, stop: anyio.Event, recorder: FailureReco
         await anyio.to_thread.run_sync(recorder.flush)
         try:
             # Every failure but a busy lock is recorded and returned (worker.cycle.run_cycle).
-            await run_cycle(settings, reason="scheduled", mode="daemon", stop=stop, recorder=recorder)
+            await run_cycle(settings, reason="scheduled", mode="daemon", stop=stop, recorder=recorder, lease_owner=owner)
         except CycleBusyError as exc:
             log.warning("cycle skipped", reason=str(exc))
         except REFUSALS as exc:

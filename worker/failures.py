@@ -80,9 +80,11 @@ class FailureRecorder:
     settings: Settings
     pending: list[RunFailure] = field(default_factory=list)
     _db: Database | None = field(default=None, init=False, repr=False)
+    _keep: bool = field(default=False, init=False, repr=False)  # opened: keep a connection
 
     def open(self) -> None:
         """Open (creating or migrating) the database and keep the connection for later writes."""
+        self._keep = True
         self._db = open_database(self.settings)
 
     def close(self) -> None:
@@ -100,18 +102,31 @@ class FailureRecorder:
         if not self.pending:
             return True
         try:
-            db = self._db or open_database(self.settings)
             try:
-                while self.pending:
-                    _write(db, self.pending[0])
-                    self.pending.pop(0)
-            finally:
-                if db is not self._db:
-                    db.close()
+                self._write_pending()
+            except StoreError:
+                if self._db is None or not self._db.broken:
+                    raise
+                self._write_pending()  # on a new connection: the server had dropped the kept one
         except (StoreError, OSError) as exc:
             log.error("cycle failure not recorded yet, will retry", error=str(exc), pending=[f.run_id for f in self.pending])
             return False
         return True
+
+    def _write_pending(self) -> None:
+        if self._keep and (self._db is None or self._db.broken):
+            # The kept connection is gone (a PostgreSQL restart dropped it, or reopening failed
+            # while the server was down): keep a new one.
+            self.close()
+            self._db = open_database(self.settings)
+        db = self._db or open_database(self.settings)
+        try:
+            while self.pending:
+                _write(db, self.pending[0])
+                self.pending.pop(0)
+        finally:
+            if db is not self._db:
+                db.close()
 
 
 def _write(db: Database, failure: RunFailure) -> None:

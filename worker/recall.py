@@ -16,6 +16,7 @@ from pipelines.recall import (
     RecallInputError,
     RecallRequest,
     RecallWeights,
+    VectorUnavailableError,
     fact_item,
     match_expression,
     query_terms,
@@ -24,7 +25,7 @@ from pipelines.recall import (
     validate,
 )
 from pipelines.vocabulary import PROVENANCE_RELATIONSHIPS
-from store.chroma import ChromaStore
+from store.chroma import ChromaStore, ChromaStoreError
 from store.backend import database_exists, database_location, open_database
 from store.errors import QueryInterruptedError
 from store.graph import GraphStore
@@ -82,13 +83,21 @@ class ChromaNearest:
         self.chroma = chroma
 
     def nearest(self, text: str, *, limit: int) -> list[str]:
-        return anyio.from_thread.run(self._nearest, text, limit)
+        try:
+            return anyio.from_thread.run(self._nearest, text, limit)
+        except TimeoutError as exc:
+            raise VectorUnavailableError(f"Chroma did not answer within {RECALL_DEADLINE_SECONDS:g} s") from exc
+        except ChromaStoreError as exc:
+            raise VectorUnavailableError(str(exc)) from exc
 
     async def _nearest(self, text: str, limit: int) -> list[str]:
-        collection = await self.chroma.memories()
-        if collection is None:
-            return []
-        result = await self.chroma._call(collection.query, query_texts=[text], n_results=limit, include=[])
+        # Within recall's own deadline: a hung Chroma must not hold the caller (and a worker
+        # thread) for REM_CHROMA_TIMEOUT_SECONDS.
+        with anyio.fail_after(RECALL_DEADLINE_SECONDS):
+            collection = await self.chroma.memories()
+            if collection is None:
+                return []
+            result = await self.chroma._call(collection.query, query_texts=[text], n_results=limit, include=[])
         return [f"memory:{i}" for i in (result.get("ids") or [[]])[0]]
 
 

@@ -5,9 +5,11 @@ One unit = one conversation: the prompt shows the turns with local numbers ``[1]
 must be JSON in the model schema (:mod:`pipelines.extract.model`). Structured output is asked for
 with ``response_format`` (``json_schema``, else ``json_object``, else nothing — a server that
 rejects a mode is asked again one mode lower, and the extractor remembers). Transport failures
-(connection errors, HTTP 429/5xx, timeouts) are retried with exponential backoff honouring a
-capped ``Retry-After``; unparseable JSON gets one repair round. Every failure ends as an
-:class:`ExtractionFailure` with one of the six kinds.
+(connection errors and connect timeouts, HTTP 429/5xx) are retried with exponential backoff
+honouring a capped ``Retry-After``; an answer that did not arrive in time is not asked for again
+(the server may still be generating it: the chunk is retried after its backoff). The timeout
+bounds the whole answer, and its size is capped. Unparseable JSON gets one repair round. Every
+failure ends as an :class:`ExtractionFailure` with one of the six kinds.
 """
 
 from __future__ import annotations
@@ -45,6 +47,9 @@ JSON_MODES: tuple[str, ...] = ("json_schema", "json_object", "none")
 MAX_RETRY_AFTER_SECONDS = 60.0
 MAX_BACKOFF_SECONDS = 30.0
 MAX_TOKEN_COUNT = 2**40
+# An answer is at most REM_OUTPUT_RESERVE_TOKENS tokens, a few hundred KiB of JSON: anything near this
+# is a runaway or hostile server.
+MAX_RESPONSE_BYTES = 16 * 2**20
 _CONTEXT_OVERFLOW = re.compile(r"context[ _-]?(length|window|size)|maximum context|too many tokens|prompt is too long|exceeds", re.I)
 _FORMAT_REJECTED = re.compile(r"response_format|json_schema|json_object|structured", re.I)
 
@@ -133,8 +138,14 @@ class OpenAIExtractor:
         """Raise :class:`ExtractionFailure` ``provider-error`` unless the server answers ``GET /models``
         (any answer below 500 except 401/403 counts: some servers do not list models)."""
         assert self._client is not None, "use the extractor as an async context manager"
+        seconds = min(10.0, self.settings.llm_timeout_seconds)
         try:
-            response = await self._client.get(f"{self.base_url}/models", timeout=min(10.0, self.settings.llm_timeout_seconds))
+            # The status is the answer: the body (a model list, or a runaway stream) is never read.
+            with anyio.fail_after(seconds):  # the whole exchange, not each read (see _post)
+                async with self._client.stream("GET", f"{self.base_url}/models") as response:
+                    pass
+        except TimeoutError as exc:
+            raise ExtractionFailure("provider-error", f"LLM server {self.base_url} did not answer within {seconds:g}s") from exc
         except httpx.HTTPError as exc:
             raise ExtractionFailure("provider-error", f"LLM server {self.base_url} unreachable: {exc}") from exc
         if response.status_code in (401, 403) or response.status_code >= 500:
@@ -171,7 +182,7 @@ class OpenAIExtractor:
         ``ValueError`` when the answer is not JSON, :class:`ExtractionFailure` when the call failed."""
         content = await self._complete(messages, [0, 0], schema=(schema_name, schema))
         match = _FENCE.match(content)
-        return json.loads(match.group(1) if match else content)
+        return load_json(match.group(1) if match else content)
 
     async def _complete(
         self, messages: list[dict[str, str]], usage: list[int], *, schema: tuple[str, dict[str, Any]] = ("extraction", RESPONSE_SCHEMA)
@@ -180,22 +191,33 @@ class OpenAIExtractor:
         assert self._client is not None, "use the extractor as an async context manager"
         attempt = 0
         while True:
-            body = self._body(messages, schema)
+            json_mode = self.json_mode
+            body = self._body(messages, schema, json_mode)
             try:
-                response = await self._client.post(f"{self.base_url}/chat/completions", json=body)
-            except httpx.TimeoutException as exc:
+                response, raw = await self._post(body)
+            except (httpx.TimeoutException, TimeoutError) as exc:
                 failure = ExtractionFailure("timeout", f"no answer within {self.settings.llm_timeout_seconds}s: {exc!r}")
+                if not isinstance(exc, (httpx.ConnectTimeout, httpx.PoolTimeout)):
+                    # The request reached the server, which may still be generating the answer:
+                    # asking again now would pay for the same text again. A later cycle retries the
+                    # chunk after its backoff.
+                    failure.tokens_in, failure.tokens_out = usage
+                    raise failure from None
                 delay = None
             except httpx.HTTPError as exc:
                 failure = ExtractionFailure("provider-error", f"connection failed: {exc!r}")
                 delay = None
             else:
                 if response.status_code == 200:
-                    return self._content(response, usage)
-                text = response.text[:500]
-                if response.status_code == 400 and self.json_mode != "none" and _FORMAT_REJECTED.search(text):
-                    self.json_mode = JSON_MODES[JSON_MODES.index(self.json_mode) + 1]
-                    log.warning("LLM server rejected the response format, falling back", json_mode=self.json_mode)
+                    return self._content(raw, usage)
+                text = raw[:500].decode("utf-8", "replace")
+                if response.status_code == 400 and json_mode != "none" and _FORMAT_REJECTED.search(text):
+                    # One mode below the one this request sent: calls in flight together are all
+                    # refused the same mode, and each must not lower the mode again.
+                    lower = JSON_MODES[JSON_MODES.index(json_mode) + 1]
+                    if JSON_MODES.index(lower) > JSON_MODES.index(self.json_mode):
+                        self.json_mode = lower
+                        log.warning("LLM server rejected the response format, falling back", json_mode=lower)
                     continue
                 if response.status_code in (400, 413) and _CONTEXT_OVERFLOW.search(text):
                     raise ExtractionFailure("context-overflow", f"HTTP {response.status_code}: {text}")
@@ -212,33 +234,58 @@ class OpenAIExtractor:
             log.info("llm call failed, retrying", kind=failure.kind, error=str(failure)[:200], attempt=attempt, delay_s=round(delay, 3))
             await anyio.sleep(delay)
 
-    def _body(self, messages: list[dict[str, str]], schema: tuple[str, dict[str, Any]]) -> dict[str, Any]:
+    async def _post(self, body: dict[str, Any]) -> tuple[httpx.Response, bytes]:
+        """One request and its answer's bytes, the whole exchange within ``REM_LLM_TIMEOUT_SECONDS``
+        (httpx's timeout bounds each read, so an answer trickling in would never time out) and the
+        answer within :data:`MAX_RESPONSE_BYTES` (``provider-error`` beyond: a runaway server never
+        fills the worker's memory)."""
+        assert self._client is not None
+        with anyio.fail_after(self.settings.llm_timeout_seconds):
+            async with self._client.stream("POST", f"{self.base_url}/chat/completions", json=body) as response:
+                parts: list[bytes] = []
+                size = 0
+                async for part in response.aiter_bytes():
+                    size += len(part)
+                    if size > MAX_RESPONSE_BYTES:
+                        raise ExtractionFailure(
+                            "provider-error", f"the answer is larger than {MAX_RESPONSE_BYTES // 2**20} MiB; stopped reading it"
+                        )
+                    parts.append(part)
+        return response, b"".join(parts)
+
+    def _body(self, messages: list[dict[str, str]], schema: tuple[str, dict[str, Any]], json_mode: str) -> dict[str, Any]:
         body: dict[str, Any] = {
             "model": self.settings.llm_model,
             "messages": messages,
             "temperature": 0,
             "max_tokens": self.settings.output_reserve_tokens,
         }
-        if self.json_mode == "json_schema":
+        if json_mode == "json_schema":
             body["response_format"] = {"type": "json_schema", "json_schema": {"name": schema[0], "schema": schema[1]}}
-        elif self.json_mode == "json_object":
+        elif json_mode == "json_object":
             body["response_format"] = {"type": "json_object"}
         return body
 
     @staticmethod
-    def _content(response: httpx.Response, usage: list[int]) -> str:
+    def _content(raw: bytes, usage: list[int]) -> str:
         try:
-            data = response.json()
+            data = load_json(raw)
             choice = data["choices"][0]
-            content = choice.get("message", {}).get("content")
+            message = choice.get("message", {})
+            content, refusal = message.get("content"), message.get("refusal")
             finish = choice.get("finish_reason")
         except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
             raise ExtractionFailure("provider-error", f"not a chat-completions answer: {exc!r}") from None
+        if isinstance(content, list):  # content parts: [{"type": "text", "text": …}, …]
+            content = "".join(p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
         counts = data.get("usage") if isinstance(data.get("usage"), dict) else {}
         usage[0] += _token_count(counts.get("prompt_tokens"))
         usage[1] += _token_count(counts.get("completion_tokens"))
         if finish == "length":
             raise ExtractionFailure("truncated-output", "the answer hit the output limit (finish_reason=length)",
+                                    tokens_in=usage[0], tokens_out=usage[1])
+        if isinstance(refusal, str) and refusal.strip() and not (isinstance(content, str) and content.strip()):
+            raise ExtractionFailure("schema-failure", f"the model refused: {refusal.strip()[:300]}",
                                     tokens_in=usage[0], tokens_out=usage[1])
         if not isinstance(content, str) or not content.strip():
             # The earlier system's lesson: an empty answer means the prompt overflowed the context.
@@ -259,12 +306,21 @@ def _token_count(value: Any) -> int:
 _FENCE = re.compile(r"^\s*```(?:json)?\s*(.*?)\s*```\s*$", re.S)
 
 
+def load_json(text: str | bytes) -> Any:
+    """``json.loads``, with JSON nested deeper than Python's parser goes (a ``RecursionError``)
+    reported as the ``ValueError`` of any other unreadable JSON."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError("JSON nested too deep to read") from None
+
+
 def parse_json_reply(content: str) -> Any:
     """The JSON object in a reply (a Markdown code fence around it is tolerated); ``ValueError``
     when there is none or it has no ``nodes`` list (worth a repair round too)."""
     match = _FENCE.match(content)
     text = match.group(1) if match else content
-    value = json.loads(text)
+    value = load_json(text)
     if not isinstance(value, dict):
         raise ValueError(f"expected a JSON object, got {type(value).__name__}")
     graph = value.get("graph") if isinstance(value.get("graph"), dict) else value
