@@ -24,7 +24,7 @@ from tests.conftest import SAMPLE
 from tests.test_extract_llm import unit
 from tests.llm_server import Behaviour, Flood, LLMServer, Reply, Status, Trickle, slow
 from tests.test_model_faults import MARKER, bad_calls, fault_settings, load, semantic_writes
-from worker.cycle import open_stores, run_cycle
+from worker.cycle import CycleResult, Stores, open_stores, run_cycle
 from worker.knowledge import model_judge
 
 DEEP = "[" * 100_000 + "]" * 100_000  # valid JSON: Python's parser gives up on it (RecursionError)
@@ -40,6 +40,18 @@ FAULTS: list[tuple[str, Behaviour, str, int]] = [
 ]
 
 
+async def measured_cycle(settings: Settings, stores: Stores) -> tuple[CycleResult, float, int]:
+    """One REM cycle (at most 60 s) with its seconds and its peak of traced memory in bytes."""
+    started = time.monotonic()
+    tracemalloc.start()
+    try:
+        with anyio.fail_after(60):
+            result = await run_cycle(settings, stores=stores)
+        return result, time.monotonic() - started, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
 @pytest.mark.parametrize(("name", "behaviour", "kind", "calls"), FAULTS, ids=[f[0] for f in FAULTS])
 async def test_a_misbehaving_answer_fails_its_chunk_only(
     settings: Settings, tmp_path: Path, name: str, behaviour: Behaviour, kind: str, calls: int
@@ -50,14 +62,7 @@ async def test_a_misbehaving_answer_fails_its_chunk_only(
         stores = await open_stores(mine)
         try:
             await load(mine, stores, tmp_path)
-            started = time.monotonic()
-            tracemalloc.start()
-            try:
-                with anyio.fail_after(60):
-                    result = await run_cycle(mine, stores=stores)
-                peak = tracemalloc.get_traced_memory()[1]
-            finally:
-                tracemalloc.stop()
+            result, seconds, peak = await measured_cycle(mine, stores)
             assert result.outcome == "completed", result.message
             extract = result.phases["extract"]
             assert (extract["sessions_digested"], extract["sessions_failed"]) == (1, 1), extract
@@ -67,7 +72,7 @@ async def test_a_misbehaving_answer_fails_its_chunk_only(
             assert semantic_writes(stores, "bad") == [] and semantic_writes(stores, "good") != []
             assert bad_calls(server) == calls
             # bounded: the request's timeout is the whole answer's, and an answer's size is capped
-            assert time.monotonic() - started < 20
+            assert seconds < 20
             assert peak < 100 * 2**20, f"{peak / 2**20:.0f} MiB"
         finally:
             stores.close()
@@ -127,15 +132,8 @@ async def test_the_model_list_check_reads_the_status_only(settings: Settings, tm
         stores = await open_stores(mine)
         try:
             await load(mine, stores, tmp_path)
-            started = time.monotonic()
-            tracemalloc.start()
-            try:
-                with anyio.fail_after(60):
-                    result = await run_cycle(mine, stores=stores)
-                peak = tracemalloc.get_traced_memory()[1]
-            finally:
-                tracemalloc.stop()
-            assert time.monotonic() - started < 10 and peak < 100 * 2**20, (time.monotonic() - started, peak)
+            result, seconds, peak = await measured_cycle(mine, stores)
+            assert seconds < 10 and peak < 100 * 2**20, (seconds, peak)
             assert result.outcome == "completed" and result.phases["extract"]["sessions_digested"] == 2
         finally:
             stores.close()
