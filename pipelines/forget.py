@@ -159,6 +159,39 @@ def forget_memory(unit: UnitOfWork, memory_id: str, *, dry_run: bool = False) ->
     return report
 
 
-def retract_vanished(unit: UnitOfWork, present: set[str], known: set[str]) -> list[dict[str, Any]]:
-    """Forget (without a tombstone) the ``known`` sessions no longer ``present`` in Chroma."""
-    return [forget_session(unit, session_id, bury=False) for session_id in sorted(known - present)]
+# A full scan that finds most of the graph's sessions gone from Chroma at once says far more likely
+# that Chroma came back with the wrong or an empty volume (a path, a URL, a collection name) than
+# that agents deleted them, and retracting them would wipe the graph: "most" is more than half of
+# the sessions, and more than this many — so that deleting a few sessions (all of a small graph's
+# included) works as ever. No setting: a real mass deletion is rare and is confirmed once
+# (``rem-cycle --once --allow-mass-retraction``), while a standing setting would disarm the guard
+# on the day the volume goes wrong.
+MASS_RETRACTION_MIN_SESSIONS = 5
+
+
+class MassRetractionRefused(Exception):
+    """Retracting ``sessions`` of the graph's ``known`` sessions at once was refused (see
+    :data:`MASS_RETRACTION_MIN_SESSIONS`); nothing was retracted."""
+
+    def __init__(self, sessions: int, known: int) -> None:
+        super().__init__(f"{sessions} of the graph's {known} sessions are gone from Chroma")
+        self.sessions = sessions
+        self.known = known
+
+
+def sessions_to_retract(present: set[str], known: set[str], *, rows_scanned: int, allow_mass: bool) -> list[str]:
+    """The ``known`` sessions a full scan that read ``rows_scanned`` rows and found the sessions
+    ``present`` retracts: those no longer present — none when the scan saw no row at all (an empty
+    or misnamed collection) — unless they are most of the graph (:class:`MassRetractionRefused`);
+    with ``allow_mass`` (the operator's word) every one of them. Pure."""
+    vanished = sorted(known - present)
+    if allow_mass or not vanished:
+        return vanished
+    if len(vanished) > MASS_RETRACTION_MIN_SESSIONS and 2 * len(vanished) > len(known):
+        raise MassRetractionRefused(len(vanished), len(known))
+    return vanished if rows_scanned else []
+
+
+def retract_vanished(unit: UnitOfWork, session_ids: list[str]) -> list[dict[str, Any]]:
+    """Forget (without a tombstone) sessions whose rows left Chroma (see :func:`sessions_to_retract`)."""
+    return [forget_session(unit, session_id, bury=False) for session_id in session_ids]

@@ -86,6 +86,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}", help="print the version and exit")
     parser.add_argument("--once", action="store_true", help="run one REM cycle and exit (non-zero when it failed)")
+    parser.add_argument(
+        "--allow-mass-retraction", action="store_true",
+        help="with --once: retract every session whose rows left Chroma, even most of the graph "
+        "(refused without it: mass-retraction-refused)",
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands (none: run the daemon)")
     imp = add_command(sub, "import", common, "write sessions from a JSONL file into Chroma")
     imp.add_argument("file", help="JSONL file, one session per line (see README)")
@@ -236,7 +241,9 @@ async def cmd_once(settings: Settings, args: argparse.Namespace) -> int:
     result = None
     try:
         async with stop_on_signals(grace_seconds=settings.grace_seconds) as stop:
-            result = await run_cycle(settings, reason="manual", mode="once", stop=stop.event)
+            result = await run_cycle(
+                settings, reason="manual", mode="once", stop=stop.event, allow_mass_retraction=args.allow_mass_retraction,
+            )
     except CycleBusyError as exc:
         print(f"rem-cycle: {exc}; not starting a second one", file=sys.stderr)
         return EXIT_BUSY
@@ -770,7 +777,10 @@ def _missing_data(settings: Settings, *, graph: bool) -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``rem-cycle`` console script."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.allow_mass_retraction and (args.command or not args.once):  # one cycle's word, never a standing one
+        parser.error("--allow-mass-retraction goes with --once (and no COMMAND)")
     try:
         settings = load_settings(getattr(args, "config", None))
     except ConfigError as exc:

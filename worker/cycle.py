@@ -33,7 +33,7 @@ import structlog
 from config import Settings
 from config.redact import redact
 from pipelines.drain import DrainStats, drain_queue
-from pipelines.forget import retract_vanished
+from pipelines.forget import MassRetractionRefused, retract_vanished, sessions_to_retract
 from pipelines.ingest import ScanResult, mark_holds, scan_changed_sessions, sync_batch_isolating_failures
 from store.chroma import ChromaStore, ChromaStoreError, ChromaUnavailableError
 from store.claims import CYCLE_LOCK, ClaimStore, LockStore, worker_owner
@@ -115,6 +115,8 @@ class CycleContext:
     stop: anyio.Event = field(default_factory=anyio.Event)
     # Who holds this cycle's leases (session claims, the single-flight lock): host:pid:nonce.
     lease_owner: str = field(default_factory=worker_owner)
+    # The operator's word that a full scan may retract most of the graph (``--allow-mass-retraction``).
+    allow_mass_retraction: bool = False
 
     def check_stop(self) -> None:
         """Raise :class:`CycleInterrupted` when a stop was requested (call between transactions)."""
@@ -165,8 +167,8 @@ async def ingest(ctx: CycleContext) -> dict[str, Any]:
     buried = await anyio.to_thread.run_sync(TombstoneStore(stores.db).buried, SESSION)
     revisions = [r for r in scan.revisions if r.session_id not in buried]  # forgotten: never back
     # Only a full scan can see that a session's rows went away (a scan of the new rows found the
-    # rows before them where they were).
-    retracted = await anyio.to_thread.run_sync(_retract_vanished, stores, scan) if scan.full and scan.rows_scanned else []
+    # rows before them where they were). A refusal fails the phase before anything is written.
+    retracted = await anyio.to_thread.run_sync(_retract_vanished, ctx, scan) if scan.full else []
     changed = await anyio.to_thread.run_sync(stores.runstate.changed_sessions, revisions)
     todo = changed[: settings.batch_limit]
     counts: dict[str, Any] = {
@@ -236,11 +238,25 @@ async def _marks_hold(chroma: ChromaStore, marks: list[ScanMark]) -> bool:
         return False
 
 
-def _retract_vanished(stores: Stores, scan: Any) -> list[dict[str, Any]]:
-    """Sessions whose rows all left Chroma are forgotten (no tombstone: new rows may come back).
-    Reads every known session id — as the scan reads every row id."""
-    present = {r.session_id for r in scan.revisions}
-    retracted = retract_vanished(stores.unit, present, stores.runstate.session_ids())
+def _retract_vanished(ctx: CycleContext, scan: ScanResult) -> list[dict[str, Any]]:
+    """Sessions whose rows all left Chroma are forgotten (no tombstone: new rows may come back) —
+    unless they are most of the graph and the operator did not allow it: then :class:`PhaseError`
+    ``mass-retraction-refused``, nothing retracted. Reads every known session id — as the scan
+    reads every row id."""
+    stores = ctx.stores
+    try:
+        session_ids = sessions_to_retract(
+            {r.session_id for r in scan.revisions}, stores.runstate.session_ids(),
+            rows_scanned=scan.rows_scanned, allow_mass=ctx.allow_mass_retraction,
+        )
+    except MassRetractionRefused as exc:
+        raise PhaseError("mass-retraction-refused", (
+            f"{exc} ({stores.chroma.location}): retracting that many at once was refused, nothing was changed. "
+            "If Chroma lost its data or points at the wrong store (REM_CHROMA_URL, REM_DATA_DIR, the collection "
+            "names), put it right and the next cycle goes on; if those sessions were deleted on purpose, "
+            "run `rem-cycle --once --allow-mass-retraction` to take them out of the graph"
+        )) from exc
+    retracted = retract_vanished(stores.unit, session_ids)
     for report in retracted:
         log.info("session retracted: its rows left Chroma", session_id=report["id"], points=report["points"])
     return retracted
@@ -473,6 +489,7 @@ async def run_cycle(
     phases: tuple[tuple[str, Phase], ...] = PHASES,
     recorder: FailureRecorder | None = None,
     lease_owner: str | None = None,
+    allow_mass_retraction: bool = False,
 ) -> CycleResult:
     """Run one REM cycle under the single-flight locks (the host's lock file, the database's
     ``rem_locks`` row) and record it. Raises :class:`CycleBusyError` when another cycle holds
@@ -483,7 +500,9 @@ async def run_cycle(
     descriptors) — ends up in the result and in ``rem_runs``, written through ``recorder`` (the
     daemon's, which keeps what it cannot write yet) or a connection opened for it. ``lease_owner``
     names who holds the cycle's leases (default: this cycle alone; the daemon passes its own, so a
-    lock its last cycle could not give up — the database went away — is its own to take again)."""
+    lock its last cycle could not give up — the database went away — is its own to take again).
+    ``allow_mass_retraction``: ingest may retract most of the graph's sessions at once (see
+    :func:`pipelines.forget.sessions_to_retract`)."""
     attempt = CycleAttempt(run_id=new_run_id(), reason=reason, mode=mode)
     lease_owner = lease_owner or worker_owner()
     try:
@@ -503,7 +522,7 @@ async def run_cycle(
                 try:
                     return await _run_phases(
                         settings, stores, attempt, stop=stop or anyio.Event(), phases=phases, lease_owner=lease_owner,
-                        lock=locks if leader else None,
+                        lock=locks if leader else None, allow_mass_retraction=allow_mass_retraction,
                     )
                 finally:
                     if leader:
@@ -564,6 +583,7 @@ async def _run_phases(
     phases: tuple[tuple[str, Phase], ...],
     lease_owner: str,
     lock: LockStore | None,
+    allow_mass_retraction: bool = False,
 ) -> CycleResult:
     run_id = attempt.run_id
     runstate = stores.runstate
@@ -576,7 +596,10 @@ async def _run_phases(
             log.warning("previous run abandoned", old_run_id=old)
     await anyio.to_thread.run_sync(lambda: runstate.start_run(run_id, reason=attempt.reason, mode=attempt.mode, owner=owner_id()))
     attempt.row_started = True
-    ctx = CycleContext(settings=settings, stores=stores, run_id=run_id, stop=stop, lease_owner=lease_owner)
+    ctx = CycleContext(
+        settings=settings, stores=stores, run_id=run_id, stop=stop, lease_owner=lease_owner,
+        allow_mass_retraction=allow_mass_retraction,
+    )
     beats: list[Callable[[], object]] = [partial(runstate.heartbeat, run_id), ClaimStore(stores.db, owner=lease_owner, lease_seconds=settings.lease_timeout_seconds).heartbeat]
     if lock is not None:
         beats.append(partial(lock.heartbeat, CYCLE_LOCK))

@@ -116,6 +116,12 @@ def print_status(status: dict[str, Any]) -> None:
             outcome += f" [red](stalled: no heartbeat for {run['silent_seconds']:.0f}s)[/red]"
         table.add_row(run["run_id"], run["mode"], run["started_at"], outcome, seconds, failure)
     console.print(table)
+    newest = status["runs"][0] if status["runs"] else None
+    if newest and newest["outcome"] == "failed" and newest.get("failure_phase"):
+        # What went wrong and, for a refusal, what to do next: the operator reads it here.
+        error = newest["phases"].get(newest["failure_phase"], {}).get("error")
+        if error:
+            console.print(f"last run failed in {newest['failure_phase']} ({newest['reason_code']}): {error}")
     backlog = status["backlog"]
     pending = backlog["not_ingested_sessions"]
     console.print(
