@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     NoDecode,
@@ -178,13 +178,14 @@ class Settings(BaseSettings):
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_format: Literal["auto", "json", "console"] = "auto"
 
-    @field_validator("data_dir", mode="before")
+    @field_validator("data_dir", "lazy_edges_path", "safe_processing_limit_tokens", "mcp_user", mode="before")
     @classmethod
-    def _empty_data_dir_is_the_default(cls, value: Any) -> Any:
-        # ``REM_DATA_DIR=`` (in .env, or from an unset shell variable) would be the current
-        # directory, and every command would write there: it means the default, as --help says.
+    def _empty_is_unset(cls, value: Any, info: ValidationInfo) -> Any:
+        # ``REM_X=`` (in .env, as .env.example shows them, or from an unset shell variable) means
+        # unset: the default data dir (not the current directory, where every command would
+        # write), the default queue path, 75 % of the context, no pinned MCP user (not user '').
         if isinstance(value, str) and not value.strip():
-            return cls.model_fields["data_dir"].default
+            return cls.model_fields["data_dir"].default if info.field_name == "data_dir" else None
         return value
 
     @field_validator("chroma_url")
