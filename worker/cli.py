@@ -280,7 +280,7 @@ async def cmd_import(settings: Settings, args: argparse.Namespace, progress: Com
     stats = ImportStats()
     progress.describe = lambda: (
         f"lines 1-{stats.done_through_line} are imported or rejected, the rest is not"
-        if stats.done_through_line else "no line was imported"
+        if stats.done_through_line else "no line is fully imported yet"
     ) + f" ({stats.memories_written} memories and {stats.summaries_written} summaries written)"
     chroma = await ChromaStore.connect(settings)
     try:
@@ -312,7 +312,7 @@ async def cmd_import(settings: Settings, args: argparse.Namespace, progress: Com
     _emit(args, stats.as_dict(), text)
     if stats.stopped:
         done = stats.done_through_line
-        what = f"lines 1-{done} are imported or listed as rejected, the rest is not" if done else "no line was imported"
+        what = f"lines 1-{done} are imported or listed as rejected, the rest is not" if done else "no line is fully imported yet"
         print(f"rem-cycle: import stopped: {stats.stopped}; {what}; re-running the import is safe", file=sys.stderr)
     return EXIT_OK if not stats.bad_lines and not stats.stopped else EXIT_FAILED
 
