@@ -32,11 +32,11 @@ EXIT_USAGE = 2
 # Commands that read or change an existing graph: on a graph database that is not there they say
 # so (with the resolved path) and fail, rather than create an empty one and report on nothing.
 GRAPH_COMMANDS = frozenset({
-    "search", "show", "export", "candidates", "retry", "merge", "unmerge", "backup", "forget", "recall", "reindex", "mcp",
+    "status", "search", "show", "export", "candidates", "retry", "merge", "unmerge", "backup", "forget", "recall",
+    "reindex", "mcp",
 })
-# ``status`` also reports on a data dir before its first cycle (an import, a queue), but not on none;
-# ``enqueue`` writes the queue file or table there.
-DATA_DIR_COMMANDS = GRAPH_COMMANDS | {"status", "enqueue"}
+# ``enqueue`` writes the queue file or table in an existing data dir, graph or not.
+DATA_DIR_COMMANDS = GRAPH_COMMANDS | {"enqueue"}
 EPILOG = """\
 Without a COMMAND, rem-cycle runs the daemon (a cycle every REM_INTERVAL_SECONDS until SIGTERM or
 Ctrl-C); no COMMAND starts or talks to a daemon. Every command works on the data dir
