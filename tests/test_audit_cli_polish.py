@@ -4,6 +4,10 @@ words of a refused argument."""
 
 from __future__ import annotations
 
+import os
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -23,7 +27,7 @@ def sample_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _tree(root: Path) -> list[str]:
-    return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*") if not p.name.endswith(("-wal", "-shm")))
 
 
 def test_status_on_a_data_dir_without_a_graph_says_so_and_creates_nothing(tmp_path: Path) -> None:
@@ -43,3 +47,35 @@ def test_status_on_a_data_dir_without_a_graph_says_so_and_creates_nothing(tmp_pa
                 "(run a REM cycle first: rem-cycle --once)"
             ]
             assert _tree(data) == before
+
+
+def _cli_process(*args: str, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("REM_")} | env | {"PYTHONPATH": str(ROOT)}
+    return subprocess.Popen(
+        [sys.executable, "-m", "worker", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=full_env, cwd=ROOT
+    )
+
+
+@pytest.mark.parametrize("args", [
+    ["export"], ["export", "--format", "graphml"], ["status"], ["status", "--json"], ["show", "CLASS:LazyEdgeQueue"],
+    ["search", "queue"], ["recall", "queue"], ["recall", "queue", "--json"], ["candidates"], ["drain", "--dry-run"],
+])
+def test_every_command_whose_reader_went_away_stops_quietly_with_141(sample_data: Path, args: list[str]) -> None:
+    # `rem-cycle export | head -c 100`: the reader takes what it wants and goes; for the others it
+    # goes before the command writes anything (their output fits the pipe's buffer).
+    before = _tree(sample_data)
+    process = _cli_process(*args, env={"REM_DATA_DIR": str(sample_data)})
+    assert process.stdout is not None and process.stderr is not None
+    if args[0] == "export":  # about 1 MB (GraphML: in one piece): far past the pipe's buffer
+        assert len(process.stdout.read(100)) == 100
+    process.stdout.close()
+    stderr = process.stderr.read().decode()
+    assert process.wait(timeout=120) == 141, stderr[-2000:]
+    assert stderr == ""
+    assert _tree(sample_data) == before
+
+
+def test_the_reader_gone_exit_status_is_documented() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert re.search(r"^\| `141` \| the output's reader went away", readme, re.MULTILINE)
+    assert "141  the output's reader went away" in run_cli("--help").stdout

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TextIO, TypeVar, cast
 
 import anyio
 import structlog
@@ -55,6 +55,7 @@ exit codes:
   3  busy: another cycle, daemon or drain holds the data dir's lock
   130, 143  import, drain or backfill stopped by SIGINT (Ctrl-C) or SIGTERM; a line on stderr says
      what was done, and re-running is safe
+  141  the output's reader went away (rem-cycle export | head): stopped without a message, as by SIGPIPE
 """
 # The largest count (``--limit``, ``--runs``) a command takes: far past any graph, well within the
 # database's integers (a larger one made SQLite raise OverflowError).
@@ -357,6 +358,20 @@ def _refused_output(settings: Settings, path: str) -> bool:
     return True
 
 
+class _StdoutInPieces:
+    """Stdout written a piece at a time. A write larger than its buffer that a pipe's reader leaves
+    mid-way (``export --format graphml | head``) returns the short count from CPython's buffered
+    writer, which the text layer drops: the export would end with exit 0. The next piece's write
+    raises BrokenPipeError instead (see :func:`worker.entry.reader_gone`)."""
+
+    PIECE_CHARS = 2048  # encoded, within the buffer (8 KiB), which retries a short write itself
+
+    def write(self, text: str) -> int:
+        for start in range(0, len(text), self.PIECE_CHARS):
+            sys.stdout.write(text[start:start + self.PIECE_CHARS])
+        return len(text)
+
+
 async def cmd_export(settings: Settings, args: argparse.Namespace) -> int:
     from worker.knowledge import export_graph
 
@@ -364,7 +379,8 @@ async def cmd_export(settings: Settings, args: argparse.Namespace) -> int:
         return EXIT_USAGE
     def write() -> dict[str, int]:
         if not args.out:
-            return export_graph(settings, sys.stdout, fmt=args.format, include_anchors=args.include_anchors, as_of=args.as_of)
+            stdout = cast(TextIO, _StdoutInPieces())
+            return export_graph(settings, stdout, fmt=args.format, include_anchors=args.include_anchors, as_of=args.as_of)
         # Written beside and renamed into place: a failed export never leaves half a file at OUT.
         part = f"{args.out}.part"
         try:
@@ -801,6 +817,8 @@ def main(argv: list[str] | None = None) -> int:
         return anyio.run(handler, settings, args)
     except KeyboardInterrupt:  # SIGINT outside a command's own handling (read commands)
         return interrupted()
+    except BrokenPipeError:  # the output's reader went away: the entry point ends it quietly
+        raise
     except Exception as exc:  # noqa: BLE001 - a clear one-line error instead of a traceback
         # Environment problems (unreachable Chroma or Chroma refusing a call, missing or unsafe
         # files, a damaged database) are the operator's to fix: say what is wrong in one line.

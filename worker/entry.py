@@ -5,6 +5,7 @@ anything in :mod:`worker.cli` can catch it. Only the standard library is importe
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 
@@ -18,11 +19,27 @@ def interrupted() -> int:
     return EXIT_SIGNAL_BASE + signal.SIGINT
 
 
+def reader_gone() -> int:
+    """End a command whose output's reader went away (``rem-cycle export | head``) as a Unix tool
+    ended by SIGPIPE: no message, exit 128 + SIGPIPE (141). A stream that cannot be flushed is
+    pointed at /dev/null, so the interpreter's last flush cannot fail again."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except OSError:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
+    return EXIT_SIGNAL_BASE + signal.SIGPIPE
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``rem-cycle`` console script."""
     try:
         from worker.cli import main as run_command
 
-        return run_command(argv)
+        status = run_command(argv)
+        sys.stdout.flush()  # a reader that went away shows here, not in the interpreter's last flush
+        return status
     except KeyboardInterrupt:
         return interrupted()
+    except BrokenPipeError:
+        return reader_gone()
