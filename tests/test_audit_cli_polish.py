@@ -4,6 +4,7 @@ words of a refused argument."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -79,3 +80,36 @@ def test_the_reader_gone_exit_status_is_documented() -> None:
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert re.search(r"^\| `141` \| the output's reader went away", readme, re.MULTILINE)
     assert "141  the output's reader went away" in run_cli("--help").stdout
+
+
+def _run_encoded(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[bytes]:
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("REM_")} | env | {"PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "worker", *args], capture_output=True, env=full_env, cwd=ROOT, timeout=300)
+
+
+@pytest.mark.parametrize("encoding", ["ascii", "latin-1"])
+def test_a_terminal_that_cannot_show_every_character_gets_escapes_not_a_crash(sample_data: Path, encoding: str) -> None:
+    env = {"REM_DATA_DIR": str(sample_data), "PYTHONIOENCODING": encoding}
+    for args in (["status"], ["show", "CLASS:LazyEdgeQueue"], ["recall", "queue"], ["search", "queue"], ["candidates"]):
+        done = _run_encoded(*args, env=env)
+        assert done.returncode == 0, (args, done.stderr[-2000:])
+        assert b"Traceback" not in done.stderr
+        done.stdout.decode(encoding)  # all of it in the terminal's encoding
+    # status's separator (U+00B7) and its cut cells' ellipsis (U+2026): escaped where not encodable.
+    status = _run_encoded("status", env=env).stdout.decode(encoding)
+    assert "\\u2026" in status and ("\\xb7" in status) == (encoding == "ascii")
+    # One JSON object, ASCII (escaped in JSON's own way), the same data as on a UTF-8 terminal.
+    utf8 = {**env, "PYTHONIOENCODING": "utf-8"}
+    for args in (["status", "--json"], ["recall", "queue", "--json"], ["show", "CLASS:LazyEdgeQueue", "--json"]):
+        done = _run_encoded(*args, env=env)
+        assert done.returncode == 0 and done.stdout.isascii(), args
+        answer, reference = json.loads(done.stdout), json.loads(_run_encoded(*args, env=utf8).stdout)
+        if args[0] == "status":
+            assert answer["graph"] == reference["graph"]
+        else:
+            assert answer == reference
+    # export writes its file format's encoding (UTF-8), as --out does, whatever the terminal's.
+    done = _run_encoded("export", env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert not done.stdout.isascii()
+    assert json.loads(done.stdout.decode("utf-8"))["nodes"] == json.loads(_run_encoded("export", env=utf8).stdout)["nodes"]

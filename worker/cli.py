@@ -379,6 +379,7 @@ async def cmd_export(settings: Settings, args: argparse.Namespace) -> int:
         return EXIT_USAGE
     def write() -> dict[str, int]:
         if not args.out:
+            sys.stdout.reconfigure(encoding="utf-8", errors="strict")  # the file format's encoding, as with --out
             stdout = cast(TextIO, _StdoutInPieces())
             return export_graph(settings, stdout, fmt=args.format, include_anchors=args.include_anchors, as_of=args.as_of)
         # Written beside and renamed into place: a failed export never leaves half a file at OUT.

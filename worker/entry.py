@@ -5,6 +5,7 @@ anything in :mod:`worker.cli` can catch it. Only the standard library is importe
 
 from __future__ import annotations
 
+import io
 import os
 import signal
 import sys
@@ -31,8 +32,18 @@ def reader_gone() -> int:
     return EXIT_SIGNAL_BASE + signal.SIGPIPE
 
 
+def degrade_unencodable_output() -> None:
+    """Print a character the terminal's encoding lacks (``PYTHONIOENCODING=ascii``, a latin-1
+    locale) as its escape, ``\\u2192``, rather than crash the command on it. ``--json`` output
+    is ASCII anyway; ``export`` writes UTF-8 whatever the encoding (the same bytes as ``--out``)."""
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, io.TextIOWrapper):
+            stream.reconfigure(errors="backslashreplace")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``rem-cycle`` console script."""
+    degrade_unencodable_output()
     try:
         from worker.cli import main as run_command
 
