@@ -113,3 +113,13 @@ def test_a_terminal_that_cannot_show_every_character_gets_escapes_not_a_crash(sa
     assert done.returncode == 0, done.stderr[-2000:]
     assert not done.stdout.isascii()
     assert json.loads(done.stdout.decode("utf-8"))["nodes"] == json.loads(_run_encoded("export", env=utf8).stdout)["nodes"]
+
+
+@pytest.mark.parametrize(("option", "value", "accepted"), [
+    ("--budget-tokens", "-5", "1 to 200000"), ("--budget-tokens", "0", "1 to 200000"),
+    ("--budget-tokens", "200001", "1 to 200000"), ("--limit", "-1", "1 to 100"), ("--limit", "0", "1 to 100"),
+])
+def test_a_refused_recall_count_says_what_is_accepted(sample_data: Path, option: str, value: str, accepted: str) -> None:
+    done = run_cli("recall", "queue", option, value, env={"REM_DATA_DIR": str(sample_data)})
+    assert done.returncode == 2
+    assert done.stderr.splitlines()[-1] == f"rem-cycle recall: error: argument {option}: must be {accepted}, not {value}"

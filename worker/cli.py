@@ -22,6 +22,7 @@ import structlog
 
 from config import ConfigError, Settings, load_settings, unknown_environment
 from config.redact import redact, remember_secrets, secret_values
+from pipelines.recall import MAX_BUDGET_TOKENS, MAX_LIMIT
 from store.errors import StoreError
 from worker.cycle import EXIT_BUSY, EXIT_FAILED, EXIT_OK, CycleBusyError, open_stores, run_cycle
 from worker.entry import interrupted
@@ -160,9 +161,10 @@ def build_parser() -> argparse.ArgumentParser:
     recall.add_argument("--user", help="only this user's sessions count")
     recall.add_argument("--session", help="only this session")
     recall.add_argument("--as-of", dest="as_of", metavar="DATE", help="only what was known by then (2026-03-01, ISO time, epoch)")
-    recall.add_argument("--limit", type=_non_negative_int, default=10, help="at most this many turns (1-100, default 10)")
-    recall.add_argument("--budget-tokens", dest="budget_tokens", type=_non_negative_int, default=None,
-                        help="pack the answer into this many tokens (default REM_RECALL_BUDGET_TOKENS)")
+    recall.add_argument("--limit", type=_count_from_one_to(MAX_LIMIT), default=10,
+                        help=f"at most this many turns (1-{MAX_LIMIT}, default 10)")
+    recall.add_argument("--budget-tokens", dest="budget_tokens", type=_count_from_one_to(MAX_BUDGET_TOKENS), default=None,
+                        help=f"pack the answer into this many tokens (1-{MAX_BUDGET_TOKENS}, default REM_RECALL_BUDGET_TOKENS)")
     recall.add_argument("--recency", action="store_true", help="also rank newer turns higher")
     add_command(sub, "reindex", common, "fill the recall index with the text of every ingested turn (reads Chroma)")
     mcp = add_command(sub, "mcp", common, "serve recall to agents over MCP (stdio, or --http)")
@@ -193,11 +195,27 @@ def _as_of(value: str) -> str:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def _non_negative_int(value: str) -> int:
+def _whole_number(value: str) -> int:
     try:
-        number = int(value)
+        return int(value)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a whole number: {value!r}") from None
+
+
+def _count_from_one_to(most: int) -> Callable[[str], int]:
+    """An argument type: a whole number from 1 to ``most``, its refusal saying so."""
+
+    def count(value: str) -> int:
+        number = _whole_number(value)
+        if not 1 <= number <= most:
+            raise argparse.ArgumentTypeError(f"must be 1 to {most}, not {number}")
+        return number
+
+    return count
+
+
+def _non_negative_int(value: str) -> int:
+    number = _whole_number(value)
     if number < 0:
         raise argparse.ArgumentTypeError("must be 0 or more")
     if number > MAX_COUNT:
