@@ -123,3 +123,71 @@ def test_a_refused_recall_count_says_what_is_accepted(sample_data: Path, option:
     done = run_cli("recall", "queue", option, value, env={"REM_DATA_DIR": str(sample_data)})
     assert done.returncode == 2
     assert done.stderr.splitlines()[-1] == f"rem-cycle recall: error: argument {option}: must be {accepted}, not {value}"
+
+
+_PEAK_RSS = """\
+import resource, subprocess, sys
+done = subprocess.run(sys.argv[1:], stdin=subprocess.DEVNULL, capture_output=True)
+sys.stderr.buffer.write(done.stderr)
+print(done.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024)
+"""
+
+
+def _enqueue_peak(path: Path, data: Path) -> tuple[int, int]:
+    """(exit status, peak resident bytes) of ``rem-cycle enqueue PATH``, a fresh process's only child."""
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("REM_")} | {
+        "REM_DATA_DIR": str(data), "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-c", _PEAK_RSS, sys.executable, "-m", "worker", "enqueue", str(path)],
+                          capture_output=True, text=True, env=full_env, cwd=ROOT, timeout=300)
+    status, peak = done.stdout.split()
+    return int(status), int(peak)
+
+
+def test_enqueue_of_a_large_file_holds_a_batch_not_the_file_and_is_still_all_or_none(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    edges = tmp_path / "edges.jsonl"
+    with edges.open("w", encoding="utf-8") as out:
+        number = 0
+        while out.tell() < 30_000_000:  # about 190,000 edges: many batches
+            out.write(json.dumps({"source": f"CONCEPT:concept {number}", "target": f"memory:s-{number // 50}-t{number % 50}",
+                                  "relationship": "MENTIONED_IN", "properties": {"justification": f"named in turn {number}"}}) + "\n")
+            number += 1
+    size = edges.stat().st_size
+    # A bad line in the last batch: nothing of the earlier batches is queued.
+    with edges.open("a", encoding="utf-8") as out:
+        out.write('{"source": "CONCEPT:a"}\n')
+    assert _enqueue_peak(edges, data)[0] == 1
+    assert list(data.iterdir()) == []
+    with edges.open("r+b") as handle:
+        handle.truncate(size)
+    empty = tmp_path / "empty.jsonl"
+    empty.write_bytes(b"")
+    baseline = _enqueue_peak(empty, data)[1]
+    status, peak = _enqueue_peak(edges, data)
+    assert status == 0
+    assert sum(1 for _ in (data / "lazy-edges.jsonl").open("rb")) == number
+    # It held about nine times the file (270 MB over the command's own); now a batch of edges.
+    assert peak - baseline < size // 4, (peak - baseline, size)
+
+
+def test_enqueue_from_standard_input_reads_it_once_and_numbers_lines_as_an_editor(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    edge = '{"source": "CONCEPT:%s", "target": "memory:m1", "relationship": "R"}'
+    text = (edge % "a") + "\r\n\r\n" + (edge % "b") + "\r{oops\n" + '{"source": "CONCEPT:c"}\n'
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REM_")} | {"REM_DATA_DIR": str(data), "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-m", "worker", "enqueue", "-"], input=text, capture_output=True, text=True,
+                          env=env, cwd=ROOT, timeout=120)
+    assert done.returncode == 1
+    assert done.stderr.splitlines()[:2] == [
+        "  line 4: malformed-json: Expecting property name enclosed in double quotes: line 1 column 2 (char 1)",
+        "  line 5: invalid-edge: missing target, relationship",
+    ]
+    assert done.stderr.splitlines()[-1] == "rem-cycle: 2 of 4 lines rejected; nothing was queued"
+    assert list(data.iterdir()) == []
+    good = text.split("{oops")[0]
+    done = subprocess.run([sys.executable, "-m", "worker", "enqueue", "-", "--json"], input=good, capture_output=True,
+                          text=True, env=env, cwd=ROOT, timeout=120)
+    assert json.loads(done.stdout) == {"queue": "file", "queued": 2}
+    assert [json.loads(line)["source"] for line in (data / "lazy-edges.jsonl").open(encoding="utf-8")] == ["CONCEPT:a", "CONCEPT:b"]

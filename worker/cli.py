@@ -9,13 +9,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import stat
+import tempfile
 from importlib.metadata import PackageNotFoundError, version
 import sys
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TextIO, TypeVar, cast
+from typing import Any, BinaryIO, TextIO, TypeVar, cast
 
 import anyio
 import structlog
@@ -633,32 +635,82 @@ async def _drain_once(
     return stats.as_dict()
 
 
-async def cmd_enqueue(settings: Settings, args: argparse.Namespace) -> int:
-    from pipelines.enqueue import InvalidLazyEdgeError, enqueue_lazy_edges
+def _numbered_edges(source: BinaryIO) -> Iterator[tuple[int, Any]]:
+    """(line number, edge) for each non-blank line of ``source`` from its start, read a line at a
+    time; a line that is no JSON gives its error instead of an edge. Lines end as
+    ``bytes.splitlines`` ends them (``\\n``, ``\\r\\n``, ``\\r``), so numbers match an editor's."""
+    source.seek(0)
+    number = 0
+    for piece in source:
+        for line in piece.splitlines():
+            number += 1
+            if line.strip():
+                try:
+                    yield number, json.loads(line)
+                except (ValueError, RecursionError) as exc:
+                    yield number, exc
 
-    text = sys.stdin.buffer.read() if args.file == "-" else await anyio.Path(args.file).read_bytes()
-    numbered = [(number, line) for number, line in enumerate(text.splitlines(), start=1) if line.strip()]
-    edges: list[Any] = []
-    problems: list[str] = []
-    for number, line in numbered:
+
+def _enqueue_problems(source: BinaryIO) -> tuple[int, list[str]]:
+    """How many edge lines ``source`` holds and what is wrong with each bad one (nothing is kept
+    but the problems): ``queue_lines``, the drain's own rule, on a batch at a time."""
+    from pipelines.enqueue import BATCH_EDGES, InvalidLazyEdgeError
+    from pipelines.lazy_edge import queue_lines
+
+    problems: list[tuple[int, str]] = []
+    batch: list[tuple[int, Any]] = []
+
+    def check() -> None:
         try:
-            edges.append(json.loads(line))
-        except (ValueError, RecursionError) as exc:
-            problems.append(f"line {number}: malformed-json: {exc}"[:300])
-    if not problems:
-        target = settings.lazy_queue_target
-        try:
-            written = await anyio.to_thread.run_sync(enqueue_lazy_edges, target, edges)
+            queue_lines([edge for _, edge in batch])
         except InvalidLazyEdgeError as exc:
-            problems = [f"line {numbered[index][0]}: {reason}: {detail}" for index, reason, detail in exc.problems]
+            problems.extend((batch[index][0], f"{reason}: {detail}") for index, reason, detail in exc.problems)
+        batch.clear()
+
+    total = 0
+    for number, edge in _numbered_edges(source):
+        total += 1
+        if isinstance(edge, Exception):
+            problems.append((number, f"malformed-json: {edge}"))
+            continue
+        batch.append((number, edge))
+        if len(batch) >= BATCH_EDGES:
+            check()
+    check()
+    return total, [f"line {number}: {problem}"[:300] for number, problem in sorted(problems)]
+
+
+def _enqueue_source(settings: Settings, source: BinaryIO) -> tuple[int, list[str]]:
+    """Queue every edge of ``source`` or, when any line is bad, none: the lines are checked first,
+    then read again and written, so that neither pass holds the file (see
+    :func:`pipelines.enqueue.enqueue_checked_lazy_edges`). Returns (lines, problems) when refused,
+    (edges queued, []) when done."""
+    from pipelines.enqueue import enqueue_checked_lazy_edges
+
+    total, problems = _enqueue_problems(source)
+    if problems:
+        return total, problems
+    return enqueue_checked_lazy_edges(settings.lazy_queue_target, (edge for _, edge in _numbered_edges(source))), []
+
+
+async def cmd_enqueue(settings: Settings, args: argparse.Namespace) -> int:
+    def run() -> tuple[int, list[str]]:
+        if args.file != "-":
+            with open(args.file, "rb") as source:
+                return _enqueue_source(settings, source)
+        with tempfile.TemporaryFile() as spool:  # standard input is read once; both passes read this copy
+            shutil.copyfileobj(sys.stdin.buffer, spool)
+            return _enqueue_source(settings, spool)
+
+    count, problems = await anyio.to_thread.run_sync(run)
     if problems:
         for problem in problems:
             print(f"  {problem}", file=sys.stderr)
-        print(f"rem-cycle: {len(problems)} of {len(numbered)} lines rejected; nothing was queued", file=sys.stderr)
+        print(f"rem-cycle: {len(problems)} of {count} lines rejected; nothing was queued", file=sys.stderr)
         return EXIT_FAILED
     where = "the queue table" if settings.lazy_queue == "database" else str(settings.queue_path)
-    payload = {"queued": written, "queue": settings.lazy_queue}
-    _emit(args, payload, lambda: print(f"queued {written} lazy edges in {where}"))
+    payload = {"queued": count, "queue": settings.lazy_queue}
+    _emit(args, payload, lambda: print(f"queued {count} lazy edges in {where}"))
     return EXIT_OK
 
 
