@@ -17,7 +17,8 @@ protocol, safe beside a running drain) or one transaction of rows.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from itertools import chain, islice
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,10 @@ from pipelines.lazy_edge import InvalidLazyEdgeError, queue_lines
 from store.lazy_queue import LazyEdgeQueue
 from store.lazy_table import is_database_url, open_queue_table
 
-__all__ = ["InvalidLazyEdgeError", "enqueue_lazy_edges"]
+__all__ = ["InvalidLazyEdgeError", "enqueue_checked_lazy_edges", "enqueue_lazy_edges"]
+
+# Edges checked and turned into queue lines at a time (by `rem-cycle enqueue`): about 1 MB of lines.
+BATCH_EDGES = 2_000
 
 
 def enqueue_lazy_edges(target: str | os.PathLike[str], edges: Iterable[Mapping[str, Any]], *, fsync: bool = True) -> int:
@@ -36,13 +40,58 @@ def enqueue_lazy_edges(target: str | os.PathLike[str], edges: Iterable[Mapping[s
     as ``Settings.lazy_queue_target``. ``fsync`` (file form) makes the lines durable before
     returning; a database commit always is.
     """
+    _check_target(target)
+    return _append(target, queue_lines(edges), fsync=fsync)
+
+
+def enqueue_checked_lazy_edges(
+    target: str | os.PathLike[str], edges: Iterable[Mapping[str, Any]], *, fsync: bool = True, batch: int = BATCH_EDGES
+) -> int:
+    """Queue ``edges`` that were checked already (``queue_lines`` raised nothing for any of them),
+    turning them into lines ``batch`` at a time, so that memory does not grow with their number:
+    as :func:`enqueue_lazy_edges`, the file form is one append of whole lines under one lock and
+    the table form one transaction. For edges too many to hold: read them twice, once to check
+    (``queue_lines`` on each batch), once for this call. An edge that is bad after all (its source
+    changed in between) raises :class:`InvalidLazyEdgeError`; in the file form, lines written
+    before it stay queued."""
+    _check_target(target)
+    return _append(target, (line for part in _batches(edges, batch) for line in queue_lines(part)), fsync=fsync)
+
+
+def _batches(items: Iterable[Mapping[str, Any]], size: int) -> Iterator[list[Mapping[str, Any]]]:
+    iterator = iter(items)
+    while part := list(islice(iterator, size)):
+        yield part
+
+
+def _check_target(target: str | os.PathLike[str]) -> None:
     if isinstance(target, str) and "://" in target and not is_database_url(target):
         raise ValueError(f"not a queue file nor a database URL (sqlite:///PATH, postgresql://…): {target.split('://', 1)[0]}://…")
-    lines = queue_lines(edges)
-    if not lines:
+
+
+def _append(target: str | os.PathLike[str], lines: Iterable[bytes], *, fsync: bool) -> int:
+    """Write ``lines`` to the queue at ``target``; no lines touch nothing (no file, no database)."""
+    remaining = iter(lines)
+    first = next(remaining, None)
+    if first is None:
         return 0
+    lines = chain([first], remaining)
     if is_database_url(target):
         with open_queue_table(str(target)) as table:
             return table.append_lines(lines)
-    LazyEdgeQueue(Path(target)).append_lines(lines, fsync=fsync)
-    return len(lines)
+    counted = _Counted(lines)
+    LazyEdgeQueue(Path(target)).append_lines(counted, fsync=fsync)
+    return counted.count
+
+
+class _Counted:
+    """The lines of an iterable, counted as they pass."""
+
+    def __init__(self, lines: Iterable[bytes]) -> None:
+        self._lines = lines
+        self.count = 0
+
+    def __iter__(self) -> Iterator[bytes]:
+        for line in self._lines:
+            self.count += 1
+            yield line

@@ -57,7 +57,9 @@ def test_an_empty_data_dir_setting_is_the_default_not_the_current_directory(tmp_
     assert [p.name for p in work.iterdir()] == [".rem-data"]
     conf = tmp_path / "rem.toml"
     conf.write_text('data_dir = ""\n', encoding="utf-8")
-    assert run_cli("--config", str(conf), "status", cwd=work).returncode == 0
+    done = run_cli("--config", str(conf), "status", cwd=work)  # the import's data dir: no graph yet
+    assert done.returncode == 1
+    assert done.stderr.startswith(f"rem-cycle: no graph database at {(work / '.rem-data' / 'graph.sqlite3').resolve()}")
     assert [p.name for p in work.iterdir()] == [".rem-data"]
 
 

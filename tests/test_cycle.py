@@ -106,6 +106,7 @@ def test_environment_problems_are_one_line_errors(tmp_path: Path) -> None:
     outside = tmp_path / "outside.jsonl"
     outside.write_text('{"source": "a", "target": "b", "relationship": "R"}\n')
     (data / "lazy-edges.jsonl").symlink_to(outside)
+    (data / "graph.sqlite3").touch()  # status needs a graph database to report on
     done = run_cli("status", env={"REM_DATA_DIR": str(data)})
     assert done.returncode == 1 and "Traceback" not in done.stderr
     assert "symbolic link" in done.stderr

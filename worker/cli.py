@@ -9,19 +9,22 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import stat
+import tempfile
 from importlib.metadata import PackageNotFoundError, version
 import sys
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, BinaryIO, TextIO, TypeVar, cast
 
 import anyio
 import structlog
 
 from config import ConfigError, Settings, load_settings, unknown_environment
 from config.redact import redact, remember_secrets, secret_values
+from pipelines.recall import MAX_BUDGET_TOKENS, MAX_LIMIT
 from store.errors import StoreError
 from worker.cycle import EXIT_BUSY, EXIT_FAILED, EXIT_OK, CycleBusyError, open_stores, run_cycle
 from worker.entry import interrupted
@@ -32,11 +35,11 @@ EXIT_USAGE = 2
 # Commands that read or change an existing graph: on a graph database that is not there they say
 # so (with the resolved path) and fail, rather than create an empty one and report on nothing.
 GRAPH_COMMANDS = frozenset({
-    "search", "show", "export", "candidates", "retry", "merge", "unmerge", "backup", "forget", "recall", "reindex", "mcp",
+    "status", "search", "show", "export", "candidates", "retry", "merge", "unmerge", "backup", "forget", "recall",
+    "reindex", "mcp",
 })
-# ``status`` also reports on a data dir before its first cycle (an import, a queue), but not on none;
-# ``enqueue`` writes the queue file or table there.
-DATA_DIR_COMMANDS = GRAPH_COMMANDS | {"status", "enqueue"}
+# ``enqueue`` writes the queue file or table in an existing data dir, graph or not.
+DATA_DIR_COMMANDS = GRAPH_COMMANDS | {"enqueue"}
 EPILOG = """\
 Without a COMMAND, rem-cycle runs the daemon (a cycle every REM_INTERVAL_SECONDS until SIGTERM or
 Ctrl-C); no COMMAND starts or talks to a daemon. Every command works on the data dir
@@ -55,6 +58,7 @@ exit codes:
   3  busy: another cycle, daemon or drain holds the data dir's lock
   130, 143  import, drain or backfill stopped by SIGINT (Ctrl-C) or SIGTERM; a line on stderr says
      what was done, and re-running is safe
+  141  the output's reader went away (rem-cycle export | head): stopped without a message, as by SIGPIPE
 """
 # The largest count (``--limit``, ``--runs``) a command takes: far past any graph, well within the
 # database's integers (a larger one made SQLite raise OverflowError).
@@ -159,9 +163,10 @@ def build_parser() -> argparse.ArgumentParser:
     recall.add_argument("--user", help="only this user's sessions count")
     recall.add_argument("--session", help="only this session")
     recall.add_argument("--as-of", dest="as_of", metavar="DATE", help="only what was known by then (2026-03-01, ISO time, epoch)")
-    recall.add_argument("--limit", type=_non_negative_int, default=10, help="at most this many turns (1-100, default 10)")
-    recall.add_argument("--budget-tokens", dest="budget_tokens", type=_non_negative_int, default=None,
-                        help="pack the answer into this many tokens (default REM_RECALL_BUDGET_TOKENS)")
+    recall.add_argument("--limit", type=_count_from_one_to(MAX_LIMIT), default=10,
+                        help=f"at most this many turns (1-{MAX_LIMIT}, default 10)")
+    recall.add_argument("--budget-tokens", dest="budget_tokens", type=_count_from_one_to(MAX_BUDGET_TOKENS), default=None,
+                        help=f"pack the answer into this many tokens (1-{MAX_BUDGET_TOKENS}, default REM_RECALL_BUDGET_TOKENS)")
     recall.add_argument("--recency", action="store_true", help="also rank newer turns higher")
     add_command(sub, "reindex", common, "fill the recall index with the text of every ingested turn (reads Chroma)")
     mcp = add_command(sub, "mcp", common, "serve recall to agents over MCP (stdio, or --http)")
@@ -192,11 +197,27 @@ def _as_of(value: str) -> str:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def _non_negative_int(value: str) -> int:
+def _whole_number(value: str) -> int:
     try:
-        number = int(value)
+        return int(value)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a whole number: {value!r}") from None
+
+
+def _count_from_one_to(most: int) -> Callable[[str], int]:
+    """An argument type: a whole number from 1 to ``most``, its refusal saying so."""
+
+    def count(value: str) -> int:
+        number = _whole_number(value)
+        if not 1 <= number <= most:
+            raise argparse.ArgumentTypeError(f"must be 1 to {most}, not {number}")
+        return number
+
+    return count
+
+
+def _non_negative_int(value: str) -> int:
+    number = _whole_number(value)
     if number < 0:
         raise argparse.ArgumentTypeError("must be 0 or more")
     if number > MAX_COUNT:
@@ -357,6 +378,20 @@ def _refused_output(settings: Settings, path: str) -> bool:
     return True
 
 
+class _StdoutInPieces:
+    """Stdout written a piece at a time. A write larger than its buffer that a pipe's reader leaves
+    mid-way (``export --format graphml | head``) returns the short count from CPython's buffered
+    writer, which the text layer drops: the export would end with exit 0. The next piece's write
+    raises BrokenPipeError instead (see :func:`worker.entry.reader_gone`)."""
+
+    PIECE_CHARS = 2048  # encoded, within the buffer (8 KiB), which retries a short write itself
+
+    def write(self, text: str) -> int:
+        for start in range(0, len(text), self.PIECE_CHARS):
+            sys.stdout.write(text[start:start + self.PIECE_CHARS])
+        return len(text)
+
+
 async def cmd_export(settings: Settings, args: argparse.Namespace) -> int:
     from worker.knowledge import export_graph
 
@@ -364,7 +399,9 @@ async def cmd_export(settings: Settings, args: argparse.Namespace) -> int:
         return EXIT_USAGE
     def write() -> dict[str, int]:
         if not args.out:
-            return export_graph(settings, sys.stdout, fmt=args.format, include_anchors=args.include_anchors, as_of=args.as_of)
+            sys.stdout.reconfigure(encoding="utf-8", errors="strict")  # the file format's encoding, as with --out
+            stdout = cast(TextIO, _StdoutInPieces())
+            return export_graph(settings, stdout, fmt=args.format, include_anchors=args.include_anchors, as_of=args.as_of)
         # Written beside and renamed into place: a failed export never leaves half a file at OUT.
         part = f"{args.out}.part"
         try:
@@ -598,32 +635,82 @@ async def _drain_once(
     return stats.as_dict()
 
 
-async def cmd_enqueue(settings: Settings, args: argparse.Namespace) -> int:
-    from pipelines.enqueue import InvalidLazyEdgeError, enqueue_lazy_edges
+def _numbered_edges(source: BinaryIO) -> Iterator[tuple[int, Any]]:
+    """(line number, edge) for each non-blank line of ``source`` from its start, read a line at a
+    time; a line that is no JSON gives its error instead of an edge. Lines end as
+    ``bytes.splitlines`` ends them (``\\n``, ``\\r\\n``, ``\\r``), so numbers match an editor's."""
+    source.seek(0)
+    number = 0
+    for piece in source:
+        for line in piece.splitlines():
+            number += 1
+            if line.strip():
+                try:
+                    yield number, json.loads(line)
+                except (ValueError, RecursionError) as exc:
+                    yield number, exc
 
-    text = sys.stdin.buffer.read() if args.file == "-" else await anyio.Path(args.file).read_bytes()
-    numbered = [(number, line) for number, line in enumerate(text.splitlines(), start=1) if line.strip()]
-    edges: list[Any] = []
-    problems: list[str] = []
-    for number, line in numbered:
+
+def _enqueue_problems(source: BinaryIO) -> tuple[int, list[str]]:
+    """How many edge lines ``source`` holds and what is wrong with each bad one (nothing is kept
+    but the problems): ``queue_lines``, the drain's own rule, on a batch at a time."""
+    from pipelines.enqueue import BATCH_EDGES, InvalidLazyEdgeError
+    from pipelines.lazy_edge import queue_lines
+
+    problems: list[tuple[int, str]] = []
+    batch: list[tuple[int, Any]] = []
+
+    def check() -> None:
         try:
-            edges.append(json.loads(line))
-        except (ValueError, RecursionError) as exc:
-            problems.append(f"line {number}: malformed-json: {exc}"[:300])
-    if not problems:
-        target = settings.lazy_queue_target
-        try:
-            written = await anyio.to_thread.run_sync(enqueue_lazy_edges, target, edges)
+            queue_lines([edge for _, edge in batch])
         except InvalidLazyEdgeError as exc:
-            problems = [f"line {numbered[index][0]}: {reason}: {detail}" for index, reason, detail in exc.problems]
+            problems.extend((batch[index][0], f"{reason}: {detail}") for index, reason, detail in exc.problems)
+        batch.clear()
+
+    total = 0
+    for number, edge in _numbered_edges(source):
+        total += 1
+        if isinstance(edge, Exception):
+            problems.append((number, f"malformed-json: {edge}"))
+            continue
+        batch.append((number, edge))
+        if len(batch) >= BATCH_EDGES:
+            check()
+    check()
+    return total, [f"line {number}: {problem}"[:300] for number, problem in sorted(problems)]
+
+
+def _enqueue_source(settings: Settings, source: BinaryIO) -> tuple[int, list[str]]:
+    """Queue every edge of ``source`` or, when any line is bad, none: the lines are checked first,
+    then read again and written, so that neither pass holds the file (see
+    :func:`pipelines.enqueue.enqueue_checked_lazy_edges`). Returns (lines, problems) when refused,
+    (edges queued, []) when done."""
+    from pipelines.enqueue import enqueue_checked_lazy_edges
+
+    total, problems = _enqueue_problems(source)
+    if problems:
+        return total, problems
+    return enqueue_checked_lazy_edges(settings.lazy_queue_target, (edge for _, edge in _numbered_edges(source))), []
+
+
+async def cmd_enqueue(settings: Settings, args: argparse.Namespace) -> int:
+    def run() -> tuple[int, list[str]]:
+        if args.file != "-":
+            with open(args.file, "rb") as source:
+                return _enqueue_source(settings, source)
+        with tempfile.TemporaryFile() as spool:  # standard input is read once; both passes read this copy
+            shutil.copyfileobj(sys.stdin.buffer, spool)
+            return _enqueue_source(settings, spool)
+
+    count, problems = await anyio.to_thread.run_sync(run)
     if problems:
         for problem in problems:
             print(f"  {problem}", file=sys.stderr)
-        print(f"rem-cycle: {len(problems)} of {len(numbered)} lines rejected; nothing was queued", file=sys.stderr)
+        print(f"rem-cycle: {len(problems)} of {count} lines rejected; nothing was queued", file=sys.stderr)
         return EXIT_FAILED
     where = "the queue table" if settings.lazy_queue == "database" else str(settings.queue_path)
-    payload = {"queued": written, "queue": settings.lazy_queue}
-    _emit(args, payload, lambda: print(f"queued {written} lazy edges in {where}"))
+    payload = {"queued": count, "queue": settings.lazy_queue}
+    _emit(args, payload, lambda: print(f"queued {count} lazy edges in {where}"))
     return EXIT_OK
 
 
@@ -801,6 +888,8 @@ def main(argv: list[str] | None = None) -> int:
         return anyio.run(handler, settings, args)
     except KeyboardInterrupt:  # SIGINT outside a command's own handling (read commands)
         return interrupted()
+    except BrokenPipeError:  # the output's reader went away: the entry point ends it quietly
+        raise
     except Exception as exc:  # noqa: BLE001 - a clear one-line error instead of a traceback
         # Environment problems (unreachable Chroma or Chroma refusing a call, missing or unsafe
         # files, a damaged database) are the operator's to fix: say what is wrong in one line.

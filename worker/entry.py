@@ -5,6 +5,8 @@ anything in :mod:`worker.cli` can catch it. Only the standard library is importe
 
 from __future__ import annotations
 
+import io
+import os
 import signal
 import sys
 
@@ -18,11 +20,37 @@ def interrupted() -> int:
     return EXIT_SIGNAL_BASE + signal.SIGINT
 
 
+def reader_gone() -> int:
+    """End a command whose output's reader went away (``rem-cycle export | head``) as a Unix tool
+    ended by SIGPIPE: no message, exit 128 + SIGPIPE (141). A stream that cannot be flushed is
+    pointed at /dev/null, so the interpreter's last flush cannot fail again."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except OSError:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
+    return EXIT_SIGNAL_BASE + signal.SIGPIPE
+
+
+def degrade_unencodable_output() -> None:
+    """Print a character the terminal's encoding lacks (``PYTHONIOENCODING=ascii``, a latin-1
+    locale) as its escape, ``\\u2192``, rather than crash the command on it. ``--json`` output
+    is ASCII anyway; ``export`` writes UTF-8 whatever the encoding (the same bytes as ``--out``)."""
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, io.TextIOWrapper):
+            stream.reconfigure(errors="backslashreplace")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``rem-cycle`` console script."""
+    degrade_unencodable_output()
     try:
         from worker.cli import main as run_command
 
-        return run_command(argv)
+        status = run_command(argv)
+        sys.stdout.flush()  # a reader that went away shows here, not in the interpreter's last flush
+        return status
     except KeyboardInterrupt:
         return interrupted()
+    except BrokenPipeError:
+        return reader_gone()

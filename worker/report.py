@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+import os
 from datetime import UTC, datetime
 from typing import Any
 
@@ -81,13 +83,22 @@ def reset_failures(stores: Stores, session_ids: list[str] | None) -> dict[str, i
     return {"sessions_reset": sessions, "chunks_reset": chunks}
 
 
-def _console() -> Console:
-    return Console(highlight=False, soft_wrap=True)
+class _OutputConsole(Console):
+    """A console whose broken pipe (its reader went away: ``rem-cycle status | head -1``) ends the
+    command as every other output does (:func:`worker.entry.main`), not with rich's own exit 1."""
+
+    def on_broken_pipe(self) -> None:
+        raise BrokenPipeError(errno.EPIPE, os.strerror(errno.EPIPE))
+
+
+def output_console() -> Console:
+    """The console every command's report prints to (stdout)."""
+    return _OutputConsole(highlight=False, soft_wrap=True)
 
 
 def print_cycle(result: dict[str, Any]) -> None:
     """One finished cycle: outcome line plus a table of phases."""
-    console = _console()
+    console = output_console()
     line = f"REM cycle {result['run_id']}: [bold]{result['outcome']}[/bold] in {result['wall_ms'] / 1000:.2f}s"
     if result.get("reason_code"):
         line += f" (phase {result['failure_phase']}: {result['reason_code']} — {result.get('message')})"
@@ -105,7 +116,7 @@ def print_cycle(result: dict[str, Any]) -> None:
 
 def print_status(status: dict[str, Any]) -> None:
     """The ``status`` report."""
-    console = _console()
+    console = output_console()
     console.print(f"data dir {status['data_dir']} · chroma {status['chroma']}")
     table = Table("run", "mode", "started", "outcome", "seconds", "failure", title="recent runs")
     for run in status["runs"]:
@@ -167,7 +178,7 @@ def print_status(status: dict[str, Any]) -> None:
 def print_drain(stats: dict[str, Any]) -> None:
     """One drain's counts."""
     prefix = "dry run: " if stats.get("dry_run") else ""
-    _console().print(
+    output_console().print(
         f"{prefix}lazy-edge drain: {stats['total_lines']} lines · {stats['succeeded']} linked · "
         f"{stats['failed']} failed ({stats['requeued']} re-queued) · {stats['skipped_malformed']} malformed · "
         f"{stats['dead_lettered']} dead-lettered · {stats['backfilled']} nodes back-filled"
@@ -175,27 +186,27 @@ def print_drain(stats: dict[str, Any]) -> None:
         + (" · orphaned .draining recovered" if stats.get("orphan_recovered") else "")
     )
     if stats.get("failure_reasons"):
-        _console().print(f"  failures: {_flat(stats['failure_reasons'])}")
+        output_console().print(f"  failures: {_flat(stats['failure_reasons'])}")
 
 
 def print_backfill(result: dict[str, Any]) -> None:
     """``rem-cycle backfill``: sessions synced, then the drain."""
     prefix = "dry run: " if result["dry_run"] else ""
-    _console().print(
+    output_console().print(
         f"{prefix}{result['sessions_in_window']} sessions created since {result['since']} "
         f"({result['sessions_present']} already in the graph, {result['sessions_undated']} undated left out"
         f"{', ' + str(result['sessions_forgotten']) + ' forgotten left out' if result.get('sessions_forgotten') else ''}); "
         f"synced {result['sessions_synced']}, failed {result['sessions_failed']} · {_flat(result['ingest'])}"
     )
     if result.get("bad_values"):
-        _console().print(f"bad values in source rows (read as missing or row skipped): {_flat(result['bad_values'])}")
+        output_console().print(f"bad values in source rows (read as missing or row skipped): {_flat(result['bad_values'])}")
     for failure in result.get("session_failures", []):
-        _console().print(f"session failed: {failure}")
+        output_console().print(f"session failed: {failure}")
     drain = result.get("drain")
     if drain and "total_lines" in drain:
         print_drain(drain)
     elif drain:
-        _console().print("drain skipped: another drain is running")
+        output_console().print("drain skipped: another drain is running")
 
 
 def _flat(mapping: dict[str, Any]) -> str:

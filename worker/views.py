@@ -9,16 +9,14 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from worker.report import output_console
+
 TURN_TEXT_CHARS = 400
-
-
-def _console() -> Console:
-    return Console(highlight=False, soft_wrap=True)
 
 
 def print_search(rows: Sequence[dict[str, Any]], text: str) -> None:
     """Search hits as a table."""
-    console = _console()
+    console = output_console()
     if not rows:
         console.print(f"no node matches {escape(repr(text))}")
         return
@@ -30,7 +28,7 @@ def print_search(rows: Sequence[dict[str, Any]], text: str) -> None:
 
 def print_candidates(pairs: Sequence[dict[str, Any]], total: int) -> None:
     """Reported identity pairs, with the command that accepts one."""
-    console = _console()
+    console = output_console()
     if not pairs:
         console.print("no identity candidates to review")
         return
@@ -51,7 +49,7 @@ def print_candidates(pairs: Sequence[dict[str, Any]], total: int) -> None:
 
 def print_node(view: dict[str, Any]) -> None:
     """One node: header, description, aliases, edges, sources and the turns it came from."""
-    console = _console()
+    console = output_console()
     if view.get("redirected_from"):
         console.print(f"{escape(view['redirected_from'])} was merged into {escape(view['id'])} (undo: rem-cycle unmerge {escape(view['redirected_from'])})")
     console.print(f"[bold]{escape(view['name'])}[/bold]  {escape(view['id'])}  ({view['label']})")
@@ -95,7 +93,7 @@ def _more(console: Console, view: dict[str, Any], what: str) -> None:
 
 def print_recall(answer: dict[str, Any]) -> None:
     """A recall answer: facts with their strongest edges, then the turns in rank order, then sessions."""
-    console = _console()
+    console = output_console()
     if not (answer["facts"] or answer["turns"] or answer["sessions"]):
         console.print("nothing recalled")
     for fact in answer["facts"]:
