@@ -191,6 +191,14 @@ def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 300,
     )
 
 
+def digest_sample_with_cli(data: Path) -> Path:
+    """The README's demo through the real CLI: import the shipped sample into ``data`` and run one
+    cycle (``--once``); returns ``data``."""
+    env = {"REM_DATA_DIR": str(data)}
+    assert run_cli("import", str(SAMPLE), env=env).returncode == 0
+    assert run_cli("--once", env=env).returncode == 0
+    return data
+
 def start_chroma_server(path: Path, port: int) -> subprocess.Popen[bytes]:
     """Start `chroma run` on 127.0.0.1:port over ``path`` and wait until it answers."""
     exe = shutil.which("chroma") or str(Path(sys.executable).parent / "chroma")

@@ -18,11 +18,10 @@ from config import Settings
 from pipelines.backfill import plan_nodes, write_backfill
 from pipelines.forget import forget_session
 from pipelines.ingest import sync_batch_isolating_failures
-from tests.conftest import ROOT, run_cli
+from tests.conftest import digest_sample_with_cli, run_cli
 from tests.lazy_fixtures import read_jsonl, seed_standard
 from worker.cycle import Stores
 
-SAMPLE = ROOT / "examples" / "sessions.jsonl"
 SESSION = "sess-2026-11-21-91c1b3"  # forgotten whole
 TURN = "sess-2026-11-09-7e0cb4-t0005"  # forgotten alone
 CITING = "memory:sess-2026-11-10-f805d4-t0001"  # a turn that stays
@@ -30,11 +29,7 @@ CITING = "memory:sess-2026-11-10-f805d4-t0001"  # a turn that stays
 
 @pytest.fixture(scope="module")
 def digested(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    data = tmp_path_factory.mktemp("forget") / "data"
-    env = {"REM_DATA_DIR": str(data)}
-    assert run_cli("import", str(SAMPLE), env=env).returncode == 0
-    assert run_cli("--once", env=env).returncode == 0
-    return data
+    return digest_sample_with_cli(tmp_path_factory.mktemp("forget") / "data")
 
 
 @pytest.fixture

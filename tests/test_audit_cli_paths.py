@@ -10,17 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, run_cli
-
-SAMPLE = ROOT / "examples" / "sessions.jsonl"
+from tests.conftest import digest_sample_with_cli, run_cli
 
 
 @pytest.fixture(scope="module")
 def sample_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    data = tmp_path_factory.mktemp("paths") / "data"
-    env = {"REM_DATA_DIR": str(data)}
-    assert run_cli("import", str(SAMPLE), env=env).returncode == 0
-    assert run_cli("--once", env=env).returncode == 0
+    data = digest_sample_with_cli(tmp_path_factory.mktemp("paths") / "data")
     assert (data / "lazy-edges.jsonl").stat().st_size > 0  # the sample's three waiting edges
     return data
 

@@ -13,18 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, make_session, run_cli, write_sessions
-
-SAMPLE = ROOT / "examples" / "sessions.jsonl"
+from tests.conftest import ROOT, digest_sample_with_cli, make_session, run_cli, write_sessions
 
 
 @pytest.fixture(scope="module")
 def sample_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    data = tmp_path_factory.mktemp("polish") / "data"
-    env = {"REM_DATA_DIR": str(data)}
-    assert run_cli("import", str(SAMPLE), env=env).returncode == 0
-    assert run_cli("--once", env=env).returncode == 0
-    return data
+    return digest_sample_with_cli(tmp_path_factory.mktemp("polish") / "data")
 
 
 def _tree(root: Path) -> list[str]:
