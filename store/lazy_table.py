@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,9 @@ from store.lazy_queue import LazyEdgeQueue, edge_line
 # The longest ``line`` the table takes (its CHECK constraint, migration 9): a longer insert fails
 # at once, so the producer learns; the JSONL form's limit is the same number of bytes.
 MAX_LINE_CHARACTERS = 1024 * 1024
+
+# Rows :meth:`LazyEdgeTable.append_lines` inserts per statement: what it holds of its input at once.
+APPEND_BATCH_ROWS = 2000
 
 
 _READ_BATCH = "SELECT id, {line} AS line, attempts, enqueued_at FROM lazy_edges WHERE id > ? AND id <= ? ORDER BY id LIMIT ?"
@@ -77,13 +81,17 @@ class LazyEdgeTable:
         return self.append_lines(edge_line(edge) for edge in edges)
 
     def append_lines(self, lines: Iterable[bytes | str]) -> int:
-        """Insert ready-made queue lines (trailing newline optional) in one transaction."""
+        """Insert ready-made queue lines (trailing newline optional) in one transaction, taking
+        ``lines`` :data:`APPEND_BATCH_ROWS` at a time (a large input is never held whole); any
+        failure, the iterable's own included, rolls every batch back."""
         now = utc_now()
-        rows = [(_text(line), now) for line in lines]
-        if rows:
-            with self.db.transaction() as conn:
-                conn.executemany("INSERT INTO lazy_edges(line, enqueued_at) VALUES (?, ?)", rows)
-        return len(rows)
+        rows = ((_text(line), now) for line in lines)
+        count = 0
+        with self.db.transaction() as conn:
+            while batch := list(islice(rows, APPEND_BATCH_ROWS)):
+                conn.executemany("INSERT INTO lazy_edges(line, enqueued_at) VALUES (?, ?)", batch)
+                count += len(batch)
+        return count
 
     # --- the drain's side ----------------------------------------------------------------
     def last_id(self) -> int:

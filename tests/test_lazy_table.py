@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+from collections.abc import Iterator
 
 import anyio
 import pytest
@@ -19,7 +20,7 @@ from store.db import Database
 from store.errors import ConstraintError, DatabaseUnreadableError
 from store.unit_of_work import DatabaseUnitOfWork
 from store.lazy_queue import LazyEdgeQueue, edge_line
-from store.lazy_table import LazyEdgeTable, QueuedRow, RowsTakenError
+from store.lazy_table import APPEND_BATCH_ROWS, MAX_LINE_CHARACTERS, LazyEdgeTable, QueuedRow, RowsTakenError
 from tests.conftest import ROOT
 from tests.lazy_fixtures import add_concepts, drain, edge_count, graph_dump, queue_of, read_jsonl, seed_standard, table_of
 from worker.cycle import Stores
@@ -99,6 +100,35 @@ async def test_the_table_refuses_a_line_longer_than_its_limit(stores: Stores) ->
     with pytest.raises(ConstraintError):
         table_of(stores).append_lines(["x" * (1024 * 1024 + 1)])
     assert waiting(stores.db) == []
+
+
+@pytest.mark.both_backends
+@pytest.mark.parametrize("last", ["too long", "raises"])
+async def test_the_table_takes_a_large_input_a_batch_at_a_time_and_still_all_or_none(stores: Stores, last: str) -> None:
+    """A producer's lines are inserted in bounded batches while they are still being read (the
+    whole input was built as one list first); a bad line or a failing reader after several batches
+    rolls every batch back."""
+    table = table_of(stores)
+    total = 3 * APPEND_BATCH_ROWS + 5
+    held_at_most = 0
+
+    def lines(*, bad_end: bool) -> Iterator[str]:
+        nonlocal held_at_most
+        for n in range(total):
+            if n % 100 == 0:  # lines read but not yet inserted (the transaction's connection sees its rows)
+                held_at_most = max(held_at_most, n - stores.db.query("SELECT COUNT(*) FROM lazy_edges")[0][0])
+            yield edge_line(mention(f"c{n}", "memory:m1")).decode()
+        if bad_end:
+            if last == "raises":
+                raise OSError("the producer's file went away")
+            yield "x" * (MAX_LINE_CHARACTERS + 1)
+
+    with pytest.raises(ConstraintError if last == "too long" else OSError):
+        table.append_lines(lines(bad_end=True))
+    assert waiting(stores.db) == []
+    assert held_at_most < APPEND_BATCH_ROWS
+    assert table.append_lines(lines(bad_end=False)) == total
+    assert len(waiting(stores.db)) == total and held_at_most < APPEND_BATCH_ROWS
 
 
 # --- drains of the table -------------------------------------------------------------------------
