@@ -254,9 +254,14 @@ class ChromaStore:
         try:
             if not self._is_async:
                 confined_dir(settings.chroma_path, root=settings.data_dir)  # never a link out of the data dir
-                self._client = await anyio.to_thread.run_sync(
-                    partial(chromadb.PersistentClient, path=str(settings.chroma_path), settings=chroma_settings)
-                )
+                try:
+                    self._client = await anyio.to_thread.run_sync(
+                        partial(chromadb.PersistentClient, path=str(settings.chroma_path), settings=chroma_settings)
+                    )
+                except ChromaError as exc:
+                    # The embedded store is files on this disk, not a server to wait for: its own
+                    # database refusing them (e.g. "file is not a database") means they are damaged.
+                    raise ChromaQueryError(f"the embedded Chroma store is damaged ({self.location}): {_brief(exc)}") from exc
                 return self._client
             url = urlparse(settings.chroma_url)
             headers = {}
@@ -272,7 +277,7 @@ class ChromaStore:
                     tenant=settings.chroma_tenant,
                     database=settings.chroma_database,
                 )
-        except ChromaUnavailableError:
+        except ChromaStoreError:
             raise
         except Exception as exc:  # noqa: BLE001 - any client failure means "unreachable"
             raise ChromaUnavailableError(f"cannot open Chroma ({self.location}): {_brief(exc)}") from exc

@@ -1,4 +1,5 @@
-"""Chroma going away: a `chroma run` server killed under a running daemon, then brought back."""
+"""Chroma going away: a `chroma run` server killed under a running daemon, then brought back; an
+embedded store damaged on disk."""
 
 from __future__ import annotations
 
@@ -43,3 +44,25 @@ def test_daemon_survives_chroma_outage(tmp_path: Path) -> None:
         server.wait(10)
     status = json.loads(run_cli("status", "--json", env=env).stdout)
     assert status["graph"]["nodes"]["SESSION"] == 26
+
+
+def test_a_damaged_embedded_chroma_is_chroma_error_and_an_unreachable_server_chroma_unavailable(tmp_path: Path) -> None:
+    """An embedded store whose database file is junk cannot get better by waiting: it is reported
+    as damaged (``chroma-error``), not as a Chroma to try again later; a server nobody answers at
+    stays ``chroma-unavailable``."""
+    data_dir = tmp_path / "d"
+    env = worker_env(data_dir)
+    sessions = tmp_path / "two.jsonl"
+    sessions.write_text("".join(SAMPLE.read_text().splitlines(keepends=True)[:2]))
+    assert run_cli("import", str(sessions), env=env).returncode == 0
+    (data_dir / "chroma" / "chroma.sqlite3").write_bytes(b"not a database " * 10_000)
+    damaged = run_cli("--once", "--json", env=env)
+    assert damaged.returncode != 0
+    run = json.loads(damaged.stdout)
+    assert (run["reason_code"], run["failure_phase"]) == ("chroma-error", "provider-ready")
+    assert "embedded Chroma store is damaged" in run["message"]
+    assert outcomes(data_dir / "graph.sqlite3") == [("failed", "chroma-error")]
+
+    unreachable = run_cli("--once", "--json", env=worker_env(tmp_path / "e", chroma_url=f"http://127.0.0.1:{free_port()}", chroma_timeout_seconds="5"))
+    assert unreachable.returncode != 0
+    assert json.loads(unreachable.stdout)["reason_code"] == "chroma-unavailable"

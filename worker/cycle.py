@@ -131,8 +131,8 @@ async def provider_ready(ctx: CycleContext) -> dict[str, Any]:
     """Chroma answers (and, when configured, the model server)."""
     try:
         await ctx.stores.chroma.ping()
-    except ChromaUnavailableError as exc:
-        raise PhaseError("chroma-unavailable", str(exc)) from exc
+    except ChromaStoreError as exc:  # unreachable (chroma-unavailable) or a damaged embedded store (chroma-error)
+        raise PhaseError(exc.reason_code, str(exc)) from exc
     ready: dict[str, Any] = {"chroma": ctx.stores.chroma.location}
     if ctx.settings.extractor == "openai":
         from pipelines.extract.llm import OpenAIExtractor
