@@ -90,3 +90,23 @@ def test_once_on_an_unreadable_database_fails_with_a_reason(tmp_path: Path) -> N
     assert (result["outcome"], result["reason_code"], result["failure_phase"]) == ("failed", "database-error", "setup")
     assert "not recorded in rem_runs yet" in result["message"]
     assert "Traceback" not in done.stderr
+
+
+async def test_a_phase_failing_as_the_database_goes_away_is_recorded_as_that_phase(settings: Settings, stores: Stores) -> None:
+    """The database goes away inside a phase: the phase fails, and then so does finishing its run
+    row on the cycle's connection. The run is recorded (by the failure recorder's own connection)
+    as failed in that phase, not in ``finish``, with the phase's error kept."""
+
+    async def losing_the_database(ctx: CycleContext) -> dict:
+        ctx.stores.db.close()
+        ctx.stores.db.query("SELECT COUNT(*) FROM nodes")
+        return {}
+
+    result = await run_cycle(settings, stores=stores, phases=(("provider-ready", provider_ready), ("extract", losing_the_database)))
+    assert (result.outcome, result.reason_code, result.failure_phase) == ("failed", "phase-error", "extract")
+    assert "closed" in result.message and "run row could not be finished" in result.message
+    (run,) = read_runs(settings.graph_path)
+    assert (run["outcome"], run["reason_code"], run["failure_phase"], run["last_successful_phase"]) == (
+        "failed", "phase-error", "extract", "provider-ready")
+    assert run["phases"]["extract"]["state"] == "failed" and "closed" in run["phases"]["extract"]["error"]
+    assert run["phases"]["finish"]["state"] == "failed"

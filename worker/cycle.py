@@ -472,6 +472,7 @@ class CycleAttempt:
     step: str = "setup"
     last_successful_phase: str | None = None
     row_started: bool = False
+    decided: CycleResult | None = None  # the phases' outcome, set before the run row is finished
     result: CycleResult | None = None  # set once the run row is finished
 
 
@@ -550,21 +551,27 @@ async def _release_lock(locks: LockStore) -> None:
 
 
 async def _record_crash(attempt: CycleAttempt, exc: Exception, recorder: FailureRecorder) -> CycleResult:
-    reason_code = failure_reason(exc)
+    reason_code, failure_phase, message = failure_reason(exc), attempt.step, repr(exc)
     # The environment's fault (descriptors, files, the database) needs no traceback; anything else is a bug.
     log.error(
         "cycle crashed", run_id=attempt.run_id, step=attempt.step, reason_code=reason_code, error=repr(exc),
         exc_info=exc if reason_code == "crashed" else None,
     )
     phases = {**attempt.phases, attempt.step: {"state": "failed", "error": repr(exc)}}
+    decided = attempt.decided
+    if decided is not None and decided.outcome == "failed" and decided.failure_phase is not None:
+        # A phase failed and then so did writing the run row (the database went away): the run
+        # failed in that phase, for its reason; finishing's error is kept beside it.
+        reason_code, failure_phase = decided.reason_code or reason_code, decided.failure_phase
+        message = f"{decided.message}; then the run row could not be finished: {message}"
     result = CycleResult(
         run_id=attempt.run_id, outcome="failed", started_at=attempt.started_at, finished_at=utc_now(),
         wall_ms=(time.perf_counter() - attempt.t0) * 1000, phases=phases, reason_code=reason_code,
-        failure_phase=attempt.step, last_successful_phase=attempt.last_successful_phase, message=repr(exc),
+        failure_phase=failure_phase, last_successful_phase=attempt.last_successful_phase, message=message,
     )
     failure = RunFailure(
         run_id=result.run_id, reason=attempt.reason, mode=attempt.mode, owner=owner_id(), started_at=result.started_at,
-        finished_at=result.finished_at, reason_code=reason_code, failure_phase=attempt.step,
+        finished_at=result.finished_at, reason_code=reason_code, failure_phase=failure_phase,
         last_successful_phase=attempt.last_successful_phase, phases=phases, row_started=attempt.row_started,
     )
     with anyio.CancelScope(shield=True):
@@ -656,7 +663,7 @@ async def _run_phases(
     finally:
         structlog.contextvars.unbind_contextvars("run_id", "phase")
         result.finished_at, result.wall_ms = utc_now(), (time.perf_counter() - t0) * 1000
-        attempt.step = "finish"
+        attempt.step, attempt.decided = "finish", result
         with anyio.CancelScope(shield=True):
             await anyio.to_thread.run_sync(
                 lambda: runstate.finish_run(
