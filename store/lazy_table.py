@@ -86,11 +86,15 @@ class LazyEdgeTable:
         failure, the iterable's own included, rolls every batch back."""
         now = utc_now()
         rows = ((_text(line), now) for line in lines)
+        batch = list(islice(rows, APPEND_BATCH_ROWS))
+        if not batch:
+            return 0  # no lines, no transaction (a commit with no lazy edges touches nothing)
         count = 0
         with self.db.transaction() as conn:
-            while batch := list(islice(rows, APPEND_BATCH_ROWS)):
+            while batch:
                 conn.executemany("INSERT INTO lazy_edges(line, enqueued_at) VALUES (?, ?)", batch)
                 count += len(batch)
+                batch = list(islice(rows, APPEND_BATCH_ROWS))
         return count
 
     # --- the drain's side ----------------------------------------------------------------
