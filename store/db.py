@@ -656,10 +656,14 @@ def sqlite_errors() -> Iterator[None]:
     :func:`store_error`, the original kept as ``__cause__``."""
     try:
         yield
-    except sqlite3.Error as exc:
-        raise store_error(exc) from exc
-    except UnicodeEncodeError as exc:  # a parameter sqlite3 cannot bind
-        raise unstorable_text(exc) from exc
+    except (sqlite3.Error, UnicodeEncodeError) as exc:
+        raise _translated(exc) from exc
+
+
+def _translated(exc: sqlite3.Error | UnicodeEncodeError) -> DatabaseError:
+    """The :mod:`store.errors` class for what ``sqlite3`` raised: its errors, or a parameter it
+    cannot bind (text that is no UTF-8). Pure."""
+    return unstorable_text(exc) if isinstance(exc, UnicodeEncodeError) else store_error(exc)
 
 
 _Method = TypeVar("_Method", bound=Callable[..., Any])
@@ -672,10 +676,8 @@ def _translating(method: _Method) -> _Method:
     def translated(*args: Any, **kwargs: Any) -> Any:
         try:
             return method(*args, **kwargs)
-        except sqlite3.Error as exc:
-            raise store_error(exc) from exc
-        except UnicodeEncodeError as exc:  # a parameter sqlite3 cannot bind
-            raise unstorable_text(exc) from exc
+        except (sqlite3.Error, UnicodeEncodeError) as exc:
+            raise _translated(exc) from exc
 
     return translated  # type: ignore[return-value]
 
