@@ -18,18 +18,16 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Iterator, Mapping
-from itertools import chain, islice
+from itertools import chain
 from pathlib import Path
 from typing import Any
 
 from pipelines.lazy_edge import InvalidLazyEdgeError, queue_lines
 from store.lazy_queue import LazyEdgeQueue
-from store.lazy_table import is_database_url, open_queue_table
+from store.graph import chunked
+from store.lazy_table import APPEND_BATCH_ROWS, is_database_url, open_queue_table
 
 __all__ = ["InvalidLazyEdgeError", "enqueue_checked_lazy_edges", "enqueue_lazy_edges"]
-
-# Edges checked and turned into queue lines at a time (by `rem-cycle enqueue`): about 1 MB of lines.
-BATCH_EDGES = 2_000
 
 
 def enqueue_lazy_edges(target: str | os.PathLike[str], edges: Iterable[Mapping[str, Any]], *, fsync: bool = True) -> int:
@@ -45,7 +43,7 @@ def enqueue_lazy_edges(target: str | os.PathLike[str], edges: Iterable[Mapping[s
 
 
 def enqueue_checked_lazy_edges(
-    target: str | os.PathLike[str], edges: Iterable[Mapping[str, Any]], *, fsync: bool = True, batch: int = BATCH_EDGES
+    target: str | os.PathLike[str], edges: Iterable[Mapping[str, Any]], *, fsync: bool = True, batch: int = APPEND_BATCH_ROWS
 ) -> int:
     """Queue ``edges`` that were checked already (``queue_lines`` raised nothing for any of them),
     turning them into lines ``batch`` at a time, so that memory does not grow with their number:
@@ -55,13 +53,7 @@ def enqueue_checked_lazy_edges(
     changed in between) raises :class:`InvalidLazyEdgeError`; in the file form, lines written
     before it stay queued."""
     _check_target(target)
-    return _append(target, (line for part in _batches(edges, batch) for line in queue_lines(part)), fsync=fsync)
-
-
-def _batches(items: Iterable[Mapping[str, Any]], size: int) -> Iterator[list[Mapping[str, Any]]]:
-    iterator = iter(items)
-    while part := list(islice(iterator, size)):
-        yield part
+    return _append(target, (line for part in chunked(edges, batch) for line in queue_lines(part)), fsync=fsync)
 
 
 def _check_target(target: str | os.PathLike[str]) -> None:

@@ -7,9 +7,10 @@ nothing, not even ``updated_at``, so re-running a cycle leaves the file's conten
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Container, Iterable, Sequence
+from collections.abc import Callable, Container, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from itertools import islice
 from typing import Any
 
 import structlog
@@ -65,10 +66,12 @@ def escape_like(text: str) -> str:
     return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
 
-def chunked(items: Sequence[Any], size: int) -> Iterable[Sequence[Any]]:
-    """Consecutive slices of at most ``size`` items."""
-    for start in range(0, len(items), size):
-        yield items[start : start + size]
+def chunked(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
+    """Consecutive lists of at most ``size`` items, taken as they come (a large or lazy input is
+    never held whole)."""
+    iterator = iter(items)
+    while part := list(islice(iterator, size)):
+        yield part
 
 
 class GraphStore:

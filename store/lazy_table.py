@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from itertools import islice
+from itertools import chain
 from pathlib import Path
 from typing import Any
 
@@ -28,14 +28,16 @@ from config.settings import Settings
 from store.backend import open_database_at
 from store.db import Database, in_batches
 from store.errors import DatabaseError, DatabaseUnreadableError
-from store.graph import utc_now
+from store.graph import chunked, utc_now
 from store.lazy_queue import LazyEdgeQueue, edge_line
 
 # The longest ``line`` the table takes (its CHECK constraint, migration 9): a longer insert fails
 # at once, so the producer learns; the JSONL form's limit is the same number of bytes.
 MAX_LINE_CHARACTERS = 1024 * 1024
 
-# Rows :meth:`LazyEdgeTable.append_lines` inserts per statement: what it holds of its input at once.
+# Queue lines held at once when a large input is queued: what `rem-cycle enqueue` checks and turns
+# into lines per step (pipelines/enqueue.py) and :meth:`LazyEdgeTable.append_lines` inserts per
+# statement — about 1 MB of lines.
 APPEND_BATCH_ROWS = 2000
 
 
@@ -85,16 +87,15 @@ class LazyEdgeTable:
         ``lines`` :data:`APPEND_BATCH_ROWS` at a time (a large input is never held whole); any
         failure, the iterable's own included, rolls every batch back."""
         now = utc_now()
-        rows = ((_text(line), now) for line in lines)
-        batch = list(islice(rows, APPEND_BATCH_ROWS))
-        if not batch:
+        batches = chunked(((_text(line), now) for line in lines), APPEND_BATCH_ROWS)
+        batch = next(batches, None)
+        if batch is None:
             return 0  # no lines, no transaction (a commit with no lazy edges touches nothing)
         count = 0
         with self.db.transaction() as conn:
-            while batch:
+            for batch in chain([batch], batches):
                 conn.executemany("INSERT INTO lazy_edges(line, enqueued_at) VALUES (?, ?)", batch)
                 count += len(batch)
-                batch = list(islice(rows, APPEND_BATCH_ROWS))
         return count
 
     # --- the drain's side ----------------------------------------------------------------

@@ -654,29 +654,21 @@ def _numbered_edges(source: BinaryIO) -> Iterator[tuple[int, Any]]:
 def _enqueue_problems(source: BinaryIO) -> tuple[int, list[str]]:
     """How many edge lines ``source`` holds and what is wrong with each bad one (nothing is kept
     but the problems): ``queue_lines``, the drain's own rule, on a batch at a time."""
-    from pipelines.enqueue import BATCH_EDGES, InvalidLazyEdgeError
+    from pipelines.enqueue import InvalidLazyEdgeError
     from pipelines.lazy_edge import queue_lines
+    from store.graph import chunked
+    from store.lazy_table import APPEND_BATCH_ROWS
 
     problems: list[tuple[int, str]] = []
-    batch: list[tuple[int, Any]] = []
-
-    def check() -> None:
-        try:
-            queue_lines([edge for _, edge in batch])
-        except InvalidLazyEdgeError as exc:
-            problems.extend((batch[index][0], f"{reason}: {detail}") for index, reason, detail in exc.problems)
-        batch.clear()
-
     total = 0
-    for number, edge in _numbered_edges(source):
-        total += 1
-        if isinstance(edge, Exception):
-            problems.append((number, f"malformed-json: {edge}"))
-            continue
-        batch.append((number, edge))
-        if len(batch) >= BATCH_EDGES:
-            check()
-    check()
+    for part in chunked(_numbered_edges(source), APPEND_BATCH_ROWS):
+        total += len(part)
+        problems += [(number, f"malformed-json: {edge}") for number, edge in part if isinstance(edge, Exception)]
+        edges = [(number, edge) for number, edge in part if not isinstance(edge, Exception)]
+        try:
+            queue_lines([edge for _, edge in edges])
+        except InvalidLazyEdgeError as exc:
+            problems.extend((edges[index][0], f"{reason}: {detail}") for index, reason, detail in exc.problems)
     return total, [f"line {number}: {problem}"[:300] for number, problem in sorted(problems)]
 
 
