@@ -180,9 +180,7 @@ class OpenAIExtractor:
         """One structured chat completion besides extraction (community naming, identity auditing):
         the same transport, retries and JSON-mode fallback, another schema. Returns the parsed JSON;
         ``ValueError`` when the answer is not JSON, :class:`ExtractionFailure` when the call failed."""
-        content = await self._complete(messages, [0, 0], schema=(schema_name, schema))
-        match = _FENCE.match(content)
-        return load_json(match.group(1) if match else content)
+        return load_reply_json(await self._complete(messages, [0, 0], schema=(schema_name, schema)))
 
     async def _complete(
         self, messages: list[dict[str, str]], usage: list[int], *, schema: tuple[str, dict[str, Any]] = ("extraction", RESPONSE_SCHEMA)
@@ -315,12 +313,17 @@ def load_json(text: str | bytes) -> Any:
         raise ValueError("JSON nested too deep to read") from None
 
 
+def load_reply_json(content: str) -> Any:
+    """The JSON value of a model's reply, a Markdown code fence around it tolerated; ``ValueError``
+    when it is no JSON."""
+    match = _FENCE.match(content)
+    return load_json(match.group(1) if match else content)
+
+
 def parse_json_reply(content: str) -> Any:
     """The JSON object in a reply (a Markdown code fence around it is tolerated); ``ValueError``
     when there is none or it has no ``nodes`` list (worth a repair round too)."""
-    match = _FENCE.match(content)
-    text = match.group(1) if match else content
-    value = load_json(text)
+    value = load_reply_json(content)
     if not isinstance(value, dict):
         raise ValueError(f"expected a JSON object, got {type(value).__name__}")
     graph = value.get("graph") if isinstance(value.get("graph"), dict) else value
