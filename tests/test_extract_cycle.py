@@ -53,8 +53,9 @@ def session(sid: str, turns: list[str]) -> dict[str, Any]:
 def llm_settings(data_dir: Path, server: LLMServer, **overrides: Any) -> Settings:
     values: dict[str, Any] = {
         "data_dir": data_dir, "extractor": "openai", "llm_base_url": server.url, "llm_max_retries": 0,
-        # a 40-token chunk budget: two of the ~55-character turns above per chunk
-        "chunk_limit_tokens": 40, "prompt_envelope_tokens": 0, "llm_concurrency": 4,
+        # a 48-token chunk budget: two of the ~55-character turns above per chunk, as the model is
+        # shown them (`[1] (user) CHUNK-A: …`, ~68 characters)
+        "chunk_limit_tokens": 48, "prompt_envelope_tokens": 0, "llm_concurrency": 4,
     }
     values.update(overrides)
     return load_settings(**values)

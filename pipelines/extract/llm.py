@@ -38,6 +38,7 @@ from pipelines.extract.model import (
     WorkUnit,
     response_schema,
     schema_example,
+    turn_line,
 )
 
 log = structlog.get_logger(__name__)
@@ -77,9 +78,7 @@ def system_prompt(semantic_types: Sequence[str]) -> str:
 def user_prompt(unit: WorkUnit) -> str:
     """The unit's turns with their local numbers (never the raw Chroma ids)."""
     lines = [f"Session {unit.session_id}, part {unit.unit_id.removeprefix(unit.session_id + ':')}. Turns:"]
-    for turn in unit.turns:
-        role = f" ({turn.role})" if turn.role else ""
-        lines.append(f"[{turn.number}]{role} {turn.text}")
+    lines.extend(turn_line(turn.number, turn.role, turn.text) for turn in unit.turns)
     return "\n".join(lines)
 
 

@@ -212,6 +212,12 @@ class UnitTurn:
     role: str | None = None
 
 
+def turn_line(number: int, role: str | None, text: str) -> str:
+    """How an extractor's prompt shows one turn: ``[N] (role) text`` (no role: ``[N] text``). The
+    chunk planner sizes chunks by these lines, so a prompt fits the band it is checked against."""
+    return f"[{number}] ({role}) {text}" if role else f"[{number}] {text}"
+
+
 @dataclass(frozen=True, slots=True)
 class WorkUnit:
     """What one extractor call sees: a chunk, or one part of an oversized turn."""

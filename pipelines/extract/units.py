@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pipelines.chunker import chunk_session, split_oversized_text
-from pipelines.extract.model import UnitTurn, WorkUnit, unit_content_hash
+from pipelines.chunker import chunk_session, estimate_tokens, split_oversized_text
+from pipelines.extract.model import UnitTurn, WorkUnit, turn_line, unit_content_hash
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,14 +24,23 @@ class SourceTurn:
 
 
 def plan_units(session_id: str, turns: Sequence[SourceTurn], *, budget_tokens: int | None) -> list[WorkUnit]:
-    """The work units of a session, in chunk order (a chunk's parts in text order)."""
-    plan = chunk_session([t.text for t in turns], session_id=session_id, safe_processing_limit_tokens=budget_tokens)
+    """The work units of a session, in chunk order (a chunk's parts in text order).
+
+    Chunks are sized by what the extractor is shown of each turn (:func:`turn_line`), not by its
+    text alone: the number and the role cost tokens on every turn, which in a chat of short turns
+    is most of the prompt. A turn's number in its chunk is at most its number in the session, which
+    is the bound used, so a turn appended to the session changes the size of no earlier turn."""
+    shown = [turn_line(number, t.role, t.text) for number, t in enumerate(turns, start=1)]
+    plan = chunk_session(shown, session_id=session_id, safe_processing_limit_tokens=budget_tokens)
     units: list[WorkUnit] = []
     for index, chunk in enumerate(plan.chunks):
         members = [turns[i] for i in chunk.turn_indices]
         if chunk.oversized_turn and budget_tokens:
             (turn,) = members
-            parts = split_oversized_text(turn.text, limit_tokens=budget_tokens)
+            # Each part is shown as turn 1 of its unit: the parts' text gets the budget less that line's framing.
+            framing = estimate_tokens(turn_line(1, turn.role, ""))
+            limit = budget_tokens - framing if budget_tokens > framing else budget_tokens
+            parts = split_oversized_text(turn.text, limit_tokens=limit)
             for number, part in enumerate(parts):
                 unit_turns = (UnitTurn(1, turn.memory_id, part, turn.role),)
                 units.append(
