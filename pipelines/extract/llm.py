@@ -200,9 +200,12 @@ class OpenAIExtractor:
                     # chunk after its backoff.
                     failure.tokens_in, failure.tokens_out = usage
                     raise failure from None
+                failure.unreachable = isinstance(exc, httpx.ConnectTimeout)
                 delay = None
             except httpx.HTTPError as exc:
-                failure = ExtractionFailure("provider-error", f"connection failed: {exc!r}")
+                # A refused connection sent nothing: the server is gone, which is no fault of the chunk.
+                failure = ExtractionFailure("provider-error", f"connection failed: {exc!r}",
+                                            unreachable=isinstance(exc, httpx.ConnectError))
                 delay = None
             else:
                 if response.status_code == 200:

@@ -37,6 +37,8 @@ class UnitOutcome:
     tokens_in: int = 0
     tokens_out: int = 0
     latency_ms: float = 0.0
+    # failed because the model server could not be reached (nothing was sent): an outage
+    unreachable: bool = False
 
 
 def chunk_backoff(attempts: int, *, base_seconds: float, max_seconds: float) -> timedelta:
@@ -137,7 +139,8 @@ async def _extract_one(
         )
         log.warning("chunk extraction failed", chunk_id=unit.unit_id, kind=failure.kind, error=str(failure)[:300],
                     attempts=attempts)
-        return UnitOutcome(unit, "failed", None, failure.kind, str(failure), failure.tokens_in, failure.tokens_out, latency)
+        return UnitOutcome(unit, "failed", None, failure.kind, str(failure), failure.tokens_in, failure.tokens_out, latency,
+                           unreachable=failure.unreachable)
     latency = round((time.perf_counter() - started) * 1000, 1)
     await anyio.to_thread.run_sync(
         partial(

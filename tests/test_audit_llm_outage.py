@@ -1,0 +1,85 @@
+"""Audit of the model path through outages: a model server that goes away in the middle of cycles
+never makes a session undigestible for it (real cycles, embedded Chroma, the SQLite graph, the
+loopback chat-completions server of tests/llm_server.py killed mid-cycle)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from config import Settings, load_settings
+from pipelines.importer import import_sessions
+from tests.conftest import write_sessions
+from tests.llm_server import LLMServer, slow
+from worker.cycle import Stores, open_stores, run_cycle
+
+SESSIONS = [f"s{i}" for i in range(5)]
+
+
+def session(sid: str) -> dict[str, Any]:
+    return {
+        "sessionId": sid, "title": sid, "createdAt": f"2026-11-01T10:0{sid[1]}:00Z", "noSummary": True,
+        "turns": [{"id": f"{sid}-t0", "role": "user", "text": f"In {sid} the LazyEdgeQueue feeds the GraphStore."}],
+    }
+
+
+def expire_backoff(stores: Stores) -> None:
+    stores.db.conn.execute("UPDATE chunk_results SET next_attempt_at = '2000-01-01T00:00:00.000Z' WHERE status = 'failed'")
+
+
+async def cycle_with_an_outage(settings: Settings, stores: Stores, port: int) -> dict[str, Any]:
+    """One cycle against a server on ``port`` that dies while answering its second request: the
+    first session commits, the second's answer is cut off, the others' connections are refused."""
+    server = LLMServer(port=port, default=slow(0.3)).start()
+
+    async def kill_at_the_second_request() -> None:
+        while server.chat_count < 2:
+            await anyio.sleep(0.01)
+        await anyio.to_thread.run_sync(server.kill)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(kill_at_the_second_request)
+        result = await run_cycle(settings, stores=stores)
+    assert result.outcome == "completed", result.message
+    return result.phases["extract"]
+
+
+async def test_a_server_dying_mid_cycle_again_and_again_never_makes_a_session_undigestible(
+    settings: Settings, tmp_path: Path
+) -> None:
+    """Found by the audit: every session a cycle reached after the model server went away was
+    charged a failed attempt, though no request of it left the worker (connection refused). Two
+    such cycles (`REM_MAX_CHUNK_ATTEMPTS=2`) made the sessions never sent to the model
+    `undigestible`: once the server was back they were not digested until an operator ran
+    `rem-cycle retry`. A session whose chunks could not reach the server is deferred like one
+    backing off (its chunks' failures are recorded, with their backoff); only an answer cut off
+    in flight charges its session."""
+    with LLMServer() as probe:
+        port = probe.port
+    with LLMServer(port=port) as up:  # provider-ready asks the server at the start of each cycle
+        mine = load_settings(data_dir=settings.data_dir, extractor="openai", llm_base_url=up.url, llm_max_retries=0,
+                             llm_concurrency=1, max_chunk_attempts=2, llm_timeout_seconds=5)
+    stores = await open_stores(mine)
+    try:
+        path = write_sessions(tmp_path / "in.jsonl", [session(s) for s in SESSIONS])
+        await import_sessions(path, chroma=stores.chroma, memory_collection=mine.memory_collection,
+                              summary_collection=mine.session_collection)
+        for _ in range(2):
+            extract = await cycle_with_an_outage(mine, stores, port)
+            assert extract["sessions_digested"] == 1, extract
+            refused = {c["session_id"] for c in stores.runstate.failing_chunks() if "ConnectError" in c["error"]}
+            assert refused, stores.runstate.failing_chunks()
+            digests = stores.runstate.get_digests(sorted(refused))
+            assert {(d.state, d.attempts) for d in digests.values()} <= {("undigested", 0), ("undigested", 1)}, digests
+            assert extract["sessions_undigestible"] == 0, extract
+            expire_backoff(stores)
+
+        with LLMServer(port=port):
+            healed = await run_cycle(mine, stores=stores)
+        assert healed.outcome == "completed", healed.message
+        assert stores.runstate.digest_counts() == {"undigested": 0, "digested": len(SESSIONS), "undigestible": 0}
+        assert stores.runstate.failing_chunks() == []
+    finally:
+        stores.close()
