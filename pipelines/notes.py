@@ -172,7 +172,16 @@ async def import_note(note: NoteFile, env: NotesEnv) -> NoteResult:
     failed = [o for o in outcomes if o.extraction is None]
     if failed:
         result.status = "failed"
-        result.error = f"{len(failed)}/{len(outcomes)} chunks failed; {failed[0].unit.unit_id}: {failed[0].error_kind}: {failed[0].error}"
+        now_failed = [o for o in failed if o.status == "failed"]
+        if now_failed:
+            first = now_failed[0]
+            result.error = f"{len(failed)}/{len(outcomes)} chunks failed; {first.unit.unit_id}: {first.error_kind}: {first.error}"
+        else:  # no call was made: say so, not the old failure as if it happened again
+            first = failed[0]
+            result.error = (
+                f"{len(failed)}/{len(outcomes)} chunks waiting to retry after {first.error_kind}: {first.error} "
+                f"(next attempt after {first.retry_at}; rem-cycle retry --session {note.key} tries them now)"
+            )
         return result
     reduced = reduce_session(note.key, [o.extraction for o in outcomes if o.extraction is not None], anchor=note.note_id)
     # The anchor must exist when the commit plans its DISCUSSED_IN edges; its content hash is

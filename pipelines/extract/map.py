@@ -39,6 +39,8 @@ class UnitOutcome:
     latency_ms: float = 0.0
     # failed because the model server could not be reached (nothing was sent): an outage
     unreachable: bool = False
+    # deferred: when its backoff ends (run-state timestamp)
+    retry_at: str | None = None
 
 
 def chunk_backoff(attempts: int, *, base_seconds: float, max_seconds: float) -> timedelta:
@@ -83,7 +85,8 @@ async def map_units(
         elif row is not None and row.status == "ok" and row.payload is not None:
             outcomes[index] = UnitOutcome(unit, "reused", ChunkExtraction.from_payload(row.payload))
         elif row is not None and row.status == "failed" and row.next_attempt_at and row.next_attempt_at > iso(now):
-            outcomes[index] = UnitOutcome(unit, "deferred", error_kind=row.error_kind, error=row.error)
+            outcomes[index] = UnitOutcome(unit, "deferred", error_kind=row.error_kind, error=row.error,
+                                          retry_at=row.next_attempt_at)
         else:
             todo.append(index)
 
