@@ -8,11 +8,12 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import pytest
 
 from config import Settings, load_settings
 from pipelines.importer import import_sessions
 from tests.conftest import write_sessions
-from tests.llm_server import LLMServer, slow
+from tests.llm_server import LLMServer, Status, rate_limited, server_error, slow
 from worker.cycle import Stores, open_stores, run_cycle
 
 SESSIONS = [f"s{i}" for i in range(5)]
@@ -83,3 +84,43 @@ async def test_a_server_dying_mid_cycle_again_and_again_never_makes_a_session_un
         assert stores.runstate.failing_chunks() == []
     finally:
         stores.close()
+
+
+QUOTA = Status(429, '{"error": {"message": "You exceeded your current quota", "type": "insufficient_quota"}}')
+REFUSALS = {"quota-429": QUOTA, "rate-limit-429": rate_limited(retry_after="0"), "bad-gateway-502": server_error(502),
+            "unavailable-503": server_error(503)}
+
+
+@pytest.mark.parametrize("refusal", list(REFUSALS.values()), ids=list(REFUSALS))
+async def test_a_server_refusing_all_work_for_cycles_never_makes_a_session_undigestible(
+    settings: Settings, tmp_path: Path, refusal: Status
+) -> None:
+    """Found by the audit: a provider whose quota ran out (`429 insufficient_quota`), or a gateway
+    whose model is down (502, 503), refuses every request without doing any work; each cycle
+    charged every session an attempt, so after `REM_MAX_CHUNK_ATTEMPTS` cycles the whole backlog
+    was `undigestible` and stayed so when the quota came back. Such a refusal is an outage: its
+    chunks are recorded (`provider-error`, with their backoff) and the sessions deferred, and
+    they digest once the server works again, without `rem-cycle retry`."""
+    with LLMServer(default=refusal) as server:
+        mine = load_settings(data_dir=settings.data_dir, extractor="openai", llm_base_url=server.url, llm_max_retries=0,
+                             max_chunk_attempts=2)
+        stores = await open_stores(mine)
+        try:
+            path = write_sessions(tmp_path / "in.jsonl", [session(s) for s in SESSIONS])
+            await import_sessions(path, chroma=stores.chroma, memory_collection=mine.memory_collection,
+                                  summary_collection=mine.session_collection)
+            for _ in range(3):
+                refused = await run_cycle(mine, stores=stores)
+                extract = refused.phases["extract"]
+                assert extract["failures_by_kind"] == {"provider-error": len(SESSIONS)}, extract
+                assert (extract["sessions_deferred"], extract["sessions_undigestible"]) == (len(SESSIONS), 0), extract
+                assert {c["error_kind"] for c in stores.runstate.failing_chunks()} == {"provider-error"}
+                expire_backoff(stores)
+            assert stores.runstate.digest_counts()["undigested"] == len(SESSIONS)
+
+            server.default = slow(0)
+            healed = await run_cycle(mine, stores=stores)
+            assert healed.phases["extract"]["sessions_digested"] == len(SESSIONS), healed.phases["extract"]
+            assert stores.runstate.failing_chunks() == []
+        finally:
+            stores.close()

@@ -32,7 +32,6 @@ from tests.llm_server import (
     hang_up,
     malformed,
     ok,
-    rate_limited,
     server_error,
     slow,
     truncated,
@@ -101,10 +100,10 @@ BAD_USAGE = Status(200, json.dumps({
 
 FAULTS: list[tuple[str, Behaviour, str, int]] = [
     # (name, behaviour, recorded kind, model calls per attempt)
+    # (429, 502, 503 and a refused connection are outages, which charge no attempt:
+    # tests/test_audit_llm_outage.py)
     ("timeout", slow(1.5), "timeout", 1),
-    ("http-429", rate_limited(retry_after="0"), "provider-error", 1),
     ("http-500", server_error(500), "provider-error", 1),
-    ("http-503", server_error(503), "provider-error", 1),
     ("hang-up", hang_up(), "provider-error", 1),
     ("not-chat-completions", Status(200, "<html>502 Bad Gateway</html>"), "provider-error", 1),
     ("malformed-json", malformed(), "schema-failure", 2),

@@ -51,6 +51,8 @@ MAX_TOKEN_COUNT = 2**40
 # An answer is at most REM_OUTPUT_RESERVE_TOKENS tokens, a few hundred KiB of JSON: anything near this
 # is a runaway or hostile server.
 MAX_RESPONSE_BYTES = 16 * 2**20
+# Answers that refuse any request without working on it: rate limit or quota, bad gateway, unavailable.
+OUTAGE_STATUSES = frozenset({429, 502, 503})
 _CONTEXT_OVERFLOW = re.compile(r"context[ _-]?(length|window|size)|maximum context|too many tokens|prompt is too long|exceeds", re.I)
 _FORMAT_REJECTED = re.compile(r"response_format|json_schema|json_object|structured", re.I)
 
@@ -200,12 +202,12 @@ class OpenAIExtractor:
                     # chunk after its backoff.
                     failure.tokens_in, failure.tokens_out = usage
                     raise failure from None
-                failure.unreachable = isinstance(exc, httpx.ConnectTimeout)
+                failure.outage = isinstance(exc, httpx.ConnectTimeout)
                 delay = None
             except httpx.HTTPError as exc:
                 # A refused connection sent nothing: the server is gone, which is no fault of the chunk.
                 failure = ExtractionFailure("provider-error", f"connection failed: {exc!r}",
-                                            unreachable=isinstance(exc, httpx.ConnectError))
+                                            outage=isinstance(exc, httpx.ConnectError))
                 delay = None
             else:
                 if response.status_code == 200:
@@ -221,7 +223,8 @@ class OpenAIExtractor:
                     continue
                 if response.status_code in (400, 413) and _CONTEXT_OVERFLOW.search(text):
                     raise ExtractionFailure("context-overflow", f"HTTP {response.status_code}: {text}")
-                failure = ExtractionFailure("provider-error", f"HTTP {response.status_code}: {text}")
+                failure = ExtractionFailure("provider-error", f"HTTP {response.status_code}: {text}",
+                                            outage=response.status_code in OUTAGE_STATUSES)
                 if response.status_code not in (408, 409, 429) and response.status_code < 500:
                     raise failure
                 delay = retry_after_seconds(response.headers.get("Retry-After"), cap=self.retry_after_cap)

@@ -37,8 +37,8 @@ class UnitOutcome:
     tokens_in: int = 0
     tokens_out: int = 0
     latency_ms: float = 0.0
-    # failed because the model server could not be reached (nothing was sent): an outage
-    unreachable: bool = False
+    # failed because the model server could not be reached or refused all work: an outage
+    outage: bool = False
     # deferred: when its backoff ends (run-state timestamp)
     retry_at: str | None = None
 
@@ -143,7 +143,7 @@ async def _extract_one(
         log.warning("chunk extraction failed", chunk_id=unit.unit_id, kind=failure.kind, error=str(failure)[:300],
                     attempts=attempts)
         return UnitOutcome(unit, "failed", None, failure.kind, str(failure), failure.tokens_in, failure.tokens_out, latency,
-                           unreachable=failure.unreachable)
+                           outage=failure.outage)
     latency = round((time.perf_counter() - started) * 1000, 1)
     await anyio.to_thread.run_sync(
         partial(

@@ -191,18 +191,18 @@ def _valid(adapter: TypeAdapter[Any], value: Any) -> bool:
 
 
 class ExtractionFailure(Exception):
-    """A chunk could not be extracted; ``kind`` is one of :data:`FAILURE_KINDS`. ``unreachable``:
-    the model server could not be reached, so no request of the chunk left (an outage, which
-    says nothing about the chunk)."""
+    """A chunk could not be extracted; ``kind`` is one of :data:`FAILURE_KINDS`. ``outage``: the
+    model server could not be reached, or refused to work on any request (rate limit or quota,
+    bad gateway, unavailable) — a failure that says nothing about the chunk."""
 
-    def __init__(self, kind: str, message: str, *, tokens_in: int = 0, tokens_out: int = 0, unreachable: bool = False) -> None:
+    def __init__(self, kind: str, message: str, *, tokens_in: int = 0, tokens_out: int = 0, outage: bool = False) -> None:
         if kind not in FAILURE_KINDS:
             raise ValueError(f"unknown failure kind {kind!r}")
         super().__init__(message)
         self.kind = kind
         self.tokens_in = tokens_in
         self.tokens_out = tokens_out
-        self.unreachable = unreachable
+        self.outage = outage
 
 
 @dataclass(frozen=True, slots=True)

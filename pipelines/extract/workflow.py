@@ -182,10 +182,11 @@ async def extract_session(
         stats.count_outcomes(outcomes)
         failed = [o for o in outcomes if o.extraction is None]
         if failed:
-            if all(o.status == "deferred" or o.unreachable for o in failed):
-                # Backing off, or the model server could not be reached (an outage charges no
-                # attempt: it must never make a session undigestible; the chunks' failures are recorded).
-                log.info("session deferred: chunks backing off or the model server unreachable", session_id=sid,
+            if all(o.status == "deferred" or o.outage for o in failed):
+                # Backing off, or the model server unreachable or refusing all work (an outage
+                # charges no attempt: it must never make a session undigestible; the chunks'
+                # failures are recorded, with their backoff).
+                log.info("session deferred: chunks backing off or the model server out", session_id=sid,
                          chunks=[o.unit.unit_id for o in failed])
                 return "deferred"
             first = next(o for o in failed if o.status == "failed")
