@@ -124,3 +124,34 @@ async def test_a_server_refusing_all_work_for_cycles_never_makes_a_session_undig
             assert stores.runstate.failing_chunks() == []
         finally:
             stores.close()
+
+
+async def test_sessions_backing_off_do_not_hold_up_the_sessions_behind_them(settings: Settings, tmp_path: Path) -> None:
+    """Found by the audit: a session whose chunks back off makes no call, but it was claimed again
+    by every cycle and counted against `REM_BATCH_LIMIT`: with the oldest `REM_BATCH_LIMIT`
+    sessions backing off (an outage on a backlog leaves exactly that, for up to
+    `REM_CHUNK_RETRY_MAX_SECONDS`, 6 h), no newer session was extracted at all. A deferred session
+    takes no place in the batch."""
+    with LLMServer() as server:
+        server.script(*[server_error(500)] * 4, match="In s0 ")
+        server.script(*[server_error(500)] * 4, match="In s1 ")
+        mine = load_settings(data_dir=settings.data_dir, extractor="openai", llm_base_url=server.url, llm_max_retries=0,
+                             batch_limit=2, llm_concurrency=1)
+        stores = await open_stores(mine)
+        try:
+            path = write_sessions(tmp_path / "in.jsonl", [session(s) for s in SESSIONS[:4]])
+            await import_sessions(path, chroma=stores.chroma, memory_collection=mine.memory_collection,
+                                  summary_collection=mine.session_collection)
+            first = (await run_cycle(mine, stores=stores)).phases["extract"]
+            assert (first["sessions_failed"], first["sessions_digested"]) == (2, 0), first  # s0, s1: the batch
+            calls = server.chat_count
+
+            second = (await run_cycle(mine, stores=stores)).phases["extract"]
+            assert second["sessions_deferred"] == 2, second  # s0, s1 still back off: no call for them
+            assert second["sessions_digested"] == 2, second  # s2, s3 are not held up behind them
+            assert server.chat_count == calls + 2
+            digests = stores.runstate.get_digests()
+            assert {s: d.state for s, d in digests.items()} == {
+                "s0": "undigested", "s1": "undigested", "s2": "digested", "s3": "digested"}
+        finally:
+            stores.close()
