@@ -14,7 +14,7 @@ from config import Settings, load_settings
 from pipelines.importer import import_sessions
 from tests.conftest import write_sessions
 from tests.llm_server import LLMServer, Status, rate_limited, server_error, slow
-from worker.cycle import Stores, open_stores, run_cycle
+from worker.cycle import PHASES, Stores, open_stores, run_cycle
 
 SESSIONS = [f"s{i}" for i in range(5)]
 
@@ -153,5 +153,26 @@ async def test_sessions_backing_off_do_not_hold_up_the_sessions_behind_them(sett
             digests = stores.runstate.get_digests()
             assert {s: d.state for s, d in digests.items()} == {
                 "s0": "undigested", "s1": "undigested", "s2": "digested", "s3": "digested"}
+        finally:
+            stores.close()
+
+
+async def test_during_an_outage_a_cycle_asks_for_no_more_than_its_batch(settings: Settings, tmp_path: Path) -> None:
+    """A session deferred by an outage made its calls (each refused, after the transport's retries
+    and `Retry-After` waits): it takes its place in `REM_BATCH_LIMIT`, so a cycle in an outage
+    tries a batch of the backlog, not all of it; only a session that made no call takes none."""
+    with LLMServer(default=QUOTA) as server:
+        mine = load_settings(data_dir=settings.data_dir, extractor="openai", llm_base_url=server.url, llm_max_retries=0,
+                             batch_limit=2, llm_concurrency=1)
+        stores = await open_stores(mine)
+        try:
+            path = write_sessions(tmp_path / "in.jsonl", [session(s) for s in SESSIONS])
+            await import_sessions(path, chroma=stores.chroma, memory_collection=mine.memory_collection,
+                                  summary_collection=mine.session_collection)
+            ingest_all = load_settings(data_dir=settings.data_dir, extractor="openai", llm_base_url=server.url)
+            await run_cycle(ingest_all, stores=stores, phases=tuple(p for p in PHASES if p[0] in ("provider-ready", "ingest")))
+            assert stores.runstate.digest_counts()["undigested"] == len(SESSIONS)
+            extract = (await run_cycle(mine, stores=stores)).phases["extract"]
+            assert server.chat_count == 2 and extract["sessions_deferred"] == 2, extract
         finally:
             stores.close()

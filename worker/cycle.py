@@ -294,17 +294,17 @@ async def extract(ctx: CycleContext) -> dict[str, Any]:
             # Claim a few sessions at a time, so that workers beside this one find work too; a
             # session that failed or was deferred stays claimed until the phase ends (no worker
             # retries it in the meantime), then every claim left is released.
-            # A session deferred (its chunks back off: no call) takes no place in the batch, or
-            # sessions backing off would hold up every session behind them for hours.
+            # A session whose chunks back off (no call) takes no place in the batch, or sessions
+            # backing off would hold up every session behind them for hours.
             worked = 0
             while worked < settings.batch_limit and not ctx.stop.is_set():
                 todo = await anyio.to_thread.run_sync(claims.claim, min(claim_step(settings.llm_concurrency), settings.batch_limit - worked))
                 if not todo:
                     break
                 queued += len(todo)
-                deferred = stats.sessions_deferred
+                backing_off = stats.sessions_backing_off
                 await extract_sessions(todo, env, should_stop=ctx.stop.is_set, stats=stats)
-                worked += len(todo) - (stats.sessions_deferred - deferred)
+                worked += len(todo) - (stats.sessions_backing_off - backing_off)
         except* ChromaUnavailableError as group:
             raise PhaseError("chroma-unavailable", str(group.exceptions[0])) from None
         finally:

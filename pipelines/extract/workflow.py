@@ -92,6 +92,7 @@ class ExtractStats(CommitStats):
     sessions_digested: int = 0
     sessions_failed: int = 0
     sessions_deferred: int = 0
+    sessions_backing_off: int = 0  # of the deferred: those whose chunks back off (no call made)
     sessions_undigestible: int = 0
     sessions_claim_lost: int = 0
     chunks_total: int = 0
@@ -164,7 +165,8 @@ async def extract_session(
     commit_turn: Callable[[], Awaitable[None]] | None = None,
 ) -> str:
     """Extract one session and commit it if every chunk succeeded; returns ``digested``,
-    ``failed``, ``deferred``, ``undigestible`` or ``claim-lost``. A failure is recorded, never raised (except
+    ``failed``, ``deferred`` (its chunks back off: no call), ``outage`` (deferred too: the model
+    server was out), ``undigestible`` or ``claim-lost``. A failure is recorded, never raised (except
     Chroma being unreachable, which fails the whole phase). ``commit_turn`` is awaited just before
     the commit (:func:`extract_sessions` uses it to commit in session order)."""
     sid = record.session_id
@@ -182,13 +184,15 @@ async def extract_session(
         stats.count_outcomes(outcomes)
         failed = [o for o in outcomes if o.extraction is None]
         if failed:
-            if all(o.status == "deferred" or o.outage for o in failed):
-                # Backing off, or the model server unreachable or refusing all work (an outage
-                # charges no attempt: it must never make a session undigestible; the chunks'
-                # failures are recorded, with their backoff).
-                log.info("session deferred: chunks backing off or the model server out", session_id=sid,
-                         chunks=[o.unit.unit_id for o in failed])
+            if all(o.status == "deferred" for o in failed):
+                log.info("session deferred: chunks backing off", session_id=sid, chunks=[o.unit.unit_id for o in failed])
                 return "deferred"
+            if all(o.status == "deferred" or o.outage for o in failed):
+                # The model server unreachable or refusing all work: an outage charges no attempt
+                # (it must never make a session undigestible); the chunks' failures are recorded,
+                # with their backoff.
+                log.info("session deferred: the model server is out", session_id=sid, chunks=[o.unit.unit_id for o in failed])
+                return "outage"
             first = next(o for o in failed if o.status == "failed")
             return await _record_failure(
                 record, env, f"{len(failed)}/{len(outcomes)} chunks failed; {first.unit.unit_id}: {first.error_kind}: {first.error}"
@@ -266,7 +270,7 @@ async def extract_sessions(
     calls = anyio.CapacityLimiter(env.concurrency)
     sessions = anyio.CapacityLimiter(env.concurrency)
     tally = {"digested": "sessions_digested", "failed": "sessions_failed", "deferred": "sessions_deferred",
-             "undigestible": "sessions_undigestible", "claim-lost": "sessions_claim_lost"}
+             "outage": "sessions_deferred", "undigestible": "sessions_undigestible", "claim-lost": "sessions_claim_lost"}
 
     # passed[i]: every session up to i has committed or given up.
     passed = [anyio.Event() for _ in records]
@@ -295,6 +299,8 @@ async def extract_sessions(
                 setattr(stats, tally[result], getattr(stats, tally[result]) + 1)
                 if result == "undigestible":
                     stats.sessions_failed += 1
+                if result == "deferred":
+                    stats.sessions_backing_off += 1
             await turn()  # a session that committed nothing passes the turn on in order too
         finally:
             if holding:
