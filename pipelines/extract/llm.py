@@ -287,6 +287,10 @@ class OpenAIExtractor:
         if finish == "length":
             raise ExtractionFailure("truncated-output", "the answer hit the output limit (finish_reason=length)",
                                     tokens_in=usage[0], tokens_out=usage[1])
+        if finish == "content_filter":
+            # What is left is not the whole answer, even when it parses: never the chunk's extraction.
+            raise ExtractionFailure("schema-failure", "the server's content filter cut the answer (finish_reason=content_filter)",
+                                    tokens_in=usage[0], tokens_out=usage[1])
         if isinstance(refusal, str) and refusal.strip() and not (isinstance(content, str) and content.strip()):
             raise ExtractionFailure("schema-failure", f"the model refused: {refusal.strip()[:300]}",
                                     tokens_in=usage[0], tokens_out=usage[1])
