@@ -88,16 +88,20 @@ async def test_a_server_dying_mid_cycle_again_and_again_never_makes_a_session_un
 
 QUOTA = Status(429, '{"error": {"message": "You exceeded your current quota", "type": "insufficient_quota"}}')
 REFUSALS = {"quota-429": QUOTA, "rate-limit-429": rate_limited(retry_after="0"), "bad-gateway-502": server_error(502),
-            "unavailable-503": server_error(503)}
+            "unavailable-503": server_error(503),
+            # Ollama's answer for a model not pulled (REM_LLM_MODEL mistyped): the model list still answers
+            "model-not-found-404": Status(404, '{"error": "model \\"llama3.2\\" not found, try pulling it first"}'),
+            "unauthorized-401": Status(401, '{"error": {"message": "Incorrect API key provided", "code": "invalid_api_key"}}')}
 
 
 @pytest.mark.parametrize("refusal", list(REFUSALS.values()), ids=list(REFUSALS))
 async def test_a_server_refusing_all_work_for_cycles_never_makes_a_session_undigestible(
     settings: Settings, tmp_path: Path, refusal: Status
 ) -> None:
-    """Found by the audit: a provider whose quota ran out (`429 insufficient_quota`), or a gateway
-    whose model is down (502, 503), refuses every request without doing any work; each cycle
-    charged every session an attempt, so after `REM_MAX_CHUNK_ATTEMPTS` cycles the whole backlog
+    """Found by the audit: a provider whose quota ran out (`429 insufficient_quota`), a gateway
+    whose model is down (502, 503), a server without the configured model (404) or refusing the
+    key (401) refuses every request without doing any work; each cycle charged every session an
+    attempt, so after `REM_MAX_CHUNK_ATTEMPTS` cycles the whole backlog
     was `undigestible` and stayed so when the quota came back. Such a refusal is an outage: its
     chunks are recorded (`provider-error`, with their backoff) and the sessions deferred, and
     they digest once the server works again, without `rem-cycle retry`."""

@@ -51,8 +51,10 @@ MAX_TOKEN_COUNT = 2**40
 # An answer is at most REM_OUTPUT_RESERVE_TOKENS tokens, a few hundred KiB of JSON: anything near this
 # is a runaway or hostile server.
 MAX_RESPONSE_BYTES = 16 * 2**20
-# Answers that refuse any request without working on it: rate limit or quota, bad gateway, unavailable.
-OUTAGE_STATUSES = frozenset({429, 502, 503})
+# Answers that refuse any request without working on it, whatever its text: credentials refused,
+# no such model or URL, rate limit or quota, bad gateway, unavailable. (Not 403: a firewall in front
+# of the server may refuse one prompt for what it says.)
+OUTAGE_STATUSES = frozenset({401, 404, 429, 502, 503})
 _CONTEXT_OVERFLOW = re.compile(r"context[ _-]?(length|window|size)|maximum context|too many tokens|prompt is too long|exceeds", re.I)
 _FORMAT_REJECTED = re.compile(r"response_format|json_schema|json_object|structured", re.I)
 
