@@ -79,9 +79,19 @@ def _common() -> argparse.ArgumentParser:
     return common
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, except that writing ``--help``, ``--version`` or a usage error raises
+    (argparse swallows the error): a reader that went away (``rem-cycle --help | head -1``) ends
+    the command as it ends every other one (:func:`worker.entry.reader_gone`), not as exit 0."""
+
+    def _print_message(self, message: str, file: Any = None) -> None:
+        if message:
+            (file or sys.stderr).write(message)
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = _common()
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="rem-cycle",
         description="Consolidate agent memories in Chroma into an SQLite knowledge graph.",
         epilog=EPILOG.format(data_dir=Path(os.environ.get("REM_DATA_DIR") or Settings.model_fields["data_dir"].default).resolve()),
@@ -259,25 +269,26 @@ def _emit(args: argparse.Namespace, payload: dict[str, Any], text: Callable[[], 
 async def cmd_once(settings: Settings, args: argparse.Namespace) -> int:
     from worker.signals import stop_on_signals
 
+    def text() -> None:
+        from worker.report import print_cycle
+
+        print_cycle(result.as_dict())
+
     result = None
     try:
         async with stop_on_signals(grace_seconds=settings.grace_seconds) as stop:
             result = await run_cycle(
                 settings, reason="manual", mode="once", stop=stop.event, allow_mass_retraction=args.allow_mass_retraction,
             )
+            # Printed while the stop signals are still watched: a Ctrl-C just after the cycle
+            # finished (and was recorded) must not cost its report and exit 130.
+            _emit(args, result.as_dict(), text)
     except CycleBusyError as exc:
         print(f"rem-cycle: {exc}; not starting a second one", file=sys.stderr)
         return EXIT_BUSY
     if result is None:  # cancelled after the grace time; the run is recorded interrupted
         print("rem-cycle: stopped before the cycle finished (recorded as interrupted)", file=sys.stderr)
         return EXIT_OK
-
-    def text() -> None:
-        from worker.report import print_cycle
-
-        print_cycle(result.as_dict())
-
-    _emit(args, result.as_dict(), text)
     return result.exit_code
 
 
