@@ -379,13 +379,29 @@ async def cmd_retry(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def _refused_output(settings: Settings, path: str) -> bool:
-    """Whether ``path`` (a file a command is told to write, replacing what is there) is among
-    rem-cycle's own files; if so, say so in one line."""
-    if not settings.keeps_files_at(path):
+    """Whether ``path`` (a file a command is told to write, replacing what is there) is no file to
+    replace: empty, a directory, something other than a regular file or a link (a device such as
+    ``/dev/null``, a FIFO, a socket: the rename into place would replace it), or among rem-cycle's
+    own files; if so, say so in one line."""
+    try:
+        mode = os.lstat(path).st_mode if path else None
+    except OSError:
+        mode = None  # nothing there yet (or not reachable: the write says why)
+    if not path:
+        why = "no output file named (an empty path)"
+    elif (mode is not None and stat.S_ISDIR(mode)) or path.endswith(os.sep):
+        why = "it is a directory; name a file in it"
+    elif mode is not None and not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
+        why = ("it is not a regular file (a device, a FIFO or a socket); rem-cycle writes a file beside it "
+               "and renames it into place, which would replace it: name a file")
+    elif settings.keeps_files_at(path):
+        path, why = str(Path(path).resolve()), (
+            "rem-cycle keeps its own files there (the graph database, the lazy-edge queue, locks, the embedded "
+            "Chroma) and one could be replaced; name a file in another folder (a folder of your own inside the data "
+            "dir is fine)")
+    else:
         return False
-    print(f"rem-cycle: refusing to write to {Path(path).resolve()}: rem-cycle keeps its own files there (the graph "
-          "database, the lazy-edge queue, locks, the embedded Chroma) and one could be replaced; name a file in another "
-          "folder (a folder of your own inside the data dir is fine)", file=sys.stderr)
+    print(f"rem-cycle: refusing to write to {path}: {why}", file=sys.stderr)
     return True
 
 
@@ -406,7 +422,7 @@ class _StdoutInPieces:
 async def cmd_export(settings: Settings, args: argparse.Namespace) -> int:
     from worker.knowledge import export_graph
 
-    if args.out and _refused_output(settings, args.out):
+    if args.out is not None and _refused_output(settings, args.out):
         return EXIT_USAGE
     def write() -> dict[str, int]:
         if not args.out:
