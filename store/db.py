@@ -941,3 +941,39 @@ def backup_database(source: str | Path, destination: str | Path) -> dict[str, ob
         raise
     partial.replace(destination)
     return {"path": str(destination), "bytes": destination.stat().st_size, "integrity": integrity}
+
+
+def restore_database(source: str | Path, destination: str | Path) -> dict[str, object]:
+    """Put the backup at ``source`` in place of the database at ``destination``, which no process
+    may have open (the caller holds the data dir's locks).
+
+    The backup is copied beside ``destination`` with SQLite's backup API and checked there — a file
+    that is no rem-cycle graph, is damaged or has a newer schema fails with nothing changed. Then
+    ``destination``'s ``-wal``/``-shm``/``-journal`` are removed before the copy is renamed into
+    place: they belong to the database being replaced (a killed worker leaves its ``-wal`` full),
+    and SQLite would replay them into the restored file, damaging it. Returns
+    ``{path, bytes, integrity, schema_version}``."""
+    source, destination = Path(source), Path(destination)
+    partial = destination.with_name(destination.name + ".restoring")
+    scratch = (partial, partial.with_name(partial.name + "-journal"))
+    for path in scratch:
+        path.unlink(missing_ok=True)
+    try:
+        integrity = _copy_database(source, partial)
+        if integrity != "ok":
+            raise DatabaseUnreadableError(f"{source} failed integrity_check: {integrity}")
+        copy = Database(partial, readonly=True)  # refuses a newer schema (SchemaTooNewError)
+        try:
+            version = copy.schema_version if copy.table_exists("schema_version") else 0
+        finally:
+            copy.close()
+        if version == 0:
+            raise DatabaseUnreadableError(f"{source} is an SQLite database but no rem-cycle graph (no schema_version)")
+    except BaseException:  # nothing restored: the live database and its companions are untouched
+        for path in scratch:
+            path.unlink(missing_ok=True)
+        raise
+    for suffix in _COMPANIONS:
+        destination.with_name(destination.name + suffix).unlink(missing_ok=True)
+    partial.replace(destination)
+    return {"path": str(destination), "bytes": destination.stat().st_size, "integrity": integrity, "schema_version": version}

@@ -141,6 +141,8 @@ def build_parser() -> argparse.ArgumentParser:
     search.add_argument("--as-of", type=_as_of, metavar="DATE", help=as_of_help)
     backup = add_command(sub, "backup", common, "copy the graph database (safe while the daemon runs)")
     backup.add_argument("path", help="destination file (replaced atomically when the copy is sound)")
+    restore = add_command(sub, "restore", common, "put a backup in place of the graph database (workers stopped)")
+    restore.add_argument("path", metavar="BACKUP", help="a file `rem-cycle backup` wrote (SQLite)")
     unmerge = add_command(sub, "unmerge", common, "undo the merges of a node (restores it, its edges and aliases)")
     unmerge.add_argument("node_id", metavar="NODE_ID", help="the node that was merged away")
     candidates = add_command(
@@ -638,6 +640,34 @@ async def cmd_backup(settings: Settings, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+async def cmd_restore(settings: Settings, args: argparse.Namespace) -> int:
+    from store.backend import restore
+    from worker.cycle import single_flight
+    from worker.daemon import daemon_lock_path
+
+    if settings.database_url is not None:
+        print("rem-cycle: restore puts an SQLite backup in place of graph.sqlite3; restore a PostgreSQL backup with "
+              "pg_restore --dbname=postgresql://… PATH into an empty database", file=sys.stderr)
+        return EXIT_USAGE
+    if unreadable := _unreadable_file(args.path):
+        print(f"rem-cycle: cannot read {args.path}: {unreadable}", file=sys.stderr)
+        return EXIT_FAILED
+    try:
+        # Both locks: no cycle, command or daemon of this data dir has the database open meanwhile.
+        async with single_flight(settings, lock_path=daemon_lock_path(settings), what="rem-cycle daemon"), single_flight(settings):
+            payload = await anyio.to_thread.run_sync(restore, settings, Path(args.path))
+    except CycleBusyError as exc:
+        print(f"rem-cycle: {exc}; stop it before restoring", file=sys.stderr)
+        return EXIT_BUSY
+    except StoreError as exc:
+        print(f"rem-cycle: restore failed, nothing was changed: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    _emit(args, payload, lambda: print(
+        f"restored {payload['path']} from {args.path} ({payload['bytes']} bytes, integrity ok); the next cycle "
+        "ingests what changed in Chroma since the backup"))
+    return EXIT_OK
+
+
 async def _drain_once(
     settings: Settings, stores: Any, args: argparse.Namespace, progress: CommandProgress, *, before: str = ""
 ) -> dict[str, Any]:
@@ -856,6 +886,7 @@ COMMANDS: dict[str, Handler] = {
     "show": cmd_show,
     "search": cmd_search,
     "backup": cmd_backup,
+    "restore": cmd_restore,
     "unmerge": cmd_unmerge,
     "candidates": cmd_candidates,
     "merge": cmd_merge,
