@@ -88,6 +88,9 @@ def find_note_files(paths: Iterable[str | os.PathLike[str]]) -> tuple[list[NoteF
             )
         elif root.is_file():
             candidates = [root]
+        elif root.exists():  # never opened: reading a FIFO would wait for a writer
+            errors.append(f"{given}: not a regular file or folder (a device, a FIFO or a socket); not read")
+            continue
         else:
             errors.append(f"{given}: no such file or folder")
             continue
