@@ -350,7 +350,9 @@ def identity_candidates(settings: Settings, *, limit: int = 50) -> tuple[list[di
 def merge_node(settings: Settings, merged_id: str, into_id: str) -> int:
     """Fold ``merged_id`` into ``into_id`` by hand (an operator confirming a reported candidate)."""
     with open_graph_db(settings) as db:
-        return MergeStore(db).merge_nodes(merged_id, into_id, rule="manual", score=1.0, evidence={"by": "operator"})
+        return MergeStore(db).merge_nodes(
+            merged_id, into_id, rule="manual", score=1.0, evidence={"by": "operator"}, anchor_labels=ANCHOR_LABELS
+        )
 
 
 def forget(settings: Settings, *, session: str | None = None, memory: str | None = None, note: str | None = None,
