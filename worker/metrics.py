@@ -28,6 +28,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from config import Settings
+from pipelines.extract.model import SEMANTIC_RELATIONSHIPS
+from pipelines.vocabulary import PROVENANCE_RELATIONSHIPS
 from store.backend import open_database
 from store.errors import StoreError
 from store.graph import GraphStore
@@ -37,6 +39,9 @@ from store.runstate import RUN_OUTCOMES, RunStateStore
 
 log = structlog.get_logger(__name__)
 
+# Relationships with a series of their own in rem_cycle_graph_edges; any other is ``other``.
+KNOWN_RELATIONSHIPS: frozenset[str] = frozenset(SEMANTIC_RELATIONSHIPS) | PROVENANCE_RELATIONSHIPS
+OTHER_RELATIONSHIP = "other"
 CYCLE_BUCKETS: tuple[float, ...] = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, math.inf)
 PHASE_BUCKETS: tuple[float, ...] = (0.05, 0.25, 1, 5, 15, 60, 300, 900, 3600, math.inf)
 
@@ -355,7 +360,7 @@ def _graph_families(graph: GraphStore) -> list[Metric]:
     for label, count in counts["nodes"].items():
         nodes.add_metric([label], count)
     edges = GaugeMetricFamily("rem_cycle_graph_edges", "Graph edges by relationship", labels=["relationship"])
-    for relationship, count in counts["edges"].items():
+    for relationship, count in _bounded_relationships(counts["edges"]).items():
         edges.add_metric([relationship], count)
     backfilled = GaugeMetricFamily(
         "rem_cycle_backfilled_nodes", "MEMORY/SESSION nodes created by back-fill, by reason", labels=["label", "reason"]
@@ -364,6 +369,17 @@ def _graph_families(graph: GraphStore) -> list[Metric]:
         for reason, count in reasons.items():
             backfilled.add_metric([label, reason], count)
     return [nodes, edges, backfilled]
+
+
+def _bounded_relationships(counts: Mapping[str, int]) -> dict[str, int]:
+    """Edge counts by relationship with every relationship outside the vocabulary summed under
+    ``other``: a lazy edge's relationship is stored as given, and a series per producer's spelling
+    would grow without bound (Prometheus keeps every series it has seen)."""
+    bounded: dict[str, int] = {}
+    for relationship, count in counts.items():
+        key = relationship if relationship in KNOWN_RELATIONSHIPS else OTHER_RELATIONSHIP
+        bounded[key] = bounded.get(key, 0) + count
+    return bounded
 
 
 def _queue_families(queue: QueueSummary, now: datetime) -> list[Metric]:
