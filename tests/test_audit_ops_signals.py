@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT, make_session, run_cli, write_sessions
+from tests.daemon_support import busy_data_dir, busy_env, integrity, read_runs, start_worker, wait_for
 
 
 def _run_with_reader_gone(*args: str, data: Path) -> subprocess.CompletedProcess[bytes]:
@@ -71,3 +73,24 @@ def test_ctrl_c_just_after_a_once_cycle_finished_still_prints_its_report_and_exi
     assert "completed" in done.stdout
     status = run_cli("status", "--json", env={"REM_DATA_DIR": str(data)})
     assert json.loads(status.stdout)["runs"][0]["outcome"] == "completed"
+
+
+def test_sighup_mid_cycle_stops_the_daemon_gracefully(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """SIGHUP (the daemon's terminal or SSH session closed) stops it as SIGTERM does: the cycle
+    ends after its transaction, is recorded ``interrupted`` and the daemon exits 0. It killed the
+    daemon at once (exit 129), leaving the run ``running`` (a stall) until the next cycle."""
+    busy = busy_data_dir(tmp_path_factory.getbasetemp(), tmp_path / "data")
+    graph = busy / "graph.sqlite3"
+    proc = start_worker(env=busy_env(busy, grace_seconds="10"), log_path=tmp_path / "worker.log")
+    try:
+        wait_for(lambda: [r for r in read_runs(graph) if r["outcome"] == "running"], timeout=60, what="a running cycle")
+        proc.send_signal(signal.SIGHUP)
+        status = proc.wait(20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    log = (tmp_path / "worker.log").read_text()
+    assert status == 0, log[-3000:]
+    runs = read_runs(graph)
+    assert [(r["outcome"], r["reason_code"]) for r in runs] == [("interrupted", "stop-requested")], log[-3000:]
+    assert integrity(graph) == "ok"

@@ -56,7 +56,7 @@ exit codes:
      unreachable, no data dir or graph database (read commands never create one)
   2  usage or configuration error (bad argument, invalid TOML, invalid setting)
   3  busy: another cycle, daemon or drain holds the data dir's lock
-  130, 143  import, drain or backfill stopped by SIGINT (Ctrl-C) or SIGTERM; a line on stderr says
+  130, 143, 129  import, drain or backfill stopped by SIGINT (Ctrl-C), SIGTERM or SIGHUP; a line on stderr says
      what was done, and re-running is safe
   141  the output's reader went away (rem-cycle export | head): stopped without a message, as by SIGPIPE
 """

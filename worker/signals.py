@@ -1,4 +1,4 @@
-"""SIGTERM/SIGINT: the daemon and ``--once`` stop at a transaction boundary; operator commands
+"""SIGTERM/SIGINT/SIGHUP: the daemon and ``--once`` stop at a transaction boundary; operator commands
 (``import``, ``drain``, ``backfill`` …) stop, say what they did, and exit non-zero.
 
 One watcher for both: :func:`stop_on_signals` sets a :class:`StopRequest` on the first signal. A
@@ -29,7 +29,9 @@ from worker.entry import EXIT_SIGNAL_BASE
 
 log = structlog.get_logger(__name__)
 
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+# SIGHUP too: the terminal or SSH session a daemon was started from closed. Its default action
+# killed the process mid-cycle, leaving the run ``running`` until the next cycle.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 # Share of the grace time a body that stops by itself gets before it is cancelled; the rest is for
 # the in-flight transaction and the record.
 GRACE_SHARE_BEFORE_CANCEL = 0.8
