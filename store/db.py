@@ -807,6 +807,23 @@ class Database:
             if outermost:
                 self.conn.execute("COMMIT")
 
+    @contextmanager
+    def read_snapshot(self) -> Iterator[None]:
+        """Every read in the block sees one state of the database, as a reader of several statements
+        (an export) needs when a cycle commits meanwhile: a deferred read transaction, which in WAL
+        mode never blocks the writer. Inside a transaction, that transaction is the snapshot."""
+        with self._lock:
+            if self._depth:
+                yield
+                return
+            self.conn.execute("BEGIN")
+            self._depth += 1
+            try:
+                yield
+            finally:
+                self._depth -= 1
+                self.conn.execute("ROLLBACK")
+
     def query(self, sql: str, params: tuple | list | dict = ()) -> list[sqlite3.Row]:
         """Run a read and return all rows."""
         with self._lock:

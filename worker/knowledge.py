@@ -159,7 +159,8 @@ def export_graph(settings: Settings, out: TextIO, *, fmt: str, include_anchors: 
     """``export``: write the snapshot in ``fmt`` to ``out``; returns its counts. JSON of the graph
     as it is now is streamed: the points are listed as they are read, never held (see
     :func:`pipelines.export.write_json`); GraphML and ``as_of`` build the whole snapshot first."""
-    with open_graph_db(settings) as db:
+    # One snapshot: a cycle committing between the export's reads must not make it mix two states.
+    with open_graph_db(settings) as db, db.read_snapshot():
         if fmt == "json" and as_of is None:
             snapshot = snapshot_from_db(db, include_anchors=include_anchors, stream_points=True)
             write_json(snapshot, ((n, p.as_dict()) for n, p in ProvenanceStore(db).iter_node_points()), out)
