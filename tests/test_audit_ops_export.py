@@ -65,3 +65,47 @@ async def test_an_export_racing_a_commit_is_the_graph_before_it(
     after = _export(settings, **options)
     assert after != before  # the merge changed the graph …
     assert raced_export == before  # … but not the export that read across it
+
+
+def test_graphml_of_text_with_terminal_colours_is_well_formed_xml() -> None:
+    """Turn text from tool output carries control characters (ANSI colours: ESC ``\\x1b``, a bell);
+    XML 1.0 cannot hold them, and GraphML of a node named or described with one was no XML at all
+    (``export --include-anchors --format graphml`` of a session with coloured test output: Gephi and
+    every XML parser refuse the file). They are written as their escape, ``\\x1b``."""
+    import xml.etree.ElementTree as ET
+
+    import networkx as nx
+
+    from pipelines.export import build_snapshot, graphml_text
+    from store.graph import Edge, Node
+
+    name = "Running tests: \x1b[31mFAILED\x1b[0m \x07 in LazyEdgeQueue \ufffe"
+    nodes = [
+        Node("memory:t0", "MEMORY", name, {"sessionId": "s"}),
+        Node("CLASS:LazyEdgeQueue", "CLASS", "LazyEdgeQueue", {"description": name, "aliases": [name]}),
+    ]
+    edges = [Edge("CLASS:LazyEdgeQueue", "memory:t0", "MENTIONED_IN", 1.0, {"quote": name})]
+    text = graphml_text(build_snapshot(nodes, edges, include_anchors=True))
+    ET.fromstring(text)  # well-formed
+    graph = nx.parse_graphml(text)
+    assert graph.nodes["memory:t0"]["name"] == "Running tests: \\x1b[31mFAILED\\x1b[0m \\x07 in LazyEdgeQueue \\ufffe"
+    assert graph.nodes["CLASS:LazyEdgeQueue"]["description"].startswith("Running tests: \\x1b[31m")
+
+
+def test_graphml_says_its_as_of_time_and_its_communities() -> None:
+    """A GraphML snapshot of the past said nothing of the time it shows (the JSON says ``as_of``),
+    and a node's ``community`` named an id whose label was nowhere in the file."""
+    import networkx as nx
+
+    from pipelines.export import build_snapshot, graphml_text
+    from store.communities import CommunityRecord
+    from store.graph import Node
+
+    nodes = [Node(f"CLASS:C{n}", "CLASS", f"C{n}", {}) for n in range(3)]
+    community = CommunityRecord(id="c_1", label="C0 · C1 · C2", members=tuple(n.id for n in nodes), member_hash="h")
+    snapshot = build_snapshot(nodes, [], [community])
+    snapshot["as_of"] = "2026-11-15T23:59:59.999Z"
+    graph = nx.parse_graphml(graphml_text(snapshot))
+    assert graph.graph["as_of"] == "2026-11-15T23:59:59.999Z"
+    assert json.loads(graph.graph["communities"]) == snapshot["communities"]
+    assert graph.nodes["CLASS:C0"]["community"] == "c_1"
