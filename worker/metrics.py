@@ -190,10 +190,10 @@ class RemCycleCollector(Collector):
     def __init__(self, settings: Settings, *, now: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
         self.settings = settings
         self.now = now
-        # The duration histograms read every phase of every run ever recorded (the costliest part
-        # of a scrape after a year of hourly cycles), and only a cycle's ingest changes which
-        # sessions have turns: keep the last result, keyed by the run counts and latest finish
-        # times. Scrapes run in several threads; replacing the tuple is atomic, and a lost race
+        # The duration histograms and the reused-chunk count read every phase of every run ever
+        # recorded (the costliest part of a scrape after a year of hourly cycles), and only a
+        # cycle's ingest changes which sessions have turns: keep the last result, keyed by the run
+        # counts and latest finish times. Scrapes run in several threads; replacing the tuple is atomic, and a lost race
         # only recomputes.
         self._by_runs: tuple[Any, list[Metric]] | None = None
         # Everything read from the database, kept while its files are unchanged (the same atomic
@@ -231,7 +231,7 @@ class RemCycleCollector(Collector):
         key = (sorted(by_outcome.items()), sorted(last_finished.items()))
         cached = self._by_runs
         if cached is None or cached[0] != key:
-            cached = (key, [*_duration_families(runstate), _no_turn_family(runstate)])
+            cached = (key, [*_duration_families(runstate), _no_turn_family(runstate), _reused_family(runstate)])
             self._by_runs = cached
         return [cycles, running, last, *cached[1]], [run["heartbeat_at"] for run in runstate.running_runs()]
 
@@ -347,11 +347,16 @@ def _chunk_families(runstate: RunStateStore) -> list[Metric]:
         chunks.add_metric([status], totals.get(status, {}).get("count", 0))
     tokens.add_metric(["in"], sum(t["tokens_in"] for t in totals.values()))
     tokens.add_metric(["out"], sum(t["tokens_out"] for t in totals.values()))
-    reused = CounterMetricFamily(
+    return [chunks, tokens]
+
+
+def _reused_family(runstate: RunStateStore) -> Metric:
+    """Summed over every run's extract record: counted with the duration histograms, only when a
+    run starts or finishes, never at each scrape (it grows with the run history)."""
+    return CounterMetricFamily(
         "rem_cycle_chunks_reused", "Chunks whose stored result was reused instead of calling the model",
         value=runstate.phase_count_total("extract", "chunks_reused"),
     )
-    return [chunks, reused, tokens]
 
 
 def _graph_families(graph: GraphStore) -> list[Metric]:
