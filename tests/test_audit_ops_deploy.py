@@ -21,3 +21,17 @@ def test_the_postgres_profiles_replicas_share_the_extraction(tmp_path: Path) -> 
     assert single["REM_SHARED_EXTRACT"] == "false"  # the single-host worker keeps .env's value
     settings = load_settings(shared_extract=replicas["REM_SHARED_EXTRACT"])
     assert settings.shared_extract is True
+
+
+def test_a_database_url_whose_password_a_url_cannot_hold_is_refused_without_showing_it(tmp_path: Path) -> None:
+    """A password with ``/``, ``?``, ``#`` or ``@`` written into ``REM_DATABASE_URL`` unencoded (a
+    generated ``openssl rand -base64`` one; compose's ``POSTGRES_PASSWORD`` goes into the URL as it
+    is) cut the URL elsewhere: the host became ``rem`` and the error printed the whole URL with the
+    password, as nothing in it parsed as one. It is a configuration error that names no secret."""
+    from tests.conftest import run_cli
+
+    for secret in ("ab/cd+ef=", "ab#cdef", "ab?cdef"):
+        done = run_cli("status", env={"REM_DATA_DIR": str(tmp_path), "REM_DATABASE_URL": f"postgresql://rem:{secret}@127.0.0.1:9/rem"})
+        assert done.returncode == 2, done.stderr[-2000:]
+        assert secret not in done.stderr and secret.split("/")[0] + "/" not in done.stderr
+        assert "percent-encode" in done.stderr.splitlines()[-1]
