@@ -88,6 +88,8 @@ def build_snapshot(
     community_rows = []
     for community in communities:
         members = sorted(m for m in community.members if m in exported)
+        if not members:  # all forgotten or merged since detection, or not known yet (--as-of)
+            continue
         for member in members:
             community_of.setdefault(member, community.id)
         community_rows.append(

@@ -109,3 +109,21 @@ def test_graphml_says_its_as_of_time_and_its_communities() -> None:
     assert graph.graph["as_of"] == "2026-11-15T23:59:59.999Z"
     assert json.loads(graph.graph["communities"]) == snapshot["communities"]
     assert graph.nodes["CLASS:C0"]["community"] == "c_1"
+
+
+def test_an_export_lists_no_community_without_a_member_in_it() -> None:
+    """Communities are stored as the last detection found them. An export lists only members that
+    still exist (README), but listed every community: ``export --as-of`` a date before the graph
+    held anything gave 0 nodes and 8 communities of size 0, each labelled with the names of nodes
+    that came later; a community whose members were all forgotten or merged stayed listed too."""
+    from pipelines.export import build_snapshot
+    from store.communities import CommunityRecord
+    from store.graph import Node
+
+    nodes = [Node(f"CLASS:C{n}", "CLASS", f"C{n}", {}) for n in range(3)]
+    kept = CommunityRecord(id="c_kept", label="C0 · C1 · C2", members=tuple(n.id for n in nodes), member_hash="h1")
+    gone = CommunityRecord(id="c_gone", label="Later · Names", members=("CLASS:Later", "CLASS:Names"), member_hash="h2")
+    snapshot = build_snapshot(nodes, [], [kept, gone])
+    assert [c["id"] for c in snapshot["communities"]] == ["c_kept"]
+    assert snapshot["counts"]["communities"] == 1
+    assert build_snapshot([], [], [kept, gone])["communities"] == []
