@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from pipelines.notes import find_note_files
+from pipelines.notes import find_note_paths
 
 
 def test_a_fifo_or_device_named_is_not_reported_missing_and_never_read(tmp_path: Path) -> None:
@@ -15,10 +15,33 @@ def test_a_fifo_or_device_named_is_not_reported_missing_and_never_read(tmp_path:
     os.mkfifo(fifo)
     good = tmp_path / "good.md"
     good.write_text("The LazyEdgeQueue drains.\n", encoding="utf-8")
-    files, errors = find_note_files([str(fifo), "/dev/null", str(good), str(tmp_path / "missing.md")])
-    assert [f.path for f in files] == [good.resolve()]
+    found, errors = find_note_paths([str(fifo), "/dev/null", str(good), str(tmp_path / "missing.md")])
+    assert [path for path, _ in found] == [good.resolve()]
     assert errors == [
         f"{fifo}: not a regular file or folder (a device, a FIFO or a socket); not read",
         "/dev/null: not a regular file or folder (a device, a FIFO or a socket); not read",
         f"{tmp_path / 'missing.md'}: no such file or folder",
     ]
+
+
+async def test_a_notes_file_over_the_limit_is_refused_unread_and_the_others_imported(settings, tmp_path: Path, monkeypatch) -> None:
+    """A notes file is read whole and extraction holds some twenty times its text (3 MB of
+    Markdown: 420 MB resident, 6 MB: 500 MB), and every file found was read before the first was
+    imported, so ``import-notes ~/docs`` holding a log dump took all of it at once. Files are now
+    read one at a time, and one over ``NOTE_MAX_BYTES`` is refused, unread, with its size."""
+
+    from pipelines import notes
+    from worker.knowledge import import_notes
+
+    monkeypatch.setattr(notes, "NOTE_MAX_BYTES", 1000)
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "design.md").write_text("The LazyEdgeQueue drains.\n", encoding="utf-8")
+    (folder / "dump.txt").write_text("RetryBudget grew.\n" * 100, encoding="utf-8")
+    read: list[str] = []
+    real = Path.read_text
+    monkeypatch.setattr(Path, "read_text", lambda self, *a, **k: read.append(self.name) or real(self, *a, **k))
+    report = await import_notes(settings, [str(folder)])
+    assert (report["imported"], report["failed"]) == (1, 0)
+    assert report["errors"] == [f"{folder / 'dump.txt'}: 1800 bytes, a notes file is at most 1000 (split it); not read"]
+    assert "dump.txt" not in read

@@ -380,9 +380,9 @@ async def import_notes(settings: Settings, paths: list[str]) -> dict[str, Any]:
 
     from pipelines.extract.llm import OpenAIExtractor
     from pipelines.extract.workflow import open_extractor
-    from pipelines.notes import NotesEnv, find_note_files, import_note
+    from pipelines.notes import NoteReadError, NotesEnv, find_note_paths, import_note, read_note
 
-    files, errors = await anyio.to_thread.run_sync(find_note_files, paths)
+    files, errors = await anyio.to_thread.run_sync(find_note_paths, paths)
     db = await anyio.to_thread.run_sync(open_database, settings)
     try:
         async with open_extractor(settings) as extractor:
@@ -395,7 +395,14 @@ async def import_notes(settings: Settings, paths: list[str]) -> dict[str, Any]:
                 resolver=identity_resolver(db, auditor=judge.audit_identity if judge else None),
                 queue=lazy_edge_sink(settings, db), merges=MergeStore(db),
             )
-            results = [(await import_note(note, env)).as_dict() for note in files]
+            results = []
+            for path, shown in files:  # one file's text held at a time
+                try:
+                    note = await anyio.to_thread.run_sync(read_note, path, shown)
+                except NoteReadError as exc:
+                    errors.append(str(exc))
+                    continue
+                results.append((await import_note(note, env)).as_dict())
     finally:
         db.close()
     counts = {status: sum(1 for r in results if r["status"] == status) for status in ("imported", "unchanged", "failed")}
