@@ -94,3 +94,24 @@ def test_sighup_mid_cycle_stops_the_daemon_gracefully(tmp_path: Path, tmp_path_f
     runs = read_runs(graph)
     assert [(r["outcome"], r["reason_code"]) for r in runs] == [("interrupted", "stop-requested")], log[-3000:]
     assert integrity(graph) == "ok"
+
+
+def test_a_daemon_started_with_sighup_ignored_outlives_its_terminal(tmp_path: Path) -> None:
+    """``nohup rem-cycle &`` ignores SIGHUP to outlive the terminal: the stop signals leave an
+    ignored SIGHUP ignored (a handler would override nohup), and SIGTERM still stops it."""
+    data = tmp_path / "data"
+    data.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REM_")}
+    env |= {"PYTHONPATH": str(ROOT), "REM_DATA_DIR": str(data), "REM_RUN_AT_STARTUP": "false", "REM_LOG_FORMAT": "json"}
+    log = tmp_path / "worker.log"
+    proc = start_worker(env=env, log_path=log, preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
+    try:
+        wait_for(lambda: "daemon started" in log.read_text(), timeout=60, what="the daemon to start")
+        proc.send_signal(signal.SIGHUP)
+        with pytest.raises(subprocess.TimeoutExpired):
+            proc.wait(2)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(20) == 0, log.read_text()[-3000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
