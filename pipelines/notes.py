@@ -115,6 +115,12 @@ def read_note(path: Path, shown: str) -> NoteFile:
     """The notes file at ``path`` (absolute; ``shown``: as the user named it), read as UTF-8.
     Raises :class:`NoteReadError` saying why it cannot be imported."""
     try:
+        str(path).encode("utf-8")
+    except UnicodeEncodeError:  # the graph stores the path (the NOTE node's name and ``path``)
+        raise NoteReadError(
+            f"{shown}: the file name is not UTF-8 (written by a system of another encoding); rename it to import it"
+        ) from None
+    try:
         size = path.stat().st_size
         if size > NOTE_MAX_BYTES:
             raise NoteReadError(f"{shown}: {size} bytes, a notes file is at most {NOTE_MAX_BYTES} (split it); not read")

@@ -45,3 +45,22 @@ async def test_a_notes_file_over_the_limit_is_refused_unread_and_the_others_impo
     assert (report["imported"], report["failed"]) == (1, 0)
     assert report["errors"] == [f"{folder / 'dump.txt'}: 1800 bytes, a notes file is at most 1000 (split it); not read"]
     assert "dump.txt" not in read
+
+
+async def test_a_file_name_that_is_not_utf8_is_listed_and_the_others_imported(settings, tmp_path: Path) -> None:
+    """A notes file whose name is not UTF-8 (``caf\\xe9.md``, written by a Latin-1 system) stopped
+    the whole ``import-notes`` with ``the database cannot store text that is not UTF-8``, naming no
+    file, and nothing else in the folder was imported. It is listed with the reason; the rest is
+    imported."""
+    from worker.knowledge import import_notes
+
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "good.md").write_text("The GraphStore keeps.\n", encoding="utf-8")
+    bad = os.path.join(os.fsencode(folder), b"caf\xe9.md")
+    with open(bad, "w", encoding="utf-8") as handle:
+        handle.write("The LazyEdgeQueue drains.\n")
+    report = await import_notes(settings, [str(folder)])
+    assert (report["imported"], report["failed"]) == (1, 0), report
+    assert [f["path"] for f in report["files"]] == [str(folder / "good.md")]
+    assert len(report["errors"]) == 1 and "not UTF-8" in report["errors"][0] and "rename" in report["errors"][0]
