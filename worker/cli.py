@@ -660,7 +660,7 @@ async def cmd_restore(settings: Settings, args: argparse.Namespace) -> int:
         print(f"rem-cycle: {exc}; stop it before restoring", file=sys.stderr)
         return EXIT_BUSY
     except StoreError as exc:
-        print(f"rem-cycle: restore failed, nothing was changed: {exc}", file=sys.stderr)
+        print(f"rem-cycle: restore from {args.path} failed, nothing was changed: {exc}", file=sys.stderr)
         return EXIT_FAILED
     _emit(args, payload, lambda: print(
         f"restored {payload['path']} from {args.path} ({payload['bytes']} bytes, integrity ok); the next cycle "
