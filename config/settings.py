@@ -202,6 +202,15 @@ class Settings(BaseSettings):
             return None
         if not value.get_secret_value().startswith(("postgresql://", "postgres://")):
             raise ValueError("must start with postgresql:// (or be empty for the embedded SQLite file)")
+        # A reserved character in the user or password cuts the URL elsewhere: another host, and
+        # no password found to mask in messages. Said without the value (a secret).
+        rest = value.get_secret_value().split("://", 1)[1]
+        if "@" in rest and any(c in rest.rsplit("@", 1)[0] for c in "/?#[]@"):
+            raise ValueError(
+                "a character a URL reserves (/ ? # [ ] @) comes before its last @: percent-encode it in the user or "
+                "password (/ is %2F, ? %3F, # %23, @ %40; or choose a password of letters, digits and - . _ ~), "
+                "and an @ in a query parameter (%40)"
+            )
         return value
 
     @field_validator("semantic_types", mode="before")

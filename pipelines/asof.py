@@ -31,15 +31,21 @@ def parse_as_of(text: str) -> str:
     (``YYYY-MM-DDTHH:MM:SS.mmmZ``) it is compared with."""
     value = text.strip()
     try:
-        if len(value) == 10:
-            day = date.fromisoformat(value)
-            return f"{day.isoformat()}T23:59:59.999Z"
+        # Any ISO 8601 date form (2026-11-15, 20261115) is the end of that day, not its start.
+        return f"{date.fromisoformat(value).isoformat()}T23:59:59.999Z"
+    except ValueError:
+        pass
+    try:
         moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
         raise AsOfError(f"--as-of {text!r}: expected a date (2026-11-15) or an ISO 8601 time") from None
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
-    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    try:
+        return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    except OverflowError:
+        # 9999-12-31T23:59:59-05:00 is year 10000 in UTC, which the graph's times cannot hold.
+        raise AsOfError(f"--as-of {text!r}: out of range (after conversion to UTC)") from None
 
 
 @dataclass(frozen=True, slots=True)

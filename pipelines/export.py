@@ -19,6 +19,7 @@ cannot hold (lists, dicts) so Gephi/Cytoscape open it and nothing is lost.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, TextIO
 
@@ -87,6 +88,8 @@ def build_snapshot(
     community_rows = []
     for community in communities:
         members = sorted(m for m in community.members if m in exported)
+        if not members:  # all forgotten or merged since detection, or not known yet (--as-of)
+            continue
         for member in members:
             community_of.setdefault(member, community.id)
         community_rows.append(
@@ -152,6 +155,10 @@ def graphml_text(snapshot: Mapping[str, Any]) -> str:
     graph.graph["version"] = snapshot.get("version", SNAPSHOT_VERSION)
     if snapshot.get("generated_at"):
         graph.graph["generated_at"] = snapshot["generated_at"]
+    if snapshot.get("as_of"):  # a snapshot of the past says so, as the JSON one does
+        graph.graph["as_of"] = snapshot["as_of"]
+    if snapshot.get("communities"):  # nodes name their community's id; its label and size are here
+        graph.graph["communities"] = _xml_safe(json.dumps(snapshot["communities"], ensure_ascii=False, sort_keys=True))
     node_sessions = snapshot.get("node_sessions", {})
     provenance = snapshot.get("provenance", {})
     node_attrs = []
@@ -174,10 +181,23 @@ def graphml_text(snapshot: Mapping[str, Any]) -> str:
         attrs.update(_prefixed(edge["properties"], _EDGE_RESERVED))
         edge_attrs.append((edge["source"], edge["target"], edge["relationship"], attrs))
     for node_id, attrs in zip((n for n, _ in node_attrs), _scalars([a for _, a in node_attrs]), strict=True):
-        graph.add_node(node_id, **attrs)
+        graph.add_node(_xml_safe(node_id), **{k: _xml_safe(v) for k, v in attrs.items()})
     for (source, target, key, _), attrs in zip(edge_attrs, _scalars([a for *_, a in edge_attrs]), strict=True):
-        graph.add_edge(source, target, key=key, **attrs)
+        graph.add_edge(_xml_safe(source), _xml_safe(target), key=_xml_safe(key), **{k: _xml_safe(v) for k, v in attrs.items()})
     return "\n".join(nx.generate_graphml(graph)) + "\n"
+
+
+# Characters XML 1.0 cannot hold, even escaped: C0 controls but tab, newline and carriage return
+# (terminal colours' ESC in tool output), surrogates, U+FFFE and U+FFFF.
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+
+
+def _xml_safe(value: Any) -> Any:
+    """A string with the characters XML cannot hold written as their escapes (``\\x1b``), so the
+    GraphML stays a well-formed document; any other value as it is."""
+    if not isinstance(value, str):
+        return value
+    return _NOT_XML.sub(lambda m: m.group().encode("unicode_escape", "backslashreplace").decode("ascii"), value)
 
 
 def render(snapshot: Mapping[str, Any], fmt: str) -> str:

@@ -74,10 +74,22 @@ class NoteFile:
         return hashlib.sha256(self.text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-def find_note_files(paths: Iterable[str | os.PathLike[str]]) -> tuple[list[NoteFile], list[str]]:
+# A notes file is read whole and extracted as one unit (its paragraphs are the turns); extraction
+# holds some twenty times the text at once. A larger file (a log or a dump under a notes folder)
+# is refused with a reason, never read.
+NOTE_MAX_BYTES = 16 * 1024 * 1024
+
+
+class NoteReadError(ValueError):
+    """A notes file that cannot be imported (unreadable, not UTF-8, too large): the message says why."""
+
+
+def find_note_paths(paths: Iterable[str | os.PathLike[str]]) -> tuple[list[tuple[Path, str]], list[str]]:
     """The files named (any extension) and the Markdown/text files under the folders named
-    (recursively, hidden entries skipped), each once, sorted; plus one error per unreadable path."""
-    found: dict[Path, NoteFile] = {}
+    (recursively, hidden entries skipped), each once, sorted by absolute path, as (absolute path,
+    path as given); plus one error per path that is no file or folder. Nothing is read: a file's
+    text is read by :func:`read_note` when its turn comes, so one file's text is held at a time."""
+    found: dict[Path, str] = {}
     errors: list[str] = []
     for given in paths:
         root = Path(given)
@@ -88,20 +100,33 @@ def find_note_files(paths: Iterable[str | os.PathLike[str]]) -> tuple[list[NoteF
             )
         elif root.is_file():
             candidates = [root]
+        elif root.exists():  # never opened: reading a FIFO would wait for a writer
+            errors.append(f"{given}: not a regular file or folder (a device, a FIFO or a socket); not read")
+            continue
         else:
             errors.append(f"{given}: no such file or folder")
             continue
         for candidate in candidates:
-            absolute = candidate.resolve()
-            if absolute in found:
-                continue
-            try:
-                text = candidate.read_text(encoding="utf-8")
-            except (OSError, UnicodeDecodeError) as exc:
-                errors.append(f"{candidate}: {exc}")
-                continue
-            found[absolute] = NoteFile(absolute, str(candidate), text)
-    return [found[p] for p in sorted(found)], errors
+            found.setdefault(candidate.resolve(), str(candidate))
+    return sorted(found.items()), errors
+
+
+def read_note(path: Path, shown: str) -> NoteFile:
+    """The notes file at ``path`` (absolute; ``shown``: as the user named it), read as UTF-8.
+    Raises :class:`NoteReadError` saying why it cannot be imported."""
+    try:
+        str(path).encode("utf-8")
+    except UnicodeEncodeError:  # the graph stores the path (the NOTE node's name and ``path``)
+        raise NoteReadError(
+            f"{shown}: the file name is not UTF-8 (written by a system of another encoding); rename it to import it"
+        ) from None
+    try:
+        size = path.stat().st_size
+        if size > NOTE_MAX_BYTES:
+            raise NoteReadError(f"{shown}: {size} bytes, a notes file is at most {NOTE_MAX_BYTES} (split it); not read")
+        return NoteFile(path, shown, path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise NoteReadError(f"{shown}: {exc}") from exc
 
 
 def note_turns(note: NoteFile) -> list[SourceTurn]:

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from config.settings import Settings
-from store.db import MIGRATIONS, Database, backup_database
+from store.db import MIGRATIONS, Database, backup_database, restore_database
 
 if TYPE_CHECKING:
     from store.postgres import PostgresDatabase
@@ -50,6 +50,14 @@ def backup(settings: Settings, destination: Path) -> dict[str, object]:
     from store.postgres import backup_postgres
 
     return backup_postgres(settings.database_url.get_secret_value(), destination)
+
+
+def restore(settings: Settings, source: Path) -> dict[str, object]:
+    """Put the SQLite backup at ``source`` in place of the graph database (see
+    :func:`store.db.restore_database`). A PostgreSQL backup is restored with ``pg_restore``."""
+    if settings.database_url is not None:
+        raise ValueError("restore puts an SQLite backup in place of graph.sqlite3")
+    return restore_database(source, settings.graph_path)
 
 
 def database_location(settings: Settings) -> str:

@@ -807,6 +807,23 @@ class Database:
             if outermost:
                 self.conn.execute("COMMIT")
 
+    @contextmanager
+    def read_snapshot(self) -> Iterator[None]:
+        """Every read in the block sees one state of the database, as a reader of several statements
+        (an export) needs when a cycle commits meanwhile: a deferred read transaction, which in WAL
+        mode never blocks the writer. Inside a transaction, that transaction is the snapshot."""
+        with self._lock:
+            if self._depth:
+                yield
+                return
+            self.conn.execute("BEGIN")
+            self._depth += 1
+            try:
+                yield
+            finally:
+                self._depth -= 1
+                self.conn.execute("ROLLBACK")
+
     def query(self, sql: str, params: tuple | list | dict = ()) -> list[sqlite3.Row]:
         """Run a read and return all rows."""
         with self._lock:
@@ -941,3 +958,39 @@ def backup_database(source: str | Path, destination: str | Path) -> dict[str, ob
         raise
     partial.replace(destination)
     return {"path": str(destination), "bytes": destination.stat().st_size, "integrity": integrity}
+
+
+def restore_database(source: str | Path, destination: str | Path) -> dict[str, object]:
+    """Put the backup at ``source`` in place of the database at ``destination``, which no process
+    may have open (the caller holds the data dir's locks).
+
+    The backup is copied beside ``destination`` with SQLite's backup API and checked there — a file
+    that is no rem-cycle graph, is damaged or has a newer schema fails with nothing changed. Then
+    ``destination``'s ``-wal``/``-shm``/``-journal`` are removed before the copy is renamed into
+    place: they belong to the database being replaced (a killed worker leaves its ``-wal`` full),
+    and SQLite would replay them into the restored file, damaging it. Returns
+    ``{path, bytes, integrity, schema_version}``."""
+    source, destination = Path(source), Path(destination)
+    partial = destination.with_name(destination.name + ".restoring")
+    scratch = (partial, partial.with_name(partial.name + "-journal"))
+    for path in scratch:
+        path.unlink(missing_ok=True)
+    try:
+        integrity = _copy_database(source, partial)
+        if integrity != "ok":
+            raise DatabaseUnreadableError(f"{source} failed integrity_check: {integrity}")
+        copy = Database(partial, readonly=True)  # refuses a newer schema (SchemaTooNewError)
+        try:
+            version = copy.schema_version if copy.table_exists("schema_version") else 0
+        finally:
+            copy.close()
+        if version == 0:
+            raise DatabaseUnreadableError(f"{source} is an SQLite database but no rem-cycle graph (no schema_version)")
+    except BaseException:  # nothing restored: the live database and its companions are untouched
+        for path in scratch:
+            path.unlink(missing_ok=True)
+        raise
+    for suffix in _COMPANIONS:
+        destination.with_name(destination.name + suffix).unlink(missing_ok=True)
+    partial.replace(destination)
+    return {"path": str(destination), "bytes": destination.stat().st_size, "integrity": integrity, "schema_version": version}

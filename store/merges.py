@@ -208,14 +208,15 @@ class MergeStore:
 
     def merge_nodes(
         self, merged_id: str, into_id: str, *, rule: str = "manual", score: float = 1.0,
-        evidence: Mapping[str, Any] | None = None, name_as_alias: bool = True,
+        evidence: Mapping[str, Any] | None = None, name_as_alias: bool = True, anchor_labels: frozenset[str] = frozenset(),
     ) -> int:
         """Fold the existing node ``merged_id`` into the existing node ``into_id`` (one transaction):
         M's points and claims move to I (its name becomes an alias of I — by a claim of its own
         unless ``name_as_alias`` is False: the extraction commit's folds, whose claims name it
         already), I's facts and name are recomputed from its claims, M's edges' points move to the
         matching edges of I (created when missing; an edge without points keeps the higher weight),
-        and M is deleted. Returns the merge id."""
+        and M is deleted. Returns the merge id. A node labelled one of ``anchor_labels`` (provenance
+        anchors: turns, sessions, notes files) is never merged nor merged into (:class:`MergeError`)."""
         merged_id, into_id = normalize_graph_node_id(merged_id), normalize_graph_node_id(into_id)
         if merged_id == into_id:
             raise MergeError("a node cannot be merged into itself")
@@ -223,6 +224,11 @@ class MergeStore:
             merged, into = self.graph.get_node(merged_id), self.graph.get_node(into_id)
             if merged is None or into is None:
                 raise MergeError(f"no node {merged_id if merged is None else into_id}")
+            if anchor := next((n for n in (merged, into) if n.label in anchor_labels), None):
+                raise MergeError(
+                    f"{anchor.id} is a {anchor.label} node, a provenance anchor: only knowledge nodes are merged "
+                    "(rem-cycle forget takes a session, turn or notes file out)"
+                )
             edges = [e for e in self.graph.edges_of(merged_id) if e.relationship not in _DERIVED]
             # Edges with points come back through their rows; only those without are kept whole, and
             # the edges between the two nodes (they vanish with M, so their points need them back).

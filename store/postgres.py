@@ -419,6 +419,23 @@ class PostgresDatabase:
             self._depth -= 1
             self.conn.execute("COMMIT" if outermost else f"RELEASE SAVEPOINT {savepoint}")
 
+    @contextmanager
+    def read_snapshot(self) -> Iterator[None]:
+        """Every read in the block sees one state of the database (``REPEATABLE READ``, read only),
+        as a reader of several statements (an export) needs when a cycle commits meanwhile. Inside
+        a transaction, that transaction is the snapshot."""
+        with self._lock:
+            if self._depth:
+                yield
+                return
+            self.conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            self._depth += 1
+            try:
+                yield
+            finally:
+                self._depth -= 1
+                self._rollback()
+
     def _rollback(self) -> None:
         try:
             self.conn.execute("ROLLBACK")

@@ -185,7 +185,7 @@ def test_compose_postgres_profile_runs_two_workers_on_one_database(tmp_path: Pat
     # Everything else as the single-host worker: the same image, build, settings from .env, grace.
     for key in ("build", "image", "init", "restart", "stop_grace_period"):
         assert replicas[key] == single[key], key
-    own = ("REM_DATABASE_URL", "REM_LAZY_QUEUE")
+    own = ("REM_DATABASE_URL", "REM_LAZY_QUEUE", "REM_SHARED_EXTRACT")
     assert {k: v for k, v in env.items() if k not in own} == {k: v for k, v in single["environment"].items() if k not in own}
     assert "volumes" not in replicas  # each replica's /data is its own (the image's VOLUME)
     # The password reaches the services from .env only.

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from config import Settings
-from pipelines.notes import find_note_files, note_turns
+from pipelines.notes import find_note_paths, note_turns, read_note
 from store.provenance import ProvenanceStore
 from store.db import Database
 from store.graph import GraphStore
@@ -37,7 +37,8 @@ def _notes(tmp_path: Path) -> Path:
 
 def test_find_files_and_paragraph_turns(tmp_path: Path) -> None:
     folder = _notes(tmp_path)
-    files, errors = find_note_files([folder, folder / "design.md", tmp_path / "missing.md"])
+    found, errors = find_note_paths([folder, folder / "design.md", tmp_path / "missing.md"])
+    files = [read_note(path, shown) for path, shown in found]
     assert [f.path.name for f in files] == ["design.md", "runbook.txt"]
     assert errors == [f"{tmp_path / 'missing.md'}: no such file or folder"]
     design = files[0]

@@ -56,7 +56,7 @@ exit codes:
      unreachable, no data dir or graph database (read commands never create one)
   2  usage or configuration error (bad argument, invalid TOML, invalid setting)
   3  busy: another cycle, daemon or drain holds the data dir's lock
-  130, 143  import, drain or backfill stopped by SIGINT (Ctrl-C) or SIGTERM; a line on stderr says
+  130, 143, 129  import, drain or backfill stopped by SIGINT (Ctrl-C), SIGTERM or SIGHUP; a line on stderr says
      what was done, and re-running is safe
   141  the output's reader went away (rem-cycle export | head): stopped without a message, as by SIGPIPE
 """
@@ -79,9 +79,19 @@ def _common() -> argparse.ArgumentParser:
     return common
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, except that writing ``--help``, ``--version`` or a usage error raises
+    (argparse swallows the error): a reader that went away (``rem-cycle --help | head -1``) ends
+    the command as it ends every other one (:func:`worker.entry.reader_gone`), not as exit 0."""
+
+    def _print_message(self, message: str, file: Any = None) -> None:
+        if message:
+            (file or sys.stderr).write(message)
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = _common()
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="rem-cycle",
         description="Consolidate agent memories in Chroma into an SQLite knowledge graph.",
         epilog=EPILOG.format(data_dir=Path(os.environ.get("REM_DATA_DIR") or Settings.model_fields["data_dir"].default).resolve()),
@@ -131,6 +141,8 @@ def build_parser() -> argparse.ArgumentParser:
     search.add_argument("--as-of", type=_as_of, metavar="DATE", help=as_of_help)
     backup = add_command(sub, "backup", common, "copy the graph database (safe while the daemon runs)")
     backup.add_argument("path", help="destination file (replaced atomically when the copy is sound)")
+    restore = add_command(sub, "restore", common, "put a backup in place of the graph database (workers stopped)")
+    restore.add_argument("path", metavar="BACKUP", help="a file `rem-cycle backup` wrote (SQLite)")
     unmerge = add_command(sub, "unmerge", common, "undo the merges of a node (restores it, its edges and aliases)")
     unmerge.add_argument("node_id", metavar="NODE_ID", help="the node that was merged away")
     candidates = add_command(
@@ -259,25 +271,26 @@ def _emit(args: argparse.Namespace, payload: dict[str, Any], text: Callable[[], 
 async def cmd_once(settings: Settings, args: argparse.Namespace) -> int:
     from worker.signals import stop_on_signals
 
+    def text() -> None:
+        from worker.report import print_cycle
+
+        print_cycle(result.as_dict())
+
     result = None
     try:
         async with stop_on_signals(grace_seconds=settings.grace_seconds) as stop:
             result = await run_cycle(
                 settings, reason="manual", mode="once", stop=stop.event, allow_mass_retraction=args.allow_mass_retraction,
             )
+            # Printed while the stop signals are still watched: a Ctrl-C just after the cycle
+            # finished (and was recorded) must not cost its report and exit 130.
+            _emit(args, result.as_dict(), text)
     except CycleBusyError as exc:
         print(f"rem-cycle: {exc}; not starting a second one", file=sys.stderr)
         return EXIT_BUSY
     if result is None:  # cancelled after the grace time; the run is recorded interrupted
         print("rem-cycle: stopped before the cycle finished (recorded as interrupted)", file=sys.stderr)
         return EXIT_OK
-
-    def text() -> None:
-        from worker.report import print_cycle
-
-        print_cycle(result.as_dict())
-
-    _emit(args, result.as_dict(), text)
     return result.exit_code
 
 
@@ -368,13 +381,29 @@ async def cmd_retry(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def _refused_output(settings: Settings, path: str) -> bool:
-    """Whether ``path`` (a file a command is told to write, replacing what is there) is among
-    rem-cycle's own files; if so, say so in one line."""
-    if not settings.keeps_files_at(path):
+    """Whether ``path`` (a file a command is told to write, replacing what is there) is no file to
+    replace: empty, a directory, something other than a regular file or a link (a device such as
+    ``/dev/null``, a FIFO, a socket: the rename into place would replace it), or among rem-cycle's
+    own files; if so, say so in one line."""
+    try:
+        mode = os.lstat(path).st_mode if path else None
+    except OSError:
+        mode = None  # nothing there yet (or not reachable: the write says why)
+    if not path:
+        why = "no output file named (an empty path)"
+    elif (mode is not None and stat.S_ISDIR(mode)) or path.endswith(os.sep):
+        why = "it is a directory; name a file in it"
+    elif mode is not None and not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
+        why = ("it is not a regular file (a device, a FIFO or a socket); rem-cycle writes a file beside it "
+               "and renames it into place, which would replace it: name a file")
+    elif settings.keeps_files_at(path):
+        path, why = str(Path(path).resolve()), (
+            "rem-cycle keeps its own files there (the graph database, the lazy-edge queue, locks, the embedded "
+            "Chroma) and one could be replaced; name a file in another folder (a folder of your own inside the data "
+            "dir is fine)")
+    else:
         return False
-    print(f"rem-cycle: refusing to write to {Path(path).resolve()}: rem-cycle keeps its own files there (the graph "
-          "database, the lazy-edge queue, locks, the embedded Chroma) and one could be replaced; name a file in another "
-          "folder (a folder of your own inside the data dir is fine)", file=sys.stderr)
+    print(f"rem-cycle: refusing to write to {path}: {why}", file=sys.stderr)
     return True
 
 
@@ -395,7 +424,7 @@ class _StdoutInPieces:
 async def cmd_export(settings: Settings, args: argparse.Namespace) -> int:
     from worker.knowledge import export_graph
 
-    if args.out and _refused_output(settings, args.out):
+    if args.out is not None and _refused_output(settings, args.out):
         return EXIT_USAGE
     def write() -> dict[str, int]:
         if not args.out:
@@ -608,6 +637,34 @@ async def cmd_backup(settings: Settings, args: argparse.Namespace) -> int:
         print(f"rem-cycle: backup failed: {exc}", file=sys.stderr)
         return EXIT_FAILED
     _emit(args, payload, lambda: print(f"backed up {database_location(settings)} to {payload['path']} ({payload['bytes']} bytes, integrity ok)"))
+    return EXIT_OK
+
+
+async def cmd_restore(settings: Settings, args: argparse.Namespace) -> int:
+    from store.backend import restore
+    from worker.cycle import single_flight
+    from worker.daemon import daemon_lock_path
+
+    if settings.database_url is not None:
+        print("rem-cycle: restore puts an SQLite backup in place of graph.sqlite3; restore a PostgreSQL backup with "
+              "pg_restore --dbname=postgresql://… PATH into an empty database", file=sys.stderr)
+        return EXIT_USAGE
+    if unreadable := _unreadable_file(args.path):
+        print(f"rem-cycle: cannot read {args.path}: {unreadable}", file=sys.stderr)
+        return EXIT_FAILED
+    try:
+        # Both locks: no cycle, command or daemon of this data dir has the database open meanwhile.
+        async with single_flight(settings, lock_path=daemon_lock_path(settings), what="rem-cycle daemon"), single_flight(settings):
+            payload = await anyio.to_thread.run_sync(restore, settings, Path(args.path))
+    except CycleBusyError as exc:
+        print(f"rem-cycle: {exc}; stop it before restoring", file=sys.stderr)
+        return EXIT_BUSY
+    except StoreError as exc:
+        print(f"rem-cycle: restore from {args.path} failed, nothing was changed: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    _emit(args, payload, lambda: print(
+        f"restored {payload['path']} from {args.path} ({payload['bytes']} bytes, integrity ok); the next cycle "
+        "ingests what changed in Chroma since the backup"))
     return EXIT_OK
 
 
@@ -829,6 +886,7 @@ COMMANDS: dict[str, Handler] = {
     "show": cmd_show,
     "search": cmd_search,
     "backup": cmd_backup,
+    "restore": cmd_restore,
     "unmerge": cmd_unmerge,
     "candidates": cmd_candidates,
     "merge": cmd_merge,

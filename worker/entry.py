@@ -50,6 +50,14 @@ def main(argv: list[str] | None = None) -> int:
         status = run_command(argv)
         sys.stdout.flush()  # a reader that went away shows here, not in the interpreter's last flush
         return status
+    except SystemExit:
+        # argparse's --help/--version/usage exit: their text may still be in the buffer, and a
+        # reader that went away must show here too, not in the interpreter's last flush.
+        try:
+            sys.stdout.flush()
+        except BrokenPipeError:
+            return reader_gone()
+        raise
     except KeyboardInterrupt:
         return interrupted()
     except BrokenPipeError:

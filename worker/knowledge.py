@@ -159,7 +159,8 @@ def export_graph(settings: Settings, out: TextIO, *, fmt: str, include_anchors: 
     """``export``: write the snapshot in ``fmt`` to ``out``; returns its counts. JSON of the graph
     as it is now is streamed: the points are listed as they are read, never held (see
     :func:`pipelines.export.write_json`); GraphML and ``as_of`` build the whole snapshot first."""
-    with open_graph_db(settings) as db:
+    # One snapshot: a cycle committing between the export's reads must not make it mix two states.
+    with open_graph_db(settings) as db, db.read_snapshot():
         if fmt == "json" and as_of is None:
             snapshot = snapshot_from_db(db, include_anchors=include_anchors, stream_points=True)
             write_json(snapshot, ((n, p.as_dict()) for n, p in ProvenanceStore(db).iter_node_points()), out)
@@ -350,7 +351,9 @@ def identity_candidates(settings: Settings, *, limit: int = 50) -> tuple[list[di
 def merge_node(settings: Settings, merged_id: str, into_id: str) -> int:
     """Fold ``merged_id`` into ``into_id`` by hand (an operator confirming a reported candidate)."""
     with open_graph_db(settings) as db:
-        return MergeStore(db).merge_nodes(merged_id, into_id, rule="manual", score=1.0, evidence={"by": "operator"})
+        return MergeStore(db).merge_nodes(
+            merged_id, into_id, rule="manual", score=1.0, evidence={"by": "operator"}, anchor_labels=ANCHOR_LABELS
+        )
 
 
 def forget(settings: Settings, *, session: str | None = None, memory: str | None = None, note: str | None = None,
@@ -377,9 +380,9 @@ async def import_notes(settings: Settings, paths: list[str]) -> dict[str, Any]:
 
     from pipelines.extract.llm import OpenAIExtractor
     from pipelines.extract.workflow import open_extractor
-    from pipelines.notes import NotesEnv, find_note_files, import_note
+    from pipelines.notes import NoteReadError, NotesEnv, find_note_paths, import_note, read_note
 
-    files, errors = await anyio.to_thread.run_sync(find_note_files, paths)
+    files, errors = await anyio.to_thread.run_sync(find_note_paths, paths)
     db = await anyio.to_thread.run_sync(open_database, settings)
     try:
         async with open_extractor(settings) as extractor:
@@ -392,7 +395,14 @@ async def import_notes(settings: Settings, paths: list[str]) -> dict[str, Any]:
                 resolver=identity_resolver(db, auditor=judge.audit_identity if judge else None),
                 queue=lazy_edge_sink(settings, db), merges=MergeStore(db),
             )
-            results = [(await import_note(note, env)).as_dict() for note in files]
+            results = []
+            for path, shown in files:  # one file's text held at a time
+                try:
+                    note = await anyio.to_thread.run_sync(read_note, path, shown)
+                except NoteReadError as exc:
+                    errors.append(str(exc))
+                    continue
+                results.append((await import_note(note, env)).as_dict())
     finally:
         db.close()
     counts = {status: sum(1 for r in results if r["status"] == status) for status in ("imported", "unchanged", "failed")}

@@ -28,6 +28,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from config import Settings
+from pipelines.extract.model import SEMANTIC_RELATIONSHIPS
+from pipelines.vocabulary import PROVENANCE_RELATIONSHIPS
 from store.backend import open_database
 from store.errors import StoreError
 from store.graph import GraphStore
@@ -37,6 +39,9 @@ from store.runstate import RUN_OUTCOMES, RunStateStore
 
 log = structlog.get_logger(__name__)
 
+# Relationships with a series of their own in rem_cycle_graph_edges; any other is ``other``.
+KNOWN_RELATIONSHIPS: frozenset[str] = frozenset(SEMANTIC_RELATIONSHIPS) | PROVENANCE_RELATIONSHIPS
+OTHER_RELATIONSHIP = "other"
 CYCLE_BUCKETS: tuple[float, ...] = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, math.inf)
 PHASE_BUCKETS: tuple[float, ...] = (0.05, 0.25, 1, 5, 15, 60, 300, 900, 3600, math.inf)
 
@@ -185,10 +190,10 @@ class RemCycleCollector(Collector):
     def __init__(self, settings: Settings, *, now: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
         self.settings = settings
         self.now = now
-        # The duration histograms read every phase of every run ever recorded (the costliest part
-        # of a scrape after a year of hourly cycles), and only a cycle's ingest changes which
-        # sessions have turns: keep the last result, keyed by the run counts and latest finish
-        # times. Scrapes run in several threads; replacing the tuple is atomic, and a lost race
+        # The duration histograms and the reused-chunk count read every phase of every run ever
+        # recorded (the costliest part of a scrape after a year of hourly cycles), and only a
+        # cycle's ingest changes which sessions have turns: keep the last result, keyed by the run
+        # counts and latest finish times. Scrapes run in several threads; replacing the tuple is atomic, and a lost race
         # only recomputes.
         self._by_runs: tuple[Any, list[Metric]] | None = None
         # Everything read from the database, kept while its files are unchanged (the same atomic
@@ -226,7 +231,7 @@ class RemCycleCollector(Collector):
         key = (sorted(by_outcome.items()), sorted(last_finished.items()))
         cached = self._by_runs
         if cached is None or cached[0] != key:
-            cached = (key, [*_duration_families(runstate), _no_turn_family(runstate)])
+            cached = (key, [*_duration_families(runstate), _no_turn_family(runstate), _reused_family(runstate)])
             self._by_runs = cached
         return [cycles, running, last, *cached[1]], [run["heartbeat_at"] for run in runstate.running_runs()]
 
@@ -342,11 +347,16 @@ def _chunk_families(runstate: RunStateStore) -> list[Metric]:
         chunks.add_metric([status], totals.get(status, {}).get("count", 0))
     tokens.add_metric(["in"], sum(t["tokens_in"] for t in totals.values()))
     tokens.add_metric(["out"], sum(t["tokens_out"] for t in totals.values()))
-    reused = CounterMetricFamily(
+    return [chunks, tokens]
+
+
+def _reused_family(runstate: RunStateStore) -> Metric:
+    """Summed over every run's extract record: counted with the duration histograms, only when a
+    run starts or finishes, never at each scrape (it grows with the run history)."""
+    return CounterMetricFamily(
         "rem_cycle_chunks_reused", "Chunks whose stored result was reused instead of calling the model",
         value=runstate.phase_count_total("extract", "chunks_reused"),
     )
-    return [chunks, reused, tokens]
 
 
 def _graph_families(graph: GraphStore) -> list[Metric]:
@@ -355,7 +365,7 @@ def _graph_families(graph: GraphStore) -> list[Metric]:
     for label, count in counts["nodes"].items():
         nodes.add_metric([label], count)
     edges = GaugeMetricFamily("rem_cycle_graph_edges", "Graph edges by relationship", labels=["relationship"])
-    for relationship, count in counts["edges"].items():
+    for relationship, count in _bounded_relationships(counts["edges"]).items():
         edges.add_metric([relationship], count)
     backfilled = GaugeMetricFamily(
         "rem_cycle_backfilled_nodes", "MEMORY/SESSION nodes created by back-fill, by reason", labels=["label", "reason"]
@@ -364,6 +374,17 @@ def _graph_families(graph: GraphStore) -> list[Metric]:
         for reason, count in reasons.items():
             backfilled.add_metric([label, reason], count)
     return [nodes, edges, backfilled]
+
+
+def _bounded_relationships(counts: Mapping[str, int]) -> dict[str, int]:
+    """Edge counts by relationship with every relationship outside the vocabulary summed under
+    ``other``: a lazy edge's relationship is stored as given, and a series per producer's spelling
+    would grow without bound (Prometheus keeps every series it has seen)."""
+    bounded: dict[str, int] = {}
+    for relationship, count in counts.items():
+        key = relationship if relationship in KNOWN_RELATIONSHIPS else OTHER_RELATIONSHIP
+        bounded[key] = bounded.get(key, 0) + count
+    return bounded
 
 
 def _queue_families(queue: QueueSummary, now: datetime) -> list[Metric]:

@@ -1,4 +1,4 @@
-"""SIGTERM/SIGINT: the daemon and ``--once`` stop at a transaction boundary; operator commands
+"""SIGTERM/SIGINT/SIGHUP: the daemon and ``--once`` stop at a transaction boundary; operator commands
 (``import``, ``drain``, ``backfill`` …) stop, say what they did, and exit non-zero.
 
 One watcher for both: :func:`stop_on_signals` sets a :class:`StopRequest` on the first signal. A
@@ -30,6 +30,14 @@ from worker.entry import EXIT_SIGNAL_BASE
 log = structlog.get_logger(__name__)
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+def stop_signals() -> tuple[signal.Signals, ...]:
+    """:data:`STOP_SIGNALS`, and SIGHUP (the terminal or SSH session the process was started from
+    closed: its default action killed a daemon mid-cycle, leaving the run ``running``) unless it
+    is ignored — ``nohup rem-cycle &`` asks to outlive the terminal, and a handler would override it."""
+    ignored = signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+    return STOP_SIGNALS if ignored else (*STOP_SIGNALS, signal.SIGHUP)
 # Share of the grace time a body that stops by itself gets before it is cancelled; the rest is for
 # the in-flight transaction and the record.
 GRACE_SHARE_BEFORE_CANCEL = 0.8
@@ -70,7 +78,7 @@ async def stop_on_signals(*, grace_seconds: float, stops_by_itself: bool = True)
 
 
 async def _watch_signals(request: StopRequest, grace: float, scope: anyio.CancelScope) -> None:
-    with anyio.open_signal_receiver(*STOP_SIGNALS) as signals:
+    with anyio.open_signal_receiver(*stop_signals()) as signals:
         async for signum in signals:
             request.signal = signal.Signals(signum)
             log.info("stop requested: finishing the current transaction", signal=request.signal.name)
