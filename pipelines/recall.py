@@ -45,12 +45,12 @@ import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, time, timedelta
+from datetime import UTC, datetime, time
 from typing import Any, Protocol
 
 from pipelines.chunker import estimate_tokens
 from pipelines.vocabulary import PROVENANCE_RELATIONSHIPS
-from store.ids import InvalidIdError, has_forbidden_characters, validate_row_id
+from store.ids import InvalidIdError, has_forbidden_characters, session_node_id
 from store.recall_index import FactRecord, Scope, SessionRecord, TurnRecord
 
 MAX_QUERY_CHARS = 4_000
@@ -271,8 +271,8 @@ def parse_as_of(value: str | None) -> str | None:
             date_only = moment.time() == time() and not re.search(r"\d:\d", text)
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
-    if date_only:
-        moment = moment + timedelta(days=1) - timedelta(milliseconds=1)
+    if date_only:  # its last millisecond (adding a day overflowed on 9999-12-31)
+        moment = moment.replace(hour=23, minute=59, second=59, microsecond=999_000)
     try:
         return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
     except (OverflowError, ValueError) as exc:
@@ -294,11 +294,18 @@ def validate(request: RecallRequest) -> list[str]:
     if request.user is not None and has_forbidden_characters(request.user):
         raise RecallInputError(f"invalid user {request.user[:80]!r}: control characters and lone surrogates are not allowed")
     if request.session is not None:
-        try:
-            validate_row_id(request.session.removeprefix("session:"), what="session id")
-        except InvalidIdError as exc:
-            raise RecallInputError(str(exc)) from exc
+        session_anchor(request.session)
     return query_terms(request.query)
+
+
+def session_anchor(session: str) -> str:
+    """``session:<id>`` of a session given by its id or its node id (``session:``/``SESSION:``, any
+    case, as ids are accepted everywhere). Raises :class:`RecallInputError` for an invalid id."""
+    prefix, sep, suffix = session.partition(":")
+    try:
+        return session_node_id(suffix if sep and prefix.lower() == "session" else session)
+    except InvalidIdError as exc:
+        raise RecallInputError(str(exc)) from exc
 
 
 def resolve_scope(source: RecallSource, request: RecallRequest) -> Scope:
@@ -307,7 +314,7 @@ def resolve_scope(source: RecallSource, request: RecallRequest) -> Scope:
     if request.user is not None:
         sessions = source.sessions_of_user(request.user)
     if request.session is not None:
-        wanted = "session:" + request.session.removeprefix("session:")
+        wanted = session_anchor(request.session)
         sessions = frozenset({wanted}) & sessions if sessions is not None else frozenset({wanted})
     return Scope(sessions=sessions, as_of=request.as_of)
 
