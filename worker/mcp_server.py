@@ -17,6 +17,7 @@ import anyio
 import structlog
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.transport_security import TransportSecuritySettings
 from mcp_types import ToolAnnotations
 from pydantic import Field
 
@@ -161,8 +162,25 @@ def http_app(settings: Settings) -> Any:
     token = settings.mcp_token.get_secret_value() if settings.mcp_token else None
     if not is_loopback(host) and not token:
         raise McpConfigError(f"REM_MCP_TOKEN is required when REM_MCP_HOST ({host}) is not a loopback address")
-    app = build_server(settings).streamable_http_app(host=host)
+    app = build_server(settings).streamable_http_app(host=host, transport_security=rebinding_guard(host))
     return BearerAuth(app, token) if token else app
+
+
+def rebinding_guard(host: str) -> TransportSecuritySettings | None:
+    """On a loopback address, the Host and Origin a request may carry: that address and the usual
+    loopback names, so that a web page whose domain a DNS rebinding points at this address is
+    refused (421/403). The SDK checks them only for ``127.0.0.1``, ``localhost`` and ``::1``;
+    ``127.0.0.2`` served any page that asked, with no token required on loopback. Beyond
+    loopback the bearer token guards it."""
+    if not is_loopback(host):
+        return None
+    bound = f"[{host}]" if ":" in host else host
+    names = list(dict.fromkeys([bound, "127.0.0.1", "localhost", "[::1]"]))
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=[f"{name}:*" for name in names],
+        allowed_origins=[f"http://{name}:*" for name in names],
+    )
 
 
 async def serve(settings: Settings, *, http: bool) -> None:
