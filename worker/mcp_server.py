@@ -11,12 +11,18 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
+import os
+import sys
+import threading
 from typing import Annotated, Any
 
 import anyio
+import anyio.from_thread
+import anyio.lowlevel
 import structlog
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.stdio import stdio_server
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp_types import ToolAnnotations
 from pydantic import Field
@@ -183,10 +189,69 @@ def rebinding_guard(host: str) -> TransportSecuritySettings | None:
     )
 
 
+class StdinLines:
+    """The lines of file descriptor ``fd`` (stdin) for the SDK's stdio transport, read by a daemon
+    thread.
+
+    The SDK reads stdin in one of anyio's worker threads, which no cancellation can stop while it
+    waits for a line: a Ctrl-C stopped nothing until the client sent something or closed the pipe
+    (and the interpreter's exit waits for such a thread too). Here the waiting is on a memory stream,
+    which a Ctrl-C cancels; the daemon thread, blocked in ``os.read`` (no Python buffer whose lock
+    the interpreter's exit would need), ends with the process."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.send, self.receive = anyio.create_memory_object_stream[str](0)
+
+    async def __aenter__(self) -> StdinLines:
+        token = anyio.lowlevel.current_token()
+        threading.Thread(target=self._pump, args=(token,), name="mcp-stdin", daemon=True).start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.receive.close()
+
+    def _pump(self, token: Any) -> None:
+        def emit(line: bytes) -> None:
+            anyio.from_thread.run(self.send.send, line.decode("utf-8", errors="replace"), token=token)
+
+        try:
+            parts: list[bytes] = []
+            while chunk := os.read(self.fd, 1 << 16):
+                start = 0
+                while (end := chunk.find(b"\n", start)) >= 0:
+                    emit(b"".join([*parts, chunk[start:end + 1]]))
+                    parts, start = [], end + 1
+                if start < len(chunk):
+                    parts.append(chunk[start:])
+            if parts:
+                emit(b"".join(parts))
+            anyio.from_thread.run_sync(self.send.close, token=token)
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.RunFinishedError, OSError):
+            return  # the server stopped listening, or stdin went away: nothing is left to read for
+
+    def __aiter__(self) -> StdinLines:
+        return self
+
+    async def __anext__(self) -> str:
+        try:
+            return await self.receive.receive()
+        except anyio.EndOfStream:
+            raise StopAsyncIteration from None
+
+
+async def serve_stdio(settings: Settings) -> None:
+    """Serve over stdin/stdout until the client closes stdin or the process is interrupted."""
+    server = build_server(settings)
+    # MCPServer.run_stdio_async with our stdin: the SDK has no public way to pass it a stream.
+    async with StdinLines(sys.stdin.fileno()) as lines, stdio_server(stdin=lines) as (read_stream, write_stream):  # type: ignore[arg-type]
+        await server._lowlevel_server.run(read_stream, write_stream, server._lowlevel_server.create_initialization_options())
+
+
 async def serve(settings: Settings, *, http: bool) -> None:
     """Serve until the client goes away (stdio: stdin closes) or the process is stopped (HTTP)."""
     if not http:
-        await build_server(settings).run_stdio_async()
+        await serve_stdio(settings)
         return
     import uvicorn
 

@@ -1,0 +1,90 @@
+"""``rem-cycle mcp`` over stdio as a terminal and a client's pipe treat it: Ctrl-C, messages torn
+across writes or sent together, and nothing but protocol on stdout — a real server process spoken
+to in raw JSON-RPC lines."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from typing import Any
+
+import pytest
+
+from config import Settings
+from tests.conftest import ROOT
+from tests.test_mcp import graph, server_env  # noqa: F401 - the fixture
+
+pytestmark = pytest.mark.timeout(120)
+
+INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+    "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
+INITIALIZED = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+
+
+def call(request_id: int, query: str) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": request_id, "method": "tools/call",
+            "params": {"name": "recall", "arguments": {"query": query, "user": "alice"}}}
+
+
+def line(message: dict[str, Any]) -> bytes:
+    return (json.dumps(message) + "\n").encode()
+
+
+def start(settings: Settings) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-m", "worker", "mcp"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=server_env(settings), cwd=ROOT)
+
+
+def answer(proc: subprocess.Popen[bytes]) -> dict[str, Any]:
+    assert proc.stdout is not None
+    return json.loads(proc.stdout.readline())  # every stdout line is a JSON-RPC message
+
+
+def test_ctrl_c_stops_a_waiting_stdio_server_at_once(graph: Settings) -> None:
+    # A terminal's Ctrl-C while the server waits for its client's next line: it went on waiting
+    # (the SDK's stdin reader is a thread no cancellation stops) until the client wrote or closed.
+    proc = start(graph)
+    assert proc.stdin is not None and proc.stderr is not None
+    try:
+        proc.stdin.write(line(INIT) + line(INITIALIZED) + line(call(2, "torn lines")))
+        proc.stdin.flush()
+        assert answer(proc)["id"] == 1
+        assert answer(proc)["result"]["structuredContent"]["turns"]
+        proc.send_signal(signal.SIGINT)
+        started = time.monotonic()
+        assert proc.wait(timeout=15) == 128 + signal.SIGINT
+        assert time.monotonic() - started < 10
+        err = proc.stderr.read().decode()
+        assert "interrupted by SIGINT" in err and "Traceback" not in err and "Fatal Python error" not in err, err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_messages_torn_across_writes_or_sent_together_are_each_answered(graph: Settings) -> None:
+    proc = start(graph)
+    assert proc.stdin is not None
+    try:
+        proc.stdin.write(line(INIT) + line(INITIALIZED))
+        proc.stdin.flush()
+        assert answer(proc)["id"] == 1
+        torn = line(call(2, "torn lines drain"))
+        for piece in (torn[:7], torn[7:40], torn[40:]):  # one message in three writes
+            proc.stdin.write(piece)
+            proc.stdin.flush()
+            time.sleep(0.2)
+        assert answer(proc)["id"] == 2
+        proc.stdin.write(line(call(3, "drain")) + line(call(4, "LazyEdgeQueue")))  # two in one write
+        proc.stdin.flush()
+        assert {answer(proc)["id"], answer(proc)["id"]} == {3, 4}
+        proc.stdin.close()
+        assert proc.wait(timeout=20) == 0
+        assert proc.stdout.read() == b""  # type: ignore[union-attr]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
