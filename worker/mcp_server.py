@@ -28,7 +28,10 @@ from mcp_types import ToolAnnotations
 from pydantic import Field
 
 from config import Settings
+from config.redact import redact
 from pipelines.recall import MAX_BUDGET_TOKENS, MAX_LIMIT, MAX_QUERY_CHARS, RecallInputError, RecallRequest, parse_as_of
+from store.backend import database_exists, database_location
+from store.errors import StoreError
 from worker.knowledge import NoGraphError
 from worker.recall import RecallTimeoutError, run_recall, search_nodes, show_node
 
@@ -127,11 +130,16 @@ def build_server(settings: Settings) -> MCPServer:
 
 
 async def _answer(call: Any) -> dict[str, Any]:
-    """Run a tool body; a bad argument or a missing graph is a tool error the model can read."""
+    """Run a tool body; a bad argument, a missing graph or a graph database that cannot be read
+    (down, damaged) is a tool error the model can read, and the server keeps serving."""
     try:
         return await call()
     except (RecallInputError, RecallTimeoutError, NoGraphError) as exc:
         raise ToolError(str(exc)) from exc
+    except StoreError as exc:  # the operator's to fix: one line, not the SDK's bare "Error executing tool"
+        message = redact(str(exc))
+        log.warning("mcp tool could not read the graph", error=message)
+        raise ToolError(f"the memory graph cannot be read: {message}") from exc
 
 
 def is_loopback(host: str) -> bool:
@@ -248,8 +256,21 @@ async def serve_stdio(settings: Settings) -> None:
         await server._lowlevel_server.run(read_stream, write_stream, server._lowlevel_server.create_initialization_options())
 
 
+def warn_without_graph(settings: Settings) -> None:
+    """Say on stderr when the server starts before its graph can be read. It serves anyway: each
+    call opens the graph, so a client configured before the first cycle (or a database that is
+    back) gets answers without a restart; until then every call is a tool error saying why."""
+    try:
+        if not database_exists(settings):
+            log.warning("no graph database yet: every call is an error until a REM cycle creates it",
+                        database=database_location(settings))
+    except StoreError as exc:
+        log.warning("the graph database cannot be read: every call is an error until it can", error=redact(str(exc)))
+
+
 async def serve(settings: Settings, *, http: bool) -> None:
     """Serve until the client goes away (stdio: stdin closes) or the process is stopped (HTTP)."""
+    warn_without_graph(settings)
     if not http:
         await serve_stdio(settings)
         return
