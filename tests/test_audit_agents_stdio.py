@@ -88,3 +88,26 @@ def test_messages_torn_across_writes_or_sent_together_are_each_answered(graph: S
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_the_servers_log_is_json_lines_like_the_workers(graph: Settings) -> None:
+    # REM_LOG_FORMAT=json: every stderr line is one JSON object. The MCP SDK, finding no handler for
+    # the standard library's logging, installed its own: a rich console of multi-line INFO records
+    # (each rejected call, each HTTP session) amid the worker's JSON.
+    proc = start(graph)
+    assert proc.stdin is not None and proc.stderr is not None
+    try:
+        bad_limit = {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                     "params": {"name": "recall", "arguments": {"query": "drain", "limit": 0}}}
+        unknown = {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "nope", "arguments": {}}}
+        proc.stdin.write(line(INIT) + line(INITIALIZED) + line(bad_limit) + line(unknown) + line(call(4, "torn lines")))
+        proc.stdin.flush()
+        assert sorted(answer(proc)["id"] for _ in range(4)) == [1, 2, 3, 4]
+        proc.stdin.close()
+        assert proc.wait(timeout=20) == 0
+        for text in proc.stderr.read().decode().splitlines():
+            assert isinstance(json.loads(text), dict), text
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

@@ -279,6 +279,6 @@ async def serve(settings: Settings, *, http: bool) -> None:
     app = http_app(settings)
     log.info("mcp server listening", url=f"http://{settings.mcp_host}:{settings.mcp_port}/mcp",
              auth="bearer" if settings.mcp_token else "none")
-    server = uvicorn.Server(uvicorn.Config(app, host=settings.mcp_host, port=settings.mcp_port, log_level="warning",
+    server = uvicorn.Server(uvicorn.Config(app, host=settings.mcp_host, port=settings.mcp_port, log_level="warning", log_config=None,
                                            lifespan="on", timeout_graceful_shutdown=5))
     await server.serve()
