@@ -78,3 +78,16 @@ async def test_a_loopback_server_refuses_a_page_that_rebinds_a_name_to_it(graph:
             async with Client(streamable_http_client(url, http_client=http)) as client:
                 answer = await client.call_tool("recall", {"query": "torn lines", "user": "alice"})
                 assert not answer.is_error and answer.structured_content["turns"]
+
+
+async def test_the_bearer_scheme_is_case_insensitive_and_the_token_exact(graph: Settings) -> None:
+    # RFC 9110: the auth scheme is case-insensitive; a client writing `bearer <token>` was refused.
+    token = "agents-Token-42"
+    with serving(graph, "127.0.0.1", REM_MCP_TOKEN=token) as (url, _):
+        for authorization, status in (
+            (f"Bearer {token}", 200), (f"bearer {token}", 200), (f"BEARER {token}", 200), (f"Bearer  {token}", 200),
+            (f"Bearer {token.lower()}", 401), (f"Bearer {token}x", 401), (f"Bearer {token[:-1]}", 401), (token, 401),
+            (f"Basic {token}", 401), (f"Bearer{token}", 401), ("Bearer", 401), ("", 401),
+        ):
+            done = httpx.post(url, json=INIT, headers={**ACCEPT, "Authorization": authorization}, timeout=10)
+            assert done.status_code == status, (authorization, done.status_code)

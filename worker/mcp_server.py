@@ -157,12 +157,18 @@ class BearerAuth:
 
     def __init__(self, app: Any, token: str) -> None:
         self.app = app
-        self.expected = f"Bearer {token}".encode()
+        self.expected = token.encode()
+
+    def accepts(self, header: bytes) -> bool:
+        """Whether an ``Authorization`` value carries the token; the scheme is case-insensitive
+        (RFC 9110: ``bearer``, ``BEARER``), the token compared in constant time."""
+        scheme, _, credentials = header.partition(b" ")
+        return hmac.compare_digest(credentials.lstrip(b" "), self.expected) and scheme.lower() == b"bearer"
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "http":
             given = dict(scope.get("headers") or []).get(b"authorization", b"")
-            if not hmac.compare_digest(given, self.expected):
+            if not self.accepts(given):
                 await send({"type": "http.response.start", "status": 401,
                             "headers": [(b"content-type", b"application/json"), (b"www-authenticate", b"Bearer")]})
                 await send({"type": "http.response.body", "body": b'{"error":"missing or wrong bearer token"}'})
