@@ -18,7 +18,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from config import Settings
-from tests.conftest import ROOT, free_port
+from tests.conftest import ROOT, free_port, run_cli
 from tests.test_mcp import graph, server_env  # noqa: F401 - the fixture
 
 pytestmark = pytest.mark.timeout(120)
@@ -91,3 +91,16 @@ async def test_the_bearer_scheme_is_case_insensitive_and_the_token_exact(graph: 
         ):
             done = httpx.post(url, json=INIT, headers={**ACCEPT, "Authorization": authorization}, timeout=10)
             assert done.status_code == status, (authorization, done.status_code)
+
+
+def test_a_port_in_use_is_one_line_and_exit_1_not_busy(graph: Settings) -> None:
+    # uvicorn logged "listening", then failed to bind and exited 3 — rem-cycle's "busy: a cycle
+    # holds the lock" — after an ERROR record; the first server must keep serving.
+    with serving(graph, "127.0.0.1") as (url, first):
+        port = url.split(":")[2].split("/")[0]
+        done = run_cli("mcp", "--http", env={"REM_DATA_DIR": str(graph.data_dir), "REM_MCP_PORT": port}, timeout=60)
+        assert done.returncode == 1, (done.returncode, done.stderr)
+        assert f"cannot listen on 127.0.0.1:{port}: Address already in use" in done.stderr
+        assert "listening" not in done.stderr and "Traceback" not in done.stderr
+        assert first.poll() is None
+        assert httpx.post(url, json=INIT, headers=ACCEPT, timeout=10).status_code == 200

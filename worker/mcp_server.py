@@ -12,6 +12,7 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import os
+import socket
 import sys
 import threading
 from typing import Annotated, Any
@@ -283,8 +284,21 @@ async def serve(settings: Settings, *, http: bool) -> None:
     import uvicorn
 
     app = http_app(settings)
+    listening = listen(settings.mcp_host, settings.mcp_port)
     log.info("mcp server listening", url=f"http://{settings.mcp_host}:{settings.mcp_port}/mcp",
              auth="bearer" if settings.mcp_token else "none")
     server = uvicorn.Server(uvicorn.Config(app, host=settings.mcp_host, port=settings.mcp_port, log_level="warning", log_config=None,
                                            lifespan="on", timeout_graceful_shutdown=5))
-    await server.serve()
+    await server.serve(sockets=[listening])
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """The server's listening socket, bound here so that a port in use (or an address this host does
+    not have) is one line and exit 1, said before "listening" is logged: uvicorn logged the failure
+    after it and exited 3, which rem-cycle's exit codes reserve for "busy: a cycle holds the lock"."""
+    try:
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        return socket.create_server((host, port), family=family)
+    except OSError as exc:
+        reason = os.strerror(exc.errno) if exc.errno else str(exc)
+        raise OSError(exc.errno, f"cannot listen on {host}:{port}: {reason}") from exc
