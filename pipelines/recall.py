@@ -643,6 +643,22 @@ def item_tokens(item: dict[str, Any]) -> int:
     return estimate_tokens(json.dumps(item, ensure_ascii=False, separators=(",", ":")))
 
 
+def pack_entity(fact: dict[str, Any], turns: list[dict[str, Any]], *, budget_tokens: int) -> dict[str, Any]:
+    """One entity (``fact``) and the turns it was mentioned in, packed into ``budget_tokens`` as
+    :func:`recall` packs its answer: the entity whole, then the turns in order, a turn that does not
+    fit cut to the room left, the rest listed in ``omitted``. An entity that alone exceeds the
+    budget is a :class:`RecallInputError` saying how much it takes."""
+    if not 1 <= budget_tokens <= MAX_BUDGET_TOKENS:
+        raise RecallInputError(f"budget_tokens must be 1..{MAX_BUDGET_TOKENS}, not {budget_tokens}")
+    result = RecallResult(budget_tokens=budget_tokens)
+    _pack(result, facts=[fact], turns=turns, sessions=[])
+    if not result.facts:
+        raise RecallInputError(f"{fact['id']} alone takes {item_tokens(fact)} tokens, more than budget_tokens "
+                               f"{budget_tokens}: ask with a larger budget")
+    return {**fact, "turns": result.turns, "omitted": result.omitted, "used_tokens": result.used_tokens,
+            "budget_tokens": budget_tokens}
+
+
 def _pack(result: RecallResult, *, facts: list[dict[str, Any]], turns: list[dict[str, Any]], sessions: list[dict[str, Any]]) -> None:
     """Greedy packing in priority order — the best fact, then turns and facts alternating by rank,
     then sessions — into ``result.budget_tokens``. A turn that does not fit whole is cut to fit

@@ -5,13 +5,16 @@ and the same through ``rem-cycle recall``."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from mcp import Client
 
 from config import Settings
+from pipelines.recall import item_tokens
 from tests.conftest import run_cli
 from tests.test_mcp import graph, stdio_params, text_of  # noqa: F401 - the fixture
+from tests.test_recall import SESSIONS, build
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -57,3 +60,29 @@ async def test_as_of_the_last_day_a_date_can_name_is_everything_not_an_error(gra
     done = run_cli("recall", "torn lines drain", "--as-of", "9999-12-31", "--json", env=env, timeout=60)
     assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
     assert json.loads(done.stdout)["turns"]
+
+
+async def test_show_node_is_packed_into_its_token_budget(settings: Settings, tmp_path: Path) -> None:
+    # A node's turns are verbatim, and turns can be tool outputs of hundreds of kilobytes: show_node
+    # answered its 20 turns whole whatever their size (here ~2 MB, beyond any model's context),
+    # with no way for the agent to ask for less.
+    log = "LazyEdgeQueue drain log line with a torn record and its offset\n" * 3_000  # ~200 kB a turn
+    carol = {"sessionId": "carol-s1", "title": "Carol's logs", "createdAt": "2026-11-21T10:00:00Z", "userId": "carol",
+             "turns": [{"id": f"cm{i}", "role": "assistant", "createdAt": f"2026-11-21T10:0{i}:00Z", "text": f"The LazyEdgeQueue drain wrote this in run {i}:\n{log}"}
+                       for i in range(10)]}
+    await build(settings, tmp_path, [*SESSIONS, carol])
+    async with Client(stdio_params(settings)) as client:
+        for budget in (None, 300, 5_000, 200_000):
+            arguments = {"node_id": "CLASS:LazyEdgeQueue"} | ({"budget_tokens": budget} if budget else {})
+            result = await client.call_tool("show_node", arguments)
+            assert not result.is_error, text_of(result)
+            body = result.structured_content
+            budget = budget or settings.recall_budget_tokens
+            assert len(json.dumps(body)) < 4 * budget + 10_000
+            entity = {k: v for k, v in body.items() if k not in ("turns", "omitted", "used_tokens", "budget_tokens")}
+            assert body["budget_tokens"] == budget
+            assert body["used_tokens"] == item_tokens(entity) + sum(item_tokens(t) for t in body["turns"]) <= budget
+            assert body["omitted"] or budget == 200_000
+        assert [t for t in body["turns"] if t.get("truncated")]  # a turn that does not fit whole is cut
+        too_small = await client.call_tool("show_node", {"node_id": "CLASS:LazyEdgeQueue", "budget_tokens": 5})
+        assert too_small.is_error and "ask with a larger budget" in text_of(too_small)

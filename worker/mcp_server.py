@@ -112,12 +112,17 @@ def build_server(settings: Settings) -> MCPServer:
                                       min_length=1, max_length=512)],
         user: User = None,
         as_of: AsOf = None,
+        budget_tokens: Annotated[int, Field(
+            description="Pack the answer into about this many tokens: the entity, then as many of its turns as fit "
+            "(a long one cut); the others are listed in `omitted`.", ge=1, le=MAX_BUDGET_TOKENS,
+        )] = settings.recall_budget_tokens,
     ) -> dict[str, Any]:
         """Everything known about one entity: description, relations (strongest first, each with its evidence
-        quote and memory_id) and the turns it was mentioned in, verbatim."""
+        quote and memory_id) and the turns it was mentioned in, verbatim, within a token budget."""
         async def shown() -> dict[str, Any]:
             view = await anyio.to_thread.run_sync(
-                lambda: show_node(settings, node_id, user=scoped_user(user), as_of=parse_as_of(as_of))
+                lambda: show_node(settings, node_id, user=scoped_user(user), as_of=parse_as_of(as_of),
+                                  budget_tokens=budget_tokens)
             )
             if view is None:
                 raise ToolError(f"no entity {node_id!r} (search_nodes finds ids by name)")
