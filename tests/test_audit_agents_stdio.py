@@ -111,3 +111,25 @@ def test_the_servers_log_is_json_lines_like_the_workers(graph: Settings) -> None
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_a_client_that_stops_reading_ends_the_server_as_sigpipe_quietly(graph: Settings) -> None:
+    # The client closed its read end (crashed, or `rem-cycle mcp | head -1`) and the server's next
+    # answer hit a broken pipe: a 60-line ExceptionGroup traceback and exit 1. Every rem-cycle
+    # command whose reader went away ends without a message and exit 141 (128 + SIGPIPE).
+    proc = start(graph)
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    try:
+        proc.stdin.write(line(INIT) + line(INITIALIZED))
+        proc.stdin.flush()
+        assert answer(proc)["id"] == 1
+        proc.stdout.close()
+        proc.stdin.write(line(call(2, "torn lines")))
+        proc.stdin.flush()
+        assert proc.wait(timeout=20) == 128 + signal.SIGPIPE
+        err = proc.stderr.read().decode()
+        assert "Traceback" not in err and "BrokenPipe" not in err, err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

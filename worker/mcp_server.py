@@ -9,6 +9,7 @@ whatever the client asks: the ``user`` argument is a filter a model chooses, not
 
 from __future__ import annotations
 
+import errno
 import hmac
 import ipaddress
 import os
@@ -264,8 +265,13 @@ async def serve_stdio(settings: Settings) -> None:
     """Serve over stdin/stdout until the client closes stdin or the process is interrupted."""
     server = build_server(settings)
     # MCPServer.run_stdio_async with our stdin: the SDK has no public way to pass it a stream.
-    async with StdinLines(sys.stdin.fileno()) as lines, stdio_server(stdin=lines) as (read_stream, write_stream):  # type: ignore[arg-type]
-        await server._lowlevel_server.run(read_stream, write_stream, server._lowlevel_server.create_initialization_options())
+    try:
+        async with StdinLines(sys.stdin.fileno()) as lines, stdio_server(stdin=lines) as (read_stream, write_stream):  # type: ignore[arg-type]
+            await server._lowlevel_server.run(read_stream, write_stream, server._lowlevel_server.create_initialization_options())
+    except* BrokenPipeError:
+        # The client stopped reading our stdout: end as every command whose reader went away does
+        # (no message, exit 141), not with the task group's traceback and exit 1.
+        raise BrokenPipeError(errno.EPIPE, "the client closed its end of stdout") from None
 
 
 def warn_without_graph(settings: Settings) -> None:
