@@ -9,6 +9,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -33,9 +35,17 @@ def line(message: dict[str, Any]) -> bytes:
     return (json.dumps(message) + "\n").encode()
 
 
-def start(settings: Settings) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([sys.executable, "-m", "worker", "mcp"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+@contextmanager
+def started(settings: Settings) -> Iterator[subprocess.Popen[bytes]]:
+    """A real ``rem-cycle mcp`` over pipes, killed at the end if it is still running."""
+    proc = subprocess.Popen([sys.executable, "-m", "worker", "mcp"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, env=server_env(settings), cwd=ROOT)
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
 
 
 def answer(proc: subprocess.Popen[bytes]) -> dict[str, Any]:
@@ -46,29 +56,23 @@ def answer(proc: subprocess.Popen[bytes]) -> dict[str, Any]:
 def test_ctrl_c_stops_a_waiting_stdio_server_at_once(graph: Settings) -> None:
     # A terminal's Ctrl-C while the server waits for its client's next line: it went on waiting
     # (the SDK's stdin reader is a thread no cancellation stops) until the client wrote or closed.
-    proc = start(graph)
-    assert proc.stdin is not None and proc.stderr is not None
-    try:
+    with started(graph) as proc:
+        assert proc.stdin is not None and proc.stderr is not None
         proc.stdin.write(line(INIT) + line(INITIALIZED) + line(call(2, "torn lines")))
         proc.stdin.flush()
         assert answer(proc)["id"] == 1
         assert answer(proc)["result"]["structuredContent"]["turns"]
         proc.send_signal(signal.SIGINT)
-        started = time.monotonic()
+        signalled = time.monotonic()
         assert proc.wait(timeout=15) == 128 + signal.SIGINT
-        assert time.monotonic() - started < 10
+        assert time.monotonic() - signalled < 10
         err = proc.stderr.read().decode()
         assert "interrupted by SIGINT" in err and "Traceback" not in err and "Fatal Python error" not in err, err
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
 
 
 def test_messages_torn_across_writes_or_sent_together_are_each_answered(graph: Settings) -> None:
-    proc = start(graph)
-    assert proc.stdin is not None
-    try:
+    with started(graph) as proc:
+        assert proc.stdin is not None
         proc.stdin.write(line(INIT) + line(INITIALIZED))
         proc.stdin.flush()
         assert answer(proc)["id"] == 1
@@ -84,19 +88,14 @@ def test_messages_torn_across_writes_or_sent_together_are_each_answered(graph: S
         proc.stdin.close()
         assert proc.wait(timeout=20) == 0
         assert proc.stdout.read() == b""  # type: ignore[union-attr]
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
 
 
 def test_the_servers_log_is_json_lines_like_the_workers(graph: Settings) -> None:
     # REM_LOG_FORMAT=json: every stderr line is one JSON object. The MCP SDK, finding no handler for
     # the standard library's logging, installed its own: a rich console of multi-line INFO records
     # (each rejected call, each HTTP session) amid the worker's JSON.
-    proc = start(graph)
-    assert proc.stdin is not None and proc.stderr is not None
-    try:
+    with started(graph) as proc:
+        assert proc.stdin is not None and proc.stderr is not None
         bad_limit = {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
                      "params": {"name": "recall", "arguments": {"query": "drain", "limit": 0}}}
         unknown = {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "nope", "arguments": {}}}
@@ -107,19 +106,14 @@ def test_the_servers_log_is_json_lines_like_the_workers(graph: Settings) -> None
         assert proc.wait(timeout=20) == 0
         for text in proc.stderr.read().decode().splitlines():
             assert isinstance(json.loads(text), dict), text
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
 
 
 def test_a_client_that_stops_reading_ends_the_server_as_sigpipe_quietly(graph: Settings) -> None:
     # The client closed its read end (crashed, or `rem-cycle mcp | head -1`) and the server's next
     # answer hit a broken pipe: a 60-line ExceptionGroup traceback and exit 1. Every rem-cycle
     # command whose reader went away ends without a message and exit 141 (128 + SIGPIPE).
-    proc = start(graph)
-    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
-    try:
+    with started(graph) as proc:
+        assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
         proc.stdin.write(line(INIT) + line(INITIALIZED))
         proc.stdin.flush()
         assert answer(proc)["id"] == 1
@@ -129,7 +123,3 @@ def test_a_client_that_stops_reading_ends_the_server_as_sigpipe_quietly(graph: S
         assert proc.wait(timeout=20) == 128 + signal.SIGPIPE
         err = proc.stderr.read().decode()
         assert "Traceback" not in err and "BrokenPipe" not in err, err
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
