@@ -123,3 +123,11 @@ def test_a_client_that_stops_reading_ends_the_server_as_sigpipe_quietly(graph: S
         assert proc.wait(timeout=20) == 128 + signal.SIGPIPE
         err = proc.stderr.read().decode()
         assert "Traceback" not in err and "BrokenPipe" not in err, err
+
+
+def test_a_server_started_with_stdin_closed_says_so(graph: Settings) -> None:
+    # `rem-cycle mcp <&-` (a supervisor that closes stdin): an AttributeError traceback, exit 1.
+    done = subprocess.run(["sh", "-c", f"exec {sys.executable} -m worker mcp <&-"], capture_output=True, text=True,
+                          env=server_env(graph), cwd=ROOT, timeout=60)
+    assert done.returncode == 2, (done.returncode, done.stderr)
+    assert "stdin is closed" in done.stderr and "Traceback" not in done.stderr

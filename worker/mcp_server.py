@@ -238,18 +238,21 @@ class StdinLines:
 
         try:
             parts: list[bytes] = []
-            while chunk := os.read(self.fd, 1 << 16):
-                start = 0
-                while (end := chunk.find(b"\n", start)) >= 0:
-                    emit(b"".join([*parts, chunk[start:end + 1]]))
-                    parts, start = [], end + 1
-                if start < len(chunk):
-                    parts.append(chunk[start:])
+            try:
+                while chunk := os.read(self.fd, 1 << 16):
+                    start = 0
+                    while (end := chunk.find(b"\n", start)) >= 0:
+                        emit(b"".join([*parts, chunk[start:end + 1]]))
+                        parts, start = [], end + 1
+                    if start < len(chunk):
+                        parts.append(chunk[start:])
+            except OSError:
+                pass  # stdin cannot be read any more: that is its end
             if parts:
                 emit(b"".join(parts))
             anyio.from_thread.run_sync(self.send.close, token=token)
-        except (anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.RunFinishedError, OSError):
-            return  # the server stopped listening, or stdin went away: nothing is left to read for
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.RunFinishedError):
+            return  # the server stopped listening: nothing is left to read for
 
     def __aiter__(self) -> StdinLines:
         return self
@@ -263,6 +266,8 @@ class StdinLines:
 
 async def serve_stdio(settings: Settings) -> None:
     """Serve over stdin/stdout until the client closes stdin or the process is interrupted."""
+    if sys.stdin is None:  # started with stdin closed (`rem-cycle mcp <&-`): no client can speak to it
+        raise McpConfigError("stdin is closed: over stdio the MCP client starts `rem-cycle mcp` with pipes (or use --http)")
     server = build_server(settings)
     # MCPServer.run_stdio_async with our stdin: the SDK has no public way to pass it a stream.
     try:
