@@ -289,13 +289,20 @@ def validate(request: RecallRequest) -> list[str]:
         raise RecallInputError(f"limit must be 1..{MAX_LIMIT}, not {request.limit}")
     if not 1 <= request.budget_tokens <= MAX_BUDGET_TOKENS:
         raise RecallInputError(f"budget_tokens must be 1..{MAX_BUDGET_TOKENS}, not {request.budget_tokens}")
-    if request.user is not None and (not request.user.strip() or len(request.user) > MAX_USER_CHARS):
-        raise RecallInputError(f"user must be 1..{MAX_USER_CHARS} characters")
-    if request.user is not None and has_forbidden_characters(request.user):
-        raise RecallInputError(f"invalid user {request.user[:80]!r}: control characters and lone surrogates are not allowed")
+    if request.user is not None:
+        check_user(request.user)
     if request.session is not None:
         session_anchor(request.session)
     return query_terms(request.query)
+
+
+def check_user(user: str) -> None:
+    """Raise :class:`RecallInputError` unless ``user`` can be a user id (1-200 characters, not all
+    white space, no control character or lone surrogate)."""
+    if not user.strip() or len(user) > MAX_USER_CHARS:
+        raise RecallInputError(f"user must be 1..{MAX_USER_CHARS} characters")
+    if has_forbidden_characters(user):
+        raise RecallInputError(f"invalid user {user[:80]!r}: control characters and lone surrogates are not allowed")
 
 
 def session_anchor(session: str) -> str:

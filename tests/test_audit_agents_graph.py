@@ -11,6 +11,7 @@ import pytest
 from mcp import Client
 
 from config import Settings
+from tests.conftest import free_port, run_cli
 from tests.test_mcp import graph, stdio_params, text_of  # noqa: F401 - the fixture
 from tests.test_recall import build
 
@@ -58,3 +59,13 @@ async def test_a_graph_database_that_cannot_be_read_is_a_tool_error_saying_why(g
         for name, arguments in CALLS:
             result = await client.call_tool(name, arguments)
             assert not result.is_error, (name, text_of(result))
+
+
+@pytest.mark.parametrize("http", [False, True])
+def test_a_pinned_user_no_call_can_use_is_refused_at_start(graph: Settings, http: bool) -> None:
+    # REM_MCP_USER with a control character (a stray tab from a script): the server started and
+    # refused every call with "invalid user" — a configuration error told to the agent, not the operator.
+    env = {"REM_DATA_DIR": str(graph.data_dir), "REM_MCP_USER": "alice\t", "REM_MCP_PORT": str(free_port())}
+    done = run_cli("mcp", *(["--http"] if http else []), env=env, timeout=60)
+    assert done.returncode == 2, (done.returncode, done.stderr)
+    assert "REM_MCP_USER: invalid user" in done.stderr and "Traceback" not in done.stderr

@@ -31,7 +31,15 @@ from pydantic import Field
 
 from config import Settings
 from config.redact import redact
-from pipelines.recall import MAX_BUDGET_TOKENS, MAX_LIMIT, MAX_QUERY_CHARS, RecallInputError, RecallRequest, parse_as_of
+from pipelines.recall import (
+    MAX_BUDGET_TOKENS,
+    MAX_LIMIT,
+    MAX_QUERY_CHARS,
+    RecallInputError,
+    RecallRequest,
+    check_user,
+    parse_as_of,
+)
 from store.backend import database_exists, database_location
 from store.errors import StoreError
 from worker.knowledge import NoGraphError
@@ -293,6 +301,11 @@ def warn_without_graph(settings: Settings) -> None:
 
 async def serve(settings: Settings, *, http: bool) -> None:
     """Serve until the client goes away (stdio: stdin closes) or the process is stopped (HTTP)."""
+    if settings.mcp_user is not None:
+        try:
+            check_user(settings.mcp_user)
+        except RecallInputError as exc:  # else every call would be refused with it
+            raise McpConfigError(f"REM_MCP_USER: {exc}") from exc
     warn_without_graph(settings)
     if not http:
         await serve_stdio(settings)
