@@ -316,6 +316,7 @@ async def serve(settings: Settings, *, http: bool) -> None:
     listening = listen(settings.mcp_host, settings.mcp_port)
     log.info("mcp server listening", url=f"http://{settings.mcp_host}:{settings.mcp_port}/mcp",
              auth="bearer" if settings.mcp_token else "none")
+    # log_config=None: uvicorn's records go through the worker's log (worker.logs), not its own handlers.
     server = uvicorn.Server(uvicorn.Config(app, host=settings.mcp_host, port=settings.mcp_port, log_level="warning", log_config=None,
                                            lifespan="on", timeout_graceful_shutdown=5))
     await server.serve(sockets=[listening])
