@@ -454,9 +454,11 @@ def _write_sessions(
             rows_by_session = {sid: [r for r in rows if r.id not in forgotten] for sid, rows in rows_by_session.items()}
         forgotten_sessions = unit.tombstones.buried(SESSION, session_ids)
         # A turn whose row left Chroma goes with its text: re-extraction takes back what it said,
-        # and recall must not keep serving it verbatim.
+        # and recall must not keep serving it verbatim. The turns a session had are those its last
+        # ingest recorded (a back-filled turn, not read by a change scan, is not one of them).
+        had = unit.runstate.memories_of_sessions(session_ids)
+        known = graph.get_nodes([memory_node_id(m) for ids in had.values() for m in ids if is_valid_row_id(m)])
         for sid in session_ids:
-            known = graph.get_nodes([memory_node_id(m) for m in unit.tombstones.session_memories(sid) if is_valid_row_id(m)])
             for node_id in vanished_turns(sid, rows_by_session.get(sid, []), known):
                 graph.delete_node(node_id)
         existing = graph.get_nodes(all_ids)
