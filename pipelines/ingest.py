@@ -18,6 +18,7 @@ import anyio
 import structlog
 
 from pipelines.ports import UnitOfWork
+from pipelines.vocabulary import MEMORY_LABEL
 from store.chroma import ChromaStore, ChromaUnavailableError, MemoryRow, SummaryRow, latest_by_session
 from store.graph import Edge, Node, dumps
 from store.ids import InvalidIdError, is_valid_row_id, memory_node_id, session_node_id
@@ -420,6 +421,15 @@ async def sync_session_to_graph(session_id: str, *, chroma: ChromaStore, unit: U
     return (await sync_sessions_to_graph([session_id], chroma=chroma, unit=unit))[session_id]
 
 
+def vanished_turns(session_id: str, rows: Sequence[MemoryRow], known: Mapping[str, Node]) -> list[str]:
+    """The MEMORY nodes of ``known`` that belong to ``session_id`` (by their ``sessionId``) with no
+    row among ``rows``, the session's rows in Chroma now: turns deleted from Chroma. A turn moved to
+    another session and already synced there says so in its ``sessionId``, and stays. Pure."""
+    present = {f"memory:{r.id}" for r in rows}
+    return sorted(node_id for node_id, node in known.items()
+                  if node.label == MEMORY_LABEL and node.properties.get("sessionId") == session_id and node_id not in present)
+
+
 def _write_sessions(
     session_ids: list[str],
     rows_by_session: dict[str, list[MemoryRow]],
@@ -443,6 +453,14 @@ def _write_sessions(
         if forgotten:
             rows_by_session = {sid: [r for r in rows if r.id not in forgotten] for sid, rows in rows_by_session.items()}
         forgotten_sessions = unit.tombstones.buried(SESSION, session_ids)
+        # A turn whose row left Chroma goes with its text: re-extraction takes back what it said,
+        # and recall must not keep serving it verbatim. The turns a session had are those its last
+        # ingest recorded (a back-filled turn, not read by a change scan, is not one of them).
+        had = unit.runstate.memories_of_sessions(session_ids)
+        known = graph.get_nodes([memory_node_id(m) for ids in had.values() for m in ids if is_valid_row_id(m)])
+        for sid in session_ids:
+            for node_id in vanished_turns(sid, rows_by_session.get(sid, []), known):
+                graph.delete_node(node_id)
         existing = graph.get_nodes(all_ids)
         sessions: list[Node] = []
         memories: list[Node] = []

@@ -45,12 +45,12 @@ import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, time, timedelta
+from datetime import UTC, datetime, time
 from typing import Any, Protocol
 
 from pipelines.chunker import estimate_tokens
 from pipelines.vocabulary import PROVENANCE_RELATIONSHIPS
-from store.ids import InvalidIdError, has_forbidden_characters, validate_row_id
+from store.ids import InvalidIdError, has_forbidden_characters, session_node_id
 from store.recall_index import FactRecord, Scope, SessionRecord, TurnRecord
 
 MAX_QUERY_CHARS = 4_000
@@ -271,8 +271,8 @@ def parse_as_of(value: str | None) -> str | None:
             date_only = moment.time() == time() and not re.search(r"\d:\d", text)
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
-    if date_only:
-        moment = moment + timedelta(days=1) - timedelta(milliseconds=1)
+    if date_only:  # its last millisecond (adding a day overflowed on 9999-12-31)
+        moment = moment.replace(hour=23, minute=59, second=59, microsecond=999_000)
     try:
         return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
     except (OverflowError, ValueError) as exc:
@@ -289,16 +289,30 @@ def validate(request: RecallRequest) -> list[str]:
         raise RecallInputError(f"limit must be 1..{MAX_LIMIT}, not {request.limit}")
     if not 1 <= request.budget_tokens <= MAX_BUDGET_TOKENS:
         raise RecallInputError(f"budget_tokens must be 1..{MAX_BUDGET_TOKENS}, not {request.budget_tokens}")
-    if request.user is not None and (not request.user.strip() or len(request.user) > MAX_USER_CHARS):
-        raise RecallInputError(f"user must be 1..{MAX_USER_CHARS} characters")
-    if request.user is not None and has_forbidden_characters(request.user):
-        raise RecallInputError(f"invalid user {request.user[:80]!r}: control characters and lone surrogates are not allowed")
+    if request.user is not None:
+        check_user(request.user)
     if request.session is not None:
-        try:
-            validate_row_id(request.session.removeprefix("session:"), what="session id")
-        except InvalidIdError as exc:
-            raise RecallInputError(str(exc)) from exc
+        session_anchor(request.session)
     return query_terms(request.query)
+
+
+def check_user(user: str) -> None:
+    """Raise :class:`RecallInputError` unless ``user`` can be a user id (1-200 characters, not all
+    white space, no control character or lone surrogate)."""
+    if not user.strip() or len(user) > MAX_USER_CHARS:
+        raise RecallInputError(f"user must be 1..{MAX_USER_CHARS} characters")
+    if has_forbidden_characters(user):
+        raise RecallInputError(f"invalid user {user[:80]!r}: control characters and lone surrogates are not allowed")
+
+
+def session_anchor(session: str) -> str:
+    """``session:<id>`` of a session given by its id or its node id (``session:``/``SESSION:``, any
+    case, as ids are accepted everywhere). Raises :class:`RecallInputError` for an invalid id."""
+    prefix, sep, suffix = session.partition(":")
+    try:
+        return session_node_id(suffix if sep and prefix.lower() == "session" else session)
+    except InvalidIdError as exc:
+        raise RecallInputError(str(exc)) from exc
 
 
 def resolve_scope(source: RecallSource, request: RecallRequest) -> Scope:
@@ -307,7 +321,7 @@ def resolve_scope(source: RecallSource, request: RecallRequest) -> Scope:
     if request.user is not None:
         sessions = source.sessions_of_user(request.user)
     if request.session is not None:
-        wanted = "session:" + request.session.removeprefix("session:")
+        wanted = session_anchor(request.session)
         sessions = frozenset({wanted}) & sessions if sessions is not None else frozenset({wanted})
     return Scope(sessions=sessions, as_of=request.as_of)
 
@@ -634,6 +648,22 @@ def session_item(session: SessionRecord) -> dict[str, Any]:
 def item_tokens(item: dict[str, Any]) -> int:
     """What an item costs in the context it is packed into: the estimate of its compact JSON."""
     return estimate_tokens(json.dumps(item, ensure_ascii=False, separators=(",", ":")))
+
+
+def pack_entity(fact: dict[str, Any], turns: list[dict[str, Any]], *, budget_tokens: int) -> dict[str, Any]:
+    """One entity (``fact``) and the turns it was mentioned in, packed into ``budget_tokens`` as
+    :func:`recall` packs its answer: the entity whole, then the turns in order, a turn that does not
+    fit cut to the room left, the rest listed in ``omitted``. An entity that alone exceeds the
+    budget is a :class:`RecallInputError` saying how much it takes."""
+    if not 1 <= budget_tokens <= MAX_BUDGET_TOKENS:
+        raise RecallInputError(f"budget_tokens must be 1..{MAX_BUDGET_TOKENS}, not {budget_tokens}")
+    result = RecallResult(budget_tokens=budget_tokens)
+    _pack(result, facts=[fact], turns=turns, sessions=[])
+    if not result.facts:
+        raise RecallInputError(f"{fact['id']} alone takes {item_tokens(fact)} tokens, more than budget_tokens "
+                               f"{budget_tokens}: ask with a larger budget")
+    return {**fact, "turns": result.turns, "omitted": result.omitted, "used_tokens": result.used_tokens,
+            "budget_tokens": budget_tokens}
 
 
 def _pack(result: RecallResult, *, facts: list[dict[str, Any]], turns: list[dict[str, Any]], sessions: list[dict[str, Any]]) -> None:

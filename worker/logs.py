@@ -60,16 +60,31 @@ def configure_logging(*, level: str = "info", fmt: str = "auto", secrets: Iterab
     stream = stream or sys.stderr
     console = fmt == "console" or (fmt == "auto" and hasattr(stream, "isatty") and stream.isatty())
     renderer: Any = structlog.dev.ConsoleRenderer() if console else structlog.processors.JSONRenderer()
+    shared: list[Any] = [
+        structlog.processors.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+        structlog.processors.format_exc_info,
+        SecretMasker(secrets),
+    ]
     structlog.configure(
-        processors=[
-            structlog.contextvars.merge_contextvars,
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            structlog.processors.format_exc_info,
-            SecretMasker(secrets),
-            renderer,
-        ],
+        processors=[structlog.contextvars.merge_contextvars, *shared, renderer],
         wrapper_class=structlog.make_filtering_bound_logger(getattr(logging, level.upper())),
         logger_factory=lambda *_: LineDroppingLogger(stream),
         cache_logger_on_first_use=False,
     )
+    route_library_logs(stream=stream, renderer=renderer, processors=shared, level=level)
+
+
+def route_library_logs(*, stream: Any, renderer: Any, processors: list[Any], level: str) -> None:
+    """Render the libraries' standard ``logging`` records (the MCP SDK, uvicorn, httpx …) as the
+    worker's own lines — JSON or console, secrets masked — at ``level`` or WARNING, whichever is
+    higher: their INFO lines are per request. Without a root handler the MCP SDK installed its own
+    (rich, multi-line, INFO) when ``rem-cycle mcp`` started, amid the JSON log."""
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(structlog.stdlib.ProcessorFormatter(
+        foreign_pre_chain=[structlog.stdlib.add_logger_name, *processors],
+        processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
+    ))
+    root = logging.getLogger()
+    root.handlers = [handler]
+    root.setLevel(max(getattr(logging, level.upper()), logging.WARNING))

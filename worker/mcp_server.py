@@ -9,19 +9,39 @@ whatever the client asks: the ``user`` argument is a filter a model chooses, not
 
 from __future__ import annotations
 
+import errno
 import hmac
 import ipaddress
+import os
+import socket
+import sys
+import threading
 from typing import Annotated, Any
 
 import anyio
+import anyio.from_thread
+import anyio.lowlevel
 import structlog
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.stdio import stdio_server
+from mcp.server.transport_security import TransportSecuritySettings
 from mcp_types import ToolAnnotations
 from pydantic import Field
 
 from config import Settings
-from pipelines.recall import MAX_BUDGET_TOKENS, MAX_LIMIT, MAX_QUERY_CHARS, RecallInputError, RecallRequest, parse_as_of
+from config.redact import redact
+from pipelines.recall import (
+    MAX_BUDGET_TOKENS,
+    MAX_LIMIT,
+    MAX_QUERY_CHARS,
+    RecallInputError,
+    RecallRequest,
+    check_user,
+    parse_as_of,
+)
+from store.backend import database_exists, database_location
+from store.errors import StoreError
 from worker.knowledge import NoGraphError
 from worker.recall import RecallTimeoutError, run_recall, search_nodes, show_node
 
@@ -101,12 +121,17 @@ def build_server(settings: Settings) -> MCPServer:
                                       min_length=1, max_length=512)],
         user: User = None,
         as_of: AsOf = None,
+        budget_tokens: Annotated[int, Field(
+            description="Pack the answer into about this many tokens: the entity, then as many of its turns as fit "
+            "(a long one cut); the others are listed in `omitted`.", ge=1, le=MAX_BUDGET_TOKENS,
+        )] = settings.recall_budget_tokens,
     ) -> dict[str, Any]:
         """Everything known about one entity: description, relations (strongest first, each with its evidence
-        quote and memory_id) and the turns it was mentioned in, verbatim."""
+        quote and memory_id) and the turns it was mentioned in, verbatim, within a token budget."""
         async def shown() -> dict[str, Any]:
             view = await anyio.to_thread.run_sync(
-                lambda: show_node(settings, node_id, user=scoped_user(user), as_of=parse_as_of(as_of))
+                lambda: show_node(settings, node_id, user=scoped_user(user), as_of=parse_as_of(as_of),
+                                  budget_tokens=budget_tokens)
             )
             if view is None:
                 raise ToolError(f"no entity {node_id!r} (search_nodes finds ids by name)")
@@ -120,11 +145,16 @@ def build_server(settings: Settings) -> MCPServer:
 
 
 async def _answer(call: Any) -> dict[str, Any]:
-    """Run a tool body; a bad argument or a missing graph is a tool error the model can read."""
+    """Run a tool body; a bad argument, a missing graph or a graph database that cannot be read
+    (down, damaged) is a tool error the model can read, and the server keeps serving."""
     try:
         return await call()
     except (RecallInputError, RecallTimeoutError, NoGraphError) as exc:
         raise ToolError(str(exc)) from exc
+    except StoreError as exc:  # the operator's to fix: one line, not the SDK's bare "Error executing tool"
+        message = redact(str(exc))
+        log.warning("mcp tool could not read the graph", error=message)
+        raise ToolError(f"the memory graph cannot be read: {message}") from exc
 
 
 def is_loopback(host: str) -> bool:
@@ -142,12 +172,18 @@ class BearerAuth:
 
     def __init__(self, app: Any, token: str) -> None:
         self.app = app
-        self.expected = f"Bearer {token}".encode()
+        self.expected = token.encode()
+
+    def accepts(self, header: bytes) -> bool:
+        """Whether an ``Authorization`` value carries the token; the scheme is case-insensitive
+        (RFC 9110: ``bearer``, ``BEARER``), the token compared in constant time."""
+        scheme, _, credentials = header.partition(b" ")
+        return hmac.compare_digest(credentials.lstrip(b" "), self.expected) and scheme.lower() == b"bearer"
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "http":
             given = dict(scope.get("headers") or []).get(b"authorization", b"")
-            if not hmac.compare_digest(given, self.expected):
+            if not self.accepts(given):
                 await send({"type": "http.response.start", "status": 401,
                             "headers": [(b"content-type", b"application/json"), (b"www-authenticate", b"Bearer")]})
                 await send({"type": "http.response.body", "body": b'{"error":"missing or wrong bearer token"}'})
@@ -161,20 +197,138 @@ def http_app(settings: Settings) -> Any:
     token = settings.mcp_token.get_secret_value() if settings.mcp_token else None
     if not is_loopback(host) and not token:
         raise McpConfigError(f"REM_MCP_TOKEN is required when REM_MCP_HOST ({host}) is not a loopback address")
-    app = build_server(settings).streamable_http_app(host=host)
+    app = build_server(settings).streamable_http_app(host=host, transport_security=rebinding_guard(host))
     return BearerAuth(app, token) if token else app
+
+
+def rebinding_guard(host: str) -> TransportSecuritySettings | None:
+    """On a loopback address, the Host and Origin a request may carry: that address and the usual
+    loopback names, so that a web page whose domain a DNS rebinding points at this address is
+    refused (421/403). The SDK checks them only for ``127.0.0.1``, ``localhost`` and ``::1``;
+    ``127.0.0.2`` served any page that asked, with no token required on loopback. Beyond
+    loopback the bearer token guards it."""
+    if not is_loopback(host):
+        return None
+    bound = f"[{host}]" if ":" in host else host
+    names = list(dict.fromkeys([bound, "127.0.0.1", "localhost", "[::1]"]))
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=[f"{name}:*" for name in names],
+        allowed_origins=[f"http://{name}:*" for name in names],
+    )
+
+
+class StdinLines:
+    """The lines of file descriptor ``fd`` (stdin) for the SDK's stdio transport, read by a daemon
+    thread.
+
+    The SDK reads stdin in one of anyio's worker threads, which no cancellation can stop while it
+    waits for a line: a Ctrl-C stopped nothing until the client sent something or closed the pipe
+    (and the interpreter's exit waits for such a thread too). Here the waiting is on a memory stream,
+    which a Ctrl-C cancels; the daemon thread, blocked in ``os.read`` (no Python buffer whose lock
+    the interpreter's exit would need), ends with the process."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.send, self.receive = anyio.create_memory_object_stream[str](0)
+
+    async def __aenter__(self) -> StdinLines:
+        token = anyio.lowlevel.current_token()
+        threading.Thread(target=self._pump, args=(token,), name="mcp-stdin", daemon=True).start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.receive.close()
+
+    def _pump(self, token: Any) -> None:
+        def emit(line: bytes) -> None:
+            anyio.from_thread.run(self.send.send, line.decode("utf-8", errors="replace"), token=token)
+
+        try:
+            parts: list[bytes] = []
+            try:
+                while chunk := os.read(self.fd, 1 << 16):
+                    start = 0
+                    while (end := chunk.find(b"\n", start)) >= 0:
+                        emit(b"".join([*parts, chunk[start:end + 1]]))
+                        parts, start = [], end + 1
+                    if start < len(chunk):
+                        parts.append(chunk[start:])
+            except OSError:
+                pass  # stdin cannot be read any more: that is its end
+            if parts:
+                emit(b"".join(parts))
+            anyio.from_thread.run_sync(self.send.close, token=token)
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.RunFinishedError):
+            return  # the server stopped listening: nothing is left to read for
+
+    def __aiter__(self) -> StdinLines:
+        return self
+
+    async def __anext__(self) -> str:
+        try:
+            return await self.receive.receive()
+        except anyio.EndOfStream:
+            raise StopAsyncIteration from None
+
+
+async def serve_stdio(settings: Settings) -> None:
+    """Serve over stdin/stdout until the client closes stdin or the process is interrupted."""
+    if sys.stdin is None:  # started with stdin closed (`rem-cycle mcp <&-`): no client can speak to it
+        raise McpConfigError("stdin is closed: over stdio the MCP client starts `rem-cycle mcp` with pipes (or use --http)")
+    server = build_server(settings)
+    # MCPServer.run_stdio_async with our stdin: the SDK has no public way to pass it a stream.
+    try:
+        async with StdinLines(sys.stdin.fileno()) as lines, stdio_server(stdin=lines) as (read_stream, write_stream):  # type: ignore[arg-type]
+            await server._lowlevel_server.run(read_stream, write_stream, server._lowlevel_server.create_initialization_options())
+    except* BrokenPipeError:
+        # The client stopped reading our stdout: end as every command whose reader went away does
+        # (no message, exit 141), not with the task group's traceback and exit 1.
+        raise BrokenPipeError(errno.EPIPE, "the client closed its end of stdout") from None
+
+
+def warn_without_graph(settings: Settings) -> None:
+    """Say on stderr when the server starts before its graph can be read. It serves anyway: each
+    call opens the graph, so a client configured before the first cycle (or a database that is
+    back) gets answers without a restart; until then every call is a tool error saying why."""
+    try:
+        if not database_exists(settings):
+            log.warning("no graph database yet: every call is an error until a REM cycle creates it",
+                        database=database_location(settings))
+    except StoreError as exc:
+        log.warning("the graph database cannot be read: every call is an error until it can", error=redact(str(exc)))
 
 
 async def serve(settings: Settings, *, http: bool) -> None:
     """Serve until the client goes away (stdio: stdin closes) or the process is stopped (HTTP)."""
+    if settings.mcp_user is not None:
+        try:
+            check_user(settings.mcp_user)
+        except RecallInputError as exc:  # else every call would be refused with it
+            raise McpConfigError(f"REM_MCP_USER: {exc}") from exc
+    warn_without_graph(settings)
     if not http:
-        await build_server(settings).run_stdio_async()
+        await serve_stdio(settings)
         return
     import uvicorn
 
     app = http_app(settings)
+    listening = listen(settings.mcp_host, settings.mcp_port)
     log.info("mcp server listening", url=f"http://{settings.mcp_host}:{settings.mcp_port}/mcp",
              auth="bearer" if settings.mcp_token else "none")
-    server = uvicorn.Server(uvicorn.Config(app, host=settings.mcp_host, port=settings.mcp_port, log_level="warning",
+    # log_config=None: uvicorn's records go through the worker's log (worker.logs), not its own handlers.
+    server = uvicorn.Server(uvicorn.Config(app, host=settings.mcp_host, port=settings.mcp_port, log_level="warning", log_config=None,
                                            lifespan="on", timeout_graceful_shutdown=5))
-    await server.serve()
+    await server.serve(sockets=[listening])
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """The server's listening socket, bound here so that a port in use (or an address this host does
+    not have) is one line and exit 1, said before "listening" is logged: uvicorn logged the failure
+    after it and exited 3, which rem-cycle's exit codes reserve for "busy: a cycle holds the lock"."""
+    try:
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        return socket.create_server((host, port), family=family)
+    except OSError as exc:
+        reason = os.strerror(exc.errno) if exc.errno else str(exc)
+        raise OSError(exc.errno, f"cannot listen on {host}:{port}: {reason}") from exc

@@ -19,6 +19,7 @@ from pipelines.recall import (
     VectorUnavailableError,
     fact_item,
     match_expression,
+    pack_entity,
     query_terms,
     recall,
     turn_item,
@@ -129,9 +130,12 @@ def search_nodes(settings: Settings, query: str, *, user: str | None = None, as_
     return {"query": query, "terms": query_terms(query), "nodes": [fact_item(f) for f in facts]}
 
 
-def show_node(settings: Settings, node_id: str, *, user: str | None = None, as_of: str | None = None) -> dict[str, Any] | None:
+def show_node(settings: Settings, node_id: str, *, user: str | None = None, as_of: str | None = None,
+              budget_tokens: int | None = None) -> dict[str, Any] | None:
     """One node in ``user``'s scope: its facts, strongest edges and the turns it came from; ``None``
-    when it does not exist or is out of scope (the two are not told apart)."""
+    when it does not exist or is out of scope (the two are not told apart). With ``budget_tokens``,
+    packed into it (:func:`pipelines.recall.pack_entity`): a node's turns are verbatim, and 20 tool
+    outputs of a popular node can be megabytes."""
     try:
         node_id = normalize_graph_node_id(node_id)
     except InvalidIdError as exc:
@@ -144,10 +148,10 @@ def show_node(settings: Settings, node_id: str, *, user: str | None = None, as_o
             return None
         grounding = index.grounding_turns([node_id], scope).get(node_id, [])[:_SHOW_TURNS]
         turns = index.turns([m for m, _ in grounding], scope)
-    return {
-        **fact_item(facts[0]),
-        "turns": [turn_item(turns[m], float(n), ["entities"]) for m, n in grounding if m in turns],
-    }
+    shown = [turn_item(turns[m], float(n), ["entities"]) for m, n in grounding if m in turns]
+    if budget_tokens is not None:
+        return pack_entity(fact_item(facts[0]), shown, budget_tokens=budget_tokens)
+    return {**fact_item(facts[0]), "turns": shown}
 
 
 def _scope(index: RecallIndex, *, user: str | None, as_of: str | None) -> Scope:
