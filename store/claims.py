@@ -144,6 +144,18 @@ class ClaimStore(_Leases):
         if gone != 1:
             raise ClaimLostError(f"the claim on session {session_id} was taken over (its lease ran out); not committed")
 
+    def hold(self, session_id: str) -> None:
+        """Check that the claim on ``session_id`` is still this worker's — call inside a transaction
+        that writes about the session without committing it (a failed attempt): raises
+        :class:`ClaimLostError` (rolling the write back) when another worker took it over. The claim
+        row stays locked to the transaction's end (PostgreSQL; SQLite's writer lock already)."""
+        with self.db.transaction() as conn:
+            row = conn.execute(
+                f"SELECT owner FROM session_claims WHERE session_id = ? {self.db.dialect.for_update()}", (session_id,)
+            ).fetchone()
+        if row is None or row[0] != self.owner:
+            raise ClaimLostError(f"the claim on session {session_id} was taken over (its lease ran out); not recorded")
+
     def release(self, session_ids: Iterable[str] | None = None) -> int:
         """Give up this worker's claims (all of them when ``session_ids`` is None)."""
         with self.db.transaction() as conn:

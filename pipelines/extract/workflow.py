@@ -50,6 +50,10 @@ class SessionClaims(Protocol):
         """Inside the session's commit transaction: drop the claim, or raise when it was lost."""
         ...
 
+    def hold(self, session_id: str) -> None:
+        """Inside a transaction recording a failed attempt: raise when the claim was lost."""
+        ...
+
 
 @dataclass(frozen=True)
 class ExtractEnv:
@@ -234,10 +238,21 @@ async def extract_session(
 
 
 async def _record_failure(record: DigestRecord, env: ExtractEnv, reason: str) -> str:
-    state = await anyio.to_thread.run_sync(
-        partial(env.unit.runstate.record_failure, record.session_id, reason=reason, run_id=env.run_id or "-",
-                max_attempts=env.max_attempts)
-    )
+    def write() -> str:
+        # Only while the claim is this worker's: a worker paused past its lease must not count a
+        # failure against (or undo the digest of) a session another worker took over.
+        with env.unit.transaction():
+            if env.claims is not None:
+                env.claims.hold(record.session_id)
+            return env.unit.runstate.record_failure(
+                record.session_id, reason=reason, run_id=env.run_id or "-", max_attempts=env.max_attempts
+            )
+
+    try:
+        state = await anyio.to_thread.run_sync(write)
+    except ClaimLostError:
+        log.warning("session failure not recorded: its claim was taken over", session_id=record.session_id, reason=reason[:300])
+        return "claim-lost"
     log.warning("session not digested", session_id=record.session_id, state=state, reason=reason[:300])
     return "undigestible" if state == "undigestible" else "failed"
 

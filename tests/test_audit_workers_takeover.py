@@ -1,0 +1,70 @@
+"""Adversarial audit: a worker whose lease ran out while it was still alive (stopped, slow) comes
+back after another worker took its session over and digested it. Real ``python -m worker --once``
+processes with REM_SHARED_EXTRACT on one SQLite file or one PostgreSQL database, one embedded
+Chroma, the loopback model server; SIGSTOP / SIGCONT stand for a pause the worker cannot see (a
+frozen VM, a laptop lid, a long GC)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from config import Settings
+from tests.daemon_support import start_worker, worker_env
+from tests.llm_server import LLMServer, Status
+from tests.workers_support import corpus, graph_database, ingested, worker_settings
+
+LEASE = 2.0
+
+
+def wait_for(predicate, *, timeout: float = 30.0, what: str) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise TimeoutError(what)
+        time.sleep(0.02)
+
+
+@pytest.mark.both_backends
+def test_a_paused_workers_late_failure_leaves_the_session_another_digested_alone(
+    tmp_path: Path, settings: Settings, database_url: str | None
+) -> None:
+    """Worker A claims the one session and asks the model, which answers 500 (after a moment);
+    A is paused past its lease; B takes the session over and digests it; A resumes, reads the
+    500 and records a failed attempt. The session must stay digested, once: before the fix A's
+    failure turned it back to ``undigested`` (its commit undone in the run state), so a third
+    worker committed it a second time."""
+    with LLMServer() as llm:
+        llm.script(Status(500, "model down", delay=0.5))  # A's request; every later one is answered
+        asyncio.run(ingested(settings.data_dir, corpus(1), tmp_path, database_url=database_url))
+        env = worker_env(settings.data_dir, **worker_settings(llm.url, lease_timeout_seconds=LEASE),
+                         **({"database_url": database_url} if database_url else {}))
+        a = start_worker("--once", env=env, log_path=tmp_path / "a.log")
+        try:
+            wait_for(lambda: llm.chat_count >= 1, what="worker A never asked the model")
+            os.kill(a.pid, signal.SIGSTOP)
+            time.sleep(LEASE + 1.0)  # A's lease runs out while it is paused
+            b = start_worker("--once", env=env, log_path=tmp_path / "b.log")
+            assert b.wait(timeout=120) == 0, (tmp_path / "b.log").read_text()
+        finally:
+            os.kill(a.pid, signal.SIGCONT)
+        assert a.wait(timeout=120) == 0, (tmp_path / "a.log").read_text()
+        with graph_database(settings.data_dir, database_url) as db:
+            digests = db.query("SELECT state, attempts, commit_seq FROM session_digests")
+            commits = db.query("SELECT value FROM rem_counters WHERE name = 'commit'")[0][0]
+            chunks = db.query("SELECT status, payload IS NOT NULL FROM chunk_results")
+        assert [tuple(r) for r in digests] == [("digested", 0, 1)], (tmp_path / "a.log").read_text()
+        assert commits == 1
+        # B's answer for the chunk is kept: A's late failure never replaces it (the text would be
+        # paid for again the next time the session changes).
+        assert [tuple(r) for r in chunks] == [("ok", True)]
+        # A third worker finds nothing to do: the session is not committed twice.
+        c = start_worker("--once", env=env, log_path=tmp_path / "c.log")
+        assert c.wait(timeout=120) == 0
+        with graph_database(settings.data_dir, database_url) as db:
+            assert db.query("SELECT value FROM rem_counters WHERE name = 'commit'")[0][0] == 1
