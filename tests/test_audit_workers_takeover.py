@@ -16,7 +16,7 @@ import pytest
 
 from config import Settings
 from tests.daemon_support import start_worker, worker_env
-from tests.llm_server import LLMServer, Status
+from tests.llm_server import LLMServer, Status, slow
 from tests.workers_support import corpus, graph_database, ingested, worker_settings
 
 LEASE = 2.0
@@ -68,3 +68,25 @@ def test_a_paused_workers_late_failure_leaves_the_session_another_digested_alone
         assert c.wait(timeout=120) == 0
         with graph_database(settings.data_dir, database_url) as db:
             assert db.query("SELECT value FROM rem_counters WHERE name = 'commit'")[0][0] == 1
+
+
+@pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
+def test_a_cycle_whose_connection_the_server_drops_mid_extract_is_a_database_error(
+    tmp_path: Path, settings: Settings, database_url: str, postgres_server_url: str
+) -> None:
+    """The server drops the worker's connections while it extracts (a restart, a failover): the
+    run is recorded failed in ``extract`` with ``reason_code`` ``database-error``, as README says
+    of a restart — before, ``phase-error``, the code of a crashed phase (a bug), with a traceback."""
+    from tests.test_audit_remote_postgres import cut_connections
+
+    app_url = f"{database_url}&application_name=audit-workers-{os.getpid()}"
+    with LLMServer(default=slow(1.0)) as llm:
+        asyncio.run(ingested(settings.data_dir, corpus(4), tmp_path, database_url=app_url))
+        env = worker_env(settings.data_dir, **worker_settings(llm.url), database_url=app_url)
+        worker = start_worker("--once", env=env, log_path=tmp_path / "w.log")
+        wait_for(lambda: llm.chat_count >= 1, what="the worker never asked the model")
+        assert cut_connections(postgres_server_url, app_url) >= 1
+        assert worker.wait(timeout=120) == 1, (tmp_path / "w.log").read_text()[-3000:]
+    with graph_database(settings.data_dir, database_url) as db:
+        rows = db.query("SELECT outcome, reason_code, failure_phase FROM rem_runs WHERE phases LIKE '%extract%'")
+    assert [tuple(r) for r in rows] == [("failed", "database-error", "extract")], (tmp_path / "w.log").read_text()[-3000:]

@@ -648,7 +648,9 @@ async def _run_phases(
                     reason_code = _phase_reason(exc, "phase-error")
                     result.outcome, result.reason_code, result.failure_phase = "failed", reason_code, name
                     result.message = repr(exc)
-                    log.exception("phase crashed", reason_code=reason_code)
+                    # The database's fault needs no traceback; anything else is a bug.
+                    log.error("phase crashed", reason_code=reason_code, error=repr(exc),
+                              exc_info=exc if reason_code == "phase-error" else None)
                     break
                 record[name] = {"state": "completed", "duration_ms": _ms(p0), **counts}
                 result.last_successful_phase = attempt.last_successful_phase = name
@@ -681,9 +683,15 @@ async def _run_phases(
 
 
 def _phase_reason(exc: Exception, default: str) -> str:
-    """A failed phase's reason code; running out of file descriptors (anywhere in the exception's
-    causes) is the process's state rather than the phase's fault, and says so. Pure."""
-    return "too-many-open-files" if failure_reason(exc) == "too-many-open-files" else default
+    """A failed phase's reason code: ``default`` (the phase's own code, or ``phase-error`` for a
+    crash) — but running out of file descriptors (anywhere in the exception's causes) is the
+    process's state rather than the phase's fault, and says so, and a crash on a database error
+    (the server dropped the connection, a lock past its timeout) is ``database-error``, as
+    anywhere else in a cycle. Pure."""
+    reason = failure_reason(exc)
+    if reason == "too-many-open-files" or (reason == "database-error" and default == "phase-error"):
+        return reason
+    return default
 
 
 def heartbeat_interval(lease_timeout_seconds: float) -> float:
