@@ -136,13 +136,20 @@ class ClaimStore(_Leases):
     def settle(self, session_id: str) -> None:
         """Delete this worker's claim on ``session_id`` — call inside the transaction that commits
         the session: raises :class:`ClaimLostError` (rolling the commit back) when the claim is no
-        longer this worker's."""
+        longer this worker's (its lease ran out and another took it over; a ``forget`` of the
+        session or of one of its turns took it back) or the session's digest record is gone (the
+        session was forgotten or retracted while it was extracted: its commit would bring it back)."""
         with self.db.transaction() as conn:
             gone = conn.execute(
                 "DELETE FROM session_claims WHERE session_id = ? AND owner = ?", (session_id, self.owner)
             ).rowcount
-        if gone != 1:
-            raise ClaimLostError(f"the claim on session {session_id} was taken over (its lease ran out); not committed")
+            if gone != 1:
+                raise ClaimLostError(f"the claim on session {session_id} was taken over or taken back; not committed")
+            digest = conn.execute(
+                f"SELECT 1 FROM session_digests WHERE session_id = ? {self.db.dialect.for_update()}", (session_id,)
+            ).fetchone()
+            if digest is None:
+                raise ClaimLostError(f"session {session_id} was forgotten while it was extracted; not committed")
 
     def hold(self, session_id: str) -> None:
         """Check that the claim on ``session_id`` is still this worker's — call inside a transaction
