@@ -77,6 +77,27 @@ def test_a_session_forgotten_while_a_follower_extracts_it_stays_forgotten(
 
 
 @pytest.mark.both_backends
+def test_a_turn_forgotten_while_a_follower_extracts_its_session_stays_forgotten(
+    tmp_path: Path, settings: Settings, database_url: str | None
+) -> None:
+    """``forget --memory`` of a turn of w0000 while a follower waits for the model on w0000 (whose
+    prompt holds the turn): the follower's commit must roll back, and the session is extracted
+    again without the turn. Before, the commit wrote the turn's points back and marked the session
+    digested, so nothing took them out again."""
+    with LLMServer(default=slow(MODEL_SECONDS)) as llm:
+        asyncio.run(ingested(settings.data_dir, corpus(1), tmp_path, database_url=database_url))
+        env = env_of(settings, llm, database_url)
+        worker = follower_waiting_on_the_model(settings, llm, env, tmp_path / "w.log", requests=1)
+        forgot = run_cli("forget", "--memory", "memory:w0000-t1", env={k: v for k, v in env.items() if k.startswith("REM_")})
+        assert forgot.returncode == 0, forgot.stdout + forgot.stderr
+        assert worker.wait(timeout=120) == 0, (tmp_path / "w.log").read_text()[-3000:]
+        again = start_worker("--once", env=env, log_path=tmp_path / "again.log")
+        assert again.wait(timeout=120) == 0, (tmp_path / "again.log").read_text()[-3000:]
+    dump = canonical(settings)
+    assert mentions(dump, "w0000-t1") == [] and mentions(dump, "w0000-t0")
+
+
+@pytest.mark.both_backends
 def test_turns_ingested_while_a_follower_extracts_the_session_are_extracted_too(
     tmp_path: Path, settings: Settings, database_url: str | None
 ) -> None:
