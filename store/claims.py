@@ -12,8 +12,8 @@ taken over by the next worker that claims.
 The single-flight phases (ingest, drain, finalize) hold a **lock**: a row of ``rem_locks`` with
 the same lease rules (:class:`LockStore`).
 
-Times are UTC ISO strings compared as text: leases assume the workers' clocks agree to well within
-a lease (``REM_LEASE_TIMEOUT_SECONDS``, minutes by default).
+Times are UTC ISO strings compared as text, read from one clock (:func:`lease_clock`): the
+PostgreSQL server's, or on SQLite this host's, so the workers' own clocks need not agree.
 
 The SQL is plain and runs on SQLite and PostgreSQL alike but for one piece,
 :meth:`store.dialect.Dialect.skip_locked`: on SQLite a claim runs in a ``BEGIN IMMEDIATE``
@@ -79,15 +79,24 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
+def lease_clock(db: Database) -> Callable[[], datetime]:
+    """The clock leases on ``db`` are stamped and compared with: on PostgreSQL the server's, so that
+    workers on hosts whose clocks disagree still agree on whose lease ran out; on SQLite this
+    host's (every worker of the file is on it)."""
+    if not db.dialect.postgres:
+        return _now
+    return lambda: db.query("SELECT clock_timestamp()")[0][0]
+
+
 class _Leases:
     """What a store of leases knows: its database, the owner it acts for, how long a lease it
-    grants and its clock."""
+    grants and its clock (default :func:`lease_clock`)."""
 
-    def __init__(self, db: Database, *, owner: str, lease_seconds: float, clock: Callable[[], datetime] = _now) -> None:
+    def __init__(self, db: Database, *, owner: str, lease_seconds: float, clock: Callable[[], datetime] | None = None) -> None:
         self.db = db
         self.owner = owner
         self.lease = timedelta(seconds=lease_seconds)
-        self.clock = clock
+        self.clock = clock or lease_clock(db)
 
 
 class ClaimStore(_Leases):
