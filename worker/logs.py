@@ -55,16 +55,31 @@ class LineDroppingLogger(structlog.PrintLogger):
     fatal = failure = err = error = critical = exception = msg
 
 
+class _LineDroppingHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """The standard library's side of :class:`LineDroppingLogger`: a line it cannot write is
+    dropped without the ``--- Logging error ---`` report."""
+
+    def handleError(self, record: logging.LogRecord) -> None:  # noqa: N802 - logging's name
+        return
+
+
+_library_handler: logging.Handler | None = None
+
+
 def configure_logging(*, level: str = "info", fmt: str = "auto", secrets: Iterable[str] = (), stream: Any = None) -> None:
-    """Configure structlog for the process. ``fmt``: ``auto`` | ``json`` | ``console``."""
+    """Configure structlog for the process. ``fmt``: ``auto`` | ``json`` | ``console``. Libraries'
+    warnings through the standard library's ``logging`` (psycopg's pool retrying a server that is
+    down, say) are rendered the same way, secrets masked, rather than as bare text lines."""
+    global _library_handler
     stream = stream or sys.stderr
     console = fmt == "console" or (fmt == "auto" and hasattr(stream, "isatty") and stream.isatty())
     renderer: Any = structlog.dev.ConsoleRenderer() if console else structlog.processors.JSONRenderer()
+    stamp = structlog.processors.TimeStamper(fmt="iso", utc=True)
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
             structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            stamp,
             structlog.processors.format_exc_info,
             SecretMasker(secrets),
             renderer,
@@ -73,3 +88,15 @@ def configure_logging(*, level: str = "info", fmt: str = "auto", secrets: Iterab
         logger_factory=lambda *_: LineDroppingLogger(stream),
         cache_logger_on_first_use=False,
     )
+    handler = _LineDroppingHandler(stream)
+    handler.setLevel(max(logging.WARNING, getattr(logging, level.upper())))
+    handler.setFormatter(structlog.stdlib.ProcessorFormatter(
+        foreign_pre_chain=[structlog.stdlib.add_logger_name, structlog.processors.add_log_level, stamp,
+                           structlog.processors.format_exc_info, SecretMasker(secrets)],
+        processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
+    ))
+    root = logging.getLogger()
+    if _library_handler is not None:
+        root.removeHandler(_library_handler)
+    root.addHandler(handler)
+    _library_handler = handler
