@@ -21,7 +21,7 @@ from store.chroma import ChromaStore
 from store.confined import exclusive_lock
 from tests.conftest import run_cli, write_sessions
 from tests.daemon_support import start_worker, worker_env
-from tests.llm_server import LLMServer, slow
+from tests.llm_server import LLMServer, ok, slow
 from tests.test_forget import canonical
 from tests.workers_support import corpus, graph_database, ingested, worker_settings
 from worker.cycle import PHASES, run_cycle
@@ -90,6 +90,7 @@ def test_a_turn_forgotten_while_a_follower_extracts_its_session_stays_forgotten(
         worker = follower_waiting_on_the_model(settings, llm, env, tmp_path / "w.log", requests=1)
         forgot = run_cli("forget", "--memory", "memory:w0000-t1", env={k: v for k, v in env.items() if k.startswith("REM_")})
         assert forgot.returncode == 0, forgot.stdout + forgot.stderr
+        llm.default = ok()  # the requests in flight keep their delay; later ones need none
         assert worker.wait(timeout=120) == 0, (tmp_path / "w.log").read_text()[-3000:]
         again = start_worker("--once", env=env, log_path=tmp_path / "again.log")
         assert again.wait(timeout=120) == 0, (tmp_path / "again.log").read_text()[-3000:]
@@ -116,6 +117,7 @@ def test_turns_ingested_while_a_follower_extracts_the_session_are_extracted_too(
                                     memory_collection=base.memory_collection, summary_collection=base.session_collection))
         leader = asyncio.run(run_cycle(base, phases=tuple(p for p in PHASES if p[0] == "ingest")))
         assert leader.outcome == "completed" and leader.phases["ingest"]["sessions_synced"] == 1, leader.phases
+        llm.default = ok()  # the request in flight keeps its delay; later ones need none
         assert worker.wait(timeout=120) == 0, (tmp_path / "w.log").read_text()[-3000:]
         again = start_worker("--once", env=env, log_path=tmp_path / "again.log")
         assert again.wait(timeout=120) == 0, (tmp_path / "again.log").read_text()[-3000:]
