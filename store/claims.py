@@ -31,6 +31,7 @@ import socket
 import uuid
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import structlog
@@ -51,16 +52,32 @@ class ClaimLostError(StoreError):
     reason_code = "claim-lost"
 
 
+def host_identity() -> str:
+    """This host as lease owners name it: the hostname and, where Linux tells them, its boot and
+    process-id namespace (``name@boot.pidns``) — two containers of one ``hostname:``, or two
+    machines cloned with one name, cannot see each other's processes, so neither may take the
+    other's pid for one of its own."""
+    name = socket.gethostname()
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text(encoding="ascii").strip()[:8]
+        namespace = os.stat("/proc/self/ns/pid").st_ino
+    except (OSError, ValueError):
+        return name
+    return f"{name}@{boot}.{namespace}"
+
+
 def worker_owner() -> str:
-    """This process as a lease owner: ``host:pid:nonce`` (the nonce tells a reused pid apart)."""
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+    """This process as a lease owner: ``host:pid:nonce`` (``host`` is :func:`host_identity`; the
+    nonce tells a reused pid apart)."""
+    return f"{host_identity()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
 def owner_is_dead(owner: str, *, host: str | None = None) -> bool:
-    """Whether ``owner`` (:func:`worker_owner`) is a process of this host that no longer exists —
-    killed, say: its leases need not be waited out. An owner on another host is never known dead."""
+    """Whether ``owner`` (:func:`worker_owner`) is a process of this host (the same
+    :func:`host_identity`) that no longer exists — killed, say: its leases need not be waited out.
+    An owner elsewhere is never known dead."""
     parts = owner.rsplit(":", 2)
-    if len(parts) != 3 or parts[0] != (host or socket.gethostname()) or not parts[1].isdigit():
+    if len(parts) != 3 or parts[0] != (host or host_identity()) or not parts[1].isdigit():
         return False
     try:
         os.kill(int(parts[1]), 0)
