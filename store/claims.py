@@ -52,6 +52,11 @@ class ClaimLostError(StoreError):
     reason_code = "claim-lost"
 
 
+class SessionGoneError(ClaimLostError):
+    """The session was forgotten (or retracted) while this worker extracted it: its digest record
+    is gone, and nothing of it may be written back."""
+
+
 def host_identity() -> str:
     """This host as lease owners name it: the hostname and, where Linux tells them, its boot and
     process-id namespace (``name@boot.pidns``) — two containers of one ``hostname:``, or two
@@ -164,18 +169,15 @@ class ClaimStore(_Leases):
         the session: raises :class:`ClaimLostError` (rolling the commit back) when the claim is no
         longer this worker's (its lease ran out and another took it over; a ``forget`` of the
         session or of one of its turns took it back) or the session's digest record is gone (the
-        session was forgotten or retracted while it was extracted: its commit would bring it back)."""
+        session was forgotten or retracted while it was extracted: its commit would bring it back;
+        :class:`SessionGoneError`)."""
         with self.db.transaction() as conn:
+            _still_there(conn, self.db, session_id)  # first: forget takes the digest row, then the claims
             gone = conn.execute(
                 "DELETE FROM session_claims WHERE session_id = ? AND owner = ?", (session_id, self.owner)
             ).rowcount
             if gone != 1:
                 raise ClaimLostError(f"the claim on session {session_id} was taken over or taken back; not committed")
-            digest = conn.execute(
-                f"SELECT 1 FROM session_digests WHERE session_id = ? {self.db.dialect.for_update()}", (session_id,)
-            ).fetchone()
-            if digest is None:
-                raise ClaimLostError(f"session {session_id} was forgotten while it was extracted; not committed")
 
     def hold(self, session_id: str) -> None:
         """Check that the claim on ``session_id`` is still this worker's — call inside a transaction
@@ -186,6 +188,8 @@ class ClaimStore(_Leases):
             row = conn.execute(
                 f"SELECT owner FROM session_claims WHERE session_id = ? {self.db.dialect.for_update()}", (session_id,)
             ).fetchone()
+            if row is None:
+                _still_there(conn, self.db, session_id)
         if row is None or row[0] != self.owner:
             raise ClaimLostError(f"the claim on session {session_id} was taken over (its lease ran out); not recorded")
 
@@ -200,6 +204,13 @@ class ClaimStore(_Leases):
                     f"DELETE FROM session_claims WHERE owner = ? AND session_id IN ({marks})", (self.owner, *part)
                 ).rowcount
             return released
+
+
+def _still_there(conn: Any, db: Database, session_id: str) -> None:
+    """Raise :class:`SessionGoneError` when ``session_id`` has no digest record any more (its row
+    stays locked to the transaction's end: PostgreSQL; SQLite's writer lock already)."""
+    if conn.execute(f"SELECT 1 FROM session_digests WHERE session_id = ? {db.dialect.for_update()}", (session_id,)).fetchone() is None:
+        raise SessionGoneError(f"session {session_id} was forgotten while it was extracted; not committed")
 
 
 def _drop_dead_owners(conn: Any, table: str) -> None:

@@ -74,6 +74,8 @@ def test_a_session_forgotten_while_a_follower_extracts_it_stays_forgotten(
     assert mentions(dump, "w0000") and mentions(dump, "w0002")  # the others committed
     with graph_database(settings.data_dir, database_url) as db:
         assert db.query("SELECT COUNT(*) FROM session_digests WHERE session_id = ?", ("w0001",))[0][0] == 0
+        # Nor do the follower's answers for it stay behind (chunk results hold its names and quotes).
+        assert db.query("SELECT COUNT(*) FROM chunk_results WHERE session_id = ?", ("w0001",))[0][0] == 0
 
 
 @pytest.mark.both_backends

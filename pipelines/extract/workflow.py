@@ -24,7 +24,7 @@ from pipelines.lazy_edge import LazyEdgeSink
 from pipelines.ports import MergeRecorder, UnitOfWork
 from pipelines.resolver import GraphResolver
 from store.chroma import ChromaStore, ChromaUnavailableError, MemoryRow
-from store.claims import ClaimLostError
+from store.claims import ClaimLostError, SessionGoneError
 from store.ids import is_valid_row_id
 from store.runstate import DigestRecord
 
@@ -219,6 +219,8 @@ async def extract_session(
             env.resolver.reset()  # its index still knows the removed nodes
     except ChromaUnavailableError:
         raise
+    except SessionGoneError:
+        return await _forgotten_meanwhile(sid, env)
     except ClaimLostError:
         # Another worker took the session over after this one's lease ran out: it is theirs now.
         log.warning("session not committed: its claim was taken over", session_id=sid)
@@ -237,6 +239,14 @@ async def extract_session(
     return "digested"
 
 
+async def _forgotten_meanwhile(session_id: str, env: ExtractEnv) -> str:
+    """The session was forgotten while this worker extracted it: nothing was committed, and the
+    chunk results its extraction stored (names, quotes) go too, as ``forget`` took them."""
+    await anyio.to_thread.run_sync(env.unit.chunks.prune_session, session_id, ())
+    log.warning("session not committed: it was forgotten while it was extracted", session_id=session_id)
+    return "claim-lost"
+
+
 async def _record_failure(record: DigestRecord, env: ExtractEnv, reason: str) -> str:
     def write() -> str:
         # Only while the claim is this worker's: a worker paused past its lease must not count a
@@ -250,6 +260,8 @@ async def _record_failure(record: DigestRecord, env: ExtractEnv, reason: str) ->
 
     try:
         state = await anyio.to_thread.run_sync(write)
+    except SessionGoneError:
+        return await _forgotten_meanwhile(record.session_id, env)
     except ClaimLostError:
         log.warning("session failure not recorded: its claim was taken over", session_id=record.session_id, reason=reason[:300])
         return "claim-lost"
