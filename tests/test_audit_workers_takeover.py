@@ -7,6 +7,7 @@ frozen VM, a laptop lid, a long GC)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import time
@@ -14,9 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from config import Settings
+from config import Settings, load_settings
+from pipelines.importer import import_sessions
+from store.chroma import ChromaStore
+from tests.conftest import write_sessions
 from tests.daemon_support import start_worker, worker_env
-from tests.llm_server import LLMServer, Status, slow
+from tests.llm_server import LLMServer, Status, ok, slow
 from tests.workers_support import corpus, graph_database, ingested, worker_settings
 
 LEASE = 2.0
@@ -90,3 +94,37 @@ def test_a_cycle_whose_connection_the_server_drops_mid_extract_is_a_database_err
     with graph_database(settings.data_dir, database_url) as db:
         rows = db.query("SELECT outcome, reason_code, failure_phase FROM rem_runs WHERE phases LIKE '%extract%'")
     assert [tuple(r) for r in rows] == [("failed", "database-error", "extract")], (tmp_path / "w.log").read_text()[-3000:]
+
+
+@pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
+def test_a_leader_paused_past_its_lease_runs_no_single_flight_phase_after_the_takeover(
+    tmp_path: Path, settings: Settings, database_url: str
+) -> None:
+    """Leader A (host 1) is paused in extract past its lease; leader B (host 2: its own data dir
+    and Chroma holding the same rows, one PostgreSQL database) takes the database's single-flight
+    lock over and runs every phase. A resumes: it must not run drain or finalize — those are B's
+    now (README: they run in one worker at a time) — and says why (``lock-lost``). Before, it ran
+    them as if it still led."""
+    sessions = corpus(2)
+    with LLMServer(default=slow(2.0)) as llm:
+        asyncio.run(ingested(settings.data_dir, sessions, tmp_path, database_url=database_url))
+        host_b = tmp_path / "host-b"
+        asyncio.run(import_sessions(write_sessions(tmp_path / "b.jsonl", sessions), chroma=ChromaStore(load_settings(data_dir=host_b)),
+                                    memory_collection="neo-agent-memory", summary_collection="neo-agent-sessions"))
+        overrides = {"lease_timeout_seconds": LEASE, "database_url": database_url}
+        a = start_worker("--once", env=worker_env(settings.data_dir, **worker_settings(llm.url, **overrides)), log_path=tmp_path / "a.log")
+        try:
+            wait_for(lambda: llm.chat_count >= len(sessions), what="leader A never asked the model")
+            os.kill(a.pid, signal.SIGSTOP)
+            llm.default = ok()
+            time.sleep(LEASE + 1.0)  # A's lease runs out while it is paused
+            b = start_worker("--once", env=worker_env(host_b, **worker_settings(llm.url, **overrides)), log_path=tmp_path / "b.log")
+            assert b.wait(timeout=120) == 0, (tmp_path / "b.log").read_text()[-3000:]
+        finally:
+            os.kill(a.pid, signal.SIGCONT)
+        a.wait(timeout=120)
+    with graph_database(settings.data_dir, database_url) as db:
+        first, second = ((outcome, reason, phase, set(json.loads(phases))) for outcome, reason, phase, phases in db.query(
+            "SELECT outcome, reason_code, failure_phase, phases FROM rem_runs WHERE phases LIKE '%extract%' ORDER BY started_at"))
+    assert first[:3] == ("failed", "lock-lost", "drain") and "finalize" not in first[3], (first, (tmp_path / "a.log").read_text()[-2000:])
+    assert second[:2] == ("completed", None) and {"ingest", "drain", "finalize"} <= second[3], second

@@ -623,6 +623,8 @@ async def _run_phases(
                 p0 = time.perf_counter()
                 try:
                     ctx.check_stop()
+                    if lock is not None and name not in FOLLOWER_PHASES:
+                        await _still_leading(lock, name)
                     counts = await phase(ctx)
                 except PhaseError as exc:
                     record[name] = {"state": "failed", "duration_ms": _ms(p0), "error": str(exc)}
@@ -680,6 +682,22 @@ async def _run_phases(
         attempt.result = result
     log.info("cycle finished", run_id=run_id, outcome=result.outcome, wall_ms=round(result.wall_ms, 1))
     return result
+
+
+async def _still_leading(lock: LockStore, phase: str) -> None:
+    """Before a single-flight phase: raise :class:`PhaseError` ``lock-lost`` when another leader
+    took the database's single-flight lock over (this cycle was silent past its lease — paused,
+    frozen — and that leader runs ingest, drain and finalize now). A beat the database cannot take
+    at the moment (busy) proves nothing either way: the phase runs."""
+    try:
+        held = await anyio.to_thread.run_sync(lock.heartbeat, CYCLE_LOCK)
+    except (StoreError, OSError) as exc:
+        log.warning("single-flight lock not checked", error=str(exc))
+        return
+    if not held:
+        holder = await anyio.to_thread.run_sync(lock.holder, CYCLE_LOCK)
+        raise PhaseError("lock-lost", f"the database's single-flight lock was taken over ({holder or 'released'}) while this "
+                                      f"cycle was silent past its lease: {phase} and the phases after it are not this cycle's")
 
 
 def _phase_reason(exc: Exception, default: str) -> str:
