@@ -55,6 +55,23 @@ def env_of(settings: Settings, llm: LLMServer, database_url: str | None) -> dict
     return worker_env(settings.data_dir, **worker_settings(llm.url), **({"database_url": database_url} if database_url else {}))
 
 
+def forget_beside_a_follower(tmp_path: Path, settings: Settings, database_url: str | None, *, sessions: int,
+                             forget: tuple[str, ...], then_once: bool = False) -> None:
+    """Ingest ``sessions`` sessions, start a follower on them and, while it waits for the model,
+    run ``rem-cycle forget FORGET``; wait for the follower (and, ``then_once``, one more worker)."""
+    with LLMServer(default=slow(MODEL_SECONDS)) as llm:
+        asyncio.run(ingested(settings.data_dir, corpus(sessions), tmp_path, database_url=database_url))
+        env = env_of(settings, llm, database_url)
+        worker = follower_waiting_on_the_model(settings, llm, env, tmp_path / "w.log", requests=sessions)
+        forgot = run_cli("forget", *forget, env={k: v for k, v in env.items() if k.startswith("REM_")})
+        assert forgot.returncode == 0, forgot.stdout + forgot.stderr
+        llm.default = ok()  # the requests in flight keep their delay; later ones need none
+        assert worker.wait(timeout=120) == 0, (tmp_path / "w.log").read_text()[-3000:]
+        if then_once:
+            again = start_worker("--once", env=env, log_path=tmp_path / "again.log")
+            assert again.wait(timeout=120) == 0, (tmp_path / "again.log").read_text()[-3000:]
+
+
 @pytest.mark.both_backends
 def test_a_session_forgotten_while_a_follower_extracts_it_stays_forgotten(
     tmp_path: Path, settings: Settings, database_url: str | None
@@ -62,13 +79,7 @@ def test_a_session_forgotten_while_a_follower_extracts_it_stays_forgotten(
     """``forget --session w0001`` runs while a follower waits for the model on it: the follower's
     commit of w0001 must roll back. Before, it went through (its claim was still its own) and wrote
     the forgotten session's points, claims and nodes back into the graph."""
-    with LLMServer(default=slow(MODEL_SECONDS)) as llm:
-        asyncio.run(ingested(settings.data_dir, corpus(3), tmp_path, database_url=database_url))
-        env = env_of(settings, llm, database_url)
-        worker = follower_waiting_on_the_model(settings, llm, env, tmp_path / "w.log", requests=3)
-        forgot = run_cli("forget", "--session", "w0001", env={k: v for k, v in env.items() if k.startswith("REM_")})
-        assert forgot.returncode == 0, forgot.stdout + forgot.stderr
-        assert worker.wait(timeout=120) == 0, (tmp_path / "w.log").read_text()[-3000:]
+    forget_beside_a_follower(tmp_path, settings, database_url, sessions=3, forget=("--session", "w0001"))
     dump = canonical(settings)
     assert mentions(dump, "w0001") == []
     assert mentions(dump, "w0000") and mentions(dump, "w0002")  # the others committed
@@ -86,16 +97,7 @@ def test_a_turn_forgotten_while_a_follower_extracts_its_session_stays_forgotten(
     prompt holds the turn): the follower's commit must roll back, and the session is extracted
     again without the turn. Before, the commit wrote the turn's points back and marked the session
     digested, so nothing took them out again."""
-    with LLMServer(default=slow(MODEL_SECONDS)) as llm:
-        asyncio.run(ingested(settings.data_dir, corpus(1), tmp_path, database_url=database_url))
-        env = env_of(settings, llm, database_url)
-        worker = follower_waiting_on_the_model(settings, llm, env, tmp_path / "w.log", requests=1)
-        forgot = run_cli("forget", "--memory", "memory:w0000-t1", env={k: v for k, v in env.items() if k.startswith("REM_")})
-        assert forgot.returncode == 0, forgot.stdout + forgot.stderr
-        llm.default = ok()  # the requests in flight keep their delay; later ones need none
-        assert worker.wait(timeout=120) == 0, (tmp_path / "w.log").read_text()[-3000:]
-        again = start_worker("--once", env=env, log_path=tmp_path / "again.log")
-        assert again.wait(timeout=120) == 0, (tmp_path / "again.log").read_text()[-3000:]
+    forget_beside_a_follower(tmp_path, settings, database_url, sessions=1, forget=("--memory", "memory:w0000-t1"), then_once=True)
     dump = canonical(settings)
     assert mentions(dump, "w0000-t1") == [] and mentions(dump, "w0000-t0")
 
