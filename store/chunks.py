@@ -89,7 +89,8 @@ class ChunkResultStore:
         latency_ms: float,
         run_id: str | None,
     ) -> int:
-        """Store a failed attempt; returns the chunk's attempt count so far."""
+        """Store a failed attempt — unless the chunk has an answer (another worker's attempt at the
+        same text succeeded meanwhile): the answer stays. Returns the chunk's attempt count so far."""
         self._upsert(
             (session_id, chunk_id, content_hash, fingerprint, "failed", error_kind, redact(error)[:2000], next_attempt_at,
              tokens_in, tokens_out, latency_ms, None, run_id, self.clock()),
@@ -110,7 +111,10 @@ class ChunkResultStore:
                 "tokens_in = chunk_results.tokens_in + excluded.tokens_in, "
                 "tokens_out = chunk_results.tokens_out + excluded.tokens_out, latency_ms = excluded.latency_ms, "
                 "payload = excluded.payload, run_id = excluded.run_id, updated_at = excluded.updated_at, "
-                "attempts = chunk_results.attempts + 1",
+                "attempts = chunk_results.attempts + 1 "
+                # A failure never replaces an answer: another worker's attempt at the same text may
+                # have succeeded while this one's was failing (paid for; reused, never asked again).
+                "WHERE chunk_results.status != 'ok' OR excluded.status = 'ok'",
                 row,
             )
 

@@ -12,8 +12,8 @@ taken over by the next worker that claims.
 The single-flight phases (ingest, drain, finalize) hold a **lock**: a row of ``rem_locks`` with
 the same lease rules (:class:`LockStore`).
 
-Times are UTC ISO strings compared as text: leases assume the workers' clocks agree to well within
-a lease (``REM_LEASE_TIMEOUT_SECONDS``, minutes by default).
+Times are UTC ISO strings compared as text, read from one clock (:func:`lease_clock`): the
+PostgreSQL server's, or on SQLite this host's, so the workers' own clocks need not agree.
 
 The SQL is plain and runs on SQLite and PostgreSQL alike but for one piece,
 :meth:`store.dialect.Dialect.skip_locked`: on SQLite a claim runs in a ``BEGIN IMMEDIATE``
@@ -31,6 +31,7 @@ import socket
 import uuid
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import structlog
@@ -51,16 +52,37 @@ class ClaimLostError(StoreError):
     reason_code = "claim-lost"
 
 
+class SessionGoneError(ClaimLostError):
+    """The session was forgotten (or retracted) while this worker extracted it: its digest record
+    is gone, and nothing of it may be written back."""
+
+
+def host_identity() -> str:
+    """This host as lease owners name it: the hostname and, where Linux tells them, its boot and
+    process-id namespace (``name@boot.pidns``) — two containers of one ``hostname:``, or two
+    machines cloned with one name, cannot see each other's processes, so neither may take the
+    other's pid for one of its own."""
+    name = socket.gethostname()
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text(encoding="ascii").strip()[:8]
+        namespace = os.stat("/proc/self/ns/pid").st_ino
+    except (OSError, ValueError):
+        return name
+    return f"{name}@{boot}.{namespace}"
+
+
 def worker_owner() -> str:
-    """This process as a lease owner: ``host:pid:nonce`` (the nonce tells a reused pid apart)."""
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+    """This process as a lease owner: ``host:pid:nonce`` (``host`` is :func:`host_identity`; the
+    nonce tells a reused pid apart)."""
+    return f"{host_identity()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
 def owner_is_dead(owner: str, *, host: str | None = None) -> bool:
-    """Whether ``owner`` (:func:`worker_owner`) is a process of this host that no longer exists —
-    killed, say: its leases need not be waited out. An owner on another host is never known dead."""
+    """Whether ``owner`` (:func:`worker_owner`) is a process of this host (the same
+    :func:`host_identity`) that no longer exists — killed, say: its leases need not be waited out.
+    An owner elsewhere is never known dead."""
     parts = owner.rsplit(":", 2)
-    if len(parts) != 3 or parts[0] != (host or socket.gethostname()) or not parts[1].isdigit():
+    if len(parts) != 3 or parts[0] != (host or host_identity()) or not parts[1].isdigit():
         return False
     try:
         os.kill(int(parts[1]), 0)
@@ -79,15 +101,24 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
+def lease_clock(db: Database) -> Callable[[], datetime]:
+    """The clock leases on ``db`` are stamped and compared with: on PostgreSQL the server's, so that
+    workers on hosts whose clocks disagree still agree on whose lease ran out; on SQLite this
+    host's (every worker of the file is on it)."""
+    if not db.dialect.postgres:
+        return _now
+    return lambda: db.query("SELECT clock_timestamp()")[0][0]
+
+
 class _Leases:
     """What a store of leases knows: its database, the owner it acts for, how long a lease it
-    grants and its clock."""
+    grants and its clock (default :func:`lease_clock`)."""
 
-    def __init__(self, db: Database, *, owner: str, lease_seconds: float, clock: Callable[[], datetime] = _now) -> None:
+    def __init__(self, db: Database, *, owner: str, lease_seconds: float, clock: Callable[[], datetime] | None = None) -> None:
         self.db = db
         self.owner = owner
         self.lease = timedelta(seconds=lease_seconds)
-        self.clock = clock
+        self.clock = clock or lease_clock(db)
 
 
 class ClaimStore(_Leases):
@@ -136,13 +167,31 @@ class ClaimStore(_Leases):
     def settle(self, session_id: str) -> None:
         """Delete this worker's claim on ``session_id`` — call inside the transaction that commits
         the session: raises :class:`ClaimLostError` (rolling the commit back) when the claim is no
-        longer this worker's."""
+        longer this worker's (its lease ran out and another took it over; a ``forget`` of the
+        session or of one of its turns took it back) or the session's digest record is gone (the
+        session was forgotten or retracted while it was extracted: its commit would bring it back;
+        :class:`SessionGoneError`)."""
         with self.db.transaction() as conn:
+            _still_there(conn, self.db, session_id)  # first: forget takes the digest row, then the claims
             gone = conn.execute(
                 "DELETE FROM session_claims WHERE session_id = ? AND owner = ?", (session_id, self.owner)
             ).rowcount
-        if gone != 1:
-            raise ClaimLostError(f"the claim on session {session_id} was taken over (its lease ran out); not committed")
+            if gone != 1:
+                raise ClaimLostError(f"the claim on session {session_id} was taken over or taken back; not committed")
+
+    def hold(self, session_id: str) -> None:
+        """Check that the claim on ``session_id`` is still this worker's — call inside a transaction
+        that writes about the session without committing it (a failed attempt): raises
+        :class:`ClaimLostError` (rolling the write back) when another worker took it over. The claim
+        row stays locked to the transaction's end (PostgreSQL; SQLite's writer lock already)."""
+        with self.db.transaction() as conn:
+            row = conn.execute(
+                f"SELECT owner FROM session_claims WHERE session_id = ? {self.db.dialect.for_update()}", (session_id,)
+            ).fetchone()
+            if row is None:
+                _still_there(conn, self.db, session_id)
+        if row is None or row[0] != self.owner:
+            raise ClaimLostError(f"the claim on session {session_id} was taken over (its lease ran out); not recorded")
 
     def release(self, session_ids: Iterable[str] | None = None) -> int:
         """Give up this worker's claims (all of them when ``session_ids`` is None)."""
@@ -155,6 +204,13 @@ class ClaimStore(_Leases):
                     f"DELETE FROM session_claims WHERE owner = ? AND session_id IN ({marks})", (self.owner, *part)
                 ).rowcount
             return released
+
+
+def _still_there(conn: Any, db: Database, session_id: str) -> None:
+    """Raise :class:`SessionGoneError` when ``session_id`` has no digest record any more (its row
+    stays locked to the transaction's end: PostgreSQL; SQLite's writer lock already)."""
+    if conn.execute(f"SELECT 1 FROM session_digests WHERE session_id = ? {db.dialect.for_update()}", (session_id,)).fetchone() is None:
+        raise SessionGoneError(f"session {session_id} was forgotten while it was extracted; not committed")
 
 
 def _drop_dead_owners(conn: Any, table: str) -> None:

@@ -137,11 +137,15 @@ class LazyEdgeTable:
         """Record what a drain made of the rows ``taken``: all leave the queue, ``requeued``
         (row, error) come back with ``attempts`` + 1, ``dead`` go to ``lazy_edges_dead``. Call in
         the transaction that writes their edges; raises :class:`RowsTakenError` (roll back) when
-        another drain settled any of them first."""
+        another drain settled any of them first (linked, dead or put back)."""
         with self.db.transaction() as conn:
+            # A row is the drain's to settle only as it read it: one another drain put back (its id
+            # kept, one attempt more) was settled by that drain for this pass.
+            read = {row.id: row.attempts for row in taken}
             deleted = 0
-            for batch, marks in in_batches(row.id for row in taken):
-                deleted += conn.execute(f"DELETE FROM lazy_edges WHERE id IN ({marks})", batch).rowcount
+            for batch, marks in in_batches(read):
+                gone = conn.execute(f"DELETE FROM lazy_edges WHERE id IN ({marks}) RETURNING id, attempts", batch).fetchall()
+                deleted += sum(read[row_id] == attempts for row_id, attempts in gone)
             if deleted != len(taken):
                 raise RowsTakenError(f"{len(taken) - deleted} of {len(taken)} queue rows were settled by another drain")
             if requeued:

@@ -313,10 +313,13 @@ class RunStateStore:
                 "UPDATE rem_counters SET value = (SELECT value FROM rem_counters WHERE name = 'identity') "
                 "WHERE name = 'identity_at_commit'"
             )
+            # A newer revision ingested while this one was extracted (the leader's ingest beside a
+            # follower) leaves the session to extract again: its new turns are not in this commit.
             conn.execute(
-                "UPDATE session_digests SET digested_revision = ?, state = 'digested', defer_reason = NULL, "
+                "UPDATE session_digests SET digested_revision = ?, "
+                "state = CASE WHEN input_revision = ? THEN 'digested' ELSE 'undigested' END, defer_reason = NULL, "
                 "last_run_id = ?, updated_at = ?, commit_seq = ? WHERE session_id = ?",
-                (revision, run_id, self.clock(), seq, session_id),
+                (revision, revision, run_id, self.clock(), seq, session_id),
             )
 
     def identity_epoch(self) -> str | None:

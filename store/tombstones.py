@@ -52,6 +52,9 @@ class TombstoneStore:
         that what the session said of its nodes is recombined without the turn."""
         with self.db.transaction() as conn:
             conn.execute("DELETE FROM memory_index WHERE memory_id = ?", (memory_id,))
+            if session_id:
+                # A worker extracting the session read the turn: its commit must not write it back.
+                conn.execute("DELETE FROM session_claims WHERE session_id = ?", (session_id,))
             # The change scan's marks assume the memory index holds every row before them: the next
             # scan reads every row (store/scan_marks.py).
             conn.execute("DELETE FROM chroma_scan_state")
@@ -71,6 +74,8 @@ class TombstoneStore:
                 ("memory_index", "session_id", session_id),
                 ("chunk_results", "session_id", chunk_key),
                 ("identity_candidates", "session_id", session_id),
+                # A worker extracting the session loses it: its commit rolls back (ClaimStore.settle).
+                ("session_claims", "session_id", session_id),
             ):
                 deleted[table] = conn.execute(f"DELETE FROM {table} WHERE {column} = ?", (value,)).rowcount
         return deleted

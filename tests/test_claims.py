@@ -5,7 +5,6 @@ two connections as two workers."""
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 from collections.abc import Callable
@@ -19,7 +18,7 @@ from config import Settings
 from pipelines.importer import import_sessions
 from store.chroma import ChromaStore
 from store.backend import open_database
-from store.claims import CYCLE_LOCK, ClaimLostError, ClaimStore, LockStore, owner_is_dead, worker_owner
+from store.claims import CYCLE_LOCK, ClaimLostError, ClaimStore, LockStore, host_identity, owner_is_dead, worker_owner
 from store.runstate import RunStateStore, SessionRevision
 from tests.conftest import SAMPLE
 from worker.cycle import PHASES, CycleBusyError, run_cycle, single_flight
@@ -51,7 +50,7 @@ def ingested(open_graph_database: OpenDatabase, path: Path, count: int) -> None:
 def dead_owner() -> str:
     """The owner id of a process of this host that has exited."""
     proc = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True)
-    return f"{socket.gethostname()}:{proc.stdout.strip()}:deadbeef"
+    return f"{host_identity()}:{proc.stdout.strip()}:deadbeef"
 
 
 @pytest.mark.both_backends

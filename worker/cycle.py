@@ -628,6 +628,8 @@ async def _run_phases(
                 p0 = time.perf_counter()
                 try:
                     ctx.check_stop()
+                    if lock is not None and name not in FOLLOWER_PHASES:
+                        await _still_leading(lock, name)
                     counts = await phase(ctx)
                 except PhaseError as exc:
                     record[name] = {"state": "failed", "duration_ms": _ms(p0), "error": str(exc)}
@@ -653,7 +655,9 @@ async def _run_phases(
                     reason_code = _phase_reason(exc, "phase-error")
                     result.outcome, result.reason_code, result.failure_phase = "failed", reason_code, name
                     result.message = repr(exc)
-                    log.exception("phase crashed", reason_code=reason_code)
+                    # The database's fault needs no traceback; anything else is a bug.
+                    log.error("phase crashed", reason_code=reason_code, error=repr(exc),
+                              exc_info=exc if reason_code == "phase-error" else None)
                     break
                 record[name] = {"state": "completed", "duration_ms": _ms(p0), **counts}
                 result.last_successful_phase = attempt.last_successful_phase = name
@@ -685,10 +689,32 @@ async def _run_phases(
     return result
 
 
+async def _still_leading(lock: LockStore, phase: str) -> None:
+    """Before a single-flight phase: raise :class:`PhaseError` ``lock-lost`` when another leader
+    took the database's single-flight lock over (this cycle was silent past its lease — paused,
+    frozen — and that leader runs ingest, drain and finalize now). A beat the database cannot take
+    at the moment (busy) proves nothing either way: the phase runs."""
+    try:
+        held = await anyio.to_thread.run_sync(lock.heartbeat, CYCLE_LOCK)
+    except (StoreError, OSError) as exc:
+        log.warning("single-flight lock not checked", error=str(exc))
+        return
+    if not held:
+        holder = await anyio.to_thread.run_sync(lock.holder, CYCLE_LOCK)
+        raise PhaseError("lock-lost", f"the database's single-flight lock was taken over ({holder or 'released'}) while this "
+                                      f"cycle was silent past its lease: {phase} and the phases after it are not this cycle's")
+
+
 def _phase_reason(exc: Exception, default: str) -> str:
-    """A failed phase's reason code; running out of file descriptors (anywhere in the exception's
-    causes) is the process's state rather than the phase's fault, and says so. Pure."""
-    return "too-many-open-files" if failure_reason(exc) == "too-many-open-files" else default
+    """A failed phase's reason code: ``default`` (the phase's own code, or ``phase-error`` for a
+    crash) — but running out of file descriptors (anywhere in the exception's causes) is the
+    process's state rather than the phase's fault, and says so, and a crash on a database error
+    (the server dropped the connection, a lock past its timeout) is ``database-error``, as
+    anywhere else in a cycle. Pure."""
+    reason = failure_reason(exc)
+    if reason == "too-many-open-files" or (reason == "database-error" and default == "phase-error"):
+        return reason
+    return default
 
 
 def heartbeat_interval(lease_timeout_seconds: float) -> float:

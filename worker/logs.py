@@ -55,8 +55,21 @@ class LineDroppingLogger(structlog.PrintLogger):
     fatal = failure = err = error = critical = exception = msg
 
 
+class _LineDroppingHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """The standard library's side of :class:`LineDroppingLogger`: a line it cannot write is
+    dropped without the ``--- Logging error ---`` report."""
+
+    def handleError(self, record: logging.LogRecord) -> None:  # noqa: N802 - logging's name
+        return
+
+
+_library_handler: logging.Handler | None = None
+
+
 def configure_logging(*, level: str = "info", fmt: str = "auto", secrets: Iterable[str] = (), stream: Any = None) -> None:
-    """Configure structlog for the process. ``fmt``: ``auto`` | ``json`` | ``console``."""
+    """Configure structlog for the process. ``fmt``: ``auto`` | ``json`` | ``console``. Libraries'
+    warnings through the standard library's ``logging`` (psycopg's pool retrying a server that is
+    down, say) are rendered the same way, secrets masked, rather than as bare text lines."""
     stream = stream or sys.stderr
     console = fmt == "console" or (fmt == "auto" and hasattr(stream, "isatty") and stream.isatty())
     renderer: Any = structlog.dev.ConsoleRenderer() if console else structlog.processors.JSONRenderer()
@@ -76,15 +89,23 @@ def configure_logging(*, level: str = "info", fmt: str = "auto", secrets: Iterab
 
 
 def route_library_logs(*, stream: Any, renderer: Any, processors: list[Any], level: str) -> None:
-    """Render the libraries' standard ``logging`` records (the MCP SDK, uvicorn, httpx …) as the
-    worker's own lines — JSON or console, secrets masked — at ``level`` or WARNING, whichever is
-    higher: their INFO lines are per request. Without a root handler the MCP SDK installed its own
-    (rich, multi-line, INFO) when ``rem-cycle mcp`` started, amid the JSON log."""
-    handler = logging.StreamHandler(stream)
+    """Render the libraries' standard ``logging`` records (the MCP SDK, uvicorn, httpx, psycopg's
+    pool retrying a server that is down …) as the worker's own lines — JSON or console, secrets
+    masked — at ``level`` or WARNING, whichever is higher: their INFO lines are per request.
+    Without a root handler the MCP SDK installed its own (rich, multi-line, INFO) when
+    ``rem-cycle mcp`` started, amid the JSON log. Configuring again replaces the handler this
+    module installed, and no other (a test's capture handler stays)."""
+    global _library_handler
+    threshold = max(getattr(logging, level.upper()), logging.WARNING)
+    handler = _LineDroppingHandler(stream)
+    handler.setLevel(threshold)
     handler.setFormatter(structlog.stdlib.ProcessorFormatter(
         foreign_pre_chain=[structlog.stdlib.add_logger_name, *processors],
         processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
     ))
     root = logging.getLogger()
-    root.handlers = [handler]
-    root.setLevel(max(getattr(logging, level.upper()), logging.WARNING))
+    if _library_handler is not None:
+        root.removeHandler(_library_handler)
+    root.addHandler(handler)
+    root.setLevel(threshold)
+    _library_handler = handler

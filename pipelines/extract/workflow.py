@@ -24,7 +24,7 @@ from pipelines.lazy_edge import LazyEdgeSink
 from pipelines.ports import MergeRecorder, UnitOfWork
 from pipelines.resolver import GraphResolver
 from store.chroma import ChromaStore, ChromaUnavailableError, MemoryRow
-from store.claims import ClaimLostError
+from store.claims import ClaimLostError, SessionGoneError
 from store.ids import is_valid_row_id
 from store.runstate import DigestRecord
 
@@ -48,6 +48,10 @@ class SessionClaims(Protocol):
 
     def settle(self, session_id: str) -> None:
         """Inside the session's commit transaction: drop the claim, or raise when it was lost."""
+        ...
+
+    def hold(self, session_id: str) -> None:
+        """Inside a transaction recording a failed attempt: raise when the claim was lost."""
         ...
 
 
@@ -223,6 +227,8 @@ async def extract_session(
             env.resolver.reset()  # its index still knows the removed nodes
     except ChromaUnavailableError:
         raise
+    except SessionGoneError:
+        return await _forgotten_meanwhile(sid, env)
     except ClaimLostError:
         # Another worker took the session over after this one's lease ran out: it is theirs now.
         log.warning("session not committed: its claim was taken over", session_id=sid)
@@ -241,11 +247,32 @@ async def extract_session(
     return "digested"
 
 
+async def _forgotten_meanwhile(session_id: str, env: ExtractEnv) -> str:
+    """The session was forgotten while this worker extracted it: nothing was committed, and the
+    chunk results its extraction stored (names, quotes) go too, as ``forget`` took them."""
+    await anyio.to_thread.run_sync(env.unit.chunks.prune_session, session_id, ())
+    log.warning("session not committed: it was forgotten while it was extracted", session_id=session_id)
+    return "claim-lost"
+
+
 async def _record_failure(record: DigestRecord, env: ExtractEnv, reason: str) -> str:
-    state = await anyio.to_thread.run_sync(
-        partial(env.unit.runstate.record_failure, record.session_id, reason=reason, run_id=env.run_id or "-",
-                max_attempts=env.max_attempts)
-    )
+    def write() -> str:
+        # Only while the claim is this worker's: a worker paused past its lease must not count a
+        # failure against (or undo the digest of) a session another worker took over.
+        with env.unit.transaction():
+            if env.claims is not None:
+                env.claims.hold(record.session_id)
+            return env.unit.runstate.record_failure(
+                record.session_id, reason=reason, run_id=env.run_id or "-", max_attempts=env.max_attempts
+            )
+
+    try:
+        state = await anyio.to_thread.run_sync(write)
+    except SessionGoneError:
+        return await _forgotten_meanwhile(record.session_id, env)
+    except ClaimLostError:
+        log.warning("session failure not recorded: its claim was taken over", session_id=record.session_id, reason=reason[:300])
+        return "claim-lost"
     log.warning("session not digested", session_id=record.session_id, state=state, reason=reason[:300])
     return "undigestible" if state == "undigestible" else "failed"
 
