@@ -6,8 +6,13 @@ ingested session against the memory index; a scrape recomputes it only when a ru
 finished. Times, in the same process: a full recount / the query (what a scrape would pay without
 the cache) against a cached scrape's ``stat`` / a dictionary lookup, at N and 8 × N.
 
+Every scrape after a write reads the runs by outcome, each outcome's latest finish and the running
+runs: from ``rem_run_counts`` and the ``rem_runs_outcome_finished`` index (migration 13), against
+the three scans of ``rem_runs`` a scrape ran before it (:data:`SCANS_BEFORE_13`), on the same
+database at R and 8 × R runs.
+
     python bench/bench_scrape_growth.py
-    python bench/bench_scrape_growth.py --dead-letters 20000 --sessions 5000
+    python bench/bench_scrape_growth.py --dead-letters 20000 --sessions 5000 --runs 1000
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import json
 import shutil
 import sys
 import tempfile
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -28,6 +34,13 @@ from store.runstate import RunStateStore  # noqa: E402
 from worker.metrics import DeadLetterCounter  # noqa: E402
 
 TURNS_PER_SESSION = 20
+RUNS_RUNNING = 2  # runs left running (a leader and a follower's), whatever the history
+# What a scrape read of ``rem_runs`` before migration 13 (RunStateStore as it was): the baseline.
+SCANS_BEFORE_13 = (
+    "SELECT outcome, COUNT(*) FROM rem_runs GROUP BY outcome",
+    "SELECT outcome, MAX(finished_at) FROM rem_runs WHERE finished_at IS NOT NULL GROUP BY outcome",
+    "SELECT * FROM rem_runs WHERE outcome = 'running' ORDER BY started_at",
+)
 
 
 def dead_letter_file(queue: LazyEdgeQueue, records: int) -> None:
@@ -50,7 +63,37 @@ def session_tables(db: Database, sessions: int) -> None:
         )
 
 
-def measure(root: Path, *, dead_letters: int, sessions: int) -> dict[str, float]:
+def run_history(db: Database, runs: int) -> None:
+    """``runs`` hourly runs, one in ten failed, the last RUNS_RUNNING still running; each run's
+    phases document the size a real cycle records (five phases with their counts)."""
+    outcomes = ("failed", *["completed"] * 9)
+    phases = json.dumps({phase: {"duration_ms": 1200, "status": "ok", "sessions": 12, "chunks": 40, "tokens_in": 51234,
+                                 "tokens_out": 8812, "skipped": 0, "failed": 0}
+                         for phase in ("provider-ready", "ingest", "extract", "drain", "finalize")})
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+
+    def at(hours: float) -> str:
+        return (start + timedelta(hours=hours)).strftime("%Y-%m-%dT%H:%M:%S.000Z")
+
+    with db.transaction() as conn:
+        conn.executemany(
+            "INSERT INTO rem_runs(run_id, reason, mode, started_at, finished_at, outcome, phases) VALUES (?,?,?,?,?,?,?)",
+            [
+                (f"run-{n:06d}", "interval", "once", at(n), None if n >= runs - RUNS_RUNNING else at(n + 0.5),
+                 "running" if n >= runs - RUNS_RUNNING else outcomes[n % 10], phases)
+                for n in range(runs)
+            ],
+        )
+
+
+def run_reads(runstate: RunStateStore) -> None:
+    """What a scrape reads of ``rem_runs`` (worker/metrics.py ``_run_families``)."""
+    runstate.runs_by_outcome()
+    runstate.last_finished_by_outcome()
+    runstate.running_runs()
+
+
+def measure(root: Path, *, dead_letters: int, sessions: int, runs: int) -> dict[str, float]:
     root.mkdir(parents=True)
     queue = LazyEdgeQueue(root / "lazy-edges.jsonl")
     dead_letter_file(queue, dead_letters)
@@ -59,9 +102,15 @@ def measure(root: Path, *, dead_letters: int, sessions: int) -> dict[str, float]
     db = Database(root / "graph.sqlite3")
     try:
         session_tables(db, sessions)
+        run_history(db, runs)
         runstate = RunStateStore(db)
         assert runstate.sessions_without_turns() == sessions // 100
+        assert sum(runstate.runs_by_outcome().values()) == runs and len(runstate.running_runs()) == RUNS_RUNNING
+        assert runstate.runs_by_outcome() == {r[0]: r[1] for r in db.query(SCANS_BEFORE_13[0])}
+        assert runstate.last_finished_by_outcome() == {r[0]: r[1] for r in db.query(SCANS_BEFORE_13[1])}
         return {
+            "run_reads": best_of(lambda: run_reads(runstate), repeat=21),
+            "run_scans": best_of(lambda: [db.query(sql) for sql in SCANS_BEFORE_13], repeat=21),
             "recount": best_of(queue.dead_letter_count),
             "cached_count": best_of(counter.count),
             "no_turn_query": best_of(runstate.sessions_without_turns),
@@ -74,17 +123,24 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dead-letters", type=int, default=20_000)
     parser.add_argument("--sessions", type=int, default=5_000)
+    parser.add_argument("--runs", type=int, default=1_000)
     args = parser.parse_args(argv)
     workdir = Path(tempfile.mkdtemp(prefix="rem-bench-scrape-"))
     try:
+        measured = {}
         for scale in (1, 8):
-            m = measure(workdir / f"x{scale}", dead_letters=scale * args.dead_letters, sessions=scale * args.sessions)
+            m = measured[scale] = measure(workdir / f"x{scale}", dead_letters=scale * args.dead_letters,
+                                          sessions=scale * args.sessions, runs=scale * args.runs)
             print(
                 f"{scale}x ({scale * args.dead_letters} dead letters, {scale * args.sessions} sessions): "
                 f"dead-letter recount {m['recount'] * 1000:.1f} ms vs cached scrape {m['cached_count'] * 1e6:.0f} µs "
                 f"(ratio {m['recount'] / m['cached_count']:.0f}x); sessions-without-turns query "
-                f"{m['no_turn_query'] * 1000:.1f} ms (run once per finished run, cached between)"
+                f"{m['no_turn_query'] * 1000:.1f} ms (run once per finished run, cached between); "
+                f"{scale * args.runs} runs: a scrape's run reads {m['run_reads'] * 1e6:.0f} µs vs the scans before "
+                f"migration 13 {m['run_scans'] * 1e6:.0f} µs"
             )
+        for name, label in (("run_reads", "run reads (migration 13)"), ("run_scans", "scans before migration 13")):
+            print(f"{label}: 8x / 1x = {measured[8][name] / measured[1][name]:.2f}")
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 

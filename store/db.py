@@ -132,6 +132,26 @@ CREATE TRIGGER identity_aliases_au AFTER UPDATE ON node_aliases BEGIN
 END
 """
 
+RUN_COUNTS_MIGRATION = """
+CREATE INDEX rem_runs_outcome_finished ON rem_runs(outcome, finished_at);
+CREATE INDEX rem_runs_running ON rem_runs(started_at) WHERE outcome = 'running';
+CREATE TABLE rem_run_counts (
+    outcome  TEXT PRIMARY KEY,
+    total    BIGINT NOT NULL
+);
+INSERT INTO rem_run_counts(outcome, total) SELECT outcome, COUNT(*) FROM rem_runs GROUP BY outcome;
+CREATE TRIGGER rem_run_counts_ai AFTER INSERT ON rem_runs BEGIN
+    INSERT INTO rem_run_counts(outcome, total) VALUES (new.outcome, 1) ON CONFLICT(outcome) DO UPDATE SET total = total + 1;
+END;
+CREATE TRIGGER rem_run_counts_ad AFTER DELETE ON rem_runs BEGIN
+    UPDATE rem_run_counts SET total = total - 1 WHERE outcome = old.outcome;
+END;
+CREATE TRIGGER rem_run_counts_au AFTER UPDATE OF outcome ON rem_runs WHEN old.outcome != new.outcome BEGIN
+    UPDATE rem_run_counts SET total = total - 1 WHERE outcome = old.outcome;
+    INSERT INTO rem_run_counts(outcome, total) VALUES (new.outcome, 1) ON CONFLICT(outcome) DO UPDATE SET total = total + 1;
+END
+"""
+
 # Each entry upgrades the schema by one version; never edit a released entry, append a new one.
 # The unordered identity candidate pair (migration 12): its lesser id, then its greater (both engines
 # compare ids bytewise), as an index key and as the conflict target that must match it.
@@ -611,6 +631,14 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE UNIQUE INDEX identity_candidates_pair ON identity_candidates{CANDIDATE_PAIR_KEY}
     """,
+    # 13: what the metrics scrape reads of ``rem_runs`` at a cost that does not grow with the runs
+    # recorded (it scanned the table three times: 27 ms at 8,000 runs). ``rem_run_counts``: runs by
+    # outcome, kept by triggers (runs start and finish a few times an hour, so one row per outcome
+    # is never a point of contention); ``rem_runs_outcome_finished`` finds each outcome's latest
+    # finish, ``rem_runs_running`` (partial: only running rows) the running runs in start order
+    # (RunStateStore.last_finished_by_outcome, running_runs, silent_runs) without reading the rest.
+    # PostgreSQL runs its own form of the triggers (store/postgres_schema.py OVERRIDES).
+    RUN_COUNTS_MIGRATION,
 )
 
 # The queue table's schema version, wherever the entry sits (the PostgreSQL port keys its own form by it).

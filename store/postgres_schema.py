@@ -395,6 +395,30 @@ CREATE TRIGGER identity_nodes_au AFTER UPDATE OF name, label ON nodes FOR EACH R
     EXECUTE FUNCTION rem_count_identity();
 CREATE TRIGGER identity_aliases AFTER INSERT OR UPDATE OR DELETE ON node_aliases FOR EACH ROW EXECUTE FUNCTION rem_count_identity();
 """,
+    # 13 (store.db.RUN_COUNTS_MIGRATION): the run-count triggers as a PL/pgSQL function.
+    13: r"""
+CREATE INDEX rem_runs_outcome_finished ON rem_runs(outcome, finished_at);
+CREATE INDEX rem_runs_running ON rem_runs(started_at) WHERE outcome = 'running';
+CREATE TABLE rem_run_counts (
+    outcome  TEXT COLLATE "C" PRIMARY KEY,
+    total    BIGINT NOT NULL
+);
+INSERT INTO rem_run_counts(outcome, total) SELECT outcome, COUNT(*) FROM rem_runs GROUP BY outcome;
+CREATE FUNCTION rem_count_runs() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP IN ('DELETE', 'UPDATE') THEN
+        UPDATE rem_run_counts SET total = total - 1 WHERE outcome = OLD.outcome;
+    END IF;
+    IF TG_OP IN ('INSERT', 'UPDATE') THEN
+        INSERT INTO rem_run_counts(outcome, total) VALUES (NEW.outcome, 1)
+            ON CONFLICT (outcome) DO UPDATE SET total = rem_run_counts.total + 1;
+    END IF;
+    RETURN NULL;
+END $$;
+CREATE TRIGGER rem_run_counts_aid AFTER INSERT OR DELETE ON rem_runs FOR EACH ROW EXECUTE FUNCTION rem_count_runs();
+CREATE TRIGGER rem_run_counts_au AFTER UPDATE OF outcome ON rem_runs FOR EACH ROW
+    WHEN (OLD.outcome IS DISTINCT FROM NEW.outcome) EXECUTE FUNCTION rem_count_runs();
+""",
 }
 
 # The two spellings a later migration may use that PostgreSQL reads otherwise.

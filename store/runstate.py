@@ -120,7 +120,8 @@ class RunStateStore:
         return [_run(r) for r in rows]
 
     def runs_by_outcome(self) -> dict[str, int]:
-        return {r[0]: r[1] for r in self.db.query("SELECT outcome, COUNT(*) FROM rem_runs GROUP BY outcome")}
+        """Runs of each outcome, from the counts the triggers keep (migration 13): one row an outcome."""
+        return {r[0]: r[1] for r in self.db.query("SELECT outcome, total FROM rem_run_counts WHERE total > 0")}
 
     def run_durations(self) -> list[float]:
         """Wall-clock seconds of every finished run."""
@@ -182,11 +183,13 @@ class RunStateStore:
         return int(rows[0][0])
 
     def last_finished_by_outcome(self) -> dict[str, str]:
-        """Finish time of the latest run of each outcome."""
+        """Finish time of the latest run of each outcome: one look-up of ``rem_runs_outcome_finished``
+        an outcome (a scrape reads it; grouping every run would grow with the history)."""
         rows = self.db.query(
-            "SELECT outcome, MAX(finished_at) FROM rem_runs WHERE finished_at IS NOT NULL GROUP BY outcome"
+            "SELECT outcome, (SELECT r.finished_at FROM rem_runs r WHERE r.outcome = c.outcome AND r.finished_at IS NOT NULL "
+            "ORDER BY r.finished_at DESC LIMIT 1) FROM rem_run_counts c"
         )
-        return {r[0]: r[1] for r in rows}
+        return {r[0]: r[1] for r in rows if r[1] is not None}
 
     def chunk_totals(self) -> dict[str, dict[str, int]]:
         """Per ``chunk_results`` status: ``{count, tokens_in, tokens_out}``."""
