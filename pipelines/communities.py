@@ -21,6 +21,8 @@ Pure core, in three steps:
 3. :func:`name_communities` — optionally asks a namer (the model, ``REM_LLM_JUDGE``) for a label,
    only for communities whose membership is new or changed and that have no model label yet, so an
    unchanged community is never renamed (and never re-billed, even when naming failed before).
+   Each label is kept as it is given, by member set (:class:`GivenLabels`): a finalize cut short
+   (a kill) never asks again for a member set already named.
 
 Detection reads the whole semantic graph, so a cycle runs it only when enough has changed since
 the last one (:func:`detection_due`): when the sessions digested since then reach a fraction of
@@ -34,6 +36,7 @@ import hashlib
 import math
 from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, replace
+from typing import Protocol
 
 import networkx as nx
 
@@ -53,6 +56,18 @@ REFRESH_FRACTION = 0.1
 
 # Given the member names of one community (highest degree first), return a short label or None.
 Namer = Callable[[Sequence[str]], Awaitable[str | None]]
+
+
+class GivenLabels(Protocol):
+    """The labels the model gave, by member hash, kept as each is given (store.communities)."""
+
+    async def given(self, hashes: Collection[str]) -> dict[str, str]:
+        """The labels already given for these member hashes."""
+        ...
+
+    async def keep(self, member_hash: str, label: str) -> None:
+        """Keep a label just given, durably, before the next is asked for."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,16 +240,25 @@ async def name_communities(
     namer: Namer,
     only: Collection[str],
     graph: nx.Graph | None = None,
-) -> tuple[list[CommunityRecord], int]:
+    labels: GivenLabels | None = None,
+) -> tuple[list[CommunityRecord], int, int]:
     """Ask ``namer`` for a label for each community in ``only`` (new or changed membership) that
-    has no model label yet; returns the communities (named ones with ``label_source="model"``) and
-    how many were named. A namer that returns nothing (it logs and swallows its own provider
-    errors) leaves the default label, and an unchanged community is not asked again."""
-    named = 0
+    has no model label yet; returns the communities (named ones with ``label_source="model"``), how
+    many the namer named and how many took a label ``labels`` already held for the same member set
+    (given before a finalize that did not end). Each label given is kept in ``labels`` before the
+    next is asked for. A namer that returns nothing (it logs and swallows its own provider errors)
+    leaves the default label, and an unchanged community is not asked again."""
+    named = reused = 0
     out = []
+    wanted = [c for c in communities if c.label_source != "model" and c.id in only]
+    given = await labels.given({c.member_hash for c in wanted}) if labels is not None and wanted else {}
     for community in communities:
         if community.label_source == "model" or community.id not in only:
             out.append(community)
+            continue
+        if community.member_hash in given:
+            out.append(replace(community, label=given[community.member_hash], label_source="model"))
+            reused += 1
             continue
         ranked = (
             sorted(community.members, key=lambda m: (-graph.degree(m, weight="weight"), m))
@@ -245,8 +269,10 @@ async def name_communities(
         # (which no database stores), white space collapsed, clipped.
         label = clean_text(await namer([names.get(m, m) for m in ranked]), limit=80)
         if label:
+            if labels is not None:
+                await labels.keep(community.member_hash, label)
             out.append(replace(community, label=label, label_source="model"))
             named += 1
         else:
             out.append(community)
-    return out, named
+    return out, named, reused

@@ -3,6 +3,8 @@
 One row per community of the latest detection. ``members`` is the JSON list of member node ids
 (sorted); ``member_hash`` the sha256 of that list, so an unchanged community is recognised without
 comparing lists; ``label_source`` says whether the label came from the model or is the default.
+``community_names`` keeps each label the model gave, by member hash, as it is given (a worker
+killed while naming does not pay for those again).
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from store.db import Database
+from store.db import Database, in_batches
 from store.graph import dumps, utc_now
 
 
@@ -66,6 +68,11 @@ class CommunityStore:
             keep = {c.id for c in records}
             stale = [r[0] for r in conn.execute("SELECT id FROM communities").fetchall() if r[0] not in keep]
             conn.executemany("DELETE FROM communities WHERE id = ?", [(i,) for i in stale])
+            # The labels given for member sets no longer stored (bounded: the communities, plus
+            # those named by a finalize that did not end).
+            hashes = {c.member_hash for c in records}
+            gone = [r[0] for r in conn.execute("SELECT member_hash FROM community_names").fetchall() if r[0] not in hashes]
+            conn.executemany("DELETE FROM community_names WHERE member_hash = ?", [(h,) for h in gone])
             written = conn.executemany(
                 "INSERT INTO communities(id, label, label_source, members, member_hash, size, created_at, updated_at) "
                 "VALUES (?,?,?,?,?,?,?,?) ON CONFLICT(id) DO UPDATE SET label = excluded.label, "
@@ -77,3 +84,20 @@ class CommunityStore:
                 rows,
             ).rowcount
         return {"written": written, "unchanged": len(rows) - written, "removed": len(stale)}
+
+    def given_labels(self, hashes: Iterable[str]) -> dict[str, str]:
+        """The labels the model gave for these member sets (by ``member_hash``), where it gave one."""
+        found: dict[str, str] = {}
+        for batch, marks in in_batches(hashes):
+            rows = self.db.query(f"SELECT member_hash, label FROM community_names WHERE member_hash IN ({marks})", batch)
+            found.update({r[0]: r[1] for r in rows})
+        return found
+
+    def keep_label(self, member_hash: str, label: str) -> None:
+        """Keep the label the model just gave for a member set, in its own transaction."""
+        with self.db.transaction() as conn:
+            conn.execute(
+                "INSERT INTO community_names(member_hash, label, named_at) VALUES (?,?,?) "
+                "ON CONFLICT(member_hash) DO UPDATE SET label = excluded.label, named_at = excluded.named_at",
+                (member_hash, label, self.clock()),
+            )

@@ -639,6 +639,17 @@ MIGRATIONS: tuple[str, ...] = (
     # (RunStateStore.last_finished_by_outcome, running_runs, silent_runs) without reading the rest.
     # PostgreSQL runs its own form of the triggers (store/postgres_schema.py OVERRIDES).
     RUN_COUNTS_MIGRATION,
+    # 14: each community label the model gives, kept as it is given, by the member set it was
+    # asked about (``member_hash``): finalize asks for one label at a time and stored them all
+    # only at its end, so a worker killed while naming paid again for every label already given.
+    # ``CommunityStore.replace_all`` drops the labels of member sets no longer stored.
+    """
+    CREATE TABLE community_names (
+        member_hash  TEXT PRIMARY KEY,
+        label        TEXT NOT NULL,
+        named_at     TEXT NOT NULL
+    )
+    """,
 )
 
 # The queue table's schema version, wherever the entry sits (the PostgreSQL port keys its own form by it).

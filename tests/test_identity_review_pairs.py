@@ -18,7 +18,7 @@ from store.db import MIGRATIONS, Database
 from store.merges import CandidatePair, MergeStore
 from tests.conftest import run_cli
 from tests.test_identity_context import commit
-from tests.test_migrations_run_counts import undo_run_counts
+from tests.migrations_support import roll_back
 from worker.knowledge import identity_candidates, merge_node, unmerge_node
 
 SHORT, LONG = "CONCEPT:joseph francis", "CONCEPT:joseph francis tribbiani"
@@ -89,7 +89,7 @@ def test_the_migration_folds_pairs_kept_twice(settings: Settings, backend: str) 
         commit(db, "a", [("CONCEPT", "joseph francis"), ("CONCEPT", "joseph francis tribbiani"), ("CONCEPT", "retry backoff"),
                          ("CONCEPT", "backoff retry policy"), ("PERSON", "Paris"), ("PLACE", "Paris")])
         with db.transaction() as conn:
-            undo_run_counts(conn, backend)  # the later migration, then this one
+            roll_back(conn, backend, to=PAIRS_VERSION)  # the later migrations, then this one
             conn.execute("DROP INDEX identity_candidates_pair")
             conn.execute("DELETE FROM schema_version WHERE version = ?", (PAIRS_VERSION,))
             conn.execute("DELETE FROM identity_candidates")

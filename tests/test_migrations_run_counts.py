@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import pytest
 
@@ -18,24 +17,9 @@ from config import Settings
 from store.backend import open_database
 from store.db import MIGRATIONS, Database
 from store.runstate import RunStateStore
+from tests.migrations_support import RUN_COUNTS_VERSION, roll_back
 
-VERSION = MIGRATIONS.index(next(m for m in MIGRATIONS if "rem_run_counts" in m)) + 1
-
-# What the migration adds, as each engine drops it (a database written before it had none of them).
-UNDO = {
-    "sqlite": ("DROP TRIGGER rem_run_counts_ai", "DROP TRIGGER rem_run_counts_ad", "DROP TRIGGER rem_run_counts_au",
-               "DROP TABLE rem_run_counts", "DROP INDEX rem_runs_outcome_finished", "DROP INDEX rem_runs_running"),
-    "postgresql": ("DROP TRIGGER rem_run_counts_aid ON rem_runs", "DROP TRIGGER rem_run_counts_au ON rem_runs",
-                   "DROP FUNCTION rem_count_runs()", "DROP TABLE rem_run_counts", "DROP INDEX rem_runs_outcome_finished", "DROP INDEX rem_runs_running"),
-}
-
-
-def undo_run_counts(conn: Any, backend: str) -> None:
-    """Take migration 13 out of a database (inside ``conn``'s transaction): the schema a release
-    before it wrote, for tests of this migration and of earlier ones."""
-    for statement in UNDO[backend]:
-        conn.execute(statement)
-    conn.execute("DELETE FROM schema_version WHERE version >= ?", (VERSION,))
+VERSION = RUN_COUNTS_VERSION
 
 
 def full_counts(db: Database) -> tuple[dict[str, int], dict[str, str]]:
@@ -66,8 +50,8 @@ def test_a_database_of_the_previous_schema_is_migrated_with_its_runs_counted(set
             if n < 6:
                 runs.finish_run(f"old-{n}", outcome=("completed", "failed", "skipped")[n % 3], phases={})
         with db.transaction() as conn:
-            undo_run_counts(conn, backend)
-        assert db.schema_version == VERSION - 1 == len(MIGRATIONS) - 1
+            roll_back(conn, backend, to=VERSION - 1)
+        assert db.schema_version == VERSION - 1
         before = full_counts(db)
         assert before[0] == {"completed": 2, "failed": 2, "skipped": 2, "running": 1}
     finally:

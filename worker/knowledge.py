@@ -4,7 +4,7 @@ communities, the query surface (show/search) and unmerge."""
 from __future__ import annotations
 
 import copy
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Collection, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from typing import Any, TextIO
@@ -187,6 +187,19 @@ def _as_of_subgraph(db: Database, nodes: list[Node], edges: list[Edge], as_of: s
     return view.nodes, view.edges, view.points
 
 
+@dataclass(frozen=True, slots=True)
+class StoredLabels:
+    """:class:`pipelines.communities.GivenLabels` over ``community_names``, off the event loop."""
+
+    store: CommunityStore
+
+    async def given(self, hashes: Collection[str]) -> dict[str, str]:
+        return await anyio.to_thread.run_sync(self.store.given_labels, hashes)
+
+    async def keep(self, member_hash: str, label: str) -> None:
+        await anyio.to_thread.run_sync(self.store.keep_label, member_hash, label)
+
+
 async def refresh_communities(db: Database, *, namer: Namer | None = None) -> dict[str, Any]:
     """Detect the graph's communities, keep ids/labels stable, optionally name new ones with the
     model, and store them. Returns counts for the run record."""
@@ -200,11 +213,12 @@ async def refresh_communities(db: Database, *, namer: Namer | None = None) -> di
 
     nodes, edges, previous = await anyio.to_thread.run_sync(load)
     plan = plan_communities(nodes, edges, previous)
-    records, named = plan.communities, 0
+    records, named, reused = plan.communities, 0, 0
     if namer is not None and records:
         names = {n.id: n.name for n in nodes}
-        records, named = await name_communities(
-            records, names, namer=namer, only=plan.fresh, graph=semantic_graph(nodes, edges)
+        records, named, reused = await name_communities(
+            records, names, namer=namer, only=plan.fresh, graph=semantic_graph(nodes, edges),
+            labels=StoredLabels(communities),
         )
     written = await anyio.to_thread.run_sync(communities.replace_all, records)
     return {
@@ -214,6 +228,7 @@ async def refresh_communities(db: Database, *, namer: Namer | None = None) -> di
         "new": plan.new,
         "dropped": plan.dropped,
         "named": named,
+        "labels_reused": reused,
         "written": written["written"],
     }
 

@@ -1,0 +1,36 @@
+"""Taking the newest migrations out of a test database, so that a test can reopen it as a release
+before them wrote it and see those migrations applied (tests/test_migrations_*.py and the tests of
+earlier migrations, which must take the later ones out first)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from store.db import MIGRATIONS
+
+RUN_COUNTS_VERSION = 13
+COMMUNITY_NAMES_VERSION = 14
+
+# What each migration adds, as each engine drops it.
+UNDO: dict[int, dict[str, tuple[str, ...]]] = {
+    RUN_COUNTS_VERSION: {
+        "sqlite": ("DROP TRIGGER rem_run_counts_ai", "DROP TRIGGER rem_run_counts_ad", "DROP TRIGGER rem_run_counts_au",
+                   "DROP TABLE rem_run_counts", "DROP INDEX rem_runs_outcome_finished", "DROP INDEX rem_runs_running"),
+        "postgresql": ("DROP TRIGGER rem_run_counts_aid ON rem_runs", "DROP TRIGGER rem_run_counts_au ON rem_runs",
+                       "DROP FUNCTION rem_count_runs()", "DROP TABLE rem_run_counts", "DROP INDEX rem_runs_outcome_finished",
+                       "DROP INDEX rem_runs_running"),
+    },
+    COMMUNITY_NAMES_VERSION: {"sqlite": ("DROP TABLE community_names",), "postgresql": ("DROP TABLE community_names",)},
+}
+assert "rem_run_counts" in MIGRATIONS[RUN_COUNTS_VERSION - 1] and "community_names" in MIGRATIONS[COMMUNITY_NAMES_VERSION - 1]
+
+
+def roll_back(conn: Any, backend: str, *, to: int) -> None:
+    """Take every migration after version ``to`` out of the database (inside ``conn``'s
+    transaction), newest first; a migration before :data:`RUN_COUNTS_VERSION` cannot be undone here."""
+    for version in range(len(MIGRATIONS), to, -1):
+        if version not in UNDO:
+            raise ValueError(f"no undo for migration {version}: the test undoes it itself")
+        for statement in UNDO[version][backend]:
+            conn.execute(statement)
+        conn.execute("DELETE FROM schema_version WHERE version = ?", (version,))
