@@ -72,3 +72,30 @@ async def test_forgetting_a_turn_takes_what_it_said_out_at_once(settings: Settin
     assert (await run_cycle(settings)).outcome == "completed"
     assert _facts(settings, "CLASS:GraphStore") == forgotten
     assert SECRET not in _served(env)
+
+
+@pytest.mark.both_backends
+async def test_a_claim_the_turn_shared_is_rewritten_to_what_the_other_turns_said(settings: Settings, tmp_path: Path, clean_env) -> None:
+    """One turn per chunk: DrainWorker's claim from "split" is rewritten at once to what its other
+    turn said (from the stored chunk extraction, no model call), and the next cycle's re-extraction
+    of the session without the turn leaves the same facts."""
+    settings = settings.model_copy(update={"chunk_limit_tokens": settings.prompt_envelope_tokens + 24})
+    session = _session("split", "2026-11-03T10:00:00Z", [
+        f"DrainWorker keeps the {SECRET} password in its configuration file for every deployment.",
+        "DrainWorker retries the webhook delivery three times.",
+    ])
+    await import_sessions(
+        write_sessions(tmp_path / "in.jsonl", [session]), chroma=ChromaStore(settings),
+        memory_collection=settings.memory_collection, summary_collection=settings.session_collection,
+    )
+    assert (await run_cycle(settings)).outcome == "completed"
+    env = _env(settings)
+    assert SECRET in _cli_json(env, "show", "CLASS:DrainWorker")["description"]
+    done = _cli_json(env, "forget", "--memory", "memory:split-t0")
+    shown = _cli_json(env, "show", "CLASS:DrainWorker")
+    assert SECRET not in json.dumps(shown)
+    assert shown["description"] == "DrainWorker retries the webhook delivery three times."
+    assert done["claims"] == 1 and done["chunk_results"] == 1
+    forgotten = _facts(settings, "CLASS:DrainWorker")
+    assert (await run_cycle(settings)).outcome == "completed"
+    assert _facts(settings, "CLASS:DrainWorker") == forgotten
