@@ -8,10 +8,16 @@ extracted (``rem-cycle forget``), and the retraction of sessions whose rows left
   every edge touching them), its digest, memory index, chunk results and the identity candidates
   it reported go too, and a tombstone keeps a later cycle from bringing it back while its rows are
   still in Chroma.
-- **A turn** (``--memory``): its points go now (weights and provenance edges recomputed, nodes and
-  edges left without points removed), its MEMORY node goes, a tombstone keeps extraction from ever
-  reading it again, and its session is marked for re-extraction so that what the session *said*
-  (descriptions, aliases) is recombined without the turn at the next cycle.
+- **A turn** (``--memory``): its points and their quotes go now (weights and provenance edges
+  recomputed, nodes and edges left without points removed), its MEMORY node goes, and so does what
+  the session *said* from it, in the same transaction and without a model call: the session's
+  claim on a node is rewritten to what its stored chunk extractions say without every chunk node
+  that may come from the turn (quoting it, or unquoted in a chunk that quotes it), or withdrawn
+  whole when the node has no point left from the session or those extractions are not the ones
+  the claim was made of; the node's facts and name are recombined from its claims by the commit's
+  rule (:func:`pipelines.extract.commit.recombine_node`), and the chunk results quoting the turn
+  are deleted. A tombstone keeps extraction from ever reading the turn again, and the session is
+  marked for re-extraction, which brings back what its other turns said of a withdrawn claim.
 - ``dry_run``: everything is done in one transaction that is rolled back, so the report says
   exactly what a real run removes.
 """
