@@ -198,7 +198,7 @@ def _take_back_turn_claims(
             if node_id not in sourced_by_turn and before.get(row.extracted_for) == row.facts and row.extracted_for in after
         ]
         provenance.add_claims(kept)
-        rewritten += len(rows) - sum(1 for row in kept if row in rows)
+        rewritten += len(set(rows) - set(kept))
         take_back = TakeBack(
             combine_all(r.facts for r in rows), combine_all(r.facts for r in kept),
             frozenset(r.name for r in rows if r.name), tuple(r.name for r in kept if r.name),

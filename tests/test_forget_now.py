@@ -10,7 +10,10 @@ from typing import Any
 import pytest
 
 from config import Settings
+from pipelines.extract.model import ChunkExtraction, Evidence, ExtractedNode
+from pipelines.forget import facts_without_turn
 from pipelines.importer import import_sessions
+from store.facts import NodeFacts
 from store.backend import open_database
 from store.chroma import ChromaStore
 from tests.conftest import run_cli, write_sessions
@@ -99,3 +102,22 @@ async def test_a_claim_the_turn_shared_is_rewritten_to_what_the_other_turns_said
     forgotten = _facts(settings, "CLASS:DrainWorker")
     assert (await run_cycle(settings)).outcome == "completed"
     assert _facts(settings, "CLASS:DrainWorker") == forgotten
+
+
+def test_facts_without_a_turn_leave_out_every_chunk_node_that_may_come_from_it() -> None:
+    """Pure: a chunk node quoting the turn, or unquoted in a chunk that quotes it, says nothing any
+    more; what other chunks said of the same node stays, under the id the claims were written for."""
+    def node(name: str, description: str, *turns: str) -> ExtractedNode:
+        return ExtractedNode(f"CLASS:{name}", "CLASS", name, description, (name,), 0.5, (), tuple(Evidence(t, name) for t in turns))
+
+    extractions = [
+        ChunkExtraction("s:chunk:0", nodes=(node("Vault", "Vault holds hunter2.", "s-t0"), node("Drain", "Drain said in passing."))),
+        ChunkExtraction("s:chunk:1", nodes=(node("Vault", "Vault rotates keys.", "s-t1"), node("Other", "Other, quoted elsewhere.", "s-t1"))),
+    ]
+    before, after = facts_without_turn("s", extractions, "s-t0")
+    assert before["CLASS:Vault"].description == "Vault holds hunter2."
+    assert after == {
+        "CLASS:Vault": NodeFacts.of(description="Vault rotates keys.", aliases=["Vault"], confidence=0.5),
+        "CLASS:Other": before["CLASS:Other"],
+    }
+    assert facts_without_turn("s", extractions, "s-t9")[1] == before  # a turn no chunk quotes takes nothing
