@@ -8,23 +8,31 @@ extracted (``rem-cycle forget``), and the retraction of sessions whose rows left
   every edge touching them), its digest, memory index, chunk results and the identity candidates
   it reported go too, and a tombstone keeps a later cycle from bringing it back while its rows are
   still in Chroma.
-- **A turn** (``--memory``): its points go now (weights and provenance edges recomputed, nodes and
-  edges left without points removed), its MEMORY node goes, a tombstone keeps extraction from ever
-  reading it again, and its session is marked for re-extraction so that what the session *said*
-  (descriptions, aliases) is recombined without the turn at the next cycle.
+- **A turn** (``--memory``): its points and their quotes go now (weights and provenance edges
+  recomputed, nodes and edges left without points removed), its MEMORY node goes, and so does what
+  the session *said* from it, in the same transaction and without a model call: the session's
+  claim on a node is rewritten to what its stored chunk extractions say without every chunk node
+  that may come from the turn (quoting it, or unquoted in a chunk that quotes it), or withdrawn
+  whole when the node has no point left from the session or those extractions are not the ones
+  the claim was made of; the node's facts and name are recombined from its claims by the commit's
+  rule (:func:`pipelines.extract.commit.recombine_node`), and the chunk results quoting the turn
+  are deleted. A tombstone keeps extraction from ever reading the turn again, and the session is
+  marked for re-extraction, which brings back what its other turns said of a withdrawn claim.
 - ``dry_run``: everything is done in one transaction that is rolled back, so the report says
   exactly what a real run removes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
-from pipelines.extract.commit import commit_session
-from pipelines.extract.reduce import reduce_session
+from pipelines.extract.commit import TakeBack, commit_session, recombine_node
+from pipelines.extract.model import ChunkExtraction, ExtractedNode, identity_key
+from pipelines.extract.reduce import ReducedNode, reduce_session
 from pipelines.ports import Graph, UnitOfWork
+from store.facts import NodeFacts, combine_all
 from store.graph import Edge
 from store.ids import memory_node_id, session_node_id
 from store.provenance import DISCUSSED_IN, EdgeKey, anchor_edges
@@ -129,11 +137,16 @@ def forget_memory(unit: UnitOfWork, memory_id: str, *, dry_run: bool = False) ->
             counter = _RemovalCount.of(graph, small=small, keys=keys)
             nodes_before, edges_before = counter.now()
             nodes, edges = provenance.delete_turn_points(anchor, node_id) if anchor else (set(), set())
+            sourced_by_turn: set[str] = set()
             for owner in sorted(nodes):
                 points = provenance.node_anchor_points(owner, anchor)
                 graph.link_nodes(anchor_edges(owner, anchor, points))
                 if not points:
                     graph.delete_edge(owner, anchor, DISCUSSED_IN)
+                    sourced_by_turn.add(owner)
+            claims, chunk_keys = _take_back_turn_claims(
+                unit, session=session, anchor=anchor, memory_id=memory_id, owners=nodes, sourced_by_turn=sourced_by_turn,
+            ) if session else (0, [])
             for key in sorted(edges):
                 places = provenance.edge_places(key)
                 edge = graph.get_edge(*key)
@@ -149,7 +162,7 @@ def forget_memory(unit: UnitOfWork, memory_id: str, *, dry_run: bool = False) ->
             tombstones.bury(MEMORY, memory_id)
             nodes_after, edges_after = counter.now()
             report.update(
-                session=session, points=len(nodes) + len(edges), nodes_removed=nodes_before - nodes_after,
+                session=session, points=len(nodes) + len(edges), claims=claims, chunk_results=len(chunk_keys), nodes_removed=nodes_before - nodes_after,
                 edges_removed=edges_before - edges_after, knowledge_nodes_removed=orphans, tombstone=True,
             )
             if dry_run:
@@ -157,6 +170,89 @@ def forget_memory(unit: UnitOfWork, memory_id: str, *, dry_run: bool = False) ->
     except _Rollback:
         pass
     return report
+
+
+def _take_back_turn_claims(
+    unit: UnitOfWork, *, session: str, anchor: str, memory_id: str, owners: set[str], sourced_by_turn: set[str],
+) -> tuple[int, list[tuple[str, str]]]:
+    """Take what the session said from the turn ``memory_id`` out of its claims, and the turn's
+    quotes out of its stored chunk results; returns (claims rewritten or withdrawn, the chunk
+    results deleted).
+
+    A claim is rewritten to what the session's stored chunk extractions say without the chunk
+    entities that may come from the turn (:func:`facts_without_turn`) when those extractions are
+    the ones it was made of (they recombine to it exactly); otherwise, or when the node has no
+    point left from the session, it is withdrawn whole (the re-extraction the session stays marked
+    for brings back what its other turns say). Nodes' facts and names are then recombined with the
+    commit's rule (:func:`pipelines.extract.commit.recombine_node`). No model call."""
+    provenance = unit.provenance
+    results = sorted(unit.chunks.session_results(session), key=lambda r: _chunk_order(r.chunk_id))
+    extractions = [ChunkExtraction.from_payload(r.payload) for r in results if r.payload is not None]
+    before, after = facts_without_turn(session, extractions, memory_id)
+    changed = {node_id for node_id, facts in before.items() if after.get(node_id) != facts}
+    revisit = set(owners) | {c.node_id for c in provenance.anchor_rows(anchor).claims if c.extracted_for in changed}
+    rewritten = 0
+    for node_id, rows in sorted(provenance.take_claims(anchor, revisit).items()):
+        kept = [
+            replace(row, facts=after[row.extracted_for]) for row in rows
+            if node_id not in sourced_by_turn and before.get(row.extracted_for) == row.facts and row.extracted_for in after
+        ]
+        provenance.add_claims(kept)
+        rewritten += len(set(rows) - set(kept))
+        take_back = TakeBack(
+            combine_all(r.facts for r in rows), combine_all(r.facts for r in kept),
+            frozenset(r.name for r in rows if r.name), tuple(r.name for r in kept if r.name),
+        )
+        recombine_node(node_id, take_back, graph=unit.graph, provenance=provenance)
+    tainted = [
+        (r.content_hash, r.fingerprint) for r, e in zip((r for r in results if r.payload is not None), extractions)
+        if _mentions_turn(e, memory_id)
+    ]
+    unit.chunks.delete_results(tainted)
+    return rewritten, tainted
+
+
+def facts_without_turn(
+    session_id: str, extractions: Sequence[ChunkExtraction], memory_id: str,
+) -> tuple[dict[str, NodeFacts], dict[str, NodeFacts]]:
+    """What a session's chunk ``extractions`` (in chunk order) say of each node they reduce to (by
+    reduced id, the claims' ``extracted_for``), and what they say once every chunk node that may
+    come from the turn ``memory_id`` (raw id) is left out: one with evidence in the turn, or with no
+    grounded evidence in a chunk that quotes the turn. Both reduced with
+    :func:`pipelines.extract.reduce.reduce_session` (facts combined by the one rule,
+    :func:`store.facts.combine_facts`); a node only such chunk nodes gave is absent from the
+    second. Pure."""
+    original = reduce_session(session_id, extractions)
+    reduced_id = {identity_key(n.type, n.name): n.id for n in original.nodes}
+    clean = [
+        replace(e, nodes=tuple(n for n in e.nodes if not _from_turn(n, memory_id, chunk_quotes_turn=_mentions_turn(e, memory_id))))
+        for e in extractions
+    ]
+    after: dict[str, NodeFacts] = {}
+    for node in reduce_session(session_id, clean).nodes:
+        node_id = reduced_id.get(identity_key(node.type, node.name))
+        if node_id is not None:
+            after[node_id] = _facts(node)
+    return {n.id: _facts(n) for n in original.nodes}, after
+
+
+def _facts(node: ReducedNode) -> NodeFacts:
+    return NodeFacts.of(description=node.description, aliases=node.aliases, tags=node.tags, confidence=node.confidence)
+
+
+def _from_turn(node: ExtractedNode, memory_id: str, *, chunk_quotes_turn: bool) -> bool:
+    return any(e.memory_id == memory_id for e in node.evidence) or (chunk_quotes_turn and not node.evidence)
+
+
+def _mentions_turn(extraction: ChunkExtraction, memory_id: str) -> bool:
+    """Whether a chunk's extraction quotes the turn ``memory_id`` anywhere."""
+    evidence = [e for item in (*extraction.nodes, *extraction.edges) for e in item.evidence]
+    return any(e.memory_id == memory_id for e in evidence) or any(r.memory_id == memory_id for r in extraction.references)
+
+
+def _chunk_order(chunk_id: str) -> list[tuple[int, str]]:
+    """A chunk id's place in its session (``…:chunk:2`` before ``…:chunk:10``)."""
+    return [(int(part), "") if part.isdigit() else (-1, part) for part in chunk_id.split(":")]
 
 
 # A full scan that finds most of the graph's sessions gone from Chroma at once says far more likely

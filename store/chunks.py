@@ -118,6 +118,18 @@ class ChunkResultStore:
                 row,
             )
 
+    def session_results(self, session_id: str) -> list[ChunkResult]:
+        """The session's ``ok`` rows (every fingerprint), in no particular order."""
+        rows = self.db.query("SELECT * FROM chunk_results WHERE session_id = ? AND status = 'ok'", (session_id,))
+        return [_result(r) for r in rows]
+
+    def delete_results(self, keys: Iterable[tuple[str, str]]) -> int:
+        """Delete the rows of these (content hash, fingerprint) keys."""
+        doomed = sorted(set(keys))
+        with self.db.transaction() as conn:
+            conn.executemany("DELETE FROM chunk_results WHERE content_hash = ? AND fingerprint = ?", doomed)
+        return len(doomed)
+
     def prune_session(self, session_id: str, keep_hashes: Iterable[str]) -> int:
         """Delete the session's rows for chunks it no longer has, and its failures (call in the
         commit transaction: a digested session has nothing failing)."""

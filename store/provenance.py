@@ -360,6 +360,17 @@ class ProvenanceStore:
                 conn.execute(f"DELETE FROM {table} WHERE anchor = ? AND memory_id = ?", params)
         return nodes, edges
 
+    def take_claims(self, anchor: str, node_ids: Iterable[str]) -> dict[str, list[ClaimRow]]:
+        """Delete ``anchor``'s claims on ``node_ids``; returns the deleted claims by node id."""
+        taken: dict[str, list[ClaimRow]] = {}
+        for node_id in sorted(set(node_ids)):
+            rows = self.db.query("SELECT * FROM node_claims WHERE node_id = ? AND anchor = ?", (node_id, anchor))
+            if rows:
+                taken[node_id] = [_claim(r) for r in rows]
+        with self.db.transaction() as conn:
+            conn.executemany("DELETE FROM node_claims WHERE node_id = ? AND anchor = ?", [(n, anchor) for n in taken])
+        return taken
+
     # --- merges ----------------------------------------------------------------------------
     def move_node_rows(self, *, from_id: str, to_id: str, new_merge_id: int) -> set[str]:
         """Move all of ``from_id``'s points and claims to ``to_id``, marked as moved by merge

@@ -42,7 +42,7 @@ import structlog
 from pipelines.extract.model import identity_key
 from pipelines.hubs import Checked
 from pipelines.identity import CANDIDATE, LINK, Verdict
-from pipelines.ports import MergeRecorder, Provenance, UnitOfWork
+from pipelines.ports import Graph, MergeRecorder, Provenance, UnitOfWork
 from pipelines.extract.reduce import Point, ReducedReference, ReducedSession
 from pipelines.vocabulary import DISCUSSED_IN, MENTIONED_IN, REFERENCED_BY
 from store.facts import NodeFacts, combine_all, combine_facts, facts_of, least_name, with_facts, without_claim
@@ -185,6 +185,24 @@ class TakeBack:
     withdrawn_names: frozenset[str] = frozenset()
     said_names: tuple[str, ...] = ()
 
+
+
+def recombine_node(node_id: str, take_back: TakeBack, *, graph: Graph, provenance: Provenance) -> int:
+    """Rewrite ``node_id``'s facts and name once an anchor's claim on it changed from
+    ``take_back.withdrawn`` to ``take_back.said`` (the claim rows already rewritten): the node's
+    facts combined all its claims, the old one included, so only what that claim may have been
+    alone to say is looked up in the others (:func:`store.facts.without_claim`). Returns the
+    nodes written (0 when the node is gone)."""
+    node = graph.get_node(node_id)
+    if node is None:
+        return 0
+    lookup = provenance.claim_lookup(node_id)
+    facts = combine_facts(without_claim(facts_of(node.properties), take_back.withdrawn, lookup), take_back.said)
+    name = node.name
+    if name in take_back.withdrawn_names and not lookup.says_name(name):
+        name = least_name(lookup.names(), node_id=node_id) or name
+    name = least_name([name, *take_back.said_names], node_id=node_id) or name
+    return graph.upsert_nodes([Node(node.id, node.label, name, with_facts(node.properties, facts))])
 
 
 @dataclass(slots=True)
@@ -479,17 +497,7 @@ def commit_session(
         provenance.add_claims(plan.claims)
         provenance.add_node_points(plan.node_points)
         for node_id, take_back in sorted(plan.recombine.items()):
-            node = graph.get_node(node_id)
-            if node is not None:
-                # The node's facts and name combined all its claims, this anchor's old one included;
-                # only what that claim may have been alone to say is looked up in the others.
-                lookup = provenance.claim_lookup(node_id)
-                facts = combine_facts(without_claim(facts_of(node.properties), take_back.withdrawn, lookup), take_back.said)
-                name = node.name
-                if name in take_back.withdrawn_names and not lookup.says_name(name):
-                    name = least_name(lookup.names(), node_id=node_id) or name
-                name = least_name([name, *take_back.said_names], node_id=node_id) or name
-                stats.nodes_written += graph.upsert_nodes([Node(node.id, node.label, name, with_facts(node.properties, facts))])
+            stats.nodes_written += recombine_node(node_id, take_back, graph=graph, provenance=provenance)
         stats.edges_removed = graph.delete_edges(plan.removed_edges)
         stats.edges_written = graph.link_nodes(plan.edges).linked
         provenance.add_edge_points(plan.edge_points)
