@@ -124,20 +124,34 @@ class _Leases:
 class ClaimStore(_Leases):
     """``session_claims``: which worker digests which session, until when."""
 
-    def claim(self, limit: int) -> list[DigestRecord]:
+    def claim(self, limit: int, *, backing_off: tuple[str, str] | None = None) -> list[DigestRecord]:
         """Claim up to ``limit`` sessions that are ingested, not digested at their revision and not
-        claimed by a live worker, oldest first; returns their digest records."""
+        claimed by a live worker, oldest first; returns their digest records.
+
+        ``backing_off`` — ``(fingerprint, now)``, the extractor's fingerprint and the run-state
+        time its backoffs are compared with — leaves out the sessions with a failed chunk of that
+        extractor whose retry time (``chunk_results.next_attempt_at``) is after ``now``: such a
+        session cannot commit before that chunk is tried again, so reading and planning it every
+        cycle would cost a Chroma read per backing-off session per cycle for nothing.
+        ``rem-cycle retry`` deletes the failed rows, which makes the session eligible at once."""
         now = self.clock()
         stamp, expires = _stamp(now), _stamp(now + self.lease)
+        waiting, params = "", (stamp, limit)
+        if backing_off is not None:
+            waiting = (
+                "AND NOT EXISTS (SELECT 1 FROM chunk_results AS r WHERE r.session_id = d.session_id "
+                "AND r.status = 'failed' AND r.fingerprint = ? AND r.next_attempt_at > ?) "
+            )
+            params = (stamp, *backing_off, limit)
         with self.db.transaction() as conn:
             _drop_dead_owners(conn, "session_claims")
             rows = conn.execute(
                 "SELECT d.*, c.owner AS claimed_by FROM session_digests AS d "
                 "LEFT JOIN session_claims AS c ON c.session_id = d.session_id "
                 "WHERE d.state = 'undigested' AND d.ingested_revision = d.input_revision "
-                "AND (c.session_id IS NULL OR c.lease_expires_at < ?) "
+                f"AND (c.session_id IS NULL OR c.lease_expires_at < ?) {waiting}"
                 f"ORDER BY d.session_created_at, d.session_id LIMIT ? {self.db.dialect.skip_locked('d')}",
-                (stamp, limit),
+                params,
             ).fetchall()
             claimed = []
             for row in rows:

@@ -266,6 +266,7 @@ async def extract(ctx: CycleContext) -> dict[str, Any]:
     """Map → reduce → commit every ingested, not yet digested session (oldest first, up to the
     batch limit). A failing session is recorded and the phase goes on."""
     from pipelines.extract.llm import OpenAIExtractor
+    from pipelines.extract.map import iso
     from pipelines.extract.workflow import ExtractEnv, ExtractStats, extract_sessions, open_extractor
     from pipelines.judge import ModelJudge
     from store.semantic_index import SemanticIndex
@@ -294,17 +295,20 @@ async def extract(ctx: CycleContext) -> dict[str, Any]:
             # Claim a few sessions at a time, so that workers beside this one find work too; a
             # session that failed or was deferred stays claimed until the phase ends (no worker
             # retries it in the meantime), then every claim left is released.
-            # A session whose chunks back off (no call) takes no place in the batch, or sessions
-            # backing off would hold up every session behind them for hours.
+            # A session with a chunk still backing off is not claimed (nor read from Chroma); one
+            # that was and whose chunks back off all the same (no call) takes no place in the batch,
+            # or sessions backing off would hold up every session behind them for hours.
+            backing_off = (extractor.fingerprint, iso(env.now))
             worked = 0
             while worked < settings.batch_limit and not ctx.stop.is_set():
-                todo = await anyio.to_thread.run_sync(claims.claim, min(claim_step(settings.llm_concurrency), settings.batch_limit - worked))
+                step = min(claim_step(settings.llm_concurrency), settings.batch_limit - worked)
+                todo = await anyio.to_thread.run_sync(partial(claims.claim, step, backing_off=backing_off))
                 if not todo:
                     break
                 queued += len(todo)
-                backing_off = stats.sessions_backing_off
+                deferred = stats.sessions_backing_off
                 await extract_sessions(todo, env, should_stop=ctx.stop.is_set, stats=stats)
-                worked += len(todo) - (stats.sessions_backing_off - backing_off)
+                worked += len(todo) - (stats.sessions_backing_off - deferred)
         except* ChromaUnavailableError as group:
             raise PhaseError("chroma-unavailable", str(group.exceptions[0])) from None
         finally:
