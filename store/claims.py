@@ -78,11 +78,11 @@ def worker_owner() -> str:
 
 
 def owner_is_dead(owner: str, *, host: str | None = None) -> bool:
-    """Whether ``owner`` (:func:`worker_owner`) is a process of this host (the same
-    :func:`host_identity`) that no longer exists — killed, say: its leases need not be waited out.
-    An owner elsewhere is never known dead."""
-    parts = owner.rsplit(":", 2)
-    if len(parts) != 3 or parts[0] != (host or host_identity()) or not parts[1].isdigit():
+    """Whether ``owner`` (:func:`worker_owner`, or a run row's ``host:pid``) is a process of this
+    host (the same :func:`host_identity`) that no longer exists — killed, say: its leases need not
+    be waited out. An owner elsewhere is never known dead."""
+    parts = owner.split(":")
+    if len(parts) not in (2, 3) or parts[0] != (host or host_identity()) or not parts[1].isdigit():
         return False
     try:
         os.kill(int(parts[1]), 0)
@@ -239,13 +239,16 @@ def _drop_dead_owners(conn: Any, table: str) -> None:
 
 def lease_holders(db: Database) -> dict[str, list[dict[str, Any]]]:
     """Who holds what (``status``): each lock's holder and lease, and per owner how many sessions it
-    has claimed and until when (read-only; the tables hold live leases only, so this is small)."""
+    has claimed and until when (read-only; the tables hold live leases only, so this is small).
+    ``owner_gone``: the owner is a process of this host that no longer exists (killed): the next
+    worker takes its leases at once, whatever their time (:func:`owner_is_dead`)."""
     locks = db.query("SELECT name, owner, acquired_at, lease_expires_at FROM rem_locks ORDER BY name")
     claims = db.query(
         "SELECT owner, COUNT(*) AS sessions, MAX(heartbeat_at) AS heartbeat_at, MIN(lease_expires_at) AS lease_expires_at "
         "FROM session_claims GROUP BY owner ORDER BY owner"
     )
-    return {"locks": [dict(r) for r in locks], "claims": [dict(r) for r in claims]}
+    return {kind: [{**dict(r), "owner_gone": owner_is_dead(r["owner"])} for r in found]
+            for kind, found in (("locks", locks), ("claims", claims))}
 
 
 class LockStore(_Leases):

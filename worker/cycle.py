@@ -15,7 +15,6 @@ extraction — where the model's latency is — runs in all of them.
 from __future__ import annotations
 
 import os
-import socket
 import time
 import uuid
 from collections import Counter
@@ -36,7 +35,7 @@ from pipelines.drain import DrainStats, drain_queue
 from pipelines.forget import MassRetractionRefused, retract_vanished, sessions_to_retract
 from pipelines.ingest import ScanResult, mark_holds, scan_changed_sessions, sync_batch_isolating_failures
 from store.chroma import ChromaStore, ChromaStoreError, ChromaUnavailableError
-from store.claims import CYCLE_LOCK, ClaimStore, LockStore, worker_owner
+from store.claims import CYCLE_LOCK, ClaimStore, LockStore, host_identity, worker_owner
 from store.confined import UnsafePathError, exclusive_lock
 from store.backend import database_exists, database_location, open_database
 from store.db import Database
@@ -462,7 +461,10 @@ REFUSALS: tuple[type[Exception], ...] = (SchemaTooNewError, UnsafePathError)
 
 
 def owner_id() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
+    """This process as a run row's ``lease_owner``: ``host:pid``, the host as
+    :func:`store.claims.host_identity` names it (so that ``status`` can tell a killed local run,
+    :func:`store.claims.owner_is_dead`, from another container's of the same hostname)."""
+    return f"{host_identity()}:{os.getpid()}"
 
 
 
