@@ -502,6 +502,7 @@ async def run_cycle(
     recorder: FailureRecorder | None = None,
     lease_owner: str | None = None,
     allow_mass_retraction: bool = False,
+    on_cancelled: Callable[[CycleResult], object] | None = None,
 ) -> CycleResult:
     """Run one REM cycle under the single-flight locks (the host's lock file, the database's
     ``rem_locks`` row) and record it. Raises :class:`CycleBusyError` when another cycle holds
@@ -514,7 +515,9 @@ async def run_cycle(
     names who holds the cycle's leases (default: this cycle alone; the daemon passes its own, so a
     lock its last cycle could not give up — the database went away — is its own to take again).
     ``allow_mass_retraction``: ingest may retract most of the graph's sessions at once (see
-    :func:`pipelines.forget.sessions_to_retract`)."""
+    :func:`pipelines.forget.sessions_to_retract`). A cycle cancelled (the grace time of a stop ran
+    out) returns nothing: ``on_cancelled`` is handed what it recorded before the cancellation goes
+    on (``interrupted``, ``cancelled``), so that ``--once --json`` can still print its report."""
     attempt = CycleAttempt(run_id=new_run_id(), reason=reason, mode=mode)
     lease_owner = lease_owner or worker_owner()
     try:
@@ -544,11 +547,26 @@ async def run_cycle(
                     stores.close()
     except (CycleBusyError, *REFUSALS):
         raise
+    except anyio.get_cancelled_exc_class():
+        if on_cancelled is not None:
+            on_cancelled(attempt.result or _cancelled_in_setup(attempt))
+        raise
     except Exception as exc:  # noqa: BLE001 - recorded below, never swallowed
         if attempt.result is not None:  # the run is recorded; only releasing a store failed
             log.exception("cycle clean-up failed", run_id=attempt.run_id)
             return attempt.result
         return await _record_crash(attempt, exc, recorder or FailureRecorder(settings))
+
+
+def _cancelled_in_setup(attempt: CycleAttempt) -> CycleResult:
+    """A cycle cancelled before its run row was finished (taking the locks, opening the stores):
+    what it did, not recorded. Pure."""
+    return CycleResult(
+        run_id=attempt.run_id, outcome="interrupted", started_at=attempt.started_at, finished_at=utc_now(),
+        wall_ms=(time.perf_counter() - attempt.t0) * 1000, phases=attempt.phases, reason_code="cancelled",
+        failure_phase=attempt.step, last_successful_phase=attempt.last_successful_phase,
+        message="cancelled before the run was recorded in rem_runs",
+    )
 
 
 async def _release_lock(locks: LockStore) -> None:
