@@ -78,11 +78,11 @@ def worker_owner() -> str:
 
 
 def owner_is_dead(owner: str, *, host: str | None = None) -> bool:
-    """Whether ``owner`` (:func:`worker_owner`) is a process of this host (the same
-    :func:`host_identity`) that no longer exists — killed, say: its leases need not be waited out.
-    An owner elsewhere is never known dead."""
-    parts = owner.rsplit(":", 2)
-    if len(parts) != 3 or parts[0] != (host or host_identity()) or not parts[1].isdigit():
+    """Whether ``owner`` (:func:`worker_owner`, or a run row's ``host:pid``) is a process of this
+    host (the same :func:`host_identity`) that no longer exists — killed, say: its leases need not
+    be waited out. An owner elsewhere is never known dead."""
+    parts = owner.split(":")
+    if len(parts) not in (2, 3) or parts[0] != (host or host_identity()) or not parts[1].isdigit():
         return False
     try:
         os.kill(int(parts[1]), 0)
@@ -124,20 +124,34 @@ class _Leases:
 class ClaimStore(_Leases):
     """``session_claims``: which worker digests which session, until when."""
 
-    def claim(self, limit: int) -> list[DigestRecord]:
+    def claim(self, limit: int, *, backing_off: tuple[str, str] | None = None) -> list[DigestRecord]:
         """Claim up to ``limit`` sessions that are ingested, not digested at their revision and not
-        claimed by a live worker, oldest first; returns their digest records."""
+        claimed by a live worker, oldest first; returns their digest records.
+
+        ``backing_off`` — ``(fingerprint, now)``, the extractor's fingerprint and the run-state
+        time its backoffs are compared with — leaves out the sessions with a failed chunk of that
+        extractor whose retry time (``chunk_results.next_attempt_at``) is after ``now``: such a
+        session cannot commit before that chunk is tried again, so reading and planning it every
+        cycle would cost a Chroma read per backing-off session per cycle for nothing.
+        ``rem-cycle retry`` deletes the failed rows, which makes the session eligible at once."""
         now = self.clock()
         stamp, expires = _stamp(now), _stamp(now + self.lease)
+        waiting, params = "", (stamp, limit)
+        if backing_off is not None:
+            waiting = (
+                "AND NOT EXISTS (SELECT 1 FROM chunk_results AS r WHERE r.session_id = d.session_id "
+                "AND r.status = 'failed' AND r.fingerprint = ? AND r.next_attempt_at > ?) "
+            )
+            params = (stamp, *backing_off, limit)
         with self.db.transaction() as conn:
             _drop_dead_owners(conn, "session_claims")
             rows = conn.execute(
                 "SELECT d.*, c.owner AS claimed_by FROM session_digests AS d "
                 "LEFT JOIN session_claims AS c ON c.session_id = d.session_id "
                 "WHERE d.state = 'undigested' AND d.ingested_revision = d.input_revision "
-                "AND (c.session_id IS NULL OR c.lease_expires_at < ?) "
+                f"AND (c.session_id IS NULL OR c.lease_expires_at < ?) {waiting}"
                 f"ORDER BY d.session_created_at, d.session_id LIMIT ? {self.db.dialect.skip_locked('d')}",
-                (stamp, limit),
+                params,
             ).fetchall()
             claimed = []
             for row in rows:
@@ -225,13 +239,16 @@ def _drop_dead_owners(conn: Any, table: str) -> None:
 
 def lease_holders(db: Database) -> dict[str, list[dict[str, Any]]]:
     """Who holds what (``status``): each lock's holder and lease, and per owner how many sessions it
-    has claimed and until when (read-only; the tables hold live leases only, so this is small)."""
+    has claimed and until when (read-only; the tables hold live leases only, so this is small).
+    ``owner_gone``: the owner is a process of this host that no longer exists (killed): the next
+    worker takes its leases at once, whatever their time (:func:`owner_is_dead`)."""
     locks = db.query("SELECT name, owner, acquired_at, lease_expires_at FROM rem_locks ORDER BY name")
     claims = db.query(
         "SELECT owner, COUNT(*) AS sessions, MAX(heartbeat_at) AS heartbeat_at, MIN(lease_expires_at) AS lease_expires_at "
         "FROM session_claims GROUP BY owner ORDER BY owner"
     )
-    return {"locks": [dict(r) for r in locks], "claims": [dict(r) for r in claims]}
+    return {kind: [{**dict(r), "owner_gone": owner_is_dead(r["owner"])} for r in found]
+            for kind, found in (("locks", locks), ("claims", claims))}
 
 
 class LockStore(_Leases):

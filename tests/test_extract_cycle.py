@@ -135,10 +135,10 @@ async def test_second_chunk_failing_commits_nothing_and_retry_resends_only_it(
     assert (digest.state, digest.attempts) == ("undigested", 1)
     assert "s1:chunk:1" in digest.defer_reason
 
-    # the failed chunk is backing off: the next cycle sends nothing and charges no attempt
+    # the failed chunk is backing off: the next cycle does not claim it, sends nothing, charges no attempt
     llm_server.reset()
     second = await run_cycle(settings, stores=stores)
-    assert second.phases["extract"]["sessions_deferred"] == 1 and llm_server.chat_count == 0
+    assert second.phases["extract"]["sessions_queued"] == 0 and llm_server.chat_count == 0
     assert stores.runstate.get_digests(["s1"])["s1"].attempts == 1
 
     # retry: only the failed chunk goes to the model; then the session commits

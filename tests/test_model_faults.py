@@ -138,9 +138,9 @@ async def test_fault_is_recorded_fail_closed_retried_then_undigestible(
             assert semantic_writes(stores, "good") != []
             assert bad_calls(server) == calls
 
-            # still backing off: the next cycle makes no call and charges no attempt
+            # still backing off: the next cycle does not claim it, makes no call and charges no attempt
             deferred = await run_cycle(mine, stores=stores)
-            assert deferred.phases["extract"]["sessions_deferred"] == 1 and bad_calls(server) == calls
+            assert deferred.phases["extract"]["sessions_queued"] == 0 and bad_calls(server) == calls
 
             expire_backoff(stores)
             second = await run_cycle(mine, stores=stores)

@@ -170,7 +170,7 @@ def test_on_postgresql_a_worker_killed_mid_commit_loses_nothing_and_its_claims_w
     db = open_database(settings)
     try:
         digested_at = dict(db.query("SELECT session_id, updated_at FROM session_digests"))
-        remote_runs = db.query("SELECT COUNT(*) FROM rem_runs WHERE lease_owner LIKE ?", (f"{ELSEWHERE}:%",))[0][0]
+        remote_runs = db.query("SELECT COUNT(*) FROM rem_runs WHERE lease_owner LIKE ?", (f"{ELSEWHERE}%",))[0][0]
     finally:
         db.close()
     # Another host's claims are not known dead: each was taken over only once its lease had run out.

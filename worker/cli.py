@@ -26,7 +26,7 @@ from config import ConfigError, Settings, load_settings, unknown_environment
 from config.redact import redact, remember_secrets, secret_values
 from pipelines.recall import MAX_BUDGET_TOKENS, MAX_LIMIT
 from store.errors import StoreError
-from worker.cycle import EXIT_BUSY, EXIT_FAILED, EXIT_OK, CycleBusyError, open_stores, run_cycle
+from worker.cycle import EXIT_BUSY, EXIT_FAILED, EXIT_OK, CycleBusyError, CycleResult, open_stores, run_cycle
 from worker.entry import interrupted
 from worker.logs import configure_logging
 from worker.signals import CommandProgress, interruptible
@@ -278,10 +278,12 @@ async def cmd_once(settings: Settings, args: argparse.Namespace) -> int:
         print_cycle(result.as_dict())
 
     result = None
+    cancelled: list[CycleResult] = []
     try:
         async with stop_on_signals(grace_seconds=settings.grace_seconds) as stop:
             result = await run_cycle(
                 settings, reason="manual", mode="once", stop=stop.event, allow_mass_retraction=args.allow_mass_retraction,
+                on_cancelled=cancelled.append,
             )
             # Printed while the stop signals are still watched: a Ctrl-C just after the cycle
             # finished (and was recorded) must not cost its report and exit 130.
@@ -290,6 +292,8 @@ async def cmd_once(settings: Settings, args: argparse.Namespace) -> int:
         print(f"rem-cycle: {exc}; not starting a second one", file=sys.stderr)
         return EXIT_BUSY
     if result is None:  # cancelled after the grace time; the run is recorded interrupted
+        if cancelled and getattr(args, "json", False):
+            _emit(args, cancelled[0].as_dict(), text)
         print("rem-cycle: stopped before the cycle finished (recorded as interrupted)", file=sys.stderr)
         return EXIT_OK
     return result.exit_code

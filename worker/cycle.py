@@ -15,7 +15,6 @@ extraction — where the model's latency is — runs in all of them.
 from __future__ import annotations
 
 import os
-import socket
 import time
 import uuid
 from collections import Counter
@@ -36,7 +35,7 @@ from pipelines.drain import DrainStats, drain_queue
 from pipelines.forget import MassRetractionRefused, retract_vanished, sessions_to_retract
 from pipelines.ingest import ScanResult, mark_holds, scan_changed_sessions, sync_batch_isolating_failures
 from store.chroma import ChromaStore, ChromaStoreError, ChromaUnavailableError
-from store.claims import CYCLE_LOCK, ClaimStore, LockStore, worker_owner
+from store.claims import CYCLE_LOCK, ClaimStore, LockStore, host_identity, worker_owner
 from store.confined import UnsafePathError, exclusive_lock
 from store.backend import database_exists, database_location, open_database
 from store.db import Database
@@ -266,6 +265,7 @@ async def extract(ctx: CycleContext) -> dict[str, Any]:
     """Map → reduce → commit every ingested, not yet digested session (oldest first, up to the
     batch limit). A failing session is recorded and the phase goes on."""
     from pipelines.extract.llm import OpenAIExtractor
+    from pipelines.extract.map import iso
     from pipelines.extract.workflow import ExtractEnv, ExtractStats, extract_sessions, open_extractor
     from pipelines.judge import ModelJudge
     from store.semantic_index import SemanticIndex
@@ -294,17 +294,20 @@ async def extract(ctx: CycleContext) -> dict[str, Any]:
             # Claim a few sessions at a time, so that workers beside this one find work too; a
             # session that failed or was deferred stays claimed until the phase ends (no worker
             # retries it in the meantime), then every claim left is released.
-            # A session whose chunks back off (no call) takes no place in the batch, or sessions
-            # backing off would hold up every session behind them for hours.
+            # A session with a chunk still backing off is not claimed (nor read from Chroma); one
+            # that was and whose chunks back off all the same (no call) takes no place in the batch,
+            # or sessions backing off would hold up every session behind them for hours.
+            backing_off = (extractor.fingerprint, iso(env.now))
             worked = 0
             while worked < settings.batch_limit and not ctx.stop.is_set():
-                todo = await anyio.to_thread.run_sync(claims.claim, min(claim_step(settings.llm_concurrency), settings.batch_limit - worked))
+                step = min(claim_step(settings.llm_concurrency), settings.batch_limit - worked)
+                todo = await anyio.to_thread.run_sync(partial(claims.claim, step, backing_off=backing_off))
                 if not todo:
                     break
                 queued += len(todo)
-                backing_off = stats.sessions_backing_off
+                deferred = stats.sessions_backing_off
                 await extract_sessions(todo, env, should_stop=ctx.stop.is_set, stats=stats)
-                worked += len(todo) - (stats.sessions_backing_off - backing_off)
+                worked += len(todo) - (stats.sessions_backing_off - deferred)
         except* ChromaUnavailableError as group:
             raise PhaseError("chroma-unavailable", str(group.exceptions[0])) from None
         finally:
@@ -458,7 +461,10 @@ REFUSALS: tuple[type[Exception], ...] = (SchemaTooNewError, UnsafePathError)
 
 
 def owner_id() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
+    """This process as a run row's ``lease_owner``: ``host:pid``, the host as
+    :func:`store.claims.host_identity` names it (so that ``status`` can tell a killed local run,
+    :func:`store.claims.owner_is_dead`, from another container's of the same hostname)."""
+    return f"{host_identity()}:{os.getpid()}"
 
 
 
@@ -496,6 +502,7 @@ async def run_cycle(
     recorder: FailureRecorder | None = None,
     lease_owner: str | None = None,
     allow_mass_retraction: bool = False,
+    on_cancelled: Callable[[CycleResult], object] | None = None,
 ) -> CycleResult:
     """Run one REM cycle under the single-flight locks (the host's lock file, the database's
     ``rem_locks`` row) and record it. Raises :class:`CycleBusyError` when another cycle holds
@@ -508,7 +515,9 @@ async def run_cycle(
     names who holds the cycle's leases (default: this cycle alone; the daemon passes its own, so a
     lock its last cycle could not give up — the database went away — is its own to take again).
     ``allow_mass_retraction``: ingest may retract most of the graph's sessions at once (see
-    :func:`pipelines.forget.sessions_to_retract`)."""
+    :func:`pipelines.forget.sessions_to_retract`). A cycle cancelled (the grace time of a stop ran
+    out) returns nothing: ``on_cancelled`` is handed what it recorded before the cancellation goes
+    on (``interrupted``, ``cancelled``), so that ``--once --json`` can still print its report."""
     attempt = CycleAttempt(run_id=new_run_id(), reason=reason, mode=mode)
     lease_owner = lease_owner or worker_owner()
     try:
@@ -538,11 +547,26 @@ async def run_cycle(
                     stores.close()
     except (CycleBusyError, *REFUSALS):
         raise
+    except anyio.get_cancelled_exc_class():
+        if on_cancelled is not None:
+            on_cancelled(attempt.result or _cancelled_in_setup(attempt))
+        raise
     except Exception as exc:  # noqa: BLE001 - recorded below, never swallowed
         if attempt.result is not None:  # the run is recorded; only releasing a store failed
             log.exception("cycle clean-up failed", run_id=attempt.run_id)
             return attempt.result
         return await _record_crash(attempt, exc, recorder or FailureRecorder(settings))
+
+
+def _cancelled_in_setup(attempt: CycleAttempt) -> CycleResult:
+    """A cycle cancelled before its run row was finished (taking the locks, opening the stores):
+    what it did, not recorded. Pure."""
+    return CycleResult(
+        run_id=attempt.run_id, outcome="interrupted", started_at=attempt.started_at, finished_at=utc_now(),
+        wall_ms=(time.perf_counter() - attempt.t0) * 1000, phases=attempt.phases, reason_code="cancelled",
+        failure_phase=attempt.step, last_successful_phase=attempt.last_successful_phase,
+        message="cancelled before the run was recorded in rem_runs",
+    )
 
 
 async def _release_lock(locks: LockStore) -> None:

@@ -12,7 +12,7 @@ from rich.table import Table
 
 from config import Settings
 from store.chunks import ChunkResultStore
-from store.claims import lease_holders
+from store.claims import lease_holders, owner_is_dead
 from store.lazy_queue import LazyEdgeQueue
 from store.lazy_table import LazyEdgeTable
 from store.merges import MergeStore
@@ -27,6 +27,8 @@ def collect_status(settings: Settings, stores: Stores, *, runs: int = 10) -> dic
     for run in recent:
         if run["outcome"] == "running":
             run["silent_seconds"] = silent_seconds(run, now)
+            # Its process, on this host, is gone (killed): the next cycle records it abandoned.
+            run["process_gone"] = owner_is_dead(run.get("lease_owner") or "")
     digests = stores.runstate.digest_counts()
     queue = read_queue(settings.queue_path)
     table = LazyEdgeTable(stores.db)
@@ -40,6 +42,8 @@ def collect_status(settings: Settings, stores: Stores, *, runs: int = 10) -> dic
             run["run_id"]
             for run in stores.runstate.silent_runs(older_than_seconds=settings.lease_timeout_seconds, now=now)
         ],
+        # Running, but their process (on this host) is gone: dead, whatever their heartbeat says.
+        "dead_runs": [run["run_id"] for run in recent if run.get("process_gone")],
         "digests": digests,
         "backlog": {
             "undigested_sessions": digests.get("undigested", 0),
@@ -123,7 +127,9 @@ def print_status(status: dict[str, Any]) -> None:
         seconds = "-" if run["duration_seconds"] is None else f"{run['duration_seconds']:.2f}"
         failure = f"{run['failure_phase']}: {run['reason_code']}" if run.get("reason_code") else ""
         outcome = _styled_outcome(run["outcome"])
-        if run["run_id"] in status["stalled_runs"]:
+        if run.get("process_gone"):
+            outcome += " [red](dead: its process is gone; the next cycle records it abandoned)[/red]"
+        elif run["run_id"] in status["stalled_runs"]:
             outcome += f" [red](stalled: no heartbeat for {run['silent_seconds']:.0f}s)[/red]"
         table.add_row(run["run_id"], run["mode"], run["started_at"], outcome, seconds, failure)
     console.print(table)
@@ -153,9 +159,15 @@ def print_status(status: dict[str, Any]) -> None:
             )
         console.print(chunks)
     for lock in status["leases"]["locks"]:
-        console.print(f"lock {lock['name']}: held by {lock['owner']} since {lock['acquired_at']}, lease until {lock['lease_expires_at']}")
+        if lock["owner_gone"]:
+            console.print(f"lock {lock['name']}: free to take (its holder {lock['owner']}, since {lock['acquired_at']}: process gone)")
+        else:
+            console.print(f"lock {lock['name']}: held by {lock['owner']} since {lock['acquired_at']}, lease until {lock['lease_expires_at']}")
     for claim in status["leases"]["claims"]:
-        console.print(f"claims: {claim['owner']} digests {claim['sessions']} sessions, lease until {claim['lease_expires_at']}")
+        if claim["owner_gone"]:
+            console.print(f"claims: {claim['sessions']} sessions free to take (their owner {claim['owner']}: process gone)")
+        else:
+            console.print(f"claims: {claim['owner']} digests {claim['sessions']} sessions, lease until {claim['lease_expires_at']}")
     queue = status["queue"]
     console.print(
         f"lazy-edge queue: {queue['depth']} lines"
