@@ -8,7 +8,7 @@ extracted (``rem-cycle forget``), and the retraction of sessions whose rows left
   every edge touching them), its digest, memory index, chunk results and the identity candidates
   it reported go too, and a tombstone keeps a later cycle from bringing it back while its rows are
   still in Chroma.
-- **A turn** (``--memory``): its points and their quotes go now (weights and provenance edges
+- **A turn** (``--memory``): its points, their quotes and the edge justifications they carry go now (weights and provenance edges
   recomputed, nodes and edges left without points removed), its MEMORY node goes, and so does what
   the session *said* from it, in the same transaction and without a model call: the session's
   claim on a node is rewritten to what its stored chunk extractions say without every chunk node
@@ -35,7 +35,7 @@ from pipelines.ports import Graph, UnitOfWork
 from store.facts import NodeFacts, combine_all
 from store.graph import Edge
 from store.ids import memory_node_id, session_node_id
-from store.provenance import DISCUSSED_IN, EdgeKey, anchor_edges
+from store.provenance import DISCUSSED_IN, EdgeKey, anchor_edges, justification_text
 from store.tombstones import MEMORY, NOTE, SESSION
 
 
@@ -151,7 +151,9 @@ def forget_memory(unit: UnitOfWork, memory_id: str, *, dry_run: bool = False) ->
                 places = provenance.edge_places(key)
                 edge = graph.get_edge(*key)
                 if edge is not None and places:
-                    graph.link_nodes([Edge(*key, float(places), edge.properties)])
+                    # The turn's justification goes with its points (the edge's live sources').
+                    properties = {**edge.properties, "justification": justification_text(provenance.edge_reasons(key))}
+                    graph.link_nodes([Edge(*key, float(places), properties)])
                 elif edge is not None:
                     graph.delete_edges([key])
             orphans = sorted(nodes - provenance.supported(nodes))

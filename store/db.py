@@ -650,6 +650,14 @@ MIGRATIONS: tuple[str, ...] = (
         named_at     TEXT NOT NULL
     )
     """,
+    # 15: each edge point keeps the justification the extraction that gave it wrote, so an edge's
+    # ``justification`` property is recomputed from its live points when a source's points go
+    # (forget, re-extraction, retraction: store.provenance.ProvenanceStore.edge_justification).
+    # NULL: written before this migration, source unknown — such text stays on the edge until one
+    # of its anchors' points for it are replaced or removed, then only known sources count.
+    """
+    ALTER TABLE edge_points ADD COLUMN justification TEXT
+    """,
 )
 
 # The queue table's schema version, wherever the entry sits (the PostgreSQL port keys its own form by it).

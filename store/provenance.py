@@ -73,6 +73,9 @@ class EdgePointRow:
     extracted_source: str
     extracted_target: str
     merge_id: int | None = None
+    # What the extraction that gave this point wrote of the edge ("; "-joined parts, "" when it
+    # wrote nothing); ``None``: written before schema 15, its source unknown.
+    justification: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +110,16 @@ def _claim(row: Any) -> ClaimRow:
     return ClaimRow(row["node_id"], row["anchor"], row["extracted_for"], facts, row["merge_id"], row["name"])
 
 
+def justification_parts(text: object) -> set[str]:
+    """The parts of a ``"; "``-joined justification (nothing when ``text`` is not a string)."""
+    return {part for part in text.split("; ") if part} if isinstance(text, str) else set()
+
+
+def justification_text(parts: Iterable[str]) -> str:
+    """An edge's ``justification`` property made of ``parts`` (sorted, ``"; "``-joined)."""
+    return "; ".join(sorted(set(parts)))
+
+
 def place_count(points: Iterable[PointRow]) -> int:
     """How many distinct places (see :attr:`PointRow.place`) ``points`` name."""
     return len({p.place for p in points})
@@ -128,7 +141,7 @@ class ProvenanceStore:
             f"SELECT node_id, {_POINT_COLUMNS}, extracted_for, merge_id FROM node_points WHERE anchor = ?", (anchor,)
         )
         edges = self.db.query(
-            f"SELECT source, target, relationship, {_POINT_COLUMNS}, extracted_source, extracted_target, merge_id "
+            f"SELECT source, target, relationship, {_POINT_COLUMNS}, extracted_source, extracted_target, merge_id, justification "
             "FROM edge_points WHERE anchor = ?",
             (anchor,),
         )
@@ -136,7 +149,10 @@ class ProvenanceStore:
         return AnchorRows(
             [NodePointRow(r["node_id"], _point(r), r["extracted_for"], r["merge_id"]) for r in nodes],
             [
-                EdgePointRow((r["source"], r["target"], r["relationship"]), _point(r), r["extracted_source"], r["extracted_target"], r["merge_id"])
+                EdgePointRow(
+                    (r["source"], r["target"], r["relationship"]), _point(r), r["extracted_source"], r["extracted_target"], r["merge_id"],
+                    r["justification"],
+                )
                 for r in edges
             ],
             [_claim(r) for r in claims],
@@ -302,6 +318,17 @@ class ProvenanceStore:
             key,
         )[0][0]
 
+    def edge_reasons(self, key: EdgeKey, *, besides: str = "") -> set[str]:
+        """The justification parts the edge's points carry (those of anchor ``besides`` left out);
+        a point written before schema 15 (no known source) gives none. Reads the edge's distinct
+        justifications through ``edge_points_owner``: only when a source's points for it go."""
+        rows = self.db.query(
+            "SELECT DISTINCT justification FROM edge_points WHERE source = ? AND target = ? AND relationship = ? "
+            "AND anchor != ? AND justification IS NOT NULL AND justification != ''",
+            (*key, besides),
+        )
+        return {part for r in rows for part in justification_parts(r[0])}
+
     def node_anchor_points(self, node_id: str, anchor: str) -> list[PointRow]:
         """The node's distinct points from one anchor (what its provenance edges to it are made of)."""
         rows = self.db.query(f"SELECT DISTINCT {_POINT_COLUMNS} FROM node_points WHERE node_id = ? AND anchor = ?", (node_id, anchor))
@@ -326,8 +353,8 @@ class ProvenanceStore:
         with self.db.transaction() as conn:
             conn.executemany(
                 "INSERT INTO edge_points(source, target, relationship, anchor, memory_id, chunk_id, evidence, observed_at, "
-                "extracted_source, extracted_target, merge_id) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-                [(*r.key, *_point_values(r.point), r.extracted_source, r.extracted_target, r.merge_id) for r in rows],
+                "extracted_source, extracted_target, merge_id, justification) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                [(*r.key, *_point_values(r.point), r.extracted_source, r.extracted_target, r.merge_id, r.justification) for r in rows],
             )
 
     def add_claims(self, rows: Iterable[ClaimRow]) -> None:

@@ -10,6 +10,7 @@ from store.db import MIGRATIONS
 
 RUN_COUNTS_VERSION = 13
 COMMUNITY_NAMES_VERSION = 14
+EDGE_JUSTIFICATIONS_VERSION = 15
 
 # What each migration adds, as each engine drops it.
 UNDO: dict[int, dict[str, tuple[str, ...]]] = {
@@ -21,8 +22,13 @@ UNDO: dict[int, dict[str, tuple[str, ...]]] = {
                        "DROP INDEX rem_runs_running"),
     },
     COMMUNITY_NAMES_VERSION: {"sqlite": ("DROP TABLE community_names",), "postgresql": ("DROP TABLE community_names",)},
+    EDGE_JUSTIFICATIONS_VERSION: {
+        "sqlite": ("ALTER TABLE edge_points DROP COLUMN justification",),
+        "postgresql": ("ALTER TABLE edge_points DROP COLUMN justification",),
+    },
 }
 assert "rem_run_counts" in MIGRATIONS[RUN_COUNTS_VERSION - 1] and "community_names" in MIGRATIONS[COMMUNITY_NAMES_VERSION - 1]
+assert "justification" in MIGRATIONS[EDGE_JUSTIFICATIONS_VERSION - 1]
 
 
 def roll_back(conn: Any, backend: str, *, to: int) -> None:

@@ -57,6 +57,8 @@ from store.provenance import (
     NodePointRow,
     PointRow,
     anchor_edges,
+    justification_parts,
+    justification_text,
     place_count,
 )
 
@@ -168,12 +170,15 @@ class CommitState:
     matched nodes, the session's memories and anchor, the referenced rows and the nodes the anchor's
     old rows touch; ``edges`` — the existing edges among the semantic edge keys the anchor touches
     (old and new); ``edge_places`` — each such edge's distinct places before this commit;
-    ``claimed`` — the existing nodes that have at least one claim."""
+    ``claimed`` — the existing nodes that have at least one claim; ``edge_reasons`` — for each such
+    edge the anchor had points on, the justification parts of the other anchors' points
+    (:meth:`store.provenance.ProvenanceStore.edge_reasons`)."""
 
     nodes: Mapping[str, Node]
     edges: Mapping[EdgeKey, Edge] = field(default_factory=dict)
     edge_places: Mapping[EdgeKey, int] = field(default_factory=dict)
     claimed: frozenset[str] = frozenset()
+    edge_reasons: Mapping[EdgeKey, frozenset[str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -323,7 +328,7 @@ def plan_commit(
             continue
         merge_id = merge_of.get(edge.source) or merge_of.get(edge.target)
         new_edge_points.setdefault(key, []).extend(
-            EdgePointRow(key, point, edge.source, edge.target, merge_id) for point in sorted({row(p) for p in edge.provenance})
+            EdgePointRow(key, row(p), edge.source, edge.target, merge_id, edge.reason(p)) for p in sorted(set(edge.provenance))
         )
         justification.setdefault(key, set()).update(j for j in edge.justification.split("; ") if j)
     old_edge_points: dict[EdgeKey, list[PointRow]] = {}
@@ -334,18 +339,20 @@ def plan_commit(
         places = state.edge_places.get(key, 0) - place_count(old_edge_points.get(key, ())) + place_count(
             r.point for r in new_edge_points.get(key, ())
         )
+        props = dict(existing_edge.properties) if existing_edge is not None else {}
+        # The edge's justification is its live sources': this anchor's old text goes with its old
+        # points; text of points without a known source (before schema 15) stays only while no
+        # anchor's points for the edge are replaced.
+        kept = state.edge_reasons.get(key, frozenset()) if key in old_edge_points else justification_parts(props.get("justification"))
+        props["justification"] = justification_text(kept | justification.get(key, set()))
         if key not in new_edge_points:
             if existing_edge is None:
                 continue
             if places <= 0:
                 plan.removed_edges.append(key)
             else:
-                plan.edges.append(Edge(*key, float(places), existing_edge.properties))
+                plan.edges.append(Edge(*key, float(places), props))
             continue
-        props = dict(existing_edge.properties) if existing_edge is not None else {}
-        previous = props.get("justification") if isinstance(props.get("justification"), str) else ""
-        parts = {j for j in previous.split("; ") if j} | justification[key]
-        props["justification"] = "; ".join(sorted(parts))
         edge = Edge(*key, float(max(1, places)), props)
         if key[0] in present and key[1] in present:
             plan.edges.append(edge)
@@ -476,7 +483,10 @@ def commit_session(
         keys = sorted(edge_keys(reduced, matches, old))
         edges = {key: edge for key in keys if key[0] in nodes and key[1] in nodes and (edge := graph.get_edge(*key)) is not None}
         places = {key: _places(edge, provenance) for key, edge in edges.items()}
-        state = CommitState(nodes, edges, places, frozenset(provenance.with_claims(set(nodes) & (touched | set(matches.values()) | {n.id for n in reduced.nodes}))))
+        old_keys = {r.key for r in old.edge_points}
+        reasons = {key: frozenset(provenance.edge_reasons(key, besides=reduced.anchor_id)) for key in sorted(old_keys & set(edges))}
+        state = CommitState(nodes, edges, places, frozenset(provenance.with_claims(set(nodes) & (touched | set(matches.values()) | {n.id for n in reduced.nodes}))),
+                            edge_reasons=reasons)
         stats.identity_candidates = sum(1 for v in verdicts.values() if v.action == CANDIDATE)
         merge_of: dict[str, int] = {}
         if merges is not None:

@@ -58,6 +58,14 @@ class ReducedEdge:
     relationship: str
     justification: str
     provenance: tuple[Point, ...]
+    # Per point of ``provenance``, the justification of the chunk extractions that gave it
+    # ("; "-joined): what an edge point keeps of its source, so a forget takes it back. Empty: every
+    # point carries ``justification``.
+    reasons: tuple[tuple[Point, str], ...] = ()
+
+    def reason(self, point: Point) -> str:
+        """The justification ``point`` came with."""
+        return dict(self.reasons).get(point, self.justification) if self.reasons else self.justification
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,10 +141,13 @@ def reduce_session(session_id: str, extractions: Sequence[ChunkExtraction], *, a
             if source == target:
                 continue
             key = (source, target, edge.relationship)
-            merged = edges.setdefault(key, {"justifications": [], "provenance": set()})
+            merged = edges.setdefault(key, {"justifications": [], "provenance": set(), "reasons": {}})
             if edge.justification and edge.justification not in merged["justifications"]:
                 merged["justifications"].append(edge.justification)
-            merged["provenance"].update(points(session_id, extraction.unit_id, edge.evidence, anchor=anchor))
+            found = points(session_id, extraction.unit_id, edge.evidence, anchor=anchor)
+            merged["provenance"].update(found)
+            for point in found:
+                merged["reasons"].setdefault(point, set()).update({edge.justification} - {""})
     references: dict[tuple[str, str], dict[str, list[str]]] = {}
     for extraction in extractions:
         for ref in extraction.references:
@@ -154,10 +165,7 @@ def reduce_session(session_id: str, extractions: Sequence[ChunkExtraction], *, a
             )
             for node_id, n in sorted(nodes.items())
         ),
-        edges=tuple(
-            ReducedEdge(s, t, r, "; ".join(e["justifications"]), _clean_points(e["provenance"]))
-            for (s, t, r), e in sorted(edges.items())
-        ),
+        edges=tuple(_reduced_edge(key, e) for key, e in sorted(edges.items())),
         references=tuple(
             ReducedReference(target, memory_id, tuple(r["quotes"]), tuple(r["chunks"]))
             for (target, memory_id), r in sorted(references.items())
@@ -176,6 +184,21 @@ def _count_reasons(pairs: Iterable[tuple[str, int]]) -> dict[str, int]:
     for reason, count in pairs:
         counts[reason] = counts.get(reason, 0) + count
     return dict(sorted(counts.items()))
+
+
+def _reduced_edge(key: tuple[str, str, str], merged: dict[str, Any]) -> ReducedEdge:
+    """One session edge from its chunk edges: a chunk-level point :func:`_clean_points` drops (its
+    chunk also gave a grounded point) hands its justification to the chunk's kept points."""
+    kept = _clean_points(merged["provenance"])
+    reasons: dict[Point, set[str]] = {p: set(merged["reasons"].get(p, ())) for p in kept}
+    for point, said in merged["reasons"].items():
+        if point not in reasons:
+            for other in kept:
+                if other.chunk_id == point.chunk_id:
+                    reasons[other].update(said)
+    return ReducedEdge(
+        *key, "; ".join(merged["justifications"]), kept, tuple((p, "; ".join(sorted(reasons[p]))) for p in kept),
+    )
 
 
 def _clean_points(found: set[Point]) -> tuple[Point, ...]:
