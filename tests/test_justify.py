@@ -1,0 +1,162 @@
+"""An edge's ``justification`` is its live sources': each edge point keeps the justification the
+extraction that gave it wrote (schema 15), and the property is recomputed from the points left when
+a source's points go — ``forget --session``, ``forget --memory``, a re-extraction that no longer
+says the edge. Real cycles with the model extractor against the loopback OpenAI-protocol server,
+real Chroma (embedded), the real CLI, both engines."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from config import Settings
+from pipelines.importer import import_sessions
+from store.backend import open_database
+from store.chroma import ChromaStore
+from tests.conftest import run_cli, write_sessions
+from tests.llm_server import LLMServer, auto_extraction, ok, prompt_turns
+from tests.migrations_support import EDGE_JUSTIFICATIONS_VERSION, roll_back
+from tests.test_forget import _env, _session
+from worker.cycle import run_cycle
+
+SECRET = "hunter2"
+EDGE = ("CLASS:GraphStore", "CLASS:DrainWorker", "DEPENDS_ON")
+KEPT = "GraphStore hands every write to DrainWorker."
+TOLD = f"GraphStore gives DrainWorker the {SECRET} password."
+BOTH = "; ".join(sorted([f"said: {KEPT}", f"said: {TOLD}"]))
+SESSIONS = [
+    _session("kept", "2026-11-01T10:00:00Z", [KEPT]),
+    _session("told", "2026-11-02T10:00:00Z", [TOLD, "RetryPolicy backs off."]),
+]
+
+
+class Model:
+    """The model's extraction of a chunk: :func:`auto_extraction`, each edge justified by quoting
+    its turn (what a model's paraphrase of the turn amounts to); ``silent`` — text whose turns
+    this model no longer reads an edge from."""
+
+    def __init__(self) -> None:
+        self.silent: set[str] = set()
+
+    def __call__(self, body: dict[str, Any]) -> dict[str, Any]:
+        extraction = auto_extraction(body)
+        turns = dict(prompt_turns(body))
+        edges = []
+        for edge in extraction["edges"]:
+            text = turns[edge["evidence"][0]["turn"]]
+            if not any(s in text for s in self.silent):
+                edges.append({**edge, "justification": f"said: {text}"})
+        return {**extraction, "edges": edges}
+
+
+async def _built(settings: Settings, tmp_path: Path, llm: LLMServer, sessions: list[dict[str, Any]]) -> Settings:
+    settings = settings.model_copy(update={"extractor": "openai", "llm_base_url": llm.url, "llm_model": "test-model"})
+    await import_sessions(
+        write_sessions(tmp_path / "in.jsonl", sessions), chroma=ChromaStore(settings),
+        memory_collection=settings.memory_collection, summary_collection=settings.session_collection,
+    )
+    assert (await run_cycle(settings)).outcome == "completed"
+    return settings
+
+
+def _cli_json(env: dict[str, str], *args: str) -> Any:
+    done = run_cli(*args, "--json", env=env)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def _justification(settings: Settings) -> str:
+    db = open_database(settings)
+    try:
+        rows = db.query("SELECT properties FROM edges WHERE source = ? AND target = ? AND relationship = ?", EDGE)
+        assert rows, "the edge is gone"
+        return json.loads(rows[0][0]).get("justification", "")
+    finally:
+        db.close()
+
+
+def _served(env: dict[str, str]) -> str:
+    """What ``show``, ``recall`` and ``export`` serve about GraphStore, as one text."""
+    return json.dumps([
+        _cli_json(env, "show", "CLASS:GraphStore"), _cli_json(env, "recall", "GraphStore DrainWorker"), _cli_json(env, "export"),
+    ])
+
+
+def _shown_justification(env: dict[str, str]) -> str:
+    edges = _cli_json(env, "show", "CLASS:GraphStore")["edges"]
+    return next(e["justification"] for e in edges if e["node"] == "CLASS:DrainWorker")
+
+
+@pytest.fixture
+def model_server() -> Iterator[tuple[LLMServer, Model]]:
+    model = Model()
+    with LLMServer(default=ok(model)) as llm:
+        yield llm, model
+
+
+@pytest.mark.both_backends
+@pytest.mark.parametrize("forget", [("--session", "told"), ("--memory", "memory:told-t0")])
+async def test_forgetting_takes_its_justification_off_a_shared_edge(
+    settings: Settings, tmp_path: Path, clean_env, model_server: Any, forget: tuple[str, str],
+) -> None:
+    llm, _ = model_server
+    settings = await _built(settings, tmp_path, llm, SESSIONS)
+    env = _env(settings)
+    assert _shown_justification(env) == BOTH
+    _cli_json(env, "forget", *forget)
+    assert SECRET not in _served(env)
+    assert _shown_justification(env) == f"said: {KEPT}"
+    exported = [e for e in _cli_json(env, "export")["edges"] if (e["source"], e["target"], e["relationship"]) == EDGE]
+    assert [e["properties"]["justification"] for e in exported] == [f"said: {KEPT}"]
+
+
+@pytest.mark.both_backends
+async def test_a_reextraction_that_no_longer_says_the_edge_takes_its_justification_back(
+    settings: Settings, tmp_path: Path, clean_env, model_server: Any,
+) -> None:
+    llm, model = model_server
+    settings = await _built(settings, tmp_path, llm, SESSIONS)
+    assert SECRET in _justification(settings)
+    model.silent.add(SECRET)
+    told = _session("told", "2026-11-02T10:00:00Z", [TOLD, "RetryPolicy backs off.", "RetryPolicy waits."])
+    await import_sessions(
+        write_sessions(tmp_path / "more.jsonl", [told]), chroma=ChromaStore(settings),
+        memory_collection=settings.memory_collection, summary_collection=settings.session_collection,
+    )
+    asked = llm.chat_count
+    assert (await run_cycle(settings)).outcome == "completed"
+    assert llm.chat_count > asked  # "told" was extracted again
+    assert _justification(settings) == f"said: {KEPT}"
+
+
+@pytest.mark.both_backends
+async def test_justifications_written_before_migration_15_stay_until_the_edge_loses_a_source(
+    settings: Settings, tmp_path: Path, clean_env, backend: str, model_server: Any,
+) -> None:
+    """A database of schema 14 is migrated: its edge points have no known justification (NULL), so
+    the edge's text stays as it was; once a source's points for the edge go, only known sources
+    count — the forgotten session's text cannot survive, whoever wrote it."""
+    llm, _ = model_server
+    settings = await _built(settings, tmp_path, llm, SESSIONS)
+    db = open_database(settings)
+    try:
+        with db.transaction() as conn:
+            roll_back(conn, backend, to=EDGE_JUSTIFICATIONS_VERSION - 1)
+        assert db.schema_version == EDGE_JUSTIFICATIONS_VERSION - 1
+    finally:
+        db.close()
+    db = open_database(settings)
+    try:
+        assert db.schema_version >= EDGE_JUSTIFICATIONS_VERSION
+        assert {r[0] for r in db.query("SELECT justification FROM edge_points WHERE source = ? AND target = ? AND relationship = ?", EDGE)} == {None}
+    finally:
+        db.close()
+    env = _env(settings)
+    assert _shown_justification(env) == BOTH  # unknown sources: kept as written
+    _cli_json(env, "forget", "--session", "told")
+    assert SECRET not in _served(env)
+    assert _shown_justification(env) == ""
