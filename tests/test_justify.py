@@ -35,7 +35,8 @@ SESSIONS = [
 
 
 class Model:
-    """The model's extraction of a chunk: :func:`auto_extraction`, each edge justified by quoting
+    """The model's extraction of a chunk: :func:`auto_extraction`, each node cited in every turn
+    naming it, each edge justified by quoting
     its turn (what a model's paraphrase of the turn amounts to); ``silent`` — text whose turns
     this model no longer reads an edge from."""
 
@@ -50,7 +51,10 @@ class Model:
             text = turns[edge["evidence"][0]["turn"]]
             if not any(s in text for s in self.silent):
                 edges.append({**edge, "justification": f"said: {text}"})
-        return {**extraction, "edges": edges}
+        # Each node cited in every turn naming it (auto_extraction cites the first only).
+        nodes = [{**n, "evidence": [{"turn": k, "quote": n["name"]} for k, text in turns.items() if n["name"] in text]}
+                 for n in extraction["nodes"]]
+        return {**extraction, "nodes": nodes, "edges": edges}
 
 
 async def _built(settings: Settings, tmp_path: Path, llm: LLMServer, sessions: list[dict[str, Any]]) -> Settings:
@@ -160,3 +164,17 @@ async def test_justifications_written_before_migration_15_stay_until_the_edge_lo
     _cli_json(env, "forget", "--session", "told")
     assert SECRET not in _served(env)
     assert _shown_justification(env) == ""
+
+
+@pytest.mark.both_backends
+async def test_forgetting_a_turn_keeps_what_the_same_session_said_of_the_edge_elsewhere(
+    settings: Settings, tmp_path: Path, clean_env, model_server: Any,
+) -> None:
+    """Within one session (one chunk), each turn's justification stays with that turn's points."""
+    llm, _ = model_server
+    said = "GraphStore batches writes for DrainWorker."
+    settings = await _built(settings, tmp_path, llm, [_session("one", "2026-11-04T10:00:00Z", [TOLD, said])])
+    assert _justification(settings) == "; ".join(sorted([f"said: {TOLD}", f"said: {said}"]))
+    _cli_json(_env(settings), "forget", "--memory", "memory:one-t0")
+    assert SECRET not in _served(_env(settings))
+    assert _justification(settings) == f"said: {said}"

@@ -557,16 +557,17 @@ def validate_extraction(raw: Any, unit: WorkUnit, *, semantic_types: Collection[
         for handle in (item.get("id"), item.get("name"), node.id, node.name, *node.aliases):
             if isinstance(handle, str) and handle.strip():
                 handles.setdefault(handle.strip().casefold(), node.id)
-    edges: dict[tuple[str, str, str], ExtractedEdge] = {}
+    # An edge said twice with one justification is one edge; with two, two (the same key): each
+    # justification stays with the evidence it came with, so forgetting a turn takes back its own.
+    edges: dict[tuple[str, str, str, str], ExtractedEdge] = {}
     for item in edges_raw:
         edge = _edge(item, handles, grounding)
         if isinstance(edge, str):
             rejected[edge] = rejected.get(edge, 0) + 1
             continue
-        key = (edge.source, edge.target, edge.relationship)
+        key = (edge.source, edge.target, edge.relationship, edge.justification)
         if key in edges:
-            first = edges[key]
-            edge = ExtractedEdge(*key, _join(first.justification, edge.justification), _union(first.evidence, edge.evidence))
+            edge = ExtractedEdge(*key, _union(edges[key].evidence, edge.evidence))
         edges[key] = edge
     return ChunkExtraction(
         unit_id=unit.unit_id,
@@ -637,8 +638,3 @@ def _plain_int(value: Any) -> int | None:
 
 def _union(first: Sequence[Any], second: Sequence[Any]) -> tuple[Any, ...]:
     return tuple(dict.fromkeys([*first, *second]))
-
-
-def _join(first: str, second: str) -> str:
-    parts = [p for p in dict.fromkeys([first, second]) if p]
-    return "; ".join(parts)
