@@ -35,7 +35,7 @@ from pipelines.ports import Graph, UnitOfWork
 from store.facts import NodeFacts, combine_all
 from store.graph import Edge
 from store.ids import memory_node_id, session_node_id
-from store.provenance import DISCUSSED_IN, EdgeKey, anchor_edges, justification_text
+from store.provenance import DISCUSSED_IN, EdgeKey, anchor_edges, with_justification
 from store.tombstones import MEMORY, NOTE, SESSION
 
 
@@ -152,8 +152,7 @@ def forget_memory(unit: UnitOfWork, memory_id: str, *, dry_run: bool = False) ->
                 edge = graph.get_edge(*key)
                 if edge is not None and places:
                     # The turn's justification goes with its points (the edge's live sources').
-                    properties = {**edge.properties, "justification": justification_text(provenance.edge_reasons(key))}
-                    graph.link_nodes([Edge(*key, float(places), properties)])
+                    graph.link_nodes([Edge(*key, float(places), with_justification(edge.properties, provenance.edge_reasons(key)))])
                 elif edge is not None:
                     graph.delete_edges([key])
             orphans = sorted(nodes - provenance.supported(nodes))

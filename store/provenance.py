@@ -120,6 +120,13 @@ def justification_text(parts: Iterable[str]) -> str:
     return "; ".join(sorted(set(parts)))
 
 
+def with_justification(properties: dict[str, Any], parts: Iterable[str]) -> dict[str, Any]:
+    """An edge's ``properties`` with its ``justification`` made of ``parts`` (an edge that never had
+    one and gets none is left as it is)."""
+    text = justification_text(parts)
+    return {**properties, "justification": text} if text or "justification" in properties else dict(properties)
+
+
 def place_count(points: Iterable[PointRow]) -> int:
     """How many distinct places (see :attr:`PointRow.place`) ``points`` name."""
     return len({p.place for p in points})

@@ -178,3 +178,21 @@ async def test_forgetting_a_turn_keeps_what_the_same_session_said_of_the_edge_el
     _cli_json(_env(settings), "forget", "--memory", "memory:one-t0")
     assert SECRET not in _served(_env(settings))
     assert _justification(settings) == f"said: {said}"
+
+
+@pytest.mark.both_backends
+async def test_an_unmerge_after_a_forget_does_not_bring_the_forgotten_justification_back(
+    settings: Settings, tmp_path: Path, clean_env, model_server: Any,
+) -> None:
+    """The merge record saves the edge as it was (the secret in its text); the unmerge rebuilds
+    the edge's justification from the points it gets back, not from that copy."""
+    llm, _ = model_server
+    sessions = [_session("kept", "2026-11-01T10:00:00Z", [KEPT, "RetryPolicy waits."]), SESSIONS[1]]
+    settings = await _built(settings, tmp_path, llm, sessions)
+    env = _env(settings)
+    assert run_cli("merge", "CLASS:GraphStore", "CLASS:RetryPolicy", env=env).returncode == 0
+    _cli_json(env, "forget", "--session", "told")
+    done = run_cli("unmerge", "CLASS:GraphStore", env=env)
+    assert done.returncode == 0, done.stderr
+    assert SECRET not in _served(env)
+    assert _justification(settings) == f"said: {KEPT}"
