@@ -14,6 +14,8 @@ from typing import Any
 import pytest
 
 from config import Settings
+from pipelines.extract.model import ChunkExtraction, Evidence, ExtractedEdge, ExtractedNode
+from pipelines.extract.reduce import reduce_session
 from pipelines.importer import import_sessions
 from store.backend import open_database
 from store.chroma import ChromaStore
@@ -196,3 +198,22 @@ async def test_an_unmerge_after_a_forget_does_not_bring_the_forgotten_justificat
     assert done.returncode == 0, done.stderr
     assert SECRET not in _served(env)
     assert _justification(settings) == f"said: {KEPT}"
+
+
+def test_each_point_of_a_session_edge_keeps_the_justification_it_came_with() -> None:
+    """Pure (reduce): a point keeps its chunk edge's justification; a chunk-level point dropped
+    because its chunk also quoted the edge hands its justification to that chunk's quoted points."""
+    def node(name: str) -> ExtractedNode:
+        return ExtractedNode(f"CLASS:{name}", "CLASS", name, evidence=(Evidence("s-t0", name),))
+
+    def edge(justification: str, *evidence: Evidence) -> ExtractedEdge:
+        return ExtractedEdge("CLASS:A", "CLASS:B", "DEPENDS_ON", justification, evidence)
+
+    reduced = reduce_session("s", [
+        ChunkExtraction("s:chunk:0", nodes=(node("A"), node("B")), edges=(edge("first", Evidence("s-t0", "A")), edge("unquoted"))),
+        ChunkExtraction("s:chunk:1", nodes=(node("A"), node("B")), edges=(edge("second", Evidence("s-t1", "A")),)),
+    ])
+    (found,) = reduced.edges
+    assert {(p.memory, found.reason(p)) for p in found.provenance} == {
+        ("memory:s-t0", "first; unquoted"), ("memory:s-t1", "second"),
+    }
