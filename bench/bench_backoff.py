@@ -61,11 +61,11 @@ async def run(steps: list[int], cycles: int, workdir: Path) -> list[dict[str, fl
         return [await measure(n, cycles, workdir / f"n{n}", server) for n in steps]
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, nargs="+", default=[50, 400])
     parser.add_argument("--cycles", type=int, default=5, help="idle cycles timed per step (median)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         results = anyio.run(run, sorted(args.steps), args.cycles, Path(tmp))
     first = results[0]
