@@ -23,7 +23,8 @@ on the renamed file, so it starts reading only after every in-flight append has 
 ``write`` carries whole lines only, so concurrent appends never interleave inside a line. A writer
 killed inside a large ``write`` can leave the head of a line without its newline; the next append
 starts with a newline then, so the fragment stays a line of its own (dead-lettered as malformed)
-and never swallows the good line written after it.
+and never swallows the good line written after it. A drain's own fragment (a kill inside its
+re-queue append) is blanked by the next drain's recovery instead: its whole line is re-queued.
 """
 
 from __future__ import annotations
@@ -233,22 +234,29 @@ class LazyEdgeQueue:
         records the dead-letter file's length before the append, ``published`` that every output
         is out and only the inputs are left to delete. A crash before this leaves the inputs in
         place (they are drained again: no line is lost). A crash inside the re-queue append may
-        re-queue a failed line twice (replaying a line is idempotent), or leave the head of one,
-        which the next drain dead-letters as malformed beside the whole line.
+        re-queue a failed line twice (replaying a line is idempotent), or leave the head of one;
+        ``queueBytes`` in the marker lets the recovery blank that head, which would otherwise be
+        dead-lettered as malformed beside the whole line.
         """
         inputs = list(inputs)
-        if _size(self.dead_pending_path):
-            fd = self._open(self.dead_letter_path, os.O_RDWR | os.O_APPEND | os.O_CREAT)
-            try:
-                self._write_marker(
-                    {"state": "publishing", "deadLetterBytes": os.fstat(fd).st_size, "newlineFirst": _ends_mid_line(fd)}
-                )
+        dead, requeue = _size(self.dead_pending_path) > 0, _size(self.requeue_pending_path) > 0
+        fd = self._open(self.dead_letter_path, os.O_RDWR | os.O_APPEND | os.O_CREAT) if dead else None
+        try:
+            if dead or requeue:
+                marker: dict[str, Any] = {"state": "publishing"}
+                if fd is not None:
+                    marker |= {"deadLetterBytes": os.fstat(fd).st_size, "newlineFirst": _ends_mid_line(fd)}
+                if requeue:
+                    marker["queueBytes"] = _size(self.path)  # where the re-queue append starts
+                self._write_marker(marker)
+            if fd is not None:
                 with os.fdopen(self._open(self.dead_pending_path, os.O_RDONLY), "rb") as src:
                     _write_whole_lines(fd, src)
                 os.fsync(fd)
-            finally:
+        finally:
+            if fd is not None:
                 os.close(fd)
-        if _size(self.requeue_pending_path):
+        if requeue:
             self.append_file(self.requeue_pending_path)
         self._write_marker({"state": "published", "inputs": [path.name for path in inputs]})
         self._finish_publish(inputs)
@@ -262,7 +270,11 @@ class LazyEdgeQueue:
         - ``publishing``: the inputs are still there and are drained again, so the dead letters
           are published again: the bytes appended after the recorded length are cut — only when
           they are, byte for byte, the start of what the drain was writing (its scratch file).
-          Anything else (a file edited since, a scratch file gone) is left as it is.
+          Anything else (a file edited since, a scratch file gone) is left as it is. In the live
+          queue, which producers append to meanwhile, nothing is cut: a line after the recorded
+          length that is not JSON and is the head of a line of the re-queue scratch file (a kill
+          inside the re-queue append) is overwritten with spaces, a blank line readers skip. Its
+          whole line is re-queued again when the inputs are drained again.
         """
         try:
             with os.fdopen(self._open(self.publish_marker_path, os.O_RDONLY), "rb") as handle:
@@ -278,7 +290,11 @@ class LazyEdgeQueue:
         if state == "published":
             done = "finished"
         elif state == "publishing":
-            done = "dead-letters-rolled-back" if self._undo_dead_letter_append(marker) else "dead-letters-kept"
+            done = "publish-interrupted"
+            if "deadLetterBytes" in marker:
+                done = "dead-letters-rolled-back" if self._undo_dead_letter_append(marker) else "dead-letters-kept"
+            if "queueBytes" in marker and self._blank_torn_requeue(marker):
+                done += ", torn-requeue-line-blanked"
             inputs = []
         self._finish_publish(inputs)
         return done
@@ -312,6 +328,33 @@ class LazyEdgeQueue:
             return True
         finally:
             os.close(fd)
+
+    def _blank_torn_requeue(self, marker: Mapping[str, Any]) -> bool:
+        start = marker.get("queueBytes")
+        if not isinstance(start, int) or isinstance(start, bool) or start < 0:
+            return False
+        try:
+            fd = self._open(self.path, os.O_RDWR)  # not O_APPEND: pwrite must land where it is told
+        except FileNotFoundError:
+            return False
+        try:
+            with os.fdopen(os.dup(fd), "rb") as handle:
+                suspects = [(at, body) for at, body in _lines_from(handle, start) if not _is_json(body)]
+            torn = [(at, body) for at, body in suspects if self._heads_a_requeued_line(body)]
+            for at, body in torn:
+                os.pwrite(fd, b" " * len(body), at)
+            if torn:
+                os.fsync(fd)
+            return bool(torn)
+        finally:
+            os.close(fd)
+
+    def _heads_a_requeued_line(self, head: bytes) -> bool:
+        try:
+            lines = self.read_lines(self.requeue_pending_path)
+            return any(len(line.rstrip(b"\n")) > len(head) and line.startswith(head) for line in lines)
+        except FileNotFoundError:
+            return False
 
     def _write_marker(self, marker: Mapping[str, Any]) -> None:
         temporary = self.publish_marker_path.with_name(self.publish_marker_path.name + ".tmp")
@@ -402,6 +445,32 @@ def _holds_start_of(fd: int, start: int, end: int, *, first: bytes, source: IO[b
         if os.pread(fd, size, position) != expected[:size]:
             return False
         position, expected = position + size, expected[size:]
+    return True
+
+
+def _lines_from(handle: IO[bytes], start: int) -> Iterator[tuple[int, bytes]]:
+    """``(offset, line without its newline)`` for each line of ``handle`` from byte ``start``;
+    lines longer than :data:`MAX_LINE_BYTES` are read past (no re-queued line is that long)."""
+    handle.seek(start)
+    at = start
+    while line := handle.readline(MAX_LINE_BYTES + 1):
+        size = len(line)
+        if size > MAX_LINE_BYTES and not line.endswith(b"\n"):
+            while (piece := handle.readline(_READ_PIECE)) and not piece.endswith(b"\n"):
+                size += len(piece)
+            at += size + len(piece)
+            continue
+        yield at, line.rstrip(b"\n")
+        at += size
+
+
+def _is_json(body: bytes) -> bool:
+    if not body.strip():
+        return True  # a blank line is no fragment
+    try:
+        json.loads(body)
+    except ValueError:
+        return False
     return True
 
 
