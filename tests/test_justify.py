@@ -217,3 +217,110 @@ def test_each_point_of_a_session_edge_keeps_the_justification_it_came_with() -> 
     assert {(p.memory, found.reason(p)) for p in found.provenance} == {
         ("memory:s-t0", "first; unquoted"), ("memory:s-t1", "second"),
     }
+
+
+RETRY = "RetryPolicy gives DrainWorker the hunter2 password."
+MERGED_INTO = ("CLASS:GraphStore", "CLASS:DrainWorker", "DEPENDS_ON")
+MERGED_AWAY = ("CLASS:RetryPolicy", "CLASS:DrainWorker", "DEPENDS_ON")
+
+
+def _edge_justification(settings: Settings, key: tuple[str, str, str]) -> str | None:
+    """The edge's ``justification`` (``None`` when there is no such edge)."""
+    db = open_database(settings)
+    try:
+        rows = db.query("SELECT properties FROM edges WHERE source = ? AND target = ? AND relationship = ?", key)
+        return json.loads(rows[0][0]).get("justification", "") if rows else None
+    finally:
+        db.close()
+
+
+@pytest.mark.both_backends
+async def test_a_merge_keeps_every_sources_justification_and_an_unmerge_gives_each_back(
+    settings: Settings, tmp_path: Path, clean_env, model_server: Any,
+) -> None:
+    """`merge RetryPolicy GraphStore`: both nodes' edges to DrainWorker become one, which says what
+    both said (before: only GraphStore's text; RetryPolicy's was lost, and stayed lost after an
+    unmerge); `unmerge` gives each edge its own text back."""
+    llm, _ = model_server
+    sessions = [SESSIONS[0], _session("retry", "2026-11-02T10:00:00Z", [RETRY])]
+    settings = await _built(settings, tmp_path, llm, sessions)
+    env = _env(settings)
+    assert _edge_justification(settings, MERGED_AWAY) == f"said: {RETRY}"
+    assert run_cli("merge", "CLASS:RetryPolicy", "CLASS:GraphStore", env=env).returncode == 0
+    assert _edge_justification(settings, MERGED_AWAY) is None
+    assert _edge_justification(settings, MERGED_INTO) == "; ".join(sorted([f"said: {KEPT}", f"said: {RETRY}"]))
+    assert f"said: {RETRY}" in json.dumps(_cli_json(env, "export"))
+
+    done = run_cli("unmerge", "CLASS:RetryPolicy", env=env)
+    assert done.returncode == 0, done.stderr
+    assert _edge_justification(settings, MERGED_INTO) == f"said: {KEPT}"
+    assert _edge_justification(settings, MERGED_AWAY) == f"said: {RETRY}"
+
+
+@pytest.mark.both_backends
+@pytest.mark.parametrize("forgotten", ["retry", "kept"])
+async def test_a_forget_after_a_merge_takes_the_sources_text_out_and_an_unmerge_does_not_bring_it_back(
+    settings: Settings, tmp_path: Path, clean_env, model_server: Any, forgotten: str,
+) -> None:
+    """The merged edge holds both sources' text; forgetting either (the merged-in node's session or
+    the surviving node's) takes its text out of the merged edge and of every edge the unmerge gives
+    back (before: the surviving node's edge came back whole, its forgotten text in it)."""
+    llm, _ = model_server
+    kept_secret = f"GraphStore hands DrainWorker the {SECRET} password."
+    sessions = [_session("kept", "2026-11-01T10:00:00Z", [kept_secret, "GraphStore waits."]),
+                _session("retry", "2026-11-02T10:00:00Z", [RETRY, "RetryPolicy waits."])]
+    settings = await _built(settings, tmp_path, llm, sessions)
+    env = _env(settings)
+    assert run_cli("merge", "CLASS:RetryPolicy", "CLASS:GraphStore", env=env).returncode == 0
+    _cli_json(env, "forget", "--session", forgotten)
+    left = f"said: {kept_secret if forgotten == 'retry' else RETRY}"
+    gone = f"said: {RETRY if forgotten == 'retry' else kept_secret}"
+    assert _edge_justification(settings, MERGED_INTO) == left
+    assert gone not in _served(env)
+
+    done = run_cli("unmerge", "CLASS:RetryPolicy", env=env)
+    assert done.returncode == 0, done.stderr
+    assert gone not in json.dumps(_cli_json(env, "export"))
+    assert gone not in (_edge_justification(settings, MERGED_INTO) or "") + (_edge_justification(settings, MERGED_AWAY) or "")
+    mine = MERGED_INTO if forgotten == "retry" else MERGED_AWAY
+    assert _edge_justification(settings, mine) == left
+
+
+@pytest.mark.both_backends
+async def test_unmerging_a_name_a_commit_linked_gives_each_edge_its_own_justification(
+    settings: Settings, tmp_path: Path, clean_env, model_server: Any,
+) -> None:
+    """`GraphStores` (session "plural") is linked into `GraphStore` by its commit: their edges to
+    DrainWorker are one, saying both; `unmerge CLASS:GraphStores` leaves each edge its own session's
+    text (before: the re-created edge got the merged edge's text, the other session's included)."""
+    llm, _ = model_server
+    plural = "GraphStores give DrainWorker the hunter2 password."
+    settings = await _built(settings, tmp_path, llm, [SESSIONS[0], _session("plural", "2026-11-02T10:00:00Z", [plural])])
+    assert _edge_justification(settings, MERGED_INTO) == "; ".join(sorted([f"said: {KEPT}", f"said: {plural}"]))
+    done = run_cli("unmerge", "CLASS:GraphStores", env=_env(settings))
+    assert done.returncode == 0, done.stderr
+    assert _edge_justification(settings, MERGED_INTO) == f"said: {KEPT}"
+    assert _edge_justification(settings, ("CLASS:GraphStores", "CLASS:DrainWorker", "DEPENDS_ON")) == f"said: {plural}"
+
+
+@pytest.mark.both_backends
+async def test_a_merge_of_edges_written_before_migration_15_keeps_and_gives_back_their_text(
+    settings: Settings, tmp_path: Path, clean_env, backend: str, model_server: Any,
+) -> None:
+    """Edge points of schema 14 carry no justification: the merged edge keeps both edges' text as
+    written, and the unmerge gives each edge the text it had (kept in the merge record)."""
+    llm, _ = model_server
+    settings = await _built(settings, tmp_path, llm, [SESSIONS[0], _session("retry", "2026-11-02T10:00:00Z", [RETRY])])
+    db = open_database(settings)
+    try:
+        with db.transaction() as conn:
+            roll_back(conn, backend, to=EDGE_JUSTIFICATIONS_VERSION - 1)
+    finally:
+        db.close()
+    open_database(settings).close()  # migrated again: the points' justifications are unknown (NULL)
+    env = _env(settings)
+    assert run_cli("merge", "CLASS:RetryPolicy", "CLASS:GraphStore", env=env).returncode == 0
+    assert _edge_justification(settings, MERGED_INTO) == "; ".join(sorted([f"said: {KEPT}", f"said: {RETRY}"]))
+    assert run_cli("unmerge", "CLASS:RetryPolicy", env=env).returncode == 0
+    assert _edge_justification(settings, MERGED_INTO) == f"said: {KEPT}"
+    assert _edge_justification(settings, MERGED_AWAY) == f"said: {RETRY}"
