@@ -27,7 +27,10 @@ UNDO: dict[int, dict[str, tuple[str, ...]]] = {
         "sqlite": ("ALTER TABLE edge_points DROP COLUMN justification",),
         "postgresql": ("ALTER TABLE edge_points DROP COLUMN justification",),
     },
-    IDENTITY_VERDICTS_VERSION: {"sqlite": ("DROP TABLE identity_verdicts",), "postgresql": ("DROP TABLE identity_verdicts",)},
+    IDENTITY_VERDICTS_VERSION: {
+        "sqlite": ("DROP TABLE identity_verdicts", "DROP INDEX edge_points_reason"),
+        "postgresql": ("DROP TABLE identity_verdicts", "DROP INDEX edge_points_reason"),
+    },
 }
 assert "rem_run_counts" in MIGRATIONS[RUN_COUNTS_VERSION - 1] and "community_names" in MIGRATIONS[COMMUNITY_NAMES_VERSION - 1]
 assert "justification" in MIGRATIONS[EDGE_JUSTIFICATIONS_VERSION - 1]

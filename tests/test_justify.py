@@ -18,6 +18,7 @@ from pipelines.extract.model import ChunkExtraction, Evidence, ExtractedEdge, Ex
 from pipelines.extract.reduce import reduce_session
 from pipelines.importer import import_sessions
 from store.backend import open_database
+from store.graph import GraphStore
 from store.chroma import ChromaStore
 from tests.conftest import run_cli, write_sessions
 from tests.llm_server import LLMServer, auto_extraction, ok, prompt_turns
@@ -324,3 +325,40 @@ async def test_a_merge_of_edges_written_before_migration_15_keeps_and_gives_back
     assert run_cli("unmerge", "CLASS:RetryPolicy", env=env).returncode == 0
     assert _edge_justification(settings, MERGED_INTO) == f"said: {KEPT}"
     assert _edge_justification(settings, MERGED_AWAY) == f"said: {RETRY}"
+
+
+@pytest.mark.both_backends
+def test_the_batched_read_of_other_sessions_justifications_equals_the_per_edge_read(settings: Settings) -> None:
+    """A re-extraction's commit reads the other sessions' justifications of its old edges in one
+    query (``other_reasons``, seeking text by text through ``edge_points_reason``) or per edge for
+    an edge of many texts: both give what the per-edge read of every point gives — multi-part texts
+    split, the session's own points, NULL (before schema 15) and empty texts left out."""
+    from pipelines.extract.commit import SOUGHT_TEXTS, other_reasons
+    from store.graph import Edge, Node
+    from store.provenance import EdgePointRow, PointRow, ProvenanceStore, justification_text
+
+    db = open_database(settings)
+    try:
+        graph, provenance = GraphStore(db), ProvenanceStore(db)
+        graph.upsert_nodes([Node(f"CLASS:N{i}", "CLASS", f"N{i}", {}) for i in range(4)])
+        texts = {  # edge → (anchor, justification) of its points
+            ("CLASS:N0", "CLASS:N1", "DEPENDS_ON"): [("session:me", "mine"), ("session:a", "b; a"), ("session:b", "a"),
+                                                     ("session:c", None), ("session:d", ""), ("session:e", "z")],
+            ("CLASS:N1", "CLASS:N2", "DEPENDS_ON"): [("session:me", "mine")],
+            ("CLASS:N2", "CLASS:N3", "DEPENDS_ON"): [("session:me", "x")] + [(f"session:o{i}", f"t{i}") for i in range(SOUGHT_TEXTS + 4)],
+        }
+        rows = [EdgePointRow(key, PointRow(anchor, f"memory:{anchor[8:]}-t{n}", "c", ""), key[0], key[1], justification=text)
+                for key, points in texts.items() for n, (anchor, text) in enumerate(points)]
+        graph.link_nodes([Edge(*key, 1.0, {"justification": justification_text(t for _, text in points if text for t in text.split("; "))})
+                          for key, points in texts.items()])
+        provenance.add_edge_points(rows)
+        edges = {key: graph.get_edge(*key) for key in texts}
+        expected = {key: provenance.edge_reasons(key, besides="session:me") for key in texts}
+        assert expected == {
+            ("CLASS:N0", "CLASS:N1", "DEPENDS_ON"): {"a", "b", "z"}, ("CLASS:N1", "CLASS:N2", "DEPENDS_ON"): set(),
+            ("CLASS:N2", "CLASS:N3", "DEPENDS_ON"): {f"t{i}" for i in range(SOUGHT_TEXTS + 4)},
+        }
+        assert provenance.edge_reasons_by_key(texts, besides="session:me") == expected
+        assert other_reasons(provenance, edges, texts, besides="session:me") == expected
+    finally:
+        db.close()
