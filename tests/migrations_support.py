@@ -37,6 +37,20 @@ assert "justification" in MIGRATIONS[EDGE_JUSTIFICATIONS_VERSION - 1]
 assert "identity_verdicts" in MIGRATIONS[IDENTITY_VERDICTS_VERSION - 1]
 
 
+def rolled_back(settings: Any, backend: str, *, to: int) -> None:
+    """Make the test's graph database one of schema version ``to`` (:func:`roll_back`), closed:
+    opening it again migrates it."""
+    from store.backend import open_database
+
+    db = open_database(settings)
+    try:
+        with db.transaction() as conn:
+            roll_back(conn, backend, to=to)
+        assert db.schema_version == to
+    finally:
+        db.close()
+
+
 def roll_back(conn: Any, backend: str, *, to: int) -> None:
     """Take every migration after version ``to`` out of the database (inside ``conn``'s
     transaction), newest first; a migration before :data:`RUN_COUNTS_VERSION` cannot be undone here."""

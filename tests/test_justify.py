@@ -22,7 +22,7 @@ from store.graph import GraphStore
 from store.chroma import ChromaStore
 from tests.conftest import run_cli, write_sessions
 from tests.llm_server import LLMServer, auto_extraction, ok, prompt_turns
-from tests.migrations_support import EDGE_JUSTIFICATIONS_VERSION, roll_back
+from tests.migrations_support import EDGE_JUSTIFICATIONS_VERSION, roll_back, rolled_back
 from tests.test_forget import _env, _session
 from worker.cycle import run_cycle
 
@@ -312,12 +312,7 @@ async def test_a_merge_of_edges_written_before_migration_15_keeps_and_gives_back
     written, and the unmerge gives each edge the text it had (kept in the merge record)."""
     llm, _ = model_server
     settings = await _built(settings, tmp_path, llm, [SESSIONS[0], _session("retry", "2026-11-02T10:00:00Z", [RETRY])])
-    db = open_database(settings)
-    try:
-        with db.transaction() as conn:
-            roll_back(conn, backend, to=EDGE_JUSTIFICATIONS_VERSION - 1)
-    finally:
-        db.close()
+    rolled_back(settings, backend, to=EDGE_JUSTIFICATIONS_VERSION - 1)
     open_database(settings).close()  # migrated again: the points' justifications are unknown (NULL)
     env = _env(settings)
     assert run_cli("merge", "CLASS:RetryPolicy", "CLASS:GraphStore", env=env).returncode == 0

@@ -8,11 +8,8 @@ PostgreSQL server."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
-import subprocess
-import sys
 import time
 from typing import Any
 
@@ -24,10 +21,11 @@ from store.backend import open_database
 from store.chroma import ChromaStore
 from store.graph import GraphStore
 from store.verdicts import VerdictStore
-from tests.conftest import ROOT, run_cli, write_sessions
+from tests.conftest import run_cli, write_sessions
 from tests.llm_server import LLMServer, Reply, prompt_turns
-from tests.migrations_support import IDENTITY_VERDICTS_VERSION, roll_back
+from tests.migrations_support import IDENTITY_VERDICTS_VERSION, rolled_back
 from tests.test_forget import _env, _session
+from tests.test_migrations_community_names import worker_once
 from worker.cycle import run_cycle
 
 FILES = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot"]
@@ -55,17 +53,6 @@ def questions(server: LLMServer) -> list[str]:
     """The identity questions the model was asked, in order (a request the kill cut off before its
     body was sent has none)."""
     return [r.prompt for r in server.chat_requests if '"existing"' in r.prompt]
-
-
-def worker_once(settings: Settings, server: LLMServer, database_url: str | None) -> subprocess.Popen[str]:
-    """``python -m worker --once`` as a real subprocess, settling identities with the model."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("REM_")}
-    env.update({"PYTHONPATH": str(ROOT), "REM_DATA_DIR": str(settings.data_dir), "REM_EXTRACTOR": "openai",
-                "REM_LLM_BASE_URL": server.url, "REM_LLM_JUDGE": "true", "REM_LLM_MAX_RETRIES": "0", "REM_LOG_LEVEL": "error"})
-    if database_url is not None:
-        env["REM_DATABASE_URL"] = database_url
-    return subprocess.Popen([sys.executable, "-m", "worker", "--once"], cwd=ROOT, env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
 async def _import(settings: Settings, path: Any, sessions: list[dict[str, Any]]) -> None:
@@ -134,13 +121,7 @@ def _all_questions(db: Any) -> list[str]:
 def test_a_database_of_the_previous_schema_gets_the_verdict_table(settings: Settings, backend: str) -> None:
     """A database written before migration 16 is migrated; a verdict kept there is found by its
     question, "a new node" (no target) included, and the latest answer to a question wins."""
-    db = open_database(settings)
-    try:
-        with db.transaction() as conn:
-            roll_back(conn, backend, to=IDENTITY_VERDICTS_VERSION - 1)
-        assert db.schema_version == IDENTITY_VERDICTS_VERSION - 1
-    finally:
-        db.close()
+    rolled_back(settings, backend, to=IDENTITY_VERDICTS_VERSION - 1)
     db = open_database(settings)
     try:
         assert db.schema_version >= IDENTITY_VERDICTS_VERSION
