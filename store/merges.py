@@ -550,7 +550,8 @@ def _extend(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
         "modified": list(old.get("modified", ())) + [e for e in new.get("modified", ()) if (e["source"], e["target"], e["relationship"]) not in known],
         "loop_points": _union(old.get("loop_points", ()), new.get("loop_points", ())),
         "prior_merges": _union(old.get("prior_merges", ()), new.get("prior_merges", ())),
-        "pointed": _union(old.get("pointed", ()), new.get("pointed", ())),
+        # Whether an edge had points goes with its kept state: the oldest.
+        "pointed": list(old.get("pointed", ())) + [k for k in new.get("pointed", ()) if tuple(k) not in known],
         **({"justifications": _union(old.get("justifications", ()), new.get("justifications", ()))}
            if "justifications" in old or "justifications" in new else {}),
     }
