@@ -64,6 +64,8 @@ the evidence: bench/RESULTS.md.
 from __future__ import annotations
 
 import builtins
+import hashlib
+import json
 import math
 import re
 import sys
@@ -72,6 +74,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from difflib import SequenceMatcher
+from typing import Any
 
 LINK = "link"
 CREATE = "create"
@@ -1024,18 +1027,31 @@ class Resolution(dict[str, str]):
 
 
 # Given an incoming node and the existing same-type nodes it may be, return the id of the one it
-# is, or None for "a new node". Only asked about ``candidate`` verdicts.
+# is, or None for "a new node"; raise :class:`AuditUnanswered` when it could not answer (the model
+# call failed: nothing to keep). Only asked about ``candidate`` verdicts.
 Auditor = Callable[[NodeRef, Sequence[NodeRef]], Awaitable[str | None]]
 
 
-async def audit(verdict: Verdict, node: NodeRef, index: AliasIndex, *, auditor: Auditor) -> Verdict:
-    """Ask ``auditor`` to settle a ``candidate`` verdict among its same-type candidates; a link
-    becomes rule ``auditor``. Cross-type candidates are never offered (never merged)."""
-    options = [index.nodes[m.node_id] for m in verdict.candidates if m.type == node.type and m.node_id in index.nodes]
-    if verdict.action != CANDIDATE or not options:
-        return verdict
-    chosen = await auditor(node, options)
-    if chosen is None or chosen not in {o.id for o in options}:
-        return verdict
-    score = next(m.score for m in verdict.candidates if m.node_id == chosen)
-    return Verdict(node.id, LINK, chosen, "auditor", score, verdict.candidates)
+class AuditUnanswered(Exception):
+    """The auditor could not be asked (its call failed): the verdict stays a candidate, and no
+    answer is kept, so a later cycle asks again."""
+
+
+def audit_options(verdict: Verdict, node: NodeRef, index: AliasIndex) -> list[NodeRef]:
+    """The existing nodes an auditor chooses among to settle ``verdict`` (pure): its same-type
+    candidates still in ``index``; none — nothing to ask — unless it is a ``candidate`` verdict.
+    Cross-type candidates are never offered (never merged)."""
+    if verdict.action != CANDIDATE:
+        return []
+    return [index.nodes[m.node_id] for m in verdict.candidates if m.type == node.type and m.node_id in index.nodes]
+
+
+def audit_question(node: NodeRef, options: Sequence[NodeRef]) -> str:
+    """The key of the question "which of ``options`` is ``node``?" (pure): sha256 of everything the
+    auditor is shown — each node's id, type, name and aliases, the options in id order — so a
+    question is asked once and a changed one (a new alias, another option) is a new question."""
+    def shown(ref: NodeRef) -> list[Any]:
+        return [ref.id, ref.type, ref.name, sorted(ref.aliases)]
+
+    text = json.dumps({"node": shown(node), "options": sorted(shown(o) for o in options)}, ensure_ascii=False, sort_keys=True)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()

@@ -13,7 +13,7 @@ import structlog
 
 from pipelines.extract.llm import OpenAIExtractor
 from pipelines.extract.model import ExtractionFailure
-from pipelines.identity import NodeRef
+from pipelines.identity import AuditUnanswered, NodeRef
 
 log = structlog.get_logger(__name__)
 
@@ -51,23 +51,34 @@ class ModelJudge:
         self.extractor = extractor
 
     async def _ask(self, system: str, payload: Any, *, schema_name: str, schema: dict[str, Any]) -> Any:
+        """The model's parsed answer; ``None`` when it was not JSON. :class:`ExtractionFailure`
+        when the call failed."""
         messages = [{"role": "system", "content": system}, {"role": "user", "content": json.dumps(payload, ensure_ascii=False)}]
         try:
             return await self.extractor.complete_json(messages, schema_name=schema_name, schema=schema)
-        except (ExtractionFailure, ValueError) as exc:
-            log.warning("model call failed; falling back", job=schema_name, error=str(exc)[:200])
+        except ValueError as exc:
+            log.warning("model answer is no JSON; falling back", job=schema_name, error=str(exc)[:200])
             return None
 
     async def name_community(self, names: Sequence[str]) -> str | None:
         """A short label for a community whose member names are given (most connected first)."""
-        answer = await self._ask(NAMER_PROMPT, {"members": list(names[:30])}, schema_name="community_label", schema=LABEL_SCHEMA)
+        try:
+            answer = await self._ask(NAMER_PROMPT, {"members": list(names[:30])}, schema_name="community_label", schema=LABEL_SCHEMA)
+        except ExtractionFailure as exc:
+            log.warning("model call failed; falling back", job="community_label", error=str(exc)[:200])
+            return None
         label = answer.get("label") if isinstance(answer, dict) else None
         return label if isinstance(label, str) and label.strip() else None
 
     async def audit_identity(self, node: NodeRef, options: Sequence[NodeRef]) -> str | None:
-        """The id of the existing node ``node`` is, or ``None`` (a new node)."""
+        """The id of the existing node ``node`` is, or ``None`` (a new node; an answer that is no
+        usable verdict says so too). :class:`AuditUnanswered` when the call failed."""
         payload = {"new": _describe(node), "existing": [_describe(o) for o in options]}
-        answer = await self._ask(AUDITOR_PROMPT, payload, schema_name="identity_verdict", schema=VERDICT_SCHEMA)
+        try:
+            answer = await self._ask(AUDITOR_PROMPT, payload, schema_name="identity_verdict", schema=VERDICT_SCHEMA)
+        except ExtractionFailure as exc:
+            log.warning("model call failed; the candidate stays one", job="identity_verdict", error=str(exc)[:200])
+            raise AuditUnanswered(str(exc)) from exc
         if not isinstance(answer, dict) or answer.get("verdict") != "link":
             return None
         target = answer.get("target")

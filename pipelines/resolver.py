@@ -17,14 +17,15 @@ names, labels or aliases that was not a session commit) is the one it was built 
 learns the commits made since like any others' — so a daemon builds it once, not every cycle.
 
 The optional model auditor is asked *before* the transaction (:meth:`GraphResolver.prepare`, in
-async code), never while the database is locked; its answers are kept per question, so the same
-ambiguity is never paid for twice.
+async code), never while the database is locked; each answer is kept as it is given, by the
+question it answers (:class:`GivenVerdicts`: ``identity_verdicts``, migration 16), so the same
+question is never paid for twice — not even by a worker killed before the session's commit.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -37,11 +38,13 @@ from pipelines.identity import (
     LINK,
     AliasIndex,
     Auditor,
+    AuditUnanswered,
     NodeRef,
     Resolution,
     Thresholds,
     Verdict,
-    audit,
+    audit_options,
+    audit_question,
     learn,
     resolve_batch,
     without_foreign_receivers,
@@ -59,6 +62,20 @@ class CandidateLike(Protocol):
 
 def _refs(candidates: Iterable[CandidateLike]) -> list[NodeRef]:
     return [NodeRef(c.id, c.type, c.name, tuple(c.aliases)) for c in candidates]
+
+
+class GivenVerdicts(Protocol):
+    """The auditor's answers, by question (:func:`pipelines.identity.audit_question`), kept as
+    each is given (store.verdicts)."""
+
+    async def given(self, questions: Collection[str]) -> dict[str, str | None]:
+        """The answers already given to these questions (``None``: "a new node")."""
+        ...
+
+    async def keep(self, question: str, target: str | None, *, session: str) -> None:
+        """Keep an answer just given to a question ``session``'s extraction asked, durably, before
+        the next question is asked."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +104,7 @@ class GraphResolver:
         existing: Callable[[Iterable[str]], set[str]],
         committed_since: Callable[[int | None], tuple[int, list[NodeRef]]] | None = None,
         auditor: Auditor | None = None,
+        verdicts: GivenVerdicts | None = None,
         thresholds: Thresholds = Thresholds(),
         epoch: Callable[[], str | None] | None = None,
         kept: KeptIndex | None = None,
@@ -99,6 +117,7 @@ class GraphResolver:
         self._committed_since = committed_since
         self._seen = 0
         self.auditor = auditor
+        self.verdicts = verdicts
         self.thresholds = thresholds
         self._index: AliasIndex | None = None
         self._blocked: frozenset[tuple[str, str]] = frozenset()
@@ -162,9 +181,9 @@ class GraphResolver:
                 self._index.add(ref)
         return self._index
 
-    async def prepare(self, candidates: Sequence[CandidateLike]) -> int:
-        """Settle this session's ambiguous candidates with the auditor (when there is one), before
-        the commit. Returns how many questions were asked."""
+    async def prepare(self, candidates: Sequence[CandidateLike], *, session: str = "") -> int:
+        """Settle the ambiguous candidates of ``session`` (its id: the kept verdicts name it) with
+        the auditor (when there is one), before the commit. Returns how many questions were asked."""
         if self.auditor is None:
             return 0
         refs = _refs(candidates)
@@ -175,14 +194,28 @@ class GraphResolver:
                 return index, resolve_batch(refs, index, blocked=self._blocked, thresholds=self.thresholds)
 
         index, verdicts = await anyio.to_thread.run_sync(resolve_now)
-        asked = 0
+        questions: dict[tuple[str, tuple[str, ...]], tuple[NodeRef, list[NodeRef], str]] = {}
         for ref, verdict in zip(refs, verdicts, strict=True):
             key = _question(verdict)
-            if verdict.action != CANDIDATE or key in self._decisions:
+            options = audit_options(verdict, ref, index)
+            if options and key not in self._decisions:
+                questions[key] = (ref, options, audit_question(ref, options))
+        given = await self.verdicts.given({q for *_, q in questions.values()}) if self.verdicts is not None and questions else {}
+        asked = 0
+        for key, (ref, options, question) in questions.items():
+            if question in given:
+                self._decisions[key] = given[question]
                 continue
-            settled = await audit(verdict, ref, index, auditor=self.auditor)
-            self._decisions[key] = settled.target
             asked += 1
+            try:
+                chosen = await self.auditor(ref, options)
+            except AuditUnanswered:
+                self._decisions[key] = None  # this phase goes on without it; a later one asks again
+                continue
+            chosen = chosen if chosen in {o.id for o in options} else None
+            if self.verdicts is not None:
+                await self.verdicts.keep(question, chosen, session=session)
+            self._decisions[key] = chosen
         return asked
 
     def __call__(self, candidates: Sequence[CandidateLike], graph_index: Any = None) -> Resolution:

@@ -32,7 +32,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import structlog
 
@@ -77,6 +77,9 @@ def worker_owner() -> str:
     return f"{host_identity()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
+OwnerState = Literal["alive", "dead", "unknown"]
+
+
 def owner_is_dead(owner: str, *, host: str | None = None) -> bool:
     """Whether ``owner`` (:func:`worker_owner`, or a run row's ``host:pid``) is a process of this
     host (the same :func:`host_identity`) that no longer exists — killed, say: its leases need not
@@ -84,8 +87,39 @@ def owner_is_dead(owner: str, *, host: str | None = None) -> bool:
     parts = owner.split(":")
     if len(parts) not in (2, 3) or parts[0] != (host or host_identity()) or not parts[1].isdigit():
         return False
+    return _pid_gone(int(parts[1]))
+
+
+def owner_state(owner: str, *, host: str | None = None, hostname: str | None = None) -> OwnerState:
+    """What this host can honestly say of ``owner``'s process (``status``; read-only):
+
+    - ``alive`` / ``dead``: an owner of this host (the same :func:`host_identity`) whose pid exists
+      / is gone (:func:`owner_is_dead`);
+    - ``dead`` too: an owner an earlier release wrote, ``hostname:pid`` or ``hostname:pid:nonce``
+      (no boot and PID namespace), of this hostname, whose pid is gone — no process of that pid runs
+      here, so that one is not running here;
+    - ``unknown``: anything else — another host's owner, or an earlier release's owner of this
+      hostname whose pid exists (a reused pid, or a process of another PID namespace: it cannot be
+      told from here).
+
+    Only :func:`owner_is_dead` owners are taken over at once; an earlier release's dead owner keeps
+    its leases until they run out."""
+    host = host or host_identity()
+    parts = owner.split(":")
+    if len(parts) not in (2, 3) or not parts[1].isdigit():
+        return "unknown"
+    if parts[0] == host:
+        return "dead" if _pid_gone(int(parts[1])) else "alive"
+    legacy = "@" not in parts[0]
+    if legacy and parts[0] == (hostname or socket.gethostname()) and _pid_gone(int(parts[1])):
+        return "dead"
+    return "unknown"
+
+
+def _pid_gone(pid: int) -> bool:
+    """Whether no process of ``pid`` exists in this PID namespace (signal 0: nothing is sent)."""
     try:
-        os.kill(int(parts[1]), 0)
+        os.kill(pid, 0)
     except ProcessLookupError:
         return True
     except (PermissionError, OverflowError):
@@ -240,15 +274,20 @@ def _drop_dead_owners(conn: Any, table: str) -> None:
 def lease_holders(db: Database) -> dict[str, list[dict[str, Any]]]:
     """Who holds what (``status``): each lock's holder and lease, and per owner how many sessions it
     has claimed and until when (read-only; the tables hold live leases only, so this is small).
-    ``owner_gone``: the owner is a process of this host that no longer exists (killed): the next
-    worker takes its leases at once, whatever their time (:func:`owner_is_dead`)."""
+    ``owner_state``: what this host can tell of the owner's process (:func:`owner_state`);
+    ``owner_gone``: it is ``dead``; ``taken_at_once``: the next worker takes its leases at once,
+    whatever their time (:func:`owner_is_dead`) — else when they run out."""
     locks = db.query("SELECT name, owner, acquired_at, lease_expires_at FROM rem_locks ORDER BY name")
     claims = db.query(
         "SELECT owner, COUNT(*) AS sessions, MAX(heartbeat_at) AS heartbeat_at, MIN(lease_expires_at) AS lease_expires_at "
         "FROM session_claims GROUP BY owner ORDER BY owner"
     )
-    return {kind: [{**dict(r), "owner_gone": owner_is_dead(r["owner"])} for r in found]
-            for kind, found in (("locks", locks), ("claims", claims))}
+    return {kind: [_judged(dict(r)) for r in found] for kind, found in (("locks", locks), ("claims", claims))}
+
+
+def _judged(holder: dict[str, Any]) -> dict[str, Any]:
+    state = owner_state(holder["owner"])
+    return {**holder, "owner_state": state, "owner_gone": state == "dead", "taken_at_once": owner_is_dead(holder["owner"])}
 
 
 class LockStore(_Leases):

@@ -658,6 +658,23 @@ MIGRATIONS: tuple[str, ...] = (
     """
     ALTER TABLE edge_points ADD COLUMN justification TEXT
     """,
+    # 16: each identity verdict the model (``REM_LLM_JUDGE``) gives, kept as it is given, by the
+    # question it answers (``question_hash``: pipelines.identity.audit_question); ``target`` NULL
+    # is "a new node"; ``session_id`` the session whose extraction asked (forget deletes its rows).
+    # The answers lived in the resolver's memory, so a worker killed before the session's commit
+    # paid again for every verdict of that session (store/verdicts.py). ``edge_points_reason``: an
+    # edge's distinct justifications found by seeking from one to the next (store.provenance
+    # ProvenanceStore.edge_reasons_by_key), not by reading every point other sessions gave it.
+    """
+    CREATE TABLE identity_verdicts (
+        question_hash  TEXT PRIMARY KEY,
+        target         TEXT,
+        session_id     TEXT NOT NULL,
+        asked_at       TEXT NOT NULL
+    );
+    CREATE INDEX identity_verdicts_session ON identity_verdicts(session_id);
+    CREATE INDEX edge_points_reason ON edge_points(source, target, relationship, justification)
+    """,
 )
 
 # The queue table's schema version, wherever the entry sits (the PostgreSQL port keys its own form by it).

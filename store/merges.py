@@ -38,7 +38,18 @@ from store.db import CANDIDATE_PAIR_KEY, Database
 from store.facts import NodeFacts, facts_of, with_facts
 from store.graph import Edge, GraphStore, Node, dumps, utc_now
 from store.ids import normalize_graph_node_id
-from store.provenance import DISCUSSED_IN, MENTIONED_IN, ClaimRow, ProvenanceStore, anchor_edges, facts_from_claims, name_from_claims
+from store.provenance import (
+    DISCUSSED_IN,
+    MENTIONED_IN,
+    ClaimRow,
+    EdgeKey,
+    ProvenanceStore,
+    anchor_edges,
+    facts_from_claims,
+    justification_parts,
+    name_from_claims,
+    with_justification,
+)
 
 
 class MergeError(ValueError):
@@ -236,16 +247,22 @@ class MergeStore:
                 e for e in edges
                 if {e.source, e.target} == {merged_id, into_id} or not self.provenance.edge_has_points((e.source, e.target, e.relationship))
             ]
-            restore: dict[str, Any] = {"edges": [_edge_dict(e) for e in kept], "created": [], "modified": [], "loop_points": []}
+            restore: dict[str, Any] = {
+                "edges": [_edge_dict(e) for e in kept], "created": [], "modified": [], "loop_points": [], "pointed": [], "justifications": [],
+            }
             for edge in edges:
                 moved = _redirect(edge, merged_id, into_id)
                 if moved.source == moved.target:
                     continue
                 prior = self.graph.get_edge(moved.source, moved.target, moved.relationship)
+                restore["justifications"].append(self._unsourced(edge))
                 if prior is None:
                     restore["created"].append([moved.source, moved.target, moved.relationship])
                 else:
                     restore["modified"].append(_edge_dict(prior))
+                    restore["justifications"].append(self._unsourced(prior))
+                    if self.provenance.edge_has_points(_key(prior)):
+                        restore["pointed"].append(list(_key(prior)))
             restore["prior_merges"] = [
                 [r[0], r[1]] for r in conn.execute(
                     "SELECT DISTINCT extracted_for, merge_id FROM node_points WHERE node_id = ? AND merge_id IS NOT NULL", (merged_id,)
@@ -359,10 +376,20 @@ class MergeStore:
                              (prior, merged_id, extracted_for))
         saved = {(e["source"], e["target"], e["relationship"]): _edge(e) for e in restore.get("edges", ())}
         touched: set[tuple[str, str, str]] = set()
+        # What the merged edges said before their points part, and what their points carried (the
+        # rest is text no point carries, which the rebuilt edges may keep).
+        said: dict[EdgeKey, set[str]] = {}
+        carried: dict[EdgeKey, set[str]] = {}
         for key in [tuple(r) for r in conn.execute(
             "SELECT DISTINCT source, target, relationship FROM edge_points WHERE merge_id = ?", (merge_id,)
         ).fetchall()]:
             back = (merged_id if key[0] == into.id else key[0], merged_id if key[1] == into.id else key[1], key[2])
+            for edge in (self.graph.get_edge(*key), self.graph.get_edge(*back)):
+                if edge is not None:
+                    text = justification_parts(edge.properties.get("justification"))
+                    said[key], said[back] = said.get(key, set()) | text, said.get(back, set()) | text
+            reasons = self.provenance.edge_reasons(key) | self.provenance.edge_reasons(back)
+            carried[key], carried[back] = carried.get(key, set()) | reasons, carried.get(back, set()) | reasons
             if self.graph.get_edge(*back) is None:
                 current = self.graph.get_edge(*key)
                 template = saved.get(back) or Edge(*back, 1.0, current.properties if current else {})
@@ -387,12 +414,15 @@ class MergeStore:
                 [[p[c] for c in columns] for p in loops],
             )
         deleted = self._reweigh(sorted(touched), restore)
+        self._rejustify(said, carried, restore, loops={(p["source"], p["target"], p["relationship"]) for p in loops})
         created = {tuple(k) for k in restore.get("created", ())}
         deleted += self.graph.delete_edges(
             k for k in created if self.graph.get_edge(*k) is not None and not self.provenance.edge_has_points(k)
         )
+        pointed = {tuple(k) for k in restore.get("pointed", ())}
         restored = self.graph.link_nodes(
-            [_edge(e) for e in restore.get("modified", ()) if not self.provenance.edge_has_points((e["source"], e["target"], e["relationship"]))]
+            [_edge(e) for e in restore.get("modified", ())
+             if _key(e) not in pointed and not self.provenance.edge_has_points(_key(e))]
         ).linked
         # A record of the release before rows kept every edge with its points in ``provenance``:
         # those come back through their rows (or not at all, when their points were forgotten).
@@ -427,7 +457,10 @@ class MergeStore:
     def _reweigh(self, keys: Iterable[tuple[str, str, str]], restore: Mapping[str, Any]) -> int:
         """Weights of edges whose points moved: from their places; an edge left without points
         goes back to its state before the merge (``modified``) or, when the merge made it, goes."""
-        prior = {(e["source"], e["target"], e["relationship"]): _edge(e) for e in restore.get("modified", ())}
+        # An edge whose points the merge found is no hand-written edge: left without points since
+        # (forgotten, re-extracted away), it goes, never back to its old state and text.
+        pointed = {tuple(k) for k in restore.get("pointed", ())}
+        prior = {_key(e): _edge(e) for e in restore.get("modified", ()) if _key(e) not in pointed}
         deleted = 0
         for key in keys:
             edge = self.graph.get_edge(*key)
@@ -441,6 +474,35 @@ class MergeStore:
             else:
                 deleted += self.graph.delete_edges([key])
         return deleted
+
+    def _unsourced(self, edge: Edge) -> list[Any]:
+        """``[source, target, relationship, parts]``: the parts of ``edge``'s justification that no
+        point of it carries (written before schema 15, or by a lazy edge's producer) — what an
+        unmerge gives back to this edge alone, if the merged edge still says it."""
+        key = _key(edge)
+        known = self.provenance.edge_reasons(key)
+        return [*key, sorted(justification_parts(edge.properties.get("justification")) - known)]
+
+    def _rejustify(
+        self, said: Mapping[EdgeKey, set[str]], carried: Mapping[EdgeKey, set[str]], restore: Mapping[str, Any], *, loops: set[EdgeKey],
+    ) -> None:
+        """After an undo, each edge whose points moved (``said``: the merged edge's text before;
+        ``carried``: what its points carried) says what its own points say, and of the text no
+        point carries only what it said before the merge and the merged edge still says (a forget
+        since took a source's text off the merged edge: it stays off). A record that did not keep
+        that text (a link made by a commit, a merge of an earlier release) gives it to both edges."""
+        unsourced: dict[EdgeKey, set[str]] | None = None
+        if "justifications" in restore:
+            unsourced = {}
+            for *key, parts in restore["justifications"]:
+                unsourced.setdefault((key[0], key[1], key[2]), set()).update(parts)
+        for key in sorted(set(said) - loops):
+            edge = self.graph.get_edge(*key)
+            if edge is None or not self.provenance.edge_has_points(key):
+                continue
+            known = self.provenance.edge_reasons(key)
+            kept = said[key] & unsourced.get(key, set()) if unsourced is not None else said[key] - carried[key]
+            self.graph.link_nodes([Edge(*key, edge.weight, with_justification(edge.properties, known | kept))])
 
     def _refresh_anchor_edges(self, node_id: str, anchors: Iterable[str], *, before: Mapping[str, set[str]] | None = None) -> int:
         """Rebuild ``node_id``'s provenance edges for ``anchors`` from its points; with ``before``
@@ -461,10 +523,19 @@ class MergeStore:
 _DERIVED = frozenset({MENTIONED_IN, DISCUSSED_IN})
 
 
+def _key(edge: Edge | Mapping[str, Any]) -> EdgeKey:
+    if isinstance(edge, Edge):
+        return edge.source, edge.target, edge.relationship
+    return edge["source"], edge["target"], edge["relationship"]
+
+
 def _fold_edge(prior: Edge, moved: Edge) -> Edge:
-    """An edge of M landing on an edge I already has: I's properties win, the higher weight (points,
-    when there are any, set the weight afterwards)."""
-    return Edge(prior.source, prior.target, prior.relationship, max(prior.weight, moved.weight), {**moved.properties, **prior.properties})
+    """An edge of M landing on an edge I already has: I's properties win, but for the justification,
+    which says what both said (every source's text); the higher weight (points, when there are any,
+    set the weight afterwards)."""
+    parts = justification_parts(prior.properties.get("justification")) | justification_parts(moved.properties.get("justification"))
+    return Edge(prior.source, prior.target, prior.relationship, max(prior.weight, moved.weight),
+                with_justification({**moved.properties, **prior.properties}, parts))
 
 
 def _extend(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
@@ -473,10 +544,14 @@ def _extend(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     known = {tuple(k) for k in old.get("created", ())} | {(e["source"], e["target"], e["relationship"]) for e in old.get("modified", ())}
     return {
         **new,
-        **{k: v for k, v in old.items() if k not in ("edges", "created", "modified", "loop_points", "prior_merges")},
+        **{k: v for k, v in old.items() if k not in ("edges", "created", "modified", "loop_points", "prior_merges", "pointed", "justifications")},
         "edges": _union(old.get("edges", ()), new.get("edges", ())),
         "created": list(old.get("created", ())) + [k for k in new.get("created", ()) if tuple(k) not in known],
         "modified": list(old.get("modified", ())) + [e for e in new.get("modified", ()) if (e["source"], e["target"], e["relationship"]) not in known],
         "loop_points": _union(old.get("loop_points", ()), new.get("loop_points", ())),
         "prior_merges": _union(old.get("prior_merges", ()), new.get("prior_merges", ())),
+        # Whether an edge had points goes with its kept state: the oldest.
+        "pointed": list(old.get("pointed", ())) + [k for k in new.get("pointed", ()) if tuple(k) not in known],
+        **({"justifications": _union(old.get("justifications", ()), new.get("justifications", ()))}
+           if "justifications" in old or "justifications" in new else {}),
     }

@@ -133,6 +133,14 @@ def place_count(points: Iterable[PointRow]) -> int:
 
 
 _POINT_COLUMNS = "anchor, memory_id, chunk_id, evidence, observed_at"
+# The least justification of an edge (``{at}``.s, .t, .r) after ``{after}`` among other anchors'
+# points: one seek of ``edge_points_reason`` (after ``''`` first: NULL and empty texts are no reasons).
+_REASON_AFTER = (
+    "SELECT p.justification FROM edge_points p WHERE p.source = {at}.s AND p.target = {at}.t AND p.relationship = {at}.r "
+    "AND p.justification > {after} AND p.anchor != ? ORDER BY p.justification LIMIT 1"
+)
+_FIRST_REASON = _REASON_AFTER.format(at="k", after="''")
+_NEXT_REASON = _REASON_AFTER.format(at="d", after="d.j")
 
 
 class ProvenanceStore:
@@ -327,14 +335,33 @@ class ProvenanceStore:
 
     def edge_reasons(self, key: EdgeKey, *, besides: str = "") -> set[str]:
         """The justification parts the edge's points carry (those of anchor ``besides`` left out);
-        a point written before schema 15 (no known source) gives none. Reads the edge's distinct
-        justifications through ``edge_points_owner``: only when a source's points for it go."""
+        a point written before schema 15 (no known source) gives none. Reads the edge's points in
+        ``edge_points_reason`` order, each distinct text once: the cost of its points, one query —
+        for an edge of many distinct texts; :meth:`edge_reasons_by_key` for many edges of few."""
         rows = self.db.query(
             "SELECT DISTINCT justification FROM edge_points WHERE source = ? AND target = ? AND relationship = ? "
             "AND anchor != ? AND justification IS NOT NULL AND justification != ''",
             (*key, besides),
         )
         return {part for r in rows for part in justification_parts(r[0])}
+
+    def edge_reasons_by_key(self, keys: Iterable[EdgeKey], *, besides: str = "") -> dict[EdgeKey, set[str]]:
+        """:meth:`edge_reasons` of many edges at once, by key (every key given is in the answer):
+        one query per batch of keys, not one per edge. Each edge's distinct justifications are
+        found by seeking through ``edge_points_reason`` from one to the next: the cost grows with
+        how many distinct texts the edges have, not with how many points other sessions gave them
+        (slower than :meth:`edge_reasons` for an edge of many distinct texts: a seek per text)."""
+        found: dict[EdgeKey, set[str]] = {key: set() for key in keys}
+        for batch, _ in in_batches(sorted(found), lists=3):
+            keys = ", ".join(["(?, ?, ?)"] * len(batch))
+            rows = self.db.query(
+                f"WITH RECURSIVE k(s, t, r) AS (VALUES {keys}), d(s, t, r, j) AS (SELECT s, t, r, ({_FIRST_REASON}) FROM k "
+                f"UNION ALL SELECT s, t, r, ({_NEXT_REASON}) FROM d WHERE d.j IS NOT NULL) SELECT s, t, r, j FROM d WHERE j IS NOT NULL",
+                (*(part for key in batch for part in key), besides, besides),
+            )
+            for row in rows:
+                found[(row[0], row[1], row[2])].update(justification_parts(row[3]))
+        return found
 
     def node_anchor_points(self, node_id: str, anchor: str) -> list[PointRow]:
         """The node's distinct points from one anchor (what its provenance edges to it are made of)."""

@@ -65,8 +65,9 @@ class TombstoneStore:
                 )
 
     def forget_session_state(self, session_id: str, chunk_key: str) -> dict[str, int]:
-        """Delete a session's digest, memory index, chunk results (keyed ``chunk_key``) and the
-        identity candidates it reported. Returns rows deleted per table."""
+        """Delete a session's digest, memory index, chunk results (keyed ``chunk_key``), the
+        identity candidates it reported and the identity verdicts its extraction asked the model
+        for. Returns rows deleted per table."""
         deleted = {}
         with self.db.transaction() as conn:
             for table, column, value in (
@@ -74,6 +75,7 @@ class TombstoneStore:
                 ("memory_index", "session_id", session_id),
                 ("chunk_results", "session_id", chunk_key),
                 ("identity_candidates", "session_id", session_id),
+                ("identity_verdicts", "session_id", session_id),
                 # A worker extracting the session loses it: its commit rolls back (ClaimStore.settle).
                 ("session_claims", "session_id", session_id),
             ):

@@ -11,6 +11,7 @@ from store.db import MIGRATIONS
 RUN_COUNTS_VERSION = 13
 COMMUNITY_NAMES_VERSION = 14
 EDGE_JUSTIFICATIONS_VERSION = 15
+IDENTITY_VERDICTS_VERSION = 16
 
 # What each migration adds, as each engine drops it.
 UNDO: dict[int, dict[str, tuple[str, ...]]] = {
@@ -26,9 +27,28 @@ UNDO: dict[int, dict[str, tuple[str, ...]]] = {
         "sqlite": ("ALTER TABLE edge_points DROP COLUMN justification",),
         "postgresql": ("ALTER TABLE edge_points DROP COLUMN justification",),
     },
+    IDENTITY_VERDICTS_VERSION: {
+        "sqlite": ("DROP TABLE identity_verdicts", "DROP INDEX edge_points_reason"),
+        "postgresql": ("DROP TABLE identity_verdicts", "DROP INDEX edge_points_reason"),
+    },
 }
 assert "rem_run_counts" in MIGRATIONS[RUN_COUNTS_VERSION - 1] and "community_names" in MIGRATIONS[COMMUNITY_NAMES_VERSION - 1]
 assert "justification" in MIGRATIONS[EDGE_JUSTIFICATIONS_VERSION - 1]
+assert "identity_verdicts" in MIGRATIONS[IDENTITY_VERDICTS_VERSION - 1]
+
+
+def rolled_back(settings: Any, backend: str, *, to: int) -> None:
+    """Make the test's graph database one of schema version ``to`` (:func:`roll_back`), closed:
+    opening it again migrates it."""
+    from store.backend import open_database
+
+    db = open_database(settings)
+    try:
+        with db.transaction() as conn:
+            roll_back(conn, backend, to=to)
+        assert db.schema_version == to
+    finally:
+        db.close()
 
 
 def roll_back(conn: Any, backend: str, *, to: int) -> None:

@@ -8,15 +8,21 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from config import load_settings
+import pytest
+
+from config import Settings, load_settings
 from pipelines.importer import import_sessions
-from tests.conftest import make_session, write_sessions
+from store.backend import open_database
+from store.runstate import RunStateStore
+from tests.conftest import make_session, run_cli, write_sessions
+from tests.test_forget import _env
 from tests.llm_server import LLMServer, slow
 from worker.cycle import open_stores
 
@@ -81,3 +87,63 @@ async def test_status_shows_a_killed_local_workers_run_lock_and_claims_as_dead(t
         assert rows(data, "SELECT outcome FROM rem_runs") == [("running",)]
         assert rows(data, "SELECT COUNT(*) FROM session_claims") == [(1,)]
         assert rows(data, "SELECT COUNT(*) FROM rem_locks") == [(1,)]
+
+
+def _gone_pid() -> int:
+    """The pid of a process that ran here and is gone (reaped)."""
+    done = subprocess.Popen([sys.executable, "-c", "pass"])
+    done.wait()
+    return done.pid
+
+
+@pytest.mark.both_backends
+def test_status_judges_owners_an_earlier_release_wrote_without_writing(settings: Settings) -> None:
+    """Runs, locks and claims written before owners named their boot and PID namespace
+    (``hostname:pid`` runs, ``hostname:pid:nonce`` leases): `status` showed every one alive or held,
+    whatever had become of its process. One of this hostname whose pid is gone is dead; one whose
+    pid exists (a reused pid, another PID namespace) or of another host is unknown; `status` changes
+    no row."""
+    host, gone = socket.gethostname(), _gone_pid()
+    db = open_database(settings)
+    try:
+        runs = RunStateStore(db)
+        runs.start_run("old-dead", reason="scheduled", mode="once", owner=f"{host}:{gone}")
+        runs.start_run("old-live-pid", reason="scheduled", mode="once", owner=f"{host}:{os.getpid()}")
+        runs.start_run("old-elsewhere", reason="scheduled", mode="once", owner=f"elsewhere:{gone}")
+        later = "2999-01-01T00:00:00.000Z"
+        with db.transaction() as conn:
+            conn.execute("INSERT INTO rem_locks(name, owner, acquired_at, heartbeat_at, lease_expires_at) VALUES (?,?,?,?,?)",
+                         ("cycle", f"{host}:{gone}:0a1b2c3d", later, later, later))
+            conn.executemany(
+                "INSERT INTO session_claims(session_id, owner, claimed_at, heartbeat_at, lease_expires_at) VALUES (?,?,?,?,?)",
+                [("s1", f"{host}:{gone}:0a1b2c3d", later, later, later), ("s2", f"{host}:{os.getpid()}:0a1b2c3d", later, later, later),
+                 ("s3", f"elsewhere:{gone}:0a1b2c3d", later, later, later)],
+            )
+        tables = ("rem_runs", "rem_locks", "session_claims")
+        before = {t: sorted(map(tuple, db.query(f"SELECT * FROM {t}"))) for t in tables}  # noqa: S608 - fixed names
+    finally:
+        db.close()
+    env = _env(settings)
+
+    done = run_cli("status", "--json", env=env)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["dead_runs"] == ["old-dead"]  # before: [] (an earlier release's owner was never judged)
+    states = {r["run_id"]: (r["process_state"], r["process_gone"]) for r in report["runs"]}
+    assert states == {"old-dead": ("dead", True), "old-live-pid": ("unknown", False), "old-elsewhere": ("unknown", False)}
+    (lock,) = report["leases"]["locks"]
+    # Dead, but an earlier release's owner is not taken over before its lease runs out.
+    assert (lock["owner_state"], lock["owner_gone"], lock["taken_at_once"]) == ("dead", True, False), lock
+    assert {c["owner"].rsplit(":", 1)[0]: c["owner_state"] for c in report["leases"]["claims"]} == {
+        f"{host}:{gone}": "dead", f"{host}:{os.getpid()}": "unknown", f"elsewhere:{gone}": "unknown"}
+
+    text = run_cli("status", env={**env, "COLUMNS": "250"})
+    assert text.returncode == 0, text.stderr
+    assert "dead: its process is gone" in text.stdout, text.stdout
+    assert "(named by an earlier release)" in text.stdout and "taken over when its lease runs out" in text.stdout, text.stdout
+    assert "cannot be seen from this host" in text.stdout, text.stdout
+    db = open_database(settings)
+    try:
+        assert {t: sorted(map(tuple, db.query(f"SELECT * FROM {t}"))) for t in tables} == before  # noqa: S608 - fixed names
+    finally:
+        db.close()

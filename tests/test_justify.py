@@ -18,10 +18,11 @@ from pipelines.extract.model import ChunkExtraction, Evidence, ExtractedEdge, Ex
 from pipelines.extract.reduce import reduce_session
 from pipelines.importer import import_sessions
 from store.backend import open_database
+from store.graph import GraphStore
 from store.chroma import ChromaStore
 from tests.conftest import run_cli, write_sessions
 from tests.llm_server import LLMServer, auto_extraction, ok, prompt_turns
-from tests.migrations_support import EDGE_JUSTIFICATIONS_VERSION, roll_back
+from tests.migrations_support import EDGE_JUSTIFICATIONS_VERSION, roll_back, rolled_back
 from tests.test_forget import _env, _session
 from worker.cycle import run_cycle
 
@@ -217,3 +218,142 @@ def test_each_point_of_a_session_edge_keeps_the_justification_it_came_with() -> 
     assert {(p.memory, found.reason(p)) for p in found.provenance} == {
         ("memory:s-t0", "first; unquoted"), ("memory:s-t1", "second"),
     }
+
+
+RETRY = "RetryPolicy gives DrainWorker the hunter2 password."
+MERGED_INTO = ("CLASS:GraphStore", "CLASS:DrainWorker", "DEPENDS_ON")
+MERGED_AWAY = ("CLASS:RetryPolicy", "CLASS:DrainWorker", "DEPENDS_ON")
+
+
+def _edge_justification(settings: Settings, key: tuple[str, str, str]) -> str | None:
+    """The edge's ``justification`` (``None`` when there is no such edge)."""
+    db = open_database(settings)
+    try:
+        rows = db.query("SELECT properties FROM edges WHERE source = ? AND target = ? AND relationship = ?", key)
+        return json.loads(rows[0][0]).get("justification", "") if rows else None
+    finally:
+        db.close()
+
+
+@pytest.mark.both_backends
+async def test_a_merge_keeps_every_sources_justification_and_an_unmerge_gives_each_back(
+    settings: Settings, tmp_path: Path, clean_env, model_server: Any,
+) -> None:
+    """`merge RetryPolicy GraphStore`: both nodes' edges to DrainWorker become one, which says what
+    both said (before: only GraphStore's text; RetryPolicy's was lost, and stayed lost after an
+    unmerge); `unmerge` gives each edge its own text back."""
+    llm, _ = model_server
+    sessions = [SESSIONS[0], _session("retry", "2026-11-02T10:00:00Z", [RETRY])]
+    settings = await _built(settings, tmp_path, llm, sessions)
+    env = _env(settings)
+    assert _edge_justification(settings, MERGED_AWAY) == f"said: {RETRY}"
+    assert run_cli("merge", "CLASS:RetryPolicy", "CLASS:GraphStore", env=env).returncode == 0
+    assert _edge_justification(settings, MERGED_AWAY) is None
+    assert _edge_justification(settings, MERGED_INTO) == "; ".join(sorted([f"said: {KEPT}", f"said: {RETRY}"]))
+    assert f"said: {RETRY}" in json.dumps(_cli_json(env, "export"))
+
+    done = run_cli("unmerge", "CLASS:RetryPolicy", env=env)
+    assert done.returncode == 0, done.stderr
+    assert _edge_justification(settings, MERGED_INTO) == f"said: {KEPT}"
+    assert _edge_justification(settings, MERGED_AWAY) == f"said: {RETRY}"
+
+
+@pytest.mark.both_backends
+@pytest.mark.parametrize("forgotten", ["retry", "kept"])
+async def test_a_forget_after_a_merge_takes_the_sources_text_out_and_an_unmerge_does_not_bring_it_back(
+    settings: Settings, tmp_path: Path, clean_env, model_server: Any, forgotten: str,
+) -> None:
+    """The merged edge holds both sources' text; forgetting either (the merged-in node's session or
+    the surviving node's) takes its text out of the merged edge and of every edge the unmerge gives
+    back (before: the surviving node's edge came back whole, its forgotten text in it)."""
+    llm, _ = model_server
+    kept_secret = f"GraphStore hands DrainWorker the {SECRET} password."
+    sessions = [_session("kept", "2026-11-01T10:00:00Z", [kept_secret, "GraphStore waits."]),
+                _session("retry", "2026-11-02T10:00:00Z", [RETRY, "RetryPolicy waits."])]
+    settings = await _built(settings, tmp_path, llm, sessions)
+    env = _env(settings)
+    assert run_cli("merge", "CLASS:RetryPolicy", "CLASS:GraphStore", env=env).returncode == 0
+    _cli_json(env, "forget", "--session", forgotten)
+    left = f"said: {kept_secret if forgotten == 'retry' else RETRY}"
+    gone = f"said: {RETRY if forgotten == 'retry' else kept_secret}"
+    assert _edge_justification(settings, MERGED_INTO) == left
+    assert gone not in _served(env)
+
+    done = run_cli("unmerge", "CLASS:RetryPolicy", env=env)
+    assert done.returncode == 0, done.stderr
+    assert gone not in json.dumps(_cli_json(env, "export"))
+    assert gone not in (_edge_justification(settings, MERGED_INTO) or "") + (_edge_justification(settings, MERGED_AWAY) or "")
+    mine = MERGED_INTO if forgotten == "retry" else MERGED_AWAY
+    assert _edge_justification(settings, mine) == left
+
+
+@pytest.mark.both_backends
+async def test_unmerging_a_name_a_commit_linked_gives_each_edge_its_own_justification(
+    settings: Settings, tmp_path: Path, clean_env, model_server: Any,
+) -> None:
+    """`GraphStores` (session "plural") is linked into `GraphStore` by its commit: their edges to
+    DrainWorker are one, saying both; `unmerge CLASS:GraphStores` leaves each edge its own session's
+    text (before: the re-created edge got the merged edge's text, the other session's included)."""
+    llm, _ = model_server
+    plural = "GraphStores give DrainWorker the hunter2 password."
+    settings = await _built(settings, tmp_path, llm, [SESSIONS[0], _session("plural", "2026-11-02T10:00:00Z", [plural])])
+    assert _edge_justification(settings, MERGED_INTO) == "; ".join(sorted([f"said: {KEPT}", f"said: {plural}"]))
+    done = run_cli("unmerge", "CLASS:GraphStores", env=_env(settings))
+    assert done.returncode == 0, done.stderr
+    assert _edge_justification(settings, MERGED_INTO) == f"said: {KEPT}"
+    assert _edge_justification(settings, ("CLASS:GraphStores", "CLASS:DrainWorker", "DEPENDS_ON")) == f"said: {plural}"
+
+
+@pytest.mark.both_backends
+async def test_a_merge_of_edges_written_before_migration_15_keeps_and_gives_back_their_text(
+    settings: Settings, tmp_path: Path, clean_env, backend: str, model_server: Any,
+) -> None:
+    """Edge points of schema 14 carry no justification: the merged edge keeps both edges' text as
+    written, and the unmerge gives each edge the text it had (kept in the merge record)."""
+    llm, _ = model_server
+    settings = await _built(settings, tmp_path, llm, [SESSIONS[0], _session("retry", "2026-11-02T10:00:00Z", [RETRY])])
+    rolled_back(settings, backend, to=EDGE_JUSTIFICATIONS_VERSION - 1)
+    open_database(settings).close()  # migrated again: the points' justifications are unknown (NULL)
+    env = _env(settings)
+    assert run_cli("merge", "CLASS:RetryPolicy", "CLASS:GraphStore", env=env).returncode == 0
+    assert _edge_justification(settings, MERGED_INTO) == "; ".join(sorted([f"said: {KEPT}", f"said: {RETRY}"]))
+    assert run_cli("unmerge", "CLASS:RetryPolicy", env=env).returncode == 0
+    assert _edge_justification(settings, MERGED_INTO) == f"said: {KEPT}"
+    assert _edge_justification(settings, MERGED_AWAY) == f"said: {RETRY}"
+
+
+@pytest.mark.both_backends
+def test_the_batched_read_of_other_sessions_justifications_equals_the_per_edge_read(settings: Settings) -> None:
+    """A re-extraction's commit reads the other sessions' justifications of its old edges in one
+    query (``other_reasons``, seeking text by text through ``edge_points_reason``) or per edge for
+    an edge of many texts: both give what the per-edge read of every point gives — multi-part texts
+    split, the session's own points, NULL (before schema 15) and empty texts left out."""
+    from pipelines.extract.commit import SOUGHT_TEXTS, other_reasons
+    from store.graph import Edge, Node
+    from store.provenance import EdgePointRow, PointRow, ProvenanceStore, justification_text
+
+    db = open_database(settings)
+    try:
+        graph, provenance = GraphStore(db), ProvenanceStore(db)
+        graph.upsert_nodes([Node(f"CLASS:N{i}", "CLASS", f"N{i}", {}) for i in range(4)])
+        texts = {  # edge → (anchor, justification) of its points
+            ("CLASS:N0", "CLASS:N1", "DEPENDS_ON"): [("session:me", "mine"), ("session:a", "b; a"), ("session:b", "a"),
+                                                     ("session:c", None), ("session:d", ""), ("session:e", "z")],
+            ("CLASS:N1", "CLASS:N2", "DEPENDS_ON"): [("session:me", "mine")],
+            ("CLASS:N2", "CLASS:N3", "DEPENDS_ON"): [("session:me", "x")] + [(f"session:o{i}", f"t{i}") for i in range(SOUGHT_TEXTS + 4)],
+        }
+        rows = [EdgePointRow(key, PointRow(anchor, f"memory:{anchor[8:]}-t{n}", "c", ""), key[0], key[1], justification=text)
+                for key, points in texts.items() for n, (anchor, text) in enumerate(points)]
+        graph.link_nodes([Edge(*key, 1.0, {"justification": justification_text(t for _, text in points if text for t in text.split("; "))})
+                          for key, points in texts.items()])
+        provenance.add_edge_points(rows)
+        edges = {key: graph.get_edge(*key) for key in texts}
+        expected = {key: provenance.edge_reasons(key, besides="session:me") for key in texts}
+        assert expected == {
+            ("CLASS:N0", "CLASS:N1", "DEPENDS_ON"): {"a", "b", "z"}, ("CLASS:N1", "CLASS:N2", "DEPENDS_ON"): set(),
+            ("CLASS:N2", "CLASS:N3", "DEPENDS_ON"): {f"t{i}" for i in range(SOUGHT_TEXTS + 4)},
+        }
+        assert provenance.edge_reasons_by_key(texts, besides="session:me") == expected
+        assert other_reasons(provenance, edges, texts, besides="session:me") == expected
+    finally:
+        db.close()

@@ -7,6 +7,7 @@ import copy
 from collections.abc import AsyncIterator, Collection, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, TextIO
 
 import anyio
@@ -39,6 +40,7 @@ from store.merges import MergeStore
 from store.provenance import ProvenanceStore
 from store.runstate import RunStateStore
 from store.unit_of_work import DatabaseUnitOfWork
+from store.verdicts import VerdictStore
 
 
 @asynccontextmanager
@@ -79,6 +81,7 @@ def identity_resolver(db: Database, *, auditor: Auditor | None = None, keep_as: 
         existing=graph.existing_ids,
         committed_since=committed_since,
         auditor=auditor,
+        verdicts=StoredVerdicts(VerdictStore(db)) if auditor is not None else None,
         epoch=runstate.identity_epoch,
         kept=_KEPT_INDEXES.pop(keep_as, None) if keep_as else None,
     )
@@ -185,6 +188,19 @@ def _as_of_subgraph(db: Database, nodes: list[Node], edges: list[Edge], as_of: s
         claims=provenance.claims_by_node(ids), as_of=as_of,
     )
     return view.nodes, view.edges, view.points
+
+
+@dataclass(frozen=True, slots=True)
+class StoredVerdicts:
+    """:class:`pipelines.resolver.GivenVerdicts` over ``identity_verdicts``, off the event loop."""
+
+    store: VerdictStore
+
+    async def given(self, questions: Collection[str]) -> dict[str, str | None]:
+        return await anyio.to_thread.run_sync(self.store.given, questions)
+
+    async def keep(self, question: str, target: str | None, *, session: str) -> None:
+        await anyio.to_thread.run_sync(partial(self.store.keep, question, target, session=session))
 
 
 @dataclass(frozen=True, slots=True)

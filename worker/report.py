@@ -12,7 +12,7 @@ from rich.table import Table
 
 from config import Settings
 from store.chunks import ChunkResultStore
-from store.claims import lease_holders, owner_is_dead
+from store.claims import lease_holders, owner_state
 from store.lazy_queue import LazyEdgeQueue
 from store.lazy_table import LazyEdgeTable
 from store.merges import MergeStore
@@ -28,7 +28,9 @@ def collect_status(settings: Settings, stores: Stores, *, runs: int = 10) -> dic
         if run["outcome"] == "running":
             run["silent_seconds"] = silent_seconds(run, now)
             # Its process, on this host, is gone (killed): the next cycle records it abandoned.
-            run["process_gone"] = owner_is_dead(run.get("lease_owner") or "")
+            # An owner another host, or an earlier release, wrote may be unknown (owner_state).
+            run["process_state"] = owner_state(run.get("lease_owner") or "")
+            run["process_gone"] = run["process_state"] == "dead"
     digests = stores.runstate.digest_counts()
     queue = read_queue(settings.queue_path)
     table = LazyEdgeTable(stores.db)
@@ -159,15 +161,23 @@ def print_status(status: dict[str, Any]) -> None:
             )
         console.print(chunks)
     for lock in status["leases"]["locks"]:
-        if lock["owner_gone"]:
+        if lock["taken_at_once"]:
             console.print(f"lock {lock['name']}: free to take (its holder {lock['owner']}, since {lock['acquired_at']}: process gone)")
+        elif lock["owner_gone"]:
+            console.print(f"lock {lock['name']}: its holder {lock['owner']} (named by an earlier release), since {lock['acquired_at']}: "
+                          f"process gone; taken over when its lease runs out at {lock['lease_expires_at']}")
         else:
-            console.print(f"lock {lock['name']}: held by {lock['owner']} since {lock['acquired_at']}, lease until {lock['lease_expires_at']}")
+            console.print(f"lock {lock['name']}: held by {lock['owner']} since {lock['acquired_at']}, lease until {lock['lease_expires_at']}"
+                          + _unknown(lock))
     for claim in status["leases"]["claims"]:
-        if claim["owner_gone"]:
+        if claim["taken_at_once"]:
             console.print(f"claims: {claim['sessions']} sessions free to take (their owner {claim['owner']}: process gone)")
+        elif claim["owner_gone"]:
+            console.print(f"claims: {claim['sessions']} sessions of {claim['owner']} (named by an earlier release): process gone; "
+                          f"taken over when their lease runs out at {claim['lease_expires_at']}")
         else:
-            console.print(f"claims: {claim['owner']} digests {claim['sessions']} sessions, lease until {claim['lease_expires_at']}")
+            console.print(f"claims: {claim['owner']} digests {claim['sessions']} sessions, lease until {claim['lease_expires_at']}"
+                          + _unknown(claim))
     queue = status["queue"]
     console.print(
         f"lazy-edge queue: {queue['depth']} lines"
@@ -228,6 +238,11 @@ def _flat(mapping: dict[str, Any]) -> str:
 def _styled_outcome(outcome: str) -> str:
     colour = {"completed": "green", "failed": "red", "interrupted": "yellow", "abandoned": "magenta"}.get(outcome)
     return f"[{colour}]{outcome}[/{colour}]" if colour else outcome
+
+
+def _unknown(holder: dict[str, Any]) -> str:
+    """What ``status`` adds of a holder whose process this host cannot see (store.claims.owner_state)."""
+    return " (its process cannot be seen from this host: alive or not, it keeps its lease)" if holder["owner_state"] == "unknown" else ""
 
 
 def _duration(start: str, end: str | None) -> float | None:

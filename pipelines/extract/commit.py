@@ -484,7 +484,7 @@ def commit_session(
         edges = {key: edge for key in keys if key[0] in nodes and key[1] in nodes and (edge := graph.get_edge(*key)) is not None}
         places = {key: _places(edge, provenance) for key, edge in edges.items()}
         old_keys = {r.key for r in old.edge_points}
-        reasons = {key: frozenset(provenance.edge_reasons(key, besides=reduced.anchor_id)) for key in sorted(old_keys & set(edges))}
+        reasons = other_reasons(provenance, edges, old_keys & set(edges), besides=reduced.anchor_id)
         state = CommitState(nodes, edges, places, frozenset(provenance.with_claims(set(nodes) & (touched | set(matches.values()) | {n.id for n in reduced.nodes}))),
                             edge_reasons=reasons)
         stats.identity_candidates = sum(1 for v in verdicts.values() if v.action == CANDIDATE)
@@ -536,6 +536,21 @@ def commit_session(
         log.warning("edge dropped: endpoint missing", session_id=reduced.session_id, source=edge.source,
                     target=edge.target, relationship=edge.relationship)
     return stats
+
+
+# An edge whose justification has more parts than this has its other sessions' texts read from its
+# points (Provenance.edge_reasons: one query, the cost of its points); the others' are sought text by
+# text, all edges in one query (edge_reasons_by_key: the cost of their texts). bench/bench_reextract.py.
+SOUGHT_TEXTS = 16
+
+
+def other_reasons(provenance: Provenance, edges: Mapping[EdgeKey, Edge], keys: Iterable[EdgeKey], *, besides: str) -> dict[EdgeKey, frozenset[str]]:
+    """For each of ``keys`` (edges of ``edges``, where ``besides`` had points) the justification
+    parts the other anchors' points carry — what a re-extraction keeps of the edge's text."""
+    many = {key for key in keys if len(justification_parts(edges[key].properties.get("justification"))) > SOUGHT_TEXTS}
+    found = provenance.edge_reasons_by_key(sorted(set(keys) - many), besides=besides)
+    found.update({key: provenance.edge_reasons(key, besides=besides) for key in sorted(many)})
+    return {key: frozenset(parts) for key, parts in found.items()}
 
 
 def _places(edge: Edge, provenance: Provenance) -> int:

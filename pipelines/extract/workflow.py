@@ -214,7 +214,7 @@ async def extract_session(
             await commit_turn()
         identity: dict[str, Any] = {}
         if env.resolver is not None:
-            await env.resolver.prepare(reduced.nodes)
+            await env.resolver.prepare(reduced.nodes, session=sid)
             identity["matcher"] = env.resolver
         committed = await anyio.to_thread.run_sync(
             partial(

@@ -1,0 +1,44 @@
+"""``identity_verdicts``: each identity verdict the model gave, by the question it answers.
+
+The extraction's identity auditor (``REM_LLM_JUDGE``) settles ambiguous candidates before a
+session's commit (pipelines/resolver.py). Each answer is kept here as it is given, in its own
+transaction, keyed by :func:`pipelines.identity.audit_question` — a hash of everything the model was
+shown — so that a worker killed before the commit, or any later cycle meeting the same question,
+takes the answer instead of paying for it again. A row is one paid model call: the table grows with
+the questions asked, never with the graph, and is read only by key. Forgetting a session deletes
+the verdicts its extraction asked for (store.tombstones).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from store.db import Database, in_batches
+from store.graph import utc_now
+
+
+class VerdictStore:
+    """Typed access to ``identity_verdicts``."""
+
+    def __init__(self, db: Database, *, clock: Callable[[], str] = utc_now) -> None:
+        self.db = db
+        self.clock = clock
+
+    def given(self, questions: Iterable[str]) -> dict[str, str | None]:
+        """The answers given to these questions (``None``: "a new node"), where one was given."""
+        found: dict[str, str | None] = {}
+        for batch, marks in in_batches(sorted(set(questions))):
+            rows = self.db.query(f"SELECT question_hash, target FROM identity_verdicts WHERE question_hash IN ({marks})", batch)
+            found.update({r[0]: r[1] for r in rows})
+        return found
+
+    def keep(self, question: str, target: str | None, *, session: str) -> None:
+        """Keep the answer the model just gave to a question ``session``'s extraction asked, in its
+        own transaction (the latest answer wins)."""
+        with self.db.transaction() as conn:
+            conn.execute(
+                "INSERT INTO identity_verdicts(question_hash, target, session_id, asked_at) VALUES (?,?,?,?) "
+                "ON CONFLICT(question_hash) DO UPDATE SET target = excluded.target, session_id = excluded.session_id, "
+                "asked_at = excluded.asked_at",
+                (question, target, session, self.clock()),
+            )
