@@ -228,11 +228,34 @@ class Settings(BaseSettings):
     def _check_limits(self) -> "Settings":
         if self.output_reserve_tokens >= self.context_limit_tokens:
             raise ValueError("REM_OUTPUT_RESERVE_TOKENS must be smaller than REM_CONTEXT_LIMIT_TOKENS")
-        if self.lazy_edges_path is not None and not _inside(self.lazy_edges_path, self.data_dir):
-            raise ValueError("REM_LAZY_EDGES_PATH must lie inside REM_DATA_DIR")
+        if self.lazy_edges_path is not None and (problem := self._queue_path_problem()):
+            raise ValueError(problem)
         if self.chunk_retry_max_seconds < self.chunk_retry_base_seconds:
             raise ValueError("REM_CHUNK_RETRY_MAX_SECONDS must not be smaller than REM_CHUNK_RETRY_BASE_SECONDS")
         return self
+
+    def _queue_path_problem(self) -> str | None:
+        """Why the queue path cannot be the lazy-edge queue, or ``None``. Beside the queue ``Q`` a
+        drain keeps ``Q.lock``, ``Q.draining`` … and renames ``Q`` away: a path naming one of
+        rem-cycle's own files (or whose ``Q.*`` would be one) made the drain shred the graph
+        database into dead letters, or skip as busy on the cycle's own lock, every cycle."""
+        queue, data = self.queue_path.resolve(), self.data_dir.resolve()
+        if not _inside(queue, data):
+            return "REM_LAZY_EDGES_PATH must lie inside REM_DATA_DIR"
+        refused = f"REM_LAZY_EDGES_PATH must name a file of the queue's own, not {queue}"
+        if queue == data:
+            return f"{refused}: that is the data dir itself"
+        if _inside(queue, self.chroma_path):
+            return f"{refused}: rem-cycle keeps its embedded Chroma there"
+        for own, what in ((self.graph_path, "graph database"), (self.lock_path, "cycle lock"), (self.daemon_lock_path, "daemon lock")):
+            own = own.resolve()
+            if queue.parent != own.parent:
+                continue
+            if queue.name.startswith(own.name):  # the file itself, or one of its companions (-wal, .restoring …)
+                return f"{refused}: rem-cycle keeps its {what} there"
+            if own.name.startswith(queue.name + "."):
+                return f"{refused}: the queue's lock and scratch files ({queue.name}.*) would take the place of rem-cycle's {what}"
+        return None
 
     @classmethod
     def settings_customise_sources(
@@ -284,6 +307,12 @@ class Settings(BaseSettings):
     def lock_path(self) -> Path:
         """The single-flight lock file."""
         return self.data_dir / "rem-cycle.lock"
+
+    @property
+    def daemon_lock_path(self) -> Path:
+        """The lock a daemon holds for its whole life (the cycle lock is held only during a cycle,
+        so that ``--once`` and other commands can run between the daemon's cycles)."""
+        return self.data_dir / "rem-cycle.daemon.lock"
 
     @property
     def effective_safe_limit(self) -> int:
