@@ -11,6 +11,7 @@ import difflib
 import json
 import math
 import os
+import re
 import tomllib
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -44,6 +45,7 @@ DEFAULT_SEMANTIC_TYPES: tuple[str, ...] = (
 )
 
 _COLLECTION_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{1,510}[A-Za-z0-9]$"
+_TYPE_NAME = re.compile(r"[^\W_][\w-]{0,63}")
 
 # A retry wait or a lease over a year is a mistake, and a long enough one (or ``inf``) would
 # overflow the times computed from it: every cycle would crash in setup.
@@ -178,14 +180,18 @@ class Settings(BaseSettings):
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_format: Literal["auto", "json", "console"] = "auto"
 
-    @field_validator("data_dir", "lazy_edges_path", "safe_processing_limit_tokens", "mcp_user", mode="before")
+    @field_validator(
+        "data_dir", "lazy_edges_path", "safe_processing_limit_tokens", "mcp_user", "http_host", "mcp_host", "chroma_tenant",
+        "chroma_database", "llm_base_url", "llm_model", "embedding_model", "embedding_url", mode="before",
+    )
     @classmethod
     def _empty_is_unset(cls, value: Any, info: ValidationInfo) -> Any:
         # ``REM_X=`` (in .env, as .env.example shows them, or from an unset shell variable) means
         # unset: the default data dir (not the current directory, where every command would
-        # write), the default queue path, 75 % of the context, no pinned MCP user (not user '').
+        # write), the default queue path, 75 % of the context, no pinned MCP user (not user ''),
+        # the loopback address (an empty host is every interface); the vocabulary: ``_split_types``.
         if isinstance(value, str) and not value.strip():
-            return cls.model_fields["data_dir"].default if info.field_name == "data_dir" else None
+            return None if info.field_name == "safe_processing_limit_tokens" else cls.model_fields[info.field_name].default
         return value
 
     @field_validator("chroma_url")
@@ -216,12 +222,19 @@ class Settings(BaseSettings):
     @field_validator("semantic_types", mode="before")
     @classmethod
     def _split_types(cls, value: Any) -> Any:
+        if isinstance(value, str) and not value.strip():
+            return DEFAULT_SEMANTIC_TYPES  # unset, as every empty setting (an empty vocabulary made every node a CONCEPT)
         if isinstance(value, str) and value.lstrip().startswith("["):
             value = json.loads(value)  # a JSON list, as pydantic-settings reads complex values
         elif isinstance(value, str):
             value = [part for part in value.replace(",", " ").split() if part]
         if not isinstance(value, (list, tuple)) or not all(isinstance(part, str) for part in value):
             raise ValueError('expected type names (a TOML list of strings, or words: "CONCEPT CLASS FILE")')
+        if not value:
+            raise ValueError("expected at least one type name (empty: leave the setting out for the default)")
+        # A name is a word: "CONCEPT;CLASS" is no type any extractor gives, so every node would be a CONCEPT.
+        if bad := [part for part in value if not _TYPE_NAME.fullmatch(part)]:
+            raise ValueError(f"not a type name (letters, digits, _ and -): {', '.join(repr(part) for part in bad[:3])}")
         return tuple(part.upper() for part in value)
 
     @model_validator(mode="after")

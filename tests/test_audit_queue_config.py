@@ -5,14 +5,21 @@ something is one ``invalid configuration`` line (exit 2), and an empty value is 
 from __future__ import annotations
 
 import hashlib
+import json
+import os
+import signal
 import socket
+import sqlite3
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from config import ConfigError, load_settings
 from config.settings import DEFAULT_SEMANTIC_TYPES
-from tests.conftest import free_port, run_cli
+from tests.conftest import ROOT, free_port, make_session, run_cli, write_sessions
 
 
 def _digest(path: Path) -> str:
@@ -58,3 +65,65 @@ def test_a_drain_told_the_queue_is_the_graph_database_refuses_and_leaves_the_gra
     assert _digest(graph) == before and not (data / "graph.sqlite3.draining").exists()
     assert not (data / "graph.dead.sqlite3").exists()
     assert run_cli("status", env=env).returncode == 0
+
+
+def test_an_empty_http_host_is_loopback_not_every_interface(tmp_path: Path) -> None:
+    """``REM_HTTP_HOST=`` (a line of .env cleared, or ``$UNSET`` in a compose file) means unset, as
+    every other empty setting does: the endpoint stays on loopback. Before, the empty host made the
+    daemon bind 0.0.0.0 and serve /metrics to the network."""
+    port = free_port()
+    env = {"REM_DATA_DIR": str(tmp_path / "data"), "REM_HTTP_HOST": "", "REM_HTTP_PORT": str(port),
+           "REM_RUN_AT_STARTUP": "false", "REM_LOG_FORMAT": "json"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "worker"], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        env={k: v for k, v in os.environ.items() if not k.startswith("REM_")} | env | {"PYTHONPATH": str(ROOT)},
+    )
+    try:
+        deadline = time.monotonic() + 60
+        url = None
+        assert proc.stderr is not None
+        while url is None and time.monotonic() < deadline:
+            line = proc.stderr.readline()
+            assert line, "the daemon exited before it listened"
+            if '"http endpoint listening"' in line:
+                url = json.loads(line)["url"]
+        assert url == f"http://127.0.0.1:{port}"
+        with socket.create_connection(("127.0.0.1", port), timeout=5):
+            pass
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(30)
+
+
+@pytest.mark.parametrize("value", ["", "   "])
+def test_empty_host_tenant_and_model_settings_are_their_defaults(clean_env: pytest.MonkeyPatch, value: str) -> None:
+    names = ("http_host", "mcp_host", "chroma_tenant", "chroma_database", "llm_base_url", "llm_model", "embedding_model",
+             "embedding_url", "semantic_types")
+    for name in names:
+        clean_env.setenv(f"REM_{name.upper()}", value)
+    settings = load_settings()
+    for name in names:
+        assert getattr(settings, name) == type(settings).model_fields[name].default, name
+    assert settings.semantic_types == DEFAULT_SEMANTIC_TYPES and settings.http_host == "127.0.0.1"
+
+
+def test_an_empty_vocabulary_setting_keeps_the_node_types(tmp_path: Path) -> None:
+    """``REM_SEMANTIC_TYPES=`` made the vocabulary empty: every extracted node became CONCEPT (the
+    sample's classes, files and issues flattened). Empty now means the default; a TOML list with no
+    name, or names run together with a separator the setting does not split on, is refused."""
+    data = tmp_path / "data"
+    sample = tmp_path / "s.jsonl"
+    write_sessions(sample, [make_session("s-1", 3, text="turn {i} edits store/lazy_queue.py in class LazyEdgeQueue, see #12")])
+    env = {"REM_DATA_DIR": str(data), "REM_SEMANTIC_TYPES": ""}
+    assert run_cli("import", str(sample), env=env).returncode == 0
+    done = run_cli("--once", "--json", env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    with sqlite3.connect(data / "graph.sqlite3") as db:
+        labels = {label for (label,) in db.execute("SELECT DISTINCT label FROM nodes")}
+    assert {"CLASS", "FILE", "ISSUE"} <= labels, labels
+    for toml, why in (("semantic_types = []", "at least one type name"), ('semantic_types = "CONCEPT;CLASS"', "CONCEPT;CLASS")):
+        conf = tmp_path / "rem.toml"
+        conf.write_text(toml + "\n", encoding="utf-8")
+        done = run_cli("--config", str(conf), "--once", env={"REM_DATA_DIR": str(data)})
+        assert done.returncode == 2 and len(done.stderr.splitlines()) == 1, done.stderr[-2000:]
+        assert done.stderr.startswith("rem-cycle: invalid configuration: REM_SEMANTIC_TYPES: ") and why in done.stderr
