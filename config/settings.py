@@ -194,6 +194,13 @@ class Settings(BaseSettings):
             return None if info.field_name == "safe_processing_limit_tokens" else cls.model_fields[info.field_name].default
         return value
 
+    @field_validator("data_dir", "lazy_edges_path", mode="after")
+    @classmethod
+    def _expand_home(cls, value: Path | None) -> Path | None:
+        # No shell expands ``~`` in a TOML file or in .env: unexpanded, it was a folder named ``~``
+        # in the current directory.
+        return None if value is None else home_expanded(value)
+
     @field_validator("chroma_url")
     @classmethod
     def _check_url(cls, value: str) -> str:
@@ -345,6 +352,15 @@ class Settings(BaseSettings):
         return limit if limit > 0 and math.isfinite(limit) else None
 
 
+def home_expanded(path: str | os.PathLike[str]) -> Path:
+    """``path`` with a leading ``~`` or ``~user`` expanded, as a shell would; raises
+    ``ValueError`` when ``~user`` names no user of this system."""
+    expanded = Path(os.path.expanduser(path))
+    if str(expanded).startswith("~"):
+        raise ValueError(f"{str(path).split('/', 1)[0]} names no user's home directory here: write the full path")
+    return expanded
+
+
 def _inside(path: Path, root: Path) -> bool:
     resolved, base = path.resolve(), root.resolve()
     return resolved == base or base in resolved.parents
@@ -363,6 +379,10 @@ def load_settings(config_file: str | os.PathLike[str] | None = None, **overrides
     path = config_file or os.environ.get("REM_CONFIG")
     cls: type[Settings] = Settings
     if path:
+        try:
+            path = home_expanded(path)
+        except ValueError as exc:
+            raise ConfigError(f"invalid configuration: REM_CONFIG: {exc}") from None
         if not Path(path).is_file():
             raise ConfigError(f"config file not found: {path}")
         cls = type("FileSettings", (Settings,), {"model_config": {**Settings.model_config, "toml_file": path}})

@@ -127,3 +127,27 @@ def test_an_empty_vocabulary_setting_keeps_the_node_types(tmp_path: Path) -> Non
         done = run_cli("--config", str(conf), "--once", env={"REM_DATA_DIR": str(data)})
         assert done.returncode == 2 and len(done.stderr.splitlines()) == 1, done.stderr[-2000:]
         assert done.stderr.startswith("rem-cycle: invalid configuration: REM_SEMANTIC_TYPES: ") and why in done.stderr
+
+
+def test_a_home_relative_path_in_a_setting_is_under_home_not_a_folder_named_tilde(tmp_path: Path) -> None:
+    """``data_dir = "~/rem"`` in a TOML file (or ``REM_DATA_DIR=~/rem`` in .env, where no shell
+    expands it) made a folder literally named ``~`` in the current directory — one ``rm -rf ~``
+    away from the operator's home. ``~`` and ``~user`` are expanded in the path settings and in
+    ``REM_CONFIG``; a ``~name`` that names no user is a configuration error."""
+    home, work = tmp_path / "home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    conf = home / "rem.toml"
+    conf.write_text('data_dir = "~/rem"\nlazy_edges_path = "~/rem/queue/edges.jsonl"\n', encoding="utf-8")
+    env = {"HOME": str(home)}
+    sample = write_sessions(tmp_path / "s.jsonl", [make_session("s-1")])
+    assert run_cli("--config", str(conf), "import", str(sample), env=env, cwd=work).returncode == 0
+    edges = tmp_path / "edges.jsonl"
+    edges.write_text('{"source": "CONCEPT:a", "target": "memory:m", "relationship": "R"}\n', encoding="utf-8")
+    done = run_cli("enqueue", str(edges), env={**env, "REM_CONFIG": "~/rem.toml"}, cwd=work)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert list(work.iterdir()) == []
+    assert (home / "rem" / "chroma").is_dir() and (home / "rem" / "queue" / "edges.jsonl").is_file()
+    done = run_cli("status", env={**env, "REM_DATA_DIR": "~no-such-user-here/rem"}, cwd=work)
+    assert done.returncode == 2 and done.stderr.startswith("rem-cycle: invalid configuration: REM_DATA_DIR: "), done.stderr
+    assert list(work.iterdir()) == []

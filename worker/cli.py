@@ -95,7 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="rem-cycle",
         description="Consolidate agent memories in Chroma into an SQLite knowledge graph.",
-        epilog=EPILOG.format(data_dir=Path(os.environ.get("REM_DATA_DIR") or Settings.model_fields["data_dir"].default).resolve()),
+        epilog=EPILOG.format(data_dir=Path(os.path.expanduser(os.environ.get("REM_DATA_DIR") or Settings.model_fields["data_dir"].default)).resolve()),
         formatter_class=argparse.RawDescriptionHelpFormatter,
         parents=[common],
     )
