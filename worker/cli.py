@@ -772,10 +772,10 @@ def _enqueue_source(settings: Settings, source: BinaryIO) -> tuple[int, list[str
 async def cmd_enqueue(settings: Settings, args: argparse.Namespace) -> int:
     def run() -> tuple[int, list[str]]:
         with open(args.file, "rb") if args.file != "-" else os.fdopen(os.dup(sys.stdin.fileno()), "rb") as source:
-            if source.seekable():
+            if args.file != "-" and source.seekable():
                 return _enqueue_source(settings, source)
-            # Standard input, a pipe (`enqueue <(producer)`, /dev/stdin) or a FIFO is read once;
-            # both passes read this copy.
+            # Standard input (from where it stands), a pipe (`enqueue <(producer)`, /dev/stdin) or
+            # a FIFO is read once; both passes read this copy.
             with tempfile.TemporaryFile() as spool:
                 shutil.copyfileobj(source, spool)
                 return _enqueue_source(settings, spool)
