@@ -16,6 +16,7 @@ import tomllib
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic_settings import (
@@ -215,6 +216,15 @@ class Settings(BaseSettings):
             return None
         if not value.get_secret_value().startswith(("postgresql://", "postgres://")):
             raise ValueError("must start with postgresql:// (or be empty for the embedded SQLite file)")
+        # What libpq cannot read it quotes in its error — the password, often. Said without the value.
+        if any(c.isspace() for c in value.get_secret_value()):
+            raise ValueError("holds white space: percent-encode it in the user or password (a space is %20)")
+        if re.search(r"%(?![0-9A-Fa-f]{2})", value.get_secret_value()):
+            raise ValueError("holds a % not followed by two hex digits: write a % in the user or password as %25")
+        try:
+            urlsplit(value.get_secret_value())
+        except ValueError:
+            raise ValueError("is not a URL (an IPv6 host goes in brackets: postgresql://user@[::1]:5432/db)") from None
         # A reserved character in the user or password cuts the URL elsewhere: another host, and
         # no password found to mask in messages. Said without the value (a secret).
         rest = value.get_secret_value().split("://", 1)[1]

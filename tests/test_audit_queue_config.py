@@ -151,3 +151,30 @@ def test_a_home_relative_path_in_a_setting_is_under_home_not_a_folder_named_tild
     done = run_cli("status", env={**env, "REM_DATA_DIR": "~no-such-user-here/rem"}, cwd=work)
     assert done.returncode == 2 and done.stderr.startswith("rem-cycle: invalid configuration: REM_DATA_DIR: "), done.stderr
     assert list(work.iterdir()) == []
+
+
+@pytest.mark.parametrize(("url", "why"), [
+    ("postgresql://rem:pa ss99@127.0.0.1:5/rem", "white space"),            # libpq: unexpected spaces found in "pa ss99"
+    ("postgresql://rem:hu%zznter22@127.0.0.1:5/rem", "a % not followed by two hex digits"),  # invalid percent-encoded token: "hu%zznter22"
+    ("postgresql://rem:hunter22@[::1/rem", "not a URL"),                  # a ValueError traceback
+])
+def test_a_database_url_libpq_cannot_read_is_refused_without_showing_its_password(tmp_path: Path, url: str, why: str) -> None:
+    """Before: the connection error quoted the part of the URL it could not read — the password —
+    on stderr (exit 1), or ended in a traceback."""
+    done = run_cli("status", env={"REM_DATA_DIR": str(tmp_path / "data"), "REM_DATABASE_URL": url})
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert len(done.stderr.splitlines()) == 1 and done.stderr.startswith("rem-cycle: invalid configuration: REM_DATABASE_URL: ")
+    assert why in done.stderr
+    for secret in ("pa ss99", "hu%zznter22", "zznter", "hunter22"):
+        assert secret not in done.stderr
+
+
+def test_the_database_password_is_masked_wherever_a_message_quotes_it(clean_env: pytest.MonkeyPatch) -> None:
+    """The database URL's password is one of the secrets every message and log line is masked of,
+    as the Chroma and model URLs' are: a driver's message quoting it outside a URL was shown."""
+    from config.redact import redact, secret_values
+
+    clean_env.setenv("REM_DATABASE_URL", "postgresql://rem:s%2Fcr3t-pw@db:5432/rem?sslpassword=k3y-pass")
+    secrets = secret_values(load_settings())
+    assert {"s%2Fcr3t-pw", "s/cr3t-pw", "k3y-pass"} <= secrets
+    assert redact('FATAL: password "s/cr3t-pw" rejected; key k3y-pass', also=secrets) == 'FATAL: password "***" rejected; key ***'
