@@ -202,12 +202,22 @@ class Settings(BaseSettings):
         # in the current directory.
         return None if value is None else home_expanded(value)
 
-    @field_validator("chroma_url")
+    @field_validator("chroma_url", "llm_base_url", "embedding_url")
     @classmethod
-    def _check_url(cls, value: str) -> str:
-        if value and not value.startswith(("http://", "https://")):
-            raise ValueError("must start with http:// or https:// (or be empty for embedded Chroma)")
-        return value.rstrip("/")
+    def _check_url(cls, value: str, info: ValidationInfo) -> str:
+        if not value and info.field_name == "chroma_url":
+            return value  # embedded Chroma
+        if not value.startswith(("http://", "https://")):
+            empty = " (or be empty for embedded Chroma)" if info.field_name == "chroma_url" else ""
+            raise ValueError(f"must start with http:// or https://{empty}")
+        # A client refuses these, quoting the URL — white space stops the masking of its password.
+        if any(c.isspace() for c in value):
+            raise ValueError("holds white space: percent-encode it in the user or password (a space is %20)")
+        try:
+            urlsplit(value)
+        except ValueError:
+            raise ValueError("is not a URL (an IPv6 host goes in brackets: http://[::1]:8000)") from None
+        return value.rstrip("/") if info.field_name == "chroma_url" else value
 
     @field_validator("database_url")
     @classmethod

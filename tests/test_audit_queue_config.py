@@ -178,3 +178,22 @@ def test_the_database_password_is_masked_wherever_a_message_quotes_it(clean_env:
     secrets = secret_values(load_settings())
     assert {"s%2Fcr3t-pw", "s/cr3t-pw", "k3y-pass"} <= secrets
     assert redact('FATAL: password "s/cr3t-pw" rejected; key k3y-pass', also=secrets) == 'FATAL: password "***" rejected; key ***'
+
+
+@pytest.mark.parametrize("name", ["REM_LLM_BASE_URL", "REM_CHROMA_URL", "REM_EMBEDDING_URL"])
+@pytest.mark.parametrize(("url", "why"), [
+    ("http://u:pa ss99@127.0.0.1:1/v1", "white space"),
+    ("http://u:hunter22@[::1:1/v1", "not a URL"),
+    ("127.0.0.1:11434/v1", "must start with http:// or https://"),
+])
+def test_a_server_url_that_is_no_url_is_refused_without_showing_its_password(tmp_path: Path, name: str, url: str, why: str) -> None:
+    """Before: ``REM_LLM_BASE_URL`` with a space in its password failed the cycle with `LLM server
+    http://u:pa ss99@… unreachable` (the password shown: the masking reads a URL up to white
+    space), an unbracketed IPv6 host logged a traceback, and neither it nor the embedding URL was
+    checked at all."""
+    env = {"REM_DATA_DIR": str(tmp_path / "data"), "REM_EXTRACTOR": "openai", name: url}
+    done = run_cli("--once", env=env)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert done.stderr.splitlines() == [done.stderr.strip()] and done.stderr.startswith(f"rem-cycle: invalid configuration: {name}: ")
+    assert why in done.stderr and "pa ss99" not in done.stderr and "hunter22" not in done.stderr
+    assert not (tmp_path / "data").exists()
