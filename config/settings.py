@@ -119,7 +119,7 @@ class Settings(BaseSettings):
     llm_max_retries: int = Field(3, ge=0, le=20)
     llm_json_mode: Literal["json_schema", "json_object", "none"] = "json_schema"
     context_limit_tokens: int = Field(131_072, gt=0)
-    safe_processing_limit_tokens: int | None = Field(100_000, description="Unset = 75% of the context limit")
+    safe_processing_limit_tokens: int | None = Field(100_000, gt=0, description="Unset = 75% of the context limit")
     chunk_limit_tokens: int = Field(50_000, gt=0)
     output_reserve_tokens: int = Field(8_192, ge=0)
     prompt_envelope_tokens: int = Field(1_500, ge=0)
@@ -268,6 +268,13 @@ class Settings(BaseSettings):
     def _check_limits(self) -> "Settings":
         if self.output_reserve_tokens >= self.context_limit_tokens:
             raise ValueError("REM_OUTPUT_RESERVE_TOKENS must be smaller than REM_CONTEXT_LIMIT_TOKENS")
+        if self.chunk_budget_tokens is None:
+            # The chunker's "no limit": every session would go to the model whole (or fail as
+            # skip-over-band, cycle after cycle, until undigestible).
+            raise ValueError(
+                "the chunk budget, min(REM_CHUNK_LIMIT_TOKENS, REM_SAFE_PROCESSING_LIMIT_TOKENS, REM_CONTEXT_LIMIT_TOKENS - "
+                f"REM_OUTPUT_RESERVE_TOKENS) - REM_PROMPT_ENVELOPE_TOKENS, is {self._chunk_budget_raw()} tokens: no chunk fits"
+            )
         if self.lazy_edges_path is not None and (problem := self._queue_path_problem()):
             raise ValueError(problem)
         if self.chunk_retry_max_seconds < self.chunk_retry_base_seconds:
@@ -363,13 +370,17 @@ class Settings(BaseSettings):
 
     @property
     def chunk_budget_tokens(self) -> int | None:
-        """Token budget of one chunk's text: ``min(chunk, safe, context - reserve) - envelope``."""
-        limit = min(
+        """Token budget of one chunk's text: ``min(chunk, safe, context - reserve) - envelope``
+        (``None``, the chunker's "no limit", only for a budget validation refuses)."""
+        limit = self._chunk_budget_raw()
+        return limit if limit > 0 and math.isfinite(limit) else None
+
+    def _chunk_budget_raw(self) -> int:
+        return min(
             self.chunk_limit_tokens,
             self.effective_safe_limit,
             self.context_limit_tokens - self.output_reserve_tokens,
         ) - self.prompt_envelope_tokens
-        return limit if limit > 0 and math.isfinite(limit) else None
 
 
 def home_expanded(path: str | os.PathLike[str]) -> Path:

@@ -197,3 +197,22 @@ def test_a_server_url_that_is_no_url_is_refused_without_showing_its_password(tmp
     assert done.stderr.splitlines() == [done.stderr.strip()] and done.stderr.startswith(f"rem-cycle: invalid configuration: {name}: ")
     assert why in done.stderr and "pa ss99" not in done.stderr and "hunter22" not in done.stderr
     assert not (tmp_path / "data").exists()
+
+
+@pytest.mark.parametrize(("env", "message"), [
+    ({"REM_PROMPT_ENVELOPE_TOKENS": "60000"},
+     "the chunk budget, min(REM_CHUNK_LIMIT_TOKENS, REM_SAFE_PROCESSING_LIMIT_TOKENS, REM_CONTEXT_LIMIT_TOKENS - "
+     "REM_OUTPUT_RESERVE_TOKENS) - REM_PROMPT_ENVELOPE_TOKENS, is -10000 tokens: no chunk fits"),
+    ({"REM_SAFE_PROCESSING_LIMIT_TOKENS": "0"}, "REM_SAFE_PROCESSING_LIMIT_TOKENS: Input should be greater than 0"),
+    ({"REM_SAFE_PROCESSING_LIMIT_TOKENS": "-5"}, "REM_SAFE_PROCESSING_LIMIT_TOKENS: Input should be greater than 0"),
+])
+def test_token_limits_that_leave_no_room_for_a_chunk_are_a_configuration_error(
+    clean_env: pytest.MonkeyPatch, env: dict[str, str], message: str
+) -> None:
+    """Before: a budget of zero or less silently meant "never chunk" (the chunker's rule for a
+    missing limit), so every session went to the model whole, however far past its context."""
+    for name, value in env.items():
+        clean_env.setenv(name, value)
+    with pytest.raises(ConfigError) as raised:
+        load_settings()
+    assert str(raised.value) == f"invalid configuration: {message}"
