@@ -275,6 +275,11 @@ class Settings(BaseSettings):
                 "the chunk budget, min(REM_CHUNK_LIMIT_TOKENS, REM_SAFE_PROCESSING_LIMIT_TOKENS, REM_CONTEXT_LIMIT_TOKENS - "
                 f"REM_OUTPUT_RESERVE_TOKENS) - REM_PROMPT_ENVELOPE_TOKENS, is {self._chunk_budget_raw()} tokens: no chunk fits"
             )
+        if self.memory_collection == self.session_collection:  # every summary would be read as a turn
+            raise ValueError(
+                "REM_MEMORY_COLLECTION and REM_SESSION_COLLECTION must name two collections, "
+                f"not both {self.memory_collection!r}"
+            )
         if self.lazy_edges_path is not None and (problem := self._queue_path_problem()):
             raise ValueError(problem)
         if self.chunk_retry_max_seconds < self.chunk_retry_base_seconds:

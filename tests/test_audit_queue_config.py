@@ -216,3 +216,19 @@ def test_token_limits_that_leave_no_room_for_a_chunk_are_a_configuration_error(
     with pytest.raises(ConfigError) as raised:
         load_settings()
     assert str(raised.value) == f"invalid configuration: {message}"
+
+
+def test_one_collection_for_turns_and_summaries_is_a_configuration_error(tmp_path: Path) -> None:
+    """Before: with REM_MEMORY_COLLECTION = REM_SESSION_COLLECTION the import wrote both kinds of
+    rows into one collection and the cycle took every summary for a turn (the sample's 3 sessions:
+    97 MEMORY nodes for 94 turns, their extraction counted twice)."""
+    env = {"REM_DATA_DIR": str(tmp_path / "data"), "REM_MEMORY_COLLECTION": "agent-rows", "REM_SESSION_COLLECTION": "agent-rows"}
+    sample = write_sessions(tmp_path / "s.jsonl", [make_session("s-1")])
+    for command in (["import", str(sample)], ["--once"]):
+        done = run_cli(*command, env=env)
+        assert done.returncode == 2, done.stderr[-2000:]
+        assert done.stderr.splitlines() == [
+            "rem-cycle: invalid configuration: REM_MEMORY_COLLECTION and REM_SESSION_COLLECTION must name two collections, "
+            "not both 'agent-rows'"
+        ]
+    assert not (tmp_path / "data").exists()
