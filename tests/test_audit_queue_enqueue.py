@@ -23,16 +23,24 @@ def _queued(data: Path) -> list[dict[str, object]]:
     return [json.loads(line) for line in queue.read_text(encoding="utf-8").splitlines()] if queue.exists() else []
 
 
-def _run_measured(args: list[str], env: dict[str, str]) -> tuple[int, str, int]:
+# Runs a command and writes its peak resident memory (KiB) to argv[1]. A child's ru_maxrss counts
+# what it held when forked, before its exec: forked from pytest (hundreds of MB after a few
+# tests) it would measure pytest, so the command is forked from this small process instead.
+MEASURE = """
+import os, subprocess, sys
+proc = subprocess.Popen(sys.argv[2:])
+_, status, usage = os.wait4(proc.pid, 0)
+open(sys.argv[1], "w").write(str(usage.ru_maxrss))
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+
+
+def _run_measured(args: list[str], env: dict[str, str], peak_file: Path) -> tuple[int, str, int]:
     """``python -m worker ARGS``: (exit status, stderr, its peak resident memory in KiB)."""
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("REM_")} | env | {"PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([sys.executable, "-m", "worker", *args], cwd=ROOT, env=full_env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    assert proc.stderr is not None
-    stderr = proc.stderr.read().decode("utf-8", "replace")
-    _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    return proc.returncode, stderr, usage.ru_maxrss
+    done = subprocess.run([sys.executable, "-c", MEASURE, str(peak_file), sys.executable, "-m", "worker", *args], cwd=ROOT,
+                          env=full_env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=300)
+    return done.returncode, done.stderr.decode("utf-8", "replace"), int(peak_file.read_text())
 
 
 def test_a_huge_line_is_refused_unread_and_memory_stays_bounded(tmp_path: Path) -> None:
@@ -48,7 +56,7 @@ def test_a_huge_line_is_refused_unread_and_memory_stays_bounded(tmp_path: Path) 
         out.write("[" + ",".join([one] * 800_000) + "]\n")
         out.write(one + "\n{oops\n")
     size = len(one) * 800_000 + 800_000 + 1
-    status, stderr, peak_kib = _run_measured(["enqueue", str(edges)], {"REM_DATA_DIR": str(data)})
+    status, stderr, peak_kib = _run_measured(["enqueue", str(edges)], {"REM_DATA_DIR": str(data)}, tmp_path / "peak")
     assert status == 1, stderr
     assert stderr.splitlines() == [
         f"  line 2: line-too-long: line of {size} bytes, longer than any queue line can be (at most 1048576 bytes)",
