@@ -7,16 +7,23 @@ import os
 import sqlite3
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
+import anyio
 import pytest
 
 import store.lazy_queue
+from config import load_settings
 from pipelines.enqueue import enqueue_lazy_edges
 from pipelines.lazy_edge import QueuedEdge, parse_line
 from store.errors import DatabaseUnreadableError
 from store.lazy_queue import LazyEdgeQueue
-from tests.conftest import run_cli
+from store.lazy_table import LazyEdgeTable
+from tests.conftest import ROOT, run_cli
+from tests.lazy_fixtures import add_concepts, drain, edge_count
+from tests.test_audit_remote_postgres import cut_connections
+from worker.cycle import open_stores
 
 EDGE = {"source": "CONCEPT:a", "target": "memory:m1", "relationship": "MENTIONED_IN"}
 
@@ -101,3 +108,68 @@ def test_a_producer_never_makes_a_graph_database_of_a_database_rem_cycle_did_not
         assert done.returncode == 1 and "no graph database at postgresql://rem:***@" in done.stderr, done.stderr[-2000:]
         assert "hunter22" not in done.stderr and "Traceback" not in done.stderr
         assert _tables(database_url, Path()) == set()
+
+
+# Queues ``count`` edges in batches of 5 into the table at argv[1], retrying a batch whose
+# transaction the server cut (a batch is all or nothing; queued twice, it links once).
+RETRYING_PRODUCER = """
+import sys, time
+from pipelines.enqueue import enqueue_lazy_edges
+url, producer, count = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+cut = 0
+for start in range(0, count, 5):
+    batch = [{"source": f"CONCEPT:p{producer}", "target": f"CONCEPT:t{n}", "relationship": "R"} for n in range(start, start + 5)]
+    while True:
+        try:
+            enqueue_lazy_edges(url, batch)
+            break
+        except Exception:
+            cut += 1
+            time.sleep(0.05)
+print(cut)
+"""
+
+
+@pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
+@pytest.mark.timeout(180)
+async def test_producers_and_drains_of_the_table_lose_nothing_when_the_server_drops_their_connections(
+    data_dir: Path, database_url: str, postgres_server_url: str
+) -> None:
+    """Three producer processes insert rows while drains run, and every connection of theirs is
+    cut again and again (what a restart or failover does): a cut insert rolls back whole and is
+    retried, a cut drain leaves its batch's rows in place for the next; at the end every edge is in
+    the graph once, no row is left and none is dead."""
+    url = f"{database_url}&application_name=audit-queue-{uuid.uuid4().hex[:12]}"
+    settings = load_settings(data_dir=data_dir, database_url=url)
+    stores = await open_stores(settings)
+    try:
+        add_concepts(stores.graph, "p0", "p1", "p2", *[f"t{n}" for n in range(200)])
+    finally:
+        stores.close()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REM_")} | {"PYTHONPATH": str(ROOT)}
+    procs = [subprocess.Popen([sys.executable, "-c", RETRYING_PRODUCER, url, str(i), "200"], env=env, cwd=ROOT,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(3)]
+    cuts = drains = 0
+    while any(p.poll() is None for p in procs) or drains < 3:
+        try:
+            stores = await open_stores(settings)  # a cycle's stores: fresh connections from the pool
+            try:
+                await drain(settings, stores, table=LazyEdgeTable(stores.db), batch_size=20)
+                drains += 1
+            finally:
+                stores.close()
+        except Exception:  # noqa: BLE001 - a drain whose connection was cut; its rows wait
+            pass
+        cuts += cut_connections(postgres_server_url, url)
+        await anyio.sleep(0.1)
+    retried = [int(p.communicate(timeout=60)[0]) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0]
+    stores = await open_stores(settings)
+    try:
+        await drain(settings, stores, table=LazyEdgeTable(stores.db))
+        assert edge_count(stores.graph, "R") == 600
+        assert stores.db.query("SELECT COUNT(*) FROM lazy_edges")[0][0] == 0
+        assert stores.db.query("SELECT COUNT(*) FROM lazy_edges_dead")[0][0] == 0
+    finally:
+        stores.close()
+    assert cuts > 0 and drains >= 3, (cuts, drains, retried)
