@@ -318,7 +318,7 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        return (init_settings, env_settings, TomlConfigSettingsSource(settings_cls))
+        return (init_settings, env_settings, _TomlFileSource(settings_cls))
 
     # --- derived paths -------------------------------------------------------------------
     @property
@@ -386,6 +386,15 @@ class Settings(BaseSettings):
             self.effective_safe_limit,
             self.context_limit_tokens - self.output_reserve_tokens,
         ) - self.prompt_envelope_tokens
+
+
+class _TomlFileSource(TomlConfigSettingsSource):
+    """The TOML file, read as UTF-8 with a byte order mark skipped: Windows PowerShell's
+    ``Out-File -Encoding utf8`` writes one, and TOML's parser refused the file at line 1, column 1."""
+
+    def _read_file(self, file_path: Any) -> dict[str, Any]:
+        with file_path.open(mode="rb") as toml_file:
+            return tomllib.loads(toml_file.read().decode("utf-8").removeprefix("\ufeff"))
 
 
 def home_expanded(path: str | os.PathLike[str]) -> Path:

@@ -232,3 +232,15 @@ def test_one_collection_for_turns_and_summaries_is_a_configuration_error(tmp_pat
             "not both 'agent-rows'"
         ]
     assert not (tmp_path / "data").exists()
+
+
+def test_a_toml_file_saved_with_a_byte_order_mark_is_read(tmp_path: Path) -> None:
+    """Windows PowerShell's ``Out-File -Encoding utf8`` (and older Notepad) start a file with a
+    byte order mark, which TOML does not allow: the file was refused with `Invalid statement (at
+    line 1, column 1)`, nothing to see there. The mark is skipped, as Python's utf-8-sig does."""
+    conf = tmp_path / "rem.toml"
+    conf.write_bytes(b"\xef\xbb\xbfbatch_limit = 7\r\nlog_level = \"debug\"\r\n")
+    assert load_settings(conf).batch_limit == 7
+    conf.write_bytes(b"\xef\xbb\xbfbatch_limit = \n")
+    with pytest.raises(ConfigError, match=rf"^invalid configuration: {conf}: Invalid value \(at line 1, column 15\)$"):
+        load_settings(conf)
