@@ -195,6 +195,12 @@ class Settings(BaseSettings):
             return None if info.field_name == "safe_processing_limit_tokens" else cls.model_fields[info.field_name].default
         return value
 
+    @field_validator("embedding", "extractor", "llm_json_mode", "lazy_queue", "log_level", "log_format", mode="before")
+    @classmethod
+    def _any_case(cls, value: Any) -> Any:
+        # A choice among words: ``REM_LOG_LEVEL=INFO`` is the logging module's own spelling.
+        return value.strip().lower() if isinstance(value, str) else value
+
     @field_validator("data_dir", "lazy_edges_path", mode="after")
     @classmethod
     def _expand_home(cls, value: Path | None) -> Path | None:

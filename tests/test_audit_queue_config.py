@@ -244,3 +244,18 @@ def test_a_toml_file_saved_with_a_byte_order_mark_is_read(tmp_path: Path) -> Non
     conf.write_bytes(b"\xef\xbb\xbfbatch_limit = \n")
     with pytest.raises(ConfigError, match=rf"^invalid configuration: {conf}: Invalid value \(at line 1, column 15\)$"):
         load_settings(conf)
+
+
+def test_word_settings_take_any_case(clean_env: pytest.MonkeyPatch) -> None:
+    """``REM_LOG_LEVEL=INFO`` (the logging module's own spelling), ``REM_EXTRACTOR=OpenAI``,
+    ``REM_LAZY_QUEUE=Database``: a choice among words is taken in any case and without the spaces
+    around it, as numbers and booleans already were; it stopped every command with exit 2."""
+    for name, value in {"REM_LOG_LEVEL": "INFO", "REM_LOG_FORMAT": " JSON", "REM_EXTRACTOR": "OpenAI",
+                        "REM_LAZY_QUEUE": "Database ", "REM_EMBEDDING": "HASH", "REM_LLM_JSON_MODE": "JSON_Object"}.items():
+        clean_env.setenv(name, value)
+    settings = load_settings()
+    assert (settings.log_level, settings.log_format, settings.extractor, settings.lazy_queue, settings.embedding,
+            settings.llm_json_mode) == ("info", "json", "openai", "database", "hash", "json_object")
+    clean_env.setenv("REM_LOG_LEVEL", "verbose")
+    with pytest.raises(ConfigError, match="^invalid configuration: REM_LOG_LEVEL: Input should be 'debug', 'info', 'warning' or 'error'$"):
+        load_settings()
