@@ -113,3 +113,21 @@ def test_a_pipe_named_as_the_file_is_read_once_and_queued(tmp_path: Path, how: s
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.startswith("queued 3 lazy edges")
     assert [edge["target"] for edge in _queued(data)] == ["memory:m0", "memory:m1", "memory:m2"]
+
+
+def test_a_refused_enqueue_with_json_prints_its_report(tmp_path: Path) -> None:
+    """``--json`` promises one JSON object on stdout; a refused enqueue printed none (only its
+    lines on stderr), so a script parsing it failed on empty output."""
+    data = tmp_path / "data"
+    data.mkdir()
+    edges = tmp_path / "edges.jsonl"
+    edges.write_text(json.dumps(EDGE) + "\n" + json.dumps({"source": "CONCEPT:a"}) + "\n{oops\n", encoding="utf-8")
+    done = run_cli("enqueue", str(edges), "--json", env={"REM_DATA_DIR": str(data)})
+    assert done.returncode == 1
+    assert json.loads(done.stdout) == {
+        "queued": 0, "queue": "file", "lines": 3,
+        "rejected": ["line 2: invalid-edge: missing target, relationship",
+                     "line 3: malformed-json: Expecting property name enclosed in double quotes: line 1 column 2 (char 1)"],
+    }
+    assert done.stderr.splitlines()[-1] == "rem-cycle: 2 of 3 lines rejected; nothing was queued"
+    assert _queued(data) == []

@@ -785,6 +785,8 @@ async def cmd_enqueue(settings: Settings, args: argparse.Namespace) -> int:
         for problem in problems:
             print(f"  {problem}", file=sys.stderr)
         print(f"rem-cycle: {len(problems)} of {count} lines rejected; nothing was queued", file=sys.stderr)
+        # --json: one object on stdout, refused or not (the text is on stderr above)
+        _emit(args, {"queued": 0, "queue": settings.lazy_queue, "lines": count, "rejected": problems}, lambda: None)
         return EXIT_FAILED
     where = "the queue table" if settings.lazy_queue == "database" else str(settings.queue_path)
     payload = {"queued": count, "queue": settings.lazy_queue}
