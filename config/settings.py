@@ -216,13 +216,8 @@ class Settings(BaseSettings):
         if not value.startswith(("http://", "https://")):
             empty = " (or be empty for embedded Chroma)" if info.field_name == "chroma_url" else ""
             raise ValueError(f"must start with http:// or https://{empty}")
-        # A client refuses these, quoting the URL — white space stops the masking of its password.
-        if any(c.isspace() for c in value):
-            raise ValueError("holds white space: percent-encode it in the user or password (a space is %20)")
-        try:
-            urlsplit(value)
-        except ValueError:
-            raise ValueError("is not a URL (an IPv6 host goes in brackets: http://[::1]:8000)") from None
+        if problem := _unreadable_url(value, example="http://[::1]:8000"):
+            raise ValueError(problem)
         return value.rstrip("/") if info.field_name == "chroma_url" else value
 
     @field_validator("database_url")
@@ -232,15 +227,8 @@ class Settings(BaseSettings):
             return None
         if not value.get_secret_value().startswith(("postgresql://", "postgres://")):
             raise ValueError("must start with postgresql:// (or be empty for the embedded SQLite file)")
-        # What libpq cannot read it quotes in its error — the password, often. Said without the value.
-        if any(c.isspace() for c in value.get_secret_value()):
-            raise ValueError("holds white space: percent-encode it in the user or password (a space is %20)")
-        if re.search(r"%(?![0-9A-Fa-f]{2})", value.get_secret_value()):
-            raise ValueError("holds a % not followed by two hex digits: write a % in the user or password as %25")
-        try:
-            urlsplit(value.get_secret_value())
-        except ValueError:
-            raise ValueError("is not a URL (an IPv6 host goes in brackets: postgresql://user@[::1]:5432/db)") from None
+        if problem := _unreadable_url(value.get_secret_value(), example="postgresql://user@[::1]:5432/db"):
+            raise ValueError(problem)
         # A reserved character in the user or password cuts the URL elsewhere: another host, and
         # no password found to mask in messages. Said without the value (a secret).
         rest = value.get_secret_value().split("://", 1)[1]
@@ -401,6 +389,21 @@ class _TomlFileSource(TomlConfigSettingsSource):
     def _read_file(self, file_path: Any) -> dict[str, Any]:
         with file_path.open(mode="rb") as toml_file:
             return tomllib.loads(toml_file.read().decode("utf-8").removeprefix("\ufeff"))
+
+
+def _unreadable_url(url: str, *, example: str) -> str | None:
+    """Why a client cannot read ``url``, or ``None``; said without the value. A client refusing
+    one quotes the part it could not read — the password, often — and white space also stops
+    :func:`config.redact.redact` from finding the password in a URL."""
+    if any(c.isspace() for c in url):
+        return "holds white space: percent-encode it in the user or password (a space is %20)"
+    if re.search(r"%(?![0-9A-Fa-f]{2})", url):
+        return "holds a % not followed by two hex digits: write a % in the user or password as %25"
+    try:
+        urlsplit(url)
+    except ValueError:
+        return f"is not a URL (an IPv6 host goes in brackets: {example})"
+    return None
 
 
 def home_expanded(path: str | os.PathLike[str]) -> Path:
