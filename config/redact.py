@@ -61,6 +61,8 @@ def secret_values(settings: Settings) -> set[str]:
             found.add(secret.get_secret_value())
     for name in _URL_SETTINGS:
         found |= _url_secrets(getattr(settings, name))
+    if settings.database_url is not None:  # a secret as a whole; its password wherever a driver quotes it
+        found |= _url_secrets(settings.database_url.get_secret_value())
     return {value for value in found if len(value) >= MIN_SECRET_LENGTH}
 
 

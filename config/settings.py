@@ -11,10 +11,12 @@ import difflib
 import json
 import math
 import os
+import re
 import tomllib
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic_settings import (
@@ -44,6 +46,7 @@ DEFAULT_SEMANTIC_TYPES: tuple[str, ...] = (
 )
 
 _COLLECTION_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{1,510}[A-Za-z0-9]$"
+_TYPE_NAME = re.compile(r"[^\W_][\w-]{0,63}")
 
 # A retry wait or a lease over a year is a mistake, and a long enough one (or ``inf``) would
 # overflow the times computed from it: every cycle would crash in setup.
@@ -116,7 +119,7 @@ class Settings(BaseSettings):
     llm_max_retries: int = Field(3, ge=0, le=20)
     llm_json_mode: Literal["json_schema", "json_object", "none"] = "json_schema"
     context_limit_tokens: int = Field(131_072, gt=0)
-    safe_processing_limit_tokens: int | None = Field(100_000, description="Unset = 75% of the context limit")
+    safe_processing_limit_tokens: int | None = Field(100_000, gt=0, description="Unset = 75% of the context limit")
     chunk_limit_tokens: int = Field(50_000, gt=0)
     output_reserve_tokens: int = Field(8_192, ge=0)
     prompt_envelope_tokens: int = Field(1_500, ge=0)
@@ -178,22 +181,44 @@ class Settings(BaseSettings):
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_format: Literal["auto", "json", "console"] = "auto"
 
-    @field_validator("data_dir", "lazy_edges_path", "safe_processing_limit_tokens", "mcp_user", mode="before")
+    @field_validator(
+        "data_dir", "lazy_edges_path", "safe_processing_limit_tokens", "mcp_user", "http_host", "mcp_host", "chroma_tenant",
+        "chroma_database", "llm_base_url", "llm_model", "embedding_model", "embedding_url", mode="before",
+    )
     @classmethod
     def _empty_is_unset(cls, value: Any, info: ValidationInfo) -> Any:
         # ``REM_X=`` (in .env, as .env.example shows them, or from an unset shell variable) means
         # unset: the default data dir (not the current directory, where every command would
-        # write), the default queue path, 75 % of the context, no pinned MCP user (not user '').
+        # write), the default queue path, 75 % of the context, no pinned MCP user (not user ''),
+        # the loopback address (an empty host is every interface); the vocabulary: ``_split_types``.
         if isinstance(value, str) and not value.strip():
-            return cls.model_fields["data_dir"].default if info.field_name == "data_dir" else None
+            return None if info.field_name == "safe_processing_limit_tokens" else cls.model_fields[info.field_name].default
         return value
 
-    @field_validator("chroma_url")
+    @field_validator("embedding", "extractor", "llm_json_mode", "lazy_queue", "log_level", "log_format", mode="before")
     @classmethod
-    def _check_url(cls, value: str) -> str:
-        if value and not value.startswith(("http://", "https://")):
-            raise ValueError("must start with http:// or https:// (or be empty for embedded Chroma)")
-        return value.rstrip("/")
+    def _any_case(cls, value: Any) -> Any:
+        # A choice among words: ``REM_LOG_LEVEL=INFO`` is the logging module's own spelling.
+        return value.strip().lower() if isinstance(value, str) else value
+
+    @field_validator("data_dir", "lazy_edges_path", mode="after")
+    @classmethod
+    def _expand_home(cls, value: Path | None) -> Path | None:
+        # No shell expands ``~`` in a TOML file or in .env: unexpanded, it was a folder named ``~``
+        # in the current directory.
+        return None if value is None else home_expanded(value)
+
+    @field_validator("chroma_url", "llm_base_url", "embedding_url")
+    @classmethod
+    def _check_url(cls, value: str, info: ValidationInfo) -> str:
+        if not value and info.field_name == "chroma_url":
+            return value  # embedded Chroma
+        if not value.startswith(("http://", "https://")):
+            empty = " (or be empty for embedded Chroma)" if info.field_name == "chroma_url" else ""
+            raise ValueError(f"must start with http:// or https://{empty}")
+        if problem := _unreadable_url(value, example="http://[::1]:8000"):
+            raise ValueError(problem)
+        return value.rstrip("/") if info.field_name == "chroma_url" else value
 
     @field_validator("database_url")
     @classmethod
@@ -202,6 +227,8 @@ class Settings(BaseSettings):
             return None
         if not value.get_secret_value().startswith(("postgresql://", "postgres://")):
             raise ValueError("must start with postgresql:// (or be empty for the embedded SQLite file)")
+        if problem := _unreadable_url(value.get_secret_value(), example="postgresql://user@[::1]:5432/db"):
+            raise ValueError(problem)
         # A reserved character in the user or password cuts the URL elsewhere: another host, and
         # no password found to mask in messages. Said without the value (a secret).
         rest = value.get_secret_value().split("://", 1)[1]
@@ -216,23 +243,65 @@ class Settings(BaseSettings):
     @field_validator("semantic_types", mode="before")
     @classmethod
     def _split_types(cls, value: Any) -> Any:
+        if isinstance(value, str) and not value.strip():
+            return DEFAULT_SEMANTIC_TYPES  # unset, as every empty setting (an empty vocabulary made every node a CONCEPT)
         if isinstance(value, str) and value.lstrip().startswith("["):
             value = json.loads(value)  # a JSON list, as pydantic-settings reads complex values
         elif isinstance(value, str):
             value = [part for part in value.replace(",", " ").split() if part]
         if not isinstance(value, (list, tuple)) or not all(isinstance(part, str) for part in value):
             raise ValueError('expected type names (a TOML list of strings, or words: "CONCEPT CLASS FILE")')
+        if not value:
+            raise ValueError("expected at least one type name (empty: leave the setting out for the default)")
+        # A name is a word: "CONCEPT;CLASS" is no type any extractor gives, so every node would be a CONCEPT.
+        if bad := [part for part in value if not _TYPE_NAME.fullmatch(part)]:
+            raise ValueError(f"not a type name (letters, digits, _ and -): {', '.join(repr(part) for part in bad[:3])}")
         return tuple(part.upper() for part in value)
 
     @model_validator(mode="after")
     def _check_limits(self) -> "Settings":
         if self.output_reserve_tokens >= self.context_limit_tokens:
             raise ValueError("REM_OUTPUT_RESERVE_TOKENS must be smaller than REM_CONTEXT_LIMIT_TOKENS")
-        if self.lazy_edges_path is not None and not _inside(self.lazy_edges_path, self.data_dir):
-            raise ValueError("REM_LAZY_EDGES_PATH must lie inside REM_DATA_DIR")
+        if self.chunk_budget_tokens is None:
+            # The chunker's "no limit": every session would go to the model whole (or fail as
+            # skip-over-band, cycle after cycle, until undigestible).
+            raise ValueError(
+                "the chunk budget, min(REM_CHUNK_LIMIT_TOKENS, REM_SAFE_PROCESSING_LIMIT_TOKENS, REM_CONTEXT_LIMIT_TOKENS - "
+                f"REM_OUTPUT_RESERVE_TOKENS) - REM_PROMPT_ENVELOPE_TOKENS, is {self._chunk_budget_raw()} tokens: no chunk fits"
+            )
+        if self.memory_collection == self.session_collection:  # every summary would be read as a turn
+            raise ValueError(
+                "REM_MEMORY_COLLECTION and REM_SESSION_COLLECTION must name two collections, "
+                f"not both {self.memory_collection!r}"
+            )
+        if self.lazy_edges_path is not None and (problem := self._queue_path_problem()):
+            raise ValueError(problem)
         if self.chunk_retry_max_seconds < self.chunk_retry_base_seconds:
             raise ValueError("REM_CHUNK_RETRY_MAX_SECONDS must not be smaller than REM_CHUNK_RETRY_BASE_SECONDS")
         return self
+
+    def _queue_path_problem(self) -> str | None:
+        """Why the queue path cannot be the lazy-edge queue, or ``None``. Beside the queue ``Q`` a
+        drain keeps ``Q.lock``, ``Q.draining`` … and renames ``Q`` away: a path naming one of
+        rem-cycle's own files (or whose ``Q.*`` would be one) made the drain shred the graph
+        database into dead letters, or skip as busy on the cycle's own lock, every cycle."""
+        queue, data = self.queue_path.resolve(), self.data_dir.resolve()
+        if not _inside(queue, data):
+            return "REM_LAZY_EDGES_PATH must lie inside REM_DATA_DIR"
+        refused = f"REM_LAZY_EDGES_PATH must name a file of the queue's own, not {queue}"
+        if queue == data:
+            return f"{refused}: that is the data dir itself"
+        if _inside(queue, self.chroma_path):
+            return f"{refused}: rem-cycle keeps its embedded Chroma there"
+        for own, what in ((self.graph_path, "graph database"), (self.lock_path, "cycle lock"), (self.daemon_lock_path, "daemon lock")):
+            own = own.resolve()
+            if queue.parent != own.parent:
+                continue
+            if queue.name.startswith(own.name):  # the file itself, or one of its companions (-wal, .restoring …)
+                return f"{refused}: rem-cycle keeps its {what} there"
+            if own.name.startswith(queue.name + "."):
+                return f"{refused}: the queue's lock and scratch files ({queue.name}.*) would take the place of rem-cycle's {what}"
+        return None
 
     @classmethod
     def settings_customise_sources(
@@ -243,7 +312,7 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        return (init_settings, env_settings, TomlConfigSettingsSource(settings_cls))
+        return (init_settings, env_settings, _TomlFileSource(settings_cls))
 
     # --- derived paths -------------------------------------------------------------------
     @property
@@ -286,6 +355,12 @@ class Settings(BaseSettings):
         return self.data_dir / "rem-cycle.lock"
 
     @property
+    def daemon_lock_path(self) -> Path:
+        """The lock a daemon holds for its whole life (the cycle lock is held only during a cycle,
+        so that ``--once`` and other commands can run between the daemon's cycles)."""
+        return self.data_dir / "rem-cycle.daemon.lock"
+
+    @property
     def effective_safe_limit(self) -> int:
         """The safe processing band: the setting, or 75% of the context limit when unset."""
         if self.safe_processing_limit_tokens is None:
@@ -294,13 +369,50 @@ class Settings(BaseSettings):
 
     @property
     def chunk_budget_tokens(self) -> int | None:
-        """Token budget of one chunk's text: ``min(chunk, safe, context - reserve) - envelope``."""
-        limit = min(
+        """Token budget of one chunk's text: ``min(chunk, safe, context - reserve) - envelope``
+        (``None``, the chunker's "no limit", only for a budget validation refuses)."""
+        limit = self._chunk_budget_raw()
+        return limit if limit > 0 and math.isfinite(limit) else None
+
+    def _chunk_budget_raw(self) -> int:
+        return min(
             self.chunk_limit_tokens,
             self.effective_safe_limit,
             self.context_limit_tokens - self.output_reserve_tokens,
         ) - self.prompt_envelope_tokens
-        return limit if limit > 0 and math.isfinite(limit) else None
+
+
+class _TomlFileSource(TomlConfigSettingsSource):
+    """The TOML file, read as UTF-8 with a byte order mark skipped: Windows PowerShell's
+    ``Out-File -Encoding utf8`` writes one, and TOML's parser refused the file at line 1, column 1."""
+
+    def _read_file(self, file_path: Any) -> dict[str, Any]:
+        with file_path.open(mode="rb") as toml_file:
+            return tomllib.loads(toml_file.read().decode("utf-8").removeprefix("\ufeff"))
+
+
+def _unreadable_url(url: str, *, example: str) -> str | None:
+    """Why a client cannot read ``url``, or ``None``; said without the value. A client refusing
+    one quotes the part it could not read — the password, often — and white space also stops
+    :func:`config.redact.redact` from finding the password in a URL."""
+    if any(c.isspace() for c in url):
+        return "holds white space: percent-encode it in the user or password (a space is %20)"
+    if re.search(r"%(?![0-9A-Fa-f]{2})", url):
+        return "holds a % not followed by two hex digits: write a % in the user or password as %25"
+    try:
+        urlsplit(url)
+    except ValueError:
+        return f"is not a URL (an IPv6 host goes in brackets: {example})"
+    return None
+
+
+def home_expanded(path: str | os.PathLike[str]) -> Path:
+    """``path`` with a leading ``~`` or ``~user`` expanded, as a shell would; raises
+    ``ValueError`` when ``~user`` names no user of this system."""
+    expanded = Path(os.path.expanduser(path))
+    if str(expanded).startswith("~"):
+        raise ValueError(f"{str(path).split('/', 1)[0]} names no user's home directory here: write the full path")
+    return expanded
 
 
 def _inside(path: Path, root: Path) -> bool:
@@ -321,6 +433,10 @@ def load_settings(config_file: str | os.PathLike[str] | None = None, **overrides
     path = config_file or os.environ.get("REM_CONFIG")
     cls: type[Settings] = Settings
     if path:
+        try:
+            path = home_expanded(path)
+        except ValueError as exc:
+            raise ConfigError(f"invalid configuration: REM_CONFIG: {exc}") from None
         if not Path(path).is_file():
             raise ConfigError(f"config file not found: {path}")
         cls = type("FileSettings", (Settings,), {"model_config": {**Settings.model_config, "toml_file": path}})

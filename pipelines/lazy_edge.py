@@ -70,6 +70,8 @@ def parse_line(raw: bytes) -> QueuedEdge | MalformedLine:
         return MalformedLine("malformed-json", f"not JSON: {exc}"[:300])
     except RecursionError:
         return MalformedLine("malformed-json", "not JSON we accept: nested too deeply")
+    except ValueError as exc:  # an integer past Python's digit limit (int_max_str_digits)
+        return MalformedLine("malformed-json", f"not JSON we accept: {exc}"[:300])
     if not isinstance(record, dict):
         return MalformedLine("malformed-json", f"expected a JSON object, got {type(record).__name__}")
     missing = [name for name in ("source", "target", "relationship") if record.get(name) in (None, "")]
@@ -93,7 +95,7 @@ def parse_line(raw: bytes) -> QueuedEdge | MalformedLine:
     weight = record.get("weight", 1.0)
     if weight is None:
         weight = 1.0
-    if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight):
+    if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not _is_finite(weight):
         return MalformedLine("invalid-edge", f"weight must be a finite number, got {str(weight)[:40]!r}")
     properties = record.get("properties") or {}
     if not isinstance(properties, dict):
@@ -107,6 +109,15 @@ def parse_line(raw: bytes) -> QueuedEdge | MalformedLine:
         return MalformedLine("invalid-edge", f"properties cannot be stored: {problem}")
     edge = Edge(source, target, relationship, float(weight), merged)
     return QueuedEdge(edge, record, attempts)
+
+
+def _is_finite(number: int | float) -> bool:
+    """Whether ``number`` is a finite float, or an integer a float can hold (``10**400`` is valid
+    JSON, and overflows: raised out of the drain, it failed every drain on that line)."""
+    try:
+        return math.isfinite(number)
+    except OverflowError:
+        return False
 
 
 def _unstorable(properties: dict[str, Any]) -> str | None:

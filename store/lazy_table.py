@@ -213,18 +213,26 @@ def is_database_url(target: object) -> bool:
 @contextmanager
 def open_queue_table(url: str, *, timeout: float = 30.0) -> Iterator[LazyEdgeTable]:
     """The queue table of the database ``url`` names, closed on exit:
-    ``sqlite:///relative/graph.sqlite3``, ``sqlite:////absolute/graph.sqlite3`` (the file must
-    exist: a producer never creates a graph database by mistyping its path) or
-    ``postgresql://user@host/db``. Raises the :mod:`store.errors` family."""
+    ``sqlite:///relative/graph.sqlite3``, ``sqlite:////absolute/graph.sqlite3`` or
+    ``postgresql://user@host/db``. The database must be one rem-cycle made: a producer never
+    makes a graph database (its whole schema) of a mistyped path, another database on the server,
+    or another program's SQLite file. Raises the :mod:`store.errors` family."""
     if url.startswith(SQLITE_URL_PREFIX):
-        path = Path(url[len(SQLITE_URL_PREFIX):])
+        path, database_url = Path(url[len(SQLITE_URL_PREFIX):]), None
         if not path.is_file():
             raise DatabaseUnreadableError(f"no graph database at {path}: run rem-cycle once there first, or fix the URL")
-        db = open_database_at(path=path, url=None, timeout=timeout)
     elif url.startswith(POSTGRES_URL_PREFIXES):
-        db = open_database_at(path=Path(), url=url, timeout=timeout)  # psycopg loads only here
+        path, database_url = Path(), url  # psycopg loads only here
     else:
         raise ValueError(f"not a database URL (sqlite:///PATH or postgresql://…): {url.split('://', 1)[0]}://…")
+    probe = open_database_at(path=path, url=database_url, readonly=True, timeout=timeout)
+    try:
+        made_by_rem_cycle, location = probe.table_exists("schema_version"), probe.location
+    finally:
+        probe.close()
+    if not made_by_rem_cycle:
+        raise DatabaseUnreadableError(f"no graph database at {location}: run rem-cycle once there first, or fix the URL")
+    db = open_database_at(path=path, url=database_url, timeout=timeout)
     try:
         yield LazyEdgeTable(db)
     finally:

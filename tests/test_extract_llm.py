@@ -159,7 +159,7 @@ async def test_json_schema_rejected_falls_back_to_json_object(tmp_path: Path, ll
 
 async def test_prompt_over_the_band_is_skipped_without_a_call(tmp_path: Path, llm_server: LLMServer) -> None:
     settings = make_settings(tmp_path, llm_server, context_limit_tokens=1200, output_reserve_tokens=200,
-                             safe_processing_limit_tokens=1000)
+                             safe_processing_limit_tokens=1000, prompt_envelope_tokens=100)
     with pytest.raises(ExtractionFailure) as failure:
         await extract(settings, unit("x" * 6000))
     assert failure.value.kind == "skip-over-band"

@@ -26,6 +26,7 @@ from config import ConfigError, Settings, load_settings, unknown_environment
 from config.redact import redact, remember_secrets, secret_values
 from pipelines.recall import MAX_BUDGET_TOKENS, MAX_LIMIT
 from store.errors import StoreError
+from store.lazy_queue import MAX_LINE_BYTES
 from worker.cycle import EXIT_BUSY, EXIT_FAILED, EXIT_OK, CycleBusyError, CycleResult, open_stores, run_cycle
 from worker.entry import interrupted
 from worker.logs import configure_logging
@@ -64,6 +65,11 @@ exit codes:
 # The largest count (``--limit``, ``--runs``) a command takes: far past any graph, well within the
 # database's integers (a larger one made SQLite raise OverflowError).
 MAX_COUNT = 1_000_000_000
+# The longest line of ``enqueue``'s input read in whole: a character may be a 6-byte ``\\uXXXX``
+# escape there and 1 byte in its queue line (at most MAX_LINE_BYTES), so a longer line can never
+# be queued; it is read past in pieces of _SKIP_PIECE_BYTES.
+MAX_ENQUEUE_LINE_BYTES = 6 * MAX_LINE_BYTES
+_SKIP_PIECE_BYTES = 64 * 1024
 # Edges and turns ``show`` prints by default: a node mentioned in thousands of turns stays readable.
 SHOW_LIMIT = 20
 
@@ -95,7 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="rem-cycle",
         description="Consolidate agent memories in Chroma into an SQLite knowledge graph.",
-        epilog=EPILOG.format(data_dir=Path(os.environ.get("REM_DATA_DIR") or Settings.model_fields["data_dir"].default).resolve()),
+        epilog=EPILOG.format(data_dir=Path(os.path.expanduser(os.environ.get("REM_DATA_DIR") or Settings.model_fields["data_dir"].default)).resolve()),
         formatter_class=argparse.RawDescriptionHelpFormatter,
         parents=[common],
     )
@@ -697,20 +703,36 @@ async def _drain_once(
     return stats.as_dict()
 
 
+class _RejectedLine(Exception):
+    """A line of ``enqueue``'s input that is no edge at all; the message is the problem."""
+
+
 def _numbered_edges(source: BinaryIO) -> Iterator[tuple[int, Any]]:
     """(line number, edge) for each non-blank line of ``source`` from its start, read a line at a
-    time; a line that is no JSON gives its error instead of an edge. Lines end as
-    ``bytes.splitlines`` ends them (``\\n``, ``\\r\\n``, ``\\r``), so numbers match an editor's."""
+    time; a line that is no JSON, or longer than :data:`MAX_ENQUEUE_LINE_BYTES` (read past in
+    pieces, never held whole), gives a :class:`_RejectedLine` instead of an edge. Lines end as
+    ``bytes.splitlines`` ends them (``\\n``, ``\\r\\n``, ``\\r``), so numbers match an editor's
+    (up to the reading bound: past it only ``\\n`` ends a line)."""
     source.seek(0)
     number = 0
-    for piece in source:
+    while piece := source.readline(MAX_ENQUEUE_LINE_BYTES + 1):
+        if len(piece) > MAX_ENQUEUE_LINE_BYTES and not piece.endswith(b"\n"):
+            size = len(piece)
+            while not piece.endswith(b"\n") and (piece := source.readline(_SKIP_PIECE_BYTES)):
+                size += len(piece)
+            number += 1
+            size -= piece.endswith(b"\n")
+            yield number, _RejectedLine(
+                f"line-too-long: line of {size} bytes, longer than any queue line can be (at most {MAX_LINE_BYTES} bytes)"
+            )
+            continue
         for line in piece.splitlines():
             number += 1
             if line.strip():
                 try:
                     yield number, json.loads(line)
                 except (ValueError, RecursionError) as exc:
-                    yield number, exc
+                    yield number, _RejectedLine(f"malformed-json: {exc}")
 
 
 def _enqueue_problems(source: BinaryIO) -> tuple[int, list[str]]:
@@ -725,8 +747,8 @@ def _enqueue_problems(source: BinaryIO) -> tuple[int, list[str]]:
     total = 0
     for part in chunked(_numbered_edges(source), APPEND_BATCH_ROWS):
         total += len(part)
-        problems += [(number, f"malformed-json: {edge}") for number, edge in part if isinstance(edge, Exception)]
-        edges = [(number, edge) for number, edge in part if not isinstance(edge, Exception)]
+        problems += [(number, str(edge)) for number, edge in part if isinstance(edge, _RejectedLine)]
+        edges = [(number, edge) for number, edge in part if not isinstance(edge, _RejectedLine)]
         try:
             queue_lines([edge for _, edge in edges])
         except InvalidLazyEdgeError as exc:
@@ -749,18 +771,22 @@ def _enqueue_source(settings: Settings, source: BinaryIO) -> tuple[int, list[str
 
 async def cmd_enqueue(settings: Settings, args: argparse.Namespace) -> int:
     def run() -> tuple[int, list[str]]:
-        if args.file != "-":
-            with open(args.file, "rb") as source:
+        with open(args.file, "rb") if args.file != "-" else os.fdopen(os.dup(sys.stdin.fileno()), "rb") as source:
+            if args.file != "-" and source.seekable():
                 return _enqueue_source(settings, source)
-        with tempfile.TemporaryFile() as spool:  # standard input is read once; both passes read this copy
-            shutil.copyfileobj(sys.stdin.buffer, spool)
-            return _enqueue_source(settings, spool)
+            # Standard input (from where it stands), a pipe (`enqueue <(producer)`, /dev/stdin) or
+            # a FIFO is read once; both passes read this copy.
+            with tempfile.TemporaryFile() as spool:
+                shutil.copyfileobj(source, spool)
+                return _enqueue_source(settings, spool)
 
     count, problems = await anyio.to_thread.run_sync(run)
     if problems:
         for problem in problems:
             print(f"  {problem}", file=sys.stderr)
         print(f"rem-cycle: {len(problems)} of {count} lines rejected; nothing was queued", file=sys.stderr)
+        # --json: one object on stdout, refused or not (the text is on stderr above)
+        _emit(args, {"queued": 0, "queue": settings.lazy_queue, "lines": count, "rejected": problems}, lambda: None)
         return EXIT_FAILED
     where = "the queue table" if settings.lazy_queue == "database" else str(settings.queue_path)
     payload = {"queued": count, "queue": settings.lazy_queue}

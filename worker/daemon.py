@@ -37,9 +37,8 @@ def next_delay(*, interval: float, started: float, finished: float) -> float:
 
 
 def daemon_lock_path(settings: Settings) -> Path:
-    """The lock a daemon holds for its whole life (the cycle lock is held only during a cycle,
-    so that ``--once`` and other commands can run between the daemon's cycles)."""
-    return settings.lock_path.with_name("rem-cycle.daemon.lock")
+    """The lock a daemon holds for its whole life (``Settings.daemon_lock_path``)."""
+    return settings.daemon_lock_path
 
 
 async def run_daemon(settings: Settings) -> int:

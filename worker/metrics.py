@@ -99,7 +99,7 @@ def summarize_queue_lines(lines: Iterable[bytes]) -> QueueSummary:
         depth += 1
         try:
             stamp = json.loads(line).get("timestamp")
-        except (ValueError, AttributeError):
+        except (ValueError, AttributeError, RecursionError):  # a line the drain will dead-letter
             continue
         moment = parse_utc(stamp)
         if moment is not None and (oldest is None or moment < oldest):
