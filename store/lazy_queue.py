@@ -16,14 +16,18 @@ Files next to the queue ``Q`` (default ``<data_dir>/lazy-edges.jsonl``):
 Every one of them is opened through :func:`store.confined.open_confined`: a link planted at any
 of these names is refused before a byte is read or written.
 
-Append protocol (any producer, any process): open ``Q`` with ``O_APPEND``, take a *shared*
+Append protocol (any producer, any process): open ``Q`` with ``O_APPEND``, take an *exclusive*
 ``flock``, check the descriptor still is ``Q`` (a drain may have renamed it meanwhile; if so,
-reopen), write whole lines, close. A drain renames ``Q`` and then takes an *exclusive* ``flock``
-on the renamed file, so it starts reading only after every in-flight append has landed. Each
-``write`` carries whole lines only, so concurrent appends never interleave inside a line. A writer
-killed inside a large ``write`` can leave the head of a line without its newline; the next append
-starts with a newline then, so the fragment stays a line of its own (dead-lettered as malformed)
-and never swallows the good line written after it. A drain's own fragment (a kill inside its
+reopen), write whole lines — after a newline of its own when ``Q`` ends inside a line — unlock,
+close. A drain renames ``Q`` and then takes an exclusive ``flock`` on the renamed file, so it
+starts reading only after every in-flight append has landed. Each ``write`` carries whole lines
+only, so appends never interleave inside a line. A writer killed inside a large ``write`` can
+leave the head of a line without its newline; the next append starts with a newline then, so the
+fragment stays a line of its own (dead-lettered as malformed) and never swallows the good line
+written after it. The lock is exclusive so that looking at the file's end and writing are one
+step: under a shared lock a producer killed between another's look and its write glued the
+other's first line to its fragment (both dead-lettered). The lock is released before ``fsync``,
+so producers wait for each other's writes only, not for each other's disk flushes. A drain's own fragment (a kill inside its
 re-queue append) is blanked by the next drain's recovery instead: its whole line is re-queued.
 """
 
@@ -139,22 +143,20 @@ class LazyEdgeQueue:
         """Append ready-made lines (each ending in ``\\n``) following the append protocol."""
         with self._open_live() as fd:
             _write_whole_lines(fd, lines)
-            if fsync:
-                os.fsync(fd)
+            _unlock_and_sync(fd, fsync=fsync)
 
     def append_file(self, source: Path, *, fsync: bool = True) -> None:
         """Append the whole content of ``source`` (a file of complete lines) to the live queue."""
         with os.fdopen(self._open(source, os.O_RDONLY), "rb") as handle, self._open_live() as fd:
             _write_whole_lines(fd, handle)
-            if fsync:
-                os.fsync(fd)
+            _unlock_and_sync(fd, fsync=fsync)
 
     @contextmanager
     def _open_live(self) -> Iterator[int]:
         while True:
             fd = self._open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT)
             try:
-                fcntl.flock(fd, fcntl.LOCK_SH)
+                fcntl.flock(fd, fcntl.LOCK_EX)
                 if _same_file(fd, self.path):
                     yield fd
                     return
@@ -187,7 +189,7 @@ class LazyEdgeQueue:
         _fsync_dir(self.path.parent)
         fd = self._open(target, os.O_RDONLY)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)  # returns once every producer holding LOCK_SH is done
+            fcntl.flock(fd, fcntl.LOCK_EX)  # returns once the producer holding the lock is done
         finally:
             os.close(fd)
         return target
@@ -425,6 +427,13 @@ def _write_whole_lines(fd: int, lines: Iterable[bytes]) -> None:
             buffer, size = [], 0
     if buffer:
         _write_all(fd, b"".join(buffer))
+
+
+def _unlock_and_sync(fd: int, *, fsync: bool) -> None:
+    """Let the next producer (or the drain) in, then flush this append to disk if asked."""
+    fcntl.flock(fd, fcntl.LOCK_UN)
+    if fsync:
+        os.fsync(fd)
 
 
 def _ends_mid_line(fd: int) -> bool:

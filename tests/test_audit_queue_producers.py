@@ -27,7 +27,7 @@ from worker.cycle import open_stores
 
 EDGE = {"source": "CONCEPT:a", "target": "memory:m1", "relationship": "MENTIONED_IN"}
 
-# A producer that follows the append protocol (O_APPEND, shared flock, same inode) and is
+# A producer that follows the append protocol as it was (O_APPEND, a shared flock, same inode) and is
 # SIGKILLed inside its write: what it leaves is the head of a line, without its newline. It does
 # not wait for a lock it cannot have at once (then no write of its can land there).
 KILLED_PRODUCER = """
@@ -42,13 +42,6 @@ os.kill(os.getpid(), signal.SIGKILL)
 """
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "store/lazy_queue.py (the lead's): _write_whole_lines checks whether the file ends mid-line "
-    "(_ends_mid_line) and then writes, under a *shared* flock: a producer killed inside its write "
-    "between another producer's check and write leaves a torn head that the other's first line is "
-    "glued to, and the drain dead-letters both as one malformed line. Fix: start every write with a "
-    "newline (readers skip blank lines), or take LOCK_EX in _open_live so check and write are one step"
-))
 def test_a_producer_killed_mid_write_never_takes_another_producers_line_with_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
