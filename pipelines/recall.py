@@ -666,6 +666,18 @@ def pack_entity(fact: dict[str, Any], turns: list[dict[str, Any]], *, budget_tok
             "budget_tokens": budget_tokens}
 
 
+def pack_nodes(nodes: list[dict[str, Any]], *, budget_tokens: int) -> dict[str, Any]:
+    """Entities (``fact_item`` dicts, best first) packed into ``budget_tokens`` as :func:`recall`
+    packs its facts: each whole, in order, while it fits; one that does not is listed in
+    ``omitted`` (``kind`` ``node``, ``id``, ``tokens``) and a smaller one after it may still fit."""
+    if not 1 <= budget_tokens <= MAX_BUDGET_TOKENS:
+        raise RecallInputError(f"budget_tokens must be 1..{MAX_BUDGET_TOKENS}, not {budget_tokens}")
+    result = RecallResult(budget_tokens=budget_tokens)
+    _pack(result, facts=nodes, turns=[], sessions=[])
+    return {"nodes": result.facts, "omitted": [{**o, "kind": "node"} for o in result.omitted],
+            "used_tokens": result.used_tokens, "budget_tokens": budget_tokens}
+
+
 def _pack(result: RecallResult, *, facts: list[dict[str, Any]], turns: list[dict[str, Any]], sessions: list[dict[str, Any]]) -> None:
     """Greedy packing in priority order — the best fact, then turns and facts alternating by rank,
     then sessions — into ``result.budget_tokens``. A turn that does not fit whole is cut to fit
@@ -686,7 +698,8 @@ def _pack(result: RecallResult, *, facts: list[dict[str, Any]], turns: list[dict
             getattr(result, kind).append(item)
             left -= cost
         else:
-            result.omitted.append({"kind": kind[:-1], "id": item.get("memory_id") or item.get("id"), "tokens": cost})
+            # A turn is named by its memory_id; a fact (whose memory_id is its quote's turn) and a session by their id.
+            result.omitted.append({"kind": kind[:-1], "id": item["memory_id"] if kind == "turns" else item["id"], "tokens": cost})
     result.used_tokens = result.budget_tokens - left
 
 

@@ -108,12 +108,18 @@ def build_server(settings: Settings) -> MCPServer:
         user: User = None,
         as_of: AsOf = None,
         limit: Annotated[int, Field(description="At most this many entities.", ge=1, le=MAX_LIMIT)] = 10,
+        budget_tokens: Annotated[int, Field(
+            description="Pack the answer into about this many tokens: the best entities whole, in order; those that do "
+            "not fit are listed in `omitted`.", ge=1, le=MAX_BUDGET_TOKENS,
+        )] = settings.recall_budget_tokens,
     ) -> dict[str, Any]:
         """Find entities of the knowledge graph (concepts, classes, methods, files, issues, people, decisions…)
         whose name, aliases or description match the query; each with its description, the quote and turn
-        (memory_id) it was first seen in, and its strongest relations. Use the returned `id` with show_node."""
+        (memory_id) it was first seen in, and its strongest relations, within a token budget. Use the returned
+        `id` with show_node."""
         return await _answer(lambda: anyio.to_thread.run_sync(
-            lambda: search_nodes(settings, query, user=scoped_user(user), as_of=parse_as_of(as_of), limit=limit)
+            lambda: search_nodes(settings, query, user=scoped_user(user), as_of=parse_as_of(as_of), limit=limit,
+                                 budget_tokens=budget_tokens)
         ))
 
     async def show_node_tool(

@@ -20,6 +20,7 @@ from pipelines.recall import (
     fact_item,
     match_expression,
     pack_entity,
+    pack_nodes,
     query_terms,
     recall,
     turn_item,
@@ -117,17 +118,21 @@ async def run_recall(settings: Settings, request: RecallRequest, *, chroma: Chro
     return await anyio.to_thread.run_sync(answer)
 
 
-def search_nodes(settings: Settings, query: str, *, user: str | None = None, as_of: str | None = None, limit: int = 10) -> dict[str, Any]:
+def search_nodes(settings: Settings, query: str, *, user: str | None = None, as_of: str | None = None, limit: int = 10,
+                 budget_tokens: int | None = None) -> dict[str, Any]:
     """Knowledge nodes matching ``query`` (names, aliases, descriptions), each with its facts, in
-    ``user``'s scope."""
-    request = RecallRequest(query=query, user=user, as_of=as_of, limit=min(max(limit, 1), MAX_LIMIT))
+    ``user``'s scope, packed into ``budget_tokens`` (default ``REM_RECALL_BUDGET_TOKENS``) as recall
+    packs its facts (:func:`pipelines.recall.pack_nodes`): a node's description and quotes can be
+    long, and ``limit`` of them are no bound on what a caller's context receives."""
+    budget = settings.recall_budget_tokens if budget_tokens is None else budget_tokens
+    request = RecallRequest(query=query, user=user, as_of=as_of, limit=min(max(limit, 1), MAX_LIMIT), budget_tokens=budget)
     terms = validate(request)
     match = match_expression(terms)
     with open_index(settings) as index:
         scope = _scope(index, user=user, as_of=as_of)
         ids = index.matching_nodes(match, scope, limit=request.limit) if match else []
         facts = index.facts(ids, scope, exclude_relationships=PROVENANCE_RELATIONSHIPS, edges_per_node=5)
-    return {"query": query, "terms": query_terms(query), "nodes": [fact_item(f) for f in facts]}
+    return {"query": query, "terms": query_terms(query), **pack_nodes([fact_item(f) for f in facts], budget_tokens=budget)}
 
 
 def show_node(settings: Settings, node_id: str, *, user: str | None = None, as_of: str | None = None,

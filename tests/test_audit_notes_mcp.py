@@ -1,0 +1,67 @@
+"""What readers are served over MCP, adversarially (audit-notes): the official ``mcp`` SDK client and
+raw JSON-RPC lines against a real ``rem-cycle mcp`` process over a graph built by a real cycle."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from mcp import Client
+
+from config import Settings
+from pipelines.recall import MAX_BUDGET_TOKENS, item_tokens
+from tests.conftest import run_cli
+from tests.test_mcp import graph, stdio_params, text_of  # noqa: F401 - the fixture
+from tests.test_recall import ask
+from worker.recall import search_nodes
+
+pytestmark = pytest.mark.timeout(120)
+
+MANY = "LazyEdgeQueue drain Zephyr Heron payroll BLUEFIN"
+
+
+async def test_search_nodes_answers_within_a_token_budget_and_says_what_it_left_out(graph: Settings) -> None:
+    # show_node and recall pack into budget_tokens; search_nodes returned up to `limit` whole
+    # entities, each with its description, quotes and relations, whatever they cost the caller.
+    everything = search_nodes(graph, MANY, budget_tokens=MAX_BUDGET_TOKENS)
+    assert len(everything["nodes"]) >= 3 and everything["omitted"] == []
+    costs = [item_tokens(n) for n in everything["nodes"]]
+    budget = costs[0] + costs[1] - 1  # the first fits, the second does not
+    packed = search_nodes(graph, MANY, budget_tokens=budget)
+    assert packed["budget_tokens"] == budget and packed["used_tokens"] <= budget
+    assert packed["nodes"][0] == everything["nodes"][0]
+    assert everything["nodes"][1]["id"] not in {n["id"] for n in packed["nodes"]}
+    shown = {n["id"] for n in packed["nodes"]}
+    assert [o["id"] for o in packed["omitted"]] == [n["id"] for n in everything["nodes"] if n["id"] not in shown]
+    assert all(o["kind"] == "node" and o["tokens"] > 0 for o in packed["omitted"])
+    assert packed["used_tokens"] == sum(item_tokens(n) for n in packed["nodes"])
+
+    async with Client(stdio_params(graph, REM_RECALL_BUDGET_TOKENS=str(budget))) as client:
+        tool = next(t for t in (await client.list_tools()).tools if t.name == "search_nodes")
+        schema = tool.input_schema["properties"]["budget_tokens"]
+        assert (schema["minimum"], schema["maximum"], schema["default"]) == (1, MAX_BUDGET_TOKENS, budget)
+        assert schema["description"]
+        default = await client.call_tool("search_nodes", {"query": MANY})
+        assert not default.is_error, text_of(default)
+        assert default.structured_content["used_tokens"] <= budget == default.structured_content["budget_tokens"]
+        assert default.structured_content["nodes"] == packed["nodes"]
+        wide = await client.call_tool("search_nodes", {"query": MANY, "budget_tokens": MAX_BUDGET_TOKENS})
+        assert wide.structured_content["nodes"] == everything["nodes"]
+        for bad in (0, MAX_BUDGET_TOKENS + 1, "lots"):
+            refused = await client.call_tool("search_nodes", {"query": MANY, "budget_tokens": bad})
+            assert refused.is_error and "budget_tokens" in text_of(refused), bad
+
+
+def test_recall_names_an_omitted_fact_by_its_node_id_not_by_its_quotes_turn(graph: Settings) -> None:
+    # `omitted` named a fact that did not fit by the memory_id of its quote ("memory:am1"), so a
+    # caller asking again for it got a turn, and could not tell it from an omitted turn.
+    whole = ask(graph, MANY, budget_tokens=MAX_BUDGET_TOKENS)
+    assert whole["facts"] and whole["omitted"] == []
+    done = run_cli("recall", MANY, "--budget-tokens", "1", "--json", env={"REM_DATA_DIR": str(graph.data_dir)}, timeout=60)
+    assert done.returncode == 0, done.stderr
+    answer = json.loads(done.stdout)
+    assert answer["facts"] == answer["turns"] == [] and answer["used_tokens"] == 0
+    omitted = {kind: [o["id"] for o in answer["omitted"] if o["kind"] == kind] for kind in ("fact", "turn", "session")}
+    assert omitted["fact"] == [f["id"] for f in whole["facts"]]
+    assert omitted["turn"] == [t["memory_id"] for t in whole["turns"]]
+    assert omitted["session"] == [s["id"] for s in whole["sessions"]]
