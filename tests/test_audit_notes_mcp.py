@@ -4,14 +4,18 @@ raw JSON-RPC lines against a real ``rem-cycle mcp`` process over a graph built b
 from __future__ import annotations
 
 import json
+import select
+import subprocess
+import sys
+from typing import Any
 
 import pytest
 from mcp import Client
 
 from config import Settings
 from pipelines.recall import MAX_BUDGET_TOKENS, item_tokens
-from tests.conftest import run_cli
-from tests.test_mcp import graph, stdio_params, text_of  # noqa: F401 - the fixture
+from tests.conftest import ROOT, run_cli
+from tests.test_mcp import graph, server_env, stdio_params, text_of  # noqa: F401 - the fixture
 from tests.test_recall import ask
 from worker.recall import search_nodes
 
@@ -65,3 +69,44 @@ def test_recall_names_an_omitted_fact_by_its_node_id_not_by_its_quotes_turn(grap
     assert omitted["fact"] == [f["id"] for f in whole["facts"]]
     assert omitted["turn"] == [t["memory_id"] for t in whole["turns"]]
     assert omitted["session"] == [s["id"] for s in whole["sessions"]]
+
+
+def test_a_lone_surrogate_in_a_call_over_stdio_is_answered_not_left_hanging(graph: Settings) -> None:
+    # JSON may spell half of a surrogate pair ("\ud83d", an emoji a client cut in two; JavaScript's
+    # JSON.stringify writes one so). The SDK's parser refused the line and over stdio answered
+    # nothing: the client waited for ever for that call. Now the half is U+FFFD, as bytes that are
+    # not UTF-8 are, and the call is answered like any other.
+    server = subprocess.Popen([sys.executable, "-m", "worker", "mcp"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              stderr=subprocess.DEVNULL, env=server_env(graph), cwd=str(ROOT))
+    assert server.stdin is not None and server.stdout is not None
+
+    def call(number: int, method: str, params: dict[str, Any] | None = None, *, raw: str | None = None) -> dict[str, Any] | None:
+        line = raw or json.dumps({"jsonrpc": "2.0", "id": number, "method": method, **({"params": params} if params else {})})
+        server.stdin.write(line.encode("ascii") + b"\n")
+        server.stdin.flush()
+        if not select.select([server.stdout], [], [], 15)[0]:
+            return None
+        return json.loads(server.stdout.readline())
+
+    try:
+        assert call(0, "initialize", {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}})
+        server.stdin.write(b'{"jsonrpc": "2.0", "method": "notifications/initialized"}\n')
+        for number, (tool, arguments, said) in enumerate((
+            ("recall", '{"query": "torn lines \\ud83d"}', None),
+            ("search_nodes", '{"query": "\\udc80LazyEdgeQueue"}', None),
+            ("show_node", '{"node_id": "CLASS:\\ud800"}', "no entity 'CLASS:\ufffd'"),
+        ), start=1):
+            raw = f'{{"jsonrpc": "2.0", "id": {number}, "method": "tools/call", "params": {{"name": "{tool}", "arguments": {arguments}}}}}'
+            answer = call(number, "", raw=raw)
+            assert answer is not None, f"{tool}: no answer"
+            assert answer["id"] == number
+            result = answer["result"]
+            if said is None:
+                assert not result.get("isError"), result
+            else:
+                assert result["isError"] and said in result["content"][0]["text"]
+        recalled = call(9, "tools/call", {"name": "recall", "arguments": {"query": "torn lines \ud83d\ude00"}})
+        assert recalled and recalled["result"]["structuredContent"]["turns"][0]["session_id"] == "session:alice-s1"
+    finally:
+        server.stdin.close()
+        server.wait(timeout=30)

@@ -12,7 +12,9 @@ from __future__ import annotations
 import errno
 import hmac
 import ipaddress
+import json
 import os
+import re
 import socket
 import sys
 import threading
@@ -224,6 +226,34 @@ def rebinding_guard(host: str) -> TransportSecuritySettings | None:
     )
 
 
+_ESCAPED_SURROGATE = re.compile(r"\\u[dD][89a-fA-F]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def well_formed(line: str) -> str:
+    """``line`` (one JSON-RPC message) with each lone surrogate its JSON escapes spell (``"\\ud800"``,
+    half of an emoji a client cut) replaced by U+FFFD, as the bytes that are not UTF-8 are. The SDK's
+    parser refuses such a line and, over stdio, answers nothing: the client waited for ever for that
+    call. Other lines are returned as they are (pairs of escapes decode to one character)."""
+    if not _ESCAPED_SURROGATE.search(line):
+        return line
+    try:
+        message = json.loads(line)
+    except ValueError:
+        return line  # not JSON: the SDK says so
+
+    def replaced(value: Any) -> Any:
+        if isinstance(value, str):
+            return _SURROGATE.sub("\ufffd", value)
+        if isinstance(value, list):
+            return [replaced(v) for v in value]
+        if isinstance(value, dict):
+            return {replaced(k): replaced(v) for k, v in value.items()}
+        return value
+
+    return json.dumps(replaced(message)) + "\n"
+
+
 class StdinLines:
     """The lines of file descriptor ``fd`` (stdin) for the SDK's stdio transport, read by a daemon
     thread.
@@ -248,7 +278,7 @@ class StdinLines:
 
     def _pump(self, token: Any) -> None:
         def emit(line: bytes) -> None:
-            anyio.from_thread.run(self.send.send, line.decode("utf-8", errors="replace"), token=token)
+            anyio.from_thread.run(self.send.send, well_formed(line.decode("utf-8", errors="replace")), token=token)
 
         try:
             parts: list[bytes] = []
