@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -72,6 +73,24 @@ class NoteFile:
     @property
     def content_hash(self) -> str:
         return hashlib.sha256(self.text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+_NOTE_ID = re.compile(r"note:([0-9a-f]{16})", re.IGNORECASE)
+
+
+def note_anchor(given: str, *, cwd: Path | None = None) -> tuple[str, str]:
+    """``(note id, chunk key)`` of an imported notes file named by its id — ``note:<16 hex>``, as
+    ``import-notes``, ``show`` and ``export`` print it (any case) — or by its path (relative to
+    ``cwd``, default the working directory). A file that was moved, deleted or imported from
+    another directory is still named by its id; an id-shaped name is a path only when such a file
+    exists."""
+    base = cwd or Path.cwd()
+    named = _NOTE_ID.fullmatch(given)
+    if named is not None and not (base / given).exists():
+        digest = named.group(1).lower()
+        return f"note:{digest}", f"note-{digest}"
+    file = NoteFile((base / given).resolve(), given, "")
+    return file.note_id, file.key
 
 
 # A notes file is read whole and extracted as one unit (its paragraphs are the turns); extraction

@@ -159,7 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
     what = forget.add_mutually_exclusive_group(required=True)
     what.add_argument("--session", metavar="ID", help="a session id")
     what.add_argument("--memory", metavar="ID", help="a memory (turn) id, with or without memory:")
-    what.add_argument("--note", metavar="PATH", help="an imported notes file, by the path it was imported from")
+    what.add_argument("--note", metavar="PATH", help="an imported notes file: the path it was imported from, or its note:<id>")
     forget.add_argument("--dry-run", action="store_true", help="report what would be removed; change nothing")
     notes = add_command(sub, "import-notes", common, "extract Markdown/text notes files into the graph")
     notes.add_argument("paths", nargs="+", metavar="PATH", help="files, or folders searched for *.md / *.txt")

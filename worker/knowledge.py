@@ -374,18 +374,16 @@ def merge_node(settings: Settings, merged_id: str, into_id: str) -> int:
 def forget(settings: Settings, *, session: str | None = None, memory: str | None = None, note: str | None = None,
            dry_run: bool = False) -> dict[str, Any]:
     """``forget``: one session, turn or imported notes file out of the graph (see :mod:`pipelines.forget`)."""
-    from pathlib import Path
-
     from pipelines.forget import forget_memory, forget_note, forget_session
-    from pipelines.notes import NoteFile
+    from pipelines.notes import note_anchor
 
     with open_graph_db(settings) as db:
         if session is not None:
             return forget_session(DatabaseUnitOfWork(db), session, dry_run=dry_run)
         if memory is not None:
             return forget_memory(DatabaseUnitOfWork(db), row_suffix(memory) if memory.lower().startswith("memory:") else memory, dry_run=dry_run)
-        file = NoteFile(Path(note or "").resolve(), note or "", "")
-        return forget_note(DatabaseUnitOfWork(db), file.note_id, file.key, dry_run=dry_run)
+        note_id, key = note_anchor(note or "")
+        return forget_note(DatabaseUnitOfWork(db), note_id, key, dry_run=dry_run)
 
 
 async def import_notes(settings: Settings, paths: list[str]) -> dict[str, Any]:

@@ -1,0 +1,60 @@
+"""Notes files and their provenance, adversarially (audit-notes): ``import-notes``, ``show``,
+``recall`` and ``forget`` through the real CLI (``python -m worker``) on real SQLite and Chroma."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import run_cli
+
+pytestmark = pytest.mark.timeout(180)
+
+DESIGN = """# Frobnicator design
+
+The FrobnicatorService writes through the GraphStore.
+
+We chose the FrobnicatorService over the BazQuxAdapter because of #77.
+"""
+
+
+def _imported(tmp_path: Path, env: dict[str, str]) -> tuple[Path, str]:
+    """design.md imported by its relative name from its own folder; its file and note id."""
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    (folder / "design.md").write_text(DESIGN, encoding="utf-8")
+    done = run_cli("import-notes", "design.md", "--json", env=env, cwd=folder)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["imported"] == 1
+    return folder / "design.md", report["files"][0]["note_id"]
+
+
+def test_forget_note_takes_the_note_id_that_every_reader_prints(tmp_path: Path) -> None:
+    # import-notes, show and export name a notes file by its note:<id>; forget --note took only a
+    # path, resolved against the working directory: the id (or the name given from another
+    # directory, or a file since moved away) was hashed as a path of its own, and forget said
+    # "note note:<another id> is not in the graph: nothing was removed", exit 0.
+    env = {"REM_DATA_DIR": str(tmp_path / "data")}
+    file, note_id = _imported(tmp_path, env)
+    shown = json.loads(run_cli("show", "CLASS:FrobnicatorService", "--json", env=env).stdout)
+    assert note_id in {s["id"] for s in shown["sources"]}
+    file.unlink()  # moved away since: the id still names it
+
+    elsewhere = run_cli("forget", "--note", "design.md", "--dry-run", "--json", env=env)  # from the project dir
+    assert elsewhere.returncode == 0 and json.loads(elsewhere.stdout)["points"] == 0
+    for given in (note_id, note_id.upper()):
+        dry = run_cli("forget", "--note", given, "--dry-run", "--json", env=env)
+        assert dry.returncode == 0, dry.stderr
+        report = json.loads(dry.stdout)
+        assert report["id"] == note_id and report["points"] > 0
+        assert "CLASS:FrobnicatorService" in report["knowledge_nodes_removed"]
+    done = run_cli("forget", "--note", note_id, env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"removed note {note_id}:")
+    assert run_cli("show", "CLASS:FrobnicatorService", env=env).returncode == 1
+    assert run_cli("show", note_id, env=env).returncode == 1
+    again = run_cli("forget", "--note", note_id, env=env)
+    assert again.returncode == 0 and "is not in the graph: nothing was removed" in again.stdout
