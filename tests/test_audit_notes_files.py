@@ -58,3 +58,24 @@ def test_forget_note_takes_the_note_id_that_every_reader_prints(tmp_path: Path) 
     assert run_cli("show", note_id, env=env).returncode == 1
     again = run_cli("forget", "--note", note_id, env=env)
     assert again.returncode == 0 and "is not in the graph: nothing was removed" in again.stdout
+
+
+def test_show_prints_the_quotes_a_notes_file_gave_under_that_file(tmp_path: Path) -> None:
+    # A notes file has no turns, so its points (the quote, the chunk) were never printed: `show` of
+    # a node known from a file said only "from note …", and --json had no quote of it anywhere.
+    env = {"REM_DATA_DIR": str(tmp_path / "data")}
+    _, note_id = _imported(tmp_path, env)
+    for extra in ((), ("--as-of", "9999-12-31")):
+        done = run_cli("show", "CLASS:FrobnicatorService", "--json", *extra, env=env)
+        assert done.returncode == 0, done.stderr
+        view = json.loads(done.stdout)
+        assert view["turns"] == []
+        (source,) = view["sources"]
+        assert (source["id"], source["label"]) == (note_id, "NOTE")
+        assert source["evidence"] == ["FrobnicatorService"], extra
+        assert source["chunks"] == [f"note-{note_id[5:]}:chunk:0"], extra
+    text = run_cli("show", "CLASS:FrobnicatorService", env=env)
+    assert text.returncode == 0, text.stderr
+    lines = text.stdout.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith(f"from note {note_id}:"))
+    assert lines[at + 1].strip() == 'evidence: "FrobnicatorService"'

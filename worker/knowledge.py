@@ -27,7 +27,7 @@ from pipelines.identity import Auditor, NodeRef
 from pipelines.judge import ModelJudge
 from pipelines.query import ViewCounts, node_view, search_row, turn_memory_ids
 from pipelines.resolver import GraphResolver, KeptIndex, node_refs
-from pipelines.vocabulary import ANCHOR_LABELS, DISCUSSED_IN, PROVENANCE_RELATIONSHIPS
+from pipelines.vocabulary import ANCHOR_LABELS, DISCUSSED_IN, NOTE_LABEL, PROVENANCE_RELATIONSHIPS
 from store.chroma import ChromaStore, ChromaStoreError
 from store.communities import CommunityStore
 from store.backend import database_exists, database_location, open_database
@@ -289,7 +289,10 @@ def _load_shown(db: Database, loaded: _Loaded, node_id: str, limit: int | None) 
     turn_ids, turns_total = provenance.turn_memories(node_id, limit=limit)
     loaded.edges = semantic + [Edge(node_id, a, DISCUSSED_IN, 1.0) for a in anchors]
     loaded.neighbours = graph.get_nodes({e.source for e in semantic} | {e.target for e in semantic} | set(anchors))
-    loaded.points = [p.as_dict() for p in provenance.node_turn_points(node_id, turn_ids)]
+    # A notes file has no turns: its quotes are shown under it, from its points (the file's size bounds them).
+    notes = [a for a in anchors if a in loaded.neighbours and loaded.neighbours[a].label == NOTE_LABEL]
+    file_points = [p for a in notes for p in provenance.node_anchor_points(node_id, a) if not p.memory]
+    loaded.points = [p.as_dict() for p in [*provenance.node_turn_points(node_id, turn_ids), *file_points]]
     loaded.counted = ViewCounts(turn_ids, edges_total, turns_total, provenance.node_seen(node_id))
 
 

@@ -68,6 +68,8 @@ def print_node(view: dict[str, Any]) -> None:
     _more(console, view, "edges")
     for source in view["sources"]:
         console.print(f"from {source['label'].lower()} {escape(source['id'])}: {escape(source['title'])}")
+        for quote in source.get("evidence", []):  # a notes file's quotes (it has no turns)
+            console.print(f'  [green]evidence:[/green] "{escape(quote)}"')
     if view.get("turns_error"):
         console.print(f"[yellow]turn texts unavailable: {escape(view['turns_error'])}[/yellow]")
     for turn in view["turns"]:
