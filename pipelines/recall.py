@@ -622,12 +622,14 @@ def recall(
 
 # --- output --------------------------------------------------------------------------------
 def fact_item(fact: FactRecord) -> dict[str, Any]:
+    """A fact as readers get it; each quote with its turn (``memory_id``) and its ``session_id``: the
+    session, or the notes file (``note:<id>``, which has no turns) it came from."""
     return {
         "id": fact.node_id, "label": fact.label, "name": fact.name, "description": fact.description,
-        "evidence": fact.evidence, "memory_id": fact.memory_id or None,
+        "evidence": fact.evidence, "memory_id": fact.memory_id or None, "session_id": fact.anchor or None,
         "edges": [
             {"source": e.source, "relationship": e.relationship, "target": e.target, "other": e.other_name,
-             "strength": e.places, "evidence": e.evidence, "memory_id": e.memory_id or None}
+             "strength": e.places, "evidence": e.evidence, "memory_id": e.memory_id or None, "session_id": e.anchor or None}
             for e in fact.edges
         ],
     }

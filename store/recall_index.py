@@ -73,6 +73,7 @@ class FactEdge:
     places: int
     evidence: str
     memory_id: str
+    anchor: str = ""  # the session (``session:<id>``) or notes file (``note:<id>``) the quote came from
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +85,7 @@ class FactRecord:
     evidence: str
     memory_id: str
     edges: list[FactEdge] = field(default_factory=list)
+    anchor: str = ""  # the session or notes file of ``evidence`` (a notes file has no ``memory_id``)
 
 
 # Visibility fragments; every one takes the parameters (sessions_json, sessions_json) or (as_of, as_of).
@@ -98,6 +100,9 @@ def _visible(col: str, scope: Scope) -> tuple[str, tuple[Any, ...]]:
 
 def _known(col: str, scope: Scope) -> tuple[str, tuple[Any, ...]]:
     return _KNOWN_BY.format(col=col), (scope.as_of, scope.as_of)
+
+
+_ANCHOR_AND_MEMORY = "anchor || ' ' || memory_id"
 
 
 def _quoted(term: str) -> str:
@@ -389,7 +394,7 @@ class RecallIndex:
             points = []
             for with_evidence in ("evidence != ''", "evidence = ''"):
                 points = self.db.query(
-                    f"SELECT memory_id, evidence FROM node_points WHERE node_id = ? AND {with_evidence} "
+                    f"SELECT memory_id, evidence, anchor FROM node_points WHERE node_id = ? AND {with_evidence} "
                     f"AND {point_visible} AND {point_known} ORDER BY observed_at, memory_id LIMIT 1",
                     (node_id, *pvp, *pkp),
                 )
@@ -407,10 +412,12 @@ class RecallIndex:
                 (node_id, *cvp, scope.as_of, *ckp),
             )
             description = best[0][0] if best else ""
+            # The quote's turn and source as one value, so that both come from one row (PostgreSQL
+            # picks each aggregate's row among equal quotes on its own; ids hold no space).
             edges = self.db.query(
                 "SELECT source, target, relationship, COUNT(DISTINCT anchor || ' ' || CASE WHEN memory_id != '' "
                 f"THEN memory_id ELSE chunk_id END) AS places, MAX(evidence) AS evidence, "
-                f"{self.db.dialect.value_at_max('memory_id', 'evidence')} AS memory_id "
+                f"{self.db.dialect.value_at_max(_ANCHOR_AND_MEMORY, 'evidence')} AS quoted "
                 "FROM edge_points WHERE (source = ? OR target = ?) AND relationship NOT IN (SELECT value FROM json_each(?)) "
                 f"AND {point_visible} AND {point_known} "
                 "GROUP BY source, target, relationship ORDER BY places DESC, relationship, source, target LIMIT ?",
@@ -426,13 +433,14 @@ class RecallIndex:
             fact_edges = []
             for e in edges:
                 other = e["target"] if e["source"] == node_id else e["source"]
+                anchor, _, memory_id = (e["quoted"] or "").partition(" ")
                 fact_edges.append(
                     FactEdge(e["source"], e["target"], e["relationship"], other, names.get(other, other), e["places"],
-                             e["evidence"] or "", e["memory_id"] or "")
+                             e["evidence"] or "", memory_id, anchor)
                 )
             records.append(
                 FactRecord(node[0]["id"], node[0]["label"], node[0]["name"], description, points[0]["evidence"],
-                           points[0]["memory_id"], fact_edges)
+                           points[0]["memory_id"], fact_edges, points[0]["anchor"])
             )
         return records
 

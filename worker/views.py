@@ -102,7 +102,7 @@ def print_recall(answer: dict[str, Any]) -> None:
         console.print(f"[bold]{escape(fact['name'])}[/bold] ({escape(fact['id'])}) {escape(fact['description'])}")
         for edge in fact["edges"]:
             console.print(f"  {escape(edge['relationship'])} {escape(edge['other'])} ×{edge['strength']}: "
-                          f"“{escape(edge['evidence'])}” ({escape(edge['memory_id'] or '-')})")
+                          f"“{escape(edge['evidence'])}” ({escape(edge['memory_id'] or edge.get('session_id') or '-')})")
     for turn in answer["turns"]:
         text = " ".join(turn["text"].split())
         shown = text if len(text) <= TURN_TEXT_CHARS else text[:TURN_TEXT_CHARS] + "…"
