@@ -79,3 +79,34 @@ def test_show_prints_the_quotes_a_notes_file_gave_under_that_file(tmp_path: Path
     lines = text.stdout.splitlines()
     at = next(i for i, line in enumerate(lines) if line.startswith(f"from note {note_id}:"))
     assert lines[at + 1].strip() == 'evidence: "FrobnicatorService"'
+
+
+def test_an_edited_notes_file_keeps_the_time_of_what_it_already_said(tmp_path: Path) -> None:
+    # A notes file's points are observed when it is imported. Re-importing it after an edit
+    # re-timed every point of the file to the new import, so `--as-of` a moment between the two
+    # imports no longer knew what the file had said since the first (and `first_seen` moved).
+    env = {"REM_DATA_DIR": str(tmp_path / "data")}
+    file, note_id = _imported(tmp_path, env)
+
+    def view(node_id: str, *extra: str) -> dict:
+        done = run_cli("show", node_id, "--json", *extra, env=env)
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)
+
+    first = view("CLASS:FrobnicatorService")["first_seen"]
+    with file.open("a", encoding="utf-8") as notes:
+        notes.write("\nThe BlipCache sits beside the FrobnicatorService and the GraphStore.\n")
+    again = run_cli("import-notes", str(file), "--json", env=env)
+    assert again.returncode == 0 and json.loads(again.stdout)["imported"] == 1, again.stderr
+    assert view("CLASS:BlipCache")["first_seen"] > first
+    assert view("CLASS:FrobnicatorService")["first_seen"] == first
+
+    done = run_cli("export", "--as-of", first, env=env)
+    assert done.returncode == 0, done.stderr
+    then = json.loads(done.stdout)
+    ids = {n["id"] for n in then["nodes"]}
+    assert {"CLASS:FrobnicatorService", "CLASS:GraphStore", "CLASS:BazQuxAdapter", "ISSUE:#77"} <= ids
+    assert "CLASS:BlipCache" not in ids
+    assert ("CLASS:FrobnicatorService", "CLASS:GraphStore") in {(e["source"], e["target"]) for e in then["edges"]}
+    assert then["node_sessions"]["CLASS:FrobnicatorService"] == [note_id]
+    assert view("CLASS:FrobnicatorService", "--as-of", first)["sources"][0]["evidence"] == ["FrobnicatorService"]
