@@ -43,6 +43,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, time
@@ -51,7 +52,7 @@ from typing import Any, Protocol
 from pipelines.chunker import estimate_tokens
 from pipelines.vocabulary import PROVENANCE_RELATIONSHIPS
 from store.ids import InvalidIdError, has_forbidden_characters, session_node_id
-from store.recall_index import FactRecord, Scope, SessionRecord, TurnRecord
+from store.recall_index import FactRecord, Scope, SessionRecord, TurnRecord, term_match
 
 MAX_QUERY_CHARS = 4_000
 MAX_TERMS = 24
@@ -212,7 +213,8 @@ class RecallResult:
 def query_terms(text: str) -> list[str]:
     """The searchable words of ``text`` (lower-cased, unique, in order, at most :data:`MAX_TERMS`);
     stop words and single letters are dropped unless nothing else is left."""
-    words = list(dict.fromkeys(w.casefold() for w in _WORD.findall(text) if len(w) <= 64))
+    # Composed first: a combining accent is no word character, so "cafe" + U+0301 was the word "cafe".
+    words = list(dict.fromkeys(w.casefold() for w in _WORD.findall(unicodedata.normalize("NFC", text)) if len(w) <= 64))
     kept = [w for w in words if w not in STOPWORDS and (len(w) > 1 or w.isdigit())] or words
     return kept[:MAX_TERMS]
 
@@ -235,8 +237,9 @@ def selective_terms(terms: Sequence[str], counts: dict[str, int], budget: int = 
 
 def match_expression(terms: Sequence[str]) -> str | None:
     """An FTS5 query matching any of ``terms``, each a quoted string (so ``"``, ``*``, ``NEAR``,
-    ``-`` or ``AND`` in a query are words, never syntax); ``None`` without terms."""
-    return " OR ".join('"' + t.replace('"', '""') + '"' for t in terms) or None
+    ``-`` or ``AND`` in a query are words, never syntax) in each of its spellings
+    (:func:`store.recall_index.term_match`); ``None`` without terms."""
+    return " OR ".join(term_match(t) for t in terms) or None
 
 
 def parse_as_of(value: str | None) -> str | None:

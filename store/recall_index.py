@@ -14,6 +14,7 @@ FTS match expressions come from the caller already built out of quoted terms
 from __future__ import annotations
 
 import json
+import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -105,9 +106,12 @@ def _known(col: str, scope: Scope) -> tuple[str, tuple[Any, ...]]:
 _ANCHOR_AND_MEMORY = "anchor || ' ' || memory_id"
 
 
-def _quoted(term: str) -> str:
-    """``term`` as an FTS match expression of that one word (a quoted string: never syntax)."""
-    return '"' + term.replace('"', '""') + '"'
+def term_match(term: str) -> str:
+    """``term`` as an FTS match expression of that one word (quoted strings: never syntax), in its
+    composed and decomposed spellings (``café`` is one character or ``e`` + U+0301): PostgreSQL's
+    text search indexes each as written, where SQLite's tokenizer folds accents away."""
+    spellings = dict.fromkeys(unicodedata.normalize(form, term) for form in ("NFC", "NFD"))
+    return " OR ".join('"' + spelling.replace('"', '""') + '"' for spelling in spellings)
 
 
 class RecallIndex:
@@ -193,7 +197,7 @@ class RecallIndex:
         fts = self.db.dialect
         sql = (f"SELECT COUNT(*) FROM (SELECT 1 FROM {fts.fts_index_source('recall_turns', 't')} "
                f"WHERE {fts.fts_match('recall_turns', 't')} LIMIT ?) AS hits")
-        return {term: self.db.query(sql, (_quoted(term), cap + 1))[0][0] for term in terms}
+        return {term: self.db.query(sql, (term_match(term), cap + 1))[0][0] for term in terms}
 
     # --- keyword -------------------------------------------------------------------------
     def keyword_turns(self, match: str, scope: Scope, *, limit: int, ranked: bool = True) -> list[str]:
@@ -231,7 +235,7 @@ class RecallIndex:
         fts = self.db.dialect
         sql = (f"SELECT t.session_id, COUNT(*) FROM {fts.fts_source('recall_turns', 't')} "
                f"WHERE {fts.fts_match('recall_turns', 't')} AND {visible} AND {known} GROUP BY t.session_id")
-        return {term: {r[0]: r[1] for r in self.db.query(sql, (_quoted(term), *vp, *kp))} for term in terms}
+        return {term: {r[0]: r[1] for r in self.db.query(sql, (term_match(term), *vp, *kp))} for term in terms}
 
     def term_turns(self, terms: Sequence[str], scope: Scope, *, sessions: Sequence[str]) -> dict[str, list[tuple[str, str, int | None]]]:
         """For each term, the visible turns of ``sessions`` that contain it: ``[(memory_id, session_id, turn_index)]``."""
@@ -242,7 +246,7 @@ class RecallIndex:
                f"WHERE {fts.fts_match('recall_turns', 't')} AND t.session_id IN (SELECT value FROM json_each(?)) "
                f"AND {visible} AND {known}")
         wanted = json.dumps(list(sessions))
-        return {term: [(r[0], r[1], r[2]) for r in self.db.query(sql, (_quoted(term), wanted, *vp, *kp))] for term in terms}
+        return {term: [(r[0], r[1], r[2]) for r in self.db.query(sql, (term_match(term), wanted, *vp, *kp))] for term in terms}
 
     def session_lengths(self, session_ids: Sequence[str]) -> dict[str, int]:
         """How many turns each session has in the whole index (a ranking statistic, like

@@ -45,3 +45,28 @@ async def test_every_quote_recall_serves_names_the_session_or_notes_file_it_came
     assert found["CLASS:FrobnicatorService"]["session_id"] == note_id
     shown = show_node(settings, "CLASS:FrobnicatorService", budget_tokens=5_000)
     assert shown is not None and shown["session_id"] == note_id and shown["turns"] == []
+
+
+ACCENTS = [{
+    "sessionId": "u1", "title": "Accents", "createdAt": "2026-11-01T10:00:00Z", "userId": "carol", "summary": "cafés",
+    "turns": [
+        {"id": "composed", "role": "user", "createdAt": "2026-11-01T10:00:00Z", "text": "The café on Main Street closes at noon."},
+        {"id": "decomposed", "role": "user", "createdAt": "2026-11-01T10:01:00Z",
+         "text": "The cafe\u0301 by the station opens early."},
+        {"id": "other", "role": "user", "createdAt": "2026-11-01T10:02:00Z", "text": "The bakery sells bread."},
+    ],
+}]
+
+
+@pytest.mark.both_backends
+async def test_a_word_is_found_whether_its_accent_is_composed_or_decomposed(settings: Settings, tmp_path: Path) -> None:
+    # "café" is one character (U+00E9) or "e" + a combining acute (U+0301, as macOS and some
+    # keyboards write it). SQLite's tokenizer folds both to "cafe"; PostgreSQL indexes each as
+    # written, so there a composed query missed the decomposed turn, and a decomposed query lost
+    # its accent altogether (the mark is no word character): "cafe" found neither.
+    await build(settings, tmp_path, ACCENTS)
+    for query in ("café", "cafe\u0301", "CAFÉ", "CAFE\u0301"):
+        answer = ask(settings, query)
+        assert answer["signals"]["terms"]["used"] == ["café"], query
+        found = {t["memory_id"] for t in answer["turns"] if "keyword" in t["signals"]}
+        assert found == {"memory:composed", "memory:decomposed"}, (query, found)
