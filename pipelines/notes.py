@@ -42,7 +42,7 @@ from pipelines.extract.units import SourceTurn, plan_units
 from pipelines.lazy_edge import LazyEdgeSink
 from pipelines.ports import MergeRecorder, UnitOfWork
 from pipelines.resolver import GraphResolver
-from pipelines.vocabulary import NOTE_LABEL
+from pipelines.vocabulary import NOTE_LABEL, REFERENCED_BY
 from store.graph import Node
 
 NOTE_SUFFIXES: tuple[str, ...] = (".md", ".markdown", ".mdown", ".txt", ".text")
@@ -233,10 +233,16 @@ async def import_note(note: NoteFile, env: NotesEnv) -> NoteResult:
     pending = existing.properties.get("contentHash") if existing is not None else None
     await anyio.to_thread.run_sync(env.unit.graph.upsert_node, note_node(note, content_hash=pending))
     keep = [u.content_hash for u in units]
+    referenced = {ref.target for ref in reduced.references}
 
     def on_commit() -> None:
         env.unit.graph.upsert_node(note_node(note, content_hash=note.content_hash))
         env.unit.chunks.prune_session(note.key, keep)
+        # A reference the file no longer writes goes, as its points do (only the file links rows to itself).
+        env.unit.graph.delete_edges(
+            (e.source, e.target, e.relationship) for e in env.unit.graph.edges_of(note.note_id)
+            if e.relationship == REFERENCED_BY and e.target == note.note_id and e.source not in referenced
+        )
 
     await env.resolver.prepare(reduced.nodes)
     committed = await anyio.to_thread.run_sync(

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import make_session, run_cli, write_sessions
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -110,3 +110,30 @@ def test_an_edited_notes_file_keeps_the_time_of_what_it_already_said(tmp_path: P
     assert ("CLASS:FrobnicatorService", "CLASS:GraphStore") in {(e["source"], e["target"]) for e in then["edges"]}
     assert then["node_sessions"]["CLASS:FrobnicatorService"] == [note_id]
     assert view("CLASS:FrobnicatorService", "--as-of", first)["sources"][0]["evidence"] == ["FrobnicatorService"]
+
+
+def test_a_reference_an_edited_notes_file_no_longer_writes_leaves_the_graph(tmp_path: Path) -> None:
+    # `memory:<id>` / `session:<id>` written in a note link that row to the file. After an edit that
+    # removed a reference, the re-import replaced the file's points but kept the old link: export and
+    # show said the file cites a turn it no longer names.
+    env = {"REM_DATA_DIR": str(tmp_path / "data")}
+    sessions = [{**make_session(sid, 2), "turns": [{"id": f"{sid}-t{i}", "role": "user", "text": f"turn {i} of {sid}"} for i in range(2)]}
+                for sid in ("a", "b")]
+    assert run_cli("import", str(write_sessions(tmp_path / "ab.jsonl", sessions)), env=env).returncode == 0
+    assert run_cli("--once", env=env).returncode == 0
+    note = tmp_path / "decisions.md"
+
+    def references(text: str) -> set[str]:
+        note.write_text(text, encoding="utf-8")
+        done = run_cli("import-notes", str(note), "--json", env=env)
+        assert done.returncode == 0, done.stderr
+        note_id = json.loads(done.stdout)["files"][0]["note_id"]
+        exported = run_cli("export", "--include-anchors", env=env)
+        assert exported.returncode == 0, exported.stderr
+        return {e["source"] for e in json.loads(exported.stdout)["edges"]
+                if e["relationship"] == "REFERENCED_BY" and e["target"] == note_id}
+
+    assert references("We chose rename-then-drain, see memory:a-t0 and session:b.\n") == {"memory:a-t0", "session:b"}
+    assert references("We chose rename-then-drain, see memory:a-t0.\n") == {"memory:a-t0"}
+    assert references("We chose rename-then-drain.\n") == set()
+    assert references("Back to session:b and memory:b-t1.\n") == {"session:b", "memory:b-t1"}
