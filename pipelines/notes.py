@@ -143,7 +143,8 @@ def read_note(path: Path, shown: str) -> NoteFile:
         size = path.stat().st_size
         if size > NOTE_MAX_BYTES:
             raise NoteReadError(f"{shown}: {size} bytes, a notes file is at most {NOTE_MAX_BYTES} (split it); not read")
-        return NoteFile(path, shown, path.read_text(encoding="utf-8"))
+        # utf-8-sig: the byte order mark Windows editors write first is no text of the note.
+        return NoteFile(path, shown, path.read_text(encoding="utf-8-sig"))
     except (OSError, UnicodeDecodeError) as exc:
         raise NoteReadError(f"{shown}: {exc}") from exc
 

@@ -137,3 +137,22 @@ def test_a_reference_an_edited_notes_file_no_longer_writes_leaves_the_graph(tmp_
     assert references("We chose rename-then-drain, see memory:a-t0.\n") == {"memory:a-t0"}
     assert references("We chose rename-then-drain.\n") == set()
     assert references("Back to session:b and memory:b-t1.\n") == {"session:b", "memory:b-t1"}
+
+
+def test_the_byte_order_mark_of_a_windows_notes_file_is_no_text(tmp_path: Path) -> None:
+    # Notepad and PowerShell write UTF-8 with a byte order mark; it was read as text (U+FEFF) and
+    # served as the first character of the descriptions, quotes and recall facts of the paragraph.
+    env = {"REM_DATA_DIR": str(tmp_path / "data")}
+    note = tmp_path / "windows.md"
+    note.write_bytes("\ufeffFrobQueue is the queue of the BlipStore.\r\n\r\nThe BlipStore keeps it.\r\n".encode())
+    done = run_cli("import-notes", str(note), "--json", env=env)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["imported"] == 1
+    exported = run_cli("export", env=env)
+    assert exported.returncode == 0, exported.stderr
+    assert "\ufeff" not in exported.stdout and "\\ufeff" not in exported.stdout
+    nodes = {n["id"]: n for n in json.loads(exported.stdout)["nodes"]}
+    assert nodes["CLASS:FrobQueue"]["properties"]["description"] == "FrobQueue is the queue of the BlipStore."
+    recalled = run_cli("recall", "FrobQueue", "--json", env=env)
+    assert recalled.returncode == 0, recalled.stderr
+    assert "\ufeff" not in recalled.stdout and "\\ufeff" not in recalled.stdout
