@@ -130,6 +130,20 @@ def find_note_paths(paths: Iterable[str | os.PathLike[str]]) -> tuple[list[tuple
     return sorted(found.items()), errors
 
 
+def vanished(notes: Iterable[Node], folders: Iterable[Path], found: Iterable[Path]) -> list[dict[str, str]]:
+    """The imported notes files (``notes``: NOTE nodes) that were under one of ``folders`` (absolute)
+    and are not among the files ``found`` there now (deleted, moved, renamed to what is no notes
+    file): ``[{note_id, path}]`` by path. Their facts stay until they are forgotten (pure)."""
+    roots = [str(folder) for folder in folders]
+    here = {str(path) for path in found}
+    gone = []
+    for node in notes:
+        path = node.properties.get("path")
+        if isinstance(path, str) and path not in here and any(path.startswith(os.path.join(root, "")) for root in roots):
+            gone.append({"note_id": node.id, "path": path})
+    return sorted(gone, key=lambda g: g["path"])
+
+
 def read_note(path: Path, shown: str) -> NoteFile:
     """The notes file at ``path`` (absolute; ``shown``: as the user named it), read as UTF-8.
     Raises :class:`NoteReadError` saying why it cannot be imported."""

@@ -156,3 +156,37 @@ def test_the_byte_order_mark_of_a_windows_notes_file_is_no_text(tmp_path: Path) 
     recalled = run_cli("recall", "FrobQueue", "--json", env=env)
     assert recalled.returncode == 0, recalled.stderr
     assert "\ufeff" not in recalled.stdout and "\\ufeff" not in recalled.stdout
+
+
+def test_a_notes_file_gone_from_its_folder_is_reported_with_how_to_take_it_out(tmp_path: Path) -> None:
+    # Re-importing a folder after a file was deleted or moved out of it said nothing of that file:
+    # the graph kept serving what it said, and nothing told the user, nor which id forgets it.
+    env = {"REM_DATA_DIR": str(tmp_path / "data")}
+    folder = tmp_path / "notes"
+    (folder / "sub").mkdir(parents=True)
+    (tmp_path / "notes2").mkdir()
+    (folder / "keep.md").write_text("The KeptThing stays.\n", encoding="utf-8")
+    (folder / "sub" / "old.md").write_text("The OldThing goes.\n", encoding="utf-8")
+    (folder / "renamed.md").write_text("The RenamedThing moves.\n", encoding="utf-8")
+    (tmp_path / "notes2" / "other.md").write_text("The OtherThing is elsewhere.\n", encoding="utf-8")
+    first = run_cli("import-notes", str(folder), str(tmp_path / "notes2"), "--json", env=env)
+    assert first.returncode == 0, first.stderr
+    ids = {Path(f["path"]).name: f["note_id"] for f in json.loads(first.stdout)["files"]}
+    assert json.loads(first.stdout)["gone"] == []
+
+    (folder / "sub" / "old.md").unlink()
+    (folder / "renamed.md").rename(folder / "renamed.md.bak")
+    again = run_cli("import-notes", str(folder), "--json", env=env)
+    assert again.returncode == 0, again.stderr
+    report = json.loads(again.stdout)
+    assert report["unchanged"] == 1
+    assert report["gone"] == [
+        {"note_id": ids["renamed.md"], "path": str((folder / "renamed.md").resolve())},
+        {"note_id": ids["old.md"], "path": str((folder / "sub" / "old.md").resolve())},
+    ]
+    text = run_cli("import-notes", str(folder), env=env)
+    assert text.returncode == 0, text.stderr
+    assert f"rem-cycle forget --note {ids['old.md']}" in text.stdout and "2 gone" in text.stdout
+    assert run_cli("forget", "--note", ids["old.md"], env=env).returncode == 0
+    after = json.loads(run_cli("import-notes", str(folder), "--json", env=env).stdout)
+    assert [g["note_id"] for g in after["gone"]] == [ids["renamed.md"]]

@@ -621,7 +621,11 @@ async def cmd_import_notes(settings: Settings, args: argparse.Namespace) -> int:
             print(f"{item['status']:9} {item['path']} ({item['note_id']}) {detail}".rstrip())
         for error in report["errors"]:
             print(f"error     {error}", file=sys.stderr)
-        print(f"{report['imported']} imported, {report['unchanged']} unchanged, {report['failed']} failed")
+        for gone in report["gone"]:
+            print(f"gone      {gone['path']} ({gone['note_id']}) is no longer there; what it said stays until "
+                  f"rem-cycle forget --note {gone['note_id']}")
+        print(f"{report['imported']} imported, {report['unchanged']} unchanged, {report['failed']} failed"
+              + (f", {len(report['gone'])} gone" if report["gone"] else ""))
 
     _emit(args, report, text)
     return EXIT_OK if not report["failed"] and not report["errors"] else EXIT_FAILED

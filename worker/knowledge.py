@@ -393,10 +393,11 @@ async def import_notes(settings: Settings, paths: list[str]) -> dict[str, Any]:
     """``import-notes``: every Markdown/text file named or under the folders named, through the
     extraction path with the file as provenance anchor (see :mod:`pipelines.notes`)."""
     from datetime import UTC, datetime
+    from pathlib import Path
 
     from pipelines.extract.llm import OpenAIExtractor
     from pipelines.extract.workflow import open_extractor
-    from pipelines.notes import NoteReadError, NotesEnv, find_note_paths, import_note, read_note
+    from pipelines.notes import NoteReadError, NotesEnv, find_note_paths, import_note, read_note, vanished
 
     files, errors = await anyio.to_thread.run_sync(find_note_paths, paths)
     db = await anyio.to_thread.run_sync(open_database, settings)
@@ -419,7 +420,9 @@ async def import_notes(settings: Settings, paths: list[str]) -> dict[str, Any]:
                     errors.append(str(exc))
                     continue
                 results.append((await import_note(note, env)).as_dict())
+            folders = [Path(p).resolve() for p in paths if Path(p).is_dir()]
+            notes = await anyio.to_thread.run_sync(GraphStore(db).nodes_by_label, NOTE_LABEL) if folders else []
     finally:
         db.close()
     counts = {status: sum(1 for r in results if r["status"] == status) for status in ("imported", "unchanged", "failed")}
-    return {"files": results, "errors": errors, **counts}
+    return {"files": results, "errors": errors, **counts, "gone": vanished(notes, folders, (path for path, _ in files))}
