@@ -190,3 +190,29 @@ def test_a_notes_file_gone_from_its_folder_is_reported_with_how_to_take_it_out(t
     assert run_cli("forget", "--note", ids["old.md"], env=env).returncode == 0
     after = json.loads(run_cli("import-notes", str(folder), "--json", env=env).stdout)
     assert [g["note_id"] for g in after["gone"]] == [ids["renamed.md"]]
+
+
+def test_the_graph_as_of_a_day_before_a_notes_file_was_imported_does_not_list_it(tmp_path: Path) -> None:
+    # A NOTE node has no createdAt, and an anchor without one counted as always known: `export
+    # --as-of` a day before any import listed every notes file in `file_sources` (and, with
+    # --include-anchors, its NOTE node): a snapshot of the past naming files imported since.
+    env = {"REM_DATA_DIR": str(tmp_path / "data")}
+    assert run_cli("import", str(write_sessions(tmp_path / "a.jsonl", [make_session("a", 2)])), env=env).returncode == 0
+    assert run_cli("--once", env=env).returncode == 0
+    _, note_id = _imported(tmp_path, env)
+    (tmp_path / "notes" / "empty.md").write_text("", encoding="utf-8")  # says nothing: known at no time
+    assert run_cli("import-notes", str(tmp_path / "notes" / "empty.md"), env=env).returncode == 0
+
+    def snapshot(*extra: str) -> dict:
+        done = run_cli("export", "--include-anchors", *extra, env=env)
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)
+
+    before = snapshot("--as-of", "2026-11-15")
+    assert "session:a" in before["sessions"]
+    assert before["file_sources"] == {}
+    assert not [n for n in before["nodes"] if n["label"] == "NOTE"]
+    assert not [a for anchors in before["node_sessions"].values() for a in anchors if a.startswith("note:")]
+    now = snapshot("--as-of", "9999-12-31")
+    assert list(now["file_sources"]) == [note_id]
+    assert set(snapshot()["file_sources"]) >= {note_id}
