@@ -17,7 +17,8 @@ from pipelines.recall import MAX_BUDGET_TOKENS, item_tokens
 from tests.conftest import ROOT, run_cli
 from tests.test_mcp import graph, server_env, stdio_params, text_of  # noqa: F401 - the fixture
 from tests.test_recall import ask
-from worker.recall import search_nodes
+from worker.knowledge import merge_node
+from worker.recall import search_nodes, show_node
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -110,3 +111,28 @@ def test_a_lone_surrogate_in_a_call_over_stdio_is_answered_not_left_hanging(grap
     finally:
         server.stdin.close()
         server.wait(timeout=30)
+
+
+async def test_show_node_of_an_id_merged_since_shows_the_node_it_was_merged_into(graph: Settings) -> None:
+    # An agent keeps the ids recall gave it. After an operator's `merge`, `rem-cycle show OLD`
+    # shows the node OLD was merged into (and says so); MCP show_node answered "no entity", as if
+    # everything known of it were gone.
+    before = show_node(graph, "METHOD:drain", budget_tokens=MAX_BUDGET_TOKENS)
+    assert before is not None and before.get("redirected_from") is None
+    assert merge_node(graph, "METHOD:drain", "CLASS:LazyEdgeQueue") > 0
+    async with Client(stdio_params(graph)) as client:
+        shown = await client.call_tool("show_node", {"node_id": "METHOD:drain"})
+        assert not shown.is_error, text_of(shown)
+        body = shown.structured_content
+        assert (body["id"], body["redirected_from"]) == ("CLASS:LazyEdgeQueue", "METHOD:drain")
+        assert body["turns"] and body["used_tokens"] <= body["budget_tokens"]
+        direct = await client.call_tool("show_node", {"node_id": "CLASS:LazyEdgeQueue"})
+        same = ("description", "edges", "evidence", "turns", "omitted")
+        assert {k: direct.structured_content[k] for k in same} == {k: body[k] for k in same}
+        # Within a user's scope as everywhere: bob never said `drain` in alice's session.
+        scoped = await client.call_tool("show_node", {"node_id": "METHOD:drain", "user": "alice"})
+        assert {t["session_id"] for t in scoped.structured_content["turns"]} == {"session:alice-s1"}
+        missing = await client.call_tool("show_node", {"node_id": "METHOD:never_there"})
+        assert missing.is_error and "no entity" in text_of(missing)
+    cli = run_cli("show", "METHOD:drain", "--json", env={"REM_DATA_DIR": str(graph.data_dir)}, timeout=60)
+    assert json.loads(cli.stdout)["redirected_from"] == "METHOD:drain"

@@ -32,10 +32,13 @@ from store.backend import database_exists, database_location, open_database
 from store.errors import QueryInterruptedError
 from store.graph import GraphStore
 from store.ids import InvalidIdError, normalize_graph_node_id
+from store.merges import MergeStore
 from store.recall_index import RecallIndex, Scope
 from worker.knowledge import NoGraphError
 
 _SHOW_TURNS = 20
+# How many recorded merges show_node follows from the id it was given (a merged node merged again).
+_MERGE_HOPS = 5
 # A recall that has not finished by then is stopped (SQLite interrupts it): a pathological query or
 # a huge graph costs the caller an error, never a worker thread held for minutes.
 RECALL_DEADLINE_SECONDS = 10.0
@@ -138,7 +141,8 @@ def search_nodes(settings: Settings, query: str, *, user: str | None = None, as_
 def show_node(settings: Settings, node_id: str, *, user: str | None = None, as_of: str | None = None,
               budget_tokens: int | None = None) -> dict[str, Any] | None:
     """One node in ``user``'s scope: its facts, strongest edges and the turns it came from; ``None``
-    when it does not exist or is out of scope (the two are not told apart). With ``budget_tokens``,
+    when it does not exist or is out of scope (the two are not told apart). A node merged into
+    another is that one (``redirected_from``: the id asked for), as ``rem-cycle show`` shows it. With ``budget_tokens``,
     packed into it (:func:`pipelines.recall.pack_entity`): a node's turns are verbatim, and 20 tool
     outputs of a popular node can be megabytes."""
     try:
@@ -146,17 +150,28 @@ def show_node(settings: Settings, node_id: str, *, user: str | None = None, as_o
     except InvalidIdError as exc:
         raise RecallInputError(str(exc)) from exc
 
+    asked = node_id
     with open_index(settings) as index:
         scope = _scope(index, user=user, as_of=as_of)
         facts = index.facts([node_id], scope, exclude_relationships=PROVENANCE_RELATIONSHIPS, edges_per_node=20)
+        merges = MergeStore(index.db)
+        for _ in range(_MERGE_HOPS):  # an id a caller kept from before a merge: the node it was merged into, as `show` does
+            if facts:
+                break
+            onward = merges.records(merged_id=node_id, active=True, limit=1)
+            if not onward:
+                return None
+            node_id = onward[0].into_id
+            facts = index.facts([node_id], scope, exclude_relationships=PROVENANCE_RELATIONSHIPS, edges_per_node=20)
         if not facts:
             return None
         grounding = index.grounding_turns([node_id], scope).get(node_id, [])[:_SHOW_TURNS]
         turns = index.turns([m for m, _ in grounding], scope)
     shown = [turn_item(turns[m], float(n), ["entities"]) for m, n in grounding if m in turns]
+    entity = {**fact_item(facts[0]), "redirected_from": asked if asked != node_id else None}
     if budget_tokens is not None:
-        return pack_entity(fact_item(facts[0]), shown, budget_tokens=budget_tokens)
-    return {**fact_item(facts[0]), "turns": shown}
+        return pack_entity(entity, shown, budget_tokens=budget_tokens)
+    return {**entity, "turns": shown}
 
 
 def _scope(index: RecallIndex, *, user: str | None, as_of: str | None) -> Scope:
