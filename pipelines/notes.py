@@ -25,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -157,8 +158,10 @@ def read_note(path: Path, shown: str) -> NoteFile:
         size = path.stat().st_size
         if size > NOTE_MAX_BYTES:
             raise NoteReadError(f"{shown}: {size} bytes, a notes file is at most {NOTE_MAX_BYTES} (split it); not read")
-        # utf-8-sig: the byte order mark Windows editors write first is no text of the note.
-        return NoteFile(path, shown, path.read_text(encoding="utf-8-sig"))
+        # utf-8-sig: the byte order mark Windows editors write first is no text of the note. NFC: an
+        # accent written as a combining mark (e + U+0301) is the same letter as é, and a name holding
+        # it must not be cut in two (the mark is no word character); names and quotes are NFC.
+        return NoteFile(path, shown, unicodedata.normalize("NFC", path.read_text(encoding="utf-8-sig")))
     except (OSError, UnicodeDecodeError) as exc:
         raise NoteReadError(f"{shown}: {exc}") from exc
 

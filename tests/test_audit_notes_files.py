@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import unicodedata
 from pathlib import Path
 
 import pytest
@@ -216,3 +217,25 @@ def test_the_graph_as_of_a_day_before_a_notes_file_was_imported_does_not_list_it
     now = snapshot("--as-of", "9999-12-31")
     assert list(now["file_sources"]) == [note_id]
     assert set(snapshot()["file_sources"]) >= {note_id}
+
+
+def test_a_notes_file_with_decomposed_accents_gives_the_graph_of_its_composed_twin(tmp_path: Path) -> None:
+    # "é" written as "e" + U+0301 (some editors and pasted text) is the same letter, but the
+    # combining mark is no word character: the name "CaféQueue" became two nodes, "Cafe" and
+    # "Queue", and the description kept the decomposed spelling no query of "café" matches.
+    text = "The CaféQueue talks to the ÉclairStore.\n\nThe ÉclairStore keeps what the CaféQueue sends.\n"
+    graphs = []
+    for form in ("NFC", "NFD"):
+        env = {"REM_DATA_DIR": str(tmp_path / form / "data")}
+        note = tmp_path / form / "cafe.md"
+        note.parent.mkdir()
+        note.write_text(unicodedata.normalize(form, text), encoding="utf-8")
+        assert run_cli("import-notes", str(note), env=env).returncode == 0
+        exported = run_cli("export", env=env)
+        assert exported.returncode == 0, exported.stderr
+        graph = json.loads(exported.stdout)
+        graphs.append(({n["id"]: (n["name"], n["properties"].get("description")) for n in graph["nodes"]},
+                       sorted((e["source"], e["target"], e["relationship"]) for e in graph["edges"])))
+    composed, decomposed = graphs
+    assert decomposed == composed
+    assert any("CaféQueue" == name for name, _ in composed[0].values())
