@@ -239,3 +239,19 @@ def test_a_notes_file_with_decomposed_accents_gives_the_graph_of_its_composed_tw
     composed, decomposed = graphs
     assert decomposed == composed
     assert any("CaféQueue" == name for name, _ in composed[0].values())
+
+
+def test_search_and_show_find_a_name_typed_with_a_decomposed_accent(tmp_path: Path) -> None:
+    # Names are composed (NFC); a name typed with a combining accent (a macOS input method, a
+    # copy from a decomposed source) matched nothing: `search` listed no node, `show` said "no node".
+    env = {"REM_DATA_DIR": str(tmp_path / "data")}
+    note = tmp_path / "cafe.md"
+    note.write_text("The CaféQueue talks to the ÉclairStore.\n\nThe ÉclairStore keeps what the CaféQueue sends.\n", encoding="utf-8")
+    assert run_cli("import-notes", str(note), env=env).returncode == 0
+    for typed in ("CaféQueue", "Cafe\u0301Queue", "cafe\u0301queue"):
+        found = run_cli("search", typed, "--json", env=env)
+        assert found.returncode == 0, found.stderr
+        assert [r["name"] for r in json.loads(found.stdout)["results"]] == ["CaféQueue"], typed
+        shown = run_cli("show", typed, "--json", env=env)
+        assert shown.returncode == 0, (typed, shown.stderr)
+        assert json.loads(shown.stdout)["name"] == "CaféQueue"

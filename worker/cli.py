@@ -14,6 +14,7 @@ import stat
 import tempfile
 from importlib.metadata import PackageNotFoundError, version
 import sys
+import unicodedata
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -482,7 +483,8 @@ async def cmd_show(settings: Settings, args: argparse.Namespace) -> int:
     if view is None:
         # Not an id: an exact (case-insensitive) name or alias of exactly one node is good enough.
         hits = await anyio.to_thread.run_sync(lambda: search_graph(settings, args.node_id, limit=20, as_of=args.as_of))
-        exact = [h for h in hits if args.node_id.casefold() in {a.casefold() for a in [h["name"], *h["aliases"]]}]
+        named = unicodedata.normalize("NFC", args.node_id).casefold()  # names are NFC: e + U+0301 is é
+        exact = [h for h in hits if named in {a.casefold() for a in [h["name"], *h["aliases"]]}]
         view = await show_node(settings, exact[0]["id"], limit=args.limit or None, as_of=args.as_of) if len(exact) == 1 else None
         if view is None:
             suggestions = ", ".join(h["id"] for h in (exact or hits)[:10])
