@@ -43,13 +43,14 @@ def turn_memory_ids(node: Node, edges: Iterable[Edge], points: Iterable[Mapping[
 @dataclass(frozen=True)
 class ViewCounts:
     """What :func:`node_view` cannot count from inputs cut to what ``show`` prints: the turns to
-    show (sorted ``memory:`` ids), the totals of semantic edges and turns, and the (first, last)
-    turn time of all the node's points."""
+    show (sorted ``memory:`` ids), the totals of semantic edges and turns, the (first, last)
+    turn time of all the node's points and how many sessions / notes files it came from."""
 
     turn_ids: Sequence[str]
     edges_total: int
     turns_total: int
     seen: tuple[str | None, str | None]
+    sources_total: int = 0
 
 
 def node_view(
@@ -141,6 +142,8 @@ def node_view(
         "edges": sorted(semantic, key=lambda e: (-e["weight"], e["direction"] != "out", e["relationship"], e["node"]))[:limit],
         "edges_total": counted.edges_total if counted else len(semantic),
         "sources": sources,
+        # The sessions and notes files it came from; ``show`` prints the first ``limit``.
+        "sources_total": max(counted.sources_total, len(sources)) if counted else len(sources),
         "turns": turn_rows,
         "turns_total": counted.turns_total if counted else len(memories),
         "merged_from": list(merged_from),

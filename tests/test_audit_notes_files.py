@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import make_session, run_cli, write_sessions
+from tests.conftest import digest_sample_with_cli, make_session, run_cli, write_sessions
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -255,3 +255,24 @@ def test_search_and_show_find_a_name_typed_with_a_decomposed_accent(tmp_path: Pa
         shown = run_cli("show", typed, "--json", env=env)
         assert shown.returncode == 0, (typed, shown.stderr)
         assert json.loads(shown.stdout)["name"] == "CaféQueue"
+
+
+def test_show_says_how_many_sources_it_left_out(tmp_path: Path) -> None:
+    # `show` prints the first --limit (20) sessions / notes files a node came from, as it does its
+    # edges and turns, but said nothing of the rest: a node from 19 sessions shown with --limit 5
+    # listed 5 "from session …" lines as if that were all of its provenance.
+    env = {"REM_DATA_DIR": str(digest_sample_with_cli(tmp_path / "data"))}
+
+    def view(*extra: str) -> dict:
+        done = run_cli("show", "CLASS:RetryPolicy", "--json", *extra, env=env)
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)
+
+    everything = view("--limit", "0")
+    total = len(everything["sources"])
+    assert total > 10 and everything["sources_total"] == total
+    cut = view("--limit", "5")
+    assert cut["sources_total"] == total and len(cut["sources"]) < total
+    assert {s["id"] for s in cut["sources"]} <= {s["id"] for s in everything["sources"]}
+    text = run_cli("show", "CLASS:RetryPolicy", "--limit", "5", env=env)
+    assert f"… {total - len(cut['sources'])} more sources (rem-cycle show CLASS:RetryPolicy --limit 0 for all)" in text.stdout

@@ -288,7 +288,7 @@ def _load_shown(db: Database, loaded: _Loaded, node_id: str, limit: int | None) 
     semantic, edges_total = graph.heaviest_edges_of(
         node_id, exclude_relationships=PROVENANCE_RELATIONSHIPS, exclude_labels=ANCHOR_LABELS, limit=limit
     )
-    anchors = graph.edge_targets(node_id, DISCUSSED_IN, limit=limit)
+    anchors, sources_total = graph.edge_targets(node_id, DISCUSSED_IN, limit=limit)
     turn_ids, turns_total = provenance.turn_memories(node_id, limit=limit)
     loaded.edges = semantic + [Edge(node_id, a, DISCUSSED_IN, 1.0) for a in anchors]
     loaded.neighbours = graph.get_nodes({e.source for e in semantic} | {e.target for e in semantic} | set(anchors))
@@ -296,7 +296,7 @@ def _load_shown(db: Database, loaded: _Loaded, node_id: str, limit: int | None) 
     notes = [a for a in anchors if a in loaded.neighbours and loaded.neighbours[a].label == NOTE_LABEL]
     file_points = [p for a in notes for p in provenance.node_anchor_points(node_id, a) if not p.memory]
     loaded.points = [p.as_dict() for p in [*provenance.node_turn_points(node_id, turn_ids), *file_points]]
-    loaded.counted = ViewCounts(turn_ids, edges_total, turns_total, provenance.node_seen(node_id))
+    loaded.counted = ViewCounts(turn_ids, edges_total, turns_total, provenance.node_seen(node_id), sources_total)
 
 
 def _load_node(settings: Settings, node_id: str, as_of: str | None = None, limit: int | None = None) -> _Loaded:

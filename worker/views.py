@@ -70,6 +70,7 @@ def print_node(view: dict[str, Any]) -> None:
         console.print(f"from {source['label'].lower()} {escape(source['id'])}: {escape(source['title'])}")
         for quote in source.get("evidence", []):  # a notes file's quotes (it has no turns)
             console.print(f'  [green]evidence:[/green] "{escape(quote)}"')
+    _more(console, view, "sources")
     if view.get("turns_error"):
         console.print(f"[yellow]turn texts unavailable: {escape(view['turns_error'])}[/yellow]")
     for turn in view["turns"]:
@@ -87,7 +88,7 @@ def print_node(view: dict[str, Any]) -> None:
 
 
 def _more(console: Console, view: dict[str, Any], what: str) -> None:
-    """``… N more edges/turns`` when ``show`` printed only the first ones."""
+    """``… N more edges/sources/turns`` when ``show`` printed only the first ones."""
     hidden = view.get(f"{what}_total", 0) - len(view[what])
     if hidden > 0:
         console.print(f"… {hidden} more {what} (rem-cycle show {escape(view['id'])} --limit 0 for all)")
