@@ -135,7 +135,8 @@ def build_server(settings: Settings) -> MCPServer:
         )] = settings.recall_budget_tokens,
     ) -> dict[str, Any]:
         """Everything known about one entity: description, relations (strongest first, each with its evidence
-        quote and memory_id) and the turns it was mentioned in, verbatim, within a token budget."""
+        quote and memory_id) and the turns it was mentioned in (the 20 where it is most cited; `turns_total`
+        says how many there are), verbatim, within a token budget."""
         async def shown() -> dict[str, Any]:
             view = await anyio.to_thread.run_sync(
                 lambda: show_node(settings, node_id, user=scoped_user(user), as_of=parse_as_of(as_of),

@@ -165,10 +165,11 @@ def show_node(settings: Settings, node_id: str, *, user: str | None = None, as_o
             facts = index.facts([node_id], scope, exclude_relationships=PROVENANCE_RELATIONSHIPS, edges_per_node=20)
         if not facts:
             return None
-        grounding = index.grounding_turns([node_id], scope).get(node_id, [])[:_SHOW_TURNS]
-        turns = index.turns([m for m, _ in grounding], scope)
-    shown = [turn_item(turns[m], float(n), ["entities"]) for m, n in grounding if m in turns]
-    entity = {**fact_item(facts[0]), "redirected_from": asked if asked != node_id else None}
+        grounding = index.grounding_turns([node_id], scope).get(node_id, [])
+        turns = index.turns([m for m, _ in grounding[:_SHOW_TURNS]], scope)
+    shown = [turn_item(turns[m], float(n), ["entities"]) for m, n in grounding[:_SHOW_TURNS] if m in turns]
+    # The turns beyond the first 20 are neither shown nor omitted for the budget: their number says they exist.
+    entity = {**fact_item(facts[0]), "redirected_from": asked if asked != node_id else None, "turns_total": len(grounding)}
     if budget_tokens is not None:
         return pack_entity(entity, shown, budget_tokens=budget_tokens)
     return {**entity, "turns": shown}
