@@ -26,7 +26,7 @@ import hashlib
 import os
 import re
 import unicodedata
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
@@ -131,16 +131,18 @@ def find_note_paths(paths: Iterable[str | os.PathLike[str]]) -> tuple[list[tuple
     return sorted(found.items()), errors
 
 
-def vanished(notes: Iterable[Node], folders: Iterable[Path], found: Iterable[Path]) -> list[dict[str, str]]:
-    """The imported notes files (``notes``: NOTE nodes) that were under one of ``folders`` (absolute)
-    and are not among the files ``found`` there now (deleted, moved, renamed to what is no notes
-    file): ``[{note_id, path}]`` by path. Their facts stay until they are forgotten (pure)."""
+def vanished(notes: Iterable[Node], folders: Iterable[Path], found: Iterable[Path], *, exists: Callable[[str], bool]) -> list[dict[str, str]]:
+    """The imported notes files (``notes``: NOTE nodes) that were under one of ``folders`` (absolute),
+    are not among the files ``found`` there now and do not ``exist`` (deleted, moved, renamed):
+    ``[{note_id, path}]`` by path. A file named on its own (another suffix, a hidden one) is not
+    gone while it is there. Their facts stay until they are forgotten."""
     roots = [str(folder) for folder in folders]
     here = {str(path) for path in found}
     gone = []
     for node in notes:
         path = node.properties.get("path")
-        if isinstance(path, str) and path not in here and any(path.startswith(os.path.join(root, "")) for root in roots):
+        if (isinstance(path, str) and path not in here and any(path.startswith(os.path.join(root, "")) for root in roots)
+                and not exists(path)):
             gone.append({"note_id": node.id, "path": path})
     return sorted(gone, key=lambda g: g["path"])
 

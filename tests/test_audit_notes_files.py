@@ -170,7 +170,8 @@ def test_a_notes_file_gone_from_its_folder_is_reported_with_how_to_take_it_out(t
     (folder / "sub" / "old.md").write_text("The OldThing goes.\n", encoding="utf-8")
     (folder / "renamed.md").write_text("The RenamedThing moves.\n", encoding="utf-8")
     (tmp_path / "notes2" / "other.md").write_text("The OtherThing is elsewhere.\n", encoding="utf-8")
-    first = run_cli("import-notes", str(folder), str(tmp_path / "notes2"), "--json", env=env)
+    (folder / "named.rst").write_text("The NamedThing is named on its own.\n", encoding="utf-8")  # no folder scan finds it
+    first = run_cli("import-notes", str(folder), str(tmp_path / "notes2"), str(folder / "named.rst"), "--json", env=env)
     assert first.returncode == 0, first.stderr
     ids = {Path(f["path"]).name: f["note_id"] for f in json.loads(first.stdout)["files"]}
     assert json.loads(first.stdout)["gone"] == []
@@ -180,7 +181,7 @@ def test_a_notes_file_gone_from_its_folder_is_reported_with_how_to_take_it_out(t
     again = run_cli("import-notes", str(folder), "--json", env=env)
     assert again.returncode == 0, again.stderr
     report = json.loads(again.stdout)
-    assert report["unchanged"] == 1
+    assert report["unchanged"] == 1  # keep.md; named.rst is there, not gone
     assert report["gone"] == [
         {"note_id": ids["renamed.md"], "path": str((folder / "renamed.md").resolve())},
         {"note_id": ids["old.md"], "path": str((folder / "sub" / "old.md").resolve())},

@@ -4,6 +4,7 @@ communities, the query surface (show/search) and unmerge."""
 from __future__ import annotations
 
 import copy
+import os
 import unicodedata
 from collections.abc import AsyncIterator, Collection, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -428,4 +429,4 @@ async def import_notes(settings: Settings, paths: list[str]) -> dict[str, Any]:
     finally:
         db.close()
     counts = {status: sum(1 for r in results if r["status"] == status) for status in ("imported", "unchanged", "failed")}
-    return {"files": results, "errors": errors, **counts, "gone": vanished(notes, folders, (path for path, _ in files))}
+    return {"files": results, "errors": errors, **counts, "gone": vanished(notes, folders, (path for path, _ in files), exists=os.path.lexists)}
