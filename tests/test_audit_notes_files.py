@@ -46,6 +46,8 @@ def test_forget_note_takes_the_note_id_that_every_reader_prints(tmp_path: Path) 
 
     elsewhere = run_cli("forget", "--note", "design.md", "--dry-run", "--json", env=env)  # from the project dir
     assert elsewhere.returncode == 0 and json.loads(elsewhere.stdout)["points"] == 0
+    said = run_cli("forget", "--note", "design.md", "--dry-run", env=env).stdout
+    assert "is not in the graph: nothing would be removed" in said and "named by the note:<id>" in said
     for given in (note_id, note_id.upper()):
         dry = run_cli("forget", "--note", given, "--dry-run", "--json", env=env)
         assert dry.returncode == 0, dry.stderr

@@ -593,7 +593,9 @@ async def cmd_forget(settings: Settings, args: argparse.Namespace, progress: Com
             kept_out = report.get("tombstone") and not report["dry_run"]
             print(f"{report['kind']} {report['id']} is not in the graph: {done}" + (
                 f"; tombstoned, so no cycle ingests it from Chroma (check the id if you meant a {report['kind']} of the "
-                "graph: rem-cycle search)" if kept_out else ""))
+                "graph: rem-cycle search)" if kept_out else "") + (
+                f" ({args.note} is read from the working directory: a file imported from elsewhere, or since moved, is "
+                "named by the note:<id> that import-notes and show print)" if args.note and args.note != report["id"] else ""))
             return
         verb = "would remove" if report["dry_run"] else "removed"
         print(
