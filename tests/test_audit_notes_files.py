@@ -279,3 +279,33 @@ def test_show_says_how_many_sources_it_left_out(tmp_path: Path) -> None:
     assert {s["id"] for s in cut["sources"]} <= {s["id"] for s in everything["sources"]}
     text = run_cli("show", "CLASS:RetryPolicy", "--limit", "5", env=env)
     assert f"… {total - len(cut['sources'])} more sources (rem-cycle show CLASS:RetryPolicy --limit 0 for all)" in text.stdout
+
+
+def test_what_a_terminal_would_act_on_is_shown_not_sent(tmp_path: Path) -> None:
+    # Turn text (tool output), descriptions and file names reach `show`, `recall`, `search` and
+    # `import-notes` from agents and folders nobody vetted; an escape sequence in them went to the
+    # terminal as is (clear the screen, set the title, write the clipboard with OSC 52), as did a
+    # carriage return (overwrite the line) and a right-to-left override (reorder what is read).
+    env = {"REM_DATA_DIR": str(tmp_path / "data")}
+    hostile = "The GlitchRunner failed\x1b[2J\x1b]0;owned\x07\x1b]52;c;ZWNobyBvd25lZA==\x07 again\rFAKE \u202eevil"
+    session = {"sessionId": "s1", "title": "Glitch \x1b[31mred", "createdAt": "2026-11-01T10:00:00Z", "summary": "about GlitchRunner",
+               "turns": [{"id": "s1-t0", "role": "user", "text": hostile}]}
+    assert run_cli("import", str(write_sessions(tmp_path / "s.jsonl", [session])), env=env).returncode == 0
+    assert run_cli("--once", env=env).returncode == 0
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "odd\x1b[31mname.md").write_text("The GlitchRunner is documented here.\n", encoding="utf-8")
+    outputs = [
+        run_cli("show", "CLASS:GlitchRunner", env=env),
+        run_cli("recall", "GlitchRunner glitch", env=env),
+        run_cli("search", "Glitch", env=env),
+        run_cli("import-notes", str(notes), env=env),
+    ]
+    for done in outputs:
+        assert done.returncode == 0, done.stderr
+        for sent in ("\x1b", "\x07", "\r", "\u202e"):
+            assert sent not in done.stdout and sent not in done.stderr, (done.args, sent)
+    assert "\\x1b[2J" in outputs[0].stdout and "\\u202eevil" in outputs[0].stdout
+    assert "odd\\x1b[31mname.md" in outputs[3].stdout
+    shown = json.loads(run_cli("show", "CLASS:GlitchRunner", "--json", env=env).stdout)
+    assert any(t["text"] == hostile for t in shown["turns"])  # the data itself is kept as it was

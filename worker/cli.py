@@ -620,13 +620,15 @@ async def cmd_import_notes(settings: Settings, args: argparse.Namespace) -> int:
         return EXIT_BUSY
 
     def text() -> None:
+        from worker.views import printable  # a file name may hold what a terminal acts on
+
         for item in report["files"]:
             detail = f"{item['nodes_written']} nodes, {item['edges_written']} edges written" if item["status"] == "imported" else item["error"] or ""
-            print(f"{item['status']:9} {item['path']} ({item['note_id']}) {detail}".rstrip())
+            print(printable(f"{item['status']:9} {item['path']} ({item['note_id']}) {detail}".rstrip()))
         for error in report["errors"]:
-            print(f"error     {error}", file=sys.stderr)
+            print(printable(f"error     {error}"), file=sys.stderr)
         for gone in report["gone"]:
-            print(f"gone      {gone['path']} ({gone['note_id']}) is no longer there; what it said stays until "
+            print(f"gone      {printable(gone['path'])} ({gone['note_id']}) is no longer there; what it said stays until "
                   f"rem-cycle forget --note {gone['note_id']}")
         print(f"{report['imported']} imported, {report['unchanged']} unchanged, {report['failed']} failed"
               + (f", {len(report['gone'])} gone" if report["gone"] else ""))

@@ -2,16 +2,33 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
 
 from rich.console import Console
-from rich.markup import escape
+from rich.markup import escape as escape_markup
 from rich.table import Table
 
 from worker.report import output_console
 
 TURN_TEXT_CHARS = 400
+# What a terminal acts on instead of showing: control characters but line feed and tab (an escape
+# sequence in a turn's tool output or a file name can clear the screen, retitle the window or write
+# the clipboard; a carriage return overwrites the line) and the bidirectional overrides and
+# isolates (text that reads other than it is stored).
+_UNPRINTABLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(text: str) -> str:
+    """``text`` with each character a terminal would act on written as its escape (``\\x1b``,
+    ``\\u202e``), as GraphML writes them; ``--json`` carries them as JSON escapes."""
+    return _UNPRINTABLE.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}", text)
+
+
+def escape(text: str) -> str:
+    """``text`` for a rich console: :func:`printable`, and rich's markup characters escaped."""
+    return escape_markup(printable(text))
 
 
 def print_search(rows: Sequence[dict[str, Any]], text: str) -> None:
