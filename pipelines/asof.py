@@ -6,7 +6,7 @@ the combination of the claims of the anchors that had pointed at it by then (a c
 from before schema 5, anchor '', counts whenever the node is known). A semantic edge is known when
 one of its points was; its weight is its distinct places among those points. Provenance edges
 (``MENTIONED_IN``/``DISCUSSED_IN``) are rebuilt from the points known by then. Anchors (sessions,
-turns, notes files) are known from their own ``createdAt``; an edge without points (a reference,
+turns) are known from their own ``createdAt``, a notes file once one of its points is; an edge without points (a reference,
 ``ORIGINATES_IN``, one written by hand) when both its ends are known.
 """
 
@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 
-from pipelines.vocabulary import ANCHOR_LABELS, DISCUSSED_IN, MENTIONED_IN
+from pipelines.vocabulary import ANCHOR_LABELS, DISCUSSED_IN, MENTIONED_IN, NOTE_LABEL
 from store.facts import combine_all, facts_of, with_facts
 from store.graph import Edge, Node
 from store.provenance import ClaimRow, EdgeKey, PointRow, anchor_edges, place_count
@@ -70,8 +70,14 @@ def graph_as_of(
         for node_id, points in node_points.items()
     }
     known_points = {k: v for k, v in known_points.items() if v}
+    # A notes file has no time of its own: it is known once something it said was (its points carry its import's time).
+    known_files = {p.anchor for points in known_points.values() for p in points}
     kept: dict[str, Node] = {}
     for node in nodes:
+        if node.label == NOTE_LABEL:
+            if node.id in known_files:
+                kept[node.id] = node
+            continue
         if node.label in ANCHOR_LABELS:
             created = node.properties.get("createdAt")
             if not isinstance(created, str) or created <= as_of:

@@ -24,7 +24,9 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Iterable, Sequence
+import re
+import unicodedata
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
@@ -41,7 +43,7 @@ from pipelines.extract.units import SourceTurn, plan_units
 from pipelines.lazy_edge import LazyEdgeSink
 from pipelines.ports import MergeRecorder, UnitOfWork
 from pipelines.resolver import GraphResolver
-from pipelines.vocabulary import NOTE_LABEL
+from pipelines.vocabulary import NOTE_LABEL, REFERENCED_BY
 from store.graph import Node
 
 NOTE_SUFFIXES: tuple[str, ...] = (".md", ".markdown", ".mdown", ".txt", ".text")
@@ -72,6 +74,24 @@ class NoteFile:
     @property
     def content_hash(self) -> str:
         return hashlib.sha256(self.text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+_NOTE_ID = re.compile(r"note:([0-9a-f]{16})", re.IGNORECASE)
+
+
+def note_anchor(given: str, *, cwd: Path | None = None) -> tuple[str, str]:
+    """``(note id, chunk key)`` of an imported notes file named by its id — ``note:<16 hex>``, as
+    ``import-notes``, ``show`` and ``export`` print it (any case) — or by its path (relative to
+    ``cwd``, default the working directory). A file that was moved, deleted or imported from
+    another directory is still named by its id; an id-shaped name is a path only when such a file
+    exists."""
+    base = cwd or Path.cwd()
+    named = _NOTE_ID.fullmatch(given)
+    if named is not None and not (base / given).exists():
+        digest = named.group(1).lower()
+        return f"note:{digest}", f"note-{digest}"
+    file = NoteFile((base / given).resolve(), given, "")
+    return file.note_id, file.key
 
 
 # A notes file is read whole and extracted as one unit (its paragraphs are the turns); extraction
@@ -111,6 +131,22 @@ def find_note_paths(paths: Iterable[str | os.PathLike[str]]) -> tuple[list[tuple
     return sorted(found.items()), errors
 
 
+def vanished(notes: Iterable[Node], folders: Iterable[Path], found: Iterable[Path], *, exists: Callable[[str], bool]) -> list[dict[str, str]]:
+    """The imported notes files (``notes``: NOTE nodes) that were under one of ``folders`` (absolute),
+    are not among the files ``found`` there now and do not ``exist`` (deleted, moved, renamed):
+    ``[{note_id, path}]`` by path. A file named on its own (another suffix, a hidden one) is not
+    gone while it is there. Their facts stay until they are forgotten."""
+    roots = [str(folder) for folder in folders]
+    here = {str(path) for path in found}
+    gone = []
+    for node in notes:
+        path = node.properties.get("path")
+        if (isinstance(path, str) and path not in here and any(path.startswith(os.path.join(root, "")) for root in roots)
+                and not exists(path)):
+            gone.append({"note_id": node.id, "path": path})
+    return sorted(gone, key=lambda g: g["path"])
+
+
 def read_note(path: Path, shown: str) -> NoteFile:
     """The notes file at ``path`` (absolute; ``shown``: as the user named it), read as UTF-8.
     Raises :class:`NoteReadError` saying why it cannot be imported."""
@@ -124,7 +160,10 @@ def read_note(path: Path, shown: str) -> NoteFile:
         size = path.stat().st_size
         if size > NOTE_MAX_BYTES:
             raise NoteReadError(f"{shown}: {size} bytes, a notes file is at most {NOTE_MAX_BYTES} (split it); not read")
-        return NoteFile(path, shown, path.read_text(encoding="utf-8"))
+        # utf-8-sig: the byte order mark Windows editors write first is no text of the note. NFC: an
+        # accent written as a combining mark (e + U+0301) is the same letter as é, and a name holding
+        # it must not be cut in two (the mark is no word character); names and quotes are NFC.
+        return NoteFile(path, shown, unicodedata.normalize("NFC", path.read_text(encoding="utf-8-sig")))
     except (OSError, UnicodeDecodeError) as exc:
         raise NoteReadError(f"{shown}: {exc}") from exc
 
@@ -214,10 +253,16 @@ async def import_note(note: NoteFile, env: NotesEnv) -> NoteResult:
     pending = existing.properties.get("contentHash") if existing is not None else None
     await anyio.to_thread.run_sync(env.unit.graph.upsert_node, note_node(note, content_hash=pending))
     keep = [u.content_hash for u in units]
+    referenced = {ref.target for ref in reduced.references}
 
     def on_commit() -> None:
         env.unit.graph.upsert_node(note_node(note, content_hash=note.content_hash))
         env.unit.chunks.prune_session(note.key, keep)
+        # A reference the file no longer writes goes, as its points do (only the file links rows to itself).
+        env.unit.graph.delete_edges(
+            (e.source, e.target, e.relationship) for e in env.unit.graph.edges_of(note.note_id)
+            if e.relationship == REFERENCED_BY and e.target == note.note_id and e.source not in referenced
+        )
 
     await env.resolver.prepare(reduced.nodes)
     committed = await anyio.to_thread.run_sync(

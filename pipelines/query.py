@@ -43,13 +43,14 @@ def turn_memory_ids(node: Node, edges: Iterable[Edge], points: Iterable[Mapping[
 @dataclass(frozen=True)
 class ViewCounts:
     """What :func:`node_view` cannot count from inputs cut to what ``show`` prints: the turns to
-    show (sorted ``memory:`` ids), the totals of semantic edges and turns, and the (first, last)
-    turn time of all the node's points."""
+    show (sorted ``memory:`` ids), the totals of semantic edges and turns, the (first, last)
+    turn time of all the node's points and how many sessions / notes files it came from."""
 
     turn_ids: Sequence[str]
     edges_total: int
     turns_total: int
     seen: tuple[str | None, str | None]
+    sources_total: int = 0
 
 
 def node_view(
@@ -91,17 +92,18 @@ def node_view(
                 "justification": edge.properties.get("justification"),
             }
         )
+    # Quotes and chunks by turn; a point without a turn (a notes file's) by its source.
     evidence: dict[str, list[str]] = {}
     chunks: dict[str, set[str]] = {}
     for point in points:
-        memory = _memory_id(point.get("memory"))
-        if memory is None:
+        place = _memory_id(point.get("memory")) or point.get("session")
+        if not isinstance(place, str) or not place:
             continue
         quote = point.get("evidence")
-        if isinstance(quote, str) and quote and quote not in evidence.setdefault(memory, []):
-            evidence[memory].append(quote)
-        if isinstance(point.get("chunk_id"), str):
-            chunks.setdefault(memory, set()).add(point["chunk_id"])
+        if isinstance(quote, str) and quote and quote not in evidence.setdefault(place, []):
+            evidence[place].append(quote)
+        if isinstance(point.get("chunk_id"), str) and point["chunk_id"]:
+            chunks.setdefault(place, set()).add(point["chunk_id"])
     turn_rows = []
     memories = list(counted.turn_ids) if counted else turn_memory_ids(node, edges, points)
     for memory in memories[:limit]:
@@ -123,7 +125,8 @@ def node_view(
         )
     turn_rows.sort(key=lambda t: (t["session"] or "", t["turn_index"] if t["turn_index"] is not None else -1, t["memory"]))
     sources = [
-        {"id": a, "label": neighbours[a].label if a in neighbours else SESSION_LABEL, "title": neighbours[a].name if a in neighbours else a}
+        {"id": a, "label": neighbours[a].label if a in neighbours else SESSION_LABEL, "title": neighbours[a].name if a in neighbours else a,
+         "evidence": evidence.get(a, []), "chunks": sorted(chunks.get(a, ()))}
         for a in sorted(anchors)
     ]
     properties = {k: v for k, v in node.properties.items() if k != "aliases"}
@@ -139,6 +142,8 @@ def node_view(
         "edges": sorted(semantic, key=lambda e: (-e["weight"], e["direction"] != "out", e["relationship"], e["node"]))[:limit],
         "edges_total": counted.edges_total if counted else len(semantic),
         "sources": sources,
+        # The sessions and notes files it came from; ``show`` prints the first ``limit``.
+        "sources_total": max(counted.sources_total, len(sources)) if counted else len(sources),
         "turns": turn_rows,
         "turns_total": counted.turns_total if counted else len(memories),
         "merged_from": list(merged_from),

@@ -43,6 +43,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, time
@@ -51,7 +52,7 @@ from typing import Any, Protocol
 from pipelines.chunker import estimate_tokens
 from pipelines.vocabulary import PROVENANCE_RELATIONSHIPS
 from store.ids import InvalidIdError, has_forbidden_characters, session_node_id
-from store.recall_index import FactRecord, Scope, SessionRecord, TurnRecord
+from store.recall_index import FactRecord, Scope, SessionRecord, TurnRecord, term_match
 
 MAX_QUERY_CHARS = 4_000
 MAX_TERMS = 24
@@ -212,7 +213,8 @@ class RecallResult:
 def query_terms(text: str) -> list[str]:
     """The searchable words of ``text`` (lower-cased, unique, in order, at most :data:`MAX_TERMS`);
     stop words and single letters are dropped unless nothing else is left."""
-    words = list(dict.fromkeys(w.casefold() for w in _WORD.findall(text) if len(w) <= 64))
+    # Composed first: a combining accent is no word character, so "cafe" + U+0301 was the word "cafe".
+    words = list(dict.fromkeys(w.casefold() for w in _WORD.findall(unicodedata.normalize("NFC", text)) if len(w) <= 64))
     kept = [w for w in words if w not in STOPWORDS and (len(w) > 1 or w.isdigit())] or words
     return kept[:MAX_TERMS]
 
@@ -235,8 +237,9 @@ def selective_terms(terms: Sequence[str], counts: dict[str, int], budget: int = 
 
 def match_expression(terms: Sequence[str]) -> str | None:
     """An FTS5 query matching any of ``terms``, each a quoted string (so ``"``, ``*``, ``NEAR``,
-    ``-`` or ``AND`` in a query are words, never syntax); ``None`` without terms."""
-    return " OR ".join('"' + t.replace('"', '""') + '"' for t in terms) or None
+    ``-`` or ``AND`` in a query are words, never syntax) in each of its spellings
+    (:func:`store.recall_index.term_match`); ``None`` without terms."""
+    return " OR ".join(term_match(t) for t in terms) or None
 
 
 def parse_as_of(value: str | None) -> str | None:
@@ -622,12 +625,14 @@ def recall(
 
 # --- output --------------------------------------------------------------------------------
 def fact_item(fact: FactRecord) -> dict[str, Any]:
+    """A fact as readers get it; each quote with its turn (``memory_id``) and its ``session_id``: the
+    session, or the notes file (``note:<id>``, which has no turns) it came from."""
     return {
         "id": fact.node_id, "label": fact.label, "name": fact.name, "description": fact.description,
-        "evidence": fact.evidence, "memory_id": fact.memory_id or None,
+        "evidence": fact.evidence, "memory_id": fact.memory_id or None, "session_id": fact.anchor or None,
         "edges": [
             {"source": e.source, "relationship": e.relationship, "target": e.target, "other": e.other_name,
-             "strength": e.places, "evidence": e.evidence, "memory_id": e.memory_id or None}
+             "strength": e.places, "evidence": e.evidence, "memory_id": e.memory_id or None, "session_id": e.anchor or None}
             for e in fact.edges
         ],
     }
@@ -666,6 +671,18 @@ def pack_entity(fact: dict[str, Any], turns: list[dict[str, Any]], *, budget_tok
             "budget_tokens": budget_tokens}
 
 
+def pack_nodes(nodes: list[dict[str, Any]], *, budget_tokens: int) -> dict[str, Any]:
+    """Entities (``fact_item`` dicts, best first) packed into ``budget_tokens`` as :func:`recall`
+    packs its facts: each whole, in order, while it fits; one that does not is listed in
+    ``omitted`` (``kind`` ``node``, ``id``, ``tokens``) and a smaller one after it may still fit."""
+    if not 1 <= budget_tokens <= MAX_BUDGET_TOKENS:
+        raise RecallInputError(f"budget_tokens must be 1..{MAX_BUDGET_TOKENS}, not {budget_tokens}")
+    result = RecallResult(budget_tokens=budget_tokens)
+    _pack(result, facts=nodes, turns=[], sessions=[])
+    return {"nodes": result.facts, "omitted": [{**o, "kind": "node"} for o in result.omitted],
+            "used_tokens": result.used_tokens, "budget_tokens": budget_tokens}
+
+
 def _pack(result: RecallResult, *, facts: list[dict[str, Any]], turns: list[dict[str, Any]], sessions: list[dict[str, Any]]) -> None:
     """Greedy packing in priority order — the best fact, then turns and facts alternating by rank,
     then sessions — into ``result.budget_tokens``. A turn that does not fit whole is cut to fit
@@ -686,7 +703,8 @@ def _pack(result: RecallResult, *, facts: list[dict[str, Any]], turns: list[dict
             getattr(result, kind).append(item)
             left -= cost
         else:
-            result.omitted.append({"kind": kind[:-1], "id": item.get("memory_id") or item.get("id"), "tokens": cost})
+            # A turn is named by its memory_id; a fact (whose memory_id is its quote's turn) and a session by their id.
+            result.omitted.append({"kind": kind[:-1], "id": item["memory_id"] if kind == "turns" else item["id"], "tokens": cost})
     result.used_tokens = result.budget_tokens - left
 
 

@@ -148,14 +148,16 @@ class GraphStore:
         )
         return [_edge(r) for r in rows], total
 
-    def edge_targets(self, node_id: str, relationship: str, *, limit: int | None) -> list[str]:
+    def edge_targets(self, node_id: str, relationship: str, *, limit: int | None) -> tuple[list[str], int]:
         """The first ``limit`` targets (sorted; all when ``None``) of ``node_id``'s ``relationship``
-        edges (index reads only)."""
+        edges, and how many there are (index reads only)."""
+        nid = normalize_graph_node_id(node_id)
         rows = self.db.query(
             "SELECT target FROM edges WHERE source = ? AND relationship = ? ORDER BY target LIMIT ?",
-            (normalize_graph_node_id(node_id), relationship, UNLIMITED if limit is None else limit),
+            (nid, relationship, UNLIMITED if limit is None else limit),
         )
-        return [r[0] for r in rows]
+        total = self.db.query("SELECT COUNT(*) FROM edges WHERE source = ? AND relationship = ?", (nid, relationship))[0][0]
+        return [r[0] for r in rows], int(total)
 
     def count_edges_touching(self, node_ids: Iterable[str]) -> int:
         """How many edges have an end among ``node_ids`` (counted by index, no document read)."""

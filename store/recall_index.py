@@ -14,6 +14,7 @@ FTS match expressions come from the caller already built out of quoted terms
 from __future__ import annotations
 
 import json
+import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -73,6 +74,7 @@ class FactEdge:
     places: int
     evidence: str
     memory_id: str
+    anchor: str = ""  # the session (``session:<id>``) or notes file (``note:<id>``) the quote came from
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +86,7 @@ class FactRecord:
     evidence: str
     memory_id: str
     edges: list[FactEdge] = field(default_factory=list)
+    anchor: str = ""  # the session or notes file of ``evidence`` (a notes file has no ``memory_id``)
 
 
 # Visibility fragments; every one takes the parameters (sessions_json, sessions_json) or (as_of, as_of).
@@ -100,9 +103,15 @@ def _known(col: str, scope: Scope) -> tuple[str, tuple[Any, ...]]:
     return _KNOWN_BY.format(col=col), (scope.as_of, scope.as_of)
 
 
-def _quoted(term: str) -> str:
-    """``term`` as an FTS match expression of that one word (a quoted string: never syntax)."""
-    return '"' + term.replace('"', '""') + '"'
+_ANCHOR_AND_MEMORY = "anchor || ' ' || memory_id"
+
+
+def term_match(term: str) -> str:
+    """``term`` as an FTS match expression of that one word (quoted strings: never syntax), in its
+    composed and decomposed spellings (``café`` is one character or ``e`` + U+0301): PostgreSQL's
+    text search indexes each as written, where SQLite's tokenizer folds accents away."""
+    spellings = dict.fromkeys(unicodedata.normalize(form, term) for form in ("NFC", "NFD"))
+    return " OR ".join('"' + spelling.replace('"', '""') + '"' for spelling in spellings)
 
 
 class RecallIndex:
@@ -188,7 +197,7 @@ class RecallIndex:
         fts = self.db.dialect
         sql = (f"SELECT COUNT(*) FROM (SELECT 1 FROM {fts.fts_index_source('recall_turns', 't')} "
                f"WHERE {fts.fts_match('recall_turns', 't')} LIMIT ?) AS hits")
-        return {term: self.db.query(sql, (_quoted(term), cap + 1))[0][0] for term in terms}
+        return {term: self.db.query(sql, (term_match(term), cap + 1))[0][0] for term in terms}
 
     # --- keyword -------------------------------------------------------------------------
     def keyword_turns(self, match: str, scope: Scope, *, limit: int, ranked: bool = True) -> list[str]:
@@ -226,7 +235,7 @@ class RecallIndex:
         fts = self.db.dialect
         sql = (f"SELECT t.session_id, COUNT(*) FROM {fts.fts_source('recall_turns', 't')} "
                f"WHERE {fts.fts_match('recall_turns', 't')} AND {visible} AND {known} GROUP BY t.session_id")
-        return {term: {r[0]: r[1] for r in self.db.query(sql, (_quoted(term), *vp, *kp))} for term in terms}
+        return {term: {r[0]: r[1] for r in self.db.query(sql, (term_match(term), *vp, *kp))} for term in terms}
 
     def term_turns(self, terms: Sequence[str], scope: Scope, *, sessions: Sequence[str]) -> dict[str, list[tuple[str, str, int | None]]]:
         """For each term, the visible turns of ``sessions`` that contain it: ``[(memory_id, session_id, turn_index)]``."""
@@ -237,7 +246,7 @@ class RecallIndex:
                f"WHERE {fts.fts_match('recall_turns', 't')} AND t.session_id IN (SELECT value FROM json_each(?)) "
                f"AND {visible} AND {known}")
         wanted = json.dumps(list(sessions))
-        return {term: [(r[0], r[1], r[2]) for r in self.db.query(sql, (_quoted(term), wanted, *vp, *kp))] for term in terms}
+        return {term: [(r[0], r[1], r[2]) for r in self.db.query(sql, (term_match(term), wanted, *vp, *kp))] for term in terms}
 
     def session_lengths(self, session_ids: Sequence[str]) -> dict[str, int]:
         """How many turns each session has in the whole index (a ranking statistic, like
@@ -389,7 +398,7 @@ class RecallIndex:
             points = []
             for with_evidence in ("evidence != ''", "evidence = ''"):
                 points = self.db.query(
-                    f"SELECT memory_id, evidence FROM node_points WHERE node_id = ? AND {with_evidence} "
+                    f"SELECT memory_id, evidence, anchor FROM node_points WHERE node_id = ? AND {with_evidence} "
                     f"AND {point_visible} AND {point_known} ORDER BY observed_at, memory_id LIMIT 1",
                     (node_id, *pvp, *pkp),
                 )
@@ -407,10 +416,12 @@ class RecallIndex:
                 (node_id, *cvp, scope.as_of, *ckp),
             )
             description = best[0][0] if best else ""
+            # The quote's turn and source as one value, so that both come from one row (PostgreSQL
+            # picks each aggregate's row among equal quotes on its own; ids hold no space).
             edges = self.db.query(
                 "SELECT source, target, relationship, COUNT(DISTINCT anchor || ' ' || CASE WHEN memory_id != '' "
                 f"THEN memory_id ELSE chunk_id END) AS places, MAX(evidence) AS evidence, "
-                f"{self.db.dialect.value_at_max('memory_id', 'evidence')} AS memory_id "
+                f"{self.db.dialect.value_at_max(_ANCHOR_AND_MEMORY, 'evidence')} AS quoted "
                 "FROM edge_points WHERE (source = ? OR target = ?) AND relationship NOT IN (SELECT value FROM json_each(?)) "
                 f"AND {point_visible} AND {point_known} "
                 "GROUP BY source, target, relationship ORDER BY places DESC, relationship, source, target LIMIT ?",
@@ -426,13 +437,14 @@ class RecallIndex:
             fact_edges = []
             for e in edges:
                 other = e["target"] if e["source"] == node_id else e["source"]
+                anchor, _, memory_id = (e["quoted"] or "").partition(" ")
                 fact_edges.append(
                     FactEdge(e["source"], e["target"], e["relationship"], other, names.get(other, other), e["places"],
-                             e["evidence"] or "", e["memory_id"] or "")
+                             e["evidence"] or "", memory_id, anchor)
                 )
             records.append(
                 FactRecord(node[0]["id"], node[0]["label"], node[0]["name"], description, points[0]["evidence"],
-                           points[0]["memory_id"], fact_edges)
+                           points[0]["memory_id"], fact_edges, points[0]["anchor"])
             )
         return records
 

@@ -87,7 +87,7 @@ async def test_show_node_with_turns_and_evidence(graph_settings: Settings) -> No
         ("in", "RELATES_TO", "METHOD:drain"),
         ("in", "RELATES_TO", "FILE:pipelines/chunker.py"),
     }
-    assert view["sources"] == [{"id": "session:s1", "label": "SESSION", "title": "Fix the lazy edge queue drain"}]
+    assert view["sources"] == [{"id": "session:s1", "label": "SESSION", "title": "Fix the lazy edge queue drain", "evidence": [], "chunks": []}]
     assert await show_node(graph_settings, "CLASS:Nope") is None
 
 

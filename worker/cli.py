@@ -14,6 +14,7 @@ import stat
 import tempfile
 from importlib.metadata import PackageNotFoundError, version
 import sys
+import unicodedata
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -165,7 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
     what = forget.add_mutually_exclusive_group(required=True)
     what.add_argument("--session", metavar="ID", help="a session id")
     what.add_argument("--memory", metavar="ID", help="a memory (turn) id, with or without memory:")
-    what.add_argument("--note", metavar="PATH", help="an imported notes file, by the path it was imported from")
+    what.add_argument("--note", metavar="PATH", help="an imported notes file: the path it was imported from, or its note:<id>")
     forget.add_argument("--dry-run", action="store_true", help="report what would be removed; change nothing")
     notes = add_command(sub, "import-notes", common, "extract Markdown/text notes files into the graph")
     notes.add_argument("paths", nargs="+", metavar="PATH", help="files, or folders searched for *.md / *.txt")
@@ -488,7 +489,8 @@ async def cmd_show(settings: Settings, args: argparse.Namespace) -> int:
     if view is None:
         # Not an id: an exact (case-insensitive) name or alias of exactly one node is good enough.
         hits = await anyio.to_thread.run_sync(lambda: search_graph(settings, args.node_id, limit=20, as_of=args.as_of))
-        exact = [h for h in hits if args.node_id.casefold() in {a.casefold() for a in [h["name"], *h["aliases"]]}]
+        named = unicodedata.normalize("NFC", args.node_id).casefold()  # names are NFC: e + U+0301 is é
+        exact = [h for h in hits if named in {a.casefold() for a in [h["name"], *h["aliases"]]}]
         view = await show_node(settings, exact[0]["id"], limit=args.limit or None, as_of=args.as_of) if len(exact) == 1 else None
         if view is None:
             suggestions = ", ".join(h["id"] for h in (exact or hits)[:10])
@@ -597,7 +599,9 @@ async def cmd_forget(settings: Settings, args: argparse.Namespace, progress: Com
             kept_out = report.get("tombstone") and not report["dry_run"]
             print(f"{report['kind']} {report['id']} is not in the graph: {done}" + (
                 f"; tombstoned, so no cycle ingests it from Chroma (check the id if you meant a {report['kind']} of the "
-                "graph: rem-cycle search)" if kept_out else ""))
+                "graph: rem-cycle search)" if kept_out else "") + (
+                f" ({args.note} is read from the working directory: a file imported from elsewhere, or since moved, is "
+                "named by the note:<id> that import-notes and show print)" if args.note and args.note != report["id"] else ""))
             return
         verb = "would remove" if report["dry_run"] else "removed"
         print(
@@ -622,12 +626,18 @@ async def cmd_import_notes(settings: Settings, args: argparse.Namespace) -> int:
         return EXIT_BUSY
 
     def text() -> None:
+        from worker.views import printable  # a file name may hold what a terminal acts on
+
         for item in report["files"]:
             detail = f"{item['nodes_written']} nodes, {item['edges_written']} edges written" if item["status"] == "imported" else item["error"] or ""
-            print(f"{item['status']:9} {item['path']} ({item['note_id']}) {detail}".rstrip())
+            print(printable(f"{item['status']:9} {item['path']} ({item['note_id']}) {detail}".rstrip()))
         for error in report["errors"]:
-            print(f"error     {error}", file=sys.stderr)
-        print(f"{report['imported']} imported, {report['unchanged']} unchanged, {report['failed']} failed")
+            print(printable(f"error     {error}"), file=sys.stderr)
+        for gone in report["gone"]:
+            print(f"gone      {printable(gone['path'])} ({gone['note_id']}) is no longer there; what it said stays until "
+                  f"rem-cycle forget --note {gone['note_id']}")
+        print(f"{report['imported']} imported, {report['unchanged']} unchanged, {report['failed']} failed"
+              + (f", {len(report['gone'])} gone" if report["gone"] else ""))
 
     _emit(args, report, text)
     return EXIT_OK if not report["failed"] and not report["errors"] else EXIT_FAILED

@@ -4,6 +4,8 @@ communities, the query surface (show/search) and unmerge."""
 from __future__ import annotations
 
 import copy
+import os
+import unicodedata
 from collections.abc import AsyncIterator, Collection, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
@@ -28,7 +30,7 @@ from pipelines.identity import Auditor, NodeRef
 from pipelines.judge import ModelJudge
 from pipelines.query import ViewCounts, node_view, search_row, turn_memory_ids
 from pipelines.resolver import GraphResolver, KeptIndex, node_refs
-from pipelines.vocabulary import ANCHOR_LABELS, DISCUSSED_IN, PROVENANCE_RELATIONSHIPS
+from pipelines.vocabulary import ANCHOR_LABELS, DISCUSSED_IN, NOTE_LABEL, PROVENANCE_RELATIONSHIPS
 from store.chroma import ChromaStore, ChromaStoreError
 from store.communities import CommunityStore
 from store.backend import database_exists, database_location, open_database
@@ -273,7 +275,9 @@ async def refresh_communities_when_due(db: Database, *, namer: Namer | None = No
 
 def search_graph(settings: Settings, text: str, *, limit: int = 50, label: str | None = None, as_of: str | None = None) -> list[dict[str, Any]]:
     """Knowledge nodes whose name or alias contains ``text`` (case-insensitive), best first; with
-    ``as_of``, those known then, as they were then (their aliases of then are not searched)."""
+    ``as_of``, those known then, as they were then (their aliases of then are not searched). The
+    text is composed first (NFC), as names and aliases are: ``e`` + U+0301 is ``é``."""
+    text = unicodedata.normalize("NFC", text)
     with open_graph_db(settings) as db:
         nodes = GraphStore(db).search_nodes(text, limit=limit, exclude_labels=ANCHOR_LABELS, label=label)
         if as_of is not None:
@@ -301,12 +305,15 @@ def _load_shown(db: Database, loaded: _Loaded, node_id: str, limit: int | None) 
     semantic, edges_total = graph.heaviest_edges_of(
         node_id, exclude_relationships=PROVENANCE_RELATIONSHIPS, exclude_labels=ANCHOR_LABELS, limit=limit
     )
-    anchors = graph.edge_targets(node_id, DISCUSSED_IN, limit=limit)
+    anchors, sources_total = graph.edge_targets(node_id, DISCUSSED_IN, limit=limit)
     turn_ids, turns_total = provenance.turn_memories(node_id, limit=limit)
     loaded.edges = semantic + [Edge(node_id, a, DISCUSSED_IN, 1.0) for a in anchors]
     loaded.neighbours = graph.get_nodes({e.source for e in semantic} | {e.target for e in semantic} | set(anchors))
-    loaded.points = [p.as_dict() for p in provenance.node_turn_points(node_id, turn_ids)]
-    loaded.counted = ViewCounts(turn_ids, edges_total, turns_total, provenance.node_seen(node_id))
+    # A notes file has no turns: its quotes are shown under it, from its points (the file's size bounds them).
+    notes = [a for a in anchors if a in loaded.neighbours and loaded.neighbours[a].label == NOTE_LABEL]
+    file_points = [p for a in notes for p in provenance.node_anchor_points(node_id, a) if not p.memory]
+    loaded.points = [p.as_dict() for p in [*provenance.node_turn_points(node_id, turn_ids), *file_points]]
+    loaded.counted = ViewCounts(turn_ids, edges_total, turns_total, provenance.node_seen(node_id), sources_total)
 
 
 def _load_node(settings: Settings, node_id: str, as_of: str | None = None, limit: int | None = None) -> _Loaded:
@@ -390,28 +397,27 @@ def merge_node(settings: Settings, merged_id: str, into_id: str) -> int:
 def forget(settings: Settings, *, session: str | None = None, memory: str | None = None, note: str | None = None,
            dry_run: bool = False) -> dict[str, Any]:
     """``forget``: one session, turn or imported notes file out of the graph (see :mod:`pipelines.forget`)."""
-    from pathlib import Path
-
     from pipelines.forget import forget_memory, forget_note, forget_session
-    from pipelines.notes import NoteFile
+    from pipelines.notes import note_anchor
 
     with open_graph_db(settings) as db:
         if session is not None:
             return forget_session(DatabaseUnitOfWork(db), session, dry_run=dry_run)
         if memory is not None:
             return forget_memory(DatabaseUnitOfWork(db), row_suffix(memory) if memory.lower().startswith("memory:") else memory, dry_run=dry_run)
-        file = NoteFile(Path(note or "").resolve(), note or "", "")
-        return forget_note(DatabaseUnitOfWork(db), file.note_id, file.key, dry_run=dry_run)
+        note_id, key = note_anchor(note or "")
+        return forget_note(DatabaseUnitOfWork(db), note_id, key, dry_run=dry_run)
 
 
 async def import_notes(settings: Settings, paths: list[str]) -> dict[str, Any]:
     """``import-notes``: every Markdown/text file named or under the folders named, through the
     extraction path with the file as provenance anchor (see :mod:`pipelines.notes`)."""
     from datetime import UTC, datetime
+    from pathlib import Path
 
     from pipelines.extract.llm import OpenAIExtractor
     from pipelines.extract.workflow import open_extractor
-    from pipelines.notes import NoteReadError, NotesEnv, find_note_paths, import_note, read_note
+    from pipelines.notes import NoteReadError, NotesEnv, find_note_paths, import_note, read_note, vanished
 
     files, errors = await anyio.to_thread.run_sync(find_note_paths, paths)
     db = await anyio.to_thread.run_sync(open_database, settings)
@@ -434,7 +440,9 @@ async def import_notes(settings: Settings, paths: list[str]) -> dict[str, Any]:
                     errors.append(str(exc))
                     continue
                 results.append((await import_note(note, env)).as_dict())
+            folders = [Path(p).resolve() for p in paths if Path(p).is_dir()]
+            notes = await anyio.to_thread.run_sync(GraphStore(db).nodes_by_label, NOTE_LABEL) if folders else []
     finally:
         db.close()
     counts = {status: sum(1 for r in results if r["status"] == status) for status in ("imported", "unchanged", "failed")}
-    return {"files": results, "errors": errors, **counts}
+    return {"files": results, "errors": errors, **counts, "gone": vanished(notes, folders, (path for path, _ in files), exists=os.path.lexists)}

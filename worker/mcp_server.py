@@ -12,7 +12,9 @@ from __future__ import annotations
 import errno
 import hmac
 import ipaddress
+import json
 import os
+import re
 import socket
 import sys
 import threading
@@ -108,12 +110,18 @@ def build_server(settings: Settings) -> MCPServer:
         user: User = None,
         as_of: AsOf = None,
         limit: Annotated[int, Field(description="At most this many entities.", ge=1, le=MAX_LIMIT)] = 10,
+        budget_tokens: Annotated[int, Field(
+            description="Pack the answer into about this many tokens: the best entities whole, in order; those that do "
+            "not fit are listed in `omitted`.", ge=1, le=MAX_BUDGET_TOKENS,
+        )] = settings.recall_budget_tokens,
     ) -> dict[str, Any]:
         """Find entities of the knowledge graph (concepts, classes, methods, files, issues, people, decisions…)
         whose name, aliases or description match the query; each with its description, the quote and turn
-        (memory_id) it was first seen in, and its strongest relations. Use the returned `id` with show_node."""
+        (memory_id) it was first seen in, and its strongest relations, within a token budget. Use the returned
+        `id` with show_node."""
         return await _answer(lambda: anyio.to_thread.run_sync(
-            lambda: search_nodes(settings, query, user=scoped_user(user), as_of=parse_as_of(as_of), limit=limit)
+            lambda: search_nodes(settings, query, user=scoped_user(user), as_of=parse_as_of(as_of), limit=limit,
+                                 budget_tokens=budget_tokens)
         ))
 
     async def show_node_tool(
@@ -127,7 +135,8 @@ def build_server(settings: Settings) -> MCPServer:
         )] = settings.recall_budget_tokens,
     ) -> dict[str, Any]:
         """Everything known about one entity: description, relations (strongest first, each with its evidence
-        quote and memory_id) and the turns it was mentioned in, verbatim, within a token budget."""
+        quote and memory_id) and the turns it was mentioned in (the 20 where it is most cited; `turns_total`
+        says how many there are), verbatim, within a token budget."""
         async def shown() -> dict[str, Any]:
             view = await anyio.to_thread.run_sync(
                 lambda: show_node(settings, node_id, user=scoped_user(user), as_of=parse_as_of(as_of),
@@ -218,6 +227,34 @@ def rebinding_guard(host: str) -> TransportSecuritySettings | None:
     )
 
 
+_ESCAPED_SURROGATE = re.compile(r"\\u[dD][89a-fA-F]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def well_formed(line: str) -> str:
+    """``line`` (one JSON-RPC message) with each lone surrogate its JSON escapes spell (``"\\ud800"``,
+    half of an emoji a client cut) replaced by U+FFFD, as the bytes that are not UTF-8 are. The SDK's
+    parser refuses such a line and, over stdio, answers nothing: the client waited for ever for that
+    call. Other lines are returned as they are (pairs of escapes decode to one character)."""
+    if not _ESCAPED_SURROGATE.search(line):
+        return line
+    try:
+        message = json.loads(line)
+    except ValueError:
+        return line  # not JSON: the SDK says so
+
+    def replaced(value: Any) -> Any:
+        if isinstance(value, str):
+            return _SURROGATE.sub("\ufffd", value)
+        if isinstance(value, list):
+            return [replaced(v) for v in value]
+        if isinstance(value, dict):
+            return {replaced(k): replaced(v) for k, v in value.items()}
+        return value
+
+    return json.dumps(replaced(message)) + "\n"
+
+
 class StdinLines:
     """The lines of file descriptor ``fd`` (stdin) for the SDK's stdio transport, read by a daemon
     thread.
@@ -242,7 +279,7 @@ class StdinLines:
 
     def _pump(self, token: Any) -> None:
         def emit(line: bytes) -> None:
-            anyio.from_thread.run(self.send.send, line.decode("utf-8", errors="replace"), token=token)
+            anyio.from_thread.run(self.send.send, well_formed(line.decode("utf-8", errors="replace")), token=token)
 
         try:
             parts: list[bytes] = []

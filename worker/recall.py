@@ -20,6 +20,7 @@ from pipelines.recall import (
     fact_item,
     match_expression,
     pack_entity,
+    pack_nodes,
     query_terms,
     recall,
     turn_item,
@@ -31,10 +32,13 @@ from store.backend import database_exists, database_location, open_database
 from store.errors import QueryInterruptedError
 from store.graph import GraphStore
 from store.ids import InvalidIdError, normalize_graph_node_id
+from store.merges import MergeStore
 from store.recall_index import RecallIndex, Scope
 from worker.knowledge import NoGraphError
 
 _SHOW_TURNS = 20
+# How many recorded merges show_node follows from the id it was given (a merged node merged again).
+_MERGE_HOPS = 5
 # A recall that has not finished by then is stopped (SQLite interrupts it): a pathological query or
 # a huge graph costs the caller an error, never a worker thread held for minutes.
 RECALL_DEADLINE_SECONDS = 10.0
@@ -117,23 +121,28 @@ async def run_recall(settings: Settings, request: RecallRequest, *, chroma: Chro
     return await anyio.to_thread.run_sync(answer)
 
 
-def search_nodes(settings: Settings, query: str, *, user: str | None = None, as_of: str | None = None, limit: int = 10) -> dict[str, Any]:
+def search_nodes(settings: Settings, query: str, *, user: str | None = None, as_of: str | None = None, limit: int = 10,
+                 budget_tokens: int | None = None) -> dict[str, Any]:
     """Knowledge nodes matching ``query`` (names, aliases, descriptions), each with its facts, in
-    ``user``'s scope."""
-    request = RecallRequest(query=query, user=user, as_of=as_of, limit=min(max(limit, 1), MAX_LIMIT))
+    ``user``'s scope, packed into ``budget_tokens`` (default ``REM_RECALL_BUDGET_TOKENS``) as recall
+    packs its facts (:func:`pipelines.recall.pack_nodes`): a node's description and quotes can be
+    long, and ``limit`` of them are no bound on what a caller's context receives."""
+    budget = settings.recall_budget_tokens if budget_tokens is None else budget_tokens
+    request = RecallRequest(query=query, user=user, as_of=as_of, limit=min(max(limit, 1), MAX_LIMIT), budget_tokens=budget)
     terms = validate(request)
     match = match_expression(terms)
     with open_index(settings) as index:
         scope = _scope(index, user=user, as_of=as_of)
         ids = index.matching_nodes(match, scope, limit=request.limit) if match else []
         facts = index.facts(ids, scope, exclude_relationships=PROVENANCE_RELATIONSHIPS, edges_per_node=5)
-    return {"query": query, "terms": query_terms(query), "nodes": [fact_item(f) for f in facts]}
+    return {"query": query, "terms": query_terms(query), **pack_nodes([fact_item(f) for f in facts], budget_tokens=budget)}
 
 
 def show_node(settings: Settings, node_id: str, *, user: str | None = None, as_of: str | None = None,
               budget_tokens: int | None = None) -> dict[str, Any] | None:
     """One node in ``user``'s scope: its facts, strongest edges and the turns it came from; ``None``
-    when it does not exist or is out of scope (the two are not told apart). With ``budget_tokens``,
+    when it does not exist or is out of scope (the two are not told apart). A node merged into
+    another is that one (``redirected_from``: the id asked for), as ``rem-cycle show`` shows it. With ``budget_tokens``,
     packed into it (:func:`pipelines.recall.pack_entity`): a node's turns are verbatim, and 20 tool
     outputs of a popular node can be megabytes."""
     try:
@@ -141,17 +150,29 @@ def show_node(settings: Settings, node_id: str, *, user: str | None = None, as_o
     except InvalidIdError as exc:
         raise RecallInputError(str(exc)) from exc
 
+    asked = node_id
     with open_index(settings) as index:
         scope = _scope(index, user=user, as_of=as_of)
         facts = index.facts([node_id], scope, exclude_relationships=PROVENANCE_RELATIONSHIPS, edges_per_node=20)
+        merges = MergeStore(index.db)
+        for _ in range(_MERGE_HOPS):  # an id a caller kept from before a merge: the node it was merged into, as `show` does
+            if facts:
+                break
+            onward = merges.records(merged_id=node_id, active=True, limit=1)
+            if not onward:
+                return None
+            node_id = onward[0].into_id
+            facts = index.facts([node_id], scope, exclude_relationships=PROVENANCE_RELATIONSHIPS, edges_per_node=20)
         if not facts:
             return None
-        grounding = index.grounding_turns([node_id], scope).get(node_id, [])[:_SHOW_TURNS]
-        turns = index.turns([m for m, _ in grounding], scope)
-    shown = [turn_item(turns[m], float(n), ["entities"]) for m, n in grounding if m in turns]
+        grounding = index.grounding_turns([node_id], scope).get(node_id, [])
+        turns = index.turns([m for m, _ in grounding[:_SHOW_TURNS]], scope)
+    shown = [turn_item(turns[m], float(n), ["entities"]) for m, n in grounding[:_SHOW_TURNS] if m in turns]
+    # The turns beyond the first 20 are neither shown nor omitted for the budget: their number says they exist.
+    entity = {**fact_item(facts[0]), "redirected_from": asked if asked != node_id else None, "turns_total": len(grounding)}
     if budget_tokens is not None:
-        return pack_entity(fact_item(facts[0]), shown, budget_tokens=budget_tokens)
-    return {**fact_item(facts[0]), "turns": shown}
+        return pack_entity(entity, shown, budget_tokens=budget_tokens)
+    return {**entity, "turns": shown}
 
 
 def _scope(index: RecallIndex, *, user: str | None, as_of: str | None) -> Scope:

@@ -2,16 +2,33 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
 
 from rich.console import Console
-from rich.markup import escape
+from rich.markup import escape as escape_markup
 from rich.table import Table
 
 from worker.report import output_console
 
 TURN_TEXT_CHARS = 400
+# What a terminal acts on instead of showing: control characters but line feed and tab (an escape
+# sequence in a turn's tool output or a file name can clear the screen, retitle the window or write
+# the clipboard; a carriage return overwrites the line) and the bidirectional overrides and
+# isolates (text that reads other than it is stored).
+_UNPRINTABLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(text: str) -> str:
+    """``text`` with each character a terminal would act on written as its escape (``\\x1b``,
+    ``\\u202e``), as GraphML writes them; ``--json`` carries them as JSON escapes."""
+    return _UNPRINTABLE.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}", text)
+
+
+def escape(text: str) -> str:
+    """``text`` for a rich console: :func:`printable`, and rich's markup characters escaped."""
+    return escape_markup(printable(text))
 
 
 def print_search(rows: Sequence[dict[str, Any]], text: str) -> None:
@@ -68,6 +85,9 @@ def print_node(view: dict[str, Any]) -> None:
     _more(console, view, "edges")
     for source in view["sources"]:
         console.print(f"from {source['label'].lower()} {escape(source['id'])}: {escape(source['title'])}")
+        for quote in source.get("evidence", []):  # a notes file's quotes (it has no turns)
+            console.print(f'  [green]evidence:[/green] "{escape(quote)}"')
+    _more(console, view, "sources")
     if view.get("turns_error"):
         console.print(f"[yellow]turn texts unavailable: {escape(view['turns_error'])}[/yellow]")
     for turn in view["turns"]:
@@ -85,7 +105,7 @@ def print_node(view: dict[str, Any]) -> None:
 
 
 def _more(console: Console, view: dict[str, Any], what: str) -> None:
-    """``… N more edges/turns`` when ``show`` printed only the first ones."""
+    """``… N more edges/sources/turns`` when ``show`` printed only the first ones."""
     hidden = view.get(f"{what}_total", 0) - len(view[what])
     if hidden > 0:
         console.print(f"… {hidden} more {what} (rem-cycle show {escape(view['id'])} --limit 0 for all)")
@@ -100,7 +120,7 @@ def print_recall(answer: dict[str, Any]) -> None:
         console.print(f"[bold]{escape(fact['name'])}[/bold] ({escape(fact['id'])}) {escape(fact['description'])}")
         for edge in fact["edges"]:
             console.print(f"  {escape(edge['relationship'])} {escape(edge['other'])} ×{edge['strength']}: "
-                          f"“{escape(edge['evidence'])}” ({escape(edge['memory_id'] or '-')})")
+                          f"“{escape(edge['evidence'])}” ({escape(edge['memory_id'] or edge.get('session_id') or '-')})")
     for turn in answer["turns"]:
         text = " ".join(turn["text"].split())
         shown = text if len(text) <= TURN_TEXT_CHARS else text[:TURN_TEXT_CHARS] + "…"

@@ -244,8 +244,19 @@ def plan_commit(
     target_of = {node.id: matches.get(node.id, node.id) for node in reduced.nodes}
     plan.linked_existing = sum(1 for old_id, new_id in target_of.items() if old_id != new_id)
 
-    def row(point: Point) -> PointRow:
+    # A point without a turn (a notes file's: its time is the import's) that this anchor already
+    # had — the same node or edge, the same quote — keeps the time it was first observed, so that
+    # re-importing an edited file does not move what the file said before to now (``--as-of``).
+    earlier: dict[tuple[object, str], str] = {}
+    for owner, old_point in [*((r.node_id, r.point) for r in old.node_points), *((r.key, r.point) for r in old.edge_points)]:
+        if not old_point.memory and old_point.observed_at:
+            at = (owner, old_point.evidence)
+            earlier[at] = min(earlier.get(at, old_point.observed_at), old_point.observed_at)
+
+    def row(point: Point, owner: object) -> PointRow:
         time = observed_at.get(point.memory) or observed_at.get(point.chunk_id)
+        if not point.memory:
+            time = earlier.get((owner, point.evidence), time)
         return PointRow(anchor, point.memory, point.chunk_id, point.evidence, time)
 
     # --- nodes: claims, points, facts
@@ -258,7 +269,7 @@ def plan_commit(
         new_claims.setdefault(target, []).append(facts)
         spellings.setdefault(target, []).append(node.name)
         plan.node_points.extend(
-            NodePointRow(target, point, node.id, merge_of.get(node.id)) for point in sorted({row(p) for p in node.provenance})
+            NodePointRow(target, point, node.id, merge_of.get(node.id)) for point in sorted({row(p, target) for p in node.provenance})
         )
     labels = {target_of[node.id]: node.type for node in reduced.nodes}
     old_claims: dict[str, list[NodeFacts]] = {}
@@ -328,7 +339,7 @@ def plan_commit(
             continue
         merge_id = merge_of.get(edge.source) or merge_of.get(edge.target)
         new_edge_points.setdefault(key, []).extend(
-            EdgePointRow(key, row(p), edge.source, edge.target, merge_id, edge.reason(p)) for p in sorted(set(edge.provenance))
+            EdgePointRow(key, row(p, key), edge.source, edge.target, merge_id, edge.reason(p)) for p in sorted(set(edge.provenance))
         )
         justification.setdefault(key, set()).update(j for j in edge.justification.split("; ") if j)
     old_edge_points: dict[EdgeKey, list[PointRow]] = {}
