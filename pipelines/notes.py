@@ -264,7 +264,7 @@ async def import_note(note: NoteFile, env: NotesEnv) -> NoteResult:
             if e.relationship == REFERENCED_BY and e.target == note.note_id and e.source not in referenced
         )
 
-    await env.resolver.prepare(reduced.nodes)
+    await env.resolver.prepare(reduced.nodes, session=note.note_id)  # forget --note takes its verdicts
     committed = await anyio.to_thread.run_sync(
         partial(
             commit_session, reduced, unit=env.unit, graph_index=None, on_commit=on_commit,

@@ -167,3 +167,34 @@ async def test_a_question_the_model_could_not_answer_is_kept_by_nobody_and_asked
             assert server.chat_count == 2
     finally:
         db.close()
+
+
+@pytest.mark.both_backends
+async def test_verdicts_a_notes_import_asked_go_with_forget_note(settings: Settings, tmp_path: Any) -> None:
+    """A notes file's identity questions are kept under the file's ``note:<id>`` (as its chunk
+    results and candidates are), so ``forget --note`` takes them; before, they were kept under no
+    session at all and outlived the file."""
+    with LLMServer(default=Reply(model)) as server:
+        mine = settings.model_copy(update={"extractor": "openai", "llm_base_url": server.url, "llm_judge": True, "llm_max_retries": 0})
+        await _import(mine, tmp_path / "full.jsonl", [_session("full", "2026-11-01T10:00:00Z", [f"See store/{f}.py." for f in FILES[:2]])])
+        assert (await run_cycle(mine)).outcome == "completed"
+        notes = tmp_path / "notes.md"
+        notes.write_text("".join(f"Then {f}.py changed.\n\n" for f in FILES[:2]), encoding="utf-8")
+        env = {**_env(settings), "REM_EXTRACTOR": "openai", "REM_LLM_BASE_URL": server.url, "REM_LLM_JUDGE": "true",
+               "REM_LLM_MAX_RETRIES": "0"}
+        done = run_cli("import-notes", str(notes), "--json", env=env)
+        assert done.returncode == 0, done.stderr
+        assert len(questions(server)) == 2
+    note_id = json.loads(done.stdout)["files"][0]["note_id"]
+    db = open_database(settings)
+    try:
+        assert sorted(r[0] for r in db.query("SELECT session_id FROM identity_verdicts")) == [note_id, note_id]
+    finally:
+        db.close()
+    forgot = run_cli("forget", "--note", note_id, env=env)
+    assert forgot.returncode == 0, forgot.stderr
+    db = open_database(settings)
+    try:
+        assert _all_questions(db) == []
+    finally:
+        db.close()
