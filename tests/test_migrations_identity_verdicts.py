@@ -104,7 +104,11 @@ async def test_verdicts_given_before_a_kill_are_not_asked_for_again(settings: Se
     finally:
         db.close()
     # Forgetting the session that asked takes its verdicts too (they name the nodes it linked).
-    forgot = run_cli("forget", "--session", "bare", env=_env(settings))
+    _forget_leaves_no_verdict(settings, _env(settings), "--session", "bare")
+
+
+def _forget_leaves_no_verdict(settings: Settings, env: dict[str, str], *what: str) -> None:
+    forgot = run_cli("forget", *what, env=env)
     assert forgot.returncode == 0, forgot.stderr
     db = open_database(settings)
     try:
@@ -191,10 +195,4 @@ async def test_verdicts_a_notes_import_asked_go_with_forget_note(settings: Setti
         assert sorted(r[0] for r in db.query("SELECT session_id FROM identity_verdicts")) == [note_id, note_id]
     finally:
         db.close()
-    forgot = run_cli("forget", "--note", note_id, env=env)
-    assert forgot.returncode == 0, forgot.stderr
-    db = open_database(settings)
-    try:
-        assert _all_questions(db) == []
-    finally:
-        db.close()
+    _forget_leaves_no_verdict(settings, env, "--note", note_id)

@@ -43,6 +43,20 @@ def _tear_appends_to(queue: LazyEdgeQueue, monkeypatch: pytest.MonkeyPatch, *, k
     monkeypatch.setattr(lazy_queue, "_write_whole_lines", torn)
 
 
+async def _drain_killed_in_its_requeue(settings: Settings, stores: Stores, monkeypatch: pytest.MonkeyPatch, *,
+                                       keep: int) -> LazyEdgeQueue:
+    """Queue edges to nodes that do not exist and drain them; the drain 'dies' inside its re-queue
+    append after ``keep`` whole lines and half of the next."""
+    add_concepts(stores.graph, "known")
+    queue = queue_of(settings)
+    queue.append(_ghost_edges())
+    _tear_appends_to(queue, monkeypatch, keep=keep)
+    with pytest.raises(_Killed):
+        await drain(settings, stores)
+    monkeypatch.undo()
+    return queue
+
+
 def _ghost_edges() -> list[dict[str, Any]]:
     return [{"source": "CONCEPT:known", "target": f"CONCEPT:ghost-{i}", "relationship": "RELATES_TO"} for i in range(GHOSTS)]
 
@@ -54,13 +68,7 @@ def _keys(path: Path) -> set[tuple[str, str]]:
 async def test_a_drain_killed_inside_its_requeue_append_dead_letters_nothing(
     settings: Settings, stores: Stores, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    add_concepts(stores.graph, "known")
-    queue = queue_of(settings)
-    queue.append(_ghost_edges())
-    _tear_appends_to(queue, monkeypatch, keep=3)
-    with pytest.raises(_Killed):
-        await drain(settings, stores)
-    monkeypatch.undo()
+    queue = await _drain_killed_in_its_requeue(settings, stores, monkeypatch, keep=3)
     fragment = [line for line in queue.path.read_bytes().splitlines() if line.strip()][-1]
     with pytest.raises(ValueError):
         json.loads(fragment)  # the kill really left a head without its tail
@@ -77,13 +85,7 @@ async def test_a_drain_killed_inside_its_requeue_append_dead_letters_nothing(
 async def test_the_recovery_says_what_it_blanked_and_keeps_a_producers_own_fragment(
     settings: Settings, stores: Stores, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    add_concepts(stores.graph, "known")
-    queue = queue_of(settings)
-    queue.append(_ghost_edges())
-    _tear_appends_to(queue, monkeypatch, keep=0)
-    with pytest.raises(_Killed):
-        await drain(settings, stores)
-    monkeypatch.undo()
+    queue = await _drain_killed_in_its_requeue(settings, stores, monkeypatch, keep=0)
     # A producer killed mid-write after the drain's kill: its fragment is not the drain's to judge.
     with open(queue.path, "ab") as handle:
         handle.write(b'\n{"source": "CONCEPT:known", "tar')
