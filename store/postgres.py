@@ -152,6 +152,15 @@ def psycopg_errors() -> Iterator[None]:
         raise unstorable_text(exc) from exc
 
 
+# Why a migration could not create its tables, and what to change (``SHOW search_path`` filled in).
+_CANNOT_CREATE = {
+    "42501": "the role may not create tables in its schema; run rem-cycle once as the database's owner "
+             "(or GRANT CREATE ON SCHEMA to the role), then this role needs only rights on the tables",
+    "3F000": "no schema of its search_path ({search_path}) exists; create it (CREATE SCHEMA) or fix "
+             "?options=-csearch_path in REM_DATABASE_URL",
+}
+
+
 # ``INSERT INTO t(cols) VALUES (?, …) [ON CONFLICT …]``: one row of placeholders.
 _SINGLE_ROW_INSERT = re.compile(
     r"^\s*(INSERT\s+INTO\s+\w+\s*\(([^)]*)\)\s*VALUES\s*)\((\s*\?\s*(?:,\s*\?\s*)*)\)(.*)$", re.IGNORECASE | re.DOTALL
@@ -491,16 +500,37 @@ class PostgresDatabase:
 
     def migrate(self) -> None:
         """Apply every migration newer than the database's version, each in its own transaction,
-        holding a transaction-scoped advisory lock (concurrent starters wait, then find it done)."""
-        for version, script in self._migrations:
-            with self.transaction() as conn:
-                conn.execute("SELECT pg_advisory_xact_lock(hashtext('rem-cycle schema'))")
-                conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER PRIMARY KEY)")
-                if conn.execute("SELECT 1 FROM schema_version WHERE version >= ?", (version,)).fetchone():
-                    continue
-                with psycopg_errors():
-                    self.conn.raw.execute(script)  # type: ignore[arg-type]  # several statements, no parameters
-                conn.execute("INSERT INTO schema_version(version) VALUES (?)", (version,))
+        holding a transaction-scoped advisory lock (concurrent starters wait, then find it done).
+
+        A database already at the newest version is only read: no lock, no ``CREATE`` — so a role
+        with rights on the tables alone (no ``CREATE`` on the schema) runs every command once the
+        owner has migrated, and an open costs one query instead of a transaction per version."""
+        if not self._migrations or self.schema_version >= self._migrations[-1][0]:
+            return
+        try:
+            for version, script in self._migrations:
+                with self.transaction() as conn:
+                    conn.execute("SELECT pg_advisory_xact_lock(hashtext('rem-cycle schema'))")
+                    conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER PRIMARY KEY)")
+                    if conn.execute("SELECT 1 FROM schema_version WHERE version >= ?", (version,)).fetchone():
+                        continue
+                    with psycopg_errors():
+                        self.conn.raw.execute(script)  # type: ignore[arg-type]  # several statements, no parameters
+                    conn.execute("INSERT INTO schema_version(version) VALUES (?)", (version,))
+        except DatabaseError as exc:
+            raise self._migration_error(exc) from exc
+
+    def _migration_error(self, exc: DatabaseError) -> DatabaseError:
+        """What the operator must change when the tables cannot be created: the role's rights or
+        the search path's schema (psycopg's own text quotes the failing statement)."""
+        state = getattr(exc.__cause__, "sqlstate", None)
+        if state not in _CANNOT_CREATE:
+            return exc
+        reason = _CANNOT_CREATE[state].format(search_path=self.query("SHOW search_path")[0][0])
+        return DatabaseUnreadableError(
+            f"cannot create or upgrade rem-cycle's tables in {self.location} (schema version "
+            f"{self.schema_version}, this rem-cycle needs {self._migrations[-1][0]}): {reason}"
+        )
 
     def integrity_check(self) -> str:
         """``"ok"`` when the server answers and the schema's tables are readable (PostgreSQL checks
