@@ -331,6 +331,15 @@ def pool_for(url: str, *, timeout: float) -> ConnectionPool:
         return pool
 
 
+def _server_answers(url: str, *, timeout: float) -> bool:
+    """Whether a new connection to ``url`` opens now (outside the pool)."""
+    try:
+        psycopg.connect(url, connect_timeout=max(1, int(timeout))).close()
+    except psycopg.Error:
+        return False
+    return True
+
+
 def _discard_pool(url: str) -> None:
     with _pools_lock:
         pool = _pools.pop(url, None)
@@ -386,7 +395,14 @@ class PostgresDatabase:
             self._pool = pool_for(url, timeout=timeout)
             with psycopg_errors():
                 raw = self._pool.getconn(timeout=timeout)
-        except DatabaseBusyError as exc:  # the pool could not connect within the timeout
+        except DatabaseBusyError as exc:  # no connection within the timeout: all in use, or none can be made
+            if _server_answers(url, timeout=timeout):
+                # This process's own connections were all in use (a burst of scrapes beside a cycle):
+                # the server is fine, and the pool stays for the holders and the others waiting.
+                raise DatabaseBusyError(
+                    f"all {POOL_MAX_SIZE} connections of this process to {self.location} stayed in use "
+                    f"for {timeout:g} s (the server answers): {exc}"
+                ) from exc
             _discard_pool(url)  # no pool left retrying in the background for a server that is down
             raise DatabaseUnreadableError(f"cannot connect to the PostgreSQL database {self.location}: {exc}") from exc
         except DatabaseUnreadableError as exc:  # refused, unknown host, authentication, no such database
