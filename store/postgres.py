@@ -32,7 +32,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import psycopg
 import psycopg.errors
@@ -572,6 +572,22 @@ class PostgresDatabase:
                 self._pool.putconn(raw)
 
 
+def _graph_schema(url: str, env: dict[str, str]) -> str | None:
+    """The schema holding rem-cycle's tables at ``url`` (the server resolves the URL's search path,
+    whatever its spelling: quoted, mixed-case, several schemas), or None before the first cycle."""
+    with psycopg_errors(), psycopg.connect(url, connect_timeout=10, password=env.get("PGPASSWORD")) as conn:
+        row = conn.execute(
+            "SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE c.oid = to_regclass('schema_version')"
+        ).fetchone()
+    return None if row is None else str(row[0])
+
+
+def _literal_pattern(name: str) -> str:
+    """``name`` as a pg_dump pattern matching that name alone (quoted: case kept, ``*?.`` literal). Pure."""
+    return '"' + name.replace('"', '""') + '"'
+
+
 def backup_postgres(url: str, destination: str | Path) -> dict[str, object]:
     """Dump the database at ``url`` with ``pg_dump`` (custom format: ``pg_restore`` reads it) to
     ``destination``: written beside it and renamed into place only after ``pg_restore --list``
@@ -596,8 +612,11 @@ def backup_postgres(url: str, destination: str | Path) -> dict[str, object]:
         env["PGPASSWORD"] = unquote(parts.password)
         credentials, host = parts.netloc.rsplit("@", 1)
         url = urlunsplit(parts._replace(netloc=f"{credentials.split(':', 1)[0]}@{host}"))
-    schemas = re.findall(r"-c\s*search_path=([\w$]+)", unquote(dict(parse_qsl(parts.query)).get("options", "")))
-    command = [pg_dump, "--format=custom", "--no-owner", f"--file={partial}", *(f"--schema={s}" for s in schemas), f"--dbname={url}"]
+    schema = _graph_schema(url, env)
+    # The graph's own schema alone (others may hold other deployments); ``public`` is dumped as part
+    # of the whole database, since ``--schema=public`` makes pg_restore fail on CREATE SCHEMA public.
+    only = [f"--schema={_literal_pattern(schema)}"] if schema not in (None, "public") else []
+    command = [pg_dump, "--format=custom", "--no-owner", f"--file={partial}", *only, f"--dbname={url}"]
     try:
         dumped = subprocess.run(command, env=env, capture_output=True, text=True, timeout=3600, check=False)
         if dumped.returncode != 0:
