@@ -526,6 +526,9 @@ class PostgresDatabase:
         try:
             for version, script in self._migrations:
                 with self.transaction() as conn:
+                    # A migration is all or nothing: cut short by the operator's statement_timeout
+                    # (the role's or the URL's) on a big table, it would fail at every start, for good.
+                    conn.execute("SET LOCAL statement_timeout = 0")
                     conn.execute("SELECT pg_advisory_xact_lock(hashtext('rem-cycle schema'))")
                     conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER PRIMARY KEY)")
                     if conn.execute("SELECT 1 FROM schema_version WHERE version >= ?", (version,)).fetchone():
