@@ -360,13 +360,39 @@ atexit.register(close_pools)
 
 
 def redacted(url: str) -> str:
-    """``url`` without its password (for messages and logs). Pure."""
+    """``url`` without its password (for messages and logs): the user part's, and a ``password``
+    query parameter's (libpq takes either). Pure."""
     parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.rsplit("@", 1)
-    user = (parts.username or "") + ":***"
-    return urlunsplit(parts._replace(netloc=f"{user}@{netloc[-1]}"))
+    if parts.password is not None:
+        netloc = parts.netloc.rsplit("@", 1)
+        parts = parts._replace(netloc=f"{parts.username or ''}:***@{netloc[-1]}")
+    query = [f"{key}=***" if _is_password(key) else f"{key}={value}" if sep else key for key, sep, value in _query_items(parts.query)]
+    return urlunsplit(parts._replace(query="&".join(query)))
+
+
+def without_password(url: str) -> tuple[str, str | None]:
+    """``url`` with neither form of password, and the password (percent-decoded), for a tool that
+    must take the password from its environment rather than its command line. Pure."""
+    parts = urlsplit(url)
+    password = unquote(parts.password) if parts.password is not None else None
+    if password is not None:
+        credentials, host = parts.netloc.rsplit("@", 1)
+        parts = parts._replace(netloc=f"{credentials.split(':', 1)[0]}@{host}")
+    kept = []
+    for key, sep, value in _query_items(parts.query):
+        if _is_password(key):
+            password = unquote(value)
+        else:
+            kept.append(f"{key}{sep}{value}")
+    return urlunsplit(parts._replace(query="&".join(kept))), password
+
+
+def _query_items(query: str) -> list[tuple[str, str, str]]:
+    return [item.partition("=") for item in query.split("&")] if query else []
+
+
+def _is_password(key: str) -> bool:
+    return unquote(key) == "password"
 
 
 class PostgresDatabase:
@@ -609,12 +635,10 @@ def backup_postgres(url: str, destination: str | Path) -> dict[str, object]:
     destination.parent.mkdir(parents=True, exist_ok=True)
     partial = destination.with_name(destination.name + ".partial")
     partial.unlink(missing_ok=True)
-    parts = urlsplit(url)
     env = {**os.environ}
-    if parts.password is not None:
-        env["PGPASSWORD"] = unquote(parts.password)
-        credentials, host = parts.netloc.rsplit("@", 1)
-        url = urlunsplit(parts._replace(netloc=f"{credentials.split(':', 1)[0]}@{host}"))
+    url, password = without_password(url)
+    if password is not None:
+        env["PGPASSWORD"] = password
     schema = _graph_schema(url, env)
     # The graph's own schema alone (others may hold other deployments); ``public`` is dumped as part
     # of the whole database, since ``--schema=public`` makes pg_restore fail on CREATE SCHEMA public.
