@@ -156,8 +156,8 @@ def psycopg_errors() -> Iterator[None]:
 _CANNOT_CREATE = {
     "42501": "the role may not create tables in its schema; run rem-cycle once as the database's owner "
              "(or GRANT CREATE ON SCHEMA to the role), then this role needs only rights on the tables",
-    "3F000": "no schema of its search_path ({search_path}) exists; create it (CREATE SCHEMA) or fix "
-             "?options=-csearch_path in REM_DATABASE_URL",
+    "3F000": "no schema of its search_path ({search_path}) exists with USAGE granted to the role; create "
+             "it (CREATE SCHEMA), grant USAGE on it, or fix ?options=-csearch_path in REM_DATABASE_URL",
 }
 
 

@@ -88,4 +88,4 @@ def test_a_search_path_naming_no_schema_is_named_in_the_error(database_url: str,
     url = database_url.rsplit("options=", 1)[0] + "options=" + quote(f"-csearch_path={missing}")
     done = run_cli("--once", env={"REM_DATA_DIR": str(tmp_path / "d"), "REM_DATABASE_URL": url})
     assert done.returncode != 0
-    assert f"no schema of its search_path ({missing}) exists" in done.stderr + done.stdout
+    assert f"no schema of its search_path ({missing}) exists with USAGE granted to the role" in done.stderr + done.stdout
