@@ -331,13 +331,21 @@ def pool_for(url: str, *, timeout: float) -> ConnectionPool:
         return pool
 
 
-def _server_answers(url: str, *, timeout: float) -> bool:
-    """Whether a new connection to ``url`` opens now (outside the pool)."""
+def _connection_refusal(url: str, *, timeout: float) -> DatabaseError | None:
+    """Why a new connection to ``url`` (outside the pool) cannot be opened now, as its
+    :func:`store_error` — the words (server down, ``too many connections``) that a pool's timeout
+    hides — or None when it opens."""
     try:
         psycopg.connect(url, connect_timeout=max(1, int(timeout))).close()
-    except psycopg.Error:
-        return False
-    return True
+    except psycopg.Error as exc:
+        if _TOO_MANY_CONNECTIONS.search(str(exc)):  # a refused connection carries no SQLSTATE, only text
+            return DatabaseBusyError(str(exc).strip())
+        return store_error(exc)
+    return None
+
+
+# The server's words for its connection limits (max_connections, a role's or a database's CONNECTION LIMIT).
+_TOO_MANY_CONNECTIONS = re.compile(r"too many (?:clients|connections)")
 
 
 def _discard_pool(url: str) -> None:
@@ -422,15 +430,20 @@ class PostgresDatabase:
             with psycopg_errors():
                 raw = self._pool.getconn(timeout=timeout)
         except DatabaseBusyError as exc:  # no connection within the timeout: all in use, or none can be made
-            if _server_answers(url, timeout=timeout):
+            refusal = _connection_refusal(url, timeout=timeout)
+            if refusal is None:
                 # This process's own connections were all in use (a burst of scrapes beside a cycle):
                 # the server is fine, and the pool stays for the holders and the others waiting.
                 raise DatabaseBusyError(
                     f"all {POOL_MAX_SIZE} connections of this process to {self.location} stayed in use "
                     f"for {timeout:g} s (the server answers): {exc}"
                 ) from exc
+            if isinstance(refusal, DatabaseBusyError):  # too many connections (the server's or the role's limit)
+                raise DatabaseBusyError(
+                    f"no connection to {self.location} within {timeout:g} s: the server refuses more: {refusal}"
+                ) from exc
             _discard_pool(url)  # no pool left retrying in the background for a server that is down
-            raise DatabaseUnreadableError(f"cannot connect to the PostgreSQL database {self.location}: {exc}") from exc
+            raise DatabaseUnreadableError(f"cannot connect to the PostgreSQL database {self.location}: {refusal}") from exc
         except DatabaseUnreadableError as exc:  # refused, unknown host, authentication, no such database
             raise DatabaseUnreadableError(f"cannot connect to the PostgreSQL database {self.location}: {exc}") from exc
         self._raw: psycopg.Connection[Any] | None = raw

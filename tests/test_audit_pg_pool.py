@@ -4,10 +4,12 @@ Needs REM_TEST_POSTGRES_URL."""
 
 from __future__ import annotations
 
+import os
 import threading
 import uuid
 from collections.abc import Iterator
 
+import psycopg
 import pytest
 
 import store.postgres
@@ -59,3 +61,46 @@ def test_an_exhausted_pool_is_busy_and_kept_for_those_waiting(small_pool_url: st
     again = opened(small_pool_url, timeout=5)
     again.close()
     assert store.postgres._pools[small_pool_url] is pool
+
+
+@pytest.fixture
+def limited_role_url(small_pool_url: str) -> Iterator[str]:
+    """``small_pool_url`` as a role the server lets open two connections at most."""
+    from tests.test_audit_pg_roles import as_user, grant_table_rights, schema_of
+
+    role = f"rem_lim_{uuid.uuid4().hex[:10]}"
+    schema = schema_of(small_pool_url.split("&application_name=", 1)[0])
+    with psycopg.connect(small_pool_url, autocommit=True) as conn:
+        try:
+            conn.execute(f"CREATE ROLE {role} LOGIN CONNECTION LIMIT 2")
+        except psycopg.errors.InsufficientPrivilege:
+            if os.environ.get("CI", "").lower() == "true":
+                pytest.fail("the REM_TEST_POSTGRES_URL role must have CREATEROLE (see .ci/run)")
+            pytest.skip("the REM_TEST_POSTGRES_URL role may not create roles (ALTER ROLE … CREATEROLE)")
+        conn.execute(f"GRANT USAGE ON SCHEMA {schema} TO {role}")
+    grant_table_rights(small_pool_url.split("&application_name=", 1)[0], role)
+    yield as_user(small_pool_url, role)
+    close_pools()
+    with psycopg.connect(small_pool_url, autocommit=True) as conn:
+        conn.execute(f"REVOKE ALL ON ALL TABLES IN SCHEMA {schema} FROM {role}")
+        conn.execute(f"REVOKE ALL ON ALL SEQUENCES IN SCHEMA {schema} FROM {role}")
+        conn.execute(f"REVOKE ALL ON SCHEMA {schema} FROM {role}")
+        conn.execute(f"DROP ROLE {role}")
+
+
+def test_a_server_refusing_more_connections_is_busy_says_why_and_keeps_the_pool(
+    limited_role_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(store.postgres, "POOL_MAX_SIZE", 8)  # the pool would grow: the role's limit stops it
+    first, second = opened(limited_role_url, timeout=5), opened(limited_role_url, timeout=5)
+    pool = store.postgres._pools[limited_role_url]
+    # Before: "cannot connect …: couldn't get a connection after 1.00 sec", the reason left in the
+    # pool's log, and the pool closed under the two holders.
+    with pytest.raises(DatabaseBusyError, match="the server refuses more: .*too many connections for role"):
+        opened(limited_role_url, timeout=1)
+    assert store.postgres._pools[limited_role_url] is pool
+    second.close()
+    again = opened(limited_role_url, timeout=5)  # the freed connection serves the next opener
+    assert again.query("SELECT 1")[0][0] == first.query("SELECT 1")[0][0] == 1
+    again.close()
+    first.close()
