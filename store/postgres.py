@@ -331,12 +331,13 @@ def pool_for(url: str, *, timeout: float) -> ConnectionPool:
         return pool
 
 
-def _connection_refusal(url: str, *, timeout: float) -> DatabaseError | None:
+def _connection_refusal(url: str) -> DatabaseError | None:
     """Why a new connection to ``url`` (outside the pool) cannot be opened now, as its
     :func:`store_error` — the words (server down, ``too many connections``) that a pool's timeout
-    hides — or None when it opens."""
+    hides — or None when it opens. Asked after the opener already waited its timeout, so an
+    unanswering host costs at most 2 s more (libpq's shortest connect timeout)."""
     try:
-        psycopg.connect(url, connect_timeout=max(1, int(timeout))).close()
+        psycopg.connect(url, connect_timeout=2).close()
     except psycopg.Error as exc:
         if _TOO_MANY_CONNECTIONS.search(str(exc)):  # a refused connection carries no SQLSTATE, only text
             return DatabaseBusyError(str(exc).strip())
@@ -430,7 +431,7 @@ class PostgresDatabase:
             with psycopg_errors():
                 raw = self._pool.getconn(timeout=timeout)
         except DatabaseBusyError as exc:  # no connection within the timeout: all in use, or none can be made
-            refusal = _connection_refusal(url, timeout=timeout)
+            refusal = _connection_refusal(url)
             if refusal is None:
                 # This process's own connections were all in use (a burst of scrapes beside a cycle):
                 # the server is fine, and the pool stays for the holders and the others waiting.
