@@ -138,7 +138,13 @@ def store_error(exc: BaseException) -> DatabaseError:
     else:
         kind = DatabaseError
     message = str(exc).strip() or type(exc).__name__
+    if kind is DatabaseUnreadableError and (state == "57P01" or _CONNECTION_LOST.search(message)):
+        message = f"the PostgreSQL server closed the connection (a restart, a failover or an administrator): {message}"
     return kind(message)
+
+
+# libpq's and psycopg's words for a connection the server closed under a client (no SQLSTATE).
+_CONNECTION_LOST = re.compile(r"the connection is closed|server closed the connection|connection to server was lost")
 
 
 @contextmanager

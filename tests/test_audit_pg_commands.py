@@ -32,3 +32,22 @@ def test_a_graph_command_on_a_database_without_the_schema_says_so_and_creates_no
     assert done.returncode == 1, done.stdout
     assert "no graph database at postgresql://" in done.stderr and "run a REM cycle first" in done.stderr
     assert tables_in(database_url) == 0
+
+
+def test_a_connection_the_server_closed_is_named_as_such(database_url: str, tmp_path: Path, postgres_server_url: str) -> None:
+    from config import load_settings
+    from store.backend import open_database
+    from store.errors import DatabaseUnreadableError
+
+    url = f"{database_url}&application_name=closed-{tmp_path.name[-8:]}"
+    db = open_database(load_settings(data_dir=tmp_path, database_url=url))
+    try:
+        with psycopg.connect(postgres_server_url, autocommit=True) as conn:  # what a restart does
+            conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s", (url.rsplit("=", 1)[1],))
+        # Before: "terminating connection due to administrator command", then "the connection is
+        # closed" — which connection, and why, left to guess.
+        for _ in range(2):  # the first statement finds it broken, the next finds it closed
+            with pytest.raises(DatabaseUnreadableError, match="^the PostgreSQL server closed the connection \\(a restart"):
+                db.query("SELECT 1")
+    finally:
+        db.close()
