@@ -51,3 +51,16 @@ def test_a_connection_the_server_closed_is_named_as_such(database_url: str, tmp_
                 db.query("SELECT 1")
     finally:
         db.close()
+
+
+def test_status_and_the_readers_answer_from_a_read_only_server(database_url: str, tmp_path: Path) -> None:
+    """A hot standby (or a URL whose sessions are read-only) answers every command that only reads."""
+    from urllib.parse import quote
+
+    env = {"REM_DATA_DIR": str(tmp_path / "d"), "REM_DATABASE_URL": database_url}
+    assert run_cli("--once", env=env).returncode == 0
+    read_only = {**env, "REM_DATABASE_URL": database_url + quote(" -c default_transaction_read_only=on")}
+    for command in (["status"], ["candidates"], ["search", "x"], ["export", "--out", str(tmp_path / "g.json")]):
+        done = run_cli(*command, env=read_only)
+        # Before: status and candidates migrated on open, "cannot execute CREATE TABLE in a read-only transaction".
+        assert done.returncode == 0, (command, done.stderr[-1500:])
