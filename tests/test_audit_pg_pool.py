@@ -4,12 +4,10 @@ Needs REM_TEST_POSTGRES_URL."""
 
 from __future__ import annotations
 
-import os
 import threading
 import uuid
 from collections.abc import Iterator
 
-import psycopg
 import pytest
 
 import store.postgres
@@ -66,26 +64,13 @@ def test_an_exhausted_pool_is_busy_and_kept_for_those_waiting(small_pool_url: st
 @pytest.fixture
 def limited_role_url(small_pool_url: str) -> Iterator[str]:
     """``small_pool_url`` as a role the server lets open two connections at most."""
-    from tests.test_audit_pg_roles import as_user, grant_table_rights, schema_of
+    from tests.test_audit_pg_roles import as_user, grant_table_rights, login_role
 
-    role = f"rem_lim_{uuid.uuid4().hex[:10]}"
-    schema = schema_of(small_pool_url.split("&application_name=", 1)[0])
-    with psycopg.connect(small_pool_url, autocommit=True) as conn:
-        try:
-            conn.execute(f"CREATE ROLE {role} LOGIN CONNECTION LIMIT 2")
-        except psycopg.errors.InsufficientPrivilege:
-            if os.environ.get("CI", "").lower() == "true":
-                pytest.fail("the REM_TEST_POSTGRES_URL role must have CREATEROLE (see .ci/run)")
-            pytest.skip("the REM_TEST_POSTGRES_URL role may not create roles (ALTER ROLE … CREATEROLE)")
-        conn.execute(f"GRANT USAGE ON SCHEMA {schema} TO {role}")
-    grant_table_rights(small_pool_url.split("&application_name=", 1)[0], role)
-    yield as_user(small_pool_url, role)
-    close_pools()
-    with psycopg.connect(small_pool_url, autocommit=True) as conn:
-        conn.execute(f"REVOKE ALL ON ALL TABLES IN SCHEMA {schema} FROM {role}")
-        conn.execute(f"REVOKE ALL ON ALL SEQUENCES IN SCHEMA {schema} FROM {role}")
-        conn.execute(f"REVOKE ALL ON SCHEMA {schema} FROM {role}")
-        conn.execute(f"DROP ROLE {role}")
+    database_url = small_pool_url.split("&application_name=", 1)[0]
+    with login_role(database_url, attributes="CONNECTION LIMIT 2") as role:
+        grant_table_rights(database_url, role)
+        yield as_user(small_pool_url, role)
+        close_pools()
 
 
 def test_a_server_refusing_more_connections_is_busy_says_why_and_keeps_the_pool(

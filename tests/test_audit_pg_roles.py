@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import parse_qsl, quote, urlsplit, urlunsplit
 
@@ -31,25 +32,35 @@ def as_user(url: str, user: str) -> str:
     return urlunsplit(parts._replace(netloc=f"{user}@{parts.netloc.rsplit('@', 1)[-1]}"))
 
 
-@pytest.fixture
-def table_role(database_url: str) -> Iterator[str]:
-    """A login role with ``USAGE`` on the test's schema and nothing else yet (no ``CREATE``)."""
+@contextmanager
+def login_role(database_url: str, *, attributes: str = "") -> Iterator[str]:
+    """A new login role (``attributes``: e.g. ``CONNECTION LIMIT 2``) with ``USAGE`` on the test's
+    schema and nothing else yet (no ``CREATE``); dropped afterwards, with what was granted to it."""
     role = f"rem_app_{uuid.uuid4().hex[:10]}"
+    schema = schema_of(database_url)
     with psycopg.connect(database_url, autocommit=True) as conn:
         try:
-            conn.execute(f"CREATE ROLE {role} LOGIN")
+            conn.execute(f"CREATE ROLE {role} LOGIN {attributes}")
         except psycopg.errors.InsufficientPrivilege:
             if os.environ.get("CI", "").lower() == "true":
                 pytest.fail("the REM_TEST_POSTGRES_URL role must have CREATEROLE (see .ci/run)")
             pytest.skip("the REM_TEST_POSTGRES_URL role may not create roles (ALTER ROLE … CREATEROLE)")
-        conn.execute(f"GRANT USAGE ON SCHEMA {schema_of(database_url)} TO {role}")
-    yield role
-    schema = schema_of(database_url)
-    with psycopg.connect(database_url, autocommit=True) as conn:  # DROP OWNED needs membership: revoke by hand
-        conn.execute(f"REVOKE ALL ON ALL TABLES IN SCHEMA {schema} FROM {role}")
-        conn.execute(f"REVOKE ALL ON ALL SEQUENCES IN SCHEMA {schema} FROM {role}")
-        conn.execute(f"REVOKE ALL ON SCHEMA {schema} FROM {role}")
-        conn.execute(f"DROP ROLE {role}")
+        conn.execute(f"GRANT USAGE ON SCHEMA {schema} TO {role}")
+    try:
+        yield role
+    finally:
+        with psycopg.connect(database_url, autocommit=True) as conn:  # DROP OWNED needs membership: revoke by hand
+            conn.execute(f"REVOKE ALL ON ALL TABLES IN SCHEMA {schema} FROM {role}")
+            conn.execute(f"REVOKE ALL ON ALL SEQUENCES IN SCHEMA {schema} FROM {role}")
+            conn.execute(f"REVOKE ALL ON SCHEMA {schema} FROM {role}")
+            conn.execute(f"DROP ROLE {role}")
+
+
+@pytest.fixture
+def table_role(database_url: str) -> Iterator[str]:
+    """A login role with ``USAGE`` on the test's schema and nothing else yet (no ``CREATE``)."""
+    with login_role(database_url) as role:
+        yield role
 
 
 def grant_table_rights(database_url: str, role: str) -> None:
