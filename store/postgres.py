@@ -32,7 +32,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import psycopg
 import psycopg.errors
@@ -138,7 +138,13 @@ def store_error(exc: BaseException) -> DatabaseError:
     else:
         kind = DatabaseError
     message = str(exc).strip() or type(exc).__name__
+    if kind is DatabaseUnreadableError and (state == "57P01" or _CONNECTION_LOST.search(message)):
+        message = f"the PostgreSQL server closed the connection (a restart, a failover or an administrator): {message}"
     return kind(message)
+
+
+# libpq's and psycopg's words for a connection the server closed under a client (no SQLSTATE).
+_CONNECTION_LOST = re.compile(r"the connection is closed|server closed the connection|connection to server was lost")
 
 
 @contextmanager
@@ -150,6 +156,15 @@ def psycopg_errors() -> Iterator[None]:
         raise store_error(exc) from exc
     except UnicodeEncodeError as exc:  # a parameter psycopg cannot send
         raise unstorable_text(exc) from exc
+
+
+# Why a migration could not create its tables, and what to change (``SHOW search_path`` filled in).
+_CANNOT_CREATE = {
+    "42501": "the role may not create tables in its schema; run rem-cycle once as the database's owner "
+             "(or GRANT CREATE ON SCHEMA to the role), then this role needs only rights on the tables",
+    "3F000": "no schema of its search_path ({search_path}) exists with USAGE granted to the role; create "
+             "it (CREATE SCHEMA), grant USAGE on it, or fix ?options=-csearch_path in REM_DATABASE_URL",
+}
 
 
 # ``INSERT INTO t(cols) VALUES (?, …) [ON CONFLICT …]``: one row of placeholders.
@@ -322,6 +337,24 @@ def pool_for(url: str, *, timeout: float) -> ConnectionPool:
         return pool
 
 
+def _connection_refusal(url: str) -> DatabaseError | None:
+    """Why a new connection to ``url`` (outside the pool) cannot be opened now, as its
+    :func:`store_error` — the words (server down, ``too many connections``) that a pool's timeout
+    hides — or None when it opens. Asked after the opener already waited its timeout, so an
+    unanswering host costs at most 2 s more (libpq's shortest connect timeout)."""
+    try:
+        psycopg.connect(url, connect_timeout=2).close()
+    except psycopg.Error as exc:
+        if _TOO_MANY_CONNECTIONS.search(str(exc)):  # a refused connection carries no SQLSTATE, only text
+            return DatabaseBusyError(str(exc).strip())
+        return store_error(exc)
+    return None
+
+
+# The server's words for its connection limits (max_connections, a role's or a database's CONNECTION LIMIT).
+_TOO_MANY_CONNECTIONS = re.compile(r"too many (?:clients|connections)")
+
+
 def _discard_pool(url: str) -> None:
     with _pools_lock:
         pool = _pools.pop(url, None)
@@ -342,13 +375,39 @@ atexit.register(close_pools)
 
 
 def redacted(url: str) -> str:
-    """``url`` without its password (for messages and logs). Pure."""
+    """``url`` without its password (for messages and logs): the user part's, and a ``password``
+    query parameter's (libpq takes either). Pure."""
     parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.rsplit("@", 1)
-    user = (parts.username or "") + ":***"
-    return urlunsplit(parts._replace(netloc=f"{user}@{netloc[-1]}"))
+    if parts.password is not None:
+        netloc = parts.netloc.rsplit("@", 1)
+        parts = parts._replace(netloc=f"{parts.username or ''}:***@{netloc[-1]}")
+    query = [f"{key}=***" if _is_password(key) else f"{key}={value}" if sep else key for key, sep, value in _query_items(parts.query)]
+    return urlunsplit(parts._replace(query="&".join(query)))
+
+
+def without_password(url: str) -> tuple[str, str | None]:
+    """``url`` with neither form of password, and the password (percent-decoded), for a tool that
+    must take the password from its environment rather than its command line. Pure."""
+    parts = urlsplit(url)
+    password = unquote(parts.password) if parts.password is not None else None
+    if password is not None:
+        credentials, host = parts.netloc.rsplit("@", 1)
+        parts = parts._replace(netloc=f"{credentials.split(':', 1)[0]}@{host}")
+    kept = []
+    for key, sep, value in _query_items(parts.query):
+        if _is_password(key):
+            password = unquote(value)
+        else:
+            kept.append(f"{key}{sep}{value}")
+    return urlunsplit(parts._replace(query="&".join(kept))), password
+
+
+def _query_items(query: str) -> list[tuple[str, str, str]]:
+    return [item.partition("=") for item in query.split("&")] if query else []
+
+
+def _is_password(key: str) -> bool:
+    return unquote(key) == "password"
 
 
 class PostgresDatabase:
@@ -377,9 +436,21 @@ class PostgresDatabase:
             self._pool = pool_for(url, timeout=timeout)
             with psycopg_errors():
                 raw = self._pool.getconn(timeout=timeout)
-        except DatabaseBusyError as exc:  # the pool could not connect within the timeout
+        except DatabaseBusyError as exc:  # no connection within the timeout: all in use, or none can be made
+            refusal = _connection_refusal(url)
+            if refusal is None:
+                # This process's own connections were all in use (a burst of scrapes beside a cycle):
+                # the server is fine, and the pool stays for the holders and the others waiting.
+                raise DatabaseBusyError(
+                    f"all {POOL_MAX_SIZE} connections of this process to {self.location} stayed in use "
+                    f"for {timeout:g} s (the server answers): {exc}"
+                ) from exc
+            if isinstance(refusal, DatabaseBusyError):  # too many connections (the server's or the role's limit)
+                raise DatabaseBusyError(
+                    f"no connection to {self.location} within {timeout:g} s: the server refuses more: {refusal}"
+                ) from exc
             _discard_pool(url)  # no pool left retrying in the background for a server that is down
-            raise DatabaseUnreadableError(f"cannot connect to the PostgreSQL database {self.location}: {exc}") from exc
+            raise DatabaseUnreadableError(f"cannot connect to the PostgreSQL database {self.location}: {refusal}") from exc
         except DatabaseUnreadableError as exc:  # refused, unknown host, authentication, no such database
             raise DatabaseUnreadableError(f"cannot connect to the PostgreSQL database {self.location}: {exc}") from exc
         self._raw: psycopg.Connection[Any] | None = raw
@@ -491,16 +562,40 @@ class PostgresDatabase:
 
     def migrate(self) -> None:
         """Apply every migration newer than the database's version, each in its own transaction,
-        holding a transaction-scoped advisory lock (concurrent starters wait, then find it done)."""
-        for version, script in self._migrations:
-            with self.transaction() as conn:
-                conn.execute("SELECT pg_advisory_xact_lock(hashtext('rem-cycle schema'))")
-                conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER PRIMARY KEY)")
-                if conn.execute("SELECT 1 FROM schema_version WHERE version >= ?", (version,)).fetchone():
-                    continue
-                with psycopg_errors():
-                    self.conn.raw.execute(script)  # type: ignore[arg-type]  # several statements, no parameters
-                conn.execute("INSERT INTO schema_version(version) VALUES (?)", (version,))
+        holding a transaction-scoped advisory lock (concurrent starters wait, then find it done).
+
+        A database already at the newest version is only read: no lock, no ``CREATE`` — so a role
+        with rights on the tables alone (no ``CREATE`` on the schema) runs every command once the
+        owner has migrated, and an open costs one query instead of a transaction per version."""
+        if not self._migrations or self.schema_version >= self._migrations[-1][0]:
+            return
+        try:
+            for version, script in self._migrations:
+                with self.transaction() as conn:
+                    # A migration is all or nothing: cut short by the operator's statement_timeout
+                    # (the role's or the URL's) on a big table, it would fail at every start, for good.
+                    conn.execute("SET LOCAL statement_timeout = 0")
+                    conn.execute("SELECT pg_advisory_xact_lock(hashtext('rem-cycle schema'))")
+                    conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER PRIMARY KEY)")
+                    if conn.execute("SELECT 1 FROM schema_version WHERE version >= ?", (version,)).fetchone():
+                        continue
+                    with psycopg_errors():
+                        self.conn.raw.execute(script)  # type: ignore[arg-type]  # several statements, no parameters
+                    conn.execute("INSERT INTO schema_version(version) VALUES (?)", (version,))
+        except DatabaseError as exc:
+            raise self._migration_error(exc) from exc
+
+    def _migration_error(self, exc: DatabaseError) -> DatabaseError:
+        """What the operator must change when the tables cannot be created: the role's rights or
+        the search path's schema (psycopg's own text quotes the failing statement)."""
+        state = getattr(exc.__cause__, "sqlstate", None)
+        if state not in _CANNOT_CREATE:
+            return exc
+        reason = _CANNOT_CREATE[state].format(search_path=self.query("SHOW search_path")[0][0])
+        return DatabaseUnreadableError(
+            f"cannot create or upgrade rem-cycle's tables in {self.location} (schema version "
+            f"{self.schema_version}, this rem-cycle needs {self._migrations[-1][0]}): {reason}"
+        )
 
     def integrity_check(self) -> str:
         """``"ok"`` when the server answers and the schema's tables are readable (PostgreSQL checks
@@ -526,6 +621,22 @@ class PostgresDatabase:
                 self._pool.putconn(raw)
 
 
+def _graph_schema(url: str, env: dict[str, str]) -> str | None:
+    """The schema holding rem-cycle's tables at ``url`` (the server resolves the URL's search path,
+    whatever its spelling: quoted, mixed-case, several schemas), or None before the first cycle."""
+    with psycopg_errors(), psycopg.connect(url, connect_timeout=10, password=env.get("PGPASSWORD")) as conn:
+        row = conn.execute(
+            "SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE c.oid = to_regclass('schema_version')"
+        ).fetchone()
+    return None if row is None else str(row[0])
+
+
+def _literal_pattern(name: str) -> str:
+    """``name`` as a pg_dump pattern matching that name alone (quoted: case kept, ``*?.`` literal). Pure."""
+    return '"' + name.replace('"', '""') + '"'
+
+
 def backup_postgres(url: str, destination: str | Path) -> dict[str, object]:
     """Dump the database at ``url`` with ``pg_dump`` (custom format: ``pg_restore`` reads it) to
     ``destination``: written beside it and renamed into place only after ``pg_restore --list``
@@ -544,14 +655,15 @@ def backup_postgres(url: str, destination: str | Path) -> dict[str, object]:
     destination.parent.mkdir(parents=True, exist_ok=True)
     partial = destination.with_name(destination.name + ".partial")
     partial.unlink(missing_ok=True)
-    parts = urlsplit(url)
     env = {**os.environ}
-    if parts.password is not None:
-        env["PGPASSWORD"] = unquote(parts.password)
-        credentials, host = parts.netloc.rsplit("@", 1)
-        url = urlunsplit(parts._replace(netloc=f"{credentials.split(':', 1)[0]}@{host}"))
-    schemas = re.findall(r"-c\s*search_path=([\w$]+)", unquote(dict(parse_qsl(parts.query)).get("options", "")))
-    command = [pg_dump, "--format=custom", "--no-owner", f"--file={partial}", *(f"--schema={s}" for s in schemas), f"--dbname={url}"]
+    url, password = without_password(url)
+    if password is not None:
+        env["PGPASSWORD"] = password
+    schema = _graph_schema(url, env)
+    # The graph's own schema alone (others may hold other deployments); ``public`` is dumped as part
+    # of the whole database, since ``--schema=public`` makes pg_restore fail on CREATE SCHEMA public.
+    only = [f"--schema={_literal_pattern(schema)}"] if schema not in (None, "public") else []
+    command = [pg_dump, "--format=custom", "--no-owner", f"--file={partial}", *only, f"--dbname={url}"]
     try:
         dumped = subprocess.run(command, env=env, capture_output=True, text=True, timeout=3600, check=False)
         if dumped.returncode != 0:

@@ -942,8 +942,14 @@ COMMANDS: dict[str, Handler] = {
 def _missing_data(settings: Settings, *, graph: bool) -> str | None:
     """Why a command that needs an existing data dir (and ``graph`` database) cannot run here,
     with resolved paths; None when it can. A PostgreSQL graph (REM_DATABASE_URL) is not in the data
-    dir: the command itself says when that database has no graph yet."""
+    dir: it exists once the database has rem-cycle's schema — without this check ``status``,
+    ``retry`` and ``reindex`` created the schema in whatever database the URL named. Raises
+    :class:`StoreError` when that server cannot be reached."""
     if settings.database_url is not None:
+        from store.backend import database_exists, database_location
+
+        if graph and not database_exists(settings):
+            return f"no graph database at {database_location(settings)} (run a REM cycle first: rem-cycle --once)"
         return None
     if not settings.data_dir.is_dir():
         return (f"no data dir at {settings.data_dir.resolve()}, so no graph database (set REM_DATA_DIR or "
@@ -968,7 +974,11 @@ def main(argv: list[str] | None = None) -> int:
     configure_logging(level=settings.log_level, fmt=settings.log_format)
     for warning in unknown_environment(os.environ):
         log.warning(warning)
-    if args.command in DATA_DIR_COMMANDS and (missing := _missing_data(settings, graph=args.command in GRAPH_COMMANDS)):
+    try:
+        missing = _missing_data(settings, graph=args.command in GRAPH_COMMANDS) if args.command in DATA_DIR_COMMANDS else None
+    except StoreError as exc:  # the PostgreSQL server cannot be reached
+        missing = redact(str(exc))
+    if missing:
         print(f"rem-cycle: {missing}", file=sys.stderr)
         return EXIT_FAILED
     if args.command:
