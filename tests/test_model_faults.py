@@ -30,6 +30,7 @@ from tests.llm_server import (
     context_overflow,
     empty,
     hang_up,
+    held,
     malformed,
     ok,
     server_error,
@@ -231,7 +232,7 @@ async def test_server_going_away_mid_cycle(settings: Settings, tmp_path: Path) -
     them."""
     server = LLMServer().start()
     mine = fault_settings(settings.data_dir, server, llm_concurrency=1)
-    server.script(slow(0.3))  # the first answer is in flight when the server dies
+    server.script(held())  # the first answer is in flight when the server dies (the kill cuts it)
     stores = await open_stores(mine)
     try:
         await load(mine, stores, tmp_path)
