@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -35,11 +36,18 @@ SAMPLE = ROOT / "examples" / "sessions.jsonl"
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Byte-compile the project once, so that the hundreds of ``python -m worker`` subprocesses
-    the suite starts load it from ``__pycache__`` instead of each compiling ~19,000 lines: with
-    PYTHONDONTWRITEBYTECODE=1 (set in CI's environment) Python never caches them itself."""
+    """SIGINT at its default for every process the tests start. Byte-compile the project once, so
+    that the hundreds of ``python -m worker`` subprocesses the suite starts load it from
+    ``__pycache__`` instead of each compiling ~19,000 lines: with PYTHONDONTWRITEBYTECODE=1 (set in
+    CI's environment) Python never caches them itself."""
     import compileall
 
+    # A suite started as a background job of a script (`bash .ci/run &`, a CI runner's shell)
+    # inherits SIGINT ignored, and so does every process its tests start: the tests that press
+    # Ctrl-C on a command then saw it ignored (RELIABILITY.md "Flakes hunted"). Start them with
+    # SIGINT at its default, as a terminal does.
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     if hasattr(config, "workerinput"):  # a pytest-xdist worker: the controller has compiled it
         return
     for package in ("config", "store", "pipelines", "worker", "tests"):
