@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -18,20 +19,35 @@ from urllib.parse import quote
 
 import httpx
 import pytest
+from hypothesis import HealthCheck, settings as hypothesis_settings
 
 from config import Settings, load_settings
 from worker.cycle import Stores, open_stores
+
+# Property tests check what the code does, not how fast: Hypothesis' default 200 ms deadline per
+# example (and its too-slow health check) fail a test whose process the machine pauses mid-example
+# — CI runs two workers and their subprocesses on two cores (RELIABILITY.md "Flakes hunted").
+# Timings are measured in bench/. A test's own @settings still overrides what it names.
+hypothesis_settings.register_profile("rem-cycle", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+hypothesis_settings.load_profile("rem-cycle")
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "examples" / "sessions.jsonl"
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Byte-compile the project once, so that the hundreds of ``python -m worker`` subprocesses
-    the suite starts load it from ``__pycache__`` instead of each compiling ~19,000 lines: with
-    PYTHONDONTWRITEBYTECODE=1 (set in CI's environment) Python never caches them itself."""
+    """SIGINT at its default for every process the tests start. Byte-compile the project once, so
+    that the hundreds of ``python -m worker`` subprocesses the suite starts load it from
+    ``__pycache__`` instead of each compiling ~19,000 lines: with PYTHONDONTWRITEBYTECODE=1 (set in
+    CI's environment) Python never caches them itself."""
     import compileall
 
+    # A suite started as a background job of a script (`bash .ci/run &`, a CI runner's shell)
+    # inherits SIGINT ignored, and so does every process its tests start: the tests that press
+    # Ctrl-C on a command then saw it ignored (RELIABILITY.md "Flakes hunted"). Start them with
+    # SIGINT at its default, as a terminal does.
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     if hasattr(config, "workerinput"):  # a pytest-xdist worker: the controller has compiled it
         return
     for package in ("config", "store", "pipelines", "worker", "tests"):

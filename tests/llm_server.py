@@ -4,6 +4,7 @@ and benchmarks (no mocks: the extractor talks HTTP to it like to Ollama or vLLM)
     with LLMServer() as llm:                      # or the ``llm_server`` pytest fixture
         llm.script(rate_limited(retry_after="1"), ok())          # next two chat requests
         llm.script(malformed(), match="CHUNK-B")                 # first request whose prompt has CHUNK-B
+        answer = held(); llm.script(answer); ...; answer.release.set()  # in flight until the test says
         settings = load_settings(..., llm_base_url=llm.url, extractor="openai")
         ...
         assert llm.chat_count == 3
@@ -79,7 +80,22 @@ class Flood:
     delay: float = 0.0
 
 
-Behaviour = Reply | Status | HangUp | Trickle | Flood
+# The longest a held answer waits for its release (a test that never releases it ends anyway).
+HOLD_LIMIT_SECONDS = 300.0
+
+
+@dataclass(frozen=True)
+class Held:
+    """``behaviour``, sent only once ``release`` is set or the server stops — never when it is
+    killed (:meth:`LLMServer.kill` cuts the connection first). A test that must act while an
+    answer is in flight (pause or kill the worker, kill the server) holds the answer instead of
+    racing a delay, which a loaded machine can outlast before the test acts."""
+
+    behaviour: "Reply | Status | HangUp | Trickle | Flood"
+    release: threading.Event = field(default_factory=threading.Event, compare=False)
+
+
+Behaviour = Reply | Status | HangUp | Trickle | Flood | Held
 
 
 def ok(content: Content = None, *, delay: float = 0.0) -> Reply:
@@ -88,6 +104,11 @@ def ok(content: Content = None, *, delay: float = 0.0) -> Reply:
 
 def slow(seconds: float, content: Content = None) -> Reply:
     return Reply(content, delay=seconds)
+
+
+def held(behaviour: Reply | Status | HangUp | Trickle | Flood | None = None) -> Held:
+    """``behaviour`` (default :func:`ok`) held until the test sets ``.release``."""
+    return Held(behaviour or ok())
 
 
 def rate_limited(*, retry_after: str | None = "1") -> Status:
@@ -198,6 +219,7 @@ class LLMServer:
         self._lock = threading.Lock()
         self._httpd: ThreadingHTTPServer | None = None
         self._connections: set[socket.socket] = set()
+        self._holding: list[Held] = []  # held answers handed out: let go when the server stops
         self._thread: threading.Thread | None = None
 
     # --- lifecycle ----------------------------------------------------------------------
@@ -212,15 +234,13 @@ class LLMServer:
         return self
 
     def stop(self) -> None:
-        if self._httpd is not None:
-            self._httpd.shutdown()
-            self._httpd.server_close()
-            self._httpd = None
+        self._stop_listening()
+        self._let_held_go()
 
     def kill(self) -> None:
         """Go away like a crashed process: stop listening and cut every open connection
-        (``stop`` alone leaves keep-alive connections served)."""
-        self.stop()
+        (``stop`` alone leaves keep-alive connections served); a held answer is never sent."""
+        self._stop_listening()
         with self._lock:
             connections = list(self._connections)
         for connection in connections:
@@ -228,6 +248,21 @@ class LLMServer:
                 connection.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
+        self._let_held_go()
+
+    def _stop_listening(self) -> None:
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+            self._httpd = None
+
+    def _let_held_go(self) -> None:
+        """Release the handler threads still holding an answer (they exit; their client is gone
+        or its connection cut)."""
+        with self._lock:
+            holding, self._holding = self._holding, []
+        for hold in holding:
+            hold.release.set()
 
     def __enter__(self) -> "LLMServer":
         return self.start()
@@ -266,8 +301,13 @@ class LLMServer:
         with self._lock:
             for match, queue in self._scripts:
                 if queue and (match is None or match in prompt):
-                    return queue.pop(0)
-        return self.default
+                    behaviour = queue.pop(0)
+                    break
+            else:
+                behaviour = self.default
+            if isinstance(behaviour, Held):
+                self._holding.append(behaviour)
+        return behaviour
 
     def _record(self, request: Recorded) -> None:
         with self._lock:
@@ -318,6 +358,9 @@ def _handler(server: LLMServer) -> type[BaseHTTPRequestHandler]:
                 self._send(404, {"error": {"message": "not found"}})
                 return
             behaviour = server._next(recorded.prompt)
+            if isinstance(behaviour, Held):
+                behaviour.release.wait(HOLD_LIMIT_SECONDS)
+                behaviour = behaviour.behaviour
             if behaviour.delay:
                 time.sleep(behaviour.delay)
             if isinstance(behaviour, HangUp):

@@ -13,7 +13,7 @@ import pytest
 from config import Settings, load_settings
 from pipelines.importer import import_sessions
 from tests.conftest import write_sessions
-from tests.llm_server import LLMServer, Status, rate_limited, server_error, slow
+from tests.llm_server import LLMServer, Status, held, ok, rate_limited, server_error, slow
 from worker.cycle import PHASES, Stores, open_stores, run_cycle
 
 SESSIONS = [f"s{i}" for i in range(5)]
@@ -33,7 +33,8 @@ def expire_backoff(stores: Stores) -> None:
 async def cycle_with_an_outage(settings: Settings, stores: Stores, port: int) -> dict[str, Any]:
     """One cycle against a server on ``port`` that dies while answering its second request: the
     first session commits, the second's answer is cut off, the others' connections are refused."""
-    server = LLMServer(port=port, default=slow(0.3)).start()
+    server = LLMServer(port=port, default=held()).start()  # held until the kill cuts it …
+    server.script(ok())  # … but the first answer
 
     async def kill_at_the_second_request() -> None:
         while server.chat_count < 2:

@@ -22,8 +22,8 @@ from pipelines.identity import NodeRef
 from pipelines.importer import import_sessions
 from tests.conftest import SAMPLE
 from tests.test_extract_llm import unit
-from tests.llm_server import Behaviour, Flood, LLMServer, Reply, Status, Trickle, slow
-from tests.test_model_faults import MARKER, bad_calls, fault_settings, load, semantic_writes
+from tests.llm_server import Behaviour, Flood, LLMServer, Reply, Status, Trickle, held
+from tests.test_model_faults import MARKER, TIMEOUT_SECONDS, bad_calls, fault_settings, load, semantic_writes
 from worker.cycle import CycleResult, Stores, open_stores, run_cycle
 from worker.knowledge import model_judge
 
@@ -58,7 +58,7 @@ async def test_a_misbehaving_answer_fails_its_chunk_only(
 ) -> None:
     with LLMServer() as server:
         server.script(*[behaviour] * 4, match=MARKER)
-        mine = fault_settings(settings.data_dir, server, llm_timeout_seconds=1.0)
+        mine = fault_settings(settings.data_dir, server, llm_timeout_seconds=TIMEOUT_SECONDS)
         stores = await open_stores(mine)
         try:
             await load(mine, stores, tmp_path)
@@ -111,8 +111,8 @@ async def test_an_answer_past_the_timeout_is_not_asked_for_again_in_the_same_att
     ``REM_LLM_MAX_RETRIES=3``). The chunk fails as ``timeout`` after one request and is retried
     by a later cycle, after its backoff."""
     with LLMServer() as server:
-        server.script(*[slow(1.0)] * 8, match=MARKER)
-        mine = fault_settings(settings.data_dir, server, llm_max_retries=3, llm_timeout_seconds=0.3)
+        server.script(*[held()] * 8, match=MARKER)  # still generating when the worker gives up
+        mine = fault_settings(settings.data_dir, server, llm_max_retries=3, llm_timeout_seconds=TIMEOUT_SECONDS)
         stores = await open_stores(mine)
         try:
             await load(mine, stores, tmp_path)
@@ -128,7 +128,7 @@ async def test_the_model_list_check_reads_the_status_only(settings: Settings, tm
     """``provider-ready`` asks ``GET /models`` and goes by the status: a model list trickling in
     (14 s) or 4 GiB long is not waited for or read."""
     with LLMServer(models=models) as server:
-        mine = fault_settings(settings.data_dir, server, llm_timeout_seconds=1.0)
+        mine = fault_settings(settings.data_dir, server, llm_timeout_seconds=TIMEOUT_SECONDS)
         stores = await open_stores(mine)
         try:
             await load(mine, stores, tmp_path)

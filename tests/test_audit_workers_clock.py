@@ -16,7 +16,7 @@ import pytest
 from config import Settings
 from tests.conftest import ROOT
 from tests.daemon_support import start_worker, worker_env
-from tests.llm_server import LLMServer, slow
+from tests.llm_server import LLMServer, held, ok
 from tests.workers_support import corpus, graph_database, ingested, worker_settings
 
 SESSIONS = 4
@@ -39,7 +39,8 @@ def test_a_host_whose_clock_runs_ahead_takes_no_live_claim_over(tmp_path: Path, 
     database server's clock, so B sees A's claims alive and takes none: every session's text goes
     to the model once and A commits them all. Before, B read A's leases as an hour expired, took
     every session over and paid the model again, and A's commits rolled back (claim lost)."""
-    with LLMServer(default=slow(3.0)) as llm:
+    answers = held()  # A's, until B has run: B must meet A's claims alive, however slowly it starts
+    with LLMServer(default=answers) as llm:
         asyncio.run(ingested(settings.data_dir, corpus(SESSIONS), tmp_path, database_url=database_url))
         env = worker_env(settings.data_dir, **worker_settings(llm.url), database_url=database_url)
         a = start_worker("--once", "--json", env=env, log_path=tmp_path / "a.log")
@@ -47,9 +48,11 @@ def test_a_host_whose_clock_runs_ahead_takes_no_live_claim_over(tmp_path: Path, 
         while llm.chat_count < SESSIONS:
             assert time.monotonic() < deadline, (tmp_path / "a.log").read_text()[-3000:]
             time.sleep(0.02)
+        llm.default = ok()  # B's requests, if it (wrongly) takes a session over
         b = subprocess.run([sys.executable, "-c", _AN_HOUR_AHEAD, "--once"], env=env, cwd=ROOT, capture_output=True,
                            text=True, timeout=120)
         assert b.returncode == 0, b.stderr[-3000:]
+        answers.release.set()
         assert a.wait(timeout=120) == 0, (tmp_path / "a.log").read_text()[-3000:]
         assert llm.chat_count == SESSIONS  # each session's text paid for once
     with graph_database(settings.data_dir, database_url) as db:

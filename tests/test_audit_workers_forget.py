@@ -21,13 +21,10 @@ from store.chroma import ChromaStore
 from store.confined import exclusive_lock
 from tests.conftest import run_cli, write_sessions
 from tests.daemon_support import start_worker, worker_env
-from tests.llm_server import LLMServer, ok, slow
+from tests.llm_server import LLMServer, held, ok
 from tests.test_forget import canonical
 from tests.workers_support import corpus, graph_database, ingested, worker_settings
 from worker.cycle import PHASES, run_cycle
-
-MODEL_SECONDS = 4.0
-
 
 def wait_for(predicate: Callable[[], bool], *, timeout: float = 60.0, what: str) -> None:
     deadline = time.monotonic() + timeout
@@ -40,8 +37,8 @@ def wait_for(predicate: Callable[[], bool], *, timeout: float = 60.0, what: str)
 def follower_waiting_on_the_model(settings: Settings, llm: LLMServer, env: dict[str, str], log: Path, *, requests: int) -> Any:
     """Start a ``--once`` worker as a follower (this process holds the host's lock file until the
     worker has sent ``requests`` chat requests: it has claimed its sessions and waits for the model)."""
-    with exclusive_lock(settings.lock_path, root=settings.data_dir) as held:
-        assert held
+    with exclusive_lock(settings.lock_path, root=settings.data_dir) as locked:
+        assert locked
         worker = start_worker("--once", env=env, log_path=log)
         wait_for(lambda: llm.chat_count >= requests, what=f"the follower never asked the model: {log.read_text()[-2000:]}")
     return worker
@@ -59,13 +56,15 @@ def forget_beside_a_follower(tmp_path: Path, settings: Settings, database_url: s
                              forget: tuple[str, ...], then_once: bool = False) -> None:
     """Ingest ``sessions`` sessions, start a follower on them and, while it waits for the model,
     run ``rem-cycle forget FORGET``; wait for the follower (and, ``then_once``, one more worker)."""
-    with LLMServer(default=slow(MODEL_SECONDS)) as llm:
+    answers = held()  # the follower's, until the test has acted beside it, however slowly things start
+    with LLMServer(default=answers) as llm:
         asyncio.run(ingested(settings.data_dir, corpus(sessions), tmp_path, database_url=database_url))
         env = env_of(settings, llm, database_url)
         worker = follower_waiting_on_the_model(settings, llm, env, tmp_path / "w.log", requests=sessions)
         forgot = run_cli("forget", *forget, env={k: v for k, v in env.items() if k.startswith("REM_")})
         assert forgot.returncode == 0, forgot.stdout + forgot.stderr
-        llm.default = ok()  # the requests in flight keep their delay; later ones need none
+        llm.default = ok()  # later requests are answered at once …
+        answers.release.set()  # … and so now is what the follower waits for
         assert worker.wait(timeout=120) == 0, (tmp_path / "w.log").read_text()[-3000:]
         if then_once:
             again = start_worker("--once", env=env, log_path=tmp_path / "again.log")
@@ -111,7 +110,8 @@ def test_turns_ingested_while_a_follower_extracts_the_session_are_extracted_too(
     or the next worker does): before, it marked it digested, and the new turn was never extracted
     (``status`` said all was digested)."""
     sessions = corpus(1)
-    with LLMServer(default=slow(MODEL_SECONDS)) as llm:
+    answers = held()  # the follower's, until the test has acted beside it, however slowly things start
+    with LLMServer(default=answers) as llm:
         base = asyncio.run(ingested(settings.data_dir, sessions, tmp_path, database_url=database_url))
         env = env_of(settings, llm, database_url)
         worker = follower_waiting_on_the_model(settings, llm, env, tmp_path / "w.log", requests=1)
@@ -121,7 +121,8 @@ def test_turns_ingested_while_a_follower_extracts_the_session_are_extracted_too(
                                     memory_collection=base.memory_collection, summary_collection=base.session_collection))
         leader = asyncio.run(run_cycle(base, phases=tuple(p for p in PHASES if p[0] == "ingest")))
         assert leader.outcome == "completed" and leader.phases["ingest"]["sessions_synced"] == 1, leader.phases
-        llm.default = ok()  # the request in flight keeps its delay; later ones need none
+        llm.default = ok()  # later requests are answered at once …
+        answers.release.set()  # … and so now is what the follower waits for
         assert worker.wait(timeout=120) == 0, (tmp_path / "w.log").read_text()[-3000:]
         again = start_worker("--once", env=env, log_path=tmp_path / "again.log")
         assert again.wait(timeout=120) == 0, (tmp_path / "again.log").read_text()[-3000:]

@@ -18,7 +18,7 @@ import pytest
 from config import Settings
 from tests.conftest import ROOT
 from tests.daemon_support import start_worker, worker_env
-from tests.llm_server import LLMServer, slow
+from tests.llm_server import LLMServer, held, ok
 from tests.workers_support import corpus, graph_database, ingested, worker_settings
 
 SESSIONS = 4
@@ -37,7 +37,8 @@ def test_a_worker_in_another_pid_namespace_takes_no_live_claim_over(tmp_path: Pa
     text goes to the model once and A commits them all. Before, B took A's owner id (``host:pid``)
     for a process of its own host, found no such pid and deleted A's live claims as a dead
     worker's: it extracted every session again and A's commits rolled back (claim lost)."""
-    with LLMServer(default=slow(3.0)) as llm:
+    answers = held()  # A's, until B has run: B must meet A's claims alive, however slowly it starts
+    with LLMServer(default=answers) as llm:
         asyncio.run(ingested(settings.data_dir, corpus(SESSIONS), tmp_path))
         env = worker_env(settings.data_dir, **worker_settings(llm.url))
         a = start_worker("--once", env=env, log_path=tmp_path / "a.log")
@@ -45,9 +46,11 @@ def test_a_worker_in_another_pid_namespace_takes_no_live_claim_over(tmp_path: Pa
         while llm.chat_count < SESSIONS:
             assert time.monotonic() < deadline, (tmp_path / "a.log").read_text()[-3000:]
             time.sleep(0.02)
+        llm.default = ok()  # B's requests, if it (wrongly) takes a session over
         b = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-m", "worker", "--once"],
                            env=env, cwd=ROOT, capture_output=True, text=True, timeout=120)
         assert b.returncode == 0, b.stderr[-3000:]
+        answers.release.set()
         assert a.wait(timeout=120) == 0, (tmp_path / "a.log").read_text()[-3000:]
         assert llm.chat_count == SESSIONS  # each session's text paid for once
     with graph_database(settings.data_dir) as db:

@@ -20,7 +20,7 @@ from pipelines.importer import import_sessions
 from store.chroma import ChromaStore
 from tests.conftest import write_sessions
 from tests.daemon_support import start_worker, worker_env
-from tests.llm_server import LLMServer, Status, ok, slow
+from tests.llm_server import LLMServer, Status, held, ok, slow
 from tests.workers_support import corpus, graph_database, ingested, worker_settings
 
 LEASE = 2.0
@@ -44,7 +44,10 @@ def test_a_paused_workers_late_failure_leaves_the_session_another_digested_alone
     failure turned it back to ``undigested`` (its commit undone in the run state), so a third
     worker committed it a second time."""
     with LLMServer() as llm:
-        llm.script(Status(500, "model down", delay=0.5))  # A's request; every later one is answered
+        # A's request, answered only once A is paused (a delay could run out before the test
+        # pauses A on a loaded machine); every later one is answered at once.
+        failure = held(Status(500, "model down"))
+        llm.script(failure)
         asyncio.run(ingested(settings.data_dir, corpus(1), tmp_path, database_url=database_url))
         env = worker_env(settings.data_dir, **worker_settings(llm.url, lease_timeout_seconds=LEASE),
                          **({"database_url": database_url} if database_url else {}))
@@ -52,6 +55,7 @@ def test_a_paused_workers_late_failure_leaves_the_session_another_digested_alone
         try:
             wait_for(lambda: llm.chat_count >= 1, what="worker A never asked the model")
             os.kill(a.pid, signal.SIGSTOP)
+            failure.release.set()  # the 500 waits in A's socket until A resumes
             time.sleep(LEASE + 1.0)  # A's lease runs out while it is paused
             b = start_worker("--once", env=env, log_path=tmp_path / "b.log")
             assert b.wait(timeout=120) == 0, (tmp_path / "b.log").read_text()
@@ -106,7 +110,8 @@ def test_a_leader_paused_past_its_lease_runs_no_single_flight_phase_after_the_ta
     now (README: they run in one worker at a time) — and says why (``lock-lost``). Before, it ran
     them as if it still led."""
     sessions = corpus(2)
-    with LLMServer(default=slow(2.0)) as llm:
+    answers = held()  # A's two requests are answered only once A is paused
+    with LLMServer(default=answers) as llm:
         asyncio.run(ingested(settings.data_dir, sessions, tmp_path, database_url=database_url))
         host_b = tmp_path / "host-b"
         asyncio.run(import_sessions(write_sessions(tmp_path / "b.jsonl", sessions), chroma=ChromaStore(load_settings(data_dir=host_b)),
@@ -117,6 +122,7 @@ def test_a_leader_paused_past_its_lease_runs_no_single_flight_phase_after_the_ta
             wait_for(lambda: llm.chat_count >= len(sessions), what="leader A never asked the model")
             os.kill(a.pid, signal.SIGSTOP)
             llm.default = ok()
+            answers.release.set()
             time.sleep(LEASE + 1.0)  # A's lease runs out while it is paused
             b = start_worker("--once", env=worker_env(host_b, **worker_settings(llm.url, **overrides)), log_path=tmp_path / "b.log")
             assert b.wait(timeout=120) == 0, (tmp_path / "b.log").read_text()[-3000:]

@@ -32,14 +32,17 @@ def _env(data: Path, **settings: str) -> dict[str, str]:
     return env
 
 
-def _interrupt_midway(args: list[str], env: dict[str, str], signum: int, midway: Callable[[], bool]) -> subprocess.CompletedProcess[str]:
-    """Start ``python -m worker ARGS``, send ``signum`` once ``midway()`` holds, and collect it."""
+def _interrupt_midway(args: list[str], env: dict[str, str], signum: int, midway: Callable[[], bool], *,
+                      signalled: Callable[[], None] = lambda: None) -> subprocess.CompletedProcess[str]:
+    """Start ``python -m worker ARGS``, send ``signum`` once ``midway()`` holds, call ``signalled()``
+    and collect it."""
     proc = subprocess.Popen([sys.executable, "-m", "worker", *args], env=env, cwd=ROOT, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         wait_for(lambda: proc.poll() is not None or midway(), timeout=120, interval=0.01, what="the command mid-way")
         assert proc.poll() is None, "the command finished before it could be interrupted"
         proc.send_signal(signum)
+        signalled()
         out, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
@@ -99,8 +102,17 @@ async def test_sigterm_mid_drain_exits_143_and_a_rerun_links_every_line(tmp_path
     queue = queue_of(settings)
     queue.append_lines(queue_lines(7))
     env = _env(data, write_batch_size="100")
-    mentioned = "SELECT COUNT(*) FROM edges WHERE relationship = 'MENTIONED_IN'"
-    done = _interrupt_midway(["drain", "--json"], env, signal.SIGTERM, lambda: _count(settings.graph_path, mentioned) >= 200)
+    # The signal must come before the drain's last batch, whatever the machine's pace: this process
+    # holds the graph's write lock until it has sent it, so the drain (which checks for a stop after
+    # each batch) cannot commit past the batch it is in. Waiting instead for 200 linked edges let a
+    # test paused for a quarter of a second find the drain finished.
+    gate = sqlite3.connect(settings.graph_path, isolation_level=None, timeout=30)
+    gate.execute("BEGIN IMMEDIATE")
+    try:
+        done = _interrupt_midway(["drain", "--json"], env, signal.SIGTERM, queue.draining_path.exists,
+                                 signalled=lambda: gate.execute("ROLLBACK"))
+    finally:
+        gate.close()
     assert done.returncode == 143, done.stderr[-3000:]
     message = _message(done.stderr)
     assert message.startswith("rem-cycle: drain stopped by SIGTERM: ")

@@ -49,8 +49,10 @@ from store.lazy_queue import LazyEdgeQueue
 from tests.conftest import ROOT, SAMPLE
 from worker.cycle import PHASES, open_stores, run_cycle
 
-TRIALS = 30
-SEED = 20261129
+# CI runs the default; REM_TEST_CRASH_SEED / REM_TEST_CRASH_TRIALS let a flake hunt run other draws
+# (RELIABILITY.md "Flakes hunted").
+TRIALS = int(os.environ.get("REM_TEST_CRASH_TRIALS", "30"))
+SEED = int(os.environ.get("REM_TEST_CRASH_SEED", "20261129"))
 RESOLVABLE, NEVER, MALFORMED = 1200, 60, 40
 ENV = {"REM_CHUNK_LIMIT_TOKENS": "1500", "REM_PROMPT_ENVELOPE_TOKENS": "0", "REM_WRITE_BATCH_SIZE": "100",
        "REM_LOG_LEVEL": "error"}
@@ -399,4 +401,4 @@ async def run_matrix(tmp_path: Path, forks: ForkServer, template: Path, resolvab
     elapsed = time.monotonic() - started
     print(f"crash matrix: {TRIALS} trials in {elapsed:.1f}s, kills landed: {dict(landed)}; "
           f"reference cycle {ref['total']:.2f}s, windows {ref['windows']}")
-    assert landed["ingest"] >= 2 and landed["extract"] >= 5 and landed["drain"] >= 5, dict(landed)
+    assert landed["ingest"] >= TRIALS // 15 and landed["extract"] >= TRIALS // 6 and landed["drain"] >= TRIALS // 6, dict(landed)

@@ -22,11 +22,10 @@ from store.backend import open_database
 from store.communities import CommunityRecord, CommunityStore
 from store.graph import Edge, GraphStore, Node
 from tests.conftest import ROOT
-from tests.llm_server import LLMServer, Reply
+from tests.llm_server import LLMServer, Reply, held
 from tests.migrations_support import COMMUNITY_NAMES_VERSION, roll_back
 
 CLUSTERS = 6
-NAMING_SECONDS = 0.4  # each label takes this long to come back: the kill lands while one is in flight
 
 
 def label_reply(body: dict[str, Any]) -> dict[str, str]:
@@ -69,7 +68,10 @@ def asked(server: LLMServer) -> list[str]:
 @pytest.mark.both_backends
 def test_labels_given_before_a_kill_are_not_asked_for_again(settings: Settings, database_url: str | None) -> None:
     six_clusters(settings)
-    with LLMServer(default=Reply(label_reply, delay=NAMING_SECONDS)) as server:
+    with LLMServer(default=Reply(label_reply)) as server:
+        # Three labels answered, the fourth held: the kill lands while it is with the model, however
+        # long the test takes to see it asked (a delay could run out first on a loaded machine).
+        server.script(Reply(label_reply), Reply(label_reply), Reply(label_reply), held(Reply(label_reply)))
         killed = worker_once(settings, server, database_url)
         deadline = time.monotonic() + 60
         while server.chat_count < 4 and killed.poll() is None and time.monotonic() < deadline:

@@ -30,10 +30,10 @@ from tests.llm_server import (
     context_overflow,
     empty,
     hang_up,
+    held,
     malformed,
     ok,
     server_error,
-    slow,
     truncated,
 )
 from worker.cycle import Stores, open_stores, run_cycle
@@ -52,10 +52,16 @@ def session(sid: str, turns: list[str]) -> dict[str, Any]:
     }
 
 
+# A healthy answer from the loopback server must never time out, however loaded the machine
+# (0.5 s did: provider-ready's model list and good sessions' answers, under pauses of 0.5 s).
+# A test of the timeout holds its answer (``held()``) and sets TIMEOUT_SECONDS.
+TIMEOUT_SECONDS = 1.5
+
+
 def fault_settings(data_dir: Path, server: LLMServer, **overrides: Any) -> Settings:
     values: dict[str, Any] = {
         "data_dir": data_dir, "extractor": "openai", "llm_base_url": server.url, "llm_max_retries": 0,
-        "llm_timeout_seconds": 0.5, "max_chunk_attempts": MAX_ATTEMPTS, "llm_concurrency": 2,
+        "llm_timeout_seconds": 30, "max_chunk_attempts": MAX_ATTEMPTS, "llm_concurrency": 2,
     }
     values.update(overrides)
     return load_settings(**values)
@@ -102,7 +108,7 @@ FAULTS: list[tuple[str, Behaviour, str, int]] = [
     # (name, behaviour, recorded kind, model calls per attempt)
     # (429, 502, 503 and a refused connection are outages, which charge no attempt:
     # tests/test_audit_llm_outage.py)
-    ("timeout", slow(1.5), "timeout", 1),
+    ("timeout", held(), "timeout", 1),  # never answered within TIMEOUT_SECONDS
     ("http-500", server_error(500), "provider-error", 1),
     ("hang-up", hang_up(), "provider-error", 1),
     ("not-chat-completions", Status(200, "<html>502 Bad Gateway</html>"), "provider-error", 1),
@@ -122,7 +128,7 @@ async def test_fault_is_recorded_fail_closed_retried_then_undigestible(
 ) -> None:
     with LLMServer() as server:
         server.script(*[behaviour] * 20, match=MARKER)
-        mine = fault_settings(settings.data_dir, server)
+        mine = fault_settings(settings.data_dir, server, **({"llm_timeout_seconds": TIMEOUT_SECONDS} if kind == "timeout" else {}))
         stores = await open_stores(mine)
         try:
             await load(mine, stores, tmp_path)
@@ -231,7 +237,7 @@ async def test_server_going_away_mid_cycle(settings: Settings, tmp_path: Path) -
     them."""
     server = LLMServer().start()
     mine = fault_settings(settings.data_dir, server, llm_concurrency=1)
-    server.script(slow(0.3))  # the first answer is in flight when the server dies
+    server.script(held())  # the first answer is in flight when the server dies (the kill cuts it)
     stores = await open_stores(mine)
     try:
         await load(mine, stores, tmp_path)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import sqlite3
 import time
 from pathlib import Path
 
 import pytest
 
 from config import Settings
+from store.backend import open_database_at
 from tests.conftest import SAMPLE, run_cli
 from tests.daemon_support import busy_data_dir, busy_env, read_runs, start_worker, stop, wait_for, worker_env
 from worker.cycle import EXIT_BUSY, CycleBusyError, run_cycle, single_flight
@@ -38,7 +40,18 @@ async def test_once_exits_busy_at_once_while_a_cycle_holds_the_lock(settings: Se
 def test_two_concurrent_once_runs_exactly_one(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
     data = busy_data_dir(tmp_path_factory.getbasetemp(), tmp_path / "data")
     env = busy_env(data)
-    procs = [start_worker("--once", env=env, log_path=tmp_path / f"once-{i}.log") for i in range(2)]
+    # Whichever takes the cycle lock first cannot finish while this process holds the graph's
+    # write lock, so the other meets the lock taken however late a loaded machine starts it (one
+    # started after the first's one-second cycle had ended ran a cycle of its own).
+    open_database_at(path=data / "graph.sqlite3", url=None).close()  # the schema, as the first run would make it
+    gate = sqlite3.connect(data / "graph.sqlite3", isolation_level=None, timeout=30)
+    gate.execute("BEGIN IMMEDIATE")
+    try:
+        procs = [start_worker("--once", env=env, log_path=tmp_path / f"once-{i}.log") for i in range(2)]
+        wait_for(lambda: any(p.poll() is not None for p in procs), timeout=120, interval=0.05, what="one run to end")
+    finally:
+        gate.execute("ROLLBACK")
+        gate.close()
     statuses = sorted(p.wait(120) for p in procs)
     logs = [(tmp_path / f"once-{i}.log").read_text() for i in range(2)]
     assert statuses == [0, EXIT_BUSY], logs

@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 import shutil
 import sqlite3
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +22,7 @@ from store.chroma import ChromaStore
 from store.backend import open_database
 from store.facts import least_name
 from tests.conftest import write_sessions
-from tests.llm_server import LLMServer, slow
+from tests.llm_server import LLMServer, held, slow
 from tests.test_forget import canonical
 from tests.workers_support import ELSEWHERE, corpus, digest_report, ingested, run_workers
 from worker.cycle import PHASES, run_cycle
@@ -130,8 +132,21 @@ def test_three_worker_processes_digest_disjoint_sessions_exactly_once(tmp_path: 
     claims ``FOR UPDATE … SKIP LOCKED``, commits concurrent): every session digested by exactly one
     commit of one run, more than one worker did some, and the graph is one worker's."""
     sessions = corpus(24)
-    with LLMServer(default=slow(0.05)) as server:
+    # The model holds its answers until a third request is asked: a worker with two in flight
+    # cannot finish, so the others reach the single-flight lock while it is held and follow, however
+    # late a loaded machine starts them (they led in turn once the first had finished all 24).
+    answers = held()
+    with LLMServer(default=answers) as server:
         asyncio.run(ingested(settings.data_dir, sessions, tmp_path, database_url=database_url))
+
+        def answer_once_a_follower_asks() -> None:
+            deadline = time.monotonic() + 120
+            while server.chat_count < 3 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            server.default = slow(0.05)
+            answers.release.set()
+
+        threading.Thread(target=answer_once_a_follower_asks, daemon=True).start()
         run = run_workers(settings.data_dir, server.url, workers=3, logs=tmp_path / "logs", timeout=120,
                           database_url=database_url, llm_concurrency=2)
         reference = reference_graph(tmp_path, sessions, server.url)
