@@ -22,14 +22,13 @@ from store.chroma import ChromaStore
 from store.graph import GraphStore
 from store.verdicts import VerdictStore
 from tests.conftest import run_cli, write_sessions
-from tests.llm_server import LLMServer, Reply, prompt_turns
+from tests.llm_server import LLMServer, Reply, held, prompt_turns
 from tests.migrations_support import IDENTITY_VERDICTS_VERSION, rolled_back
 from tests.test_forget import _env, _session
 from tests.test_migrations_community_names import worker_once
 from worker.cycle import run_cycle
 
 FILES = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot"]
-ASKING_SECONDS = 0.4  # each verdict takes this long to come back: the kill lands while one is in flight
 _PATH = re.compile(r"[\w/]+\.py")
 
 
@@ -65,13 +64,16 @@ async def test_verdicts_given_before_a_kill_are_not_asked_for_again(settings: Se
     """Session "full" names six files by their paths; session "bare" by their base names — six
     questions for the model (`file-basename` candidates). Before, the answers lived in the killed
     worker's memory: all six were asked again."""
-    with LLMServer(default=Reply(model, delay=ASKING_SECONDS)) as server:
+    with LLMServer(default=Reply(model)) as server:
         mine = settings.model_copy(update={"extractor": "openai", "llm_base_url": server.url, "llm_judge": True, "llm_max_retries": 0})
         await _import(mine, tmp_path / "full.jsonl", [_session("full", "2026-11-01T10:00:00Z", [f"See store/{f}.py." for f in FILES])])
         assert (await run_cycle(mine)).outcome == "completed"
         assert questions(server) == []
         await _import(mine, tmp_path / "bare.jsonl", [_session("bare", "2026-11-02T10:00:00Z", [f"Then {f}.py changed." for f in FILES])])
 
+        # Three verdicts answered, the fourth held: the kill lands while it is with the model, however
+        # long the test takes to see it asked (a delay could run out first on a loaded machine).
+        server.script(*[Reply(model)] * 3, held(Reply(model)), match='"existing"')
         killed = worker_once(settings, server, database_url)
         deadline = time.monotonic() + 60
         while len(questions(server)) < 4 and killed.poll() is None and time.monotonic() < deadline:
