@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -59,6 +60,20 @@ def worker_once(settings: Settings, server: LLMServer, database_url: str | None)
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
+def killed_while_asked(settings: Settings, server: LLMServer, database_url: str | None, asked: Callable[[], int], *,
+                       count: int) -> None:
+    """Run :func:`worker_once` and SIGKILL it once the model has been asked ``count`` questions
+    (``asked()`` counts them); the test's script holds the last one, so the kill lands while it is
+    with the model."""
+    killed = worker_once(settings, server, database_url)
+    deadline = time.monotonic() + 60
+    while asked() < count and killed.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert killed.poll() is None, f"the cycle ended before the kill: {killed.communicate()}"
+    killed.send_signal(signal.SIGKILL)
+    killed.communicate(timeout=30)
+
+
 def asked(server: LLMServer) -> list[str]:
     """The member lists the model was asked to name, in order (a request the kill cut off before
     its body was sent has none)."""
@@ -72,13 +87,7 @@ def test_labels_given_before_a_kill_are_not_asked_for_again(settings: Settings, 
         # Three labels answered, the fourth held: the kill lands while it is with the model, however
         # long the test takes to see it asked (a delay could run out first on a loaded machine).
         server.script(Reply(label_reply), Reply(label_reply), Reply(label_reply), held(Reply(label_reply)))
-        killed = worker_once(settings, server, database_url)
-        deadline = time.monotonic() + 60
-        while server.chat_count < 4 and killed.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.005)
-        assert killed.poll() is None, f"the cycle ended before the kill: {killed.communicate()}"
-        killed.send_signal(signal.SIGKILL)
-        killed.communicate(timeout=30)
+        killed_while_asked(settings, server, database_url, lambda: server.chat_count, count=4)
         before = asked(server)
         assert len(before) == 4  # three answered, the fourth in flight at the kill
         db = open_database(settings)

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import json
 import re
-import signal
-import time
 from typing import Any
 
 import pytest
@@ -25,7 +23,7 @@ from tests.conftest import run_cli, write_sessions
 from tests.llm_server import LLMServer, Reply, held, prompt_turns
 from tests.migrations_support import IDENTITY_VERDICTS_VERSION, rolled_back
 from tests.test_forget import _env, _session
-from tests.test_migrations_community_names import worker_once
+from tests.test_migrations_community_names import killed_while_asked, worker_once
 from worker.cycle import run_cycle
 
 FILES = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot"]
@@ -74,13 +72,7 @@ async def test_verdicts_given_before_a_kill_are_not_asked_for_again(settings: Se
         # Three verdicts answered, the fourth held: the kill lands while it is with the model, however
         # long the test takes to see it asked (a delay could run out first on a loaded machine).
         server.script(*[Reply(model)] * 3, held(Reply(model)), match='"existing"')
-        killed = worker_once(settings, server, database_url)
-        deadline = time.monotonic() + 60
-        while len(questions(server)) < 4 and killed.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.005)
-        assert killed.poll() is None, f"the cycle ended before the kill: {killed.communicate()}"
-        killed.send_signal(signal.SIGKILL)
-        killed.communicate(timeout=30)
+        killed_while_asked(settings, server, database_url, lambda: len(questions(server)), count=4)
         before = questions(server)
         assert len(before) == 4  # three answered, the fourth in flight at the kill
         extractions = server.chat_count - len(before)
