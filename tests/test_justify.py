@@ -22,7 +22,7 @@ from store.graph import GraphStore
 from store.chroma import ChromaStore
 from tests.conftest import run_cli, write_sessions
 from tests.llm_server import LLMServer, auto_extraction, ok, prompt_turns
-from tests.migrations_support import EDGE_JUSTIFICATIONS_VERSION, roll_back, rolled_back
+from tests.migrations_support import EDGE_JUSTIFICATIONS_VERSION, rolled_back
 from tests.test_forget import _env, _session
 from worker.cycle import run_cycle
 
@@ -149,13 +149,7 @@ async def test_justifications_written_before_migration_15_stay_until_the_edge_lo
     count — the forgotten session's text cannot survive, whoever wrote it."""
     llm, _ = model_server
     settings = await _built(settings, tmp_path, llm, SESSIONS)
-    db = open_database(settings)
-    try:
-        with db.transaction() as conn:
-            roll_back(conn, backend, to=EDGE_JUSTIFICATIONS_VERSION - 1)
-        assert db.schema_version == EDGE_JUSTIFICATIONS_VERSION - 1
-    finally:
-        db.close()
+    rolled_back(settings, backend, to=EDGE_JUSTIFICATIONS_VERSION - 1)
     db = open_database(settings)
     try:
         assert db.schema_version >= EDGE_JUSTIFICATIONS_VERSION

@@ -24,7 +24,7 @@ from store.communities import CommunityRecord, CommunityStore
 from store.graph import Edge, GraphStore, Node
 from tests.conftest import ROOT
 from tests.llm_server import LLMServer, Reply, held
-from tests.migrations_support import COMMUNITY_NAMES_VERSION, roll_back
+from tests.migrations_support import COMMUNITY_NAMES_VERSION, rolled_back
 
 CLUSTERS = 6
 
@@ -119,13 +119,7 @@ def test_labels_given_before_a_kill_are_not_asked_for_again(settings: Settings, 
 def test_a_database_of_the_previous_schema_gets_the_label_table(settings: Settings, backend: str) -> None:
     """A database written before migration 14 is migrated; a label kept there is found by its
     member set, and storing the communities drops the labels of member sets no longer stored."""
-    db = open_database(settings)
-    try:
-        with db.transaction() as conn:
-            roll_back(conn, backend, to=COMMUNITY_NAMES_VERSION - 1)
-        assert db.schema_version == COMMUNITY_NAMES_VERSION - 1
-    finally:
-        db.close()
+    rolled_back(settings, backend, to=COMMUNITY_NAMES_VERSION - 1)
     db = open_database(settings)
     try:
         assert db.schema_version >= COMMUNITY_NAMES_VERSION
