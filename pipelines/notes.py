@@ -258,6 +258,7 @@ async def import_note(note: NoteFile, env: NotesEnv) -> NoteResult:
     def on_commit() -> None:
         env.unit.graph.upsert_node(note_node(note, content_hash=note.content_hash))
         env.unit.chunks.prune_session(note.key, keep)
+        env.unit.verdicts.settle(note.note_id)
         # A reference the file no longer writes goes, as its points do (only the file links rows to itself).
         env.unit.graph.delete_edges(
             (e.source, e.target, e.relationship) for e in env.unit.graph.edges_of(note.note_id)

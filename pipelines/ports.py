@@ -129,6 +129,13 @@ class Tombstones(Protocol):
     def forget_session_state(self, session_id: str, chunk_key: str) -> dict[str, int]: ...
 
 
+class SettledVerdicts(Protocol):
+    """The identity verdicts a session's extraction was given, deleted by its commit once used
+    (:class:`store.verdicts.VerdictStore`)."""
+
+    def settle(self, session: str) -> int: ...
+
+
 class RecallWriter(Protocol):
     """The recall index's writes (:class:`store.recall_index.RecallIndex`; its reads are
     :class:`pipelines.recall.RecallReader`)."""
@@ -165,5 +172,7 @@ class UnitOfWork(Protocol):
     def chunks(self) -> ChunkResults: ...
     @property
     def tombstones(self) -> Tombstones: ...
+    @property
+    def verdicts(self) -> SettledVerdicts: ...
 
     def transaction(self) -> AbstractContextManager[Any]: ...

@@ -20,6 +20,7 @@ from store.provenance import ProvenanceStore
 from store.recall_index import RecallIndex
 from store.runstate import RunStateStore
 from store.tombstones import TombstoneStore
+from store.verdicts import VerdictStore
 
 
 class DatabaseUnitOfWork:
@@ -35,6 +36,7 @@ class DatabaseUnitOfWork:
         self.runstate = RunStateStore(db, clock=clock)
         self.chunks = ChunkResultStore(db, clock=clock)
         self.tombstones = TombstoneStore(db, clock=clock)
+        self.verdicts = VerdictStore(db, clock=clock)
 
     @contextmanager
     def transaction(self) -> Iterator[DatabaseUnitOfWork]:

@@ -4,9 +4,13 @@ The extraction's identity auditor (``REM_LLM_JUDGE``) settles ambiguous candidat
 session's commit (pipelines/resolver.py). Each answer is kept here as it is given, in its own
 transaction, keyed by :func:`pipelines.identity.audit_question` — a hash of everything the model was
 shown — so that a worker killed before the commit, or any later cycle meeting the same question,
-takes the answer instead of paying for it again. A row is one paid model call: the table grows with
-the questions asked, never with the graph, and is read only by key. Forgetting a session deletes
-the verdicts its extraction asked for (store.tombstones).
+takes the answer instead of paying for it again. A row is one paid model call, read only by key, and
+it lives until the session's commit has used it: the commit deletes the verdicts its extraction asked
+for (:meth:`VerdictStore.settle`, in the commit's transaction), so the table holds the questions of
+sessions still in flight — never the history of every question asked (bench/bench_verdicts_growth.py).
+The same question after that commit is not met again: the commit put its answer in the graph (a link
+gives the node the name, a new node is a node), so the name then matches without a question.
+Forgetting a session deletes the verdicts of an extraction that never committed (store.tombstones).
 """
 
 from __future__ import annotations
@@ -42,3 +46,9 @@ class VerdictStore:
                 "asked_at = excluded.asked_at",
                 (question, target, session, self.clock()),
             )
+
+    def settle(self, session: str) -> int:
+        """Delete the verdicts ``session``'s extraction asked for: call inside its commit's
+        transaction (a commit that rolls back keeps them for the next try). Returns rows deleted."""
+        with self.db.transaction() as conn:
+            return conn.execute("DELETE FROM identity_verdicts WHERE session_id = ?", (session,)).rowcount

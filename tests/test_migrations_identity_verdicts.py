@@ -94,11 +94,9 @@ async def test_verdicts_given_before_a_kill_are_not_asked_for_again(settings: Se
             node = graph.get_node(f"FILE:{name}.py")
             assert graph.get_node(f"FILE:store/{name}.py") is None and node is not None, name
             assert {f"{name}.py", f"store/{name}.py"} <= set(node.properties["aliases"]), node
-        assert len(VerdictStore(db).given(_all_questions(db))) == len(FILES)
+        assert _all_questions(db) == []  # the commit used them and settled them (day400)
     finally:
         db.close()
-    # Forgetting the session that asked takes its verdicts too (they name the nodes it linked).
-    _forget_leaves_no_verdict(settings, _env(settings), "--session", "bare")
 
 
 def _forget_leaves_no_verdict(settings: Settings, env: dict[str, str], *what: str) -> None:
@@ -168,10 +166,10 @@ async def test_a_question_the_model_could_not_answer_is_kept_by_nobody_and_asked
 
 
 @pytest.mark.both_backends
-async def test_verdicts_a_notes_import_asked_go_with_forget_note(settings: Settings, tmp_path: Any) -> None:
+async def test_verdicts_a_notes_import_asked_are_settled_by_its_commit(settings: Settings, tmp_path: Any) -> None:
     """A notes file's identity questions are kept under the file's ``note:<id>`` (as its chunk
-    results and candidates are), so ``forget --note`` takes them; before, they were kept under no
-    session at all and outlived the file."""
+    results and candidates are) while it is imported, and its commit settles them (day400: before,
+    they stayed for good, and earlier still under no session at all)."""
     with LLMServer(default=Reply(model)) as server:
         mine = settings.model_copy(update={"extractor": "openai", "llm_base_url": server.url, "llm_judge": True, "llm_max_retries": 0})
         await _import(mine, tmp_path / "full.jsonl", [_session("full", "2026-11-01T10:00:00Z", [f"See store/{f}.py." for f in FILES[:2]])])
@@ -183,10 +181,19 @@ async def test_verdicts_a_notes_import_asked_go_with_forget_note(settings: Setti
         done = run_cli("import-notes", str(notes), "--json", env=env)
         assert done.returncode == 0, done.stderr
         assert len(questions(server)) == 2
-    note_id = json.loads(done.stdout)["files"][0]["note_id"]
     db = open_database(settings)
     try:
-        assert sorted(r[0] for r in db.query("SELECT session_id FROM identity_verdicts")) == [note_id, note_id]
+        assert _all_questions(db) == []
+        graph = GraphStore(db)
+        for name in FILES[:2]:  # the verdicts were used: each pair linked
+            assert graph.get_node(f"FILE:store/{name}.py") is None and graph.get_node(f"FILE:{name}.py") is not None
+    finally:
+        db.close()
+    note_id = json.loads(done.stdout)["files"][0]["note_id"]
+    # A verdict of an import that never committed (a kill) goes with forget --note.
+    db = open_database(settings)
+    try:
+        VerdictStore(db).keep("q-unfinished", None, session=note_id)
     finally:
         db.close()
     _forget_leaves_no_verdict(settings, env, "--note", note_id)

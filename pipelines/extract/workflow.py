@@ -209,6 +209,7 @@ async def extract_session(
                 env.claims.settle(sid)
             env.unit.runstate.mark_digested(sid, record.input_revision, env.run_id or "-")
             env.unit.chunks.prune_session(sid, keep)
+            env.unit.verdicts.settle(sid)  # used: the same question is not met again (store/verdicts.py)
 
         if commit_turn is not None:
             await commit_turn()
