@@ -152,6 +152,50 @@ CREATE TRIGGER rem_run_counts_au AFTER UPDATE OF outcome ON rem_runs WHEN old.ou
 END
 """
 
+# Migration 17: ``state_counts`` holds, per kind (``session``: ``session_digests`` by ``state``;
+# ``chunk``: ``chunk_results`` by ``status``, with their tokens) the folded totals; triggers append
+# each write's change to ``state_count_changes``.
+STATE_COUNTS_MIGRATION = """
+CREATE TABLE state_counts (
+    kind        TEXT NOT NULL CHECK (kind IN ('session', 'chunk')),
+    name        TEXT NOT NULL,
+    total       BIGINT NOT NULL,
+    tokens_in   BIGINT NOT NULL DEFAULT 0,
+    tokens_out  BIGINT NOT NULL DEFAULT 0,
+    PRIMARY KEY (kind, name)
+);
+CREATE TABLE state_count_changes (
+    kind        TEXT NOT NULL,
+    name        TEXT NOT NULL,
+    delta       INTEGER NOT NULL,
+    tokens_in   BIGINT NOT NULL DEFAULT 0,
+    tokens_out  BIGINT NOT NULL DEFAULT 0
+);
+INSERT INTO state_counts(kind, name, total) SELECT 'session', state, COUNT(*) FROM session_digests GROUP BY state;
+INSERT INTO state_counts(kind, name, total, tokens_in, tokens_out)
+    SELECT 'chunk', status, COUNT(*), COALESCE(SUM(tokens_in), 0), COALESCE(SUM(tokens_out), 0) FROM chunk_results GROUP BY status;
+CREATE TRIGGER state_counts_digests_ai AFTER INSERT ON session_digests BEGIN
+    INSERT INTO state_count_changes(kind, name, delta) VALUES ('session', new.state, 1);
+END;
+CREATE TRIGGER state_counts_digests_ad AFTER DELETE ON session_digests BEGIN
+    INSERT INTO state_count_changes(kind, name, delta) VALUES ('session', old.state, -1);
+END;
+CREATE TRIGGER state_counts_digests_au AFTER UPDATE OF state ON session_digests WHEN old.state != new.state BEGIN
+    INSERT INTO state_count_changes(kind, name, delta) VALUES ('session', old.state, -1), ('session', new.state, 1);
+END;
+CREATE TRIGGER state_counts_chunks_ai AFTER INSERT ON chunk_results BEGIN
+    INSERT INTO state_count_changes(kind, name, delta, tokens_in, tokens_out) VALUES ('chunk', new.status, 1, new.tokens_in, new.tokens_out);
+END;
+CREATE TRIGGER state_counts_chunks_ad AFTER DELETE ON chunk_results BEGIN
+    INSERT INTO state_count_changes(kind, name, delta, tokens_in, tokens_out) VALUES ('chunk', old.status, -1, -old.tokens_in, -old.tokens_out);
+END;
+CREATE TRIGGER state_counts_chunks_au AFTER UPDATE OF status, tokens_in, tokens_out ON chunk_results
+    WHEN old.status != new.status OR old.tokens_in != new.tokens_in OR old.tokens_out != new.tokens_out BEGIN
+    INSERT INTO state_count_changes(kind, name, delta, tokens_in, tokens_out)
+        VALUES ('chunk', old.status, -1, -old.tokens_in, -old.tokens_out), ('chunk', new.status, 1, new.tokens_in, new.tokens_out);
+END
+"""
+
 # Each entry upgrades the schema by one version; never edit a released entry, append a new one.
 # The unordered identity candidate pair (migration 12): its lesser id, then its greater (both engines
 # compare ids bytewise), as an index key and as the conflict target that must match it.
@@ -675,6 +719,14 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX identity_verdicts_session ON identity_verdicts(session_id);
     CREATE INDEX edge_points_reason ON edge_points(source, target, relationship, justification)
     """,
+    # 17: sessions by digest state and chunk results by status (with their tokens), counted at a
+    # cost that does not grow with them: every ``/metrics`` scrape (every one on PostgreSQL, the
+    # first after each write on SQLite), each run's ``finalize`` and ``status`` grouped the whole of
+    # both tables. ``state_counts`` as ``graph_counts`` (migration 10): triggers append each
+    # write's change to ``state_count_changes`` (an append: concurrent writers never wait on one
+    # counter row), ``finalize`` folds them (RunStateStore.fold_counts); a read costs O(states +
+    # changes since the last fold). PostgreSQL runs its own form (store/postgres_schema.py OVERRIDES).
+    STATE_COUNTS_MIGRATION,
 )
 
 # The queue table's schema version, wherever the entry sits (the PostgreSQL port keys its own form by it).

@@ -419,6 +419,54 @@ CREATE TRIGGER rem_run_counts_aid AFTER INSERT OR DELETE ON rem_runs FOR EACH RO
 CREATE TRIGGER rem_run_counts_au AFTER UPDATE OF outcome ON rem_runs FOR EACH ROW
     WHEN (OLD.outcome IS DISTINCT FROM NEW.outcome) EXECUTE FUNCTION rem_count_runs();
 """,
+    # 17 (store.db.STATE_COUNTS_MIGRATION): the state-count triggers as PL/pgSQL functions.
+    17: r"""
+CREATE TABLE state_counts (
+    kind        TEXT COLLATE "C" NOT NULL CHECK (kind IN ('session', 'chunk')),
+    name        TEXT COLLATE "C" NOT NULL,
+    total       BIGINT NOT NULL,
+    tokens_in   BIGINT NOT NULL DEFAULT 0,
+    tokens_out  BIGINT NOT NULL DEFAULT 0,
+    PRIMARY KEY (kind, name)
+);
+CREATE TABLE state_count_changes (
+    kind        TEXT COLLATE "C" NOT NULL,
+    name        TEXT COLLATE "C" NOT NULL,
+    delta       INTEGER NOT NULL,
+    tokens_in   BIGINT NOT NULL DEFAULT 0,
+    tokens_out  BIGINT NOT NULL DEFAULT 0
+);
+INSERT INTO state_counts(kind, name, total) SELECT 'session', state, COUNT(*) FROM session_digests GROUP BY state;
+INSERT INTO state_counts(kind, name, total, tokens_in, tokens_out)
+    SELECT 'chunk', status, COUNT(*), COALESCE(SUM(tokens_in), 0), COALESCE(SUM(tokens_out), 0) FROM chunk_results GROUP BY status;
+CREATE FUNCTION rem_count_digests() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP IN ('DELETE', 'UPDATE') THEN
+        INSERT INTO state_count_changes(kind, name, delta) VALUES ('session', OLD.state, -1);
+    END IF;
+    IF TG_OP IN ('INSERT', 'UPDATE') THEN
+        INSERT INTO state_count_changes(kind, name, delta) VALUES ('session', NEW.state, 1);
+    END IF;
+    RETURN NULL;
+END $$;
+CREATE TRIGGER state_counts_digests_aid AFTER INSERT OR DELETE ON session_digests FOR EACH ROW EXECUTE FUNCTION rem_count_digests();
+CREATE TRIGGER state_counts_digests_au AFTER UPDATE OF state ON session_digests FOR EACH ROW
+    WHEN (OLD.state IS DISTINCT FROM NEW.state) EXECUTE FUNCTION rem_count_digests();
+CREATE FUNCTION rem_count_chunks() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP IN ('DELETE', 'UPDATE') THEN
+        INSERT INTO state_count_changes(kind, name, delta, tokens_in, tokens_out) VALUES ('chunk', OLD.status, -1, -OLD.tokens_in, -OLD.tokens_out);
+    END IF;
+    IF TG_OP IN ('INSERT', 'UPDATE') THEN
+        INSERT INTO state_count_changes(kind, name, delta, tokens_in, tokens_out) VALUES ('chunk', NEW.status, 1, NEW.tokens_in, NEW.tokens_out);
+    END IF;
+    RETURN NULL;
+END $$;
+CREATE TRIGGER state_counts_chunks_aid AFTER INSERT OR DELETE ON chunk_results FOR EACH ROW EXECUTE FUNCTION rem_count_chunks();
+CREATE TRIGGER state_counts_chunks_au AFTER UPDATE OF status, tokens_in, tokens_out ON chunk_results FOR EACH ROW
+    WHEN (OLD.status IS DISTINCT FROM NEW.status OR OLD.tokens_in IS DISTINCT FROM NEW.tokens_in
+          OR OLD.tokens_out IS DISTINCT FROM NEW.tokens_out) EXECUTE FUNCTION rem_count_chunks();
+""",
 }
 
 # The two spellings a later migration may use that PostgreSQL reads otherwise.

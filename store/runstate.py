@@ -192,11 +192,42 @@ class RunStateStore:
         return {r[0]: r[1] for r in rows if r[1] is not None}
 
     def chunk_totals(self) -> dict[str, dict[str, int]]:
-        """Per ``chunk_results`` status: ``{count, tokens_in, tokens_out}``."""
+        """Per ``chunk_results`` status: ``{count, tokens_in, tokens_out}`` (:meth:`state_totals`)."""
+        return {name: {"count": count, "tokens_in": tokens_in, "tokens_out": tokens_out}
+                for name, (count, tokens_in, tokens_out) in self.state_totals("chunk").items()}
+
+    def state_totals(self, kind: str) -> dict[str, tuple[int, int, int]]:
+        """``kind`` ``session`` (digests by state) or ``chunk`` (chunk results by status): per name,
+        ``(rows, tokens_in, tokens_out)`` — the folded counts plus the changes the triggers recorded
+        since (migration 17): O(states + changes), never O(sessions) or O(chunks)."""
         rows = self.db.query(
-            "SELECT status, COUNT(*), COALESCE(SUM(tokens_in), 0), COALESCE(SUM(tokens_out), 0) FROM chunk_results GROUP BY status"
+            "SELECT name, SUM(total), SUM(tokens_in), SUM(tokens_out) FROM (SELECT name, total, tokens_in, tokens_out "
+            "FROM state_counts WHERE kind = ? UNION ALL SELECT name, delta, tokens_in, tokens_out FROM state_count_changes "
+            "WHERE kind = ?) AS c GROUP BY name HAVING SUM(total) != 0",
+            (kind, kind),
         )
-        return {r[0]: {"count": r[1], "tokens_in": int(r[2]), "tokens_out": int(r[3])} for r in rows}
+        return {r[0]: (int(r[1]), int(r[2]), int(r[3])) for r in rows}
+
+    def fold_counts(self) -> int:
+        """Fold the recorded state-count changes into ``state_counts`` (as GraphStore.fold_counts:
+        exactly the changes it deletes, so one a concurrent writer commits meanwhile stays for the
+        next fold); returns how many were folded."""
+        with self.db.transaction() as conn:
+            changes = conn.execute("DELETE FROM state_count_changes RETURNING kind, name, delta, tokens_in, tokens_out").fetchall()
+            totals: dict[tuple[str, str], tuple[int, int, int]] = {}
+            for kind, name, delta, tokens_in, tokens_out in changes:
+                total = totals.get((kind, name), (0, 0, 0))
+                totals[(kind, name)] = (total[0] + int(delta), total[1] + int(tokens_in), total[2] + int(tokens_out))
+            moved = sorted((kind, name, *total) for (kind, name), total in totals.items() if any(total))
+            if moved:
+                conn.executemany(
+                    "INSERT INTO state_counts(kind, name, total, tokens_in, tokens_out) VALUES (?, ?, ?, ?, ?) "
+                    "ON CONFLICT(kind, name) DO UPDATE SET total = state_counts.total + excluded.total, "
+                    "tokens_in = state_counts.tokens_in + excluded.tokens_in, tokens_out = state_counts.tokens_out + excluded.tokens_out",
+                    moved,
+                )
+                conn.execute("DELETE FROM state_counts WHERE total = 0")
+        return len(changes)
 
     def failing_chunks(self, limit: int = 20) -> list[dict[str, Any]]:
         """The most recently failed chunk results (no payloads)."""
@@ -377,8 +408,9 @@ class RunStateStore:
             return cur.rowcount
 
     def digest_counts(self) -> dict[str, int]:
+        """Sessions by digest state, every state named (:meth:`state_totals`)."""
         counts = dict.fromkeys(DIGEST_STATES, 0)
-        counts.update({r[0]: r[1] for r in self.db.query("SELECT state, COUNT(*) FROM session_digests GROUP BY state")})
+        counts.update({name: total[0] for name, total in self.state_totals("session").items()})
         return counts
 
     def undigestible_sessions(self, limit: int = 50) -> list[DigestRecord]:

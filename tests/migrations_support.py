@@ -12,6 +12,7 @@ RUN_COUNTS_VERSION = 13
 COMMUNITY_NAMES_VERSION = 14
 EDGE_JUSTIFICATIONS_VERSION = 15
 IDENTITY_VERDICTS_VERSION = 16
+STATE_COUNTS_VERSION = 17
 
 # What each migration adds, as each engine drops it.
 UNDO: dict[int, dict[str, tuple[str, ...]]] = {
@@ -31,10 +32,19 @@ UNDO: dict[int, dict[str, tuple[str, ...]]] = {
         "sqlite": ("DROP TABLE identity_verdicts", "DROP INDEX edge_points_reason"),
         "postgresql": ("DROP TABLE identity_verdicts", "DROP INDEX edge_points_reason"),
     },
+    STATE_COUNTS_VERSION: {
+        "sqlite": (*(f"DROP TRIGGER state_counts_{t}_{op}" for t in ("digests", "chunks") for op in ("ai", "ad", "au")),
+                   "DROP TABLE state_count_changes", "DROP TABLE state_counts"),
+        "postgresql": ("DROP TRIGGER state_counts_digests_aid ON session_digests", "DROP TRIGGER state_counts_digests_au ON session_digests",
+                       "DROP TRIGGER state_counts_chunks_aid ON chunk_results", "DROP TRIGGER state_counts_chunks_au ON chunk_results",
+                       "DROP FUNCTION rem_count_digests()", "DROP FUNCTION rem_count_chunks()",
+                       "DROP TABLE state_count_changes", "DROP TABLE state_counts"),
+    },
 }
 assert "rem_run_counts" in MIGRATIONS[RUN_COUNTS_VERSION - 1] and "community_names" in MIGRATIONS[COMMUNITY_NAMES_VERSION - 1]
 assert "justification" in MIGRATIONS[EDGE_JUSTIFICATIONS_VERSION - 1]
 assert "identity_verdicts" in MIGRATIONS[IDENTITY_VERDICTS_VERSION - 1]
+assert "state_counts" in MIGRATIONS[STATE_COUNTS_VERSION - 1]
 
 
 def rolled_back(settings: Any, backend: str, *, to: int) -> None:

@@ -361,6 +361,7 @@ async def finalize(ctx: CycleContext) -> dict[str, Any]:
             ctx.stores.db, namer=judge.name_community if judge else None, fraction=ctx.settings.community_refresh_fraction
         )
     await anyio.to_thread.run_sync(ctx.stores.graph.fold_counts)
+    await anyio.to_thread.run_sync(ctx.stores.runstate.fold_counts)
     graph = await anyio.to_thread.run_sync(ctx.stores.graph.counts)
     digests = await anyio.to_thread.run_sync(ctx.stores.runstate.digest_counts)
     return {"graph": graph, "digests": digests, "communities": communities}

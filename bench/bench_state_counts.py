@@ -1,0 +1,128 @@
+"""What counting sessions by digest state and chunk results by status costs as they grow (1× and 8×).
+
+Every ``/metrics`` scrape on PostgreSQL (on SQLite, the first after each write), each run's
+``finalize`` and ``status`` count ``session_digests`` by state and ``chunk_results`` by status with
+their tokens. Before migration 17 that was a ``GROUP BY`` over both tables (:data:`SCANS_BEFORE_17`):
+every session and chunk result ever recorded. Now ``RunStateStore.digest_counts`` and
+``chunk_totals`` read ``state_counts`` plus the changes recorded since the last fold (a cycle's
+worth, :data:`UNFOLDED`, is left unfolded here). Both readings, and a whole scrape
+(``RemCycleCollector.collect``, a fresh connection each: what Prometheus gets), on the same database
+at N and 8 × N sessions (``--chunks`` results each), in one process.
+
+    python bench/bench_state_counts.py [--sessions 5000] [--chunks 4] [--postgres-url URL]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.bench_metrics import best_of  # noqa: E402
+from bench.bench_reextract import databases  # noqa: E402
+from config import load_settings  # noqa: E402
+from store.db import Database  # noqa: E402
+from store.runstate import RunStateStore  # noqa: E402
+from worker.metrics import RemCycleCollector  # noqa: E402
+
+SCANS_BEFORE_17 = (
+    "SELECT state, COUNT(*) FROM session_digests GROUP BY state",
+    "SELECT status, COUNT(*), COALESCE(SUM(tokens_in), 0), COALESCE(SUM(tokens_out), 0) FROM chunk_results GROUP BY status",
+)
+UNFOLDED = 100  # sessions digested since the last fold (a cycle's worth of changes)
+
+# ``n`` rows 0 … count - 1, on both engines.
+_NUMBERS = "WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i + 1 < ?) "
+
+
+def fill(db: Database, *, sessions: int, chunks: int) -> None:
+    """``sessions`` sessions, one in fifty undigested and one in five hundred undigestible, each with
+    ``chunks`` chunk results (one in a hundred failed); then a fold, then :data:`UNFOLDED` sessions
+    digested since."""
+    with db.transaction() as conn:
+        conn.execute(
+            _NUMBERS + "INSERT INTO session_digests(session_id, input_revision, ingested_revision, digested_revision, state, "
+            "session_created_at, updated_at) SELECT 's' || i, 'r1', 'r1', 'r1', CASE WHEN i % 500 = 0 THEN 'undigestible' "
+            "WHEN i % 50 = 0 OR i < ? THEN 'undigested' ELSE 'digested' END, '2026-11-01T00:00:00Z', '2026-11-01T00:00:00Z' FROM n",
+            (sessions, UNFOLDED),
+        )
+        conn.execute(
+            _NUMBERS + "INSERT INTO chunk_results(session_id, chunk_id, content_hash, fingerprint, status, tokens_in, tokens_out, "
+            "updated_at) SELECT 's' || (i / ?), 'c' || i, 'h' || i, 'f', CASE WHEN i % 100 = 0 THEN 'failed' ELSE 'ok' END, "
+            "1000 + i % 7, 200, '2026-11-01T00:00:00Z' FROM n",
+            (sessions * chunks, chunks),
+        )
+    runstate = RunStateStore(db)
+    runstate.fold_counts()
+    with db.transaction() as conn:
+        conn.execute(
+            "UPDATE session_digests SET state = 'digested' WHERE session_id IN (" + ", ".join("?" * UNFOLDED) + ")",
+            [f"s{i}" for i in range(UNFOLDED)],
+        )
+
+
+def vacuumed(db: Database) -> None:
+    """PostgreSQL: the tables as autovacuum leaves them after many cycles. The fill wrote its rows'
+    changes in one burst, folded (deleted) since: ``state_count_changes`` is compacted, as it is
+    when each cycle's few changes reuse the space the last fold freed (a real burst, a back-fill of
+    many sessions in one cycle, leaves the heap that large until a vacuum truncates it)."""
+    url = getattr(db, "url", None)
+    if url is not None:
+        import psycopg
+
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("VACUUM FULL state_count_changes")
+            conn.execute("VACUUM ANALYZE")
+
+
+def measure(db: Database, settings: Any, *, sessions: int, chunks: int) -> dict[str, float]:
+    fill(db, sessions=sessions, chunks=chunks)
+    vacuumed(db)
+    runstate = RunStateStore(db)
+    before = [{r[0]: tuple(r[1:]) for r in db.query(sql)} for sql in SCANS_BEFORE_17]
+    assert runstate.digest_counts() == {**dict.fromkeys(("undigested", "digested", "undigestible"), 0), **{k: v[0] for k, v in before[0].items()}}
+    assert runstate.chunk_totals() == {k: {"count": v[0], "tokens_in": int(v[1]), "tokens_out": int(v[2])} for k, v in before[1].items()}
+    collector = RemCycleCollector(settings)
+    list(collector.collect())  # the run families' cache, as a running exporter has it
+    return {
+        "sessions": sessions,
+        "before": best_of(lambda: [db.query(sql) for sql in SCANS_BEFORE_17], repeat=21),
+        "now": best_of(lambda: (runstate.digest_counts(), runstate.chunk_totals()), repeat=21),
+        "scrape": best_of(lambda: list(collector.collect()), repeat=11),
+        "changes": db.query("SELECT COUNT(*) FROM state_count_changes")[0][0],
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sessions", type=int, default=5000, help="sessions at 1× (8× is eight times as many)")
+    parser.add_argument("--chunks", type=int, default=4, help="chunk results per session")
+    parser.add_argument("--postgres-url", default=None)
+    args = parser.parse_args(argv)
+    for engine, url in (("SQLite", None), ("PostgreSQL", args.postgres_url)):
+        if engine != "SQLite" and not url:
+            continue
+        results = []
+        with tempfile.TemporaryDirectory() as tmp, databases(Path(tmp), url) as fresh:
+            for scale in (1, 8):
+                db = fresh(f"x{scale}")
+                settings = load_settings(data_dir=Path(tmp) / f"x{scale}", **({"database_url": db.url} if url else {}))
+                try:
+                    results.append(measure(db, settings, sessions=scale * args.sessions, chunks=args.chunks))
+                finally:
+                    db.close()
+        first = results[0]
+        print(f"{engine}: sessions by state and chunk results by status ({args.chunks} per session), {UNFOLDED} sessions' changes unfolded")
+        print("| sessions | chunk results | GROUP BY both (before) | ÷ 1× | state_counts (now) | ÷ 1× | whole scrape (now) | ÷ 1× |")
+        print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+        for r in results:
+            print(f"| {r['sessions']:,} | {r['sessions'] * args.chunks:,} | {r['before'] * 1000:.2f} ms | {r['before'] / first['before']:.2f}× "
+                  f"| {r['now'] * 1000:.2f} ms | {r['now'] / first['now']:.2f}× | {r['scrape'] * 1000:.1f} ms | {r['scrape'] / first['scrape']:.2f}× |")
+
+
+if __name__ == "__main__":
+    main()
