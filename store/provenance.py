@@ -115,6 +115,26 @@ def justification_parts(text: object) -> set[str]:
     return {part for part in text.split("; ") if part} if isinstance(text, str) else set()
 
 
+# An edge's justification is made of at most this many of its points' texts: the least distinct
+# ones (bytewise, as both engines order ``edge_points_reason``). An edge whose every session writes
+# its own text would otherwise keep a text — read, rebuilt and written at each commit touching the
+# edge — that grows with its history (bench/bench_reextract.py); at most 16 texts are read, seek by
+# seek, whatever the points. The rule is a function of the points' texts, so a commit, a forget and
+# a build from scratch agree.
+JUSTIFICATION_TEXTS = 16
+
+
+def least_texts(texts: Iterable[str | None]) -> tuple[str, ...]:
+    """The :data:`JUSTIFICATION_TEXTS` least distinct non-empty ``texts``, in order (pure)."""
+    return tuple(sorted({t for t in texts if t})[:JUSTIFICATION_TEXTS])
+
+
+def justification_of(texts: Iterable[str | None]) -> set[str]:
+    """The justification parts of an edge whose points carry ``texts``: the parts of its
+    :func:`least_texts` (pure)."""
+    return {part for text in least_texts(texts) for part in justification_parts(text)}
+
+
 def justification_text(parts: Iterable[str]) -> str:
     """An edge's ``justification`` property made of ``parts`` (sorted, ``"; "``-joined)."""
     return "; ".join(sorted(set(parts)))
@@ -334,34 +354,29 @@ class ProvenanceStore:
         )[0][0]
 
     def edge_reasons(self, key: EdgeKey, *, besides: str = "") -> set[str]:
-        """The justification parts the edge's points carry (those of anchor ``besides`` left out);
-        a point written before schema 15 (no known source) gives none. Reads the edge's points in
-        ``edge_points_reason`` order, each distinct text once: the cost of its points, one query —
-        for an edge of many distinct texts; :meth:`edge_reasons_by_key` for many edges of few."""
-        rows = self.db.query(
-            "SELECT DISTINCT justification FROM edge_points WHERE source = ? AND target = ? AND relationship = ? "
-            "AND anchor != ? AND justification IS NOT NULL AND justification != ''",
-            (*key, besides),
-        )
-        return {part for r in rows for part in justification_parts(r[0])}
+        """The justification parts the edge shows from its points (those of anchor ``besides`` left
+        out): :func:`justification_of` its :meth:`edge_texts`; a point written before schema 15 (no
+        known source) gives none."""
+        return justification_of(self.edge_texts([key], besides=besides)[key])
 
-    def edge_reasons_by_key(self, keys: Iterable[EdgeKey], *, besides: str = "") -> dict[EdgeKey, set[str]]:
-        """:meth:`edge_reasons` of many edges at once, by key (every key given is in the answer):
-        one query per batch of keys, not one per edge. Each edge's distinct justifications are
-        found by seeking through ``edge_points_reason`` from one to the next: the cost grows with
-        how many distinct texts the edges have, not with how many points other sessions gave them
-        (slower than :meth:`edge_reasons` for an edge of many distinct texts: a seek per text)."""
-        found: dict[EdgeKey, set[str]] = {key: set() for key in keys}
+    def edge_texts(self, keys: Iterable[EdgeKey], *, besides: str = "") -> dict[EdgeKey, tuple[str, ...]]:
+        """For each edge of ``keys`` (every key given is in the answer) the :func:`least_texts` its
+        points carry, those of anchor ``besides`` left out: one query per batch of keys, each
+        edge's texts found by seeking through ``edge_points_reason`` from one to the next and
+        stopping at :data:`JUSTIFICATION_TEXTS` — the cost of at most that many seeks an edge,
+        however many points and texts its history gave it."""
+        found: dict[EdgeKey, list[str]] = {key: [] for key in keys}
         for batch, _ in in_batches(sorted(found), lists=3):
             keys = ", ".join(["(?, ?, ?)"] * len(batch))
             rows = self.db.query(
-                f"WITH RECURSIVE k(s, t, r) AS (VALUES {keys}), d(s, t, r, j) AS (SELECT s, t, r, ({_FIRST_REASON}) FROM k "
-                f"UNION ALL SELECT s, t, r, ({_NEXT_REASON}) FROM d WHERE d.j IS NOT NULL) SELECT s, t, r, j FROM d WHERE j IS NOT NULL",
+                f"WITH RECURSIVE k(s, t, r) AS (VALUES {keys}), d(s, t, r, j, n) AS (SELECT s, t, r, ({_FIRST_REASON}), 1 FROM k "
+                f"UNION ALL SELECT s, t, r, ({_NEXT_REASON}), n + 1 FROM d WHERE d.j IS NOT NULL AND d.n < {JUSTIFICATION_TEXTS:d}) "
+                "SELECT s, t, r, j FROM d WHERE j IS NOT NULL",
                 (*(part for key in batch for part in key), besides, besides),
             )
             for row in rows:
-                found[(row[0], row[1], row[2])].update(justification_parts(row[3]))
-        return found
+                found[(row[0], row[1], row[2])].append(row[3])
+        return {key: least_texts(texts) for key, texts in found.items()}
 
     def node_anchor_points(self, node_id: str, anchor: str) -> list[PointRow]:
         """The node's distinct points from one anchor (what its provenance edges to it are made of)."""

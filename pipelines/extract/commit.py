@@ -57,6 +57,7 @@ from store.provenance import (
     NodePointRow,
     PointRow,
     anchor_edges,
+    justification_of,
     justification_parts,
     justification_text,
     place_count,
@@ -170,15 +171,15 @@ class CommitState:
     matched nodes, the session's memories and anchor, the referenced rows and the nodes the anchor's
     old rows touch; ``edges`` — the existing edges among the semantic edge keys the anchor touches
     (old and new); ``edge_places`` — each such edge's distinct places before this commit;
-    ``claimed`` — the existing nodes that have at least one claim; ``edge_reasons`` — for each such
-    edge the anchor had points on, the justification parts of the other anchors' points
-    (:meth:`store.provenance.ProvenanceStore.edge_reasons`)."""
+    ``claimed`` — the existing nodes that have at least one claim; ``edge_texts`` — for each such
+    edge, the least texts the other anchors' points carry
+    (:meth:`store.provenance.ProvenanceStore.edge_texts`)."""
 
     nodes: Mapping[str, Node]
     edges: Mapping[EdgeKey, Edge] = field(default_factory=dict)
     edge_places: Mapping[EdgeKey, int] = field(default_factory=dict)
     claimed: frozenset[str] = frozenset()
-    edge_reasons: Mapping[EdgeKey, frozenset[str]] = field(default_factory=dict)
+    edge_texts: Mapping[EdgeKey, tuple[str, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -332,7 +333,6 @@ def plan_commit(
 
     # --- semantic edges: this anchor's places out, its new places in
     new_edge_points: dict[EdgeKey, list[EdgePointRow]] = {}
-    justification: dict[EdgeKey, set[str]] = {}
     for edge in reduced.edges:
         key = (target_of.get(edge.source, edge.source), target_of.get(edge.target, edge.target), edge.relationship)
         if key[0] == key[1]:
@@ -341,7 +341,6 @@ def plan_commit(
         new_edge_points.setdefault(key, []).extend(
             EdgePointRow(key, row(p, key), edge.source, edge.target, merge_id, edge.reason(p)) for p in sorted(set(edge.provenance))
         )
-        justification.setdefault(key, set()).update(j for j in edge.justification.split("; ") if j)
     old_edge_points: dict[EdgeKey, list[PointRow]] = {}
     for edge_row in old.edge_points:
         old_edge_points.setdefault(edge_row.key, []).append(edge_row.point)
@@ -351,11 +350,15 @@ def plan_commit(
             r.point for r in new_edge_points.get(key, ())
         )
         props = dict(existing_edge.properties) if existing_edge is not None else {}
-        # The edge's justification is its live sources': this anchor's old text goes with its old
-        # points; text of points without a known source (before schema 15) stays only while no
-        # anchor's points for the edge are replaced.
-        kept = state.edge_reasons.get(key, frozenset()) if key in old_edge_points else justification_parts(props.get("justification"))
-        props["justification"] = justification_text(kept | justification.get(key, set()))
+        # The edge's justification is its live sources' (store.provenance.justification_of): the
+        # other anchors' least texts and this anchor's new ones — its old text goes with its old
+        # points. Text no point carries (written before schema 15, or by a lazy edge's producer)
+        # stays only while no anchor's points for the edge are replaced.
+        others = state.edge_texts.get(key, ())
+        parts = justification_of([*others, *(r.justification for r in new_edge_points.get(key, ()))])
+        if key not in old_edge_points:
+            parts |= justification_parts(props.get("justification")) - justification_of(others)
+        props["justification"] = justification_text(parts)
         if key not in new_edge_points:
             if existing_edge is None:
                 continue
@@ -494,10 +497,8 @@ def commit_session(
         keys = sorted(edge_keys(reduced, matches, old))
         edges = {key: edge for key in keys if key[0] in nodes and key[1] in nodes and (edge := graph.get_edge(*key)) is not None}
         places = {key: _places(edge, provenance) for key, edge in edges.items()}
-        old_keys = {r.key for r in old.edge_points}
-        reasons = other_reasons(provenance, edges, old_keys & set(edges), besides=reduced.anchor_id)
         state = CommitState(nodes, edges, places, frozenset(provenance.with_claims(set(nodes) & (touched | set(matches.values()) | {n.id for n in reduced.nodes}))),
-                            edge_reasons=reasons)
+                            edge_texts=provenance.edge_texts(sorted(edges), besides=reduced.anchor_id))
         stats.identity_candidates = sum(1 for v in verdicts.values() if v.action == CANDIDATE)
         merge_of: dict[str, int] = {}
         if merges is not None:
@@ -547,21 +548,6 @@ def commit_session(
         log.warning("edge dropped: endpoint missing", session_id=reduced.session_id, source=edge.source,
                     target=edge.target, relationship=edge.relationship)
     return stats
-
-
-# An edge whose justification has more parts than this has its other sessions' texts read from its
-# points (Provenance.edge_reasons: one query, the cost of its points); the others' are sought text by
-# text, all edges in one query (edge_reasons_by_key: the cost of their texts). bench/bench_reextract.py.
-SOUGHT_TEXTS = 16
-
-
-def other_reasons(provenance: Provenance, edges: Mapping[EdgeKey, Edge], keys: Iterable[EdgeKey], *, besides: str) -> dict[EdgeKey, frozenset[str]]:
-    """For each of ``keys`` (edges of ``edges``, where ``besides`` had points) the justification
-    parts the other anchors' points carry — what a re-extraction keeps of the edge's text."""
-    many = {key for key in keys if len(justification_parts(edges[key].properties.get("justification"))) > SOUGHT_TEXTS}
-    found = provenance.edge_reasons_by_key(sorted(set(keys) - many), besides=besides)
-    found.update({key: provenance.edge_reasons(key, besides=besides) for key in sorted(many)})
-    return {key: frozenset(parts) for key, parts in found.items()}
 
 
 def _places(edge: Edge, provenance: Provenance) -> int:
