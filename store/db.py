@@ -154,8 +154,17 @@ END
 
 # Migration 17: ``state_counts`` holds, per kind (``session``: ``session_digests`` by ``state``;
 # ``chunk``: ``chunk_results`` by ``status``, with their tokens) the folded totals; triggers append
-# each write's change to ``state_count_changes``.
+# each write's change to ``state_count_changes``. ``run_stats``: the run histograms (a count per
+# bucket bound, and the sum) and the chunks reused, kept in step by each run's finish
+# (RunStateStore.run_stats); the ``run_stats`` counter row says whether they are built yet.
 STATE_COUNTS_MIGRATION = """
+CREATE TABLE run_stats (
+    series  TEXT NOT NULL,
+    bound   TEXT NOT NULL,
+    value   REAL NOT NULL,
+    PRIMARY KEY (series, bound)
+);
+INSERT INTO rem_counters(name, value) VALUES ('run_stats', 0);
 CREATE TABLE state_counts (
     kind        TEXT NOT NULL CHECK (kind IN ('session', 'chunk')),
     name        TEXT NOT NULL,
@@ -708,7 +717,7 @@ MIGRATIONS: tuple[str, ...] = (
     # The answers lived in the resolver's memory, so a worker killed before the session's commit
     # paid again for every verdict of that session (store/verdicts.py). ``edge_points_reason``: an
     # edge's distinct justifications found by seeking from one to the next (store.provenance
-    # ProvenanceStore.edge_reasons_by_key), not by reading every point other sessions gave it.
+    # ProvenanceStore.edge_texts), not by reading every point other sessions gave it.
     """
     CREATE TABLE identity_verdicts (
         question_hash  TEXT PRIMARY KEY,
@@ -719,10 +728,12 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX identity_verdicts_session ON identity_verdicts(session_id);
     CREATE INDEX edge_points_reason ON edge_points(source, target, relationship, justification)
     """,
-    # 17: sessions by digest state and chunk results by status (with their tokens), counted at a
-    # cost that does not grow with them: every ``/metrics`` scrape (every one on PostgreSQL, the
-    # first after each write on SQLite), each run's ``finalize`` and ``status`` grouped the whole of
-    # both tables. ``state_counts`` as ``graph_counts`` (migration 10): triggers append each
+    # 17: what the metrics, ``finalize`` and ``status`` read, at a cost that does not grow with the
+    # history. Sessions by digest state and chunk results by status (with their tokens): every
+    # ``/metrics`` scrape (every one on PostgreSQL, the first after each write on SQLite), each
+    # run's ``finalize`` and ``status`` grouped the whole of both tables. The run histograms and
+    # the chunks reused: the first scrape after each run read every run ever recorded
+    # (``run_stats``, built by the first finish after this migration). ``state_counts`` as ``graph_counts`` (migration 10): triggers append each
     # write's change to ``state_count_changes`` (an append: concurrent writers never wait on one
     # counter row), ``finalize`` folds them (RunStateStore.fold_counts); a read costs O(states +
     # changes since the last fold). PostgreSQL runs its own form (store/postgres_schema.py OVERRIDES).

@@ -421,6 +421,13 @@ CREATE TRIGGER rem_run_counts_au AFTER UPDATE OF outcome ON rem_runs FOR EACH RO
 """,
     # 17 (store.db.STATE_COUNTS_MIGRATION): the state-count triggers as PL/pgSQL functions.
     17: r"""
+CREATE TABLE run_stats (
+    series  TEXT COLLATE "C" NOT NULL,
+    bound   TEXT COLLATE "C" NOT NULL,
+    value   DOUBLE PRECISION NOT NULL,
+    PRIMARY KEY (series, bound)
+);
+INSERT INTO rem_counters(name, value) VALUES ('run_stats', 0);
 CREATE TABLE state_counts (
     kind        TEXT COLLATE "C" NOT NULL CHECK (kind IN ('session', 'chunk')),
     name        TEXT COLLATE "C" NOT NULL,

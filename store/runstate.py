@@ -7,7 +7,8 @@ transaction. ``chunk_results`` (per-chunk extraction outcomes) is in the same fi
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Iterator
+import math
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -18,6 +19,15 @@ from store.graph import dumps, utc_now
 
 RUN_OUTCOMES = ("running", "completed", "failed", "skipped", "interrupted", "abandoned")
 DIGEST_STATES = ("undigested", "digested", "undigestible")
+
+# The run histograms' bucket bounds, in seconds (``rem_cycle_cycle_duration_seconds``,
+# ``rem_cycle_phase_duration_seconds``), ascending to ``inf``: ``run_stats`` keeps a count per bound.
+CYCLE_BUCKETS: tuple[float, ...] = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, math.inf)
+PHASE_BUCKETS: tuple[float, ...] = (0.05, 0.25, 1, 5, 15, 60, 300, 900, 3600, math.inf)
+# ``run_stats`` series: the cycle histogram, a histogram per phase (``phase:<name>``), and the chunks
+# the extract phases reused; ``SUM`` is the bound of a series' sum.
+CYCLE_SERIES, PHASE_SERIES, REUSED_SERIES, SUM = "cycle", "phase:", "chunks_reused", "sum"
+_STAT_COLUMNS = "started_at, finished_at, outcome, phases"
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,22 +87,22 @@ class RunStateStore:
         if outcome not in RUN_OUTCOMES:
             raise ValueError(f"unknown run outcome {outcome!r}")
         with self.db.transaction() as conn:
-            conn.execute(
+            self._accounted(conn, run_id, lambda: conn.execute(
                 "UPDATE rem_runs SET finished_at = ?, outcome = ?, reason_code = ?, failure_phase = ?, "
                 "last_successful_phase = ?, phases = ? WHERE run_id = ?",
                 (self.clock(), outcome, reason_code, failure_phase, last_successful_phase, dumps(redact(phases)), run_id),
-            )
+            ))
 
     def mark_abandoned(self, *, older_than_seconds: float, now: datetime | None = None) -> list[str]:
         """Mark ``running`` runs that are silent (see :meth:`silent_runs`: a heartbeat older than
         ``older_than_seconds``, or that far ahead of a clock that went back) as ``abandoned``."""
         with self.db.transaction() as conn:
             stale = [run["run_id"] for run in self.silent_runs(older_than_seconds=older_than_seconds, now=now)]
-            conn.executemany(
-                "UPDATE rem_runs SET outcome = 'abandoned', reason_code = 'heartbeat-lost', finished_at = ? "
-                "WHERE run_id = ?",
-                [(self.clock(), run_id) for run_id in stale],
-            )
+            for run_id in stale:
+                self._accounted(conn, run_id, lambda run_id=run_id: conn.execute(
+                    "UPDATE rem_runs SET outcome = 'abandoned', reason_code = 'heartbeat-lost', finished_at = ? WHERE run_id = ?",
+                    (self.clock(), run_id),
+                ))
         return stale
 
     def silent_runs(
@@ -123,36 +133,36 @@ class RunStateStore:
         """Runs of each outcome, from the counts the triggers keep (migration 13): one row an outcome."""
         return {r[0]: r[1] for r in self.db.query("SELECT outcome, total FROM rem_run_counts WHERE total > 0")}
 
-    def run_durations(self) -> list[float]:
-        """Wall-clock seconds of every finished run."""
-        rows = self.db.query("SELECT started_at, finished_at FROM rem_runs WHERE finished_at IS NOT NULL AND outcome != 'running'")
-        durations = (_seconds_between(r[0], r[1]) for r in rows)
-        return [max(0.0, d) for d in durations if d is not None]
+    def run_stats(self) -> dict[tuple[str, str], float]:
+        """The run histograms and the chunks reused, as ``{(series, bound): value}`` (see
+        :func:`run_contribution`): the rows of ``run_stats``, which each finish keeps in step
+        (migration 17) — a read of a few dozen rows, whatever the run history. Until the first
+        run finishes after that migration they are not built: every run is read, as before."""
+        built = self.db.query("SELECT value FROM rem_counters WHERE name = 'run_stats'")
+        if built and built[0][0]:
+            return {(r[0], r[1]): float(r[2]) for r in self.db.query("SELECT series, bound, value FROM run_stats")}
+        return _summed(run_contribution(r) for r in self.db.query(f"SELECT {_STAT_COLUMNS} FROM rem_runs"))
 
-    def phase_durations(self) -> list[tuple[str, float]]:
-        """``(phase, seconds)`` for every phase recorded in ``rem_runs.phases``."""
-        return [
-            (phase, record["duration_ms"] / 1000.0)
-            for phases in self._all_phases()
-            for phase, record in phases.items()
-            if isinstance(record, dict) and _is_number(record.get("duration_ms"))
-        ]
-
-    def phase_count_total(self, phase: str, key: str) -> float:
-        """Sum over all runs of the count ``key`` recorded by ``phase`` (0 when never recorded)."""
-        counts = (phases.get(phase, {}).get(key) if isinstance(phases.get(phase), dict) else None for phases in self._all_phases())
-        return float(sum(c for c in counts if _is_number(c)))
-
-    def _all_phases(self) -> Iterator[dict[str, Any]]:
-        # Decoded here rather than with the engine's JSON functions, which SQLite and PostgreSQL
-        # spell differently; a document that does not parse counts as no phases.
-        for row in self.db.query("SELECT phases FROM rem_runs"):
-            try:
-                phases = json.loads(row[0])
-            except (TypeError, ValueError):
-                continue
-            if isinstance(phases, dict):
-                yield phases
+    def _accounted(self, conn: Any, run_id: str, change: Callable[[], object]) -> None:
+        """Make ``change`` (a write to run ``run_id``'s row) inside ``conn``'s transaction and keep
+        ``run_stats`` in step: the row's contribution before it out, after it in (a run finished
+        twice — abandoned by a peer, then finishing itself — counts once). The first writer after
+        migration 17 builds the table from every run, once (the ``run_stats`` counter row, held
+        to the transaction's end, keeps a concurrent finish from being counted twice or never)."""
+        built = conn.execute(f"SELECT value FROM rem_counters WHERE name = 'run_stats' {self.db.dialect.for_update()}").fetchone()
+        if built is None or not built[0]:
+            change()
+            if built is not None:
+                _add_stats(conn, _summed(run_contribution(r) for r in conn.execute(f"SELECT {_STAT_COLUMNS} FROM rem_runs").fetchall()))
+                conn.execute("UPDATE rem_counters SET value = 1 WHERE name = 'run_stats'")
+            return
+        before = conn.execute(f"SELECT {_STAT_COLUMNS} FROM rem_runs WHERE run_id = ?", (run_id,)).fetchone()
+        change()
+        after = conn.execute(f"SELECT {_STAT_COLUMNS} FROM rem_runs WHERE run_id = ?", (run_id,)).fetchone()
+        delta = run_contribution(after) if after is not None else {}
+        for key, value in (run_contribution(before) if before is not None else {}).items():
+            delta[key] = delta.get(key, 0.0) - value
+        _add_stats(conn, delta)
 
     def last_phase_record(self, phase: str) -> dict[str, Any] | None:
         """What ``phase`` recorded in the latest run that completed it, or None. Walks the runs
@@ -448,6 +458,74 @@ def _seconds_between(start: str | None, end: str | None) -> float | None:
         return (datetime.fromisoformat(end) - datetime.fromisoformat(start)).total_seconds()  # type: ignore[arg-type]
     except (TypeError, ValueError):
         return None
+
+
+def histogram_buckets(values: Iterable[float], bounds: Iterable[float]) -> tuple[list[tuple[str, float]], float]:
+    """Cumulative Prometheus buckets (``le`` label, count) and the sum of ``values``. ``bounds``
+    must be ascending and end with ``inf``. Pure."""
+    ordered = sorted(values)
+    buckets: list[tuple[str, float]] = []
+    index = 0
+    for bound in bounds:
+        while index < len(ordered) and ordered[index] <= bound:
+            index += 1
+        buckets.append((bound_label(bound), float(index)))
+    return buckets, float(sum(ordered))
+
+
+def bound_label(bound: float) -> str:
+    """A bucket bound as Prometheus's ``le`` label writes it."""
+    return "+Inf" if math.isinf(bound) else repr(float(bound))
+
+
+def run_contribution(row: Mapping[str, Any] | Any) -> dict[tuple[str, str], float]:
+    """What one ``rem_runs`` row (``started_at, finished_at, outcome, phases``) adds to the run
+    statistics (pure): a finished run's wall-clock seconds to the cycle histogram (one count per
+    bucket it falls in, and the sum), each phase's ``duration_ms`` to its phase's histogram, and
+    its extract phase's ``chunks_reused``. A document that does not parse counts as no phases."""
+    found: dict[tuple[str, str], float] = {}
+
+    def observe(series: str, bounds: tuple[float, ...], seconds: float) -> None:
+        buckets, total = histogram_buckets([seconds], bounds)
+        for label, count in [*buckets, (SUM, total)]:
+            if count:
+                found[(series, label)] = found.get((series, label), 0.0) + count
+
+    started_at, finished_at, outcome, text = row[0], row[1], row[2], row[3]
+    if finished_at is not None and outcome != "running":
+        seconds = _seconds_between(started_at, finished_at)
+        if seconds is not None:
+            observe(CYCLE_SERIES, CYCLE_BUCKETS, max(0.0, seconds))
+    try:
+        phases = json.loads(text)
+    except (TypeError, ValueError):
+        phases = None
+    for phase, record in phases.items() if isinstance(phases, dict) else ():
+        if isinstance(record, dict) and _is_number(record.get("duration_ms")):
+            observe(PHASE_SERIES + phase, PHASE_BUCKETS, record["duration_ms"] / 1000.0)
+    extract = phases.get("extract") if isinstance(phases, dict) else None
+    if isinstance(extract, dict) and _is_number(extract.get("chunks_reused")):
+        found[(REUSED_SERIES, SUM)] = float(extract["chunks_reused"])
+    return found
+
+
+def _summed(contributions: Iterable[Mapping[tuple[str, str], float]]) -> dict[tuple[str, str], float]:
+    total: dict[tuple[str, str], float] = {}
+    for contribution in contributions:
+        for key, value in contribution.items():
+            total[key] = total.get(key, 0.0) + value
+    return total
+
+
+def _add_stats(conn: Any, delta: Mapping[tuple[str, str], float]) -> None:
+    """Add ``delta`` to ``run_stats`` (inside the caller's transaction)."""
+    changed = sorted((series, bound, value) for (series, bound), value in delta.items() if value)
+    if changed:
+        conn.executemany(
+            "INSERT INTO run_stats(series, bound, value) VALUES (?, ?, ?) "
+            "ON CONFLICT(series, bound) DO UPDATE SET value = run_stats.value + excluded.value",
+            changed,
+        )
 
 
 def _is_number(value: Any) -> bool:

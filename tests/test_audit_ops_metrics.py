@@ -58,8 +58,8 @@ async def test_a_scrape_while_a_cycle_writes_does_not_reread_the_run_history(
     await seed_chroma(stores, settings, [make_session("s1", 3)], tmp_path)
     await run_cycle(settings, stores=stores, phases=WITHOUT_EXTRACT)
     calls: list[str] = []
-    real = RunStateStore.phase_count_total
-    monkeypatch.setattr(RunStateStore, "phase_count_total", lambda self, *a: calls.append(a[0]) or real(self, *a))
+    real = RunStateStore.run_stats
+    monkeypatch.setattr(RunStateStore, "run_stats", lambda self: calls.append("run_stats") or real(self))
     registry = build_registry(settings)
     generate_latest(registry)
     for n in range(3):  # the database changes between scrapes (a cycle writing), no run finishes

@@ -17,7 +17,8 @@ from store.lazy_queue import LazyEdgeQueue
 from tests.conftest import SAMPLE
 from worker.cycle import PHASES, Stores, heartbeat_interval, owner_id, run_cycle
 from worker.http import serve_http
-from worker.metrics import build_registry, histogram_buckets, summarize_queue_lines
+from store.runstate import RunStateStore, histogram_buckets
+from worker.metrics import build_registry, summarize_queue_lines
 from worker.report import collect_status
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
@@ -77,8 +78,11 @@ async def test_collector_reads_runs_digests_chunks_graph_backfills_and_queue(set
                 ("s2", "s2:chunk:0", "h2", "fp", "failed", "timeout", 2, 300, 0, "2026-11-29T10:00:00Z"),
             ],
         )
-        # What an extract phase records about reused chunk results.
-        conn.execute("UPDATE rem_runs SET phases = json_set(phases, '$.extract', json('{\"duration_ms\": 1500, \"chunks_reused\": 7}')) WHERE run_id = ?", (first.run_id,))
+    # What an extract phase records about reused chunk results, written as the run's finish writes
+    # it (the finish keeps the run statistics, migration 17), at the same moment.
+    (run,) = [r for r in stores.runstate.recent_runs(5) if r["run_id"] == first.run_id]
+    RunStateStore(stores.db, clock=lambda: run["finished_at"]).finish_run(
+        first.run_id, outcome="completed", phases={**run["phases"], "extract": {"duration_ms": 1500, "chunks_reused": 7}})
     hour_ago = (NOW - timedelta(hours=1)).isoformat().replace("+00:00", "Z")
     LazyEdgeQueue(settings.queue_path).append([{"source": "CONCEPT:x", "target": "memory:nope", "relationship": "MENTIONED_IN", "timestamp": hour_ago}] * 3)
 

@@ -13,7 +13,6 @@ Every name starts with ``rem_cycle_``.
 from __future__ import annotations
 
 import json
-import math
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -35,15 +34,23 @@ from store.errors import StoreError
 from store.graph import GraphStore
 from store.lazy_queue import LazyEdgeQueue
 from store.lazy_table import LazyEdgeTable
-from store.runstate import RUN_OUTCOMES, RunStateStore
+from store.runstate import (
+    CYCLE_BUCKETS,
+    CYCLE_SERIES,
+    PHASE_BUCKETS,
+    PHASE_SERIES,
+    REUSED_SERIES,
+    RUN_OUTCOMES,
+    SUM,
+    RunStateStore,
+    bound_label,
+)
 
 log = structlog.get_logger(__name__)
 
 # Relationships with a series of their own in rem_cycle_graph_edges; any other is ``other``.
 KNOWN_RELATIONSHIPS: frozenset[str] = frozenset(SEMANTIC_RELATIONSHIPS) | PROVENANCE_RELATIONSHIPS
 OTHER_RELATIONSHIP = "other"
-CYCLE_BUCKETS: tuple[float, ...] = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, math.inf)
-PHASE_BUCKETS: tuple[float, ...] = (0.05, 0.25, 1, 5, 15, 60, 300, 900, 3600, math.inf)
 
 
 def parse_utc(value: str | None) -> datetime | None:
@@ -66,19 +73,6 @@ def age_seconds(value: str | None, now: datetime) -> float:
 def silent_seconds(run: Mapping[str, Any], now: datetime) -> float:
     """Seconds since a run's last heartbeat, to 0.1 s (what ``/healthz`` and ``status`` show)."""
     return round(age_seconds(run.get("heartbeat_at"), now), 1)
-
-
-def histogram_buckets(values: Iterable[float], bounds: Iterable[float]) -> tuple[list[tuple[str, float]], float]:
-    """Cumulative Prometheus buckets (``le`` label, count) and the sum of ``values``. ``bounds``
-    must be ascending and end with ``inf``. Pure."""
-    ordered = sorted(values)
-    buckets: list[tuple[str, float]] = []
-    index = 0
-    for bound in bounds:
-        while index < len(ordered) and ordered[index] <= bound:
-            index += 1
-        buckets.append(("+Inf" if math.isinf(bound) else repr(float(bound)), float(index)))
-    return buckets, float(sum(ordered))
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,7 +225,8 @@ class RemCycleCollector(Collector):
         key = (sorted(by_outcome.items()), sorted(last_finished.items()))
         cached = self._by_runs
         if cached is None or cached[0] != key:
-            cached = (key, [*_duration_families(runstate), _no_turn_family(runstate), _reused_family(runstate)])
+            stats = runstate.run_stats()
+            cached = (key, [*_duration_families(stats), _no_turn_family(runstate), _reused_family(stats)])
             self._by_runs = cached
         return [cycles, running, last, *cached[1]], [run["heartbeat_at"] for run in runstate.running_runs()]
 
@@ -299,20 +294,24 @@ def _age_families(reading: DatabaseReading, now: datetime, lease_timeout_seconds
     ]
 
 
-def _duration_families(runstate: RunStateStore) -> list[Metric]:
-    buckets, total = histogram_buckets(runstate.run_durations(), CYCLE_BUCKETS)
+def _duration_families(stats: Mapping[tuple[str, str], float]) -> list[Metric]:
+    """The cycle and phase duration histograms, from :meth:`RunStateStore.run_stats`."""
     duration = HistogramMetricFamily("rem_cycle_cycle_duration_seconds", "Wall-clock time of finished cycles")
-    duration.add_metric([], buckets, total)
+    duration.add_metric([], *_histogram(stats, CYCLE_SERIES, CYCLE_BUCKETS))
     phase_duration = HistogramMetricFamily(
         "rem_cycle_phase_duration_seconds", "Time spent in each phase of a cycle", labels=["phase"]
     )
-    by_phase: dict[str, list[float]] = {}
-    for phase, seconds in runstate.phase_durations():
-        by_phase.setdefault(phase, []).append(seconds)
-    for phase, values in sorted(by_phase.items()):
-        phase_buckets, phase_total = histogram_buckets(values, PHASE_BUCKETS)
-        phase_duration.add_metric([phase], phase_buckets, phase_total)
+    phases = sorted({series.removeprefix(PHASE_SERIES) for series, _ in stats if series.startswith(PHASE_SERIES)})
+    for phase in phases:
+        buckets, total = _histogram(stats, PHASE_SERIES + phase, PHASE_BUCKETS)
+        if buckets[-1][1]:
+            phase_duration.add_metric([phase], buckets, total)
     return [duration, phase_duration]
+
+
+def _histogram(stats: Mapping[tuple[str, str], float], series: str, bounds: tuple[float, ...]) -> tuple[list[tuple[str, float]], float]:
+    """A series of ``run_stats`` as cumulative Prometheus buckets and its sum."""
+    return [(bound_label(b), stats.get((series, bound_label(b)), 0.0)) for b in bounds], stats.get((series, SUM), 0.0)
 
 
 def _no_turn_family(runstate: RunStateStore) -> Metric:
@@ -350,12 +349,11 @@ def _chunk_families(runstate: RunStateStore) -> list[Metric]:
     return [chunks, tokens]
 
 
-def _reused_family(runstate: RunStateStore) -> Metric:
-    """Summed over every run's extract record: counted with the duration histograms, only when a
-    run starts or finishes, never at each scrape (it grows with the run history)."""
+def _reused_family(stats: Mapping[tuple[str, str], float]) -> Metric:
+    """Summed over every run's extract record (``run_stats``, kept as runs finish)."""
     return CounterMetricFamily(
         "rem_cycle_chunks_reused", "Chunks whose stored result was reused instead of calling the model",
-        value=runstate.phase_count_total("extract", "chunks_reused"),
+        value=stats.get((REUSED_SERIES, SUM), 0.0),
     )
 
 
