@@ -99,6 +99,10 @@ class Settings(BaseSettings):
         description="The change scan reads every Chroma row this often (else only rows added since the last scan): "
         "a summary edited in place or a row deleted and re-added under its id is seen within this delay (0 = every cycle)",
     )
+    run_history_days: int = Field(
+        90, ge=0, le=36500,
+        description="Each cycle deletes finished runs older than this many days (0 keeps every run); counts and histograms keep them",
+    )
     community_refresh_fraction: float = Field(
         0.1, ge=0, le=100,
         description="Re-detect communities once the sessions digested since the last detection reach this share of those before it (0 = every cycle)",

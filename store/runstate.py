@@ -93,6 +93,32 @@ class RunStateStore:
                 (self.clock(), outcome, reason_code, failure_phase, last_successful_phase, dumps(redact(phases)), run_id),
             ))
 
+    def prune_runs(self, *, finished_before: str) -> int:
+        """Delete the runs that finished before ``finished_before``, but each outcome's latest
+        (``rem_cycle_last_cycle_finished_timestamp_seconds``) and never a running one; returns
+        how many went. What they counted stays counted: ``rem_run_counts`` gets back what its
+        delete trigger takes, and ``run_stats`` is not touched — so nothing is pruned until
+        ``run_stats`` is built (the first finish after migration 17 reads every run). Each outcome
+        is one range of ``rem_runs_outcome_finished``: the cost of the runs that go."""
+        pruned = 0
+        with self.db.transaction() as conn:
+            built = conn.execute("SELECT value FROM rem_counters WHERE name = 'run_stats'").fetchone()
+            if built is None or not built[0]:
+                return 0
+            for outcome in RUN_OUTCOMES:
+                if outcome == "running":
+                    continue
+                latest = conn.execute("SELECT MAX(finished_at) FROM rem_runs WHERE outcome = ?", (outcome,)).fetchone()[0]
+                if latest is None:
+                    continue
+                gone = conn.execute(
+                    "DELETE FROM rem_runs WHERE outcome = ? AND finished_at < ? AND finished_at < ?", (outcome, finished_before, latest)
+                ).rowcount
+                if gone:
+                    conn.execute("UPDATE rem_run_counts SET total = total + ? WHERE outcome = ?", (gone, outcome))
+                    pruned += gone
+        return pruned
+
     def mark_abandoned(self, *, older_than_seconds: float, now: datetime | None = None) -> list[str]:
         """Mark ``running`` runs that are silent (see :meth:`silent_runs`: a heartbeat older than
         ``older_than_seconds``, or that far ahead of a clock that went back) as ``abandoned``."""

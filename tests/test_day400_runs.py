@@ -145,3 +145,56 @@ def test_a_scrape_after_a_run_reads_no_run_history(settings: Settings, monkeypat
     assert 'rem_cycle_phase_duration_seconds_count{phase="extract"} 5.0' in text
     unbounded = [sql for sql in statements if "rem_runs" in sql and "LIMIT" not in sql and "outcome = 'running'" not in sql]
     assert statements and unbounded == []
+
+
+@pytest.mark.both_backends
+def test_old_runs_are_pruned_and_still_counted(settings: Settings) -> None:
+    """Runs finished before the cut go — but each outcome's latest, and a run still running — and
+    the run counts, the histograms and each outcome's latest finish are what they were."""
+    db = open_database(settings)
+    try:
+        clock = Clock()
+        store = RunStateStore(db, clock=clock)
+        store.start_run("run-stuck", reason="interval", mode="once", owner="me")  # running since day 0
+        history(store, clock, 10)  # day 0: runs 0-9 (0 and 5 failed)
+        clock.seconds += 200 * 86400
+        history(store, clock, 4, first=20)  # day 200: runs 20-23 (20 failed)
+        clock.seconds += 86400
+        store.start_run("run-skip", reason="interval", mode="once", owner="me")
+        finished(store, clock, "run-skip", after=1, phases={}, outcome="skipped")
+        before = (store.runs_by_outcome(), store.run_stats(), store.last_finished_by_outcome())
+        kept_old = [r["run_id"] for r in store.recent_runs(100)]
+        assert store.prune_runs(finished_before=stamp(100 * 86400)) == 10
+        assert (store.runs_by_outcome(), store.run_stats(), store.last_finished_by_outcome()) == before
+        assert [r["run_id"] for r in store.recent_runs(100)] == [r for r in kept_old if r >= "run-020" or r in ("run-stuck", "run-skip")]
+        assert store.prune_runs(finished_before=stamp(100 * 86400)) == 0
+        # The latest run of an outcome stays however old: the failed run 20 once every later one is past the cut.
+        assert store.prune_runs(finished_before=stamp(400 * 86400)) == 2  # runs 21 and 22
+        assert sorted(r["run_id"] for r in store.recent_runs(100)) == ["run-020", "run-023", "run-skip", "run-stuck"]
+        assert (store.runs_by_outcome(), store.run_stats(), store.last_finished_by_outcome()) == before
+    finally:
+        db.close()
+
+
+async def test_a_cycle_deletes_the_runs_older_than_rem_run_history_days(settings: Settings) -> None:
+    from worker.cycle import run_cycle
+
+    db = open_database(settings)
+    try:
+        clock = Clock()  # 2026-11-01: a month before this cycle
+        history(RunStateStore(db, clock=clock), clock, 3)
+    finally:
+        db.close()
+    kept = await run_cycle(settings.model_copy(update={"run_history_days": 60}))
+    assert kept.outcome == "completed"
+    pruned = await run_cycle(settings.model_copy(update={"run_history_days": 7}))
+    assert pruned.outcome == "completed"
+    db = open_database(settings)
+    try:
+        store = RunStateStore(db)
+        # Runs 1 and 2 (completed a month ago) went; run 0, the only failed run, stays.
+        assert sorted(r["run_id"] for r in store.recent_runs(10) if r["run_id"].startswith("run-0")) == ["run-000"]
+        assert store.runs_by_outcome() == {"failed": 1, "completed": 4}
+        assert store.recent_runs(1)[0]["phases"]["finalize"]["runs_pruned"] == 2
+    finally:
+        db.close()

@@ -22,7 +22,7 @@ from functools import partial
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -362,9 +362,13 @@ async def finalize(ctx: CycleContext) -> dict[str, Any]:
         )
     await anyio.to_thread.run_sync(ctx.stores.graph.fold_counts)
     await anyio.to_thread.run_sync(ctx.stores.runstate.fold_counts)
+    runs_pruned = 0
+    if ctx.settings.run_history_days:
+        before = (datetime.now(UTC) - timedelta(days=ctx.settings.run_history_days)).isoformat(timespec="milliseconds")
+        runs_pruned = await anyio.to_thread.run_sync(partial(ctx.stores.runstate.prune_runs, finished_before=before.replace("+00:00", "Z")))
     graph = await anyio.to_thread.run_sync(ctx.stores.graph.counts)
     digests = await anyio.to_thread.run_sync(ctx.stores.runstate.digest_counts)
-    return {"graph": graph, "digests": digests, "communities": communities}
+    return {"graph": graph, "digests": digests, "communities": communities, "runs_pruned": runs_pruned}
 
 
 PHASES: tuple[tuple[str, Phase], ...] = (
