@@ -53,11 +53,14 @@ def backup(settings: Settings, destination: Path) -> dict[str, object]:
 
 
 def restore(settings: Settings, source: Path) -> dict[str, object]:
-    """Put the SQLite backup at ``source`` in place of the graph database (see
-    :func:`store.db.restore_database`). A PostgreSQL backup is restored with ``pg_restore``."""
-    if settings.database_url is not None:
-        raise ValueError("restore puts an SQLite backup in place of graph.sqlite3")
-    return restore_database(source, settings.graph_path)
+    """Put the backup at ``source`` in place of the graph database: the SQLite file (see
+    :func:`store.db.restore_database`), or the PostgreSQL graph from a ``pg_dump`` archive (see
+    :func:`store.postgres.restore_postgres`). Returns ``{path, bytes, integrity, schema_version}``."""
+    if settings.database_url is None:
+        return restore_database(source, settings.graph_path)
+    from store.postgres import restore_postgres
+
+    return restore_postgres(settings.database_url.get_secret_value(), source, known_versions=len(MIGRATIONS))
 
 
 def database_location(settings: Settings) -> str:

@@ -663,7 +663,10 @@ def backup_postgres(url: str, destination: str | Path) -> dict[str, object]:
     # The graph's own schema alone (others may hold other deployments); ``public`` is dumped as part
     # of the whole database, since ``--schema=public`` makes pg_restore fail on CREATE SCHEMA public.
     only = [f"--schema={_literal_pattern(schema)}"] if schema not in (None, "public") else []
-    command = [pg_dump, "--format=custom", "--no-owner", f"--file={partial}", *only, f"--dbname={url}"]
+    # Neither owners nor grants: they name roles of this cluster, which the cluster a backup is
+    # restored into may not have (pg_restore then fails on every GRANT); the restoring role owns
+    # what it restores, and grants are the operator's to give again there.
+    command = [pg_dump, "--format=custom", "--no-owner", "--no-privileges", f"--file={partial}", *only, f"--dbname={url}"]
     try:
         dumped = subprocess.run(command, env=env, capture_output=True, text=True, timeout=3600, check=False)
         if dumped.returncode != 0:
@@ -676,3 +679,92 @@ def backup_postgres(url: str, destination: str | Path) -> dict[str, object]:
         raise
     partial.replace(destination)
     return {"path": str(destination), "bytes": destination.stat().st_size, "integrity": "ok"}
+
+
+# ``pg_restore --list`` names the archive's tables as ``<id>; <oid> <oid> TABLE <schema> <name> <owner>``.
+_LISTED_VERSION_TABLE = re.compile(r"^\d+; \d+ \d+ TABLE (\S+) schema_version ", re.MULTILINE)
+
+
+def _archive_schema(pg_restore: str, source: Path) -> str:
+    """The schema whose rem-cycle graph the ``pg_dump`` archive ``source`` holds; raises
+    :class:`DatabaseUnreadableError` when it is no such archive."""
+    listed = subprocess.run([pg_restore, "--list", str(source)], capture_output=True, text=True, timeout=600, check=False)
+    if listed.returncode != 0:
+        raise DatabaseUnreadableError(f"{source} is not a backup `rem-cycle backup` wrote on PostgreSQL (pg_restore --list: "
+                                      f"{listed.stderr.strip() or listed.returncode})")
+    match = _LISTED_VERSION_TABLE.search(listed.stdout)
+    if match is None:
+        raise DatabaseUnreadableError(f"{source} is a pg_dump archive but no rem-cycle graph (no schema_version table)")
+    return match.group(1).strip('"')
+
+
+def _archive_version(pg_restore: str, source: Path, schema: str) -> int:
+    """The newest schema version recorded in the archive's ``schema_version`` rows (its ``COPY`` data)."""
+    data = subprocess.run(
+        [pg_restore, "--data-only", f"--schema={schema}", "--table=schema_version", "--file=-", str(source)],
+        capture_output=True, text=True, timeout=600, check=False,
+    )
+    rows = data.stdout.split(" FROM stdin;\n", 1)[-1].split("\n\\.", 1)[0] if " FROM stdin;\n" in data.stdout else ""
+    versions = [int(line) for line in rows.splitlines() if line.strip().isdigit()]
+    if data.returncode != 0 or not versions:
+        raise DatabaseUnreadableError(f"{source} holds no schema version (pg_restore: {data.stderr.strip() or 'no rows'})")
+    return max(versions)
+
+
+def _search_path(setting: str) -> list[str]:
+    """The schema names of a ``search_path`` setting (``"$user", "My Schema", x``), unquoted. Pure."""
+    return [name.strip().removeprefix('"').removesuffix('"').replace('""', '"') for name in setting.split(",")]
+
+
+def restore_postgres(url: str, source: str | Path, *, known_versions: int) -> dict[str, object]:
+    """Put the graph of the ``pg_dump`` archive ``source`` (``rem-cycle backup`` on PostgreSQL) in
+    place of the graph at ``url``: ``pg_restore --clean --if-exists --single-transaction``, so the
+    archive's tables, functions and rows replace the graph's in one transaction, or nothing changes.
+
+    Checked first, with nothing changed when they fail: the file is a rem-cycle graph archive
+    (:class:`DatabaseUnreadableError`), of a schema version this rem-cycle knows
+    (:class:`SchemaTooNewError`), taken from the schema that ``url`` resolves to (an archive of
+    schema ``a`` restores schema ``a``: a different search path would not see it), and the graph
+    in place is not newer than the backup (its newer tables would outlive a restore). Neither
+    owners nor grants are restored: the connecting role owns what it restores. Returns ``{path,
+    bytes, integrity, schema_version}`` (``path``: the URL without its password)."""
+    pg_restore = shutil.which("pg_restore")
+    if pg_restore is None:
+        raise DatabaseError("restore of a PostgreSQL graph needs pg_restore on PATH (Debian/Ubuntu: apt-get install "
+                            "postgresql-client; use a version at least the server's)")
+    source = Path(source)
+    env = {**os.environ}
+    bare, password = without_password(url)
+    if password is not None:
+        env["PGPASSWORD"] = password
+    schema = _archive_schema(pg_restore, source)
+    version = _archive_version(pg_restore, source, schema)
+    location = redacted(url)
+    if version > known_versions:
+        raise SchemaTooNewError(f"{source} has schema version {version}, newer than this rem-cycle knows ({known_versions}); "
+                                "upgrade rem-cycle to restore it — the database was not changed")
+    with psycopg_errors(), psycopg.connect(bare, connect_timeout=10, password=password) as conn:
+        target = _graph_schema(bare, env) or conn.execute("SELECT current_schema()").fetchone()[0]
+        if target is None and schema in _search_path(conn.execute("SHOW search_path").fetchone()[0]):
+            target = schema  # a new database: the archive creates the schema its search path names
+        if target != schema:
+            raise DatabaseError(
+                f"{source} is a backup of schema {schema!r}, but {location} resolves to "
+                f"{repr(target) if target else 'no existing schema'}: restore it with ?options=-csearch_path%3D{schema} "
+                "in REM_DATABASE_URL (the database was not changed)"
+            )
+        in_place = conn.execute("SELECT COALESCE(MAX(version), 0) FROM schema_version").fetchone()[0] \
+            if conn.execute("SELECT to_regclass('schema_version')").fetchone()[0] else 0
+    if in_place > version:
+        raise DatabaseError(
+            f"the graph at {location} has schema version {in_place}, newer than the backup's ({version}): its newer "
+            "tables would outlive the restore; restore into an empty database or schema (DROP SCHEMA … CASCADE and "
+            "CREATE SCHEMA first) — the database was not changed"
+        )
+    command = [pg_restore, "--clean", "--if-exists", "--single-transaction", "--exit-on-error", "--no-owner",
+               "--no-privileges", f"--dbname={bare}", str(source)]
+    restored = subprocess.run(command, env=env, capture_output=True, text=True, timeout=3600, check=False)
+    if restored.returncode != 0:
+        raise DatabaseError(f"pg_restore failed (one transaction: the database was not changed): "
+                            f"{restored.stderr.strip() or restored.returncode}")
+    return {"path": location, "bytes": source.stat().st_size, "integrity": "ok", "schema_version": version}

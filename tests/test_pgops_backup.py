@@ -1,0 +1,151 @@
+"""PostgreSQL backups as operators move them: ``rem-cycle backup`` on one server, restored into
+another (whose roles differ) or over the graph it was taken from with ``rem-cycle restore``.
+Real PostgreSQL (REM_TEST_POSTGRES_URL; its role may create roles and databases, as in .ci/run),
+real ``pg_dump``/``pg_restore``, the real CLI."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import quote, urlsplit
+
+import psycopg
+import pytest
+
+from store.backend import open_database
+from store.graph import GraphStore, Node
+from tests.conftest import run_cli
+from tests.test_audit_pg_roles import schema_of
+
+pytestmark = pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
+
+
+def _env(tmp_path: Path, url: str) -> dict[str, str]:
+    return {"REM_DATA_DIR": str(tmp_path / "data"), "REM_DATABASE_URL": url}
+
+
+def _names(url: str) -> list[str]:
+    with psycopg.connect(url) as conn:
+        return [row[0] for row in conn.execute("SELECT name FROM nodes ORDER BY name")]
+
+
+@pytest.fixture
+def graph(settings, database_url: str) -> str:
+    """The test schema holding a small graph (two nodes); its URL."""
+    db = open_database(settings)
+    try:
+        GraphStore(db).upsert_nodes([Node("CONCEPT:kept", "CONCEPT", "kept"), Node("CONCEPT:also", "CONCEPT", "also")])
+    finally:
+        db.close()
+    return database_url
+
+
+@pytest.fixture
+def other_database(postgres_server_url: str) -> Iterator[str]:
+    """A new, empty database on the test server (the "other cluster"); its URL without options."""
+    name = f"pgops_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(postgres_server_url, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    try:
+        yield urlsplit(postgres_server_url)._replace(path=f"/{name}", query="").geturl()
+    finally:
+        from store.postgres import close_pools
+
+        close_pools()
+        with psycopg.connect(postgres_server_url, autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+def _with_schema(url: str, schema: str) -> str:
+    return f"{url}?options={quote(f'-csearch_path={schema}')}"
+
+
+def test_a_backup_restores_where_the_roles_it_granted_to_do_not_exist(graph: str, other_database: str, tmp_path: Path) -> None:
+    """The operator granted a dashboard role read access; the backup is restored on a server that
+    has no such role. Before, the archive carried the GRANTs and ``pg_restore`` failed on each
+    (``role "…" does not exist``, exit 1); ``rem-cycle restore`` there failed likewise."""
+    schema = schema_of(graph)
+    reader = f"pgops_reader_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(graph, autocommit=True) as conn:
+        conn.execute(f"CREATE ROLE {reader}")
+        conn.execute(f"GRANT USAGE ON SCHEMA {schema} TO {reader}")
+        conn.execute(f"GRANT SELECT ON nodes, edges TO {reader}")
+    try:
+        done = run_cli("backup", str(tmp_path / "graph.dump"), env=_env(tmp_path, graph))
+        assert done.returncode == 0, done.stderr
+    finally:
+        with psycopg.connect(graph, autocommit=True) as conn:  # the other cluster has no such role
+            conn.execute(f"REVOKE ALL ON nodes, edges FROM {reader}")
+            conn.execute(f"REVOKE ALL ON SCHEMA {schema} FROM {reader}")
+            conn.execute(f"DROP ROLE {reader}")
+    by_hand = subprocess.run(["pg_restore", "--no-owner", f"--dbname={other_database}", str(tmp_path / "graph.dump")],
+                             capture_output=True, text=True, check=False)
+    assert by_hand.returncode == 0, by_hand.stderr
+    with psycopg.connect(other_database, autocommit=True) as conn:
+        conn.execute(f"DROP SCHEMA {schema} CASCADE")
+    restored = run_cli("restore", str(tmp_path / "graph.dump"), env=_env(tmp_path / "other", _with_schema(other_database, schema)))
+    assert restored.returncode == 0, restored.stderr
+    assert _names(_with_schema(other_database, schema)) == ["also", "kept"]
+
+
+def test_restore_puts_a_postgresql_backup_in_place_of_the_graph(graph: str, tmp_path: Path) -> None:
+    """``rem-cycle restore`` on PostgreSQL replaces the graph with the backup's, in one transaction;
+    the next cycle runs on it. Before, it refused (exit 2: "restore puts an SQLite backup …")."""
+    env = _env(tmp_path, graph)
+    assert run_cli("backup", str(tmp_path / "graph.dump"), env=env).returncode == 0
+    with psycopg.connect(graph, autocommit=True) as conn:
+        conn.execute("DELETE FROM nodes WHERE id = 'CONCEPT:kept'")
+        conn.execute("INSERT INTO nodes(id, label, name, properties, created_at, updated_at) "
+                     "VALUES ('CONCEPT:later', 'CONCEPT', 'later', '{}', 'now', 'now')")
+    restored = run_cli("restore", str(tmp_path / "graph.dump"), "--json", env=env)
+    assert restored.returncode == 0, restored.stderr
+    with psycopg.connect(graph) as conn:
+        newest = conn.execute("SELECT MAX(version) FROM schema_version").fetchone()[0]
+    assert json.loads(restored.stdout) == {"path": graph, "bytes": (tmp_path / "graph.dump").stat().st_size,
+                                           "integrity": "ok", "schema_version": newest}
+    assert _names(graph) == ["also", "kept"]
+    again = run_cli("status", env=env)
+    assert again.returncode == 0, again.stderr
+
+
+def test_a_restore_that_cannot_apply_changes_nothing(graph: str, tmp_path: Path, postgres_server_url: str) -> None:
+    """Refused with nothing changed, exit 1 and a reason: a file that is no pg_dump archive, an
+    archive of another schema than the URL resolves to, and a backup older than the graph in place
+    (the newer tables would outlive the restore)."""
+    env = _env(tmp_path, graph)
+    schema = schema_of(graph)
+    junk = tmp_path / "junk.dump"
+    junk.write_bytes(b"not an archive\n" * 10)
+    done = run_cli("restore", str(junk), env=env)
+    assert done.returncode == 1 and "not a backup `rem-cycle backup` wrote on PostgreSQL" in done.stderr, done.stderr
+    assert _names(graph) == ["also", "kept"]
+
+    # A backup whose newest schema version is one behind the graph's.
+    with psycopg.connect(graph, autocommit=True) as conn:
+        newest = conn.execute("SELECT MAX(version) FROM schema_version").fetchone()[0]
+        conn.execute("DELETE FROM schema_version WHERE version = %s", (newest,))
+    assert run_cli("backup", str(tmp_path / "older.dump"), env=env).returncode == 0
+    with psycopg.connect(graph, autocommit=True) as conn:
+        conn.execute("INSERT INTO schema_version(version) VALUES (%s)", (newest,))
+        conn.execute("DELETE FROM nodes WHERE id = 'CONCEPT:also'")
+    done = run_cli("restore", str(tmp_path / "older.dump"), env=env)
+    assert done.returncode == 1 and f"newer than the backup's ({newest - 1})" in done.stderr, done.stderr
+    assert _names(graph) == ["kept"]
+
+    # The backup of this schema, restored through a URL that resolves to another one.
+    assert run_cli("backup", str(tmp_path / "graph.dump"), env=env).returncode == 0
+    elsewhere = f"pgops_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(postgres_server_url, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {elsewhere}")
+    try:
+        done = run_cli("restore", str(tmp_path / "graph.dump"), env=_env(tmp_path / "x", _with_schema(postgres_server_url, elsewhere)))
+        assert done.returncode == 1 and f"backup of schema '{schema}'" in done.stderr, done.stderr
+        assert f"csearch_path%3D{schema}" in done.stderr
+        with psycopg.connect(postgres_server_url) as conn:
+            assert conn.execute("SELECT to_regclass(%s)", (f"{elsewhere}.nodes",)).fetchone()[0] is None
+    finally:
+        with psycopg.connect(postgres_server_url, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA {elsewhere} CASCADE")
