@@ -12,6 +12,7 @@ The family::
     ├── DatabaseError               database-error   the graph database failed (any engine error)
     │   ├── DatabaseUnreadableError                  missing, unopenable, not a database, damaged
     │   ├── DatabaseBusyError                        locked or busy past the timeout
+    │   │   └── ConnectionsInUseError                this process's own connections all in use
     │   ├── ConstraintError                          a write broke a constraint (e.g. a duplicate key)
     │   ├── QueryInterruptedError                    a read was stopped at its deadline
     │   └── SchemaTooNewError                        written by a newer rem-cycle; refused untouched
@@ -46,6 +47,11 @@ class DatabaseUnreadableError(DatabaseError):
 
 class DatabaseBusyError(DatabaseError):
     """Another connection held the database (locked, busy) for longer than the timeout."""
+
+
+class ConnectionsInUseError(DatabaseBusyError):
+    """Every connection of this process's pool stayed in use for the whole timeout while the server
+    answers: the process is busy (its own readers and cycle), not the database broken."""
 
 
 class ConstraintError(DatabaseError):

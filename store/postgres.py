@@ -41,6 +41,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from store.dialect import POSTGRESQL, Dialect
 from store.errors import (
+    ConnectionsInUseError,
     ConstraintError,
     DatabaseBusyError,
     DatabaseError,
@@ -441,7 +442,7 @@ class PostgresDatabase:
             if refusal is None:
                 # This process's own connections were all in use (a burst of scrapes beside a cycle):
                 # the server is fine, and the pool stays for the holders and the others waiting.
-                raise DatabaseBusyError(
+                raise ConnectionsInUseError(
                     f"all {POOL_MAX_SIZE} connections of this process to {self.location} stayed in use "
                     f"for {timeout:g} s (the server answers): {exc}"
                 ) from exc
