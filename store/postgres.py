@@ -27,7 +27,7 @@ import shutil
 import subprocess
 import threading
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +36,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 
 import psycopg
 import psycopg.errors
+import structlog
 from psycopg.types.string import StrDumper
 from psycopg_pool import ConnectionPool, PoolTimeout
 
@@ -51,6 +52,8 @@ from store.errors import (
     unstorable_text,
 )
 from store.postgres_schema import migrations
+
+log = structlog.get_logger(__name__)
 
 # --- placeholders ------------------------------------------------------------------------
 # A string literal, a quoted identifier, a comment, a cast (``::``), a ``?``, a ``:name`` or a ``%``.
@@ -281,12 +284,15 @@ class _Cursor:
 
 
 class _Connection:
-    """What the stores call ``conn``: ``execute``/``executemany`` returning a :class:`_Cursor`."""
+    """What the stores call ``conn``: ``execute``/``executemany`` returning a :class:`_Cursor`.
+    ``before_use`` runs first each time (the database's reconnect, :meth:`PostgresDatabase._revive`)."""
 
-    def __init__(self, raw: psycopg.Connection[Any]) -> None:
+    def __init__(self, raw: psycopg.Connection[Any], *, before_use: Callable[[], None] = lambda: None) -> None:
         self.raw = raw
+        self._before_use = before_use
 
     def cursor(self) -> _Cursor:
+        self._before_use()
         with psycopg_errors():  # a connection the server closed refuses even a cursor
             return _Cursor(self.raw.cursor())
 
@@ -433,12 +439,31 @@ class PostgresDatabase:
         self._migrations = migrations(sqlite_migrations) if sqlite_migrations else []
         self._lock = threading.RLock()
         self._depth = 0
+        self._closed = False
+        self._timeout = timeout
+        # Session settings, given again to a connection that replaces one the server closed.
+        self._session = [f"SET lock_timeout = {int(timeout * 1000)}"] + (["SET default_transaction_read_only = on"] if readonly else [])
+        raw = self._connect()
+        self._raw: psycopg.Connection[Any] | None = raw
+        self.conn = _Connection(raw, before_use=self._revive)
         try:
-            self._pool = pool_for(url, timeout=timeout)
+            self._refuse_newer_schema()
+            if not readonly:
+                self.migrate()
+        except BaseException:
+            self.close()
+            raise
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        """A connection from the pool, with this database's session settings; the
+        :mod:`store.errors` class of why none could be had within the timeout."""
+        timeout = self._timeout
+        try:
+            self._pool = pool_for(self.url, timeout=timeout)  # a new one if a server found down discarded it
             with psycopg_errors():
                 raw = self._pool.getconn(timeout=timeout)
         except DatabaseBusyError as exc:  # no connection within the timeout: all in use, or none can be made
-            refusal = _connection_refusal(url)
+            refusal = _connection_refusal(self.url)
             if refusal is None:
                 # This process's own connections were all in use (a burst of scrapes beside a cycle):
                 # the server is fine, and the pool stays for the holders and the others waiting.
@@ -450,23 +475,32 @@ class PostgresDatabase:
                 raise DatabaseBusyError(
                     f"no connection to {self.location} within {timeout:g} s: the server refuses more: {refusal}"
                 ) from exc
-            _discard_pool(url)  # no pool left retrying in the background for a server that is down
+            _discard_pool(self.url)  # no pool left retrying in the background for a server that is down
             raise DatabaseUnreadableError(f"cannot connect to the PostgreSQL database {self.location}: {refusal}") from exc
-        except DatabaseUnreadableError as exc:  # refused, unknown host, authentication, no such database
+        except DatabaseUnreadableError as exc:
             raise DatabaseUnreadableError(f"cannot connect to the PostgreSQL database {self.location}: {exc}") from exc
-        self._raw: psycopg.Connection[Any] | None = raw
-        self.conn = _Connection(raw)
         try:
             with psycopg_errors():
-                raw.execute(f"SET lock_timeout = {int(timeout * 1000)}")
-                if readonly:
-                    raw.execute("SET default_transaction_read_only = on")
-            self._refuse_newer_schema()
-            if not readonly:
-                self.migrate()
+                for statement in self._session:
+                    raw.execute(statement)  # type: ignore[arg-type]  # fixed text, no parameters
         except BaseException:
-            self.close()
+            self._pool.putconn(raw)
             raise
+        return raw
+
+    def _revive(self) -> None:
+        """Replace the connection when the server closed it (a restart, a failover) and no
+        transaction is open on it: a holder that outlives the restart (a long drain, ``rem-cycle
+        mcp``) goes on with its next transaction instead of failing every one after it. Inside a
+        transaction the loss stands (what it wrote is gone: the caller must see the error)."""
+        with self._lock:
+            if self._closed or self._depth or not self.conn.raw.closed:
+                return
+            raw, self._raw = self._raw, None
+            if raw is not None:  # (None: an earlier attempt found the server still down)
+                self._pool.putconn(raw)  # the pool discards a closed connection
+            self._raw = self.conn.raw = self._connect()
+            log.warning("PostgreSQL connection replaced: the server had closed it", database=self.location)
 
     @contextmanager
     def transaction(self) -> Iterator[_Connection]:
@@ -477,7 +511,10 @@ class PostgresDatabase:
         with self._lock:
             outermost = self._depth == 0
             savepoint = f"rem_{self._depth}"
-            self.conn.execute("BEGIN" if outermost else f"SAVEPOINT {savepoint}")
+            if outermost:
+                self._begin("BEGIN")
+            else:
+                self.conn.execute(f"SAVEPOINT {savepoint}")
             self._depth += 1
             try:
                 yield self.conn
@@ -500,7 +537,7 @@ class PostgresDatabase:
             if self._depth:
                 yield
                 return
-            self.conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            self._begin("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
             self._depth += 1
             try:
                 yield
@@ -508,7 +545,20 @@ class PostgresDatabase:
                 self._depth -= 1
                 self._rollback()
 
+    def _begin(self, statement: str) -> None:
+        """Open the outermost transaction; when the server had closed the connection while it idled
+        (found only now, by this statement), open it on a new connection: nothing was lost yet."""
+        try:
+            self.conn.execute(statement)
+        except DatabaseUnreadableError:
+            if not self.conn.raw.closed:
+                raise
+            self._revive()
+            self.conn.execute(statement)
+
     def _rollback(self) -> None:
+        if self.conn.raw.closed:
+            return  # the server closed the connection, and rolled the transaction back
         try:
             self.conn.execute("ROLLBACK")
         except DatabaseError:
@@ -523,6 +573,7 @@ class PostgresDatabase:
         """The rows of a read, fetched in pages from a server-side cursor as they are consumed
         (a client-side cursor would hold every row at once). ``WITH HOLD``: the cursor outlives
         the autocommit statement that opened it; it is closed when the iteration ends."""
+        self._revive()
         with self._lock, psycopg_errors():
             cursor = self.conn.raw.cursor(name=f"rem_stream_{uuid.uuid4().hex}", withhold=True)
             cursor.execute(to_pyformat(sql), params)
@@ -540,8 +591,10 @@ class PostgresDatabase:
     def set_deadline(self, seconds: float) -> None:
         """Stop each later statement that runs longer than ``seconds`` (:class:`QueryInterruptedError`;
         PostgreSQL bounds statements one by one, where SQLite's deadline is one moment for all)."""
+        statement = f"SET statement_timeout = {max(1, int(seconds * 1000))}"
         with self._lock, psycopg_errors():
-            self.conn.raw.execute(f"SET statement_timeout = {max(1, int(seconds * 1000))}")
+            self.conn.raw.execute(statement)  # type: ignore[arg-type]  # fixed text, no parameters
+            self._session.append(statement)
 
     def table_exists(self, name: str) -> bool:
         """``True`` when the schema has a table ``name`` (in the connection's search path)."""
@@ -612,6 +665,7 @@ class PostgresDatabase:
 
     def close(self) -> None:
         with self._lock:
+            self._closed = True
             raw, self._raw = self._raw, None
             if raw is not None:
                 if raw.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:

@@ -812,6 +812,10 @@ async def cmd_drain(settings: Settings, args: argparse.Namespace, progress: Comm
     except QueueBusyError as exc:
         print(f"rem-cycle: {exc}; not starting a second one", file=sys.stderr)
         return EXIT_BUSY
+    except StoreError as exc:  # the database failed, not a line (pipelines.drain): nothing charged
+        print(f"rem-cycle: drain stopped: {exc}; no queued edge was lost, the unsettled ones wait for the next drain",
+              file=sys.stderr)
+        return EXIT_FAILED
     finally:
         stores.close()
     _emit(args, payload, lambda: print_drain(payload))
