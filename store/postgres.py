@@ -737,7 +737,8 @@ def backup_postgres(url: str, destination: str | Path) -> dict[str, object]:
 
 
 # ``pg_restore --list`` names the archive's tables as ``<id>; <oid> <oid> TABLE <schema> <name> <owner>``.
-_LISTED_VERSION_TABLE = re.compile(r"^\d+; \d+ \d+ TABLE (\S+) schema_version ", re.MULTILINE)
+# A schema's name is printed as it is, spaces included.
+_LISTED_VERSION_TABLE = re.compile(r"^\d+; \d+ \d+ TABLE (?!DATA )(.+) schema_version \S+$", re.MULTILINE)
 
 
 def _archive_schema(pg_restore: str, source: Path) -> str:
@@ -750,7 +751,7 @@ def _archive_schema(pg_restore: str, source: Path) -> str:
     match = _LISTED_VERSION_TABLE.search(listed.stdout)
     if match is None:
         raise DatabaseUnreadableError(f"{source} is a pg_dump archive but no rem-cycle graph (no schema_version table)")
-    return match.group(1).strip('"')
+    return match.group(1)
 
 
 def _archive_version(pg_restore: str, source: Path, schema: str) -> int:

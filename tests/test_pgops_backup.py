@@ -15,6 +15,7 @@ from urllib.parse import quote, urlsplit
 import psycopg
 import pytest
 
+from config import load_settings
 from store.backend import open_database
 from store.graph import GraphStore, Node
 from tests.conftest import run_cli
@@ -149,3 +150,34 @@ def test_a_restore_that_cannot_apply_changes_nothing(graph: str, tmp_path: Path,
     finally:
         with psycopg.connect(postgres_server_url, autocommit=True) as conn:
             conn.execute(f"DROP SCHEMA {elsewhere} CASCADE")
+
+
+def test_a_schema_whose_name_needs_quoting_restores_into_a_new_database(
+    backend: str, other_database: str, postgres_server_url: str, tmp_path: Path
+) -> None:
+    """``"Rem Graph <hex>"`` (a space, capitals): backed up, then restored into a new database where
+    the schema does not exist yet. Before the fix of restore's archive reading, such a backup was
+    "no rem-cycle graph" (the listed schema name holds a space)."""
+    schema = f"Rem Graph {uuid.uuid4().hex[:6]}"
+    option = quote("-csearch_path=" + '"' + schema.replace(" ", "\\ ") + '"')  # libpq options escape spaces
+    source = f"{postgres_server_url}?options={option}"
+    with psycopg.connect(postgres_server_url, autocommit=True) as conn:
+        conn.execute(f'CREATE SCHEMA "{schema}"')
+    try:
+        env = _env(tmp_path, source)
+        db = open_database(load_settings(data_dir=tmp_path / "owner", database_url=source))
+        try:
+            GraphStore(db).upsert_nodes([Node("CONCEPT:spaced", "CONCEPT", "spaced")])
+        finally:
+            db.close()
+        assert run_cli("backup", str(tmp_path / "graph.dump"), env=env).returncode == 0
+        target = f"{other_database}?options={option}"
+        restored = run_cli("restore", str(tmp_path / "graph.dump"), env=_env(tmp_path / "other", target))
+        assert restored.returncode == 0, restored.stderr
+        assert _names(target) == ["spaced"]
+    finally:
+        from store.postgres import close_pools
+
+        close_pools()
+        with psycopg.connect(postgres_server_url, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
