@@ -767,6 +767,15 @@ def _archive_version(pg_restore: str, source: Path, schema: str) -> int:
     return max(versions)
 
 
+# Other sessions holding a lock on a table (or index, sequence) of the schema %s.
+_LOCK_HOLDERS = (
+    "SELECT DISTINCT a.pid, a.application_name, a.state FROM pg_locks l "
+    "JOIN pg_class c ON c.oid = l.relation JOIN pg_namespace n ON n.oid = c.relnamespace "
+    "JOIN pg_stat_activity a ON a.pid = l.pid "
+    "WHERE n.nspname = %s AND l.granted AND l.pid <> pg_backend_pid() ORDER BY a.pid"
+)
+
+
 def _search_path(setting: str) -> list[str]:
     """The schema names of a ``search_path`` setting (``"$user", "My Schema", x``), unquoted. Pure."""
     return [name.strip().removeprefix('"').removesuffix('"').replace('""', '"') for name in setting.split(",")]
@@ -811,6 +820,16 @@ def restore_postgres(url: str, source: str | Path, *, known_versions: int) -> di
             )
         in_place = conn.execute("SELECT COALESCE(MAX(version), 0) FROM schema_version").fetchone()[0] \
             if conn.execute("SELECT to_regclass('schema_version')").fetchone()[0] else 0
+        holders = conn.execute(_LOCK_HOLDERS, (schema,)).fetchall()
+    if holders:
+        # pg_restore's DROPs would wait for them for ever (its script sets lock_timeout = 0), and
+        # every reader of those tables (scrapes, MCP, status) would queue behind the DROPs meanwhile.
+        named = ", ".join(f"pid {pid} ({name or 'no application_name'}, {state})" for pid, name, state in holders)
+        raise DatabaseBusyError(
+            f"other sessions hold locks on the graph's tables at {location}: {named}; the restore would wait for "
+            "them and block every reader meanwhile: stop them (or pg_terminate_backend(pid)) and restore again — "
+            "the database was not changed"
+        )
     if in_place > version:
         raise DatabaseError(
             f"the graph at {location} has schema version {in_place}, newer than the backup's ({version}): its newer "

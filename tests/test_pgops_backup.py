@@ -124,6 +124,15 @@ def test_a_restore_that_cannot_apply_changes_nothing(graph: str, tmp_path: Path,
     assert done.returncode == 1 and "not a backup `rem-cycle backup` wrote on PostgreSQL" in done.stderr, done.stderr
     assert _names(graph) == ["also", "kept"]
 
+    # A session in a transaction that read the graph (a forgotten psql, a report): pg_restore's
+    # DROPs would wait for it for ever, and every reader behind them. Before: the restore hung.
+    assert run_cli("backup", str(tmp_path / "graph.dump"), env=env).returncode == 0
+    with psycopg.connect(f"{graph}&application_name=pgops-report") as reader:
+        reader.execute("SELECT COUNT(*) FROM nodes")
+        done = run_cli("restore", str(tmp_path / "graph.dump"), env=env, timeout=60)
+    assert done.returncode == 1 and "other sessions hold locks on the graph's tables" in done.stderr, done.stderr
+    assert "(pgops-report, idle in transaction)" in done.stderr
+
     # A backup whose newest schema version is one behind the graph's.
     with psycopg.connect(graph, autocommit=True) as conn:
         newest = conn.execute("SELECT MAX(version) FROM schema_version").fetchone()[0]
