@@ -836,8 +836,10 @@ def restore_postgres(url: str, source: str | Path, *, known_versions: int) -> di
             "tables would outlive the restore; restore into an empty database or schema (DROP SCHEMA … CASCADE and "
             "CREATE SCHEMA first) — the database was not changed"
         )
+    # The graph's schema alone: a backup of ``public`` holds the whole database, and other
+    # applications' schemas in it must not be put back to the backup's state.
     command = [pg_restore, "--clean", "--if-exists", "--single-transaction", "--exit-on-error", "--no-owner",
-               "--no-privileges", f"--dbname={bare}", str(source)]
+               "--no-privileges", f"--schema={schema}", f"--dbname={bare}", str(source)]
     restored = subprocess.run(command, env=env, capture_output=True, text=True, timeout=3600, check=False)
     if restored.returncode != 0:
         raise DatabaseError(f"pg_restore failed (one transaction: the database was not changed): "

@@ -190,3 +190,28 @@ def test_a_schema_whose_name_needs_quoting_restores_into_a_new_database(
         close_pools()
         with psycopg.connect(postgres_server_url, autocommit=True) as conn:
             conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
+
+
+def test_a_restore_of_a_public_schema_graph_leaves_other_schemas_alone(backend: str, other_database: str, tmp_path: Path) -> None:
+    """A graph in ``public`` is backed up with the whole database (other applications' schemas
+    too); restoring it must put back the graph alone. Before, the restore rolled another
+    application's table back to its state at the backup (3 orders became 1)."""
+    env = _env(tmp_path, other_database)
+    db = open_database(load_settings(data_dir=tmp_path / "owner", database_url=other_database))
+    try:
+        GraphStore(db).upsert_nodes([Node("CONCEPT:kept", "CONCEPT", "kept")])
+    finally:
+        db.close()
+    with psycopg.connect(other_database, autocommit=True) as conn:
+        conn.execute("CREATE SCHEMA shop")
+        conn.execute("CREATE TABLE shop.orders(id int)")
+        conn.execute("INSERT INTO shop.orders VALUES (1)")
+    assert run_cli("backup", str(tmp_path / "graph.dump"), env=env).returncode == 0
+    with psycopg.connect(other_database, autocommit=True) as conn:
+        conn.execute("INSERT INTO shop.orders VALUES (2), (3)")
+        conn.execute("DELETE FROM nodes")
+    restored = run_cli("restore", str(tmp_path / "graph.dump"), env=env)
+    assert restored.returncode == 0, restored.stderr
+    assert _names(other_database) == ["kept"]
+    with psycopg.connect(other_database) as conn:
+        assert conn.execute("SELECT COUNT(*) FROM shop.orders").fetchone()[0] == 3
