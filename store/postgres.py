@@ -737,6 +737,7 @@ def backup_postgres(url: str, destination: str | Path) -> dict[str, object]:
 
 
 # ``pg_restore --list`` names the archive's tables as ``<id>; <oid> <oid> TABLE <schema> <name> <owner>``.
+_LISTED_SCHEMA = re.compile(r"^\d+; \d+ \d+ SCHEMA - (.+) \S+$", re.MULTILINE)
 # A schema's name is printed as it is, spaces included.
 _LISTED_VERSION_TABLE = re.compile(r"^\d+; \d+ \d+ TABLE (?!DATA )(.+) schema_version \S+$", re.MULTILINE)
 
@@ -751,7 +752,14 @@ def _archive_schema(pg_restore: str, source: Path) -> str:
     match = _LISTED_VERSION_TABLE.search(listed.stdout)
     if match is None:
         raise DatabaseUnreadableError(f"{source} is a pg_dump archive but no rem-cycle graph (no schema_version table)")
-    return match.group(1)
+    schema = match.group(1)
+    others = set(_LISTED_SCHEMA.findall(listed.stdout)) - {schema}
+    if schema != "public" and others:
+        raise DatabaseUnreadableError(
+            f"{source} holds other schemas besides the graph's ({', '.join(sorted(others))}), which a restore would put "
+            "back too: it is not an archive `rem-cycle backup` wrote; restore what you need with pg_restore --schema"
+        )
+    return schema
 
 
 def _archive_version(pg_restore: str, source: Path, schema: str) -> int:
@@ -837,11 +845,18 @@ def restore_postgres(url: str, source: str | Path, *, known_versions: int) -> di
             "CREATE SCHEMA first) — the database was not changed"
         )
     # The graph's schema alone: a backup of ``public`` holds the whole database, and other
-    # applications' schemas in it must not be put back to the backup's state.
+    # applications' schemas in it must not be put back to the backup's state. (A backup of another
+    # schema holds that schema alone, its CREATE SCHEMA included, which ``--schema`` would leave out.)
+    only = ["--schema=public"] if schema == "public" else []
     command = [pg_restore, "--clean", "--if-exists", "--single-transaction", "--exit-on-error", "--no-owner",
-               "--no-privileges", f"--schema={schema}", f"--dbname={bare}", str(source)]
+               "--no-privileges", *only, f"--dbname={bare}", str(source)]
     restored = subprocess.run(command, env=env, capture_output=True, text=True, timeout=3600, check=False)
     if restored.returncode != 0:
         raise DatabaseError(f"pg_restore failed (one transaction: the database was not changed): "
                             f"{restored.stderr.strip() or restored.returncode}")
+    with psycopg_errors(), psycopg.connect(bare, connect_timeout=10, password=password) as conn:
+        # Read back through the URL, as the workers will: the graph they find is the backup's.
+        found = conn.execute("SELECT MAX(version) FROM schema_version").fetchone()[0]
+    if found != version:
+        raise DatabaseUnreadableError(f"after pg_restore, {location} reads schema version {found}, not the backup's {version}")
     return {"path": location, "bytes": source.stat().st_size, "integrity": "ok", "schema_version": version}
