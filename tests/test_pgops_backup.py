@@ -33,14 +33,19 @@ def _names(url: str) -> list[str]:
         return [row[0] for row in conn.execute("SELECT name FROM nodes ORDER BY name")]
 
 
-@pytest.fixture
-def graph(settings, database_url: str) -> str:
-    """The test schema holding a small graph (two nodes); its URL."""
-    db = open_database(settings)
+def _graph_at(url: str, tmp_path: Path, *names: str) -> None:
+    """A graph at ``url`` (created there) holding a CONCEPT node of each of ``names``."""
+    db = open_database(load_settings(data_dir=tmp_path / "owner", database_url=url))
     try:
-        GraphStore(db).upsert_nodes([Node("CONCEPT:kept", "CONCEPT", "kept"), Node("CONCEPT:also", "CONCEPT", "also")])
+        GraphStore(db).upsert_nodes([Node(f"CONCEPT:{name}", "CONCEPT", name) for name in names])
     finally:
         db.close()
+
+
+@pytest.fixture
+def graph(database_url: str, tmp_path: Path) -> str:
+    """The test schema holding a small graph (two nodes); its URL."""
+    _graph_at(database_url, tmp_path, "kept", "also")
     return database_url
 
 
@@ -174,11 +179,7 @@ def test_a_schema_whose_name_needs_quoting_restores_into_a_new_database(
         conn.execute(f'CREATE SCHEMA "{schema}"')
     try:
         env = _env(tmp_path, source)
-        db = open_database(load_settings(data_dir=tmp_path / "owner", database_url=source))
-        try:
-            GraphStore(db).upsert_nodes([Node("CONCEPT:spaced", "CONCEPT", "spaced")])
-        finally:
-            db.close()
+        _graph_at(source, tmp_path, "spaced")
         assert run_cli("backup", str(tmp_path / "graph.dump"), env=env).returncode == 0
         target = f"{other_database}?options={option}"
         restored = run_cli("restore", str(tmp_path / "graph.dump"), env=_env(tmp_path / "other", target))
@@ -197,11 +198,7 @@ def test_a_restore_of_a_public_schema_graph_leaves_other_schemas_alone(backend: 
     too); restoring it must put back the graph alone. Before, the restore rolled another
     application's table back to its state at the backup (3 orders became 1)."""
     env = _env(tmp_path, other_database)
-    db = open_database(load_settings(data_dir=tmp_path / "owner", database_url=other_database))
-    try:
-        GraphStore(db).upsert_nodes([Node("CONCEPT:kept", "CONCEPT", "kept")])
-    finally:
-        db.close()
+    _graph_at(other_database, tmp_path, "kept")
     with psycopg.connect(other_database, autocommit=True) as conn:
         conn.execute("CREATE SCHEMA shop")
         conn.execute("CREATE TABLE shop.orders(id int)")
