@@ -715,9 +715,11 @@ def backup_postgres(url: str, destination: str | Path) -> dict[str, object]:
     if password is not None:
         env["PGPASSWORD"] = password
     schema = _graph_schema(url, env)
-    # The graph's own schema alone (others may hold other deployments); ``public`` is dumped as part
-    # of the whole database, since ``--schema=public`` makes pg_restore fail on CREATE SCHEMA public.
-    only = [f"--schema={_literal_pattern(schema)}"] if schema not in (None, "public") else []
+    # The graph's own schema alone, ``public`` too: other schemas may hold other deployments or
+    # other applications' data, which the role may not even read (pg_dump then failed whole). A
+    # backup of ``public`` carries CREATE SCHEMA public, which a database already has: restore it
+    # with ``pg_restore --schema=public`` (``restore_postgres`` does).
+    only = [f"--schema={_literal_pattern(schema)}"] if schema is not None else []
     # Neither owners nor grants: they name roles of this cluster, which the cluster a backup is
     # restored into may not have (pg_restore then fails on every GRANT); the restoring role owns
     # what it restores, and grants are the operator's to give again there.
@@ -844,9 +846,10 @@ def restore_postgres(url: str, source: str | Path, *, known_versions: int) -> di
             "tables would outlive the restore; restore into an empty database or schema (DROP SCHEMA … CASCADE and "
             "CREATE SCHEMA first) — the database was not changed"
         )
-    # The graph's schema alone: a backup of ``public`` holds the whole database, and other
-    # applications' schemas in it must not be put back to the backup's state. (A backup of another
-    # schema holds that schema alone, its CREATE SCHEMA included, which ``--schema`` would leave out.)
+    # A backup of ``public``: its objects without CREATE SCHEMA public (every database has it), and
+    # an older backup held the whole database, whose other schemas must not be put back to the
+    # backup's state. (A backup of another schema holds that schema alone, its CREATE SCHEMA
+    # included, which ``--schema`` would leave out.)
     only = ["--schema=public"] if schema == "public" else []
     command = [pg_restore, "--clean", "--if-exists", "--single-transaction", "--exit-on-error", "--no-owner",
                "--no-privileges", *only, f"--dbname={bare}", str(source)]

@@ -9,6 +9,7 @@ import json
 import subprocess
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import quote, urlsplit
 
@@ -193,22 +194,47 @@ def test_a_schema_whose_name_needs_quoting_restores_into_a_new_database(
             conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
 
 
-def test_a_restore_of_a_public_schema_graph_leaves_other_schemas_alone(backend: str, other_database: str, tmp_path: Path) -> None:
-    """A graph in ``public`` is backed up with the whole database (other applications' schemas
-    too); restoring it must put back the graph alone. Before, the restore rolled another
-    application's table back to its state at the backup (3 orders became 1)."""
+@contextmanager
+def as_role(conn: psycopg.Connection, role: str) -> Iterator[None]:
+    """Act as ``role`` on ``conn`` (made a member for the block only)."""
+    conn.execute(f"GRANT {role} TO CURRENT_USER")
+    conn.execute(f"SET ROLE {role}")
+    try:
+        yield
+    finally:
+        conn.execute("RESET ROLE")
+        conn.execute(f"REVOKE {role} FROM CURRENT_USER")
+
+
+def test_a_public_schema_graph_backs_up_and_restores_alone(backend: str, other_database: str, tmp_path: Path) -> None:
+    """A graph in ``public`` of a database shared with another application (schema ``shop``, which
+    rem-cycle's role may not read). Before, ``backup`` dumped the whole database and failed on it
+    (``permission denied for schema shop``); and a restore of such a whole-database backup rolled
+    the other application's tables back to their state at the backup."""
     env = _env(tmp_path, other_database)
     _graph_at(other_database, tmp_path, "kept")
+    shopkeeper = f"pgops_shop_{uuid.uuid4().hex[:8]}"
     with psycopg.connect(other_database, autocommit=True) as conn:
-        conn.execute("CREATE SCHEMA shop")
-        conn.execute("CREATE TABLE shop.orders(id int)")
-        conn.execute("INSERT INTO shop.orders VALUES (1)")
-    assert run_cli("backup", str(tmp_path / "graph.dump"), env=env).returncode == 0
-    with psycopg.connect(other_database, autocommit=True) as conn:
-        conn.execute("INSERT INTO shop.orders VALUES (2), (3)")
-        conn.execute("DELETE FROM nodes")
-    restored = run_cli("restore", str(tmp_path / "graph.dump"), env=env)
-    assert restored.returncode == 0, restored.stderr
-    assert _names(other_database) == ["kept"]
-    with psycopg.connect(other_database) as conn:
-        assert conn.execute("SELECT COUNT(*) FROM shop.orders").fetchone()[0] == 3
+        database = urlsplit(other_database).path.lstrip("/")
+        conn.execute(f"CREATE ROLE {shopkeeper}")
+        conn.execute(f"GRANT CREATE ON DATABASE {database} TO {shopkeeper}")
+        try:
+            with as_role(conn, shopkeeper):
+                conn.execute("CREATE SCHEMA shop")
+                conn.execute("CREATE TABLE shop.orders(id int)")
+                conn.execute("INSERT INTO shop.orders VALUES (1)")
+            done = run_cli("backup", str(tmp_path / "graph.dump"), env=env)
+            assert done.returncode == 0, done.stderr
+            with as_role(conn, shopkeeper):
+                conn.execute("INSERT INTO shop.orders VALUES (2), (3)")
+            conn.execute("DELETE FROM nodes")
+            restored = run_cli("restore", str(tmp_path / "graph.dump"), env=env)
+            assert restored.returncode == 0, restored.stderr
+            assert _names(other_database) == ["kept"]
+            with as_role(conn, shopkeeper):
+                assert conn.execute("SELECT COUNT(*) FROM shop.orders").fetchone()[0] == 3
+        finally:
+            with as_role(conn, shopkeeper):
+                conn.execute("DROP SCHEMA IF EXISTS shop CASCADE")
+            conn.execute(f"REVOKE CREATE ON DATABASE {database} FROM {shopkeeper}")
+            conn.execute(f"DROP ROLE {shopkeeper}")
