@@ -238,3 +238,18 @@ def test_a_public_schema_graph_backs_up_and_restores_alone(backend: str, other_d
                 conn.execute("DROP SCHEMA IF EXISTS shop CASCADE")
             conn.execute(f"REVOKE CREATE ON DATABASE {database} FROM {shopkeeper}")
             conn.execute(f"DROP ROLE {shopkeeper}")
+
+
+def test_a_backup_of_the_other_engine_is_named_as_such(graph: str, tmp_path: Path) -> None:
+    """A pg_dump archive restored without REM_DATABASE_URL, an SQLite backup with it: exit 1, the
+    file named for what it is, nothing changed. Before: "file is not a database", and "not a
+    backup `rem-cycle backup` wrote on PostgreSQL"."""
+    assert run_cli("backup", str(tmp_path / "graph.dump"), env=_env(tmp_path, graph)).returncode == 0
+    sqlite_dir = tmp_path / "sqlite"
+    open_database(load_settings(data_dir=sqlite_dir)).close()
+    assert run_cli("backup", str(tmp_path / "graph.sqlite3"), env={"REM_DATA_DIR": str(sqlite_dir)}).returncode == 0
+    done = run_cli("restore", str(tmp_path / "graph.dump"), env={"REM_DATA_DIR": str(sqlite_dir)})
+    assert done.returncode == 1 and "is a PostgreSQL backup (a pg_dump archive)" in done.stderr, done.stderr
+    done = run_cli("restore", str(tmp_path / "graph.sqlite3"), env=_env(tmp_path, graph))
+    assert done.returncode == 1 and "is an SQLite backup: restore it without REM_DATABASE_URL" in done.stderr, done.stderr
+    assert _names(graph) == ["also", "kept"]
