@@ -42,7 +42,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from store.dialect import POSTGRESQL, Dialect
 from store.errors import (
-    ConnectionsInUseError,
+    ConnectionsExhaustedError,
     ConstraintError,
     DatabaseBusyError,
     DatabaseError,
@@ -133,7 +133,7 @@ def store_error(exc: BaseException) -> DatabaseError:
     state = getattr(exc, "sqlstate", None) or ""
     if isinstance(exc, psycopg.IntegrityError):
         kind: type[DatabaseError] = ConstraintError
-    elif state in _BUSY_STATES or isinstance(exc, PoolTimeout):
+    elif state in _BUSY_STATES or isinstance(exc, PoolTimeout) or _TOO_MANY_CONNECTIONS.search(str(exc)):
         kind = DatabaseBusyError
     elif state in _INTERRUPT_STATES:
         kind = QueryInterruptedError
@@ -467,12 +467,12 @@ class PostgresDatabase:
             if refusal is None:
                 # This process's own connections were all in use (a burst of scrapes beside a cycle):
                 # the server is fine, and the pool stays for the holders and the others waiting.
-                raise ConnectionsInUseError(
+                raise ConnectionsExhaustedError(
                     f"all {POOL_MAX_SIZE} connections of this process to {self.location} stayed in use "
                     f"for {timeout:g} s (the server answers): {exc}"
                 ) from exc
             if isinstance(refusal, DatabaseBusyError):  # too many connections (the server's or the role's limit)
-                raise DatabaseBusyError(
+                raise ConnectionsExhaustedError(
                     f"no connection to {self.location} within {timeout:g} s: the server refuses more: {refusal}"
                 ) from exc
             _discard_pool(self.url)  # no pool left retrying in the background for a server that is down

@@ -10,12 +10,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import httpx
+import psycopg
 import pytest
 from pydantic import SecretStr
 
 from config import Settings
 from store.backend import open_database
-from store.postgres import POOL_MAX_SIZE
+from store.postgres import POOL_MAX_SIZE, close_pools
 from worker.http import serve_http
 
 pytestmark = pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
@@ -59,6 +60,24 @@ async def test_connections_in_use_for_longer_than_the_lease_timeout_are_unhealth
         assert (later.status_code, later.json()) == (503, {"status": "unhealthy", "reason": "connections-exhausted"})
         again = await client.get("/healthz")  # given back: healthy, and the spell is over
         assert (again.status_code, again.json()) == (200, {"status": "ok"})
+
+
+async def test_healthz_is_ok_and_says_busy_while_the_server_refuses_more_connections(settings: Settings, database_url: str) -> None:
+    """The role's connection limit reached by its other sessions (another host's workers, a
+    pooler): a restart would not get this process a connection either. Before: 503."""
+    from tests.test_audit_pg_roles import as_user, grant_table_rights, login_role
+
+    open_database(settings).close()
+    with login_role(database_url, attributes="CONNECTION LIMIT 2") as role:
+        grant_table_rights(database_url, role)
+        url = as_user(database_url, role)
+        limited = settings.model_copy(update={"database_url": SecretStr(url)})
+        async with serve_http(limited) as endpoint, httpx.AsyncClient(base_url=endpoint.url, timeout=20) as client:
+            with psycopg.connect(url), psycopg.connect(url):  # the role's two, held elsewhere
+                health = await client.get("/healthz")
+            assert (health.status_code, health.json()) == (200, {"status": "ok", "database": "busy"})
+            assert (await client.get("/healthz")).json() == {"status": "ok"}
+        close_pools()
 
 
 async def test_a_server_that_is_down_is_still_unreadable(settings: Settings) -> None:

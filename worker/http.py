@@ -43,7 +43,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from config import Settings
 from store.chroma import ChromaStore
 from store.backend import open_database
-from store.errors import ConnectionsInUseError, StoreError
+from store.errors import ConnectionsExhaustedError, StoreError
 from store.runstate import RunStateStore
 from worker.cycle import owner_id
 from worker.metrics import build_registry, silent_seconds
@@ -271,11 +271,12 @@ class Liveness:
         "reason": "database-unreadable"}`` when the graph database cannot be read (missing, not a
         database, unreadable, locked), since no cycle can then do its work.
 
-        On PostgreSQL, every connection of this process's pool in use (its cycle and a burst of
-        slow scrapes) while the server answers is ``{"status": "ok", "database": "busy"}``: a
-        restart would not help, and it would kill the work that holds them. Only when every probe
-        has found them so for longer than the lease timeout (connections leaked, or held by a
-        wedged thread, which a restart cures) is it ``{"status": "unhealthy", "reason":
+        On PostgreSQL, no connection to be had while the server answers — every connection of this
+        process's pool in use (its cycle and a burst of slow scrapes), or the server's or the
+        role's connection limit reached — is ``{"status": "ok", "database": "busy"}``: a restart
+        would not give it one, and would kill the work that holds them. Only when every probe has
+        found it so for longer than the lease timeout (connections leaked, or held by a wedged
+        thread, which a restart cures) is it ``{"status": "unhealthy", "reason":
         "connections-exhausted"}``. The error text goes to the log only."""
         now = datetime.now(UTC)
         try:
@@ -285,14 +286,15 @@ class Liveness:
                     older_than_seconds=self.settings.lease_timeout_seconds, now=now, owner=self.owner())
             finally:
                 db.close()
-        except ConnectionsInUseError as exc:
+        except ConnectionsExhaustedError as exc:
             if self._busy_since is None:
                 self._busy_since = self.clock()
             busy_seconds = self.clock() - self._busy_since
             if busy_seconds > self.settings.lease_timeout_seconds:
-                log.error("liveness: this process's database connections stayed in use", error=str(exc), busy_seconds=round(busy_seconds))
+                log.error("liveness: no database connection to be had for longer than the lease timeout", error=str(exc),
+                          busy_seconds=round(busy_seconds))
                 return {"status": "unhealthy", "reason": "connections-exhausted"}
-            log.warning("liveness: database connections all in use; the server answers", error=str(exc))
+            log.warning("liveness: no database connection to be had; the server answers", error=str(exc))
             return {"status": "ok", "database": "busy"}
         except StoreError as exc:
             self._busy_since = None
