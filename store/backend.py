@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from config.settings import Settings
+from store.claims import drop_every_lease
 from store.db import MIGRATIONS, Database, backup_database, restore_database
 from store.errors import DatabaseUnreadableError
 
@@ -56,13 +57,21 @@ def backup(settings: Settings, destination: Path) -> dict[str, object]:
 def restore(settings: Settings, source: Path) -> dict[str, object]:
     """Put the backup at ``source`` in place of the graph database: the SQLite file (see
     :func:`store.db.restore_database`), or the PostgreSQL graph from a ``pg_dump`` archive (see
-    :func:`store.postgres.restore_postgres`). Returns ``{path, bytes, integrity, schema_version}``."""
+    :func:`store.postgres.restore_postgres`), then drop the leases the backup held
+    (:func:`store.claims.drop_every_lease`). Returns ``{path, bytes, integrity, schema_version}``."""
     _refuse_the_other_engines_backup(source, postgres=settings.database_url is not None)
     if settings.database_url is None:
-        return restore_database(source, settings.graph_path)
-    from store.postgres import restore_postgres
+        restored = restore_database(source, settings.graph_path)
+    else:
+        from store.postgres import restore_postgres
 
-    return restore_postgres(settings.database_url.get_secret_value(), source, known_versions=len(MIGRATIONS))
+        restored = restore_postgres(settings.database_url.get_secret_value(), source, known_versions=len(MIGRATIONS))
+    db = open_database(settings)
+    try:
+        drop_every_lease(db)  # the backup's, of processes long gone: the next cycle must not wait them out
+    finally:
+        db.close()
+    return restored
 
 
 # How each engine's backup file begins: SQLite's header, pg_dump's custom-format archive.
