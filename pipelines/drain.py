@@ -44,6 +44,7 @@ from pipelines.backfill import DEFAULT_BATCH_SIZE, RowOutcome, plan_nodes, write
 from pipelines.lazy_edge import MalformedLine, QueuedEdge, dead_letter_record, parse_line
 from pipelines.ports import QueueTable, UnitOfWork
 from store.chroma import ChromaStore
+from store.errors import DatabaseUnreadableError
 from store.graph import utc_now
 from store.lazy_queue import LazyEdgeQueue, OversizedLine, QueueBusyError, edge_line
 from store.lazy_table import DeadRow, QueuedRow, RowsTakenError
@@ -243,10 +244,12 @@ class _Drain:
                 parsed.append((entry, line if entry.row is None else replace(line, attempts=entry.row.attempts)))
         self.stats.processed += len(parsed)
         try:
-            fates = await self._link(parsed, malformed, outputs)
+            fates = await self._link_again_if_disconnected(parsed, malformed, outputs)
         except RowsTakenError as exc:
             log.warning("lazy queue rows taken by another drain; batch skipped", rows=len(batch), error=str(exc))
             return
+        except DatabaseUnreadableError:
+            raise  # the server is gone, not a line: charge none (see _link_again_if_disconnected)
         except Exception as exc:  # noqa: BLE001 - isolate the line that breaks the batch
             if not parsed:
                 raise
@@ -257,9 +260,25 @@ class _Drain:
                     fates += await self._link([item], [], outputs)
                 except RowsTakenError:
                     continue
+                except DatabaseUnreadableError:
+                    raise
                 except Exception as one_exc:  # noqa: BLE001 - the line is kept for the next drain
                     fates += await self._settle_alone([self._failure(item, f"error: {_describe(one_exc)}")], outputs)
         self._count(fates)
+
+    async def _link_again_if_disconnected(
+        self, items: list[tuple[_Entry, QueuedEdge]], settled: list[_Fate], outputs: _Outputs | None
+    ) -> list[_Fate]:
+        """:meth:`_link`, once more when the database lost its connection under it (a PostgreSQL
+        restart or failover: the batch's transaction was rolled back, and the next one runs on a
+        new connection). A second loss, or a server that stays unreachable, ends the drain with
+        :class:`DatabaseUnreadableError`: no line is charged an attempt for it, and the unsettled
+        lines stay queued (the file form's ``.draining`` files, the table's rows) for the next drain."""
+        try:
+            return await self._link(items, settled, outputs)
+        except DatabaseUnreadableError as exc:
+            log.warning("drain batch lost its database connection; linking it again", lines=len(items), error=_describe(exc))
+            return await self._link(items, settled, outputs)
 
     async def _settle_alone(self, fates: list[_Fate], outputs: _Outputs | None) -> list[_Fate]:
         """Settle ``fates`` in a transaction of their own; ``[]`` when another drain took them."""

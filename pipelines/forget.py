@@ -76,6 +76,7 @@ def forget_anchor(
     report: dict[str, Any] = {"kind": kind, "id": item_id, "anchor": anchor, "dry_run": dry_run}
     try:
         with unit.transaction():
+            _hold_commit_order(unit)
             rows = provenance.anchor_rows(anchor)
             touched = {r.node_id for r in rows.node_points} | {c.node_id for c in rows.claims}
             memories = tombstones.session_memories(item_id) if kind == SESSION else []
@@ -106,6 +107,15 @@ def forget_anchor(
     return report
 
 
+def _hold_commit_order(unit: UnitOfWork) -> None:
+    """Take the session commits' lock first in a forget's transaction (``RunStateStore.begin_commit``),
+    before anything is read: a commit of the session in flight finishes first and is read whole,
+    and one that starts meanwhile waits, then finds the session forgotten (and rolls back). On
+    PostgreSQL, where writers do not exclude each other, a commit could otherwise land between
+    the forget's reads and its deletes, and its rows outlived the forget."""
+    unit.runstate.begin_commit()
+
+
 def forget_session(unit: UnitOfWork, session_id: str, *, bury: bool = True, dry_run: bool = False) -> dict[str, Any]:
     """Forget a session (see :func:`forget_anchor`)."""
     return forget_anchor(unit, kind=SESSION, item_id=session_id, anchor=session_node_id(session_id), reduce_key=session_id,
@@ -126,6 +136,7 @@ def forget_memory(unit: UnitOfWork, memory_id: str, *, dry_run: bool = False) ->
     report: dict[str, Any] = {"kind": MEMORY, "id": memory_id, "dry_run": dry_run}
     try:
         with unit.transaction():
+            _hold_commit_order(unit)
             session = tombstones.session_of_memory(memory_id)
             memory = graph.get_node(node_id)
             if session is None and memory is not None and isinstance(memory.properties.get("sessionId"), str):

@@ -8,7 +8,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from config.settings import Settings
+from store.claims import drop_every_lease
 from store.db import MIGRATIONS, Database, backup_database, restore_database
+from store.errors import DatabaseUnreadableError
 
 if TYPE_CHECKING:
     from store.postgres import PostgresDatabase
@@ -53,11 +55,41 @@ def backup(settings: Settings, destination: Path) -> dict[str, object]:
 
 
 def restore(settings: Settings, source: Path) -> dict[str, object]:
-    """Put the SQLite backup at ``source`` in place of the graph database (see
-    :func:`store.db.restore_database`). A PostgreSQL backup is restored with ``pg_restore``."""
-    if settings.database_url is not None:
-        raise ValueError("restore puts an SQLite backup in place of graph.sqlite3")
-    return restore_database(source, settings.graph_path)
+    """Put the backup at ``source`` in place of the graph database: the SQLite file (see
+    :func:`store.db.restore_database`), or the PostgreSQL graph from a ``pg_dump`` archive (see
+    :func:`store.postgres.restore_postgres`), then drop the leases the backup held
+    (:func:`store.claims.drop_every_lease`). Returns ``{path, bytes, integrity, schema_version}``."""
+    _refuse_the_other_engines_backup(source, postgres=settings.database_url is not None)
+    if settings.database_url is None:
+        restored = restore_database(source, settings.graph_path)
+    else:
+        from store.postgres import restore_postgres
+
+        restored = restore_postgres(settings.database_url.get_secret_value(), source, known_versions=len(MIGRATIONS))
+    db = open_database(settings)
+    try:
+        drop_every_lease(db)  # the backup's, of processes long gone: the next cycle must not wait them out
+    finally:
+        db.close()
+    return restored
+
+
+# How each engine's backup file begins: SQLite's header, pg_dump's custom-format archive.
+_SQLITE_MAGIC, _PG_DUMP_MAGIC = b"SQLite format 3\x00", b"PGDMP"
+
+
+def _refuse_the_other_engines_backup(source: Path, *, postgres: bool) -> None:
+    """Raise :class:`DatabaseUnreadableError` naming the engine when ``source`` is the other
+    engine's backup (each engine's own check would only say it is not one of its own)."""
+    try:
+        with open(source, "rb") as file:
+            head = file.read(len(_SQLITE_MAGIC))
+    except OSError:
+        return  # the restore itself says why it cannot read it
+    if postgres and head.startswith(_SQLITE_MAGIC):
+        raise DatabaseUnreadableError(f"{source} is an SQLite backup: restore it without REM_DATABASE_URL (into a data dir's graph.sqlite3)")
+    if not postgres and head.startswith(_PG_DUMP_MAGIC):
+        raise DatabaseUnreadableError(f"{source} is a PostgreSQL backup (a pg_dump archive): restore it with REM_DATABASE_URL set to the database")
 
 
 def database_location(settings: Settings) -> str:

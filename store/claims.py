@@ -271,6 +271,14 @@ def _drop_dead_owners(conn: Any, table: str) -> None:
             conn.execute(f"DELETE FROM {table} WHERE owner = ?", (owner,))  # noqa: S608 - fixed names
 
 
+def drop_every_lease(db: Database) -> int:
+    """Delete every lease — the locks of ``rem_locks``, the claims of ``session_claims`` — and
+    return how many. For a restore (every worker stopped): the backup's leases belong to the
+    processes of the backup's time, and would hold the next cycles off until they ran out."""
+    with db.transaction() as conn:
+        return conn.execute("DELETE FROM rem_locks").rowcount + conn.execute("DELETE FROM session_claims").rowcount
+
+
 def lease_holders(db: Database) -> dict[str, list[dict[str, Any]]]:
     """Who holds what (``status``): each lock's holder and lease, and per owner how many sessions it
     has claimed and until when (read-only; the tables hold live leases only, so this is small).

@@ -12,6 +12,7 @@ The family::
     ├── DatabaseError               database-error   the graph database failed (any engine error)
     │   ├── DatabaseUnreadableError                  missing, unopenable, not a database, damaged
     │   ├── DatabaseBusyError                        locked or busy past the timeout
+    │   │   └── ConnectionsExhaustedError            no connection to be had while the server answers
     │   ├── ConstraintError                          a write broke a constraint (e.g. a duplicate key)
     │   ├── QueryInterruptedError                    a read was stopped at its deadline
     │   └── SchemaTooNewError                        written by a newer rem-cycle; refused untouched
@@ -46,6 +47,13 @@ class DatabaseUnreadableError(DatabaseError):
 
 class DatabaseBusyError(DatabaseError):
     """Another connection held the database (locked, busy) for longer than the timeout."""
+
+
+class ConnectionsExhaustedError(DatabaseBusyError):
+    """No connection could be had within the timeout while the server answers: every connection of
+    this process's pool stayed in use (its own readers and cycle), or the server refuses more (its
+    ``max_connections``, the role's or the database's limit). Busy, not broken: restarting the
+    process would not give it a connection."""
 
 
 class ConstraintError(DatabaseError):

@@ -27,7 +27,7 @@ import shutil
 import subprocess
 import threading
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,11 +36,13 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 
 import psycopg
 import psycopg.errors
+import structlog
 from psycopg.types.string import StrDumper
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from store.dialect import POSTGRESQL, Dialect
 from store.errors import (
+    ConnectionsExhaustedError,
     ConstraintError,
     DatabaseBusyError,
     DatabaseError,
@@ -50,6 +52,8 @@ from store.errors import (
     unstorable_text,
 )
 from store.postgres_schema import migrations
+
+log = structlog.get_logger(__name__)
 
 # --- placeholders ------------------------------------------------------------------------
 # A string literal, a quoted identifier, a comment, a cast (``::``), a ``?``, a ``:name`` or a ``%``.
@@ -129,7 +133,7 @@ def store_error(exc: BaseException) -> DatabaseError:
     state = getattr(exc, "sqlstate", None) or ""
     if isinstance(exc, psycopg.IntegrityError):
         kind: type[DatabaseError] = ConstraintError
-    elif state in _BUSY_STATES or isinstance(exc, PoolTimeout):
+    elif state in _BUSY_STATES or isinstance(exc, PoolTimeout) or _TOO_MANY_CONNECTIONS.search(str(exc)):
         kind = DatabaseBusyError
     elif state in _INTERRUPT_STATES:
         kind = QueryInterruptedError
@@ -280,12 +284,15 @@ class _Cursor:
 
 
 class _Connection:
-    """What the stores call ``conn``: ``execute``/``executemany`` returning a :class:`_Cursor`."""
+    """What the stores call ``conn``: ``execute``/``executemany`` returning a :class:`_Cursor`.
+    ``before_use`` runs first each time (the database's reconnect, :meth:`PostgresDatabase._revive`)."""
 
-    def __init__(self, raw: psycopg.Connection[Any]) -> None:
+    def __init__(self, raw: psycopg.Connection[Any], *, before_use: Callable[[], None] = lambda: None) -> None:
         self.raw = raw
+        self._before_use = before_use
 
     def cursor(self) -> _Cursor:
+        self._before_use()
         with psycopg_errors():  # a connection the server closed refuses even a cursor
             return _Cursor(self.raw.cursor())
 
@@ -432,40 +439,68 @@ class PostgresDatabase:
         self._migrations = migrations(sqlite_migrations) if sqlite_migrations else []
         self._lock = threading.RLock()
         self._depth = 0
-        try:
-            self._pool = pool_for(url, timeout=timeout)
-            with psycopg_errors():
-                raw = self._pool.getconn(timeout=timeout)
-        except DatabaseBusyError as exc:  # no connection within the timeout: all in use, or none can be made
-            refusal = _connection_refusal(url)
-            if refusal is None:
-                # This process's own connections were all in use (a burst of scrapes beside a cycle):
-                # the server is fine, and the pool stays for the holders and the others waiting.
-                raise DatabaseBusyError(
-                    f"all {POOL_MAX_SIZE} connections of this process to {self.location} stayed in use "
-                    f"for {timeout:g} s (the server answers): {exc}"
-                ) from exc
-            if isinstance(refusal, DatabaseBusyError):  # too many connections (the server's or the role's limit)
-                raise DatabaseBusyError(
-                    f"no connection to {self.location} within {timeout:g} s: the server refuses more: {refusal}"
-                ) from exc
-            _discard_pool(url)  # no pool left retrying in the background for a server that is down
-            raise DatabaseUnreadableError(f"cannot connect to the PostgreSQL database {self.location}: {refusal}") from exc
-        except DatabaseUnreadableError as exc:  # refused, unknown host, authentication, no such database
-            raise DatabaseUnreadableError(f"cannot connect to the PostgreSQL database {self.location}: {exc}") from exc
+        self._closed = False
+        self._timeout = timeout
+        # Session settings, given again to a connection that replaces one the server closed.
+        self._session = [f"SET lock_timeout = {int(timeout * 1000)}"] + (["SET default_transaction_read_only = on"] if readonly else [])
+        raw = self._connect()
         self._raw: psycopg.Connection[Any] | None = raw
-        self.conn = _Connection(raw)
+        self.conn = _Connection(raw, before_use=self._revive)
         try:
-            with psycopg_errors():
-                raw.execute(f"SET lock_timeout = {int(timeout * 1000)}")
-                if readonly:
-                    raw.execute("SET default_transaction_read_only = on")
             self._refuse_newer_schema()
             if not readonly:
                 self.migrate()
         except BaseException:
             self.close()
             raise
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        """A connection from the pool, with this database's session settings; the
+        :mod:`store.errors` class of why none could be had within the timeout."""
+        timeout = self._timeout
+        try:
+            self._pool = pool_for(self.url, timeout=timeout)  # a new one if a server found down discarded it
+            with psycopg_errors():
+                raw = self._pool.getconn(timeout=timeout)
+        except DatabaseBusyError as exc:  # no connection within the timeout: all in use, or none can be made
+            refusal = _connection_refusal(self.url)
+            if refusal is None:
+                # This process's own connections were all in use (a burst of scrapes beside a cycle):
+                # the server is fine, and the pool stays for the holders and the others waiting.
+                raise ConnectionsExhaustedError(
+                    f"all {POOL_MAX_SIZE} connections of this process to {self.location} stayed in use "
+                    f"for {timeout:g} s (the server answers): {exc}"
+                ) from exc
+            if isinstance(refusal, DatabaseBusyError):  # too many connections (the server's or the role's limit)
+                raise ConnectionsExhaustedError(
+                    f"no connection to {self.location} within {timeout:g} s: the server refuses more: {refusal}"
+                ) from exc
+            _discard_pool(self.url)  # no pool left retrying in the background for a server that is down
+            raise DatabaseUnreadableError(f"cannot connect to the PostgreSQL database {self.location}: {refusal}") from exc
+        except DatabaseUnreadableError as exc:
+            raise DatabaseUnreadableError(f"cannot connect to the PostgreSQL database {self.location}: {exc}") from exc
+        try:
+            with psycopg_errors():
+                for statement in self._session:
+                    raw.execute(statement)  # type: ignore[arg-type]  # fixed text, no parameters
+        except BaseException:
+            self._pool.putconn(raw)
+            raise
+        return raw
+
+    def _revive(self) -> None:
+        """Replace the connection when the server closed it (a restart, a failover) and no
+        transaction is open on it: a holder that outlives the restart (a long drain, ``rem-cycle
+        mcp``) goes on with its next transaction instead of failing every one after it. Inside a
+        transaction the loss stands (what it wrote is gone: the caller must see the error)."""
+        with self._lock:
+            if self._closed or self._depth or not self.conn.raw.closed:
+                return
+            raw, self._raw = self._raw, None
+            if raw is not None:  # (None: an earlier attempt found the server still down)
+                self._pool.putconn(raw)  # the pool discards a closed connection
+            self._raw = self.conn.raw = self._connect()
+            log.warning("PostgreSQL connection replaced: the server had closed it", database=self.location)
 
     @contextmanager
     def transaction(self) -> Iterator[_Connection]:
@@ -476,7 +511,10 @@ class PostgresDatabase:
         with self._lock:
             outermost = self._depth == 0
             savepoint = f"rem_{self._depth}"
-            self.conn.execute("BEGIN" if outermost else f"SAVEPOINT {savepoint}")
+            if outermost:
+                self._begin("BEGIN")
+            else:
+                self.conn.execute(f"SAVEPOINT {savepoint}")
             self._depth += 1
             try:
                 yield self.conn
@@ -499,7 +537,7 @@ class PostgresDatabase:
             if self._depth:
                 yield
                 return
-            self.conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            self._begin("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
             self._depth += 1
             try:
                 yield
@@ -507,7 +545,20 @@ class PostgresDatabase:
                 self._depth -= 1
                 self._rollback()
 
+    def _begin(self, statement: str) -> None:
+        """Open the outermost transaction; when the server had closed the connection while it idled
+        (found only now, by this statement), open it on a new connection: nothing was lost yet."""
+        try:
+            self.conn.execute(statement)
+        except DatabaseUnreadableError:
+            if not self.conn.raw.closed:
+                raise
+            self._revive()
+            self.conn.execute(statement)
+
     def _rollback(self) -> None:
+        if self.conn.raw.closed:
+            return  # the server closed the connection, and rolled the transaction back
         try:
             self.conn.execute("ROLLBACK")
         except DatabaseError:
@@ -522,6 +573,7 @@ class PostgresDatabase:
         """The rows of a read, fetched in pages from a server-side cursor as they are consumed
         (a client-side cursor would hold every row at once). ``WITH HOLD``: the cursor outlives
         the autocommit statement that opened it; it is closed when the iteration ends."""
+        self._revive()
         with self._lock, psycopg_errors():
             cursor = self.conn.raw.cursor(name=f"rem_stream_{uuid.uuid4().hex}", withhold=True)
             cursor.execute(to_pyformat(sql), params)
@@ -539,8 +591,10 @@ class PostgresDatabase:
     def set_deadline(self, seconds: float) -> None:
         """Stop each later statement that runs longer than ``seconds`` (:class:`QueryInterruptedError`;
         PostgreSQL bounds statements one by one, where SQLite's deadline is one moment for all)."""
+        statement = f"SET statement_timeout = {max(1, int(seconds * 1000))}"
         with self._lock, psycopg_errors():
-            self.conn.raw.execute(f"SET statement_timeout = {max(1, int(seconds * 1000))}")
+            self.conn.raw.execute(statement)  # type: ignore[arg-type]  # fixed text, no parameters
+            self._session.append(statement)
 
     def table_exists(self, name: str) -> bool:
         """``True`` when the schema has a table ``name`` (in the connection's search path)."""
@@ -611,6 +665,7 @@ class PostgresDatabase:
 
     def close(self) -> None:
         with self._lock:
+            self._closed = True
             raw, self._raw = self._raw, None
             if raw is not None:
                 if raw.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
@@ -660,10 +715,15 @@ def backup_postgres(url: str, destination: str | Path) -> dict[str, object]:
     if password is not None:
         env["PGPASSWORD"] = password
     schema = _graph_schema(url, env)
-    # The graph's own schema alone (others may hold other deployments); ``public`` is dumped as part
-    # of the whole database, since ``--schema=public`` makes pg_restore fail on CREATE SCHEMA public.
-    only = [f"--schema={_literal_pattern(schema)}"] if schema not in (None, "public") else []
-    command = [pg_dump, "--format=custom", "--no-owner", f"--file={partial}", *only, f"--dbname={url}"]
+    # The graph's own schema alone, ``public`` too: other schemas may hold other deployments or
+    # other applications' data, which the role may not even read (pg_dump then failed whole). A
+    # backup of ``public`` carries CREATE SCHEMA public, which a database already has: restore it
+    # with ``pg_restore --schema=public`` (``restore_postgres`` does).
+    only = [f"--schema={_literal_pattern(schema)}"] if schema is not None else []
+    # Neither owners nor grants: they name roles of this cluster, which the cluster a backup is
+    # restored into may not have (pg_restore then fails on every GRANT); the restoring role owns
+    # what it restores, and grants are the operator's to give again there.
+    command = [pg_dump, "--format=custom", "--no-owner", "--no-privileges", f"--file={partial}", *only, f"--dbname={url}"]
     try:
         dumped = subprocess.run(command, env=env, capture_output=True, text=True, timeout=3600, check=False)
         if dumped.returncode != 0:
@@ -676,3 +736,130 @@ def backup_postgres(url: str, destination: str | Path) -> dict[str, object]:
         raise
     partial.replace(destination)
     return {"path": str(destination), "bytes": destination.stat().st_size, "integrity": "ok"}
+
+
+# ``pg_restore --list`` names the archive's tables as ``<id>; <oid> <oid> TABLE <schema> <name> <owner>``.
+_LISTED_SCHEMA = re.compile(r"^\d+; \d+ \d+ SCHEMA - (.+) \S+$", re.MULTILINE)
+# A schema's name is printed as it is, spaces included.
+_LISTED_VERSION_TABLE = re.compile(r"^\d+; \d+ \d+ TABLE (?!DATA )(.+) schema_version \S+$", re.MULTILINE)
+
+
+def _archive_schema(pg_restore: str, source: Path) -> str:
+    """The schema whose rem-cycle graph the ``pg_dump`` archive ``source`` holds; raises
+    :class:`DatabaseUnreadableError` when it is no such archive."""
+    listed = subprocess.run([pg_restore, "--list", str(source)], capture_output=True, text=True, timeout=600, check=False)
+    if listed.returncode != 0:
+        raise DatabaseUnreadableError(f"{source} is not a backup `rem-cycle backup` wrote on PostgreSQL (pg_restore --list: "
+                                      f"{listed.stderr.strip() or listed.returncode})")
+    match = _LISTED_VERSION_TABLE.search(listed.stdout)
+    if match is None:
+        raise DatabaseUnreadableError(f"{source} is a pg_dump archive but no rem-cycle graph (no schema_version table)")
+    schema = match.group(1)
+    others = set(_LISTED_SCHEMA.findall(listed.stdout)) - {schema}
+    if schema != "public" and others:
+        raise DatabaseUnreadableError(
+            f"{source} holds other schemas besides the graph's ({', '.join(sorted(others))}), which a restore would put "
+            "back too: it is not an archive `rem-cycle backup` wrote; restore what you need with pg_restore --schema"
+        )
+    return schema
+
+
+def _archive_version(pg_restore: str, source: Path, schema: str) -> int:
+    """The newest schema version recorded in the archive's ``schema_version`` rows (its ``COPY`` data)."""
+    data = subprocess.run(
+        [pg_restore, "--data-only", f"--schema={schema}", "--table=schema_version", "--file=-", str(source)],
+        capture_output=True, text=True, timeout=600, check=False,
+    )
+    rows = data.stdout.split(" FROM stdin;\n", 1)[-1].split("\n\\.", 1)[0] if " FROM stdin;\n" in data.stdout else ""
+    versions = [int(line) for line in rows.splitlines() if line.strip().isdigit()]
+    if data.returncode != 0 or not versions:
+        raise DatabaseUnreadableError(f"{source} holds no schema version (pg_restore: {data.stderr.strip() or 'no rows'})")
+    return max(versions)
+
+
+# Other sessions holding a lock on a table (or index, sequence) of the schema %s.
+_LOCK_HOLDERS = (
+    "SELECT DISTINCT a.pid, a.application_name, a.state FROM pg_locks l "
+    "JOIN pg_class c ON c.oid = l.relation JOIN pg_namespace n ON n.oid = c.relnamespace "
+    "JOIN pg_stat_activity a ON a.pid = l.pid "
+    "WHERE n.nspname = %s AND l.granted AND l.pid <> pg_backend_pid() ORDER BY a.pid"
+)
+
+
+def _search_path(setting: str) -> list[str]:
+    """The schema names of a ``search_path`` setting (``"$user", "My Schema", x``), unquoted. Pure."""
+    return [name.strip().removeprefix('"').removesuffix('"').replace('""', '"') for name in setting.split(",")]
+
+
+def restore_postgres(url: str, source: str | Path, *, known_versions: int) -> dict[str, object]:
+    """Put the graph of the ``pg_dump`` archive ``source`` (``rem-cycle backup`` on PostgreSQL) in
+    place of the graph at ``url``: ``pg_restore --clean --if-exists --single-transaction``, so the
+    archive's tables, functions and rows replace the graph's in one transaction, or nothing changes.
+
+    Checked first, with nothing changed when they fail: the file is a rem-cycle graph archive
+    (:class:`DatabaseUnreadableError`), of a schema version this rem-cycle knows
+    (:class:`SchemaTooNewError`), taken from the schema that ``url`` resolves to (an archive of
+    schema ``a`` restores schema ``a``: a different search path would not see it), and the graph
+    in place is not newer than the backup (its newer tables would outlive a restore). Neither
+    owners nor grants are restored: the connecting role owns what it restores. Returns ``{path,
+    bytes, integrity, schema_version}`` (``path``: the URL without its password)."""
+    pg_restore = shutil.which("pg_restore")
+    if pg_restore is None:
+        raise DatabaseError("restore of a PostgreSQL graph needs pg_restore on PATH (Debian/Ubuntu: apt-get install "
+                            "postgresql-client; use a version at least the server's)")
+    source = Path(source)
+    env = {**os.environ}
+    bare, password = without_password(url)
+    if password is not None:
+        env["PGPASSWORD"] = password
+    schema = _archive_schema(pg_restore, source)
+    version = _archive_version(pg_restore, source, schema)
+    location = redacted(url)
+    if version > known_versions:
+        raise SchemaTooNewError(f"{source} has schema version {version}, newer than this rem-cycle knows ({known_versions}); "
+                                "upgrade rem-cycle to restore it — the database was not changed")
+    with psycopg_errors(), psycopg.connect(bare, connect_timeout=10, password=password) as conn:
+        target = _graph_schema(bare, env) or conn.execute("SELECT current_schema()").fetchone()[0]
+        if target is None and schema in _search_path(conn.execute("SHOW search_path").fetchone()[0]):
+            target = schema  # a new database: the archive creates the schema its search path names
+        if target != schema:
+            raise DatabaseError(
+                f"{source} is a backup of schema {schema!r}, but {location} resolves to "
+                f"{repr(target) if target else 'no existing schema'}: restore it with ?options=-csearch_path%3D{schema} "
+                "in REM_DATABASE_URL (the database was not changed)"
+            )
+        in_place = conn.execute("SELECT COALESCE(MAX(version), 0) FROM schema_version").fetchone()[0] \
+            if conn.execute("SELECT to_regclass('schema_version')").fetchone()[0] else 0
+        holders = conn.execute(_LOCK_HOLDERS, (schema,)).fetchall()
+    if holders:
+        # pg_restore's DROPs would wait for them for ever (its script sets lock_timeout = 0), and
+        # every reader of those tables (scrapes, MCP, status) would queue behind the DROPs meanwhile.
+        named = ", ".join(f"pid {pid} ({name or 'no application_name'}, {state})" for pid, name, state in holders)
+        raise DatabaseBusyError(
+            f"other sessions hold locks on the graph's tables at {location}: {named}; the restore would wait for "
+            "them and block every reader meanwhile: stop them (or pg_terminate_backend(pid)) and restore again — "
+            "the database was not changed"
+        )
+    if in_place > version:
+        raise DatabaseError(
+            f"the graph at {location} has schema version {in_place}, newer than the backup's ({version}): its newer "
+            "tables would outlive the restore; restore into an empty database or schema (DROP SCHEMA … CASCADE and "
+            "CREATE SCHEMA first) — the database was not changed"
+        )
+    # A backup of ``public``: its objects without CREATE SCHEMA public (every database has it), and
+    # an older backup held the whole database, whose other schemas must not be put back to the
+    # backup's state. (A backup of another schema holds that schema alone, its CREATE SCHEMA
+    # included, which ``--schema`` would leave out.)
+    only = ["--schema=public"] if schema == "public" else []
+    command = [pg_restore, "--clean", "--if-exists", "--single-transaction", "--exit-on-error", "--no-owner",
+               "--no-privileges", *only, f"--dbname={bare}", str(source)]
+    restored = subprocess.run(command, env=env, capture_output=True, text=True, timeout=3600, check=False)
+    if restored.returncode != 0:
+        raise DatabaseError(f"pg_restore failed (one transaction: the database was not changed): "
+                            f"{restored.stderr.strip() or restored.returncode}")
+    with psycopg_errors(), psycopg.connect(bare, connect_timeout=10, password=password) as conn:
+        # Read back through the URL, as the workers will: the graph they find is the backup's.
+        found = conn.execute("SELECT MAX(version) FROM schema_version").fetchone()[0]
+    if found != version:
+        raise DatabaseUnreadableError(f"after pg_restore, {location} reads schema version {found}, not the backup's {version}")
+    return {"path": location, "bytes": source.stat().st_size, "integrity": "ok", "schema_version": version}

@@ -82,9 +82,11 @@ def test_the_failure_recorder_reconnects_after_the_server_dropped_its_connection
         assert recorder.record(failure("run-after-restart")) is True  # on a new connection
         assert cut_connections(postgres_server_url, app_url) >= 1
         # The server is still down when the recorder reconnects (the test server is shared, so its
-        # refusal is played by open_database): the row is kept, and written at the next chance.
+        # refusal is played by open_database, and by the pool its kept database reconnects from):
+        # the row is kept, and written at the next chance.
         with pytest.MonkeyPatch.context() as patch:
             patch.setattr("worker.failures.open_database", refused)
+            patch.setattr("store.postgres.pool_for", lambda url, timeout: refused(url))
             assert recorder.record(failure("run-while-down")) is False
         assert [f.run_id for f in recorder.pending] == ["run-while-down"]
         assert recorder.flush() is True and recorder.pending == []
@@ -101,13 +103,21 @@ def test_the_failure_recorder_reconnects_after_the_server_dropped_its_connection
 
 
 def test_a_closed_connection_is_a_store_error(data_dir: Path, app_url: str, postgres_server_url: str) -> None:
+    """Cut inside a transaction: the StoreError family, never a bare psycopg error (what the
+    transaction wrote is gone). The next transaction runs on a new connection (pgops: a holder
+    that outlives a restart goes on), and so does one begun on a connection cut while it idled."""
     db = open_database(load_settings(data_dir=data_dir, database_url=app_url))
     try:
-        cut_connections(postgres_server_url, app_url)
-        for _ in range(2):  # the first statement finds it broken, the second finds it closed
-            with pytest.raises(DatabaseError):
-                with db.transaction() as conn:
-                    conn.execute("SELECT 1")
+        with pytest.raises(DatabaseUnreadableError):
+            with db.transaction() as conn:
+                conn.execute("SELECT 1")
+                cut_connections(postgres_server_url, app_url)
+                conn.execute("SELECT 1")
+        assert db.broken
+        for _ in range(2):
+            with db.transaction() as conn:
+                assert conn.execute("SELECT 1").fetchone()[0] == 1
+            cut_connections(postgres_server_url, app_url)
     finally:
         db.close()
 

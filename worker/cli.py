@@ -150,7 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
     backup = add_command(sub, "backup", common, "copy the graph database (safe while the daemon runs)")
     backup.add_argument("path", help="destination file (replaced atomically when the copy is sound)")
     restore = add_command(sub, "restore", common, "put a backup in place of the graph database (workers stopped)")
-    restore.add_argument("path", metavar="BACKUP", help="a file `rem-cycle backup` wrote (SQLite)")
+    restore.add_argument("path", metavar="BACKUP", help="a file `rem-cycle backup` wrote (SQLite file, or pg_dump archive on PostgreSQL)")
     unmerge = add_command(sub, "unmerge", common, "undo the merges of a node (restores it, its edges and aliases)")
     unmerge.add_argument("node_id", metavar="NODE_ID", help="the node that was merged away")
     candidates = add_command(
@@ -663,19 +663,17 @@ async def cmd_backup(settings: Settings, args: argparse.Namespace) -> int:
 
 async def cmd_restore(settings: Settings, args: argparse.Namespace) -> int:
     from store.backend import restore
-    from worker.cycle import single_flight
+    from worker.cycle import graph_single_flight, single_flight
     from worker.daemon import daemon_lock_path
 
-    if settings.database_url is not None:
-        print("rem-cycle: restore puts an SQLite backup in place of graph.sqlite3; restore a PostgreSQL backup with "
-              "pg_restore --dbname=postgresql://… PATH into an empty database", file=sys.stderr)
-        return EXIT_USAGE
     if unreadable := _unreadable_file(args.path):
         print(f"rem-cycle: cannot read {args.path}: {unreadable}", file=sys.stderr)
         return EXIT_FAILED
+    # Both locks: no cycle, command or daemon of this data dir has the database open meanwhile (on
+    # PostgreSQL, nor a cycle of another host: the database's single-flight lock too).
+    cycle_lock = graph_single_flight(settings) if settings.database_url is not None else single_flight(settings)
     try:
-        # Both locks: no cycle, command or daemon of this data dir has the database open meanwhile.
-        async with single_flight(settings, lock_path=daemon_lock_path(settings), what="rem-cycle daemon"), single_flight(settings):
+        async with single_flight(settings, lock_path=daemon_lock_path(settings), what="rem-cycle daemon"), cycle_lock:
             payload = await anyio.to_thread.run_sync(restore, settings, Path(args.path))
     except CycleBusyError as exc:
         print(f"rem-cycle: {exc}; stop it before restoring", file=sys.stderr)
@@ -814,6 +812,10 @@ async def cmd_drain(settings: Settings, args: argparse.Namespace, progress: Comm
     except QueueBusyError as exc:
         print(f"rem-cycle: {exc}; not starting a second one", file=sys.stderr)
         return EXIT_BUSY
+    except StoreError as exc:  # the database failed, not a line (pipelines.drain): nothing charged
+        print(f"rem-cycle: drain stopped: {exc}; no queued edge was lost, the unsettled ones wait for the next drain",
+              file=sys.stderr)
+        return EXIT_FAILED
     finally:
         stores.close()
     _emit(args, payload, lambda: print_drain(payload))

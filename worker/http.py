@@ -1,6 +1,7 @@
 """The health and metrics endpoint: ``/healthz``, ``/readyz``, ``/metrics``.
 
-``/healthz`` is liveness: 200 while the process answers and can read its graph database, 503 when
+``/healthz`` is liveness: 200 while the process answers and can read its graph database (or, on
+PostgreSQL, finds its own connections all busy, for up to ``REM_LEASE_TIMEOUT_SECONDS``), 503 when
 it cannot, or when a cycle this process is running has not written its heartbeat for
 ``REM_LEASE_TIMEOUT_SECONDS`` (a wedged cycle, which a restart cures; the next cycle records it
 ``abandoned``). ``/readyz`` is readiness (the stores answer).
@@ -42,7 +43,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from config import Settings
 from store.chroma import ChromaStore
 from store.backend import open_database
-from store.errors import StoreError
+from store.errors import ConnectionsExhaustedError, StoreError
 from store.runstate import RunStateStore
 from worker.cycle import owner_id
 from worker.metrics import build_registry, silent_seconds
@@ -253,29 +254,60 @@ def start_endpoint(
     return HttpEndpoint(server=server, thread=thread)
 
 
-def liveness(settings: Settings, *, owner: str | None = None) -> dict[str, Any]:
-    """The ``/healthz`` body: ``{"status": "ok"}``; ``{"status": "stalled", "runs": [{run_id,
-    heartbeat_at, silent_seconds}]}`` when running cycles (``owner``'s only, when given) have been
-    silent for longer than the lease timeout; ``{"status": "unhealthy", "reason":
-    "database-unreadable"}`` when the graph database cannot be read (missing, not a database,
-    unreadable, locked), since no cycle can then do its work. The error text goes to the log only."""
-    now = datetime.now(UTC)
-    try:
-        db = open_database(settings, readonly=True, timeout=HEALTH_DB_TIMEOUT_SECONDS)
+@dataclass
+class Liveness:
+    """``/healthz``'s check (:meth:`check`), with what it remembers between probes: since when
+    every probe found this process's database connections all in use."""
+
+    settings: Settings
+    owner: Callable[[], str | None] = lambda: None
+    clock: Callable[[], float] = time.monotonic
+    _busy_since: float | None = None
+
+    def check(self) -> dict[str, Any]:
+        """The ``/healthz`` body: ``{"status": "ok"}``; ``{"status": "stalled", "runs": [{run_id,
+        heartbeat_at, silent_seconds}]}`` when running cycles (``owner()``'s only, when it names
+        one) have been silent for longer than the lease timeout; ``{"status": "unhealthy",
+        "reason": "database-unreadable"}`` when the graph database cannot be read (missing, not a
+        database, unreadable, locked), since no cycle can then do its work.
+
+        On PostgreSQL, no connection to be had while the server answers — every connection of this
+        process's pool in use (its cycle and a burst of slow scrapes), or the server's or the
+        role's connection limit reached — is ``{"status": "ok", "database": "busy"}``: a restart
+        would not give it one, and would kill the work that holds them. Only when every probe has
+        found it so for longer than the lease timeout (connections leaked, or held by a wedged
+        thread, which a restart cures) is it ``{"status": "unhealthy", "reason":
+        "connections-exhausted"}``. The error text goes to the log only."""
+        now = datetime.now(UTC)
         try:
-            silent = RunStateStore(db).silent_runs(older_than_seconds=settings.lease_timeout_seconds, now=now, owner=owner)
-        finally:
-            db.close()
-    except StoreError as exc:
-        log.warning("liveness: graph database unreadable", error=str(exc))
-        return {"status": "unhealthy", "reason": "database-unreadable"}
-    if not silent:
-        return {"status": "ok"}
-    runs = [
-        {"run_id": run["run_id"], "heartbeat_at": run["heartbeat_at"], "silent_seconds": silent_seconds(run, now)}
-        for run in silent
-    ]
-    return {"status": "stalled", "runs": runs}
+            db = open_database(self.settings, readonly=True, timeout=HEALTH_DB_TIMEOUT_SECONDS)
+            try:
+                silent = RunStateStore(db).silent_runs(
+                    older_than_seconds=self.settings.lease_timeout_seconds, now=now, owner=self.owner())
+            finally:
+                db.close()
+        except ConnectionsExhaustedError as exc:
+            if self._busy_since is None:
+                self._busy_since = self.clock()
+            busy_seconds = self.clock() - self._busy_since
+            if busy_seconds > self.settings.lease_timeout_seconds:
+                log.error("liveness: no database connection to be had for longer than the lease timeout", error=str(exc),
+                          busy_seconds=round(busy_seconds))
+                return {"status": "unhealthy", "reason": "connections-exhausted"}
+            log.warning("liveness: no database connection to be had; the server answers", error=str(exc))
+            return {"status": "ok", "database": "busy"}
+        except StoreError as exc:
+            self._busy_since = None
+            log.warning("liveness: graph database unreadable", error=str(exc))
+            return {"status": "unhealthy", "reason": "database-unreadable"}
+        self._busy_since = None
+        if not silent:
+            return {"status": "ok"}
+        runs = [
+            {"run_id": run["run_id"], "heartbeat_at": run["heartbeat_at"], "silent_seconds": silent_seconds(run, now)}
+            for run in silent
+        ]
+        return {"status": "stalled", "runs": runs}
 
 
 class Readiness:
@@ -349,7 +381,7 @@ async def serve_http(settings: Settings, *, registry: CollectorRegistry | None =
             port=settings.http_port,
             registry=registry or build_registry(settings),
             ready=ready,
-            live=lambda: liveness(settings, owner=owner_id()),
+            live=Liveness(settings, owner=owner_id).check,
             max_connections=settings.http_max_connections,
             request_timeout=settings.http_request_timeout_seconds,
         )
