@@ -191,13 +191,22 @@ class RecallIndex:
         )
         return frozenset(r[0] for r in rows)
 
-    def term_counts(self, terms: Sequence[str], *, cap: int) -> dict[str, int]:
-        """How many turns contain each term; counting stops at ``cap + 1``, so a common word costs
-        no more than a rare one."""
+    def term_counts(self, terms: Sequence[str], *, cap: int, scope: Scope = Scope()) -> dict[str, int]:
+        """How many turns ``scope`` shows contain each term; counting stops at ``cap + 1``, so a
+        common word costs no more than a rare one within the scope. The counts decide what recall
+        matches and are reported back (``signals.terms``): counted beyond the caller's scope they
+        told a user how often other users wrote a word. The whole index (no sessions, no
+        ``as_of``) is counted from the full-text index alone."""
         fts = self.db.dialect
-        sql = (f"SELECT COUNT(*) FROM (SELECT 1 FROM {fts.fts_index_source('recall_turns', 't')} "
-               f"WHERE {fts.fts_match('recall_turns', 't')} LIMIT ?) AS hits")
-        return {term: self.db.query(sql, (term_match(term), cap + 1))[0][0] for term in terms}
+        if scope.sessions is None and scope.as_of is None:
+            sql = (f"SELECT COUNT(*) FROM (SELECT 1 FROM {fts.fts_index_source('recall_turns', 't')} "
+                   f"WHERE {fts.fts_match('recall_turns', 't')} LIMIT ?) AS hits")
+            return {term: self.db.query(sql, (term_match(term), cap + 1))[0][0] for term in terms}
+        visible, vp = _visible("t.session_id", scope)
+        known, kp = _known("t.created_at", scope)
+        sql = (f"SELECT COUNT(*) FROM (SELECT 1 FROM {fts.fts_source('recall_turns', 't')} "
+               f"WHERE {fts.fts_match('recall_turns', 't')} AND {visible} AND {known} LIMIT ?) AS hits")
+        return {term: self.db.query(sql, (term_match(term), *vp, *kp, cap + 1))[0][0] for term in terms}
 
     # --- keyword -------------------------------------------------------------------------
     def keyword_turns(self, match: str, scope: Scope, *, limit: int, ranked: bool = True) -> list[str]:
