@@ -43,7 +43,6 @@ from __future__ import annotations
 import json
 import math
 import re
-import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, time
@@ -53,6 +52,8 @@ from pipelines.chunker import estimate_tokens
 from pipelines.vocabulary import PROVENANCE_RELATIONSHIPS
 from store.ids import InvalidIdError, has_forbidden_characters, session_node_id
 from store.recall_index import FactRecord, Scope, SessionRecord, TurnRecord, term_match
+from store.textfold import fold, spaceless
+from store.textfold import words as words_of
 
 MAX_QUERY_CHARS = 4_000
 MAX_TERMS = 24
@@ -109,7 +110,6 @@ STOPWORDS: frozenset[str] = frozenset(
     to too under until up very was we were what when where which while who whom why will with would you your yours
     know tell say said get got""".split()
 )
-_WORD = re.compile(r"[^\W_]+", re.UNICODE)
 # BM25 scores every turn that contains any query word, so the time of a query grows with how many
 # turns its words are in. Words are kept rarest first while the turns they are in add up to at most
 # this many; the commoner ones say little about any one turn (BM25 weighs them low) and are left out.
@@ -211,12 +211,17 @@ class RecallResult:
 
 # --- input ---------------------------------------------------------------------------------
 def query_terms(text: str) -> list[str]:
-    """The searchable words of ``text`` (lower-cased, unique, in order, at most :data:`MAX_TERMS`);
-    stop words and single letters are dropped unless nothing else is left."""
-    # Composed first: a combining accent is no word character, so "cafe" + U+0301 was the word "cafe".
-    words = list(dict.fromkeys(w.casefold() for w in _WORD.findall(unicodedata.normalize("NFC", text)) if len(w) <= 64))
-    kept = [w for w in words if w not in STOPWORDS and (len(w) > 1 or w.isdigit())] or words
-    return kept[:MAX_TERMS]
+    """The searchable words of ``text`` (:func:`store.textfold.words`, lower-cased, in order, at most
+    :data:`MAX_TERMS`); one of each spelling that folds alike (``Café``, ``cafe``: the index
+    folds them to one word); stop words and single letters are dropped unless nothing else is
+    left (a single Chinese or Japanese character is a word)."""
+    spellings: dict[str, str] = {}  # folded -> the first spelling, lower-cased
+    for word in words_of(text):
+        key = fold(word)
+        if key and len(word) <= 64 and key not in spellings:
+            spellings[key] = word.lower()
+    kept = [w for key, w in spellings.items() if key not in STOPWORDS and (len(key) > 1 or key.isdigit() or spaceless(key))]
+    return (kept or list(spellings.values()))[:MAX_TERMS]
 
 
 def selective_terms(terms: Sequence[str], counts: dict[str, int], budget: int = MATCH_BUDGET) -> tuple[list[str], bool]:

@@ -29,8 +29,6 @@ class Dialect:
     constants of the caller, never user input)."""
 
     name: str
-    # LIKE as SQLite's (case-insensitive for ASCII): PostgreSQL's LIKE is case-sensitive.
-    like_nocase: str
     # Full-text rows are written by the store (SQLite's external-content FTS5 tables); PostgreSQL's
     # tsvector columns are generated from the row itself.
     fts_rows_written: bool
@@ -104,5 +102,5 @@ class Dialect:
         return f"bm25({table}_fts, {', '.join(str(w) for w in weights)})"
 
 
-SQLITE = Dialect("sqlite", like_nocase="LIKE", fts_rows_written=True)
-POSTGRESQL = Dialect("postgresql", like_nocase="ILIKE", fts_rows_written=False)
+SQLITE = Dialect("sqlite", fts_rows_written=True)
+POSTGRESQL = Dialect("postgresql", fts_rows_written=False)
