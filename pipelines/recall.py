@@ -101,14 +101,17 @@ PASSAGE_NEIGHBOUR_FACTOR = 0.5
 _MIN_TRUNCATED_TOKENS = 48
 
 # Words too common to say anything about a turn. BM25's IDF weighs them low anyway, but every one
-# of them matches most of the index and costs time.
+# of them matches most of the index and costs time. Every word PostgreSQL's 'english' configuration
+# leaves out of its index is one (tests/test_searchfold_audit.py), so that no query word is matched
+# on SQLite and dropped on PostgreSQL.
 STOPWORDS: frozenset[str] = frozenset(
     """a about above after again all am an and any are as at be been before being below between both but by can
     could did do does doing done down during each few for from further had has have having he her here hers him his
     how i if in into is it its itself just me more most my no nor not now of off on once only or other our ours out
     over own same she should so some such than that the their theirs them then there these they this those through
     to too under until up very was we were what when where which while who whom why will with would you your yours
-    know tell say said get got""".split()
+    know tell say said get got against because don herself himself myself ourselves s t themselves yourself
+    yourselves""".split()
 )
 # BM25 scores every turn that contains any query word, so the time of a query grows with how many
 # turns its words are in. Words are kept rarest first while the turns they are in add up to at most
@@ -213,14 +216,15 @@ class RecallResult:
 def query_terms(text: str) -> list[str]:
     """The searchable words of ``text`` (:func:`store.textfold.words`, lower-cased, in order, at most
     :data:`MAX_TERMS`); one of each spelling that folds alike (``Café``, ``cafe``: the index
-    folds them to one word); stop words and single letters are dropped unless nothing else is
-    left (a single Chinese or Japanese character is a word)."""
+    folds them to one word). Stop words are dropped — a query of nothing else has no words, as
+    PostgreSQL's index holds none of them — and single letters unless nothing else is left (a
+    single Chinese or Japanese character is a word)."""
     spellings: dict[str, str] = {}  # folded -> the first spelling, lower-cased
     for word in words_of(text):
         key = fold(word)
-        if key and len(word) <= 64 and key not in spellings:
+        if key and len(word) <= 64 and key not in STOPWORDS and key not in spellings:
             spellings[key] = word.lower()
-    kept = [w for key, w in spellings.items() if key not in STOPWORDS and (len(key) > 1 or key.isdigit() or spaceless(key))]
+    kept = [w for key, w in spellings.items() if len(key) > 1 or key.isdigit() or spaceless(key)]
     return (kept or list(spellings.values()))[:MAX_TERMS]
 
 
