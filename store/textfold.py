@@ -118,17 +118,19 @@ def index_words(text: str) -> list[str]:
 CASED_END = 0x20000
 
 
-def _case_tables() -> tuple[str, str, list[tuple[str, str]]]:
-    """Python's case folding as PostgreSQL can apply it, for the characters left after the
-    decomposition and the marks: ``(from, to)`` of ``translate()`` for the one-character folds and
-    the ``replace()`` pairs of the longer ones."""
+def _after_lower() -> tuple[str, str, list[tuple[str, str]]]:
+    """What case folding does beyond lower-casing, for the characters left after the decomposition
+    and the marks (``casefold(c) == casefold(lower(c))`` for every character, and a lower-cased
+    text is made of characters that lower to themselves): ``(from, to)`` of ``translate()`` for
+    the one-character folds (``ς`` is ``σ``, ``ϐ`` is ``β``) and the ``replace()`` pairs of the
+    longer ones (``ß`` is ``ss``)."""
     source, target, longer = [], [], []
     for code in range(CASED_END):
         char = chr(code)
         if 0xD800 <= code <= 0xDFFF or unicodedata.normalize("NFKD", char) != char or _MARKS.match(char):
             continue
         folded = char.casefold()
-        if folded == char:
+        if char.lower() != char or folded == char:
             continue
         if len(folded) == 1:
             source.append(char)
@@ -146,17 +148,29 @@ def _literal(text: str) -> str:
 def postgres_functions() -> str:
     """The SQL that defines ``rem_fold(text)`` and ``rem_search_text(text)`` on PostgreSQL (a UTF8
     database): :func:`fold` and :func:`search_text` written with ``normalize``, ``regexp_replace``,
-    ``translate`` and ``replace`` from this module's tables — never the server's locale, whose case
-    rules differ between clusters (``C`` folds ASCII only)."""
-    source, target, longer = _case_tables()
-    cased = f"translate(regexp_replace(normalize(t, NFKD), {_literal(_MARKS.pattern)}, '', 'g'), {_literal(source)}, {_literal(target)})"
-    for char, folded in longer:
-        cased = f"replace({cased}, {_literal(char)}, {_literal(folded)})"
-    # Case folding's output decomposes no further and holds none of the folded marks (checked by
-    # the tests), so one pass of each is the whole rule.
-    return (
-        "CREATE FUNCTION rem_fold(t text) RETURNS text LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $fold$\n"
-        f"    SELECT normalize({cased}, NFC)\n$fold$;\n"
-        "CREATE FUNCTION rem_search_text(t text) RETURNS text LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $fold$\n"
-        f"    SELECT regexp_replace(rem_fold(t), {_literal(_SPACELESS.pattern)}, ' \\1 ', 'g')\n$fold$;\n"
+    ``lower`` under the ICU root collation (``und-x-icu``: Unicode's case mapping, never the
+    server's locale, which in a ``C`` cluster lowers ASCII only and in a Turkish one lowers ``I``
+    to ``ı``) and this module's tables for what case folding adds. ASCII text (as many bytes as
+    characters) takes the short way, as :func:`fold` does."""
+    source, target, longer = _after_lower()
+    # Each step is skipped when it would change nothing: translate() reads its whole character
+    # list for every character of the text, and NFC costs 10 µs a sentence even when there is
+    # nothing to compose (most text, once the accents are gone).
+    longer_folds = "".join(f"    d := replace(d, {_literal(char)}, {_literal(folded)});\n" for char, folded in longer)
+    steps = (
+        f"    d := lower(regexp_replace(normalize(t, NFKD), {_literal(_MARKS.pattern)}, '', 'g') COLLATE \"und-x-icu\");\n"
+        f"    IF d ~ {_literal('[' + source + ']')} THEN\n        d := translate(d, {_literal(source)}, {_literal(target)});\n    END IF;\n"
+        f"{longer_folds}"
+        "    IF d IS NOT NFC NORMALIZED THEN\n        d := normalize(d, NFC);\n    END IF;\n"
+    )
+    spaced = f"regexp_replace(d, {_literal(_SPACELESS.pattern)}, ' \\1 ', 'g')"
+    # Each function holds the whole rule and calls only pg_catalog's: a generated column's function
+    # that called another by name failed pg_restore, which runs with an empty search_path.
+    return "".join(
+        f"CREATE FUNCTION {name}(t text) RETURNS text LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE AS $fold$\n"
+        "DECLARE\n    d text;\nBEGIN\n"
+        '    IF octet_length(t) = length(t) THEN\n        RETURN lower(t COLLATE "C");\n    END IF;\n'
+        f"{steps}"
+        f'    RETURN {result} COLLATE "C";\nEND\n$fold$;\n'
+        for name, result in (("rem_fold", "d"), ("rem_search_text", spaced))
     )
