@@ -52,6 +52,15 @@ class Dialect:
             return f"(array_agg({column} ORDER BY {by} DESC))[1]"
         return column
 
+    def fold(self, expression: str) -> str:
+        """``expression`` (text) folded by the search rule (store/textfold.py), for comparing names in
+        SQL: ``rem_fold`` on both engines, and the rule's own short way for ASCII text written in SQL
+        (SQLite's ``lower`` lowers ASCII only; PostgreSQL's under ``"C"`` too), so that a name of
+        ASCII costs no call of a function per row (a Python one on SQLite, PL/pgSQL on PostgreSQL)."""
+        if self.postgres:
+            return f'(CASE WHEN octet_length({expression}) = length({expression}) THEN lower({expression} COLLATE "C") ELSE rem_fold({expression}) END)'
+        return f"(CASE WHEN {expression} GLOB '*[^ -~]*' THEN rem_fold({expression}) ELSE lower({expression}) END)"
+
     def skip_locked(self, alias: str) -> str:
         """The clause that ends a query picking work rows (``alias``'s) for one of several workers:
         on PostgreSQL each picked row is locked and rows another worker's open transaction holds
