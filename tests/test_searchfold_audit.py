@@ -4,14 +4,18 @@ answer alike."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
+from mcp import Client
 
 from config import Settings
 from pipelines.recall import MAX_QUERY_CHARS, SIGNALS, STOPWORDS, RecallInputError, RecallRequest, recall
 from store.backend import open_database
 from store.recall_index import RecallIndex, TurnRecord
+from tests.test_mcp import stdio_params, text_of
+from tests.test_recall import build
 from worker.recall import search_nodes
 
 TURNS = {
@@ -82,3 +86,34 @@ def test_hostile_characters_and_long_queries_get_an_answer_never_an_error(settin
         _answers(settings, ["東" * (MAX_QUERY_CHARS + 1)])
     served = search_nodes(settings, "½ 🎉 " + "東" * 100)
     assert served["nodes"] == [] and served["terms"][:2] == ["½", "東東"]
+
+
+WORLD = [{
+    "sessionId": "carol-s1", "title": "Reise nach Tōkyō", "createdAt": "2026-11-01T10:00:00Z", "userId": "carol",
+    "summary": "Carol plant die Reise: Straße, Hotel, 会議.",
+    "turns": [
+        {"id": "c1", "role": "user", "createdAt": "2026-11-01T10:00:00Z", "text": "Das Hotel liegt an der Friedrichstraße."},
+        {"id": "c2", "role": "assistant", "createdAt": "2026-11-01T10:01:00Z", "text": "東京都庁で会議があります。"},
+        {"id": "c3", "role": "user", "createdAt": "2026-11-01T10:02:00Z", "text": "ذهبت إلى مَكْتَبَة الجامعة 📚"},
+    ],
+}]
+
+
+async def test_mcp_recall_and_search_nodes_answer_non_latin_queries_end_to_end(settings: Settings, tmp_path: Path) -> None:
+    # The real path: import, a cycle that ingests the turns into the index, `rem-cycle mcp` over
+    # stdio with the SDK's client; answers are JSON with the scripts intact (no \u escapes lost).
+    await build(settings, tmp_path, WORLD)
+    async with Client(stdio_params(settings, REM_MCP_USER="carol")) as client:
+        found = {}
+        for query in ("FRIEDRICHSTRASSE", "会議", "مكتبة", "东京"):
+            answer = await client.call_tool("recall", {"query": query})
+            assert not answer.is_error, text_of(answer)
+            found[query] = [t["memory_id"] for t in answer.structured_content["turns"] if "keyword" in t["signals"]]
+        # 东 is simplified Chinese, 東 Japanese: no rule folds one script's character into another's.
+        assert found == {"FRIEDRICHSTRASSE": ["memory:c1"], "会議": ["memory:c2"], "مكتبة": ["memory:c3"], "东京": []}
+        answer = await client.call_tool("recall", {"query": "会議"})
+        assert "東京都庁で会議があります。" in {t["text"] for t in answer.structured_content["turns"]}
+        assert answer.structured_content["sessions"][0]["title"] == "Reise nach Tōkyō"
+        for query in ("📚", "the of and", "\u0301"):
+            empty = await client.call_tool("search_nodes", {"query": query})
+            assert not empty.is_error and empty.structured_content["nodes"] == [], query
