@@ -43,7 +43,6 @@ from __future__ import annotations
 import json
 import math
 import re
-import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, time
@@ -53,6 +52,8 @@ from pipelines.chunker import estimate_tokens
 from pipelines.vocabulary import PROVENANCE_RELATIONSHIPS
 from store.ids import InvalidIdError, has_forbidden_characters, session_node_id
 from store.recall_index import FactRecord, Scope, SessionRecord, TurnRecord, term_match
+from store.textfold import fold, spaceless
+from store.textfold import words as words_of
 
 MAX_QUERY_CHARS = 4_000
 MAX_TERMS = 24
@@ -100,16 +101,18 @@ PASSAGE_NEIGHBOUR_FACTOR = 0.5
 _MIN_TRUNCATED_TOKENS = 48
 
 # Words too common to say anything about a turn. BM25's IDF weighs them low anyway, but every one
-# of them matches most of the index and costs time.
+# of them matches most of the index and costs time. Every word PostgreSQL's 'english' configuration
+# leaves out of its index is one (tests/test_searchfold_audit.py), so that no query word is matched
+# on SQLite and dropped on PostgreSQL.
 STOPWORDS: frozenset[str] = frozenset(
     """a about above after again all am an and any are as at be been before being below between both but by can
     could did do does doing done down during each few for from further had has have having he her here hers him his
     how i if in into is it its itself just me more most my no nor not now of off on once only or other our ours out
     over own same she should so some such than that the their theirs them then there these they this those through
     to too under until up very was we were what when where which while who whom why will with would you your yours
-    know tell say said get got""".split()
+    know tell say said get got against because don herself himself myself ourselves s t themselves yourself
+    yourselves""".split()
 )
-_WORD = re.compile(r"[^\W_]+", re.UNICODE)
 # BM25 scores every turn that contains any query word, so the time of a query grows with how many
 # turns its words are in. Words are kept rarest first while the turns they are in add up to at most
 # this many; the commoner ones say little about any one turn (BM25 weighs them low) and are left out.
@@ -162,7 +165,7 @@ class RecallSource(Protocol):
     """What recall reads (``store.recall_index.RecallIndex``)."""
 
     def sessions_of_user(self, user: str) -> frozenset[str]: ...
-    def term_counts(self, terms: Sequence[str], *, cap: int) -> dict[str, int]: ...
+    def term_counts(self, terms: Sequence[str], *, cap: int, scope: Scope = ...) -> dict[str, int]: ...
     def keyword_turns(self, match: str, scope: Scope, *, limit: int, ranked: bool = True) -> list[str]: ...
     def keyword_sessions(self, match: str, scope: Scope, *, limit: int) -> list[str]: ...
     def adjacent_turns(self, memory_ids: Sequence[str], scope: Scope, *, radius: int) -> list[str]: ...
@@ -211,12 +214,18 @@ class RecallResult:
 
 # --- input ---------------------------------------------------------------------------------
 def query_terms(text: str) -> list[str]:
-    """The searchable words of ``text`` (lower-cased, unique, in order, at most :data:`MAX_TERMS`);
-    stop words and single letters are dropped unless nothing else is left."""
-    # Composed first: a combining accent is no word character, so "cafe" + U+0301 was the word "cafe".
-    words = list(dict.fromkeys(w.casefold() for w in _WORD.findall(unicodedata.normalize("NFC", text)) if len(w) <= 64))
-    kept = [w for w in words if w not in STOPWORDS and (len(w) > 1 or w.isdigit())] or words
-    return kept[:MAX_TERMS]
+    """The searchable words of ``text`` (:func:`store.textfold.words`, lower-cased, in order, at most
+    :data:`MAX_TERMS`); one of each spelling that folds alike (``Café``, ``cafe``: the index
+    folds them to one word). Stop words are dropped — a query of nothing else has no words, as
+    PostgreSQL's index holds none of them — and single letters unless nothing else is left (a
+    single Chinese or Japanese character is a word)."""
+    spellings: dict[str, str] = {}  # folded -> the first spelling, lower-cased
+    for word in words_of(text):
+        key = fold(word)
+        if key and len(word) <= 64 and key not in STOPWORDS and key not in spellings:
+            spellings[key] = word.lower()
+    kept = [w for key, w in spellings.items() if len(key) > 1 or key.isdigit() or spaceless(key)]
+    return (kept or list(spellings.values()))[:MAX_TERMS]
 
 
 def selective_terms(terms: Sequence[str], counts: dict[str, int], budget: int = MATCH_BUDGET) -> tuple[list[str], bool]:
@@ -539,7 +548,8 @@ def recall(
     signals rank (the benchmark measures each alone); recency also needs ``request.recency``."""
     terms = validate(request)
     scope = resolve_scope(source, request)
-    counts = source.term_counts(terms, cap=MATCH_BUDGET) if terms else {}
+    # Counted in the caller's scope: the counts choose the words and are reported (``terms``).
+    counts = source.term_counts(terms, cap=MATCH_BUDGET, scope=scope) if terms else {}
     used, ranked = selective_terms(terms, counts) if terms else ([], True)
     match = match_expression(used)
     depth = max(_MIN_DEPTH, request.limit * _DEPTH_FACTOR)

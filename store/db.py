@@ -26,6 +26,7 @@ from store.errors import (
     SchemaTooNewError,
     unstorable_text,
 )
+from store.textfold import fold, search_text
 
 # A LIMIT that keeps every row, in a form both engines accept (SQLite's -1 is an error on PostgreSQL).
 UNLIMITED = 2**63 - 1
@@ -130,6 +131,62 @@ END;
 CREATE TRIGGER identity_aliases_au AFTER UPDATE ON node_aliases BEGIN
     UPDATE rem_counters SET value = value + 1 WHERE name = 'identity';
 END
+"""
+
+# Search folding (store/textfold.py): the full-text tables hold each text as the one folding rule
+# gives it (``rem_search_text``: case and accents folded, a Chinese or Japanese character a word),
+# on both engines, where SQLite folded accents but not ``ß`` and PostgreSQL folded no accent at all.
+# The tokenizer keeps combining marks in their word (``categories``: a Devanagari vowel sign split
+# ``किताब`` in two) and folds nothing more (``remove_diacritics 0``: the rule did). Every table is
+# re-created and filled again from its rows: a one-off cost that grows with the index (bench/RESULTS.md).
+_FOLDED_TOKENIZER = "tokenize=\"porter unicode61 remove_diacritics 0 categories 'L* N* Co M*'\""
+SEARCH_FOLD_MIGRATION = f"""
+DROP TRIGGER recall_turns_ad;
+DROP TRIGGER recall_sessions_ai;
+DROP TRIGGER recall_sessions_ad;
+DROP TRIGGER recall_sessions_au;
+DROP TRIGGER recall_node_docs_ai;
+DROP TRIGGER recall_node_docs_ad;
+DROP TABLE recall_turns_fts;
+DROP TABLE recall_sessions_fts;
+DROP TABLE recall_node_docs_fts;
+CREATE VIRTUAL TABLE recall_turns_fts USING fts5(
+    text, content='recall_turns', content_rowid='id', {_FOLDED_TOKENIZER}, detail='column'
+);
+CREATE TRIGGER recall_turns_ad AFTER DELETE ON recall_turns BEGIN
+    INSERT INTO recall_turns_fts(recall_turns_fts, rowid, text) VALUES ('delete', old.id, rem_search_text(old.text));
+END;
+CREATE VIRTUAL TABLE recall_sessions_fts USING fts5(
+    title, summary, content='recall_sessions', content_rowid='id', {_FOLDED_TOKENIZER}
+);
+CREATE TRIGGER recall_sessions_ai AFTER INSERT ON recall_sessions BEGIN
+    INSERT INTO recall_sessions_fts(rowid, title, summary) VALUES (new.id, rem_search_text(new.title), rem_search_text(new.summary));
+END;
+CREATE TRIGGER recall_sessions_ad AFTER DELETE ON recall_sessions BEGIN
+    INSERT INTO recall_sessions_fts(recall_sessions_fts, rowid, title, summary)
+        VALUES ('delete', old.id, rem_search_text(old.title), rem_search_text(old.summary));
+    DELETE FROM recall_session_users WHERE session_id = old.session_id;
+END;
+CREATE TRIGGER recall_sessions_au AFTER UPDATE ON recall_sessions BEGIN
+    INSERT INTO recall_sessions_fts(recall_sessions_fts, rowid, title, summary)
+        VALUES ('delete', old.id, rem_search_text(old.title), rem_search_text(old.summary));
+    INSERT INTO recall_sessions_fts(rowid, title, summary) VALUES (new.id, rem_search_text(new.title), rem_search_text(new.summary));
+END;
+CREATE VIRTUAL TABLE recall_node_docs_fts USING fts5(
+    name, aliases, description, content='recall_node_docs', content_rowid='id', {_FOLDED_TOKENIZER}, detail='column'
+);
+CREATE TRIGGER recall_node_docs_ai AFTER INSERT ON recall_node_docs BEGIN
+    INSERT INTO recall_node_docs_fts(rowid, name, aliases, description)
+        VALUES (new.id, rem_search_text(new.name), rem_search_text(new.aliases), rem_search_text(new.description));
+END;
+CREATE TRIGGER recall_node_docs_ad AFTER DELETE ON recall_node_docs BEGIN
+    INSERT INTO recall_node_docs_fts(recall_node_docs_fts, rowid, name, aliases, description)
+        VALUES ('delete', old.id, rem_search_text(old.name), rem_search_text(old.aliases), rem_search_text(old.description));
+END;
+INSERT INTO recall_turns_fts(rowid, text) SELECT id, rem_search_text(text) FROM recall_turns;
+INSERT INTO recall_sessions_fts(rowid, title, summary) SELECT id, rem_search_text(title), rem_search_text(summary) FROM recall_sessions;
+INSERT INTO recall_node_docs_fts(rowid, name, aliases, description)
+    SELECT id, rem_search_text(name), rem_search_text(aliases), rem_search_text(description) FROM recall_node_docs
 """
 
 RUN_COUNTS_MIGRATION = """
@@ -738,10 +795,13 @@ MIGRATIONS: tuple[str, ...] = (
     # counter row), ``finalize`` folds them (RunStateStore.fold_counts); a read costs O(states +
     # changes since the last fold). PostgreSQL runs its own form (store/postgres_schema.py OVERRIDES).
     STATE_COUNTS_MIGRATION,
+    # 18: SEARCH_FOLD_MIGRATION above.
+    SEARCH_FOLD_MIGRATION,
 )
 
 # The queue table's schema version, wherever the entry sits (the PostgreSQL port keys its own form by it).
 LAZY_EDGES_VERSION = MIGRATIONS.index(LAZY_EDGES_MIGRATION) + 1
+SEARCH_FOLD_VERSION = MIGRATIONS.index(SEARCH_FOLD_MIGRATION) + 1
 
 
 # SQLite's primary result codes (https://sqlite.org/rescode.html) that name a kind of failure.
@@ -903,9 +963,9 @@ class Database:
         try:
             self.conn.row_factory = sqlite3.Row
             self._refuse_newer_schema()
+            register_functions(self.conn)  # readers too: ``search`` folds names in SQL
             if readonly:
                 return
-            register_functions(self.conn)
             self.conn.execute("PRAGMA journal_mode=WAL")
             self.conn.execute("PRAGMA foreign_keys=ON")
             self.conn.execute("PRAGMA synchronous=NORMAL")
@@ -1020,8 +1080,12 @@ def alias_key(alias: str) -> str:
 
 
 def register_functions(conn: sqlite3.Connection) -> None:
-    """SQL functions the schema's migrations use: ``casefold(text)`` = :func:`alias_key`."""
+    """SQL functions the schema and its migrations use: ``casefold(text)`` = :func:`alias_key`;
+    ``rem_fold(text)`` and ``rem_search_text(text)`` = :mod:`store.textfold`'s rule, which the
+    full-text triggers and ``search`` call (PostgreSQL defines them in SQL: store/postgres_schema.py)."""
     conn.create_function("casefold", 1, lambda text: alias_key(text) if isinstance(text, str) else text, deterministic=True)
+    conn.create_function("rem_fold", 1, lambda text: fold(text) if isinstance(text, str) else text, deterministic=True)
+    conn.create_function("rem_search_text", 1, lambda text: search_text(text) if isinstance(text, str) else text, deterministic=True)
 
 
 def _statements(script: str) -> list[str]:

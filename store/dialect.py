@@ -29,8 +29,6 @@ class Dialect:
     constants of the caller, never user input)."""
 
     name: str
-    # LIKE as SQLite's (case-insensitive for ASCII): PostgreSQL's LIKE is case-sensitive.
-    like_nocase: str
     # Full-text rows are written by the store (SQLite's external-content FTS5 tables); PostgreSQL's
     # tsvector columns are generated from the row itself.
     fts_rows_written: bool
@@ -53,6 +51,15 @@ class Dialect:
         if self.postgres:
             return f"(array_agg({column} ORDER BY {by} DESC))[1]"
         return column
+
+    def fold(self, expression: str) -> str:
+        """``expression`` (text) folded by the search rule (store/textfold.py), for comparing names in
+        SQL: ``rem_fold`` on both engines, and the rule's own short way for ASCII text written in SQL
+        (SQLite's ``lower`` lowers ASCII only; PostgreSQL's under ``"C"`` too), so that a name of
+        ASCII costs no call of a function per row (a Python one on SQLite, PL/pgSQL on PostgreSQL)."""
+        if self.postgres:
+            return f'(CASE WHEN octet_length({expression}) = length({expression}) THEN lower({expression} COLLATE "C") ELSE rem_fold({expression}) END)'
+        return f"(CASE WHEN {expression} GLOB '*[^ -~]*' THEN rem_fold({expression}) ELSE lower({expression}) END)"
 
     def skip_locked(self, alias: str) -> str:
         """The clause that ends a query picking work rows (``alias``'s) for one of several workers:
@@ -104,5 +111,5 @@ class Dialect:
         return f"bm25({table}_fts, {', '.join(str(w) for w in weights)})"
 
 
-SQLITE = Dialect("sqlite", like_nocase="LIKE", fts_rows_written=True)
-POSTGRESQL = Dialect("postgresql", like_nocase="ILIKE", fts_rows_written=False)
+SQLITE = Dialect("sqlite", fts_rows_written=True)
+POSTGRESQL = Dialect("postgresql", fts_rows_written=False)

@@ -10,6 +10,9 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from store.db import SEARCH_FOLD_MIGRATION
+from store.textfold import postgres_functions
+
 # The SQLite schema versions 1..BASELINE exist on PostgreSQL as one script (no PostgreSQL database
 # predates them); later versions follow store.db.MIGRATIONS one by one (see :func:`migrations`).
 BASELINE = 7
@@ -476,6 +479,29 @@ CREATE TRIGGER state_counts_chunks_au AFTER UPDATE OF status, tokens_in, tokens_
 """,
 }
 
+
+
+def _search_fold() -> str:
+    """Migration 18 (store.db.SEARCH_FOLD_MIGRATION) on PostgreSQL: the folding functions
+    (:func:`store.textfold.postgres_functions`), and each ``search`` column generated from the
+    folded text — ``to_tsvector`` over the raw text folded no accent, and case by the server's
+    locale only."""
+    tables = {
+        "recall_turns": "to_tsvector('english', rem_search_text(text))",
+        "recall_sessions": "setweight(to_tsvector('english', rem_search_text(title)), 'A') "
+                           "|| setweight(to_tsvector('english', rem_search_text(summary)), 'D')",
+        "recall_node_docs": "setweight(to_tsvector('english', rem_search_text(name)), 'A') "
+                            "|| setweight(to_tsvector('english', rem_search_text(aliases)), 'B') "
+                            "|| setweight(to_tsvector('english', rem_search_text(description)), 'D')",
+    }
+    return postgres_functions() + "".join(
+        f"ALTER TABLE {table} DROP COLUMN search;\n"
+        f"ALTER TABLE {table} ADD COLUMN search tsvector GENERATED ALWAYS AS ({vector}) STORED;\n"
+        f"CREATE INDEX {table}_search ON {table} USING gin(search);\n"
+        for table, vector in tables.items()
+    )
+
+
 # The two spellings a later migration may use that PostgreSQL reads otherwise.
 _AUTOINCREMENT_ID = re.compile(r"\bINTEGER\s+PRIMARY\s+KEY\s+AUTOINCREMENT\b", re.IGNORECASE)
 _TEXT_COLUMN = re.compile(r"(?im)^(\s*(?:ALTER\s+TABLE\s+\w+\s+ADD\s+COLUMN\s+)?\w+\s+)TEXT\b(?!\s+COLLATE)")
@@ -493,7 +519,8 @@ def migrations(sqlite_migrations: Sequence[str]) -> list[tuple[int, str]]:
     """``(version, script)`` for PostgreSQL: :data:`SCHEMA` as version :data:`BASELINE`, then each
     later SQLite migration in :func:`postgres_form`, or its :data:`OVERRIDES` entry."""
     later = [
-        (v, OVERRIDES.get(v) or postgres_form(sqlite_migrations[v - 1]))
+        (v, _search_fold() if sqlite_migrations[v - 1] == SEARCH_FOLD_MIGRATION
+         else OVERRIDES.get(v) or postgres_form(sqlite_migrations[v - 1]))
         for v in range(BASELINE + 1, len(sqlite_migrations) + 1)
     ]
     return [(BASELINE, SCHEMA), *later]

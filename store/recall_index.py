@@ -14,7 +14,6 @@ FTS match expressions come from the caller already built out of quoted terms
 from __future__ import annotations
 
 import json
-import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,6 +21,7 @@ from typing import Any
 from store.db import Database
 from store.facts import longer_text_order
 from store.graph import Node, chunked
+from store.textfold import index_words, search_text
 
 _IN_CHUNK = 400
 # Node name, aliases, description: a name hit says more than a word in a description.
@@ -107,11 +107,12 @@ _ANCHOR_AND_MEMORY = "anchor || ' ' || memory_id"
 
 
 def term_match(term: str) -> str:
-    """``term`` as an FTS match expression of that one word (quoted strings: never syntax), in its
-    composed and decomposed spellings (``café`` is one character or ``e`` + U+0301): PostgreSQL's
-    text search indexes each as written, where SQLite's tokenizer folds accents away."""
-    spellings = dict.fromkeys(unicodedata.normalize(form, term) for form in ("NFC", "NFD"))
-    return " OR ".join('"' + spelling.replace('"', '""') + '"' for spelling in spellings)
+    """``term`` as an FTS match expression: its words as the indexes hold them
+    (:func:`store.textfold.index_words`: folded, a Chinese or Japanese character a word of its own),
+    each a quoted string of one word (never syntax), all of them required — the FTS5 tables keep no
+    positions, so a quoted string of two words (a phrase) was an error; PostgreSQL reads the same
+    expression the same way."""
+    return " ".join('"' + word.replace('"', '""') + '"' for word in index_words(term))
 
 
 class RecallIndex:
@@ -138,10 +139,12 @@ class RecallIndex:
             unchanged = {m for m, r in known.items() if tuple(r)[1:] == rows[m]}
             retext = [m for m, r in known.items() if r["text"] != rows[m][-1]]
             fts = self.db.dialect.fts_rows_written
-            if fts:  # an external-content FTS row is removed with the text it was indexed with
+            # An external-content FTS row is removed with the text it was indexed with: the folded
+            # text (store.textfold), which the index holds where the table holds the turn's own.
+            if fts:
                 conn.executemany(
                     "INSERT INTO recall_turns_fts(recall_turns_fts, rowid, text) VALUES ('delete', ?, ?)",
-                    [(known[m]["id"], known[m]["text"]) for m in retext],
+                    [(known[m]["id"], search_text(known[m]["text"])) for m in retext],
                 )
             fresh = [row for memory_id, row in rows.items() if memory_id not in unchanged]
             conn.executemany(
@@ -153,7 +156,7 @@ class RecallIndex:
             )
             if fts:
                 conn.execute(
-                    "INSERT INTO recall_turns_fts(rowid, text) SELECT id, text FROM recall_turns "
+                    "INSERT INTO recall_turns_fts(rowid, text) SELECT id, rem_search_text(text) FROM recall_turns "
                     "WHERE memory_id IN (SELECT value FROM json_each(?))",
                     (json.dumps([m for m in rows if m not in known] + retext),),
                 )
@@ -191,13 +194,22 @@ class RecallIndex:
         )
         return frozenset(r[0] for r in rows)
 
-    def term_counts(self, terms: Sequence[str], *, cap: int) -> dict[str, int]:
-        """How many turns contain each term; counting stops at ``cap + 1``, so a common word costs
-        no more than a rare one."""
+    def term_counts(self, terms: Sequence[str], *, cap: int, scope: Scope = Scope()) -> dict[str, int]:
+        """How many turns ``scope`` shows contain each term; counting stops at ``cap + 1``, so a
+        common word costs no more than a rare one within the scope. The counts decide what recall
+        matches and are reported back (``signals.terms``): counted beyond the caller's scope they
+        told a user how often other users wrote a word. The whole index (no sessions, no
+        ``as_of``) is counted from the full-text index alone."""
         fts = self.db.dialect
-        sql = (f"SELECT COUNT(*) FROM (SELECT 1 FROM {fts.fts_index_source('recall_turns', 't')} "
-               f"WHERE {fts.fts_match('recall_turns', 't')} LIMIT ?) AS hits")
-        return {term: self.db.query(sql, (term_match(term), cap + 1))[0][0] for term in terms}
+        if scope.sessions is None and scope.as_of is None:
+            sql = (f"SELECT COUNT(*) FROM (SELECT 1 FROM {fts.fts_index_source('recall_turns', 't')} "
+                   f"WHERE {fts.fts_match('recall_turns', 't')} LIMIT ?) AS hits")
+            return {term: self.db.query(sql, (term_match(term), cap + 1))[0][0] for term in terms}
+        visible, vp = _visible("t.session_id", scope)
+        known, kp = _known("t.created_at", scope)
+        sql = (f"SELECT COUNT(*) FROM (SELECT 1 FROM {fts.fts_source('recall_turns', 't')} "
+               f"WHERE {fts.fts_match('recall_turns', 't')} AND {visible} AND {known} LIMIT ?) AS hits")
+        return {term: self.db.query(sql, (term_match(term), *vp, *kp, cap + 1))[0][0] for term in terms}
 
     # --- keyword -------------------------------------------------------------------------
     def keyword_turns(self, match: str, scope: Scope, *, limit: int, ranked: bool = True) -> list[str]:

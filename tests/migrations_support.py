@@ -6,13 +6,30 @@ from __future__ import annotations
 
 from typing import Any
 
-from store.db import MIGRATIONS
+from store.db import MIGRATIONS, SEARCH_FOLD_VERSION, _statements
 
 RUN_COUNTS_VERSION = 13
 COMMUNITY_NAMES_VERSION = 14
 EDGE_JUSTIFICATIONS_VERSION = 15
 IDENTITY_VERDICTS_VERSION = 16
 STATE_COUNTS_VERSION = 17
+RECALL_INDEX_VERSION = 7  # the full-text tables and triggers that SEARCH_FOLD_VERSION replaces
+
+_FOLDED_FTS = ("recall_turns_fts", "recall_sessions_fts", "recall_node_docs_fts")
+_FOLDED_TRIGGERS = ("recall_turns_ad", "recall_sessions_ai", "recall_sessions_ad", "recall_sessions_au",
+                    "recall_node_docs_ai", "recall_node_docs_ad")
+# Those tables and triggers as version 7 made them (unfolded text, SQLite's own tokenizer folding).
+_UNFOLDED_RECALL = tuple(
+    statement for statement in _statements(MIGRATIONS[RECALL_INDEX_VERSION - 1])
+    if any(statement.startswith((f"CREATE VIRTUAL TABLE {name} ", f"CREATE TRIGGER {name} ")) for name in (*_FOLDED_FTS, *_FOLDED_TRIGGERS))
+)
+assert len(_UNFOLDED_RECALL) == len(_FOLDED_FTS) + len(_FOLDED_TRIGGERS)
+_UNFOLDED_SEARCH = {
+    "recall_turns": "to_tsvector('english', text)",
+    "recall_sessions": "setweight(to_tsvector('english', title), 'A') || setweight(to_tsvector('english', summary), 'D')",
+    "recall_node_docs": "setweight(to_tsvector('english', name), 'A') || setweight(to_tsvector('english', aliases), 'B') "
+                        "|| setweight(to_tsvector('english', description), 'D')",
+}
 
 # What each migration adds, as each engine drops it.
 UNDO: dict[int, dict[str, tuple[str, ...]]] = {
@@ -41,6 +58,15 @@ UNDO: dict[int, dict[str, tuple[str, ...]]] = {
                        "DROP FUNCTION rem_count_digests()", "DROP FUNCTION rem_count_chunks()",
                        "DROP TABLE state_count_changes", "DROP TABLE state_counts", "DROP TABLE run_stats",
                        "DELETE FROM rem_counters WHERE name = 'run_stats'"),
+    },
+    SEARCH_FOLD_VERSION: {
+        "sqlite": (*(f"DROP TRIGGER {t}" for t in _FOLDED_TRIGGERS), *(f"DROP TABLE {t}" for t in _FOLDED_FTS),
+                   *_UNFOLDED_RECALL, *(f"INSERT INTO {t}({t}) VALUES ('rebuild')" for t in _FOLDED_FTS)),
+        "postgresql": (*(statement for table, vector in _UNFOLDED_SEARCH.items() for statement in (
+                           f"ALTER TABLE {table} DROP COLUMN search",
+                           f"ALTER TABLE {table} ADD COLUMN search tsvector GENERATED ALWAYS AS ({vector}) STORED",
+                           f"CREATE INDEX {table}_search ON {table} USING gin(search)")),
+                       "DROP FUNCTION rem_search_text(text)", "DROP FUNCTION rem_fold(text)"),
     },
 }
 assert "rem_run_counts" in MIGRATIONS[RUN_COUNTS_VERSION - 1] and "community_names" in MIGRATIONS[COMMUNITY_NAMES_VERSION - 1]

@@ -1,0 +1,209 @@
+"""What the folding rule (store/textfold.py, migration 18) costs: indexing, recall and ``search``,
+before and after, at 1× and 8× the data, in one process (searchfold, twelfth session).
+
+    python bench/bench_search_fold.py [--turns 4000] [--nodes 4000] [--postgres URL]
+
+PostgreSQL runs too when ``--postgres`` (or ``REM_TEST_POSTGRES_URL``) names a server: each run
+gets a fresh schema of it. Data: generated turns and node names from a seeded mix of English,
+French, German, Greek, Russian and Japanese words — a figure of cost, not of quality.
+
+- ``index``: ``RecallIndex.index_turns`` of every turn (batches of 500) into a graph of schema 18
+  ("after") and into one rolled back to 17 ("before": the unfolded tables and triggers; on SQLite
+  ``rem_search_text`` is registered there as the identity, so the statements are main's); seconds
+  per 1,000 turns and the after/before ratio.
+- ``migrate``: opening the rolled-back graph, i.e. migration 18 re-indexing every row (one-off).
+- ``recall``: the median of 100 recall queries of each kind (``LATIN``: found alike before and
+  after; ``FOLDED``: found only after) with the keyword signal alone, then every signal, on each
+  graph, alternating before and after. No Hindi query: main's tokenizer cut its words at their
+  vowel signs, so on the "before" graph this code's one-word match would be a phrase, which the
+  position-less tables refuse.
+- ``search``: ``rem-cycle search``'s statement over ``--nodes`` nodes: main's (``LIKE`` / ``ILIKE``,
+  inlined here) against ``GraphStore.search_nodes`` (``rem_fold`` on both sides), alternating.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from pipelines.recall import RecallRequest, recall  # noqa: E402
+from store.backend import open_database_at  # noqa: E402
+from store.db import SEARCH_FOLD_VERSION  # noqa: E402
+from store.graph import GraphStore, Node, escape_like  # noqa: E402
+from store.recall_index import RecallIndex, TurnRecord  # noqa: E402
+from tests.migrations_support import roll_back  # noqa: E402
+
+FOREIGN = (
+    "café école straße größe façade naïve résumé Zürich São Ελλάδα οδός Αθήνα καφές Москва ёлка библиотека "
+    "東京 会議 報告書 予算 北京 天気 مكتبة"
+).split()
+# The queries: words a graph's turns fold alike on both variants ("latin": ASCII, and accents SQLite
+# already folded), and words only the rule finds ("folded": ß, Greek, Cyrillic, Chinese/Japanese).
+LATIN = ["cafe", "ECOLE", "Zurich budget", "payroll export", "resume facade"]
+FOLDED = ["strasse", "ΟΔΟΣ", "ЁЛКА", "東京", "会議の報告書"]
+
+
+def vocabulary(n: int, rng: random.Random) -> list[str]:
+    """``n`` made-up English-like words."""
+    syllables = ["ka", "lo", "mi", "ne", "ro", "ta", "vu", "sen", "dar", "pol", "qui", "ber", "son", "tek"]
+    return list(dict.fromkeys("".join(rng.choice(syllables) for _ in range(rng.randint(2, 4))) for _ in range(n * 2)))[:n]
+
+
+def turns(n: int, seed: int = 18) -> list[TurnRecord]:
+    """``n`` turns of 8-40 words: Zipf-distributed made-up words, the query words now and then, and
+    one word in twenty from :data:`FOREIGN`."""
+    rng = random.Random(seed)
+    words = vocabulary(3_000, rng) + ["payroll", "export", "budget", "invoice"]
+    weights = [1 / (rank + 1) for rank in range(len(words))]
+    out = []
+    for i in range(n):
+        count = rng.randint(8, 40)
+        chosen = rng.choices(words, weights, k=count)
+        chosen = [rng.choice(FOREIGN) if rng.random() < 0.05 else w for w in chosen]
+        out.append(TurnRecord(f"memory:t{i}", f"session:s{i // 20}", i % 20, "user", "2026-11-01T10:00:00.000Z",
+                              " ".join(chosen), f"u{i // 2000}"))
+    return out
+
+
+def nodes(n: int, seed: int = 18) -> list[Node]:
+    rng = random.Random(seed)
+    words = vocabulary(3_000, rng) + FOREIGN
+    return [Node(f"CONCEPT:n{i}", "CONCEPT", " ".join(rng.choice(words) for _ in range(rng.randint(1, 3))).title(),
+                 {"aliases": [rng.choice(words).upper()]}) for i in range(n)]
+
+
+class Graphs:
+    """A fresh graph per variant: SQLite files under ``work``, or schemas of the PostgreSQL URL."""
+
+    def __init__(self, work: Path, url: str | None) -> None:
+        self.work, self.url, self.count = work, url, 0
+
+    def open(self, *, before: bool) -> tuple[Any, tuple[Path, str | None]]:
+        """A fresh graph (rolled back to schema 17 when ``before``) and where it is."""
+        self.count += 1
+        url = None
+        if self.url is not None:
+            import psycopg
+
+            schema = f"bench_fold_{os.getpid()}_{self.count}"
+            with psycopg.connect(self.url, autocommit=True) as conn:
+                conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+                conn.execute(f"CREATE SCHEMA {schema}")
+            url = f"{self.url}{'&' if '?' in self.url else '?'}options=-csearch_path%3D{schema}"
+        where = (self.work / f"g{self.count}.db", url)
+        db = open_database_at(path=where[0], url=url)
+        if before:
+            with db.transaction() as conn:
+                roll_back(conn, db.dialect.name, to=SEARCH_FOLD_VERSION - 1)
+            if db.dialect.name == "sqlite":  # main's statements: the text as it is
+                db.conn.create_function("rem_search_text", 1, lambda text: text, deterministic=True)
+        return db, where
+
+
+def timed(action: Callable[[], Any]) -> float:
+    started = time.perf_counter()
+    action()
+    return time.perf_counter() - started
+
+
+def index_all(db: Any, rows: list[TurnRecord]) -> float:
+    index = RecallIndex(db)
+    return sum(timed(lambda part=rows[i:i + 500]: index.index_turns(part)) for i in range(0, len(rows), 500))
+
+
+def median_ms(samples: list[float]) -> float:
+    return round(statistics.median(samples) * 1000, 3)
+
+
+def ask(db: Any, query: str, signals: tuple[str, ...]) -> None:
+    recall(RecallRequest(query=query), source=RecallIndex(db), signals=signals)
+
+
+def main_search(db: Any, text: str) -> None:
+    """``GraphStore.search_nodes`` as main had it (before folding), for the baseline."""
+    like = "ILIKE" if db.dialect.name == "postgresql" else "LIKE"
+    pattern = "%" + escape_like(text) + "%"
+    db.query(
+        "SELECT id, label, name, properties FROM nodes "
+        "WHERE label NOT IN (SELECT value FROM json_each(?)) AND (? IS NULL OR label = ?) AND ("
+        f"name {like} ? ESCAPE '\\' OR id {like} ? ESCAPE '\\' OR EXISTS (SELECT 1 FROM node_aliases AS a "
+        f"WHERE a.node_id = nodes.id AND a.alias {like} ? ESCAPE '\\')) "
+        f"ORDER BY CASE WHEN name = ? COLLATE NOCASE THEN 0 WHEN name {like} ? ESCAPE '\\' THEN 1 "
+        f"WHEN name {like} ? ESCAPE '\\' THEN 2 ELSE 3 END, name COLLATE NOCASE, id LIMIT ?",
+        (json.dumps(["MEMORY", "SESSION", "NOTE"]), None, None, pattern, pattern, pattern, text, escape_like(text) + "%", pattern, 50),
+    )
+
+
+def run(graphs: Graphs, *, n_turns: int, n_nodes: int) -> dict[str, Any]:
+    rows, named = turns(n_turns), nodes(n_nodes)
+    (before, where), (after, _) = graphs.open(before=True), graphs.open(before=False)
+    try:
+        index_s = {"before": index_all(before, rows), "after": index_all(after, rows)}
+        for db in (before, after):
+            GraphStore(db).upsert_nodes(named)
+        recall_ms: dict[str, dict[str, list[float]]] = {
+            f"{kind}_{signals}": {"before": [], "after": []} for kind in ("latin", "folded") for signals in ("keyword", "all")}
+        search_ms: dict[str, list[float]] = {"before": [], "after": []}
+        everything = ("keyword", "entities", "context", "session")
+        for i in range(100):
+            for kind, queries in (("latin", LATIN), ("folded", FOLDED)):
+                query = queries[i % len(queries)]
+                for name, signals in (("keyword", ("keyword",)), ("all", everything)):
+                    recall_ms[f"{kind}_{name}"]["before"].append(timed(lambda: ask(before, query, signals)))
+                    recall_ms[f"{kind}_{name}"]["after"].append(timed(lambda: ask(after, query, signals)))
+            if i < 40:
+                query = (LATIN + FOLDED)[i % 10]
+                search_ms["before"].append(timed(lambda: main_search(before, query)))
+                search_ms["after"].append(timed(lambda: GraphStore(after).search_nodes(query, limit=50, exclude_labels=("MEMORY", "SESSION", "NOTE"))))
+        before.close()
+        started = time.perf_counter()
+        before = open_database_at(path=where[0], url=where[1])  # migration 18 re-indexes every row
+        migrate_s = time.perf_counter() - started
+        assert before.schema_version == SEARCH_FOLD_VERSION
+    finally:
+        before.close()
+        after.close()
+    per_k = {k: round(v / n_turns * 1000, 4) for k, v in index_s.items()}
+    return {
+        "turns": n_turns, "nodes": n_nodes,
+        "index_s_per_1000_turns": per_k, "index_ratio": round(per_k["after"] / per_k["before"], 2),
+        "migration_s": round(migrate_s, 3),
+        "recall_p50_ms": {k: {v: median_ms(s) for v, s in d.items()} for k, d in recall_ms.items()},
+        "recall_ratio": {k: round(statistics.median(d["after"]) / statistics.median(d["before"]), 2) for k, d in recall_ms.items()},
+        "search_p50_ms": {k: median_ms(v) for k, v in search_ms.items()},
+        "search_ratio": round(statistics.median(search_ms["after"]) / statistics.median(search_ms["before"]), 2),
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--turns", type=int, default=4_000)
+    parser.add_argument("--nodes", type=int, default=4_000)
+    parser.add_argument("--postgres", default=os.environ.get("REM_TEST_POSTGRES_URL"))
+    args = parser.parse_args(argv)
+    work = Path(tempfile.mkdtemp(prefix="bench-fold-"))
+    try:
+        for engine, url in (("sqlite", None), ("postgresql", args.postgres)):
+            if engine == "postgresql" and not url:
+                continue
+            for scale in (1, 8):
+                figures = run(Graphs(work, url), n_turns=args.turns * scale, n_nodes=args.nodes * scale)
+                print(json.dumps({"engine": engine, "scale": f"{scale}x", **figures}, ensure_ascii=False), flush=True)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
