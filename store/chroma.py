@@ -506,6 +506,19 @@ class ChromaStore:
             stop = start + size
             await self._call(coll.upsert, ids=ids[start:stop], documents=documents[start:stop], metadatas=metadatas[start:stop])
 
+    async def rewrite(self, name: str, ids: list[str], documents: list[str], metadatas: list[Metadata]) -> None:
+        """Write new contents for existing rows by deleting and adding them again, batch by batch:
+        an upsert keeps a row's place in Chroma's insertion order, where the change scan never
+        looks again, while a row added again comes after the scan marks and is read by the next
+        cycle (its session synced and extracted again). Between a batch's delete and its add the
+        rows are missing; a rewrite stopped there is completed by running it again."""
+        coll = await self.collection(name, create=True)
+        size = await self.max_batch_size()
+        for start in range(0, len(ids), size):
+            stop = start + size
+            await self._call(coll.delete, ids=ids[start:stop])
+            await self._call(coll.add, ids=ids[start:stop], documents=documents[start:stop], metadatas=metadatas[start:stop])
+
     async def get_existing(self, name: str, ids: list[str]) -> dict[str, tuple[str, Metadata]]:
         """``id -> (document, metadata)`` for the ids that exist in the collection."""
         coll = await self.collection(name)
