@@ -349,6 +349,8 @@ async def drain(ctx: CycleContext) -> dict[str, Any]:
     except QueueBusyError as exc:
         log.warning("drain skipped", reason=str(exc))
         return {"skipped": "busy"}
+    except ChromaStoreError as exc:  # Chroma went away mid-drain: the lines that needed it stay queued as they were
+        raise PhaseError(exc.reason_code, str(exc)) from exc
     ctx.check_stop()
     return stats.as_dict()
 
