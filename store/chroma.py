@@ -60,6 +60,12 @@ class ChromaQueryError(ChromaStoreError):
     reason_code = "chroma-error"
 
 
+class ChromaEmbeddingError(ChromaQueryError):
+    """The collection was made with an embedding function this process cannot load (another
+    program's, whose package is not installed here): it can be read, but nothing can be written to
+    it or looked up in it by text, since Chroma embeds with the collection's own function."""
+
+
 # Chroma errors that mean "cannot use Chroma now" rather than "this call is wrong".
 _UNAVAILABLE_ERRORS = (ChromaAuthError, AuthorizationError, RateLimitError, QuotaError, VersionMismatchError)
 # Used when a server does not say its max batch size (old servers answer -1).
@@ -356,6 +362,33 @@ class ChromaStore:
         self._collections[name] = coll
         return coll
 
+    async def _embedding_collection(self, name: str, *, create: bool = False) -> Any | None:
+        """:meth:`collection` for a call that embeds text (a write, a query by text): its embedding
+        function must load here — else :class:`ChromaEmbeddingError`, where Chroma's client raised
+        a bare ``ValueError`` deep in the call."""
+        coll = await self.collection(name, create=create)
+        if coll is None:
+            return None
+        try:
+            coll.configuration  # noqa: B018 - loads the collection's persisted embedding function
+        except (ValueError, KeyError) as exc:
+            raise ChromaEmbeddingError(
+                f"the collection {name!r} ({self.location}) embeds with a function this rem-cycle cannot load "
+                f"({_brief(exc)}): nothing can be written to it or looked up in it by text here; install the package "
+                "that registers that function, or give rem-cycle collections of its own "
+                "(REM_MEMORY_COLLECTION, REM_SESSION_COLLECTION)"
+            ) from exc
+        return coll
+
+    async def nearest_memories(self, text: str, *, limit: int) -> list[str]:
+        """The ids of the ``limit`` memory rows nearest to ``text`` by the collection's own
+        embedding function (none when the collection is missing)."""
+        coll = await self._embedding_collection(self._settings.memory_collection)
+        if coll is None:
+            return []
+        result = await self._call(coll.query, query_texts=[text], n_results=limit, include=[])
+        return list((result.get("ids") or [[]])[0])
+
     async def memories(self) -> Any | None:
         return await self.collection(self._settings.memory_collection)
 
@@ -500,7 +533,7 @@ class ChromaStore:
     async def upsert(self, name: str, ids: list[str], documents: list[str], metadatas: list[Metadata]) -> None:
         """Write rows to a collection, creating it (with the configured embedding function), in
         batches within the client's max batch size."""
-        coll = await self.collection(name, create=True)
+        coll = await self._embedding_collection(name, create=True)
         size = await self.max_batch_size()
         for start in range(0, len(ids), size):
             stop = start + size
@@ -512,7 +545,7 @@ class ChromaStore:
         looks again, while a row added again comes after the scan marks and is read by the next
         cycle (its session synced and extracted again). Between a batch's delete and its add the
         rows are missing; a rewrite stopped there is completed by running it again."""
-        coll = await self.collection(name, create=True)
+        coll = await self._embedding_collection(name, create=True)
         size = await self.max_batch_size()
         for start in range(0, len(ids), size):
             stop = start + size
