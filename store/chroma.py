@@ -53,6 +53,13 @@ class ChromaUnavailableError(ChromaStoreError):
     reason_code = "chroma-unavailable"
 
 
+class ChromaCollectionGoneError(ChromaUnavailableError):
+    """A collection this store was reading was deleted meanwhile (dropped, or re-created: a new
+    collection under the old name, as when agents re-index their store). Not the fault of the
+    session or line being read: the work stops, charging nothing, and the next store reads the
+    collection anew."""
+
+
 class ChromaQueryError(ChromaStoreError):
     """Chroma was reached and answered this call with an error (e.g. its own database refused the
     query): retrying later will not help, and Chroma is not down."""
@@ -314,8 +321,15 @@ class ChromaStore:
             return await anyio.to_thread.run_sync(partial(fn, **kwargs))
         except ChromaUnavailableError:
             raise
-        except NotFoundError:
-            raise
+        except NotFoundError as exc:
+            name = next((n for n, c in self._collections.items() if c is getattr(fn, "__self__", None)), None)
+            if name is None:  # asking for a collection by name: the caller says what a missing one means
+                raise
+            del self._collections[name]
+            raise ChromaCollectionGoneError(
+                f"the collection {name!r} ({self.location}) was deleted while rem-cycle was reading it "
+                "(dropped, or re-created under its name); nothing was charged for it, and the next cycle reads it anew"
+            ) from exc
         except (ValueError, TypeError):
             raise
         except ChromaError as exc:

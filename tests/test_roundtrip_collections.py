@@ -9,10 +9,17 @@ import subprocess
 import sys
 import textwrap
 
+import chromadb
+import pytest
+from chromadb.config import Settings as ChromaSettings
+
 from config import Settings
+from pipelines.importer import import_sessions
 from pipelines.recall import RecallRequest
+from store.backend import open_database
+from store.chroma import ChromaStore
 from tests.conftest import make_session, run_cli, write_sessions
-from worker.cycle import run_cycle
+from worker.cycle import CycleContext, PhaseError, extract, ingest, open_stores, run_cycle
 from worker.recall import run_recall
 
 AGENTS_WRITER = textwrap.dedent("""
@@ -67,3 +74,40 @@ async def test_collections_with_an_embedding_function_rem_cycle_cannot_load(sett
     said = done.stderr.strip().splitlines()[-1]
     assert said.startswith(f"rem-cycle: import stopped: the collection {settings.memory_collection!r} (embedded at ")
     assert "embeds with a function this rem-cycle cannot load" in said and "re-running the import is safe" in said
+
+
+async def test_collections_recreated_mid_cycle_charge_no_session_an_attempt(settings: Settings, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Agents re-index their store — drop the collections and write them again — while a cycle
+    runs. Before: every session the extract phase read after that crashed on Chroma's
+    `NotFoundError` (a traceback each), was charged an attempt (three such cycles make a session
+    undigestible) and the cycle said `completed`. Now the phase fails as `chroma-unavailable`,
+    charging nothing, and the next cycle digests every session."""
+    source = write_sessions(tmp_path / "in.jsonl", [make_session(f"re-{i}", 2) for i in range(4)])
+
+    async def write_rows() -> None:
+        stats = await import_sessions(source, chroma=ChromaStore(settings), memory_collection=settings.memory_collection,
+                                      summary_collection=settings.session_collection)
+        assert stats.memories_written == 8
+
+    await write_rows()
+    stores = await open_stores(settings)
+    try:
+        ctx = CycleContext(settings=settings, stores=stores, run_id="run-recreated")
+        assert (await ingest(ctx))["sessions_synced"] == 4
+        client = chromadb.PersistentClient(path=str(settings.chroma_path), settings=ChromaSettings(anonymized_telemetry=False))
+        for name in (settings.memory_collection, settings.session_collection):
+            client.delete_collection(name)
+        await write_rows()  # the same rows, in new collections
+        with pytest.raises(PhaseError) as failed:
+            await extract(ctx)
+        assert failed.value.reason_code == "chroma-unavailable"
+        assert f"the collection {settings.memory_collection!r}" in str(failed.value) and "was deleted while" in str(failed.value)
+    finally:
+        stores.close()
+    db = open_database(settings)
+    try:
+        assert [tuple(r) for r in db.query("SELECT state, attempts, COUNT(*) FROM session_digests GROUP BY state, attempts")] == [("undigested", 0, 4)]
+    finally:
+        db.close()
+    after = await run_cycle(settings)
+    assert (after.outcome, after.phases["extract"]["sessions_digested"]) == ("completed", 4)
