@@ -4,6 +4,7 @@ database ``REM_DATABASE_URL`` names. Everything that opens the graph database go
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -52,12 +53,13 @@ def backup(settings: Settings, destination: Path) -> dict[str, object]:
     return backup_postgres(settings.database_url.get_secret_value(), destination)
 
 
-def restore(settings: Settings, source: Path) -> dict[str, object]:
+def restore(settings: Settings, source: Path, *, prepare: Callable[[Path], object] | None = None) -> dict[str, object]:
     """Put the SQLite backup at ``source`` in place of the graph database (see
-    :func:`store.db.restore_database`). A PostgreSQL backup is restored with ``pg_restore``."""
+    :func:`store.db.restore_database`; ``prepare`` works on the checked copy first). A PostgreSQL
+    backup is restored with ``pg_restore``."""
     if settings.database_url is not None:
         raise ValueError("restore puts an SQLite backup in place of graph.sqlite3")
-    return restore_database(source, settings.graph_path)
+    return restore_database(source, settings.graph_path, prepare=prepare)
 
 
 def database_location(settings: Settings) -> str:

@@ -17,6 +17,7 @@ import sys
 import unicodedata
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any, BinaryIO, TextIO, TypeVar, cast
 
@@ -663,6 +664,7 @@ async def cmd_backup(settings: Settings, args: argparse.Namespace) -> int:
 
 async def cmd_restore(settings: Settings, args: argparse.Namespace) -> int:
     from store.backend import restore
+    from worker.knowledge import forget_again, forgotten_in_place
     from worker.cycle import single_flight
     from worker.daemon import daemon_lock_path
 
@@ -673,18 +675,34 @@ async def cmd_restore(settings: Settings, args: argparse.Namespace) -> int:
     if unreadable := _unreadable_file(args.path):
         print(f"rem-cycle: cannot read {args.path}: {unreadable}", file=sys.stderr)
         return EXIT_FAILED
+    carried: dict[str, int] = {}
+    unread: list[str] = []
+
+    def forget_what_was_forgotten(copy: Path) -> None:
+        """A forget is final: what was forgotten since the backup is forgotten again in the checked
+        copy, before it goes in place (the live database is read only once the copy is sound)."""
+        tombstones, why = forgotten_in_place(settings)
+        unread.extend([why] if why else [])
+        carried.update(forget_again(copy, tombstones))
+
     try:
         # Both locks: no cycle, command or daemon of this data dir has the database open meanwhile.
         async with single_flight(settings, lock_path=daemon_lock_path(settings), what="rem-cycle daemon"), single_flight(settings):
-            payload = await anyio.to_thread.run_sync(restore, settings, Path(args.path))
+            payload = await anyio.to_thread.run_sync(partial(restore, settings, Path(args.path), prepare=forget_what_was_forgotten))
     except CycleBusyError as exc:
         print(f"rem-cycle: {exc}; stop it before restoring", file=sys.stderr)
         return EXIT_BUSY
     except StoreError as exc:
         print(f"rem-cycle: restore from {args.path} failed, nothing was changed: {exc}", file=sys.stderr)
         return EXIT_FAILED
+    payload["forgotten_again"] = carried
+    if unread:
+        payload["forgets_unread"] = unread[0]
+        print(f"rem-cycle: warning: the replaced graph database could not be read ({unread[0]}), so what `forget` took out "
+              "after the backup may be back: forget it again", file=sys.stderr)
+    again = f"; forgotten again since the backup: {carried['sessions']} sessions, {carried['memories']} turns" if any(carried.values()) else ""
     _emit(args, payload, lambda: print(
-        f"restored {payload['path']} from {args.path} ({payload['bytes']} bytes, integrity ok); the next cycle "
+        f"restored {payload['path']} from {args.path} ({payload['bytes']} bytes, integrity ok){again}; the next cycle "
         "ingests what changed in Chroma since the backup"))
     return EXIT_OK
 
