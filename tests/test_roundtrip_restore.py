@@ -81,4 +81,4 @@ async def test_a_restore_over_a_damaged_database_says_forgets_may_be_back(settin
     done = run_cli("restore", str(backup), "--json", env=_env(settings), timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "forgets_unread" in json.loads(done.stdout)
-    assert "so what `forget` took out after the backup may be back: forget it again" in done.stderr
+    assert "so what forget took out after the backup may be back: forget it again" in done.stderr

@@ -698,7 +698,7 @@ async def cmd_restore(settings: Settings, args: argparse.Namespace) -> int:
     payload["forgotten_again"] = carried
     if unread:
         payload["forgets_unread"] = unread[0]
-        print(f"rem-cycle: warning: the replaced graph database could not be read ({unread[0]}), so what `forget` took out "
+        print(f"rem-cycle: warning: the replaced graph database could not be read ({unread[0]}), so what forget took out "
               "after the backup may be back: forget it again", file=sys.stderr)
     again = f"; forgotten again since the backup: {carried['sessions']} sessions, {carried['memories']} turns" if any(carried.values()) else ""
     _emit(args, payload, lambda: print(
