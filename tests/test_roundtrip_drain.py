@@ -110,3 +110,15 @@ async def test_rem_cycle_drain_while_chroma_is_down_exits_1_and_says_so(settings
     assert said.startswith("rem-cycle: Chroma could not be reached, so the drain stopped")
     assert "2 lines that needed Chroma and the unread ones are back in the queue as they were, with no attempt counted" in said
     assert _queued(live) == before
+
+
+async def test_rem_cycle_backfill_while_chroma_is_down_says_how_far_it_got(settings: Settings, chroma_server: str, tmp_path: Path) -> None:
+    live = await _queue_edges_whose_rows_are_on(settings, chroma_server, tmp_path, "file")
+    env = {"REM_DATA_DIR": str(live.data_dir), "REM_CHROMA_URL": f"http://127.0.0.1:{free_port()}",
+           "REM_MEMORY_COLLECTION": live.memory_collection, "REM_SESSION_COLLECTION": live.session_collection}
+    done = run_cli("backfill", "--json", env=env, timeout=120)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    said = done.stderr.strip().splitlines()[-1]
+    # Before: only Chroma's error, as if nothing could have been done (no count, nothing on safety).
+    assert said.startswith("rem-cycle: backfill stopped: cannot open Chroma"), said
+    assert "0 of ? sessions synced, drain not started; re-running the backfill is safe" in said, said

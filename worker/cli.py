@@ -842,6 +842,7 @@ async def cmd_backfill(settings: Settings, args: argparse.Namespace, progress: C
     from datetime import UTC, datetime
 
     from pipelines.backfill import sync_recent_sessions
+    from store.chroma import ChromaStoreError
     from store.lazy_queue import QueueBusyError
     from worker.cycle import SESSIONS_PER_BATCH
     from worker.report import print_backfill
@@ -857,17 +858,22 @@ async def cmd_backfill(settings: Settings, args: argparse.Namespace, progress: C
                 if bar:
                     bar(done, total)
 
-            recent = await sync_recent_sessions(
-                chroma=stores.chroma,
-                unit=stores.unit,
-                memory_collection=settings.memory_collection,
-                summary_collection=settings.session_collection,
-                now=datetime.now(UTC),
-                days=args.days,
-                dry_run=args.dry_run,
-                sessions_per_batch=SESSIONS_PER_BATCH,
-                on_progress=on_progress,
-            )
+            try:
+                recent = await sync_recent_sessions(
+                    chroma=stores.chroma,
+                    unit=stores.unit,
+                    memory_collection=settings.memory_collection,
+                    summary_collection=settings.session_collection,
+                    now=datetime.now(UTC),
+                    days=args.days,
+                    dry_run=args.dry_run,
+                    sessions_per_batch=SESSIONS_PER_BATCH,
+                    on_progress=on_progress,
+                )
+            except ChromaStoreError as exc:  # gone mid-way: say how far it got, as a signal would
+                print(f"rem-cycle: backfill stopped: {exc}; {progress.describe()}; re-running the backfill is safe: "
+                      "synced sessions are unchanged", file=sys.stderr)
+                return EXIT_FAILED
         payload: dict[str, Any] = {**recent.as_dict(), "drain": None}
         if not args.skip_drain:
             try:
