@@ -18,6 +18,7 @@ from pipelines.enqueue import enqueue_lazy_edges
 from pipelines.importer import import_sessions
 from store.backend import open_database
 from store.chroma import ChromaStore
+from tests.test_change_scan import _query
 from tests.conftest import free_port, make_session, run_cli, write_sessions
 from worker.cycle import drain_lazy_edges, open_stores
 
@@ -33,14 +34,6 @@ async def _drain(settings: Settings) -> DrainStats:
         return await drain_lazy_edges(settings, stores)
     finally:
         stores.close()
-
-
-def _query(settings: Settings, sql: str) -> list[tuple[Any, ...]]:
-    db = open_database(settings)
-    try:
-        return [tuple(r) for r in db.query(sql)]
-    finally:
-        db.close()
 
 
 def _queued(settings: Settings) -> list[Any]:

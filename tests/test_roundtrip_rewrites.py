@@ -13,8 +13,8 @@ import pytest
 
 from config import Settings
 from pipelines.importer import import_sessions
-from store.backend import open_database
 from store.chroma import ChromaStore
+from tests.test_change_scan import _query
 from tests.conftest import write_sessions
 from worker.cycle import run_cycle
 from pipelines.recall import RecallRequest
@@ -42,14 +42,6 @@ async def _cycle(settings: Settings) -> dict[str, Any]:
     result = await run_cycle(settings)
     assert result.outcome == "completed", result.message
     return result.phases
-
-
-def _query(settings: Settings, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    db = open_database(settings)
-    try:
-        return [tuple(r) for r in db.query(sql, params)]
-    finally:
-        db.close()
 
 
 def _served(settings: Settings, memory_id: str) -> str | None:
