@@ -241,12 +241,32 @@ class MemoryIndexReader(Protocol):
     def memories_of_sessions(self, session_ids: Iterable[str]) -> dict[str, list[str]]: ...
 
 
-def full_scan_due(marks: Mapping[str, ScanMark], collections: Sequence[str], *, location: str, now: datetime, interval_seconds: float) -> bool:
-    """Whether the scan must read every row: a collection has no mark or one made elsewhere, or
-    the last full scan is ``interval_seconds`` old (``0``: always). Pure."""
+def collection_location(location: str, collection_id: str | None) -> str:
+    """Where a scan mark was read: the Chroma's location and the collection's own id, which a
+    collection dropped and made again under its name does not keep. Pure."""
+    return f"{location}#{collection_id}" if collection_id else location
+
+
+def previous_memory_mark(mark: ScanMark | None, *, where: str, location: str) -> tuple[ScanMark | None, bool]:
+    """What the memory collection's previous mark tells a full scan: ``(mark, False)`` when it was
+    read from this collection (or, written before marks named the collection, from this Chroma),
+    ``(None, True)`` when from an earlier collection of the same name on this Chroma (re-created:
+    every row was written again), ``(None, False)`` when there is none or it is another Chroma's.
+    Pure."""
+    if mark is None:
+        return None, False
+    if mark.location in (where, location):
+        return mark, False
+    return None, mark.location.startswith(f"{location}#")
+
+
+def full_scan_due(marks: Mapping[str, ScanMark], where: Mapping[str, str], *, now: datetime, interval_seconds: float) -> bool:
+    """Whether the scan must read every row: a collection (``where``: name → its
+    :func:`collection_location`) has no mark or one made elsewhere, or the last full scan is
+    ``interval_seconds`` old (``0``: always). Pure."""
     if interval_seconds <= 0:
         return True
-    for name in collections:
+    for name, location in where.items():
         mark = marks.get(name)
         if mark is None or mark.location != location:
             return True
@@ -296,7 +316,8 @@ async def scan_changed_sessions(
     get a revision; every row is read (:func:`scan_session_revisions`) when a full scan is due or
     a mark's tail ids are not where they were. ``index`` is read in a worker thread."""
     collections = (memory_collection, summary_collection)
-    if not full_scan_due(marks, collections, location=location, now=now, interval_seconds=full_scan_interval_seconds):
+    where = {name: collection_location(location, await chroma.collection_id(name)) for name in collections}
+    if not full_scan_due(marks, where, now=now, interval_seconds=full_scan_interval_seconds):
         tails = [await ids_after(chroma, marks[name], limit=tail_limit) for name in collections]
         if tails[0] is not None and tails[1] is not None:
             return await _scan_tail(chroma, memory_collection=memory_collection, summary_collection=summary_collection,
@@ -304,10 +325,12 @@ async def scan_changed_sessions(
                                     marks=[mark_after(marks[name], ids) for name, ids in zip(collections, tails, strict=True)])
         log.info("change scan: rows before the scan marks moved or went away; reading every row")
     known = await anyio.to_thread.run_sync(index.memory_index)
-    mark = marks.get(memory_collection)
+    since, recreated = previous_memory_mark(marks.get(memory_collection), where=where[memory_collection], location=location)
+    if recreated:
+        log.info("change scan: the memory collection was made again under its name; reading every row again", collection=memory_collection)
     result = await scan_session_revisions(chroma, memory_collection=memory_collection, summary_collection=summary_collection, known_sessions=known,
-                                          since=mark if mark is not None and mark.location == location else None)
-    result.marks = [replace(mark, location=location, full_scan_at=now.isoformat()) for mark in result.marks]
+                                          since=since, recreated=recreated)
+    result.marks = [replace(mark, location=where[mark.collection], full_scan_at=now.isoformat()) for mark in result.marks]
     return result
 
 
@@ -364,6 +387,7 @@ async def scan_session_revisions(
     summary_collection: str,
     known_sessions: dict[str, str],
     since: ScanMark | None = None,
+    recreated: bool = False,
     metadata_batch: int = 1000,
 ) -> ScanResult:
     """Fingerprint every session from an ids-only scan of the memory collection.
@@ -371,7 +395,7 @@ async def scan_session_revisions(
     ``known_sessions`` maps memory ids already ingested to their session; only ids not in it have
     their metadata read — and the known ids that come after the last of ``since``'s tail ids still
     there (the memory collection's previous mark): rows deleted and written again since, which may
-    name another session now. Summaries (one per session) are read whole. A row without a usable
+    name another session now; every known id when the collection was ``recreated``. Summaries (one per session) are read whole. A row without a usable
     ``sessionId`` is counted as an error, never a crash. The marks it returns (location and full
     scan time left blank for the caller) say how many rows each collection had, and its last ids.
     """
@@ -385,7 +409,8 @@ async def scan_session_revisions(
         memory_mark = mark_after(memory_mark, ids)
     summary_mark = replace(memory_mark, collection=summary_collection, rows_applied=0, tail_ids=())
     result.rows_scanned = len(present)
-    readded = {memory_id: known_sessions[memory_id] for memory_id in after_mark.ids() if memory_id in known_sessions}
+    rewritten = present if recreated else after_mark.ids()
+    readded = {memory_id: known_sessions[memory_id] for memory_id in rewritten if memory_id in known_sessions}
     members: dict[str, list[str]] = {}
     for memory_id, session_id in known_sessions.items():
         if memory_id in present and memory_id not in readded:

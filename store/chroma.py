@@ -403,6 +403,12 @@ class ChromaStore:
         result = await self._call(coll.query, query_texts=[text], n_results=limit, include=[])
         return list((result.get("ids") or [[]])[0])
 
+    async def collection_id(self, name: str) -> str | None:
+        """The collection's own id (a collection made again under the name has another), or
+        ``None`` when it does not exist."""
+        coll = await self.collection(name)
+        return None if coll is None else str(coll.id)
+
     async def memories(self) -> Any | None:
         return await self.collection(self._settings.memory_collection)
 

@@ -9,7 +9,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+import chromadb
 import pytest
+from chromadb.config import Settings as ChromaSettings
 
 from config import Settings
 from pipelines.importer import import_sessions
@@ -132,3 +134,23 @@ async def test_a_turn_an_agent_deletes_and_adds_back_with_other_text_is_read_aga
     assert phases["ingest"]["sessions_synced"] == 2 and phases["extract"]["sessions_digested"] == 2
     assert _served(settings, "memory:a-t0") == new_text
     assert new_text in (await _recalled(settings, "TableQueue")).values()
+
+
+async def test_a_collection_made_again_with_the_same_rows_in_the_same_order_is_read_again(settings: Settings, tmp_path: Path) -> None:
+    sessions = [_session("a", A, created="2026-11-01T10:00:00Z"), _session("b", B, created="2026-11-02T10:00:00Z")]
+    await _import(settings, tmp_path / "in.jsonl", sessions)
+    await _cycle(settings)
+    # The agents re-index their store: both collections dropped and written again, row for row in
+    # the same order — one turn redacted on the way.
+    client = chromadb.PersistentClient(path=str(settings.chroma_path), settings=ChromaSettings(anonymized_telemetry=False))
+    for name in (settings.memory_collection, settings.session_collection):
+        client.delete_collection(name)
+    redacted = [_session("a", [A[0], "My password is [redacted].", A[2]], created="2026-11-01T10:00:00Z"), sessions[1]]
+    await _import(settings, tmp_path / "again.jsonl", redacted)
+    phases = await _cycle(settings)
+
+    # Before: the scan marks' ids were where they had been, so nothing was read again, ever.
+    assert (phases["ingest"]["scan"], phases["ingest"]["sessions_synced"], phases["extract"]["sessions_digested"]) == ("full", 2, 1)
+    assert _served(settings, "memory:a-t1") == "My password is [redacted]."
+    again = await _cycle(settings)
+    assert (again["ingest"]["scan"], again["ingest"]["sessions_synced"]) == ("new rows", 0)
