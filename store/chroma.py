@@ -327,8 +327,8 @@ class ChromaStore:
                 raise
             del self._collections[name]
             raise ChromaCollectionGoneError(
-                f"the collection {name!r} ({self.location}) was deleted while rem-cycle was reading it "
-                "(dropped, or re-created under its name); nothing was charged for it, and the next cycle reads it anew"
+                f"the collection {name!r} ({self.location}) was deleted while rem-cycle was using it "
+                "(dropped, or made again under its name): stopped, charging nothing; the next run reads it anew"
             ) from exc
         except (ValueError, TypeError):
             raise

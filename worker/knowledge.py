@@ -437,11 +437,13 @@ def forget_again(copy: Path, tombstones: list[tuple[str, str]]) -> dict[str, int
     from pipelines.forget import forget_memory, forget_session
     from store.tombstones import MEMORY, SESSION, TombstoneStore
 
+    carried = {"sessions": 0, "memories": 0}
+    if not tombstones:
+        return carried
     db = Database(copy)
     try:
         unit = DatabaseUnitOfWork(db)
         buried = {kind: TombstoneStore(db).buried(kind, [i for k, i in tombstones if k == kind]) for kind in (SESSION, MEMORY)}
-        carried = {"sessions": 0, "memories": 0}
         for kind, item_id in tombstones:
             if item_id in buried[kind]:
                 continue
