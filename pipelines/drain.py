@@ -43,7 +43,7 @@ import structlog
 from pipelines.backfill import DEFAULT_BATCH_SIZE, RowOutcome, plan_nodes, write_backfill
 from pipelines.lazy_edge import MalformedLine, QueuedEdge, dead_letter_record, parse_line
 from pipelines.ports import QueueTable, UnitOfWork
-from store.chroma import ChromaStore
+from store.chroma import ChromaStore, ChromaUnavailableError
 from store.errors import DatabaseUnreadableError
 from store.graph import utc_now
 from store.lazy_queue import LazyEdgeQueue, OversizedLine, QueueBusyError, edge_line
@@ -52,7 +52,8 @@ from store.lazy_table import DeadRow, QueuedRow, RowsTakenError
 log = structlog.get_logger(__name__)
 
 # The line rule lives in pipelines.lazy_edge; it is re-exported here for the drain's callers.
-__all__ = ["DrainStats", "MalformedLine", "QueuedEdge", "QueueBusyError", "dead_letter_record", "drain_queue", "parse_line"]
+__all__ = ["ChromaGoneDuringDrainError", "DrainStats", "MalformedLine", "QueuedEdge", "QueueBusyError", "dead_letter_record",
+           "drain_queue", "parse_line"]
 
 # Lines read per batch stop at this many bytes too, so a batch of long lines stays small in memory.
 MAX_BATCH_BYTES = 8 * 1024 * 1024
@@ -94,6 +95,17 @@ class DrainStats:
         }
 
 
+class ChromaGoneDuringDrainError(ChromaUnavailableError):
+    """Chroma could not be reached to back-fill an endpoint: the drain stopped after that batch,
+    and the lines that needed Chroma went back to the queue as they were, with no attempt counted
+    (an outage is no fault of the line's: counting it would dead-letter good lines after
+    ``REM_LAZY_MAX_ATTEMPTS`` drains while Chroma is down). ``stats``: what the drain did."""
+
+    def __init__(self, message: str, stats: "DrainStats") -> None:
+        super().__init__(message)
+        self.stats = stats
+
+
 Progress = Callable[[int, int], None]
 
 
@@ -109,10 +121,11 @@ class _Entry:
 class _Fate:
     """What a drain made of one line. ``outcome``: ``linked``; ``requeued`` (``detail`` = the
     error, ``attempts`` = the new count, ``record`` = the line's record); ``dead`` (``reason``,
-    ``detail``, ``attempts``; ``malformed`` when it never parsed)."""
+    ``detail``, ``attempts``; ``malformed`` when it never parsed); ``held`` (Chroma could not be
+    reached: the line stays queued as it was)."""
 
     entry: _Entry
-    outcome: Literal["linked", "requeued", "dead"]
+    outcome: Literal["linked", "requeued", "dead", "held"]
     reason: str = ""
     detail: str = ""
     attempts: int = 0
@@ -141,7 +154,9 @@ class _FileOutputs:
 
     def settle(self, fates: list[_Fate]) -> None:
         for fate in fates:
-            if fate.outcome == "requeued":
+            if fate.outcome == "held":
+                self.requeue_out.write(fate.entry.raw if fate.entry.raw.endswith(b"\n") else fate.entry.raw + b"\n")
+            elif fate.outcome == "requeued":
                 self.requeue_out.write(edge_line({**(fate.record or {}), "attempts": fate.attempts, "lastError": fate.detail[:300]}))
             elif fate.outcome == "dead":
                 record = dead_letter_record(fate.entry.raw, reason=fate.reason, detail=fate.detail, attempts=fate.attempts, at=self.clock())
@@ -160,7 +175,7 @@ class _TableOutputs:
     def settle(self, fates: list[_Fate]) -> None:
         at = self.clock()
         self.table.settle(
-            taken=[fate.entry.row for fate in fates if fate.entry.row is not None],
+            taken=[fate.entry.row for fate in fates if fate.entry.row is not None and fate.outcome != "held"],
             requeued=[(fate.entry.row, fate.detail) for fate in fates if fate.outcome == "requeued" and fate.entry.row],
             dead=[
                 DeadRow(fate.entry.row, fate.reason, fate.detail, fate.attempts, at)
@@ -181,6 +196,9 @@ class _Drain:
     dry_run: bool
     clock: Callable[[], str]
     stats: DrainStats
+    # Why Chroma could not be reached, once it could not: the drain stops after that batch.
+    chroma_gone: str | None = None
+    held: int = 0
 
     async def run_file(
         self, path: Path, outputs: _FileOutputs | None, *, progress: Callable[[int], None], stop: Callable[[], bool]
@@ -193,7 +211,7 @@ class _Drain:
                 return True
             await self.run_batch([_Entry(line) for line in batch], outputs)
             progress(sum(len(line) for line in batch))
-            if stop():
+            if stop() or self.chroma_gone:
                 await anyio.to_thread.run_sync(self.copy_rest, lines, outputs)
                 return False
 
@@ -214,7 +232,7 @@ class _Drain:
             self.stats.table_rows += len(rows)
             await self.run_batch([_Entry(row.line, row) for row in rows], outputs)
             progress(sum(len(row.line) for row in rows))
-            if stop():
+            if stop() or self.chroma_gone:
                 return False
 
     def copy_rest(self, lines: Iterator[bytes], outputs: _FileOutputs | None) -> None:
@@ -300,7 +318,10 @@ class _Drain:
             for item in items:
                 edge = item[1].edge
                 error = _endpoint_error(outcomes[edge.source]) or _endpoint_error(outcomes[edge.target])
-                if error:
+                if CHROMA_UNREACHABLE in (outcomes[edge.source].reason, outcomes[edge.target].reason):
+                    self.chroma_gone = self.chroma_gone or error
+                    fates.append(_Fate(item[0], "held", detail=error or ""))
+                elif error:
                     # A forgotten endpoint never comes back: no retry can link the line.
                     forgotten = "forgotten" in (outcomes[edge.source].reason, outcomes[edge.target].reason)
                     fates.append(self._failure(item, error, dead_reason="forgotten" if forgotten else None))
@@ -344,6 +365,9 @@ class _Drain:
 
     def _count(self, fates: list[_Fate]) -> None:
         for fate in fates:
+            if fate.outcome == "held":
+                self.held += 1
+                continue
             if fate.outcome == "linked":
                 self.stats.succeeded += 1
                 continue
@@ -356,6 +380,10 @@ class _Drain:
             self.stats.requeued += fate.outcome == "requeued"
             kind = fate.detail.split(":", 1)[0]
             self.stats.failure_reasons[kind] = self.stats.failure_reasons.get(kind, 0) + 1
+
+
+# The back-fill reason of an endpoint whose Chroma read failed in transport (Chroma unreachable).
+CHROMA_UNREACHABLE = "chroma-fetch-failed"
 
 
 def _malformed(entry: _Entry, line: MalformedLine) -> _Fate:
@@ -415,6 +443,7 @@ async def drain_queue(
         progress = await _progress_over(inputs, table, up_to, on_progress)
         if await _run_inputs(run, inputs, None, progress, should_stop) and table is not None and up_to:
             await run.run_table(table, up_to, None, progress=progress, stop=should_stop)
+        _raise_if_chroma_gone(run)
         return stats
     with queue.exclusive():
         recovered = await anyio.to_thread.run_sync(queue.recover_publish)
@@ -443,8 +472,23 @@ async def drain_queue(
             await anyio.to_thread.run_sync(queue.commit_drain, inputs)
         if finished and table is not None and up_to:
             await run.run_table(table, up_to, _TableOutputs(table, clock), progress=progress, stop=should_stop)
+    _raise_if_chroma_gone(run)
     log.info("lazy queue drained", **{k: v for k, v in stats.as_dict().items() if k != "failure_reasons"})
     return stats
+
+
+def _raise_if_chroma_gone(run: _Drain) -> None:
+    """Raise :class:`ChromaGoneDuringDrainError` when the drain stopped because Chroma could not
+    be reached (called once every line is back where it belongs)."""
+    if run.chroma_gone is None:
+        return
+    stats = run.stats
+    raise ChromaGoneDuringDrainError(
+        f"Chroma could not be reached, so the drain stopped ({run.chroma_gone[:300]}): {stats.succeeded} queued edges "
+        f"linked, {stats.requeued} re-queued, {stats.dead_lettered} dead-lettered; {run.held} lines that needed Chroma "
+        "and the unread ones are back in the queue as they were, with no attempt counted; drain again once Chroma answers",
+        stats,
+    )
 
 
 async def _progress_over(

@@ -316,11 +316,16 @@ class _Importer:
 
     async def _write(self, collection: str, rows: dict[str, tuple[str, dict[str, Any]]],
                      stored: dict[str, tuple[str, dict[str, Any]]]) -> tuple[int, int]:
-        """Write the rows that differ from what is stored; returns (written, unchanged)."""
-        changed = [row_id for row_id, row in rows.items() if stored.get(row_id) != row]
+        """Write the rows that differ from what is stored: new ones added, stored ones rewritten
+        (deleted and added again, so that the next cycle sees the change: ``ChromaStore.rewrite``);
+        returns (written, unchanged)."""
+        new = [row_id for row_id in rows if row_id not in stored]
+        changed = [row_id for row_id, row in rows.items() if row_id in stored and stored[row_id] != row]
+        if new:
+            await self.chroma.upsert(collection, new, [rows[i][0] for i in new], [rows[i][1] for i in new])
         if changed:
-            await self.chroma.upsert(collection, changed, [rows[i][0] for i in changed], [rows[i][1] for i in changed])
-        return len(changed), len(rows) - len(changed)
+            await self.chroma.rewrite(collection, changed, [rows[i][0] for i in changed], [rows[i][1] for i in changed])
+        return len(new) + len(changed), len(rows) - len(new) - len(changed)
 
 
 async def read_lines(path: str | Path, *, max_line_bytes: int = MAX_LINE_BYTES) -> AsyncIterator[tuple[int, bytes | None, int]]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Protocol
@@ -56,6 +56,9 @@ class SyncStats(ErrorTally):
     processed: int = 0
     upserted: int = 0
     skipped: int = 0
+    # Turns the graph held, live-ingested, whose row now says something else (text or metadata
+    # rewritten under the same id): what the session's extraction read of them is out of date.
+    rewritten: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         return {"processed": self.processed, "upserted": self.upserted, "skipped": self.skipped, "errors": self.errors}
@@ -150,10 +153,31 @@ def plan_session_sync(
         if _is_current(node, existing):
             stats.skipped += 1
             continue
+        if _is_rewrite(node, existing):
+            stats.rewritten += 1
         memories.append(node)
         edges.append(Edge(node.id, session.id, ORIGINATES_IN))
     stats.upserted = len(memories)
     return sessions, memories, edges, stats
+
+
+def _is_rewrite(node: Node, existing: dict[str, Node]) -> bool:
+    """Whether ``node`` replaces a live-ingested turn whose row said something else."""
+    old = existing.get(node.id)
+    return old is not None and old.properties.get(LIVE_MARKER) is True and old.properties.get("payloadHash") != node.properties["payloadHash"]
+
+
+def moved_turn_links(memories: Iterable[Node], existing: Mapping[str, Node]) -> list[tuple[str, str, str]]:
+    """The ``ORIGINATES_IN`` edges to drop when ``memories`` are written: a turn whose row now
+    names another session than its node did (moved under the same id) leaves its old session — a
+    turn originates in one session. Pure."""
+    moved = []
+    for node in memories:
+        old = existing.get(node.id)
+        before = old.properties.get("sessionId") if old is not None else None
+        if isinstance(before, str) and before != node.properties.get("sessionId") and is_valid_row_id(before):
+            moved.append((node.id, session_node_id(before), ORIGINATES_IN))
+    return moved
 
 
 def _is_current(node: Node, existing: dict[str, Node]) -> bool:
@@ -197,6 +221,16 @@ class ScanResult(ErrorTally):
     rows_scanned: int = 0
     full: bool = True
     marks: list[ScanMark] = field(default_factory=list)
+    # Sessions with a memory row deleted and written again under its id since the marks (it
+    # came back at the end of Chroma's order): synced again even when their revision is the same.
+    readded: set[str] = field(default_factory=set)
+
+
+def sessions_to_sync(changed: Sequence[SessionRevision], revisions: Iterable[SessionRevision], readded: Collection[str]) -> list[SessionRevision]:
+    """``changed`` (the sessions whose revision changed, in order), then the other ``revisions``
+    of sessions with a re-added row. Pure."""
+    seen = {r.session_id for r in changed}
+    return [*changed, *(r for r in revisions if r.session_id in readded and r.session_id not in seen)]
 
 
 class MemoryIndexReader(Protocol):
@@ -207,12 +241,32 @@ class MemoryIndexReader(Protocol):
     def memories_of_sessions(self, session_ids: Iterable[str]) -> dict[str, list[str]]: ...
 
 
-def full_scan_due(marks: Mapping[str, ScanMark], collections: Sequence[str], *, location: str, now: datetime, interval_seconds: float) -> bool:
-    """Whether the scan must read every row: a collection has no mark or one made elsewhere, or
-    the last full scan is ``interval_seconds`` old (``0``: always). Pure."""
+def collection_location(location: str, collection_id: str | None) -> str:
+    """Where a scan mark was read: the Chroma's location and the collection's own id, which a
+    collection dropped and made again under its name does not keep. Pure."""
+    return f"{location}#{collection_id}" if collection_id else location
+
+
+def previous_memory_mark(mark: ScanMark | None, *, where: str, location: str) -> tuple[ScanMark | None, bool]:
+    """What the memory collection's previous mark tells a full scan: ``(mark, False)`` when it was
+    read from this collection (or, written before marks named the collection, from this Chroma),
+    ``(None, True)`` when from an earlier collection of the same name on this Chroma (re-created:
+    every row was written again), ``(None, False)`` when there is none or it is another Chroma's.
+    Pure."""
+    if mark is None:
+        return None, False
+    if mark.location in (where, location):
+        return mark, False
+    return None, mark.location.startswith(f"{location}#")
+
+
+def full_scan_due(marks: Mapping[str, ScanMark], where: Mapping[str, str], *, now: datetime, interval_seconds: float) -> bool:
+    """Whether the scan must read every row: a collection (``where``: name → its
+    :func:`collection_location`) has no mark or one made elsewhere, or the last full scan is
+    ``interval_seconds`` old (``0``: always). Pure."""
     if interval_seconds <= 0:
         return True
-    for name in collections:
+    for name, location in where.items():
         mark = marks.get(name)
         if mark is None or mark.location != location:
             return True
@@ -262,7 +316,8 @@ async def scan_changed_sessions(
     get a revision; every row is read (:func:`scan_session_revisions`) when a full scan is due or
     a mark's tail ids are not where they were. ``index`` is read in a worker thread."""
     collections = (memory_collection, summary_collection)
-    if not full_scan_due(marks, collections, location=location, now=now, interval_seconds=full_scan_interval_seconds):
+    where = {name: collection_location(location, await chroma.collection_id(name)) for name in collections}
+    if not full_scan_due(marks, where, now=now, interval_seconds=full_scan_interval_seconds):
         tails = [await ids_after(chroma, marks[name], limit=tail_limit) for name in collections]
         if tails[0] is not None and tails[1] is not None:
             return await _scan_tail(chroma, memory_collection=memory_collection, summary_collection=summary_collection,
@@ -270,8 +325,12 @@ async def scan_changed_sessions(
                                     marks=[mark_after(marks[name], ids) for name, ids in zip(collections, tails, strict=True)])
         log.info("change scan: rows before the scan marks moved or went away; reading every row")
     known = await anyio.to_thread.run_sync(index.memory_index)
-    result = await scan_session_revisions(chroma, memory_collection=memory_collection, summary_collection=summary_collection, known_sessions=known)
-    result.marks = [replace(mark, location=location, full_scan_at=now.isoformat()) for mark in result.marks]
+    since, recreated = previous_memory_mark(marks.get(memory_collection), where=where[memory_collection], location=location)
+    if recreated:
+        log.info("change scan: the memory collection was made again under its name; reading every row again", collection=memory_collection)
+    result = await scan_session_revisions(chroma, memory_collection=memory_collection, summary_collection=summary_collection, known_sessions=known,
+                                          since=since, recreated=recreated)
+    result.marks = [replace(mark, location=where[mark.collection], full_scan_at=now.isoformat()) for mark in result.marks]
     return result
 
 
@@ -296,9 +355,11 @@ async def _scan_tail(
     """Revisions of the sessions that the new rows belong to, computed as the full scan computes
     them: the session's memory ids (the index's, and the new rows') and its newest summary."""
     result = ScanResult(full=False, marks=marks, rows_scanned=len(new_memory_ids) + len(new_summary_ids))
+    # A row after the marks that the graph already holds was deleted and written again under its
+    # id: its metadata is read again like a new row's, as it may name another session now.
     known = await anyio.to_thread.run_sync(index.sessions_of_memories, new_memory_ids)
-    added = await _sessions_of_new_rows(chroma, memory_collection, [i for i in new_memory_ids if i not in known], result,
-                                        metadata_batch=metadata_batch)
+    added = await _sessions_of_new_rows(chroma, memory_collection, new_memory_ids, result, metadata_batch=metadata_batch)
+    result.readded = _readded_sessions(known, added)
     touched = set(added) | set(known.values())
     if new_summary_ids:
         for row in await chroma.metadata_by_ids(summary_collection, new_summary_ids, cls=SummaryRow):
@@ -311,9 +372,10 @@ async def _scan_tail(
         return result
     members = await anyio.to_thread.run_sync(index.memories_of_sessions, sorted(touched))
     summaries = await chroma.summaries_for_sessions(sorted(touched)) or {}
+    now_in = {memory_id: sid for sid, ids in added.items() for memory_id in ids}
     for sid in sorted(touched):
         summary = summaries.get(sid)
-        ids = tuple(sorted({*members.get(sid, ()), *added.get(sid, ())}))
+        ids = tuple(sorted({*(m for m in members.get(sid, ()) if now_in.get(m, sid) == sid), *added.get(sid, ())}))
         result.revisions.append(SessionRevision(sid, session_revision(ids, summary), summary.created_at if summary else None, ids))
     return result
 
@@ -324,29 +386,39 @@ async def scan_session_revisions(
     memory_collection: str,
     summary_collection: str,
     known_sessions: dict[str, str],
+    since: ScanMark | None = None,
+    recreated: bool = False,
     metadata_batch: int = 1000,
 ) -> ScanResult:
     """Fingerprint every session from an ids-only scan of the memory collection.
 
     ``known_sessions`` maps memory ids already ingested to their session; only ids not in it have
-    their metadata read. Summaries (one per session) are read whole. A row without a usable
+    their metadata read — and the known ids that come after the last of ``since``'s tail ids still
+    there (the memory collection's previous mark): rows deleted and written again since, which may
+    name another session now; every known id when the collection was ``recreated``. Summaries (one per session) are read whole. A row without a usable
     ``sessionId`` is counted as an error, never a crash. The marks it returns (location and full
     scan time left blank for the caller) say how many rows each collection had, and its last ids.
     """
     result = ScanResult()
     present: set[str] = set()
+    after_mark = _RowsAfterMark(since.tail_ids if since is not None else ())
     memory_mark = ScanMark(collection=memory_collection, location="", rows_applied=0, tail_ids=(), full_scan_at="")
     async for ids in chroma.scan_ids(memory_collection):
         present.update(ids)
+        after_mark.read(ids)
         memory_mark = mark_after(memory_mark, ids)
     summary_mark = replace(memory_mark, collection=summary_collection, rows_applied=0, tail_ids=())
     result.rows_scanned = len(present)
+    rewritten = present if recreated else after_mark.ids()
+    readded = {memory_id: known_sessions[memory_id] for memory_id in rewritten if memory_id in known_sessions}
     members: dict[str, list[str]] = {}
     for memory_id, session_id in known_sessions.items():
-        if memory_id in present:
+        if memory_id in present and memory_id not in readded:
             members.setdefault(session_id, []).append(memory_id)
-    for session_id, ids in (await _sessions_of_new_rows(chroma, memory_collection, sorted(present.difference(known_sessions)),
-                                                        result, metadata_batch=metadata_batch)).items():
+    added = await _sessions_of_new_rows(chroma, memory_collection, sorted(present.difference(known_sessions).union(readded)),
+                                        result, metadata_batch=metadata_batch)
+    result.readded = _readded_sessions(readded, added)
+    for session_id, ids in added.items():
         members.setdefault(session_id, []).extend(ids)
     valid: list[SummaryRow] = []
     async for page in chroma.scan(summary_collection, include=("metadatas", "documents")):
@@ -366,6 +438,41 @@ async def scan_session_revisions(
         result.revisions.append(SessionRevision(sid, session_revision(ids, summary), summary.created_at if summary else None, ids))
     result.marks = [memory_mark, summary_mark]
     return result
+
+
+class _RowsAfterMark:
+    """The ids a scan reads after a mark's tail (fed page by page, in Chroma's order): rows added,
+    or deleted and written again, since the mark. The tail's surviving rows keep their order and
+    nothing comes between them; the first id that is not the next of them — a row from elsewhere,
+    or a tail id out of order (written again) — starts what came after. Holds only those ids."""
+
+    def __init__(self, tail_ids: Sequence[str]) -> None:
+        self._tail = {memory_id: place for place, memory_id in enumerate(tail_ids)}
+        self._place = -1  # the place in the tail of the last tail id read; -1: none read yet
+        self._after: list[str] | None = None
+
+    def read(self, ids: Sequence[str]) -> None:
+        for memory_id in ids:
+            if self._after is not None:
+                self._after.append(memory_id)
+                continue
+            place = self._tail.get(memory_id)
+            if place is not None and place > self._place:
+                self._place = place
+            elif self._place >= 0:
+                self._after = [memory_id]
+
+    def ids(self) -> list[str]:
+        """The ids after the tail (none when no tail id was found)."""
+        return self._after or []
+
+
+def _readded_sessions(before: Mapping[str, str], now: Mapping[str, Sequence[str]]) -> set[str]:
+    """The sessions that re-added rows (``before``: their session in the graph) left or joined
+    (``now``: session → the ids its rows name it for). Pure."""
+    sessions = set(before.values())
+    sessions.update(sid for sid, ids in now.items() if any(i in before for i in ids))
+    return sessions
 
 
 async def sync_sessions_to_graph(
@@ -476,10 +583,14 @@ def _write_sessions(
             stats.upserted += len(s)
             results[sid] = stats
         graph.upsert_nodes(sessions)
+        graph.delete_edges(moved_turn_links(memories, existing))
         graph.upsert_nodes(memories)
         graph.link_nodes(edges)
         texts = {f"memory:{r.id}": r.document for sid in session_ids for r in rows_by_session.get(sid, [])}
         unit.recall_index.index_memory_nodes(memories, texts)
+        # In this transaction, so that a crash cannot leave the new text in the graph and the
+        # extraction of the old one standing as current.
+        unit.runstate.require_extraction(sorted(sid for sid, stats in results.items() if stats.rewritten))
     for sid, stats in results.items():
         for detail in stats.error_details:
             log.warning("ingest row error", session_id=sid, error=detail)

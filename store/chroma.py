@@ -53,11 +53,24 @@ class ChromaUnavailableError(ChromaStoreError):
     reason_code = "chroma-unavailable"
 
 
+class ChromaCollectionGoneError(ChromaUnavailableError):
+    """A collection this store was reading was deleted meanwhile (dropped, or re-created: a new
+    collection under the old name, as when agents re-index their store). Not the fault of the
+    session or line being read: the work stops, charging nothing, and the next store reads the
+    collection anew."""
+
+
 class ChromaQueryError(ChromaStoreError):
     """Chroma was reached and answered this call with an error (e.g. its own database refused the
     query): retrying later will not help, and Chroma is not down."""
 
     reason_code = "chroma-error"
+
+
+class ChromaEmbeddingError(ChromaQueryError):
+    """The collection was made with an embedding function this process cannot load (another
+    program's, whose package is not installed here): it can be read, but nothing can be written to
+    it or looked up in it by text, since Chroma embeds with the collection's own function."""
 
 
 # Chroma errors that mean "cannot use Chroma now" rather than "this call is wrong".
@@ -308,8 +321,15 @@ class ChromaStore:
             return await anyio.to_thread.run_sync(partial(fn, **kwargs))
         except ChromaUnavailableError:
             raise
-        except NotFoundError:
-            raise
+        except NotFoundError as exc:
+            name = next((n for n, c in self._collections.items() if c is getattr(fn, "__self__", None)), None)
+            if name is None:  # asking for a collection by name: the caller says what a missing one means
+                raise
+            del self._collections[name]
+            raise ChromaCollectionGoneError(
+                f"the collection {name!r} ({self.location}) was deleted while rem-cycle was using it "
+                "(dropped, or made again under its name): stopped, charging nothing; the next run reads it anew"
+            ) from exc
         except (ValueError, TypeError):
             raise
         except ChromaError as exc:
@@ -355,6 +375,39 @@ class ChromaStore:
             return None
         self._collections[name] = coll
         return coll
+
+    async def _embedding_collection(self, name: str, *, create: bool = False) -> Any | None:
+        """:meth:`collection` for a call that embeds text (a write, a query by text): its embedding
+        function must load here — else :class:`ChromaEmbeddingError`, where Chroma's client raised
+        a bare ``ValueError`` deep in the call."""
+        coll = await self.collection(name, create=create)
+        if coll is None:
+            return None
+        try:
+            coll.configuration  # noqa: B018 - loads the collection's persisted embedding function
+        except (ValueError, KeyError) as exc:
+            raise ChromaEmbeddingError(
+                f"the collection {name!r} ({self.location}) embeds with a function this rem-cycle cannot load "
+                f"({_brief(exc)}): nothing can be written to it or looked up in it by text here; install the package "
+                "that registers that function, or give rem-cycle collections of its own "
+                "(REM_MEMORY_COLLECTION, REM_SESSION_COLLECTION)"
+            ) from exc
+        return coll
+
+    async def nearest_memories(self, text: str, *, limit: int) -> list[str]:
+        """The ids of the ``limit`` memory rows nearest to ``text`` by the collection's own
+        embedding function (none when the collection is missing)."""
+        coll = await self._embedding_collection(self._settings.memory_collection)
+        if coll is None:
+            return []
+        result = await self._call(coll.query, query_texts=[text], n_results=limit, include=[])
+        return list((result.get("ids") or [[]])[0])
+
+    async def collection_id(self, name: str) -> str | None:
+        """The collection's own id (a collection made again under the name has another), or
+        ``None`` when it does not exist."""
+        coll = await self.collection(name)
+        return None if coll is None else str(coll.id)
 
     async def memories(self) -> Any | None:
         return await self.collection(self._settings.memory_collection)
@@ -500,11 +553,24 @@ class ChromaStore:
     async def upsert(self, name: str, ids: list[str], documents: list[str], metadatas: list[Metadata]) -> None:
         """Write rows to a collection, creating it (with the configured embedding function), in
         batches within the client's max batch size."""
-        coll = await self.collection(name, create=True)
+        coll = await self._embedding_collection(name, create=True)
         size = await self.max_batch_size()
         for start in range(0, len(ids), size):
             stop = start + size
             await self._call(coll.upsert, ids=ids[start:stop], documents=documents[start:stop], metadatas=metadatas[start:stop])
+
+    async def rewrite(self, name: str, ids: list[str], documents: list[str], metadatas: list[Metadata]) -> None:
+        """Write new contents for existing rows by deleting and adding them again, batch by batch:
+        an upsert keeps a row's place in Chroma's insertion order, where the change scan never
+        looks again, while a row added again comes after the scan marks and is read by the next
+        cycle (its session synced and extracted again). Between a batch's delete and its add the
+        rows are missing; a rewrite stopped there is completed by running it again."""
+        coll = await self._embedding_collection(name, create=True)
+        size = await self.max_batch_size()
+        for start in range(0, len(ids), size):
+            stop = start + size
+            await self._call(coll.delete, ids=ids[start:stop])
+            await self._call(coll.add, ids=ids[start:stop], documents=documents[start:stop], metadatas=metadatas[start:stop])
 
     async def get_existing(self, name: str, ids: list[str]) -> dict[str, tuple[str, Metadata]]:
         """``id -> (document, metadata)`` for the ids that exist in the collection."""

@@ -1151,19 +1151,22 @@ def backup_database(source: str | Path, destination: str | Path) -> dict[str, ob
     return {"path": str(destination), "bytes": destination.stat().st_size, "integrity": integrity}
 
 
-def restore_database(source: str | Path, destination: str | Path) -> dict[str, object]:
+def restore_database(
+    source: str | Path, destination: str | Path, *, prepare: Callable[[Path], object] | None = None
+) -> dict[str, object]:
     """Put the backup at ``source`` in place of the database at ``destination``, which no process
     may have open (the caller holds the data dir's locks).
 
     The backup is copied beside ``destination`` with SQLite's backup API and checked there — a file
-    that is no rem-cycle graph, is damaged or has a newer schema fails with nothing changed. Then
+    that is no rem-cycle graph, is damaged or has a newer schema fails with nothing changed;
+    ``prepare(copy)`` then works on the checked copy (raising, it changes nothing either). Then
     ``destination``'s ``-wal``/``-shm``/``-journal`` are removed before the copy is renamed into
     place: they belong to the database being replaced (a killed worker leaves its ``-wal`` full),
     and SQLite would replay them into the restored file, damaging it. Returns
     ``{path, bytes, integrity, schema_version}``."""
     source, destination = Path(source), Path(destination)
     partial = destination.with_name(destination.name + ".restoring")
-    scratch = (partial, partial.with_name(partial.name + "-journal"))
+    scratch = (partial, *(partial.with_name(partial.name + suffix) for suffix in ("-journal", "-wal", "-shm")))
     for path in scratch:
         path.unlink(missing_ok=True)
     try:
@@ -1177,6 +1180,8 @@ def restore_database(source: str | Path, destination: str | Path) -> dict[str, o
             copy.close()
         if version == 0:
             raise DatabaseUnreadableError(f"{source} is an SQLite database but no rem-cycle graph (no schema_version)")
+        if prepare is not None:
+            prepare(partial)
     except BaseException:  # nothing restored: the live database and its companions are untouched
         for path in scratch:
             path.unlink(missing_ok=True)

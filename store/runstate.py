@@ -344,6 +344,20 @@ class RunStateStore:
                 (revision.session_id, revision.revision, revision.revision, revision.created_at, run_id, now),
             )
 
+    def require_extraction(self, session_ids: Iterable[str]) -> None:
+        """Make these sessions be extracted again although their input revision is the same (a
+        turn's row rewritten under its id): the next :meth:`mark_ingested` resets them, and a
+        worker extracting one now loses its claim, so its commit of the old text rolls back."""
+        session_ids = list(session_ids)
+        if not session_ids:
+            return
+        with self.db.transaction() as conn:
+            conn.executemany("DELETE FROM session_claims WHERE session_id = ?", [(sid,) for sid in session_ids])
+            conn.executemany(
+                "UPDATE session_digests SET state = 'undigested', digested_revision = NULL, attempts = 0 WHERE session_id = ?",
+                [(sid,) for sid in session_ids],
+            )
+
     def sessions_to_extract(self, limit: int) -> list[DigestRecord]:
         """Ingested sessions not yet digested at their current revision, oldest first."""
         rows = self.db.query(

@@ -203,13 +203,14 @@ async def test_chroma_fetch_failed_when_the_server_goes_away(tmp_path: Path, mon
             assert (result["success"], result["reason"]) == (False, "chroma-fetch-failed")
             assert (await single(stores, "session:s-2"))["reason"] == "chroma-fetch-failed"
             assert await link_nodes_async("session:s-1", "session:s-2", "FOLLOWS", chroma=stores.chroma, unit=stores.unit) is False
-            # The drain keeps such lines for the next cycle.
+            # The drain stops and keeps such lines for the next one, as they were: no attempt counted.
             queue_of(settings).append([{"source": "session:s-1", "target": "memory:s-2-t0001", "relationship": "REFERENCED_BY"}])
+            from pipelines.drain import ChromaGoneDuringDrainError
             from tests.lazy_fixtures import drain
 
-            stats = await drain(settings, stores)
-            assert stats.failure_reasons == {"chroma-fetch-failed": 1}
-            assert read_jsonl(settings.queue_path)[0]["attempts"] == 1
+            with pytest.raises(ChromaGoneDuringDrainError):
+                await drain(settings, stores)
+            assert "attempts" not in read_jsonl(settings.queue_path)[0]
         finally:
             stores.close()
     finally:

@@ -17,6 +17,7 @@ import sys
 import unicodedata
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any, BinaryIO, TextIO, TypeVar, cast
 
@@ -665,24 +666,39 @@ async def cmd_restore(settings: Settings, args: argparse.Namespace) -> int:
     from store.backend import restore
     from worker.cycle import graph_single_flight, single_flight
     from worker.daemon import daemon_lock_path
+    from worker.knowledge import forget_again, forgotten_in_place
 
     if unreadable := _unreadable_file(args.path):
         print(f"rem-cycle: cannot read {args.path}: {unreadable}", file=sys.stderr)
         return EXIT_FAILED
+    carried: dict[str, int] = {}
+    unread: list[str] = []
     # Both locks: no cycle, command or daemon of this data dir has the database open meanwhile (on
     # PostgreSQL, nor a cycle of another host: the database's single-flight lock too).
     cycle_lock = graph_single_flight(settings) if settings.database_url is not None else single_flight(settings)
     try:
         async with single_flight(settings, lock_path=daemon_lock_path(settings), what="rem-cycle daemon"), cycle_lock:
-            payload = await anyio.to_thread.run_sync(restore, settings, Path(args.path))
+            # A forget is final: what was forgotten since the backup is forgotten again in the
+            # restored graph before anything reads it (read before the live graph is replaced).
+            tombstones, why = await anyio.to_thread.run_sync(forgotten_in_place, settings)
+            unread.extend([why] if why else [])
+            payload = await anyio.to_thread.run_sync(partial(
+                restore, settings, Path(args.path),
+                prepare=(lambda db: carried.update(forget_again(db, tombstones))) if tombstones else None))
     except CycleBusyError as exc:
         print(f"rem-cycle: {exc}; stop it before restoring", file=sys.stderr)
         return EXIT_BUSY
     except StoreError as exc:
         print(f"rem-cycle: restore from {args.path} failed, nothing was changed: {exc}", file=sys.stderr)
         return EXIT_FAILED
+    payload["forgotten_again"] = carried
+    if unread:
+        payload["forgets_unread"] = unread[0]
+        print(f"rem-cycle: warning: the replaced graph database could not be read ({unread[0]}), so what forget took out "
+              "after the backup may be back: forget it again", file=sys.stderr)
+    again = f"; forgotten again since the backup: {carried['sessions']} sessions, {carried['memories']} turns" if any(carried.values()) else ""
     _emit(args, payload, lambda: print(
-        f"restored {payload['path']} from {args.path} ({payload['bytes']} bytes, integrity ok); the next cycle "
+        f"restored {payload['path']} from {args.path} ({payload['bytes']} bytes, integrity ok){again}; the next cycle "
         "ingests what changed in Chroma since the backup"))
     return EXIT_OK
 
@@ -826,6 +842,7 @@ async def cmd_backfill(settings: Settings, args: argparse.Namespace, progress: C
     from datetime import UTC, datetime
 
     from pipelines.backfill import sync_recent_sessions
+    from store.chroma import ChromaStoreError
     from store.lazy_queue import QueueBusyError
     from worker.cycle import SESSIONS_PER_BATCH
     from worker.report import print_backfill
@@ -841,17 +858,22 @@ async def cmd_backfill(settings: Settings, args: argparse.Namespace, progress: C
                 if bar:
                     bar(done, total)
 
-            recent = await sync_recent_sessions(
-                chroma=stores.chroma,
-                unit=stores.unit,
-                memory_collection=settings.memory_collection,
-                summary_collection=settings.session_collection,
-                now=datetime.now(UTC),
-                days=args.days,
-                dry_run=args.dry_run,
-                sessions_per_batch=SESSIONS_PER_BATCH,
-                on_progress=on_progress,
-            )
+            try:
+                recent = await sync_recent_sessions(
+                    chroma=stores.chroma,
+                    unit=stores.unit,
+                    memory_collection=settings.memory_collection,
+                    summary_collection=settings.session_collection,
+                    now=datetime.now(UTC),
+                    days=args.days,
+                    dry_run=args.dry_run,
+                    sessions_per_batch=SESSIONS_PER_BATCH,
+                    on_progress=on_progress,
+                )
+            except ChromaStoreError as exc:  # gone mid-way: say how far it got, as a signal would
+                print(f"rem-cycle: backfill stopped: {exc}; {progress.describe()}; re-running the backfill is safe: "
+                      "synced sessions are unchanged", file=sys.stderr)
+                return EXIT_FAILED
         payload: dict[str, Any] = {**recent.as_dict(), "drain": None}
         if not args.skip_drain:
             try:

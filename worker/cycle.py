@@ -33,7 +33,7 @@ from config import Settings
 from config.redact import redact
 from pipelines.drain import DrainStats, drain_queue
 from pipelines.forget import MassRetractionRefused, retract_vanished, sessions_to_retract
-from pipelines.ingest import ScanResult, mark_holds, scan_changed_sessions, sync_batch_isolating_failures
+from pipelines.ingest import ScanResult, mark_holds, scan_changed_sessions, sessions_to_sync, sync_batch_isolating_failures
 from store.chroma import ChromaStore, ChromaStoreError, ChromaUnavailableError
 from store.claims import CYCLE_LOCK, ClaimStore, LockStore, host_identity, worker_owner
 from store.confined import UnsafePathError, exclusive_lock
@@ -168,7 +168,7 @@ async def ingest(ctx: CycleContext) -> dict[str, Any]:
     # Only a full scan can see that a session's rows went away (a scan of the new rows found the
     # rows before them where they were). A refusal fails the phase before anything is written.
     retracted = await anyio.to_thread.run_sync(_retract_vanished, ctx, scan) if scan.full else []
-    changed = await anyio.to_thread.run_sync(stores.runstate.changed_sessions, revisions)
+    changed = sessions_to_sync(await anyio.to_thread.run_sync(stores.runstate.changed_sessions, revisions), revisions, scan.readded)
     todo = changed[: settings.batch_limit]
     counts: dict[str, Any] = {
         "scan": "full" if scan.full else "new rows",
@@ -349,6 +349,8 @@ async def drain(ctx: CycleContext) -> dict[str, Any]:
     except QueueBusyError as exc:
         log.warning("drain skipped", reason=str(exc))
         return {"skipped": "busy"}
+    except ChromaStoreError as exc:  # Chroma went away mid-drain: the lines that needed it stay queued as they were
+        raise PhaseError(exc.reason_code, str(exc)) from exc
     ctx.check_stop()
     return stats.as_dict()
 

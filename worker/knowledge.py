@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator, Collection, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from functools import partial
+from pathlib import Path
 from typing import Any, TextIO
 
 import anyio
@@ -407,6 +408,50 @@ def forget(settings: Settings, *, session: str | None = None, memory: str | None
             return forget_memory(DatabaseUnitOfWork(db), row_suffix(memory) if memory.lower().startswith("memory:") else memory, dry_run=dry_run)
         note_id, key = note_anchor(note or "")
         return forget_note(DatabaseUnitOfWork(db), note_id, key, dry_run=dry_run)
+
+
+def forgotten_in_place(settings: Settings) -> tuple[list[tuple[str, str]], str | None]:
+    """The tombstones ``(kind, id)`` of the graph database a restore is about to replace — what
+    ``forget`` took out, which a backup made before must not bring back — and, when that database
+    cannot be read (damaged: the reason to restore), why not, with no tombstone."""
+    from store.errors import StoreError
+    from store.tombstones import MEMORY, SESSION
+
+    if not database_exists(settings):
+        return [], None
+    try:
+        db = open_database(settings, readonly=True)
+        try:
+            rows = db.query("SELECT kind, id FROM tombstones WHERE kind IN (?, ?) ORDER BY kind, id", (SESSION, MEMORY))
+            return [(r[0], r[1]) for r in rows], None
+        finally:
+            db.close()
+    except StoreError as exc:
+        return [], str(exc)
+
+
+def forget_again(db: Database, tombstones: list[tuple[str, str]]) -> dict[str, int]:
+    """Forget in ``db`` (a restored backup before anything reads it) every session and turn of
+    ``tombstones`` it has no tombstone for, as ``rem-cycle forget`` would; returns how many of each
+    kind."""
+    from pipelines.forget import forget_memory, forget_session
+    from store.tombstones import MEMORY, SESSION, TombstoneStore
+
+    carried = {"sessions": 0, "memories": 0}
+    if not tombstones:
+        return carried
+    unit = DatabaseUnitOfWork(db)
+    buried = {kind: TombstoneStore(db).buried(kind, [i for k, i in tombstones if k == kind]) for kind in (SESSION, MEMORY)}
+    for kind, item_id in tombstones:
+        if item_id in buried[kind]:
+            continue
+        if kind == SESSION:
+            forget_session(unit, item_id)
+            carried["sessions"] += 1
+        else:
+            forget_memory(unit, item_id)
+            carried["memories"] += 1
+    return carried
 
 
 async def import_notes(settings: Settings, paths: list[str]) -> dict[str, Any]:

@@ -99,11 +99,8 @@ class ChromaNearest:
         # Within recall's own deadline: a hung Chroma must not hold the caller (and a worker
         # thread) for REM_CHROMA_TIMEOUT_SECONDS.
         with anyio.fail_after(RECALL_DEADLINE_SECONDS):
-            collection = await self.chroma.memories()
-            if collection is None:
-                return []
-            result = await self.chroma._call(collection.query, query_texts=[text], n_results=limit, include=[])
-        return [f"memory:{i}" for i in (result.get("ids") or [[]])[0]]
+            ids = await self.chroma.nearest_memories(text, limit=limit)
+        return [f"memory:{i}" for i in ids]
 
 
 async def run_recall(settings: Settings, request: RecallRequest, *, chroma: ChromaStore | None = None) -> dict[str, Any]:
