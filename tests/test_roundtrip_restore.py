@@ -5,12 +5,14 @@ real embedded Chroma, the real CLI for backup and restore."""
 from __future__ import annotations
 
 import json
-import sqlite3
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from config import Settings
 from pipelines.importer import import_sessions
+from store.backend import open_database
 from store.chroma import ChromaStore
 from tests.conftest import make_session, run_cli, write_sessions
 from worker.cycle import run_cycle
@@ -18,13 +20,16 @@ from worker.knowledge import forget
 
 
 def _env(settings: Settings) -> dict[str, str]:
-    return {"REM_DATA_DIR": str(settings.data_dir)}
+    env = {"REM_DATA_DIR": str(settings.data_dir)}
+    if settings.database_url is not None:
+        env["REM_DATABASE_URL"] = settings.database_url.get_secret_value()
+    return env
 
 
 def _count(settings: Settings, sql: str, params: tuple[Any, ...] = ()) -> int:
-    db = sqlite3.connect(settings.graph_path)
+    db = open_database(settings, readonly=True)
     try:
-        return db.execute(sql, params).fetchone()[0]
+        return db.query(sql, params)[0][0]
     finally:
         db.close()
 
@@ -57,6 +62,7 @@ async def _digested_backed_up_then_forgotten(settings: Settings, tmp_path: Path)
     return backup
 
 
+@pytest.mark.both_backends
 async def test_a_restored_backup_made_before_a_forget_does_not_bring_it_back(settings: Settings, tmp_path: Path) -> None:
     backup = await _digested_backed_up_then_forgotten(settings, tmp_path)
 

@@ -819,6 +819,7 @@ async def cmd_enqueue(settings: Settings, args: argparse.Namespace) -> int:
 
 
 async def cmd_drain(settings: Settings, args: argparse.Namespace, progress: CommandProgress) -> int:
+    from pipelines.drain import ChromaGoneDuringDrainError
     from store.lazy_queue import QueueBusyError
     from worker.report import print_drain
 
@@ -828,6 +829,9 @@ async def cmd_drain(settings: Settings, args: argparse.Namespace, progress: Comm
     except QueueBusyError as exc:
         print(f"rem-cycle: {exc}; not starting a second one", file=sys.stderr)
         return EXIT_BUSY
+    except ChromaGoneDuringDrainError as exc:  # says itself what was done and what waits
+        print(f"rem-cycle: {exc}", file=sys.stderr)
+        return EXIT_FAILED
     except StoreError as exc:  # the database failed, not a line (pipelines.drain): nothing charged
         print(f"rem-cycle: drain stopped: {exc}; no queued edge was lost, the unsettled ones wait for the next drain",
               file=sys.stderr)
