@@ -393,11 +393,12 @@ async def scan_session_revisions(
     """Fingerprint every session from an ids-only scan of the memory collection.
 
     ``known_sessions`` maps memory ids already ingested to their session; only ids not in it have
-    their metadata read — and the known ids that come after the last of ``since``'s tail ids still
-    there (the memory collection's previous mark): rows deleted and written again since, which may
-    name another session now; every known id when the collection was ``recreated``. Summaries (one per session) are read whole. A row without a usable
-    ``sessionId`` is counted as an error, never a crash. The marks it returns (location and full
-    scan time left blank for the caller) say how many rows each collection had, and its last ids.
+    their metadata read — and the known ids that come after the tail of ``since`` (the memory
+    collection's previous mark, see :class:`_RowsAfterMark`): rows deleted and written again since,
+    which may name another session now; every known id when the collection was ``recreated``.
+    Summaries (one per session) are read whole. A row without a usable ``sessionId`` is counted as
+    an error, never a crash. The marks it returns (location and full scan time left blank for the
+    caller) say how many rows each collection had, and its last ids.
     """
     result = ScanResult()
     present: set[str] = set()

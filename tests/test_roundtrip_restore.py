@@ -12,6 +12,7 @@ import pytest
 
 from config import Settings
 from pipelines.importer import import_sessions
+from store.backend import backup as store_backup
 from store.backend import open_database
 from store.chroma import ChromaStore
 from tests.conftest import make_session, run_cli, write_sessions
@@ -54,7 +55,7 @@ async def _digested_backed_up_then_forgotten(settings: Settings, tmp_path: Path)
                           summary_collection=settings.session_collection)
     assert (await run_cycle(settings)).outcome == "completed"
     backup = tmp_path / "backups" / "graph.sqlite3"
-    assert run_cli("backup", str(backup), env=_env(settings), timeout=120).returncode == 0
+    store_backup(settings, backup)  # what `rem-cycle backup` runs
     assert set(_gone(settings).values()) != {0}
     forget(settings, session="fa")
     forget(settings, memory="memory:fb-t0001")

@@ -154,3 +154,20 @@ async def test_a_collection_made_again_with_the_same_rows_in_the_same_order_is_r
     assert _served(settings, "memory:a-t1") == "My password is [redacted]."
     again = await _cycle(settings)
     assert (again["ingest"]["scan"], again["ingest"]["sessions_synced"]) == ("new rows", 0)
+
+
+@pytest.mark.parametrize(("order", "after"), [
+    (["p", "a", "b", "c"], []),                    # nothing changed
+    (["p", "a", "b", "c", "x"], ["x"]),            # a new row
+    (["p", "a", "c", "b"], ["b"]),                 # b deleted and added again
+    (["p", "a", "b", "x", "c"], ["x", "c"]),       # the last row deleted, a new one, the last added again
+    (["b", "c", "p"], ["p"]),                      # a deleted, p (before the tail) added again
+    (["p", "x"], []),                              # every tail row gone: nothing to tell by
+], ids=["same", "new-row", "readded", "last-readded-after-a-new-row", "before-the-tail-readded", "tail-gone"])
+def test_the_rows_after_a_marks_tail(order: list[str], after: list[str]) -> None:
+    from pipelines.ingest import _RowsAfterMark
+
+    rows = _RowsAfterMark(["a", "b", "c"])
+    for page in (order[:2], order[2:]):  # read page by page
+        rows.read(page)
+    assert rows.ids() == after
