@@ -56,35 +56,43 @@ def backup(settings: Settings, destination: Path) -> dict[str, object]:
     return backup_postgres(settings.database_url.get_secret_value(), destination)
 
 
-def restore(settings: Settings, source: Path, *, prepare: Callable[[Database], object] | None = None) -> dict[str, object]:
+def restore(
+    settings: Settings, source: Path, *, carry: Callable[[], Callable[[Database], object] | None] | None = None
+) -> dict[str, object]:
     """Put the backup at ``source`` in place of the graph database: the SQLite file (see
     :func:`store.db.restore_database`), or the PostgreSQL graph from a ``pg_dump`` archive (see
     :func:`store.postgres.restore_postgres`), then drop the leases the backup held
-    (:func:`store.claims.drop_every_lease`). ``prepare`` works on the restored graph before anything
-    reads it: on SQLite on the checked copy, before it goes in place (raising, it changes nothing);
-    on PostgreSQL once ``pg_restore`` has committed. Returns ``{path, bytes, integrity, schema_version}``."""
+    (:func:`store.claims.drop_every_lease`). ``carry`` is called while the graph it replaces is
+    still in place (on SQLite once the backup is checked, so a refused backup leaves the data dir
+    untouched) and returns what must run on the restored graph before anything reads it, or None:
+    on SQLite on the checked copy before it goes in place (raising, it changes nothing), on
+    PostgreSQL once ``pg_restore`` has committed. Returns ``{path, bytes, integrity, schema_version}``."""
     _refuse_the_other_engines_backup(source, postgres=settings.database_url is not None)
+    step: Callable[[Database], object] | None = None
     if settings.database_url is None:
-        restored = restore_database(source, settings.graph_path, prepare=None if prepare is None else partial(_on_copy, prepare))
+        restored = restore_database(source, settings.graph_path, prepare=None if carry is None else partial(_on_copy, carry))
     else:
         from store.postgres import restore_postgres
 
+        step = carry() if carry is not None else None
         restored = restore_postgres(settings.database_url.get_secret_value(), source, known_versions=len(MIGRATIONS))
     db = open_database(settings)
     try:
-        if prepare is not None and settings.database_url is not None:
-            prepare(db)
+        if step is not None:
+            step(db)
         drop_every_lease(db)  # the backup's, of processes long gone: the next cycle must not wait them out
     finally:
         db.close()
     return restored
 
 
-def _on_copy(prepare: Callable[[Database], object], copy: Path) -> None:
-    """Run ``prepare`` on the SQLite database file at ``copy``."""
+def _on_copy(carry: Callable[[], Callable[[Database], object] | None], copy: Path) -> None:
+    """Run what ``carry`` returns, if anything, on the SQLite database file at ``copy``."""
+    if (step := carry()) is None:
+        return
     db = Database(copy)
     try:
-        prepare(db)
+        step(db)
     finally:
         db.close()
 

@@ -664,6 +664,7 @@ async def cmd_backup(settings: Settings, args: argparse.Namespace) -> int:
 
 async def cmd_restore(settings: Settings, args: argparse.Namespace) -> int:
     from store.backend import restore
+    from store.db import Database
     from worker.cycle import graph_single_flight, single_flight
     from worker.daemon import daemon_lock_path
     from worker.knowledge import forget_again, forgotten_in_place
@@ -673,18 +674,20 @@ async def cmd_restore(settings: Settings, args: argparse.Namespace) -> int:
         return EXIT_FAILED
     carried: dict[str, int] = {}
     unread: list[str] = []
+
+    def forget_what_was_forgotten() -> Callable[[Database], object] | None:
+        """A forget is final: what the replaced graph has a tombstone for is forgotten again in the
+        restored one before anything reads it (the live graph is read only once the backup is sound)."""
+        tombstones, why = forgotten_in_place(settings)
+        unread.extend([why] if why else [])
+        return (lambda db: carried.update(forget_again(db, tombstones))) if tombstones else None
+
     # Both locks: no cycle, command or daemon of this data dir has the database open meanwhile (on
     # PostgreSQL, nor a cycle of another host: the database's single-flight lock too).
     cycle_lock = graph_single_flight(settings) if settings.database_url is not None else single_flight(settings)
     try:
         async with single_flight(settings, lock_path=daemon_lock_path(settings), what="rem-cycle daemon"), cycle_lock:
-            # A forget is final: what was forgotten since the backup is forgotten again in the
-            # restored graph before anything reads it (read before the live graph is replaced).
-            tombstones, why = await anyio.to_thread.run_sync(forgotten_in_place, settings)
-            unread.extend([why] if why else [])
-            payload = await anyio.to_thread.run_sync(partial(
-                restore, settings, Path(args.path),
-                prepare=(lambda db: carried.update(forget_again(db, tombstones))) if tombstones else None))
+            payload = await anyio.to_thread.run_sync(partial(restore, settings, Path(args.path), carry=forget_what_was_forgotten))
     except CycleBusyError as exc:
         print(f"rem-cycle: {exc}; stop it before restoring", file=sys.stderr)
         return EXIT_BUSY
