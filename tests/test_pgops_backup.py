@@ -126,7 +126,7 @@ def test_a_restore_that_cannot_apply_changes_nothing(graph: str, tmp_path: Path,
     junk = tmp_path / "junk.dump"
     junk.write_bytes(b"not an archive\n" * 10)
     done = run_cli("restore", str(junk), env=env)
-    assert done.returncode == 1 and "not a backup `rem-cycle backup` wrote on PostgreSQL" in done.stderr, done.stderr
+    assert done.returncode == 1 and "cannot be read as a PostgreSQL backup" in done.stderr, done.stderr
     assert _names(graph) == ["also", "kept"]
 
     # A session in a transaction that read the graph (a forgotten psql, a report): pg_restore's
