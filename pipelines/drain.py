@@ -342,7 +342,8 @@ class _Drain:
                 else _Fate(item[0], "linked")
                 for item in linkable
             ]
-            outputs.settle(done)
+            if outputs.in_database:
+                outputs.settle(done)  # in the batch's own transaction
             return done
 
         def in_transaction() -> list[_Fate]:
@@ -351,9 +352,12 @@ class _Drain:
 
         if not (fates or linkable or writes):
             return []
-        if writes or outputs.in_database:
-            return await anyio.to_thread.run_sync(in_transaction)
-        return await anyio.to_thread.run_sync(write)  # the file form's scratch outputs only
+        done = await anyio.to_thread.run_sync(in_transaction if writes or outputs.in_database else write)
+        if not outputs.in_database:
+            # The file form's scratch outputs once the batch's transaction committed: a commit that
+            # failed (the batch is linked again, or the drain ends) has written no line to them.
+            await anyio.to_thread.run_sync(outputs.settle, done)
+        return done
 
     def _failure(self, item: tuple[_Entry, QueuedEdge], error: str, *, dead_reason: str | None = None) -> _Fate:
         """A line that did not link: re-queued, or dead-lettered after its last attempt (or at once,

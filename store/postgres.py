@@ -749,8 +749,10 @@ def _archive_schema(pg_restore: str, source: Path) -> str:
     :class:`DatabaseUnreadableError` when it is no such archive."""
     listed = subprocess.run([pg_restore, "--list", str(source)], capture_output=True, text=True, timeout=600, check=False)
     if listed.returncode != 0:
-        raise DatabaseUnreadableError(f"{source} is not a backup `rem-cycle backup` wrote on PostgreSQL (pg_restore --list: "
-                                      f"{listed.stderr.strip() or listed.returncode})")
+        raise DatabaseUnreadableError(
+            f"{source} cannot be read as a PostgreSQL backup (pg_restore --list: {listed.stderr.strip() or listed.returncode}): "
+            "it is not an archive `rem-cycle backup` wrote, or this pg_restore is older than the pg_dump that wrote it"
+        )
     match = _LISTED_VERSION_TABLE.search(listed.stdout)
     if match is None:
         raise DatabaseUnreadableError(f"{source} is a pg_dump archive but no rem-cycle graph (no schema_version table)")

@@ -30,7 +30,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -262,7 +262,7 @@ class Liveness:
     settings: Settings
     owner: Callable[[], str | None] = lambda: None
     clock: Callable[[], float] = time.monotonic
-    _busy_since: float | None = None
+    _busy_since: float | None = field(default=None, init=False, repr=False)
 
     def check(self) -> dict[str, Any]:
         """The ``/healthz`` body: ``{"status": "ok"}``; ``{"status": "stalled", "runs": [{run_id,
