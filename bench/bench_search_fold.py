@@ -1,7 +1,7 @@
 """What the folding rule (store/textfold.py, migration 18) costs: indexing, recall and ``search``,
 before and after, at 1× and 8× the data, in one process (searchfold, twelfth session).
 
-    python bench/bench_search_fold.py [--turns 4000] [--nodes 4000] [--postgres URL]
+    python bench/bench_search_fold.py [fold] [scope] [--turns 4000] [--nodes 4000] [--postgres URL]
 
 PostgreSQL runs too when ``--postgres`` (or ``REM_TEST_POSTGRES_URL``) names a server: each run
 gets a fresh schema of it. Data: generated turns and node names from a seeded mix of English,
@@ -12,11 +12,16 @@ French, German, Greek, Russian and Japanese words — a figure of cost, not of q
   ``rem_search_text`` is registered there as the identity, so the statements are main's); seconds
   per 1,000 turns and the after/before ratio.
 - ``migrate``: opening the rolled-back graph, i.e. migration 18 re-indexing every row (one-off).
-- ``recall``: the median of 100 recall queries of each kind (``LATIN``: found alike before and
-  after; ``FOLDED``: found only after) with the keyword signal alone, then every signal, on each
+- ``recall``: the median of 100 recall queries of each kind (``ASCII``: found alike before and
+  after; ``FOLDED``: found only after, on one engine or both) with the keyword signal alone, then every signal, on each
   graph, alternating before and after. No Hindi query: main's tokenizer cut its words at their
   vowel signs, so on the "before" graph this code's one-word match would be a phrase, which the
   position-less tables refuse.
+- ``scope`` (the other change of this branch): recall counts a query's words in the caller's scope
+  (``RecallIndex.term_counts``); a word in every turn of other users and in one of the caller's is
+  counted through the index alone (whole index, as main did for everyone) against within the
+  scope (now, under ``--user``), at 1× and 8× the other users' turns; and that user's whole recall
+  of the word (every signal), beside the same recall without a scope (the word too common to rank).
 - ``search``: ``rem-cycle search``'s statement over ``--nodes`` nodes: main's (``LIKE`` / ``ILIKE``,
   inlined here) against ``GraphStore.search_nodes`` (``rem_fold`` on both sides), alternating.
 """
@@ -38,21 +43,22 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pipelines.recall import RecallRequest, recall  # noqa: E402
+from pipelines.recall import MATCH_BUDGET, RecallRequest, recall  # noqa: E402
 from store.backend import open_database_at  # noqa: E402
 from store.db import SEARCH_FOLD_VERSION  # noqa: E402
 from store.graph import GraphStore, Node, escape_like  # noqa: E402
-from store.recall_index import RecallIndex, TurnRecord  # noqa: E402
+from store.recall_index import RecallIndex, Scope, TurnRecord  # noqa: E402
 from tests.migrations_support import roll_back  # noqa: E402
 
 FOREIGN = (
     "café école straße größe façade naïve résumé Zürich São Ελλάδα οδός Αθήνα καφές Москва ёлка библиотека "
     "東京 会議 報告書 予算 北京 天気 مكتبة"
 ).split()
-# The queries: words a graph's turns fold alike on both variants ("latin": ASCII, and accents SQLite
-# already folded), and words only the rule finds ("folded": ß, Greek, Cyrillic, Chinese/Japanese).
-LATIN = ["cafe", "ECOLE", "Zurich budget", "payroll export", "resume facade"]
-FOLDED = ["strasse", "ΟΔΟΣ", "ЁЛКА", "東京", "会議の報告書"]
+# The queries: ASCII words, found alike before and after on both engines ("ascii"), and words
+# the rule finds where main found none on one engine or both ("folded": accents, ß, Greek,
+# Cyrillic, Chinese/Japanese).
+ASCII = ["payroll export", "budget", "invoice payroll", "Budget Invoice", "EXPORT"]
+FOLDED = ["cafe", "ECOLE", "strasse", "ΟΔΟΣ", "ЁЛКА", "東京", "会議の報告書", "Zurich", "resume facade", "ΑΘΗΝΑ"]
 
 
 def vocabulary(n: int, rng: random.Random) -> list[str]:
@@ -154,17 +160,17 @@ def run(graphs: Graphs, *, n_turns: int, n_nodes: int) -> dict[str, Any]:
         for db in (before, after):
             GraphStore(db).upsert_nodes(named)
         recall_ms: dict[str, dict[str, list[float]]] = {
-            f"{kind}_{signals}": {"before": [], "after": []} for kind in ("latin", "folded") for signals in ("keyword", "all")}
+            f"{kind}_{signals}": {"before": [], "after": []} for kind in ("ascii", "folded") for signals in ("keyword", "all")}
         search_ms: dict[str, list[float]] = {"before": [], "after": []}
         everything = ("keyword", "entities", "context", "session")
         for i in range(100):
-            for kind, queries in (("latin", LATIN), ("folded", FOLDED)):
+            for kind, queries in (("ascii", ASCII), ("folded", FOLDED)):
                 query = queries[i % len(queries)]
                 for name, signals in (("keyword", ("keyword",)), ("all", everything)):
                     recall_ms[f"{kind}_{name}"]["before"].append(timed(lambda: ask(before, query, signals)))
                     recall_ms[f"{kind}_{name}"]["after"].append(timed(lambda: ask(after, query, signals)))
             if i < 40:
-                query = (LATIN + FOLDED)[i % 10]
+                query = (ASCII + FOLDED)[i % 15]
                 search_ms["before"].append(timed(lambda: main_search(before, query)))
                 search_ms["after"].append(timed(lambda: GraphStore(after).search_nodes(query, limit=50, exclude_labels=("MEMORY", "SESSION", "NOTE"))))
         before.close()
@@ -187,8 +193,32 @@ def run(graphs: Graphs, *, n_turns: int, n_nodes: int) -> dict[str, Any]:
     }
 
 
+def scoped_counts(graphs: Graphs, *, n_turns: int) -> dict[str, Any]:
+    """The cost of counting a word common among other users' turns within one user's scope."""
+    db, _ = graphs.open(before=False)
+    try:
+        index = RecallIndex(db)
+        rows = [TurnRecord(f"memory:o{i}", f"session:o{i // 20}", i % 20, "user", "2026-11-01T10:00:00.000Z",
+                           f"zebra crossing note {i}", "others") for i in range(n_turns)]
+        rows.append(TurnRecord("memory:a", "session:a", 0, "user", "2026-11-01T10:00:00.000Z", "one zebra here", "alice"))
+        index_all(db, rows)
+        mine = Scope(sessions=index.sessions_of_user("alice"))
+        whole = [timed(lambda: index.term_counts(["zebra"], cap=MATCH_BUDGET)) for _ in range(30)]
+        scoped = [timed(lambda: index.term_counts(["zebra"], cap=MATCH_BUDGET, scope=mine)) for _ in range(30)]
+        assert index.term_counts(["zebra"], cap=MATCH_BUDGET, scope=mine) == {"zebra": 1}
+        asked = [timed(lambda: recall(RecallRequest(query="zebra", user="alice"), source=index)) for _ in range(10)]
+        # The same word asked without a scope: too common to rank, its newest turns are listed.
+        unscoped = [timed(lambda: recall(RecallRequest(query="zebra"), source=index)) for _ in range(10)]
+    finally:
+        db.close()
+    return {"other_turns": n_turns, "count_p50_ms": {"whole_index": median_ms(whole), "user_scope": median_ms(scoped)},
+            "ratio": round(statistics.median(scoped) / statistics.median(whole), 2), "user_recall_p50_ms": median_ms(asked),
+            "unscoped_recall_p50_ms": median_ms(unscoped)}
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("parts", nargs="*", choices=("fold", "scope"), default=["fold", "scope"])
     parser.add_argument("--turns", type=int, default=4_000)
     parser.add_argument("--nodes", type=int, default=4_000)
     parser.add_argument("--postgres", default=os.environ.get("REM_TEST_POSTGRES_URL"))
@@ -199,8 +229,12 @@ def main(argv: list[str] | None = None) -> None:
             if engine == "postgresql" and not url:
                 continue
             for scale in (1, 8):
-                figures = run(Graphs(work, url), n_turns=args.turns * scale, n_nodes=args.nodes * scale)
-                print(json.dumps({"engine": engine, "scale": f"{scale}x", **figures}, ensure_ascii=False), flush=True)
+                if "fold" in args.parts:
+                    figures = run(Graphs(work, url), n_turns=args.turns * scale, n_nodes=args.nodes * scale)
+                    print(json.dumps({"engine": engine, "scale": f"{scale}x", **figures}, ensure_ascii=False), flush=True)
+                if "scope" in args.parts:
+                    figures = scoped_counts(Graphs(work, url), n_turns=args.turns * scale)
+                    print(json.dumps({"engine": engine, "scale": f"{scale}x", "part": "scope", **figures}), flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

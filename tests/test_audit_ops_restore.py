@@ -19,16 +19,20 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import make_session, run_cli, write_sessions
+from tests.conftest import ROOT, make_session, run_cli, write_sessions
 
 # A process killed mid-write: its transactions are committed to the -wal, never checkpointed into
-# the file (os._exit skips SQLite's close, which would checkpoint and remove the -wal).
+# the file (os._exit skips SQLite's close, which would checkpoint and remove the -wal). A writer of
+# rem-cycle's: with the SQL functions its connections have (the recall triggers fold text).
 _KILLED_WRITER = """
 import os, sqlite3, sys
+sys.path.insert(0, sys.argv[2])
+from store.db import register_functions
 conn = sqlite3.connect(sys.argv[1], isolation_level=None)
+register_functions(conn)
 conn.execute("PRAGMA wal_autocheckpoint=0")
 conn.execute("CREATE TABLE killed_writer AS SELECT * FROM nodes")
-conn.execute("INSERT INTO killed_writer SELECT * FROM nodes")  # more -wal pages (nodes' triggers call rem-cycle's own SQL functions)
+conn.execute("UPDATE nodes SET properties = properties || ''")
 os._exit(0)
 """
 
@@ -50,7 +54,7 @@ def backed_up_once(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path
     later = write_sessions(tmp_path / "b.jsonl", [make_session("s2", 4, text="turn {i}: the RetryBudget grows")])
     assert run_cli("import", str(later), env=_env(data)).returncode == 0
     assert run_cli("--once", env=_env(data)).returncode == 0
-    subprocess.run([sys.executable, "-c", _KILLED_WRITER, str(data / "graph.sqlite3")], check=True, timeout=60)
+    subprocess.run([sys.executable, "-c", _KILLED_WRITER, str(data / "graph.sqlite3"), str(ROOT)], check=True, timeout=60)
     assert (data / "graph.sqlite3-wal").stat().st_size > 0
     return data, backup
 

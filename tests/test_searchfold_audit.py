@@ -75,11 +75,12 @@ def test_hostile_characters_and_long_queries_get_an_answer_never_an_error(settin
     queries = ["½", "1⁄2", "x²", "ﷺ", "\u0301", "🎉", "👨\u200d👩\u200d👧", "\u202eevil", "東" * MAX_QUERY_CHARS,
                "budget " * (MAX_QUERY_CHARS // 7), " ".join(f"w{i}" for i in range(1_000))[:MAX_QUERY_CHARS]]
     answers = _answers(settings, queries)
-    assert answers["½"][0][:2] == ["f", "b"] or set(answers["½"][0][:2]) == {"f", "b"}  # "½" and "1⁄2" both fold to 1, 2
+    assert set(answers["½"][0][:2]) == {"f", "b"}  # "½" and "1⁄2" both fold to the words 1 and 2
     assert answers["1⁄2"][1] == ["1", "2"] and "b" in answers["1⁄2"][0]
     assert answers["x²"][0][0] == "f" and answers["ﷺ"][0][0] == "e"
     assert answers["\u0301"] == ([], []) and answers["🎉"] == ([], []) and answers["👨\u200d👩\u200d👧"] == ([], [])
-    assert answers["東" * MAX_QUERY_CHARS] == (["c", *answers["東" * MAX_QUERY_CHARS][0][1:]], ["東東"])
+    turns, used = answers["東" * MAX_QUERY_CHARS]
+    assert turns[0] == "c" and used == ["東東"]
     assert answers["budget " * (MAX_QUERY_CHARS // 7)][0][0] == "b"
     assert len(answers[queries[-1]][1]) == 24
     with pytest.raises(RecallInputError, match="at most 4000"):

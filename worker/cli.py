@@ -143,7 +143,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--limit", type=_non_negative_int, default=SHOW_LIMIT,
         help=f"at most this many edges (heaviest first) and turns (default {SHOW_LIMIT}; 0: all)",
     )
-    search = add_command(sub, "search", common, "find nodes by name or alias (case-insensitive)")
+    search = add_command(sub, "search", common, "find nodes by name or alias (case and accents folded)")
     search.add_argument("text", metavar="TEXT", help="part of a node's name or alias")
     search.add_argument("--label", help="only nodes with this label, e.g. CLASS")
     search.add_argument("--limit", type=_non_negative_int, default=50, help="at most this many nodes (default 50)")

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import copy
 import os
-import unicodedata
 from collections.abc import AsyncIterator, Collection, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
@@ -275,10 +274,9 @@ async def refresh_communities_when_due(db: Database, *, namer: Namer | None = No
 
 
 def search_graph(settings: Settings, text: str, *, limit: int = 50, label: str | None = None, as_of: str | None = None) -> list[dict[str, Any]]:
-    """Knowledge nodes whose name or alias contains ``text`` (case-insensitive), best first; with
-    ``as_of``, those known then, as they were then (their aliases of then are not searched). The
-    text is composed first (NFC), as names and aliases are: ``e`` + U+0301 is ``é``."""
-    text = unicodedata.normalize("NFC", text)
+    """Knowledge nodes whose name or alias contains ``text`` (case and accents folded by
+    :mod:`store.textfold`'s rule, ``e`` + U+0301 as ``é``), best first; with ``as_of``, those known
+    then, as they were then (their aliases of then are not searched)."""
     with open_graph_db(settings) as db:
         nodes = GraphStore(db).search_nodes(text, limit=limit, exclude_labels=ANCHOR_LABELS, label=label)
         if as_of is not None:
