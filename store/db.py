@@ -157,6 +157,8 @@ END
 # each write's change to ``state_count_changes``. ``run_stats``: the run histograms (a count per
 # bucket bound, and the sum) and the chunks reused, kept in step by each run's finish
 # (RunStateStore.run_stats); the ``run_stats`` counter row says whether they are built yet.
+# ``session_digests_updated``: finalize's count of the sessions digested since the last community
+# detection (RunStateStore.digested_since) reads those sessions, not every digested one.
 STATE_COUNTS_MIGRATION = """
 CREATE TABLE run_stats (
     series  TEXT NOT NULL,
@@ -165,6 +167,7 @@ CREATE TABLE run_stats (
     PRIMARY KEY (series, bound)
 );
 INSERT INTO rem_counters(name, value) VALUES ('run_stats', 0);
+CREATE INDEX session_digests_updated ON session_digests(state, updated_at);
 CREATE TABLE state_counts (
     kind        TEXT NOT NULL CHECK (kind IN ('session', 'chunk')),
     name        TEXT NOT NULL,

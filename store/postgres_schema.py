@@ -428,6 +428,7 @@ CREATE TABLE run_stats (
     PRIMARY KEY (series, bound)
 );
 INSERT INTO rem_counters(name, value) VALUES ('run_stats', 0);
+CREATE INDEX session_digests_updated ON session_digests(state, updated_at);
 CREATE TABLE state_counts (
     kind        TEXT COLLATE "C" NOT NULL CHECK (kind IN ('session', 'chunk')),
     name        TEXT COLLATE "C" NOT NULL,

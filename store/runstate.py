@@ -212,7 +212,8 @@ class RunStateStore:
             before = rows[-1][0]
 
     def digested_since(self, moment: str) -> int:
-        """Sessions digested (state ``digested``) whose digest record changed after ``moment``."""
+        """Sessions digested (state ``digested``) whose digest record changed after ``moment``:
+        a range of ``session_digests_updated`` (migration 17), the rows changed since."""
         rows = self.db.query(
             "SELECT COUNT(*) FROM session_digests WHERE state = 'digested' AND updated_at > ?", (moment,)
         )

@@ -149,3 +149,28 @@ def test_a_scrape_counts_sessions_and_chunks_without_grouping_their_tables(setti
         assert grouped == []
     finally:
         db.close()
+
+
+@pytest.mark.both_backends
+def test_the_sessions_digested_since_a_moment_are_found_by_an_index_range(settings: Settings, backend: str) -> None:
+    """Finalize counts, every cycle, the sessions digested since the last community detection.
+    Before, that read every digested session (the state index, then each row's ``updated_at``);
+    now it is a range of ``session_digests_updated``: the sessions digested since."""
+    db = open_database(settings)
+    try:
+        runstate = RunStateStore(db, clock=lambda: "2026-11-20T00:00:00.000Z")
+        for i in range(3):
+            runstate.mark_ingested(SessionRevision(f"s{i}", "r1", None), "run")
+            runstate.mark_digested(f"s{i}", "r1", "run")
+        assert runstate.digested_since("2026-11-19T00:00:00.000Z") == 3 and runstate.digested_since("2026-11-20T00:00:00.000Z") == 0
+        sql = "SELECT COUNT(*) FROM session_digests WHERE state = 'digested' AND updated_at > ?"
+        if backend == "sqlite":
+            plan = " ".join(str(r[3]) for r in db.query("EXPLAIN QUERY PLAN " + sql, ("2026-11-19",)))
+            assert "session_digests_updated (state=? AND updated_at>?)" in plan, plan
+        else:
+            with db.transaction() as conn:
+                conn.execute("SET LOCAL enable_seqscan = off")
+                plan = " ".join(r[0] for r in conn.execute("EXPLAIN " + sql, ("2026-11-19",)).fetchall())
+            assert "session_digests_updated" in plan and "updated_at >" in plan.split("session_digests_updated", 1)[1], plan
+    finally:
+        db.close()
