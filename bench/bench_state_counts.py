@@ -23,7 +23,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.bench_metrics import best_of  # noqa: E402
-from bench.bench_reextract import databases  # noqa: E402
+from bench.growth import at_scales, engines  # noqa: E402
 from config import load_settings  # noqa: E402
 from store.db import Database  # noqa: E402
 from store.runstate import RunStateStore  # noqa: E402
@@ -80,6 +80,12 @@ def vacuumed(db: Database) -> None:
             conn.execute("VACUUM ANALYZE")
 
 
+def scale_settings(db: Any) -> Any:
+    """The settings that open ``db`` again (its folder, or its PostgreSQL schema's URL)."""
+    url = getattr(db, "url", None)
+    return load_settings(data_dir=db.path.parent) if url is None else load_settings(data_dir=Path(tempfile.gettempdir()), database_url=url)
+
+
 def measure(db: Database, settings: Any, *, sessions: int, chunks: int) -> dict[str, float]:
     fill(db, sessions=sessions, chunks=chunks)
     vacuumed(db)
@@ -117,18 +123,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--chunks", type=int, default=4, help="chunk results per session")
     parser.add_argument("--postgres-url", default=None)
     args = parser.parse_args(argv)
-    for engine, url in (("SQLite", None), ("PostgreSQL", args.postgres_url)):
-        if engine != "SQLite" and not url:
-            continue
-        results = []
-        with tempfile.TemporaryDirectory() as tmp, databases(Path(tmp), url) as fresh:
-            for scale in (1, 8):
-                db = fresh(f"x{scale}")
-                settings = load_settings(data_dir=Path(tmp) / f"x{scale}", **({"database_url": db.url} if url else {}))
-                try:
-                    results.append(measure(db, settings, sessions=scale * args.sessions, chunks=args.chunks))
-                finally:
-                    db.close()
+    for engine, url in engines(args.postgres_url):
+        results = at_scales(url, lambda db, scale: measure(db, scale_settings(db), sessions=scale * args.sessions, chunks=args.chunks))
         first = results[0]
         print(f"{engine}: sessions by state and chunk results by status ({args.chunks} per session), {UNFOLDED} sessions' changes unfolded")
         print("| sessions | chunk results | GROUP BY both (before) | ÷ 1× | state_counts (now) | ÷ 1× | whole scrape (now) | ÷ 1× |")
