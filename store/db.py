@@ -35,6 +35,29 @@ UNLIMITED = 2**63 - 1
 SQL_IN_BATCH = 900
 
 
+def fold_changes(conn: Any, *, changes: str, totals: str, extra: tuple[str, ...] = ()) -> int:
+    """Fold the rows a count table's triggers appended to ``changes`` (``kind, name, delta`` and
+    the ``extra`` columns) into ``totals`` (``kind, name, total`` and the same ``extra``), inside
+    ``conn``'s transaction; a total that reaches 0 goes. Deletes exactly the changes it adds up
+    (``RETURNING``), so a change a concurrent writer commits meanwhile stays for the next fold.
+    Returns how many changes were folded (``graph_counts``, migration 10; ``state_counts``, 17).
+    The table and column names are the caller's constants, never input."""
+    rows = conn.execute(f"DELETE FROM {changes} RETURNING kind, name, {', '.join(('delta', *extra))}").fetchall()
+    sums: dict[tuple[str, str], list[int]] = {}
+    for kind, name, *deltas in rows:
+        sums[(kind, name)] = [total + int(delta) for total, delta in zip(sums.get((kind, name), [0] * len(deltas)), deltas, strict=True)]
+    moved = sorted((kind, name, *values) for (kind, name), values in sums.items() if any(values))
+    if moved:
+        columns = ("total", *extra)
+        conn.executemany(
+            f"INSERT INTO {totals}(kind, name, {', '.join(columns)}) VALUES ({', '.join('?' * (2 + len(columns)))}) "
+            f"ON CONFLICT(kind, name) DO UPDATE SET {', '.join(f'{c} = {totals}.{c} + excluded.{c}' for c in columns)}",
+            moved,
+        )
+        conn.execute(f"DELETE FROM {totals} WHERE total = 0")
+    return len(rows)
+
+
 def in_batches(values: Iterable[Any], *, lists: int = 1) -> Iterator[tuple[list[Any], str]]:
     """``(batch, placeholders)`` for each batch of ``values``, small enough that a statement using
     the batch in ``lists`` IN lists stays within SQLite's variable limit, whatever the input size."""

@@ -14,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from config.redact import redact
-from store.db import Database, in_batches
+from store.db import Database, fold_changes, in_batches
 from store.graph import dumps, utc_now
 
 RUN_OUTCOMES = ("running", "completed", "failed", "skipped", "interrupted", "abandoned")
@@ -246,25 +246,10 @@ class RunStateStore:
         return {r[0]: (int(r[1]), int(r[2]), int(r[3])) for r in rows}
 
     def fold_counts(self) -> int:
-        """Fold the recorded state-count changes into ``state_counts`` (as GraphStore.fold_counts:
-        exactly the changes it deletes, so one a concurrent writer commits meanwhile stays for the
-        next fold); returns how many were folded."""
+        """Fold the recorded state-count changes into ``state_counts`` (:func:`store.db.fold_changes`);
+        returns how many were folded."""
         with self.db.transaction() as conn:
-            changes = conn.execute("DELETE FROM state_count_changes RETURNING kind, name, delta, tokens_in, tokens_out").fetchall()
-            totals: dict[tuple[str, str], tuple[int, int, int]] = {}
-            for kind, name, delta, tokens_in, tokens_out in changes:
-                total = totals.get((kind, name), (0, 0, 0))
-                totals[(kind, name)] = (total[0] + int(delta), total[1] + int(tokens_in), total[2] + int(tokens_out))
-            moved = sorted((kind, name, *total) for (kind, name), total in totals.items() if any(total))
-            if moved:
-                conn.executemany(
-                    "INSERT INTO state_counts(kind, name, total, tokens_in, tokens_out) VALUES (?, ?, ?, ?, ?) "
-                    "ON CONFLICT(kind, name) DO UPDATE SET total = state_counts.total + excluded.total, "
-                    "tokens_in = state_counts.tokens_in + excluded.tokens_in, tokens_out = state_counts.tokens_out + excluded.tokens_out",
-                    moved,
-                )
-                conn.execute("DELETE FROM state_counts WHERE total = 0")
-        return len(changes)
+            return fold_changes(conn, changes="state_count_changes", totals="state_counts", extra=("tokens_in", "tokens_out"))
 
     def failing_chunks(self, limit: int = 20) -> list[dict[str, Any]]:
         """The most recently failed chunk results (no payloads)."""
