@@ -182,6 +182,10 @@ END
 # (RunStateStore.run_stats); the ``run_stats`` counter row says whether they are built yet.
 # ``session_digests_updated``: finalize's count of the sessions digested since the last community
 # detection (RunStateStore.digested_since) reads those sessions, not every digested one.
+# ``session_digests.turns``: the session's rows in ``memory_index``, kept by triggers (a turn moved
+# to another session moves its count), so the sessions left without turns are a range of the
+# partial index ``session_digests_no_turns`` (RunStateStore.sessions_without_turns), not a probe of
+# the memory index for every session.
 STATE_COUNTS_MIGRATION = """
 CREATE TABLE run_stats (
     series  TEXT NOT NULL,
@@ -191,6 +195,19 @@ CREATE TABLE run_stats (
 );
 INSERT INTO rem_counters(name, value) VALUES ('run_stats', 0);
 CREATE INDEX session_digests_updated ON session_digests(state, updated_at);
+ALTER TABLE session_digests ADD COLUMN turns INTEGER NOT NULL DEFAULT 0;
+UPDATE session_digests SET turns = (SELECT COUNT(*) FROM memory_index AS m WHERE m.session_id = session_digests.session_id);
+CREATE INDEX session_digests_no_turns ON session_digests(turns) WHERE turns = 0;
+CREATE TRIGGER memory_index_turns_ai AFTER INSERT ON memory_index BEGIN
+    UPDATE session_digests SET turns = turns + 1 WHERE session_id = new.session_id;
+END;
+CREATE TRIGGER memory_index_turns_ad AFTER DELETE ON memory_index BEGIN
+    UPDATE session_digests SET turns = turns - 1 WHERE session_id = old.session_id;
+END;
+CREATE TRIGGER memory_index_turns_au AFTER UPDATE OF session_id ON memory_index WHEN old.session_id != new.session_id BEGIN
+    UPDATE session_digests SET turns = turns - 1 WHERE session_id = old.session_id;
+    UPDATE session_digests SET turns = turns + 1 WHERE session_id = new.session_id;
+END;
 CREATE TABLE state_counts (
     kind        TEXT NOT NULL CHECK (kind IN ('session', 'chunk')),
     name        TEXT NOT NULL,

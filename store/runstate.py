@@ -315,9 +315,11 @@ class RunStateStore:
                 "ON CONFLICT(memory_id) DO UPDATE SET session_id = excluded.session_id",
                 [(memory_id, revision.session_id) for memory_id in revision.memory_ids],
             )
+            # A new session's memory rows went in before its digest row (their triggers found none
+            # to count on): it starts with their count.
             conn.execute(
                 "INSERT INTO session_digests(session_id, input_revision, ingested_revision, state, attempts, "
-                "session_created_at, last_run_id, updated_at) VALUES (?,?,?,'undigested',0,?,?,?) "
+                "session_created_at, last_run_id, updated_at, turns) VALUES (?,?,?,'undigested',0,?,?,?,?) "
                 "ON CONFLICT(session_id) DO UPDATE SET input_revision = excluded.input_revision, "
                 "ingested_revision = excluded.ingested_revision, session_created_at = excluded.session_created_at, "
                 "last_run_id = excluded.last_run_id, updated_at = excluded.updated_at, "
@@ -327,7 +329,7 @@ class RunStateStore:
                 "THEN session_digests.attempts ELSE 0 END, "
                 "defer_reason = CASE WHEN session_digests.digested_revision = excluded.input_revision "
                 "THEN session_digests.defer_reason ELSE NULL END",
-                (revision.session_id, revision.revision, revision.revision, revision.created_at, run_id, now),
+                (revision.session_id, revision.revision, revision.revision, revision.created_at, run_id, now, len(set(revision.memory_ids))),
             )
 
     def sessions_to_extract(self, limit: int) -> list[DigestRecord]:
@@ -453,11 +455,9 @@ class RunStateStore:
 
     def sessions_without_turns(self) -> int:
         """Ingested sessions whose latest ingest found no memory rows (every turn gone, or moved to
-        another session), by the memory index."""
-        rows = self.db.query(
-            "SELECT COUNT(*) FROM session_digests AS d WHERE d.ingested_revision IS NOT NULL "
-            "AND NOT EXISTS (SELECT 1 FROM memory_index AS m WHERE m.session_id = d.session_id)"
-        )
+        another session), by the memory index: ``turns`` (kept by its triggers, migration 17) is 0,
+        a range of the partial index ``session_digests_no_turns`` — those sessions, not all."""
+        rows = self.db.query("SELECT COUNT(*) FROM session_digests WHERE turns = 0 AND ingested_revision IS NOT NULL")
         return int(rows[0][0])
 
 

@@ -35,12 +35,17 @@ UNDO: dict[int, dict[str, tuple[str, ...]]] = {
     STATE_COUNTS_VERSION: {
         "sqlite": (*(f"DROP TRIGGER state_counts_{t}_{op}" for t in ("digests", "chunks") for op in ("ai", "ad", "au")),
                    "DROP TABLE state_count_changes", "DROP TABLE state_counts", "DROP TABLE run_stats",
-                   "DELETE FROM rem_counters WHERE name = 'run_stats'", "DROP INDEX session_digests_updated"),
+                   "DELETE FROM rem_counters WHERE name = 'run_stats'", "DROP INDEX session_digests_updated",
+                   *(f"DROP TRIGGER memory_index_turns_{op}" for op in ("ai", "ad", "au")), "DROP INDEX session_digests_no_turns",
+                   "ALTER TABLE session_digests DROP COLUMN turns"),
         "postgresql": ("DROP TRIGGER state_counts_digests_aid ON session_digests", "DROP TRIGGER state_counts_digests_au ON session_digests",
                        "DROP TRIGGER state_counts_chunks_aid ON chunk_results", "DROP TRIGGER state_counts_chunks_au ON chunk_results",
                        "DROP FUNCTION rem_count_digests()", "DROP FUNCTION rem_count_chunks()",
                        "DROP TABLE state_count_changes", "DROP TABLE state_counts", "DROP TABLE run_stats",
-                       "DELETE FROM rem_counters WHERE name = 'run_stats'", "DROP INDEX session_digests_updated"),
+                       "DELETE FROM rem_counters WHERE name = 'run_stats'", "DROP INDEX session_digests_updated",
+                       "DROP TRIGGER memory_index_turns_aid ON memory_index", "DROP TRIGGER memory_index_turns_au ON memory_index",
+                       "DROP FUNCTION rem_count_turns()", "DROP INDEX session_digests_no_turns",
+                       "ALTER TABLE session_digests DROP COLUMN turns"),
     },
 }
 assert "rem_run_counts" in MIGRATIONS[RUN_COUNTS_VERSION - 1] and "community_names" in MIGRATIONS[COMMUNITY_NAMES_VERSION - 1]
