@@ -18,7 +18,6 @@ import argparse
 import itertools
 import json
 import sys
-import tempfile
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -26,7 +25,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.bench_metrics import best_of  # noqa: E402
-from bench.bench_reextract import databases  # noqa: E402
+from bench.growth import at_scales, engines  # noqa: E402
 from store.db import Database  # noqa: E402
 from store.runstate import RunStateStore  # noqa: E402
 
@@ -79,17 +78,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--keep-days", type=int, default=90, help="REM_RUN_HISTORY_DAYS")
     parser.add_argument("--postgres-url", default=None)
     args = parser.parse_args(argv)
-    for engine, url in (("SQLite", None), ("PostgreSQL", args.postgres_url)):
-        if engine != "SQLite" and not url:
-            continue
-        with tempfile.TemporaryDirectory() as tmp, databases(Path(tmp), url) as fresh:
-            results = []
-            for scale in (1, 8):
-                db = fresh(f"x{scale}")
-                try:
-                    results.append(measure(db, days=scale * args.days, keep_days=args.keep_days))
-                finally:
-                    db.close()
+    for engine, url in engines(args.postgres_url):
+        results = at_scales(url, lambda db, scale: measure(db, days=scale * args.days, keep_days=args.keep_days))
         first = results[0]
         print(f"{engine}: a run every 15 minutes, REM_RUN_HISTORY_DAYS={args.keep_days}")
         print("| days of history | runs recorded | first prune deleted | runs kept | a cycle's start + finish + prune | ÷ 1× |")

@@ -18,14 +18,13 @@ import argparse
 import itertools
 import json
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.bench_metrics import best_of  # noqa: E402
-from bench.bench_reextract import databases  # noqa: E402
+from bench.growth import at_scales, engines  # noqa: E402
 from bench.bench_scrape_growth import run_history  # noqa: E402
 from store.db import Database  # noqa: E402
 from store.runstate import RunStateStore, run_contribution  # noqa: E402
@@ -75,17 +74,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--runs", type=int, default=1000, help="runs at 1× (8× is eight times as many)")
     parser.add_argument("--postgres-url", default=None)
     args = parser.parse_args(argv)
-    for engine, url in (("SQLite", None), ("PostgreSQL", args.postgres_url)):
-        if engine != "SQLite" and not url:
-            continue
-        with tempfile.TemporaryDirectory() as tmp, databases(Path(tmp), url) as fresh:
-            results = []
-            for scale in (1, 8):
-                db = fresh(f"x{scale}")
-                try:
-                    results.append(measure(db, scale * args.runs))
-                finally:
-                    db.close()
+    for engine, url in engines(args.postgres_url):
+        results = at_scales(url, lambda db, scale: measure(db, scale * args.runs))
         first = results[0]
         print(f"{engine}: the run histograms and chunks reused, as the first scrape after a run reads them")
         print("| runs | every run read (before) | ÷ 1× | run_stats (now) | ÷ 1× | a run's start + finish (now) | ÷ 1× |")

@@ -1,9 +1,10 @@
 """What the issue-13 metrics cost a scrape as the data grows (1× and 8×).
 
 ``rem_cycle_dead_letters`` counts the records of a file that only grows; a scrape recounts it only
-when the file changed (a ``stat`` otherwise). ``rem_cycle_sessions_without_turns`` reads every
-ingested session against the memory index; a scrape recomputes it only when a run started or
-finished. Times, in the same process: a full recount / the query (what a scrape would pay without
+when the file changed (a ``stat`` otherwise). ``rem_cycle_sessions_without_turns`` read every
+ingested session against the memory index (:data:`NO_TURNS_BEFORE_17`); now a range of the partial
+index ``session_digests_no_turns`` (the sessions without turns only); a scrape recomputes it only
+when a run started or finished. Times, in the same process: a full recount / the query (what a scrape would pay without
 the cache) against a cached scrape's ``stat`` / a dictionary lookup, at N and 8 × N.
 
 Every scrape after a write reads the runs by outcome, each outcome's latest finish and the running
@@ -34,6 +35,12 @@ from store.runstate import RunStateStore  # noqa: E402
 from worker.metrics import DeadLetterCounter  # noqa: E402
 
 TURNS_PER_SESSION = 20
+# How the sessions left without turns were counted before migration 17: the memory index probed
+# once for every session ever ingested.
+NO_TURNS_BEFORE_17 = (
+    "SELECT COUNT(*) FROM session_digests AS d WHERE d.ingested_revision IS NOT NULL "
+    "AND NOT EXISTS (SELECT 1 FROM memory_index AS m WHERE m.session_id = d.session_id)"
+)
 RUNS_RUNNING = 2  # runs left running (a leader and a follower's), whatever the history
 # What a scrape read of ``rem_runs`` before migration 13 (RunStateStore as it was): the baseline.
 SCANS_BEFORE_13 = (
@@ -114,6 +121,7 @@ def measure(root: Path, *, dead_letters: int, sessions: int, runs: int) -> dict[
             "recount": best_of(queue.dead_letter_count),
             "cached_count": best_of(counter.count),
             "no_turn_query": best_of(runstate.sessions_without_turns),
+            "no_turn_before": best_of(lambda: db.query(NO_TURNS_BEFORE_17)),
         }
     finally:
         db.close()
@@ -135,11 +143,12 @@ def main(argv: list[str] | None = None) -> None:
                 f"{scale}x ({scale * args.dead_letters} dead letters, {scale * args.sessions} sessions): "
                 f"dead-letter recount {m['recount'] * 1000:.1f} ms vs cached scrape {m['cached_count'] * 1e6:.0f} µs "
                 f"(ratio {m['recount'] / m['cached_count']:.0f}x); sessions-without-turns query "
-                f"{m['no_turn_query'] * 1000:.1f} ms (run once per finished run, cached between); "
+                f"{m['no_turn_query'] * 1000:.2f} ms (before migration 17: {m['no_turn_before'] * 1000:.1f} ms; run once per finished run, cached between); "
                 f"{scale * args.runs} runs: a scrape's run reads {m['run_reads'] * 1e6:.0f} µs vs the scans before "
                 f"migration 13 {m['run_scans'] * 1e6:.0f} µs"
             )
-        for name, label in (("run_reads", "run reads (migration 13)"), ("run_scans", "scans before migration 13")):
+        for name, label in (("run_reads", "run reads (migration 13)"), ("run_scans", "scans before migration 13"),
+                            ("no_turn_query", "sessions without turns (migration 17)"), ("no_turn_before", "sessions without turns before 17")):
             print(f"{label}: 8x / 1x = {measured[8][name] / measured[1][name]:.2f}")
     finally:
         shutil.rmtree(workdir, ignore_errors=True)

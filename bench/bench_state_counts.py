@@ -23,7 +23,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.bench_metrics import best_of  # noqa: E402
-from bench.bench_reextract import databases  # noqa: E402
+from bench.growth import at_scales, engines  # noqa: E402
 from config import load_settings  # noqa: E402
 from store.db import Database  # noqa: E402
 from store.runstate import RunStateStore  # noqa: E402
@@ -60,7 +60,8 @@ def fill(db: Database, *, sessions: int, chunks: int) -> None:
     runstate.fold_counts()
     with db.transaction() as conn:
         conn.execute(
-            "UPDATE session_digests SET state = 'digested' WHERE session_id IN (" + ", ".join("?" * UNFOLDED) + ")",
+            "UPDATE session_digests SET state = 'digested', updated_at = '2026-11-20T00:00:00Z' WHERE session_id IN ("
+            + ", ".join("?" * UNFOLDED) + ")",
             [f"s{i}" for i in range(UNFOLDED)],
         )
 
@@ -79,6 +80,12 @@ def vacuumed(db: Database) -> None:
             conn.execute("VACUUM ANALYZE")
 
 
+def scale_settings(db: Any) -> Any:
+    """The settings that open ``db`` again (its folder, or its PostgreSQL schema's URL)."""
+    url = getattr(db, "url", None)
+    return load_settings(data_dir=db.path.parent) if url is None else load_settings(data_dir=Path(tempfile.gettempdir()), database_url=url)
+
+
 def measure(db: Database, settings: Any, *, sessions: int, chunks: int) -> dict[str, float]:
     fill(db, sessions=sessions, chunks=chunks)
     vacuumed(db)
@@ -94,7 +101,20 @@ def measure(db: Database, settings: Any, *, sessions: int, chunks: int) -> dict[
         "now": best_of(lambda: (runstate.digest_counts(), runstate.chunk_totals()), repeat=21),
         "scrape": best_of(lambda: list(collector.collect()), repeat=11),
         "changes": db.query("SELECT COUNT(*) FROM state_count_changes")[0][0],
+        **digested_since(db, runstate),
     }
+
+
+def digested_since(db: Database, runstate: RunStateStore) -> dict[str, float]:
+    """Finalize's count of the sessions digested since the last community detection (the
+    :data:`UNFOLDED` digested last), with ``session_digests_updated`` and, dropped, without it."""
+    moment = "2026-11-15T00:00:00Z"
+    assert runstate.digested_since(moment) == UNFOLDED
+    now = best_of(lambda: runstate.digested_since(moment), repeat=21)
+    with db.transaction() as conn:
+        conn.execute("DROP INDEX session_digests_updated")
+    before = best_of(lambda: runstate.digested_since(moment), repeat=21)
+    return {"since_now": now, "since_before": before}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -103,18 +123,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--chunks", type=int, default=4, help="chunk results per session")
     parser.add_argument("--postgres-url", default=None)
     args = parser.parse_args(argv)
-    for engine, url in (("SQLite", None), ("PostgreSQL", args.postgres_url)):
-        if engine != "SQLite" and not url:
-            continue
-        results = []
-        with tempfile.TemporaryDirectory() as tmp, databases(Path(tmp), url) as fresh:
-            for scale in (1, 8):
-                db = fresh(f"x{scale}")
-                settings = load_settings(data_dir=Path(tmp) / f"x{scale}", **({"database_url": db.url} if url else {}))
-                try:
-                    results.append(measure(db, settings, sessions=scale * args.sessions, chunks=args.chunks))
-                finally:
-                    db.close()
+    for engine, url in engines(args.postgres_url):
+        results = at_scales(url, lambda db, scale: measure(db, scale_settings(db), sessions=scale * args.sessions, chunks=args.chunks))
         first = results[0]
         print(f"{engine}: sessions by state and chunk results by status ({args.chunks} per session), {UNFOLDED} sessions' changes unfolded")
         print("| sessions | chunk results | GROUP BY both (before) | ÷ 1× | state_counts (now) | ÷ 1× | whole scrape (now) | ÷ 1× |")
@@ -122,6 +132,12 @@ def main(argv: list[str] | None = None) -> None:
         for r in results:
             print(f"| {r['sessions']:,} | {r['sessions'] * args.chunks:,} | {r['before'] * 1000:.2f} ms | {r['before'] / first['before']:.2f}× "
                   f"| {r['now'] * 1000:.2f} ms | {r['now'] / first['now']:.2f}× | {r['scrape'] * 1000:.1f} ms | {r['scrape'] / first['scrape']:.2f}× |")
+        print(f"{engine}: finalize's count of the {UNFOLDED} sessions digested since the last community detection")
+        print("| sessions | without session_digests_updated (before) | ÷ 1× | with it (now) | ÷ 1× |")
+        print("| --- | --- | --- | --- | --- |")
+        for r in results:
+            print(f"| {r['sessions']:,} | {r['since_before'] * 1000:.2f} ms | {r['since_before'] / first['since_before']:.2f}× "
+                  f"| {r['since_now'] * 1000:.2f} ms | {r['since_now'] / first['since_now']:.2f}× |")
 
 
 if __name__ == "__main__":

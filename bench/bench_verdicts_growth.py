@@ -17,14 +17,13 @@ import argparse
 import hashlib
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.bench_reextract import databases  # noqa: E402
+from bench.growth import at_scales, engines  # noqa: E402
 from store.db import Database  # noqa: E402
 from store.verdicts import VerdictStore  # noqa: E402
 
@@ -58,28 +57,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--questions", type=int, default=6, help="identity questions per session")
     parser.add_argument("--postgres-url", default=None)
     args = parser.parse_args(argv)
-    for engine, url in (("SQLite", None), ("PostgreSQL", args.postgres_url)):
-        if engine != "SQLite" and not url:
-            continue
+    for engine, url in engines(args.postgres_url):
         print(f"{engine}: {args.questions} identity verdicts per session")
         print("| sessions | rows left, before | session's verdict work, before | ÷ 1× | rows left, now | session's verdict work, now | ÷ 1× |")
         print("| --- | --- | --- | --- | --- | --- | --- |")
-        with tempfile.TemporaryDirectory() as tmp, databases(Path(tmp), url) as fresh:
-            results = []
-            for count in sorted(args.sessions):
-                row = {}
-                for settle in (False, True):
-                    db = fresh(f"s{count}-{settle}")
-                    try:
-                        row[settle] = measure(db, sessions=count, questions=args.questions, settle=settle)
-                    finally:
-                        db.close()
-                results.append(row)
-            first = results[0]
-            for row in results:
-                before, now = row[False], row[True]
-                print(f"| {before['sessions']:,} | {before['rows']:,} | {before['ms']:.2f} ms | {before['ms'] / first[False]['ms']:.2f}× "
-                      f"| {now['rows']:,} | {now['ms']:.2f} ms | {now['ms'] / first[True]['ms']:.2f}× |")
+        counts = sorted(args.sessions)
+        runs = {settle: at_scales(url, lambda db, count, settle=settle: measure(db, sessions=count, questions=args.questions, settle=settle),
+                                  scales=tuple(counts)) for settle in (False, True)}
+        first_before, first_now = runs[False][0], runs[True][0]
+        for before, now in zip(runs[False], runs[True], strict=True):
+            print(f"| {before['sessions']:,} | {before['rows']:,} | {before['ms']:.2f} ms | {before['ms'] / first_before['ms']:.2f}× "
+                  f"| {now['rows']:,} | {now['ms']:.2f} ms | {now['ms'] / first_now['ms']:.2f}× |")
 
 
 if __name__ == "__main__":

@@ -36,6 +36,29 @@ UNLIMITED = 2**63 - 1
 SQL_IN_BATCH = 900
 
 
+def fold_changes(conn: Any, *, changes: str, totals: str, extra: tuple[str, ...] = ()) -> int:
+    """Fold the rows a count table's triggers appended to ``changes`` (``kind, name, delta`` and
+    the ``extra`` columns) into ``totals`` (``kind, name, total`` and the same ``extra``), inside
+    ``conn``'s transaction; a total that reaches 0 goes. Deletes exactly the changes it adds up
+    (``RETURNING``), so a change a concurrent writer commits meanwhile stays for the next fold.
+    Returns how many changes were folded (``graph_counts``, migration 10; ``state_counts``, 17).
+    The table and column names are the caller's constants, never input."""
+    rows = conn.execute(f"DELETE FROM {changes} RETURNING kind, name, {', '.join(('delta', *extra))}").fetchall()
+    sums: dict[tuple[str, str], list[int]] = {}
+    for kind, name, *deltas in rows:
+        sums[(kind, name)] = [total + int(delta) for total, delta in zip(sums.get((kind, name), [0] * len(deltas)), deltas, strict=True)]
+    moved = sorted((kind, name, *values) for (kind, name), values in sums.items() if any(values))
+    if moved:
+        columns = ("total", *extra)
+        conn.executemany(
+            f"INSERT INTO {totals}(kind, name, {', '.join(columns)}) VALUES ({', '.join('?' * (2 + len(columns)))}) "
+            f"ON CONFLICT(kind, name) DO UPDATE SET {', '.join(f'{c} = {totals}.{c} + excluded.{c}' for c in columns)}",
+            moved,
+        )
+        conn.execute(f"DELETE FROM {totals} WHERE total = 0")
+    return len(rows)
+
+
 def in_batches(values: Iterable[Any], *, lists: int = 1) -> Iterator[tuple[list[Any], str]]:
     """``(batch, placeholders)`` for each batch of ``values``, small enough that a statement using
     the batch in ``lists`` IN lists stays within SQLite's variable limit, whatever the input size."""
@@ -214,6 +237,12 @@ END
 # each write's change to ``state_count_changes``. ``run_stats``: the run histograms (a count per
 # bucket bound, and the sum) and the chunks reused, kept in step by each run's finish
 # (RunStateStore.run_stats); the ``run_stats`` counter row says whether they are built yet.
+# ``session_digests_updated``: finalize's count of the sessions digested since the last community
+# detection (RunStateStore.digested_since) reads those sessions, not every digested one.
+# ``session_digests.turns``: the session's rows in ``memory_index``, kept by triggers (a turn moved
+# to another session moves its count), so the sessions left without turns are a range of the
+# partial index ``session_digests_no_turns`` (RunStateStore.sessions_without_turns), not a probe of
+# the memory index for every session.
 STATE_COUNTS_MIGRATION = """
 CREATE TABLE run_stats (
     series  TEXT NOT NULL,
@@ -222,6 +251,20 @@ CREATE TABLE run_stats (
     PRIMARY KEY (series, bound)
 );
 INSERT INTO rem_counters(name, value) VALUES ('run_stats', 0);
+CREATE INDEX session_digests_updated ON session_digests(state, updated_at);
+ALTER TABLE session_digests ADD COLUMN turns INTEGER NOT NULL DEFAULT 0;
+UPDATE session_digests SET turns = (SELECT COUNT(*) FROM memory_index AS m WHERE m.session_id = session_digests.session_id);
+CREATE INDEX session_digests_no_turns ON session_digests(turns) WHERE turns = 0;
+CREATE TRIGGER memory_index_turns_ai AFTER INSERT ON memory_index BEGIN
+    UPDATE session_digests SET turns = turns + 1 WHERE session_id = new.session_id;
+END;
+CREATE TRIGGER memory_index_turns_ad AFTER DELETE ON memory_index BEGIN
+    UPDATE session_digests SET turns = turns - 1 WHERE session_id = old.session_id;
+END;
+CREATE TRIGGER memory_index_turns_au AFTER UPDATE OF session_id ON memory_index WHEN old.session_id != new.session_id BEGIN
+    UPDATE session_digests SET turns = turns - 1 WHERE session_id = old.session_id;
+    UPDATE session_digests SET turns = turns + 1 WHERE session_id = new.session_id;
+END;
 CREATE TABLE state_counts (
     kind        TEXT NOT NULL CHECK (kind IN ('session', 'chunk')),
     name        TEXT NOT NULL,

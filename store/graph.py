@@ -15,7 +15,7 @@ from typing import Any
 
 import structlog
 
-from store.db import UNLIMITED, Database, alias_key, in_batches
+from store.db import UNLIMITED, Database, alias_key, fold_changes, in_batches
 from store.ids import normalize_graph_node_id
 from store.textfold import fold
 
@@ -261,23 +261,10 @@ class GraphStore:
         return {"nodes": nodes, "edges": edges, "node_total": sum(nodes.values()), "edge_total": sum(edges.values())}
 
     def fold_counts(self) -> int:
-        """Fold the recorded count changes into ``graph_counts``; returns how many were folded.
-        Deletes exactly the changes it adds up (``RETURNING``), so a change a concurrent writer
-        commits meanwhile stays for the next fold."""
+        """Fold the recorded count changes into ``graph_counts`` (:func:`store.db.fold_changes`);
+        returns how many were folded."""
         with self.db.transaction() as conn:
-            changes = conn.execute("DELETE FROM graph_count_changes RETURNING kind, name, delta").fetchall()
-            totals: dict[tuple[str, str], int] = {}
-            for kind, name, delta in changes:
-                totals[(kind, name)] = totals.get((kind, name), 0) + int(delta)
-            moved = sorted((kind, name, delta) for (kind, name), delta in totals.items() if delta)
-            if moved:
-                conn.executemany(
-                    "INSERT INTO graph_counts(kind, name, total) VALUES (?, ?, ?) "
-                    "ON CONFLICT(kind, name) DO UPDATE SET total = graph_counts.total + excluded.total",
-                    moved,
-                )
-                conn.execute("DELETE FROM graph_counts WHERE total = 0")
-        return len(changes)
+            return fold_changes(conn, changes="graph_count_changes", totals="graph_counts")
 
     def backfill_counts(self) -> dict[str, dict[str, int]]:
         """Row-backed nodes by label and provenance: ``{label: {backfilled, backfilled-minimal}}``

@@ -431,6 +431,23 @@ CREATE TABLE run_stats (
     PRIMARY KEY (series, bound)
 );
 INSERT INTO rem_counters(name, value) VALUES ('run_stats', 0);
+CREATE INDEX session_digests_updated ON session_digests(state, updated_at);
+ALTER TABLE session_digests ADD COLUMN turns INTEGER NOT NULL DEFAULT 0;
+UPDATE session_digests SET turns = (SELECT COUNT(*) FROM memory_index AS m WHERE m.session_id = session_digests.session_id);
+CREATE INDEX session_digests_no_turns ON session_digests(turns) WHERE turns = 0;
+CREATE FUNCTION rem_count_turns() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP IN ('DELETE', 'UPDATE') THEN
+        UPDATE session_digests SET turns = turns - 1 WHERE session_id = OLD.session_id;
+    END IF;
+    IF TG_OP IN ('INSERT', 'UPDATE') THEN
+        UPDATE session_digests SET turns = turns + 1 WHERE session_id = NEW.session_id;
+    END IF;
+    RETURN NULL;
+END $$;
+CREATE TRIGGER memory_index_turns_aid AFTER INSERT OR DELETE ON memory_index FOR EACH ROW EXECUTE FUNCTION rem_count_turns();
+CREATE TRIGGER memory_index_turns_au AFTER UPDATE OF session_id ON memory_index FOR EACH ROW
+    WHEN (OLD.session_id IS DISTINCT FROM NEW.session_id) EXECUTE FUNCTION rem_count_turns();
 CREATE TABLE state_counts (
     kind        TEXT COLLATE "C" NOT NULL CHECK (kind IN ('session', 'chunk')),
     name        TEXT COLLATE "C" NOT NULL,

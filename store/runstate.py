@@ -14,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from config.redact import redact
-from store.db import Database, in_batches
+from store.db import Database, fold_changes, in_batches
 from store.graph import dumps, utc_now
 
 RUN_OUTCOMES = ("running", "completed", "failed", "skipped", "interrupted", "abandoned")
@@ -212,7 +212,8 @@ class RunStateStore:
             before = rows[-1][0]
 
     def digested_since(self, moment: str) -> int:
-        """Sessions digested (state ``digested``) whose digest record changed after ``moment``."""
+        """Sessions digested (state ``digested``) whose digest record changed after ``moment``:
+        a range of ``session_digests_updated`` (migration 17), the rows changed since."""
         rows = self.db.query(
             "SELECT COUNT(*) FROM session_digests WHERE state = 'digested' AND updated_at > ?", (moment,)
         )
@@ -245,25 +246,10 @@ class RunStateStore:
         return {r[0]: (int(r[1]), int(r[2]), int(r[3])) for r in rows}
 
     def fold_counts(self) -> int:
-        """Fold the recorded state-count changes into ``state_counts`` (as GraphStore.fold_counts:
-        exactly the changes it deletes, so one a concurrent writer commits meanwhile stays for the
-        next fold); returns how many were folded."""
+        """Fold the recorded state-count changes into ``state_counts`` (:func:`store.db.fold_changes`);
+        returns how many were folded."""
         with self.db.transaction() as conn:
-            changes = conn.execute("DELETE FROM state_count_changes RETURNING kind, name, delta, tokens_in, tokens_out").fetchall()
-            totals: dict[tuple[str, str], tuple[int, int, int]] = {}
-            for kind, name, delta, tokens_in, tokens_out in changes:
-                total = totals.get((kind, name), (0, 0, 0))
-                totals[(kind, name)] = (total[0] + int(delta), total[1] + int(tokens_in), total[2] + int(tokens_out))
-            moved = sorted((kind, name, *total) for (kind, name), total in totals.items() if any(total))
-            if moved:
-                conn.executemany(
-                    "INSERT INTO state_counts(kind, name, total, tokens_in, tokens_out) VALUES (?, ?, ?, ?, ?) "
-                    "ON CONFLICT(kind, name) DO UPDATE SET total = state_counts.total + excluded.total, "
-                    "tokens_in = state_counts.tokens_in + excluded.tokens_in, tokens_out = state_counts.tokens_out + excluded.tokens_out",
-                    moved,
-                )
-                conn.execute("DELETE FROM state_counts WHERE total = 0")
-        return len(changes)
+            return fold_changes(conn, changes="state_count_changes", totals="state_counts", extra=("tokens_in", "tokens_out"))
 
     def failing_chunks(self, limit: int = 20) -> list[dict[str, Any]]:
         """The most recently failed chunk results (no payloads)."""
@@ -329,9 +315,11 @@ class RunStateStore:
                 "ON CONFLICT(memory_id) DO UPDATE SET session_id = excluded.session_id",
                 [(memory_id, revision.session_id) for memory_id in revision.memory_ids],
             )
+            # A new session's memory rows went in before its digest row (their triggers found none
+            # to count on): it starts with their count.
             conn.execute(
                 "INSERT INTO session_digests(session_id, input_revision, ingested_revision, state, attempts, "
-                "session_created_at, last_run_id, updated_at) VALUES (?,?,?,'undigested',0,?,?,?) "
+                "session_created_at, last_run_id, updated_at, turns) VALUES (?,?,?,'undigested',0,?,?,?,?) "
                 "ON CONFLICT(session_id) DO UPDATE SET input_revision = excluded.input_revision, "
                 "ingested_revision = excluded.ingested_revision, session_created_at = excluded.session_created_at, "
                 "last_run_id = excluded.last_run_id, updated_at = excluded.updated_at, "
@@ -341,7 +329,7 @@ class RunStateStore:
                 "THEN session_digests.attempts ELSE 0 END, "
                 "defer_reason = CASE WHEN session_digests.digested_revision = excluded.input_revision "
                 "THEN session_digests.defer_reason ELSE NULL END",
-                (revision.session_id, revision.revision, revision.revision, revision.created_at, run_id, now),
+                (revision.session_id, revision.revision, revision.revision, revision.created_at, run_id, now, len(set(revision.memory_ids))),
             )
 
     def require_extraction(self, session_ids: Iterable[str]) -> None:
@@ -481,11 +469,9 @@ class RunStateStore:
 
     def sessions_without_turns(self) -> int:
         """Ingested sessions whose latest ingest found no memory rows (every turn gone, or moved to
-        another session), by the memory index."""
-        rows = self.db.query(
-            "SELECT COUNT(*) FROM session_digests AS d WHERE d.ingested_revision IS NOT NULL "
-            "AND NOT EXISTS (SELECT 1 FROM memory_index AS m WHERE m.session_id = d.session_id)"
-        )
+        another session), by the memory index: ``turns`` (kept by its triggers, migration 17) is 0,
+        a range of the partial index ``session_digests_no_turns`` — those sessions, not all."""
+        rows = self.db.query("SELECT COUNT(*) FROM session_digests WHERE turns = 0 AND ingested_revision IS NOT NULL")
         return int(rows[0][0])
 
 

@@ -95,12 +95,10 @@ def test_an_edge_keeps_the_least_texts_of_its_sources_however_many_gave_one(sett
 
 @pytest.mark.both_backends
 def test_a_reextraction_and_a_forget_give_what_a_build_from_scratch_gives(settings: Settings, scratch: Settings) -> None:
+    built(settings, TEXTS)
     db = open_database(settings)
     try:
         unit = DatabaseUnitOfWork(db)
-        unit.graph.upsert_nodes([Node(f"session:{s}", "SESSION", s, {}) for s, _ in TEXTS])
-        for session_id, text in TEXTS:
-            commit(unit, said(session_id, text))
         # s03 says it again in other words (a re-extraction), then s01 is forgotten.
         commit(unit, said("s03", "zz: s03 in other words"))
         assert justification(db) == justification_text(t for _, t in [*TEXTS[:3], *TEXTS[4:JUSTIFICATION_TEXTS + 1]])

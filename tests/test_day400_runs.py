@@ -78,6 +78,17 @@ def history(store: RunStateStore, clock: Clock, runs: int, *, first: int = 0) ->
         clock.seconds += 60
 
 
+def recorded(settings: Settings, runs: int) -> Clock:
+    """:func:`history` of ``runs`` runs in the test's database; the clock they were written by."""
+    db = open_database(settings)
+    try:
+        clock = Clock()
+        history(RunStateStore(db, clock=clock), clock, runs)
+        return clock
+    finally:
+        db.close()
+
+
 @pytest.mark.both_backends
 def test_the_run_statistics_follow_every_finish(settings: Settings) -> None:
     db = open_database(settings)
@@ -103,12 +114,7 @@ def test_the_run_statistics_follow_every_finish(settings: Settings) -> None:
 
 @pytest.mark.both_backends
 def test_a_database_of_schema_16_is_counted_by_the_first_finish(settings: Settings, backend: str) -> None:
-    db = open_database(settings)
-    try:
-        clock = Clock()
-        history(RunStateStore(db, clock=clock), clock, 6)
-    finally:
-        db.close()
+    clock = recorded(settings, 6)
     rolled_back(settings, backend, to=STATE_COUNTS_VERSION - 1)
     db = open_database(settings)
     try:
@@ -130,12 +136,7 @@ def test_a_scrape_after_a_run_reads_no_run_history(settings: Settings, monkeypat
     """Before, the first scrape after each run read the start, finish and phases of every run ever
     recorded; now every statement a scrape runs on ``rem_runs`` is bounded (a ``LIMIT``, or the
     running runs' partial index)."""
-    db = open_database(settings)
-    try:
-        clock = Clock()
-        history(RunStateStore(db, clock=clock), clock, 5)
-    finally:
-        db.close()
+    recorded(settings, 5)
     statements: list[str] = []
     for kind in (Database, PostgresDatabase):
         real = kind.query

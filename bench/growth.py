@@ -1,0 +1,33 @@
+"""What the day-400 benchmarks share: each engine asked for, and a measure run on a fresh database
+per scale (1× and 8× by default), in one process."""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from bench.bench_reextract import databases
+from store.db import Database
+
+
+def engines(postgres_url: str | None) -> Iterator[tuple[str, str | None]]:
+    """``("SQLite", None)``, then ``("PostgreSQL", postgres_url)`` when a URL is given."""
+    yield "SQLite", None
+    if postgres_url:
+        yield "PostgreSQL", postgres_url
+
+
+def at_scales(url: str | None, measure: Callable[[Database, int], dict[str, Any]], scales: tuple[int, ...] = (1, 8)) -> list[dict[str, Any]]:
+    """``measure(db, scale)`` on a fresh database per scale (an SQLite file, or a fresh schema of
+    ``url``, dropped afterwards)."""
+    results = []
+    with tempfile.TemporaryDirectory() as tmp, databases(Path(tmp), url) as fresh:
+        for scale in scales:
+            db = fresh(f"x{scale}")
+            try:
+                results.append(measure(db, scale))
+            finally:
+                db.close()
+    return results
