@@ -26,6 +26,7 @@ import re
 import shutil
 import subprocess
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -332,16 +333,38 @@ def pool_for(url: str, *, timeout: float) -> ConnectionPool:
         if pool is None:
             with psycopg_errors():
                 psycopg.connect(url, connect_timeout=max(1, int(timeout))).close()
-            # ``check``: a connection the server dropped while it idled in the pool (a restart, a
-            # failover) is replaced before it is handed out, instead of failing the next cycle.
+            # No ``check``: a connection handed out is checked by :func:`_live_connection`, which
+            # sweeps the whole pool at the first dead one (the pool's own check tries them one by
+            # one, waiting 1, 2, 4 … s between them).
             pool = ConnectionPool(
                 url, min_size=1, max_size=POOL_MAX_SIZE, open=False, configure=_configure, reset=_reset,
-                check=ConnectionPool.check_connection,
                 kwargs={"connect_timeout": max(1, int(timeout))}, name="rem-cycle", timeout=timeout,
             )
             pool.open(wait=False)
             _pools[url] = pool
         return pool
+
+
+def _live_connection(pool: ConnectionPool, *, timeout: float) -> psycopg.Connection[Any]:
+    """A connection from ``pool`` that answers. One the server dropped while it idled in the pool (a
+    restart, a failover) is discarded; since a restart drops every idle connection at once, the
+    first dead one makes the pool test all its idle connections now (``pool.check``), so the next
+    is a live or a new one. The pool's own ``check`` would try the dead ones one by one with a
+    growing pause (1 + 2 + 4 + … s: 15 s for five idle connections, past the timeout for eight)."""
+    deadline = time.monotonic() + timeout
+    swept = False
+    while True:
+        raw = pool.getconn(timeout=max(0.001, deadline - time.monotonic()))
+        try:
+            ConnectionPool.check_connection(raw)
+            return raw
+        except psycopg.Error:
+            pool.putconn(raw)  # closed now: the pool discards it and opens another in the background
+            if swept and time.monotonic() >= deadline:
+                raise
+            if not swept:
+                pool.check()
+                swept = True
 
 
 def _connection_refusal(url: str) -> DatabaseError | None:
@@ -461,7 +484,7 @@ class PostgresDatabase:
         try:
             self._pool = pool_for(self.url, timeout=timeout)  # a new one if a server found down discarded it
             with psycopg_errors():
-                raw = self._pool.getconn(timeout=timeout)
+                raw = _live_connection(self._pool, timeout=timeout)
         except DatabaseBusyError as exc:  # no connection within the timeout: all in use, or none can be made
             refusal = _connection_refusal(self.url)
             if refusal is None:

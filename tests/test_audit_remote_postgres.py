@@ -18,6 +18,7 @@ from config import load_settings
 from pipelines.importer import import_sessions
 from store.backend import open_database
 from store.claims import ClaimStore, worker_owner
+from store.postgres import POOL_MAX_SIZE
 from store.errors import DatabaseError, DatabaseUnreadableError
 from tests.conftest import SAMPLE, make_session, run_cli, write_sessions
 from tests.daemon_support import start_worker, stop, wait_for, worker_env
@@ -65,6 +66,25 @@ def test_a_connection_the_server_dropped_while_pooled_is_never_handed_out(
     open_database(settings).close()  # its connection goes back to the pool, idle
     assert cut_connections(postgres_server_url, app_url) >= 1
     db = open_database(settings)  # the next cycle's open: must get a live connection
+    try:
+        assert db.query("SELECT 1")[0][0] == 1
+    finally:
+        db.close()
+
+
+def test_a_pool_of_connections_the_server_all_dropped_gives_a_live_one_at_once(
+    data_dir: Path, app_url: str, postgres_server_url: str
+) -> None:
+    """A restart drops every idle connection of the pool at once. Before, the pool's own check
+    tried them one by one, pausing 1, 2, 4 … s between them: the next open after a restart of a
+    process holding 8 idle connections waited past its timeout and failed (five took 15 s). Now the
+    first dead one makes the pool test all of them, and a live one comes at once."""
+    settings = load_settings(data_dir=data_dir, database_url=app_url)
+    held = [open_database(settings) for _ in range(POOL_MAX_SIZE)]
+    for db in held:
+        db.close()  # all idle in the pool
+    assert cut_connections(postgres_server_url, app_url) >= POOL_MAX_SIZE
+    db = open_database(settings, timeout=5.0)  # before: DatabaseBusyError after 5 s (1 + 2 + 4 s of pauses)
     try:
         assert db.query("SELECT 1")[0][0] == 1
     finally:
