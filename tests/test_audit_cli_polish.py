@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, digest_sample_with_cli, make_session, run_cli, write_sessions
+from tests.conftest import ROOT, copy_digested_sample, make_session, run_cli, write_sessions
 
 
 @pytest.fixture(scope="module")
-def sample_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return digest_sample_with_cli(tmp_path_factory.mktemp("polish") / "data")
+def sample_data(tmp_path_factory: pytest.TempPathFactory, digested_sample: Path) -> Path:
+    return copy_digested_sample(digested_sample, tmp_path_factory.mktemp("polish") / "data")
 
 
 def _tree(root: Path) -> list[str]:
