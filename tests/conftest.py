@@ -215,6 +215,21 @@ def digest_sample_with_cli(data: Path) -> Path:
     assert run_cli("--once", env=env).returncode == 0
     return data
 
+
+@pytest.fixture(scope="session")
+def digested_sample(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The data dir of :func:`digest_sample_with_cli`, built once per test process: the import and
+    cycle of the 26 sample sessions cost two CLI runs that every test using it would repeat. Never
+    used in place: take a copy (:func:`copy_digested_sample`)."""
+    return digest_sample_with_cli(tmp_path_factory.mktemp("digested-sample") / "data")
+
+
+def copy_digested_sample(digested: Path, data: Path) -> Path:
+    """A copy at ``data`` of the ``digested_sample`` data dir (closed: no process has it open);
+    returns ``data``."""
+    shutil.copytree(digested, data)
+    return data
+
 def start_chroma_server(path: Path, port: int) -> subprocess.Popen[bytes]:
     """Start `chroma run` on 127.0.0.1:port over ``path`` and wait until it answers."""
     exe = shutil.which("chroma") or str(Path(sys.executable).parent / "chroma")

@@ -18,7 +18,7 @@ from config import Settings
 from pipelines.backfill import plan_nodes, write_backfill
 from pipelines.forget import forget_session
 from pipelines.ingest import sync_batch_isolating_failures
-from tests.conftest import digest_sample_with_cli, run_cli
+from tests.conftest import copy_digested_sample, run_cli
 from tests.lazy_fixtures import read_jsonl, seed_standard
 from worker.cycle import Stores
 
@@ -28,8 +28,8 @@ CITING = "memory:sess-2026-11-10-f805d4-t0001"  # a turn that stays
 
 
 @pytest.fixture(scope="module")
-def digested(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return digest_sample_with_cli(tmp_path_factory.mktemp("forget") / "data")
+def digested(tmp_path_factory: pytest.TempPathFactory, digested_sample: Path) -> Path:
+    return copy_digested_sample(digested_sample, tmp_path_factory.mktemp("forget") / "data")
 
 
 @pytest.fixture

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import digest_sample_with_cli, run_cli
+from tests.conftest import copy_digested_sample, run_cli
 
 
 @pytest.fixture(scope="module")
-def sample_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    data = digest_sample_with_cli(tmp_path_factory.mktemp("paths") / "data")
+def sample_data(tmp_path_factory: pytest.TempPathFactory, digested_sample: Path) -> Path:
+    data = copy_digested_sample(digested_sample, tmp_path_factory.mktemp("paths") / "data")
     assert (data / "lazy-edges.jsonl").stat().st_size > 0  # the sample's three waiting edges
     return data
 

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, digest_sample_with_cli, make_session, run_cli, write_sessions
+from tests.conftest import ROOT, copy_digested_sample, make_session, run_cli, write_sessions
 
 
 @pytest.fixture(scope="module")
-def sample_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return digest_sample_with_cli(tmp_path_factory.mktemp("polish") / "data")
+def sample_data(tmp_path_factory: pytest.TempPathFactory, digested_sample: Path) -> Path:
+    return copy_digested_sample(digested_sample, tmp_path_factory.mktemp("polish") / "data")
 
 
 def _tree(root: Path) -> list[str]:
@@ -81,23 +81,36 @@ def _run_encoded(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess
     return subprocess.run([sys.executable, "-m", "worker", *args], capture_output=True, env=full_env, cwd=ROOT, timeout=300)
 
 
+_JSON_READERS = (("status", "--json"), ("recall", "queue", "--json"), ("show", "CLASS:LazyEdgeQueue", "--json"))
+
+
+@pytest.fixture(scope="module")
+def utf8_answers(sample_data: Path) -> dict[tuple[str, ...], bytes]:
+    """What a UTF-8 terminal is given by the JSON readers and ``export``: the reference every
+    encoding's answer is compared with (read once, the sample graph being the same for each)."""
+    env = {"REM_DATA_DIR": str(sample_data), "PYTHONIOENCODING": "utf-8"}
+    return {args: _run_encoded(*args, env=env).stdout for args in (*_JSON_READERS, ("export",))}
+
+
 @pytest.mark.parametrize("encoding", ["ascii", "latin-1"])
-def test_a_terminal_that_cannot_show_every_character_gets_escapes_not_a_crash(sample_data: Path, encoding: str) -> None:
+def test_a_terminal_that_cannot_show_every_character_gets_escapes_not_a_crash(
+    sample_data: Path, utf8_answers: dict[tuple[str, ...], bytes], encoding: str,
+) -> None:
     env = {"REM_DATA_DIR": str(sample_data), "PYTHONIOENCODING": encoding}
-    for args in (["status"], ["show", "CLASS:LazyEdgeQueue"], ["recall", "queue"], ["search", "queue"], ["candidates"]):
+    shown: dict[tuple[str, ...], str] = {}
+    for args in (("status",), ("show", "CLASS:LazyEdgeQueue"), ("recall", "queue"), ("search", "queue"), ("candidates",)):
         done = _run_encoded(*args, env=env)
         assert done.returncode == 0, (args, done.stderr[-2000:])
         assert b"Traceback" not in done.stderr
-        done.stdout.decode(encoding)  # all of it in the terminal's encoding
+        shown[args] = done.stdout.decode(encoding)  # all of it in the terminal's encoding
     # status's separator (U+00B7) and its cut cells' ellipsis (U+2026): escaped where not encodable.
-    status = _run_encoded("status", env=env).stdout.decode(encoding)
+    status = shown[("status",)]
     assert "\\u2026" in status and ("\\xb7" in status) == (encoding == "ascii")
     # One JSON object, ASCII (escaped in JSON's own way), the same data as on a UTF-8 terminal.
-    utf8 = {**env, "PYTHONIOENCODING": "utf-8"}
-    for args in (["status", "--json"], ["recall", "queue", "--json"], ["show", "CLASS:LazyEdgeQueue", "--json"]):
+    for args in _JSON_READERS:
         done = _run_encoded(*args, env=env)
         assert done.returncode == 0 and done.stdout.isascii(), args
-        answer, reference = json.loads(done.stdout), json.loads(_run_encoded(*args, env=utf8).stdout)
+        answer, reference = json.loads(done.stdout), json.loads(utf8_answers[args])
         if args[0] == "status":
             assert answer["graph"] == reference["graph"]
         else:
@@ -106,7 +119,7 @@ def test_a_terminal_that_cannot_show_every_character_gets_escapes_not_a_crash(sa
     done = _run_encoded("export", env=env)
     assert done.returncode == 0, done.stderr[-2000:]
     assert not done.stdout.isascii()
-    assert json.loads(done.stdout.decode("utf-8"))["nodes"] == json.loads(_run_encoded("export", env=utf8).stdout)["nodes"]
+    assert json.loads(done.stdout.decode("utf-8"))["nodes"] == json.loads(utf8_answers[("export",)])["nodes"]
 
 
 @pytest.mark.parametrize(("option", "value", "accepted"), [

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import digest_sample_with_cli, make_session, run_cli, write_sessions
+from tests.conftest import copy_digested_sample, make_session, run_cli, write_sessions
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -260,11 +260,11 @@ def test_search_and_show_find_a_name_typed_with_a_decomposed_accent(tmp_path: Pa
         assert json.loads(shown.stdout)["name"] == "CaféQueue"
 
 
-def test_show_says_how_many_sources_it_left_out(tmp_path: Path) -> None:
+def test_show_says_how_many_sources_it_left_out(tmp_path: Path, digested_sample: Path) -> None:
     # `show` prints the first --limit (20) sessions / notes files a node came from, as it does its
     # edges and turns, but said nothing of the rest: a node from 19 sessions shown with --limit 5
     # listed 5 "from session …" lines as if that were all of its provenance.
-    env = {"REM_DATA_DIR": str(digest_sample_with_cli(tmp_path / "data"))}
+    env = {"REM_DATA_DIR": str(copy_digested_sample(digested_sample, tmp_path / "data"))}
 
     def view(*extra: str) -> dict:
         done = run_cli("show", "CLASS:RetryPolicy", "--json", *extra, env=env)

@@ -15,7 +15,7 @@ from mcp import Client
 
 from config import Settings, load_settings
 from pipelines.recall import MAX_BUDGET_TOKENS, item_tokens
-from tests.conftest import ROOT, digest_sample_with_cli, run_cli
+from tests.conftest import ROOT, copy_digested_sample, run_cli
 from tests.test_mcp import graph, server_env, stdio_params, text_of  # noqa: F401 - the fixture
 from tests.test_recall import ask
 from worker.knowledge import merge_node
@@ -139,10 +139,12 @@ async def test_show_node_of_an_id_merged_since_shows_the_node_it_was_merged_into
     assert json.loads(cli.stdout)["redirected_from"] == "METHOD:drain"
 
 
-async def test_show_node_says_how_many_turns_an_entity_was_mentioned_in(tmp_path: Path, clean_env: pytest.MonkeyPatch) -> None:
+async def test_show_node_says_how_many_turns_an_entity_was_mentioned_in(
+    tmp_path: Path, clean_env: pytest.MonkeyPatch, digested_sample: Path,
+) -> None:
     # show_node lists the 20 turns an entity is most cited in; the others were dropped without a
     # word (not in `omitted`, no count): an entity of 64 turns looked like one of 20.
-    data = digest_sample_with_cli(tmp_path / "data")
+    data = copy_digested_sample(digested_sample, tmp_path / "data")
     settings = load_settings(data_dir=data)
     whole = show_node(settings, "CLASS:RetryPolicy", budget_tokens=MAX_BUDGET_TOKENS)
     assert whole is not None and len(whole["turns"]) == 20 and whole["omitted"] == []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -19,11 +20,22 @@ VICTIM = b"precious bytes outside the data dir\n"
 QUEUE = b'{"source":"CONCEPT:a","target":"memory:nowhere","relationship":"MENTIONED_IN"}\n{"broken\n'
 
 
-def _data_dir(tmp_path: Path) -> tuple[Path, Path]:
+@pytest.fixture(scope="module")
+def drained_once(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A data dir where one drain has run (it creates the graph database): copied by each test
+    rather than made by a drain of its own."""
+    data = tmp_path_factory.mktemp("confinement") / "data"
+    first = run_cli("drain", env={"REM_DATA_DIR": str(data)})
+    assert first.returncode == 0, first.stderr
+    return data
+
+
+@pytest.fixture
+def data_and_outside(drained_once: Path, tmp_path: Path) -> tuple[Path, Path]:
+    """A copy of ``drained_once`` with :data:`QUEUE` queued, and a folder outside it."""
     data, outside = tmp_path / "data", tmp_path / "outside"
     outside.mkdir()
-    first = run_cli("drain", env={"REM_DATA_DIR": str(data)})  # creates the graph database
-    assert first.returncode == 0, first.stderr
+    shutil.copytree(drained_once, data)
     (data / "lazy-edges.jsonl").write_bytes(QUEUE)
     return data, outside
 
@@ -41,8 +53,8 @@ def _data_dir(tmp_path: Path) -> tuple[Path, Path]:
         ("rem-cycle.lock", "--once"),
     ],
 )
-def test_a_link_planted_at_any_file_rem_cycle_writes_is_refused(tmp_path: Path, name: str, command: str) -> None:
-    data, outside = _data_dir(tmp_path)
+def test_a_link_planted_at_any_file_rem_cycle_writes_is_refused(data_and_outside: tuple[Path, Path], name: str, command: str) -> None:
+    data, outside = data_and_outside
     victim = outside / "victim.txt"
     victim.write_bytes(VICTIM)
     planted = data / name
@@ -77,9 +89,9 @@ def test_a_hard_link_or_a_fifo_is_refused_too(tmp_path: Path) -> None:
     assert victim.read_bytes() == VICTIM and sorted(p.name for p in outside.iterdir()) == ["victim.txt"]
 
 
-def test_a_dead_letter_file_without_a_final_newline_keeps_every_record(tmp_path: Path) -> None:
+def test_a_dead_letter_file_without_a_final_newline_keeps_every_record(data_and_outside: tuple[Path, Path]) -> None:
     # Edited by hand (or copied) without the last newline: the drain appends after it, cuts nothing.
-    data, _ = _data_dir(tmp_path)
+    data, _ = data_and_outside
     dead = data / "lazy-edges.dead.jsonl"
     edited = b'{"reason":"malformed-json","line":"kept-1"}\n{"reason":"malformed-json","line":"kept-2"}'
     dead.write_bytes(edited)
@@ -179,8 +191,8 @@ def test_a_link_planted_at_the_embedded_chroma_dir_is_refused(tmp_path: Path) ->
     assert list(outside.iterdir()) == []
 
 
-def test_a_hard_link_planted_at_the_wal_is_refused(tmp_path: Path) -> None:
-    data, outside = _data_dir(tmp_path)
+def test_a_hard_link_planted_at_the_wal_is_refused(data_and_outside: tuple[Path, Path]) -> None:
+    data, outside = data_and_outside
     victim = outside / "victim.txt"
     victim.write_bytes(VICTIM)
     wal = data / "graph.sqlite3-wal"

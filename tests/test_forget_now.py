@@ -37,11 +37,12 @@ def _cli_json(env: dict[str, str], *args: str) -> Any:
     return json.loads(done.stdout)
 
 
-def _served(env: dict[str, str]) -> str:
-    """Everything ``show``, ``recall`` and ``export`` serve about GraphStore, as one text."""
-    return json.dumps([
-        _cli_json(env, "show", "CLASS:GraphStore"), _cli_json(env, "recall", "GraphStore password"), _cli_json(env, "export"),
-    ])
+def _served(env: dict[str, str]) -> dict[str, Any]:
+    """Everything ``show``, ``recall`` and ``export`` serve about GraphStore, by command."""
+    return {
+        "show": _cli_json(env, "show", "CLASS:GraphStore"), "recall": _cli_json(env, "recall", "GraphStore password"),
+        "export": _cli_json(env, "export"),
+    }
 
 
 def _facts(settings: Settings, node_id: str) -> tuple[str, dict[str, Any]]:
@@ -64,17 +65,18 @@ async def test_forgetting_a_turn_takes_what_it_said_out_at_once(settings: Settin
     assert SECRET in _cli_json(env, "show", "CLASS:GraphStore")["description"]
 
     dry = _cli_json(env, "forget", "--memory", "memory:told-t0", "--dry-run")
-    assert SECRET in _served(env)  # a dry run changes nothing
+    assert SECRET in json.dumps(_served(env))  # a dry run changes nothing
     done = _cli_json(env, "forget", "--memory", "memory:told-t0")
     assert {k: v for k, v in dry.items() if k != "dry_run"} == {k: v for k, v in done.items() if k != "dry_run"}
-    assert SECRET not in _served(env)
+    served = _served(env)
+    assert SECRET not in json.dumps(served)
     assert done["claims"] == 2 and done["chunk_results"] == 1  # told's claims on GraphStore and DrainWorker
-    assert _cli_json(env, "show", "CLASS:GraphStore")["description"] == "GraphStore keeps every node of the graph in one SQLite table."
+    assert served["show"]["description"] == "GraphStore keeps every node of the graph in one SQLite table."
     # What the next cycle's re-extraction of "told" (without the turn) leaves is what forget left.
     forgotten = _facts(settings, "CLASS:GraphStore")
     assert (await run_cycle(settings)).outcome == "completed"
     assert _facts(settings, "CLASS:GraphStore") == forgotten
-    assert SECRET not in _served(env)
+    assert SECRET not in json.dumps(_served(env))
 
 
 @pytest.mark.both_backends

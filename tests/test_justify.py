@@ -86,16 +86,17 @@ def _justification(settings: Settings) -> str:
         db.close()
 
 
-def _served(env: dict[str, str]) -> str:
-    """What ``show``, ``recall`` and ``export`` serve about GraphStore, as one text."""
-    return json.dumps([
-        _cli_json(env, "show", "CLASS:GraphStore"), _cli_json(env, "recall", "GraphStore DrainWorker"), _cli_json(env, "export"),
-    ])
+def _served(env: dict[str, str]) -> dict[str, Any]:
+    """What ``show``, ``recall`` and ``export`` serve about GraphStore, by command."""
+    return {
+        "show": _cli_json(env, "show", "CLASS:GraphStore"), "recall": _cli_json(env, "recall", "GraphStore DrainWorker"),
+        "export": _cli_json(env, "export"),
+    }
 
 
-def _shown_justification(env: dict[str, str]) -> str:
-    edges = _cli_json(env, "show", "CLASS:GraphStore")["edges"]
-    return next(e["justification"] for e in edges if e["node"] == "CLASS:DrainWorker")
+def _shown_justification(shown: dict[str, Any]) -> str:
+    """The justification ``show CLASS:GraphStore`` gives its edge to DrainWorker."""
+    return next(e["justification"] for e in shown["edges"] if e["node"] == "CLASS:DrainWorker")
 
 
 @pytest.fixture
@@ -113,11 +114,12 @@ async def test_forgetting_takes_its_justification_off_a_shared_edge(
     llm, _ = model_server
     settings = await _built(settings, tmp_path, llm, SESSIONS)
     env = _env(settings)
-    assert _shown_justification(env) == BOTH
+    assert _shown_justification(_cli_json(env, "show", "CLASS:GraphStore")) == BOTH
     _cli_json(env, "forget", *forget)
-    assert SECRET not in _served(env)
-    assert _shown_justification(env) == f"said: {KEPT}"
-    exported = [e for e in _cli_json(env, "export")["edges"] if (e["source"], e["target"], e["relationship"]) == EDGE]
+    served = _served(env)
+    assert SECRET not in json.dumps(served)
+    assert _shown_justification(served["show"]) == f"said: {KEPT}"
+    exported = [e for e in served["export"]["edges"] if (e["source"], e["target"], e["relationship"]) == EDGE]
     assert [e["properties"]["justification"] for e in exported] == [f"said: {KEPT}"]
 
 
@@ -157,10 +159,11 @@ async def test_justifications_written_before_migration_15_stay_until_the_edge_lo
     finally:
         db.close()
     env = _env(settings)
-    assert _shown_justification(env) == BOTH  # unknown sources: kept as written
+    assert _shown_justification(_cli_json(env, "show", "CLASS:GraphStore")) == BOTH  # unknown sources: kept as written
     _cli_json(env, "forget", "--session", "told")
-    assert SECRET not in _served(env)
-    assert _shown_justification(env) == ""
+    served = _served(env)
+    assert SECRET not in json.dumps(served)
+    assert _shown_justification(served["show"]) == ""
 
 
 @pytest.mark.both_backends
@@ -173,7 +176,7 @@ async def test_forgetting_a_turn_keeps_what_the_same_session_said_of_the_edge_el
     settings = await _built(settings, tmp_path, llm, [_session("one", "2026-11-04T10:00:00Z", [TOLD, said])])
     assert _justification(settings) == "; ".join(sorted([f"said: {TOLD}", f"said: {said}"]))
     _cli_json(_env(settings), "forget", "--memory", "memory:one-t0")
-    assert SECRET not in _served(_env(settings))
+    assert SECRET not in json.dumps(_served(_env(settings)))
     assert _justification(settings) == f"said: {said}"
 
 
@@ -191,7 +194,7 @@ async def test_an_unmerge_after_a_forget_does_not_bring_the_forgotten_justificat
     _cli_json(env, "forget", "--session", "told")
     done = run_cli("unmerge", "CLASS:GraphStore", env=env)
     assert done.returncode == 0, done.stderr
-    assert SECRET not in _served(env)
+    assert SECRET not in json.dumps(_served(env))
     assert _justification(settings) == f"said: {KEPT}"
 
 
@@ -271,7 +274,7 @@ async def test_a_forget_after_a_merge_takes_the_sources_text_out_and_an_unmerge_
     left = f"said: {kept_secret if forgotten == 'retry' else RETRY}"
     gone = f"said: {RETRY if forgotten == 'retry' else kept_secret}"
     assert _edge_justification(settings, MERGED_INTO) == left
-    assert gone not in _served(env)
+    assert gone not in json.dumps(_served(env))
 
     done = run_cli("unmerge", "CLASS:RetryPolicy", env=env)
     assert done.returncode == 0, done.stderr
