@@ -44,7 +44,7 @@ from pipelines.backfill import DEFAULT_BATCH_SIZE, RowOutcome, plan_nodes, write
 from pipelines.lazy_edge import MalformedLine, QueuedEdge, dead_letter_record, parse_line
 from pipelines.ports import QueueTable, UnitOfWork
 from store.chroma import ChromaStore, ChromaUnavailableError
-from store.errors import DatabaseUnreadableError
+from store.errors import DatabaseBusyError, DatabaseUnreadableError
 from store.graph import utc_now
 from store.lazy_queue import LazyEdgeQueue, OversizedLine, QueueBusyError, edge_line
 from store.lazy_table import DeadRow, QueuedRow, RowsTakenError
@@ -57,6 +57,11 @@ __all__ = ["ChromaGoneDuringDrainError", "DrainStats", "MalformedLine", "QueuedE
 
 # Lines read per batch stop at this many bytes too, so a batch of long lines stays small in memory.
 MAX_BATCH_BYTES = 8 * 1024 * 1024
+
+# Database failures that are no line's: the server is gone or unreadable, or busy past the timeout
+# (a lock held by another client, "too many connections" when a drain reconnects). They end the
+# drain and charge no line an attempt; retried line by line, they would dead-letter good lines.
+_NOT_A_LINES_FAULT = (DatabaseUnreadableError, DatabaseBusyError)
 
 
 @dataclass(slots=True)
@@ -266,8 +271,8 @@ class _Drain:
         except RowsTakenError as exc:
             log.warning("lazy queue rows taken by another drain; batch skipped", rows=len(batch), error=str(exc))
             return
-        except DatabaseUnreadableError:
-            raise  # the server is gone, not a line: charge none (see _link_again_if_disconnected)
+        except _NOT_A_LINES_FAULT:
+            raise  # the server is gone or busy, not a line: charge none (see _link_again_if_disconnected)
         except Exception as exc:  # noqa: BLE001 - isolate the line that breaks the batch
             if not parsed:
                 raise
@@ -278,7 +283,7 @@ class _Drain:
                     fates += await self._link([item], [], outputs)
                 except RowsTakenError:
                     continue
-                except DatabaseUnreadableError:
+                except _NOT_A_LINES_FAULT:
                     raise
                 except Exception as one_exc:  # noqa: BLE001 - the line is kept for the next drain
                     fates += await self._settle_alone([self._failure(item, f"error: {_describe(one_exc)}")], outputs)
@@ -290,7 +295,8 @@ class _Drain:
         """:meth:`_link`, once more when the database lost its connection under it (a PostgreSQL
         restart or failover: the batch's transaction was rolled back, and the next one runs on a
         new connection). A second loss, or a server that stays unreachable, ends the drain with
-        :class:`DatabaseUnreadableError`: no line is charged an attempt for it, and the unsettled
+        :class:`DatabaseUnreadableError` (a server busy past the timeout — a held lock, no free
+        connection — with :class:`DatabaseBusyError`): no line is charged an attempt for it, and the unsettled
         lines stay queued (the file form's ``.draining`` files, the table's rows) for the next drain."""
         try:
             return await self._link(items, settled, outputs)
