@@ -104,7 +104,9 @@ class ChromaGoneDuringDrainError(ChromaUnavailableError):
     """Chroma could not be reached to back-fill an endpoint: the drain stopped after that batch,
     and the lines that needed Chroma went back to the queue as they were, with no attempt counted
     (an outage is no fault of the line's: counting it would dead-letter good lines after
-    ``REM_LAZY_MAX_ATTEMPTS`` drains while Chroma is down). ``stats``: what the drain did."""
+    ``REM_LAZY_MAX_ATTEMPTS`` drains while Chroma is down). An outage is a read that failed in
+    transport *and* a heartbeat Chroma did not answer: a read that fails while Chroma answers is
+    its row's, and charges its line alone. ``stats``: what the drain did."""
 
     def __init__(self, message: str, stats: "DrainStats") -> None:
         super().__init__(message)
@@ -279,6 +281,9 @@ class _Drain:
             log.warning("drain batch failed; retrying its lines one by one", lines=len(parsed), error=_describe(exc))
             fates = await self._settle_alone(malformed, outputs)
             for item in parsed:
+                if self.chroma_gone:  # Chroma went down meanwhile: the rest wait as they were
+                    fates += await self._settle_alone([_Fate(item[0], "held")], outputs)
+                    continue
                 try:
                     fates += await self._link([item], [], outputs)
                 except RowsTakenError:
@@ -304,6 +309,15 @@ class _Drain:
             log.warning("drain batch lost its database connection; linking it again", lines=len(items), error=_describe(exc))
             return await self._link(items, settled, outputs)
 
+    async def _chroma_answers(self) -> bool:
+        """Whether Chroma answers its heartbeat: after a read failed in transport, tells an outage
+        (hold the lines, charge none, stop) from one row's read that fails alone (the line's)."""
+        try:
+            await self.chroma.ping()
+        except ChromaUnavailableError:
+            return False
+        return True
+
     async def _settle_alone(self, fates: list[_Fate], outputs: _Outputs | None) -> list[_Fate]:
         """Settle ``fates`` in a transaction of their own; ``[]`` when another drain took them."""
         try:
@@ -320,11 +334,15 @@ class _Drain:
         if items:
             endpoints = {e for _, line in items for e in (line.edge.source, line.edge.target)}
             plan, outcomes = await plan_nodes(endpoints, chroma=self.chroma, unit=self.unit)
+            outage = any(o.reason == CHROMA_UNREACHABLE for o in outcomes.values()) and not await self._chroma_answers()
+            if not outage and len(items) > 1 and any(o.reason == CHROMA_UNREACHABLE for o in outcomes.values()):
+                # A read failed while Chroma answers: some row's read (too big, too slow) — find whose.
+                raise _RowReadFailedError("a Chroma read failed while Chroma answers its heartbeat")
             self.stats.backfilled += sum(1 for o in outcomes.values() if o.reason in ("backfilled", "backfilled-minimal"))
             for item in items:
                 edge = item[1].edge
                 error = _endpoint_error(outcomes[edge.source]) or _endpoint_error(outcomes[edge.target])
-                if CHROMA_UNREACHABLE in (outcomes[edge.source].reason, outcomes[edge.target].reason):
+                if outage and CHROMA_UNREACHABLE in (outcomes[edge.source].reason, outcomes[edge.target].reason):
                     self.chroma_gone = self.chroma_gone or error
                     fates.append(_Fate(item[0], "held", detail=error or ""))
                 elif error:
@@ -392,8 +410,13 @@ class _Drain:
             self.stats.failure_reasons[kind] = self.stats.failure_reasons.get(kind, 0) + 1
 
 
-# The back-fill reason of an endpoint whose Chroma read failed in transport (Chroma unreachable).
+# The back-fill reason of an endpoint whose Chroma read failed in transport (unreachable, timed out).
 CHROMA_UNREACHABLE = "chroma-fetch-failed"
+
+
+class _RowReadFailedError(Exception):
+    """A batch's Chroma read failed while Chroma answers: the batch is retried line by line, so
+    the line whose row cannot be read is charged alone and the others link."""
 
 
 def _malformed(entry: _Entry, line: MalformedLine) -> _Fate:
