@@ -301,8 +301,8 @@ class _Drain:
         restart or failover: the batch's transaction was rolled back, and the next one runs on a
         new connection). A second loss, or a server that stays unreachable, ends the drain with
         :class:`DatabaseUnreadableError` (a server busy past the timeout — a held lock, no free
-        connection — with :class:`DatabaseBusyError`): no line is charged an attempt for it, and the unsettled
-        lines stay queued (the file form's ``.draining`` files, the table's rows) for the next drain."""
+        connection — with :class:`DatabaseBusyError`): no line is charged an attempt for it, and
+        the unsettled lines stay queued (the file form's ``.draining`` files, the table's rows) for the next drain."""
         try:
             return await self._link(items, settled, outputs)
         except DatabaseUnreadableError as exc:
@@ -334,8 +334,9 @@ class _Drain:
         if items:
             endpoints = {e for _, line in items for e in (line.edge.source, line.edge.target)}
             plan, outcomes = await plan_nodes(endpoints, chroma=self.chroma, unit=self.unit)
-            outage = any(o.reason == CHROMA_UNREACHABLE for o in outcomes.values()) and not await self._chroma_answers()
-            if not outage and len(items) > 1 and any(o.reason == CHROMA_UNREACHABLE for o in outcomes.values()):
+            read_failed = any(o.reason == CHROMA_UNREACHABLE for o in outcomes.values())
+            outage = read_failed and not await self._chroma_answers()
+            if read_failed and not outage and len(items) > 1:
                 # A read failed while Chroma answers: some row's read (too big, too slow) — find whose.
                 raise _RowReadFailedError("a Chroma read failed while Chroma answers its heartbeat")
             self.stats.backfilled += sum(1 for o in outcomes.values() if o.reason in ("backfilled", "backfilled-minimal"))

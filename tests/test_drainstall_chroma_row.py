@@ -117,7 +117,9 @@ async def test_a_line_whose_chroma_read_never_answers_is_charged_and_the_rest_dr
     first = await _drain(proxied)
     assert (first.succeeded, first.failed, first.requeued, first.dead_lettered) == (2, 1, 1, 0)
     assert first.failure_reasons == {"chroma-fetch-failed": 1}
-    assert _linked(live) == [("memory:rt-b-t0001", "memory:rt-a-t0001", "FOLLOWS"), ("memory:rt-a-t0000", "session:rt-b", "RELATES_TO")]
+    assert _linked(live) == [
+        ("memory:rt-b-t0001", "memory:rt-a-t0001", "FOLLOWS"), ("memory:rt-a-t0000", "session:rt-b", "RELATES_TO"),
+    ]
 
     last = await _drain(proxied)  # its last attempt (REM_LAZY_MAX_ATTEMPTS=2): dead-lettered
     assert (last.succeeded, last.failed, last.dead_lettered) == (0, 1, 1)
