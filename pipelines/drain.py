@@ -44,7 +44,7 @@ from pipelines.backfill import DEFAULT_BATCH_SIZE, RowOutcome, plan_nodes, write
 from pipelines.lazy_edge import MalformedLine, QueuedEdge, dead_letter_record, parse_line
 from pipelines.ports import QueueTable, UnitOfWork
 from store.chroma import ChromaStore, ChromaUnavailableError
-from store.errors import DatabaseUnreadableError
+from store.errors import DatabaseBusyError, DatabaseUnreadableError
 from store.graph import utc_now
 from store.lazy_queue import LazyEdgeQueue, OversizedLine, QueueBusyError, edge_line
 from store.lazy_table import DeadRow, QueuedRow, RowsTakenError
@@ -57,6 +57,11 @@ __all__ = ["ChromaGoneDuringDrainError", "DrainStats", "MalformedLine", "QueuedE
 
 # Lines read per batch stop at this many bytes too, so a batch of long lines stays small in memory.
 MAX_BATCH_BYTES = 8 * 1024 * 1024
+
+# Database failures that are no line's: the server is gone or unreadable, or busy past the timeout
+# (a lock held by another client, "too many connections" when a drain reconnects). They end the
+# drain and charge no line an attempt; retried line by line, they would dead-letter good lines.
+_NOT_A_LINES_FAULT = (DatabaseUnreadableError, DatabaseBusyError)
 
 
 @dataclass(slots=True)
@@ -99,7 +104,9 @@ class ChromaGoneDuringDrainError(ChromaUnavailableError):
     """Chroma could not be reached to back-fill an endpoint: the drain stopped after that batch,
     and the lines that needed Chroma went back to the queue as they were, with no attempt counted
     (an outage is no fault of the line's: counting it would dead-letter good lines after
-    ``REM_LAZY_MAX_ATTEMPTS`` drains while Chroma is down). ``stats``: what the drain did."""
+    ``REM_LAZY_MAX_ATTEMPTS`` drains while Chroma is down). An outage is a read that failed in
+    transport *and* a heartbeat Chroma did not answer: a read that fails while Chroma answers is
+    its row's, and charges its line alone. ``stats``: what the drain did."""
 
     def __init__(self, message: str, stats: "DrainStats") -> None:
         super().__init__(message)
@@ -266,19 +273,22 @@ class _Drain:
         except RowsTakenError as exc:
             log.warning("lazy queue rows taken by another drain; batch skipped", rows=len(batch), error=str(exc))
             return
-        except DatabaseUnreadableError:
-            raise  # the server is gone, not a line: charge none (see _link_again_if_disconnected)
+        except _NOT_A_LINES_FAULT:
+            raise  # the server is gone or busy, not a line: charge none (see _link_again_if_disconnected)
         except Exception as exc:  # noqa: BLE001 - isolate the line that breaks the batch
             if not parsed:
                 raise
             log.warning("drain batch failed; retrying its lines one by one", lines=len(parsed), error=_describe(exc))
             fates = await self._settle_alone(malformed, outputs)
             for item in parsed:
+                if self.chroma_gone:  # Chroma went down meanwhile: the rest wait as they were
+                    fates += await self._settle_alone([_Fate(item[0], "held")], outputs)
+                    continue
                 try:
                     fates += await self._link([item], [], outputs)
                 except RowsTakenError:
                     continue
-                except DatabaseUnreadableError:
+                except _NOT_A_LINES_FAULT:
                     raise
                 except Exception as one_exc:  # noqa: BLE001 - the line is kept for the next drain
                     fates += await self._settle_alone([self._failure(item, f"error: {_describe(one_exc)}")], outputs)
@@ -290,13 +300,23 @@ class _Drain:
         """:meth:`_link`, once more when the database lost its connection under it (a PostgreSQL
         restart or failover: the batch's transaction was rolled back, and the next one runs on a
         new connection). A second loss, or a server that stays unreachable, ends the drain with
-        :class:`DatabaseUnreadableError`: no line is charged an attempt for it, and the unsettled
-        lines stay queued (the file form's ``.draining`` files, the table's rows) for the next drain."""
+        :class:`DatabaseUnreadableError` (a server busy past the timeout — a held lock, no free
+        connection — with :class:`DatabaseBusyError`): no line is charged an attempt for it, and
+        the unsettled lines stay queued (the file form's ``.draining`` files, the table's rows) for the next drain."""
         try:
             return await self._link(items, settled, outputs)
         except DatabaseUnreadableError as exc:
             log.warning("drain batch lost its database connection; linking it again", lines=len(items), error=_describe(exc))
             return await self._link(items, settled, outputs)
+
+    async def _chroma_answers(self) -> bool:
+        """Whether Chroma answers its heartbeat: after a read failed in transport, tells an outage
+        (hold the lines, charge none, stop) from one row's read that fails alone (the line's)."""
+        try:
+            await self.chroma.ping()
+        except ChromaUnavailableError:
+            return False
+        return True
 
     async def _settle_alone(self, fates: list[_Fate], outputs: _Outputs | None) -> list[_Fate]:
         """Settle ``fates`` in a transaction of their own; ``[]`` when another drain took them."""
@@ -314,11 +334,16 @@ class _Drain:
         if items:
             endpoints = {e for _, line in items for e in (line.edge.source, line.edge.target)}
             plan, outcomes = await plan_nodes(endpoints, chroma=self.chroma, unit=self.unit)
+            read_failed = any(o.reason == CHROMA_UNREACHABLE for o in outcomes.values())
+            outage = read_failed and not await self._chroma_answers()
+            if read_failed and not outage and len(items) > 1:
+                # A read failed while Chroma answers: some row's read (too big, too slow) — find whose.
+                raise _RowReadFailedError("a Chroma read failed while Chroma answers its heartbeat")
             self.stats.backfilled += sum(1 for o in outcomes.values() if o.reason in ("backfilled", "backfilled-minimal"))
             for item in items:
                 edge = item[1].edge
                 error = _endpoint_error(outcomes[edge.source]) or _endpoint_error(outcomes[edge.target])
-                if CHROMA_UNREACHABLE in (outcomes[edge.source].reason, outcomes[edge.target].reason):
+                if outage and CHROMA_UNREACHABLE in (outcomes[edge.source].reason, outcomes[edge.target].reason):
                     self.chroma_gone = self.chroma_gone or error
                     fates.append(_Fate(item[0], "held", detail=error or ""))
                 elif error:
@@ -386,8 +411,13 @@ class _Drain:
             self.stats.failure_reasons[kind] = self.stats.failure_reasons.get(kind, 0) + 1
 
 
-# The back-fill reason of an endpoint whose Chroma read failed in transport (Chroma unreachable).
+# The back-fill reason of an endpoint whose Chroma read failed in transport (unreachable, timed out).
 CHROMA_UNREACHABLE = "chroma-fetch-failed"
+
+
+class _RowReadFailedError(Exception):
+    """A batch's Chroma read failed while Chroma answers: the batch is retried line by line, so
+    the line whose row cannot be read is charged alone and the others link."""
 
 
 def _malformed(entry: _Entry, line: MalformedLine) -> _Fate:
