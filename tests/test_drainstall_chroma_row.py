@@ -17,14 +17,14 @@ import httpx
 import pytest
 
 from config import Settings
-from pipelines.drain import ChromaGoneDuringDrainError, DrainStats
+from pipelines.drain import ChromaGoneDuringDrainError
 from pipelines.enqueue import enqueue_lazy_edges
 from pipelines.importer import import_sessions
 from store.backend import open_database
 from store.chroma import ChromaStore
 from tests.conftest import free_port, make_session, write_sessions
 from tests.test_change_scan import _query
-from worker.cycle import drain_lazy_edges, open_stores
+from tests.test_roundtrip_drain import _drain
 
 BAD_ROW = "rt-a-t0002"
 EDGES = [
@@ -73,14 +73,6 @@ def withholding_proxy(chroma_server: str) -> Iterator[str]:
         server.shutdown()
         server.server_close()
         upstream.close()
-
-
-async def _drain(settings: Settings) -> DrainStats:
-    stores = await open_stores(settings)
-    try:
-        return await drain_lazy_edges(settings, stores)
-    finally:
-        stores.close()
 
 
 def _linked(settings: Settings) -> list[tuple[str, str, str]]:
