@@ -16,22 +16,10 @@ from typing import Any
 from urllib.parse import urlparse
 
 import anyio
-import chromadb
-from chromadb.config import Settings as ChromaSettings
-from chromadb.errors import (
-    AuthorizationError,
-    ChromaAuthError,
-    ChromaError,
-    NotFoundError,
-    QuotaError,
-    RateLimitError,
-    VersionMismatchError,
-)
 
 from config import Settings
 from config.redact import redact
 from store.confined import confined_dir
-from store.embedding import make_embedding_function
 from store.errors import StoreError
 from store.graph import chunked
 from store.ids import is_valid_row_id
@@ -73,8 +61,15 @@ class ChromaEmbeddingError(ChromaQueryError):
     it or looked up in it by text, since Chroma embeds with the collection's own function."""
 
 
-# Chroma errors that mean "cannot use Chroma now" rather than "this call is wrong".
-_UNAVAILABLE_ERRORS = (ChromaAuthError, AuthorizationError, RateLimitError, QuotaError, VersionMismatchError)
+# chromadb is imported where a Chroma call is made, not with this module: it takes about half a
+# second, which every command that never opens Chroma (status, show, search, --help) would pay.
+
+
+def _unavailable_errors() -> tuple[type[Exception], ...]:
+    """Chroma errors that mean "cannot use Chroma now" rather than "this call is wrong"."""
+    from chromadb.errors import AuthorizationError, ChromaAuthError, QuotaError, RateLimitError, VersionMismatchError
+
+    return (ChromaAuthError, AuthorizationError, RateLimitError, QuotaError, VersionMismatchError)
 # Used when a server does not say its max batch size (old servers answer -1).
 FALLBACK_MAX_BATCH_SIZE = 1000
 
@@ -262,6 +257,10 @@ class ChromaStore:
         down fails the cycle's first phase (recorded) rather than the process start."""
         if self._client is not None:
             return self._client
+        import chromadb
+        from chromadb.config import Settings as ChromaSettings
+        from chromadb.errors import ChromaError
+
         settings = self._settings
         chroma_settings = ChromaSettings(anonymized_telemetry=False, allow_reset=False)
         try:
@@ -314,6 +313,8 @@ class ChromaStore:
 
     async def _call(self, fn: Callable[..., Any], **kwargs: Any) -> Any:
         await self._ensure_client()
+        from chromadb.errors import ChromaError, NotFoundError
+
         try:
             if self._is_async:
                 with self._deadline():
@@ -333,7 +334,7 @@ class ChromaStore:
         except (ValueError, TypeError):
             raise
         except ChromaError as exc:
-            if isinstance(exc, _UNAVAILABLE_ERRORS):
+            if isinstance(exc, _unavailable_errors()):
                 raise ChromaUnavailableError(f"Chroma call failed ({self.location}): {_brief(exc)}") from exc
             raise ChromaQueryError(f"Chroma refused a call ({self.location}): {_brief(exc)}") from exc
         except Exception as exc:  # noqa: BLE001 - transport / server failures
@@ -362,6 +363,10 @@ class ChromaStore:
         """The named collection, or ``None`` when it does not exist (and ``create`` is false)."""
         if name in self._collections:
             return self._collections[name]
+        from chromadb.errors import NotFoundError
+
+        from store.embedding import make_embedding_function
+
         try:
             if create:
                 coll = await self._call(
