@@ -1,5 +1,5 @@
-"""Ctrl-C while a command is still starting: loading its modules (Chroma's client among them)
-takes most of the first second of every ``rem-cycle`` command, so that is where an operator who
+"""Ctrl-C while a command is still starting: loading its modules takes most of the first half
+second of every ``rem-cycle`` command, so that is where an operator who
 typed the wrong command presses it. README promises exit 130 and one line there too, never a
 traceback — for the console script and for ``python -m worker``."""
 
@@ -16,13 +16,14 @@ import pytest
 
 from tests.conftest import ROOT
 
-# SIGINT arrives while ``chromadb`` is being imported, as a Ctrl-C in the first second does: a
-# meta-path finder sends it when the import starts (deterministic, whatever the machine's speed).
+# SIGINT arrives while ``networkx`` (which every command loads) is being imported, as a Ctrl-C in
+# the first half second does: a meta-path finder sends it when the import starts (deterministic,
+# whatever the machine's speed). It was ``chromadb`` until commands stopped loading it at start.
 _SIGINT_DURING_IMPORT = """
 import os, signal, sys
 class _CtrlC:
     def find_spec(self, name, path=None, target=None):
-        if name == "chromadb":
+        if name == "networkx":
             sys.meta_path.remove(self)
             os.kill(os.getpid(), signal.SIGINT)
         return None
