@@ -413,15 +413,15 @@ def forgotten_in_place(settings: Settings) -> tuple[list[tuple[str, str]], str |
     ``forget`` took out, which a backup made before must not bring back — and, when that database
     cannot be read (damaged: the reason to restore), why not, with no tombstone."""
     from store.errors import StoreError
-    from store.tombstones import MEMORY, SESSION
+    from store.tombstones import MEMORY, SESSION, TombstoneStore
 
     if not database_exists(settings):
         return [], None
     try:
         db = open_database(settings, readonly=True)
         try:
-            rows = db.query("SELECT kind, id FROM tombstones WHERE kind IN (?, ?) ORDER BY kind, id", (SESSION, MEMORY))
-            return [(r[0], r[1]) for r in rows], None
+            store = TombstoneStore(db)
+            return sorted((kind, item_id) for kind in (SESSION, MEMORY) for item_id in store.buried(kind)), None
         finally:
             db.close()
     except StoreError as exc:
