@@ -429,9 +429,9 @@ class ChromaStore:
         coll = await self.collection(name)
         if coll is None:
             return
-        # Chroma pages by offset, so every page re-walks the ones before it: ids are small enough to
-        # read in far larger pages than metadata (an ids-only read has no per-row variable), which
-        # keeps an ids-only scan close to linear.
+        # Chroma sorts every row of the collection for each page, whatever its offset (INTERNALS
+        # "Known limit"): ids are small enough to read in far larger pages than metadata (an
+        # ids-only read has no per-row variable), which keeps an ids-only scan to a few such sorts.
         size = page_size or (self._settings.chroma_page_size * 50 if not include else await self._page_size())
         async for page in self._pages(coll, include=include, size=size):
             yield page
@@ -447,7 +447,8 @@ class ChromaStore:
 
     async def ids_from(self, name: str, *, offset: int, limit: int) -> list[str]:
         """Up to ``limit`` ids from position ``offset`` in Chroma's order (insertion order), in one
-        call — so the ids are one consistent reading. A missing collection has none."""
+        call — so the ids are one consistent reading. A missing collection has none. Chroma sorts
+        the whole collection to answer it (INTERNALS "Known limit"), whatever ``offset``."""
         coll = await self.collection(name)
         if coll is None:
             return []
