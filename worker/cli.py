@@ -37,10 +37,12 @@ from worker.signals import CommandProgress, interruptible
 EXIT_USAGE = 2
 # Commands that read or change an existing graph: on a graph database that is not there they say
 # so (with the resolved path) and fail, rather than create an empty one and report on nothing.
-# (``mcp`` serves without one: its tools say so until a cycle creates it.)
+# ``drain`` links queued lines into the graph a cycle made (the cycle drains what waits for it).
+# The cycle, ``import``, ``import-notes``, ``restore`` and ``backfill`` (a live sync of sessions,
+# an ingest) create one; ``mcp`` serves without one: its tools say so until a cycle creates it.
 GRAPH_COMMANDS = frozenset({
     "status", "search", "show", "export", "candidates", "retry", "merge", "unmerge", "backup", "forget", "recall",
-    "reindex",
+    "reindex", "drain",
 })
 # ``enqueue`` writes the queue file or table in an existing data dir, graph or not.
 DATA_DIR_COMMANDS = GRAPH_COMMANDS | {"enqueue"}
