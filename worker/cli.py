@@ -59,7 +59,7 @@ same names in lower case; see README "Configuration".
 exit codes:
   0  done (a cycle completed, or was stopped and recorded interrupted)
   1  failed: a cycle failed, bad input lines or notes were rejected, no such node, Chroma
-     unreachable, no data dir or graph database (read commands never create one)
+     unreachable, no data dir or graph database (read commands and drain never create one)
   2  usage or configuration error (bad argument, invalid TOML, invalid setting)
   3  busy: another cycle, daemon or drain holds the data dir's lock
   130, 143, 129  import, drain or backfill stopped by SIGINT (Ctrl-C), SIGTERM or SIGHUP; a line on stderr says
