@@ -30,7 +30,7 @@ pytestmark = pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
 
 EDGES = [{"source": f"CONCEPT:c{i}", "target": f"CONCEPT:c{i + 1}", "relationship": "NEXT"} for i in range(3)]
 # Statements stopped after this long; the drain's wait for a lock (lock_timeout) stays 30 s.
-STATEMENT_TIMEOUT_MS = 300
+STATEMENT_TIMEOUT_MS = 500
 
 
 def timing_out(url: str) -> str:
