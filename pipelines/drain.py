@@ -7,7 +7,9 @@
    (:func:`parse_line`, pure), read what back-filling the missing ``memory:``/``session:``
    endpoints needs (one Chroma read per kind of row), then write the back-filled nodes and link the
    batch's edges in one transaction. A batch that raises is retried line by line so one bad line cannot hold
-   the others back.
+   the others back. A database that fails for no line's fault (gone, busy past its timeout, or
+   stopping the statements of a line and the next at its statement timeout) ends the drain and
+   charges no line.
 5. A line that fails goes back to the live queue with ``attempts`` + 1 and ``lastError``; after
    ``max_attempts`` it goes to the dead-letter file instead. A malformed line (not JSON, missing or
    invalid ``source``/``target``/``relationship``/``weight``/``properties``) goes straight to the
@@ -44,7 +46,7 @@ from pipelines.backfill import DEFAULT_BATCH_SIZE, RowOutcome, plan_nodes, write
 from pipelines.lazy_edge import MalformedLine, QueuedEdge, dead_letter_record, parse_line
 from pipelines.ports import QueueTable, UnitOfWork
 from store.chroma import ChromaStore, ChromaUnavailableError
-from store.errors import DatabaseBusyError, DatabaseUnreadableError
+from store.errors import DatabaseBusyError, DatabaseUnreadableError, QueryInterruptedError
 from store.graph import utc_now
 from store.lazy_queue import LazyEdgeQueue, OversizedLine, QueueBusyError, edge_line
 from store.lazy_table import DeadRow, QueuedRow, RowsTakenError
@@ -61,6 +63,7 @@ MAX_BATCH_BYTES = 8 * 1024 * 1024
 # Database failures that are no line's: the server is gone or unreadable, or busy past the timeout
 # (a lock held by another client, "too many connections" when a drain reconnects). They end the
 # drain and charge no line an attempt; retried line by line, they would dead-letter good lines.
+# A statement stopped at the statement timeout may be one line's: see _Drain._judge_timeout.
 _NOT_A_LINES_FAULT = (DatabaseUnreadableError, DatabaseBusyError)
 
 
@@ -205,6 +208,8 @@ class _Drain:
     stats: DrainStats
     # Why Chroma could not be reached, once it could not: the drain stops after that batch.
     chroma_gone: str | None = None
+    # Whether the database ran a line's statements within its statement timeout in this drain.
+    answered_in_time: bool = False
     held: int = 0
 
     async def run_file(
@@ -280,6 +285,9 @@ class _Drain:
                 raise
             log.warning("drain batch failed; retrying its lines one by one", lines=len(parsed), error=_describe(exc))
             fates = await self._settle_alone(malformed, outputs)
+            # A line whose statement ran past the database's statement timeout alone (after its batch's
+            # did), not judged yet: see _judge_timeout.
+            timed_out: tuple[tuple[_Entry, QueuedEdge], QueryInterruptedError] | None = None
             for item in parsed:
                 if self.chroma_gone:  # Chroma went down meanwhile: the rest wait as they were
                     fates += await self._settle_alone([_Fate(item[0], "held")], outputs)
@@ -287,11 +295,24 @@ class _Drain:
                 try:
                     fates += await self._link([item], [], outputs)
                 except RowsTakenError:
-                    continue
+                    pass
                 except _NOT_A_LINES_FAULT:
                     raise
+                except QueryInterruptedError as one_exc:
+                    if timed_out is not None:  # two lines in a row: the database, not a line
+                        raise _stalled(timed_out[1]) from one_exc
+                    timed_out = (item, one_exc)
+                    continue
                 except Exception as one_exc:  # noqa: BLE001 - the line is kept for the next drain
                     fates += await self._settle_alone([self._failure(item, f"error: {_describe(one_exc)}")], outputs)
+                self.answered_in_time = True
+                if timed_out is not None:
+                    fates += await self._judge_timeout(*timed_out, outputs)
+                    timed_out = None
+            if timed_out is not None:
+                fates += await self._judge_timeout(*timed_out, outputs)
+        else:
+            self.answered_in_time = self.answered_in_time or bool(parsed)
         self._count(fates)
 
     async def _link_again_if_disconnected(
@@ -308,6 +329,18 @@ class _Drain:
         except DatabaseUnreadableError as exc:
             log.warning("drain batch lost its database connection; linking it again", lines=len(items), error=_describe(exc))
             return await self._link(items, settled, outputs)
+
+    async def _judge_timeout(
+        self, item: tuple[_Entry, QueuedEdge], exc: QueryInterruptedError, outputs: _Outputs | None
+    ) -> list[_Fate]:
+        """The fate of a line whose statements ran past the database's statement timeout with its
+        batch and again alone, while the line tried after it (if any) ran in time: its own —
+        charged ``statement-timeout`` — when the database ran another line of this drain in time
+        (as a Chroma row read that fails while Chroma answers its heartbeat); otherwise nothing
+        tells a slow line from a stalled database, and the drain ends charging nothing."""
+        if not self.answered_in_time:
+            raise _stalled(exc) from exc
+        return await self._settle_alone([self._failure(item, f"statement-timeout: {exc}")], outputs)
 
     async def _chroma_answers(self) -> bool:
         """Whether Chroma answers its heartbeat: after a read failed in transport, tells an outage
@@ -418,6 +451,16 @@ CHROMA_UNREACHABLE = "chroma-fetch-failed"
 class _RowReadFailedError(Exception):
     """A batch's Chroma read failed while Chroma answers: the batch is retried line by line, so
     the line whose row cannot be read is charged alone and the others link."""
+
+
+def _stalled(exc: QueryInterruptedError) -> QueryInterruptedError:
+    """The error that ends a drain whose statements ran past the database's statement timeout for a
+    line and for the line after it (or the last one): a stalled database (a lock another client
+    holds, a ``statement_timeout`` too short for the server's load), no line's fault."""
+    return QueryInterruptedError(
+        f"the graph database stopped statements at its statement timeout for a batch and its lines one by one ({exc}): "
+        "a lock another client holds, or a statement_timeout too short; no line was charged"
+    )
 
 
 def _malformed(entry: _Entry, line: MalformedLine) -> _Fate:

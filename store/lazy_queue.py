@@ -38,6 +38,7 @@ import json
 import os
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
@@ -393,6 +394,92 @@ class LazyEdgeQueue:
     def dead_letter_count(self) -> int:
         """Lines in the dead-letter file."""
         return _count_lines(self.dead_letter_path)
+
+
+# Bytes of the dead-letter file just before the end of what a :class:`DeadLetterCounter` counted,
+# kept to see that part is still there before only what follows is read (records carry their time
+# and line, so bytes rewritten there differ from these).
+_COUNTED_TAIL_BYTES = 256
+_COUNT_PIECE = 1 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class _Counted:
+    """What a :class:`DeadLetterCounter` last read: the file (device, inode, size, mtime), how far
+    its whole lines go (``end``, just past the last newline), the non-blank lines before ``end``,
+    whether the bytes after ``end`` (a line without its newline yet) are a record, and the
+    :data:`_COUNTED_TAIL_BYTES` before ``end``."""
+
+    key: tuple[int, int, int, int]
+    end: int
+    lines: int
+    open_line: bool
+    tail: bytes
+
+    @property
+    def records(self) -> int:
+        return self.lines + self.open_line
+
+
+class DeadLetterCounter:
+    """The dead-letter file's record count (its non-blank lines, as :meth:`LazyEdgeQueue.dead_letter_count`
+    counts them), kept across calls: unchanged, the file costs a ``stat``; grown, only the bytes
+    after the last whole line counted are read; replaced, cut back (a drain's recovery undoing an
+    append) or rewritten just before that point, it is counted anew. rem-cycle only appends to the
+    file, so a count never rereads its history; a hand edit well inside the counted part (which
+    rem-cycle never makes) is seen when the file is replaced or cut. Calls may come from several
+    threads: the state is one object replaced at once, and a lost race only reads again."""
+
+    def __init__(self, queue: LazyEdgeQueue) -> None:
+        self.queue = queue
+        self._counted: _Counted | None = None
+
+    def count(self) -> int:
+        """Records in the dead-letter file now."""
+        path = self.queue.dead_letter_path
+        try:
+            stat = os.stat(path, follow_symlinks=False)
+        except FileNotFoundError:
+            self._counted = None
+            return 0
+        key = (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns)
+        counted = self._counted
+        if counted is not None and counted.key == key:
+            return counted.records
+        with os.fdopen(self.queue._open(path, os.O_RDONLY), "rb") as handle:
+            start = counted if counted is not None and _still_counted(handle, counted, key) else None
+            self._counted = counted = _count_from(handle, start, key)
+        return counted.records
+
+
+def _still_counted(handle: IO[bytes], counted: _Counted, key: tuple[int, int, int, int]) -> bool:
+    """Whether the file open on ``handle`` (now ``key``) still holds what ``counted`` counted: the
+    same file, no shorter than the counted whole lines, the bytes just before their end unchanged."""
+    if key[:2] != counted.key[:2] or key[2] < counted.end:
+        return False
+    handle.seek(counted.end - len(counted.tail))
+    return handle.read(len(counted.tail)) == counted.tail
+
+
+def _count_from(handle: IO[bytes], start: _Counted | None, key: tuple[int, int, int, int]) -> _Counted:
+    """Count the non-blank lines of the file open on ``handle`` from ``start``'s end (the whole file
+    without one), in pieces of :data:`_COUNT_PIECE` bytes whatever its lines' lengths."""
+    end, lines = (start.end, start.lines) if start is not None else (0, 0)
+    position = end
+    handle.seek(position)
+    open_line = False  # the line being read so far has a byte that is not white space
+    while piece := handle.read(_COUNT_PIECE):
+        parts = piece.split(b"\n")
+        for part in parts[:-1]:
+            lines += open_line or bool(part.strip())
+            open_line = False
+            position += len(part) + 1
+            end = position
+        open_line = open_line or bool(parts[-1].strip())
+        position += len(parts[-1])
+    handle.seek(max(0, end - _COUNTED_TAIL_BYTES))
+    tail = handle.read(end - max(0, end - _COUNTED_TAIL_BYTES))
+    return _Counted(key, end, lines, open_line, tail)
 
 
 def _count_lines(path: Path) -> int:

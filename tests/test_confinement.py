@@ -11,6 +11,7 @@ import pytest
 
 from store import lazy_queue
 from store.confined import UnsafePathError, open_confined
+from store.db import Database
 from store.lazy_queue import LazyEdgeQueue
 from tests.conftest import run_cli
 
@@ -22,9 +23,11 @@ QUEUE = b'{"source":"CONCEPT:a","target":"memory:nowhere","relationship":"MENTIO
 
 @pytest.fixture(scope="module")
 def drained_once(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A data dir where one drain has run (it creates the graph database): copied by each test
-    rather than made by a drain of its own."""
+    """A data dir with a graph database (a drain refuses to run without one) where one drain has run:
+    copied by each test rather than made by a drain of its own."""
     data = tmp_path_factory.mktemp("confinement") / "data"
+    data.mkdir()
+    Database(data / "graph.sqlite3").close()
     first = run_cli("drain", env={"REM_DATA_DIR": str(data)})
     assert first.returncode == 0, first.stderr
     return data

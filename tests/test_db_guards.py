@@ -11,13 +11,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-from store.db import MIGRATIONS
+from store.db import MIGRATIONS, Database
 from tests.conftest import ROOT, run_cli
 
 
 def _fresh(data: Path) -> Path:
-    created = run_cli("drain", env={"REM_DATA_DIR": str(data)})  # creates and migrates the database
-    assert created.returncode == 0, created.stderr
+    data.mkdir()
+    Database(data / "graph.sqlite3").close()  # creates and migrates the database
     return data / "graph.sqlite3"
 
 

@@ -322,6 +322,8 @@ async def test_cycle_runs_the_drain_phase(settings: Settings, stores: Stores, tm
 
 def test_cli_drain_json_and_dry_run(settings: Settings) -> None:
     env = {"REM_DATA_DIR": str(settings.data_dir)}
+    settings.data_dir.mkdir(exist_ok=True)
+    Database(settings.graph_path).close()  # a drain runs on a graph a cycle made
     queue = queue_of(settings)
     queue.append([{"source": "CONCEPT:a", "target": "CONCEPT:b", "relationship": "RELATES_TO"}])
     queue.path.open("ab").write(b"junk\n")

@@ -37,10 +37,12 @@ from worker.signals import CommandProgress, interruptible
 EXIT_USAGE = 2
 # Commands that read or change an existing graph: on a graph database that is not there they say
 # so (with the resolved path) and fail, rather than create an empty one and report on nothing.
-# (``mcp`` serves without one: its tools say so until a cycle creates it.)
+# ``drain`` links queued lines into the graph a cycle made (the cycle drains what waits for it).
+# The cycle, ``import``, ``import-notes``, ``restore`` and ``backfill`` (a live sync of sessions,
+# an ingest) create one; ``mcp`` serves without one: its tools say so until a cycle creates it.
 GRAPH_COMMANDS = frozenset({
     "status", "search", "show", "export", "candidates", "retry", "merge", "unmerge", "backup", "forget", "recall",
-    "reindex",
+    "reindex", "drain",
 })
 # ``enqueue`` writes the queue file or table in an existing data dir, graph or not.
 DATA_DIR_COMMANDS = GRAPH_COMMANDS | {"enqueue"}
@@ -57,7 +59,7 @@ same names in lower case; see README "Configuration".
 exit codes:
   0  done (a cycle completed, or was stopped and recorded interrupted)
   1  failed: a cycle failed, bad input lines or notes were rejected, no such node, Chroma
-     unreachable, no data dir or graph database (read commands never create one)
+     unreachable, no data dir or graph database (read commands and drain never create one)
   2  usage or configuration error (bad argument, invalid TOML, invalid setting)
   3  busy: another cycle, daemon or drain holds the data dir's lock
   130, 143, 129  import, drain or backfill stopped by SIGINT (Ctrl-C), SIGTERM or SIGHUP; a line on stderr says

@@ -16,7 +16,7 @@ import json
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -32,7 +32,7 @@ from pipelines.vocabulary import PROVENANCE_RELATIONSHIPS
 from store.backend import open_database
 from store.errors import StoreError
 from store.graph import GraphStore
-from store.lazy_queue import LazyEdgeQueue
+from store.lazy_queue import DeadLetterCounter, LazyEdgeQueue
 from store.lazy_table import LazyEdgeTable
 from store.runstate import (
     CYCLE_BUCKETS,
@@ -99,28 +99,6 @@ def summarize_queue_lines(lines: Iterable[bytes]) -> QueueSummary:
         if moment is not None and (oldest is None or moment < oldest):
             oldest, oldest_raw = moment, stamp
     return QueueSummary(depth=depth, oldest_timestamp=oldest_raw)
-
-
-@dataclass
-class DeadLetterCounter:
-    """The dead-letter file's record count, recounted only when the file changed (another file,
-    size or modification time): the file only grows, and a scrape must not rescan it unchanged.
-    Scrapes run in several threads; replacing the tuple is atomic, and a lost race only recounts."""
-
-    queue: LazyEdgeQueue
-    _seen: tuple[tuple[int, int, int, int], int] | None = field(default=None, init=False, repr=False)
-
-    def count(self) -> int:
-        try:
-            stat = os.stat(self.queue.dead_letter_path, follow_symlinks=False)
-        except FileNotFoundError:
-            return 0
-        key = (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns)
-        seen = self._seen
-        if seen is None or seen[0] != key:
-            seen = (key, self.queue.dead_letter_count())
-            self._seen = seen
-        return seen[1]
 
 
 # A database whose files changed less than this long ago is read again at the next scrape: a write
