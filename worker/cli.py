@@ -612,6 +612,10 @@ async def cmd_forget(settings: Settings, args: argparse.Namespace, progress: Com
         )
 
     _emit(args, report, text)
+    if report.get("erased") is False:
+        print(f"rem-cycle: warning: another process was reading the graph, so {settings.graph_path.name}-wal still holds "
+              "the forgotten text until SQLite next checkpoints it; run the same forget again when that process is done",
+              file=sys.stderr)
     return EXIT_OK
 
 
