@@ -17,7 +17,9 @@ import pytest
 from config import Settings
 from tests.conftest import run_cli, write_sessions
 from tests.lazy_fixtures import seed_chroma
-from worker.cycle import Stores, run_cycle
+from tests.llm_server import LLMServer, Status
+from tests.test_model_faults import fault_settings
+from worker.cycle import Stores, open_stores, run_cycle
 from worker.knowledge import forget
 
 TURN_SECRET = "zqturnsecret8842"  # one word to the tokenizer, so the full-text index holds it whole
@@ -83,7 +85,7 @@ def test_a_forgotten_turn_and_session_leave_the_database_files_while_another_pro
     try:
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
         for table in ("recall_turns_fts", "recall_sessions_fts", "recall_node_docs_fts"):
-            conn.execute(f"INSERT INTO {table}({table}, rank) VALUES ('integrity-check', 1)")
+            conn.execute(f"INSERT INTO {table}({table}) VALUES ('integrity-check')")  # the merged segments are sound
     finally:
         conn.close()
 
@@ -134,3 +136,26 @@ async def test_postgresql_vacuums_the_tables_a_forget_wrote_once_it_has_committe
     assert stores.db.query("SELECT COUNT(*) FROM recall_turns WHERE text LIKE ?", (f"%{SESSION_SECRET}%",))[0][0] == 0
     dry = forget(settings, session="s-keep", dry_run=True)  # a dry run erases nothing: it changed nothing
     assert "erased" not in dry and vacuums() == after
+
+
+async def test_a_forgotten_turn_takes_the_models_refusal_that_quoted_it_with_it(settings: Settings, tmp_path: Path) -> None:
+    # The model refused the chunk holding the turn, quoting it: the failed attempt's error (what
+    # ``status`` lists) held the text after the turn was forgotten — a forget took out only the
+    # chunk results with an answer that quoted the turn.
+    refusal = Status(200, json.dumps({"choices": [{"message": {
+        "role": "assistant", "content": None, "refusal": f"I will not repeat the password {TURN_SECRET}."}, "finish_reason": "stop"}]}))
+    with LLMServer() as server:
+        server.script(*[refusal] * 4, match=TURN_SECRET)
+        mine = fault_settings(settings.data_dir, server)
+        stores = await open_stores(mine)
+        try:
+            await seed_chroma(stores, mine, _sessions(), tmp_path)
+            assert (await run_cycle(mine, stores=stores)).outcome == "completed"
+            assert any(TURN_SECRET in (row["error"] or "") for row in stores.runstate.failing_chunks())
+            report = forget(mine, memory="s-keep-t0001")
+            assert [row for row in stores.runstate.failing_chunks() if row["session_id"] == "s-keep"] == []
+            assert report["chunk_results"] >= 1
+            assert stores.runstate.get_digests(["s-keep"])["s-keep"].defer_reason is None
+        finally:
+            stores.close()
+    assert _files_holding(settings.data_dir, TURN_SECRET) == []
