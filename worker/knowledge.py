@@ -410,8 +410,20 @@ def forget(settings: Settings, *, session: str | None = None, memory: str | None
             note_id, key = note_anchor(note or "")
             report = forget_note(DatabaseUnitOfWork(db), note_id, key, dry_run=dry_run)
         if not dry_run:
-            report["erased"] = db.erase_deleted()
+            report.update(_erased(db))
         return report
+
+
+def _erased(db: Database) -> dict[str, Any]:
+    """``{"erased": …}`` after ``db.erase_deleted()`` (and ``erase_error``, why not, when the
+    database refused it: busy past the wait, a lock): the forget has committed either way, and
+    running it again erases."""
+    from store.errors import DatabaseError
+
+    try:
+        return {"erased": db.erase_deleted()}
+    except DatabaseError as exc:
+        return {"erased": False, "erase_error": str(exc)}
 
 
 def forgotten_in_place(settings: Settings) -> tuple[list[tuple[str, str]], str | None]:
