@@ -65,8 +65,9 @@ def reduced_session(sid: str, texts: list[str]) -> ReducedSession:
 
 
 class Graph:
-    def __init__(self, path: Path) -> None:
-        self.db = Database(path)
+    def __init__(self, path: Path | None = None, *, db: Database | None = None) -> None:
+        """The graph at ``path`` (an SQLite file), or in the database ``db`` already open."""
+        self.db = db if db is not None else Database(path)
         self.graph = GraphStore(self.db)
         self.resolver = identity_resolver(self.db)
         self.merges = MergeStore(self.db)

@@ -16,7 +16,7 @@ extracted (``rem-cycle forget``), and the retraction of sessions whose rows left
   whole when the node has no point left from the session or those extractions are not the ones
   the claim was made of; the node's facts and name are recombined from its claims by the commit's
   rule (:func:`pipelines.extract.commit.recombine_node`), and the chunk results quoting the turn
-  are deleted. A tombstone keeps extraction from ever reading the turn again, and the session is
+  are deleted, with the session's failed attempts (an error message may quote the turn). A tombstone keeps extraction from ever reading the turn again, and the session is
   marked for re-extraction, which brings back what its other turns said of a withdrawn claim.
 - ``dry_run``: everything is done in one transaction that is rolled back, so the report says
   exactly what a real run removes.
@@ -170,11 +170,11 @@ def forget_memory(unit: UnitOfWork, memory_id: str, *, dry_run: bool = False) ->
             for orphan in orphans:
                 graph.delete_node(orphan)
             graph.delete_node(node_id)
-            tombstones.forget_memory_state(memory_id, session)
+            failed_chunks = tombstones.forget_memory_state(memory_id, session)
             tombstones.bury(MEMORY, memory_id)
             nodes_after, edges_after = counter.now()
             report.update(
-                session=session, points=len(nodes) + len(edges), claims=claims, chunk_results=len(chunk_keys), nodes_removed=nodes_before - nodes_after,
+                session=session, points=len(nodes) + len(edges), claims=claims, chunk_results=len(chunk_keys) + failed_chunks, nodes_removed=nodes_before - nodes_after,
                 edges_removed=edges_before - edges_after, knowledge_nodes_removed=orphans, tombstone=True,
             )
             if dry_run:

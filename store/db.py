@@ -944,6 +944,9 @@ class _Connection(sqlite3.Connection):
     backup = _translating(sqlite3.Connection.backup)
 
 
+# Recall's full-text tables (migration 18), which :meth:`Database.erase_deleted` merges.
+RECALL_FTS_TABLES = ("recall_turns_fts", "recall_sessions_fts", "recall_node_docs_fts")
+
 # Page cache of the writing connection, KiB. A commit touches a few index leaves per node and edge
 # it names; with SQLite's default 2 MiB they are re-read through the OS once the file outgrows it,
 # and the commit cost creeps with the graph's size (bench/RESULTS.md, "Provenance rows").
@@ -1010,6 +1013,10 @@ class Database:
             if readonly:
                 return
             self.conn.execute("PRAGMA journal_mode=WAL")
+            # Deleted rows' bytes are zeroed, not left in the page's free space or on the free
+            # list: a forgotten turn's text must leave the file. Many builds (Debian's) default to
+            # it already, others (python.org's) do not; the cost: bench/RESULTS.md, "Forgotten text".
+            self.conn.execute("PRAGMA secure_delete=ON")
             self.conn.execute("PRAGMA foreign_keys=ON")
             self.conn.execute("PRAGMA synchronous=NORMAL")
             self.conn.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
@@ -1102,6 +1109,22 @@ class Database:
                 for statement in _statements(script):
                     conn.execute(statement)
                 conn.execute("INSERT INTO schema_version(version) VALUES (?)", (version,))
+
+    def erase_deleted(self) -> bool:
+        """Make the words of rows deleted so far leave the files (after a ``forget`` has committed;
+        outside a transaction): the recall tables' full-text indexes are merged into one segment
+        each (FTS5 keeps a deleted row's words in its old segments, behind a delete marker, until
+        they merge; the merged-away pages are zeroed, ``secure_delete``), then the write-ahead log
+        is checkpointed into the file and truncated to nothing (it holds the pages as they were
+        before). Costs a rewrite of the full-text indexes (bench/RESULTS.md, "Forgotten text").
+        Returns whether the log was truncated: not while another connection reads an older
+        snapshot (after the 30 s wait), and then the log keeps the old pages until a checkpoint."""
+        with self.transaction() as conn:
+            for table in RECALL_FTS_TABLES:
+                conn.execute(f"INSERT INTO {table}({table}) VALUES ('optimize')")
+        with self._lock:
+            busy = self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+        return not busy
 
     def integrity_check(self) -> str:
         """``PRAGMA integrity_check`` — ``"ok"`` when the file is sound."""

@@ -440,6 +440,14 @@ def _is_password(key: str) -> bool:
     return unquote(key) == "password"
 
 
+# The tables where a turn's or session's text can be, which a forget deletes from or rewrites
+# (:meth:`PostgresDatabase.erase_deleted`).
+_TEXT_TABLES = (
+    "nodes", "edges", "node_points", "edge_points", "node_claims", "node_aliases", "recall_turns", "recall_sessions",
+    "recall_node_docs", "chunk_results", "session_digests", "identity_candidates", "identity_verdicts",
+)
+
+
 class PostgresDatabase:
     """One pooled PostgreSQL connection shared by the stores, with the interface of
     :class:`store.db.Database`: ``transaction()`` nests (only the outermost block commits),
@@ -673,6 +681,17 @@ class PostgresDatabase:
             f"cannot create or upgrade rem-cycle's tables in {self.location} (schema version "
             f"{self.schema_version}, this rem-cycle needs {self._migrations[-1][0]}): {reason}"
         )
+
+    def erase_deleted(self) -> bool:
+        """After a ``forget`` has committed (outside a transaction): ``VACUUM`` the tables where a
+        forgotten turn's or session's text can be, so that the dead rows' space is reclaimed now
+        — PostgreSQL keeps a deleted row in its page until then — instead of when autovacuum next
+        finds enough dead rows there. What it does not reach (index pages, the server's WAL,
+        replicas): README, "Forgetting". A role that does not own the tables is skipped by the
+        server with a warning. Returns ``True`` (nothing of it is left for later)."""
+        with self._lock:
+            self.conn.execute(f"VACUUM {', '.join(_TEXT_TABLES)}")
+        return True
 
     def integrity_check(self) -> str:
         """``"ok"`` when the server answers and the schema's tables are readable (PostgreSQL checks

@@ -47,9 +47,13 @@ class TombstoneStore:
         """The session a memory row was ingested under (its memory index row), if any."""
         return next((r[0] for r in self.db.query("SELECT session_id FROM memory_index WHERE memory_id = ?", (memory_id,))), None)
 
-    def forget_memory_state(self, memory_id: str, session_id: str | None) -> None:
+    def forget_memory_state(self, memory_id: str, session_id: str | None) -> int:
         """Delete a forgotten turn's memory index row and mark its session for re-extraction, so
-        that what the session said of its nodes is recombined without the turn."""
+        that what the session said of its nodes is recombined without the turn. The session's
+        failed chunk attempts and its reason for being deferred go too: a model's refusal or a
+        server's error message may quote the turn, and the re-extraction, on chunks without the
+        turn, starts their count afresh anyway. Returns the failed chunk attempts deleted."""
+        failed = 0
         with self.db.transaction() as conn:
             conn.execute("DELETE FROM memory_index WHERE memory_id = ?", (memory_id,))
             if session_id:
@@ -60,9 +64,12 @@ class TombstoneStore:
             conn.execute("DELETE FROM chroma_scan_state")
             if session_id:
                 conn.execute(
-                    "UPDATE session_digests SET state = 'undigested', digested_revision = NULL, attempts = 0 WHERE session_id = ?",
+                    "UPDATE session_digests SET state = 'undigested', digested_revision = NULL, attempts = 0, defer_reason = NULL "
+                    "WHERE session_id = ?",
                     (session_id,),
                 )
+                failed = conn.execute("DELETE FROM chunk_results WHERE session_id = ? AND status = 'failed'", (session_id,)).rowcount
+        return failed
 
     def forget_session_state(self, session_id: str, chunk_key: str) -> dict[str, int]:
         """Delete a session's digest, memory index, chunk results (keyed ``chunk_key``), the

@@ -87,8 +87,9 @@ async def test_forgetting_a_session_leaves_the_graph_built_without_it(settings: 
     done = run_cli("forget", "--session", "b", "--json", env=env)
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
-    assert {k: v for k, v in report.items() if k != "dry_run"} == {k: v for k, v in planned.items() if k != "dry_run"}
-    assert report["memories"] == 2 and report["digests"] == 1 and report["chunk_results"] >= 1
+    # ``erased``: what a real run did after its commit (the text out of the files), not what went.
+    assert {k: v for k, v in report.items() if k not in ("dry_run", "erased")} == {k: v for k, v in planned.items() if k != "dry_run"}
+    assert report["memories"] == 2 and report["digests"] == 1 and report["chunk_results"] >= 1 and report["erased"] is True
 
     other = tmp_path / "without-b"
     clean_env.setenv("REM_DATA_DIR", str(other))

@@ -614,6 +614,10 @@ async def cmd_forget(settings: Settings, args: argparse.Namespace, progress: Com
         )
 
     _emit(args, report, text)
+    if report.get("erased") is False:
+        why = report.get("erase_error") or f"another process kept reading an older snapshot, so {settings.graph_path.name}-wal holds it until SQLite next checkpoints"
+        print(f"rem-cycle: warning: the forget is done, but the database's files may still hold the forgotten text ({why}); "
+              "run the same forget again later to erase it", file=sys.stderr)
     return EXIT_OK
 
 

@@ -395,17 +395,35 @@ def merge_node(settings: Settings, merged_id: str, into_id: str) -> int:
 
 def forget(settings: Settings, *, session: str | None = None, memory: str | None = None, note: str | None = None,
            dry_run: bool = False) -> dict[str, Any]:
-    """``forget``: one session, turn or imported notes file out of the graph (see :mod:`pipelines.forget`)."""
+    """``forget``: one session, turn or imported notes file out of the graph (see :mod:`pipelines.forget`),
+    then its text out of the database's files as far as the engine allows (``Database.erase_deleted``;
+    the report's ``erased`` says whether that completed)."""
     from pipelines.forget import forget_memory, forget_note, forget_session
     from pipelines.notes import note_anchor
 
     with open_graph_db(settings) as db:
         if session is not None:
-            return forget_session(DatabaseUnitOfWork(db), session, dry_run=dry_run)
-        if memory is not None:
-            return forget_memory(DatabaseUnitOfWork(db), row_suffix(memory) if memory.lower().startswith("memory:") else memory, dry_run=dry_run)
-        note_id, key = note_anchor(note or "")
-        return forget_note(DatabaseUnitOfWork(db), note_id, key, dry_run=dry_run)
+            report = forget_session(DatabaseUnitOfWork(db), session, dry_run=dry_run)
+        elif memory is not None:
+            report = forget_memory(DatabaseUnitOfWork(db), row_suffix(memory) if memory.lower().startswith("memory:") else memory, dry_run=dry_run)
+        else:
+            note_id, key = note_anchor(note or "")
+            report = forget_note(DatabaseUnitOfWork(db), note_id, key, dry_run=dry_run)
+        if not dry_run:
+            report.update(_erased(db))
+        return report
+
+
+def _erased(db: Database) -> dict[str, Any]:
+    """``{"erased": …}`` after ``db.erase_deleted()`` (and ``erase_error``, why not, when the
+    database refused it: busy past the wait, a lock): the forget has committed either way, and
+    running it again erases."""
+    from store.errors import DatabaseError
+
+    try:
+        return {"erased": db.erase_deleted()}
+    except DatabaseError as exc:
+        return {"erased": False, "erase_error": str(exc)}
 
 
 def forgotten_in_place(settings: Settings) -> tuple[list[tuple[str, str]], str | None]:
@@ -449,6 +467,8 @@ def forget_again(db: Database, tombstones: list[tuple[str, str]]) -> dict[str, i
         else:
             forget_memory(unit, item_id)
             carried["memories"] += 1
+    if carried["sessions"] or carried["memories"]:
+        db.erase_deleted()  # the backup's copy of the text must not stay in the restored files either
     return carried
 
 
