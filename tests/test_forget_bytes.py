@@ -102,16 +102,34 @@ def test_a_restored_backup_from_before_a_forget_does_not_bring_the_text_back_int
     assert TURN_SECRET.encode() in backup.read_bytes()  # the backup itself is the operator's (README)
 
 
-def test_the_writing_connection_zeroes_what_it_deletes(settings: Settings) -> None:
-    # Not every SQLite build defaults to ``secure_delete`` (Debian's does, python.org's does not):
-    # without it a deleted row stays in its page's free space or on the free list.
-    from store.backend import open_database
+def test_the_erase_says_so_when_a_reader_of_the_old_pages_keeps_the_log(tmp_path: Path) -> None:
+    # A reader still inside a snapshot from before the forget (a slow ``show`` of another process)
+    # keeps the old pages in the log: the erase cannot truncate it, says False (the CLI's
+    # ``"erased": false``), and succeeds once the reader has gone.
+    from store.db import Database
 
-    db = open_database(settings)
+    path = tmp_path / "graph.sqlite3"
+    writer = Database(path, timeout=0.2)
+    reader = sqlite3.connect(path, isolation_level=None)
     try:
-        assert db.query("PRAGMA secure_delete")[0][0] == 1
+        with writer.transaction() as conn:
+            conn.execute("INSERT INTO recall_turns(memory_id, session_id, role, text) VALUES ('m-1', 's-1', 'user', ?)",
+                         (TURN_SECRET,))
+            # indexed as store.recall_index does it (the table's delete trigger takes the row out of it)
+            conn.execute("INSERT INTO recall_turns_fts(rowid, text) SELECT id, rem_search_text(text) FROM recall_turns")
+        reader.execute("BEGIN")
+        reader.execute("SELECT COUNT(*) FROM recall_turns").fetchall()
+        with writer.transaction() as conn:
+            conn.execute("DELETE FROM recall_turns WHERE memory_id = 'm-1'")
+        assert writer.erase_deleted() is False
+        assert path.with_name("graph.sqlite3-wal").stat().st_size > 0
+        reader.execute("COMMIT")
+        assert writer.erase_deleted() is True
+        assert path.with_name("graph.sqlite3-wal").stat().st_size == 0
+        assert TURN_SECRET.encode() not in path.read_bytes()
     finally:
-        db.close()
+        reader.close()
+        writer.close()
 
 
 @pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
