@@ -20,6 +20,7 @@ import structlog
 from pipelines.ports import UnitOfWork
 from pipelines.vocabulary import MEMORY_LABEL
 from store.chroma import ChromaStore, ChromaUnavailableError, MemoryRow, SummaryRow, latest_by_session
+from store.errors import LeaseLostError
 from store.graph import Edge, Node, dumps
 from store.ids import InvalidIdError, is_valid_row_id, memory_node_id, session_node_id
 from store.runstate import SessionRevision
@@ -500,12 +501,13 @@ async def sync_batch_isolating_failures(
 ) -> BatchSync:
     """:func:`sync_sessions_to_graph` for a batch; when the batch fails, each session is synced on
     its own, so that one bad session costs only itself. An unreachable Chroma is not a session's
-    fault and is raised (:class:`ChromaUnavailableError`)."""
+    fault and is raised (:class:`ChromaUnavailableError`), and so is a lease the unit's writes are
+    fenced with that another worker took over (:class:`LeaseLostError`)."""
     result = BatchSync()
     try:
         result.synced = await sync_sessions_to_graph(session_ids, chroma=chroma, unit=unit, memory_ids=memory_ids)
         return result
-    except ChromaUnavailableError:
+    except (ChromaUnavailableError, LeaseLostError):
         raise
     except Exception as exc:  # noqa: BLE001 - narrowed down below, session by session
         if len(session_ids) == 1:

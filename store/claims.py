@@ -37,7 +37,7 @@ from typing import Any, Literal
 import structlog
 
 from store.db import Database, in_batches
-from store.errors import StoreError
+from store.errors import LeaseLostError, StoreError
 from store.runstate import DigestRecord, digest_record
 
 log = structlog.get_logger(__name__)
@@ -329,6 +329,14 @@ class LockStore(_Leases):
                 "UPDATE rem_locks SET heartbeat_at = ?, lease_expires_at = ? WHERE name = ? AND owner = ?",
                 (_stamp(now), _stamp(now + self.lease), name, self.owner),
             ).rowcount == 1
+
+    def still_held(self, name: str) -> None:
+        """Inside the caller's transaction: renew this owner's lease on ``name`` — the row stays
+        locked until that transaction ends, so no other worker takes the lock over before it
+        commits — or raise :class:`LeaseLostError` (rolling it back) when another owner has."""
+        if not self.heartbeat(name):
+            raise LeaseLostError(f"the lock {name!r} was taken over ({self.holder(name) or 'released'}) while this worker was "
+                                 "silent past its lease")
 
     def release(self, name: str) -> None:
         """Give the lock up (nothing happens when this owner does not hold it)."""

@@ -16,6 +16,7 @@ The family::
     │   ├── ConstraintError                          a write broke a constraint (e.g. a duplicate key)
     │   ├── QueryInterruptedError                    a read was stopped at its deadline
     │   └── SchemaTooNewError                        written by a newer rem-cycle; refused untouched
+    ├── LeaseLostError                  lock-lost    a lease this worker wrote under was taken over
     ├── UnsafePathError (store.confined)             a link or stray file in the data dir; also an
     │                                                OSError, as the file system refused it
     └── ChromaStoreError (store.chroma)  chroma-error / chroma-unavailable
@@ -33,6 +34,13 @@ class StoreError(Exception):
     """A store could not do what was asked; ``reason_code`` names the failure in a word."""
 
     reason_code = "store-error"
+
+
+class LeaseLostError(StoreError):
+    """Another worker took over a lease a transaction was fenced with (this one was silent past
+    it: paused, frozen): the transaction was rolled back, nothing written."""
+
+    reason_code = "lock-lost"
 
 
 class DatabaseError(StoreError):

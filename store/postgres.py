@@ -830,12 +830,63 @@ _LOCK_HOLDERS = (
 )
 
 
+# How long pg_restore may wait for a lock another session holds on what it replaces: its script
+# sets ``lock_timeout = 0`` (overriding PGOPTIONS), so a transaction begun after restore's own
+# check of the lock holders made it wait for ever, every reader of the graph queued behind it.
+RESTORE_LOCK_WAIT_SECONDS = 30.0
+# How often that wait is looked at.
+_RESTORE_WATCH_SECONDS = 0.2
+# pg_restore's backend (named by its application_name) waiting for a lock longer than %s seconds:
+# its pid and the pids of the sessions it waits for.
+_RESTORE_WAITING = (
+    "SELECT pid, pg_blocking_pids(pid) FROM pg_stat_activity WHERE application_name = %s "
+    "AND wait_event_type = 'Lock' AND clock_timestamp() - query_start > make_interval(secs => %s)"
+)
+_SESSIONS = "SELECT pid, application_name, state FROM pg_stat_activity WHERE pid = ANY(%s) ORDER BY pid"
+
+
+def run_pg_restore(command: list[str], env: dict[str, str], *, url: str, password: str | None, location: str,
+                   lock_wait_seconds: float) -> subprocess.CompletedProcess[str]:
+    """Run ``command`` (a ``pg_restore --single-transaction`` into ``url``) and watch its backend:
+    once a statement of it has waited more than ``lock_wait_seconds`` for a lock, cancel it (its
+    one transaction rolls back) and raise :class:`DatabaseBusyError` naming the sessions it waited
+    for. Returns the finished process otherwise."""
+    name = f"rem-cycle restore {uuid.uuid4().hex[:12]}"
+    deadline = time.monotonic() + 3600
+    process = subprocess.Popen(command, env={**env, "PGAPPNAME": name}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        with psycopg_errors(), psycopg.connect(url, connect_timeout=10, password=password, autocommit=True) as watcher:
+            while True:
+                try:
+                    out, err = process.communicate(timeout=_RESTORE_WATCH_SECONDS)
+                    return subprocess.CompletedProcess(command, process.returncode, out, err)
+                except subprocess.TimeoutExpired:
+                    if time.monotonic() > deadline:
+                        raise DatabaseError("pg_restore ran for an hour: stopped (one transaction: the database was not changed)") from None
+                waiting = watcher.execute(_RESTORE_WAITING, (name, lock_wait_seconds)).fetchone()
+                if waiting is not None:
+                    held_by = watcher.execute(_SESSIONS, (list(waiting[1]),)).fetchall()
+                    watcher.execute("SELECT pg_cancel_backend(%s)", (waiting[0],))
+                    process.communicate(timeout=60)
+                    named = ", ".join(f"pid {pid} ({app or 'no application_name'}, {state})" for pid, app, state in held_by)
+                    raise DatabaseBusyError(
+                        f"pg_restore waited more than {lock_wait_seconds:g} s for locks other sessions took on the graph's "
+                        f"tables at {location} after the restore began: {named or 'sessions since gone'}; stop them (or "
+                        "pg_terminate_backend(pid)) and restore again — the database was not changed"
+                    )
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
 def _search_path(setting: str) -> list[str]:
     """The schema names of a ``search_path`` setting (``"$user", "My Schema", x``), unquoted. Pure."""
     return [name.strip().removeprefix('"').removesuffix('"').replace('""', '"') for name in setting.split(",")]
 
 
-def restore_postgres(url: str, source: str | Path, *, known_versions: int) -> dict[str, object]:
+def restore_postgres(url: str, source: str | Path, *, known_versions: int,
+                     lock_wait_seconds: float = RESTORE_LOCK_WAIT_SECONDS) -> dict[str, object]:
     """Put the graph of the ``pg_dump`` archive ``source`` (``rem-cycle backup`` on PostgreSQL) in
     place of the graph at ``url``: ``pg_restore --clean --if-exists --single-transaction``, so the
     archive's tables, functions and rows replace the graph's in one transaction, or nothing changes.
@@ -845,8 +896,10 @@ def restore_postgres(url: str, source: str | Path, *, known_versions: int) -> di
     (:class:`SchemaTooNewError`), taken from the schema that ``url`` resolves to (an archive of
     schema ``a`` restores schema ``a``: a different search path would not see it), and the graph
     in place is not newer than the backup (its newer tables would outlive a restore). Neither
-    owners nor grants are restored: the connecting role owns what it restores. Returns ``{path,
-    bytes, integrity, schema_version}`` (``path``: the URL without its password)."""
+    owners nor grants are restored: the connecting role owns what it restores. A session that takes
+    a lock on the graph's tables after that check is waited for ``lock_wait_seconds`` at most (see
+    :func:`run_pg_restore`). Returns ``{path, bytes, integrity, schema_version}`` (``path``: the URL
+    without its password)."""
     pg_restore = shutil.which("pg_restore")
     if pg_restore is None:
         raise DatabaseError("restore of a PostgreSQL graph needs pg_restore on PATH (Debian/Ubuntu: apt-get install "
@@ -897,7 +950,7 @@ def restore_postgres(url: str, source: str | Path, *, known_versions: int) -> di
     only = ["--schema=public"] if schema == "public" else []
     command = [pg_restore, "--clean", "--if-exists", "--single-transaction", "--exit-on-error", "--no-owner",
                "--no-privileges", *only, f"--dbname={bare}", str(source)]
-    restored = subprocess.run(command, env=env, capture_output=True, text=True, timeout=3600, check=False)
+    restored = run_pg_restore(command, env, url=bare, password=password, location=location, lock_wait_seconds=lock_wait_seconds)
     if restored.returncode != 0:
         raise DatabaseError(f"pg_restore failed (one transaction: the database was not changed): "
                             f"{restored.stderr.strip() or restored.returncode}")

@@ -25,10 +25,12 @@ from store.verdicts import VerdictStore
 
 class DatabaseUnitOfWork:
     """Every store over ``db`` (SQLite or PostgreSQL), and :meth:`transaction` around their writes.
-    ``clock`` stamps the rows the stores date (``utc_now``)."""
+    ``clock`` stamps the rows the stores date (``utc_now``). ``fence``, when given, runs first in
+    every transaction: what it raises (:class:`store.errors.LeaseLostError`) rolls it back."""
 
-    def __init__(self, db: Database, *, clock: Callable[[], str] = utc_now) -> None:
+    def __init__(self, db: Database, *, clock: Callable[[], str] = utc_now, fence: Callable[[], object] | None = None) -> None:
         self.db = db
+        self.fence = fence
         self.graph = GraphStore(db, clock=clock)
         self.provenance = ProvenanceStore(db)
         self.merges = MergeStore(db, clock=clock)
@@ -42,4 +44,6 @@ class DatabaseUnitOfWork:
     def transaction(self) -> Iterator[DatabaseUnitOfWork]:
         """One transaction around the block: commits when it ends, rolls back when it raises."""
         with self.db.transaction():
+            if self.fence is not None:
+                self.fence()
             yield self

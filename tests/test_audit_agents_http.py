@@ -4,6 +4,7 @@ official ``mcp`` SDK client against a real server process."""
 
 from __future__ import annotations
 
+import signal
 import socket
 import subprocess
 import sys
@@ -104,3 +105,15 @@ def test_a_port_in_use_is_one_line_and_exit_1_not_busy(graph: Settings) -> None:
         assert "listening" not in done.stderr and "Traceback" not in done.stderr
         assert first.poll() is None
         assert httpx.post(url, json=INIT, headers=ACCEPT, timeout=10).status_code == 200
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
+def test_a_stop_signal_ends_the_http_server_with_exit_0_as_it_ends_the_daemon(graph: Settings, signum: signal.Signals) -> None:
+    # uvicorn raised the signal again once it had shut down: SIGINT exited 130 ("interrupted") and
+    # SIGTERM killed the process (-15) — an orchestrator's ordinary stop read as a failure.
+    with serving(graph, "127.0.0.1") as (url, proc):
+        assert httpx.post(url, json=INIT, headers=ACCEPT, timeout=10).status_code == 200
+        proc.send_signal(signum)
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, err.decode()[-2000:]
+        assert b"Traceback" not in err

@@ -63,7 +63,8 @@ exit codes:
   2  usage or configuration error (bad argument, invalid TOML, invalid setting)
   3  busy: another cycle, daemon or drain holds the data dir's lock
   130, 143, 129  import, drain or backfill stopped by SIGINT (Ctrl-C), SIGTERM or SIGHUP; a line on stderr says
-     what was done, and re-running is safe
+     what was done, and re-running is safe (merge, forget, backup, restore … once under way finish
+     and report instead)
   141  the output's reader went away (rem-cycle export | head): stopped without a message, as by SIGPIPE
 """
 # The largest count (``--limit``, ``--runs``) a command takes: far past any graph, well within the
@@ -378,21 +379,22 @@ async def cmd_status(settings: Settings, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-async def cmd_retry(settings: Settings, args: argparse.Namespace) -> int:
+async def cmd_retry(settings: Settings, args: argparse.Namespace, progress: CommandProgress) -> int:
     from worker.report import reset_failures
 
-    stores = await open_stores(settings)
-    try:
-        payload = await anyio.to_thread.run_sync(lambda: reset_failures(stores, None if args.all else args.session))
-    finally:
-        stores.close()
-    _emit(
-        args,
-        payload,
-        lambda: print(f"reset {payload['sessions_reset']} sessions and {payload['chunks_reset']} failed chunks; "
-                      "the next cycle tries them again"),
-    )
-    return EXIT_OK
+    with progress.to_the_end():
+        stores = await open_stores(settings)
+        try:
+            payload = await anyio.to_thread.run_sync(lambda: reset_failures(stores, None if args.all else args.session))
+        finally:
+            stores.close()
+        _emit(
+            args,
+            payload,
+            lambda: print(f"reset {payload['sessions_reset']} sessions and {payload['chunks_reset']} failed chunks; "
+                          "the next cycle tries them again"),
+        )
+        return EXIT_OK
 
 
 def _refused_output(settings: Settings, path: str) -> bool:
@@ -532,15 +534,10 @@ async def _edit_graph(settings: Settings, what: str, edit: Callable[[], T], *, r
         raise _EditRefused(EXIT_FAILED) from exc
 
 
-async def cmd_unmerge(settings: Settings, args: argparse.Namespace) -> int:
+async def cmd_unmerge(settings: Settings, args: argparse.Namespace, progress: CommandProgress) -> int:
     from store.ids import InvalidIdError
     from store.merges import MergeError
     from worker.knowledge import unmerge_node
-
-    try:
-        undone = await _edit_graph(settings, "unmerge", lambda: unmerge_node(settings, args.node_id), refused=(MergeError, InvalidIdError))
-    except _EditRefused as refusal:
-        return refusal.status
 
     def text() -> None:
         for item in undone:
@@ -550,8 +547,13 @@ async def cmd_unmerge(settings: Settings, args: argparse.Namespace) -> int:
                 f"{item['edges_culled']} culled (endpoint gone)"
             )
 
-    _emit(args, {"node": args.node_id, "undone": undone}, text)
-    return EXIT_OK
+    with progress.to_the_end():
+        try:
+            undone = await _edit_graph(settings, "unmerge", lambda: unmerge_node(settings, args.node_id), refused=(MergeError, InvalidIdError))
+        except _EditRefused as refusal:
+            return refusal.status
+        _emit(args, {"node": args.node_id, "undone": undone}, text)
+        return EXIT_OK
 
 
 async def cmd_candidates(settings: Settings, args: argparse.Namespace) -> int:
@@ -563,38 +565,29 @@ async def cmd_candidates(settings: Settings, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-async def cmd_merge(settings: Settings, args: argparse.Namespace) -> int:
+async def cmd_merge(settings: Settings, args: argparse.Namespace, progress: CommandProgress) -> int:
     from store.ids import InvalidIdError
     from store.merges import MergeError
     from worker.knowledge import merge_node
 
-    try:
-        merge_id = await _edit_graph(
-            settings, "merge", lambda: merge_node(settings, args.merged_id, args.into_id), refused=(MergeError, InvalidIdError)
+    with progress.to_the_end():
+        try:
+            merge_id = await _edit_graph(
+                settings, "merge", lambda: merge_node(settings, args.merged_id, args.into_id), refused=(MergeError, InvalidIdError)
+            )
+        except _EditRefused as refusal:
+            return refusal.status
+        _emit(
+            args,
+            {"merge_id": merge_id, "merged": args.merged_id, "into": args.into_id},
+            lambda: print(f"merged {args.merged_id} into {args.into_id} (merge #{merge_id}; undo: rem-cycle unmerge {args.merged_id})"),
         )
-    except _EditRefused as refusal:
-        return refusal.status
-    _emit(
-        args,
-        {"merge_id": merge_id, "merged": args.merged_id, "into": args.into_id},
-        lambda: print(f"merged {args.merged_id} into {args.into_id} (merge #{merge_id}; undo: rem-cycle unmerge {args.merged_id})"),
-    )
-    return EXIT_OK
+        return EXIT_OK
 
 
 async def cmd_forget(settings: Settings, args: argparse.Namespace, progress: CommandProgress) -> int:
     from store.ids import InvalidIdError
     from worker.knowledge import NoGraphError, forget
-
-    progress.describe = lambda: "a forget is one transaction, so it was applied whole or not at all"
-    try:
-        report = await _edit_graph(
-            settings, "forget",
-            lambda: forget(settings, session=args.session, memory=args.memory, note=args.note, dry_run=args.dry_run),
-            refused=(InvalidIdError, NoGraphError),
-        )
-    except _EditRefused as refusal:
-        return refusal.status
 
     def text() -> None:
         if not (report["points"] or report["nodes_removed"] or report.get("digests")):
@@ -613,12 +606,21 @@ async def cmd_forget(settings: Settings, args: argparse.Namespace, progress: Com
             + ("; tombstoned" if report.get("tombstone") and not report["dry_run"] else "")
         )
 
-    _emit(args, report, text)
-    if report.get("erased") is False:
-        why = report.get("erase_error") or f"another process kept reading an older snapshot, so {settings.graph_path.name}-wal holds it until SQLite next checkpoints"
-        print(f"rem-cycle: warning: the forget is done, but the database's files may still hold the forgotten text ({why}); "
-              "run the same forget again later to erase it", file=sys.stderr)
-    return EXIT_OK
+    with progress.to_the_end():
+        try:
+            report = await _edit_graph(
+                settings, "forget",
+                lambda: forget(settings, session=args.session, memory=args.memory, note=args.note, dry_run=args.dry_run),
+                refused=(InvalidIdError, NoGraphError),
+            )
+        except _EditRefused as refusal:
+            return refusal.status
+        _emit(args, report, text)
+        if report.get("erased") is False:
+            why = report.get("erase_error") or f"another process kept reading an older snapshot, so {settings.graph_path.name}-wal holds it until SQLite next checkpoints"
+            print(f"rem-cycle: warning: the forget is done, but the database's files may still hold the forgotten text ({why}); "
+                  "run the same forget again later to erase it", file=sys.stderr)
+        return EXIT_OK
 
 
 async def cmd_import_notes(settings: Settings, args: argparse.Namespace) -> int:
@@ -654,21 +656,22 @@ def _counts_line(counts: dict[str, Any]) -> str:
     return ", ".join(f"{v} {k}" for k, v in counts.items())
 
 
-async def cmd_backup(settings: Settings, args: argparse.Namespace) -> int:
+async def cmd_backup(settings: Settings, args: argparse.Namespace, progress: CommandProgress) -> int:
     from store.backend import backup, database_location
 
     if _refused_output(settings, args.path):
         return EXIT_USAGE
-    try:
-        payload = await anyio.to_thread.run_sync(backup, settings, Path(args.path))
-    except StoreError as exc:
-        print(f"rem-cycle: backup failed: {exc}", file=sys.stderr)
-        return EXIT_FAILED
-    _emit(args, payload, lambda: print(f"backed up {database_location(settings)} to {payload['path']} ({payload['bytes']} bytes, integrity ok)"))
-    return EXIT_OK
+    with progress.to_the_end():
+        try:
+            payload = await anyio.to_thread.run_sync(backup, settings, Path(args.path))
+        except StoreError as exc:
+            print(f"rem-cycle: backup failed: {exc}", file=sys.stderr)
+            return EXIT_FAILED
+        _emit(args, payload, lambda: print(f"backed up {database_location(settings)} to {payload['path']} ({payload['bytes']} bytes, integrity ok)"))
+        return EXIT_OK
 
 
-async def cmd_restore(settings: Settings, args: argparse.Namespace) -> int:
+async def cmd_restore(settings: Settings, args: argparse.Namespace, progress: CommandProgress) -> int:
     from store.backend import restore
     from store.db import Database
     from worker.cycle import graph_single_flight, single_flight
@@ -691,15 +694,21 @@ async def cmd_restore(settings: Settings, args: argparse.Namespace) -> int:
     # Both locks: no cycle, command or daemon of this data dir has the database open meanwhile (on
     # PostgreSQL, nor a cycle of another host: the database's single-flight lock too).
     cycle_lock = graph_single_flight(settings) if settings.database_url is not None else single_flight(settings)
-    try:
-        async with single_flight(settings, lock_path=daemon_lock_path(settings), what="rem-cycle daemon"), cycle_lock:
-            payload = await anyio.to_thread.run_sync(partial(restore, settings, Path(args.path), carry=forget_what_was_forgotten))
-    except CycleBusyError as exc:
-        print(f"rem-cycle: {exc}; stop it before restoring", file=sys.stderr)
-        return EXIT_BUSY
-    except StoreError as exc:
-        print(f"rem-cycle: restore from {args.path} failed, nothing was changed: {exc}", file=sys.stderr)
-        return EXIT_FAILED
+    with progress.to_the_end():
+        try:
+            async with single_flight(settings, lock_path=daemon_lock_path(settings), what="rem-cycle daemon"), cycle_lock:
+                payload = await anyio.to_thread.run_sync(partial(restore, settings, Path(args.path), carry=forget_what_was_forgotten))
+        except CycleBusyError as exc:
+            print(f"rem-cycle: {exc}; stop it before restoring", file=sys.stderr)
+            return EXIT_BUSY
+        except StoreError as exc:
+            print(f"rem-cycle: restore from {args.path} failed, nothing was changed: {exc}", file=sys.stderr)
+            return EXIT_FAILED
+        return _report_restore(args, payload, carried, unread)
+
+
+def _report_restore(args: argparse.Namespace, payload: dict[str, Any], carried: dict[str, int], unread: list[str]) -> int:
+    """Print what ``restore`` did (and what it could not carry over); its exit status."""
     payload["forgotten_again"] = carried
     if unread:
         payload["forgets_unread"] = unread[0]
@@ -959,16 +968,16 @@ COMMANDS: dict[str, Handler] = {
     "mcp": cmd_mcp,
     "import": interruptible(cmd_import, name="import", rerun="re-running the same import is safe: rows already stored are skipped"),
     "status": cmd_status,
-    "retry": cmd_retry,
+    "retry": interruptible(cmd_retry, name="retry", rerun="running it again is safe"),
     "export": cmd_export,
     "show": cmd_show,
     "search": cmd_search,
-    "backup": cmd_backup,
-    "restore": cmd_restore,
-    "unmerge": cmd_unmerge,
+    "backup": interruptible(cmd_backup, name="backup", rerun="running it again is safe"),
+    "restore": interruptible(cmd_restore, name="restore", rerun="running it again is safe"),
+    "unmerge": interruptible(cmd_unmerge, name="unmerge", rerun="running it again is safe"),
     "candidates": cmd_candidates,
-    "merge": cmd_merge,
-    "forget": interruptible(cmd_forget, name="forget", rerun="re-running the forget is safe: it removes what is left"),
+    "merge": interruptible(cmd_merge, name="merge", rerun="running it again is safe"),
+    "forget": interruptible(cmd_forget, name="forget", rerun="running it again is safe"),
     "enqueue": cmd_enqueue,
     "drain": interruptible(cmd_drain, name="drain", rerun="re-running the drain is safe: no queued line is lost"),
     "backfill": interruptible(cmd_backfill, name="backfill", rerun="re-running the backfill is safe: synced sessions are unchanged"),

@@ -39,7 +39,7 @@ from store.claims import CYCLE_LOCK, ClaimStore, LockStore, host_identity, worke
 from store.confined import UnsafePathError, exclusive_lock
 from store.backend import database_exists, database_location, open_database
 from store.db import Database
-from store.errors import SchemaTooNewError, StoreError
+from store.errors import LeaseLostError, SchemaTooNewError, StoreError
 from store.graph import GraphStore, utc_now
 from store.lazy_queue import LazyEdgeQueue, QueueBusyError
 from store.lazy_table import LazyEdgeTable, lazy_edge_sink
@@ -116,6 +116,8 @@ class CycleContext:
     lease_owner: str = field(default_factory=worker_owner)
     # The operator's word that a full scan may retract most of the graph (``--allow-mass-retraction``).
     allow_mass_retraction: bool = False
+    # The database's single-flight lock when this cycle leads (None for a follower).
+    lock: LockStore | None = None
 
     def check_stop(self) -> None:
         """Raise :class:`CycleInterrupted` when a stop was requested (call between transactions)."""
@@ -147,8 +149,35 @@ async def provider_ready(ctx: CycleContext) -> dict[str, Any]:
 
 
 async def ingest(ctx: CycleContext) -> dict[str, Any]:
-    """Live-sync the sessions whose input revision changed, oldest first, up to the batch limit."""
+    """Live-sync the sessions whose input revision changed, oldest first, up to the batch limit.
+
+    Every write is fenced with the single-flight lock (:meth:`LockStore.still_held`, in its
+    transaction): a leader paused past its lease inside this phase — its scan read before another
+    leader took over and ingested what came since — writes nothing after the takeover (a stale
+    full scan retracted what the new leader had ingested and digested). Its phase fails
+    ``lock-lost``; no session is charged."""
+    try:
+        return await _ingest(ctx)
+    except LeaseLostError as exc:
+        raise PhaseError("lock-lost", f"{exc}: the rest of ingest is the new leader's (none of it written here)") from exc
+
+
+def _fenced_unit(ctx: CycleContext) -> DatabaseUnitOfWork:
+    """The unit of work ingest writes through: fenced with the single-flight lock when this cycle leads."""
+    if ctx.lock is None:
+        return ctx.stores.unit
+    return DatabaseUnitOfWork(ctx.stores.db, fence=partial(ctx.lock.still_held, CYCLE_LOCK))
+
+
+def _fenced(unit: DatabaseUnitOfWork, write: Callable[[], object]) -> None:
+    """``write`` (a store's own transaction) inside a transaction of ``unit``, so its fence holds."""
+    with unit.transaction():
+        write()
+
+
+async def _ingest(ctx: CycleContext) -> dict[str, Any]:
     settings, stores = ctx.settings, ctx.stores
+    unit = _fenced_unit(ctx)
     scan_marks = ScanMarkStore(stores.db)
     try:
         scan = await scan_changed_sessions(
@@ -167,7 +196,7 @@ async def ingest(ctx: CycleContext) -> dict[str, Any]:
     revisions = [r for r in scan.revisions if r.session_id not in buried]  # forgotten: never back
     # Only a full scan can see that a session's rows went away (a scan of the new rows found the
     # rows before them where they were). A refusal fails the phase before anything is written.
-    retracted = await anyio.to_thread.run_sync(_retract_vanished, ctx, scan) if scan.full else []
+    retracted = await anyio.to_thread.run_sync(_retract_vanished, ctx, unit, scan) if scan.full else []
     changed = sessions_to_sync(await anyio.to_thread.run_sync(stores.runstate.changed_sessions, revisions), revisions, scan.readded)
     todo = changed[: settings.batch_limit]
     counts: dict[str, Any] = {
@@ -190,13 +219,13 @@ async def ingest(ctx: CycleContext) -> dict[str, Any]:
     if todo:
         # Until this phase ends with every change applied, no mark may say that the rows before it
         # are in the graph (a stopped phase leaves sessions half-synced): the next scan reads all.
-        await anyio.to_thread.run_sync(scan_marks.clear)
+        await anyio.to_thread.run_sync(_fenced, unit, scan_marks.clear)
     for start in range(0, len(todo), SESSIONS_PER_BATCH):
         ctx.check_stop()
         group = todo[start : start + SESSIONS_PER_BATCH]
         try:
             batch = await sync_batch_isolating_failures(
-                [r.session_id for r in group], chroma=stores.chroma, unit=stores.unit,
+                [r.session_id for r in group], chroma=stores.chroma, unit=unit,
                 memory_ids={r.session_id: r.memory_ids for r in group},
             )
         except ChromaUnavailableError as exc:
@@ -210,24 +239,24 @@ async def ingest(ctx: CycleContext) -> dict[str, Any]:
             for key in ("processed", "upserted", "skipped", "errors"):
                 counts[key] += getattr(stats, key)
             bad_values.update(stats.bad_values)
-            await anyio.to_thread.run_sync(stores.runstate.mark_ingested, revision, ctx.run_id)
+            await anyio.to_thread.run_sync(_fenced, unit, partial(unit.runstate.mark_ingested, revision, ctx.run_id))
             counts["sessions_synced"] += 1
             with structlog.contextvars.bound_contextvars(session_id=revision.session_id):
                 log.debug("session ingested", upserted=stats.upserted, skipped=stats.skipped, errors=stats.errors)
     counts["backlog"] = len(changed) - counts["sessions_synced"]
-    await _keep_scan_marks(stores, scan_marks, scan, applied=counts["backlog"] == 0)
+    await _keep_scan_marks(stores, unit, scan_marks, scan, applied=counts["backlog"] == 0)
     counts["bad_values"] = dict(sorted(bad_values.items()))
     if bad_values:
         log.warning("bad values in source rows", bad_values=counts["bad_values"])
     return counts
 
 
-async def _keep_scan_marks(stores: Stores, scan_marks: ScanMarkStore, scan: ScanResult, *, applied: bool) -> None:
+async def _keep_scan_marks(stores: Stores, unit: DatabaseUnitOfWork, scan_marks: ScanMarkStore, scan: ScanResult, *, applied: bool) -> None:
     """Save the marks of what the scan read once all it found is in the graph — and, after a full
     scan (paged, so not one reading), only when its last ids are still where it read them; else
     the next scan reads every row again (the marks were cleared before the first write)."""
     if applied and (not scan.full or await _marks_hold(stores.chroma, scan.marks)):
-        await anyio.to_thread.run_sync(scan_marks.save, scan.marks)
+        await anyio.to_thread.run_sync(_fenced, unit, partial(scan_marks.save, scan.marks))
 
 
 async def _marks_hold(chroma: ChromaStore, marks: list[ScanMark]) -> bool:
@@ -237,7 +266,7 @@ async def _marks_hold(chroma: ChromaStore, marks: list[ScanMark]) -> bool:
         return False
 
 
-def _retract_vanished(ctx: CycleContext, scan: ScanResult) -> list[dict[str, Any]]:
+def _retract_vanished(ctx: CycleContext, unit: DatabaseUnitOfWork, scan: ScanResult) -> list[dict[str, Any]]:
     """Sessions whose rows all left Chroma are forgotten (no tombstone: new rows may come back) —
     unless they are most of the graph and the operator did not allow it: then :class:`PhaseError`
     ``mass-retraction-refused``, nothing retracted. Reads every known session id — as the scan
@@ -255,7 +284,7 @@ def _retract_vanished(ctx: CycleContext, scan: ScanResult) -> list[dict[str, Any
             "names), put it right and the next cycle goes on; if those sessions were deleted on purpose, "
             "run `rem-cycle --once --allow-mass-retraction` to take them out of the graph"
         )) from exc
-    retracted = retract_vanished(stores.unit, session_ids)
+    retracted = retract_vanished(unit, session_ids)
     for report in retracted:
         log.info("session retracted: its rows left Chroma", session_id=report["id"], points=report["points"])
     return retracted
@@ -641,7 +670,7 @@ async def _run_phases(
     attempt.row_started = True
     ctx = CycleContext(
         settings=settings, stores=stores, run_id=run_id, stop=stop, lease_owner=lease_owner,
-        allow_mass_retraction=allow_mass_retraction,
+        allow_mass_retraction=allow_mass_retraction, lock=lock,
     )
     beats: list[Callable[[], object]] = [partial(runstate.heartbeat, run_id), ClaimStore(stores.db, owner=lease_owner, lease_seconds=settings.lease_timeout_seconds).heartbeat]
     if lock is not None:

@@ -18,7 +18,9 @@ import re
 import socket
 import sys
 import threading
-from typing import Annotated, Any
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Annotated, Any
 
 import anyio
 import anyio.from_thread
@@ -46,6 +48,10 @@ from store.backend import database_exists, database_location
 from store.errors import StoreError
 from worker.knowledge import NoGraphError
 from worker.recall import RecallTimeoutError, run_recall, search_nodes, show_node
+from worker.signals import stop_on_signals
+
+if TYPE_CHECKING:
+    import uvicorn
 
 log = structlog.get_logger(__name__)
 
@@ -354,9 +360,34 @@ async def serve(settings: Settings, *, http: bool) -> None:
     log.info("mcp server listening", url=f"http://{settings.mcp_host}:{settings.mcp_port}/mcp",
              auth="bearer" if settings.mcp_token else "none")
     # log_config=None: uvicorn's records go through the worker's log (worker.logs), not its own handlers.
-    server = uvicorn.Server(uvicorn.Config(app, host=settings.mcp_host, port=settings.mcp_port, log_level="warning", log_config=None,
-                                           lifespan="on", timeout_graceful_shutdown=5))
-    await server.serve(sockets=[listening])
+    config = uvicorn.Config(app, host=settings.mcp_host, port=settings.mcp_port, log_level="warning", log_config=None,
+                            lifespan="on", timeout_graceful_shutdown=5)
+    server = _without_signal_handlers(config)
+    # Stopped as the daemon is (worker.signals): SIGTERM, SIGINT or SIGHUP ends it gracefully, exit 0.
+    async with stop_on_signals(grace_seconds=settings.grace_seconds) as stop, anyio.create_task_group() as tg:
+        tg.start_soon(_shut_down_on, stop.event, server)
+        await server.serve(sockets=[listening])
+        tg.cancel_scope.cancel()
+
+
+def _without_signal_handlers(config: uvicorn.Config) -> uvicorn.Server:
+    """A uvicorn server that leaves signals to rem-cycle: uvicorn's own handlers raised the signal
+    again once it had shut down, so SIGINT exited 130 and SIGTERM killed the process (-15), where
+    the daemon exits 0."""
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        @contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            yield
+
+    return Server(config)
+
+
+async def _shut_down_on(stop: anyio.Event, server: uvicorn.Server) -> None:
+    """Ask ``server`` to shut down (gracefully: requests in flight finish) once ``stop`` is set."""
+    await stop.wait()
+    server.should_exit = True
 
 
 def listen(host: str, port: int) -> socket.socket:

@@ -9,7 +9,10 @@ flight still completes. A second signal cancels at once.
 
 :func:`interruptible` wraps an operator command: a signal ends it with exit status ``128 + signal``
 (130 for SIGINT, 143 for SIGTERM) and one line on stderr saying what was done so far and that
-re-running is safe — never a silent exit 0 half done.
+re-running is safe — never a silent exit 0 half done. A command of one transaction (``merge``,
+``forget``, ``backup``, ``restore`` …) runs it and prints its result under
+:meth:`CommandProgress.to_the_end`: a signal that comes once it is under way cannot cost the line
+saying what it committed.
 """
 
 from __future__ import annotations
@@ -17,8 +20,8 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 
 import anyio
@@ -101,7 +104,22 @@ class CommandProgress:
     which says in words what the command has finished so far (for the message on a signal)."""
 
     stop: StopRequest
-    describe: Callable[[], str] = lambda: "nothing was changed yet"
+    describe: Callable[[], str] = lambda: "nothing was changed"
+    # Whether the command ran its :meth:`to_the_end` step: it then printed what it did.
+    finished: bool = False
+
+    @contextmanager
+    def to_the_end(self) -> Iterator[None]:
+        """Around a command's one transaction and the line that says what it did (``merge``,
+        ``restore`` …): a signal from here on no longer stops the command. The transaction would
+        complete anyway (a thread call is never abandoned), so what it committed — or why it
+        failed — is printed, and the command exits with its own status. A signal before this step
+        stops the command with nothing changed; a second signal still ends the process at once."""
+        try:
+            with anyio.CancelScope(shield=True):
+                yield
+        finally:
+            self.finished = True
 
 
 InterruptibleCommand = Callable[[Settings, argparse.Namespace, CommandProgress], Awaitable[int]]
@@ -109,14 +127,16 @@ InterruptibleCommand = Callable[[Settings, argparse.Namespace, CommandProgress],
 
 def interruptible(command: InterruptibleCommand, *, name: str, rerun: str) -> Callable[[Settings, argparse.Namespace], Awaitable[int]]:
     """``command`` as a CLI handler that a SIGINT/SIGTERM ends with exit status 128 + signal and
-    the line ``rem-cycle: NAME stopped by SIGINT: <what was done>; <rerun>`` on stderr."""
+    the line ``rem-cycle: NAME stopped by SIGINT: <what was done>; <rerun>`` on stderr — unless the
+    signal came once the command was in its :meth:`CommandProgress.to_the_end` step: it then
+    finishes, reports and returns its own status."""
 
     async def run(settings: Settings, args: argparse.Namespace) -> int:
         status: int | None = None
         async with stop_on_signals(grace_seconds=settings.grace_seconds, stops_by_itself=False) as stop:
             progress = CommandProgress(stop=stop)
             status = await command(settings, args, progress)
-        if stop.signal is None and status is not None:
+        if status is not None and (stop.signal is None or progress.finished):
             return status
         print(f"rem-cycle: {name} stopped by {stop.signal.name if stop.signal else 'a signal'}: "
               f"{progress.describe()}; {rerun}", file=sys.stderr)

@@ -1,0 +1,141 @@
+"""SIGINT/SIGTERM while a command of one transaction (``merge``, ``unmerge``, ``forget``,
+``retry``, ``backup``, ``restore``) is in it: the transaction completes (a thread call is never
+abandoned), so the command must print what it committed and exit with its own status. Before, it
+exited 130 with ``interrupted by SIGINT`` (or was killed by SIGTERM) and no result line, although
+the work was done. (A signal before the command starts its work — at start-up — stops it with
+nothing changed: ``test_audit_cli_signals``.)
+
+The command is held inside its transaction by a lock the test takes first (PostgreSQL: ``LOCK
+TABLE``; SQLite: a write transaction, or an exclusive lock on the backup file restore reads), and
+signalled once it waits there; the lock is then let go."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from config import Settings
+from store.backend import open_database
+from tests.conftest import ROOT, run_cli
+from tests.graph_fixtures import build_sample_graph
+from tests.daemon_support import wait_for
+
+
+def _env(settings: Settings) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REM_")}
+    env.update(PYTHONPATH=str(ROOT), REM_DATA_DIR=str(settings.data_dir), REM_LOG_LEVEL="warning")
+    if settings.database_url is not None:
+        env["REM_DATABASE_URL"] = settings.database_url.get_secret_value()
+    return env
+
+
+def _has_open(pid: int, path: Path) -> bool:
+    """Whether process ``pid`` has the file ``path`` open (Linux)."""
+    fds = Path(f"/proc/{pid}/fd")
+    try:
+        return any(os.readlink(fds / fd) == str(path.resolve()) for fd in os.listdir(fds))
+    except OSError:
+        return False
+
+
+@contextmanager
+def _held(settings: Settings, table: str, *, file: Path | None = None) -> Iterator[tuple[Callable[[int], bool], Callable[[], None]]]:
+    """Hold the lock that keeps a command inside its transaction; yields ``(waiting, release)``:
+    ``waiting(pid)`` is true once the command waits on the lock. PostgreSQL: ``table`` locked
+    ACCESS EXCLUSIVE. SQLite: an exclusive transaction on ``file`` (default the graph database),
+    and the command has that file open."""
+    if settings.database_url is not None:
+        import psycopg
+
+        url = settings.database_url.get_secret_value()
+        with psycopg.connect(url) as holder, psycopg.connect(url, autocommit=True) as watcher:
+            holder.execute(f"LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE")
+            yield (lambda pid: watcher.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()"
+            ).fetchone()[0] > 0), holder.rollback
+        return
+    path = file or settings.graph_path
+    holder = sqlite3.connect(path, isolation_level=None)
+    try:
+        holder.execute("BEGIN EXCLUSIVE")
+        yield (lambda pid: _has_open(pid, path)), lambda: holder.execute("ROLLBACK")
+    finally:
+        holder.close()
+
+
+def _signal_in_transaction(args: list[str], settings: Settings, signum: int, *, table: str, file: Path | None = None
+                           ) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m worker ARGS`` held inside its transaction, send it ``signum`` there, let the
+    transaction go on, and collect the command."""
+    with _held(settings, table, file=file) as (waiting, release):
+        proc = subprocess.Popen([sys.executable, "-m", "worker", *args], env=_env(settings), cwd=ROOT, text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            wait_for(lambda: proc.poll() is not None or waiting(proc.pid), timeout=120, interval=0.01,
+                     what="the command inside its transaction")
+            assert proc.poll() is None, "the command finished before it could be signalled"
+            proc.send_signal(signum)
+            time.sleep(0.3)  # the signal is handled while the transaction still waits
+            release()
+            out, err = proc.communicate(timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(10)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+@pytest.fixture
+def graph(settings: Settings) -> Settings:
+    build_sample_graph(settings.graph_path, opener=lambda _path: open_database(settings)).close()
+    return settings
+
+
+@pytest.mark.both_backends
+def test_a_merge_signalled_inside_its_transaction_prints_the_merge_and_exits_0(graph: Settings) -> None:
+    done = _signal_in_transaction(["merge", "METHOD:drain", "CLASS:LazyEdgeQueue"], graph, signal.SIGINT, table="merges")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.startswith("merged METHOD:drain into CLASS:LazyEdgeQueue (merge #"), done.stdout + done.stderr[-2000:]
+    shown = run_cli("show", "METHOD:drain", "--json", env=_env(graph))
+    assert json.loads(shown.stdout)["id"] == "CLASS:LazyEdgeQueue"  # committed: the name is an alias now
+
+
+@pytest.mark.both_backends
+def test_a_forget_signalled_inside_its_transaction_prints_what_it_removed(graph: Settings) -> None:
+    done = _signal_in_transaction(["forget", "--session", "s2", "--json"], graph, signal.SIGTERM, table="tombstones")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout)["nodes_removed"] > 0, done.stdout
+    assert run_cli("show", "session:s2", env=_env(graph)).returncode == 1  # committed
+
+
+@pytest.mark.both_backends
+def test_a_retry_signalled_inside_its_transaction_prints_what_it_reset(graph: Settings) -> None:
+    done = _signal_in_transaction(["retry", "--all"], graph, signal.SIGINT, table="chunk_results")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.startswith("reset 0 sessions and 0 failed chunks"), done.stdout + done.stderr[-2000:]
+
+
+@pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
+def test_a_backup_signalled_while_pg_dump_waits_prints_the_backup(graph: Settings, tmp_path: Path) -> None:
+    done = _signal_in_transaction(["backup", str(tmp_path / "graph.dump")], graph, signal.SIGINT, table="nodes")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.startswith("backed up "), done.stdout + done.stderr[-2000:]
+    assert (tmp_path / "graph.dump").stat().st_size > 0
+
+
+def test_a_restore_signalled_while_it_reads_the_backup_prints_the_restore(graph: Settings, tmp_path: Path) -> None:
+    backup = tmp_path / "graph.backup"
+    assert run_cli("backup", str(backup), env=_env(graph)).returncode == 0
+    done = _signal_in_transaction(["restore", str(backup)], graph, signal.SIGTERM, table="", file=backup)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.startswith("restored "), done.stdout + done.stderr[-2000:]
