@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from config import Settings, load_settings  # noqa: E402
 from pipelines.ingest import plan_session_sync  # noqa: E402
 from store.chroma import ChromaStore  # noqa: E402
-from store.db import CACHE_KIB, Database  # noqa: E402
+from store.db import CACHE_KIB, Database, register_functions  # noqa: E402
 from store.graph import GraphStore, utc_now  # noqa: E402
 from worker.cycle import SESSIONS_PER_BATCH, run_cycle  # noqa: E402
 from worker.logs import configure_logging  # noqa: E402
@@ -66,7 +66,9 @@ def raw_insert_seconds(path: Path, nodes: list[tuple], edges: list[tuple]) -> fl
     """Baseline: plain executemany of the same node and edge rows into the same schema."""
     Database(path).close()
     conn = sqlite3.connect(path, isolation_level=None)
+    register_functions(conn)  # the recall index's triggers fold text with rem-cycle's SQL functions
     conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA secure_delete=ON")
     conn.execute("PRAGMA synchronous=NORMAL")
     conn.execute("PRAGMA foreign_keys=ON")
     conn.execute(f"PRAGMA cache_size=-{CACHE_KIB}")  # as the graph store's connection
