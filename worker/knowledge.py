@@ -4,10 +4,12 @@ communities, the query surface (show/search) and unmerge."""
 from __future__ import annotations
 
 import copy
+import itertools
+import json
 import os
 from collections.abc import AsyncIterator, Collection, Iterator
 from contextlib import asynccontextmanager, contextmanager
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any, TextIO
@@ -408,10 +410,13 @@ def forget(settings: Settings, *, session: str | None = None, memory: str | None
         return forget_note(DatabaseUnitOfWork(db), note_id, key, dry_run=dry_run)
 
 
-def forgotten_in_place(settings: Settings) -> tuple[list[tuple[str, str]], str | None]:
+def forgotten_in_place(settings: Settings, answers: TextIO) -> tuple[list[tuple[str, str]], str | None]:
     """The tombstones ``(kind, id)`` of the graph database a restore is about to replace — what
     ``forget`` took out, which a backup made before must not bring back — and, when that database
-    cannot be read (damaged: the reason to restore), why not, with no tombstone."""
+    cannot be read (damaged: the reason to restore), why not, with no tombstone. Its chunk
+    extractions the model was paid for are written to ``answers`` (JSON lines, for
+    :func:`keep_answers`): a backup made before them would have the model asked again."""
+    from store.chunks import ChunkResultStore
     from store.errors import StoreError
     from store.tombstones import MEMORY, SESSION, TombstoneStore
 
@@ -420,12 +425,29 @@ def forgotten_in_place(settings: Settings) -> tuple[list[tuple[str, str]], str |
     try:
         db = open_database(settings, readonly=True)
         try:
+            for result in ChunkResultStore(db).answers():
+                answers.write(json.dumps(asdict(result), ensure_ascii=False) + "\n")
             store = TombstoneStore(db)
             return sorted((kind, item_id) for kind in (SESSION, MEMORY) for item_id in store.buried(kind)), None
         finally:
             db.close()
     except StoreError as exc:
+        answers.seek(0)
+        answers.truncate()
         return [], str(exc)
+
+
+def keep_answers(db: Database, answers: TextIO, *, batch: int = 500) -> int:
+    """Write into ``db`` (a restored backup, before anything reads it) the extractions of
+    ``answers`` (:func:`forgotten_in_place`) it has no answer for; returns how many."""
+    from store.chunks import ChunkResult, ChunkResultStore
+
+    store = ChunkResultStore(db)
+    answers.seek(0)
+    kept = 0
+    while lines := list(itertools.islice(answers, batch)):
+        kept += store.keep_answers(ChunkResult(**json.loads(line)) for line in lines)
+    return kept
 
 
 def forget_again(db: Database, tombstones: list[tuple[str, str]]) -> dict[str, int]:
