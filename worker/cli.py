@@ -667,7 +667,7 @@ async def cmd_restore(settings: Settings, args: argparse.Namespace) -> int:
     from store.db import Database
     from worker.cycle import graph_single_flight, single_flight
     from worker.daemon import daemon_lock_path
-    from worker.knowledge import forget_again, forgotten_in_place, keep_answers
+    from worker.knowledge import forget_again, forgotten_and_paid_in_place, keep_answers
 
     if unreadable := _unreadable_file(args.path):
         print(f"rem-cycle: cannot read {args.path}: {unreadable}", file=sys.stderr)
@@ -680,16 +680,17 @@ async def cmd_restore(settings: Settings, args: argparse.Namespace) -> int:
 
     def carry_from_the_replaced_graph() -> Callable[[Database], object] | None:
         """What the replaced graph has that the backup must not undo, put into the restored one before
-        anything reads it (the live graph is read only once the backup is sound): a chunk the model
-        was paid to extract is not paid for again, and a forget is final — what the replaced graph
-        has a tombstone for is forgotten again (after the answers are kept, so it takes them too)."""
-        tombstones, why = forgotten_in_place(settings, answers)
+        anything reads it (the live graph is read only once the backup is sound): a forget is final
+        — what the replaced graph has a tombstone for is forgotten again, first — and a chunk the
+        model was paid to extract is not paid for again (the replaced graph holds no extraction of
+        what it forgot)."""
+        tombstones, why = forgotten_and_paid_in_place(settings, answers)
         unread.extend([why] if why else [])
 
         def step(db: Database) -> None:
-            kept.append(keep_answers(db, answers))
             if tombstones:
                 carried.update(forget_again(db, tombstones))
+            kept.append(keep_answers(db, answers))
         return step
 
     # Both locks: no cycle, command or daemon of this data dir has the database open meanwhile (on

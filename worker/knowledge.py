@@ -410,7 +410,7 @@ def forget(settings: Settings, *, session: str | None = None, memory: str | None
         return forget_note(DatabaseUnitOfWork(db), note_id, key, dry_run=dry_run)
 
 
-def forgotten_in_place(settings: Settings, answers: TextIO) -> tuple[list[tuple[str, str]], str | None]:
+def forgotten_and_paid_in_place(settings: Settings, answers: TextIO) -> tuple[list[tuple[str, str]], str | None]:
     """The tombstones ``(kind, id)`` of the graph database a restore is about to replace — what
     ``forget`` took out, which a backup made before must not bring back — and, when that database
     cannot be read (damaged: the reason to restore), why not, with no tombstone. Its chunk
@@ -439,7 +439,7 @@ def forgotten_in_place(settings: Settings, answers: TextIO) -> tuple[list[tuple[
 
 def keep_answers(db: Database, answers: TextIO, *, batch: int = 500) -> int:
     """Write into ``db`` (a restored backup, before anything reads it) the extractions of
-    ``answers`` (:func:`forgotten_in_place`) it has no answer for; returns how many."""
+    ``answers`` (:func:`forgotten_and_paid_in_place`) it has no answer for; returns how many."""
     from store.chunks import ChunkResult, ChunkResultStore
 
     store = ChunkResultStore(db)
