@@ -9,7 +9,7 @@ import json
 import os
 from collections.abc import AsyncIterator, Collection, Iterator
 from contextlib import asynccontextmanager, contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any, TextIO
@@ -425,8 +425,8 @@ def forgotten_and_paid_in_place(settings: Settings, answers: TextIO) -> tuple[li
     try:
         db = open_database(settings, readonly=True)
         try:
-            for result in ChunkResultStore(db).answers():
-                answers.write(json.dumps(asdict(result), ensure_ascii=False) + "\n")
+            for row in ChunkResultStore(db).answers():
+                answers.write(json.dumps(row, ensure_ascii=False) + "\n")
             store = TombstoneStore(db)
             return sorted((kind, item_id) for kind in (SESSION, MEMORY) for item_id in store.buried(kind)), None
         finally:
@@ -440,13 +440,13 @@ def forgotten_and_paid_in_place(settings: Settings, answers: TextIO) -> tuple[li
 def keep_answers(db: Database, answers: TextIO, *, batch: int = 500) -> int:
     """Write into ``db`` (a restored backup, before anything reads it) the extractions of
     ``answers`` (:func:`forgotten_and_paid_in_place`) it has no answer for; returns how many."""
-    from store.chunks import ChunkResult, ChunkResultStore
+    from store.chunks import ChunkResultStore
 
     store = ChunkResultStore(db)
     answers.seek(0)
     kept = 0
     while lines := list(itertools.islice(answers, batch)):
-        kept += store.keep_answers(ChunkResult(**json.loads(line)) for line in lines)
+        kept += store.keep_answers(json.loads(line) for line in lines)
     return kept
 
 
