@@ -678,7 +678,7 @@ async def cmd_restore(settings: Settings, args: argparse.Namespace) -> int:
     # The replaced graph's paid extractions wait here (JSON lines) while its database is replaced.
     answers = tempfile.TemporaryFile("w+", encoding="utf-8", dir=settings.data_dir if settings.data_dir.is_dir() else None)
 
-    def carry_from_the_replaced_graph() -> Callable[[Database], object] | None:
+    def carry_from_the_replaced_graph() -> Callable[[Database], None]:
         """What the replaced graph has that the backup must not undo, put into the restored one before
         anything reads it (the live graph is read only once the backup is sound): a forget is final
         — what the replaced graph has a tombstone for is forgotten again, first — and a chunk the

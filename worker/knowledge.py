@@ -426,7 +426,7 @@ def forgotten_and_paid_in_place(settings: Settings, answers: TextIO) -> tuple[li
         db = open_database(settings, readonly=True)
         try:
             for row in ChunkResultStore(db).answers():
-                answers.write(json.dumps(row, ensure_ascii=False) + "\n")
+                answers.write(json.dumps(row) + "\n")
             store = TombstoneStore(db)
             return sorted((kind, item_id) for kind in (SESSION, MEMORY) for item_id in store.buried(kind)), None
         finally:
