@@ -8,7 +8,7 @@ attempts and the time before which the chunk is not tried again.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,6 +16,11 @@ from config.redact import redact
 from store.db import Database, in_batches
 from store.graph import dumps, utc_now
 
+
+
+# A paid extraction as ``restore`` carries it from the graph it replaces (:meth:`ChunkResultStore.answers`).
+ANSWER_COLUMNS = ("session_id", "chunk_id", "content_hash", "fingerprint", "attempts", "tokens_in", "tokens_out",
+                  "latency_ms", "payload", "run_id", "updated_at")
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +122,39 @@ class ChunkResultStore:
                 "WHERE chunk_results.status != 'ok' OR excluded.status = 'ok'",
                 row,
             )
+
+    def answers(self, *, page: int = 500) -> Iterator[tuple[Any, ...]]:
+        """Every ``ok`` row (an extraction the model was paid for) as a tuple of
+        :data:`ANSWER_COLUMNS` (the payload as its stored JSON text: never decoded), read ``page``
+        rows at a time in key order (never the whole table in memory)."""
+        columns = ", ".join(ANSWER_COLUMNS)
+        after: tuple[str, str] = ("", "")
+        while True:
+            rows = self.db.query(
+                f"SELECT {columns} FROM chunk_results WHERE status = 'ok' AND payload IS NOT NULL AND "
+                "(content_hash > ? OR (content_hash = ? AND fingerprint > ?)) ORDER BY content_hash, fingerprint LIMIT ?",
+                (after[0], after[0], after[1], page),
+            )
+            yield from (tuple(r) for r in rows)
+            if len(rows) < page:
+                return
+            after = (rows[-1]["content_hash"], rows[-1]["fingerprint"])
+
+    def keep_answers(self, answers: Iterable[Sequence[Any]]) -> int:
+        """Write these rows of :meth:`answers` where this database has no answer for their (content
+        hash, fingerprint) — none, or a failure — as they are (their tokens were paid once, not
+        again). Returns how many were written."""
+        rows = [tuple(a) for a in answers]
+        if not rows:
+            return 0
+        updates = ", ".join(f"{c} = excluded.{c}" for c in ANSWER_COLUMNS if c not in ("content_hash", "fingerprint"))
+        with self.db.transaction() as conn:
+            return conn.executemany(
+                f"INSERT INTO chunk_results({', '.join(ANSWER_COLUMNS)}, status) VALUES ({', '.join('?' * len(ANSWER_COLUMNS))}, 'ok') "
+                f"ON CONFLICT(content_hash, fingerprint) DO UPDATE SET {updates}, status = 'ok', error_kind = NULL, "
+                "error = NULL, next_attempt_at = NULL WHERE chunk_results.status != 'ok'",
+                rows,
+            ).rowcount
 
     def session_results(self, session_id: str) -> list[ChunkResult]:
         """The session's ``ok`` rows (every fingerprint), in no particular order."""

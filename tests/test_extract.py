@@ -111,6 +111,26 @@ def test_units_split_an_oversized_turn_into_parts_with_its_memory() -> None:
     assert plan_units("s", turns, budget_tokens=9) == units
 
 
+_turn_texts = st.text(alphabet="ab .\né日", max_size=120)
+
+
+@given(
+    texts=st.lists(_turn_texts, min_size=1, max_size=30),
+    roles=st.lists(st.sampled_from(["user", "assistant", None, "Monica Geller"]), min_size=30, max_size=30),
+    appended=_turn_texts,
+    budget=st.integers(min_value=4, max_value=200),
+)
+def test_an_appended_turn_changes_only_the_units_it_is_in(texts: list[str], roles: list[str | None], appended: str, budget: int) -> None:
+    """A session that gains a turn pays the model only for the units holding that turn (its parts,
+    or the last chunk it joins): every other unit is the same text, so its content hash is too."""
+    turns = [SourceTurn(f"m{i}", text, roles[i]) for i, text in enumerate(texts)]
+    before = {u.content_hash for u in plan_units("s", turns, budget_tokens=budget)}
+    after = plan_units("s", [*turns, SourceTurn("new", appended, "user")], budget_tokens=budget)
+    changed = [u for u in after if u.content_hash not in before]
+    assert all(any(t.memory_id == "new" for t in u.turns) for u in changed)
+    assert len([u for u in changed if len({t.memory_id for t in u.turns}) > 1]) <= 1
+
+
 def test_heuristic_finds_code_entities_without_sentence_starts() -> None:
     text = (
         "The LazyEdgeQueue in src/store/lazy_queue.py calls drain() and clock.monotonic(); see #123 and "

@@ -220,9 +220,13 @@ def _chunk_rows(stores: Stores) -> list[Any]:
     return [r for row in rows for r in found.get_many([row[0]], row[1]).values()]
 
 
-async def test_appended_turn_reextracts_only_the_last_chunks(opened: Any, llm_server: LLMServer, tmp_path: Path) -> None:
+@pytest.mark.parametrize("before", [11, 12], ids=["joins-the-last-chunk", "starts-a-chunk"])
+async def test_appended_turn_reextracts_only_the_chunk_it_is_in(
+    opened: Any, llm_server: LLMServer, tmp_path: Path, before: int
+) -> None:
     settings, stores = opened
-    turns = [f"turn {i:02d} mentions the Part{chr(65 + i)}Item component and a bit of filler" for i in range(12)]
+    # chunks of two turns while turn numbers have one digit, then one (`[11] (user) turn 10 …`)
+    turns = [f"turn {i:02d} mentions the Part{chr(65 + i)}Item component and a bit of filler" for i in range(before)]
     await load(settings, stores, tmp_path, [session("s3", turns)])
     first = await run_cycle(settings, stores=stores)
     total = first.phases["extract"]["chunks_total"]
@@ -231,7 +235,11 @@ async def test_appended_turn_reextracts_only_the_last_chunks(opened: Any, llm_se
     await load(settings, stores, tmp_path, [session("s3", [*turns, "turn 12 adds the PartZItem component"])])
     second = await run_cycle(settings, stores=stores)
     assert second.phases["extract"]["sessions_digested"] == 1
-    assert 1 <= llm_server.chat_count <= 2
+    # one request: the new turn's chunk — with turn 10 when it joins that turn's chunk; every
+    # earlier chunk is the same text and reused (the reduce and the commit ask the model nothing)
+    (asked,) = [r.prompt for r in llm_server.chat_requests]
+    assert "PartZItem" in asked and ("PartKItem" in asked) == (before == 11)
+    assert second.phases["extract"]["chunks_reused"] == second.phases["extract"]["chunks_total"] - 1
     assert stores.graph.get_node("CLASS:PartZItem") is not None
 
 

@@ -112,7 +112,7 @@ def test_restore_puts_a_postgresql_backup_in_place_of_the_graph(graph: str, tmp_
     with psycopg.connect(graph) as conn:
         newest = conn.execute("SELECT MAX(version) FROM schema_version").fetchone()[0]
     assert json.loads(restored.stdout) == {"path": graph, "bytes": (tmp_path / "graph.dump").stat().st_size,
-                                           "integrity": "ok", "schema_version": newest, "forgotten_again": {}}
+                                           "integrity": "ok", "schema_version": newest, "forgotten_again": {}, "answers_kept": 0}
     assert _names(graph) == ["also", "kept"]
     again = run_cli("status", env=env)
     assert again.returncode == 0, again.stderr

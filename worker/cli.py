@@ -676,20 +676,31 @@ async def cmd_restore(settings: Settings, args: argparse.Namespace, progress: Co
     from store.db import Database
     from worker.cycle import graph_single_flight, single_flight
     from worker.daemon import daemon_lock_path
-    from worker.knowledge import forget_again, forgotten_in_place
+    from worker.knowledge import forget_again, forgotten_and_paid_in_place, keep_answers
 
     if unreadable := _unreadable_file(args.path):
         print(f"rem-cycle: cannot read {args.path}: {unreadable}", file=sys.stderr)
         return EXIT_FAILED
     carried: dict[str, int] = {}
+    kept: list[int] = []
     unread: list[str] = []
+    # The replaced graph's paid extractions wait here (JSON lines) while its database is replaced.
+    answers = tempfile.TemporaryFile("w+", encoding="utf-8", dir=settings.data_dir if settings.data_dir.is_dir() else None)
 
-    def forget_what_was_forgotten() -> Callable[[Database], object] | None:
-        """A forget is final: what the replaced graph has a tombstone for is forgotten again in the
-        restored one before anything reads it (the live graph is read only once the backup is sound)."""
-        tombstones, why = forgotten_in_place(settings)
+    def carry_from_the_replaced_graph() -> Callable[[Database], None]:
+        """What the replaced graph has that the backup must not undo, put into the restored one before
+        anything reads it (the live graph is read only once the backup is sound): a forget is final
+        — what the replaced graph has a tombstone for is forgotten again, first — and a chunk the
+        model was paid to extract is not paid for again (the replaced graph holds no extraction of
+        what it forgot)."""
+        tombstones, why = forgotten_and_paid_in_place(settings, answers)
         unread.extend([why] if why else [])
-        return (lambda db: carried.update(forget_again(db, tombstones))) if tombstones else None
+
+        def step(db: Database) -> None:
+            if tombstones:
+                carried.update(forget_again(db, tombstones))
+            kept.append(keep_answers(db, answers))
+        return step
 
     # Both locks: no cycle, command or daemon of this data dir has the database open meanwhile (on
     # PostgreSQL, nor a cycle of another host: the database's single-flight lock too).
@@ -697,13 +708,16 @@ async def cmd_restore(settings: Settings, args: argparse.Namespace, progress: Co
     with progress.to_the_end():
         try:
             async with single_flight(settings, lock_path=daemon_lock_path(settings), what="rem-cycle daemon"), cycle_lock:
-                payload = await anyio.to_thread.run_sync(partial(restore, settings, Path(args.path), carry=forget_what_was_forgotten))
+                payload = await anyio.to_thread.run_sync(partial(restore, settings, Path(args.path), carry=carry_from_the_replaced_graph))
         except CycleBusyError as exc:
             print(f"rem-cycle: {exc}; stop it before restoring", file=sys.stderr)
             return EXIT_BUSY
         except StoreError as exc:
             print(f"rem-cycle: restore from {args.path} failed, nothing was changed: {exc}", file=sys.stderr)
             return EXIT_FAILED
+        finally:
+            answers.close()
+        payload["answers_kept"] = sum(kept)
         return _report_restore(args, payload, carried, unread)
 
 
@@ -715,8 +729,9 @@ def _report_restore(args: argparse.Namespace, payload: dict[str, Any], carried: 
         print(f"rem-cycle: warning: the replaced graph database could not be read ({unread[0]}), so what forget took out "
               "after the backup may be back: forget it again", file=sys.stderr)
     again = f"; forgotten again since the backup: {carried['sessions']} sessions, {carried['memories']} turns" if any(carried.values()) else ""
+    paid = f"; {payload['answers_kept']} chunk extractions paid for since the backup kept" if payload["answers_kept"] else ""
     _emit(args, payload, lambda: print(
-        f"restored {payload['path']} from {args.path} ({payload['bytes']} bytes, integrity ok){again}; the next cycle "
+        f"restored {payload['path']} from {args.path} ({payload['bytes']} bytes, integrity ok){again}{paid}; the next cycle "
         "ingests what changed in Chroma since the backup"))
     return EXIT_OK
 

@@ -4,6 +4,8 @@ communities, the query surface (show/search) and unmerge."""
 from __future__ import annotations
 
 import copy
+import itertools
+import json
 import os
 from collections.abc import AsyncIterator, Collection, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -426,10 +428,13 @@ def _erased(db: Database) -> dict[str, Any]:
         return {"erased": False, "erase_error": str(exc)}
 
 
-def forgotten_in_place(settings: Settings) -> tuple[list[tuple[str, str]], str | None]:
+def forgotten_and_paid_in_place(settings: Settings, answers: TextIO) -> tuple[list[tuple[str, str]], str | None]:
     """The tombstones ``(kind, id)`` of the graph database a restore is about to replace — what
     ``forget`` took out, which a backup made before must not bring back — and, when that database
-    cannot be read (damaged: the reason to restore), why not, with no tombstone."""
+    cannot be read (damaged: the reason to restore), why not, with no tombstone. Its chunk
+    extractions the model was paid for are written to ``answers`` (JSON lines, for
+    :func:`keep_answers`): a backup made before them would have the model asked again."""
+    from store.chunks import ChunkResultStore
     from store.errors import StoreError
     from store.tombstones import MEMORY, SESSION, TombstoneStore
 
@@ -438,12 +443,29 @@ def forgotten_in_place(settings: Settings) -> tuple[list[tuple[str, str]], str |
     try:
         db = open_database(settings, readonly=True)
         try:
+            for row in ChunkResultStore(db).answers():
+                answers.write(json.dumps(row) + "\n")
             store = TombstoneStore(db)
             return sorted((kind, item_id) for kind in (SESSION, MEMORY) for item_id in store.buried(kind)), None
         finally:
             db.close()
     except StoreError as exc:
+        answers.seek(0)
+        answers.truncate()
         return [], str(exc)
+
+
+def keep_answers(db: Database, answers: TextIO, *, batch: int = 500) -> int:
+    """Write into ``db`` (a restored backup, before anything reads it) the extractions of
+    ``answers`` (:func:`forgotten_and_paid_in_place`) it has no answer for; returns how many."""
+    from store.chunks import ChunkResultStore
+
+    store = ChunkResultStore(db)
+    answers.seek(0)
+    kept = 0
+    while lines := list(itertools.islice(answers, batch)):
+        kept += store.keep_answers(json.loads(line) for line in lines)
+    return kept
 
 
 def forget_again(db: Database, tombstones: list[tuple[str, str]]) -> dict[str, int]:

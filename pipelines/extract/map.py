@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from functools import partial
 
@@ -83,7 +83,10 @@ async def map_units(
         if unit.is_empty:
             outcomes[index] = UnitOutcome(unit, "empty", ChunkExtraction(unit_id=unit.unit_id))
         elif row is not None and row.status == "ok" and row.payload is not None:
-            outcomes[index] = UnitOutcome(unit, "reused", ChunkExtraction.from_payload(row.payload))
+            # Under the unit's id now: the same text may sit at another place of the session (a
+            # turn before it forgotten or moved away), and its points must name the chunk it is.
+            reused = replace(ChunkExtraction.from_payload(row.payload), unit_id=unit.unit_id)
+            outcomes[index] = UnitOutcome(unit, "reused", reused)
         elif row is not None and row.status == "failed" and row.next_attempt_at and row.next_attempt_at > iso(now):
             outcomes[index] = UnitOutcome(unit, "deferred", error_kind=row.error_kind, error=row.error,
                                           retry_at=row.next_attempt_at)
