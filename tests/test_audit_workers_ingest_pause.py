@@ -16,18 +16,17 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from config import Settings, load_settings
 from pipelines.importer import import_sessions
 from store.chroma import ChromaStore
-from tests.conftest import free_port, write_sessions
-from tests.daemon_support import start_worker, worker_env
+from tests.conftest import write_sessions
+from tests.daemon_support import start_worker, wait_for, worker_env
+from tests.http_proxy import forwarding_proxy
 from tests.llm_server import LLMServer, ok
 from tests.workers_support import corpus, graph_database, worker_settings
 
@@ -39,48 +38,18 @@ def holding_proxy(upstream_url: str, marker: bytes) -> Iterator[tuple[str, threa
     """A loopback proxy to ``upstream_url`` that holds the first request whose body holds
     ``marker`` until ``release`` is set, then forwards it; yields ``(url, held, release)``."""
     held, release = threading.Event(), threading.Event()
-    upstream = httpx.Client(base_url=upstream_url, timeout=60)
 
-    class Handler(BaseHTTPRequestHandler):
-        def _forward(self) -> None:
-            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            if marker in body and not held.is_set():
-                held.set()
-                release.wait(120)
-            headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length", "connection")}
-            answer = upstream.request(self.command, self.path, content=body, headers=headers)
-            self.send_response(answer.status_code)
-            for key, value in answer.headers.items():
-                if key.lower() not in ("content-length", "transfer-encoding", "connection", "content-encoding"):
-                    self.send_header(key, value)
-            self.send_header("Content-Length", str(len(answer.content)))
-            self.end_headers()
-            self.wfile.write(answer.content)
+    def hold_the_first_marked(body: bytes) -> bool:
+        if marker in body and not held.is_set():
+            held.set()
+            release.wait(120)
+        return True
 
-        do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _forward
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", held, release
-    finally:
-        release.set()
-        server.shutdown()
-        server.server_close()
-        upstream.close()
-
-
-def _wait_for(predicate: Any, *, what: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise TimeoutError(what)
-        time.sleep(0.02)
+    with forwarding_proxy(upstream_url, hold_the_first_marked) as url:
+        try:
+            yield url, held, release
+        finally:
+            release.set()
 
 
 @pytest.mark.both_backends
@@ -117,7 +86,7 @@ def test_a_leader_paused_inside_ingest_leaves_what_the_new_leader_ingested_alone
             env_a = worker_env(host_a, **worker_settings(llm.url, chroma_url=proxy, full_scan_interval_seconds=0, **common))
             a = start_worker("--once", env=env_a, log_path=tmp_path / "a.log")
             try:
-                _wait_for(held.is_set, what="leader A never read the summaries")
+                wait_for(held.is_set, timeout=60, interval=0.02, what="leader A never read the summaries")
                 os.kill(a.pid, signal.SIGSTOP)
                 release.set()  # the answer, read before the late session exists, waits in A's socket
                 time.sleep(LEASE + 1.0)  # A's lease runs out while it is paused

@@ -9,11 +9,8 @@ from __future__ import annotations
 import threading
 import uuid
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
 
-import httpx
 import pytest
 
 from config import Settings
@@ -23,6 +20,7 @@ from pipelines.importer import import_sessions
 from store.backend import open_database
 from store.chroma import ChromaStore
 from tests.conftest import free_port, make_session, write_sessions
+from tests.http_proxy import forwarding_proxy
 from tests.test_change_scan import _query
 from tests.test_roundtrip_drain import _drain
 
@@ -39,40 +37,18 @@ def withholding_proxy(chroma_server: str) -> Iterator[str]:
     """A loopback HTTP proxy to ``chroma_server`` that never answers a request whose body names
     ``BAD_ROW`` (the one row whose read always times out); yields its URL."""
     released = threading.Event()
-    upstream = httpx.Client(base_url=chroma_server, timeout=60)
 
-    class Handler(BaseHTTPRequestHandler):
-        def _forward(self) -> None:
-            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            if BAD_ROW.encode() in body:
-                released.wait(60)  # the read that never answers (until the test ends)
-                return
-            headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length", "connection")}
-            answer = upstream.request(self.command, self.path, content=body, headers=headers)
-            self.send_response(answer.status_code)
-            for key, value in answer.headers.items():
-                if key.lower() not in ("content-length", "transfer-encoding", "connection", "content-encoding"):
-                    self.send_header(key, value)
-            self.send_header("Content-Length", str(len(answer.content)))
-            self.end_headers()
-            self.wfile.write(answer.content)
+    def unless_the_bad_row(body: bytes) -> bool:
+        if BAD_ROW.encode() in body:
+            released.wait(60)  # the read that never answers (until the test ends)
+            return False
+        return True
 
-        do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _forward
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        released.set()
-        server.shutdown()
-        server.server_close()
-        upstream.close()
+    with forwarding_proxy(chroma_server, unless_the_bad_row) as url:
+        try:
+            yield url
+        finally:
+            released.set()
 
 
 def _linked(settings: Settings) -> list[tuple[str, str, str]]:

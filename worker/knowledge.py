@@ -498,7 +498,6 @@ async def import_notes(settings: Settings, paths: list[str]) -> dict[str, Any]:
     """``import-notes``: every Markdown/text file named or under the folders named, through the
     extraction path with the file as provenance anchor (see :mod:`pipelines.notes`)."""
     from datetime import UTC, datetime
-    from pathlib import Path
 
     from pipelines.extract.llm import OpenAIExtractor
     from pipelines.extract.workflow import open_extractor
