@@ -309,3 +309,20 @@ def test_what_a_terminal_would_act_on_is_shown_not_sent(tmp_path: Path) -> None:
     assert "odd\\x1b[31mname.md" in outputs[3].stdout
     shown = json.loads(run_cli("show", "CLASS:GlitchRunner", "--json", env=env).stdout)
     assert any(t["text"] == hostile for t in shown["turns"])  # the data itself is kept as it was
+
+
+def test_import_notes_of_nothing_creates_no_graph(tmp_path: Path) -> None:
+    # A mistyped path created graph.sqlite3 (and the cycle's lock file) in a data dir that had no
+    # graph: nothing is imported, so nothing is created; the error is said as before.
+    data = tmp_path / "data"
+    data.mkdir()
+    (tmp_path / "empty").mkdir()
+    env = {"REM_DATA_DIR": str(data)}
+    done = run_cli("import-notes", str(tmp_path / "missing.md"), str(tmp_path / "empty"), "--json", env=env)
+    assert done.returncode == 1
+    assert json.loads(done.stdout)["errors"] == [f"{tmp_path / 'missing.md'}: no such file or folder"]
+    assert list(data.iterdir()) == []
+    note = tmp_path / "empty" / "a.md"
+    note.write_text(DESIGN, encoding="utf-8")
+    assert run_cli("import-notes", str(note), env=env).returncode == 0  # something to import creates the graph
+    assert (data / "graph.sqlite3").is_file()

@@ -280,3 +280,30 @@ def test_cli_backfill_days_dry_run_and_skip_drain(settings: Settings, tmp_path: 
     assert status["graph"]["nodes"] == {"MEMORY": 5, "SESSION": 3}  # ancient: one memory + its session back-filled
     assert run_cli("backfill", "--days", "0", env=env).returncode == 2
 
+
+
+def test_a_dry_run_backfill_on_a_data_dir_without_a_graph_creates_none(tmp_path: Path) -> None:
+    # A dry run created graph.sqlite3 (and its schema) on a data dir that had none: it must create
+    # nothing. It still reports what Chroma holds and what the drain would link (read against an
+    # empty graph outside the data dir). The backfill that syncs creates the graph, as ever.
+    data = tmp_path / "data"
+    env = {"REM_DATA_DIR": str(data)}
+    recent = datetime.now(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+    from tests.conftest import write_sessions
+
+    sessions = write_sessions(tmp_path / "s.jsonl", [make_session("recent", 2, created=recent)])
+    assert run_cli("import", str(sessions), env=env).returncode == 0
+    edges = tmp_path / "edges.jsonl"
+    edges.write_text(json.dumps({"source": "session:recent", "target": "MEMORY:recent-t0001", "relationship": "REFERENCED_BY"}) + "\n")
+    assert run_cli("enqueue", str(edges), env=env).returncode == 0
+    before = sorted(p.name for p in data.iterdir())
+    assert "graph.sqlite3" not in before
+    dry = run_cli("backfill", "--dry-run", "--json", env=env)
+    assert dry.returncode == 0, dry.stderr
+    report = json.loads(dry.stdout)
+    assert (report["sessions_in_window"], report["sessions_present"]) == (1, 0)
+    assert report["drain"]["dry_run"] and report["drain"]["succeeded"] == 1
+    assert sorted(p.name for p in data.iterdir()) == before
+    done = run_cli("backfill", "--json", env=env)
+    assert done.returncode == 0 and json.loads(done.stdout)["sessions_synced"] == 1
+    assert (data / "graph.sqlite3").is_file()

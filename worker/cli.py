@@ -624,12 +624,10 @@ async def cmd_forget(settings: Settings, args: argparse.Namespace, progress: Com
 
 
 async def cmd_import_notes(settings: Settings, args: argparse.Namespace) -> int:
-    from worker.cycle import graph_single_flight
     from worker.knowledge import import_notes
 
     try:
-        async with graph_single_flight(settings):
-            report = await import_notes(settings, args.paths)
+        report = await import_notes(settings, args.paths)
     except CycleBusyError as exc:
         print(f"rem-cycle: {exc}; import the notes when it has finished", file=sys.stderr)
         return EXIT_BUSY
@@ -879,6 +877,7 @@ async def cmd_backfill(settings: Settings, args: argparse.Namespace, progress: C
     from datetime import UTC, datetime
 
     from pipelines.backfill import sync_recent_sessions
+    from store.backend import database_exists
     from store.chroma import ChromaStoreError
     from store.lazy_queue import QueueBusyError
     from worker.cycle import SESSIONS_PER_BATCH
@@ -886,41 +885,45 @@ async def cmd_backfill(settings: Settings, args: argparse.Namespace, progress: C
 
     synced = {"done": 0, "total": 0}
     progress.describe = lambda: f"{synced['done']} of {synced['total'] or '?'} sessions synced, drain not started"
-    stores = await open_stores(settings)
-    try:
-        with _progress_bar(args, "syncing sessions") as bar:
+    with tempfile.TemporaryDirectory(prefix="rem-cycle-dry-run-") as scratch:
+        # A dry run creates nothing: on a data dir without a graph it reads an empty one made
+        # outside it (and removed), so it reports what the backfill would do to the graph it creates.
+        dry_without_graph = args.dry_run and not await anyio.to_thread.run_sync(database_exists, settings)
+        stores = await open_stores(settings, scratch_graph=Path(scratch) / "graph.sqlite3" if dry_without_graph else None)
+        try:
+            with _progress_bar(args, "syncing sessions") as bar:
 
-            def on_progress(done: int, total: int) -> None:
-                synced.update(done=done, total=total)
-                if bar:
-                    bar(done, total)
+                def on_progress(done: int, total: int) -> None:
+                    synced.update(done=done, total=total)
+                    if bar:
+                        bar(done, total)
 
-            try:
-                recent = await sync_recent_sessions(
-                    chroma=stores.chroma,
-                    unit=stores.unit,
-                    memory_collection=settings.memory_collection,
-                    summary_collection=settings.session_collection,
-                    now=datetime.now(UTC),
-                    days=args.days,
-                    dry_run=args.dry_run,
-                    sessions_per_batch=SESSIONS_PER_BATCH,
-                    on_progress=on_progress,
-                )
-            except ChromaStoreError as exc:  # gone mid-way: say how far it got, as a signal would
-                print(f"rem-cycle: backfill stopped: {exc}; {progress.describe()}; re-running the backfill is safe: "
-                      "synced sessions are unchanged", file=sys.stderr)
-                return EXIT_FAILED
-        payload: dict[str, Any] = {**recent.as_dict(), "drain": None}
-        if not args.skip_drain:
-            try:
-                before = f"{recent.sessions_synced} of {recent.sessions_in_window} sessions synced; "
-                payload["drain"] = await _drain_once(settings, stores, args, progress, before=before)
-            except QueueBusyError as exc:
-                print(f"rem-cycle: {exc}; sessions synced, drain skipped", file=sys.stderr)
-                payload["drain"] = {"skipped": "busy"}
-    finally:
-        stores.close()
+                try:
+                    recent = await sync_recent_sessions(
+                        chroma=stores.chroma,
+                        unit=stores.unit,
+                        memory_collection=settings.memory_collection,
+                        summary_collection=settings.session_collection,
+                        now=datetime.now(UTC),
+                        days=args.days,
+                        dry_run=args.dry_run,
+                        sessions_per_batch=SESSIONS_PER_BATCH,
+                        on_progress=on_progress,
+                    )
+                except ChromaStoreError as exc:  # gone mid-way: say how far it got, as a signal would
+                    print(f"rem-cycle: backfill stopped: {exc}; {progress.describe()}; re-running the backfill is safe: "
+                          "synced sessions are unchanged", file=sys.stderr)
+                    return EXIT_FAILED
+            payload: dict[str, Any] = {**recent.as_dict(), "drain": None}
+            if not args.skip_drain:
+                try:
+                    before = f"{recent.sessions_synced} of {recent.sessions_in_window} sessions synced; "
+                    payload["drain"] = await _drain_once(settings, stores, args, progress, before=before)
+                except QueueBusyError as exc:
+                    print(f"rem-cycle: {exc}; sessions synced, drain skipped", file=sys.stderr)
+                    payload["drain"] = {"skipped": "busy"}
+        finally:
+            stores.close()
     _emit(args, payload, lambda: print_backfill(payload))
     return EXIT_OK
 

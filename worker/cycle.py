@@ -37,7 +37,7 @@ from pipelines.ingest import ScanResult, mark_holds, scan_changed_sessions, sess
 from store.chroma import ChromaStore, ChromaStoreError, ChromaUnavailableError
 from store.claims import CYCLE_LOCK, ClaimStore, LockStore, host_identity, worker_owner
 from store.confined import UnsafePathError, exclusive_lock
-from store.backend import database_exists, database_location, open_database
+from store.backend import database_exists, database_location, open_database, open_database_at
 from store.db import Database
 from store.errors import LeaseLostError, SchemaTooNewError, StoreError
 from store.graph import GraphStore, utc_now
@@ -100,9 +100,13 @@ class Stores:
         self.db.close()
 
 
-async def open_stores(settings: Settings) -> Stores:
-    """Open the graph database (migrating it); Chroma is reached on first use."""
-    db = await anyio.to_thread.run_sync(open_database, settings)
+async def open_stores(settings: Settings, *, scratch_graph: Path | None = None) -> Stores:
+    """Open the graph database (migrating it); Chroma is reached on first use. ``scratch_graph``:
+    an SQLite file to use instead (a dry run's empty stand-in for a graph that does not exist yet)."""
+    if scratch_graph is not None:
+        db = await anyio.to_thread.run_sync(partial(open_database_at, path=scratch_graph, url=None))
+    else:
+        db = await anyio.to_thread.run_sync(open_database, settings)
     return Stores(db=db, unit=DatabaseUnitOfWork(db), chroma=ChromaStore(settings))
 
 

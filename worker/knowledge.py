@@ -496,14 +496,28 @@ def forget_again(db: Database, tombstones: list[tuple[str, str]]) -> dict[str, i
 
 async def import_notes(settings: Settings, paths: list[str]) -> dict[str, Any]:
     """``import-notes``: every Markdown/text file named or under the folders named, through the
-    extraction path with the file as provenance anchor (see :mod:`pipelines.notes`)."""
+    extraction path with the file as provenance anchor (see :mod:`pipelines.notes`), holding the
+    graph's single-flight lock (:class:`worker.cycle.CycleBusyError` when a cycle runs)."""
+    from pipelines.notes import find_note_paths
+
+    files, errors = await anyio.to_thread.run_sync(find_note_paths, paths)
+    if not files and not await anyio.to_thread.run_sync(database_exists, settings):
+        # Nothing to import and no graph whose notes could be gone: a mistyped path creates none.
+        return {"files": [], "errors": errors, "imported": 0, "unchanged": 0, "failed": 0, "gone": []}
+    from worker.cycle import graph_single_flight  # worker.cycle imports this module
+
+    async with graph_single_flight(settings):
+        return await _import_note_files(settings, paths, files, errors)
+
+
+async def _import_note_files(settings: Settings, paths: list[str], files: list[tuple[Path, str]], errors: list[str]) -> dict[str, Any]:
+    """:func:`import_notes` once the files are found and the graph's single-flight lock is held."""
     from datetime import UTC, datetime
 
     from pipelines.extract.llm import OpenAIExtractor
     from pipelines.extract.workflow import open_extractor
-    from pipelines.notes import NoteReadError, NotesEnv, find_note_paths, import_note, read_note, vanished
+    from pipelines.notes import NoteReadError, NotesEnv, import_note, read_note, vanished
 
-    files, errors = await anyio.to_thread.run_sync(find_note_paths, paths)
     db = await anyio.to_thread.run_sync(open_database, settings)
     try:
         async with open_extractor(settings) as extractor:
