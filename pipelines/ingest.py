@@ -60,6 +60,8 @@ class SyncStats(ErrorTally):
     # Turns the graph held, live-ingested, whose row now says something else (text or metadata
     # rewritten under the same id): what the session's extraction read of them is out of date.
     rewritten: int = 0
+    # Turns the graph held whose rows left Chroma: their MEMORY nodes (and recall text) went.
+    retracted: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         return {"processed": self.processed, "upserted": self.upserted, "skipped": self.skipped, "errors": self.errors}
@@ -568,9 +570,9 @@ def _write_sessions(
         # ingest recorded (a back-filled turn, not read by a change scan, is not one of them).
         had = unit.runstate.memories_of_sessions(session_ids)
         known = graph.get_nodes([memory_node_id(m) for ids in had.values() for m in ids if is_valid_row_id(m)])
-        for sid in session_ids:
-            for node_id in vanished_turns(sid, rows_by_session.get(sid, []), known):
-                graph.delete_node(node_id)
+        retracted = {sid: vanished_turns(sid, rows_by_session.get(sid, []), known) for sid in session_ids}
+        for node_id in (node_id for gone in retracted.values() for node_id in gone):
+            graph.delete_node(node_id)
         existing = graph.get_nodes(all_ids)
         sessions: list[Node] = []
         memories: list[Node] = []
@@ -584,6 +586,7 @@ def _write_sessions(
             memories += m
             edges += e
             stats.upserted += len(s)
+            stats.retracted = len(retracted[sid])
             results[sid] = stats
         graph.upsert_nodes(sessions)
         graph.delete_edges(moved_turn_links(memories, existing))

@@ -14,11 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from config import Settings
+from config import Settings, load_settings
 from tests.conftest import run_cli, write_sessions
 from tests.lazy_fixtures import seed_chroma
 from tests.llm_server import LLMServer, Status
 from tests.test_model_faults import fault_settings
+from store.chroma import ChromaStore
 from worker.cycle import Stores, open_stores, run_cycle
 from worker.knowledge import forget
 
@@ -177,3 +178,27 @@ async def test_a_forgotten_turn_takes_the_models_refusal_that_quoted_it_with_it(
         finally:
             stores.close()
     assert _files_holding(settings.data_dir, TURN_SECRET) == []
+
+
+async def test_rows_an_agent_deletes_from_chroma_leave_the_files_at_the_end_of_the_cycle_that_retracts_them(
+    imported: Path, clean_env: pytest.MonkeyPatch,
+) -> None:
+    # An agent deleting its rows asks to forget them: the cycle that retracts a session (all its
+    # rows gone) or a turn (one row gone) took them out of the graph, but their words stayed in
+    # the full-text index's older segments until some later forget merged them.
+    env = {"REM_DATA_DIR": str(imported), "REM_FULL_SCAN_INTERVAL_SECONDS": "0"}  # a full scan sees rows go
+    assert run_cli("--once", env=env).returncode == 0
+    for name, value in env.items():
+        clean_env.setenv(name, value)
+    chroma = ChromaStore(load_settings())
+    (await chroma.memories()).delete(ids=["s-gone-t0000", "s-gone-t0001", "s-keep-t0001"])
+    (await chroma.summaries()).delete(where={"sessionId": "s-gone"})
+    done = run_cli("--once", "--json", env=env)
+    assert done.returncode == 0, done.stderr
+    phases = json.loads(done.stdout)["phases"]
+    assert (phases["ingest"]["sessions_retracted"], phases["ingest"]["turns_retracted"]) == (1, 1)
+    assert phases["finalize"]["erased"] is True
+    assert _files_holding(imported, SESSION_SECRET) == []
+    assert _files_holding(imported, TURN_SECRET) == []
+    quiet = run_cli("--once", "--json", env=env)  # nothing retracted: no erase (it rewrites the full-text index)
+    assert quiet.returncode == 0 and "erased" not in json.loads(quiet.stdout)["phases"]["finalize"]

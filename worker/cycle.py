@@ -48,7 +48,7 @@ from store.scan_marks import ScanMark, ScanMarkStore
 from store.tombstones import MEMORY, SESSION, TombstoneStore
 from store.unit_of_work import DatabaseUnitOfWork
 from worker.failures import FailureRecorder, RunFailure, failure_reason
-from worker.knowledge import identity_resolver, keep_identity_index, model_judge, refresh_communities_when_due
+from worker.knowledge import erase_deleted_text, identity_resolver, keep_identity_index, model_judge, refresh_communities_when_due
 
 log = structlog.get_logger(__name__)
 
@@ -122,6 +122,9 @@ class CycleContext:
     allow_mass_retraction: bool = False
     # The database's single-flight lock when this cycle leads (None for a follower).
     lock: LockStore | None = None
+    # Whether the ingest took out sessions or turns whose rows left Chroma: finalize then erases
+    # their text from the database's files, as a forget does.
+    erase_due: bool = False
 
     def check_stop(self) -> None:
         """Raise :class:`CycleInterrupted` when a stop was requested (call between transactions)."""
@@ -201,12 +204,14 @@ async def _ingest(ctx: CycleContext) -> dict[str, Any]:
     # Only a full scan can see that a session's rows went away (a scan of the new rows found the
     # rows before them where they were). A refusal fails the phase before anything is written.
     retracted = await anyio.to_thread.run_sync(_retract_vanished, ctx, unit, scan) if scan.full else []
+    ctx.erase_due = bool(retracted)
     changed = sessions_to_sync(await anyio.to_thread.run_sync(stores.runstate.changed_sessions, revisions), revisions, scan.readded)
     todo = changed[: settings.batch_limit]
     counts: dict[str, Any] = {
         "scan": "full" if scan.full else "new rows",
         "sessions_seen": len(revisions),
         "sessions_retracted": len(retracted),
+        "turns_retracted": 0,
         "sessions_changed": len(changed),
         "sessions_synced": 0,
         "sessions_failed": 0,
@@ -242,6 +247,8 @@ async def _ingest(ctx: CycleContext) -> dict[str, Any]:
                 continue
             for key in ("processed", "upserted", "skipped", "errors"):
                 counts[key] += getattr(stats, key)
+            counts["turns_retracted"] += stats.retracted
+            ctx.erase_due = ctx.erase_due or stats.retracted > 0
             bad_values.update(stats.bad_values)
             await anyio.to_thread.run_sync(_fenced, unit, partial(unit.runstate.mark_ingested, revision, ctx.run_id))
             counts["sessions_synced"] += 1
@@ -403,7 +410,16 @@ async def finalize(ctx: CycleContext) -> dict[str, Any]:
         runs_pruned = await anyio.to_thread.run_sync(partial(ctx.stores.runstate.prune_runs, finished_before=before.replace("+00:00", "Z")))
     graph = await anyio.to_thread.run_sync(ctx.stores.graph.counts)
     digests = await anyio.to_thread.run_sync(ctx.stores.runstate.digest_counts)
-    return {"graph": graph, "digests": digests, "communities": communities, "runs_pruned": runs_pruned}
+    done: dict[str, Any] = {"graph": graph, "digests": digests, "communities": communities, "runs_pruned": runs_pruned}
+    if ctx.erase_due:
+        # Rows an agent deleted from Chroma are text it asked to have forgotten: out of the files
+        # too (the full-text merge and log truncation a forget runs), once this cycle's extraction
+        # has taken back what the retracted turns said. Only then: it rewrites the full-text index.
+        done.update(await anyio.to_thread.run_sync(erase_deleted_text, ctx.stores.db))
+        if not done["erased"]:
+            log.warning("the retracted text may stay in the database's files until the next forget",
+                        reason=done.get("erase_error", "another process kept reading an older snapshot"))
+    return done
 
 
 PHASES: tuple[tuple[str, Phase], ...] = (

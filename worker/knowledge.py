@@ -412,14 +412,14 @@ def forget(settings: Settings, *, session: str | None = None, memory: str | None
             note_id, key = note_anchor(note or "")
             report = forget_note(DatabaseUnitOfWork(db), note_id, key, dry_run=dry_run)
         if not dry_run:
-            report.update(_erased(db))
+            report.update(erase_deleted_text(db))
         return report
 
 
-def _erased(db: Database) -> dict[str, Any]:
+def erase_deleted_text(db: Database) -> dict[str, Any]:
     """``{"erased": …}`` after ``db.erase_deleted()`` (and ``erase_error``, why not, when the
-    database refused it: busy past the wait, a lock): the forget has committed either way, and
-    running it again erases."""
+    database refused it: busy past the wait, a lock): the forget (or the cycle's retraction) has
+    committed either way, and the next forget erases."""
     from store.errors import DatabaseError
 
     try:
