@@ -159,6 +159,22 @@ def default_label(members: Sequence[str], graph: nx.Graph, names: dict[str, str]
     return " · ".join(names.get(m, m) for m in ranked[:LABEL_MEMBERS])
 
 
+def without_members(
+    community: CommunityRecord, nodes: Sequence[Node], edges: Iterable[Edge], *, min_size: int = MIN_COMMUNITY_SIZE,
+) -> CommunityRecord | None:
+    """``community`` once a forget took some of its members out of the graph or changed their
+    names (``nodes``: its members that are left, as they are now; ``edges``: theirs): those members, with the default
+    label of them — a model's label named a member set that held the forgotten text — or None when
+    fewer than ``min_size`` are left (detection would not keep it). Its id stays. Pure."""
+    left = [n for n in nodes if n.id in set(community.members)]
+    if len(left) < min_size:
+        return None
+    members = tuple(sorted(n.id for n in left))
+    graph = semantic_graph(left, edges)
+    return CommunityRecord(id=community.id, label=default_label(members, graph, {n.id: n.name for n in left}),
+                           members=members, member_hash=member_hash(members))
+
+
 def plan_communities(
     nodes: Sequence[Node],
     edges: Iterable[Edge],

@@ -28,6 +28,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from pipelines.communities import without_members
 from pipelines.extract.commit import TakeBack, commit_session, recombine_node
 from pipelines.extract.model import ChunkExtraction, ExtractedNode, identity_key
 from pipelines.extract.reduce import ReducedNode, reduce_session
@@ -83,6 +84,7 @@ def forget_anchor(
             small = (touched - provenance.pointed_elsewhere(touched, anchor)) | {memory_node_id(m) for m in memories} | {anchor}
             counter = _RemovalCount.of(graph, small=small, keys=(r.key for r in rows.edge_points))
             nodes_before, edges_before = counter.now()
+            carried, names = unit.merges.carried(touched), _names(graph, touched)
             empty = reduce_session(reduce_key, [], anchor=anchor if kind == NOTE else "")
             commit_session(empty, unit=unit, graph_index=None, on_commit=lambda: None,
                            queue_append=lambda lines: 0, matcher=lambda candidates, index: {})
@@ -92,11 +94,15 @@ def forget_anchor(
             state = tombstones.forget_session_state(item_id if kind == SESSION else anchor, chunk_key)
             if bury:
                 tombstones.bury(kind, item_id)
+            removed = touched - graph.existing_ids(touched)
+            traces, merged_away = unit.merges.forget_traces(carried, removed=removed, touched=touched,
+                                                            session=item_id if kind == SESSION else None, anchor=anchor)
+            traces["communities_rewritten"] = _rewrite_communities(unit, _renamed(graph, names) | removed | merged_away)
             nodes_after, edges_after = counter.now()
             report.update(
-                points=len(rows.node_points) + len(rows.edge_points), claims=len(rows.claims),
+                **traces, points=len(rows.node_points) + len(rows.edge_points), claims=len(rows.claims),
                 nodes_removed=nodes_before - nodes_after, edges_removed=edges_before - edges_after,
-                knowledge_nodes_removed=sorted(touched - graph.existing_ids(touched)), memories=len(memories),
+                knowledge_nodes_removed=sorted(removed), memories=len(memories),
                 chunk_results=state["chunk_results"], digests=state["session_digests"],
                 identity_candidates=state["identity_candidates"], tombstone=bury,
             )
@@ -105,6 +111,32 @@ def forget_anchor(
     except _Rollback:
         pass
     return report
+
+
+def _names(graph: Graph, node_ids: Iterable[str]) -> dict[str, str]:
+    """The names of the nodes of ``node_ids`` that exist."""
+    return {node_id: node.name for node_id, node in graph.get_nodes(node_ids).items()}
+
+
+def _renamed(graph: Graph, names: dict[str, str]) -> set[str]:
+    """The nodes of ``names`` (as they were named) that are gone or named otherwise now."""
+    now = _names(graph, names)
+    return {node_id for node_id, name in names.items() if now.get(node_id) != name}
+
+
+def _rewrite_communities(unit: UnitOfWork, changed: set[str]) -> int:
+    """Rewrite the stored communities that hold a node of ``changed`` (removed or renamed by a
+    forget): their members as they are now and the default label of them, or no community when
+    too few are left (:func:`pipelines.communities.without_members`) — a label must not keep a
+    forgotten name until the next detection. Reads only those communities' members and their
+    edges. Returns how many were rewritten or removed."""
+    graph = unit.graph
+    communities = unit.communities.holding(changed) if changed else []
+    for community in communities:
+        nodes = graph.get_nodes(community.members)
+        edges = [edge for node_id in sorted(nodes) for edge in graph.edges_of(node_id)]
+        unit.communities.rewrite(community, without_members(community, list(nodes.values()), edges))
+    return len(communities)
 
 
 def _hold_commit_order(unit: UnitOfWork) -> None:
@@ -147,6 +179,7 @@ def forget_memory(unit: UnitOfWork, memory_id: str, *, dry_run: bool = False) ->
             keys = provenance.turn_edges(anchor, node_id) | {(owner, anchor, DISCUSSED_IN) for owner in owners}
             counter = _RemovalCount.of(graph, small=small, keys=keys)
             nodes_before, edges_before = counter.now()
+            carried, names = unit.merges.carried(owners), _names(graph, owners)
             nodes, edges = provenance.delete_turn_points(anchor, node_id) if anchor else (set(), set())
             sourced_by_turn: set[str] = set()
             for owner in sorted(nodes):
@@ -170,11 +203,13 @@ def forget_memory(unit: UnitOfWork, memory_id: str, *, dry_run: bool = False) ->
             for orphan in orphans:
                 graph.delete_node(orphan)
             graph.delete_node(node_id)
+            traces, merged_away = unit.merges.forget_traces(carried, removed=orphans, touched=owners | nodes, anchor=anchor, memory_id=node_id)
+            traces["communities_rewritten"] = _rewrite_communities(unit, _renamed(graph, names) | set(orphans) | merged_away)
             failed_chunks = tombstones.forget_memory_state(memory_id, session)
             tombstones.bury(MEMORY, memory_id)
             nodes_after, edges_after = counter.now()
             report.update(
-                session=session, points=len(nodes) + len(edges), claims=claims, chunk_results=len(chunk_keys) + failed_chunks, nodes_removed=nodes_before - nodes_after,
+                **traces, session=session, points=len(nodes) + len(edges), claims=claims, chunk_results=len(chunk_keys) + failed_chunks, nodes_removed=nodes_before - nodes_after,
                 edges_removed=edges_before - edges_after, knowledge_nodes_removed=orphans, tombstone=True,
             )
             if dry_run:

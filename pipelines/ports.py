@@ -16,6 +16,7 @@ from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
 from store.chunks import ChunkResult
+from store.communities import CommunityRecord
 from store.facts import ClaimLookup
 from store.graph import Edge, LinkStats, Node
 from store.lazy_table import DeadRow, QueuedRow
@@ -91,6 +92,21 @@ class MergeRecorder(Protocol):
 
     def split(self, merged_id: str, *, rules: Iterable[str], evidence: Mapping[str, Any]) -> int: ...
 
+    def carried(self, node_ids: Iterable[str]) -> dict[int, int]: ...
+
+    def forget_traces(
+        self, carried_before: Mapping[int, int], *, removed: Iterable[str], touched: Iterable[str], session: str | None = None,
+        anchor: str = "", memory_id: str | None = None,
+    ) -> tuple[dict[str, int], set[str]]: ...
+
+
+class Communities(Protocol):
+    """The stored communities, as a forget rewrites those it took members or names from
+    (:class:`store.communities.CommunityStore`)."""
+
+    def holding(self, node_ids: Iterable[str]) -> list[CommunityRecord]: ...
+    def rewrite(self, old: CommunityRecord, new: CommunityRecord | None) -> None: ...
+
 
 class RunState(Protocol):
     """Sessions' digest records (:class:`store.runstate.RunStateStore`)."""
@@ -165,6 +181,8 @@ class UnitOfWork(Protocol):
     def provenance(self) -> Provenance: ...
     @property
     def merges(self) -> MergeRecorder: ...
+    @property
+    def communities(self) -> Communities: ...
     @property
     def recall_index(self) -> RecallWriter: ...
     @property

@@ -101,3 +101,35 @@ class CommunityStore:
                 "ON CONFLICT(member_hash) DO UPDATE SET label = excluded.label, named_at = excluded.named_at",
                 (member_hash, label, self.clock()),
             )
+
+    def holding(self, node_ids: Iterable[str]) -> list[CommunityRecord]:
+        """The stored communities that have one of ``node_ids`` as a member. ``members`` has no
+        index: this reads the communities table (one row per community of the latest detection,
+        not the graph's history) once per batch of ids."""
+        found: dict[str, CommunityRecord] = {}
+        for batch, _ in in_batches(sorted(set(node_ids))):
+            needles = [_like(json.dumps(node_id)) for node_id in batch]
+            where = " OR ".join("members LIKE ? ESCAPE '!'" for _ in needles)
+            for r in self.db.query(f"SELECT id, label, label_source, members, member_hash FROM communities WHERE {where}", needles):
+                found[r["id"]] = CommunityRecord(id=r["id"], label=r["label"], members=tuple(json.loads(r["members"])),
+                                                 member_hash=r["member_hash"], label_source=r["label_source"])
+        return [found[key] for key in sorted(found)]
+
+    def rewrite(self, old: CommunityRecord, new: CommunityRecord | None) -> None:
+        """Store ``new`` in place of ``old`` (same id), or delete ``old`` when ``new`` is None; the
+        label the model gave ``old``'s member set goes either way (inside the caller's transaction)."""
+        with self.db.transaction() as conn:
+            conn.execute("DELETE FROM community_names WHERE member_hash = ?", (old.member_hash,))
+            if new is None:
+                conn.execute("DELETE FROM communities WHERE id = ?", (old.id,))
+                return
+            conn.execute(
+                "UPDATE communities SET label = ?, label_source = ?, members = ?, member_hash = ?, size = ?, updated_at = ? WHERE id = ?",
+                (new.label, new.label_source, dumps(list(new.members)), new.member_hash, len(new.members), self.clock(), old.id),
+            )
+
+
+def _like(text: str) -> str:
+    """A LIKE pattern (escape ``!``) that matches ``text`` anywhere."""
+    return "%" + text.replace("!", "!!").replace("%", "!%").replace("_", "!_") + "%"
+

@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from store.db import CANDIDATE_PAIR_KEY, Database
+from store.db import CANDIDATE_PAIR_KEY, Database, in_batches
 from store.facts import NodeFacts, facts_of, with_facts
 from store.graph import Edge, GraphStore, Node, dumps, utc_now
 from store.ids import normalize_graph_node_id
@@ -440,6 +440,81 @@ class MergeStore:
         deleted += self._refresh_anchor_edges(into.id, anchors, before=before)
         return {"edges_deleted": deleted, "edges_restored": restored, "edges_relinked": relinked.linked + len(touched), "edges_culled": relinked.culled}
 
+    # --- forgetting --------------------------------------------------------------------------
+    def carried(self, node_ids: Iterable[str]) -> dict[int, int]:
+        """The active merges into ``node_ids`` (by the ``merges_into`` index), each with how many
+        rows carry its id (points and claims, but for the alias claim a hand merge adds): what
+        :meth:`forget_traces` compares after a forget."""
+        counts: dict[int, int] = {}
+        for batch, marks in in_batches(sorted(set(node_ids))):
+            for row in self.db.query(f"SELECT merge_id FROM merges WHERE into_id IN ({marks}) AND undone_at IS NULL", batch):
+                counts[int(row[0])] = self.carried_by(int(row[0]))
+        return counts
+
+    def forget_traces(
+        self, carried_before: Mapping[int, int], *, removed: Iterable[str], touched: Iterable[str], session: str | None = None,
+        anchor: str = "", memory_id: str | None = None,
+    ) -> tuple[dict[str, int], set[str]]:
+        """After a forget took an anchor's (``anchor``; ``session``, its session id, when it was a
+        session's) or one turn's (``memory_id``) rows out, inside its transaction, take what the
+        merge records held of them (names, quotes) out too, touching only the records of the
+        nodes it ``touched`` (the ``merges_merged``/``merges_into`` indexes):
+
+        - an active merge that carried rows before (``carried_before``, :meth:`carried`) and
+          carries none now merged what only the forgotten source said: its alias claim goes, the
+          node it went into is recombined, and the record goes (nothing is left to undo);
+        - a record into a node the forget ``removed``, or of one that no row carries the record's
+          id for (an undone one too: the pair it kept apart no longer exists), goes;
+        - the others keep their records, without the forgotten source's points in what an
+          unmerge would put back (``restore.loop_points``), nor the edges it saved to or from a
+          removed node (an unmerge could not link them again anyway) and, for a session, without the
+          evidence it gave (the name form it matched, a short name's rivals): ``{"forgotten":
+          "session"}`` stands in (a split's marker stays).
+
+        Returns ``{"merges_dropped": …, "merges_rewritten": …}`` and the merged node ids of the
+        records dropped (a stored community may still list one)."""
+        removed, touched = set(removed), set(touched) | set(removed)
+        dropped: set[int] = set()
+        merged_ids: set[str] = set()
+        emptied = [m for m, before in sorted(carried_before.items()) if before and not self.carried_by(m)]
+        for merge_id in emptied:
+            for merged_id, into_id in self.db.query("SELECT merged_id, into_id FROM merges WHERE merge_id = ?", (merge_id,)):
+                self.db.conn.execute("DELETE FROM node_claims WHERE anchor = ? AND node_id = ?", (f"merge:{merge_id}", into_id))
+                self._refacts(into_id)
+                dropped.add(merge_id)
+                merged_ids.add(merged_id)
+        rows: dict[int, Any] = {}
+        for batch, marks in in_batches(sorted(touched), lists=2):
+            for row in self.db.query(
+                f"SELECT merge_id, merged_id, into_id, evidence, restore FROM merges WHERE merged_id IN ({marks}) "
+                f"UNION SELECT merge_id, merged_id, into_id, evidence, restore FROM merges WHERE into_id IN ({marks})", batch + batch,
+            ):
+                rows[int(row["merge_id"])] = row
+        rewritten = 0
+        for merge_id, row in sorted(rows.items()):
+            if merge_id in dropped or row["into_id"] in removed or (row["merged_id"] in removed and not self.carried_by(merge_id)):
+                dropped.add(merge_id)
+                merged_ids.add(row["merged_id"])
+                continue
+            evidence, restore = json.loads(row["evidence"]), json.loads(row["restore"])
+            new_evidence = _evidence_without(evidence, session) if session is not None else evidence
+            new_restore = _restore_without(restore, removed, anchor=anchor, memory_id=memory_id)
+            if new_evidence != evidence or new_restore != restore:
+                self.db.conn.execute("UPDATE merges SET evidence = ?, restore = ? WHERE merge_id = ?",
+                                     (dumps(new_evidence), dumps(new_restore), merge_id))
+                rewritten += 1
+        for batch, marks in in_batches(sorted(dropped)):
+            self.db.conn.execute(f"DELETE FROM merges WHERE merge_id IN ({marks})", batch)
+        return {"merges_dropped": len(dropped), "merges_rewritten": rewritten}, merged_ids
+
+    def carried_by(self, merge_id: int) -> int:
+        """How many rows carry ``merge_id`` (points and claims, but for a hand merge's alias claim)."""
+        return self.db.query(
+            "SELECT (SELECT COUNT(*) FROM node_points WHERE merge_id = ?) + (SELECT COUNT(*) FROM edge_points WHERE merge_id = ?) "
+            "+ (SELECT COUNT(*) FROM node_claims WHERE merge_id = ? AND anchor != ?)",
+            (merge_id, merge_id, merge_id, f"merge:{merge_id}"),
+        )[0][0]
+
     # --- helpers ---------------------------------------------------------------------------
     def _ensure_claims(self, nodes: Sequence[Node]) -> None:
         """A node written before claims existed gets its current facts as its first claim."""
@@ -536,6 +611,43 @@ def _fold_edge(prior: Edge, moved: Edge) -> Edge:
     parts = justification_parts(prior.properties.get("justification")) | justification_parts(moved.properties.get("justification"))
     return Edge(prior.source, prior.target, prior.relationship, max(prior.weight, moved.weight),
                 with_justification({**moved.properties, **prior.properties}, parts))
+
+
+# What a session gave a merge record's evidence: its id, the name form it matched, a short name's
+# rival (``pipelines.extract.commit``); node ids and the rule's own words stay.
+_SESSION_EVIDENCE = ("session", "form", "short", "ambiguous_with")
+
+
+def _evidence_without(evidence: Mapping[str, Any], session: str) -> dict[str, Any]:
+    """``evidence`` without what the forgotten ``session`` gave it (a split's, nested, too)."""
+    out = dict(evidence)
+    if isinstance(out.get("split"), Mapping) and out["split"].get("session") == session:
+        out["split"] = {"forgotten": "session"}  # still a split: the pair stays unblocked
+    if out.get("session") == session:
+        out = {k: v for k, v in out.items() if k not in _SESSION_EVIDENCE} | {"forgotten": "session"}
+    return out
+
+
+def _restore_without(restore: Mapping[str, Any], removed: set[str], *, anchor: str, memory_id: str | None) -> dict[str, Any]:
+    """A merge's ``restore`` record without the points of the forgotten ``anchor`` (or of its turn
+    ``memory_id``) and without every saved edge that touches a ``removed`` node."""
+    def kept(key: Sequence[Any]) -> bool:
+        return key[0] not in removed and key[1] not in removed
+
+    out = dict(restore)
+    for field in ("edges", "modified"):
+        if field in out:
+            out[field] = [e for e in out[field] if kept((e["source"], e["target"]))]
+    for field in ("created", "pointed", "justifications"):
+        if field in out:
+            out[field] = [k for k in out[field] if kept(k)]
+    if "loop_points" in out:
+        out["loop_points"] = [
+            p for p in out["loop_points"]
+            if not (p.get("anchor") == anchor and (memory_id is None or p.get("memory_id") == memory_id))
+            and kept((p["source"], p["target"]))
+        ]
+    return out
 
 
 def _extend(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from store.chunks import ChunkResultStore
 from store.db import Database
 from store.graph import GraphStore, utc_now
+from store.communities import CommunityStore
 from store.merges import MergeStore
 from store.provenance import ProvenanceStore
 from store.recall_index import RecallIndex
@@ -34,6 +35,7 @@ class DatabaseUnitOfWork:
         self.graph = GraphStore(db, clock=clock)
         self.provenance = ProvenanceStore(db)
         self.merges = MergeStore(db, clock=clock)
+        self.communities = CommunityStore(db, clock=clock)
         self.recall_index = RecallIndex(db)
         self.runstate = RunStateStore(db, clock=clock)
         self.chunks = ChunkResultStore(db, clock=clock)
