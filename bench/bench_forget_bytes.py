@@ -15,6 +15,9 @@ ingest writes it. Then, in one process on that graph, alternating so the machine
   SQLite: ``secure_delete`` OFF and ON) and as ``rem-cycle forget`` does now (the forget, then
   ``Database.erase_deleted``: on SQLite the recall tables' FTS5 ``optimize`` and a
   ``wal_checkpoint(TRUNCATE)``; on PostgreSQL a ``VACUUM`` of the text tables); medians.
+- ``retraction`` (forgetrest): what a cycle that retracted a session whose rows left Chroma adds
+  at its end since forgetrest — the same ``erase_deleted`` — beside the retraction itself
+  (``retract_vanished`` of a different old session each time, without a tombstone); medians.
 
 PostgreSQL runs when ``--postgres`` (or ``REM_TEST_POSTGRES_URL``) names a server: a fresh schema.
 """
@@ -37,8 +40,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.bench_provenance import TURNS_PER_SESSION, Graph, turn_text  # noqa: E402
 from bench.bench_reextract import databases  # noqa: E402
 from bench.growth import engines  # noqa: E402
-from pipelines.forget import forget_session  # noqa: E402
+from pipelines.forget import forget_session, retract_vanished  # noqa: E402
 from store.recall_index import RecallIndex, TurnRecord  # noqa: E402
+from store.tombstones import SESSION  # noqa: E402
 from store.unit_of_work import DatabaseUnitOfWork  # noqa: E402
 from worker.logs import configure_logging  # noqa: E402
 
@@ -117,6 +121,25 @@ def forgets(g: Graph, history: int, rounds: int, *, sqlite: bool) -> dict[str, A
     return out
 
 
+def retractions(g: Graph, history: int, rounds: int) -> dict[str, Any]:
+    """Median time of a cycle's retraction of one old session (one not forgotten yet), and of the
+    erase the cycle now runs after it (``finalize``)."""
+    unit = DatabaseUnitOfWork(g.db)
+    names = [f"s{n:05d}" for n in random.Random(11).sample(range(history), history)]
+    forgotten = unit.tombstones.buried(SESSION, names)
+    retract: list[float] = []
+    erase: list[float] = []
+    for session in [name for name in names if name not in forgotten][:rounds]:
+        t0 = time.perf_counter()
+        retract_vanished(unit, [session])
+        t1 = time.perf_counter()
+        g.db.erase_deleted()
+        retract.append(t1 - t0)
+        erase.append(time.perf_counter() - t1)
+    return {"retract_ms": median_ms(retract), "retract_erase_ms": median_ms(erase),
+            "retract_with_erase_ratio": round((statistics.median(retract) + statistics.median(erase)) / statistics.median(retract), 2)}
+
+
 def run(sessions: list[int], rounds: int, postgres_url: str | None) -> list[dict[str, Any]]:
     results = []
     for engine, url in engines(postgres_url):
@@ -133,6 +156,7 @@ def run(sessions: list[int], rounds: int, postgres_url: str | None) -> list[dict
                     if url is None:
                         row.update(commits(g, history, rounds, rng))
                     row.update(forgets(g, history, max(5, rounds // 4), sqlite=url is None))
+                    row.update(retractions(g, history, max(5, rounds // 4)))
                     print(row, flush=True)
                     results.append(row)
                 finally:
