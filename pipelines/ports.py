@@ -11,7 +11,7 @@ classes have more (for the worker and the CLI).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
@@ -92,10 +92,10 @@ class MergeRecorder(Protocol):
 
     def split(self, merged_id: str, *, rules: Iterable[str], evidence: Mapping[str, Any]) -> int: ...
 
-    def carried(self, node_ids: Iterable[str]) -> dict[int, int]: ...
+    def carried(self, node_ids: Iterable[str]) -> set[int]: ...
 
     def forget_traces(
-        self, carried_before: Mapping[int, int], *, removed: Iterable[str], touched: Iterable[str], session: str | None = None,
+        self, carried_before: Collection[int], *, removed: Iterable[str], touched: Iterable[str], session: str | None = None,
         anchor: str = "", memory_id: str | None = None,
     ) -> tuple[dict[str, int], set[str]]: ...
 

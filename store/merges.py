@@ -30,7 +30,7 @@ way round) is not listed.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -441,18 +441,18 @@ class MergeStore:
         return {"edges_deleted": deleted, "edges_restored": restored, "edges_relinked": relinked.linked + len(touched), "edges_culled": relinked.culled}
 
     # --- forgetting --------------------------------------------------------------------------
-    def carried(self, node_ids: Iterable[str]) -> dict[int, int]:
-        """The active merges into ``node_ids`` (by the ``merges_into`` index), each with how many
-        rows carry its id (points and claims, but for the alias claim a hand merge adds): what
-        :meth:`forget_traces` compares after a forget."""
-        counts: dict[int, int] = {}
+    def carried(self, node_ids: Iterable[str]) -> set[int]:
+        """The active merges into ``node_ids`` (by the ``merges_into`` index) whose id some row
+        carries (:meth:`carries`): what :meth:`forget_traces` looks at again after a forget."""
+        found: set[int] = set()
         for batch, marks in in_batches(sorted(set(node_ids))):
             for row in self.db.query(f"SELECT merge_id FROM merges WHERE into_id IN ({marks}) AND undone_at IS NULL", batch):
-                counts[int(row[0])] = self.carried_by(int(row[0]))
-        return counts
+                if self.carries(int(row[0])):
+                    found.add(int(row[0]))
+        return found
 
     def forget_traces(
-        self, carried_before: Mapping[int, int], *, removed: Iterable[str], touched: Iterable[str], session: str | None = None,
+        self, carried_before: Collection[int], *, removed: Iterable[str], touched: Iterable[str], session: str | None = None,
         anchor: str = "", memory_id: str | None = None,
     ) -> tuple[dict[str, int], set[str]]:
         """After a forget took an anchor's (``anchor``; ``session``, its session id, when it was a
@@ -476,7 +476,7 @@ class MergeStore:
         removed, touched = set(removed), set(touched) | set(removed)
         dropped: set[int] = set()
         merged_ids: set[str] = set()
-        emptied = [m for m, before in sorted(carried_before.items()) if before and not self.carried_by(m)]
+        emptied = [m for m in sorted(carried_before) if not self.carries(m)]
         for merge_id in emptied:
             for merged_id, into_id in self.db.query("SELECT merged_id, into_id FROM merges WHERE merge_id = ?", (merge_id,)):
                 self.db.conn.execute("DELETE FROM node_claims WHERE anchor = ? AND node_id = ?", (f"merge:{merge_id}", into_id))
@@ -492,7 +492,7 @@ class MergeStore:
                 rows[int(row["merge_id"])] = row
         rewritten = 0
         for merge_id, row in sorted(rows.items()):
-            if merge_id in dropped or row["into_id"] in removed or (row["merged_id"] in removed and not self.carried_by(merge_id)):
+            if merge_id in dropped or row["into_id"] in removed or (row["merged_id"] in removed and not self.carries(merge_id)):
                 dropped.add(merge_id)
                 merged_ids.add(row["merged_id"])
                 continue
@@ -507,13 +507,14 @@ class MergeStore:
             self.db.conn.execute(f"DELETE FROM merges WHERE merge_id IN ({marks})", batch)
         return {"merges_dropped": len(dropped), "merges_rewritten": rewritten}, merged_ids
 
-    def carried_by(self, merge_id: int) -> int:
-        """How many rows carry ``merge_id`` (points and claims, but for a hand merge's alias claim)."""
-        return self.db.query(
-            "SELECT (SELECT COUNT(*) FROM node_points WHERE merge_id = ?) + (SELECT COUNT(*) FROM edge_points WHERE merge_id = ?) "
-            "+ (SELECT COUNT(*) FROM node_claims WHERE merge_id = ? AND anchor != ?)",
+    def carries(self, merge_id: int) -> bool:
+        """Whether a row carries ``merge_id`` (a point, or a claim but a hand merge's own alias
+        claim): one probe of each table's ``*_merge`` index, whatever the merge moved."""
+        return bool(self.db.query(
+            "SELECT EXISTS (SELECT 1 FROM node_points WHERE merge_id = ?) OR EXISTS (SELECT 1 FROM edge_points WHERE merge_id = ?) "
+            "OR EXISTS (SELECT 1 FROM node_claims WHERE merge_id = ? AND anchor != ?)",
             (merge_id, merge_id, merge_id, f"merge:{merge_id}"),
-        )[0][0]
+        )[0][0])
 
     # --- helpers ---------------------------------------------------------------------------
     def _ensure_claims(self, nodes: Sequence[Node]) -> None:
