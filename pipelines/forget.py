@@ -18,6 +18,10 @@ extracted (``rem-cycle forget``), and the retraction of sessions whose rows left
   rule (:func:`pipelines.extract.commit.recombine_node`), and the chunk results quoting the turn
   are deleted, with the session's failed attempts (an error message may quote the turn). A tombstone keeps extraction from ever reading the turn again, and the session is
   marked for re-extraction, which brings back what its other turns said of a withdrawn claim.
+- **Either**: a merge record of a node it touched keeps nothing of the forgotten source (a merge
+  only it gave reasons for goes, with a hand merge's alias), and a stored community that listed a
+  node it removed or renamed is rewritten with the members left and their default label
+  (:func:`_forget_traces`), so a forgotten name outlives the forget nowhere in the graph.
 - ``dry_run``: everything is done in one transaction that is rolled back, so the report says
   exactly what a real run removes.
 """
@@ -95,9 +99,7 @@ def forget_anchor(
             if bury:
                 tombstones.bury(kind, item_id)
             removed = touched - graph.existing_ids(touched)
-            traces, merged_away = unit.merges.forget_traces(carried, removed=removed, touched=touched,
-                                                            session=item_id if kind == SESSION else None, anchor=anchor)
-            traces["communities_rewritten"] = _rewrite_communities(unit, _renamed(graph, names) | removed | merged_away)
+            traces = _forget_traces(unit, carried, names, removed=removed, session=item_id if kind == SESSION else None, anchor=anchor)
             nodes_after, edges_after = counter.now()
             report.update(
                 **traces, points=len(rows.node_points) + len(rows.edge_points), claims=len(rows.claims),
@@ -111,6 +113,19 @@ def forget_anchor(
     except _Rollback:
         pass
     return report
+
+
+def _forget_traces(
+    unit: UnitOfWork, carried: set[int], names: dict[str, str], *, removed: set[str], anchor: str,
+    session: str | None = None, memory_id: str | None = None,
+) -> dict[str, int]:
+    """Once a forget took its rows out: what the merge records held of them
+    (:meth:`store.merges.MergeStore.forget_traces`; ``carried``: the merges into the touched nodes
+    that carried rows before) and the stored communities that list a node it removed or renamed
+    (``names``: the touched nodes' names before; a merged node whose record went, too)."""
+    traces, merged_away = unit.merges.forget_traces(carried, removed=removed, touched=names.keys() | removed,
+                                                    session=session, anchor=anchor, memory_id=memory_id)
+    return {**traces, "communities_rewritten": _rewrite_communities(unit, _renamed(unit.graph, names) | merged_away)}
 
 
 def _names(graph: Graph, node_ids: Iterable[str]) -> dict[str, str]:
@@ -203,8 +218,7 @@ def forget_memory(unit: UnitOfWork, memory_id: str, *, dry_run: bool = False) ->
             for orphan in orphans:
                 graph.delete_node(orphan)
             graph.delete_node(node_id)
-            traces, merged_away = unit.merges.forget_traces(carried, removed=orphans, touched=owners | nodes, anchor=anchor, memory_id=node_id)
-            traces["communities_rewritten"] = _rewrite_communities(unit, _renamed(graph, names) | set(orphans) | merged_away)
+            traces = _forget_traces(unit, carried, names, removed=set(orphans), anchor=anchor, memory_id=node_id)
             failed_chunks = tombstones.forget_memory_state(memory_id, session)
             tombstones.bury(MEMORY, memory_id)
             nodes_after, edges_after = counter.now()
