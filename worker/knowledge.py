@@ -220,10 +220,12 @@ class StoredLabels:
         await anyio.to_thread.run_sync(self.store.keep_label, member_hash, label)
 
 
-async def refresh_communities(db: Database, *, namer: Namer | None = None) -> dict[str, Any]:
+async def refresh_communities(db: Database, *, namer: Namer | None = None, unit: DatabaseUnitOfWork | None = None) -> dict[str, Any]:
     """Detect the graph's communities, keep ids/labels stable, optionally name new ones with the
-    model, and store them. Returns counts for the run record."""
+    model, and store them — in a transaction of ``unit`` when given (finalize's, fenced with the
+    single-flight lock). Returns counts for the run record."""
     graph, communities = GraphStore(db), CommunityStore(db)
+    unit = unit or DatabaseUnitOfWork(db)
 
     def load() -> tuple[list[Any], list[Any], list[Any]]:
         # Anchors and provenance never take part (semantic_graph drops them): leave them, and every
@@ -240,7 +242,7 @@ async def refresh_communities(db: Database, *, namer: Namer | None = None) -> di
             records, names, namer=namer, only=plan.fresh, graph=semantic_graph(nodes, edges),
             labels=StoredLabels(communities),
         )
-    written = await anyio.to_thread.run_sync(communities.replace_all, records)
+    written = await anyio.to_thread.run_sync(unit.apply, partial(communities.replace_all, records))
     return {
         "communities": len(records),
         "unchanged": plan.unchanged,
@@ -253,10 +255,12 @@ async def refresh_communities(db: Database, *, namer: Namer | None = None) -> di
     }
 
 
-async def refresh_communities_when_due(db: Database, *, namer: Namer | None = None, fraction: float = REFRESH_FRACTION) -> dict[str, Any]:
+async def refresh_communities_when_due(
+    db: Database, *, namer: Namer | None = None, fraction: float = REFRESH_FRACTION, unit: DatabaseUnitOfWork | None = None
+) -> dict[str, Any]:
     """Finalize's communities: :func:`refresh_communities` when :func:`pipelines.communities.detection_due`
     says enough sessions were digested since the last detection (whose basis the previous finalize
-    recorded), else only the stored count. The returned ``basis`` is what the next cycle compares
+    recorded), else only the stored count; ``unit`` as :func:`refresh_communities`'. The returned ``basis`` is what the next cycle compares
     with: it is carried forward until a detection replaces it."""
     runstate = RunStateStore(db)
 
@@ -271,7 +275,7 @@ async def refresh_communities_when_due(db: Database, *, namer: Namer | None = No
         stored = await anyio.to_thread.run_sync(CommunityStore(db).count)
         return {"detected": False, "communities": stored, "digested_since": digested_since, "basis": basis.as_dict()}
     moment, digested = utc_now(), (await anyio.to_thread.run_sync(runstate.digest_counts))["digested"]
-    counts = await refresh_communities(db, namer=namer)
+    counts = await refresh_communities(db, namer=namer, unit=unit)
     return {"detected": True, **counts, "basis": DetectionBasis(moment, digested).as_dict()}
 
 
