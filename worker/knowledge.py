@@ -12,7 +12,7 @@ from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import anyio
 
@@ -45,6 +45,9 @@ from store.provenance import ProvenanceStore
 from store.runstate import RunStateStore
 from store.unit_of_work import DatabaseUnitOfWork
 from store.verdicts import VerdictStore
+
+if TYPE_CHECKING:  # imported where used: the notes pipeline loads the extraction modules
+    from pipelines.notes import NoteResult
 
 
 @asynccontextmanager
@@ -498,14 +501,16 @@ def forget_again(db: Database, tombstones: list[tuple[str, str]]) -> dict[str, i
     return carried
 
 
-async def import_notes(settings: Settings, paths: list[str]) -> dict[str, Any]:
+async def import_notes(settings: Settings, paths: list[str], *, results: list[NoteResult] | None = None) -> dict[str, Any]:
     """``import-notes``: every Markdown/text file named or under the folders named, through the
-    extraction path with the file as provenance anchor (see :mod:`pipelines.notes`)."""
+    extraction path with the file as provenance anchor (see :mod:`pipelines.notes`). ``results``,
+    when given, gets each file's result as it begins, filled as it goes (a command stopped by a
+    signal says from it what was imported)."""
     from datetime import UTC, datetime
 
     from pipelines.extract.llm import OpenAIExtractor
     from pipelines.extract.workflow import open_extractor
-    from pipelines.notes import NoteReadError, NotesEnv, find_note_paths, import_note, read_note, vanished
+    from pipelines.notes import NOT_IMPORTED, NoteReadError, NotesEnv, NoteResult, find_note_paths, import_note, read_note, vanished
 
     files, errors = await anyio.to_thread.run_sync(find_note_paths, paths)
     db = await anyio.to_thread.run_sync(open_database, settings)
@@ -520,17 +525,18 @@ async def import_notes(settings: Settings, paths: list[str]) -> dict[str, Any]:
                 resolver=identity_resolver(db, auditor=judge.audit_identity if judge else None),
                 queue=lazy_edge_sink(settings, db), merges=MergeStore(db),
             )
-            results = []
+            done = [] if results is None else results
             for path, shown in files:  # one file's text held at a time
                 try:
                     note = await anyio.to_thread.run_sync(read_note, path, shown)
                 except NoteReadError as exc:
                     errors.append(str(exc))
                     continue
-                results.append((await import_note(note, env)).as_dict())
+                done.append(NoteResult(note.note_id, note.shown, NOT_IMPORTED))
+                await import_note(note, env, done[-1])
             folders = [Path(p).resolve() for p in paths if Path(p).is_dir()]
             notes = await anyio.to_thread.run_sync(GraphStore(db).nodes_by_label, NOTE_LABEL) if folders else []
     finally:
         db.close()
-    counts = {status: sum(1 for r in results if r["status"] == status) for status in ("imported", "unchanged", "failed")}
-    return {"files": results, "errors": errors, **counts, "gone": vanished(notes, folders, (path for path, _ in files), exists=os.path.lexists)}
+    counts = {status: sum(1 for r in done if r.status == status) for status in ("imported", "unchanged", "failed")}
+    return {"files": [r.as_dict() for r in done], "errors": errors, **counts, "gone": vanished(notes, folders, (path for path, _ in files), exists=os.path.lexists)}
