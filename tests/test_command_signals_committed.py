@@ -215,3 +215,37 @@ def test_an_import_of_notes_signalled_inside_a_write_says_which_files_it_importe
     finally:
         db.close()
     assert int(said[1]) == len(marked) == (1 if settings.database_url is not None else 0), done.stderr[-2000:]
+
+
+def test_an_enqueue_signalled_while_it_reads_standard_input_stops_at_once_with_nothing_queued(graph: Settings) -> None:
+    """Standard input left open (a producer that has not finished): the read would never end, and
+    a thread call is never abandoned unless told — the signal must not wait for it."""
+    proc = subprocess.Popen([sys.executable, "-m", "worker", "enqueue", "-"], env={**_env(graph), "REM_LAZY_QUEUE": "database"},
+                            cwd=ROOT, text=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdin is not None
+    try:
+        proc.stdin.write(json.dumps({"source": "CONCEPT:a", "target": "CONCEPT:b", "relationship": "R"}) + "\n")
+        proc.stdin.flush()
+
+        def reading() -> bool:  # its own copy of standard input is open: the read has begun
+            fds = Path(f"/proc/{proc.pid}/fd")
+            try:
+                pipe = os.readlink(fds / "0")
+                return sum(1 for fd in os.listdir(fds) if os.readlink(fds / fd) == pipe) > 1
+            except OSError:
+                return False
+
+        wait_for(lambda: proc.poll() is not None or reading(), timeout=60, interval=0.01, what="enqueue reading standard input")
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=30) == 130
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(10)
+        proc.stdin.close()
+    assert "enqueue stopped by SIGINT: nothing was queued" in proc.stderr.read() if proc.stderr else False
+    db = open_database(graph)
+    try:
+        assert db.query("SELECT COUNT(*) FROM lazy_edges")[0][0] == 0
+    finally:
+        db.close()

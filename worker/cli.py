@@ -837,36 +837,43 @@ def _enqueue_problems(source: BinaryIO) -> tuple[int, list[str]]:
     return total, [f"line {number}: {problem}"[:300] for number, problem in sorted(problems)]
 
 
-def _checked_source(path: str) -> tuple[BinaryIO, int, list[str]]:
-    """The edges file ``path`` (``-``: standard input) open and checked, nothing queued yet:
-    ``(source, lines, problems)``. Standard input (from
-    where it stands), a pipe (`enqueue <(producer)`, /dev/stdin) or a FIFO is read once into a
-    spool that both passes read; neither pass holds the file (see
-    :func:`pipelines.enqueue.enqueue_checked_lazy_edges`)."""
-    given = open(path, "rb") if path != "-" else os.fdopen(os.dup(sys.stdin.fileno()), "rb")
+async def _readable_source(path: str) -> BinaryIO:
+    """The edges file ``path`` (``-``: standard input, from where it stands) open for both passes
+    of :func:`cmd_enqueue` (neither holds the file: see
+    :func:`pipelines.enqueue.enqueue_checked_lazy_edges`). A regular file is read as it is; standard
+    input, a pipe or a FIFO (`enqueue <(producer)`, /dev/stdin) is copied once into a spool — a
+    pipe or terminal as it becomes readable, so that a signal stops the read at once (it may never
+    end, and a thread blocked in it would hold the process's exit)."""
+    given = await anyio.to_thread.run_sync(lambda: open(path, "rb") if path != "-" else os.fdopen(os.dup(sys.stdin.fileno()), "rb"))
     if path != "-" and given.seekable():
-        source: BinaryIO = given
-    else:
-        with given:
-            source = cast(BinaryIO, tempfile.TemporaryFile())
-            shutil.copyfileobj(given, source)
-    try:
-        total, problems = _enqueue_problems(source)
-    except BaseException:
-        source.close()
-        raise
-    return source, total, problems
+        return cast(BinaryIO, given)
+    with given:
+        spool = cast(BinaryIO, tempfile.TemporaryFile())
+        try:
+            if given.seekable():  # standard input redirected from a file
+                await anyio.to_thread.run_sync(shutil.copyfileobj, given, spool)
+            else:
+                while True:
+                    await anyio.wait_readable(given.fileno())
+                    if not (piece := os.read(given.fileno(), 1 << 16)):
+                        break
+                    spool.write(piece)
+        except BaseException:
+            spool.close()
+            raise
+    return spool
 
 
 async def cmd_enqueue(settings: Settings, args: argparse.Namespace, progress: CommandProgress) -> int:
     from pipelines.enqueue import enqueue_checked_lazy_edges
 
     progress.describe = lambda: "nothing was queued"
-    # Reading and checking writes nothing: a signal there stops the command at once (the read is
-    # left behind — standard input may never end). The append is one transaction (table) or one
-    # append under the queue's lock (file): once begun it completes, and the command says so.
-    source, count, problems = await anyio.to_thread.run_sync(_checked_source, args.file, abandon_on_cancel=True)
+    # Reading and checking writes nothing: a signal there stops the command, nothing queued. The
+    # append is one transaction (table) or one append under the queue's lock (file): once begun it
+    # completes, and the command says so.
+    source = await _readable_source(args.file)
     with source:
+        count, problems = await anyio.to_thread.run_sync(_enqueue_problems, source)
         if problems:
             for problem in problems:
                 print(f"  {problem}", file=sys.stderr)
