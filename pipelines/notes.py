@@ -29,13 +29,12 @@ import unicodedata
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from functools import partial
 from pathlib import Path
 from typing import Any
 
 import anyio
 
-from pipelines.extract.commit import commit_session
+from pipelines.extract.commit import CommitStats, commit_session
 from pipelines.extract.map import map_units
 from pipelines.extract.model import Extractor
 from pipelines.extract.reduce import reduce_session
@@ -201,13 +200,17 @@ class NotesEnv:
     run_id: str | None = None
 
 
+# The status of a file whose import began but did not reach its commit (the command was stopped).
+NOT_IMPORTED = "not imported"
+
+
 @dataclass(slots=True)
 class NoteResult:
     """What importing one file did."""
 
     note_id: str
     path: str
-    status: str  # imported | unchanged | failed
+    status: str  # imported | unchanged | failed | not imported (begun, stopped before its commit)
     chunks: int = 0
     chunks_reused: int = 0
     nodes_written: int = 0
@@ -219,11 +222,14 @@ class NoteResult:
         return {k: getattr(self, k) for k in ("note_id", "path", "status", "chunks", "chunks_reused", "nodes_written", "edges_written", "merges_recorded", "error")}
 
 
-async def import_note(note: NoteFile, env: NotesEnv) -> NoteResult:
-    """Extract one notes file and commit it (see the module docstring)."""
-    result = NoteResult(note.note_id, note.shown, "unchanged")
+async def import_note(note: NoteFile, env: NotesEnv, result: NoteResult | None = None) -> NoteResult:
+    """Extract one notes file and commit it (see the module docstring). ``result``, when given, is
+    filled in place and returned: ``imported`` is set in the commit's own thread once it committed,
+    so a caller cancelled while the commit ran (a command stopped by a signal) still counts it."""
+    result = result or NoteResult(note.note_id, note.shown, NOT_IMPORTED)
     existing = await anyio.to_thread.run_sync(env.unit.graph.get_node, note.note_id)
     if existing is not None and existing.properties.get("contentHash") == note.content_hash:
+        result.status = "unchanged"
         return result
     units = plan_units(note.key, note_turns(note), budget_tokens=env.budget_tokens)
     outcomes = await map_units(
@@ -266,17 +272,20 @@ async def import_note(note: NoteFile, env: NotesEnv) -> NoteResult:
         )
 
     await env.resolver.prepare(reduced.nodes, session=note.note_id)  # forget --note takes its verdicts
-    committed = await anyio.to_thread.run_sync(
-        partial(
-            commit_session, reduced, unit=env.unit, graph_index=None, on_commit=on_commit,
+
+    def commit() -> CommitStats:
+        committed = commit_session(
+            reduced, unit=env.unit, graph_index=None, on_commit=on_commit,
             queue_append=env.queue.append, matcher=env.resolver, merges=env.merges,
             # A file has no turns: its points are observed when it is imported.
             observed_at={u.unit_id: env.now.isoformat(timespec="milliseconds").replace("+00:00", "Z") for u in units},
         )
-    )
+        result.status = "imported"
+        result.nodes_written, result.edges_written = committed.nodes_written, committed.edges_written
+        result.merges_recorded = committed.merges_recorded
+        return committed
+
+    committed = await anyio.to_thread.run_sync(commit)
     if committed.nodes_removed or committed.nodes_folded:
         env.resolver.reset()  # its index still knows the removed or folded nodes
-    result.status = "imported"
-    result.nodes_written, result.edges_written = committed.nodes_written, committed.edges_written
-    result.merges_recorded = committed.merges_recorded
     return result

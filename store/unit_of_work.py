@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import TypeVar
 
 from store.chunks import ChunkResultStore
 from store.db import Database
@@ -22,6 +23,8 @@ from store.recall_index import RecallIndex
 from store.runstate import RunStateStore
 from store.tombstones import TombstoneStore
 from store.verdicts import VerdictStore
+
+T = TypeVar("T")
 
 
 class DatabaseUnitOfWork:
@@ -49,3 +52,9 @@ class DatabaseUnitOfWork:
             if self.fence is not None:
                 self.fence()
             yield self
+
+    def apply(self, write: Callable[[], T]) -> T:
+        """``write`` (a store's own transaction, which nests) inside a transaction of this unit, so
+        the unit's fence holds for it; returns what ``write`` returns. Blocking."""
+        with self.transaction():
+            return write()

@@ -52,3 +52,22 @@ def forwarding_proxy(upstream_url: str, before_forward: Callable[[bytes], bool])
         server.shutdown()
         server.server_close()
         upstream.close()
+
+
+@contextmanager
+def holding_proxy(upstream_url: str, marker: bytes) -> Iterator[tuple[str, threading.Event, threading.Event]]:
+    """A loopback proxy to ``upstream_url`` that holds the first request whose body holds
+    ``marker`` until ``release`` is set, then forwards it; yields ``(url, held, release)``."""
+    held, release = threading.Event(), threading.Event()
+
+    def hold_the_first_marked(body: bytes) -> bool:
+        if marker in body and not held.is_set():
+            held.set()
+            release.wait(120)
+        return True
+
+    with forwarding_proxy(upstream_url, hold_the_first_marked) as url:
+        try:
+            yield url, held, release
+        finally:
+            release.set()

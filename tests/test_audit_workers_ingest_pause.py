@@ -11,11 +11,8 @@ import asyncio
 import json
 import os
 import signal
-import threading
 import time
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -26,30 +23,11 @@ from pipelines.importer import import_sessions
 from store.chroma import ChromaStore
 from tests.conftest import write_sessions
 from tests.daemon_support import start_worker, wait_for, worker_env
-from tests.http_proxy import forwarding_proxy
+from tests.http_proxy import holding_proxy
 from tests.llm_server import LLMServer, ok
 from tests.workers_support import corpus, graph_database, worker_settings
 
 LEASE = 2.0
-
-
-@contextmanager
-def holding_proxy(upstream_url: str, marker: bytes) -> Iterator[tuple[str, threading.Event, threading.Event]]:
-    """A loopback proxy to ``upstream_url`` that holds the first request whose body holds
-    ``marker`` until ``release`` is set, then forwards it; yields ``(url, held, release)``."""
-    held, release = threading.Event(), threading.Event()
-
-    def hold_the_first_marked(body: bytes) -> bool:
-        if marker in body and not held.is_set():
-            held.set()
-            release.wait(120)
-        return True
-
-    with forwarding_proxy(upstream_url, hold_the_first_marked) as url:
-        try:
-            yield url, held, release
-        finally:
-            release.set()
 
 
 @pytest.mark.both_backends

@@ -439,16 +439,31 @@ class _StdoutInPieces:
 
 
 async def cmd_export(settings: Settings, args: argparse.Namespace) -> int:
+    """``export``: to standard output, a read (a signal stops it, as any read command); with
+    ``--out``, a write (:func:`_export_to_file`)."""
     from worker.knowledge import export_graph
 
-    if args.out is not None and _refused_output(settings, args.out):
+    if args.out is not None:
+        return await _export_to_file(settings, args)
+
+    def write() -> None:
+        sys.stdout.reconfigure(encoding="utf-8", errors="strict")  # the file format's encoding, as with --out
+        export_graph(settings, cast(TextIO, _StdoutInPieces()), fmt=args.format, include_anchors=args.include_anchors, as_of=args.as_of)
+
+    await anyio.to_thread.run_sync(write)
+    return EXIT_OK
+
+
+async def _export_file(settings: Settings, args: argparse.Namespace, progress: CommandProgress) -> int:
+    """``export --out OUT``: written beside OUT and renamed onto it, so OUT is the old file or the
+    whole new one, never a piece — in :meth:`CommandProgress.to_the_end`, so a signal lets the
+    rename happen and the command say so (the write in its thread would complete anyway)."""
+    from worker.knowledge import export_graph
+
+    if _refused_output(settings, args.out):
         return EXIT_USAGE
+
     def write() -> dict[str, int]:
-        if not args.out:
-            sys.stdout.reconfigure(encoding="utf-8", errors="strict")  # the file format's encoding, as with --out
-            stdout = cast(TextIO, _StdoutInPieces())
-            return export_graph(settings, stdout, fmt=args.format, include_anchors=args.include_anchors, as_of=args.as_of)
-        # Written beside and renamed into place: a failed export never leaves half a file at OUT.
         part = f"{args.out}.part"
         try:
             with open(part, "w", encoding="utf-8") as out:
@@ -459,15 +474,18 @@ async def cmd_export(settings: Settings, args: argparse.Namespace) -> int:
         os.replace(part, args.out)
         return counts
 
-    counts = await anyio.to_thread.run_sync(write)
-    if not args.out:
+    progress.describe = lambda: f"{args.out} was not written"
+    with progress.to_the_end():
+        counts = await anyio.to_thread.run_sync(write)
+        _emit(
+            args,
+            {"out": args.out, "format": args.format, **counts},
+            lambda: print(f"wrote {args.out} ({args.format}): {_counts_line(counts)}", file=sys.stderr),
+        )
         return EXIT_OK
-    _emit(
-        args,
-        {"out": args.out, "format": args.format, **counts},
-        lambda: print(f"wrote {args.out} ({args.format}): {_counts_line(counts)}", file=sys.stderr),
-    )
-    return EXIT_OK
+
+
+_export_to_file = interruptible(_export_file, name="export", rerun="running it again is safe")
 
 
 async def cmd_search(settings: Settings, args: argparse.Namespace) -> int:
@@ -623,11 +641,17 @@ async def cmd_forget(settings: Settings, args: argparse.Namespace, progress: Com
         return EXIT_OK
 
 
-async def cmd_import_notes(settings: Settings, args: argparse.Namespace) -> int:
+async def cmd_import_notes(settings: Settings, args: argparse.Namespace, progress: CommandProgress) -> int:
+    from pipelines.notes import NoteResult
     from worker.knowledge import import_notes
 
+    results: list[NoteResult] = []
+    # Each file's result is filled as it goes (``imported`` once its commit committed).
+    progress.describe = lambda: ", ".join(
+        f"{sum(1 for r in results if r.status == status)} {status}" for status in ("imported", "unchanged", "failed")
+    ) + " (files done); the others were not imported"
     try:
-        report = await import_notes(settings, args.paths)
+        report = await import_notes(settings, args.paths, results=results)
     except CycleBusyError as exc:
         print(f"rem-cycle: {exc}; import the notes when it has finished", file=sys.stderr)
         return EXIT_BUSY
@@ -811,42 +835,57 @@ def _enqueue_problems(source: BinaryIO) -> tuple[int, list[str]]:
     return total, [f"line {number}: {problem}"[:300] for number, problem in sorted(problems)]
 
 
-def _enqueue_source(settings: Settings, source: BinaryIO) -> tuple[int, list[str]]:
-    """Queue every edge of ``source`` or, when any line is bad, none: the lines are checked first,
-    then read again and written, so that neither pass holds the file (see
-    :func:`pipelines.enqueue.enqueue_checked_lazy_edges`). Returns (lines, problems) when refused,
-    (edges queued, []) when done."""
+async def _readable_source(path: str) -> BinaryIO:
+    """The edges file ``path`` (``-``: standard input, from where it stands) open for both passes
+    of :func:`cmd_enqueue` (neither holds the file: see
+    :func:`pipelines.enqueue.enqueue_checked_lazy_edges`). A regular file is read as it is; standard
+    input, a pipe or a FIFO (`enqueue <(producer)`, /dev/stdin) is copied once into a spool — a
+    pipe or terminal as it becomes readable, so that a signal stops the read at once (it may never
+    end, and a thread blocked in it would hold the process's exit)."""
+    given = await anyio.to_thread.run_sync(lambda: open(path, "rb") if path != "-" else os.fdopen(os.dup(sys.stdin.fileno()), "rb"))
+    if path != "-" and given.seekable():
+        return cast(BinaryIO, given)
+    with given:
+        spool = cast(BinaryIO, tempfile.TemporaryFile())
+        try:
+            if given.seekable():  # standard input redirected from a file
+                await anyio.to_thread.run_sync(shutil.copyfileobj, given, spool)
+            else:
+                while True:
+                    await anyio.wait_readable(given.fileno())
+                    if not (piece := os.read(given.fileno(), 1 << 16)):
+                        break
+                    spool.write(piece)
+        except BaseException:
+            spool.close()
+            raise
+    return spool
+
+
+async def cmd_enqueue(settings: Settings, args: argparse.Namespace, progress: CommandProgress) -> int:
     from pipelines.enqueue import enqueue_checked_lazy_edges
 
-    total, problems = _enqueue_problems(source)
-    if problems:
-        return total, problems
-    return enqueue_checked_lazy_edges(settings.lazy_queue_target, (edge for _, edge in _numbered_edges(source))), []
-
-
-async def cmd_enqueue(settings: Settings, args: argparse.Namespace) -> int:
-    def run() -> tuple[int, list[str]]:
-        with open(args.file, "rb") if args.file != "-" else os.fdopen(os.dup(sys.stdin.fileno()), "rb") as source:
-            if args.file != "-" and source.seekable():
-                return _enqueue_source(settings, source)
-            # Standard input (from where it stands), a pipe (`enqueue <(producer)`, /dev/stdin) or
-            # a FIFO is read once; both passes read this copy.
-            with tempfile.TemporaryFile() as spool:
-                shutil.copyfileobj(source, spool)
-                return _enqueue_source(settings, spool)
-
-    count, problems = await anyio.to_thread.run_sync(run)
-    if problems:
-        for problem in problems:
-            print(f"  {problem}", file=sys.stderr)
-        print(f"rem-cycle: {len(problems)} of {count} lines rejected; nothing was queued", file=sys.stderr)
-        # --json: one object on stdout, refused or not (the text is on stderr above)
-        _emit(args, {"queued": 0, "queue": settings.lazy_queue, "lines": count, "rejected": problems}, lambda: None)
-        return EXIT_FAILED
-    where = "the queue table" if settings.lazy_queue == "database" else str(settings.queue_path)
-    payload = {"queued": count, "queue": settings.lazy_queue}
-    _emit(args, payload, lambda: print(f"queued {count} lazy edges in {where}"))
-    return EXIT_OK
+    progress.describe = lambda: "nothing was queued"
+    # Reading and checking writes nothing: a signal there stops the command, nothing queued. The
+    # append is one transaction (table) or one append under the queue's lock (file): once begun it
+    # completes, and the command says so.
+    source = await _readable_source(args.file)
+    with source:
+        count, problems = await anyio.to_thread.run_sync(_enqueue_problems, source)
+        if problems:
+            for problem in problems:
+                print(f"  {problem}", file=sys.stderr)
+            print(f"rem-cycle: {len(problems)} of {count} lines rejected; nothing was queued", file=sys.stderr)
+            # --json: one object on stdout, refused or not (the text is on stderr above)
+            _emit(args, {"queued": 0, "queue": settings.lazy_queue, "lines": count, "rejected": problems}, lambda: None)
+            return EXIT_FAILED
+        with progress.to_the_end():
+            count = await anyio.to_thread.run_sync(
+                lambda: enqueue_checked_lazy_edges(settings.lazy_queue_target, (edge for _, edge in _numbered_edges(source)))
+            )
+            where = "the queue table" if settings.lazy_queue == "database" else str(settings.queue_path)
+            _emit(args, {"queued": count, "queue": settings.lazy_queue}, lambda: print(f"queued {count} lazy edges in {where}"))
+            return EXIT_OK
 
 
 async def cmd_drain(settings: Settings, args: argparse.Namespace, progress: CommandProgress) -> int:
@@ -960,10 +999,12 @@ async def cmd_recall(settings: Settings, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-async def cmd_reindex(settings: Settings, args: argparse.Namespace) -> int:
-    from worker.recall import reindex
+async def cmd_reindex(settings: Settings, args: argparse.Namespace, progress: CommandProgress) -> int:
+    from worker.recall import ReindexProgress, reindex
 
-    counts = await reindex(settings)
+    done = ReindexProgress()
+    progress.describe = lambda: f"{done.written} of the {done.scanned} turns read so far were written to the recall index"
+    counts = await reindex(settings, progress=done)
     _emit(args, counts, lambda: print(f"reindexed {counts['written']} of {counts['scanned']} turns; index: "
                                       f"{counts['recall_turns']} turns, {counts['recall_sessions']} sessions"))
     return EXIT_OK
@@ -982,7 +1023,7 @@ async def cmd_mcp(settings: Settings, args: argparse.Namespace) -> int:
 
 COMMANDS: dict[str, Handler] = {
     "recall": cmd_recall,
-    "reindex": cmd_reindex,
+    "reindex": interruptible(cmd_reindex, name="reindex", rerun="running it again is safe: it writes only what the index lacks"),
     "mcp": cmd_mcp,
     "import": interruptible(cmd_import, name="import", rerun="re-running the same import is safe: rows already stored are skipped"),
     "status": cmd_status,
@@ -996,10 +1037,10 @@ COMMANDS: dict[str, Handler] = {
     "candidates": cmd_candidates,
     "merge": interruptible(cmd_merge, name="merge", rerun="running it again is safe"),
     "forget": interruptible(cmd_forget, name="forget", rerun="running it again is safe"),
-    "enqueue": cmd_enqueue,
+    "enqueue": interruptible(cmd_enqueue, name="enqueue", rerun="running it again is safe"),
     "drain": interruptible(cmd_drain, name="drain", rerun="re-running the drain is safe: no queued line is lost"),
     "backfill": interruptible(cmd_backfill, name="backfill", rerun="re-running the backfill is safe: synced sessions are unchanged"),
-    "import-notes": cmd_import_notes,
+    "import-notes": interruptible(cmd_import_notes, name="import-notes", rerun="re-running it is safe: imported files are unchanged"),
 }
 
 

@@ -19,8 +19,8 @@ import time
 import uuid
 from collections import Counter
 from functools import partial
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -163,23 +163,27 @@ async def ingest(ctx: CycleContext) -> dict[str, Any]:
     leader took over and ingested what came since — writes nothing after the takeover (a stale
     full scan retracted what the new leader had ingested and digested). Its phase fails
     ``lock-lost``; no session is charged."""
-    try:
+    with _lock_lost_fails_the_phase("ingest"):
         return await _ingest(ctx)
+
+
+@contextmanager
+def _lock_lost_fails_the_phase(phase: str) -> Iterator[None]:
+    """A fenced write that found the single-flight lock taken over (:class:`LeaseLostError`, its
+    transaction rolled back) fails ``phase`` with reason ``lock-lost``."""
+    try:
+        yield
     except LeaseLostError as exc:
-        raise PhaseError("lock-lost", f"{exc}: the rest of ingest is the new leader's (none of it written here)") from exc
+        raise PhaseError("lock-lost", f"{exc}: the rest of {phase} is the new leader's (none of it written here)") from exc
 
 
 def _fenced_unit(ctx: CycleContext) -> DatabaseUnitOfWork:
-    """The unit of work ingest writes through: fenced with the single-flight lock when this cycle leads."""
+    """The unit of work a single-flight phase writes through where a paused leader could undo the
+    new leader's work (ingest, finalize's communities): fenced with the single-flight lock when
+    this cycle leads."""
     if ctx.lock is None:
         return ctx.stores.unit
     return DatabaseUnitOfWork(ctx.stores.db, fence=partial(ctx.lock.still_held, CYCLE_LOCK))
-
-
-def _fenced(unit: DatabaseUnitOfWork, write: Callable[[], object]) -> None:
-    """``write`` (a store's own transaction) inside a transaction of ``unit``, so its fence holds."""
-    with unit.transaction():
-        write()
 
 
 async def _ingest(ctx: CycleContext) -> dict[str, Any]:
@@ -228,7 +232,7 @@ async def _ingest(ctx: CycleContext) -> dict[str, Any]:
     if todo:
         # Until this phase ends with every change applied, no mark may say that the rows before it
         # are in the graph (a stopped phase leaves sessions half-synced): the next scan reads all.
-        await anyio.to_thread.run_sync(_fenced, unit, scan_marks.clear)
+        await anyio.to_thread.run_sync(unit.apply, scan_marks.clear)
     for start in range(0, len(todo), SESSIONS_PER_BATCH):
         ctx.check_stop()
         group = todo[start : start + SESSIONS_PER_BATCH]
@@ -250,7 +254,7 @@ async def _ingest(ctx: CycleContext) -> dict[str, Any]:
             counts["turns_retracted"] += stats.retracted
             ctx.erase_due = ctx.erase_due or stats.retracted > 0
             bad_values.update(stats.bad_values)
-            await anyio.to_thread.run_sync(_fenced, unit, partial(unit.runstate.mark_ingested, revision, ctx.run_id))
+            await anyio.to_thread.run_sync(unit.apply, partial(unit.runstate.mark_ingested, revision, ctx.run_id))
             counts["sessions_synced"] += 1
             with structlog.contextvars.bound_contextvars(session_id=revision.session_id):
                 log.debug("session ingested", upserted=stats.upserted, skipped=stats.skipped, errors=stats.errors)
@@ -267,7 +271,7 @@ async def _keep_scan_marks(stores: Stores, unit: DatabaseUnitOfWork, scan_marks:
     scan (paged, so not one reading), only when its last ids are still where it read them; else
     the next scan reads every row again (the marks were cleared before the first write)."""
     if applied and (not scan.full or await _marks_hold(stores.chroma, scan.marks)):
-        await anyio.to_thread.run_sync(_fenced, unit, partial(scan_marks.save, scan.marks))
+        await anyio.to_thread.run_sync(unit.apply, partial(scan_marks.save, scan.marks))
 
 
 async def _marks_hold(chroma: ChromaStore, marks: list[ScanMark]) -> bool:
@@ -397,11 +401,18 @@ async def drain(ctx: CycleContext) -> dict[str, Any]:
 
 async def finalize(ctx: CycleContext) -> dict[str, Any]:
     """Refresh the graph's communities when enough changed since the last detection; graph and
-    digest counts for the run record."""
+    digest counts for the run record.
+
+    The communities are written fenced with the single-flight lock: a leader paused past its lease
+    after reading the graph (while the model names its communities, say) would replace those the
+    new leader detected in the grown graph with its stale ones. Its phase fails ``lock-lost``. The
+    other writes are the same whoever makes them (INTERNALS "Claims and leases")."""
     async with model_judge(ctx.settings) as judge:
-        communities = await refresh_communities_when_due(
-            ctx.stores.db, namer=judge.name_community if judge else None, fraction=ctx.settings.community_refresh_fraction
-        )
+        with _lock_lost_fails_the_phase("finalize"):
+            communities = await refresh_communities_when_due(
+                ctx.stores.db, namer=judge.name_community if judge else None,
+                fraction=ctx.settings.community_refresh_fraction, unit=_fenced_unit(ctx),
+            )
     await anyio.to_thread.run_sync(ctx.stores.graph.fold_counts)
     await anyio.to_thread.run_sync(ctx.stores.runstate.fold_counts)
     runs_pruned = 0

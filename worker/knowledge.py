@@ -12,7 +12,7 @@ from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import anyio
 
@@ -45,6 +45,9 @@ from store.provenance import ProvenanceStore
 from store.runstate import RunStateStore
 from store.unit_of_work import DatabaseUnitOfWork
 from store.verdicts import VerdictStore
+
+if TYPE_CHECKING:  # imported where used: the notes pipeline loads the extraction modules
+    from pipelines.notes import NoteResult
 
 
 @asynccontextmanager
@@ -220,10 +223,12 @@ class StoredLabels:
         await anyio.to_thread.run_sync(self.store.keep_label, member_hash, label)
 
 
-async def refresh_communities(db: Database, *, namer: Namer | None = None) -> dict[str, Any]:
+async def refresh_communities(db: Database, *, namer: Namer | None = None, unit: DatabaseUnitOfWork | None = None) -> dict[str, Any]:
     """Detect the graph's communities, keep ids/labels stable, optionally name new ones with the
-    model, and store them. Returns counts for the run record."""
+    model, and store them — in a transaction of ``unit`` when given (finalize's, fenced with the
+    single-flight lock). Returns counts for the run record."""
     graph, communities = GraphStore(db), CommunityStore(db)
+    unit = unit or DatabaseUnitOfWork(db)
 
     def load() -> tuple[list[Any], list[Any], list[Any]]:
         # Anchors and provenance never take part (semantic_graph drops them): leave them, and every
@@ -240,7 +245,7 @@ async def refresh_communities(db: Database, *, namer: Namer | None = None) -> di
             records, names, namer=namer, only=plan.fresh, graph=semantic_graph(nodes, edges),
             labels=StoredLabels(communities),
         )
-    written = await anyio.to_thread.run_sync(communities.replace_all, records)
+    written = await anyio.to_thread.run_sync(unit.apply, partial(communities.replace_all, records))
     return {
         "communities": len(records),
         "unchanged": plan.unchanged,
@@ -253,10 +258,12 @@ async def refresh_communities(db: Database, *, namer: Namer | None = None) -> di
     }
 
 
-async def refresh_communities_when_due(db: Database, *, namer: Namer | None = None, fraction: float = REFRESH_FRACTION) -> dict[str, Any]:
+async def refresh_communities_when_due(
+    db: Database, *, namer: Namer | None = None, fraction: float = REFRESH_FRACTION, unit: DatabaseUnitOfWork | None = None
+) -> dict[str, Any]:
     """Finalize's communities: :func:`refresh_communities` when :func:`pipelines.communities.detection_due`
     says enough sessions were digested since the last detection (whose basis the previous finalize
-    recorded), else only the stored count. The returned ``basis`` is what the next cycle compares
+    recorded), else only the stored count; ``unit`` as :func:`refresh_communities`'. The returned ``basis`` is what the next cycle compares
     with: it is carried forward until a detection replaces it."""
     runstate = RunStateStore(db)
 
@@ -271,7 +278,7 @@ async def refresh_communities_when_due(db: Database, *, namer: Namer | None = No
         stored = await anyio.to_thread.run_sync(CommunityStore(db).count)
         return {"detected": False, "communities": stored, "digested_since": digested_since, "basis": basis.as_dict()}
     moment, digested = utc_now(), (await anyio.to_thread.run_sync(runstate.digest_counts))["digested"]
-    counts = await refresh_communities(db, namer=namer)
+    counts = await refresh_communities(db, namer=namer, unit=unit)
     return {"detected": True, **counts, "basis": DetectionBasis(moment, digested).as_dict()}
 
 
@@ -494,10 +501,12 @@ def forget_again(db: Database, tombstones: list[tuple[str, str]]) -> dict[str, i
     return carried
 
 
-async def import_notes(settings: Settings, paths: list[str]) -> dict[str, Any]:
+async def import_notes(settings: Settings, paths: list[str], *, results: list[NoteResult] | None = None) -> dict[str, Any]:
     """``import-notes``: every Markdown/text file named or under the folders named, through the
     extraction path with the file as provenance anchor (see :mod:`pipelines.notes`), holding the
-    graph's single-flight lock (:class:`worker.cycle.CycleBusyError` when a cycle runs)."""
+    graph's single-flight lock (:class:`worker.cycle.CycleBusyError` when a cycle runs). ``results``,
+    when given, gets each file's result as it begins, filled as it goes (a command stopped by a
+    signal says from it what was imported)."""
     from pipelines.notes import find_note_paths
 
     files, errors = await anyio.to_thread.run_sync(find_note_paths, paths)
@@ -507,16 +516,19 @@ async def import_notes(settings: Settings, paths: list[str]) -> dict[str, Any]:
     from worker.cycle import graph_single_flight  # worker.cycle imports this module
 
     async with graph_single_flight(settings):
-        return await _import_note_files(settings, paths, files, errors)
+        return await _import_note_files(settings, paths, files, errors, [] if results is None else results)
 
 
-async def _import_note_files(settings: Settings, paths: list[str], files: list[tuple[Path, str]], errors: list[str]) -> dict[str, Any]:
-    """:func:`import_notes` once the files are found and the graph's single-flight lock is held."""
+async def _import_note_files(
+    settings: Settings, paths: list[str], files: list[tuple[Path, str]], errors: list[str], done: list[NoteResult]
+) -> dict[str, Any]:
+    """:func:`import_notes` once the files are found and the graph's single-flight lock is held;
+    each file's result goes into ``done`` as it begins."""
     from datetime import UTC, datetime
 
     from pipelines.extract.llm import OpenAIExtractor
     from pipelines.extract.workflow import open_extractor
-    from pipelines.notes import NoteReadError, NotesEnv, import_note, read_note, vanished
+    from pipelines.notes import NOT_IMPORTED, NoteReadError, NotesEnv, NoteResult, import_note, read_note, vanished
 
     db = await anyio.to_thread.run_sync(open_database, settings)
     try:
@@ -530,17 +542,18 @@ async def _import_note_files(settings: Settings, paths: list[str], files: list[t
                 resolver=identity_resolver(db, auditor=judge.audit_identity if judge else None),
                 queue=lazy_edge_sink(settings, db), merges=MergeStore(db),
             )
-            results = []
             for path, shown in files:  # one file's text held at a time
                 try:
                     note = await anyio.to_thread.run_sync(read_note, path, shown)
                 except NoteReadError as exc:
                     errors.append(str(exc))
                     continue
-                results.append((await import_note(note, env)).as_dict())
+                done.append(NoteResult(note.note_id, note.shown, NOT_IMPORTED))
+                await import_note(note, env, done[-1])
             folders = [Path(p).resolve() for p in paths if Path(p).is_dir()]
             notes = await anyio.to_thread.run_sync(GraphStore(db).nodes_by_label, NOTE_LABEL) if folders else []
     finally:
         db.close()
-    counts = {status: sum(1 for r in results if r["status"] == status) for status in ("imported", "unchanged", "failed")}
-    return {"files": results, "errors": errors, **counts, "gone": vanished(notes, folders, (path for path, _ in files), exists=os.path.lexists)}
+    counts = {status: sum(1 for r in done if r.status == status) for status in ("imported", "unchanged", "failed")}
+    return {"files": [r.as_dict() for r in done], "errors": errors, **counts, "gone": vanished(notes, folders, (path for path, _ in files), exists=os.path.lexists)}
+

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -176,23 +177,35 @@ def _scope(index: RecallIndex, *, user: str | None, as_of: str | None) -> Scope:
     return Scope(sessions=index.sessions_of_user(user) if user is not None else None, as_of=as_of)
 
 
-async def reindex(settings: Settings, *, page_size: int = 1_000) -> dict[str, int]:
+@dataclass
+class ReindexProgress:
+    """How far :func:`reindex` got: turns read from Chroma, turns written to the index (counted in
+    the page's own thread once its transaction committed, so a signal never hides a written page)."""
+
+    scanned: int = 0
+    written: int = 0
+
+
+async def reindex(settings: Settings, *, page_size: int = 1_000, progress: ReindexProgress | None = None) -> dict[str, int]:
     """Fill the turn-text index from Chroma for every memory the graph holds (after upgrading a graph
     made before the index, or to repair it). Idempotent; one transaction per page."""
     db = await anyio.to_thread.run_sync(open_database, settings)
     chroma = ChromaStore(settings)
-    written = scanned = 0
+    done = progress or ReindexProgress()
     try:
         graph, index = GraphStore(db), RecallIndex(db)
         async for page in chroma.scan(settings.memory_collection, include=("documents",), page_size=page_size):
-            scanned += len(page)
             texts = {f"memory:{row.id}": row.document for row in page}
-            nodes = await anyio.to_thread.run_sync(lambda: graph.get_nodes(list(texts)))
-            written += await anyio.to_thread.run_sync(lambda: index.index_memory_nodes(nodes.values(), texts))
+
+            def write_page(texts: dict[str, str] = texts, read: int = len(page)) -> None:
+                written = index.index_memory_nodes(graph.get_nodes(list(texts)).values(), texts)
+                done.scanned, done.written = done.scanned + read, done.written + written
+
+            await anyio.to_thread.run_sync(write_page)
         counts = await anyio.to_thread.run_sync(index.counts)
     finally:
         db.close()
-    return {"scanned": scanned, "written": written, **counts}
+    return {"scanned": done.scanned, "written": done.written, **counts}
 
 
-__all__ = ["RecallInputError", "RecallTimeoutError", "reindex", "run_recall", "search_nodes", "show_node", "weights_from"]
+__all__ = ["RecallInputError", "ReindexProgress", "RecallTimeoutError", "reindex", "run_recall", "search_nodes", "show_node", "weights_from"]
