@@ -67,8 +67,10 @@ def _held(settings: Settings, table: str, *, file: Path | None = None) -> Iterat
         url = settings.database_url.get_secret_value()
         with psycopg.connect(url) as holder, psycopg.connect(url, autocommit=True) as watcher:
             holder.execute(f"LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE")
+            # Waiting on the holder's own lock: another test's waiter (tests run in parallel on one
+            # database) must not count, or the signal comes before the command is in its transaction.
             yield (lambda pid: watcher.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()"
+                "SELECT count(*) FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))", (holder.info.backend_pid,)
             ).fetchone()[0] > 0), holder.rollback
         return
     path = file or settings.graph_path
