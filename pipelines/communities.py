@@ -154,8 +154,9 @@ def community_id(members: Iterable[str]) -> str:
 
 
 def default_label(members: Sequence[str], graph: nx.Graph, names: dict[str, str]) -> str:
-    """The names of the ``LABEL_MEMBERS`` highest-degree members, joined with `` · ``."""
-    ranked = sorted(members, key=lambda m: (-graph.degree(m, weight="weight"), names.get(m, m).lower(), m))
+    """The names of the ``LABEL_MEMBERS`` highest-degree members, joined with `` · ``. A member
+    not in ``graph`` (a forget took its last semantic edge: :func:`without_members`) has degree 0."""
+    ranked = sorted(members, key=lambda m: (-(graph.degree(m, weight="weight") if m in graph else 0), names.get(m, m).lower(), m))
     return " · ".join(names.get(m, m) for m in ranked[:LABEL_MEMBERS])
 
 

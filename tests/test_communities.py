@@ -221,3 +221,19 @@ async def test_finalize_detects_again_only_after_enough_new_sessions(settings) -
         db.close()
     fourth = (await run_cycle(settings, phases=NO_INGEST)).phases["finalize"]["communities"]
     assert not fourth["detected"] and fourth["digested_since"] == 0
+
+
+def test_a_community_a_forget_left_a_member_without_edges_keeps_it_last_in_its_label() -> None:
+    # A forget can take a member's last semantic edge and leave the member (it has other points):
+    # the rewritten community keeps it, ranked with degree 0 (it was a networkx TypeError that
+    # failed the cycle's retraction, or the forget).
+    from pipelines.communities import without_members
+    from store.communities import CommunityRecord
+
+    members = ("CONCEPT:a", "CONCEPT:b", "CONCEPT:c", "CONCEPT:gone")
+    old = CommunityRecord(id="c_1", label="a · gone", members=members, member_hash=member_hash(members))
+    left = [Node("CONCEPT:a", "CONCEPT", "a"), Node("CONCEPT:b", "CONCEPT", "b"), Node("CONCEPT:c", "CONCEPT", "c")]
+    rewritten = without_members(old, left, [Edge("CONCEPT:b", "CONCEPT:c", "RELATES_TO", weight=2.0)])
+    assert rewritten is not None
+    assert rewritten.members == ("CONCEPT:a", "CONCEPT:b", "CONCEPT:c") and rewritten.id == "c_1"
+    assert rewritten.label.split(" · ")[-1] == "a" and "gone" not in rewritten.label
