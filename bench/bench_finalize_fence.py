@@ -14,11 +14,9 @@ from __future__ import annotations
 import argparse
 import random
 import shutil
-import statistics
 import sys
 import tempfile
 import time
-import uuid
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -27,6 +25,8 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.bench_backends import Schemas  # noqa: E402
+from bench.growth import fence_summary  # noqa: E402
 from config import load_settings  # noqa: E402
 from store.backend import open_database  # noqa: E402
 from store.claims import CYCLE_LOCK, LockStore  # noqa: E402
@@ -56,17 +56,8 @@ def _edges(nodes: int, count: int, rng: random.Random) -> list[Edge]:
 
 async def bench(nodes: int, edges: int, rounds: int, workdir: Path, url: str | None) -> dict[str, Any]:
     configure_logging(level="warning", fmt="json")
-    schema = None
-    if url is not None:
-        import psycopg
-
-        schema = f"bench_ffence_{uuid.uuid4().hex[:10]}"
-        with psycopg.connect(url, autocommit=True) as conn:
-            conn.execute(f"CREATE SCHEMA {schema}")
-        separator = "&" if "?" in url else "?"
-        settings = load_settings(data_dir=workdir, database_url=f"{url}{separator}options=-csearch_path%3D{schema}")
-    else:
-        settings = load_settings(data_dir=workdir)
+    schemas = Schemas(url) if url is not None else None
+    settings = load_settings(data_dir=workdir, **({"database_url": schemas.new("ffence")} if schemas else {}))
     db = open_database(settings)
     rng = random.Random(7)
     try:
@@ -84,21 +75,9 @@ async def bench(nodes: int, edges: int, rounds: int, workdir: Path, url: str | N
                 times[fenced].append(time.perf_counter() - t0)
     finally:
         db.close()
-        if url is not None:
-            import psycopg
-
-            with psycopg.connect(url, autocommit=True) as conn:
-                conn.execute(f"DROP SCHEMA {schema} CASCADE")
-    plain, fenced_s = statistics.median(times[False]), statistics.median(times[True])
-    return {
-        "engine": "postgresql" if url else "sqlite",
-        "nodes": nodes,
-        "edges": edges,
-        "rounds": rounds,
-        "detection_unfenced_s": round(plain, 3),
-        "detection_fenced_s": round(fenced_s, 3),
-        "fenced_over_unfenced": round(fenced_s / plain, 3),
-    }
+        if schemas is not None:
+            schemas.drop()
+    return fence_summary("detection", times, url, nodes=nodes, edges=edges, rounds=rounds)
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import statistics
 import sys
 import tempfile
 import time
@@ -23,7 +22,9 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.bench_backends import Schemas  # noqa: E402
 from bench.bench_ingest import load_corpus, synthetic_rows  # noqa: E402
+from bench.growth import fence_summary  # noqa: E402
 from config import Settings, load_settings  # noqa: E402
 from store.chroma import ChromaStore  # noqa: E402
 from store.claims import CYCLE_LOCK, LockStore  # noqa: E402
@@ -31,31 +32,13 @@ from worker.cycle import CycleContext, ingest, open_stores  # noqa: E402
 from worker.logs import configure_logging  # noqa: E402
 
 
-def _fresh(settings: Settings, url: str | None) -> Settings:
+def _fresh(settings: Settings, schemas: Schemas | None) -> Settings:
     """``settings`` with an empty graph database: the SQLite file removed, or a new PostgreSQL schema."""
-    if url is None:
+    if schemas is None:
         for path in settings.data_dir.glob("graph.sqlite3*"):
             path.unlink()
         return settings
-    import psycopg
-
-    schema = f"bench_fence_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(f"CREATE SCHEMA {schema}")
-    separator = "&" if "?" in url else "?"
-    return load_settings(data_dir=settings.data_dir, batch_limit=settings.batch_limit,
-                         database_url=f"{url}{separator}options=-csearch_path%3D{schema}")
-
-
-def _drop(settings: Settings, url: str | None) -> None:
-    """Drop the PostgreSQL schema :func:`_fresh` made (the SQLite file goes with the work dir)."""
-    if url is None or settings.database_url is None:
-        return
-    import psycopg
-
-    schema = settings.database_url.get_secret_value().rsplit("%3D", 1)[1]
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(f"DROP SCHEMA {schema} CASCADE")
+    return load_settings(data_dir=settings.data_dir, batch_limit=settings.batch_limit, database_url=schemas.new("fence"))
 
 
 async def _ingest_seconds(settings: Settings, *, fenced: bool) -> float:
@@ -82,23 +65,15 @@ async def bench(memories: int, sessions: int, rounds: int, workdir: Path, url: s
     mem_rows, sum_rows = synthetic_rows(memories, sessions)
     await load_corpus(ChromaStore(settings), settings, mem_rows, sum_rows)
     times: dict[bool, list[float]] = {False: [], True: []}
-    for _ in range(rounds):
-        for fenced in (False, True):
-            fresh = _fresh(settings, url)
-            try:
-                times[fenced].append(await _ingest_seconds(fresh, fenced=fenced))
-            finally:
-                _drop(fresh, url)
-    plain, fenced_s = statistics.median(times[False]), statistics.median(times[True])
-    return {
-        "engine": "postgresql" if url else "sqlite",
-        "memories": memories,
-        "sessions": sessions,
-        "rounds": rounds,
-        "ingest_unfenced_s": round(plain, 3),
-        "ingest_fenced_s": round(fenced_s, 3),
-        "fenced_over_unfenced": round(fenced_s / plain, 3),
-    }
+    schemas = Schemas(url) if url is not None else None
+    try:
+        for _ in range(rounds):
+            for fenced in (False, True):
+                times[fenced].append(await _ingest_seconds(_fresh(settings, schemas), fenced=fenced))
+    finally:
+        if schemas is not None:
+            schemas.drop()
+    return fence_summary("ingest", times, url, memories=memories, sessions=sessions, rounds=rounds)
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:

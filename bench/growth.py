@@ -6,6 +6,7 @@ from __future__ import annotations
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
+import statistics
 from typing import Any
 
 from bench.bench_reextract import databases
@@ -31,3 +32,11 @@ def at_scales(url: str | None, measure: Callable[[Database, int], dict[str, Any]
             finally:
                 db.close()
     return results
+
+
+def fence_summary(what: str, times: dict[bool, list[float]], url: str | None, **sizes: int) -> dict[str, Any]:
+    """The fence benchmarks' result: the median seconds of ``what`` unfenced and fenced (``times``
+    by ``fenced``), their ratio, the engine and the sizes measured."""
+    plain, fenced = statistics.median(times[False]), statistics.median(times[True])
+    return {"engine": "postgresql" if url else "sqlite", **sizes, f"{what}_unfenced_s": round(plain, 3),
+            f"{what}_fenced_s": round(fenced, 3), "fenced_over_unfenced": round(fenced / plain, 3)}
