@@ -25,7 +25,6 @@ from functools import partial
 from typing import Any
 
 import anyio
-import structlog
 
 from pipelines.ingest import (
     BACKFILL_MARKER,
@@ -39,9 +38,10 @@ from pipelines.ports import UnitOfWork
 from store.chroma import ChromaRow, ChromaStore, ChromaUnavailableError, MemoryRow, SummaryRow
 from store.graph import Edge, LinkStats, Node, chunked
 from store.ids import InvalidIdError, is_valid_row_id, normalize_graph_node_id, row_kind, row_suffix, session_node_id
+from store.library_log import get_logger
 from store.tombstones import MEMORY, SESSION
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 REASONS: tuple[str, ...] = (
     "unrecognized-prefix",

@@ -40,7 +40,6 @@ from pathlib import Path
 from typing import IO, Any, Literal, Protocol
 
 import anyio
-import structlog
 
 from pipelines.backfill import DEFAULT_BATCH_SIZE, RowOutcome, plan_nodes, write_backfill
 from pipelines.lazy_edge import MalformedLine, QueuedEdge, dead_letter_record, parse_line
@@ -50,8 +49,9 @@ from store.errors import DatabaseBusyError, DatabaseUnreadableError, QueryInterr
 from store.graph import utc_now
 from store.lazy_queue import LazyEdgeQueue, OversizedLine, QueueBusyError, edge_line
 from store.lazy_table import DeadRow, QueuedRow, RowsTakenError
+from store.library_log import get_logger
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 # The line rule lives in pipelines.lazy_edge; it is re-exported here for the drain's callers.
 __all__ = ["ChromaGoneDuringDrainError", "DrainStats", "MalformedLine", "QueuedEdge", "QueueBusyError", "dead_letter_record",

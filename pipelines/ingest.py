@@ -15,7 +15,6 @@ from datetime import datetime
 from typing import Any, Protocol
 
 import anyio
-import structlog
 
 from pipelines.ports import UnitOfWork
 from pipelines.vocabulary import MEMORY_LABEL
@@ -23,11 +22,12 @@ from store.chroma import ChromaStore, ChromaUnavailableError, MemoryRow, Summary
 from store.errors import LeaseLostError
 from store.graph import Edge, Node, dumps
 from store.ids import InvalidIdError, is_valid_row_id, memory_node_id, session_node_id
+from store.library_log import get_logger
 from store.runstate import SessionRevision
 from store.scan_marks import ScanMark
 from store.tombstones import MEMORY, SESSION
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 ORIGINATES_IN = "ORIGINATES_IN"
 LIVE_MARKER = "liveIngested"

@@ -9,13 +9,12 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-import structlog
-
 from pipelines.extract.llm import OpenAIExtractor
 from pipelines.extract.model import ExtractionFailure
 from pipelines.identity import AuditUnanswered, NodeRef
+from store.library_log import get_logger
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 LABEL_SCHEMA: dict[str, Any] = {
     "type": "object",

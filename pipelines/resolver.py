@@ -30,7 +30,6 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import anyio
-import structlog
 
 from pipelines import hubs
 from pipelines.identity import (
@@ -49,8 +48,9 @@ from pipelines.identity import (
     resolve_batch,
     without_foreign_receivers,
 )
+from store.library_log import get_logger
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 
 class CandidateLike(Protocol):

@@ -34,13 +34,12 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
 
-import structlog
-
 from store.db import Database, in_batches
 from store.errors import LeaseLostError, StoreError
+from store.library_log import get_logger
 from store.runstate import DigestRecord, digest_record
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 # The single-flight lock of a cycle's ingest, drain and finalize phases.
 CYCLE_LOCK = "cycle"

@@ -13,13 +13,12 @@ from datetime import UTC, datetime
 from itertools import islice
 from typing import Any
 
-import structlog
-
 from store.db import UNLIMITED, Database, alias_key, fold_changes, in_batches
 from store.ids import normalize_graph_node_id
+from store.library_log import get_logger
 from store.textfold import fold
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 # SQLite's default limit on host parameters is 32766 (>= 3.32); stay well below it.
 

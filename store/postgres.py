@@ -37,7 +37,6 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 
 import psycopg
 import psycopg.errors
-import structlog
 from psycopg.types.string import StrDumper
 from psycopg_pool import ConnectionPool, PoolTimeout
 
@@ -52,9 +51,10 @@ from store.errors import (
     SchemaTooNewError,
     unstorable_text,
 )
+from store.library_log import get_logger
 from store.postgres_schema import migrations
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 # --- placeholders ------------------------------------------------------------------------
 # A string literal, a quoted identifier, a comment, a cast (``::``), a ``?``, a ``:name`` or a ``%``.

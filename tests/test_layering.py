@@ -87,3 +87,15 @@ def test_pipelines_reach_stores_through_the_protocols_and_the_unit_of_work() -> 
     assert offenders == {}
     sources = {path: path.read_text(encoding="utf-8") for path in sorted((ROOT / "pipelines").rglob("*.py"))}
     assert [str(p.relative_to(ROOT)) for p, text in sources.items() if ".db.transaction(" in text or ".db)" in text] == []
+
+
+def test_every_module_logs_through_the_library_logger() -> None:
+    """``structlog.get_logger`` unconfigured prints on stdout, a library caller's protocol channel:
+    our modules take their logger from ``store.library_log`` (tests/test_library_stdout.py)."""
+    offenders = [
+        str(path.relative_to(ROOT))
+        for layer in LAYERS
+        for path in sorted((ROOT / layer).rglob("*.py"))
+        if "structlog.get_logger" in path.read_text(encoding="utf-8") and path.name != "library_log.py"
+    ]
+    assert offenders == []

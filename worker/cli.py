@@ -22,13 +22,13 @@ from pathlib import Path
 from typing import Any, BinaryIO, TextIO, TypeVar, cast
 
 import anyio
-import structlog
 
 from config import ConfigError, Settings, load_settings, unknown_environment
 from config.redact import redact, remember_secrets, secret_values
 from pipelines.recall import MAX_BUDGET_TOKENS, MAX_LIMIT
 from store.errors import StoreError
 from store.lazy_queue import MAX_LINE_BYTES
+from store.library_log import get_logger
 from worker.cycle import EXIT_BUSY, EXIT_FAILED, EXIT_OK, CycleBusyError, CycleResult, open_stores, run_cycle
 from worker.entry import interrupted
 from worker.logs import configure_logging
@@ -78,7 +78,7 @@ _SKIP_PIECE_BYTES = 64 * 1024
 # Edges and turns ``show`` prints by default: a node mentioned in thousands of turns stays readable.
 SHOW_LIMIT = 20
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 Handler = Callable[[Settings, argparse.Namespace], Awaitable[int]]
 

@@ -43,6 +43,7 @@ from store.errors import LeaseLostError, SchemaTooNewError, StoreError
 from store.graph import GraphStore, utc_now
 from store.lazy_queue import LazyEdgeQueue, QueueBusyError
 from store.lazy_table import LazyEdgeTable, lazy_edge_sink
+from store.library_log import get_logger
 from store.runstate import RunStateStore
 from store.scan_marks import ScanMark, ScanMarkStore
 from store.tombstones import MEMORY, SESSION, TombstoneStore
@@ -50,7 +51,7 @@ from store.unit_of_work import DatabaseUnitOfWork
 from worker.failures import FailureRecorder, RunFailure, failure_reason
 from worker.knowledge import erase_deleted_text, identity_resolver, keep_identity_index, model_judge, refresh_communities_when_due
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 # Sessions synced per Chroma read / graph transaction: large enough to amortise the round trip,
 # small enough that an interrupted cycle loses little work.

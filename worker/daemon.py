@@ -18,15 +18,15 @@ from contextlib import AsyncExitStack
 from pathlib import Path
 
 import anyio
-import structlog
 
 from config import Settings
 from store.claims import worker_owner
+from store.library_log import get_logger
 from worker.cycle import EXIT_OK, REFUSALS, CycleBusyError, run_cycle, single_flight
 from worker.failures import FailureRecorder
 from worker.signals import stop_on_signals
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 
 def next_delay(*, interval: float, started: float, finished: float) -> float:

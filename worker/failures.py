@@ -16,15 +16,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-import structlog
-
 from config import Settings
 from store.backend import open_database
 from store.db import Database
 from store.errors import ConstraintError, DatabaseError, StoreError
+from store.library_log import get_logger
 from store.runstate import RunStateStore
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 FD_EXHAUSTED = (errno.EMFILE, errno.ENFILE)
 

@@ -36,7 +36,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import anyio
-import structlog
 from anyio.from_thread import BlockingPortal
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
@@ -44,11 +43,12 @@ from config import Settings
 from store.chroma import ChromaStore
 from store.backend import open_database
 from store.errors import ConnectionsExhaustedError, StoreError
+from store.library_log import get_logger
 from store.runstate import RunStateStore
 from worker.cycle import owner_id
 from worker.metrics import build_registry, silent_seconds
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 READY_TIMEOUT_SECONDS = 5.0
 # /healthz waits this long for a locked database before calling it unreadable (probes time out soon).

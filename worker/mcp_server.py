@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING, Annotated, Any
 import anyio
 import anyio.from_thread
 import anyio.lowlevel
-import structlog
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.stdio import stdio_server
@@ -46,6 +45,7 @@ from pipelines.recall import (
 )
 from store.backend import database_exists, database_location
 from store.errors import StoreError
+from store.library_log import get_logger
 from worker.knowledge import NoGraphError
 from worker.recall import RecallTimeoutError, run_recall, search_nodes, show_node
 from worker.signals import stop_on_signals
@@ -53,7 +53,7 @@ from worker.signals import stop_on_signals
 if TYPE_CHECKING:
     import uvicorn
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 INSTRUCTIONS = (
     "rem-cycle is the long-term memory of past agent sessions, consolidated into a knowledge graph. "

@@ -21,7 +21,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import structlog
 from prometheus_client import CollectorRegistry, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -34,6 +33,7 @@ from store.errors import StoreError
 from store.graph import GraphStore
 from store.lazy_queue import DeadLetterCounter, LazyEdgeQueue
 from store.lazy_table import LazyEdgeTable
+from store.library_log import get_logger
 from store.runstate import (
     CYCLE_BUCKETS,
     CYCLE_SERIES,
@@ -46,7 +46,7 @@ from store.runstate import (
     bound_label,
 )
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 # Relationships with a series of their own in rem_cycle_graph_edges; any other is ``other``.
 KNOWN_RELATIONSHIPS: frozenset[str] = frozenset(SEMANTIC_RELATIONSHIPS) | PROVENANCE_RELATIONSHIPS

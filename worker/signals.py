@@ -25,12 +25,12 @@ from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 
 import anyio
-import structlog
 
 from config import Settings
+from store.library_log import get_logger
 from worker.entry import EXIT_SIGNAL_BASE
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 

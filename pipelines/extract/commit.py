@@ -37,8 +37,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-import structlog
-
 from pipelines.extract.model import identity_key
 from pipelines.hubs import Checked
 from pipelines.identity import CANDIDATE, LINK, Verdict
@@ -48,6 +46,7 @@ from pipelines.vocabulary import DISCUSSED_IN, MENTIONED_IN, REFERENCED_BY
 from store.facts import NodeFacts, combine_all, combine_facts, facts_of, least_name, with_facts, without_claim
 from store.graph import Edge, Node
 from store.ids import row_kind
+from store.library_log import get_logger
 from store.merges import CandidatePair
 from store.provenance import (
     AnchorRows,
@@ -63,7 +62,7 @@ from store.provenance import (
     place_count,
 )
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 # Candidate pairs kept for review per ambiguous node (the strongest ones; the rest are noise).
 CANDIDATES_KEPT = 5

@@ -26,7 +26,6 @@ from typing import Any
 
 import anyio
 import httpx
-import structlog
 
 from config import Settings
 from pipelines.chunker import estimate_tokens
@@ -40,8 +39,9 @@ from pipelines.extract.model import (
     schema_example,
     turn_line,
 )
+from store.library_log import get_logger
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 PROMPT_VERSION = 2
 JSON_MODES: tuple[str, ...] = ("json_schema", "json_object", "none")

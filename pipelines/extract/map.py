@@ -14,13 +14,13 @@ from datetime import datetime, timedelta
 from functools import partial
 
 import anyio
-import structlog
 
 from pipelines.extract.model import ChunkExtraction, ExtractionFailure, Extractor, WorkUnit, validate_extraction
 from pipelines.ports import ChunkResults
 from store.chunks import ChunkResult
+from store.library_log import get_logger
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 OUTCOMES = ("ok", "reused", "empty", "failed", "deferred")
 

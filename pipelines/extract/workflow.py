@@ -26,9 +26,10 @@ from pipelines.resolver import GraphResolver
 from store.chroma import ChromaStore, ChromaUnavailableError, MemoryRow
 from store.claims import ClaimLostError, SessionGoneError
 from store.ids import is_valid_row_id
+from store.library_log import get_logger
 from store.runstate import DigestRecord
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 
 @asynccontextmanager
