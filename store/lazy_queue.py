@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from store.confined import check_confined, exclusive_lock, open_confined
+from store.durable import fsync_dir
 from store.graph import utc_now
 
 # Appends are written in pieces of about this size, each made of whole lines.
@@ -187,7 +188,7 @@ class LazyEdgeQueue:
             os.rename(self.path, target)
         except FileNotFoundError:
             return None
-        _fsync_dir(self.path.parent)
+        fsync_dir(self.path.parent)
         fd = self._open(target, os.O_RDONLY)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)  # returns once the producer holding the lock is done
@@ -368,15 +369,15 @@ class LazyEdgeQueue:
         finally:
             os.close(fd)
         os.rename(temporary, self.publish_marker_path)
-        _fsync_dir(self.path.parent)
+        fsync_dir(self.path.parent)
 
     def _finish_publish(self, inputs: Iterable[Path]) -> None:
         for path in inputs:
             path.unlink(missing_ok=True)
-        _fsync_dir(self.path.parent)
+        fsync_dir(self.path.parent)
         self.discard_scratch()
         self.publish_marker_path.unlink(missing_ok=True)
-        _fsync_dir(self.path.parent)
+        fsync_dir(self.path.parent)
 
     def discard_scratch(self) -> None:
         self.requeue_pending_path.unlink(missing_ok=True)
@@ -582,11 +583,3 @@ def _write_all(fd: int, data: bytes) -> None:
     while view:
         written = os.write(fd, view)
         view = view[written:]
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

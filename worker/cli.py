@@ -26,6 +26,7 @@ import anyio
 from config import ConfigError, Settings, load_settings, unknown_environment
 from config.redact import redact, remember_secrets, secret_values
 from pipelines.recall import MAX_BUDGET_TOKENS, MAX_LIMIT
+from store.durable import replace_file
 from store.errors import StoreError
 from store.lazy_queue import MAX_LINE_BYTES
 from store.library_log import get_logger
@@ -464,15 +465,8 @@ async def _export_file(settings: Settings, args: argparse.Namespace, progress: C
         return EXIT_USAGE
 
     def write() -> dict[str, int]:
-        part = f"{args.out}.part"
-        try:
-            with open(part, "w", encoding="utf-8") as out:
-                counts = export_graph(settings, out, fmt=args.format, include_anchors=args.include_anchors, as_of=args.as_of)
-        except BaseException:
-            os.unlink(part)
-            raise
-        os.replace(part, args.out)
-        return counts
+        return replace_file(args.out, lambda out: export_graph(
+            settings, out, fmt=args.format, include_anchors=args.include_anchors, as_of=args.as_of))
 
     progress.describe = lambda: f"{args.out} was not written"
     with progress.to_the_end():
