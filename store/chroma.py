@@ -70,6 +70,8 @@ def _unavailable_errors() -> tuple[type[Exception], ...]:
     from chromadb.errors import AuthorizationError, ChromaAuthError, QuotaError, RateLimitError, VersionMismatchError
 
     return (ChromaAuthError, AuthorizationError, RateLimitError, QuotaError, VersionMismatchError)
+# The embedded store's own database file, under Settings.chroma_path: there once the store exists.
+EMBEDDED_DATABASE = "chroma.sqlite3"
 # Used when a server does not say its max batch size (old servers answer -1).
 FALLBACK_MAX_BATCH_SIZE = 1000
 
@@ -238,8 +240,11 @@ def _rows(result: dict[str, Any], cls: Callable[..., Any]) -> list[Any]:
 class ChromaStore:
     """The two collections rem-cycle reads. Create with :meth:`connect`."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, *, create: bool = True) -> None:
+        """``create=False`` (a dry run's): an embedded store that does not exist yet is read as
+        the empty store it would be, kept in memory: nothing is created under the data dir."""
         self._settings = settings
+        self._create = create
         self._client: Any = None
         self._is_async = bool(settings.chroma_url)
         self._collections: dict[str, Any] = {}
@@ -264,6 +269,9 @@ class ChromaStore:
         settings = self._settings
         chroma_settings = ChromaSettings(anonymized_telemetry=False, allow_reset=False)
         try:
+            if not self._is_async and not self._create and not (settings.chroma_path / EMBEDDED_DATABASE).exists():
+                self._client = await anyio.to_thread.run_sync(partial(chromadb.EphemeralClient, settings=chroma_settings))
+                return self._client
             if not self._is_async:
                 confined_dir(settings.chroma_path, root=settings.data_dir)  # never a link out of the data dir
                 try:

@@ -307,3 +307,34 @@ def test_a_dry_run_backfill_on_a_data_dir_without_a_graph_creates_none(tmp_path:
     done = run_cli("backfill", "--json", env=env)
     assert done.returncode == 0 and json.loads(done.stdout)["sessions_synced"] == 1
     assert (data / "graph.sqlite3").is_file()
+
+
+@pytest.mark.parametrize("exists", [True, False], ids=["empty-data-dir", "no-data-dir"])
+def test_a_dry_run_backfill_on_an_empty_data_dir_creates_nothing(tmp_path: Path, exists: bool) -> None:
+    """Before, it created Chroma's own folder (``<data>/chroma/chroma.sqlite3``), and the data
+    dir for it: the embedded store that does not exist yet is now read as the empty one it would
+    be, kept in memory."""
+    data = tmp_path / "data"
+    if exists:
+        data.mkdir()
+    dry = run_cli("backfill", "--dry-run", "--json", env={"REM_DATA_DIR": str(data)})
+    assert dry.returncode == 0, dry.stderr
+    report = json.loads(dry.stdout)
+    assert (report["sessions_in_window"], report["sessions_synced"]) == (0, 0)
+    assert sorted(tmp_path.rglob("*")) == ([data] if exists else [])
+
+
+def test_a_dry_run_drain_that_would_back_fill_creates_no_chroma_store(tmp_path: Path) -> None:
+    """A queued line whose endpoint the drain would back-fill: before, ``drain --dry-run`` made
+    Chroma's folder to read it from."""
+    from pipelines.enqueue import enqueue_lazy_edges
+    from tests.graph_fixtures import build_sample_graph
+
+    data = tmp_path / "data"
+    build_sample_graph(data / "graph.sqlite3").close()
+    enqueue_lazy_edges(data / "lazy-edges.jsonl", [{"source": "memory:x-t0001", "target": "session:x", "relationship": "R"}])
+    before = sorted(p.name for p in data.iterdir())
+    dry = run_cli("drain", "--dry-run", "--json", env={"REM_DATA_DIR": str(data)})
+    assert dry.returncode == 0, dry.stderr
+    assert json.loads(dry.stdout)["failure_reasons"] == {"no-collection": 1}
+    assert sorted(p.name for p in data.iterdir()) == before

@@ -887,7 +887,7 @@ async def cmd_drain(settings: Settings, args: argparse.Namespace, progress: Comm
     from store.lazy_queue import QueueBusyError
     from worker.report import print_drain
 
-    stores = await open_stores(settings)
+    stores = await open_stores(settings, dry_run=args.dry_run)
     try:
         payload = await _drain_once(settings, stores, args, progress)
     except QueueBusyError as exc:
@@ -922,7 +922,8 @@ async def cmd_backfill(settings: Settings, args: argparse.Namespace, progress: C
         # A dry run creates nothing: on a data dir without a graph it reads an empty one made
         # outside it (and removed), so it reports what the backfill would do to the graph it creates.
         dry_without_graph = args.dry_run and not await anyio.to_thread.run_sync(database_exists, settings)
-        stores = await open_stores(settings, scratch_graph=Path(scratch) / "graph.sqlite3" if dry_without_graph else None)
+        stores = await open_stores(settings, scratch_graph=Path(scratch) / "graph.sqlite3" if dry_without_graph else None,
+                                   dry_run=args.dry_run)
         try:
             with _progress_bar(args, "syncing sessions") as bar:
 

@@ -101,14 +101,15 @@ class Stores:
         self.db.close()
 
 
-async def open_stores(settings: Settings, *, scratch_graph: Path | None = None) -> Stores:
+async def open_stores(settings: Settings, *, scratch_graph: Path | None = None, dry_run: bool = False) -> Stores:
     """Open the graph database (migrating it); Chroma is reached on first use. ``scratch_graph``:
-    an SQLite file to use instead (a dry run's empty stand-in for a graph that does not exist yet)."""
+    an SQLite file to use instead (a dry run's empty stand-in for a graph that does not exist yet).
+    ``dry_run``: an embedded Chroma that does not exist yet is read as an empty one, not created."""
     if scratch_graph is not None:
         db = await anyio.to_thread.run_sync(partial(open_database_at, path=scratch_graph, url=None))
     else:
         db = await anyio.to_thread.run_sync(open_database, settings)
-    return Stores(db=db, unit=DatabaseUnitOfWork(db), chroma=ChromaStore(settings))
+    return Stores(db=db, unit=DatabaseUnitOfWork(db), chroma=ChromaStore(settings, create=not dry_run))
 
 
 @dataclass
