@@ -8,8 +8,8 @@
    endpoints needs (one Chroma read per kind of row), then write the back-filled nodes and link the
    batch's edges in one transaction. A batch that raises is retried line by line so one bad line cannot hold
    the others back. A database that fails for no line's fault (gone, busy past its timeout, or
-   stopping the statements of a line and the next at its statement timeout) ends the drain and
-   charges no line.
+   stopping at its statement timeout a line's statements and then a probe of its tables' locks)
+   ends the drain and charges no line.
 5. A line that fails goes back to the live queue with ``attempts`` + 1 and ``lastError``; after
    ``max_attempts`` it goes to the dead-letter file instead. A malformed line (not JSON, missing or
    invalid ``source``/``target``/``relationship``/``weight``/``properties``) goes straight to the
@@ -48,7 +48,7 @@ from store.chroma import ChromaStore, ChromaUnavailableError
 from store.errors import DatabaseBusyError, DatabaseUnreadableError, QueryInterruptedError
 from store.graph import utc_now
 from store.lazy_queue import LazyEdgeQueue, OversizedLine, QueueBusyError, edge_line
-from store.lazy_table import DeadRow, QueuedRow, RowsTakenError
+from store.lazy_table import DRAIN_TABLES, DeadRow, QueuedRow, RowsTakenError
 from store.library_log import get_logger
 
 log = get_logger(__name__)
@@ -208,8 +208,6 @@ class _Drain:
     stats: DrainStats
     # Why Chroma could not be reached, once it could not: the drain stops after that batch.
     chroma_gone: str | None = None
-    # Whether the database ran a line's statements within its statement timeout in this drain.
-    answered_in_time: bool = False
     held: int = 0
 
     async def run_file(
@@ -285,9 +283,6 @@ class _Drain:
                 raise
             log.warning("drain batch failed; retrying its lines one by one", lines=len(parsed), error=_describe(exc))
             fates = await self._settle_alone(malformed, outputs)
-            # A line whose statement ran past the database's statement timeout alone (after its batch's
-            # did), not judged yet: see _judge_timeout.
-            timed_out: tuple[tuple[_Entry, QueuedEdge], QueryInterruptedError] | None = None
             for item in parsed:
                 if self.chroma_gone:  # Chroma went down meanwhile: the rest wait as they were
                     fates += await self._settle_alone([_Fate(item[0], "held")], outputs)
@@ -298,21 +293,10 @@ class _Drain:
                     pass
                 except _NOT_A_LINES_FAULT:
                     raise
-                except QueryInterruptedError as one_exc:
-                    if timed_out is not None:  # two lines in a row: the database, not a line
-                        raise _stalled(timed_out[1]) from one_exc
-                    timed_out = (item, one_exc)
-                    continue
+                except QueryInterruptedError as one_exc:  # past the statement timeout again, alone
+                    fates += await self._judge_timeout(item, one_exc, outputs)
                 except Exception as one_exc:  # noqa: BLE001 - the line is kept for the next drain
                     fates += await self._settle_alone([self._failure(item, f"error: {_describe(one_exc)}")], outputs)
-                self.answered_in_time = True
-                if timed_out is not None:
-                    fates += await self._judge_timeout(*timed_out, outputs)
-                    timed_out = None
-            if timed_out is not None:
-                fates += await self._judge_timeout(*timed_out, outputs)
-        else:
-            self.answered_in_time = self.answered_in_time or bool(parsed)
         self._count(fates)
 
     async def _link_again_if_disconnected(
@@ -334,11 +318,15 @@ class _Drain:
         self, item: tuple[_Entry, QueuedEdge], exc: QueryInterruptedError, outputs: _Outputs | None
     ) -> list[_Fate]:
         """The fate of a line whose statements ran past the database's statement timeout with its
-        batch and again alone, while the line tried after it (if any) ran in time: its own —
-        charged ``statement-timeout`` — when the database ran another line of this drain in time
-        (as a Chroma row read that fails while Chroma answers its heartbeat); otherwise nothing
-        tells a slow line from a stalled database, and the drain ends charging nothing."""
-        if not self.answered_in_time:
+        batch and again alone. The database is asked at once, on the same connection, for the
+        locks of the tables a drain writes, under the same timeout: granted in time, the fault is
+        the line's own statement (a row of it another session holds, work of its own too long) and
+        the line is charged ``statement-timeout`` — as a Chroma row read that fails while Chroma
+        answers its heartbeat; stopped too, the database stalls every writer (a table another
+        client locked, a ``statement_timeout`` too short for the server's load) and the drain ends
+        charging nothing. So a queue whose only line always times out has that line charged, and
+        dead-lettered after its last attempt, rather than the queue stuck."""
+        if not await anyio.to_thread.run_sync(self.unit.write_locks_in_time, DRAIN_TABLES):
             raise _stalled(exc) from exc
         return await self._settle_alone([self._failure(item, f"statement-timeout: {exc}")], outputs)
 
@@ -455,11 +443,11 @@ class _RowReadFailedError(Exception):
 
 def _stalled(exc: QueryInterruptedError) -> QueryInterruptedError:
     """The error that ends a drain whose statements ran past the database's statement timeout for a
-    line and for the line after it (or the last one): a stalled database (a lock another client
-    holds, a ``statement_timeout`` too short for the server's load), no line's fault."""
+    line and then for the locks of the tables a drain writes: a stalled database (a lock another
+    client holds, a ``statement_timeout`` too short for the server's load), no line's fault."""
     return QueryInterruptedError(
-        f"the graph database stopped statements at its statement timeout for a batch and its lines one by one ({exc}): "
-        "a lock another client holds, or a statement_timeout too short; no line was charged"
+        f"the graph database stopped statements at its statement timeout for a line and for the locks of the tables "
+        f"it writes ({exc}): a lock another client holds, or a statement_timeout too short; no line was charged"
     )
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
@@ -1069,6 +1069,18 @@ class Database:
     def stream(self, sql: str, params: tuple | list | dict = ()) -> Iterator[sqlite3.Row]:
         """The rows of a read, fetched as they are consumed (never all held at once)."""
         return iter(self.conn.execute(sql, params))
+
+    def write_locks_in_time(self, tables: Sequence[str]) -> bool:
+        """Whether a writer gets the lock that writing ``tables`` takes within the deadline, now
+        (as :meth:`store.postgres.PostgresDatabase.write_locks_in_time`). SQLite has one lock for
+        the whole file, its writer's (``BEGIN IMMEDIATE``); one it cannot have within its busy
+        timeout raises :class:`DatabaseBusyError`."""
+        try:
+            with self.transaction():
+                pass
+        except QueryInterruptedError:
+            return False
+        return True
 
     def set_deadline(self, seconds: float) -> None:
         """Stop a statement still running ``seconds`` from now (:class:`QueryInterruptedError`)."""

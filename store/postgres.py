@@ -619,6 +619,19 @@ class PostgresDatabase:
             with self._lock:
                 cursor.close()
 
+    def write_locks_in_time(self, tables: Sequence[str]) -> bool:
+        """Whether a writer gets its lock on each of ``tables`` (the one ``INSERT``, ``UPDATE`` and
+        ``DELETE`` take) within the statement timeout, now; ``False`` when the lock request is
+        stopped at that timeout (a table another session locked, a server too loaded to answer in
+        time). A row another session holds does not stop it: that blocks one statement, not every
+        writer. ``tables``: fixed names of the schema, never input."""
+        try:
+            with self.transaction() as conn:
+                conn.execute(f"LOCK TABLE {', '.join(tables)} IN ROW EXCLUSIVE MODE")
+        except QueryInterruptedError:
+            return False
+        return True
+
     def set_deadline(self, seconds: float) -> None:
         """Stop each later statement that runs longer than ``seconds`` (:class:`QueryInterruptedError`;
         PostgreSQL bounds statements one by one, where SQLite's deadline is one moment for all)."""

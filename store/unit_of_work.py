@@ -9,7 +9,7 @@ are the :mod:`store.errors` family whichever engine holds the graph.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TypeVar
 
@@ -52,6 +52,11 @@ class DatabaseUnitOfWork:
             if self.fence is not None:
                 self.fence()
             yield self
+
+    def write_locks_in_time(self, tables: Sequence[str]) -> bool:
+        """Whether a writer of ``tables`` gets its locks within the database's statement timeout,
+        now (:meth:`store.postgres.PostgresDatabase.write_locks_in_time`). Blocking."""
+        return self.db.write_locks_in_time(tables)
 
     def apply(self, write: Callable[[], T]) -> T:
         """``write`` (a store's own transaction, which nests) inside a transaction of this unit, so

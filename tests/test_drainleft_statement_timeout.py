@@ -108,3 +108,53 @@ async def test_a_line_whose_statement_alone_times_out_is_charged_and_the_rest_li
         assert weights == {f"CONCEPT:c{i}": 0.5 if i == slow else 1.0 for i in range(3)}  # the others linked
     finally:
         db.close()
+
+
+@pytest.mark.parametrize("form", ["file", "database"])
+async def test_a_lone_line_that_always_times_out_is_charged_until_dead_not_stuck_for_ever(
+    settings: Settings, stores: Stores, database_url: str, form: str
+) -> None:
+    """The queue's only line: no other line can run in time beside it. Before, every drain ended
+    with the database blamed (exit 1) and the line never charged: the queue was stuck for ever.
+    After its timeout the drain asks, on the same connection, for the locks of the tables it
+    writes: granted in time (a row lock stops one statement, not every writer), the line is at
+    fault and charged (smallfixes)."""
+    settings = settings.model_copy(update={"lazy_queue": form})
+    add_concepts(stores.graph, "c0", "c1")
+    stores.graph.link_nodes([Edge("CONCEPT:c0", "CONCEPT:c1", "NEXT", 0.5)])
+    enqueue_lazy_edges(settings.lazy_queue_target, EDGES[:1])
+    db = open_database_at(path=settings.graph_path, url=timing_out(database_url))
+    try:
+        options = {"unit": DatabaseUnitOfWork(db), "chroma": stores.chroma, "max_attempts": 2, "table": LazyEdgeTable(db)}
+        with held(database_url, "SELECT 1 FROM edges WHERE source = 'CONCEPT:c0' FOR UPDATE"):
+            first = await drain_queue(queue_of(settings), **options)
+            assert (first.succeeded, first.failed, first.requeued, first.dead_lettered) == (0, 1, 1, 0)
+            assert first.failure_reasons == {"statement-timeout": 1}
+            assert queued_attempts(settings, database_url) == [1]
+            second = await drain_queue(queue_of(settings), **options)
+        assert (second.failed, second.dead_lettered) == (1, 1)
+        assert queued_attempts(settings, database_url) == []
+        assert dead_letters(settings, db) == 1
+    finally:
+        db.close()
+
+
+@pytest.mark.parametrize("form", ["file", "database"])
+async def test_a_lone_line_under_a_table_lock_still_ends_the_drain_and_is_not_charged(
+    settings: Settings, stores: Stores, database_url: str, form: str
+) -> None:
+    """The probe of the tables' locks waits on the table lock as the line did: the database, not
+    the line — exit 1, nothing charged, as with several lines."""
+    settings = settings.model_copy(update={"lazy_queue": form})
+    add_concepts(stores.graph, "c0", "c1")
+    enqueue_lazy_edges(settings.lazy_queue_target, EDGES[:1])
+    db = open_database_at(path=settings.graph_path, url=timing_out(database_url))
+    try:
+        options = {"unit": DatabaseUnitOfWork(db), "chroma": stores.chroma, "max_attempts": 1, "table": LazyEdgeTable(db)}
+        with held(database_url, "LOCK TABLE edges IN EXCLUSIVE MODE"):
+            with pytest.raises(QueryInterruptedError, match="for the locks of the tables it writes.*no line was charged"):
+                await drain_queue(queue_of(settings), **options)
+        assert queued_attempts(settings, database_url) == [0]
+        assert dead_letters(settings, db) == 0
+    finally:
+        db.close()
