@@ -11,6 +11,7 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from importlib.metadata import version
 from typing import Any
 
 import pytest
@@ -131,3 +132,26 @@ def test_a_server_started_with_stdin_closed_says_so(graph: Settings) -> None:
                           env=server_env(graph), cwd=ROOT, timeout=60)
     assert done.returncode == 2, (done.returncode, done.stderr)
     assert "stdin is closed" in done.stderr and "Traceback" not in done.stderr
+
+
+# An mcp release whose low-level server no longer has the ``run`` that ``rem-cycle mcp`` over stdio
+# calls through the SDK's private ``MCPServer._lowlevel_server`` (no public API takes our stdin):
+# the SDK's class is changed before rem-cycle starts, as an upgrade would; nothing of rem-cycle's.
+UPGRADED_SDK = """
+import sys
+from mcp.server.lowlevel import Server
+del Server.run
+from worker.entry import main
+raise SystemExit(main(["mcp"]))
+"""
+
+
+def test_an_sdk_without_the_private_server_the_stdio_server_runs_on_stops_it_at_start(graph: Settings) -> None:
+    """Before, it started, waited for the client, and died at its first message with an
+    AttributeError traceback (exit 1): now it refuses at start, in one line that says what to install."""
+    done = subprocess.run([sys.executable, "-c", UPGRADED_SDK], input=b"", capture_output=True, env=server_env(graph), cwd=ROOT, timeout=60)
+    err = done.stderr.decode()
+    assert done.returncode == 2, (done.returncode, err)
+    assert "Traceback" not in err and done.stdout == b""
+    assert f"the installed mcp SDK ({version('mcp')}) has no MCPServer._lowlevel_server.run" in err
+    assert "pip install 'mcp>=2.3,<2.4'" in err

@@ -18,6 +18,7 @@ import re
 import socket
 import sys
 import threading
+from importlib.metadata import version
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Annotated, Any
@@ -315,15 +316,30 @@ class StdinLines:
             raise StopAsyncIteration from None
 
 
+def lowlevel_server(server: MCPServer) -> Any:
+    """The SDK's low-level server inside ``server``, which :func:`serve_stdio` runs on streams of
+    its own: ``MCPServer.run_stdio_async`` reads the process's stdin itself and takes no stream
+    (mcp 2.3.0, the newest release; modelcontextprotocol/python-sdk#2343, which would add one, was
+    closed), so the only way is the SDK's private ``_lowlevel_server``. pyproject
+    pins mcp below the next minor release; an SDK that moved it anyway stops the server at start
+    with :class:`McpConfigError`, never mid-session with an AttributeError."""
+    lowlevel = getattr(server, "_lowlevel_server", None)
+    if not all(callable(getattr(lowlevel, name, None)) for name in ("run", "create_initialization_options")):
+        raise McpConfigError(
+            f"the installed mcp SDK ({version('mcp')}) has no MCPServer._lowlevel_server.run, which `rem-cycle mcp` over "
+            "stdio needs (the SDK offers no public way to serve given streams): install the mcp version pyproject.toml "
+            "names (pip install 'mcp>=2.3,<2.4'), or use --http")
+    return lowlevel
+
+
 async def serve_stdio(settings: Settings) -> None:
     """Serve over stdin/stdout until the client closes stdin or the process is interrupted."""
     if sys.stdin is None:  # started with stdin closed (`rem-cycle mcp <&-`): no client can speak to it
         raise McpConfigError("stdin is closed: over stdio the MCP client starts `rem-cycle mcp` with pipes (or use --http)")
-    server = build_server(settings)
-    # MCPServer.run_stdio_async with our stdin: the SDK has no public way to pass it a stream.
+    lowlevel = lowlevel_server(build_server(settings))
     try:
         async with StdinLines(sys.stdin.fileno()) as lines, stdio_server(stdin=lines) as (read_stream, write_stream):  # type: ignore[arg-type]
-            await server._lowlevel_server.run(read_stream, write_stream, server._lowlevel_server.create_initialization_options())
+            await lowlevel.run(read_stream, write_stream, lowlevel.create_initialization_options())
     except* BrokenPipeError:
         # The client stopped reading our stdout: end as every command whose reader went away does
         # (no message, exit 141), not with the task group's traceback and exit 1.
