@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from pipelines.extract.llm import OpenAIExtractor
 from pipelines.extract.model import ExtractionFailure
 from pipelines.identity import AuditUnanswered, NodeRef
+
+if TYPE_CHECKING:  # the transport (httpx) is imported where an extractor is made, not by every command
+    from pipelines.extract.llm import OpenAIExtractor
 
 log = structlog.get_logger(__name__)
 
