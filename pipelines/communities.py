@@ -36,14 +36,15 @@ import hashlib
 import math
 from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, replace
-from typing import Protocol
-
-import networkx as nx
+from typing import TYPE_CHECKING, Protocol
 
 from pipelines.extract.model import clean_text
 from pipelines.vocabulary import is_semantic_edge
 from store.communities import CommunityRecord
 from store.graph import Edge, Node
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 DEFAULT_SEED = 7
 MIN_COMMUNITY_SIZE = 3
@@ -116,6 +117,8 @@ def detection_due(basis: DetectionBasis | None, digested_since: int, *, fraction
 
 def semantic_graph(nodes: Iterable[Node], edges: Iterable[Edge]) -> nx.Graph:
     """The undirected, weighted graph of knowledge nodes and semantic edges (self-loops dropped)."""
+    import networkx as nx  # here, not at the top: every CLI command imports this module, few detect
+
     labels = {n.id: n.label for n in nodes}
     graph = nx.Graph()
     for edge in edges:
@@ -136,6 +139,8 @@ def detect_communities(
 ) -> list[tuple[str, ...]]:
     """Louvain communities of ``graph`` with at least ``min_size`` members, each sorted, the list
     ordered by size (descending) then first member. Deterministic for a given seed."""
+    import networkx as nx  # see semantic_graph
+
     if graph.number_of_edges() == 0:
         return []
     found = nx.community.louvain_communities(graph, weight="weight", seed=seed)

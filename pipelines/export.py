@@ -23,8 +23,6 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, TextIO
 
-import networkx as nx
-
 from pipelines.vocabulary import (
     ANCHOR_LABELS,
     MEMORY_LABEL,
@@ -151,6 +149,8 @@ def _seen(times: Iterable[str | None]) -> dict[str, str | None]:
 
 def graphml_text(snapshot: Mapping[str, Any]) -> str:
     """The snapshot as a GraphML document (a directed multigraph keyed by relationship). Pure."""
+    import networkx as nx  # here, not at the top: only a GraphML export needs it, and it is slow to import
+
     graph = nx.MultiDiGraph()
     graph.graph["version"] = snapshot.get("version", SNAPSHOT_VERSION)
     if snapshot.get("generated_at"):

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pipelines.extract.llm import OpenAIExtractor
 from pipelines.extract.model import ExtractionFailure
 from pipelines.identity import AuditUnanswered, NodeRef
 from store.library_log import get_logger
+
+if TYPE_CHECKING:  # the transport (httpx) is imported where an extractor is made, not by every command
+    from pipelines.extract.llm import OpenAIExtractor
 
 log = get_logger(__name__)
 
