@@ -43,7 +43,8 @@ class ChunkResult:
     payload: dict[str, Any] | None
     run_id: str | None
     updated_at: str
-    # Where the answer can be reused in another session (None on rows written before schema 19).
+    # Where the answer can be reused in another session: both set, or both None (a failure, or a
+    # row written before schema 19).
     text_hash: str | None = None
     memory_ids: tuple[str, ...] | None = None
 
@@ -82,18 +83,19 @@ class ChunkResultStore:
 
     def answers_by_text(self, text_hashes: Iterable[str], fingerprint: str) -> dict[str, ChunkResult]:
         """An ``ok`` row for ``fingerprint`` of each of ``text_hashes`` that has one, in any session
-        (of several, the one of the least content hash), by text hash. One seek of
-        ``chunk_results_text`` a hash; rows written before schema 19 have no text hash."""
+        (of several, the one of the least content hash), by text hash. The choice is made in the
+        index ``chunk_results_text`` alone, so a text held by many sessions costs one row read;
+        rows written before schema 19 have no text hash."""
         hashes = sorted(set(text_hashes))
         found: dict[str, ChunkResult] = {}
         for part, marks in in_batches(hashes):
             rows = self.db.query(
-                f"SELECT * FROM chunk_results WHERE fingerprint = ? AND text_hash IN ({marks}) AND status = 'ok' "
-                "AND payload IS NOT NULL AND memory_ids IS NOT NULL ORDER BY content_hash",
-                [fingerprint, *part],
+                "SELECT * FROM chunk_results WHERE fingerprint = ? AND content_hash IN ("
+                f"SELECT MIN(content_hash) FROM chunk_results WHERE text_hash IN ({marks}) AND fingerprint = ? "
+                "AND status = 'ok' GROUP BY text_hash) AND payload IS NOT NULL",
+                [fingerprint, *part, fingerprint],
             )
-            for row in rows:
-                found.setdefault(row["text_hash"], _result(row))
+            found.update((r["text_hash"], _result(r)) for r in rows)
         return found
 
     def record_ok(

@@ -217,10 +217,12 @@ INSERT INTO recall_node_docs_fts(rowid, name, aliases, description)
 # and memory ids (pipelines.extract.model.unit_text_hash); ``memory_ids``: its turns' memories in
 # turn order (JSON), where the answer's evidence is moved from. NULL on rows written before: those
 # are reused in their own session only (their texts are not stored to hash them again).
+# ``chunk_results_text`` covers the look-up: a text copied into many sessions is chosen among them
+# in the index alone, and one row of it read (ChunkResultStore.answers_by_text).
 CHUNK_TEXT_MIGRATION = """
 ALTER TABLE chunk_results ADD COLUMN text_hash TEXT;
 ALTER TABLE chunk_results ADD COLUMN memory_ids TEXT;
-CREATE INDEX chunk_results_text ON chunk_results(text_hash, fingerprint)
+CREATE INDEX chunk_results_text ON chunk_results(text_hash, fingerprint, status, content_hash)
 """
 
 RUN_COUNTS_MIGRATION = """
