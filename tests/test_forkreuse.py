@@ -14,16 +14,17 @@ from typing import Any
 import pytest
 
 from config import Settings, load_settings
+from pipelines.extract.model import UnitTurn, WorkUnit, answer_moved_to, unit_content_hash, validate_extraction
 from pipelines.importer import import_sessions
+from store.backend import backup as store_backup
 from store.backend import open_database
 from store.chroma import ChromaStore
+from store.db import CHUNK_TEXT_VERSION
 from tests.conftest import write_sessions
 from tests.llm_server import LLMServer
 from tests.migrations_support import rolled_back
 from tests.test_extract_cycle import llm_settings
 from tests.test_upgradecost_restore import _cli
-from store.backend import backup as store_backup
-from store.db import CHUNK_TEXT_VERSION
 from worker.cycle import run_cycle
 from worker.knowledge import forget
 
@@ -70,6 +71,29 @@ def rows(settings: Settings, sid: str) -> list[tuple[Any, ...]]:
         return [tuple(r) for r in found]
     finally:
         db.close()
+
+
+def unit(sid: str, texts: list[str]) -> WorkUnit:
+    turns = tuple(UnitTurn(n, f"{sid}{n}", text, "user") for n, text in enumerate(texts, start=1))
+    return WorkUnit(f"{sid}:chunk:0", sid, 0, turns, unit_content_hash(sid, turns))
+
+
+def test_a_moved_answer_cites_the_memories_at_the_same_places_and_finds_its_own_references() -> None:
+    texts = ["The GraphStore keeps nodes.", "See memory:b2 about the GraphStore."]
+    a, b = unit("a", texts), unit("b", texts)
+    assert a.text_hash == b.text_hash and a.content_hash != b.content_hash
+    answer = validate_extraction({"summary": "", "nodes": [
+        {"id": "g", "type": "CLASS", "name": "GraphStore", "evidence": [{"turn": 1, "quote": "GraphStore keeps"},
+                                                                       {"turn": 2, "quote": "about the GraphStore"}]}],
+        "edges": []}, a, semantic_types=["CLASS"])
+    assert [r.target for r in answer.references] == ["memory:b2"]
+
+    moved = answer_moved_to(answer, b, a.memory_ids)
+    assert moved is not None and moved.unit_id == "b:chunk:0"
+    assert [(e.memory_id, e.quote) for e in moved.nodes[0].evidence] == [("b1", "GraphStore keeps"), ("b2", "about the GraphStore")]
+    assert moved.references == ()  # in b, turn 2 names its own memory: no reference
+    # A stored answer whose evidence is on a memory its row does not list is not moved.
+    assert answer_moved_to(answer, b, ("a1", "x")) is None and answer_moved_to(answer, b, ("a1",)) is None
 
 
 @pytest.mark.both_backends

@@ -185,8 +185,8 @@ async def _extract_one(
         partial(
             store.record_ok,
             session_id=unit.session_id, chunk_id=unit.unit_id, content_hash=unit.content_hash,
-            text_hash=unit.text_hash, memory_ids=unit.memory_ids, fingerprint=fingerprint, tokens_in=reply.tokens_in, tokens_out=reply.tokens_out,
-            latency_ms=latency, payload=extraction.to_payload(), run_id=run_id,
+            text_hash=unit.text_hash, memory_ids=unit.memory_ids, fingerprint=fingerprint, tokens_in=reply.tokens_in,
+            tokens_out=reply.tokens_out, latency_ms=latency, payload=extraction.to_payload(), run_id=run_id,
         )
     )
     return UnitOutcome(unit, "ok", extraction, tokens_in=reply.tokens_in, tokens_out=reply.tokens_out, latency_ms=latency)
