@@ -37,7 +37,8 @@ def graph_with(path: Path, chunks: int) -> Any:
     store = ChunkResultStore(db)
     for n in range(chunks):
         store.record_ok(session_id=f"s{n // 10}", chunk_id=f"s{n // 10}:chunk:{n % 10}", content_hash=f"h{n:08d}",
-                        fingerprint="openai:m", tokens_in=1000, tokens_out=300, latency_ms=1.0, payload=PAYLOAD, run_id=None)
+                        text_hash=f"t{n:08d}", memory_ids=("m",), fingerprint="openai:m", tokens_in=1000, tokens_out=300,
+                        latency_ms=1.0, payload=PAYLOAD, run_id=None)
     db.close()
     return settings
 

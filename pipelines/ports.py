@@ -15,7 +15,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
-from store.chunks import ChunkResult
+from store.chunks import AnswerCopy, ChunkResult
 from store.communities import CommunityRecord
 from store.facts import ClaimLookup
 from store.graph import Edge, LinkStats, Node
@@ -122,10 +122,12 @@ class ChunkResults(Protocol):
     """Each chunk's extraction, kept for reuse (:class:`store.chunks.ChunkResultStore`)."""
 
     def get_many(self, content_hashes: Iterable[str], fingerprint: str) -> dict[str, ChunkResult]: ...
+    def answers_by_text(self, text_hashes: Iterable[str], fingerprint: str) -> dict[str, ChunkResult]: ...
     def record_ok(
-        self, *, session_id: str, chunk_id: str, content_hash: str, fingerprint: str, tokens_in: int,
-        tokens_out: int, latency_ms: float, payload: dict[str, Any], run_id: str | None,
+        self, *, session_id: str, chunk_id: str, content_hash: str, text_hash: str, memory_ids: Sequence[str],
+        fingerprint: str, tokens_in: int, tokens_out: int, latency_ms: float, payload: dict[str, Any], run_id: str | None,
     ) -> None: ...
+    def record_copies(self, copies: Sequence[AnswerCopy]) -> None: ...
     def record_failure(
         self, *, session_id: str, chunk_id: str, content_hash: str, fingerprint: str, error_kind: str, error: str,
         next_attempt_at: str | None, tokens_in: int, tokens_out: int, latency_ms: float, run_id: str | None,

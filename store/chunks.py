@@ -1,8 +1,10 @@
 """Run state of extraction: ``chunk_results``, one row per (chunk content hash, extractor fingerprint).
 
 An ``ok`` row is the chunk's extraction, reused as long as the chunk's content and the extractor's
-fingerprint are unchanged (no second model call). A ``failed`` row carries the failure kind, the
-attempts and the time before which the chunk is not tried again.
+fingerprint are unchanged (no second model call) — and, by its text hash, in any other session that
+has the same words (:meth:`ChunkResultStore.answers_by_text`), where it is copied into that
+session's own row (:meth:`ChunkResultStore.record_copies`). A ``failed`` row carries the failure
+kind, the attempts and the time before which the chunk is not tried again.
 """
 
 from __future__ import annotations
@@ -13,14 +15,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from config.redact import redact
-from store.db import Database, in_batches
+from store.db import CHUNK_TEXT_VERSION, Database, in_batches
 from store.graph import dumps, utc_now
-
-
 
 # A paid extraction as ``restore`` carries it from the graph it replaces (:meth:`ChunkResultStore.answers`).
 ANSWER_COLUMNS = ("session_id", "chunk_id", "content_hash", "fingerprint", "attempts", "tokens_in", "tokens_out",
-                  "latency_ms", "payload", "run_id", "updated_at")
+                  "latency_ms", "payload", "run_id", "updated_at", "text_hash", "memory_ids")
+# The columns of a row, in the order :meth:`ChunkResultStore._upsert` writes them.
+_WRITTEN = ("session_id", "chunk_id", "content_hash", "fingerprint", "status", "error_kind", "error", "next_attempt_at",
+            "tokens_in", "tokens_out", "latency_ms", "payload", "run_id", "updated_at", "text_hash", "memory_ids", "attempts")
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +43,24 @@ class ChunkResult:
     payload: dict[str, Any] | None
     run_id: str | None
     updated_at: str
+    # Where the answer can be reused in another session: both set, or both None (a failure, or a
+    # row written before schema 19).
+    text_hash: str | None = None
+    memory_ids: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AnswerCopy:
+    """An answer reused from another session's row, written as the reusing unit's own row."""
+
+    session_id: str
+    chunk_id: str
+    content_hash: str
+    text_hash: str
+    memory_ids: tuple[str, ...]
+    fingerprint: str
+    payload: dict[str, Any]
+    run_id: str | None
 
 
 class ChunkResultStore:
@@ -60,12 +81,31 @@ class ChunkResultStore:
             found.update((r["content_hash"], _result(r)) for r in rows)
         return found
 
+    def answers_by_text(self, text_hashes: Iterable[str], fingerprint: str) -> dict[str, ChunkResult]:
+        """An ``ok`` row for ``fingerprint`` of each of ``text_hashes`` that has one, in any session
+        (of several, the one of the least content hash), by text hash. The choice is made in the
+        index ``chunk_results_text`` alone, so a text held by many sessions costs one row read;
+        rows written before schema 19 have no text hash."""
+        hashes = sorted(set(text_hashes))
+        found: dict[str, ChunkResult] = {}
+        for part, marks in in_batches(hashes):
+            rows = self.db.query(
+                "SELECT * FROM chunk_results WHERE fingerprint = ? AND content_hash IN ("
+                f"SELECT MIN(content_hash) FROM chunk_results WHERE text_hash IN ({marks}) AND fingerprint = ? "
+                "AND status = 'ok' GROUP BY text_hash) AND payload IS NOT NULL",
+                [fingerprint, *part, fingerprint],
+            )
+            found.update((r["text_hash"], _result(r)) for r in rows)
+        return found
+
     def record_ok(
         self,
         *,
         session_id: str,
         chunk_id: str,
         content_hash: str,
+        text_hash: str,
+        memory_ids: Sequence[str],
         fingerprint: str,
         tokens_in: int,
         tokens_out: int,
@@ -74,10 +114,24 @@ class ChunkResultStore:
         run_id: str | None,
     ) -> None:
         """Store a successful extraction (replacing an earlier failure of the same chunk)."""
-        self._upsert(
+        self._upsert([
             (session_id, chunk_id, content_hash, fingerprint, "ok", None, None, None, tokens_in, tokens_out,
-             latency_ms, dumps(payload), run_id, self.clock()),
-        )
+             latency_ms, dumps(payload), run_id, self.clock(), text_hash, dumps(list(memory_ids)), 1),
+        ])
+
+    def record_copies(self, copies: Sequence[AnswerCopy]) -> None:
+        """Store answers reused from other sessions as the reusing units' own rows, in one
+        transaction (replacing a failure of the same chunk): no tokens, no attempt — the model was
+        not asked. So the reusing session keeps its answers when the session they came from is
+        forgotten, and its own forgets and re-extractions read and prune them as any other."""
+        if not copies:
+            return
+        now = self.clock()
+        self._upsert([
+            (c.session_id, c.chunk_id, c.content_hash, c.fingerprint, "ok", None, None, None, 0, 0, 0.0, dumps(c.payload),
+             c.run_id, now, c.text_hash, dumps(list(c.memory_ids)), 0)
+            for c in copies
+        ])
 
     def record_failure(
         self,
@@ -96,38 +150,42 @@ class ChunkResultStore:
     ) -> int:
         """Store a failed attempt — unless the chunk has an answer (another worker's attempt at the
         same text succeeded meanwhile): the answer stays. Returns the chunk's attempt count so far."""
-        self._upsert(
+        self._upsert([
             (session_id, chunk_id, content_hash, fingerprint, "failed", error_kind, redact(error)[:2000], next_attempt_at,
-             tokens_in, tokens_out, latency_ms, None, run_id, self.clock()),
-        )
+             tokens_in, tokens_out, latency_ms, None, run_id, self.clock(), None, None, 1),
+        ])
         rows = self.db.query(
             "SELECT attempts FROM chunk_results WHERE content_hash = ? AND fingerprint = ?", (content_hash, fingerprint)
         )
         return rows[0][0]
 
-    def _upsert(self, row: tuple[Any, ...]) -> None:
+    def _upsert(self, rows: Sequence[tuple[Any, ...]]) -> None:
+        """Write rows of :data:`_WRITTEN` (``attempts``: the attempts they add, 0 for a copy)."""
         with self.db.transaction() as conn:
-            conn.execute(
-                "INSERT INTO chunk_results(session_id, chunk_id, content_hash, fingerprint, status, error_kind, error, "
-                "next_attempt_at, tokens_in, tokens_out, latency_ms, payload, run_id, updated_at, attempts) "
-                "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,1) ON CONFLICT(content_hash, fingerprint) DO UPDATE SET "
+            conn.executemany(
+                f"INSERT INTO chunk_results({', '.join(_WRITTEN)}) VALUES ({', '.join('?' * len(_WRITTEN))}) "
+                "ON CONFLICT(content_hash, fingerprint) DO UPDATE SET "
                 "session_id = excluded.session_id, chunk_id = excluded.chunk_id, status = excluded.status, "
                 "error_kind = excluded.error_kind, error = excluded.error, next_attempt_at = excluded.next_attempt_at, "
                 "tokens_in = chunk_results.tokens_in + excluded.tokens_in, "
                 "tokens_out = chunk_results.tokens_out + excluded.tokens_out, latency_ms = excluded.latency_ms, "
                 "payload = excluded.payload, run_id = excluded.run_id, updated_at = excluded.updated_at, "
-                "attempts = chunk_results.attempts + 1 "
+                "text_hash = excluded.text_hash, memory_ids = excluded.memory_ids, "
+                "attempts = chunk_results.attempts + excluded.attempts "
                 # A failure never replaces an answer: another worker's attempt at the same text may
                 # have succeeded while this one's was failing (paid for; reused, never asked again).
                 "WHERE chunk_results.status != 'ok' OR excluded.status = 'ok'",
-                row,
+                rows,
             )
 
     def answers(self, *, page: int = 500) -> Iterator[tuple[Any, ...]]:
         """Every ``ok`` row (an extraction the model was paid for) as a tuple of
         :data:`ANSWER_COLUMNS` (the payload as its stored JSON text: never decoded), read ``page``
         rows at a time in key order (never the whole table in memory)."""
-        columns = ", ".join(ANSWER_COLUMNS)
+        # A database a release before schema 19 wrote, read without migrating it (``restore``
+        # reads the graph it replaces read-only): its rows have no text hash.
+        known = self.db.schema_version >= CHUNK_TEXT_VERSION
+        columns = ", ".join(c if known or c not in ("text_hash", "memory_ids") else f"NULL AS {c}" for c in ANSWER_COLUMNS)
         after: tuple[str, str] = ("", "")
         while True:
             rows = self.db.query(
@@ -207,4 +265,6 @@ def _result(row: Any) -> ChunkResult:
         payload=json.loads(row["payload"]) if row["payload"] else None,
         run_id=row["run_id"],
         updated_at=row["updated_at"],
+        text_hash=row["text_hash"],
+        memory_ids=tuple(json.loads(row["memory_ids"])) if row["memory_ids"] else None,
     )

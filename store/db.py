@@ -212,6 +212,19 @@ INSERT INTO recall_node_docs_fts(rowid, name, aliases, description)
     SELECT id, rem_search_text(name), rem_search_text(aliases), rem_search_text(description) FROM recall_node_docs
 """
 
+# 19: a chunk's answer is reused in any session that has its words (a forked, resumed or rewritten
+# conversation: pipelines/extract/map.py). ``text_hash``: the unit's content without its session
+# and memory ids (pipelines.extract.model.unit_text_hash); ``memory_ids``: its turns' memories in
+# turn order (JSON), where the answer's evidence is moved from. NULL on rows written before: those
+# are reused in their own session only (their texts are not stored to hash them again).
+# ``chunk_results_text`` covers the look-up: a text copied into many sessions is chosen among them
+# in the index alone, and one row of it read (ChunkResultStore.answers_by_text).
+CHUNK_TEXT_MIGRATION = """
+ALTER TABLE chunk_results ADD COLUMN text_hash TEXT;
+ALTER TABLE chunk_results ADD COLUMN memory_ids TEXT;
+CREATE INDEX chunk_results_text ON chunk_results(text_hash, fingerprint, status, content_hash)
+"""
+
 RUN_COUNTS_MIGRATION = """
 CREATE INDEX rem_runs_outcome_finished ON rem_runs(outcome, finished_at);
 CREATE INDEX rem_runs_running ON rem_runs(started_at) WHERE outcome = 'running';
@@ -840,11 +853,14 @@ MIGRATIONS: tuple[str, ...] = (
     STATE_COUNTS_MIGRATION,
     # 18: SEARCH_FOLD_MIGRATION above.
     SEARCH_FOLD_MIGRATION,
+    # 19: CHUNK_TEXT_MIGRATION above.
+    CHUNK_TEXT_MIGRATION,
 )
 
 # The queue table's schema version, wherever the entry sits (the PostgreSQL port keys its own form by it).
 LAZY_EDGES_VERSION = MIGRATIONS.index(LAZY_EDGES_MIGRATION) + 1
 SEARCH_FOLD_VERSION = MIGRATIONS.index(SEARCH_FOLD_MIGRATION) + 1
+CHUNK_TEXT_VERSION = MIGRATIONS.index(CHUNK_TEXT_MIGRATION) + 1
 
 
 # SQLite's primary result codes (https://sqlite.org/rescode.html) that name a kind of failure.

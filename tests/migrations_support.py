@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from store.db import MIGRATIONS, SEARCH_FOLD_VERSION, _statements
+from store.db import CHUNK_TEXT_VERSION, MIGRATIONS, SEARCH_FOLD_VERSION, _statements
 
 RUN_COUNTS_VERSION = 13
 COMMUNITY_NAMES_VERSION = 14
@@ -72,6 +72,12 @@ UNDO: dict[int, dict[str, tuple[str, ...]]] = {
                            f"ALTER TABLE {table} ADD COLUMN search tsvector GENERATED ALWAYS AS ({vector}) STORED",
                            f"CREATE INDEX {table}_search ON {table} USING gin(search)")),
                        "DROP FUNCTION rem_search_text(text)", "DROP FUNCTION rem_fold(text)"),
+    },
+    CHUNK_TEXT_VERSION: {
+        "sqlite": ("DROP INDEX chunk_results_text", "ALTER TABLE chunk_results DROP COLUMN memory_ids",
+                   "ALTER TABLE chunk_results DROP COLUMN text_hash"),
+        "postgresql": ("DROP INDEX chunk_results_text", "ALTER TABLE chunk_results DROP COLUMN memory_ids",
+                       "ALTER TABLE chunk_results DROP COLUMN text_hash"),
     },
 }
 assert "rem_run_counts" in MIGRATIONS[RUN_COUNTS_VERSION - 1] and "community_names" in MIGRATIONS[COMMUNITY_NAMES_VERSION - 1]

@@ -34,8 +34,8 @@ def counted(runstate: RunStateStore) -> tuple[dict[str, int], dict[str, dict[str
 
 
 def ok(chunks: ChunkResultStore, session: str, n: int, *, tokens: int = 10) -> None:
-    chunks.record_ok(session_id=session, chunk_id=f"{session}:chunk:{n}", content_hash=f"{session}-h{n}", fingerprint="f",
-                     tokens_in=tokens, tokens_out=tokens // 2, latency_ms=1.0, payload={}, run_id="r")
+    chunks.record_ok(session_id=session, chunk_id=f"{session}:chunk:{n}", content_hash=f"{session}-h{n}", text_hash=f"{session}-t{n}",
+                     memory_ids=(), fingerprint="f", tokens_in=tokens, tokens_out=tokens // 2, latency_ms=1.0, payload={}, run_id="r")
 
 
 def failed(chunks: ChunkResultStore, session: str, n: int) -> None:

@@ -1,8 +1,11 @@
 """Map: every work unit of a session through the extractor, at most N calls at a time.
 
 A unit whose content hash already has an ``ok`` row for this extractor fingerprint is reused (no
-model call); a unit whose last failure is still backing off is deferred (no call this cycle);
-every other unit is extracted, validated, and its outcome written to ``chunk_results``.
+model call); so is a unit whose *text* hash has one in any session (a forked, resumed or rewritten
+conversation: the same turns under new memory ids), its evidence moved to the unit's memories by
+place and the answer copied into the unit's own row. A unit whose last failure is still backing
+off is deferred (no call this cycle); every other unit is extracted, validated, and its outcome
+written to ``chunk_results``.
 """
 
 from __future__ import annotations
@@ -15,9 +18,16 @@ from functools import partial
 
 import anyio
 
-from pipelines.extract.model import ChunkExtraction, ExtractionFailure, Extractor, WorkUnit, validate_extraction
+from pipelines.extract.model import (
+    ChunkExtraction,
+    ExtractionFailure,
+    Extractor,
+    WorkUnit,
+    answer_moved_to,
+    validate_extraction,
+)
 from pipelines.ports import ChunkResults
-from store.chunks import ChunkResult
+from store.chunks import AnswerCopy, ChunkResult
 from store.library_log import get_logger
 
 log = get_logger(__name__)
@@ -76,10 +86,16 @@ async def map_units(
     not tried again before :func:`chunk_backoff` of its failures (``retry_*_seconds``) has passed."""
     fingerprint = extractor.fingerprint
     known = await anyio.to_thread.run_sync(store.get_many, [u.content_hash for u in units], fingerprint)
+    unanswered = [u.text_hash for u in units if not u.is_empty and not _answered(known.get(u.content_hash))]
+    # Only units without an answer of their own look further: a session extracted again for a
+    # turn it gained makes this one indexed read for that turn's chunk, none for the rest.
+    elsewhere = await anyio.to_thread.run_sync(store.answers_by_text, unanswered, fingerprint) if unanswered else {}
     outcomes: list[UnitOutcome | None] = [None] * len(units)
+    copies: list[AnswerCopy] = []
     todo: list[int] = []
     for index, unit in enumerate(units):
         row = known.get(unit.content_hash)
+        moved = None if _answered(row) else _moved(elsewhere.get(unit.text_hash), unit)
         if unit.is_empty:
             outcomes[index] = UnitOutcome(unit, "empty", ChunkExtraction(unit_id=unit.unit_id))
         elif row is not None and row.status == "ok" and row.payload is not None:
@@ -87,6 +103,11 @@ async def map_units(
             # turn before it forgotten or moved away), and its points must name the chunk it is.
             reused = replace(ChunkExtraction.from_payload(row.payload), unit_id=unit.unit_id)
             outcomes[index] = UnitOutcome(unit, "reused", reused)
+        elif moved is not None:
+            # The session's own row from now on: a forget of the session it came from leaves it.
+            copies.append(AnswerCopy(unit.session_id, unit.unit_id, unit.content_hash, unit.text_hash, unit.memory_ids,
+                                     fingerprint, moved.to_payload(), run_id))
+            outcomes[index] = UnitOutcome(unit, "reused", moved)
         elif row is not None and row.status == "failed" and row.next_attempt_at and row.next_attempt_at > iso(now):
             outcomes[index] = UnitOutcome(unit, "deferred", error_kind=row.error_kind, error=row.error,
                                           retry_at=row.next_attempt_at)
@@ -100,10 +121,22 @@ async def map_units(
             retry_base_seconds=retry_base_seconds, retry_max_seconds=retry_max_seconds,
         )
 
+    await anyio.to_thread.run_sync(store.record_copies, copies)
     async with anyio.create_task_group() as tg:
         for index in todo:
             tg.start_soon(run, index)
     return [o for o in outcomes if o is not None]
+
+
+def _answered(row: ChunkResult | None) -> bool:
+    return row is not None and row.status == "ok" and row.payload is not None
+
+
+def _moved(row: ChunkResult | None, unit: WorkUnit) -> ChunkExtraction | None:
+    """The answer of ``row`` (another unit of the same text hash) as ``unit``'s, if it moves."""
+    if row is None or row.payload is None or row.memory_ids is None:
+        return None
+    return answer_moved_to(ChunkExtraction.from_payload(row.payload), unit, row.memory_ids)
 
 
 def _failures(row: ChunkResult | None) -> int:
@@ -152,8 +185,8 @@ async def _extract_one(
         partial(
             store.record_ok,
             session_id=unit.session_id, chunk_id=unit.unit_id, content_hash=unit.content_hash,
-            fingerprint=fingerprint, tokens_in=reply.tokens_in, tokens_out=reply.tokens_out,
-            latency_ms=latency, payload=extraction.to_payload(), run_id=run_id,
+            text_hash=unit.text_hash, memory_ids=unit.memory_ids, fingerprint=fingerprint, tokens_in=reply.tokens_in,
+            tokens_out=reply.tokens_out, latency_ms=latency, payload=extraction.to_payload(), run_id=run_id,
         )
     )
     return UnitOutcome(unit, "ok", extraction, tokens_in=reply.tokens_in, tokens_out=reply.tokens_out, latency_ms=latency)

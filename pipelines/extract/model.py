@@ -24,7 +24,7 @@ import hashlib
 import re
 import unicodedata
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from functools import cache
 from typing import Annotated, Any, Protocol, get_args, get_origin
 
@@ -230,15 +230,39 @@ class WorkUnit:
     chunk_index: int
     turns: tuple[UnitTurn, ...]
     content_hash: str
+    part: int | None = None  # of an oversized turn's parts, which one
 
     @property
     def is_empty(self) -> bool:
         return not any(t.text.strip() for t in self.turns)
 
+    @property
+    def text_hash(self) -> str:
+        """:func:`unit_text_hash` of the unit: the same in every session that has its words."""
+        return unit_text_hash(self.turns, part=self.part)
+
+    @property
+    def memory_ids(self) -> tuple[str, ...]:
+        """The memories of the unit's turns, in turn order."""
+        return tuple(t.memory_id for t in self.turns)
+
 
 def unit_content_hash(session_id: str, turns: Sequence[UnitTurn], *, part: int | None = None) -> str:
     """sha256 over exactly what the extractor sees (session, memory ids, roles, texts)."""
     body = [session_id, part, [[t.number, t.memory_id, t.role, t.text] for t in turns]]
+    return _sha256(body)
+
+
+def unit_text_hash(turns: Sequence[UnitTurn], *, part: int | None = None) -> str:
+    """sha256 over what the extractor sees of the turns whatever session holds them: the part, and
+    each turn's number, role and text (no session, no memory ids). Units of two sessions with the
+    same text hash get the same answer, its evidence on the memories at the same places
+    (:func:`answer_moved_to`); the prompt's header line, which names the session, is the one thing
+    shown that it leaves out (INTERNALS "Extraction, step by step" says why that is sound)."""
+    return _sha256(["text", part, [[t.number, t.role, t.text] for t in turns]])
+
+
+def _sha256(body: Any) -> str:
     return hashlib.sha256(dumps(body).encode("utf-8", "surrogatepass")).hexdigest()
 
 
@@ -346,6 +370,30 @@ class ChunkExtraction:
             dropped_items=data.get("dropped_items", 0),
             rejected=tuple((str(r), int(n)) for r, n in data.get("rejected", ())),
         )
+
+
+def answer_moved_to(extraction: ChunkExtraction, unit: WorkUnit, memory_ids: Sequence[str]) -> ChunkExtraction | None:
+    """An answer given for a unit of the same text hash elsewhere (``memory_ids``: that unit's turns'
+    memories, in turn order) as ``unit``'s: each evidence moved to the memory at the same place of
+    ``unit``, the references found in ``unit``'s turns (a turn naming its own memory names none),
+    ``unit``'s id. ``None`` when the answer cites a memory ``memory_ids`` lacks, or the turn counts
+    differ (a stored row that does not match its hash). Pure."""
+    if len(memory_ids) != len(unit.turns):
+        return None
+    place = dict(zip(memory_ids, unit.memory_ids))
+    if not {e.memory_id for item in (*extraction.nodes, *extraction.edges) for e in item.evidence} <= place.keys():
+        return None
+
+    def moved(evidence: tuple[Evidence, ...]) -> tuple[Evidence, ...]:
+        return tuple(Evidence(place[e.memory_id], e.quote) for e in evidence)
+
+    return replace(
+        extraction,
+        unit_id=unit.unit_id,
+        nodes=tuple(replace(n, evidence=moved(n.evidence)) for n in extraction.nodes),
+        edges=tuple(replace(e, evidence=moved(e.evidence)) for e in extraction.edges),
+        references=find_references(unit),
+    )
 
 
 # --- names and ids -----------------------------------------------------------------------------

@@ -50,6 +50,7 @@ def plan_units(session_id: str, turns: Sequence[SourceTurn], *, budget_tokens: i
                         chunk_index=index,
                         turns=unit_turns,
                         content_hash=unit_content_hash(session_id, unit_turns, part=number),
+                        part=number,
                     )
                 )
             continue
