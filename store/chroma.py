@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
@@ -238,8 +239,11 @@ def _rows(result: dict[str, Any], cls: Callable[..., Any]) -> list[Any]:
 class ChromaStore:
     """The two collections rem-cycle reads. Create with :meth:`connect`."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, *, embedded_path: Path | None = None) -> None:
+        """``embedded_path``: an embedded store's directory to open instead of the data dir's (a
+        dry run's empty stand-in for an embedded store that does not exist yet)."""
         self._settings = settings
+        self._embedded_path = embedded_path
         self._client: Any = None
         self._is_async = bool(settings.chroma_url)
         self._collections: dict[str, Any] = {}
@@ -265,10 +269,13 @@ class ChromaStore:
         chroma_settings = ChromaSettings(anonymized_telemetry=False, allow_reset=False)
         try:
             if not self._is_async:
-                confined_dir(settings.chroma_path, root=settings.data_dir)  # never a link out of the data dir
+                path = self._embedded_path
+                if path is None:
+                    path = settings.chroma_path
+                    confined_dir(path, root=settings.data_dir)  # never a link out of the data dir
                 try:
                     self._client = await anyio.to_thread.run_sync(
-                        partial(chromadb.PersistentClient, path=str(settings.chroma_path), settings=chroma_settings)
+                        partial(chromadb.PersistentClient, path=str(path), settings=chroma_settings)
                     )
                 except ChromaError as exc:
                     # The embedded store is files on this disk, not a server to wait for: its own

@@ -100,14 +100,17 @@ class Stores:
         self.db.close()
 
 
-async def open_stores(settings: Settings, *, scratch_graph: Path | None = None) -> Stores:
+async def open_stores(
+    settings: Settings, *, scratch_graph: Path | None = None, scratch_chroma: Path | None = None,
+) -> Stores:
     """Open the graph database (migrating it); Chroma is reached on first use. ``scratch_graph``:
-    an SQLite file to use instead (a dry run's empty stand-in for a graph that does not exist yet)."""
+    an SQLite file to use instead (a dry run's empty stand-in for a graph that does not exist yet);
+    ``scratch_chroma``: the same for an embedded Chroma store that does not exist yet."""
     if scratch_graph is not None:
         db = await anyio.to_thread.run_sync(partial(open_database_at, path=scratch_graph, url=None))
     else:
         db = await anyio.to_thread.run_sync(open_database, settings)
-    return Stores(db=db, unit=DatabaseUnitOfWork(db), chroma=ChromaStore(settings))
+    return Stores(db=db, unit=DatabaseUnitOfWork(db), chroma=ChromaStore(settings, embedded_path=scratch_chroma))
 
 
 @dataclass
