@@ -62,9 +62,9 @@ exit codes:
      unreachable, no data dir or graph database (read commands and drain never create one)
   2  usage or configuration error (bad argument, invalid TOML, invalid setting)
   3  busy: another cycle, daemon or drain holds the data dir's lock
-  130, 143, 129  import, drain or backfill stopped by SIGINT (Ctrl-C), SIGTERM or SIGHUP; a line on stderr says
-     what was done, and re-running is safe (merge, forget, backup, restore … once under way finish
-     and report instead)
+  130, 143, 129  import, import-notes, drain, backfill or reindex stopped by SIGINT (Ctrl-C), SIGTERM or
+     SIGHUP; a line on stderr says what was done, and re-running is safe (merge, forget, backup,
+     restore … once under way finish and report instead)
   141  the output's reader went away (rem-cycle export | head): stopped without a message, as by SIGPIPE
 """
 # The largest count (``--limit``, ``--runs``) a command takes: far past any graph, well within the
