@@ -101,7 +101,8 @@ def test_a_port_in_use_is_one_line_and_exit_1_not_busy(graph: Settings) -> None:
         port = url.split(":")[2].split("/")[0]
         done = run_cli("mcp", "--http", env={"REM_DATA_DIR": str(graph.data_dir), "REM_MCP_PORT": port}, timeout=60)
         assert done.returncode == 1, (done.returncode, done.stderr)
-        assert f"cannot listen on 127.0.0.1:{port}: Address already in use" in done.stderr
+        # The line README quotes, whole (it began "[Errno 98] cannot listen …").
+        assert done.stderr.splitlines()[-1] == f"rem-cycle: cannot listen on 127.0.0.1:{port}: Address already in use"
         assert "listening" not in done.stderr and "Traceback" not in done.stderr
         assert first.poll() is None
         assert httpx.post(url, json=INIT, headers=ACCEPT, timeout=10).status_code == 200

@@ -338,3 +338,24 @@ def test_a_dry_run_drain_that_would_back_fill_creates_no_chroma_store(tmp_path: 
     assert dry.returncode == 0, dry.stderr
     assert json.loads(dry.stdout)["failure_reasons"] == {"no-collection": 1}
     assert sorted(p.name for p in data.iterdir()) == before
+
+
+def test_a_dry_run_backfill_without_the_embedded_chroma_creates_none(tmp_path: Path) -> None:
+    # README: `backfill --dry-run` creates nothing. Without a data dir, or on one that holds only a
+    # queue, it made the data dir and the embedded Chroma store `chroma/` (opening the store creates
+    # it). The store that is not there holds no row: the dry run reports against an empty one.
+    missing = tmp_path / "missing"
+    dry = run_cli("backfill", "--dry-run", "--json", env={"REM_DATA_DIR": str(missing)})
+    assert dry.returncode == 0, dry.stderr
+    assert json.loads(dry.stdout)["sessions_in_window"] == 0
+    assert not missing.exists()
+    data = tmp_path / "data"
+    data.mkdir()
+    edges = tmp_path / "edges.jsonl"
+    edges.write_text(json.dumps({"source": "session:gone", "target": "memory:gone-t0001", "relationship": "REFERENCED_BY"}) + "\n")
+    assert run_cli("enqueue", str(edges), env={"REM_DATA_DIR": str(data)}).returncode == 0
+    before = sorted(p.name for p in data.iterdir())
+    dry = run_cli("backfill", "--dry-run", "--json", env={"REM_DATA_DIR": str(data)})
+    assert dry.returncode == 0, dry.stderr
+    assert json.loads(dry.stdout)["drain"]["failure_reasons"] == {"no-collection": 1}
+    assert sorted(p.name for p in data.iterdir()) == before

@@ -63,9 +63,9 @@ exit codes:
      unreachable, no data dir or graph database (read commands and drain never create one)
   2  usage or configuration error (bad argument, invalid TOML, invalid setting)
   3  busy: another cycle, daemon or drain holds the data dir's lock
-  130, 143, 129  import, drain or backfill stopped by SIGINT (Ctrl-C), SIGTERM or SIGHUP; a line on stderr says
-     what was done, and re-running is safe (merge, forget, backup, restore … once under way finish
-     and report instead)
+  130, 143, 129  import, import-notes, drain, backfill or reindex stopped by SIGINT (Ctrl-C), SIGTERM or
+     SIGHUP; a line on stderr says what was done, and re-running is safe (merge, forget, backup,
+     restore … once under way finish and report instead)
   141  the output's reader went away (rem-cycle export | head): stopped without a message, as by SIGPIPE
 """
 # The largest count (``--limit``, ``--runs``) a command takes: far past any graph, well within the
@@ -919,8 +919,9 @@ async def cmd_backfill(settings: Settings, args: argparse.Namespace, progress: C
     synced = {"done": 0, "total": 0}
     progress.describe = lambda: f"{synced['done']} of {synced['total'] or '?'} sessions synced, drain not started"
     with tempfile.TemporaryDirectory(prefix="rem-cycle-dry-run-") as scratch:
-        # A dry run creates nothing: on a data dir without a graph it reads an empty one made
-        # outside it (and removed), so it reports what the backfill would do to the graph it creates.
+        # A dry run creates nothing: on a data dir without a graph (or without the embedded Chroma
+        # store) it reads an empty one made outside it (and removed), so it reports what the
+        # backfill would do to the graph it creates (opening the embedded store creates it).
         dry_without_graph = args.dry_run and not await anyio.to_thread.run_sync(database_exists, settings)
         stores = await open_stores(settings, scratch_graph=Path(scratch) / "graph.sqlite3" if dry_without_graph else None,
                                    dry_run=args.dry_run)

@@ -415,4 +415,5 @@ def listen(host: str, port: int) -> socket.socket:
         return socket.create_server((host, port), family=family)
     except OSError as exc:
         reason = os.strerror(exc.errno) if exc.errno else str(exc)
-        raise OSError(exc.errno, f"cannot listen on {host}:{port}: {reason}") from exc
+        # One argument, not (errno, text): that form prints "[Errno 98] " before the line.
+        raise OSError(f"cannot listen on {host}:{port}: {reason}") from exc
