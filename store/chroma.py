@@ -12,7 +12,6 @@ from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
@@ -274,13 +273,10 @@ class ChromaStore:
                 self._client = await anyio.to_thread.run_sync(partial(chromadb.EphemeralClient, settings=chroma_settings))
                 return self._client
             if not self._is_async:
-                path = self._embedded_path
-                if path is None:
-                    path = settings.chroma_path
-                    confined_dir(path, root=settings.data_dir)  # never a link out of the data dir
+                confined_dir(settings.chroma_path, root=settings.data_dir)  # never a link out of the data dir
                 try:
                     self._client = await anyio.to_thread.run_sync(
-                        partial(chromadb.PersistentClient, path=str(path), settings=chroma_settings)
+                        partial(chromadb.PersistentClient, path=str(settings.chroma_path), settings=chroma_settings)
                     )
                 except ChromaError as exc:
                     # The embedded store is files on this disk, not a server to wait for: its own

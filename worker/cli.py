@@ -919,9 +919,9 @@ async def cmd_backfill(settings: Settings, args: argparse.Namespace, progress: C
     synced = {"done": 0, "total": 0}
     progress.describe = lambda: f"{synced['done']} of {synced['total'] or '?'} sessions synced, drain not started"
     with tempfile.TemporaryDirectory(prefix="rem-cycle-dry-run-") as scratch:
-        # A dry run creates nothing: on a data dir without a graph (or without the embedded Chroma
-        # store) it reads an empty one made outside it (and removed), so it reports what the
-        # backfill would do to the graph it creates (opening the embedded store creates it).
+        # A dry run creates nothing: on a data dir without a graph it reads an empty one made
+        # outside it (and removed), so it reports what the backfill would do to the graph it
+        # creates; an embedded Chroma store that does not exist is read as an empty one in memory.
         dry_without_graph = args.dry_run and not await anyio.to_thread.run_sync(database_exists, settings)
         stores = await open_stores(settings, scratch_graph=Path(scratch) / "graph.sqlite3" if dry_without_graph else None,
                                    dry_run=args.dry_run)
