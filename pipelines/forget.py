@@ -88,7 +88,7 @@ def forget_anchor(
             small = (touched - provenance.pointed_elsewhere(touched, anchor)) | {memory_node_id(m) for m in memories} | {anchor}
             counter = _RemovalCount.of(graph, small=small, keys=(r.key for r in rows.edge_points))
             nodes_before, edges_before = counter.now()
-            carried, names = unit.merges.carried(touched), _names(graph, touched)
+            carried, names, near = unit.merges.carried(touched), _names(graph, touched), unit.merges.records_near(small)
             empty = reduce_session(reduce_key, [], anchor=anchor if kind == NOTE else "")
             commit_session(empty, unit=unit, graph_index=None, on_commit=lambda: None,
                            queue_append=lambda lines: 0, matcher=lambda candidates, index: {})
@@ -99,7 +99,7 @@ def forget_anchor(
             if bury:
                 tombstones.bury(kind, item_id)
             removed = touched - graph.existing_ids(touched)
-            traces = _forget_traces(unit, carried, names, removed=removed, session=item_id if kind == SESSION else None, anchor=anchor)
+            traces = _forget_traces(unit, carried, names, near, removed=removed, session=item_id if kind == SESSION else None, anchor=anchor)
             nodes_after, edges_after = counter.now()
             report.update(
                 **traces, points=len(rows.node_points) + len(rows.edge_points), claims=len(rows.claims),
@@ -116,16 +116,21 @@ def forget_anchor(
 
 
 def _forget_traces(
-    unit: UnitOfWork, carried: set[int], names: dict[str, str], *, removed: set[str], anchor: str,
+    unit: UnitOfWork, carried: set[int], names: dict[str, str], near: set[int], *, removed: set[str], anchor: str,
     session: str | None = None, memory_id: str | None = None,
-) -> dict[str, int]:
+) -> dict[str, Any]:
     """Once a forget took its rows out: what the merge records held of them
     (:meth:`store.merges.MergeStore.forget_traces`; ``carried``: the merges into the touched nodes
-    that carried rows before) and the stored communities that list a node it removed or renamed
-    (``names``: the touched nodes' names before; a merged node whose record went, too)."""
-    traces, merged_away = unit.merges.forget_traces(carried, removed=removed, touched=names.keys() | removed,
+    that carried rows before; ``near``: the records that may have saved an edge of a node it
+    removed, read before), the ids of the nodes left that only the forgotten source spelled
+    (:meth:`store.merges.MergeStore.rekey_unsupported`), and the stored communities that list a
+    node it removed, renamed or re-keyed (``names``: the touched nodes' names before; a merged
+    node whose record went, too)."""
+    traces, merged_away = unit.merges.forget_traces(carried, removed=removed, touched=names.keys() | removed, near=near,
                                                     session=session, anchor=anchor, memory_id=memory_id)
-    return {**traces, "communities_rewritten": _rewrite_communities(unit, _renamed(unit.graph, names) | merged_away)}
+    rekeyed = unit.merges.rekey_unsupported(names.keys() - removed)
+    changed = _renamed(unit.graph, names) | merged_away
+    return {**traces, "nodes_rekeyed": rekeyed, "communities_rewritten": _rewrite_communities(unit, changed, rekeyed)}
 
 
 def _names(graph: Graph, node_ids: Iterable[str]) -> dict[str, str]:
@@ -139,18 +144,20 @@ def _renamed(graph: Graph, names: dict[str, str]) -> set[str]:
     return {node_id for node_id, name in names.items() if now.get(node_id) != name}
 
 
-def _rewrite_communities(unit: UnitOfWork, changed: set[str]) -> int:
-    """Rewrite the stored communities that hold a node of ``changed`` (removed or renamed by a
-    forget): their members as they are now and the default label of them, or no community when
-    too few are left (:func:`pipelines.communities.without_members`) — a label must not keep a
-    forgotten name until the next detection. Reads only those communities' members and their
-    edges. Returns how many were rewritten or removed."""
+def _rewrite_communities(unit: UnitOfWork, changed: set[str], rekeyed: dict[str, str]) -> int:
+    """Rewrite the stored communities that hold a node of ``changed`` (removed, renamed or
+    re-keyed by a forget; ``rekeyed``: old id → new id): their members as they are now, under
+    their new ids, and the default label of them, or no community when too few are left
+    (:func:`pipelines.communities.without_members`) — a label must not keep a forgotten name until
+    the next detection. Reads only those communities' members and their edges. Returns how many
+    were rewritten or removed."""
     graph = unit.graph
     communities = unit.communities.holding(changed) if changed else []
     for community in communities:
-        nodes = graph.get_nodes(community.members)
+        now = replace(community, members=tuple(sorted(rekeyed.get(m, m) for m in community.members)))
+        nodes = graph.get_nodes(now.members)
         edges = [edge for node_id in sorted(nodes) for edge in graph.edges_of(node_id)]
-        unit.communities.rewrite(community, without_members(community, list(nodes.values()), edges))
+        unit.communities.rewrite(community, without_members(now, list(nodes.values()), edges))
     return len(communities)
 
 
@@ -194,7 +201,7 @@ def forget_memory(unit: UnitOfWork, memory_id: str, *, dry_run: bool = False) ->
             keys = provenance.turn_edges(anchor, node_id) | {(owner, anchor, DISCUSSED_IN) for owner in owners}
             counter = _RemovalCount.of(graph, small=small, keys=keys)
             nodes_before, edges_before = counter.now()
-            carried, names = unit.merges.carried(owners), _names(graph, owners)
+            carried, names, near = unit.merges.carried(owners), _names(graph, owners), unit.merges.records_near(small)
             nodes, edges = provenance.delete_turn_points(anchor, node_id) if anchor else (set(), set())
             sourced_by_turn: set[str] = set()
             for owner in sorted(nodes):
@@ -218,7 +225,7 @@ def forget_memory(unit: UnitOfWork, memory_id: str, *, dry_run: bool = False) ->
             for orphan in orphans:
                 graph.delete_node(orphan)
             graph.delete_node(node_id)
-            traces = _forget_traces(unit, carried, names, removed=set(orphans), anchor=anchor, memory_id=node_id)
+            traces = _forget_traces(unit, carried, names, near, removed=set(orphans), anchor=anchor, memory_id=node_id)
             failed_chunks = tombstones.forget_memory_state(memory_id, session)
             tombstones.bury(MEMORY, memory_id)
             nodes_after, edges_after = counter.now()
