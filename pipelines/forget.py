@@ -19,8 +19,10 @@ extracted (``rem-cycle forget``), and the retraction of sessions whose rows left
   are deleted, with the session's failed attempts (an error message may quote the turn). A tombstone keeps extraction from ever reading the turn again, and the session is
   marked for re-extraction, which brings back what its other turns said of a withdrawn claim.
 - **Either**: a merge record of a node it touched keeps nothing of the forgotten source (a merge
-  only it gave reasons for goes, with a hand merge's alias), and a stored community that listed a
-  node it removed or renamed is rewritten with the members left and their default label
+  only it gave reasons for goes, with a hand merge's alias), nor does a record near a node it
+  removed (a saved edge to it); a node left whose id no remaining source gives takes one they
+  give, everywhere the id is stored; and a stored community that listed a node it removed,
+  renamed or re-keyed is rewritten with the members left and their default label
   (:func:`_forget_traces`), so a forgotten name outlives the forget nowhere in the graph.
 - ``dry_run``: everything is done in one transaction that is rolled back, so the report says
   exactly what a real run removes.

@@ -560,15 +560,10 @@ class MergeStore:
         for node_id in sorted(set(node_ids)):
             if self.graph.get_node(node_id) is None or self._id_supported(node_id):
                 continue
-            given = sorted({
-                r[0] for r in self.db.query(
-                    "SELECT extracted_for FROM node_claims WHERE node_id = ? UNION SELECT extracted_for FROM node_points WHERE node_id = ?",
-                    (node_id, node_id),
-                )
-            })
-            if not given:
-                continue  # a node no source names (written by hand): nothing to name it by
-            new_id = given[0]
+            new_id = min(r[0] for r in self.db.query(  # it has rows: _id_supported says so otherwise
+                "SELECT extracted_for FROM node_claims WHERE node_id = ? UNION SELECT extracted_for FROM node_points WHERE node_id = ?",
+                (node_id, node_id),
+            ))
             for row in self.db.query(
                 "SELECT merge_id, restore FROM merges WHERE merged_id = ? AND into_id = ? AND undone_at IS NULL", (new_id, node_id),
             ):
