@@ -101,7 +101,10 @@ def forget_anchor(
             if bury:
                 tombstones.bury(kind, item_id)
             removed = touched - graph.existing_ids(touched)
-            traces = _forget_traces(unit, carried, names, near, removed=removed, session=item_id if kind == SESSION else None, anchor=anchor)
+            # Only a node whose id the forgotten rows gave can be left without a source of it.
+            gave_id = {r.node_id for r in (*rows.node_points, *rows.claims) if r.extracted_for == r.node_id}
+            traces = _forget_traces(unit, carried, names, near, removed=removed, gave_id=gave_id,
+                                    session=item_id if kind == SESSION else None, anchor=anchor)
             nodes_after, edges_after = counter.now()
             report.update(
                 **traces, points=len(rows.node_points) + len(rows.edge_points), claims=len(rows.claims),
@@ -118,19 +121,20 @@ def forget_anchor(
 
 
 def _forget_traces(
-    unit: UnitOfWork, carried: set[int], names: dict[str, str], near: set[int], *, removed: set[str], anchor: str,
-    session: str | None = None, memory_id: str | None = None,
+    unit: UnitOfWork, carried: set[int], names: dict[str, str], near: set[int], *, removed: set[str], gave_id: set[str],
+    anchor: str, session: str | None = None, memory_id: str | None = None,
 ) -> dict[str, Any]:
     """Once a forget took its rows out: what the merge records held of them
     (:meth:`store.merges.MergeStore.forget_traces`; ``carried``: the merges into the touched nodes
     that carried rows before; ``near``: the records that may have saved an edge of a node it
-    removed, read before), the ids of the nodes left that only the forgotten source spelled
-    (:meth:`store.merges.MergeStore.rekey_unsupported`), and the stored communities that list a
+    removed, read before), the ids of the nodes left that only the forgotten source spelled (of
+    ``gave_id``, those whose id a forgotten row gave: :meth:`store.merges.MergeStore.rekey_unsupported`),
+    and the stored communities that list a
     node it removed, renamed or re-keyed (``names``: the touched nodes' names before; a merged
     node whose record went, too)."""
     traces, merged_away = unit.merges.forget_traces(carried, removed=removed, touched=names.keys() | removed, near=near,
                                                     session=session, anchor=anchor, memory_id=memory_id)
-    rekeyed = unit.merges.rekey_unsupported(names.keys() - removed)
+    rekeyed = unit.merges.rekey_unsupported(gave_id - removed)
     changed = _renamed(unit.graph, names) | merged_away
     return {**traces, "nodes_rekeyed": rekeyed, "communities_rewritten": _rewrite_communities(unit, changed, rekeyed)}
 
@@ -227,7 +231,7 @@ def forget_memory(unit: UnitOfWork, memory_id: str, *, dry_run: bool = False) ->
             for orphan in orphans:
                 graph.delete_node(orphan)
             graph.delete_node(node_id)
-            traces = _forget_traces(unit, carried, names, near, removed=set(orphans), anchor=anchor, memory_id=node_id)
+            traces = _forget_traces(unit, carried, names, near, removed=set(orphans), gave_id=owners, anchor=anchor, memory_id=node_id)
             failed_chunks = tombstones.forget_memory_state(memory_id, session)
             tombstones.bury(MEMORY, memory_id)
             nodes_after, edges_after = counter.now()
