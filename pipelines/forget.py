@@ -101,11 +101,12 @@ def forget_anchor(
             if bury:
                 tombstones.bury(kind, item_id)
             removed = touched - graph.existing_ids(touched)
+            # Counted before the ids change: a re-keyed node's edges are still there, under new keys.
+            nodes_after, edges_after = counter.now()
             # Only a node whose id the forgotten rows gave can be left without a source of it.
             gave_id = {r.node_id for r in (*rows.node_points, *rows.claims) if r.extracted_for == r.node_id}
             traces = _forget_traces(unit, carried, names, near, removed=removed, gave_id=gave_id,
                                     session=item_id if kind == SESSION else None, anchor=anchor)
-            nodes_after, edges_after = counter.now()
             report.update(
                 **traces, points=len(rows.node_points) + len(rows.edge_points), claims=len(rows.claims),
                 nodes_removed=nodes_before - nodes_after, edges_removed=edges_before - edges_after,
@@ -231,10 +232,10 @@ def forget_memory(unit: UnitOfWork, memory_id: str, *, dry_run: bool = False) ->
             for orphan in orphans:
                 graph.delete_node(orphan)
             graph.delete_node(node_id)
+            nodes_after, edges_after = counter.now()  # before the ids change, as forget_anchor
             traces = _forget_traces(unit, carried, names, near, removed=set(orphans), gave_id=owners, anchor=anchor, memory_id=node_id)
             failed_chunks = tombstones.forget_memory_state(memory_id, session)
             tombstones.bury(MEMORY, memory_id)
-            nodes_after, edges_after = counter.now()
             report.update(
                 **traces, session=session, points=len(nodes) + len(edges), claims=claims, chunk_results=len(chunk_keys) + failed_chunks, nodes_removed=nodes_before - nodes_after,
                 edges_removed=edges_before - edges_after, knowledge_nodes_removed=orphans, tombstone=True,

@@ -33,6 +33,14 @@ async def _built(settings: Settings, tmp_path: Path, sessions: list[dict[str, ob
     assert result.outcome == "completed", result.message
 
 
+def _counts(settings: Settings) -> tuple[int, int]:
+    db = open_database(settings)
+    try:
+        return db.query("SELECT COUNT(*) FROM nodes")[0][0], db.query("SELECT COUNT(*) FROM edges")[0][0]
+    finally:
+        db.close()
+
+
 def _node_ids(settings: Settings, label: str) -> list[str]:
     db = open_database(settings)
     try:
@@ -52,8 +60,12 @@ async def test_a_speaker_first_named_by_a_forgotten_session_takes_the_spelling_t
         _session("s-title", [("Zq Rowan", "RetryPolicy wraps GraphStore."), ("assistant", "Right.")], "RetryPolicy."),
     ])
     assert _node_ids(settings, "PERSON") == ["PERSON:ZQ ROWAN"]
+    before = _counts(settings)
 
     report = forget(settings, **what)
+    # What it says it removed is what left the graph: a re-keyed node's edges are not counted.
+    after = _counts(settings)
+    assert (report["nodes_removed"], report["edges_removed"]) == (before[0] - after[0], before[1] - after[1])
     assert _node_ids(settings, "PERSON") == ["PERSON:Zq Rowan"]
     assert rows_holding(settings, "ZQ ROWAN", case=True) == []
     assert report["nodes_rekeyed"] == {"PERSON:ZQ ROWAN": "PERSON:Zq Rowan"}
@@ -76,15 +88,23 @@ async def test_a_node_a_hand_merge_folded_into_one_only_the_forgotten_session_na
     settings: Settings, tmp_path: Path,
 ) -> None:
     await _built(settings, tmp_path, [
-        _session("s-gone", [("user", "ZqGoneGadget depends on GraphStore and ConfigLoader.")], "GraphStore."),
+        _session("s-gone", [("user", "ZqGoneGadget wraps GraphStore. ZqGoneGadget depends on ConfigLoader.")], "GraphStore."),
         _session("s-keep", [("user", "RetryPolicy wraps GraphStore. ZqKeptTool calls RetryPolicy.")], "RetryPolicy."),
     ])
-    merge_node(settings, "CLASS:RetryPolicy", "CLASS:ZqGoneGadget")
+    merge_node(settings, "CLASS:RetryPolicy", "CLASS:ZqGoneGadget")  # one edge to GraphStore, both sessions' points
     merge_node(settings, "CLASS:ZqKeptTool", "CLASS:ZqGoneGadget")  # a second merge into it, which stays
+    before = _counts(settings)
 
     report = forget(settings, session="s-gone")
+    after = _counts(settings)
+    assert (report["nodes_removed"], report["edges_removed"]) == (before[0] - after[0], before[1] - after[1])
     assert rows_holding(settings, "ZqGoneGadget") == []
     assert report["nodes_rekeyed"] == {"CLASS:ZqGoneGadget": "CLASS:RetryPolicy"}
+    db = open_database(settings)
+    try:  # the edge s-keep said stays, under the new key, with its point
+        assert db.query("SELECT COUNT(*) FROM edge_points WHERE source = 'CLASS:RetryPolicy' AND target = 'CLASS:GraphStore'")[0][0] == 1
+    finally:
+        db.close()
     # The merge of RetryPolicy dissolved (the node is RetryPolicy); ZqKeptTool's is still undone exactly.
     undone = unmerge_node(settings, "CLASS:ZqKeptTool")
     assert [u["into"] for u in undone] == ["CLASS:RetryPolicy"]
