@@ -1,15 +1,16 @@
 """What a forget's id step costs (forgetids, fourteenth session).
 
-    python bench/bench_forget_ids.py [--sessions 250 2000] [--rounds 10] [--postgres URL]
+    python bench/bench_forget_ids.py [--sessions 250 2000] [--rounds 20] [--postgres URL]
 
 On the forgetbytes bench's graph (``bench.bench_forget_bytes.build``: ``--sessions`` sessions of
 12 turns, ``bench_provenance``'s corpus, committed with identity resolution, every turn in
 recall's full-text index), with a merge by hand of one node into another in every tenth session
-(merge records to read), ``forget_session`` of a different old session each time, alternating
-in one process, each way first in turn: as main did it (the same unit with the two new steps answering "nothing":
-``MergeStore.records_near`` → no record, ``MergeStore.rekey_unsupported`` → no node) and as it
-does now (the records near the nodes it may remove read by index before, and each surviving
-touched node's id probed, re-keyed when no row gives it any more). Medians, and the ratio.
+(merge records to read), ``forget_session`` of a different old session each round, as a dry run
+(the whole forget, rolled back) twice, each way first in turn: as main did it (the same unit
+with the two new steps answering "nothing": ``MergeStore.records_near`` → no record, ``MergeStore.rekey_unsupported`` → no node) and as it
+does now (the records near the nodes it may remove read by index before, and each node left
+whose id a forgotten row gave probed, re-keyed when no row gives it any more). Medians, and the
+ratio.
 PostgreSQL runs when ``--postgres`` (or ``REM_TEST_POSTGRES_URL``) names a server: a fresh schema.
 """
 
@@ -53,18 +54,19 @@ def hand_merges(g: Graph, every: int, rng: random.Random) -> int:
 
 
 def forgets(g: Graph, history: int, rounds: int) -> dict[str, Any]:
-    """Median forget time of one old session, main's way and now."""
+    """Median time of a forget of one old session, main's way and now, each a dry run (the whole
+    forget, rolled back) of the same session, each way first in turn: paired, so the sessions'
+    sizes cancel."""
     now = DatabaseUnitOfWork(g.db)
     main = DatabaseUnitOfWork(g.db)
     main.merges.records_near = lambda node_ids: set()  # type: ignore[method-assign]
     main.merges.rekey_unsupported = lambda node_ids: {}  # type: ignore[method-assign]
     times: dict[str, list[float]] = {"main": [], "now": []}
     rekeyed = 0
-    victims = iter(random.Random(7).sample(range(history), rounds * 2))
-    for round_ in range(rounds):
-        for way, unit in (("main", main), ("now", now))[:: 1 if round_ % 2 else -1]:  # each goes first in turn
+    for round_, victim in enumerate(random.Random(7).sample(range(history), rounds)):
+        for way, unit in (("main", main), ("now", now))[:: 1 if round_ % 2 else -1]:
             t0 = time.perf_counter()
-            report = forget_session(unit, f"s{next(victims):05d}")
+            report = forget_session(unit, f"s{victim:05d}", dry_run=True)
             times[way].append(time.perf_counter() - t0)
             rekeyed += len(report["nodes_rekeyed"]) if way == "now" else 0
     return {"forget_main_ms": median_ms(times["main"]), "forget_now_ms": median_ms(times["now"]),
@@ -94,7 +96,7 @@ def run(sessions: list[int], rounds: int, postgres_url: str | None) -> list[dict
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sessions", type=int, nargs="+", default=[250, 2000])
-    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--postgres", default=os.environ.get("REM_TEST_POSTGRES_URL") or None)
     args = parser.parse_args(argv)
     configure_logging(level="warning")

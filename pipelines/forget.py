@@ -129,8 +129,8 @@ def _forget_traces(
     (:meth:`store.merges.MergeStore.forget_traces`; ``carried``: the merges into the touched nodes
     that carried rows before; ``near``: the records that may have saved an edge of a node it
     removed, read before), the ids of the nodes left that only the forgotten source spelled (of
-    ``gave_id``, those whose id a forgotten row gave: :meth:`store.merges.MergeStore.rekey_unsupported`),
-    and the stored communities that list a
+    ``gave_id``, those whose id a forgotten row gave:
+    :meth:`store.merges.MergeStore.rekey_unsupported`), and the stored communities that list a
     node it removed, renamed or re-keyed (``names``: the touched nodes' names before; a merged
     node whose record went, too)."""
     traces, merged_away = unit.merges.forget_traces(carried, removed=removed, touched=names.keys() | removed, near=near,
