@@ -557,10 +557,8 @@ class MergeStore:
         record go. The id is then rewritten wherever it is stored (:meth:`_rekey`). A node whose
         id some row still gives keeps it. Returns ``{old id: new id}``."""
         renamed: dict[str, str] = {}
-        for node_id in sorted(set(node_ids)):
-            if self.graph.get_node(node_id) is None or self._id_supported(node_id):
-                continue
-            new_id = min(r[0] for r in self.db.query(  # it has rows: _id_supported says so otherwise
+        for node_id in self._unsupported(node_ids):
+            new_id = min(r[0] for r in self.db.query(  # it has rows (_unsupported)
                 "SELECT extracted_for FROM node_claims WHERE node_id = ? UNION SELECT extracted_for FROM node_points WHERE node_id = ?",
                 (node_id, node_id),
             ))
@@ -575,15 +573,20 @@ class MergeStore:
         return renamed
 
     # --- helpers ---------------------------------------------------------------------------
-    def _id_supported(self, node_id: str) -> bool:
-        """Whether a claim or point of the node, or none at all, was extracted for its id: one
-        probe of each ``*_owner`` index, which stops at the first."""
-        return bool(self.db.query(
-            "SELECT EXISTS (SELECT 1 FROM node_claims WHERE node_id = ? AND extracted_for = ?) "
-            "OR EXISTS (SELECT 1 FROM node_points WHERE node_id = ? AND extracted_for = ?) "
-            "OR NOT (EXISTS (SELECT 1 FROM node_claims WHERE node_id = ?) OR EXISTS (SELECT 1 FROM node_points WHERE node_id = ?))",
-            (node_id, node_id, node_id, node_id, node_id, node_id),
-        )[0][0])
+    def _unsupported(self, node_ids: Iterable[str]) -> list[str]:
+        """The nodes of ``node_ids`` that exist and have rows, none extracted for their id: one
+        statement per batch, each node's probes (``EXISTS`` on ``node_claims_owner`` and
+        ``node_points_owner``) stopping at the first row that answers."""
+        found: list[str] = []
+        for batch, marks in in_batches(sorted(set(node_ids))):
+            found.extend(r[0] for r in self.db.query(
+                f"SELECT n.id FROM nodes n WHERE n.id IN ({marks}) "
+                "AND NOT EXISTS (SELECT 1 FROM node_claims c WHERE c.node_id = n.id AND c.extracted_for = n.id) "
+                "AND NOT EXISTS (SELECT 1 FROM node_points p WHERE p.node_id = n.id AND p.extracted_for = n.id) "
+                "AND (EXISTS (SELECT 1 FROM node_claims c WHERE c.node_id = n.id) OR EXISTS (SELECT 1 FROM node_points p WHERE p.node_id = n.id)) "
+                "ORDER BY n.id", batch,
+            ))
+        return found
 
     def _free_id(self, node_id: str) -> str:
         """``node_id``, or, when a node has it, the first of ``node_id~2``, ``~3``… no node has."""
