@@ -19,8 +19,10 @@ extracted (``rem-cycle forget``), and the retraction of sessions whose rows left
   are deleted, with the session's failed attempts (an error message may quote the turn). A tombstone keeps extraction from ever reading the turn again, and the session is
   marked for re-extraction, which brings back what its other turns said of a withdrawn claim.
 - **Either**: a merge record of a node it touched keeps nothing of the forgotten source (a merge
-  only it gave reasons for goes, with a hand merge's alias), and a stored community that listed a
-  node it removed or renamed is rewritten with the members left and their default label
+  only it gave reasons for goes, with a hand merge's alias), nor does a record near a node it
+  removed (a saved edge to it); a node left whose id no remaining source gives takes one they
+  give, everywhere the id is stored; and a stored community that listed a node it removed,
+  renamed or re-keyed is rewritten with the members left and their default label
   (:func:`_forget_traces`), so a forgotten name outlives the forget nowhere in the graph.
 - ``dry_run``: everything is done in one transaction that is rolled back, so the report says
   exactly what a real run removes.
@@ -88,7 +90,7 @@ def forget_anchor(
             small = (touched - provenance.pointed_elsewhere(touched, anchor)) | {memory_node_id(m) for m in memories} | {anchor}
             counter = _RemovalCount.of(graph, small=small, keys=(r.key for r in rows.edge_points))
             nodes_before, edges_before = counter.now()
-            carried, names = unit.merges.carried(touched), _names(graph, touched)
+            carried, names, near = unit.merges.carried(touched), _names(graph, touched), unit.merges.records_near(small)
             empty = reduce_session(reduce_key, [], anchor=anchor if kind == NOTE else "")
             commit_session(empty, unit=unit, graph_index=None, on_commit=lambda: None,
                            queue_append=lambda lines: 0, matcher=lambda candidates, index: {})
@@ -99,8 +101,12 @@ def forget_anchor(
             if bury:
                 tombstones.bury(kind, item_id)
             removed = touched - graph.existing_ids(touched)
-            traces = _forget_traces(unit, carried, names, removed=removed, session=item_id if kind == SESSION else None, anchor=anchor)
+            # Counted before the ids change: a re-keyed node's edges are still there, under new keys.
             nodes_after, edges_after = counter.now()
+            # Only a node whose id the forgotten rows gave can be left without a source of it.
+            gave_id = {r.node_id for r in (*rows.node_points, *rows.claims) if r.extracted_for == r.node_id}
+            traces = _forget_traces(unit, carried, names, near, removed=removed, gave_id=gave_id,
+                                    session=item_id if kind == SESSION else None, anchor=anchor)
             report.update(
                 **traces, points=len(rows.node_points) + len(rows.edge_points), claims=len(rows.claims),
                 nodes_removed=nodes_before - nodes_after, edges_removed=edges_before - edges_after,
@@ -116,16 +122,22 @@ def forget_anchor(
 
 
 def _forget_traces(
-    unit: UnitOfWork, carried: set[int], names: dict[str, str], *, removed: set[str], anchor: str,
-    session: str | None = None, memory_id: str | None = None,
-) -> dict[str, int]:
+    unit: UnitOfWork, carried: set[int], names: dict[str, str], near: set[int], *, removed: set[str], gave_id: set[str],
+    anchor: str, session: str | None = None, memory_id: str | None = None,
+) -> dict[str, Any]:
     """Once a forget took its rows out: what the merge records held of them
     (:meth:`store.merges.MergeStore.forget_traces`; ``carried``: the merges into the touched nodes
-    that carried rows before) and the stored communities that list a node it removed or renamed
-    (``names``: the touched nodes' names before; a merged node whose record went, too)."""
-    traces, merged_away = unit.merges.forget_traces(carried, removed=removed, touched=names.keys() | removed,
+    that carried rows before; ``near``: the records that may have saved an edge of a node it
+    removed, read before), the ids of the nodes left that only the forgotten source spelled (of
+    ``gave_id``, those whose id a forgotten row gave:
+    :meth:`store.merges.MergeStore.rekey_unsupported`), and the stored communities that list a
+    node it removed, renamed or re-keyed (``names``: the touched nodes' names before; a merged
+    node whose record went, too)."""
+    traces, merged_away = unit.merges.forget_traces(carried, removed=removed, touched=names.keys() | removed, near=near,
                                                     session=session, anchor=anchor, memory_id=memory_id)
-    return {**traces, "communities_rewritten": _rewrite_communities(unit, _renamed(unit.graph, names) | merged_away)}
+    rekeyed = unit.merges.rekey_unsupported(gave_id - removed)
+    changed = _renamed(unit.graph, names) | merged_away
+    return {**traces, "nodes_rekeyed": rekeyed, "communities_rewritten": _rewrite_communities(unit, changed, rekeyed)}
 
 
 def _names(graph: Graph, node_ids: Iterable[str]) -> dict[str, str]:
@@ -139,18 +151,20 @@ def _renamed(graph: Graph, names: dict[str, str]) -> set[str]:
     return {node_id for node_id, name in names.items() if now.get(node_id) != name}
 
 
-def _rewrite_communities(unit: UnitOfWork, changed: set[str]) -> int:
-    """Rewrite the stored communities that hold a node of ``changed`` (removed or renamed by a
-    forget): their members as they are now and the default label of them, or no community when
-    too few are left (:func:`pipelines.communities.without_members`) — a label must not keep a
-    forgotten name until the next detection. Reads only those communities' members and their
-    edges. Returns how many were rewritten or removed."""
+def _rewrite_communities(unit: UnitOfWork, changed: set[str], rekeyed: dict[str, str]) -> int:
+    """Rewrite the stored communities that hold a node of ``changed`` (removed, renamed or
+    re-keyed by a forget; ``rekeyed``: old id → new id): their members as they are now, under
+    their new ids, and the default label of them, or no community when too few are left
+    (:func:`pipelines.communities.without_members`) — a label must not keep a forgotten name until
+    the next detection. Reads only those communities' members and their edges. Returns how many
+    were rewritten or removed."""
     graph = unit.graph
     communities = unit.communities.holding(changed) if changed else []
     for community in communities:
-        nodes = graph.get_nodes(community.members)
+        now = replace(community, members=tuple(sorted(rekeyed.get(m, m) for m in community.members)))
+        nodes = graph.get_nodes(now.members)
         edges = [edge for node_id in sorted(nodes) for edge in graph.edges_of(node_id)]
-        unit.communities.rewrite(community, without_members(community, list(nodes.values()), edges))
+        unit.communities.rewrite(community, without_members(now, list(nodes.values()), edges))
     return len(communities)
 
 
@@ -194,7 +208,7 @@ def forget_memory(unit: UnitOfWork, memory_id: str, *, dry_run: bool = False) ->
             keys = provenance.turn_edges(anchor, node_id) | {(owner, anchor, DISCUSSED_IN) for owner in owners}
             counter = _RemovalCount.of(graph, small=small, keys=keys)
             nodes_before, edges_before = counter.now()
-            carried, names = unit.merges.carried(owners), _names(graph, owners)
+            carried, names, near = unit.merges.carried(owners), _names(graph, owners), unit.merges.records_near(small)
             nodes, edges = provenance.delete_turn_points(anchor, node_id) if anchor else (set(), set())
             sourced_by_turn: set[str] = set()
             for owner in sorted(nodes):
@@ -218,10 +232,10 @@ def forget_memory(unit: UnitOfWork, memory_id: str, *, dry_run: bool = False) ->
             for orphan in orphans:
                 graph.delete_node(orphan)
             graph.delete_node(node_id)
-            traces = _forget_traces(unit, carried, names, removed=set(orphans), anchor=anchor, memory_id=node_id)
+            nodes_after, edges_after = counter.now()  # before the ids change, as forget_anchor
+            traces = _forget_traces(unit, carried, names, near, removed=set(orphans), gave_id=owners, anchor=anchor, memory_id=node_id)
             failed_chunks = tombstones.forget_memory_state(memory_id, session)
             tombstones.bury(MEMORY, memory_id)
-            nodes_after, edges_after = counter.now()
             report.update(
                 **traces, session=session, points=len(nodes) + len(edges), claims=claims, chunk_results=len(chunk_keys) + failed_chunks, nodes_removed=nodes_before - nodes_after,
                 edges_removed=edges_before - edges_after, knowledge_nodes_removed=orphans, tombstone=True,

@@ -95,9 +95,13 @@ class MergeRecorder(Protocol):
     def carried(self, node_ids: Iterable[str]) -> set[int]: ...
 
     def forget_traces(
-        self, carried_before: Collection[int], *, removed: Iterable[str], touched: Iterable[str], session: str | None = None,
-        anchor: str = "", memory_id: str | None = None,
+        self, carried_before: Collection[int], *, removed: Iterable[str], touched: Iterable[str], near: Collection[int] = (),
+        session: str | None = None, anchor: str = "", memory_id: str | None = None,
     ) -> tuple[dict[str, int], set[str]]: ...
+
+    def records_near(self, node_ids: Iterable[str]) -> set[int]: ...
+
+    def rekey_unsupported(self, node_ids: Iterable[str]) -> dict[str, str]: ...
 
 
 class Communities(Protocol):

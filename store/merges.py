@@ -37,7 +37,7 @@ from typing import Any
 from store.db import CANDIDATE_PAIR_KEY, Database, in_batches
 from store.facts import NodeFacts, facts_of, with_facts
 from store.graph import Edge, GraphStore, Node, dumps, utc_now
-from store.ids import normalize_graph_node_id
+from store.ids import MAX_NODE_ID_LENGTH, normalize_graph_node_id
 from store.provenance import (
     DISCUSSED_IN,
     MENTIONED_IN,
@@ -369,11 +369,7 @@ class MergeStore:
         conn.execute("DELETE FROM node_claims WHERE anchor = ? AND node_id = ?", (f"merge:{merge_id}", into.id))
         anchors = self.provenance.merged_anchors(into.id, merge_id)
         before = {a: {p.memory for p in self.provenance.node_anchor_points(into.id, a)} for a in anchors}
-        for table in ("node_points", "node_claims"):
-            conn.execute(f"UPDATE {table} SET node_id = ?, merge_id = NULL WHERE merge_id = ? AND node_id = ?", (merged_id, merge_id, into.id))
-            for extracted_for, prior in restore.get("prior_merges", ()):
-                conn.execute(f"UPDATE {table} SET merge_id = ? WHERE node_id = ? AND extracted_for = ? AND merge_id IS NULL",
-                             (prior, merged_id, extracted_for))
+        self._release_node_rows(merge_id, restore, from_id=into.id, to_id=merged_id)
         saved = {(e["source"], e["target"], e["relationship"]): _edge(e) for e in restore.get("edges", ())}
         touched: set[tuple[str, str, str]] = set()
         # What the merged edges said before their points part, and what their points carried (the
@@ -452,13 +448,15 @@ class MergeStore:
         return found
 
     def forget_traces(
-        self, carried_before: Collection[int], *, removed: Iterable[str], touched: Iterable[str], session: str | None = None,
-        anchor: str = "", memory_id: str | None = None,
+        self, carried_before: Collection[int], *, removed: Iterable[str], touched: Iterable[str], near: Collection[int] = (),
+        session: str | None = None, anchor: str = "", memory_id: str | None = None,
     ) -> tuple[dict[str, int], set[str]]:
         """After a forget took an anchor's (``anchor``; ``session``, its session id, when it was a
         session's) or one turn's (``memory_id``) rows out, inside its transaction, take what the
         merge records held of them (names, quotes) out too, touching only the records of the
-        nodes it ``touched`` (the ``merges_merged``/``merges_into`` indexes):
+        nodes it ``touched`` (the ``merges_merged``/``merges_into`` indexes) and the records
+        ``near`` the nodes it could remove (:meth:`records_near`, read before they went: a record
+        of a node the forget did not touch may have saved an edge to one it removed):
 
         - an active merge that carried rows before (``carried_before``, :meth:`carried`) and
           carries none now merged what only the forgotten source said: its alias claim goes, the
@@ -490,6 +488,9 @@ class MergeStore:
                 f"UNION SELECT merge_id, merged_id, into_id, evidence, restore FROM merges WHERE into_id IN ({marks})", batch + batch,
             ):
                 rows[int(row["merge_id"])] = row
+        for batch, marks in in_batches(sorted(set(near) - set(rows))):
+            for row in self.db.query(f"SELECT merge_id, merged_id, into_id, evidence, restore FROM merges WHERE merge_id IN ({marks})", batch):
+                rows[int(row["merge_id"])] = row
         rewritten = 0
         for merge_id, row in sorted(rows.items()):
             if merge_id in dropped or row["into_id"] in removed or (row["merged_id"] in removed and not self.carries(merge_id)):
@@ -516,7 +517,142 @@ class MergeStore:
             (merge_id, merge_id, merge_id, f"merge:{merge_id}"),
         )[0][0])
 
+    def records_near(self, node_ids: Iterable[str]) -> set[int]:
+        """The merge records that may hold an edge of ``node_ids`` in what they saved: those of the
+        nodes and of their neighbours in the graph (a record saves edges of its own two nodes), and,
+        following each record's merged node, the records into it (a chain ``M → I → J`` left
+        ``I``'s edges on ``J``). Read by the ``merges_merged``/``merges_into`` indexes and the
+        edges' primary key and ``edges_target``: what it costs is the nodes' edges and the records
+        of their neighbours, not the graph's history. Call before the nodes' edges go."""
+        ids = {normalize_graph_node_id(i) for i in node_ids}
+        for batch, marks in in_batches(sorted(ids), lists=2):
+            ids.update(r[0] for r in self.db.query(
+                f"SELECT target FROM edges WHERE source IN ({marks}) UNION SELECT source FROM edges WHERE target IN ({marks})", batch + batch,
+            ))
+        found: set[int] = set()
+        seen: set[str] = set()
+        frontier = ids
+        while frontier:
+            seen |= frontier
+            merged: set[str] = set()
+            for batch, marks in in_batches(sorted(frontier), lists=2):
+                for row in self.db.query(
+                    f"SELECT merge_id, merged_id FROM merges WHERE merged_id IN ({marks}) "
+                    f"UNION SELECT merge_id, merged_id FROM merges WHERE into_id IN ({marks})", batch + batch,
+                ):
+                    found.add(int(row[0]))
+                    merged.add(row[1])
+            frontier = merged - seen
+        return found
+
+    def rekey_unsupported(self, node_ids: Iterable[str]) -> dict[str, str]:
+        """After a forget took its rows out (inside its transaction): each node of ``node_ids``
+        that exists and has rows, none of them extracted for its id any more (``extracted_for`` of
+        its claims and points: the id its source's own name made), takes the least id its rows
+        were extracted for — the survivor rule of a commit (``pipelines.extract.commit.survivors``)
+        among the names left — or, when another node has that id, the id with ``~2``, ``~3``… (a
+        node an operator kept apart is not joined behind their back). A merge of the node whose
+        merged node's id it takes is dissolved: the node is that node now, so its rows lose the
+        merge's mark (taking back an earlier merge's, as an unmerge does), and its alias claim and
+        record go. The id is then rewritten wherever it is stored (:meth:`_rekey`). A node whose
+        id some row still gives keeps it. Returns ``{old id: new id}``."""
+        renamed: dict[str, str] = {}
+        for node_id in self._unsupported(node_ids):
+            new_id = min(r[0] for r in self.db.query(  # it has rows (_unsupported)
+                "SELECT extracted_for FROM node_claims WHERE node_id = ? UNION SELECT extracted_for FROM node_points WHERE node_id = ?",
+                (node_id, node_id),
+            ))
+            for row in self.db.query(
+                "SELECT merge_id, restore FROM merges WHERE merged_id = ? AND into_id = ? AND undone_at IS NULL", (new_id, node_id),
+            ):
+                self._dissolve(int(row["merge_id"]), json.loads(row["restore"]), node_id)
+            new_id = self._free_id(new_id)
+            self._rekey(node_id, new_id)
+            self._refacts(new_id)
+            renamed[node_id] = new_id
+        return renamed
+
     # --- helpers ---------------------------------------------------------------------------
+    def _unsupported(self, node_ids: Iterable[str]) -> list[str]:
+        """The nodes of ``node_ids`` that exist and have rows, none extracted for their id: one
+        statement per batch, each node's probes (``EXISTS`` on ``node_claims_owner`` and
+        ``node_points_owner``) stopping at the first row that answers."""
+        found: list[str] = []
+        for batch, marks in in_batches(sorted(set(node_ids))):
+            found.extend(r[0] for r in self.db.query(
+                f"SELECT n.id FROM nodes n WHERE n.id IN ({marks}) "
+                "AND NOT EXISTS (SELECT 1 FROM node_claims c WHERE c.node_id = n.id AND c.extracted_for = n.id) "
+                "AND NOT EXISTS (SELECT 1 FROM node_points p WHERE p.node_id = n.id AND p.extracted_for = n.id) "
+                "AND (EXISTS (SELECT 1 FROM node_claims c WHERE c.node_id = n.id) OR EXISTS (SELECT 1 FROM node_points p WHERE p.node_id = n.id)) "
+                "ORDER BY n.id", batch,
+            ))
+        return found
+
+    def _free_id(self, node_id: str) -> str:
+        """``node_id``, or, when a node has it, the first of ``node_id~2``, ``~3``… no node has."""
+        candidate, n = node_id, 1
+        while self.graph.get_node(candidate) is not None:
+            n += 1
+            suffix = f"~{n}"
+            candidate = node_id[: MAX_NODE_ID_LENGTH - len(suffix)].rstrip() + suffix
+        return candidate
+
+    def _release_node_rows(self, merge_id: int, restore: Mapping[str, Any], *, from_id: str, to_id: str) -> None:
+        """The points and claims ``merge_id`` moved onto ``from_id`` to ``to_id``, unmarked, each
+        taking back the mark of the merge that had moved it onto the merged node before
+        (``restore.prior_merges``)."""
+        for table in ("node_points", "node_claims"):
+            self.db.conn.execute(f"UPDATE {table} SET node_id = ?, merge_id = NULL WHERE merge_id = ? AND node_id = ?", (to_id, merge_id, from_id))
+            for extracted_for, prior in restore.get("prior_merges", ()):
+                self.db.conn.execute(f"UPDATE {table} SET merge_id = ? WHERE node_id = ? AND extracted_for = ? AND merge_id IS NULL",
+                                     (prior, to_id, extracted_for))
+
+    def _dissolve(self, merge_id: int, restore: Mapping[str, Any], node_id: str) -> None:
+        """Merge ``merge_id`` into ``node_id`` is no merge any more (the node is its merged node):
+        the rows it moved stay, unmarked; its alias claim and record go."""
+        conn = self.db.conn
+        conn.execute("DELETE FROM node_claims WHERE anchor = ? AND node_id = ?", (f"merge:{merge_id}", node_id))
+        self._release_node_rows(merge_id, restore, from_id=node_id, to_id=node_id)
+        conn.execute("UPDATE edge_points SET merge_id = NULL WHERE merge_id = ?", (merge_id,))
+        conn.execute("DELETE FROM merges WHERE merge_id = ?", (merge_id,))
+
+    def _rekey(self, old_id: str, new_id: str) -> None:
+        """Node ``old_id`` becomes ``new_id`` (no node has it) everywhere the id is stored: the
+        node, its edges (copied under the new key, their points moved onto them, the old ones
+        deleted with the old node), points, claims, aliases, identity candidates, the merge
+        records of it and near it (:meth:`records_near`: columns, saved edges, evidence). The
+        recall index follows through its triggers."""
+        conn = self.db.conn
+        near = self.records_near([old_id])
+        conn.execute("INSERT INTO nodes(id, label, name, properties, created_at, updated_at) "
+                     "SELECT ?, label, name, properties, created_at, updated_at FROM nodes WHERE id = ?", (new_id, old_id))
+        swap = "CASE WHEN {0} = ? THEN ? ELSE {0} END"
+        conn.execute(
+            f"INSERT INTO edges(source, target, relationship, weight, properties, created_at, updated_at) "
+            f"SELECT {swap.format('source')}, {swap.format('target')}, relationship, weight, properties, created_at, updated_at "
+            "FROM edges WHERE source = ? OR target = ?", (old_id, new_id, old_id, new_id, old_id, old_id),
+        )
+        for end in ("source", "target"):
+            conn.execute(
+                f"UPDATE edge_points SET source = {swap.format('source')}, target = {swap.format('target')}, "
+                f"extracted_source = {swap.format('extracted_source')}, extracted_target = {swap.format('extracted_target')} "
+                f"WHERE {end} = ?", (old_id, new_id) * 4 + (old_id,),
+            )
+        for table, column in (("node_points", "node_id"), ("node_claims", "node_id"), ("node_aliases", "node_id"),
+                              ("identity_candidates", "node_id"), ("identity_candidates", "candidate_id")):
+            conn.execute(f"UPDATE {table} SET {column} = ? WHERE {column} = ?", (new_id, old_id))
+        for batch, marks in in_batches(sorted(near)):
+            for row in self.db.query(f"SELECT merge_id, merged_id, into_id, evidence, restore FROM merges WHERE merge_id IN ({marks})", batch):
+                conn.execute(
+                    "UPDATE merges SET merged_id = ?, into_id = ?, evidence = ?, restore = ? WHERE merge_id = ?",
+                    (*(new_id if row[c] == old_id else row[c] for c in ("merged_id", "into_id")),
+                     dumps(_renamed(json.loads(row["evidence"]), old_id, new_id)),
+                     dumps(_renamed(json.loads(row["restore"]), old_id, new_id)), row["merge_id"]),
+                )
+        # A pair kept apart (an undone merge) of the node and the one it now is, is no pair.
+        conn.execute("DELETE FROM merges WHERE merged_id = ? AND into_id = ?", (new_id, new_id))
+        self.graph.delete_node(old_id)
+
     def _ensure_claims(self, nodes: Sequence[Node]) -> None:
         """A node written before claims existed gets its current facts as its first claim."""
         claimed = self.provenance.with_claims(n.id for n in nodes)
@@ -649,6 +785,18 @@ def _restore_without(restore: Mapping[str, Any], removed: set[str], *, anchor: s
             and kept((p["source"], p["target"]))
         ]
     return out
+
+
+def _renamed(value: Any, old_id: str, new_id: str) -> Any:
+    """A merge record's JSON (``evidence``, ``restore``) with every string that is ``old_id`` as
+    ``new_id`` (ids are whole strings there; names never carry the ``TYPE:`` prefix of an id)."""
+    if value == old_id:
+        return new_id
+    if isinstance(value, list):
+        return [_renamed(v, old_id, new_id) for v in value]
+    if isinstance(value, dict):
+        return {k: _renamed(v, old_id, new_id) for k, v in value.items()}
+    return value
 
 
 def _extend(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:

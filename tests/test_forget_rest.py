@@ -37,9 +37,10 @@ SESSIONS = [
 ]
 
 
-def _rows_holding(settings: Settings, word: str) -> list[str]:
+def rows_holding(settings: Settings, word: str, *, case: bool = False) -> list[str]:
     """``table: row`` for every row of every table of the graph database (but SQLite's full-text
-    shadow tables, whose bytes tests/test_forget_bytes.py reads) whose text holds ``word``, any case."""
+    shadow tables, whose bytes tests/test_forget_bytes.py reads) whose text holds ``word``, any
+    case (exactly, with ``case``)."""
     db = open_database(settings)
     try:
         if settings.database_url is None:
@@ -51,7 +52,7 @@ def _rows_holding(settings: Settings, word: str) -> list[str]:
         for table in tables:
             for row in db.query(f'SELECT * FROM "{table}"'):
                 text = " ".join(str(value) for value in tuple(row))
-                if word.lower() in text.lower():
+                if (word in text) if case else (word.lower() in text.lower()):
                     found.append(f"{table}: {text[:200]}")
         return found
     finally:
@@ -79,19 +80,19 @@ async def test_a_forgotten_name_leaves_the_merge_records_and_the_alias_a_hand_me
     merge_node(settings, f"CLASS:{TURN_NAME}", "CLASS:GraphStore")  # the operator folds each into a node that stays
     merge_node(settings, f"CLASS:{SESSION_NAME}", "CLASS:ConfigLoader")
     merge_node(settings, "CLASS:RetryPolicy", "CLASS:GraphStore")  # two nodes that both stay
-    assert _rows_holding(settings, TURN_NAME) and _rows_holding(settings, SESSION_NAME)
+    assert rows_holding(settings, TURN_NAME) and rows_holding(settings, SESSION_NAME)
 
     report = forget(settings, memory="s-keep-t0001")
     assert report["merges_dropped"] == 1
-    assert _rows_holding(settings, TURN_NAME) == []
+    assert rows_holding(settings, TURN_NAME) == []
     report = forget(settings, session="s-gone")
     assert report["merges_dropped"] == 1
-    assert _rows_holding(settings, SESSION_NAME) == []
+    assert rows_holding(settings, SESSION_NAME) == []
     # What the rest of the graph says stays: the merge of two nodes that keep their points is
     # still recorded and still undone exactly.
     undone = unmerge_node(settings, "CLASS:RetryPolicy")
     assert [u["into"] for u in undone] == ["CLASS:GraphStore"]
-    assert "s-other" in str(_rows_holding(settings, "RetryPolicy"))
+    assert "s-other" in str(rows_holding(settings, "RetryPolicy"))
 
 
 @pytest.mark.both_backends
@@ -112,7 +113,7 @@ async def test_a_community_no_longer_lists_or_is_labelled_by_a_forgotten_node(se
     assert forget(settings, session="s-gone")["communities_rewritten"] == 1
     [after] = _communities(settings)
     assert after["id"] == community["id"] and after["size"] == 4 and SESSION_NAME not in str(after)
-    assert _rows_holding(settings, TURN_NAME) == _rows_holding(settings, SESSION_NAME) == []
+    assert rows_holding(settings, TURN_NAME) == rows_holding(settings, SESSION_NAME) == []
     # The next detection finds the same member set and keeps the id.
     assert (await run_cycle(settings)).outcome == "completed"
     assert [c["id"] for c in _communities(settings)] == [community["id"]]
