@@ -118,3 +118,15 @@ async def test_a_failed_first_extraction_is_taken_over_by_one_waiter_and_nothing
         again = await bounded_cycle(mine, tmp_path)
         assert (llm.chat_count, again["sessions_digested"], again["chunks_reused"]) == (0, 1, 3)
         assert points(mine, "dup0") == points(mine, "dup1") == points(mine, "dup2") != set()
+
+
+async def test_the_heuristic_extractor_extracts_each_text_of_a_cycle_once(settings: Settings, tmp_path: Path) -> None:
+    """The heuristic extractor goes through the same registry. Its extractions are too quick to
+    make sessions overlap at will, so before forkflight this failed only when they did (2 runs in 3)."""
+    mine = settings.model_copy(update={"chunk_limit_tokens": 48, "prompt_envelope_tokens": 0})
+    sessions = [*(conversation(f"dup{i}", HISTORY) for i in range(4)), conversation("fork", [*HISTORY, *NEW_TURNS])]
+    counts = await bounded_cycle(mine, tmp_path, *sessions)
+    # Before, when the sessions overlapped: 10 or 13 extracted.
+    assert (counts["chunks_ok"], counts["chunks_reused"], counts["sessions_digested"]) == (4, 12, 5)
+    assert all(points(mine, f"dup{i}") == points(mine, "dup0") != set() for i in range(1, 4))
+    assert {p for p in points(mine, "fork") if p[2] != "chunk:3"} == points(mine, "dup0")
