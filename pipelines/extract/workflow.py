@@ -304,7 +304,7 @@ async def extract_sessions(
     waits: the extraction it waits for needs a model-call slot only, never a session slot or a
     commit turn, so it ends whatever the waiting sessions hold."""
     stats = stats if stats is not None else ExtractStats()
-    in_flight = InFlight()  # this phase's only: nothing outlives the cycle
+    in_flight = InFlight()  # these sessions' only (one claim batch of the cycle): nothing outlives it
     calls = anyio.CapacityLimiter(env.concurrency)
     sessions = anyio.CapacityLimiter(env.concurrency)
     tally = {"digested": "sessions_digested", "failed": "sessions_failed", "deferred": "sessions_deferred",
