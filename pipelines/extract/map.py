@@ -5,19 +5,22 @@ model call); so is a unit whose *text* hash has one in any session (a forked, re
 conversation: the same turns under new memory ids), its evidence moved to the unit's memories by
 place and the answer copied into the unit's own row. A unit whose last failure is still backing
 off is deferred (no call this cycle); every other unit is extracted, validated, and its outcome
-written to ``chunk_results``.
+written to ``chunk_results`` — unless a unit of the same text is being extracted in the same phase
+(another session's, or this one's): then it waits for that answer and reuses it the same way
+(:mod:`pipelines.extract.inflight`).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from functools import partial
 
 import anyio
 
+from pipelines.extract.inflight import InFlight
 from pipelines.extract.model import (
     ChunkExtraction,
     ExtractionFailure,
@@ -81,9 +84,13 @@ async def map_units(
     run_id: str | None,
     retry_base_seconds: float,
     retry_max_seconds: float,
+    in_flight: InFlight | None = None,
 ) -> list[UnitOutcome]:
     """Outcomes in unit order. Never raises for a unit's failure: it is an outcome; a failed unit is
-    not tried again before :func:`chunk_backoff` of its failures (``retry_*_seconds``) has passed."""
+    not tried again before :func:`chunk_backoff` of its failures (``retry_*_seconds``) has passed.
+    ``in_flight``: the phase's texts being extracted, shared by the sessions it maps side by side
+    (a new one, this map's alone, when None)."""
+    in_flight = in_flight if in_flight is not None else InFlight()
     fingerprint = extractor.fingerprint
     known = await anyio.to_thread.run_sync(store.get_many, [u.content_hash for u in units], fingerprint)
     unanswered = [u.text_hash for u in units if not u.is_empty and not _answered(known.get(u.content_hash))]
@@ -105,8 +112,7 @@ async def map_units(
             outcomes[index] = UnitOutcome(unit, "reused", reused)
         elif moved is not None:
             # The session's own row from now on: a forget of the session it came from leaves it.
-            copies.append(AnswerCopy(unit.session_id, unit.unit_id, unit.content_hash, unit.text_hash, unit.memory_ids,
-                                     fingerprint, moved.to_payload(), run_id))
+            copies.append(_copy(unit, moved, fingerprint, run_id))
             outcomes[index] = UnitOutcome(unit, "reused", moved)
         elif row is not None and row.status == "failed" and row.next_attempt_at and row.next_attempt_at > iso(now):
             outcomes[index] = UnitOutcome(unit, "deferred", error_kind=row.error_kind, error=row.error,
@@ -115,11 +121,13 @@ async def map_units(
             todo.append(index)
 
     async def run(index: int) -> None:
-        outcomes[index] = await _extract_one(
-            units[index], extractor=extractor, store=store, semantic_types=semantic_types, limiter=limiter,
+        extract = partial(
+            _extract_one, units[index], extractor=extractor, store=store, semantic_types=semantic_types, limiter=limiter,
             fingerprint=fingerprint, now=now, run_id=run_id, failed_before=_failures(known.get(units[index].content_hash)),
             retry_base_seconds=retry_base_seconds, retry_max_seconds=retry_max_seconds,
         )
+        outcomes[index] = await _extract_once(units[index], extract, in_flight=in_flight, store=store,
+                                              fingerprint=fingerprint, run_id=run_id)
 
     await anyio.to_thread.run_sync(store.record_copies, copies)
     async with anyio.create_task_group() as tg:
@@ -137,6 +145,46 @@ def _moved(row: ChunkResult | None, unit: WorkUnit) -> ChunkExtraction | None:
     if row is None or row.payload is None or row.memory_ids is None:
         return None
     return answer_moved_to(ChunkExtraction.from_payload(row.payload), unit, row.memory_ids)
+
+
+def _copy(unit: WorkUnit, moved: ChunkExtraction, fingerprint: str, run_id: str | None) -> AnswerCopy:
+    """``unit``'s own row for an answer moved to it from another unit of its text."""
+    return AnswerCopy(unit.session_id, unit.unit_id, unit.content_hash, unit.text_hash, unit.memory_ids, fingerprint,
+                      moved.to_payload(), run_id)
+
+
+async def _extract_once(
+    unit: WorkUnit,
+    extract: Callable[[], Awaitable[UnitOutcome]],
+    *,
+    in_flight: InFlight,
+    store: ChunkResults,
+    fingerprint: str,
+    run_id: str | None,
+) -> UnitOutcome:
+    """``extract()`` — unless a unit of the same text is being extracted in this phase: then, once
+    that extraction has landed with an answer, the answer moved to ``unit`` (no model call). A
+    flight that landed without one is claimed again by the first waiter, which extracts the text
+    itself: the failure may be that request's alone (a malformed, truncated or lost answer; the
+    prompt names the session), and copying it would charge this session an attempt it never made.
+    Waiting holds no model-call slot (``extract`` takes one only around its call)."""
+    key = (fingerprint, unit.text_hash)
+    while (flight := in_flight.claim(key)) is not None:
+        await flight.landed.wait()
+        if flight.answered:
+            found = await anyio.to_thread.run_sync(store.answers_by_text, [unit.text_hash], fingerprint)
+            moved = _moved(found.get(unit.text_hash), unit)
+            if moved is None:  # the answer went with its session (forgotten meanwhile): this unit pays
+                return await extract()
+            await anyio.to_thread.run_sync(store.record_copies, [_copy(unit, moved, fingerprint, run_id)])
+            return UnitOutcome(unit, "reused", moved)
+    answered = False
+    try:
+        outcome = await extract()
+        answered = outcome.status == "ok"
+        return outcome
+    finally:  # also when the extraction raised or was cancelled: no waiter is left waiting
+        in_flight.land(key, answered=answered)
 
 
 def _failures(row: ChunkResult | None) -> int:

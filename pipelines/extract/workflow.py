@@ -16,6 +16,7 @@ import structlog
 from config import Settings
 from pipelines.extract.commit import CommitStats, GraphIndex, commit_session
 from pipelines.extract.heuristic import HeuristicExtractor
+from pipelines.extract.inflight import InFlight
 from pipelines.extract.map import UnitOutcome, map_units
 from pipelines.extract.model import Extractor, WorkUnit
 from pipelines.extract.reduce import reduce_session
@@ -168,12 +169,14 @@ async def extract_session(
     limiter: anyio.CapacityLimiter,
     *,
     commit_turn: Callable[[], Awaitable[None]] | None = None,
+    in_flight: InFlight | None = None,
 ) -> str:
     """Extract one session and commit it if every chunk succeeded; returns ``digested``,
     ``failed``, ``deferred`` (its chunks back off: no call), ``outage`` (deferred too: the model
     server was out), ``undigestible`` or ``claim-lost``. A failure is recorded, never raised (except
     Chroma being unreachable, which fails the whole phase). ``commit_turn`` is awaited just before
-    the commit (:func:`extract_sessions` uses it to commit in session order)."""
+    the commit (:func:`extract_sessions` uses it to commit in session order). ``in_flight``: the
+    texts the phase's other sessions are extracting (:mod:`pipelines.extract.inflight`)."""
     sid = record.session_id
     try:
         known = await anyio.to_thread.run_sync(env.session_memory_ids, sid) if env.session_memory_ids else None
@@ -184,7 +187,7 @@ async def extract_session(
         outcomes = await map_units(
             units, extractor=env.extractor, store=env.unit.chunks, semantic_types=env.semantic_types,
             limiter=limiter, now=env.now, run_id=env.run_id, retry_base_seconds=env.retry_base_seconds,
-            retry_max_seconds=env.retry_max_seconds,
+            retry_max_seconds=env.retry_max_seconds, in_flight=in_flight,
         )
         stats.count_outcomes(outcomes)
         failed = [o for o in outcomes if o.extraction is None]
@@ -294,8 +297,14 @@ async def extract_sessions(
     Sessions *commit* in the order of ``records`` (oldest first) whatever order their extractions
     finish in, so an interrupted phase leaves a prefix committed. The graph does not depend on the
     commit order anyway (least id survives a link, least spelling names a node: see
-    :mod:`pipelines.extract.commit`) — which is what lets several workers commit side by side."""
+    :mod:`pipelines.extract.commit`) — which is what lets several workers commit side by side.
+
+    A chunk whose words another session of the phase is extracting waits for that answer instead
+    of paying for it again (:mod:`pipelines.extract.inflight`). Its session keeps its slot while it
+    waits: the extraction it waits for needs a model-call slot only, never a session slot or a
+    commit turn, so it ends whatever the waiting sessions hold."""
     stats = stats if stats is not None else ExtractStats()
+    in_flight = InFlight()  # these sessions' only (one claim batch of the cycle): nothing outlives it
     calls = anyio.CapacityLimiter(env.concurrency)
     sessions = anyio.CapacityLimiter(env.concurrency)
     tally = {"digested": "sessions_digested", "failed": "sessions_failed", "deferred": "sessions_deferred",
@@ -323,7 +332,7 @@ async def extract_sessions(
                 # Every log line of this session's extraction (extractor retries, culled edges …)
                 # carries its id; each task has its own context, so concurrent sessions do not mix.
                 with structlog.contextvars.bound_contextvars(session_id=record.session_id):
-                    result = await extract_session(record, env, stats, calls, commit_turn=turn)
+                    result = await extract_session(record, env, stats, calls, commit_turn=turn, in_flight=in_flight)
                     log.debug("session extracted", result=result)
                 setattr(stats, tally[result], getattr(stats, tally[result]) + 1)
                 if result == "undigestible":

@@ -1,0 +1,57 @@
+"""The texts being extracted in one extract phase, so that two sessions of the same words (a fork
+and its original, duplicates) digested side by side pay for each shared chunk once.
+
+A unit that would call the extractor first *claims* its text (fingerprint and text hash). The
+first claim of a text is granted: that unit extracts it and *lands* the flight when its extraction
+ends, answered or not. A later claim of the same text gets the flight to wait on instead, and
+reuses the answer once it has landed (:func:`pipelines.extract.map.map_units`). A flight that
+landed without an answer is forgotten, so the next claim of its text — the first waiter to wake —
+is granted and extracts the text itself, while the other waiters wait on it in turn.
+
+A claimant never waits for anything but a model-call slot, and those are held only by calls in
+progress, so every flight lands: a waiter cannot wait for ever, whatever the number of sessions,
+slots or duplicates. The registry holds one small entry per text answered in the phase and lives
+as long as the phase does: nothing outlives the cycle. Pure: no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import anyio
+
+# (extractor fingerprint, text hash): the same words asked of the same extractor.
+TextKey = tuple[str, str]
+
+
+@dataclass(slots=True)
+class Flight:
+    """One text's extraction: ``landed`` is set when it ended; ``answered``: it stored an ``ok``
+    answer under the text's hash."""
+
+    landed: anyio.Event = field(default_factory=anyio.Event)
+    answered: bool = False
+
+
+class InFlight:
+    """The flights of one extract phase, by :data:`TextKey`."""
+
+    def __init__(self) -> None:
+        self._flights: dict[TextKey, Flight] = {}
+
+    def claim(self, key: TextKey) -> Flight | None:
+        """``None``: the caller extracts the text and must :meth:`land` it (in a ``finally``).
+        Otherwise the flight of the unit extracting it (or which answered it) to wait on."""
+        flight = self._flights.get(key)
+        if flight is None:
+            self._flights[key] = Flight()
+        return flight
+
+    def land(self, key: TextKey, *, answered: bool) -> None:
+        """The claimant's extraction of ``key`` ended. Answered: later claims get the landed flight
+        (and read the answer from the store). Not answered: the text is free to claim again."""
+        flight = self._flights[key]
+        flight.answered = answered
+        if not answered:
+            del self._flights[key]
+        flight.landed.set()
