@@ -16,14 +16,15 @@ import pytest
 
 from tests.conftest import ROOT
 
-# SIGINT arrives while ``networkx`` (which every command loads) is being imported, as a Ctrl-C in
-# the first half second does: a meta-path finder sends it when the import starts (deterministic,
-# whatever the machine's speed). It was ``chromadb`` until commands stopped loading it at start.
+# SIGINT arrives while ``pydantic_settings`` (which every command loads) is being imported, as a
+# Ctrl-C in the first half second does: a meta-path finder sends it when the import starts
+# (deterministic, whatever the machine's speed). It was ``chromadb``, then ``networkx``, until
+# commands stopped loading them at start (tests/test_cli_start.py).
 _SIGINT_DURING_IMPORT = """
 import os, signal, sys
 class _CtrlC:
     def find_spec(self, name, path=None, target=None):
-        if name == "networkx":
+        if name == "pydantic_settings":
             sys.meta_path.remove(self)
             os.kill(os.getpid(), signal.SIGINT)
         return None
