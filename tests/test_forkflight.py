@@ -14,9 +14,14 @@ import pytest
 
 from config import Settings
 from pipelines.extract.inflight import InFlight
+from pipelines.importer import import_sessions
+from store.chroma import ChromaStore
+from store.backend import open_database
+from tests.conftest import write_sessions
 from tests.llm_server import LLMServer, ok, server_error, slow
 from tests.test_extract_cycle import llm_settings
 from tests.test_forkreuse import HISTORY, NEW_TURNS, conversation, cycle, points, rows
+from worker.cycle import PHASES, run_cycle
 
 # A waiter left waiting would hang the cycle: it fails well before the suite's timeout instead.
 STUCK_SECONDS = 60
@@ -130,3 +135,55 @@ async def test_the_heuristic_extractor_extracts_each_text_of_a_cycle_once(settin
     assert (counts["chunks_ok"], counts["chunks_reused"], counts["sessions_digested"]) == (4, 12, 5)
     assert all(points(mine, f"dup{i}") == points(mine, "dup0") != set() for i in range(1, 4))
     assert {p for p in points(mine, "fork") if p[2] != "chunk:3"} == points(mine, "dup0")
+
+
+def test_a_flight_that_ended_in_an_outage_ends_every_claim_of_its_text_alike() -> None:
+    flights = InFlight()
+    key = ("fp", "text")
+    assert flights.claim(key) is None
+    waiter = flights.claim(key)
+    assert waiter is not None
+    flights.land(key, answered=False, outage=("provider-error", "connection failed: ConnectError"))
+    assert waiter.landed.is_set() and waiter.outage == ("provider-error", "connection failed: ConnectError")
+    # No waiter takes over, and a later claim in the phase gets the same landed flight.
+    assert flights.claim(key) is waiter
+
+
+@pytest.mark.both_backends
+async def test_duplicates_in_an_outage_try_the_server_once_a_text_and_are_charged_nothing(
+    settings: Settings, tmp_path: Path
+) -> None:
+    """Found by forkflight's author: while the model server was down (connection refused), each
+    session waiting on a text's extraction took over in turn when it failed, and tried the server
+    again (with its own retries and backoff): a cycle over K duplicates took K times as long in an
+    outage, though no attempt could succeed."""
+    with LLMServer() as probe:  # a port nothing listens on once it is stopped
+        port = probe.port
+    copies = [f"dup{i}" for i in range(4)]
+    with LLMServer(port=port) as llm:
+        # Two sessions and two calls at a time, four sessions a claim: all four share one registry.
+        mine = llm_settings(settings.data_dir, llm, database_url=settings.database_url, llm_concurrency=2,
+                            chunk_retry_base_seconds=0.001, chunk_retry_max_seconds=0.001)
+    source = write_sessions(tmp_path / "in.jsonl", [conversation(sid, HISTORY) for sid in copies])
+    await import_sessions(source, chroma=ChromaStore(mine), memory_collection=mine.memory_collection,
+                          summary_collection=mine.session_collection)
+    # provider-ready would find the server down and fail the cycle: the outage starts after it.
+    with anyio.fail_after(STUCK_SECONDS):
+        down = await run_cycle(mine, phases=tuple(p for p in PHASES if p[0] in ("ingest", "extract")))
+    assert down.outcome == "completed", down.message
+    extract = down.phases["extract"]
+    # Before: 12 extractions (each copy tried its 3 chunks in turn), 12 chunks failed.
+    chunk_rows = [r for sid in copies for r in rows(mine, sid)]
+    assert sum(attempts for *_, attempts in chunk_rows) == 3 and len(chunk_rows) == 3, chunk_rows
+    assert (extract["chunks_failed"], extract["chunks_deferred"], extract["failures_by_kind"]) == (3, 9, {"provider-error": 3})
+    assert (extract["sessions_deferred"], extract["sessions_failed"], extract["sessions_undigestible"]) == (4, 0, 0)
+    db = open_database(mine, readonly=True)
+    try:
+        assert [tuple(r) for r in db.query("SELECT state, attempts FROM session_digests")] == [("undigested", 0)] * 4
+    finally:
+        db.close()
+
+    with LLMServer(port=port) as llm:  # the server is back: each text is paid once
+        healed = await bounded_cycle(mine, tmp_path)
+        assert (llm.chat_count, healed["chunks_ok"], healed["chunks_reused"], healed["sessions_digested"]) == (3, 3, 9, 4)
+    assert all(points(mine, sid) == points(mine, "dup0") != set() for sid in copies)

@@ -5,12 +5,15 @@ A unit that would call the extractor first *claims* its text (fingerprint and te
 first claim of a text is granted: that unit extracts it and *lands* the flight when its extraction
 ends, answered or not. A later claim of the same text gets the flight to wait on instead, and
 reuses the answer once it has landed (:func:`pipelines.extract.map.map_units`). A flight that
-landed without an answer is forgotten, so the next claim of its text — the first waiter to wake —
-is granted and extracts the text itself, while the other waiters wait on it in turn.
+landed in an outage (the model server could not be reached or refused all work) stays: its
+waiters, and any later claim of its text in the phase, end the same way without a call — the
+server cannot answer them either. A flight that landed without an answer for a reason of its own
+(a 500, a malformed or truncated answer) is forgotten, so the next claim of its text — the first
+waiter to wake — is granted and extracts the text itself, while the other waiters wait on it in turn.
 
 A claimant never waits for anything but a model-call slot, and those are held only by calls in
 progress, so every flight lands: a waiter cannot wait for ever, whatever the number of sessions,
-slots or duplicates. The registry holds one small entry per text answered in the phase and lives
+slots or duplicates. The registry holds one small entry per text answered (or out) in the phase and lives
 as long as the phase does: nothing outlives the cycle. Pure: no I/O, no clock.
 """
 
@@ -22,15 +25,18 @@ import anyio
 
 # (extractor fingerprint, text hash): the same words asked of the same extractor.
 TextKey = tuple[str, str]
+# (error kind, error) of an extraction the model server could not take: unreachable or refusing all work.
+Outage = tuple[str | None, str | None]
 
 
 @dataclass(slots=True)
 class Flight:
     """One text's extraction: ``landed`` is set when it ended; ``answered``: it stored an ``ok``
-    answer under the text's hash."""
+    answer under the text's hash; ``outage``: it ended in an outage."""
 
     landed: anyio.Event = field(default_factory=anyio.Event)
     answered: bool = False
+    outage: Outage | None = None
 
 
 class InFlight:
@@ -47,11 +53,13 @@ class InFlight:
             self._flights[key] = Flight()
         return flight
 
-    def land(self, key: TextKey, *, answered: bool) -> None:
+    def land(self, key: TextKey, *, answered: bool, outage: Outage | None = None) -> None:
         """The claimant's extraction of ``key`` ended. Answered: later claims get the landed flight
-        (and read the answer from the store). Not answered: the text is free to claim again."""
+        (and read the answer from the store). An ``outage``: later claims get
+        the landed flight too (and end as it did). Otherwise the text is free to claim again."""
         flight = self._flights[key]
         flight.answered = answered
-        if not answered:
+        flight.outage = outage
+        if not answered and outage is None:
             del self._flights[key]
         flight.landed.set()

@@ -50,7 +50,8 @@ class UnitOutcome:
     tokens_in: int = 0
     tokens_out: int = 0
     latency_ms: float = 0.0
-    # failed because the model server could not be reached or refused all work: an outage
+    # failed because the model server could not be reached or refused all work: an outage (also a
+    # unit deferred because the extraction of its text it waited on ended so)
     outage: bool = False
     # deferred: when its backoff ends (run-state timestamp)
     retry_at: str | None = None
@@ -164,13 +165,19 @@ async def _extract_once(
 ) -> UnitOutcome:
     """``extract()`` — unless a unit of the same text is being extracted in this phase: then, once
     that extraction has landed with an answer, the answer moved to ``unit`` (no model call). A
-    flight that landed without one is claimed again by the first waiter, which extracts the text
-    itself: the failure may be that request's alone (a malformed, truncated or lost answer; the
-    prompt names the session), and copying it would charge this session an attempt it never made.
-    Waiting holds no model-call slot (``extract`` takes one only around its call)."""
+    flight that landed in an outage ends ``unit`` as an outage too (deferred, nothing recorded or
+    charged, no call): the server that refused the flight would refuse this unit's call, after the
+    same retries and backoff, once per waiter. A flight that landed without an answer for another
+    reason is claimed again by the first waiter, which extracts the text itself: the failure may be
+    that request's alone (a malformed, truncated or lost answer; the prompt names the session), and
+    copying it would charge this session an attempt it never made. Waiting holds no model-call
+    slot (``extract`` takes one only around its call)."""
     key = (fingerprint, unit.text_hash)
     while (flight := in_flight.claim(key)) is not None:
         await flight.landed.wait()
+        if flight.outage is not None:
+            kind, error = flight.outage
+            return UnitOutcome(unit, "deferred", error_kind=kind, error=error, outage=True)
         if flight.answered:
             found = await anyio.to_thread.run_sync(store.answers_by_text, [unit.text_hash], fingerprint)
             moved = _moved(found.get(unit.text_hash), unit)
@@ -178,13 +185,15 @@ async def _extract_once(
                 return await extract()
             await anyio.to_thread.run_sync(store.record_copies, [_copy(unit, moved, fingerprint, run_id)])
             return UnitOutcome(unit, "reused", moved)
-    answered = False
+    answered, outage = False, None
     try:
         outcome = await extract()
         answered = outcome.status == "ok"
+        if outcome.outage:
+            outage = (outcome.error_kind, outcome.error)
         return outcome
     finally:  # also when the extraction raised or was cancelled: no waiter is left waiting
-        in_flight.land(key, answered=answered)
+        in_flight.land(key, answered=answered, outage=outage)
 
 
 def _failures(row: ChunkResult | None) -> int:

@@ -192,13 +192,14 @@ async def extract_session(
         stats.count_outcomes(outcomes)
         failed = [o for o in outcomes if o.extraction is None]
         if failed:
-            if all(o.status == "deferred" for o in failed):
+            if all(o.status == "deferred" and not o.outage for o in failed):
                 log.info("session deferred: chunks backing off", session_id=sid, chunks=[o.unit.unit_id for o in failed])
                 return "deferred"
             if all(o.status == "deferred" or o.outage for o in failed):
                 # The model server unreachable or refusing all work: an outage charges no attempt
                 # (it must never make a session undigestible); the chunks' failures are recorded,
-                # with their backoff.
+                # with their backoff — but for a chunk that waited on another's extraction of its
+                # text which ended so: it made no call and records nothing.
                 log.info("session deferred: the model server is out", session_id=sid, chunks=[o.unit.unit_id for o in failed])
                 return "outage"
             first = next(o for o in failed if o.status == "failed")
