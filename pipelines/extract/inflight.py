@@ -13,8 +13,8 @@ waiter to wake — is granted and extracts the text itself, while the other wait
 
 A claimant never waits for anything but a model-call slot, and those are held only by calls in
 progress, so every flight lands: a waiter cannot wait for ever, whatever the number of sessions,
-slots or duplicates. The registry holds one small entry per text answered (or out) in the phase and lives
-as long as the phase does: nothing outlives the cycle. Pure: no I/O, no clock.
+slots or duplicates. The registry holds one small entry per text answered (or out) in the phase
+and lives as long as the phase does: nothing outlives the cycle. Pure: no I/O, no clock.
 """
 
 from __future__ import annotations

@@ -172,8 +172,9 @@ async def extract_session(
     in_flight: InFlight | None = None,
 ) -> str:
     """Extract one session and commit it if every chunk succeeded; returns ``digested``,
-    ``failed``, ``deferred`` (its chunks back off: no call), ``outage`` (deferred too: the model
-    server was out), ``undigestible`` or ``claim-lost``. A failure is recorded, never raised (except
+    ``failed``, ``deferred`` (no call: its chunks back off, or waited on extractions of their texts
+    that found the model server out), ``outage`` (deferred too: its calls found the model server
+    out), ``undigestible`` or ``claim-lost``. A failure is recorded, never raised (except
     Chroma being unreachable, which fails the whole phase). ``commit_turn`` is awaited just before
     the commit (:func:`extract_sessions` uses it to commit in session order). ``in_flight``: the
     texts the phase's other sessions are extracting (:mod:`pipelines.extract.inflight`)."""
@@ -192,14 +193,17 @@ async def extract_session(
         stats.count_outcomes(outcomes)
         failed = [o for o in outcomes if o.extraction is None]
         if failed:
-            if all(o.status == "deferred" and not o.outage for o in failed):
-                log.info("session deferred: chunks backing off", session_id=sid, chunks=[o.unit.unit_id for o in failed])
+            if all(o.status == "deferred" for o in failed):
+                # No call made: its chunks back off, or waited on extractions of their texts that
+                # found the model server out (pipelines/extract/inflight.py).
+                why = "the model server is out" if any(o.outage for o in failed) else "chunks backing off"
+                log.info("session deferred: no call made", reason=why, session_id=sid, chunks=[o.unit.unit_id for o in failed])
                 return "deferred"
             if all(o.status == "deferred" or o.outage for o in failed):
                 # The model server unreachable or refusing all work: an outage charges no attempt
                 # (it must never make a session undigestible); the chunks' failures are recorded,
-                # with their backoff — but for a chunk that waited on another's extraction of its
-                # text which ended so: it made no call and records nothing.
+                # with their backoff (a chunk that waited on another's extraction of its text, which
+                # ended so, made no call and records nothing).
                 log.info("session deferred: the model server is out", session_id=sid, chunks=[o.unit.unit_id for o in failed])
                 return "outage"
             first = next(o for o in failed if o.status == "failed")
