@@ -55,8 +55,8 @@ class InFlight:
 
     def land(self, key: TextKey, *, answered: bool, outage: Outage | None = None) -> None:
         """The claimant's extraction of ``key`` ended. Answered: later claims get the landed flight
-        (and read the answer from the store). An ``outage``: later claims get
-        the landed flight too (and end as it did). Otherwise the text is free to claim again."""
+        (and read the answer from the store). An ``outage``: later claims get the landed flight
+        too (and end as it did). Otherwise the text is free to claim again."""
         flight = self._flights[key]
         flight.answered = answered
         flight.outage = outage
