@@ -13,6 +13,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import partial
+from typing import Any
 
 import anyio
 import psycopg
@@ -25,10 +26,11 @@ from store.backend import open_database_at
 from store.errors import ConnectionsExhaustedError, DatabaseBusyError
 from store.graph import GraphStore
 from store.lazy_table import LazyEdgeTable
+from store.postgres import pool_for
 from store.unit_of_work import DatabaseUnitOfWork
 from tests.lazy_fixtures import add_concepts, edge_count, queue_of
 from tests.test_audit_pg_roles import as_user, grant_table_rights, login_role
-from tests.test_audit_remote_postgres import app_name, cut_connections
+from tests.test_audit_remote_postgres import app_name
 from tests.test_pgops_drain import wait_until_waiting_on_a_lock
 from worker.cycle import Stores
 
@@ -102,13 +104,48 @@ async def test_a_drain_that_meets_a_held_lock_ends_and_charges_no_line(
         db.close()
 
 
-def gone(server_url: str, url: str) -> None:
-    """Wait until no backend of ``url``'s application name is left (a terminated one exits soon after)."""
+def backends(admin: psycopg.Connection[Any], url: str) -> list[tuple[int, str | None]]:
+    """The ``(pid, wait_event_type)`` of every backend of ``url``'s application name."""
+    return admin.execute(
+        "SELECT pid, wait_event_type FROM pg_stat_activity WHERE application_name = %s", (app_name(url),)
+    ).fetchall()
+
+
+def gone(admin: psycopg.Connection[Any], url: str, *, but: int | None = None) -> None:
+    """Wait until no backend of ``url``'s application name is left (a terminated one exits soon
+    after), ``but`` the one of that pid."""
     deadline = time.monotonic() + 30
-    with psycopg.connect(server_url, autocommit=True) as conn:
-        while conn.execute("SELECT 1 FROM pg_stat_activity WHERE application_name = %s", (app_name(url),)).fetchone():
-            assert time.monotonic() < deadline, "the cut backends never exited"
-            time.sleep(0.05)
+    while any(pid != but for pid, _ in backends(admin, url)):
+        assert time.monotonic() < deadline, "the cut backends never exited"
+        time.sleep(0.05)
+
+
+def pool_at_rest(url: str, *, held: int) -> None:
+    """Wait until this process's pool for ``url`` opens no connection in the background: each it
+    counts is one of the ``held`` ones or idle in it (opening the database grows the pool by one
+    in the background, which may still be connecting when the drain starts)."""
+    deadline = time.monotonic() + 30
+    while (stats := pool_for(url, timeout=5.0).get_stats())["pool_size"] != stats["pool_available"] + held:
+        assert time.monotonic() < deadline, f"the pool never came to rest: {stats}"
+        time.sleep(0.05)
+
+
+def cut_the_idle_then_the_waiting(server_url: str, url: str) -> None:
+    """Terminate every backend of ``url``'s application name, the one waiting on a lock (the
+    drain's, mid-batch) last, once the others (the pool's idle ones) have exited: the drain's
+    reconnect then finds the pool's idle connections already dead. Cut in one statement, the
+    drain's could go first, and its reconnect take an idle one not yet cut, which is cut then,
+    mid-batch: a second loss, not the connection limit this test is about."""
+    with psycopg.connect(server_url, autocommit=True) as admin:
+        waiting = [pid for pid, wait in backends(admin, url) if wait == "Lock"]
+        assert len(waiting) == 1, f"not one backend waiting on the lock: {backends(admin, url)}"
+        admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s AND pid <> %s",
+            (app_name(url), waiting[0]),
+        )
+        gone(admin, url, but=waiting[0])
+        assert admin.execute("SELECT pg_terminate_backend(%s)", (waiting[0],)).fetchone()[0]
+        gone(admin, url)
 
 
 @pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
@@ -118,7 +155,12 @@ async def test_too_many_connections_when_a_drain_reconnects_charges_no_line(
     """A restart cuts the drain's connection mid-batch, and the server then refuses the role more
     connections (its ``CONNECTION LIMIT``, as a busy server's ``max_connections``): the drain ends
     with :class:`ConnectionsExhaustedError` and every line waits uncharged. Before, the batch was
-    retried line by line and each line was charged an attempt (here: all dead-lettered)."""
+    retried line by line and each line was charged an attempt (here: all dead-lettered).
+
+    Deterministic: no connection of the role is being opened when the limit is set (the pool is at
+    rest), and the pool's idle connections have exited before the drain's is cut, so its reconnect
+    can only meet dead ones and the limit. (Once it flaked on a loaded machine: all were cut in one
+    statement, the drain's first, and its reconnect took an idle one not yet cut — a second loss.)"""
     add_concepts(stores.graph, *(f"c{i}" for i in range(4)))
     enqueue_lazy_edges(settings.lazy_queue_target, EDGES)
     with login_role(database_url) as role:
@@ -129,14 +171,13 @@ async def test_too_many_connections_when_a_drain_reconnects_charges_no_line(
         db = open_database_at(path=settings.graph_path, url=url, timeout=5.0)
         try:
             options = {"unit": DatabaseUnitOfWork(db), "chroma": stores.chroma, "max_attempts": 1, "table": LazyEdgeTable(db)}
+            pool_at_rest(url, held=1)  # so no connection of the role opens after the limit is set
 
             def refuse_and_cut() -> None:
                 wait_until_waiting_on_a_lock(postgres_server_url, url)
                 with psycopg.connect(postgres_server_url, autocommit=True) as admin:
                     admin.execute(f"ALTER ROLE {role} CONNECTION LIMIT 0")
-                assert cut_connections(postgres_server_url, url) >= 1
-                gone(postgres_server_url, url)
-                time.sleep(0.3)  # an idle pooled connection sees its end (its FATAL) before the pool's check
+                cut_the_idle_then_the_waiting(postgres_server_url, url)
                 locker.rollback()  # the batch's transaction is gone: its reconnect meets the limit
 
             with psycopg.connect(database_url) as locker:
