@@ -13,20 +13,17 @@ from __future__ import annotations
 
 import argparse
 import random
-import shutil
 import sys
-import tempfile
 import time
 from functools import partial
 from pathlib import Path
 from typing import Any
 
-import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.bench_backends import Schemas  # noqa: E402
-from bench.growth import fence_summary  # noqa: E402
+from bench.growth import fence_summary, run_fence_bench  # noqa: E402
 from config import load_settings  # noqa: E402
 from store.backend import open_database  # noqa: E402
 from store.claims import CYCLE_LOCK, LockStore  # noqa: E402
@@ -87,14 +84,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--database-url", default=None)
     args = parser.parse_args(argv)
-    workdir = Path(tempfile.mkdtemp(prefix="rem-bench-ffence-"))
-    try:
-        result = anyio.run(bench, args.nodes, args.edges, args.rounds, workdir, args.database_url)
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
-    for key, value in result.items():
-        print(f"{key:24} {value}")
-    return result
+    return run_fence_bench(bench, args.nodes, args.edges, args.rounds, prefix="rem-bench-ffence-", url=args.database_url)
 
 
 if __name__ == "__main__":

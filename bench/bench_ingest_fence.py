@@ -10,21 +10,18 @@ process. SQLite by default; ``--database-url`` for PostgreSQL (a fresh schema pe
 from __future__ import annotations
 
 import argparse
-import shutil
 import sys
-import tempfile
 import time
 import uuid
 from pathlib import Path
 from typing import Any
 
-import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.bench_backends import Schemas  # noqa: E402
 from bench.bench_ingest import load_corpus, synthetic_rows  # noqa: E402
-from bench.growth import fence_summary  # noqa: E402
+from bench.growth import fence_summary, run_fence_bench  # noqa: E402
 from config import Settings, load_settings  # noqa: E402
 from store.chroma import ChromaStore  # noqa: E402
 from store.claims import CYCLE_LOCK, LockStore  # noqa: E402
@@ -83,14 +80,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--database-url", default=None)
     args = parser.parse_args(argv)
-    workdir = Path(tempfile.mkdtemp(prefix="rem-bench-fence-"))
-    try:
-        result = anyio.run(bench, args.memories, args.sessions, args.rounds, workdir, args.database_url)
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
-    for key, value in result.items():
-        print(f"{key:24} {value}")
-    return result
+    return run_fence_bench(bench, args.memories, args.sessions, args.rounds, prefix="rem-bench-fence-", url=args.database_url)
 
 
 if __name__ == "__main__":
