@@ -130,7 +130,9 @@ def test_daemon_with_its_http_port_taken_exits_with_a_clear_message(tmp_path: Pa
         port = taken.getsockname()[1]
         done = run_cli(env={"REM_DATA_DIR": str(tmp_path / "data"), "REM_HTTP_PORT": str(port)}, timeout=60)
     assert done.returncode == 1
-    assert "cannot start the daemon" in done.stderr
+    # One line, as `mcp --http` says it (it began "[Errno 98] Address already in use").
+    assert done.stderr.splitlines()[-1] == (
+        f"rem-cycle: cannot start the daemon: cannot listen on 127.0.0.1:{port}: Address already in use")
     assert "Traceback" not in done.stderr
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import errno
 import json
+import os
 import resource
 import socket
 import threading
@@ -230,6 +231,14 @@ class HttpEndpoint:
         self.thread.join(5)
 
 
+def cannot_listen(host: str, port: int, exc: OSError) -> OSError:
+    """The error to show for a failed bind of ``host:port``: one line, ``cannot listen on
+    HOST:PORT: REASON``. Built with one argument, not ``(errno, text)``: that form prints
+    ``[Errno 98] `` before the line."""
+    reason = os.strerror(exc.errno) if exc.errno else str(exc)
+    return OSError(f"cannot listen on {host}:{port}: {reason}")
+
+
 def start_endpoint(
     *,
     host: str,
@@ -245,7 +254,10 @@ def start_endpoint(
     raises ``OSError`` when the address cannot be bound."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     server_cls = type("_BoundServer", (_Server,), {"address_family": family})
-    server = server_cls((host, port), _Handler)
+    try:
+        server = server_cls((host, port), _Handler)
+    except OSError as exc:
+        raise cannot_listen(host, port, exc) from exc
     server.registry, server.ready, server.live = registry, ready, live
     server.request_timeout, server._slots = request_timeout, threading.BoundedSemaphore(max_connections)
     server._waiting, server._waiting_lock = {}, threading.Lock()

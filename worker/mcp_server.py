@@ -47,6 +47,7 @@ from pipelines.recall import (
 from store.backend import database_exists, database_location
 from store.errors import StoreError
 from store.library_log import get_logger
+from worker.http import cannot_listen
 from worker.knowledge import NoGraphError
 from worker.recall import RecallTimeoutError, run_recall, search_nodes, show_node
 from worker.signals import stop_on_signals
@@ -414,6 +415,4 @@ def listen(host: str, port: int) -> socket.socket:
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         return socket.create_server((host, port), family=family)
     except OSError as exc:
-        reason = os.strerror(exc.errno) if exc.errno else str(exc)
-        # One argument, not (errno, text): that form prints "[Errno 98] " before the line.
-        raise OSError(f"cannot listen on {host}:{port}: {reason}") from exc
+        raise cannot_listen(host, port, exc) from exc
