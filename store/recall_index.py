@@ -29,8 +29,10 @@ _IN_CHUNK = 400
 SCOPE_TURNS_PROBE = 2_000
 # What testing one turn alone against a match costs, in rows of the whole index's list of a word
 # walked and checked against the scope (bench/bench_search_fold.py scope): SQLite seeks each word's
-# list anew for each turn (~50 µs against ~0.15 µs a row walked).
-ROW_TEST_COST = {"sqlite": 300, "postgresql": 10}
+# list anew for each turn (~50 µs against ~0.15 µs a row walked). PostgreSQL: 0, the scope's turns
+# always (a few µs a turn); counting a word's rows to decide would cost as much as matching them,
+# as its GIN index hands them all over at once, however few are asked for.
+ROW_TEST_COST = {"sqlite": 300, "postgresql": 0}
 # Node name, aliases, description: a name hit says more than a word in a description.
 _NODE_COLUMN_WEIGHTS = (10.0, 5.0, 1.0)
 
@@ -242,15 +244,18 @@ class RecallIndex:
         """Whether matching ``match`` through the scope's own turns costs less than through the
         words' rows in the whole index: when the scope has at most :data:`SCOPE_TURNS_PROBE` turns
         and, each weighted by what testing one alone costs (:data:`ROW_TEST_COST`), they are fewer
-        than the rows of the whole index matching ``match``. Both counts stop where the answer is
-        known, so deciding costs at most a share of the cheaper way."""
+        than the rows of the whole index matching ``match`` (on PostgreSQL, weighted 0: whenever the
+        scope is that small). Both counts stop where the answer is known, so deciding costs at most
+        a share of the cheaper way. Either way gives the same rows, counts and order."""
         if scope.sessions is None:
             return False
-        known, kp = _known("created_at", scope)
+        known, kp = _known("t.created_at", scope)
+        # Session by session (one index probe each, never a scan of the table, whatever
+        # PostgreSQL's planner guesses of json_each), each counted only up to the probe.
         turns = self.db.query(
-            "SELECT COUNT(*) FROM (SELECT 1 FROM recall_turns WHERE session_id IN (SELECT value FROM json_each(?)) "
-            f"AND {known} LIMIT ?) AS scoped",
-            (scope.sessions_json(), *kp, SCOPE_TURNS_PROBE + 1),
+            "SELECT COALESCE(SUM((SELECT COUNT(*) FROM (SELECT 1 FROM recall_turns AS t WHERE t.session_id = s.value "
+            f"AND {known} LIMIT ?) AS scoped)), 0) FROM json_each(?) AS s",
+            (*kp, SCOPE_TURNS_PROBE + 1, scope.sessions_json()),
         )[0][0]
         if turns > SCOPE_TURNS_PROBE:
             return False
