@@ -210,8 +210,10 @@ def scoped_counts(graphs: Graphs, *, n_turns: int) -> dict[str, Any]:
                             "one zebra here" if i % 4 == 0 else "a quiet day", "alice") for i in range(40)]
         index_all(db, rows)
         mine = Scope(sessions=index.sessions_of_user("alice"))
-        count = lambda: index.term_counts(["zebra"], cap=MATCH_BUDGET, scope=mine)  # noqa: E731
-        ask_alice = lambda: recall(RecallRequest(query="zebra", user="alice"), source=index)  # noqa: E731
+        # A RecallIndex per count and per recall, as the CLI and MCP open one per recall: each
+        # keeps the ways it chose.
+        count = lambda: RecallIndex(db).term_counts(["zebra"], cap=MATCH_BUDGET, scope=mine)  # noqa: E731
+        ask_alice = lambda: recall(RecallRequest(query="zebra", user="alice"), source=RecallIndex(db))  # noqa: E731
         ways: dict[str, dict[str, list[float]]] = {w: {"count": [], "recall": []} for w in ("index", "scope", "chosen")}
         for _ in range(10):
             for way in ways:
@@ -219,7 +221,7 @@ def scoped_counts(graphs: Graphs, *, n_turns: int) -> dict[str, Any]:
                     assert count() == {"zebra": 10}
                     ways[way]["count"] += [timed(count) for _ in range(3)]
                     ways[way]["recall"].append(timed(ask_alice))
-        chosen = index._through_scope('"zebra"', mine)
+        chosen = RecallIndex(db)._through_scope('"zebra"', mine)
         # The same word asked without a scope: too common to rank, its newest turns are listed.
         unscoped = [timed(lambda: recall(RecallRequest(query="zebra"), source=index)) for _ in range(10)]
     finally:

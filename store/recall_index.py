@@ -33,6 +33,8 @@ SCOPE_TURNS_PROBE = 2_000
 # always (a few µs a turn); counting a word's rows to decide would cost as much as matching them,
 # as its GIN index hands them all over at once, however few are asked for.
 ROW_TEST_COST = {"sqlite": 300, "postgresql": 0}
+# Choices one RecallIndex keeps (a recall makes one or two per query word).
+_WAYS_KEPT = 64
 # Node name, aliases, description: a name hit says more than a word in a description.
 _NODE_COLUMN_WEIGHTS = (10.0, 5.0, 1.0)
 
@@ -129,6 +131,10 @@ class RecallIndex:
 
     def __init__(self, db: Database) -> None:
         self.db = db
+        # _through_scope's choices, by (match, scope): one recall asks the same word's way of up
+        # to four reads. Kept while this object lives (a recall, a unit of work): a choice grown
+        # stale by writes only costs time, as both ways give the same answer.
+        self._ways: dict[tuple[str, Scope], bool] = {}
 
     # --- writes --------------------------------------------------------------------------
     def index_turns(self, turns: Iterable[TurnRecord]) -> int:
@@ -227,15 +233,14 @@ class RecallIndex:
 
     def _matching(self, match: str, scope: Scope, *, ranked: bool = False) -> tuple[str, tuple[Any, ...]]:
         """``FROM ... WHERE ...`` (alias ``t``) of the turns ``scope`` shows that match ``match``,
-        and its parameters, by the cheaper of two ways to the same
-        rows: the index's lists of the words' rows in the whole index, each row then checked
-        against the scope, or the scope's own turns (by their sessions), each tested alone
-        (:meth:`_through_scope`). ``ranked``: the caller orders by the dialect's ``fts_rank``,
-        which on SQLite only the first way gives."""
+        and its parameters, by the cheaper of two ways to the same rows: the index's lists of the
+        words' rows in the whole index, each row then checked against the scope, or the scope's own
+        turns (by their sessions), each tested alone (:meth:`_through_scope`). ``ranked``: the caller orders by the dialect's ``fts_rank``
+        (see :meth:`store.dialect.Dialect.fts_scope_source`)."""
         fts = self.db.dialect
         known, kp = _known("t.created_at", scope)
-        if (fts.fts_rank_per_row or not ranked) and self._through_scope(match, scope):
-            return f"{fts.fts_scope_source('recall_turns', 't')} AND {known}", (scope.sessions_json(), match, *kp)
+        if self._through_scope(match, scope):
+            return f"{fts.fts_scope_source('recall_turns', 't', ranked=ranked)} AND {known}", (scope.sessions_json(), match, *kp)
         visible, vp = _visible("t.session_id", scope)
         return (f"{fts.fts_source('recall_turns', 't')} WHERE {fts.fts_match('recall_turns', 't')} AND {visible} AND {known}",
                 (match, *vp, *kp))
@@ -249,6 +254,14 @@ class RecallIndex:
         a share of the cheaper way. Either way gives the same rows, counts and order."""
         if scope.sessions is None:
             return False
+        if (match, scope) not in self._ways:
+            if len(self._ways) >= _WAYS_KEPT:
+                self._ways.clear()
+            self._ways[match, scope] = self._scope_is_cheaper(match, scope)
+        return self._ways[match, scope]
+
+    def _scope_is_cheaper(self, match: str, scope: Scope) -> bool:
+        """:meth:`_through_scope`'s counts, for a scope that lists its sessions."""
         known, kp = _known("t.created_at", scope)
         # Session by session (one index probe each, never a scan of the table, whatever
         # PostgreSQL's planner guesses of json_each), each counted only up to the probe.
@@ -287,7 +300,7 @@ class RecallIndex:
     def term_sessions(self, terms: Sequence[str], scope: Scope) -> dict[str, dict[str, int]]:
         """For each term, the visible sessions with turns that contain it: ``{session_id: turns}``.
         Unbounded per term: the caller passes only words rare enough (``pipelines.recall.MATCH_BUDGET``)."""
-        found = {}
+        found: dict[str, dict[str, int]] = {}
         for term in terms:
             source, params = self._matching(term_match(term), scope)
             found[term] = {r[0]: r[1] for r in self.db.query(f"SELECT t.session_id, COUNT(*) FROM {source} GROUP BY t.session_id", params)}
@@ -296,7 +309,7 @@ class RecallIndex:
     def term_turns(self, terms: Sequence[str], scope: Scope, *, sessions: Sequence[str]) -> dict[str, list[tuple[str, str, int | None]]]:
         """For each term, the visible turns of ``sessions`` that contain it: ``[(memory_id, session_id, turn_index)]``."""
         wanted = json.dumps(list(sessions))
-        found = {}
+        found: dict[str, list[tuple[str, str, int | None]]] = {}
         for term in terms:
             source, params = self._matching(term_match(term), scope)
             rows = self.db.query(f"SELECT t.memory_id, t.session_id, t.turn_index FROM {source} "
