@@ -29,7 +29,8 @@ _IN_CHUNK = 400
 SCOPE_TURNS_PROBE = 2_000
 # What testing one turn alone against a match costs, in rows of the whole index's list of a word
 # walked and checked against the scope (bench/bench_search_fold.py scope): SQLite seeks each word's
-# list anew for each turn (~50 µs against ~0.15 µs a row walked). PostgreSQL: 0, the scope's turns
+# list anew for each turn, 40-180 µs against 0.25-0.4 µs a row walked and read (160 to 570 rows
+# over scopes of 40 to 2,000 turns scattered among 32,000 others' on this machine). PostgreSQL: 0, the scope's turns
 # always (a few µs a turn); counting a word's rows to decide would cost as much as matching them,
 # as its GIN index hands them all over at once, however few are asked for.
 ROW_TEST_COST = {"sqlite": 300, "postgresql": 0}
