@@ -17,11 +17,11 @@ French, German, Greek, Russian and Japanese words — a figure of cost, not of q
   graph, alternating before and after. No Hindi query: main's tokenizer cut its words at their
   vowel signs, so on the "before" graph this code's one-word match would be a phrase, which the
   position-less tables refuse.
-- ``scope`` (the other change of this branch): recall counts a query's words in the caller's scope
-  (``RecallIndex.term_counts``); a word in every turn of other users and in one of the caller's is
-  counted through the index alone (whole index, as main did for everyone) against within the
-  scope (now, under ``--user``), at 1× and 8× the other users' turns; and that user's whole recall
-  of the word (every signal), beside the same recall without a scope (the word too common to rank).
+- ``scope`` (searchfold, then recallscope): recall counts and ranks a query's words in the caller's
+  scope; a word in every turn of other users and in 10 of the caller's 40 is counted (``term_counts``)
+  and recalled (every signal) under ``--user`` through the index's list of the word's rows (forced:
+  main's way), through the user's own turns (forced), and as ``RecallIndex._through_scope`` chooses,
+  at 1× and 8× the other users' turns; beside the same recall without a scope.
 - ``search``: ``rem-cycle search``'s statement over ``--nodes`` nodes: main's (``LIKE`` / ``ILIKE``,
   inlined here) against ``GraphStore.search_nodes`` (``rem_fold`` on both sides), alternating.
 """
@@ -37,7 +37,8 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from pipelines.recall import MATCH_BUDGET, RecallRequest, recall  # noqa: E402
 from store.backend import open_database_at  # noqa: E402
 from store.db import SEARCH_FOLD_VERSION  # noqa: E402
+from store import recall_index  # noqa: E402
 from store.graph import GraphStore, Node, escape_like  # noqa: E402
 from store.recall_index import RecallIndex, Scope, TurnRecord  # noqa: E402
 from tests.migrations_support import roll_back  # noqa: E402
@@ -194,26 +196,54 @@ def run(graphs: Graphs, *, n_turns: int, n_nodes: int) -> dict[str, Any]:
 
 
 def scoped_counts(graphs: Graphs, *, n_turns: int) -> dict[str, Any]:
-    """The cost of counting a word common among other users' turns within one user's scope."""
+    """The cost of a word common among other users' turns within one user's scope: counting it,
+    and that user's whole recall of it, through the index's list of the word's rows (main's way,
+    forced) against through the user's own turns (forced), and as recall chooses; beside the same
+    recall without a scope (the word too common to rank)."""
     db, _ = graphs.open(before=False)
     try:
         index = RecallIndex(db)
         rows = [TurnRecord(f"memory:o{i}", f"session:o{i // 20}", i % 20, "user", "2026-11-01T10:00:00.000Z",
                            f"zebra crossing note {i}", "others") for i in range(n_turns)]
-        rows.append(TurnRecord("memory:a", "session:a", 0, "user", "2026-11-01T10:00:00.000Z", "one zebra here", "alice"))
+        # Alice: 40 turns in 4 sessions, "zebra" in 10 of them.
+        rows += [TurnRecord(f"memory:a{i}", f"session:a{i // 10}", i % 10, "user", "2026-11-01T10:00:00.000Z",
+                            "one zebra here" if i % 4 == 0 else "a quiet day", "alice") for i in range(40)]
         index_all(db, rows)
         mine = Scope(sessions=index.sessions_of_user("alice"))
-        whole = [timed(lambda: index.term_counts(["zebra"], cap=MATCH_BUDGET)) for _ in range(30)]
-        scoped = [timed(lambda: index.term_counts(["zebra"], cap=MATCH_BUDGET, scope=mine)) for _ in range(30)]
-        assert index.term_counts(["zebra"], cap=MATCH_BUDGET, scope=mine) == {"zebra": 1}
-        asked = [timed(lambda: recall(RecallRequest(query="zebra", user="alice"), source=index)) for _ in range(10)]
+        # A RecallIndex per count and per recall, as the CLI and MCP open one per recall: each
+        # keeps the ways it chose.
+        count = lambda: RecallIndex(db).term_counts(["zebra"], cap=MATCH_BUDGET, scope=mine)  # noqa: E731
+        ask_alice = lambda: recall(RecallRequest(query="zebra", user="alice"), source=RecallIndex(db))  # noqa: E731
+        ways: dict[str, dict[str, list[float]]] = {w: {"count": [], "recall": []} for w in ("index", "scope", "chosen")}
+        for _ in range(10):
+            for way in ways:
+                with forced(way):
+                    assert count() == {"zebra": 10}
+                    ways[way]["count"] += [timed(count) for _ in range(3)]
+                    ways[way]["recall"].append(timed(ask_alice))
+        chosen = RecallIndex(db)._through_scope('"zebra"', mine)
         # The same word asked without a scope: too common to rank, its newest turns are listed.
         unscoped = [timed(lambda: recall(RecallRequest(query="zebra"), source=index)) for _ in range(10)]
     finally:
         db.close()
-    return {"other_turns": n_turns, "count_p50_ms": {"whole_index": median_ms(whole), "user_scope": median_ms(scoped)},
-            "ratio": round(statistics.median(scoped) / statistics.median(whole), 2), "user_recall_p50_ms": median_ms(asked),
+    return {"other_turns": n_turns, "chosen": "scope" if chosen else "index",
+            **{f"{kind}_p50_ms": {w: median_ms(d[kind]) for w, d in ways.items()} for kind in ("count", "recall")},
             "unscoped_recall_p50_ms": median_ms(unscoped)}
+
+
+@contextmanager
+def forced(way: str) -> Iterator[None]:
+    """Only ``way`` ("index": the word's rows in the whole index; "scope": the scope's own turns)
+    can be chosen by ``RecallIndex._through_scope`` in this block; "chosen" leaves it to choose."""
+    saved = recall_index.ROW_TEST_COST, recall_index.SCOPE_TURNS_PROBE
+    if way == "scope":
+        recall_index.ROW_TEST_COST = dict.fromkeys(saved[0], 0)
+    elif way == "index":
+        recall_index.SCOPE_TURNS_PROBE = -1
+    try:
+        yield
+    finally:
+        recall_index.ROW_TEST_COST, recall_index.SCOPE_TURNS_PROBE = saved
 
 
 def main(argv: list[str] | None = None) -> None:

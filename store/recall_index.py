@@ -24,6 +24,18 @@ from store.graph import Node, chunked
 from store.textfold import index_words, search_text
 
 _IN_CHUNK = 400
+# Matching a word within a scope of at most this many turns may test each of them alone (see
+# RecallIndex._through_scope); a larger scope is matched through the index's lists of rows.
+SCOPE_TURNS_PROBE = 2_000
+# What testing one turn alone against a match costs, in rows of the whole index's list of a word
+# walked and checked against the scope (bench/bench_search_fold.py scope): SQLite seeks each word's
+# list anew for each turn, 40-180 µs against 0.25-0.4 µs a row walked and read (160 to 570 rows
+# over scopes of 40 to 2,000 turns scattered among 32,000 others' on this machine). PostgreSQL: 0, the scope's turns
+# always (a few µs a turn); counting a word's rows to decide would cost as much as matching them,
+# as its GIN index hands them all over at once, however few are asked for.
+ROW_TEST_COST = {"sqlite": 300, "postgresql": 0}
+# Choices one RecallIndex keeps (a recall makes one or two per query word).
+_WAYS_KEPT = 64
 # Node name, aliases, description: a name hit says more than a word in a description.
 _NODE_COLUMN_WEIGHTS = (10.0, 5.0, 1.0)
 
@@ -120,6 +132,10 @@ class RecallIndex:
 
     def __init__(self, db: Database) -> None:
         self.db = db
+        # _through_scope's choices, by (match, scope): one recall asks the same word's way of up
+        # to four reads. Kept while this object lives (a recall, a unit of work): a choice grown
+        # stale by writes only costs time, as both ways give the same answer.
+        self._ways: dict[tuple[str, Scope], bool] = {}
 
     # --- writes --------------------------------------------------------------------------
     def index_turns(self, turns: Iterable[TurnRecord]) -> int:
@@ -200,31 +216,74 @@ class RecallIndex:
         matches and are reported back (``signals.terms``): counted beyond the caller's scope they
         told a user how often other users wrote a word. The whole index (no sessions, no
         ``as_of``) is counted from the full-text index alone."""
-        fts = self.db.dialect
         if scope.sessions is None and scope.as_of is None:
-            sql = (f"SELECT COUNT(*) FROM (SELECT 1 FROM {fts.fts_index_source('recall_turns', 't')} "
-                   f"WHERE {fts.fts_match('recall_turns', 't')} LIMIT ?) AS hits")
-            return {term: self.db.query(sql, (term_match(term), cap + 1))[0][0] for term in terms}
-        visible, vp = _visible("t.session_id", scope)
+            return {term: self._index_matches(term_match(term), cap=cap + 1) for term in terms}
+        counted: dict[str, int] = {}
+        for term in terms:
+            source, params = self._matching(term_match(term), scope)
+            counted[term] = self.db.query(f"SELECT COUNT(*) FROM (SELECT 1 FROM {source} LIMIT ?) AS hits", (*params, cap + 1))[0][0]
+        return counted
+
+    def _index_matches(self, match: str, *, cap: int) -> int:
+        """How many turns of the whole index match ``match``, counted up to ``cap`` from the
+        full-text index alone (its cost follows the count, whatever the table's size)."""
+        fts = self.db.dialect
+        sql = (f"SELECT COUNT(*) FROM (SELECT 1 FROM {fts.fts_index_source('recall_turns', 't')} "
+               f"WHERE {fts.fts_match('recall_turns', 't')} LIMIT ?) AS hits")
+        return self.db.query(sql, (match, cap))[0][0]
+
+    def _matching(self, match: str, scope: Scope, *, ranked: bool = False) -> tuple[str, tuple[Any, ...]]:
+        """``FROM ... WHERE ...`` (alias ``t``) of the turns ``scope`` shows that match ``match``,
+        and its parameters, by the cheaper of two ways to the same rows: the index's lists of the
+        words' rows in the whole index, each row then checked against the scope, or the scope's own
+        turns (by their sessions), each tested alone (:meth:`_through_scope`). ``ranked``: the caller orders by the dialect's ``fts_rank``
+        (see :meth:`store.dialect.Dialect.fts_scope_source`)."""
+        fts = self.db.dialect
         known, kp = _known("t.created_at", scope)
-        sql = (f"SELECT COUNT(*) FROM (SELECT 1 FROM {fts.fts_source('recall_turns', 't')} "
-               f"WHERE {fts.fts_match('recall_turns', 't')} AND {visible} AND {known} LIMIT ?) AS hits")
-        return {term: self.db.query(sql, (term_match(term), *vp, *kp, cap + 1))[0][0] for term in terms}
+        if self._through_scope(match, scope):
+            return f"{fts.fts_scope_source('recall_turns', 't', ranked=ranked)} AND {known}", (scope.sessions_json(), match, *kp)
+        visible, vp = _visible("t.session_id", scope)
+        return (f"{fts.fts_source('recall_turns', 't')} WHERE {fts.fts_match('recall_turns', 't')} AND {visible} AND {known}",
+                (match, *vp, *kp))
+
+    def _through_scope(self, match: str, scope: Scope) -> bool:
+        """Whether matching ``match`` through the scope's own turns costs less than through the
+        words' rows in the whole index: when the scope has at most :data:`SCOPE_TURNS_PROBE` turns
+        and, each weighted by what testing one alone costs (:data:`ROW_TEST_COST`), they are fewer
+        than the rows of the whole index matching ``match`` (on PostgreSQL, weighted 0: whenever the
+        scope is that small). Both counts stop where the answer is known, so deciding costs at most
+        a share of the cheaper way. Either way gives the same rows, counts and order."""
+        if scope.sessions is None:
+            return False
+        if (match, scope) not in self._ways:
+            if len(self._ways) >= _WAYS_KEPT:
+                self._ways.clear()
+            self._ways[match, scope] = self._scope_is_cheaper(match, scope)
+        return self._ways[match, scope]
+
+    def _scope_is_cheaper(self, match: str, scope: Scope) -> bool:
+        """:meth:`_through_scope`'s counts, for a scope that lists its sessions."""
+        known, kp = _known("t.created_at", scope)
+        # Session by session (one index probe each, never a scan of the table, whatever
+        # PostgreSQL's planner guesses of json_each), each counted only up to the probe.
+        turns = self.db.query(
+            "SELECT COALESCE(SUM((SELECT COUNT(*) FROM (SELECT 1 FROM recall_turns AS t WHERE t.session_id = s.value "
+            f"AND {known} LIMIT ?) AS scoped)), 0) FROM json_each(?) AS s",
+            (*kp, SCOPE_TURNS_PROBE + 1, scope.sessions_json()),
+        )[0][0]
+        if turns > SCOPE_TURNS_PROBE:
+            return False
+        bound = turns * ROW_TEST_COST[self.db.dialect.name]
+        return bound == 0 or self._index_matches(match, cap=bound) >= bound
 
     # --- keyword -------------------------------------------------------------------------
     def keyword_turns(self, match: str, scope: Scope, *, limit: int, ranked: bool = True) -> list[str]:
         """Turns matching ``match`` by BM25, best first (``ranked=False``: newest first, without
         scoring every match)."""
-        visible, vp = _visible("t.session_id", scope)
-        known, kp = _known("t.created_at", scope)
         fts = self.db.dialect
         order = f"{fts.fts_rank('recall_turns', 't')}, t.id" if ranked else "t.id DESC"
-        rows = self.db.query(
-            f"SELECT t.memory_id FROM {fts.fts_source('recall_turns', 't')} "
-            f"WHERE {fts.fts_match('recall_turns', 't')} AND {visible} AND {known} ORDER BY {order} LIMIT ?",
-            (match, *vp, *kp, limit),
-        )
-        return [r[0] for r in rows]
+        source, params = self._matching(match, scope, ranked=ranked)
+        return [r[0] for r in self.db.query(f"SELECT t.memory_id FROM {source} ORDER BY {order} LIMIT ?", (*params, limit))]
 
     def keyword_sessions(self, match: str, scope: Scope, *, limit: int) -> list[str]:
         """Sessions whose title or summary matches ``match``, best first."""
@@ -242,23 +301,22 @@ class RecallIndex:
     def term_sessions(self, terms: Sequence[str], scope: Scope) -> dict[str, dict[str, int]]:
         """For each term, the visible sessions with turns that contain it: ``{session_id: turns}``.
         Unbounded per term: the caller passes only words rare enough (``pipelines.recall.MATCH_BUDGET``)."""
-        visible, vp = _visible("t.session_id", scope)
-        known, kp = _known("t.created_at", scope)
-        fts = self.db.dialect
-        sql = (f"SELECT t.session_id, COUNT(*) FROM {fts.fts_source('recall_turns', 't')} "
-               f"WHERE {fts.fts_match('recall_turns', 't')} AND {visible} AND {known} GROUP BY t.session_id")
-        return {term: {r[0]: r[1] for r in self.db.query(sql, (term_match(term), *vp, *kp))} for term in terms}
+        found: dict[str, dict[str, int]] = {}
+        for term in terms:
+            source, params = self._matching(term_match(term), scope)
+            found[term] = {r[0]: r[1] for r in self.db.query(f"SELECT t.session_id, COUNT(*) FROM {source} GROUP BY t.session_id", params)}
+        return found
 
     def term_turns(self, terms: Sequence[str], scope: Scope, *, sessions: Sequence[str]) -> dict[str, list[tuple[str, str, int | None]]]:
         """For each term, the visible turns of ``sessions`` that contain it: ``[(memory_id, session_id, turn_index)]``."""
-        visible, vp = _visible("t.session_id", scope)
-        known, kp = _known("t.created_at", scope)
-        fts = self.db.dialect
-        sql = (f"SELECT t.memory_id, t.session_id, t.turn_index FROM {fts.fts_source('recall_turns', 't')} "
-               f"WHERE {fts.fts_match('recall_turns', 't')} AND t.session_id IN (SELECT value FROM json_each(?)) "
-               f"AND {visible} AND {known}")
         wanted = json.dumps(list(sessions))
-        return {term: [(r[0], r[1], r[2]) for r in self.db.query(sql, (term_match(term), wanted, *vp, *kp))] for term in terms}
+        found: dict[str, list[tuple[str, str, int | None]]] = {}
+        for term in terms:
+            source, params = self._matching(term_match(term), scope)
+            rows = self.db.query(f"SELECT t.memory_id, t.session_id, t.turn_index FROM {source} "
+                                 "AND t.session_id IN (SELECT value FROM json_each(?))", (*params, wanted))
+            found[term] = [(r[0], r[1], r[2]) for r in rows]
+        return found
 
     def session_lengths(self, session_ids: Sequence[str]) -> dict[str, int]:
         """How many turns each session has in the whole index (a ranking statistic, like
