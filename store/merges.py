@@ -550,7 +550,8 @@ class MergeStore:
         that exists and has rows, none of them extracted for its id any more (``extracted_for`` of
         its claims and points: the id its source's own name made), takes the least id its rows
         were extracted for — the survivor rule of a commit (``pipelines.extract.commit.survivors``)
-        among the names left — or, when another node has that id, the id with ``~2``, ``~3``… (a
+        among the names left, less those recorded as merged into another node (the first links of
+        a chain that ends in it) — or, when another node has that id, the id with ``~2``, ``~3``… (a
         node an operator kept apart is not joined behind their back). A merge of the node whose
         merged node's id it takes is dissolved: the node is that node now, so its rows lose the
         merge's mark (taking back an earlier merge's, as an unmerge does), and its alias claim and
@@ -559,10 +560,16 @@ class MergeStore:
         take (a suffixed id: no row is ever extracted for it). Returns ``{old id: new id}``."""
         renamed: dict[str, str] = {}
         for node_id in self._unsupported(node_ids):
-            wanted = min(r[0] for r in self.db.query(  # it has rows (_unsupported)
-                "SELECT extracted_for FROM node_claims WHERE node_id = ? UNION SELECT extracted_for FROM node_points WHERE node_id = ?",
-                (node_id, node_id),
-            ))
+            # Each id its rows were extracted for (it has rows: _unsupported), and whether that name
+            # is recorded as merged into another node (the first link of a chain M → I → node): the
+            # node is I, and taking M's id would make it the merged node of its own chain.
+            given = {r[0]: bool(r[1]) for r in self.db.query(
+                "SELECT f.id, EXISTS (SELECT 1 FROM merges m WHERE m.merged_id = f.id AND m.into_id != ? AND m.undone_at IS NULL) "
+                "FROM (SELECT extracted_for AS id FROM node_claims WHERE node_id = ? "
+                "UNION SELECT extracted_for FROM node_points WHERE node_id = ?) AS f",
+                (node_id, node_id, node_id),
+            )}
+            wanted = min([name for name, merged_away in given.items() if not merged_away] or given)
             new_id = self._free_id(wanted, holder=node_id)
             if new_id == node_id:
                 continue

@@ -198,3 +198,35 @@ async def test_a_node_given_a_suffix_keeps_it_when_a_later_forget_touches_it(set
     assert report["nodes_rekeyed"] == {}
     assert {"CLASS:RetryPolicy", "CLASS:RetryPolicy~2", "CLASS:RetryPolicy~3"} <= set(_node_ids(settings, "CLASS"))
     assert "CLASS:StderrSink" not in _node_ids(settings, "CLASS")
+
+
+@pytest.mark.both_backends
+async def test_a_node_at_the_end_of_a_merge_chain_takes_the_id_of_the_link_into_it(settings: Settings, tmp_path: Path) -> None:
+    # AaKeptTool → RetryPolicy → ZqGoneGadget. The node holds AaKeptTool's rows too, and that is
+    # the least id they give; but AaKeptTool is recorded as merged into RetryPolicy. Taking it made
+    # the node the merged node of its own chain: records AaKeptTool → RetryPolicy and RetryPolicy →
+    # AaKeptTool, and `unmerge AaKeptTool` told the operator to unmerge RetryPolicy first.
+    await _built(settings, tmp_path, [
+        _session("s-gone", [("user", "ZqGoneGadget wraps GraphStore. ZqGoneGadget depends on ConfigLoader.")], "GraphStore."),
+        _session("s-keep", [("user", "RetryPolicy wraps GraphStore. AaKeptTool calls ConfigLoader.")], "RetryPolicy."),
+    ])
+    merge_node(settings, "CLASS:AaKeptTool", "CLASS:RetryPolicy")
+    merge_node(settings, "CLASS:RetryPolicy", "CLASS:ZqGoneGadget")
+
+    report = forget(settings, session="s-gone")
+    assert report["nodes_rekeyed"] == {"CLASS:ZqGoneGadget": "CLASS:RetryPolicy"}
+    assert rows_holding(settings, "ZqGoneGadget") == []
+    db = open_database(settings)
+    try:
+        assert [tuple(r) for r in db.query("SELECT merged_id, into_id FROM merges WHERE undone_at IS NULL")] == [
+            ("CLASS:AaKeptTool", "CLASS:RetryPolicy")]
+    finally:
+        db.close()
+    assert [u["into"] for u in unmerge_node(settings, "CLASS:AaKeptTool")] == ["CLASS:RetryPolicy"]
+    assert {"CLASS:AaKeptTool", "CLASS:RetryPolicy"} <= set(_node_ids(settings, "CLASS"))
+    db = open_database(settings)
+    try:  # each node holds its own rows again
+        held = {tuple(r) for r in db.query("SELECT node_id, extracted_for FROM node_claims WHERE anchor = 'session:s-keep'")}
+        assert ("CLASS:AaKeptTool", "CLASS:AaKeptTool") in held and ("CLASS:RetryPolicy", "CLASS:RetryPolicy") in held
+    finally:
+        db.close()
