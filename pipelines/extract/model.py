@@ -406,10 +406,12 @@ def names_its_session(extraction: ChunkExtraction, session_id: str, unit: WorkUn
     an answer is its session's, not its words': moved to another session it would show that
     session's id there — another user's, in a recall scoped to this one. An id the turns say
     themselves (a resumed conversation quoting it) is the words', as true of every copy."""
-    said = re.compile(rf"(?<![0-9a-z]){re.escape(session_id.casefold())}(?![0-9a-z])")
-    return any(said.search(text.casefold()) for text in _model_texts(extraction)) and not any(
-        said.search(t.text.casefold()) for t in unit.turns
-    )
+    needle = session_id.casefold()
+    written = "\n".join(_model_texts(extraction)).casefold()
+    if needle not in written:  # the common case, without a pattern
+        return False
+    said = re.compile(rf"(?<![0-9a-z]){re.escape(needle)}(?![0-9a-z])")
+    return said.search(written) is not None and not any(said.search(t.text.casefold()) for t in unit.turns)
 
 
 def _model_texts(extraction: ChunkExtraction) -> Iterator[str]:
