@@ -118,6 +118,8 @@ def test_an_answer_names_its_session_only_where_its_turns_do_not() -> None:
     assert names_its_session(answer, "s-1", a)  # any case, as the header spells it or not
     assert not names_its_session(answer, "graph", a)  # a part of a word is not the id
     assert answer_moved_to(answer, unit("b", texts), a.memory_ids, session_id="s-1") is None
+    # Within its own session (the same words twice) it names the session it is in.
+    assert answer_moved_to(answer, unit("s-1", texts), a.memory_ids, session_id="s-1") is not None
     # An id the turns say themselves is the words': every copy says it too.
     quoted = replace(answer, nodes=(replace(answer.nodes[0], description="resumed from s-77"),))
     assert not names_its_session(quoted, "s-77", unit("s-77", texts))

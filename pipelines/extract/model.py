@@ -380,8 +380,10 @@ def answer_moved_to(
     the same place of ``unit``, the references found in ``unit``'s turns (a turn naming its own
     memory names none), ``unit``'s id. ``None`` when the answer cites a memory ``memory_ids`` lacks,
     or the turn counts differ (a stored row that does not match its hash), or it names its session
-    where the turns do not (:func:`names_its_session`). Pure."""
-    if len(memory_ids) != len(unit.turns) or names_its_session(extraction, session_id, unit):
+    where the turns do not and that is not ``unit``'s (:func:`names_its_session`). Pure."""
+    if len(memory_ids) != len(unit.turns):
+        return None
+    if session_id != unit.session_id and names_its_session(extraction, session_id, unit):
         return None
     place = dict(zip(memory_ids, unit.memory_ids))
     if not {e.memory_id for item in (*extraction.nodes, *extraction.edges) for e in item.evidence} <= place.keys():
