@@ -21,8 +21,8 @@ from store.facts import ClaimLookup
 from store.graph import Edge, LinkStats, Node
 from store.lazy_table import DeadRow, QueuedRow
 from store.merges import CandidatePair
-from store.runstate import DigestRecord
 from store.provenance import AnchorRows, ClaimRow, EdgeKey, EdgePointRow, NodePointRow, PointRow
+from store.runstate import DigestRecord
 
 
 class Graph(Protocol):
