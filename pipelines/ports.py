@@ -22,6 +22,7 @@ from store.graph import Edge, LinkStats, Node
 from store.lazy_table import DeadRow, QueuedRow
 from store.merges import CandidatePair
 from store.provenance import AnchorRows, ClaimRow, EdgeKey, EdgePointRow, NodePointRow, PointRow
+from store.runstate import DigestRecord
 
 
 class Graph(Protocol):
@@ -120,6 +121,7 @@ class RunState(Protocol):
     def require_extraction(self, session_ids: Iterable[str]) -> None: ...
     def mark_digested(self, session_id: str, revision: str, run_id: str) -> None: ...
     def record_failure(self, session_id: str, *, reason: str, run_id: str, max_attempts: int) -> str: ...
+    def get_digests(self, session_ids: Iterable[str] | None = None) -> dict[str, DigestRecord]: ...
 
 
 class ChunkResults(Protocol):

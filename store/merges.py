@@ -550,23 +550,33 @@ class MergeStore:
         that exists and has rows, none of them extracted for its id any more (``extracted_for`` of
         its claims and points: the id its source's own name made), takes the least id its rows
         were extracted for — the survivor rule of a commit (``pipelines.extract.commit.survivors``)
-        among the names left — or, when another node has that id, the id with ``~2``, ``~3``… (a
+        among the names left, less those recorded as merged into another node (the first links of
+        a chain that ends in it) — or, when another node has that id, the id with ``~2``, ``~3``… (a
         node an operator kept apart is not joined behind their back). A merge of the node whose
         merged node's id it takes is dissolved: the node is that node now, so its rows lose the
         merge's mark (taking back an earlier merge's, as an unmerge does), and its alias claim and
         record go. The id is then rewritten wherever it is stored (:meth:`_rekey`). A node whose
-        id some row still gives keeps it. Returns ``{old id: new id}``."""
+        id some row still gives keeps it, and so does one whose id is already the one it would
+        take (a suffixed id: no row is ever extracted for it). Returns ``{old id: new id}``."""
         renamed: dict[str, str] = {}
         for node_id in self._unsupported(node_ids):
-            new_id = min(r[0] for r in self.db.query(  # it has rows (_unsupported)
-                "SELECT extracted_for FROM node_claims WHERE node_id = ? UNION SELECT extracted_for FROM node_points WHERE node_id = ?",
-                (node_id, node_id),
-            ))
+            # Each id its rows were extracted for (it has rows: _unsupported), and whether that name
+            # is recorded as merged into another node (the first link of a chain M → I → node): the
+            # node is I, and taking M's id would make it the merged node of its own chain.
+            given = {r[0]: bool(r[1]) for r in self.db.query(
+                "SELECT f.id, EXISTS (SELECT 1 FROM merges m WHERE m.merged_id = f.id AND m.into_id != ? AND m.undone_at IS NULL) "
+                "FROM (SELECT extracted_for AS id FROM node_claims WHERE node_id = ? "
+                "UNION SELECT extracted_for FROM node_points WHERE node_id = ?) AS f",
+                (node_id, node_id, node_id),
+            )}
+            wanted = min([name for name, merged_away in given.items() if not merged_away] or given)
+            new_id = self._free_id(wanted, holder=node_id)
+            if new_id == node_id:
+                continue
             for row in self.db.query(
-                "SELECT merge_id, restore FROM merges WHERE merged_id = ? AND into_id = ? AND undone_at IS NULL", (new_id, node_id),
+                "SELECT merge_id, restore FROM merges WHERE merged_id = ? AND into_id = ? AND undone_at IS NULL", (wanted, node_id),
             ):
                 self._dissolve(int(row["merge_id"]), json.loads(row["restore"]), node_id)
-            new_id = self._free_id(new_id)
             self._rekey(node_id, new_id)
             self._refacts(new_id)
             renamed[node_id] = new_id
@@ -588,10 +598,11 @@ class MergeStore:
             ))
         return found
 
-    def _free_id(self, node_id: str) -> str:
-        """``node_id``, or, when a node has it, the first of ``node_id~2``, ``~3``… no node has."""
+    def _free_id(self, node_id: str, *, holder: str) -> str:
+        """``node_id``, or, when a node other than ``holder`` has it, the first of ``node_id~2``,
+        ``~3``… that no node but ``holder`` has (``holder`` keeps a suffix it already has)."""
         candidate, n = node_id, 1
-        while self.graph.get_node(candidate) is not None:
+        while candidate != holder and self.graph.get_node(candidate) is not None:
             n += 1
             suffix = f"~{n}"
             candidate = node_id[: MAX_NODE_ID_LENGTH - len(suffix)].rstrip() + suffix

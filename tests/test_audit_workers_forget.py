@@ -1,8 +1,8 @@
 """Adversarial audit: the graph changes under a follower while it waits for the model — an operator
 forgets a session it extracts, or the leader ingests new turns of it. Real ``python -m worker --once``
 followers (REM_SHARED_EXTRACT; the test holds the host's cycle lock file while one starts, so it
-follows), the real ``forget`` command and ingest, one SQLite file or one PostgreSQL database
-(``both_backends``), embedded Chroma and the loopback model server."""
+follows) or a cycle in this process, the real ``forget`` command and ingest, one SQLite file or one
+PostgreSQL database (``both_backends``), embedded Chroma and the loopback model server."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from config import Settings
@@ -21,10 +22,14 @@ from store.chroma import ChromaStore
 from store.confined import exclusive_lock
 from tests.conftest import run_cli, write_sessions
 from tests.daemon_support import start_worker, worker_env
-from tests.llm_server import LLMServer, held, ok
+from tests.llm_server import LLMServer, Status, held, ok
+from tests.test_extract_cycle import llm_settings
 from tests.test_forget import canonical
+from tests.test_forget_rest import rows_holding
+from tests.test_forkreuse import conversation
 from tests.workers_support import corpus, graph_database, ingested, worker_settings
 from worker.cycle import PHASES, run_cycle
+from worker.knowledge import forget
 
 def wait_for(predicate: Callable[[], bool], *, timeout: float = 60.0, what: str) -> None:
     deadline = time.monotonic() + timeout
@@ -131,3 +136,33 @@ def test_turns_ingested_while_a_follower_extracts_the_session_are_extracted_too(
         (state, digested, current), = db.query(
             "SELECT state, digested_revision, input_revision FROM session_digests WHERE session_id = ?", ("w0000",))
     assert state == "digested" and digested == current
+
+
+@pytest.mark.both_backends
+async def test_a_session_forgotten_while_its_extraction_ends_in_an_outage_leaves_no_chunk_result(
+    settings: Settings, tmp_path: Path,
+) -> None:
+    # Chunk 0's answer lands after the forget, chunk 1 finds the model server out (503): the
+    # session is deferred, not committed, so nothing raised SessionGoneError and its stored answer
+    # (names, quotes) stayed — for a session the operator had forgotten.
+    turns = [("user", "turn 0 names the ZqSecretAlpha class and filler"), ("assistant", "turn 1 names the ZqSecretBeta class x"),
+             ("user", "turn 2 names the ZqOtherGamma class and filler"), ("assistant", "turn 3 names the ZqOtherDelta class x")]
+    with LLMServer() as llm:
+        mine = llm_settings(settings.data_dir, llm, database_url=settings.database_url)
+        answered, out = held(ok()), held(Status(503))
+        llm.script(answered, match="ZqSecretAlpha")
+        llm.script(out, match="ZqOtherGamma")
+        source = write_sessions(tmp_path / "in.jsonl", [conversation("doomed", turns)])
+        await import_sessions(source, chroma=ChromaStore(mine), memory_collection=mine.memory_collection,
+                              summary_collection=mine.session_collection)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run_cycle, mine)
+            while llm.chat_count < 2:  # both chunks asked: the session is claimed and waits for the model
+                await anyio.sleep(0.02)
+            await anyio.to_thread.run_sync(lambda: forget(mine, session="doomed"))
+            answered.release.set()
+            while not rows_holding(mine, "ZqSecretAlpha"):  # the late answer is stored
+                await anyio.sleep(0.02)
+            out.release.set()
+        assert rows_holding(mine, "ZqSecretAlpha") == []
+        assert [r for r in rows_holding(mine, "doomed:chunk") if r.startswith("chunk_results")] == []  # its failure too

@@ -172,3 +172,61 @@ async def test_a_merge_record_of_a_node_the_forget_did_not_touch_loses_its_saved
         assert [tuple(r) for r in db.query("SELECT target FROM edges WHERE source = 'CLASS:ZqKeptTool' AND relationship = 'USES'")] == []
     finally:
         db.close()
+
+
+@pytest.mark.both_backends
+async def test_a_node_given_a_suffix_keeps_it_when_a_later_forget_touches_it(settings: Settings, tmp_path: Path) -> None:
+    # Its rows are extracted for CLASS:RetryPolicy, never for its suffixed id: every later forget
+    # of a turn it was pointed from found it "unsupported" and moved it on (~3 → ~4 …).
+    await _built(settings, tmp_path, [
+        _session("s-gone", [("user", "ZqGoneGadget depends on GraphStore and ConfigLoader.")], "GraphStore."),
+        _session("s-keep", [("user", "RetryPolicy wraps GraphStore."), ("user", "RetryPolicy retries ConfigLoader."),
+                            ("user", "RetryPolicy logs to StderrSink.")], "RetryPolicy."),
+    ])
+    merge_node(settings, "CLASS:RetryPolicy", "CLASS:ZqGoneGadget")
+    db = open_database(settings)
+    try:  # the id and its first suffix both taken since, by another tool
+        with db.transaction() as conn:
+            for node_id in ("CLASS:RetryPolicy", "CLASS:RetryPolicy~2"):
+                conn.execute("INSERT INTO nodes(id, label, name, properties, created_at, updated_at) "
+                             "VALUES (?, 'CLASS', 'RetryPolicy', '{}', '2026-11-02T10:00:00Z', '2026-11-02T10:00:00Z')", (node_id,))
+    finally:
+        db.close()
+    assert forget(settings, session="s-gone")["nodes_rekeyed"] == {"CLASS:ZqGoneGadget": "CLASS:RetryPolicy~3"}
+
+    report = forget(settings, memory="s-keep-t0002")
+    assert report["nodes_rekeyed"] == {}
+    assert {"CLASS:RetryPolicy", "CLASS:RetryPolicy~2", "CLASS:RetryPolicy~3"} <= set(_node_ids(settings, "CLASS"))
+    assert "CLASS:StderrSink" not in _node_ids(settings, "CLASS")
+
+
+@pytest.mark.both_backends
+async def test_a_node_at_the_end_of_a_merge_chain_takes_the_id_of_the_link_into_it(settings: Settings, tmp_path: Path) -> None:
+    # AaKeptTool → RetryPolicy → ZqGoneGadget. The node holds AaKeptTool's rows too, and that is
+    # the least id they give; but AaKeptTool is recorded as merged into RetryPolicy. Taking it made
+    # the node the merged node of its own chain: records AaKeptTool → RetryPolicy and RetryPolicy →
+    # AaKeptTool, and `unmerge AaKeptTool` told the operator to unmerge RetryPolicy first.
+    await _built(settings, tmp_path, [
+        _session("s-gone", [("user", "ZqGoneGadget wraps GraphStore. ZqGoneGadget depends on ConfigLoader.")], "GraphStore."),
+        _session("s-keep", [("user", "RetryPolicy wraps GraphStore. AaKeptTool calls ConfigLoader.")], "RetryPolicy."),
+    ])
+    merge_node(settings, "CLASS:AaKeptTool", "CLASS:RetryPolicy")
+    merge_node(settings, "CLASS:RetryPolicy", "CLASS:ZqGoneGadget")
+
+    report = forget(settings, session="s-gone")
+    assert report["nodes_rekeyed"] == {"CLASS:ZqGoneGadget": "CLASS:RetryPolicy"}
+    assert rows_holding(settings, "ZqGoneGadget") == []
+    db = open_database(settings)
+    try:
+        assert [tuple(r) for r in db.query("SELECT merged_id, into_id FROM merges WHERE undone_at IS NULL")] == [
+            ("CLASS:AaKeptTool", "CLASS:RetryPolicy")]
+    finally:
+        db.close()
+    assert [u["into"] for u in unmerge_node(settings, "CLASS:AaKeptTool")] == ["CLASS:RetryPolicy"]
+    assert {"CLASS:AaKeptTool", "CLASS:RetryPolicy"} <= set(_node_ids(settings, "CLASS"))
+    db = open_database(settings)
+    try:  # each node holds its own rows again
+        held = {tuple(r) for r in db.query("SELECT node_id, extracted_for FROM node_claims WHERE anchor = 'session:s-keep'")}
+        assert ("CLASS:AaKeptTool", "CLASS:AaKeptTool") in held and ("CLASS:RetryPolicy", "CLASS:RetryPolicy") in held
+    finally:
+        db.close()

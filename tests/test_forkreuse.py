@@ -8,25 +8,36 @@ PostgreSQL, the loopback chat-completions server counting requests."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from config import Settings, load_settings
-from pipelines.extract.model import UnitTurn, WorkUnit, answer_moved_to, unit_content_hash, validate_extraction
+from pipelines.extract.model import (
+    UnitTurn,
+    WorkUnit,
+    answer_moved_to,
+    names_its_session,
+    unit_content_hash,
+    validate_extraction,
+)
 from pipelines.importer import import_sessions
+from pipelines.recall import RecallRequest
 from store.backend import backup as store_backup
 from store.backend import open_database
 from store.chroma import ChromaStore
 from store.db import CHUNK_TEXT_VERSION
 from tests.conftest import write_sessions
-from tests.llm_server import LLMServer
+from tests.llm_server import LLMServer, Reply, auto_extraction
 from tests.migrations_support import rolled_back
+from tests.test_recall import answer_strings, strings
 from tests.test_extract_cycle import llm_settings
 from tests.test_upgradecost_restore import _cli
 from worker.cycle import run_cycle
 from worker.knowledge import forget
+from worker.recall import run_recall, search_nodes, show_node
 
 # Two turns a chunk under the 48-token budget of llm_settings: 6 turns are 3 chunks, 8 are 4.
 HISTORY = [("user" if i % 2 == 0 else "assistant", f"turn {i} names the Part{chr(65 + i)}Item class and filler")
@@ -88,13 +99,31 @@ def test_a_moved_answer_cites_the_memories_at_the_same_places_and_finds_its_own_
         "edges": []}, a, semantic_types=["CLASS"])
     assert [r.target for r in answer.references] == ["memory:b2"]
 
-    moved = answer_moved_to(answer, b, a.memory_ids)
+    moved = answer_moved_to(answer, b, a.memory_ids, session_id="a")
     assert moved is not None and moved.unit_id == "b:chunk:0"
     assert [(e.memory_id, e.quote) for e in moved.nodes[0].evidence] == [("b1", "GraphStore keeps"), ("b2", "about the GraphStore")]
     assert moved.references == ()  # in b, turn 2 names its own memory: no reference
     # A stored answer whose evidence is on a memory its row does not list is not moved.
-    assert answer_moved_to(answer, b, ("a1", "x")) is None and answer_moved_to(answer, b, ("a1",)) is None
+    assert answer_moved_to(answer, b, ("a1", "x"), session_id="a") is None
+    assert answer_moved_to(answer, b, ("a1",), session_id="a") is None
 
+
+
+def test_an_answer_names_its_session_only_where_its_turns_do_not() -> None:
+    texts = ["The GraphStore keeps nodes.", "Resumed from s-77 and the original plan."]
+    a = unit("s-1", texts)
+    answer = validate_extraction({"summary": "", "nodes": [
+        {"id": "g", "type": "CLASS", "name": "GraphStore", "description": "discussed in Session S-1, part chunk:0",
+         "evidence": [{"turn": 1, "quote": "GraphStore keeps"}]}], "edges": []}, a, semantic_types=["CLASS"])
+    assert names_its_session(answer, "s-1", a)  # any case, as the header spells it or not
+    assert not names_its_session(answer, "graph", a)  # a part of a word is not the id
+    assert answer_moved_to(answer, unit("b", texts), a.memory_ids, session_id="s-1") is None
+    # Within its own session (the same words twice) it names the session it is in.
+    assert answer_moved_to(answer, unit("s-1", texts), a.memory_ids, session_id="s-1") is not None
+    # An id the turns say themselves is the words': every copy says it too.
+    quoted = replace(answer, nodes=(replace(answer.nodes[0], description="resumed from s-77"),))
+    assert not names_its_session(quoted, "s-77", unit("s-77", texts))
+    assert not names_its_session(answer, "s-1", unit("s-1", [*texts[:1], "Resumed from s-1."]))
 
 @pytest.mark.both_backends
 async def test_a_forked_session_pays_only_for_its_new_chunk(settings: Settings, tmp_path: Path) -> None:
@@ -224,3 +253,40 @@ async def test_a_restore_over_a_graph_written_before_migration_19_keeps_its_answ
         assert (restored["answers_kept"], restored["forgotten_again"]) == (3, {"sessions": 1, "memories": 0})
         again = await cycle(mine, tmp_path)
         assert (llm.chat_count, again["chunks_reused"]) == (paid, 3)
+
+
+def header_echoed(body: dict[str, Any]) -> dict[str, Any]:
+    """:func:`tests.llm_server.auto_extraction`, each description and justification naming the
+    prompt's header (``Session <id>, part chunk:<N>. Turns:``) as a model may: "… in session X"."""
+    header = next(m["content"] for m in body["messages"] if m["role"] == "user").splitlines()[0]
+    answer = auto_extraction(body)
+    for node in answer["nodes"]:
+        node["description"] = f"{node['name']}, from {header}"
+    for edge in answer["edges"]:
+        edge["justification"] = f"said together in {header}"
+    return answer
+
+
+@pytest.mark.both_backends
+async def test_an_answer_that_names_its_session_is_not_reused_in_another_users_session(
+    settings: Settings, tmp_path: Path,
+) -> None:
+    # The header is the one thing shown that the text hash leaves out; an answer that repeats it
+    # is not an answer for the words alone. Copied, it showed alice's session id in bob's recall,
+    # search and show scoped to bob, where an extraction of bob's session names bob's.
+    turns = [("user", "The GraphStore keeps nodes in LedgerTable rows."), ("assistant", "Noted: GraphStore, LedgerTable.")]
+    alice, bob = conversation("alice-private-plan", turns), conversation("bob-s1", turns)
+    for session, user in ((alice, "alice"), (bob, "bob")):
+        session["userId"] = user
+    with LLMServer(default=Reply(header_echoed)) as llm:
+        mine = llm_settings(settings.data_dir, llm, database_url=settings.database_url)
+        await cycle(mine, tmp_path, alice)
+        extracted = await cycle(mine, tmp_path, bob)
+        # Before: 1 request, bob's chunk reused from alice's.
+        assert (llm.chat_count, extracted["chunks_ok"], extracted["chunks_reused"]) == (2, 1, 0)
+        answer = await run_recall(mine, RecallRequest(query="GraphStore LedgerTable", user="bob", budget_tokens=20_000))
+        found = search_nodes(mine, "GraphStore LedgerTable", user="bob")
+        shown = show_node(mine, "CLASS:GraphStore", user="bob")
+        said = "\n".join([answer_strings(answer), *strings(found), *strings(shown)]).casefold()
+        assert "alice-private-plan" not in said and "session bob-s1" in said
+        # An answer that names no session is still reused everywhere (the tests above).

@@ -145,7 +145,7 @@ def _moved(row: ChunkResult | None, unit: WorkUnit) -> ChunkExtraction | None:
     """The answer of ``row`` (another unit of the same text hash) as ``unit``'s, if it moves."""
     if row is None or row.payload is None or row.memory_ids is None:
         return None
-    return answer_moved_to(ChunkExtraction.from_payload(row.payload), unit, row.memory_ids)
+    return answer_moved_to(ChunkExtraction.from_payload(row.payload), unit, row.memory_ids, session_id=row.session_id)
 
 
 def _copy(unit: WorkUnit, moved: ChunkExtraction, fingerprint: str, run_id: str | None) -> AnswerCopy:

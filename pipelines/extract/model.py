@@ -23,7 +23,7 @@ from __future__ import annotations
 import hashlib
 import re
 import unicodedata
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from functools import cache
 from typing import Annotated, Any, Protocol, get_args, get_origin
@@ -372,13 +372,18 @@ class ChunkExtraction:
         )
 
 
-def answer_moved_to(extraction: ChunkExtraction, unit: WorkUnit, memory_ids: Sequence[str]) -> ChunkExtraction | None:
-    """An answer given for a unit of the same text hash elsewhere (``memory_ids``: that unit's turns'
-    memories, in turn order) as ``unit``'s: each evidence moved to the memory at the same place of
-    ``unit``, the references found in ``unit``'s turns (a turn naming its own memory names none),
-    ``unit``'s id. ``None`` when the answer cites a memory ``memory_ids`` lacks, or the turn counts
-    differ (a stored row that does not match its hash). Pure."""
+def answer_moved_to(
+    extraction: ChunkExtraction, unit: WorkUnit, memory_ids: Sequence[str], *, session_id: str,
+) -> ChunkExtraction | None:
+    """An answer given for a unit of the same text hash in session ``session_id`` (``memory_ids``:
+    that unit's turns' memories, in turn order) as ``unit``'s: each evidence moved to the memory at
+    the same place of ``unit``, the references found in ``unit``'s turns (a turn naming its own
+    memory names none), ``unit``'s id. ``None`` when the answer cites a memory ``memory_ids`` lacks,
+    or the turn counts differ (a stored row that does not match its hash), or it names its session
+    where the turns do not and that is not ``unit``'s (:func:`names_its_session`). Pure."""
     if len(memory_ids) != len(unit.turns):
+        return None
+    if session_id != unit.session_id and names_its_session(extraction, session_id, unit):
         return None
     place = dict(zip(memory_ids, unit.memory_ids))
     if not {e.memory_id for item in (*extraction.nodes, *extraction.edges) for e in item.evidence} <= place.keys():
@@ -394,6 +399,32 @@ def answer_moved_to(extraction: ChunkExtraction, unit: WorkUnit, memory_ids: Seq
         edges=tuple(replace(e, evidence=moved(e.evidence)) for e in extraction.edges),
         references=find_references(unit),
     )
+
+
+def names_its_session(extraction: ChunkExtraction, session_id: str, unit: WorkUnit) -> bool:
+    """Whether the answer says ``session_id`` (case-insensitive, as a whole word) where ``unit``'s
+    turns do not: a model may repeat the prompt's header (``Session <id>, …``: the one thing shown
+    that :func:`unit_text_hash` leaves out) in a description, justification, name or summary. Such
+    an answer is its session's, not its words': moved to another session it would show that
+    session's id there — another user's, in a recall scoped to this one. An id the turns say
+    themselves (a resumed conversation quoting it) is the words', as true of every copy."""
+    needle = session_id.casefold()
+    written = "\n".join(_model_texts(extraction)).casefold()
+    if needle not in written:  # the common case, without a pattern
+        return False
+    said = re.compile(rf"(?<![0-9a-z]){re.escape(needle)}(?![0-9a-z])")
+    return said.search(written) is not None and not any(said.search(t.text.casefold()) for t in unit.turns)
+
+
+def _model_texts(extraction: ChunkExtraction) -> Iterator[str]:
+    """What the model wrote in an answer (not its memory ids, unit id or references: the worker's)."""
+    yield extraction.summary
+    for node in extraction.nodes:
+        yield from (node.id, node.name, node.description, *node.aliases, *node.tags, *(e.quote for e in node.evidence))
+    for edge in extraction.edges:
+        yield from (edge.source, edge.target, edge.relationship, edge.justification, *(e.quote for e in edge.evidence))
+    for item in extraction.ungrounded:
+        yield from (str(value) for value in item.values())
 
 
 # --- names and ids -----------------------------------------------------------------------------

@@ -192,6 +192,11 @@ async def extract_session(
         )
         stats.count_outcomes(outcomes)
         failed = [o for o in outcomes if o.extraction is None]
+        if failed and all(o.status == "deferred" or o.outage for o in failed):
+            # Nothing below writes about the session, so nothing would find it forgotten meanwhile:
+            # its answers and copies just stored (names, quotes) must not outlive the forget.
+            if not await anyio.to_thread.run_sync(env.unit.runstate.get_digests, [sid]):
+                return await _forgotten_meanwhile(sid, env)
         if failed:
             if all(o.status == "deferred" for o in failed):
                 # No call made: its chunks back off, or waited on extractions of their texts that
