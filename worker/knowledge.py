@@ -7,6 +7,7 @@ import copy
 import itertools
 import json
 import os
+import time
 from collections.abc import AsyncIterator, Collection, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
@@ -30,6 +31,7 @@ from pipelines.communities import (
 from pipelines.export import build_snapshot, render, write_json
 from pipelines.identity import Auditor, NodeRef
 from pipelines.judge import ModelJudge
+from pipelines.lazy_edge import ExtractionLines
 from pipelines.query import ViewCounts, node_view, search_row, turn_memory_ids
 from pipelines.resolver import GraphResolver, KeptIndex, node_refs
 from pipelines.vocabulary import ANCHOR_LABELS, DISCUSSED_IN, NOTE_LABEL, PROVENANCE_RELATIONSHIPS
@@ -39,7 +41,8 @@ from store.backend import database_exists, database_location, open_database
 from store.db import Database
 from store.graph import Edge, GraphStore, Node, utc_now
 from store.ids import memory_node_id, normalize_graph_node_id, row_suffix
-from store.lazy_table import lazy_edge_sink
+from store.lazy_queue import LazyEdgeQueue, QueueBusyError
+from store.lazy_table import LazyEdgeTable, lazy_edge_sink
 from store.merges import MergeStore
 from store.provenance import ProvenanceStore
 from store.runstate import RunStateStore
@@ -63,6 +66,9 @@ async def model_judge(settings: Settings) -> AsyncIterator[ModelJudge | None]:
         yield ModelJudge(extractor)
 
 
+# How long a forget waits for a running drain to let go of the queue files before it leaves them
+# to the same forget run again (as the erase's wait).
+_QUEUE_WAIT_SECONDS = 30.0
 # Identity indexes kept between the extract phases of this process, by graph database location:
 # a daemon builds its index once, and each phase takes it up if the graph's identity epoch is still
 # the one it was built in (pipelines/resolver.py).
@@ -413,14 +419,40 @@ def forget(settings: Settings, *, session: str | None = None, memory: str | None
     with open_graph_db(settings) as db:
         if session is not None:
             report = forget_session(DatabaseUnitOfWork(db), session, dry_run=dry_run)
+            lines = ExtractionLines(session)
         elif memory is not None:
             report = forget_memory(DatabaseUnitOfWork(db), row_suffix(memory) if memory.lower().startswith("memory:") else memory, dry_run=dry_run)
+            lines = ExtractionLines(report["session"], turn=memory_node_id(report["id"])) if report.get("session") else None
         else:
             note_id, key = note_anchor(note or "")
             report = forget_note(DatabaseUnitOfWork(db), note_id, key, dry_run=dry_run)
+            lines = ExtractionLines(key)
         if not dry_run:
+            report.update(withdraw_queued_lines(settings, db, lines))
             report.update(erase_deleted_text(db))
         return report
+
+
+def withdraw_queued_lines(settings: Settings, db: Database, lines: ExtractionLines | None) -> dict[str, Any]:
+    """``{"queue_lines_withdrawn": n}``: the lines rem-cycle's own extraction queued for what a
+    forget took out (``lines``; they can quote it and name its nodes) leave both queue forms and
+    their dead letters — the table's rows deleted, the files' lines blanked in place under the
+    drain's lock (:meth:`store.lazy_queue.LazyEdgeQueue.blank`). An agent's lines stay. With
+    ``queue_error`` when a running drain held the lock past the wait: the table's are gone, the
+    files' wait for the same forget again."""
+    if lines is None:
+        return {"queue_lines_withdrawn": 0}
+    withdrawn = LazyEdgeTable(db).withdraw(lines.marker, lines.matches)
+    queue = LazyEdgeQueue(settings.queue_path)
+    deadline = time.monotonic() + _QUEUE_WAIT_SECONDS
+    while True:
+        try:
+            with queue.exclusive():
+                return {"queue_lines_withdrawn": withdrawn + queue.blank(lines.matches, lines.matches_dead_letter)}
+        except QueueBusyError as exc:
+            if time.monotonic() >= deadline:
+                return {"queue_lines_withdrawn": withdrawn, "queue_error": str(exc)}
+            time.sleep(0.2)
 
 
 def erase_deleted_text(db: Database) -> dict[str, Any]:
