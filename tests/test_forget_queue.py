@@ -72,8 +72,8 @@ def test_a_forget_withdraws_the_lines_its_extraction_queued_from_every_queue_fil
 
     done = run_cli("forget", "--memory", "s-gone-t0000", "--json", env=env)
     assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout)["queue_lines_withdrawn"] == 1
     assert _files_holding(data, OLD_REF) == [] and _files_holding(data, LEGACY_REF)  # the other turn's stays
+    assert json.loads(done.stdout)["queue_lines_withdrawn"] == 1
     for sid in ("s-gone", "s-late"):
         done = run_cli("forget", "--session", sid, "--json", env=env)
         assert done.returncode == 0, done.stderr
@@ -117,8 +117,9 @@ async def test_with_the_database_form_a_forget_deletes_the_rows_its_extraction_q
     for word in (OLD_REF, LEGACY_REF, LATE_REF):
         assert rows_holding(mine, word), word
 
-    assert forget(mine, memory="memory:s-gone-t0000")["queue_lines_withdrawn"] == 1
+    turn = forget(mine, memory="memory:s-gone-t0000")
     assert rows_holding(mine, OLD_REF) == [] and rows_holding(mine, LEGACY_REF)
+    assert turn["queue_lines_withdrawn"] == 1
     assert forget(mine, session="s-gone")["queue_lines_withdrawn"] == 1
     assert forget(mine, session="s-late")["queue_lines_withdrawn"] == 1
     for word in (OLD_REF, LEGACY_REF, LATE_REF):
