@@ -137,7 +137,9 @@ def test_blank_overwrites_the_picked_lines_in_place_and_a_kept_count_sees_it(tmp
 
     queue = LazyEdgeQueue(tmp_path / "lazy-edges.jsonl")
     queue.append([{"source": "a", "target": "memory:gone", "relationship": "R"}, {"source": "b", "target": "memory:kept", "relationship": "R"}])
-    records = [json.dumps({"reason": "max-attempts", "line": f'{{"target": "memory:{t}"}}'}) + "\n" for t in ("gone", "kept")]
+    # the kept record long enough that the blanked one is not among the bytes a count checks at its end
+    records = [json.dumps({"reason": "max-attempts", "detail": "x" * 400 * (t == "kept"), "line": f'{{"target": "memory:{t}"}}'}) + "\n"
+               for t in ("gone", "kept")]
     queue.dead_letter_path.write_text("".join(records))
     hour_ago = time.time_ns() - 3600 * 10**9  # written a while before: the blank's mtime differs from it
     os.utime(queue.dead_letter_path, ns=(hour_ago, hour_ago))
