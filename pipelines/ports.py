@@ -153,10 +153,11 @@ class Tombstones(Protocol):
 
 
 class SettledVerdicts(Protocol):
-    """The identity verdicts a session's extraction was given, deleted by its commit once used
-    (:class:`store.verdicts.VerdictStore`)."""
+    """The identity verdicts a session's extraction was given, deleted by its commit once used, or
+    by a forget that took their answer's node out (:class:`store.verdicts.VerdictStore`)."""
 
     def settle(self, session: str) -> int: ...
+    def withdraw_targets(self, node_ids: Iterable[str]) -> int: ...
 
 
 class RecallWriter(Protocol):

@@ -172,3 +172,37 @@ async def test_a_merge_record_of_a_node_the_forget_did_not_touch_loses_its_saved
         assert [tuple(r) for r in db.query("SELECT target FROM edges WHERE source = 'CLASS:ZqKeptTool' AND relationship = 'USES'")] == []
     finally:
         db.close()
+
+
+@pytest.mark.both_backends
+async def test_the_verdicts_of_a_session_in_flight_that_answer_with_a_removed_or_rekeyed_node_go(
+    settings: Settings, tmp_path: Path,
+) -> None:
+    # s-later's extraction asked the auditor and was killed before its commit: its verdicts wait
+    # (store/verdicts.py). Two answer with nodes the forget of s-upper takes out of the graph — one
+    # re-keyed, one removed — and spell what only s-upper said; the others stay.
+    from store.verdicts import VerdictStore
+
+    await _built(settings, tmp_path, [
+        _session("s-upper", [("ZQ ROWAN", "GraphStore reads ZqOnlyLoader at start."), ("assistant", "Noted.")], "GraphStore."),
+        _session("s-title", [("Zq Rowan", "RetryPolicy wraps GraphStore."), ("assistant", "Right.")], "RetryPolicy."),
+    ])
+    assert {"PERSON:ZQ ROWAN", "CLASS:ZqOnlyLoader", "CLASS:RetryPolicy"} <= set(_node_ids(settings, "PERSON") + _node_ids(settings, "CLASS"))
+    db = open_database(settings)
+    try:
+        verdicts = VerdictStore(db)
+        for question, target in (("q-person", "PERSON:ZQ ROWAN"), ("q-loader", "CLASS:ZqOnlyLoader"),
+                                 ("q-retry", "CLASS:RetryPolicy"), ("q-new", None)):
+            verdicts.keep(question, target, session="s-later")
+    finally:
+        db.close()
+
+    report = forget(settings, session="s-upper")
+    assert report["nodes_rekeyed"] == {"PERSON:ZQ ROWAN": "PERSON:Zq Rowan"} and "CLASS:ZqOnlyLoader" in report["knowledge_nodes_removed"]
+    assert rows_holding(settings, "ZQ ROWAN", case=True) == [] and rows_holding(settings, "ZqOnlyLoader") == []
+    assert report["identity_verdicts_withdrawn"] == 2
+    db = open_database(settings)
+    try:
+        assert VerdictStore(db).given(["q-person", "q-loader", "q-retry", "q-new"]) == {"q-retry": "CLASS:RetryPolicy", "q-new": None}
+    finally:
+        db.close()
