@@ -130,3 +130,29 @@ async def test_with_the_database_form_a_forget_deletes_the_rows_its_extraction_q
         assert [json.loads(r[0])["source"] for r in db.query("SELECT line FROM lazy_edges_dead")] == ["memory:legacy-9"]
     finally:
         db.close()
+
+
+@pytest.mark.both_backends
+async def test_a_restored_backup_from_before_the_forget_loses_those_rows_again(settings: Settings, tmp_path: Path) -> None:
+    # The queue table is in the backup (the files are not): the restore forgets again, rows too.
+    from store.backend import backup as store_backup
+    from tests.test_roundtrip_restore import _env
+    from worker.cycle import open_stores
+
+    mine = settings.model_copy(update={"lazy_queue": "database", "lazy_max_attempts": 1})
+    stores = await open_stores(mine)
+    try:
+        await seed_chroma(stores, mine, FIRST, tmp_path)
+        assert (await run_cycle(mine, stores=stores)).outcome == "completed"
+    finally:
+        stores.close()
+    backup = tmp_path / "backups" / "graph.sqlite3"
+    store_backup(mine, backup)
+    forget(mine, session="s-gone")
+    assert rows_holding(mine, OLD_REF) == []
+
+    done = run_cli("restore", str(backup), "--json", env=_env(mine), timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    for word in (OLD_REF, LEGACY_REF):
+        assert rows_holding(mine, word) == [], word
+    assert [r for r in rows_holding(mine, "legacy-9") if r.startswith("lazy_edges_dead:")]  # s-keep's dead letter

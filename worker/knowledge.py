@@ -8,7 +8,7 @@ import itertools
 import json
 import os
 import time
-from collections.abc import AsyncIterator, Collection, Iterator
+from collections.abc import AsyncIterator, Collection, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from functools import partial
@@ -419,31 +419,43 @@ def forget(settings: Settings, *, session: str | None = None, memory: str | None
     with open_graph_db(settings) as db:
         if session is not None:
             report = forget_session(DatabaseUnitOfWork(db), session, dry_run=dry_run)
-            lines = ExtractionLines(session)
+            lines = _extraction_lines(report)
         elif memory is not None:
             report = forget_memory(DatabaseUnitOfWork(db), row_suffix(memory) if memory.lower().startswith("memory:") else memory, dry_run=dry_run)
-            lines = ExtractionLines(report["session"], turn=memory_node_id(report["id"])) if report.get("session") else None
+            lines = _extraction_lines(report)
         else:
             note_id, key = note_anchor(note or "")
             report = forget_note(DatabaseUnitOfWork(db), note_id, key, dry_run=dry_run)
             lines = ExtractionLines(key)
         if not dry_run:
-            report.update(withdraw_queued_lines(settings, db, lines))
+            report.update(withdraw_queued_lines(db, lines, queue=LazyEdgeQueue(settings.queue_path)))
             report.update(erase_deleted_text(db))
         return report
 
 
-def withdraw_queued_lines(settings: Settings, db: Database, lines: ExtractionLines | None) -> dict[str, Any]:
+def _extraction_lines(report: Mapping[str, Any]) -> ExtractionLines | None:
+    """The queue lines the extraction of what a session's or a turn's forget (``report``) took out
+    queued; ``None`` for a turn of no known session (no extraction read it)."""
+    from store.tombstones import MEMORY
+
+    if report["kind"] != MEMORY:
+        return ExtractionLines(report["id"])
+    return ExtractionLines(report["session"], turn=memory_node_id(report["id"])) if report.get("session") else None
+
+
+def withdraw_queued_lines(db: Database, lines: ExtractionLines | None, *, queue: LazyEdgeQueue | None) -> dict[str, Any]:
     """``{"queue_lines_withdrawn": n}``: the lines rem-cycle's own extraction queued for what a
-    forget took out (``lines``; they can quote it and name its nodes) leave both queue forms and
-    their dead letters — the table's rows deleted, the files' lines blanked in place under the
-    drain's lock (:meth:`store.lazy_queue.LazyEdgeQueue.blank`). An agent's lines stay. With
-    ``queue_error`` when a running drain held the lock past the wait: the table's are gone, the
-    files' wait for the same forget again."""
+    forget took out (``lines``; they name what it said, which no drain can link any more) leave
+    the queue table of ``db`` and, given ``queue``, the queue files, with their dead letters — the
+    table's rows deleted, the files' lines blanked in place under the drain's lock
+    (:meth:`store.lazy_queue.LazyEdgeQueue.blank`). An agent's lines stay. With ``queue_error``
+    when a running drain held the lock past the wait: the table's are gone, the files' wait for
+    the same forget again."""
     if lines is None:
         return {"queue_lines_withdrawn": 0}
     withdrawn = LazyEdgeTable(db).withdraw(lines.marker, lines.matches)
-    queue = LazyEdgeQueue(settings.queue_path)
+    if queue is None:
+        return {"queue_lines_withdrawn": withdrawn}
     deadline = time.monotonic() + _QUEUE_WAIT_SECONDS
     while True:
         try:
@@ -509,8 +521,8 @@ def keep_answers(db: Database, answers: TextIO, *, batch: int = 500) -> int:
 
 def forget_again(db: Database, tombstones: list[tuple[str, str]]) -> dict[str, int]:
     """Forget in ``db`` (a restored backup before anything reads it) every session and turn of
-    ``tombstones`` it has no tombstone for, as ``rem-cycle forget`` would; returns how many of each
-    kind."""
+    ``tombstones`` it has no tombstone for, as ``rem-cycle forget`` would (the lines its queue
+    table holds of their extraction too); returns how many of each kind."""
     from pipelines.forget import forget_memory, forget_session
     from store.tombstones import MEMORY, SESSION, TombstoneStore
 
@@ -523,11 +535,13 @@ def forget_again(db: Database, tombstones: list[tuple[str, str]]) -> dict[str, i
         if item_id in buried[kind]:
             continue
         if kind == SESSION:
-            forget_session(unit, item_id)
+            report = forget_session(unit, item_id)
             carried["sessions"] += 1
         else:
-            forget_memory(unit, item_id)
+            report = forget_memory(unit, item_id)
             carried["memories"] += 1
+        # The backup's queue table may hold what its extraction queued (the queue files are not in it).
+        withdraw_queued_lines(db, _extraction_lines(report), queue=None)
     if carried["sessions"] or carried["memories"]:
         db.erase_deleted()  # the backup's copy of the text must not stay in the restored files either
     return carried
