@@ -379,7 +379,7 @@ class LazyEdgeQueue:
         self.publish_marker_path.unlink(missing_ok=True)
         fsync_dir(self.path.parent)
 
-    def blank(self, queued: Callable[[bytes], bool], dead: Callable[[bytes], bool]) -> int:
+    def blank(self, queued: Callable[[bytes], bool], dead: Callable[[bytes], bool], *, dry_run: bool = False) -> int:
         """Overwrite with spaces, where they are, the lines ``queued`` picks in the live queue and
         the ``.draining`` files and the records ``dead`` picks in the dead-letter file (each gets
         a line without its newline); returns how many. Readers skip a blank line, and no other
@@ -387,20 +387,24 @@ class LazyEdgeQueue:
         renames or publishes meanwhile): a publish a crash interrupted is settled first (its
         recovery compares bytes this may blank) and a crashed drain's scratch files, copies of
         lines it was working on, are discarded. The live queue is blanked under the producers'
-        ``flock``, so an append waits and then lands after it."""
-        self.recover_publish()
-        self.discard_scratch()
+        ``flock``, so an append waits and then lands after it. ``dry_run``: only count them (no
+        lock needed), changing nothing."""
+        if not dry_run:
+            self.recover_publish()
+            self.discard_scratch()
         blanked = 0
         for path, picks in ((self.path, queued), *((p, queued) for p in self.draining_files()), (self.dead_letter_path, dead)):
             try:
-                fd = self._open(path, os.O_RDWR)  # not O_APPEND: pwrite must land where it is told
+                # not O_APPEND: pwrite must land where it is told
+                fd = self._open(path, os.O_RDONLY if dry_run else os.O_RDWR)
             except FileNotFoundError:
                 continue
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX)
+                if not dry_run:
+                    fcntl.flock(fd, fcntl.LOCK_EX)
                 with os.fdopen(os.dup(fd), "rb") as handle:
                     chosen = [(at, body) for at, body in _lines_from(handle, 0) if body.strip() and picks(body)]
-                for at, body in chosen:
+                for at, body in [] if dry_run else chosen:
                     os.pwrite(fd, b" " * len(body), at)
                 if chosen:
                     os.fsync(fd)

@@ -74,6 +74,8 @@ def test_a_forget_withdraws_the_lines_its_extraction_queued_from_every_queue_fil
     assert done.returncode == 0, done.stderr
     assert _files_holding(data, OLD_REF) == [] and _files_holding(data, LEGACY_REF)  # the other turn's stays
     assert json.loads(done.stdout)["queue_lines_withdrawn"] == 1
+    planned = run_cli("forget", "--session", "s-late", "--dry-run", "--json", env=env)
+    assert json.loads(planned.stdout)["queue_lines_withdrawn"] == 1 and _files_holding(data, LATE_REF)  # counted, kept
     for sid in ("s-gone", "s-late"):
         done = run_cli("forget", "--session", sid, "--json", env=env)
         assert done.returncode == 0, done.stderr

@@ -634,7 +634,7 @@ async def cmd_forget(settings: Settings, args: argparse.Namespace, progress: Com
                   "run the same forget again later to erase it", file=sys.stderr)
         if report.get("queue_error"):
             print(f"rem-cycle: warning: the forget is done, but the lazy-edge queue files may still hold lines its extraction "
-                  f"queued ({report['queue_error']}); run the same forget again once the drain has finished", file=sys.stderr)
+                  f"queued ({report['queue_error']}); run the same forget again once that drain has finished or that is fixed", file=sys.stderr)
         return EXIT_OK
 
 

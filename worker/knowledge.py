@@ -427,8 +427,8 @@ def forget(settings: Settings, *, session: str | None = None, memory: str | None
             note_id, key = note_anchor(note or "")
             report = forget_note(DatabaseUnitOfWork(db), note_id, key, dry_run=dry_run)
             lines = ExtractionLines(key)
+        report.update(withdraw_queued_lines(db, lines, queue=LazyEdgeQueue(settings.queue_path), dry_run=dry_run))
         if not dry_run:
-            report.update(withdraw_queued_lines(db, lines, queue=LazyEdgeQueue(settings.queue_path)))
             report.update(erase_deleted_text(db))
         return report
 
@@ -443,28 +443,35 @@ def _extraction_lines(report: Mapping[str, Any]) -> ExtractionLines | None:
     return ExtractionLines(report["session"], turn=memory_node_id(report["id"])) if report.get("session") else None
 
 
-def withdraw_queued_lines(db: Database, lines: ExtractionLines | None, *, queue: LazyEdgeQueue | None) -> dict[str, Any]:
+def withdraw_queued_lines(
+    db: Database, lines: ExtractionLines | None, *, queue: LazyEdgeQueue | None, dry_run: bool = False,
+) -> dict[str, Any]:
     """``{"queue_lines_withdrawn": n}``: the lines rem-cycle's own extraction queued for what a
     forget took out (``lines``; they name what it said, which no drain can link any more) leave
     the queue table of ``db`` and, given ``queue``, the queue files, with their dead letters — the
     table's rows deleted, the files' lines blanked in place under the drain's lock
     (:meth:`store.lazy_queue.LazyEdgeQueue.blank`). An agent's lines stay. With ``queue_error``
     when a running drain held the lock past the wait: the table's are gone, the files' wait for
-    the same forget again."""
+    the same forget again. ``dry_run``: counts them, changing nothing."""
     if lines is None:
         return {"queue_lines_withdrawn": 0}
-    withdrawn = LazyEdgeTable(db).withdraw(lines.marker, lines.matches)
-    if queue is None:
+    withdrawn = LazyEdgeTable(db).withdraw(lines.marker, lines.matches, dry_run=dry_run)
+    if queue is None or not queue.path.parent.is_dir():  # no queue file was ever written there
         return {"queue_lines_withdrawn": withdrawn}
     deadline = time.monotonic() + _QUEUE_WAIT_SECONDS
     while True:
         try:
+            if dry_run:
+                return {"queue_lines_withdrawn": withdrawn + queue.blank(lines.matches, lines.matches_dead_letter, dry_run=True)}
             with queue.exclusive():
                 return {"queue_lines_withdrawn": withdrawn + queue.blank(lines.matches, lines.matches_dead_letter)}
         except QueueBusyError as exc:
-            if time.monotonic() >= deadline:
-                return {"queue_lines_withdrawn": withdrawn, "queue_error": str(exc)}
-            time.sleep(0.2)
+            if time.monotonic() < deadline:
+                time.sleep(0.2)
+                continue
+            return {"queue_lines_withdrawn": withdrawn, "queue_error": str(exc)}
+        except OSError as exc:  # a link planted at a queue file's name (UnsafePathError), a full disk
+            return {"queue_lines_withdrawn": withdrawn, "queue_error": str(exc)}
 
 
 def erase_deleted_text(db: Database) -> dict[str, Any]:
