@@ -513,6 +513,11 @@ def commit_session(
                 )
                 stats.merges_recorded += 1
         plan = plan_commit(reduced, matches=matches, state=state, old=old, merge_of=merge_of, observed_at=observed_at)
+        # A merge record near a node this commit may remove (no point elsewhere) may have saved an
+        # edge to it: read before its edges go, as a forget does; once the node has gone nothing
+        # would lead a later forget of the source that named it to that record.
+        removable = plan.orphans - provenance.pointed_elsewhere(plan.orphans, reduced.anchor_id) if plan.orphans else set()
+        near = unit.merges.records_near(removable) if removable else set()
         provenance.delete_anchor(reduced.anchor_id)
         stats.nodes_written = graph.upsert_nodes(plan.nodes)
         provenance.add_claims(plan.claims)
@@ -525,6 +530,8 @@ def commit_session(
         orphans = sorted(plan.orphans - provenance.supported(plan.orphans))
         for node_id in orphans:
             graph.delete_node(node_id)
+        if near:
+            unit.merges.drop_saved_edges(near, orphans)
         stats.nodes_removed = len(orphans)
         for target, least in sorted(folded.items()):
             if merges is not None and graph.get_node(target) is not None:
