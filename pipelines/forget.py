@@ -93,7 +93,7 @@ def forget_anchor(
             carried, names, near = unit.merges.carried(touched), _names(graph, touched), unit.merges.records_near(small)
             empty = reduce_session(reduce_key, [], anchor=anchor if kind == NOTE else "")
             commit_session(empty, unit=unit, graph_index=None, on_commit=lambda: None,
-                           queue_append=lambda lines: 0, matcher=lambda candidates, index: {})
+                           queue_append=lambda lines: 0, matcher=lambda candidates, index: {}, prune_saved_edges=False)
             for memory in memories:
                 graph.delete_node(memory_node_id(memory))
             graph.delete_node(anchor)

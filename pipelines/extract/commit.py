@@ -451,13 +451,16 @@ def commit_session(
     merges: MergeRecorder | None = None,
     observed_at: Mapping[str, str] = {},
     on_begin: Callable[[], None] | None = None,
+    prune_saved_edges: bool = True,
 ) -> CommitStats:
     """Write ``reduced`` in one transaction of ``unit``, replacing its anchor's earlier rows; ``on_commit`` (the
     digest record, chunk-result pruning) runs inside it, and the lazy-queue lines are appended as
     its last step so a failed commit can at worst leave a line that the drain retries, never lose
     one. ``on_begin`` runs first in the transaction, before anything is read (the commit-order lock
     of several workers, ``RunStateStore.begin_commit``). ``observed_at``: memory or chunk id → the
-    turn's time. Blocking: call from a worker thread."""
+    turn's time. ``prune_saved_edges``: take the edges to a node it removes out of the merge
+    records near it (a forget does that itself, with the rest of what it removes). Blocking: call
+    from a worker thread."""
     stats = CommitStats()
     graph, provenance = unit.graph, unit.provenance
     with unit.transaction():
@@ -516,7 +519,9 @@ def commit_session(
         # A merge record near a node this commit may remove (no point elsewhere) may have saved an
         # edge to it: read before its edges go, as a forget does; once the node has gone nothing
         # would lead a later forget of the source that named it to that record.
-        removable = plan.orphans - provenance.pointed_elsewhere(plan.orphans, reduced.anchor_id) if plan.orphans else set()
+        removable: set[str] = set()
+        if prune_saved_edges and plan.orphans:
+            removable = plan.orphans - provenance.pointed_elsewhere(plan.orphans, reduced.anchor_id)
         near = unit.merges.records_near(removable) if removable else set()
         provenance.delete_anchor(reduced.anchor_id)
         stats.nodes_written = graph.upsert_nodes(plan.nodes)
