@@ -404,11 +404,12 @@ class LazyEdgeQueue:
                     fcntl.flock(fd, fcntl.LOCK_EX)
                 with os.fdopen(os.dup(fd), "rb") as handle:
                     chosen = [(at, body) for at, body in _lines_from(handle, 0) if body.strip() and picks(body)]
-                for at, body in [] if dry_run else chosen:
-                    os.pwrite(fd, b" " * len(body), at)
-                if chosen:
-                    os.fsync(fd)
                 blanked += len(chosen)
+                if dry_run or not chosen:
+                    continue
+                for at, body in chosen:
+                    os.pwrite(fd, b" " * len(body), at)
+                os.fsync(fd)
             finally:
                 os.close(fd)
         return blanked
@@ -484,8 +485,8 @@ class DeadLetterCounter:
             return counted.records
         with os.fdopen(self.queue._open(path, os.O_RDONLY), "rb") as handle:
             # The same size with a new mtime: rewritten in place (a forget blanks records), count anew.
-            grown = counted is not None and key[2] != counted.key[2]
-            start = counted if grown and _still_counted(handle, counted, key) else None
+            resized = counted is not None and key[2] != counted.key[2]
+            start = counted if resized and _still_counted(handle, counted, key) else None
             self._counted = counted = _count_from(handle, start, key)
         return counted.records
 
