@@ -10,7 +10,9 @@ recall's full-text index), with a merge by hand of one node into another in ever
 with the two new steps answering "nothing": ``MergeStore.records_near`` → no record, ``MergeStore.rekey_unsupported`` → no node) and as it
 does now (the records near the nodes it may remove read by index before, and each node left
 whose id a forgotten row gave probed, re-keyed when no row gives it any more). Medians, and the
-ratio.
+ratio. Then (forgetqueue, fifteenth session) the commit of an old session extracted again with
+nothing left to say, rolled back, without and with ``prune_saved_edges`` (the merge records near
+the nodes it removes read first, their saved edges to those nodes taken out): ``commit_*``.
 PostgreSQL runs when ``--postgres`` (or ``REM_TEST_POSTGRES_URL``) names a server: a fresh schema.
 """
 
@@ -32,6 +34,8 @@ from bench.bench_forget_bytes import build, median_ms  # noqa: E402
 from bench.bench_provenance import Graph  # noqa: E402
 from bench.bench_reextract import databases  # noqa: E402
 from bench.growth import engines  # noqa: E402
+from pipelines.extract.commit import commit_session  # noqa: E402
+from pipelines.extract.reduce import reduce_session  # noqa: E402
 from pipelines.forget import forget_session  # noqa: E402
 from store.unit_of_work import DatabaseUnitOfWork  # noqa: E402
 from worker.logs import configure_logging  # noqa: E402
@@ -73,6 +77,33 @@ def forgets(g: Graph, history: int, rounds: int) -> dict[str, Any]:
             "forget_ratio": round(statistics.median(times["now"]) / statistics.median(times["main"]), 2), "rekeyed": rekeyed}
 
 
+class _RolledBack(Exception):
+    """Raised inside a timed commit so that nothing of it is kept."""
+
+
+def orphaning_commits(g: Graph, history: int, rounds: int) -> dict[str, Any]:
+    """Median time of a commit that removes nodes — an old session extracted again with nothing
+    left to say, so every node only it named leaves the graph — without and with the merge
+    records' saved edges to those nodes taken out (``prune_saved_edges``: the nodes' edges and the
+    records near them read before, by index), each rolled back, paired as :func:`forgets`."""
+    unit = DatabaseUnitOfWork(g.db)
+    times: dict[bool, list[float]] = {False: [], True: []}
+    for round_, victim in enumerate(random.Random(11).sample(range(history), rounds)):
+        sid = f"s{victim:05d}"
+        for prune in (False, True)[:: 1 if round_ % 2 else -1]:
+            t0 = time.perf_counter()
+            try:
+                with unit.transaction():
+                    commit_session(reduce_session(sid, []), unit=unit, graph_index=None, on_commit=lambda: None,
+                                   queue_append=lambda lines: 0, matcher=lambda candidates, index: {}, prune_saved_edges=prune)
+                    raise _RolledBack
+            except _RolledBack:
+                pass
+            times[prune].append(time.perf_counter() - t0)
+    return {"commit_main_ms": median_ms(times[False]), "commit_now_ms": median_ms(times[True]),
+            "commit_ratio": round(statistics.median(times[True]) / statistics.median(times[False]), 2)}
+
+
 def run(sessions: list[int], rounds: int, postgres_url: str | None) -> list[dict[str, Any]]:
     results = []
     for engine, url in engines(postgres_url):
@@ -86,6 +117,7 @@ def run(sessions: list[int], rounds: int, postgres_url: str | None) -> list[dict
                     row: dict[str, Any] = {"engine": engine, "sessions": history, "hand_merges": hand_merges(g, 10, rng),
                                            "merge_records": db.query("SELECT COUNT(*) FROM merges")[0][0]}
                     row.update(forgets(g, history, rounds))
+                    row.update(orphaning_commits(g, history, rounds))
                     print(row, flush=True)
                     results.append(row)
                 finally:

@@ -93,7 +93,7 @@ def forget_anchor(
             carried, names, near = unit.merges.carried(touched), _names(graph, touched), unit.merges.records_near(small)
             empty = reduce_session(reduce_key, [], anchor=anchor if kind == NOTE else "")
             commit_session(empty, unit=unit, graph_index=None, on_commit=lambda: None,
-                           queue_append=lambda lines: 0, matcher=lambda candidates, index: {})
+                           queue_append=lambda lines: 0, matcher=lambda candidates, index: {}, prune_saved_edges=False)
             for memory in memories:
                 graph.delete_node(memory_node_id(memory))
             graph.delete_node(anchor)
@@ -132,12 +132,14 @@ def _forget_traces(
     ``gave_id``, those whose id a forgotten row gave:
     :meth:`store.merges.MergeStore.rekey_unsupported`), and the stored communities that list a
     node it removed, renamed or re-keyed (``names``: the touched nodes' names before; a merged
-    node whose record went, too)."""
+    node whose record went, too), and the identity verdicts of sessions in flight whose answer is a
+    node it removed or re-keyed."""
     traces, merged_away = unit.merges.forget_traces(carried, removed=removed, touched=names.keys() | removed, near=near,
                                                     session=session, anchor=anchor, memory_id=memory_id)
     rekeyed = unit.merges.rekey_unsupported(gave_id - removed)
     changed = _renamed(unit.graph, names) | merged_away
-    return {**traces, "nodes_rekeyed": rekeyed, "communities_rewritten": _rewrite_communities(unit, changed, rekeyed)}
+    return {**traces, "nodes_rekeyed": rekeyed, "communities_rewritten": _rewrite_communities(unit, changed, rekeyed),
+            "identity_verdicts_withdrawn": unit.verdicts.withdraw_targets(removed | rekeyed.keys())}
 
 
 def _names(graph: Graph, node_ids: Iterable[str]) -> dict[str, str]:

@@ -182,3 +182,55 @@ def queue_lines(edges: Iterable[Mapping[str, Any]], *, timestamp: str | None = N
     if problems:
         raise InvalidLazyEdgeError(problems)
     return lines
+
+
+# The relationships of the lines rem-cycle's own extraction queues (pipelines.extract.commit):
+# provenance edges to a turn or to the anchor, and a turn's reference to a row not in the graph yet.
+_EXTRACTION_RELATIONSHIPS = frozenset({"MENTIONED_IN", "DISCUSSED_IN", "REFERENCED_BY"})
+
+
+@dataclass(frozen=True, slots=True)
+class ExtractionLines:
+    """Which queue lines rem-cycle's own extraction of one anchor queued — what ``forget`` withdraws
+    with the anchor (or, ``turn`` given, with that turn: ``memory:<id>``). Such a line's target is
+    the anchor or one of its turns, its relationship one of ``MENTIONED_IN``, ``DISCUSSED_IN``,
+    ``REFERENCED_BY``, and its ``properties.chunk_ids`` are the anchor's chunks
+    (``<chunk_key>:chunk:…``, ids no agent writes); an agent's line is never one (README). Pure."""
+
+    chunk_key: str
+    turn: str | None = None
+
+    @property
+    def marker(self) -> str:
+        """Text every such line holds as rem-cycle writes it (``store.lazy_queue.edge_line``): a
+        cheap filter before :meth:`matches` decides."""
+        return '"chunk_ids":[' + json.dumps(f"{self.chunk_key}:chunk:", ensure_ascii=False)[:-1]
+
+    def matches(self, raw: bytes | str) -> bool:
+        """Whether the queue line ``raw`` is one of them."""
+        text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
+        if self.marker not in text:
+            return False
+        try:
+            record = json.loads(text)
+        except (ValueError, RecursionError):
+            return False
+        if not isinstance(record, dict) or record.get("relationship") not in _EXTRACTION_RELATIONSHIPS:
+            return False
+        properties, target = record.get("properties"), record.get("target")
+        chunks = properties.get("chunk_ids") if isinstance(properties, dict) else None
+        prefix = f"{self.chunk_key}:chunk:"
+        if not isinstance(chunks, list) or not chunks or not all(isinstance(c, str) and c.startswith(prefix) for c in chunks):
+            return False
+        return self.turn is None or target == self.turn
+
+    def matches_dead_letter(self, raw: bytes) -> bool:
+        """Whether the dead-letter record ``raw`` (:func:`dead_letter_record`) holds one of them."""
+        if b"chunk_ids" not in raw:
+            return False
+        try:
+            record = json.loads(raw)
+        except (ValueError, RecursionError):
+            return False
+        line = record.get("line") if isinstance(record, dict) else None
+        return isinstance(line, str) and self.matches(line)

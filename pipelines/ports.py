@@ -102,6 +102,7 @@ class MergeRecorder(Protocol):
 
     def records_near(self, node_ids: Iterable[str]) -> set[int]: ...
 
+    def drop_saved_edges(self, near: Collection[int], removed: Collection[str]) -> int: ...
     def rekey_unsupported(self, node_ids: Iterable[str]) -> dict[str, str]: ...
 
 
@@ -155,10 +156,11 @@ class Tombstones(Protocol):
 
 
 class SettledVerdicts(Protocol):
-    """The identity verdicts a session's extraction was given, deleted by its commit once used
-    (:class:`store.verdicts.VerdictStore`)."""
+    """The identity verdicts a session's extraction was given, deleted by its commit once used, or
+    by a forget that took their answer's node out (:class:`store.verdicts.VerdictStore`)."""
 
     def settle(self, session: str) -> int: ...
+    def withdraw_targets(self, node_ids: Iterable[str]) -> int: ...
 
 
 class RecallWriter(Protocol):

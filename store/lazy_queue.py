@@ -36,7 +36,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -379,6 +379,41 @@ class LazyEdgeQueue:
         self.publish_marker_path.unlink(missing_ok=True)
         fsync_dir(self.path.parent)
 
+    def blank(self, queued: Callable[[bytes], bool], dead: Callable[[bytes], bool], *, dry_run: bool = False) -> int:
+        """Overwrite with spaces, where they are, the lines ``queued`` picks in the live queue and
+        the ``.draining`` files and the records ``dead`` picks in the dead-letter file (each gets
+        a line without its newline); returns how many. Readers skip a blank line, and no other
+        byte moves, so no line is lost or reordered. Call holding :meth:`exclusive` (no drain
+        renames or publishes meanwhile): a publish a crash interrupted is settled first (its
+        recovery compares bytes this may blank) and a crashed drain's scratch files, copies of
+        lines it was working on, are discarded. The live queue is blanked under the producers'
+        ``flock``, so an append waits and then lands after it. ``dry_run``: only count them (no
+        lock needed), changing nothing."""
+        if not dry_run:
+            self.recover_publish()
+            self.discard_scratch()
+        blanked = 0
+        for path, picks in ((self.path, queued), *((p, queued) for p in self.draining_files()), (self.dead_letter_path, dead)):
+            try:
+                # not O_APPEND: pwrite must land where it is told
+                fd = self._open(path, os.O_RDONLY if dry_run else os.O_RDWR)
+            except FileNotFoundError:
+                continue
+            try:
+                if not dry_run:
+                    fcntl.flock(fd, fcntl.LOCK_EX)
+                with os.fdopen(os.dup(fd), "rb") as handle:
+                    chosen = [(at, body) for at, body in _lines_from(handle, 0) if body.strip() and picks(body)]
+                blanked += len(chosen)
+                if dry_run or not chosen:
+                    continue
+                for at, body in chosen:
+                    os.pwrite(fd, b" " * len(body), at)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        return blanked
+
     def discard_scratch(self) -> None:
         self.requeue_pending_path.unlink(missing_ok=True)
         self.dead_pending_path.unlink(missing_ok=True)
@@ -426,9 +461,10 @@ class DeadLetterCounter:
     """The dead-letter file's record count (its non-blank lines, as :meth:`LazyEdgeQueue.dead_letter_count`
     counts them), kept across calls: unchanged, the file costs a ``stat``; grown, only the bytes
     after the last whole line counted are read; replaced, cut back (a drain's recovery undoing an
-    append) or rewritten just before that point, it is counted anew. rem-cycle only appends to the
-    file, so a count never rereads its history; a hand edit well inside the counted part (which
-    rem-cycle never makes) is seen when the file is replaced or cut. Calls may come from several
+    append), rewritten just before that point or in place at the same size (a forget blanking its
+    own records, :meth:`LazyEdgeQueue.blank`), it is counted anew. Otherwise rem-cycle only appends
+    to the file, so a count never rereads its history; a hand edit well inside the counted part is
+    seen when the file is replaced or cut. Calls may come from several
     threads: the state is one object replaced at once, and a lost race only reads again."""
 
     def __init__(self, queue: LazyEdgeQueue) -> None:
@@ -448,7 +484,9 @@ class DeadLetterCounter:
         if counted is not None and counted.key == key:
             return counted.records
         with os.fdopen(self.queue._open(path, os.O_RDONLY), "rb") as handle:
-            start = counted if counted is not None and _still_counted(handle, counted, key) else None
+            # The same size with a new mtime: rewritten in place (a forget blanks records), count anew.
+            resized = counted is not None and key[2] != counted.key[2]
+            start = counted if resized and _still_counted(handle, counted, key) else None
             self._counted = counted = _count_from(handle, start, key)
         return counted.records
 

@@ -17,7 +17,7 @@ meanwhile make it raise :class:`RowsTakenError`, and the batch is rolled back.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from itertools import chain
@@ -162,6 +162,24 @@ class LazyEdgeTable:
                        VALUES (?, ?, ?, ?, ?, ?)""",
                     [(_text(d.row.line), d.reason, d.detail, d.attempts, d.row.enqueued_at, d.dead_lettered_at) for d in dead],
                 )
+
+    def withdraw(self, marker: str, picks: Callable[[bytes], bool], *, dry_run: bool = False) -> int:
+        """Delete, in one transaction, the rows of ``lazy_edges`` and ``lazy_edges_dead`` whose
+        ``line`` holds ``marker`` and that ``picks`` chooses (given the line as UTF-8); returns how
+        many (``dry_run``: only counts them). A drain settling a row deleted here rolls its batch
+        back and reads again (:class:`RowsTakenError`), so no other row is lost."""
+        pattern = "%" + marker.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+        withdrawn = 0
+        with self.db.transaction() as conn:
+            for table in ("lazy_edges", "lazy_edges_dead"):
+                rows = conn.execute(f"SELECT id, line FROM {table} WHERE line LIKE ? ESCAPE '\\'", (pattern,)).fetchall()
+                chosen = [row_id for row_id, line in rows if picks(line if isinstance(line, bytes) else line.encode("utf-8"))]
+                if dry_run:
+                    withdrawn += len(chosen)
+                    continue
+                for batch, marks in in_batches(chosen):
+                    withdrawn += conn.execute(f"DELETE FROM {table} WHERE id IN ({marks})", batch).rowcount
+        return withdrawn
 
     # --- reporting -----------------------------------------------------------------------
     def depth(self) -> int:

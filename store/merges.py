@@ -545,6 +545,21 @@ class MergeStore:
             frontier = merged - seen
         return found
 
+    def drop_saved_edges(self, near: Collection[int], removed: Collection[str]) -> int:
+        """Take the edges to or from a ``removed`` node out of what the records ``near`` them saved
+        (:meth:`records_near`, read before the nodes went), inside the transaction that removed
+        them: an unmerge could not link such an edge again, and a later forget of the source that
+        named the node would find no index leading to the record. Returns the records rewritten."""
+        gone, rewritten = set(removed), 0
+        for batch, marks in in_batches(sorted(near)):
+            for row in self.db.query(f"SELECT merge_id, restore FROM merges WHERE merge_id IN ({marks})", batch):
+                restore = json.loads(row["restore"])
+                kept = _restore_without(restore, gone, anchor=None)
+                if kept != restore:
+                    self.db.conn.execute("UPDATE merges SET restore = ? WHERE merge_id = ?", (dumps(kept), row["merge_id"]))
+                    rewritten += 1
+        return rewritten
+
     def rekey_unsupported(self, node_ids: Iterable[str]) -> dict[str, str]:
         """After a forget took its rows out (inside its transaction): each node of ``node_ids``
         that exists and has rows, none of them extracted for its id any more (``extracted_for`` of
@@ -776,9 +791,10 @@ def _evidence_without(evidence: Mapping[str, Any], session: str) -> dict[str, An
     return out
 
 
-def _restore_without(restore: Mapping[str, Any], removed: set[str], *, anchor: str, memory_id: str | None) -> dict[str, Any]:
+def _restore_without(restore: Mapping[str, Any], removed: set[str], *, anchor: str | None, memory_id: str | None = None) -> dict[str, Any]:
     """A merge's ``restore`` record without the points of the forgotten ``anchor`` (or of its turn
-    ``memory_id``) and without every saved edge that touches a ``removed`` node."""
+    ``memory_id``; ``None``: no source was forgotten) and without every saved edge that touches a
+    ``removed`` node."""
     def kept(key: Sequence[Any]) -> bool:
         return key[0] not in removed and key[1] not in removed
 
@@ -792,7 +808,7 @@ def _restore_without(restore: Mapping[str, Any], removed: set[str], *, anchor: s
     if "loop_points" in out:
         out["loop_points"] = [
             p for p in out["loop_points"]
-            if not (p.get("anchor") == anchor and (memory_id is None or p.get("memory_id") == memory_id))
+            if not (anchor is not None and p.get("anchor") == anchor and (memory_id is None or p.get("memory_id") == memory_id))
             and kept((p["source"], p["target"]))
         ]
     return out

@@ -444,7 +444,8 @@ def _is_password(key: str) -> bool:
 # (:meth:`PostgresDatabase.erase_deleted`).
 _TEXT_TABLES = (
     "nodes", "edges", "node_points", "edge_points", "node_claims", "node_aliases", "recall_turns", "recall_sessions",
-    "recall_node_docs", "chunk_results", "session_digests", "identity_candidates", "identity_verdicts",
+    "recall_node_docs", "chunk_results", "session_digests", "identity_candidates", "identity_verdicts", "lazy_edges",
+    "lazy_edges_dead",
 )
 
 

@@ -10,7 +10,8 @@ for (:meth:`VerdictStore.settle`, in the commit's transaction), so the table hol
 sessions still in flight — never the history of every question asked (bench/bench_verdicts_growth.py).
 The same question after that commit is not met again: the commit put its answer in the graph (a link
 gives the node the name, a new node is a node), so the name then matches without a question.
-Forgetting a session deletes the verdicts of an extraction that never committed (store.tombstones).
+Forgetting a session deletes the verdicts of an extraction that never committed (store.tombstones),
+and any forget those whose answer is a node it removed or re-keyed (:meth:`VerdictStore.withdraw_targets`).
 """
 
 from __future__ import annotations
@@ -46,6 +47,18 @@ class VerdictStore:
                 "asked_at = excluded.asked_at",
                 (question, target, session, self.clock()),
             )
+
+    def withdraw_targets(self, node_ids: Iterable[str]) -> int:
+        """Delete the verdicts whose answer is a node of ``node_ids`` (removed or re-keyed by a
+        forget, in its transaction): the question named the node's id among its options, so it is
+        not asked again while no node has that id, and the answer spells the id a forget took out.
+        At worst the model is asked again. Reads the table, which holds only the verdicts of
+        sessions in flight. Returns rows deleted."""
+        deleted = 0
+        with self.db.transaction() as conn:
+            for batch, marks in in_batches(sorted(set(node_ids))):
+                deleted += conn.execute(f"DELETE FROM identity_verdicts WHERE target IN ({marks})", batch).rowcount
+        return deleted
 
     def settle(self, session: str) -> int:
         """Delete the verdicts ``session``'s extraction asked for: call inside its commit's

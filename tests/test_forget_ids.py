@@ -230,3 +230,70 @@ async def test_a_node_at_the_end_of_a_merge_chain_takes_the_id_of_the_link_into_
         assert ("CLASS:AaKeptTool", "CLASS:AaKeptTool") in held and ("CLASS:RetryPolicy", "CLASS:RetryPolicy") in held
     finally:
         db.close()
+
+
+@pytest.mark.both_backends
+async def test_the_verdicts_of_a_session_in_flight_that_answer_with_a_removed_or_rekeyed_node_go(
+    settings: Settings, tmp_path: Path,
+) -> None:
+    # s-later's extraction asked the auditor and was killed before its commit: its verdicts wait
+    # (store/verdicts.py). Two answer with nodes the forget of s-upper takes out of the graph — one
+    # re-keyed, one removed — and spell what only s-upper said; the others stay.
+    from store.verdicts import VerdictStore
+
+    await _built(settings, tmp_path, [
+        _session("s-upper", [("ZQ ROWAN", "GraphStore reads ZqOnlyLoader at start."), ("assistant", "Noted.")], "GraphStore."),
+        _session("s-title", [("Zq Rowan", "RetryPolicy wraps GraphStore."), ("assistant", "Right.")], "RetryPolicy."),
+    ])
+    assert {"PERSON:ZQ ROWAN", "CLASS:ZqOnlyLoader", "CLASS:RetryPolicy"} <= set(_node_ids(settings, "PERSON") + _node_ids(settings, "CLASS"))
+    db = open_database(settings)
+    try:
+        verdicts = VerdictStore(db)
+        for question, target in (("q-person", "PERSON:ZQ ROWAN"), ("q-loader", "CLASS:ZqOnlyLoader"),
+                                 ("q-retry", "CLASS:RetryPolicy"), ("q-new", None)):
+            verdicts.keep(question, target, session="s-later")
+    finally:
+        db.close()
+
+    report = forget(settings, session="s-upper")
+    assert report["nodes_rekeyed"] == {"PERSON:ZQ ROWAN": "PERSON:Zq Rowan"} and "CLASS:ZqOnlyLoader" in report["knowledge_nodes_removed"]
+    assert rows_holding(settings, "ZQ ROWAN", case=True) == [] and rows_holding(settings, "ZqOnlyLoader") == []
+    assert report["identity_verdicts_withdrawn"] == 2
+    db = open_database(settings)
+    try:
+        assert VerdictStore(db).given(["q-person", "q-loader", "q-retry", "q-new"]) == {"q-retry": "CLASS:RetryPolicy", "q-new": None}
+    finally:
+        db.close()
+
+
+@pytest.mark.both_backends
+@pytest.mark.parametrize("written_by", ["another-tool", "s-gone"])
+async def test_a_saved_edge_to_a_node_that_left_the_graph_before_the_forget_goes_with_it(
+    settings: Settings, tmp_path: Path, written_by: str,
+) -> None:
+    # s-gone named ZqGoneGadget, a merge saved an edge to it (one s-gone said, or one another tool
+    # wrote), then s-gone was extracted again without it: the node left the graph, the record kept
+    # the edge, and no index led the later forget of s-gone from its rows to that record.
+    said = "ZqGoneGadget depends on ZqKeptTool." if written_by == "s-gone" else "ZqGoneGadget depends on ConfigLoader."
+    await _built(settings, tmp_path, [
+        _session("s-gone", [("user", said)], "ConfigLoader."),
+        _session("s-keep", [("user", "RetryPolicy wraps GraphStore. ZqKeptTool calls GraphStore.")], "RetryPolicy."),
+    ])
+    db = open_database(settings)
+    try:
+        if written_by == "another-tool":  # no points, from a node s-gone never names to one only it names
+            with db.transaction() as conn:
+                conn.execute("INSERT INTO edges(source, target, relationship, weight, properties, created_at, updated_at) "
+                             "VALUES ('CLASS:ZqKeptTool', 'CLASS:ZqGoneGadget', 'USES', 1.0, '{}', '2026-11-01T10:00:00Z', '2026-11-01T10:00:00Z')")
+        assert db.query("SELECT COUNT(*) FROM edges WHERE 'CLASS:ZqKeptTool' IN (source, target) "
+                        "AND 'CLASS:ZqGoneGadget' IN (source, target)")[0][0] == 1
+    finally:
+        db.close()
+    merge_node(settings, "CLASS:ZqKeptTool", "CLASS:RetryPolicy")  # saves the edge
+    await _built(settings, tmp_path, [_session("s-gone", [("user", "ConfigLoader reads GraphStore at start.")], "ConfigLoader.")])
+    assert "CLASS:ZqGoneGadget" not in _node_ids(settings, "CLASS")
+
+    forget(settings, session="s-gone")
+    assert rows_holding(settings, "ZqGoneGadget") == []
+    undone = unmerge_node(settings, "CLASS:ZqKeptTool")  # the record still works
+    assert [u["into"] for u in undone] == ["CLASS:RetryPolicy"]

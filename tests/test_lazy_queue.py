@@ -128,3 +128,27 @@ def test_concurrent_producers_and_rotation_lose_nothing(tmp_path: Path) -> None:
     targets = sorted(r["target"] for r in records)
     assert len(targets) == 1200
     assert targets == sorted(f"memory:p{n}-{i}" for n in range(3) for i in range(400))
+
+
+def test_blank_overwrites_the_picked_lines_in_place_and_a_kept_count_sees_it(tmp_path: Path) -> None:
+    # A forget blanks its own lines (store.lazy_queue.LazyEdgeQueue.blank): no other byte moves, and
+    # a dead-letter count a long-lived process keeps is taken anew although the size is the same.
+    from store.lazy_queue import DeadLetterCounter
+
+    queue = LazyEdgeQueue(tmp_path / "lazy-edges.jsonl")
+    queue.append([{"source": "a", "target": "memory:gone", "relationship": "R"}, {"source": "b", "target": "memory:kept", "relationship": "R"}])
+    # the kept record long enough that the blanked one is not among the bytes a count checks at its end
+    records = [json.dumps({"reason": "max-attempts", "detail": "x" * 400 * (t == "kept"), "line": f'{{"target": "memory:{t}"}}'}) + "\n"
+               for t in ("gone", "kept")]
+    queue.dead_letter_path.write_text("".join(records))
+    hour_ago = time.time_ns() - 3600 * 10**9  # written a while before: the blank's mtime differs from it
+    os.utime(queue.dead_letter_path, ns=(hour_ago, hour_ago))
+    counter = DeadLetterCounter(queue)
+    assert counter.count() == 2
+    sizes = (queue.path.stat().st_size, queue.dead_letter_path.stat().st_size)
+    with queue.exclusive():
+        assert queue.blank(lambda line: b"memory:gone" in line, lambda record: b"memory:gone" in record) == 2
+    assert (queue.path.stat().st_size, queue.dead_letter_path.stat().st_size) == sizes
+    assert [json.loads(line)["source"] for line in queue.read_lines(queue.path)] == ["b"]
+    assert b"gone" not in queue.path.read_bytes() + queue.dead_letter_path.read_bytes()
+    assert counter.count() == 1 and queue.dead_letter_count() == 1

@@ -632,6 +632,9 @@ async def cmd_forget(settings: Settings, args: argparse.Namespace, progress: Com
             why = report.get("erase_error") or f"another process kept reading an older snapshot, so {settings.graph_path.name}-wal holds it until SQLite next checkpoints"
             print(f"rem-cycle: warning: the forget is done, but the database's files may still hold the forgotten text ({why}); "
                   "run the same forget again later to erase it", file=sys.stderr)
+        if report.get("queue_error"):
+            print(f"rem-cycle: warning: the forget is done, but the lazy-edge queue files may still hold lines its extraction "
+                  f"queued ({report['queue_error']}); run the same forget again once that drain has finished or that is fixed", file=sys.stderr)
         return EXIT_OK
 
 

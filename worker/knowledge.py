@@ -7,7 +7,8 @@ import copy
 import itertools
 import json
 import os
-from collections.abc import AsyncIterator, Collection, Iterator
+import time
+from collections.abc import AsyncIterator, Collection, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from functools import partial
@@ -30,6 +31,7 @@ from pipelines.communities import (
 from pipelines.export import build_snapshot, render, write_json
 from pipelines.identity import Auditor, NodeRef
 from pipelines.judge import ModelJudge
+from pipelines.lazy_edge import ExtractionLines
 from pipelines.query import ViewCounts, node_view, search_row, turn_memory_ids
 from pipelines.resolver import GraphResolver, KeptIndex, node_refs
 from pipelines.vocabulary import ANCHOR_LABELS, DISCUSSED_IN, NOTE_LABEL, PROVENANCE_RELATIONSHIPS
@@ -39,7 +41,8 @@ from store.backend import database_exists, database_location, open_database
 from store.db import Database
 from store.graph import Edge, GraphStore, Node, utc_now
 from store.ids import memory_node_id, normalize_graph_node_id, row_suffix
-from store.lazy_table import lazy_edge_sink
+from store.lazy_queue import LazyEdgeQueue, QueueBusyError
+from store.lazy_table import LazyEdgeTable, lazy_edge_sink
 from store.merges import MergeStore
 from store.provenance import ProvenanceStore
 from store.runstate import RunStateStore
@@ -63,6 +66,9 @@ async def model_judge(settings: Settings) -> AsyncIterator[ModelJudge | None]:
         yield ModelJudge(extractor)
 
 
+# How long a forget waits for a running drain to let go of the queue files before it leaves them
+# to the same forget run again (as the erase's wait).
+_QUEUE_WAIT_SECONDS = 30.0
 # Identity indexes kept between the extract phases of this process, by graph database location:
 # a daemon builds its index once, and each phase takes it up if the graph's identity epoch is still
 # the one it was built in (pipelines/resolver.py).
@@ -413,14 +419,59 @@ def forget(settings: Settings, *, session: str | None = None, memory: str | None
     with open_graph_db(settings) as db:
         if session is not None:
             report = forget_session(DatabaseUnitOfWork(db), session, dry_run=dry_run)
+            lines = _extraction_lines(report)
         elif memory is not None:
             report = forget_memory(DatabaseUnitOfWork(db), row_suffix(memory) if memory.lower().startswith("memory:") else memory, dry_run=dry_run)
+            lines = _extraction_lines(report)
         else:
             note_id, key = note_anchor(note or "")
             report = forget_note(DatabaseUnitOfWork(db), note_id, key, dry_run=dry_run)
+            lines = ExtractionLines(key)
+        report.update(withdraw_queued_lines(db, lines, queue=LazyEdgeQueue(settings.queue_path), dry_run=dry_run))
         if not dry_run:
             report.update(erase_deleted_text(db))
         return report
+
+
+def _extraction_lines(report: Mapping[str, Any]) -> ExtractionLines | None:
+    """The queue lines the extraction of what a session's or a turn's forget (``report``) took out
+    queued; ``None`` for a turn of no known session (no extraction read it)."""
+    from store.tombstones import MEMORY
+
+    if report["kind"] != MEMORY:
+        return ExtractionLines(report["id"])
+    return ExtractionLines(report["session"], turn=memory_node_id(report["id"])) if report.get("session") else None
+
+
+def withdraw_queued_lines(
+    db: Database, lines: ExtractionLines | None, *, queue: LazyEdgeQueue | None, dry_run: bool = False,
+) -> dict[str, Any]:
+    """``{"queue_lines_withdrawn": n}``: the lines rem-cycle's own extraction queued for what a
+    forget took out (``lines``; they name what it said, which no drain can link any more) leave
+    the queue table of ``db`` and, given ``queue``, the queue files, with their dead letters — the
+    table's rows deleted, the files' lines blanked in place under the drain's lock
+    (:meth:`store.lazy_queue.LazyEdgeQueue.blank`). An agent's lines stay. With ``queue_error``
+    when a running drain held the lock past the wait: the table's are gone, the files' wait for
+    the same forget again. ``dry_run``: counts them, changing nothing."""
+    if lines is None:
+        return {"queue_lines_withdrawn": 0}
+    withdrawn = LazyEdgeTable(db).withdraw(lines.marker, lines.matches, dry_run=dry_run)
+    if queue is None or not queue.path.parent.is_dir():  # no queue file was ever written there
+        return {"queue_lines_withdrawn": withdrawn}
+    deadline = time.monotonic() + _QUEUE_WAIT_SECONDS
+    while True:
+        try:
+            if dry_run:
+                return {"queue_lines_withdrawn": withdrawn + queue.blank(lines.matches, lines.matches_dead_letter, dry_run=True)}
+            with queue.exclusive():
+                return {"queue_lines_withdrawn": withdrawn + queue.blank(lines.matches, lines.matches_dead_letter)}
+        except QueueBusyError as exc:
+            if time.monotonic() < deadline:
+                time.sleep(0.2)
+                continue
+            return {"queue_lines_withdrawn": withdrawn, "queue_error": str(exc)}
+        except OSError as exc:  # a link planted at a queue file's name (UnsafePathError), a full disk
+            return {"queue_lines_withdrawn": withdrawn, "queue_error": str(exc)}
 
 
 def erase_deleted_text(db: Database) -> dict[str, Any]:
@@ -477,8 +528,8 @@ def keep_answers(db: Database, answers: TextIO, *, batch: int = 500) -> int:
 
 def forget_again(db: Database, tombstones: list[tuple[str, str]]) -> dict[str, int]:
     """Forget in ``db`` (a restored backup before anything reads it) every session and turn of
-    ``tombstones`` it has no tombstone for, as ``rem-cycle forget`` would; returns how many of each
-    kind."""
+    ``tombstones`` it has no tombstone for, as ``rem-cycle forget`` would (the lines its queue
+    table holds of their extraction too); returns how many of each kind."""
     from pipelines.forget import forget_memory, forget_session
     from store.tombstones import MEMORY, SESSION, TombstoneStore
 
@@ -491,11 +542,13 @@ def forget_again(db: Database, tombstones: list[tuple[str, str]]) -> dict[str, i
         if item_id in buried[kind]:
             continue
         if kind == SESSION:
-            forget_session(unit, item_id)
+            report = forget_session(unit, item_id)
             carried["sessions"] += 1
         else:
-            forget_memory(unit, item_id)
+            report = forget_memory(unit, item_id)
             carried["memories"] += 1
+        # The backup's queue table may hold what its extraction queued (the queue files are not in it).
+        withdraw_queued_lines(db, _extraction_lines(report), queue=None)
     if carried["sessions"] or carried["memories"]:
         db.erase_deleted()  # the backup's copy of the text must not stay in the restored files either
     return carried

@@ -451,13 +451,16 @@ def commit_session(
     merges: MergeRecorder | None = None,
     observed_at: Mapping[str, str] = {},
     on_begin: Callable[[], None] | None = None,
+    prune_saved_edges: bool = True,
 ) -> CommitStats:
     """Write ``reduced`` in one transaction of ``unit``, replacing its anchor's earlier rows; ``on_commit`` (the
     digest record, chunk-result pruning) runs inside it, and the lazy-queue lines are appended as
     its last step so a failed commit can at worst leave a line that the drain retries, never lose
     one. ``on_begin`` runs first in the transaction, before anything is read (the commit-order lock
     of several workers, ``RunStateStore.begin_commit``). ``observed_at``: memory or chunk id → the
-    turn's time. Blocking: call from a worker thread."""
+    turn's time. ``prune_saved_edges``: take the edges to a node it removes out of the merge
+    records near it (a forget does that itself, with the rest of what it removes). Blocking: call
+    from a worker thread."""
     stats = CommitStats()
     graph, provenance = unit.graph, unit.provenance
     with unit.transaction():
@@ -513,6 +516,13 @@ def commit_session(
                 )
                 stats.merges_recorded += 1
         plan = plan_commit(reduced, matches=matches, state=state, old=old, merge_of=merge_of, observed_at=observed_at)
+        # A merge record near a node this commit may remove (no point elsewhere) may have saved an
+        # edge to it: read before its edges go, as a forget does; once the node has gone nothing
+        # would lead a later forget of the source that named it to that record.
+        removable: set[str] = set()
+        if prune_saved_edges and plan.orphans:
+            removable = plan.orphans - provenance.pointed_elsewhere(plan.orphans, reduced.anchor_id)
+        near = unit.merges.records_near(removable) if removable else set()
         provenance.delete_anchor(reduced.anchor_id)
         stats.nodes_written = graph.upsert_nodes(plan.nodes)
         provenance.add_claims(plan.claims)
@@ -525,6 +535,8 @@ def commit_session(
         orphans = sorted(plan.orphans - provenance.supported(plan.orphans))
         for node_id in orphans:
             graph.delete_node(node_id)
+        if near:
+            unit.merges.drop_saved_edges(near, orphans)
         stats.nodes_removed = len(orphans)
         for target, least in sorted(folded.items()):
             if merges is not None and graph.get_node(target) is not None:
