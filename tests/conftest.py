@@ -13,11 +13,12 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 from urllib.parse import quote
 
 import httpx
@@ -206,10 +207,10 @@ def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 300,
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("REM_")}
     full_env.update(env or {})
     full_env["PYTHONPATH"] = str(ROOT)
-    argv = [sys.executable, "-m", "worker", *args]
     if start_environment(full_env) == start_environment(COMMAND_SERVER_ENV):
-        return command_server().run(argv, full_env, timeout, cwd or ROOT)
-    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=full_env, cwd=cwd or ROOT)
+        return command_server().run(list(args), full_env, timeout, cwd or ROOT)
+    return subprocess.run([sys.executable, "-m", "worker", *args], capture_output=True, text=True, timeout=timeout,
+                          env=full_env, cwd=cwd or ROOT)
 
 
 # The command server's environment: the test process's at start, without REM_* (as run_cli's).
@@ -226,7 +227,8 @@ class CommandServer:
     """tests/command_server.py in a subprocess of this test process, started on first use."""
 
     def __init__(self) -> None:
-        self.path = os.path.join(tempfile.mkdtemp(prefix="rem-commands-"), "socket")
+        self.folder = tempfile.mkdtemp(prefix="rem-commands-")
+        self.path = os.path.join(self.folder, "socket")
         self.proc = subprocess.Popen([sys.executable, "-m", "tests.command_server", self.path], env=COMMAND_SERVER_ENV,
                                      cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         assert self.proc.stdout is not None and self.proc.stdout.readline() == "ready\n", "the command server did not start"
@@ -238,14 +240,17 @@ class CommandServer:
         assert self.proc.stdin is not None
         self.proc.stdin.close()
         self.proc.wait(30)
+        shutil.rmtree(self.folder)
 
-    def run(self, argv: list[str], env: dict[str, str], timeout: float, cwd: Path) -> subprocess.CompletedProcess[str]:
-        """``subprocess.run(argv, capture_output=True, text=True, ...)``, forked by the server; on
-        ``timeout`` the command is killed and :class:`subprocess.TimeoutExpired` raised, as there."""
+    def run(self, args: list[str], env: dict[str, str], timeout: float, cwd: Path) -> subprocess.CompletedProcess[str]:
+        """``subprocess.run([python, "-m", "worker", *args], capture_output=True, text=True, ...)``,
+        forked by the server; on ``timeout`` the command is killed and
+        :class:`subprocess.TimeoutExpired` raised, as there."""
+        argv = [sys.executable, "-m", "worker", *args]
         with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, \
                 socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as conn:
             conn.connect(self.path)
-            request = {"argv": argv[3:], "env": env, "cwd": str(cwd)}
+            request = {"argv": args, "env": env, "cwd": str(cwd)}
             socket.send_fds(conn, [json.dumps(request).encode()], [0, out.fileno(), err.fileno()])
             pid = json.loads(conn.recv(4096))["pid"]
             conn.settimeout(timeout)
@@ -259,20 +264,22 @@ class CommandServer:
             return subprocess.CompletedProcess(argv, status, read_text(out), read_text(err))
 
 
-def read_text(file: Any) -> str:
+def read_text(file: IO[bytes]) -> str:
     """A captured stream as ``subprocess.run(text=True)`` decodes it (locale encoding, universal newlines)."""
     file.seek(0)
     return io.TextIOWrapper(io.BytesIO(file.read())).read()
 
 
 _COMMAND_SERVER: list[CommandServer] = []
+_COMMAND_SERVER_START = threading.Lock()  # tests run commands from threads too
 
 
 def command_server() -> CommandServer:
     """This test process's command server (started on the first command, stopped at exit)."""
-    if not _COMMAND_SERVER:
-        _COMMAND_SERVER.append(CommandServer())
-    return _COMMAND_SERVER[0]
+    with _COMMAND_SERVER_START:
+        if not _COMMAND_SERVER:
+            _COMMAND_SERVER.append(CommandServer())
+        return _COMMAND_SERVER[0]
 
 
 def digest_sample_with_cli(data: Path) -> Path:

@@ -26,7 +26,7 @@ def started(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.Compl
 def test_a_forked_command_answers_as_a_started_one(args: list[str], tmp_path: Path) -> None:
     # A data dir that does not exist: status says so on stderr and exits 1.
     env = COMMAND_SERVER_ENV | {"REM_DATA_DIR": str(tmp_path / "missing")}
-    forked = command_server().run([sys.executable, "-m", "worker", *args], env, 300, tmp_path)
+    forked = command_server().run(args, env, 300, tmp_path)
     fresh = started(args, env, tmp_path)
     assert (forked.returncode, forked.stdout, forked.stderr) == (fresh.returncode, fresh.stdout, fresh.stderr)
     assert forked.stdout or forked.stderr
