@@ -4,6 +4,7 @@ on a loopback port per session, started on demand)."""
 from __future__ import annotations
 
 import atexit
+import contextlib
 import io
 import json
 import os
@@ -256,8 +257,11 @@ class CommandServer:
             conn.settimeout(timeout)
             try:
                 status = json.loads(conn.recv(4096))["status"]
-            except TimeoutError:
-                os.kill(pid, signal.SIGKILL)
+            except BaseException as exc:  # as subprocess.run: whatever stops the wait kills the command
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+                if not isinstance(exc, TimeoutError):
+                    raise
                 conn.settimeout(None)
                 conn.recv(4096)
                 raise subprocess.TimeoutExpired(argv, timeout, output=read_text(out), stderr=read_text(err)) from None
