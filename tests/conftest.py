@@ -3,6 +3,9 @@ on a loopback port per session, started on demand)."""
 
 from __future__ import annotations
 
+import atexit
+import contextlib
+import io
 import json
 import os
 import shutil
@@ -10,11 +13,13 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 from urllib.parse import quote
 
 import httpx
@@ -197,14 +202,88 @@ def make_session(sid: str, n_turns: int = 3, *, created: str = "2026-11-01T10:00
 
 
 def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 300, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    """Run ``python -m worker ARGS`` as a real subprocess."""
+    """Run ``python -m worker ARGS`` as a real subprocess: forked by the command server
+    (tests/command_server.py) when its environment apart from ``REM_*`` is the server's, else
+    started as a new interpreter."""
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("REM_")}
     full_env.update(env or {})
     full_env["PYTHONPATH"] = str(ROOT)
-    return subprocess.run(
-        [sys.executable, "-m", "worker", *args],
-        capture_output=True, text=True, timeout=timeout, env=full_env, cwd=cwd or ROOT,
-    )
+    if start_environment(full_env) == start_environment(COMMAND_SERVER_ENV):
+        return command_server().run(list(args), full_env, timeout, cwd or ROOT)
+    return subprocess.run([sys.executable, "-m", "worker", *args], capture_output=True, text=True, timeout=timeout,
+                          env=full_env, cwd=cwd or ROOT)
+
+
+# The command server's environment: the test process's at start, without REM_* (as run_cli's).
+COMMAND_SERVER_ENV = {k: v for k, v in os.environ.items() if not k.startswith("REM_")} | {"PYTHONPATH": str(ROOT)}
+
+
+def start_environment(env: dict[str, str]) -> dict[str, str]:
+    """What of ``env`` an interpreter start and the imports can read: all but the ``REM_*``
+    settings (read when a command loads them) and pytest's name of the running test."""
+    return {k: v for k, v in env.items() if not k.startswith("REM_") and k != "PYTEST_CURRENT_TEST"}
+
+
+class CommandServer:
+    """tests/command_server.py in a subprocess of this test process, started on first use."""
+
+    def __init__(self) -> None:
+        self.folder = tempfile.mkdtemp(prefix="rem-commands-")
+        self.path = os.path.join(self.folder, "socket")
+        self.proc = subprocess.Popen([sys.executable, "-m", "tests.command_server", self.path], env=COMMAND_SERVER_ENV,
+                                     cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        assert self.proc.stdout is not None and self.proc.stdout.readline() == "ready\n", "the command server did not start"
+        atexit.register(self.close)
+
+    def close(self) -> None:
+        """Stop the server (it ends when its stdin closes) and reap it, so that its commands' CPU
+        time counts in this process's children's, as started commands' does."""
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        self.proc.wait(30)
+        shutil.rmtree(self.folder)
+
+    def run(self, args: list[str], env: dict[str, str], timeout: float, cwd: Path) -> subprocess.CompletedProcess[str]:
+        """``subprocess.run([python, "-m", "worker", *args], capture_output=True, text=True, ...)``,
+        forked by the server; on ``timeout`` the command is killed and
+        :class:`subprocess.TimeoutExpired` raised, as there."""
+        argv = [sys.executable, "-m", "worker", *args]
+        with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, \
+                socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as conn:
+            conn.connect(self.path)
+            request = {"argv": args, "env": env, "cwd": str(cwd)}
+            socket.send_fds(conn, [json.dumps(request).encode()], [0, out.fileno(), err.fileno()])
+            pid = json.loads(conn.recv(4096))["pid"]
+            conn.settimeout(timeout)
+            try:
+                status = json.loads(conn.recv(4096))["status"]
+            except BaseException as exc:  # as subprocess.run: whatever stops the wait kills the command
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+                if not isinstance(exc, TimeoutError):
+                    raise
+                conn.settimeout(None)
+                conn.recv(4096)
+                raise subprocess.TimeoutExpired(argv, timeout, output=read_text(out), stderr=read_text(err)) from None
+            return subprocess.CompletedProcess(argv, status, read_text(out), read_text(err))
+
+
+def read_text(file: IO[bytes]) -> str:
+    """A captured stream as ``subprocess.run(text=True)`` decodes it (locale encoding, universal newlines)."""
+    file.seek(0)
+    return io.TextIOWrapper(io.BytesIO(file.read())).read()
+
+
+_COMMAND_SERVER: list[CommandServer] = []
+_COMMAND_SERVER_START = threading.Lock()  # tests run commands from threads too
+
+
+def command_server() -> CommandServer:
+    """This test process's command server (started on the first command, stopped at exit)."""
+    with _COMMAND_SERVER_START:
+        if not _COMMAND_SERVER:
+            _COMMAND_SERVER.append(CommandServer())
+        return _COMMAND_SERVER[0]
 
 
 def digest_sample_with_cli(data: Path) -> Path:

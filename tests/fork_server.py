@@ -39,9 +39,15 @@ def _child(args: list[str], env: dict[str, str]) -> None:
     os._exit(code)
 
 
-def main() -> None:
+def check_no_threads() -> None:
+    """Refuse to serve if the imports started a thread: a fork copies only the forking thread, so
+    a lock another thread held would stay locked in every child."""
     if threading.active_count() != 1:
         raise SystemExit("fork server: imports started threads; forking would be unsafe")
+
+
+def main() -> None:
+    check_no_threads()
     for line in sys.stdin:
         request = json.loads(line)
         if "run" in request:
