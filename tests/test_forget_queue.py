@@ -102,19 +102,27 @@ def test_a_forget_withdraws_the_lines_its_extraction_queued_from_every_queue_fil
     assert [i for i in ids if any(w in i for w in ("s-gone", "s-late", OLD_REF, LEGACY_REF, LATE_REF, AGENT_WORD))] == []
 
 
-@pytest.mark.both_backends
-async def test_with_the_database_form_a_forget_deletes_the_rows_its_extraction_queued(settings: Settings, tmp_path: Path) -> None:
-    mine = settings.model_copy(update={"lazy_queue": "database", "lazy_max_attempts": 1})
+async def _cycled_with_a_queue_table(settings: Settings, tmp_path: Path, *, late: bool = False) -> Settings:
+    """``settings`` with the queue in the database, after a cycle of FIRST (one attempt: its lines
+    are dead-lettered at once) and, ``late``, one more of LATE (its line stays queued)."""
     from worker.cycle import open_stores
 
+    mine = settings.model_copy(update={"lazy_queue": "database", "lazy_max_attempts": 1})
     stores = await open_stores(mine)
     try:
         await seed_chroma(stores, mine, FIRST, tmp_path)
-        assert (await run_cycle(mine, stores=stores)).outcome == "completed"  # dead-lettered at once
-        await seed_chroma(stores, mine, LATE, tmp_path)
-        assert (await run_cycle(mine.model_copy(update={"lazy_max_attempts": 5}), stores=stores)).outcome == "completed"
+        assert (await run_cycle(mine, stores=stores)).outcome == "completed"
+        if late:
+            await seed_chroma(stores, mine, LATE, tmp_path)
+            assert (await run_cycle(mine.model_copy(update={"lazy_max_attempts": 5}), stores=stores)).outcome == "completed"
     finally:
         stores.close()
+    return mine
+
+
+@pytest.mark.both_backends
+async def test_with_the_database_form_a_forget_deletes_the_rows_its_extraction_queued(settings: Settings, tmp_path: Path) -> None:
+    mine = await _cycled_with_a_queue_table(settings, tmp_path, late=True)
     enqueue_lazy_edges(mine.lazy_queue_target, [AGENT_LINE])
     for word in (OLD_REF, LEGACY_REF, LATE_REF):
         assert rows_holding(mine, word), word
@@ -139,15 +147,7 @@ async def test_a_restored_backup_from_before_the_forget_loses_those_rows_again(s
     # The queue table is in the backup (the files are not): the restore forgets again, rows too.
     from store.backend import backup as store_backup
     from tests.test_roundtrip_restore import _env
-    from worker.cycle import open_stores
-
-    mine = settings.model_copy(update={"lazy_queue": "database", "lazy_max_attempts": 1})
-    stores = await open_stores(mine)
-    try:
-        await seed_chroma(stores, mine, FIRST, tmp_path)
-        assert (await run_cycle(mine, stores=stores)).outcome == "completed"
-    finally:
-        stores.close()
+    mine = await _cycled_with_a_queue_table(settings, tmp_path)
     backup = tmp_path / "backups" / "graph.sqlite3"
     store_backup(mine, backup)
     forget(mine, session="s-gone")
