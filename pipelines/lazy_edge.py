@@ -195,7 +195,7 @@ class ExtractionLines:
     with the anchor (or, ``turn`` given, with that turn: ``memory:<id>``). Such a line's target is
     the anchor or one of its turns, its relationship one of ``MENTIONED_IN``, ``DISCUSSED_IN``,
     ``REFERENCED_BY``, and its ``properties.chunk_ids`` are the anchor's chunks
-    (``<chunk_key>:chunk:…``, ids no agent writes); an agent's line is never one (README). Pure."""
+    (``<chunk_key>:chunk:<N>``, ids no agent writes); an agent's line is never one (README). Pure."""
 
     chunk_key: str
     turn: str | None = None
@@ -219,10 +219,16 @@ class ExtractionLines:
             return False
         properties, target = record.get("properties"), record.get("target")
         chunks = properties.get("chunk_ids") if isinstance(properties, dict) else None
-        prefix = f"{self.chunk_key}:chunk:"
-        if not isinstance(chunks, list) or not chunks or not all(isinstance(c, str) and c.startswith(prefix) for c in chunks):
+        if not isinstance(chunks, list) or not chunks or not all(isinstance(c, str) and self._is_chunk(c) for c in chunks):
             return False
         return self.turn is None or target == self.turn
+
+    def _is_chunk(self, chunk_id: str) -> bool:
+        """Whether ``chunk_id`` is one of the anchor's chunks, ``<chunk_key>:chunk:<N>``
+        (``pipelines.chunker.chunk_id``): only digits after the prefix, as a session id may itself
+        hold ``:chunk:`` — ``s:chunk:7``'s chunks begin as ``s``'s do."""
+        number = chunk_id.removeprefix(f"{self.chunk_key}:chunk:")
+        return number != chunk_id and number.isascii() and number.isdigit()
 
     def matches_dead_letter(self, raw: bytes) -> bool:
         """Whether the dead-letter record ``raw`` (:func:`dead_letter_record`) holds one of them."""

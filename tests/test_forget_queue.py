@@ -158,3 +158,26 @@ async def test_a_restored_backup_from_before_the_forget_loses_those_rows_again(s
     for word in (OLD_REF, LEGACY_REF):
         assert rows_holding(mine, word) == [], word
     assert [r for r in rows_holding(mine, "legacy-9") if r.startswith("lazy_edges_dead:")]  # s-keep's dead letter
+
+
+@pytest.mark.both_backends
+async def test_a_forget_leaves_the_lines_of_a_session_whose_id_extends_the_forgotten_ones(settings: Settings, tmp_path: Path) -> None:
+    """Found by audit15: a session id may hold ``:chunk:`` (``A-Za-z0-9_.:@+=-``), and the chunks
+    of ``s-gone:chunk:7`` (``s-gone:chunk:7:chunk:0``) begin as ``s-gone``'s do, so forgetting
+    ``s-gone`` withdrew that other, kept session's queued line too: its reference would never link."""
+    from worker.cycle import open_stores
+
+    other = _session("s-gone:chunk:7", [f"ConfigLoader notes are in session:{LATE_REF}-notes."])
+    mine = settings.model_copy(update={"lazy_queue": "database"})
+    stores = await open_stores(mine)
+    try:
+        await seed_chroma(stores, mine, [FIRST[0], other], tmp_path)
+        assert (await run_cycle(mine, stores=stores)).outcome == "completed"
+    finally:
+        stores.close()
+    assert rows_holding(mine, OLD_REF) and rows_holding(mine, LATE_REF)
+
+    assert forget(mine, session="s-gone")["queue_lines_withdrawn"] == 2  # its two turns' lines, not the other's
+    assert rows_holding(mine, OLD_REF) == [] and rows_holding(mine, LEGACY_REF) == []
+    assert [r for r in rows_holding(mine, LATE_REF) if r.startswith("lazy_edges")], "the kept session's line was withdrawn"
+    assert forget(mine, session="s-gone:chunk:7")["queue_lines_withdrawn"] == 1
