@@ -18,7 +18,7 @@ from pipelines.importer import import_sessions
 from store.chroma import ChromaStore
 from store.backend import open_database
 from tests.conftest import write_sessions
-from tests.llm_server import LLMServer, ok, server_error, slow
+from tests.llm_server import LLMServer, Status, ok, server_error, slow
 from tests.test_extract_cycle import llm_settings
 from tests.test_forkreuse import HISTORY, NEW_TURNS, conversation, cycle, points, rows
 from worker.cycle import PHASES, run_cycle
@@ -190,3 +190,26 @@ async def test_duplicates_in_an_outage_try_the_server_once_a_text_and_are_charge
         healed = await bounded_cycle(mine, tmp_path)
         assert (llm.chat_count, healed["chunks_ok"], healed["chunks_reused"], healed["sessions_digested"]) == (3, 3, 9, 4)
     assert all(points(mine, sid) == points(mine, "dup0") != set() for sid in copies)
+
+
+@pytest.mark.both_backends
+async def test_a_session_that_made_calls_and_waited_on_an_outage_is_not_counted_backing_off(
+    settings: Settings, tmp_path: Path
+) -> None:
+    """Found by audit14, fixed by audit15: two sessions share their first chunk's words and each
+    has a chunk of its own. The model server refuses the shared text (503, an outage) and answers
+    the others. The session that waited on the shared text's flight asked for its own chunk, yet
+    was counted in ``sessions_backing_off`` ("made no call") and took no place in
+    ``REM_BATCH_LIMIT``."""
+    shared = HISTORY[:2]
+    own = {sid: [("user", f"turn 2 names the Zq{sid.title()}Only class and filler"), ("assistant", "turn 3 says more x")]
+           for sid in ("first", "second")}
+    with LLMServer() as llm:
+        mine = llm_settings(settings.data_dir, llm, database_url=settings.database_url)
+        llm.script(Status(503), match="PartAItem")  # one request for the shared text: the other waits for it
+        counts = await bounded_cycle(mine, tmp_path, *(conversation(sid, [*shared, *turns]) for sid, turns in own.items()))
+        callers = {sid for sid in own if any(f"Session {sid}," in r.prompt for r in llm.chat_requests)}
+    assert sum("PartAItem" in r.prompt for r in llm.chat_requests) == 1 and callers == set(own)
+    assert (counts["chunks_ok"], counts["chunks_failed"], counts["chunks_deferred"]) == (2, 1, 1)
+    # Both asked the server: both deferred by the outage, neither backing off. Before: 1 backing off.
+    assert (counts["sessions_deferred"], counts["sessions_backing_off"]) == (2, 0)

@@ -174,7 +174,7 @@ async def extract_session(
     """Extract one session and commit it if every chunk succeeded; returns ``digested``,
     ``failed``, ``deferred`` (no call: its chunks back off, or waited on extractions of their texts
     that found the model server out), ``outage`` (deferred too: its calls found the model server
-    out), ``undigestible`` or ``claim-lost``. A failure is recorded, never raised (except
+    out, or it made calls and a chunk waited on an extraction that found it out), ``undigestible`` or ``claim-lost``. A failure is recorded, never raised (except
     Chroma being unreachable, which fails the whole phase). ``commit_turn`` is awaited just before
     the commit (:func:`extract_sessions` uses it to commit in session order). ``in_flight``: the
     texts the phase's other sessions are extracting (:mod:`pipelines.extract.inflight`)."""
@@ -198,9 +198,10 @@ async def extract_session(
             if not await anyio.to_thread.run_sync(env.unit.runstate.get_digests, [sid]):
                 return await _forgotten_meanwhile(sid, env)
         if failed:
-            if all(o.status == "deferred" for o in failed):
+            if all(o.status == "deferred" for o in failed) and not any(o.status == "ok" for o in outcomes):
                 # No call made: its chunks back off, or waited on extractions of their texts that
-                # found the model server out (pipelines/extract/inflight.py).
+                # found the model server out (pipelines/extract/inflight.py). A session with a chunk
+                # answered by its own call (a failed call is in ``failed``) made one: the outage path.
                 why = "the model server is out" if any(o.outage for o in failed) else "chunks backing off"
                 log.info("session deferred: no call made", reason=why, session_id=sid, chunks=[o.unit.unit_id for o in failed])
                 return "deferred"
