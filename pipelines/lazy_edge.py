@@ -195,15 +195,25 @@ class ExtractionLines:
     with the anchor (or, ``turn`` given, with that turn: ``memory:<id>``). Such a line's target is
     the anchor or one of its turns, its relationship one of ``MENTIONED_IN``, ``DISCUSSED_IN``,
     ``REFERENCED_BY``, and its ``properties.chunk_ids`` are the anchor's chunks
-    (``<chunk_key>:chunk:<N>``, ids no agent writes); an agent's line is never one (README). Pure."""
+    (``<chunk_key>:chunk:<N>``, ids no agent writes); an agent's line is never one (README).
+    ``chunk_key`` ``None`` (``turn`` given): the turn's session is no longer known (a forget of the
+    turn committed before, and took the one row that said it), and the lines are those with the
+    turn as target whose chunks are all one anchor's — only its own session's extraction writes a
+    line to a turn. Pure."""
 
-    chunk_key: str
+    chunk_key: str | None
     turn: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.chunk_key is None and self.turn is None:
+            raise ValueError("ExtractionLines needs a chunk key or a turn")
 
     @property
     def marker(self) -> str:
         """Text every such line holds as rem-cycle writes it (``store.lazy_queue.edge_line``): a
         cheap filter before :meth:`matches` decides."""
+        if self.chunk_key is None:
+            return '"target":' + json.dumps(self.turn, ensure_ascii=False)
         return '"chunk_ids":[' + json.dumps(f"{self.chunk_key}:chunk:", ensure_ascii=False)[:-1]
 
     def matches(self, raw: bytes | str) -> bool:
@@ -219,16 +229,12 @@ class ExtractionLines:
             return False
         properties, target = record.get("properties"), record.get("target")
         chunks = properties.get("chunk_ids") if isinstance(properties, dict) else None
-        if not isinstance(chunks, list) or not chunks or not all(isinstance(c, str) and self._is_chunk(c) for c in chunks):
+        if not isinstance(chunks, list) or not chunks or not all(isinstance(c, str) for c in chunks):
+            return False
+        key = self.chunk_key if self.chunk_key is not None else chunks[0].rpartition(":chunk:")[0]
+        if not all(_is_chunk_of(key, c) for c in chunks):
             return False
         return self.turn is None or target == self.turn
-
-    def _is_chunk(self, chunk_id: str) -> bool:
-        """Whether ``chunk_id`` is one of the anchor's chunks, ``<chunk_key>:chunk:<N>``
-        (``pipelines.chunker.chunk_id``): only digits after the prefix, as a session id may itself
-        hold ``:chunk:`` — ``s:chunk:7``'s chunks begin as ``s``'s do."""
-        number = chunk_id.removeprefix(f"{self.chunk_key}:chunk:")
-        return number != chunk_id and number.isascii() and number.isdigit()
 
     def matches_dead_letter(self, raw: bytes) -> bool:
         """Whether the dead-letter record ``raw`` (:func:`dead_letter_record`) holds one of them."""
@@ -240,3 +246,11 @@ class ExtractionLines:
             return False
         line = record.get("line") if isinstance(record, dict) else None
         return isinstance(line, str) and self.matches(line)
+
+
+def _is_chunk_of(key: str, chunk_id: str) -> bool:
+    """Whether ``chunk_id`` is ``<key>:chunk:<N>`` (``pipelines.chunker.chunk_id``): only digits
+    after the prefix, as a session id may itself hold ``:chunk:`` — ``s:chunk:7``'s chunks begin
+    as ``s``'s do."""
+    number = chunk_id.removeprefix(f"{key}:chunk:")
+    return bool(key) and number != chunk_id and number.isascii() and number.isdigit()

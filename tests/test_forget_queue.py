@@ -181,3 +181,35 @@ async def test_a_forget_leaves_the_lines_of_a_session_whose_id_extends_the_forgo
     assert rows_holding(mine, OLD_REF) == [] and rows_holding(mine, LEGACY_REF) == []
     assert [r for r in rows_holding(mine, LATE_REF) if r.startswith("lazy_edges")], "the kept session's line was withdrawn"
     assert forget(mine, session="s-gone:chunk:7")["queue_lines_withdrawn"] == 1
+
+
+async def test_a_turns_forget_run_again_after_the_queue_was_busy_withdraws_its_lines(
+    settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Found by audit15: when a drain held the queue files past the wait, ``forget --memory`` said
+    to run the same forget again — but the first run had deleted the turn's memory index row, the
+    one place its session was read from, so the second withdrew nothing and the forgotten turn's
+    id stayed in the dead-letter file. (A kill between the forget's commit and its blanking left
+    the same.)"""
+    from worker import knowledge
+    from worker.cycle import open_stores
+
+    mine = settings.model_copy(update={"lazy_max_attempts": 1})
+    stores = await open_stores(mine)
+    try:
+        await seed_chroma(stores, mine, FIRST, tmp_path)
+        assert (await run_cycle(mine, stores=stores)).outcome == "completed"
+    finally:
+        stores.close()
+    queue = LazyEdgeQueue(mine.queue_path)
+    assert len(_lines(queue.dead_letter_path)) == 3
+    monkeypatch.setattr(knowledge, "_QUEUE_WAIT_SECONDS", 0.0)  # a drain holding the files past the wait
+    with queue.exclusive():
+        busy = forget(mine, memory="memory:s-gone-t0000")
+    assert busy["queue_lines_withdrawn"] == 0 and "another drain" in busy["queue_error"]
+    assert _files_holding(mine.data_dir, OLD_REF)
+
+    again = forget(mine, memory="memory:s-gone-t0000")
+    assert (again["queue_lines_withdrawn"], again.get("queue_error")) == (1, None)
+    assert _files_holding(mine.data_dir, OLD_REF) == [] and _files_holding(mine.data_dir, LEGACY_REF)  # the other turn's stays
+    assert len(_lines(queue.dead_letter_path)) == 2

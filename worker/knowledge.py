@@ -433,18 +433,20 @@ def forget(settings: Settings, *, session: str | None = None, memory: str | None
         return report
 
 
-def _extraction_lines(report: Mapping[str, Any]) -> ExtractionLines | None:
+def _extraction_lines(report: Mapping[str, Any]) -> ExtractionLines:
     """The queue lines the extraction of what a session's or a turn's forget (``report``) took out
-    queued; ``None`` for a turn of no known session (no extraction read it)."""
+    queued. A turn's session is unknown when a forget of it committed before (this is that forget
+    run again: its blanking was kept from the queue files, or killed): then its lines are found by
+    the turn alone (:class:`pipelines.lazy_edge.ExtractionLines`)."""
     from store.tombstones import MEMORY
 
     if report["kind"] != MEMORY:
         return ExtractionLines(report["id"])
-    return ExtractionLines(report["session"], turn=memory_node_id(report["id"])) if report.get("session") else None
+    return ExtractionLines(report.get("session") or None, turn=memory_node_id(report["id"]))
 
 
 def withdraw_queued_lines(
-    db: Database, lines: ExtractionLines | None, *, queue: LazyEdgeQueue | None, dry_run: bool = False,
+    db: Database, lines: ExtractionLines, *, queue: LazyEdgeQueue | None, dry_run: bool = False,
 ) -> dict[str, Any]:
     """``{"queue_lines_withdrawn": n}``: the lines rem-cycle's own extraction queued for what a
     forget took out (``lines``; they name what it said, which no drain can link any more) leave
@@ -453,8 +455,6 @@ def withdraw_queued_lines(
     (:meth:`store.lazy_queue.LazyEdgeQueue.blank`). An agent's lines stay. With ``queue_error``
     when a running drain held the lock past the wait: the table's are gone, the files' wait for
     the same forget again. ``dry_run``: counts them, changing nothing."""
-    if lines is None:
-        return {"queue_lines_withdrawn": 0}
     withdrawn = LazyEdgeTable(db).withdraw(lines.marker, lines.matches, dry_run=dry_run)
     if queue is None or not queue.path.parent.is_dir():  # no queue file was ever written there
         return {"queue_lines_withdrawn": withdrawn}
