@@ -52,6 +52,8 @@ _WRITE_CHUNK = 256 * 1024
 # line is skipped in pieces, never held in memory whole, and surfaces as an OversizedLine.
 MAX_LINE_BYTES = 1024 * 1024
 _READ_PIECE = 64 * 1024
+# What a blank copies of the dead-letter file at a time.
+_COPY_PIECE = 1 << 20
 OVERSIZED_HEAD_BYTES = 1024
 
 
@@ -383,7 +385,8 @@ class LazyEdgeQueue:
         """Overwrite with spaces, where they are, the lines ``queued`` picks in the live queue and
         the ``.draining`` files and the records ``dead`` picks in the dead-letter file (each gets
         a line without its newline); returns how many. Readers skip a blank line, and no other
-        byte moves, so no line is lost or reordered. Call holding :meth:`exclusive` (no drain
+        byte moves, so no line is lost or reordered. The dead-letter file is replaced by such a
+        copy of itself (:meth:`_replace_blanked`: a kept count must see it). Call holding :meth:`exclusive` (no drain
         renames or publishes meanwhile): a publish a crash interrupted is settled first (its
         recovery compares bytes this may blank) and a crashed drain's scratch files, copies of
         lines it was working on, are discarded. The live queue is blanked under the producers'
@@ -407,6 +410,9 @@ class LazyEdgeQueue:
                 blanked += len(chosen)
                 if dry_run or not chosen:
                     continue
+                if path == self.dead_letter_path:
+                    self._replace_blanked(fd, path, chosen)
+                    continue
                 for at, body in chosen:
                     os.pwrite(fd, b" " * len(body), at)
                 os.fsync(fd)
@@ -414,9 +420,39 @@ class LazyEdgeQueue:
                 os.close(fd)
         return blanked
 
+    @property
+    def blanking_path(self) -> Path:
+        """Where :meth:`blank` writes the dead-letter file's blanked copy before it replaces the file."""
+        return self.dead_letter_path.with_name(self.dead_letter_path.name + ".blanking")
+
+    def _replace_blanked(self, fd: int, path: Path, chosen: list[tuple[int, bytes]]) -> None:
+        """Replace the file open on ``fd`` at ``path`` by a copy with the ``chosen`` lines blanked
+        (every byte else where it was). The dead-letter file gets a new file rather than spaces
+        written in place: a long-lived :class:`DeadLetterCounter` counts on from where it left off
+        while the file it counted is still there, unchanged before its end, and grew — which a
+        record blanked in place, then a drain's append before the next count, left it one high
+        (until restarted). A kill leaves the old file or the new one, and at most this copy, which
+        the next blank removes."""
+        copy = self._open(self.blanking_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        try:
+            os.fchmod(copy, os.fstat(fd).st_mode & 0o7777)
+            with os.fdopen(os.dup(fd), "rb") as handle:
+                handle.seek(0)
+                while piece := handle.read(_COPY_PIECE):
+                    _write_all(copy, piece)
+            for at, body in chosen:
+                os.pwrite(copy, b" " * len(body), at)
+            os.fsync(copy)
+        finally:
+            os.close(copy)
+        os.rename(self.blanking_path, path)
+        fsync_dir(path.parent)
+
     def discard_scratch(self) -> None:
+        """Remove the scratch files a drain or a blank killed midway left (copies of lines)."""
         self.requeue_pending_path.unlink(missing_ok=True)
         self.dead_pending_path.unlink(missing_ok=True)
+        self.blanking_path.unlink(missing_ok=True)
 
     # --- reporting -----------------------------------------------------------------------
     def depth(self) -> int:
@@ -461,8 +497,8 @@ class DeadLetterCounter:
     """The dead-letter file's record count (its non-blank lines, as :meth:`LazyEdgeQueue.dead_letter_count`
     counts them), kept across calls: unchanged, the file costs a ``stat``; grown, only the bytes
     after the last whole line counted are read; replaced, cut back (a drain's recovery undoing an
-    append), rewritten just before that point or in place at the same size (a forget blanking its
-    own records, :meth:`LazyEdgeQueue.blank`), it is counted anew. Otherwise rem-cycle only appends
+    append; a forget blanking its own records, :meth:`LazyEdgeQueue.blank`), rewritten just before
+    that point or in place at the same size, it is counted anew. Otherwise rem-cycle only appends
     to the file, so a count never rereads its history; a hand edit well inside the counted part is
     seen when the file is replaced or cut. Calls may come from several
     threads: the state is one object replaced at once, and a lost race only reads again."""

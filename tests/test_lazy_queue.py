@@ -152,3 +152,29 @@ def test_blank_overwrites_the_picked_lines_in_place_and_a_kept_count_sees_it(tmp
     assert [json.loads(line)["source"] for line in queue.read_lines(queue.path)] == ["b"]
     assert b"gone" not in queue.path.read_bytes() + queue.dead_letter_path.read_bytes()
     assert counter.count() == 1 and queue.dead_letter_count() == 1
+
+
+def test_a_kept_count_sees_a_blank_when_the_file_grew_before_it_counts_again(tmp_path: Path) -> None:
+    """Found by forgetqueue, fixed by audit15: a forget blanked a dead letter, then a drain appended
+    one before the daemon's next scrape. The file had grown and its last counted bytes were
+    unchanged, so ``rem_cycle_dead_letters`` counted on from there: one high per blanked record
+    until the daemon restarted."""
+    from store.lazy_queue import DeadLetterCounter
+
+    queue = LazyEdgeQueue(tmp_path / "lazy-edges.jsonl")
+    records = [json.dumps({"reason": "max-attempts", "detail": "x" * 400 * (t == "kept"), "line": f'{{"target": "memory:{t}"}}'}) + "\n"
+               for t in ("gone", "kept")]
+    queue.dead_letter_path.write_text("".join(records))
+    counter = DeadLetterCounter(queue)
+    assert counter.count() == 2
+    with queue.exclusive():
+        assert queue.blank(lambda line: False, lambda record: b"memory:gone" in record) == 1
+    with queue.dead_letter_path.open("a") as dead:  # a drain's next dead letter
+        dead.write(json.dumps({"reason": "max-attempts", "detail": "", "line": '{"target": "memory:new"}'}) + "\n")
+    assert queue.dead_letter_count() == 2
+    assert counter.count() == 2
+    # A copy a blank killed before its rename left is removed by the next blank.
+    queue.blanking_path.write_text("leftover\n")
+    with queue.exclusive():
+        assert queue.blank(lambda line: False, lambda record: False) == 0
+    assert not queue.blanking_path.exists()
