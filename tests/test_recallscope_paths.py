@@ -104,3 +104,26 @@ def test_matching_through_the_scope_and_through_the_index_answer_alike(settings:
         assert not index._through_scope(term_match("zebra"), resolve_scope(index, RecallRequest(query="zebra")))
     finally:
         db.close()
+
+
+@pytest.mark.both_backends
+def test_a_scope_is_weighed_by_all_its_turns_whatever_as_of_hides(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found by audit15: the choice counted only the scope's turns known by ``as_of``, but the
+    scope's way reads every turn of its sessions and only then looks at their times. Bob's 240
+    turns, a third of them known by the first time: with at most 100 turns to test alone (and a
+    test weighted 0, so that only the count decides), his recall as of then took the scope's way.
+    Measured at scale: bench/RESULTS.md "A scope's turns hidden by as_of"."""
+    _graph(settings)
+    monkeypatch.setattr(recall_index, "SCOPE_TURNS_PROBE", 100)
+    monkeypatch.setattr(recall_index, "ROW_TEST_COST", dict.fromkeys(recall_index.ROW_TEST_COST, 0))
+    db = open_database(settings)
+    try:
+        index = RecallIndex(db)
+        bob = resolve_scope(index, RecallRequest(query="zebra", user="bob", as_of=TIMES[0]))
+        assert sum(1 for _ in db.query("SELECT 1 FROM recall_turns WHERE created_at <= ? AND session_id LIKE 'session:bob%'",
+                                       (TIMES[0],))) < 100 < 240
+        assert not index._through_scope(term_match("zebra"), bob)
+        alice = resolve_scope(index, RecallRequest(query="zebra", user="alice", as_of=TIMES[0]))
+        assert index._through_scope(term_match("zebra"), alice)  # her 12 turns: the scope's way
+    finally:
+        db.close()
