@@ -1,7 +1,7 @@
 """What the folding rule (store/textfold.py, migration 18) costs: indexing, recall and ``search``,
 before and after, at 1× and 8× the data, in one process (searchfold, twelfth session).
 
-    python bench/bench_search_fold.py [fold] [scope] [--turns 4000] [--nodes 4000] [--postgres URL]
+    python bench/bench_search_fold.py [fold] [scope] [asof] [--turns 4000] [--nodes 4000] [--postgres URL]
 
 PostgreSQL runs too when ``--postgres`` (or ``REM_TEST_POSTGRES_URL``) names a server: each run
 gets a fresh schema of it. Data: generated turns and node names from a seeded mix of English,
@@ -22,6 +22,8 @@ French, German, Greek, Russian and Japanese words — a figure of cost, not of q
   and recalled (every signal) under ``--user`` through the index's list of the word's rows (forced:
   main's way), through the user's own turns (forced), and as ``RecallIndex._through_scope`` chooses,
   at 1× and 8× the other users' turns; beside the same recall without a scope.
+- ``asof`` (audit15): a rare word recalled ``--as-of`` a time by which 1,000 of the caller's turns
+  were known, with ``--turns`` (1×, 8×) written later in the same sessions: the same three ways.
 - ``search``: ``rem-cycle search``'s statement over ``--nodes`` nodes: main's (``LIKE`` / ``ILIKE``,
   inlined here) against ``GraphStore.search_nodes`` (``rem_fold`` on both sides), alternating.
 """
@@ -231,13 +233,43 @@ def scoped_counts(graphs: Graphs, *, n_turns: int) -> dict[str, Any]:
             "unscoped_recall_p50_ms": median_ms(unscoped)}
 
 
+def scoped_as_of(graphs: Graphs, *, n_turns: int) -> dict[str, Any]:
+    """The cost of a rare word in a scope whose sessions are mostly hidden by ``as_of`` (audit15):
+    alice's 1,000 turns known by then (the word in 10) and ``n_turns`` she wrote later in the same
+    sessions; counted and recalled as of then through the index's list of the word's rows (forced),
+    through her turns (forced), and as ``RecallIndex._through_scope`` chooses."""
+    db, _ = graphs.open(before=False)
+    try:
+        rows = [TurnRecord(f"memory:a{i}", f"session:a{i % 20}", i, "user",
+                           "2026-01-01T10:00:00.000Z" if i < 1_000 else "2026-06-01T10:00:00.000Z",
+                           f"rareword note {i}" if i < 1_000 and i % 100 == 0 else f"a quiet day {i}", "alice")
+                for i in range(1_000 + n_turns)]
+        index_all(db, rows)
+        then = RecallRequest(query="rareword", user="alice", as_of="2026-02-01T10:00:00.000Z")
+        mine = Scope(sessions=RecallIndex(db).sessions_of_user("alice"), as_of=then.as_of)
+        count = lambda: RecallIndex(db).term_counts(["rareword"], cap=MATCH_BUDGET, scope=mine)  # noqa: E731
+        ask = lambda: recall(then, source=RecallIndex(db))  # noqa: E731
+        ways: dict[str, dict[str, list[float]]] = {w: {"count": [], "recall": []} for w in ("index", "scope", "chosen")}
+        for _ in range(10):
+            for way in ways:
+                with forced(way):
+                    assert count() == {"rareword": 10}
+                    ways[way]["count"] += [timed(count) for _ in range(3)]
+                    ways[way]["recall"].append(timed(ask))
+        chosen = RecallIndex(db)._through_scope('"rareword"', mine)
+    finally:
+        db.close()
+    return {"later_turns": n_turns, "chosen": "scope" if chosen else "index",
+            **{f"{kind}_p50_ms": {w: median_ms(d[kind]) for w, d in ways.items()} for kind in ("count", "recall")}}
+
+
 @contextmanager
 def forced(way: str) -> Iterator[None]:
     """Only ``way`` ("index": the word's rows in the whole index; "scope": the scope's own turns)
     can be chosen by ``RecallIndex._through_scope`` in this block; "chosen" leaves it to choose."""
     saved = recall_index.ROW_TEST_COST, recall_index.SCOPE_TURNS_PROBE
-    if way == "scope":
-        recall_index.ROW_TEST_COST = dict.fromkeys(saved[0], 0)
+    if way == "scope":  # whatever the scope's size
+        recall_index.ROW_TEST_COST, recall_index.SCOPE_TURNS_PROBE = dict.fromkeys(saved[0], 0), 10**9
     elif way == "index":
         recall_index.SCOPE_TURNS_PROBE = -1
     try:
@@ -248,7 +280,7 @@ def forced(way: str) -> Iterator[None]:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("parts", nargs="*", choices=("fold", "scope"), default=["fold", "scope"])
+    parser.add_argument("parts", nargs="*", choices=("fold", "scope", "asof"), default=["fold", "scope"])
     parser.add_argument("--turns", type=int, default=4_000)
     parser.add_argument("--nodes", type=int, default=4_000)
     parser.add_argument("--postgres", default=os.environ.get("REM_TEST_POSTGRES_URL"))
@@ -265,6 +297,9 @@ def main(argv: list[str] | None = None) -> None:
                 if "scope" in args.parts:
                     figures = scoped_counts(Graphs(work, url), n_turns=args.turns * scale)
                     print(json.dumps({"engine": engine, "scale": f"{scale}x", "part": "scope", **figures}), flush=True)
+                if "asof" in args.parts:
+                    figures = scoped_as_of(Graphs(work, url), n_turns=args.turns * scale)
+                    print(json.dumps({"engine": engine, "scale": f"{scale}x", "part": "asof", **figures}), flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

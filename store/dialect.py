@@ -90,13 +90,24 @@ class Dialect:
             return self.fts_source(table, alias)
         return f"{table}_fts"
 
+    def session_rows(self, table: str, alias: str) -> str:
+        """The FROM part giving the rows of ``table`` (as ``alias``) in a list of sessions (binds
+        one parameter, the sessions as a JSON array), found session by session by the table's
+        index on ``session_id``, never by a scan of the table. PostgreSQL: LATERAL and OFFSET 0,
+        one btree probe per session whatever the planner guesses of json_each (a hash join over
+        the whole table was its choice without statistics)."""
+        if self.postgres:
+            return (f"json_each(?) AS {alias}_scope CROSS JOIN LATERAL "
+                    f"(SELECT * FROM {table} WHERE session_id = {alias}_scope.value OFFSET 0) AS {alias}")
+        return f"json_each(?) AS {alias}_scope JOIN {table} AS {alias} ON {alias}.session_id = {alias}_scope.value"
+
     def fts_scope_source(self, table: str, alias: str, *, ranked: bool = False) -> str:
         """Like :meth:`fts_source` with its match, for a read of the rows of ``table`` (as
         ``alias``) in a list of sessions that finds them through those sessions (``session_id``, by
         the table's index on it) rather than through the index's list of a word's rows. Binds two
         parameters: the sessions (a JSON array), then the match expression.
 
-        PostgreSQL: each session's rows by the btree, each tested alone with ``ts_match_vq`` (the
+        PostgreSQL: each session's rows by the btree (:meth:`session_rows`), each tested alone with ``ts_match_vq`` (the
         function of ``@@``, which the GIN index does not serve); ``ts_rank`` reads the row alone, so
         ranked or not. SQLite: each row tested alone by a rowid-restricted ``MATCH`` (FTS5 seeks
         each word's list anew, ~50 µs a row). ``ranked`` on SQLite: BM25 needs the cursor that
@@ -104,17 +115,14 @@ class Dialect:
         for every row), so the word's list is walked once, each row kept when its rowid is among
         the sessions' (a set built once), without reading the table for the others."""
         if self.postgres:
-            # LATERAL and OFFSET 0: one btree probe per session, whatever the planner guesses of
-            # json_each (a hash join over the whole table was its choice without statistics).
-            return (f"json_each(?) AS {alias}_scope CROSS JOIN websearch_to_tsquery('english', ?) AS {alias}_query "
-                    f"CROSS JOIN LATERAL (SELECT * FROM {table} WHERE session_id = {alias}_scope.value OFFSET 0) AS {alias} "
+            return (f"{self.session_rows(table, alias)} CROSS JOIN websearch_to_tsquery('english', ?) AS {alias}_query "
                     f"WHERE ts_match_vq({alias}.search, {alias}_query)")
         if ranked:
             # ``+``: the rowid set filters the walk; as a constraint FTS5 would be asked once per rowid.
             return (f"{table}_fts JOIN {table} AS {alias} ON {alias}.id = {table}_fts.rowid "
                     f"WHERE +{table}_fts.rowid IN (SELECT {alias}_in.id FROM json_each(?) AS {alias}_scope "
                     f"JOIN {table} AS {alias}_in ON {alias}_in.session_id = {alias}_scope.value) AND {table}_fts MATCH ?")
-        return (f"json_each(?) AS {alias}_scope JOIN {table} AS {alias} ON {alias}.session_id = {alias}_scope.value "
+        return (f"{self.session_rows(table, alias)} "
                 f"WHERE EXISTS (SELECT 1 FROM {table}_fts WHERE {table}_fts MATCH ? AND {table}_fts.rowid = {alias}.id)")
 
     def fts_match(self, table: str, alias: str) -> str:
