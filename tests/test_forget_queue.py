@@ -213,3 +213,24 @@ async def test_a_turns_forget_run_again_after_the_queue_was_busy_withdraws_its_l
     assert (again["queue_lines_withdrawn"], again.get("queue_error")) == (1, None)
     assert _files_holding(mine.data_dir, OLD_REF) == [] and _files_holding(mine.data_dir, LEGACY_REF)  # the other turn's stays
     assert len(_lines(queue.dead_letter_path)) == 2
+
+
+@pytest.mark.both_backends
+async def test_a_turns_forget_killed_after_its_commit_withdraws_its_rows_when_run_again(settings: Settings, tmp_path: Path) -> None:
+    # The table's rows go in a transaction after the forget's own: a kill between the two left
+    # them, and the same forget run again no longer knew the turn's session (audit15).
+    from pipelines.forget import forget_memory
+    from store.unit_of_work import DatabaseUnitOfWork
+
+    mine = await _cycled_with_a_queue_table(settings, tmp_path)
+    db = open_database(mine)
+    try:
+        assert forget_memory(DatabaseUnitOfWork(db), "s-gone-t0000")["session"] == "s-gone"  # committed, nothing withdrawn
+    finally:
+        db.close()
+    assert rows_holding(mine, OLD_REF)
+    planned = forget(mine, memory="s-gone-t0000", dry_run=True)
+    assert planned["session"] is None and planned["queue_lines_withdrawn"] == 1
+    assert forget(mine, memory="s-gone-t0000")["queue_lines_withdrawn"] == 1
+    assert rows_holding(mine, OLD_REF) == [] and rows_holding(mine, LEGACY_REF)  # the other turn's stays
+    assert [r for r in rows_holding(mine, "legacy-9") if r.startswith("lazy_edges_dead:")]  # s-keep's
