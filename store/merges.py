@@ -615,12 +615,15 @@ class MergeStore:
 
     def _free_id(self, node_id: str, *, holder: str) -> str:
         """``node_id``, or, when a node other than ``holder`` has it, the first of ``node_id~2``,
-        ``~3``… that no node but ``holder`` has (``holder`` keeps a suffix it already has)."""
+        ``~3``… that no node but ``holder`` has. ``holder`` keeps any of them it already has: a
+        lower one freed since (the node that had it removed) is no reason to rename it again."""
         candidate, n = node_id, 1
         while candidate != holder and self.graph.get_node(candidate) is not None:
             n += 1
-            suffix = f"~{n}"
-            candidate = node_id[: MAX_NODE_ID_LENGTH - len(suffix)].rstrip() + suffix
+            candidate = _suffixed(node_id, n)
+        _, tilde, number = holder.rpartition("~")
+        if tilde and number.isascii() and number.isdigit() and int(number) >= 2 and _suffixed(node_id, int(number)) == holder:
+            return holder
         return candidate
 
     def _release_node_rows(self, merge_id: int, restore: Mapping[str, Any], *, from_id: str, to_id: str) -> None:
@@ -843,3 +846,9 @@ def _extend(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
         **({"justifications": _union(old.get("justifications", ()), new.get("justifications", ()))}
            if "justifications" in old or "justifications" in new else {}),
     }
+
+
+def _suffixed(node_id: str, n: int) -> str:
+    """``node_id`` with the suffix ``~n`` (cut to fit :data:`MAX_NODE_ID_LENGTH`). Pure."""
+    suffix = f"~{n}"
+    return node_id[: MAX_NODE_ID_LENGTH - len(suffix)].rstrip() + suffix

@@ -199,6 +199,16 @@ async def test_a_node_given_a_suffix_keeps_it_when_a_later_forget_touches_it(set
     assert {"CLASS:RetryPolicy", "CLASS:RetryPolicy~2", "CLASS:RetryPolicy~3"} <= set(_node_ids(settings, "CLASS"))
     assert "CLASS:StderrSink" not in _node_ids(settings, "CLASS")
 
+    # A suffix below it freed since (audit15): the node keeps ~3 all the same (it moved to ~2).
+    db = open_database(settings)
+    try:
+        with db.transaction() as conn:
+            conn.execute("DELETE FROM nodes WHERE id = 'CLASS:RetryPolicy~2'")
+    finally:
+        db.close()
+    assert forget(settings, memory="s-keep-t0001")["nodes_rekeyed"] == {}
+    assert "CLASS:RetryPolicy~3" in _node_ids(settings, "CLASS")
+
 
 @pytest.mark.both_backends
 async def test_a_node_at_the_end_of_a_merge_chain_takes_the_id_of_the_link_into_it(settings: Settings, tmp_path: Path) -> None:
