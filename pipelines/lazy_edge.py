@@ -187,6 +187,8 @@ def queue_lines(edges: Iterable[Mapping[str, Any]], *, timestamp: str | None = N
 # The relationships of the lines rem-cycle's own extraction queues (pipelines.extract.commit):
 # provenance edges to a turn or to the anchor, and a turn's reference to a row not in the graph yet.
 _EXTRACTION_RELATIONSHIPS = frozenset({"MENTIONED_IN", "DISCUSSED_IN", "REFERENCED_BY"})
+# What follows ``<key>:chunk:`` in the id of one of the key's units.
+_CHUNK_NUMBER = re.compile(r"[0-9]+(?::part:[0-9]+)?")
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,7 +197,7 @@ class ExtractionLines:
     with the anchor (or, ``turn`` given, with that turn: ``memory:<id>``). Such a line's target is
     the anchor or one of its turns, its relationship one of ``MENTIONED_IN``, ``DISCUSSED_IN``,
     ``REFERENCED_BY``, and its ``properties.chunk_ids`` are the anchor's chunks
-    (``<chunk_key>:chunk:<N>``, ids no agent writes); an agent's line is never one (README).
+    (``<chunk_key>:chunk:<N>``, of an oversized turn ``…:part:<M>``: ids no agent writes); an agent's line is never one (README).
     ``chunk_key`` ``None`` (``turn`` given): the turn's session is no longer known (a forget of the
     turn committed before, and took the one row that said it), and the lines are those with the
     turn as target whose chunks are all one anchor's — only its own session's extraction writes a
@@ -249,8 +251,9 @@ class ExtractionLines:
 
 
 def _is_chunk_of(key: str, chunk_id: str) -> bool:
-    """Whether ``chunk_id`` is ``<key>:chunk:<N>`` (``pipelines.chunker.chunk_id``): only digits
-    after the prefix, as a session id may itself hold ``:chunk:`` — ``s:chunk:7``'s chunks begin
-    as ``s``'s do."""
-    number = chunk_id.removeprefix(f"{key}:chunk:")
-    return bool(key) and number != chunk_id and number.isascii() and number.isdigit()
+    """Whether ``chunk_id`` is ``<key>:chunk:<N>`` (``pipelines.chunker.chunk_id``) or a part of
+    an oversized turn's chunk, ``<key>:chunk:<N>:part:<M>`` (``pipelines.extract.units``): nothing
+    else after the prefix, as a session id may itself hold ``:chunk:`` — ``s:chunk:7``'s chunks
+    begin as ``s``'s do."""
+    rest = chunk_id.removeprefix(f"{key}:chunk:")
+    return bool(key) and rest != chunk_id and _CHUNK_NUMBER.fullmatch(rest) is not None

@@ -234,3 +234,24 @@ async def test_a_turns_forget_killed_after_its_commit_withdraws_its_rows_when_ru
     assert forget(mine, memory="s-gone-t0000")["queue_lines_withdrawn"] == 1
     assert rows_holding(mine, OLD_REF) == [] and rows_holding(mine, LEGACY_REF)  # the other turn's stays
     assert [r for r in rows_holding(mine, "legacy-9") if r.startswith("lazy_edges_dead:")]  # s-keep's
+
+
+@pytest.mark.both_backends
+async def test_a_forget_withdraws_the_lines_of_an_oversized_turns_parts(settings: Settings, tmp_path: Path) -> None:
+    # A turn longer than a chunk is extracted in parts, each a unit ``<session>:chunk:<N>:part:<M>``,
+    # and its lines carry those ids: the rule that keeps ``s-gone:chunk:7``'s lines (above) must
+    # still take them.
+    from worker.cycle import open_stores
+
+    long_turn = f"ConfigLoader notes are in session:{OLD_REF}-archive. " + "GraphStore keeps the nodes and edges here. " * 40
+    mine = settings.model_copy(update={"lazy_queue": "database", "chunk_limit_tokens": 120, "prompt_envelope_tokens": 0})
+    stores = await open_stores(mine)
+    try:
+        await seed_chroma(stores, mine, [_session("s-gone", [long_turn])], tmp_path)
+        assert (await run_cycle(mine, stores=stores)).outcome == "completed"
+    finally:
+        stores.close()
+    queued = [r for r in rows_holding(mine, OLD_REF) if r.startswith("lazy_edges")]
+    assert queued and all("s-gone:chunk:0:part:" in r for r in queued), queued
+    assert forget(mine, session="s-gone")["queue_lines_withdrawn"] == len(queued)
+    assert rows_holding(mine, OLD_REF) == []
