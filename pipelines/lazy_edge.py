@@ -197,8 +197,8 @@ class ExtractionLines:
     with the anchor (or, ``turn`` given, with that turn: ``memory:<id>``). Such a line's target is
     the anchor or one of its turns, its relationship one of ``MENTIONED_IN``, ``DISCUSSED_IN``,
     ``REFERENCED_BY``, and its ``properties.chunk_ids`` are the anchor's chunks
-    (``<chunk_key>:chunk:<N>``, of an oversized turn ``…:part:<M>``: ids no agent writes); an agent's line is never one (README).
-    ``chunk_key`` ``None`` (``turn`` given): the turn's session is no longer known (a forget of the
+    (``<chunk_key>:chunk:<N>``, of an oversized turn ``…:part:<M>``: ids no agent writes); an
+    agent's line is never one (README). ``chunk_key`` ``None`` (``turn`` given): the turn's session is no longer known (a forget of the
     turn committed before, and took the one row that said it), and the lines are those with the
     turn as target whose chunks are all one anchor's — only its own session's extraction writes a
     line to a turn. Pure."""

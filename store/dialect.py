@@ -107,10 +107,10 @@ class Dialect:
         the table's index on it) rather than through the index's list of a word's rows. Binds two
         parameters: the sessions (a JSON array), then the match expression.
 
-        PostgreSQL: each session's rows by the btree (:meth:`session_rows`), each tested alone with ``ts_match_vq`` (the
-        function of ``@@``, which the GIN index does not serve); ``ts_rank`` reads the row alone, so
-        ranked or not. SQLite: each row tested alone by a rowid-restricted ``MATCH`` (FTS5 seeks
-        each word's list anew, ~50 µs a row). ``ranked`` on SQLite: BM25 needs the cursor that
+        PostgreSQL: each session's rows by the btree (:meth:`session_rows`), each tested alone with
+        ``ts_match_vq`` (the function of ``@@``, which the GIN index does not serve); ``ts_rank``
+        reads the row alone, so ranked or not. SQLite: each row tested alone by a rowid-restricted
+        ``MATCH`` (FTS5 seeks each word's list anew, ~50 µs a row). ``ranked`` on SQLite: BM25 needs the cursor that
         counts each word's rows in the whole index (its idf; a rowid-restricted rank recounts them
         for every row), so the word's list is walked once, each row kept when its rowid is among
         the sessions' (a set built once), without reading the table for the others."""

@@ -386,10 +386,10 @@ class LazyEdgeQueue:
         the ``.draining`` files and the records ``dead`` picks in the dead-letter file (each gets
         a line without its newline); returns how many. Readers skip a blank line, and no other
         byte moves, so no line is lost or reordered. The dead-letter file is replaced by such a
-        copy of itself (:meth:`_replace_blanked`: a kept count must see it). Call holding :meth:`exclusive` (no drain
-        renames or publishes meanwhile): a publish a crash interrupted is settled first (its
-        recovery compares bytes this may blank) and a crashed drain's scratch files, copies of
-        lines it was working on, are discarded. The live queue is blanked under the producers'
+        copy of itself (:meth:`_replace_blanked`: a kept count must see it). Call holding
+        :meth:`exclusive` (no drain renames or publishes meanwhile): a publish a crash interrupted
+        is settled first (its recovery compares bytes this may blank) and a crashed drain's scratch
+        files, copies of lines it was working on, are discarded. The live queue is blanked under the producers'
         ``flock``, so an append waits and then lands after it. ``dry_run``: only count them (no
         lock needed), changing nothing."""
         if not dry_run:

@@ -174,8 +174,8 @@ async def extract_session(
     """Extract one session and commit it if every chunk succeeded; returns ``digested``,
     ``failed``, ``deferred`` (no call: its chunks back off, or waited on extractions of their texts
     that found the model server out), ``outage`` (deferred too: its calls found the model server
-    out, or it made calls and a chunk waited on an extraction that found it out), ``undigestible`` or ``claim-lost``. A failure is recorded, never raised (except
-    Chroma being unreachable, which fails the whole phase). ``commit_turn`` is awaited just before
+    out, or it made calls and a chunk waited on an extraction that found it out), ``undigestible``
+    or ``claim-lost``. A failure is recorded, never raised (except Chroma being unreachable, which fails the whole phase). ``commit_turn`` is awaited just before
     the commit (:func:`extract_sessions` uses it to commit in session order). ``in_flight``: the
     texts the phase's other sessions are extracting (:mod:`pipelines.extract.inflight`)."""
     sid = record.session_id
