@@ -189,27 +189,60 @@ def queue_lines(edges: Iterable[Mapping[str, Any]], *, timestamp: str | None = N
 _EXTRACTION_RELATIONSHIPS = frozenset({"MENTIONED_IN", "DISCUSSED_IN", "REFERENCED_BY"})
 
 
-@dataclass(frozen=True, slots=True)
-class ExtractionLines:
-    """Which queue lines rem-cycle's own extraction of one anchor queued — what ``forget`` withdraws
-    with the anchor (or, ``turn`` given, with that turn: ``memory:<id>``). Such a line's target is
-    the anchor or one of its turns, its relationship one of ``MENTIONED_IN``, ``DISCUSSED_IN``,
-    ``REFERENCED_BY``, and its ``properties.chunk_ids`` are the anchor's chunks
-    (``<chunk_key>:chunk:…``, ids no agent writes); an agent's line is never one (README). Pure."""
+# Prefilter texts a withdrawal looks for at most (one per anchor); past that, the one text every
+# line of rem-cycle's extraction holds, and each line holding it is parsed: a retraction of many
+# sessions reads every line once, not once per session.
+_MAX_FILTERS = 8
+_CHUNK_IDS = '"chunk_ids":['
 
-    chunk_key: str
-    turn: str | None = None
+
+@dataclass(frozen=True)
+class ExtractionLines:
+    """Which queue lines rem-cycle's own extraction queued for what a forget or a retraction took
+    out — what goes with it. ``taken`` maps an anchor's chunk key (a session id, a notes file's
+    key) to ``None`` (the whole anchor went) or the turns (``memory:<id>``) of it that went. Such a
+    line's target is the anchor or one of its turns (a turn's: that turn), its relationship one of
+    ``MENTIONED_IN``, ``DISCUSSED_IN``, ``REFERENCED_BY``, and its ``properties.chunk_ids`` are all
+    the anchor's chunks (``<chunk_key>:chunk:<number>``, ids no agent writes); an agent's line is never
+    one (README). Several taken out at once (:meth:`union`) are matched in one read of each line.
+    Pure."""
+
+    taken: Mapping[str, frozenset[str] | None]
+
+    @classmethod
+    def of(cls, chunk_key: str, *, turn: str | None = None) -> "ExtractionLines":
+        """The lines of one anchor, or (``turn`` given) of that one turn of it."""
+        return cls({chunk_key: None if turn is None else frozenset({turn})})
+
+    @classmethod
+    def union(cls, parts: Iterable["ExtractionLines"]) -> "ExtractionLines":
+        """The lines of every one of ``parts`` (an anchor taken out whole covers its turns)."""
+        taken: dict[str, frozenset[str] | None] = {}
+        for part in parts:
+            for key, turns in part.taken.items():
+                if key in taken:
+                    before = taken[key]
+                    taken[key] = None if before is None or turns is None else before | turns
+                else:
+                    taken[key] = turns
+        return cls(taken)
+
+    def __bool__(self) -> bool:
+        return bool(self.taken)
 
     @property
-    def marker(self) -> str:
-        """Text every such line holds as rem-cycle writes it (``store.lazy_queue.edge_line``): a
-        cheap filter before :meth:`matches` decides."""
-        return '"chunk_ids":[' + json.dumps(f"{self.chunk_key}:chunk:", ensure_ascii=False)[:-1]
+    def filters(self) -> tuple[str, ...]:
+        """Texts one of which every such line holds as rem-cycle writes it
+        (``store.lazy_queue.edge_line``): a cheap filter before :meth:`matches` decides — the
+        anchors' own when they are few, else the text all extraction lines hold."""
+        if len(self.taken) > _MAX_FILTERS:
+            return (_CHUNK_IDS,)
+        return tuple(_CHUNK_IDS + json.dumps(f"{key}:chunk:", ensure_ascii=False)[:-1] for key in sorted(self.taken))
 
     def matches(self, raw: bytes | str) -> bool:
         """Whether the queue line ``raw`` is one of them."""
         text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
-        if self.marker not in text:
+        if not any(f in text for f in self.filters):
             return False
         try:
             record = json.loads(text)
@@ -219,10 +252,13 @@ class ExtractionLines:
             return False
         properties, target = record.get("properties"), record.get("target")
         chunks = properties.get("chunk_ids") if isinstance(properties, dict) else None
-        prefix = f"{self.chunk_key}:chunk:"
-        if not isinstance(chunks, list) or not chunks or not all(isinstance(c, str) and c.startswith(prefix) for c in chunks):
+        if not isinstance(chunks, list) or not chunks:
             return False
-        return self.turn is None or target == self.turn
+        key = _anchor_of(chunks[0])
+        if key not in self.taken or any(_anchor_of(c) != key for c in chunks):
+            return False
+        turns = self.taken[key]
+        return turns is None or target in turns
 
     def matches_dead_letter(self, raw: bytes) -> bool:
         """Whether the dead-letter record ``raw`` (:func:`dead_letter_record`) holds one of them."""
@@ -234,3 +270,12 @@ class ExtractionLines:
             return False
         line = record.get("line") if isinstance(record, dict) else None
         return isinstance(line, str) and self.matches(line)
+
+
+def _anchor_of(chunk_id: object) -> str | None:
+    """The chunk key ``chunk_id`` is a chunk of (``pipelines.chunker.chunk_id``:
+    ``<key>:chunk:<number>``), or ``None`` when it is no such id."""
+    if not isinstance(chunk_id, str):
+        return None
+    key, found, number = chunk_id.rpartition(":chunk:")
+    return key if found and number.isascii() and number.isdigit() else None
