@@ -22,6 +22,7 @@ from pipelines.enqueue import enqueue_lazy_edges
 from store.backend import open_database
 from store.chroma import ChromaStore
 from store.lazy_queue import LazyEdgeQueue
+from tests.conftest import run_cli
 from tests.lazy_fixtures import seed_chroma
 from tests.test_forget_bytes import _files_holding
 from tests.test_forget_queue import AGENT_LINE, AGENT_WORD, FIRST, LATE, LATE_REF, LEGACY_REF, OLD_REF, _lines
@@ -94,6 +95,21 @@ async def test_a_retracted_turn_takes_only_its_own_queued_lines(settings: Settin
     assert _files_holding(mine.data_dir, OLD_REF) == []
     assert LEGACY_REF in _queue_text(queue) and LATE_REF in _queue_text(queue)
     assert (ingest["sessions_retracted"], ingest["turns_retracted"], ingest["queue_lines_withdrawn"]) == (0, 1, 1)
+
+
+async def test_a_turn_a_backfill_takes_out_takes_its_queued_lines_too(settings: Settings, tmp_path: Path) -> None:
+    # ``rem-cycle backfill`` syncs as a cycle's ingest does, turns whose rows left Chroma included;
+    # the next cycle finds those turns gone already, so only the backfill can withdraw their lines.
+    mine = await _built(settings, tmp_path)
+    queue = LazyEdgeQueue(mine.queue_path)
+    await _delete_rows(mine, ["s-gone-t0000"])
+
+    done = run_cli("backfill", "--days", "3650", "--json", env={"REM_DATA_DIR": str(mine.data_dir)})
+    assert done.returncode == 0, done.stderr
+    assert OLD_REF not in _queue_text(queue)  # (the graph holds what the session said until the next cycle re-extracts it)
+    assert LEGACY_REF in _queue_text(queue) and LATE_REF in _queue_text(queue)
+    report = json.loads(done.stdout)
+    assert (report["turns_retracted"], report["queue_lines_withdrawn"]) == (1, 1)
 
 
 async def test_a_cycle_that_retracts_nothing_withdraws_nothing(settings: Settings, tmp_path: Path) -> None:
