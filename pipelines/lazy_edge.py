@@ -17,6 +17,7 @@ import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Protocol
 
 from store.graph import Edge
@@ -230,11 +231,12 @@ class ExtractionLines:
     def __bool__(self) -> bool:
         return bool(self.taken)
 
-    @property
+    @cached_property
     def filters(self) -> tuple[str, ...]:
         """Texts one of which every such line holds as rem-cycle writes it
         (``store.lazy_queue.edge_line``): a cheap filter before :meth:`matches` decides — the
-        anchors' own when they are few, else the text all extraction lines hold."""
+        anchors' own when they are few, else the text all extraction lines hold. Built once (it
+        is read for every line)."""
         if len(self.taken) > _MAX_FILTERS:
             return (_CHUNK_IDS,)
         return tuple(_CHUNK_IDS + json.dumps(f"{key}:chunk:", ensure_ascii=False)[:-1] for key in sorted(self.taken))
