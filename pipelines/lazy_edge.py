@@ -262,9 +262,16 @@ class ExtractionLines:
         turns = self.taken[key]
         return turns is None or target in turns
 
+    @cached_property
+    def _dead_letter_filters(self) -> tuple[bytes, ...]:
+        """:attr:`filters` as a dead-letter record holds them: inside its ``line`` string, escaped
+        as the drain writes it (``ensure_ascii=False``); for a filter with other characters than
+        ASCII, which an encoder may escape, only ``chunk_ids``."""
+        return tuple(json.dumps(f, ensure_ascii=False)[1:-1].encode() if f.isascii() else b"chunk_ids" for f in self.filters)
+
     def matches_dead_letter(self, raw: bytes) -> bool:
         """Whether the dead-letter record ``raw`` (:func:`dead_letter_record`) holds one of them."""
-        if b"chunk_ids" not in raw:
+        if not any(f in raw for f in self._dead_letter_filters):
             return False
         try:
             record = json.loads(raw)

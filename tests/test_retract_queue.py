@@ -156,7 +156,7 @@ def test_many_anchors_are_matched_by_what_each_line_names_not_one_filter_each() 
     # Past a few anchors the filter is the text every extraction line holds, and each line is
     # matched by its own chunk key: the lines of nine of ten sessions go, the tenth's and an
     # agent's stay — the tenth's too when its id starts with a taken one's chunk prefix.
-    from pipelines.lazy_edge import ExtractionLines
+    from pipelines.lazy_edge import ExtractionLines, dead_letter_record
     from store.lazy_queue import edge_line
 
     def line(sid: str, target: str) -> bytes:
@@ -171,3 +171,9 @@ def test_many_anchors_are_matched_by_what_each_line_names_not_one_filter_each() 
     assert not taken.matches(line("s8", "memory:s8-t2"))  # s8's other turn
     assert not taken.matches(edge_line({"source": "CONCEPT:x", "target": "memory:s0-t1", "relationship": "NOTED_IN"}))
     assert ExtractionLines.union([ExtractionLines.of("s8", turn="memory:s8-t1"), ExtractionLines.of("s8")]).taken == {"s8": None}
+    for few in (taken, ExtractionLines.of("s0"), ExtractionLines.of("sé")):  # the escaped filters of dead letters
+        dead = [(json.dumps(dead_letter_record(line(sid, f"memory:{sid}-t1"), reason="max-attempts", detail="",
+                                               attempts=5, at="2026-11-01T10:00:00.000Z"), ensure_ascii=False) + "\n").encode()
+                for sid in ("s0", "s9", "sé")]
+        assert [few.matches_dead_letter(record) for record in dead] == [few.matches(line(sid, f"memory:{sid}-t1")) for sid in ("s0", "s9", "sé")]
+    assert [ExtractionLines.of("sé").matches(line(sid, f"memory:{sid}-t1")) for sid in ("s0", "sé")] == [False, True]
