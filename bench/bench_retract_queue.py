@@ -65,7 +65,7 @@ def write_queue(folder: Path, sessions: list[str]) -> tuple[list[bytes], list[by
     live = [line for sid in sessions for line in (session_line(sid, 0), session_line(sid, 1), agent_line(sid))]
     dead = [
         (json.dumps(dead_letter_record(session_line(sid, n + 2), reason="max-attempts", detail="no row", attempts=5,
-                                       at="2026-11-01T10:00:00.000Z")) + "\n").encode()
+                                       at="2026-11-01T10:00:00.000Z"), ensure_ascii=False, separators=(",", ":")) + "\n").encode()
         for sid in sessions for n in range(2)
     ]
     queue = LazyEdgeQueue(folder / "lazy-edges.jsonl")

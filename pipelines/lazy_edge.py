@@ -190,11 +190,15 @@ def queue_lines(edges: Iterable[Mapping[str, Any]], *, timestamp: str | None = N
 _EXTRACTION_RELATIONSHIPS = frozenset({"MENTIONED_IN", "DISCUSSED_IN", "REFERENCED_BY"})
 
 
-# Prefilter texts a withdrawal looks for at most (one per anchor); past that, the one text every
-# line of rem-cycle's extraction holds, and each line holding it is parsed: a retraction of many
-# sessions reads every line once, not once per session.
+# The queue table's rows are selected by text (``LIKE``), an anchor's chunk-id prefix a condition
+# each, OR-ed, for at most this many anchors; past that by the text every line of rem-cycle's
+# extraction holds. Either way each table is scanned once, however many anchors.
 _MAX_FILTERS = 8
 _CHUNK_IDS = '"chunk_ids":['
+# Where a line's first chunk id starts and ends, as ``edge_line`` writes it, and as a dead-letter
+# record holds that line (a JSON string: each quote escaped).
+_FIRST_CHUNK = ('"chunk_ids":["', '"')
+_FIRST_CHUNK_DEAD = ('\\"chunk_ids\\":[\\"', '\\"')
 
 
 @dataclass(frozen=True)
@@ -234,17 +238,18 @@ class ExtractionLines:
     @cached_property
     def filters(self) -> tuple[str, ...]:
         """Texts one of which every such line holds as rem-cycle writes it
-        (``store.lazy_queue.edge_line``): a cheap filter before :meth:`matches` decides — the
-        anchors' own when they are few, else the text all extraction lines hold. Built once (it
-        is read for every line)."""
+        (``store.lazy_queue.edge_line``), for a store that selects by text (the queue table's
+        ``LIKE``): the anchors' chunk-id prefixes when they are few, else the text all extraction
+        lines hold. Built once."""
         if len(self.taken) > _MAX_FILTERS:
             return (_CHUNK_IDS,)
         return tuple(_CHUNK_IDS + json.dumps(f"{key}:chunk:", ensure_ascii=False)[:-1] for key in sorted(self.taken))
 
     def matches(self, raw: bytes | str) -> bool:
-        """Whether the queue line ``raw`` is one of them."""
+        """Whether the queue line ``raw`` is one of them (parsed only when its first chunk id, read
+        as text, is a taken anchor's: one look up per line, however many anchors)."""
         text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
-        if not any(f in text for f in self.filters):
+        if not self._may_hold(text, *_FIRST_CHUNK):
             return False
         try:
             record = json.loads(text)
@@ -262,16 +267,11 @@ class ExtractionLines:
         turns = self.taken[key]
         return turns is None or target in turns
 
-    @cached_property
-    def _dead_letter_filters(self) -> tuple[bytes, ...]:
-        """:attr:`filters` as a dead-letter record holds them: inside its ``line`` string, escaped
-        as the drain writes it (``ensure_ascii=False``); for a filter with other characters than
-        ASCII, which an encoder may escape, only ``chunk_ids``."""
-        return tuple(json.dumps(f, ensure_ascii=False)[1:-1].encode() if f.isascii() else b"chunk_ids" for f in self.filters)
-
     def matches_dead_letter(self, raw: bytes) -> bool:
         """Whether the dead-letter record ``raw`` (:func:`dead_letter_record`) holds one of them."""
-        if not any(f in raw for f in self._dead_letter_filters):
+        text = raw.decode("utf-8", "replace")
+        at = text.find('"line":')  # the line comes last (an error's detail may quote anything)
+        if at < 0 or not self._may_hold(text[at:], *_FIRST_CHUNK_DEAD):
             return False
         try:
             record = json.loads(raw)
@@ -279,6 +279,18 @@ class ExtractionLines:
             return False
         line = record.get("line") if isinstance(record, dict) else None
         return isinstance(line, str) and self.matches(line)
+
+    def _may_hold(self, text: str, opening: str, closing: str) -> bool:
+        """A look at ``text`` before a parse: whether the first chunk id it spells (after
+        ``opening``, up to ``closing``) is a chunk of a taken anchor — or has an escape in it,
+        which only the parse reads."""
+        at = text.find(opening)
+        if at < 0:
+            return False
+        start = at + len(opening)
+        end = text.find(closing, start)
+        first = text[start:end] if end >= 0 else text[start:]
+        return "\\" in first or _anchor_of(first) in self.taken
 
 
 def _anchor_of(chunk_id: object) -> str | None:

@@ -173,7 +173,7 @@ def test_many_anchors_are_matched_by_what_each_line_names_not_one_filter_each() 
     assert ExtractionLines.union([ExtractionLines.of("s8", turn="memory:s8-t1"), ExtractionLines.of("s8")]).taken == {"s8": None}
     for few in (taken, ExtractionLines.of("s0"), ExtractionLines.of("sé")):  # the escaped filters of dead letters
         dead = [(json.dumps(dead_letter_record(line(sid, f"memory:{sid}-t1"), reason="max-attempts", detail="",
-                                               attempts=5, at="2026-11-01T10:00:00.000Z"), ensure_ascii=False) + "\n").encode()
+                                               attempts=5, at="2026-11-01T10:00:00.000Z"), ensure_ascii=False, separators=(",", ":")) + "\n").encode()
                 for sid in ("s0", "s9", "sé")]
         assert [few.matches_dead_letter(record) for record in dead] == [few.matches(line(sid, f"memory:{sid}-t1")) for sid in ("s0", "s9", "sé")]
     assert [ExtractionLines.of("sé").matches(line(sid, f"memory:{sid}-t1")) for sid in ("s0", "sé")] == [False, True]
