@@ -954,10 +954,11 @@ async def cmd_backfill(settings: Settings, args: argparse.Namespace, progress: C
                           "synced sessions are unchanged", file=sys.stderr)
                     return EXIT_FAILED
             payload: dict[str, Any] = {**recent.as_dict(), "drain": None}
-            if recent.turns_retracted:  # their queued lines go as a cycle's retraction takes them, before the drain
-                payload.update(await anyio.to_thread.run_sync(partial(
-                    withdraw_queued_lines, stores.db, retracted_lines([], recent.turns_retracted), queue=LazyEdgeQueue(settings.queue_path),
-                )))
+            # The queue lines of the turns it took out go as a cycle's retraction takes them, before
+            # the drain (none taken out: nothing is read).
+            payload.update(await anyio.to_thread.run_sync(partial(
+                withdraw_queued_lines, stores.db, retracted_lines([], recent.turns_retracted), queue=LazyEdgeQueue(settings.queue_path),
+            )))
             if not args.skip_drain:
                 try:
                     before = f"{recent.sessions_synced} of {recent.sessions_in_window} sessions synced; "
