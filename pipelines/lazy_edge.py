@@ -208,9 +208,9 @@ class ExtractionLines:
     key) to ``None`` (the whole anchor went) or the turns (``memory:<id>``) of it that went. Such a
     line's target is the anchor or one of its turns (a turn's: that turn), its relationship one of
     ``MENTIONED_IN``, ``DISCUSSED_IN``, ``REFERENCED_BY``, and its ``properties.chunk_ids`` are all
-    the anchor's chunks (``<chunk_key>:chunk:<number>``, ids no agent writes); an agent's line is never
-    one (README). Several taken out at once (:meth:`union`) are matched in one read of each line.
-    Pure."""
+    the anchor's chunks (``<chunk_key>:chunk:<number>``, ids no agent writes); an agent's line is
+    never one (README). Several taken out at once (:meth:`union`) are matched in one read of each
+    line. Pure."""
 
     taken: Mapping[str, frozenset[str] | None]
 
@@ -247,7 +247,7 @@ class ExtractionLines:
 
     def matches(self, raw: bytes | str) -> bool:
         """Whether the queue line ``raw`` is one of them (parsed only when its first chunk id, read
-        as text, is a taken anchor's: one look up per line, however many anchors)."""
+        as text, is a taken anchor's: one look-up per line, however many anchors)."""
         text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
         if not self._may_hold(text, *_FIRST_CHUNK):
             return False
