@@ -397,6 +397,9 @@ class RecentBackfill:
     ingest: dict[str, int] = field(default_factory=lambda: {"processed": 0, "upserted": 0, "skipped": 0, "errors": 0})
     bad_values: Counter[str] = field(default_factory=Counter)
     session_failures: list[str] = field(default_factory=list)
+    # By session, the turns the graph held whose rows left Chroma (their ``memory:`` ids): the sync
+    # took them out; the command then withdraws the queue lines their extraction queued.
+    turns_retracted: dict[str, list[str]] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -410,6 +413,7 @@ class RecentBackfill:
             "sessions_synced": self.sessions_synced,
             "sessions_failed": self.sessions_failed,
             "ingest": dict(self.ingest),
+            "turns_retracted": sum(len(turns) for turns in self.turns_retracted.values()),
             "bad_values": dict(sorted(self.bad_values.items())),
             "session_failures": list(self.session_failures),
         }
@@ -454,9 +458,11 @@ async def sync_recent_sessions(
         result.sessions_failed += len(synced.failed)
         result.session_failures += [f"{sid}: {why}" for sid, why in synced.failed.items()][: 20 - len(result.session_failures)]
         result.sessions_synced += len(synced.synced)
-        for one in synced.synced.values():
+        for sid, one in synced.synced.items():
             for key, value in one.as_dict().items():
                 result.ingest[key] += value
+            if one.retracted:
+                result.turns_retracted[sid] = one.retracted
             result.bad_values.update(one.bad_values)
         if on_progress:
             on_progress(min(done * sessions_per_batch, len(session_ids)), len(session_ids))

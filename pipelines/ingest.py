@@ -60,8 +60,9 @@ class SyncStats(ErrorTally):
     # Turns the graph held, live-ingested, whose row now says something else (text or metadata
     # rewritten under the same id): what the session's extraction read of them is out of date.
     rewritten: int = 0
-    # Turns the graph held whose rows left Chroma: their MEMORY nodes (and recall text) went.
-    retracted: int = 0
+    # Turns the graph held whose rows left Chroma (their MEMORY node ids): those nodes (and their
+    # recall text) went, and the queue lines their extraction queued go after the commit.
+    retracted: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return {"processed": self.processed, "upserted": self.upserted, "skipped": self.skipped, "errors": self.errors}
@@ -586,7 +587,7 @@ def _write_sessions(
             memories += m
             edges += e
             stats.upserted += len(s)
-            stats.retracted = len(retracted[sid])
+            stats.retracted = retracted[sid]
             results[sid] = stats
         graph.upsert_nodes(sessions)
         graph.delete_edges(moved_turn_links(memories, existing))

@@ -17,6 +17,7 @@ import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Protocol
 
 from store.graph import Edge
@@ -187,41 +188,83 @@ def queue_lines(edges: Iterable[Mapping[str, Any]], *, timestamp: str | None = N
 # The relationships of the lines rem-cycle's own extraction queues (pipelines.extract.commit):
 # provenance edges to a turn or to the anchor, and a turn's reference to a row not in the graph yet.
 _EXTRACTION_RELATIONSHIPS = frozenset({"MENTIONED_IN", "DISCUSSED_IN", "REFERENCED_BY"})
-# What follows ``<key>:chunk:`` in the id of one of the key's units.
+# What follows ``<key>:chunk:`` in the id of one of the key's units: the chunk's number, and for a
+# part of an oversized turn's chunk ``:part:<M>`` (pipelines.extract.units).
 _CHUNK_NUMBER = re.compile(r"[0-9]+(?::part:[0-9]+)?")
 
 
-@dataclass(frozen=True, slots=True)
+# The queue table's rows are selected by text (``LIKE``), an anchor's chunk-id prefix a condition
+# each, OR-ed, for at most this many anchors; past that by the text every line of rem-cycle's
+# extraction holds. Either way each table is scanned once, however many anchors.
+_MAX_FILTERS = 8
+_CHUNK_IDS = '"chunk_ids":['
+# Where a line's first chunk id starts and ends, as ``edge_line`` writes it, and as a dead-letter
+# record holds that line (a JSON string: each quote escaped).
+_FIRST_CHUNK = ('"chunk_ids":["', '"')
+_FIRST_CHUNK_DEAD = ('\\"chunk_ids\\":[\\"', '\\"')
+
+
+@dataclass(frozen=True)
 class ExtractionLines:
-    """Which queue lines rem-cycle's own extraction of one anchor queued — what ``forget`` withdraws
-    with the anchor (or, ``turn`` given, with that turn: ``memory:<id>``). Such a line's target is
-    the anchor or one of its turns, its relationship one of ``MENTIONED_IN``, ``DISCUSSED_IN``,
-    ``REFERENCED_BY``, and its ``properties.chunk_ids`` are the anchor's chunks
-    (``<chunk_key>:chunk:<N>``, of an oversized turn ``…:part:<M>``: ids no agent writes); an
-    agent's line is never one (README). ``chunk_key`` ``None`` (``turn`` given): the turn's session is no longer known (a forget of the
-    turn committed before, and took the one row that said it), and the lines are those with the
-    turn as target whose chunks are all one anchor's — only its own session's extraction writes a
-    line to a turn. Pure."""
+    """Which queue lines rem-cycle's own extraction queued for what a forget or a retraction took
+    out — what goes with it. ``taken`` maps an anchor's chunk key (a session id, a notes file's
+    key) to ``None`` (the whole anchor went) or the turns (``memory:<id>``) of it that went. Such a
+    line's target is the anchor or one of its turns (a turn's: that turn), its relationship one of
+    ``MENTIONED_IN``, ``DISCUSSED_IN``, ``REFERENCED_BY``, and its ``properties.chunk_ids`` are all
+    the anchor's chunks (``<chunk_key>:chunk:<number>``, of an oversized turn ``…:part:<M>``: ids
+    no agent writes); an agent's line is never one (README). ``loose_turns``: turns whose session
+    is no longer known (a forget of the turn committed before and took the one row that said it):
+    their lines are those with the turn as target whose chunks are all one anchor's — only its own
+    session's extraction writes a line to a turn. Several taken out at once (:meth:`union`) are
+    matched in one read of each line. Pure."""
 
-    chunk_key: str | None
-    turn: str | None = None
+    taken: Mapping[str, frozenset[str] | None]
+    loose_turns: frozenset[str] = frozenset()
 
-    def __post_init__(self) -> None:
-        if self.chunk_key is None and self.turn is None:
-            raise ValueError("ExtractionLines needs a chunk key or a turn")
+    @classmethod
+    def of(cls, chunk_key: str | None, *, turn: str | None = None) -> "ExtractionLines":
+        """The lines of one anchor, or (``turn`` given) of that one turn of it; ``chunk_key``
+        ``None``: of the turn, its session unknown."""
+        if chunk_key is None:
+            if turn is None:
+                raise ValueError("ExtractionLines needs a chunk key or a turn")
+            return cls({}, frozenset({turn}))
+        return cls({chunk_key: None if turn is None else frozenset({turn})})
 
-    @property
-    def marker(self) -> str:
-        """Text every such line holds as rem-cycle writes it (``store.lazy_queue.edge_line``): a
-        cheap filter before :meth:`matches` decides."""
-        if self.chunk_key is None:
-            return '"target":' + json.dumps(self.turn, ensure_ascii=False)
-        return '"chunk_ids":[' + json.dumps(f"{self.chunk_key}:chunk:", ensure_ascii=False)[:-1]
+    @classmethod
+    def union(cls, parts: Iterable["ExtractionLines"]) -> "ExtractionLines":
+        """The lines of every one of ``parts`` (an anchor taken out whole covers its turns)."""
+        taken: dict[str, frozenset[str] | None] = {}
+        loose: set[str] = set()
+        for part in parts:
+            loose |= part.loose_turns
+            for key, turns in part.taken.items():
+                if key in taken:
+                    before = taken[key]
+                    taken[key] = None if before is None or turns is None else before | turns
+                else:
+                    taken[key] = turns
+        return cls(taken, frozenset(loose))
+
+    def __bool__(self) -> bool:
+        return bool(self.taken or self.loose_turns)
+
+    @cached_property
+    def filters(self) -> tuple[str, ...]:
+        """Texts one of which every such line holds as rem-cycle writes it
+        (``store.lazy_queue.edge_line``), for a store that selects by text (the queue table's
+        ``LIKE``): the anchors' chunk-id prefixes when they are few, else the text all extraction
+        lines hold; a loose turn's, ``"target":"<turn>"``. Built once."""
+        if len(self.taken) + len(self.loose_turns) > _MAX_FILTERS:
+            return (_CHUNK_IDS,)
+        return (*(_CHUNK_IDS + json.dumps(f"{key}:chunk:", ensure_ascii=False)[:-1] for key in sorted(self.taken)),
+                *('"target":' + json.dumps(turn, ensure_ascii=False) for turn in sorted(self.loose_turns)))
 
     def matches(self, raw: bytes | str) -> bool:
-        """Whether the queue line ``raw`` is one of them."""
+        """Whether the queue line ``raw`` is one of them (parsed only when its first chunk id, read
+        as text, is a taken anchor's: one look-up per line, however many anchors)."""
         text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
-        if self.marker not in text:
+        if not self._may_hold(text, *_FIRST_CHUNK):
             return False
         try:
             record = json.loads(text)
@@ -231,16 +274,20 @@ class ExtractionLines:
             return False
         properties, target = record.get("properties"), record.get("target")
         chunks = properties.get("chunk_ids") if isinstance(properties, dict) else None
-        if not isinstance(chunks, list) or not chunks or not all(isinstance(c, str) for c in chunks):
+        if not isinstance(chunks, list) or not chunks:
             return False
-        key = self.chunk_key if self.chunk_key is not None else chunks[0].rpartition(":chunk:")[0]
-        if not all(_is_chunk_of(key, c) for c in chunks):
+        key = _anchor_of(chunks[0])
+        if key is None or any(_anchor_of(c) != key for c in chunks):
             return False
-        return self.turn is None or target == self.turn
+        if key in self.taken and (self.taken[key] is None or target in self.taken[key]):
+            return True
+        return target in self.loose_turns
 
     def matches_dead_letter(self, raw: bytes) -> bool:
         """Whether the dead-letter record ``raw`` (:func:`dead_letter_record`) holds one of them."""
-        if b"chunk_ids" not in raw:
+        text = raw.decode("utf-8", "replace")
+        at = text.find('"line":')  # the line comes last (an error's detail may quote anything)
+        if at < 0 or not self._may_hold(text[at:], *_FIRST_CHUNK_DEAD):
             return False
         try:
             record = json.loads(raw)
@@ -249,11 +296,26 @@ class ExtractionLines:
         line = record.get("line") if isinstance(record, dict) else None
         return isinstance(line, str) and self.matches(line)
 
+    def _may_hold(self, text: str, opening: str, closing: str) -> bool:
+        """A look at ``text`` before a parse: whether the first chunk id it spells (after
+        ``opening``, up to ``closing``) is a chunk of a taken anchor — or has an escape in it,
+        which only the parse reads. With loose turns every extraction line is parsed (a forget run
+        again: rare)."""
+        at = text.find(opening)
+        if at < 0:
+            return False
+        start = at + len(opening)
+        end = text.find(closing, start)
+        first = text[start:end] if end >= 0 else text[start:]
+        return bool(self.loose_turns) or "\\" in first or _anchor_of(first) in self.taken
 
-def _is_chunk_of(key: str, chunk_id: str) -> bool:
-    """Whether ``chunk_id`` is ``<key>:chunk:<N>`` (``pipelines.chunker.chunk_id``) or a part of
-    an oversized turn's chunk, ``<key>:chunk:<N>:part:<M>`` (``pipelines.extract.units``): nothing
-    else after the prefix, as a session id may itself hold ``:chunk:`` — ``s:chunk:7``'s chunks
-    begin as ``s``'s do."""
-    rest = chunk_id.removeprefix(f"{key}:chunk:")
-    return bool(key) and rest != chunk_id and _CHUNK_NUMBER.fullmatch(rest) is not None
+
+def _anchor_of(chunk_id: object) -> str | None:
+    """The chunk key ``chunk_id`` is a chunk of (``pipelines.chunker.chunk_id``:
+    ``<key>:chunk:<number>``, or a part of an oversized turn's chunk, ``…:part:<M>``), or ``None``
+    when it is no such id. The last ``:chunk:`` divides it, as a session id may itself hold
+    ``:chunk:`` (``s:chunk:7``'s chunks begin as ``s``'s do)."""
+    if not isinstance(chunk_id, str):
+        return None
+    key, found, rest = chunk_id.rpartition(":chunk:")
+    return key if found and key and _CHUNK_NUMBER.fullmatch(rest) else None

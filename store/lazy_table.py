@@ -163,16 +163,20 @@ class LazyEdgeTable:
                     [(_text(d.row.line), d.reason, d.detail, d.attempts, d.row.enqueued_at, d.dead_lettered_at) for d in dead],
                 )
 
-    def withdraw(self, marker: str, picks: Callable[[bytes], bool], *, dry_run: bool = False) -> int:
+    def withdraw(self, filters: Sequence[str], picks: Callable[[bytes], bool], *, dry_run: bool = False) -> int:
         """Delete, in one transaction, the rows of ``lazy_edges`` and ``lazy_edges_dead`` whose
-        ``line`` holds ``marker`` and that ``picks`` chooses (given the line as UTF-8); returns how
-        many (``dry_run``: only counts them). A drain settling a row deleted here rolls its batch
-        back and reads again (:class:`RowsTakenError`), so no other row is lost."""
-        pattern = "%" + marker.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+        ``line`` holds one of ``filters`` and that ``picks`` chooses (given the line as UTF-8);
+        returns how many (``dry_run``: only counts them). Each table is read once (the filters are
+        a few conditions of one statement: ``pipelines.lazy_edge.ExtractionLines.filters``). A drain settling a row deleted here rolls its batch back and reads
+        again (:class:`RowsTakenError`), so no other row is lost."""
+        if not filters:
+            return 0
+        patterns = ["%" + f.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%" for f in filters]
+        holds = " OR ".join("line LIKE ? ESCAPE '\\'" for _ in patterns)
         withdrawn = 0
         with self.db.transaction() as conn:
             for table in ("lazy_edges", "lazy_edges_dead"):
-                rows = conn.execute(f"SELECT id, line FROM {table} WHERE line LIKE ? ESCAPE '\\'", (pattern,)).fetchall()
+                rows = conn.execute(f"SELECT id, line FROM {table} WHERE {holds}", patterns).fetchall()
                 chosen = [row_id for row_id, line in rows if picks(line if isinstance(line, bytes) else line.encode("utf-8"))]
                 if dry_run:
                     withdrawn += len(chosen)

@@ -49,7 +49,15 @@ from store.scan_marks import ScanMark, ScanMarkStore
 from store.tombstones import MEMORY, SESSION, TombstoneStore
 from store.unit_of_work import DatabaseUnitOfWork
 from worker.failures import FailureRecorder, RunFailure, failure_reason
-from worker.knowledge import erase_deleted_text, identity_resolver, keep_identity_index, model_judge, refresh_communities_when_due
+from worker.knowledge import (
+    erase_deleted_text,
+    identity_resolver,
+    keep_identity_index,
+    model_judge,
+    refresh_communities_when_due,
+    retracted_lines,
+    withdraw_queued_lines,
+)
 
 log = get_logger(__name__)
 
@@ -218,6 +226,7 @@ async def _ingest(ctx: CycleContext) -> dict[str, Any]:
         "sessions_seen": len(revisions),
         "sessions_retracted": len(retracted),
         "turns_retracted": 0,
+        "queue_lines_withdrawn": 0,
         "sessions_changed": len(changed),
         "sessions_synced": 0,
         "sessions_failed": 0,
@@ -235,31 +244,42 @@ async def _ingest(ctx: CycleContext) -> dict[str, Any]:
         # Until this phase ends with every change applied, no mark may say that the rows before it
         # are in the graph (a stopped phase leaves sessions half-synced): the next scan reads all.
         await anyio.to_thread.run_sync(unit.apply, scan_marks.clear)
-    for start in range(0, len(todo), SESSIONS_PER_BATCH):
-        ctx.check_stop()
-        group = todo[start : start + SESSIONS_PER_BATCH]
-        try:
-            batch = await sync_batch_isolating_failures(
-                [r.session_id for r in group], chroma=stores.chroma, unit=unit,
-                memory_ids={r.session_id: r.memory_ids for r in group},
-            )
-        except ChromaUnavailableError as exc:
-            raise PhaseError(exc.reason_code, str(exc)) from exc
-        counts["sessions_failed"] += len(batch.failed)
-        counts["session_failures"] += [f"{sid}: {why}" for sid, why in batch.failed.items()][: 20 - len(counts["session_failures"])]
-        for revision in group:
-            stats = batch.synced.get(revision.session_id)
-            if stats is None:
-                continue
-            for key in ("processed", "upserted", "skipped", "errors"):
-                counts[key] += getattr(stats, key)
-            counts["turns_retracted"] += stats.retracted
-            ctx.erase_due = ctx.erase_due or stats.retracted > 0
-            bad_values.update(stats.bad_values)
-            await anyio.to_thread.run_sync(unit.apply, partial(unit.runstate.mark_ingested, revision, ctx.run_id))
-            counts["sessions_synced"] += 1
-            with structlog.contextvars.bound_contextvars(session_id=revision.session_id):
-                log.debug("session ingested", upserted=stats.upserted, skipped=stats.skipped, errors=stats.errors)
+    turns_retracted: dict[str, list[str]] = {}
+    try:
+        for start in range(0, len(todo), SESSIONS_PER_BATCH):
+            ctx.check_stop()
+            group = todo[start : start + SESSIONS_PER_BATCH]
+            try:
+                batch = await sync_batch_isolating_failures(
+                    [r.session_id for r in group], chroma=stores.chroma, unit=unit,
+                    memory_ids={r.session_id: r.memory_ids for r in group},
+                )
+            except ChromaUnavailableError as exc:
+                raise PhaseError(exc.reason_code, str(exc)) from exc
+            counts["sessions_failed"] += len(batch.failed)
+            counts["session_failures"] += [f"{sid}: {why}" for sid, why in batch.failed.items()][: 20 - len(counts["session_failures"])]
+            for revision in group:
+                stats = batch.synced.get(revision.session_id)
+                if stats is None:
+                    continue
+                for key in ("processed", "upserted", "skipped", "errors"):
+                    counts[key] += getattr(stats, key)
+                if stats.retracted:
+                    turns_retracted[revision.session_id] = stats.retracted
+                    counts["turns_retracted"] += len(stats.retracted)
+                    ctx.erase_due = True
+                bad_values.update(stats.bad_values)
+                await anyio.to_thread.run_sync(unit.apply, partial(unit.runstate.mark_ingested, revision, ctx.run_id))
+                counts["sessions_synced"] += 1
+                with structlog.contextvars.bound_contextvars(session_id=revision.session_id):
+                    log.debug("session ingested", upserted=stats.upserted, skipped=stats.skipped, errors=stats.errors)
+    finally:
+        # What the retracted sessions' and turns' extraction queued goes too, as a forget's does —
+        # all of it in one pass over the queue, and only when something was retracted (a cycle
+        # that retracted nothing reads no queue file). Even when the phase stops mid-way: those
+        # retractions are committed, and no later cycle finds them again.
+        if retracted or turns_retracted:
+            counts.update(await anyio.to_thread.run_sync(_withdraw_retracted_lines, ctx, retracted, turns_retracted))
     counts["backlog"] = len(changed) - counts["sessions_synced"]
     await _keep_scan_marks(stores, unit, scan_marks, scan, applied=counts["backlog"] == 0)
     counts["bad_values"] = dict(sorted(bad_values.items()))
@@ -305,6 +325,21 @@ def _retract_vanished(ctx: CycleContext, unit: DatabaseUnitOfWork, scan: ScanRes
     for report in retracted:
         log.info("session retracted: its rows left Chroma", session_id=report["id"], points=report["points"])
     return retracted
+
+
+def _withdraw_retracted_lines(
+    ctx: CycleContext, sessions: list[dict[str, Any]], turns: dict[str, list[str]]
+) -> dict[str, Any]:
+    """Withdraw from the queue table and files the lines the extraction of the retracted
+    ``sessions`` (their reports) and ``turns`` (``memory:`` ids by session) queued
+    (:func:`worker.knowledge.withdraw_queued_lines`; the drain lock is free: this cycle's drain
+    phase has not begun). A drain elsewhere holding the files past the wait leaves theirs in
+    place, with a warning: ``queue_error``."""
+    done = withdraw_queued_lines(ctx.stores.db, retracted_lines(sessions, turns), queue=LazyEdgeQueue(ctx.settings.queue_path))
+    log.info("queue lines of retracted sessions and turns withdrawn", withdrawn=done["queue_lines_withdrawn"])
+    if "queue_error" in done:
+        log.warning("queue lines of retracted sessions and turns stay in the queue files", reason=done["queue_error"])
+    return done
 
 
 async def extract(ctx: CycleContext) -> dict[str, Any]:

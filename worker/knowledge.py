@@ -8,7 +8,7 @@ import itertools
 import json
 import os
 import time
-from collections.abc import AsyncIterator, Collection, Iterator, Mapping
+from collections.abc import AsyncIterator, Collection, Iterable, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from functools import partial
@@ -426,7 +426,7 @@ def forget(settings: Settings, *, session: str | None = None, memory: str | None
         else:
             note_id, key = note_anchor(note or "")
             report = forget_note(DatabaseUnitOfWork(db), note_id, key, dry_run=dry_run)
-            lines = ExtractionLines(key)
+            lines = ExtractionLines.of(key)
         report.update(withdraw_queued_lines(db, lines, queue=LazyEdgeQueue(settings.queue_path), dry_run=dry_run))
         if not dry_run:
             report.update(erase_deleted_text(db))
@@ -441,21 +441,35 @@ def _extraction_lines(report: Mapping[str, Any]) -> ExtractionLines:
     from store.tombstones import MEMORY
 
     if report["kind"] != MEMORY:
-        return ExtractionLines(report["id"])
-    return ExtractionLines(report.get("session") or None, turn=memory_node_id(report["id"]))
+        return ExtractionLines.of(report["id"])
+    return ExtractionLines.of(report.get("session") or None, turn=memory_node_id(report["id"]))
+
+
+def retracted_lines(sessions: Iterable[Mapping[str, Any]], turns: Mapping[str, Iterable[str]]) -> ExtractionLines:
+    """The queue lines the extraction of what a cycle retracted queued: the sessions whose rows all
+    left Chroma (``sessions``, their forget reports) and, by session, the turns whose rows did
+    (``turns``, their ``memory:`` ids) — one set, withdrawn in one pass."""
+    return ExtractionLines.union([
+        *(_extraction_lines(report) for report in sessions),
+        *(ExtractionLines.of(sid, turn=turn) for sid, gone in turns.items() for turn in gone),
+    ])
 
 
 def withdraw_queued_lines(
     db: Database, lines: ExtractionLines, *, queue: LazyEdgeQueue | None, dry_run: bool = False,
 ) -> dict[str, Any]:
     """``{"queue_lines_withdrawn": n}``: the lines rem-cycle's own extraction queued for what a
-    forget took out (``lines``; they name what it said, which no drain can link any more) leave
-    the queue table of ``db`` and, given ``queue``, the queue files, with their dead letters — the
-    table's rows deleted, the files' lines blanked in place under the drain's lock
-    (:meth:`store.lazy_queue.LazyEdgeQueue.blank`). An agent's lines stay. With ``queue_error``
-    when a running drain held the lock past the wait: the table's are gone, the files' wait for
-    the same forget again. ``dry_run``: counts them, changing nothing."""
-    withdrawn = LazyEdgeTable(db).withdraw(lines.marker, lines.matches, dry_run=dry_run)
+    forget or a cycle's retraction took out (``lines``; they name what it said, which no drain can
+    link any more) leave the queue table of ``db`` and, given ``queue``, the queue files, with
+    their dead letters — the table's rows deleted, the files' lines blanked in place under the
+    drain's lock (:meth:`store.lazy_queue.LazyEdgeQueue.blank`), each table and file read once
+    however many sessions and turns ``lines`` holds. An agent's lines stay. With ``queue_error``
+    when a running drain held the lock past the wait: the table's are gone, the files' stay (the
+    same forget run again withdraws them).
+    ``lines`` empty: nothing is read. ``dry_run``: counts them, changing nothing."""
+    if not lines:
+        return {"queue_lines_withdrawn": 0}
+    withdrawn = LazyEdgeTable(db).withdraw(lines.filters, lines.matches, dry_run=dry_run)
     if queue is None or not queue.path.parent.is_dir():  # no queue file was ever written there
         return {"queue_lines_withdrawn": withdrawn}
     deadline = time.monotonic() + _QUEUE_WAIT_SECONDS

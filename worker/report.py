@@ -222,6 +222,11 @@ def print_backfill(result: dict[str, Any]) -> None:
     )
     if result.get("bad_values"):
         output_console().print(f"bad values in source rows (read as missing or row skipped): {_flat(result['bad_values'])}")
+    if result.get("turns_retracted"):
+        output_console().print(f"turns whose rows left Chroma taken out: {result['turns_retracted']} "
+                               f"(their queue lines withdrawn: {result.get('queue_lines_withdrawn', 0)})")
+    if result.get("queue_error"):
+        output_console().print(f"their lines stay in the queue files: {result['queue_error']}")
     for failure in result.get("session_failures", []):
         output_console().print(f"session failed: {failure}")
     drain = result.get("drain")
