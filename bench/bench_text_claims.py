@@ -3,13 +3,14 @@
 With ``REM_SHARED_EXTRACT`` a unit about to call the extractor claims its words in ``text_claims``
 (one transaction: the answer check and the claim) and deletes the claim when the call ends (a
 second): two round trips a chunk extracted (pipelines/extract/map.py, store/claims.py). Measured in
-one process, best of 3: a session of ``--chunks`` chunks of new text through the real map with the
+one process, best of ``--repeat`` (the two interleaved): a session of ``--chunks`` chunks of new text through the real map with the
 ``heuristic`` extractor (a call of well under a millisecond: the worst case for the overhead),
 without text claims (the baseline, a lone worker) and with them (no other worker holding any). And
 the same with an extractor that takes ``--call-ms`` per call (a fast model), ``--concurrency`` at a
-time, where the overhead is what a worker with a model pays.
+time, where the overhead is what a worker with a model pays. And the claim and its landing alone, one
+chunk after another (``claim + land``): the round trips' own time per chunk.
 
-    python bench/bench_text_claims.py [--chunks 200] [--call-ms 200] [--postgres-url URL]
+    python bench/bench_text_claims.py [--chunks 200] [--call-ms 200] [--repeat 5] [--postgres-url URL]
 
 ``--postgres-url`` (or REM_TEST_POSTGRES_URL): also on PostgreSQL, in a schema made and dropped here.
 """
@@ -90,7 +91,7 @@ def database(engine: str, work: Path, server: str) -> Iterator[Any]:
             conn.execute(f"DROP SCHEMA {schema} CASCADE")
 
 
-async def measure(db: Any, chunks: int, extractor: HeuristicExtractor, concurrency: int) -> dict[str, float]:
+async def measure(db: Any, chunks: int, extractor: HeuristicExtractor, concurrency: int, repeat: int) -> dict[str, float]:
     settings = load_settings(data_dir=Path(tempfile.mkdtemp()))
     store = ChunkResultStore(db)
     claims = TextClaimStore(db, owner=worker_owner(), lease_seconds=60)
@@ -107,10 +108,19 @@ async def measure(db: Any, chunks: int, extractor: HeuristicExtractor, concurren
         assert len(outcomes) == chunks and {o.status for o in outcomes} == {"ok"}, {(o.status, o.error) for o in outcomes}
         return took
 
-    figures: dict[str, list[float]] = {"without": [], "with": []}
-    for _ in range(3):  # interleaved, so that a busy moment of the machine hits both
+    def claimed_alone() -> float:
+        n = next(runs)
+        started = time.perf_counter()
+        for i in range(chunks):
+            assert claims.claim(extractor.fingerprint, f"alone{n}-{i}") == "mine"
+            claims.land(extractor.fingerprint, f"alone{n}-{i}")
+        return time.perf_counter() - started
+
+    figures: dict[str, list[float]] = {"without": [], "with": [], "alone": []}
+    for _ in range(repeat):  # interleaved, so that a busy moment of the machine hits both
         figures["without"].append(await mapped(None))
         figures["with"].append(await mapped(claims))
+        figures["alone"].append(claimed_alone())
     assert db.query("SELECT COUNT(*) FROM text_claims")[0][0] == 0
     return {name: min(times) for name, times in figures.items()}
 
@@ -120,19 +130,21 @@ def main() -> None:
     parser.add_argument("--chunks", type=int, default=200)
     parser.add_argument("--call-ms", type=float, default=200.0)
     parser.add_argument("--concurrency", type=int, default=4)
+    parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--postgres-url", default=os.environ.get("REM_TEST_POSTGRES_URL", ""))
     args = parser.parse_args()
     engines = ["sqlite", *(["postgresql"] if args.postgres_url else [])]
-    print(f"a session of {args.chunks} chunks of new text through the map, best of 3, {args.concurrency} calls at a time:")
-    print("| engine | extractor | without claims | with claims | ÷ without | per chunk |")
-    print("| --- | --- | --- | --- | --- | --- |")
+    print(f"a session of {args.chunks} chunks of new text through the map, best of {args.repeat}, "
+          f"{args.concurrency} calls at a time:")
+    print("| engine | extractor | without claims | with claims | ÷ without | per chunk | claim + land alone, per chunk |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
     for engine in engines:
         for name, extractor in (("heuristic", HeuristicExtractor()), (f"{args.call_ms:g} ms a call", SlowExtractor(args.call_ms / 1000))):
             with tempfile.TemporaryDirectory() as work, database(engine, Path(work), args.postgres_url) as db:
-                got = anyio.run(measure, db, args.chunks, extractor, args.concurrency)
+                got = anyio.run(measure, db, args.chunks, extractor, args.concurrency, args.repeat)
             extra = (got["with"] - got["without"]) / args.chunks * 1000
             print(f"| {engine} | {name} | {got['without'] * 1000:.0f} ms | {got['with'] * 1000:.0f} ms | "
-                  f"{got['with'] / got['without']:.2f}× | +{extra:.2f} ms |")
+                  f"{got['with'] / got['without']:.2f}× | {extra:+.2f} ms | {got['alone'] / args.chunks * 1000:.2f} ms |")
 
 
 if __name__ == "__main__":

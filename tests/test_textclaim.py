@@ -24,7 +24,7 @@ from store.backend import open_database
 from store.chunks import ChunkResultStore
 from store.claims import TextClaimStore
 from tests.daemon_support import start_worker, worker_env
-from tests.llm_server import LLMServer, held
+from tests.llm_server import LLMServer, Status, held
 from tests.test_forkreuse import HISTORY, conversation, points
 from tests.workers_support import graph_database, ingested, worker_settings
 
@@ -125,6 +125,29 @@ def test_a_killed_holders_words_are_extracted_by_the_waiter_and_nothing_is_lost(
     assert digests(settings) == [("copy", "digested"), ("orig", "digested")]
     assert points(settings, "copy") == points(settings, "orig") != set()
     assert text_claims_left(settings, database_url) == 0
+
+
+def test_a_holder_whose_request_failed_leaves_the_words_to_the_waiter(tmp_path: Path, settings: Settings) -> None:
+    """Worker A's request for the first chunk fails (a 500): A lands its claim without an answer,
+    and worker B, waiting on it, asks the model itself (the failure may be that request's alone)
+    and digests its session; A's session, failed this cycle, reuses B's answer at its retry."""
+    answers, failure = held(), held(Status(500, "model hiccup"))
+    with LLMServer(default=answers) as llm:
+        llm.script(failure, match=CHUNK_WORDS[0][0])
+        asyncio.run(ingested(settings.data_dir, [conversation("orig", HISTORY), conversation("copy", HISTORY)], tmp_path))
+        env = worker_envs(settings, llm, None, chunk_retry_base_seconds=0.001, chunk_retry_max_seconds=0.001)
+        a, b = start_holder_then_waiter(tmp_path, env, llm)
+        answers.release.set()
+        failure.release.set()
+        finished(a, tmp_path / "a.log")
+        finished(b, tmp_path / "b.log")
+        assert sent_per_chunk(llm) == [2, 1, 1] and llm.chat_count == 4
+        assert sorted(state for _, state in digests(settings)) == ["digested", "undigested"]
+        c = start_worker("--once", env=env, log_path=tmp_path / "c.log")
+        finished(c, tmp_path / "c.log")
+        assert llm.chat_count == 4
+    assert digests(settings) == [("copy", "digested"), ("orig", "digested")]
+    assert points(settings, "copy") == points(settings, "orig") != set()
 
 
 def test_a_stalled_holders_words_are_extracted_by_the_waiter_once_its_lease_runs_out(
