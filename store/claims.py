@@ -285,8 +285,9 @@ def drop_every_lease(db: Database) -> int:
 
 
 def lease_holders(db: Database) -> dict[str, list[dict[str, Any]]]:
-    """Who holds what (``status``): each lock's holder and lease, and per owner how many sessions it
-    has claimed and until when (read-only; the tables hold live leases only, so this is small).
+    """Who holds what (``status``): each lock's holder and lease, per owner how many sessions it
+    has claimed and until when, and per owner how many texts it is asking the model about
+    (``texts``; read-only; the tables hold live leases only, so this is small).
     ``owner_state``: what this host can tell of the owner's process (:func:`owner_state`);
     ``owner_gone``: it is ``dead``; ``taken_at_once``: the next worker takes its leases at once,
     whatever their time (:func:`owner_is_dead`) — else when they run out."""
@@ -295,7 +296,10 @@ def lease_holders(db: Database) -> dict[str, list[dict[str, Any]]]:
         "SELECT owner, COUNT(*) AS sessions, MAX(heartbeat_at) AS heartbeat_at, MIN(lease_expires_at) AS lease_expires_at "
         "FROM session_claims GROUP BY owner ORDER BY owner"
     )
-    return {kind: [_judged(dict(r)) for r in found] for kind, found in (("locks", locks), ("claims", claims))}
+    texts = db.query(
+        "SELECT owner, COUNT(*) AS texts, MIN(lease_expires_at) AS lease_expires_at FROM text_claims GROUP BY owner ORDER BY owner"
+    )
+    return {kind: [_judged(dict(r)) for r in found] for kind, found in (("locks", locks), ("claims", claims), ("texts", texts))}
 
 
 def _judged(holder: dict[str, Any]) -> dict[str, Any]:

@@ -22,7 +22,8 @@ import pytest
 from config import Settings
 from store.backend import open_database
 from store.chunks import ChunkResultStore
-from store.claims import TextClaimStore
+from store.claims import TextClaimStore, host_identity, lease_holders
+from tests.conftest import run_cli
 from tests.daemon_support import start_worker, worker_env
 from tests.llm_server import LLMServer, Status, held
 from tests.test_forkreuse import HISTORY, conversation, points
@@ -67,6 +68,11 @@ def text_claims_left(settings: Settings, database_url: str | None) -> int:
         return db.query("SELECT COUNT(*) FROM text_claims")[0][0]
 
 
+def worker_owner_of(proc: subprocess.Popen[bytes]) -> str:
+    """The lease owner of a worker process of this host, but its nonce (``host:pid:``)."""
+    return f"{host_identity()}:{proc.pid}:"
+
+
 def finished(proc: subprocess.Popen[bytes], log: Path) -> None:
     assert proc.wait(timeout=120) == 0, log.read_text()[-3000:]
 
@@ -91,6 +97,9 @@ def test_two_workers_with_the_same_words_pay_each_chunk_once(tmp_path: Path, set
         asyncio.run(ingested(settings.data_dir, [conversation("orig", HISTORY), conversation("copy", HISTORY)], tmp_path,
                              database_url=database_url))
         a, b = start_holder_then_waiter(tmp_path, worker_envs(settings, llm, database_url), llm)
+        status = run_cli("status", env={"REM_DATA_DIR": str(settings.data_dir),
+                                        **({"REM_DATABASE_URL": database_url} if database_url else {})})
+        assert f"text claims: {worker_owner_of(a)}" in status.stdout and "about 3 chunks' words" in status.stdout, status.stdout
         answers.release.set()
         finished(a, tmp_path / "a.log")
         finished(b, tmp_path / "b.log")
@@ -187,6 +196,9 @@ def test_a_text_claim_is_refused_while_held_taken_over_when_expired_and_answered
                         for pid in (1, 2))
         assert mine.claim("fp", "t1") == "mine"
         assert theirs.claim("fp", "t1") == "held" and theirs.claim("fp2", "t1") == "mine"
+        # `rem-cycle status` (`leases.texts` in --json): who asks the model about how many texts.
+        assert [(held["owner"], held["texts"]) for held in lease_holders(db)["texts"]] == [
+            ("elsewhere:1:x", 1), ("elsewhere:2:x", 1)]
         mine.land("fp", "t1")
         assert theirs.claim("fp", "t1") == "mine"
         moment[0] += timedelta(seconds=11)  # their lease ran out (no heartbeat)
