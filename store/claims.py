@@ -265,14 +265,17 @@ def _still_there(conn: Any, db: Database, session_id: str) -> None:
         raise SessionGoneError(f"session {session_id} was forgotten while it was extracted; not committed")
 
 
-def _drop_dead_owners(conn: Any, table: str) -> None:
-    """Delete the rows of ``table`` (``session_claims``, ``rem_locks``, ``text_claims``) owned by processes of this
-    host that are gone: a killed worker's leases are taken over at once, not after they run out."""
+def _drop_dead_owners(conn: Any, table: str) -> int:
+    """Delete the rows of ``table`` (``session_claims``, ``rem_locks``, ``text_claims``) owned by
+    processes of this host that are gone, and return how many: a killed worker's leases are taken
+    over at once, not after they run out."""
     owners = [r[0] for r in conn.execute(f"SELECT DISTINCT owner FROM {table}").fetchall()]  # noqa: S608 - fixed names
+    dropped = 0
     for owner in owners:
         if owner_is_dead(owner):
             log.info("lease owner gone: its leases are taken over", table=table, owner=owner)
-            conn.execute(f"DELETE FROM {table} WHERE owner = ?", (owner,))  # noqa: S608 - fixed names
+            dropped += conn.execute(f"DELETE FROM {table} WHERE owner = ?", (owner,)).rowcount  # noqa: S608 - fixed names
+    return dropped
 
 
 def drop_every_lease(db: Database) -> int:
@@ -382,7 +385,7 @@ class TextClaimStore(_Leases):
                 (text_hash, fingerprint),
             ).fetchone() is not None:
                 return "answered"
-            for _ in range(2):
+            for _ in range(2):  # the second time after a dead holder's rows went
                 taken = conn.execute(
                     "INSERT INTO text_claims(fingerprint, text_hash, owner, claimed_at, heartbeat_at, lease_expires_at) "
                     "VALUES (?,?,?,?,?,?) ON CONFLICT(fingerprint, text_hash) DO UPDATE SET owner = excluded.owner, "
@@ -423,8 +426,8 @@ class TextClaimStore(_Leases):
         (a crashed worker's); returns how many were deleted. Reads the live claims only."""
         stamp = _stamp(self.clock())
         with self.db.transaction() as conn:
-            _drop_dead_owners(conn, "text_claims")
-            return (conn.execute("DELETE FROM text_claims WHERE owner = ?", (self.owner,)).rowcount
+            return (_drop_dead_owners(conn, "text_claims")
+                    + conn.execute("DELETE FROM text_claims WHERE owner = ?", (self.owner,)).rowcount
                     + conn.execute("DELETE FROM text_claims WHERE lease_expires_at < ?", (stamp,)).rowcount)
 
     def release(self) -> int:

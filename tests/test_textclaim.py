@@ -206,6 +206,11 @@ def test_a_text_claim_is_refused_while_held_taken_over_when_expired_and_answered
         assert mine.heartbeat() == 1 and theirs.sweep() == 1  # theirs: fp2's, its own; mine is live
         moment[0] += timedelta(seconds=11)
         assert theirs.sweep() == 1  # mine, expired: a crashed worker's rows go without reading any history
+        gone = subprocess.Popen(["true"])
+        gone.wait()  # a process of this host that no longer exists: its live rows go at once
+        dead = TextClaimStore(db, owner=f"{host_identity()}:{gone.pid}:x", lease_seconds=10, clock=lambda: moment[0])
+        assert dead.claim("fp", "t2") == "mine" and theirs.claim("fp", "t2") == "mine"
+        assert dead.claim("fp", "t3") == "mine" and theirs.sweep() == 2  # t2 is theirs now: its own, and t3
         ChunkResultStore(db).record_ok(session_id="s", chunk_id="s:chunk:0", content_hash="c1", text_hash="t1",
                                        memory_ids=["m1"], fingerprint="fp", tokens_in=1, tokens_out=1, latency_ms=1.0,
                                        payload={}, run_id=None)
