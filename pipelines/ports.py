@@ -16,6 +16,7 @@ from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
 from store.chunks import AnswerCopy, ChunkResult
+from store.claims import TextClaimState
 from store.communities import CommunityRecord
 from store.facts import ClaimLookup
 from store.graph import Edge, LinkStats, Node
@@ -142,6 +143,14 @@ class ChunkResults(Protocol):
     def prune_session(self, session_id: str, keep_hashes: Iterable[str]) -> int: ...
     def session_results(self, session_id: str) -> list[ChunkResult]: ...
     def delete_results(self, keys: Iterable[tuple[str, str]]) -> int: ...
+
+
+class TextClaims(Protocol):
+    """The words the workers of one database are asking the model about, so that two workers pay
+    for the same words once (:class:`store.claims.TextClaimStore`)."""
+
+    def claim(self, fingerprint: str, text_hash: str) -> TextClaimState: ...
+    def land(self, fingerprint: str, text_hash: str) -> None: ...
 
 
 class Tombstones(Protocol):

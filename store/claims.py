@@ -12,6 +12,11 @@ taken over by the next worker that claims.
 The single-flight phases (ingest, drain, finalize) hold a **lock**: a row of ``rem_locks`` with
 the same lease rules (:class:`LockStore`).
 
+A worker about to ask the model about a chunk's words holds a **text claim**: a row of
+``text_claims`` on (extractor fingerprint, text hash), with the same lease rules, deleted when the
+call ends (:class:`TextClaimStore`): a worker that finds another's live claim on the same words
+waits for its answer instead of paying for them again (:mod:`pipelines.extract.map`).
+
 Times are UTC ISO strings compared as text, read from one clock (:func:`lease_clock`): the
 PostgreSQL server's, or on SQLite this host's, so the workers' own clocks need not agree.
 
@@ -260,27 +265,32 @@ def _still_there(conn: Any, db: Database, session_id: str) -> None:
         raise SessionGoneError(f"session {session_id} was forgotten while it was extracted; not committed")
 
 
-def _drop_dead_owners(conn: Any, table: str) -> None:
-    """Delete the rows of ``table`` (``session_claims`` or ``rem_locks``) owned by processes of this
-    host that are gone: a killed worker's leases are taken over at once, not after they run out."""
+def _drop_dead_owners(conn: Any, table: str) -> int:
+    """Delete the rows of ``table`` (``session_claims``, ``rem_locks``, ``text_claims``) owned by
+    processes of this host that are gone, and return how many: a killed worker's leases are taken
+    over at once, not after they run out."""
     owners = [r[0] for r in conn.execute(f"SELECT DISTINCT owner FROM {table}").fetchall()]  # noqa: S608 - fixed names
+    dropped = 0
     for owner in owners:
         if owner_is_dead(owner):
             log.info("lease owner gone: its leases are taken over", table=table, owner=owner)
-            conn.execute(f"DELETE FROM {table} WHERE owner = ?", (owner,))  # noqa: S608 - fixed names
+            dropped += conn.execute(f"DELETE FROM {table} WHERE owner = ?", (owner,)).rowcount  # noqa: S608 - fixed names
+    return dropped
 
 
 def drop_every_lease(db: Database) -> int:
-    """Delete every lease — the locks of ``rem_locks``, the claims of ``session_claims`` — and
-    return how many. For a restore (every worker stopped): the backup's leases belong to the
-    processes of the backup's time, and would hold the next cycles off until they ran out."""
+    """Delete every lease — the locks of ``rem_locks``, the claims of ``session_claims`` and
+    ``text_claims`` — and return how many. For a restore (every worker stopped): the backup's leases
+    belong to the processes of the backup's time, and would hold the next cycles off until they ran out."""
     with db.transaction() as conn:
-        return conn.execute("DELETE FROM rem_locks").rowcount + conn.execute("DELETE FROM session_claims").rowcount
+        return sum(conn.execute(f"DELETE FROM {table}").rowcount  # noqa: S608 - fixed names
+                   for table in ("rem_locks", "session_claims", "text_claims"))
 
 
 def lease_holders(db: Database) -> dict[str, list[dict[str, Any]]]:
-    """Who holds what (``status``): each lock's holder and lease, and per owner how many sessions it
-    has claimed and until when (read-only; the tables hold live leases only, so this is small).
+    """Who holds what (``status``): each lock's holder and lease, per owner how many sessions it
+    has claimed and until when, and per owner how many texts it is asking the model about
+    (``texts``; read-only; the tables hold live leases only, so this is small).
     ``owner_state``: what this host can tell of the owner's process (:func:`owner_state`);
     ``owner_gone``: it is ``dead``; ``taken_at_once``: the next worker takes its leases at once,
     whatever their time (:func:`owner_is_dead`) — else when they run out."""
@@ -289,7 +299,10 @@ def lease_holders(db: Database) -> dict[str, list[dict[str, Any]]]:
         "SELECT owner, COUNT(*) AS sessions, MAX(heartbeat_at) AS heartbeat_at, MIN(lease_expires_at) AS lease_expires_at "
         "FROM session_claims GROUP BY owner ORDER BY owner"
     )
-    return {kind: [_judged(dict(r)) for r in found] for kind, found in (("locks", locks), ("claims", claims))}
+    texts = db.query(
+        "SELECT owner, COUNT(*) AS texts, MIN(lease_expires_at) AS lease_expires_at FROM text_claims GROUP BY owner ORDER BY owner"
+    )
+    return {kind: [_judged(dict(r)) for r in found] for kind, found in (("locks", locks), ("claims", claims), ("texts", texts))}
 
 
 def _judged(holder: dict[str, Any]) -> dict[str, Any]:
@@ -341,3 +354,83 @@ class LockStore(_Leases):
         """Give the lock up (nothing happens when this owner does not hold it)."""
         with self.db.transaction() as conn:
             conn.execute("DELETE FROM rem_locks WHERE name = ? AND owner = ?", (name, self.owner))
+
+
+# What a text claim found (:meth:`TextClaimStore.claim`): ``mine`` — this worker asks the model and
+# must :meth:`~TextClaimStore.land` the claim; ``answered`` — an answer of the words is stored (reuse
+# it, no claim taken); ``held`` — another live worker is asking the model about them.
+TextClaimState = Literal["mine", "answered", "held"]
+
+
+class TextClaimStore(_Leases):
+    """``text_claims``: which worker is asking the model about which words, until when.
+
+    A claim's lease is pushed forward by the cycle's heartbeat (:meth:`heartbeat`) while the call
+    runs, and the row is deleted when the call ends, answered or not (:meth:`land`): the table holds
+    the calls in progress only. A crashed worker's rows are taken over one by one when claimed again
+    (lease run out, or owner a dead process of this host), and swept at the start of each extract
+    phase (:meth:`sweep`, through ``text_claims_lease``: the expired rows only)."""
+
+    def claim(self, fingerprint: str, text_hash: str) -> TextClaimState:
+        """Claim the words ``text_hash`` for extractor ``fingerprint``, unless an ``ok`` answer of
+        them is stored (``answered``: checked in the claim's transaction, so an answer another worker
+        stored before deleting its claim is never missed) or another live worker holds the claim
+        (``held``). A claim whose lease ran out, or whose owner is a process of this host that no
+        longer exists, is taken over."""
+        now = self.clock()
+        stamp, expires = _stamp(now), _stamp(now + self.lease)
+        with self.db.transaction() as conn:
+            if conn.execute(
+                "SELECT 1 FROM chunk_results WHERE text_hash = ? AND fingerprint = ? AND status = 'ok' LIMIT 1",
+                (text_hash, fingerprint),
+            ).fetchone() is not None:
+                return "answered"
+            for _ in range(2):  # the second time after a dead holder's rows went
+                taken = conn.execute(
+                    "INSERT INTO text_claims(fingerprint, text_hash, owner, claimed_at, heartbeat_at, lease_expires_at) "
+                    "VALUES (?,?,?,?,?,?) ON CONFLICT(fingerprint, text_hash) DO UPDATE SET owner = excluded.owner, "
+                    "claimed_at = excluded.claimed_at, heartbeat_at = excluded.heartbeat_at, "
+                    "lease_expires_at = excluded.lease_expires_at "
+                    "WHERE text_claims.lease_expires_at < excluded.claimed_at OR text_claims.owner = excluded.owner",
+                    (fingerprint, text_hash, self.owner, stamp, stamp, expires),
+                ).rowcount == 1
+                if taken:
+                    return "mine"
+                holder = conn.execute(
+                    "SELECT owner FROM text_claims WHERE fingerprint = ? AND text_hash = ?", (fingerprint, text_hash)
+                ).fetchone()
+                if holder is None or not owner_is_dead(holder[0]):
+                    return "held"
+                log.info("text claim owner gone: its claims are taken over", owner=holder[0])
+                conn.execute("DELETE FROM text_claims WHERE owner = ?", (holder[0],))
+        return "held"
+
+    def land(self, fingerprint: str, text_hash: str) -> None:
+        """The call this worker made on the words ended (answered or not): delete its claim."""
+        with self.db.transaction() as conn:
+            conn.execute("DELETE FROM text_claims WHERE fingerprint = ? AND text_hash = ? AND owner = ?",
+                         (fingerprint, text_hash, self.owner))
+
+    def heartbeat(self) -> int:
+        """Push the lease of every text claim this worker holds forward; returns how many it holds."""
+        now = self.clock()
+        with self.db.transaction() as conn:
+            return conn.execute(
+                "UPDATE text_claims SET heartbeat_at = ?, lease_expires_at = ? WHERE owner = ?",
+                (_stamp(now), _stamp(now + self.lease), self.owner),
+            ).rowcount
+
+    def sweep(self) -> int:
+        """Delete this worker's text claims (an earlier cycle's that could not land them: the
+        database dropped its connection), the expired ones and those of dead processes of this host
+        (a crashed worker's); returns how many were deleted. Reads the live claims only."""
+        stamp = _stamp(self.clock())
+        with self.db.transaction() as conn:
+            return (_drop_dead_owners(conn, "text_claims")
+                    + conn.execute("DELETE FROM text_claims WHERE owner = ?", (self.owner,)).rowcount
+                    + conn.execute("DELETE FROM text_claims WHERE lease_expires_at < ?", (stamp,)).rowcount)
+
+    def release(self) -> int:
+        """Give up every text claim this worker holds (the end of an extract phase)."""
+        with self.db.transaction() as conn:
+            return conn.execute("DELETE FROM text_claims WHERE owner = ?", (self.owner,)).rowcount

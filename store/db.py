@@ -225,6 +225,25 @@ ALTER TABLE chunk_results ADD COLUMN memory_ids TEXT;
 CREATE INDEX chunk_results_text ON chunk_results(text_hash, fingerprint, status, content_hash)
 """
 
+# 20: two workers never pay the model twice for the same text (store/claims.py TextClaimStore).
+# ``text_claims``: the (extractor fingerprint, text hash) a worker is asking the model about, until
+# its lease runs out; the row is deleted when that extraction ends, so the table holds the calls in
+# progress only. ``text_claims_owner`` serves the heartbeat and the release of one worker's claims,
+# ``text_claims_lease`` the sweep of a crashed worker's (the expired rows only, whatever the history).
+TEXT_CLAIMS_MIGRATION = """
+CREATE TABLE text_claims (
+    fingerprint       TEXT NOT NULL,
+    text_hash         TEXT NOT NULL,
+    owner             TEXT NOT NULL,
+    claimed_at        TEXT NOT NULL,
+    heartbeat_at      TEXT NOT NULL,
+    lease_expires_at  TEXT NOT NULL,
+    PRIMARY KEY (fingerprint, text_hash)
+);
+CREATE INDEX text_claims_owner ON text_claims(owner);
+CREATE INDEX text_claims_lease ON text_claims(lease_expires_at)
+"""
+
 RUN_COUNTS_MIGRATION = """
 CREATE INDEX rem_runs_outcome_finished ON rem_runs(outcome, finished_at);
 CREATE INDEX rem_runs_running ON rem_runs(started_at) WHERE outcome = 'running';
@@ -855,12 +874,15 @@ MIGRATIONS: tuple[str, ...] = (
     SEARCH_FOLD_MIGRATION,
     # 19: CHUNK_TEXT_MIGRATION above.
     CHUNK_TEXT_MIGRATION,
+    # 20: TEXT_CLAIMS_MIGRATION above.
+    TEXT_CLAIMS_MIGRATION,
 )
 
 # The queue table's schema version, wherever the entry sits (the PostgreSQL port keys its own form by it).
 LAZY_EDGES_VERSION = MIGRATIONS.index(LAZY_EDGES_MIGRATION) + 1
 SEARCH_FOLD_VERSION = MIGRATIONS.index(SEARCH_FOLD_MIGRATION) + 1
 CHUNK_TEXT_VERSION = MIGRATIONS.index(CHUNK_TEXT_MIGRATION) + 1
+TEXT_CLAIMS_VERSION = MIGRATIONS.index(TEXT_CLAIMS_MIGRATION) + 1
 
 
 # SQLite's primary result codes (https://sqlite.org/rescode.html) that name a kind of failure.

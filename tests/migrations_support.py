@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from store.db import CHUNK_TEXT_VERSION, MIGRATIONS, SEARCH_FOLD_VERSION, _statements
+from store.db import CHUNK_TEXT_VERSION, MIGRATIONS, SEARCH_FOLD_VERSION, TEXT_CLAIMS_VERSION, _statements
 
 RUN_COUNTS_VERSION = 13
 COMMUNITY_NAMES_VERSION = 14
@@ -79,6 +79,7 @@ UNDO: dict[int, dict[str, tuple[str, ...]]] = {
         "postgresql": ("DROP INDEX chunk_results_text", "ALTER TABLE chunk_results DROP COLUMN memory_ids",
                        "ALTER TABLE chunk_results DROP COLUMN text_hash"),
     },
+    TEXT_CLAIMS_VERSION: {"sqlite": ("DROP TABLE text_claims",), "postgresql": ("DROP TABLE text_claims",)},
 }
 assert "rem_run_counts" in MIGRATIONS[RUN_COUNTS_VERSION - 1] and "community_names" in MIGRATIONS[COMMUNITY_NAMES_VERSION - 1]
 assert "justification" in MIGRATIONS[EDGE_JUSTIFICATIONS_VERSION - 1]

@@ -35,7 +35,7 @@ from pipelines.drain import DrainStats, drain_queue
 from pipelines.forget import MassRetractionRefused, retract_vanished, sessions_to_retract
 from pipelines.ingest import ScanResult, mark_holds, scan_changed_sessions, sessions_to_sync, sync_batch_isolating_failures
 from store.chroma import ChromaStore, ChromaStoreError, ChromaUnavailableError
-from store.claims import CYCLE_LOCK, ClaimStore, LockStore, host_identity, worker_owner
+from store.claims import CYCLE_LOCK, ClaimStore, LockStore, TextClaimStore, host_identity, worker_owner
 from store.confined import UnsafePathError, exclusive_lock
 from store.backend import database_exists, database_location, open_database, open_database_at
 from store.db import Database
@@ -353,6 +353,10 @@ async def extract(ctx: CycleContext) -> dict[str, Any]:
 
     settings, stores = ctx.settings, ctx.stores
     claims = ClaimStore(stores.db, owner=ctx.lease_owner, lease_seconds=settings.lease_timeout_seconds)
+    # Only workers that share the database can ask the model about the same words at once: a lone
+    # worker's phase is covered by its in-process registry (pipelines/extract/inflight.py).
+    text_claims = (TextClaimStore(stores.db, owner=ctx.lease_owner, lease_seconds=settings.lease_timeout_seconds)
+                   if settings.shared_extract else None)
     async with open_extractor(settings) as extractor:
         judge = ModelJudge(extractor) if settings.llm_judge and isinstance(extractor, OpenAIExtractor) else None
         resolver = identity_resolver(stores.db, auditor=judge.audit_identity if judge else None, keep_as=database_location(settings))
@@ -365,13 +369,15 @@ async def extract(ctx: CycleContext) -> dict[str, Any]:
             now=datetime.now(UTC),
             resolver=resolver,
             merges=stores.unit.merges, forgotten_memories=partial(TombstoneStore(stores.db).buried, MEMORY),
-            session_memory_ids=TombstoneStore(stores.db).session_memories, claims=claims,
+            session_memory_ids=TombstoneStore(stores.db).session_memories, claims=claims, text_claims=text_claims,
         )
         stats, queued = ExtractStats(), 0
         try:
             # Claims this owner still holds are an earlier cycle's that could not release them (the
             # database dropped its connection; a daemon's cycles share one owner): its own again.
             await anyio.to_thread.run_sync(claims.release)
+            if text_claims is not None:  # a crashed worker's text claims, without reading the history
+                await anyio.to_thread.run_sync(text_claims.sweep)
             # Claim a few sessions at a time, so that workers beside this one find work too; a
             # session that failed or was deferred stays claimed until the phase ends (no worker
             # retries it in the meantime), then every claim left is released.
@@ -394,6 +400,8 @@ async def extract(ctx: CycleContext) -> dict[str, Any]:
         finally:
             with anyio.CancelScope(shield=True):
                 await anyio.to_thread.run_sync(claims.release)
+                if text_claims is not None:
+                    await anyio.to_thread.run_sync(text_claims.release)
     if stats.interrupted or ctx.stop.is_set():
         raise CycleInterrupted("stop requested")
     if not stats.sessions_failed and not stats.sessions_claim_lost:  # no commit rolled back after resolving
@@ -741,6 +749,8 @@ async def _run_phases(
         allow_mass_retraction=allow_mass_retraction, lock=lock,
     )
     beats: list[Callable[[], object]] = [partial(runstate.heartbeat, run_id), ClaimStore(stores.db, owner=lease_owner, lease_seconds=settings.lease_timeout_seconds).heartbeat]
+    if settings.shared_extract:  # the text claims of the extractions in progress (store.claims.TextClaimStore)
+        beats.append(TextClaimStore(stores.db, owner=lease_owner, lease_seconds=settings.lease_timeout_seconds).heartbeat)
     if lock is not None:
         beats.append(partial(lock.heartbeat, CYCLE_LOCK))
     started, t0 = utc_now(), time.perf_counter()

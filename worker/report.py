@@ -178,6 +178,9 @@ def print_status(status: dict[str, Any]) -> None:
         else:
             console.print(f"claims: {claim['owner']} digests {claim['sessions']} sessions, lease until {claim['lease_expires_at']}"
                           + _unknown(claim))
+    for held in status["leases"]["texts"]:
+        state = "process gone" if held["owner_gone"] else f"lease until {held['lease_expires_at']}" + _unknown(held)
+        console.print(f"text claims: {held['owner']} asks the model about {held['texts']} chunks' words ({state})")
     queue = status["queue"]
     console.print(
         f"lazy-edge queue: {queue['depth']} lines"

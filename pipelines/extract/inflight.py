@@ -15,6 +15,10 @@ A claimant never waits for anything but a model-call slot, and those are held on
 progress, so every flight lands: a waiter cannot wait for ever, whatever the number of sessions,
 slots or duplicates. The registry holds one small entry per text answered (or out) in the phase
 and lives as long as the phase does: nothing outlives the cycle. Pure: no I/O, no clock.
+
+The registry is this process's. Where other workers share the database, the unit granted a text
+here claims it there too before its call (:func:`pipelines.extract.map._claim_among_workers`,
+``text_claims``), so a second claim inside one process still costs no database round trip.
 """
 
 from __future__ import annotations

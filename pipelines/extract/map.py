@@ -7,7 +7,8 @@ place and the answer copied into the unit's own row. A unit whose last failure i
 off is deferred (no call this cycle); every other unit is extracted, validated, and its outcome
 written to ``chunk_results`` — unless a unit of the same text is being extracted in the same phase
 (another session's, or this one's): then it waits for that answer and reuses it the same way
-(:mod:`pipelines.extract.inflight`).
+(:mod:`pipelines.extract.inflight`); or by another worker on the same database
+(:class:`pipelines.ports.TextClaims`): then it waits for that worker's answer, polling.
 """
 
 from __future__ import annotations
@@ -17,10 +18,11 @@ from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from functools import partial
+from typing import Literal
 
 import anyio
 
-from pipelines.extract.inflight import InFlight
+from pipelines.extract.inflight import InFlight, TextKey
 from pipelines.extract.model import (
     ChunkExtraction,
     ExtractionFailure,
@@ -29,13 +31,20 @@ from pipelines.extract.model import (
     answer_moved_to,
     validate_extraction,
 )
-from pipelines.ports import ChunkResults
+from pipelines.ports import ChunkResults, TextClaims
 from store.chunks import AnswerCopy, ChunkResult
+from store.errors import StoreError
 from store.library_log import get_logger
 
 log = get_logger(__name__)
 
 OUTCOMES = ("ok", "reused", "empty", "failed", "deferred")
+
+# A unit whose words another worker is asking the model about asks the database again after this
+# long, doubling each time up to the cap: an answer of a few seconds is picked up within a fraction
+# of its time, and a long wait costs a worker one read a second.
+CLAIM_POLL_FIRST_SECONDS = 0.05
+CLAIM_POLL_MAX_SECONDS = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,11 +95,13 @@ async def map_units(
     retry_base_seconds: float,
     retry_max_seconds: float,
     in_flight: InFlight | None = None,
+    text_claims: TextClaims | None = None,
 ) -> list[UnitOutcome]:
     """Outcomes in unit order. Never raises for a unit's failure: it is an outcome; a failed unit is
     not tried again before :func:`chunk_backoff` of its failures (``retry_*_seconds``) has passed.
     ``in_flight``: the phase's texts being extracted, shared by the sessions it maps side by side
-    (a new one, this map's alone, when None)."""
+    (a new one, this map's alone, when None). ``text_claims``: the texts the workers sharing the
+    database are extracting (None: no other worker extracts on it)."""
     in_flight = in_flight if in_flight is not None else InFlight()
     fingerprint = extractor.fingerprint
     known = await anyio.to_thread.run_sync(store.get_many, [u.content_hash for u in units], fingerprint)
@@ -127,8 +138,8 @@ async def map_units(
             fingerprint=fingerprint, now=now, run_id=run_id, failed_before=_failures(known.get(units[index].content_hash)),
             retry_base_seconds=retry_base_seconds, retry_max_seconds=retry_max_seconds,
         )
-        outcomes[index] = await _extract_once(units[index], extract, in_flight=in_flight, store=store,
-                                              fingerprint=fingerprint, run_id=run_id)
+        outcomes[index] = await _extract_once(units[index], extract, in_flight=in_flight, text_claims=text_claims,
+                                              store=store, fingerprint=fingerprint, run_id=run_id)
 
     await anyio.to_thread.run_sync(store.record_copies, copies)
     async with anyio.create_task_group() as tg:
@@ -159,6 +170,7 @@ async def _extract_once(
     extract: Callable[[], Awaitable[UnitOutcome]],
     *,
     in_flight: InFlight,
+    text_claims: TextClaims | None,
     store: ChunkResults,
     fingerprint: str,
     run_id: str | None,
@@ -171,7 +183,11 @@ async def _extract_once(
     reason is claimed again by the first waiter, which extracts the text itself: the failure may be
     that request's alone (a malformed, truncated or lost answer; the prompt names the session), and
     copying it would charge this session an attempt it never made. Waiting holds no model-call
-    slot (``extract`` takes one only around its call)."""
+    slot (``extract`` takes one only around its call).
+
+    The unit whose claim is granted in this phase then claims the text among the workers sharing
+    the database (``text_claims``): while another worker holds it, it waits the same way
+    (:func:`_claim_among_workers`), and the units of this phase wait on it."""
     key = (fingerprint, unit.text_hash)
     while (flight := in_flight.claim(key)) is not None:
         await flight.landed.wait()
@@ -179,21 +195,71 @@ async def _extract_once(
             kind, error = flight.outage
             return UnitOutcome(unit, "deferred", error_kind=kind, error=error, outage=True)
         if flight.answered:
-            found = await anyio.to_thread.run_sync(store.answers_by_text, [unit.text_hash], fingerprint)
-            moved = _moved(found.get(unit.text_hash), unit)
-            if moved is None:  # the answer went with its session (forgotten meanwhile): this unit pays
-                return await extract()
-            await anyio.to_thread.run_sync(store.record_copies, [_copy(unit, moved, fingerprint, run_id)])
-            return UnitOutcome(unit, "reused", moved)
+            # None: the answer went with its session (forgotten meanwhile), or names it: this unit pays
+            return await _reused(unit, store=store, fingerprint=fingerprint, run_id=run_id) or await extract()
     answered, outage = False, None
     try:
-        outcome = await extract()
+        claim: Literal["mine", "answered", "unclaimed"] = (
+            "unclaimed" if text_claims is None else await _claim_among_workers(key, text_claims))
+        if claim == "answered" and (reused := await _reused(unit, store=store, fingerprint=fingerprint, run_id=run_id)):
+            answered = True
+            return reused
+        try:
+            outcome = await extract()
+        finally:
+            if claim == "mine" and text_claims is not None:
+                await _land_among_workers(key, text_claims)
         answered = outcome.status == "ok"
         if outcome.outage:
             outage = (outcome.error_kind, outcome.error)
         return outcome
     finally:  # also when the extraction raised or was cancelled: no waiter is left waiting
         in_flight.land(key, answered=answered, outage=outage)
+
+
+async def _reused(unit: WorkUnit, *, store: ChunkResults, fingerprint: str, run_id: str | None) -> UnitOutcome | None:
+    """The stored answer of ``unit``'s text moved to ``unit`` and copied into its own row; None when
+    there is none that moves (:func:`_moved`)."""
+    found = await anyio.to_thread.run_sync(store.answers_by_text, [unit.text_hash], fingerprint)
+    moved = _moved(found.get(unit.text_hash), unit)
+    if moved is None:
+        return None
+    await anyio.to_thread.run_sync(store.record_copies, [_copy(unit, moved, fingerprint, run_id)])
+    return UnitOutcome(unit, "reused", moved)
+
+
+async def _claim_among_workers(key: TextKey, text_claims: TextClaims) -> Literal["mine", "answered", "unclaimed"]:
+    """Claim ``key``'s text among the workers of the database: ``mine`` (extract it, then
+    :func:`_land_among_workers`), ``answered`` (an answer of it is stored), or ``unclaimed`` (the
+    database could not take the claim: extract it without one, as if no other worker ran — it may
+    be paid twice, nothing is lost). While another worker holds the claim, ask again every
+    :data:`CLAIM_POLL_FIRST_SECONDS` doubling to :data:`CLAIM_POLL_MAX_SECONDS`, holding no
+    model-call slot: its holder lands it (answered or not) when its call ends, and a holder that
+    died or stalled past its lease is taken over, so the wait ends."""
+    pause = CLAIM_POLL_FIRST_SECONDS
+    while True:
+        try:
+            state = await anyio.to_thread.run_sync(text_claims.claim, *key)
+        except StoreError as exc:
+            log.warning("text claim not taken: extracting without it", error=str(exc))
+            return "unclaimed"
+        if state != "held":
+            return state
+        if pause == CLAIM_POLL_FIRST_SECONDS:
+            log.info("chunk waits for another worker's extraction of its words", text_hash=key[1])
+        await anyio.sleep(pause)
+        pause = min(2 * pause, CLAIM_POLL_MAX_SECONDS)
+
+
+async def _land_among_workers(key: TextKey, text_claims: TextClaims) -> None:
+    """Delete this worker's claim on ``key``'s text, even while the extraction is being cancelled. A
+    database that cannot take it leaves the row to the end of the phase (which releases every text
+    claim of its worker) or to its lease: a waiter extracts the text itself then."""
+    with anyio.CancelScope(shield=True):
+        try:
+            await anyio.to_thread.run_sync(text_claims.land, *key)
+        except StoreError as exc:
+            log.warning("text claim not landed: it stays until the phase ends or its lease runs out", error=str(exc))
 
 
 def _failures(row: ChunkResult | None) -> int:

@@ -22,7 +22,7 @@ from pipelines.extract.model import Extractor, WorkUnit
 from pipelines.extract.reduce import reduce_session
 from pipelines.extract.units import SourceTurn, plan_units
 from pipelines.lazy_edge import LazyEdgeSink
-from pipelines.ports import MergeRecorder, UnitOfWork
+from pipelines.ports import MergeRecorder, TextClaims, UnitOfWork
 from pipelines.resolver import GraphResolver
 from store.chroma import ChromaStore, ChromaUnavailableError, MemoryRow
 from store.claims import ClaimLostError, SessionGoneError
@@ -87,6 +87,10 @@ class ExtractEnv:
     # The claims of a worker sharing the database with others (store.claims.ClaimStore): a session
     # commits only while its claim is this worker's, and the claim goes in the same transaction.
     claims: SessionClaims | None = None
+    # The texts the workers sharing the database are asking the model about (store.claims.
+    # TextClaimStore): a chunk whose words another worker is extracting waits for its answer.
+    # None: no other worker extracts on this database (REM_SHARED_EXTRACT off).
+    text_claims: TextClaims | None = None
 
 
 @dataclass(slots=True)
@@ -188,7 +192,7 @@ async def extract_session(
         outcomes = await map_units(
             units, extractor=env.extractor, store=env.unit.chunks, semantic_types=env.semantic_types,
             limiter=limiter, now=env.now, run_id=env.run_id, retry_base_seconds=env.retry_base_seconds,
-            retry_max_seconds=env.retry_max_seconds, in_flight=in_flight,
+            retry_max_seconds=env.retry_max_seconds, in_flight=in_flight, text_claims=env.text_claims,
         )
         stats.count_outcomes(outcomes)
         failed = [o for o in outcomes if o.extraction is None]
