@@ -145,7 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("node_id", metavar="NODE_ID", help="e.g. CLASS:LazyEdgeQueue (or an exact name)")
     show.add_argument(
         "--limit", type=_non_negative_int, default=SHOW_LIMIT,
-        help=f"at most this many edges (heaviest first) and turns (default {SHOW_LIMIT}; 0: all)",
+        help=f"at most this many edges (heaviest first), sources and turns, each (default {SHOW_LIMIT}; 0: all)",
     )
     search = add_command(sub, "search", common, "find nodes by name or alias (case and accents folded)")
     search.add_argument("text", metavar="TEXT", help="part of a node's name or alias")

@@ -363,7 +363,7 @@ def _load_node(settings: Settings, node_id: str, as_of: str | None = None, limit
 
 async def show_node(settings: Settings, node_id: str, *, limit: int | None = None, as_of: str | None = None) -> dict[str, Any] | None:
     """The ``show`` view of one node, with the text of the turns it came from (read from Chroma;
-    at most ``limit`` edges and turns, see :func:`pipelines.query.node_view`); ``None`` when the
+    at most ``limit`` edges, sources and turns, see :func:`pipelines.query.node_view`); ``None`` when the
     graph has no such node. When Chroma cannot be read the view still comes back, without turn
     texts and with ``turns_error``."""
     loaded = await anyio.to_thread.run_sync(_load_node, settings, node_id, as_of, limit)
