@@ -14,8 +14,9 @@ graph's history?
 4. ``--big-session N``: one session of N turns (tests/test_bad_rows.py's 100,000-turn texts). The
    heuristic extractor's turns/s, then, in the same process, each hot spot against the code it
    replaced on the same data (the output checked equal): sorting the session's points by
-   ``order=True`` against the attribute key, and writing the export's points with ``json.dumps``
-   against :func:`pipelines.export._point_json`. Medians of 5.
+   ``order=True`` against the attribute key, writing the export's points with ``json.dumps``
+   against :func:`pipelines.export._point_json`, and the ``hash`` embedding of the turns a row at
+   a time (:func:`_hash_rows`, the code before) against the batched one. Medians of 5.
 
     python bench/bench_provenance.py            # 250 → 2,000
     python bench/bench_provenance.py --large    # 250 → 2,000 → 8,000
@@ -25,6 +26,7 @@ graph's history?
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import random
 import statistics
@@ -33,6 +35,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -45,6 +49,7 @@ from pipelines.extract.model import validate_extraction  # noqa: E402
 from pipelines.extract.reduce import POINT_ORDER, ReducedSession, reduce_session  # noqa: E402
 from pipelines.extract.units import SourceTurn, plan_units  # noqa: E402
 from store.db import Database  # noqa: E402
+from store.embedding import _TOKEN, HashEmbeddingFunction  # noqa: E402
 from store.graph import Edge, GraphStore, Node  # noqa: E402
 from store.merges import MergeStore  # noqa: E402
 from store.provenance import EdgePointRow, NodePointRow, PointRow, ProvenanceStore  # noqa: E402
@@ -202,6 +207,19 @@ def hot_node(points: int = 100_000, *, repeats: int = 15) -> dict[str, Any]:
     return {"points": points, "hot_commit_ms": 1000 * hot, "fresh_commit_ms": 1000 * cold, "ratio": hot / cold, "edge_weight_after": weight}
 
 
+def _hash_rows(texts: list[str], dim: int = 256) -> list[np.ndarray]:
+    """The ``hash`` embedding as it was before it was batched (a vector per row): the baseline."""
+    vectors = []
+    for text in texts:
+        vec = np.zeros(dim, dtype=np.float32)
+        for token in _TOKEN.findall(str(text).lower()):
+            digest = int.from_bytes(hashlib.blake2b(token.encode(), digest_size=8).digest(), "little")
+            vec[digest % dim] += 1.0 if digest >> 63 else -1.0
+        norm = float(np.linalg.norm(vec))
+        vectors.append(vec / norm if norm else vec)
+    return vectors
+
+
 def big_session(turns: int, *, repeats: int = 5) -> dict[str, Any]:
     """Part 4: the extractor's speed on one big session, and each replaced hot spot's ratio."""
 
@@ -229,7 +247,11 @@ def big_session(turns: int, *, repeats: int = 5) -> dict[str, Any]:
     sort_old, sort_new = median_seconds(lambda: sorted(points)), median_seconds(lambda: sorted(points, key=POINT_ORDER))
     json_old = median_seconds(lambda: [json.dumps(d, ensure_ascii=False, sort_keys=True, indent=2) for d in as_dicts])
     json_new = median_seconds(lambda: [_point_json(d) for d in as_dicts])
+    embed = HashEmbeddingFunction()
+    assert all(a.tobytes() == b.tobytes() for a, b in zip(_hash_rows(texts), embed(texts), strict=True))
+    embed_old, embed_new = median_seconds(lambda: _hash_rows(texts)), median_seconds(lambda: embed(texts))
     return {
+        "embed_rows_ms": 1000 * embed_old, "embed_batched_ms": 1000 * embed_new, "embed_ratio": embed_old / embed_new,
         "turns": turns, "units": len(units), "points": len(points), "extract_turns_per_s": turns / extract_seconds,
         "sort_order_true_ms": 1000 * sort_old, "sort_key_ms": 1000 * sort_new, "sort_ratio": sort_old / sort_new,
         "point_json_dumps_ms": 1000 * json_old, "point_json_ms": 1000 * json_new, "point_json_ratio": json_old / json_new,
