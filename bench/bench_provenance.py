@@ -16,7 +16,7 @@ graph's history?
    replaced on the same data (the output checked equal): sorting the session's points by
    ``order=True`` against the attribute key, writing the export's points with ``json.dumps``
    against :func:`pipelines.export._point_json`, and the ``hash`` embedding of the turns a row at
-   a time (:func:`_hash_rows`, the code before) against the batched one. Medians of 5.
+   a time (:func:`_hash_rows`, the code before) against the batched one. Medians of 5, old and new run in turn.
 
     python bench/bench_provenance.py            # 250 → 2,000
     python bench/bench_provenance.py --large    # 250 → 2,000 → 8,000
@@ -223,13 +223,15 @@ def _hash_rows(texts: list[str], dim: int = 256) -> list[np.ndarray]:
 def big_session(turns: int, *, repeats: int = 5) -> dict[str, Any]:
     """Part 4: the extractor's speed on one big session, and each replaced hot spot's ratio."""
 
-    def median_seconds(run: Any) -> float:
-        spent = []
+    def paired(old: Any, new: Any) -> tuple[float, float]:
+        """Median seconds of ``old`` and of ``new``, run in turn (a change of load hits both)."""
+        spent: dict[Any, list[float]] = {old: [], new: []}
         for _ in range(repeats):
-            t0 = time.perf_counter()
-            run()
-            spent.append(time.perf_counter() - t0)
-        return statistics.median(spent)
+            for run in (old, new):
+                t0 = time.perf_counter()
+                run()
+                spent[run].append(time.perf_counter() - t0)
+        return statistics.median(spent[old]), statistics.median(spent[new])
 
     texts = [f"turn {i}: FooWidget calls bar_{i % 7}() in src/mod{i % 5}.py" for i in range(turns)]
     source = [SourceTurn(f"huge-t{i:06d}", text) for i, text in enumerate(texts)]
@@ -244,12 +246,12 @@ def big_session(turns: int, *, repeats: int = 5) -> dict[str, Any]:
     assert sorted(points) == sorted(points, key=POINT_ORDER)
     as_dicts = [{**p.as_dict(), "observed_at": "2026-11-01T10:00:00Z"} for p in points]
     assert all(_point_json(d) == json.dumps(d, ensure_ascii=False, sort_keys=True, indent=2) for d in as_dicts)
-    sort_old, sort_new = median_seconds(lambda: sorted(points)), median_seconds(lambda: sorted(points, key=POINT_ORDER))
-    json_old = median_seconds(lambda: [json.dumps(d, ensure_ascii=False, sort_keys=True, indent=2) for d in as_dicts])
-    json_new = median_seconds(lambda: [_point_json(d) for d in as_dicts])
+    sort_old, sort_new = paired(lambda: sorted(points), lambda: sorted(points, key=POINT_ORDER))
+    json_old, json_new = paired(lambda: [json.dumps(d, ensure_ascii=False, sort_keys=True, indent=2) for d in as_dicts],
+                                lambda: [_point_json(d) for d in as_dicts])
     embed = HashEmbeddingFunction()
     assert all(a.tobytes() == b.tobytes() for a, b in zip(_hash_rows(texts), embed(texts), strict=True))
-    embed_old, embed_new = median_seconds(lambda: _hash_rows(texts)), median_seconds(lambda: embed(texts))
+    embed_old, embed_new = paired(lambda: _hash_rows(texts), lambda: embed(texts))
     return {
         "embed_rows_ms": 1000 * embed_old, "embed_batched_ms": 1000 * embed_new, "embed_ratio": embed_old / embed_new,
         "turns": turns, "units": len(units), "points": len(points), "extract_turns_per_s": turns / extract_seconds,
