@@ -11,30 +11,45 @@ graph's history?
 2. ``forget`` of one session in a 2,000-session graph: its time and the rows it touched.
 3. One node with 100,000 points (and an edge with 100,000 points): a commit of a session that
    mentions it against a commit of a session of the same size that mentions only fresh names.
+4. ``--big-session N``: one session of N turns (tests/test_bad_rows.py's 100,000-turn texts). The
+   heuristic extractor's turns/s, then, in the same process, each hot spot against the code it
+   replaced on the same data (the output checked equal): sorting the session's points by
+   ``order=True`` against the attribute key, writing the export's points with ``json.dumps``
+   against :func:`pipelines.export._point_json`, and the ``hash`` embedding of the turns a row at
+   a time (:func:`_hash_rows`, the code before) against the batched one. Medians of 5, old and new run in turn.
 
     python bench/bench_provenance.py            # 250 → 2,000
     python bench/bench_provenance.py --large    # 250 → 2,000 → 8,000
+    python bench/bench_provenance.py --big-session 100000   # only part 4
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import random
+import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from config import load_settings  # noqa: E402
+from pipelines.export import _point_json  # noqa: E402
 from pipelines.extract.commit import commit_session  # noqa: E402
 from pipelines.forget import forget_session  # noqa: E402
 from pipelines.extract.heuristic import extract_heuristic  # noqa: E402
 from pipelines.extract.model import validate_extraction  # noqa: E402
-from pipelines.extract.reduce import ReducedSession, reduce_session  # noqa: E402
+from pipelines.extract.reduce import POINT_ORDER, ReducedSession, reduce_session  # noqa: E402
 from pipelines.extract.units import SourceTurn, plan_units  # noqa: E402
 from store.db import Database  # noqa: E402
+from store.embedding import _TOKEN, HashEmbeddingFunction  # noqa: E402
 from store.graph import Edge, GraphStore, Node  # noqa: E402
 from store.merges import MergeStore  # noqa: E402
 from store.provenance import EdgePointRow, NodePointRow, PointRow, ProvenanceStore  # noqa: E402
@@ -192,12 +207,70 @@ def hot_node(points: int = 100_000, *, repeats: int = 15) -> dict[str, Any]:
     return {"points": points, "hot_commit_ms": 1000 * hot, "fresh_commit_ms": 1000 * cold, "ratio": hot / cold, "edge_weight_after": weight}
 
 
+def _hash_rows(texts: list[str], dim: int = 256) -> list[np.ndarray]:
+    """The ``hash`` embedding as it was before it was batched (a vector per row): the baseline."""
+    vectors = []
+    for text in texts:
+        vec = np.zeros(dim, dtype=np.float32)
+        for token in _TOKEN.findall(str(text).lower()):
+            digest = int.from_bytes(hashlib.blake2b(token.encode(), digest_size=8).digest(), "little")
+            vec[digest % dim] += 1.0 if digest >> 63 else -1.0
+        norm = float(np.linalg.norm(vec))
+        vectors.append(vec / norm if norm else vec)
+    return vectors
+
+
+def big_session(turns: int, *, repeats: int = 5) -> dict[str, Any]:
+    """Part 4: the extractor's speed on one big session, and each replaced hot spot's ratio."""
+
+    def paired(old: Any, new: Any) -> tuple[float, float]:
+        """Median seconds of ``old`` and of ``new``, run in turn (a change of load hits both)."""
+        spent: dict[Any, list[float]] = {old: [], new: []}
+        for _ in range(repeats):
+            for run in (old, new):
+                t0 = time.perf_counter()
+                run()
+                spent[run].append(time.perf_counter() - t0)
+        return statistics.median(spent[old]), statistics.median(spent[new])
+
+    texts = [f"turn {i}: FooWidget calls bar_{i % 7}() in src/mod{i % 5}.py" for i in range(turns)]
+    source = [SourceTurn(f"huge-t{i:06d}", text) for i, text in enumerate(texts)]
+    # The chunk budget the cycle uses by default.
+    units = plan_units("huge", source, budget_tokens=load_settings(data_dir=Path(tempfile.gettempdir())).chunk_budget_tokens)
+    t0 = time.perf_counter()
+    extractions = [validate_extraction(extract_heuristic(u), u, semantic_types=TYPES) for u in units]
+    extract_seconds = time.perf_counter() - t0
+    reduced = reduce_session("huge", extractions)
+    points = [p for node in reduced.nodes for p in node.provenance]
+    random.Random(4).shuffle(points)
+    assert sorted(points) == sorted(points, key=POINT_ORDER)
+    as_dicts = [{**p.as_dict(), "observed_at": "2026-11-01T10:00:00Z"} for p in points]
+    assert all(_point_json(d) == json.dumps(d, ensure_ascii=False, sort_keys=True, indent=2) for d in as_dicts)
+    sort_old, sort_new = paired(lambda: sorted(points), lambda: sorted(points, key=POINT_ORDER))
+    json_old, json_new = paired(lambda: [json.dumps(d, ensure_ascii=False, sort_keys=True, indent=2) for d in as_dicts],
+                                lambda: [_point_json(d) for d in as_dicts])
+    embed = HashEmbeddingFunction()
+    assert all(a.tobytes() == b.tobytes() for a, b in zip(_hash_rows(texts), embed(texts), strict=True))
+    embed_old, embed_new = paired(lambda: _hash_rows(texts), lambda: embed(texts))
+    return {
+        "embed_rows_ms": 1000 * embed_old, "embed_batched_ms": 1000 * embed_new, "embed_ratio": embed_old / embed_new,
+        "turns": turns, "units": len(units), "points": len(points), "extract_turns_per_s": turns / extract_seconds,
+        "sort_order_true_ms": 1000 * sort_old, "sort_key_ms": 1000 * sort_new, "sort_ratio": sort_old / sort_new,
+        "point_json_dumps_ms": 1000 * json_old, "point_json_ms": 1000 * json_new, "point_json_ratio": json_old / json_new,
+    }
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--large", action="store_true", help="also 8,000 sessions of history")
     parser.add_argument("--hot-points", type=int, default=100_000)
+    parser.add_argument("--big-session", type=int, metavar="TURNS", help="run only part 4, on a session of TURNS turns")
     args = parser.parse_args(argv)
     configure_logging(level="warning")
+    if args.big_session:
+        found = big_session(args.big_session)
+        print(found)
+        return found
     steps = [250, 2000, 8000] if args.large else [250, 2000]
     grown = growth(steps)
     first, last = grown[0], grown[-1]

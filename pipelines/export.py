@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
+from json.encoder import encode_basestring
 from typing import Any, TextIO
 
 from pipelines.vocabulary import (
@@ -224,7 +225,7 @@ def write_json(snapshot: Mapping[str, Any], points: Iterable[tuple[str, Mapping[
     for node_id, point in points:
         if node_id not in owners:
             continue
-        text = json.dumps(point, ensure_ascii=False, sort_keys=True, indent=2).replace("\n", "\n      ")
+        text = _point_json(point).replace("\n", "\n      ")
         if node_id != current:
             out.write(("{\n" if current is None else "\n    ],\n") + f"    {json.dumps(node_id, ensure_ascii=False)}: [\n      {text}")
             current = node_id
@@ -232,6 +233,16 @@ def write_json(snapshot: Mapping[str, Any], points: Iterable[tuple[str, Mapping[
             out.write(f",\n      {text}")
     out.write("{}" if current is None else "\n    ]\n  }")
     out.write(tail)
+
+
+def _point_json(point: Mapping[str, Any]) -> str:
+    """``render``'s text of one point (``json.dumps`` sorted, indented by 2, not ASCII-escaped).
+    A point of text and nulls is written here directly: ``indent`` makes ``json.dumps`` encode in
+    Python, item by item, which was most of the export of a node with many points."""
+    if not point or not all(isinstance(k, str) and (v is None or isinstance(v, str)) for k, v in point.items()):
+        return json.dumps(point, ensure_ascii=False, sort_keys=True, indent=2)
+    items = ",\n  ".join(f"{encode_basestring(k)}: {'null' if v is None else encode_basestring(v)}" for k, v in sorted(point.items()))
+    return f"{{\n  {items}\n}}"
 
 
 def _prefixed(properties: Mapping[str, Any], reserved: frozenset[str]) -> dict[str, Any]:

@@ -186,6 +186,8 @@ class Verdict:
 # --- normal forms (pure) -------------------------------------------------------------------------
 def _plain(text: str) -> str:
     """NFKD with accents dropped (``Tomás`` → ``Tomas``), quotes around it stripped."""
+    if text.isascii():  # nothing to decompose or drop: skips a Python loop over each character
+        return text.strip().strip(_QUOTES)
     decomposed = unicodedata.normalize("NFKD", text)
     return "".join(c for c in decomposed if not unicodedata.combining(c)).strip().strip(_QUOTES)
 

@@ -15,8 +15,9 @@ node's distinct points from that anchor.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, fields
+from operator import attrgetter
 from typing import Any
 
 from store.db import UNLIMITED, Database, in_batches
@@ -56,6 +57,11 @@ class PointRow:
             "evidence": self.evidence or None,
             "observed_at": self.observed_at,
         }
+
+POINT_ROW_ORDER: Callable[[PointRow], tuple[Any, ...]] = attrgetter(*(f.name for f in fields(PointRow)))
+""":class:`PointRow`'s order (``order=True``'s: its fields in turn) as a sort key read in C. Sorting
+by it gives the same order; the generated ``__lt__`` builds two tuples in Python per comparison,
+which is most of a sort of a big session's points."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,7 +202,7 @@ class ProvenanceStore:
     def node_points(self, node_id: str) -> list[PointRow]:
         """The points of one node (sorted, distinct)."""
         rows = self.db.query(f"SELECT DISTINCT {_POINT_COLUMNS} FROM node_points WHERE node_id = ?", (node_id,))
-        return sorted(_point(r) for r in rows)
+        return sorted((_point(r) for r in rows), key=POINT_ROW_ORDER)
 
     def turn_memories(self, node_id: str, *, limit: int | None) -> tuple[list[str], int]:
         """The first ``limit`` (sorted; all when ``None``) ``memory:`` ids of the turns ``node_id``
@@ -260,7 +266,7 @@ class ProvenanceStore:
                 marks = ",".join("?" * len(part))
                 for row in self.db.query(f"SELECT node_id, {_POINT_COLUMNS} FROM node_points WHERE node_id IN ({marks})", part):
                     found.setdefault(row["node_id"], set()).add(_point(row))
-        return {k: sorted(v) for k, v in sorted(found.items())}
+        return {k: sorted(v, key=POINT_ROW_ORDER) for k, v in sorted(found.items())}
 
     def points_by_edge(self, keys: Iterable[EdgeKey] | None = None) -> dict[EdgeKey, list[PointRow]]:
         """Points of the given edges (of every edge when ``None``), by key, sorted."""
@@ -271,7 +277,7 @@ class ProvenanceStore:
         ]
         for row in rows:
             found.setdefault((row["source"], row["target"], row["relationship"]), set()).add(_point(row))
-        return {k: sorted(v) for k, v in sorted(found.items())}
+        return {k: sorted(v, key=POINT_ROW_ORDER) for k, v in sorted(found.items())}
 
     def edge_seen(self) -> dict[EdgeKey, tuple[str | None, str | None]]:
         """Every edge with points: (first, last) turn time among them (one grouped pass)."""
@@ -381,7 +387,7 @@ class ProvenanceStore:
     def node_anchor_points(self, node_id: str, anchor: str) -> list[PointRow]:
         """The node's distinct points from one anchor (what its provenance edges to it are made of)."""
         rows = self.db.query(f"SELECT DISTINCT {_POINT_COLUMNS} FROM node_points WHERE node_id = ? AND anchor = ?", (node_id, anchor))
-        return sorted(_point(r) for r in rows)
+        return sorted((_point(r) for r in rows), key=POINT_ROW_ORDER)
 
     # --- writes --------------------------------------------------------------------------
     def delete_anchor(self, anchor: str) -> None:
@@ -537,20 +543,17 @@ def anchor_edges(node_id: str, anchor: str, points: Iterable[PointRow]) -> list[
     one ``MENTIONED_IN`` per turn (weight = its points in that turn, with their chunks and quotes)
     and one ``DISCUSSED_IN`` to the anchor (weight = its points from there, at least 1, with the
     chunks). No points: no edges."""
-    own = sorted(set(points))
+    own = set(points)  # no order needed: what is built from them is sorted
     if not own:
         return []
     by_memory: dict[str, set[tuple[str, str]]] = {}
     for point in own:
         if point.memory:
             by_memory.setdefault(point.memory, set()).add((point.chunk_id, point.evidence))
-    edges = [
-        Edge(
-            node_id, memory, MENTIONED_IN, float(len(found)),
-            {"chunk_ids": sorted({c for c, _ in found}), "evidence": sorted({e for _, e in found})},
-        )
-        for memory, found in sorted(by_memory.items())
-    ]
+    edges: list[Edge] = []
+    for memory, found in sorted(by_memory.items()):
+        chunks, quotes = zip(*found)  # in C: this runs once per turn of the node's sessions
+        edges.append(Edge(node_id, memory, MENTIONED_IN, float(len(found)), {"chunk_ids": sorted(set(chunks)), "evidence": sorted(set(quotes))}))
     distinct = {(p.memory, p.chunk_id, p.evidence) for p in own}
     edges.append(Edge(node_id, anchor, DISCUSSED_IN, float(max(1, len(distinct))), {"chunk_ids": sorted({p.chunk_id for p in own})}))
     return edges

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import sys
 from pathlib import Path
 
@@ -33,6 +34,21 @@ def test_hash_is_the_default_and_needs_no_model(tmp_path: Path) -> None:
     assert isinstance(function, HashEmbeddingFunction)
     a, b = function(["the drain tears lines", "the drain tears lines"])
     assert np.allclose(a, b) and abs(float(np.linalg.norm(a)) - 1.0) < 1e-5
+
+
+def test_hash_vectors_are_the_ones_written_before_the_batched_embedding() -> None:
+    """The batched ``hash`` embedding (one matrix a batch) gives every row the bytes the one a row at
+    a time gave (digests taken from it): rows already in a collection stay comparable. The texts: an
+    empty one, unicode, a long one, and a word 50,000 times beside 5,000 others (its norm's float32
+    sum is inexact, so its order counts)."""
+    texts = ["", "the drain tears lines", "Ñandú FooWidget calls bar_3() in src/mod4.py", "payload " * 120,
+             "a " * 50_000 + " ".join(f"w{i}" for i in range(5_000))]
+    digests = {256: "ca22ad1591487b16520b6662f7e6a9822a5e989c7d7ecb4088f4c9583668e20b",
+               7: "b58b17b0f80acf5f536616bb362ba22a081d220ad320b87372d9170dfd036da9"}
+    for dim, digest in digests.items():
+        vectors = HashEmbeddingFunction(dim)(texts)
+        assert all(v.dtype == np.float32 and v.shape == (dim,) for v in vectors)
+        assert hashlib.sha256(b"".join(v.tobytes() for v in vectors)).hexdigest() == digest, dim
 
 
 @pytest.mark.slow

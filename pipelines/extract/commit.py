@@ -41,7 +41,7 @@ from pipelines.extract.model import identity_key
 from pipelines.hubs import Checked
 from pipelines.identity import CANDIDATE, LINK, Verdict
 from pipelines.ports import Graph, MergeRecorder, Provenance, UnitOfWork
-from pipelines.extract.reduce import Point, ReducedReference, ReducedSession
+from pipelines.extract.reduce import POINT_ORDER, Point, ReducedReference, ReducedSession
 from pipelines.vocabulary import DISCUSSED_IN, MENTIONED_IN, REFERENCED_BY
 from store.facts import NodeFacts, combine_all, combine_facts, facts_of, least_name, with_facts, without_claim
 from store.graph import Edge, Node
@@ -54,6 +54,7 @@ from store.provenance import (
     EdgeKey,
     EdgePointRow,
     NodePointRow,
+    POINT_ROW_ORDER,
     PointRow,
     anchor_edges,
     justification_of,
@@ -269,7 +270,7 @@ def plan_commit(
         new_claims.setdefault(target, []).append(facts)
         spellings.setdefault(target, []).append(node.name)
         plan.node_points.extend(
-            NodePointRow(target, point, node.id, merge_of.get(node.id)) for point in sorted({row(p, target) for p in node.provenance})
+            NodePointRow(target, point, node.id, merge_of.get(node.id)) for point in sorted({row(p, target) for p in node.provenance}, key=POINT_ROW_ORDER)
         )
     labels = {target_of[node.id]: node.type for node in reduced.nodes}
     old_claims: dict[str, list[NodeFacts]] = {}
@@ -338,7 +339,7 @@ def plan_commit(
             continue
         merge_id = merge_of.get(edge.source) or merge_of.get(edge.target)
         new_edge_points.setdefault(key, []).extend(
-            EdgePointRow(key, row(p, key), edge.source, edge.target, merge_id, edge.reason(p)) for p in sorted(set(edge.provenance))
+            EdgePointRow(key, row(p, key), edge.source, edge.target, merge_id, edge.reason(p)) for p in sorted(set(edge.provenance), key=POINT_ORDER)
         )
     old_edge_points: dict[EdgeKey, list[PointRow]] = {}
     for edge_row in old.edge_points:

@@ -745,6 +745,7 @@ def _is_incidental(name: str) -> bool:
     return name in _GENERIC_CALLS or (bool(dot) and _NUMBERED_RECEIVER.fullmatch(receiver.rpartition(".")[2]) is not None)
 
 
+@lru_cache(maxsize=16384)  # pure, and asked of every mention: a session repeats its names
 def _is_placeholder(name: str) -> bool:
     """``filename.py``, ``obj.foo``, ``SomethingElse``: a name made of an example's placeholder."""
     return name in _TEST_PLACEHOLDERS or any(part.casefold() in _PLACEHOLDERS for part in re.split(r"[/.()]", name))

@@ -25,7 +25,7 @@ import re
 import unicodedata
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
-from functools import cache
+from functools import cache, lru_cache
 from typing import Annotated, Any, Protocol, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
@@ -457,6 +457,7 @@ def identity_key(node_type: str, name: str) -> tuple[str, str]:
     return node_type, canonical if is_identifier(node_type, canonical) else canonical.casefold()
 
 
+@lru_cache(maxsize=16384)  # a session names its few things in thousands of turns
 def semantic_node_id(node_type: str, name: str) -> str | None:
     """``<TYPE>:<canonical name>``, or ``None`` when the name is empty or the id invalid."""
     canonical = canonical_name(node_type, name)
