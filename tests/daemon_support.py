@@ -84,7 +84,7 @@ def read_runs(graph_path: Path) -> list[dict[str, Any]]:
     return [{**dict(r), "phases": json.loads(r["phases"] or "{}")} for r in rows]
 
 
-def wait_for(predicate: Any, *, timeout: float, interval: float = 0.005, what: str = "condition") -> Any:
+def wait_for(predicate: Any, *, timeout: float = 60.0, interval: float = 0.005, what: str = "condition") -> Any:
     """Poll ``predicate()`` until it returns something truthy; return that."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

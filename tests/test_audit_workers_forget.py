@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +19,7 @@ from pipelines.importer import import_sessions
 from store.chroma import ChromaStore
 from store.confined import exclusive_lock
 from tests.conftest import run_cli, write_sessions
-from tests.daemon_support import start_worker, worker_env
+from tests.daemon_support import start_worker, wait_for, worker_env
 from tests.llm_server import LLMServer, Status, held, ok
 from tests.test_extract_cycle import llm_settings
 from tests.test_forget import canonical
@@ -30,13 +28,6 @@ from tests.test_forkreuse import conversation
 from tests.workers_support import corpus, graph_database, ingested, worker_settings
 from worker.cycle import PHASES, run_cycle
 from worker.knowledge import forget
-
-def wait_for(predicate: Callable[[], bool], *, timeout: float = 60.0, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise TimeoutError(what)
-        time.sleep(0.02)
 
 
 def follower_waiting_on_the_model(settings: Settings, llm: LLMServer, env: dict[str, str], log: Path, *, requests: int) -> Any:

@@ -19,19 +19,11 @@ from config import Settings, load_settings
 from pipelines.importer import import_sessions
 from store.chroma import ChromaStore
 from tests.conftest import write_sessions
-from tests.daemon_support import start_worker, worker_env
+from tests.daemon_support import start_worker, wait_for, worker_env
 from tests.llm_server import LLMServer, Status, held, ok, slow
 from tests.workers_support import corpus, graph_database, ingested, worker_settings
 
 LEASE = 2.0
-
-
-def wait_for(predicate, *, timeout: float = 30.0, what: str) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise TimeoutError(what)
-        time.sleep(0.02)
 
 
 @pytest.mark.both_backends

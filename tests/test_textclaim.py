@@ -13,7 +13,6 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -24,7 +23,7 @@ from store.backend import open_database
 from store.chunks import ChunkResultStore
 from store.claims import TextClaimStore, host_identity, lease_holders
 from tests.conftest import run_cli
-from tests.daemon_support import start_worker, worker_env
+from tests.daemon_support import start_worker, wait_for, worker_env
 from tests.llm_server import LLMServer, Status, held
 from tests.test_forkreuse import HISTORY, conversation, points
 from tests.workers_support import graph_database, ingested, worker_settings
@@ -34,13 +33,6 @@ WAITS = "chunk waits for another worker's extraction of its words"
 # The three chunks of HISTORY (two turns each, llm_settings' 48-token budget): one CamelCase word per turn.
 CHUNK_WORDS = (("PartAItem", "PartBItem"), ("PartCItem", "PartDItem"), ("PartEItem", "PartFItem"))
 
-
-def wait_for(predicate: Callable[[], bool], *, timeout: float = 60.0, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise TimeoutError(what)
-        time.sleep(0.02)
 
 
 def worker_envs(settings: Settings, llm: LLMServer, database_url: str | None, **overrides: object) -> dict[str, str]:
