@@ -100,6 +100,14 @@ BACKENDS = ("sqlite", "postgresql")
 TEST_POSTGRES_URL = os.environ.get("REM_TEST_POSTGRES_URL", "")
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Run the tests marked ``slow`` first, the rest in their order: pytest-xdist hands tests out in
+    this order, so the two workers start on the longest and finish on short ones, instead of one
+    worker idling while the other runs a minutes-long test last (longest first keeps the suite's
+    wall time near its CPU time over two)."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "backend" in metafunc.fixturenames and metafunc.definition.get_closest_marker("both_backends"):
         metafunc.parametrize("backend", BACKENDS, indirect=True)

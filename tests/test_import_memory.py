@@ -4,6 +4,8 @@ import json
 import tracemalloc
 from pathlib import Path
 
+import pytest
+
 from config import Settings
 from pipelines.importer import import_sessions
 from worker.cycle import Stores
@@ -29,6 +31,7 @@ async def peak_of_import(stores: Stores, settings: Settings, path: Path) -> int:
         tracemalloc.stop()
 
 
+@pytest.mark.slow
 async def test_import_memory_is_flat_in_file_size(stores: Stores, settings: Settings, tmp_path: Path) -> None:
     # Warm up Chroma's collections and caches so they do not count against the first file.
     write_file(tmp_path / "warm.jsonl", 50, offset=0)
