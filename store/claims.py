@@ -158,6 +158,15 @@ class _Leases:
         self.lease = timedelta(seconds=lease_seconds)
         self.clock = clock or lease_clock(db)
 
+    def _push_leases(self, table: str) -> int:
+        """Push the lease of every row of ``table`` this owner holds forward; returns how many."""
+        now = self.clock()
+        with self.db.transaction() as conn:
+            return conn.execute(
+                f"UPDATE {table} SET heartbeat_at = ?, lease_expires_at = ? WHERE owner = ?",
+                (_stamp(now), _stamp(now + self.lease), self.owner),
+            ).rowcount
+
 
 class ClaimStore(_Leases):
     """``session_claims``: which worker digests which session, until when."""
@@ -209,12 +218,7 @@ class ClaimStore(_Leases):
 
     def heartbeat(self) -> int:
         """Push the lease of every claim this worker holds forward; returns how many it holds."""
-        now = self.clock()
-        with self.db.transaction() as conn:
-            return conn.execute(
-                "UPDATE session_claims SET heartbeat_at = ?, lease_expires_at = ? WHERE owner = ?",
-                (_stamp(now), _stamp(now + self.lease), self.owner),
-            ).rowcount
+        return self._push_leases("session_claims")
 
     def settle(self, session_id: str) -> None:
         """Delete this worker's claim on ``session_id`` — call inside the transaction that commits
@@ -413,12 +417,7 @@ class TextClaimStore(_Leases):
 
     def heartbeat(self) -> int:
         """Push the lease of every text claim this worker holds forward; returns how many it holds."""
-        now = self.clock()
-        with self.db.transaction() as conn:
-            return conn.execute(
-                "UPDATE text_claims SET heartbeat_at = ?, lease_expires_at = ? WHERE owner = ?",
-                (_stamp(now), _stamp(now + self.lease), self.owner),
-            ).rowcount
+        return self._push_leases("text_claims")
 
     def sweep(self) -> int:
         """Delete this worker's text claims (an earlier cycle's that could not land them: the
