@@ -197,6 +197,20 @@ def run(graphs: Graphs, *, n_turns: int, n_nodes: int) -> dict[str, Any]:
     }
 
 
+def each_way_timed(count: Callable[[], Any], ask: Callable[[], Any], *, expected: dict[str, int]) -> dict[str, dict[str, float]]:
+    """``count`` (checked against ``expected``; 3 timings a round) and ``ask`` (1 a round) timed
+    through the index's way, the scope's way (each forced) and the way chosen, 10 interleaved
+    rounds; the medians in ms, ``{"count_p50_ms": {way: ms}, "recall_p50_ms": {way: ms}}``."""
+    ways: dict[str, dict[str, list[float]]] = {w: {"count": [], "recall": []} for w in ("index", "scope", "chosen")}
+    for _ in range(10):
+        for way in ways:
+            with forced(way):
+                assert count() == expected
+                ways[way]["count"] += [timed(count) for _ in range(3)]
+                ways[way]["recall"].append(timed(ask))
+    return {f"{kind}_p50_ms": {w: median_ms(d[kind]) for w, d in ways.items()} for kind in ("count", "recall")}
+
+
 def scoped_counts(graphs: Graphs, *, n_turns: int) -> dict[str, Any]:
     """The cost of a word common among other users' turns within one user's scope: counting it,
     and that user's whole recall of it, through the index's list of the word's rows (main's way,
@@ -216,20 +230,14 @@ def scoped_counts(graphs: Graphs, *, n_turns: int) -> dict[str, Any]:
         # keeps the ways it chose.
         count = lambda: RecallIndex(db).term_counts(["zebra"], cap=MATCH_BUDGET, scope=mine)  # noqa: E731
         ask_alice = lambda: recall(RecallRequest(query="zebra", user="alice"), source=RecallIndex(db))  # noqa: E731
-        ways: dict[str, dict[str, list[float]]] = {w: {"count": [], "recall": []} for w in ("index", "scope", "chosen")}
-        for _ in range(10):
-            for way in ways:
-                with forced(way):
-                    assert count() == {"zebra": 10}
-                    ways[way]["count"] += [timed(count) for _ in range(3)]
-                    ways[way]["recall"].append(timed(ask_alice))
+        medians = each_way_timed(count, ask_alice, expected={"zebra": 10})
         chosen = RecallIndex(db)._through_scope('"zebra"', mine)
         # The same word asked without a scope: too common to rank, its newest turns are listed.
         unscoped = [timed(lambda: recall(RecallRequest(query="zebra"), source=index)) for _ in range(10)]
     finally:
         db.close()
     return {"other_turns": n_turns, "chosen": "scope" if chosen else "index",
-            **{f"{kind}_p50_ms": {w: median_ms(d[kind]) for w, d in ways.items()} for kind in ("count", "recall")},
+            **medians,
             "unscoped_recall_p50_ms": median_ms(unscoped)}
 
 
@@ -249,18 +257,12 @@ def scoped_as_of(graphs: Graphs, *, n_turns: int) -> dict[str, Any]:
         mine = Scope(sessions=RecallIndex(db).sessions_of_user("alice"), as_of=then.as_of)
         count = lambda: RecallIndex(db).term_counts(["rareword"], cap=MATCH_BUDGET, scope=mine)  # noqa: E731
         ask = lambda: recall(then, source=RecallIndex(db))  # noqa: E731
-        ways: dict[str, dict[str, list[float]]] = {w: {"count": [], "recall": []} for w in ("index", "scope", "chosen")}
-        for _ in range(10):
-            for way in ways:
-                with forced(way):
-                    assert count() == {"rareword": 10}
-                    ways[way]["count"] += [timed(count) for _ in range(3)]
-                    ways[way]["recall"].append(timed(ask))
+        medians = each_way_timed(count, ask, expected={"rareword": 10})
         chosen = RecallIndex(db)._through_scope('"rareword"', mine)
     finally:
         db.close()
     return {"later_turns": n_turns, "chosen": "scope" if chosen else "index",
-            **{f"{kind}_p50_ms": {w: median_ms(d[kind]) for w, d in ways.items()} for kind in ("count", "recall")}}
+            **medians}
 
 
 @contextmanager
