@@ -27,13 +27,15 @@ _IN_CHUNK = 400
 # Matching a word within a scope of at most this many turns may test each of them alone (see
 # RecallIndex._through_scope); a larger scope is matched through the index's lists of rows.
 SCOPE_TURNS_PROBE = 2_000
-# What testing one turn alone against a match costs, in rows of the whole index's list of a word
-# walked and checked against the scope (bench/bench_search_fold.py scope): SQLite seeks each word's
-# list anew for each turn, 40-180 µs against 0.25-0.4 µs a row walked and read (160 to 570 rows
-# over scopes of 40 to 2,000 turns scattered among 32,000 others' on this machine). PostgreSQL: 0, the scope's turns
-# always (a few µs a turn); counting a word's rows to decide would cost as much as matching them,
-# as its GIN index hands them all over at once, however few are asked for.
-ROW_TEST_COST = {"sqlite": 300, "postgresql": 0}
+# What the scope's way pays for each run of the scope's turns with consecutive ids (SQLite reads each
+# run by one rowid-bounded match, see store.dialect.Dialect.fts_scope_source), in rows of the whole
+# index's list of a word walked and checked against the scope: one seek of the word's list, 40-180
+# µs against 0.25-0.4 µs a row walked and read (bench/bench_search_fold.py scope; 160 to 570 rows
+# over scopes of 40 to 2,000 turns scattered among 32,000 others' on this machine, each turn then a
+# run of its own). The rows of a run walked are some of those the index's way walks. PostgreSQL: 0,
+# the scope's turns always (a few µs a turn); counting a word's rows to decide would cost as much as
+# matching them, as its GIN index hands them all over at once, however few are asked for.
+SEEK_COST = {"sqlite": 300, "postgresql": 0}
 # Choices one RecallIndex keeps (a recall makes one or two per query word).
 _WAYS_KEPT = 64
 # Node name, aliases, description: a name hit says more than a word in a description.
@@ -241,7 +243,8 @@ class RecallIndex:
         fts = self.db.dialect
         known, kp = _known("t.created_at", scope)
         if self._through_scope(match, scope):
-            return f"{fts.fts_scope_source('recall_turns', 't', ranked=ranked)} AND {known}", (scope.sessions_json(), match, *kp)
+            return (f"{fts.fts_scope_source('recall_turns', 't', ranked=ranked)} AND {known}",
+                    (*fts.fts_scope_params(scope.sessions_json(), match, ranked=ranked), *kp))
         visible, vp = _visible("t.session_id", scope)
         return (f"{fts.fts_source('recall_turns', 't')} WHERE {fts.fts_match('recall_turns', 't')} AND {visible} AND {known}",
                 (match, *vp, *kp))
@@ -249,10 +252,11 @@ class RecallIndex:
     def _through_scope(self, match: str, scope: Scope) -> bool:
         """Whether matching ``match`` through the scope's own turns costs less than through the
         words' rows in the whole index: when the scope's sessions have at most
-        :data:`SCOPE_TURNS_PROBE` turns (known by ``as_of`` or not) and, each weighted by what
-        testing one alone costs (:data:`ROW_TEST_COST`), they are fewer than the rows of the whole index matching ``match`` (on PostgreSQL, weighted 0: whenever the
-        scope is that small). Both counts stop where the answer is known, so deciding costs at most
-        a share of the cheaper way. Either way gives the same rows, counts and order."""
+        :data:`SCOPE_TURNS_PROBE` turns (known by ``as_of`` or not) and their runs of consecutive
+        ids, each weighted by what seeking the words' lists for one costs (:data:`SEEK_COST`), are
+        fewer than the rows of the whole index matching ``match`` (on PostgreSQL, weighted 0:
+        whenever the scope is that small). Both counts stop where the answer is known, so deciding
+        costs at most a share of the cheaper way. Either way gives the same rows, counts and order."""
         if scope.sessions is None:
             return False
         if (match, scope) not in self._ways:
@@ -268,14 +272,21 @@ class RecallIndex:
         # recall at 33,000 turns on SQLite, 1.9 ms since). Every turn of the sessions, ``as_of`` or
         # not: the scope's way tests each before its time is looked at (counting only those known
         # by then took that way for a few early turns before 32,000 later ones).
-        turns = self.db.query(
-            f"SELECT COUNT(*) FROM (SELECT 1 FROM {self.db.dialect.session_rows('recall_turns', 't')} LIMIT ?) AS scoped",
-            (scope.sessions_json(), SCOPE_TURNS_PROBE + 1),
+        scoped = f"FROM {self.db.dialect.session_rows('recall_turns', 't')}"
+        turns = self.db.query(f"SELECT COUNT(*) FROM (SELECT 1 {scoped} LIMIT ?) AS scoped",
+                              (scope.sessions_json(), SCOPE_TURNS_PROBE + 1))[0][0]
+        seek = SEEK_COST[self.db.dialect.name]
+        if turns > SCOPE_TURNS_PROBE or seek == 0:
+            return turns <= SCOPE_TURNS_PROBE
+        # A run starts at each turn whose id less one is no turn of the scope (no sort; counted
+        # only for a scope within the probe, as it reads each turn's neighbour).
+        runs = self.db.query(
+            "SELECT COUNT(*) FROM (SELECT t.id " + scoped + ") AS scoped WHERE NOT EXISTS (SELECT 1 FROM recall_turns AS p "
+            "WHERE p.id = scoped.id - 1 AND p.session_id IN (SELECT value FROM json_each(?)))",
+            (scope.sessions_json(), scope.sessions_json()),
         )[0][0]
-        if turns > SCOPE_TURNS_PROBE:
-            return False
-        bound = turns * ROW_TEST_COST[self.db.dialect.name]
-        return bound == 0 or self._index_matches(match, cap=bound) >= bound
+        bound = runs * seek
+        return self._index_matches(match, cap=bound) >= bound
 
     # --- keyword -------------------------------------------------------------------------
     def keyword_turns(self, match: str, scope: Scope, *, limit: int, ranked: bool = True) -> list[str]:
