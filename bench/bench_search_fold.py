@@ -285,15 +285,16 @@ def scoped_as_of(graphs: Graphs, *, n_turns: int) -> dict[str, Any]:
 def forced(way: str) -> Iterator[None]:
     """Only ``way`` ("index": the word's rows in the whole index; "scope": the scope's own turns)
     can be chosen by ``RecallIndex._through_scope`` in this block; "chosen" leaves it to choose."""
-    saved = recall_index.SEEK_COST, recall_index.SCOPE_TURNS_PROBE
+    saved = recall_index.SEEK_COST, recall_index.TURN_COST, recall_index.SCOPE_TURNS_PROBE
     if way == "scope":  # whatever the scope's size
-        recall_index.SEEK_COST, recall_index.SCOPE_TURNS_PROBE = dict.fromkeys(saved[0], 0), 10**9
+        recall_index.SEEK_COST, recall_index.TURN_COST = dict.fromkeys(saved[0], 0), dict.fromkeys(saved[1], 0)
+        recall_index.SCOPE_TURNS_PROBE = 10**9
     elif way == "index":
         recall_index.SCOPE_TURNS_PROBE = -1
     try:
         yield
     finally:
-        recall_index.SEEK_COST, recall_index.SCOPE_TURNS_PROBE = saved
+        recall_index.SEEK_COST, recall_index.TURN_COST, recall_index.SCOPE_TURNS_PROBE = saved
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -49,7 +49,8 @@ def _only(way: str) -> Iterator[None]:
     """Only ``way`` ("scope" or "index") can be chosen while in this block."""
     with pytest.MonkeyPatch.context() as patch:
         if way == "scope":
-            patch.setattr(recall_index, "SEEK_COST", dict.fromkeys(recall_index.SEEK_COST, 0))
+            for cost in ("SEEK_COST", "TURN_COST"):
+                patch.setattr(recall_index, cost, dict.fromkeys(getattr(recall_index, cost), 0))
         else:
             patch.setattr(recall_index, "SCOPE_TURNS_PROBE", -1)
         yield
@@ -115,7 +116,8 @@ def test_a_scope_is_weighed_by_all_its_turns_whatever_as_of_hides(settings: Sett
     Measured at scale: bench/RESULTS.md "A scope's turns hidden by as_of"."""
     _graph(settings)
     monkeypatch.setattr(recall_index, "SCOPE_TURNS_PROBE", 100)
-    monkeypatch.setattr(recall_index, "SEEK_COST", dict.fromkeys(recall_index.SEEK_COST, 0))
+    for cost in ("SEEK_COST", "TURN_COST"):
+        monkeypatch.setattr(recall_index, cost, dict.fromkeys(getattr(recall_index, cost), 0))
     db = open_database(settings)
     try:
         index = RecallIndex(db)
@@ -231,11 +233,12 @@ def test_runs_of_the_scope_among_other_users_and_gaps_answer_as_the_index_does(s
 
 
 def test_a_scope_written_together_is_read_as_one_run(settings: Settings) -> None:
-    """lexcount: on SQLite the choice weighs the scope's runs of consecutive ids (one seek of the
-    word's list each), not its turns. 400 turns of bob's with "zebra"; alice's 12 turns written
-    together (one run) take her scope's way: one seek, weighted 300, against 400 rows (before,
-    12 × 300 took the index's way); carol's 12, each written between two of bob's (12 runs), the
-    index's. PostgreSQL takes the scope's way for both (a small scope, as before)."""
+    """lexcount: on SQLite the choice weighs the scope's turns (4 rows of the word's list each) and
+    its runs of consecutive ids (a seek of the list, 300 rows, each), not a seek per turn. The word
+    in 544 rows: alice's 12 turns written together (one run: 348) take her scope's way (before,
+    12 × 300 took the index's); carol's 12, each written between two of bob's (12 runs: 3,648), and
+    dave's 120 written together (one run, but 780: reading them costs more than the word's rows),
+    the index's. PostgreSQL takes the scope's way for all three (small scopes, as before)."""
     bob = [TurnRecord(f"memory:bob{i}", f"session:bob{i // 20}", i, "user", None, "zebra crossing", "bob") for i in range(400)]
     db = open_database(settings)
     try:
@@ -245,11 +248,12 @@ def test_a_scope_written_together_is_read_as_one_run(settings: Settings) -> None
         for i in range(12):
             index.index_turns([bob[376 + 2 * i], TurnRecord(f"memory:carol{i}", f"session:carol{i // 4}", i, "user", None, "a zebra", "carol"),
                                bob[377 + 2 * i]])
-        assert index.term_counts(["zebra"], cap=MATCH_BUDGET)["zebra"] == 424
+        index.index_turns(TurnRecord(f"memory:dave{i}", f"session:dave{i // 20}", i, "user", None, "a zebra", "dave") for i in range(120))
+        assert index.term_counts(["zebra"], cap=MATCH_BUDGET)["zebra"] == 544
         postgres = db.dialect.name == "postgresql"
-        for user, through_scope in (("alice", True), ("carol", postgres)):
+        for user, turns, through_scope in (("alice", 12, True), ("carol", 12, postgres), ("dave", 120, postgres)):
             scope = resolve_scope(index, RecallRequest(query="zebra", user=user))
             assert RecallIndex(db)._through_scope(term_match("zebra"), scope) is through_scope, user
-            assert RecallIndex(db).term_counts(["zebra"], cap=MATCH_BUDGET, scope=scope) == {"zebra": 12}
+            assert RecallIndex(db).term_counts(["zebra"], cap=MATCH_BUDGET, scope=scope) == {"zebra": turns}
     finally:
         db.close()
