@@ -24,8 +24,8 @@ from store.graph import Node, chunked
 from store.textfold import index_words, search_text
 
 _IN_CHUNK = 400
-# Matching a word within a scope of at most this many turns may test each of them alone (see
-# RecallIndex._through_scope); a larger scope is matched through the index's lists of rows.
+# Matching a word within a scope of at most this many turns may go through the scope's own turns
+# (see RecallIndex._through_scope); a larger scope is matched through the index's lists of rows.
 SCOPE_TURNS_PROBE = 2_000
 # What SQLite's scope's way pays (store.dialect.Dialect.fts_scope_source), in rows of the whole
 # index's list of a word walked and checked against the scope (0.25-0.6 µs a row): for each run of
