@@ -1,7 +1,7 @@
 """What the folding rule (store/textfold.py, migration 18) costs: indexing, recall and ``search``,
 before and after, at 1× and 8× the data, in one process (searchfold, twelfth session).
 
-    python bench/bench_search_fold.py [fold] [scope] [asof] [--turns 4000] [--nodes 4000] [--postgres URL]
+    python bench/bench_search_fold.py [fold] [scope] [spread] [asof] [--turns 4000] [--nodes 4000] [--postgres URL]
 
 PostgreSQL runs too when ``--postgres`` (or ``REM_TEST_POSTGRES_URL``) names a server: each run
 gets a fresh schema of it. Data: generated turns and node names from a seeded mix of English,
@@ -22,6 +22,8 @@ French, German, Greek, Russian and Japanese words — a figure of cost, not of q
   and recalled (every signal) under ``--user`` through the index's list of the word's rows (forced:
   main's way), through the user's own turns (forced), and as ``RecallIndex._through_scope`` chooses,
   at 1× and 8× the other users' turns; beside the same recall without a scope.
+- ``spread`` (lexcount): the same, alice's turns written one at a time among the others' (each
+  turn a run of consecutive ids of its own: the scope's way's worst case on SQLite).
 - ``asof`` (audit15): a rare word recalled ``--as-of`` a time by which 1,000 of the caller's turns
   were known, with ``--turns`` (1×, 8×) written later in the same sessions: the same three ways.
 - ``search``: ``rem-cycle search``'s statement over ``--nodes`` nodes: main's (``LIKE`` / ``ILIKE``,
@@ -97,12 +99,19 @@ def nodes(n: int, seed: int = 18) -> list[Node]:
 class Graphs:
     """A fresh graph per variant: SQLite files under ``work``, or schemas of the PostgreSQL URL."""
 
+    # Numbered across every Graphs of the process: each part makes its own, and numbering per
+    # Graphs reopened the same SQLite file (g1.db) for every part and scale, so a part's graph
+    # held the rows of the parts before it (the scope part's 8x held the asof part's 5,000 turns
+    # of alice's, enough to turn her recall to the index's way).
+    opened = 0
+
     def __init__(self, work: Path, url: str | None) -> None:
-        self.work, self.url, self.count = work, url, 0
+        self.work, self.url = work, url
 
     def open(self, *, before: bool) -> tuple[Any, tuple[Path, str | None]]:
         """A fresh graph (rolled back to schema 17 when ``before``) and where it is."""
-        self.count += 1
+        Graphs.opened += 1
+        self.count = Graphs.opened
         url = None
         if self.url is not None:
             import psycopg
@@ -211,19 +220,26 @@ def each_way_timed(count: Callable[[], Any], ask: Callable[[], Any], *, expected
     return {f"{kind}_p50_ms": {w: median_ms(d[kind]) for w, d in ways.items()} for kind in ("count", "recall")}
 
 
-def scoped_counts(graphs: Graphs, *, n_turns: int) -> dict[str, Any]:
+def scoped_counts(graphs: Graphs, *, n_turns: int, spread: bool = False) -> dict[str, Any]:
     """The cost of a word common among other users' turns within one user's scope: counting it,
     and that user's whole recall of it, through the index's list of the word's rows (main's way,
     forced) against through the user's own turns (forced), and as recall chooses; beside the same
-    recall without a scope (the word too common to rank)."""
+    recall without a scope (the word too common to rank). ``spread``: the user's turns written one
+    at a time among the others' (each a run of its own), else after them (one run)."""
     db, _ = graphs.open(before=False)
     try:
         index = RecallIndex(db)
         rows = [TurnRecord(f"memory:o{i}", f"session:o{i // 20}", i % 20, "user", "2026-11-01T10:00:00.000Z",
                            f"zebra crossing note {i}", "others") for i in range(n_turns)]
         # Alice: 40 turns in 4 sessions, "zebra" in 10 of them.
-        rows += [TurnRecord(f"memory:a{i}", f"session:a{i // 10}", i % 10, "user", "2026-11-01T10:00:00.000Z",
-                            "one zebra here" if i % 4 == 0 else "a quiet day", "alice") for i in range(40)]
+        hers = [TurnRecord(f"memory:a{i}", f"session:a{i // 10}", i % 10, "user", "2026-11-01T10:00:00.000Z",
+                           "one zebra here" if i % 4 == 0 else "a quiet day", "alice") for i in range(40)]
+        if spread:
+            step = n_turns // len(hers)
+            for i, turn in enumerate(hers):
+                rows.insert(i * (step + 1), turn)
+        else:
+            rows += hers
         index_all(db, rows)
         mine = Scope(sessions=index.sessions_of_user("alice"))
         # A RecallIndex per count and per recall, as the CLI and MCP open one per recall: each
@@ -269,20 +285,21 @@ def scoped_as_of(graphs: Graphs, *, n_turns: int) -> dict[str, Any]:
 def forced(way: str) -> Iterator[None]:
     """Only ``way`` ("index": the word's rows in the whole index; "scope": the scope's own turns)
     can be chosen by ``RecallIndex._through_scope`` in this block; "chosen" leaves it to choose."""
-    saved = recall_index.ROW_TEST_COST, recall_index.SCOPE_TURNS_PROBE
+    saved = recall_index.SEEK_COST, recall_index.TURN_COST, recall_index.SCOPE_TURNS_PROBE
     if way == "scope":  # whatever the scope's size
-        recall_index.ROW_TEST_COST, recall_index.SCOPE_TURNS_PROBE = dict.fromkeys(saved[0], 0), 10**9
+        recall_index.SEEK_COST, recall_index.TURN_COST = dict.fromkeys(saved[0], 0), dict.fromkeys(saved[1], 0)
+        recall_index.SCOPE_TURNS_PROBE = 10**9
     elif way == "index":
         recall_index.SCOPE_TURNS_PROBE = -1
     try:
         yield
     finally:
-        recall_index.ROW_TEST_COST, recall_index.SCOPE_TURNS_PROBE = saved
+        recall_index.SEEK_COST, recall_index.TURN_COST, recall_index.SCOPE_TURNS_PROBE = saved
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("parts", nargs="*", choices=("fold", "scope", "asof"), default=["fold", "scope"])
+    parser.add_argument("parts", nargs="*", choices=("fold", "scope", "spread", "asof"), default=["fold", "scope"])
     parser.add_argument("--turns", type=int, default=4_000)
     parser.add_argument("--nodes", type=int, default=4_000)
     parser.add_argument("--postgres", default=os.environ.get("REM_TEST_POSTGRES_URL"))
@@ -299,6 +316,9 @@ def main(argv: list[str] | None = None) -> None:
                 if "scope" in args.parts:
                     figures = scoped_counts(Graphs(work, url), n_turns=args.turns * scale)
                     print(json.dumps({"engine": engine, "scale": f"{scale}x", "part": "scope", **figures}), flush=True)
+                if "spread" in args.parts:
+                    figures = scoped_counts(Graphs(work, url), n_turns=args.turns * scale, spread=True)
+                    print(json.dumps({"engine": engine, "scale": f"{scale}x", "part": "spread", **figures}), flush=True)
                 if "asof" in args.parts:
                     figures = scoped_as_of(Graphs(work, url), n_turns=args.turns * scale)
                     print(json.dumps({"engine": engine, "scale": f"{scale}x", "part": "asof", **figures}), flush=True)

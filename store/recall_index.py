@@ -24,16 +24,20 @@ from store.graph import Node, chunked
 from store.textfold import index_words, search_text
 
 _IN_CHUNK = 400
-# Matching a word within a scope of at most this many turns may test each of them alone (see
-# RecallIndex._through_scope); a larger scope is matched through the index's lists of rows.
+# Matching a word within a scope of at most this many turns may go through the scope's own turns
+# (see RecallIndex._through_scope); a larger scope is matched through the index's lists of rows.
 SCOPE_TURNS_PROBE = 2_000
-# What testing one turn alone against a match costs, in rows of the whole index's list of a word
-# walked and checked against the scope (bench/bench_search_fold.py scope): SQLite seeks each word's
-# list anew for each turn, 40-180 µs against 0.25-0.4 µs a row walked and read (160 to 570 rows
-# over scopes of 40 to 2,000 turns scattered among 32,000 others' on this machine). PostgreSQL: 0, the scope's turns
-# always (a few µs a turn); counting a word's rows to decide would cost as much as matching them,
-# as its GIN index hands them all over at once, however few are asked for.
-ROW_TEST_COST = {"sqlite": 300, "postgresql": 0}
+# What SQLite's scope's way pays (store.dialect.Dialect.fts_scope_source), in rows of the whole
+# index's list of a word walked and checked against the scope (0.25-0.6 µs a row): for each run of
+# the scope's turns with consecutive ids, one seek of the word's list, 40-180 µs (160 to 570 rows
+# over scopes of 40 to 2,000 turns scattered among 32,000 others' on this machine, each turn then
+# a run of its own: bench/bench_search_fold.py scope, spread); and for each turn, reading its id
+# and numbering the runs, 1.3-2.2 µs (2,000 turns in one run against 300-4,000 rows: lexcount).
+# The rows of a run walked are some of those the index's way walks. PostgreSQL: 0, the scope's
+# turns always (a few µs a turn); counting a word's rows to decide would cost as much as matching
+# them, as its GIN index hands them all over at once, however few are asked for.
+SEEK_COST = {"sqlite": 300, "postgresql": 0}
+TURN_COST = {"sqlite": 4, "postgresql": 0}
 # Choices one RecallIndex keeps (a recall makes one or two per query word).
 _WAYS_KEPT = 64
 # Node name, aliases, description: a name hit says more than a word in a description.
@@ -136,6 +140,10 @@ class RecallIndex:
         # to four reads. Kept while this object lives (a recall, a unit of work): a choice grown
         # stale by writes only costs time, as both ways give the same answer.
         self._ways: dict[tuple[str, Scope], bool] = {}
+        # The scope's turns (up to the probe) and their runs, by scope: the same for every word.
+        # Kept as the choices are.
+        self._turns: dict[Scope, int] = {}
+        self._runs: dict[Scope, int] = {}
 
     # --- writes --------------------------------------------------------------------------
     def index_turns(self, turns: Iterable[TurnRecord]) -> int:
@@ -241,7 +249,8 @@ class RecallIndex:
         fts = self.db.dialect
         known, kp = _known("t.created_at", scope)
         if self._through_scope(match, scope):
-            return f"{fts.fts_scope_source('recall_turns', 't', ranked=ranked)} AND {known}", (scope.sessions_json(), match, *kp)
+            return (f"{fts.fts_scope_source('recall_turns', 't', ranked=ranked)} AND {known}",
+                    (*fts.fts_scope_params(scope.sessions_json(), match, ranked=ranked), *kp))
         visible, vp = _visible("t.session_id", scope)
         return (f"{fts.fts_source('recall_turns', 't')} WHERE {fts.fts_match('recall_turns', 't')} AND {visible} AND {known}",
                 (match, *vp, *kp))
@@ -249,33 +258,62 @@ class RecallIndex:
     def _through_scope(self, match: str, scope: Scope) -> bool:
         """Whether matching ``match`` through the scope's own turns costs less than through the
         words' rows in the whole index: when the scope's sessions have at most
-        :data:`SCOPE_TURNS_PROBE` turns (known by ``as_of`` or not) and, each weighted by what
-        testing one alone costs (:data:`ROW_TEST_COST`), they are fewer than the rows of the whole index matching ``match`` (on PostgreSQL, weighted 0: whenever the
-        scope is that small). Both counts stop where the answer is known, so deciding costs at most
-        a share of the cheaper way. Either way gives the same rows, counts and order."""
+        :data:`SCOPE_TURNS_PROBE` turns (known by ``as_of`` or not) and what reading them costs
+        (:data:`TURN_COST` a turn, :data:`SEEK_COST` a run of consecutive ids), in rows of the
+        index's lists, is less than the rows of the whole index matching ``match`` (on PostgreSQL,
+        weighted 0: whenever the scope is that small). The counts stop where the answer is known,
+        so deciding costs at most a share of the cheaper way. Either way gives the same rows,
+        counts and order."""
         if scope.sessions is None:
             return False
         if (match, scope) not in self._ways:
             if len(self._ways) >= _WAYS_KEPT:
                 self._ways.clear()
+                self._turns.clear()
+                self._runs.clear()
             self._ways[match, scope] = self._scope_is_cheaper(match, scope)
         return self._ways[match, scope]
 
     def _scope_is_cheaper(self, match: str, scope: Scope) -> bool:
         """:meth:`_through_scope`'s counts, for a scope that lists its sessions."""
+        turns = self._scope_turns(scope)
+        if turns > SCOPE_TURNS_PROBE:
+            return False
+        name = self.db.dialect.name
+        # At least one run: a word with fewer rows than that goes through the index before the
+        # runs are counted (counting them reads each turn's neighbour, ~0.6 µs a turn).
+        least = turns * TURN_COST[name] + min(turns, 1) * SEEK_COST[name]
+        if least == 0 or self._index_matches(match, cap=least) < least:
+            return least == 0
+        bound = turns * TURN_COST[name] + self._scope_runs(scope) * SEEK_COST[name]
+        return bound == least or self._index_matches(match, cap=bound) >= bound
+
+    def _scope_turns(self, scope: Scope) -> int:
+        """The scope's turns, counted up to one past :data:`SCOPE_TURNS_PROBE` (kept per scope)."""
         # Session by session, all of them counted up to the probe: a user's scope is every session
         # of theirs, and a limit per session counted the whole history of one with many (an 18 ms
         # recall at 33,000 turns on SQLite, 1.9 ms since). Every turn of the sessions, ``as_of`` or
         # not: the scope's way tests each before its time is looked at (counting only those known
         # by then took that way for a few early turns before 32,000 later ones).
-        turns = self.db.query(
-            f"SELECT COUNT(*) FROM (SELECT 1 FROM {self.db.dialect.session_rows('recall_turns', 't')} LIMIT ?) AS scoped",
-            (scope.sessions_json(), SCOPE_TURNS_PROBE + 1),
-        )[0][0]
-        if turns > SCOPE_TURNS_PROBE:
-            return False
-        bound = turns * ROW_TEST_COST[self.db.dialect.name]
-        return bound == 0 or self._index_matches(match, cap=bound) >= bound
+        if scope not in self._turns:
+            self._turns[scope] = self.db.query(
+                f"SELECT COUNT(*) FROM (SELECT 1 FROM {self.db.dialect.session_rows('recall_turns', 't')} LIMIT ?) AS scoped",
+                (scope.sessions_json(), SCOPE_TURNS_PROBE + 1),
+            )[0][0]
+        return self._turns[scope]
+
+    def _scope_runs(self, scope: Scope) -> int:
+        """The runs of consecutive ids among the scope's turns (kept per scope; asked only of a
+        scope within the probe): a run starts at each turn whose id less one is no turn of the
+        scope (no sort of the turns)."""
+        if scope not in self._runs:
+            self._runs[scope] = self.db.query(
+                f"SELECT COUNT(*) FROM (SELECT t.id FROM {self.db.dialect.session_rows('recall_turns', 't')}) AS scoped "
+                "WHERE NOT EXISTS (SELECT 1 FROM recall_turns AS p WHERE p.id = scoped.id - 1 "
+                "AND p.session_id IN (SELECT value FROM json_each(?)))",
+                (scope.sessions_json(), scope.sessions_json()),
+            )[0][0]
+        return self._runs[scope]
 
     # --- keyword -------------------------------------------------------------------------
     def keyword_turns(self, match: str, scope: Scope, *, limit: int, ranked: bool = True) -> list[str]:
