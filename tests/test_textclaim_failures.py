@@ -30,7 +30,7 @@ from store.claims import TextClaimStore, worker_owner
 from tests.daemon_support import start_worker, wait_for
 from tests.llm_server import LLMServer, Status, held
 from tests.test_audit_remote_postgres import app_name
-from tests.test_forkreuse import HISTORY, conversation, points
+from tests.test_forkreuse import HISTORY, NEW_TURNS, conversation, points
 from tests.test_textclaim import (
     WAITS,
     digests,
@@ -43,7 +43,7 @@ from tests.test_textclaim import (
 )
 from tests.workers_support import graph_database, ingested
 
-NOT_TAKEN = "text claims not taken or landed"
+REFUSED = "text claims refused by the database"
 
 
 def log_events(log: Path, event: str) -> list[dict[str, Any]]:
@@ -106,7 +106,7 @@ def test_a_claim_whose_connection_is_cut_extracts_without_it_charges_nothing_and
     assert points(settings, "copy") == points(settings, "orig") != set()
     assert charged(settings, database_url) == {"attempts": [0, 0], "failed_chunks": 0}
     assert text_claims_left(settings, database_url) == 0
-    said = log_events(tmp_path / "b.log", NOT_TAKEN)
+    said = log_events(tmp_path / "b.log", REFUSED)
     assert len(said) == 1 and said[0]["chunks"] == 3 and "closed the connection" in said[0]["error"], said
 
 
@@ -214,4 +214,37 @@ def test_what_a_model_server_failure_costs_two_workers_with_the_same_words(
         assert {e["kind"] for e in log_events(tmp_path / "b.log", "chunk extraction failed")} == {"provider-error"}
     assert sorted(state for _, state in digests(settings)) == ["undigested", "undigested"]
     assert charged(settings, None) == {"attempts": [1, 1] if failure == "500" else [0, 0], "failed_chunks": 6}
+    assert text_claims_left(settings, None) == 0
+
+
+def test_a_waiter_cancelled_at_the_grace_time_leaves_no_row_and_charges_nothing(tmp_path: Path, settings: Settings) -> None:
+    """Worker B waits for worker A's three answers and has a call of its own in flight (its session
+    has a fourth chunk), both held by the model server, when it gets SIGTERM with a 1 s grace
+    time: its waiters leave at the stop, its own call is cancelled when the grace time runs out
+    (0.8 s), and B exits with its claim on the fourth chunk deleted, nothing recorded of its session
+    and nothing charged. A third worker later digests B's session from A's answers and one call."""
+    answers = held()
+    with LLMServer(default=answers) as llm:
+        sessions = [conversation("a-first", HISTORY), conversation("b-more", HISTORY + NEW_TURNS)]
+        asyncio.run(ingested(settings.data_dir, sessions, tmp_path))
+        env = worker_envs(settings, llm, None, grace_seconds=1)
+        a = start_worker("--once", env=env, log_path=tmp_path / "a.log")
+        wait_for(lambda: llm.chat_count >= 3, what="worker A never asked the model")
+        b = start_worker("--once", env=env, log_path=tmp_path / "b.log")
+        wait_for(lambda: WAITS in (tmp_path / "b.log").read_text() and llm.chat_count >= 4,
+                 what="worker B never waited and asked about its own chunk")
+        assert len(claim_rows(settings)) == 4
+        b.send_signal(signal.SIGTERM)
+        stopped = time.monotonic()
+        finished(b, tmp_path / "b.log")
+        assert time.monotonic() - stopped < 10, "the waiter held its stop up"
+        assert llm.chat_count == 4
+        assert {row["owner"].rsplit(":", 1)[0] for row in claim_rows(settings)} == {worker_owner_of(a)[:-1]}
+        assert charged(settings, None) == {"attempts": [0, 0], "failed_chunks": 0}
+        answers.release.set()
+        finished(a, tmp_path / "a.log")
+        c = start_worker("--once", env=env, log_path=tmp_path / "c.log")
+        finished(c, tmp_path / "c.log")
+        assert llm.chat_count == 5  # B's fourth chunk; its first three reuse A's answers
+    assert digests(settings) == [("a-first", "digested"), ("b-more", "digested")]
     assert text_claims_left(settings, None) == 0

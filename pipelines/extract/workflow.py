@@ -282,9 +282,9 @@ def _count_outcomes(stats: ExtractStats, outcomes: Sequence[UnitOutcome]) -> Non
     stats.count_outcomes(outcomes)
     if first and stats.chunks_claim_failed:
         error = next(o.claim_error for o in outcomes if o.claim_error is not None)
-        log.warning("text claims not taken or landed: the database refused them; chunks extracted without them, as if "
-                    "no other worker ran (they may be paid twice; nothing is lost); said once a phase, counted in "
-                    "chunks_claim_failed", chunks=stats.chunks_claim_failed, error=error)
+        log.warning("text claims refused by the database: chunks extracted without them, as if no other worker ran "
+                    "(paid twice at worst, nothing lost; said once a phase, counted in chunks_claim_failed)",
+                    chunks=stats.chunks_claim_failed, error=error)
 
 
 async def _forgotten_meanwhile(session_id: str, env: ExtractEnv) -> str:
