@@ -60,11 +60,13 @@ def charged(settings: Settings, database_url: str | None) -> dict[str, Any]:
 
 
 def claim_rows(settings: Settings) -> list[dict[str, Any]]:
+    """The ``text_claims`` rows of the data dir's SQLite file."""
     with graph_database(settings.data_dir, None) as db:
         return [dict(r) for r in db.query("SELECT * FROM text_claims")]
 
 
 def waiting_on_a_lock(server: str, application: str) -> list[int]:
+    """The pids of the backends of ``application`` waiting on a lock."""
     with psycopg.connect(server, autocommit=True) as admin:
         return [r[0] for r in admin.execute(
             "SELECT pid FROM pg_stat_activity WHERE application_name = %s AND wait_event_type = 'Lock'", (application,)
