@@ -8,7 +8,8 @@ off is deferred (no call this cycle); every other unit is extracted, validated, 
 written to ``chunk_results`` — unless a unit of the same text is being extracted in the same phase
 (another session's, or this one's): then it waits for that answer and reuses it the same way
 (:mod:`pipelines.extract.inflight`); or by another worker on the same database
-(:class:`pipelines.ports.TextClaims`): then it waits for that worker's answer, polling.
+(:class:`pipelines.ports.TextClaims`): then it waits for that worker's answer, polling — unless its
+cycle is stopping: then it ends deferred, with no call.
 """
 
 from __future__ import annotations
@@ -40,6 +41,10 @@ log = get_logger(__name__)
 
 OUTCOMES = ("ok", "reused", "empty", "failed", "deferred")
 
+# The ``error_kind`` of a unit deferred because its cycle was stopping while it waited for another
+# worker's extraction of its words: nothing to finish, so it leaves at once (no call, nothing charged).
+STOPPED = "stopped"
+
 # A unit whose words another worker is asking the model about asks the database again after this
 # long, doubling each time up to the cap: an answer of a few seconds is picked up within a fraction
 # of its time, and a long wait costs a worker one read a second.
@@ -64,6 +69,9 @@ class UnitOutcome:
     outage: bool = False
     # deferred: when its backoff ends (run-state timestamp)
     retry_at: str | None = None
+    # the database refused this unit's text claim (taking it: extracted without one, as if no other
+    # worker ran; or landing it: the row stays to the phase's end): the error, said once a phase
+    claim_error: str | None = None
 
 
 def chunk_backoff(attempts: int, *, base_seconds: float, max_seconds: float) -> timedelta:
@@ -96,12 +104,14 @@ async def map_units(
     retry_max_seconds: float,
     in_flight: InFlight | None = None,
     text_claims: TextClaims | None = None,
+    should_stop: Callable[[], bool] = lambda: False,
 ) -> list[UnitOutcome]:
     """Outcomes in unit order. Never raises for a unit's failure: it is an outcome; a failed unit is
     not tried again before :func:`chunk_backoff` of its failures (``retry_*_seconds``) has passed.
     ``in_flight``: the phase's texts being extracted, shared by the sessions it maps side by side
     (a new one, this map's alone, when None). ``text_claims``: the texts the workers sharing the
-    database are extracting (None: no other worker extracts on it)."""
+    database are extracting (None: no other worker extracts on it). ``should_stop``: whether the
+    cycle is stopping — a unit waiting for another worker's answer then ends deferred (:data:`STOPPED`)."""
     in_flight = in_flight if in_flight is not None else InFlight()
     fingerprint = extractor.fingerprint
     known = await anyio.to_thread.run_sync(store.get_many, [u.content_hash for u in units], fingerprint)
@@ -139,7 +149,7 @@ async def map_units(
             retry_base_seconds=retry_base_seconds, retry_max_seconds=retry_max_seconds,
         )
         outcomes[index] = await _extract_once(units[index], extract, in_flight=in_flight, text_claims=text_claims,
-                                              store=store, fingerprint=fingerprint, run_id=run_id)
+                                              store=store, fingerprint=fingerprint, run_id=run_id, should_stop=should_stop)
 
     await anyio.to_thread.run_sync(store.record_copies, copies)
     async with anyio.create_task_group() as tg:
@@ -174,6 +184,7 @@ async def _extract_once(
     store: ChunkResults,
     fingerprint: str,
     run_id: str | None,
+    should_stop: Callable[[], bool],
 ) -> UnitOutcome:
     """``extract()`` — unless a unit of the same text is being extracted in this phase: then, once
     that extraction has landed with an answer, the answer moved to ``unit`` (no model call). A
@@ -187,7 +198,10 @@ async def _extract_once(
 
     The unit whose claim is granted in this phase then claims the text among the workers sharing
     the database (``text_claims``): while another worker holds it, it waits the same way
-    (:func:`_claim_among_workers`), and the units of this phase wait on it."""
+    (:func:`_claim_among_workers`), and the units of this phase wait on it — or, once the cycle is
+    stopping, ends deferred (:data:`STOPPED`: no call, nothing recorded). A database that refuses
+    the claim leaves the unit to extract without one, as if no other worker ran (it may be paid
+    twice; nothing is lost, nothing charged): ``claim_error`` says so."""
     key = (fingerprint, unit.text_hash)
     while (flight := in_flight.claim(key)) is not None:
         await flight.landed.wait()
@@ -197,10 +211,16 @@ async def _extract_once(
         if flight.answered:
             # None: the answer went with its session (forgotten meanwhile), or names it: this unit pays
             return await _reused(unit, store=store, fingerprint=fingerprint, run_id=run_id) or await extract()
-    answered, outage = False, None
+    answered, outage, claim_error = False, None, None
     try:
-        claim: Literal["mine", "answered", "unclaimed"] = (
-            "unclaimed" if text_claims is None else await _claim_among_workers(key, text_claims))
+        claim: Literal["mine", "answered", "stopped", "unclaimed"] = "unclaimed"
+        if text_claims is not None:
+            try:
+                claim = await _claim_among_workers(key, text_claims, should_stop=should_stop)
+            except StoreError as exc:
+                claim_error = str(exc)
+        if claim == "stopped":
+            return UnitOutcome(unit, "deferred", error_kind=STOPPED, error="the cycle stopped while another worker extracted its words")
         if claim == "answered" and (reused := await _reused(unit, store=store, fingerprint=fingerprint, run_id=run_id)):
             answered = True
             return reused
@@ -208,11 +228,11 @@ async def _extract_once(
             outcome = await extract()
         finally:
             if claim == "mine" and text_claims is not None:
-                await _land_among_workers(key, text_claims)
+                claim_error = await _land_among_workers(key, text_claims)
         answered = outcome.status == "ok"
         if outcome.outage:
             outage = (outcome.error_kind, outcome.error)
-        return outcome
+        return replace(outcome, claim_error=claim_error) if claim_error else outcome
     finally:  # also when the extraction raised or was cancelled: no waiter is left waiting
         in_flight.land(key, answered=answered, outage=outage)
 
@@ -228,38 +248,38 @@ async def _reused(unit: WorkUnit, *, store: ChunkResults, fingerprint: str, run_
     return UnitOutcome(unit, "reused", moved)
 
 
-async def _claim_among_workers(key: TextKey, text_claims: TextClaims) -> Literal["mine", "answered", "unclaimed"]:
+async def _claim_among_workers(
+    key: TextKey, text_claims: TextClaims, *, should_stop: Callable[[], bool]
+) -> Literal["mine", "answered", "stopped"]:
     """Claim ``key``'s text among the workers of the database: ``mine`` (extract it, then
-    :func:`_land_among_workers`), ``answered`` (an answer of it is stored), or ``unclaimed`` (the
-    database could not take the claim: extract it without one, as if no other worker ran — it may
-    be paid twice, nothing is lost). While another worker holds the claim, ask again every
-    :data:`CLAIM_POLL_FIRST_SECONDS` doubling to :data:`CLAIM_POLL_MAX_SECONDS`, holding no
-    model-call slot: its holder lands it (answered or not) when its call ends, and a holder that
-    died or stalled past its lease is taken over, so the wait ends."""
+    :func:`_land_among_workers`), ``answered`` (an answer of it is stored), or ``stopped`` (the
+    cycle is stopping while another worker holds it). While another worker holds the claim, ask
+    again every :data:`CLAIM_POLL_FIRST_SECONDS` doubling to :data:`CLAIM_POLL_MAX_SECONDS`,
+    holding no model-call slot: its holder lands it (answered or not) when its call ends, and a
+    holder that died or stalled past its lease is taken over, so the wait ends. Raises the
+    :class:`StoreError` of a database that cannot take the claim."""
     pause = CLAIM_POLL_FIRST_SECONDS
-    while True:
-        try:
-            state = await anyio.to_thread.run_sync(text_claims.claim, *key)
-        except StoreError as exc:
-            log.warning("text claim not taken: extracting without it", error=str(exc))
-            return "unclaimed"
-        if state != "held":
-            return state
+    while (state := await anyio.to_thread.run_sync(text_claims.claim, *key)) == "held":
+        if should_stop():  # this unit has nothing to finish: waiting on would hold the stop up
+            return "stopped"
         if pause == CLAIM_POLL_FIRST_SECONDS:
             log.info("chunk waits for another worker's extraction of its words", text_hash=key[1])
         await anyio.sleep(pause)
         pause = min(2 * pause, CLAIM_POLL_MAX_SECONDS)
+    return state
 
 
-async def _land_among_workers(key: TextKey, text_claims: TextClaims) -> None:
-    """Delete this worker's claim on ``key``'s text, even while the extraction is being cancelled. A
-    database that cannot take it leaves the row to the end of the phase (which releases every text
-    claim of its worker) or to its lease: a waiter extracts the text itself then."""
+async def _land_among_workers(key: TextKey, text_claims: TextClaims) -> str | None:
+    """Delete this worker's claim on ``key``'s text, even while the extraction is being cancelled;
+    the error of a database that cannot take it (None: deleted). The row then stays to the end of
+    the phase (which releases every text claim of its worker) or to its lease: a waiter extracts
+    the text itself then."""
     with anyio.CancelScope(shield=True):
         try:
             await anyio.to_thread.run_sync(text_claims.land, *key)
         except StoreError as exc:
-            log.warning("text claim not landed: it stays until the phase ends or its lease runs out", error=str(exc))
+            return str(exc)
+    return None
 
 
 def _failures(row: ChunkResult | None) -> int:

@@ -17,7 +17,7 @@ from config import Settings
 from pipelines.extract.commit import CommitStats, GraphIndex, commit_session
 from pipelines.extract.heuristic import HeuristicExtractor
 from pipelines.extract.inflight import InFlight
-from pipelines.extract.map import UnitOutcome, map_units
+from pipelines.extract.map import STOPPED, UnitOutcome, map_units
 from pipelines.extract.model import Extractor, WorkUnit
 from pipelines.extract.reduce import reduce_session
 from pipelines.extract.units import SourceTurn, plan_units
@@ -111,6 +111,8 @@ class ExtractStats(CommitStats):
     chunks_empty: int = 0
     chunks_failed: int = 0
     chunks_deferred: int = 0
+    # chunks whose text claim the database refused (REM_SHARED_EXTRACT): extracted without one
+    chunks_claim_failed: int = 0
     tokens_in: int = 0
     tokens_out: int = 0
     ungrounded_evidence: int = 0
@@ -124,6 +126,7 @@ class ExtractStats(CommitStats):
     def count_outcomes(self, outcomes: Sequence[UnitOutcome]) -> None:
         self.chunks_total += len(outcomes)
         for outcome in outcomes:
+            self.chunks_claim_failed += outcome.claim_error is not None
             self.tokens_in += outcome.tokens_in
             self.tokens_out += outcome.tokens_out
             if outcome.status == "ok":
@@ -174,6 +177,7 @@ async def extract_session(
     *,
     commit_turn: Callable[[], Awaitable[None]] | None = None,
     in_flight: InFlight | None = None,
+    should_stop: Callable[[], bool] = lambda: False,
 ) -> str:
     """Extract one session and commit it if every chunk succeeded; returns ``digested``,
     ``failed``, ``deferred`` (no call: its chunks back off, or waited on extractions of their texts
@@ -181,7 +185,8 @@ async def extract_session(
     out, or it made calls and a chunk waited on an extraction that found it out), ``undigestible``
     or ``claim-lost``. A failure is recorded, never raised (except Chroma being unreachable, which fails the whole phase). ``commit_turn`` is awaited just before
     the commit (:func:`extract_sessions` uses it to commit in session order). ``in_flight``: the
-    texts the phase's other sessions are extracting (:mod:`pipelines.extract.inflight`)."""
+    texts the phase's other sessions are extracting (:mod:`pipelines.extract.inflight`).
+    ``should_stop``: whether the cycle is stopping (a chunk waiting on another worker leaves)."""
     sid = record.session_id
     try:
         known = await anyio.to_thread.run_sync(env.session_memory_ids, sid) if env.session_memory_ids else None
@@ -193,8 +198,9 @@ async def extract_session(
             units, extractor=env.extractor, store=env.unit.chunks, semantic_types=env.semantic_types,
             limiter=limiter, now=env.now, run_id=env.run_id, retry_base_seconds=env.retry_base_seconds,
             retry_max_seconds=env.retry_max_seconds, in_flight=in_flight, text_claims=env.text_claims,
+            should_stop=should_stop,
         )
-        stats.count_outcomes(outcomes)
+        _count_outcomes(stats, outcomes)
         failed = [o for o in outcomes if o.extraction is None]
         if failed and all(o.status == "deferred" or o.outage for o in failed):
             # Nothing below writes about the session, so nothing would find it forgotten meanwhile:
@@ -202,19 +208,21 @@ async def extract_session(
             if not await anyio.to_thread.run_sync(env.unit.runstate.get_digests, [sid]):
                 return await _forgotten_meanwhile(sid, env)
         if failed:
+            why = ("the model server is out" if any(o.outage for o in failed)
+                   else "the cycle is stopping" if any(o.error_kind == STOPPED for o in failed) else "chunks backing off")
             if all(o.status == "deferred" for o in failed) and not any(o.status == "ok" for o in outcomes):
                 # No call made: its chunks back off, or waited on extractions of their texts that
-                # found the model server out (pipelines/extract/inflight.py). A session with a chunk
-                # answered by its own call (a failed call is in ``failed``) made one: the outage path.
-                why = "the model server is out" if any(o.outage for o in failed) else "chunks backing off"
+                # found the model server out (pipelines/extract/inflight.py) or on another worker's
+                # while the cycle was stopping. A session with a chunk answered by its own call (a
+                # failed call is in ``failed``) made one: the outage path.
                 log.info("session deferred: no call made", reason=why, session_id=sid, chunks=[o.unit.unit_id for o in failed])
                 return "deferred"
             if all(o.status == "deferred" or o.outage for o in failed):
                 # The model server unreachable or refusing all work: an outage charges no attempt
                 # (it must never make a session undigestible); the chunks' failures are recorded,
                 # with their backoff (a chunk that waited on another's extraction of its text, which
-                # ended so, made no call and records nothing).
-                log.info("session deferred: the model server is out", session_id=sid, chunks=[o.unit.unit_id for o in failed])
+                # ended so or was left as the cycle stopped, made no call and records nothing).
+                log.info("session deferred", reason=why, session_id=sid, chunks=[o.unit.unit_id for o in failed])
                 return "outage"
             first = next(o for o in failed if o.status == "failed")
             return await _record_failure(
@@ -265,6 +273,18 @@ async def extract_session(
     if reduced.dropped_items:
         log.info("extracted items rejected", session_id=sid, rejected=reduced.rejected)
     return "digested"
+
+
+def _count_outcomes(stats: ExtractStats, outcomes: Sequence[UnitOutcome]) -> None:
+    """Count a session's outcomes into the phase's ``stats``, saying once a phase that the database
+    refused text claims: it is the database's state, not a chunk's, and would repeat per chunk."""
+    first = not stats.chunks_claim_failed
+    stats.count_outcomes(outcomes)
+    if first and stats.chunks_claim_failed:
+        error = next(o.claim_error for o in outcomes if o.claim_error is not None)
+        log.warning("text claims refused by the database: chunks extracted without them, as if no other worker ran "
+                    "(paid twice at worst, nothing lost; said once a phase, counted in chunks_claim_failed)",
+                    chunks=stats.chunks_claim_failed, error=error)
 
 
 async def _forgotten_meanwhile(session_id: str, env: ExtractEnv) -> str:
@@ -347,7 +367,8 @@ async def extract_sessions(
                 # Every log line of this session's extraction (extractor retries, culled edges …)
                 # carries its id; each task has its own context, so concurrent sessions do not mix.
                 with structlog.contextvars.bound_contextvars(session_id=record.session_id):
-                    result = await extract_session(record, env, stats, calls, commit_turn=turn, in_flight=in_flight)
+                    result = await extract_session(record, env, stats, calls, commit_turn=turn, in_flight=in_flight,
+                                                   should_stop=should_stop)
                     log.debug("session extracted", result=result)
                 setattr(stats, tally[result], getattr(stats, tally[result]) + 1)
                 if result == "undigestible":
