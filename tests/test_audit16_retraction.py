@@ -5,20 +5,28 @@ SQLite file or one PostgreSQL database, embedded Chroma and the loopback model s
 from __future__ import annotations
 
 import asyncio
+from functools import partial
 from pathlib import Path
 
+import anyio
 import pytest
 
 from config import Settings
+from store.backend import open_database
 from store.chroma import ChromaStore
+from store.lazy_queue import LazyEdgeQueue
+from tests.conftest import make_session
 from tests.daemon_support import start_worker
+from tests.lazy_fixtures import seed_chroma
 from tests.llm_server import LLMServer, held, ok
 from tests.test_audit_workers_forget import env_of, follower_waiting_on_the_model, mentions
 from tests.test_forget import canonical
 from tests.test_forget_bytes import _files_holding
+from tests.test_forget_queue import OLD_REF
 from tests.test_forget_rest import rows_holding
+from tests.test_retract_queue import _built, _delete_rows
 from tests.workers_support import corpus, ingested
-from worker.cycle import PHASES, run_cycle
+from worker.cycle import PHASES, open_stores, run_cycle
 
 RETRACTED = "w0000-t1"
 
@@ -55,3 +63,37 @@ def test_a_turn_retracted_while_a_follower_extracts_its_session_leaves_nothing_o
     assert mentions(canonical(settings), RETRACTED) == [] and mentions(canonical(settings), "w0000-t0")
     assert _files_holding(settings.data_dir, RETRACTED) == []
     assert [r for r in rows_holding(settings, RETRACTED) if r.startswith("lazy_edges")] == []
+
+
+def _queue_files_holding(settings: Settings, word: str) -> list[str]:
+    """The queue files (live, ``.draining``, dead letters) that hold ``word``."""
+    queue = LazyEdgeQueue(settings.queue_path)
+    return [p.name for p in (queue.path, *queue.draining_files(), queue.dead_letter_path) if p.exists() and word in p.read_text()]
+
+
+async def test_a_retraction_cancelled_mid_ingest_still_withdraws_its_lines(settings: Settings, tmp_path: Path) -> None:
+    """The cycle is cancelled (a daemon's stop grace ran out) while its ingest syncs a backlog, just
+    after it retracted ``s-gone`` (its rows left Chroma): the retraction is committed, and no later
+    cycle finds it again, so its queue lines must go all the same. Before audit16 the withdrawal
+    ran outside the phase's ``try`` (a cancellation before the sync loop skipped it) or, in its
+    ``finally``, unshielded (a cancellation in the loop skipped it at its first checkpoint)."""
+    mine = await _built(settings, tmp_path)
+    stores = await open_stores(mine)
+    try:
+        await seed_chroma(stores, mine, [make_session(f"backlog-{i:03d}", 2) for i in range(200)], tmp_path)
+    finally:
+        stores.close()
+    await _delete_rows(mine, ["s-gone-t0000", "s-gone-t0001"], sessions=("s-gone",))
+    assert _queue_files_holding(mine, OLD_REF)
+    db = open_database(mine, readonly=True)
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(partial(run_cycle, mine.model_copy(update={"full_scan_interval_seconds": 0})))
+            while db.query("SELECT COUNT(*) FROM session_digests WHERE session_id = 's-gone'")[0][0]:
+                await anyio.sleep(0.001)
+            tg.cancel_scope.cancel()  # retracted (committed); the backlog's sync has 200 sessions to go
+        synced = db.query("SELECT COUNT(*) FROM session_digests WHERE session_id LIKE 'backlog-%'")[0][0]
+    finally:
+        db.close()
+    assert synced < 200  # the cancellation came mid-ingest
+    assert _queue_files_holding(mine, OLD_REF) == []
