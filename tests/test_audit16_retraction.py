@@ -5,6 +5,8 @@ SQLite file or one PostgreSQL database, embedded Chroma and the loopback model s
 from __future__ import annotations
 
 import asyncio
+import signal
+import sqlite3
 from functools import partial
 from pathlib import Path
 
@@ -16,6 +18,7 @@ from store.backend import open_database
 from store.chroma import ChromaStore
 from store.lazy_queue import LazyEdgeQueue
 from tests.conftest import make_session
+from tests.test_command_signals import _env, _interrupt_midway
 from tests.daemon_support import start_worker
 from tests.lazy_fixtures import seed_chroma
 from tests.llm_server import LLMServer, held, ok
@@ -97,3 +100,44 @@ async def test_a_retraction_cancelled_mid_ingest_still_withdraws_its_lines(setti
         db.close()
     assert synced < 200  # the cancellation came mid-ingest
     assert _queue_files_holding(mine, OLD_REF) == []
+
+
+async def test_a_backfill_stopped_midway_withdraws_the_lines_of_the_turns_it_took_out(settings: Settings, tmp_path: Path) -> None:
+    """``rem-cycle backfill`` takes out ``s-gone``'s first turn (its row left Chroma) in its first
+    batch of sessions, then a SIGINT stops it in a later one: the retraction is committed, and
+    neither a re-run nor a cycle finds the turn gone again, so its queue line must go all the same.
+    Before audit16 the withdrawal ran only once every batch was synced."""
+    mine = await _built(settings, tmp_path)
+    stores = await open_stores(mine)
+    try:  # after s-gone's day: a batch of their own, after s-gone's
+        await seed_chroma(stores, mine, [make_session(f"backlog-{i:03d}", 2, created="2026-11-02T10:00:00Z")
+                                         for i in range(200)], tmp_path)
+    finally:
+        stores.close()
+    await _delete_rows(mine, ["s-gone-t0000"])
+    assert _queue_files_holding(mine, OLD_REF)
+    graph = sqlite3.connect(f"{mine.graph_path.resolve().as_uri()}?mode=ro", uri=True, timeout=30)
+    gate = sqlite3.connect(mine.graph_path, isolation_level=None, timeout=30)
+    try:
+        def turn_taken_out() -> bool:
+            if graph.execute("SELECT COUNT(*) FROM nodes WHERE id = 'memory:s-gone-t0000'").fetchone()[0]:
+                return False
+            gate.execute("BEGIN IMMEDIATE")  # the backfill's next batch waits here until the signal
+            return True
+
+        done = _interrupt_midway(["backfill", "--days", "3650", "--skip-drain"], _env(mine.data_dir), signal.SIGINT,
+                                 turn_taken_out, signalled=lambda: gate.execute("ROLLBACK"))
+    finally:
+        gate.close()
+        graph.close()
+    assert done.returncode == 130, done.stderr[-3000:]
+    assert graph_sessions(mine) < 203  # stopped before its last batch
+    assert _queue_files_holding(mine, OLD_REF) == []
+
+
+def graph_sessions(settings: Settings) -> int:
+    db = open_database(settings, readonly=True)
+    try:
+        return db.query("SELECT COUNT(*) FROM nodes WHERE label = 'SESSION'")[0][0]
+    finally:
+        db.close()
