@@ -1,6 +1,8 @@
-"""audit16: a turn retracted (its Chroma row deleted) while a follower extracts its session. Real
-``python -m worker --once`` follower (REM_SHARED_EXTRACT), the leader's ingest in this process, one
-SQLite file or one PostgreSQL database, embedded Chroma and the loopback model server."""
+"""audit16: what a retraction leaves in the lazy-edge queue when something happens beside or during
+it — a follower extracting the session whose turn went, a cycle cancelled mid-ingest, a backfill
+stopped by a signal. Real ``python -m worker`` processes (a ``--once`` follower with
+REM_SHARED_EXTRACT; ``backfill``), cycles in this process, real SQLite files or PostgreSQL,
+embedded Chroma and the loopback model server."""
 
 from __future__ import annotations
 
@@ -15,14 +17,13 @@ import pytest
 
 from config import Settings
 from store.backend import open_database
-from store.chroma import ChromaStore
 from store.lazy_queue import LazyEdgeQueue
 from tests.conftest import make_session
-from tests.test_command_signals import _env, _interrupt_midway
 from tests.daemon_support import start_worker
 from tests.lazy_fixtures import seed_chroma
 from tests.llm_server import LLMServer, held, ok
 from tests.test_audit_workers_forget import env_of, follower_waiting_on_the_model, mentions
+from tests.test_command_signals import _env, _interrupt_midway
 from tests.test_forget import canonical
 from tests.test_forget_bytes import _files_holding
 from tests.test_forget_queue import OLD_REF
@@ -32,10 +33,6 @@ from tests.workers_support import corpus, ingested
 from worker.cycle import PHASES, open_stores, run_cycle
 
 RETRACTED = "w0000-t1"
-
-
-async def _delete_row(settings: Settings, memory_id: str) -> None:
-    (await ChromaStore(settings).memories()).delete(ids=[memory_id])
 
 
 @pytest.mark.both_backends
@@ -53,7 +50,7 @@ def test_a_turn_retracted_while_a_follower_extracts_its_session_leaves_nothing_o
         base = asyncio.run(ingested(settings.data_dir, corpus(1), tmp_path, database_url=database_url))
         env = env_of(settings, llm, database_url)
         worker = follower_waiting_on_the_model(settings, llm, env, tmp_path / "w.log", requests=1)
-        asyncio.run(_delete_row(base, RETRACTED))
+        asyncio.run(_delete_rows(base, [RETRACTED]))
         scan = base.model_copy(update={"full_scan_interval_seconds": 0})  # only a full scan sees a row go
         leader = asyncio.run(run_cycle(scan, phases=tuple(p for p in PHASES if p[0] == "ingest")))
         assert leader.outcome == "completed" and leader.phases["ingest"]["turns_retracted"] == 1, leader.phases
@@ -83,7 +80,7 @@ async def test_a_retraction_cancelled_mid_ingest_still_withdraws_its_lines(setti
     mine = await _built(settings, tmp_path)
     stores = await open_stores(mine)
     try:
-        await seed_chroma(stores, mine, [make_session(f"backlog-{i:03d}", 2) for i in range(200)], tmp_path)
+        await seed_chroma(stores, mine, [make_session(f"backlog-{i:03d}", 2) for i in range(100)], tmp_path)
     finally:
         stores.close()
     await _delete_rows(mine, ["s-gone-t0000", "s-gone-t0001"], sessions=("s-gone",))
@@ -94,11 +91,11 @@ async def test_a_retraction_cancelled_mid_ingest_still_withdraws_its_lines(setti
             tg.start_soon(partial(run_cycle, mine.model_copy(update={"full_scan_interval_seconds": 0})))
             while db.query("SELECT COUNT(*) FROM session_digests WHERE session_id = 's-gone'")[0][0]:
                 await anyio.sleep(0.001)
-            tg.cancel_scope.cancel()  # retracted (committed); the backlog's sync has 200 sessions to go
+            tg.cancel_scope.cancel()  # retracted (committed); the backlog's sync has 100 sessions to go
         synced = db.query("SELECT COUNT(*) FROM session_digests WHERE session_id LIKE 'backlog-%'")[0][0]
     finally:
         db.close()
-    assert synced < 200  # the cancellation came mid-ingest
+    assert synced < 100  # the cancellation came mid-ingest
     assert _queue_files_holding(mine, OLD_REF) == []
 
 
@@ -110,7 +107,7 @@ async def test_a_backfill_stopped_midway_withdraws_the_lines_of_the_turns_it_too
     mine = await _built(settings, tmp_path)
     stores = await open_stores(mine)
     try:  # after s-gone's day: a batch of their own, after s-gone's
-        await seed_chroma(stores, mine, [make_session(f"backlog-{i:03d}", 2, created="2026-11-02T10:00:00Z")
+        await seed_chroma(stores, mine, [make_session(f"backlog-{i:03d}", 1, created="2026-11-02T10:00:00Z")
                                          for i in range(200)], tmp_path)
     finally:
         stores.close()
