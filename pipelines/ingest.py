@@ -596,8 +596,10 @@ def _write_sessions(
         texts = {f"memory:{r.id}": r.document for sid in session_ids for r in rows_by_session.get(sid, [])}
         unit.recall_index.index_memory_nodes(memories, texts)
         # In this transaction, so that a crash cannot leave the new text in the graph and the
-        # extraction of the old one standing as current.
-        unit.runstate.require_extraction(sorted(sid for sid, stats in results.items() if stats.rewritten))
+        # extraction of the old one standing as current. A session that lost a turn too: a worker
+        # extracting it now read the turn, and its commit would write what the turn said back and
+        # queue lines to it after the cycle withdrew the turn's (worker/cycle.py) — it rolls back.
+        unit.runstate.require_extraction(sorted(sid for sid, stats in results.items() if stats.rewritten or stats.retracted))
     for sid, stats in results.items():
         for detail in stats.error_details:
             log.warning("ingest row error", session_id=sid, error=detail)

@@ -377,18 +377,18 @@ class TextClaimStore(_Leases):
 
     def claim(self, fingerprint: str, text_hash: str) -> TextClaimState:
         """Claim the words ``text_hash`` for extractor ``fingerprint``, unless an ``ok`` answer of
-        them is stored (``answered``: checked in the claim's transaction, so an answer another worker
-        stored before deleting its claim is never missed) or another live worker holds the claim
+        them is stored (``answered``, no claim left) or another live worker holds the claim
         (``held``). A claim whose lease ran out, or whose owner is a process of this host that no
-        longer exists, is taken over."""
+        longer exists, is taken over.
+
+        The answer is looked for after the claim's statement, never before: that statement waits
+        for a holder's transaction deleting its claim (:meth:`land`), and on PostgreSQL (READ
+        COMMITTED: each statement reads what was committed when it began) only a read begun after
+        it sees an answer the holder committed meanwhile — read before, it was missed, and the
+        words taken over and paid for again. On SQLite the transaction is serial anyway."""
         now = self.clock()
         stamp, expires = _stamp(now), _stamp(now + self.lease)
         with self.db.transaction() as conn:
-            if conn.execute(
-                "SELECT 1 FROM chunk_results WHERE text_hash = ? AND fingerprint = ? AND status = 'ok' LIMIT 1",
-                (text_hash, fingerprint),
-            ).fetchone() is not None:
-                return "answered"
             for _ in range(2):  # the second time after a dead holder's rows went
                 taken = conn.execute(
                     "INSERT INTO text_claims(fingerprint, text_hash, owner, claimed_at, heartbeat_at, lease_expires_at) "
@@ -399,15 +399,23 @@ class TextClaimStore(_Leases):
                     (fingerprint, text_hash, self.owner, stamp, stamp, expires),
                 ).rowcount == 1
                 if taken:
-                    return "mine"
+                    break
                 holder = conn.execute(
                     "SELECT owner FROM text_claims WHERE fingerprint = ? AND text_hash = ?", (fingerprint, text_hash)
                 ).fetchone()
                 if holder is None or not owner_is_dead(holder[0]):
-                    return "held"
+                    break
                 log.info("text claim owner gone: its claims are taken over", owner=holder[0])
                 conn.execute("DELETE FROM text_claims WHERE owner = ?", (holder[0],))
-        return "held"
+            if conn.execute(
+                "SELECT 1 FROM chunk_results WHERE text_hash = ? AND fingerprint = ? AND status = 'ok' LIMIT 1",
+                (text_hash, fingerprint),
+            ).fetchone() is not None:
+                if taken:
+                    conn.execute("DELETE FROM text_claims WHERE fingerprint = ? AND text_hash = ? AND owner = ?",
+                                 (fingerprint, text_hash, self.owner))
+                return "answered"
+        return "mine" if taken else "held"
 
     def land(self, fingerprint: str, text_hash: str) -> None:
         """The call this worker made on the words ended (answered or not): delete its claim."""

@@ -930,35 +930,43 @@ async def cmd_backfill(settings: Settings, args: argparse.Namespace, progress: C
         stores = await open_stores(settings, scratch_graph=Path(scratch) / "graph.sqlite3" if dry_without_graph else None,
                                    dry_run=args.dry_run)
         try:
-            with _progress_bar(args, "syncing sessions") as bar:
+            taken: dict[str, list[str]] = {}  # by session, the turns whose rows left Chroma, as batches commit
+            withdrawn: dict[str, Any] = {}
+            try:
+                with _progress_bar(args, "syncing sessions") as bar:
 
-                def on_progress(done: int, total: int) -> None:
-                    synced.update(done=done, total=total)
-                    if bar:
-                        bar(done, total)
+                    def on_progress(done: int, total: int) -> None:
+                        synced.update(done=done, total=total)
+                        if bar:
+                            bar(done, total)
 
-                try:
-                    recent = await sync_recent_sessions(
-                        chroma=stores.chroma,
-                        unit=stores.unit,
-                        memory_collection=settings.memory_collection,
-                        summary_collection=settings.session_collection,
-                        now=datetime.now(UTC),
-                        days=args.days,
-                        dry_run=args.dry_run,
-                        sessions_per_batch=SESSIONS_PER_BATCH,
-                        on_progress=on_progress,
-                    )
-                except ChromaStoreError as exc:  # gone mid-way: say how far it got, as a signal would
-                    print(f"rem-cycle: backfill stopped: {exc}; {progress.describe()}; re-running the backfill is safe: "
-                          "synced sessions are unchanged", file=sys.stderr)
-                    return EXIT_FAILED
-            payload: dict[str, Any] = {**recent.as_dict(), "drain": None}
-            # The queue lines of the turns it took out go as a cycle's retraction takes them, before
-            # the drain (none taken out: nothing is read).
-            payload.update(await anyio.to_thread.run_sync(partial(
-                withdraw_queued_lines, stores.db, retracted_lines([], recent.turns_retracted), queue=LazyEdgeQueue(settings.queue_path),
-            )))
+                    try:
+                        recent = await sync_recent_sessions(
+                            chroma=stores.chroma,
+                            unit=stores.unit,
+                            memory_collection=settings.memory_collection,
+                            summary_collection=settings.session_collection,
+                            now=datetime.now(UTC),
+                            days=args.days,
+                            dry_run=args.dry_run,
+                            sessions_per_batch=SESSIONS_PER_BATCH,
+                            on_progress=on_progress,
+                            turns_retracted=taken,
+                        )
+                    except ChromaStoreError as exc:  # gone mid-way: say how far it got, as a signal would
+                        print(f"rem-cycle: backfill stopped: {exc}; {progress.describe()}; re-running the backfill is safe: "
+                              "synced sessions are unchanged", file=sys.stderr)
+                        return EXIT_FAILED
+            finally:
+                # The queue lines of the turns it took out go as a cycle's retraction takes them,
+                # before the drain — and when a signal or Chroma stopped it mid-way too (shielded):
+                # those turns are out of the graph, and neither a re-run nor a cycle finds them
+                # gone again. None taken out: nothing is read.
+                with anyio.CancelScope(shield=True):
+                    withdrawn = await anyio.to_thread.run_sync(partial(
+                        withdraw_queued_lines, stores.db, retracted_lines([], taken), queue=LazyEdgeQueue(settings.queue_path),
+                    ))
+            payload: dict[str, Any] = {**recent.as_dict(), "drain": None, **withdrawn}
             if not args.skip_drain:
                 try:
                     before = f"{recent.sessions_synced} of {recent.sessions_in_window} sessions synced; "

@@ -44,7 +44,7 @@ from store.graph import GraphStore, utc_now
 from store.lazy_queue import LazyEdgeQueue, QueueBusyError
 from store.lazy_table import LazyEdgeTable, lazy_edge_sink
 from store.library_log import get_logger
-from store.runstate import RunStateStore
+from store.runstate import RunStateStore, SessionRevision
 from store.scan_marks import ScanMark, ScanMarkStore
 from store.tombstones import MEMORY, SESSION, TombstoneStore
 from store.unit_of_work import DatabaseUnitOfWork
@@ -219,6 +219,37 @@ async def _ingest(ctx: CycleContext) -> dict[str, Any]:
     # rows before them where they were). A refusal fails the phase before anything is written.
     retracted = await anyio.to_thread.run_sync(_retract_vanished, ctx, unit, scan) if scan.full else []
     ctx.erase_due = bool(retracted)
+    # By session, the turns whose rows left Chroma (the sync fills it in as it takes them out).
+    turns_retracted: dict[str, list[str]] = {}
+    withdrawn: dict[str, Any] = {}
+    try:
+        counts = await _sync_changed(ctx, unit, scan_marks, scan, revisions, retracted, turns_retracted)
+    finally:
+        # What the retracted sessions' and turns' extraction queued goes too, as a forget's does —
+        # all of it in one pass over the queue, and only when something was retracted (a cycle
+        # that retracted nothing reads no queue file). Even when the phase stops or fails mid-way,
+        # or is cancelled (shielded: the thread call is not cut off): those retractions are
+        # committed, and no later cycle finds them again.
+        if retracted or turns_retracted:
+            with anyio.CancelScope(shield=True):
+                withdrawn = await anyio.to_thread.run_sync(_withdraw_retracted_lines, ctx, retracted, turns_retracted)
+    counts.update(withdrawn)
+    counts["backlog"] = counts["sessions_changed"] - counts["sessions_synced"]
+    await _keep_scan_marks(stores, unit, scan_marks, scan, applied=counts["backlog"] == 0)
+    counts["bad_values"] = dict(sorted(counts["bad_values"].items()))
+    if counts["bad_values"]:
+        log.warning("bad values in source rows", bad_values=counts["bad_values"])
+    return counts
+
+
+async def _sync_changed(
+    ctx: CycleContext, unit: DatabaseUnitOfWork, scan_marks: ScanMarkStore, scan: ScanResult, revisions: list[SessionRevision],
+    retracted: list[dict[str, Any]], turns_retracted: dict[str, list[str]],
+) -> dict[str, Any]:
+    """Sync the changed sessions the scan found (up to the batch limit) into the graph, adding to
+    ``turns_retracted`` the turns it takes out as it goes; returns the ingest's counts
+    (``bad_values`` a :class:`Counter`)."""
+    settings, stores = ctx.settings, ctx.stores
     changed = sessions_to_sync(await anyio.to_thread.run_sync(stores.runstate.changed_sessions, revisions), revisions, scan.readded)
     todo = changed[: settings.batch_limit]
     counts: dict[str, Any] = {
@@ -244,47 +275,34 @@ async def _ingest(ctx: CycleContext) -> dict[str, Any]:
         # Until this phase ends with every change applied, no mark may say that the rows before it
         # are in the graph (a stopped phase leaves sessions half-synced): the next scan reads all.
         await anyio.to_thread.run_sync(unit.apply, scan_marks.clear)
-    turns_retracted: dict[str, list[str]] = {}
-    try:
-        for start in range(0, len(todo), SESSIONS_PER_BATCH):
-            ctx.check_stop()
-            group = todo[start : start + SESSIONS_PER_BATCH]
-            try:
-                batch = await sync_batch_isolating_failures(
-                    [r.session_id for r in group], chroma=stores.chroma, unit=unit,
-                    memory_ids={r.session_id: r.memory_ids for r in group},
-                )
-            except ChromaUnavailableError as exc:
-                raise PhaseError(exc.reason_code, str(exc)) from exc
-            counts["sessions_failed"] += len(batch.failed)
-            counts["session_failures"] += [f"{sid}: {why}" for sid, why in batch.failed.items()][: 20 - len(counts["session_failures"])]
-            for revision in group:
-                stats = batch.synced.get(revision.session_id)
-                if stats is None:
-                    continue
-                for key in ("processed", "upserted", "skipped", "errors"):
-                    counts[key] += getattr(stats, key)
-                if stats.retracted:
-                    turns_retracted[revision.session_id] = stats.retracted
-                    counts["turns_retracted"] += len(stats.retracted)
-                    ctx.erase_due = True
-                bad_values.update(stats.bad_values)
-                await anyio.to_thread.run_sync(unit.apply, partial(unit.runstate.mark_ingested, revision, ctx.run_id))
-                counts["sessions_synced"] += 1
-                with structlog.contextvars.bound_contextvars(session_id=revision.session_id):
-                    log.debug("session ingested", upserted=stats.upserted, skipped=stats.skipped, errors=stats.errors)
-    finally:
-        # What the retracted sessions' and turns' extraction queued goes too, as a forget's does —
-        # all of it in one pass over the queue, and only when something was retracted (a cycle
-        # that retracted nothing reads no queue file). Even when the phase stops mid-way: those
-        # retractions are committed, and no later cycle finds them again.
-        if retracted or turns_retracted:
-            counts.update(await anyio.to_thread.run_sync(_withdraw_retracted_lines, ctx, retracted, turns_retracted))
-    counts["backlog"] = len(changed) - counts["sessions_synced"]
-    await _keep_scan_marks(stores, unit, scan_marks, scan, applied=counts["backlog"] == 0)
-    counts["bad_values"] = dict(sorted(bad_values.items()))
-    if bad_values:
-        log.warning("bad values in source rows", bad_values=counts["bad_values"])
+    for start in range(0, len(todo), SESSIONS_PER_BATCH):
+        ctx.check_stop()
+        group = todo[start : start + SESSIONS_PER_BATCH]
+        try:
+            batch = await sync_batch_isolating_failures(
+                [r.session_id for r in group], chroma=stores.chroma, unit=unit,
+                memory_ids={r.session_id: r.memory_ids for r in group},
+            )
+        except ChromaUnavailableError as exc:
+            raise PhaseError(exc.reason_code, str(exc)) from exc
+        counts["sessions_failed"] += len(batch.failed)
+        counts["session_failures"] += [f"{sid}: {why}" for sid, why in batch.failed.items()][: 20 - len(counts["session_failures"])]
+        for revision in group:
+            stats = batch.synced.get(revision.session_id)
+            if stats is None:
+                continue
+            for key in ("processed", "upserted", "skipped", "errors"):
+                counts[key] += getattr(stats, key)
+            if stats.retracted:
+                turns_retracted[revision.session_id] = stats.retracted
+                counts["turns_retracted"] += len(stats.retracted)
+                ctx.erase_due = True
+            bad_values.update(stats.bad_values)
+            await anyio.to_thread.run_sync(unit.apply, partial(unit.runstate.mark_ingested, revision, ctx.run_id))
+            counts["sessions_synced"] += 1
+            with structlog.contextvars.bound_contextvars(session_id=revision.session_id):
+                log.debug("session ingested", upserted=stats.upserted, skipped=stats.skipped, errors=stats.errors)
+    counts["bad_values"] = bad_values
     return counts
 
 
