@@ -20,6 +20,9 @@ def _blocked_on_a_lock(db: Database) -> bool:
     if not db.dialect.postgres:
         time.sleep(0.5)
         return True
+    # Inside the holder's open transaction PostgreSQL keeps the first read of pg_stat_activity for
+    # the whole transaction: clear it, or a first look taken before the waiter blocked is all we see.
+    db.query("SELECT pg_stat_clear_snapshot()")
     return bool(db.query(
         "SELECT COUNT(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' "
         "AND query LIKE '%text_claims%'")[0][0])
