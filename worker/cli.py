@@ -1053,8 +1053,12 @@ def _missing_data(settings: Settings, *, graph: bool) -> str | None:
     """Why a command that needs an existing data dir (and ``graph`` database) cannot run here,
     with resolved paths; None when it can. A PostgreSQL graph (REM_DATABASE_URL) is not in the data
     dir: it exists once the database has rem-cycle's schema — without this check ``status``,
-    ``retry`` and ``reindex`` created the schema in whatever database the URL named. Raises
-    :class:`StoreError` when that server cannot be reached."""
+    ``retry`` and ``reindex`` created the schema in whatever database the URL named. ``enqueue``
+    (not ``graph``) into the queue file needs the data dir the file goes in, on either engine
+    (with a PostgreSQL graph it created a mistyped one). Raises :class:`StoreError` when that
+    server cannot be reached."""
+    if not graph and settings.lazy_queue == "file":
+        return None if settings.data_dir.is_dir() else _no_data_dir(settings, "so no queue file")
     if settings.database_url is not None:
         from store.backend import database_exists, database_location
 
@@ -1062,11 +1066,16 @@ def _missing_data(settings: Settings, *, graph: bool) -> str | None:
             return f"no graph database at {database_location(settings)} (run a REM cycle first: rem-cycle --once)"
         return None
     if not settings.data_dir.is_dir():
-        return (f"no data dir at {settings.data_dir.resolve()}, so no graph database (set REM_DATA_DIR or "
-                "data_dir in --config; `rem-cycle --once` creates it)")
+        return _no_data_dir(settings, "so no graph database")
     if graph and not settings.graph_path.is_file():
         return f"no graph database at {settings.graph_path.resolve()} (run a REM cycle first: rem-cycle --once)"
     return None
+
+
+def _no_data_dir(settings: Settings, consequence: str) -> str:
+    """The one line that says the data dir is not there, and ``consequence`` (what is missing with it)."""
+    return (f"no data dir at {settings.data_dir.resolve()}, {consequence} (set REM_DATA_DIR or data_dir in --config; "
+            "`rem-cycle --once` creates it)")
 
 
 def main(argv: list[str] | None = None) -> int:
