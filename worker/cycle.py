@@ -135,6 +135,9 @@ class CycleContext:
     # Whether the ingest took out sessions or turns whose rows left Chroma: finalize then erases
     # their text from the database's files, as a forget does.
     erase_due: bool = False
+    # Why the queue lines of what a failed ingest phase retracted stay queued (their withdrawal
+    # failed too): the failed phase's record shows it, beside the phase's own error.
+    queue_error: str | None = None
 
     def check_stop(self) -> None:
         """Raise :class:`CycleInterrupted` when a stop was requested (call between transactions)."""
@@ -273,13 +276,18 @@ async def _ingest(ctx: CycleContext) -> dict[str, Any]:
                 counts["sessions_synced"] += 1
                 with structlog.contextvars.bound_contextvars(session_id=revision.session_id):
                     log.debug("session ingested", upserted=stats.upserted, skipped=stats.skipped, errors=stats.errors)
-    finally:
-        # What the retracted sessions' and turns' extraction queued goes too, as a forget's does —
-        # all of it in one pass over the queue, and only when something was retracted (a cycle
-        # that retracted nothing reads no queue file). Even when the phase stops mid-way: those
-        # retractions are committed, and no later cycle finds them again.
+    except BaseException:
+        # Even when the phase stops mid-way: those retractions are committed, and no later cycle
+        # finds them again. The phase's own error is the one raised.
         if retracted or turns_retracted:
-            counts.update(await anyio.to_thread.run_sync(_withdraw_retracted_lines, ctx, retracted, turns_retracted))
+            with anyio.CancelScope(shield=True):
+                await _withdraw_despite_failure(ctx, retracted, turns_retracted)
+        raise
+    # What the retracted sessions' and turns' extraction queued goes too, as a forget's does — all
+    # of it in one pass over the queue, and only when something was retracted (a cycle that
+    # retracted nothing reads no queue file).
+    if retracted or turns_retracted:
+        counts.update(await anyio.to_thread.run_sync(_withdraw_retracted_lines, ctx, retracted, turns_retracted))
     counts["backlog"] = len(changed) - counts["sessions_synced"]
     await _keep_scan_marks(stores, unit, scan_marks, scan, applied=counts["backlog"] == 0)
     counts["bad_values"] = dict(sorted(bad_values.items()))
@@ -340,6 +348,18 @@ def _withdraw_retracted_lines(
     if "queue_error" in done:
         log.warning("queue lines of retracted sessions and turns stay in the queue files", reason=done["queue_error"])
     return done
+
+
+async def _withdraw_despite_failure(ctx: CycleContext, sessions: list[dict[str, Any]], turns: dict[str, list[str]]) -> None:
+    """:func:`_withdraw_retracted_lines` while the ingest phase fails: an error of the withdrawal
+    must not take the place of the phase's (which the run records); it is logged and kept in
+    ``ctx.queue_error``, which the failed phase's record shows as ``queue_error``."""
+    try:
+        done = await anyio.to_thread.run_sync(_withdraw_retracted_lines, ctx, sessions, turns)
+    except Exception as exc:  # noqa: BLE001 - the phase's error is being raised; this one is reported beside it
+        done = {"queue_error": f"{type(exc).__name__}: {exc}"}
+        log.warning("queue lines of retracted sessions and turns stay queued", queue_error=done["queue_error"])
+    ctx.queue_error = done.get("queue_error")
 
 
 async def extract(ctx: CycleContext) -> dict[str, Any]:
@@ -797,6 +817,9 @@ async def _run_phases(
                     log.error("phase crashed", reason_code=reason_code, error=repr(exc),
                               exc_info=exc if reason_code == "phase-error" else None)
                     break
+                finally:
+                    if ctx.queue_error is not None and name in record:  # a phase that did not complete
+                        record[name]["queue_error"] = ctx.queue_error
                 record[name] = {"state": "completed", "duration_ms": _ms(p0), **counts}
                 result.last_successful_phase = attempt.last_successful_phase = name
                 log.info("phase completed", duration_ms=record[name]["duration_ms"])
