@@ -427,10 +427,18 @@ def forget(settings: Settings, *, session: str | None = None, memory: str | None
             note_id, key = note_anchor(note or "")
             report = forget_note(DatabaseUnitOfWork(db), note_id, key, dry_run=dry_run)
             lines = ExtractionLines.of(key)
-        report.update(withdraw_queued_lines(db, lines, queue=LazyEdgeQueue(settings.queue_path), dry_run=dry_run))
-        if not dry_run:
-            report.update(erase_deleted_text(db))
+        report.update(withdraw_and_erase(db, lines, queue=LazyEdgeQueue(settings.queue_path), dry_run=dry_run))
         return report
+
+
+def withdraw_and_erase(db: Database, lines: ExtractionLines, *, queue: LazyEdgeQueue, dry_run: bool = False) -> dict[str, Any]:
+    """What follows a forget, or a retraction outside a cycle (``backfill``), once it committed:
+    the queue lines of what it took out are withdrawn (:func:`withdraw_queued_lines`) and its
+    text erased from the database's files (:func:`erase_deleted_text`; not in a ``dry_run``,
+    which changed nothing). A cycle does both too, the erase in its finalize phase, after its
+    extraction took back what the retracted turns said."""
+    done = withdraw_queued_lines(db, lines, queue=queue, dry_run=dry_run)
+    return done if dry_run else {**done, **erase_deleted_text(db)}
 
 
 def _extraction_lines(report: Mapping[str, Any]) -> ExtractionLines:
