@@ -917,7 +917,7 @@ async def cmd_backfill(settings: Settings, args: argparse.Namespace, progress: C
     from store.chroma import ChromaStoreError
     from store.lazy_queue import LazyEdgeQueue, QueueBusyError
     from worker.cycle import SESSIONS_PER_BATCH
-    from worker.knowledge import retracted_lines, withdraw_and_erase
+    from worker.knowledge import erase_deleted_text, withdraw_retracted
     from worker.report import print_backfill
 
     synced = {"done": 0, "total": 0}
@@ -954,14 +954,15 @@ async def cmd_backfill(settings: Settings, args: argparse.Namespace, progress: C
                           "synced sessions are unchanged", file=sys.stderr)
                     return EXIT_FAILED
             payload: dict[str, Any] = {**recent.as_dict(), "drain": None}
-            # The turns it took out go as a forget's do, before the drain: their queue lines are
-            # withdrawn and their text erased from the database's files (none taken out: nothing
-            # is read, nothing rewritten).
-            payload["queue_lines_withdrawn"] = 0
-            if recent.turns_retracted:
-                payload.update(await anyio.to_thread.run_sync(partial(
-                    withdraw_and_erase, stores.db, retracted_lines([], recent.turns_retracted), queue=LazyEdgeQueue(settings.queue_path),
-                )))
+            # The turns it took out go as a cycle's retraction takes them, before the drain: their
+            # queue lines are withdrawn (with any a killed cycle left recorded) and their text is
+            # erased from the database's files, as a forget's is (none recorded: nothing is read,
+            # nothing rewritten; a dry run changes nothing).
+            payload.update(queue_lines_withdrawn=0, retractions_withdrawn=0)
+            if not args.dry_run:
+                payload.update(await anyio.to_thread.run_sync(partial(withdraw_retracted, stores.db, queue=LazyEdgeQueue(settings.queue_path))))
+            if recent.turns_retracted or payload["retractions_withdrawn"]:
+                payload.update(await anyio.to_thread.run_sync(erase_deleted_text, stores.db))
             if not args.skip_drain:
                 try:
                     before = f"{recent.sessions_synced} of {recent.sessions_in_window} sessions synced; "

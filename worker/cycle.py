@@ -55,8 +55,7 @@ from worker.knowledge import (
     keep_identity_index,
     model_judge,
     refresh_communities_when_due,
-    retracted_lines,
-    withdraw_queued_lines,
+    withdraw_retracted,
 )
 
 log = get_logger(__name__)
@@ -277,17 +276,20 @@ async def _ingest(ctx: CycleContext) -> dict[str, Any]:
                 with structlog.contextvars.bound_contextvars(session_id=revision.session_id):
                     log.debug("session ingested", upserted=stats.upserted, skipped=stats.skipped, errors=stats.errors)
     except BaseException:
-        # Even when the phase stops mid-way: those retractions are committed, and no later cycle
-        # finds them again. The phase's own error is the one raised.
+        # Even when the phase stops mid-way: those retractions are committed, and no later scan
+        # finds them again (their records do: what stays queued, the next cycle withdraws). The
+        # phase's own error is the one raised.
         if retracted or turns_retracted:
             with anyio.CancelScope(shield=True):
-                await _withdraw_despite_failure(ctx, retracted, turns_retracted)
+                await _withdraw_despite_failure(ctx)
         raise
-    # What the retracted sessions' and turns' extraction queued goes too, as a forget's does — all
-    # of it in one pass over the queue, and only when something was retracted (a cycle that
-    # retracted nothing reads no queue file).
-    if retracted or turns_retracted:
-        counts.update(await anyio.to_thread.run_sync(_withdraw_retracted_lines, ctx, retracted, turns_retracted))
+    # What the extraction of the sessions and turns this phase retracted queued goes too, as a
+    # forget's does — and what an earlier cycle, killed before its withdrawal, left recorded: all
+    # of it in one pass over the queue (none recorded: one look at an empty table, no queue file).
+    withdrawn = await anyio.to_thread.run_sync(_withdraw_retracted_lines, ctx)
+    counts.update(withdrawn)
+    if withdrawn["retractions_withdrawn"]:  # an earlier cycle's retraction too: its text is erased in finalize
+        ctx.erase_due = True
     counts["backlog"] = len(changed) - counts["sessions_synced"]
     await _keep_scan_marks(stores, unit, scan_marks, scan, applied=counts["backlog"] == 0)
     counts["bad_values"] = dict(sorted(bad_values.items()))
@@ -335,30 +337,30 @@ def _retract_vanished(ctx: CycleContext, unit: DatabaseUnitOfWork, scan: ScanRes
     return retracted
 
 
-def _withdraw_retracted_lines(
-    ctx: CycleContext, sessions: list[dict[str, Any]], turns: dict[str, list[str]]
-) -> dict[str, Any]:
-    """Withdraw from the queue table and files the lines the extraction of the retracted
-    ``sessions`` (their reports) and ``turns`` (``memory:`` ids by session) queued
-    (:func:`worker.knowledge.withdraw_queued_lines`; the drain lock is free: this cycle's drain
-    phase has not begun). A drain elsewhere holding the files past the wait leaves theirs in
-    place, with a warning: ``queue_error``."""
-    done = withdraw_queued_lines(ctx.stores.db, retracted_lines(sessions, turns), queue=LazyEdgeQueue(ctx.settings.queue_path))
-    log.info("queue lines of retracted sessions and turns withdrawn", withdrawn=done["queue_lines_withdrawn"])
+def _withdraw_retracted_lines(ctx: CycleContext) -> dict[str, Any]:
+    """Withdraw from the queue table and files the lines the extraction of every recorded
+    retraction queued (:func:`worker.knowledge.withdraw_retracted`; the drain lock is free: this
+    cycle's drain phase has not begun). A drain elsewhere holding the files past the wait leaves
+    theirs in place, and their records, with a warning: ``queue_error``."""
+    done = withdraw_retracted(ctx.stores.db, queue=LazyEdgeQueue(ctx.settings.queue_path))
+    if done["retractions_withdrawn"]:
+        log.info("queue lines of retracted sessions and turns withdrawn", withdrawn=done["queue_lines_withdrawn"],
+                 retractions=done["retractions_withdrawn"])
     if "queue_error" in done:
-        log.warning("queue lines of retracted sessions and turns stay in the queue files", reason=done["queue_error"])
+        log.warning("queue lines of retracted sessions and turns stay queued until the next cycle", reason=done["queue_error"])
     return done
 
 
-async def _withdraw_despite_failure(ctx: CycleContext, sessions: list[dict[str, Any]], turns: dict[str, list[str]]) -> None:
+async def _withdraw_despite_failure(ctx: CycleContext) -> None:
     """:func:`_withdraw_retracted_lines` while the ingest phase fails: an error of the withdrawal
     must not take the place of the phase's (which the run records); it is logged and kept in
-    ``ctx.queue_error``, which the failed phase's record shows as ``queue_error``."""
+    ``ctx.queue_error``, which the failed phase's record shows as ``queue_error`` (the records
+    stay: the next cycle withdraws their lines)."""
     try:
-        done = await anyio.to_thread.run_sync(_withdraw_retracted_lines, ctx, sessions, turns)
+        done = await anyio.to_thread.run_sync(_withdraw_retracted_lines, ctx)
     except Exception as exc:  # noqa: BLE001 - the phase's error is being raised; this one is reported beside it
         done = {"queue_error": f"{type(exc).__name__}: {exc}"}
-        log.warning("queue lines of retracted sessions and turns stay queued", queue_error=done["queue_error"])
+        log.warning("queue lines of retracted sessions and turns stay queued until the next cycle", queue_error=done["queue_error"])
     ctx.queue_error = done.get("queue_error")
 
 
