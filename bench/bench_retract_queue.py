@@ -6,20 +6,22 @@ A queue as extraction leaves it: for each of ``--sessions`` sessions, two ``REFE
 (an id its turns wrote that no Chroma row has) in ``lazy-edges.jsonl``, two dead letters in
 ``lazy-edges.dead.jsonl`` and two rows in the SQLite graph's ``lazy_edges`` table (six lines a
 session: 250 sessions are 1,500 lines, 2,000 are 12,000 — 1× and 8×), plus one agent line per
-session. A cycle that retracts ``N`` sessions (``--retracted``) withdraws their lines
-(``worker.knowledge.withdraw_queued_lines``):
+session. A cycle that retracts ``N`` sessions (``--retracted``) withdraws their lines:
 
-- ``one pass``: as the cycle does it — the N sessions' lines matched in one read of each file and
-  one scan of each table;
-- ``per session``: N withdrawals of one session each, what wiring the forget's call into the
-  retraction session by session would do (N reads of every file).
+- ``one pass``: as the cycle does it (``worker.knowledge.withdraw_retracted``) — the N sessions'
+  records read from ``queue_withdrawals`` (written by the retractions, not timed), their lines
+  matched in one read of each file and one scan of each table, the records deleted;
+- ``per session``: N withdrawals of one session each (``withdraw_queued_lines``), what wiring the
+  forget's call into the retraction session by session would do (N reads of every file).
 
 Each round restores the queue (not timed) and times both, alternating which runs first: medians of
 the process's CPU time (``time.process_time``: the machine is shared). The ``fsync`` waits are not
 in it: one per file changed per withdrawal, so per session pays N times as many.
 Then ``idle cycle``: two real cycles (embedded Chroma, heuristic extractor, 20 sessions), the
 second retracting nothing, counting the calls that read the queue files and tables for a
-withdrawal (``LazyEdgeQueue.blank``, ``LazyEdgeTable.withdraw``) — 0 expected.
+withdrawal (``LazyEdgeQueue.blank``, ``LazyEdgeTable.withdraw``) — 0 expected — and what the
+look for recorded retractions costs there (the empty ``queue_withdrawals`` read once per ingest
+phase; median CPU time of 200 calls) next to that idle cycle's ingest phase (its wall time).
 """
 
 from __future__ import annotations
@@ -45,7 +47,9 @@ from pipelines.lazy_edge import dead_letter_record  # noqa: E402
 from store.backend import open_database  # noqa: E402
 from store.lazy_queue import LazyEdgeQueue, edge_line  # noqa: E402
 from store.lazy_table import LazyEdgeTable  # noqa: E402
-from worker.knowledge import retracted_lines, withdraw_queued_lines  # noqa: E402
+from pipelines.lazy_edge import ExtractionLines  # noqa: E402
+from store.withdrawals import QueueWithdrawalStore  # noqa: E402
+from worker.knowledge import withdraw_queued_lines, withdraw_retracted  # noqa: E402
 from worker.logs import configure_logging  # noqa: E402
 
 
@@ -102,12 +106,19 @@ def measure(sessions: int, retracted: list[int], rounds: int) -> list[dict[str, 
                 conn.execute("DELETE FROM lazy_edges")
             table.append_lines(table_lines)
 
+        records = QueueWithdrawalStore(db)
+
+        def record(chosen: list[str]) -> None:
+            """What the retractions wrote in their transactions (not timed)."""
+            with db.transaction():
+                for sid in chosen:
+                    records.record(sid)
+
         def one_pass(chosen: list[str]) -> int:
-            reports = [{"kind": "session", "id": sid} for sid in chosen]
-            return withdraw_queued_lines(db, retracted_lines(reports, {}), queue=queue)["queue_lines_withdrawn"]
+            return withdraw_retracted(db, queue=queue)["queue_lines_withdrawn"]
 
         def per_session(chosen: list[str]) -> int:
-            return sum(one_pass([sid]) for sid in chosen)
+            return sum(withdraw_queued_lines(db, ExtractionLines.of(sid), queue=queue)["queue_lines_withdrawn"] for sid in chosen)
 
         rows = []
         try:
@@ -118,6 +129,8 @@ def measure(sessions: int, retracted: list[int], rounds: int) -> list[dict[str, 
                     order: list[tuple[str, Callable[[list[str]], int]]] = [("one pass", one_pass), ("per session", per_session)]
                     for name, run in order if r % 2 == 0 else order[::-1]:
                         restore()
+                        if run is one_pass:
+                            record(chosen)
                         t0 = time.process_time()
                         withdrawn = run(chosen)
                         times[name].append(time.process_time() - t0)
@@ -130,12 +143,14 @@ def measure(sessions: int, retracted: list[int], rounds: int) -> list[dict[str, 
         return rows
 
 
-def idle_cycle() -> dict[str, int]:
-    """Calls that read the queue for a withdrawal during a cycle that retracts nothing."""
+def idle_cycle() -> dict[str, Any]:
+    """Calls that read the queue for a withdrawal during a cycle that retracts nothing, and the
+    CPU time of the look for recorded retractions there beside that cycle's ingest phase."""
     from pipelines.importer import import_sessions
     from worker.cycle import open_stores, run_cycle
 
     calls = {"blank": 0, "withdraw": 0}
+    looks: dict[str, float] = {}
     blank, withdraw = LazyEdgeQueue.blank, LazyEdgeTable.withdraw
 
     def counted_blank(self: LazyEdgeQueue, *args: Any, **kwargs: Any) -> int:
@@ -167,10 +182,21 @@ def idle_cycle() -> dict[str, int]:
             LazyEdgeQueue.blank, LazyEdgeTable.withdraw = blank, withdraw  # type: ignore[method-assign]
         assert result.outcome == "completed" and result.phases["ingest"]["sessions_retracted"] == 0
         assert LazyEdgeQueue(settings.queue_path).depth() == 20  # a queue there to read
+        db = open_database(settings)
+        try:
+            times = []
+            for _ in range(200):
+                t0 = time.process_time()
+                withdraw_retracted(db, queue=LazyEdgeQueue(settings.queue_path))
+                times.append(time.process_time() - t0)
+        finally:
+            db.close()
+        looks["look_cpu_ms"] = round(1000 * statistics.median(times), 3)
+        looks["idle_ingest_ms"] = result.phases["ingest"]["duration_ms"]
 
     with scratch() as root:
         anyio.run(run, root / "data")
-    return calls
+    return {"idle_cycle_calls": calls, **looks, "look_over_ingest": round(looks["look_cpu_ms"] / looks["idle_ingest_ms"], 4)}
 
 
 def main() -> None:
@@ -183,7 +209,7 @@ def main() -> None:
     for sessions in args.sessions:
         for row in measure(sessions, args.retracted, args.rounds):
             print(json.dumps(row))
-    print(json.dumps({"idle_cycle_calls": idle_cycle()}))
+    print(json.dumps(idle_cycle()))
 
 
 if __name__ == "__main__":

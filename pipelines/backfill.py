@@ -430,17 +430,14 @@ async def sync_recent_sessions(
     dry_run: bool = False,
     sessions_per_batch: int = 25,
     on_progress: Callable[[int, int], None] | None = None,
-    turns_retracted: dict[str, list[str]] | None = None,
 ) -> RecentBackfill:
     """Live-sync every session created in the last ``days`` days (by its summary row's
     ``createdAt``/``timestamp``, else its earliest memory row's). A dry run only counts. Reads the
     metadata of every row once (ids and metadata only, no documents).
 
-    ``on_progress(done, total)`` is called after each batch of sessions. ``turns_retracted``: the
-    caller's mapping that the result's ``turns_retracted`` is, filled as each batch commits — so
-    that a caller stopped mid-way (a signal, Chroma gone) still knows the turns taken out."""
-    result = RecentBackfill(days=days, since=window_start(now, days), dry_run=dry_run,
-                            turns_retracted={} if turns_retracted is None else turns_retracted)
+    ``on_progress(done, total)`` is called after each batch of sessions.
+    """
+    result = RecentBackfill(days=days, since=window_start(now, days), dry_run=dry_run)
     summaries = [row async for page in chroma.scan(summary_collection, include=("metadatas",)) for row in page]
     memories = [row async for page in chroma.scan(memory_collection, include=("metadatas",)) for row in page]
     created = session_created_times(summaries, memories)

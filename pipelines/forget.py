@@ -366,5 +366,12 @@ def sessions_to_retract(present: set[str], known: set[str], *, rows_scanned: int
 
 
 def retract_vanished(unit: UnitOfWork, session_ids: list[str]) -> list[dict[str, Any]]:
-    """Forget (without a tombstone) sessions whose rows left Chroma (see :func:`sessions_to_retract`)."""
-    return [forget_session(unit, session_id, bury=False) for session_id in session_ids]
+    """Forget (without a tombstone) sessions whose rows left Chroma (see :func:`sessions_to_retract`),
+    each recording in its own transaction that the lines its extraction queued are due to be
+    withdrawn (``unit.withdrawals``: a kill before the withdrawal leaves them to the next cycle)."""
+    reports = []
+    for session_id in session_ids:
+        with unit.transaction():
+            reports.append(forget_session(unit, session_id, bury=False))
+            unit.withdrawals.record(session_id)
+    return reports

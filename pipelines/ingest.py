@@ -572,8 +572,11 @@ def _write_sessions(
         had = unit.runstate.memories_of_sessions(session_ids)
         known = graph.get_nodes([memory_node_id(m) for ids in had.values() for m in ids if is_valid_row_id(m)])
         retracted = {sid: vanished_turns(sid, rows_by_session.get(sid, []), known) for sid in session_ids}
-        for node_id in (node_id for gone in retracted.values() for node_id in gone):
-            graph.delete_node(node_id)
+        for sid, gone in retracted.items():
+            for node_id in gone:
+                graph.delete_node(node_id)
+            if gone:  # the lines its extraction queued are due (withdrawn once this commits, or by the next cycle)
+                unit.withdrawals.record(sid, gone)
         existing = graph.get_nodes(all_ids)
         sessions: list[Node] = []
         memories: list[Node] = []

@@ -244,6 +244,20 @@ CREATE INDEX text_claims_owner ON text_claims(owner);
 CREATE INDEX text_claims_lease ON text_claims(lease_expires_at)
 """
 
+# 21: what a retraction took out whose queue lines are still to be withdrawn (store/withdrawals.py).
+# A cycle's ingest (or a backfill) that retracts a session or a turn writes its row in the
+# retraction's own transaction; the row is deleted once the lines are out of the queue table and
+# files, so a kill between the two leaves it for the next cycle. ``turn`` '' is the whole anchor.
+# The table holds retractions not yet withdrawn only: usually none.
+QUEUE_WITHDRAWALS_MIGRATION = """
+CREATE TABLE queue_withdrawals (
+    chunk_key   TEXT NOT NULL,
+    turn        TEXT NOT NULL,
+    created_at  TEXT NOT NULL,
+    PRIMARY KEY (chunk_key, turn)
+)
+"""
+
 RUN_COUNTS_MIGRATION = """
 CREATE INDEX rem_runs_outcome_finished ON rem_runs(outcome, finished_at);
 CREATE INDEX rem_runs_running ON rem_runs(started_at) WHERE outcome = 'running';
@@ -876,6 +890,8 @@ MIGRATIONS: tuple[str, ...] = (
     CHUNK_TEXT_MIGRATION,
     # 20: TEXT_CLAIMS_MIGRATION above.
     TEXT_CLAIMS_MIGRATION,
+    # 21: QUEUE_WITHDRAWALS_MIGRATION above.
+    QUEUE_WITHDRAWALS_MIGRATION,
 )
 
 # The queue table's schema version, wherever the entry sits (the PostgreSQL port keys its own form by it).
@@ -883,6 +899,7 @@ LAZY_EDGES_VERSION = MIGRATIONS.index(LAZY_EDGES_MIGRATION) + 1
 SEARCH_FOLD_VERSION = MIGRATIONS.index(SEARCH_FOLD_MIGRATION) + 1
 CHUNK_TEXT_VERSION = MIGRATIONS.index(CHUNK_TEXT_MIGRATION) + 1
 TEXT_CLAIMS_VERSION = MIGRATIONS.index(TEXT_CLAIMS_MIGRATION) + 1
+QUEUE_WITHDRAWALS_VERSION = MIGRATIONS.index(QUEUE_WITHDRAWALS_MIGRATION) + 1
 
 
 # SQLite's primary result codes (https://sqlite.org/rescode.html) that name a kind of failure.

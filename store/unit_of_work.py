@@ -23,6 +23,7 @@ from store.recall_index import RecallIndex
 from store.runstate import RunStateStore
 from store.tombstones import TombstoneStore
 from store.verdicts import VerdictStore
+from store.withdrawals import QueueWithdrawalStore
 
 T = TypeVar("T")
 
@@ -44,6 +45,7 @@ class DatabaseUnitOfWork:
         self.chunks = ChunkResultStore(db, clock=clock)
         self.tombstones = TombstoneStore(db, clock=clock)
         self.verdicts = VerdictStore(db, clock=clock)
+        self.withdrawals = QueueWithdrawalStore(db, clock=clock)
 
     @contextmanager
     def transaction(self) -> Iterator[DatabaseUnitOfWork]:

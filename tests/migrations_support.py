@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from store.db import CHUNK_TEXT_VERSION, MIGRATIONS, SEARCH_FOLD_VERSION, TEXT_CLAIMS_VERSION, _statements
+from store.db import CHUNK_TEXT_VERSION, MIGRATIONS, QUEUE_WITHDRAWALS_VERSION, SEARCH_FOLD_VERSION, TEXT_CLAIMS_VERSION, _statements
 
 RUN_COUNTS_VERSION = 13
 COMMUNITY_NAMES_VERSION = 14
@@ -80,6 +80,7 @@ UNDO: dict[int, dict[str, tuple[str, ...]]] = {
                        "ALTER TABLE chunk_results DROP COLUMN text_hash"),
     },
     TEXT_CLAIMS_VERSION: {"sqlite": ("DROP TABLE text_claims",), "postgresql": ("DROP TABLE text_claims",)},
+    QUEUE_WITHDRAWALS_VERSION: {"sqlite": ("DROP TABLE queue_withdrawals",), "postgresql": ("DROP TABLE queue_withdrawals",)},
 }
 assert "rem_run_counts" in MIGRATIONS[RUN_COUNTS_VERSION - 1] and "community_names" in MIGRATIONS[COMMUNITY_NAMES_VERSION - 1]
 assert "justification" in MIGRATIONS[EDGE_JUSTIFICATIONS_VERSION - 1]

@@ -131,3 +131,24 @@ def test_a_refused_enqueue_with_json_prints_its_report(tmp_path: Path) -> None:
     }
     assert done.stderr.splitlines()[-1] == "rem-cycle: 2 of 3 lines rejected; nothing was queued"
     assert _queued(data) == []
+
+
+@pytest.mark.both_backends
+def test_enqueue_into_the_file_on_a_missing_data_dir_refuses_and_creates_nothing(tmp_path: Path, database_url: str | None) -> None:
+    # Before, with a PostgreSQL graph: exit 0, "queued 1 lazy edges", and the mistyped data dir
+    # created to hold a queue file no worker drains. SQLite refused: both engines refuse alike now.
+    edges = tmp_path / "edges.jsonl"
+    edges.write_text(json.dumps(EDGE) + "\n")
+    data = tmp_path / "mistyped" / "data"
+    env = {"REM_DATA_DIR": str(data)} | ({"REM_DATABASE_URL": database_url} if database_url else {})
+    done = run_cli("enqueue", str(edges), env=env)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert done.stderr.strip().splitlines() == [
+        f"rem-cycle: no data dir at {data}, so no queue file (set REM_DATA_DIR or data_dir in --config; "
+        "`rem-cycle --once` creates it)"
+    ]
+    assert done.stdout == ""
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["edges.jsonl"]
+    data.mkdir(parents=True)  # the data dir there: the line is queued in its file
+    assert run_cli("enqueue", str(edges), env=env).returncode == 0
+    assert _queued(data) == [{**EDGE, "timestamp": _queued(data)[0]["timestamp"]}]

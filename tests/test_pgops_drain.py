@@ -31,7 +31,9 @@ RELATIONSHIP = "LINKED_LATER"
 
 
 def _graph_and_queue(url: str, tmp_path: Path, env: dict[str, str]) -> None:
-    """A graph of ``NODES`` nodes and ``EDGES`` queued edges between them (``rem-cycle enqueue``)."""
+    """A graph of ``NODES`` nodes and ``EDGES`` queued edges between them (``rem-cycle enqueue``,
+    into the data dir a worker there would have made: into the file, enqueue creates none)."""
+    Path(env["REM_DATA_DIR"]).mkdir(parents=True, exist_ok=True)
     db = open_database(load_settings(data_dir=tmp_path / "owner", database_url=url))
     try:
         GraphStore(db).upsert_nodes([Node(f"CONCEPT:n{i:02d}", "CONCEPT", f"n{i:02d}") for i in range(NODES)])

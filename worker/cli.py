@@ -917,7 +917,7 @@ async def cmd_backfill(settings: Settings, args: argparse.Namespace, progress: C
     from store.chroma import ChromaStoreError
     from store.lazy_queue import LazyEdgeQueue, QueueBusyError
     from worker.cycle import SESSIONS_PER_BATCH
-    from worker.knowledge import retracted_lines, withdraw_queued_lines
+    from worker.knowledge import erase_deleted_text, withdraw_retracted
     from worker.report import print_backfill
 
     synced = {"done": 0, "total": 0}
@@ -930,8 +930,6 @@ async def cmd_backfill(settings: Settings, args: argparse.Namespace, progress: C
         stores = await open_stores(settings, scratch_graph=Path(scratch) / "graph.sqlite3" if dry_without_graph else None,
                                    dry_run=args.dry_run)
         try:
-            taken: dict[str, list[str]] = {}  # by session, the turns whose rows left Chroma, as batches commit
-            withdrawn: dict[str, Any] = {}
             try:
                 with _progress_bar(args, "syncing sessions") as bar:
 
@@ -951,22 +949,26 @@ async def cmd_backfill(settings: Settings, args: argparse.Namespace, progress: C
                             dry_run=args.dry_run,
                             sessions_per_batch=SESSIONS_PER_BATCH,
                             on_progress=on_progress,
-                            turns_retracted=taken,
                         )
                     except ChromaStoreError as exc:  # gone mid-way: say how far it got, as a signal would
                         print(f"rem-cycle: backfill stopped: {exc}; {progress.describe()}; re-running the backfill is safe: "
                               "synced sessions are unchanged", file=sys.stderr)
                         return EXIT_FAILED
             finally:
-                # The queue lines of the turns it took out go as a cycle's retraction takes them,
-                # before the drain — and when a signal or Chroma stopped it mid-way too (shielded):
-                # those turns are out of the graph, and neither a re-run nor a cycle finds them
-                # gone again. None taken out: nothing is read.
-                with anyio.CancelScope(shield=True):
-                    withdrawn = await anyio.to_thread.run_sync(partial(
-                        withdraw_queued_lines, stores.db, retracted_lines([], taken), queue=LazyEdgeQueue(settings.queue_path),
-                    ))
+                # The turns it took out go as a cycle's retraction takes them, before the drain:
+                # their queue lines are withdrawn (with any a killed cycle left recorded) — also when
+                # a signal or Chroma stopped it mid-way (shielded): each batch recorded its turns as
+                # it committed, and neither a re-run nor a cycle finds them gone again. None recorded:
+                # nothing is read; a dry run changes nothing.
+                withdrawn: dict[str, Any] = {"queue_lines_withdrawn": 0, "retractions_withdrawn": 0}
+                if not args.dry_run:
+                    with anyio.CancelScope(shield=True):
+                        withdrawn = await anyio.to_thread.run_sync(partial(
+                            withdraw_retracted, stores.db, queue=LazyEdgeQueue(settings.queue_path)))
             payload: dict[str, Any] = {**recent.as_dict(), "drain": None, **withdrawn}
+            # Their text is erased from the database's files, as a forget's is.
+            if recent.turns_retracted or payload["retractions_withdrawn"]:
+                payload.update(await anyio.to_thread.run_sync(erase_deleted_text, stores.db))
             if not args.skip_drain:
                 try:
                     before = f"{recent.sessions_synced} of {recent.sessions_in_window} sessions synced; "
@@ -1061,8 +1063,12 @@ def _missing_data(settings: Settings, *, graph: bool) -> str | None:
     """Why a command that needs an existing data dir (and ``graph`` database) cannot run here,
     with resolved paths; None when it can. A PostgreSQL graph (REM_DATABASE_URL) is not in the data
     dir: it exists once the database has rem-cycle's schema — without this check ``status``,
-    ``retry`` and ``reindex`` created the schema in whatever database the URL named. Raises
-    :class:`StoreError` when that server cannot be reached."""
+    ``retry`` and ``reindex`` created the schema in whatever database the URL named. ``enqueue``
+    (not ``graph``) into the queue file needs the data dir the file goes in, on either engine
+    (with a PostgreSQL graph it created a mistyped one). Raises :class:`StoreError` when that
+    server cannot be reached."""
+    if not graph and settings.lazy_queue == "file":
+        return None if settings.data_dir.is_dir() else _no_data_dir(settings, "so no queue file")
     if settings.database_url is not None:
         from store.backend import database_exists, database_location
 
@@ -1070,11 +1076,16 @@ def _missing_data(settings: Settings, *, graph: bool) -> str | None:
             return f"no graph database at {database_location(settings)} (run a REM cycle first: rem-cycle --once)"
         return None
     if not settings.data_dir.is_dir():
-        return (f"no data dir at {settings.data_dir.resolve()}, so no graph database (set REM_DATA_DIR or "
-                "data_dir in --config; `rem-cycle --once` creates it)")
+        return _no_data_dir(settings, "so no graph database")
     if graph and not settings.graph_path.is_file():
         return f"no graph database at {settings.graph_path.resolve()} (run a REM cycle first: rem-cycle --once)"
     return None
+
+
+def _no_data_dir(settings: Settings, consequence: str) -> str:
+    """The one line that says the data dir is not there, and ``consequence`` (what is missing with it)."""
+    return (f"no data dir at {settings.data_dir.resolve()}, {consequence} (set REM_DATA_DIR or data_dir in --config; "
+            "`rem-cycle --once` creates it)")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -55,8 +55,7 @@ from worker.knowledge import (
     keep_identity_index,
     model_judge,
     refresh_communities_when_due,
-    retracted_lines,
-    withdraw_queued_lines,
+    withdraw_retracted,
 )
 
 log = get_logger(__name__)
@@ -135,6 +134,9 @@ class CycleContext:
     # Whether the ingest took out sessions or turns whose rows left Chroma: finalize then erases
     # their text from the database's files, as a forget does.
     erase_due: bool = False
+    # Why the queue lines of what a failed ingest phase retracted stay queued (their withdrawal
+    # failed too): the failed phase's record shows it, beside the phase's own error.
+    queue_error: str | None = None
 
     def check_stop(self) -> None:
         """Raise :class:`CycleInterrupted` when a stop was requested (call between transactions)."""
@@ -221,19 +223,24 @@ async def _ingest(ctx: CycleContext) -> dict[str, Any]:
     ctx.erase_due = bool(retracted)
     # By session, the turns whose rows left Chroma (the sync fills it in as it takes them out).
     turns_retracted: dict[str, list[str]] = {}
-    withdrawn: dict[str, Any] = {}
     try:
         counts = await _sync_changed(ctx, unit, scan_marks, scan, revisions, retracted, turns_retracted)
-    finally:
-        # What the retracted sessions' and turns' extraction queued goes too, as a forget's does —
-        # all of it in one pass over the queue, and only when something was retracted (a cycle
-        # that retracted nothing reads no queue file). Even when the phase stops or fails mid-way,
-        # or is cancelled (shielded: the thread call is not cut off): those retractions are
-        # committed, and no later cycle finds them again.
+    except BaseException:
+        # Even when the phase stops, fails or is cancelled mid-way (shielded: the thread call is
+        # not cut off), the retractions it committed have their lines withdrawn now: no later scan
+        # finds them again (their records do: what stays queued, the next cycle withdraws). The
+        # phase's own error is the one raised.
         if retracted or turns_retracted:
             with anyio.CancelScope(shield=True):
-                withdrawn = await anyio.to_thread.run_sync(_withdraw_retracted_lines, ctx, retracted, turns_retracted)
+                await _withdraw_despite_failure(ctx)
+        raise
+    # What the extraction of the sessions and turns this phase retracted queued goes too, as a
+    # forget's does — and what an earlier cycle, killed before its withdrawal, left recorded: all
+    # of it in one pass over the queue (none recorded: one look at an empty table, no queue file).
+    withdrawn = await anyio.to_thread.run_sync(_withdraw_retracted_lines, ctx)
     counts.update(withdrawn)
+    if withdrawn["retractions_withdrawn"]:  # an earlier cycle's retraction too: its text is erased in finalize
+        ctx.erase_due = True
     counts["backlog"] = counts["sessions_changed"] - counts["sessions_synced"]
     await _keep_scan_marks(stores, unit, scan_marks, scan, applied=counts["backlog"] == 0)
     counts["bad_values"] = dict(sorted(counts["bad_values"].items()))
@@ -345,19 +352,31 @@ def _retract_vanished(ctx: CycleContext, unit: DatabaseUnitOfWork, scan: ScanRes
     return retracted
 
 
-def _withdraw_retracted_lines(
-    ctx: CycleContext, sessions: list[dict[str, Any]], turns: dict[str, list[str]]
-) -> dict[str, Any]:
-    """Withdraw from the queue table and files the lines the extraction of the retracted
-    ``sessions`` (their reports) and ``turns`` (``memory:`` ids by session) queued
-    (:func:`worker.knowledge.withdraw_queued_lines`; the drain lock is free: this cycle's drain
-    phase has not begun). A drain elsewhere holding the files past the wait leaves theirs in
-    place, with a warning: ``queue_error``."""
-    done = withdraw_queued_lines(ctx.stores.db, retracted_lines(sessions, turns), queue=LazyEdgeQueue(ctx.settings.queue_path))
-    log.info("queue lines of retracted sessions and turns withdrawn", withdrawn=done["queue_lines_withdrawn"])
+def _withdraw_retracted_lines(ctx: CycleContext) -> dict[str, Any]:
+    """Withdraw from the queue table and files the lines the extraction of every recorded
+    retraction queued (:func:`worker.knowledge.withdraw_retracted`; the drain lock is free: this
+    cycle's drain phase has not begun). A drain elsewhere holding the files past the wait leaves
+    theirs in place, and their records, with a warning: ``queue_error``."""
+    done = withdraw_retracted(ctx.stores.db, queue=LazyEdgeQueue(ctx.settings.queue_path))
+    if done["retractions_withdrawn"]:
+        log.info("queue lines of retracted sessions and turns withdrawn", withdrawn=done["queue_lines_withdrawn"],
+                 retractions=done["retractions_withdrawn"])
     if "queue_error" in done:
-        log.warning("queue lines of retracted sessions and turns stay in the queue files", reason=done["queue_error"])
+        log.warning("queue lines of retracted sessions and turns stay queued until the next cycle", reason=done["queue_error"])
     return done
+
+
+async def _withdraw_despite_failure(ctx: CycleContext) -> None:
+    """:func:`_withdraw_retracted_lines` while the ingest phase fails: an error of the withdrawal
+    must not take the place of the phase's (which the run records); it is logged and kept in
+    ``ctx.queue_error``, which the failed phase's record shows as ``queue_error`` (the records
+    stay: the next cycle withdraws their lines)."""
+    try:
+        done = await anyio.to_thread.run_sync(_withdraw_retracted_lines, ctx)
+    except Exception as exc:  # noqa: BLE001 - the phase's error is being raised; this one is reported beside it
+        done = {"queue_error": f"{type(exc).__name__}: {exc}"}
+        log.warning("queue lines of retracted sessions and turns stay queued until the next cycle", queue_error=done["queue_error"])
+    ctx.queue_error = done.get("queue_error")
 
 
 async def extract(ctx: CycleContext) -> dict[str, Any]:
@@ -815,6 +834,9 @@ async def _run_phases(
                     log.error("phase crashed", reason_code=reason_code, error=repr(exc),
                               exc_info=exc if reason_code == "phase-error" else None)
                     break
+                finally:
+                    if ctx.queue_error is not None and name in record:  # a phase that did not complete
+                        record[name]["queue_error"] = ctx.queue_error
                 record[name] = {"state": "completed", "duration_ms": _ms(p0), **counts}
                 result.last_successful_phase = attempt.last_successful_phase = name
                 log.info("phase completed", duration_ms=record[name]["duration_ms"])

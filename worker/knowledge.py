@@ -8,7 +8,7 @@ import itertools
 import json
 import os
 import time
-from collections.abc import AsyncIterator, Collection, Iterable, Iterator, Mapping
+from collections.abc import AsyncIterator, Collection, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from functools import partial
@@ -48,6 +48,7 @@ from store.provenance import ProvenanceStore
 from store.runstate import RunStateStore
 from store.unit_of_work import DatabaseUnitOfWork
 from store.verdicts import VerdictStore
+from store.withdrawals import WHOLE_ANCHOR, QueueWithdrawalStore
 
 if TYPE_CHECKING:  # imported where used: the notes pipeline loads the extraction modules
     from pipelines.notes import NoteResult
@@ -445,14 +446,23 @@ def _extraction_lines(report: Mapping[str, Any]) -> ExtractionLines:
     return ExtractionLines.of(report.get("session") or None, turn=memory_node_id(report["id"]))
 
 
-def retracted_lines(sessions: Iterable[Mapping[str, Any]], turns: Mapping[str, Iterable[str]]) -> ExtractionLines:
-    """The queue lines the extraction of what a cycle retracted queued: the sessions whose rows all
-    left Chroma (``sessions``, their forget reports) and, by session, the turns whose rows did
-    (``turns``, their ``memory:`` ids) — one set, withdrawn in one pass."""
-    return ExtractionLines.union([
-        *(_extraction_lines(report) for report in sessions),
-        *(ExtractionLines.of(sid, turn=turn) for sid, gone in turns.items() for turn in gone),
-    ])
+def withdraw_retracted(db: Database, *, queue: LazyEdgeQueue) -> dict[str, Any]:
+    """``{"queue_lines_withdrawn": n, "retractions_withdrawn": m}``: the queue lines the extraction
+    of every retraction recorded in ``queue_withdrawals`` queued (store/withdrawals.py: this
+    process's, and any a process killed before its withdrawal left) are withdrawn in one pass
+    (:func:`withdraw_queued_lines`), then those ``m`` records deleted. With ``queue_error`` (a
+    drain held the files past the wait, an unsafe file) the records stay, for the next cycle.
+    None recorded: one look at an empty table, no queue file read."""
+    records = QueueWithdrawalStore(db)
+    due = records.pending()
+    if not due:
+        return {"queue_lines_withdrawn": 0, "retractions_withdrawn": 0}
+    lines = ExtractionLines.union(ExtractionLines.of(key, turn=None if turn == WHOLE_ANCHOR else turn) for key, turn in due)
+    done = withdraw_queued_lines(db, lines, queue=queue)
+    if "queue_error" in done:
+        return {**done, "retractions_withdrawn": 0}
+    records.settle(due)
+    return {**done, "retractions_withdrawn": len(due)}
 
 
 def withdraw_queued_lines(

@@ -230,6 +230,9 @@ def print_backfill(result: dict[str, Any]) -> None:
                                f"(their queue lines withdrawn: {result.get('queue_lines_withdrawn', 0)})")
     if result.get("queue_error"):
         output_console().print(f"their lines stay in the queue files: {result['queue_error']}")
+    if result.get("erased") is False:
+        output_console().print("their text may stay in the database's files until the next forget: "
+                               f"{result.get('erase_error') or 'another process kept reading an older snapshot'}")
     for failure in result.get("session_failures", []):
         output_console().print(f"session failed: {failure}")
     drain = result.get("drain")
