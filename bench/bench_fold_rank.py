@@ -66,7 +66,7 @@ CHECK = [("a", "cafe open today"), ("b", "Café open today"), ("c", "東京に�
 def open_way(path: Path, way: str) -> Database:
     """A fresh graph whose turn index is made ``way``'s way."""
     db = Database(path)
-    table, column, extra = WAYS[way]
+    table, _, extra = WAYS[way]
     db.conn.executescript(f"DROP TRIGGER recall_turns_ad; DROP TABLE recall_turns_fts; {extra + ';' if extra else ''} {table};")
     return db
 

@@ -248,10 +248,10 @@ CREATE INDEX text_claims_lease ON text_claims(lease_expires_at)
 # no positions, so FTS5 counted a word's occurrences in a row by tokenizing the row's text as the
 # content table gives it: the turn's own text, not its folded text — "Café" scored 0 for ``cafe``
 # and every Chinese or Japanese match 0 (one token of several characters there, one a character in
-# the index). ``detail='full'`` keeps the positions in the index: ranking reads no content, and the
-# index grows ~1% (bench/bench_fold_rank.py). The turns' and node documents' tables are made again
-# and filled from their rows' folded text (the sessions' table was ``detail='full'`` already); their
-# triggers name them and stay.
+# the index). ``detail='full'`` keeps the positions in the index: ranking reads no content (2-8×
+# faster for a common word), and the index grows 5-13% (bench/bench_fold_rank.py). The turns' and
+# node documents' tables are made again and filled from their rows' folded text (the sessions'
+# table was ``detail='full'`` already); their triggers name them and stay.
 FOLD_RANK_MIGRATION = f"""
 DROP TABLE recall_turns_fts;
 DROP TABLE recall_node_docs_fts;
