@@ -359,6 +359,9 @@ CREATE TRIGGER graph_counts_{table}_au AFTER UPDATE OF {column} ON {table} FOR E
 # Versions after BASELINE whose SQLite text PostgreSQL cannot run even in :func:`postgres_form`:
 # their PostgreSQL script.
 OVERRIDES: dict[int, str] = {
+    # 21 (store.db.FOLD_RANK_MIGRATION): nothing to do. ``ts_rank`` counts a word by the positions
+    # the ``search`` column keeps of the folded text (migration 18): the folded words already.
+    21: "SELECT 1",
     # 10 (store.db.GRAPH_COUNTS_MIGRATION): the count triggers as PL/pgSQL functions.
     10: r"""
 CREATE TABLE graph_counts (

@@ -125,9 +125,10 @@ _ANCHOR_AND_MEMORY = "anchor || ' ' || memory_id"
 def term_match(term: str) -> str:
     """``term`` as an FTS match expression: its words as the indexes hold them
     (:func:`store.textfold.index_words`: folded, a Chinese or Japanese character a word of its own),
-    each a quoted string of one word (never syntax), all of them required — the FTS5 tables keep no
-    positions, so a quoted string of two words (a phrase) was an error; PostgreSQL reads the same
-    expression the same way."""
+    each a quoted string of one word (never syntax), all of them required in any order — not a
+    phrase: the turns' FTS5 table kept no positions before schema 21, where a phrase was an error,
+    and a query's characters are matched as overlapping pairs, not in sequence; PostgreSQL reads
+    the same expression the same way."""
     return " ".join('"' + word.replace('"', '""') + '"' for word in index_words(term))
 
 

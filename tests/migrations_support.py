@@ -6,7 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from store.db import CHUNK_TEXT_VERSION, MIGRATIONS, QUEUE_WITHDRAWALS_VERSION, SEARCH_FOLD_VERSION, TEXT_CLAIMS_VERSION, _statements
+from store.db import (
+    CHUNK_TEXT_VERSION, FOLD_RANK_VERSION, MIGRATIONS, QUEUE_WITHDRAWALS_VERSION, SEARCH_FOLD_VERSION, TEXT_CLAIMS_VERSION,
+    _statements,
+)
 
 RUN_COUNTS_VERSION = 13
 COMMUNITY_NAMES_VERSION = 14
@@ -24,6 +27,14 @@ _UNFOLDED_RECALL = tuple(
     if any(statement.startswith((f"CREATE VIRTUAL TABLE {name} ", f"CREATE TRIGGER {name} ")) for name in (*_FOLDED_FTS, *_FOLDED_TRIGGERS))
 )
 assert len(_UNFOLDED_RECALL) == len(_FOLDED_FTS) + len(_FOLDED_TRIGGERS)
+# The position-less tables FOLD_RANK_VERSION replaces, as SEARCH_FOLD_VERSION made them, and how
+# each is filled with its rows' folded text.
+_RANKED_FTS = {"recall_turns_fts": "INSERT INTO recall_turns_fts(rowid, text) SELECT id, rem_search_text(text) FROM recall_turns",
+               "recall_node_docs_fts": "INSERT INTO recall_node_docs_fts(rowid, name, aliases, description) SELECT id, "
+                                       "rem_search_text(name), rem_search_text(aliases), rem_search_text(description) FROM recall_node_docs"}
+_POSITIONLESS = tuple(statement for statement in _statements(MIGRATIONS[SEARCH_FOLD_VERSION - 1])
+                      if statement.startswith(tuple(f"CREATE VIRTUAL TABLE {name} " for name in _RANKED_FTS)))
+assert len(_POSITIONLESS) == len(_RANKED_FTS) and all("detail='column'" in s for s in _POSITIONLESS)
 _UNFOLDED_SEARCH = {
     "recall_turns": "to_tsvector('english', text)",
     "recall_sessions": "setweight(to_tsvector('english', title), 'A') || setweight(to_tsvector('english', summary), 'D')",
@@ -80,6 +91,8 @@ UNDO: dict[int, dict[str, tuple[str, ...]]] = {
                        "ALTER TABLE chunk_results DROP COLUMN text_hash"),
     },
     TEXT_CLAIMS_VERSION: {"sqlite": ("DROP TABLE text_claims",), "postgresql": ("DROP TABLE text_claims",)},
+    FOLD_RANK_VERSION: {"sqlite": (*(f"DROP TABLE {t}" for t in _RANKED_FTS), *_POSITIONLESS, *_RANKED_FTS.values()),
+                        "postgresql": ()},
     QUEUE_WITHDRAWALS_VERSION: {"sqlite": ("DROP TABLE queue_withdrawals",), "postgresql": ("DROP TABLE queue_withdrawals",)},
 }
 assert "rem_run_counts" in MIGRATIONS[RUN_COUNTS_VERSION - 1] and "community_names" in MIGRATIONS[COMMUNITY_NAMES_VERSION - 1]
