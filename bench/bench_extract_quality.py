@@ -141,14 +141,13 @@ def extract_session(units: Sequence[WorkUnit], extract: Extract, settings: Setti
     return seen
 
 
-def baseline_module(ref: str) -> types.ModuleType:
-    """The heuristic extractor as it was at git ``ref``, loaded beside the current one."""
-    source = subprocess.run(
-        ["git", "-C", str(ROOT), "show", f"{ref}:pipelines/extract/heuristic.py"], check=True, capture_output=True, text=True
-    ).stdout
-    module = types.ModuleType("baseline_heuristic")
+def baseline_module(ref: str, path: str = "pipelines/extract/heuristic.py") -> types.ModuleType:
+    """The module at ``path`` (by default the heuristic extractor) as it was at git ``ref``, loaded
+    beside the current one."""
+    source = subprocess.run(["git", "-C", str(ROOT), "show", f"{ref}:{path}"], check=True, capture_output=True, text=True).stdout
+    module = types.ModuleType("baseline_" + Path(path).stem)
     sys.modules[module.__name__] = module  # dataclasses look their module up
-    exec(compile(source, f"{ref}:heuristic.py", "exec"), module.__dict__)
+    exec(compile(source, f"{ref}:{Path(path).name}", "exec"), module.__dict__)
     return module
 
 

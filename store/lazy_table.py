@@ -37,7 +37,7 @@ MAX_LINE_CHARACTERS = 1024 * 1024
 
 # Queue lines held at once when a large input is queued: what `rem-cycle enqueue` checks and turns
 # into lines per step (pipelines/enqueue.py) and :meth:`LazyEdgeTable.append_lines` inserts per
-# statement — about 1 MB of lines.
+# statement — about 1 MB of lines; and the rows :meth:`LazyEdgeTable.withdraw` reads per page.
 APPEND_BATCH_ROWS = 2000
 # The tables a drain's batch writes: back-filled nodes (their aliases, and the recall row a session
 # node gets), the edges, what their triggers log for the counts, and this queue's own two tables.
@@ -176,13 +176,20 @@ class LazyEdgeTable:
         withdrawn = 0
         with self.db.transaction() as conn:
             for table in ("lazy_edges", "lazy_edges_dead"):
-                rows = conn.execute(f"SELECT id, line FROM {table} WHERE {holds}", patterns).fetchall()
-                chosen = [row_id for row_id, line in rows if picks(line if isinstance(line, bytes) else line.encode("utf-8"))]
-                if dry_run:
-                    withdrawn += len(chosen)
-                    continue
-                for batch, marks in in_batches(chosen):
-                    withdrawn += conn.execute(f"DELETE FROM {table} WHERE id IN ({marks})", batch).rowcount
+                # A page of lines at a time, in id order: with many anchors the filter is the text
+                # every extraction line holds, and the whole table's lines must not be held at once.
+                after = 0
+                while rows := conn.execute(
+                    f"SELECT id, line FROM {table} WHERE id > ? AND ({holds}) ORDER BY id LIMIT ?",
+                    (after, *patterns, APPEND_BATCH_ROWS),
+                ).fetchall():
+                    after = rows[-1][0]
+                    chosen = [row_id for row_id, line in rows if picks(line if isinstance(line, bytes) else line.encode("utf-8"))]
+                    if dry_run:
+                        withdrawn += len(chosen)
+                        continue
+                    for batch, marks in in_batches(chosen):
+                        withdrawn += conn.execute(f"DELETE FROM {table} WHERE id IN ({marks})", batch).rowcount
         return withdrawn
 
     # --- reporting -----------------------------------------------------------------------

@@ -177,3 +177,39 @@ def test_many_anchors_are_matched_by_what_each_line_names_not_one_filter_each() 
                 for sid in ("s0", "s9", "sé")]
         assert [few.matches_dead_letter(record) for record in dead] == [few.matches(line(sid, f"memory:{sid}-t1")) for sid in ("s0", "s9", "sé")]
     assert [ExtractionLines.of("sé").matches(line(sid, f"memory:{sid}-t1")) for sid in ("s0", "sé")] == [False, True]
+
+
+@pytest.mark.both_backends
+def test_the_queue_table_withdraws_many_anchors_lines_a_page_at_a_time(settings: Settings) -> None:
+    # Ten anchors: the filter is the text every extraction line holds, so every row is a
+    # candidate. The table is read a page at a time (store.lazy_table.APPEND_BATCH_ROWS rows): the
+    # taken anchors' rows go on every page, across the pages' edges, in both tables; the others stay.
+    from pipelines.lazy_edge import ExtractionLines
+    from store.lazy_queue import edge_line
+    from store.lazy_table import APPEND_BATCH_ROWS, LazyEdgeTable
+
+    def line(sid: str, n: int) -> str:
+        return edge_line({"source": f"memory:{sid}-{n}", "target": f"memory:{sid}-t{n}", "relationship": "REFERENCED_BY",
+                          "properties": {"sessionId": sid, "chunk_ids": [f"{sid}:chunk:0"]}}).decode().rstrip("\n")
+
+    sessions = [f"s{i}" for i in range(12)]
+    lines = [line(sessions[n % 12], n) for n in range(APPEND_BATCH_ROWS * 2 + 37)]
+    db = open_database(settings)
+    try:
+        table = LazyEdgeTable(db)
+        table.append_lines(lines)
+        with db.transaction() as conn:  # a few dead letters too, past the first page's ids
+            conn.execute("INSERT INTO lazy_edges_dead(line, reason, detail, attempts, enqueued_at, dead_lettered_at) "
+                         "SELECT line, 'max-attempts', '', 5, enqueued_at, enqueued_at FROM lazy_edges WHERE id % 500 = 0")
+        taken = ExtractionLines.union([ExtractionLines.of(sid) for sid in sessions[:10]])
+        assert len(taken.filters) == 1
+        expected = sum(1 for text in lines if taken.matches(text)) + sum(
+            1 for (text,) in db.query("SELECT line FROM lazy_edges_dead") if taken.matches(text))
+        assert expected > APPEND_BATCH_ROWS and taken.matches(lines[0]) and not taken.matches(lines[10])
+        assert table.withdraw(taken.filters, taken.matches, dry_run=True) == expected
+        assert table.withdraw(taken.filters, taken.matches) == expected
+        left = [text for (text,) in db.query("SELECT line FROM lazy_edges ORDER BY id")]
+        assert left == [text for text in lines if json.loads(text)["properties"]["sessionId"] in sessions[10:]]
+        assert all(not taken.matches(text) for (text,) in db.query("SELECT line FROM lazy_edges_dead"))
+    finally:
+        db.close()
