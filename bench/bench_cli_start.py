@@ -35,7 +35,7 @@ def median_cpu(statement: str) -> float:
     return statistics.median(child_cpu_seconds(statement) for _ in range(RUNS))
 
 
-def main(argv: list[str]) -> None:
+def main(argv: list[str] | None = None) -> None:
     for package in ("config", "store", "pipelines", "worker"):
         compileall.compile_dir(ROOT / package, quiet=1)
     bare = median_cpu("pass")

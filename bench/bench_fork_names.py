@@ -48,7 +48,7 @@ def measure(session_id: str) -> dict[str, float]:
     return best
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     print(f"answer_moved_to for {CHUNKS} answers, best of 20:")
     print("| original's id | with the check | without | ratio |\n| --- | --- | --- | --- |")
     for session_id in ("s", "sess-2026-11-09-3a5f31"):

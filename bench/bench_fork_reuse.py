@@ -116,11 +116,11 @@ async def measure(rows: int, chunks: int) -> dict[str, float]:
         db.close()
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=100_000)
     parser.add_argument("--chunks", type=int, default=200)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     figures = anyio.run(measure, args.rows, args.chunks)
     base = figures["steady"]
     print(f"{args.rows:,} answers of other sessions, a session of {args.chunks} chunks (heuristic), best of 3:")

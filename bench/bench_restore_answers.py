@@ -73,10 +73,10 @@ def measure(root: Path, chunks: int) -> tuple[float, float]:
     return best[False], best[True]
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--chunks", type=int, default=2000)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     print("| extractions in the replaced graph | restore as it was | restore keeping them | ÷ as it was |")
     print("| --- | --- | --- | --- |")
     for scale in (1, 8):

@@ -199,12 +199,12 @@ def idle_cycle() -> dict[str, Any]:
     return {"idle_cycle_calls": calls, **looks, "look_over_ingest": round(looks["look_cpu_ms"] / looks["idle_ingest_ms"], 4)}
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sessions", type=int, nargs="+", default=[250, 2000])
     parser.add_argument("--retracted", type=int, nargs="+", default=[1, 8, 32])
     parser.add_argument("--rounds", type=int, default=15)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     configure_logging(level="warning")
     for sessions in args.sessions:
         for row in measure(sessions, args.retracted, args.rounds):

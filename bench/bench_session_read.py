@@ -49,12 +49,12 @@ async def measure(steps: list[int], turns: int, sample: int, workdir: Path) -> l
     return results
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, nargs="+", default=[5000, 40000])
     parser.add_argument("--turns", type=int, default=10, help="turns per session")
     parser.add_argument("--sample", type=int, default=20, help="sessions read per step")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         results = anyio.run(measure, sorted(args.steps), args.turns, args.sample, Path(tmp))
     first = results[0]

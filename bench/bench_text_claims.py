@@ -125,14 +125,14 @@ async def measure(db: Any, chunks: int, extractor: HeuristicExtractor, concurren
     return {name: min(times) for name, times in figures.items()}
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--chunks", type=int, default=200)
     parser.add_argument("--call-ms", type=float, default=200.0)
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--postgres-url", default=os.environ.get("REM_TEST_POSTGRES_URL", ""))
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     engines = ["sqlite", *(["postgresql"] if args.postgres_url else [])]
     print(f"a session of {args.chunks} chunks of new text through the map, best of {args.repeat}, "
           f"{args.concurrency} calls at a time:")

@@ -81,11 +81,11 @@ def measure(rows: int, baseline: Any) -> dict[str, Any]:
         return {"rows": rows, **results}
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, nargs="+", default=[2500, 20000])
     parser.add_argument("--baseline-ref", default="b487c5c", help="git ref of store/lazy_table.py to compare with")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     baseline = baseline_module(args.baseline_ref, "store/lazy_table.py")
     print("| rows | withdrawn | pages: peak MB, ms | baseline: peak MB, ms |")
     print("| --- | --- | --- | --- |")
