@@ -5,7 +5,8 @@ model call); so is a unit whose *text* hash has one in any session (a forked, re
 conversation: the same turns under new memory ids), its evidence moved to the unit's memories by
 place and the answer copied into the unit's own row. A unit whose last failure is still backing
 off is deferred (no call this cycle); every other unit is extracted, validated, and its outcome
-written to ``chunk_results`` — unless a unit of the same text is being extracted in the same phase
+written to ``chunk_results`` (a paid answer the database refuses is tried once more, then the unit
+is an outage: :data:`ANSWER_UNSTORED`) — unless a unit of the same text is being extracted in the same phase
 (another session's, or this one's): then it waits for that answer and reuses it the same way
 (:mod:`pipelines.extract.inflight`); or by another worker on the same database
 (:class:`pipelines.ports.TextClaims`): then it waits for that worker's answer, polling — unless its
@@ -51,6 +52,14 @@ STOPPED = "stopped"
 CLAIM_POLL_FIRST_SECONDS = 0.05
 CLAIM_POLL_MAX_SECONDS = 1.0
 
+# The ``error_kind`` of a unit whose paid answer the database refused to store, twice: an outage of
+# the database (no chunk's fault), so its session is deferred and charged nothing.
+ANSWER_UNSTORED = "answer-unstored"
+# A paid answer the database refuses is stored once more after this pause: a connection the server
+# dropped is replaced on the next statement, and a lock or restart of a second is waited out, so the
+# answer is kept; a longer outage loses it (the next attempt of its words asks the model again).
+STORE_RETRY_SECONDS = 1.0
+
 
 @dataclass(frozen=True, slots=True)
 class UnitOutcome:
@@ -64,8 +73,9 @@ class UnitOutcome:
     tokens_in: int = 0
     tokens_out: int = 0
     latency_ms: float = 0.0
-    # failed because the model server could not be reached or refused all work: an outage (also a
-    # unit deferred because the extraction of its text it waited on ended so)
+    # failed because the model server could not be reached or refused all work, or the database
+    # refused to store its paid answer (:data:`ANSWER_UNSTORED`): an outage (also a unit deferred
+    # because the extraction of its text it waited on ended so)
     outage: bool = False
     # deferred: when its backoff ends (run-state timestamp)
     retry_at: str | None = None
@@ -324,12 +334,31 @@ async def _extract_one(
         return UnitOutcome(unit, "failed", None, failure.kind, str(failure), failure.tokens_in, failure.tokens_out, latency,
                            outage=failure.outage)
     latency = round((time.perf_counter() - started) * 1000, 1)
-    await anyio.to_thread.run_sync(
-        partial(
+    try:
+        await _store_paid_answer(unit, partial(
             store.record_ok,
             session_id=unit.session_id, chunk_id=unit.unit_id, content_hash=unit.content_hash,
             text_hash=unit.text_hash, memory_ids=unit.memory_ids, fingerprint=fingerprint, tokens_in=reply.tokens_in,
             tokens_out=reply.tokens_out, latency_ms=latency, payload=extraction.to_payload(), run_id=run_id,
-        )
-    )
+        ))
+    except StoreError as exc:
+        # The answer was paid for and is valid: the database's failure, not the chunk's. An outage
+        # (pipelines.extract.workflow): the session is deferred, charged nothing; the waiters of its
+        # text in this phase defer with no call (their answers could not be stored either).
+        log.warning("paid answer not stored: the database refused it twice; its session is deferred, charged nothing",
+                    chunk_id=unit.unit_id, error=str(exc)[:300])
+        return UnitOutcome(unit, "failed", None, ANSWER_UNSTORED, str(exc), reply.tokens_in, reply.tokens_out, latency,
+                           outage=True)
     return UnitOutcome(unit, "ok", extraction, tokens_in=reply.tokens_in, tokens_out=reply.tokens_out, latency_ms=latency)
+
+
+async def _store_paid_answer(unit: WorkUnit, write: Callable[[], None]) -> None:
+    """``write()`` the answer of a paid call; once more after :data:`STORE_RETRY_SECONDS` when the
+    database refuses it. Raises the second refusal's :class:`StoreError`."""
+    try:
+        await anyio.to_thread.run_sync(write)
+    except StoreError as exc:
+        log.warning("paid answer not stored, trying once more", chunk_id=unit.unit_id, error=str(exc)[:300],
+                    pause_seconds=STORE_RETRY_SECONDS)
+        await anyio.sleep(STORE_RETRY_SECONDS)
+        await anyio.to_thread.run_sync(write)

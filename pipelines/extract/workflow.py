@@ -17,7 +17,7 @@ from config import Settings
 from pipelines.extract.commit import CommitStats, GraphIndex, commit_session
 from pipelines.extract.heuristic import HeuristicExtractor
 from pipelines.extract.inflight import InFlight
-from pipelines.extract.map import STOPPED, UnitOutcome, map_units
+from pipelines.extract.map import ANSWER_UNSTORED, STOPPED, UnitOutcome, map_units
 from pipelines.extract.model import Extractor, WorkUnit
 from pipelines.extract.reduce import reduce_session
 from pipelines.extract.units import SourceTurn, plan_units
@@ -208,7 +208,8 @@ async def extract_session(
             if not await anyio.to_thread.run_sync(env.unit.runstate.get_digests, [sid]):
                 return await _forgotten_meanwhile(sid, env)
         if failed:
-            why = ("the model server is out" if any(o.outage for o in failed)
+            why = ("the database refused a paid answer" if any(o.error_kind == ANSWER_UNSTORED for o in failed)
+                   else "the model server is out" if any(o.outage for o in failed)
                    else "the cycle is stopping" if any(o.error_kind == STOPPED for o in failed) else "chunks backing off")
             if all(o.status == "deferred" for o in failed) and not any(o.status == "ok" for o in outcomes):
                 # No call made: its chunks back off, or waited on extractions of their texts that
@@ -218,10 +219,11 @@ async def extract_session(
                 log.info("session deferred: no call made", reason=why, session_id=sid, chunks=[o.unit.unit_id for o in failed])
                 return "deferred"
             if all(o.status == "deferred" or o.outage for o in failed):
-                # The model server unreachable or refusing all work: an outage charges no attempt
-                # (it must never make a session undigestible); the chunks' failures are recorded,
-                # with their backoff (a chunk that waited on another's extraction of its text, which
-                # ended so or was left as the cycle stopped, made no call and records nothing).
+                # The model server unreachable or refusing all work, or the database refusing a paid
+                # answer: an outage charges no attempt (it must never make a session undigestible);
+                # the chunks' model failures are recorded, with their backoff (a chunk that waited on
+                # another's extraction of its text, which ended so or was left as the cycle stopped,
+                # made no call and records nothing; an answer the database refused records nothing).
                 log.info("session deferred", reason=why, session_id=sid, chunks=[o.unit.unit_id for o in failed])
                 return "outage"
             first = next(o for o in failed if o.status == "failed")
