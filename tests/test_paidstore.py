@@ -19,6 +19,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from config import Settings
+from pipelines.extract.inflight import HeldAnswers
 from pipelines.extract.map import ANSWER_UNSTORED, UnitOutcome, map_units
 from pipelines.extract.units import SourceTurn, plan_units
 from pipelines.extract.workflow import open_extractor
@@ -31,7 +32,7 @@ from tests.test_extract_cycle import llm_settings
 from tests.test_forkreuse import HISTORY, conversation
 from tests.test_textclaim import digests, sent_per_chunk
 from tests.test_textclaim_failures import charged, waiting_on_a_lock
-from tests.workers_support import ingested
+from tests.workers_support import graph_database, ingested
 from worker.cycle import run_cycle
 
 REFUSED = "chunk_results refuses writes"
@@ -62,35 +63,41 @@ def accept_answers(settings: Settings, database_url: str | None) -> None:
         conn.execute("DROP TRIGGER refuse_answers ON chunk_results")
 
 
-async def extract_phase(settings: Settings) -> dict[str, Any]:
-    result = await run_cycle(settings)
+async def extract_phase(settings: Settings, held: HeldAnswers | None = None) -> dict[str, Any]:
+    result = await run_cycle(settings, held_answers=held)
     assert result.outcome == "completed", result.message
     return result.phases["extract"]
 
 
 @pytest.mark.both_backends
+@pytest.mark.parametrize("process", ["daemon", "once"])
 async def test_a_database_that_refuses_the_answers_defers_the_session_and_charges_nothing(
-    tmp_path: Path, settings: Settings, database_url: str | None
+    tmp_path: Path, settings: Settings, database_url: str | None, process: str
 ) -> None:
     """Cycle 1: each of the three chunks is asked once, and the database refuses to store its
     answer (a trigger), twice. The session is deferred, charged no attempt, and no failed chunk row
     is left; the chunks count as ``answer-unstored``. Cycle 2, the database taking writes again,
-    digests it. The answers refused for longer than the pause are lost: each chunk is asked again
-    (the cost this test records). Before: the session was charged an attempt in cycle 1."""
+    digests it. In the daemon (its cycles share the held answers) cycle 2 stores the answers held
+    since cycle 1 and asks nothing; two ``--once`` processes hold nothing across, so each chunk is
+    asked again (the cost this test records). Before: the session was charged an attempt in cycle 1,
+    and each chunk was asked again in either case."""
+    held = HeldAnswers() if process == "daemon" else None
     with LLMServer() as llm:
         config = llm_settings(settings.data_dir, llm, **({"database_url": database_url} if database_url else {}))
         await ingested(settings.data_dir, [conversation("s", HISTORY)], tmp_path, database_url=database_url)
         refuse_answers(config, database_url)
-        first = await extract_phase(config)
+        first = await extract_phase(config, held)
         assert sent_per_chunk(llm) == [1, 1, 1]
         assert (first["sessions_deferred"], first["sessions_failed"], first["failures_by_kind"]) == (1, 0, {ANSWER_UNSTORED: 3})
         assert charged(config, database_url) == {"attempts": [0], "failed_chunks": 0}
         accept_answers(config, database_url)
-        second = await extract_phase(config)
-        assert sent_per_chunk(llm) == [2, 2, 2]
-        assert second["sessions_digested"] == 1
+        second = await extract_phase(config, held)
+        assert sent_per_chunk(llm) == ([1, 1, 1] if process == "daemon" else [2, 2, 2])
+        assert (second["sessions_digested"], second["chunks_reused"]) == (1, 3 if process == "daemon" else 0)
     assert digests(config) == [("s", "digested")]
     assert charged(config, database_url) == {"attempts": [0], "failed_chunks": 0}
+    with graph_database(settings.data_dir, database_url) as db:  # each answer's row carries its one call's tokens
+        assert [r[0] for r in db.query("SELECT attempts FROM chunk_results WHERE tokens_in > 0")] == [1, 1, 1]
 
 
 async def test_an_answer_sqlite_refuses_past_its_busy_timeout_is_stored_after_the_pause(tmp_path: Path, settings: Settings) -> None:

@@ -16,7 +16,7 @@ import structlog
 from config import Settings
 from pipelines.extract.commit import CommitStats, GraphIndex, commit_session
 from pipelines.extract.heuristic import HeuristicExtractor
-from pipelines.extract.inflight import InFlight
+from pipelines.extract.inflight import HeldAnswers, InFlight
 from pipelines.extract.map import ANSWER_UNSTORED, STOPPED, UnitOutcome, map_units
 from pipelines.extract.model import Extractor, WorkUnit
 from pipelines.extract.reduce import reduce_session
@@ -91,6 +91,9 @@ class ExtractEnv:
     # TextClaimStore): a chunk whose words another worker is extracting waits for its answer.
     # None: no other worker extracts on this database (REM_SHARED_EXTRACT off).
     text_claims: TextClaims | None = None
+    # Paid answers the database refused to store, stored at the next attempt of their words instead
+    # of asking again (pipelines/extract/inflight.py). None: each session's map its own.
+    held_answers: HeldAnswers | None = None
 
 
 @dataclass(slots=True)
@@ -198,7 +201,7 @@ async def extract_session(
             units, extractor=env.extractor, store=env.unit.chunks, semantic_types=env.semantic_types,
             limiter=limiter, now=env.now, run_id=env.run_id, retry_base_seconds=env.retry_base_seconds,
             retry_max_seconds=env.retry_max_seconds, in_flight=in_flight, text_claims=env.text_claims,
-            should_stop=should_stop,
+            should_stop=should_stop, held=env.held_answers,
         )
         _count_outcomes(stats, outcomes)
         failed = [o for o in outcomes if o.extraction is None]
