@@ -6,9 +6,9 @@ conversation: the same turns under new memory ids), its evidence moved to the un
 place and the answer copied into the unit's own row. A unit whose last failure is still backing
 off is deferred (no call this cycle); every other unit is extracted, validated, and its outcome
 written to ``chunk_results`` (a paid answer the database refuses is tried once more, then held in
-the process for the next attempt of its words and the unit is an outage: :data:`ANSWER_UNSTORED`) — unless a unit of the same text is being extracted in the same phase
-(another session's, or this one's): then it waits for that answer and reuses it the same way
-(:mod:`pipelines.extract.inflight`); or by another worker on the same database
+the process for the next attempt of its words and the unit is an outage: :data:`ANSWER_UNSTORED`)
+— unless a unit of the same text is being extracted in the same phase (another session's, or this
+one's): then it waits for that answer and reuses it the same way (:mod:`pipelines.extract.inflight`); or by another worker on the same database
 (:class:`pipelines.ports.TextClaims`): then it waits for that worker's answer, polling — unless its
 cycle is stopping: then it ends deferred, with no call.
 """
@@ -56,8 +56,8 @@ CLAIM_POLL_MAX_SECONDS = 1.0
 # the database (no chunk's fault), so its session is deferred and charged nothing.
 ANSWER_UNSTORED = "answer-unstored"
 # A paid answer the database refuses is stored once more after this pause: a connection the server
-# dropped is replaced on the next statement, and a lock or restart of a second is waited out, so the
-# answer is kept; a longer outage loses it (the next attempt of its words asks the model again).
+# dropped is replaced on the next statement, and a lock or restart of a second is waited out; past
+# it, the answer is held in the process (HeldAnswers) for the next attempt of its words.
 STORE_RETRY_SECONDS = 1.0
 
 
