@@ -32,6 +32,7 @@ import structlog
 from config import Settings
 from config.redact import redact
 from pipelines.drain import DrainStats, drain_queue
+from pipelines.extract.inflight import HeldAnswers
 from pipelines.forget import MassRetractionRefused, retract_vanished, sessions_to_retract
 from pipelines.ingest import ScanResult, mark_holds, scan_changed_sessions, sessions_to_sync, sync_batch_isolating_failures
 from store.chroma import ChromaStore, ChromaStoreError, ChromaUnavailableError
@@ -134,6 +135,9 @@ class CycleContext:
     # Whether the ingest took out sessions or turns whose rows left Chroma: finalize then erases
     # their text from the database's files, as a forget does.
     erase_due: bool = False
+    # Paid answers the database refused to store, for the next attempt of their words (the
+    # daemon's outlive the cycle: pipelines/extract/inflight.py).
+    held_answers: HeldAnswers = field(default_factory=HeldAnswers)
     # Why the queue lines of what a failed ingest phase retracted stay queued (their withdrawal
     # failed too): the failed phase's record shows it, beside the phase's own error.
     queue_error: str | None = None
@@ -407,6 +411,7 @@ async def extract(ctx: CycleContext) -> dict[str, Any]:
             resolver=resolver,
             merges=stores.unit.merges, forgotten_memories=partial(TombstoneStore(stores.db).buried, MEMORY),
             session_memory_ids=TombstoneStore(stores.db).session_memories, claims=claims, text_claims=text_claims,
+            held_answers=ctx.held_answers,
         )
         stats, queued = ExtractStats(), 0
         try:
@@ -652,6 +657,7 @@ async def run_cycle(
     lease_owner: str | None = None,
     allow_mass_retraction: bool = False,
     on_cancelled: Callable[[CycleResult], object] | None = None,
+    held_answers: HeldAnswers | None = None,
 ) -> CycleResult:
     """Run one REM cycle under the single-flight locks (the host's lock file, the database's
     ``rem_locks`` row) and record it. Raises :class:`CycleBusyError` when another cycle holds
@@ -666,7 +672,9 @@ async def run_cycle(
     ``allow_mass_retraction``: ingest may retract most of the graph's sessions at once (see
     :func:`pipelines.forget.sessions_to_retract`). A cycle cancelled (the grace time of a stop ran
     out) returns nothing: ``on_cancelled`` is handed what it recorded before the cancellation goes
-    on (``interrupted``, ``cancelled``), so that ``--once --json`` can still print its report."""
+    on (``interrupted``, ``cancelled``), so that ``--once --json`` can still print its report.
+    ``held_answers``: paid answers the database refused to store (the daemon's, kept across its
+    cycles, so the next one stores them instead of asking the model again); None: this cycle's own."""
     attempt = CycleAttempt(run_id=new_run_id(), reason=reason, mode=mode)
     lease_owner = lease_owner or worker_owner()
     try:
@@ -687,6 +695,7 @@ async def run_cycle(
                     return await _run_phases(
                         settings, stores, attempt, stop=stop or anyio.Event(), phases=phases, lease_owner=lease_owner,
                         lock=locks if leader else None, allow_mass_retraction=allow_mass_retraction,
+                        held_answers=held_answers if held_answers is not None else HeldAnswers(),
                     )
                 finally:
                     if leader:
@@ -768,6 +777,7 @@ async def _run_phases(
     phases: tuple[tuple[str, Phase], ...],
     lease_owner: str,
     lock: LockStore | None,
+    held_answers: HeldAnswers,
     allow_mass_retraction: bool = False,
 ) -> CycleResult:
     run_id = attempt.run_id
@@ -783,7 +793,7 @@ async def _run_phases(
     attempt.row_started = True
     ctx = CycleContext(
         settings=settings, stores=stores, run_id=run_id, stop=stop, lease_owner=lease_owner,
-        allow_mass_retraction=allow_mass_retraction, lock=lock,
+        allow_mass_retraction=allow_mass_retraction, lock=lock, held_answers=held_answers,
     )
     beats: list[Callable[[], object]] = [partial(runstate.heartbeat, run_id), ClaimStore(stores.db, owner=lease_owner, lease_seconds=settings.lease_timeout_seconds).heartbeat]
     if settings.shared_extract:  # the text claims of the extractions in progress (store.claims.TextClaimStore)

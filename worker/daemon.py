@@ -20,6 +20,7 @@ from pathlib import Path
 import anyio
 
 from config import Settings
+from pipelines.extract.inflight import HeldAnswers
 from store.claims import worker_owner
 from store.library_log import get_logger
 from worker.cycle import EXIT_OK, REFUSALS, CycleBusyError, run_cycle, single_flight
@@ -69,6 +70,8 @@ async def _schedule(settings: Settings, stop: anyio.Event, recorder: FailureReco
     # lock a cycle could not release (the database dropped its connection) is not waited out by
     # the next cycle for REM_LEASE_TIMEOUT_SECONDS.
     owner = worker_owner()
+    # Paid answers the database refused to store: the next cycle stores them instead of asking again.
+    held = HeldAnswers()
     if not settings.run_at_startup:
         await _sleep_unless_stopped(stop, settings.interval_seconds)
     while not stop.is_set():
@@ -77,7 +80,8 @@ async def _schedule(settings: Settings, stop: anyio.Event, recorder: FailureReco
         await anyio.to_thread.run_sync(recorder.flush)
         try:
             # Every failure but a busy lock is recorded and returned (worker.cycle.run_cycle).
-            await run_cycle(settings, reason="scheduled", mode="daemon", stop=stop, recorder=recorder, lease_owner=owner)
+            await run_cycle(settings, reason="scheduled", mode="daemon", stop=stop, recorder=recorder, lease_owner=owner,
+                            held_answers=held)
         except CycleBusyError as exc:
             log.warning("cycle skipped", reason=str(exc))
         except REFUSALS as exc:

@@ -16,6 +16,10 @@ progress, so every flight lands: a waiter cannot wait for ever, whatever the num
 slots or duplicates. The registry holds one small entry per text answered (or out) in the phase
 and lives as long as the phase does: nothing outlives the cycle. Pure: no I/O, no clock.
 
+:class:`HeldAnswers` is the other half of never paying twice: a paid answer the database refused
+to store, kept in the process for the next attempt of its words (the daemon keeps one for its
+life, so its next cycle stores the answer instead of asking the model again).
+
 The registry is this process's. Where other workers share the database, the unit granted a text
 here claims it there too before its call (:func:`pipelines.extract.map._claim_among_workers`,
 ``text_claims``), so a second claim inside one process still costs no database round trip.
@@ -26,6 +30,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import anyio
+
+from pipelines.extract.model import ChunkExtraction
 
 # (extractor fingerprint, text hash): the same words asked of the same extractor.
 TextKey = tuple[str, str]
@@ -67,3 +73,40 @@ class InFlight:
         if not answered and outage is None:
             del self._flights[key]
         flight.landed.set()
+
+
+# Paid answers a process keeps while the database refuses them: a few megabytes at most (an answer
+# is a few kilobytes); past it, the oldest goes (its words are asked again, as before paidstore).
+HELD_ANSWERS_MAX = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class HeldAnswer:
+    """A paid, validated answer the database refused to store: the unit it answered (its session,
+    its turns' memories, in turn order) and what the call cost."""
+
+    extraction: ChunkExtraction
+    session_id: str
+    memory_ids: tuple[str, ...]
+    tokens_in: int
+    tokens_out: int
+    latency_ms: float
+
+
+class HeldAnswers:
+    """The paid answers the database refused to store, by :data:`TextKey`, oldest first, at most
+    :data:`HELD_ANSWERS_MAX`. Pure: no I/O, no clock."""
+
+    def __init__(self) -> None:
+        self._held: dict[TextKey, HeldAnswer] = {}
+
+    def keep(self, key: TextKey, answer: HeldAnswer) -> None:
+        """Hold ``answer`` for the next attempt of ``key``'s words (replacing one held for them)."""
+        self._held.pop(key, None)
+        self._held[key] = answer
+        while len(self._held) > HELD_ANSWERS_MAX:
+            del self._held[next(iter(self._held))]
+
+    def take(self, key: TextKey) -> HeldAnswer | None:
+        """The answer held for ``key``'s words, no longer held (the taker stores it or keeps it again)."""
+        return self._held.pop(key, None)

@@ -5,9 +5,10 @@ model call); so is a unit whose *text* hash has one in any session (a forked, re
 conversation: the same turns under new memory ids), its evidence moved to the unit's memories by
 place and the answer copied into the unit's own row. A unit whose last failure is still backing
 off is deferred (no call this cycle); every other unit is extracted, validated, and its outcome
-written to ``chunk_results`` — unless a unit of the same text is being extracted in the same phase
-(another session's, or this one's): then it waits for that answer and reuses it the same way
-(:mod:`pipelines.extract.inflight`); or by another worker on the same database
+written to ``chunk_results`` (a paid answer the database refuses is tried once more, then held in
+the process for the next attempt of its words and the unit is an outage: :data:`ANSWER_UNSTORED`)
+— unless a unit of the same text is being extracted in the same phase (another session's, or this
+one's): then it waits for that answer and reuses it the same way (:mod:`pipelines.extract.inflight`); or by another worker on the same database
 (:class:`pipelines.ports.TextClaims`): then it waits for that worker's answer, polling — unless its
 cycle is stopping: then it ends deferred, with no call.
 """
@@ -23,7 +24,7 @@ from typing import Literal
 
 import anyio
 
-from pipelines.extract.inflight import InFlight, TextKey
+from pipelines.extract.inflight import HeldAnswer, HeldAnswers, InFlight, TextKey
 from pipelines.extract.model import (
     ChunkExtraction,
     ExtractionFailure,
@@ -51,6 +52,14 @@ STOPPED = "stopped"
 CLAIM_POLL_FIRST_SECONDS = 0.05
 CLAIM_POLL_MAX_SECONDS = 1.0
 
+# The ``error_kind`` of a unit whose paid answer the database refused to store, twice: an outage of
+# the database (no chunk's fault), so its session is deferred and charged nothing.
+ANSWER_UNSTORED = "answer-unstored"
+# A paid answer the database refuses is stored once more after this pause: a connection the server
+# dropped is replaced on the next statement, and a lock or restart of a second is waited out; past
+# it, the answer is held in the process (HeldAnswers) for the next attempt of its words.
+STORE_RETRY_SECONDS = 1.0
+
 
 @dataclass(frozen=True, slots=True)
 class UnitOutcome:
@@ -64,8 +73,9 @@ class UnitOutcome:
     tokens_in: int = 0
     tokens_out: int = 0
     latency_ms: float = 0.0
-    # failed because the model server could not be reached or refused all work: an outage (also a
-    # unit deferred because the extraction of its text it waited on ended so)
+    # failed because the model server could not be reached or refused all work, or the database
+    # refused to store its paid answer (:data:`ANSWER_UNSTORED`): an outage (also a unit deferred
+    # because the extraction of its text it waited on ended so)
     outage: bool = False
     # deferred: when its backoff ends (run-state timestamp)
     retry_at: str | None = None
@@ -105,14 +115,18 @@ async def map_units(
     in_flight: InFlight | None = None,
     text_claims: TextClaims | None = None,
     should_stop: Callable[[], bool] = lambda: False,
+    held: HeldAnswers | None = None,
 ) -> list[UnitOutcome]:
     """Outcomes in unit order. Never raises for a unit's failure: it is an outcome; a failed unit is
     not tried again before :func:`chunk_backoff` of its failures (``retry_*_seconds``) has passed.
     ``in_flight``: the phase's texts being extracted, shared by the sessions it maps side by side
     (a new one, this map's alone, when None). ``text_claims``: the texts the workers sharing the
     database are extracting (None: no other worker extracts on it). ``should_stop``: whether the
-    cycle is stopping — a unit waiting for another worker's answer then ends deferred (:data:`STOPPED`)."""
+    cycle is stopping — a unit waiting for another worker's answer then ends deferred (:data:`STOPPED`).
+    ``held``: the paid answers the database refused to store, stored instead of asking again (a new
+    one, this map's alone, when None; the daemon keeps one for its life)."""
     in_flight = in_flight if in_flight is not None else InFlight()
+    held = held if held is not None else HeldAnswers()
     fingerprint = extractor.fingerprint
     known = await anyio.to_thread.run_sync(store.get_many, [u.content_hash for u in units], fingerprint)
     unanswered = [u.text_hash for u in units if not u.is_empty and not _answered(known.get(u.content_hash))]
@@ -146,7 +160,7 @@ async def map_units(
         extract = partial(
             _extract_one, units[index], extractor=extractor, store=store, semantic_types=semantic_types, limiter=limiter,
             fingerprint=fingerprint, now=now, run_id=run_id, failed_before=_failures(known.get(units[index].content_hash)),
-            retry_base_seconds=retry_base_seconds, retry_max_seconds=retry_max_seconds,
+            retry_base_seconds=retry_base_seconds, retry_max_seconds=retry_max_seconds, held=held,
         )
         outcomes[index] = await _extract_once(units[index], extract, in_flight=in_flight, text_claims=text_claims,
                                               store=store, fingerprint=fingerprint, run_id=run_id, should_stop=should_stop)
@@ -299,7 +313,16 @@ async def _extract_one(
     failed_before: int,
     retry_base_seconds: float,
     retry_max_seconds: float,
+    held: HeldAnswers,
 ) -> UnitOutcome:
+    kept = held.take((fingerprint, unit.text_hash))
+    if kept is not None:
+        moved = answer_moved_to(kept.extraction, unit, kept.memory_ids, session_id=kept.session_id)
+        if moved is not None:  # paid by an earlier attempt whose store the database refused: not asked again
+            return await _stored(unit, moved, replace(kept, extraction=moved, session_id=unit.session_id,
+                                                      memory_ids=unit.memory_ids),
+                                 store=store, held=held, fingerprint=fingerprint, run_id=run_id, called=False)
+        held.keep((fingerprint, unit.text_hash), kept)  # its own session's (it names it): this unit pays
     try:
         # The limiter bounds model calls only: validating and recording happen after the slot is freed.
         async with limiter:
@@ -324,12 +347,53 @@ async def _extract_one(
         return UnitOutcome(unit, "failed", None, failure.kind, str(failure), failure.tokens_in, failure.tokens_out, latency,
                            outage=failure.outage)
     latency = round((time.perf_counter() - started) * 1000, 1)
-    await anyio.to_thread.run_sync(
-        partial(
+    paid = HeldAnswer(extraction, unit.session_id, unit.memory_ids, reply.tokens_in, reply.tokens_out, latency)
+    return await _stored(unit, extraction, paid, store=store, held=held, fingerprint=fingerprint, run_id=run_id, called=True)
+
+
+async def _stored(
+    unit: WorkUnit,
+    extraction: ChunkExtraction,
+    paid: HeldAnswer,
+    *,
+    store: ChunkResults,
+    held: HeldAnswers,
+    fingerprint: str,
+    run_id: str | None,
+    called: bool,
+) -> UnitOutcome:
+    """``unit``'s paid answer stored with what its call cost (``paid``): ``ok`` when this attempt
+    ``called`` the model, ``reused`` when the answer was held from an earlier one. When the database
+    refuses it twice (:func:`_store_paid_answer`), the answer is held in ``held`` for the next
+    attempt of its words and the unit is an outage (:data:`ANSWER_UNSTORED`)."""
+    try:
+        await _store_paid_answer(unit, partial(
             store.record_ok,
             session_id=unit.session_id, chunk_id=unit.unit_id, content_hash=unit.content_hash,
-            text_hash=unit.text_hash, memory_ids=unit.memory_ids, fingerprint=fingerprint, tokens_in=reply.tokens_in,
-            tokens_out=reply.tokens_out, latency_ms=latency, payload=extraction.to_payload(), run_id=run_id,
-        )
-    )
-    return UnitOutcome(unit, "ok", extraction, tokens_in=reply.tokens_in, tokens_out=reply.tokens_out, latency_ms=latency)
+            text_hash=unit.text_hash, memory_ids=unit.memory_ids, fingerprint=fingerprint, tokens_in=paid.tokens_in,
+            tokens_out=paid.tokens_out, latency_ms=paid.latency_ms, payload=extraction.to_payload(), run_id=run_id,
+        ))
+    except StoreError as exc:
+        # The answer was paid for and is valid: the database's failure, not the chunk's. An outage
+        # (pipelines.extract.workflow): the session is deferred, charged nothing; the waiters of its
+        # text in this phase defer with no call (their answers could not be stored either).
+        held.keep((fingerprint, unit.text_hash), paid)
+        log.warning("paid answer not stored: the database refused it twice; held for the next attempt of its words, "
+                    "its session deferred, charged nothing", chunk_id=unit.unit_id, error=str(exc)[:300])
+        spent = (paid.tokens_in, paid.tokens_out, paid.latency_ms) if called else (0, 0, 0.0)
+        return UnitOutcome(unit, "failed", None, ANSWER_UNSTORED, str(exc), *spent, outage=True)
+    if not called:
+        return UnitOutcome(unit, "reused", extraction)
+    return UnitOutcome(unit, "ok", extraction, tokens_in=paid.tokens_in, tokens_out=paid.tokens_out, latency_ms=paid.latency_ms)
+
+
+async def _store_paid_answer(unit: WorkUnit, write: Callable[[], None]) -> None:
+    """``write()`` the answer of a paid call; once more after :data:`STORE_RETRY_SECONDS` when the
+    database refuses it. Raises the second refusal's :class:`StoreError`."""
+    try:
+        await anyio.to_thread.run_sync(write)
+    except StoreError as exc:
+        log.warning("paid answer not stored, trying once more", chunk_id=unit.unit_id, error=str(exc)[:300],
+                    pause_seconds=STORE_RETRY_SECONDS)
+        await anyio.sleep(STORE_RETRY_SECONDS)
+        await anyio.to_thread.run_sync(write)

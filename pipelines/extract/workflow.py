@@ -16,8 +16,8 @@ import structlog
 from config import Settings
 from pipelines.extract.commit import CommitStats, GraphIndex, commit_session
 from pipelines.extract.heuristic import HeuristicExtractor
-from pipelines.extract.inflight import InFlight
-from pipelines.extract.map import STOPPED, UnitOutcome, map_units
+from pipelines.extract.inflight import HeldAnswers, InFlight
+from pipelines.extract.map import ANSWER_UNSTORED, STOPPED, UnitOutcome, map_units
 from pipelines.extract.model import Extractor, WorkUnit
 from pipelines.extract.reduce import reduce_session
 from pipelines.extract.units import SourceTurn, plan_units
@@ -91,6 +91,9 @@ class ExtractEnv:
     # TextClaimStore): a chunk whose words another worker is extracting waits for its answer.
     # None: no other worker extracts on this database (REM_SHARED_EXTRACT off).
     text_claims: TextClaims | None = None
+    # Paid answers the database refused to store, stored at the next attempt of their words instead
+    # of asking again (pipelines/extract/inflight.py). None: each session's map its own.
+    held_answers: HeldAnswers | None = None
 
 
 @dataclass(slots=True)
@@ -198,7 +201,7 @@ async def extract_session(
             units, extractor=env.extractor, store=env.unit.chunks, semantic_types=env.semantic_types,
             limiter=limiter, now=env.now, run_id=env.run_id, retry_base_seconds=env.retry_base_seconds,
             retry_max_seconds=env.retry_max_seconds, in_flight=in_flight, text_claims=env.text_claims,
-            should_stop=should_stop,
+            should_stop=should_stop, held=env.held_answers,
         )
         _count_outcomes(stats, outcomes)
         failed = [o for o in outcomes if o.extraction is None]
@@ -208,7 +211,8 @@ async def extract_session(
             if not await anyio.to_thread.run_sync(env.unit.runstate.get_digests, [sid]):
                 return await _forgotten_meanwhile(sid, env)
         if failed:
-            why = ("the model server is out" if any(o.outage for o in failed)
+            why = ("the database refused a paid answer" if any(o.error_kind == ANSWER_UNSTORED for o in failed)
+                   else "the model server is out" if any(o.outage for o in failed)
                    else "the cycle is stopping" if any(o.error_kind == STOPPED for o in failed) else "chunks backing off")
             if all(o.status == "deferred" for o in failed) and not any(o.status == "ok" for o in outcomes):
                 # No call made: its chunks back off, or waited on extractions of their texts that
@@ -218,10 +222,11 @@ async def extract_session(
                 log.info("session deferred: no call made", reason=why, session_id=sid, chunks=[o.unit.unit_id for o in failed])
                 return "deferred"
             if all(o.status == "deferred" or o.outage for o in failed):
-                # The model server unreachable or refusing all work: an outage charges no attempt
-                # (it must never make a session undigestible); the chunks' failures are recorded,
-                # with their backoff (a chunk that waited on another's extraction of its text, which
-                # ended so or was left as the cycle stopped, made no call and records nothing).
+                # The model server unreachable or refusing all work, or the database refusing a paid
+                # answer: an outage charges no attempt (it must never make a session undigestible);
+                # the chunks' model failures are recorded, with their backoff (a chunk that waited on
+                # another's extraction of its text, which ended so or was left as the cycle stopped,
+                # made no call and records nothing; an answer the database refused records nothing).
                 log.info("session deferred", reason=why, session_id=sid, chunks=[o.unit.unit_id for o in failed])
                 return "outage"
             first = next(o for o in failed if o.status == "failed")

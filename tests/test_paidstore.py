@@ -1,0 +1,178 @@
+"""A paid answer the database refuses to store (paidstore): the session is charged nothing — an
+outage of the database, no chunk's fault — and an answer the database takes a second later is kept,
+not paid for again. Before, the refusal crashed the session, which was charged an attempt when the
+database was back by the time the failure was recorded, and the answer was lost. Real cycles, real
+SQLite files and PostgreSQL (a trigger that refuses, a lock past the busy timeout, a connection cut
+mid-store), embedded Chroma, the loopback chat-completions server counting requests."""
+
+from __future__ import annotations
+
+import sqlite3
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import anyio
+import psycopg
+import pytest
+from structlog.testing import capture_logs
+
+from config import Settings
+from pipelines.extract.inflight import HeldAnswers
+from pipelines.extract.map import ANSWER_UNSTORED, UnitOutcome, map_units
+from pipelines.extract.units import SourceTurn, plan_units
+from pipelines.extract.workflow import open_extractor
+from store.backend import open_database_at
+from store.chunks import ChunkResultStore
+from tests.daemon_support import wait_for
+from tests.llm_server import LLMServer, held
+from tests.test_audit_remote_postgres import app_name
+from tests.test_extract_cycle import llm_settings
+from tests.test_forkreuse import HISTORY, conversation
+from tests.test_textclaim import digests, sent_per_chunk
+from tests.test_textclaim_failures import charged, waiting_on_a_lock
+from tests.workers_support import graph_database, ingested
+from worker.cycle import run_cycle
+
+REFUSED = "chunk_results refuses writes"
+
+
+def refuse_answers(settings: Settings, database_url: str | None) -> None:
+    """Make the graph database refuse every write of ``chunk_results`` (a trigger that raises)."""
+    if database_url is None:
+        with sqlite3.connect(settings.graph_path) as conn:
+            for verb in ("INSERT", "UPDATE"):
+                conn.execute(f"CREATE TRIGGER refuse_{verb.lower()} BEFORE {verb} ON chunk_results "
+                             f"BEGIN SELECT RAISE(ABORT, '{REFUSED}'); END")
+        return
+    with psycopg.connect(database_url) as conn:
+        conn.execute(f"CREATE FUNCTION refuse_answers() RETURNS trigger LANGUAGE plpgsql AS "
+                     f"$$BEGIN RAISE EXCEPTION '{REFUSED}'; END$$")
+        conn.execute("CREATE TRIGGER refuse_answers BEFORE INSERT OR UPDATE ON chunk_results "
+                     "FOR EACH ROW EXECUTE FUNCTION refuse_answers()")
+
+
+def accept_answers(settings: Settings, database_url: str | None) -> None:
+    if database_url is None:
+        with sqlite3.connect(settings.graph_path) as conn:
+            conn.execute("DROP TRIGGER refuse_insert")
+            conn.execute("DROP TRIGGER refuse_update")
+        return
+    with psycopg.connect(database_url) as conn:
+        conn.execute("DROP TRIGGER refuse_answers ON chunk_results")
+
+
+async def extract_phase(settings: Settings, held: HeldAnswers | None = None) -> dict[str, Any]:
+    result = await run_cycle(settings, held_answers=held)
+    assert result.outcome == "completed", result.message
+    return result.phases["extract"]
+
+
+@pytest.mark.both_backends
+@pytest.mark.parametrize("process", ["daemon", "once"])
+async def test_a_database_that_refuses_the_answers_defers_the_session_and_charges_nothing(
+    tmp_path: Path, settings: Settings, database_url: str | None, process: str
+) -> None:
+    """Cycle 1: each of the three chunks is asked once, and the database refuses to store its
+    answer (a trigger), twice. The session is deferred, charged no attempt, and no failed chunk row
+    is left; the chunks count as ``answer-unstored``. Cycle 2, the database taking writes again,
+    digests it. In the daemon (its cycles share the held answers) cycle 2 stores the answers held
+    since cycle 1 and asks nothing; two ``--once`` processes hold nothing across, so each chunk is
+    asked again (the cost this test records). Before: the session was charged an attempt in cycle 1,
+    and each chunk was asked again in either case."""
+    held = HeldAnswers() if process == "daemon" else None
+    with LLMServer() as llm:
+        config = llm_settings(settings.data_dir, llm, **({"database_url": database_url} if database_url else {}))
+        await ingested(settings.data_dir, [conversation("s", HISTORY)], tmp_path, database_url=database_url)
+        refuse_answers(config, database_url)
+        first = await extract_phase(config, held)
+        assert sent_per_chunk(llm) == [1, 1, 1]
+        assert (first["sessions_deferred"], first["sessions_failed"], first["failures_by_kind"]) == (1, 0, {ANSWER_UNSTORED: 3})
+        assert charged(config, database_url) == {"attempts": [0], "failed_chunks": 0}
+        accept_answers(config, database_url)
+        second = await extract_phase(config, held)
+        assert sent_per_chunk(llm) == ([1, 1, 1] if process == "daemon" else [2, 2, 2])
+        assert (second["sessions_digested"], second["chunks_reused"]) == (1, 3 if process == "daemon" else 0)
+    assert digests(config) == [("s", "digested")]
+    assert charged(config, database_url) == {"attempts": [0], "failed_chunks": 0}
+    with graph_database(settings.data_dir, database_url) as db:  # each answer's row carries its one call's tokens
+        assert [r[0] for r in db.query("SELECT attempts FROM chunk_results WHERE tokens_in > 0")] == [1, 1, 1]
+
+
+async def test_an_answer_sqlite_refuses_past_its_busy_timeout_is_stored_after_the_pause(tmp_path: Path, settings: Settings) -> None:
+    """The map on a real SQLite file whose busy timeout is short (0.3 s; a worker's is 30 s):
+    another connection holds the write lock (``BEGIN IMMEDIATE``) when the three answers arrive,
+    so each store is refused (``database is locked``); the lock goes before the second try, which
+    stores each answer — one call per chunk, all ``ok``, nothing failed. Before: the map raised."""
+    answers = held()
+    with LLMServer(default=answers) as llm:
+        config = settings.model_copy(update={"extractor": "openai", "llm_base_url": llm.url, "llm_max_retries": 0})
+        db = open_database_at(path=tmp_path / "graph.sqlite3", url=None, timeout=0.3)
+        try:
+            units = plan_units("s", [SourceTurn(f"m{i}", f"Turn {i} names the {word}.", "user")
+                                     for i, word in enumerate(("PartAItem", "PartBItem", "PartCItem"))], budget_tokens=16)
+            assert len(units) == 3
+            outcomes: list[UnitOutcome] = []
+            async with open_extractor(config) as extractor:
+
+                async def mapped() -> None:
+                    outcomes.extend(await map_units(
+                        units, extractor=extractor, store=ChunkResultStore(db), semantic_types=config.semantic_types,
+                        limiter=anyio.CapacityLimiter(4), now=datetime.now(UTC), run_id="r", retry_base_seconds=60,
+                        retry_max_seconds=600))
+
+                with capture_logs() as logs:
+                    async with anyio.create_task_group() as tg:
+                        tg.start_soon(mapped)
+                        while llm.chat_count < 3:
+                            await anyio.sleep(0.02)
+                        locker = sqlite3.connect(tmp_path / "graph.sqlite3", isolation_level=None)
+                        locker.execute("BEGIN IMMEDIATE")
+                        try:
+                            answers.release.set()
+                            while sum(e["event"].startswith("paid answer not stored, trying once more") for e in logs) < 3:
+                                await anyio.sleep(0.02)
+                        finally:
+                            locker.execute("ROLLBACK")
+                            locker.close()
+            assert [o.status for o in outcomes] == ["ok"] * 3
+            assert llm.chat_count == 3
+            assert [tuple(r) for r in db.query("SELECT status, attempts FROM chunk_results")] == [("ok", 1)] * 3
+        finally:
+            db.close()
+
+
+@pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
+async def test_an_answer_whose_connection_is_cut_mid_store_is_kept_and_the_session_digested(
+    tmp_path: Path, settings: Settings, database_url: str, postgres_server_url: str
+) -> None:
+    """Another client locks ``chunk_results``, so the worker's first store waits on the lock; its
+    connection is cut there (``pg_terminate_backend``: a failover, an administrator) and the lock
+    released. The store is tried again on a new connection and kept: the session is digested in
+    that cycle, 0 attempts, one request per chunk, and the next cycle asks nothing. Before: the
+    session was charged an attempt and the cut chunk asked again in the next cycle."""
+    url = f"{database_url}&application_name=paidstore-{uuid.uuid4().hex[:12]}"
+    with LLMServer() as llm:
+        await ingested(settings.data_dir, [conversation("s", HISTORY)], tmp_path, database_url=database_url)
+        config = llm_settings(settings.data_dir, llm, database_url=url)
+        with psycopg.connect(database_url) as locker:
+            locker.execute("LOCK TABLE chunk_results IN EXCLUSIVE MODE")
+            async with anyio.create_task_group() as tg:
+                phases: list[dict[str, Any]] = []
+
+                async def cycle() -> None:
+                    phases.append(await extract_phase(config))
+
+                tg.start_soon(cycle)
+                pid = (await anyio.to_thread.run_sync(lambda: wait_for(
+                    lambda: waiting_on_a_lock(postgres_server_url, app_name(url)), interval=0.05,
+                    what="the worker's store never waited on the lock")))[0]
+                with psycopg.connect(postgres_server_url, autocommit=True) as admin:
+                    assert admin.execute("SELECT pg_terminate_backend(%s)", (pid,)).fetchone()[0]
+                locker.rollback()
+        assert phases[0]["sessions_digested"] == 1, phases
+        await extract_phase(config)
+        assert sent_per_chunk(llm) == [1, 1, 1]
+    assert digests(settings) == [("s", "digested")]
+    assert charged(settings, database_url) == {"attempts": [0], "failed_chunks": 0}
