@@ -21,7 +21,10 @@ Then ``idle cycle``: two real cycles (embedded Chroma, heuristic extractor, 20 s
 second retracting nothing, counting the calls that read the queue files and tables for a
 withdrawal (``LazyEdgeQueue.blank``, ``LazyEdgeTable.withdraw``) — 0 expected — and what the
 look for recorded retractions costs there (the empty ``queue_withdrawals`` read once per ingest
-phase; median CPU time of 200 calls) next to that idle cycle's ingest phase (its wall time).
+phase; median CPU time of 200 calls) next to that idle cycle's ingest phase (its wall time); and
+(erasedue) the erases it runs (``Database.erase_deleted``, counted) — 0 expected — and what the
+look for a due erase costs (the ``rem_counters`` ``erase_due`` row read once per finalize; median
+CPU time of 200 calls) next to that idle cycle's finalize phase (its wall time).
 """
 
 from __future__ import annotations
@@ -45,6 +48,8 @@ import anyio  # noqa: E402
 from config import load_settings  # noqa: E402
 from pipelines.lazy_edge import dead_letter_record  # noqa: E402
 from store.backend import open_database  # noqa: E402
+from store.db import Database  # noqa: E402
+from store.erasure import EraseDueStore  # noqa: E402
 from store.lazy_queue import LazyEdgeQueue, edge_line  # noqa: E402
 from store.lazy_table import LazyEdgeTable  # noqa: E402
 from pipelines.lazy_edge import ExtractionLines  # noqa: E402
@@ -149,9 +154,9 @@ def idle_cycle() -> dict[str, Any]:
     from pipelines.importer import import_sessions
     from worker.cycle import open_stores, run_cycle
 
-    calls = {"blank": 0, "withdraw": 0}
+    calls = {"blank": 0, "withdraw": 0, "erase": 0}
     looks: dict[str, float] = {}
-    blank, withdraw = LazyEdgeQueue.blank, LazyEdgeTable.withdraw
+    blank, withdraw, erase = LazyEdgeQueue.blank, LazyEdgeTable.withdraw, Database.erase_deleted
 
     def counted_blank(self: LazyEdgeQueue, *args: Any, **kwargs: Any) -> int:
         calls["blank"] += 1
@@ -160,6 +165,10 @@ def idle_cycle() -> dict[str, Any]:
     def counted_withdraw(self: LazyEdgeTable, *args: Any, **kwargs: Any) -> int:
         calls["withdraw"] += 1
         return withdraw(self, *args, **kwargs)
+
+    def counted_erase(self: Database) -> bool:
+        calls["erase"] += 1
+        return erase(self)
 
     async def run(data: Path) -> None:
         settings = load_settings(data_dir=data).model_copy(update={"full_scan_interval_seconds": 0})
@@ -175,28 +184,34 @@ def idle_cycle() -> dict[str, Any]:
         finally:
             stores.close()
         assert (await run_cycle(settings)).outcome == "completed"
-        LazyEdgeQueue.blank, LazyEdgeTable.withdraw = counted_blank, counted_withdraw  # type: ignore[method-assign]
+        LazyEdgeQueue.blank, LazyEdgeTable.withdraw, Database.erase_deleted = counted_blank, counted_withdraw, counted_erase  # type: ignore[method-assign]
         try:
             result = await run_cycle(settings)
         finally:
-            LazyEdgeQueue.blank, LazyEdgeTable.withdraw = blank, withdraw  # type: ignore[method-assign]
+            LazyEdgeQueue.blank, LazyEdgeTable.withdraw, Database.erase_deleted = blank, withdraw, erase  # type: ignore[method-assign]
         assert result.outcome == "completed" and result.phases["ingest"]["sessions_retracted"] == 0
         assert LazyEdgeQueue(settings.queue_path).depth() == 20  # a queue there to read
         db = open_database(settings)
         try:
-            times = []
+            times, erase_times = [], []
             for _ in range(200):
                 t0 = time.process_time()
                 withdraw_retracted(db, queue=LazyEdgeQueue(settings.queue_path))
                 times.append(time.process_time() - t0)
+                t0 = time.process_time()
+                EraseDueStore(db).due()
+                erase_times.append(time.process_time() - t0)
         finally:
             db.close()
         looks["look_cpu_ms"] = round(1000 * statistics.median(times), 3)
         looks["idle_ingest_ms"] = result.phases["ingest"]["duration_ms"]
+        looks["erase_look_cpu_ms"] = round(1000 * statistics.median(erase_times), 3)
+        looks["idle_finalize_ms"] = result.phases["finalize"]["duration_ms"]
 
     with scratch() as root:
         anyio.run(run, root / "data")
-    return {"idle_cycle_calls": calls, **looks, "look_over_ingest": round(looks["look_cpu_ms"] / looks["idle_ingest_ms"], 4)}
+    return {"idle_cycle_calls": calls, **looks, "look_over_ingest": round(looks["look_cpu_ms"] / looks["idle_ingest_ms"], 4),
+            "erase_look_over_finalize": round(looks["erase_look_cpu_ms"] / looks["idle_finalize_ms"], 4)}
 
 
 def main(argv: list[str] | None = None) -> None:

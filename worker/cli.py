@@ -966,7 +966,9 @@ async def cmd_backfill(settings: Settings, args: argparse.Namespace, progress: C
                         withdrawn = await anyio.to_thread.run_sync(partial(
                             withdraw_retracted, stores.db, queue=LazyEdgeQueue(settings.queue_path)))
             payload: dict[str, Any] = {**recent.as_dict(), "drain": None, **withdrawn}
-            # Their text is erased from the database's files, as a forget's is.
+            # Their text is erased from the database's files, as a forget's is. The retraction's
+            # record that an erase is due stays (store/erasure.py): the next cycle re-extracts the
+            # session, replacing what the model said of the turn, and erases that text too.
             if recent.turns_retracted or payload["retractions_withdrawn"]:
                 payload.update(await anyio.to_thread.run_sync(erase_deleted_text, stores.db))
             if not args.skip_drain:

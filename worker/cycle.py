@@ -40,6 +40,7 @@ from store.claims import CYCLE_LOCK, ClaimStore, LockStore, TextClaimStore, host
 from store.confined import UnsafePathError, exclusive_lock
 from store.backend import database_exists, database_location, open_database, open_database_at
 from store.db import Database
+from store.erasure import EraseDueStore
 from store.errors import LeaseLostError, SchemaTooNewError, StoreError
 from store.graph import GraphStore, utc_now
 from store.lazy_queue import LazyEdgeQueue, QueueBusyError
@@ -132,9 +133,6 @@ class CycleContext:
     allow_mass_retraction: bool = False
     # The database's single-flight lock when this cycle leads (None for a follower).
     lock: LockStore | None = None
-    # Whether the ingest took out sessions or turns whose rows left Chroma: finalize then erases
-    # their text from the database's files, as a forget does.
-    erase_due: bool = False
     # Paid answers the database refused to store, for the next attempt of their words (the
     # daemon's outlive the cycle: pipelines/extract/inflight.py).
     held_answers: HeldAnswers = field(default_factory=HeldAnswers)
@@ -224,7 +222,6 @@ async def _ingest(ctx: CycleContext) -> dict[str, Any]:
     # Only a full scan can see that a session's rows went away (a scan of the new rows found the
     # rows before them where they were). A refusal fails the phase before anything is written.
     retracted = await anyio.to_thread.run_sync(_retract_vanished, ctx, unit, scan) if scan.full else []
-    ctx.erase_due = bool(retracted)
     # By session, the turns whose rows left Chroma (the sync fills it in as it takes them out).
     turns_retracted: dict[str, list[str]] = {}
     try:
@@ -243,8 +240,6 @@ async def _ingest(ctx: CycleContext) -> dict[str, Any]:
     # of it in one pass over the queue (none recorded: one look at an empty table, no queue file).
     withdrawn = await anyio.to_thread.run_sync(_withdraw_retracted_lines, ctx)
     counts.update(withdrawn)
-    if withdrawn["retractions_withdrawn"]:  # an earlier cycle's retraction too: its text is erased in finalize
-        ctx.erase_due = True
     counts["backlog"] = counts["sessions_changed"] - counts["sessions_synced"]
     await _keep_scan_marks(stores, unit, scan_marks, scan, applied=counts["backlog"] == 0)
     counts["bad_values"] = dict(sorted(counts["bad_values"].items()))
@@ -307,7 +302,6 @@ async def _sync_changed(
             if stats.retracted:
                 turns_retracted[revision.session_id] = stats.retracted
                 counts["turns_retracted"] += len(stats.retracted)
-                ctx.erase_due = True
             bad_values.update(stats.bad_values)
             await anyio.to_thread.run_sync(unit.apply, partial(unit.runstate.mark_ingested, revision, ctx.run_id))
             counts["sessions_synced"] += 1
@@ -509,14 +503,28 @@ async def finalize(ctx: CycleContext) -> dict[str, Any]:
     graph = await anyio.to_thread.run_sync(ctx.stores.graph.counts)
     digests = await anyio.to_thread.run_sync(ctx.stores.runstate.digest_counts)
     done: dict[str, Any] = {"graph": graph, "digests": digests, "communities": communities, "runs_pruned": runs_pruned}
-    if ctx.erase_due:
-        # Rows an agent deleted from Chroma are text it asked to have forgotten: out of the files
-        # too (the full-text merge and log truncation a forget runs), once this cycle's extraction
-        # has taken back what the retracted turns said. Only then: it rewrites the full-text index.
-        done.update(await anyio.to_thread.run_sync(erase_deleted_text, ctx.stores.db))
-        if not done["erased"]:
-            log.warning("the retracted text may stay in the database's files until the next forget",
-                        reason=done.get("erase_error", "another process kept reading an older snapshot"))
+    done.update(await anyio.to_thread.run_sync(_erase_when_due, ctx.stores.db))
+    return done
+
+
+def _erase_when_due(db: Database) -> dict[str, Any]:
+    """Rows an agent deleted from Chroma are text it asked to have forgotten: out of the files too
+    (the full-text merge and log truncation a forget runs) once a retraction recorded it due
+    (store/erasure.py) — this cycle's, one a cycle killed before its finalize left, or a backfill's,
+    whose session this cycle's extraction re-extracted (what the model said of the turn replaced).
+    Only then: it rewrites the full-text index. An idle cycle reads one counter row. ``{}`` when
+    none is due, else :func:`erase_deleted_text`'s report; an erase that did not complete leaves
+    the counter for the next cycle."""
+    erasures = EraseDueStore(db)
+    due = erasures.due()
+    if not due:
+        return {}
+    done = erase_deleted_text(db)
+    if done["erased"]:
+        erasures.settle(due)
+    else:
+        log.warning("the retracted text may stay in the database's files until the next cycle erases",
+                    reason=done.get("erase_error", "another process kept reading an older snapshot"))
     return done
 
 

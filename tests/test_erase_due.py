@@ -1,0 +1,138 @@
+"""The erase of a retraction's text from the database's files does not depend on the process that
+retracted reaching its ``finalize`` (erasedue, seventeenth session). A retraction records in its
+own transaction that an erase is due (``rem_counters`` ``erase_due``, store/erasure.py); a cycle's
+``finalize`` erases while it is due and settles it once the erase completed. Before, the cycle kept
+it in memory: a cycle killed between its retraction and its ``finalize`` left the retracted turn's
+words in the full-text segments of the SQLite file (or the dead rows' pages on PostgreSQL) until
+some later forget; and after ``rem-cycle backfill`` took a turn out (and erased at once), the next
+cycle's re-extraction replaced what the extraction had said of the turn without erasing that.
+Real embedded Chroma, a real ``rem-cycle --once`` process SIGKILLed while the loopback model
+holds its extraction, the real ``backfill`` command, real files, both engines.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from config import Settings
+from store.backend import open_database
+from store.erasure import EraseDueStore
+from tests.conftest import ROOT, run_cli
+from tests.lazy_fixtures import seed_chroma
+from tests.llm_server import LLMServer, held
+from tests.test_crash_matrix import wait_for
+from tests.test_forget_bytes import TURN_SECRET, _files_holding, _sessions
+from tests.test_forget_rest import rows_holding
+from tests.test_model_faults import fault_settings
+from tests.test_retract_durable import _vacuums
+from tests.test_retract_queue import _cycle, _delete_rows
+from worker.cycle import open_stores
+
+# One word to the full-text tokenizer, quoted by the heuristic extractor's description of
+# PaymentGateway as long as the turn that first names it is in the session.
+DESCRIPTION_SECRET = "zqdescsecret7731"
+
+
+def _erase_due(settings: Settings) -> int:
+    db = open_database(settings)
+    try:
+        return EraseDueStore(db).due()
+    finally:
+        db.close()
+
+
+def _vacuum_count(settings: Settings, table: str) -> int:
+    db = open_database(settings)
+    try:
+        return _vacuums(db, table)
+    finally:
+        db.close()
+
+
+async def _seed(settings: Settings, sessions: list[dict[str, object]], tmp_path: Path) -> None:
+    stores = await open_stores(settings)
+    try:
+        await seed_chroma(stores, settings, sessions, tmp_path)
+    finally:
+        stores.close()
+
+
+@pytest.mark.both_backends
+async def test_a_cycle_killed_between_its_retraction_and_its_finalize_leaves_the_erase_to_the_next_cycle(
+    settings: Settings, database_url: str | None, tmp_path: Path,
+) -> None:
+    with LLMServer() as server:
+        mine = fault_settings(settings.data_dir, server, database_url=database_url)
+        await _seed(mine, _sessions(), tmp_path)
+        await _cycle(mine)
+        await _delete_rows(mine, ["s-keep-t0001"])
+        # The retraction commits and its queue lines are withdrawn (the ingest's records of it
+        # settled); then the re-extraction of s-keep waits on the model, and the process is killed.
+        answer = held()
+        server.script(answer)
+        asked = server.chat_count
+        env = {k: v for k, v in os.environ.items() if not k.startswith("REM_")} | {
+            "PYTHONPATH": str(ROOT), "REM_DATA_DIR": str(mine.data_dir), "REM_FULL_SCAN_INTERVAL_SECONDS": "0",
+            "REM_LOG_LEVEL": "error", "REM_EXTRACTOR": "openai", "REM_LLM_BASE_URL": server.url,
+        } | ({"REM_DATABASE_URL": database_url} if database_url else {})
+        vacuumed = _vacuum_count(mine, "recall_turns") if database_url else 0
+        proc = subprocess.Popen([sys.executable, "-m", "worker", "--once"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            wait_for(lambda: server.chat_count > asked, proc.pid)
+            assert proc.poll() is None, "the cycle ended before the kill"
+        finally:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(30)
+            answer.release.set()
+        assert rows_holding(mine, TURN_SECRET) == []  # retracted: out of every table
+        if database_url is None:
+            assert _files_holding(mine.data_dir, TURN_SECRET)  # but not out of the files yet
+
+        finalize = (await _cycle(mine)).phases["finalize"]  # nothing left to retract: the record says
+        if database_url:
+            assert _vacuum_count(mine, "recall_turns") > vacuumed
+        else:
+            assert _files_holding(mine.data_dir, TURN_SECRET) == []
+        assert finalize["erased"] is True
+        assert _erase_due(mine) == 0
+        assert "erased" not in (await _cycle(mine)).phases["finalize"]  # settled: an idle cycle does not erase
+
+
+def _described_session() -> list[dict[str, object]]:
+    turns = [f"The vault key for PaymentGateway is {DESCRIPTION_SECRET} and it rotates every week.",
+             "PaymentGateway retries on timeout now, three times in a row."]
+    return [{"sessionId": "s-desc", "title": "Session s-desc", "createdAt": "2026-11-01T10:00:00Z", "userId": "user-1",
+             "summary": "PaymentGateway work.", "turns": [{"role": "user", "text": text} for text in turns]}]
+
+
+@pytest.mark.both_backends
+async def test_the_cycle_after_a_backfill_took_a_turn_out_erases_what_its_re_extraction_replaced(
+    settings: Settings, database_url: str | None, tmp_path: Path,
+) -> None:
+    await _seed(settings, _described_session(), tmp_path)
+    await _cycle(settings)
+    await _delete_rows(settings, ["s-desc-t0000"])
+    env = {"REM_DATA_DIR": str(settings.data_dir)} | ({"REM_DATABASE_URL": database_url} if database_url else {})
+    done = run_cli("backfill", "--days", "3650", "--json", env=env)
+    assert done.returncode == 0, done.stderr
+    assert (json.loads(done.stdout)["turns_retracted"], json.loads(done.stdout)["erased"]) == (1, True)
+    # The backfill erased the turn; the extraction's description of PaymentGateway, which quotes
+    # it, is live until the session is extracted again.
+    assert any(row.startswith("nodes: CLASS:PaymentGateway ") for row in rows_holding(settings, DESCRIPTION_SECRET))
+    vacuumed = _vacuum_count(settings, "nodes") if database_url else 0
+
+    finalize = (await _cycle(settings)).phases["finalize"]
+    assert rows_holding(settings, DESCRIPTION_SECRET) == []  # the re-extraction replaced the description
+    if database_url:
+        assert _vacuum_count(settings, "nodes") > vacuumed
+    else:
+        assert _files_holding(settings.data_dir, DESCRIPTION_SECRET) == []
+    assert finalize["erased"] is True
+    assert _erase_due(settings) == 0
