@@ -21,7 +21,6 @@ from structlog.testing import capture_logs
 from config import Settings
 from pipelines.extract.inflight import HeldAnswers
 from pipelines.extract.map import ANSWER_UNSTORED, UnitOutcome, map_units
-from pipelines.extract.units import SourceTurn, plan_units
 from pipelines.extract.workflow import open_extractor
 from store.backend import open_database_at
 from store.chunks import ChunkResultStore
@@ -31,7 +30,7 @@ from tests.test_audit_remote_postgres import app_name
 from tests.test_extract_cycle import llm_settings
 from tests.test_forkreuse import HISTORY, conversation
 from tests.test_textclaim import digests, sent_per_chunk
-from tests.test_textclaim_failures import charged, waiting_on_a_lock
+from tests.test_textclaim_failures import charged, three_units, waiting_on_a_lock
 from tests.workers_support import graph_database, ingested
 from worker.cycle import run_cycle
 
@@ -110,9 +109,7 @@ async def test_an_answer_sqlite_refuses_past_its_busy_timeout_is_stored_after_th
         config = settings.model_copy(update={"extractor": "openai", "llm_base_url": llm.url, "llm_max_retries": 0})
         db = open_database_at(path=tmp_path / "graph.sqlite3", url=None, timeout=0.3)
         try:
-            units = plan_units("s", [SourceTurn(f"m{i}", f"Turn {i} names the {word}.", "user")
-                                     for i, word in enumerate(("PartAItem", "PartBItem", "PartCItem"))], budget_tokens=16)
-            assert len(units) == 3
+            units = three_units()
             outcomes: list[UnitOutcome] = []
             async with open_extractor(config) as extractor:
 

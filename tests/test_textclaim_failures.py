@@ -22,7 +22,7 @@ import pytest
 
 from config import Settings
 from pipelines.extract.map import UnitOutcome, map_units
-from pipelines.extract.units import SourceTurn, plan_units
+from pipelines.extract.units import SourceTurn, WorkUnit, plan_units
 from pipelines.extract.workflow import open_extractor
 from store.backend import open_database_at
 from store.chunks import ChunkResultStore
@@ -112,6 +112,14 @@ def test_a_claim_whose_connection_is_cut_extracts_without_it_charges_nothing_and
     assert len(said) == 1 and said[0]["chunks"] == 3 and "closed the connection" in said[0]["error"], said
 
 
+def three_units() -> list[WorkUnit]:
+    """Session ``s``'s three one-turn units, each naming its own class (a small budget splits them)."""
+    units = plan_units("s", [SourceTurn(f"m{i}", f"Turn {i} names the {word}.", "user")
+                             for i, word in enumerate(("PartAItem", "PartBItem", "PartCItem"))], budget_tokens=16)
+    assert len(units) == 3
+    return units
+
+
 async def test_a_claim_sqlite_refuses_past_its_busy_timeout_extracts_without_it_and_charges_nothing(
     tmp_path: Path, settings: Settings
 ) -> None:
@@ -126,9 +134,7 @@ async def test_a_claim_sqlite_refuses_past_its_busy_timeout_extracts_without_it_
         config = settings.model_copy(update={"extractor": "openai", "llm_base_url": llm.url, "llm_max_retries": 0})
         db = open_database_at(path=tmp_path / "graph.sqlite3", url=None, timeout=0.3)
         try:
-            units = plan_units("s", [SourceTurn(f"m{i}", f"Turn {i} names the {word}.", "user")
-                                     for i, word in enumerate(("PartAItem", "PartBItem", "PartCItem"))], budget_tokens=16)
-            assert len(units) == 3
+            units = three_units()
             async with open_extractor(config) as extractor:
                 fingerprint = extractor.fingerprint
                 elsewhere = TextClaimStore(db, owner="elsewhere:1:x", lease_seconds=60)
