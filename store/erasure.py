@@ -39,6 +39,9 @@ class EraseDueStore:
 
     def settle(self, erased: int) -> None:
         """Take off ``erased`` (what :meth:`due` read before an erase that completed): a retraction
-        recorded since stays due, for the next erase."""
+        recorded since stays due, for the next erase. Never below zero: a leader paused past its
+        lease in its erase settles what the leader that took over settled too (``finalize``'s erase
+        is not fenced), and a negative count would swallow the next retraction's mark."""
         with self.db.transaction() as conn:
-            conn.execute("UPDATE rem_counters SET value = value - ? WHERE name = ?", (erased, _ERASE_DUE))
+            conn.execute("UPDATE rem_counters SET value = CASE WHEN value > ? THEN value - ? ELSE 0 END WHERE name = ?",
+                         (erased, erased, _ERASE_DUE))

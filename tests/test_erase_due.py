@@ -136,3 +136,26 @@ async def test_the_cycle_after_a_backfill_took_a_turn_out_erases_what_its_re_ext
         assert _files_holding(settings.data_dir, DESCRIPTION_SECRET) == []
     assert finalize["erased"] is True
     assert _erase_due(settings) == 0
+
+
+@pytest.mark.both_backends
+def test_two_leaders_settling_one_erase_leave_a_later_retraction_due(settings: Settings) -> None:
+    """``finalize``'s erase is not fenced by the single-flight lock ("the other writes are the same
+    whoever makes them"): a leader paused past its lease in its erase (a long VACUUM or full-text
+    merge) and the leader that took over both read the one retraction due, both erase, both settle.
+    The counter must not go below zero: a retraction recorded afterwards is due, and the next
+    finalize erases its text. Two connections of a real database, the interleaving forced. Before:
+    the second settle left -1, the retraction made it 0, and no finalize erased it."""
+    stale, leader = open_database(settings), open_database(settings)
+    try:
+        EraseDueStore(leader).mark()
+        read = [EraseDueStore(stale).due(), EraseDueStore(leader).due()]
+        assert read == [1, 1]
+        EraseDueStore(leader).settle(read[1])
+        EraseDueStore(stale).settle(read[0])
+        assert EraseDueStore(leader).due() == 0
+        EraseDueStore(leader).mark()  # a later retraction
+        assert EraseDueStore(stale).due() == 1
+    finally:
+        stale.close()
+        leader.close()

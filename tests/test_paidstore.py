@@ -22,8 +22,10 @@ from config import Settings
 from pipelines.extract.inflight import HeldAnswers
 from pipelines.extract.map import ANSWER_UNSTORED, UnitOutcome, map_units
 from pipelines.extract.workflow import open_extractor
+from pipelines.forget import forget_session
 from store.backend import open_database_at
 from store.chunks import ChunkResultStore
+from store.unit_of_work import DatabaseUnitOfWork
 from tests.daemon_support import wait_for
 from tests.llm_server import LLMServer, held
 from tests.test_audit_remote_postgres import app_name
@@ -173,3 +175,34 @@ async def test_an_answer_whose_connection_is_cut_mid_store_is_kept_and_the_sessi
         assert sent_per_chunk(llm) == [1, 1, 1]
     assert digests(settings) == [("s", "digested")]
     assert charged(settings, database_url) == {"attempts": [0], "failed_chunks": 0}
+
+
+@pytest.mark.both_backends
+async def test_an_answer_held_for_a_session_forgotten_since_is_dropped_not_stored_for_a_fork(
+    tmp_path: Path, settings: Settings, database_url: str | None
+) -> None:
+    """A daemon holds the three answers the database refused for session ``s``; ``s`` is then
+    forgotten (``rem-cycle forget`` in another process: it cannot reach the daemon's memory). The
+    daemon's next cycle drops them, though it has nothing to extract: what was forgotten is not
+    kept in the process. A fork ``f`` of the same words, ingested later, is asked about again — as
+    a fork of a session forgotten with its stored answers is. Before: the three answers stayed
+    held, and the fork's cycle stored them as ``f``'s, with no request."""
+    held_answers = HeldAnswers()
+    with LLMServer() as llm:
+        config = llm_settings(settings.data_dir, llm, **({"database_url": database_url} if database_url else {}))
+        await ingested(settings.data_dir, [conversation("s", HISTORY)], tmp_path, database_url=database_url)
+        refuse_answers(config, database_url)
+        await extract_phase(config, held_answers)
+        assert len(held_answers) == 3
+        accept_answers(config, database_url)
+        db = open_database_at(path=settings.data_dir / "graph.sqlite3", url=database_url)
+        try:
+            forget_session(DatabaseUnitOfWork(db), "s")
+        finally:
+            db.close()
+        await extract_phase(config, held_answers)
+        assert len(held_answers) == 0
+        await ingested(settings.data_dir, [conversation("f", HISTORY)], tmp_path, database_url=database_url)
+        fork = await extract_phase(config, held_answers)
+        assert (fork["sessions_digested"], fork["chunks_reused"]) == (1, 0)
+        assert sent_per_chunk(llm) == [2, 2, 2]

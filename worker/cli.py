@@ -930,6 +930,7 @@ async def cmd_backfill(settings: Settings, args: argparse.Namespace, progress: C
         stores = await open_stores(settings, scratch_graph=Path(scratch) / "graph.sqlite3" if dry_without_graph else None,
                                    dry_run=args.dry_run)
         try:
+            synced_all = False  # False in the finally: a signal, Chroma or a failure stopped the sync
             try:
                 with _progress_bar(args, "syncing sessions") as bar:
 
@@ -954,17 +955,19 @@ async def cmd_backfill(settings: Settings, args: argparse.Namespace, progress: C
                         print(f"rem-cycle: backfill stopped: {exc}; {progress.describe()}; re-running the backfill is safe: "
                               "synced sessions are unchanged", file=sys.stderr)
                         return EXIT_FAILED
+                synced_all = True
             finally:
                 # The turns it took out go as a cycle's retraction takes them, before the drain:
                 # their queue lines are withdrawn (with any a killed cycle left recorded) — also when
                 # a signal or Chroma stopped it mid-way (shielded): each batch recorded its turns as
                 # it committed, and neither a re-run nor a cycle finds them gone again. None recorded:
-                # nothing is read; a dry run changes nothing.
+                # nothing is read; a dry run changes nothing. When the sync was stopped, a failure of
+                # the withdrawal must not take the place of what stopped it (as in a cycle's ingest).
                 withdrawn: dict[str, Any] = {"queue_lines_withdrawn": 0, "retractions_withdrawn": 0}
                 if not args.dry_run:
                     with anyio.CancelScope(shield=True):
-                        withdrawn = await anyio.to_thread.run_sync(partial(
-                            withdraw_retracted, stores.db, queue=LazyEdgeQueue(settings.queue_path)))
+                        withdraw = partial(withdraw_retracted, stores.db, queue=LazyEdgeQueue(settings.queue_path))
+                        withdrawn = await (anyio.to_thread.run_sync(withdraw) if synced_all else _withdraw_despite_stop(withdraw))
             payload: dict[str, Any] = {**recent.as_dict(), "drain": None, **withdrawn}
             # Their text is erased from the database's files, as a forget's is. The retraction's
             # record that an erase is due stays (store/erasure.py): the next cycle re-extracts the
@@ -982,6 +985,19 @@ async def cmd_backfill(settings: Settings, args: argparse.Namespace, progress: C
             stores.close()
     _emit(args, payload, lambda: print_backfill(payload))
     return EXIT_OK
+
+
+async def _withdraw_despite_stop(withdraw: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """``withdraw()`` (:func:`worker.knowledge.withdraw_retracted`) while a backfill is stopping:
+    its error is said on stderr and swallowed, so the stop's own (a signal's exit code, Chroma's or
+    the database's error) is the one the command ends with; the retractions' records stay, and the
+    next cycle withdraws their lines."""
+    try:
+        return await anyio.to_thread.run_sync(withdraw)
+    except Exception as exc:  # noqa: BLE001 - what stopped the backfill is being raised or returned
+        print(f"rem-cycle: the queue lines of the turns taken out stay queued until the next cycle withdraws them: {exc}",
+              file=sys.stderr)
+        return {"queue_lines_withdrawn": 0, "retractions_withdrawn": 0}
 
 
 async def cmd_daemon(settings: Settings, args: argparse.Namespace) -> int:

@@ -377,6 +377,20 @@ async def _withdraw_despite_failure(ctx: CycleContext) -> None:
     ctx.queue_error = done.get("queue_error")
 
 
+async def _drop_held_answers_taken_out(held: HeldAnswers, tombstones: TombstoneStore) -> None:
+    """Drop the answers ``held`` since an earlier cycle (the daemon's) whose session or turns were
+    forgotten or retracted meanwhile — by another process (``rem-cycle forget``), which cannot reach
+    this one's memory: forgetting takes the quotes out of it too, and a fork of the same words is
+    asked again, as it is when the forgotten session's stored answers went with it. One read per
+    session held; none when nothing is (the usual case)."""
+    sessions = held.sessions()
+    if not sessions:
+        return
+    present = await anyio.to_thread.run_sync(lambda: {sid: tombstones.session_memories(sid) for sid in sessions})
+    if dropped := held.keep_only_present(present):
+        log.info("held answers dropped: their session or turns were forgotten or retracted", answers=dropped)
+
+
 async def extract(ctx: CycleContext) -> dict[str, Any]:
     """Map → reduce → commit every ingested, not yet digested session (oldest first, up to the
     batch limit). A failing session is recorded and the phase goes on."""
@@ -409,6 +423,7 @@ async def extract(ctx: CycleContext) -> dict[str, Any]:
         )
         stats, queued = ExtractStats(), 0
         try:
+            await _drop_held_answers_taken_out(ctx.held_answers, TombstoneStore(stores.db))
             # Claims this owner still holds are an earlier cycle's that could not release them (the
             # database dropped its connection; a daemon's cycles share one owner): its own again.
             await anyio.to_thread.run_sync(claims.release)

@@ -27,6 +27,7 @@ here claims it there too before its call (:func:`pipelines.extract.map._claim_am
 
 from __future__ import annotations
 
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
 import anyio
@@ -110,3 +111,21 @@ class HeldAnswers:
     def take(self, key: TextKey) -> HeldAnswer | None:
         """The answer held for ``key``'s words, no longer held (the taker stores it or keeps it again)."""
         return self._held.pop(key, None)
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+    def sessions(self) -> set[str]:
+        """The sessions whose answers are held."""
+        return {answer.session_id for answer in self._held.values()}
+
+    def keep_only_present(self, memories: Mapping[str, Collection[str]]) -> int:
+        """Drop each answer whose turns are not all among ``memories[its session]`` (the memories the
+        database still has of each session in :meth:`sessions`): its session or a turn of it was
+        forgotten or retracted since it was held, and the process must not keep, nor store in
+        another session, what was taken out. Returns how many went."""
+        gone = [key for key, answer in self._held.items()
+                if not set(answer.memory_ids) <= set(memories.get(answer.session_id, ()))]
+        for key in gone:
+            del self._held[key]
+        return len(gone)
