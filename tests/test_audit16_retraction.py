@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 import signal
 import sqlite3
+import subprocess
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
@@ -104,15 +106,32 @@ async def test_a_backfill_stopped_midway_withdraws_the_lines_of_the_turns_it_too
     batch of sessions, then a SIGINT stops it in a later one: the retraction is committed, and
     neither a re-run nor a cycle finds the turn gone again, so its queue line must go all the same.
     Before audit16 the withdrawal ran only once every batch was synced."""
+    mine = await backlog_after_a_retracted_turn(settings, tmp_path)
+    done = backfill_stopped_after_the_turn(mine)
+    assert done.returncode == 130, done.stderr[-3000:]
+    assert graph_sessions(mine) < 203  # stopped before its last batch
+    assert _queue_files_holding(mine, OLD_REF) == []
+
+
+async def backlog_after_a_retracted_turn(settings: Settings, tmp_path: Path) -> Settings:
+    """The built graph, 200 sessions more in Chroma after ``s-gone``'s day (batches of their own,
+    after its), and ``s-gone``'s first turn's row deleted from Chroma."""
     mine = await _built(settings, tmp_path)
     stores = await open_stores(mine)
-    try:  # after s-gone's day: a batch of their own, after s-gone's
+    try:
         await seed_chroma(stores, mine, [make_session(f"backlog-{i:03d}", 1, created="2026-11-02T10:00:00Z")
                                          for i in range(200)], tmp_path)
     finally:
         stores.close()
     await _delete_rows(mine, ["s-gone-t0000"])
-    assert _queue_files_holding(mine, OLD_REF)
+    return mine
+
+
+def backfill_stopped_after_the_turn(mine: Settings, *, then: Callable[[sqlite3.Connection], None] = lambda graph: None
+                                    ) -> subprocess.CompletedProcess[str]:
+    """``rem-cycle backfill`` run until it took ``s-gone``'s first turn out, its next batch held on
+    the graph's write lock until a SIGINT stops it; ``then(graph)`` (a read-only connection) once it
+    exited."""
     graph = sqlite3.connect(f"{mine.graph_path.resolve().as_uri()}?mode=ro", uri=True, timeout=30)
     gate = sqlite3.connect(mine.graph_path, isolation_level=None, timeout=30)
     try:
@@ -124,12 +143,11 @@ async def test_a_backfill_stopped_midway_withdraws_the_lines_of_the_turns_it_too
 
         done = _interrupt_midway(["backfill", "--days", "3650", "--skip-drain"], _env(mine.data_dir), signal.SIGINT,
                                  turn_taken_out, signalled=lambda: gate.execute("ROLLBACK"))
+        then(graph)
+        return done
     finally:
         gate.close()
         graph.close()
-    assert done.returncode == 130, done.stderr[-3000:]
-    assert graph_sessions(mine) < 203  # stopped before its last batch
-    assert _queue_files_holding(mine, OLD_REF) == []
 
 
 def graph_sessions(settings: Settings) -> int:

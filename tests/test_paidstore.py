@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import sqlite3
 import uuid
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -20,19 +19,18 @@ from structlog.testing import capture_logs
 
 from config import Settings
 from pipelines.extract.inflight import HeldAnswers
-from pipelines.extract.map import ANSWER_UNSTORED, UnitOutcome, map_units
+from pipelines.extract.map import ANSWER_UNSTORED, UnitOutcome
 from pipelines.extract.workflow import open_extractor
 from pipelines.forget import forget_session
 from store.backend import open_database_at
-from store.chunks import ChunkResultStore
 from store.unit_of_work import DatabaseUnitOfWork
 from tests.daemon_support import wait_for
-from tests.llm_server import LLMServer, held
+from tests.llm_server import LLMServer
 from tests.test_audit_remote_postgres import app_name
 from tests.test_extract_cycle import llm_settings
 from tests.test_forkreuse import HISTORY, conversation
 from tests.test_textclaim import digests, sent_per_chunk
-from tests.test_textclaim_failures import charged, three_units, waiting_on_a_lock
+from tests.test_textclaim_failures import charged, map_on_a_short_timeout, waiting_on_a_lock
 from tests.workers_support import graph_database, ingested
 from worker.cycle import run_cycle
 
@@ -106,40 +104,26 @@ async def test_an_answer_sqlite_refuses_past_its_busy_timeout_is_stored_after_th
     another connection holds the write lock (``BEGIN IMMEDIATE``) when the three answers arrive,
     so each store is refused (``database is locked``); the lock goes before the second try, which
     stores each answer — one call per chunk, all ``ok``, nothing failed. Before: the map raised."""
-    answers = held()
-    with LLMServer(default=answers) as llm:
-        config = settings.model_copy(update={"extractor": "openai", "llm_base_url": llm.url, "llm_max_retries": 0})
-        db = open_database_at(path=tmp_path / "graph.sqlite3", url=None, timeout=0.3)
-        try:
-            units = three_units()
-            outcomes: list[UnitOutcome] = []
-            async with open_extractor(config) as extractor:
-
-                async def mapped() -> None:
-                    outcomes.extend(await map_units(
-                        units, extractor=extractor, store=ChunkResultStore(db), semantic_types=config.semantic_types,
-                        limiter=anyio.CapacityLimiter(4), now=datetime.now(UTC), run_id="r", retry_base_seconds=60,
-                        retry_max_seconds=600))
-
-                with capture_logs() as logs:
-                    async with anyio.create_task_group() as tg:
-                        tg.start_soon(mapped)
-                        while llm.chat_count < 3:
+    with map_on_a_short_timeout(settings, tmp_path) as case:
+        outcomes: list[UnitOutcome] = []
+        async with open_extractor(case.config) as extractor:
+            with capture_logs() as logs:
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(case.map_into, outcomes, extractor)
+                    while case.llm.chat_count < 3:
+                        await anyio.sleep(0.02)
+                    locker = sqlite3.connect(tmp_path / "graph.sqlite3", isolation_level=None)
+                    locker.execute("BEGIN IMMEDIATE")
+                    try:
+                        case.answers.release.set()
+                        while sum(e["event"].startswith("paid answer not stored, trying once more") for e in logs) < 3:
                             await anyio.sleep(0.02)
-                        locker = sqlite3.connect(tmp_path / "graph.sqlite3", isolation_level=None)
-                        locker.execute("BEGIN IMMEDIATE")
-                        try:
-                            answers.release.set()
-                            while sum(e["event"].startswith("paid answer not stored, trying once more") for e in logs) < 3:
-                                await anyio.sleep(0.02)
-                        finally:
-                            locker.execute("ROLLBACK")
-                            locker.close()
-            assert [o.status for o in outcomes] == ["ok"] * 3
-            assert llm.chat_count == 3
-            assert [tuple(r) for r in db.query("SELECT status, attempts FROM chunk_results")] == [("ok", 1)] * 3
-        finally:
-            db.close()
+                    finally:
+                        locker.execute("ROLLBACK")
+                        locker.close()
+        assert [o.status for o in outcomes] == ["ok"] * 3
+        assert case.llm.chat_count == 3
+        assert [tuple(r) for r in case.db.query("SELECT status, attempts FROM chunk_results")] == [("ok", 1)] * 3
 
 
 @pytest.mark.parametrize("backend", ["postgresql"], indirect=True)

@@ -12,7 +12,11 @@ import signal
 import sqlite3
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -22,13 +26,15 @@ import pytest
 
 from config import Settings
 from pipelines.extract.map import UnitOutcome, map_units
+from pipelines.extract.model import Extractor
 from pipelines.extract.units import SourceTurn, WorkUnit, plan_units
 from pipelines.extract.workflow import open_extractor
 from store.backend import open_database_at
 from store.chunks import ChunkResultStore
+from store.db import Database
 from store.claims import TextClaimStore, worker_owner
 from tests.daemon_support import start_worker, wait_for
-from tests.llm_server import LLMServer, Status, held
+from tests.llm_server import Held, LLMServer, Status, held
 from tests.test_audit_remote_postgres import app_name
 from tests.test_forkreuse import HISTORY, NEW_TURNS, conversation, points
 from tests.test_textclaim import (
@@ -112,12 +118,39 @@ def test_a_claim_whose_connection_is_cut_extracts_without_it_charges_nothing_and
     assert len(said) == 1 and said[0]["chunks"] == 3 and "closed the connection" in said[0]["error"], said
 
 
-def three_units() -> list[WorkUnit]:
-    """Session ``s``'s three one-turn units, each naming its own class (a small budget splits them)."""
-    units = plan_units("s", [SourceTurn(f"m{i}", f"Turn {i} names the {word}.", "user")
-                             for i, word in enumerate(("PartAItem", "PartBItem", "PartCItem"))], budget_tokens=16)
-    assert len(units) == 3
-    return units
+@dataclass(frozen=True)
+class ShortTimeoutMap:
+    """What a test of the map on a SQLite file with a short busy timeout works with."""
+
+    answers: Held  # the model server's answer, held until the test releases it
+    llm: LLMServer
+    config: Settings
+    db: Database
+    units: list[WorkUnit]  # session ``s``'s three one-turn units, each naming its own class
+
+    async def map_into(self, outcomes: list[UnitOutcome], extractor: Extractor, **options: Any) -> None:
+        """Map the three units into ``outcomes`` (``options``: more of :func:`map_units`'s)."""
+        outcomes.extend(await map_units(
+            self.units, extractor=extractor, store=ChunkResultStore(self.db), semantic_types=self.config.semantic_types,
+            limiter=anyio.CapacityLimiter(4), now=datetime.now(UTC), run_id="r", retry_base_seconds=60,
+            retry_max_seconds=600, **options))
+
+
+@contextmanager
+def map_on_a_short_timeout(settings: Settings, tmp_path: Path) -> Iterator[ShortTimeoutMap]:
+    """The loopback model server (its answers held), the extractor's settings, and a real SQLite file
+    opened with a 0.3 s busy timeout (a worker's is 30 s), for session ``s``'s three units."""
+    answers = held()
+    with LLMServer(default=answers) as llm:
+        config = settings.model_copy(update={"extractor": "openai", "llm_base_url": llm.url, "llm_max_retries": 0})
+        db = open_database_at(path=tmp_path / "graph.sqlite3", url=None, timeout=0.3)
+        try:
+            units = plan_units("s", [SourceTurn(f"m{i}", f"Turn {i} names the {word}.", "user")
+                                     for i, word in enumerate(("PartAItem", "PartBItem", "PartCItem"))], budget_tokens=16)
+            assert len(units) == 3
+            yield ShortTimeoutMap(answers, llm, config, db, units)
+        finally:
+            db.close()
 
 
 async def test_a_claim_sqlite_refuses_past_its_busy_timeout_extracts_without_it_and_charges_nothing(
@@ -129,43 +162,29 @@ async def test_a_claim_sqlite_refuses_past_its_busy_timeout_extracts_without_it_
     (``database is locked``): it extracts without one and says so in its outcome; once the lock is
     gone its answer is stored ``ok`` — nothing lost, no failed row, no failure counted, no row of this
     worker left in ``text_claims``."""
-    answers = held()
-    with LLMServer(default=answers) as llm:
-        config = settings.model_copy(update={"extractor": "openai", "llm_base_url": llm.url, "llm_max_retries": 0})
-        db = open_database_at(path=tmp_path / "graph.sqlite3", url=None, timeout=0.3)
-        try:
-            units = three_units()
-            async with open_extractor(config) as extractor:
-                fingerprint = extractor.fingerprint
-                elsewhere = TextClaimStore(db, owner="elsewhere:1:x", lease_seconds=60)
-                assert {elsewhere.claim(fingerprint, u.text_hash) for u in units} == {"mine"}
-                mine = TextClaimStore(db, owner=worker_owner(), lease_seconds=60)
-                outcomes: list[UnitOutcome] = []
-
-                async def mapped() -> None:
-                    outcomes.extend(await map_units(
-                        units, extractor=extractor, store=ChunkResultStore(db), semantic_types=config.semantic_types,
-                        limiter=anyio.CapacityLimiter(4), now=datetime.now(UTC), run_id="r", retry_base_seconds=60,
-                        retry_max_seconds=600, text_claims=mine))
-
-                async with anyio.create_task_group() as tg:
-                    tg.start_soon(mapped)
-                    await anyio.sleep(0.3)  # the units poll the claims elsewhere holds
-                    locker = sqlite3.connect(tmp_path / "graph.sqlite3", isolation_level=None)
-                    locker.execute("BEGIN IMMEDIATE")
-                    try:
-                        while llm.chat_count < 3:
-                            await anyio.sleep(0.05)
-                    finally:
-                        locker.execute("ROLLBACK")
-                        locker.close()
-                    answers.release.set()
-            assert [o.status for o in outcomes] == ["ok"] * 3
-            assert all("locked" in (o.claim_error or "") for o in outcomes), [o.claim_error for o in outcomes]
-            assert [tuple(r) for r in db.query("SELECT status, attempts FROM chunk_results")] == [("ok", 1)] * 3  # one call each
-            assert [tuple(r) for r in db.query("SELECT owner, COUNT(*) FROM text_claims GROUP BY owner")] == [("elsewhere:1:x", 3)]
-        finally:
-            db.close()
+    with map_on_a_short_timeout(settings, tmp_path) as case:
+        async with open_extractor(case.config) as extractor:
+            fingerprint = extractor.fingerprint
+            elsewhere = TextClaimStore(case.db, owner="elsewhere:1:x", lease_seconds=60)
+            assert {elsewhere.claim(fingerprint, u.text_hash) for u in case.units} == {"mine"}
+            outcomes: list[UnitOutcome] = []
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(partial(case.map_into, outcomes, extractor,
+                                      text_claims=TextClaimStore(case.db, owner=worker_owner(), lease_seconds=60)))
+                await anyio.sleep(0.3)  # the units poll the claims elsewhere holds
+                locker = sqlite3.connect(tmp_path / "graph.sqlite3", isolation_level=None)
+                locker.execute("BEGIN IMMEDIATE")
+                try:
+                    while case.llm.chat_count < 3:
+                        await anyio.sleep(0.05)
+                finally:
+                    locker.execute("ROLLBACK")
+                    locker.close()
+                case.answers.release.set()
+        assert [o.status for o in outcomes] == ["ok"] * 3
+        assert all("locked" in (o.claim_error or "") for o in outcomes), [o.claim_error for o in outcomes]
+        assert [tuple(r) for r in case.db.query("SELECT status, attempts FROM chunk_results")] == [("ok", 1)] * 3  # one call each
+        assert [tuple(r) for r in case.db.query("SELECT owner, COUNT(*) FROM text_claims GROUP BY owner")] == [("elsewhere:1:x", 3)]
 
 
 def test_a_waiter_whose_cycle_is_stopped_leaves_at_once_charged_nothing(tmp_path: Path, settings: Settings) -> None:
