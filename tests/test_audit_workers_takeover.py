@@ -75,10 +75,13 @@ def test_a_cycle_whose_idle_connections_the_server_drops_mid_extract_goes_on(
     tmp_path: Path, settings: Settings, database_url: str, postgres_server_url: str
 ) -> None:
     """The server drops the worker's connections while it waits for the model (a restart, a
-    failover): no transaction was open on them, so the worker takes a new connection at its next
-    transaction and the cycle completes with every session digested (pgops, twelfth session). An
-    earlier session's version of this test expected the run to fail as ``database-error`` (then
-    better than its ``phase-error`` with a traceback); a cut inside a transaction still fails."""
+    failover): on an idle connection the worker takes a new one at its next transaction, and the
+    cycle completes (pgops, twelfth session). An earlier session's version of this test expected
+    the run to fail as ``database-error`` (then better than its ``phase-error`` with a traceback).
+    A cut inside a transaction still fails that transaction: the four sessions are mapped side by
+    side, and since text claims (sixteenth session) a session may be claiming or storing when the
+    cut lands — that session is left undigested, and the next run digests it (it failed 2 CI runs
+    in 5 when it required all four in the first run)."""
     from tests.test_audit_remote_postgres import cut_connections
 
     app_url = f"{database_url}&application_name=audit-workers-{os.getpid()}"
@@ -94,7 +97,13 @@ def test_a_cycle_whose_idle_connections_the_server_drops_mid_extract_goes_on(
         rows = db.query("SELECT outcome FROM rem_runs WHERE phases LIKE '%extract%'")
         digested = db.query("SELECT COUNT(*) FROM session_digests WHERE state = 'digested'")[0][0]
     assert [tuple(r) for r in rows] == [("completed",)], log[-3000:]
-    assert digested == 4, log[-3000:]
+    assert digested >= 3, log[-3000:]  # at most the one whose transaction the cut landed in
+    with LLMServer() as llm:
+        again = start_worker("--once", env=worker_env(settings.data_dir, **worker_settings(llm.url), database_url=app_url),
+                             log_path=tmp_path / "w2.log")
+        assert again.wait(timeout=120) == 0, (tmp_path / "w2.log").read_text()[-3000:]
+    with graph_database(settings.data_dir, database_url) as db:
+        assert db.query("SELECT COUNT(*) FROM session_digests WHERE state = 'digested'")[0][0] == 4
 
 
 @pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
