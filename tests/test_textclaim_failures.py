@@ -53,9 +53,19 @@ REFUSED = "text claims refused by the database"
 
 
 def log_events(log: Path, event: str) -> list[dict[str, Any]]:
-    """The JSON log lines of ``log`` whose event starts with ``event``."""
-    lines = (json.loads(line) for line in log.read_text().splitlines() if line.startswith("{"))
-    return [line for line in lines if str(line.get("event", "")).startswith(event)]
+    """The JSON log records of ``log`` whose event starts with ``event``. The worker's two streams
+    share the file, so a line may hold two records back to back (a CI run saw one): each is read."""
+    decoder, records = json.JSONDecoder(), []
+    for line in log.read_text().splitlines():
+        at = line.find("{")
+        while at != -1:
+            try:
+                record, end = decoder.raw_decode(line, at)
+            except ValueError:
+                break
+            records.append(record)
+            at = line.find("{", end)
+    return [r for r in records if isinstance(r, dict) and str(r.get("event", "")).startswith(event)]
 
 
 def charged(settings: Settings, database_url: str | None) -> dict[str, Any]:
