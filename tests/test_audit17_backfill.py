@@ -1,7 +1,7 @@
 """audit17: ``rem-cycle backfill`` stopped mid-way withdraws the queue lines of the turns it took
 out in a shielded ``finally``; a failure of that withdrawal must not take the place of what stopped
 the backfill (the signal's exit code, the error that stopped it), as the cycle's ingest already
-ensures (worker/cycle.py ``_withdraw_despite_failure``). Real embedded Chroma, a real SQLite file,
+ensures (worker/cycle.py ``_withdraw_retracted_lines(despite_failure=True)``). Real embedded Chroma, a real SQLite file,
 the real CLI interrupted by SIGINT."""
 
 from __future__ import annotations

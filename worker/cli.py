@@ -917,7 +917,7 @@ async def cmd_backfill(settings: Settings, args: argparse.Namespace, progress: C
     from store.chroma import ChromaStoreError
     from store.lazy_queue import LazyEdgeQueue, QueueBusyError
     from worker.cycle import SESSIONS_PER_BATCH
-    from worker.knowledge import erase_deleted_text, withdraw_retracted
+    from worker.knowledge import erase_deleted_text, withdraw_retracted, withdraw_retracted_despite_failure
     from worker.report import print_backfill
 
     synced = {"done": 0, "total": 0}
@@ -966,8 +966,11 @@ async def cmd_backfill(settings: Settings, args: argparse.Namespace, progress: C
                 withdrawn: dict[str, Any] = {"queue_lines_withdrawn": 0, "retractions_withdrawn": 0}
                 if not args.dry_run:
                     with anyio.CancelScope(shield=True):
-                        withdraw = partial(withdraw_retracted, stores.db, queue=LazyEdgeQueue(settings.queue_path))
-                        withdrawn = await (anyio.to_thread.run_sync(withdraw) if synced_all else _withdraw_despite_stop(withdraw))
+                        withdraw = withdraw_retracted if synced_all else withdraw_retracted_despite_failure
+                        withdrawn = await anyio.to_thread.run_sync(partial(withdraw, stores.db, queue=LazyEdgeQueue(settings.queue_path)))
+                    if not synced_all and withdrawn.get("queue_error"):
+                        print("rem-cycle: the queue lines of the turns taken out stay queued until the next cycle withdraws them: "
+                              f"{withdrawn['queue_error']}", file=sys.stderr)
             payload: dict[str, Any] = {**recent.as_dict(), "drain": None, **withdrawn}
             # Their text is erased from the database's files, as a forget's is. The retraction's
             # record that an erase is due stays (store/erasure.py): the next cycle re-extracts the
@@ -985,19 +988,6 @@ async def cmd_backfill(settings: Settings, args: argparse.Namespace, progress: C
             stores.close()
     _emit(args, payload, lambda: print_backfill(payload))
     return EXIT_OK
-
-
-async def _withdraw_despite_stop(withdraw: Callable[[], dict[str, Any]]) -> dict[str, Any]:
-    """``withdraw()`` (:func:`worker.knowledge.withdraw_retracted`) while a backfill is stopping:
-    its error is said on stderr and swallowed, so the stop's own (a signal's exit code, Chroma's or
-    the database's error) is the one the command ends with; the retractions' records stay, and the
-    next cycle withdraws their lines."""
-    try:
-        return await anyio.to_thread.run_sync(withdraw)
-    except Exception as exc:  # noqa: BLE001 - what stopped the backfill is being raised or returned
-        print(f"rem-cycle: the queue lines of the turns taken out stay queued until the next cycle withdraws them: {exc}",
-              file=sys.stderr)
-        return {"queue_lines_withdrawn": 0, "retractions_withdrawn": 0}
 
 
 async def cmd_daemon(settings: Settings, args: argparse.Namespace) -> int:

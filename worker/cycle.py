@@ -58,6 +58,7 @@ from worker.knowledge import (
     model_judge,
     refresh_communities_when_due,
     withdraw_retracted,
+    withdraw_retracted_despite_failure,
 )
 
 log = get_logger(__name__)
@@ -233,7 +234,10 @@ async def _ingest(ctx: CycleContext) -> dict[str, Any]:
         # phase's own error is the one raised.
         if retracted or turns_retracted:
             with anyio.CancelScope(shield=True):
-                await _withdraw_despite_failure(ctx)
+                # An error of the withdrawal must not take the place of the phase's (which the run
+                # records): it is kept in ``ctx.queue_error``, shown in the failed phase's record.
+                done = await anyio.to_thread.run_sync(partial(_withdraw_retracted_lines, ctx, despite_failure=True))
+                ctx.queue_error = done.get("queue_error")
         raise
     # What the extraction of the sessions and turns this phase retracted queued goes too, as a
     # forget's does — and what an earlier cycle, killed before its withdrawal, left recorded: all
@@ -350,31 +354,21 @@ def _retract_vanished(ctx: CycleContext, unit: DatabaseUnitOfWork, scan: ScanRes
     return retracted
 
 
-def _withdraw_retracted_lines(ctx: CycleContext) -> dict[str, Any]:
+def _withdraw_retracted_lines(ctx: CycleContext, *, despite_failure: bool = False) -> dict[str, Any]:
     """Withdraw from the queue table and files the lines the extraction of every recorded
     retraction queued (:func:`worker.knowledge.withdraw_retracted`; the drain lock is free: this
     cycle's drain phase has not begun). A drain elsewhere holding the files past the wait leaves
-    theirs in place, and their records, with a warning: ``queue_error``."""
-    done = withdraw_retracted(ctx.stores.db, queue=LazyEdgeQueue(ctx.settings.queue_path))
+    theirs in place, and their records, with a warning: ``queue_error``. ``despite_failure``: the
+    phase is failing, and an error of the withdrawal is a ``queue_error`` too, not raised
+    (:func:`worker.knowledge.withdraw_retracted_despite_failure`)."""
+    withdraw = withdraw_retracted_despite_failure if despite_failure else withdraw_retracted
+    done = withdraw(ctx.stores.db, queue=LazyEdgeQueue(ctx.settings.queue_path))
     if done["retractions_withdrawn"]:
         log.info("queue lines of retracted sessions and turns withdrawn", withdrawn=done["queue_lines_withdrawn"],
                  retractions=done["retractions_withdrawn"])
     if "queue_error" in done:
         log.warning("queue lines of retracted sessions and turns stay queued until the next cycle", reason=done["queue_error"])
     return done
-
-
-async def _withdraw_despite_failure(ctx: CycleContext) -> None:
-    """:func:`_withdraw_retracted_lines` while the ingest phase fails: an error of the withdrawal
-    must not take the place of the phase's (which the run records); it is logged and kept in
-    ``ctx.queue_error``, which the failed phase's record shows as ``queue_error`` (the records
-    stay: the next cycle withdraws their lines)."""
-    try:
-        done = await anyio.to_thread.run_sync(_withdraw_retracted_lines, ctx)
-    except Exception as exc:  # noqa: BLE001 - the phase's error is being raised; this one is reported beside it
-        done = {"queue_error": f"{type(exc).__name__}: {exc}"}
-        log.warning("queue lines of retracted sessions and turns stay queued until the next cycle", queue_error=done["queue_error"])
-    ctx.queue_error = done.get("queue_error")
 
 
 async def _drop_held_answers_taken_out(held: HeldAnswers, tombstones: TombstoneStore) -> None:

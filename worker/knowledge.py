@@ -465,6 +465,17 @@ def withdraw_retracted(db: Database, *, queue: LazyEdgeQueue) -> dict[str, Any]:
     return {**done, "retractions_withdrawn": len(due)}
 
 
+def withdraw_retracted_despite_failure(db: Database, *, queue: LazyEdgeQueue) -> dict[str, Any]:
+    """:func:`withdraw_retracted` while what runs it is failing or stopping (a cycle's ingest phase,
+    a backfill a signal or Chroma stopped): an error of the withdrawal is returned as
+    ``queue_error`` beside zero counts, never raised, so the caller's own error is the one it ends
+    with. The records stay: the next cycle withdraws their lines."""
+    try:
+        return withdraw_retracted(db, queue=queue)
+    except Exception as exc:  # noqa: BLE001 - the caller's error is being raised; this one is reported beside it
+        return {"queue_lines_withdrawn": 0, "retractions_withdrawn": 0, "queue_error": f"{type(exc).__name__}: {exc}"}
+
+
 def withdraw_queued_lines(
     db: Database, lines: ExtractionLines, *, queue: LazyEdgeQueue | None, dry_run: bool = False,
 ) -> dict[str, Any]:
