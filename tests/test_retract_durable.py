@@ -116,14 +116,11 @@ def _count(settings: Settings, sql: str) -> int:
         db.close()
 
 
-@pytest.mark.both_backends
-async def test_a_cycle_killed_between_its_retraction_and_the_withdrawal_leaves_the_lines_to_the_next_cycle(
-    settings: Settings, database_url: str | None, tmp_path: Path,
-) -> None:
-    # Before: the lines were withdrawn once, at the end of the ingest that retracted them; a cycle
-    # SIGKILLed in between kept them for ever (the next scan finds nothing left to retract). The
-    # kill lands at that point exactly: this test holds the queue files' drain lock (as a drain
-    # running elsewhere does), so the cycle waits in the withdrawal, after both retractions committed.
+async def _killed_in_its_withdrawal(settings: Settings, database_url: str | None, tmp_path: Path) -> tuple[Settings, LazyEdgeQueue]:
+    """A built graph (``_built``) after a cycle SIGKILLed between its two retractions' commits
+    (s-late retracted whole, s-gone's first turn) and their lines' withdrawal: the kill lands at
+    that point exactly, this holding the queue files' drain lock (as a drain running elsewhere
+    does), so the cycle waits in the withdrawal, after both retractions committed."""
     mine = await _built(settings, tmp_path)
     queue = LazyEdgeQueue(mine.queue_path)
     assert OLD_REF in _queue_text(queue) and LATE_REF in _queue_text(queue)
@@ -144,7 +141,16 @@ async def test_a_cycle_killed_between_its_retraction_and_the_withdrawal_leaves_t
             proc.wait(30)
     assert _count(mine, "SELECT COUNT(*) FROM nodes WHERE id IN ('session:s-late', 'memory:s-gone-t0000')") == 0  # retracted
     assert OLD_REF in _queue_text(queue) and LATE_REF in _queue_text(queue)  # the kill left their lines
+    return mine, queue
 
+
+@pytest.mark.both_backends
+async def test_a_cycle_killed_between_its_retraction_and_the_withdrawal_leaves_the_lines_to_the_next_cycle(
+    settings: Settings, database_url: str | None, tmp_path: Path,
+) -> None:
+    # Before: the lines were withdrawn once, at the end of the ingest that retracted them; a cycle
+    # SIGKILLed in between kept them for ever (the next scan finds nothing left to retract).
+    mine, queue = await _killed_in_its_withdrawal(settings, database_url, tmp_path)
     phases = (await _cycle(mine)).phases
     ingest = phases["ingest"]
     for word in (OLD_REF, LATE_REF):
@@ -156,3 +162,21 @@ async def test_a_cycle_killed_between_its_retraction_and_the_withdrawal_leaves_t
     assert phases["finalize"]["erased"] is True  # the killed cycle's retracted text leaves the files too
     again = (await _cycle(mine)).phases["ingest"]
     assert (again["retractions_withdrawn"], again["queue_lines_withdrawn"]) == (0, 0)
+
+
+@pytest.mark.both_backends
+async def test_a_drain_run_alone_withdraws_first_what_a_killed_cycle_left_recorded(
+    settings: Settings, database_url: str | None, tmp_path: Path,
+) -> None:
+    # Before: only a cycle read the records, so `rem-cycle drain` run after the kill read the
+    # retracted anchors' lines as any other, and charged each an attempt it can never link.
+    mine, queue = await _killed_in_its_withdrawal(settings, database_url, tmp_path)
+    env = {"REM_DATA_DIR": str(mine.data_dir)} | ({"REM_DATABASE_URL": database_url} if database_url else {})
+    done = run_cli("drain", "--json", env=env)
+    assert done.returncode == 0, done.stderr
+    stats = json.loads(done.stdout)
+    assert (stats.get("retractions_withdrawn"), stats.get("queue_lines_withdrawn"), stats["failed"]) == (2, 2, 0), stats
+    assert stats["dead_lettered"] == 0  # none of theirs read, none charged
+    assert OLD_REF not in _queue_text(queue) and LATE_REF not in _queue_text(queue)
+    assert LEGACY_REF in _queue_text(queue)  # s-gone's other turn's line stays
+    assert _count(mine, "SELECT COUNT(*) FROM queue_withdrawals") == 0

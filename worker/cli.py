@@ -887,12 +887,19 @@ async def cmd_enqueue(settings: Settings, args: argparse.Namespace, progress: Co
 
 async def cmd_drain(settings: Settings, args: argparse.Namespace, progress: CommandProgress) -> int:
     from pipelines.drain import ChromaGoneDuringDrainError
-    from store.lazy_queue import QueueBusyError
+    from store.lazy_queue import LazyEdgeQueue, QueueBusyError
+    from worker.knowledge import withdraw_retracted
     from worker.report import print_drain
 
     stores = await open_stores(settings, dry_run=args.dry_run)
     try:
-        payload = await _drain_once(settings, stores, args, progress)
+        # What a cycle or backfill killed before its withdrawal left recorded is withdrawn first,
+        # as the next cycle's ingest would: those lines name what a retraction took out, and the
+        # drain would charge each an attempt it can never link. None recorded: one look at an
+        # empty table. A dry run changes nothing.
+        withdrawn: dict[str, Any] = {} if args.dry_run else await anyio.to_thread.run_sync(
+            partial(withdraw_retracted, stores.db, queue=LazyEdgeQueue(settings.queue_path)))
+        payload = {**await _drain_once(settings, stores, args, progress), **withdrawn}
     except QueueBusyError as exc:
         print(f"rem-cycle: {exc}; not starting a second one", file=sys.stderr)
         return EXIT_BUSY

@@ -209,6 +209,8 @@ def print_drain(stats: dict[str, Any]) -> None:
         f"{stats['dead_lettered']} dead-lettered · {stats['backfilled']} nodes back-filled"
         + (f" · {stats['table_rows']} of the lines from the queue table" if stats.get("table_rows") else "")
         + (" · orphaned .draining recovered" if stats.get("orphan_recovered") else "")
+        + (f" · {stats['queue_lines_withdrawn']} lines of retracted sessions and turns withdrawn first"
+           if stats.get("queue_lines_withdrawn") else "")
     )
     if stats.get("failure_reasons"):
         output_console().print(f"  failures: {_flat(stats['failure_reasons'])}")
