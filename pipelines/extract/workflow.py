@@ -26,6 +26,7 @@ from pipelines.ports import MergeRecorder, TextClaims, UnitOfWork
 from pipelines.resolver import GraphResolver
 from store.chroma import ChromaStore, ChromaUnavailableError, MemoryRow
 from store.claims import ClaimLostError, SessionGoneError
+from store.errors import is_database_outage
 from store.ids import is_valid_row_id
 from store.library_log import get_logger
 from store.runstate import DigestRecord
@@ -185,8 +186,8 @@ async def extract_session(
     """Extract one session and commit it if every chunk succeeded; returns ``digested``,
     ``failed``, ``deferred`` (no call: its chunks back off, or waited on extractions of their texts
     that found the model server out), ``outage`` (deferred too: its calls found the model server
-    out, or it made calls and a chunk waited on an extraction that found it out), ``undigestible``
-    or ``claim-lost``. A failure is recorded, never raised (except Chroma being unreachable, which fails the whole phase). ``commit_turn`` is awaited just before
+    out, or it made calls and a chunk waited on an extraction that found it out, or the database
+    failed under its work: :func:`store.errors.is_database_outage`), ``undigestible`` or ``claim-lost``. A failure is recorded, never raised (except Chroma being unreachable, which fails the whole phase). ``commit_turn`` is awaited just before
     the commit (:func:`extract_sessions` uses it to commit in session order). ``in_flight``: the
     texts the phase's other sessions are extracting (:mod:`pipelines.extract.inflight`).
     ``should_stop``: whether the cycle is stopping (a chunk waiting on another worker leaves)."""
@@ -267,6 +268,13 @@ async def extract_session(
         log.warning("session not committed: its claim was taken over", session_id=sid)
         return "claim-lost"
     except Exception as exc:  # noqa: BLE001 - one bad session must not stop the cycle
+        if is_database_outage(exc):
+            # The database cut the session's work (its connection dropped, the server restarted,
+            # locked past the timeout): no session's fault. Charged nothing, as a model-server
+            # outage; what its transaction wrote was rolled back, and its answers stored before it
+            # (or held: pipelines/extract/map.py) are not paid for again by the next attempt.
+            log.warning("session deferred", reason="the database failed under it", session_id=sid, error=str(exc)[:300])
+            return "outage"
         log.exception("session extraction crashed", session_id=sid)
         return await _record_failure(record, env, f"error: {exc!r}"[:500])
     stats.add(committed)
