@@ -52,6 +52,7 @@ class Blocker:
         self.cut_from: str | None = None  # PostgreSQL server URL: terminate the backend that waits
         self._conn: Any = None
         self.held = 0  # times the lock was taken
+        self.cuts = 0  # backends terminated
 
     @property
     def held_now(self) -> bool:
@@ -68,7 +69,10 @@ class Blocker:
 
     def release(self) -> None:
         if self._conn is not None:
-            self._conn.rollback() if self.url else self._conn.execute("ROLLBACK")
+            if self.url:
+                self._conn.rollback()
+            else:
+                self._conn.execute("ROLLBACK")
             self._conn.close()
             self._conn = None
 
@@ -77,7 +81,7 @@ class Blocker:
         pid = wait_for(lambda: waiting_on_a_lock(self.cut_from, app_name(self.url)), interval=0.02,
                        what="the session's commit never waited on the held row")[0]
         with psycopg.connect(self.cut_from, autocommit=True) as admin:
-            assert admin.execute("SELECT pg_terminate_backend(%s)", (pid,)).fetchone()[0]
+            self.cuts += admin.execute("SELECT pg_terminate_backend(%s)", (pid,)).fetchone()[0]
         self.release()
 
     async def before_commit(self) -> None:
@@ -169,6 +173,7 @@ async def test_a_session_whose_commit_connection_the_server_cuts_is_deferred_cha
         blocker = Blocker(mine.graph_path, url)
         blocker.cut_from = postgres_server_url
         assert await extract_one(mine, stores, before_commit=blocker.before_commit) == "outage"
+        assert blocker.cuts == 1  # cut, not stopped at the 30 s lock timeout
         assert charged(stores) == ("undigested", 0, 0)
         paid = llm_server.chat_count
         assert await extract_one(mine, stores) == "digested"
