@@ -10,8 +10,8 @@ from __future__ import annotations
 import sqlite3
 import threading
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -21,7 +21,7 @@ import psycopg
 import pytest
 
 from config import Settings
-from pipelines.extract.workflow import ExtractEnv, ExtractStats, extract_session, open_extractor
+from pipelines.extract.workflow import ExtractEnv, ExtractStats, extract_session, extract_sessions, open_extractor
 from store.backend import open_database_at
 from store.chroma import ChromaStore
 from store.lazy_table import lazy_edge_sink
@@ -40,6 +40,8 @@ from worker.cycle import PHASES, Stores, run_cycle
 COMMIT_ROW = "SELECT value FROM rem_counters WHERE name = 'commit' FOR UPDATE"
 # What recording a chunk's result waits on there: every write to chunk_results (reads go on).
 CHUNK_WRITES = "LOCK TABLE chunk_results IN EXCLUSIVE MODE"
+# What recording session s1's failed attempt waits on there: its digest row (reads go on).
+S1_DIGEST_ROW = "SELECT 1 FROM session_digests WHERE session_id = 's1' FOR UPDATE"
 
 
 class Blocker:
@@ -106,17 +108,23 @@ def stores_on(settings: Settings, *, timeout: float) -> Iterator[Stores]:
         db.close()
 
 
-async def extract_one(settings: Settings, stores: Stores, *, before_commit: Callable[[], Awaitable[None]] | None = None) -> str:
-    """Extract session ``s1`` once (the worker's extract phase does the same per session)."""
-    record = stores.runstate.get_digests(["s1"])["s1"]
+@asynccontextmanager
+async def extract_env(settings: Settings, stores: Stores) -> AsyncIterator[ExtractEnv]:
+    """What the worker's extract phase extracts with (no identity resolver, no claims)."""
     async with open_extractor(settings) as extractor:
-        env = ExtractEnv(
+        yield ExtractEnv(
             chroma=stores.chroma, unit=stores.unit, queue=lazy_edge_sink(settings, stores.db),
             graph_index=SemanticIndex(stores.db), extractor=extractor, semantic_types=settings.semantic_types,
             budget_tokens=settings.chunk_budget_tokens, max_attempts=settings.max_chunk_attempts,
             retry_base_seconds=settings.chunk_retry_base_seconds, retry_max_seconds=settings.chunk_retry_max_seconds,
-            concurrency=2, run_id="run-pgcut", now=datetime.now(UTC),
+            concurrency=4, run_id="run-pgcut", now=datetime.now(UTC),
         )
+
+
+async def extract_one(settings: Settings, stores: Stores, *, before_commit: Callable[[], Awaitable[None]] | None = None) -> str:
+    """Extract session ``s1`` once (the worker's extract phase does the same per session)."""
+    record = stores.runstate.get_digests(["s1"])["s1"]
+    async with extract_env(settings, stores) as env:
         return await extract_session(record, env, ExtractStats(), anyio.CapacityLimiter(2), commit_turn=before_commit)
 
 
@@ -126,8 +134,8 @@ def charged(stores: Stores) -> tuple[str, int, int]:
     return digest.state, digest.attempts, stores.db.query("SELECT COUNT(*) FROM chunk_results WHERE status <> 'ok'")[0][0]
 
 
-async def ingested(settings: Settings, stores: Stores, tmp_path: Path) -> None:
-    await load(settings, stores, tmp_path, [session("s1", TURNS)])
+async def ingested(settings: Settings, stores: Stores, tmp_path: Path, *, more: tuple[dict[str, Any], ...] = ()) -> None:
+    await load(settings, stores, tmp_path, [session("s1", TURNS), *more])
     result = await run_cycle(settings, stores=stores, phases=PHASES[:2])  # provider-ready, ingest
     assert result.outcome == "completed", result.message
 
@@ -217,3 +225,32 @@ async def test_a_session_whose_chunk_failures_the_database_refuses_to_record_is_
         llm_server.default = ok()
         assert await extract_one(mine, stores) == "digested"
         assert charged(stores) == ("digested", 0, 0)
+
+
+@pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
+async def test_a_session_failure_the_database_refuses_to_record_defers_it_and_the_phase_goes_on(
+    settings: Settings, llm_server: LLMServer, tmp_path: Path, database_url: str
+) -> None:
+    """Sessions s1 and s2 are extracted side by side. s1's chunks get HTTP 500 (its own failure),
+    recorded with their backoff; recording s1's failed attempt waits on its digest row, which
+    another client holds past the 1 s lock timeout. s1 is deferred, charged nothing, and s2, whose
+    answers come later, is digested in the same phase. Before, the refusal left the phase: it
+    cancelled s2's calls in flight (paid for, lost) and failed the phase."""
+    mine = llm_settings(settings.data_dir, llm_server)
+    with stores_on(mine, timeout=1.0) as stores:
+        await ingested(mine, stores, tmp_path, more=(session("s2", [t.replace("CHUNK", "OTHER") for t in TURNS]),))
+        llm_server.script(*[Status(500, "the model server failed this request")] * 2, match="CHUNK")
+        answers = held()
+        llm_server.default = answers
+        blocker = Blocker(mine.graph_path, database_url, pg_lock=S1_DIGEST_ROW)
+        blocker.hold()
+        threading.Timer(2.0, answers.release.set).start()  # after s1's refusal (at 1 s)
+        try:
+            digests = stores.runstate.get_digests(["s1", "s2"])
+            async with extract_env(mine, stores) as env:
+                stats = await extract_sessions([digests["s1"], digests["s2"]], env)
+        finally:
+            blocker.release()
+        assert (stats.sessions_deferred, stats.sessions_digested, stats.sessions_failed) == (1, 1, 0)
+        assert charged(stores) == ("undigested", 0, 2)  # its chunks' own failures, backing off
+        assert stores.runstate.get_digests(["s2"])["s2"].state == "digested"
