@@ -187,9 +187,11 @@ async def extract_session(
     ``failed``, ``deferred`` (no call: its chunks back off, or waited on extractions of their texts
     that found the model server out), ``outage`` (deferred too: its calls found the model server
     out, or it made calls and a chunk waited on an extraction that found it out, or the database
-    failed under its work: :func:`store.errors.is_database_outage`), ``undigestible`` or ``claim-lost``. A failure is recorded, never raised (except Chroma being unreachable, which fails the whole phase). ``commit_turn`` is awaited just before
-    the commit (:func:`extract_sessions` uses it to commit in session order). ``in_flight``: the
-    texts the phase's other sessions are extracting (:mod:`pipelines.extract.inflight`).
+    failed under its work: :func:`store.errors.is_database_outage`), ``undigestible`` or
+    ``claim-lost``. A failure is recorded, never raised (except Chroma being unreachable, which
+    fails the whole phase). ``commit_turn`` is awaited just before the commit
+    (:func:`extract_sessions` uses it to commit in session order). ``in_flight``: the texts the
+    phase's other sessions are extracting (:mod:`pipelines.extract.inflight`).
     ``should_stop``: whether the cycle is stopping (a chunk waiting on another worker leaves)."""
     sid = record.session_id
     try:
