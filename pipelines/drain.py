@@ -45,7 +45,7 @@ from pipelines.backfill import DEFAULT_BATCH_SIZE, RowOutcome, plan_nodes, write
 from pipelines.lazy_edge import MalformedLine, QueuedEdge, dead_letter_record, parse_line
 from pipelines.ports import QueueTable, UnitOfWork
 from store.chroma import ChromaStore, ChromaUnavailableError
-from store.errors import DatabaseBusyError, DatabaseUnreadableError, QueryInterruptedError
+from store.errors import DATABASE_OUTAGES, DatabaseUnreadableError, QueryInterruptedError
 from store.graph import utc_now
 from store.lazy_queue import LazyEdgeQueue, OversizedLine, QueueBusyError, edge_line
 from store.lazy_table import DRAIN_TABLES, DeadRow, QueuedRow, RowsTakenError
@@ -60,11 +60,11 @@ __all__ = ["ChromaGoneDuringDrainError", "DrainStats", "MalformedLine", "QueuedE
 # Lines read per batch stop at this many bytes too, so a batch of long lines stays small in memory.
 MAX_BATCH_BYTES = 8 * 1024 * 1024
 
-# Database failures that are no line's: the server is gone or unreadable, or busy past the timeout
-# (a lock held by another client, "too many connections" when a drain reconnects). They end the
-# drain and charge no line an attempt; retried line by line, they would dead-letter good lines.
-# A statement stopped at the statement timeout may be one line's: see _Drain._judge_timeout.
-_NOT_A_LINES_FAULT = (DatabaseUnreadableError, DatabaseBusyError)
+# Database failures that are no line's (store.errors.DATABASE_OUTAGES: the server gone or
+# unreadable, or busy past the timeout — a lock held by another client, "too many connections" when
+# a drain reconnects) end the drain and charge no line an attempt; retried line by line, they would
+# dead-letter good lines. A statement stopped at the statement timeout may be one line's: see
+# _Drain._judge_timeout.
 
 
 @dataclass(slots=True)
@@ -276,7 +276,7 @@ class _Drain:
         except RowsTakenError as exc:
             log.warning("lazy queue rows taken by another drain; batch skipped", rows=len(batch), error=str(exc))
             return
-        except _NOT_A_LINES_FAULT:
+        except DATABASE_OUTAGES:
             raise  # the server is gone or busy, not a line: charge none (see _link_again_if_disconnected)
         except Exception as exc:  # noqa: BLE001 - isolate the line that breaks the batch
             if not parsed:
@@ -291,7 +291,7 @@ class _Drain:
                     fates += await self._link([item], [], outputs)
                 except RowsTakenError:
                     pass
-                except _NOT_A_LINES_FAULT:
+                except DATABASE_OUTAGES:
                     raise
                 except QueryInterruptedError as one_exc:  # past the statement timeout again, alone
                     fates += await self._judge_timeout(item, one_exc, outputs)

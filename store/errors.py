@@ -64,6 +64,28 @@ class ConnectionsExhaustedError(DatabaseBusyError):
     process would not give it a connection."""
 
 
+# The database failing under whoever asked, not anything they asked for: the server gone or the
+# connection cut (a restart, a failover, an administrator), the file unreadable, or busy past the
+# timeout (a lock another client holds, "too many connections"). No caller's fault: the queue line
+# or the session it lands on is charged nothing (pipelines.drain, pipelines.extract.workflow). A
+# statement stopped at its timeout (QueryInterruptedError) may be the caller's own: not here.
+DATABASE_OUTAGES: tuple[type[DatabaseError], ...] = (DatabaseUnreadableError, DatabaseBusyError)
+
+
+def is_database_outage(exc: BaseException) -> bool:
+    """Whether ``exc`` is one of :data:`DATABASE_OUTAGES` — every member of it, when it is a group
+    (what a task group raises when its tasks failed). Pure.
+
+    >>> is_database_outage(ExceptionGroup("map", [DatabaseBusyError("database is locked")]))
+    True
+    >>> is_database_outage(ExceptionGroup("map", [DatabaseBusyError("locked"), ValueError("bad")]))
+    False
+    """
+    if isinstance(exc, BaseExceptionGroup):
+        return all(is_database_outage(member) for member in exc.exceptions)
+    return isinstance(exc, DATABASE_OUTAGES)
+
+
 class ConstraintError(DatabaseError):
     """A write broke one of the schema's constraints (a duplicate key, a missing reference)."""
 

@@ -80,8 +80,9 @@ def test_a_cycle_whose_idle_connections_the_server_drops_mid_extract_goes_on(
     the run to fail as ``database-error`` (then better than its ``phase-error`` with a traceback).
     A cut inside a transaction still fails that transaction: the four sessions are mapped side by
     side, and since text claims (sixteenth session) a session may be claiming or storing when the
-    cut lands — that session is left undigested, and the next run digests it (it failed 2 CI runs
-    in 5 when it required all four in the first run)."""
+    cut lands — that session is left undigested, charged nothing (pgcut: before, it was charged an
+    attempt), and the next run digests it (it failed 2 CI runs in 5 when it required all four in
+    the first run)."""
     from tests.test_audit_remote_postgres import cut_connections
 
     app_url = f"{database_url}&application_name=audit-workers-{os.getpid()}"
@@ -96,8 +97,10 @@ def test_a_cycle_whose_idle_connections_the_server_drops_mid_extract_goes_on(
     with graph_database(settings.data_dir, database_url) as db:
         rows = db.query("SELECT outcome FROM rem_runs WHERE phases LIKE '%extract%'")
         digested = db.query("SELECT COUNT(*) FROM session_digests WHERE state = 'digested'")[0][0]
+        charged = db.query("SELECT COALESCE(MAX(attempts), 0) FROM session_digests")[0][0]
     assert [tuple(r) for r in rows] == [("completed",)], log[-3000:]
     assert digested >= 3, log[-3000:]  # at most the one whose transaction the cut landed in
+    assert charged == 0, log[-3000:]  # deferred, not charged: the cut was the database's (pgcut)
     with LLMServer() as llm:
         again = start_worker("--once", env=worker_env(settings.data_dir, **worker_settings(llm.url), database_url=app_url),
                              log_path=tmp_path / "w2.log")
