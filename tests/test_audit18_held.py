@@ -1,20 +1,23 @@
 """audit18: a held answer (paidstore) stored at the next attempt of its words is an answer of them,
-for the other units of the same words in that phase too. Real cycles on a real SQLite file and
+for the other units of the same words in that phase too; and the daemon's own loop keeps the held
+answers across its cycles. Real cycles (and a real daemon process) on a real SQLite file and
 PostgreSQL, embedded Chroma, the loopback chat-completions server counting requests."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import anyio
 import pytest
 
 from config import Settings
 from pipelines.extract.inflight import HeldAnswers
+from tests.daemon_support import start_worker, stop, wait_for, worker_env
 from tests.llm_server import LLMServer
 from tests.test_extract_cycle import llm_settings
 from tests.test_forkreuse import HISTORY, conversation
 from tests.test_paidstore import accept_answers, extract_phase, refuse_answers
-from tests.test_textclaim import sent_per_chunk
+from tests.test_textclaim import digests, sent_per_chunk
 from tests.test_textclaim_failures import charged
 from tests.workers_support import ingested
 
@@ -43,3 +46,31 @@ async def test_a_held_answer_stored_for_one_session_answers_its_fork_in_the_same
         assert sent_per_chunk(llm) == [1, 1, 1]
         assert second["chunks_reused"] == 6
     assert charged(config, database_url) == {"attempts": [0, 0], "failed_chunks": 0}
+
+
+async def test_the_daemon_stores_in_a_later_cycle_the_answers_the_database_refused(tmp_path: Path, settings: Settings) -> None:
+    """paidstore's guarantee through the daemon's own loop (``worker/daemon.py``), which its tests
+    stood in for with two ``run_cycle`` calls: a real ``python -m worker`` daemon, a cycle every
+    0.3 s, the database refusing every answer (a trigger) until the first cycle's three refusals are
+    logged, then taking them. The session is digested with one request per chunk, charged nothing:
+    the daemon's later cycle stored the answers it held. With the daemon not passing its
+    ``HeldAnswers`` to each cycle, this fails with ``[2, 2, 2]``."""
+    with LLMServer() as llm:
+        config = llm_settings(settings.data_dir, llm)
+        env = worker_env(settings.data_dir, interval_seconds="0.3", extractor="openai", llm_base_url=llm.url,
+                         llm_max_retries="0", chunk_limit_tokens="48", prompt_envelope_tokens="0", llm_concurrency="4")
+        log = tmp_path / "daemon.log"
+        await ingested(settings.data_dir, [conversation("s", HISTORY)], tmp_path)
+        refuse_answers(config, None)
+        daemon = start_worker(env=env, log_path=log)
+        try:
+            await anyio.to_thread.run_sync(lambda: wait_for(
+                lambda: log.read_text().count("held for the next attempt of its words") >= 3, timeout=60, interval=0.05,
+                what="the first cycle's three refused answers"))
+            accept_answers(config, None)
+            await anyio.to_thread.run_sync(lambda: wait_for(
+                lambda: digests(config) == [("s", "digested")], timeout=60, interval=0.05, what="the session digested"))
+        finally:
+            assert stop(daemon) == 0, log.read_text()[-3000:]
+        assert sent_per_chunk(llm) == [1, 1, 1]
+    assert charged(config, None) == {"attempts": [0], "failed_chunks": 0}
