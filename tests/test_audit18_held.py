@@ -12,14 +12,15 @@ import pytest
 
 from config import Settings
 from pipelines.extract.inflight import HeldAnswers
+from pipelines.extract.map import ANSWER_UNSTORED
 from tests.daemon_support import start_worker, stop, wait_for, worker_env
-from tests.llm_server import LLMServer
+from tests.llm_server import LLMServer, malformed
 from tests.test_extract_cycle import llm_settings
 from tests.test_forkreuse import HISTORY, conversation
 from tests.test_paidstore import accept_answers, extract_phase, refuse_answers
-from tests.test_textclaim import digests, sent_per_chunk
+from tests.test_textclaim import CHUNK_WORDS, digests, sent_per_chunk
 from tests.test_textclaim_failures import charged
-from tests.workers_support import ingested
+from tests.workers_support import graph_database, ingested
 
 
 @pytest.mark.both_backends
@@ -74,3 +75,26 @@ async def test_the_daemon_stores_in_a_later_cycle_the_answers_the_database_refus
             assert stop(daemon) == 0, log.read_text()[-3000:]
         assert sent_per_chunk(llm) == [1, 1, 1]
     assert charged(config, None) == {"attempts": [0], "failed_chunks": 0}
+
+
+@pytest.mark.both_backends
+async def test_a_session_charged_for_a_failed_chunk_names_it_not_an_answer_the_database_refused(
+    tmp_path: Path, settings: Settings, database_url: str | None
+) -> None:
+    """The database refuses the first chunk's answer (a trigger on that chunk's ``ok`` row) and the
+    model answers the last one malformed, twice (its repair round too): the session is charged one attempt for that
+    chunk — the outage alone would charge nothing — and its recorded reason, which ``status`` and
+    ``retry`` show, names that chunk and its failure. Before, it named the first failed chunk in
+    unit order, the database's refusal (``answer-unstored``), which charges nothing."""
+    with LLMServer() as llm:
+        llm.script(malformed(), malformed(), match=CHUNK_WORDS[2][0])  # and its repair round
+        config = llm_settings(settings.data_dir, llm, **({"database_url": database_url} if database_url else {}))
+        await ingested(settings.data_dir, [conversation("s", HISTORY)], tmp_path, database_url=database_url)
+        refuse_answers(config, database_url, chunk="s:chunk:0")
+        phase = await extract_phase(config)
+        kinds = phase["failures_by_kind"]
+        assert (phase["sessions_failed"], kinds.pop(ANSWER_UNSTORED), len(kinds)) == (1, 1, 1), phase
+    assert charged(config, database_url)["attempts"] == [1]
+    with graph_database(settings.data_dir, database_url) as db:
+        reason = db.query("SELECT defer_reason FROM session_digests WHERE session_id = 's'")[0][0]
+    assert f"s:chunk:2: {next(iter(kinds))}" in reason, reason
