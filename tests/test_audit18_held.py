@@ -1,6 +1,6 @@
-"""audit18: a held answer (paidstore) stored at the next attempt of its words is an answer of them,
-for the other units of the same words in that phase too; and the daemon's own loop keeps the held
-answers across its cycles. Real cycles (and a real daemon process) on a real SQLite file and
+"""audit18, paidstore's code: a held answer stored at the next attempt of its words is an answer of
+them, for the other units of the same words in that phase too; the daemon's own loop keeps the held
+answers across its cycles; a session charged beside a refused answer names its own failure. Real cycles (and a real daemon process) on a real SQLite file and
 PostgreSQL, embedded Chroma, the loopback chat-completions server counting requests."""
 
 from __future__ import annotations
@@ -82,10 +82,10 @@ async def test_a_session_charged_for_a_failed_chunk_names_it_not_an_answer_the_d
     tmp_path: Path, settings: Settings, database_url: str | None
 ) -> None:
     """The database refuses the first chunk's answer (a trigger on that chunk's ``ok`` row) and the
-    model answers the last one malformed, twice (its repair round too): the session is charged one attempt for that
-    chunk — the outage alone would charge nothing — and its recorded reason, which ``status`` and
-    ``retry`` show, names that chunk and its failure. Before, it named the first failed chunk in
-    unit order, the database's refusal (``answer-unstored``), which charges nothing."""
+    model answers the last one malformed, twice (its repair round too): the session is charged one
+    attempt for that chunk — the outage alone would charge nothing — and its recorded reason, which
+    ``status`` and ``retry`` show, names that chunk and its failure. Before, it named the first
+    failed chunk in unit order, the database's refusal (``answer-unstored``), which charges nothing."""
     with LLMServer() as llm:
         llm.script(malformed(), malformed(), match=CHUNK_WORDS[2][0])  # and its repair round
         config = llm_settings(settings.data_dir, llm, **({"database_url": database_url} if database_url else {}))
