@@ -1,7 +1,8 @@
 """audit18, paidstore's code: a held answer stored at the next attempt of its words is an answer of
 them, for the other units of the same words in that phase too; the daemon's own loop keeps the held
-answers across its cycles; a session charged beside a refused answer names its own failure. Real cycles (and a real daemon process) on a real SQLite file and
-PostgreSQL, embedded Chroma, the loopback chat-completions server counting requests."""
+answers across its cycles; a session charged beside a refused answer names its own failure. Real
+cycles (and a real daemon process) on a real SQLite file and PostgreSQL, embedded Chroma, the
+loopback chat-completions server counting requests."""
 
 from __future__ import annotations
 
