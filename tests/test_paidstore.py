@@ -37,17 +37,19 @@ from worker.cycle import run_cycle
 REFUSED = "chunk_results refuses writes"
 
 
-def refuse_answers(settings: Settings, database_url: str | None) -> None:
-    """Make the graph database refuse every write of ``chunk_results`` (a trigger that raises)."""
+def refuse_answers(settings: Settings, database_url: str | None, *, chunk: str | None = None) -> None:
+    """Make the graph database refuse every write of ``chunk_results`` (a trigger that raises);
+    ``chunk``: only that chunk's answer (its ``ok`` row)."""
+    only = f"NEW.chunk_id = '{chunk}' AND NEW.status = 'ok'" if chunk else "TRUE"
     if database_url is None:
         with sqlite3.connect(settings.graph_path) as conn:
             for verb in ("INSERT", "UPDATE"):
-                conn.execute(f"CREATE TRIGGER refuse_{verb.lower()} BEFORE {verb} ON chunk_results "
+                conn.execute(f"CREATE TRIGGER refuse_{verb.lower()} BEFORE {verb} ON chunk_results WHEN {only} "
                              f"BEGIN SELECT RAISE(ABORT, '{REFUSED}'); END")
         return
     with psycopg.connect(database_url) as conn:
         conn.execute(f"CREATE FUNCTION refuse_answers() RETURNS trigger LANGUAGE plpgsql AS "
-                     f"$$BEGIN RAISE EXCEPTION '{REFUSED}'; END$$")
+                     f"$$BEGIN IF {only} THEN RAISE EXCEPTION '{REFUSED}'; END IF; RETURN NEW; END$$")
         conn.execute("CREATE TRIGGER refuse_answers BEFORE INSERT OR UPDATE ON chunk_results "
                      "FOR EACH ROW EXECUTE FUNCTION refuse_answers()")
 

@@ -230,10 +230,11 @@ def print_backfill(result: dict[str, Any]) -> None:
     if result.get("turns_retracted"):
         output_console().print(f"turns whose rows left Chroma taken out: {result['turns_retracted']} "
                                f"(their queue lines withdrawn: {result.get('queue_lines_withdrawn', 0)})")
+    # What stays is recorded (queue_withdrawals, rem_counters erase_due): the next cycle does it.
     if result.get("queue_error"):
-        output_console().print(f"their lines stay in the queue files: {result['queue_error']}")
+        output_console().print(f"their lines stay in the queue files until the next cycle withdraws them: {result['queue_error']}")
     if result.get("erased") is False:
-        output_console().print("their text may stay in the database's files until the next forget: "
+        output_console().print("their text may stay in the database's files until the next cycle erases it: "
                                f"{result.get('erase_error') or 'another process kept reading an older snapshot'}")
     for failure in result.get("session_failures", []):
         output_console().print(f"session failed: {failure}")

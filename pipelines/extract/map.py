@@ -243,7 +243,8 @@ async def _extract_once(
         finally:
             if claim == "mine" and text_claims is not None:
                 claim_error = await _land_among_workers(key, text_claims)
-        answered = outcome.status == "ok"
+        # ``reused`` from ``extract()``: an answer held since an earlier attempt, stored now (no call)
+        answered = outcome.status in ("ok", "reused")
         if outcome.outage:
             outage = (outcome.error_kind, outcome.error)
         return replace(outcome, claim_error=claim_error) if claim_error else outcome

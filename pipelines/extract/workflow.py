@@ -232,7 +232,8 @@ async def extract_session(
                 # made no call and records nothing; an answer the database refused records nothing).
                 log.info("session deferred", reason=why, session_id=sid, chunks=[o.unit.unit_id for o in failed])
                 return "outage"
-            first = next(o for o in failed if o.status == "failed")
+            # The chunk the session is charged for: a failure of its own, not an outage beside it.
+            first = next(o for o in failed if o.status == "failed" and not o.outage)
             return await _record_failure(
                 record, env, f"{len(failed)}/{len(outcomes)} chunks failed; {first.unit.unit_id}: {first.error_kind}: {first.error}"
             )
