@@ -159,3 +159,36 @@ def test_two_leaders_settling_one_erase_leave_a_later_retraction_due(settings: S
     finally:
         stale.close()
         leader.close()
+
+
+@pytest.mark.both_backends
+async def test_a_session_a_backfill_took_a_turn_of_re_extracted_cycles_later_is_erased_by_that_cycle(
+    settings: Settings, database_url: str | None, tmp_path: Path,
+) -> None:
+    """The erase follows the deletion of what the model said of a retracted turn, wherever that
+    happens: here two cycles after the backfill, the first having extracted an older session
+    instead (the batch limit). Before: the first cycle settled the counter the backfill left, the
+    second re-extracted s-desc without erasing, and its old description stayed in the files."""
+    await _seed(settings, _described_session(), tmp_path)
+    await _cycle(settings)
+    await _delete_rows(settings, ["s-desc-t0000"])
+    env = {"REM_DATA_DIR": str(settings.data_dir)} | ({"REM_DATABASE_URL": database_url} if database_url else {})
+    done = run_cli("backfill", "--days", "3650", "--json", env=env)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["turns_retracted"] == 1
+    older = {"sessionId": "s-older", "title": "Session s-older", "createdAt": "2026-10-01T10:00:00Z", "userId": "user-1",
+             "summary": "RetryPolicy.", "turns": [{"role": "user", "text": "RetryPolicy wraps the HTTP client now."}]}
+    await _seed(settings, [older], tmp_path)
+
+    await _cycle(settings, batch_limit=1)  # ingests and extracts s-older, the oldest: not s-desc
+    assert any(row.startswith("nodes: CLASS:PaymentGateway ") for row in rows_holding(settings, DESCRIPTION_SECRET))
+    vacuumed = _vacuum_count(settings, "nodes") if database_url else 0
+
+    finalize = (await _cycle(settings)).phases["finalize"]  # re-extracts s-desc
+    assert rows_holding(settings, DESCRIPTION_SECRET) == []
+    if database_url:
+        assert _vacuum_count(settings, "nodes") > vacuumed
+    else:
+        assert _files_holding(settings.data_dir, DESCRIPTION_SECRET) == []
+    assert finalize["erased"] is True
+    assert _erase_due(settings) == 0

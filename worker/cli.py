@@ -917,7 +917,7 @@ async def cmd_backfill(settings: Settings, args: argparse.Namespace, progress: C
     from store.chroma import ChromaStoreError
     from store.lazy_queue import LazyEdgeQueue, QueueBusyError
     from worker.cycle import SESSIONS_PER_BATCH
-    from worker.knowledge import erase_deleted_text, withdraw_retracted
+    from worker.knowledge import erase_when_due, withdraw_retracted
     from worker.report import print_backfill
 
     synced = {"done": 0, "total": 0}
@@ -969,11 +969,11 @@ async def cmd_backfill(settings: Settings, args: argparse.Namespace, progress: C
                         withdraw = partial(withdraw_retracted, stores.db, queue=LazyEdgeQueue(settings.queue_path))
                         withdrawn = await (anyio.to_thread.run_sync(withdraw) if synced_all else _withdraw_despite_stop(withdraw))
             payload: dict[str, Any] = {**recent.as_dict(), "drain": None, **withdrawn}
-            # Their text is erased from the database's files, as a forget's is. The retraction's
-            # record that an erase is due stays (store/erasure.py): the next cycle re-extracts the
-            # session, replacing what the model said of the turn, and erases that text too.
-            if recent.turns_retracted or payload["retractions_withdrawn"]:
-                payload.update(await anyio.to_thread.run_sync(erase_deleted_text, stores.db))
+            # Their text is erased from the database's files, as a forget's is (the retraction made
+            # the erase due: store/erasure.py). What the model said of the turns goes when a cycle
+            # commits the session's extraction again, which makes the next erase due.
+            if not args.dry_run:
+                payload.update(await anyio.to_thread.run_sync(partial(erase_when_due, stores.db, at_once=True)))
             if not args.skip_drain:
                 try:
                     before = f"{recent.sessions_synced} of {recent.sessions_in_window} sessions synced; "

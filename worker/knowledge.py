@@ -11,6 +11,7 @@ import time
 from collections.abc import AsyncIterator, Collection, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
@@ -39,9 +40,11 @@ from store.chroma import ChromaStore, ChromaStoreError
 from store.communities import CommunityStore
 from store.backend import database_exists, database_location, open_database
 from store.db import Database
+from store.erasure import EraseDueStore, EraseState
 from store.graph import Edge, GraphStore, Node, utc_now
 from store.ids import memory_node_id, normalize_graph_node_id, row_suffix
 from store.lazy_queue import LazyEdgeQueue, QueueBusyError
+from store.library_log import get_logger
 from store.lazy_table import LazyEdgeTable, lazy_edge_sink
 from store.merges import MergeStore
 from store.provenance import ProvenanceStore
@@ -49,6 +52,8 @@ from store.runstate import RunStateStore
 from store.unit_of_work import DatabaseUnitOfWork
 from store.verdicts import VerdictStore
 from store.withdrawals import WHOLE_ANCHOR, QueueWithdrawalStore
+
+log = get_logger(__name__)
 
 if TYPE_CHECKING:  # imported where used: the notes pipeline loads the extraction modules
     from pipelines.notes import NoteResult
@@ -498,6 +503,39 @@ def withdraw_queued_lines(
             return {"queue_lines_withdrawn": withdrawn, "queue_error": str(exc)}
 
 
+def erase_when_due(db: Database, *, now: float | None = None, at_once: bool = False) -> dict[str, Any]:
+    """Erase deleted text from the database's files when a deletion made that due (store/erasure.py:
+    a retraction, or the commit that replaced what the model said of a retracted turn — this
+    process's, one a killed process left, another worker's), as a cycle's ``finalize`` and a
+    backfill do. Only then: the erase rewrites the full-text indexes; otherwise one read of three
+    counter rows. ``{}`` when none is due; ``erase_due``/``erase_failures``/``erase_retry_at`` when
+    the last erase did not complete and its retry is not yet (``now``, Unix seconds: the clock by
+    default); else :func:`erase_deleted_text`'s report, with the failures and the retry time when
+    this erase did not complete either (the counter stays, for the retry). ``at_once``: try even
+    before that retry time (an operator's command that has just deleted text: a backfill)."""
+    erasures = EraseDueStore(db)
+    now = time.time() if now is None else now
+    state = erasures.state()
+    if not state.due:
+        return {}
+    if state.waiting(now) and not at_once:
+        return _erase_waiting(state)
+    done = erase_deleted_text(db)
+    if done["erased"]:
+        erasures.settle(state.due)
+        return done
+    state = erasures.failed(now)
+    log.warning("deleted text that was asked to be forgotten may stay in the database's files until an erase completes",
+                reason=done.get("erase_error", "another process kept reading an older snapshot"), **_erase_waiting(state))
+    return {**done, **_erase_waiting(state)}
+
+
+def _erase_waiting(state: EraseState) -> dict[str, Any]:
+    """The fields that say an erase is due but did not complete (``erase_retry_at`` in UTC)."""
+    retry_at = datetime.fromtimestamp(state.retry_at, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+    return {"erase_due": state.due, "erase_failures": state.failures, "erase_retry_at": retry_at}
+
+
 def erase_deleted_text(db: Database) -> dict[str, Any]:
     """``{"erased": …}`` after ``db.erase_deleted()`` (and ``erase_error``, why not, when the
     database refused it: busy past the wait, a lock): the forget (or the cycle's retraction) has
@@ -601,8 +639,6 @@ async def _import_note_files(
 ) -> dict[str, Any]:
     """:func:`import_notes` once the files are found and the graph's single-flight lock is held;
     each file's result goes into ``done`` as it begins."""
-    from datetime import UTC, datetime
-
     from pipelines.extract.llm import OpenAIExtractor
     from pipelines.extract.workflow import open_extractor
     from pipelines.notes import NOT_IMPORTED, NoteReadError, NotesEnv, NoteResult, import_note, read_note, vanished

@@ -231,7 +231,8 @@ def print_backfill(result: dict[str, Any]) -> None:
     if result.get("queue_error"):
         output_console().print(f"their lines stay in the queue files: {result['queue_error']}")
     if result.get("erased") is False:
-        output_console().print("their text may stay in the database's files until the next forget: "
+        output_console().print(f"their text may stay in the database's files until a cycle erases it (tried again at "
+                               f"{result.get('erase_retry_at')}, {result.get('erase_failures')} attempts failed): "
                                f"{result.get('erase_error') or 'another process kept reading an older snapshot'}")
     for failure in result.get("session_failures", []):
         output_console().print(f"session failed: {failure}")
