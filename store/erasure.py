@@ -21,6 +21,7 @@ each attempt rewrites the full-text indexes and waits for the reader. No row rea
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from store.db import Database
 
@@ -44,6 +45,11 @@ class EraseState:
     def waiting(self, now: float) -> bool:
         """Whether an erase is due but its retry after a failure is not yet."""
         return bool(self.due and self.failures and now < self.retry_at)
+
+    def as_dict(self) -> dict[str, int | str | None]:
+        """``erase_due``, ``erase_failures``, ``erase_retry_at`` (UTC, ``None`` when none failed)."""
+        retry_at = datetime.fromtimestamp(self.retry_at, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+        return {"erase_due": self.due, "erase_failures": self.failures, "erase_retry_at": retry_at if self.failures else None}
 
 
 class EraseDueStore:

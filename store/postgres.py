@@ -702,10 +702,24 @@ class PostgresDatabase:
         — PostgreSQL keeps a deleted row in its page until then — instead of when autovacuum next
         finds enough dead rows there. What it does not reach (index pages, the server's WAL,
         replicas): README, "Forgetting". A role that does not own the tables is skipped by the
-        server with a warning. Returns ``True`` (nothing of it is left for later)."""
+        server with a warning. Returns whether no dead row was left: ``VACUUM`` keeps those that
+        a transaction's older snapshot may still read (an export's ``REPEATABLE READ``), as SQLite
+        keeps its log while such a reader reads — told by the tables' ``n_dead_tup``, which the
+        ``VACUUM`` sets to what it could not remove (PostgreSQL 15 or newer, whose statistics this
+        connection can flush first, so its own deletions are counted before, not after; older
+        servers are not asked, and ``True`` is returned)."""
         with self._lock:
+            check = self.conn.execute("SELECT current_setting('server_version_num')::int >= 150000").fetchone()[0]
+            if check:
+                self.conn.execute("SELECT pg_stat_force_next_flush()")
             self.conn.execute(f"VACUUM {', '.join(_TEXT_TABLES)}")
-        return True
+            if not check:
+                return True
+            left = self.conn.execute(
+                "SELECT COALESCE(SUM(n_dead_tup), 0) FROM pg_stat_user_tables WHERE relid = ANY(CAST(? AS regclass[]))",
+                (list(_TEXT_TABLES),),
+            ).fetchone()[0]
+        return not left
 
     def integrity_check(self) -> str:
         """``"ok"`` when the server answers and the schema's tables are readable (PostgreSQL checks

@@ -17,13 +17,18 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from config import Settings
 from store.backend import open_database
-from store.erasure import EraseDueStore
+from store.chroma import ChromaStore
+from store.erasure import RETRY_BASE_SECONDS, EraseDueStore, EraseState
+from store.runstate import RunStateStore, SessionRevision
+from store.unit_of_work import DatabaseUnitOfWork
+from store.withdrawals import QueueWithdrawalStore
 from tests.conftest import ROOT, run_cli
 from tests.lazy_fixtures import seed_chroma
 from tests.llm_server import LLMServer, held
@@ -33,7 +38,8 @@ from tests.test_forget_rest import rows_holding
 from tests.test_model_faults import fault_settings
 from tests.test_retract_durable import _vacuums
 from tests.test_retract_queue import _cycle, _delete_rows
-from worker.cycle import open_stores
+from worker.cycle import Stores, open_stores, run_cycle
+from worker.knowledge import erase_when_due
 
 # One word to the full-text tokenizer, quoted by the heuristic extractor's description of
 # PaymentGateway as long as the turn that first names it is in the session.
@@ -192,3 +198,77 @@ async def test_a_session_a_backfill_took_a_turn_of_re_extracted_cycles_later_is_
         assert _files_holding(settings.data_dir, DESCRIPTION_SECRET) == []
     assert finalize["erased"] is True
     assert _erase_due(settings) == 0
+
+
+@pytest.mark.both_backends
+async def test_an_erase_a_reader_holds_back_is_counted_said_and_tried_again_after_a_wait(
+    settings: Settings, database_url: str | None, tmp_path: Path,
+) -> None:
+    """A reader holding an old snapshot (an export) keeps the erase from completing: SQLite cannot
+    truncate its log, PostgreSQL's ``VACUUM`` keeps the dead rows that snapshot may read. The
+    failure is counted, said (the run record, ``status --json``) and the erase is tried again only
+    after a wait, not by every cycle; the retry after the wait, the reader gone, erases. The cycle's
+    connection waits 0.5 s for a busy database instead of 30 s. Before: PostgreSQL reported
+    ``erased: true`` and settled the counter (the rows stayed in the files until some later vacuum),
+    SQLite retried at every cycle (the full-text merge and the 30 s wait each time), and neither
+    said how long it had failed."""
+    await _seed(settings, _sessions(), tmp_path)
+    await _cycle(settings)
+    await _delete_rows(settings, ["s-keep-t0001"])
+    mine = settings.model_copy(update={"full_scan_interval_seconds": 0})
+    env = {"REM_DATA_DIR": str(settings.data_dir)} | ({"REM_DATABASE_URL": database_url} if database_url else {})
+    reader, db = open_database(settings), open_database(settings, timeout=0.5)
+    stores = Stores(db=db, unit=DatabaseUnitOfWork(db), chroma=ChromaStore(settings))
+    try:
+        with reader.read_snapshot():
+            reader.query("SELECT COUNT(*) FROM recall_turns")  # the snapshot is taken by the first read
+            failed = (await run_cycle(mine, stores=stores)).phases["finalize"]  # retracts the turn, re-extracts s-keep
+            assert rows_holding(settings, TURN_SECRET) == []
+            assert (failed["erased"], failed["erase_failures"]) == (False, 1)
+            assert failed["erase_due"] >= 1
+            skipped = (await run_cycle(mine, stores=stores)).phases["finalize"]
+            assert "erased" not in skipped  # not tried again before its time
+            assert (skipped["erase_failures"], skipped["erase_retry_at"]) == (1, failed["erase_retry_at"])
+            status = run_cli("status", "--json", env=env)
+            assert status.returncode == 0, status.stderr
+            assert json.loads(status.stdout)["erase"] == {k: failed[k] for k in ("erase_due", "erase_failures", "erase_retry_at")}
+        if database_url is None:
+            assert _files_holding(settings.data_dir, TURN_SECRET)
+        state = EraseDueStore(db).state()
+        assert state.retry_at - RETRY_BASE_SECONDS <= time.time()
+        assert erase_when_due(db, now=state.retry_at - 1) == state.as_dict()  # still waiting
+        done = erase_when_due(db, now=state.retry_at)  # what the first finalize after the wait runs
+        assert done["erased"] is True
+        assert EraseDueStore(db).state() == EraseState()
+        if database_url is None:
+            assert _files_holding(settings.data_dir, TURN_SECRET) == []
+    finally:
+        stores.close()
+        reader.close()
+
+
+@pytest.mark.both_backends
+def test_any_worker_committing_a_session_a_retraction_cut_makes_the_erase_due_once(settings: Settings) -> None:
+    """The rule lives in the commit's own record of the session (``mark_digested``), so the commit
+    of a follower, of a cycle cycles later, or one rolled back and made again, makes the erase due
+    in its transaction; a session no retraction cut, or committed since, makes none. Two
+    connections of a real database: the retracting one, and a follower's committing."""
+    leader, follower = open_database(settings), open_database(settings)
+    try:
+        for sid in ("s-cut", "s-other"):
+            RunStateStore(leader).mark_ingested(SessionRevision(sid, "r1", "2026-11-01T00:00:00Z"), "run-l")
+        QueueWithdrawalStore(leader).record("s-cut", ["memory:s-cut-t0000"])  # a turn of s-cut retracted
+        EraseDueStore(leader).settle(EraseDueStore(leader).due())  # the retraction's own erase completed
+        RunStateStore(follower).mark_digested("s-other", "r1", "run-f")
+        assert EraseDueStore(leader).due() == 0
+        with pytest.raises(RuntimeError), follower.transaction():  # a commit rolled back (its claim lost)
+            RunStateStore(follower).mark_digested("s-cut", "r1", "run-f")
+            raise RuntimeError
+        assert EraseDueStore(leader).due() == 0
+        RunStateStore(follower).mark_digested("s-cut", "r2", "run-f")
+        assert EraseDueStore(leader).due() == 1
+        RunStateStore(follower).mark_digested("s-cut", "r3", "run-f")  # its old rows quote no retracted turn now
+        assert EraseDueStore(leader).due() == 1
+    finally:
+        leader.close()
+        follower.close()

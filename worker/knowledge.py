@@ -11,7 +11,6 @@ import time
 from collections.abc import AsyncIterator, Collection, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
@@ -40,7 +39,7 @@ from store.chroma import ChromaStore, ChromaStoreError
 from store.communities import CommunityStore
 from store.backend import database_exists, database_location, open_database
 from store.db import Database
-from store.erasure import EraseDueStore, EraseState
+from store.erasure import EraseDueStore
 from store.graph import Edge, GraphStore, Node, utc_now
 from store.ids import memory_node_id, normalize_graph_node_id, row_suffix
 from store.lazy_queue import LazyEdgeQueue, QueueBusyError
@@ -519,21 +518,15 @@ def erase_when_due(db: Database, *, now: float | None = None, at_once: bool = Fa
     if not state.due:
         return {}
     if state.waiting(now) and not at_once:
-        return _erase_waiting(state)
+        return state.as_dict()
     done = erase_deleted_text(db)
     if done["erased"]:
         erasures.settle(state.due)
         return done
     state = erasures.failed(now)
     log.warning("deleted text that was asked to be forgotten may stay in the database's files until an erase completes",
-                reason=done.get("erase_error", "another process kept reading an older snapshot"), **_erase_waiting(state))
-    return {**done, **_erase_waiting(state)}
-
-
-def _erase_waiting(state: EraseState) -> dict[str, Any]:
-    """The fields that say an erase is due but did not complete (``erase_retry_at`` in UTC)."""
-    retry_at = datetime.fromtimestamp(state.retry_at, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
-    return {"erase_due": state.due, "erase_failures": state.failures, "erase_retry_at": retry_at}
+                reason=done.get("erase_error", "another process kept reading an older snapshot"), **state.as_dict())
+    return {**done, **state.as_dict()}
 
 
 def erase_deleted_text(db: Database) -> dict[str, Any]:
@@ -639,6 +632,8 @@ async def _import_note_files(
 ) -> dict[str, Any]:
     """:func:`import_notes` once the files are found and the graph's single-flight lock is held;
     each file's result goes into ``done`` as it begins."""
+    from datetime import UTC, datetime
+
     from pipelines.extract.llm import OpenAIExtractor
     from pipelines.extract.workflow import open_extractor
     from pipelines.notes import NOT_IMPORTED, NoteReadError, NotesEnv, NoteResult, import_note, read_note, vanished
