@@ -442,7 +442,7 @@ def _is_password(key: str) -> bool:
 
 # The tables where a turn's or session's text can be, which a forget deletes from or rewrites
 # (:meth:`PostgresDatabase.erase_deleted`).
-_TEXT_TABLES = (
+TEXT_TABLES = (
     "nodes", "edges", "node_points", "edge_points", "node_claims", "node_aliases", "recall_turns", "recall_sessions",
     "recall_node_docs", "chunk_results", "session_digests", "identity_candidates", "identity_verdicts", "lazy_edges",
     "lazy_edges_dead",
@@ -712,12 +712,12 @@ class PostgresDatabase:
             check = self.conn.execute("SELECT current_setting('server_version_num')::int >= 150000").fetchone()[0]
             if check:
                 self.conn.execute("SELECT pg_stat_force_next_flush()")
-            self.conn.execute(f"VACUUM {', '.join(_TEXT_TABLES)}")
+            self.conn.execute(f"VACUUM {', '.join(TEXT_TABLES)}")
             if not check:
                 return True
             left = self.conn.execute(
                 "SELECT COALESCE(SUM(n_dead_tup), 0) FROM pg_stat_user_tables WHERE relid = ANY(CAST(? AS regclass[]))",
-                (list(_TEXT_TABLES),),
+                (list(TEXT_TABLES),),
             ).fetchone()[0]
         return not left
 
