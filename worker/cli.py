@@ -629,7 +629,9 @@ async def cmd_forget(settings: Settings, args: argparse.Namespace, progress: Com
             return refusal.status
         _emit(args, report, text)
         if report.get("erased") is False:
-            why = report.get("erase_error") or f"another process kept reading an older snapshot, so {settings.graph_path.name}-wal holds it until SQLite next checkpoints"
+            kept = ("PostgreSQL keeps the deleted rows it may read until a later VACUUM" if settings.database_url is not None
+                    else f"{settings.graph_path.name}-wal holds it until SQLite next checkpoints")
+            why = report.get("erase_error") or f"another process kept reading an older snapshot, so {kept}"
             print(f"rem-cycle: warning: the forget is done, but the database's files may still hold the forgotten text ({why}); "
                   "run the same forget again later to erase it", file=sys.stderr)
         if report.get("queue_error"):
