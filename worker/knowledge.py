@@ -43,8 +43,8 @@ from store.erasure import EraseDueStore
 from store.graph import Edge, GraphStore, Node, utc_now
 from store.ids import memory_node_id, normalize_graph_node_id, row_suffix
 from store.lazy_queue import LazyEdgeQueue, QueueBusyError
-from store.library_log import get_logger
 from store.lazy_table import LazyEdgeTable, lazy_edge_sink
+from store.library_log import get_logger
 from store.merges import MergeStore
 from store.provenance import ProvenanceStore
 from store.runstate import RunStateStore
@@ -532,7 +532,7 @@ def erase_when_due(db: Database, *, now: float | None = None, at_once: bool = Fa
 def erase_deleted_text(db: Database) -> dict[str, Any]:
     """``{"erased": …}`` after ``db.erase_deleted()`` (and ``erase_error``, why not, when the
     database refused it: busy past the wait, a lock): the forget (or the cycle's retraction) has
-    committed either way, and the next forget erases."""
+    committed either way, and the next forget erases (a retraction's: :func:`erase_when_due`'s retry)."""
     from store.errors import DatabaseError
 
     try:
