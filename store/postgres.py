@@ -702,24 +702,38 @@ class PostgresDatabase:
         — PostgreSQL keeps a deleted row in its page until then — instead of when autovacuum next
         finds enough dead rows there. What it does not reach (index pages, the server's WAL,
         replicas): README, "Forgetting". A role that does not own the tables is skipped by the
-        server with a warning. Returns whether no dead row was left: ``VACUUM`` keeps those that
-        a transaction's older snapshot may still read (an export's ``REPEATABLE READ``), as SQLite
-        keeps its log while such a reader reads — told by the tables' ``n_dead_tup``, which the
-        ``VACUUM`` sets to what it could not remove (PostgreSQL 15 or newer, whose statistics this
-        connection can flush first, so its own deletions are counted before, not after; older
-        servers are not asked, and ``True`` is returned)."""
+        server with a warning.
+
+        ``VACUUM`` keeps the dead rows a transaction of this database that began before their
+        deletion may still read (an export's ``REPEATABLE READ`` snapshot, any transaction then
+        open), and succeeds. The tables' ``n_dead_tup`` says what it could not remove: the tables
+        left with some are vacuumed again, with waits, until none is left or the ``timeout`` (the
+        wait SQLite gives a reader of an older snapshot before it reports busy) is over: then
+        ``False``. PostgreSQL 15 or newer (this connection's statistics are flushed first, so its
+        own deletions are counted before the ``VACUUM``'s report, not on top of it); older
+        servers are not asked, and ``True`` is returned."""
+        deadline = time.monotonic() + self._timeout
+        pause = 0.1
         with self._lock:
             check = self.conn.execute("SELECT current_setting('server_version_num')::int >= 150000").fetchone()[0]
             if check:
                 self.conn.execute("SELECT pg_stat_force_next_flush()")
-            self.conn.execute(f"VACUUM {', '.join(TEXT_TABLES)}")
-            if not check:
-                return True
-            left = self.conn.execute(
-                "SELECT COALESCE(SUM(n_dead_tup), 0) FROM pg_stat_user_tables WHERE relid = ANY(CAST(? AS regclass[]))",
-                (list(TEXT_TABLES),),
-            ).fetchone()[0]
-        return not left
+            tables: list[str] = list(TEXT_TABLES)
+            while True:
+                self.conn.execute(f"VACUUM {', '.join(tables)}")
+                if not check:
+                    return True
+                left = {r[0] for r in self.conn.execute(
+                    "SELECT relname FROM pg_stat_user_tables WHERE relid = ANY(CAST(? AS regclass[])) AND n_dead_tup > 0",
+                    (tables,),
+                ).fetchall()}
+                tables = [table for table in tables if table in left]
+                if not tables:
+                    return True
+                if time.monotonic() + pause > deadline:
+                    return False
+                time.sleep(pause)
+                pause = min(2 * pause, 2.0)
 
     def integrity_check(self) -> str:
         """``"ok"`` when the server answers and the schema's tables are readable (PostgreSQL checks
