@@ -124,8 +124,8 @@ def forgets(g: Graph, history: int, rounds: int, *, sqlite: bool) -> dict[str, A
 def retractions(g: Graph, history: int, rounds: int, *, sqlite: bool) -> dict[str, Any]:
     """Median time of a cycle's retraction of one old session (one not forgotten yet), and of the
     erase the cycle now runs after it (``finalize``). PostgreSQL (erasedue2): every other
-    retraction is followed instead by the ``VACUUM`` alone, as the erase was before it asked the
-    statistics whether dead rows were left (``vacuum_only_ms``, ``erase_over_vacuum``)."""
+    retraction is followed instead by the ``VACUUM`` alone, as the erase was before it waited for
+    snapshots older than the deletion (``vacuum_only_ms``, ``erase_over_vacuum``)."""
     unit = DatabaseUnitOfWork(g.db)
     names = [f"s{n:05d}" for n in random.Random(11).sample(range(history), history)]
     forgotten = unit.tombstones.buried(SESSION, names)

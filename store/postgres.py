@@ -449,6 +449,22 @@ TEXT_TABLES = (
 )
 
 
+# Whether another session of this database (or a prepared transaction, or a replication slot) holds
+# a snapshot, or is a transaction, from before the transaction id ``?`` (as text): ``VACUUM`` keeps
+# the rows deleted before it that such a snapshot may read. ``backend_xmin`` and ``backend_xid`` are
+# shown to every role; ``age`` compares transaction ids across wraparound.
+_HOLDS_OLDER_SNAPSHOT = """
+SELECT EXISTS (
+    SELECT 1 FROM (
+        SELECT backend_xmin AS x FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()
+        UNION ALL SELECT backend_xid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()
+        UNION ALL SELECT transaction FROM pg_prepared_xacts WHERE database = current_database()
+        UNION ALL SELECT xmin FROM pg_replication_slots WHERE database IS NULL OR database = current_database()
+    ) AS holders WHERE x IS NOT NULL AND age(x) > age(CAST(? AS xid))
+)
+"""
+
+
 class PostgresDatabase:
     """One pooled PostgreSQL connection shared by the stores, with the interface of
     :class:`store.db.Database`: ``transaction()`` nests (only the outermost block commits),
@@ -704,36 +720,25 @@ class PostgresDatabase:
         replicas): README, "Forgetting". A role that does not own the tables is skipped by the
         server with a warning.
 
-        ``VACUUM`` keeps the dead rows a transaction of this database that began before their
-        deletion may still read (an export's ``REPEATABLE READ`` snapshot, any transaction then
-        open), and succeeds. The tables' ``n_dead_tup`` says what it could not remove: the tables
-        left with some are vacuumed again, with waits, until none is left or the ``timeout`` (the
-        wait SQLite gives a reader of an older snapshot before it reports busy) is over: then
-        ``False``. PostgreSQL 15 or newer (this connection's statistics are flushed first, so its
-        own deletions are counted before the ``VACUUM``'s report, not on top of it); older
-        servers are not asked, and ``True`` is returned."""
+        ``VACUUM`` keeps, and succeeds all the same, the dead rows that a transaction of this
+        database begun before their deletion may still read (an export's ``REPEATABLE READ``
+        snapshot), as SQLite keeps its log for such a reader. So it first waits, up to the
+        ``timeout`` (the wait SQLite gives that reader before it reports busy), until no
+        transaction, prepared transaction or replication slot holds a snapshot from before now
+        (:data:`_HOLDS_OLDER_SNAPSHOT`); returns ``False`` when one still does (the ``VACUUM`` runs
+        all the same, and reclaims the rest)."""
         deadline = time.monotonic() + self._timeout
         pause = 0.1
         with self._lock:
-            check = self.conn.execute("SELECT current_setting('server_version_num')::int >= 150000").fetchone()[0]
-            if check:
-                self.conn.execute("SELECT pg_stat_force_next_flush()")
-            tables: list[str] = list(TEXT_TABLES)
-            while True:
-                self.conn.execute(f"VACUUM {', '.join(tables)}")
-                if not check:
-                    return True
-                left = {r[0] for r in self.conn.execute(
-                    "SELECT relname FROM pg_stat_user_tables WHERE relid = ANY(CAST(? AS regclass[])) AND n_dead_tup > 0",
-                    (tables,),
-                ).fetchall()}
-                tables = [table for table in tables if table in left]
-                if not tables:
-                    return True
+            # Every deletion committed so far has a transaction id before this one's horizon.
+            now = self.conn.execute("SELECT txid_snapshot_xmax(txid_current_snapshot()) % 4294967296").fetchone()[0]
+            while held := self.conn.execute(_HOLDS_OLDER_SNAPSHOT, (str(now),)).fetchone()[0]:
                 if time.monotonic() + pause > deadline:
-                    return False
+                    break
                 time.sleep(pause)
                 pause = min(2 * pause, 2.0)
+            self.conn.execute(f"VACUUM {', '.join(TEXT_TABLES)}")
+        return not held
 
     def integrity_check(self) -> str:
         """``"ok"`` when the server answers and the schema's tables are readable (PostgreSQL checks

@@ -8,6 +8,11 @@ some later forget; and after ``rem-cycle backfill`` took a turn out (and erased 
 cycle's re-extraction replaced what the extraction had said of the turn without erasing that.
 Real embedded Chroma, a real ``rem-cycle --once`` process SIGKILLed while the loopback model
 holds its extraction, the real ``backfill`` command, real files, both engines.
+
+erasedue2 (eighteenth session): the commit that replaces what the model said of a retracted turn
+makes the erase due, whichever cycle or worker makes it (not only the cycle after the backfill);
+an erase a reader holds back is counted, said and tried again after a wait; on PostgreSQL it no
+longer says ``erased: true`` while a reader's snapshot keeps the rows.
 """
 
 from __future__ import annotations
