@@ -1,6 +1,6 @@
 """What withdrawing a cycle's retracted sessions' queue lines costs (retractq, sixteenth session).
 
-    python bench/bench_retract_queue.py [--sessions 250 2000] [--retracted 1 8 32] [--rounds 15]
+    python bench/bench_retract_queue.py [--sessions 250 2000] [--retracted 1 8 32] [--rounds 15] [--idle-only]
 
 A queue as extraction leaves it: for each of ``--sessions`` sessions, two ``REFERENCED_BY`` lines
 (an id its turns wrote that no Chroma row has) in ``lazy-edges.jsonl``, two dead letters in
@@ -24,7 +24,11 @@ look for recorded retractions costs there (the empty ``queue_withdrawals`` read 
 phase; median CPU time of 200 calls) next to that idle cycle's ingest phase (its wall time); and
 (erasedue) the erases it runs (``Database.erase_deleted``, counted) — 0 expected — and what the
 look for a due erase costs (the ``rem_counters`` ``erase_due`` row read once per finalize; median
-CPU time of 200 calls) next to that idle cycle's finalize phase (its wall time).
+CPU time of 200 calls) next to that idle cycle's finalize phase (its wall time); and (erasedue2)
+the counters ``finalize`` now reads (``EraseDueStore.state``: three rows) and what every session
+commit now adds (``EraseDueStore.mark_superseded`` of a session no retraction touched: one
+primary-key update that matches nothing; median CPU time of 200 calls) next to the first cycle's
+extract phase per session it committed (its wall time over 20). ``--idle-only`` runs this part alone.
 """
 
 from __future__ import annotations
@@ -183,7 +187,8 @@ def idle_cycle() -> dict[str, Any]:
                                   summary_collection=settings.session_collection)
         finally:
             stores.close()
-        assert (await run_cycle(settings)).outcome == "completed"
+        first = await run_cycle(settings)
+        assert first.outcome == "completed"
         LazyEdgeQueue.blank, LazyEdgeTable.withdraw, Database.erase_deleted = counted_blank, counted_withdraw, counted_erase  # type: ignore[method-assign]
         try:
             result = await run_cycle(settings)
@@ -193,25 +198,31 @@ def idle_cycle() -> dict[str, Any]:
         assert LazyEdgeQueue(settings.queue_path).depth() == 20  # a queue there to read
         db = open_database(settings)
         try:
-            times, erase_times = [], []
+            times, erase_times, commit_times = [], [], []
             for _ in range(200):
                 t0 = time.process_time()
                 withdraw_retracted(db, queue=LazyEdgeQueue(settings.queue_path))
                 times.append(time.process_time() - t0)
                 t0 = time.process_time()
-                EraseDueStore(db).due()
+                EraseDueStore(db).state()
                 erase_times.append(time.process_time() - t0)
+                t0 = time.process_time()
+                assert not EraseDueStore(db).mark_superseded("s0")
+                commit_times.append(time.process_time() - t0)
         finally:
             db.close()
         looks["look_cpu_ms"] = round(1000 * statistics.median(times), 3)
         looks["idle_ingest_ms"] = result.phases["ingest"]["duration_ms"]
         looks["erase_look_cpu_ms"] = round(1000 * statistics.median(erase_times), 3)
         looks["idle_finalize_ms"] = result.phases["finalize"]["duration_ms"]
+        looks["commit_mark_cpu_ms"] = round(1000 * statistics.median(commit_times), 3)
+        looks["extract_ms_per_session"] = round(first.phases["extract"]["duration_ms"] / 20, 2)
 
     with scratch() as root:
         anyio.run(run, root / "data")
     return {"idle_cycle_calls": calls, **looks, "look_over_ingest": round(looks["look_cpu_ms"] / looks["idle_ingest_ms"], 4),
-            "erase_look_over_finalize": round(looks["erase_look_cpu_ms"] / looks["idle_finalize_ms"], 4)}
+            "erase_look_over_finalize": round(looks["erase_look_cpu_ms"] / looks["idle_finalize_ms"], 4),
+            "commit_mark_over_extract": round(looks["commit_mark_cpu_ms"] / looks["extract_ms_per_session"], 4)}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -219,9 +230,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--sessions", type=int, nargs="+", default=[250, 2000])
     parser.add_argument("--retracted", type=int, nargs="+", default=[1, 8, 32])
     parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--idle-only", action="store_true", help="only the idle cycle part")
     args = parser.parse_args(argv)
     configure_logging(level="warning")
-    for sessions in args.sessions:
+    for sessions in [] if args.idle_only else args.sessions:
         for row in measure(sessions, args.retracted, args.rounds):
             print(json.dumps(row))
     print(json.dumps(idle_cycle()))

@@ -280,6 +280,13 @@ CREATE TABLE queue_withdrawals (
 )
 """
 
+# 23: a session a retraction took turns out of keeps, until its extraction is committed again, that
+# this commit deletes what the model said of them: ``erase_at_commit`` 1, set in the retraction's
+# transaction and cleared in the commit's, which makes an erase due (store/erasure.py).
+ERASE_AT_COMMIT_MIGRATION = """
+ALTER TABLE session_digests ADD COLUMN erase_at_commit INTEGER NOT NULL DEFAULT 0
+"""
+
 RUN_COUNTS_MIGRATION = """
 CREATE INDEX rem_runs_outcome_finished ON rem_runs(outcome, finished_at);
 CREATE INDEX rem_runs_running ON rem_runs(started_at) WHERE outcome = 'running';
@@ -916,6 +923,8 @@ MIGRATIONS: tuple[str, ...] = (
     FOLD_RANK_MIGRATION,
     # 22: QUEUE_WITHDRAWALS_MIGRATION above.
     QUEUE_WITHDRAWALS_MIGRATION,
+    # 23: ERASE_AT_COMMIT_MIGRATION above.
+    ERASE_AT_COMMIT_MIGRATION,
 )
 
 # The queue table's schema version, wherever the entry sits (the PostgreSQL port keys its own form by it).
@@ -925,6 +934,7 @@ CHUNK_TEXT_VERSION = MIGRATIONS.index(CHUNK_TEXT_MIGRATION) + 1
 TEXT_CLAIMS_VERSION = MIGRATIONS.index(TEXT_CLAIMS_MIGRATION) + 1
 FOLD_RANK_VERSION = MIGRATIONS.index(FOLD_RANK_MIGRATION) + 1
 QUEUE_WITHDRAWALS_VERSION = MIGRATIONS.index(QUEUE_WITHDRAWALS_MIGRATION) + 1
+ERASE_AT_COMMIT_VERSION = MIGRATIONS.index(ERASE_AT_COMMIT_MIGRATION) + 1
 
 
 # SQLite's primary result codes (https://sqlite.org/rescode.html) that name a kind of failure.

@@ -442,11 +442,27 @@ def _is_password(key: str) -> bool:
 
 # The tables where a turn's or session's text can be, which a forget deletes from or rewrites
 # (:meth:`PostgresDatabase.erase_deleted`).
-_TEXT_TABLES = (
+TEXT_TABLES = (
     "nodes", "edges", "node_points", "edge_points", "node_claims", "node_aliases", "recall_turns", "recall_sessions",
     "recall_node_docs", "chunk_results", "session_digests", "identity_candidates", "identity_verdicts", "lazy_edges",
     "lazy_edges_dead",
 )
+
+
+# Whether another session of this database (or a prepared transaction, or a replication slot) holds
+# a snapshot, or is a transaction, from before the transaction id ``?`` (as text): ``VACUUM`` keeps
+# the rows deleted before it that such a snapshot may read. ``backend_xmin`` and ``backend_xid`` are
+# shown to every role; ``age`` compares transaction ids across wraparound.
+_HOLDS_OLDER_SNAPSHOT = """
+SELECT EXISTS (
+    SELECT 1 FROM (
+        SELECT backend_xmin AS x FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()
+        UNION ALL SELECT backend_xid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()
+        UNION ALL SELECT transaction FROM pg_prepared_xacts WHERE database = current_database()
+        UNION ALL SELECT xmin FROM pg_replication_slots WHERE database IS NULL OR database = current_database()
+    ) AS holders WHERE x IS NOT NULL AND age(x) > age(CAST(? AS xid))
+)
+"""
 
 
 class PostgresDatabase:
@@ -702,10 +718,27 @@ class PostgresDatabase:
         — PostgreSQL keeps a deleted row in its page until then — instead of when autovacuum next
         finds enough dead rows there. What it does not reach (index pages, the server's WAL,
         replicas): README, "Forgetting". A role that does not own the tables is skipped by the
-        server with a warning. Returns ``True`` (nothing of it is left for later)."""
+        server with a warning.
+
+        ``VACUUM`` keeps, and succeeds all the same, the dead rows that a transaction of this
+        database begun before their deletion may still read (an export's ``REPEATABLE READ``
+        snapshot), as SQLite keeps its log for such a reader. So it first waits, up to the
+        ``timeout`` (the wait SQLite gives that reader before it reports busy), until no
+        transaction, prepared transaction or replication slot holds a snapshot from before now
+        (:data:`_HOLDS_OLDER_SNAPSHOT`); returns ``False`` when one still does (the ``VACUUM`` runs
+        all the same, and reclaims the rest)."""
+        deadline = time.monotonic() + self._timeout
+        pause = 0.1
         with self._lock:
-            self.conn.execute(f"VACUUM {', '.join(_TEXT_TABLES)}")
-        return True
+            # Every deletion committed so far has a transaction id before this one's horizon.
+            now = self.conn.execute("SELECT txid_snapshot_xmax(txid_current_snapshot()) % 4294967296").fetchone()[0]
+            while held := self.conn.execute(_HOLDS_OLDER_SNAPSHOT, (str(now),)).fetchone()[0]:
+                if time.monotonic() + pause > deadline:
+                    break
+                time.sleep(pause)
+                pause = min(2 * pause, 2.0)
+            self.conn.execute(f"VACUUM {', '.join(TEXT_TABLES)}")
+        return not held
 
     def integrity_check(self) -> str:
         """``"ok"`` when the server answers and the schema's tables are readable (PostgreSQL checks

@@ -15,6 +15,7 @@ from typing import Any
 
 from config.redact import redact
 from store.db import Database, fold_changes, in_batches
+from store.erasure import EraseDueStore
 from store.graph import dumps, utc_now
 
 RUN_OUTCOMES = ("running", "completed", "failed", "skipped", "interrupted", "abandoned")
@@ -378,7 +379,8 @@ class RunStateStore:
     def mark_digested(self, session_id: str, revision: str, run_id: str) -> None:
         """Call inside the commit transaction of the session's graph writes. The session gets the
         next commit sequence number (``rem_counters``: the counter row also orders concurrent
-        commits on engines that do not serialise writers)."""
+        commits on engines that do not serialise writers). A commit replacing an extraction that
+        quoted turns a retraction took out makes an erase due (:meth:`EraseDueStore.mark_superseded`)."""
         with self.db.transaction() as conn:
             seq = conn.execute("UPDATE rem_counters SET value = value + 1 WHERE name = 'commit' RETURNING value").fetchone()[0]
             conn.execute(
@@ -393,6 +395,7 @@ class RunStateStore:
                 "last_run_id = ?, updated_at = ?, commit_seq = ? WHERE session_id = ?",
                 (revision, revision, run_id, self.clock(), seq, session_id),
             )
+            EraseDueStore(self.db).mark_superseded(session_id)
 
     def identity_epoch(self) -> str | None:
         """The epoch of what identity resolution indexes, as ``<database instance>:<epoch>``: it

@@ -32,14 +32,15 @@ class QueueWithdrawalStore:
     def record(self, chunk_key: str, turns: Iterable[str] | None = None) -> None:
         """Record that the anchor ``chunk_key`` was taken out whole (``turns`` ``None``), or those
         of its ``turns``: its queue lines are due to be withdrawn, and its text to be erased from
-        the database's files (:class:`store.erasure.EraseDueStore`), in the caller's transaction."""
+        the database's files (:class:`store.erasure.EraseDueStore`) — for turns, what its extraction
+        said of them too, once that is committed again —, in the caller's transaction."""
         now = self.clock()
         rows = [(chunk_key, turn, now) for turn in ([WHOLE_ANCHOR] if turns is None else sorted(set(turns)))]
         with self.db.transaction() as conn:
             conn.executemany(
                 "INSERT INTO queue_withdrawals(chunk_key, turn, created_at) VALUES (?,?,?) ON CONFLICT DO NOTHING", rows
             )
-            EraseDueStore(self.db).mark()
+            EraseDueStore(self.db).mark(extraction_of=None if turns is None else chunk_key)
 
     def pending(self) -> list[tuple[str, str]]:
         """Every ``(chunk_key, turn)`` whose lines are due (``turn`` :data:`WHOLE_ANCHOR`: all of

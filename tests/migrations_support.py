@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from store.db import (
-    CHUNK_TEXT_VERSION, FOLD_RANK_VERSION, MIGRATIONS, QUEUE_WITHDRAWALS_VERSION, SEARCH_FOLD_VERSION, TEXT_CLAIMS_VERSION,
+    CHUNK_TEXT_VERSION, ERASE_AT_COMMIT_VERSION, FOLD_RANK_VERSION, MIGRATIONS, QUEUE_WITHDRAWALS_VERSION, SEARCH_FOLD_VERSION, TEXT_CLAIMS_VERSION,
     _statements,
 )
 
@@ -94,6 +94,8 @@ UNDO: dict[int, dict[str, tuple[str, ...]]] = {
     FOLD_RANK_VERSION: {"sqlite": (*(f"DROP TABLE {t}" for t in _RANKED_FTS), *_POSITIONLESS, *_RANKED_FTS.values()),
                         "postgresql": ()},
     QUEUE_WITHDRAWALS_VERSION: {"sqlite": ("DROP TABLE queue_withdrawals",), "postgresql": ("DROP TABLE queue_withdrawals",)},
+    ERASE_AT_COMMIT_VERSION: {"sqlite": ("ALTER TABLE session_digests DROP COLUMN erase_at_commit",),
+                              "postgresql": ("ALTER TABLE session_digests DROP COLUMN erase_at_commit",)},
 }
 assert "rem_run_counts" in MIGRATIONS[RUN_COUNTS_VERSION - 1] and "community_names" in MIGRATIONS[COMMUNITY_NAMES_VERSION - 1]
 assert "justification" in MIGRATIONS[EDGE_JUSTIFICATIONS_VERSION - 1]

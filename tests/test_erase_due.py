@@ -8,6 +8,11 @@ some later forget; and after ``rem-cycle backfill`` took a turn out (and erased 
 cycle's re-extraction replaced what the extraction had said of the turn without erasing that.
 Real embedded Chroma, a real ``rem-cycle --once`` process SIGKILLed while the loopback model
 holds its extraction, the real ``backfill`` command, real files, both engines.
+
+erasedue2 (eighteenth session): the commit that replaces what the model said of a retracted turn
+makes the erase due, whichever cycle or worker makes it (not only the cycle after the backfill);
+an erase a reader holds back is counted, said and tried again after a wait; on PostgreSQL it no
+longer says ``erased: true`` while a reader's snapshot keeps the rows.
 """
 
 from __future__ import annotations
@@ -17,13 +22,18 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from config import Settings
 from store.backend import open_database
-from store.erasure import EraseDueStore
+from store.chroma import ChromaStore
+from store.erasure import RETRY_BASE_SECONDS, EraseDueStore, EraseState
+from store.runstate import RunStateStore, SessionRevision
+from store.unit_of_work import DatabaseUnitOfWork
+from store.withdrawals import QueueWithdrawalStore
 from tests.conftest import ROOT, run_cli
 from tests.lazy_fixtures import seed_chroma
 from tests.llm_server import LLMServer, held
@@ -33,7 +43,8 @@ from tests.test_forget_rest import rows_holding
 from tests.test_model_faults import fault_settings
 from tests.test_retract_durable import _vacuums
 from tests.test_retract_queue import _cycle, _delete_rows
-from worker.cycle import open_stores
+from worker.cycle import Stores, open_stores, run_cycle
+from worker.knowledge import erase_when_due
 
 # One word to the full-text tokenizer, quoted by the heuristic extractor's description of
 # PaymentGateway as long as the turn that first names it is in the session.
@@ -159,3 +170,110 @@ def test_two_leaders_settling_one_erase_leave_a_later_retraction_due(settings: S
     finally:
         stale.close()
         leader.close()
+
+
+@pytest.mark.both_backends
+async def test_a_session_a_backfill_took_a_turn_of_re_extracted_cycles_later_is_erased_by_that_cycle(
+    settings: Settings, database_url: str | None, tmp_path: Path,
+) -> None:
+    """The erase follows the deletion of what the model said of a retracted turn, wherever that
+    happens: here two cycles after the backfill, the first having extracted an older session
+    instead (the batch limit). Before: the first cycle settled the counter the backfill left, the
+    second re-extracted s-desc without erasing, and its old description stayed in the files."""
+    await _seed(settings, _described_session(), tmp_path)
+    await _cycle(settings)
+    await _delete_rows(settings, ["s-desc-t0000"])
+    env = {"REM_DATA_DIR": str(settings.data_dir)} | ({"REM_DATABASE_URL": database_url} if database_url else {})
+    done = run_cli("backfill", "--days", "3650", "--json", env=env)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["turns_retracted"] == 1
+    older = {"sessionId": "s-older", "title": "Session s-older", "createdAt": "2026-10-01T10:00:00Z", "userId": "user-1",
+             "summary": "RetryPolicy.", "turns": [{"role": "user", "text": "RetryPolicy wraps the HTTP client now."}]}
+    await _seed(settings, [older], tmp_path)
+
+    await _cycle(settings, batch_limit=1)  # ingests and extracts s-older, the oldest: not s-desc
+    assert any(row.startswith("nodes: CLASS:PaymentGateway ") for row in rows_holding(settings, DESCRIPTION_SECRET))
+    vacuumed = _vacuum_count(settings, "nodes") if database_url else 0
+
+    finalize = (await _cycle(settings)).phases["finalize"]  # re-extracts s-desc
+    assert rows_holding(settings, DESCRIPTION_SECRET) == []
+    if database_url:
+        assert _vacuum_count(settings, "nodes") > vacuumed
+    else:
+        assert _files_holding(settings.data_dir, DESCRIPTION_SECRET) == []
+    assert finalize["erased"] is True
+    assert _erase_due(settings) == 0
+
+
+@pytest.mark.both_backends
+async def test_an_erase_a_reader_holds_back_is_counted_said_and_tried_again_after_a_wait(
+    settings: Settings, database_url: str | None, tmp_path: Path,
+) -> None:
+    """A reader holding an old snapshot (an export) keeps the erase from completing: SQLite cannot
+    truncate its log, PostgreSQL's ``VACUUM`` keeps the dead rows that snapshot may read. The
+    failure is counted, said (the run record, ``status --json``) and the erase is tried again only
+    after a wait, not by every cycle; the retry after the wait, the reader gone, erases. The cycle's
+    connection waits 0.5 s for a busy database instead of 30 s. Before: PostgreSQL reported
+    ``erased: true`` and settled the counter (the rows stayed in the files until some later vacuum),
+    SQLite retried at every cycle (the full-text merge and the 30 s wait each time), and neither
+    said how long it had failed."""
+    await _seed(settings, _sessions(), tmp_path)
+    await _cycle(settings)
+    await _delete_rows(settings, ["s-keep-t0001"])
+    mine = settings.model_copy(update={"full_scan_interval_seconds": 0})
+    env = {"REM_DATA_DIR": str(settings.data_dir)} | ({"REM_DATABASE_URL": database_url} if database_url else {})
+    reader, db = open_database(settings), open_database(settings, timeout=0.5)
+    stores = Stores(db=db, unit=DatabaseUnitOfWork(db), chroma=ChromaStore(settings))
+    try:
+        with reader.read_snapshot():
+            reader.query("SELECT COUNT(*) FROM recall_turns")  # the snapshot is taken by the first read
+            failed = (await run_cycle(mine, stores=stores)).phases["finalize"]  # retracts the turn, re-extracts s-keep
+            assert rows_holding(settings, TURN_SECRET) == []
+            assert (failed["erased"], failed["erase_failures"]) == (False, 1)
+            assert failed["erase_due"] >= 1
+            skipped = (await run_cycle(mine, stores=stores)).phases["finalize"]
+            assert "erased" not in skipped  # not tried again before its time
+            assert (skipped["erase_failures"], skipped["erase_retry_at"]) == (1, failed["erase_retry_at"])
+            status = run_cli("status", "--json", env=env)
+            assert status.returncode == 0, status.stderr
+            assert json.loads(status.stdout)["erase"] == {k: failed[k] for k in ("erase_due", "erase_failures", "erase_retry_at")}
+        if database_url is None:
+            assert _files_holding(settings.data_dir, TURN_SECRET)
+        state = EraseDueStore(db).state()
+        assert state.retry_at - RETRY_BASE_SECONDS <= time.time()
+        assert erase_when_due(db, now=state.retry_at - 1) == state.as_dict()  # still waiting
+        done = erase_when_due(db, now=state.retry_at)  # what the first finalize after the wait runs
+        assert done["erased"] is True
+        assert EraseDueStore(db).state() == EraseState()
+        if database_url is None:
+            assert _files_holding(settings.data_dir, TURN_SECRET) == []
+    finally:
+        stores.close()
+        reader.close()
+
+
+@pytest.mark.both_backends
+def test_any_worker_committing_a_session_a_retraction_cut_makes_the_erase_due_once(settings: Settings) -> None:
+    """The rule lives in the commit's own record of the session (``mark_digested``), so the commit
+    of a follower, of a cycle cycles later, or one rolled back and made again, makes the erase due
+    in its transaction; a session no retraction cut, or committed since, makes none. Two
+    connections of a real database: the retracting one, and a follower's committing."""
+    leader, follower = open_database(settings), open_database(settings)
+    try:
+        for sid in ("s-cut", "s-other"):
+            RunStateStore(leader).mark_ingested(SessionRevision(sid, "r1", "2026-11-01T00:00:00Z"), "run-l")
+        QueueWithdrawalStore(leader).record("s-cut", ["memory:s-cut-t0000"])  # a turn of s-cut retracted
+        EraseDueStore(leader).settle(EraseDueStore(leader).due())  # the retraction's own erase completed
+        RunStateStore(follower).mark_digested("s-other", "r1", "run-f")
+        assert EraseDueStore(leader).due() == 0
+        with pytest.raises(RuntimeError), follower.transaction():  # a commit rolled back (its claim lost)
+            RunStateStore(follower).mark_digested("s-cut", "r1", "run-f")
+            raise RuntimeError
+        assert EraseDueStore(leader).due() == 0
+        RunStateStore(follower).mark_digested("s-cut", "r2", "run-f")
+        assert EraseDueStore(leader).due() == 1
+        RunStateStore(follower).mark_digested("s-cut", "r3", "run-f")  # its old rows quote no retracted turn now
+        assert EraseDueStore(leader).due() == 1
+    finally:
+        leader.close()
+        follower.close()

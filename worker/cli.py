@@ -629,7 +629,9 @@ async def cmd_forget(settings: Settings, args: argparse.Namespace, progress: Com
             return refusal.status
         _emit(args, report, text)
         if report.get("erased") is False:
-            why = report.get("erase_error") or f"another process kept reading an older snapshot, so {settings.graph_path.name}-wal holds it until SQLite next checkpoints"
+            kept = ("PostgreSQL keeps the deleted rows it may read until a later VACUUM" if settings.database_url is not None
+                    else f"{settings.graph_path.name}-wal holds it until SQLite next checkpoints")
+            why = report.get("erase_error") or f"another process kept reading an older snapshot, so {kept}"
             print(f"rem-cycle: warning: the forget is done, but the database's files may still hold the forgotten text ({why}); "
                   "run the same forget again later to erase it", file=sys.stderr)
         if report.get("queue_error"):
@@ -924,7 +926,7 @@ async def cmd_backfill(settings: Settings, args: argparse.Namespace, progress: C
     from store.chroma import ChromaStoreError
     from store.lazy_queue import LazyEdgeQueue, QueueBusyError
     from worker.cycle import SESSIONS_PER_BATCH
-    from worker.knowledge import erase_deleted_text, withdraw_retracted, withdraw_retracted_despite_failure
+    from worker.knowledge import erase_when_due, withdraw_retracted, withdraw_retracted_despite_failure
     from worker.report import print_backfill
 
     synced = {"done": 0, "total": 0}
@@ -979,11 +981,11 @@ async def cmd_backfill(settings: Settings, args: argparse.Namespace, progress: C
                         print("rem-cycle: the queue lines of the turns taken out stay queued until the next cycle withdraws them: "
                               f"{withdrawn['queue_error']}", file=sys.stderr)
             payload: dict[str, Any] = {**recent.as_dict(), "drain": None, **withdrawn}
-            # Their text is erased from the database's files, as a forget's is. The retraction's
-            # record that an erase is due stays (store/erasure.py): the next cycle re-extracts the
-            # session, replacing what the model said of the turn, and erases that text too.
-            if recent.turns_retracted or payload["retractions_withdrawn"]:
-                payload.update(await anyio.to_thread.run_sync(erase_deleted_text, stores.db))
+            # Their text is erased from the database's files, as a forget's is (the retraction made
+            # the erase due: store/erasure.py). What the model said of the turns goes when a cycle
+            # commits the session's extraction again, which makes the next erase due.
+            if not args.dry_run:
+                payload.update(await anyio.to_thread.run_sync(partial(erase_when_due, stores.db, at_once=True)))
             if not args.skip_drain:
                 try:
                     before = f"{recent.sessions_synced} of {recent.sessions_in_window} sessions synced; "

@@ -40,7 +40,6 @@ from store.claims import CYCLE_LOCK, ClaimStore, LockStore, TextClaimStore, host
 from store.confined import UnsafePathError, exclusive_lock
 from store.backend import database_exists, database_location, open_database, open_database_at
 from store.db import Database
-from store.erasure import EraseDueStore
 from store.errors import LeaseLostError, SchemaTooNewError, StoreError
 from store.graph import GraphStore, utc_now
 from store.lazy_queue import LazyEdgeQueue, QueueBusyError
@@ -52,7 +51,7 @@ from store.tombstones import MEMORY, SESSION, TombstoneStore
 from store.unit_of_work import DatabaseUnitOfWork
 from worker.failures import FailureRecorder, RunFailure, failure_reason
 from worker.knowledge import (
-    erase_deleted_text,
+    erase_when_due,
     identity_resolver,
     keep_identity_index,
     model_judge,
@@ -491,7 +490,9 @@ async def drain(ctx: CycleContext) -> dict[str, Any]:
 
 async def finalize(ctx: CycleContext) -> dict[str, Any]:
     """Refresh the graph's communities when enough changed since the last detection; graph and
-    digest counts for the run record.
+    digest counts for the run record; last, erase deleted text from the files when a deletion made
+    that due (:func:`worker.knowledge.erase_when_due`: after all else, so it covers what this
+    cycle's extraction took back of retracted turns).
 
     The communities are written fenced with the single-flight lock: a leader paused past its lease
     after reading the graph (while the model names its communities, say) would replace those the
@@ -512,28 +513,7 @@ async def finalize(ctx: CycleContext) -> dict[str, Any]:
     graph = await anyio.to_thread.run_sync(ctx.stores.graph.counts)
     digests = await anyio.to_thread.run_sync(ctx.stores.runstate.digest_counts)
     done: dict[str, Any] = {"graph": graph, "digests": digests, "communities": communities, "runs_pruned": runs_pruned}
-    done.update(await anyio.to_thread.run_sync(_erase_when_due, ctx.stores.db))
-    return done
-
-
-def _erase_when_due(db: Database) -> dict[str, Any]:
-    """Rows an agent deleted from Chroma are text it asked to have forgotten: out of the files too
-    (the full-text merge and log truncation a forget runs) once a retraction recorded it due
-    (store/erasure.py) — this cycle's, one a cycle killed before its finalize left, or a backfill's,
-    whose session this cycle's extraction re-extracted (what the model said of the turn replaced).
-    Only then: it rewrites the full-text index. An idle cycle reads one counter row. ``{}`` when
-    none is due, else :func:`erase_deleted_text`'s report; an erase that did not complete leaves
-    the counter for the next cycle."""
-    erasures = EraseDueStore(db)
-    due = erasures.due()
-    if not due:
-        return {}
-    done = erase_deleted_text(db)
-    if done["erased"]:
-        erasures.settle(due)
-    else:
-        log.warning("the retracted text may stay in the database's files until the next cycle erases",
-                    reason=done.get("erase_error", "another process kept reading an older snapshot"))
+    done.update(await anyio.to_thread.run_sync(erase_when_due, ctx.stores.db))
     return done
 
 

@@ -39,16 +39,20 @@ from store.chroma import ChromaStore, ChromaStoreError
 from store.communities import CommunityStore
 from store.backend import database_exists, database_location, open_database
 from store.db import Database
+from store.erasure import EraseDueStore
 from store.graph import Edge, GraphStore, Node, utc_now
 from store.ids import memory_node_id, normalize_graph_node_id, row_suffix
 from store.lazy_queue import LazyEdgeQueue, QueueBusyError
 from store.lazy_table import LazyEdgeTable, lazy_edge_sink
+from store.library_log import get_logger
 from store.merges import MergeStore
 from store.provenance import ProvenanceStore
 from store.runstate import RunStateStore
 from store.unit_of_work import DatabaseUnitOfWork
 from store.verdicts import VerdictStore
 from store.withdrawals import WHOLE_ANCHOR, QueueWithdrawalStore
+
+log = get_logger(__name__)
 
 if TYPE_CHECKING:  # imported where used: the notes pipeline loads the extraction modules
     from pipelines.notes import NoteResult
@@ -509,10 +513,37 @@ def withdraw_queued_lines(
             return {"queue_lines_withdrawn": withdrawn, "queue_error": str(exc)}
 
 
+def erase_when_due(db: Database, *, now: float | None = None, at_once: bool = False) -> dict[str, Any]:
+    """Erase deleted text from the database's files when a deletion made that due (store/erasure.py:
+    a retraction, or the commit that replaced what the model said of a retracted turn — this
+    process's, one a killed process left, another worker's), as a cycle's ``finalize`` and a
+    backfill do. Only then: the erase rewrites the full-text indexes; otherwise one read of three
+    counter rows. ``{}`` when none is due; ``erase_due``/``erase_failures``/``erase_retry_at`` when
+    the last erase did not complete and its retry is not yet (``now``, Unix seconds: the clock by
+    default); else :func:`erase_deleted_text`'s report, with the failures and the retry time when
+    this erase did not complete either (the counter stays, for the retry). ``at_once``: try even
+    before that retry time (an operator's command that has just deleted text: a backfill)."""
+    erasures = EraseDueStore(db)
+    now = time.time() if now is None else now
+    state = erasures.state()
+    if not state.due:
+        return {}
+    if state.waiting(now) and not at_once:
+        return state.as_dict()
+    done = erase_deleted_text(db)
+    if done["erased"]:
+        erasures.settle(state.due)
+        return done
+    state = erasures.failed(now)
+    log.warning("deleted text that was asked to be forgotten may stay in the database's files until an erase completes",
+                reason=done.get("erase_error", "another process kept reading an older snapshot"), **state.as_dict())
+    return {**done, **state.as_dict()}
+
+
 def erase_deleted_text(db: Database) -> dict[str, Any]:
     """``{"erased": …}`` after ``db.erase_deleted()`` (and ``erase_error``, why not, when the
     database refused it: busy past the wait, a lock): the forget (or the cycle's retraction) has
-    committed either way, and the next forget erases."""
+    committed either way, and the next forget erases (a retraction's: :func:`erase_when_due`'s retry)."""
     from store.errors import DatabaseError
 
     try:

@@ -13,6 +13,7 @@ from rich.table import Table
 from config import Settings
 from store.chunks import ChunkResultStore
 from store.claims import lease_holders, owner_state
+from store.erasure import EraseDueStore
 from store.lazy_queue import LazyEdgeQueue
 from store.lazy_table import LazyEdgeTable
 from store.merges import MergeStore
@@ -77,6 +78,8 @@ def collect_status(settings: Settings, stores: Stores, *, runs: int = 10) -> dic
         "identity_candidate_pairs": MergeStore(stores.db).candidate_count(),
         # Several workers (REM_SHARED_EXTRACT): the single-flight lock's holder, each worker's claims.
         "leases": lease_holders(stores.db),
+        # Deleted text due to be erased from the database's files, and erases that did not complete.
+        "erase": EraseDueStore(stores.db).state().as_dict(),
     }
 
 
@@ -152,6 +155,10 @@ def print_status(status: dict[str, Any]) -> None:
         console.print(f"oldest undigested session created {status['oldest_undigested_created_at']}")
     for session in status.get("undigestible_sessions", []):
         console.print(f"undigestible: {session['session_id']} after {session['attempts']} attempts — {session['reason']}")
+    if status["erase"]["erase_failures"]:
+        console.print(f"erase: text asked to be forgotten may still be in the database's files; {status['erase']['erase_failures']} "
+                      f"erases in a row did not complete (another process kept reading an older snapshot?), "
+                      f"the next at the first cycle after {status['erase']['erase_retry_at']}")
     if status["failing_chunks"]:
         chunks = Table("chunk", "error", "attempts", "next attempt", "message", title="failing chunks")
         for chunk in status["failing_chunks"]:
@@ -234,7 +241,8 @@ def print_backfill(result: dict[str, Any]) -> None:
     if result.get("queue_error"):
         output_console().print(f"their lines stay in the queue files until the next cycle withdraws them: {result['queue_error']}")
     if result.get("erased") is False:
-        output_console().print("their text may stay in the database's files until the next cycle erases it: "
+        output_console().print(f"their text may stay in the database's files until a cycle erases it (tried again at "
+                               f"{result.get('erase_retry_at')}, {result.get('erase_failures')} attempts failed): "
                                f"{result.get('erase_error') or 'another process kept reading an older snapshot'}")
     for failure in result.get("session_failures", []):
         output_console().print(f"session failed: {failure}")
