@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 from filelock import FileLock
 
-from tests.conftest import ROOT, make_session, run_cli, write_sessions
+from tests.conftest import COMMAND_SERVER_ENV, ROOT, ForkedCommand, command_server, make_session, run_cli, start_environment, write_sessions
 
 BUSY_SESSIONS = 2000
 
@@ -33,16 +33,18 @@ def worker_env(data_dir: Path, **settings: str) -> dict[str, str]:
     return env
 
 
-def start_worker(*args: str, env: dict[str, str], log_path: Path, **popen: Any) -> subprocess.Popen[bytes]:
+def start_worker(*args: str, env: dict[str, str], log_path: Path, **popen: Any) -> subprocess.Popen[bytes] | ForkedCommand:
     """Start ``python -m worker ARGS`` in the background, stdout+stderr to ``log_path`` (``popen``:
-    more ``subprocess.Popen`` options, e.g. a ``preexec_fn``)."""
-    handle = log_path.open("ab")
-    try:
+    more ``subprocess.Popen`` options, e.g. a ``preexec_fn``): forked by the command server
+    (tests/command_server.py) when there are no such options and ``env`` apart from ``REM_*`` is
+    the server's, else started as a new interpreter (each start paid about 1 s of CPU for the
+    imports)."""
+    with log_path.open("ab") as handle:
+        if not popen and start_environment(env) == start_environment(COMMAND_SERVER_ENV):
+            return command_server().start(list(args), env, ROOT, stdout=handle.fileno(), stderr=handle.fileno())
         return subprocess.Popen(
             [sys.executable, "-m", "worker", *args], stdout=handle, stderr=subprocess.STDOUT, env=env, cwd=ROOT, **popen
         )
-    finally:
-        handle.close()
 
 
 def busy_env(data_dir: Path, **settings: str) -> dict[str, str]:
