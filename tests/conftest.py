@@ -355,12 +355,28 @@ def digest_sample_with_cli(data: Path) -> Path:
     return data
 
 
+def run_temp_dir(base_temp: Path) -> Path:
+    """The temporary folder of the whole test run, for templates its processes share: under
+    pytest-xdist a worker's base folder (``popen-gwN``) is inside the run's own, fresh each run;
+    without it, the base folder itself."""
+    return base_temp.parent if "PYTEST_XDIST_WORKER" in os.environ else base_temp
+
+
 @pytest.fixture(scope="session")
 def digested_sample(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The data dir of :func:`digest_sample_with_cli`, built once per test process: the import and
-    cycle of the 26 sample sessions cost two CLI runs that every test using it would repeat. Never
-    used in place: take a copy (:func:`copy_digested_sample`)."""
-    return digest_sample_with_cli(tmp_path_factory.mktemp("digested-sample") / "data")
+    """The data dir of :func:`digest_sample_with_cli`, built once per test run (the first worker to
+    need it builds it, the other waits for it): the import and cycle of the 26 sample sessions cost
+    two CLI runs that every test using it would repeat. Never used in place: take a copy
+    (:func:`copy_digested_sample`)."""
+    from filelock import FileLock
+
+    template = run_temp_dir(tmp_path_factory.getbasetemp()) / "digested-sample"
+    with FileLock(f"{template}.lock"):
+        if not (template / "ready").exists():
+            shutil.rmtree(template, ignore_errors=True)
+            digest_sample_with_cli(template / "data")
+            (template / "ready").touch()
+    return template / "data"
 
 
 def copy_digested_sample(digested: Path, data: Path) -> Path:

@@ -20,7 +20,8 @@ from typing import Any
 import httpx
 from filelock import FileLock
 
-from tests.conftest import COMMAND_SERVER_ENV, ROOT, ForkedCommand, command_server, make_session, run_cli, start_environment, write_sessions
+from tests.conftest import (COMMAND_SERVER_ENV, ROOT, ForkedCommand, command_server, make_session, run_cli, run_temp_dir,
+                            start_environment, write_sessions)
 
 BUSY_SESSIONS = 2000
 
@@ -53,9 +54,10 @@ def busy_env(data_dir: Path, **settings: str) -> dict[str, str]:
 
 
 def busy_data_dir(base_temp: Path, target: Path) -> Path:
-    """Copy of a data dir whose Chroma holds ``BUSY_SESSIONS`` sessions (built once per session)."""
-    template = base_temp / "busy-template"
-    with FileLock(str(base_temp / "busy-template.lock")):
+    """Copy of a data dir whose Chroma holds ``BUSY_SESSIONS`` sessions (built once per test run,
+    by the first of pytest-xdist's workers to need it)."""
+    template = run_temp_dir(base_temp) / "busy-template"
+    with FileLock(f"{template}.lock"):
         if not (template / "ready").exists():
             shutil.rmtree(template, ignore_errors=True)
             template.mkdir()
