@@ -251,29 +251,81 @@ class CommandServer:
         self.proc.wait(30)
         shutil.rmtree(self.folder)
 
+    def start(self, args: list[str], env: dict[str, str], cwd: Path, *, stdout: int, stderr: int) -> ForkedCommand:
+        """``subprocess.Popen([python, "-m", "worker", *args], stdout=stdout, stderr=stderr, ...)``
+        (descriptors; stdin is this process's), forked by the server."""
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            conn.connect(self.path)
+            request = {"argv": args, "env": env, "cwd": str(cwd)}
+            socket.send_fds(conn, [json.dumps(request).encode()], [0, stdout, stderr])
+            pid = json.loads(conn.recv(4096))["pid"]
+        except BaseException:
+            conn.close()
+            raise
+        return ForkedCommand([sys.executable, "-m", "worker", *args], pid, conn)
+
     def run(self, args: list[str], env: dict[str, str], timeout: float, cwd: Path) -> subprocess.CompletedProcess[str]:
         """``subprocess.run([python, "-m", "worker", *args], capture_output=True, text=True, ...)``,
         forked by the server; on ``timeout`` the command is killed and
         :class:`subprocess.TimeoutExpired` raised, as there."""
-        argv = [sys.executable, "-m", "worker", *args]
-        with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, \
-                socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as conn:
-            conn.connect(self.path)
-            request = {"argv": args, "env": env, "cwd": str(cwd)}
-            socket.send_fds(conn, [json.dumps(request).encode()], [0, out.fileno(), err.fileno()])
-            pid = json.loads(conn.recv(4096))["pid"]
-            conn.settimeout(timeout)
+        with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+            command = self.start(args, env, cwd, stdout=out.fileno(), stderr=err.fileno())
             try:
-                status = json.loads(conn.recv(4096))["status"]
+                status = command.wait(timeout)
             except BaseException as exc:  # as subprocess.run: whatever stops the wait kills the command
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-                if not isinstance(exc, TimeoutError):
+                command.kill()
+                command.wait()
+                if not isinstance(exc, subprocess.TimeoutExpired):
                     raise
-                conn.settimeout(None)
-                conn.recv(4096)
-                raise subprocess.TimeoutExpired(argv, timeout, output=read_text(out), stderr=read_text(err)) from None
-            return subprocess.CompletedProcess(argv, status, read_text(out), read_text(err))
+                raise subprocess.TimeoutExpired(command.args, timeout, output=read_text(out), stderr=read_text(err)) from None
+            return subprocess.CompletedProcess(command.args, status, read_text(out), read_text(err))
+
+
+class ForkedCommand:
+    """A command the command server forked: the part of :class:`subprocess.Popen` the tests use
+    (``pid``, ``returncode``, ``poll``, ``wait``, ``send_signal``, ``terminate``, ``kill``). Its
+    status (the exit code, or minus the signal that killed it) arrives on ``conn`` once the server
+    has reaped it."""
+
+    def __init__(self, args: list[str], pid: int, conn: socket.socket) -> None:
+        self.args = args
+        self.pid = pid
+        self.returncode: int | None = None
+        self._conn = conn
+
+    def _receive(self, timeout: float | None) -> None:
+        self._conn.settimeout(timeout)
+        self.returncode = json.loads(self._conn.recv(4096))["status"]
+        self._conn.close()
+
+    def poll(self) -> int | None:
+        """The status if the command has ended, else None (at once)."""
+        if self.returncode is None:
+            with contextlib.suppress(BlockingIOError, TimeoutError):
+                self._receive(0)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        """Wait for the command to end; :class:`subprocess.TimeoutExpired` after ``timeout`` seconds."""
+        if self.returncode is None:
+            try:
+                self._receive(timeout)
+            except (TimeoutError, BlockingIOError):  # BlockingIOError: a timeout of 0
+                raise subprocess.TimeoutExpired(self.args, timeout or 0) from None
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        """Signal the command unless it has ended (as Popen, which checks first)."""
+        if self.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, sig)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
 
 
 def read_text(file: IO[bytes]) -> str:
@@ -303,12 +355,28 @@ def digest_sample_with_cli(data: Path) -> Path:
     return data
 
 
+def run_temp_dir(base_temp: Path) -> Path:
+    """The temporary folder of the whole test run, for templates its processes share: under
+    pytest-xdist a worker's base folder (``popen-gwN``) is inside the run's own, fresh each run;
+    without it, the base folder itself."""
+    return base_temp.parent if "PYTEST_XDIST_WORKER" in os.environ else base_temp
+
+
 @pytest.fixture(scope="session")
 def digested_sample(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The data dir of :func:`digest_sample_with_cli`, built once per test process: the import and
-    cycle of the 26 sample sessions cost two CLI runs that every test using it would repeat. Never
-    used in place: take a copy (:func:`copy_digested_sample`)."""
-    return digest_sample_with_cli(tmp_path_factory.mktemp("digested-sample") / "data")
+    """The data dir of :func:`digest_sample_with_cli`, built once per test run (the first worker to
+    need it builds it, the other waits for it): the import and cycle of the 26 sample sessions cost
+    two CLI runs that every test using it would repeat. Never used in place: take a copy
+    (:func:`copy_digested_sample`)."""
+    from filelock import FileLock
+
+    template = run_temp_dir(tmp_path_factory.getbasetemp()) / "digested-sample"
+    with FileLock(f"{template}.lock"):
+        if not (template / "ready").exists():
+            shutil.rmtree(template, ignore_errors=True)
+            digest_sample_with_cli(template / "data")
+            (template / "ready").touch()
+    return template / "data"
 
 
 def copy_digested_sample(digested: Path, data: Path) -> Path:

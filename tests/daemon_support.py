@@ -20,7 +20,8 @@ from typing import Any
 import httpx
 from filelock import FileLock
 
-from tests.conftest import ROOT, make_session, run_cli, write_sessions
+from tests.conftest import (COMMAND_SERVER_ENV, ROOT, ForkedCommand, command_server, make_session, run_cli, run_temp_dir,
+                            start_environment, write_sessions)
 
 BUSY_SESSIONS = 2000
 
@@ -33,16 +34,18 @@ def worker_env(data_dir: Path, **settings: str) -> dict[str, str]:
     return env
 
 
-def start_worker(*args: str, env: dict[str, str], log_path: Path, **popen: Any) -> subprocess.Popen[bytes]:
+def start_worker(*args: str, env: dict[str, str], log_path: Path, **popen: Any) -> subprocess.Popen[bytes] | ForkedCommand:
     """Start ``python -m worker ARGS`` in the background, stdout+stderr to ``log_path`` (``popen``:
-    more ``subprocess.Popen`` options, e.g. a ``preexec_fn``)."""
-    handle = log_path.open("ab")
-    try:
+    more ``subprocess.Popen`` options, e.g. a ``preexec_fn``): forked by the command server
+    (tests/command_server.py) when there are no such options and ``env`` apart from ``REM_*`` is
+    the server's, else started as a new interpreter (each start paid about 1 s of CPU for the
+    imports)."""
+    with log_path.open("ab") as handle:
+        if not popen and start_environment(env) == start_environment(COMMAND_SERVER_ENV):
+            return command_server().start(list(args), env, ROOT, stdout=handle.fileno(), stderr=handle.fileno())
         return subprocess.Popen(
             [sys.executable, "-m", "worker", *args], stdout=handle, stderr=subprocess.STDOUT, env=env, cwd=ROOT, **popen
         )
-    finally:
-        handle.close()
 
 
 def busy_env(data_dir: Path, **settings: str) -> dict[str, str]:
@@ -51,9 +54,10 @@ def busy_env(data_dir: Path, **settings: str) -> dict[str, str]:
 
 
 def busy_data_dir(base_temp: Path, target: Path) -> Path:
-    """Copy of a data dir whose Chroma holds ``BUSY_SESSIONS`` sessions (built once per session)."""
-    template = base_temp / "busy-template"
-    with FileLock(str(base_temp / "busy-template.lock")):
+    """Copy of a data dir whose Chroma holds ``BUSY_SESSIONS`` sessions (built once per test run,
+    by the first of pytest-xdist's workers to need it)."""
+    template = run_temp_dir(base_temp) / "busy-template"
+    with FileLock(f"{template}.lock"):
         if not (template / "ready").exists():
             shutil.rmtree(template, ignore_errors=True)
             template.mkdir()

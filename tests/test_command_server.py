@@ -1,11 +1,14 @@
 """run_cli's commands forked by the command server (tests/command_server.py) answer as commands
 started as new interpreters do: the same status, stdout and stderr; a timeout kills the command
 and raises as ``subprocess.run`` does; a command whose start environment differs from the server's
-is started as a new interpreter."""
+is started as a new interpreter. start_worker's background commands are forked too, and are
+polled, signalled and waited for as a ``subprocess.Popen``."""
 
 from __future__ import annotations
 
+import gc
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -13,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import COMMAND_SERVER_ENV, ROOT, command_server, run_cli, start_environment
+from tests.conftest import COMMAND_SERVER_ENV, ROOT, ForkedCommand, command_server, run_cli, start_environment
+from tests.daemon_support import start_worker, wait_for, worker_env
 
 
 def started(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -62,3 +66,35 @@ def test_a_command_with_another_start_environment_is_a_new_interpreter(tmp_path:
     done = run_cli("status", env=env)
     assert done.returncode == 1 and "d\\xe4t\\xe4" in done.stderr, done.stderr
     assert done.stderr == started(["status"], COMMAND_SERVER_ENV | env, ROOT).stderr
+
+
+def test_a_started_worker_is_forked_and_answers_as_a_popen(tmp_path: Path) -> None:
+    # A daemon that waits for its first cycle: running until signalled.
+    env = worker_env(tmp_path / "d", run_at_startup="false", log_level="info")
+    daemon = start_worker(env=env, log_path=tmp_path / "daemon.log")
+    assert isinstance(daemon, ForkedCommand)
+    wait_for(lambda: (tmp_path / "daemon.log").read_text(), what="the daemon's log (stdout and stderr)")
+    assert daemon.poll() is None and daemon.returncode is None
+    with pytest.raises(subprocess.TimeoutExpired):
+        daemon.wait(timeout=0.5)
+    daemon.terminate()
+    assert daemon.wait(timeout=60) == 0 and daemon.poll() == 0  # a graceful stop
+    daemon.kill()  # ended: not signalled again (its pid may be another's by now), as Popen
+    killed = start_worker(env=worker_env(tmp_path / "e", run_at_startup="false"), log_path=tmp_path / "killed.log")
+    killed.kill()
+    assert killed.wait(timeout=60) == -signal.SIGKILL
+
+
+def test_a_started_worker_nobody_waits_for_leaves_the_server_serving(tmp_path: Path) -> None:
+    forgotten = start_worker(env=worker_env(tmp_path / "d", run_at_startup="false"), log_path=tmp_path / "d.log")
+    pid = forgotten.pid
+    del forgotten
+    gc.collect()  # its end of the connection closed: the server's report of its status goes nowhere
+    os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: not os.path.exists(f"/proc/{pid}"), what="the server to reap the killed command")
+    assert run_cli("--version").returncode == 0
+
+
+def test_a_worker_started_with_popen_options_is_a_new_interpreter(tmp_path: Path) -> None:
+    proc = start_worker("--version", env=worker_env(tmp_path / "d"), log_path=tmp_path / "v.log", start_new_session=True)
+    assert isinstance(proc, subprocess.Popen) and proc.wait(timeout=120) == 0
