@@ -29,7 +29,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pipelines.chunker import chunk_session, estimate_tokens, plan_boundaries  # noqa: E402
+from pipelines.chunker import chunk_session, plan_boundaries  # noqa: E402
 
 
 ASCII = string.ascii_letters + string.digits + "      .,\n"

@@ -60,7 +60,7 @@ def build(root: Path, *, memories: int, sessions: int, runs: int, queued: int = 
         conn.executemany(
             "INSERT INTO rem_runs(run_id, reason, mode, started_at, finished_at, outcome, phases) VALUES (?,?,?,?,?,?,?)",
             [
-                (f"run-{n}", "scheduled", "daemon", f"2026-01-01T00:00:00Z", f"2026-01-01T00:00:13Z",
+                (f"run-{n}", "scheduled", "daemon", "2026-01-01T00:00:00Z", "2026-01-01T00:00:13Z",
                  "completed" if n % 50 else "failed", phases)
                 for n in range(runs)
             ],
