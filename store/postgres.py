@@ -732,11 +732,14 @@ class PostgresDatabase:
         with self._lock:
             # Every deletion committed so far has a transaction id before this one's horizon.
             now = self.conn.execute("SELECT txid_snapshot_xmax(txid_current_snapshot()) % 4294967296").fetchone()[0]
-            while held := self.conn.execute(_HOLDS_OLDER_SNAPSHOT, (str(now),)).fetchone()[0]:
-                if time.monotonic() + pause > deadline:
-                    break
-                time.sleep(pause)
-                pause = min(2 * pause, 2.0)
+        while True:
+            with self._lock:  # not held while it sleeps: the process's other threads share the connection
+                held = self.conn.execute(_HOLDS_OLDER_SNAPSHOT, (str(now),)).fetchone()[0]
+            if not held or time.monotonic() + pause > deadline:
+                break
+            time.sleep(pause)
+            pause = min(2 * pause, 2.0)
+        with self._lock:
             self.conn.execute(f"VACUUM {', '.join(TEXT_TABLES)}")
         return not held
 
