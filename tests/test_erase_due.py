@@ -24,6 +24,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -127,18 +128,32 @@ def _described_session() -> list[dict[str, object]]:
 async def test_the_cycle_after_a_backfill_took_a_turn_out_erases_what_its_re_extraction_replaced(
     settings: Settings, database_url: str | None, tmp_path: Path,
 ) -> None:
+    assert (await _backfill_taking_a_described_turn_out(settings, database_url, tmp_path))["erased"] is True
+    # The backfill erased the turn; the extraction's description of PaymentGateway, which quotes
+    # it, is live until the session is extracted again.
+    await _re_extraction_erases_the_description(settings, database_url)
+
+
+async def _backfill_taking_a_described_turn_out(settings: Settings, database_url: str | None, tmp_path: Path) -> dict[str, Any]:
+    """s-desc extracted, then its first turn's row deleted and taken out by a real ``rem-cycle
+    backfill``: its ``--json``."""
     await _seed(settings, _described_session(), tmp_path)
     await _cycle(settings)
     await _delete_rows(settings, ["s-desc-t0000"])
     env = {"REM_DATA_DIR": str(settings.data_dir)} | ({"REM_DATABASE_URL": database_url} if database_url else {})
     done = run_cli("backfill", "--days", "3650", "--json", env=env)
     assert done.returncode == 0, done.stderr
-    assert (json.loads(done.stdout)["turns_retracted"], json.loads(done.stdout)["erased"]) == (1, True)
-    # The backfill erased the turn; the extraction's description of PaymentGateway, which quotes
-    # it, is live until the session is extracted again.
+    report = json.loads(done.stdout)
+    assert report["turns_retracted"] == 1
+    return report
+
+
+async def _re_extraction_erases_the_description(settings: Settings, database_url: str | None) -> None:
+    """The next cycle extracts s-desc again: PaymentGateway's description, which quotes the turn
+    taken out and is live until then, leaves the rows and the files (on PostgreSQL: ``nodes`` is
+    vacuumed), and the erase is settled."""
     assert any(row.startswith("nodes: CLASS:PaymentGateway ") for row in rows_holding(settings, DESCRIPTION_SECRET))
     vacuumed = _vacuum_count(settings, "nodes") if database_url else 0
-
     finalize = (await _cycle(settings)).phases["finalize"]
     assert rows_holding(settings, DESCRIPTION_SECRET) == []  # the re-extraction replaced the description
     if database_url:
@@ -180,29 +195,13 @@ async def test_a_session_a_backfill_took_a_turn_of_re_extracted_cycles_later_is_
     happens: here two cycles after the backfill, the first having extracted an older session
     instead (the batch limit). Before: the first cycle settled the counter the backfill left, the
     second re-extracted s-desc without erasing, and its old description stayed in the files."""
-    await _seed(settings, _described_session(), tmp_path)
-    await _cycle(settings)
-    await _delete_rows(settings, ["s-desc-t0000"])
-    env = {"REM_DATA_DIR": str(settings.data_dir)} | ({"REM_DATABASE_URL": database_url} if database_url else {})
-    done = run_cli("backfill", "--days", "3650", "--json", env=env)
-    assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout)["turns_retracted"] == 1
+    await _backfill_taking_a_described_turn_out(settings, database_url, tmp_path)
     older = {"sessionId": "s-older", "title": "Session s-older", "createdAt": "2026-10-01T10:00:00Z", "userId": "user-1",
              "summary": "RetryPolicy.", "turns": [{"role": "user", "text": "RetryPolicy wraps the HTTP client now."}]}
     await _seed(settings, [older], tmp_path)
 
     await _cycle(settings, batch_limit=1)  # ingests and extracts s-older, the oldest: not s-desc
-    assert any(row.startswith("nodes: CLASS:PaymentGateway ") for row in rows_holding(settings, DESCRIPTION_SECRET))
-    vacuumed = _vacuum_count(settings, "nodes") if database_url else 0
-
-    finalize = (await _cycle(settings)).phases["finalize"]  # re-extracts s-desc
-    assert rows_holding(settings, DESCRIPTION_SECRET) == []
-    if database_url:
-        assert _vacuum_count(settings, "nodes") > vacuumed
-    else:
-        assert _files_holding(settings.data_dir, DESCRIPTION_SECRET) == []
-    assert finalize["erased"] is True
-    assert _erase_due(settings) == 0
+    await _re_extraction_erases_the_description(settings, database_url)
 
 
 @pytest.mark.both_backends
