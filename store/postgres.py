@@ -127,6 +127,10 @@ def _row_factory(cursor: psycopg.Cursor[Any]) -> Any:
 # --- errors ------------------------------------------------------------------------------
 _BUSY_STATES = frozenset({"40001", "40P01", "55P03", "53300"})  # serialization, deadlock, lock, too many connections
 _INTERRUPT_STATES = frozenset({"57014"})  # query_canceled (statement_timeout)
+# program_limit_exceeded (an index row, a tsvector, a statement over the server's limits): what was
+# asked for is too big, every time it is asked. psycopg calls it an OperationalError, as it does a
+# lost connection; it is the caller's own failure, not the database's (store.errors.DATABASE_OUTAGES).
+_PROGRAM_LIMIT_CLASS = "54"
 
 
 def store_error(exc: BaseException) -> DatabaseError:
@@ -138,6 +142,8 @@ def store_error(exc: BaseException) -> DatabaseError:
         kind = DatabaseBusyError
     elif state in _INTERRUPT_STATES:
         kind = QueryInterruptedError
+    elif state.startswith(_PROGRAM_LIMIT_CLASS):
+        kind = DatabaseError
     elif isinstance(exc, psycopg.OperationalError) or state.startswith(("08", "28", "3D")) or state == "42501":
         kind = DatabaseUnreadableError  # cannot connect, authenticate, no such database, no privilege
     else:

@@ -1,0 +1,90 @@
+"""pgcut's rule, attacked (audit19): what the database refuses because of what a session (or a
+queue line) asked it to store is its own failure, not an outage. Real PostgreSQL, embedded Chroma,
+the loopback model server, real queue files and table."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from config import Settings
+from pipelines.drain import drain_queue
+from pipelines.enqueue import enqueue_lazy_edges
+from store.lazy_table import LazyEdgeTable
+from tests.lazy_fixtures import add_concepts, edge_count, queue_of
+from tests.llm_server import LLMServer, ok
+from tests.llm_server import llm_server  # noqa: F401 - fixture
+from tests.test_extract_cycle import llm_settings
+from tests.test_drainstall_busy import dead_letters
+from tests.test_pgcut_sessions import charged, extract_one, ingested, stores_on
+from worker.cycle import Stores
+
+
+def _han(start: int, count: int) -> str:
+    """``count`` distinct Han characters (3 bytes each in UTF-8, which the server cannot compress)."""
+    return "".join(chr(0x4E00 + (start + i * 7919) % 20000) for i in range(count))
+
+
+# An edge between two nodes with 300-character names (MAX_NAME_CHARS), with a 500-character
+# justification: its ``edge_points_reason`` index row is ~3.3 kB, over the server's 2704-byte
+# btree limit (SQLSTATE 54000, program_limit_exceeded). Every cycle it would be refused again.
+OVERSIZED = {
+    "summary": "long names",
+    "nodes": [
+        {"id": "a", "type": "CONCEPT", "name": _han(0, 300), "evidence": [{"turn": 0, "quote": "CHUNK"}]},
+        {"id": "b", "type": "CONCEPT", "name": _han(5000, 300), "evidence": [{"turn": 0, "quote": "CHUNK"}]},
+    ],
+    "edges": [{"source": "a", "target": "b", "relationship": "relates_to", "justification": _han(10000, 500),
+               "evidence": [{"turn": 0, "quote": "CHUNK"}]}],
+}
+
+
+@pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
+async def test_a_session_whose_own_answer_the_server_cannot_index_is_charged_not_deferred_for_ever(
+    settings: Settings, llm_server: LLMServer, tmp_path: Path, database_url: str
+) -> None:
+    """The server refuses the session's commit for its own content (an index row over the btree
+    limit: ``program_limit_exceeded``, a psycopg ``OperationalError``). That is no outage: it
+    fails the same way every time, so the session is charged an attempt (with its backoff, and
+    ``undigestible`` after ``max_chunk_attempts``, shown by ``status``) and the reason is recorded. Before, the error was
+    classified ``DatabaseUnreadableError``, one of ``DATABASE_OUTAGES``: the session was deferred,
+    charged nothing, and extracted again every cycle for ever."""
+    mine = llm_settings(settings.data_dir, llm_server)
+    llm_server.default = ok(OVERSIZED)
+    with stores_on(mine, timeout=5.0) as stores:
+        await ingested(mine, stores, tmp_path)
+        assert await extract_one(mine, stores) == "failed"
+        state, attempts, _ = charged(stores)
+        assert (state, attempts) == ("undigested", 1)  # charged, backing off; undigestible at max_chunk_attempts
+        reason = stores.runstate.get_digests(["s1"])["s1"].defer_reason or ""
+        assert "index row" in reason, reason
+
+
+def _plane_b(start: int, count: int) -> str:
+    """``count`` distinct CJK Extension B characters (4 bytes each in UTF-8)."""
+    return "".join(chr(0x20000 + (start + i * 7919) % 40000) for i in range(count))
+
+
+@pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
+@pytest.mark.parametrize("form", ["file", "database"])
+async def test_a_queue_line_the_server_cannot_index_is_charged_and_the_rest_of_the_queue_drains(
+    settings: Settings, stores: Stores, database_url: str, form: str
+) -> None:
+    """A queued edge between two existing nodes with 300-character names, under a 128-character
+    relationship (all within the queue's limits): its ``edges`` key is ~2.9 kB, over the server's
+    btree limit (``program_limit_exceeded``). That line's own failure: it is charged (dead-lettered
+    at its last attempt) and the good lines beside it link. Before, the error was an outage, "no
+    line's fault": every drain stopped on that line, charged nothing, and the queue never drained."""
+    settings = settings.model_copy(update={"lazy_queue": form})
+    far = add_concepts(stores.graph, _plane_b(0, 300), _plane_b(20000, 300))
+    add_concepts(stores.graph, "c0", "c1")
+    enqueue_lazy_edges(settings.lazy_queue_target, [
+        {"source": far[0], "target": far[1], "relationship": _plane_b(30000, 128)},
+        {"source": "CONCEPT:c0", "target": "CONCEPT:c1", "relationship": "NEXT"},
+    ])
+    stats = await drain_queue(queue_of(settings), unit=stores.unit, chroma=stores.chroma, max_attempts=1,
+                              table=LazyEdgeTable(stores.db))
+    assert (stats.succeeded, stats.dead_lettered) == (1, 1)
+    assert edge_count(stores.graph, "NEXT") == 1
+    assert dead_letters(settings, stores.db) == 1
