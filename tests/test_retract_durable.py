@@ -180,3 +180,19 @@ async def test_a_drain_run_alone_withdraws_first_what_a_killed_cycle_left_record
     assert OLD_REF not in _queue_text(queue) and LATE_REF not in _queue_text(queue)
     assert LEGACY_REF in _queue_text(queue)  # s-gone's other turn's line stays
     assert _count(mine, "SELECT COUNT(*) FROM queue_withdrawals") == 0
+
+
+async def test_a_drain_run_alone_while_another_drain_holds_the_files_says_so_at_once(
+    settings: Settings, tmp_path: Path,
+) -> None:
+    # With records pending, the drain's withdrawal first waited 30 s for the other drain's lock
+    # (as a cycle's does), then the drain said "not starting a second one": it would never start.
+    mine, queue = await _killed_in_its_withdrawal(settings, None, tmp_path)
+    with queue.exclusive():  # another drain running
+        started = time.monotonic()
+        done = run_cli("drain", "--json", env={"REM_DATA_DIR": str(mine.data_dir)})
+        waited = time.monotonic() - started
+    assert done.returncode == 3, done.stderr
+    assert waited < 20, waited  # the withdrawal's wait is 30 s
+    assert _count(mine, "SELECT COUNT(*) FROM queue_withdrawals") == 2  # the records stay, for the next drain or cycle
+    assert OLD_REF in _queue_text(queue) and LATE_REF in _queue_text(queue)

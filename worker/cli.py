@@ -898,9 +898,10 @@ async def cmd_drain(settings: Settings, args: argparse.Namespace, progress: Comm
         # What a cycle or backfill killed before its withdrawal left recorded is withdrawn first,
         # as the next cycle's ingest would: those lines name what a retraction took out, and the
         # drain would charge each an attempt it can never link. None recorded: one look at an
-        # empty table. A dry run changes nothing.
+        # empty table. A dry run changes nothing. No wait for a drain holding the files: this one
+        # would not start either (exit 3 at once, as before).
         withdrawn: dict[str, Any] = {} if args.dry_run else await anyio.to_thread.run_sync(
-            partial(withdraw_retracted, stores.db, queue=LazyEdgeQueue(settings.queue_path)))
+            partial(withdraw_retracted, stores.db, queue=LazyEdgeQueue(settings.queue_path), wait_seconds=0))
         payload = {**await _drain_once(settings, stores, args, progress), **withdrawn}
     except QueueBusyError as exc:
         print(f"rem-cycle: {exc}; not starting a second one", file=sys.stderr)
