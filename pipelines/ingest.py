@@ -570,13 +570,17 @@ def _write_sessions(
         # and recall must not keep serving it verbatim. The turns a session had are those its last
         # ingest recorded (a back-filled turn, not read by a change scan, is not one of them).
         had = unit.runstate.memories_of_sessions(session_ids)
-        known = graph.get_nodes([memory_node_id(m) for ids in had.values() for m in ids if is_valid_row_id(m)])
+        indexed = {memory_node_id(m): m for ids in had.values() for m in ids if is_valid_row_id(m)}
+        known = graph.get_nodes(list(indexed))
         retracted = {sid: vanished_turns(sid, rows_by_session.get(sid, []), known) for sid in session_ids}
         for sid, gone in retracted.items():
             for node_id in gone:
                 graph.delete_node(node_id)
             if gone:  # the lines its extraction queued are due (withdrawn once this commits, or by the next cycle)
                 unit.withdrawals.record(sid, gone)
+                # Nor does the session have them now — also after a backfill, which marks no
+                # revision: forget and the held answers read its turns from the memory index.
+                unit.runstate.drop_retracted_turns(sid, [indexed[node_id] for node_id in gone])
         existing = graph.get_nodes(all_ids)
         sessions: list[Node] = []
         memories: list[Node] = []

@@ -305,6 +305,15 @@ class RunStateStore:
                 found.setdefault(r[0], []).append(r[1])
         return found
 
+    def drop_retracted_turns(self, session_id: str, memory_ids: Iterable[str]) -> None:
+        """Take turns whose rows left Chroma out of ``session_id``'s memory index, in the caller's
+        transaction with their retraction: the session no longer has them, wherever the retraction
+        ran (a cycle's ingest, whose :meth:`mark_ingested` then writes the same index, or
+        ``rem-cycle backfill``, which has no revision to mark). Its ``turns`` count follows (triggers)."""
+        with self.db.transaction() as conn:
+            conn.executemany("DELETE FROM memory_index WHERE session_id = ? AND memory_id = ?",
+                             [(session_id, memory_id) for memory_id in memory_ids])
+
     def mark_ingested(self, revision: SessionRevision, run_id: str) -> None:
         """Record that ``revision`` of the session (and its memory ids) is in the graph; a changed
         revision resets the extraction state (new content deserves a fresh set of attempts)."""

@@ -46,7 +46,9 @@ async def test_when_the_ingest_fails_after_a_retraction_its_own_error_is_reporte
     db = open_database(mine)
     try:
         with db.transaction() as conn:
-            conn.execute("CREATE TRIGGER refuse_ingest BEFORE DELETE ON memory_index "
+            # On insert: the retraction itself deletes the turn's row (bfindex); the record of
+            # the session's ingest then writes its remaining turns' rows.
+            conn.execute("CREATE TRIGGER refuse_ingest BEFORE INSERT ON memory_index "
                          "BEGIN SELECT RAISE(ABORT, 'the memory index refused'); END")
             for table in ("lazy_edges", "lazy_edges_dead"):
                 conn.execute(f"CREATE TRIGGER refuse_{table} BEFORE DELETE ON {table} "
