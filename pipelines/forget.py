@@ -200,6 +200,8 @@ def forget_memory(unit: UnitOfWork, memory_id: str, *, dry_run: bool = False) ->
     try:
         with unit.transaction():
             _hold_commit_order(unit)
+            # Its index row or its points' anchor (a retracted turn keeps only the latter), else its
+            # MEMORY node (a back-filled turn the model never quoted has neither).
             session = tombstones.session_of_memory(memory_id)
             memory = graph.get_node(node_id)
             if session is None and memory is not None and isinstance(memory.properties.get("sessionId"), str):

@@ -287,6 +287,15 @@ ERASE_AT_COMMIT_MIGRATION = """
 ALTER TABLE session_digests ADD COLUMN erase_at_commit INTEGER NOT NULL DEFAULT 0
 """
 
+# 24: the provenance rows of a turn, found by its memory id alone (forgetgone). ``forget --memory``
+# of a turn a retraction took out (its MEMORY node and memory index row gone) finds its session by
+# the anchor of the points that still name it (TombstoneStore.session_of_memory); the other
+# indexes lead with the node, the edge or the anchor, so that look-up read every point.
+POINTS_BY_MEMORY_MIGRATION = """
+CREATE INDEX node_points_memory ON node_points(memory_id, anchor);
+CREATE INDEX edge_points_memory ON edge_points(memory_id, anchor)
+"""
+
 RUN_COUNTS_MIGRATION = """
 CREATE INDEX rem_runs_outcome_finished ON rem_runs(outcome, finished_at);
 CREATE INDEX rem_runs_running ON rem_runs(started_at) WHERE outcome = 'running';
@@ -925,6 +934,8 @@ MIGRATIONS: tuple[str, ...] = (
     QUEUE_WITHDRAWALS_MIGRATION,
     # 23: ERASE_AT_COMMIT_MIGRATION above.
     ERASE_AT_COMMIT_MIGRATION,
+    # 24: POINTS_BY_MEMORY_MIGRATION above.
+    POINTS_BY_MEMORY_MIGRATION,
 )
 
 # The queue table's schema version, wherever the entry sits (the PostgreSQL port keys its own form by it).
@@ -935,6 +946,7 @@ TEXT_CLAIMS_VERSION = MIGRATIONS.index(TEXT_CLAIMS_MIGRATION) + 1
 FOLD_RANK_VERSION = MIGRATIONS.index(FOLD_RANK_MIGRATION) + 1
 QUEUE_WITHDRAWALS_VERSION = MIGRATIONS.index(QUEUE_WITHDRAWALS_MIGRATION) + 1
 ERASE_AT_COMMIT_VERSION = MIGRATIONS.index(ERASE_AT_COMMIT_MIGRATION) + 1
+POINTS_BY_MEMORY_VERSION = MIGRATIONS.index(POINTS_BY_MEMORY_MIGRATION) + 1
 
 
 # SQLite's primary result codes (https://sqlite.org/rescode.html) that name a kind of failure.

@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterable
 
 from store.db import Database, in_batches
 from store.graph import utc_now
+from store.ids import memory_node_id, row_kind, row_suffix
 
 SESSION, MEMORY, NOTE = "session", "memory", "note"
 
@@ -44,8 +45,20 @@ class TombstoneStore:
         return sorted(r[0] for r in rows)
 
     def session_of_memory(self, memory_id: str) -> str | None:
-        """The session a memory row was ingested under (its memory index row), if any."""
-        return next((r[0] for r in self.db.query("SELECT session_id FROM memory_index WHERE memory_id = ?", (memory_id,))), None)
+        """The session a memory row was ingested under: its memory index row, else the session its
+        provenance points are anchored to — a turn a retraction took out (its row left Chroma) has
+        no index row and no MEMORY node left, but its points stay until its session is extracted
+        again, and a forget of it must find them now. Reads the ``*_points_memory`` indexes
+        (migration 24), never a scan. ``None`` for a turn neither names."""
+        indexed = self.db.query("SELECT session_id FROM memory_index WHERE memory_id = ?", (memory_id,))
+        if indexed:
+            return indexed[0][0]
+        node_id = memory_node_id(memory_id)
+        anchors = self.db.query(
+            "SELECT anchor FROM node_points WHERE memory_id = ? UNION SELECT anchor FROM edge_points WHERE memory_id = ?",
+            (node_id, node_id),
+        )
+        return min((row_suffix(r[0]) for r in anchors if row_kind(r[0]) == "session"), default=None)
 
     def forget_memory_state(self, memory_id: str, session_id: str | None) -> int:
         """Delete a forgotten turn's memory index row and mark its session for re-extraction, so

@@ -7,7 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from store.db import (
-    CHUNK_TEXT_VERSION, ERASE_AT_COMMIT_VERSION, FOLD_RANK_VERSION, MIGRATIONS, QUEUE_WITHDRAWALS_VERSION, SEARCH_FOLD_VERSION, TEXT_CLAIMS_VERSION,
+    CHUNK_TEXT_VERSION, ERASE_AT_COMMIT_VERSION, FOLD_RANK_VERSION, MIGRATIONS, POINTS_BY_MEMORY_VERSION, QUEUE_WITHDRAWALS_VERSION,
+    SEARCH_FOLD_VERSION, TEXT_CLAIMS_VERSION,
     _statements,
 )
 
@@ -96,6 +97,8 @@ UNDO: dict[int, dict[str, tuple[str, ...]]] = {
     QUEUE_WITHDRAWALS_VERSION: {"sqlite": ("DROP TABLE queue_withdrawals",), "postgresql": ("DROP TABLE queue_withdrawals",)},
     ERASE_AT_COMMIT_VERSION: {"sqlite": ("ALTER TABLE session_digests DROP COLUMN erase_at_commit",),
                               "postgresql": ("ALTER TABLE session_digests DROP COLUMN erase_at_commit",)},
+    POINTS_BY_MEMORY_VERSION: {"sqlite": ("DROP INDEX node_points_memory", "DROP INDEX edge_points_memory"),
+                               "postgresql": ("DROP INDEX node_points_memory", "DROP INDEX edge_points_memory")},
 }
 assert "rem_run_counts" in MIGRATIONS[RUN_COUNTS_VERSION - 1] and "community_names" in MIGRATIONS[COMMUNITY_NAMES_VERSION - 1]
 assert "justification" in MIGRATIONS[EDGE_JUSTIFICATIONS_VERSION - 1]
