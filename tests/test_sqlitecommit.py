@@ -2,7 +2,8 @@
 the transaction is rolled back and the connection is usable again, and a full disk is an outage
 (:class:`DatabaseFullError`), charged to no session. Real SQLite files; the session test runs the
 extract phase's ``extract_session`` with embedded Chroma and the loopback model server. A full disk
-is SQLite's own ``SQLITE_FULL``, reached through ``PRAGMA max_page_count``."""
+is SQLite's own ``SQLITE_FULL``, reached through ``PRAGMA max_page_count``; the drain test drains
+the file-form queue and the table."""
 
 from __future__ import annotations
 
@@ -12,13 +13,21 @@ from pathlib import Path
 import pytest
 
 from config import Settings
+from pipelines.drain import drain_queue
+from pipelines.enqueue import enqueue_lazy_edges
+from store.backend import open_database_at
 from store.db import Database
 from store.errors import ConstraintError, DatabaseFullError, is_database_outage
+from store.graph import GraphStore
+from store.lazy_table import LazyEdgeTable
+from store.unit_of_work import DatabaseUnitOfWork
+from tests.lazy_fixtures import add_concepts, edge_count, queue_of
 from tests.llm_server import LLMServer
 from tests.llm_server import llm_server  # noqa: F401 - fixture
+from tests.test_drainstall_busy import dead_letters, queued_attempts
 from tests.test_extract_cycle import llm_settings, load, session
 from tests.test_pgcut_sessions import charged, extract_one, stores_on
-from worker.cycle import PHASES, run_cycle
+from worker.cycle import PHASES, Stores, run_cycle
 
 
 def committed_elsewhere(path: Path, sql: str) -> list[tuple]:
@@ -117,3 +126,33 @@ async def test_a_session_whose_commit_finds_the_disk_full_is_deferred_charged_no
         assert llm_server.chat_count == paid  # its answer was stored before the commit: not paid again
         assert charged(stores) == ("digested", 0, 0)
         assert stores.db.query("SELECT COUNT(*) FROM nodes WHERE label = 'CLASS'")[0][0] == 120
+
+
+# Enough edges that linking them needs new pages of the file (three fit in the pages' free space).
+MANY_EDGES = [{"source": f"CONCEPT:c{i}", "target": f"CONCEPT:c{i + 1}", "relationship": "NEXT"} for i in range(300)]
+
+
+@pytest.mark.parametrize("form", ["file", "database"])
+async def test_a_drain_that_finds_the_disk_full_ends_and_charges_no_line(settings: Settings, stores: Stores, form: str) -> None:
+    """The drain's database may not grow: linking the batch fails with ``database or disk is full``.
+    The drain ends with :class:`DatabaseFullError`, no line is charged or dead-lettered (one attempt
+    allowed), nothing is linked; once space is back the next drain links every line. Before, the
+    batch was retried line by line and each line that did not fit was charged: dead-lettered."""
+    settings = settings.model_copy(update={"lazy_queue": form})
+    add_concepts(stores.graph, *(f"c{i}" for i in range(len(MANY_EDGES) + 1)))
+    enqueue_lazy_edges(settings.lazy_queue_target, MANY_EDGES)
+    db = open_database_at(path=settings.graph_path, url=None)
+    try:
+        options = {"unit": DatabaseUnitOfWork(db), "chroma": stores.chroma, "max_attempts": 1, "table": LazyEdgeTable(db)}
+        fill_the_disk(db)
+        with pytest.raises(DatabaseFullError):
+            await drain_queue(queue_of(settings), **options)
+        assert dead_letters(settings, db) == 0
+        assert queued_attempts(settings, None) == [0] * len(MANY_EDGES)
+        assert edge_count(GraphStore(db), "NEXT") == 0
+        free_space(db)
+        again = await drain_queue(queue_of(settings), **options)
+        assert (again.succeeded, again.failed, again.dead_lettered) == (len(MANY_EDGES), 0, 0)
+        assert edge_count(GraphStore(db), "NEXT") == len(MANY_EDGES)
+    finally:
+        db.close()
