@@ -1146,9 +1146,9 @@ class Database:
 
     def _end_failed_transaction(self) -> None:
         """Roll back the outermost transaction after its block or its ``COMMIT`` failed, unless
-        SQLite already did: after a full disk, an I/O error or a busy statement it may roll the
-        transaction back itself, and a ``ROLLBACK`` then would fail ("no transaction is active")
-        in place of the error that ended it."""
+        SQLite already did: after a full disk, an I/O error, an interrupted write or a busy
+        statement it may roll the transaction back itself, and a ``ROLLBACK`` then would fail ("no
+        transaction is active") in place of the error that ended it."""
         if self.conn.in_transaction:
             self.conn.execute("ROLLBACK")
 

@@ -17,7 +17,7 @@ from pipelines.drain import drain_queue
 from pipelines.enqueue import enqueue_lazy_edges
 from store.backend import open_database_at
 from store.db import Database
-from store.errors import ConstraintError, DatabaseFullError, is_database_outage
+from store.errors import ConstraintError, DatabaseFullError, QueryInterruptedError, is_database_outage
 from store.graph import GraphStore
 from store.lazy_table import LazyEdgeTable
 from store.unit_of_work import DatabaseUnitOfWork
@@ -93,6 +93,23 @@ def test_a_write_that_fills_the_disk_raises_database_full_and_succeeds_once_spac
         free_space(db)
         write()
         assert committed_elsewhere(path, "SELECT COUNT(*) FROM test_blobs") == [(51,)]
+    finally:
+        db.close()
+
+
+def test_a_write_stopped_at_its_deadline_raises_query_interrupted(tmp_path: Path) -> None:
+    """A write inside a transaction stopped by the deadline's progress handler: SQLite rolls the
+    transaction back itself, and the block raises :class:`QueryInterruptedError`. Before, the
+    adapter's ``ROLLBACK`` raised ``cannot rollback - no transaction is active`` in its place."""
+    db = Database(tmp_path / "graph.sqlite3")
+    try:
+        db.conn.execute("CREATE TABLE test_rows (x INTEGER)")
+        db.conn.execute("WITH RECURSIVE r(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM r WHERE i < 100000) "
+                        "INSERT INTO test_rows SELECT i FROM r")
+        db.set_deadline(0.0)
+        with pytest.raises(QueryInterruptedError, match="interrupted"), db.transaction() as conn:
+            conn.execute("UPDATE test_rows SET x = x + 1")
+        assert not db.conn.in_transaction
     finally:
         db.close()
 
