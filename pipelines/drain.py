@@ -61,9 +61,9 @@ __all__ = ["ChromaGoneDuringDrainError", "DrainStats", "MalformedLine", "QueuedE
 MAX_BATCH_BYTES = 8 * 1024 * 1024
 
 # Database failures that are no line's (store.errors.DATABASE_OUTAGES: the server gone or
-# unreadable, or busy past the timeout — a lock held by another client, "too many connections" when
-# a drain reconnects) end the drain and charge no line an attempt; retried line by line, they would
-# dead-letter good lines. A statement stopped at the statement timeout may be one line's: see
+# unreadable, its disk full, or busy past the timeout — a lock held by another client, "too many
+# connections" when a drain reconnects) end the drain and charge no line an attempt; retried line
+# by line, they would dead-letter good lines. A statement stopped at the statement timeout may be one line's: see
 # _Drain._judge_timeout.
 
 

@@ -21,6 +21,7 @@ from store.errors import (
     ConstraintError,
     DatabaseBusyError,
     DatabaseError,
+    DatabaseFullError,
     DatabaseUnreadableError,
     QueryInterruptedError,
     SchemaTooNewError,
@@ -952,6 +953,7 @@ POINTS_BY_MEMORY_VERSION = MIGRATIONS.index(POINTS_BY_MEMORY_MIGRATION) + 1
 # SQLite's primary result codes (https://sqlite.org/rescode.html) that name a kind of failure.
 _BUSY_CODES = frozenset({5, 6})  # SQLITE_BUSY, SQLITE_LOCKED
 _INTERRUPT_CODE = 9  # SQLITE_INTERRUPT: a progress handler stopped the statement
+_FULL_CODE = 13  # SQLITE_FULL: the disk, or the file's max_page_count, is full
 _UNREADABLE_CODES = frozenset({3, 10, 11, 14, 23, 26})  # PERM, IOERR, CORRUPT, CANTOPEN, AUTH, NOTADB
 
 
@@ -975,6 +977,8 @@ def store_error(exc: sqlite3.Error) -> DatabaseError:
         kind = DatabaseBusyError
     elif primary == _INTERRUPT_CODE:
         kind = QueryInterruptedError
+    elif primary == _FULL_CODE:
+        kind = DatabaseFullError
     elif primary in _UNREADABLE_CODES:
         kind = DatabaseUnreadableError
     else:
@@ -1140,11 +1144,25 @@ class Database:
             except BaseException:
                 self._depth -= 1
                 if outermost:
-                    self.conn.execute("ROLLBACK")
+                    self._end_failed_transaction()
                 raise
             self._depth -= 1
             if outermost:
-                self.conn.execute("COMMIT")
+                try:
+                    self.conn.execute("COMMIT")
+                except BaseException:
+                    # A COMMIT that fails (a deferred foreign key, a full disk, busy) leaves SQLite's
+                    # transaction open: kept, every later statement of the process would join it.
+                    self._end_failed_transaction()
+                    raise
+
+    def _end_failed_transaction(self) -> None:
+        """Roll back the outermost transaction after its block or its ``COMMIT`` failed, unless
+        SQLite already did: after a full disk, an I/O error, an interrupted write or a busy
+        statement it may roll the transaction back itself, and a ``ROLLBACK`` then would fail ("no
+        transaction is active") in place of the error that ended it."""
+        if self.conn.in_transaction:
+            self.conn.execute("ROLLBACK")
 
     @contextmanager
     def read_snapshot(self) -> Iterator[None]:

@@ -13,6 +13,7 @@ The family::
     │   ├── DatabaseUnreadableError                  missing, unopenable, not a database, damaged
     │   ├── DatabaseBusyError                        locked or busy past the timeout
     │   │   └── ConnectionsExhaustedError            no connection to be had while the server answers
+    │   ├── DatabaseFullError                        its disk (or size limit) is full; nothing is written
     │   ├── ConstraintError                          a write broke a constraint (e.g. a duplicate key)
     │   ├── QueryInterruptedError                    a read was stopped at its deadline
     │   └── SchemaTooNewError                        written by a newer rem-cycle; refused untouched
@@ -57,6 +58,12 @@ class DatabaseBusyError(DatabaseError):
     """Another connection held the database (locked, busy) for longer than the timeout."""
 
 
+class DatabaseFullError(DatabaseError):
+    """The database could not write for want of space: its disk is full (SQLite's "database or
+    disk is full", also at a ``max_page_count``; PostgreSQL's ``disk_full``). The transaction was
+    rolled back; the same write succeeds once space is freed."""
+
+
 class ConnectionsExhaustedError(DatabaseBusyError):
     """No connection could be had within the timeout while the server answers: every connection of
     this process's pool stayed in use (its own readers and cycle), or the server refuses more (its
@@ -65,11 +72,12 @@ class ConnectionsExhaustedError(DatabaseBusyError):
 
 
 # The database failing under whoever asked, not anything they asked for: the server gone or the
-# connection cut (a restart, a failover, an administrator), the file unreadable, or busy past the
-# timeout (a lock another client holds, "too many connections"). No caller's fault: the queue line
-# or the session it lands on is charged nothing (pipelines.drain, pipelines.extract.workflow). A
-# statement stopped at its timeout (QueryInterruptedError) may be the caller's own: not here.
-DATABASE_OUTAGES: tuple[type[DatabaseError], ...] = (DatabaseUnreadableError, DatabaseBusyError)
+# connection cut (a restart, a failover, an administrator), the file unreadable, busy past the
+# timeout (a lock another client holds, "too many connections"), or its disk full (a write that
+# fits once space is freed). No caller's fault: the queue line or the session it lands on is
+# charged nothing (pipelines.drain, pipelines.extract.workflow). A statement stopped at its
+# timeout (QueryInterruptedError) may be the caller's own: not here.
+DATABASE_OUTAGES: tuple[type[DatabaseError], ...] = (DatabaseUnreadableError, DatabaseBusyError, DatabaseFullError)
 
 
 def is_database_outage(exc: BaseException) -> bool:

@@ -46,6 +46,7 @@ from store.errors import (
     ConstraintError,
     DatabaseBusyError,
     DatabaseError,
+    DatabaseFullError,
     DatabaseUnreadableError,
     QueryInterruptedError,
     SchemaTooNewError,
@@ -127,6 +128,7 @@ def _row_factory(cursor: psycopg.Cursor[Any]) -> Any:
 # --- errors ------------------------------------------------------------------------------
 _BUSY_STATES = frozenset({"40001", "40P01", "55P03", "53300"})  # serialization, deadlock, lock, too many connections
 _INTERRUPT_STATES = frozenset({"57014"})  # query_canceled (statement_timeout)
+_DISK_FULL_STATE = "53100"  # disk_full
 # program_limit_exceeded (an index row, a tsvector, a statement over the server's limits): what was
 # asked for is too big, every time it is asked. psycopg calls it an OperationalError, as it does a
 # lost connection; it is the caller's own failure, not the database's (store.errors.DATABASE_OUTAGES).
@@ -142,6 +144,8 @@ def store_error(exc: BaseException) -> DatabaseError:
         kind = DatabaseBusyError
     elif state in _INTERRUPT_STATES:
         kind = QueryInterruptedError
+    elif state == _DISK_FULL_STATE:
+        kind = DatabaseFullError
     elif state.startswith(_PROGRAM_LIMIT_CLASS):
         kind = DatabaseError
     elif isinstance(exc, psycopg.OperationalError) or state.startswith(("08", "28", "3D")) or state == "42501":

@@ -181,7 +181,9 @@ async def test_a_session_whose_commit_connection_the_server_cuts_is_deferred_cha
         blocker = Blocker(mine.graph_path, url)
         blocker.cut_from = postgres_server_url
         assert await extract_one(mine, stores, before_commit=blocker.before_commit) == "outage"
-        assert blocker.cuts == 1  # cut, not stopped at the 30 s lock timeout
+        # Cut, not stopped at the 30 s lock timeout. The cutting thread counts the cut once
+        # pg_terminate_backend answers, which may be after the session saw its connection go.
+        wait_for(lambda: blocker.cuts == 1, timeout=10, what="the cut to be counted")
         assert charged(stores) == ("undigested", 0, 0)
         paid = llm_server.chat_count
         assert await extract_one(mine, stores) == "digested"

@@ -14,7 +14,7 @@ import pytest
 from config import load_settings
 from store.backend import canonical_dump, open_database
 from store.db import MIGRATIONS
-from store.errors import ConstraintError, DatabaseBusyError, DatabaseError, DatabaseUnreadableError, QueryInterruptedError, SchemaTooNewError
+from store.errors import ConstraintError, DatabaseBusyError, DatabaseError, DatabaseFullError, DatabaseUnreadableError, QueryInterruptedError, SchemaTooNewError
 from store.postgres import PostgresDatabase, Row, close_pools, redacted, store_error, to_pyformat
 from tests.conftest import SAMPLE, free_port, run_cli
 
@@ -39,6 +39,7 @@ def test_errors_map_onto_the_store_error_family() -> None:
     assert isinstance(store_error(psycopg.errors.LockNotAvailable("lock")), DatabaseBusyError)
     assert isinstance(store_error(psycopg.errors.DeadlockDetected("dead")), DatabaseBusyError)
     assert isinstance(store_error(psycopg.errors.QueryCanceled("slow")), QueryInterruptedError)
+    assert isinstance(store_error(psycopg.errors.DiskFull("could not extend file")), DatabaseFullError)  # SQLite's SQLITE_FULL too
     assert isinstance(store_error(psycopg.OperationalError("refused")), DatabaseUnreadableError)
     assert type(store_error(psycopg.errors.SyntaxError("bad"))) is DatabaseError
 

@@ -13,6 +13,7 @@ from store.errors import (
     ConstraintError,
     DatabaseBusyError,
     DatabaseError,
+    DatabaseFullError,
     DatabaseUnreadableError,
     QueryInterruptedError,
     SchemaTooNewError,
@@ -82,5 +83,6 @@ def test_a_newer_schema_is_refused_as_part_of_the_family(tmp_path: Path) -> None
 
 
 def test_every_database_error_is_a_store_error() -> None:
-    for kind in (DatabaseError, DatabaseUnreadableError, DatabaseBusyError, ConstraintError, QueryInterruptedError, SchemaTooNewError):
+    for kind in (DatabaseError, DatabaseUnreadableError, DatabaseBusyError, DatabaseFullError, ConstraintError, QueryInterruptedError,
+                 SchemaTooNewError):
         assert issubclass(kind, StoreError) and not issubclass(kind, sqlite3.Error)

@@ -300,8 +300,8 @@ def _count_outcomes(stats: ExtractStats, outcomes: Sequence[UnitOutcome]) -> Non
 
 def _deferred_for_the_database(session_id: str, exc: BaseException, *, failure: str | None = None) -> str:
     """``outage`` for a session whose work the database cut (:func:`store.errors.is_database_outage`:
-    its connection dropped, the server restarted, locked past the timeout): no session's fault, so
-    charged nothing, as a model-server outage. What its transaction wrote was rolled back; its
+    its connection dropped, the server restarted, locked past the timeout, its disk full): no
+    session's fault, so charged nothing, as a model-server outage. What its transaction wrote was rolled back; its
     answers stored before (or held: pipelines/extract/map.py) are not paid for again. ``failure``:
     the session's own failure, which the database refused to record (tried again next time)."""
     log.warning("session deferred", reason="the database failed under it", session_id=session_id, error=str(exc)[:300],
