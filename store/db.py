@@ -1152,7 +1152,8 @@ class Database:
                     self.conn.execute("COMMIT")
                 except BaseException:
                     # A COMMIT that fails (a deferred foreign key, a full disk, busy) leaves SQLite's
-                    # transaction open: kept, every later statement of the process would join it.
+                    # transaction open and the write lock held: kept, every later transaction of the
+                    # process would fail to begin, and other processes would wait on the lock.
                     self._end_failed_transaction()
                     raise
 
