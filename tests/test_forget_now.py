@@ -54,8 +54,8 @@ def _facts(settings: Settings, node_id: str) -> tuple[str, dict[str, Any]]:
         db.close()
 
 
-@pytest.mark.both_backends
-async def test_forgetting_a_turn_takes_what_it_said_out_at_once(settings: Settings, tmp_path: Path, clean_env) -> None:
+async def _extracted(settings: Settings, tmp_path: Path) -> dict[str, str]:
+    """``kept`` and ``told`` extracted by a cycle; the CLI's environment."""
     await import_sessions(
         write_sessions(tmp_path / "in.jsonl", SESSIONS), chroma=ChromaStore(settings),
         memory_collection=settings.memory_collection, summary_collection=settings.session_collection,
@@ -63,6 +63,12 @@ async def test_forgetting_a_turn_takes_what_it_said_out_at_once(settings: Settin
     assert (await run_cycle(settings)).outcome == "completed"
     env = _env(settings)
     assert SECRET in _cli_json(env, "show", "CLASS:GraphStore")["description"]
+    return env
+
+
+@pytest.mark.both_backends
+async def test_forgetting_a_turn_takes_what_it_said_out_at_once(settings: Settings, tmp_path: Path, clean_env) -> None:
+    env = await _extracted(settings, tmp_path)
 
     dry = _cli_json(env, "forget", "--memory", "memory:told-t0", "--dry-run")
     assert SECRET in json.dumps(_served(env))  # a dry run changes nothing

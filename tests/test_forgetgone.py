@@ -14,30 +14,14 @@ from pathlib import Path
 import pytest
 
 from config import Settings
-from pipelines.importer import import_sessions
 from store.backend import open_database
-from store.chroma import ChromaStore
 from store.tombstones import TombstoneStore
-from tests.conftest import write_sessions
 from tests.migrations_support import POINTS_BY_MEMORY_VERSION, rolled_back
 from tests.test_bfindex import backfill, delete_rows
-from tests.test_forget import _env
-from tests.test_forget_now import SECRET, SESSIONS, _cli_json, _facts, _served
+from tests.test_forget_now import SECRET, _cli_json, _extracted, _facts, _served
 from worker.cycle import PHASES, run_cycle
 
 INGEST_ONLY = tuple(p for p in PHASES if p[0] == "ingest")
-
-
-async def _extracted(settings: Settings, tmp_path: Path) -> dict[str, str]:
-    """``kept`` and ``told`` extracted by a cycle; the CLI's environment."""
-    await import_sessions(
-        write_sessions(tmp_path / "in.jsonl", SESSIONS), chroma=ChromaStore(settings),
-        memory_collection=settings.memory_collection, summary_collection=settings.session_collection,
-    )
-    assert (await run_cycle(settings)).outcome == "completed"
-    env = _env(settings)
-    assert SECRET in _cli_json(env, "show", "CLASS:GraphStore")["description"]
-    return env
 
 
 def _forgotten_at_once(env: dict[str, str]) -> None:
