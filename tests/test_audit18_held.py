@@ -18,10 +18,9 @@ from tests.daemon_support import start_worker, stop, wait_for, worker_env
 from tests.llm_server import LLMServer, malformed
 from tests.test_extract_cycle import llm_settings
 from tests.test_forkreuse import HISTORY, conversation
-from tests.test_paidstore import accept_answers, extract_phase, refuse_answers
 from tests.test_textclaim import CHUNK_WORDS, digests, sent_per_chunk
 from tests.test_textclaim_failures import charged
-from tests.workers_support import graph_database, ingested
+from tests.workers_support import accept_answers, extract_phase, graph_database, ingested, refuse_answers
 
 
 @pytest.mark.both_backends

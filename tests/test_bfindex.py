@@ -18,10 +18,8 @@ from pipelines.forget import forget_session
 from store.chroma import ChromaStore
 from store.tombstones import TombstoneStore
 from tests.llm_server import LLMServer
-from tests.test_extract_cycle import llm_settings
 from tests.test_forkreuse import HISTORY, conversation
-from tests.test_paidstore import accept_answers, extract_phase, refuse_answers
-from tests.workers_support import ingested
+from tests.workers_support import ingested, three_answers_held
 from worker.cycle import FOLLOWER_PHASES, PHASES, open_stores, run_cycle
 
 
@@ -87,12 +85,7 @@ async def test_an_answer_held_for_a_turn_a_backfill_took_out_is_dropped_by_the_n
     leader's full scan synced ``s`` again."""
     held = HeldAnswers()
     with LLMServer() as llm:
-        config = llm_settings(settings.data_dir, llm, **({"database_url": database_url} if database_url else {}))
-        await ingested(settings.data_dir, [conversation("s", HISTORY)], tmp_path, database_url=database_url)
-        refuse_answers(config, database_url)
-        await extract_phase(config, held)
-        assert len(held) == 3
-        accept_answers(config, database_url)
+        config = await three_answers_held(settings.data_dir, llm, tmp_path, held, database_url=database_url)
         await delete_rows(config, ["s-t1"])
         assert (await backfill(config)).turns_retracted == {"s": ["memory:s-t1"]}
 

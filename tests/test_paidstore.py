@@ -31,44 +31,7 @@ from tests.test_extract_cycle import llm_settings
 from tests.test_forkreuse import HISTORY, conversation
 from tests.test_textclaim import digests, sent_per_chunk
 from tests.test_textclaim_failures import charged, map_on_a_short_timeout, waiting_on_a_lock
-from tests.workers_support import graph_database, ingested
-from worker.cycle import run_cycle
-
-REFUSED = "chunk_results refuses writes"
-
-
-def refuse_answers(settings: Settings, database_url: str | None, *, chunk: str | None = None) -> None:
-    """Make the graph database refuse every write of ``chunk_results`` (a trigger that raises);
-    ``chunk``: only that chunk's answer (its ``ok`` row)."""
-    only = f"NEW.chunk_id = '{chunk}' AND NEW.status = 'ok'" if chunk else "TRUE"
-    if database_url is None:
-        with sqlite3.connect(settings.graph_path) as conn:
-            for verb in ("INSERT", "UPDATE"):
-                conn.execute(f"CREATE TRIGGER refuse_{verb.lower()} BEFORE {verb} ON chunk_results WHEN {only} "
-                             f"BEGIN SELECT RAISE(ABORT, '{REFUSED}'); END")
-        return
-    with psycopg.connect(database_url) as conn:
-        conn.execute(f"CREATE FUNCTION refuse_answers() RETURNS trigger LANGUAGE plpgsql AS "
-                     f"$$BEGIN IF {only} THEN RAISE EXCEPTION '{REFUSED}'; END IF; RETURN NEW; END$$")
-        conn.execute("CREATE TRIGGER refuse_answers BEFORE INSERT OR UPDATE ON chunk_results "
-                     "FOR EACH ROW EXECUTE FUNCTION refuse_answers()")
-
-
-def accept_answers(settings: Settings, database_url: str | None) -> None:
-    if database_url is None:
-        with sqlite3.connect(settings.graph_path) as conn:
-            conn.execute("DROP TRIGGER refuse_insert")
-            conn.execute("DROP TRIGGER refuse_update")
-        return
-    with psycopg.connect(database_url) as conn:
-        conn.execute("DROP TRIGGER refuse_answers ON chunk_results")
-
-
-async def extract_phase(settings: Settings, held: HeldAnswers | None = None) -> dict[str, Any]:
-    result = await run_cycle(settings, held_answers=held)
-    assert result.outcome == "completed", result.message
-    return result.phases["extract"]
-
+from tests.workers_support import accept_answers, extract_phase, graph_database, ingested, refuse_answers, three_answers_held
 
 @pytest.mark.both_backends
 @pytest.mark.parametrize("process", ["daemon", "once"])
@@ -175,12 +138,7 @@ async def test_an_answer_held_for_a_session_forgotten_since_is_dropped_not_store
     held, and the fork's cycle stored them as ``f``'s, with no request."""
     held_answers = HeldAnswers()
     with LLMServer() as llm:
-        config = llm_settings(settings.data_dir, llm, **({"database_url": database_url} if database_url else {}))
-        await ingested(settings.data_dir, [conversation("s", HISTORY)], tmp_path, database_url=database_url)
-        refuse_answers(config, database_url)
-        await extract_phase(config, held_answers)
-        assert len(held_answers) == 3
-        accept_answers(config, database_url)
+        config = await three_answers_held(settings.data_dir, llm, tmp_path, held_answers, database_url=database_url)
         db = open_database_at(path=settings.data_dir / "graph.sqlite3", url=database_url)
         try:
             forget_session(DatabaseUnitOfWork(db), "s")

@@ -1,12 +1,14 @@
 """Several real worker processes (``python -m worker --once`` with ``REM_SHARED_EXTRACT``) on one
 graph database — the data dir's SQLite file, or the PostgreSQL database a ``database_url`` names —
 and one embedded Chroma, extracting through the loopback model server — for tests/test_workers.py
-and bench/bench_workers.py."""
+and bench/bench_workers.py; and a database that refuses the model's answers (a trigger), for the
+tests of answers held in a worker's memory."""
 
 from __future__ import annotations
 
 import json
 import random
+import sqlite3
 import subprocess
 import sys
 import time
@@ -17,12 +19,18 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import psycopg
+
 from config import Settings, load_settings
+from pipelines.extract.inflight import HeldAnswers
 from pipelines.importer import import_sessions
 from store.backend import open_database_at
 from store.chroma import ChromaStore
 from tests.conftest import ROOT, write_sessions
 from tests.daemon_support import start_worker, worker_env
+from tests.llm_server import LLMServer
+from tests.test_extract_cycle import llm_settings
+from tests.test_forkreuse import HISTORY, conversation
 from worker.cycle import PHASES, run_cycle
 
 START = datetime(2026, 11, 1, tzinfo=UTC)
@@ -67,6 +75,54 @@ async def ingested(data_dir: Path, sessions: list[dict[str, Any]], work: Path, *
     result = await run_cycle(settings, phases=tuple(p for p in PHASES if p[0] == "ingest"))
     assert result.outcome == "completed", result.message
     return settings
+
+
+REFUSED = "chunk_results refuses writes"
+
+
+def refuse_answers(settings: Settings, database_url: str | None, *, chunk: str | None = None) -> None:
+    """Make the graph database refuse every write of ``chunk_results`` (a trigger that raises);
+    ``chunk``: only that chunk's answer (its ``ok`` row)."""
+    only = f"NEW.chunk_id = '{chunk}' AND NEW.status = 'ok'" if chunk else "TRUE"
+    if database_url is None:
+        with sqlite3.connect(settings.graph_path) as conn:
+            for verb in ("INSERT", "UPDATE"):
+                conn.execute(f"CREATE TRIGGER refuse_{verb.lower()} BEFORE {verb} ON chunk_results WHEN {only} "
+                             f"BEGIN SELECT RAISE(ABORT, '{REFUSED}'); END")
+        return
+    with psycopg.connect(database_url) as conn:
+        conn.execute(f"CREATE FUNCTION refuse_answers() RETURNS trigger LANGUAGE plpgsql AS "
+                     f"$$BEGIN IF {only} THEN RAISE EXCEPTION '{REFUSED}'; END IF; RETURN NEW; END$$")
+        conn.execute("CREATE TRIGGER refuse_answers BEFORE INSERT OR UPDATE ON chunk_results "
+                     "FOR EACH ROW EXECUTE FUNCTION refuse_answers()")
+
+
+def accept_answers(settings: Settings, database_url: str | None) -> None:
+    if database_url is None:
+        with sqlite3.connect(settings.graph_path) as conn:
+            conn.execute("DROP TRIGGER refuse_insert")
+            conn.execute("DROP TRIGGER refuse_update")
+        return
+    with psycopg.connect(database_url) as conn:
+        conn.execute("DROP TRIGGER refuse_answers ON chunk_results")
+
+
+async def extract_phase(settings: Settings, held: HeldAnswers | None = None) -> dict[str, Any]:
+    result = await run_cycle(settings, held_answers=held)
+    assert result.outcome == "completed", result.message
+    return result.phases["extract"]
+
+async def three_answers_held(data_dir: Path, llm: LLMServer, work: Path, held: HeldAnswers, *, database_url: str | None) -> Settings:
+    """Session ``s`` (three chunks) ingested, then extracted once while the database refused every
+    answer: the three answers are in ``held`` and the database accepts writes again. Returns the
+    settings of the loopback model server ``llm``."""
+    config = llm_settings(data_dir, llm, **({"database_url": database_url} if database_url else {}))
+    await ingested(data_dir, [conversation("s", HISTORY)], work, database_url=database_url)
+    refuse_answers(config, database_url)
+    await extract_phase(config, held)
+    assert len(held) == 3
+    accept_answers(config, database_url)
+    return config
 
 
 @dataclass
