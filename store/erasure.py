@@ -43,8 +43,10 @@ class EraseState:
     retry_at: int = 0
 
     def waiting(self, now: float) -> bool:
-        """Whether an erase is due but its retry after a failure is not yet."""
-        return bool(self.due and self.failures and now < self.retry_at)
+        """Whether an erase is due but its retry after a failure is not yet. A retry time further
+        off than :data:`RETRY_MAX_SECONDS` was set by a clock ahead of ``now`` (another host's, or
+        this one's before it was set back): no wait set was that long, so it is not waited for."""
+        return bool(self.due and self.failures and now < self.retry_at <= now + RETRY_MAX_SECONDS)
 
     def as_dict(self) -> dict[str, int | str | None]:
         """``erase_due``, ``erase_failures``, ``erase_retry_at`` (UTC, ``None`` when none failed)."""

@@ -462,12 +462,18 @@ TEXT_TABLES = (
 # Whether another session of this database (or a prepared transaction, or a replication slot) holds
 # a snapshot, or is a transaction, from before the transaction id ``?`` (as text): ``VACUUM`` keeps
 # the rows deleted before it that such a snapshot may read. ``backend_xmin`` and ``backend_xid`` are
-# shown to every role; ``age`` compares transaction ids across wraparound.
+# shown to every role; ``age`` compares transaction ids across wraparound. A plain ``VACUUM`` running
+# elsewhere (autovacuum's: those in ``pg_stat_progress_vacuum``) shows a snapshot too, but the server
+# lets no ``VACUUM`` keep rows for it: counted, it held every erase back while it ran (audit20).
 _HOLDS_OLDER_SNAPSHOT = """
+WITH others AS (
+    SELECT backend_xmin, backend_xid FROM pg_stat_activity
+    WHERE datname = current_database() AND pid <> pg_backend_pid() AND pid NOT IN (SELECT pid FROM pg_stat_progress_vacuum)
+)
 SELECT EXISTS (
     SELECT 1 FROM (
-        SELECT backend_xmin AS x FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()
-        UNION ALL SELECT backend_xid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()
+        SELECT backend_xmin AS x FROM others
+        UNION ALL SELECT backend_xid FROM others
         UNION ALL SELECT transaction FROM pg_prepared_xacts WHERE database = current_database()
         UNION ALL SELECT xmin FROM pg_replication_slots WHERE database IS NULL OR database = current_database()
     ) AS holders WHERE x IS NOT NULL AND age(x) > age(CAST(? AS xid))
