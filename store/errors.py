@@ -14,6 +14,7 @@ The family::
     │   ├── DatabaseBusyError                        locked or busy past the timeout
     │   │   └── ConnectionsExhaustedError            no connection to be had while the server answers
     │   ├── DatabaseFullError                        its disk (or size limit) is full; nothing is written
+    │   │   └── QueueFullError (also an OSError)     the lazy-edge queue file's disk is full; nothing appended
     │   ├── ConstraintError                          a write broke a constraint (e.g. a duplicate key)
     │   ├── QueryInterruptedError                    a read was stopped at its deadline
     │   └── SchemaTooNewError                        written by a newer rem-cycle; refused untouched
@@ -64,6 +65,13 @@ class DatabaseFullError(DatabaseError):
     rolled back; the same write succeeds once space is freed."""
 
 
+class QueueFullError(DatabaseFullError, OSError):
+    """The worker's lazy-edge queue file (``REM_LAZY_QUEUE=file``, the file form of the database's
+    queue table) could not take an append for want of space: its disk full, a quota, a file size
+    limit. Nothing of the append is left in the file. An ``OSError`` too (with its ``errno``), as
+    the file system refused it."""
+
+
 class ConnectionsExhaustedError(DatabaseBusyError):
     """No connection could be had within the timeout while the server answers: every connection of
     this process's pool stayed in use (its own readers and cycle), or the server refuses more (its
@@ -74,7 +82,7 @@ class ConnectionsExhaustedError(DatabaseBusyError):
 # The database failing under whoever asked, not anything they asked for: the server gone or the
 # connection cut (a restart, a failover, an administrator), the file unreadable, busy past the
 # timeout (a lock another client holds, "too many connections"), or its disk full (a write that
-# fits once space is freed). No caller's fault: the queue line or the session it lands on is
+# fits once space is freed) — or the lazy-edge queue file's, where the worker's queue is that file. No caller's fault: the queue line or the session it lands on is
 # charged nothing (pipelines.drain, pipelines.extract.workflow). A statement stopped at its
 # timeout (QueryInterruptedError) may be the caller's own: not here.
 DATABASE_OUTAGES: tuple[type[DatabaseError], ...] = (DatabaseUnreadableError, DatabaseBusyError, DatabaseFullError)

@@ -33,6 +33,7 @@ re-queue append) is blanked by the next drain's recovery instead: its whole line
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
@@ -44,10 +45,13 @@ from typing import IO, Any
 
 from store.confined import check_confined, exclusive_lock, open_confined
 from store.durable import fsync_dir
+from store.errors import QueueFullError
 from store.graph import utc_now
 
 # Appends are written in pieces of about this size, each made of whole lines.
 _WRITE_CHUNK = 256 * 1024
+# A write refused for want of space: the disk full, a quota, a file size limit (RLIMIT_FSIZE).
+_NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 # The longest line a reader takes in (an edge with generous properties is a few KiB). A longer
 # line is skipped in pieces, never held in memory whole, and surfaces as an OversizedLine.
 MAX_LINE_BYTES = 1024 * 1024
@@ -144,9 +148,19 @@ class LazyEdgeQueue:
         return len(lines)
 
     def append_lines(self, lines: Iterable[bytes], *, fsync: bool = True) -> None:
-        """Append ready-made lines (each ending in ``\\n``) following the append protocol."""
+        """Append ready-made lines (each ending in ``\\n``) following the append protocol. Raises
+        :class:`~store.errors.QueueFullError` when the file's disk (or a size limit) is full."""
         with self._open_live() as fd:
-            _write_whole_lines(fd, lines)
+            start = os.fstat(fd).st_size
+            try:
+                _write_whole_lines(fd, lines)
+            except OSError as exc:
+                # Under the lock: a part written is no line of the append (it failed, and a commit
+                # appending is rolled back) but a torn one the drain would dead-letter.
+                os.ftruncate(fd, start)
+                if exc.errno in _NO_SPACE:
+                    raise QueueFullError(exc.errno, f"{exc.strerror}: {self.path}") from exc
+                raise
             _unlock_and_sync(fd, fsync=fsync)
 
     def append_file(self, source: Path, *, fsync: bool = True) -> None:
