@@ -346,12 +346,12 @@ class RunStateStore:
         """Make these sessions be extracted again although their input revision is the same (a
         turn's row rewritten under its id): the next :meth:`mark_ingested` resets them, and a
         worker extracting one now loses its claim, so its commit of the old text rolls back.
-        ``text_replaced``: those whose turns were rewritten with other words (an agent taking a
-        secret out): the old words, deleted from the recall index in the caller's transaction and
-        quoted by the extraction their next commit replaces, are due to be erased from the files
-        (:meth:`EraseDueStore.mark`, as for a retracted turn)."""
-        session_ids = list(session_ids)
-        if not session_ids:
+        ``text_replaced``: sessions whose extraction quoted turns rewritten with other words (an
+        agent taking a secret out): the old words, deleted from the recall index in the caller's
+        transaction and quoted by the extraction their next commit replaces, are due to be erased
+        from the files (:meth:`EraseDueStore.mark`, as for a retracted turn)."""
+        session_ids, text_replaced = list(session_ids), list(text_replaced)
+        if not session_ids and not text_replaced:
             return
         with self.db.transaction() as conn:
             for session_id in text_replaced:

@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 
 from config import Settings
+from pipelines.ingest import LIVE_MARKER, memory_node, plan_session_sync
+from store.chroma import MemoryRow
 from tests.test_erase_due import DESCRIPTION_SECRET, _described_session, _erase_due, _seed, _vacuum_count
 from tests.test_forget_bytes import TURN_SECRET, _files_holding, _sessions
 from tests.test_forget_rest import rows_holding
@@ -101,3 +103,19 @@ async def test_what_the_extraction_said_of_a_rewritten_turn_is_erased_by_the_cyc
 
     assert result.phases["extract"]["sessions_digested"] == 2
     _erased_from_the_files(settings, result, vacuumed)
+
+
+def test_a_rewritten_turn_names_the_session_whose_extraction_quoted_its_old_words() -> None:
+    """Which extraction's next commit erases: the session the turn was in — another one when the
+    turn moved with its new words. A rewrite of its metadata alone replaces no words."""
+    before = memory_node(MemoryRow("m-1", "The key is zqold1.", {"sessionId": "s-a", "turnIndex": 0}), marker=LIVE_MARKER)
+    existing = {before.id: before}
+
+    def replaced(session_id: str, text: str, turn_index: int = 0) -> set[str]:
+        row = MemoryRow("m-1", text, {"sessionId": session_id, "turnIndex": turn_index})
+        return plan_session_sync(session_id, [row], None, existing)[3].text_replaced
+
+    assert replaced("s-a", "The key is [redacted].") == {"s-a"}
+    assert replaced("s-b", "The key is [redacted].") == {"s-a"}  # moved and rewritten
+    assert replaced("s-a", "The key is zqold1.", turn_index=1) == set()  # its metadata only
+    assert replaced("s-b", "The key is zqold1.") == set()  # moved with the same words
