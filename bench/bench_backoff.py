@@ -5,6 +5,11 @@ turns from Chroma costs — what every cycle paid before such sessions were left
 One process, embedded Chroma, SQLite, the loopback chat-completions server of tests/llm_server.py
 answering 500 (each session fails once, then backs off for an hour).
 
+(rewriteerase) Beside them, what the claim's look-up of pending withdrawal records
+(``queue_withdrawals``, empty) costs over those sessions — every one the claim reads and skips:
+the median CPU time of a count of the sessions with that look-up, less the same count without it
+(``time.process_time``, 200 of each, alternating).
+
     python bench/bench_backoff.py [--steps 50 400] [--cycles 5]
 """
 
@@ -23,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from config import load_settings  # noqa: E402
 from pipelines.importer import import_sessions  # noqa: E402
+from store.db import Database  # noqa: E402
 from tests.conftest import make_session, write_sessions  # noqa: E402
 from tests.llm_server import LLMServer, server_error  # noqa: E402
 from worker.cycle import open_stores, run_cycle  # noqa: E402
@@ -50,9 +56,27 @@ async def measure(sessions: int, cycles: int, workdir: Path, server: LLMServer) 
         for sid, ids in memory_ids.items():
             await stores.chroma.memories_for_session(sid, memory_ids=ids)
         reads_ms = (time.perf_counter() - t0) * 1000
+        lookup_ms = record_lookup_ms(stores.db)
     finally:
         stores.close()
-    return {"sessions": sessions, "extract_ms": statistics.median(idle), "reads_ms": reads_ms}
+    return {"sessions": sessions, "extract_ms": statistics.median(idle), "reads_ms": reads_ms, "lookup_ms": lookup_ms}
+
+
+def record_lookup_ms(db: Database, rounds: int = 200) -> float:
+    """What ``ClaimStore.claim``'s look-up of pending withdrawal records adds over every session
+    digest: median CPU ms of a count with it, less that of a count without it."""
+    counts = {
+        "with": "SELECT COUNT(*) FROM session_digests AS d "
+                "WHERE NOT EXISTS (SELECT 1 FROM queue_withdrawals AS w WHERE w.chunk_key = d.session_id)",
+        "without": "SELECT COUNT(*) FROM session_digests AS d",
+    }
+    times: dict[str, list[float]] = {name: [] for name in counts}
+    for i in range(rounds):
+        for name in sorted(counts, reverse=bool(i % 2)):
+            t0 = time.process_time()
+            db.query(counts[name])
+            times[name].append(time.process_time() - t0)
+    return max(0.0, 1000 * (statistics.median(times["with"]) - statistics.median(times["without"])))
 
 
 async def run(steps: list[int], cycles: int, workdir: Path) -> list[dict[str, float]]:
@@ -69,11 +93,13 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         results = anyio.run(run, sorted(args.steps), args.cycles, Path(tmp))
     first = results[0]
-    print("| sessions backing off | idle extract phase (median) | ÷ first | their Chroma reads (before) | ÷ first |")
-    print("| --- | --- | --- | --- | --- |")
+    print("| sessions backing off | idle extract phase (median) | ÷ first | their Chroma reads (before) | ÷ first "
+          "| the claim's record look-up over them (CPU) | ÷ extract phase |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
     for r in results:
         print(f"| {r['sessions']:,} | {r['extract_ms']:.1f} ms | {r['extract_ms'] / first['extract_ms']:.2f}× "
-              f"| {r['reads_ms']:.1f} ms | {r['reads_ms'] / first['reads_ms']:.2f}× |")
+              f"| {r['reads_ms']:.1f} ms | {r['reads_ms'] / first['reads_ms']:.2f}× "
+              f"| {r['lookup_ms']:.3f} ms | {100 * r['lookup_ms'] / r['extract_ms']:.2f}% |")
 
 
 if __name__ == "__main__":

@@ -60,6 +60,11 @@ class SyncStats(ErrorTally):
     # Turns the graph held, live-ingested, whose row now says something else (text or metadata
     # rewritten under the same id): what the session's extraction read of them is out of date.
     rewritten: int = 0
+    # Of those, the turns whose text changed (not only their metadata), by the session whose
+    # extraction quoted them (the one the turn was in: another when it moved too): their old words
+    # leave the recall index now and that extraction at its next commit — deleted text, due to be
+    # erased from the database's files as a retracted turn's is (store/erasure.py).
+    text_replaced: set[str] = field(default_factory=set)
     # Turns the graph held whose rows left Chroma (their MEMORY node ids): those nodes (and their
     # recall text) went, and the queue lines their extraction queued go after the commit.
     retracted: list[str] = field(default_factory=list)
@@ -159,6 +164,9 @@ def plan_session_sync(
             continue
         if _is_rewrite(node, existing):
             stats.rewritten += 1
+            before = existing[node.id].properties
+            if before.get("contentHash") != node.properties["contentHash"] and isinstance(before.get("sessionId"), str):
+                stats.text_replaced.add(before["sessionId"])
         memories.append(node)
         edges.append(Edge(node.id, session.id, ORIGINATES_IN))
     stats.upserted = len(memories)
@@ -606,7 +614,10 @@ def _write_sessions(
         # extraction of the old one standing as current. A session that lost a turn too: a worker
         # extracting it now read the turn, and its commit would write what the turn said back and
         # queue lines to it after the cycle withdrew the turn's (worker/cycle.py) — it rolls back.
-        unit.runstate.require_extraction(sorted(sid for sid, stats in results.items() if stats.rewritten or stats.retracted))
+        # A turn's old words (just replaced in the recall index, and quoted by the extraction its
+        # next commit replaces) are due to be erased from the files, as a retracted turn's are.
+        unit.runstate.require_extraction(sorted(sid for sid, stats in results.items() if stats.rewritten or stats.retracted),
+                                         text_replaced=sorted(set().union(*(stats.text_replaced for stats in results.values()))))
     for sid, stats in results.items():
         for detail in stats.error_details:
             log.warning("ingest row error", session_id=sid, error=detail)

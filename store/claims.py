@@ -180,7 +180,15 @@ class ClaimStore(_Leases):
         extractor whose retry time (``chunk_results.next_attempt_at``) is after ``now``: such a
         session cannot commit before that chunk is tried again, so reading and planning it every
         cycle would cost a Chroma read per backing-off session per cycle for nothing.
-        ``rem-cycle retry`` deletes the failed rows, which makes the session eligible at once."""
+        ``rem-cycle retry`` deletes the failed rows, which makes the session eligible at once.
+
+        A session with a retraction whose queue lines are not withdrawn yet (``queue_withdrawals``,
+        store/withdrawals.py: its withdrawal failed, a drain held the files) waits until they are:
+        the record names the lines by session and turn, not by when they were queued, so the lines
+        this extraction queued would be withdrawn with them (its rows came back to Chroma
+        meanwhile) and their edges lost. The claim or digest row a retraction takes makes an
+        extraction already under way roll back (:meth:`settle`): every line a record withdraws was
+        queued before it. One look-up in a table that is usually empty."""
         now = self.clock()
         stamp, expires = _stamp(now), _stamp(now + self.lease)
         waiting, params = "", (stamp, limit)
@@ -196,6 +204,7 @@ class ClaimStore(_Leases):
                 "SELECT d.*, c.owner AS claimed_by FROM session_digests AS d "
                 "LEFT JOIN session_claims AS c ON c.session_id = d.session_id "
                 "WHERE d.state = 'undigested' AND d.ingested_revision = d.input_revision "
+                "AND NOT EXISTS (SELECT 1 FROM queue_withdrawals AS w WHERE w.chunk_key = d.session_id) "
                 f"AND (c.session_id IS NULL OR c.lease_expires_at < ?) {waiting}"
                 f"ORDER BY d.session_created_at, d.session_id LIMIT ? {self.db.dialect.skip_locked('d')}",
                 params,

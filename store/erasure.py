@@ -1,16 +1,17 @@
 """``rem_counters`` ``erase_due``: deleted text that a request to forget covers may still be in the
 database's files.
 
-One rule: whatever deletes text that a retraction superseded makes an erase due, in the deleting
-transaction (:meth:`EraseDueStore.mark`). Two deletions do: the retraction itself (a cycle's ingest
-or ``rem-cycle backfill`` taking out a session or turns whose rows left Chroma:
-:meth:`store.withdrawals.QueueWithdrawalStore.record`), and the next commit of the extraction of a
-session it took turns out of, which replaces what the model said of them — whenever and by
-whichever worker that commit happens (:meth:`EraseDueStore.mark_superseded`, called by
-:meth:`store.runstate.RunStateStore.mark_digested`; ``session_digests.erase_at_commit`` carries the
-retraction to it, migration 23). A cycle's ``finalize`` (and a backfill) erases deleted text from the
-files while the counter is above zero and, once an erase completed, takes off what it read
-(:meth:`EraseDueStore.settle`).
+One rule: whatever deletes text that a retraction or a rewrite superseded makes an erase due, in the
+deleting transaction (:meth:`EraseDueStore.mark`). Two deletions do: the retraction itself (a cycle's
+ingest or ``rem-cycle backfill`` taking out a session or turns whose rows left Chroma:
+:meth:`store.withdrawals.QueueWithdrawalStore.record`) or the sync of a turn written again with other
+words (its recall text replaced: :meth:`store.runstate.RunStateStore.require_extraction`), and the
+next commit of the extraction of a session whose turns either took out or replaced, which replaces
+what the model said of them — whenever and by whichever worker that commit happens
+(:meth:`EraseDueStore.mark_superseded`, called by :meth:`store.runstate.RunStateStore.mark_digested`;
+``session_digests.erase_at_commit`` carries the deletion to it, migration 23). A cycle's
+``finalize`` (and a backfill) erases deleted text from the files while the counter is above zero
+and, once an erase completed, takes off what it read (:meth:`EraseDueStore.settle`).
 
 An erase that does not complete (a reader holding an old snapshot) is counted
 (``erase_failures``) and tried again after a wait that doubles with each failure
@@ -62,8 +63,8 @@ class EraseDueStore:
 
     def mark(self, *, extraction_of: str | None = None) -> None:
         """Record that deleted text is due to be erased (in the caller's transaction: the deletion's).
-        ``extraction_of``: the session whose turns it took out, leaving its extraction, which quotes
-        them, standing: that extraction's next commit marks again (:meth:`mark_superseded`)."""
+        ``extraction_of``: the session whose turns it took out or replaced, leaving its extraction,
+        which quotes them, standing: that extraction's next commit marks again (:meth:`mark_superseded`)."""
         with self.db.transaction() as conn:
             conn.execute(
                 "INSERT INTO rem_counters(name, value) VALUES (?, 1) "
@@ -75,7 +76,7 @@ class EraseDueStore:
 
     def mark_superseded(self, session_id: str) -> bool:
         """In the transaction committing ``session_id``'s extraction: when a retraction took turns of
-        it out since its last commit, this commit deletes what the model said of them, so an erase is
+        it out (or a sync replaced their words) since its last commit, this commit deletes what the model said of them, so an erase is
         due (:meth:`mark`). One primary-key update otherwise. Returns whether it marked."""
         with self.db.transaction() as conn:
             held = conn.execute(
