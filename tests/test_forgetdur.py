@@ -135,3 +135,33 @@ async def test_the_same_forget_run_again_says_it_was_already_forgotten_and_finis
     assert (again.returncode, again.stdout.splitlines()) == (0, ["session s-gone was already forgotten: nothing more to remove"])
     never = run_cli("forget", "--memory", "never-seen", env=env)  # an id never seen still says so
     assert never.returncode == 0 and never.stdout.startswith("memory never-seen is not in the graph: nothing was removed")
+
+
+NOTE_REF = "zqnoteref4417"  # a memory id only the notes file writes: its line waits in the queue file
+
+
+def test_a_notes_files_forget_whose_queue_was_busy_leaves_its_lines_to_a_drain(
+    settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A drain held the queue files past the forget's wait. Before: the forget said to run it again
+    # and recorded nothing, so a drain read the line as any other (an attempt charged, re-queued).
+    from worker import knowledge
+
+    note = tmp_path / "decisions.md"
+    note.write_text(f"We chose rename-then-drain; memory:{NOTE_REF}-t9 was lost.\n", encoding="utf-8")
+    env = _env(settings, None)
+    done = run_cli("import-notes", str(note), "--json", env=env)
+    assert done.returncode == 0, done.stderr
+    queue = LazyEdgeQueue(settings.queue_path)
+    assert NOTE_REF in _queue_text(queue)
+    monkeypatch.setattr(knowledge, "_QUEUE_WAIT_SECONDS", 0.0)
+    with queue.exclusive():
+        busy = knowledge.forget(settings, note=json.loads(done.stdout)["files"][0]["note_id"])
+    assert "another drain" in busy["queue_error"] and busy["erased"] is True
+    assert NOTE_REF in _queue_text(queue) and _count(settings, "SELECT COUNT(*) FROM queue_withdrawals") == 1
+    drained = run_cli("drain", "--json", env=env)
+    assert drained.returncode == 0, drained.stderr
+    stats = json.loads(drained.stdout)
+    assert (stats["retractions_withdrawn"], stats["queue_lines_withdrawn"], stats["total_lines"]) == (1, 1, 0), stats
+    assert _files_holding(settings.data_dir, NOTE_REF) == []
+    assert _count(settings, "SELECT COUNT(*) FROM queue_withdrawals") == 0
