@@ -15,6 +15,12 @@ ingest writes it. Then, in one process on that graph, alternating so the machine
   SQLite: ``secure_delete`` OFF and ON) and as ``rem-cycle forget`` does now (the forget, then
   ``Database.erase_deleted``: on SQLite the recall tables' FTS5 ``optimize`` and a
   ``wal_checkpoint(TRUNCATE)``; on PostgreSQL a ``VACUUM`` of the text tables); medians.
+- ``forget, recorded`` (forgetdur): what ``rem-cycle forget`` does since forgetdur — the forget and
+  its ``queue_withdrawals`` row with ``erase_due`` marked in one transaction, then
+  ``withdraw_retracted`` (its record read, its lines withdrawn from the queue table, the record
+  deleted) and ``erase_when_due`` — against what it did before (the forget, then
+  ``withdraw_queued_lines`` of its lines and ``erase_deleted_text``), alternating, a different old
+  session each time; medians, their ratio, and the median of the ``record`` call itself.
 - ``retraction`` (forgetrest): what a cycle that retracted a session whose rows left Chroma adds
   at its end since forgetrest — the same ``erase_deleted`` — beside the retraction itself
   (``retract_vanished`` of a different old session each time, without a tombstone); medians.
@@ -43,7 +49,10 @@ from bench.growth import engines  # noqa: E402
 from pipelines.forget import forget_session, retract_vanished  # noqa: E402
 from store.recall_index import RecallIndex, TurnRecord  # noqa: E402
 from store.tombstones import SESSION  # noqa: E402
+from pipelines.lazy_edge import ExtractionLines  # noqa: E402
+from store.lazy_queue import LazyEdgeQueue  # noqa: E402
 from store.unit_of_work import DatabaseUnitOfWork  # noqa: E402
+from worker.knowledge import erase_deleted_text, erase_when_due, withdraw_queued_lines, withdraw_retracted  # noqa: E402
 from worker.logs import configure_logging  # noqa: E402
 
 SECURE_DELETE = ("OFF", "FAST", "ON")
@@ -121,6 +130,37 @@ def forgets(g: Graph, history: int, rounds: int, *, sqlite: bool) -> dict[str, A
     return out
 
 
+def recorded_forgets(g: Graph, history: int, rounds: int, queue: LazyEdgeQueue) -> dict[str, Any]:
+    """Median time of ``rem-cycle forget``'s work on one old session (not forgotten yet) before
+    forgetdur and since (its withdrawal and erase recorded in its transaction, then done from the
+    record), alternating; ``queue``: files that do not exist (the queue table is read)."""
+    unit = DatabaseUnitOfWork(g.db)
+    names = [f"s{n:05d}" for n in random.Random(17).sample(range(history), history)]
+    forgotten = unit.tombstones.buried(SESSION, names)
+    victims = iter(name for name in names if name not in forgotten)
+    times: dict[str, list[float]] = {"before": [], "recorded": [], "record": []}
+    for _ in range(rounds):
+        session = next(victims)
+        t0 = time.perf_counter()
+        forget_session(unit, session)
+        withdraw_queued_lines(g.db, ExtractionLines.of(session), queue=queue)
+        erase_deleted_text(g.db)
+        times["before"].append(time.perf_counter() - t0)
+        session = next(victims)
+        t0 = time.perf_counter()
+        with unit.transaction():
+            forget_session(unit, session)
+            t1 = time.perf_counter()
+            unit.withdrawals.record(session, extraction_stands=False)
+            times["record"].append(time.perf_counter() - t1)
+        withdraw_retracted(g.db, queue=queue)
+        erase_when_due(g.db, at_once=True)
+        times["recorded"].append(time.perf_counter() - t0)
+    return {"forget_before_ms": median_ms(times["before"]), "forget_recorded_ms": median_ms(times["recorded"]),
+            "forget_recorded_ratio": round(statistics.median(times["recorded"]) / statistics.median(times["before"]), 2),
+            "record_call_ms": round(1000 * statistics.median(times["record"]), 3)}
+
+
 def retractions(g: Graph, history: int, rounds: int, *, sqlite: bool) -> dict[str, Any]:
     """Median time of a cycle's retraction of one old session (one not forgotten yet), and of the
     erase the cycle now runs after it (``finalize``). PostgreSQL (erasedue2): every other
@@ -168,6 +208,7 @@ def run(sessions: list[int], rounds: int, postgres_url: str | None) -> list[dict
                     if url is None:
                         row.update(commits(g, history, rounds, rng))
                     row.update(forgets(g, history, max(5, rounds // 4), sqlite=url is None))
+                    row.update(recorded_forgets(g, history, max(5, rounds // 4), LazyEdgeQueue(Path(tmp) / "no-queue" / "lazy-edges.jsonl")))
                     row.update(retractions(g, history, max(5, rounds // 4), sqlite=url is None))
                     print(row, flush=True)
                     results.append(row)

@@ -78,7 +78,8 @@ def forget_anchor(
 ) -> dict[str, Any]:
     """Forget one session (``kind`` ``session``, ``item_id`` its id) or notes file (``note``, its
     ``note:`` id): see the module docstring. ``reduce_key``/``chunk_key``: the key its extraction
-    and its chunk results were written under. Returns what went."""
+    and its chunk results were written under. Returns what went (``already_forgotten``: a
+    session's tombstone was there before, the same forget run again)."""
     graph, provenance, tombstones = unit.graph, unit.provenance, unit.tombstones
     report: dict[str, Any] = {"kind": kind, "id": item_id, "anchor": anchor, "dry_run": dry_run}
     try:
@@ -98,6 +99,7 @@ def forget_anchor(
                 graph.delete_node(memory_node_id(memory))
             graph.delete_node(anchor)
             state = tombstones.forget_session_state(item_id if kind == SESSION else anchor, chunk_key)
+            already_forgotten = bool(tombstones.buried(kind, [item_id])) if bury else False
             if bury:
                 tombstones.bury(kind, item_id)
             removed = touched - graph.existing_ids(touched)
@@ -112,7 +114,7 @@ def forget_anchor(
                 nodes_removed=nodes_before - nodes_after, edges_removed=edges_before - edges_after,
                 knowledge_nodes_removed=sorted(removed), memories=len(memories),
                 chunk_results=state["chunk_results"], digests=state["session_digests"],
-                identity_candidates=state["identity_candidates"], tombstone=bury,
+                identity_candidates=state["identity_candidates"], tombstone=bury, already_forgotten=already_forgotten,
             )
             if dry_run:
                 raise _Rollback
@@ -193,7 +195,8 @@ def forget_note(unit: UnitOfWork, note_id: str, note_key: str, *, dry_run: bool 
 
 
 def forget_memory(unit: UnitOfWork, memory_id: str, *, dry_run: bool = False) -> dict[str, Any]:
-    """Forget one turn (see the module docstring)."""
+    """Forget one turn (see the module docstring). Returns what went (``already_forgotten``: its
+    tombstone was there before, the same forget run again)."""
     graph, provenance, tombstones = unit.graph, unit.provenance, unit.tombstones
     node_id = memory_node_id(memory_id)
     report: dict[str, Any] = {"kind": MEMORY, "id": memory_id, "dry_run": dry_run}
@@ -239,10 +242,12 @@ def forget_memory(unit: UnitOfWork, memory_id: str, *, dry_run: bool = False) ->
             nodes_after, edges_after = counter.now()  # before the ids change, as forget_anchor
             traces = _forget_traces(unit, carried, names, near, removed=set(orphans), gave_id=owners, anchor=anchor, memory_id=node_id)
             failed_chunks = tombstones.forget_memory_state(memory_id, session)
+            already_forgotten = bool(tombstones.buried(MEMORY, [memory_id]))
             tombstones.bury(MEMORY, memory_id)
             report.update(
                 **traces, session=session, points=len(nodes) + len(edges), claims=claims, chunk_results=len(chunk_keys) + failed_chunks, nodes_removed=nodes_before - nodes_after,
                 edges_removed=edges_before - edges_after, knowledge_nodes_removed=orphans, tombstone=True,
+                already_forgotten=already_forgotten,
             )
             if dry_run:
                 raise _Rollback

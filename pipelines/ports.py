@@ -166,10 +166,10 @@ class Tombstones(Protocol):
 
 
 class QueueWithdrawals(Protocol):
-    """What a retraction took out whose queue lines are still to be withdrawn
+    """What a retraction or a forget took out whose queue lines are still to be withdrawn
     (:class:`store.withdrawals.QueueWithdrawalStore`)."""
 
-    def record(self, chunk_key: str, turns: Iterable[str] | None = None) -> None: ...
+    def record(self, chunk_key: str, turns: Iterable[str] | None = None, *, extraction_stands: bool = True) -> None: ...
 
 
 class SettledVerdicts(Protocol):

@@ -1,13 +1,17 @@
-"""``queue_withdrawals``: what a retraction took out whose queue lines are still to be withdrawn.
+"""``queue_withdrawals``: what a retraction or a forget took out whose queue lines are still to be
+withdrawn.
 
 A cycle's ingest (or ``rem-cycle backfill``) that retracts a session whose rows all left Chroma,
-or a turn whose row did, writes a row here in the retraction's own transaction: the anchor's chunk
-key (a session id) and the turn (``memory:<id>``), or ``''`` for the whole anchor. The lines its
+or a turn whose row did, and ``rem-cycle forget`` (a session, a turn, a notes file) write a row here
+in their own transaction: the anchor's chunk key (a session id, a notes file's key) and the turn
+(``memory:<id>``), or ``''`` for the whole anchor; a turn whose session is no longer known has
+``''`` as its chunk key. The lines its
 extraction queued are withdrawn from the queue table and files afterwards (outside the database's
 transaction: the files cannot be in it), and the rows read are deleted once that is done
 (:meth:`QueueWithdrawalStore.settle`). A kill, a failure or a drain holding the files in between
-leaves the rows, and the next cycle withdraws them: the withdrawal does not depend on the process
-that retracted surviving. The table holds retractions not withdrawn yet — usually none.
+leaves the rows, and the next cycle (or ``rem-cycle drain``) withdraws them: the withdrawal does not
+depend on the process that retracted or forgot surviving. The table holds what is not withdrawn
+yet — usually nothing.
 """
 
 from __future__ import annotations
@@ -20,6 +24,10 @@ from store.graph import utc_now
 
 # The ``turn`` of a row that stands for the whole anchor.
 WHOLE_ANCHOR = ""
+# The ``chunk_key`` of a turn's row whose session is no longer known (a forget of the turn committed
+# before and took the one row that said it): its lines are found by the turn alone
+# (:class:`pipelines.lazy_edge.ExtractionLines`). No anchor has an empty key.
+SESSION_UNKNOWN = ""
 
 
 class QueueWithdrawalStore:
@@ -29,18 +37,20 @@ class QueueWithdrawalStore:
         self.db = db
         self.clock = clock
 
-    def record(self, chunk_key: str, turns: Iterable[str] | None = None) -> None:
+    def record(self, chunk_key: str, turns: Iterable[str] | None = None, *, extraction_stands: bool = True) -> None:
         """Record that the anchor ``chunk_key`` was taken out whole (``turns`` ``None``), or those
         of its ``turns``: its queue lines are due to be withdrawn, and its text to be erased from
-        the database's files (:class:`store.erasure.EraseDueStore`) — for turns, what its extraction
-        said of them too, once that is committed again —, in the caller's transaction."""
+        the database's files (:class:`store.erasure.EraseDueStore`) — for turns whose anchor's
+        extraction still stands (``extraction_stands``: a retraction's), what it said of them too,
+        once that is committed again —, in the caller's transaction. A forget of a turn takes what
+        the extraction said of it out itself (``extraction_stands`` ``False``)."""
         now = self.clock()
         rows = [(chunk_key, turn, now) for turn in ([WHOLE_ANCHOR] if turns is None else sorted(set(turns)))]
         with self.db.transaction() as conn:
             conn.executemany(
                 "INSERT INTO queue_withdrawals(chunk_key, turn, created_at) VALUES (?,?,?) ON CONFLICT DO NOTHING", rows
             )
-            EraseDueStore(self.db).mark(extraction_of=None if turns is None else chunk_key)
+            EraseDueStore(self.db).mark(extraction_of=chunk_key if turns is not None and extraction_stands else None)
 
     def pending(self) -> list[tuple[str, str]]:
         """Every ``(chunk_key, turn)`` whose lines are due (``turn`` :data:`WHOLE_ANCHOR`: all of

@@ -603,6 +603,9 @@ async def cmd_forget(settings: Settings, args: argparse.Namespace, progress: Com
 
     def text() -> None:
         if not (report["points"] or report["nodes_removed"] or report.get("digests")):
+            if report.get("already_forgotten"):  # the same forget run again: it finishes what a killed one left
+                print(f"{report['kind']} {report['id']} was already forgotten: nothing more to remove")
+                return
             done = "nothing would be removed" if report["dry_run"] else "nothing was removed"
             kept_out = report.get("tombstone") and not report["dry_run"]
             print(f"{report['kind']} {report['id']} is not in the graph: {done}" + (
@@ -628,15 +631,16 @@ async def cmd_forget(settings: Settings, args: argparse.Namespace, progress: Com
         except _EditRefused as refusal:
             return refusal.status
         _emit(args, report, text)
+        # What is left stays recorded (queue_withdrawals, rem_counters erase_due): a cycle or a drain finishes it.
         if report.get("erased") is False:
             kept = ("PostgreSQL keeps the deleted rows it may read until a later VACUUM" if settings.database_url is not None
                     else f"{settings.graph_path.name}-wal holds it until SQLite next checkpoints")
             why = report.get("erase_error") or f"another process kept reading an older snapshot, so {kept}"
             print(f"rem-cycle: warning: the forget is done, but the database's files may still hold the forgotten text ({why}); "
-                  "run the same forget again later to erase it", file=sys.stderr)
+                  f"the erase stays due: the first cycle or rem-cycle drain after {report.get('erase_retry_at')} erases it", file=sys.stderr)
         if report.get("queue_error"):
             print(f"rem-cycle: warning: the forget is done, but the lazy-edge queue files may still hold lines its extraction "
-                  f"queued ({report['queue_error']}); run the same forget again once that drain has finished or that is fixed", file=sys.stderr)
+                  f"queued ({report['queue_error']}); they stay recorded: the next cycle or rem-cycle drain withdraws them", file=sys.stderr)
         return EXIT_OK
 
 
@@ -890,18 +894,22 @@ async def cmd_enqueue(settings: Settings, args: argparse.Namespace, progress: Co
 async def cmd_drain(settings: Settings, args: argparse.Namespace, progress: CommandProgress) -> int:
     from pipelines.drain import ChromaGoneDuringDrainError
     from store.lazy_queue import LazyEdgeQueue, QueueBusyError
-    from worker.knowledge import withdraw_retracted
+    from worker.knowledge import erase_when_due, withdraw_retracted
     from worker.report import print_drain
 
     stores = await open_stores(settings, dry_run=args.dry_run)
     try:
-        # What a cycle or backfill killed before its withdrawal left recorded is withdrawn first,
-        # as the next cycle's ingest would: those lines name what a retraction took out, and the
-        # drain would charge each an attempt it can never link. None recorded: one look at an
-        # empty table. A dry run changes nothing. No wait for a drain holding the files: this one
-        # would not start either (exit 3 at once, as before).
-        withdrawn: dict[str, Any] = {} if args.dry_run else await anyio.to_thread.run_sync(
-            partial(withdraw_retracted, stores.db, queue=LazyEdgeQueue(settings.queue_path), wait_seconds=0))
+        # What a cycle, backfill or forget killed before its withdrawal left recorded is withdrawn
+        # first, as the next cycle's ingest would: those lines name what a retraction or forget took
+        # out, and the drain would charge each an attempt it can never link. None recorded: one look
+        # at an empty table. A dry run changes nothing. No wait for a drain holding the files: this
+        # one would not start either (exit 3 at once, as before). An erase such a process left due
+        # is run, as a cycle's finalize runs it (none due: one read of three counter rows).
+        withdrawn: dict[str, Any] = {}
+        if not args.dry_run:
+            withdrawn = await anyio.to_thread.run_sync(
+                partial(withdraw_retracted, stores.db, queue=LazyEdgeQueue(settings.queue_path), wait_seconds=0))
+            withdrawn.update(await anyio.to_thread.run_sync(erase_when_due, stores.db))
         payload = {**await _drain_once(settings, stores, args, progress), **withdrawn}
     except QueueBusyError as exc:
         print(f"rem-cycle: {exc}; not starting a second one", file=sys.stderr)

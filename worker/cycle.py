@@ -355,7 +355,7 @@ def _retract_vanished(ctx: CycleContext, unit: DatabaseUnitOfWork, scan: ScanRes
 
 def _withdraw_retracted_lines(ctx: CycleContext, *, despite_failure: bool = False) -> dict[str, Any]:
     """Withdraw from the queue table and files the lines the extraction of every recorded
-    retraction queued (:func:`worker.knowledge.withdraw_retracted`; the drain lock is free: this
+    retraction or forget queued (:func:`worker.knowledge.withdraw_retracted`; the drain lock is free: this
     cycle's drain phase has not begun). A drain elsewhere holding the files past the wait leaves
     theirs in place, and their records, with a warning: ``queue_error``. ``despite_failure``: the
     phase is failing, and an error of the withdrawal is a ``queue_error`` too, not raised
@@ -363,10 +363,10 @@ def _withdraw_retracted_lines(ctx: CycleContext, *, despite_failure: bool = Fals
     withdraw = withdraw_retracted_despite_failure if despite_failure else withdraw_retracted
     done = withdraw(ctx.stores.db, queue=LazyEdgeQueue(ctx.settings.queue_path))
     if done["retractions_withdrawn"]:
-        log.info("queue lines of retracted sessions and turns withdrawn", withdrawn=done["queue_lines_withdrawn"],
+        log.info("queue lines of forgotten or retracted sessions and turns withdrawn", withdrawn=done["queue_lines_withdrawn"],
                  retractions=done["retractions_withdrawn"])
     if "queue_error" in done:
-        log.warning("queue lines of retracted sessions and turns stay queued until the next cycle", reason=done["queue_error"])
+        log.warning("queue lines of forgotten or retracted sessions and turns stay queued until the next cycle", reason=done["queue_error"])
     return done
 
 

@@ -50,7 +50,7 @@ from store.provenance import ProvenanceStore
 from store.runstate import RunStateStore
 from store.unit_of_work import DatabaseUnitOfWork
 from store.verdicts import VerdictStore
-from store.withdrawals import WHOLE_ANCHOR, QueueWithdrawalStore
+from store.withdrawals import SESSION_UNKNOWN, WHOLE_ANCHOR, QueueWithdrawalStore
 
 log = get_logger(__name__)
 
@@ -71,8 +71,8 @@ async def model_judge(settings: Settings) -> AsyncIterator[ModelJudge | None]:
         yield ModelJudge(extractor)
 
 
-# How long a forget waits for a running drain to let go of the queue files before it leaves them
-# to the same forget run again (as the erase's wait).
+# How long a forget or a cycle's withdrawal waits for a running drain to let go of the queue files
+# before it leaves them, recorded, to the next cycle (as the erase's wait).
 _QUEUE_WAIT_SECONDS = 30.0
 # Identity indexes kept between the extract phases of this process, by graph database location:
 # a daemon builds its index once, and each phase takes it up if the graph's identity epoch is still
@@ -416,44 +416,67 @@ def merge_node(settings: Settings, merged_id: str, into_id: str) -> int:
 def forget(settings: Settings, *, session: str | None = None, memory: str | None = None, note: str | None = None,
            dry_run: bool = False) -> dict[str, Any]:
     """``forget``: one session, turn or imported notes file out of the graph (see :mod:`pipelines.forget`),
-    then its text out of the database's files as far as the engine allows (``Database.erase_deleted``;
-    the report's ``erased`` says whether that completed)."""
+    then the lines its extraction queued out of the lazy-edge queue and its text out of the
+    database's files as far as the engine allows. The forget records both as due in its own
+    transaction (``queue_withdrawals``, ``rem_counters`` ``erase_due``), then does them
+    (:func:`withdraw_retracted`, :func:`erase_when_due`), which clears the records: a kill, a busy
+    queue or a held-back erase in between leaves them to the next cycle or ``rem-cycle drain``.
+    The report's ``erased`` says whether the erase completed. A dry run counts this forget's lines
+    and changes nothing."""
     from pipelines.forget import forget_memory, forget_note, forget_session
     from pipelines.notes import note_anchor
 
     with open_graph_db(settings) as db:
-        if session is not None:
-            report = forget_session(DatabaseUnitOfWork(db), session, dry_run=dry_run)
-            lines = _extraction_lines(report)
-        elif memory is not None:
-            report = forget_memory(DatabaseUnitOfWork(db), row_suffix(memory) if memory.lower().startswith("memory:") else memory, dry_run=dry_run)
-            lines = _extraction_lines(report)
-        else:
+        unit = DatabaseUnitOfWork(db)
+
+        def forget_one() -> tuple[dict[str, Any], tuple[str, str]]:
+            if session is not None:
+                report = forget_session(unit, session, dry_run=dry_run)
+                return report, _forget_record(report)
+            if memory is not None:
+                report = forget_memory(unit, row_suffix(memory) if memory.lower().startswith("memory:") else memory, dry_run=dry_run)
+                return report, _forget_record(report)
             note_id, key = note_anchor(note or "")
-            report = forget_note(DatabaseUnitOfWork(db), note_id, key, dry_run=dry_run)
-            lines = ExtractionLines.of(key)
-        report.update(withdraw_queued_lines(db, lines, queue=LazyEdgeQueue(settings.queue_path), dry_run=dry_run))
-        if not dry_run:
-            report.update(erase_deleted_text(db))
+            return forget_note(unit, note_id, key, dry_run=dry_run), (key, WHOLE_ANCHOR)
+
+        if dry_run:  # it rolls its own transaction back: inside one of this function's, its work would be kept
+            report, (key, turn) = forget_one()
+            report.update(withdraw_queued_lines(db, _lines_of(key, turn), queue=LazyEdgeQueue(settings.queue_path), dry_run=True))
+            return report
+        with unit.transaction():
+            report, (key, turn) = forget_one()
+            unit.withdrawals.record(key, None if turn == WHOLE_ANCHOR else [turn], extraction_stands=False)
+        withdrawn = withdraw_retracted(db, queue=LazyEdgeQueue(settings.queue_path), wait_seconds=_QUEUE_WAIT_SECONDS)
+        del withdrawn["retractions_withdrawn"]  # the records read: this forget's, and any a killed process left
+        report.update(withdrawn)
+        # {} only when another process's erase, begun after this commit, completed meanwhile (it took this mark off).
+        report.update(erase_when_due(db, at_once=True) or {"erased": True})
         return report
 
 
-def _extraction_lines(report: Mapping[str, Any]) -> ExtractionLines:
-    """The queue lines the extraction of what a session's or a turn's forget (``report``) took out
-    queued. A turn's session is unknown when a forget of it committed before (this is that forget
-    run again: its blanking was kept from the queue files, or killed): then its lines are found by
-    the turn alone (:class:`pipelines.lazy_edge.ExtractionLines`)."""
+def _forget_record(report: Mapping[str, Any]) -> tuple[str, str]:
+    """The ``queue_withdrawals`` row ``(chunk key, turn)`` of what the forget of a session or a
+    turn (``report``) took out. A turn's session is unknown (:data:`store.withdrawals.SESSION_UNKNOWN`)
+    when a forget of it committed before (this is that forget run again) or the graph never had it."""
     from store.tombstones import MEMORY
 
     if report["kind"] != MEMORY:
-        return ExtractionLines.of(report["id"])
-    return ExtractionLines.of(report.get("session") or None, turn=memory_node_id(report["id"]))
+        return report["id"], WHOLE_ANCHOR
+    return report.get("session") or SESSION_UNKNOWN, memory_node_id(report["id"])
+
+
+def _lines_of(chunk_key: str, turn: str) -> ExtractionLines:
+    """The queue lines a ``queue_withdrawals`` row ``(chunk_key, turn)`` stands for: the anchor's
+    (``turn`` :data:`store.withdrawals.WHOLE_ANCHOR`), or the turn's of it, or of no known session."""
+    if turn == WHOLE_ANCHOR:
+        return ExtractionLines.of(chunk_key)
+    return ExtractionLines.of(None if chunk_key == SESSION_UNKNOWN else chunk_key, turn=turn)
 
 
 def withdraw_retracted(db: Database, *, queue: LazyEdgeQueue, wait_seconds: float = _QUEUE_WAIT_SECONDS) -> dict[str, Any]:
     """``{"queue_lines_withdrawn": n, "retractions_withdrawn": m}``: the queue lines the extraction
-    of every retraction recorded in ``queue_withdrawals`` queued (store/withdrawals.py: this
-    process's, and any a process killed before its withdrawal left) are withdrawn in one pass
+    of every retraction and forget recorded in ``queue_withdrawals`` queued (store/withdrawals.py:
+    this process's, and any a process killed before its withdrawal left) are withdrawn in one pass
     (:func:`withdraw_queued_lines`), then those ``m`` records deleted. With ``queue_error`` (a
     drain held the files past ``wait_seconds``, an unsafe file) the records stay, for the next cycle.
     None recorded: one look at an empty table, no queue file read."""
@@ -461,7 +484,7 @@ def withdraw_retracted(db: Database, *, queue: LazyEdgeQueue, wait_seconds: floa
     due = records.pending()
     if not due:
         return {"queue_lines_withdrawn": 0, "retractions_withdrawn": 0}
-    lines = ExtractionLines.union(ExtractionLines.of(key, turn=None if turn == WHOLE_ANCHOR else turn) for key, turn in due)
+    lines = ExtractionLines.union(_lines_of(key, turn) for key, turn in due)
     done = withdraw_queued_lines(db, lines, queue=queue, wait_seconds=wait_seconds)
     if "queue_error" in done:
         return {**done, "retractions_withdrawn": 0}
@@ -491,7 +514,7 @@ def withdraw_queued_lines(
     drain's lock (:meth:`store.lazy_queue.LazyEdgeQueue.blank`), each table and file read once
     however many sessions and turns ``lines`` holds. An agent's lines stay. With ``queue_error``
     when a running drain held the lock past ``wait_seconds``: the table's are gone, the files' stay
-    (the same forget run again withdraws them).
+    (their record too: :func:`withdraw_retracted`).
     ``lines`` empty: nothing is read. ``dry_run``: counts them, changing nothing."""
     if not lines:
         return {"queue_lines_withdrawn": 0}
@@ -516,14 +539,14 @@ def withdraw_queued_lines(
 
 def erase_when_due(db: Database, *, now: float | None = None, at_once: bool = False) -> dict[str, Any]:
     """Erase deleted text from the database's files when a deletion made that due (store/erasure.py:
-    a retraction, or the commit that replaced what the model said of a retracted turn — this
-    process's, one a killed process left, another worker's), as a cycle's ``finalize`` and a
-    backfill do. Only then: the erase rewrites the full-text indexes; otherwise one read of three
-    counter rows. ``{}`` when none is due; ``erase_due``/``erase_failures``/``erase_retry_at`` when
+    a forget, a retraction, or the commit that replaced what the model said of a retracted turn —
+    this process's, one a killed process left, another worker's), as a forget, a cycle's
+    ``finalize``, a backfill and a drain do. Only then: the erase rewrites the full-text indexes;
+    otherwise one read of three counter rows. ``{}`` when none is due; ``erase_due``/``erase_failures``/``erase_retry_at`` when
     the last erase did not complete and its retry is not yet (``now``, Unix seconds: the clock by
     default); else :func:`erase_deleted_text`'s report, with the failures and the retry time when
     this erase did not complete either (the counter stays, for the retry). ``at_once``: try even
-    before that retry time (an operator's command that has just deleted text: a backfill)."""
+    before that retry time (an operator's command that has just deleted text: a forget, a backfill)."""
     erasures = EraseDueStore(db)
     now = time.time() if now is None else now
     state = erasures.state()
@@ -543,8 +566,8 @@ def erase_when_due(db: Database, *, now: float | None = None, at_once: bool = Fa
 
 def erase_deleted_text(db: Database) -> dict[str, Any]:
     """``{"erased": …}`` after ``db.erase_deleted()`` (and ``erase_error``, why not, when the
-    database refused it: busy past the wait, a lock): the forget (or the cycle's retraction) has
-    committed either way, and the next forget erases (a retraction's: :func:`erase_when_due`'s retry)."""
+    database refused it: busy past the wait, a lock): what deleted the text has committed either
+    way, and the erase stays due (:func:`erase_when_due`'s retry)."""
     from store.errors import DatabaseError
 
     try:
@@ -615,7 +638,7 @@ def forget_again(db: Database, tombstones: list[tuple[str, str]]) -> dict[str, i
             report = forget_memory(unit, item_id)
             carried["memories"] += 1
         # The backup's queue table may hold what its extraction queued (the queue files are not in it).
-        withdraw_queued_lines(db, _extraction_lines(report), queue=None)
+        withdraw_queued_lines(db, _lines_of(*_forget_record(report)), queue=None)
     if carried["sessions"] or carried["memories"]:
         db.erase_deleted()  # the backup's copy of the text must not stay in the restored files either
     return carried

@@ -216,9 +216,13 @@ def print_drain(stats: dict[str, Any]) -> None:
         f"{stats['dead_lettered']} dead-lettered · {stats['backfilled']} nodes back-filled"
         + (f" · {stats['table_rows']} of the lines from the queue table" if stats.get("table_rows") else "")
         + (" · orphaned .draining recovered" if stats.get("orphan_recovered") else "")
-        + (f" · {stats['queue_lines_withdrawn']} lines of retracted sessions and turns withdrawn first"
+        + (f" · {stats['queue_lines_withdrawn']} lines of forgotten or retracted sessions and turns withdrawn first"
            if stats.get("queue_lines_withdrawn") else "")
+        + (" · deleted text erased from the database's files" if stats.get("erased") else "")
     )
+    # What stays is recorded (rem_counters erase_due): the next cycle or drain does it.
+    if stats.get("erased") is False:
+        output_console().print(f"  deleted text may stay in the database's files until a cycle or drain erases it {_erase_held_back(stats)}")
     if stats.get("failure_reasons"):
         output_console().print(f"  failures: {_flat(stats['failure_reasons'])}")
 
@@ -241,9 +245,7 @@ def print_backfill(result: dict[str, Any]) -> None:
     if result.get("queue_error"):
         output_console().print(f"their lines stay in the queue files until the next cycle withdraws them: {result['queue_error']}")
     if result.get("erased") is False:
-        output_console().print(f"their text may stay in the database's files until a cycle erases it (tried again at "
-                               f"{result.get('erase_retry_at')}, {result.get('erase_failures')} attempts failed): "
-                               f"{result.get('erase_error') or 'another process kept reading an older snapshot'}")
+        output_console().print(f"their text may stay in the database's files until a cycle erases it {_erase_held_back(result)}")
     for failure in result.get("session_failures", []):
         output_console().print(f"session failed: {failure}")
     drain = result.get("drain")
@@ -251,6 +253,13 @@ def print_backfill(result: dict[str, Any]) -> None:
         print_drain(drain)
     elif drain:
         output_console().print("drain skipped: another drain is running")
+
+
+def _erase_held_back(result: dict[str, Any]) -> str:
+    """When an erase that did not complete (:func:`worker.knowledge.erase_when_due`'s report) is
+    tried again, and why it did not."""
+    return (f"(tried again at {result.get('erase_retry_at')}, {result.get('erase_failures')} attempts failed): "
+            f"{result.get('erase_error') or 'another process kept reading an older snapshot'}")
 
 
 def _flat(mapping: dict[str, Any]) -> str:
