@@ -165,3 +165,36 @@ def test_a_notes_files_forget_whose_queue_was_busy_leaves_its_lines_to_a_drain(
     assert (stats["retractions_withdrawn"], stats["queue_lines_withdrawn"], stats["total_lines"]) == (1, 1, 0), stats
     assert _files_holding(settings.data_dir, NOTE_REF) == []
     assert _count(settings, "SELECT COUNT(*) FROM queue_withdrawals") == 0
+
+
+NEW_NOTE_REF = "zqnoteref5528"  # what the file, written again after its forget, refers to instead
+
+
+async def test_an_import_of_a_file_whose_forget_was_left_unfinished_withdraws_its_old_lines_first(
+    settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # import-notes extracts without a session's claim. Before: importing a file whose forget left
+    # its record (a drain held the files) queued the file's new lines under that record, and the
+    # next withdrawal took them with the old ones: the file's references lost.
+    from worker import knowledge
+
+    note = tmp_path / "decisions.md"
+    note.write_text(f"We chose rename-then-drain; memory:{NOTE_REF}-t9 was lost.\n", encoding="utf-8")
+    first = await knowledge.import_notes(settings, [str(note)])
+    queue = LazyEdgeQueue(settings.queue_path)
+    assert first["imported"] == 1 and NOTE_REF in _queue_text(queue)
+    monkeypatch.setattr(knowledge, "_QUEUE_WAIT_SECONDS", 0.0)
+    with queue.exclusive():  # a drain running elsewhere, through the forget and the first import again
+        busy = knowledge.forget(settings, note=first["files"][0]["note_id"])
+        held = await knowledge.import_notes(settings, [str(note)])
+    assert "another drain" in busy["queue_error"]
+    assert (held["imported"], held["failed"]) == (0, 1) and "forget is not finished" in held["files"][0]["error"], held
+    note.write_text(f"We chose rename-then-drain; memory:{NEW_NOTE_REF}-t2 was lost too.\n", encoding="utf-8")
+    again = await knowledge.import_notes(settings, [str(note)])
+    assert again["imported"] == 1, again
+    assert _count(settings, "SELECT COUNT(*) FROM queue_withdrawals") == 0
+    assert NOTE_REF not in _queue_text(queue) and NEW_NOTE_REF in _queue_text(queue)
+    drained = run_cli("drain", "--json", env=_env(settings, None))
+    assert drained.returncode == 0, drained.stderr
+    assert json.loads(drained.stdout)["retractions_withdrawn"] == 0
+    assert NEW_NOTE_REF in _queue_text(queue)  # re-queued: its row was never written, but the line is kept

@@ -492,6 +492,17 @@ def withdraw_retracted(db: Database, *, queue: LazyEdgeQueue, wait_seconds: floa
     return {**done, "retractions_withdrawn": len(due)}
 
 
+def _forgets_left_unfinished(settings: Settings, db: Database) -> set[str]:
+    """The anchors (a notes file's key) whose recorded queue lines are still due once this process
+    has withdrawn what is recorded (:func:`withdraw_retracted`): a forget killed, or one whose
+    drain held the queue files, left them; a drain holds the files still. An import of such a file
+    would queue lines the record names and a later withdrawal would take (``import-notes`` extracts
+    without a session's claim, which keeps a cycle from extracting a session in that state)."""
+    if "queue_error" not in withdraw_retracted(db, queue=LazyEdgeQueue(settings.queue_path), wait_seconds=_QUEUE_WAIT_SECONDS):
+        return set()
+    return {key for key, _ in QueueWithdrawalStore(db).pending()}
+
+
 def withdraw_retracted_despite_failure(db: Database, *, queue: LazyEdgeQueue) -> dict[str, Any]:
     """:func:`withdraw_retracted` while what runs it is failing or stopping (a cycle's ingest phase,
     a backfill a signal or Chroma stopped): an error of the withdrawal is returned as
@@ -675,6 +686,7 @@ async def _import_note_files(
 
     db = await anyio.to_thread.run_sync(open_database, settings)
     try:
+        unfinished = await anyio.to_thread.run_sync(_forgets_left_unfinished, settings, db)
         async with open_extractor(settings) as extractor:
             judge = ModelJudge(extractor) if settings.llm_judge and isinstance(extractor, OpenAIExtractor) else None
             env = NotesEnv(
@@ -690,6 +702,12 @@ async def _import_note_files(
                     note = await anyio.to_thread.run_sync(read_note, path, shown)
                 except NoteReadError as exc:
                     errors.append(str(exc))
+                    continue
+                if note.key in unfinished:
+                    done.append(NoteResult(note.note_id, note.shown, "failed", error=(
+                        "its forget is not finished: the lines its old extraction queued wait for a running "
+                        "drain to let go of the queue files (it would take this import's with them); "
+                        "run import-notes again once the drain is done")))
                     continue
                 done.append(NoteResult(note.note_id, note.shown, NOT_IMPORTED))
                 await import_note(note, env, done[-1])
