@@ -16,19 +16,25 @@ from pipelines.backfill import RecentBackfill, sync_recent_sessions
 from pipelines.extract.inflight import HeldAnswers
 from pipelines.forget import forget_session
 from store.chroma import ChromaStore
+from store.lazy_queue import LazyEdgeQueue
 from store.tombstones import TombstoneStore
 from tests.llm_server import LLMServer
 from tests.test_forkreuse import HISTORY, conversation
 from tests.workers_support import ingested, three_answers_held
 from worker.cycle import FOLLOWER_PHASES, PHASES, open_stores, run_cycle
+from worker.knowledge import withdraw_retracted
 
 
 async def backfill(settings: Settings) -> RecentBackfill:
-    """What ``rem-cycle backfill --days 3650 --skip-drain`` syncs (its sync, in this process)."""
+    """What ``rem-cycle backfill --days 3650 --skip-drain`` syncs (its sync, in this process), and
+    the withdrawal of the queue lines of the turns it took out that the command runs after it (a
+    session whose withdrawal is still recorded is claimed by no extraction: rewriteerase)."""
     stores = await open_stores(settings)
     try:
-        return await sync_recent_sessions(chroma=stores.chroma, unit=stores.unit, memory_collection=settings.memory_collection,
-                                          summary_collection=settings.session_collection, now=datetime.now(UTC), days=3650)
+        recent = await sync_recent_sessions(chroma=stores.chroma, unit=stores.unit, memory_collection=settings.memory_collection,
+                                            summary_collection=settings.session_collection, now=datetime.now(UTC), days=3650)
+        assert "queue_error" not in withdraw_retracted(stores.db, queue=LazyEdgeQueue(settings.queue_path))
+        return recent
     finally:
         stores.close()
 
