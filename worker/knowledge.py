@@ -450,13 +450,13 @@ def _extraction_lines(report: Mapping[str, Any]) -> ExtractionLines:
     return ExtractionLines.of(report.get("session") or None, turn=memory_node_id(report["id"]))
 
 
-def withdraw_retracted(db: Database, *, queue: LazyEdgeQueue, wait_seconds: float = _QUEUE_WAIT_SECONDS) -> dict[str, Any]:
+def withdraw_retracted(db: Database, *, queue: LazyEdgeQueue, wait_seconds: float | None = None) -> dict[str, Any]:
     """``{"queue_lines_withdrawn": n, "retractions_withdrawn": m}``: the queue lines the extraction
     of every retraction recorded in ``queue_withdrawals`` queued (store/withdrawals.py: this
     process's, and any a process killed before its withdrawal left) are withdrawn in one pass
     (:func:`withdraw_queued_lines`), then those ``m`` records deleted. With ``queue_error`` (a
-    drain held the files past ``wait_seconds``, an unsafe file) the records stay, for the next cycle.
-    None recorded: one look at an empty table, no queue file read."""
+    drain held the files past ``wait_seconds`` (None: :data:`_QUEUE_WAIT_SECONDS`), an unsafe
+    file) the records stay, for the next cycle. None recorded: one look at an empty table, no queue file read."""
     records = QueueWithdrawalStore(db)
     due = records.pending()
     if not due:
@@ -482,7 +482,7 @@ def withdraw_retracted_despite_failure(db: Database, *, queue: LazyEdgeQueue) ->
 
 def withdraw_queued_lines(
     db: Database, lines: ExtractionLines, *, queue: LazyEdgeQueue | None, dry_run: bool = False,
-    wait_seconds: float = _QUEUE_WAIT_SECONDS,
+    wait_seconds: float | None = None,
 ) -> dict[str, Any]:
     """``{"queue_lines_withdrawn": n}``: the lines rem-cycle's own extraction queued for what a
     forget or a cycle's retraction took out (``lines``; they name what it said, which no drain can
@@ -490,15 +490,16 @@ def withdraw_queued_lines(
     their dead letters — the table's rows deleted, the files' lines blanked in place under the
     drain's lock (:meth:`store.lazy_queue.LazyEdgeQueue.blank`), each table and file read once
     however many sessions and turns ``lines`` holds. An agent's lines stay. With ``queue_error``
-    when a running drain held the lock past ``wait_seconds``: the table's are gone, the files' stay
-    (the same forget run again withdraws them).
+    when a running drain held the lock past ``wait_seconds`` (None: :data:`_QUEUE_WAIT_SECONDS`, read
+    when called, so that a test can shorten it): the table's are gone, the files' stay (the same
+    forget run again withdraws them).
     ``lines`` empty: nothing is read. ``dry_run``: counts them, changing nothing."""
     if not lines:
         return {"queue_lines_withdrawn": 0}
     withdrawn = LazyEdgeTable(db).withdraw(lines.filters, lines.matches, dry_run=dry_run)
     if queue is None or not queue.path.parent.is_dir():  # no queue file was ever written there
         return {"queue_lines_withdrawn": withdrawn}
-    deadline = time.monotonic() + wait_seconds
+    deadline = time.monotonic() + (_QUEUE_WAIT_SECONDS if wait_seconds is None else wait_seconds)
     while True:
         try:
             if dry_run:
