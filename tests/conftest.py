@@ -146,6 +146,15 @@ def schema_url(server: str, schema: str) -> str:
     return f"{server}{separator}options={quote(f'-csearch_path={schema}')}"
 
 
+def schema_script(server: str, schema: str) -> str:
+    """pg_dump's SQL script of ``schema`` on ``server`` (rows as INSERTs, no owner), as one
+    ``execute`` replays it: psql's meta-commands (pg_dump's ``\\restrict`` guard) are left out,
+    they are not SQL."""
+    dumped = subprocess.run(["pg_dump", "--schema", schema, "--no-owner", "--inserts", f"--dbname={server}"],
+                            capture_output=True, text=True, check=True).stdout
+    return "".join(line for line in dumped.splitlines(keepends=True) if not line.startswith("\\"))
+
+
 @pytest.fixture(scope="session")
 def migrated_schema_script(postgres_server_url: str) -> str:
     """pg_dump's SQL script of a schema that rem-cycle migrated to its newest version, made once
@@ -164,18 +173,25 @@ def migrated_schema_script(postgres_server_url: str) -> str:
     try:
         open_database_at(path=Path(os.devnull), url=schema_url(postgres_server_url, schema)).close()  # migrates it
         close_pools()
-        dumped = subprocess.run(["pg_dump", "--schema", schema, "--no-owner", "--inserts", f"--dbname={postgres_server_url}"],
-                                capture_output=True, text=True, check=True).stdout
+        script = schema_script(postgres_server_url, schema)
     finally:
         with psycopg.connect(postgres_server_url, autocommit=True) as conn:
             conn.execute(f"DROP SCHEMA {schema} CASCADE")
-    # psql's meta-commands (pg_dump's \restrict guard) are not SQL: the rest is.
-    script = "".join(line for line in dumped.splitlines(keepends=True) if not line.startswith("\\"))
     assert script.count(f"CREATE SCHEMA {schema};") == 1, "pg_dump's script does not create the schema"
     return script.replace(schema, MIGRATED_SCHEMA_PLACEHOLDER)
 
 
 MIGRATED_SCHEMA_PLACEHOLDER = "rem_migrated_schema_placeholder"
+
+
+def replay_migrated_schema(conn: Any, script: str, schema: str) -> None:
+    """Create ``schema`` from :func:`migrated_schema_script` on ``conn`` (autocommit), in one
+    transaction. The migration that made ``rem_counters`` drew the database's ``instance`` at
+    random (store/postgres_schema.py): each replayed schema draws its own too, as each migrated
+    one did, instead of all sharing the template's."""
+    with conn.transaction():
+        conn.execute(script.replace(MIGRATED_SCHEMA_PLACEHOLDER, schema))
+        conn.execute(f"UPDATE {schema}.rem_counters SET value = floor(random() * 9007199254740991)::bigint WHERE name = 'instance'")
 
 
 @pytest.fixture
@@ -197,9 +213,7 @@ def database_url(backend: str, request: pytest.FixtureRequest) -> Iterator[str |
         if request.node.get_closest_marker("empty_schema"):
             conn.execute(f"CREATE SCHEMA {schema}")
         else:
-            script = request.getfixturevalue("migrated_schema_script").replace(MIGRATED_SCHEMA_PLACEHOLDER, schema)
-            with conn.transaction():
-                conn.execute(script)  # type: ignore[arg-type]  # pg_dump's script: several statements, no parameters
+            replay_migrated_schema(conn, request.getfixturevalue("migrated_schema_script"), schema)
     yield schema_url(server, schema)
     close_pools()
     with psycopg.connect(server, autocommit=True) as conn:
