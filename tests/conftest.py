@@ -159,9 +159,9 @@ def schema_script(server: str, schema: str) -> str:
 def migrated_schema_script(postgres_server_url: str) -> str:
     """pg_dump's SQL script of a schema that rem-cycle migrated to its newest version, made once
     per test process, the schema named :data:`MIGRATED_SCHEMA_PLACEHOLDER`. ``database_url``
-    replays it into each test's schema: one transaction of the final tables (about 0.1 s), where
-    migrating an empty schema ran every migration in its own transaction (about 0.2 s, in each of
-    the ~300 PostgreSQL tests)."""
+    replays it into each test's schema: one transaction of the final tables, where migrating an
+    empty schema ran every migration in its own transaction (0.13 s against 0.18 s a test at load
+    2.4, bench/bench_test_schema.py, in each of the ~300 PostgreSQL tests)."""
     import psycopg
 
     from store.backend import open_database_at
