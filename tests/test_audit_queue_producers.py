@@ -73,6 +73,7 @@ def _tables(url: str | None, path: Path) -> set[str]:
 
 
 @pytest.mark.both_backends
+@pytest.mark.empty_schema  # a database rem-cycle did not make
 def test_a_producer_never_makes_a_graph_database_of_a_database_rem_cycle_did_not_make(
     tmp_path: Path, database_url: str | None
 ) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import time
 from pathlib import Path
 
 import pytest
@@ -203,9 +204,14 @@ async def test_a_turns_forget_run_again_after_the_queue_was_busy_withdraws_its_l
         stores.close()
     queue = LazyEdgeQueue(mine.queue_path)
     assert len(_lines(queue.dead_letter_path)) == 3
+    full_wait = knowledge._QUEUE_WAIT_SECONDS
     monkeypatch.setattr(knowledge, "_QUEUE_WAIT_SECONDS", 0.0)  # a drain holding the files past the wait
+    started = time.monotonic()
     with queue.exclusive():
         busy = forget(mine, memory="memory:s-gone-t0000")
+    # The shortened wait is the one the forget waited (a default argument bound at import had kept
+    # the full 30 s, and this test waited them).
+    assert time.monotonic() - started < full_wait / 2
     assert busy["queue_lines_withdrawn"] == 0 and "another drain" in busy["queue_error"]
     assert _files_holding(mine.data_dir, OLD_REF)
 

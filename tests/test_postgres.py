@@ -5,6 +5,7 @@ schema; ``status`` and ``backup`` answer. Needs REM_TEST_POSTGRES_URL (see tests
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -16,7 +17,8 @@ from store.backend import canonical_dump, open_database
 from store.db import MIGRATIONS
 from store.errors import ConstraintError, DatabaseBusyError, DatabaseError, DatabaseFullError, DatabaseUnreadableError, QueryInterruptedError, SchemaTooNewError
 from store.postgres import PostgresDatabase, Row, close_pools, redacted, store_error, to_pyformat
-from tests.conftest import SAMPLE, free_port, run_cli
+from tests.conftest import SAMPLE, free_port, replay_migrated_schema, run_cli, schema_script
+from tests.test_audit_pg_roles import schema_of
 
 
 def test_placeholders_become_psycopg_style_outside_literals() -> None:
@@ -61,6 +63,7 @@ def _pg(url: str, **options: object) -> PostgresDatabase:
 
 
 @pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
+@pytest.mark.empty_schema  # the first migration is what it checks
 def test_schema_migrates_once_and_refuses_a_newer_one(database_url: str) -> None:
     db = _pg(database_url)
     assert db.schema_version == len(MIGRATIONS)
@@ -72,6 +75,32 @@ def test_schema_migrates_once_and_refuses_a_newer_one(database_url: str) -> None
     again.close()
     with pytest.raises(SchemaTooNewError, match="newer than this rem-cycle knows"):
         _pg(database_url)
+
+
+@pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
+@pytest.mark.empty_schema  # migrated here, as a test's schema was before the script
+def test_a_test_schema_is_the_one_migrating_an_empty_schema_makes(database_url: str, postgres_server_url: str,
+                                                                  migrated_schema_script: str) -> None:
+    """The tests' PostgreSQL schemas are replayed from pg_dump's script of a migrated schema
+    (tests/conftest.py): what pg_dump sees of a replayed schema — tables, columns, indexes,
+    constraints, triggers, functions, collations, rows — is what it sees of one migrated here,
+    but for the database instance each draws at random."""
+    _pg(database_url).close()
+    replayed = f"replayed_{schema_of(database_url)}"
+    with psycopg.connect(postgres_server_url, autocommit=True) as conn:
+        replay_migrated_schema(conn, migrated_schema_script, replayed)
+    try:
+        migrated, copied = (schema_script(postgres_server_url, name) for name in (schema_of(database_url), replayed))
+        instance = re.compile(r"\('instance', (\d+)\)")
+        assert "CREATE TABLE" in migrated and len(instance.findall(migrated)) == 1
+        assert instance.findall(copied) != instance.findall(migrated_schema_script)  # its own, not the template's
+        # Sorted lines: the new instance is a row version written after the others, and pg_dump
+        # writes a table's rows in the order they are stored.
+        assert (sorted(instance.sub("", copied.replace(replayed, "S")).splitlines())
+                == sorted(instance.sub("", migrated.replace(schema_of(database_url), "S")).splitlines()))
+    finally:
+        with psycopg.connect(postgres_server_url, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA {replayed} CASCADE")  # type: ignore[arg-type]  # a name made here
 
 
 @pytest.mark.parametrize("backend", ["postgresql"], indirect=True)

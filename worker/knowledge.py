@@ -446,7 +446,7 @@ def forget(settings: Settings, *, session: str | None = None, memory: str | None
         with unit.transaction():
             report, (key, turn) = forget_one()
             unit.withdrawals.record(key, None if turn == WHOLE_ANCHOR else [turn], extraction_stands=False)
-        withdrawn = withdraw_retracted(db, queue=LazyEdgeQueue(settings.queue_path), wait_seconds=_QUEUE_WAIT_SECONDS)
+        withdrawn = withdraw_retracted(db, queue=LazyEdgeQueue(settings.queue_path))
         del withdrawn["retractions_withdrawn"]  # the records read: this forget's, and any a killed process left
         report.update(withdrawn)
         # {} only when another process's erase, begun after this commit, completed meanwhile (it took this mark off).
@@ -473,13 +473,13 @@ def _lines_of(chunk_key: str, turn: str) -> ExtractionLines:
     return ExtractionLines.of(None if chunk_key == SESSION_UNKNOWN else chunk_key, turn=turn)
 
 
-def withdraw_retracted(db: Database, *, queue: LazyEdgeQueue, wait_seconds: float = _QUEUE_WAIT_SECONDS) -> dict[str, Any]:
+def withdraw_retracted(db: Database, *, queue: LazyEdgeQueue, wait_seconds: float | None = None) -> dict[str, Any]:
     """``{"queue_lines_withdrawn": n, "retractions_withdrawn": m}``: the queue lines the extraction
     of every retraction and forget recorded in ``queue_withdrawals`` queued (store/withdrawals.py:
     this process's, and any a process killed before its withdrawal left) are withdrawn in one pass
     (:func:`withdraw_queued_lines`), then those ``m`` records deleted. With ``queue_error`` (a
-    drain held the files past ``wait_seconds``, an unsafe file) the records stay, for the next cycle.
-    None recorded: one look at an empty table, no queue file read."""
+    drain held the files past ``wait_seconds`` (None: :data:`_QUEUE_WAIT_SECONDS`), an unsafe
+    file) the records stay, for the next cycle. None recorded: one look at an empty table, no queue file read."""
     records = QueueWithdrawalStore(db)
     due = records.pending()
     if not due:
@@ -498,7 +498,7 @@ def _forgets_left_unfinished(settings: Settings, db: Database) -> set[str]:
     drain held the queue files, left them; a drain holds the files still. An import of such a file
     would queue lines the record names and a later withdrawal would take (``import-notes`` extracts
     without a session's claim, which keeps a cycle from extracting a session in that state)."""
-    if "queue_error" not in withdraw_retracted(db, queue=LazyEdgeQueue(settings.queue_path), wait_seconds=_QUEUE_WAIT_SECONDS):
+    if "queue_error" not in withdraw_retracted(db, queue=LazyEdgeQueue(settings.queue_path)):
         return set()
     return {key for key, _ in QueueWithdrawalStore(db).pending()}
 
@@ -516,7 +516,7 @@ def withdraw_retracted_despite_failure(db: Database, *, queue: LazyEdgeQueue) ->
 
 def withdraw_queued_lines(
     db: Database, lines: ExtractionLines, *, queue: LazyEdgeQueue | None, dry_run: bool = False,
-    wait_seconds: float = _QUEUE_WAIT_SECONDS,
+    wait_seconds: float | None = None,
 ) -> dict[str, Any]:
     """``{"queue_lines_withdrawn": n}``: the lines rem-cycle's own extraction queued for what a
     forget or a cycle's retraction took out (``lines``; they name what it said, which no drain can
@@ -524,15 +524,16 @@ def withdraw_queued_lines(
     their dead letters — the table's rows deleted, the files' lines blanked in place under the
     drain's lock (:meth:`store.lazy_queue.LazyEdgeQueue.blank`), each table and file read once
     however many sessions and turns ``lines`` holds. An agent's lines stay. With ``queue_error``
-    when a running drain held the lock past ``wait_seconds``: the table's are gone, the files' stay
-    (their record too: :func:`withdraw_retracted`).
+    when a running drain held the lock past ``wait_seconds`` (None: :data:`_QUEUE_WAIT_SECONDS`, read
+    when called, so that a test can shorten it): the table's are gone, the files' stay (their
+    record too: :func:`withdraw_retracted`).
     ``lines`` empty: nothing is read. ``dry_run``: counts them, changing nothing."""
     if not lines:
         return {"queue_lines_withdrawn": 0}
     withdrawn = LazyEdgeTable(db).withdraw(lines.filters, lines.matches, dry_run=dry_run)
     if queue is None or not queue.path.parent.is_dir():  # no queue file was ever written there
         return {"queue_lines_withdrawn": withdrawn}
-    deadline = time.monotonic() + wait_seconds
+    deadline = time.monotonic() + (_QUEUE_WAIT_SECONDS if wait_seconds is None else wait_seconds)
     while True:
         try:
             if dry_run:
