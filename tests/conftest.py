@@ -140,6 +140,25 @@ def postgres_server_url() -> str:
     return url
 
 
+def drop_database(server: str, name: str) -> None:
+    """``DROP DATABASE IF EXISTS name WITH (FORCE)`` on ``server``. An autovacuum worker the server
+    started in it (a restore has just written its rows) is a process the test role may not end
+    (``InsufficientPrivilege``, "must be a member of the role whose process is being terminated"):
+    it ends on its own within moments, so the drop is tried again for up to 30 s."""
+    import psycopg
+
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            with psycopg.connect(server, autocommit=True) as conn:
+                conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+            return
+        except psycopg.errors.InsufficientPrivilege:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
 def schema_url(server: str, schema: str) -> str:
     """``server``'s URL with ``schema`` as the search path."""
     separator = "&" if "?" in server else "?"

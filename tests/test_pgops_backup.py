@@ -19,7 +19,7 @@ import pytest
 from config import load_settings
 from store.backend import open_database
 from store.graph import GraphStore, Node
-from tests.conftest import run_cli
+from tests.conftest import drop_database, run_cli
 from tests.test_audit_pg_roles import schema_of
 
 pytestmark = pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
@@ -62,8 +62,7 @@ def other_database(postgres_server_url: str) -> Iterator[str]:
         from store.postgres import close_pools
 
         close_pools()
-        with psycopg.connect(postgres_server_url, autocommit=True) as conn:
-            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        drop_database(postgres_server_url, name)
 
 
 def _with_schema(url: str, schema: str) -> str:

@@ -17,7 +17,7 @@ from store.backend import canonical_dump, open_database
 from store.db import MIGRATIONS
 from store.errors import ConstraintError, DatabaseBusyError, DatabaseError, DatabaseFullError, DatabaseUnreadableError, QueryInterruptedError, SchemaTooNewError
 from store.postgres import PostgresDatabase, Row, close_pools, redacted, store_error, to_pyformat
-from tests.conftest import SAMPLE, free_port, replay_migrated_schema, run_cli, schema_script
+from tests.conftest import SAMPLE, drop_database, free_port, replay_migrated_schema, run_cli, schema_script
 from tests.test_audit_pg_roles import schema_of
 
 
@@ -177,8 +177,7 @@ def test_backup_uses_pg_dump_and_restores(database_url: str, settings, tmp_path:
             schema = conn.execute("SELECT nspname FROM pg_namespace WHERE nspname LIKE 'test_%'").fetchone()[0]
             assert conn.execute(f"SELECT name FROM {schema}.nodes").fetchall() == [("kept",)]
     finally:
-        with psycopg.connect(postgres_server_url, autocommit=True) as conn:
-            conn.execute(f"DROP DATABASE IF EXISTS {restored}")
+        drop_database(postgres_server_url, restored)
 
 
 @pytest.mark.parametrize("backend", ["postgresql"], indirect=True)

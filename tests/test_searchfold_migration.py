@@ -20,6 +20,7 @@ from store.db import MIGRATIONS, SEARCH_FOLD_VERSION
 from store.graph import GraphStore, Node
 from store.postgres import close_pools
 from store.recall_index import RecallIndex, TurnRecord
+from tests.conftest import drop_database
 from tests.migrations_support import rolled_back
 
 TEXTS = {"de": "Die Straße am Bahnhof ist gesperrt.", "fr": "Une ÉCOLE à Paris ouvre en septembre.",
@@ -124,5 +125,4 @@ def test_a_postgresql_backup_of_a_folded_graph_restores_and_finds_folded_words(
             db.close()
     finally:
         close_pools()
-        with psycopg.connect(postgres_server_url, autocommit=True) as conn:
-            conn.execute(f"DROP DATABASE {target} WITH (FORCE)")
+        drop_database(postgres_server_url, target)
