@@ -60,12 +60,6 @@ __all__ = ["ChromaGoneDuringDrainError", "DrainStats", "MalformedLine", "QueuedE
 # Lines read per batch stop at this many bytes too, so a batch of long lines stays small in memory.
 MAX_BATCH_BYTES = 8 * 1024 * 1024
 
-# Database failures that are no line's (store.errors.DATABASE_OUTAGES: the server gone or
-# unreadable, its disk full, or busy past the timeout — a lock held by another client, "too many
-# connections" when a drain reconnects) end the drain and charge no line an attempt; retried line
-# by line, they would dead-letter good lines. A statement stopped at the statement timeout may be one line's: see
-# _Drain._judge_timeout.
-
 
 @dataclass(slots=True)
 class DrainStats:
@@ -277,7 +271,11 @@ class _Drain:
             log.warning("lazy queue rows taken by another drain; batch skipped", rows=len(batch), error=str(exc))
             return
         except DATABASE_OUTAGES:
-            raise  # the server is gone or busy, not a line: charge none (see _link_again_if_disconnected)
+            # No line's failure (the server gone or unreadable, its disk full, busy past the timeout:
+            # a lock another client holds, "too many connections" when a drain reconnects): it ends
+            # the drain and charges no line; retried line by line it would dead-letter good lines.
+            # A statement stopped at the statement timeout may be one line's: _judge_timeout.
+            raise  # see _link_again_if_disconnected
         except Exception as exc:  # noqa: BLE001 - isolate the line that breaks the batch
             if not parsed:
                 raise

@@ -1,17 +1,19 @@
 """``rem_counters`` ``erase_due``: deleted text that a request to forget covers may still be in the
 database's files.
 
-One rule: whatever deletes text that a retraction or a rewrite superseded makes an erase due, in the
-deleting transaction (:meth:`EraseDueStore.mark`). Two deletions do: the retraction itself (a cycle's
-ingest or ``rem-cycle backfill`` taking out a session or turns whose rows left Chroma:
-:meth:`store.withdrawals.QueueWithdrawalStore.record`) or the sync of a turn written again with other
-words (its recall text replaced: :meth:`store.runstate.RunStateStore.require_extraction`), and the
-next commit of the extraction of a session whose turns either took out or replaced, which replaces
-what the model said of them — whenever and by whichever worker that commit happens
+One rule: whatever deletes text someone asked to have forgotten, or that a rewrite superseded,
+makes an erase due, in the deleting transaction (:meth:`EraseDueStore.mark`). Three deletions do:
+a retraction or a forget (a cycle's ingest or ``rem-cycle backfill`` taking out a session or turns
+whose rows left Chroma, ``rem-cycle forget``: :meth:`store.withdrawals.QueueWithdrawalStore.record`);
+the sync of a turn written again with other words (its recall text replaced:
+:meth:`store.runstate.RunStateStore.require_extraction`); and the next commit of the extraction of
+a session whose turns either of the first two took out or replaced, which replaces what the model
+said of them — whenever and by whichever worker that commit happens
 (:meth:`EraseDueStore.mark_superseded`, called by :meth:`store.runstate.RunStateStore.mark_digested`;
-``session_digests.erase_at_commit`` carries the deletion to it, migration 23). A cycle's
-``finalize`` (and a backfill) erases deleted text from the files while the counter is above zero
-and, once an erase completed, takes off what it read (:meth:`EraseDueStore.settle`).
+``session_digests.erase_at_commit`` carries the deletion to it, migration 23). A forget, a cycle's
+``finalize``, a backfill and a drain erase deleted text from the files while the counter is above
+zero (``worker.knowledge.erase_when_due``) and, once an erase completed, take off what they read
+(:meth:`EraseDueStore.settle`).
 
 An erase that does not complete (a reader holding an old snapshot) is counted
 (``erase_failures``) and tried again after a wait that doubles with each failure
@@ -76,8 +78,8 @@ class EraseDueStore:
 
     def mark_superseded(self, session_id: str) -> bool:
         """In the transaction committing ``session_id``'s extraction: when a retraction took turns of
-        it out (or a sync replaced their words) since its last commit, this commit deletes what the model said of them, so an erase is
-        due (:meth:`mark`). One primary-key update otherwise. Returns whether it marked."""
+        it out (or a sync replaced their words) since its last commit, this commit deletes what the
+        model said of them, so an erase is due (:meth:`mark`). One primary-key update otherwise. Returns whether it marked."""
         with self.db.transaction() as conn:
             held = conn.execute(
                 "UPDATE session_digests SET erase_at_commit = 0 WHERE session_id = ? AND erase_at_commit = 1", (session_id,)

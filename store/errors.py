@@ -82,9 +82,10 @@ class ConnectionsExhaustedError(DatabaseBusyError):
 # The database failing under whoever asked, not anything they asked for: the server gone or the
 # connection cut (a restart, a failover, an administrator), the file unreadable, busy past the
 # timeout (a lock another client holds, "too many connections"), or its disk full (a write that
-# fits once space is freed) — or the lazy-edge queue file's, where the worker's queue is that file. No caller's fault: the queue line or the session it lands on is
-# charged nothing (pipelines.drain, pipelines.extract.workflow). A statement stopped at its
-# timeout (QueryInterruptedError) may be the caller's own: not here.
+# fits once space is freed) — or the lazy-edge queue file's disk, where the worker's queue is that
+# file. No caller's fault: the queue line or the session it lands on is charged nothing
+# (pipelines.drain, pipelines.extract.workflow). A statement stopped at its timeout
+# (QueryInterruptedError) may be the caller's own: not here.
 DATABASE_OUTAGES: tuple[type[DatabaseError], ...] = (DatabaseUnreadableError, DatabaseBusyError, DatabaseFullError)
 
 

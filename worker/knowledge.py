@@ -554,8 +554,9 @@ def erase_when_due(db: Database, *, now: float | None = None, at_once: bool = Fa
     a forget, a retraction, or the commit that replaced what the model said of a retracted turn —
     this process's, one a killed process left, another worker's), as a forget, a cycle's
     ``finalize``, a backfill and a drain do. Only then: the erase rewrites the full-text indexes;
-    otherwise one read of three counter rows. ``{}`` when none is due; ``erase_due``/``erase_failures``/``erase_retry_at`` when
-    the last erase did not complete and its retry is not yet (``now``, Unix seconds: the clock by
+    otherwise one read of three counter rows. ``{}`` when none is due;
+    ``erase_due``/``erase_failures``/``erase_retry_at`` when the last erase did not complete and its
+    retry is not yet (``now``, Unix seconds: the clock by
     default); else :func:`erase_deleted_text`'s report, with the failures and the retry time when
     this erase did not complete either (the counter stays, for the retry). ``at_once``: try even
     before that retry time (an operator's command that has just deleted text: a forget, a backfill)."""
