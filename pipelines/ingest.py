@@ -60,11 +60,16 @@ class SyncStats(ErrorTally):
     # Turns the graph held, live-ingested, whose row now says something else (text or metadata
     # rewritten under the same id): what the session's extraction read of them is out of date.
     rewritten: int = 0
-    # Of those, the turns whose text changed (not only their metadata), by the session whose
-    # extraction quoted them (the one the turn was in: another when it moved too): their old words
-    # leave the recall index now and that extraction at its next commit — deleted text, due to be
+    # Of those, the turns whose text changed (not only their metadata) — MEMORY node ids, by the
+    # session whose extraction quoted them (the one the turn was in: another when it moved too):
+    # their old words leave the recall index now, that extraction at its next commit, and the
+    # queue lines it queued of them before that (store/withdrawals.py) — deleted text, due to be
     # erased from the database's files as a retracted turn's is (store/erasure.py).
-    text_replaced: set[str] = field(default_factory=set)
+    text_replaced: dict[str, set[str]] = field(default_factory=dict)
+    # Whether the session's summary row now says something else (its text or title: not only its
+    # other metadata): the old words leave the SESSION node and the recall index now, due to be
+    # erased (no extraction quotes them).
+    summary_replaced: bool = False
     # Turns the graph held whose rows left Chroma (their MEMORY node ids): those nodes (and their
     # recall text) went, and the queue lines their extraction queued go after the commit.
     retracted: list[str] = field(default_factory=list)
@@ -143,6 +148,7 @@ def plan_session_sync(
         stats.error(f"session {session_id!r}: {exc}")
         return [], [], [], stats
     sessions = [] if _is_current(session, existing) else [session]
+    stats.summary_replaced = bool(sessions) and _summary_replaced(existing.get(session.id), session)
     memories: list[Node] = []
     edges: list[Edge] = []
     for row in rows:
@@ -166,11 +172,18 @@ def plan_session_sync(
             stats.rewritten += 1
             before = existing[node.id].properties
             if before.get("contentHash") != node.properties["contentHash"] and isinstance(before.get("sessionId"), str):
-                stats.text_replaced.add(before["sessionId"])
+                stats.text_replaced.setdefault(before["sessionId"], set()).add(node.id)
         memories.append(node)
         edges.append(Edge(node.id, session.id, ORIGINATES_IN))
     stats.upserted = len(memories)
     return sessions, memories, edges, stats
+
+
+def _summary_replaced(before: Node | None, session: Node) -> bool:
+    """Whether the SESSION node ``session`` drops words the node it replaces (``before``) held: the
+    summary row's text or title, not only its other metadata (the time, the user)."""
+    return before is not None and any(before.properties.get(f) is not None and before.properties.get(f) != session.properties.get(f)
+                                      for f in ("summary", "title"))
 
 
 def _is_rewrite(node: Node, existing: dict[str, Node]) -> bool:
@@ -551,6 +564,16 @@ def vanished_turns(session_id: str, rows: Sequence[MemoryRow], known: Mapping[st
                   if node.label == MEMORY_LABEL and node.properties.get("sessionId") == session_id and node_id not in present)
 
 
+def _turns_replaced(synced: Iterable[SyncStats]) -> dict[str, set[str]]:
+    """The turns whose text the syncs ``synced`` replaced, by the session whose extraction quoted
+    them (two sessions' syncs may name one: a turn moved). Pure."""
+    replaced: dict[str, set[str]] = {}
+    for stats in synced:
+        for sid, turns in stats.text_replaced.items():
+            replaced.setdefault(sid, set()).update(turns)
+    return replaced
+
+
 def _write_sessions(
     session_ids: list[str],
     rows_by_session: dict[str, list[MemoryRow]],
@@ -614,10 +637,16 @@ def _write_sessions(
         # extraction of the old one standing as current. A session that lost a turn too: a worker
         # extracting it now read the turn, and its commit would write what the turn said back and
         # queue lines to it after the cycle withdrew the turn's (worker/cycle.py) — it rolls back.
-        # A turn's old words (just replaced in the recall index, and quoted by the extraction its
-        # next commit replaces) are due to be erased from the files, as a retracted turn's are.
-        unit.runstate.require_extraction(sorted(sid for sid, stats in results.items() if stats.rewritten or stats.retracted),
-                                         text_replaced=sorted(set().union(*(stats.text_replaced for stats in results.values()))))
+        unit.runstate.require_extraction(sorted(sid for sid, stats in results.items() if stats.rewritten or stats.retracted))
+        # A turn's old words (just replaced in the recall index, quoted by the extraction its next
+        # commit replaces and by the queue lines that extraction queued) go as a retracted turn's
+        # do: its lines withdrawn before the session is extracted again (a session with a record
+        # is not claimed, so the new extraction's lines come after), the words erased.
+        for sid, turns in sorted(_turns_replaced(results.values()).items()):
+            unit.withdrawals.record(sid, turns)
+        # A summary's old words, just replaced in the SESSION node and the recall index.
+        if any(stats.summary_replaced for stats in results.values()):
+            unit.erasure.mark()
     for sid, stats in results.items():
         for detail in stats.error_details:
             log.warning("ingest row error", session_id=sid, error=detail)

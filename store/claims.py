@@ -168,6 +168,10 @@ class _Leases:
             ).rowcount
 
 
+# A session a claim takes, as its digest row ``d`` says: ingested, not digested at its revision.
+_EXTRACTABLE = "d.state = 'undigested' AND d.ingested_revision = d.input_revision"
+
+
 class ClaimStore(_Leases):
     """``session_claims``: which worker digests which session, until when."""
 
@@ -203,7 +207,7 @@ class ClaimStore(_Leases):
             rows = conn.execute(
                 "SELECT d.*, c.owner AS claimed_by FROM session_digests AS d "
                 "LEFT JOIN session_claims AS c ON c.session_id = d.session_id "
-                "WHERE d.state = 'undigested' AND d.ingested_revision = d.input_revision "
+                f"WHERE {_EXTRACTABLE} "
                 "AND NOT EXISTS (SELECT 1 FROM queue_withdrawals AS w WHERE w.chunk_key = d.session_id) "
                 f"AND (c.session_id IS NULL OR c.lease_expires_at < ?) {waiting}"
                 f"ORDER BY d.session_created_at, d.session_id LIMIT ? {self.db.dialect.skip_locked('d')}",
@@ -269,6 +273,21 @@ class ClaimStore(_Leases):
                     f"DELETE FROM session_claims WHERE owner = ? AND session_id IN ({marks})", (self.owner, *part)
                 ).rowcount
             return released
+
+
+def withdrawal_waits(db: Database, *, named: int = 5) -> dict[str, Any]:
+    """``{"sessions": n, "first": [...]}``: the ``n`` sessions :meth:`ClaimStore.claim` leaves out
+    while a withdrawal record of theirs is pending (``queue_withdrawals``: a drain holding the queue
+    files past the wait, a database error), the first ``named`` of them oldest first. One query led
+    by the usually empty ``queue_withdrawals`` (``CROSS JOIN``: SQLite keeps that order, then reads
+    ``session_digests`` by its primary key), however many sessions wait to be extracted."""
+    rows = db.query(
+        "SELECT d.session_id, COUNT(*) OVER () FROM (SELECT DISTINCT chunk_key FROM queue_withdrawals) AS w "
+        f"CROSS JOIN session_digests AS d WHERE d.session_id = w.chunk_key AND {_EXTRACTABLE} "
+        "ORDER BY d.session_created_at, d.session_id LIMIT ?",
+        (named,),
+    )
+    return {"sessions": int(rows[0][1]) if rows else 0, "first": [row[0] for row in rows]}
 
 
 def _still_there(conn: Any, db: Database, session_id: str) -> None:

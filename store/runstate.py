@@ -342,20 +342,14 @@ class RunStateStore:
                 (revision.session_id, revision.revision, revision.revision, revision.created_at, run_id, now, len(set(revision.memory_ids))),
             )
 
-    def require_extraction(self, session_ids: Iterable[str], *, text_replaced: Iterable[str] = ()) -> None:
+    def require_extraction(self, session_ids: Iterable[str]) -> None:
         """Make these sessions be extracted again although their input revision is the same (a
         turn's row rewritten under its id): the next :meth:`mark_ingested` resets them, and a
-        worker extracting one now loses its claim, so its commit of the old text rolls back.
-        ``text_replaced``: sessions whose extraction quoted turns rewritten with other words (an
-        agent taking a secret out): the old words, deleted from the recall index in the caller's
-        transaction and quoted by the extraction their next commit replaces, are due to be erased
-        from the files (:meth:`EraseDueStore.mark`, as for a retracted turn)."""
-        session_ids, text_replaced = list(session_ids), list(text_replaced)
-        if not session_ids and not text_replaced:
+        worker extracting one now loses its claim, so its commit of the old text rolls back."""
+        session_ids = list(session_ids)
+        if not session_ids:
             return
         with self.db.transaction() as conn:
-            for session_id in text_replaced:
-                EraseDueStore(self.db).mark(extraction_of=session_id)
             conn.executemany("DELETE FROM session_claims WHERE session_id = ?", [(sid,) for sid in session_ids])
             conn.executemany(
                 "UPDATE session_digests SET state = 'undigested', digested_revision = NULL, attempts = 0 WHERE session_id = ?",

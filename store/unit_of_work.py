@@ -15,6 +15,7 @@ from typing import TypeVar
 
 from store.chunks import ChunkResultStore
 from store.db import Database
+from store.erasure import EraseDueStore
 from store.graph import GraphStore, utc_now
 from store.communities import CommunityStore
 from store.merges import MergeStore
@@ -46,6 +47,7 @@ class DatabaseUnitOfWork:
         self.tombstones = TombstoneStore(db, clock=clock)
         self.verdicts = VerdictStore(db, clock=clock)
         self.withdrawals = QueueWithdrawalStore(db, clock=clock)
+        self.erasure = EraseDueStore(db)
 
     @contextmanager
     def transaction(self) -> Iterator[DatabaseUnitOfWork]:

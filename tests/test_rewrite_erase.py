@@ -111,11 +111,11 @@ def test_a_rewritten_turn_names_the_session_whose_extraction_quoted_its_old_word
     before = memory_node(MemoryRow("m-1", "The key is zqold1.", {"sessionId": "s-a", "turnIndex": 0}), marker=LIVE_MARKER)
     existing = {before.id: before}
 
-    def replaced(session_id: str, text: str, turn_index: int = 0) -> set[str]:
+    def replaced(session_id: str, text: str, turn_index: int = 0) -> dict[str, set[str]]:
         row = MemoryRow("m-1", text, {"sessionId": session_id, "turnIndex": turn_index})
         return plan_session_sync(session_id, [row], None, existing)[3].text_replaced
 
-    assert replaced("s-a", "The key is [redacted].") == {"s-a"}
-    assert replaced("s-b", "The key is [redacted].") == {"s-a"}  # moved and rewritten
-    assert replaced("s-a", "The key is zqold1.", turn_index=1) == set()  # its metadata only
-    assert replaced("s-b", "The key is zqold1.") == set()  # moved with the same words
+    assert replaced("s-a", "The key is [redacted].") == {"s-a": {"memory:m-1"}}
+    assert replaced("s-b", "The key is [redacted].") == {"s-a": {"memory:m-1"}}  # moved and rewritten
+    assert replaced("s-a", "The key is zqold1.", turn_index=1) == {}  # its metadata only
+    assert replaced("s-b", "The key is zqold1.") == {}  # moved with the same words

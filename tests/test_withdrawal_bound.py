@@ -14,6 +14,7 @@ queue table, both engines; the failure is the database's own (a trigger refusing
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,7 +25,8 @@ from tests.test_erase_due import _seed
 from tests.test_forget_queue import LATE_REF, OLD_REF, _session
 from tests.test_forget_rest import rows_holding
 from tests.test_retract_queue import _built, _cycle, _delete_rows, _queue_text
-from worker.cycle import PHASES, run_cycle
+from worker.cycle import PHASES, open_stores, run_cycle
+from worker.report import collect_status, print_status
 
 NEW_REF = "zqnewref6620"  # a session id only the rows written back name
 REFUSED = "the record refused"
@@ -62,6 +64,18 @@ def _records(settings: Settings) -> list[tuple[str, str]]:
         db.close()
 
 
+async def _status(settings: Settings, capsys: pytest.CaptureFixture[str]) -> tuple[dict[str, Any], str]:
+    """What ``rem-cycle status`` reports over ``settings``' data: its data (``--json``) and its text."""
+    stores = await open_stores(settings)
+    try:
+        status = collect_status(settings, stores)
+    finally:
+        stores.close()
+    capsys.readouterr()
+    print_status(status)
+    return status, capsys.readouterr().out
+
+
 def _queued(settings: Settings, word: str) -> bool:
     """Whether a line (or dead letter) of the queue file or table holds ``word``."""
     return word in _queue_text(LazyEdgeQueue(settings.queue_path)) or any(
@@ -82,7 +96,7 @@ CASES = [
 @pytest.mark.parametrize(("queue", "rows", "summaries", "written_back", "record"), CASES)
 async def test_a_withdrawal_recorded_before_a_session_came_back_leaves_its_new_extractions_lines(
     settings: Settings, tmp_path: Path, queue: str, rows: list[str], summaries: tuple[str, ...],
-    written_back: dict[str, object], record: tuple[str, str],
+    written_back: dict[str, object], record: tuple[str, str], capsys: pytest.CaptureFixture[str],
 ) -> None:
     mine = await _built(settings, tmp_path, lazy_queue=queue)
     old = LATE_REF if record[0] == "s-late" else OLD_REF
@@ -105,6 +119,11 @@ async def test_a_withdrawal_recorded_before_a_session_came_back_leaves_its_new_e
     # extract the session while its record waits: its new lines would be taken for the old ones.
     following = await run_cycle(mine, phases=tuple(p for p in PHASES if p[0] in ("provider-ready", "extract")))
     assert following.outcome == "completed", following.message
+    # ``status`` names the session that waits (twentieth session: before, it said nothing of it).
+    status, text = await _status(mine, capsys)
+    assert status["withdrawal_waits"] == {"sessions": 1, "first": [record[0]]}
+    assert f"waiting: 1 sessions are not extracted until the queue lines of what was taken out or rewritten of them are " \
+           f"withdrawn ({record[0]})" in text
 
     # The fault gone, the next cycle withdraws what the record names and settles it. Before, the
     # follower had extracted the session and queued its new line, which that withdrawal took: the

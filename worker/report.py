@@ -12,7 +12,7 @@ from rich.table import Table
 
 from config import Settings
 from store.chunks import ChunkResultStore
-from store.claims import lease_holders, owner_state
+from store.claims import lease_holders, owner_state, withdrawal_waits
 from store.erasure import EraseDueStore
 from store.lazy_queue import LazyEdgeQueue
 from store.lazy_table import LazyEdgeTable
@@ -80,6 +80,9 @@ def collect_status(settings: Settings, stores: Stores, *, runs: int = 10) -> dic
         "leases": lease_holders(stores.db),
         # Deleted text due to be erased from the database's files, and erases that did not complete.
         "erase": EraseDueStore(stores.db).state().as_dict(),
+        # Sessions not extracted until the queue lines of what was taken out or rewritten of them
+        # are withdrawn (a drain holding the queue files: the cycle warns queue_error each time).
+        "withdrawal_waits": withdrawal_waits(stores.db),
     }
 
 
@@ -159,6 +162,12 @@ def print_status(status: dict[str, Any]) -> None:
         console.print(f"erase: text asked to be forgotten may still be in the database's files; {status['erase']['erase_failures']} "
                       f"erases in a row did not complete (another process kept reading an older snapshot?), "
                       f"the next at the first cycle after {status['erase']['erase_retry_at']}")
+    waits = status["withdrawal_waits"]
+    if waits["sessions"]:
+        more = f" and {waits['sessions'] - len(waits['first'])} more" if waits["sessions"] > len(waits["first"]) else ""
+        console.print(f"waiting: {waits['sessions']} sessions are not extracted until the queue lines of what was taken out or "
+                      f"rewritten of them are withdrawn ({', '.join(waits['first'])}{more}); a drain holding the queue files "
+                      f"keeps them waiting (the cycle's ingest says queue_error)")
     if status["failing_chunks"]:
         chunks = Table("chunk", "error", "attempts", "next attempt", "message", title="failing chunks")
         for chunk in status["failing_chunks"]:
