@@ -3,8 +3,8 @@
 An agent takes a secret out of a turn, or of a session's summary, by writing the row again with
 other words (deleted and added under its id, as ``rem-cycle import`` of a corrected file does).
 The turn's old extraction had queued lines of its own (``REFERENCED_BY`` a turn's reference to a
-row not in the graph yet), whose source and ``evidence`` are the old words: they stayed in the queue
-file or table after the session was extracted again, and a drain could still link them. A summary
+row not in the graph yet), whose source and ``evidence`` are the old words: they stayed in the
+queue file or table after the session was extracted again, and a drain could still link them. A summary
 rewritten made no erase due. Real embedded Chroma, real cycles, the queue file and the queue
 table, both engines.
 """
@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from config import Settings
-from store.lazy_queue import LazyEdgeQueue
 from pipelines.ingest import LIVE_MARKER, plan_session_sync, session_node
 from store.chroma import SummaryRow
+from store.lazy_queue import LazyEdgeQueue
 from tests.test_erase_due import _erase_due, _seed, _vacuum_count
 from tests.test_forget_bytes import _files_holding
 from tests.test_forget_queue import LATE, LATE_REF, LEGACY_REF, _session
