@@ -10,6 +10,10 @@ answering 500 (each session fails once, then backs off for an hour).
 the median CPU time of a count of the sessions with that look-up, less the same count without it
 (``time.process_time``, 200 of each, alternating).
 
+(rewritequeue) And what ``rem-cycle status``'s ``withdrawal_waits`` costs over those sessions
+(``store.claims.withdrawal_waits``: led by ``queue_withdrawals``, so it should not grow with them):
+the median CPU time of 200 calls with the table empty, and with 5 of the sessions recorded.
+
     python bench/bench_backoff.py [--steps 50 400] [--cycles 5]
 """
 
@@ -28,7 +32,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from config import load_settings  # noqa: E402
 from pipelines.importer import import_sessions  # noqa: E402
+from store.claims import withdrawal_waits  # noqa: E402
 from store.db import Database  # noqa: E402
+from store.withdrawals import QueueWithdrawalStore  # noqa: E402
 from tests.conftest import make_session, write_sessions  # noqa: E402
 from tests.llm_server import LLMServer, server_error  # noqa: E402
 from worker.cycle import open_stores, run_cycle  # noqa: E402
@@ -57,9 +63,25 @@ async def measure(sessions: int, cycles: int, workdir: Path, server: LLMServer) 
             await stores.chroma.memories_for_session(sid, memory_ids=ids)
         reads_ms = (time.perf_counter() - t0) * 1000
         lookup_ms = record_lookup_ms(stores.db)
+        waits_ms = status_waits_ms(stores.db)
+        for i in range(5):
+            QueueWithdrawalStore(stores.db).record(f"bo-{i:05d}")
+        assert withdrawal_waits(stores.db)["sessions"] == 5
+        waits_recorded_ms = status_waits_ms(stores.db)
     finally:
         stores.close()
-    return {"sessions": sessions, "extract_ms": statistics.median(idle), "reads_ms": reads_ms, "lookup_ms": lookup_ms}
+    return {"sessions": sessions, "extract_ms": statistics.median(idle), "reads_ms": reads_ms, "lookup_ms": lookup_ms,
+            "waits_ms": waits_ms, "waits_recorded_ms": waits_recorded_ms}
+
+
+def status_waits_ms(db: Database, rounds: int = 200) -> float:
+    """Median CPU ms of ``status``'s ``withdrawal_waits``."""
+    times = []
+    for _ in range(rounds):
+        t0 = time.process_time()
+        withdrawal_waits(db)
+        times.append(time.process_time() - t0)
+    return 1000 * statistics.median(times)
 
 
 def record_lookup_ms(db: Database, rounds: int = 200) -> float:
@@ -94,12 +116,13 @@ def main(argv: list[str] | None = None) -> None:
         results = anyio.run(run, sorted(args.steps), args.cycles, Path(tmp))
     first = results[0]
     print("| sessions backing off | idle extract phase (median) | ÷ first | their Chroma reads (before) | ÷ first "
-          "| the claim's record look-up over them (CPU) | ÷ extract phase |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+          "| the claim's record look-up over them (CPU) | ÷ extract phase | status's withdrawal_waits (CPU): none, 5 recorded |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in results:
         print(f"| {r['sessions']:,} | {r['extract_ms']:.1f} ms | {r['extract_ms'] / first['extract_ms']:.2f}× "
               f"| {r['reads_ms']:.1f} ms | {r['reads_ms'] / first['reads_ms']:.2f}× "
-              f"| {r['lookup_ms']:.3f} ms | {100 * r['lookup_ms'] / r['extract_ms']:.2f}% |")
+              f"| {r['lookup_ms']:.3f} ms | {100 * r['lookup_ms'] / r['extract_ms']:.2f}% "
+              f"| {r['waits_ms']:.3f} ms, {r['waits_recorded_ms']:.3f} ms |")
 
 
 if __name__ == "__main__":

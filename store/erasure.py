@@ -3,11 +3,12 @@ database's files.
 
 One rule: whatever deletes text someone asked to have forgotten, or that a rewrite superseded,
 makes an erase due, in the deleting transaction (:meth:`EraseDueStore.mark`). Three deletions do:
-a retraction or a forget (a cycle's ingest or ``rem-cycle backfill`` taking out a session or turns
-whose rows left Chroma, ``rem-cycle forget``: :meth:`store.withdrawals.QueueWithdrawalStore.record`);
-the sync of a turn written again with other words (its recall text replaced:
-:meth:`store.runstate.RunStateStore.require_extraction`); and the next commit of the extraction of
-a session whose turns either of the first two took out or replaced, which replaces what the model
+a retraction, a forget or a rewrite (a cycle's ingest or ``rem-cycle backfill`` taking out a
+session or turns whose rows left Chroma, or replacing a turn's text written again with other
+words; ``rem-cycle forget``: :meth:`store.withdrawals.QueueWithdrawalStore.record`, which records
+their queue lines too); the sync of a session summary written again with other words (its SESSION
+node and recall row replaced: ``pipelines.ingest._write_sessions``); and the next commit of the
+extraction of a session whose turns the first took out or replaced, which replaces what the model
 said of them — whenever and by whichever worker that commit happens
 (:meth:`EraseDueStore.mark_superseded`, called by :meth:`store.runstate.RunStateStore.mark_digested`;
 ``session_digests.erase_at_commit`` carries the deletion to it, migration 23). A forget, a cycle's

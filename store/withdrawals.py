@@ -1,17 +1,17 @@
-"""``queue_withdrawals``: what a retraction or a forget took out whose queue lines are still to be
-withdrawn.
+"""``queue_withdrawals``: what a retraction or a forget took out, or a rewrite replaced, whose queue
+lines are still to be withdrawn.
 
-A cycle's ingest (or ``rem-cycle backfill``) that retracts a session whose rows all left Chroma,
-or a turn whose row did, and ``rem-cycle forget`` (a session, a turn, a notes file) write a row here
-in their own transaction: the anchor's chunk key (a session id, a notes file's key) and the turn
-(``memory:<id>``), or ``''`` for the whole anchor; a turn whose session is no longer known has
-``''`` as its chunk key. The lines its
-extraction queued are withdrawn from the queue table and files afterwards (outside the database's
-transaction: the files cannot be in it), and the rows read are deleted once that is done
-(:meth:`QueueWithdrawalStore.settle`). A kill, a failure or a drain holding the files in between
-leaves the rows, and the next cycle (or ``rem-cycle drain``) withdraws them: the withdrawal does not
-depend on the process that retracted or forgot surviving. The table holds what is not withdrawn
-yet — usually nothing.
+A cycle's ingest (or ``rem-cycle backfill``) that retracts a session whose rows all left Chroma, or
+a turn whose row did, or that replaces a turn's text written again with other words (the lines the
+old words' extraction queued), and ``rem-cycle forget`` (a session, a turn, a notes file) write a
+row here in their own transaction: the anchor's chunk key (a session id, a notes file's key) and the
+turn (``memory:<id>``), or ``''`` for the whole anchor; a turn whose session is no longer known has
+``''`` as its chunk key. The lines its extraction queued are withdrawn from the queue table and
+files afterwards (outside the database's transaction: the files cannot be in it), and the rows read
+are deleted once that is done (:meth:`QueueWithdrawalStore.settle`). A kill, a failure or a drain
+holding the files in between leaves the rows, and the next cycle (or ``rem-cycle drain``) withdraws
+them: the withdrawal does not depend on the process that retracted or forgot surviving. The table
+holds what is not withdrawn yet — usually nothing.
 """
 
 from __future__ import annotations
