@@ -273,6 +273,8 @@ class ExtractionLines:
         if not isinstance(record, dict) or record.get("relationship") not in _EXTRACTION_RELATIONSHIPS:
             return False
         properties, target = record.get("properties"), record.get("target")
+        if not isinstance(target, str):  # an agent's line may hold anything there (a list): no turn's
+            target = None
         chunks = properties.get("chunk_ids") if isinstance(properties, dict) else None
         if not isinstance(chunks, list) or not chunks:
             return False
