@@ -52,3 +52,31 @@ def test_a_line_whose_target_is_no_id_does_not_stop_a_turns_withdrawal(settings:
         assert [row.session_id for row in ClaimStore(db, owner="w", lease_seconds=60).claim(limit=5)] == ["s-1"]
     finally:
         db.close()
+
+
+def test_a_dead_letter_blanking_that_finds_the_disk_full_leaves_no_copy(tmp_path: Path) -> None:
+    """A withdrawal blanks the dead-letter file's records by writing a blanked copy and renaming it
+    over the file. A disk without room for the copy stopped it midway, and the partial copy stayed
+    (until the next withdrawal or drain): the records it was to blank — a forgotten turn's words —
+    and the space the disk lacked, which the database on the same disk needs to go on. Now the copy
+    goes with the failure; the dead-letter file is as it was, and the next withdrawal blanks it.
+    ``RLIMIT_FSIZE`` below the file's size refuses the copy (``EFBIG``, as ``ENOSPC``)."""
+    from pipelines.lazy_edge import ExtractionLines, dead_letter_record
+    from tests.test_audit20_queue_full import files_grow_no_further_than
+
+    queue = LazyEdgeQueue(tmp_path / "lazy-edges.jsonl")
+    forgotten = _extraction_line("s-1", "memory:s-1-t0000")
+    record = dead_letter_record(forgotten, reason="unresolved", detail="", attempts=5, at="2026-11-01T00:00:00Z")
+    agent = json.dumps({**record, "line": edge_line({"source": "memory:a", "target": "memory:b", "relationship": "X"}).decode()})
+    content = (json.dumps(record) + "\n" + (agent + "\n") * 2000).encode()
+    queue.dead_letter_path.write_bytes(content)
+    lines = ExtractionLines.of("s-1", turn="memory:s-1-t0000")
+
+    with files_grow_no_further_than(len(content) // 2), queue.exclusive(), pytest.raises(OSError):
+        queue.blank(lines.matches, lines.matches_dead_letter)
+
+    assert not queue.blanking_path.exists()
+    assert queue.dead_letter_path.read_bytes() == content
+    with queue.exclusive():
+        assert queue.blank(lines.matches, lines.matches_dead_letter) == 1
+    assert b"s-1-t0000" not in queue.dead_letter_path.read_bytes()
