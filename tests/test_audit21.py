@@ -16,6 +16,8 @@ from store.lazy_queue import LazyEdgeQueue, edge_line
 from store.lazy_table import LazyEdgeTable
 from store.runstate import RunStateStore, SessionRevision
 from store.withdrawals import SESSION_UNKNOWN, QueueWithdrawalStore
+from tests.conftest import run_cli
+from tests.test_withdrawal_bound import REFUSED, _accept_settling, _records, _refuse_settling
 from worker.knowledge import withdraw_retracted
 
 
@@ -80,3 +82,52 @@ def test_a_dead_letter_blanking_that_finds_the_disk_full_leaves_no_copy(tmp_path
     with queue.exclusive():
         assert queue.blank(lines.matches, lines.matches_dead_letter) == 1
     assert b"s-1-t0000" not in queue.dead_letter_path.read_bytes()
+
+
+def _refuse_erase_settling(settings: Settings, *, refuse: bool = True) -> None:
+    """Make the graph database refuse (``refuse``; else allow again) to take an erase off
+    ``rem_counters`` ``erase_due`` once the erase completed."""
+    db = open_database(settings)
+    try:
+        with db.transaction() as conn:
+            if not refuse:
+                conn.execute("DROP TRIGGER refuse_erase" + ("" if settings.database_url is None else " ON rem_counters"))
+            elif settings.database_url is None:
+                conn.execute("CREATE TRIGGER refuse_erase BEFORE UPDATE ON rem_counters WHEN OLD.name = 'erase_due' "
+                             f"AND NEW.value < OLD.value BEGIN SELECT RAISE(ABORT, '{REFUSED}'); END")
+            else:
+                conn.execute("CREATE FUNCTION refuse_erase() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN IF OLD.name = 'erase_due' "
+                             f"AND NEW.value < OLD.value THEN RAISE EXCEPTION '{REFUSED}'; END IF; RETURN NEW; END$$")
+                conn.execute("CREATE TRIGGER refuse_erase BEFORE UPDATE ON rem_counters FOR EACH ROW EXECUTE FUNCTION refuse_erase()")
+    finally:
+        db.close()
+
+
+@pytest.mark.both_backends
+def test_a_forget_the_database_fails_after_its_commit_is_done_and_leaves_the_rest_to_a_drain(
+    settings: Settings, database_url: str | None,
+) -> None:
+    """``rem-cycle forget`` commits, then withdraws its lines and erases, writing after its commit
+    (the record's delete, the erase counter). The database failing there (locked past the wait,
+    gone, its disk full; here a trigger refusing both writes) made a forget that was done exit 1
+    with the database's error alone, as if nothing had been forgotten. Now it is reported done
+    (exit 0) with a warning for each part left, which stays recorded: a drain finishes it."""
+    from tests.test_forgetdur import _env
+
+    open_database(settings).close()
+    _refuse_settling(settings)
+    _refuse_erase_settling(settings)
+
+    done = run_cli("forget", "--memory", "s-x-t0000", "--json", env=_env(settings, database_url))
+
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["tombstone"] is True and REFUSED in report["queue_error"] and REFUSED in report["erase_error"]
+    assert report["erased"] is False
+    assert "the forget is done" in done.stderr and "the next cycle or rem-cycle drain withdraws them" in done.stderr
+    assert _records(settings) == [(SESSION_UNKNOWN, "memory:s-x-t0000")]
+    _accept_settling(settings)
+    _refuse_erase_settling(settings, refuse=False)
+    drained = json.loads(run_cli("drain", "--json", env=_env(settings, database_url)).stdout)
+    assert (drained["retractions_withdrawn"], drained["erased"]) == (1, True)
+    assert _records(settings) == []
