@@ -21,35 +21,37 @@ from tests.test_withdrawal_bound import REFUSED, _accept_settling, _records, _re
 from worker.knowledge import withdraw_retracted
 
 
-def _extraction_line(session: str, target: object) -> bytes:
+def _extraction_line(session: str, target: object, relationship: object = "MENTIONED_IN") -> bytes:
     """A queue line as the extraction of ``session`` writes one (its chunk ids), to ``target``."""
-    return edge_line({"source": "CONCEPT:retry budget", "target": target, "relationship": "MENTIONED_IN",
+    return edge_line({"source": "CONCEPT:retry budget", "target": target, "relationship": relationship,
                       "properties": {"chunk_ids": [f"{session}:chunk:0"]}})
 
 
 @pytest.mark.both_backends
-def test_a_line_whose_target_is_no_id_does_not_stop_a_turns_withdrawal(settings: Settings) -> None:
+def test_a_line_holding_no_id_where_an_extraction_holds_one_does_not_stop_a_withdrawal(settings: Settings) -> None:
     """An agent's line (an INSERT into ``lazy_edges`` or an append to the file, README) may hold
-    anything; one with an extraction's chunk ids and a list as its ``target`` made every withdrawal
-    of a turn (a forget, a retraction; a forget run again: a turn of no known session) raise
-    ``TypeError: unhashable type`` — the cycle's ingest failed every cycle, the record stayed and
-    the session was never claimed again. Now such a line is no turn's: it stays, the turn's go."""
+    anything: one with an extraction's chunk ids and a list as its ``relationship`` (any
+    withdrawal of its anchor) or its ``target`` (a turn's) made the withdrawal raise ``TypeError:
+    unhashable type`` — in a cycle's ingest, every cycle (the record stays), in ``rem-cycle drain``
+    before it drained, in ``forget`` after its commit: the record was never cleared and the
+    session never claimed again. Now such a line is none of theirs: it stays, theirs go."""
     db = open_database(settings)
     try:
         RunStateStore(db).mark_ingested(SessionRevision("s-1", "r1", "2026-11-01T00:00:00Z"), "run-1")
-        odd = _extraction_line("s-1", ["memory:s-1-t0000"])
-        mine = [_extraction_line("s-1", "memory:s-1-t0000"), _extraction_line("s-2", "memory:s-2-t0001")]
-        LazyEdgeTable(db).append_lines([odd, *mine])
+        odd = [_extraction_line("s-1", ["memory:s-1-t0000"]), _extraction_line("s-3", "memory:s-3-t0000", ["MENTIONED_IN"])]
+        mine = [_extraction_line(session, f"memory:{session}-t0000") for session in ("s-1", "s-2", "s-3")]
+        LazyEdgeTable(db).append_lines([*odd, *mine])
         queue = LazyEdgeQueue(settings.queue_path)
-        queue.append_lines([odd, *mine])
+        queue.append_lines([*odd, *mine])
         records = QueueWithdrawalStore(db)
         records.record("s-1", ["memory:s-1-t0000"])
-        records.record(SESSION_UNKNOWN, ["memory:s-2-t0001"], extraction_stands=False)
+        records.record(SESSION_UNKNOWN, ["memory:s-2-t0000"], extraction_stands=False)
+        records.record("s-3")
 
-        assert withdraw_retracted(db, queue=queue) == {"queue_lines_withdrawn": 4, "retractions_withdrawn": 2}
+        assert withdraw_retracted(db, queue=queue) == {"queue_lines_withdrawn": 6, "retractions_withdrawn": 3}
 
-        assert [row[0] for row in db.query("SELECT line FROM lazy_edges")] == [odd.decode().rstrip("\n")]
-        assert [line.strip() for line in settings.queue_path.read_bytes().splitlines() if line.strip()] == [odd.rstrip(b"\n")]
+        assert [row[0] + "\n" for row in db.query("SELECT line FROM lazy_edges ORDER BY id")] == [line.decode() for line in odd]
+        assert [line + b"\n" for line in settings.queue_path.read_bytes().splitlines() if line.strip()] == odd
         assert records.pending() == []
         assert [row.session_id for row in ClaimStore(db, owner="w", lease_seconds=60).claim(limit=5)] == ["s-1"]
     finally:
