@@ -133,3 +133,28 @@ def test_a_forget_the_database_fails_after_its_commit_is_done_and_leaves_the_res
     drained = json.loads(run_cli("drain", "--json", env=_env(settings, database_url)).stdout)
     assert (drained["retractions_withdrawn"], drained["erased"]) == (1, True)
     assert _records(settings) == []
+
+
+def test_a_queue_row_that_is_not_utf8_does_not_stop_a_withdrawal(settings: Settings) -> None:
+    """SQLite keeps the bytes a producer's INSERT gives it; the drain reads such a row as bytes and
+    dead-letters it, but the withdrawal read its page of rows as text and raised ``Could not decode
+    to UTF-8`` — in every cycle's ingest and every ``rem-cycle drain`` (each withdraws first), so no
+    drain ever came to dead-letter the row, and the record stayed (its session never claimed).
+    Now the withdrawal reads such a row as bytes too: it is no extraction's line, and stays."""
+    import sqlite3
+
+    db = open_database(settings)
+    try:
+        LazyEdgeTable(db).append_lines([_extraction_line("s-1", "memory:s-1-t0000")])
+        latin1 = _extraction_line("s-1", "memory:s-1-t0000", "CITES").replace(b"retry", b"r\xe9try")  # an agent's
+        raw = sqlite3.connect(settings.graph_path)
+        raw.execute("INSERT INTO lazy_edges(line, enqueued_at) VALUES (CAST(? AS TEXT), 't')", (latin1,))
+        raw.commit()
+        raw.close()
+        QueueWithdrawalStore(db).record("s-1")
+
+        assert withdraw_retracted(db, queue=LazyEdgeQueue(settings.queue_path)) == {
+            "queue_lines_withdrawn": 1, "retractions_withdrawn": 1}
+        assert [row[0] for row in db.query("SELECT CAST(line AS BLOB) FROM lazy_edges")] == [latin1]
+    finally:
+        db.close()
