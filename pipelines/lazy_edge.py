@@ -270,9 +270,14 @@ class ExtractionLines:
             record = json.loads(text)
         except (ValueError, RecursionError):
             return False
-        if not isinstance(record, dict) or record.get("relationship") not in _EXTRACTION_RELATIONSHIPS:
+        if not isinstance(record, dict):
             return False
-        properties, target = record.get("properties"), record.get("target")
+        # An agent's line may hold anything (a list, an object) where an extraction's holds an id:
+        # not one of them, and never looked up as a key (unhashable).
+        relationship, target = (value if isinstance(value, str) else None for value in (record.get("relationship"), record.get("target")))
+        if relationship not in _EXTRACTION_RELATIONSHIPS:
+            return False
+        properties = record.get("properties")
         chunks = properties.get("chunk_ids") if isinstance(properties, dict) else None
         if not isinstance(chunks, list) or not chunks:
             return False

@@ -449,16 +449,22 @@ class LazyEdgeQueue:
         the next blank removes."""
         copy = self._open(self.blanking_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
         try:
-            os.fchmod(copy, os.fstat(fd).st_mode & 0o7777)
-            with os.fdopen(os.dup(fd), "rb") as handle:
-                handle.seek(0)
-                while piece := handle.read(_COPY_PIECE):
-                    _write_all(copy, piece)
-            for at, body in chosen:
-                os.pwrite(copy, b" " * len(body), at)
-            os.fsync(copy)
-        finally:
-            os.close(copy)
+            try:
+                os.fchmod(copy, os.fstat(fd).st_mode & 0o7777)
+                with os.fdopen(os.dup(fd), "rb") as handle:
+                    handle.seek(0)
+                    while piece := handle.read(_COPY_PIECE):
+                        _write_all(copy, piece)
+                for at, body in chosen:
+                    os.pwrite(copy, b" " * len(body), at)
+                os.fsync(copy)
+            finally:
+                os.close(copy)
+        except OSError:
+            # A copy cut short (its disk full) holds the records it was to blank, and the space the
+            # disk lacks (which the database beside it needs): it goes now, not at the next blank.
+            self.blanking_path.unlink(missing_ok=True)
+            raise
         os.rename(self.blanking_path, path)
         fsync_dir(path.parent)
 

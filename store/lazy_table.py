@@ -47,6 +47,19 @@ DRAIN_TABLES = ("nodes", "node_aliases", "recall_sessions", "edges", "graph_coun
 _READ_BATCH = "SELECT id, {line} AS line, attempts, enqueued_at FROM lazy_edges WHERE id > ? AND id <= ? ORDER BY id LIMIT ?"
 
 
+def _read_lines(run: Callable[[str], Sequence[Any]], statement: str) -> Sequence[Any]:
+    """The rows ``run`` returns for ``statement``, whose ``{line}`` stands for a queue line: read
+    as text, or, when a producer wrote bytes that are not UTF-8 (SQLite keeps what it is given;
+    PostgreSQL refuses them), as bytes."""
+    try:
+        return run(statement.format(line="line"))
+    except DatabaseError as exc:
+        try:
+            return run(statement.format(line="CAST(line AS BLOB)"))
+        except DatabaseError:
+            raise exc from None
+
+
 class RowsTakenError(DatabaseError):
     """Rows a drain was settling were settled by another drain first; its batch was rolled back."""
 
@@ -116,16 +129,8 @@ class LazyEdgeTable:
         first, no more than about ``max_bytes`` bytes (a row holds at most
         :data:`MAX_LINE_CHARACTERS`, the table's CHECK), so a batch of long rows stays small."""
         params = (after, up_to, max(1, limit))
-        try:
-            found = self.db.query(_READ_BATCH.format(line="line"), params)
-        except DatabaseError as exc:
-            # A producer wrote bytes that are not UTF-8 (SQLite keeps what it is given; PostgreSQL
-            # refuses them): read the batch as bytes, so the drain dead-letters such a row as it
-            # does such a file line instead of failing on it forever.
-            try:
-                found = self.db.query(_READ_BATCH.format(line="CAST(line AS BLOB)"), params)
-            except DatabaseError:
-                raise exc from None
+        # A row that is not UTF-8 comes as bytes: the drain dead-letters it as it does such a file line.
+        found = _read_lines(lambda statement: self.db.query(statement, params), _READ_BATCH)
         rows: list[QueuedRow] = []
         total = 0
         for row_id, text, attempts, enqueued_at in found:
@@ -179,10 +184,13 @@ class LazyEdgeTable:
                 # A page of lines at a time, in id order: with many anchors the filter is the text
                 # every extraction line holds, and the whole table's lines must not be held at once.
                 after = 0
-                while rows := conn.execute(
-                    f"SELECT id, line FROM {table} WHERE id > ? AND ({holds}) ORDER BY id LIMIT ?",
-                    (after, *patterns, APPEND_BATCH_ROWS),
-                ).fetchall():
+                # A row that is not UTF-8 (a producer's, not dead-lettered yet) comes as bytes: failing
+                # on it, the withdrawal failed every time, and with it every cycle and drain (each
+                # withdraws first), so no drain came to dead-letter it.
+                while rows := _read_lines(
+                    lambda statement, after=after: conn.execute(statement, (after, *patterns, APPEND_BATCH_ROWS)).fetchall(),
+                    f"SELECT id, {{line}} FROM {table} WHERE id > ? AND ({holds}) ORDER BY id LIMIT ?",
+                ):
                     after = rows[-1][0]
                     chosen = [row_id for row_id, line in rows if picks(line if isinstance(line, bytes) else line.encode("utf-8"))]
                     if dry_run:

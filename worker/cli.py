@@ -637,7 +637,8 @@ async def cmd_forget(settings: Settings, args: argparse.Namespace, progress: Com
                     else f"{settings.graph_path.name}-wal holds it until SQLite next checkpoints")
             why = report.get("erase_error") or f"another process kept reading an older snapshot, so {kept}"
             print(f"rem-cycle: warning: the forget is done, but the database's files may still hold the forgotten text ({why}); "
-                  f"the erase stays due: the first cycle or rem-cycle drain after {report.get('erase_retry_at')} erases it", file=sys.stderr)
+                  "the erase stays due: the first cycle or rem-cycle drain"
+                  + (f" after {report['erase_retry_at']}" if report.get("erase_retry_at") else "") + " erases it", file=sys.stderr)
         if report.get("queue_error"):
             print(f"rem-cycle: warning: the forget is done, but the lazy-edge queue files may still hold lines its extraction "
                   f"queued ({report['queue_error']}); they stay recorded: the next cycle or rem-cycle drain withdraws them", file=sys.stderr)

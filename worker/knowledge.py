@@ -40,6 +40,7 @@ from store.communities import CommunityStore
 from store.backend import database_exists, database_location, open_database
 from store.db import Database
 from store.erasure import EraseDueStore
+from store.errors import DatabaseError
 from store.graph import Edge, GraphStore, Node, utc_now
 from store.ids import memory_node_id, normalize_graph_node_id, row_suffix
 from store.lazy_queue import LazyEdgeQueue, QueueBusyError
@@ -446,11 +447,17 @@ def forget(settings: Settings, *, session: str | None = None, memory: str | None
         with unit.transaction():
             report, (key, turn) = forget_one()
             unit.withdrawals.record(key, None if turn == WHOLE_ANCHOR else [turn], extraction_stands=False)
-        withdrawn = withdraw_retracted(db, queue=LazyEdgeQueue(settings.queue_path))
+        # The forget has committed, and what is left is recorded: the database failing now (locked
+        # past the wait, gone, its disk full) is said beside the report, as a busy queue and a
+        # held-back erase are — the forget is done, and the next cycle or drain finishes the rest.
+        withdrawn = withdraw_retracted_despite_failure(db, queue=LazyEdgeQueue(settings.queue_path))
         del withdrawn["retractions_withdrawn"]  # the records read: this forget's, and any a killed process left
         report.update(withdrawn)
-        # {} only when another process's erase, begun after this commit, completed meanwhile (it took this mark off).
-        report.update(erase_when_due(db, at_once=True) or {"erased": True})
+        try:
+            # {} only when another process's erase, begun after this commit, completed meanwhile (it took this mark off).
+            report.update(erase_when_due(db, at_once=True) or {"erased": True})
+        except DatabaseError as exc:
+            report.update(erased=False, erase_error=str(exc))
         return report
 
 
@@ -505,9 +512,10 @@ def _forgets_left_unfinished(settings: Settings, db: Database) -> set[str]:
 
 def withdraw_retracted_despite_failure(db: Database, *, queue: LazyEdgeQueue) -> dict[str, Any]:
     """:func:`withdraw_retracted` while what runs it is failing or stopping (a cycle's ingest phase,
-    a backfill a signal or Chroma stopped): an error of the withdrawal is returned as
-    ``queue_error`` beside zero counts, never raised, so the caller's own error is the one it ends
-    with. The records stay: the next cycle withdraws their lines."""
+    a backfill a signal or Chroma stopped), or after what it finishes has committed (a forget): an
+    error of the withdrawal is returned as ``queue_error`` beside zero counts, never raised, so the
+    caller's own error (or report) is the one it ends with. The records stay: the next cycle
+    withdraws their lines."""
     try:
         return withdraw_retracted(db, queue=queue)
     except Exception as exc:  # noqa: BLE001 - the caller's error is being raised; this one is reported beside it
@@ -581,8 +589,6 @@ def erase_deleted_text(db: Database) -> dict[str, Any]:
     """``{"erased": …}`` after ``db.erase_deleted()`` (and ``erase_error``, why not, when the
     database refused it: busy past the wait, a lock): what deleted the text has committed either
     way, and the erase stays due (:func:`erase_when_due`'s retry)."""
-    from store.errors import DatabaseError
-
     try:
         return {"erased": db.erase_deleted()}
     except DatabaseError as exc:
