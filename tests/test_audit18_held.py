@@ -20,7 +20,7 @@ from tests.test_extract_cycle import llm_settings
 from tests.test_forkreuse import HISTORY, conversation
 from tests.test_textclaim import CHUNK_WORDS, digests, sent_per_chunk
 from tests.test_textclaim_failures import charged
-from tests.workers_support import accept_answers, extract_phase, graph_database, ingested, refuse_answers
+from tests.workers_support import accept_answers, extract_phase, graph_database, held_count, ingested, refuse_answers
 
 
 @pytest.mark.both_backends
@@ -40,7 +40,7 @@ async def test_a_held_answer_stored_for_one_session_answers_its_fork_in_the_same
                        database_url=database_url)
         refuse_answers(config, database_url)
         first = await extract_phase(config, held)
-        assert (first["sessions_deferred"], sent_per_chunk(llm), len(held)) == (2, [1, 1, 1], 3)
+        assert (first["sessions_deferred"], sent_per_chunk(llm), held_count(config, held)) == (2, [1, 1, 1], 3)
         accept_answers(config, database_url)
         second = await extract_phase(config, held)
         assert second["sessions_digested"] == 2, second
