@@ -55,7 +55,8 @@ async def test_the_daemon_stores_in_a_later_cycle_the_answers_the_database_refus
     0.3 s, the database refusing every answer (a trigger) until the first cycle's three refusals are
     logged, then taking them. The session is digested with one request per chunk, charged nothing:
     the daemon's later cycle stored the answers it held. With the daemon not passing its
-    ``HeldAnswers`` to each cycle, this fails with ``[2, 2, 2]``."""
+    ``HeldAnswers`` to each cycle, this failed with ``[2, 2, 2]``; since heldonce the answers also
+    go through the data dir's file between cycles (tests/test_heldonce.py)."""
     with LLMServer() as llm:
         config = llm_settings(settings.data_dir, llm)
         env = worker_env(settings.data_dir, interval_seconds="0.3", extractor="openai", llm_base_url=llm.url,

@@ -119,6 +119,28 @@ async def test_a_damaged_line_costs_its_own_answer_and_the_run_goes_on(tmp_path:
     assert not config.held_answers_path.exists()
 
 
+async def test_a_file_that_cannot_be_read_or_replaced_leaves_the_answers_in_the_daemons_memory(
+    tmp_path: Path, settings: Settings
+) -> None:
+    """``held-answers.jsonl`` is a directory (nothing rem-cycle can read or replace): each extract
+    phase logs the error and completes; the daemon (its cycles share one ``HeldAnswers``) keeps the
+    answers the database refused in memory, and its next cycle stores them with no request."""
+    held = HeldAnswers()
+    with LLMServer() as llm:
+        config = llm_settings(settings.data_dir, llm)
+        await ingested(settings.data_dir, [conversation("s", HISTORY)], tmp_path)
+        config.held_answers_path.mkdir()
+        refuse_answers(config, None)
+        with capture_logs() as logs:
+            await extract_phase(config, held)
+            assert len(held) == 3
+            accept_answers(config, None)
+            second = await extract_phase(config, held)
+        assert (second["sessions_digested"], second["chunks_reused"], sent_per_chunk(llm)) == (1, 3, [1, 1, 1]), second
+    assert [e["event"].split(":")[0] for e in logs if e["log_level"] == "error"] == [
+        "held answers file not taken", "held answers not written to their file", "held answers file not taken"]
+
+
 async def test_a_process_takes_the_file_only_when_the_one_holding_its_lock_is_done(tmp_path: Path, settings: Settings) -> None:
     """Another process on the data dir holds the file's lock (here: this test, through a descriptor
     of its own) while it rewrites the file. A take waits for the lock, then takes what that process

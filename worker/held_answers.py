@@ -73,9 +73,9 @@ def write_to_file(settings: Settings, held: HeldAnswers, tombstones: TombstoneSt
     there since, leaving out those whose session or turns were taken out since, and hold nothing
     more (a blocking call: run it in a thread). The file cannot be written: ``held`` keeps them
     (a daemon's next cycle stores them; a ``--once`` run loses them)."""
-    spill = held_answers_file(settings)
-    if not len(held) and not spill.exists():
+    if not len(held):  # a file another process wrote since the take stays as it wrote it
         return
+    spill = held_answers_file(settings)
     try:
         with spill.locked():
             content = spill.read()
@@ -91,8 +91,7 @@ def write_to_file(settings: Settings, held: HeldAnswers, tombstones: TombstoneSt
                   path=str(spill.path), answers=len(held), error=str(exc))
         return
     _report_damage(spill, content, problems)
-    if len(held):
-        log.info("held answers written for the next run", path=str(spill.path), answers=len(held))
+    log.info("held answers written for the next run", path=str(spill.path), answers=len(held))
     held.clear()
 
 
