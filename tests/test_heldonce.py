@@ -9,7 +9,6 @@ answers), embedded Chroma, the loopback chat-completions server counting request
 from __future__ import annotations
 
 import asyncio
-import fcntl
 import json
 import os
 import signal
@@ -20,12 +19,13 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
 from structlog.testing import capture_logs
 
-import pytest
-
+import pipelines.extract.map
 from config import Settings
-from pipelines.extract.inflight import HeldAnswers
+from pipelines.extract.inflight import HeldAnswer, HeldAnswers
+from pipelines.extract.model import ChunkExtraction
 from store.held_file import HeldAnswersFile
 from tests.conftest import ROOT, run_cli
 from tests.daemon_support import worker_env
@@ -37,6 +37,13 @@ from tests.test_textclaim_failures import charged
 from tests.workers_support import accept_answers, extract_phase, ingested, refuse_answers
 from worker.held_answers import take_from_file
 from worker.knowledge import forget
+
+
+@pytest.fixture
+def quick_refusal(monkeypatch: pytest.MonkeyPatch) -> None:
+    """In-process cycles try a refused answer again after 0.01 s, not 1 s (the pause is not what
+    these tests are about: tests/test_paidstore.py)."""
+    monkeypatch.setattr(pipelines.extract.map, "STORE_RETRY_SECONDS", 0.01)
 
 
 def _once(env: dict[str, str]) -> dict[str, object]:
@@ -51,7 +58,6 @@ def _held_lines(settings: Settings) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
 
 
-@pytest.mark.both_backends
 def test_a_once_run_stores_the_answers_the_database_refused_the_run_before_it_with_no_request(
     tmp_path: Path, settings: Settings, database_url: str | None
 ) -> None:
@@ -79,7 +85,7 @@ def test_a_once_run_stores_the_answers_the_database_refused_the_run_before_it_wi
     assert charged(config, database_url) == {"attempts": [0], "failed_chunks": 0}
 
 
-async def test_a_forget_takes_its_turns_answers_out_of_the_file(tmp_path: Path, settings: Settings) -> None:
+async def test_a_forget_takes_its_turns_answers_out_of_the_file(tmp_path: Path, settings: Settings, quick_refusal: None) -> None:
     """A run the database refused leaves the three answers of ``s`` in the file. ``forget`` of the
     turn of chunk 0 takes that chunk's answer out (its words leave the file's bytes) and keeps the
     other two; ``forget`` of the session takes the file away. The next run stores nothing held."""
@@ -98,7 +104,7 @@ async def test_a_forget_takes_its_turns_answers_out_of_the_file(tmp_path: Path, 
         assert (await extract_phase(config))["chunks_reused"] == 0
 
 
-async def test_a_damaged_line_costs_its_own_answer_and_the_run_goes_on(tmp_path: Path, settings: Settings) -> None:
+async def test_a_damaged_line_costs_its_own_answer_and_the_run_goes_on(tmp_path: Path, settings: Settings, quick_refusal: None) -> None:
     """The file's line of chunk 2 cut short (a disk's damage; rem-cycle's own writes are whole) and
     a line of garbage added: the next run logs the damage, stores the two answers it could read
     with no request, asks about chunk 2 again, digests the session, and leaves no file."""
@@ -120,7 +126,7 @@ async def test_a_damaged_line_costs_its_own_answer_and_the_run_goes_on(tmp_path:
 
 
 async def test_a_file_that_cannot_be_read_or_replaced_leaves_the_answers_in_the_daemons_memory(
-    tmp_path: Path, settings: Settings
+    tmp_path: Path, settings: Settings, quick_refusal: None
 ) -> None:
     """``held-answers.jsonl`` is a directory (nothing rem-cycle can read or replace): each extract
     phase logs the error and completes; the daemon (its cycles share one ``HeldAnswers``) keeps the
@@ -141,31 +147,36 @@ async def test_a_file_that_cannot_be_read_or_replaced_leaves_the_answers_in_the_
         "held answers file not taken", "held answers not written to their file", "held answers file not taken"]
 
 
-async def test_a_process_takes_the_file_only_when_the_one_holding_its_lock_is_done(tmp_path: Path, settings: Settings) -> None:
+def _two_answers() -> list[dict[str, object]]:
+    """Two held answers' records (their words are never asked here)."""
+    held = HeldAnswers()
+    for n in range(2):
+        extraction = ChunkExtraction(f"s:chunk:{n}", "a summary")
+        held.keep(("openai:model", f"{n:064x}"), HeldAnswer(extraction, "s", (f"s-t{2 * n}", f"s-t{2 * n + 1}"), 9, 4, 21.0))
+    return held.records()
+
+
+def test_a_process_takes_the_file_only_when_the_one_holding_its_lock_is_done(settings: Settings) -> None:
     """Another process on the data dir holds the file's lock (here: this test, through a descriptor
     of its own) while it rewrites the file. A take waits for the lock, then takes what that process
-    left (the second answer), not what it read before (the first); it removes the file, so a third
+    left (the second answer), not what it read before (the first); it removes the file, so a second
     take finds nothing. Without the lock the take would read the first file and miss the second."""
-    with LLMServer() as llm:
-        config = llm_settings(settings.data_dir, llm)
-        await ingested(settings.data_dir, [conversation("s", HISTORY)], tmp_path)
-        refuse_answers(config, None)
-        await extract_phase(config)
-    first, second, third = _held_lines(config)
-    config.held_answers_path.write_text(first + "\n")
-    spill = HeldAnswersFile(config.held_answers_path, root=config.data_dir)
+    settings.data_dir.mkdir(parents=True)
+    first, second = _two_answers()
+    spill = HeldAnswersFile(settings.held_answers_path, root=settings.data_dir)
+    spill.replace([first])
     taken = HeldAnswers()
     with spill.locked():
-        taker = threading.Thread(target=take_from_file, args=(config, taken))
+        taker = threading.Thread(target=take_from_file, args=(settings, taken))
         taker.start()
         taker.join(0.2)
         assert taker.is_alive() and len(taken) == 0
-        config.held_answers_path.write_text(second + "\n")
+        spill.replace([second])
     taker.join(10)
-    assert [r["text_hash"] for r in taken.records()] == [json.loads(second)["text_hash"]]
+    assert [r["text_hash"] for r in taken.records()] == [second["text_hash"]]
     again = HeldAnswers()
-    take_from_file(config, again)
-    assert len(again) == 0 and not config.held_answers_path.exists()
+    take_from_file(settings, again)
+    assert len(again) == 0 and not settings.held_answers_path.exists()
 
 
 _WRITER = """

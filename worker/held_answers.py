@@ -95,23 +95,21 @@ def write_to_file(settings: Settings, held: HeldAnswers, tombstones: TombstoneSt
     held.clear()
 
 
-def drop_forgotten_from_file(settings: Settings, tombstones: TombstoneStore) -> int:
+def drop_forgotten_from_file(settings: Settings, tombstones: TombstoneStore) -> None:
     """``rem-cycle forget``'s part (after its commit): take out of the data dir's file the answers
     whose session or turns are no longer all in the database, and any line that cannot be read (it
-    may quote them). Returns how many answers went. Raises ``OSError`` (the file) or
-    :class:`StoreError` (the database): the next extract phase drops them then."""
+    may quote them). Raises ``OSError`` (the file) or :class:`StoreError` (the database): the next
+    extract phase drops them then."""
     spill = held_answers_file(settings)
     if not spill.exists():
-        return 0
+        return
     with spill.locked():
         content = spill.read()
         kept = HeldAnswers()
         problems = kept.keep_records(content.records)
-        dropped = drop_taken_out(kept, tombstones)
-        if dropped or content.unreadable or problems:
+        if drop_taken_out(kept, tombstones) or content.unreadable or problems:
             spill.replace(kept.records())
     _report_damage(spill, content, problems)
-    return dropped
 
 
 def _report_damage(spill: HeldAnswersFile, content: HeldFileContent, problems: list[str]) -> None:
