@@ -19,6 +19,7 @@ import threading
 import time
 from pathlib import Path
 
+import anyio
 import pytest
 from structlog.testing import capture_logs
 
@@ -28,7 +29,7 @@ from pipelines.extract.inflight import HeldAnswer, HeldAnswers
 from pipelines.extract.model import ChunkExtraction
 from store.held_file import HeldAnswersFile
 from tests.conftest import ROOT, run_cli
-from tests.daemon_support import worker_env
+from tests.daemon_support import start_worker, stop, wait_for, worker_env
 from tests.llm_server import LLMServer
 from tests.test_extract_cycle import llm_settings
 from tests.test_forkreuse import HISTORY, conversation
@@ -83,6 +84,32 @@ def test_a_once_run_stores_the_answers_the_database_refused_the_run_before_it_wi
     assert not config.held_answers_path.exists()
     assert digests(config) == [("s", "digested")]
     assert charged(config, database_url) == {"attempts": [0], "failed_chunks": 0}
+
+
+async def test_a_daemon_stopped_after_a_refused_cycle_leaves_its_answers_to_the_next_run(
+    tmp_path: Path, settings: Settings, quick_refusal: None
+) -> None:
+    """A real daemon (``python -m worker``, a cycle at start, the next an hour later) whose first
+    cycle the database refused every answer of is stopped with SIGTERM (exit 0). The next run, the
+    database healthy, stores the three answers with no request. Before, the daemon took them with
+    it: the next run asked about each chunk again ([2, 2, 2])."""
+    with LLMServer() as llm:
+        config = llm_settings(settings.data_dir, llm)
+        await ingested(settings.data_dir, [conversation("s", HISTORY)], tmp_path)
+        env = worker_env(settings.data_dir, interval_seconds="3600", extractor="openai", llm_base_url=llm.url,
+                         llm_max_retries="0", chunk_limit_tokens="48", prompt_envelope_tokens="0", llm_concurrency="4")
+        refuse_answers(config, None)
+        log = tmp_path / "daemon.log"
+        daemon = start_worker(env=env, log_path=log)
+        try:
+            await anyio.to_thread.run_sync(lambda: wait_for(
+                lambda: "cycle finished" in log.read_text(), timeout=60, interval=0.05, what="the daemon's first cycle"))
+        finally:
+            assert stop(daemon) == 0, log.read_text()[-3000:]
+        assert sent_per_chunk(llm) == [1, 1, 1]
+        accept_answers(config, None)
+        phase = await extract_phase(config)
+        assert (phase["sessions_digested"], phase["chunks_reused"], sent_per_chunk(llm)) == (1, 3, [1, 1, 1]), phase
 
 
 async def test_a_forget_takes_its_turns_answers_out_of_the_file(tmp_path: Path, settings: Settings, quick_refusal: None) -> None:
