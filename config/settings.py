@@ -298,7 +298,8 @@ class Settings(BaseSettings):
             return f"{refused}: that is the data dir itself"
         if _inside(queue, self.chroma_path):
             return f"{refused}: rem-cycle keeps its embedded Chroma there"
-        for own, what in ((self.graph_path, "graph database"), (self.lock_path, "cycle lock"), (self.daemon_lock_path, "daemon lock")):
+        for own, what in ((self.graph_path, "graph database"), (self.lock_path, "cycle lock"), (self.daemon_lock_path, "daemon lock"),
+                          (self.held_answers_path, "held answers")):
             own = own.resolve()
             if queue.parent != own.parent:
                 continue
@@ -364,6 +365,12 @@ class Settings(BaseSettings):
         """The lock a daemon holds for its whole life (the cycle lock is held only during a cycle,
         so that ``--once`` and other commands can run between the daemon's cycles)."""
         return self.data_dir / "rem-cycle.daemon.lock"
+
+    @property
+    def held_answers_path(self) -> Path:
+        """The paid answers the database refused to store, kept for the next process (with its
+        ``.lock`` and a killed writer's ``.part``: ``store.held_file``)."""
+        return self.data_dir / "held-answers.jsonl"
 
     @property
     def effective_safe_limit(self) -> int:

@@ -20,7 +20,7 @@ from tests.test_extract_cycle import llm_settings
 from tests.test_forkreuse import HISTORY, conversation
 from tests.test_textclaim import CHUNK_WORDS, digests, sent_per_chunk
 from tests.test_textclaim_failures import charged
-from tests.workers_support import accept_answers, extract_phase, graph_database, ingested, refuse_answers
+from tests.workers_support import accept_answers, extract_phase, graph_database, held_count, ingested, refuse_answers
 
 
 @pytest.mark.both_backends
@@ -40,7 +40,7 @@ async def test_a_held_answer_stored_for_one_session_answers_its_fork_in_the_same
                        database_url=database_url)
         refuse_answers(config, database_url)
         first = await extract_phase(config, held)
-        assert (first["sessions_deferred"], sent_per_chunk(llm), len(held)) == (2, [1, 1, 1], 3)
+        assert (first["sessions_deferred"], sent_per_chunk(llm), held_count(config, held)) == (2, [1, 1, 1], 3)
         accept_answers(config, database_url)
         second = await extract_phase(config, held)
         assert second["sessions_digested"] == 2, second
@@ -55,7 +55,8 @@ async def test_the_daemon_stores_in_a_later_cycle_the_answers_the_database_refus
     0.3 s, the database refusing every answer (a trigger) until the first cycle's three refusals are
     logged, then taking them. The session is digested with one request per chunk, charged nothing:
     the daemon's later cycle stored the answers it held. With the daemon not passing its
-    ``HeldAnswers`` to each cycle, this fails with ``[2, 2, 2]``."""
+    ``HeldAnswers`` to each cycle, this failed with ``[2, 2, 2]``; since heldonce the answers also
+    go through the data dir's file between cycles (tests/test_heldonce.py)."""
     with LLMServer() as llm:
         config = llm_settings(settings.data_dir, llm)
         env = worker_env(settings.data_dir, interval_seconds="0.3", extractor="openai", llm_base_url=llm.url,

@@ -35,6 +35,8 @@ def _digest(path: Path) -> str:
     "rem-cycle.lock",             # the cycle's lock: appended to, renamed
     "rem-cycle",                  # its drain lock would be rem-cycle.lock: every cycle's drain skipped as busy
     "rem-cycle.daemon.lock",
+    "held-answers.jsonl",         # paid answers the database refused (heldonce): replaced whole, taken, removed
+    "held-answers.jsonl.lock",
     ".",                          # the data dir itself
 ])
 def test_a_queue_path_naming_a_file_rem_cycle_keeps_is_a_configuration_error(tmp_path: Path, name: str) -> None:

@@ -26,6 +26,7 @@ from pipelines.extract.inflight import HeldAnswers
 from pipelines.importer import import_sessions
 from store.backend import open_database_at
 from store.chroma import ChromaStore
+from store.held_file import HeldAnswersFile
 from tests.conftest import ROOT, write_sessions
 from tests.daemon_support import start_worker, worker_env
 from tests.llm_server import LLMServer
@@ -112,15 +113,21 @@ async def extract_phase(settings: Settings, held: HeldAnswers | None = None) -> 
     assert result.outcome == "completed", result.message
     return result.phases["extract"]
 
+def held_count(settings: Settings, held: HeldAnswers) -> int:
+    """How many paid answers are held: in ``held`` and in the data dir's file (an extract phase
+    writes what it holds there when it ends: worker.held_answers)."""
+    return len(held) + len(HeldAnswersFile(settings.held_answers_path, root=settings.data_dir).read().records)
+
+
 async def three_answers_held(data_dir: Path, llm: LLMServer, work: Path, held: HeldAnswers, *, database_url: str | None) -> Settings:
     """Session ``s`` (three chunks) ingested, then extracted once while the database refused every
-    answer: the three answers are in ``held`` and the database accepts writes again. Returns the
-    settings of the loopback model server ``llm``."""
+    answer: the three answers are held (in ``held`` or the data dir's file) and the database accepts
+    writes again. Returns the settings of the loopback model server ``llm``."""
     config = llm_settings(data_dir, llm, **({"database_url": database_url} if database_url else {}))
     await ingested(data_dir, [conversation("s", HISTORY)], work, database_url=database_url)
     refuse_answers(config, database_url)
     await extract_phase(config, held)
-    assert len(held) == 3
+    assert held_count(config, held) == 3
     accept_answers(config, database_url)
     return config
 

@@ -639,6 +639,9 @@ async def cmd_forget(settings: Settings, args: argparse.Namespace, progress: Com
             print(f"rem-cycle: warning: the forget is done, but the database's files may still hold the forgotten text ({why}); "
                   "the erase stays due: the first cycle or rem-cycle drain"
                   + (f" after {report['erase_retry_at']}" if report.get("erase_retry_at") else "") + " erases it", file=sys.stderr)
+        if report.get("held_answers_error"):
+            print(f"rem-cycle: warning: the forget is done, but {settings.held_answers_path.name} may still hold answers "
+                  f"quoting it ({report['held_answers_error']}); the next cycle's extract phase drops them", file=sys.stderr)
         if report.get("queue_error"):
             print(f"rem-cycle: warning: the forget is done, but the lazy-edge queue files may still hold lines its extraction "
                   f"queued ({report['queue_error']}); they stay recorded: the next cycle or rem-cycle drain withdraws them", file=sys.stderr)

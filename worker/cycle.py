@@ -50,6 +50,7 @@ from store.scan_marks import ScanMark, ScanMarkStore
 from store.tombstones import MEMORY, SESSION, TombstoneStore
 from store.unit_of_work import DatabaseUnitOfWork
 from worker.failures import FailureRecorder, RunFailure, failure_reason
+from worker.held_answers import drop_taken_out, take_from_file, write_to_file
 from worker.knowledge import (
     erase_when_due,
     identity_resolver,
@@ -133,8 +134,8 @@ class CycleContext:
     allow_mass_retraction: bool = False
     # The database's single-flight lock when this cycle leads (None for a follower).
     lock: LockStore | None = None
-    # Paid answers the database refused to store, for the next attempt of their words (the
-    # daemon's outlive the cycle: pipelines/extract/inflight.py).
+    # Paid answers the database refused to store, for the next attempt of their words; the extract
+    # phase takes those of the data dir's file into it and writes what is left back (worker/held_answers.py).
     held_answers: HeldAnswers = field(default_factory=HeldAnswers)
     # Why the queue lines of what a failed ingest phase retracted stay queued (their withdrawal
     # failed too): the failed phase's record shows it, beside the phase's own error.
@@ -370,20 +371,6 @@ def _withdraw_retracted_lines(ctx: CycleContext, *, despite_failure: bool = Fals
     return done
 
 
-async def _drop_held_answers_taken_out(held: HeldAnswers, tombstones: TombstoneStore) -> None:
-    """Drop the answers ``held`` since an earlier cycle (the daemon's) whose session or turns were
-    forgotten or retracted meanwhile — by another process (``rem-cycle forget``), which cannot reach
-    this one's memory: forgetting takes the quotes out of it too, and a fork of the same words is
-    asked again, as it is when the forgotten session's stored answers went with it. One read per
-    session held; none when nothing is (the usual case)."""
-    sessions = held.sessions()
-    if not sessions:
-        return
-    present = await anyio.to_thread.run_sync(lambda: {sid: tombstones.session_memories(sid) for sid in sessions})
-    if dropped := held.keep_only_present(present):
-        log.info("held answers dropped: their session or turns were forgotten or retracted", answers=dropped)
-
-
 async def extract(ctx: CycleContext) -> dict[str, Any]:
     """Map → reduce → commit every ingested, not yet digested session (oldest first, up to the
     batch limit). A failing session is recorded and the phase goes on."""
@@ -416,7 +403,9 @@ async def extract(ctx: CycleContext) -> dict[str, Any]:
         )
         stats, queued = ExtractStats(), 0
         try:
-            await _drop_held_answers_taken_out(ctx.held_answers, TombstoneStore(stores.db))
+            # Answers an earlier process held (a --once run's, a daemon's between cycles) join this one's.
+            await anyio.to_thread.run_sync(take_from_file, settings, ctx.held_answers)
+            await anyio.to_thread.run_sync(drop_taken_out, ctx.held_answers, TombstoneStore(stores.db))
             # Claims this owner still holds are an earlier cycle's that could not release them (the
             # database dropped its connection; a daemon's cycles share one owner): its own again.
             await anyio.to_thread.run_sync(claims.release)
@@ -446,6 +435,7 @@ async def extract(ctx: CycleContext) -> dict[str, Any]:
                 await anyio.to_thread.run_sync(claims.release)
                 if text_claims is not None:
                     await anyio.to_thread.run_sync(text_claims.release)
+                await anyio.to_thread.run_sync(write_to_file, settings, ctx.held_answers, TombstoneStore(stores.db))
     if stats.interrupted or ctx.stop.is_set():
         raise CycleInterrupted("stop requested")
     if not stats.sessions_failed and not stats.sessions_claim_lost:  # no commit rolled back after resolving
@@ -671,7 +661,7 @@ async def run_cycle(
     out) returns nothing: ``on_cancelled`` is handed what it recorded before the cancellation goes
     on (``interrupted``, ``cancelled``), so that ``--once --json`` can still print its report.
     ``held_answers``: paid answers the database refused to store (the daemon's, kept across its
-    cycles, so the next one stores them instead of asking the model again); None: this cycle's own."""
+    cycles should the data dir's file refuse them: :mod:`worker.held_answers`); None: this cycle's own."""
     attempt = CycleAttempt(run_id=new_run_id(), reason=reason, mode=mode)
     lease_owner = lease_owner or worker_owner()
     try:

@@ -70,7 +70,8 @@ async def _schedule(settings: Settings, stop: anyio.Event, recorder: FailureReco
     # lock a cycle could not release (the database dropped its connection) is not waited out by
     # the next cycle for REM_LEASE_TIMEOUT_SECONDS.
     owner = worker_owner()
-    # Paid answers the database refused to store: the next cycle stores them instead of asking again.
+    # Paid answers the database refused to store: each extract phase writes them to the data dir's
+    # file for the next; what the file refuses stays here, and the next cycle stores it.
     held = HeldAnswers()
     if not settings.run_at_startup:
         await _sleep_unless_stopped(stop, settings.interval_seconds)

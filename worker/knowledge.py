@@ -453,12 +453,28 @@ def forget(settings: Settings, *, session: str | None = None, memory: str | None
         withdrawn = withdraw_retracted_despite_failure(db, queue=LazyEdgeQueue(settings.queue_path))
         del withdrawn["retractions_withdrawn"]  # the records read: this forget's, and any a killed process left
         report.update(withdrawn)
+        report.update(_drop_forgotten_held_answers(settings, db))
         try:
             # {} only when another process's erase, begun after this commit, completed meanwhile (it took this mark off).
             report.update(erase_when_due(db, at_once=True) or {"erased": True})
         except DatabaseError as exc:
             report.update(erased=False, erase_error=str(exc))
         return report
+
+
+def _drop_forgotten_held_answers(settings: Settings, db: Database) -> dict[str, Any]:
+    """The answers the data dir's file holds of what was just forgotten, out of it
+    (:func:`worker.held_answers.drop_forgotten_from_file`); ``held_answers_error`` when the file or
+    the database refused (the next extract phase drops them)."""
+    from store.errors import StoreError
+    from store.tombstones import TombstoneStore
+    from worker.held_answers import drop_forgotten_from_file
+
+    try:
+        drop_forgotten_from_file(settings, TombstoneStore(db))
+    except (OSError, StoreError) as exc:
+        return {"held_answers_error": str(exc)}
+    return {}
 
 
 def _forget_record(report: Mapping[str, Any]) -> tuple[str, str]:

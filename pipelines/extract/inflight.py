@@ -18,7 +18,8 @@ and lives as long as the phase does: nothing outlives the cycle. Pure: no I/O, n
 
 :class:`HeldAnswers` is the other half of never paying twice: a paid answer the database refused
 to store, kept in the process for the next attempt of its words (the daemon keeps one for its
-life, so its next cycle stores the answer instead of asking the model again).
+life, so its next cycle stores the answer instead of asking the model again). Its answers go to
+a file in the data dir between processes as :meth:`HeldAnswers.records` (``worker.held_answers``).
 
 The registry is this process's. Where other workers share the database, the unit granted a text
 here claims it there too before its call (:func:`pipelines.extract.map._claim_among_workers`,
@@ -27,8 +28,9 @@ here claims it there too before its call (:func:`pipelines.extract.map._claim_am
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import anyio
 
@@ -108,6 +110,30 @@ class HeldAnswers:
         while len(self._held) > HELD_ANSWERS_MAX:
             del self._held[next(iter(self._held))]
 
+    def keep_records(self, records: Iterable[Mapping[str, Any]]) -> list[str]:
+        """Hold the answer of each of ``records`` (:meth:`records`' form, oldest first, as
+        :meth:`keep` does). Returns why each record that is no held answer was left out."""
+        problems = []
+        for record in records:
+            try:
+                key, answer = _from_record(record)
+            except (KeyError, TypeError, ValueError, AttributeError) as exc:
+                problems.append(f"not a held answer: {exc!r}")
+                continue
+            self.keep(key, answer)
+        return problems
+
+    def records(self) -> list[dict[str, Any]]:
+        """The held answers, oldest first, as JSON-ready records (:meth:`keep_records` reads them)."""
+        return [{"fingerprint": key[0], "text_hash": key[1], "session_id": answer.session_id,
+                 "memory_ids": list(answer.memory_ids), "tokens_in": answer.tokens_in, "tokens_out": answer.tokens_out,
+                 "latency_ms": answer.latency_ms, "extraction": answer.extraction.to_payload()}
+                for key, answer in self._held.items()]
+
+    def clear(self) -> None:
+        """Hold nothing (what was held is kept elsewhere now)."""
+        self._held.clear()
+
     def take(self, key: TextKey) -> HeldAnswer | None:
         """The answer held for ``key``'s words, no longer held (the taker stores it or keeps it again)."""
         return self._held.pop(key, None)
@@ -129,3 +155,20 @@ class HeldAnswers:
         for key in gone:
             del self._held[key]
         return len(gone)
+
+
+def _from_record(record: Mapping[str, Any]) -> tuple[TextKey, HeldAnswer]:
+    """The key and answer of one of :meth:`HeldAnswers.records`; raises for anything else."""
+    key = (_text(record["fingerprint"]), _text(record["text_hash"]))
+    memory_ids = tuple(_text(m) for m in record["memory_ids"])
+    counts = [record[name] for name in ("tokens_in", "tokens_out")]
+    if not all(type(n) is int and n >= 0 for n in counts) or type(record["latency_ms"]) not in (int, float):
+        raise ValueError("its cost is not counts of tokens and a latency")
+    return key, HeldAnswer(ChunkExtraction.from_payload(record["extraction"]), _text(record["session_id"]), memory_ids,
+                           counts[0], counts[1], float(record["latency_ms"]))
+
+
+def _text(value: object) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{value!r} is not a string")
+    return value

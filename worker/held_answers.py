@@ -1,0 +1,120 @@
+"""Paid answers the database refused to store, kept from one process to the next.
+
+An extract phase takes the answers the data dir's file holds (``Settings.held_answers_path``,
+:class:`store.held_file.HeldAnswersFile`) into its :class:`HeldAnswers` and removes the file, so
+that no other process on the data dir takes them too; the phase stores each at the next attempt of
+its words, as one held in memory. When the phase ends (completed, failed, stopped or cancelled) it
+writes what it still holds back to the file, beside what another process wrote there meanwhile, and
+holds nothing more: a ``--once`` run's answers, and a daemon's between its cycles, outlive the
+process. Only a kill in the middle of a phase loses what that phase held (the model is asked again).
+
+Forgotten words do not stay in the file: the answers whose session or turns are no longer all in
+the database are dropped when a phase takes the file, when it writes it back (under the file's
+lock, so a ``forget`` committed before the write is seen, and one committed after it scrubs the
+file), and by ``rem-cycle forget`` itself (:func:`drop_forgotten_from_file`). A line that cannot be
+read is logged and dropped: its words are asked again. Nothing here raises for the file or the
+database: the phase goes on as if nothing were held.
+"""
+
+from __future__ import annotations
+
+from config import Settings
+from pipelines.extract.inflight import HeldAnswers
+from store.errors import StoreError
+from store.held_file import HeldAnswersFile, HeldFileContent
+from store.library_log import get_logger
+from store.tombstones import TombstoneStore
+
+log = get_logger(__name__)
+
+
+def held_answers_file(settings: Settings) -> HeldAnswersFile:
+    """The data dir's file of held answers."""
+    return HeldAnswersFile(settings.held_answers_path, root=settings.data_dir)
+
+
+def drop_taken_out(held: HeldAnswers, tombstones: TombstoneStore) -> int:
+    """Drop the answers ``held`` whose session or turns were forgotten or retracted since they were
+    held — by another process too (``rem-cycle forget``), which cannot reach this one's memory:
+    forgetting takes the quotes out of it too, and a fork of the same words is asked again, as it is
+    when the forgotten session's stored answers went with it. One read per session held; none when
+    nothing is (the usual case). Returns how many went; raises the database's :class:`StoreError`."""
+    sessions = held.sessions()
+    if not sessions:
+        return 0
+    dropped = held.keep_only_present({sid: tombstones.session_memories(sid) for sid in sessions})
+    if dropped:
+        log.info("held answers dropped: their session or turns were forgotten or retracted", answers=dropped)
+    return dropped
+
+
+def take_from_file(settings: Settings, held: HeldAnswers) -> None:
+    """Move the answers the data dir's file holds into ``held`` and remove the file (a blocking
+    call: run it in a thread). No file: nothing to do, one ``stat``."""
+    spill = held_answers_file(settings)
+    if not spill.exists():
+        return
+    try:
+        with spill.locked():
+            content = spill.read()
+            problems = held.keep_records(content.records)
+            spill.replace([])
+    except OSError as exc:
+        log.error("held answers file not taken: the answers not read from it are asked the model again",
+                  path=str(spill.path), error=str(exc))
+        return
+    _report_damage(spill, content, problems)
+    if taken := len(content.records) - len(problems):
+        log.info("held answers taken from the file", path=str(spill.path), answers=taken)
+
+
+def write_to_file(settings: Settings, held: HeldAnswers, tombstones: TombstoneStore) -> None:
+    """Write what ``held`` holds to the data dir's file, beside the answers another process wrote
+    there since, leaving out those whose session or turns were taken out since, and hold nothing
+    more (a blocking call: run it in a thread). The file cannot be written: ``held`` keeps them
+    (a daemon's next cycle stores them; a ``--once`` run loses them)."""
+    if not len(held):  # a file another process wrote since the take stays as it wrote it
+        return
+    spill = held_answers_file(settings)
+    try:
+        with spill.locked():
+            content = spill.read()
+            problems = held.keep_records(content.records)
+            try:
+                drop_taken_out(held, tombstones)
+            except StoreError as exc:  # the database is out: a forget cannot commit either, or its own scrub follows
+                log.warning("held answers written without checking for forgotten turns: the database refused the read",
+                            error=str(exc)[:300])
+            spill.replace(held.records())
+    except OSError as exc:
+        log.error("held answers not written to their file: this process keeps them, and a run that ends now loses them",
+                  path=str(spill.path), answers=len(held), error=str(exc))
+        return
+    _report_damage(spill, content, problems)
+    log.info("held answers written for the next run", path=str(spill.path), answers=len(held))
+    held.clear()
+
+
+def drop_forgotten_from_file(settings: Settings, tombstones: TombstoneStore) -> None:
+    """``rem-cycle forget``'s part (after its commit): take out of the data dir's file the answers
+    whose session or turns are no longer all in the database, and any line that cannot be read (it
+    may quote them). Raises ``OSError`` (the file) or :class:`StoreError` (the database): the next
+    extract phase drops them then."""
+    spill = held_answers_file(settings)
+    if not spill.exists():
+        return
+    with spill.locked():
+        content = spill.read()
+        kept = HeldAnswers()
+        problems = kept.keep_records(content.records)
+        if drop_taken_out(kept, tombstones) or content.unreadable or problems:
+            spill.replace(kept.records())
+    _report_damage(spill, content, problems)
+
+
+def _report_damage(spill: HeldAnswersFile, content: HeldFileContent, problems: list[str]) -> None:
+    """Say in the log what of the file could not be read (and is gone from it)."""
+    if content.unreadable or problems:
+        log.error("held answers file damaged: the answers it could not read are dropped, and their words are asked "
+                  "the model again", path=str(spill.path), unreadable=content.unreadable + len(problems),
+                  error=content.problem or problems[0])
