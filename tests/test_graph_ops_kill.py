@@ -11,11 +11,11 @@ running the command again must complete and leave the after-state (a merge or un
 already committed is refused with a clear error instead, changing nothing). The checks are on
 states only: where a kill lands on a loaded machine is reported, never asserted.
 
-The graph is 40 sessions and a 150-turn session (it was 80 and 300): the forget still writes about
-3,000 rows in its one transaction and the merge about 5,600, for most of a second, and each kill is
-drawn over the same share of the run (0 to 1.2 times its measured uninterrupted time from opening
-the graph), so the trials hit the same steps (opening, the writes, the commit, after the end) at a
-quarter of the build and about half of each run and re-run.
+The graph is 40 sessions and a 150-turn session (it was 80 and 300): the forget still adds or
+removes about 3,000 rows in its one transaction and the merge about 5,600, and each kill is drawn
+over the same share of the run (0 to 1.2 times its measured uninterrupted time from opening the
+graph), so the trials hit the same steps (opening, the writes, the commit, after the end) at half
+the build and about half of each run and re-run.
 """
 
 from __future__ import annotations
