@@ -19,6 +19,9 @@ import threading
 
 import chromadb  # noqa: F401 - the expensive imports, paid once
 import chromadb.api.rust  # noqa: F401
+# A cycle's finalize refreshes communities, and detection imports networkx where it runs (commands
+# do not load it at start, tests/test_cli_start.py): about 0.2 s of CPU in every forked cycle.
+import networkx  # noqa: F401
 
 import pipelines.drain  # noqa: F401
 import pipelines.extract.heuristic  # noqa: F401

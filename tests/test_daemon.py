@@ -14,7 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import SAMPLE, free_port, run_cli, start_chroma_server
 from tests.daemon_support import read_runs, start_worker, stop, wait_for, wait_for_http, worker_env
-from tests.llm_server import LLMServer, slow
+from tests.llm_server import LLMServer, ok, slow
 from worker.daemon import next_delay
 
 
@@ -191,6 +191,9 @@ def test_a_cycle_stuck_on_a_lock_is_reported_stalled_then_recovers(tmp_path: Pat
             finally:
                 blocker.execute("ROLLBACK")
                 blocker.close()
+            # The stall is shown: the model answers at once from now on, so the cycle's other
+            # chunks (a second each) no longer hold the test while it waits for the cycle's end.
+            llm.default = ok()
             wait_for(
                 lambda: httpx.get(f"{base}/healthz", timeout=10).status_code == 200,
                 timeout=30, interval=0.2, what="/healthz to recover",

@@ -7,10 +7,8 @@ worker asks only for the labels not answered. Real SQLite files and a real Postg
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 from collections.abc import Callable
@@ -22,7 +20,8 @@ from config import Settings
 from store.backend import open_database
 from store.communities import CommunityRecord, CommunityStore
 from store.graph import Edge, GraphStore, Node
-from tests.conftest import ROOT
+from tests.conftest import ForkedCommand
+from tests.daemon_support import start_worker, worker_env
 from tests.llm_server import LLMServer, Reply, held
 from tests.migrations_support import COMMUNITY_NAMES_VERSION, rolled_back
 
@@ -49,15 +48,19 @@ def six_clusters(settings: Settings) -> None:
         db.close()
 
 
-def worker_once(settings: Settings, server: LLMServer, database_url: str | None) -> subprocess.Popen[str]:
-    """``python -m worker --once`` as a real subprocess, naming communities with the model."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("REM_")}
-    env.update({"PYTHONPATH": str(ROOT), "REM_DATA_DIR": str(settings.data_dir), "REM_EXTRACTOR": "openai",
-                "REM_LLM_BASE_URL": server.url, "REM_LLM_JUDGE": "true", "REM_LLM_MAX_RETRIES": "0", "REM_LOG_LEVEL": "error"})
+def worker_once(settings: Settings, server: LLMServer, database_url: str | None) -> subprocess.Popen[bytes] | ForkedCommand:
+    """``python -m worker --once`` as a real process (forked by the command server), naming
+    communities with the model; its output goes to ``once.log`` beside the data dir."""
+    env = worker_env(settings.data_dir, extractor="openai", llm_base_url=server.url, llm_judge="true", llm_max_retries="0",
+                     log_level="error")
     if database_url is not None:
         env["REM_DATABASE_URL"] = database_url
-    return subprocess.Popen([sys.executable, "-m", "worker", "--once"], cwd=ROOT, env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    return start_worker("--once", env=env, log_path=once_log(settings))
+
+
+def once_log(settings: Settings) -> Path:
+    """Where :func:`worker_once` writes its runs' output."""
+    return settings.data_dir.parent / "once.log"
 
 
 def killed_while_asked(settings: Settings, server: LLMServer, database_url: str | None, asked: Callable[[], int], *,
@@ -69,9 +72,9 @@ def killed_while_asked(settings: Settings, server: LLMServer, database_url: str 
     deadline = time.monotonic() + 60
     while asked() < count and killed.poll() is None and time.monotonic() < deadline:
         time.sleep(0.005)
-    assert killed.poll() is None, f"the cycle ended before the kill: {killed.communicate()}"
+    assert killed.poll() is None, f"the cycle ended before the kill: {once_log(settings).read_text()[-3000:]}"
     killed.send_signal(signal.SIGKILL)
-    killed.communicate(timeout=30)
+    assert killed.wait(30) == -signal.SIGKILL
 
 
 def asked(server: LLMServer) -> list[str]:
@@ -97,8 +100,7 @@ def test_labels_given_before_a_kill_are_not_asked_for_again(settings: Settings, 
             db.close()
 
         again = worker_once(settings, server, database_url)
-        out, err = again.communicate(timeout=120)
-        assert again.returncode == 0, err
+        assert again.wait(120) == 0, once_log(settings).read_text()[-3000:]
         after = asked(server)[len(before):]
 
     # Only what was not answered before the kill is asked: the one in flight and the two never asked.

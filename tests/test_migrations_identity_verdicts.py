@@ -23,7 +23,7 @@ from tests.conftest import run_cli, write_sessions
 from tests.llm_server import LLMServer, Reply, held, prompt_turns
 from tests.migrations_support import IDENTITY_VERDICTS_VERSION, rolled_back
 from tests.test_forget import _env, _session
-from tests.test_migrations_community_names import killed_while_asked, worker_once
+from tests.test_migrations_community_names import killed_while_asked, once_log, worker_once
 from worker.cycle import run_cycle
 
 FILES = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot"]
@@ -78,8 +78,7 @@ async def test_verdicts_given_before_a_kill_are_not_asked_for_again(settings: Se
         extractions = server.chat_count - len(before)
 
         again = worker_once(settings, server, database_url)
-        out, err = again.communicate(timeout=120)
-        assert again.returncode == 0, err
+        assert again.wait(120) == 0, once_log(settings).read_text()[-3000:]
         after = questions(server)[len(before):]
         asked_extractions = [r for r in server.chat_requests[extractions + len(before):] if '"existing"' not in r.prompt and '"members"' not in r.prompt]
 
