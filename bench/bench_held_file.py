@@ -55,10 +55,10 @@ def _best(step: Callable[[], object], *, prepare: Callable[[], object] = lambda:
     return min(times) * 1000
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--answers", type=int, default=1000)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         settings = load_settings(data_dir=Path(tmp))
         settings.data_dir.mkdir(parents=True, exist_ok=True)
