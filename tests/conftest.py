@@ -31,7 +31,7 @@ from worker.cycle import Stores, open_stores
 
 # Property tests check what the code does, not how fast: Hypothesis' default 200 ms deadline per
 # example (and its too-slow health check) fail a test whose process the machine pauses mid-example
-# — CI runs two workers and their subprocesses on two cores (RELIABILITY.md "Flakes hunted").
+# — CI runs three workers and their subprocesses on two cores (RELIABILITY.md "Flakes hunted").
 # Timings are measured in bench/. A test's own @settings still overrides what it names.
 hypothesis_settings.register_profile("rem-cycle", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 hypothesis_settings.load_profile("rem-cycle")
@@ -102,9 +102,9 @@ TEST_POSTGRES_URL = os.environ.get("REM_TEST_POSTGRES_URL", "")
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Run the tests marked ``slow`` first, the rest in their order: pytest-xdist hands tests out in
-    this order, so the two workers start on the longest and finish on short ones, instead of one
+    this order, so the workers start on the longest and finish on short ones, instead of one
     worker idling while the other runs a minutes-long test last (longest first keeps the suite's
-    wall time near its CPU time over two)."""
+    wall time near its CPU time over the cores)."""
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
