@@ -29,7 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from config import load_settings  # noqa: E402
 from pipelines.extract.inflight import HeldAnswer, HeldAnswers  # noqa: E402
 from pipelines.extract.model import ChunkExtraction, Evidence, ExtractedEdge, ExtractedNode  # noqa: E402
-from worker.held_answers import held_answers_file, take_from_file  # noqa: E402
+from store.held_file import held_answers_file  # noqa: E402
+from worker.held_answers import take_from_file  # noqa: E402
 
 
 def _answers(count: int) -> HeldAnswers:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from config import Settings
 from store.confined import open_confined
 from store.durable import fsync_dir
 
@@ -104,3 +105,8 @@ class HeldAnswersFile:
             self.part_path.unlink(missing_ok=True)
             raise
         fsync_dir(self.path.parent)
+
+
+def held_answers_file(settings: Settings) -> HeldAnswersFile:
+    """The data dir's file of held answers."""
+    return HeldAnswersFile(settings.held_answers_path, root=settings.data_dir)

@@ -27,8 +27,10 @@ import pipelines.extract.map
 from config import Settings
 from pipelines.extract.inflight import HeldAnswer, HeldAnswers
 from pipelines.extract.model import ChunkExtraction
+from pipelines.importer import import_sessions
+from store.chroma import ChromaStore
 from store.held_file import HeldAnswersFile
-from tests.conftest import ROOT, run_cli
+from tests.conftest import ROOT, run_cli, write_sessions
 from tests.daemon_support import start_worker, stop, wait_for, worker_env
 from tests.llm_server import LLMServer
 from tests.test_extract_cycle import llm_settings
@@ -129,6 +131,30 @@ async def test_a_forget_takes_its_turns_answers_out_of_the_file(tmp_path: Path, 
         forget(config, session="s")
         assert not config.held_answers_path.exists()
         assert (await extract_phase(config))["chunks_reused"] == 0
+
+
+async def test_a_rewritten_turns_old_answer_leaves_the_file_at_the_next_cycles_ingest(
+    tmp_path: Path, settings: Settings, quick_refusal: None
+) -> None:
+    """A run the database refused leaves the three answers of ``s`` in the file; turn 0 is then
+    written again with other words (a redaction: ``import`` of the corrected session, deleted and
+    added under its id). The next cycle's ingest withdraws what the rewrite replaced, and the old
+    words' answer leaves the file with it; the other two chunks' answers are stored with no request.
+    Before, the old answer (its turn's id still in the graph) was taken and written back by every
+    phase: the redacted words stayed in the file until 1,000 newer answers pushed them out."""
+    with LLMServer() as llm:
+        config = llm_settings(settings.data_dir, llm)
+        await ingested(settings.data_dir, [conversation("s", HISTORY)], tmp_path)
+        refuse_answers(config, None)
+        await extract_phase(config)
+        assert CHUNK_WORDS[0][0] in config.held_answers_path.read_text()
+        accept_answers(config, None)
+        redacted = [(HISTORY[0][0], HISTORY[0][1].replace(CHUNK_WORDS[0][0], "ZqRedactedItem")), *HISTORY[1:]]
+        await import_sessions(write_sessions(tmp_path / "redacted.jsonl", [conversation("s", redacted)]), chroma=ChromaStore(config),
+                              memory_collection=config.memory_collection, summary_collection=config.session_collection)
+        phase = await extract_phase(config)
+        assert (phase["sessions_digested"], phase["chunks_reused"]) == (1, 2), phase
+    assert not config.held_answers_path.exists(), _held_lines(config)
 
 
 async def test_a_damaged_line_costs_its_own_answer_and_the_run_goes_on(tmp_path: Path, settings: Settings, quick_refusal: None) -> None:

@@ -897,6 +897,7 @@ async def cmd_enqueue(settings: Settings, args: argparse.Namespace, progress: Co
 
 async def cmd_drain(settings: Settings, args: argparse.Namespace, progress: CommandProgress) -> int:
     from pipelines.drain import ChromaGoneDuringDrainError
+    from store.held_file import held_answers_file
     from store.lazy_queue import LazyEdgeQueue, QueueBusyError
     from worker.knowledge import erase_when_due, withdraw_retracted
     from worker.report import print_drain
@@ -912,7 +913,8 @@ async def cmd_drain(settings: Settings, args: argparse.Namespace, progress: Comm
         withdrawn: dict[str, Any] = {}
         if not args.dry_run:
             withdrawn = await anyio.to_thread.run_sync(
-                partial(withdraw_retracted, stores.db, queue=LazyEdgeQueue(settings.queue_path), wait_seconds=0))
+                partial(withdraw_retracted, stores.db, queue=LazyEdgeQueue(settings.queue_path),
+                        held=held_answers_file(settings), wait_seconds=0))
             withdrawn.update(await anyio.to_thread.run_sync(erase_when_due, stores.db))
         payload = {**await _drain_once(settings, stores, args, progress), **withdrawn}
     except QueueBusyError as exc:
@@ -937,6 +939,7 @@ async def cmd_backfill(settings: Settings, args: argparse.Namespace, progress: C
     from pipelines.backfill import sync_recent_sessions
     from store.backend import database_exists
     from store.chroma import ChromaStoreError
+    from store.held_file import held_answers_file
     from store.lazy_queue import LazyEdgeQueue, QueueBusyError
     from worker.cycle import SESSIONS_PER_BATCH
     from worker.knowledge import erase_when_due, withdraw_retracted, withdraw_retracted_despite_failure
@@ -989,7 +992,8 @@ async def cmd_backfill(settings: Settings, args: argparse.Namespace, progress: C
                 if not args.dry_run:
                     with anyio.CancelScope(shield=True):
                         withdraw = withdraw_retracted if synced_all else withdraw_retracted_despite_failure
-                        withdrawn = await anyio.to_thread.run_sync(partial(withdraw, stores.db, queue=LazyEdgeQueue(settings.queue_path)))
+                        withdrawn = await anyio.to_thread.run_sync(partial(withdraw, stores.db, queue=LazyEdgeQueue(settings.queue_path),
+                                                                           held=held_answers_file(settings)))
                     if not synced_all and withdrawn.get("queue_error"):
                         print("rem-cycle: the queue lines of the turns taken out stay queued until the next cycle withdraws them: "
                               f"{withdrawn['queue_error']}", file=sys.stderr)

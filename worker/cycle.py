@@ -42,6 +42,7 @@ from store.backend import database_exists, database_location, open_database, ope
 from store.db import Database
 from store.errors import LeaseLostError, SchemaTooNewError, StoreError
 from store.graph import GraphStore, utc_now
+from store.held_file import held_answers_file
 from store.lazy_queue import LazyEdgeQueue, QueueBusyError
 from store.lazy_table import LazyEdgeTable, lazy_edge_sink
 from store.library_log import get_logger
@@ -362,7 +363,7 @@ def _withdraw_retracted_lines(ctx: CycleContext, *, despite_failure: bool = Fals
     phase is failing, and an error of the withdrawal is a ``queue_error`` too, not raised
     (:func:`worker.knowledge.withdraw_retracted_despite_failure`)."""
     withdraw = withdraw_retracted_despite_failure if despite_failure else withdraw_retracted
-    done = withdraw(ctx.stores.db, queue=LazyEdgeQueue(ctx.settings.queue_path))
+    done = withdraw(ctx.stores.db, queue=LazyEdgeQueue(ctx.settings.queue_path), held=held_answers_file(ctx.settings))
     if done["retractions_withdrawn"]:
         log.info("queue lines of forgotten or retracted sessions and turns withdrawn", withdrawn=done["queue_lines_withdrawn"],
                  retractions=done["retractions_withdrawn"])

@@ -8,29 +8,30 @@ writes what it still holds back to the file, beside what another process wrote t
 holds nothing more: a ``--once`` run's answers, and a daemon's between its cycles, outlive the
 process. Only a kill in the middle of a phase loses what that phase held (the model is asked again).
 
-Forgotten words do not stay in the file: the answers whose session or turns are no longer all in
-the database are dropped when a phase takes the file, when it writes it back (under the file's
-lock, so a ``forget`` committed before the write is seen, and one committed after it scrubs the
-file), and by ``rem-cycle forget`` itself (:func:`drop_forgotten_from_file`). A line that cannot be
+Forgotten or rewritten words do not stay in the file: the answers whose session or turns are no
+longer all in the database are dropped when a phase takes the file and when it writes it back
+(under the file's lock, so a ``forget`` committed before the write is seen, and one committed after
+it scrubs the file); and every withdrawal of what a forget or a retraction took out, or a rewrite
+replaced (``worker.knowledge.withdraw_retracted``: the forget itself, a cycle's ingest, a backfill,
+a drain), takes the answers quoting it out of the file (:func:`drop_withdrawn_from_file`) — a
+rewritten turn keeps its id, so only that takes its old words' answer out. A line that cannot be
 read is logged and dropped: its words are asked again. Nothing here raises for the file or the
-database: the phase goes on as if nothing were held.
+database but :func:`drop_withdrawn_from_file` (its caller reports it): the phase goes on as if
+nothing were held.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from config import Settings
 from pipelines.extract.inflight import HeldAnswers
 from store.errors import StoreError
-from store.held_file import HeldAnswersFile, HeldFileContent
+from store.held_file import HeldAnswersFile, HeldFileContent, held_answers_file
 from store.library_log import get_logger
 from store.tombstones import TombstoneStore
 
 log = get_logger(__name__)
-
-
-def held_answers_file(settings: Settings) -> HeldAnswersFile:
-    """The data dir's file of held answers."""
-    return HeldAnswersFile(settings.held_answers_path, root=settings.data_dir)
 
 
 def drop_taken_out(held: HeldAnswers, tombstones: TombstoneStore) -> int:
@@ -95,19 +96,18 @@ def write_to_file(settings: Settings, held: HeldAnswers, tombstones: TombstoneSt
     held.clear()
 
 
-def drop_forgotten_from_file(settings: Settings, tombstones: TombstoneStore) -> None:
-    """``rem-cycle forget``'s part (after its commit): take out of the data dir's file the answers
-    whose session or turns are no longer all in the database, and any line that cannot be read (it
-    may quote them). Raises ``OSError`` (the file) or :class:`StoreError` (the database): the next
-    extract phase drops them then."""
-    spill = held_answers_file(settings)
+def drop_withdrawn_from_file(spill: HeldAnswersFile, *, sessions: Collection[str], memories: Collection[str]) -> None:
+    """Take out of ``spill`` the answers of ``sessions`` or quoting a turn among ``memories``
+    (memory ids: what a withdrawal record names, store/withdrawals.py — a turn rewritten with other
+    words too, whose old answer no attempt takes again and :func:`drop_taken_out` keeps, its id
+    being still there), and any line that cannot be read. Raises ``OSError``."""
     if not spill.exists():
         return
     with spill.locked():
         content = spill.read()
         kept = HeldAnswers()
         problems = kept.keep_records(content.records)
-        if drop_taken_out(kept, tombstones) or content.unreadable or problems:
+        if kept.drop_quoting(sessions=sessions, memories=memories) or content.unreadable or problems:
             spill.replace(kept.records())
     _report_damage(spill, content, problems)
 

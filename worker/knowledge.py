@@ -42,6 +42,7 @@ from store.db import Database
 from store.erasure import EraseDueStore
 from store.errors import DatabaseError
 from store.graph import Edge, GraphStore, Node, utc_now
+from store.held_file import HeldAnswersFile, held_answers_file
 from store.ids import memory_node_id, normalize_graph_node_id, row_suffix
 from store.lazy_queue import LazyEdgeQueue, QueueBusyError
 from store.lazy_table import LazyEdgeTable, lazy_edge_sink
@@ -450,31 +451,15 @@ def forget(settings: Settings, *, session: str | None = None, memory: str | None
         # The forget has committed, and what is left is recorded: the database failing now (locked
         # past the wait, gone, its disk full) is said beside the report, as a busy queue and a
         # held-back erase are — the forget is done, and the next cycle or drain finishes the rest.
-        withdrawn = withdraw_retracted_despite_failure(db, queue=LazyEdgeQueue(settings.queue_path))
+        withdrawn = withdraw_retracted_despite_failure(db, queue=LazyEdgeQueue(settings.queue_path), held=held_answers_file(settings))
         del withdrawn["retractions_withdrawn"]  # the records read: this forget's, and any a killed process left
         report.update(withdrawn)
-        report.update(_drop_forgotten_held_answers(settings, db))
         try:
             # {} only when another process's erase, begun after this commit, completed meanwhile (it took this mark off).
             report.update(erase_when_due(db, at_once=True) or {"erased": True})
         except DatabaseError as exc:
             report.update(erased=False, erase_error=str(exc))
         return report
-
-
-def _drop_forgotten_held_answers(settings: Settings, db: Database) -> dict[str, Any]:
-    """The answers the data dir's file holds of what was just forgotten, out of it
-    (:func:`worker.held_answers.drop_forgotten_from_file`); ``held_answers_error`` when the file or
-    the database refused (the next extract phase drops them)."""
-    from store.errors import StoreError
-    from store.tombstones import TombstoneStore
-    from worker.held_answers import drop_forgotten_from_file
-
-    try:
-        drop_forgotten_from_file(settings, TombstoneStore(db))
-    except (OSError, StoreError) as exc:
-        return {"held_answers_error": str(exc)}
-    return {}
 
 
 def _forget_record(report: Mapping[str, Any]) -> tuple[str, str]:
@@ -496,23 +481,46 @@ def _lines_of(chunk_key: str, turn: str) -> ExtractionLines:
     return ExtractionLines.of(None if chunk_key == SESSION_UNKNOWN else chunk_key, turn=turn)
 
 
-def withdraw_retracted(db: Database, *, queue: LazyEdgeQueue, wait_seconds: float | None = None) -> dict[str, Any]:
+def withdraw_retracted(
+    db: Database, *, queue: LazyEdgeQueue, held: HeldAnswersFile | None = None, wait_seconds: float | None = None,
+) -> dict[str, Any]:
     """``{"queue_lines_withdrawn": n, "retractions_withdrawn": m}``: the queue lines the extraction
-    of every retraction and forget recorded in ``queue_withdrawals`` queued (store/withdrawals.py:
-    this process's, and any a process killed before its withdrawal left) are withdrawn in one pass
-    (:func:`withdraw_queued_lines`), then those ``m`` records deleted. With ``queue_error`` (a
-    drain held the files past ``wait_seconds`` (None: :data:`_QUEUE_WAIT_SECONDS`), an unsafe
-    file) the records stay, for the next cycle. None recorded: one look at an empty table, no queue file read."""
+    of every retraction, forget and rewrite recorded in ``queue_withdrawals`` queued
+    (store/withdrawals.py: this process's, and any a process killed before its withdrawal left) are
+    withdrawn in one pass (:func:`withdraw_queued_lines`), then those ``m`` records deleted. With
+    ``queue_error`` (a drain held the files past ``wait_seconds`` (None:
+    :data:`_QUEUE_WAIT_SECONDS`), an unsafe file) the records stay, for the next cycle. Given
+    ``held`` (the data dir's file of paid answers the database refused), the answers quoting what
+    the records name leave it first (``held_answers_error`` when the file refuses; the records
+    settle all the same: an extract phase drops a taken-out turn's answers itself, and a rewritten
+    turn's old answer is never taken). None recorded: one look at an empty table, no file read."""
     records = QueueWithdrawalStore(db)
     due = records.pending()
     if not due:
         return {"queue_lines_withdrawn": 0, "retractions_withdrawn": 0}
+    scrubbed = {} if held is None else _scrub_held_answers(held, due)
     lines = ExtractionLines.union(_lines_of(key, turn) for key, turn in due)
     done = withdraw_queued_lines(db, lines, queue=queue, wait_seconds=wait_seconds)
     if "queue_error" in done:
-        return {**done, "retractions_withdrawn": 0}
+        return {**done, **scrubbed, "retractions_withdrawn": 0}
     records.settle(due)
-    return {**done, "retractions_withdrawn": len(due)}
+    return {**done, **scrubbed, "retractions_withdrawn": len(due)}
+
+
+def _scrub_held_answers(held: HeldAnswersFile, due: Collection[tuple[str, str]]) -> dict[str, str]:
+    """The answers of the held answers' file ``held`` that quote what the withdrawal records
+    ``due`` name — a whole anchor, or a turn (``memory:<id>``) — out of it; ``held_answers_error``
+    when the file refused (logged)."""
+    from worker.held_answers import drop_withdrawn_from_file
+
+    try:
+        drop_withdrawn_from_file(held, sessions={key for key, turn in due if turn == WHOLE_ANCHOR},
+                                 memories={row_suffix(turn) for _, turn in due if turn != WHOLE_ANCHOR})
+    except OSError as exc:
+        log.error("held answers file not scrubbed of what was taken out or rewritten: the next extract phase drops "
+                  "what was taken out; a rewritten turn's old answer stays", path=str(held.path), error=str(exc))
+        return {"held_answers_error": str(exc)}
+    return {}
 
 
 def _forgets_left_unfinished(settings: Settings, db: Database) -> set[str]:
@@ -521,19 +529,19 @@ def _forgets_left_unfinished(settings: Settings, db: Database) -> set[str]:
     drain held the queue files, left them; a drain holds the files still. An import of such a file
     would queue lines the record names and a later withdrawal would take (``import-notes`` extracts
     without a session's claim, which keeps a cycle from extracting a session in that state)."""
-    if "queue_error" not in withdraw_retracted(db, queue=LazyEdgeQueue(settings.queue_path)):
+    if "queue_error" not in withdraw_retracted(db, queue=LazyEdgeQueue(settings.queue_path), held=held_answers_file(settings)):
         return set()
     return {key for key, _ in QueueWithdrawalStore(db).pending()}
 
 
-def withdraw_retracted_despite_failure(db: Database, *, queue: LazyEdgeQueue) -> dict[str, Any]:
+def withdraw_retracted_despite_failure(db: Database, *, queue: LazyEdgeQueue, held: HeldAnswersFile | None = None) -> dict[str, Any]:
     """:func:`withdraw_retracted` while what runs it is failing or stopping (a cycle's ingest phase,
     a backfill a signal or Chroma stopped), or after what it finishes has committed (a forget): an
     error of the withdrawal is returned as ``queue_error`` beside zero counts, never raised, so the
     caller's own error (or report) is the one it ends with. The records stay: the next cycle
     withdraws their lines."""
     try:
-        return withdraw_retracted(db, queue=queue)
+        return withdraw_retracted(db, queue=queue, held=held)
     except Exception as exc:  # noqa: BLE001 - the caller's error is being raised; this one is reported beside it
         return {"queue_lines_withdrawn": 0, "retractions_withdrawn": 0, "queue_error": f"{type(exc).__name__}: {exc}"}
 

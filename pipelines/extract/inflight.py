@@ -157,6 +157,19 @@ class HeldAnswers:
         return len(gone)
 
 
+    def drop_quoting(self, *, sessions: Collection[str], memories: Collection[str]) -> int:
+        """Drop each answer of one of ``sessions`` or quoting a turn among ``memories`` (memory
+        ids): what a retraction or a forget took out, or a rewrite replaced (a turn written again
+        with other words keeps its id, so :meth:`keep_only_present` would keep its old words'
+        answer, which no attempt ever takes again). Returns how many went."""
+        turns = set(memories)
+        gone = [key for key, answer in self._held.items()
+                if answer.session_id in sessions or not turns.isdisjoint(answer.memory_ids)]
+        for key in gone:
+            del self._held[key]
+        return len(gone)
+
+
 def _from_record(record: Mapping[str, Any]) -> tuple[TextKey, HeldAnswer]:
     """The key and answer of one of :meth:`HeldAnswers.records`; raises for anything else."""
     key = (_text(record["fingerprint"]), _text(record["text_hash"]))
