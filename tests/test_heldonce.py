@@ -114,17 +114,24 @@ async def test_a_daemon_stopped_after_a_refused_cycle_leaves_its_answers_to_the_
         assert (phase["sessions_digested"], phase["chunks_reused"], sent_per_chunk(llm)) == (1, 3, [1, 1, 1]), phase
 
 
+async def _three_answers_in_the_file(settings: Settings, llm: LLMServer, work: Path) -> Settings:
+    """Session ``s`` ingested, then extracted once while the database refused every answer: its
+    three chunks' answers are in the data dir's file; the database accepts answers again."""
+    config = llm_settings(settings.data_dir, llm)
+    await ingested(settings.data_dir, [conversation("s", HISTORY)], work)
+    refuse_answers(config, None)
+    await extract_phase(config)
+    assert CHUNK_WORDS[0][0] in config.held_answers_path.read_text()
+    accept_answers(config, None)
+    return config
+
+
 async def test_a_forget_takes_its_turns_answers_out_of_the_file(tmp_path: Path, settings: Settings, quick_refusal: None) -> None:
     """A run the database refused leaves the three answers of ``s`` in the file. ``forget`` of the
     turn of chunk 0 takes that chunk's answer out (its words leave the file's bytes) and keeps the
     other two; ``forget`` of the session takes the file away. The next run stores nothing held."""
     with LLMServer() as llm:
-        config = llm_settings(settings.data_dir, llm)
-        await ingested(settings.data_dir, [conversation("s", HISTORY)], tmp_path)
-        refuse_answers(config, None)
-        await extract_phase(config)
-        assert CHUNK_WORDS[0][0] in config.held_answers_path.read_text()
-        accept_answers(config, None)
+        config = await _three_answers_in_the_file(settings, llm, tmp_path)
         forget(config, memory="s-t0")
         assert len(_held_lines(config)) == 2
         assert CHUNK_WORDS[0][0] not in config.held_answers_path.read_text()
@@ -143,12 +150,7 @@ async def test_a_rewritten_turns_old_answer_leaves_the_file_at_the_next_cycles_i
     Before, the old answer (its turn's id still in the graph) was taken and written back by every
     phase: the redacted words stayed in the file until 1,000 newer answers pushed them out."""
     with LLMServer() as llm:
-        config = llm_settings(settings.data_dir, llm)
-        await ingested(settings.data_dir, [conversation("s", HISTORY)], tmp_path)
-        refuse_answers(config, None)
-        await extract_phase(config)
-        assert CHUNK_WORDS[0][0] in config.held_answers_path.read_text()
-        accept_answers(config, None)
+        config = await _three_answers_in_the_file(settings, llm, tmp_path)
         redacted = [(HISTORY[0][0], HISTORY[0][1].replace(CHUNK_WORDS[0][0], "ZqRedactedItem")), *HISTORY[1:]]
         await import_sessions(write_sessions(tmp_path / "redacted.jsonl", [conversation("s", redacted)]), chroma=ChromaStore(config),
                               memory_collection=config.memory_collection, summary_collection=config.session_collection)
