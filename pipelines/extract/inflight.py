@@ -28,7 +28,7 @@ here claims it there too before its call (:func:`pipelines.extract.map._claim_am
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -150,12 +150,7 @@ class HeldAnswers:
         database still has of each session in :meth:`sessions`): its session or a turn of it was
         forgotten or retracted since it was held, and the process must not keep, nor store in
         another session, what was taken out. Returns how many went."""
-        gone = [key for key, answer in self._held.items()
-                if not set(answer.memory_ids) <= set(memories.get(answer.session_id, ()))]
-        for key in gone:
-            del self._held[key]
-        return len(gone)
-
+        return self._drop(lambda answer: not set(answer.memory_ids) <= set(memories.get(answer.session_id, ())))
 
     def drop_quoting(self, *, sessions: Collection[str], memories: Collection[str]) -> int:
         """Drop each answer of one of ``sessions`` or quoting a turn among ``memories`` (memory
@@ -163,8 +158,11 @@ class HeldAnswers:
         with other words keeps its id, so :meth:`keep_only_present` would keep its old words'
         answer, which no attempt ever takes again). Returns how many went."""
         turns = set(memories)
-        gone = [key for key, answer in self._held.items()
-                if answer.session_id in sessions or not turns.isdisjoint(answer.memory_ids)]
+        return self._drop(lambda answer: answer.session_id in sessions or not turns.isdisjoint(answer.memory_ids))
+
+    def _drop(self, taken_out: Callable[[HeldAnswer], bool]) -> int:
+        """Drop each answer ``taken_out`` says; how many went."""
+        gone = [key for key, answer in self._held.items() if taken_out(answer)]
         for key in gone:
             del self._held[key]
         return len(gone)
