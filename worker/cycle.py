@@ -433,10 +433,12 @@ async def extract(ctx: CycleContext) -> dict[str, Any]:
             raise PhaseError("chroma-unavailable", str(group.exceptions[0])) from None
         finally:
             with anyio.CancelScope(shield=True):
-                await anyio.to_thread.run_sync(claims.release)
-                if text_claims is not None:
-                    await anyio.to_thread.run_sync(text_claims.release)
-                await anyio.to_thread.run_sync(write_to_file, settings, ctx.held_answers, TombstoneStore(stores.db))
+                try:  # first: a database that refused the answers may refuse the releases too (they wait for a lease then)
+                    await anyio.to_thread.run_sync(write_to_file, settings, ctx.held_answers, TombstoneStore(stores.db))
+                finally:
+                    await anyio.to_thread.run_sync(claims.release)
+                    if text_claims is not None:
+                        await anyio.to_thread.run_sync(text_claims.release)
     if stats.interrupted or ctx.stop.is_set():
         raise CycleInterrupted("stop requested")
     if not stats.sessions_failed and not stats.sessions_claim_lost:  # no commit rolled back after resolving

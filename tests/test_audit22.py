@@ -1,0 +1,56 @@
+"""audit22: the twentieth session's code (heldonce, heldrewrite, rewritequeue, audit21), attacked.
+Real SQLite files, embedded Chroma, the loopback chat-completions server, the real file of held
+answers; each test failed on the code of ``103cd96`` as RELIABILITY.md "audit22" quotes."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+import pipelines.extract.map
+from config import Settings
+from tests.llm_server import LLMServer
+from tests.test_extract_cycle import llm_settings
+from tests.test_forkreuse import HISTORY, conversation
+from tests.test_textclaim import sent_per_chunk
+from tests.workers_support import accept_answers, extract_phase, ingested, refuse_answers
+from worker.cycle import run_cycle
+
+
+@pytest.fixture
+def quick_refusal(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A refused answer is tried again after 0.01 s, not 1 s."""
+    monkeypatch.setattr(pipelines.extract.map, "STORE_RETRY_SECONDS", 0.01)
+
+
+def _held_lines(settings: Settings) -> list[str]:
+    path = settings.held_answers_path
+    return path.read_text().splitlines() if path.exists() else []
+
+
+async def test_answers_refused_by_a_database_that_refuses_the_claims_release_too_reach_the_file(
+    tmp_path: Path, settings: Settings, quick_refusal: None
+) -> None:
+    """The database refuses the answers and, at the phase's end, the release of the session's claim
+    (a trigger: as a database locked past its wait or full refuses every write). The phase fails,
+    but the three paid answers are in the data dir's file all the same, and the next run (once the
+    claim's lease ran out) stores them with no request. Before, the failed release ended the phase's
+    clean-up before its write: the answers went with the process, to be paid for again."""
+    with LLMServer() as llm:
+        config = llm_settings(settings.data_dir, llm)
+        await ingested(settings.data_dir, [conversation("s", HISTORY)], tmp_path)
+        refuse_answers(config, None)
+        with sqlite3.connect(config.graph_path) as conn:
+            conn.execute("CREATE TRIGGER refuse_release BEFORE DELETE ON session_claims "
+                         "BEGIN SELECT RAISE(ABORT, 'session_claims refuses writes'); END")
+        result = await run_cycle(config)
+        assert (result.outcome, result.failure_phase) == ("failed", "extract"), result.as_dict()
+        assert len(_held_lines(config)) == 3
+        accept_answers(config, None)
+        with sqlite3.connect(config.graph_path) as conn:
+            conn.execute("DROP TRIGGER refuse_release")
+            conn.execute("UPDATE session_claims SET lease_expires_at = '2000-01-01T00:00:00Z'")  # its lease ran out
+        phase = await extract_phase(config)
+        assert (phase["sessions_digested"], phase["chunks_reused"], sent_per_chunk(llm)) == (1, 3, [1, 1, 1]), phase
