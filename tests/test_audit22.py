@@ -15,7 +15,10 @@ from tests.llm_server import LLMServer
 from tests.test_extract_cycle import llm_settings
 from tests.test_forkreuse import HISTORY, conversation
 from tests.test_textclaim import sent_per_chunk
+from tests.test_heldonce import _three_answers_in_the_file
+from tests.test_textclaim import CHUNK_WORDS
 from tests.workers_support import accept_answers, extract_phase, ingested, refuse_answers
+from worker.knowledge import forget
 from worker.cycle import run_cycle
 
 
@@ -54,3 +57,21 @@ async def test_answers_refused_by_a_database_that_refuses_the_claims_release_too
             conn.execute("UPDATE session_claims SET lease_expires_at = '2000-01-01T00:00:00Z'")  # its lease ran out
         phase = await extract_phase(config)
         assert (phase["sessions_digested"], phase["chunks_reused"], sent_per_chunk(llm)) == (1, 3, [1, 1, 1]), phase
+
+
+async def test_a_forget_takes_its_words_out_of_a_part_file_a_killed_writer_left(
+    tmp_path: Path, settings: Settings, quick_refusal: None
+) -> None:
+    """A run the database refused leaves the three answers of ``s`` in the file; the next run takes
+    them (the file goes) and is killed in the middle of writing them back: ``held-answers.jsonl.part``
+    holds them, no file (the kill test of tests/test_heldonce.py shows a ``.part`` stays). ``forget``
+    of the turn of chunk 0 leaves its words in no file of the data dir. Before, the forget found no
+    answer to drop in the (missing) file and left the ``.part``, quoting the forgotten words, until
+    the next extract phase (for ``--once`` runs: whenever one came)."""
+    with LLMServer() as llm:
+        config = await _three_answers_in_the_file(settings, llm, tmp_path)
+        part = config.held_answers_path.with_name(config.held_answers_path.name + ".part")
+        config.held_answers_path.rename(part)
+        forget(config, memory="s-t0")
+        holding = [p.name for p in config.data_dir.iterdir() if p.is_file() and CHUNK_WORDS[0][0].encode() in p.read_bytes()]
+        assert holding == []

@@ -100,14 +100,17 @@ def drop_withdrawn_from_file(spill: HeldAnswersFile, *, sessions: Collection[str
     """Take out of ``spill`` the answers of ``sessions`` or quoting a turn among ``memories``
     (memory ids: what a withdrawal record names, store/withdrawals.py — a turn rewritten with other
     words too, whose old answer no attempt takes again and :func:`drop_taken_out` keeps, its id
-    being still there), and any line that cannot be read. Raises ``OSError``."""
+    being still there), and any line that cannot be read; a ``.part`` a killed writer left goes too.
+    Raises ``OSError``."""
     if not spill.exists():
         return
     with spill.locked():
         content = spill.read()
         kept = HeldAnswers()
         problems = kept.keep_records(content.records)
-        if kept.drop_quoting(sessions=sessions, memories=memories) or content.unreadable or problems:
+        # A ``.part`` under the lock is a killed writer's (it may quote what was taken out): the
+        # replace removes it, even when the file itself quotes nothing of it (or is not there).
+        if kept.drop_quoting(sessions=sessions, memories=memories) or content.unreadable or problems or spill.part_path.exists():
             spill.replace(kept.records())
     _report_damage(spill, content, problems)
 
