@@ -11,6 +11,11 @@ import pytest
 
 import pipelines.extract.map
 from config import Settings
+from pipelines.extract.inflight import HeldAnswers
+from pipelines.importer import import_sessions
+from store.chroma import ChromaStore
+from store.backend import open_database
+from tests.conftest import write_sessions
 from tests.llm_server import LLMServer
 from tests.test_extract_cycle import llm_settings
 from tests.test_forkreuse import HISTORY, conversation
@@ -18,6 +23,7 @@ from tests.test_textclaim import sent_per_chunk
 from tests.test_heldonce import _three_answers_in_the_file
 from tests.test_textclaim import CHUNK_WORDS
 from tests.workers_support import accept_answers, extract_phase, ingested, refuse_answers
+from worker.held_answers import take_from_file, write_to_file
 from worker.knowledge import forget
 from worker.cycle import run_cycle
 
@@ -75,3 +81,30 @@ async def test_a_forget_takes_its_words_out_of_a_part_file_a_killed_writer_left(
         forget(config, memory="s-t0")
         holding = [p.name for p in config.data_dir.iterdir() if p.is_file() and CHUNK_WORDS[0][0].encode() in p.read_bytes()]
         assert holding == []
+
+
+async def test_a_rewritten_turns_old_answer_another_process_held_meanwhile_does_not_stay_in_the_file(
+    tmp_path: Path, settings: Settings, quick_refusal: None
+) -> None:
+    """A run the database refused leaves the three answers of ``s`` in the file. Another process's
+    extract phase takes them (a follower of ``REM_SHARED_EXTRACT`` on the data dir, or a worker on
+    another host of the PostgreSQL graph with its own file). Meanwhile turn 0 is written again with
+    other words and the leading cycle ingests the rewrite (its scrub finds no file), then extracts
+    and digests ``s``. The other phase ends and writes back what it held: the redacted words must
+    not be among it. Before, the old words' answer passed the id check (the turn's id stands) and
+    stayed in the file until 1,000 newer answers pushed it out."""
+    with LLMServer() as llm:
+        config = await _three_answers_in_the_file(settings, llm, tmp_path)
+        other = HeldAnswers()
+        take_from_file(config, other)
+        assert len(other) == 3 and not config.held_answers_path.exists()
+        redacted = [(HISTORY[0][0], HISTORY[0][1].replace(CHUNK_WORDS[0][0], "ZqRedactedItem")), *HISTORY[1:]]
+        await import_sessions(write_sessions(tmp_path / "redacted.jsonl", [conversation("s", redacted)]), chroma=ChromaStore(config),
+                              memory_collection=config.memory_collection, summary_collection=config.session_collection)
+        assert (await extract_phase(config))["sessions_digested"] == 1
+        db = open_database(config)
+        try:
+            write_to_file(config, other, db)
+        finally:
+            db.close()
+    assert CHUNK_WORDS[0][0] not in "".join(_held_lines(config))

@@ -406,7 +406,7 @@ async def extract(ctx: CycleContext) -> dict[str, Any]:
         try:
             # Answers an earlier process held (a --once run's, a daemon's between cycles) join this one's.
             await anyio.to_thread.run_sync(take_from_file, settings, ctx.held_answers)
-            await anyio.to_thread.run_sync(drop_taken_out, ctx.held_answers, TombstoneStore(stores.db))
+            await anyio.to_thread.run_sync(drop_taken_out, ctx.held_answers, stores.db)
             # Claims this owner still holds are an earlier cycle's that could not release them (the
             # database dropped its connection; a daemon's cycles share one owner): its own again.
             await anyio.to_thread.run_sync(claims.release)
@@ -434,7 +434,7 @@ async def extract(ctx: CycleContext) -> dict[str, Any]:
         finally:
             with anyio.CancelScope(shield=True):
                 try:  # first: a database that refused the answers may refuse the releases too (they wait for a lease then)
-                    await anyio.to_thread.run_sync(write_to_file, settings, ctx.held_answers, TombstoneStore(stores.db))
+                    await anyio.to_thread.run_sync(write_to_file, settings, ctx.held_answers, stores.db)
                 finally:
                     await anyio.to_thread.run_sync(claims.release)
                     if text_claims is not None:

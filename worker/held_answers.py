@@ -26,26 +26,37 @@ from collections.abc import Collection
 
 from config import Settings
 from pipelines.extract.inflight import HeldAnswers
+from store.db import Database
 from store.errors import StoreError
 from store.held_file import HeldAnswersFile, HeldFileContent, held_answers_file
 from store.library_log import get_logger
+from store.runstate import RunStateStore
 from store.tombstones import TombstoneStore
 
 log = get_logger(__name__)
 
 
-def drop_taken_out(held: HeldAnswers, tombstones: TombstoneStore) -> int:
+def drop_taken_out(held: HeldAnswers, db: Database) -> int:
     """Drop the answers ``held`` whose session or turns were forgotten or retracted since they were
     held — by another process too (``rem-cycle forget``), which cannot reach this one's memory:
     forgetting takes the quotes out of it too, and a fork of the same words is asked again, as it is
-    when the forgotten session's stored answers went with it. One read per session held; none when
-    nothing is (the usual case). Returns how many went; raises the database's :class:`StoreError`."""
+    when the forgotten session's stored answers went with it — and those of a session digested since
+    (by another process: a follower, a worker on another host), which no attempt takes again: each
+    chunk of it has its answer stored, and the held one's words are among those (stored) or no
+    longer in the session (a turn written again with other words keeps its id, so only this drops
+    its old words' answer when another process held it while the rewrite's withdrawal ran). Two
+    reads per session held; none when nothing is (the usual case). Returns how many went; raises
+    the database's :class:`StoreError`."""
     sessions = held.sessions()
     if not sessions:
         return 0
+    tombstones = TombstoneStore(db)
     dropped = held.keep_only_present({sid: tombstones.session_memories(sid) for sid in sessions})
+    digested = {sid for sid, record in RunStateStore(db).get_digests(sessions).items() if record.state == "digested"}
+    dropped += held.drop_quoting(sessions=digested, memories=())
     if dropped:
-        log.info("held answers dropped: their session or turns were forgotten or retracted", answers=dropped)
+        log.info("held answers dropped: their session or turns were forgotten or retracted, or their session digested",
+                 answers=dropped)
     return dropped
 
 
@@ -69,7 +80,7 @@ def take_from_file(settings: Settings, held: HeldAnswers) -> None:
         log.info("held answers taken from the file", path=str(spill.path), answers=taken)
 
 
-def write_to_file(settings: Settings, held: HeldAnswers, tombstones: TombstoneStore) -> None:
+def write_to_file(settings: Settings, held: HeldAnswers, db: Database) -> None:
     """Write what ``held`` holds to the data dir's file, beside the answers another process wrote
     there since, leaving out those whose session or turns were taken out since, and hold nothing
     more (a blocking call: run it in a thread). The file cannot be written: ``held`` keeps them
@@ -82,7 +93,7 @@ def write_to_file(settings: Settings, held: HeldAnswers, tombstones: TombstoneSt
             content = spill.read()
             problems = held.keep_records(content.records)
             try:
-                drop_taken_out(held, tombstones)
+                drop_taken_out(held, db)
             except StoreError as exc:  # the database is out: a forget cannot commit either, or its own scrub follows
                 log.warning("held answers written without checking for forgotten turns: the database refused the read",
                             error=str(exc)[:300])
