@@ -76,7 +76,7 @@ class HeldAnswersFile:
             for number, line in enumerate(handle, 1):
                 try:
                     record = json.loads(line)
-                except ValueError as exc:  # not UTF-8, not JSON, cut short
+                except (ValueError, RecursionError) as exc:  # not UTF-8, not JSON, cut short, nested past the parser
                     content.count_unreadable(f"line {number}: {exc}")
                     continue
                 if isinstance(record, dict):

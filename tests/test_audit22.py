@@ -14,13 +14,14 @@ from config import Settings
 from pipelines.extract.inflight import HeldAnswers
 from pipelines.importer import import_sessions
 from store.chroma import ChromaStore
+from store.held_file import HeldAnswersFile
 from store.backend import open_database
 from tests.conftest import write_sessions
 from tests.llm_server import LLMServer
 from tests.test_extract_cycle import llm_settings
 from tests.test_forkreuse import HISTORY, conversation
 from tests.test_textclaim import sent_per_chunk
-from tests.test_heldonce import _three_answers_in_the_file
+from tests.test_heldonce import _three_answers_in_the_file, _two_answers
 from tests.test_textclaim import CHUNK_WORDS
 from tests.workers_support import accept_answers, extract_phase, ingested, refuse_answers
 from worker.held_answers import take_from_file, write_to_file
@@ -108,3 +109,19 @@ async def test_a_rewritten_turns_old_answer_another_process_held_meanwhile_does_
         finally:
             db.close()
     assert CHUNK_WORDS[0][0] not in "".join(_held_lines(config))
+
+
+def test_a_line_nested_too_deep_costs_its_own_answer_not_every_phase(settings: Settings) -> None:
+    """A damaged line of the file that opens 100,000 lists (JSON's parser gives up with
+    ``RecursionError``, not ``ValueError``) is one unreadable line: the take holds the other answer
+    and removes the file. Before, the error left ``take_from_file`` (it catches ``OSError``), so
+    every extract phase crashed on the file, which stayed."""
+    settings.data_dir.mkdir(parents=True)
+    first, _ = _two_answers()
+    spill = HeldAnswersFile(settings.held_answers_path, root=settings.data_dir)
+    spill.replace([first])
+    with settings.held_answers_path.open("ab") as out:
+        out.write(b"[" * 100_000 + b"\n")
+    held = HeldAnswers()
+    take_from_file(settings, held)
+    assert len(held) == 1 and not settings.held_answers_path.exists()
