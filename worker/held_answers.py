@@ -9,13 +9,14 @@ holds nothing more: a ``--once`` run's answers, and a daemon's between its cycle
 process. Only a kill in the middle of a phase loses what that phase held (the model is asked again).
 
 Forgotten or rewritten words do not stay in the file: the answers whose session or turns are no
-longer all in the database are dropped when a phase takes the file and when it writes it back
-(under the file's lock, so a ``forget`` committed before the write is seen, and one committed after
-it scrubs the file); and every withdrawal of what a forget or a retraction took out, or a rewrite
-replaced (``worker.knowledge.withdraw_retracted``: the forget itself, a cycle's ingest, a backfill,
-a drain), takes the answers quoting it out of the file (:func:`drop_withdrawn_from_file`) — a
-rewritten turn keeps its id, so only that takes its old words' answer out. A line that cannot be
-read is logged and dropped: its words are asked again. Nothing here raises for the file or the
+longer all in the database, or whose session was digested since, are dropped when a phase takes
+the file and when it writes it back (under the file's lock, so a ``forget`` committed before the
+write is seen, and one committed after it scrubs the file); and every withdrawal of what a forget
+or a retraction took out, or a rewrite replaced (``worker.knowledge.withdraw_retracted``: the
+forget itself, a cycle's ingest, a backfill, a drain), takes the answers quoting it out of the file
+(:func:`drop_withdrawn_from_file`) — a rewritten turn keeps its id, so that takes its old words'
+answer out at once, and the digest check when another process held it meanwhile. A line that
+cannot be read is logged and dropped: its words are asked again. Nothing here raises for the file or the
 database but :func:`drop_withdrawn_from_file` (its caller reports it): the phase goes on as if
 nothing were held.
 """

@@ -493,7 +493,8 @@ def withdraw_retracted(
     ``held`` (the data dir's file of paid answers the database refused), the answers quoting what
     the records name leave it first (``held_answers_error`` when the file refuses; the records
     settle all the same: an extract phase drops a taken-out turn's answers itself, and a rewritten
-    turn's old answer is never taken). None recorded: one look at an empty table, no file read."""
+    turn's old answer once its session is digested again). None recorded: one look at an empty
+    table, no file read."""
     records = QueueWithdrawalStore(db)
     due = records.pending()
     if not due:
@@ -518,7 +519,8 @@ def _scrub_held_answers(held: HeldAnswersFile, due: Collection[tuple[str, str]])
                                  memories={row_suffix(turn) for _, turn in due if turn != WHOLE_ANCHOR})
     except OSError as exc:
         log.error("held answers file not scrubbed of what was taken out or rewritten: the next extract phase drops "
-                  "what was taken out; a rewritten turn's old answer stays", path=str(held.path), error=str(exc))
+                  "what was taken out; a rewritten turn's old answer stays until its session is digested again",
+                  path=str(held.path), error=str(exc))
         return {"held_answers_error": str(exc)}
     return {}
 
