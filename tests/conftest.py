@@ -77,6 +77,15 @@ def release_embedded_chroma() -> Iterator[None]:
 
 
 @pytest.fixture
+def quick_refusal(monkeypatch: pytest.MonkeyPatch) -> None:
+    """In-process cycles try a refused answer again after 0.01 s, not 1 s (the pause is not what
+    the tests using this are about: tests/test_paidstore.py)."""
+    import pipelines.extract.map
+
+    monkeypatch.setattr(pipelines.extract.map, "STORE_RETRY_SECONDS", 0.01)
+
+
+@pytest.fixture
 def data_dir(tmp_path: Path) -> Path:
     return tmp_path / "data"
 

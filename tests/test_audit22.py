@@ -7,41 +7,45 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+import psycopg
 import pytest
 
-import pipelines.extract.map
 from config import Settings
 from pipelines.extract.inflight import HeldAnswers
 from pipelines.importer import import_sessions
 from store.chroma import ChromaStore
 from store.held_file import HeldAnswersFile
-from store.backend import open_database
 from tests.conftest import write_sessions
 from tests.llm_server import LLMServer
 from tests.test_extract_cycle import llm_settings
 from tests.test_forkreuse import HISTORY, conversation
-from tests.test_textclaim import sent_per_chunk
-from tests.test_heldonce import _three_answers_in_the_file, _two_answers
-from tests.test_textclaim import CHUNK_WORDS
-from tests.workers_support import accept_answers, extract_phase, ingested, refuse_answers
+from tests.test_heldonce import _held_lines, _three_answers_in_the_file, _two_answers
+from tests.test_textclaim import CHUNK_WORDS, sent_per_chunk
+from tests.workers_support import REFUSED, accept_answers, extract_phase, graph_database, ingested, refuse_answers, three_answers_held
+from worker.cycle import run_cycle
 from worker.held_answers import take_from_file, write_to_file
 from worker.knowledge import forget
-from worker.cycle import run_cycle
 
 
-@pytest.fixture
-def quick_refusal(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A refused answer is tried again after 0.01 s, not 1 s."""
-    monkeypatch.setattr(pipelines.extract.map, "STORE_RETRY_SECONDS", 0.01)
+def _refuse_claims_release(settings: Settings, database_url: str | None, *, refuse: bool = True) -> None:
+    """Make the graph database refuse every delete of a session claim (a trigger, as a database
+    locked past its wait or full refuses every write); ``refuse`` False: take them again, and let
+    the claims' leases run out."""
+    statements = ([f"CREATE TRIGGER refuse_release BEFORE DELETE ON session_claims BEGIN SELECT RAISE(ABORT, '{REFUSED}'); END"]
+                  if database_url is None else
+                  [f"CREATE FUNCTION refuse_release() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN RAISE EXCEPTION '{REFUSED}'; END$$",
+                   "CREATE TRIGGER refuse_release BEFORE DELETE ON session_claims FOR EACH ROW EXECUTE FUNCTION refuse_release()"])
+    if not refuse:
+        statements = ["DROP TRIGGER refuse_release" + ("" if database_url is None else " ON session_claims"),
+                      "UPDATE session_claims SET lease_expires_at = '2000-01-01T00:00:00Z'"]
+    with (sqlite3.connect(settings.graph_path) if database_url is None else psycopg.connect(database_url)) as conn:
+        for statement in statements:
+            conn.execute(statement)
 
 
-def _held_lines(settings: Settings) -> list[str]:
-    path = settings.held_answers_path
-    return path.read_text().splitlines() if path.exists() else []
-
-
+@pytest.mark.both_backends
 async def test_answers_refused_by_a_database_that_refuses_the_claims_release_too_reach_the_file(
-    tmp_path: Path, settings: Settings, quick_refusal: None
+    tmp_path: Path, settings: Settings, database_url: str | None, quick_refusal: None
 ) -> None:
     """The database refuses the answers and, at the phase's end, the release of the session's claim
     (a trigger: as a database locked past its wait or full refuses every write). The phase fails,
@@ -49,19 +53,15 @@ async def test_answers_refused_by_a_database_that_refuses_the_claims_release_too
     claim's lease ran out) stores them with no request. Before, the failed release ended the phase's
     clean-up before its write: the answers went with the process, to be paid for again."""
     with LLMServer() as llm:
-        config = llm_settings(settings.data_dir, llm)
-        await ingested(settings.data_dir, [conversation("s", HISTORY)], tmp_path)
-        refuse_answers(config, None)
-        with sqlite3.connect(config.graph_path) as conn:
-            conn.execute("CREATE TRIGGER refuse_release BEFORE DELETE ON session_claims "
-                         "BEGIN SELECT RAISE(ABORT, 'session_claims refuses writes'); END")
+        config = llm_settings(settings.data_dir, llm, **({"database_url": database_url} if database_url else {}))
+        await ingested(settings.data_dir, [conversation("s", HISTORY)], tmp_path, database_url=database_url)
+        refuse_answers(config, database_url)
+        _refuse_claims_release(config, database_url)
         result = await run_cycle(config)
         assert (result.outcome, result.failure_phase) == ("failed", "extract"), result.as_dict()
         assert len(_held_lines(config)) == 3
-        accept_answers(config, None)
-        with sqlite3.connect(config.graph_path) as conn:
-            conn.execute("DROP TRIGGER refuse_release")
-            conn.execute("UPDATE session_claims SET lease_expires_at = '2000-01-01T00:00:00Z'")  # its lease ran out
+        accept_answers(config, database_url)
+        _refuse_claims_release(config, database_url, refuse=False)
         phase = await extract_phase(config)
         assert (phase["sessions_digested"], phase["chunks_reused"], sent_per_chunk(llm)) == (1, 3, [1, 1, 1]), phase
 
@@ -84,8 +84,9 @@ async def test_a_forget_takes_its_words_out_of_a_part_file_a_killed_writer_left(
         assert holding == []
 
 
+@pytest.mark.both_backends
 async def test_a_rewritten_turns_old_answer_another_process_held_meanwhile_does_not_stay_in_the_file(
-    tmp_path: Path, settings: Settings, quick_refusal: None
+    tmp_path: Path, settings: Settings, database_url: str | None, quick_refusal: None
 ) -> None:
     """A run the database refused leaves the three answers of ``s`` in the file. Another process's
     extract phase takes them (a follower of ``REM_SHARED_EXTRACT`` on the data dir, or a worker on
@@ -95,7 +96,7 @@ async def test_a_rewritten_turns_old_answer_another_process_held_meanwhile_does_
     not be among it. Before, the old words' answer passed the id check (the turn's id stands) and
     stayed in the file until 1,000 newer answers pushed it out."""
     with LLMServer() as llm:
-        config = await _three_answers_in_the_file(settings, llm, tmp_path)
+        config = await three_answers_held(settings.data_dir, llm, tmp_path, HeldAnswers(), database_url=database_url)
         other = HeldAnswers()
         take_from_file(config, other)
         assert len(other) == 3 and not config.held_answers_path.exists()
@@ -103,11 +104,8 @@ async def test_a_rewritten_turns_old_answer_another_process_held_meanwhile_does_
         await import_sessions(write_sessions(tmp_path / "redacted.jsonl", [conversation("s", redacted)]), chroma=ChromaStore(config),
                               memory_collection=config.memory_collection, summary_collection=config.session_collection)
         assert (await extract_phase(config))["sessions_digested"] == 1
-        db = open_database(config)
-        try:
+        with graph_database(settings.data_dir, database_url) as db:
             write_to_file(config, other, db)
-        finally:
-            db.close()
     assert CHUNK_WORDS[0][0] not in "".join(_held_lines(config))
 
 

@@ -20,10 +20,8 @@ import time
 from pathlib import Path
 
 import anyio
-import pytest
 from structlog.testing import capture_logs
 
-import pipelines.extract.map
 from config import Settings
 from pipelines.extract.inflight import HeldAnswer, HeldAnswers
 from pipelines.extract.model import ChunkExtraction
@@ -40,13 +38,6 @@ from tests.test_textclaim_failures import charged
 from tests.workers_support import accept_answers, extract_phase, ingested, refuse_answers
 from worker.held_answers import take_from_file
 from worker.knowledge import forget
-
-
-@pytest.fixture
-def quick_refusal(monkeypatch: pytest.MonkeyPatch) -> None:
-    """In-process cycles try a refused answer again after 0.01 s, not 1 s (the pause is not what
-    these tests are about: tests/test_paidstore.py)."""
-    monkeypatch.setattr(pipelines.extract.map, "STORE_RETRY_SECONDS", 0.01)
 
 
 def _once(env: dict[str, str]) -> dict[str, object]:
