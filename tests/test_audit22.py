@@ -1,6 +1,7 @@
 """audit22: the twentieth session's code (heldonce, heldrewrite, rewritequeue, audit21), attacked.
-Real SQLite files, embedded Chroma, the loopback chat-completions server, the real file of held
-answers; each test failed on the code of ``103cd96`` as RELIABILITY.md "audit22" quotes."""
+Real SQLite files and PostgreSQL schemas, embedded Chroma, the loopback chat-completions server,
+the real file of held answers; each test failed on the code of ``103cd96`` as RELIABILITY.md
+"audit22" quotes."""
 
 from __future__ import annotations
 
