@@ -79,6 +79,9 @@ class HeldAnswersFile:
                 except ValueError as exc:  # not UTF-8, not JSON, cut short
                     content.count_unreadable(f"line {number}: {exc}")
                     continue
+                except RecursionError:  # raised out of read, it stopped every take and scrub of the file
+                    content.count_unreadable(f"line {number}: nested too deeply")
+                    continue
                 if isinstance(record, dict):
                     content.records.append(record)
                 else:
