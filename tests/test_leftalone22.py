@@ -6,12 +6,14 @@ Chroma."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from config import Settings
 from store.backend import open_database
 from tests.conftest import run_cli
+from tests.test_heldonce import quick_refusal  # noqa: F401 - a fixture of the held answers' tests
 
 
 @pytest.mark.both_backends
@@ -51,3 +53,59 @@ def test_a_held_answers_line_nested_too_deeply_is_dropped_as_unreadable_by_a_for
     report = json.loads(done.stdout)
     assert "queue_error" not in report and "held_answers_error" not in report, report
     assert not settings.held_answers_path.exists()
+
+
+@pytest.mark.parametrize(("backend", "queue"), [("sqlite", "file"), ("postgresql", "database")], indirect=["backend"])
+async def test_a_turn_rewritten_and_synced_by_backfill_leaves_its_old_queue_lines(
+    settings: Settings, database_url: str | None, tmp_path: Path, queue: str,
+) -> None:
+    """rewritequeue's scenario with ``rem-cycle backfill`` in the cycle's place: its sync records
+    the rewritten turn and its withdrawal takes the old words' line; the next cycle extracts the
+    session again and queues the kept reference once."""
+    from tests.test_erase_due import _seed
+    from tests.test_forget_queue import LATE, LATE_REF, LEGACY_REF
+    from tests.test_forgetdur import _env
+    from tests.test_retract_queue import _cycle
+    from tests.test_rewrite_queue import KEPT_REF, OLD_REF, _queued_lines, _red
+
+    mine = settings.model_copy(update={"lazy_queue": queue})
+    await _seed(mine, [_red(redacted=False), *LATE], tmp_path)
+    await _cycle(mine)
+    await _seed(mine, [_red(redacted=True)], tmp_path)
+
+    done = run_cli("backfill", "--days", "3650", "--skip-drain", "--json", env=_env(mine, database_url) | {"REM_LAZY_QUEUE": queue})
+
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert (report["retractions_withdrawn"], report["queue_lines_withdrawn"]) == (1, 2), report  # the turn's two lines
+    assert [_queued_lines(mine, word) for word in (OLD_REF, KEPT_REF, LEGACY_REF, LATE_REF)] == [0, 0, 1, 1]
+    await _cycle(mine)
+    assert [_queued_lines(mine, word) for word in (OLD_REF, KEPT_REF, LEGACY_REF, LATE_REF)] == [0, 1, 1, 1]
+
+
+async def test_a_turn_rewritten_and_synced_by_backfill_leaves_the_held_answers_file(
+    tmp_path: Path, settings: Settings, quick_refusal: None,
+) -> None:
+    """heldrewrite's scenario with ``rem-cycle backfill`` in the cycle's place: the old words'
+    answer leaves ``held-answers.jsonl`` at the backfill's withdrawal; the other two stay, and the
+    next extract phase stores them with no request."""
+    from pipelines.importer import import_sessions
+    from store.chroma import ChromaStore
+    from tests.conftest import write_sessions
+    from tests.llm_server import LLMServer
+    from tests.test_forgetdur import _env
+    from tests.test_heldonce import CHUNK_WORDS, HISTORY, _held_lines, _three_answers_in_the_file, conversation, extract_phase
+
+    with LLMServer() as llm:
+        config = await _three_answers_in_the_file(settings, llm, tmp_path)
+        redacted = [(HISTORY[0][0], HISTORY[0][1].replace(CHUNK_WORDS[0][0], "ZqRedactedItem")), *HISTORY[1:]]
+        await import_sessions(write_sessions(tmp_path / "redacted.jsonl", [conversation("s", redacted)]), chroma=ChromaStore(config),
+                              memory_collection=config.memory_collection, summary_collection=config.session_collection)
+
+        done = run_cli("backfill", "--days", "3650", "--skip-drain", "--json", env=_env(config, None))
+
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout)["retractions_withdrawn"] == 1
+        assert len(_held_lines(config)) == 2 and CHUNK_WORDS[0][0] not in config.held_answers_path.read_text()
+        phase = await extract_phase(config)
+        assert (phase["sessions_digested"], phase["chunks_reused"]) == (1, 2), phase
