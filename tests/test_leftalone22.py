@@ -109,3 +109,46 @@ async def test_a_turn_rewritten_and_synced_by_backfill_leaves_the_held_answers_f
         assert len(_held_lines(config)) == 2 and CHUNK_WORDS[0][0] not in config.held_answers_path.read_text()
         phase = await extract_phase(config)
         assert (phase["sessions_digested"], phase["chunks_reused"]) == (1, 2), phase
+
+
+MOVE_REF = "zqmoveref4471"  # a memory id the moved turn names, which no Chroma row has
+MOVED = f"GraphStore was in memory:{MOVE_REF}-x."
+
+
+@pytest.mark.parametrize(("backend", "queue"), [("sqlite", "file"), ("postgresql", "database")], indirect=["backend"])
+async def test_a_turn_moved_with_its_words_leaves_the_lines_of_its_old_session(
+    settings: Settings, tmp_path: Path, queue: str, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A turn moved to another session with the same words (``import --allow-move``). Synced in
+    one batch with its old session, the old session took it out as retracted, and its old lines
+    went; synced in a batch before the old session's (here a batch a session; in the field
+    sessions in id order, 25 a batch, or ``REM_BATCH_LIMIT``), its old session's line stayed
+    beside the new session's: an edge saying ``sessionId`` s-z, naming s-z's chunks, that a
+    forget of the turn (now s-b's) did not withdraw."""
+    import worker.cycle
+    from pipelines.importer import import_sessions
+    from store.chroma import ChromaStore
+    from tests.conftest import write_sessions
+    from tests.test_erase_due import _erase_due, _seed
+    from tests.test_forget_queue import _session
+    from tests.test_requeue_once import _records_naming
+    from tests.test_retract_queue import _cycle
+    from worker.knowledge import forget
+
+    mine = settings.model_copy(update={"lazy_queue": queue})
+    await _seed(mine, [_session("s-z", [MOVED, "RetryPolicy reads the config."]), _session("s-b", ["ConfigLoader caches it."])], tmp_path)
+    await _cycle(mine)
+    assert [line["properties"]["sessionId"] for line in _records_naming(mine, MOVE_REF)] == ["s-z"]
+    moved = {**_session("s-b", []), "turns": [{"id": "s-b-t0000", "role": "user", "text": "ConfigLoader caches it."},
+                                              {"id": "s-z-t0000", "role": "user", "text": MOVED}]}
+    await import_sessions(write_sessions(tmp_path / "moved.jsonl", [moved]), chroma=ChromaStore(mine), allow_move=True,
+                          memory_collection=mine.memory_collection, summary_collection=mine.session_collection)
+    monkeypatch.setattr(worker.cycle, "SESSIONS_PER_BATCH", 1)  # s-b's batch, then s-z's
+
+    result = await _cycle(mine)
+
+    assert result.phases["ingest"]["retractions_withdrawn"] == 1 and _erase_due(mine) == 0  # no words went
+    # Before: ['s-b', 's-z'].
+    assert [line["properties"]["sessionId"] for line in _records_naming(mine, MOVE_REF)] == ["s-b"]
+    forget(mine, memory="s-z-t0000")
+    assert _records_naming(mine, MOVE_REF) == []

@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from config import Settings
 from pipelines.enqueue import enqueue_lazy_edges
+from store.backend import open_database
 from store.lazy_queue import LazyEdgeQueue
 from tests.test_erase_due import _seed
 from tests.test_forget_queue import LATE, LATE_REF, _session
@@ -35,19 +37,24 @@ def _grow(turns: int) -> dict[str, object]:
     return _session("s-grow", texts[:turns])
 
 
-def _queued_edges(settings: Settings) -> list[dict[str, object]]:
-    """The live lines (file or table) naming DANGLING, as records."""
+def _records_naming(settings: Settings, word: str) -> list[dict[str, Any]]:
+    """The live lines (file or table) holding ``word``, as records, sorted by their session."""
     if settings.lazy_queue == "file":
         queue = LazyEdgeQueue(settings.queue_path)
         text = "".join(p.read_text() for p in (queue.path, *queue.draining_files()) if p.exists())
-        return [json.loads(line) for line in text.splitlines() if DANGLING in line]
-    from store.backend import open_database
+        found = [json.loads(line) for line in text.splitlines() if word in line]
+    else:
+        db = open_database(settings)
+        try:
+            found = [json.loads(row[0]) for row in db.query("SELECT line FROM lazy_edges") if word in row[0]]
+        finally:
+            db.close()
+    return sorted(found, key=lambda record: str(record["properties"].get("sessionId")))
 
-    db = open_database(settings)
-    try:
-        return [json.loads(row[0]) for row in db.query("SELECT line FROM lazy_edges") if DANGLING in row[0]]
-    finally:
-        db.close()
+
+def _queued_edges(settings: Settings) -> list[dict[str, Any]]:
+    """The live lines naming DANGLING."""
+    return _records_naming(settings, DANGLING)
 
 
 @pytest.mark.parametrize(("backend", "queue"), [("sqlite", "file"), ("sqlite", "database"), ("postgresql", "database")],
