@@ -152,3 +152,41 @@ async def test_a_turn_moved_with_its_words_leaves_the_lines_of_its_old_session(
     assert [line["properties"]["sessionId"] for line in _records_naming(mine, MOVE_REF)] == ["s-b"]
     forget(mine, memory="s-z-t0000")
     assert _records_naming(mine, MOVE_REF) == []
+
+
+def test_a_forget_of_an_id_never_seen_run_again_still_says_to_check_the_id(settings: Settings) -> None:
+    """The first forget of a mistyped id says it is not in the graph and to check the id; run
+    again, it said only ``was already forgotten`` (the first had tombstoned it), as if the id had
+    been right. The tombstone does not say which, so the message says both."""
+    from tests.test_forgetdur import _env
+
+    open_database(settings).close()
+    first = run_cli("forget", "--memory", "s-typo-t0000", env=_env(settings, None))
+    again = run_cli("forget", "--memory", "s-typo-t0000", env=_env(settings, None))
+
+    assert (first.returncode, again.returncode) == (0, 0)
+    assert "is not in the graph" in first.stdout and "check the id" in first.stdout
+    assert "was already forgotten" in again.stdout and "check the id" in again.stdout, again.stdout
+
+
+def test_import_notes_refused_by_a_planted_link_says_so_and_not_a_drain(settings: Settings, tmp_path: Path) -> None:
+    """``import-notes`` of a file whose forget could not withdraw its lines (here a link planted at
+    the queue file's name, which no wait clears) reports the file ``failed``; it said to wait for
+    a running drain whatever kept the withdrawal from the files. It says the files' own error."""
+    from tests.test_forgetdur import NOTE_REF, _env
+
+    env = _env(settings, None)
+    note = tmp_path / "decisions.md"
+    note.write_text(f"We chose rename-then-drain; memory:{NOTE_REF}-t9 was lost.\n", encoding="utf-8")
+    assert run_cli("import-notes", str(note), env=env).returncode == 0
+    queue = settings.queue_path
+    queue.rename(tmp_path / "elsewhere.jsonl")
+    queue.symlink_to(tmp_path / "elsewhere.jsonl")  # planted
+    forgot = run_cli("forget", "--note", str(note), "--json", env=env)
+    assert forgot.returncode == 0 and json.loads(forgot.stdout)["queue_error"], forgot.stdout
+
+    again = run_cli("import-notes", str(note), env=env)
+
+    assert "its forget is not finished" in again.stdout + again.stderr, (again.stdout, again.stderr)
+    said = again.stdout + again.stderr
+    assert "drain to let go" not in said and "running drain" not in said and str(queue) in said, said
