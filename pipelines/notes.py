@@ -277,7 +277,8 @@ async def import_note(note: NoteFile, env: NotesEnv, result: NoteResult | None =
     def commit() -> CommitStats:
         committed = commit_session(
             reduced, unit=env.unit, graph_index=None, on_commit=on_commit,
-            queue_append=env.queue.append, queue_supersede=partial(queue_superseding, env.queue),
+            # A file imported before may have queued these lines already: the new ones stand in for them.
+            queue_append=env.queue.append if pending is None else partial(queue_superseding, env.queue),
             matcher=env.resolver, merges=env.merges,
             # A file has no turns: its points are observed when it is imported.
             observed_at={u.unit_id: env.now.isoformat(timespec="milliseconds").replace("+00:00", "Z") for u in units},

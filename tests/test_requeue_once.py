@@ -97,3 +97,18 @@ async def test_a_drain_holding_the_queue_file_leaves_both_lines_and_the_next_ext
     await _seed(settings, [_grow(3)], tmp_path)
     await _cycle(settings)
     assert len(_queued_edges(settings)) == 1
+
+
+@pytest.mark.parametrize("queue", ["file", "database"])
+async def test_a_notes_file_imported_again_queues_its_line_once(settings: Settings, tmp_path: Path, queue: str) -> None:
+    """``import-notes`` commits through the same path: a file changed and imported again queued
+    its reference's line a second time."""
+    from worker.knowledge import import_notes
+
+    mine = settings.model_copy(update={"lazy_queue": queue})
+    note = tmp_path / "decisions.md"
+    note.write_text(f"We chose rename-then-drain; memory:{DANGLING}-t9 was lost.\n", encoding="utf-8")
+    assert (await import_notes(mine, [str(note)]))["imported"] == 1
+    note.write_text(f"We chose rename-then-drain; memory:{DANGLING}-t9 was lost.\nRetryPolicy stays.\n", encoding="utf-8")
+    assert (await import_notes(mine, [str(note)]))["imported"] == 1
+    assert len(_queued_edges(mine)) == 1  # before: 2

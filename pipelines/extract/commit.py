@@ -453,7 +453,6 @@ def commit_session(
     observed_at: Mapping[str, str] = {},
     on_begin: Callable[[], None] | None = None,
     prune_saved_edges: bool = True,
-    queue_supersede: Callable[[list[dict[str, Any]]], int] | None = None,
 ) -> CommitStats:
     """Write ``reduced`` in one transaction of ``unit``, replacing its anchor's earlier rows; ``on_commit`` (the
     digest record, chunk-result pruning) runs inside it, and the lazy-queue lines are appended as
@@ -461,10 +460,8 @@ def commit_session(
     one. ``on_begin`` runs first in the transaction, before anything is read (the commit-order lock
     of several workers, ``RunStateStore.begin_commit``). ``observed_at``: memory or chunk id → the
     turn's time. ``prune_saved_edges``: take the edges to a node it removes out of the merge
-    records near it (a forget does that itself, with the rest of what it removes).
-    ``queue_supersede`` (:func:`pipelines.lazy_edge.queue_superseding` over the sink), when the
-    anchor was extracted before: queues the lines in place of that extraction's lines for the same
-    edges, instead of ``queue_append``. Blocking: call from a worker thread."""
+    records near it (a forget does that itself, with the rest of what it removes). Blocking: call
+    from a worker thread."""
     stats = CommitStats()
     graph, provenance = unit.graph, unit.provenance
     with unit.transaction():
@@ -558,11 +555,7 @@ def commit_session(
         stats.edges_dropped = len(plan.dropped)
         stats.linked_existing = plan.linked_existing
         on_commit()
-        # An anchor extracted before may have queued these lines already (a first extraction has
-        # none to look for: the queue is not read).
-        extracted_before = bool(old.node_points or old.edge_points or old.claims)
-        queue = queue_supersede if queue_supersede is not None and extracted_before else queue_append
-        stats.lazy_edges_queued = queue(plan.lazy) if plan.lazy else 0
+        stats.lazy_edges_queued = queue_append(plan.lazy) if plan.lazy else 0
     for edge in plan.dropped[:20]:
         log.warning("edge dropped: endpoint missing", session_id=reduced.session_id, source=edge.source,
                     target=edge.target, relationship=edge.relationship)

@@ -253,11 +253,13 @@ async def extract_session(
         if env.resolver is not None:
             await env.resolver.prepare(reduced.nodes, session=sid)
             identity["matcher"] = env.resolver
+        # A session extracted before may have queued these lines already: its new ones stand in
+        # for them. A first extraction has none to look for, and does not read the queue.
+        queue_append = partial(queue_superseding, env.queue) if record.committed else env.queue.append
         committed = await anyio.to_thread.run_sync(
             partial(
                 commit_session, reduced, unit=env.unit, graph_index=env.graph_index, on_commit=on_commit,
-                queue_append=env.queue.append, queue_supersede=partial(queue_superseding, env.queue),
-                merges=env.merges, observed_at=turn_times(rows, units),
+                queue_append=queue_append, merges=env.merges, observed_at=turn_times(rows, units),
                 on_begin=env.unit.runstate.begin_commit, **identity,
             )
         )
