@@ -66,6 +66,10 @@ class SyncStats(ErrorTally):
     # queue lines it queued of them before that (store/withdrawals.py) — deleted text, due to be
     # erased from the database's files as a retracted turn's is (store/erasure.py).
     text_replaced: dict[str, set[str]] = field(default_factory=dict)
+    # Turns moved here from another session with the same words — MEMORY node ids, by the session
+    # they left: the lines that session's extraction queued of them (naming its chunks, and the
+    # turn in it) are withdrawn as a retracted turn's are; no words are deleted (they are here).
+    moved_from: dict[str, set[str]] = field(default_factory=dict)
     # Whether the session's summary row now says something else (its text or title: not only its
     # other metadata): the old words leave the SESSION node and the recall index now, due to be
     # erased (no extraction quotes them).
@@ -171,8 +175,11 @@ def plan_session_sync(
         if _is_rewrite(node, existing):
             stats.rewritten += 1
             before = existing[node.id].properties
-            if before.get("contentHash") != node.properties["contentHash"] and isinstance(before.get("sessionId"), str):
-                stats.text_replaced.setdefault(before["sessionId"], set()).add(node.id)
+            left = before.get("sessionId")
+            if isinstance(left, str) and before.get("contentHash") != node.properties["contentHash"]:
+                stats.text_replaced.setdefault(left, set()).add(node.id)
+            elif isinstance(left, str) and left != session_id:
+                stats.moved_from.setdefault(left, set()).add(node.id)
         memories.append(node)
         edges.append(Edge(node.id, session.id, ORIGINATES_IN))
     stats.upserted = len(memories)
@@ -564,14 +571,15 @@ def vanished_turns(session_id: str, rows: Sequence[MemoryRow], known: Mapping[st
                   if node.label == MEMORY_LABEL and node.properties.get("sessionId") == session_id and node_id not in present)
 
 
-def _turns_replaced(synced: Iterable[SyncStats]) -> dict[str, set[str]]:
-    """The turns whose text the syncs ``synced`` replaced, by the session whose extraction quoted
-    them (two sessions' syncs may name one: a turn moved). Pure."""
-    replaced: dict[str, set[str]] = {}
+def _turns_by_session(synced: Iterable[SyncStats], *, moved: bool = False) -> dict[str, set[str]]:
+    """The turns whose text the syncs ``synced`` replaced (``moved``: that moved with the same
+    words), by the session whose extraction quoted them (two sessions' syncs may name one: a turn
+    moved). Pure."""
+    found: dict[str, set[str]] = {}
     for stats in synced:
-        for sid, turns in stats.text_replaced.items():
-            replaced.setdefault(sid, set()).update(turns)
-    return replaced
+        for sid, turns in (stats.moved_from if moved else stats.text_replaced).items():
+            found.setdefault(sid, set()).update(turns)
+    return found
 
 
 def _write_sessions(
@@ -642,8 +650,13 @@ def _write_sessions(
         # commit replaces and by the queue lines that extraction queued) go as a retracted turn's
         # do: its lines withdrawn before the session is extracted again (a session with a record
         # is not claimed, so the new extraction's lines come after), the words erased.
-        for sid, turns in sorted(_turns_replaced(results.values()).items()):
+        for sid, turns in sorted(_turns_by_session(results.values()).items()):
             unit.withdrawals.record(sid, turns)
+        # A turn moved with its words: the lines its old session's extraction queued of it go too
+        # (they name that session; a forget of the turn, in its new session, would not find them).
+        # When the old session is synced in this batch too, it took the turn out as retracted.
+        for sid, turns in sorted(_turns_by_session(results.values(), moved=True).items()):
+            unit.withdrawals.record(sid, turns, words_deleted=False)
         # A summary's old words, just replaced in the SESSION node and the recall index.
         if any(stats.summary_replaced for stats in results.values()):
             unit.erasure.mark()

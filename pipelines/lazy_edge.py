@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Protocol
@@ -30,6 +30,11 @@ class LazyEdgeSink(Protocol):
     whose rows commit with the transaction the call runs in)."""
 
     def append(self, edges: Iterable[Mapping[str, Any]]) -> int: ...
+
+    def supersede(self, edges: Sequence[Mapping[str, Any]], *, filters: Sequence[str], picks: Callable[[bytes], bool]) -> int:
+        """Queue ``edges`` in place of the queued lines ``picks`` chooses (``filters``: texts one
+        of which each holds); returns how many were queued."""
+        ...
 
 
 # Fields of a queue line with a meaning of their own; every other top-level field is kept as an
@@ -324,3 +329,29 @@ def _anchor_of(chunk_id: object) -> str | None:
         return None
     key, found, rest = chunk_id.rpartition(":chunk:")
     return key if found and key and _CHUNK_NUMBER.fullmatch(rest) else None
+
+
+def queue_superseding(sink: LazyEdgeSink, edges: Sequence[Mapping[str, Any]]) -> int:
+    """Queue ``edges`` (the lines an anchor's extraction queues, :mod:`pipelines.extract.commit`)
+    in ``sink`` in place of the lines the anchor's earlier extraction queued for the same edges:
+    a re-extraction (new words, a new fingerprint, a retry) queued a second copy of each, and a
+    drain linked or dead-lettered the edge twice. A queued extraction line is identified by its
+    anchor (the chunk key its ``chunk_ids`` are of) and its edge (``source``, ``target``,
+    ``relationship``); the newer line, with the newer extraction's evidence and chunks, stands in
+    for it. An earlier line for an edge the new extraction does not queue stays (its edge may be
+    linked yet). Returns how many lines were queued."""
+    keys = {(e.get("source"), e.get("target"), e.get("relationship")) for e in edges}
+    anchors = {_anchor_of(chunks[0]) for e in edges
+               if isinstance(chunks := (e.get("properties") or {}).get("chunk_ids"), list) and chunks}
+    lines = ExtractionLines({key: None for key in anchors if key is not None})
+    if not lines:
+        return sink.append(edges)
+
+    def picks(raw: bytes) -> bool:
+        if not lines.matches(raw):
+            return False
+        record = json.loads(raw)  # it parsed in matches
+        edge = tuple(record.get(name) for name in ("source", "target", "relationship"))
+        return all(isinstance(v, str) for v in edge) and edge in keys  # an agent's list is no key
+
+    return sink.supersede(edges, filters=lines.filters, picks=picks)

@@ -28,6 +28,7 @@ import re
 import unicodedata
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -39,7 +40,7 @@ from pipelines.extract.map import map_units
 from pipelines.extract.model import Extractor
 from pipelines.extract.reduce import reduce_session
 from pipelines.extract.units import SourceTurn, plan_units
-from pipelines.lazy_edge import LazyEdgeSink
+from pipelines.lazy_edge import LazyEdgeSink, queue_superseding
 from pipelines.ports import MergeRecorder, UnitOfWork
 from pipelines.resolver import GraphResolver
 from pipelines.vocabulary import NOTE_LABEL, REFERENCED_BY
@@ -276,7 +277,9 @@ async def import_note(note: NoteFile, env: NotesEnv, result: NoteResult | None =
     def commit() -> CommitStats:
         committed = commit_session(
             reduced, unit=env.unit, graph_index=None, on_commit=on_commit,
-            queue_append=env.queue.append, matcher=env.resolver, merges=env.merges,
+            # A file imported before may have queued these lines already: the new ones stand in for them.
+            queue_append=env.queue.append if pending is None else partial(queue_superseding, env.queue),
+            matcher=env.resolver, merges=env.merges,
             # A file has no turns: its points are observed when it is imported.
             observed_at={u.unit_id: env.now.isoformat(timespec="milliseconds").replace("+00:00", "Z") for u in units},
         )

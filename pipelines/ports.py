@@ -169,7 +169,8 @@ class QueueWithdrawals(Protocol):
     """What a retraction or a forget took out, or a rewrite replaced, whose queue lines are still to
     be withdrawn (:class:`store.withdrawals.QueueWithdrawalStore`)."""
 
-    def record(self, chunk_key: str, turns: Iterable[str] | None = None, *, extraction_stands: bool = True) -> None: ...
+    def record(self, chunk_key: str, turns: Iterable[str] | None = None, *, extraction_stands: bool = True,
+               words_deleted: bool = True) -> None: ...
 
 
 class EraseDue(Protocol):

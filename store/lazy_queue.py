@@ -37,7 +37,7 @@ import errno
 import fcntl
 import json
 import os
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,6 +47,9 @@ from store.confined import check_confined, exclusive_lock, open_confined
 from store.durable import fsync_dir
 from store.errors import QueueFullError
 from store.graph import utc_now
+from store.library_log import get_logger
+
+log = get_logger(__name__)
 
 # Appends are written in pieces of about this size, each made of whole lines.
 _WRITE_CHUNK = 256 * 1024
@@ -168,6 +171,27 @@ class LazyEdgeQueue:
         with os.fdopen(self._open(source, os.O_RDONLY), "rb") as handle, self._open_live() as fd:
             _write_whole_lines(fd, handle)
             _unlock_and_sync(fd, fsync=fsync)
+
+    def supersede(self, edges: Sequence[Mapping[str, Any]], *, filters: Sequence[str] = (), picks: Callable[[bytes], bool]) -> int:
+        """Append one line per edge, then blank the lines ``picks`` chooses in the live queue and
+        the ``.draining`` files (:meth:`blank`; the dead letters stay) but for these new ones —
+        when no drain holds the queue: one that does is working on those lines, and the new ones
+        stay beside them. Appended first, so a failed append leaves the old lines; a failed
+        blank leaves both (logged). ``filters``: unused (the file is read whole). Returns how
+        many lines were appended."""
+        lines = [edge_line(edge) for edge in edges]
+        if not lines:
+            return 0
+        self.append_lines(lines)
+        new = {line[:-1] for line in lines}
+        try:
+            with self.exclusive():
+                self.blank(lambda body: body not in new and picks(body), None)
+        except QueueBusyError:
+            pass
+        except OSError as exc:
+            log.warning("queue lines an earlier extraction queued were not superseded: both stay", path=str(self.path), error=str(exc))
+        return len(lines)
 
     @contextmanager
     def _open_live(self) -> Iterator[int]:
@@ -395,10 +419,10 @@ class LazyEdgeQueue:
         self.publish_marker_path.unlink(missing_ok=True)
         fsync_dir(self.path.parent)
 
-    def blank(self, queued: Callable[[bytes], bool], dead: Callable[[bytes], bool], *, dry_run: bool = False) -> int:
+    def blank(self, queued: Callable[[bytes], bool], dead: Callable[[bytes], bool] | None, *, dry_run: bool = False) -> int:
         """Overwrite with spaces, where they are, the lines ``queued`` picks in the live queue and
         the ``.draining`` files and the records ``dead`` picks in the dead-letter file (each gets
-        a line without its newline); returns how many. Readers skip a blank line, and no other
+        a line without its newline; ``dead`` ``None``: the dead-letter file is not read); returns how many. Readers skip a blank line, and no other
         byte moves, so no line is lost or reordered. The dead-letter file is replaced by such a
         copy of itself (:meth:`_replace_blanked`: a kept count must see it). Call holding
         :meth:`exclusive` (no drain renames or publishes meanwhile): a publish a crash interrupted
@@ -410,7 +434,8 @@ class LazyEdgeQueue:
             self.recover_publish()
             self.discard_scratch()
         blanked = 0
-        for path, picks in ((self.path, queued), *((p, queued) for p in self.draining_files()), (self.dead_letter_path, dead)):
+        dead_letters = () if dead is None else ((self.dead_letter_path, dead),)
+        for path, picks in ((self.path, queued), *((p, queued) for p in self.draining_files()), *dead_letters):
             try:
                 # not O_APPEND: pwrite must land where it is told
                 fd = self._open(path, os.O_RDONLY if dry_run else os.O_RDWR)

@@ -114,6 +114,15 @@ class LazyEdgeTable:
                 count += len(batch)
         return count
 
+    def supersede(self, edges: Sequence[Mapping[str, Any]], *, filters: Sequence[str], picks: Callable[[bytes], bool]) -> int:
+        """Insert one row per edge in place of the rows of ``lazy_edges`` holding one of
+        ``filters`` that ``picks`` chooses (:meth:`withdraw`; dead rows stay), in one transaction:
+        the caller's (a commit's), so the old rows go only with the new ones. Returns how many
+        rows were inserted."""
+        with self.db.transaction():
+            self._withdraw(filters, picks, tables=("lazy_edges",))
+            return self.append(edges)
+
     # --- the drain's side ----------------------------------------------------------------
     def last_id(self) -> int:
         """The newest row's id (0 when empty): a drain takes rows up to it, not those inserted
@@ -174,13 +183,17 @@ class LazyEdgeTable:
         returns how many (``dry_run``: only counts them). Each table is read once (the filters are
         a few conditions of one statement: ``pipelines.lazy_edge.ExtractionLines.filters``). A drain settling a row deleted here rolls its batch back and reads
         again (:class:`RowsTakenError`), so no other row is lost."""
+        return self._withdraw(filters, picks, tables=("lazy_edges", "lazy_edges_dead"), dry_run=dry_run)
+
+    def _withdraw(self, filters: Sequence[str], picks: Callable[[bytes], bool], *, tables: Sequence[str], dry_run: bool = False) -> int:
+        """:meth:`withdraw` from ``tables``."""
         if not filters:
             return 0
         patterns = ["%" + f.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%" for f in filters]
         holds = " OR ".join("line LIKE ? ESCAPE '\\'" for _ in patterns)
         withdrawn = 0
         with self.db.transaction() as conn:
-            for table in ("lazy_edges", "lazy_edges_dead"):
+            for table in tables:
                 # A page of lines at a time, in id order: with many anchors the filter is the text
                 # every extraction line holds, and the whole table's lines must not be held at once.
                 after = 0

@@ -42,6 +42,9 @@ class DigestRecord:
     defer_reason: str | None
     session_created_at: str | None
     last_run_id: str | None
+    # Whether an extraction of the session has committed since its digest row was made
+    # (``commit_seq`` set; a forget of the session deletes the row): it may have queued lines.
+    committed: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -589,4 +592,5 @@ def digest_record(row: Any) -> DigestRecord:
         defer_reason=row["defer_reason"],
         session_created_at=row["session_created_at"],
         last_run_id=row["last_run_id"],
+        committed=row["commit_seq"] is not None,
     )

@@ -37,20 +37,23 @@ class QueueWithdrawalStore:
         self.db = db
         self.clock = clock
 
-    def record(self, chunk_key: str, turns: Iterable[str] | None = None, *, extraction_stands: bool = True) -> None:
+    def record(self, chunk_key: str, turns: Iterable[str] | None = None, *, extraction_stands: bool = True,
+               words_deleted: bool = True) -> None:
         """Record that the anchor ``chunk_key`` was taken out whole (``turns`` ``None``), or those
         of its ``turns``: its queue lines are due to be withdrawn, and its text to be erased from
         the database's files (:class:`store.erasure.EraseDueStore`) — for turns whose anchor's
         extraction still stands (``extraction_stands``: a retraction's), what it said of them too,
         once that is committed again —, in the caller's transaction. A forget of a turn takes what
-        the extraction said of it out itself (``extraction_stands`` ``False``)."""
+        the extraction said of it out itself (``extraction_stands`` ``False``). ``words_deleted``
+        ``False``: the turns' words live on (moved to another session with them): nothing is erased."""
         now = self.clock()
         rows = [(chunk_key, turn, now) for turn in ([WHOLE_ANCHOR] if turns is None else sorted(set(turns)))]
         with self.db.transaction() as conn:
             conn.executemany(
                 "INSERT INTO queue_withdrawals(chunk_key, turn, created_at) VALUES (?,?,?) ON CONFLICT DO NOTHING", rows
             )
-            EraseDueStore(self.db).mark(extraction_of=chunk_key if turns is not None and extraction_stands else None)
+            if words_deleted:
+                EraseDueStore(self.db).mark(extraction_of=chunk_key if turns is not None and extraction_stands else None)
 
     def pending(self) -> list[tuple[str, str]]:
         """Every ``(chunk_key, turn)`` whose lines are due (``turn`` :data:`WHOLE_ANCHOR`: all of

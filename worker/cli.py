@@ -604,7 +604,10 @@ async def cmd_forget(settings: Settings, args: argparse.Namespace, progress: Com
     def text() -> None:
         if not (report["points"] or report["nodes_removed"] or report.get("digests")):
             if report.get("already_forgotten"):  # the same forget run again: it finishes what a killed one left
-                print(f"{report['kind']} {report['id']} was already forgotten: nothing more to remove")
+                # The tombstone does not say whether the first forget found anything: an id never
+                # in the graph is tombstoned too, and a mistyped one should be checked.
+                print(f"{report['kind']} {report['id']} was already forgotten: nothing more to remove (or it was never in "
+                      "the graph, which a forget tombstones too: check the id, rem-cycle search)")
                 return
             done = "nothing would be removed" if report["dry_run"] else "nothing was removed"
             kept_out = report.get("tombstone") and not report["dry_run"]

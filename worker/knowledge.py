@@ -525,15 +525,17 @@ def _scrub_held_answers(held: HeldAnswersFile, due: Collection[tuple[str, str]])
     return {}
 
 
-def _forgets_left_unfinished(settings: Settings, db: Database) -> set[str]:
+def _forgets_left_unfinished(settings: Settings, db: Database) -> tuple[set[str], str]:
     """The anchors (a notes file's key) whose recorded queue lines are still due once this process
     has withdrawn what is recorded (:func:`withdraw_retracted`): a forget killed, or one whose
-    drain held the queue files, left them; a drain holds the files still. An import of such a file
-    would queue lines the record names and a later withdrawal would take (``import-notes`` extracts
+    drain held the queue files, left them; the files refuse the withdrawal still (a drain holds
+    them, a link planted at a file's name, a full disk) — and why. An import of such a file would
+    queue lines the record names and a later withdrawal would take (``import-notes`` extracts
     without a session's claim, which keeps a cycle from extracting a session in that state)."""
-    if "queue_error" not in withdraw_retracted(db, queue=LazyEdgeQueue(settings.queue_path), held=held_answers_file(settings)):
-        return set()
-    return {key for key, _ in QueueWithdrawalStore(db).pending()}
+    done = withdraw_retracted(db, queue=LazyEdgeQueue(settings.queue_path), held=held_answers_file(settings))
+    if "queue_error" not in done:
+        return set(), ""
+    return {key for key, _ in QueueWithdrawalStore(db).pending()}, done["queue_error"]
 
 
 def withdraw_retracted_despite_failure(db: Database, *, queue: LazyEdgeQueue, held: HeldAnswersFile | None = None) -> dict[str, Any]:
@@ -720,7 +722,7 @@ async def _import_note_files(
 
     db = await anyio.to_thread.run_sync(open_database, settings)
     try:
-        unfinished = await anyio.to_thread.run_sync(_forgets_left_unfinished, settings, db)
+        unfinished, why = await anyio.to_thread.run_sync(_forgets_left_unfinished, settings, db)
         async with open_extractor(settings) as extractor:
             judge = ModelJudge(extractor) if settings.llm_judge and isinstance(extractor, OpenAIExtractor) else None
             env = NotesEnv(
@@ -739,9 +741,9 @@ async def _import_note_files(
                     continue
                 if note.key in unfinished:
                     done.append(NoteResult(note.note_id, note.shown, "failed", error=(
-                        "its forget is not finished: the lines its old extraction queued wait for a running "
-                        "drain to let go of the queue files (it would take this import's with them); "
-                        "run import-notes again once the drain is done")))
+                        "its forget is not finished: the lines its old extraction queued are still in the queue "
+                        f"files, which refused their withdrawal ({why}), and it would take this import's with "
+                        "them; run import-notes again once a withdrawal gets through (rem-cycle drain says)")))
                     continue
                 done.append(NoteResult(note.note_id, note.shown, NOT_IMPORTED))
                 await import_note(note, env, done[-1])

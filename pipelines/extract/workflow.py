@@ -21,7 +21,7 @@ from pipelines.extract.map import ANSWER_UNSTORED, STOPPED, UnitOutcome, map_uni
 from pipelines.extract.model import Extractor, WorkUnit
 from pipelines.extract.reduce import reduce_session
 from pipelines.extract.units import SourceTurn, plan_units
-from pipelines.lazy_edge import LazyEdgeSink
+from pipelines.lazy_edge import LazyEdgeSink, queue_superseding
 from pipelines.ports import MergeRecorder, TextClaims, UnitOfWork
 from pipelines.resolver import GraphResolver
 from store.chroma import ChromaStore, ChromaUnavailableError, MemoryRow
@@ -253,10 +253,13 @@ async def extract_session(
         if env.resolver is not None:
             await env.resolver.prepare(reduced.nodes, session=sid)
             identity["matcher"] = env.resolver
+        # A session extracted before may have queued these lines already: its new ones stand in
+        # for them. A first extraction has none to look for, and does not read the queue.
+        queue_append = partial(queue_superseding, env.queue) if record.committed else env.queue.append
         committed = await anyio.to_thread.run_sync(
             partial(
                 commit_session, reduced, unit=env.unit, graph_index=env.graph_index, on_commit=on_commit,
-                queue_append=env.queue.append, merges=env.merges, observed_at=turn_times(rows, units),
+                queue_append=queue_append, merges=env.merges, observed_at=turn_times(rows, units),
                 on_begin=env.unit.runstate.begin_commit, **identity,
             )
         )
