@@ -13,7 +13,6 @@ import pytest
 from config import Settings
 from store.backend import open_database
 from tests.conftest import run_cli
-from tests.test_heldonce import quick_refusal  # noqa: F401 - a fixture of the held answers' tests
 
 
 @pytest.mark.both_backends
