@@ -43,7 +43,7 @@ from store.erasure import EraseDueStore
 from store.errors import DatabaseError
 from store.graph import Edge, GraphStore, Node, utc_now
 from store.held_file import HeldAnswersFile, held_answers_file
-from store.ids import memory_node_id, normalize_graph_node_id, row_suffix
+from store.ids import memory_node_id, normalize_graph_node_id, row_id_given, row_suffix
 from store.lazy_queue import LazyEdgeQueue, QueueBusyError
 from store.lazy_table import LazyEdgeTable, lazy_edge_sink
 from store.library_log import get_logger
@@ -295,10 +295,11 @@ async def refresh_communities_when_due(
     return {"detected": True, **counts, "basis": DetectionBasis(moment, digested).as_dict()}
 
 
-def search_graph(settings: Settings, text: str, *, limit: int = 50, label: str | None = None, as_of: str | None = None) -> list[dict[str, Any]]:
+def search_graph(settings: Settings, text: str, *, limit: int | None = 50, label: str | None = None,
+                 as_of: str | None = None) -> list[dict[str, Any]]:
     """Knowledge nodes whose name or alias contains ``text`` (case and accents folded by
-    :mod:`store.textfold`'s rule, ``e`` + U+0301 as ``é``), best first; with ``as_of``, those known
-    then, as they were then (their aliases of then are not searched)."""
+    :mod:`store.textfold`'s rule, ``e`` + U+0301 as ``é``), best first, at most ``limit`` (``None``:
+    all); with ``as_of``, those known then, as they were then (their aliases of then are not searched)."""
     with open_graph_db(settings) as db:
         nodes = GraphStore(db).search_nodes(text, limit=limit, exclude_labels=ANCHOR_LABELS, label=label)
         if as_of is not None:
@@ -399,9 +400,9 @@ def unmerge_node(settings: Settings, node_id: str) -> list[dict[str, Any]]:
         return MergeStore(db).unmerge(node_id)
 
 
-def identity_candidates(settings: Settings, *, limit: int = 50) -> tuple[list[dict[str, Any]], int]:
-    """The reported identity pairs to review (best score first, at most ``limit``) and how many
-    there are in all."""
+def identity_candidates(settings: Settings, *, limit: int | None = 50) -> tuple[list[dict[str, Any]], int]:
+    """The reported identity pairs to review (best score first, at most ``limit``; ``None``: all)
+    and how many there are in all."""
     with open_graph_db(settings) as db:
         merges = MergeStore(db)
         return merges.candidates(limit=limit), merges.candidate_count()
@@ -433,10 +434,10 @@ def forget(settings: Settings, *, session: str | None = None, memory: str | None
 
         def forget_one() -> tuple[dict[str, Any], tuple[str, str]]:
             if session is not None:
-                report = forget_session(unit, session, dry_run=dry_run)
+                report = forget_session(unit, row_id_given(session, "session"), dry_run=dry_run)
                 return report, _forget_record(report)
             if memory is not None:
-                report = forget_memory(unit, row_suffix(memory) if memory.lower().startswith("memory:") else memory, dry_run=dry_run)
+                report = forget_memory(unit, row_id_given(memory, "memory"), dry_run=dry_run)
                 return report, _forget_record(report)
             note_id, key = note_anchor(note or "")
             return forget_note(unit, note_id, key, dry_run=dry_run), (key, WHOLE_ANCHOR)
