@@ -109,3 +109,13 @@ async def test_retry_takes_a_session_by_its_node_id(settings: Settings, tmp_path
     retry = run_cli("retry", "--session", "session:a", "--json", env={"REM_DATA_DIR": str(settings.data_dir)})
     assert retry.returncode == 0, retry.stderr
     assert json.loads(retry.stdout) == {"chunks_reset": 1, "sessions_reset": 1}
+
+
+def test_show_as_of_before_a_node_was_known_says_so(sample: dict[str, str]) -> None:
+    """``show CLASS:LazyEdgeQueue --as-of 2020-01-01`` said ``no node 'CLASS:LazyEdgeQueue'``, as
+    for an id the graph never had."""
+    before = run_cli("show", "CLASS:LazyEdgeQueue", "--as-of", "2020-01-01", env=sample)
+    assert before.returncode == 1
+    assert before.stderr.strip() == ("rem-cycle: CLASS:LazyEdgeQueue was not known yet as of 2020-01-01T23:59:59.999Z "
+                                     "(first seen 2026-11-10T10:49:15.000Z)")
+    assert run_cli("show", "CLASS:Nope", "--as-of", "2020-01-01", env=sample).stderr.strip() == "rem-cycle: no node 'CLASS:Nope'"

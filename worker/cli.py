@@ -512,6 +512,12 @@ async def cmd_show(settings: Settings, args: argparse.Namespace) -> int:
         exact = [h for h in hits if named in {a.casefold() for a in [h["name"], *h["aliases"]]}]
         view = await show_node(settings, exact[0]["id"], limit=args.limit or None, as_of=args.as_of) if len(exact) == 1 else None
         if view is None:
+            # A node the graph has now but did not know by --as-of is no unknown node: say so, and since when.
+            now = await show_node(settings, args.node_id, limit=1) if args.as_of else None
+            if now is not None:
+                print(f"rem-cycle: {now['id']} was not known yet as of {args.as_of} (first seen {now['first_seen']})",
+                      file=sys.stderr)
+                return EXIT_FAILED
             suggestions = ", ".join(h["id"] for h in (exact or hits)[:10])
             print(f"rem-cycle: no node {args.node_id!r}" + (f"; did you mean: {suggestions}" if suggestions else ""), file=sys.stderr)
             return EXIT_FAILED
