@@ -106,7 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
     common = _common()
     parser = _Parser(
         prog="rem-cycle",
-        description="Consolidate agent memories in Chroma into an SQLite knowledge graph.",
+        description="Consolidate agent memories in Chroma into a knowledge graph in SQLite or PostgreSQL.",
         epilog=EPILOG.format(data_dir=Path(os.path.expanduser(os.environ.get("REM_DATA_DIR") or Settings.model_fields["data_dir"].default)).resolve()),
         formatter_class=argparse.RawDescriptionHelpFormatter,
         parents=[common],
