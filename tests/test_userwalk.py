@@ -66,14 +66,12 @@ async def test_limit_zero_lists_everything_as_show_does(settings: Settings, tmp_
         await _import(settings, tmp_path, [_session(sid, created, [text])])
         assert (await run_cycle(settings)).outcome == "completed"
     env = {"REM_DATA_DIR": str(settings.data_dir), "COLUMNS": "200"}
-    pairs = json.loads(run_cli("candidates", "--json", env=env).stdout)
-    assert pairs["total"] == 3
-    assert json.loads(run_cli("candidates", "--limit", "0", "--json", env=env).stdout) == pairs
+    pairs = json.loads(run_cli("candidates", "--limit", "0", "--json", env=env).stdout)
+    assert (len(pairs["candidates"]), pairs["total"]) == (3, 3)
     assert "identity candidate pairs (3 of 3)" in run_cli("candidates", "--limit", "0", env=env).stdout
     found = json.loads(run_cli("search", ".py", "--json", env=env).stdout)["results"]
     assert len(found) >= 3
     assert json.loads(run_cli("search", ".py", "--limit", "0", "--json", env=env).stdout)["results"] == found
-    assert "no node matches" not in run_cli("search", ".py", "--limit", "0", env=env).stdout
 
 
 def test_export_out_makes_the_folder_as_backup_does(sample: dict[str, str], tmp_path: Path) -> None:
@@ -127,3 +125,19 @@ def test_help_names_both_engines() -> None:
     shown = run_cli("--help")
     assert shown.returncode == 0
     assert "into a knowledge graph in SQLite or PostgreSQL" in " ".join(shown.stdout.split())
+
+
+@pytest.mark.parametrize("as_of", [None, "2026-12-01"])
+def test_show_of_a_session_or_a_turn_says_what_was_said_in_it(sample: dict[str, str], as_of: str | None) -> None:
+    """``recall`` and ``show`` print ``session:…`` and ``memory:…`` ids; ``show`` of one printed its
+    header alone: no edge, no source, not even the turn's text."""
+    when = ["--as-of", as_of] if as_of else []
+    session = json.loads(run_cli("show", "session:sess-2026-11-10-f805d4", "--limit", "0", "--json", *when, env=sample).stdout)
+    said = {(e["relationship"], e["node"]) for e in session["edges"]}
+    assert ("DISCUSSED_IN", "CLASS:RetryPolicy") in said and ("DISCUSSED_IN", "CLASS:LazyEdgeQueue") in said
+    assert all(e["direction"] == "in" and not e["node"].startswith(("memory:", "session:")) for e in session["edges"])
+    turn = run_cli("show", "memory:sess-2026-11-10-f805d4-t0003", "--limit", "0", *when, env=sample)
+    assert turn.returncode == 0, turn.stderr
+    assert "MENTIONED_IN" in turn.stdout and "CLASS:LazyEdgeQueue" in turn.stdout
+    assert "from session session:sess-2026-11-10-f805d4" in turn.stdout
+    assert "sorry for the wall of text" in turn.stdout  # the turn's own text, read from Chroma

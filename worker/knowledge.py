@@ -34,7 +34,7 @@ from pipelines.judge import ModelJudge
 from pipelines.lazy_edge import ExtractionLines
 from pipelines.query import ViewCounts, node_view, search_row, turn_memory_ids
 from pipelines.resolver import GraphResolver, KeptIndex, node_refs
-from pipelines.vocabulary import ANCHOR_LABELS, DISCUSSED_IN, NOTE_LABEL, PROVENANCE_RELATIONSHIPS
+from pipelines.vocabulary import ANCHOR_LABELS, DISCUSSED_IN, MEMORY_LABEL, NOTE_LABEL, ORIGINATES_IN, PROVENANCE_RELATIONSHIPS
 from store.chroma import ChromaStore, ChromaStoreError
 from store.communities import CommunityStore
 from store.backend import database_exists, database_location, open_database
@@ -324,11 +324,15 @@ def _load_shown(db: Database, loaded: _Loaded, node_id: str, limit: int | None) 
     first ``limit`` sources and turns with those turns' points — plus the totals, counted in SQL:
     a node with a hundred thousand points shows in the memory of ``limit`` of them."""
     graph, provenance = GraphStore(db), ProvenanceStore(db)
+    # A session, turn or notes file (an anchor) has no semantic edges: its edges are the knowledge
+    # nodes said in it, a turn's source is its session and its own text is its turn.
+    label = loaded.node.label if loaded.node else None
+    anchor = label in ANCHOR_LABELS
     semantic, edges_total = graph.heaviest_edges_of(
-        node_id, exclude_relationships=PROVENANCE_RELATIONSHIPS, exclude_labels=ANCHOR_LABELS, limit=limit
+        node_id, exclude_relationships=frozenset() if anchor else PROVENANCE_RELATIONSHIPS, exclude_labels=ANCHOR_LABELS, limit=limit
     )
-    anchors, sources_total = graph.edge_targets(node_id, DISCUSSED_IN, limit=limit)
-    turn_ids, turns_total = provenance.turn_memories(node_id, limit=limit)
+    anchors, sources_total = graph.edge_targets(node_id, ORIGINATES_IN if anchor else DISCUSSED_IN, limit=limit)
+    turn_ids, turns_total = ([node_id], 1) if label == MEMORY_LABEL else provenance.turn_memories(node_id, limit=limit)
     loaded.edges = semantic + [Edge(node_id, a, DISCUSSED_IN, 1.0) for a in anchors]
     loaded.neighbours = graph.get_nodes({e.source for e in semantic} | {e.target for e in semantic} | set(anchors))
     # A notes file has no turns: its quotes are shown under it, from its points (the file's size bounds them).
