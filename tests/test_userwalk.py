@@ -141,3 +141,13 @@ def test_show_of_a_session_or_a_turn_says_what_was_said_in_it(sample: dict[str, 
     assert "MENTIONED_IN" in turn.stdout and "CLASS:LazyEdgeQueue" in turn.stdout
     assert "from session session:sess-2026-11-10-f805d4" in turn.stdout
     assert "sorry for the wall of text" in turn.stdout  # the turn's own text, read from Chroma
+
+
+def test_help_names_the_data_dir_a_config_file_sets(tmp_path: Path) -> None:
+    """``REM_CONFIG`` naming a file with ``data_dir`` (as a deployment sets it): every command used
+    that data dir, while ``--help`` said ``./.rem-data`` of the working directory was "here"."""
+    config = tmp_path / "rem.toml"
+    config.write_text(f'data_dir = "{tmp_path / "graph-home"}"\n', encoding="utf-8")
+    shown = run_cli("--help", env={"REM_CONFIG": str(config)}, cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    assert f"here (unless --config sets data_dir):\n  {(tmp_path / 'graph-home').resolve()}\n" in shown.stdout

@@ -107,7 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="rem-cycle",
         description="Consolidate agent memories in Chroma into a knowledge graph in SQLite or PostgreSQL.",
-        epilog=EPILOG.format(data_dir=Path(os.path.expanduser(os.environ.get("REM_DATA_DIR") or Settings.model_fields["data_dir"].default)).resolve()),
+        epilog=EPILOG.format(data_dir=_help_data_dir()),
         formatter_class=argparse.RawDescriptionHelpFormatter,
         parents=[common],
     )
@@ -197,6 +197,16 @@ def build_parser() -> argparse.ArgumentParser:
     mcp = add_command(sub, "mcp", common, "serve recall to agents over MCP (stdio, or --http)")
     mcp.add_argument("--http", action="store_true", help="streamable HTTP on REM_MCP_HOST:REM_MCP_PORT instead of stdio")
     return parser
+
+
+def _help_data_dir() -> Path:
+    """The data dir ``--help`` names: the one every command reads (``REM_DATA_DIR``, else the
+    ``data_dir`` of ``REM_CONFIG``'s file, else the default); with settings that do not load (the
+    command will say why), ``REM_DATA_DIR`` or the default."""
+    try:
+        return load_settings().data_dir.resolve()
+    except ConfigError:
+        return Path(os.path.expanduser(os.environ.get("REM_DATA_DIR") or Settings.model_fields["data_dir"].default)).resolve()
 
 
 def add_command(
