@@ -141,7 +141,8 @@ def node_view(
         "id": node.id,
         "label": node.label,
         "name": node.name,
-        "description": node.properties.get("description"),
+        # A session says what it was about in its summary.
+        "description": node.properties.get("description") or (node.properties.get("summary") if node.label == SESSION_LABEL else None),
         "aliases": list(aliases) if isinstance(aliases, list) else [],
         "properties": properties,
         "edges": sorted(semantic, key=lambda e: (-e["weight"], e["direction"] != "out", e["relationship"], e["node"]))[:limit],

@@ -136,6 +136,7 @@ def test_show_of_a_session_or_a_turn_says_what_was_said_in_it(sample: dict[str, 
     said = {(e["relationship"], e["node"]) for e in session["edges"]}
     assert ("DISCUSSED_IN", "CLASS:RetryPolicy") in said and ("DISCUSSED_IN", "CLASS:LazyEdgeQueue") in said
     assert all(e["direction"] == "in" and not e["node"].startswith(("memory:", "session:")) for e in session["edges"])
+    assert session["description"].startswith("Samuel Okafor asked the agent to investigate #1893")  # its summary
     turn = run_cli("show", "memory:sess-2026-11-10-f805d4-t0003", "--limit", "0", *when, env=sample)
     assert turn.returncode == 0, turn.stderr
     assert "MENTIONED_IN" in turn.stdout and "CLASS:LazyEdgeQueue" in turn.stdout
