@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from config import Settings
-from tests.conftest import copy_digested_sample, free_port, run_cli
+from tests.conftest import copy_digested_sample, free_port, make_session, run_cli, write_sessions
 from tests.llm_server import LLMServer, malformed
 from tests.llm_server import llm_server  # noqa: F401 - fixture
 from tests.test_forget import _env
@@ -152,3 +152,21 @@ def test_help_names_the_data_dir_a_config_file_sets(tmp_path: Path) -> None:
     shown = run_cli("--help", env={"REM_CONFIG": str(config)}, cwd=tmp_path)
     assert shown.returncode == 0, shown.stderr
     assert f"here (unless --config sets data_dir):\n  {(tmp_path / 'graph-home').resolve()}\n" in shown.stdout
+
+
+@pytest.mark.parametrize("embedding", ["ollama", "openai"])
+def test_an_embedding_whose_client_package_is_missing_is_one_line(tmp_path: Path, embedding: str) -> None:
+    """README offers ``REM_EMBEDDING=ollama`` and ``openai``; Chroma's functions for them call the
+    vendors' client packages, which nothing installs: ``import`` died with a traceback ending
+    ``ValueError: The ollama python package is not installed``."""
+    import importlib.util
+
+    if importlib.util.find_spec(embedding) is not None:
+        pytest.skip(f"the {embedding} package is installed here")
+    sessions = write_sessions(tmp_path / "in.jsonl", [make_session("s1", 1)])
+    done = run_cli("import", str(sessions), env={"REM_DATA_DIR": str(tmp_path / "data"), "REM_EMBEDDING": embedding})
+    assert done.returncode == 1
+    assert done.stderr.splitlines() == [
+        f"rem-cycle: the {embedding} embedding needs the {embedding} Python package, which Chroma's embedding "
+        f"function calls: pip install {embedding}"
+    ]
