@@ -170,3 +170,14 @@ def test_an_embedding_whose_client_package_is_missing_is_one_line(tmp_path: Path
         f"rem-cycle: the {embedding} embedding needs the {embedding} Python package, which Chroma's embedding "
         f"function calls: pip install {embedding}"
     ]
+
+
+def test_a_config_key_written_as_its_variable_is_named(tmp_path: Path) -> None:
+    """``REM_BATCH_LIMIT = 50`` in the TOML file (the variable README's table names) was refused with
+    ``unknown setting 'REM_BATCH_LIMIT' in rem.toml`` and no hint, where ``batch_limt`` got one."""
+    config = tmp_path / "rem.toml"
+    config.write_text("REM_BATCH_LIMIT = 50\n", encoding="utf-8")
+    done = run_cli("--config", str(config), "status", env={"REM_DATA_DIR": str(tmp_path / "data")})
+    assert done.returncode == 2
+    assert done.stderr.strip() == (f"rem-cycle: invalid configuration: unknown setting 'REM_BATCH_LIMIT' in {config} "
+                                   "(did you mean batch_limit?)")
