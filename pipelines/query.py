@@ -142,7 +142,7 @@ def node_view(
         "label": node.label,
         "name": node.name,
         # A session says what it was about in its summary.
-        "description": node.properties.get("description") or (node.properties.get("summary") if node.label == SESSION_LABEL else None),
+        "description": node.properties.get("summary" if node.label == SESSION_LABEL else "description"),
         "aliases": list(aliases) if isinstance(aliases, list) else [],
         "properties": properties,
         "edges": sorted(semantic, key=lambda e: (-e["weight"], e["direction"] != "out", e["relationship"], e["node"]))[:limit],
