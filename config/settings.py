@@ -472,7 +472,9 @@ def _problem(error: Mapping[str, Any], *, config_file: str | os.PathLike[str] | 
     key = ".".join(str(part) for part in error["loc"])
     if error["type"] == "extra_forbidden":
         where = f" in {config_file}" if config_file else ""
-        return f"unknown setting {key!r}{where}{_did_you_mean(key, Settings.model_fields)}"
+        # A file's keys drop REM_ and are lower case; a key written as its variable is that setting.
+        spelled = key.lower().removeprefix("rem_")
+        return f"unknown setting {key!r}{where}{_did_you_mean(spelled, Settings.model_fields)}"
     return f"REM_{key.replace('.', '_').upper()}: {message}"
 
 

@@ -14,6 +14,7 @@ from typing import Any
 from pipelines.vocabulary import (
     ANCHOR_LABELS,
     DISCUSSED_IN,
+    MEMORY_LABEL,
     MENTIONED_IN,
     PROVENANCE_RELATIONSHIPS,
     SESSION_LABEL,
@@ -34,8 +35,9 @@ def _memory_id(value: Any) -> str | None:
 
 
 def turn_memory_ids(node: Node, edges: Iterable[Edge], points: Iterable[Mapping[str, Any]] = ()) -> list[str]:
-    """The ``memory:`` ids of the turns ``node`` came from (its points and ``MENTIONED_IN`` edges), sorted."""
-    found = {m for m in (_memory_id(p.get("memory")) for p in points) if m}
+    """The ``memory:`` ids of the turns ``node`` came from (its points and ``MENTIONED_IN`` edges; a
+    turn's, itself), sorted."""
+    found = {m for m in (_memory_id(p.get("memory")) for p in points) if m} | ({node.id} if node.label == MEMORY_LABEL else set())
     found.update(e.target for e in edges if e.source == node.id and e.relationship == MENTIONED_IN)
     return sorted(found)
 
@@ -77,7 +79,10 @@ def node_view(
         outgoing = edge.source == node.id
         other_id = edge.target if outgoing else edge.source
         other = neighbours.get(other_id)
-        if edge.relationship in PROVENANCE_RELATIONSHIPS or (other is not None and other.label in ANCHOR_LABELS):
+        # A knowledge node's provenance edges lead to its sources; an anchor's (a session, a turn, a
+        # notes file) to what was said in it, which is what showing one is for.
+        provenance = edge.relationship in PROVENANCE_RELATIONSHIPS and node.label not in ANCHOR_LABELS
+        if provenance or (other is not None and other.label in ANCHOR_LABELS):
             if outgoing and edge.relationship == DISCUSSED_IN:
                 anchors.add(other_id)
             continue
@@ -136,7 +141,8 @@ def node_view(
         "id": node.id,
         "label": node.label,
         "name": node.name,
-        "description": node.properties.get("description"),
+        # A session says what it was about in its summary.
+        "description": node.properties.get("summary" if node.label == SESSION_LABEL else "description"),
         "aliases": list(aliases) if isinstance(aliases, list) else [],
         "properties": properties,
         "edges": sorted(semantic, key=lambda e: (-e["weight"], e["direction"] != "out", e["relationship"], e["node"]))[:limit],

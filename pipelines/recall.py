@@ -50,7 +50,7 @@ from typing import Any, Protocol
 
 from pipelines.chunker import estimate_tokens
 from pipelines.vocabulary import PROVENANCE_RELATIONSHIPS
-from store.ids import InvalidIdError, has_forbidden_characters, session_node_id
+from store.ids import InvalidIdError, has_forbidden_characters, row_id_given, session_node_id
 from store.recall_index import FactRecord, Scope, SessionRecord, TurnRecord, term_match
 from store.textfold import fold, spaceless
 from store.textfold import words as words_of
@@ -320,9 +320,8 @@ def check_user(user: str) -> None:
 def session_anchor(session: str) -> str:
     """``session:<id>`` of a session given by its id or its node id (``session:``/``SESSION:``, any
     case, as ids are accepted everywhere). Raises :class:`RecallInputError` for an invalid id."""
-    prefix, sep, suffix = session.partition(":")
     try:
-        return session_node_id(suffix if sep and prefix.lower() == "session" else session)
+        return session_node_id(row_id_given(session, "session"))
     except InvalidIdError as exc:
         raise RecallInputError(str(exc)) from exc
 

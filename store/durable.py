@@ -25,8 +25,9 @@ def replace_file(path: str | os.PathLike[str], write: Callable[[TextIO], T]) -> 
     renamed onto ``path``, then the folder's entry is flushed too: even after a power cut, ``path``
     is the old file or the whole new one. A failure (``write``'s, a full disk's) removes
     ``PATH.part``. A kill cannot; the next call replaces what it left (a link left there is
-    replaced, never written through)."""
+    replaced, never written through). Folders of ``path`` not there yet are made first."""
     target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)  # as a backup's folder is made: ``--out exports/graph.json``
     part = target.with_name(f"{target.name}.part")
     part.unlink(missing_ok=True)  # what a killed writer left
     out = open(part, "x", encoding="utf-8")  # "x": a link made there since is not followed

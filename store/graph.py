@@ -224,12 +224,13 @@ class GraphStore:
                 rows += self.db.query(f"{sql} AND id IN ({id_marks})", (*excluded, *part))
         return [(r["id"], r["label"], r["name"], json.loads(r["aliases"]) if r["aliases"] else None) for r in rows]
 
-    def search_nodes(self, text: str, *, limit: int = 50, exclude_labels: Iterable[str] = (), label: str | None = None) -> list[Node]:
+    def search_nodes(self, text: str, *, limit: int | None = 50, exclude_labels: Iterable[str] = (),
+                     label: str | None = None) -> list[Node]:
         """Nodes whose name, id or one of whose ``aliases`` contains ``text``, compared as
         :func:`store.textfold.fold` folds them (case and accents: ``ecole`` finds ``École``,
         ``STRASSE`` finds ``Straße``; :meth:`store.dialect.Dialect.fold` in SQL); ``%`` and ``_`` match
         literally. Exact name matches first, then name prefixes, then other name matches, then
-        alias-only matches; ties by name."""
+        alias-only matches; ties by name. At most ``limit`` (``None``: all)."""
         folded = escape_like(fold(text))
         pattern = "%" + folded + "%"
         name, key = self.db.dialect.fold("name"), self.db.dialect.fold("id")
@@ -243,7 +244,8 @@ class GraphStore:
             f"WHERE {alias} LIKE ? ESCAPE '\\')) "
             f"ORDER BY CASE WHEN {name} = ? THEN 0 WHEN {name} LIKE ? ESCAPE '\\' THEN 1 "
             f"WHEN {name} LIKE ? ESCAPE '\\' THEN 2 ELSE 3 END, name COLLATE NOCASE, id LIMIT ?",
-            (dumps(sorted(set(exclude_labels))), label, label, pattern, pattern, pattern, fold(text), folded + "%", pattern, limit),
+            (dumps(sorted(set(exclude_labels))), label, label, pattern, pattern, pattern, fold(text), folded + "%", pattern,
+             UNLIMITED if limit is None else limit),
         )
         return [_node(r) for r in rows]
 

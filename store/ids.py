@@ -87,6 +87,15 @@ def row_suffix(node_id: str) -> str:
     return node_id.partition(":")[2]
 
 
+def row_id_given(given: str, kind: RowKind) -> str:
+    """The id of a ``kind`` row (a turn's Chroma id, a session id) given either as itself or as its
+    node id (``memory:``/``session:`` in any case), as ``show``, ``recall`` and ``export`` print it:
+    a command taking one takes what another printed."""
+    if row_kind(given) == kind:
+        return row_suffix(given)
+    return given
+
+
 def memory_node_id(chroma_id: str) -> str:
     """``memory:<chromaId>``."""
     return f"memory:{validate_row_id(chroma_id, what='memory id')}"

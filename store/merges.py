@@ -34,7 +34,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from store.db import CANDIDATE_PAIR_KEY, Database, in_batches
+from store.db import CANDIDATE_PAIR_KEY, UNLIMITED, Database, in_batches
 from store.facts import NodeFacts, facts_of, with_facts
 from store.graph import Edge, GraphStore, Node, dumps, utc_now
 from store.ids import MAX_NODE_ID_LENGTH, normalize_graph_node_id
@@ -149,15 +149,15 @@ class MergeStore:
         rows = self.db.query(f"SELECT DISTINCT merged_id, into_id FROM merges WHERE undone_at IS NOT NULL AND NOT {_SPLIT}")
         return frozenset((r[0], r[1]) for r in rows)
 
-    def candidates(self, *, limit: int = 100) -> list[dict[str, Any]]:
+    def candidates(self, *, limit: int | None = 100) -> list[dict[str, Any]]:
         """Reported pairs whose nodes both exist and whose merge was never undone, best score first,
-        with both nodes' labels and names."""
+        with both nodes' labels and names; at most ``limit`` (``None``: all)."""
         rows = self.db.query(
             "SELECT c.node_id, n.label AS node_label, n.name AS node_name, c.candidate_id, "
             "m.label AS candidate_label, m.name AS candidate_name, c.rule, c.score, c.form, c.session_id "
             "FROM identity_candidates c JOIN nodes n ON n.id = c.node_id JOIN nodes m ON m.id = c.candidate_id "
             f"WHERE {_NOT_UNDONE} ORDER BY c.score DESC, c.node_id, c.candidate_id LIMIT ?",
-            (limit,),
+            (UNLIMITED if limit is None else limit,),
         )
         return [dict(r) for r in rows]
 

@@ -106,8 +106,8 @@ def build_parser() -> argparse.ArgumentParser:
     common = _common()
     parser = _Parser(
         prog="rem-cycle",
-        description="Consolidate agent memories in Chroma into an SQLite knowledge graph.",
-        epilog=EPILOG.format(data_dir=Path(os.path.expanduser(os.environ.get("REM_DATA_DIR") or Settings.model_fields["data_dir"].default)).resolve()),
+        description="Consolidate agent memories in Chroma into a knowledge graph in SQLite or PostgreSQL.",
+        epilog=EPILOG.format(data_dir=_help_data_dir()),
         formatter_class=argparse.RawDescriptionHelpFormatter,
         parents=[common],
     )
@@ -150,7 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
     search = add_command(sub, "search", common, "find nodes by name or alias (case and accents folded)")
     search.add_argument("text", metavar="TEXT", help="part of a node's name or alias")
     search.add_argument("--label", help="only nodes with this label, e.g. CLASS")
-    search.add_argument("--limit", type=_non_negative_int, default=50, help="at most this many nodes (default 50)")
+    search.add_argument("--limit", type=_non_negative_int, default=50, help="at most this many nodes (default 50; 0: all)")
     search.add_argument("--as-of", type=_as_of, metavar="DATE", help=as_of_help)
     backup = add_command(sub, "backup", common, "copy the graph database (safe while the daemon runs)")
     backup.add_argument("path", help="destination file (replaced atomically when the copy is sound)")
@@ -161,7 +161,7 @@ def build_parser() -> argparse.ArgumentParser:
     candidates = add_command(
         sub, "candidates", common, "pairs identity resolution found ambiguous and did not merge, to review"
     )
-    candidates.add_argument("--limit", type=_non_negative_int, default=50, help="at most this many pairs (default 50)")
+    candidates.add_argument("--limit", type=_non_negative_int, default=50, help="at most this many pairs (default 50; 0: all)")
     merge = add_command(sub, "merge", common, "fold one node into another by hand (recorded, undoable)")
     merge.add_argument("merged_id", metavar="NODE_ID", help="the node to merge away")
     merge.add_argument("into_id", metavar="INTO_ID", help="the node that keeps its id and takes the edges and aliases")
@@ -197,6 +197,16 @@ def build_parser() -> argparse.ArgumentParser:
     mcp = add_command(sub, "mcp", common, "serve recall to agents over MCP (stdio, or --http)")
     mcp.add_argument("--http", action="store_true", help="streamable HTTP on REM_MCP_HOST:REM_MCP_PORT instead of stdio")
     return parser
+
+
+def _help_data_dir() -> Path:
+    """The data dir ``--help`` names: the one every command reads (``REM_DATA_DIR``, else the
+    ``data_dir`` of ``REM_CONFIG``'s file, else the default); with settings that do not load (the
+    command will say why), ``REM_DATA_DIR`` or the default."""
+    try:
+        return load_settings().data_dir.resolve()
+    except ConfigError:
+        return Path(os.path.expanduser(os.environ.get("REM_DATA_DIR") or Settings.model_fields["data_dir"].default)).resolve()
 
 
 def add_command(
@@ -381,12 +391,14 @@ async def cmd_status(settings: Settings, args: argparse.Namespace) -> int:
 
 
 async def cmd_retry(settings: Settings, args: argparse.Namespace, progress: CommandProgress) -> int:
+    from store.ids import row_id_given
     from worker.report import reset_failures
 
+    sessions = None if args.all else [row_id_given(session, "session") for session in args.session]
     with progress.to_the_end():
         stores = await open_stores(settings)
         try:
-            payload = await anyio.to_thread.run_sync(lambda: reset_failures(stores, None if args.all else args.session))
+            payload = await anyio.to_thread.run_sync(lambda: reset_failures(stores, sessions))
         finally:
             stores.close()
         _emit(
@@ -487,7 +499,7 @@ async def cmd_search(settings: Settings, args: argparse.Namespace) -> int:
     from worker.views import print_search
 
     rows = await anyio.to_thread.run_sync(
-        lambda: search_graph(settings, args.text, limit=args.limit, label=args.label and args.label.upper(), as_of=args.as_of)
+        lambda: search_graph(settings, args.text, limit=args.limit or None, label=args.label and args.label.upper(), as_of=args.as_of)
     )
     _emit(args, {"query": args.text, "results": rows}, lambda: print_search(rows, args.text))
     return EXIT_OK
@@ -510,6 +522,12 @@ async def cmd_show(settings: Settings, args: argparse.Namespace) -> int:
         exact = [h for h in hits if named in {a.casefold() for a in [h["name"], *h["aliases"]]}]
         view = await show_node(settings, exact[0]["id"], limit=args.limit or None, as_of=args.as_of) if len(exact) == 1 else None
         if view is None:
+            # A node the graph has now but did not know by --as-of is no unknown node: say so, and since when.
+            now = await show_node(settings, args.node_id, limit=1) if args.as_of else None
+            if now is not None:
+                print(f"rem-cycle: {now['id']} was not known yet as of {args.as_of} (first seen {now['first_seen']})",
+                      file=sys.stderr)
+                return EXIT_FAILED
             suggestions = ", ".join(h["id"] for h in (exact or hits)[:10])
             print(f"rem-cycle: no node {args.node_id!r}" + (f"; did you mean: {suggestions}" if suggestions else ""), file=sys.stderr)
             return EXIT_FAILED
@@ -572,7 +590,7 @@ async def cmd_candidates(settings: Settings, args: argparse.Namespace) -> int:
     from worker.knowledge import identity_candidates
     from worker.views import print_candidates
 
-    pairs, total = await anyio.to_thread.run_sync(lambda: identity_candidates(settings, limit=args.limit))
+    pairs, total = await anyio.to_thread.run_sync(lambda: identity_candidates(settings, limit=args.limit or None))
     _emit(args, {"candidates": pairs, "total": total}, lambda: print_candidates(pairs, total))
     return EXIT_OK
 

@@ -34,7 +34,7 @@ from pipelines.judge import ModelJudge
 from pipelines.lazy_edge import ExtractionLines
 from pipelines.query import ViewCounts, node_view, search_row, turn_memory_ids
 from pipelines.resolver import GraphResolver, KeptIndex, node_refs
-from pipelines.vocabulary import ANCHOR_LABELS, DISCUSSED_IN, NOTE_LABEL, PROVENANCE_RELATIONSHIPS
+from pipelines.vocabulary import ANCHOR_LABELS, DISCUSSED_IN, MEMORY_LABEL, NOTE_LABEL, ORIGINATES_IN, PROVENANCE_RELATIONSHIPS
 from store.chroma import ChromaStore, ChromaStoreError
 from store.communities import CommunityStore
 from store.backend import database_exists, database_location, open_database
@@ -43,7 +43,7 @@ from store.erasure import EraseDueStore
 from store.errors import DatabaseError
 from store.graph import Edge, GraphStore, Node, utc_now
 from store.held_file import HeldAnswersFile, held_answers_file
-from store.ids import memory_node_id, normalize_graph_node_id, row_suffix
+from store.ids import memory_node_id, normalize_graph_node_id, row_id_given, row_suffix
 from store.lazy_queue import LazyEdgeQueue, QueueBusyError
 from store.lazy_table import LazyEdgeTable, lazy_edge_sink
 from store.library_log import get_logger
@@ -295,10 +295,11 @@ async def refresh_communities_when_due(
     return {"detected": True, **counts, "basis": DetectionBasis(moment, digested).as_dict()}
 
 
-def search_graph(settings: Settings, text: str, *, limit: int = 50, label: str | None = None, as_of: str | None = None) -> list[dict[str, Any]]:
+def search_graph(settings: Settings, text: str, *, limit: int | None = 50, label: str | None = None,
+                 as_of: str | None = None) -> list[dict[str, Any]]:
     """Knowledge nodes whose name or alias contains ``text`` (case and accents folded by
-    :mod:`store.textfold`'s rule, ``e`` + U+0301 as ``é``), best first; with ``as_of``, those known
-    then, as they were then (their aliases of then are not searched)."""
+    :mod:`store.textfold`'s rule, ``e`` + U+0301 as ``é``), best first, at most ``limit`` (``None``:
+    all); with ``as_of``, those known then, as they were then (their aliases of then are not searched)."""
     with open_graph_db(settings) as db:
         nodes = GraphStore(db).search_nodes(text, limit=limit, exclude_labels=ANCHOR_LABELS, label=label)
         if as_of is not None:
@@ -323,11 +324,15 @@ def _load_shown(db: Database, loaded: _Loaded, node_id: str, limit: int | None) 
     first ``limit`` sources and turns with those turns' points — plus the totals, counted in SQL:
     a node with a hundred thousand points shows in the memory of ``limit`` of them."""
     graph, provenance = GraphStore(db), ProvenanceStore(db)
+    # A session, turn or notes file (an anchor) has no semantic edges: its edges are the knowledge
+    # nodes said in it, a turn's source is its session and its own text is its turn.
+    label = loaded.node.label if loaded.node else None
+    anchor = label in ANCHOR_LABELS
     semantic, edges_total = graph.heaviest_edges_of(
-        node_id, exclude_relationships=PROVENANCE_RELATIONSHIPS, exclude_labels=ANCHOR_LABELS, limit=limit
+        node_id, exclude_relationships=frozenset() if anchor else PROVENANCE_RELATIONSHIPS, exclude_labels=ANCHOR_LABELS, limit=limit
     )
-    anchors, sources_total = graph.edge_targets(node_id, DISCUSSED_IN, limit=limit)
-    turn_ids, turns_total = provenance.turn_memories(node_id, limit=limit)
+    anchors, sources_total = graph.edge_targets(node_id, ORIGINATES_IN if anchor else DISCUSSED_IN, limit=limit)
+    turn_ids, turns_total = ([node_id], 1) if label == MEMORY_LABEL else provenance.turn_memories(node_id, limit=limit)
     loaded.edges = semantic + [Edge(node_id, a, DISCUSSED_IN, 1.0) for a in anchors]
     loaded.neighbours = graph.get_nodes({e.source for e in semantic} | {e.target for e in semantic} | set(anchors))
     # A notes file has no turns: its quotes are shown under it, from its points (the file's size bounds them).
@@ -399,9 +404,9 @@ def unmerge_node(settings: Settings, node_id: str) -> list[dict[str, Any]]:
         return MergeStore(db).unmerge(node_id)
 
 
-def identity_candidates(settings: Settings, *, limit: int = 50) -> tuple[list[dict[str, Any]], int]:
-    """The reported identity pairs to review (best score first, at most ``limit``) and how many
-    there are in all."""
+def identity_candidates(settings: Settings, *, limit: int | None = 50) -> tuple[list[dict[str, Any]], int]:
+    """The reported identity pairs to review (best score first, at most ``limit``; ``None``: all)
+    and how many there are in all."""
     with open_graph_db(settings) as db:
         merges = MergeStore(db)
         return merges.candidates(limit=limit), merges.candidate_count()
@@ -433,10 +438,10 @@ def forget(settings: Settings, *, session: str | None = None, memory: str | None
 
         def forget_one() -> tuple[dict[str, Any], tuple[str, str]]:
             if session is not None:
-                report = forget_session(unit, session, dry_run=dry_run)
+                report = forget_session(unit, row_id_given(session, "session"), dry_run=dry_run)
                 return report, _forget_record(report)
             if memory is not None:
-                report = forget_memory(unit, row_suffix(memory) if memory.lower().startswith("memory:") else memory, dry_run=dry_run)
+                report = forget_memory(unit, row_id_given(memory, "memory"), dry_run=dry_run)
                 return report, _forget_record(report)
             note_id, key = note_anchor(note or "")
             return forget_note(unit, note_id, key, dry_run=dry_run), (key, WHOLE_ANCHOR)

@@ -74,6 +74,8 @@ def print_node(view: dict[str, Any]) -> None:
         console.print(escape(view["description"]))
     if view["aliases"]:
         console.print("aliases: " + escape(", ".join(view["aliases"])))
+    if view.get("first_seen"):
+        console.print(f"first seen {view['first_seen']} · last seen {view['last_seen']}")
     for merge in view.get("merged_from", []):
         console.print(f"merged from {escape(merge['merged_id'])} by {merge['rule']} (score {merge['score']:.2f})")
     if view["edges"]:
@@ -95,7 +97,8 @@ def print_node(view: dict[str, Any]) -> None:
         console.print(f"\n[bold]{escape(turn['memory'])}[/bold] ({escape(where)}, {turn['role'] or 'turn'})")
         text = turn["text"]
         if text is None:
-            console.print("  (turn not found in Chroma)")
+            # With the turns unreadable (turns_error, said above) a missing text says nothing of the turn.
+            console.print("  (text unavailable: Chroma could not be read)" if view.get("turns_error") else "  (turn not found in Chroma)")
         else:
             shown = text if len(text) <= TURN_TEXT_CHARS else text[:TURN_TEXT_CHARS] + " …"
             console.print("  " + escape(shown).replace("\n", "\n  "))
