@@ -378,7 +378,7 @@ async def scan_changed_sessions(
             after = [mark_after(marks[name], ids) for name, ids in zip(collections, tails, strict=True)]
             # The memory rows that end the mark and the new mark: one read of one row when idle.
             fingerprints = await last_rows(chroma, memory_collection, (marks[memory_collection], after[0]))
-            again = [i for i in tail_written_again(marks[memory_collection], fingerprints) if i not in tails[0]]
+            again = tail_written_again(marks[memory_collection], fingerprints)
             if again:
                 log.info("change scan: the last row of the mark was written again; reading its tail again", rows=len(again))
             return await _scan_tail(chroma, memory_collection=memory_collection, summary_collection=summary_collection,
