@@ -3,8 +3,10 @@
 An idle cycle's change scan (``pipelines.ingest.scan_changed_sessions`` with marks at the end of
 both collections: no new row) and one that finds 20 new turns of one session, against the reads
 Chroma offers, each alone: the positional read the scan makes (``get(offset=rows - 32, limit=…)``),
-a read of the first 20 rows (``offset=0``), ``count()``, a read of 32 ids by id, and a read by a
-``where`` on ``sessionId`` (``limit=1``). Collections of N memory rows (sessions of 20 turns) and
+the read of the mark's last row by id that the scan makes too (its text and metadata, to see it
+was not written again: ``pipelines.ingest.last_rows``), a read of the first 20 rows
+(``offset=0``), ``count()``, a read of 32 ids by id, and a read by a ``where`` on ``sessionId``
+(``limit=1``). Collections of N memory rows (sessions of 20 turns) and
 N / 20 summaries, at 1× and 8× N, the offline ``hash`` embedding, best of 21 (the reads taken in
 turn). The memory index is a dict (the graph's side is measured elsewhere): what is timed is
 rem-cycle's Chroma calls. Chroma 1.x answers every read in SQL of its own (embedded and server are
@@ -29,7 +31,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from config import Settings, load_settings  # noqa: E402
-from pipelines.ingest import TAIL_CHECK_IDS, collection_location, scan_changed_sessions  # noqa: E402
+from pipelines.ingest import TAIL_CHECK_IDS, collection_location, last_rows, scan_changed_sessions, with_last_row  # noqa: E402
 from store.chroma import ChromaStore  # noqa: E402
 from store.scan_marks import ScanMark  # noqa: E402
 from tests.conftest import free_port, start_chroma_server  # noqa: E402
@@ -37,7 +39,8 @@ from tests.conftest import free_port, start_chroma_server  # noqa: E402
 TURNS_PER_SESSION = 20
 NEW_ROWS = 20
 REPEAT = 21
-COLUMNS = ("idle scan", f"scan, {NEW_ROWS} new", "the tail read", "the first 20", "count()", "32 ids by id", "where sessionId")
+COLUMNS = ("idle scan", f"scan, {NEW_ROWS} new", "the tail read", "the last row by id", "the first 20", "count()", "32 ids by id",
+           "where sessionId")
 
 
 class DictIndex:
@@ -92,8 +95,9 @@ async def mark_of(chroma: ChromaStore, name: str, rows: int, location: str, back
     """The mark a scan leaves after ``rows - back`` rows of ``name``."""
     applied = rows - back
     tail = await chroma.ids_from(name, offset=max(0, applied - TAIL_CHECK_IDS), limit=min(applied, TAIL_CHECK_IDS))
-    return ScanMark(collection=name, location=collection_location(location, await chroma.collection_id(name)),
+    mark = ScanMark(collection=name, location=collection_location(location, await chroma.collection_id(name)),
                     rows_applied=applied, tail_ids=tuple(tail), full_scan_at=datetime.now(UTC).isoformat())
+    return with_last_row(mark, await last_rows(chroma, name, [mark]))
 
 
 async def measure(settings: Settings, rows: int) -> dict[str, float]:
@@ -121,10 +125,11 @@ async def measure(settings: Settings, rows: int) -> dict[str, float]:
         COLUMNS[0]: lambda: scan("idle", idle_index),
         COLUMNS[1]: lambda: scan("new", new_index),
         COLUMNS[2]: lambda: chroma.ids_from(memories, offset=rows - TAIL_CHECK_IDS, limit=50_000 + TAIL_CHECK_IDS + 1),
-        COLUMNS[3]: lambda: chroma.ids_from(memories, offset=0, limit=20),
-        COLUMNS[4]: lambda: chroma._call(coll.count),
-        COLUMNS[5]: lambda: chroma._call(coll.get, ids=tail_ids, include=[]),
-        COLUMNS[6]: lambda: chroma._call(coll.get, where={"sessionId": memory_id(rows - 1)[:7]}, include=[], limit=1),
+        COLUMNS[3]: lambda: last_rows(chroma, memories, [marks["idle"][memories]]),
+        COLUMNS[4]: lambda: chroma.ids_from(memories, offset=0, limit=20),
+        COLUMNS[5]: lambda: chroma._call(coll.count),
+        COLUMNS[6]: lambda: chroma._call(coll.get, ids=tail_ids, include=[]),
+        COLUMNS[7]: lambda: chroma._call(coll.get, where={"sessionId": memory_id(rows - 1)[:7]}, include=[], limit=1),
     }
     return {"rows": rows, **await best_ms(calls)}
 

@@ -323,6 +323,34 @@ async def ids_after(chroma: ChromaStore, mark: ScanMark, *, limit: int) -> list[
     return ids[len(mark.tail_ids) :]
 
 
+def row_fingerprint(document: str, metadata: Mapping[str, Any]) -> str:
+    """What a scan mark keeps of the row that ends it (``ScanMark.last_row``): a hash of its
+    metadata and text. Pure."""
+    return payload_hash({"metadata": metadata, "text": text_hash(document)})
+
+
+async def last_rows(chroma: ChromaStore, collection: str, marks: Iterable[ScanMark | None]) -> dict[str, str]:
+    """The fingerprints of the rows that end ``marks`` (those that exist), in one read by id."""
+    ids = sorted({mark.tail_ids[-1] for mark in marks if mark is not None and mark.tail_ids})
+    return {row_id: row_fingerprint(*row) for row_id, row in (await chroma.get_existing(collection, ids)).items()}
+
+
+def with_last_row(mark: ScanMark, fingerprints: Mapping[str, str]) -> ScanMark:
+    """``mark`` keeping the fingerprint of its last row (among ``fingerprints``). Pure."""
+    return replace(mark, last_row=fingerprints.get(mark.tail_ids[-1], "") if mark.tail_ids else "")
+
+
+def tail_written_again(mark: ScanMark | None, fingerprints: Mapping[str, str]) -> tuple[str, ...]:
+    """The tail ids of ``mark`` to read as re-added: all of them when the row that ends it is not
+    what the mark recorded (or the mark, written before marks kept it, does not say). That row
+    deleted and added back with nothing added between keeps its place, and so do the rows just
+    before it when they were rewritten with it in their order (an import rewrites a batch's changed
+    turns together): no id tells. Their sessions are synced, which compares every turn. Pure."""
+    if mark is None or not mark.tail_ids or fingerprints.get(mark.tail_ids[-1]) == mark.last_row:
+        return ()
+    return mark.tail_ids
+
+
 async def mark_holds(chroma: ChromaStore, mark: ScanMark) -> bool:
     """Whether the mark's tail ids are still where it says (nothing before them went away)."""
     if not mark.tail_ids:
@@ -345,16 +373,24 @@ async def scan_changed_sessions(
 ) -> ScanResult:
     """The change scan. When both collections have marks and no full scan is due, only the rows
     added after the marks are read (one call per collection) and only the sessions they belong to
-    get a revision; every row is read (:func:`scan_session_revisions`) when a full scan is due or
-    a mark's tail ids are not where they were. ``index`` is read in a worker thread."""
+    get a revision — and the memory mark's tail, read as re-added, when its last row is not what
+    the mark recorded (:func:`tail_written_again`; one read of that row by id); every row is read
+    (:func:`scan_session_revisions`) when a full scan is due or a mark's tail ids are not where
+    they were. ``index`` is read in a worker thread."""
     collections = (memory_collection, summary_collection)
     where = {name: collection_location(location, await chroma.collection_id(name)) for name in collections}
     if not full_scan_due(marks, where, now=now, interval_seconds=full_scan_interval_seconds):
         tails = [await ids_after(chroma, marks[name], limit=tail_limit) for name in collections]
         if tails[0] is not None and tails[1] is not None:
+            after = [mark_after(marks[name], ids) for name, ids in zip(collections, tails, strict=True)]
+            # The memory rows that end the mark and the new mark: one read of one row when idle.
+            fingerprints = await last_rows(chroma, memory_collection, (marks[memory_collection], after[0]))
+            again = tail_written_again(marks[memory_collection], fingerprints)
+            if again:
+                log.info("change scan: the last row of the mark was written again; reading its tail again", rows=len(again))
             return await _scan_tail(chroma, memory_collection=memory_collection, summary_collection=summary_collection,
-                                    index=index, new_memory_ids=tails[0], new_summary_ids=tails[1],
-                                    marks=[mark_after(marks[name], ids) for name, ids in zip(collections, tails, strict=True)])
+                                    index=index, new_memory_ids=[*again, *tails[0]], new_summary_ids=tails[1],
+                                    marks=[with_last_row(after[0], fingerprints), after[1]])
         log.info("change scan: rows before the scan marks moved or went away; reading every row")
     known = await anyio.to_thread.run_sync(index.memory_index)
     since, recreated = previous_memory_mark(marks.get(memory_collection), where=where[memory_collection], location=location)
@@ -427,7 +463,8 @@ async def scan_session_revisions(
     ``known_sessions`` maps memory ids already ingested to their session; only ids not in it have
     their metadata read — and the known ids that come after the tail of ``since`` (the memory
     collection's previous mark, see :class:`_RowsAfterMark`): rows deleted and written again since,
-    which may name another session now; every known id when the collection was ``recreated``.
+    which may name another session now — and its tail when its last row was written again
+    (:func:`tail_written_again`); every known id when the collection was ``recreated``.
     Summaries (one per session) are read whole. A row without a usable ``sessionId`` is counted as
     an error, never a crash. The marks it returns (location and full scan time left blank for the
     caller) say how many rows each collection had, and its last ids.
@@ -442,7 +479,9 @@ async def scan_session_revisions(
         memory_mark = mark_after(memory_mark, ids)
     summary_mark = replace(memory_mark, collection=summary_collection, rows_applied=0, tail_ids=())
     result.rows_scanned = len(present)
-    rewritten = present if recreated else after_mark.ids()
+    fingerprints = await last_rows(chroma, memory_collection, (since, memory_mark))
+    memory_mark = with_last_row(memory_mark, fingerprints)
+    rewritten = present if recreated else {*after_mark.ids(), *present.intersection(tail_written_again(since, fingerprints))}
     readded = {memory_id: known_sessions[memory_id] for memory_id in rewritten if memory_id in known_sessions}
     members: dict[str, list[str]] = {}
     for memory_id, session_id in known_sessions.items():

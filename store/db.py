@@ -297,6 +297,13 @@ CREATE INDEX node_points_memory ON node_points(memory_id, anchor);
 CREATE INDEX edge_points_memory ON edge_points(memory_id, anchor)
 """
 
+# 25: a scan mark keeps a fingerprint of the row that ends it (store/scan_marks.py, lastrow): that
+# row deleted and added back — the newest turn redacted, a turn rewritten twice — keeps its place
+# and its id, and no scan saw it. '' for a mark written before: its next scan reads its tail again.
+LAST_ROW_MIGRATION = """
+ALTER TABLE chroma_scan_state ADD COLUMN last_row TEXT NOT NULL DEFAULT ''
+"""
+
 RUN_COUNTS_MIGRATION = """
 CREATE INDEX rem_runs_outcome_finished ON rem_runs(outcome, finished_at);
 CREATE INDEX rem_runs_running ON rem_runs(started_at) WHERE outcome = 'running';
@@ -937,6 +944,8 @@ MIGRATIONS: tuple[str, ...] = (
     ERASE_AT_COMMIT_MIGRATION,
     # 24: POINTS_BY_MEMORY_MIGRATION above.
     POINTS_BY_MEMORY_MIGRATION,
+    # 25: LAST_ROW_MIGRATION above.
+    LAST_ROW_MIGRATION,
 )
 
 # The queue table's schema version, wherever the entry sits (the PostgreSQL port keys its own form by it).
@@ -948,6 +957,7 @@ FOLD_RANK_VERSION = MIGRATIONS.index(FOLD_RANK_MIGRATION) + 1
 QUEUE_WITHDRAWALS_VERSION = MIGRATIONS.index(QUEUE_WITHDRAWALS_MIGRATION) + 1
 ERASE_AT_COMMIT_VERSION = MIGRATIONS.index(ERASE_AT_COMMIT_MIGRATION) + 1
 POINTS_BY_MEMORY_VERSION = MIGRATIONS.index(POINTS_BY_MEMORY_MIGRATION) + 1
+LAST_ROW_VERSION = MIGRATIONS.index(LAST_ROW_MIGRATION) + 1
 
 
 # SQLite's primary result codes (https://sqlite.org/rescode.html) that name a kind of failure.

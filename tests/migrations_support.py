@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from store.db import (
-    CHUNK_TEXT_VERSION, ERASE_AT_COMMIT_VERSION, FOLD_RANK_VERSION, MIGRATIONS, POINTS_BY_MEMORY_VERSION, QUEUE_WITHDRAWALS_VERSION,
+    CHUNK_TEXT_VERSION, ERASE_AT_COMMIT_VERSION, FOLD_RANK_VERSION, LAST_ROW_VERSION, MIGRATIONS, POINTS_BY_MEMORY_VERSION, QUEUE_WITHDRAWALS_VERSION,
     SEARCH_FOLD_VERSION, TEXT_CLAIMS_VERSION,
     _statements,
 )
@@ -99,6 +99,8 @@ UNDO: dict[int, dict[str, tuple[str, ...]]] = {
                               "postgresql": ("ALTER TABLE session_digests DROP COLUMN erase_at_commit",)},
     POINTS_BY_MEMORY_VERSION: {"sqlite": ("DROP INDEX node_points_memory", "DROP INDEX edge_points_memory"),
                                "postgresql": ("DROP INDEX node_points_memory", "DROP INDEX edge_points_memory")},
+    LAST_ROW_VERSION: {"sqlite": ("ALTER TABLE chroma_scan_state DROP COLUMN last_row",),
+                       "postgresql": ("ALTER TABLE chroma_scan_state DROP COLUMN last_row",)},
 }
 assert "rem_run_counts" in MIGRATIONS[RUN_COUNTS_VERSION - 1] and "community_names" in MIGRATIONS[COMMUNITY_NAMES_VERSION - 1]
 assert "justification" in MIGRATIONS[EDGE_JUSTIFICATIONS_VERSION - 1]
