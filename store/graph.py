@@ -179,10 +179,14 @@ class GraphStore:
         """Every node, ordered by id."""
         return [node_from_row(r) for r in self.db.query("SELECT id, label, name, properties FROM nodes ORDER BY id")]
 
-    def all_edges(self) -> list[Edge]:
-        """Every edge, ordered by (source, target, relationship)."""
+    def all_edges(self, *, bare_relationships: Iterable[str] = ()) -> list[Edge]:
+        """Every edge, ordered by (source, target, relationship); those whose relationship is among
+        ``bare_relationships`` without their property document (``properties`` is empty), for a
+        reader that never looks at theirs (an export leaving provenance edges out: most edges)."""
         rows = self.db.query(
-            "SELECT source, target, relationship, weight, properties FROM edges ORDER BY source, target, relationship"
+            "SELECT source, target, relationship, weight, CASE WHEN relationship IN (SELECT value FROM json_each(?)) "
+            "THEN '{}' ELSE properties END AS properties FROM edges ORDER BY source, target, relationship",
+            (dumps(sorted(set(bare_relationships))),),
         )
         return [_edge(r) for r in rows]
 

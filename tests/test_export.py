@@ -52,9 +52,10 @@ def test_snapshot_shape(db) -> None:
 
 
 def test_empty_properties_skip_the_decoder_and_export_the_same_text(db, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A ``{}`` properties document is read without ``json.loads`` (``store.graph.read_properties``):
-    the export is, byte for byte, the one of the decoder reading every row, and each row's empty
-    dict is its own (a caller changing one changes no other row's)."""
+    """A ``{}`` properties document is read without ``json.loads`` (``store.graph.read_properties``),
+    and an export without the anchors reads no provenance edge's document: the export is, byte for
+    byte, the one of the decoder reading every row of both tables, and each row's empty dict is its
+    own (a caller changing one changes no other row's)."""
     import store.graph
     from store.graph import Edge
 
@@ -66,10 +67,13 @@ def test_empty_properties_skip_the_decoder_and_export_the_same_text(db, monkeypa
     assert len(empties) >= 3  # ORIGINATES_IN, RELATES_TO without properties
     empties[0]["changed"] = True
     assert all(p == {} for p in empties[1:]) and all(not n.properties for n in graph.all_nodes() if n.id == "CONCEPT:Bare")
+    read_whole = GraphStore.all_edges
     for anchors in (False, True):
         fast = snapshot_from_db(db, include_anchors=anchors)
         with monkeypatch.context() as patched:
             patched.setattr(store.graph, "read_properties", json.loads)  # the decoder for every row, as before
+            # and every edge's document read (the export leaves the provenance edges' unread)
+            patched.setattr(GraphStore, "all_edges", lambda self, bare_relationships=(): read_whole(self))
             decoded = snapshot_from_db(db, include_anchors=anchors)
         decoded["generated_at"] = fast["generated_at"]
         assert render(fast, "json") == render(decoded, "json")
