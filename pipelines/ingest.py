@@ -18,7 +18,7 @@ import anyio
 
 from pipelines.ports import UnitOfWork
 from pipelines.vocabulary import MEMORY_LABEL
-from store.chroma import ChromaStore, ChromaUnavailableError, MemoryRow, SummaryRow, latest_by_session
+from store.chroma import ChromaStore, ChromaUnavailableError, MemoryRow, SummaryRow, TurnsHandOff, latest_by_session
 from store.errors import LeaseLostError
 from store.graph import Edge, Node, dumps
 from store.ids import InvalidIdError, is_valid_row_id, memory_node_id, session_node_id
@@ -548,12 +548,17 @@ def _readded_sessions(before: Mapping[str, str], now: Mapping[str, Sequence[str]
 
 
 async def sync_sessions_to_graph(
-    session_ids: Sequence[str], *, chroma: ChromaStore, unit: UnitOfWork, memory_ids: Mapping[str, Sequence[str]] | None = None
+    session_ids: Sequence[str], *, chroma: ChromaStore, unit: UnitOfWork, memory_ids: Mapping[str, Sequence[str]] | None = None,
+    turns: TurnsHandOff | None = None,
 ) -> dict[str, SyncStats]:
     """Live-sync a batch of sessions: paged Chroma reads for their memories and their summaries,
     one transaction of ``unit``. Returns stats per session. ``memory_ids``: each session's row ids as
-    the scan found them, so that the rows are read by id (see ``ChromaStore.memories_for_sessions``)."""
-    rows_by_session = await chroma.memories_for_sessions(session_ids, memory_ids=memory_ids)
+    the scan found them, so that the rows are read by id (see ``ChromaStore.memories_for_sessions``).
+    ``turns``: the cycle's hand-off, which reads them and keeps a big read for the extract phase."""
+    if turns is not None:
+        rows_by_session = await turns.read(session_ids, memory_ids)
+    else:
+        rows_by_session = await chroma.memories_for_sessions(session_ids, memory_ids=memory_ids)
     summaries = await chroma.summaries_for_sessions(session_ids) or {}
     return await anyio.to_thread.run_sync(_write_sessions, list(session_ids), rows_by_session, summaries, unit)
 
@@ -567,7 +572,8 @@ class BatchSync:
 
 
 async def sync_batch_isolating_failures(
-    session_ids: Sequence[str], *, chroma: ChromaStore, unit: UnitOfWork, memory_ids: Mapping[str, Sequence[str]] | None = None
+    session_ids: Sequence[str], *, chroma: ChromaStore, unit: UnitOfWork, memory_ids: Mapping[str, Sequence[str]] | None = None,
+    turns: TurnsHandOff | None = None,
 ) -> BatchSync:
     """:func:`sync_sessions_to_graph` for a batch; when the batch fails, each session is synced on
     its own, so that one bad session costs only itself. An unreachable Chroma is not a session's
@@ -575,7 +581,7 @@ async def sync_batch_isolating_failures(
     fenced with that another worker took over (:class:`LeaseLostError`)."""
     result = BatchSync()
     try:
-        result.synced = await sync_sessions_to_graph(session_ids, chroma=chroma, unit=unit, memory_ids=memory_ids)
+        result.synced = await sync_sessions_to_graph(session_ids, chroma=chroma, unit=unit, memory_ids=memory_ids, turns=turns)
         return result
     except (ChromaUnavailableError, LeaseLostError):
         raise
@@ -585,7 +591,7 @@ async def sync_batch_isolating_failures(
             log.warning("session sync failed", session_id=session_ids[0], error=result.failed[session_ids[0]])
             return result
     for sid in session_ids:
-        one = await sync_batch_isolating_failures([sid], chroma=chroma, unit=unit, memory_ids=memory_ids)
+        one = await sync_batch_isolating_failures([sid], chroma=chroma, unit=unit, memory_ids=memory_ids, turns=turns)
         result.synced.update(one.synced)
         result.failed.update(one.failed)
     return result

@@ -550,6 +550,17 @@ class ChromaStore:
                 grouped[row.session_id][row.id] = row
         return {sid: sorted(rows.values(), key=turn_order_key) for sid, rows in grouped.items()}
 
+    async def collection_state(self, name: str) -> CollectionState | None:
+        """The collection's row count and its last :data:`STATE_TAIL` rows, whole (``None`` when it
+        does not exist): see :class:`CollectionState`. Two calls; the second sorts the collection
+        (INTERNALS "Known limit"), some 20 ms at 100,000 rows embedded."""
+        coll = await self.collection(name)
+        if coll is None:
+            return None
+        count = await self._call(coll.count)
+        tail = await self._call(coll.get, offset=max(0, count - STATE_TAIL), limit=STATE_TAIL, include=["metadatas", "documents"])
+        return CollectionState(count, tuple((r.id, r.document, r.metadata) for r in _rows(tail, MemoryRow)))
+
     async def sessions_with_memories(self, session_ids: Iterable[str]) -> set[str] | None:
         """The session ids among ``session_ids`` that have at least one memory row (one id read of
         at most one row per session, however large the session); ``None`` when the memory
@@ -592,6 +603,67 @@ class ChromaStore:
         if coll is None or not ids:
             return {}
         return {r.id: (r.document, r.metadata) for r in await self._by_ids(coll, ids, include=["metadatas", "documents"])}
+
+
+# Rows at the end of a collection that :class:`CollectionState` holds whole.
+STATE_TAIL = 32
+# The fewest turns of a session whose turns a cycle's ingest phase hands its extract phase
+# (:class:`TurnsHandOff`): below it, reading them again costs about what checking them does.
+HAND_OFF_MIN_TURNS = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class CollectionState:
+    """A collection's row count and its last rows (id, document, metadata). Equal states taken
+    before and after a read of some of its rows mean that none was written again between them:
+    Chroma keeps rows in insertion order, and a row deleted and added again (``rewrite``, as
+    ``import`` rewrites a turn) goes to the end — the last rows change, their ids or, for the last
+    row itself, its words — while a row added or deleted changes the count (INTERNALS "What a cycle
+    reads of Chroma"). An agent's ``upsert`` of new words in place is what it never shows, as the
+    change scan never sees it (README "Source data")."""
+
+    count: int
+    tail: tuple[tuple[str, str, Metadata], ...]
+
+
+class TurnsHandOff:
+    """The turns a cycle's ingest phase read for the sessions it synced, handed to its extract
+    phase, which would read them again from Chroma: a session of 100,000 turns is read once a
+    cycle, not twice (bench/RESULTS.md, "Turns handed to extraction"). The sessions of at least
+    ``min_turns`` turns of a read are kept (of the last read only: the hand-off holds no more than
+    one ingest batch's turns), with the memory collection's :class:`CollectionState` taken before it; the
+    extract phase is given a session's turns only while the collection's state is still that one and
+    the session's memory ids are the ones read — a turn rewritten meanwhile is read again, with its
+    new words, as before. A session is handed over once; anything else is read from Chroma."""
+
+    def __init__(self, chroma: ChromaStore, collection: str, *, min_turns: int = HAND_OFF_MIN_TURNS) -> None:
+        self._chroma = chroma
+        self._collection = collection
+        self._min_turns = min_turns
+        self._state: CollectionState | None = None
+        self._held: dict[str, tuple[tuple[str, ...], list[MemoryRow]]] = {}
+
+    async def read(self, session_ids: Sequence[str], memory_ids: Mapping[str, Sequence[str]] | None) -> dict[str, list[MemoryRow]]:
+        """:meth:`ChromaStore.memories_for_sessions`, kept for the extract phase when it is big enough."""
+        self._state, self._held = None, {}  # the previous read's turns go: one batch's at most
+        big = {sid: tuple(sorted(ids)) for sid in session_ids
+               if len(ids := (memory_ids or {}).get(sid, ())) >= self._min_turns}
+        # Taken before the read (see CollectionState); only for a big session, whose read costs more.
+        state = await self._chroma.collection_state(self._collection) if big else None
+        rows = await self._chroma.memories_for_sessions(session_ids, memory_ids=memory_ids)
+        if state is not None:
+            self._state = state
+            self._held = {sid: (ids, rows[sid]) for sid, ids in big.items() if sid in rows}
+        return rows
+
+    async def memories_for_session(self, session_id: str, *, memory_ids: Sequence[str] | None) -> list[MemoryRow]:
+        """The session's turns as :meth:`ChromaStore.memories_for_session` reads them: those handed
+        over when they are still Chroma's (see the class), else read now."""
+        held = self._held.pop(session_id, None)
+        if held is not None and held[0] == tuple(sorted(memory_ids or ())) and self._state is not None:
+            if await self._chroma.collection_state(self._collection) == self._state:
+                return held[1]
+        return await self._chroma.memories_for_session(session_id, memory_ids=memory_ids)
 
 
 def _brief(exc: BaseException) -> str:

@@ -86,7 +86,7 @@ class GraphStore:
         rows = self.db.query(
             "SELECT id, label, name, properties FROM nodes WHERE id = ?", (normalize_graph_node_id(node_id),)
         )
-        return _node(rows[0]) if rows else None
+        return node_from_row(rows[0]) if rows else None
 
     def get_nodes(self, node_ids: Iterable[str]) -> dict[str, Node]:
         """The nodes that exist among ``node_ids``, by id."""
@@ -94,7 +94,7 @@ class GraphStore:
         found: dict[str, Node] = {}
         for part, marks in in_batches(ids):
             for row in self.db.query(f"SELECT id, label, name, properties FROM nodes WHERE id IN ({marks})", part):
-                found[row["id"]] = _node(row)
+                found[row["id"]] = node_from_row(row)
         return found
 
     def existing_ids(self, node_ids: Iterable[str]) -> set[str]:
@@ -110,7 +110,7 @@ class GraphStore:
 
     def nodes_by_label(self, label: str) -> list[Node]:
         rows = self.db.query("SELECT id, label, name, properties FROM nodes WHERE label = ? ORDER BY id", (label,))
-        return [_node(r) for r in rows]
+        return [node_from_row(r) for r in rows]
 
     def edges_of(self, node_id: str) -> list[Edge]:
         """Every edge touching ``node_id``, outgoing first."""
@@ -177,12 +177,16 @@ class GraphStore:
 
     def all_nodes(self) -> list[Node]:
         """Every node, ordered by id."""
-        return [_node(r) for r in self.db.query("SELECT id, label, name, properties FROM nodes ORDER BY id")]
+        return [node_from_row(r) for r in self.db.query("SELECT id, label, name, properties FROM nodes ORDER BY id")]
 
-    def all_edges(self) -> list[Edge]:
-        """Every edge, ordered by (source, target, relationship)."""
+    def all_edges(self, *, bare_relationships: Iterable[str] = ()) -> list[Edge]:
+        """Every edge, ordered by (source, target, relationship); those whose relationship is among
+        ``bare_relationships`` without their property document (``properties`` is empty), for a
+        reader that never looks at theirs (an export leaving provenance edges out: most edges)."""
         rows = self.db.query(
-            "SELECT source, target, relationship, weight, properties FROM edges ORDER BY source, target, relationship"
+            "SELECT source, target, relationship, weight, CASE WHEN relationship IN (SELECT value FROM json_each(?)) "
+            "THEN '{}' ELSE properties END AS properties FROM edges ORDER BY source, target, relationship",
+            (dumps(sorted(set(bare_relationships))),),
         )
         return [_edge(r) for r in rows]
 
@@ -247,7 +251,7 @@ class GraphStore:
             (dumps(sorted(set(exclude_labels))), label, label, pattern, pattern, pattern, fold(text), folded + "%", pattern,
              UNLIMITED if limit is None else limit),
         )
-        return [_node(r) for r in rows]
+        return [node_from_row(r) for r in rows]
 
     def counts(self) -> dict[str, Any]:
         """Node counts by label and edge counts by relationship: the folded counts plus the changes
@@ -386,9 +390,18 @@ class GraphStore:
             return cursor.rowcount > 0
 
 
-def _node(row: Any) -> Node:
-    return Node(row["id"], row["label"], row["name"], json.loads(row["properties"]))
+def read_properties(document: str) -> dict[str, Any]:
+    """A stored ``properties`` document as a dict. The empty one — every ``ORIGINATES_IN`` edge's
+    (a quarter of a session's edges), many nodes' — is not run through the JSON decoder, which an
+    export or a full read of the graph pays per row (bench/RESULTS.md, "Empty properties"); it is
+    a new dict each time, as ``json.loads`` gives, since callers change theirs."""
+    return {} if document == "{}" else json.loads(document)
+
+
+def node_from_row(row: Any) -> Node:
+    """A node from a row of ``id, label, name, properties``."""
+    return Node(row["id"], row["label"], row["name"], read_properties(row["properties"]))
 
 
 def _edge(row: Any) -> Edge:
-    return Edge(row["source"], row["target"], row["relationship"], row["weight"], json.loads(row["properties"]))
+    return Edge(row["source"], row["target"], row["relationship"], row["weight"], read_properties(row["properties"]))

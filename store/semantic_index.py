@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
-from typing import Any
 
 from store.db import Database, alias_key, in_batches
-from store.graph import Node
+from store.graph import Node, node_from_row
 
 
 class SemanticIndex:
@@ -22,7 +20,7 @@ class SemanticIndex:
         found: dict[str, Node] = {}
         for part, marks in in_batches(sorted(set(ids))):
             rows = self.db.query(f"SELECT id, label, name, properties FROM nodes WHERE id IN ({marks})", part)
-            found.update((r["id"], _node(r)) for r in rows if r["label"] == label)
+            found.update((r["id"], node_from_row(r)) for r in rows if r["label"] == label)
         for part, marks in in_batches(sorted(set(names)), lists=2):
             keys = sorted({alias_key(n) for n in part})
             rows = self.db.query(
@@ -33,9 +31,5 @@ class SemanticIndex:
                 f"WHERE a.alias_key IN ({','.join('?' * len(keys))}) AND n.id = a.node_id AND n.label = ?",
                 [label, *part, *keys, label],
             )
-            found.update((r["id"], _node(r)) for r in rows)
+            found.update((r["id"], node_from_row(r)) for r in rows)
         return [found[k] for k in sorted(found)]
-
-
-def _node(row: Any) -> Node:
-    return Node(row["id"], row["label"], row["name"], json.loads(row["properties"]))

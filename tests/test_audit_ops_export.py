@@ -48,7 +48,7 @@ async def test_an_export_racing_a_commit_is_the_graph_before_it(
 
     real_all_edges, raced = GraphStore.all_edges, []
 
-    def edges_after_a_concurrent_merge(self: GraphStore) -> list:
+    def edges_after_a_concurrent_merge(self: GraphStore, **reading: Any) -> list:
         if not raced:  # another process commits between the export's reads of nodes and of edges
             raced.append(True)
             other = open_database(settings)
@@ -56,7 +56,7 @@ async def test_an_export_racing_a_commit_is_the_graph_before_it(
                 MergeStore(other).merge_nodes("CLASS:RetryBudget", "CLASS:GraphStore")
             finally:
                 other.close()
-        return real_all_edges(self)
+        return real_all_edges(self, **reading)
 
     monkeypatch.setattr(GraphStore, "all_edges", edges_after_a_concurrent_merge)
     raced_export = _export(settings, **options)

@@ -51,6 +51,35 @@ def test_snapshot_shape(db) -> None:
     json.dumps(snap)  # JSON-ready
 
 
+def test_empty_properties_skip_the_decoder_and_export_the_same_text(db, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A ``{}`` properties document is read without ``json.loads`` (``store.graph.read_properties``),
+    and an export without the anchors reads no provenance edge's document: the export is, byte for
+    byte, the one of the decoder reading every row of both tables, and each row's empty dict is its
+    own (a caller changing one changes no other row's)."""
+    import store.graph
+    from store.graph import Edge
+
+    graph = GraphStore(db)
+    graph.upsert_nodes([Node("CONCEPT:Bare", "CONCEPT", "Bare", {}), Node("CONCEPT:Nested", "CONCEPT", "Nested", {"empty": {}, "text": "{}"})])
+    graph.link_nodes([Edge("CONCEPT:Bare", "CONCEPT:Nested", "RELATES_TO", 1.0, {"note": "{}", "nested": {"a": {}}, "é": []}),
+                      Edge("CONCEPT:Nested", "METHOD:drain", "RELATES_TO")])
+    empties = [e.properties for e in graph.all_edges() if not e.properties]
+    assert len(empties) >= 3  # ORIGINATES_IN, RELATES_TO without properties
+    empties[0]["changed"] = True
+    assert all(p == {} for p in empties[1:]) and all(not n.properties for n in graph.all_nodes() if n.id == "CONCEPT:Bare")
+    read_whole = GraphStore.all_edges
+    for anchors in (False, True):
+        fast = snapshot_from_db(db, include_anchors=anchors)
+        with monkeypatch.context() as patched:
+            patched.setattr(store.graph, "read_properties", json.loads)  # the decoder for every row, as before
+            # and every edge's document read (the export leaves the provenance edges' unread)
+            patched.setattr(GraphStore, "all_edges", lambda self, bare_relationships=(): read_whole(self))
+            decoded = snapshot_from_db(db, include_anchors=anchors)
+        decoded["generated_at"] = fast["generated_at"]
+        assert render(fast, "json") == render(decoded, "json")
+        assert render(fast, "graphml") == render(decoded, "graphml")
+
+
 def test_include_anchors_and_sessions_from_memory_only(db) -> None:
     snap = snapshot_from_db(db, include_anchors=True)
     assert {"memory:m1", "session:s2"} <= {n["id"] for n in snap["nodes"]}

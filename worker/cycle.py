@@ -35,7 +35,7 @@ from pipelines.drain import DrainStats, drain_queue
 from pipelines.extract.inflight import HeldAnswers
 from pipelines.forget import MassRetractionRefused, retract_vanished, sessions_to_retract
 from pipelines.ingest import ScanResult, mark_holds, scan_changed_sessions, sessions_to_sync, sync_batch_isolating_failures
-from store.chroma import ChromaStore, ChromaStoreError, ChromaUnavailableError
+from store.chroma import ChromaStore, ChromaStoreError, ChromaUnavailableError, TurnsHandOff
 from store.claims import CYCLE_LOCK, ClaimStore, LockStore, TextClaimStore, host_identity, worker_owner
 from store.confined import UnsafePathError, exclusive_lock
 from store.backend import database_exists, database_location, open_database, open_database_at
@@ -141,6 +141,9 @@ class CycleContext:
     # Why the queue lines of what a failed ingest phase retracted stay queued (their withdrawal
     # failed too): the failed phase's record shows it, beside the phase's own error.
     queue_error: str | None = None
+    # The turns the ingest phase read of the sessions it synced, for the extract phase (which drops
+    # them when it ends): see store.chroma.TurnsHandOff.
+    turns: TurnsHandOff | None = None
 
     def check_stop(self) -> None:
         """Raise :class:`CycleInterrupted` when a stop was requested (call between transactions)."""
@@ -206,6 +209,7 @@ async def _ingest(ctx: CycleContext) -> dict[str, Any]:
     settings, stores = ctx.settings, ctx.stores
     unit = _fenced_unit(ctx)
     scan_marks = ScanMarkStore(stores.db)
+    ctx.turns = TurnsHandOff(stores.chroma, settings.memory_collection)
     try:
         scan = await scan_changed_sessions(
             stores.chroma,
@@ -292,7 +296,7 @@ async def _sync_changed(
         try:
             batch = await sync_batch_isolating_failures(
                 [r.session_id for r in group], chroma=stores.chroma, unit=unit,
-                memory_ids={r.session_id: r.memory_ids for r in group},
+                memory_ids={r.session_id: r.memory_ids for r in group}, turns=ctx.turns,
             )
         except ChromaUnavailableError as exc:
             raise PhaseError(exc.reason_code, str(exc)) from exc
@@ -400,8 +404,9 @@ async def extract(ctx: CycleContext) -> dict[str, Any]:
             resolver=resolver,
             merges=stores.unit.merges, forgotten_memories=partial(TombstoneStore(stores.db).buried, MEMORY),
             session_memory_ids=TombstoneStore(stores.db).session_memories, claims=claims, text_claims=text_claims,
-            held_answers=ctx.held_answers,
+            held_answers=ctx.held_answers, turns=ctx.turns,
         )
+        ctx.turns = None  # the env holds them for this phase only
         stats, queued = ExtractStats(), 0
         try:
             # Answers an earlier process held (a --once run's, a daemon's between cycles) join this one's.

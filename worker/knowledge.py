@@ -155,7 +155,9 @@ def snapshot_from_db(db: Database, *, include_anchors: bool = False, as_of: str 
     ``stream_points`` (not with ``as_of``): without the points themselves, for
     :func:`pipelines.export.write_json`."""
     graph, provenance = GraphStore(db), ProvenanceStore(db)
-    nodes, edges = graph.all_nodes(), graph.all_edges()
+    # Provenance edges are not exported without the anchors: their documents are not read.
+    unread = PROVENANCE_RELATIONSHIPS if not include_anchors and as_of is None else ()
+    nodes, edges = graph.all_nodes(), graph.all_edges(bare_relationships=unread)
     points = provenance.point_places_by_node() if stream_points else provenance.points_by_node()
     edge_seen = provenance.edge_seen()
     if as_of is not None:

@@ -24,7 +24,7 @@ from pipelines.extract.units import SourceTurn, plan_units
 from pipelines.lazy_edge import LazyEdgeSink, queue_superseding
 from pipelines.ports import MergeRecorder, TextClaims, UnitOfWork
 from pipelines.resolver import GraphResolver
-from store.chroma import ChromaStore, ChromaUnavailableError, MemoryRow
+from store.chroma import ChromaStore, ChromaUnavailableError, MemoryRow, TurnsHandOff
 from store.claims import ClaimLostError, SessionGoneError
 from store.errors import DATABASE_OUTAGES, is_database_outage
 from store.ids import is_valid_row_id
@@ -95,6 +95,9 @@ class ExtractEnv:
     # Paid answers the database refused to store, stored at the next attempt of their words instead
     # of asking again (pipelines/extract/inflight.py). None: each session's map its own.
     held_answers: HeldAnswers | None = None
+    # The turns this cycle's ingest phase read of the sessions it synced, while still Chroma's
+    # (store.chroma.TurnsHandOff). None: every session's turns are read from Chroma.
+    turns: TurnsHandOff | None = None
 
 
 @dataclass(slots=True)
@@ -196,7 +199,8 @@ async def extract_session(
     sid = record.session_id
     try:
         known = await anyio.to_thread.run_sync(env.session_memory_ids, sid) if env.session_memory_ids else None
-        rows = await env.chroma.memories_for_session(sid, memory_ids=known or None)
+        source = env.chroma if env.turns is None else env.turns
+        rows = await source.memories_for_session(sid, memory_ids=known or None)
         forgotten = await anyio.to_thread.run_sync(env.forgotten_memories, [r.id for r in rows])
         rows = [r for r in rows if r.id not in forgotten]
         units = plan_units(sid, source_turns(rows), budget_tokens=env.budget_tokens)
