@@ -22,6 +22,7 @@ from tests.llm_server import LLMServer
 from tests.test_forkreuse import HISTORY, conversation
 from tests.workers_support import held_count, ingested, three_answers_held
 from worker.cycle import FOLLOWER_PHASES, PHASES, open_stores, run_cycle
+from worker.held_answers import drop_taken_out, take_from_file
 from worker.knowledge import withdraw_retracted
 
 
@@ -88,14 +89,22 @@ async def test_an_answer_held_for_a_turn_a_backfill_took_out_is_dropped_by_the_n
     answer that quotes the turn (``HeldAnswers.keep_only_present``, fed from the memory index), as
     it does after a cycle's retraction or a forget; the other two cite only turns still there.
     Before bfindex the index still listed ``s-t1``: all three stayed held (3, not 2) until a
-    leader's full scan synced ``s`` again."""
+    leader's full scan synced ``s`` again. The phase's first two steps are run here on their own
+    and counted: the phase then digests ``s``, and a digested session's answers all go (audit22)."""
     held = HeldAnswers()
     with LLMServer() as llm:
         config = await three_answers_held(settings.data_dir, llm, tmp_path, held, database_url=database_url)
         await delete_rows(config, ["s-t1"])
         assert (await backfill(config)).turns_retracted == {"s": ["memory:s-t1"]}
 
+        stores = await open_stores(config)
+        try:  # what the extract phase does first (worker.cycle.extract)
+            take_from_file(config, held)
+            drop_taken_out(held, stores.db)
+        finally:
+            stores.close()
+        assert held_count(config, held) == 2
         follower = await run_cycle(config, held_answers=held, phases=tuple(p for p in PHASES if p[0] in FOLLOWER_PHASES))
         assert follower.outcome == "completed", follower.message
         assert follower.phases["extract"]["sessions_digested"] == 1, follower.phases
-    assert held_count(config, held) == 2
+    assert held_count(config, held) == 0
