@@ -169,8 +169,14 @@ def test_the_daemon_lives_through_the_server_dropping_its_connections(
         assert daemon.poll() is None, (tmp_path / "daemon.log").read_text()[-3000:]
     finally:
         assert stop(daemon) == 0, (tmp_path / "daemon.log").read_text()[-3000:]
-    # every cycle is recorded, and a failed one says the database failed it
-    assert all(run in {("completed", None), ("failed", "database-error")} for run in runs(database_url)), runs(database_url)
+    # every cycle is recorded, and a failed one says the database failed it; the last may be one
+    # the test's own stop interrupted (the daemon starts a cycle every 0.3 s: on a loaded machine
+    # the SIGTERM can land inside one, which then ends `interrupted`, as a stop should)
+    recorded = runs(database_url)
+    if recorded and recorded[-1] == ("interrupted", "stop-requested"):
+        recorded = recorded[:-1]
+    unexpected = [(i, run) for i, run in enumerate(recorded) if run not in {("completed", None), ("failed", "database-error")}]
+    assert not unexpected, (unexpected, recorded)
     assert "could not be recorded" not in (tmp_path / "daemon.log").read_text()
 
 
