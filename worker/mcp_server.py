@@ -49,7 +49,7 @@ from store.errors import StoreError
 from store.library_log import get_logger
 from worker.http import cannot_listen
 from worker.knowledge import NoGraphError
-from worker.recall import RecallTimeoutError, run_recall, search_nodes, show_node
+from worker.recall import RecallTimeoutError, run_recall, search_nodes, show_entity
 from worker.signals import stop_on_signals
 
 if TYPE_CHECKING:
@@ -133,7 +133,8 @@ def build_server(settings: Settings) -> MCPServer:
         ))
 
     async def show_node_tool(
-        node_id: Annotated[str, Field(description="An entity id from search_nodes or recall, e.g. CLASS:LazyEdgeQueue.",
+        node_id: Annotated[str, Field(description="An entity id from search_nodes or recall, e.g. CLASS:LazyEdgeQueue; "
+                                      "or a session_id / memory_id recall returned.",
                                       min_length=1, max_length=512)],
         user: User = None,
         as_of: AsOf = None,
@@ -144,12 +145,11 @@ def build_server(settings: Settings) -> MCPServer:
     ) -> dict[str, Any]:
         """Everything known about one entity: description, relations (strongest first, each with its evidence
         quote and memory_id) and the turns it was mentioned in (the 20 where it is most cited; `turns_total`
-        says how many there are), verbatim, within a token budget."""
+        says how many there are), verbatim, within a token budget. For a session or a turn (a session_id or
+        memory_id from recall): the entities said in it, and a turn's own text."""
         async def shown() -> dict[str, Any]:
-            view = await anyio.to_thread.run_sync(
-                lambda: show_node(settings, node_id, user=scoped_user(user), as_of=parse_as_of(as_of),
-                                  budget_tokens=budget_tokens)
-            )
+            view = await show_entity(settings, node_id, user=scoped_user(user), as_of=parse_as_of(as_of),
+                                     budget_tokens=budget_tokens)
             if view is None:
                 raise ToolError(f"no entity {node_id!r} (search_nodes finds ids by name)")
             return view

@@ -32,9 +32,10 @@ from store.chroma import ChromaStore, ChromaStoreError
 from store.backend import database_exists, database_location, open_database
 from store.errors import QueryInterruptedError
 from store.graph import GraphStore
-from store.ids import InvalidIdError, normalize_graph_node_id
+from store.ids import InvalidIdError, normalize_graph_node_id, row_kind
 from store.merges import MergeStore
 from store.recall_index import RecallIndex, Scope
+from worker import knowledge
 from worker.knowledge import NoGraphError
 
 _SHOW_TURNS = 20
@@ -171,6 +172,56 @@ def show_node(settings: Settings, node_id: str, *, user: str | None = None, as_o
     if budget_tokens is not None:
         return pack_entity(entity, shown, budget_tokens=budget_tokens)
     return {**entity, "turns": shown}
+
+
+async def show_entity(settings: Settings, node_id: str, *, user: str | None = None, as_of: str | None = None,
+                      budget_tokens: int | None = None) -> dict[str, Any] | None:
+    """What the MCP ``show_node`` answers for ``node_id``: a knowledge node as :func:`show_node`
+    shows it; a session or a turn (``session:…``/``memory:…``, as ``recall`` returns them) as
+    ``rem-cycle show`` shows it — the knowledge nodes said in it, a turn with its text — when it is
+    in ``user``'s scope (and known by ``as_of``). ``None`` when there is no such node in scope."""
+    try:
+        node_id = normalize_graph_node_id(node_id)
+    except InvalidIdError as exc:
+        raise RecallInputError(str(exc)) from exc
+    if row_kind(node_id) is None:
+        return await anyio.to_thread.run_sync(
+            lambda: show_node(settings, node_id, user=user, as_of=as_of, budget_tokens=budget_tokens)
+        )
+    if not await anyio.to_thread.run_sync(_row_in_scope, settings, node_id, user, as_of):
+        return None
+    view = await knowledge.show_node(settings, node_id, limit=_SHOW_TURNS, as_of=as_of)
+    if view is None:
+        return None
+    entity = {
+        "id": view["id"], "label": view["label"], "name": view["name"], "description": view["description"],
+        # In fact_item's form: an anchor's edges are the knowledge nodes said in it.
+        "edges": [
+            {"source": e["node"] if e["direction"] == "in" else view["id"], "relationship": e["relationship"],
+             "target": view["id"] if e["direction"] == "in" else e["node"], "other": e["name"], "strength": e["weight"]}
+            for e in view["edges"]
+        ],
+        "edges_total": view["edges_total"], "first_seen": view["first_seen"], "last_seen": view["last_seen"],
+        "turns_total": view["turns_total"], "turns_error": view["turns_error"],
+    }
+    turns = [
+        {"memory_id": t["memory"], "session_id": t["session"], "turn_index": t["turn_index"], "role": t["role"],
+         "created_at": t["created_at"], "text": t["text"]}
+        for t in view["turns"]
+    ]
+    if budget_tokens is not None:
+        return pack_entity(entity, turns, budget_tokens=budget_tokens)
+    return {**entity, "turns": turns}
+
+
+def _row_in_scope(settings: Settings, node_id: str, user: str | None, as_of: str | None) -> bool:
+    """Whether the session or turn ``node_id`` is ``user``'s (any, without a user) and known by ``as_of``."""
+    with open_index(settings) as index:
+        scope = _scope(index, user=user, as_of=as_of)
+        if row_kind(node_id) == "memory":
+            return bool(index.turns([node_id], scope))
+        # A session before ``as_of`` is judged by ``show`` itself (its view of then).
+        return scope.sessions is None or node_id in scope.sessions
 
 
 def _scope(index: RecallIndex, *, user: str | None, as_of: str | None) -> Scope:

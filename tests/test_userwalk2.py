@@ -1,0 +1,33 @@
+"""What the second walk through README left to mend (RELIABILITY.md, "userwalk2"): an id the MCP
+``recall`` returns that its ``show_node`` refused. Real ``rem-cycle mcp`` processes driven by the
+``mcp`` SDK's client, real CLI processes."""
+
+from __future__ import annotations
+
+import pytest
+from mcp import Client
+
+from config import Settings
+from tests.test_mcp import graph, stdio_params, text_of  # noqa: F401 - fixture
+
+pytestmark = pytest.mark.timeout(120)
+
+
+async def test_mcp_show_node_shows_the_session_and_turn_ids_recall_returns(graph: Settings) -> None:  # noqa: F811
+    """Agents read the graph through MCP: ``recall`` answers turns by ``memory_id`` and
+    ``session_id``; ``show_node`` of either said ``no entity``."""
+    async with Client(stdio_params(graph)) as client:
+        turn = (await client.call_tool("recall", {"query": "torn lines", "user": "alice"})).structured_content["turns"][0]
+        shown = await client.call_tool("show_node", {"node_id": turn["memory_id"], "user": "alice"})
+        assert not shown.is_error, text_of(shown)
+        assert [t["text"] for t in shown.structured_content["turns"]] == [turn["text"]]
+        assert shown.structured_content["edges"]  # what was said in it
+        session = await client.call_tool("show_node", {"node_id": turn["session_id"]})
+        assert not session.is_error, text_of(session)
+        said = {e["source"] for e in session.structured_content["edges"]}
+        assert "CLASS:LazyEdgeQueue" in said and all(e["target"] == turn["session_id"] for e in session.structured_content["edges"])
+    # A pinned user sees no one else's session or turn by its id either.
+    async with Client(stdio_params(graph, REM_MCP_USER="bob")) as client:
+        for node_id in (turn["memory_id"], turn["session_id"]):
+            hidden = await client.call_tool("show_node", {"node_id": node_id})
+            assert hidden.is_error and "no entity" in text_of(hidden), text_of(hidden)
