@@ -1,13 +1,17 @@
 """What the second walk through README left to mend (RELIABILITY.md, "userwalk2"): an id the MCP
-``recall`` returns that its ``show_node`` refused. Real ``rem-cycle mcp`` processes driven by the
+``recall`` returns that its ``show_node`` refused, a ``--once`` failing before its run began that
+printed a Python repr. Real ``rem-cycle mcp`` processes driven by the
 ``mcp`` SDK's client, real CLI processes."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 from mcp import Client
 
 from config import Settings
+from tests.conftest import run_cli
 from tests.test_mcp import graph, stdio_params, text_of  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.timeout(120)
@@ -31,3 +35,17 @@ async def test_mcp_show_node_shows_the_session_and_turn_ids_recall_returns(graph
         for node_id in (turn["memory_id"], turn["session_id"]):
             hidden = await client.call_tool("show_node", {"node_id": node_id})
             assert hidden.is_error and "no entity" in text_of(hidden), text_of(hidden)
+
+
+def test_once_that_cannot_reach_the_database_says_so_as_status_does(tmp_path: Path) -> None:
+    """PostgreSQL unreachable: ``status`` says ``rem-cycle: cannot connect …``; ``--once`` printed
+    ``DatabaseUnreadableError('cannot connect …\\n\\t…')``, the exception's repr, twice."""
+    env = {"REM_DATA_DIR": str(tmp_path / "data"), "REM_DATABASE_URL": "postgresql://rem:pw@127.0.0.1:1/x"}
+    status = run_cli("status", env=env)
+    assert status.returncode == 1
+    said = " ".join(status.stderr.removeprefix("rem-cycle: ").split())
+    assert said.startswith("cannot connect to the PostgreSQL database postgresql://rem:***@127.0.0.1:1/x")
+    once = run_cli("--once", env=env)
+    assert once.returncode == 1  # a cycle failed (README's exit codes)
+    assert f"(phase setup: database-error — {said}; not recorded in rem_runs yet)" in once.stdout.splitlines()[0]
+    assert "DatabaseUnreadableError" not in once.stdout and "\\n" not in once.stdout

@@ -733,7 +733,10 @@ async def _release_lock(locks: LockStore) -> None:
 
 
 async def _record_crash(attempt: CycleAttempt, exc: Exception, recorder: FailureRecorder) -> CycleResult:
-    reason_code, failure_phase, message = failure_reason(exc), attempt.step, repr(exc)
+    reason_code, failure_phase = failure_reason(exc), attempt.step
+    # The environment's fault (the database unreachable, a folder not writable) is told as `status`
+    # tells it, on one line; a bug keeps its repr (its type is the clue). The phase record keeps the repr.
+    message = repr(exc) if reason_code == "crashed" else " ".join(str(exc).split())
     # The environment's fault (descriptors, files, the database) needs no traceback; anything else is a bug.
     log.error(
         "cycle crashed", run_id=attempt.run_id, step=attempt.step, reason_code=reason_code, error=repr(exc),

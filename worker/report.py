@@ -119,6 +119,8 @@ def print_cycle(result: dict[str, Any]) -> None:
     for name, phase in result["phases"].items():
         # Zeros, empty lists and false flags are noise on a terminal (``--json`` keeps them all).
         counts = {k: v for k, v in phase.items() if k not in ("state", "duration_ms", "graph") and v not in (0, False, None, [], {})}
+        if name == result.get("failure_phase"):
+            counts.pop("error", None)  # the line above says it
         table.add_row(name, phase["state"], str(phase.get("duration_ms", "")), _flat(counts))  # a crash has no duration
     console.print(table)
     graph = result["phases"].get("finalize", {}).get("graph")
