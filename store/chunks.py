@@ -238,6 +238,15 @@ class ChunkResultStore:
             conn.executemany("DELETE FROM chunk_results WHERE content_hash = ? AND fingerprint = ?", doomed)
         return len(doomed)
 
+    def sessions_with_results(self, session_ids: Iterable[str]) -> set[str]:
+        """Those of ``session_ids`` with a chunk result of any status (a notes file's key has them,
+        and no digest record)."""
+        found: set[str] = set()
+        for part, marks in in_batches(sorted(set(session_ids))):
+            rows = self.db.query(f"SELECT DISTINCT session_id FROM chunk_results WHERE session_id IN ({marks})", part)
+            found.update(r[0] for r in rows)
+        return found
+
     def reset_failures(self, session_ids: Iterable[str] | None = None) -> int:
         """Forget failed attempts (all, or of ``session_ids``) so the chunks are tried at once."""
         with self.db.transaction() as conn:

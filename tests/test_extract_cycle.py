@@ -258,7 +258,7 @@ def test_cli_status_shows_failing_chunks_and_retry_resets(tmp_path: Path, llm_se
     assert [c["chunk_id"] for c in status["failing_chunks"]] == ["s9:chunk:0"]
     assert "s9:chunk:0" in run_cli("status", env=env).stdout
     retry = run_cli("retry", "--session", "s9", "--json", env=env)
-    assert json.loads(retry.stdout) == {"chunks_reset": 1, "sessions_reset": 1}
+    assert json.loads(retry.stdout) == {"chunks_reset": 1, "sessions_reset": 1, "unknown": []}
     again = json.loads(run_cli("--once", "--json", env=env).stdout)
     assert again["phases"]["extract"]["sessions_digested"] == 1
 

@@ -106,7 +106,7 @@ async def test_retry_takes_a_session_by_its_node_id(settings: Settings, tmp_path
     assert (await run_cycle(model)).phases["extract"]["chunks_failed"] == 1
     retry = run_cli("retry", "--session", "session:a", "--json", env={"REM_DATA_DIR": str(settings.data_dir)})
     assert retry.returncode == 0, retry.stderr
-    assert json.loads(retry.stdout) == {"chunks_reset": 1, "sessions_reset": 1}
+    assert json.loads(retry.stdout) == {"chunks_reset": 1, "sessions_reset": 1, "unknown": []}
 
 
 def test_show_as_of_before_a_node_was_known_says_so(sample: dict[str, str]) -> None:

@@ -1,17 +1,21 @@
 """What the second walk through README left to mend (RELIABILITY.md, "userwalk2"): an id the MCP
 ``recall`` returns that its ``show_node`` refused, a ``--once`` failing before its run began that
-printed a Python repr. Real ``rem-cycle mcp`` processes driven by the
+printed a Python repr, a ``retry --session`` of an unknown id that said ``reset 0``. Real ``rem-cycle mcp`` processes driven by the
 ``mcp`` SDK's client, real CLI processes."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import json
+
 import pytest
 from mcp import Client
 
 from config import Settings
 from tests.conftest import run_cli
+from tests.test_forget import _env
+from tests.test_identity import _import, _session
 from tests.test_mcp import graph, stdio_params, text_of  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.timeout(120)
@@ -49,3 +53,23 @@ def test_once_that_cannot_reach_the_database_says_so_as_status_does(tmp_path: Pa
     assert once.returncode == 1  # a cycle failed (README's exit codes)
     assert f"(phase setup: database-error — {said}; not recorded in rem_runs yet)" in once.stdout.splitlines()[0]
     assert "DatabaseUnreadableError" not in once.stdout and "\\n" not in once.stdout
+
+
+@pytest.mark.both_backends
+async def test_retry_of_a_session_no_cycle_has_read_says_so(settings: Settings, tmp_path: Path) -> None:
+    """``retry --session nope`` (a mistyped id) said ``reset 0 sessions and 0 failed chunks``, exit 0,
+    as for a session with nothing to retry; ``show`` of an unknown node exits 1."""
+    from worker.cycle import run_cycle
+
+    await _import(settings, tmp_path, [_session("a", "2026-11-01T10:00:00Z", ["The LazyEdgeQueue drops lines."])])
+    assert (await run_cycle(settings)).outcome == "completed"
+    env = _env(settings)
+    known = run_cli("retry", "--session", "session:a", env=env)
+    assert (known.returncode, known.stderr) == (0, "")
+    mixed = run_cli("retry", "--session", "a", "--session", "session:nope", "--json", env=env)
+    assert mixed.returncode == 1
+    assert json.loads(mixed.stdout) == {"chunks_reset": 0, "sessions_reset": 0, "unknown": ["nope"]}
+    assert mixed.stderr.splitlines() == [
+        "rem-cycle: no session 'nope' in the graph's run state: no cycle has read it (check the id: rem-cycle status "
+        "lists failing sessions)"
+    ]

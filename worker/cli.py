@@ -392,13 +392,14 @@ async def cmd_status(settings: Settings, args: argparse.Namespace) -> int:
 
 async def cmd_retry(settings: Settings, args: argparse.Namespace, progress: CommandProgress) -> int:
     from store.ids import row_id_given
-    from worker.report import reset_failures
+    from worker.report import reset_failures, sessions_never_read
 
     sessions = None if args.all else [row_id_given(session, "session") for session in args.session]
     with progress.to_the_end():
         stores = await open_stores(settings)
         try:
-            payload = await anyio.to_thread.run_sync(lambda: reset_failures(stores, sessions))
+            unknown = await anyio.to_thread.run_sync(lambda: sessions_never_read(stores, sessions or []))
+            payload = {**await anyio.to_thread.run_sync(lambda: reset_failures(stores, sessions)), "unknown": unknown}
         finally:
             stores.close()
         _emit(
@@ -407,7 +408,11 @@ async def cmd_retry(settings: Settings, args: argparse.Namespace, progress: Comm
             lambda: print(f"reset {payload['sessions_reset']} sessions and {payload['chunks_reset']} failed chunks; "
                           "the next cycle tries them again"),
         )
-        return EXIT_OK
+        # An id no cycle has read (mistyped, or not ingested yet) fails as show's unknown node does.
+        for session in payload["unknown"]:
+            print(f"rem-cycle: no session {session!r} in the graph's run state: no cycle has read it (check the id: "
+                  "rem-cycle status lists failing sessions)", file=sys.stderr)
+        return EXIT_FAILED if payload["unknown"] else EXIT_OK
 
 
 def _refused_output(settings: Settings, path: str) -> bool:

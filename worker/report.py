@@ -95,6 +95,14 @@ def reset_failures(stores: Stores, session_ids: list[str] | None) -> dict[str, i
     return {"sessions_reset": sessions, "chunks_reset": chunks}
 
 
+def sessions_never_read(stores: Stores, session_ids: list[str]) -> list[str]:
+    """Those of ``session_ids`` (in order) that no cycle or ``import-notes`` has read — no digest
+    record, no chunk result: a mistyped id, or one not ingested yet, which ``retry`` cannot reset.
+    Ask before :func:`reset_failures`, which deletes the failed results a notes file's key has."""
+    known = set(stores.runstate.get_digests(session_ids)) | ChunkResultStore(stores.db).sessions_with_results(session_ids)
+    return [s for s in dict.fromkeys(session_ids) if s not in known]
+
+
 class _OutputConsole(Console):
     """A console whose broken pipe (its reader went away: ``rem-cycle status | head -1``) ends the
     command as every other output does (:func:`worker.entry.main`), not with rich's own exit 1."""
