@@ -328,8 +328,9 @@ class _Importer:
         return len(new) + len(changed), len(rows) - len(new) - len(changed)
 
 
-async def read_lines(path: str | Path, *, max_line_bytes: int = MAX_LINE_BYTES) -> AsyncIterator[tuple[int, bytes | None, int]]:
-    """``(line number, bytes, size)`` for each line of a file: the bytes keep the newline, the
+async def read_lines(path: str | Path | int, *, max_line_bytes: int = MAX_LINE_BYTES) -> AsyncIterator[tuple[int, bytes | None, int]]:
+    """``(line number, bytes, size)`` for each line of a file (or an open descriptor, read from where
+    it stands and closed when read): the bytes keep the newline, the
     size does not count it. ``bytes`` is ``None`` for a line over ``max_line_bytes``, which is read
     past in pieces and never held whole (memory stays within the limit whatever the file holds)."""
     async with aiofiles.open(path, "rb") as handle:
@@ -352,7 +353,7 @@ async def read_lines(path: str | Path, *, max_line_bytes: int = MAX_LINE_BYTES) 
 
 
 async def import_sessions(
-    path: str | Path,
+    path: str | Path | int,
     *,
     chroma: ChromaStore,
     memory_collection: str,
@@ -362,7 +363,7 @@ async def import_sessions(
     max_line_bytes: int = MAX_LINE_BYTES,
     stats: ImportStats | None = None,
 ) -> ImportStats:
-    """Stream a sessions JSONL file into the memory and summary collections; ``stats.bad_lines``
+    """Stream a sessions JSONL file (or descriptor, see :func:`read_lines`) into the memory and summary collections; ``stats.bad_lines``
     lists every rejected line (by number) and ``stats.moves`` every turn moved between sessions.
     Pass ``stats`` to still know what was done when the import fails or is stopped."""
     stats = stats if stats is not None else ImportStats()

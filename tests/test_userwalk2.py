@@ -1,6 +1,7 @@
 """What the second walk through README left to mend (RELIABILITY.md, "userwalk2"): an id the MCP
 ``recall`` returns that its ``show_node`` refused, a ``--once`` failing before its run began that
-printed a Python repr, a ``retry --session`` of an unknown id that said ``reset 0``. Real ``rem-cycle mcp`` processes driven by the
+printed a Python repr, a ``retry --session`` of an unknown id that said ``reset 0``, an ``import -`` that looked
+for a file named ``-``. Real ``rem-cycle mcp`` processes driven by the
 ``mcp`` SDK's client, real CLI processes."""
 
 from __future__ import annotations
@@ -8,12 +9,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 from mcp import Client
 
 from config import Settings
-from tests.conftest import run_cli
+from tests.conftest import ROOT, make_session, run_cli, write_sessions
 from tests.test_forget import _env
 from tests.test_identity import _import, _session
 from tests.test_mcp import graph, stdio_params, text_of  # noqa: F401 - fixture
@@ -73,3 +77,18 @@ async def test_retry_of_a_session_no_cycle_has_read_says_so(settings: Settings, 
         "rem-cycle: no session 'nope' in the graph's run state: no cycle has read it (check the id: rem-cycle status "
         "lists failing sessions)"
     ]
+
+
+def test_import_dash_reads_standard_input_as_enqueue_dash_does(tmp_path: Path) -> None:
+    """``producer | rem-cycle import -`` said ``rem-cycle: cannot read -: No such file or directory``
+    while ``enqueue -`` reads standard input."""
+    sessions = write_sessions(tmp_path / "in.jsonl", [make_session("s1", 2), make_session("s2", 1)]).read_text(encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REM_")}
+    env.update({"REM_DATA_DIR": str(tmp_path / "data"), "PYTHONPATH": str(ROOT)})
+    done = subprocess.run([sys.executable, "-m", "worker", "import", "-", "--json"], input=sessions, capture_output=True,
+                          text=True, env=env, cwd=tmp_path, timeout=120)
+    assert done.returncode == 0, done.stderr
+    imported = json.loads(done.stdout)
+    assert (imported["sessions"], imported["lines"], imported["memories_written"]) == (2, 2, 3)
+    again = run_cli("import", str(tmp_path / "in.jsonl"), "--json", env={"REM_DATA_DIR": str(tmp_path / "data")})
+    assert json.loads(again.stdout)["memories_unchanged"] == 3  # the same rows, from the file

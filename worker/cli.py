@@ -120,7 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands (none: run the daemon)")
     imp = add_command(sub, "import", common, "write sessions from a JSONL file into Chroma")
-    imp.add_argument("file", help="JSONL file, one session per line (see README)")
+    imp.add_argument("file", help="JSONL file, one session per line (see README); - reads standard input")
     imp.add_argument(
         "--allow-move", action="store_true",
         help="a turn id that belongs to another session moves to this line's session (each move is reported); "
@@ -335,7 +335,7 @@ async def cmd_import(settings: Settings, args: argparse.Namespace, progress: Com
     from pipelines.importer import ImportStats, import_sessions
     from store.chroma import ChromaStore, ChromaStoreError
 
-    if unreadable := _unreadable_file(args.file):  # before anything is created: a mistyped path leaves no data dir
+    if args.file != "-" and (unreadable := _unreadable_file(args.file)):  # before anything is created: a mistyped path leaves no data dir
         print(f"rem-cycle: cannot read {args.file}: {unreadable}", file=sys.stderr)
         return EXIT_FAILED
     stats = ImportStats()
@@ -343,10 +343,15 @@ async def cmd_import(settings: Settings, args: argparse.Namespace, progress: Com
         f"lines 1-{stats.done_through_line} are imported or rejected, the rest is not"
         if stats.done_through_line else "no line is fully imported yet"
     ) + f" ({stats.memories_written} memories and {stats.summaries_written} summaries written)"
+    source: str | int = args.file
+    if args.file == "-":  # standard input, spooled as enqueue's: a signal stops a read that may never end
+        with await _readable_source("-") as spool:
+            spool.seek(0)
+            source = os.dup(spool.fileno())  # read_lines closes it
     chroma = await ChromaStore.connect(settings)
     try:
         await import_sessions(
-            args.file,
+            source,
             chroma=chroma,
             memory_collection=settings.memory_collection,
             summary_collection=settings.session_collection,
