@@ -15,7 +15,7 @@ import re
 import tomllib
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator, model_validator
@@ -400,7 +400,24 @@ class _TomlFileSource(TomlConfigSettingsSource):
 
     def _read_file(self, file_path: Any) -> dict[str, Any]:
         with file_path.open(mode="rb") as toml_file:
-            return tomllib.loads(toml_file.read().decode("utf-8").removeprefix("\ufeff"))
+            values = tomllib.loads(toml_file.read().decode("utf-8").removeprefix("\ufeff"))
+        # Secrets come from the environment only (README): a config file is shared, copied and
+        # committed. A key written as its variable (REM_LLM_API_KEY) is the same secret.
+        secrets = secret_settings(Settings)
+        for key in values:
+            name = key.lower().removeprefix("rem_")
+            if name in secrets:
+                raise ConfigError(
+                    f"invalid configuration: {file_path}: {key!r} is a secret: set REM_{name.upper()} in the "
+                    "environment, not in the config file"
+                )
+        return values
+
+
+def secret_settings(settings_cls: type[BaseSettings]) -> frozenset[str]:
+    """The settings that hold a secret (typed ``SecretStr``): never from a config file, never logged."""
+    return frozenset(name for name, field in settings_cls.model_fields.items()
+                     if field.annotation is SecretStr or SecretStr in get_args(field.annotation))
 
 
 def _unreadable_url(url: str, *, example: str) -> str | None:

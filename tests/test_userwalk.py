@@ -181,3 +181,18 @@ def test_a_config_key_written_as_its_variable_is_named(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert done.stderr.strip() == (f"rem-cycle: invalid configuration: unknown setting 'REM_BATCH_LIMIT' in {config} "
                                    "(did you mean batch_limit?)")
+
+
+@pytest.mark.parametrize("key", ["llm_api_key", "REM_MCP_TOKEN", "database_url", "chroma_token", "embedding_api_key"])
+def test_a_secret_in_the_config_file_is_refused_and_not_echoed(tmp_path: Path, key: str) -> None:
+    """README says the secrets come from the environment only, but the TOML file's ``llm_api_key``,
+    ``mcp_token``, ``database_url`` … were read and used: a secret in a file that is shared, copied
+    and committed. Refused now (exit 2, one line naming the variable to set), the value not echoed."""
+    config = tmp_path / "rem.toml"
+    config.write_text(f'batch_limit = 5\n{key} = "postgresql://rem:hunter2@db/rem"\n', encoding="utf-8")
+    done = run_cli("--config", str(config), "status", env={"REM_DATA_DIR": str(tmp_path / "data")})
+    assert done.returncode == 2, done.stderr
+    variable = "REM_" + key.lower().removeprefix("rem_").upper()
+    assert done.stderr.strip() == (f"rem-cycle: invalid configuration: {config}: {key!r} is a secret: set {variable} "
+                                   "in the environment, not in the config file")
+    assert "hunter2" not in done.stdout + done.stderr
