@@ -102,12 +102,20 @@ class _Parser(argparse.ArgumentParser):
             (file or sys.stderr).write(message)
 
 
+class _MainParser(_Parser):
+    """The top-level parser: its epilog names the data dir the commands read, which takes loading
+    the settings — done only when the help is written, not at every command's start."""
+
+    def format_help(self) -> str:
+        self.epilog = EPILOG.format(data_dir=_help_data_dir())
+        return super().format_help()
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = _common()
-    parser = _Parser(
+    parser = _MainParser(
         prog="rem-cycle",
         description="Consolidate agent memories in Chroma into a knowledge graph in SQLite or PostgreSQL.",
-        epilog=EPILOG.format(data_dir=_help_data_dir()),
         formatter_class=argparse.RawDescriptionHelpFormatter,
         parents=[common],
     )
