@@ -285,6 +285,14 @@ class RunStateStore:
         changed = [r for r in revisions if r.session_id not in ingested or ingested[r.session_id] != r.revision]
         return sorted(changed, key=lambda r: (r.created_at or "", r.session_id))
 
+    def sync_again(self, session_ids: Iterable[str]) -> None:
+        """Forget the revision last ingested of ``session_ids`` (their rows were written again
+        under the same ids), so that every later scan finds them changed until a sync marks them
+        ingested: a full scan after a stopped or limited ingest has no mark to say they came back."""
+        with self.db.transaction() as conn:
+            for part, marks in in_batches(sorted(set(session_ids))):
+                conn.execute(f"UPDATE session_digests SET ingested_revision = NULL WHERE session_id IN ({marks})", part)
+
     def session_ids(self) -> set[str]:
         """Every session with a digest record (ids only)."""
         return {r[0] for r in self.db.query("SELECT session_id FROM session_digests")}

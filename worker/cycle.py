@@ -289,7 +289,10 @@ async def _sync_changed(
     if todo:
         # Until this phase ends with every change applied, no mark may say that the rows before it
         # are in the graph (a stopped phase leaves sessions half-synced): the next scan reads all.
-        await anyio.to_thread.run_sync(unit.apply, scan_marks.clear)
+        # That scan cannot tell which rows were written again (it has no mark to read them after,
+        # and their ids are the same): their sessions stay due until synced (audit23).
+        readded = [r.session_id for r in changed if r.session_id in scan.readded]
+        await anyio.to_thread.run_sync(unit.apply, partial(_before_first_sync, unit, scan_marks, readded))
     for start in range(0, len(todo), SESSIONS_PER_BATCH):
         ctx.check_stop()
         group = todo[start : start + SESSIONS_PER_BATCH]
@@ -318,6 +321,12 @@ async def _sync_changed(
                 log.debug("session ingested", upserted=stats.upserted, skipped=stats.skipped, errors=stats.errors)
     counts["bad_values"] = bad_values
     return counts
+
+
+def _before_first_sync(unit: DatabaseUnitOfWork, scan_marks: ScanMarkStore, readded: list[str]) -> None:
+    """The scan marks cleared and the sessions with rows written again kept due, together."""
+    unit.runstate.sync_again(readded)
+    scan_marks.clear()
 
 
 async def _keep_scan_marks(stores: Stores, unit: DatabaseUnitOfWork, scan_marks: ScanMarkStore, scan: ScanResult, *, applied: bool) -> None:
