@@ -17,6 +17,10 @@ from dataclasses import dataclass
 from store.db import Database
 
 
+# A mark's ``full_scan_at`` that makes the next scan a full one, whatever its interval.
+FULL_SCAN_DUE = "0001-01-01T00:00:00+00:00"
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ScanMark:
     """One collection's mark: ``rows_applied`` rows in insertion order, ending with ``tail_ids``,
@@ -57,7 +61,11 @@ class ScanMarkStore:
                 [(m.collection, m.location, m.rows_applied, json.dumps(list(m.tail_ids)), m.full_scan_at, m.last_row) for m in marks],
             )
 
-    def clear(self) -> None:
-        """Forget every mark: the next scan reads every row."""
+    def make_full_scan_due(self, marks: Iterable[ScanMark] = ()) -> None:
+        """Save ``marks`` (if any) and make the next scan of every collection a full one, reading
+        every row. The marks are kept, not deleted: that scan reads the rows after the memory
+        mark's tail as written again, and its last row's fingerprint tells whether that row was —
+        a rewrite made while the marks wait for it (a stopped or limited ingest, a forget) is seen."""
         with self.db.transaction() as conn:
-            conn.execute("DELETE FROM chroma_scan_state")
+            self.save(marks)
+            conn.execute("UPDATE chroma_scan_state SET full_scan_at = ?", (FULL_SCAN_DUE,))

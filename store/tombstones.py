@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterable
 from store.db import Database, in_batches
 from store.graph import utc_now
 from store.ids import memory_node_id, row_kind, row_suffix
+from store.scan_marks import ScanMarkStore
 
 SESSION, MEMORY, NOTE = "session", "memory", "note"
 
@@ -73,8 +74,9 @@ class TombstoneStore:
                 # A worker extracting the session read the turn: its commit must not write it back.
                 conn.execute("DELETE FROM session_claims WHERE session_id = ?", (session_id,))
             # The change scan's marks assume the memory index holds every row before them: the next
-            # scan reads every row (store/scan_marks.py).
-            conn.execute("DELETE FROM chroma_scan_state")
+            # scan reads every row (store/scan_marks.py), the marks kept to say what was written
+            # again since (deleted, that scan could not tell: a redaction waiting for it stayed).
+            ScanMarkStore(self.db).make_full_scan_due()
             if session_id:
                 conn.execute(
                     "UPDATE session_digests SET state = 'undigested', digested_revision = NULL, attempts = 0, defer_reason = NULL "

@@ -12,6 +12,7 @@ import pytest
 from config import Settings
 from tests.test_lastrow import SECRET, _cycle, _gone, _import, _password, _sessions
 from tests.test_forget_rest import rows_holding
+from worker.knowledge import forget
 
 
 @pytest.mark.both_backends
@@ -34,4 +35,52 @@ async def test_a_rewrite_the_scan_saw_and_the_batch_limit_deferred_is_synced_by_
 
     assert second["sessions_synced"] == 1, second
     await _cycle(one)  # the extraction of s-b, if the one before left it for its batch limit
+    _gone(settings, SECRET)
+
+
+@pytest.mark.both_backends
+@pytest.mark.parametrize("rewritten", ["last", "middle"])
+async def test_a_rewrite_not_yet_synced_survives_a_forget_of_another_turn(settings: Settings, tmp_path: Path, rewritten: str) -> None:
+    """``forget --memory`` of one turn makes the next scan a full one, and did it by deleting the
+    scan marks: that scan had no mark to read the rows written again after (their ids the same,
+    in sessions whose ids are the same), nor the last row's fingerprint. A transcript imported
+    again with a turn redacted — the newest, or one before it, which goes to the end of Chroma's
+    order — and then another turn forgotten before the next cycle kept the redacted words."""
+    last = "ConfigLoader has a test now."
+    before = _sessions("We moved ConfigLoader to src/config.py.", _password(SECRET)) if rewritten == "last" else \
+        _sessions(_password(SECRET), last)
+    after = _sessions("We moved ConfigLoader to src/config.py.", _password("[redacted]")) if rewritten == "last" else \
+        _sessions(_password("[redacted]"), last)
+    await _import(settings, tmp_path, before)
+    await _cycle(settings)
+    assert rows_holding(settings, SECRET)
+    await _import(settings, tmp_path, after)
+    report = forget(settings, memory="s-a-t0001")  # a turn without the secret, in neither place
+    assert report["points"] or report["nodes_removed"] or report.get("digests"), report
+
+    result = await _cycle(settings)
+
+    assert result.phases["ingest"]["scan"] == "full", result.phases["ingest"]
+    _gone(settings, SECRET)
+
+
+@pytest.mark.both_backends
+async def test_a_turn_rewritten_while_an_ingest_left_a_backlog_leaves_the_graph(settings: Settings, tmp_path: Path) -> None:
+    """A cycle that leaves changed sessions for later (its batch limit; a failed sync, a stop)
+    deleted the scan marks before its first write, so that the next scan would read every row:
+    with no mark, that scan could not see a turn deleted and added again meanwhile (its id and
+    its session's ids the same), and the redacted words stayed."""
+    await _import(settings, tmp_path, _sessions(_password(SECRET), "ConfigLoader has a test now."))
+    await _cycle(settings)
+    later = [{"sessionId": f"s-new{n}", "createdAt": "2026-11-02T10:00:00Z", "userId": "user-1",
+              "turns": [{"role": "user", "text": f"RetryPolicy note {n}."}]} for n in range(2)]
+    (tmp_path / "later").mkdir()
+    await _import(settings, tmp_path / "later", later)
+    limited = (await _cycle(settings.model_copy(update={"batch_limit": 1}))).phases["ingest"]
+    assert limited["sessions_changed"] == 2 and limited["sessions_synced"] == 1, limited
+    await _import(settings, tmp_path, _sessions(_password("[redacted]"), "ConfigLoader has a test now."))
+
+    result = await _cycle(settings)
+
+    assert result.phases["ingest"]["scan"] == "full", result.phases["ingest"]
     _gone(settings, SECRET)

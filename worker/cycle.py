@@ -288,11 +288,12 @@ async def _sync_changed(
         log.warning("scan row error", error=detail)
     if todo:
         # Until this phase ends with every change applied, no mark may say that the rows before it
-        # are in the graph (a stopped phase leaves sessions half-synced): the next scan reads all.
-        # That scan cannot tell which rows were written again (it has no mark to read them after,
-        # and their ids are the same): their sessions stay due until synced (audit23).
+        # are in the graph (a stopped phase leaves sessions half-synced): the next scan reads all,
+        # with this scan's marks to read the rows written again after them. The rows this scan
+        # found written again come before those marks and keep their ids: their sessions stay due
+        # until synced (audit23).
         readded = [r.session_id for r in changed if r.session_id in scan.readded]
-        await anyio.to_thread.run_sync(unit.apply, partial(_before_first_sync, unit, scan_marks, readded))
+        await anyio.to_thread.run_sync(unit.apply, partial(_before_first_sync, unit, scan_marks, scan, readded))
     for start in range(0, len(todo), SESSIONS_PER_BATCH):
         ctx.check_stop()
         group = todo[start : start + SESSIONS_PER_BATCH]
@@ -323,10 +324,11 @@ async def _sync_changed(
     return counts
 
 
-def _before_first_sync(unit: DatabaseUnitOfWork, scan_marks: ScanMarkStore, readded: list[str]) -> None:
-    """The scan marks cleared and the sessions with rows written again kept due, together."""
+def _before_first_sync(unit: DatabaseUnitOfWork, scan_marks: ScanMarkStore, scan: ScanResult, readded: list[str]) -> None:
+    """The next scan made a full one (from ``scan``'s marks) and the sessions with rows written
+    again kept due, together."""
     unit.runstate.sync_again(readded)
-    scan_marks.clear()
+    scan_marks.make_full_scan_due(scan.marks)
 
 
 async def _keep_scan_marks(stores: Stores, unit: DatabaseUnitOfWork, scan_marks: ScanMarkStore, scan: ScanResult, *, applied: bool) -> None:
