@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 
 from config import Settings
+from pipelines.importer import import_sessions
+from store.chroma import ChromaStore
 from tests.test_lastrow import SECRET, _cycle, _gone, _import, _password, _sessions
 from tests.test_forget_rest import rows_holding
 from worker.knowledge import forget
@@ -84,3 +86,25 @@ async def test_a_turn_rewritten_while_an_ingest_left_a_backlog_leaves_the_graph(
 
     assert result.phases["ingest"]["scan"] == "full", result.phases["ingest"]
     _gone(settings, SECRET)
+
+
+async def test_show_as_of_of_a_node_no_dated_turn_said_does_not_call_it_not_known_yet(settings: Settings, tmp_path: Path) -> None:
+    """A node said only in turns without a ``createdAt`` (an agent's rows, an import line without
+    it) has no time: ``show NODE --as-of 2099-01-01`` said it ``was not known yet as of 2099-01-01…
+    (first seen None)``."""
+    from tests.conftest import run_cli, write_sessions
+    from tests.test_forget import _env
+
+    lines = [{"sessionId": "s-undated", "userId": "user-1", "turns": [{"role": "user", "text": "RetryPolicy wraps GraphStore."}]}]
+    stats = await import_sessions(write_sessions(tmp_path / "s.jsonl", lines), chroma=ChromaStore(settings),
+                                  memory_collection=settings.memory_collection, summary_collection=settings.session_collection)
+    assert not stats.bad_lines
+    await _cycle(settings)
+    env = _env(settings)
+    assert run_cli("show", "CLASS:RetryPolicy", env=env).returncode == 0
+
+    shown = run_cli("show", "CLASS:RetryPolicy", "--as-of", "2099-01-01", env=env)
+
+    assert shown.returncode == 1
+    assert shown.stderr.strip() == ("rem-cycle: CLASS:RetryPolicy has no time of its own: no turn that said it has a "
+                                    "createdAt, and --as-of shows only what was said at a known time")

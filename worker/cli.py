@@ -543,8 +543,11 @@ async def cmd_show(settings: Settings, args: argparse.Namespace) -> int:
             # A node the graph has now but did not know by --as-of is no unknown node: say so, and since when.
             now = await show_node(settings, args.node_id, limit=1) if args.as_of else None
             if now is not None:
-                print(f"rem-cycle: {now['id']} was not known yet as of {args.as_of} (first seen {now['first_seen']})",
-                      file=sys.stderr)
+                # No first_seen: its points have no turn time (turns without createdAt), so no date shows it.
+                print(f"rem-cycle: {now['id']} was not known yet as of {args.as_of} (first seen {now['first_seen']})"
+                      if now["first_seen"] else
+                      f"rem-cycle: {now['id']} has no time of its own: no turn that said it has a createdAt, and "
+                      "--as-of shows only what was said at a known time", file=sys.stderr)
                 return EXIT_FAILED
             suggestions = ", ".join(h["id"] for h in (exact or hits)[:10])
             print(f"rem-cycle: no node {args.node_id!r}" + (f"; did you mean: {suggestions}" if suggestions else ""), file=sys.stderr)
