@@ -108,3 +108,24 @@ async def test_show_as_of_of_a_node_no_dated_turn_said_does_not_call_it_not_know
     assert shown.returncode == 1
     assert shown.stderr.strip() == ("rem-cycle: CLASS:RetryPolicy has no time of its own: no turn that said it has a "
                                     "createdAt, and --as-of shows only what was said at a known time")
+
+
+@pytest.mark.parametrize("command", ["import", "enqueue"])
+def test_a_dash_with_standard_input_closed_is_one_line_not_a_traceback(tmp_path: Path, command: str) -> None:
+    """``rem-cycle import -`` (userwalk2) and ``enqueue -`` started with standard input closed
+    (``<&-``, as some supervisors start a job) died with ``AttributeError: 'NoneType' object has
+    no attribute 'fileno'`` and a traceback."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REM_")}
+    env.update({"REM_DATA_DIR": str(tmp_path / "data"), "PYTHONPATH": str(ROOT)})
+    (tmp_path / "data").mkdir()  # enqueue's queue file goes in it
+    done = subprocess.run(["sh", "-c", f'exec "$0" -m worker {command} - <&-', sys.executable], capture_output=True,
+                          text=True, env=env, cwd=tmp_path, timeout=120)
+
+    assert done.returncode == 1
+    assert done.stderr.strip() == "rem-cycle: cannot read standard input: it is closed"

@@ -884,6 +884,14 @@ def _enqueue_problems(source: BinaryIO) -> tuple[int, list[str]]:
     return total, [f"line {number}: {problem}"[:300] for number, problem in sorted(problems)]
 
 
+def _standard_input() -> BinaryIO:
+    """Standard input, opened on a descriptor of its own; an ``OSError`` saying so when the process
+    was started with it closed (``<&-``: Python then has no ``sys.stdin``)."""
+    if sys.stdin is None:
+        raise OSError("cannot read standard input: it is closed")
+    return os.fdopen(os.dup(sys.stdin.fileno()), "rb")
+
+
 async def _readable_source(path: str) -> BinaryIO:
     """The edges file ``path`` (``-``: standard input, from where it stands) open for both passes
     of :func:`cmd_enqueue` (neither holds the file: see
@@ -891,7 +899,7 @@ async def _readable_source(path: str) -> BinaryIO:
     input, a pipe or a FIFO (`enqueue <(producer)`, /dev/stdin) is copied once into a spool — a
     pipe or terminal as it becomes readable, so that a signal stops the read at once (it may never
     end, and a thread blocked in it would hold the process's exit)."""
-    given = await anyio.to_thread.run_sync(lambda: open(path, "rb") if path != "-" else os.fdopen(os.dup(sys.stdin.fileno()), "rb"))
+    given = await anyio.to_thread.run_sync(lambda: open(path, "rb") if path != "-" else _standard_input())
     if path != "-" and given.seekable():
         return cast(BinaryIO, given)
     with given:
