@@ -88,14 +88,17 @@ async def test_a_turn_rewritten_while_an_ingest_left_a_backlog_leaves_the_graph(
     _gone(settings, SECRET)
 
 
-async def test_show_as_of_of_a_node_no_dated_turn_said_does_not_call_it_not_known_yet(settings: Settings, tmp_path: Path) -> None:
-    """A node said only in turns without a ``createdAt`` (an agent's rows, an import line without
-    it) has no time: ``show NODE --as-of 2099-01-01`` said it ``was not known yet as of 2099-01-01…
-    (first seen None)``."""
+async def test_show_as_of_of_an_undated_node_or_of_an_anchor_says_when_it_was_known(settings: Settings, tmp_path: Path) -> None:
+    """``show NODE --as-of DATE`` of a node not known at the date said ``was not known yet as of …
+    (first seen None)`` for a node said only in turns without a ``createdAt`` (an agent's rows, an
+    import line without one), which no date shows, and for every session and turn: those are known
+    from their own ``createdAt``, and have no points to be first seen by."""
     from tests.conftest import run_cli, write_sessions
     from tests.test_forget import _env
 
-    lines = [{"sessionId": "s-undated", "userId": "user-1", "turns": [{"role": "user", "text": "RetryPolicy wraps GraphStore."}]}]
+    lines = [{"sessionId": "s-undated", "userId": "user-1", "turns": [{"role": "user", "text": "RetryPolicy wraps GraphStore."}]},
+             {"sessionId": "s-dated", "userId": "user-1", "createdAt": "2026-11-01T10:00:00Z",
+              "turns": [{"role": "user", "text": "ConfigLoader reads rem.toml."}]}]
     stats = await import_sessions(write_sessions(tmp_path / "s.jsonl", lines), chroma=ChromaStore(settings),
                                   memory_collection=settings.memory_collection, summary_collection=settings.session_collection)
     assert not stats.bad_lines
@@ -103,11 +106,14 @@ async def test_show_as_of_of_a_node_no_dated_turn_said_does_not_call_it_not_know
     env = _env(settings)
     assert run_cli("show", "CLASS:RetryPolicy", env=env).returncode == 0
 
-    shown = run_cli("show", "CLASS:RetryPolicy", "--as-of", "2099-01-01", env=env)
+    undated = run_cli("show", "CLASS:RetryPolicy", "--as-of", "2099-01-01", env=env)
+    session = run_cli("show", "session:s-dated", "--as-of", "2020-01-01", env=env)
 
-    assert shown.returncode == 1
-    assert shown.stderr.strip() == ("rem-cycle: CLASS:RetryPolicy has no time of its own: no turn that said it has a "
-                                    "createdAt, and --as-of shows only what was said at a known time")
+    assert (undated.returncode, session.returncode) == (1, 1)
+    assert undated.stderr.strip() == ("rem-cycle: CLASS:RetryPolicy has no time of its own: no turn that said it has a "
+                                      "createdAt, and --as-of shows only what was said at a known time")
+    assert session.stderr.strip() == ("rem-cycle: session:s-dated was not known yet as of 2020-01-01T23:59:59.999Z "
+                                      "(created 2026-11-01T10:00:00.000Z)")
 
 
 @pytest.mark.parametrize("command", ["import", "enqueue"])

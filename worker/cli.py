@@ -543,17 +543,29 @@ async def cmd_show(settings: Settings, args: argparse.Namespace) -> int:
             # A node the graph has now but did not know by --as-of is no unknown node: say so, and since when.
             now = await show_node(settings, args.node_id, limit=1) if args.as_of else None
             if now is not None:
-                # No first_seen: its points have no turn time (turns without createdAt), so no date shows it.
-                print(f"rem-cycle: {now['id']} was not known yet as of {args.as_of} (first seen {now['first_seen']})"
-                      if now["first_seen"] else
-                      f"rem-cycle: {now['id']} has no time of its own: no turn that said it has a createdAt, and "
-                      "--as-of shows only what was said at a known time", file=sys.stderr)
+                print(f"rem-cycle: {_not_known_yet(now, args.as_of)}", file=sys.stderr)
                 return EXIT_FAILED
             suggestions = ", ".join(h["id"] for h in (exact or hits)[:10])
             print(f"rem-cycle: no node {args.node_id!r}" + (f"; did you mean: {suggestions}" if suggestions else ""), file=sys.stderr)
             return EXIT_FAILED
     _emit(args, view, lambda: print_node(view))
     return EXIT_OK
+
+
+def _not_known_yet(view: dict[str, Any], as_of: str) -> str:
+    """Why ``show --as-of`` has no view of the node ``view`` (as it is now): a knowledge node is
+    known from its first point's turn time, a session or a turn from its ``createdAt``, a notes
+    file once something it said was (pipelines/asof.py). A knowledge node said only in turns
+    without a ``createdAt`` has no time, and no date shows it."""
+    from pipelines.vocabulary import ANCHOR_LABELS
+
+    if view["label"] in ANCHOR_LABELS:
+        created = view["properties"].get("createdAt")
+        return f"{view['id']} was not known yet as of {as_of}" + (f" (created {created})" if isinstance(created, str) else "")
+    if view["first_seen"] is None:
+        return (f"{view['id']} has no time of its own: no turn that said it has a createdAt, and --as-of shows only "
+                "what was said at a known time")
+    return f"{view['id']} was not known yet as of {as_of} (first seen {view['first_seen']})"
 
 
 T = TypeVar("T")
