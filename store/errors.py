@@ -79,30 +79,6 @@ class ConnectionsExhaustedError(DatabaseBusyError):
     process would not give it a connection."""
 
 
-# The database failing under whoever asked, not anything they asked for: the server gone or the
-# connection cut (a restart, a failover, an administrator), the file unreadable, busy past the
-# timeout (a lock another client holds, "too many connections"), or its disk full (a write that
-# fits once space is freed) — or the lazy-edge queue file's disk, where the worker's queue is that
-# file. No caller's fault: the queue line or the session it lands on is charged nothing
-# (pipelines.drain, pipelines.extract.workflow). A statement stopped at its timeout
-# (QueryInterruptedError) may be the caller's own: not here.
-DATABASE_OUTAGES: tuple[type[DatabaseError], ...] = (DatabaseUnreadableError, DatabaseBusyError, DatabaseFullError)
-
-
-def is_database_outage(exc: BaseException) -> bool:
-    """Whether ``exc`` is one of :data:`DATABASE_OUTAGES` — every member of it, when it is a group
-    (what a task group raises when its tasks failed). Pure.
-
-    >>> is_database_outage(ExceptionGroup("map", [DatabaseBusyError("database is locked")]))
-    True
-    >>> is_database_outage(ExceptionGroup("map", [DatabaseBusyError("locked"), ValueError("bad")]))
-    False
-    """
-    if isinstance(exc, BaseExceptionGroup):
-        return all(is_database_outage(member) for member in exc.exceptions)
-    return isinstance(exc, DATABASE_OUTAGES)
-
-
 class ConstraintError(DatabaseError):
     """A write broke one of the schema's constraints (a duplicate key, a missing reference)."""
 
@@ -113,6 +89,42 @@ class QueryInterruptedError(DatabaseError):
 
 class SchemaTooNewError(DatabaseError):
     """The database was written by a newer rem-cycle (a schema version this one does not know)."""
+
+
+# The database failing under whoever asked, not anything they asked for: the server gone or the
+# connection cut (a restart, a failover, an administrator), the file unreadable, busy past the
+# timeout (a lock another client holds, "too many connections"), or its disk full (a write that
+# fits once space is freed) — or the lazy-edge queue file's disk, where the worker's queue is that
+# file. No caller's fault: the queue line or the session it lands on is charged nothing
+# (pipelines.drain, pipelines.extract.workflow). A statement stopped at its timeout
+# (QueryInterruptedError) may be the caller's own: not here (the drain judges it; SESSION_OUTAGES).
+DATABASE_OUTAGES: tuple[type[DatabaseError], ...] = (DatabaseUnreadableError, DatabaseBusyError, DatabaseFullError)
+
+
+# What no session is charged for (pipelines.extract.workflow): the outages, and a statement the
+# database stopped at its statement timeout (PostgreSQL's statement_timeout; extraction sets no
+# SQLite deadline). A session's statements wait on rows every session writes — the commit counter,
+# a shared node, the digest and chunk rows — which another worker's commit or any client may hold
+# past the timeout, or the server is too loaded to answer within it: charged, good sessions would be
+# made undigestible by the database's state. The drain tells one line's timeout from a stall by a
+# probe of table locks (pipelines.drain); a session's waits are row locks, which that probe cannot
+# tell from its own. The cost: a session whose own statement always runs past the timeout is
+# deferred each cycle (said in its log line, no model call: its answers are stored), never charged.
+SESSION_OUTAGES: tuple[type[DatabaseError], ...] = (*DATABASE_OUTAGES, QueryInterruptedError)
+
+
+def is_database_outage(exc: BaseException, outages: tuple[type[DatabaseError], ...] = DATABASE_OUTAGES) -> bool:
+    """Whether ``exc`` is one of ``outages`` (:data:`DATABASE_OUTAGES`, or :data:`SESSION_OUTAGES`)
+    — every member of it, when it is a group (what a task group raises when its tasks failed). Pure.
+
+    >>> is_database_outage(ExceptionGroup("map", [DatabaseBusyError("database is locked")]))
+    True
+    >>> is_database_outage(ExceptionGroup("map", [DatabaseBusyError("locked"), ValueError("bad")]))
+    False
+    """
+    if isinstance(exc, BaseExceptionGroup):
+        return all(is_database_outage(member, outages) for member in exc.exceptions)
+    return isinstance(exc, outages)
 
 
 def unstorable_text(exc: UnicodeEncodeError) -> DatabaseError:

@@ -26,7 +26,7 @@ from pipelines.ports import MergeRecorder, TextClaims, UnitOfWork
 from pipelines.resolver import GraphResolver
 from store.chroma import ChromaStore, ChromaUnavailableError, MemoryRow, TurnsHandOff
 from store.claims import ClaimLostError, SessionGoneError
-from store.errors import DATABASE_OUTAGES, is_database_outage
+from store.errors import SESSION_OUTAGES, is_database_outage
 from store.ids import is_valid_row_id
 from store.library_log import get_logger
 from store.runstate import DigestRecord
@@ -190,7 +190,7 @@ async def extract_session(
     ``failed``, ``deferred`` (no call: its chunks back off, or waited on extractions of their texts
     that found the model server out), ``outage`` (deferred too: its calls found the model server
     out, or it made calls and a chunk waited on an extraction that found it out, or the database
-    failed under its work: :func:`store.errors.is_database_outage`), ``undigestible`` or
+    failed under its work: :data:`store.errors.SESSION_OUTAGES`), ``undigestible`` or
     ``claim-lost``. A failure is recorded, never raised (except Chroma being unreachable, which
     fails the whole phase). ``commit_turn`` is awaited just before the commit
     (:func:`extract_sessions` uses it to commit in session order). ``in_flight``: the texts the
@@ -278,7 +278,7 @@ async def extract_session(
         log.warning("session not committed: its claim was taken over", session_id=sid)
         return "claim-lost"
     except Exception as exc:  # noqa: BLE001 - one bad session must not stop the cycle
-        if is_database_outage(exc):
+        if is_database_outage(exc, SESSION_OUTAGES):
             return _deferred_for_the_database(sid, exc)
         log.exception("session extraction crashed", session_id=sid)
         return await _record_failure(record, env, f"error: {exc!r}"[:500])
@@ -306,10 +306,11 @@ def _count_outcomes(stats: ExtractStats, outcomes: Sequence[UnitOutcome]) -> Non
 
 
 def _deferred_for_the_database(session_id: str, exc: BaseException, *, failure: str | None = None) -> str:
-    """``outage`` for a session whose work the database cut (:func:`store.errors.is_database_outage`:
-    its connection dropped, the server restarted, locked past the timeout, its disk full): no
-    session's fault, so charged nothing, as a model-server outage. What its transaction wrote was rolled back; its
-    answers stored before (or held: pipelines/extract/map.py) are not paid for again. ``failure``:
+    """``outage`` for a session whose work the database cut (:data:`store.errors.SESSION_OUTAGES`:
+    its connection dropped, the server restarted, locked past the timeout, its disk full, a statement
+    stopped at the statement timeout): no session's fault, so charged nothing, as a model-server
+    outage. What its transaction wrote was rolled back; its answers stored before (or held:
+    pipelines/extract/map.py) are not paid for again. ``failure``:
     the session's own failure, which the database refused to record (tried again next time)."""
     log.warning("session deferred", reason="the database failed under it", session_id=session_id, error=str(exc)[:300],
                 **({"failure_not_recorded": failure[:300]} if failure else {}))
@@ -342,7 +343,7 @@ async def _record_failure(record: DigestRecord, env: ExtractEnv, reason: str) ->
     except ClaimLostError:
         log.warning("session failure not recorded: its claim was taken over", session_id=record.session_id, reason=reason[:300])
         return "claim-lost"
-    except DATABASE_OUTAGES as exc:
+    except SESSION_OUTAGES as exc:
         # Raised, it would end the phase and cancel the other sessions' calls in flight (paid, lost).
         return _deferred_for_the_database(record.session_id, exc, failure=reason)
     log.warning("session not digested", session_id=record.session_id, state=state, reason=reason[:300])
