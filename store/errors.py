@@ -11,6 +11,7 @@ The family::
     StoreError                      reason_code
     ├── DatabaseError               database-error   the graph database failed (any engine error)
     │   ├── DatabaseUnreadableError                  missing, unopenable, not a database, damaged
+    │   │   └── DatabaseDamagedError                 its file damaged: restore it from a backup
     │   ├── DatabaseBusyError                        locked or busy past the timeout
     │   │   └── ConnectionsExhaustedError            no connection to be had while the server answers
     │   ├── DatabaseFullError                        its disk (or size limit) is full; nothing is written
@@ -53,6 +54,14 @@ class DatabaseError(StoreError):
 
 class DatabaseUnreadableError(DatabaseError):
     """The database cannot be opened or read: missing, unreadable, not a database, or damaged."""
+
+
+class DatabaseDamagedError(DatabaseUnreadableError):
+    """The database's file is damaged (SQLite's ``SQLITE_CORRUPT``, "database disk image is
+    malformed", and ``SQLITE_NOTADB``): no wait or retry mends it. A cycle that meets it ends
+    (``database-damaged``), charging no session, for the operator to restore a backup."""
+
+    reason_code = "database-damaged"
 
 
 class DatabaseBusyError(DatabaseError):
@@ -125,6 +134,18 @@ def is_database_outage(exc: BaseException, outages: tuple[type[DatabaseError], .
     if isinstance(exc, BaseExceptionGroup):
         return all(is_database_outage(member, outages) for member in exc.exceptions)
     return isinstance(exc, outages)
+
+
+def damage_in(exc: BaseException) -> DatabaseDamagedError | None:
+    """The :class:`DatabaseDamagedError` ``exc`` is or holds (a member of a group, at any depth),
+    or None. Pure.
+
+    >>> damage_in(ExceptionGroup("map", [ValueError("bad"), DatabaseDamagedError("malformed")]))
+    DatabaseDamagedError('malformed')
+    """
+    if isinstance(exc, BaseExceptionGroup):
+        return next((found for member in exc.exceptions if (found := damage_in(member)) is not None), None)
+    return exc if isinstance(exc, DatabaseDamagedError) else None
 
 
 def unstorable_text(exc: UnicodeEncodeError) -> DatabaseError:

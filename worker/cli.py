@@ -32,6 +32,7 @@ from store.lazy_queue import MAX_LINE_BYTES
 from store.library_log import get_logger
 from worker.cycle import EXIT_BUSY, EXIT_FAILED, EXIT_OK, CycleBusyError, CycleResult, open_stores, run_cycle
 from worker.entry import interrupted
+from worker.failures import damage_message
 from worker.logs import configure_logging
 from worker.signals import CommandProgress, interruptible
 
@@ -1198,6 +1199,7 @@ def main(argv: list[str] | None = None) -> int:
         # files, a damaged database) are the operator's to fix: say what is wrong in one line.
         # Anything else is a bug: raise.
         if isinstance(exc, (StoreError, OSError)):
-            print(f"rem-cycle: {redact(str(exc))}", file=sys.stderr)
+            # A damaged graph says what to do about it, as a cycle that meets it does.
+            print(f"rem-cycle: {redact(damage_message(exc) or str(exc))}", file=sys.stderr)
             return EXIT_FAILED
         raise

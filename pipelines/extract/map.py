@@ -35,7 +35,7 @@ from pipelines.extract.model import (
 )
 from pipelines.ports import ChunkResults, TextClaims
 from store.chunks import AnswerCopy, ChunkResult
-from store.errors import StoreError
+from store.errors import DatabaseDamagedError, StoreError
 from store.library_log import get_logger
 
 log = get_logger(__name__)
@@ -366,7 +366,8 @@ async def _stored(
     """``unit``'s paid answer stored with what its call cost (``paid``): ``ok`` when this attempt
     ``called`` the model, ``reused`` when the answer was held from an earlier one. When the database
     refuses it twice (:func:`_store_paid_answer`), the answer is held in ``held`` for the next
-    attempt of its words and the unit is an outage (:data:`ANSWER_UNSTORED`)."""
+    attempt of its words and the unit is an outage (:data:`ANSWER_UNSTORED`); a damaged database
+    file (:class:`DatabaseDamagedError`) is raised once the answer is held."""
     try:
         await _store_paid_answer(unit, partial(
             store.record_ok,
@@ -377,8 +378,12 @@ async def _stored(
     except StoreError as exc:
         # The answer was paid for and is valid: the database's failure, not the chunk's. An outage
         # (pipelines.extract.workflow): the session is deferred, charged nothing; the waiters of its
-        # text in this phase defer with no call (their answers could not be stored either).
+        # text in this phase defer with no call (their answers could not be stored either). A
+        # damaged file ends the phase instead (no other session pays for an answer it cannot
+        # store); the answer reaches the held answers' file for the run after the restore.
         held.keep((fingerprint, unit.text_hash), paid)
+        if isinstance(exc, DatabaseDamagedError):
+            raise
         log.warning("paid answer not stored: the database refused it twice; held for the next attempt of its words, "
                     "its session deferred, charged nothing", chunk_id=unit.unit_id, error=str(exc)[:300])
         spent = (paid.tokens_in, paid.tokens_out, paid.latency_ms) if called else (0, 0, 0.0)
@@ -390,9 +395,12 @@ async def _stored(
 
 async def _store_paid_answer(unit: WorkUnit, write: Callable[[], None]) -> None:
     """``write()`` the answer of a paid call; once more after :data:`STORE_RETRY_SECONDS` when the
-    database refuses it. Raises the second refusal's :class:`StoreError`."""
+    database refuses it — not a damaged file, which no wait mends. Raises the last refusal's
+    :class:`StoreError`."""
     try:
         await anyio.to_thread.run_sync(write)
+    except DatabaseDamagedError:
+        raise
     except StoreError as exc:
         log.warning("paid answer not stored, trying once more", chunk_id=unit.unit_id, error=str(exc)[:300],
                     pause_seconds=STORE_RETRY_SECONDS)

@@ -26,7 +26,7 @@ from pipelines.ports import MergeRecorder, TextClaims, UnitOfWork
 from pipelines.resolver import GraphResolver
 from store.chroma import ChromaStore, ChromaUnavailableError, MemoryRow, TurnsHandOff
 from store.claims import ClaimLostError, SessionGoneError
-from store.errors import SESSION_OUTAGES, is_database_outage
+from store.errors import SESSION_OUTAGES, DatabaseDamagedError, damage_in, is_database_outage
 from store.ids import is_valid_row_id
 from store.library_log import get_logger
 from store.runstate import DigestRecord
@@ -192,7 +192,8 @@ async def extract_session(
     out, or it made calls and a chunk waited on an extraction that found it out, or the database
     failed under its work: :data:`store.errors.SESSION_OUTAGES`), ``undigestible`` or
     ``claim-lost``. A failure is recorded, never raised (except Chroma being unreachable, which
-    fails the whole phase). ``commit_turn`` is awaited just before the commit
+    fails the whole phase, and the database's file damaged: :class:`DatabaseDamagedError`, which
+    :func:`extract_sessions` raises once the sessions in flight are done). ``commit_turn`` is awaited just before the commit
     (:func:`extract_sessions` uses it to commit in session order). ``in_flight``: the texts the
     phase's other sessions are extracting (:mod:`pipelines.extract.inflight`).
     ``should_stop``: whether the cycle is stopping (a chunk waiting on another worker leaves)."""
@@ -278,6 +279,8 @@ async def extract_session(
         log.warning("session not committed: its claim was taken over", session_id=sid)
         return "claim-lost"
     except Exception as exc:  # noqa: BLE001 - one bad session must not stop the cycle
+        if (damage := damage_in(exc)) is not None:
+            raise damage  # no session's fault, and no later cycle mends it: charged nothing
         if is_database_outage(exc, SESSION_OUTAGES):
             return _deferred_for_the_database(sid, exc)
         log.exception("session extraction crashed", session_id=sid)
@@ -343,6 +346,8 @@ async def _record_failure(record: DigestRecord, env: ExtractEnv, reason: str) ->
     except ClaimLostError:
         log.warning("session failure not recorded: its claim was taken over", session_id=record.session_id, reason=reason[:300])
         return "claim-lost"
+    except DatabaseDamagedError:
+        raise  # as in extract_session: the phase ends with it
     except SESSION_OUTAGES as exc:
         # Raised, it would end the phase and cancel the other sessions' calls in flight (paid, lost).
         return _deferred_for_the_database(record.session_id, exc, failure=reason)
@@ -370,7 +375,10 @@ async def extract_sessions(
     A chunk whose words another session of the phase is extracting waits for that answer instead
     of paying for it again (:mod:`pipelines.extract.inflight`). Its session keeps its slot while it
     waits: the extraction it waits for needs a model-call slot only, never a session slot or a
-    commit turn, so it ends whatever the waiting sessions hold."""
+    commit turn, so it ends whatever the waiting sessions hold.
+
+    A damaged database file (:class:`DatabaseDamagedError`) starts no more sessions: those in
+    flight finish (their calls are paid), then it is raised, no session charged for it."""
     stats = stats if stats is not None else ExtractStats()
     in_flight = InFlight()  # these sessions' only (one claim batch of the cycle): nothing outlives it
     calls = anyio.CapacityLimiter(env.concurrency)
@@ -380,6 +388,7 @@ async def extract_sessions(
 
     # passed[i]: every session up to i has committed or given up.
     passed = [anyio.Event() for _ in records]
+    damaged: list[DatabaseDamagedError] = []
 
     async def one(index: int, record: DigestRecord) -> None:
         holding = True
@@ -395,13 +404,17 @@ async def extract_sessions(
         try:
             if should_stop():
                 stats.interrupted = True
-            else:
+            elif not damaged:
                 stats.sessions_attempted += 1
                 # Every log line of this session's extraction (extractor retries, culled edges …)
                 # carries its id; each task has its own context, so concurrent sessions do not mix.
                 with structlog.contextvars.bound_contextvars(session_id=record.session_id):
-                    result = await extract_session(record, env, stats, calls, commit_turn=turn, in_flight=in_flight,
-                                                   should_stop=should_stop)
+                    try:
+                        result = await extract_session(record, env, stats, calls, commit_turn=turn, in_flight=in_flight,
+                                                       should_stop=should_stop)
+                    except DatabaseDamagedError as exc:
+                        damaged.append(exc)
+                        result = "outage"  # counted deferred: charged nothing
                     log.debug("session extracted", result=result)
                 setattr(stats, tally[result], getattr(stats, tally[result]) + 1)
                 if result == "undigestible":
@@ -417,9 +430,11 @@ async def extract_sessions(
     async with anyio.create_task_group() as tg:
         for index, record in enumerate(records):
             await sessions.acquire_on_behalf_of(record)
-            if should_stop():
+            if should_stop() or damaged:
                 sessions.release_on_behalf_of(record)
-                stats.interrupted = True
+                stats.interrupted = not damaged
                 break
             tg.start_soon(one, index, record)
+    if damaged:
+        raise damaged[0]
     return stats
