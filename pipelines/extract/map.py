@@ -5,7 +5,7 @@ model call); so is a unit whose *text* hash has one in any session (a forked, re
 conversation: the same turns under new memory ids), its evidence moved to the unit's memories by
 place and the answer copied into the unit's own row. A unit whose last failure is still backing
 off is deferred (no call this cycle); every other unit is extracted, validated, and its outcome
-written to ``chunk_results`` (a paid answer the database refuses is tried once more, then held in
+written to ``chunk_results`` (but a request that never reached the server: no try; a paid answer the database refuses is tried once more, then held in
 the process for the next attempt of its words and the unit is an outage: :data:`ANSWER_UNSTORED`)
 — unless a unit of the same text is being extracted in the same phase (another session's, or this
 one's): then it waits for that answer and reuses it the same way (:mod:`pipelines.extract.inflight`); or by another worker on the same database
@@ -332,6 +332,14 @@ async def _extract_one(
         extraction = validate_extraction(reply.raw, unit, semantic_types=semantic_types)
     except ExtractionFailure as failure:
         latency = round((time.perf_counter() - started) * 1000, 1)
+        if failure.unsent:
+            # The request never reached the server (its connection refused): no try against the
+            # chunk, so no row and no backoff — N workers whose connections are refused record
+            # nothing N times. The next cycle's provider-ready check (llm-unavailable while the
+            # server stays away) is what keeps it from being asked again too soon.
+            log.warning("chunk extraction failed", chunk_id=unit.unit_id, kind=failure.kind, error=str(failure)[:300],
+                        attempts=failed_before, recorded=False)
+            return UnitOutcome(unit, "failed", None, failure.kind, str(failure), latency_ms=latency, outage=True)
         attempts = failed_before + 1
         backoff = chunk_backoff(attempts, base_seconds=retry_base_seconds, max_seconds=retry_max_seconds)
         await anyio.to_thread.run_sync(
