@@ -714,6 +714,8 @@ async def cmd_import_notes(settings: Settings, args: argparse.Namespace, progres
         for gone in report["gone"]:
             print(f"gone      {printable(gone['path'])} ({gone['note_id']}) is no longer there; what it said stays until "
                   f"rem-cycle forget --note {gone['note_id']}")
+        if report["errors"] and not report["files"] and not report["gone"]:
+            return  # no file was read: the errors are the whole answer (a line of zeros beside them misleads)
         print(f"{report['imported']} imported, {report['unchanged']} unchanged, {report['failed']} failed"
               + (f", {len(report['gone'])} gone" if report["gone"] else ""))
 
