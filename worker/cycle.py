@@ -409,8 +409,11 @@ async def extract(ctx: CycleContext) -> dict[str, Any]:
         ctx.turns = None  # the env holds them for this phase only
         stats, queued = ExtractStats(), 0
         try:
-            # Answers an earlier process held (a --once run's, a daemon's between cycles) join this one's.
-            await anyio.to_thread.run_sync(take_from_file, settings, ctx.held_answers)
+            # Answers an earlier process held (a --once run's, a daemon's between cycles) join this
+            # one's: all of them when no other worker extracts on this data dir, else those of the
+            # sessions this phase claims (below): taken all, another worker's sessions paid again.
+            if not settings.shared_extract:
+                await anyio.to_thread.run_sync(take_from_file, settings, ctx.held_answers)
             await anyio.to_thread.run_sync(drop_taken_out, ctx.held_answers, stores.db)
             # Claims this owner still holds are an earlier cycle's that could not release them (the
             # database dropped its connection; a daemon's cycles share one owner): its own again.
@@ -430,6 +433,10 @@ async def extract(ctx: CycleContext) -> dict[str, Any]:
                 todo = await anyio.to_thread.run_sync(partial(claims.claim, step, backing_off=backing_off))
                 if not todo:
                     break
+                if settings.shared_extract and await anyio.to_thread.run_sync(
+                    take_from_file, settings, ctx.held_answers, {record.session_id for record in todo}
+                ):
+                    await anyio.to_thread.run_sync(drop_taken_out, ctx.held_answers, stores.db)
                 queued += len(todo)
                 deferred = stats.sessions_backing_off
                 await extract_sessions(todo, env, should_stop=ctx.stop.is_set, stats=stats)
