@@ -10,7 +10,6 @@ import json
 import sqlite3
 from pathlib import Path
 
-import pytest
 
 from config import Settings
 from tests.conftest import run_cli

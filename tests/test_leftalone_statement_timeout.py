@@ -8,19 +8,17 @@ recorded, it left the phase. Real PostgreSQL locks, embedded Chroma, the loopbac
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 
 import anyio
 import pytest
 
 from config import Settings
-from pipelines.extract.workflow import extract_sessions
-from tests.llm_server import LLMServer, Status, held
+from tests.llm_server import LLMServer
 from tests.llm_server import llm_server  # noqa: F401 - fixture
 from tests.test_drainleft_statement_timeout import timing_out
-from tests.test_extract_cycle import TURNS, llm_settings, session
-from tests.test_pgcut_sessions import S1_DIGEST_ROW, Blocker, charged, extract_env, extract_one, ingested, stores_on
+from tests.test_extract_cycle import llm_settings
+from tests.test_pgcut_sessions import Blocker, charged, extract_one, ingested, s1_failure_refused_beside_s2, stores_on
 
 pytestmark = pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
 
@@ -54,19 +52,7 @@ async def test_a_session_failure_stopped_at_the_statement_timeout_defers_it_and_
     is deferred with 0 attempts, and s2, answered later, is digested in the same phase. Before, the
     timeout left ``extract_sessions``: the phase failed and s2's call in flight was lost."""
     mine = llm_settings(settings.data_dir, llm_server, database_url=timing_out(database_url))
-    with stores_on(mine, timeout=30.0) as stores:
-        await ingested(mine, stores, tmp_path, more=(session("s2", [t.replace("CHUNK", "OTHER") for t in TURNS]),))
-        llm_server.script(*[Status(500, "the model server failed this request")] * 2, match="CHUNK")
-        answers = held()
-        llm_server.default = answers
-        blocker = Blocker(mine.graph_path, database_url, pg_lock=S1_DIGEST_ROW)
-        blocker.hold()
-        threading.Timer(1.5, answers.release.set).start()  # after s1's timeout (at 0.5 s)
-        try:
-            digests = stores.runstate.get_digests(["s1", "s2"])
-            async with extract_env(mine, stores) as env:
-                stats = await extract_sessions([digests["s1"], digests["s2"]], env)
-        finally:
-            blocker.release()
+    with stores_on(mine, timeout=30.0) as stores:  # the lock timeout far past the statement timeout
+        stats = await s1_failure_refused_beside_s2(mine, stores, llm_server, tmp_path, database_url, answer_s2_after=1.5)
         assert (stats.sessions_deferred, stats.sessions_digested, stats.sessions_failed) == (1, 1, 0)
         assert charged(stores) == ("undigested", 0, 2)  # its chunks' own failures, backing off
