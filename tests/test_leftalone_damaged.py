@@ -91,4 +91,5 @@ async def test_a_paid_answer_the_damaged_graph_refuses_is_held_and_no_other_sess
     status = run_cli("status", env={"REM_DATA_DIR": str(mine.data_dir)})  # it reads the damaged table too
     assert status.returncode == 1
     # Before: 'rem-cycle: database disk image is malformed'.
-    assert status.stderr == f"rem-cycle: the graph database is damaged (database disk image is malformed): no cycle can mend it; {RESTORE}\n"
+    damaged = "the graph database is damaged (database disk image is malformed)"
+    assert status.stderr == f"rem-cycle: {damaged}: no cycle can mend it; {RESTORE}\n"

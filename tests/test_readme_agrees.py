@@ -86,7 +86,8 @@ def test_the_mcp_section_gives_show_nodes_budget_refusal_in_its_own_words() -> N
     entity = {"id": "CLASS:GraphExplorerPanel", "label": "CLASS", "name": "GraphExplorerPanel", "description": "x" * 400}
     with pytest.raises(RecallInputError) as refused:
         pack_entity(entity, [], budget_tokens=50)
-    assert str(refused.value) == f"CLASS:GraphExplorerPanel alone takes {item_tokens(entity)} tokens, more than budget_tokens 50: ask with a larger budget"
+    taken = item_tokens(entity)
+    assert str(refused.value) == f"CLASS:GraphExplorerPanel alone takes {taken} tokens, more than budget_tokens 50: ask with a larger budget"
     section = README.split("\n### MCP server: recall for agents\n", 1)[1].split("\n### ", 1)[0]
     words = re.compile(r"\d+")
     assert words.sub("N", str(refused.value)) in words.sub("N", " ".join(section.split()))

@@ -5,8 +5,9 @@ model call); so is a unit whose *text* hash has one in any session (a forked, re
 conversation: the same turns under new memory ids), its evidence moved to the unit's memories by
 place and the answer copied into the unit's own row. A unit whose last failure is still backing
 off is deferred (no call this cycle); every other unit is extracted, validated, and its outcome
-written to ``chunk_results`` (but a request that never reached the server: no try; a paid answer the database refuses is tried once more, then held in
-the process for the next attempt of its words and the unit is an outage: :data:`ANSWER_UNSTORED`)
+written to ``chunk_results`` (not a request that never reached the server: no try; a paid answer
+the database refuses is tried once more, then held in the process for the next attempt of its
+words and the unit is an outage: :data:`ANSWER_UNSTORED`)
 — unless a unit of the same text is being extracted in the same phase (another session's, or this
 one's): then it waits for that answer and reuses it the same way (:mod:`pipelines.extract.inflight`); or by another worker on the same database
 (:class:`pipelines.ports.TextClaims`): then it waits for that worker's answer, polling — unless its

@@ -193,8 +193,8 @@ async def extract_session(
     failed under its work: :data:`store.errors.SESSION_OUTAGES`), ``undigestible`` or
     ``claim-lost``. A failure is recorded, never raised (except Chroma being unreachable, which
     fails the whole phase, and the database's file damaged: :class:`DatabaseDamagedError`, which
-    :func:`extract_sessions` raises once the sessions in flight are done). ``commit_turn`` is awaited just before the commit
-    (:func:`extract_sessions` uses it to commit in session order). ``in_flight``: the texts the
+    :func:`extract_sessions` raises once the sessions in flight are done). ``commit_turn`` is
+    awaited just before the commit (:func:`extract_sessions` uses it to commit in session order). ``in_flight``: the texts the
     phase's other sessions are extracting (:mod:`pipelines.extract.inflight`).
     ``should_stop``: whether the cycle is stopping (a chunk waiting on another worker leaves)."""
     sid = record.session_id
