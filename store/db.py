@@ -20,6 +20,7 @@ from store.dialect import SQLITE, Dialect
 from store.errors import (
     ConstraintError,
     DatabaseBusyError,
+    DatabaseDamagedError,
     DatabaseError,
     DatabaseFullError,
     DatabaseUnreadableError,
@@ -964,7 +965,8 @@ LAST_ROW_VERSION = MIGRATIONS.index(LAST_ROW_MIGRATION) + 1
 _BUSY_CODES = frozenset({5, 6})  # SQLITE_BUSY, SQLITE_LOCKED
 _INTERRUPT_CODE = 9  # SQLITE_INTERRUPT: a progress handler stopped the statement
 _FULL_CODE = 13  # SQLITE_FULL: the disk, or the file's max_page_count, is full
-_UNREADABLE_CODES = frozenset({3, 10, 11, 14, 23, 26})  # PERM, IOERR, CORRUPT, CANTOPEN, AUTH, NOTADB
+_UNREADABLE_CODES = frozenset({3, 10, 14, 23})  # PERM, IOERR, CANTOPEN, AUTH
+_DAMAGED_CODES = frozenset({11, 26})  # CORRUPT ("database disk image is malformed"), NOTADB
 
 
 # SQLITE_PERM, SQLITE_READONLY, SQLITE_CANTOPEN: the file, its companions or its folder refused access.
@@ -989,6 +991,8 @@ def store_error(exc: sqlite3.Error) -> DatabaseError:
         kind = QueryInterruptedError
     elif primary == _FULL_CODE:
         kind = DatabaseFullError
+    elif primary in _DAMAGED_CODES:
+        kind = DatabaseDamagedError
     elif primary in _UNREADABLE_CODES:
         kind = DatabaseUnreadableError
     else:

@@ -11,6 +11,7 @@ The family::
     StoreError                      reason_code
     ├── DatabaseError               database-error   the graph database failed (any engine error)
     │   ├── DatabaseUnreadableError                  missing, unopenable, not a database, damaged
+    │   │   └── DatabaseDamagedError                 its file damaged: restore it from a backup
     │   ├── DatabaseBusyError                        locked or busy past the timeout
     │   │   └── ConnectionsExhaustedError            no connection to be had while the server answers
     │   ├── DatabaseFullError                        its disk (or size limit) is full; nothing is written
@@ -55,6 +56,14 @@ class DatabaseUnreadableError(DatabaseError):
     """The database cannot be opened or read: missing, unreadable, not a database, or damaged."""
 
 
+class DatabaseDamagedError(DatabaseUnreadableError):
+    """The database's file is damaged (SQLite's ``SQLITE_CORRUPT``, "database disk image is
+    malformed", and ``SQLITE_NOTADB``): no wait or retry mends it. A cycle that meets it ends
+    (``database-damaged``), charging no session, for the operator to restore a backup."""
+
+    reason_code = "database-damaged"
+
+
 class DatabaseBusyError(DatabaseError):
     """Another connection held the database (locked, busy) for longer than the timeout."""
 
@@ -79,30 +88,6 @@ class ConnectionsExhaustedError(DatabaseBusyError):
     process would not give it a connection."""
 
 
-# The database failing under whoever asked, not anything they asked for: the server gone or the
-# connection cut (a restart, a failover, an administrator), the file unreadable, busy past the
-# timeout (a lock another client holds, "too many connections"), or its disk full (a write that
-# fits once space is freed) — or the lazy-edge queue file's disk, where the worker's queue is that
-# file. No caller's fault: the queue line or the session it lands on is charged nothing
-# (pipelines.drain, pipelines.extract.workflow). A statement stopped at its timeout
-# (QueryInterruptedError) may be the caller's own: not here.
-DATABASE_OUTAGES: tuple[type[DatabaseError], ...] = (DatabaseUnreadableError, DatabaseBusyError, DatabaseFullError)
-
-
-def is_database_outage(exc: BaseException) -> bool:
-    """Whether ``exc`` is one of :data:`DATABASE_OUTAGES` — every member of it, when it is a group
-    (what a task group raises when its tasks failed). Pure.
-
-    >>> is_database_outage(ExceptionGroup("map", [DatabaseBusyError("database is locked")]))
-    True
-    >>> is_database_outage(ExceptionGroup("map", [DatabaseBusyError("locked"), ValueError("bad")]))
-    False
-    """
-    if isinstance(exc, BaseExceptionGroup):
-        return all(is_database_outage(member) for member in exc.exceptions)
-    return isinstance(exc, DATABASE_OUTAGES)
-
-
 class ConstraintError(DatabaseError):
     """A write broke one of the schema's constraints (a duplicate key, a missing reference)."""
 
@@ -113,6 +98,54 @@ class QueryInterruptedError(DatabaseError):
 
 class SchemaTooNewError(DatabaseError):
     """The database was written by a newer rem-cycle (a schema version this one does not know)."""
+
+
+# The database failing under whoever asked, not anything they asked for: the server gone or the
+# connection cut (a restart, a failover, an administrator), the file unreadable, busy past the
+# timeout (a lock another client holds, "too many connections"), or its disk full (a write that
+# fits once space is freed) — or the lazy-edge queue file's disk, where the worker's queue is that
+# file. No caller's fault: the queue line or the session it lands on is charged nothing
+# (pipelines.drain, pipelines.extract.workflow). A statement stopped at its timeout
+# (QueryInterruptedError) may be the caller's own: not here (the drain judges it; SESSION_OUTAGES).
+DATABASE_OUTAGES: tuple[type[DatabaseError], ...] = (DatabaseUnreadableError, DatabaseBusyError, DatabaseFullError)
+
+
+# What no session is charged for (pipelines.extract.workflow): the outages, and a statement the
+# database stopped at its statement timeout (PostgreSQL's statement_timeout; extraction sets no
+# SQLite deadline). A session's statements wait on rows every session writes — the commit counter,
+# a shared node, the digest and chunk rows — which another worker's commit or any client may hold
+# past the timeout, or the server is too loaded to answer within it: charged, good sessions would be
+# made undigestible by the database's state. The drain tells one line's timeout from a stall by a
+# probe of table locks (pipelines.drain); a session's waits are row locks, which that probe cannot
+# tell from its own. The cost: a session whose own statement always runs past the timeout is
+# deferred each cycle (said in its log line, no model call: its answers are stored), never charged.
+SESSION_OUTAGES: tuple[type[DatabaseError], ...] = (*DATABASE_OUTAGES, QueryInterruptedError)
+
+
+def is_database_outage(exc: BaseException, outages: tuple[type[DatabaseError], ...] = DATABASE_OUTAGES) -> bool:
+    """Whether ``exc`` is one of ``outages`` (:data:`DATABASE_OUTAGES`, or :data:`SESSION_OUTAGES`)
+    — every member of it, when it is a group (what a task group raises when its tasks failed). Pure.
+
+    >>> is_database_outage(ExceptionGroup("map", [DatabaseBusyError("database is locked")]))
+    True
+    >>> is_database_outage(ExceptionGroup("map", [DatabaseBusyError("locked"), ValueError("bad")]))
+    False
+    """
+    if isinstance(exc, BaseExceptionGroup):
+        return all(is_database_outage(member, outages) for member in exc.exceptions)
+    return isinstance(exc, outages)
+
+
+def damage_in(exc: BaseException) -> DatabaseDamagedError | None:
+    """The :class:`DatabaseDamagedError` ``exc`` is or holds (a member of a group, at any depth),
+    or None. Pure.
+
+    >>> damage_in(ExceptionGroup("map", [ValueError("bad"), DatabaseDamagedError("malformed")]))
+    DatabaseDamagedError('malformed')
+    """
+    if isinstance(exc, BaseExceptionGroup):
+        return next((found for member in exc.exceptions if (found := damage_in(member)) is not None), None)
+    return exc if isinstance(exc, DatabaseDamagedError) else None
 
 
 def unstorable_text(exc: UnicodeEncodeError) -> DatabaseError:

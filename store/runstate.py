@@ -232,6 +232,16 @@ class RunStateStore:
         )
         return {r[0]: r[1] for r in rows if r[1] is not None}
 
+    def newest_finished(self) -> dict[str, Any] | None:
+        """The run that finished last, or None: :meth:`last_finished_by_outcome`'s look-ups, then
+        that run's row (``rem_runs_outcome_finished``): the same cost whatever the run history."""
+        last = self.last_finished_by_outcome()
+        if not last:
+            return None
+        outcome, finished_at = max(last.items(), key=lambda item: item[1])
+        rows = self.db.query("SELECT * FROM rem_runs WHERE outcome = ? AND finished_at = ? LIMIT 1", (outcome, finished_at))
+        return _run(rows[0]) if rows else None
+
     def chunk_totals(self) -> dict[str, dict[str, int]]:
         """Per ``chunk_results`` status: ``{count, tokens_in, tokens_out}`` (:meth:`state_totals`)."""
         return {name: {"count": count, "tokens_in": tokens_in, "tokens_out": tokens_out}

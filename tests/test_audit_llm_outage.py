@@ -55,9 +55,9 @@ async def test_a_server_dying_mid_cycle_again_and_again_never_makes_a_session_un
     charged a failed attempt, though no request of it left the worker (connection refused). Two
     such cycles (`REM_MAX_CHUNK_ATTEMPTS=2`) made the sessions never sent to the model
     `undigestible`: once the server was back they were not digested until an operator ran
-    `rem-cycle retry`. A session whose chunks could not reach the server is deferred like one
-    backing off (its chunks' failures are recorded, with their backoff); only an answer cut off
-    in flight charges its session."""
+    `rem-cycle retry`. A session whose chunks could not reach the server is deferred, charged
+    nothing, and no try of its chunks is recorded (leftalone23: before, each was, with its
+    backoff); only an answer cut off in flight charges its session."""
     with LLMServer() as probe:
         port = probe.port
     with LLMServer(port=port) as up:  # provider-ready asks the server at the start of each cycle
@@ -71,8 +71,11 @@ async def test_a_server_dying_mid_cycle_again_and_again_never_makes_a_session_un
         for _ in range(2):
             extract = await cycle_with_an_outage(mine, stores, port)
             assert extract["sessions_digested"] == 1, extract
-            refused = {c["session_id"] for c in stores.runstate.failing_chunks() if "ConnectError" in c["error"]}
-            assert refused, stores.runstate.failing_chunks()
+            failing = stores.runstate.failing_chunks()
+            assert not [c for c in failing if "ConnectError" in c["error"]], failing  # a refused request is no try
+            undigested = {s for s, d in stores.runstate.get_digests(SESSIONS).items() if d.state == "undigested"}
+            refused = undigested - {c["session_id"] for c in failing}
+            assert refused, failing
             digests = stores.runstate.get_digests(sorted(refused))
             assert {(d.state, d.attempts) for d in digests.values()} <= {("undigested", 0), ("undigested", 1)}, digests
             assert extract["sessions_undigestible"] == 0, extract

@@ -326,3 +326,11 @@ def test_import_notes_of_nothing_creates_no_graph(tmp_path: Path) -> None:
     note.write_text(DESIGN, encoding="utf-8")
     assert run_cli("import-notes", str(note), env=env).returncode == 0  # something to import creates the graph
     assert (data / "graph.sqlite3").is_file()
+
+
+def test_import_notes_of_a_missing_file_says_the_error_only(tmp_path: Path) -> None:
+    """No file was read: the error is the answer, exit 1 — not a line of zeros beside it on stdout
+    (leftalone23: it printed `0 imported, 0 unchanged, 0 failed` too). ``--json`` keeps its counts."""
+    missing = tmp_path / "nothere.md"
+    done = run_cli("import-notes", str(missing), env={"REM_DATA_DIR": str(tmp_path / "data")})
+    assert (done.returncode, done.stdout, done.stderr) == (1, "", f"error     {missing}: no such file or folder\n")

@@ -87,8 +87,10 @@ def test_once_on_an_unreadable_database_fails_with_a_reason(tmp_path: Path) -> N
     done = run_cli("--once", "--json", env={"REM_DATA_DIR": str(data)})
     assert done.returncode == 1, done.stderr[-2000:]
     result = json.loads(done.stdout)
-    assert (result["outcome"], result["reason_code"], result["failure_phase"]) == ("failed", "database-error", "setup")
+    # A file that is no database is a damaged graph (leftalone23; it was `database-error`): restore a backup.
+    assert (result["outcome"], result["reason_code"], result["failure_phase"]) == ("failed", "database-damaged", "setup")
     assert "not recorded in rem_runs yet" in result["message"]
+    assert "restore it from a backup (rem-cycle restore BACKUP)" in result["message"]
     assert "Traceback" not in done.stderr
 
 

@@ -240,19 +240,28 @@ async def test_a_session_failure_the_database_refuses_to_record_defers_it_and_th
     cancelled s2's calls in flight (paid for, lost) and failed the phase."""
     mine = llm_settings(settings.data_dir, llm_server)
     with stores_on(mine, timeout=1.0) as stores:
-        await ingested(mine, stores, tmp_path, more=(session("s2", [t.replace("CHUNK", "OTHER") for t in TURNS]),))
-        llm_server.script(*[Status(500, "the model server failed this request")] * 2, match="CHUNK")
-        answers = held()
-        llm_server.default = answers
-        blocker = Blocker(mine.graph_path, database_url, pg_lock=S1_DIGEST_ROW)
-        blocker.hold()
-        threading.Timer(2.0, answers.release.set).start()  # after s1's refusal (at 1 s)
-        try:
-            digests = stores.runstate.get_digests(["s1", "s2"])
-            async with extract_env(mine, stores) as env:
-                stats = await extract_sessions([digests["s1"], digests["s2"]], env)
-        finally:
-            blocker.release()
+        stats = await s1_failure_refused_beside_s2(mine, stores, llm_server, tmp_path, database_url, answer_s2_after=2.0)
         assert (stats.sessions_deferred, stats.sessions_digested, stats.sessions_failed) == (1, 1, 0)
         assert charged(stores) == ("undigested", 0, 2)  # its chunks' own failures, backing off
         assert stores.runstate.get_digests(["s2"])["s2"].state == "digested"
+
+
+async def s1_failure_refused_beside_s2(
+    mine: Settings, stores: Stores, llm_server: LLMServer, tmp_path: Path, database_url: str, *, answer_s2_after: float
+) -> ExtractStats:
+    """Sessions s1 and s2 extracted side by side: s1's chunks get HTTP 500, and recording s1's
+    failed attempt waits on its digest row, which another client holds until the phase ends; s2's
+    answers come ``answer_s2_after`` seconds in (after the database refused s1's record)."""
+    await ingested(mine, stores, tmp_path, more=(session("s2", [t.replace("CHUNK", "OTHER") for t in TURNS]),))
+    llm_server.script(*[Status(500, "the model server failed this request")] * 2, match="CHUNK")
+    answers = held()
+    llm_server.default = answers
+    blocker = Blocker(mine.graph_path, database_url, pg_lock=S1_DIGEST_ROW)
+    blocker.hold()
+    threading.Timer(answer_s2_after, answers.release.set).start()
+    try:
+        digests = stores.runstate.get_digests(["s1", "s2"])
+        async with extract_env(mine, stores) as env:
+            return await extract_sessions([digests["s1"], digests["s2"]], env)
+    finally:
+        blocker.release()

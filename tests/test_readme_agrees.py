@@ -76,3 +76,18 @@ def test_the_command_table_names_every_command_and_flag(command: str) -> None:
 def test_the_top_level_flags_are_documented() -> None:
     for flag in _flags(build_parser()) - {"--help"}:
         assert f"`{flag}" in README or f"{flag}`" in README or f"[{flag}" in README, flag
+
+
+def test_the_mcp_section_gives_show_nodes_budget_refusal_in_its_own_words() -> None:
+    """README's MCP section shows the tool error of a ``show_node`` whose entity alone exceeds
+    ``budget_tokens`` as the code words it (the numbers aside). README did not say it (leftalone23)."""
+    from pipelines.recall import RecallInputError, item_tokens, pack_entity
+
+    entity = {"id": "CLASS:GraphExplorerPanel", "label": "CLASS", "name": "GraphExplorerPanel", "description": "x" * 400}
+    with pytest.raises(RecallInputError) as refused:
+        pack_entity(entity, [], budget_tokens=50)
+    taken = item_tokens(entity)
+    assert str(refused.value) == f"CLASS:GraphExplorerPanel alone takes {taken} tokens, more than budget_tokens 50: ask with a larger budget"
+    section = README.split("\n### MCP server: recall for agents\n", 1)[1].split("\n### ", 1)[0]
+    words = re.compile(r"\d+")
+    assert words.sub("N", str(refused.value)) in words.sub("N", " ".join(section.split()))

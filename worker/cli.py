@@ -32,6 +32,7 @@ from store.lazy_queue import MAX_LINE_BYTES
 from store.library_log import get_logger
 from worker.cycle import EXIT_BUSY, EXIT_FAILED, EXIT_OK, CycleBusyError, CycleResult, open_stores, run_cycle
 from worker.entry import interrupted
+from worker.failures import damage_message
 from worker.logs import configure_logging
 from worker.signals import CommandProgress, interruptible
 
@@ -728,6 +729,8 @@ async def cmd_import_notes(settings: Settings, args: argparse.Namespace, progres
         for gone in report["gone"]:
             print(f"gone      {printable(gone['path'])} ({gone['note_id']}) is no longer there; what it said stays until "
                   f"rem-cycle forget --note {gone['note_id']}")
+        if report["errors"] and not report["files"] and not report["gone"]:
+            return  # no file was read: the errors are the whole answer (a line of zeros beside them misleads)
         print(f"{report['imported']} imported, {report['unchanged']} unchanged, {report['failed']} failed"
               + (f", {len(report['gone'])} gone" if report["gone"] else ""))
 
@@ -1221,6 +1224,7 @@ def main(argv: list[str] | None = None) -> int:
         # files, a damaged database) are the operator's to fix: say what is wrong in one line.
         # Anything else is a bug: raise.
         if isinstance(exc, (StoreError, OSError)):
-            print(f"rem-cycle: {redact(str(exc))}", file=sys.stderr)
+            # A damaged graph says what to do about it, as a cycle that meets it does.
+            print(f"rem-cycle: {redact(damage_message(exc) or str(exc))}", file=sys.stderr)
             return EXIT_FAILED
         raise

@@ -50,7 +50,7 @@ from store.runstate import RunStateStore, SessionRevision
 from store.scan_marks import ScanMark, ScanMarkStore
 from store.tombstones import MEMORY, SESSION, TombstoneStore
 from store.unit_of_work import DatabaseUnitOfWork
-from worker.failures import FailureRecorder, RunFailure, failure_reason
+from worker.failures import FailureRecorder, RunFailure, damage_message, failure_reason
 from worker.held_answers import drop_taken_out, take_from_file, write_to_file
 from worker.knowledge import (
     erase_when_due,
@@ -420,8 +420,11 @@ async def extract(ctx: CycleContext) -> dict[str, Any]:
         ctx.turns = None  # the env holds them for this phase only
         stats, queued = ExtractStats(), 0
         try:
-            # Answers an earlier process held (a --once run's, a daemon's between cycles) join this one's.
-            await anyio.to_thread.run_sync(take_from_file, settings, ctx.held_answers)
+            # Answers an earlier process held (a --once run's, a daemon's between cycles) join this
+            # one's: all of them when no other worker extracts on this data dir, else those of the
+            # sessions this phase claims (below): taken all, another worker's sessions paid again.
+            if not settings.shared_extract:
+                await anyio.to_thread.run_sync(take_from_file, settings, ctx.held_answers)
             await anyio.to_thread.run_sync(drop_taken_out, ctx.held_answers, stores.db)
             # Claims this owner still holds are an earlier cycle's that could not release them (the
             # database dropped its connection; a daemon's cycles share one owner): its own again.
@@ -441,6 +444,10 @@ async def extract(ctx: CycleContext) -> dict[str, Any]:
                 todo = await anyio.to_thread.run_sync(partial(claims.claim, step, backing_off=backing_off))
                 if not todo:
                     break
+                if settings.shared_extract and await anyio.to_thread.run_sync(
+                    take_from_file, settings, ctx.held_answers, {record.session_id for record in todo}
+                ):
+                    await anyio.to_thread.run_sync(drop_taken_out, ctx.held_answers, stores.db)
                 queued += len(todo)
                 deferred = stats.sessions_backing_off
                 await extract_sessions(todo, env, should_stop=ctx.stop.is_set, stats=stats)
@@ -747,13 +754,13 @@ async def _record_crash(attempt: CycleAttempt, exc: Exception, recorder: Failure
     reason_code, failure_phase = failure_reason(exc), attempt.step
     # The environment's fault (the database unreachable, a folder not writable) is told as `status`
     # tells it, on one line; a bug keeps its repr (its type is the clue). The phase record keeps the repr.
-    message = repr(exc) if reason_code == "crashed" else " ".join(str(exc).split())
+    message = damage_message(exc) or (repr(exc) if reason_code == "crashed" else " ".join(str(exc).split()))
     # The environment's fault (descriptors, files, the database) needs no traceback; anything else is a bug.
     log.error(
         "cycle crashed", run_id=attempt.run_id, step=attempt.step, reason_code=reason_code, error=repr(exc),
         exc_info=exc if reason_code == "crashed" else None,
     )
-    phases = {**attempt.phases, attempt.step: {"state": "failed", "error": repr(exc)}}
+    phases = {**attempt.phases, attempt.step: {"state": "failed", "error": damage_message(exc) or repr(exc)}}
     decided = attempt.decided
     if decided is not None and decided.outcome == "failed" and decided.failure_phase is not None:
         # A phase failed and then so did writing the run row (the database went away): the run
@@ -845,10 +852,12 @@ async def _run_phases(
                     log.warning("cycle interrupted: cancelled")
                     raise
                 except Exception as exc:  # noqa: BLE001 - recorded, never swallowed
-                    record[name] = {"state": "failed", "duration_ms": _ms(p0), "error": repr(exc)}
+                    # A damaged database says what to do about it (status shows the phase's error).
+                    error = damage_message(exc) or repr(exc)
+                    record[name] = {"state": "failed", "duration_ms": _ms(p0), "error": error}
                     reason_code = _phase_reason(exc, "phase-error")
                     result.outcome, result.reason_code, result.failure_phase = "failed", reason_code, name
-                    result.message = repr(exc)
+                    result.message = error
                     # The database's fault needs no traceback; anything else is a bug.
                     log.error("phase crashed", reason_code=reason_code, error=repr(exc),
                               exc_info=exc if reason_code == "phase-error" else None)
@@ -906,10 +915,10 @@ def _phase_reason(exc: Exception, default: str) -> str:
     """A failed phase's reason code: ``default`` (the phase's own code, or ``phase-error`` for a
     crash) — but running out of file descriptors (anywhere in the exception's causes) is the
     process's state rather than the phase's fault, and says so, and a crash on a database error
-    (the server dropped the connection, a lock past its timeout) is ``database-error``, as
-    anywhere else in a cycle. Pure."""
+    (the server dropped the connection, a lock past its timeout) is ``database-error`` — on a
+    damaged file ``database-damaged`` — as anywhere else in a cycle. Pure."""
     reason = failure_reason(exc)
-    if reason == "too-many-open-files" or (reason == "database-error" and default == "phase-error"):
+    if reason == "too-many-open-files" or (reason in ("database-error", "database-damaged") and default == "phase-error"):
         return reason
     return default
 

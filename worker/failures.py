@@ -19,7 +19,7 @@ from typing import Any
 from config import Settings
 from store.backend import open_database
 from store.db import Database
-from store.errors import ConstraintError, DatabaseError, StoreError
+from store.errors import ConstraintError, DatabaseDamagedError, DatabaseError, StoreError
 from store.library_log import get_logger
 from store.runstate import RunStateStore
 
@@ -44,15 +44,29 @@ def _causes(exc: BaseException) -> Iterator[BaseException]:
 
 def failure_reason(exc: BaseException) -> str:
     """The ``rem_runs.reason_code`` of a cycle that crashed with ``exc`` (its causes and group
-    members included): ``too-many-open-files``, ``database-error``, ``os-error`` or ``crashed``. Pure."""
+    members included): ``too-many-open-files``, ``database-damaged``, ``database-error``,
+    ``os-error`` or ``crashed``. Pure."""
     links = list(_causes(exc))
     if any(isinstance(link, OSError) and link.errno in FD_EXHAUSTED for link in links):
         return "too-many-open-files"
+    if any(isinstance(link, DatabaseDamagedError) for link in links):
+        return DatabaseDamagedError.reason_code
     if any(isinstance(link, DatabaseError) for link in links):
         return "database-error"
     if any(isinstance(link, OSError) for link in links):
         return "os-error"
     return "crashed"
+
+
+def damage_message(exc: BaseException) -> str | None:
+    """What a cycle that met a damaged graph database says (a :class:`DatabaseDamagedError` among
+    ``exc``'s causes and group members): the database's words, on one line, and what to do, as no
+    later cycle mends it; None for any other failure. Pure."""
+    damage = next((link for link in _causes(exc) if isinstance(link, DatabaseDamagedError)), None)
+    if damage is None:
+        return None
+    return (f"the graph database is damaged ({' '.join(str(damage).split())}): no cycle can mend it; stop the "
+            "workers and restore it from a backup (rem-cycle restore BACKUP)")
 
 
 @dataclass(frozen=True, slots=True)

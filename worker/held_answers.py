@@ -1,9 +1,11 @@
 """Paid answers the database refused to store, kept from one process to the next.
 
 An extract phase takes the answers the data dir's file holds (``Settings.held_answers_path``,
-:class:`store.held_file.HeldAnswersFile`) into its :class:`HeldAnswers` and removes the file, so
-that no other process on the data dir takes them too; the phase stores each at the next attempt of
-its words, as one held in memory. When the phase ends (completed, failed, stopped or cancelled) it
+:class:`store.held_file.HeldAnswersFile`) into its :class:`HeldAnswers` and removes them from the
+file, so that no other process on the data dir takes them too; the phase stores each at the next
+attempt of its words, as one held in memory. Alone on the data dir it takes them all at its start;
+beside other workers (``REM_SHARED_EXTRACT``) only those of the sessions it claims, as it claims
+them, so that a session another worker claims finds its answers there. When the phase ends (completed, failed, stopped or cancelled) it
 writes what it still holds back to the file, beside what another process wrote there meanwhile, and
 holds nothing more: a ``--once`` run's answers, and a daemon's between its cycles, outlive the
 process. Only a kill in the middle of a phase loses what that phase held (the model is asked again).
@@ -61,24 +63,33 @@ def drop_taken_out(held: HeldAnswers, db: Database) -> int:
     return dropped
 
 
-def take_from_file(settings: Settings, held: HeldAnswers) -> None:
-    """Move the answers the data dir's file holds into ``held`` and remove the file (a blocking
-    call: run it in a thread). No file: nothing to do, one ``stat``."""
+def take_from_file(settings: Settings, held: HeldAnswers, sessions: Collection[str] | None = None) -> int:
+    """Move the answers the data dir's file holds into ``held`` and remove them from the file (a
+    blocking call: run it in a thread); ``sessions``: only the answers of those sessions — what a
+    worker beside others on the data dir claimed, the rest being theirs to claim and store — else
+    all of them. Returns how many were taken. No file: nothing to do, one ``stat``."""
     spill = held_answers_file(settings)
     if not spill.exists():
-        return
+        return 0
     try:
         with spill.locked():
             content = spill.read()
-            problems = held.keep_records(content.records)
-            spill.replace([])
+            mine: list[dict[str, object]] = []
+            rest: list[dict[str, object]] = []
+            for record in content.records:
+                sid = record.get("session_id")
+                (mine if sessions is None or (isinstance(sid, str) and sid in sessions) else rest).append(record)
+            problems = held.keep_records(mine)
+            if mine or content.unreadable:
+                spill.replace(rest)
     except OSError as exc:
         log.error("held answers file not taken: the answers not read from it are asked the model again",
                   path=str(spill.path), error=str(exc))
-        return
+        return 0
     _report_damage(spill, content, problems)
-    if taken := len(content.records) - len(problems):
+    if taken := len(mine) - len(problems):
         log.info("held answers taken from the file", path=str(spill.path), answers=taken)
+    return taken
 
 
 def write_to_file(settings: Settings, held: HeldAnswers, db: Database) -> None:

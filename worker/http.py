@@ -43,7 +43,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from config import Settings
 from store.chroma import ChromaStore
 from store.backend import open_database
-from store.errors import ConnectionsExhaustedError, StoreError
+from store.errors import ConnectionsExhaustedError, DatabaseDamagedError, StoreError
 from store.library_log import get_logger
 from store.runstate import RunStateStore
 from worker.cycle import owner_id
@@ -281,7 +281,10 @@ class Liveness:
         heartbeat_at, silent_seconds}]}`` when running cycles (``owner()``'s only, when it names
         one) have been silent for longer than the lease timeout; ``{"status": "unhealthy",
         "reason": "database-unreadable"}`` when the graph database cannot be read (missing, not a
-        database, unreadable, locked), since no cycle can then do its work.
+        database, unreadable, locked), since no cycle can then do its work; ``{"status":
+        "unhealthy", "reason": "database-damaged"}`` when the run that finished last failed on a
+        damaged file (the probe's read may pass: the damage is where the cycle read), until a
+        restore puts a backup in place.
 
         On PostgreSQL, no connection to be had while the server answers — every connection of this
         process's pool in use (its cycle and a burst of slow scrapes), or the server's or the
@@ -294,8 +297,9 @@ class Liveness:
         try:
             db = open_database(self.settings, readonly=True, timeout=HEALTH_DB_TIMEOUT_SECONDS)
             try:
-                silent = RunStateStore(db).silent_runs(
-                    older_than_seconds=self.settings.lease_timeout_seconds, now=now, owner=self.owner())
+                runs = RunStateStore(db)
+                silent = runs.silent_runs(older_than_seconds=self.settings.lease_timeout_seconds, now=now, owner=self.owner())
+                newest = runs.newest_finished()
             finally:
                 db.close()
         except ConnectionsExhaustedError as exc:
@@ -313,6 +317,10 @@ class Liveness:
             log.warning("liveness: graph database unreadable", error=str(exc))
             return {"status": "unhealthy", "reason": "database-unreadable"}
         self._busy_since = None
+        if newest is not None and newest["reason_code"] == DatabaseDamagedError.reason_code:
+            log.error("liveness: the last cycle found the graph database damaged; restore it from a backup",
+                      run_id=newest["run_id"])
+            return {"status": "unhealthy", "reason": DatabaseDamagedError.reason_code}
         if not silent:
             return {"status": "ok"}
         runs = [

@@ -207,9 +207,11 @@ class OpenAIExtractor:
                 failure.outage = isinstance(exc, httpx.ConnectTimeout)
                 delay = None
             except httpx.HTTPError as exc:
-                # A refused connection sent nothing: the server is gone, which is no fault of the chunk.
-                failure = ExtractionFailure("provider-error", f"connection failed: {exc!r}",
-                                            outage=isinstance(exc, httpx.ConnectError))
+                # A refused connection sent nothing: the server is gone, which is no fault of the
+                # chunk — and, unless an earlier request of this unit was paid for, no try of it.
+                refused = isinstance(exc, httpx.ConnectError)
+                failure = ExtractionFailure("provider-error", f"connection failed: {exc!r}", outage=refused,
+                                            unsent=refused and not any(usage))
                 delay = None
             else:
                 if response.status_code == 200:

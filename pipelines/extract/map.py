@@ -5,8 +5,9 @@ model call); so is a unit whose *text* hash has one in any session (a forked, re
 conversation: the same turns under new memory ids), its evidence moved to the unit's memories by
 place and the answer copied into the unit's own row. A unit whose last failure is still backing
 off is deferred (no call this cycle); every other unit is extracted, validated, and its outcome
-written to ``chunk_results`` (a paid answer the database refuses is tried once more, then held in
-the process for the next attempt of its words and the unit is an outage: :data:`ANSWER_UNSTORED`)
+written to ``chunk_results`` (not a request that never reached the server: no try; a paid answer
+the database refuses is tried once more, then held in the process for the next attempt of its
+words and the unit is an outage: :data:`ANSWER_UNSTORED`)
 — unless a unit of the same text is being extracted in the same phase (another session's, or this
 one's): then it waits for that answer and reuses it the same way (:mod:`pipelines.extract.inflight`); or by another worker on the same database
 (:class:`pipelines.ports.TextClaims`): then it waits for that worker's answer, polling — unless its
@@ -35,7 +36,7 @@ from pipelines.extract.model import (
 )
 from pipelines.ports import ChunkResults, TextClaims
 from store.chunks import AnswerCopy, ChunkResult
-from store.errors import StoreError
+from store.errors import DatabaseDamagedError, StoreError
 from store.library_log import get_logger
 
 log = get_logger(__name__)
@@ -332,6 +333,14 @@ async def _extract_one(
         extraction = validate_extraction(reply.raw, unit, semantic_types=semantic_types)
     except ExtractionFailure as failure:
         latency = round((time.perf_counter() - started) * 1000, 1)
+        if failure.unsent:
+            # The request never reached the server (its connection refused): no try against the
+            # chunk, so no row and no backoff — N workers whose connections are refused record
+            # nothing N times. The next cycle's provider-ready check (llm-unavailable while the
+            # server stays away) is what keeps it from being asked again too soon.
+            log.warning("chunk extraction failed", chunk_id=unit.unit_id, kind=failure.kind, error=str(failure)[:300],
+                        attempts=failed_before, recorded=False)
+            return UnitOutcome(unit, "failed", None, failure.kind, str(failure), latency_ms=latency, outage=True)
         attempts = failed_before + 1
         backoff = chunk_backoff(attempts, base_seconds=retry_base_seconds, max_seconds=retry_max_seconds)
         await anyio.to_thread.run_sync(
@@ -366,7 +375,8 @@ async def _stored(
     """``unit``'s paid answer stored with what its call cost (``paid``): ``ok`` when this attempt
     ``called`` the model, ``reused`` when the answer was held from an earlier one. When the database
     refuses it twice (:func:`_store_paid_answer`), the answer is held in ``held`` for the next
-    attempt of its words and the unit is an outage (:data:`ANSWER_UNSTORED`)."""
+    attempt of its words and the unit is an outage (:data:`ANSWER_UNSTORED`); a damaged database
+    file (:class:`DatabaseDamagedError`) is raised once the answer is held."""
     try:
         await _store_paid_answer(unit, partial(
             store.record_ok,
@@ -377,8 +387,12 @@ async def _stored(
     except StoreError as exc:
         # The answer was paid for and is valid: the database's failure, not the chunk's. An outage
         # (pipelines.extract.workflow): the session is deferred, charged nothing; the waiters of its
-        # text in this phase defer with no call (their answers could not be stored either).
+        # text in this phase defer with no call (their answers could not be stored either). A
+        # damaged file ends the phase instead (no other session pays for an answer it cannot
+        # store); the answer reaches the held answers' file for the run after the restore.
         held.keep((fingerprint, unit.text_hash), paid)
+        if isinstance(exc, DatabaseDamagedError):
+            raise
         log.warning("paid answer not stored: the database refused it twice; held for the next attempt of its words, "
                     "its session deferred, charged nothing", chunk_id=unit.unit_id, error=str(exc)[:300])
         spent = (paid.tokens_in, paid.tokens_out, paid.latency_ms) if called else (0, 0, 0.0)
@@ -390,9 +404,12 @@ async def _stored(
 
 async def _store_paid_answer(unit: WorkUnit, write: Callable[[], None]) -> None:
     """``write()`` the answer of a paid call; once more after :data:`STORE_RETRY_SECONDS` when the
-    database refuses it. Raises the second refusal's :class:`StoreError`."""
+    database refuses it — not a damaged file, which no wait mends. Raises the last refusal's
+    :class:`StoreError`."""
     try:
         await anyio.to_thread.run_sync(write)
+    except DatabaseDamagedError:
+        raise
     except StoreError as exc:
         log.warning("paid answer not stored, trying once more", chunk_id=unit.unit_id, error=str(exc)[:300],
                     pause_seconds=STORE_RETRY_SECONDS)

@@ -193,16 +193,21 @@ def _valid(adapter: TypeAdapter[Any], value: Any) -> bool:
 class ExtractionFailure(Exception):
     """A chunk could not be extracted; ``kind`` is one of :data:`FAILURE_KINDS`. ``outage``: the
     model server could not be reached, or refused to work on any request (rate limit or quota,
-    bad gateway, unavailable) — a failure that says nothing about the chunk."""
+    bad gateway, unavailable) — a failure that says nothing about the chunk. ``unsent``: an
+    outage whose last request never reached the server (its connection refused) and that paid
+    nothing: no try against the chunk (:func:`pipelines.extract.map.map_units` records none)."""
 
-    def __init__(self, kind: str, message: str, *, tokens_in: int = 0, tokens_out: int = 0, outage: bool = False) -> None:
+    def __init__(
+        self, kind: str, message: str, *, tokens_in: int = 0, tokens_out: int = 0, outage: bool = False, unsent: bool = False
+    ) -> None:
         if kind not in FAILURE_KINDS:
             raise ValueError(f"unknown failure kind {kind!r}")
         super().__init__(message)
         self.kind = kind
         self.tokens_in = tokens_in
         self.tokens_out = tokens_out
-        self.outage = outage
+        self.outage = outage or unsent
+        self.unsent = unsent
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,7 +26,7 @@ from pipelines.ports import MergeRecorder, TextClaims, UnitOfWork
 from pipelines.resolver import GraphResolver
 from store.chroma import ChromaStore, ChromaUnavailableError, MemoryRow, TurnsHandOff
 from store.claims import ClaimLostError, SessionGoneError
-from store.errors import DATABASE_OUTAGES, is_database_outage
+from store.errors import SESSION_OUTAGES, DatabaseDamagedError, damage_in, is_database_outage
 from store.ids import is_valid_row_id
 from store.library_log import get_logger
 from store.runstate import DigestRecord
@@ -190,10 +190,11 @@ async def extract_session(
     ``failed``, ``deferred`` (no call: its chunks back off, or waited on extractions of their texts
     that found the model server out), ``outage`` (deferred too: its calls found the model server
     out, or it made calls and a chunk waited on an extraction that found it out, or the database
-    failed under its work: :func:`store.errors.is_database_outage`), ``undigestible`` or
+    failed under its work: :data:`store.errors.SESSION_OUTAGES`), ``undigestible`` or
     ``claim-lost``. A failure is recorded, never raised (except Chroma being unreachable, which
-    fails the whole phase). ``commit_turn`` is awaited just before the commit
-    (:func:`extract_sessions` uses it to commit in session order). ``in_flight``: the texts the
+    fails the whole phase, and the database's file damaged: :class:`DatabaseDamagedError`, which
+    :func:`extract_sessions` raises once the sessions in flight are done). ``commit_turn`` is
+    awaited just before the commit (:func:`extract_sessions` uses it to commit in session order). ``in_flight``: the texts the
     phase's other sessions are extracting (:mod:`pipelines.extract.inflight`).
     ``should_stop``: whether the cycle is stopping (a chunk waiting on another worker leaves)."""
     sid = record.session_id
@@ -278,7 +279,9 @@ async def extract_session(
         log.warning("session not committed: its claim was taken over", session_id=sid)
         return "claim-lost"
     except Exception as exc:  # noqa: BLE001 - one bad session must not stop the cycle
-        if is_database_outage(exc):
+        if (damage := damage_in(exc)) is not None:
+            raise damage  # no session's fault, and no later cycle mends it: charged nothing
+        if is_database_outage(exc, SESSION_OUTAGES):
             return _deferred_for_the_database(sid, exc)
         log.exception("session extraction crashed", session_id=sid)
         return await _record_failure(record, env, f"error: {exc!r}"[:500])
@@ -306,10 +309,11 @@ def _count_outcomes(stats: ExtractStats, outcomes: Sequence[UnitOutcome]) -> Non
 
 
 def _deferred_for_the_database(session_id: str, exc: BaseException, *, failure: str | None = None) -> str:
-    """``outage`` for a session whose work the database cut (:func:`store.errors.is_database_outage`:
-    its connection dropped, the server restarted, locked past the timeout, its disk full): no
-    session's fault, so charged nothing, as a model-server outage. What its transaction wrote was rolled back; its
-    answers stored before (or held: pipelines/extract/map.py) are not paid for again. ``failure``:
+    """``outage`` for a session whose work the database cut (:data:`store.errors.SESSION_OUTAGES`:
+    its connection dropped, the server restarted, locked past the timeout, its disk full, a statement
+    stopped at the statement timeout): no session's fault, so charged nothing, as a model-server
+    outage. What its transaction wrote was rolled back; its answers stored before (or held:
+    pipelines/extract/map.py) are not paid for again. ``failure``:
     the session's own failure, which the database refused to record (tried again next time)."""
     log.warning("session deferred", reason="the database failed under it", session_id=session_id, error=str(exc)[:300],
                 **({"failure_not_recorded": failure[:300]} if failure else {}))
@@ -342,7 +346,9 @@ async def _record_failure(record: DigestRecord, env: ExtractEnv, reason: str) ->
     except ClaimLostError:
         log.warning("session failure not recorded: its claim was taken over", session_id=record.session_id, reason=reason[:300])
         return "claim-lost"
-    except DATABASE_OUTAGES as exc:
+    except DatabaseDamagedError:
+        raise  # as in extract_session: the phase ends with it
+    except SESSION_OUTAGES as exc:
         # Raised, it would end the phase and cancel the other sessions' calls in flight (paid, lost).
         return _deferred_for_the_database(record.session_id, exc, failure=reason)
     log.warning("session not digested", session_id=record.session_id, state=state, reason=reason[:300])
@@ -369,7 +375,10 @@ async def extract_sessions(
     A chunk whose words another session of the phase is extracting waits for that answer instead
     of paying for it again (:mod:`pipelines.extract.inflight`). Its session keeps its slot while it
     waits: the extraction it waits for needs a model-call slot only, never a session slot or a
-    commit turn, so it ends whatever the waiting sessions hold."""
+    commit turn, so it ends whatever the waiting sessions hold.
+
+    A damaged database file (:class:`DatabaseDamagedError`) starts no more sessions: those in
+    flight finish (their calls are paid), then it is raised, no session charged for it."""
     stats = stats if stats is not None else ExtractStats()
     in_flight = InFlight()  # these sessions' only (one claim batch of the cycle): nothing outlives it
     calls = anyio.CapacityLimiter(env.concurrency)
@@ -379,6 +388,7 @@ async def extract_sessions(
 
     # passed[i]: every session up to i has committed or given up.
     passed = [anyio.Event() for _ in records]
+    damaged: list[DatabaseDamagedError] = []
 
     async def one(index: int, record: DigestRecord) -> None:
         holding = True
@@ -394,13 +404,17 @@ async def extract_sessions(
         try:
             if should_stop():
                 stats.interrupted = True
-            else:
+            elif not damaged:
                 stats.sessions_attempted += 1
                 # Every log line of this session's extraction (extractor retries, culled edges …)
                 # carries its id; each task has its own context, so concurrent sessions do not mix.
                 with structlog.contextvars.bound_contextvars(session_id=record.session_id):
-                    result = await extract_session(record, env, stats, calls, commit_turn=turn, in_flight=in_flight,
-                                                   should_stop=should_stop)
+                    try:
+                        result = await extract_session(record, env, stats, calls, commit_turn=turn, in_flight=in_flight,
+                                                       should_stop=should_stop)
+                    except DatabaseDamagedError as exc:
+                        damaged.append(exc)
+                        result = "outage"  # counted deferred: charged nothing
                     log.debug("session extracted", result=result)
                 setattr(stats, tally[result], getattr(stats, tally[result]) + 1)
                 if result == "undigestible":
@@ -416,9 +430,11 @@ async def extract_sessions(
     async with anyio.create_task_group() as tg:
         for index, record in enumerate(records):
             await sessions.acquire_on_behalf_of(record)
-            if should_stop():
+            if should_stop() or damaged:
                 sessions.release_on_behalf_of(record)
-                stats.interrupted = True
+                stats.interrupted = not damaged
                 break
             tg.start_soon(one, index, record)
+    if damaged:
+        raise damaged[0]
     return stats

@@ -1,0 +1,95 @@
+"""A damaged SQLite graph file (bytes overwritten: ``database disk image is malformed``) ends the
+cycle with one error that says to restore a backup, charging no session (leftalone). Before, the
+extract phase deferred every session it claimed as if the database were briefly out, cycle after
+cycle, and the cycle "completed" (``--once`` exit 0) — or crashed with a bare repr. Real SQLite
+files damaged on disk, embedded Chroma, the real CLI, the loopback model server."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+
+from config import Settings
+from tests.conftest import run_cli
+from tests.llm_server import LLMServer
+from tests.llm_server import llm_server  # noqa: F401 - fixture
+from tests.test_extract_cycle import TURNS, llm_settings, load, session
+from worker.cycle import PHASES, open_stores, run_cycle
+from worker.http import Liveness
+
+RESTORE = "stop the workers and restore it from a backup (rem-cycle restore BACKUP)"
+
+
+def damage(graph: Path, table: str) -> None:
+    """Overwrite the root page of ``table`` (its WAL checkpointed into the file first): every read
+    or write of the table then meets ``database disk image is malformed``."""
+    conn = sqlite3.connect(graph)
+    try:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        page_size = conn.execute("PRAGMA page_size").fetchone()[0]
+        root = conn.execute("SELECT rootpage FROM sqlite_master WHERE type = 'table' AND name = ?", (table,)).fetchone()[0]
+    finally:
+        conn.close()
+    with graph.open("r+b") as file:
+        file.seek((root - 1) * page_size)
+        file.write(b"\xab" * page_size)
+
+
+def charged(graph: Path) -> list[tuple[str, str, int]]:
+    """Every session's state and attempts (``session_digests`` is not the damaged table)."""
+    with sqlite3.connect(graph) as conn:
+        return conn.execute("SELECT session_id, state, attempts FROM session_digests ORDER BY session_id").fetchall()
+
+
+async def ingested(settings: Settings, tmp_path: Path, sessions: list[dict[str, object]]) -> None:
+    """``sessions`` in Chroma and ingested into the graph, none extracted yet."""
+    stores = await open_stores(settings)
+    try:
+        await load(settings, stores, tmp_path, sessions)
+        result = await run_cycle(settings, stores=stores, phases=PHASES[:2])  # provider-ready, ingest
+        assert result.outcome == "completed", result.message
+    finally:
+        stores.close()
+
+
+async def test_once_on_a_damaged_graph_fails_saying_to_restore_and_charges_no_session(settings: Settings, tmp_path: Path) -> None:
+    """The chunk results' table damaged: every session's map reads it. ``--once`` exits 1 with the
+    restore advice (``database-damaged``), no session charged; ``/healthz`` says why."""
+    await ingested(settings, tmp_path, [session("s1", TURNS), session("s2", [t.replace("CHUNK", "OTHER") for t in TURNS])])
+    damage(settings.graph_path, "chunk_results")
+    done = run_cli("--once", "--json", env={"REM_DATA_DIR": str(settings.data_dir)})
+    report = json.loads(done.stdout)
+    # Before: exit 0, outcome completed, both sessions deferred (sessions_deferred 2).
+    assert (done.returncode, report["outcome"], report["reason_code"]) == (1, "failed", "database-damaged"), done.stdout
+    assert report["failure_phase"] == "extract"
+    assert report["message"].startswith("the graph database is damaged (database disk image is malformed)")
+    assert report["message"].endswith(RESTORE)
+    assert charged(settings.graph_path) == [("s1", "undigested", 0), ("s2", "undigested", 0)]
+    assert Liveness(settings).check() == {"status": "unhealthy", "reason": "database-damaged"}
+
+
+async def test_a_paid_answer_the_damaged_graph_refuses_is_held_and_no_other_session_pays(
+    settings: Settings, llm_server: LLMServer, tmp_path: Path
+) -> None:
+    """The table every write of a chunk result appends to (``state_count_changes``, by trigger)
+    damaged: the model answers the first session's chunk, and its store is refused. The phase ends
+    there: the answer goes to the held answers' file (the run after the restore stores it), no
+    other session asks the model, none is charged; ``status`` says what to do. Before, each
+    session asked the model, was refused and deferred, and the cycle went on."""
+    mine = llm_settings(settings.data_dir, llm_server, llm_concurrency=1)
+    await ingested(mine, tmp_path, [session(f"s{i}", [t.replace("CHUNK", f"S{i}") for t in TURNS[:2]]) for i in range(4)])
+    damage(mine.graph_path, "state_count_changes")
+    result = await run_cycle(mine)
+    assert llm_server.chat_count == 1  # before: 4, one a session
+    assert (result.outcome, result.reason_code, result.failure_phase) == ("failed", "database-damaged", "extract")
+    assert result.message is not None and result.message.endswith(RESTORE)
+    assert [(sid, attempts) for sid, _, attempts in charged(mine.graph_path)] == [(f"s{i}", 0) for i in range(4)]
+    held = (mine.data_dir / "held-answers.jsonl").read_text().splitlines()
+    assert len(held) == 1 and json.loads(held[0])["session_id"] == "s0"
+    status = run_cli("status", env={"REM_DATA_DIR": str(mine.data_dir)})  # it reads the damaged table too
+    assert status.returncode == 1
+    # Before: 'rem-cycle: database disk image is malformed'.
+    damaged = "the graph database is damaged (database disk image is malformed)"
+    assert status.stderr == f"rem-cycle: {damaged}: no cycle can mend it; {RESTORE}\n"
