@@ -298,7 +298,7 @@ class RunStateStore:
         that has one: what the graph (and the extraction) took of the turn — its text's hash and
         the metadata it reads — for a full scan to compare with the row Chroma holds now."""
         rows = self.db.query(
-            "SELECT m.memory_id, json_extract(n.properties, '$.payloadHash') FROM memory_index AS m "
+            f"SELECT m.memory_id, {self.db.dialect.json_text('n.properties', 'payloadHash')} FROM memory_index AS m "
             "JOIN nodes AS n ON n.id = 'memory:' || m.memory_id"
         )
         return {r[0]: r[1] for r in rows if r[1]}
