@@ -137,7 +137,8 @@ async def measure(settings: Settings, rows: int) -> dict[str, float]:
             COLUMNS[3]: lambda: sync_call(runstate.memory_index), COLUMNS[5]: paged,
         }
         if hasattr(runstate, "ingested_payloads"):  # not on a checkout from before fullscan
-            calls[COLUMNS[4]] = lambda: sync_call(runstate.ingested_payloads)
+            ids = list(runstate.memory_index())
+            calls[COLUMNS[4]] = lambda: sync_call(lambda: runstate.ingested_payloads(ids))
         return {"rows": rows, **await best_ms(calls)}
     finally:
         db.close()

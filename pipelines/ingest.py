@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Protocol
@@ -271,7 +271,7 @@ class MemoryIndexReader(Protocol):
     """What the change scan asks of ingest's memory index (memory id → session id)."""
 
     def memory_index(self) -> dict[str, str]: ...
-    def ingested_payloads(self) -> dict[str, str]: ...
+    def ingested_payloads(self, memory_ids: Iterable[str]) -> dict[str, str]: ...
     def sessions_of_memories(self, memory_ids: Iterable[str]) -> dict[str, str]: ...
     def memories_of_sessions(self, session_ids: Iterable[str]) -> dict[str, list[str]]: ...
 
@@ -396,12 +396,11 @@ async def scan_changed_sessions(
                                     marks=[with_last_row(after[0], fingerprints), after[1]])
         log.info("change scan: rows before the scan marks moved or went away; reading every row")
     known = await anyio.to_thread.run_sync(index.memory_index)
-    ingested = await anyio.to_thread.run_sync(index.ingested_payloads)
     since, recreated = previous_memory_mark(marks.get(memory_collection), where=where[memory_collection], location=location)
     if recreated:
         log.info("change scan: the memory collection was made again under its name; reading every row again", collection=memory_collection)
     result = await scan_session_revisions(chroma, memory_collection=memory_collection, summary_collection=summary_collection, known_sessions=known,
-                                          ingested=ingested, since=since, recreated=recreated)
+                                          ingested=index.ingested_payloads, since=since, recreated=recreated)
     result.marks = [replace(mark, location=where[mark.collection], full_scan_at=now.isoformat()) for mark in result.marks]
     return result
 
@@ -464,17 +463,17 @@ async def scan_session_revisions(
     memory_collection: str,
     summary_collection: str,
     known_sessions: dict[str, str],
-    ingested: Mapping[str, str] | None = None,
+    ingested: Callable[[list[str]], Mapping[str, str]],
     since: ScanMark | None = None,
     recreated: bool = False,
     metadata_batch: int = 1000,
 ) -> ScanResult:
     """Fingerprint every session from a scan of every row of the memory collection.
 
-    ``known_sessions`` maps memory ids already ingested to their session; ``ingested``, those
-    ids to the payload hash of their MEMORY node (:meth:`RunStateStore.ingested_payloads`). Every
-    row is read by id, its metadata and text: one whose payload (:func:`memory_node`) is not its
-    node's was updated in place (``update``/``upsert`` of its id keep its place in Chroma's order),
+    ``known_sessions`` maps memory ids already ingested to their session; ``ingested`` gives some
+    of them the payload hash of their MEMORY node (:meth:`RunStateStore.ingested_payloads`, asked
+    in a worker thread a batch at a time). Every row is read by id, its metadata and text: one
+    whose payload (:func:`memory_node`) is not its node's was updated in place (``update``/``upsert`` of its id keep its place in Chroma's order),
     and counts as re-added, like the known ids that come after the tail of ``since`` (the memory
     collection's previous mark, see :class:`_RowsAfterMark`): rows deleted and written again since,
     which may name another session now — and its tail when its last row was written again
@@ -502,8 +501,10 @@ async def scan_session_revisions(
     for start in range(0, len(ordered), metadata_batch):
         rows = await chroma.get_existing(memory_collection, ordered[start : start + metadata_batch])
         read = [MemoryRow(row_id, document, metadata) for row_id, (document, metadata) in rows.items()]
-        changed = [row for row in read if row.id in known_sessions and row.id not in rewritten and _updated_in_place(row, ingested or {})]
-        rewritten.update(row.id for row in changed)
+        compared = [row for row in read if row.id in known_sessions and row.id not in rewritten]
+        if compared:
+            payloads = await anyio.to_thread.run_sync(ingested, [row.id for row in compared])
+            rewritten.update(row.id for row in compared if _updated_in_place(row, payloads))
         _group_by_session((row for row in read if row.id not in known_sessions or row.id in rewritten), added, result)
     readded = {memory_id: known_sessions[memory_id] for memory_id in rewritten if memory_id in known_sessions}
     members: dict[str, list[str]] = {}
