@@ -473,13 +473,14 @@ async def scan_session_revisions(
     ``known_sessions`` maps memory ids already ingested to their session; ``ingested`` gives some
     of them the payload hash of their MEMORY node (:meth:`RunStateStore.ingested_payloads`, asked
     in a worker thread a batch at a time). Every row is read by id, its metadata and text: one
-    whose payload (:func:`memory_node`) is not its node's was updated in place (``update``/``upsert`` of its id keep its place in Chroma's order),
-    and counts as re-added, like the known ids that come after the tail of ``since`` (the memory
-    collection's previous mark, see :class:`_RowsAfterMark`): rows deleted and written again since,
-    which may name another session now — and its tail when its last row was written again
-    (:func:`tail_written_again`); every known id when the collection was ``recreated``. Rows not
-    ingested and re-added ones belong to the session their metadata names; the others, to their
-    known session. Summaries (one per session) are read whole. A row without a usable
+    whose payload (:func:`memory_node`) is not its node's was written since it was ingested —
+    updated in place (``update``/``upsert`` of its id keep its place in Chroma's order), or
+    re-added where no mark shows it — and counts as re-added, like the known ids that come after
+    the tail of ``since`` (the memory collection's previous mark, see :class:`_RowsAfterMark`):
+    rows deleted and written again since, which may name another session now — and its tail when
+    its last row was written again (:func:`tail_written_again`); every known id when the
+    collection was ``recreated``. Rows not ingested and re-added ones belong to the session their
+    metadata names; the others, to their known session. Summaries (one per session) are read whole. A row without a usable
     ``sessionId`` is counted as an error, never a crash. The marks it returns (location and full
     scan time left blank for the caller) say how many rows each collection had, and its last ids.
     """
