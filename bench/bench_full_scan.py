@@ -25,7 +25,6 @@ import asyncio
 import os
 import sys
 import tempfile
-import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -33,7 +32,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.bench_scan_offset import memory_id  # noqa: E402
+from bench.bench_scan_offset import best_ms, memory_id  # noqa: E402
 from config import Settings, load_settings  # noqa: E402
 from pipelines.ingest import LIVE_MARKER, TAIL_CHECK_IDS, memory_node, scan_changed_sessions, session_revision  # noqa: E402
 from store.backend import open_database  # noqa: E402
@@ -91,17 +90,6 @@ def ingest(settings: Settings, rows: list[MemoryRow]) -> None:
         db.close()
 
 
-async def best_ms(calls: dict[str, Callable[[], Awaitable[Any]]]) -> dict[str, float]:
-    """Each call's best time of ``REPEAT``, in ms, the calls taken in turn."""
-    times: dict[str, list[float]] = {name: [] for name in calls}
-    for _ in range(REPEAT):
-        for name, call in calls.items():
-            t0 = time.perf_counter()
-            await call()
-            times[name].append(time.perf_counter() - t0)
-    return {name: min(spent) * 1000 for name, spent in times.items()}
-
-
 async def measure(settings: Settings, rows: int) -> dict[str, float]:
     chroma = ChromaStore(settings)
     ingest(settings, await fill(chroma, settings, rows))
@@ -139,7 +127,7 @@ async def measure(settings: Settings, rows: int) -> dict[str, float]:
         if hasattr(runstate, "ingested_payloads"):  # not on a checkout from before fullscan
             ids = list(runstate.memory_index())
             calls[COLUMNS[4]] = lambda: sync_call(lambda: runstate.ingested_payloads(ids))
-        return {"rows": rows, **await best_ms(calls)}
+        return {"rows": rows, **await best_ms(calls, repeat=REPEAT)}
     finally:
         db.close()
 
