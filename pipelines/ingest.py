@@ -271,7 +271,7 @@ class MemoryIndexReader(Protocol):
     """What the change scan asks of ingest's memory index (memory id → session id)."""
 
     def memory_index(self) -> dict[str, str]: ...
-    def ingested_payloads(self, memory_ids: Iterable[str]) -> dict[str, str]: ...
+    def ingested_payloads(self, first: str, last: str) -> dict[str, str]: ...
     def sessions_of_memories(self, memory_ids: Iterable[str]) -> dict[str, str]: ...
     def memories_of_sessions(self, session_ids: Iterable[str]) -> dict[str, list[str]]: ...
 
@@ -463,16 +463,16 @@ async def scan_session_revisions(
     memory_collection: str,
     summary_collection: str,
     known_sessions: dict[str, str],
-    ingested: Callable[[list[str]], Mapping[str, str]],
+    ingested: Callable[[str, str], Mapping[str, str]],
     since: ScanMark | None = None,
     recreated: bool = False,
     metadata_batch: int = 1000,
 ) -> ScanResult:
     """Fingerprint every session from a scan of every row of the memory collection.
 
-    ``known_sessions`` maps memory ids already ingested to their session; ``ingested`` gives some
-    of them the payload hash of their MEMORY node (:meth:`RunStateStore.ingested_payloads`, asked
-    in a worker thread a batch at a time). Every row is read by id, its metadata and text: one
+    ``known_sessions`` maps memory ids already ingested to their session; ``ingested`` gives those
+    from one id to another the payload hash of their MEMORY node
+    (:meth:`RunStateStore.ingested_payloads`, asked in a worker thread a batch at a time). Every row is read by id, its metadata and text: one
     whose payload (:func:`memory_node`) is not its node's was written since it was ingested —
     updated in place (``update``/``upsert`` of its id keep its place in Chroma's order), or
     re-added where no mark shows it — and counts as re-added, like the known ids that come after
@@ -500,11 +500,12 @@ async def scan_session_revisions(
     added: dict[str, list[str]] = {}
     ordered = sorted(present)
     for start in range(0, len(ordered), metadata_batch):
-        rows = await chroma.get_existing(memory_collection, ordered[start : start + metadata_batch])
+        batch = ordered[start : start + metadata_batch]
+        rows = await chroma.get_existing(memory_collection, batch)
         read = [MemoryRow(row_id, document, metadata) for row_id, (document, metadata) in rows.items()]
         compared = [row for row in read if row.id in known_sessions and row.id not in rewritten]
         if compared:
-            payloads = await anyio.to_thread.run_sync(ingested, [row.id for row in compared])
+            payloads = await anyio.to_thread.run_sync(ingested, batch[0], batch[-1])
             rewritten.update(row.id for row in compared if _updated_in_place(row, payloads))
         _group_by_session((row for row in read if row.id not in known_sessions or row.id in rewritten), added, result)
     readded = {memory_id: known_sessions[memory_id] for memory_id in rewritten if memory_id in known_sessions}
