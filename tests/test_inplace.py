@@ -144,6 +144,9 @@ async def test_a_turn_moved_to_another_session_in_place_is_moved_at_the_next_ful
     assert result.phases["extract"]["sessions_digested"] == 2
     assert _session_of(full, "s-a-t1") == ("s-b", ["session:s-b"], "s-b")
     assert (await _cycle(full)).phases["ingest"]["sessions_changed"] == 0
+    # Metadata rem-cycle does not read changes nothing it holds: nothing to sync.
+    await _update_in_place(full, "s-a-t0", source="mobile-app")
+    assert (await _cycle(full)).phases["ingest"]["sessions_changed"] == 0
 
 
 @pytest.mark.both_backends
