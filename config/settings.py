@@ -97,7 +97,7 @@ class Settings(BaseSettings):
     full_scan_interval_seconds: float = Field(
         21_600.0, ge=0,
         description="The change scan reads every Chroma row this often (else only rows added since the last scan): "
-        "a summary edited in place is seen within this delay (0 = every cycle); a row deleted and re-added under its id "
+        "a summary or a turn updated in place is seen within this delay (0 = every cycle); a row deleted and re-added under its id "
         "is seen by the next cycle",
     )
     run_history_days: int = Field(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Protocol
@@ -226,8 +226,9 @@ def session_revision(memory_ids: Iterable[str], summary: SummaryRow | None) -> s
     """A fingerprint of a session's input: its memory ids, and its summary's id, metadata and text.
 
     Memory metadata and texts are not part of it: reading them for every row each cycle costs ten
-    times an ids-only scan, and agents append turns rather than rewrite them. A rewritten turn is
-    picked up when anything else in its session changes.
+    times an ids-only scan, and agents append turns rather than rewrite them. A turn written again
+    is found otherwise: re-added, after the scan marks; updated in place, by the full scan, which
+    compares every row with its MEMORY node (:func:`scan_session_revisions`).
     """
     digest = hashlib.sha256()
     for memory_id in sorted(memory_ids):
@@ -254,7 +255,8 @@ class ScanResult(ErrorTally):
     full: bool = True
     marks: list[ScanMark] = field(default_factory=list)
     # Sessions with a memory row deleted and written again under its id since the marks (it
-    # came back at the end of Chroma's order): synced again even when their revision is the same.
+    # came back at the end of Chroma's order), or (a full scan) updated in place: synced again
+    # even when their revision is the same.
     readded: set[str] = field(default_factory=set)
 
 
@@ -269,6 +271,7 @@ class MemoryIndexReader(Protocol):
     """What the change scan asks of ingest's memory index (memory id → session id)."""
 
     def memory_index(self) -> dict[str, str]: ...
+    def ingested_payloads(self, first: str, last: str) -> dict[str, str]: ...
     def sessions_of_memories(self, memory_ids: Iterable[str]) -> dict[str, str]: ...
     def memories_of_sessions(self, session_ids: Iterable[str]) -> dict[str, list[str]]: ...
 
@@ -397,7 +400,7 @@ async def scan_changed_sessions(
     if recreated:
         log.info("change scan: the memory collection was made again under its name; reading every row again", collection=memory_collection)
     result = await scan_session_revisions(chroma, memory_collection=memory_collection, summary_collection=summary_collection, known_sessions=known,
-                                          since=since, recreated=recreated)
+                                          ingested=index.ingested_payloads, since=since, recreated=recreated)
     result.marks = [replace(mark, location=where[mark.collection], full_scan_at=now.isoformat()) for mark in result.marks]
     return result
 
@@ -407,13 +410,19 @@ async def _sessions_of_new_rows(chroma: ChromaStore, collection: str, ids: Seque
     without a usable ``sessionId`` or id is counted in ``tally``."""
     found: dict[str, list[str]] = {}
     for start in range(0, len(ids), metadata_batch):
-        for row in await chroma.metadata_by_ids(collection, ids[start : start + metadata_batch]):
-            if is_valid_row_id(row.session_id) and is_valid_row_id(row.id):
-                found.setdefault(row.session_id, []).append(row.id)
-            else:
-                tally.error(f"memory {row.id!r}: missing or invalid sessionId or id")
-                tally.bad_values.update(row.problems)
+        _group_by_session(await chroma.metadata_by_ids(collection, ids[start : start + metadata_batch]), found, tally)
     return found
+
+
+def _group_by_session(rows: Iterable[MemoryRow], found: dict[str, list[str]], tally: ErrorTally) -> None:
+    """Add the ids of ``rows`` to ``found`` under the session their metadata names; a row without
+    a usable ``sessionId`` or id is counted in ``tally``."""
+    for row in rows:
+        if is_valid_row_id(row.session_id) and is_valid_row_id(row.id):
+            found.setdefault(row.session_id, []).append(row.id)
+        else:
+            tally.error(f"memory {row.id!r}: missing or invalid sessionId or id")
+            tally.bad_values.update(row.problems)
 
 
 async def _scan_tail(
@@ -454,20 +463,26 @@ async def scan_session_revisions(
     memory_collection: str,
     summary_collection: str,
     known_sessions: dict[str, str],
+    ingested: Callable[[str, str], Mapping[str, str]],
     since: ScanMark | None = None,
     recreated: bool = False,
     metadata_batch: int = 1000,
 ) -> ScanResult:
-    """Fingerprint every session from an ids-only scan of the memory collection.
+    """Fingerprint every session from a scan of every row of the memory collection.
 
-    ``known_sessions`` maps memory ids already ingested to their session; only ids not in it have
-    their metadata read — and the known ids that come after the tail of ``since`` (the memory
-    collection's previous mark, see :class:`_RowsAfterMark`): rows deleted and written again since,
-    which may name another session now — and its tail when its last row was written again
-    (:func:`tail_written_again`); every known id when the collection was ``recreated``.
-    Summaries (one per session) are read whole. A row without a usable ``sessionId`` is counted as
-    an error, never a crash. The marks it returns (location and full scan time left blank for the
-    caller) say how many rows each collection had, and its last ids.
+    ``known_sessions`` maps memory ids already ingested to their session; ``ingested`` gives those
+    from one id to another the payload hash of their MEMORY node
+    (:meth:`RunStateStore.ingested_payloads`, asked in a worker thread a batch at a time). Every row is read by id, its metadata and text: one
+    whose payload (:func:`memory_node`) is not its node's was written since it was ingested —
+    updated in place (``update``/``upsert`` of its id keep its place in Chroma's order), or
+    re-added where no mark shows it — and counts as re-added, like the known ids that come after
+    the tail of ``since`` (the memory collection's previous mark, see :class:`_RowsAfterMark`):
+    rows deleted and written again since, which may name another session now — and its tail when
+    its last row was written again (:func:`tail_written_again`); every known id when the
+    collection was ``recreated``. Rows not ingested and re-added ones belong to the session their
+    metadata names; the others, to their known session. Summaries (one per session) are read whole. A row without a usable
+    ``sessionId`` is counted as an error, never a crash. The marks it returns (location and full
+    scan time left blank for the caller) say how many rows each collection had, and its last ids.
     """
     result = ScanResult()
     present: set[str] = set()
@@ -481,14 +496,23 @@ async def scan_session_revisions(
     result.rows_scanned = len(present)
     fingerprints = await last_rows(chroma, memory_collection, (since, memory_mark))
     memory_mark = with_last_row(memory_mark, fingerprints)
-    rewritten = present if recreated else {*after_mark.ids(), *present.intersection(tail_written_again(since, fingerprints))}
+    rewritten = set(present) if recreated else {*after_mark.ids(), *present.intersection(tail_written_again(since, fingerprints))}
+    added: dict[str, list[str]] = {}
+    ordered = sorted(present)
+    for start in range(0, len(ordered), metadata_batch):
+        batch = ordered[start : start + metadata_batch]
+        rows = await chroma.get_existing(memory_collection, batch)
+        read = [MemoryRow(row_id, document, metadata) for row_id, (document, metadata) in rows.items()]
+        compared = [row for row in read if row.id in known_sessions and row.id not in rewritten]
+        if compared:
+            payloads = await anyio.to_thread.run_sync(ingested, batch[0], batch[-1])
+            rewritten.update(row.id for row in compared if _updated_in_place(row, payloads))
+        _group_by_session((row for row in read if row.id not in known_sessions or row.id in rewritten), added, result)
     readded = {memory_id: known_sessions[memory_id] for memory_id in rewritten if memory_id in known_sessions}
     members: dict[str, list[str]] = {}
     for memory_id, session_id in known_sessions.items():
         if memory_id in present and memory_id not in readded:
             members.setdefault(session_id, []).append(memory_id)
-    added = await _sessions_of_new_rows(chroma, memory_collection, sorted(present.difference(known_sessions).union(readded)),
-                                        result, metadata_batch=metadata_batch)
     result.readded = _readded_sessions(readded, added)
     for session_id, ids in added.items():
         members.setdefault(session_id, []).extend(ids)
@@ -510,6 +534,14 @@ async def scan_session_revisions(
         result.revisions.append(SessionRevision(sid, session_revision(ids, summary), summary.created_at if summary else None, ids))
     result.marks = [memory_mark, summary_mark]
     return result
+
+
+def _updated_in_place(row: MemoryRow, ingested: Mapping[str, str]) -> bool:
+    """Whether the graph holds a MEMORY node of ``row`` (its payload hash among ``ingested``) that
+    is not what the row says now: its text, or metadata the graph reads (the sync compares the
+    same hash, so what it writes makes them agree). Pure."""
+    before = ingested.get(row.id)
+    return before is not None and is_valid_row_id(row.id) and before != memory_node(row, marker=LIVE_MARKER).properties["payloadHash"]
 
 
 class _RowsAfterMark:

@@ -586,7 +586,7 @@ class ChromaStore:
 
     async def rewrite(self, name: str, ids: list[str], documents: list[str], metadatas: list[Metadata]) -> None:
         """Write new contents for existing rows by deleting and adding them again, batch by batch:
-        an upsert keeps a row's place in Chroma's insertion order, where the change scan never
+        an upsert keeps a row's place in Chroma's insertion order, where only the next full scan
         looks again, while a row added again comes after the scan marks and is read by the next
         cycle (its session synced and extracted again). Between a batch's delete and its add the
         rows are missing; a rewrite stopped there is completed by running it again."""
@@ -619,8 +619,8 @@ class CollectionState:
     Chroma keeps rows in insertion order, and a row deleted and added again (``rewrite``, as
     ``import`` rewrites a turn) goes to the end — the last rows change, their ids or, for the last
     row itself, its words — while a row added or deleted changes the count (INTERNALS "What a cycle
-    reads of Chroma"). An agent's ``upsert`` of new words in place is what it never shows, as the
-    change scan never sees it (README "Source data")."""
+    reads of Chroma"). An agent's ``upsert`` of new words in place is what it never shows; the
+    next full scan sees it (README "Source data")."""
 
     count: int
     tail: tuple[tuple[str, str, Metadata], ...]

@@ -311,6 +311,18 @@ class RunStateStore:
         """``memory id -> session id`` for every memory row ingested so far."""
         return {r[0]: r[1] for r in self.db.query("SELECT memory_id, session_id FROM memory_index")}
 
+    def ingested_payloads(self, first: str, last: str) -> dict[str, str]:
+        """``memory id -> payloadHash`` of its MEMORY node, for the memory rows ingested so far
+        with an id from ``first`` to ``last`` (byte order on both engines, which is the order of
+        Python's ``sorted`` too: UTF-8 keeps code point order) that have one: what the graph (and the extraction) took of the turn — its text's
+        hash and the metadata it reads — for a full scan to compare with the rows Chroma holds now.
+        A range, not a list of ids: one seek of the primary key, where an ``IN`` list of a thousand
+        ids costs PostgreSQL some 25 ms to bind and look up."""
+        payload = self.db.dialect.json_text("n.properties", "payloadHash")
+        rows = self.db.query(f"SELECT m.memory_id, {payload} FROM memory_index AS m JOIN nodes AS n ON n.id = 'memory:' || m.memory_id "
+                             "WHERE m.memory_id BETWEEN ? AND ?", (first, last))
+        return {r[0]: r[1] for r in rows if r[1]}
+
     def sessions_of_memories(self, memory_ids: Iterable[str]) -> dict[str, str]:
         """``memory id -> session id`` for those of ``memory_ids`` ingested so far."""
         found: dict[str, str] = {}

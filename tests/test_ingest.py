@@ -83,7 +83,8 @@ async def test_rows_missing_session_id_are_errors_not_crashes(stores: Stores, se
     await stores.chroma.upsert(settings.memory_collection, ["orphan-1", "orphan-2"], ["no session", "bad session"],
                                [{"turnIndex": 0}, {"sessionId": "has space"}])
     scan = await scan_session_revisions(stores.chroma, memory_collection=settings.memory_collection,
-                                        summary_collection=settings.session_collection, known_sessions={})
+                                        summary_collection=settings.session_collection, known_sessions={},
+                                        ingested=stores.runstate.ingested_payloads)
     assert scan.errors == 2
     assert [r.session_id for r in scan.revisions] == ["s1"]
     # The pure planner reports a foreign or missing sessionId per row and keeps going.

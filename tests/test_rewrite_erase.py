@@ -41,7 +41,7 @@ def _written(*, redacted: bool) -> list[dict[str, object]]:
 async def _rewritten(settings: Settings, tmp_path: Path) -> None:
     """The sessions extracted, then their turns written again without the secrets — deleted and
     added under their ids, as ``rem-cycle import`` of the corrected file does (an upsert in place
-    is never seen: README)."""
+    waits for the next full scan: tests/test_inplace.py)."""
     await _seed(settings, _written(redacted=False), tmp_path)
     first = await _cycle(settings)
     assert "erased" not in first.phases["finalize"]  # nothing was deleted yet
