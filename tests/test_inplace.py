@@ -23,7 +23,6 @@ from pipelines.importer import import_sessions
 from pipelines.recall import RecallRequest
 from store.backend import open_database
 from store.chroma import ChromaStore
-from store.scan_marks import ScanMarkStore
 from tests.conftest import write_sessions
 from tests.llm_server import LLMServer, llm_server  # noqa: F401 - the fixture
 from tests.test_extract_cycle import llm_settings, session
@@ -179,9 +178,10 @@ async def test_more_than_the_32_last_rows_rewritten_together_in_their_order_are_
 async def test_a_turn_readded_while_the_cycle_that_would_have_seen_it_stopped_is_seen_by_the_next(
     settings: Settings, tmp_path: Path,
 ) -> None:
-    """A cycle stopped mid-ingest has cleared the scan marks before its first write (its sessions
-    half-synced): the next reads every row, with no mark to find a re-added row after — it finds
-    the row unlike its MEMORY node instead."""
+    """A cycle of a version before audit23 stopped mid-ingest had cleared the scan marks before its
+    first write (its sessions half-synced; now the marks are kept, with a full scan due): the next
+    reads every row, with no mark to find a re-added row after — it finds the row unlike its MEMORY
+    node instead."""
     await _import(settings, tmp_path, [session("s-a", [f"{TURNS[0]}, password {SECRET}", *TURNS[1:3]]),
                                        session("s-b", TURNS[3:])])
     await _cycle(settings)
@@ -190,7 +190,8 @@ async def test_a_turn_readded_while_the_cycle_that_would_have_seen_it_stopped_is
     await chroma.rewrite(settings.memory_collection, ["s-a-t0"], [TURNS[0]], [metadata])
     db = open_database(settings)
     try:
-        ScanMarkStore(db).clear()  # what the stopped cycle left: it synced nothing yet
+        with db.transaction() as conn:  # what the older stopped cycle left: it synced nothing yet
+            conn.execute("DELETE FROM chroma_scan_state")
     finally:
         db.close()
 
