@@ -19,7 +19,7 @@ import anyio
 
 from config import Settings
 from config.redact import redact
-from store.confined import confined_dir
+from store.confined import DataDirAccessError, confined_dir
 from store.errors import StoreError
 from store.graph import chunked
 from store.ids import is_valid_row_id
@@ -297,7 +297,7 @@ class ChromaStore:
                     tenant=settings.chroma_tenant,
                     database=settings.chroma_database,
                 )
-        except ChromaStoreError:
+        except (ChromaStoreError, DataDirAccessError):  # the latter names the folder and what it needs
             raise
         except Exception as exc:  # noqa: BLE001 - any client failure means "unreachable"
             raise ChromaUnavailableError(f"cannot open Chroma ({self.location}): {_brief(exc)}") from exc

@@ -753,7 +753,9 @@ async def cmd_restore(settings: Settings, args: argparse.Namespace, progress: Co
     kept: list[int] = []
     unread: list[str] = []
     # The replaced graph's paid extractions wait here (JSON lines) while its database is replaced.
-    answers = tempfile.TemporaryFile("w+", encoding="utf-8", dir=settings.data_dir if settings.data_dir.is_dir() else None)
+    # (In the data dir when this user may write there; else the restore's lock says why it cannot.)
+    writable = settings.data_dir.is_dir() and os.access(settings.data_dir, os.W_OK | os.X_OK)
+    answers = tempfile.TemporaryFile("w+", encoding="utf-8", dir=settings.data_dir if writable else None)
 
     def carry_from_the_replaced_graph() -> Callable[[Database], None]:
         """What the replaced graph has that the backup must not undo, put into the restored one before
