@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -157,3 +158,22 @@ def test_unmerge_of_the_node_others_went_into_names_them(
     ])
     assert cli("unmerge", "CLASS:LazyEdgeQueue") == (0, [])
     assert cli("unmerge", "CLASS:GraphStore") == (1, ["rem-cycle: CLASS:GraphStore has no active merge to undo"])
+
+
+def test_a_listen_address_that_does_not_resolve_is_said_in_the_resolvers_words(
+    tmp_path: Path, clean_env: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``REM_HTTP_HOST=metrics.internal`` mistyped: ``cannot listen on …: Unknown error -2`` (the
+    resolver's negative errno read as a system error number); ``mcp --http`` shares the line."""
+    host = "no-such-host.invalid"
+    try:
+        socket.getaddrinfo(host, 8080)
+    except socket.gaierror as exc:
+        reason = exc.strerror
+    else:
+        pytest.skip(f"{host} resolves here")
+    clean_env.setenv("REM_DATA_DIR", str(tmp_path / "data"))
+    clean_env.setenv("REM_HTTP_HOST", host)
+    clean_env.setenv("REM_HTTP_PORT", "8080")
+    assert main([]) == 1
+    assert capsys.readouterr().err.splitlines() == [f"rem-cycle: cannot start the daemon: cannot listen on {host}:8080: {reason}"]
