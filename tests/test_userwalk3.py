@@ -13,7 +13,11 @@ import os
 import socket
 import subprocess
 import sys
+import threading
+from functools import partial
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -177,3 +181,29 @@ def test_a_listen_address_that_does_not_resolve_is_said_in_the_resolvers_words(
     clean_env.setenv("REM_HTTP_PORT", "8080")
     assert main([]) == 1
     assert capsys.readouterr().err.splitlines() == [f"rem-cycle: cannot start the daemon: cannot listen on {host}:8080: {reason}"]
+
+
+class _QuietFiles(SimpleHTTPRequestHandler):
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_a_chroma_url_naming_another_web_server_says_it_is_no_chroma_answer(
+    tmp_path: Path, clean_env: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``REM_CHROMA_URL`` on the wrong port — another web server, or a proxy's error page: the line
+    ended ``Exception: <!DOCTYPE HTML>``, the first line of the HTML page that answered."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), partial(_QuietFiles, directory=str(tmp_path)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    clean_env.setenv("REM_DATA_DIR", str(tmp_path / "data"))
+    clean_env.setenv("REM_CHROMA_URL", url)
+    try:
+        assert main(["import", str(write_sessions(tmp_path / "s.jsonl", [make_session("s-1")]))]) == 1
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert capsys.readouterr().err.splitlines() == [
+        f"rem-cycle: cannot open Chroma ({url}): HTTP 404 File not found for GET {url}/api/v2/auth/identity, not an answer "
+        "of a Chroma server (is REM_CHROMA_URL a Chroma server's address?)"
+    ]
