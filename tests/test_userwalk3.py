@@ -22,7 +22,8 @@ from typing import Any
 import anyio
 import pytest
 
-from config import Settings
+from config import Settings, load_settings
+from store.backend import open_database
 from tests.conftest import ROOT, make_session, write_sessions
 from tests.test_audit_cli_database import without_root_powers
 from tests.test_identity import _import, _session
@@ -89,7 +90,8 @@ def test_a_data_dir_this_user_may_not_write_in_is_named_with_what_rem_cycle_need
     daemon and ``import-notes`` said ``[Errno 13] Permission denied: 'rem-cycle.lock'`` (the file's
     bare name), ``import`` ``PermissionError: … 'chroma'``, ``restore`` named a temporary file it
     had tried to make, ``--once`` and ``import`` under a folder it may not create the data dir in
-    printed the errno."""
+    printed the errno; a ``backup`` into a folder this user may not write in said ``backup failed:
+    unable to open database file``, as if the graph database were the trouble."""
     sessions = write_sessions(tmp_path / "s.jsonl", [make_session("s-1")])
     note = tmp_path / "note.md"
     note.write_text("The LazyEdgeQueue feeds the GraphStore.\n", encoding="utf-8")
@@ -97,6 +99,8 @@ def test_a_data_dir_this_user_may_not_write_in_is_named_with_what_rem_cycle_need
     locked.mkdir()
     read_only.mkdir()
     missing = locked / "data"  # its folder may not be written: it cannot be created
+    graph = tmp_path / "graph"  # a graph to back up into the folder this user may not write in
+    open_database(load_settings(data_dir=graph)).close()
     runs = [
         ({"REM_DATA_DIR": str(missing)}, ["--once"]),
         ({"REM_DATA_DIR": str(missing)}, ["import", str(sessions)]),
@@ -104,6 +108,7 @@ def test_a_data_dir_this_user_may_not_write_in_is_named_with_what_rem_cycle_need
         ({"REM_DATA_DIR": str(read_only), "REM_RUN_AT_STARTUP": "false"}, []),  # the daemon
         ({"REM_DATA_DIR": str(read_only)}, ["import-notes", str(note)]),
         ({"REM_DATA_DIR": str(read_only)}, ["restore", str(sessions)]),  # refused before the file is read
+        ({"REM_DATA_DIR": str(graph)}, ["backup", str(read_only / "graph.sqlite3")]),
     ]
     for folder in (locked, read_only):
         folder.chmod(0o555)
@@ -126,6 +131,8 @@ def test_a_data_dir_this_user_may_not_write_in_is_named_with_what_rem_cycle_need
         [f"rem-cycle: cannot create or open {read_only / 'rem-cycle.lock'}: Permission denied {NEEDS}"],
         [f"rem-cycle: restore from {sessions} failed, nothing was changed: cannot create or open "
          f"{read_only / 'rem-cycle.daemon.lock'}: Permission denied {NEEDS}"],
+        [f"rem-cycle: backup failed: cannot create {read_only / 'graph.sqlite3.partial'}: unable to open database file "
+         "(its folder must be writable by this user)"],
     ]
     assert not missing.exists() and list(read_only.iterdir()) == []
 
