@@ -19,7 +19,7 @@ import anyio
 
 from config import Settings
 from config.redact import redact
-from store.confined import DataDirAccessError, confined_dir
+from store.confined import DataDirPathError, confined_dir
 from store.errors import StoreError
 from store.graph import chunked
 from store.ids import is_valid_row_id
@@ -297,7 +297,7 @@ class ChromaStore:
                     tenant=settings.chroma_tenant,
                     database=settings.chroma_database,
                 )
-        except (ChromaStoreError, DataDirAccessError):  # the latter names the folder and what it needs
+        except ChromaStoreError:
             raise
         except Exception as exc:  # noqa: BLE001 - any client failure means "unreachable"
             raise ChromaUnavailableError(f"cannot open Chroma ({self.location}): {_brief(exc)}") from exc
@@ -678,6 +678,8 @@ def _brief(exc: BaseException) -> str:
         answer, request = status.response, status.request
         return (f"HTTP {answer.status_code} {answer.reason_phrase} for {request.method} {redact(str(request.url))}, "
                 "not an answer of a Chroma server (is REM_CHROMA_URL a Chroma server's address?)")
+    if isinstance(exc, DataDirPathError):  # names the path and what is wrong with it: its type adds nothing
+        return str(exc)
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     return f"{type(exc).__name__}: {text[:300]}" if text else type(exc).__name__
 

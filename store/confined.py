@@ -26,20 +26,24 @@ from store.errors import StoreError
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR
 
 
-class UnsafePathError(StoreError, OSError):
-    """A file rem-cycle keeps in its data dir is a link, not a regular file, or outside the data dir.
-    A :class:`~store.errors.StoreError`, and an ``OSError`` (with its ``errno``) as the file
-    system refused it."""
+class DataDirPathError(StoreError, OSError):
+    """A path of the data dir rem-cycle cannot use: a :class:`~store.errors.StoreError`, and an
+    ``OSError`` (with its ``errno``) as the file system refused it, built as ``(errno, message)``;
+    shown as the message alone, without OSError's ``[Errno 20]`` before the line a user reads."""
+
+    def __str__(self) -> str:
+        return str(self.strerror)
 
 
-class DataDirAccessError(StoreError, OSError):
+class UnsafePathError(DataDirPathError):
+    """A file rem-cycle keeps in its data dir is a link, not a regular file, or outside the data dir."""
+
+
+class DataDirAccessError(DataDirPathError):
     """The file system refused this user a file or folder rem-cycle keeps in its data dir (a data
     dir owned by the daemon's user, a parent folder without write permission). Its message names
     the whole path and what rem-cycle needs, where the bare ``OSError`` of an open relative to a
     folder's descriptor named only the file (``Permission denied: 'rem-cycle.lock'``)."""
-
-    def __str__(self) -> str:
-        return str(self.strerror)  # the message alone, without OSError's "[Errno 13]"
 
 
 # Refusals of access: the user's permissions (EACCES), or a rule beyond them (EPERM: an immutable file).
@@ -157,6 +161,9 @@ def _parts_below(path: Path, root: Path) -> tuple[str, ...]:
 def _open_directory(name: str | Path, *, dir_fd: int | None = None, create: bool, shown: Path | None = None) -> int:
     flags = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | (os.O_NOFOLLOW if dir_fd is not None else 0)
     shown = shown or Path(name)
+    if dir_fd is None and os.path.exists(name) and not os.path.isdir(name):
+        # The data dir itself (followed if a link: the operator's own) is a file: no link to refuse.
+        raise UnsafePathError(errno.ENOTDIR, f"{os.path.abspath(shown)} is a file, not a folder: the data dir must be a folder")
     try:
         return _checked_open(name, flags, 0, dir_fd, shown)
     except FileNotFoundError:

@@ -125,8 +125,10 @@ def test_a_data_dir_this_user_may_not_write_in_is_named_with_what_rem_cycle_need
     assert [status for status, _, _ in results] == [1] * len(runs)
     assert f"(phase setup: os-error — cannot create the folder {missing}: Permission denied {NEEDS}; not recorded" in results[0][1]
     assert said[1:] == [
-        [f"rem-cycle: cannot create the folder {missing}: Permission denied {NEEDS}"],
-        [f"rem-cycle: cannot create the folder {read_only / 'chroma'}: Permission denied {NEEDS}"],
+        [f"rem-cycle: cannot open Chroma (embedded at {missing / 'chroma'}): cannot create the folder {missing}: "
+         f"Permission denied {NEEDS}"],
+        [f"rem-cycle: cannot open Chroma (embedded at {read_only / 'chroma'}): cannot create the folder "
+         f"{read_only / 'chroma'}: Permission denied {NEEDS}"],
         [f"rem-cycle: cannot start the daemon: cannot create or open {read_only / 'rem-cycle.daemon.lock'}: Permission denied {NEEDS}"],
         [f"rem-cycle: cannot create or open {read_only / 'rem-cycle.lock'}: Permission denied {NEEDS}"],
         [f"rem-cycle: restore from {sessions} failed, nothing was changed: cannot create or open "
@@ -214,3 +216,29 @@ def test_a_chroma_url_naming_another_web_server_says_it_is_no_chroma_answer(
         f"rem-cycle: cannot open Chroma ({url}): HTTP 404 File not found for GET {url}/api/v2/auth/identity, not an answer "
         "of a Chroma server (is REM_CHROMA_URL a Chroma server's address?)"
     ]
+
+
+def test_a_data_dir_setting_that_names_a_file_says_so(
+    tmp_path: Path, clean_env: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``REM_DATA_DIR`` naming a file (a backup, the graph database itself): ``status`` said ``no
+    data dir at … (`rem-cycle --once` creates it)``, which it cannot; ``import`` and the daemon
+    said ``[Errno 20] … is a symbolic link or not a directory …; rem-cycle refuses to follow it``,
+    about a plain file, and ``import`` put ``UnsafePathError:`` before it."""
+    afile = tmp_path / "graph.sqlite3"
+    afile.write_bytes(b"")
+    clean_env.setenv("REM_DATA_DIR", str(afile))
+    sessions = write_sessions(tmp_path / "s.jsonl", [make_session("s-1")])
+    said = []
+    for args in (["status"], ["import", str(sessions)], ["--once"], []):
+        assert main(args) == 1, args
+        said.append(capsys.readouterr().err.splitlines())
+    assert said == [
+        [f"rem-cycle: the data dir {afile} is a file, not a folder, so no graph database (set REM_DATA_DIR or data_dir in "
+         "--config to a folder)"],
+        [f"rem-cycle: cannot open Chroma (embedded at {afile / 'chroma'}): {afile} is a file, not a folder: the data dir "
+         "must be a folder"],
+        [f"rem-cycle: {afile} is a file, not a folder: the data dir must be a folder"],
+        [f"rem-cycle: cannot start the daemon: {afile} is a file, not a folder: the data dir must be a folder"],
+    ]
+    assert afile.read_bytes() == b""

@@ -1159,6 +1159,9 @@ def _missing_data(settings: Settings, *, graph: bool) -> str | None:
 
 def _no_data_dir(settings: Settings, consequence: str) -> str:
     """The one line that says the data dir is not there, and ``consequence`` (what is missing with it)."""
+    if settings.data_dir.exists():  # a file: no command makes a data dir of it
+        return (f"the data dir {settings.data_dir.resolve()} is a file, not a folder, {consequence} (set REM_DATA_DIR or "
+                "data_dir in --config to a folder)")
     return (f"no data dir at {settings.data_dir.resolve()}, {consequence} (set REM_DATA_DIR or data_dir in --config; "
             "`rem-cycle --once` creates it)")
 
