@@ -242,3 +242,22 @@ def test_a_data_dir_setting_that_names_a_file_says_so(
         [f"rem-cycle: cannot start the daemon: {afile} is a file, not a folder: the data dir must be a folder"],
     ]
     assert afile.read_bytes() == b""
+
+
+async def test_an_mcp_server_without_a_graph_names_where_it_looked_in_full(
+    tmp_path: Path, clean_env: pytest.MonkeyPatch,
+) -> None:
+    """A client starts ``rem-cycle mcp`` in a working directory of its own choosing: every call said
+    ``no graph database at .rem-data/graph.sqlite3``, relative to a directory its user never saw."""
+    from mcp import Client
+
+    from worker.mcp_server import build_server
+
+    clean_env.chdir(tmp_path)
+    async with Client(build_server(load_settings())) as client:
+        answer = await client.call_tool("recall", {"query": "torn lines"})
+    assert answer.is_error
+    assert [c.text for c in answer.content] == [
+        f"Error executing tool recall: no graph database at {tmp_path / '.rem-data' / 'graph.sqlite3'} (run a REM cycle first)"
+    ]
+    assert list(tmp_path.iterdir()) == []
