@@ -24,7 +24,7 @@ import pytest
 
 from config import Settings, load_settings
 from store.backend import open_database
-from tests.conftest import ROOT, make_session, write_sessions
+from tests.conftest import ROOT, free_port, make_session, write_sessions
 from tests.test_audit_cli_database import without_root_powers
 from tests.test_identity import _import, _session
 from worker.entry import main
@@ -261,3 +261,25 @@ async def test_an_mcp_server_without_a_graph_names_where_it_looked_in_full(
         f"Error executing tool recall: no graph database at {tmp_path / '.rem-data' / 'graph.sqlite3'} (run a REM cycle first)"
     ]
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_postgresql_server_that_refuses_the_connection_is_one_line(
+    tmp_path: Path, clean_env: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:
+    """README: a command that meets a store error prints it in one line. libpq's refusal ends
+    ``Connection refused\\n\\tIs the server running …``: ``status`` and ``restore`` printed it on
+    two lines (``--once``'s report already joined them)."""
+    port = free_port()
+    clean_env.setenv("REM_DATA_DIR", str(tmp_path / "data"))
+    clean_env.setenv("REM_DATABASE_URL", f"postgresql://rem:pw@127.0.0.1:{port}/x")
+    archive = tmp_path / "rem.dump"
+    archive.write_bytes(b"PGDMP")
+    said = []
+    for args in (["status"], ["restore", str(archive)]):
+        assert main(args) == 1, args
+        said.append(capsys.readouterr().err.splitlines())
+    refused = (f"cannot connect to the PostgreSQL database postgresql://rem:***@127.0.0.1:{port}/x: connection failed: "
+               f'connection to server at "127.0.0.1", port {port} failed: Connection refused Is the server running')
+    assert [len(lines) for lines in said] == [1, 1], said
+    assert said[0][0].startswith(f"rem-cycle: {refused}"), said
+    assert said[1][0].startswith(f"rem-cycle: restore from {archive} failed, nothing was changed: {refused}"), said
