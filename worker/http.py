@@ -236,7 +236,7 @@ def cannot_listen(host: str, port: int, exc: OSError) -> OSError:
     HOST:PORT: REASON``. Built with one argument, not ``(errno, text)``: that form prints
     ``[Errno 98] `` before the line. A host name that does not resolve (``socket.gaierror``, whose
     negative errno ``os.strerror`` calls ``Unknown error -2``) is said in the resolver's words."""
-    reason = exc.strerror or (os.strerror(exc.errno) if exc.errno else str(exc))
+    reason = os.strerror(exc.errno) if exc.errno and exc.errno > 0 else exc.strerror or str(exc)
     return OSError(f"cannot listen on {host}:{port}: {reason}")
 
 
