@@ -467,7 +467,11 @@ def load_settings(config_file: str | os.PathLike[str] | None = None, **overrides
         except ValueError as exc:
             raise ConfigError(f"invalid configuration: REM_CONFIG: {exc}") from None
         if not Path(path).is_file():
-            raise ConfigError(f"config file not found: {path}")
+            # A folder (``--config .``, a tab-completed directory) is there: "not found" sent users looking for it.
+            if not Path(path).exists():
+                raise ConfigError(f"config file not found: {path}")
+            kind = "a folder" if Path(path).is_dir() else "not a regular file"
+            raise ConfigError(f"invalid configuration: {path} is {kind}, not a TOML config file")
         cls = type("FileSettings", (Settings,), {"model_config": {**Settings.model_config, "toml_file": path}})
     try:
         return cls(**overrides)
@@ -475,14 +479,16 @@ def load_settings(config_file: str | os.PathLike[str] | None = None, **overrides
         # a parse error's message ends "(at line L, column C)"
         raise ConfigError(f"invalid configuration: {path}: {exc}") from None
     except ValidationError as exc:
-        problems = (_problem(error, config_file=path) for error in exc.errors())
+        problems = (_problem(error, config_file=path, given=overrides) for error in exc.errors())
         raise ConfigError(f"invalid configuration: {'; '.join(problems)}") from None
 
 
-def _problem(error: Mapping[str, Any], *, config_file: str | os.PathLike[str] | None) -> str:
-    """One validation error in the user's terms: ``REM_<FIELD>: why``, or, for a rule across
-    settings (no field of its own), the rule, which names its variables itself. An unknown key
-    (only a TOML file can bring one) is named as written, with the closest setting."""
+def _problem(error: Mapping[str, Any], *, config_file: str | os.PathLike[str] | None, given: Mapping[str, Any]) -> str:
+    """One validation error in the user's terms, named where the value came from: ``REM_<FIELD>:
+    why`` for the environment, ``<file>: <key>: why`` for the TOML file (the environment wins, so a
+    value is the file's when neither ``given`` nor a variable sets it); for a rule across settings
+    (no field of its own), the rule, which names its variables itself. An unknown key (only a TOML
+    file can bring one) is named as written, with the closest setting."""
     message = str(error["msg"]).removeprefix("Value error, ")
     if not error["loc"]:
         return message
@@ -492,6 +498,10 @@ def _problem(error: Mapping[str, Any], *, config_file: str | os.PathLike[str] | 
         # A file's keys drop REM_ and are lower case; a key written as its variable is that setting.
         spelled = key.lower().removeprefix("rem_")
         return f"unknown setting {key!r}{where}{_did_you_mean(spelled, Settings.model_fields)}"
+    field = str(error["loc"][0])
+    from_environment = any(name.upper() == f"REM_{field.upper()}" for name in os.environ)  # read in any case
+    if config_file and field not in given and not from_environment:
+        return f"{config_file}: {key}: {message}"
     return f"REM_{key.replace('.', '_').upper()}: {message}"
 
 

@@ -333,7 +333,10 @@ def resolve_scope(source: RecallSource, request: RecallRequest) -> Scope:
         sessions = source.sessions_of_user(request.user)
     if request.session is not None:
         wanted = session_anchor(request.session)
-        sessions = frozenset({wanted}) & sessions if sessions is not None else frozenset({wanted})
+        # A session the graph does not hold (a mistyped id) is no visible one: the answer is empty
+        # either way, and ``signals.scope.sessions_visible`` said 1.
+        held = sessions if sessions is not None else frozenset(source.sessions([wanted], Scope()))
+        sessions = frozenset({wanted}) & held
     return Scope(sessions=sessions, as_of=request.as_of)
 
 

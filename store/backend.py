@@ -4,6 +4,7 @@ database ``REM_DATABASE_URL`` names. Everything that opens the graph database go
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -116,9 +117,11 @@ def _refuse_the_other_engines_backup(source: Path, *, postgres: bool) -> None:
 
 
 def database_location(settings: Settings) -> str:
-    """The graph database as messages name it (a PostgreSQL URL without its password)."""
+    """The graph database as messages name it: the SQLite file's absolute path (an MCP server a
+    client started said ``no graph database at .rem-data/graph.sqlite3``, relative to a working
+    directory its user never saw), or a PostgreSQL URL without its password."""
     if settings.database_url is None:
-        return str(settings.graph_path)
+        return os.path.abspath(settings.graph_path)
     from store.postgres import redacted
 
     return redacted(settings.database_url.get_secret_value())

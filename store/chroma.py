@@ -19,7 +19,7 @@ import anyio
 
 from config import Settings
 from config.redact import redact
-from store.confined import confined_dir
+from store.confined import DataDirPathError, confined_dir
 from store.errors import StoreError
 from store.graph import chunked
 from store.ids import is_valid_row_id
@@ -667,7 +667,19 @@ class TurnsHandOff:
 
 
 def _brief(exc: BaseException) -> str:
-    """One line naming the error, without the server's multi-line bodies."""
+    """One line naming the error, without the server's multi-line bodies. An error answer that is
+    not Chroma's JSON (Chroma's client raises it as a bare ``Exception`` of the body, from the
+    ``HTTPStatusError``) is said by its status and request: its body's first line was
+    ``<!DOCTYPE HTML>`` when ``REM_CHROMA_URL`` named another web server or a proxy's error page."""
+    import httpx
+
+    status = exc.__context__
+    if type(exc) is Exception and isinstance(status, httpx.HTTPStatusError):
+        answer, request = status.response, status.request
+        return (f"HTTP {answer.status_code} {answer.reason_phrase} for {request.method} {redact(str(request.url))}, "
+                "not an answer of a Chroma server (is REM_CHROMA_URL a Chroma server's address?)")
+    if isinstance(exc, DataDirPathError):  # names the path and what is wrong with it: its type adds nothing
+        return str(exc)
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     return f"{type(exc).__name__}: {text[:300]}" if text else type(exc).__name__
 

@@ -26,10 +26,38 @@ from store.errors import StoreError
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR
 
 
-class UnsafePathError(StoreError, OSError):
-    """A file rem-cycle keeps in its data dir is a link, not a regular file, or outside the data dir.
-    A :class:`~store.errors.StoreError`, and an ``OSError`` (with its ``errno``) as the file
-    system refused it."""
+class DataDirPathError(StoreError, OSError):
+    """A path of the data dir rem-cycle cannot use: a :class:`~store.errors.StoreError`, and an
+    ``OSError`` (with its ``errno``) as the file system refused it, built as ``(errno, message)``;
+    shown as the message alone, without OSError's ``[Errno 20]`` before the line a user reads."""
+
+    def __str__(self) -> str:
+        return str(self.strerror)
+
+
+class UnsafePathError(DataDirPathError):
+    """A file rem-cycle keeps in its data dir is a link, not a regular file, or outside the data dir."""
+
+
+class DataDirAccessError(DataDirPathError):
+    """The file system refused this user a file or folder rem-cycle keeps in its data dir (a data
+    dir owned by the daemon's user, a parent folder without write permission). Its message names
+    the whole path and what rem-cycle needs, where the bare ``OSError`` of an open relative to a
+    folder's descriptor named only the file (``Permission denied: 'rem-cycle.lock'``)."""
+
+
+# Refusals of access: the user's permissions (EACCES), or a rule beyond them (EPERM: an immutable file).
+_ACCESS_REFUSED = frozenset({errno.EACCES, errno.EPERM})
+_ACCESS_NEEDED = ("rem-cycle needs to create, read and write the files of its data dir: run it as the user that "
+                  "owns the data dir, or give this user write access to it")
+
+
+def _refused_access(exc: OSError, verb: str, shown: Path) -> OSError:
+    """``exc`` as a :class:`DataDirAccessError` naming ``shown`` in full when it is a refusal of
+    access; ``exc`` itself otherwise."""
+    if exc.errno not in _ACCESS_REFUSED:
+        return exc
+    return DataDirAccessError(exc.errno, f"cannot {verb} {os.path.abspath(shown)}: {exc.strerror} ({_ACCESS_NEEDED})")
 
 
 def open_confined(path: str | os.PathLike[str], flags: int, *, root: str | os.PathLike[str], mode: int = 0o640) -> int:
@@ -133,6 +161,9 @@ def _parts_below(path: Path, root: Path) -> tuple[str, ...]:
 def _open_directory(name: str | Path, *, dir_fd: int | None = None, create: bool, shown: Path | None = None) -> int:
     flags = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | (os.O_NOFOLLOW if dir_fd is not None else 0)
     shown = shown or Path(name)
+    if dir_fd is None and os.path.exists(name) and not os.path.isdir(name):
+        # The data dir itself (followed if a link: the operator's own) is a file: no link to refuse.
+        raise UnsafePathError(errno.ENOTDIR, f"{os.path.abspath(shown)} is a file, not a folder: the data dir must be a folder")
     try:
         return _checked_open(name, flags, 0, dir_fd, shown)
     except FileNotFoundError:
@@ -145,6 +176,8 @@ def _open_directory(name: str | Path, *, dir_fd: int | None = None, create: bool
             os.mkdir(name, mode=0o750, dir_fd=dir_fd)
     except FileExistsError:
         pass  # created meanwhile by another process; the open below checks what it is
+    except OSError as exc:
+        raise _refused_access(exc, "create the folder", shown) from None
     return _checked_open(name, flags, 0, dir_fd, shown)
 
 
@@ -158,4 +191,4 @@ def _checked_open(name: str | Path, flags: int, mode: int, dir_fd: int | None, s
             ) from None
         if exc.errno == errno.ENXIO:  # a FIFO without a reader, or a device
             raise UnsafePathError(exc.errno, f"{shown} is not a regular file; rem-cycle refuses to use it") from None
-        raise
+        raise _refused_access(exc, "create or open" if flags & os.O_CREAT else "open", shown) from None

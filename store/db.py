@@ -1322,8 +1322,11 @@ def _copy_database(source: Path, copy: Path) -> str:
     with sqlite_errors():
         src = sqlite3.connect(f"{source.resolve().as_uri()}?mode=ro", uri=True, timeout=30.0, factory=_Connection)
     try:
-        with sqlite_errors():
-            dst = sqlite3.connect(copy, factory=_Connection)
+        try:
+            with sqlite_errors():
+                dst = sqlite3.connect(copy, factory=_Connection)
+        except DatabaseError as exc:  # SQLite's "unable to open database file" named neither file
+            raise DatabaseUnreadableError(f"cannot create {copy}: {exc} (its folder must be writable by this user)") from exc
         try:
             # pages=-1: one step, one read snapshot; stepping would restart on every concurrent write.
             src.backup(dst, pages=-1)

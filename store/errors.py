@@ -22,6 +22,8 @@ The family::
     ├── LeaseLostError                  lock-lost    a lease this worker wrote under was taken over
     ├── UnsafePathError (store.confined)             a link or stray file in the data dir; also an
     │                                                OSError, as the file system refused it
+    ├── DataDirAccessError (store.confined)          the file system refused this user a file or
+    │                                                folder of the data dir (also an OSError)
     └── ChromaStoreError (store.chroma)  chroma-error / chroma-unavailable
 
 Chroma's errors join the family because Chroma is one of the stores (the memory collections the

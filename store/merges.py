@@ -52,6 +52,10 @@ from store.provenance import (
 )
 
 
+# How many of the nodes merged into a node an unmerge refusal names.
+_NAMED = 5
+
+
 class MergeError(ValueError):
     """A merge or unmerge cannot be done; the message says why."""
 
@@ -234,7 +238,11 @@ class MergeStore:
         with self.db.transaction() as conn:
             merged, into = self.graph.get_node(merged_id), self.graph.get_node(into_id)
             if merged is None or into is None:
-                raise MergeError(f"no node {merged_id if merged is None else into_id}")
+                missing = merged_id if merged is None else into_id
+                onward = self.records(merged_id=missing, active=True, limit=1)
+                # A node merged away is gone by its id; say where it went, as `show` does.
+                where = f" (it was merged into {onward[0].into_id}: rem-cycle unmerge {missing} brings it back)" if onward else ""
+                raise MergeError(f"no node {missing}{where}")
             if anchor := next((n for n in (merged, into) if n.label in anchor_labels), None):
                 raise MergeError(
                     f"{anchor.id} is a {anchor.label} node, a provenance anchor: only knowledge nodes are merged "
@@ -308,7 +316,12 @@ class MergeStore:
                 (node_id,),
             ).fetchall()
             if not rows:
-                raise MergeError(f"{node_id} has no active merge to undo")
+                # The node others were merged into is the one an operator sees (`show` redirects
+                # there), so "undo a node's merges" is tried on it first: name the ones to unmerge.
+                absorbed = [r.merged_id for r in self.records(into_id=node_id, active=True, limit=_NAMED + 1)]
+                named = ", ".join(absorbed[:_NAMED]) + (", …" if len(absorbed) > _NAMED else "")
+                hint = f" (merged into it, newest first: {named}; undo one with rem-cycle unmerge {absorbed[0]})" if absorbed else ""
+                raise MergeError(f"{node_id} has no active merge to undo{hint}")
             for row in rows:
                 into = self.graph.get_node(row["into_id"])
                 if into is None:

@@ -377,6 +377,12 @@ def _live_connection(pool: ConnectionPool, *, timeout: float) -> psycopg.Connect
                 swept = True
 
 
+def _one_line(exc: BaseException) -> str:
+    """libpq's words on one line: its ``Connection refused\n\tIs the server running …`` made two
+    lines of the one every command prints (``status``, ``restore``, ``backup``…)."""
+    return " ".join(str(exc).split())
+
+
 def _connection_refusal(url: str) -> DatabaseError | None:
     """Why a new connection to ``url`` (outside the pool) cannot be opened now, as its
     :func:`store_error` — the words (server down, ``too many connections``) that a pool's timeout
@@ -540,9 +546,9 @@ class PostgresDatabase:
                     f"no connection to {self.location} within {timeout:g} s: the server refuses more: {refusal}"
                 ) from exc
             _discard_pool(self.url)  # no pool left retrying in the background for a server that is down
-            raise DatabaseUnreadableError(f"cannot connect to the PostgreSQL database {self.location}: {refusal}") from exc
+            raise DatabaseUnreadableError(f"cannot connect to the PostgreSQL database {self.location}: {_one_line(refusal)}") from exc
         except DatabaseUnreadableError as exc:
-            raise DatabaseUnreadableError(f"cannot connect to the PostgreSQL database {self.location}: {exc}") from exc
+            raise DatabaseUnreadableError(f"cannot connect to the PostgreSQL database {self.location}: {_one_line(exc)}") from exc
         try:
             with psycopg_errors():
                 for statement in self._session:

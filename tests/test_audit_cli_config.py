@@ -40,7 +40,7 @@ def test_semantic_types_that_are_no_list_of_names_are_a_configuration_error(tmp_
     done = run_cli("--config", str(conf), "status", env={"REM_DATA_DIR": str(tmp_path / "data")})
     assert done.returncode == 2, done.stderr[-2000:]
     assert done.stderr.splitlines() == [
-        "rem-cycle: invalid configuration: REM_SEMANTIC_TYPES: expected type names "
+        f"rem-cycle: invalid configuration: {conf}: semantic_types: expected type names "
         '(a TOML list of strings, or words: "CONCEPT CLASS FILE")'
     ]
 

@@ -18,18 +18,22 @@ from tests.conftest import ROOT, make_session, run_cli, write_sessions
 NEEDS = "(rem-cycle needs to read and write it, its -wal and -shm files and its folder)"
 
 
+def without_root_powers() -> list[str]:
+    """The command prefix that runs a program as an operator meets permissions: root keeps its uid
+    but loses the capability to override them (the tests may run as root); none for another user."""
+    if os.geteuid() != 0:
+        return []
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        pytest.skip("running as root without setpriv: permissions cannot be taken away")
+    caps = "-dac_override,-dac_read_search,-fowner"
+    return [setpriv, f"--bounding-set={caps}", f"--inh-caps={caps}"]
+
+
 def _run_without_root_powers(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    """``python -m worker ARGS`` as an operator meets permissions: root keeps its uid but loses the
-    capability to override them (the tests may run as root)."""
-    prefix: list[str] = []
-    if os.geteuid() == 0:
-        setpriv = shutil.which("setpriv")
-        if setpriv is None:
-            pytest.skip("running as root without setpriv: permissions cannot be taken away")
-        caps = "-dac_override,-dac_read_search,-fowner"
-        prefix = [setpriv, f"--bounding-set={caps}", f"--inh-caps={caps}"]
+    """``python -m worker ARGS`` without root's powers (:func:`without_root_powers`)."""
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("REM_")} | env | {"PYTHONPATH": str(ROOT)}
-    return subprocess.run([*prefix, sys.executable, "-m", "worker", *args], capture_output=True, text=True,
+    return subprocess.run([*without_root_powers(), sys.executable, "-m", "worker", *args], capture_output=True, text=True,
                           timeout=120, env=full_env, cwd=ROOT)
 
 

@@ -128,7 +128,7 @@ def test_an_empty_vocabulary_setting_keeps_the_node_types(tmp_path: Path) -> Non
         conf.write_text(toml + "\n", encoding="utf-8")
         done = run_cli("--config", str(conf), "--once", env={"REM_DATA_DIR": str(data)})
         assert done.returncode == 2 and len(done.stderr.splitlines()) == 1, done.stderr[-2000:]
-        assert done.stderr.startswith("rem-cycle: invalid configuration: REM_SEMANTIC_TYPES: ") and why in done.stderr
+        assert done.stderr.startswith(f"rem-cycle: invalid configuration: {conf}: semantic_types: ") and why in done.stderr
 
 
 def test_a_home_relative_path_in_a_setting_is_under_home_not_a_folder_named_tilde(tmp_path: Path) -> None:

@@ -311,7 +311,8 @@ async def test_nothing_of_one_user_leaks_into_the_others_recall(graph: Settings,
 
 @pytest.mark.both_backends
 async def test_unknown_user_and_foreign_session_get_an_empty_answer(graph: Settings) -> None:
-    for options in ({"user": "mallory"}, {"user": "alice", "session": "bob-s1"}):
+    # A session the graph does not hold (a mistyped id) too: it said sessions_visible 1 (userwalk3).
+    for options in ({"user": "mallory"}, {"user": "alice", "session": "bob-s1"}, {"session": "bob-s9"}):
         answer = ask(graph, "LazyEdgeQueue drain payroll", **options)
         assert answer["turns"] == answer["facts"] == answer["sessions"] == []
         assert answer["signals"]["scope"]["sessions_visible"] == 0

@@ -771,7 +771,9 @@ async def cmd_restore(settings: Settings, args: argparse.Namespace, progress: Co
     kept: list[int] = []
     unread: list[str] = []
     # The replaced graph's paid extractions wait here (JSON lines) while its database is replaced.
-    answers = tempfile.TemporaryFile("w+", encoding="utf-8", dir=settings.data_dir if settings.data_dir.is_dir() else None)
+    # (In the data dir when this user may write there; else the restore's lock says why it cannot.)
+    writable = settings.data_dir.is_dir() and os.access(settings.data_dir, os.W_OK | os.X_OK)
+    answers = tempfile.TemporaryFile("w+", encoding="utf-8", dir=settings.data_dir if writable else None)
 
     def carry_from_the_replaced_graph() -> Callable[[Database], None]:
         """What the replaced graph has that the backup must not undo, put into the restored one before
@@ -1183,6 +1185,9 @@ def _missing_data(settings: Settings, *, graph: bool) -> str | None:
 
 def _no_data_dir(settings: Settings, consequence: str) -> str:
     """The one line that says the data dir is not there, and ``consequence`` (what is missing with it)."""
+    if settings.data_dir.exists():  # a file: no command makes a data dir of it
+        return (f"the data dir {settings.data_dir.resolve()} is a file, not a folder, {consequence} (set REM_DATA_DIR or "
+                "data_dir in --config to a folder)")
     return (f"no data dir at {settings.data_dir.resolve()}, {consequence} (set REM_DATA_DIR or data_dir in --config; "
             "`rem-cycle --once` creates it)")
 

@@ -234,8 +234,9 @@ class HttpEndpoint:
 def cannot_listen(host: str, port: int, exc: OSError) -> OSError:
     """The error to show for a failed bind of ``host:port``: one line, ``cannot listen on
     HOST:PORT: REASON``. Built with one argument, not ``(errno, text)``: that form prints
-    ``[Errno 98] `` before the line."""
-    reason = os.strerror(exc.errno) if exc.errno else str(exc)
+    ``[Errno 98] `` before the line. A host name that does not resolve (``socket.gaierror``, whose
+    negative errno ``os.strerror`` calls ``Unknown error -2``) is said in the resolver's words."""
+    reason = os.strerror(exc.errno) if exc.errno and exc.errno > 0 else exc.strerror or str(exc)
     return OSError(f"cannot listen on {host}:{port}: {reason}")
 
 
