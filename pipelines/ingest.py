@@ -472,7 +472,8 @@ async def scan_session_revisions(
 
     ``known_sessions`` maps memory ids already ingested to their session; ``ingested`` gives those
     from one id to another the payload hash of their MEMORY node
-    (:meth:`RunStateStore.ingested_payloads`, asked in a worker thread a batch at a time). Every row is read by id, its metadata and text: one
+    (:meth:`RunStateStore.ingested_payloads`, asked in a worker thread a batch at a time). Every row is read by id: an
+    ingested one with its text and metadata, the others with their metadata. An ingested row
     whose payload (:func:`memory_node`) is not its node's was written since it was ingested —
     updated in place (``update``/``upsert`` of its id keep its place in Chroma's order), or
     re-added where no mark shows it — and counts as re-added, like the known ids that come after
@@ -501,13 +502,19 @@ async def scan_session_revisions(
     ordered = sorted(present)
     for start in range(0, len(ordered), metadata_batch):
         batch = ordered[start : start + metadata_batch]
-        rows = await chroma.get_existing(memory_collection, batch)
-        read = [MemoryRow(row_id, document, metadata) for row_id, (document, metadata) in rows.items()]
-        compared = [row for row in read if row.id in known_sessions and row.id not in rewritten]
-        if compared:
-            payloads = await anyio.to_thread.run_sync(ingested, batch[0], batch[-1])
-            rewritten.update(row.id for row in compared if _updated_in_place(row, payloads))
-        _group_by_session((row for row in read if row.id not in known_sessions or row.id in rewritten), added, result)
+        # Only an ingested row has a payload to compare, so only its text is read: a row the graph
+        # does not hold yet (every row, on a first cycle) or one already counted re-added needs its
+        # metadata alone, as before the comparison — the sync reads its text anyway.
+        held = [row_id for row_id in batch if row_id in known_sessions and row_id not in rewritten]
+        fresh = [row_id for row_id in batch if row_id not in known_sessions or row_id in rewritten]
+        if held:
+            payloads = await anyio.to_thread.run_sync(ingested, held[0], held[-1])
+            rows = await chroma.get_existing(memory_collection, held)
+            changed = [row for row in (MemoryRow(i, text, metadata) for i, (text, metadata) in rows.items())
+                       if _updated_in_place(row, payloads)]
+            rewritten.update(row.id for row in changed)
+            _group_by_session(changed, added, result)
+        _group_by_session(await chroma.metadata_by_ids(memory_collection, fresh), added, result)
     readded = {memory_id: known_sessions[memory_id] for memory_id in rewritten if memory_id in known_sessions}
     members: dict[str, list[str]] = {}
     for memory_id, session_id in known_sessions.items():
