@@ -535,7 +535,8 @@ def commit_session(
         touched = {r.node_id for r in old.node_points} | {c.node_id for c in old.claims}
         nodes = graph.get_nodes(needed_ids(reduced, matches) | touched)
         keys = sorted(edge_keys(reduced, matches, old))
-        edges = {key: edge for key in keys if key[0] in nodes and key[1] in nodes and (edge := graph.get_edge(*key)) is not None}
+        found = graph.get_edges(key for key in keys if key[0] in nodes and key[1] in nodes)
+        edges = {key: found[key] for key in keys if key in found}
         places = {key: _places(edge, provenance) for key, edge in edges.items()}
         state = CommitState(nodes, edges, places, frozenset(provenance.with_claims(set(nodes) & (touched | set(matches.values()) | {n.id for n in reduced.nodes}))),
                             edge_texts=provenance.edge_texts(sorted(edges), besides=reduced.anchor_id))
