@@ -13,7 +13,15 @@ process's CPU time of the commit alone, medians over the rounds, the full (oldes
 collections it ran, and whether the two ways' graphs are equal (:func:`store.backend.canonical_dump`
 and the graph counts, compared for the sizes up to ``--compare-up-to`` turns).
 
+``--history H1 H2``: a small session's commit as the history grows instead. Graphs of H1 and H2
+sessions of ``bench_provenance``'s corpus (12 turns each, popular names in most), built through
+the extract path; then 40 new sessions, each committed on every graph in turn, and, before each
+commit, the read of the edges it touches as the commit made it before (``get_edge`` per key) and
+as it makes it now (``get_edges``, one statement per batch of keys). Medians, and the larger
+graph's ÷ the smaller's.
+
     python bench/bench_commit_big.py [--turns 2500 20000 100000] [--rounds 5] [--postgres-url URL]
+    python bench/bench_commit_big.py --history 250 2000 [--postgres-url URL]
 """
 
 from __future__ import annotations
@@ -150,20 +158,71 @@ def run(engine: str, url: str | None, turns: int, rounds: int, compare: bool) ->
             databases.drop()
 
 
+def small_commits(engine: str, url: str | None, history: list[int], sessions: int = 40) -> None:
+    """The ``--history`` part: a small session's commit and its edge reads on graphs of each size."""
+    import random
+
+    from bench.bench_provenance import TURNS_PER_SESSION, Graph, reduced_session, turn_text
+    from pipelines.extract.commit import edge_keys
+    from store.provenance import AnchorRows
+
+    with tempfile.TemporaryDirectory() as tmp:
+        databases = Databases(Path(tmp), url)
+        try:
+            graphs = {}
+            for size in history:
+                graphs[size] = Graph(db=open_database(databases.settings()))
+                rng = random.Random(12)
+                for done in range(size):
+                    graphs[size].extract(f"s{done:05d}", [turn_text(rng, done, t) for t in range(TURNS_PER_SESSION)], day=done)
+            spent: dict[int, dict[str, list[float]]] = {size: {"commit": [], "get_edge": [], "get_edges": []} for size in history}
+            rng = random.Random(99)
+            for i in range(sessions):
+                texts = [turn_text(rng, 10**6 + i, t) for t in range(TURNS_PER_SESSION)]
+                keys = sorted(edge_keys(reduced_session(f"new-{i:02d}", texts), {}, AnchorRows([], [], [])))
+                for size in (history if i % 2 == 0 else history[::-1]):
+                    graph, times = graphs[size].graph, spent[size]
+                    t0 = time.perf_counter()
+                    one_by_one = {key: edge for key in keys if (edge := graph.get_edge(*key)) is not None}
+                    t1 = time.perf_counter()
+                    assert graph.get_edges(keys) == one_by_one
+                    t2 = time.perf_counter()
+                    times["get_edge"].append(t1 - t0)
+                    times["get_edges"].append(t2 - t1)
+                    times["commit"].append(graphs[size].extract(f"new-{i:02d}", texts, day=10**4)["commit"])
+            first = {name: statistics.median(values) for name, values in spent[history[0]].items()}
+            for size in history:
+                found = {name: statistics.median(values) for name, values in spent[size].items()}
+                print(f"| {engine} | {size:,} | {found['commit'] * 1000:.1f} ms | {found['commit'] / first['commit']:.2f}× "
+                      f"| {found['get_edge'] * 1000:.2f} ms | {found['get_edges'] * 1000:.2f} ms | {found['get_edges'] / found['get_edge']:.2f} |",
+                      flush=True)
+            for graph in graphs.values():
+                graph.db.close()
+        finally:
+            databases.drop()
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--turns", type=int, nargs="+", default=[2500, 20000])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--postgres-url", default=None)
     parser.add_argument("--compare-up-to", type=int, default=20000, help="compare the two ways' graphs up to this many turns")
+    parser.add_argument("--history", type=int, nargs="+", help="a small session's commit on graphs of these many sessions instead")
     args = parser.parse_args(argv)
     configure_logging(level="warning", fmt="json")
+    engines = [("SQLite", None), *([("PostgreSQL", args.postgres_url)] if args.postgres_url else [])]
+    if args.history:
+        print("| engine | sessions of history | a new session's commit (median) | ÷ first | its edges read by get_edge each (before) "
+              "| by get_edges (now) | now ÷ before |")
+        print("| --- | --- | --- | --- | --- | --- | --- |")
+        for engine, url in engines:
+            small_commits(engine, url, sorted(args.history))
+        return
     print("| engine | turns | edges written | before: wall, CPU (full collections) | now: wall, CPU (full collections) "
           "| CPU now ÷ before | wall now ÷ before | same graph |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
-    for engine, url in (("SQLite", None), ("PostgreSQL", args.postgres_url)):
-        if engine == "PostgreSQL" and not url:
-            continue
+    for engine, url in engines:
         for turns in args.turns:
             r = run(engine, url, turns, args.rounds, turns <= args.compare_up_to)
             same = "not compared" if r["same_graph"] is None else ("yes" if r["same_graph"] else "**NO**")
