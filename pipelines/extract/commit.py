@@ -424,10 +424,10 @@ def collector_paused() -> Iterator[None]:
 
     Why: a commit builds objects by the hundred thousand for a big session (its provenance
     edges, their properties, the point rows) that all live until it ends, and each time they grow
-    the heap by a quarter the collector walks the whole heap for cycles they never form — 45 % of
-    a 20,000-turn commit's CPU (bench/RESULTS.md, "The extraction commit's collector"). Reference
-    counting frees them as before; a cycle something else makes meanwhile waits for the next
-    collection."""
+    the heap by a quarter the collector walks the whole heap for cycles they never form — a third
+    to a half of a 20,000-turn commit's CPU (bench/RESULTS.md, "The extraction commit's
+    collector"). Reference counting frees them as before; a cycle something else makes meanwhile
+    waits for the next collection."""
     global _pauses, _resume_collector
     with _pauses_lock:
         if _pauses == 0:
