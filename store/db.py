@@ -70,6 +70,14 @@ def in_batches(values: Iterable[Any], *, lists: int = 1) -> Iterator[tuple[list[
         batch = items[start : start + size]
         yield batch, ",".join("?" * len(batch))
 
+
+def value_rows(batch: Sequence[Sequence[Any]]) -> tuple[str, list[Any]]:
+    """``VALUES`` rows of ``batch`` (tuples of one width, from :func:`in_batches` with ``lists`` =
+    that width): their placeholders, ``(?, ?), (?, ?)``, and their parameters in order."""
+    row = "(" + ", ".join("?" * len(batch[0])) + ")"
+    return ", ".join([row] * len(batch)), [value for values in batch for value in values]
+
+
 # Files SQLite keeps beside the database (WAL mode; the rollback journal of older files).
 _COMPANIONS = ("-wal", "-shm", "-journal")
 

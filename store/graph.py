@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from itertools import islice
 from typing import Any
 
-from store.db import UNLIMITED, Database, alias_key, fold_changes, in_batches
+from store.db import UNLIMITED, Database, alias_key, fold_changes, in_batches, value_rows
 from store.ids import normalize_graph_node_id
 from store.library_log import get_logger
 from store.textfold import fold
@@ -174,6 +174,22 @@ class GraphStore:
             (normalize_graph_node_id(source), normalize_graph_node_id(target), relationship),
         )
         return _edge(rows[0]) if rows else None
+
+    def get_edges(self, keys: Iterable[tuple[str, str, str]]) -> dict[tuple[str, str, str], Edge]:
+        """The edges that exist among ``keys`` (source, target, relationship), by the key as given:
+        one read per batch of keys, where :meth:`get_edge` in a loop is a statement — on
+        PostgreSQL a round trip — per edge."""
+        given = {key: (normalize_graph_node_id(key[0]), normalize_graph_node_id(key[1]), key[2]) for key in keys}
+        found: dict[tuple[str, str, str], Edge] = {}
+        for batch, _ in in_batches(sorted(set(given.values())), lists=3):
+            values, params = value_rows(batch)
+            rows = self.db.query(
+                f"WITH k(s, t, r) AS (VALUES {values}) SELECT e.source, e.target, e.relationship, e.weight, e.properties "
+                "FROM k JOIN edges AS e ON e.source = k.s AND e.target = k.t AND e.relationship = k.r",
+                params,
+            )
+            found.update(((r["source"], r["target"], r["relationship"]), _edge(r)) for r in rows)
+        return {key: found[stored] for key, stored in given.items() if stored in found}
 
     def all_nodes(self) -> list[Node]:
         """Every node, ordered by id."""

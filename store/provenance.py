@@ -20,7 +20,7 @@ from dataclasses import dataclass, fields
 from operator import attrgetter
 from typing import Any
 
-from store.db import UNLIMITED, Database, in_batches
+from store.db import UNLIMITED, Database, in_batches, value_rows
 from store.facts import NodeFacts, combine_all, least_name, longer_text_order
 from store.graph import Edge, chunked, dumps
 
@@ -373,12 +373,12 @@ class ProvenanceStore:
         however many points and texts its history gave it."""
         found: dict[EdgeKey, list[str]] = {key: [] for key in keys}
         for batch, _ in in_batches(sorted(found), lists=3):
-            keys = ", ".join(["(?, ?, ?)"] * len(batch))
+            keys, params = value_rows(batch)
             rows = self.db.query(
                 f"WITH RECURSIVE k(s, t, r) AS (VALUES {keys}), d(s, t, r, j, n) AS (SELECT s, t, r, ({_FIRST_REASON}), 1 FROM k "
                 f"UNION ALL SELECT s, t, r, ({_NEXT_REASON}), n + 1 FROM d WHERE d.j IS NOT NULL AND d.n < {JUSTIFICATION_TEXTS:d}) "
                 "SELECT s, t, r, j FROM d WHERE j IS NOT NULL",
-                (*(part for key in batch for part in key), besides, besides),
+                (*params, besides, besides),
             )
             for row in rows:
                 found[(row[0], row[1], row[2])].append(row[3])

@@ -72,6 +72,19 @@ def test_link_culls_missing_endpoints_and_counts(graph: GraphStore) -> None:
     assert graph.counts()["edge_total"] == 1
 
 
+def test_edges_read_by_key_in_batches_are_those_read_one_by_one(graph: GraphStore) -> None:
+    # More keys than one statement's batch (SQL_IN_BATCH // 3), ids given as a caller may spell
+    # them, keys of no edge, a key given twice: what get_edge says of each key.
+    graph.upsert_nodes([Node("CLASS:A", "CLASS", "A"), *(Node(f"memory:m{i:03d}", "MEMORY", f"m{i}") for i in range(400))])
+    graph.link_nodes([Edge("CLASS:A", f"memory:m{i:03d}", "MENTIONED_IN", float(i), {"chunk_ids": [f"c{i}"]}) for i in range(0, 400, 2)])
+    keys = [*(("CLASS:A", f"MEMORY:m{i:03d}", "MENTIONED_IN") for i in range(400)), ("CLASS:A", "memory:m002", "MENTIONED_IN"),
+            ("CLASS:A", "memory:m002", "DISCUSSED_IN"), ("CLASS:B", "memory:m002", "MENTIONED_IN")]
+    one_by_one = {key: edge for key in keys if (edge := graph.get_edge(*key)) is not None}
+    assert graph.get_edges(keys) == one_by_one
+    assert len(one_by_one) == 201 and one_by_one[("CLASS:A", "MEMORY:m004", "MENTIONED_IN")].properties == {"chunk_ids": ["c4"]}
+    assert graph.get_edges([]) == {}
+
+
 def test_one_edge_per_triple_weight_not_bumped(graph: GraphStore) -> None:
     graph.upsert_nodes([Node("CONCEPT:a", "CONCEPT", "a"), Node("CONCEPT:b", "CONCEPT", "b")])
     for _ in range(3):
