@@ -157,19 +157,29 @@ async def map_units(
         else:
             todo.append(index)
 
+    # A damaged database file met by one unit's store: raised once the others end, not at once —
+    # cancelling them would throw away the answers of calls already sent (paid), which are held
+    # for the run after the restore instead; a unit not yet in its call makes none.
+    damaged: list[DatabaseDamagedError] = []
+
     async def run(index: int) -> None:
         extract = partial(
             _extract_one, units[index], extractor=extractor, store=store, semantic_types=semantic_types, limiter=limiter,
             fingerprint=fingerprint, now=now, run_id=run_id, failed_before=_failures(known.get(units[index].content_hash)),
-            retry_base_seconds=retry_base_seconds, retry_max_seconds=retry_max_seconds, held=held,
+            retry_base_seconds=retry_base_seconds, retry_max_seconds=retry_max_seconds, held=held, damaged=damaged,
         )
-        outcomes[index] = await _extract_once(units[index], extract, in_flight=in_flight, text_claims=text_claims,
-                                              store=store, fingerprint=fingerprint, run_id=run_id, should_stop=should_stop)
+        try:
+            outcomes[index] = await _extract_once(units[index], extract, in_flight=in_flight, text_claims=text_claims,
+                                                  store=store, fingerprint=fingerprint, run_id=run_id, should_stop=should_stop)
+        except DatabaseDamagedError as exc:
+            damaged.append(exc)
 
     await anyio.to_thread.run_sync(store.record_copies, copies)
     async with anyio.create_task_group() as tg:
         for index in todo:
             tg.start_soon(run, index)
+    if damaged:
+        raise damaged[0]
     return [o for o in outcomes if o is not None]
 
 
@@ -316,7 +326,10 @@ async def _extract_one(
     retry_base_seconds: float,
     retry_max_seconds: float,
     held: HeldAnswers,
+    damaged: Sequence[DatabaseDamagedError] = (),
 ) -> UnitOutcome:
+    """``unit`` extracted (or its held answer stored) and its outcome recorded; no call once a unit
+    of its map has met a damaged database file (``damaged``): deferred, nothing recorded."""
     kept = held.take((fingerprint, unit.text_hash))
     if kept is not None:
         moved = answer_moved_to(kept.extraction, unit, kept.memory_ids, session_id=kept.session_id)
@@ -328,6 +341,8 @@ async def _extract_one(
     try:
         # The limiter bounds model calls only: validating and recording happen after the slot is freed.
         async with limiter:
+            if damaged:  # its answer could not be stored: the run after the restore asks
+                return UnitOutcome(unit, "deferred", error_kind="database-damaged", error=str(damaged[0]), outage=True)
             started = time.perf_counter()
             reply = await extractor.extract(unit)
         extraction = validate_extraction(reply.raw, unit, semantic_types=semantic_types)
