@@ -66,3 +66,23 @@ async def test_a_chunk_not_yet_asked_when_the_damage_is_met_is_not_asked(
     assert "PartCItem" not in str([r.prompt for r in llm_server.chat_requests])
     assert llm_server.chat_count == 2
     assert len((mine.data_dir / "held-answers.jsonl").read_text().splitlines()) == 2
+
+
+async def test_a_session_in_flight_asks_nothing_more_once_another_met_the_damage(
+    settings: Settings, llm_server: LLMServer, tmp_path: Path
+) -> None:
+    """Two sessions at once (two call slots): s0's one answer meets the damaged file while s1's
+    first two calls are on the wire; s1's third chunk, waiting for a slot, is not asked (its
+    answer could not be stored). Before, only a unit of s1's own map meeting the damage stopped
+    s1's calls: its third chunk was asked as the first of its two calls ended."""
+    mine = llm_settings(settings.data_dir, llm_server, llm_concurrency=2, chunk_limit_tokens=30)
+    await ingested(mine, tmp_path, [session("s0", TURNS[:1]), session("s1", TURNS[1:4])])
+    damage(mine.graph_path, "state_count_changes")
+    llm_server.script(slow(0.6), match="PartBItem")
+    llm_server.script(slow(0.6), match="PartCItem")
+    result = await run_cycle(mine)
+    assert (result.outcome, result.reason_code) == ("failed", "database-damaged"), result.message
+    assert "PartDItem" not in str([r.prompt for r in llm_server.chat_requests])
+    assert llm_server.chat_count == 3
+    assert len((mine.data_dir / "held-answers.jsonl").read_text().splitlines()) == 3
+    assert [(sid, attempts) for sid, _, attempts in charged(mine.graph_path)] == [("s0", 0), ("s1", 0)]

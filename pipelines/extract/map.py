@@ -117,6 +117,7 @@ async def map_units(
     text_claims: TextClaims | None = None,
     should_stop: Callable[[], bool] = lambda: False,
     held: HeldAnswers | None = None,
+    damaged: list[DatabaseDamagedError] | None = None,
 ) -> list[UnitOutcome]:
     """Outcomes in unit order. Never raises for a unit's failure: it is an outcome; a failed unit is
     not tried again before :func:`chunk_backoff` of its failures (``retry_*_seconds``) has passed.
@@ -125,7 +126,10 @@ async def map_units(
     database are extracting (None: no other worker extracts on it). ``should_stop``: whether the
     cycle is stopping — a unit waiting for another worker's answer then ends deferred (:data:`STOPPED`).
     ``held``: the paid answers the database refused to store, stored instead of asking again (a new
-    one, this map's alone, when None; the daemon keeps one for its life)."""
+    one, this map's alone, when None; the daemon keeps one for its life). ``damaged``: the damaged
+    database file errors met in the phase (its other sessions' maps too), to which this map adds
+    the ones its units meet: no unit starts a call once it holds one (a new one when None). A
+    damaged file met by this map's units is raised once its other units end."""
     in_flight = in_flight if in_flight is not None else InFlight()
     held = held if held is not None else HeldAnswers()
     fingerprint = extractor.fingerprint
@@ -160,7 +164,8 @@ async def map_units(
     # A damaged database file met by one unit's store: raised once the others end, not at once —
     # cancelling them would throw away the answers of calls already sent (paid), which are held
     # for the run after the restore instead; a unit not yet in its call makes none.
-    damaged: list[DatabaseDamagedError] = []
+    damaged = damaged if damaged is not None else []
+    met: list[DatabaseDamagedError] = []
 
     async def run(index: int) -> None:
         extract = partial(
@@ -172,14 +177,15 @@ async def map_units(
             outcomes[index] = await _extract_once(units[index], extract, in_flight=in_flight, text_claims=text_claims,
                                                   store=store, fingerprint=fingerprint, run_id=run_id, should_stop=should_stop)
         except DatabaseDamagedError as exc:
+            met.append(exc)
             damaged.append(exc)
 
     await anyio.to_thread.run_sync(store.record_copies, copies)
     async with anyio.create_task_group() as tg:
         for index in todo:
             tg.start_soon(run, index)
-    if damaged:
-        raise damaged[0]
+    if met:
+        raise met[0]
     return [o for o in outcomes if o is not None]
 
 
@@ -329,7 +335,7 @@ async def _extract_one(
     damaged: Sequence[DatabaseDamagedError] = (),
 ) -> UnitOutcome:
     """``unit`` extracted (or its held answer stored) and its outcome recorded; no call once a unit
-    of its map has met a damaged database file (``damaged``): deferred, nothing recorded."""
+    of the phase has met a damaged database file (``damaged``): deferred, nothing recorded."""
     kept = held.take((fingerprint, unit.text_hash))
     if kept is not None:
         moved = answer_moved_to(kept.extraction, unit, kept.memory_ids, session_id=kept.session_id)

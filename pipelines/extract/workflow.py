@@ -185,6 +185,7 @@ async def extract_session(
     commit_turn: Callable[[], Awaitable[None]] | None = None,
     in_flight: InFlight | None = None,
     should_stop: Callable[[], bool] = lambda: False,
+    damaged: list[DatabaseDamagedError] | None = None,
 ) -> str:
     """Extract one session and commit it if every chunk succeeded; returns ``digested``,
     ``failed``, ``deferred`` (no call: its chunks back off, or waited on extractions of their texts
@@ -196,7 +197,9 @@ async def extract_session(
     :func:`extract_sessions` raises once the sessions in flight are done). ``commit_turn`` is
     awaited just before the commit (:func:`extract_sessions` uses it to commit in session order). ``in_flight``: the texts the
     phase's other sessions are extracting (:mod:`pipelines.extract.inflight`).
-    ``should_stop``: whether the cycle is stopping (a chunk waiting on another worker leaves)."""
+    ``should_stop``: whether the cycle is stopping (a chunk waiting on another worker leaves).
+    ``damaged``: the phase's damaged database file errors (:func:`map_units`): once one is met, no
+    chunk of this session starts a call."""
     sid = record.session_id
     try:
         known = await anyio.to_thread.run_sync(env.session_memory_ids, sid) if env.session_memory_ids else None
@@ -209,7 +212,7 @@ async def extract_session(
             units, extractor=env.extractor, store=env.unit.chunks, semantic_types=env.semantic_types,
             limiter=limiter, now=env.now, run_id=env.run_id, retry_base_seconds=env.retry_base_seconds,
             retry_max_seconds=env.retry_max_seconds, in_flight=in_flight, text_claims=env.text_claims,
-            should_stop=should_stop, held=env.held_answers,
+            should_stop=should_stop, held=env.held_answers, damaged=damaged,
         )
         _count_outcomes(stats, outcomes)
         failed = [o for o in outcomes if o.extraction is None]
@@ -411,7 +414,7 @@ async def extract_sessions(
                 with structlog.contextvars.bound_contextvars(session_id=record.session_id):
                     try:
                         result = await extract_session(record, env, stats, calls, commit_turn=turn, in_flight=in_flight,
-                                                       should_stop=should_stop)
+                                                       should_stop=should_stop, damaged=damaged)
                     except DatabaseDamagedError as exc:
                         damaged.append(exc)
                         result = "outage"  # counted deferred: charged nothing
