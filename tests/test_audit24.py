@@ -18,6 +18,30 @@ from tests.test_leftalone_damaged import charged, damage, ingested
 from tests.test_roundtrip_restore import _env
 from worker.cycle import run_cycle
 
+HELD = "held-answers.jsonl"
+
+
+async def _damaged_cycle(settings: Settings, llm_server: LLMServer, tmp_path: Path, sessions: list[dict[str, object]], *,
+                         concurrency: int, slow_parts: tuple[str, ...], backup: Path | None = None) -> tuple[Settings, list[str]]:
+    """``sessions`` ingested (a turn a chunk, ``concurrency`` calls at once), the graph backed up to
+    ``backup``, then damaged where every chunk result's write goes (``state_count_changes``), and a
+    cycle run with the chunks naming ``slow_parts`` answered 0.6 s late: it fails
+    ``database-damaged``. Returns the settings and the prompts the model was sent."""
+    settings = llm_settings(settings.data_dir, llm_server, llm_concurrency=concurrency, chunk_limit_tokens=30)
+    await ingested(settings, tmp_path, sessions)
+    if backup is not None:
+        store_backup(settings, backup)
+    damage(settings.graph_path, "state_count_changes")
+    for part in slow_parts:
+        llm_server.script(slow(0.6), match=part)
+    result = await run_cycle(settings)
+    assert (result.outcome, result.reason_code) == ("failed", "database-damaged"), result.message
+    return settings, [r.prompt for r in llm_server.chat_requests]
+
+
+def _held(settings: Settings) -> list[str]:
+    return (settings.data_dir / HELD).read_text().splitlines() if (settings.data_dir / HELD).exists() else []
+
 
 async def test_the_answers_of_a_sessions_calls_in_flight_when_the_damage_is_met_are_held_not_thrown_away(
     settings: Settings, llm_server: LLMServer, tmp_path: Path
@@ -27,18 +51,12 @@ async def test_the_answers_of_a_sessions_calls_in_flight_when_the_damage_is_met_
     answers' file with the first, and the run after the restore stores all three without a call.
     Before, the first chunk's error cancelled its session's other calls: two answers paid and
     thrown away, asked (and paid) again after the restore."""
-    mine = llm_settings(settings.data_dir, llm_server, llm_concurrency=3, chunk_limit_tokens=30)  # a turn a chunk
-    await ingested(mine, tmp_path, [session("s0", TURNS[:3])])
     backup = tmp_path / "backups" / "graph.sqlite3"
-    store_backup(mine, backup)
-    damage(mine.graph_path, "state_count_changes")  # every chunk result's write appends to it
-    llm_server.script(slow(0.6), match="PartBItem")
-    llm_server.script(slow(0.6), match="PartCItem")
-    result = await run_cycle(mine)
-    assert (result.outcome, result.reason_code) == ("failed", "database-damaged"), result.message
-    assert llm_server.chat_count == 3
-    held = [json.loads(line) for line in (mine.data_dir / "held-answers.jsonl").read_text().splitlines()]
-    assert len(held) == 3  # before: 1 (the two answers in flight thrown away)
+    mine, asked = await _damaged_cycle(settings, llm_server, tmp_path, [session("s0", TURNS[:3])], concurrency=3,
+                                       slow_parts=("PartBItem", "PartCItem"), backup=backup)
+    assert len(asked) == 3
+    held = [json.loads(line) for line in _held(mine)]
+    assert len(held) == 3 and {h["session_id"] for h in held} == {"s0"}  # before: 1 (two answers thrown away)
     assert charged(mine.graph_path) == [("s0", "undigested", 0)]
 
     done = run_cli("restore", str(backup), "--json", env=_env(mine), timeout=120)
@@ -48,7 +66,7 @@ async def test_the_answers_of_a_sessions_calls_in_flight_when_the_damage_is_met_
     assert after.outcome == "completed", after.message
     assert after.phases["extract"]["sessions_digested"] == 1
     assert llm_server.chat_count == 0  # before: 2
-    assert not (mine.data_dir / "held-answers.jsonl").exists() or not (mine.data_dir / "held-answers.jsonl").read_text().strip()
+    assert _held(mine) == []
 
 
 async def test_a_chunk_not_yet_asked_when_the_damage_is_met_is_not_asked(
@@ -57,15 +75,10 @@ async def test_a_chunk_not_yet_asked_when_the_damage_is_met_is_not_asked(
     """One call at a time: the second chunk's call is on the wire when the first answer's store
     meets the damaged file; the third, waiting for the call slot, makes no call (its answer could
     not be stored either). The two paid answers are held."""
-    mine = llm_settings(settings.data_dir, llm_server, llm_concurrency=1, chunk_limit_tokens=30)
-    await ingested(mine, tmp_path, [session("s0", TURNS[:3])])
-    damage(mine.graph_path, "state_count_changes")
-    llm_server.script(slow(0.6), match="PartBItem")
-    result = await run_cycle(mine)
-    assert (result.outcome, result.reason_code) == ("failed", "database-damaged"), result.message
-    assert "PartCItem" not in str([r.prompt for r in llm_server.chat_requests])
-    assert llm_server.chat_count == 2
-    assert len((mine.data_dir / "held-answers.jsonl").read_text().splitlines()) == 2
+    mine, asked = await _damaged_cycle(settings, llm_server, tmp_path, [session("s0", TURNS[:3])], concurrency=1,
+                                       slow_parts=("PartBItem",))
+    assert "PartCItem" not in str(asked)
+    assert len(asked) == 2 and len(_held(mine)) == 2
 
 
 async def test_a_session_in_flight_asks_nothing_more_once_another_met_the_damage(
@@ -75,14 +88,8 @@ async def test_a_session_in_flight_asks_nothing_more_once_another_met_the_damage
     first two calls are on the wire; s1's third chunk, waiting for a slot, is not asked (its
     answer could not be stored). Before, only a unit of s1's own map meeting the damage stopped
     s1's calls: its third chunk was asked as the first of its two calls ended."""
-    mine = llm_settings(settings.data_dir, llm_server, llm_concurrency=2, chunk_limit_tokens=30)
-    await ingested(mine, tmp_path, [session("s0", TURNS[:1]), session("s1", TURNS[1:4])])
-    damage(mine.graph_path, "state_count_changes")
-    llm_server.script(slow(0.6), match="PartBItem")
-    llm_server.script(slow(0.6), match="PartCItem")
-    result = await run_cycle(mine)
-    assert (result.outcome, result.reason_code) == ("failed", "database-damaged"), result.message
-    assert "PartDItem" not in str([r.prompt for r in llm_server.chat_requests])
-    assert llm_server.chat_count == 3
-    assert len((mine.data_dir / "held-answers.jsonl").read_text().splitlines()) == 3
+    mine, asked = await _damaged_cycle(settings, llm_server, tmp_path, [session("s0", TURNS[:1]), session("s1", TURNS[1:4])],
+                                       concurrency=2, slow_parts=("PartBItem", "PartCItem"))
+    assert "PartDItem" not in str(asked)
+    assert len(asked) == 3 and len(_held(mine)) == 3
     assert [(sid, attempts) for sid, _, attempts in charged(mine.graph_path)] == [("s0", 0), ("s1", 0)]
