@@ -68,7 +68,7 @@ class _RemovalCount:
 
     def now(self) -> tuple[int, int]:
         """(nodes of ``small`` that exist, edges that touch them + ``keys`` that exist)."""
-        kept = sum(1 for k in sorted(self.keys) if self.graph.get_edge(*k) is not None)
+        kept = len(self.graph.get_edges(self.keys))
         return len(self.graph.existing_ids(self.small)), self.graph.count_edges_touching(self.small) + kept
 
 
@@ -227,9 +227,10 @@ def forget_memory(unit: UnitOfWork, memory_id: str, *, dry_run: bool = False) ->
             claims, chunk_keys = _take_back_turn_claims(
                 unit, session=session, anchor=anchor, memory_id=memory_id, owners=nodes, sourced_by_turn=sourced_by_turn,
             ) if session else (0, [])
+            present = graph.get_edges(edges)
             for key in sorted(edges):
                 places = provenance.edge_places(key)
-                edge = graph.get_edge(*key)
+                edge = present.get(key)
                 if edge is not None and places:
                     # The turn's justification goes with its points (the edge's live sources').
                     graph.link_nodes([Edge(*key, float(places), with_justification(edge.properties, provenance.edge_reasons(key)))])
