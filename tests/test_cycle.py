@@ -116,3 +116,16 @@ def test_environment_problems_are_one_line_errors(tmp_path: Path) -> None:
     done = run_cli("status", env={"REM_DATA_DIR": str(damaged)})
     assert done.returncode == 1 and "Traceback" not in done.stderr
     assert "not a database" in done.stderr
+
+
+def test_status_prints_no_empty_runs_table(tmp_path: Path) -> None:
+    """``status --runs 0`` asks for no runs: no table (an empty one is only its header)."""
+    env = cycle_env(tmp_path / "d", None)
+    run_cli("import", str(write_sessions(tmp_path / "in.jsonl", [make_session("s1", 2)])), env=env)
+    once(env)
+    none_asked = run_cli("status", "--runs", "0", env=env)
+    assert none_asked.returncode == 0, none_asked.stderr
+    assert "recent runs" not in none_asked.stdout and "outcome" not in none_asked.stdout, none_asked.stdout
+    assert "backlog:" in none_asked.stdout and "MEMORY=2" in none_asked.stdout
+    assert json.loads(run_cli("status", "--runs", "0", "--json", env=env).stdout)["runs"] == []
+    assert "completed" in run_cli("status", "--runs", "1", env=env).stdout

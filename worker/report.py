@@ -140,17 +140,8 @@ def print_status(status: dict[str, Any]) -> None:
     """The ``status`` report."""
     console = output_console()
     console.print(f"data dir {status['data_dir']} · chroma {status['chroma']}")
-    table = Table("run", "mode", "started", "outcome", "seconds", "failure", title="recent runs")
-    for run in status["runs"]:
-        seconds = "-" if run["duration_seconds"] is None else f"{run['duration_seconds']:.2f}"
-        failure = f"{run['failure_phase']}: {run['reason_code']}" if run.get("reason_code") else ""
-        outcome = _styled_outcome(run["outcome"])
-        if run.get("process_gone"):
-            outcome += " [red](dead: its process is gone; the next cycle records it abandoned)[/red]"
-        elif run["run_id"] in status["stalled_runs"]:
-            outcome += f" [red](stalled: no heartbeat for {run['silent_seconds']:.0f}s)[/red]"
-        table.add_row(run["run_id"], run["mode"], run["started_at"], outcome, seconds, failure)
-    console.print(table)
+    if status["runs"]:  # none asked for (``--runs 0``) or none yet: no table, an empty one is only a header
+        console.print(_runs_table(status))
     newest = status["runs"][0] if status["runs"] else None
     if newest and newest["outcome"] == "failed" and newest.get("failure_phase"):
         # What went wrong and, for a refusal, what to do next: the operator reads it here.
@@ -224,6 +215,21 @@ def print_status(status: dict[str, Any]) -> None:
         )
     graph = status["graph"]
     console.print(f"graph: {graph['node_total']} nodes {_flat(graph['nodes'])} · {graph['edge_total']} edges {_flat(graph['edges'])}")
+
+
+def _runs_table(status: dict[str, Any]) -> Table:
+    """The ``status`` report's recent runs, newest first."""
+    table = Table("run", "mode", "started", "outcome", "seconds", "failure", title="recent runs")
+    for run in status["runs"]:
+        seconds = "-" if run["duration_seconds"] is None else f"{run['duration_seconds']:.2f}"
+        failure = f"{run['failure_phase']}: {run['reason_code']}" if run.get("reason_code") else ""
+        outcome = _styled_outcome(run["outcome"])
+        if run.get("process_gone"):
+            outcome += " [red](dead: its process is gone; the next cycle records it abandoned)[/red]"
+        elif run["run_id"] in status["stalled_runs"]:
+            outcome += f" [red](stalled: no heartbeat for {run['silent_seconds']:.0f}s)[/red]"
+        table.add_row(run["run_id"], run["mode"], run["started_at"], outcome, seconds, failure)
+    return table
 
 
 def print_drain(stats: dict[str, Any]) -> None:
