@@ -45,7 +45,7 @@ from pipelines.backfill import DEFAULT_BATCH_SIZE, RowOutcome, plan_nodes, write
 from pipelines.lazy_edge import MalformedLine, QueuedEdge, dead_letter_record, parse_line
 from pipelines.ports import QueueTable, UnitOfWork
 from store.chroma import ChromaStore, ChromaUnavailableError
-from store.errors import DATABASE_OUTAGES, DatabaseUnreadableError, QueryInterruptedError
+from store.errors import DATABASE_OUTAGES, DatabaseDamagedError, DatabaseUnreadableError, QueryInterruptedError
 from store.graph import utc_now
 from store.lazy_queue import LazyEdgeQueue, OversizedLine, QueueBusyError, edge_line
 from store.lazy_table import DRAIN_TABLES, DeadRow, QueuedRow, RowsTakenError
@@ -305,9 +305,12 @@ class _Drain:
         new connection). A second loss, or a server that stays unreachable, ends the drain with
         :class:`DatabaseUnreadableError` (a server busy past the timeout — a held lock, no free
         connection — with :class:`DatabaseBusyError`): no line is charged an attempt for it, and
-        the unsettled lines stay queued (the file form's ``.draining`` files, the table's rows) for the next drain."""
+        the unsettled lines stay queued (the file form's ``.draining`` files, the table's rows) for the next drain.
+        A damaged file (:class:`DatabaseDamagedError`) is not linked again: no new connection mends it."""
         try:
             return await self._link(items, settled, outputs)
+        except DatabaseDamagedError:  # no connection mends a damaged file: the restore advice, at once
+            raise
         except DatabaseUnreadableError as exc:
             log.warning("drain batch lost its database connection; linking it again", lines=len(items), error=_describe(exc))
             return await self._link(items, settled, outputs)

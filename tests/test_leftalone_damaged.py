@@ -93,3 +93,21 @@ async def test_a_paid_answer_the_damaged_graph_refuses_is_held_and_no_other_sess
     # Before: 'rem-cycle: database disk image is malformed'.
     damaged = "the graph database is damaged (database disk image is malformed)"
     assert status.stderr == f"rem-cycle: {damaged}: no cycle can mend it; {RESTORE}\n"
+
+
+async def test_drain_on_a_damaged_graph_says_to_restore_as_the_cycle_does(settings: Settings, tmp_path: Path) -> None:
+    """``rem-cycle drain`` meeting the damage (the edges' table, which linking a queued line writes)
+    exits 1 with the cycle's one-line advice, not "the unsettled ones wait for the next drain" (no
+    drain mends it); the queued line is kept for the drain after the restore."""
+    await ingested(settings, tmp_path, [session("s1", TURNS)])
+    env = {"REM_DATA_DIR": str(settings.data_dir)}
+    line = tmp_path / "line.jsonl"
+    line.write_text(json.dumps({"source": "session:s1", "target": "memory:s1-t0", "relationship": "NOTED_IN"}) + "\n")
+    assert run_cli("enqueue", str(line), env=env).returncode == 0
+    damage(settings.graph_path, "edges")
+    once = run_cli("--once", "--json", env=env)
+    drained = run_cli("drain", env=env)
+    advice = json.loads(once.stdout)["message"]
+    assert advice.endswith(RESTORE)
+    assert (drained.returncode, drained.stderr.splitlines()) == (once.returncode, [f"rem-cycle: {advice}"]) == (1, [f"rem-cycle: {advice}"])
+    assert any("NOTED_IN" in kept.read_text() for kept in settings.data_dir.glob("lazy-edges.jsonl*"))  # .draining too

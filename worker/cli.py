@@ -991,8 +991,9 @@ async def cmd_drain(settings: Settings, args: argparse.Namespace, progress: Comm
         print(f"rem-cycle: {exc}", file=sys.stderr)
         return EXIT_FAILED
     except StoreError as exc:  # the database failed, not a line (pipelines.drain): nothing charged
-        print(f"rem-cycle: drain stopped: {exc}; no queued edge was lost, the unsettled ones wait for the next drain",
-              file=sys.stderr)
+        # A damaged graph is no wait for the next drain: it says what to do, as a cycle does.
+        said = damage_message(exc) or f"drain stopped: {exc}; no queued edge was lost, the unsettled ones wait for the next drain"
+        print(f"rem-cycle: {said}", file=sys.stderr)
         return EXIT_FAILED
     finally:
         stores.close()
