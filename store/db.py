@@ -1326,7 +1326,8 @@ def _statements(script: str) -> list[str]:
 
 
 def _copy_database(source: Path, copy: Path) -> str:
-    """Copy ``source`` into a new single-file database at ``copy``; its ``integrity_check``."""
+    """Copy ``source`` into a new single-file database at ``copy``; its ``integrity_check``
+    (:func:`_integrity`)."""
     with sqlite_errors():
         src = sqlite3.connect(f"{source.resolve().as_uri()}?mode=ro", uri=True, timeout=30.0, factory=_Connection)
     try:
@@ -1340,11 +1341,24 @@ def _copy_database(source: Path, copy: Path) -> str:
             src.backup(dst, pages=-1)
             # A self-contained single file: no -wal/-shm companions to forget when copying it away.
             dst.execute("PRAGMA journal_mode=DELETE")
-            return dst.execute("PRAGMA integrity_check").fetchone()[0]
+            return _integrity(dst)
         finally:
             dst.close()
     finally:
         src.close()
+
+
+def _integrity(conn: sqlite3.Connection) -> str:
+    """``PRAGMA integrity_check`` on one line: ``ok``, or how many problems it found and the first.
+    SQLite lists its problems a row each, and a row may hold several lines (a table's b-tree
+    problems under a ``*** in database main ***`` heading); it stops at 100."""
+    rows = [row for (row,) in conn.execute("PRAGMA integrity_check").fetchall()]
+    if rows == ["ok"]:
+        return "ok"
+    problems = [line.strip() for row in rows for line in str(row).splitlines() if line.strip() and not line.startswith("***")]
+    if len(problems) == 1:
+        return problems[0]
+    return f"{len(problems)}{' or more' if len(problems) >= 100 else ''} problems, the first: {problems[0]}"
 
 
 def backup_database(source: str | Path, destination: str | Path) -> dict[str, object]:

@@ -111,3 +111,31 @@ async def test_drain_on_a_damaged_graph_says_to_restore_as_the_cycle_does(settin
     assert advice.endswith(RESTORE)
     assert (drained.returncode, drained.stderr.splitlines()) == (once.returncode, [f"rem-cycle: {advice}"]) == (1, [f"rem-cycle: {advice}"])
     assert any("NOTED_IN" in kept.read_text() for kept in settings.data_dir.glob("lazy-edges.jsonl*"))  # .draining too
+
+
+def pages_never_used(graph: Path, extra: int) -> None:
+    """Claim ``extra`` more pages in the file's header than any b-tree or free list holds (zeroed
+    pages appended): ``integrity_check`` then reports each ``Page N is never used``, in one row
+    of several lines."""
+    data = bytearray(graph.read_bytes())
+    page_size, pages = int.from_bytes(data[16:18], "big"), int.from_bytes(data[28:32], "big")
+    data[28:32] = (pages + extra).to_bytes(4, "big")
+    graph.write_bytes(bytes(data) + b"\0" * page_size * extra)
+
+
+async def test_restore_of_a_damaged_backup_refuses_it_in_one_line(settings: Settings, tmp_path: Path) -> None:
+    """A backup ``integrity_check`` finds damaged is refused, nothing changed, with one line: how
+    many problems and the first — not SQLite's report, a line per problem under its heading."""
+    await ingested(settings, tmp_path, [session("s1", TURNS)])
+    env = {"REM_DATA_DIR": str(settings.data_dir)}
+    backup = tmp_path / "backup.sqlite3"
+    assert run_cli("backup", str(backup), env=env).returncode == 0
+    pages_never_used(backup, 3)
+    before = charged(settings.graph_path)
+    done = run_cli("restore", str(backup), env=env)
+    assert done.returncode == 1
+    assert [line for line in done.stderr.splitlines() if not line.startswith("{")] == [
+        f"rem-cycle: restore from {backup} failed, nothing was changed: {backup} failed integrity_check: "
+        f"3 problems, the first: Page {int.from_bytes(backup.read_bytes()[28:32], 'big') - 2} is never used"
+    ], done.stderr
+    assert charged(settings.graph_path) == before
