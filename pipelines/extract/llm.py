@@ -55,6 +55,10 @@ MAX_RESPONSE_BYTES = 16 * 2**20
 # no such model or URL, rate limit or quota, bad gateway, unavailable. (Not 403: a firewall in front
 # of the server may refuse one prompt for what it says.)
 OUTAGE_STATUSES = frozenset({401, 404, 429, 502, 503})
+# Answers that say no endpoint is there for the request (no such path, method not allowed or not
+# implemented — a static web server, or REM_LLM_BASE_URL without its ``/v1``): a configuration
+# failure, no chunk's, that no retry and no backoff mends.
+NO_ENDPOINT_STATUSES = frozenset({404, 405, 501})
 _CONTEXT_OVERFLOW = re.compile(r"context[ _-]?(length|window|size)|maximum context|too many tokens|prompt is too long|exceeds", re.I)
 _FORMAT_REJECTED = re.compile(r"response_format|json_schema|json_object|structured", re.I)
 
@@ -139,7 +143,8 @@ class OpenAIExtractor:
 
     async def ping(self) -> None:
         """Raise :class:`ExtractionFailure` ``provider-error`` unless the server answers ``GET /models``
-        (any answer below 500 except 401/403 counts: some servers do not list models)."""
+        (any answer below 500 except 401/403, 404 and 405 counts: some servers refuse to list
+        models; one with no such path is no OpenAI-compatible API there, see :func:`no_endpoint`)."""
         assert self._client is not None, "use the extractor as an async context manager"
         seconds = min(10.0, self.settings.llm_timeout_seconds)
         try:
@@ -151,6 +156,8 @@ class OpenAIExtractor:
             raise ExtractionFailure("provider-error", f"LLM server {self.base_url} did not answer within {seconds:g}s") from exc
         except httpx.HTTPError as exc:
             raise ExtractionFailure("provider-error", f"LLM server {self.base_url} unreachable: {exc}") from exc
+        if response.status_code in NO_ENDPOINT_STATUSES:
+            raise ExtractionFailure("provider-error", no_endpoint(self.base_url, "GET", "/models", response.status_code))
         if response.status_code in (401, 403) or response.status_code >= 500:
             raise ExtractionFailure("provider-error", f"LLM server {self.base_url} answered HTTP {response.status_code}")
 
@@ -227,6 +234,13 @@ class OpenAIExtractor:
                     continue
                 if response.status_code in (400, 413) and _CONTEXT_OVERFLOW.search(text):
                     raise ExtractionFailure("context-overflow", f"HTTP {response.status_code}: {text}")
+                if response.status_code in NO_ENDPOINT_STATUSES:
+                    # Not a try of the chunk: no model worked on it (unsent, unless an earlier
+                    # request of this unit was paid for), and no retry mends the address.
+                    raise ExtractionFailure(
+                        "provider-error", no_endpoint(self.base_url, "POST", "/chat/completions", response.status_code, text),
+                        tokens_in=usage[0], tokens_out=usage[1], outage=True, unsent=not any(usage),
+                    )
                 failure = ExtractionFailure("provider-error", f"HTTP {response.status_code}: {text}",
                                             outage=response.status_code in OUTAGE_STATUSES)
                 if response.status_code not in (408, 409, 429) and response.status_code < 500:
@@ -302,6 +316,18 @@ class OpenAIExtractor:
             # The earlier system's lesson: an empty answer means the prompt overflowed the context.
             raise ExtractionFailure("context-overflow", "empty answer", tokens_in=usage[0], tokens_out=usage[1])
         return content
+
+
+def no_endpoint(base_url: str, method: str, path: str, status: int, said: str = "") -> str:
+    """What to say of an answer in :data:`NO_ENDPOINT_STATUSES`: the URL, the usual cause, and
+    (``said``) the start of what the server answered — a chat request's 404 may also be a model the
+    server does not have (Ollama's ``model "…" not found``)."""
+    hint = (f"; REM_LLM_BASE_URL usually ends in /v1 (try {base_url}/v1)" if not base_url.endswith("/v1")
+            else "; check REM_LLM_BASE_URL")
+    if said:
+        hint += f" (or REM_LLM_MODEL, if it names a model the server lacks): {' '.join(said.split())[:200]}"
+    return (f"LLM server {base_url} has no OpenAI-compatible API there: {method} {base_url}{path} answered "
+            f"HTTP {status}{hint}")
 
 
 def _token_count(value: Any) -> int:

@@ -355,10 +355,11 @@ async def _extract_one(
     except ExtractionFailure as failure:
         latency = round((time.perf_counter() - started) * 1000, 1)
         if failure.unsent:
-            # The request never reached the server (its connection refused): no try against the
-            # chunk, so no row and no backoff — N workers whose connections are refused record
-            # nothing N times. The next cycle's provider-ready check (llm-unavailable while the
-            # server stays away) is what keeps it from being asked again too soon.
+            # No model worked on the request (its connection refused, or no endpoint at the URL):
+            # no try against the chunk, so no row and no backoff — N workers whose connections are
+            # refused record nothing N times. The next cycle's provider-ready check
+            # (llm-unavailable while the server stays away or its URL is wrong) is what keeps it
+            # from being asked again too soon.
             log.warning("chunk extraction failed", chunk_id=unit.unit_id, kind=failure.kind, error=str(failure)[:300],
                         attempts=failed_before, recorded=False)
             return UnitOutcome(unit, "failed", None, failure.kind, str(failure), latency_ms=latency, outage=True)

@@ -194,8 +194,9 @@ class ExtractionFailure(Exception):
     """A chunk could not be extracted; ``kind`` is one of :data:`FAILURE_KINDS`. ``outage``: the
     model server could not be reached, or refused to work on any request (rate limit or quota,
     bad gateway, unavailable) — a failure that says nothing about the chunk. ``unsent``: an
-    outage whose last request never reached the server (its connection refused) and that paid
-    nothing: no try against the chunk (:func:`pipelines.extract.map.map_units` records none)."""
+    outage whose last request no model worked on (its connection refused, or no chat-completions
+    endpoint at the configured URL) and that paid nothing: no try against the chunk
+    (:func:`pipelines.extract.map.map_units` records none)."""
 
     def __init__(
         self, kind: str, message: str, *, tokens_in: int = 0, tokens_out: int = 0, outage: bool = False, unsent: bool = False
