@@ -42,7 +42,17 @@ def forwarding_proxy(upstream_url: str, before_forward: Callable[[bytes], bool])
         def log_message(self, *args: Any) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
+    try:
+        with serving(Handler) as url:
+            yield url
+    finally:
+        upstream.close()
+
+
+@contextmanager
+def serving(handler: Callable[..., BaseHTTPRequestHandler]) -> Iterator[str]:
+    """A threaded HTTP server of ``handler`` on 127.0.0.1; yields its URL, shut down at the end."""
+    server = ThreadingHTTPServer(("127.0.0.1", free_port()), handler)
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -51,7 +61,6 @@ def forwarding_proxy(upstream_url: str, before_forward: Callable[[bytes], bool])
     finally:
         server.shutdown()
         server.server_close()
-        upstream.close()
 
 
 @contextmanager

@@ -145,20 +145,25 @@ async def test_what_forget_reports_removed_is_what_left_the_graph(settings: Sett
     await _build(settings, tmp_path, ["a", "b", "c"])
     db = Database(settings.graph_path)
     try:
-        graph = GraphStore(db)
-
-        def totals() -> tuple[int, int]:
-            counts = graph.counts()
-            return counts["node_total"], counts["edge_total"]
-
-        for forget, item in ((forget_memory, "b-t0"), (forget_session, "a"), (forget_memory, "c-t1"), (forget_session, "b")):
-            nodes, edges = totals()
-            report = forget(DatabaseUnitOfWork(db), item)
-            after = totals()
-            assert (report["nodes_removed"], report["edges_removed"]) == (nodes - after[0], edges - after[1]), item
-            assert report["edges_removed"] > 0
+        _forget_counting((forget_memory, "b-t0"), (forget_session, "a"), (forget_memory, "c-t1"), (forget_session, "b"), db=db)
     finally:
         db.close()
+
+
+def _forget_counting(*forgets: tuple[Any, str], db: Any) -> None:
+    """Each ``(forget, item)`` in turn, its report's removal counts checked against the graph's totals."""
+    graph = GraphStore(db)
+
+    def totals() -> tuple[int, int]:
+        counts = graph.counts()
+        return counts["node_total"], counts["edge_total"]
+
+    for forget, item in forgets:
+        nodes, edges = totals()
+        report = forget(DatabaseUnitOfWork(db), item)
+        after = totals()
+        assert (report["nodes_removed"], report["edges_removed"]) == (nodes - after[0], edges - after[1]), item
+        assert report["edges_removed"] > 0
 
 
 @pytest.mark.both_backends
@@ -180,18 +185,7 @@ async def test_forget_reads_the_edges_it_counts_and_rewrites_in_batches(
     monkeypatch.setattr(GraphStore, "get_edge", counted)
     db = open_database(settings)
     try:
-        graph = GraphStore(db)
-
-        def totals() -> tuple[int, int]:
-            counts = graph.counts()
-            return counts["node_total"], counts["edge_total"]
-
-        for forget, item in ((forget_memory, "b-t0"), (forget_session, "a"), (forget_memory, "c-t1")):
-            nodes, edges = totals()
-            report = forget(DatabaseUnitOfWork(db), item)
-            after = totals()
-            assert (report["nodes_removed"], report["edges_removed"]) == (nodes - after[0], edges - after[1]), item
-            assert report["edges_removed"] > 0
+        _forget_counting((forget_memory, "b-t0"), (forget_session, "a"), (forget_memory, "c-t1"), db=db)
     finally:
         db.close()
     assert one_by_one == []

@@ -9,16 +9,16 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import threading
 from collections.abc import Iterator
 from functools import partial
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from http.server import SimpleHTTPRequestHandler
 from pathlib import Path
 
 import pytest
 
 from config import Settings
 from tests.conftest import run_cli
+from tests.http_proxy import serving
 from tests.llm_server import LLMServer, Status
 from tests.llm_server import llm_server  # noqa: F401 - fixture
 from tests.test_extract_cycle import TURNS, llm_settings, session
@@ -36,14 +36,8 @@ def static_server(tmp_path: Path) -> Iterator[str]:
     """A plain web server of an empty folder: GET answers 404, POST 501 (``<!DOCTYPE HTML>``)."""
     folder = tmp_path / "www"
     folder.mkdir()
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), partial(_Quiet, directory=str(folder)))
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+    with serving(partial(_Quiet, directory=str(folder))) as url:
+        yield url
 
 
 def _chunk_rows(graph: Path) -> list[tuple[str, str, int]]:
