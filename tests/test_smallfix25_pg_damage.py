@@ -9,12 +9,15 @@ model server."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import psycopg
 import pytest
 
 from config import Settings
+from store.backend import open_database
+from store.errors import DatabaseDamagedError
 from tests.llm_server import LLMServer
 from tests.llm_server import llm_server  # noqa: F401 - fixture
 from tests.test_extract_cycle import TURNS, llm_settings, session
@@ -47,3 +50,28 @@ async def test_pages_postgresql_finds_damaged_end_the_cycle_as_a_damaged_file_do
     held = (mine.data_dir / "held-answers.jsonl").read_text().splitlines()
     assert len(held) == 1 and json.loads(held[0])["session_id"] == "s0"
     assert Liveness(mine).check() == {"status": "unhealthy", "reason": "database-damaged"}
+
+
+def test_an_index_page_damaged_on_disk_is_a_damaged_database(settings: Settings, database_url: str) -> None:
+    """The server's own ``data_corrupted``, for real: an index's leaf page overwritten in its file,
+    then read. ``REINDEX`` writes the index's pages to the file, not through the server's buffer
+    cache, so the next read of the page reads the damage ("invalid page in block 1 of relation …");
+    the server's data directory is its backend's working directory. Before, a ``DatabaseError``."""
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE damaged (id integer PRIMARY KEY, body text)")
+        conn.execute("INSERT INTO damaged SELECT g, 'x' FROM generate_series(1, 100) g")
+        conn.execute("REINDEX INDEX damaged_pkey")
+        pid, relative = conn.execute("SELECT pg_backend_pid(), pg_relation_filepath('damaged_pkey')").fetchone()
+        try:
+            with (Path(os.readlink(f"/proc/{pid}/cwd")) / relative).open("r+b") as pages:
+                pages.seek(8192)  # block 1: the tree's one leaf (block 0 is its meta page)
+                pages.write(b"\xff" * 24)  # its header: no longer a page
+        except OSError as exc:
+            pytest.skip(f"the PostgreSQL server's files are not writable from here ({exc})")
+    db = open_database(settings)
+    try:
+        with pytest.raises(DatabaseDamagedError, match=r"invalid page in block 1 of relation"), db.transaction() as conn:
+            conn.execute("SET LOCAL enable_seqscan = off")  # 100 rows: read through the index, as a big table is
+            conn.execute("SELECT body FROM damaged WHERE id = 7").fetchall()
+    finally:
+        db.close()
