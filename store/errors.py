@@ -60,7 +60,8 @@ class DatabaseUnreadableError(DatabaseError):
 
 class DatabaseDamagedError(DatabaseUnreadableError):
     """The database's file is damaged (SQLite's ``SQLITE_CORRUPT``, "database disk image is
-    malformed", and ``SQLITE_NOTADB``): no wait or retry mends it. A cycle that meets it ends
+    malformed", and ``SQLITE_NOTADB``; PostgreSQL's ``data_corrupted`` and ``index_corrupted``,
+    XX001 and XX002): no wait or retry mends it. A cycle that meets it ends
     (``database-damaged``), charging no session, for the operator to restore a backup."""
 
     reason_code = "database-damaged"

@@ -45,6 +45,7 @@ from store.errors import (
     ConnectionsExhaustedError,
     ConstraintError,
     DatabaseBusyError,
+    DatabaseDamagedError,
     DatabaseError,
     DatabaseFullError,
     DatabaseUnreadableError,
@@ -129,6 +130,9 @@ def _row_factory(cursor: psycopg.Cursor[Any]) -> Any:
 _BUSY_STATES = frozenset({"40001", "40P01", "55P03", "53300"})  # serialization, deadlock, lock, too many connections
 _INTERRUPT_STATES = frozenset({"57014"})  # query_canceled (statement_timeout)
 _DISK_FULL_STATE = "53100"  # disk_full
+# data_corrupted, index_corrupted: the server found a table's or an index's pages damaged. As a
+# damaged SQLite file, no wait or retry mends it (store.errors.DatabaseDamagedError).
+_DAMAGED_STATES = frozenset({"XX001", "XX002"})
 # program_limit_exceeded (an index row, a tsvector, a statement over the server's limits): what was
 # asked for is too big, every time it is asked. psycopg calls it an OperationalError, as it does a
 # lost connection; it is the caller's own failure, not the database's (store.errors.DATABASE_OUTAGES).
@@ -146,6 +150,8 @@ def store_error(exc: BaseException) -> DatabaseError:
         kind = QueryInterruptedError
     elif state == _DISK_FULL_STATE:
         kind = DatabaseFullError
+    elif state in _DAMAGED_STATES:
+        kind = DatabaseDamagedError
     elif state.startswith(_PROGRAM_LIMIT_CLASS):
         kind = DatabaseError
     elif isinstance(exc, psycopg.OperationalError) or state.startswith(("08", "28", "3D")) or state == "42501":

@@ -119,6 +119,16 @@ def test_show_as_of_before_a_node_was_known_says_so(sample: dict[str, str]) -> N
     assert run_cli("show", "CLASS:Nope", "--as-of", "2020-01-01", env=sample).stderr.strip() == "rem-cycle: no node 'CLASS:Nope'"
 
 
+def test_show_as_of_by_name_before_the_node_was_known_says_so(sample: dict[str, str]) -> None:
+    """``show LazyEdgeQueue --as-of 2020-01-01`` (the node's name, as ``show`` takes it) said
+    ``no node 'LazyEdgeQueue'``: the look-up of the node as it is now was given the name, not the id."""
+    before = run_cli("show", "lazyedgequeue", "--as-of", "2020-01-01", env=sample)
+    assert before.returncode == 1
+    assert before.stderr.strip() == ("rem-cycle: CLASS:LazyEdgeQueue was not known yet as of 2020-01-01T23:59:59.999Z "
+                                     "(first seen 2026-11-10T10:49:15.000Z)")
+    assert run_cli("show", "NoSuchName", "--as-of", "2020-01-01", env=sample).stderr.strip() == "rem-cycle: no node 'NoSuchName'"
+
+
 def test_help_names_both_engines() -> None:
     """``rem-cycle --help`` opened with "into an SQLite knowledge graph" for a user whose
     ``REM_DATABASE_URL`` names PostgreSQL, as README's first section says it may."""

@@ -526,7 +526,7 @@ async def cmd_search(settings: Settings, args: argparse.Namespace) -> int:
 
 async def cmd_show(settings: Settings, args: argparse.Namespace) -> int:
     from store.ids import InvalidIdError
-    from worker.knowledge import search_graph, show_node
+    from worker.knowledge import show_node
     from worker.views import print_node
 
     try:
@@ -536,13 +536,12 @@ async def cmd_show(settings: Settings, args: argparse.Namespace) -> int:
         return EXIT_USAGE
     if view is None:
         # Not an id: an exact (case-insensitive) name or alias of exactly one node is good enough.
-        hits = await anyio.to_thread.run_sync(lambda: search_graph(settings, args.node_id, limit=20, as_of=args.as_of))
-        named = unicodedata.normalize("NFC", args.node_id).casefold()  # names are NFC: e + U+0301 is é
-        exact = [h for h in hits if named in {a.casefold() for a in [h["name"], *h["aliases"]]}]
+        exact, hits = await _named(settings, args.node_id, as_of=args.as_of)
         view = await show_node(settings, exact[0]["id"], limit=args.limit or None, as_of=args.as_of) if len(exact) == 1 else None
         if view is None:
-            # A node the graph has now but did not know by --as-of is no unknown node: say so, and since when.
-            now = await show_node(settings, args.node_id, limit=1) if args.as_of else None
+            # A node the graph has now but did not know by --as-of is no unknown node: say so, and
+            # since when — whether it was asked for by its id or by its name.
+            now = await _shown_now(settings, args.node_id) if args.as_of else None
             if now is not None:
                 print(f"rem-cycle: {_not_known_yet(now, args.as_of)}", file=sys.stderr)
                 return EXIT_FAILED
@@ -551,6 +550,27 @@ async def cmd_show(settings: Settings, args: argparse.Namespace) -> int:
             return EXIT_FAILED
     _emit(args, view, lambda: print_node(view))
     return EXIT_OK
+
+
+async def _named(settings: Settings, name: str, *, as_of: str | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The search hits for ``name`` as of ``as_of``, and those of them whose name or an alias is
+    ``name`` (case-insensitive)."""
+    from worker.knowledge import search_graph
+
+    hits = await anyio.to_thread.run_sync(lambda: search_graph(settings, name, limit=20, as_of=as_of))
+    named = unicodedata.normalize("NFC", name).casefold()  # names are NFC: e + U+0301 is é
+    return [h for h in hits if named in {a.casefold() for a in [h["name"], *h["aliases"]]}], hits
+
+
+async def _shown_now(settings: Settings, wanted: str) -> dict[str, Any] | None:
+    """The node ``wanted`` (an id, or the name or alias of exactly one node) as the graph has it now."""
+    from worker.knowledge import show_node
+
+    now = await show_node(settings, wanted, limit=1)
+    if now is None:
+        exact, _ = await _named(settings, wanted, as_of=None)
+        now = await show_node(settings, exact[0]["id"], limit=1) if len(exact) == 1 else None
+    return now
 
 
 def _not_known_yet(view: dict[str, Any], as_of: str) -> str:
