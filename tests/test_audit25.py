@@ -23,7 +23,7 @@ async def test_a_node_said_in_many_sessions_does_not_crowd_the_others_out_of_sea
             for node, sessions, description in (("CONCEPT:alpha", 45, "a widget queue"), ("CONCEPT:beta", 1, "a widget queue for the retries")):
                 conn.execute("INSERT INTO nodes VALUES (?, 'CONCEPT', ?, '{}', 't', 't')", (node, node.split(":")[1]))
                 for n in range(sessions):
-                    anchor = f"session:alice-s1" if n == 0 else f"session:x{n}"
+                    anchor = "session:alice-s1" if n == 0 else f"session:x{n}"
                     conn.execute("INSERT INTO node_points(node_id, anchor, memory_id, observed_at, extracted_for) "
                                  "VALUES (?, ?, '', '2026-11-01T10:00:00Z', ?)", (node, anchor, node))
                     conn.execute("INSERT INTO node_claims(node_id, anchor, extracted_for, description) VALUES (?, ?, ?, ?)",
