@@ -397,8 +397,13 @@ class RecallIndex:
         claim_visible, cvp = _visible("d.anchor", scope)
         claim_known, ckp = _known("c.observed_at", scope)
         fts = self.db.dialect
+        # A node has a name row and a row per claim (per session that described it): its best row
+        # ranks it, chosen in SQL. Cutting the rows first (``limit`` × 4 of them) let one node said
+        # in that many sessions fill them all, and the others that match were never listed. The
+        # rows are materialized first: SQLite's bm25() cannot be asked under a GROUP BY.
         rows = self.db.query(
-            f"SELECT d.node_id, {fts.fts_rank('recall_node_docs', 'd', _NODE_COLUMN_WEIGHTS)} AS score "
+            "WITH hits AS MATERIALIZED ("
+            f"SELECT d.node_id, d.id, {fts.fts_rank('recall_node_docs', 'd', _NODE_COLUMN_WEIGHTS)} AS score "
             f"FROM {fts.fts_source('recall_node_docs', 'd')} WHERE {fts.fts_match('recall_node_docs', 'd')} "
             # A claim row counts with a known point of its own session (one index probe: that point
             # is visible too); a name row with any visible known point. Asking the second of every
@@ -406,11 +411,10 @@ class RecallIndex:
             f"AND ((d.kind = 'claim' AND {claim_visible} AND EXISTS (SELECT 1 FROM node_points AS c "
             f"WHERE c.node_id = d.node_id AND c.anchor = d.anchor AND {claim_known})) "
             f"OR (d.kind = 'name' AND EXISTS (SELECT 1 FROM node_points AS p WHERE p.node_id = d.node_id AND {point_visible} AND {point_known}))) "
-            "ORDER BY score, d.id LIMIT ?",
-            (match, *cvp, *ckp, *pvp, *pkp, limit * 4),
+            ") SELECT node_id FROM hits GROUP BY node_id ORDER BY MIN(score), MIN(id) LIMIT ?",
+            (match, *cvp, *ckp, *pvp, *pkp, limit),
         )
-        # A node has a name row and a row per claim: its best row ranks it.
-        return list(dict.fromkeys(r[0] for r in rows))[:limit]
+        return [r[0] for r in rows]
 
     def point_counts(self, node_ids: Sequence[str], *, cap: int) -> dict[str, int]:
         """How many provenance points each node has in the whole graph, counted up to ``cap`` (so a
