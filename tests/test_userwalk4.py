@@ -125,3 +125,12 @@ def test_an_output_folder_that_cannot_be_made_or_written_names_the_target(digest
     assert export.stderr.splitlines() == [
         f"rem-cycle: cannot write {locked / 'g.json'}: Permission denied in its folder {locked} "
         "(name a file in a folder this user may create and write in)"]
+
+
+def test_status_names_the_embedded_chroma_in_full(digested_sample: Path, tmp_path: Path) -> None:
+    """With the default relative data dir, ``status`` said ``data dir /abs/.rem-data · chroma
+    embedded at .rem-data/chroma``: the one path of the line a reader elsewhere cannot place."""
+    copy_digested_sample(digested_sample, tmp_path / ".rem-data")
+    done = run_cli("status", env={"REM_DATA_DIR": ".rem-data"}, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert f"data dir {tmp_path / '.rem-data'} · chroma embedded at {tmp_path / '.rem-data' / 'chroma'}" in done.stdout, done.stdout
