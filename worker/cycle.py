@@ -620,7 +620,8 @@ async def _host_lock(settings: Settings, *, lock_path: Path | None = None, what:
         if not held and not follow:
             # The process that holds it, as it wrote itself in the file (status shows its run).
             running = lock_holder(path, root=settings.data_dir) or "a process that did not say which"
-            raise CycleBusyError(f"another {what} is running on {settings.data_dir}: {running} (it holds {path})")
+            raise CycleBusyError(f"another {what} is running on {os.path.abspath(settings.data_dir)}: {running} "
+                                 f"(it holds {os.path.abspath(path)})")
         yield held
 
 
