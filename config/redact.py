@@ -5,7 +5,9 @@ chunk errors, ``status``).
 It masks two kinds of secret:
 
 - credentials inside any URL in the text (``http://user:secret@host`` → ``http://user:***@host``,
-  ``?api_key=secret`` → ``?api_key=***``), whether or not they were configured;
+  ``?api_key=secret`` → ``?api_key=***``, ``http://token@host`` → ``http://***@host``), whether
+  or not they were configured — but a PostgreSQL URL's user without a password is its role name,
+  kept (``postgresql://rem@db/rem``);
 - the configured secret values (tokens, API keys, URL passwords) wherever they appear, once
   :func:`remember_secrets` was called — they are process-wide, like the settings they come from.
 """
@@ -30,6 +32,9 @@ _SECRET_NAME = r"[A-Za-z0-9_.-]*(?:api[_-]?key|token|secret|password|passwd|pwd|
 # scheme://userinfo@ — greedy up to the last '@' before the path, so an unencoded '@' in a password is covered.
 _URL_USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^\s/?#]*)@")
 _SECRET_PARAMETER = re.compile(rf"(?P<name>[?&;]{_SECRET_NAME}=)[^&#\s'\"()<>\[\]]*", re.IGNORECASE)
+
+# URL schemes whose user part, without a password, is a name and not a secret (_user_is_a_name).
+_NAMED_USER_SCHEMES = frozenset({"postgresql", "postgres"})
 
 _remembered: set[str] = set()
 T = TypeVar("T")
@@ -83,8 +88,17 @@ def _redact_text(text: str, also: Iterable[str]) -> str:
 
 def _mask_userinfo(match: re.Match[str]) -> str:
     user, colon, _ = match["userinfo"].partition(":")
-    # Without a password, the user part itself is the credential (a token used as a user name).
-    return f"{match['scheme']}{user}:{MASK}@" if colon else f"{match['scheme']}{MASK}@"
+    if colon:
+        return f"{match['scheme']}{user}:{MASK}@"
+    return f"{match['scheme']}{user}@" if _user_is_a_name(match["scheme"]) else f"{match['scheme']}{MASK}@"
+
+
+def _user_is_a_name(scheme: str) -> bool:
+    """Whether a URL of ``scheme`` (``postgresql://`` or ``postgresql``) without a password names
+    a user in its user part. A PostgreSQL URL's is a role name (libpq takes a password only after
+    ``:`` or as ``password=``), shown so the operator sees which role connects; any other URL's may
+    be the credential itself (a token used as a user name), so it is masked."""
+    return scheme.lower().removesuffix("://") in _NAMED_USER_SCHEMES
 
 
 def _url_secrets(url: str) -> set[str]:
@@ -96,6 +110,7 @@ def _url_secrets(url: str) -> set[str]:
     userinfo = parts.netloc.rpartition("@")[0]
     if userinfo:
         user, colon, password = userinfo.partition(":")
-        found.add(password if colon else user)
+        if colon or not _user_is_a_name(parts.scheme):
+            found.add(password if colon else user)
     found |= {value for name, value in parse_qsl(parts.query) if re.fullmatch(_SECRET_NAME, name, re.IGNORECASE)}
     return found | {unquote(value) for value in found}

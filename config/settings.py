@@ -223,7 +223,14 @@ class Settings(BaseSettings):
             raise ValueError(f"must start with http:// or https://{empty}")
         if problem := _unreadable_url(value, example="http://[::1]:8000"):
             raise ValueError(problem)
-        return value.rstrip("/") if info.field_name == "chroma_url" else value
+        if info.field_name != "chroma_url":
+            return value
+        parts = urlsplit(value)
+        if parts.path.strip("/") or parts.query or parts.fragment:
+            # The client asks {scheme}://{host}:{port}/api/v2/…: anything after the port was dropped.
+            raise ValueError("must be the Chroma server's address with nothing after the port (http://host:8000): "
+                             "rem-cycle's client adds /api/v2 itself, and a path, query or fragment is not used")
+        return value.rstrip("/")
 
     @field_validator("database_url")
     @classmethod

@@ -558,7 +558,9 @@ def recall(
     rankings: dict[str, list[str]] = {}
     report: dict[str, Any] = {
         "terms": {"used": used, "common": [t for t in terms if t not in used], "bm25": ranked},
-        "scope": {"user": request.user, "session": request.session, "as_of": request.as_of,
+        # The session as the answer's sessions and ``show`` name it, however it was given.
+        "scope": {"user": request.user, "session": None if request.session is None else session_anchor(request.session),
+                  "as_of": request.as_of,
                   "sessions_visible": None if scope.sessions is None else len(scope.sessions)},
         "weights": {s: weights.of(s) for s in SIGNALS} | {"rrf_k": weights.rrf_k, "keyword_anchor": weights.keyword_anchor,
                                                           "scene_vote": weights.scene_vote, "passage_anchor": weights.passage_anchor},

@@ -7,6 +7,8 @@ see one async surface either way. The worker only reads; ``upsert_*`` exists for
 
 from __future__ import annotations
 
+import os
+
 import math
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -685,4 +687,6 @@ def _brief(exc: BaseException) -> str:
 
 
 def _where(settings: Settings) -> str:
-    return redact(settings.chroma_url) or f"embedded at {settings.chroma_path}"
+    # In full, as status gives the data dir and the graph database: a relative path means nothing
+    # to whoever reads a log or an MCP client's error from another working directory.
+    return redact(settings.chroma_url) or f"embedded at {os.path.abspath(settings.chroma_path)}"

@@ -104,10 +104,12 @@ def confined_dir(path: str | os.PathLike[str], *, root: str | os.PathLike[str]) 
 
 
 @contextmanager
-def exclusive_lock(path: str | os.PathLike[str], *, root: str | os.PathLike[str]) -> Iterator[bool]:
-    """Try an exclusive ``flock`` on the lock file ``path`` (created confined, never truncated);
-    yields ``True`` while held, ``False`` at once when another process holds it. The kernel drops
-    the lock when the process dies, even by SIGKILL."""
+def exclusive_lock(path: str | os.PathLike[str], *, root: str | os.PathLike[str], holder: str | None = None) -> Iterator[bool]:
+    """Try an exclusive ``flock`` on the lock file ``path`` (created confined); yields ``True``
+    while held, ``False`` at once when another process holds it. The kernel drops the lock when
+    the process dies, even by SIGKILL. ``holder``: a line saying who holds it, written into the
+    file while held (and emptied at release) for :func:`lock_holder` to read; only the holder
+    writes the file."""
     fd = open_confined(path, os.O_RDWR | os.O_CREAT, root=root)
     try:
         try:
@@ -115,9 +117,30 @@ def exclusive_lock(path: str | os.PathLike[str], *, root: str | os.PathLike[str]
         except BlockingIOError:
             yield False
             return
-        yield True
+        # What an earlier holder wrote is no one's now (it may have died without emptying it).
+        os.ftruncate(fd, 0)
+        if holder is not None:
+            os.pwrite(fd, holder.encode("utf-8", "replace"), 0)
+        try:
+            yield True
+        finally:
+            os.ftruncate(fd, 0)
     finally:
         os.close(fd)  # also releases the flock
+
+
+def lock_holder(path: str | os.PathLike[str], *, root: str | os.PathLike[str]) -> str | None:
+    """The line the holder of the lock file ``path`` wrote (:func:`exclusive_lock`'s ``holder``),
+    or None when it wrote none (or the file is gone or unreadable: the caller says less)."""
+    try:
+        fd = open_confined(path, os.O_RDONLY, root=root)
+    except OSError:
+        return None
+    try:
+        said = os.pread(fd, 512, 0).decode("utf-8", "replace").strip()
+    finally:
+        os.close(fd)
+    return said or None
 
 
 def _refuse_unsafe(mode: int, links: int, path: Path, *, written: bool) -> None:

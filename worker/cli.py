@@ -456,6 +456,23 @@ def _refused_output(settings: Settings, path: str) -> bool:
     return True
 
 
+def _cannot_write(target: str, exc: OSError) -> str | None:
+    """One line for an ``OSError`` met making ``target``'s folder or writing ``target`` (or the
+    file written beside it and renamed onto it), naming the target as given and what to do; None
+    when the error is about another file (the caller lets it go on)."""
+    if not exc.filename:
+        return None
+    failed, wanted = Path(os.path.abspath(exc.filename)), Path(os.path.abspath(target))
+    reason = exc.strerror or str(exc)
+    if failed in wanted.parents:
+        why = f"cannot create its folder {failed}: {reason}"
+    elif failed.parent == wanted.parent and failed.name.startswith(wanted.name):
+        why = f"{reason} in its folder {wanted.parent}"
+    else:
+        return None
+    return f"rem-cycle: cannot write {target}: {why} (name a file in a folder this user may create and write in)"
+
+
 class _StdoutInPieces:
     """Stdout written a piece at a time. A write larger than its buffer that a pipe's reader leaves
     mid-way (``export --format graphml | head``) returns the short count from CPython's buffered
@@ -501,7 +518,13 @@ async def _export_file(settings: Settings, args: argparse.Namespace, progress: C
 
     progress.describe = lambda: f"{args.out} was not written"
     with progress.to_the_end():
-        counts = await anyio.to_thread.run_sync(write)
+        try:
+            counts = await anyio.to_thread.run_sync(write)
+        except OSError as exc:
+            if (said := _cannot_write(args.out, exc)) is None:
+                raise
+            print(said, file=sys.stderr)
+            return EXIT_FAILED
         _emit(
             args,
             {"out": args.out, "format": args.format, **counts},
@@ -772,6 +795,11 @@ async def cmd_backup(settings: Settings, args: argparse.Namespace, progress: Com
             payload = await anyio.to_thread.run_sync(backup, settings, Path(args.path))
         except StoreError as exc:
             print(f"rem-cycle: backup failed: {exc}", file=sys.stderr)
+            return EXIT_FAILED
+        except OSError as exc:
+            if (said := _cannot_write(args.path, exc)) is None:
+                raise
+            print(said, file=sys.stderr)
             return EXIT_FAILED
         _emit(args, payload, lambda: print(f"backed up {database_location(settings)} to {payload['path']} ({payload['bytes']} bytes, integrity ok)"))
         return EXIT_OK

@@ -37,7 +37,7 @@ from pipelines.forget import MassRetractionRefused, retract_vanished, sessions_t
 from pipelines.ingest import ScanResult, mark_holds, scan_changed_sessions, sessions_to_sync, sync_batch_isolating_failures
 from store.chroma import ChromaStore, ChromaStoreError, ChromaUnavailableError, TurnsHandOff
 from store.claims import CYCLE_LOCK, ClaimStore, LockStore, TextClaimStore, host_identity, worker_owner
-from store.confined import UnsafePathError, exclusive_lock
+from store.confined import UnsafePathError, exclusive_lock, lock_holder
 from store.backend import database_exists, database_location, open_database, open_database_at
 from store.db import Database
 from store.errors import LeaseLostError, SchemaTooNewError, StoreError
@@ -615,9 +615,13 @@ async def _host_lock(settings: Settings, *, lock_path: Path | None = None, what:
     """Hold the lock file and yield ``True``; when another process holds it, yield ``False`` if
     ``follow`` else raise :class:`CycleBusyError`."""
     path = lock_path or settings.lock_path
-    with exclusive_lock(path, root=settings.data_dir) as held:
+    holder = f"pid {os.getpid()} on {host_identity()} since {utc_now()}"
+    with exclusive_lock(path, root=settings.data_dir, holder=holder) as held:
         if not held and not follow:
-            raise CycleBusyError(f"another {what} is running on {settings.data_dir} (lock {path})")
+            # The process that holds it, as it wrote itself in the file (status shows its run).
+            running = lock_holder(path, root=settings.data_dir) or "a process that did not say which"
+            raise CycleBusyError(f"another {what} is running on {os.path.abspath(settings.data_dir)}: {running} "
+                                 f"(it holds {os.path.abspath(path)})")
         yield held
 
 

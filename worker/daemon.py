@@ -50,7 +50,7 @@ async def run_daemon(settings: Settings) -> int:
             await stack.enter_async_context(single_flight(settings, lock_path=daemon_lock_path(settings), what="rem-cycle daemon"))
         # Create/migrate the database before the endpoint starts answering /readyz, and keep a
         # connection for recording crashed cycles (see worker.failures).
-        recorder = FailureRecorder(settings)
+        recorder = FailureRecorder(settings, retries=True)
         await anyio.to_thread.run_sync(recorder.open)
         stack.callback(recorder.close)
         if settings.http_port:

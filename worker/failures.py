@@ -92,6 +92,9 @@ class FailureRecorder:
 
     settings: Settings
     pending: list[RunFailure] = field(default_factory=list)
+    # The daemon's recorder: it flushes what is pending before each cycle. A ``--once`` recorder
+    # never does, so its log line must not promise a retry.
+    retries: bool = False
     _db: Database | None = field(default=None, init=False, repr=False)
     _keep: bool = field(default=False, init=False, repr=False)  # opened: keep a connection
 
@@ -122,7 +125,8 @@ class FailureRecorder:
                     raise
                 self._write_pending()  # on a new connection: the server had dropped the kept one
         except (StoreError, OSError) as exc:
-            log.error("cycle failure not recorded yet, will retry", error=str(exc), pending=[f.run_id for f in self.pending])
+            event = "cycle failure not recorded in rem_runs yet" + (", will retry before the next cycle" if self.retries else "")
+            log.error(event, error=str(exc), pending=[f.run_id for f in self.pending])
             return False
         return True
 
