@@ -34,7 +34,7 @@ from store.errors import QueryInterruptedError
 from store.graph import GraphStore
 from store.ids import InvalidIdError, normalize_graph_node_id, row_kind
 from store.merges import MergeStore
-from store.recall_index import RecallIndex, Scope
+from store.recall_index import RecallIndex, Scope, TurnRecord
 from worker import knowledge
 from worker.knowledge import NoGraphError
 
@@ -204,10 +204,14 @@ async def show_entity(settings: Settings, node_id: str, *, user: str | None = No
         "edges_total": view["edges_total"], "first_seen": view["first_seen"], "last_seen": view["last_seen"],
         "turns_total": view["turns_total"], "turns_error": view["turns_error"],
     }
+    # Each turn as the graph holds it, in scope: ``show`` reads the text from Chroma's row, which an
+    # import not yet digested may have moved into another user's session (``--allow-move``) with
+    # that user's words, while the scope was checked against the graph's copy. Recall serves these.
+    records = await anyio.to_thread.run_sync(_scoped_turns, settings, [t["memory"] for t in view["turns"]], user, as_of)
     turns = [
-        {"memory_id": t["memory"], "session_id": t["session"], "turn_index": t["turn_index"], "role": t["role"],
-         "created_at": t["created_at"], "text": t["text"]}
-        for t in view["turns"]
+        {"memory_id": r.memory_id, "session_id": r.session_id, "turn_index": r.turn_index, "role": r.role,
+         "created_at": r.created_at, "text": r.text}
+        for r in (records.get(t["memory"]) for t in view["turns"]) if r is not None
     ]
     if budget_tokens is not None:
         return pack_entity(entity, turns, budget_tokens=budget_tokens)
@@ -216,12 +220,19 @@ async def show_entity(settings: Settings, node_id: str, *, user: str | None = No
 
 def _row_in_scope(settings: Settings, node_id: str, user: str | None, as_of: str | None) -> bool:
     """Whether the session or turn ``node_id`` is ``user``'s (any, without a user) and known by ``as_of``."""
+    if row_kind(node_id) == "memory":
+        return bool(_scoped_turns(settings, [node_id], user, as_of))
     with open_index(settings) as index:
         scope = _scope(index, user=user, as_of=as_of)
-        if row_kind(node_id) == "memory":
-            return bool(index.turns([node_id], scope))
         # A session before ``as_of`` is judged by ``show`` itself (its view of then).
         return scope.sessions is None or node_id in scope.sessions
+
+
+def _scoped_turns(settings: Settings, memory_ids: list[str], user: str | None, as_of: str | None) -> dict[str, TurnRecord]:
+    """The turns among ``memory_ids`` that are ``user``'s (any, without a user) and known by ``as_of``,
+    with their text, as recall reads them."""
+    with open_index(settings) as index:
+        return index.turns(memory_ids, _scope(index, user=user, as_of=as_of))
 
 
 def _scope(index: RecallIndex, *, user: str | None, as_of: str | None) -> Scope:

@@ -1,0 +1,47 @@
+"""The agent-facing read path, attacked (audit25, twenty-third session): recall, ``search_nodes``
+and ``show_node`` as a hostile or careless agent and a busy system meet them. Real SQLite files
+(and PostgreSQL where marked), embedded Chroma, real cycles, the real ``rem-cycle mcp`` process
+driven by the official SDK client over stdio."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from mcp import Client
+
+from config import Settings
+from pipelines.importer import import_sessions
+from store.chroma import ChromaStore
+from tests.conftest import write_sessions
+from tests.test_mcp import stdio_params
+from tests.test_recall import build, strings
+
+pytestmark = pytest.mark.timeout(120)
+
+BOB_SECRET = "KINGFISHER42"
+
+
+async def test_a_turn_an_import_moved_into_another_users_session_is_not_shown_with_their_words(
+    settings: Settings, tmp_path: Path,
+) -> None:
+    """Alice's turn ``am1`` is moved by ``import --allow-move`` into a session of Bob's, with Bob's
+    words, and no cycle has digested it yet: the graph still holds it as Alice's, in her session.
+    A server pinned to Alice shows it as the graph holds it (as recall does), never Chroma's row."""
+    await build(settings, tmp_path)
+    moved = [{"sessionId": "bob-s9", "title": "Bob private", "createdAt": "2026-11-25T10:00:00Z", "userId": "bob",
+              "summary": "Bob's pay.", "turns": [{"id": "am1", "role": "user", "createdAt": "2026-11-25T10:00:00Z",
+                                                 "text": f"Bob's salary is {BOB_SECRET} dollars."}]}]
+    stats = await import_sessions(write_sessions(tmp_path / "moved.jsonl", moved), chroma=ChromaStore(settings),
+                                  memory_collection=settings.memory_collection,
+                                  summary_collection=settings.session_collection, allow_move=True)
+    assert stats.moves and not stats.bad_lines
+    async with Client(stdio_params(settings, REM_MCP_USER="alice")) as client:
+        shown = await client.call_tool("show_node", {"node_id": "memory:am1"})
+        assert not shown.is_error
+        said = "\n".join(strings(shown.structured_content))
+        assert BOB_SECRET not in said and "session:bob-s9" not in said
+        assert [t["text"] for t in shown.structured_content["turns"]] == [
+            "The LazyEdgeQueue drain loses torn lines when the worker crashes mid-write."]
+        recalled = await client.call_tool("recall", {"query": "torn lines"})
+        assert BOB_SECRET not in "\n".join(strings(recalled.structured_content))
