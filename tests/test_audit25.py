@@ -5,6 +5,7 @@ driven by the official SDK client over stdio."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -12,8 +13,9 @@ from mcp import Client
 
 from config import Settings
 from pipelines.importer import import_sessions
+from pipelines.recall import RecallInputError, parse_as_of
 from store.chroma import ChromaStore
-from tests.conftest import write_sessions
+from tests.conftest import run_cli, write_sessions
 from tests.test_mcp import stdio_params
 from tests.test_recall import build, strings
 
@@ -45,3 +47,26 @@ async def test_a_turn_an_import_moved_into_another_users_session_is_not_shown_wi
             "The LazyEdgeQueue drain loses torn lines when the worker crashes mid-write."]
         recalled = await client.call_tool("recall", {"query": "torn lines"})
         assert BOB_SECRET not in "\n".join(strings(recalled.structured_content))
+
+
+async def test_recall_reads_a_date_as_show_reads_it(settings: Settings, tmp_path: Path) -> None:
+    """``20261101`` (ISO 8601's basic form) is the 1st of November to ``show --as-of``; recall read
+    it as epoch seconds, 1970-08-23, and answered nothing: the same date, two answers."""
+    await build(settings, tmp_path)
+    env = {"REM_DATA_DIR": str(settings.data_dir)}
+    shown = run_cli("show", "memory:am1", "--as-of", "20261101", "--json", env=env)
+    assert shown.returncode == 0, shown.stderr
+    recalled = run_cli("recall", "torn lines", "--as-of", "20261101", "--json", env=env)
+    assert recalled.returncode == 0, recalled.stderr
+    answer = json.loads(recalled.stdout)
+    assert answer["signals"]["scope"]["as_of"] == "2026-11-01T23:59:59.999Z"
+    assert "memory:am1" in [t["memory_id"] for t in answer["turns"]]
+    assert parse_as_of("2026-W44") == "2026-10-26T23:59:59.999Z"  # show's reading of an ISO week date
+
+
+@pytest.mark.parametrize("text", ["2026-11", "Nov 2026", "10:00", "2026-11-01 10:00 PST"])
+def test_an_as_of_that_names_no_whole_date_or_an_unknown_zone_is_refused(text: str) -> None:
+    """dateutil took what the text left out from today (``2026-11`` was the 3rd of November on the
+    3rd of December, the 20th on the 20th) and read ``PST`` as UTC, with a warning on stderr."""
+    with pytest.raises(RecallInputError, match="no whole date|time zone not understood"):
+        parse_as_of(text)
