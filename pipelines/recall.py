@@ -689,9 +689,15 @@ def session_item(session: SessionRecord) -> dict[str, Any]:
     return {"id": session.session_id, "title": session.title, "summary": session.summary, "created_at": session.created_at}
 
 
+def compact_json(value: Any) -> str:
+    """``value`` as the JSON an answer is read in (no indentation, no escaped non-ASCII): the text
+    its budget is estimated on (:func:`item_tokens`) and the MCP tools' text content."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
 def item_tokens(item: dict[str, Any]) -> int:
     """What an item costs in the context it is packed into: the estimate of its compact JSON."""
-    return estimate_tokens(json.dumps(item, ensure_ascii=False, separators=(",", ":")))
+    return estimate_tokens(compact_json(item))
 
 
 def pack_entity(fact: dict[str, Any], turns: list[dict[str, Any]], *, budget_tokens: int) -> dict[str, Any]:

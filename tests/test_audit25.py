@@ -13,10 +13,11 @@ from mcp import Client
 
 from config import Settings
 from pipelines.importer import import_sessions
-from pipelines.recall import RecallInputError, parse_as_of
+from pipelines.chunker import estimate_tokens
+from pipelines.recall import RecallInputError, item_tokens, parse_as_of
 from store.chroma import ChromaStore
 from tests.conftest import run_cli, write_sessions
-from tests.test_mcp import stdio_params
+from tests.test_mcp import stdio_params, text_of
 from tests.test_recall import build, strings
 
 pytestmark = pytest.mark.timeout(120)
@@ -70,3 +71,23 @@ def test_an_as_of_that_names_no_whole_date_or_an_unknown_zone_is_refused(text: s
     3rd of December, the 20th on the 20th) and read ``PST`` as UTC, with a warning on stderr."""
     with pytest.raises(RecallInputError, match="no whole date|time zone not understood"):
         parse_as_of(text)
+
+
+async def test_the_text_a_model_reads_is_the_json_its_budget_was_packed_by(settings: Settings, tmp_path: Path) -> None:
+    """A tool's text content is what most clients put in the model's context. The SDK wrote it as
+    JSON indented by two spaces, a quarter more than the compact JSON each item's tokens are
+    estimated on: the facts, turns and sessions of a full answer took more than ``budget_tokens``."""
+    await build(settings, tmp_path)
+    async with Client(stdio_params(settings)) as client:
+        for name, arguments in (("recall", {"query": "LazyEdgeQueue drain torn payroll", "budget_tokens": 600}),
+                                ("search_nodes", {"query": "LazyEdgeQueue drain Zephyr"}),
+                                ("show_node", {"node_id": "CLASS:LazyEdgeQueue"})):
+            result = await client.call_tool(name, arguments)
+            assert not result.is_error, text_of(result)
+            body = result.structured_content
+            assert json.loads(text_of(result)) == body
+            packed = {k: body[k] for k in ("facts", "turns", "sessions", "nodes") if k in body}
+            unpacked = {k: v for k, v in body.items() if k not in packed}
+            # The items cost what the packing counted, and the brackets and commas between them a few tokens more.
+            assert item_tokens(packed) <= body["used_tokens"] + 30, name
+            assert estimate_tokens(text_of(result)) <= item_tokens(packed) + item_tokens(unpacked), name
