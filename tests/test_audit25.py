@@ -19,6 +19,8 @@ from store.chroma import ChromaStore
 from tests.conftest import run_cli, write_sessions
 from tests.test_mcp import stdio_params, text_of
 from tests.test_recall import build, strings
+from worker.knowledge import merge_node
+from worker.recall import show_entity
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -91,3 +93,20 @@ async def test_the_text_a_model_reads_is_the_json_its_budget_was_packed_by(setti
             # The items cost what the packing counted, and the brackets and commas between them a few tokens more.
             assert item_tokens(packed) <= body["used_tokens"] + 30, name
             assert estimate_tokens(text_of(result)) <= item_tokens(packed) + item_tokens(unpacked), name
+
+
+@pytest.mark.both_backends
+async def test_an_id_merged_away_is_no_entity_to_a_user_who_never_saw_it(settings: Settings, tmp_path: Path) -> None:
+    """``CONCEPT:project zephyr`` is said only in Bob's session; merged by hand into
+    ``CLASS:LazyEdgeQueue``, which Alice sees. ``show_node`` of the old id answered Alice with
+    LazyEdgeQueue, ``redirected_from`` the id, where an id never in the graph is no entity: any id
+    she guessed told her whether Bob's memory held it."""
+    await build(settings, tmp_path)
+    merge_node(settings, "CONCEPT:project zephyr", "CLASS:LazyEdgeQueue")
+    merge_node(settings, "METHOD:drain", "CLASS:LazyEdgeQueue")  # said in Alice's session and Bob's
+    assert await show_entity(settings, "CONCEPT:project zephyr", user="alice", budget_tokens=5000) is None
+    for user in ("bob", None):
+        seen = await show_entity(settings, "CONCEPT:project zephyr", user=user, budget_tokens=5000)
+        assert seen is not None and seen["redirected_from"] == "CONCEPT:project zephyr", user
+    drain = await show_entity(settings, "METHOD:drain", user="alice", budget_tokens=5000)
+    assert drain is not None and drain["id"] == "CLASS:LazyEdgeQueue" and drain["redirected_from"] == "METHOD:drain"

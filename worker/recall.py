@@ -141,7 +141,8 @@ def show_node(settings: Settings, node_id: str, *, user: str | None = None, as_o
               budget_tokens: int | None = None) -> dict[str, Any] | None:
     """One node in ``user``'s scope: its facts, strongest edges and the turns it came from; ``None``
     when it does not exist or is out of scope (the two are not told apart). A node merged into
-    another is that one (``redirected_from``: the id asked for), as ``rem-cycle show`` shows it. With ``budget_tokens``,
+    another is that one (``redirected_from``: the id asked for), as ``rem-cycle show`` shows it,
+    when the merged node was in scope. With ``budget_tokens``,
     packed into it (:func:`pipelines.recall.pack_entity`): a node's turns are verbatim, and 20 tool
     outputs of a popular node can be megabytes."""
     try:
@@ -158,7 +159,9 @@ def show_node(settings: Settings, node_id: str, *, user: str | None = None, as_o
             if facts:
                 break
             onward = merges.records(merged_id=node_id, active=True, limit=1)
-            if not onward:
+            # The id of a node the caller never saw is no entity to them, merged or not: a
+            # redirect would tell that another user's memory held it.
+            if not onward or (scope.sessions is not None and not index.merge_seen(onward[0].merge_id, scope)):
                 return None
             node_id = onward[0].into_id
             facts = index.facts([node_id], scope, exclude_relationships=PROVENANCE_RELATIONSHIPS, edges_per_node=20)
