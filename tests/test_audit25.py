@@ -20,7 +20,9 @@ from tests.conftest import run_cli, write_sessions
 from tests.test_mcp import stdio_params, text_of
 from tests.test_recall import build, strings
 from worker.knowledge import merge_node
-from worker.recall import show_entity
+from store.backend import open_database
+from store.recall_index import Scope
+from worker.recall import open_index, show_entity
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -110,3 +112,25 @@ async def test_an_id_merged_away_is_no_entity_to_a_user_who_never_saw_it(setting
         assert seen is not None and seen["redirected_from"] == "CONCEPT:project zephyr", user
     drain = await show_entity(settings, "METHOD:drain", user="alice", budget_tokens=5000)
     assert drain is not None and drain["id"] == "CLASS:LazyEdgeQueue" and drain["redirected_from"] == "METHOD:drain"
+
+
+@pytest.mark.both_backends
+async def test_the_reads_of_one_recall_see_one_state_of_the_graph(settings: Settings, tmp_path: Path) -> None:
+    """A recall reads the index in a dozen statements (the words' counts, the hits, the turns' text,
+    the facts, the sessions), each of which saw the newest commit: a cycle or a forget committing
+    between them put part of its change in an answer — a turn ranked whose text was then gone,
+    ``turns_total`` counting turns the list no longer held. Here a turn's deletion commits between
+    two reads of one index."""
+    await build(settings, tmp_path)
+    wanted = ["memory:am1", "memory:am2"]
+    with open_index(settings) as index:
+        before = index.turns(wanted, Scope())
+        writer = open_database(settings)
+        try:
+            with writer.transaction() as conn:
+                conn.execute("DELETE FROM nodes WHERE id = ?", ("memory:am1",))
+        finally:
+            writer.close()
+        assert index.turns(wanted, Scope()) == before and set(before) == set(wanted)
+    with open_index(settings) as index:  # the next recall sees the deletion
+        assert set(index.turns(wanted, Scope())) == {"memory:am2"}

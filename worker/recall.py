@@ -64,8 +64,10 @@ def weights_from(settings: Settings) -> RecallWeights:
 @contextmanager
 def open_index(settings: Settings) -> Iterator[RecallIndex]:
     """The recall index of the existing graph, opened read-only (recall never writes; a running
-    cycle is not blocked). :class:`NoGraphError` when there is no graph yet, and a clear error when
-    the graph predates the index (open it once with any writing command to migrate it)."""
+    cycle is not blocked), every read through it of one state of the graph (a read snapshot: a
+    cycle or a forget committing meanwhile is wholly in or wholly out of the answer).
+    :class:`NoGraphError` when there is no graph yet, and a clear error when the graph predates the
+    index (open it once with any writing command to migrate it)."""
     if not database_exists(settings):
         raise NoGraphError(f"no graph database at {database_location(settings)} (run a REM cycle first)")
     db = open_database(settings, readonly=True)
@@ -75,7 +77,8 @@ def open_index(settings: Settings) -> Iterator[RecallIndex]:
             raise NoGraphError(
                 f"the graph at {database_location(settings)} has no recall index yet: run `rem-cycle reindex` (it migrates and fills it)"
             )
-        yield RecallIndex(db)
+        with db.read_snapshot():
+            yield RecallIndex(db)
     except QueryInterruptedError as exc:
         raise RecallTimeoutError(f"recall took more than {RECALL_DEADLINE_SECONDS:g} s and was stopped; ask something narrower") from exc
     finally:
