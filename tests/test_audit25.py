@@ -19,8 +19,7 @@ from store.chroma import ChromaStore
 from tests.conftest import run_cli, write_sessions
 from tests.test_mcp import stdio_params, text_of
 from tests.test_recall import build, strings
-from worker.knowledge import merge_node
-from store.backend import open_database
+from worker.knowledge import merge_node, open_graph_db
 from store.recall_index import Scope
 from worker.recall import open_index, show_entity
 
@@ -125,12 +124,8 @@ async def test_the_reads_of_one_recall_see_one_state_of_the_graph(settings: Sett
     wanted = ["memory:am1", "memory:am2"]
     with open_index(settings) as index:
         before = index.turns(wanted, Scope())
-        writer = open_database(settings)
-        try:
-            with writer.transaction() as conn:
-                conn.execute("DELETE FROM nodes WHERE id = ?", ("memory:am1",))
-        finally:
-            writer.close()
+        with open_graph_db(settings) as writer, writer.transaction() as conn:  # another connection
+            conn.execute("DELETE FROM nodes WHERE id = ?", ("memory:am1",))
         assert index.turns(wanted, Scope()) == before and set(before) == set(wanted)
     with open_index(settings) as index:  # the next recall sees the deletion
         assert set(index.turns(wanted, Scope())) == {"memory:am2"}
