@@ -43,11 +43,14 @@ from __future__ import annotations
 import json
 import math
 import re
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, time
 from typing import Any, Protocol
 
+from pipelines.asof import AsOfError
+from pipelines.asof import parse_as_of as iso_as_of
 from pipelines.chunker import estimate_tokens
 from pipelines.vocabulary import PROVENANCE_RELATIONSHIPS
 from store.ids import InvalidIdError, has_forbidden_characters, row_id_given, session_node_id
@@ -252,15 +255,22 @@ def match_expression(terms: Sequence[str]) -> str | None:
 
 
 def parse_as_of(value: str | None) -> str | None:
-    """``value`` as the graph's time format (ISO 8601 UTC with milliseconds, ``Z``). Accepts ISO
-    dates and times, epoch seconds or milliseconds and the common written forms ("1 March 2026",
-    "2026/03/01 10:00"); a date alone means the end of that day. A time without zone is UTC."""
+    """``value`` as the graph's time format (ISO 8601 UTC with milliseconds, ``Z``). An ISO 8601
+    date or time is read as ``show``, ``search`` and ``export`` read ``--as-of``
+    (:func:`pipelines.asof.parse_as_of`: ``20261101`` and ``2026-W44`` are dates, each the end of
+    that day); also epoch seconds or milliseconds and the common written forms ("1 March 2026",
+    "2026/03/01 10:00"), a date alone the end of that day. A time without zone is UTC. A written
+    form that names no whole date ("Nov 2026", "10:00") or a zone by a name not understood
+    ("PST") is refused: the parser took the missing day from today's date, and read the zone as UTC."""
     if value is None:
         return None
     text = value.strip()
     if not text or len(text) > 100:
         raise RecallInputError(f"as_of {value[:40]!r} is not a date")
-    moment: datetime | None = None
+    try:
+        return iso_as_of(text)
+    except AsOfError:
+        pass  # not ISO 8601 (or out of range: said below, in recall's words)
     date_only = False
     if re.fullmatch(r"-?\d+(\.\d+)?", text):
         number = float(text)
@@ -270,17 +280,8 @@ def parse_as_of(value: str | None) -> str | None:
         except (OverflowError, OSError, ValueError) as exc:
             raise RecallInputError(f"as_of {text!r} is out of range") from exc
     else:
-        from dateutil import parser as date_parser
-
-        try:
-            moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
-            date_only = re.fullmatch(r"\d{4}-\d{2}-\d{2}", text) is not None
-        except ValueError:
-            try:
-                moment = date_parser.parse(text)
-            except (ValueError, OverflowError) as exc:
-                raise RecallInputError(f"as_of {text[:40]!r} is not a date (try 2026-03-01 or 2026-03-01T10:00Z)") from exc
-            date_only = moment.time() == time() and not re.search(r"\d:\d", text)
+        moment = _written_date(text)
+        date_only = moment.time() == time() and not re.search(r"\d:\d", text)
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
     if date_only:  # its last millisecond (adding a day overflowed on 9999-12-31)
@@ -289,6 +290,32 @@ def parse_as_of(value: str | None) -> str | None:
         return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
     except (OverflowError, ValueError) as exc:
         raise RecallInputError(f"as_of {text!r} is out of range") from exc
+
+
+# dateutil fills what a text leaves out from a default (today's date, by default): parsed with
+# each of these, a text that names its year, month and day gives the same date twice.
+_WRITTEN_DEFAULTS = (datetime(2000, 1, 1), datetime(2001, 2, 2))
+
+
+def _written_date(text: str) -> datetime:
+    """``text``, a date written as people write them ("1 March 2026", "2026/03/01 10:00"), read by
+    dateutil; :class:`RecallInputError` unless it names a whole date, and any zone it names is one
+    dateutil knows (an offset, ``Z``, ``UTC``)."""
+    from dateutil import parser as date_parser
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", date_parser.UnknownTimezoneWarning)
+            first, second = (date_parser.parse(text, default=default) for default in _WRITTEN_DEFAULTS)
+    except date_parser.UnknownTimezoneWarning as exc:
+        raise RecallInputError(f"as_of {text[:40]!r} names a time zone not understood: give an offset "
+                               "(2026-03-01T10:00-08:00) or Z") from exc
+    except (ValueError, OverflowError) as exc:
+        raise RecallInputError(f"as_of {text[:40]!r} is not a date (try 2026-03-01 or 2026-03-01T10:00Z)") from exc
+    if first.date() != second.date():
+        raise RecallInputError(f"as_of {text[:40]!r} names no whole date (a year, a month and a day): "
+                               "try 2026-03-01 or 2026-03-01T10:00Z")
+    return first
 
 
 def validate(request: RecallRequest) -> list[str]:
@@ -664,9 +691,15 @@ def session_item(session: SessionRecord) -> dict[str, Any]:
     return {"id": session.session_id, "title": session.title, "summary": session.summary, "created_at": session.created_at}
 
 
+def compact_json(value: Any) -> str:
+    """``value`` as the JSON an answer is read in (no indentation, no escaped non-ASCII): the text
+    its budget is estimated on (:func:`item_tokens`) and the MCP tools' text content."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
 def item_tokens(item: dict[str, Any]) -> int:
     """What an item costs in the context it is packed into: the estimate of its compact JSON."""
-    return estimate_tokens(json.dumps(item, ensure_ascii=False, separators=(",", ":")))
+    return estimate_tokens(compact_json(item))
 
 
 def pack_entity(fact: dict[str, Any], turns: list[dict[str, Any]], *, budget_tokens: int) -> dict[str, Any]:

@@ -416,6 +416,13 @@ class RecallIndex:
         )
         return [r[0] for r in rows]
 
+    def merge_seen(self, merge_id: int, scope: Scope) -> bool:
+        """Whether a point that merge ``merge_id`` moved (or marked since: a re-extraction of the
+        merged node's id keeps the mark) is in ``scope``'s sessions: whether the caller could see
+        the node that was merged away."""
+        visible, vp = _visible("anchor", scope)
+        return bool(self.db.query(f"SELECT 1 FROM node_points WHERE merge_id = ? AND {visible} LIMIT 1", (merge_id, *vp)))
+
     def point_counts(self, node_ids: Sequence[str], *, cap: int) -> dict[str, int]:
         """How many provenance points each node has in the whole graph, counted up to ``cap`` (so a
         speaker cited by every turn costs no more than a rare name). A ranking statistic, like

@@ -30,7 +30,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.stdio import stdio_server
 from mcp.server.transport_security import TransportSecuritySettings
-from mcp_types import ToolAnnotations
+from mcp_types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import Field
 
 from config import Settings
@@ -42,6 +42,7 @@ from pipelines.recall import (
     RecallInputError,
     RecallRequest,
     check_user,
+    compact_json,
     parse_as_of,
 )
 from store.backend import database_exists, database_location
@@ -80,6 +81,11 @@ AsOf = Annotated[str | None, Field(
 )]
 
 
+# What a tool answers: the JSON object (its output schema) and, as the text the model reads, that
+# object as compact JSON (see :func:`_answer`).
+Answer = Annotated[CallToolResult, dict[str, Any]]
+
+
 class McpConfigError(ValueError):
     """The MCP server cannot start as configured (the message says why)."""
 
@@ -105,7 +111,7 @@ def build_server(settings: Settings) -> MCPServer:
             ge=1, le=MAX_BUDGET_TOKENS,
         )] = settings.recall_budget_tokens,
         recency: Annotated[bool, Field(description="Also rank newer turns higher.")] = False,
-    ) -> dict[str, Any]:
+    ) -> Answer:
         """Recall facts, past turns (verbatim, with memory_id, session_id, turn_index, role, created_at and the
         signals that found them) and session summaries that answer a question. Turns are in rank order."""
         return await _answer(lambda: run_recall(settings, RecallRequest(
@@ -122,7 +128,7 @@ def build_server(settings: Settings) -> MCPServer:
             description="Pack the answer into about this many tokens: the best entities whole, in order; those that do "
             "not fit are listed in `omitted`.", ge=1, le=MAX_BUDGET_TOKENS,
         )] = settings.recall_budget_tokens,
-    ) -> dict[str, Any]:
+    ) -> Answer:
         """Find entities of the knowledge graph (concepts, classes, methods, files, issues, people, decisions…)
         whose name, aliases or description match the query; each with its description, the quote and turn
         (memory_id) it was first seen in, and its strongest relations, within a token budget. Use the returned
@@ -142,7 +148,7 @@ def build_server(settings: Settings) -> MCPServer:
             description="Pack the answer into about this many tokens: the entity, then as many of its turns as fit "
             "(a long one cut); the others are listed in `omitted`.", ge=1, le=MAX_BUDGET_TOKENS,
         )] = settings.recall_budget_tokens,
-    ) -> dict[str, Any]:
+    ) -> Answer:
         """Everything known about one entity: description, relations (strongest first, each with its evidence
         quote and memory_id) and the turns it was mentioned in (the 20 where it is most cited; `turns_total`
         says how many there are), verbatim, within a token budget. For a session or a turn (a session_id or
@@ -161,11 +167,14 @@ def build_server(settings: Settings) -> MCPServer:
     return server
 
 
-async def _answer(call: Any) -> dict[str, Any]:
+async def _answer(call: Any) -> CallToolResult:
     """Run a tool body; a bad argument, a missing graph or a graph database that cannot be read
-    (down, damaged) is a tool error the model can read, and the server keeps serving."""
+    (down, damaged) is a tool error the model can read, and the server keeps serving. The answer's
+    text is its compact JSON, the form its ``budget_tokens`` was packed by: the SDK's own text is
+    indented, a quarter more (9,958 estimated tokens for the items of an 8,000-token recall)."""
     try:
-        return await call()
+        answer = await call()
+        return CallToolResult(content=[TextContent(type="text", text=compact_json(answer))], structured_content=answer)
     except (RecallInputError, RecallTimeoutError, NoGraphError) as exc:
         raise ToolError(str(exc)) from exc
     except StoreError as exc:  # the operator's to fix: one line, not the SDK's bare "Error executing tool"

@@ -34,7 +34,7 @@ from store.errors import QueryInterruptedError
 from store.graph import GraphStore
 from store.ids import InvalidIdError, normalize_graph_node_id, row_kind
 from store.merges import MergeStore
-from store.recall_index import RecallIndex, Scope
+from store.recall_index import RecallIndex, Scope, TurnRecord
 from worker import knowledge
 from worker.knowledge import NoGraphError
 
@@ -64,8 +64,10 @@ def weights_from(settings: Settings) -> RecallWeights:
 @contextmanager
 def open_index(settings: Settings) -> Iterator[RecallIndex]:
     """The recall index of the existing graph, opened read-only (recall never writes; a running
-    cycle is not blocked). :class:`NoGraphError` when there is no graph yet, and a clear error when
-    the graph predates the index (open it once with any writing command to migrate it)."""
+    cycle is not blocked), every read through it of one state of the graph (a read snapshot: a
+    cycle or a forget committing meanwhile is wholly in or wholly out of the answer).
+    :class:`NoGraphError` when there is no graph yet, and a clear error when the graph predates the
+    index (open it once with any writing command to migrate it)."""
     if not database_exists(settings):
         raise NoGraphError(f"no graph database at {database_location(settings)} (run a REM cycle first)")
     db = open_database(settings, readonly=True)
@@ -75,7 +77,8 @@ def open_index(settings: Settings) -> Iterator[RecallIndex]:
             raise NoGraphError(
                 f"the graph at {database_location(settings)} has no recall index yet: run `rem-cycle reindex` (it migrates and fills it)"
             )
-        yield RecallIndex(db)
+        with db.read_snapshot():
+            yield RecallIndex(db)
     except QueryInterruptedError as exc:
         raise RecallTimeoutError(f"recall took more than {RECALL_DEADLINE_SECONDS:g} s and was stopped; ask something narrower") from exc
     finally:
@@ -141,7 +144,8 @@ def show_node(settings: Settings, node_id: str, *, user: str | None = None, as_o
               budget_tokens: int | None = None) -> dict[str, Any] | None:
     """One node in ``user``'s scope: its facts, strongest edges and the turns it came from; ``None``
     when it does not exist or is out of scope (the two are not told apart). A node merged into
-    another is that one (``redirected_from``: the id asked for), as ``rem-cycle show`` shows it. With ``budget_tokens``,
+    another is that one (``redirected_from``: the id asked for), as ``rem-cycle show`` shows it,
+    when the merged node was in scope. With ``budget_tokens``,
     packed into it (:func:`pipelines.recall.pack_entity`): a node's turns are verbatim, and 20 tool
     outputs of a popular node can be megabytes."""
     try:
@@ -158,7 +162,9 @@ def show_node(settings: Settings, node_id: str, *, user: str | None = None, as_o
             if facts:
                 break
             onward = merges.records(merged_id=node_id, active=True, limit=1)
-            if not onward:
+            # The id of a node the caller never saw is no entity to them, merged or not: a
+            # redirect would tell that another user's memory held it.
+            if not onward or (scope.sessions is not None and not index.merge_seen(onward[0].merge_id, scope)):
                 return None
             node_id = onward[0].into_id
             facts = index.facts([node_id], scope, exclude_relationships=PROVENANCE_RELATIONSHIPS, edges_per_node=20)
@@ -204,10 +210,14 @@ async def show_entity(settings: Settings, node_id: str, *, user: str | None = No
         "edges_total": view["edges_total"], "first_seen": view["first_seen"], "last_seen": view["last_seen"],
         "turns_total": view["turns_total"], "turns_error": view["turns_error"],
     }
+    # Each turn as the graph holds it, in scope: ``show`` reads the text from Chroma's row, which an
+    # import not yet digested may have moved into another user's session (``--allow-move``) with
+    # that user's words, while the scope was checked against the graph's copy. Recall serves these.
+    records = await anyio.to_thread.run_sync(_scoped_turns, settings, [t["memory"] for t in view["turns"]], user, as_of)
     turns = [
-        {"memory_id": t["memory"], "session_id": t["session"], "turn_index": t["turn_index"], "role": t["role"],
-         "created_at": t["created_at"], "text": t["text"]}
-        for t in view["turns"]
+        {"memory_id": r.memory_id, "session_id": r.session_id, "turn_index": r.turn_index, "role": r.role,
+         "created_at": r.created_at, "text": r.text}
+        for r in (records.get(t["memory"]) for t in view["turns"]) if r is not None
     ]
     if budget_tokens is not None:
         return pack_entity(entity, turns, budget_tokens=budget_tokens)
@@ -216,12 +226,19 @@ async def show_entity(settings: Settings, node_id: str, *, user: str | None = No
 
 def _row_in_scope(settings: Settings, node_id: str, user: str | None, as_of: str | None) -> bool:
     """Whether the session or turn ``node_id`` is ``user``'s (any, without a user) and known by ``as_of``."""
+    if row_kind(node_id) == "memory":
+        return bool(_scoped_turns(settings, [node_id], user, as_of))
     with open_index(settings) as index:
         scope = _scope(index, user=user, as_of=as_of)
-        if row_kind(node_id) == "memory":
-            return bool(index.turns([node_id], scope))
         # A session before ``as_of`` is judged by ``show`` itself (its view of then).
         return scope.sessions is None or node_id in scope.sessions
+
+
+def _scoped_turns(settings: Settings, memory_ids: list[str], user: str | None, as_of: str | None) -> dict[str, TurnRecord]:
+    """The turns among ``memory_ids`` that are ``user``'s (any, without a user) and known by ``as_of``,
+    with their text, as recall reads them."""
+    with open_index(settings) as index:
+        return index.turns(memory_ids, _scope(index, user=user, as_of=as_of))
 
 
 def _scope(index: RecallIndex, *, user: str | None, as_of: str | None) -> Scope:
