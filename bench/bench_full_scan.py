@@ -12,7 +12,10 @@ and, for the choice of the read, the same rows read in pages by offset with thei
 (each page sorts the collection: INTERNALS "Known limit"). Sessions of 20 turns of ~400
 characters, N / 20 summaries, embedded Chroma with the offline ``hash`` embedding, the graph
 database holding the MEMORY nodes and memory index a sync writes; best of 7, taken in turn.
-Run it on a checkout of main for the "before" figures (the columns it cannot measure there print
+Last (it deletes rows), the scan
+a cycle makes after one row before the marks' tail was deleted, no full scan due (day400c: every
+id, not every row's text; before, the full scan), each time from the same marks after another
+deletion, the deletion itself not timed. Run it on a checkout of main for the "before" figures (the columns it cannot measure there print
 ``-``).
 
     python bench/bench_full_scan.py [--rows 2500] [--scales 1 8] [--postgres-url URL]
@@ -25,6 +28,7 @@ import asyncio
 import os
 import sys
 import tempfile
+import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -44,7 +48,7 @@ from worker.logs import configure_logging  # noqa: E402
 
 TURNS_PER_SESSION = 20
 REPEAT = 7
-COLUMNS = ("ids-only pass", "full scan", "idle scan", "memory_index()", "ingested_payloads()", "paged read with text")
+COLUMNS = ("ids-only pass", "full scan", "idle scan", "memory_index()", "ingested_payloads()", "paged read with text", "scan after a deletion")
 FILLER = "We moved ConfigLoader to src/config.py and GraphStore reads it at start; the retry policy wraps it. "
 
 
@@ -114,6 +118,20 @@ async def measure(settings: Settings, rows: int) -> dict[str, float]:
         async for _ in chroma.scan(memories, include=("metadatas", "documents")):
             pass
 
+    async def after_deletions() -> float:
+        marks = ScanMarkStore(db).load()
+        coll = await chroma.collection(memories)
+        spent: list[float] = []
+        for n in range(REPEAT):
+            coll.delete(ids=[memory_id(n * TURNS_PER_SESSION)])  # a first turn: long before the tail
+            t0 = time.perf_counter()
+            result = await scan_changed_sessions(chroma, memory_collection=memories, summary_collection=summaries, index=runstate,
+                                                 marks=marks, location=chroma.location, now=datetime.now(UTC),
+                                                 full_scan_interval_seconds=21_600)
+            spent.append(time.perf_counter() - t0)
+            assert len(runstate.changed_sessions(result.revisions)) == n + 1, "each deleted turn's session"
+        return min(spent) * 1000
+
     async def sync_call(fn: Callable[[], Any]) -> Any:
         return fn()
 
@@ -128,7 +146,8 @@ async def measure(settings: Settings, rows: int) -> dict[str, float]:
             ids = sorted(runstate.memory_index())
             calls[COLUMNS[4]] = lambda: sync_call(lambda: [runstate.ingested_payloads(ids[start], ids[min(start + 999, len(ids) - 1)])
                                                            for start in range(0, len(ids), 1000)])
-        return {"rows": rows, **await best_ms(calls, repeat=REPEAT)}
+        timed = await best_ms(calls, repeat=REPEAT)
+        return {"rows": rows, **timed, COLUMNS[6]: await after_deletions()}
     finally:
         db.close()
 

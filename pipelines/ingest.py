@@ -378,8 +378,11 @@ async def scan_changed_sessions(
     added after the marks are read (one call per collection) and only the sessions they belong to
     get a revision — and the memory mark's tail, read as re-added, when its last row is not what
     the mark recorded (:func:`tail_written_again`; one read of that row by id); every row is read
-    (:func:`scan_session_revisions`) when a full scan is due or a mark's tail ids are not where
-    they were. ``index`` is read in a worker thread."""
+    (:func:`scan_session_revisions`) when a full scan is due, and every id when a mark's tail ids
+    are not where they were (a row before them deleted): that finds the rows deleted, added and
+    re-added, and leaves the comparison of every ingested row's text with its node (rows updated
+    in place) to the full scan's own interval, which it does not restart. ``index`` is read in a
+    worker thread."""
     collections = (memory_collection, summary_collection)
     where = {name: collection_location(location, await chroma.collection_id(name)) for name in collections}
     if not full_scan_due(marks, where, now=now, interval_seconds=full_scan_interval_seconds):
@@ -394,14 +397,28 @@ async def scan_changed_sessions(
             return await _scan_tail(chroma, memory_collection=memory_collection, summary_collection=summary_collection,
                                     index=index, new_memory_ids=[*again, *tails[0]], new_summary_ids=tails[1],
                                     marks=[with_last_row(after[0], fingerprints), after[1]])
-        log.info("change scan: rows before the scan marks moved or went away; reading every row")
+        log.info("change scan: rows before the scan marks moved or went away; reading every id")
+        return await _scan_every_row(chroma, memory_collection=memory_collection, summary_collection=summary_collection,
+                                     index=index, marks=marks, where=where, location=location, full_scan_at=None)
+    return await _scan_every_row(chroma, memory_collection=memory_collection, summary_collection=summary_collection,
+                                 index=index, marks=marks, where=where, location=location, full_scan_at=now.isoformat())
+
+
+async def _scan_every_row(
+    chroma: ChromaStore, *, memory_collection: str, summary_collection: str, index: MemoryIndexReader,
+    marks: Mapping[str, ScanMark], where: Mapping[str, str], location: str, full_scan_at: str | None,
+) -> ScanResult:
+    """:func:`scan_session_revisions` over every row: a full scan, made at ``full_scan_at``, or
+    (``None``) a scan of the ids alone, whose marks keep the full scan time of ``marks`` — it
+    does not put off the next comparison of the rows' text."""
     known = await anyio.to_thread.run_sync(index.memory_index)
     since, recreated = previous_memory_mark(marks.get(memory_collection), where=where[memory_collection], location=location)
     if recreated:
         log.info("change scan: the memory collection was made again under its name; reading every row again", collection=memory_collection)
     result = await scan_session_revisions(chroma, memory_collection=memory_collection, summary_collection=summary_collection, known_sessions=known,
-                                          ingested=index.ingested_payloads, since=since, recreated=recreated)
-    result.marks = [replace(mark, location=where[mark.collection], full_scan_at=now.isoformat()) for mark in result.marks]
+                                          ingested=index.ingested_payloads, since=since, recreated=recreated, content=full_scan_at is not None)
+    result.marks = [replace(mark, location=where[mark.collection], full_scan_at=full_scan_at or marks[mark.collection].full_scan_at)
+                    for mark in result.marks]
     return result
 
 
@@ -466,6 +483,7 @@ async def scan_session_revisions(
     ingested: Callable[[str, str], Mapping[str, str]],
     since: ScanMark | None = None,
     recreated: bool = False,
+    content: bool = True,
     metadata_batch: int = 1000,
 ) -> ScanResult:
     """Fingerprint every session from a scan of every row of the memory collection.
@@ -484,6 +502,9 @@ async def scan_session_revisions(
     metadata names; the others, to their known session. Summaries (one per session) are read whole. A row without a usable
     ``sessionId`` is counted as an error, never a crash. The marks it returns (location and full
     scan time left blank for the caller) say how many rows each collection had, and its last ids.
+    Not ``content``: an ingested row that no mark shows re-added is not read at all (nor
+    ``ingested`` asked) — a scan of the ids, which finds rows deleted, added and re-added but not
+    those updated in place.
     """
     result = ScanResult()
     present: set[str] = set()
@@ -507,7 +528,7 @@ async def scan_session_revisions(
         # metadata alone, as before the comparison — the sync reads its text anyway.
         held = [row_id for row_id in batch if row_id in known_sessions and row_id not in rewritten]
         fresh = [row_id for row_id in batch if row_id not in known_sessions or row_id in rewritten]
-        if held:
+        if held and content:
             payloads = await anyio.to_thread.run_sync(ingested, held[0], held[-1])
             rows = await chroma.get_existing(memory_collection, held)
             changed = [row for row in (MemoryRow(i, text, metadata) for i, (text, metadata) in rows.items())
