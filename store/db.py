@@ -1427,4 +1427,5 @@ def restore_database(
     for suffix in _COMPANIONS:
         destination.with_name(destination.name + suffix).unlink(missing_ok=True)
     partial.replace(destination)
-    return {"path": str(destination), "bytes": destination.stat().st_size, "integrity": integrity, "schema_version": version}
+    # Absolute, as backup and every message name the graph: relative, it read as a path below the backup's folder.
+    return {"path": str(destination.absolute()), "bytes": destination.stat().st_size, "integrity": integrity, "schema_version": version}

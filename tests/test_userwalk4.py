@@ -134,3 +134,15 @@ def test_status_names_the_embedded_chroma_in_full(digested_sample: Path, tmp_pat
     done = run_cli("status", env={"REM_DATA_DIR": ".rem-data"}, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert f"data dir {tmp_path / '.rem-data'} · chroma embedded at {tmp_path / '.rem-data' / 'chroma'}" in done.stdout, done.stdout
+
+
+def test_restore_names_the_graph_it_replaced_by_its_absolute_path(digested_sample: Path, tmp_path: Path) -> None:
+    """``backup`` said ``backed up /abs/.rem-data/graph.sqlite3 to …``; ``restore`` of that backup
+    said ``restored .rem-data/graph.sqlite3 from …``, relative to a folder the line does not name
+    (found by userwalk4b, a second walk of the same sections)."""
+    copy_digested_sample(digested_sample, tmp_path / ".rem-data")
+    env = {"REM_DATA_DIR": ".rem-data"}
+    assert run_cli("backup", "b.sqlite3", env=env, cwd=tmp_path).returncode == 0
+    done = run_cli("restore", "b.sqlite3", env=env, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"restored {tmp_path / '.rem-data' / 'graph.sqlite3'} from b.sqlite3 ("), done.stdout
