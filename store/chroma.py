@@ -7,9 +7,8 @@ see one async surface either way. The worker only reads; ``upsert_*`` exists for
 
 from __future__ import annotations
 
-import os
-
 import math
+import os
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field

@@ -1282,8 +1282,9 @@ class Database:
         return not busy
 
     def integrity_check(self) -> str:
-        """``PRAGMA integrity_check`` — ``"ok"`` when the file is sound."""
-        return self.query("PRAGMA integrity_check")[0][0]
+        """``PRAGMA integrity_check`` on one line (:func:`_integrity`) — ``"ok"`` when the file is sound."""
+        with self._lock:
+            return _integrity(self.conn)
 
     @property
     def broken(self) -> bool:

@@ -52,9 +52,9 @@ MAX_TOKEN_COUNT = 2**40
 # is a runaway or hostile server.
 MAX_RESPONSE_BYTES = 16 * 2**20
 # Answers that refuse any request without working on it, whatever its text: credentials refused,
-# no such model or URL, rate limit or quota, bad gateway, unavailable. (Not 403: a firewall in front
-# of the server may refuse one prompt for what it says.)
-OUTAGE_STATUSES = frozenset({401, 404, 429, 502, 503})
+# rate limit or quota, bad gateway, unavailable (no such model or URL: NO_ENDPOINT_STATUSES, met
+# first). (Not 403: a firewall in front of the server may refuse one prompt for what it says.)
+OUTAGE_STATUSES = frozenset({401, 429, 502, 503})
 # Answers that say no endpoint is there for the request (no such path, method not allowed or not
 # implemented — a static web server, or REM_LLM_BASE_URL without its ``/v1``): a configuration
 # failure, no chunk's, that no retry and no backoff mends.
