@@ -22,6 +22,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -42,7 +43,8 @@ def _answers(count: int) -> HeldAnswers:
         edges = tuple(ExtractedEdge(nodes[n].id, nodes[n + 1].id, "USES", "the turn says so",
                                     (Evidence(f"s{i}-t0", quote[:120]),)) for n in range(3))
         extraction = ChunkExtraction(f"s{i}:chunk:0", "a summary of the chunk", nodes, edges)
-        held.keep(("openai:model:p2:s1", f"{i:064x}"), HeldAnswer(extraction, f"s{i}", (f"s{i}-t0", f"s{i}-t1"), 900, 400, 2100.0))
+        held.keep(("openai:model:p2:s1", f"{i:064x}"), HeldAnswer(extraction, f"s{i}", (f"s{i}-t0", f"s{i}-t1"), 900, 400, 2100.0,
+                                                                            datetime.now(UTC)))
     return held
 
 

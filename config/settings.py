@@ -136,6 +136,11 @@ class Settings(BaseSettings):
     chunk_retry_max_seconds: float = Field(
         21_600.0, gt=0, le=MAX_WAIT_SECONDS, description="Longest wait before retrying a failed chunk"
     )
+    held_answer_max_age_days: float = Field(
+        30.0, gt=0, le=36_500,
+        description="A paid answer the database refused to store (held-answers.jsonl) and no attempt of its words "
+        "took is dropped once held this many days (its words are asked again if they come)",
+    )
     lazy_max_attempts: int = Field(5, ge=1)
     lazy_queue: Literal["file", "database"] = Field(
         "file",

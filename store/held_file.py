@@ -6,7 +6,9 @@ answer. The file is replaced whole (``PATH.part``, flushed to the disk, renamed,
 flushed): a kill or a power cut mid-write leaves the old file or the new one, never a torn one. It
 is created mode 0600 (it quotes the turns it answered) and opened confined to the data dir
 (:mod:`store.confined`). ``PATH.lock`` is the ``flock`` that makes a read and the write or removal
-after it one step among the processes on the data dir.
+after it one step among the processes on the data dir. A record says when its answer was held
+(``held_at``); one written before records said it was held at the latest when the file was written
+(its modification time, :attr:`HeldFileContent.written_at`).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import os
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -27,12 +30,14 @@ from store.durable import fsync_dir
 
 @dataclass(slots=True)
 class HeldFileContent:
-    """What a read of the file found: the ``records`` it could read, in file order, and how many
-    lines it could not (``unreadable``, with the first one's ``problem``)."""
+    """What a read of the file found: the ``records`` it could read, in file order, how many
+    lines it could not (``unreadable``, with the first one's ``problem``), and when the file was
+    last written (``written_at``, UTC; now when there is no file)."""
 
     records: list[dict[str, Any]] = field(default_factory=list)
     unreadable: int = 0
     problem: str | None = None
+    written_at: datetime = field(default_factory=lambda: datetime.now(UTC))
 
     def count_unreadable(self, problem: str) -> None:
         """Count one line (or record) that could not be read; the first ``problem`` is kept."""
@@ -73,6 +78,7 @@ class HeldAnswersFile:
         except FileNotFoundError:
             return content
         with os.fdopen(fd, "rb") as handle:
+            content.written_at = datetime.fromtimestamp(os.fstat(handle.fileno()).st_mtime, UTC)
             for number, line in enumerate(handle, 1):
                 try:
                     record = json.loads(line)

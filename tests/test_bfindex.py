@@ -100,7 +100,7 @@ async def test_an_answer_held_for_a_turn_a_backfill_took_out_is_dropped_by_the_n
         stores = await open_stores(config)
         try:  # what the extract phase does first (worker.cycle.extract)
             take_from_file(config, held)
-            drop_taken_out(held, stores.db)
+            drop_taken_out(config, held, stores.db)
         finally:
             stores.close()
         assert held_count(config, held) == 2

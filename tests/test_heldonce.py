@@ -17,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import anyio
@@ -198,7 +199,8 @@ def _two_answers() -> list[dict[str, object]]:
     held = HeldAnswers()
     for n in range(2):
         extraction = ChunkExtraction(f"s:chunk:{n}", "a summary")
-        held.keep(("openai:model", f"{n:064x}"), HeldAnswer(extraction, "s", (f"s-t{2 * n}", f"s-t{2 * n + 1}"), 9, 4, 21.0))
+        held.keep(("openai:model", f"{n:064x}"), HeldAnswer(extraction, "s", (f"s-t{2 * n}", f"s-t{2 * n + 1}"), 9, 4, 21.0,
+                                                                datetime.now(UTC)))
     return held.records()
 
 

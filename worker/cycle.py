@@ -425,7 +425,7 @@ async def extract(ctx: CycleContext) -> dict[str, Any]:
             # sessions this phase claims (below): taken all, another worker's sessions paid again.
             if not settings.shared_extract:
                 await anyio.to_thread.run_sync(take_from_file, settings, ctx.held_answers)
-            await anyio.to_thread.run_sync(drop_taken_out, ctx.held_answers, stores.db)
+            await anyio.to_thread.run_sync(drop_taken_out, settings, ctx.held_answers, stores.db)
             # Claims this owner still holds are an earlier cycle's that could not release them (the
             # database dropped its connection; a daemon's cycles share one owner): its own again.
             await anyio.to_thread.run_sync(claims.release)
@@ -447,7 +447,7 @@ async def extract(ctx: CycleContext) -> dict[str, Any]:
                 if settings.shared_extract and await anyio.to_thread.run_sync(
                     take_from_file, settings, ctx.held_answers, {record.session_id for record in todo}
                 ):
-                    await anyio.to_thread.run_sync(drop_taken_out, ctx.held_answers, stores.db)
+                    await anyio.to_thread.run_sync(drop_taken_out, settings, ctx.held_answers, stores.db)
                 queued += len(todo)
                 deferred = stats.sessions_backing_off
                 await extract_sessions(todo, env, should_stop=ctx.stop.is_set, stats=stats)

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 import anyio
@@ -86,7 +87,8 @@ HELD_ANSWERS_MAX = 1000
 @dataclass(frozen=True, slots=True)
 class HeldAnswer:
     """A paid, validated answer the database refused to store: the unit it answered (its session,
-    its turns' memories, in turn order) and what the call cost."""
+    its turns' memories, in turn order), what the call cost and when it was first held
+    (``held_at``, UTC: the age limit counts from it, however often it is taken and held again)."""
 
     extraction: ChunkExtraction
     session_id: str
@@ -94,6 +96,7 @@ class HeldAnswer:
     tokens_in: int
     tokens_out: int
     latency_ms: float
+    held_at: datetime
 
 
 class HeldAnswers:
@@ -110,13 +113,15 @@ class HeldAnswers:
         while len(self._held) > HELD_ANSWERS_MAX:
             del self._held[next(iter(self._held))]
 
-    def keep_records(self, records: Iterable[Mapping[str, Any]]) -> list[str]:
+    def keep_records(self, records: Iterable[Mapping[str, Any]], *, held_at: datetime) -> list[str]:
         """Hold the answer of each of ``records`` (:meth:`records`' form, oldest first, as
-        :meth:`keep` does). Returns why each record that is no held answer was left out."""
+        :meth:`keep` does); ``held_at``: when a record that does not say (written before records
+        said it) was held — at the latest when its file was written. Returns why each record that
+        is no held answer was left out."""
         problems = []
         for record in records:
             try:
-                key, answer = _from_record(record)
+                key, answer = _from_record(record, held_at=held_at)
             except (KeyError, TypeError, ValueError, AttributeError) as exc:
                 problems.append(f"not a held answer: {exc!r}")
                 continue
@@ -127,7 +132,8 @@ class HeldAnswers:
         """The held answers, oldest first, as JSON-ready records (:meth:`keep_records` reads them)."""
         return [{"fingerprint": key[0], "text_hash": key[1], "session_id": answer.session_id,
                  "memory_ids": list(answer.memory_ids), "tokens_in": answer.tokens_in, "tokens_out": answer.tokens_out,
-                 "latency_ms": answer.latency_ms, "extraction": answer.extraction.to_payload()}
+                 "latency_ms": answer.latency_ms, "held_at": answer.held_at.isoformat(),
+                 "extraction": answer.extraction.to_payload()}
                 for key, answer in self._held.items()]
 
     def clear(self) -> None:
@@ -145,12 +151,25 @@ class HeldAnswers:
         """The sessions whose answers are held."""
         return {answer.session_id for answer in self._held.values()}
 
+    def turns(self) -> set[str]:
+        """The turns (memory ids) the held answers quote."""
+        return {memory_id for answer in self._held.values() for memory_id in answer.memory_ids}
+
     def keep_only_present(self, memories: Mapping[str, Collection[str]]) -> int:
-        """Drop each answer whose turns are not all among ``memories[its session]`` (the memories the
-        database still has of each session in :meth:`sessions`): its session or a turn of it was
-        forgotten or retracted since it was held, and the process must not keep, nor store in
-        another session, what was taken out. Returns how many went."""
-        return self._drop(lambda answer: not set(answer.memory_ids) <= set(memories.get(answer.session_id, ())))
+        """Drop each answer of a session in ``memories`` whose turns are not all among
+        ``memories[its session]`` (the memories the database has of each session it knows): a
+        turn of it was forgotten or retracted since it was held, and the process must not keep, nor
+        store in another session, what was taken out. A session ``memories`` does not name is not
+        judged here: the database does not know it yet (a backup older than its ingest restored
+        since), and its answer waits for its ingest. Returns how many went."""
+        return self._drop(lambda answer: answer.session_id in memories
+                          and not set(answer.memory_ids) <= set(memories[answer.session_id]))
+
+    def drop_held_before(self, moment: datetime) -> int:
+        """Drop each answer held before ``moment`` (past the age limit: no attempt of its words came
+        since, and none may ever come — a session deleted from the source before its ingest, an
+        extractor changed since). Returns how many went."""
+        return self._drop(lambda answer: answer.held_at < moment)
 
     def drop_quoting(self, *, sessions: Collection[str], memories: Collection[str]) -> int:
         """Drop each answer of one of ``sessions`` or quoting a turn among ``memories`` (memory
@@ -168,15 +187,19 @@ class HeldAnswers:
         return len(gone)
 
 
-def _from_record(record: Mapping[str, Any]) -> tuple[TextKey, HeldAnswer]:
-    """The key and answer of one of :meth:`HeldAnswers.records`; raises for anything else."""
+def _from_record(record: Mapping[str, Any], *, held_at: datetime) -> tuple[TextKey, HeldAnswer]:
+    """The key and answer of one of :meth:`HeldAnswers.records` (``held_at``: when, if it does not
+    say); raises for anything else."""
     key = (_text(record["fingerprint"]), _text(record["text_hash"]))
     memory_ids = tuple(_text(m) for m in record["memory_ids"])
     counts = [record[name] for name in ("tokens_in", "tokens_out")]
     if not all(type(n) is int and n >= 0 for n in counts) or type(record["latency_ms"]) not in (int, float):
         raise ValueError("its cost is not counts of tokens and a latency")
+    if "held_at" in record:
+        held_at = datetime.fromisoformat(_text(record["held_at"]))
+        held_at = held_at if held_at.tzinfo else held_at.replace(tzinfo=UTC)
     return key, HeldAnswer(ChunkExtraction.from_payload(record["extraction"]), _text(record["session_id"]), memory_ids,
-                           counts[0], counts[1], float(record["latency_ms"]))
+                           counts[0], counts[1], float(record["latency_ms"]), held_at)
 
 
 def _text(value: object) -> str:

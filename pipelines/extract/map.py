@@ -379,7 +379,8 @@ async def _extract_one(
         return UnitOutcome(unit, "failed", None, failure.kind, str(failure), failure.tokens_in, failure.tokens_out, latency,
                            outage=failure.outage)
     latency = round((time.perf_counter() - started) * 1000, 1)
-    paid = HeldAnswer(extraction, unit.session_id, unit.memory_ids, reply.tokens_in, reply.tokens_out, latency)
+    # Held (if the database refuses it) as of the phase's start: its age is over-counted by at most a phase.
+    paid = HeldAnswer(extraction, unit.session_id, unit.memory_ids, reply.tokens_in, reply.tokens_out, latency, now)
     return await _stored(unit, extraction, paid, store=store, held=held, fingerprint=fingerprint, run_id=run_id, called=True)
 
 
