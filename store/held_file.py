@@ -61,7 +61,8 @@ class HeldAnswersFile:
     @contextmanager
     def locked(self) -> Iterator[None]:
         """Hold the file's lock (waiting for the process holding it: it holds it for a read and a
-        write of at most a few megabytes, and a read of the database)."""
+        write of at most a few megabytes — ``HELD_ANSWERS_MAX_BYTES`` of
+        ``pipelines.extract.inflight`` — and a read of the database)."""
         fd = open_confined(self.lock_path, os.O_RDWR | os.O_CREAT, root=self.root, mode=0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
@@ -103,7 +104,7 @@ class HeldAnswersFile:
         try:
             with os.fdopen(fd, "wb") as out:
                 for record in records:
-                    out.write(json.dumps(record, ensure_ascii=False, separators=(",", ":")).encode() + b"\n")
+                    out.write(record_line(record))
                 out.flush()
                 os.fsync(out.fileno())
             os.replace(self.part_path, self.path)
@@ -111,6 +112,11 @@ class HeldAnswersFile:
             self.part_path.unlink(missing_ok=True)
             raise
         fsync_dir(self.path.parent)
+
+
+def record_line(record: Mapping[str, Any]) -> bytes:
+    """``record``'s line in the file, its newline included (its size is what a held answer costs)."""
+    return json.dumps(record, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
 
 
 def held_answers_file(settings: Settings) -> HeldAnswersFile:

@@ -15,8 +15,10 @@ import pytest
 from structlog.testing import capture_logs
 
 from config import Settings
-from pipelines.extract.inflight import HeldAnswers
+from pipelines.extract.inflight import HeldAnswer, HeldAnswers
+from pipelines.extract.model import ChunkExtraction
 from store.backend import open_database_at
+from store.held_file import HeldAnswersFile
 from tests.conftest import run_cli
 from tests.llm_server import LLMServer
 from tests.test_extract_cycle import llm_settings
@@ -175,3 +177,29 @@ async def test_a_file_written_before_held_at_counts_its_answers_age_from_the_fil
         phase = await extract_phase(config)
         assert (phase["sessions_digested"], sent_per_chunk(llm)) == (1, sent), phase
     assert not config.held_answers_path.exists()
+
+
+def _answers(count: int, summary_bytes: int) -> HeldAnswers:
+    """``count`` held answers whose extraction's summary is ``summary_bytes`` long, oldest first."""
+    held = HeldAnswers()
+    for n in range(count):
+        extraction = ChunkExtraction(f"s{n}:chunk:0", "x" * summary_bytes)
+        held.keep(("openai:model", f"{n:064x}"), HeldAnswer(extraction, f"s{n}", (f"s{n}-t0",), 9, 4, 21.0, datetime.now(UTC)))
+    return held
+
+
+def test_the_held_answers_bound_counts_the_bytes_of_the_file_not_the_answers(settings: Settings) -> None:
+    """What the bound protects is the file each extract phase writes and reads whole under its lock
+    (and the memory holding the answers): ten answers of 1 MiB each (a model's long answer) leave a
+    file of at most 4 MiB, the newest answers kept; 1,500 answers of 200 bytes (0.5 MB) are all
+    kept. Before, the bound was 1,000 answers whatever their size: a 10 MB file, and 500 small
+    answers thrown away and paid again."""
+    settings.data_dir.mkdir(parents=True)
+    spill = HeldAnswersFile(settings.held_answers_path, root=settings.data_dir)
+    large = _answers(10, 1024 * 1024)
+    spill.replace(large.records())
+    size = settings.held_answers_path.stat().st_size
+    assert (size <= 4 * 1024 * 1024, [r["session_id"] for r in spill.read().records]) == (True, ["s7", "s8", "s9"]), size
+    small = _answers(1500, 200)
+    spill.replace(small.records())
+    assert len(spill.read().records) == 1500

@@ -36,6 +36,7 @@ from typing import Any
 import anyio
 
 from pipelines.extract.model import ChunkExtraction
+from store.held_file import record_line
 
 # (extractor fingerprint, text hash): the same words asked of the same extractor.
 TextKey = tuple[str, str]
@@ -79,9 +80,13 @@ class InFlight:
         flight.landed.set()
 
 
-# Paid answers a process keeps while the database refuses them: a few megabytes at most (an answer
-# is a few kilobytes); past it, the oldest goes (its words are asked again, as before paidstore).
-HELD_ANSWERS_MAX = 1000
+# Paid answers a process keeps while the database refuses them, counted in the bytes of their lines
+# in the data dir's file (worker.held_answers): what the bound protects is that file — written whole
+# and read whole under its lock by each extract phase — and the process's memory, which holds each
+# answer as objects (a few times its line). 4 MiB is some 1,300 answers of a real chunk's 3 kB
+# (bench/bench_held_file.py). Past it, the oldest goes (its words are asked again, as before
+# paidstore); the newest stays, whatever its size.
+HELD_ANSWERS_MAX_BYTES = 4 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,18 +105,30 @@ class HeldAnswer:
 
 
 class HeldAnswers:
-    """The paid answers the database refused to store, by :data:`TextKey`, oldest first, at most
-    :data:`HELD_ANSWERS_MAX`. Pure: no I/O, no clock."""
+    """The paid answers the database refused to store, by :data:`TextKey`, oldest first, their lines
+    in the file at most :data:`HELD_ANSWERS_MAX_BYTES` (but the newest). Pure: no I/O, no clock."""
 
     def __init__(self) -> None:
         self._held: dict[TextKey, HeldAnswer] = {}
+        self._sizes: dict[TextKey, int] = {}
+        self._bytes = 0
 
     def keep(self, key: TextKey, answer: HeldAnswer) -> None:
         """Hold ``answer`` for the next attempt of ``key``'s words (replacing one held for them)."""
-        self._held.pop(key, None)
+        self._keep(key, answer, _record(key, answer))
+
+    def _keep(self, key: TextKey, answer: HeldAnswer, record: Mapping[str, Any]) -> None:
+        """:meth:`keep`, ``record`` being ``answer``'s (its line is the answer's size)."""
+        self._forget(key)
         self._held[key] = answer
-        while len(self._held) > HELD_ANSWERS_MAX:
-            del self._held[next(iter(self._held))]
+        self._sizes[key] = len(record_line(record))
+        self._bytes += self._sizes[key]
+        while self._bytes > HELD_ANSWERS_MAX_BYTES and len(self._held) > 1:
+            self._forget(next(iter(self._held)))
+
+    def size(self) -> int:
+        """The bytes of the held answers' lines in the file."""
+        return self._bytes
 
     def keep_records(self, records: Iterable[Mapping[str, Any]], *, held_at: datetime) -> list[str]:
         """Hold the answer of each of ``records`` (:meth:`records`' form, oldest first, as
@@ -125,24 +142,30 @@ class HeldAnswers:
             except (KeyError, TypeError, ValueError, AttributeError) as exc:
                 problems.append(f"not a held answer: {exc!r}")
                 continue
-            self.keep(key, answer)
+            # The record as read is measured (its extraction encoded again would cost 3 times the read).
+            self._keep(key, answer, record if "held_at" in record else {**record, "held_at": answer.held_at.isoformat()})
         return problems
 
     def records(self) -> list[dict[str, Any]]:
         """The held answers, oldest first, as JSON-ready records (:meth:`keep_records` reads them)."""
-        return [{"fingerprint": key[0], "text_hash": key[1], "session_id": answer.session_id,
-                 "memory_ids": list(answer.memory_ids), "tokens_in": answer.tokens_in, "tokens_out": answer.tokens_out,
-                 "latency_ms": answer.latency_ms, "held_at": answer.held_at.isoformat(),
-                 "extraction": answer.extraction.to_payload()}
-                for key, answer in self._held.items()]
+        return [_record(key, answer) for key, answer in self._held.items()]
 
     def clear(self) -> None:
         """Hold nothing (what was held is kept elsewhere now)."""
         self._held.clear()
+        self._sizes.clear()
+        self._bytes = 0
 
     def take(self, key: TextKey) -> HeldAnswer | None:
         """The answer held for ``key``'s words, no longer held (the taker stores it or keeps it again)."""
-        return self._held.pop(key, None)
+        return self._forget(key)
+
+    def _forget(self, key: TextKey) -> HeldAnswer | None:
+        """Hold nothing more for ``key``; what was held for it."""
+        answer = self._held.pop(key, None)
+        if answer is not None:
+            self._bytes -= self._sizes.pop(key)
+        return answer
 
     def __len__(self) -> int:
         return len(self._held)
@@ -183,8 +206,16 @@ class HeldAnswers:
         """Drop each answer ``taken_out`` says; how many went."""
         gone = [key for key, answer in self._held.items() if taken_out(answer)]
         for key in gone:
-            del self._held[key]
+            self._forget(key)
         return len(gone)
+
+
+def _record(key: TextKey, answer: HeldAnswer) -> dict[str, Any]:
+    """``answer`` held for ``key`` as a JSON-ready record (:func:`_from_record` reads it)."""
+    return {"fingerprint": key[0], "text_hash": key[1], "session_id": answer.session_id,
+            "memory_ids": list(answer.memory_ids), "tokens_in": answer.tokens_in, "tokens_out": answer.tokens_out,
+            "latency_ms": answer.latency_ms, "held_at": answer.held_at.isoformat(),
+            "extraction": answer.extraction.to_payload()}
 
 
 def _from_record(record: Mapping[str, Any], *, held_at: datetime) -> tuple[TextKey, HeldAnswer]:
