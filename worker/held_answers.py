@@ -12,17 +12,18 @@ process. Only a kill in the middle of a phase loses what that phase held (the mo
 
 Forgotten or rewritten words do not stay in the file: the answers whose session or turns were
 forgotten (a tombstone), whose turns are no longer all in a session the database knows, or whose
-session was digested since, are dropped when a phase takes the file and when it writes it back (under the file's lock, so a ``forget`` committed before the
-write is seen, and one committed after it scrubs the file); and every withdrawal of what a forget
+session was digested since, are dropped when a phase takes the file and when it writes it back
+(under the file's lock, so a ``forget`` committed before the write is seen, and one committed after
+it scrubs the file); and every withdrawal of what a forget
 or a retraction took out, or a rewrite replaced (``worker.knowledge.withdraw_retracted``: the
 forget itself, a cycle's ingest, a backfill, a drain), takes the answers quoting it out of the file
 (:func:`drop_withdrawn_from_file`) — a rewritten turn keeps its id, so that takes its old words'
 answer out at once, and the digest check when another process held it meanwhile. A line that
 cannot be read is logged and dropped: its words are asked again. An answer of a session the
 database does not know at all (a backup older than its ingest restored since) waits for its ingest;
-one held past ``REM_HELD_ANSWER_MAX_AGE_DAYS`` is dropped whatever its session. Nothing here raises for the file or the
-database but :func:`drop_withdrawn_from_file` (its caller reports it): the phase goes on as if
-nothing were held.
+one held past ``REM_HELD_ANSWER_MAX_AGE_DAYS`` is dropped whatever its session. Nothing here raises
+for the file or the database but :func:`drop_withdrawn_from_file` (its caller reports it): the
+phase goes on as if nothing were held.
 """
 
 from __future__ import annotations
@@ -129,7 +130,7 @@ def write_to_file(settings: Settings, held: HeldAnswers, db: Database) -> None:
                   path=str(spill.path), answers=len(held), error=str(exc))
         return
     _report_damage(spill, content, problems)
-    log.info("held answers written for the next run", path=str(spill.path), answers=len(held))
+    log.info("held answers written for the next run", path=str(spill.path), answers=len(held), bytes=held.size())
     held.clear()
 
 

@@ -142,7 +142,7 @@ class HeldAnswers:
             except (KeyError, TypeError, ValueError, AttributeError) as exc:
                 problems.append(f"not a held answer: {exc!r}")
                 continue
-            # The record as read is measured (its extraction encoded again would cost 3 times the read).
+            # The record as read is measured: rebuilding it from the answer (``asdict``) costs more than its read.
             self._keep(key, answer, record if "held_at" in record else {**record, "held_at": answer.held_at.isoformat()})
         return problems
 
