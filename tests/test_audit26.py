@@ -13,11 +13,17 @@ from pathlib import Path
 import pytest
 
 from config import Settings
+from pipelines.ingest import TAIL_CHECK_IDS
+from store.backend import open_database
+from store.chroma import ChromaStore
+from store.graph import GraphStore
 from tests.conftest import run_cli
 from tests.http_proxy import serving
 from tests.llm_server import LLMServer, Status
 from tests.llm_server import llm_server  # noqa: F401 - fixture
 from tests.test_extract_cycle import TURNS, llm_settings, session
+from tests.test_inplace import TURNS as PARTS
+from tests.test_inplace import _cycle, _import, _session_of
 from tests.test_leftalone_damaged import charged, ingested
 from tests.test_leftalone_no_endpoint import _chunk_rows
 from worker.cycle import run_cycle
@@ -100,3 +106,36 @@ async def test_a_404_for_a_model_the_server_lacks_names_the_model_not_the_url(
     assert all("has no OpenAI-compatible API there" not in w for w in warned), warned
     assert any(f"LLM server {llm_server.url} has no model gpt-nope (set REM_LLM_MODEL to one GET {llm_server.url}/models "
                f"lists): POST {llm_server.url}/chat/completions answered HTTP 404: " in w for w in warned), warned
+
+
+def _memory_name(settings: Settings, memory_id: str) -> str | None:
+    """The MEMORY node's name: its text's first 80 characters."""
+    db = open_database(settings, readonly=True)
+    try:
+        node = GraphStore(db).get_node(f"memory:{memory_id}")
+        return node.name if node else None
+    finally:
+        db.close()
+
+
+@pytest.mark.both_backends
+async def test_a_row_written_again_while_the_whole_tail_went_is_read_again(settings: Settings, tmp_path: Path) -> None:
+    """The newest session (the marks' whole tail, 32 rows) deleted, and an older turn deleted and
+    added again with new words in the same interval: the id scan cannot tell the row written again
+    from the rows that stayed (no tail id is left to say where the new rows start), so it compares
+    the rows' text as a full scan does — the turn's new words are in the graph after the cycle."""
+    await _import(settings, tmp_path, [session("s-a", PARTS[:3]), session("s-b", [f"filler turn {i:02d}" for i in range(TAIL_CHECK_IDS)])])
+    await _cycle(settings)
+    chroma = ChromaStore(settings)
+    coll = await chroma.collection(settings.memory_collection)
+    assert coll is not None
+    coll.delete(where={"sessionId": "s-b"})
+    before = coll.get(ids=["s-a-t1"], include=["documents", "metadatas"])
+    coll.delete(ids=["s-a-t1"])
+    coll.add(ids=["s-a-t1"], documents=["turn 01 now names the PartQItem component instead"], metadatas=before["metadatas"])
+
+    ingest = (await _cycle(settings)).phases["ingest"]
+
+    assert ingest["scan"] == "full", ingest
+    assert _session_of(settings, "s-b-t0") == (None, [], None)
+    assert _memory_name(settings, "s-a-t1") == "turn 01 now names the PartQItem component instead"
