@@ -9,13 +9,15 @@ import json
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+import worker.cycle
 from config import Settings
 from pipelines.ingest import TAIL_CHECK_IDS
 from store.backend import open_database
-from store.chroma import ChromaStore
+from store.chroma import ChromaRowsMovedError, ChromaStore
 from store.graph import GraphStore
 from tests.conftest import run_cli
 from tests.http_proxy import serving
@@ -139,3 +141,90 @@ async def test_a_row_written_again_while_the_whole_tail_went_is_read_again(setti
     assert ingest["scan"] == "full", ingest
     assert _session_of(settings, "s-b-t0") == (None, [], None)
     assert _memory_name(settings, "s-a-t1") == "turn 01 now names the PartQItem component instead"
+
+
+class _DeletingDuringTheScan(ChromaStore):
+    """The real store; right after the first page of an id scan it deletes ``victim`` (a row
+    before the page's end), as an agent deleting a memory while the cycle scans does."""
+
+    victim = ""
+
+    async def _call(self, fn: Any, **kwargs: Any) -> Any:
+        result = await super()._call(fn, **kwargs)
+        scanned = getattr(getattr(fn, "__self__", None), "name", None) == self._settings.memory_collection
+        if _DeletingDuringTheScan.victim and scanned and kwargs.get("include") == [] and kwargs.get("offset") == 0 \
+                and kwargs.get("limit") == self._settings.chroma_page_size * 50:
+            victim, _DeletingDuringTheScan.victim = _DeletingDuringTheScan.victim, ""
+            coll = await self.collection(self._settings.memory_collection)
+            assert coll is not None
+            coll.delete(ids=[victim])
+        return result
+
+
+def _memory_ids_in_graph(settings: Settings) -> set[str]:
+    db = open_database(settings, readonly=True)
+    try:
+        return {row[0] for row in db.query("SELECT memory_id FROM memory_index")}
+    finally:
+        db.close()
+
+
+@pytest.mark.both_backends
+async def test_a_row_deleted_while_the_id_scan_pages_costs_no_other_row_its_place_in_the_graph(
+    settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The ids are read in pages by offset: a row deleted before the end of a page already read
+    moves every later row one place up, and the first row of the next page was never read — the
+    scan took it for deleted and the cycle took that turn out of the graph (until the next full
+    scan). Each page now starts with the page before's last id; when it is not there, the scan
+    goes on after the last id read that still is."""
+    settings = settings.model_copy(update={"chroma_page_size": 2})  # the id scan's pages: 100 ids
+    filler = [f"filler turn {i:03d} of the long session" for i in range(150)]
+    await _import(settings, tmp_path, [session("s-a", PARTS[:3]), session("s-b", filler)])
+    await _cycle(settings)
+    coll = await ChromaStore(settings).collection(settings.memory_collection)
+    assert coll is not None
+    coll.delete(ids=["s-a-t0"])  # the marks' tail is no longer where it was: the next cycle scans every id
+    monkeypatch.setattr(worker.cycle, "ChromaStore", _DeletingDuringTheScan)
+    _DeletingDuringTheScan.victim = "s-a-t1"
+
+    ingest = (await _cycle(settings)).phases["ingest"]
+
+    assert ingest["scan"] == "full" and not _DeletingDuringTheScan.victim, ingest
+    in_chroma = set(coll.get(include=[])["ids"])
+    assert in_chroma - _memory_ids_in_graph(settings) == set()  # no turn lost
+    # The row deleted after it was read leaves at the next cycle, which finds its marks' tail moved.
+    assert _memory_ids_in_graph(settings) - in_chroma == {"s-a-t1"}
+    await _cycle(settings)
+    assert _memory_ids_in_graph(settings) == in_chroma
+
+
+class _DeletingAfterThePage(ChromaStore):
+    """The real store; after the first page of a paged read it deletes ``doomed``."""
+
+    doomed: list[str] = []
+
+    async def _call(self, fn: Any, **kwargs: Any) -> Any:
+        result = await super()._call(fn, **kwargs)
+        if _DeletingAfterThePage.doomed and kwargs.get("offset") == 0 and "ids" not in kwargs:
+            doomed, _DeletingAfterThePage.doomed = _DeletingAfterThePage.doomed, []
+            getattr(fn, "__self__").delete(ids=doomed)
+        return result
+
+
+async def test_a_paged_read_goes_on_after_the_last_row_it_read_that_is_left(settings: Settings) -> None:
+    """Three rows deleted after the first page was read, its last among them: the read goes on
+    after the last row of that page still there, every other row read once; a whole page deleted
+    is a clear error the next read starts over from (``chroma-unavailable``, no row missed)."""
+    settings = settings.model_copy(update={"chroma_page_size": 2})  # id pages of 100 rows
+    chroma = _DeletingAfterThePage(settings)
+    coll = await chroma.collection(settings.memory_collection, create=True)
+    ids = [f"r{i:03d}" for i in range(250)]
+    coll.add(ids=ids, documents=[f"row {i}" for i in ids], metadatas=[{"sessionId": "s"} for _ in ids])
+    _DeletingAfterThePage.doomed = ["r010", "r098", "r099"]  # read in the first page, deleted after it
+    read = [i async for page in chroma.scan_ids(settings.memory_collection) for i in page]
+    assert read == ids
+    left = [i for i in ids if i not in ("r010", "r098", "r099")]
+    _DeletingAfterThePage.doomed = left[:100]
+    with pytest.raises(ChromaRowsMovedError, match="was deleted while they were being read"):
+        [i async for page in chroma.scan_ids(settings.memory_collection) for i in page]
