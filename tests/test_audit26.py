@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 import worker.cycle
-from config import Settings
+from config import Settings, load_settings
 from pipelines.ingest import TAIL_CHECK_IDS
 from store.backend import open_database
 from store.chroma import ChromaRowsMovedError, ChromaStore
@@ -228,3 +228,37 @@ async def test_a_paged_read_goes_on_after_the_last_row_it_read_that_is_left(sett
     _DeletingAfterThePage.doomed = left[:100]
     with pytest.raises(ChromaRowsMovedError, match="was deleted while they were being read"):
         [i async for page in chroma.scan_ids(settings.memory_collection) for i in page]
+
+
+async def test_a_chroma_that_does_not_answer_in_time_leaves_recall_the_graphs_answer(
+    tmp_path: Path, digested_sample: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The vector signal is optional: a Chroma server that does not answer the nearest-turns query
+    within recall's deadline is reported in ``signals.vector.error`` and the graph answers. The
+    graph's own deadline ran from the opening of the index, and the Chroma wait used it up: the
+    reads after it were stopped, and recall failed saying to ask something narrower."""
+    import time
+
+    from pipelines.recall import RecallRequest
+    from tests.conftest import copy_digested_sample, free_port, start_chroma_server
+    from tests.http_proxy import forwarding_proxy
+    from worker import recall as worker_recall
+
+    data = copy_digested_sample(digested_sample, tmp_path / "data")
+    server = start_chroma_server(data / "chroma", free_port())
+    monkeypatch.setattr(worker_recall, "RECALL_DEADLINE_SECONDS", 1.0)
+
+    def slow_queries(body: bytes) -> bool:
+        if b"query_embeddings" in body:
+            time.sleep(2.0)
+        return True
+
+    try:
+        with forwarding_proxy(f"http://127.0.0.1:{server.args[-1]}", slow_queries) as url:
+            settings = load_settings(data_dir=data, chroma_url=url, recall_vector=True)
+            answer = await worker_recall.run_recall(settings, RecallRequest(query="drain edges queue lazy worker cycle session", limit=100))
+    finally:
+        server.terminate()
+        server.wait(10)
+    assert answer["signals"]["vector"]["error"] == "Chroma did not answer within 1 s", answer["signals"]["vector"]
+    assert answer["turns"], answer["signals"]
