@@ -131,7 +131,9 @@ def exclusive_lock(path: str | os.PathLike[str], *, root: str | os.PathLike[str]
 
 def lock_holder(path: str | os.PathLike[str], *, root: str | os.PathLike[str]) -> str | None:
     """The line the holder of the lock file ``path`` wrote (:func:`exclusive_lock`'s ``holder``),
-    or None when it wrote none (or the file is gone or unreadable: the caller says less)."""
+    its first line only (anything after it is no holder's), or None when it wrote none (or the
+    file is gone or unreadable: the caller says less). Its characters are as written: a caller
+    showing it to a terminal makes them printable."""
     try:
         fd = open_confined(path, os.O_RDONLY, root=root)
     except OSError:
@@ -140,7 +142,7 @@ def lock_holder(path: str | os.PathLike[str], *, root: str | os.PathLike[str]) -
         said = os.pread(fd, 512, 0).decode("utf-8", "replace").strip()
     finally:
         os.close(fd)
-    return said or None
+    return said.splitlines()[0].strip() if said else None
 
 
 def _refuse_unsafe(mode: int, links: int, path: Path, *, written: bool) -> None:

@@ -262,3 +262,35 @@ async def test_a_chroma_that_does_not_answer_in_time_leaves_recall_the_graphs_an
         server.wait(10)
     assert answer["signals"]["vector"]["error"] == "Chroma did not answer within 1 s", answer["signals"]["vector"]
     assert answer["turns"], answer["signals"]
+
+
+def test_a_busy_lock_shows_one_printable_line_of_what_its_holder_wrote(settings: Settings, tmp_path: Path) -> None:
+    """The holder line is read from a file anyone with the data dir's rights can write: a second
+    line, or a terminal's escape sequence, went to the user's terminal as it was (the message split
+    over two lines, the colour or title changed by whoever wrote it). Only its first line is shown,
+    each control character as its escape."""
+    import subprocess
+    import sys
+
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    lock = settings.data_dir / "rem-cycle.lock"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import fcntl, os, sys, time\n"
+         "fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o640)\n"
+         "fcntl.flock(fd, fcntl.LOCK_EX)\n"
+         "os.pwrite(fd, b'\\x1b[31mpid 42\\x1b[0m on host since then\\nnot starting anything, all is well', 0)\n"
+         "print('held', flush=True)\n"
+         "time.sleep(30)\n", str(lock)],
+        stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        done = run_cli("--once", env={"REM_DATA_DIR": str(settings.data_dir)})
+    finally:
+        holder.kill()
+        holder.wait(10)
+    assert done.returncode == 3, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        f"rem-cycle: another REM cycle is running on {settings.data_dir}: \\x1b[31mpid 42\\x1b[0m on host since then "
+        f"(it holds {lock}); not starting a second one"
+    ]
