@@ -6,6 +6,7 @@ subprocesses, real SQLite files, embedded Chroma, the loopback model server and 
 from __future__ import annotations
 
 import json
+import sqlite3
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
@@ -26,7 +27,7 @@ from tests.llm_server import llm_server  # noqa: F401 - fixture
 from tests.test_extract_cycle import TURNS, llm_settings, session
 from tests.test_inplace import TURNS as PARTS
 from tests.test_inplace import _cycle, _import, _session_of
-from tests.test_leftalone_damaged import charged, ingested
+from tests.test_leftalone_damaged import charged, damage, ingested, pages_never_used
 from tests.test_leftalone_no_endpoint import _chunk_rows
 from worker.cycle import run_cycle
 
@@ -294,3 +295,28 @@ def test_a_busy_lock_shows_one_printable_line_of_what_its_holder_wrote(settings:
         f"rem-cycle: another REM cycle is running on {settings.data_dir}: \\x1b[31mpid 42\\x1b[0m on host since then "
         f"(it holds {lock}); not starting a second one"
     ]
+
+
+@pytest.mark.parametrize("harm", ["pages never used", "a table's page overwritten"])
+async def test_a_backup_of_a_damaged_graph_says_the_graph_is_damaged(settings: Settings, tmp_path: Path, harm: str) -> None:
+    """``backup`` copies the graph page for page, so a damaged graph makes a damaged copy, which
+    it refuses. It said `backup failed: backup failed integrity_check: 3 problems, …` (or SQLite's
+    bare `database disk image is malformed`): not which file, as if the copy had gone wrong. It
+    names the graph as damaged and says what to do; nothing is written."""
+    await ingested(settings, tmp_path, [session("s1", TURNS)])
+    if harm == "pages never used":
+        with sqlite3.connect(settings.graph_path) as conn:
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        pages_never_used(settings.graph_path, 3)
+        found = "3 problems, the first: Page "
+    else:
+        damage(settings.graph_path, "chunk_results")
+        found = "database disk image is malformed"
+    out = tmp_path / "backups" / "b.sqlite3"
+    done = run_cli("backup", str(out), env={"REM_DATA_DIR": str(settings.data_dir)})
+    assert done.returncode == 1
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith(f"rem-cycle: backup failed: the graph database {settings.graph_path} is damaged ({found}"), line
+    assert line.endswith("), and so would be a copy of it; nothing was written: stop the workers and restore the graph "
+                         "from an earlier backup (rem-cycle restore BACKUP)"), line
+    assert not out.exists() and not list(out.parent.glob("*"))
