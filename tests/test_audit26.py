@@ -320,3 +320,22 @@ async def test_a_backup_of_a_damaged_graph_says_the_graph_is_damaged(settings: S
     assert line.endswith("), and so would be a copy of it; nothing was written: stop the workers and restore the graph "
                          "from an earlier backup (rem-cycle restore BACKUP)"), line
     assert not out.exists() and not list(out.parent.glob("*"))
+
+
+@pytest.mark.parametrize("status", [404, 405])
+async def test_a_provider_with_chat_completions_and_no_models_list_passes_readiness(
+    settings: Settings, tmp_path: Path, status: int
+) -> None:
+    """Some OpenAI-compatible providers serve chat completions and no models list (``GET
+    /models`` 404 or 405). Since leftalone25 that failed readiness, saying no API was there, and no
+    session was ever extracted. The check now asks the chat endpoint itself, with a request no
+    model works on (an empty JSON object, which a real server refuses as invalid: nothing paid):
+    an answer other than "no endpoint" means the API is there."""
+    with LLMServer(models=Status(status, json.dumps({"error": {"message": "Not Found"}}))) as server:
+        await ingested(settings, tmp_path, [session("s1", TURNS)])
+        env = {"REM_DATA_DIR": str(settings.data_dir), "REM_EXTRACTOR": "openai", "REM_LLM_BASE_URL": server.url,
+               "REM_LLM_MAX_RETRIES": "0"}
+        done = run_cli("--once", "--json", env=env)
+        report = json.loads(done.stdout)
+        assert (done.returncode, report["outcome"]) == (0, "completed"), done.stdout
+        assert report["phases"]["extract"]["sessions_digested"] == 1 and server.chat_count == 1

@@ -148,24 +148,35 @@ class OpenAIExtractor:
     async def ping(self) -> None:
         """Raise :class:`ExtractionFailure` ``provider-error`` unless the server answers ``GET /models``
         (any answer below 500 except 401/403, a redirect, 404 and 405 counts: some servers refuse
-        to list models; one with no such path, or sending the client elsewhere, is no
-        OpenAI-compatible API there, see :func:`misdirected`)."""
+        to list models; one sending the client elsewhere is no API to use, see :func:`misdirected`).
+        A 404 or 405 there is asked again of the chat endpoint, with a request no model works on:
+        some providers serve chat completions and no models list."""
+        status, wrong = await self._knock("GET", "/models")
+        if wrong is not None and status in NO_ENDPOINT_STATUSES:
+            # An empty object: a server validates it and refuses it (400/422) before any model
+            # works, so nothing is paid; "no endpoint" again means there is none.
+            status, chat_wrong = await self._knock("POST", "/chat/completions", body={})
+            wrong = None if chat_wrong is None else wrong
+        if wrong is not None:
+            raise ExtractionFailure("provider-error", wrong)
+        if status in (401, 403) or status >= 500:
+            raise ExtractionFailure("provider-error", f"LLM server {self.base_url} answered HTTP {status}")
+
+    async def _knock(self, method: str, path: str, *, body: dict[str, Any] | None = None) -> tuple[int, str | None]:
+        """The status of one request to ``path`` whose answer is never read (a model list, or a
+        runaway stream), and what :func:`misdirected` says of it; ``provider-error`` when the server
+        does not answer within 10 s."""
         assert self._client is not None, "use the extractor as an async context manager"
         seconds = min(10.0, self.settings.llm_timeout_seconds)
         try:
-            # The status is the answer: the body (a model list, or a runaway stream) is never read.
             with anyio.fail_after(seconds):  # the whole exchange, not each read (see _post)
-                async with self._client.stream("GET", f"{self.base_url}/models") as response:
+                async with self._client.stream(method, f"{self.base_url}{path}", json=body) as response:
                     pass
         except TimeoutError as exc:
             raise ExtractionFailure("provider-error", f"LLM server {self.base_url} did not answer within {seconds:g}s") from exc
         except httpx.HTTPError as exc:
             raise ExtractionFailure("provider-error", f"LLM server {self.base_url} unreachable: {exc}") from exc
-        wrong = misdirected(self.base_url, self.settings.llm_model, "GET", "/models", response)
-        if wrong is not None:
-            raise ExtractionFailure("provider-error", wrong)
-        if response.status_code in (401, 403) or response.status_code >= 500:
-            raise ExtractionFailure("provider-error", f"LLM server {self.base_url} answered HTTP {response.status_code}")
+        return response.status_code, misdirected(self.base_url, self.settings.llm_model, method, path, response)
 
     async def extract(self, unit: WorkUnit) -> ExtractorReply:
         messages = [{"role": "system", "content": self._system}, {"role": "user", "content": user_prompt(unit)}]
