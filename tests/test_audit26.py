@@ -231,6 +231,7 @@ async def test_a_paged_read_goes_on_after_the_last_row_it_read_that_is_left(sett
         [i async for page in chroma.scan_ids(settings.memory_collection) for i in page]
 
 
+@pytest.mark.slow
 async def test_a_chroma_that_does_not_answer_in_time_leaves_recall_the_graphs_answer(
     tmp_path: Path, digested_sample: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
