@@ -28,7 +28,7 @@ from tests.test_extract_cycle import TURNS, llm_settings, session
 from tests.test_inplace import TURNS as PARTS
 from tests.test_inplace import _cycle, _import, _session_of
 from tests.test_leftalone_damaged import charged, damage, ingested, pages_never_used
-from tests.test_leftalone_no_endpoint import _chunk_rows
+from tests.test_leftalone_no_endpoint import readiness_refused
 from worker.cycle import run_cycle
 
 
@@ -59,35 +59,13 @@ async def test_provider_ready_fails_naming_where_a_redirecting_server_sends_the_
 ) -> None:
     """``GET /models`` answered 301: the client follows no redirect (a request's key must not go
     where the user did not send it), so nothing of the API is there; readiness fails naming where
-    the server points, and no chunk is asked or charged."""
-    await ingested(settings, tmp_path, [session("s1", TURNS)])
-    env = {"REM_DATA_DIR": str(settings.data_dir), "REM_EXTRACTOR": "openai", "REM_LLM_BASE_URL": redirecting_server,
-           "REM_LLM_MAX_RETRIES": "0"}
-    done = run_cli("--once", "--json", env=env)
-    report = json.loads(done.stdout)
-    assert (done.returncode, report["failure_phase"], report["reason_code"]) == (1, "provider-ready", "llm-unavailable"), done.stdout
-    assert report["message"] == (
+    the server points, and no chunk is asked or charged. (A chat request redirected:
+    ``tests/test_leftalone_no_endpoint.py::test_a_chat_request_with_no_endpoint_charges_no_chunk_nor_session[308]``.)"""
+    assert await readiness_refused(settings, tmp_path, redirecting_server) == (
         f"LLM server {redirecting_server} redirects GET {redirecting_server}/models to https://127.0.0.1:9/v1/models "
         "(HTTP 301), and rem-cycle follows no redirect: set REM_LLM_BASE_URL to the address it redirects to "
         "(https://127.0.0.1:9/v1)"
     )
-    assert _chunk_rows(settings.graph_path) == [] and charged(settings.graph_path) == [("s1", "undigested", 0)]
-
-
-async def test_a_redirected_chat_request_charges_no_chunk_nor_session(settings: Settings, llm_server: LLMServer, tmp_path: Path) -> None:
-    """The models list answers, the chat request is redirected (308): a configuration failure as
-    a missing endpoint is — the session deferred, no chunk row nor backoff; once the server
-    answers, the next cycle asks each chunk at once."""
-    settings = llm_settings(settings.data_dir, llm_server)
-    await ingested(settings, tmp_path, [session("s1", TURNS)])
-    llm_server.script(*[Status(308, "", {"Location": "https://elsewhere.invalid/v1/chat/completions"})] * 2)
-    first = await run_cycle(settings)
-    extract = first.phases["extract"]
-    assert (first.outcome, extract["sessions_deferred"], extract["sessions_failed"]) == ("completed", 1, 0), extract
-    assert _chunk_rows(settings.graph_path) == [] and charged(settings.graph_path) == [("s1", "undigested", 0)]
-    asked = llm_server.chat_count
-    second = await run_cycle(settings)
-    assert second.phases["extract"]["sessions_digested"] == 1 and llm_server.chat_count - asked == 2
 
 
 async def test_a_404_for_a_model_the_server_lacks_names_the_model_not_the_url(
