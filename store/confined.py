@@ -46,18 +46,24 @@ class DataDirAccessError(DataDirPathError):
     folder's descriptor named only the file (``Permission denied: 'rem-cycle.lock'``)."""
 
 
-# Refusals of access: the user's permissions (EACCES), or a rule beyond them (EPERM: an immutable file).
-_ACCESS_REFUSED = frozenset({errno.EACCES, errno.EPERM})
+# Refusals of access, and what rem-cycle needs instead: the user's permissions (EACCES), a rule
+# beyond them (EPERM: an immutable file), a file system mounted read-only (EROFS: no user may write).
 _ACCESS_NEEDED = ("rem-cycle needs to create, read and write the files of its data dir: run it as the user that "
                   "owns the data dir, or give this user write access to it")
+_ACCESS_REFUSED = {
+    errno.EACCES: _ACCESS_NEEDED,
+    errno.EPERM: _ACCESS_NEEDED,
+    errno.EROFS: "rem-cycle writes in its data dir: put it on a file system mounted read-write (REM_DATA_DIR)",
+}
 
 
 def _refused_access(exc: OSError, verb: str, shown: Path) -> OSError:
     """``exc`` as a :class:`DataDirAccessError` naming ``shown`` in full when it is a refusal of
     access; ``exc`` itself otherwise."""
-    if exc.errno not in _ACCESS_REFUSED:
+    needed = _ACCESS_REFUSED.get(exc.errno or 0)
+    if needed is None:
         return exc
-    return DataDirAccessError(exc.errno, f"cannot {verb} {os.path.abspath(shown)}: {exc.strerror} ({_ACCESS_NEEDED})")
+    return DataDirAccessError(exc.errno, f"cannot {verb} {os.path.abspath(shown)}: {exc.strerror} ({needed})")
 
 
 def open_confined(path: str | os.PathLike[str], flags: int, *, root: str | os.PathLike[str], mode: int = 0o640) -> int:

@@ -318,3 +318,34 @@ async def test_a_provider_with_chat_completions_and_no_models_list_passes_readin
         report = json.loads(done.stdout)
         assert (done.returncode, report["outcome"]) == (0, "completed"), done.stdout
         assert report["phases"]["extract"]["sessions_digested"] == 1 and server.chat_count == 1
+
+
+@pytest.fixture
+def read_only_data_dir(tmp_path: Path) -> Iterator[Path]:
+    """A data dir holding its lock file, on a file system then mounted read-only (a tmpfs);
+    skipped where mounting is not allowed (not root, or a container without the capability)."""
+    import subprocess
+
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "none", str(folder)], capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a file system here: {mounted.stderr.strip()}")
+    try:
+        (folder / "data").mkdir()
+        (folder / "data" / "rem-cycle.lock").touch()
+        subprocess.run(["mount", "-o", "remount,ro", str(folder)], check=True)
+        yield folder / "data"
+    finally:
+        subprocess.run(["umount", str(folder)], check=False)
+
+
+def test_a_data_dir_on_a_read_only_file_system_is_named_with_what_to_do(read_only_data_dir: Path) -> None:
+    """The data dir on a read-only mount: ``--once`` said `[Errno 30] Read-only file system:
+    'rem-cycle.lock'` — the lock file without its folder, nor what to do. It names the path in
+    full, as for a refusal of this user's rights, with the advice that fits a read-only file
+    system."""
+    done = run_cli("--once", env={"REM_DATA_DIR": str(read_only_data_dir)})
+    assert done.returncode == 1
+    assert (f"cannot create or open {read_only_data_dir / 'rem-cycle.lock'}: Read-only file system (rem-cycle writes "
+            "in its data dir: put it on a file system mounted read-write (REM_DATA_DIR))") in done.stdout, done.stdout
