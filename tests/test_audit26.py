@@ -23,7 +23,6 @@ from store.graph import GraphStore
 from tests.conftest import run_cli
 from tests.http_proxy import serving
 from tests.llm_server import LLMServer, Status
-from tests.llm_server import llm_server  # noqa: F401 - fixture
 from tests.test_extract_cycle import TURNS, llm_settings, session
 from tests.test_inplace import TURNS as PARTS
 from tests.test_inplace import _cycle, _import, _session_of
@@ -69,24 +68,25 @@ async def test_provider_ready_fails_naming_where_a_redirecting_server_sends_the_
 
 
 async def test_a_404_for_a_model_the_server_lacks_names_the_model_not_the_url(
-    settings: Settings, llm_server: LLMServer, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+    settings: Settings, tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
     """OpenAI's and Ollama's answer to a model they do not have is a 404 whose JSON says so: the
     URL is right, the API is there, and the warning must send the user to REM_LLM_MODEL, not say
     that no OpenAI-compatible API is there."""
-    settings = llm_settings(settings.data_dir, llm_server, llm_model="gpt-nope")
-    await ingested(settings, tmp_path, [session("s1", TURNS)])
     said = {"error": {"message": "The model `gpt-nope` does not exist or you do not have access to it.",
                       "type": "invalid_request_error", "param": None, "code": "model_not_found"}}
-    llm_server.script(*[Status(404, json.dumps(said))] * 2)
-    result = await run_cycle(settings)
+    with LLMServer(default=Status(404, json.dumps(said))) as server:
+        settings = llm_settings(settings.data_dir, server, llm_model="gpt-nope")
+        await ingested(settings, tmp_path, [session("s1", TURNS)])
+        result = await run_cycle(settings)
+        url = server.url
     assert result.phases["extract"]["sessions_deferred"] == 1
     assert charged(settings.graph_path) == [("s1", "undigested", 0)]
     warned = [line for line in capfd.readouterr().err.splitlines() if "chunk extraction failed" in line]
     assert warned
     assert all("has no OpenAI-compatible API there" not in w for w in warned), warned
-    assert any(f"LLM server {llm_server.url} has no model gpt-nope (set REM_LLM_MODEL to one GET {llm_server.url}/models "
-               f"lists): POST {llm_server.url}/chat/completions answered HTTP 404: " in w for w in warned), warned
+    assert any(f"LLM server {url} has no model gpt-nope (set REM_LLM_MODEL to one GET {url}/models "
+               f"lists): POST {url}/chat/completions answered HTTP 404: " in w for w in warned), warned
 
 
 def _memory_name(settings: Settings, memory_id: str) -> str | None:
