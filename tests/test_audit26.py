@@ -12,10 +12,12 @@ from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 import worker.cycle
 from config import Settings, load_settings
+from pipelines.extract.llm import misdirected
 from pipelines.ingest import TAIL_CHECK_IDS
 from store.backend import open_database
 from store.chroma import ChromaRowsMovedError, ChromaStore
@@ -349,3 +351,17 @@ def test_a_data_dir_on_a_read_only_file_system_is_named_with_what_to_do(read_onl
     assert done.returncode == 1
     assert (f"cannot create or open {read_only_data_dir / 'rem-cycle.lock'}: Read-only file system (rem-cycle writes "
             "in its data dir: put it on a file system mounted read-write (REM_DATA_DIR))") in done.stdout, done.stdout
+
+
+@pytest.mark.parametrize(("location", "said"), [
+    ("https://llm.example/v1/models", "set REM_LLM_BASE_URL to the address it redirects to (https://llm.example/v1)"),
+    ("/v1/models/", "the server redirects to its own address; check its routes or the proxy in front of it"),
+    ("https://login.example/sso?next=x", "set REM_LLM_BASE_URL to the address it redirects to (https://login.example/sso?next=x)"),
+])
+def test_a_redirect_is_told_with_the_base_url_it_implies(location: str, said: str) -> None:
+    """A trailing slash the server adds (``/v1/models`` sent to ``/v1/models/``) is no new base
+    URL: the advice named ``…/v1/models/`` as the base, and every request would then have gone to
+    ``…/v1/models//chat/completions``."""
+    request = httpx.Request("GET", "http://llm.example/v1/models")
+    answer = httpx.Response(307, headers={"Location": location}, request=request)
+    assert misdirected("http://llm.example/v1", "m", "GET", "/models", answer).endswith(f"follows no redirect: {said}")

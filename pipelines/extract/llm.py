@@ -347,9 +347,11 @@ def misdirected(base_url: str, model: str, method: str, path: str, response: htt
         if not target:
             return f"LLM server {base_url} redirects {asked} (HTTP {status}) and says not where; check REM_LLM_BASE_URL"
         target = str(response.request.url.join(target))
-        base = target.removesuffix(path) if target.endswith(path) else target
-        return (f"LLM server {base_url} redirects {asked} to {target} (HTTP {status}), and rem-cycle follows no redirect: "
-                f"set REM_LLM_BASE_URL to the address it redirects to ({base})")
+        # The base the target implies (a trailing slash the server adds is no part of it).
+        base = target.rstrip("/").removesuffix(path) if target.rstrip("/").endswith(path) else target
+        advice = (f"set REM_LLM_BASE_URL to the address it redirects to ({base})" if base != base_url
+                  else "the server redirects to its own address; check its routes or the proxy in front of it")
+        return f"LLM server {base_url} redirects {asked} to {target} (HTTP {status}), and rem-cycle follows no redirect: {advice}"
     if status not in NO_ENDPOINT_STATUSES:
         return None
     words = " ".join(said.split())[:200]
