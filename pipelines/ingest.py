@@ -504,7 +504,8 @@ async def scan_session_revisions(
     scan time left blank for the caller) say how many rows each collection had, and its last ids.
     Not ``content``: an ingested row that no mark shows re-added is not read at all (nor
     ``ingested`` asked) — a scan of the ids, which finds rows deleted, added and re-added but not
-    those updated in place.
+    those updated in place. When no tail id of ``since`` is left (the newest rows deleted), no mark
+    shows which rows were written again since, and every ingested row's text is compared anyway.
     """
     result = ScanResult()
     present: set[str] = set()
@@ -519,6 +520,9 @@ async def scan_session_revisions(
     fingerprints = await last_rows(chroma, memory_collection, (since, memory_mark))
     memory_mark = with_last_row(memory_mark, fingerprints)
     rewritten = set(present) if recreated else {*after_mark.ids(), *present.intersection(tail_written_again(since, fingerprints))}
+    # A row deleted and added again lands after the tail; with the whole tail gone, the ids alone
+    # do not tell it from the rows that stayed, and only its text (or metadata) shows it.
+    content = content or after_mark.tail_gone
     added: dict[str, list[str]] = {}
     ordered = sorted(present)
     for start in range(0, len(ordered), metadata_batch):
@@ -597,6 +601,11 @@ class _RowsAfterMark:
     def ids(self) -> list[str]:
         """The ids after the tail (none when no tail id was found)."""
         return self._after or []
+
+    @property
+    def tail_gone(self) -> bool:
+        """Whether the mark had a tail and none of its ids was read: what came after it is unknown."""
+        return bool(self._tail) and self._place < 0
 
 
 def _readded_sessions(before: Mapping[str, str], now: Mapping[str, Sequence[str]]) -> set[str]:

@@ -189,6 +189,12 @@ class VectorUnavailableError(RuntimeError):
     """The vector store could not answer (down, or not within its time): recall answers without it."""
 
 
+def vector_limit(request: RecallRequest) -> int:
+    """How many nearest turns :func:`recall` asks the vector store for: deeper than the other
+    signals read, as the store knows nothing of scope and recall keeps only what the scope shows."""
+    return max(_MIN_DEPTH, request.limit * _DEPTH_FACTOR) * 4
+
+
 class VectorSource(Protocol):
     """Nearest turns to a text (``memory:<id>`` ids, nearest first), unscoped: recall filters them.
     Raises :class:`VectorUnavailableError` when it cannot answer."""
@@ -622,7 +628,7 @@ def recall(
     if vector is not None and "vector" in signals and not empty_scope:
         # The vector store knows nothing of scope: ask deeper, keep only what the scope shows.
         try:
-            nearest = vector.nearest(request.query, limit=depth * 4)
+            nearest = vector.nearest(request.query, limit=vector_limit(request))
         except VectorUnavailableError as exc:  # an optional signal: the graph still answers
             report["vector"] = {"error": str(exc)}
         else:

@@ -49,6 +49,11 @@ class ChromaCollectionGoneError(ChromaUnavailableError):
     collection anew."""
 
 
+class ChromaRowsMovedError(ChromaUnavailableError):
+    """So many rows of a collection were deleted while it was read page by page that the read
+    lost its place: nothing is wrong with Chroma or the rows, and the next read starts again."""
+
+
 class ChromaQueryError(ChromaStoreError):
     """Chroma was reached and answered this call with an error (e.g. its own database refused the
     query): retrying later will not help, and Chroma is not down."""
@@ -468,19 +473,49 @@ class ChromaStore:
         self, coll: Any, *, include: Sequence[str], size: int, where: dict[str, Any] | None = None,
         cls: type[ChromaRow] | None = MemoryRow,
     ) -> AsyncIterator[list[Any]]:
-        """Pages of rows of ``cls`` (``None``: of ids only)."""
-        offset = 0
+        """Pages of rows of ``cls`` (``None``: of ids only), each row once. Pages are read by offset,
+        and a row deleted before the end of a page already read moves every later row one place up:
+        read on from the next offset, the scan would skip a row that is there (and the change scan
+        took its turn for deleted). So each page starts with the last id of the page before, and
+        when that id is not there, the scan goes on after the last id it read that still is."""
+        size = max(size, 2)  # one id of each page is the page before's last
+        offset, before = 0, []  # the place of the first row not read yet; the ids of the page before
         while True:
-            kwargs: dict[str, Any] = {"include": list(include), "limit": size, "offset": offset}
+            start = offset - 1 if before else offset
+            kwargs: dict[str, Any] = {"include": list(include), "limit": size, "offset": start}
             if where is not None:
                 kwargs["where"] = where
             result = await self._call(coll.get, **kwargs)
-            page = list(result.get("ids") or []) if cls is None else _rows(result, cls)
+            ids = list(result.get("ids") or [])
+            if before and ids[:1] != before[-1:]:
+                place, kept = await self._last_left(coll, before, end=start, size=size, where=where)
+                offset, before = place + 1, [kept]
+                continue
+            page = ids if cls is None else _rows(result, cls)
+            if before:
+                page = page[1:]
             if page:
                 yield page
-            if len(page) < size:
+            if len(ids) < size:
                 return
-            offset += size
+            offset, before = start + len(ids), ids
+
+    async def _last_left(self, coll: Any, read: Sequence[str], *, end: int, size: int,
+                         where: dict[str, Any] | None) -> tuple[int, str]:
+        """The place and id of the last of ``read`` (a page's ids, read before rows were deleted)
+        that is still there, at or before ``end`` (deletions only move rows up);
+        :class:`ChromaRowsMovedError` when none of them is in the page that ends there."""
+        first = max(0, end - size + 1)
+        kwargs: dict[str, Any] = {"include": [], "limit": end - first + 1, "offset": first}
+        if where is not None:
+            kwargs["where"] = where
+        ids = list((await self._call(coll.get, **kwargs)).get("ids") or [])
+        kept = set(read)
+        for place in range(len(ids) - 1, -1, -1):
+            if ids[place] in kept:
+                return first + place, ids[place]
+        raise ChromaRowsMovedError(f"a page's worth of rows of {coll.name!r} was deleted while they were being read; "
+                                   "the next read starts again")
 
     async def _by_ids(self, coll: Any, ids: Sequence[str], *, include: Sequence[str], cls: type[ChromaRow] = MemoryRow) -> list[Any]:
         """The rows among ``ids`` that exist, read in chunks within the batch limit."""

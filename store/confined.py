@@ -46,18 +46,24 @@ class DataDirAccessError(DataDirPathError):
     folder's descriptor named only the file (``Permission denied: 'rem-cycle.lock'``)."""
 
 
-# Refusals of access: the user's permissions (EACCES), or a rule beyond them (EPERM: an immutable file).
-_ACCESS_REFUSED = frozenset({errno.EACCES, errno.EPERM})
+# Refusals of access, and what rem-cycle needs instead: the user's permissions (EACCES), a rule
+# beyond them (EPERM: an immutable file), a file system mounted read-only (EROFS: no user may write).
 _ACCESS_NEEDED = ("rem-cycle needs to create, read and write the files of its data dir: run it as the user that "
                   "owns the data dir, or give this user write access to it")
+_ACCESS_REFUSED = {
+    errno.EACCES: _ACCESS_NEEDED,
+    errno.EPERM: _ACCESS_NEEDED,
+    errno.EROFS: "rem-cycle writes in its data dir: put it on a file system mounted read-write (REM_DATA_DIR)",
+}
 
 
 def _refused_access(exc: OSError, verb: str, shown: Path) -> OSError:
     """``exc`` as a :class:`DataDirAccessError` naming ``shown`` in full when it is a refusal of
     access; ``exc`` itself otherwise."""
-    if exc.errno not in _ACCESS_REFUSED:
+    needed = _ACCESS_REFUSED.get(exc.errno or 0)
+    if needed is None:
         return exc
-    return DataDirAccessError(exc.errno, f"cannot {verb} {os.path.abspath(shown)}: {exc.strerror} ({_ACCESS_NEEDED})")
+    return DataDirAccessError(exc.errno, f"cannot {verb} {os.path.abspath(shown)}: {exc.strerror} ({needed})")
 
 
 def open_confined(path: str | os.PathLike[str], flags: int, *, root: str | os.PathLike[str], mode: int = 0o640) -> int:
@@ -131,7 +137,9 @@ def exclusive_lock(path: str | os.PathLike[str], *, root: str | os.PathLike[str]
 
 def lock_holder(path: str | os.PathLike[str], *, root: str | os.PathLike[str]) -> str | None:
     """The line the holder of the lock file ``path`` wrote (:func:`exclusive_lock`'s ``holder``),
-    or None when it wrote none (or the file is gone or unreadable: the caller says less)."""
+    its first line only (anything after it is no holder's), or None when it wrote none (or the
+    file is gone or unreadable: the caller says less). Its characters are as written: a caller
+    showing it to a terminal makes them printable."""
     try:
         fd = open_confined(path, os.O_RDONLY, root=root)
     except OSError:
@@ -140,7 +148,7 @@ def lock_holder(path: str | os.PathLike[str], *, root: str | os.PathLike[str]) -
         said = os.pread(fd, 512, 0).decode("utf-8", "replace").strip()
     finally:
         os.close(fd)
-    return said or None
+    return said.splitlines()[0].strip() if said else None
 
 
 def _refuse_unsafe(mode: int, links: int, path: Path, *, written: bool) -> None:

@@ -1349,6 +1349,21 @@ def _copy_database(source: Path, copy: Path) -> str:
         src.close()
 
 
+def _damage_of(path: Path) -> str | None:
+    """What ``integrity_check`` finds wrong with the database at ``path`` (opened read-only), or
+    the damage that stops the check; None when it is sound."""
+    try:
+        with sqlite_errors():
+            conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=30.0, factory=_Connection)
+        try:
+            found = _integrity(conn)
+        finally:
+            conn.close()
+    except DatabaseDamagedError as exc:
+        return " ".join(str(exc).split())
+    return None if found == "ok" else found
+
+
 def _integrity(conn: sqlite3.Connection) -> str:
     """``PRAGMA integrity_check`` on one line: ``ok``, or how many problems it found and the first.
     SQLite lists its problems a row each, and a row may hold several lines (a table's b-tree
@@ -1379,9 +1394,18 @@ def backup_database(source: str | Path, destination: str | Path) -> dict[str, ob
     for path in scratch:
         path.unlink(missing_ok=True)
     try:
-        integrity = _copy_database(Path(source), partial)
+        try:
+            integrity = _copy_database(Path(source), partial)
+        except DatabaseDamagedError:
+            integrity = "damaged"
         if integrity != "ok":
-            raise DatabaseUnreadableError(f"backup failed integrity_check: {integrity}")
+            # The copy is the graph's pages as they are: when the graph itself fails the check,
+            # say so — the copy did not go wrong, and no backup of this graph will be sound.
+            damage = _damage_of(Path(source))
+            if damage is not None:
+                raise DatabaseDamagedError(f"the graph database {Path(source).absolute()} is damaged ({damage}), and so would "
+                                           "be a copy of it; nothing was written")
+            raise DatabaseUnreadableError(f"the copy failed integrity_check: {integrity}")
     except BaseException:  # a failed copy (a full disk, a damaged source, Ctrl-C) must not keep taking space
         for path in scratch:
             path.unlink(missing_ok=True)

@@ -209,9 +209,9 @@ class LLMServer:
     """The server; start/stop it, or use it as a context manager."""
 
     def __init__(self, *, model: str = "test-model", default: Behaviour | None = None, port: int = 0,
-                 models: Trickle | Flood | None = None) -> None:
+                 models: Trickle | Flood | Status | None = None) -> None:
         self.model = model
-        self.models = models  # how ``GET /models`` misbehaves (its content is always the model list)
+        self.models = models  # how ``GET /models`` misbehaves (its content is the model list, but for a Status)
         self.port = port  # 0 = any free port; a fixed one lets a test restart "the same" server
         self.default: Behaviour = default or ok()
         self.requests: list[Recorded] = []
@@ -339,6 +339,9 @@ def _handler(server: LLMServer) -> type[BaseHTTPRequestHandler]:
                 if isinstance(server.models, Flood):
                     self._flood(server.models.size)
                     return
+                if isinstance(server.models, Status):  # a provider with no models list
+                    self._send(server.models.status, server.models.body, server.models.headers)
+                    return
                 self._send(200, {"object": "list", "data": [{"id": server.model, "object": "model"}]},
                            interval=server.models.interval if isinstance(server.models, Trickle) else 0.0)
             else:
@@ -351,6 +354,10 @@ def _handler(server: LLMServer) -> type[BaseHTTPRequestHandler]:
                 body = json.loads(raw or b"{}")
             except ValueError:
                 self._send(400, {"error": {"message": "request body is not JSON"}})
+                return
+            if self.path.rstrip("/").endswith("/chat/completions") and "messages" not in body:
+                # As a real server validates a request before any model works on it (not recorded).
+                self._send(400, {"error": {"message": "'messages' is a required property"}})
                 return
             recorded = Recorded("POST", self.path, dict(self.headers), body, time.monotonic())
             server._record(recorded)

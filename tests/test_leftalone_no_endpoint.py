@@ -45,34 +45,44 @@ def _chunk_rows(graph: Path) -> list[tuple[str, str, int]]:
         return conn.execute("SELECT chunk_id, status, attempts FROM chunk_results ORDER BY chunk_id").fetchall()
 
 
+async def readiness_refused(settings: Settings, tmp_path: Path, url: str) -> str:
+    """``--once`` against the model server at ``url``, one session ingested: exit 1 at
+    ``provider-ready`` (``llm-unavailable``), no chunk asked, none charged. Returns its message."""
+    await ingested(settings, tmp_path, [session("s1", TURNS)])
+    env = {"REM_DATA_DIR": str(settings.data_dir), "REM_EXTRACTOR": "openai", "REM_LLM_BASE_URL": url,
+           "REM_LLM_MAX_RETRIES": "0"}
+    done = run_cli("--once", "--json", env=env)
+    report = json.loads(done.stdout)
+    assert (done.returncode, report["failure_phase"], report["reason_code"]) == (1, "provider-ready", "llm-unavailable"), done.stdout
+    assert _chunk_rows(settings.graph_path) == [] and charged(settings.graph_path) == [("s1", "undigested", 0)]
+    return report["message"]
+
+
 async def test_provider_ready_fails_naming_the_url_when_no_models_endpoint_is_there(
     settings: Settings, tmp_path: Path, static_server: str
 ) -> None:
     """``--once`` against a server whose ``GET /models`` is 404: exit 1 at ``provider-ready``,
     one line naming the URL and the missing ``/v1``; no chunk asked, none charged."""
-    await ingested(settings, tmp_path, [session("s1", TURNS)])
-    env = {"REM_DATA_DIR": str(settings.data_dir), "REM_EXTRACTOR": "openai", "REM_LLM_BASE_URL": static_server,
-           "REM_LLM_MAX_RETRIES": "0"}
-    done = run_cli("--once", "--json", env=env)
-    report = json.loads(done.stdout)
-    assert (done.returncode, report["failure_phase"], report["reason_code"]) == (1, "provider-ready", "llm-unavailable"), done.stdout
-    assert report["message"] == (
+    assert await readiness_refused(settings, tmp_path, static_server) == (
         f"LLM server {static_server} has no OpenAI-compatible API there: GET {static_server}/models answered HTTP 404; "
         f"REM_LLM_BASE_URL usually ends in /v1 (try {static_server}/v1)"
     )
-    assert _chunk_rows(settings.graph_path) == [] and charged(settings.graph_path) == [("s1", "undigested", 0)]
 
 
-@pytest.mark.parametrize("status", [404, 405, 501])
+@pytest.mark.parametrize("refusal", [Status(404, "<!DOCTYPE HTML><html>no</html>"), Status(405, "<!DOCTYPE HTML><html>no</html>"),
+                                     Status(501, "<!DOCTYPE HTML><html>no</html>"),
+                                     # audit26: a redirect, which the client does not follow
+                                     Status(308, "", {"Location": "https://elsewhere.invalid/v1/chat/completions"})],
+                         ids=["404", "405", "501", "308"])
 async def test_a_chat_request_with_no_endpoint_charges_no_chunk_nor_session(
-    settings: Settings, llm_server: LLMServer, tmp_path: Path, status: int
+    settings: Settings, llm_server: LLMServer, tmp_path: Path, refusal: Status
 ) -> None:
     """The models list answers, every chat request is refused as no endpoint there: the session
     is deferred (an outage, charged nothing), no chunk row or backoff, the log line says why; once
     the server answers, the next cycle asks each chunk at once."""
     settings = llm_settings(settings.data_dir, llm_server)
     await ingested(settings, tmp_path, [session("s1", TURNS)])
-    llm_server.script(*[Status(status, "<!DOCTYPE HTML><html>no</html>")] * 2)
+    llm_server.script(*[refusal] * 2)
     first = await run_cycle(settings)
     extract = first.phases["extract"]
     assert (first.outcome, extract["sessions_deferred"], extract["sessions_failed"]) == ("completed", 1, 0), extract

@@ -27,7 +27,7 @@ from config import ConfigError, Settings, load_settings, unknown_environment
 from config.redact import redact, remember_secrets, secret_values
 from pipelines.recall import MAX_BUDGET_TOKENS, MAX_LIMIT
 from store.durable import replace_file
-from store.errors import StoreError
+from store.errors import DatabaseDamagedError, StoreError
 from store.lazy_queue import MAX_LINE_BYTES
 from store.library_log import get_logger
 from worker.cycle import EXIT_BUSY, EXIT_FAILED, EXIT_OK, CycleBusyError, CycleResult, open_stores, run_cycle
@@ -794,7 +794,9 @@ async def cmd_backup(settings: Settings, args: argparse.Namespace, progress: Com
         try:
             payload = await anyio.to_thread.run_sync(backup, settings, Path(args.path))
         except StoreError as exc:
-            print(f"rem-cycle: backup failed: {exc}", file=sys.stderr)
+            advice = (": stop the workers and restore the graph from an earlier backup (rem-cycle restore BACKUP)"
+                      if isinstance(exc, DatabaseDamagedError) else "")
+            print(f"rem-cycle: backup failed: {exc}{advice}", file=sys.stderr)
             return EXIT_FAILED
         except OSError as exc:
             if (said := _cannot_write(args.path, exc)) is None:

@@ -618,8 +618,11 @@ async def _host_lock(settings: Settings, *, lock_path: Path | None = None, what:
     holder = f"pid {os.getpid()} on {host_identity()} since {utc_now()}"
     with exclusive_lock(path, root=settings.data_dir, holder=holder) as held:
         if not held and not follow:
-            # The process that holds it, as it wrote itself in the file (status shows its run).
-            running = lock_holder(path, root=settings.data_dir) or "a process that did not say which"
+            from worker.views import printable  # here: worker.views imports this module
+
+            # The process that holds it, as it wrote itself in the file (status shows its run);
+            # printable: the file is anyone's who can write the data dir, and the line goes to a terminal.
+            running = printable(lock_holder(path, root=settings.data_dir) or "a process that did not say which")
             raise CycleBusyError(f"another {what} is running on {os.path.abspath(settings.data_dir)}: {running} "
                                  f"(it holds {os.path.abspath(path)})")
         yield held

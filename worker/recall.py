@@ -26,6 +26,7 @@ from pipelines.recall import (
     recall,
     turn_item,
     validate,
+    vector_limit,
 )
 from pipelines.vocabulary import PROVENANCE_RELATIONSHIPS
 from store.chroma import ChromaStore, ChromaStoreError
@@ -100,12 +101,35 @@ class ChromaNearest:
         except ChromaStoreError as exc:
             raise VectorUnavailableError(str(exc)) from exc
 
+    def asked(self, request: RecallRequest) -> "AskedNearest":
+        """The answer to ``request``'s nearest-turns question, asked now: before the graph's
+        index is opened, so that a slow Chroma holds no read snapshot open and uses none of the
+        graph's deadline (which stopped the reads after it: the whole recall failed where the
+        vector signal alone should have)."""
+        try:
+            return AskedNearest(self.nearest(request.query, limit=vector_limit(request)))
+        except VectorUnavailableError as exc:
+            return AskedNearest([], error=exc)
+
     async def _nearest(self, text: str, limit: int) -> list[str]:
         # Within recall's own deadline: a hung Chroma must not hold the caller (and a worker
         # thread) for REM_CHROMA_TIMEOUT_SECONDS.
         with anyio.fail_after(RECALL_DEADLINE_SECONDS):
             ids = await self.chroma.nearest_memories(text, limit=limit)
         return [f"memory:{i}" for i in ids]
+
+
+class AskedNearest:
+    """A vector signal already asked (:meth:`ChromaNearest.asked`): its ids, or the error that
+    :func:`pipelines.recall.recall` reports."""
+
+    def __init__(self, ids: list[str], *, error: VectorUnavailableError | None = None) -> None:
+        self.ids, self.error = ids, error
+
+    def nearest(self, text: str, *, limit: int) -> list[str]:
+        if self.error is not None:
+            raise self.error
+        return self.ids[:limit]
 
 
 async def run_recall(settings: Settings, request: RecallRequest, *, chroma: ChromaStore | None = None) -> dict[str, Any]:
@@ -117,8 +141,9 @@ async def run_recall(settings: Settings, request: RecallRequest, *, chroma: Chro
         vector = ChromaNearest(chroma or ChromaStore(settings))
 
     def answer() -> dict[str, Any]:
+        asked = vector.asked(request) if vector is not None else None
         with open_index(settings) as index:
-            return recall(request, source=index, vector=vector, weights=weights_from(settings)).as_dict()
+            return recall(request, source=index, vector=asked, weights=weights_from(settings)).as_dict()
 
     return await anyio.to_thread.run_sync(answer)
 

@@ -59,6 +59,10 @@ OUTAGE_STATUSES = frozenset({401, 429, 502, 503})
 # implemented — a static web server, or REM_LLM_BASE_URL without its ``/v1``): a configuration
 # failure, no chunk's, that no retry and no backoff mends.
 NO_ENDPOINT_STATUSES = frozenset({404, 405, 501})
+# A 404 whose words say the server lacks the model asked for (OpenAI's ``model_not_found``,
+# Ollama's ``model "…" not found``, vLLM's ``The model `…` does not exist``): the API is there.
+_MODEL_UNKNOWN = re.compile(r"model_not_found|\bmodel\b.{0,120}?\b(not found|does not exist|not exist|unknown|not available)"
+                            r"|\b(unknown|no such) model\b", re.I | re.S)
 _CONTEXT_OVERFLOW = re.compile(r"context[ _-]?(length|window|size)|maximum context|too many tokens|prompt is too long|exceeds", re.I)
 _FORMAT_REJECTED = re.compile(r"response_format|json_schema|json_object|structured", re.I)
 
@@ -143,23 +147,36 @@ class OpenAIExtractor:
 
     async def ping(self) -> None:
         """Raise :class:`ExtractionFailure` ``provider-error`` unless the server answers ``GET /models``
-        (any answer below 500 except 401/403, 404 and 405 counts: some servers refuse to list
-        models; one with no such path is no OpenAI-compatible API there, see :func:`no_endpoint`)."""
+        (any answer below 500 except 401/403, a redirect, 404 and 405 counts: some servers refuse
+        to list models; one sending the client elsewhere is no API to use, see :func:`misdirected`).
+        A 404 or 405 there is asked again of the chat endpoint, with a request no model works on:
+        some providers serve chat completions and no models list."""
+        status, wrong = await self._knock("GET", "/models")
+        if wrong is not None and status in NO_ENDPOINT_STATUSES:
+            # An empty object: a server validates it and refuses it (400/422) before any model
+            # works, so nothing is paid; "no endpoint" again means there is none.
+            status, chat_wrong = await self._knock("POST", "/chat/completions", body={})
+            wrong = None if chat_wrong is None else wrong
+        if wrong is not None:
+            raise ExtractionFailure("provider-error", wrong)
+        if status in (401, 403) or status >= 500:
+            raise ExtractionFailure("provider-error", f"LLM server {self.base_url} answered HTTP {status}")
+
+    async def _knock(self, method: str, path: str, *, body: dict[str, Any] | None = None) -> tuple[int, str | None]:
+        """The status of one request to ``path`` whose answer is never read (a model list, or a
+        runaway stream), and what :func:`misdirected` says of it; ``provider-error`` when the server
+        does not answer within 10 s."""
         assert self._client is not None, "use the extractor as an async context manager"
         seconds = min(10.0, self.settings.llm_timeout_seconds)
         try:
-            # The status is the answer: the body (a model list, or a runaway stream) is never read.
             with anyio.fail_after(seconds):  # the whole exchange, not each read (see _post)
-                async with self._client.stream("GET", f"{self.base_url}/models") as response:
+                async with self._client.stream(method, f"{self.base_url}{path}", json=body) as response:
                     pass
         except TimeoutError as exc:
             raise ExtractionFailure("provider-error", f"LLM server {self.base_url} did not answer within {seconds:g}s") from exc
         except httpx.HTTPError as exc:
             raise ExtractionFailure("provider-error", f"LLM server {self.base_url} unreachable: {exc}") from exc
-        if response.status_code in NO_ENDPOINT_STATUSES:
-            raise ExtractionFailure("provider-error", no_endpoint(self.base_url, "GET", "/models", response.status_code))
-        if response.status_code in (401, 403) or response.status_code >= 500:
-            raise ExtractionFailure("provider-error", f"LLM server {self.base_url} answered HTTP {response.status_code}")
+        return response.status_code, misdirected(self.base_url, self.settings.llm_model, method, path, response)
 
     async def extract(self, unit: WorkUnit) -> ExtractorReply:
         messages = [{"role": "system", "content": self._system}, {"role": "user", "content": user_prompt(unit)}]
@@ -234,13 +251,12 @@ class OpenAIExtractor:
                     continue
                 if response.status_code in (400, 413) and _CONTEXT_OVERFLOW.search(text):
                     raise ExtractionFailure("context-overflow", f"HTTP {response.status_code}: {text}")
-                if response.status_code in NO_ENDPOINT_STATUSES:
+                wrong = misdirected(self.base_url, self.settings.llm_model, "POST", "/chat/completions", response, text)
+                if wrong is not None:
                     # Not a try of the chunk: no model worked on it (unsent, unless an earlier
                     # request of this unit was paid for), and no retry mends the address.
-                    raise ExtractionFailure(
-                        "provider-error", no_endpoint(self.base_url, "POST", "/chat/completions", response.status_code, text),
-                        tokens_in=usage[0], tokens_out=usage[1], outage=True, unsent=not any(usage),
-                    )
+                    raise ExtractionFailure("provider-error", wrong, tokens_in=usage[0], tokens_out=usage[1],
+                                            outage=True, unsent=not any(usage))
                 failure = ExtractionFailure("provider-error", f"HTTP {response.status_code}: {text}",
                                             outage=response.status_code in OUTAGE_STATUSES)
                 if response.status_code not in (408, 409, 429) and response.status_code < 500:
@@ -318,16 +334,36 @@ class OpenAIExtractor:
         return content
 
 
-def no_endpoint(base_url: str, method: str, path: str, status: int, said: str = "") -> str:
-    """What to say of an answer in :data:`NO_ENDPOINT_STATUSES`: the URL, the usual cause, and
-    (``said``) the start of what the server answered — a chat request's 404 may also be a model the
-    server does not have (Ollama's ``model "…" not found``)."""
+def misdirected(base_url: str, model: str, method: str, path: str, response: httpx.Response, said: str = "") -> str | None:
+    """What to say of an answer that no model worked on because the request went to the wrong
+    place — a redirect (followed by no request: the key and the prompt go only where the user sent
+    them), no endpoint there (:data:`NO_ENDPOINT_STATUSES`: the URL and its usual cause), or a 404
+    whose words (``said``, the start of the answer) say the server lacks ``model`` — or ``None``.
+    A configuration failure: no retry and no backoff mends it."""
+    status = response.status_code
+    asked = f"{method} {base_url}{path}"
+    if 300 <= status < 400:
+        target = response.headers.get("location")
+        if not target:
+            return f"LLM server {base_url} redirects {asked} (HTTP {status}) and says not where; check REM_LLM_BASE_URL"
+        target = str(response.request.url.join(target))
+        # The base the target implies (a trailing slash the server adds is no part of it).
+        base = target.rstrip("/").removesuffix(path) if target.rstrip("/").endswith(path) else target
+        advice = (f"set REM_LLM_BASE_URL to the address it redirects to ({base})" if base != base_url
+                  else "the server redirects to its own address; check its routes or the proxy in front of it")
+        return f"LLM server {base_url} redirects {asked} to {target} (HTTP {status}), and rem-cycle follows no redirect: {advice}"
+    if status not in NO_ENDPOINT_STATUSES:
+        return None
+    words = " ".join(said.split())[:200]
+    if status == 404 and _MODEL_UNKNOWN.search(said):
+        # The advice before the server's words: a log line keeps only the start of a long message.
+        return (f"LLM server {base_url} has no model {model} (set REM_LLM_MODEL to one GET {base_url}/models lists): "
+                f"{asked} answered HTTP {status}: {words}")
     hint = (f"; REM_LLM_BASE_URL usually ends in /v1 (try {base_url}/v1)" if not base_url.endswith("/v1")
             else "; check REM_LLM_BASE_URL")
     if said:
-        hint += f" (or REM_LLM_MODEL, if it names a model the server lacks): {' '.join(said.split())[:200]}"
-    return (f"LLM server {base_url} has no OpenAI-compatible API there: {method} {base_url}{path} answered "
-            f"HTTP {status}{hint}")
+        hint += f" (or REM_LLM_MODEL, if it names a model the server lacks): {words}"
+    return f"LLM server {base_url} has no OpenAI-compatible API there: {asked} answered HTTP {status}{hint}"
 
 
 def _token_count(value: Any) -> int:
