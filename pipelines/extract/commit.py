@@ -569,7 +569,9 @@ def commit_session(
         for node_id, take_back in sorted(plan.recombine.items()):
             stats.nodes_written += recombine_node(node_id, take_back, graph=graph, provenance=provenance)
         stats.edges_removed = graph.delete_edges(plan.removed_edges)
-        stats.edges_written = graph.link_nodes(plan.edges).linked
+        # Every endpoint of the plan's edges was read above or written just now (an edge to a node
+        # that is not is queued or dropped by the plan): not looked up again.
+        stats.edges_written = graph.link_nodes(plan.edges, present=nodes.keys() | {n.id for n in plan.nodes}).linked
         provenance.add_edge_points(plan.edge_points)
         orphans = sorted(plan.orphans - provenance.supported(plan.orphans))
         for node_id in orphans:
