@@ -20,14 +20,13 @@ import asyncio
 import os
 import random
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.bench_backends import Schemas  # noqa: E402
+from bench.bench_backends import engines  # noqa: E402
 from bench.bench_cycle_growth import DataDir, sessions  # noqa: E402
 from config import load_settings  # noqa: E402
 from store.backend import open_database  # noqa: E402
@@ -109,18 +108,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--postgres-url", default=os.environ.get("REM_TEST_POSTGRES_URL", ""))
     args = parser.parse_args(argv)
     configure_logging(level="warning", fmt="json")
-    schemas = Schemas(args.postgres_url) if args.postgres_url else None
-    try:
-        with tempfile.TemporaryDirectory() as scratch:
-            for engine in ("sqlite", "postgresql") if schemas else ("sqlite",):
-                for count in args.sessions:
-                    url = schemas.new("texts") if engine == "postgresql" and schemas else None
-                    r = measure(Path(scratch) / f"{engine}-{count}", count, url, args.repeat)
-                    print(f"{engine:10} {count:5} sessions, {r['points']:6} edge points (top edges {r['top']}): "
-                          f"edge_texts of the {KEYS} most pointed edges {r['ms']:.2f} ms; {r['plan']}", flush=True)
-    finally:
-        if schemas is not None:
-            schemas.drop()
+    with engines(args.postgres_url) as (scratch, names, schemas):
+        for engine in names:
+            for count in args.sessions:
+                url = schemas.new("texts") if engine == "postgresql" and schemas else None
+                r = measure(scratch / f"{engine}-{count}", count, url, args.repeat)
+                print(f"{engine:10} {count:5} sessions, {r['points']:6} edge points (top edges {r['top']}): "
+                      f"edge_texts of the {KEYS} most pointed edges {r['ms']:.2f} ms; {r['plan']}", flush=True)
     return 0
 
 

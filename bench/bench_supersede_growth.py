@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -27,7 +26,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.bench_backends import Schemas  # noqa: E402
+from bench.bench_backends import Schemas, engines  # noqa: E402
 from pipelines.extract.commit import commit_session  # noqa: E402
 from pipelines.extract.heuristic import extract_heuristic  # noqa: E402
 from pipelines.extract.model import UnitTurn, WorkUnit, validate_extraction  # noqa: E402
@@ -109,22 +108,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--postgres-url", default=os.environ.get("REM_TEST_POSTGRES_URL", ""))
     args = parser.parse_args(argv)
     configure_logging(level="warning", fmt="json")
-    schemas = Schemas(args.postgres_url) if args.postgres_url else None
-    try:
-        with tempfile.TemporaryDirectory() as scratch:
-            for engine in ("sqlite", "postgresql") if schemas else ("sqlite",):
-                plan = "-"
-                for scale in args.scales:
-                    lines = args.lines * scale
-                    r = measure(engine, lines, args.repeat, Path(scratch), schemas)
-                    plan = r["plan"]
-                    print(f"{engine:10} {lines:7} lines queued: commit {r['commit_ms']:.2f} ms, of which superseding "
-                          f"{r['supersede_ms']:.2f} ms; s-again's lines {r['queued']} queued, {r['left']} after {args.repeat} commits",
-                          flush=True)
-                print(f"{engine:10} plan of the superseding's read at {lines} lines: {plan}", flush=True)
-    finally:
-        if schemas is not None:
-            schemas.drop()
+    with engines(args.postgres_url) as (scratch, names, schemas):
+        for engine in names:
+            plan = "-"
+            for scale in args.scales:
+                lines = args.lines * scale
+                r = measure(engine, lines, args.repeat, scratch, schemas)
+                plan = r["plan"]
+                print(f"{engine:10} {lines:7} lines queued: commit {r['commit_ms']:.2f} ms, of which superseding "
+                      f"{r['supersede_ms']:.2f} ms; s-again's lines {r['queued']} queued, {r['left']} after {args.repeat} commits",
+                      flush=True)
+            print(f"{engine:10} plan of the superseding's read at {lines} lines: {plan}", flush=True)
     return 0
 
 
