@@ -21,6 +21,8 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -76,6 +78,19 @@ class Schemas:
         with psycopg.connect(self.server, autocommit=True) as conn:
             for name in self.made:
                 conn.execute(f"DROP SCHEMA IF EXISTS {name} CASCADE")
+
+
+@contextmanager
+def engines(postgres_url: str) -> Iterator[tuple[Path, tuple[str, ...], Schemas | None]]:
+    """A scratch directory, the engines a bench runs on (SQLite, and PostgreSQL when
+    ``postgres_url`` names a server) and that server's fresh schemas, all dropped at the end."""
+    schemas = Schemas(postgres_url) if postgres_url else None
+    try:
+        with tempfile.TemporaryDirectory() as scratch:
+            yield Path(scratch), ("sqlite", "postgresql") if schemas else ("sqlite",), schemas
+    finally:
+        if schemas is not None:
+            schemas.drop()
 
 
 async def bench(memories: int, sessions: int, server: str, workdir: Path, repeat: int) -> dict[str, Any]:

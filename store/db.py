@@ -1213,6 +1213,12 @@ class Database:
         """The rows of a read, fetched as they are consumed (never all held at once)."""
         return iter(self.conn.execute(sql, params))
 
+    def query_seeking(self, sql: str, params: tuple | list | dict = ()) -> list[sqlite3.Row]:
+        """Run a read whose ``ORDER BY … LIMIT`` seeks are each served by an index in that order:
+        :meth:`query` — SQLite's planner takes that index itself (PostgreSQL's must be told,
+        :meth:`store.postgres.PostgresDatabase.query_seeking`)."""
+        return self.query(sql, params)
+
     def write_locks_in_time(self, tables: Sequence[str]) -> bool:
         """Whether a writer gets the lock that writing ``tables`` takes within the deadline, now
         (as :meth:`store.postgres.PostgresDatabase.write_locks_in_time`). SQLite has one lock for

@@ -350,9 +350,11 @@ class GraphStore:
         """Insert or update one node; ``True`` when something changed."""
         return self.upsert_nodes([node]) > 0
 
-    def link_nodes(self, edges: Iterable[Edge]) -> LinkStats:
+    def link_nodes(self, edges: Iterable[Edge], *, present: Container[str] = frozenset()) -> LinkStats:
         """Insert or update edges whose endpoints both exist; an edge with a missing endpoint is culled,
-        counted and logged (never silently). Re-linking an identical edge changes nothing."""
+        counted and logged (never silently). Re-linking an identical edge changes nothing.
+        ``present``: ids the caller knows exist in this transaction (read or written in it, as
+        :meth:`get_nodes` returns them) — not looked up again; only the other endpoints are."""
         stats = LinkStats()
         normalised = [
             Edge(normalize_graph_node_id(e.source), normalize_graph_node_id(e.target), e.relationship, e.weight, e.properties)
@@ -362,10 +364,12 @@ class GraphStore:
             return stats
         now = self.clock()
         with self.db.transaction() as conn:
-            present = self._existing({e.source for e in normalised} | {e.target for e in normalised})
+            endpoints = {e.source for e in normalised} | {e.target for e in normalised}
+            known = {i for i in endpoints if i in present}
+            exist = known | self._existing(endpoints - known)
             rows = []
             for edge in normalised:
-                if edge.source in present and edge.target in present:
+                if edge.source in exist and edge.target in exist:
                     props = dumps(edge.properties) if edge.properties else "{}"
                     rows.append((edge.source, edge.target, edge.relationship, float(edge.weight), props, now, now))
                 else:

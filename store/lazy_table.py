@@ -60,6 +60,15 @@ def _read_lines(run: Callable[[str], Sequence[Any]], statement: str) -> Sequence
             raise exc from None
 
 
+def holding_read(table: str, filters: Sequence[str]) -> tuple[str, list[str]]:
+    """The read of a page of ``table``'s rows (``id``, the line as ``{line}`` stands for it,
+    :func:`_read_lines`) whose line holds one of ``filters``, in id order after an id — parameters
+    the id, the returned patterns, the page's length. ``table``: the caller's constant, never input."""
+    patterns = ["%" + f.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%" for f in filters]
+    holds = " OR ".join("line LIKE ? ESCAPE '\\'" for _ in patterns)
+    return f"SELECT id, {{line}} FROM {table} WHERE id > ? AND ({holds}) ORDER BY id LIMIT ?", patterns
+
+
 class RowsTakenError(DatabaseError):
     """Rows a drain was settling were settled by another drain first; its batch was rolled back."""
 
@@ -189,8 +198,6 @@ class LazyEdgeTable:
         """:meth:`withdraw` from ``tables``."""
         if not filters:
             return 0
-        patterns = ["%" + f.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%" for f in filters]
-        holds = " OR ".join("line LIKE ? ESCAPE '\\'" for _ in patterns)
         withdrawn = 0
         with self.db.transaction() as conn:
             for table in tables:
@@ -200,9 +207,10 @@ class LazyEdgeTable:
                 # A row that is not UTF-8 (a producer's, not dead-lettered yet) comes as bytes: failing
                 # on it, the withdrawal failed every time, and with it every cycle and drain (each
                 # withdraws first), so no drain came to dead-letter it.
+                statement, patterns = holding_read(table, filters)
                 while rows := _read_lines(
                     lambda statement, after=after: conn.execute(statement, (after, *patterns, APPEND_BATCH_ROWS)).fetchall(),
-                    f"SELECT id, {{line}} FROM {table} WHERE id > ? AND ({holds}) ORDER BY id LIMIT ?",
+                    statement,
                 ):
                     after = rows[-1][0]
                     chosen = [row_id for row_id, line in rows if picks(line if isinstance(line, bytes) else line.encode("utf-8"))]

@@ -645,6 +645,20 @@ class PostgresDatabase:
         with self._lock:
             return self.conn.execute(sql, params).fetchall()
 
+    def query_seeking(self, sql: str, params: tuple | list | dict = ()) -> list[Any]:
+        """Run a read whose ``ORDER BY … LIMIT`` seeks are each served by an index in that order,
+        with sorting off for it (``SET LOCAL enable_sort``, set back before the block's end). Why:
+        a seek correlated with another row (a recursive CTE's) is estimated at one row whatever
+        the data, so the planner may as well take a smaller index without that order and sort —
+        and then reads every row of the key to keep one: a popular edge's every point, per text of
+        :meth:`store.provenance.ProvenanceStore.edge_texts` (RELIABILITY.md, day400d)."""
+        with self.transaction() as conn:
+            conn.execute("SET LOCAL enable_sort = off")
+            rows = conn.execute(sql, params).fetchall()
+            # A failed read leaves no setting: its savepoint or transaction is rolled back.
+            conn.execute("SET LOCAL enable_sort TO DEFAULT")
+            return rows
+
     def stream(self, sql: str, params: tuple | list | dict = ()) -> Iterator[Any]:
         """The rows of a read, fetched in pages from a server-side cursor as they are consumed
         (a client-side cursor would hold every row at once). ``WITH HOLD``: the cursor outlives

@@ -374,7 +374,7 @@ class ProvenanceStore:
         found: dict[EdgeKey, list[str]] = {key: [] for key in keys}
         for batch, _ in in_batches(sorted(found), lists=3):
             keys, params = value_rows(batch)
-            rows = self.db.query(
+            rows = self.db.query_seeking(
                 f"WITH RECURSIVE k(s, t, r) AS (VALUES {keys}), d(s, t, r, j, n) AS (SELECT s, t, r, ({_FIRST_REASON}), 1 FROM k "
                 f"UNION ALL SELECT s, t, r, ({_NEXT_REASON}), n + 1 FROM d WHERE d.j IS NOT NULL AND d.n < {JUSTIFICATION_TEXTS:d}) "
                 "SELECT s, t, r, j FROM d WHERE j IS NOT NULL",

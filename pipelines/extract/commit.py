@@ -229,6 +229,9 @@ class CommitPlan:
     recombine: dict[str, TakeBack] = field(default_factory=dict)
     orphans: set[str] = field(default_factory=set)
     linked_existing: int = 0
+    # The nodes that exist once ``nodes`` are written (those read, and those written): every
+    # endpoint of ``edges`` is one — an edge to any other is queued or dropped.
+    present: set[str] = field(default_factory=set)
 
 
 def plan_commit(
@@ -304,8 +307,7 @@ def plan_commit(
             plan.recombine[node_id] = TakeBack(combine_all(old_claims[node_id]), NodeFacts(), frozenset(old_names.get(node_id, ())))
 
     # --- provenance edges of every node this anchor touches, old or new
-    written = {n.id for n in plan.nodes}
-    present = set(state.nodes) | written
+    present = plan.present = set(state.nodes) | {n.id for n in plan.nodes}
     new_points: dict[str, set[PointRow]] = {}
     for point_row in plan.node_points:
         new_points.setdefault(point_row.node_id, set()).add(point_row.point)
@@ -569,7 +571,8 @@ def commit_session(
         for node_id, take_back in sorted(plan.recombine.items()):
             stats.nodes_written += recombine_node(node_id, take_back, graph=graph, provenance=provenance)
         stats.edges_removed = graph.delete_edges(plan.removed_edges)
-        stats.edges_written = graph.link_nodes(plan.edges).linked
+        # The edges' endpoints were read above or written just now: not looked up again.
+        stats.edges_written = graph.link_nodes(plan.edges, present=plan.present).linked
         provenance.add_edge_points(plan.edge_points)
         orphans = sorted(plan.orphans - provenance.supported(plan.orphans))
         for node_id in orphans:
