@@ -11,11 +11,13 @@ import tracemalloc
 from pathlib import Path
 
 import pytest
+from filelock import FileLock
 
 from config import Settings, load_settings
 from store.db import Database
 from store.graph import Edge, GraphStore, Node
 from store.provenance import NodePointRow, PointRow, ProvenanceStore, anchor_edges
+from tests.conftest import run_temp_dir
 from worker.knowledge import show_node
 
 HOT = "CLASS:GraphStore"
@@ -46,16 +48,18 @@ def build(data: Path, points: int) -> Settings:
     return settings
 
 
-_BUILT: dict[int, Path] = {}  # points -> the data dir built once this session
-
-
 def built(factory: pytest.TempPathFactory, data: Path, points: int) -> Settings:
-    """A copy at ``data`` of ``build(..., points)``, built once a session: this file and
-    tests/test_export_memory.py read the same two graphs, which take seconds to build."""
-    if points not in _BUILT:
-        _BUILT[points] = factory.mktemp(f"hot-{points}") / "data"
-        build(_BUILT[points], points)
-    shutil.copytree(_BUILT[points], data)
+    """A copy at ``data`` of ``build(..., points)``, built once a test run (the first of
+    pytest-xdist's workers to need it builds it, another waits for it): this file and
+    tests/test_export_memory.py read the same two graphs, which take seconds to build (the
+    100,000-point one ~10 s of CPU), and xdist seldom gives both files to one worker."""
+    template = run_temp_dir(factory.getbasetemp()) / f"hot-{points}"
+    with FileLock(f"{template}.lock"):
+        if not (template / "ready").exists():
+            shutil.rmtree(template, ignore_errors=True)
+            build(template / "data", points)
+            (template / "ready").touch()
+    shutil.copytree(template / "data", data)
     return load_settings(data_dir=data)
 
 
