@@ -28,7 +28,7 @@ from store.errors import (
     SchemaTooNewError,
     unstorable_text,
 )
-from store.textfold import fold, search_text
+from store.textfold import TOKENIZER_CATEGORIES, fold, search_text
 
 # A LIMIT that keeps every row, in a form both engines accept (SQLite's -1 is an error on PostgreSQL).
 UNLIMITED = 2**63 - 1
@@ -172,7 +172,7 @@ END
 # The tokenizer keeps combining marks in their word (``categories``: a Devanagari vowel sign split
 # ``किताब`` in two) and folds nothing more (``remove_diacritics 0``: the rule did). Every table is
 # re-created and filled again from its rows: a one-off cost that grows with the index (bench/RESULTS.md).
-_FOLDED_TOKENIZER = "tokenize=\"porter unicode61 remove_diacritics 0 categories 'L* N* Co M*'\""
+_FOLDED_TOKENIZER = f"tokenize=\"porter unicode61 remove_diacritics 0 categories '{TOKENIZER_CATEGORIES}'\""
 SEARCH_FOLD_MIGRATION = f"""
 DROP TRIGGER recall_turns_ad;
 DROP TRIGGER recall_sessions_ai;
@@ -311,6 +311,16 @@ CREATE INDEX edge_points_memory ON edge_points(memory_id, anchor)
 # and its id, and no scan saw it. '' for a mark written before: its next scan reads its tail again.
 LAST_ROW_MIGRATION = """
 ALTER TABLE chroma_scan_state ADD COLUMN last_row TEXT NOT NULL DEFAULT ''
+"""
+
+# 26: the words of a file path, a URL, a host, an e-mail address or a version are found on both
+# engines (pgfts26): ``recall.py`` finds ``see recall.py``, ``lazy`` finds ``store/lazy_queue.py``.
+# SQLite's tokenizer already cuts them at every character that is no letter, digit or mark
+# (store.textfold.WORD_CATEGORIES), so its index holds those words: nothing to do here.
+# PostgreSQL's parser kept each as one token (``recall.py`` a host); its ``search`` columns are made
+# again from the words SQLite cuts (store/postgres_schema.py, ``rem_index_text``).
+WORD_SPLIT_MIGRATION = """
+SELECT 1
 """
 
 RUN_COUNTS_MIGRATION = """
@@ -955,6 +965,8 @@ MIGRATIONS: tuple[str, ...] = (
     POINTS_BY_MEMORY_MIGRATION,
     # 25: LAST_ROW_MIGRATION above.
     LAST_ROW_MIGRATION,
+    # 26: WORD_SPLIT_MIGRATION above.
+    WORD_SPLIT_MIGRATION,
 )
 
 # The queue table's schema version, wherever the entry sits (the PostgreSQL port keys its own form by it).
@@ -967,6 +979,7 @@ QUEUE_WITHDRAWALS_VERSION = MIGRATIONS.index(QUEUE_WITHDRAWALS_MIGRATION) + 1
 ERASE_AT_COMMIT_VERSION = MIGRATIONS.index(ERASE_AT_COMMIT_MIGRATION) + 1
 POINTS_BY_MEMORY_VERSION = MIGRATIONS.index(POINTS_BY_MEMORY_MIGRATION) + 1
 LAST_ROW_VERSION = MIGRATIONS.index(LAST_ROW_MIGRATION) + 1
+WORD_SPLIT_VERSION = MIGRATIONS.index(WORD_SPLIT_MIGRATION) + 1
 
 
 # SQLite's primary result codes (https://sqlite.org/rescode.html) that name a kind of failure.

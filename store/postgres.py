@@ -512,7 +512,9 @@ class PostgresDatabase:
         self.url = url
         self.location = redacted(url)
         self._known = known_versions
-        self._migrations = migrations(sqlite_migrations) if sqlite_migrations else []
+        # Written out only when a migration is due (migrate()): the scripts of the folding rule
+        # read all of Unicode (store.textfold.postgres_functions, ~0.4 s a process).
+        self._sqlite_migrations = tuple(sqlite_migrations)
         self._lock = threading.RLock()
         self._depth = 0
         self._closed = False
@@ -724,10 +726,10 @@ class PostgresDatabase:
         A database already at the newest version is only read: no lock, no ``CREATE`` — so a role
         with rights on the tables alone (no ``CREATE`` on the schema) runs every command once the
         owner has migrated, and an open costs one query instead of a transaction per version."""
-        if not self._migrations or self.schema_version >= self._migrations[-1][0]:
+        if not self._sqlite_migrations or self.schema_version >= len(self._sqlite_migrations):
             return
         try:
-            for version, script in self._migrations:
+            for version, script in migrations(self._sqlite_migrations):
                 with self.transaction() as conn:
                     # A migration is all or nothing: cut short by the operator's statement_timeout
                     # (the role's or the URL's) on a big table, it would fail at every start, for good.
@@ -751,7 +753,7 @@ class PostgresDatabase:
         reason = _CANNOT_CREATE[state].format(search_path=self.query("SHOW search_path")[0][0])
         return DatabaseUnreadableError(
             f"cannot create or upgrade rem-cycle's tables in {self.location} (schema version "
-            f"{self.schema_version}, this rem-cycle needs {self._migrations[-1][0]}): {reason}"
+            f"{self.schema_version}, this rem-cycle needs {len(self._sqlite_migrations)}): {reason}"
         )
 
     def erase_deleted(self) -> bool:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from store.db import SEARCH_FOLD_MIGRATION
+from store.db import SEARCH_FOLD_MIGRATION, WORD_SPLIT_MIGRATION
 from store.textfold import postgres_functions
 
 # The SQLite schema versions 1..BASELINE exist on PostgreSQL as one script (no PostgreSQL database
@@ -501,25 +501,40 @@ CREATE TRIGGER state_counts_chunks_au AFTER UPDATE OF status, tokens_in, tokens_
 
 
 
-def _search_fold() -> str:
-    """Migration 18 (store.db.SEARCH_FOLD_MIGRATION) on PostgreSQL: the folding functions
-    (:func:`store.textfold.postgres_functions`), and each ``search`` column generated from the
-    folded text — ``to_tsvector`` over the raw text folded no accent, and case by the server's
-    locale only."""
-    tables = {
-        "recall_turns": "to_tsvector('english', rem_search_text(text))",
-        "recall_sessions": "setweight(to_tsvector('english', rem_search_text(title)), 'A') "
-                           "|| setweight(to_tsvector('english', rem_search_text(summary)), 'D')",
-        "recall_node_docs": "setweight(to_tsvector('english', rem_search_text(name)), 'A') "
-                            "|| setweight(to_tsvector('english', rem_search_text(aliases)), 'B') "
-                            "|| setweight(to_tsvector('english', rem_search_text(description)), 'D')",
+def search_vectors(function: str) -> dict[str, str]:
+    """Each recall table's ``search`` column: the ``tsvector`` of its text columns as the SQL
+    function ``function`` gives them (weights A, B, D in the columns' order). Pure."""
+    def vector(column: str) -> str:
+        return f"to_tsvector('english', {function}({column}))"
+
+    return {
+        "recall_turns": vector("text"),
+        "recall_sessions": f"setweight({vector('title')}, 'A') || setweight({vector('summary')}, 'D')",
+        "recall_node_docs": f"setweight({vector('name')}, 'A') || setweight({vector('aliases')}, 'B') "
+                            f"|| setweight({vector('description')}, 'D')",
     }
+
+
+def _search_columns(function: str) -> str:
+    """The folding functions (:func:`store.textfold.postgres_functions`), then each recall table's
+    ``search`` column made again from ``function``'s text (:func:`search_vectors`), with its GIN
+    index: every row's vector computed anew, the table rewritten."""
     return postgres_functions() + "".join(
         f"ALTER TABLE {table} DROP COLUMN search;\n"
         f"ALTER TABLE {table} ADD COLUMN search tsvector GENERATED ALWAYS AS ({vector}) STORED;\n"
         f"CREATE INDEX {table}_search ON {table} USING gin(search);\n"
-        for table, vector in tables.items()
+        for table, vector in search_vectors(function).items()
     )
+
+
+# Versions whose PostgreSQL script is written from store.textfold's rule (each SQLite migration
+# text, compared as OVERRIDES compares versions): migration 18 (store.db.SEARCH_FOLD_MIGRATION)
+# generates the ``search`` columns from the folded text — ``to_tsvector`` over the raw text folded
+# no accent, and case by the server's locale only; migration 26 (store.db.WORD_SPLIT_MIGRATION)
+# from the folded text's words as SQLite's tokenizer cuts them (``rem_index_text``): PostgreSQL's
+# parser kept ``recall.py`` (a host), ``store/lazy_queue.py`` (a file), a URL, an e-mail address
+# and ``1.2.3`` (a version) as one token each, which no query word matched (pgfts26).
+_FOLDED_COLUMNS: dict[str, str] = {SEARCH_FOLD_MIGRATION: "rem_search_text", WORD_SPLIT_MIGRATION: "rem_index_text"}
 
 
 # The two spellings a later migration may use that PostgreSQL reads otherwise.
@@ -539,8 +554,7 @@ def migrations(sqlite_migrations: Sequence[str]) -> list[tuple[int, str]]:
     """``(version, script)`` for PostgreSQL: :data:`SCHEMA` as version :data:`BASELINE`, then each
     later SQLite migration in :func:`postgres_form`, or its :data:`OVERRIDES` entry."""
     later = [
-        (v, _search_fold() if sqlite_migrations[v - 1] == SEARCH_FOLD_MIGRATION
-         else OVERRIDES.get(v) or postgres_form(sqlite_migrations[v - 1]))
-        for v in range(BASELINE + 1, len(sqlite_migrations) + 1)
+        (v, _search_columns(_FOLDED_COLUMNS[script]) if script in _FOLDED_COLUMNS else OVERRIDES.get(v) or postgres_form(script))
+        for v, script in enumerate(sqlite_migrations[BASELINE:], start=BASELINE + 1)
     ]
     return [(BASELINE, SCHEMA), *later]

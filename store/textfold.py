@@ -12,16 +12,25 @@ Hangul syllables). Turkish dotless ``ı`` stays ``ı``: no language-specific rul
 fold, with each Han, Hiragana and Katakana character a word of its own, so that a phrase of them
 is found inside a sentence written without spaces (:func:`words` splits a query the same way).
 
-SQLite gets both as SQL functions of each connection (``rem_fold``, ``rem_search_text``:
-:func:`store.db.register_functions`); PostgreSQL gets them as SQL functions written from the same
-tables (:func:`postgres_functions`), so the two engines fold every character alike
-(``tests/test_searchfold_fold.py`` compares them character by character).
+A word is a run of the characters of :data:`WORD_CATEGORIES` (letters, digits, marks), the
+categories SQLite's tokenizer is given: everything else parts words, so ``store/lazy_queue.py``,
+``https://docs.example.com``, ``alice@example.com`` and ``1.2.3`` are words of their parts on both
+engines. :func:`index_text` is the indexed text as those words, one space between them: what
+PostgreSQL's ``search`` columns are generated from, whose own parser would keep a path, a URL, a
+host, an e-mail address or a version as one token (pgfts26).
+
+SQLite gets the rule as SQL functions of each connection (``rem_fold``, ``rem_search_text``:
+:func:`store.db.register_functions`; its tokenizer cuts the words); PostgreSQL gets it as SQL
+functions written from the same tables (:func:`postgres_functions`), so the two engines fold every
+character alike and cut the same words (``tests/test_searchfold_fold.py`` and
+``tests/test_pgfts26.py`` compare them character by character).
 """
 
 from __future__ import annotations
 
 import functools
 import re
+import sys
 import unicodedata
 
 # The combining marks that are accents: dropped by :func:`fold`. Other marks (Indic vowel signs,
@@ -37,6 +46,12 @@ FOLDED_MARKS: tuple[tuple[int, int], ...] = (
     (0x20D0, 0x20FF),  # Combining Diacritical Marks for Symbols
     (0xFE20, 0xFE2F),  # Combining Half Marks
 )
+# The Unicode categories of a word's characters (a letter ``L*``, a digit or number ``N*``, a mark
+# ``M*``, a private-use character ``Co``): SQLite's tokenizer's ``categories`` (store.db), by which
+# punctuation, symbols and spaces part words.
+WORD_CATEGORIES: tuple[str, ...] = ("L", "N", "Co", "M")
+# The same, as SQLite's tokenizer option reads them (``L* N* Co M*``).
+TOKENIZER_CATEGORIES = " ".join(c if len(c) == 2 else f"{c}*" for c in WORD_CATEGORIES)
 # Scripts written without spaces between words, each character made a word by :func:`search_text`.
 SPACELESS: tuple[tuple[int, int], ...] = (
     (0x0E00, 0x0EFF),  # Thai, Lao
@@ -82,13 +97,19 @@ def spaceless(word: str) -> bool:
     return _SPACELESS_RUN.fullmatch(word) is not None
 
 
+def _word_char(char: str) -> bool:
+    """Whether ``char`` is part of a word: its category is one of :data:`WORD_CATEGORIES`. Pure."""
+    category = unicodedata.category(char)
+    return category[0] in WORD_CATEGORIES or category in WORD_CATEGORIES
+
+
 def _runs(text: str) -> list[str]:
-    """The runs of letters, digits and combining marks in ``text``, in order: its words as the
-    full-text tokenizers cut them (SQLite's ``categories 'L* N* Co M*'``). Pure."""
+    """The runs of word characters (:func:`_word_char`) in ``text``, in order: its words as the
+    full-text tokenizers cut them. Pure."""
     found: list[str] = []
     current: list[str] = []
     for char in [*text, " "]:
-        if char.isalnum() or unicodedata.category(char).startswith("M"):
+        if _word_char(char):
             current.append(char)
         elif current:
             found.append("".join(current))
@@ -110,8 +131,31 @@ def words(text: str) -> list[str]:
 
 def index_words(text: str) -> list[str]:
     """The words the full-text indexes hold for ``text``: :func:`search_text` cut as the tokenizers
-    cut it (``½`` folds to ``1⁄2``, two words). Pure."""
+    cut it (``½`` folds to ``1⁄2``, two words; ``recall.py`` is ``recall``, ``py``). Pure."""
     return _runs(search_text(text))
+
+
+def index_text(text: str) -> str:
+    """:func:`index_words` of ``text``, one space between them: what PostgreSQL's ``search``
+    columns hold (``rem_index_text``), so that its parser, which reads ``recall.py`` as a host and
+    ``store/lazy_queue.py`` as a file name, sees nothing but the words SQLite's tokenizer cuts. Pure."""
+    return " ".join(index_words(text))
+
+
+@functools.cache
+def _word_ranges() -> tuple[tuple[int, int], ...]:
+    """The code point ranges of the word characters (:func:`_word_char`), all of Unicode: the
+    character class of ``rem_index_text`` (0.3 s, paid once where the PostgreSQL functions are
+    written)."""
+    ranges: list[tuple[int, int]] = []
+    start = None
+    for code in range(sys.maxunicode + 2):
+        if code <= sys.maxunicode and not 0xD800 <= code <= 0xDFFF and _word_char(chr(code)):
+            start = code if start is None else start
+        elif start is not None:
+            ranges.append((start, code - 1))
+            start = None
+    return tuple(ranges)
 
 
 # No character from here on has a case (the last are Adlam's, U+1E900-U+1E95F; a test checks it).
@@ -146,12 +190,14 @@ def _literal(text: str) -> str:
 
 @functools.cache
 def postgres_functions() -> str:
-    """The SQL that defines ``rem_fold(text)`` and ``rem_search_text(text)`` on PostgreSQL (a UTF8
-    database): :func:`fold` and :func:`search_text` written with ``normalize``, ``regexp_replace``,
-    ``lower`` under the ICU root collation (``und-x-icu``: Unicode's case mapping, never the
-    server's locale, which in a ``C`` cluster lowers ASCII only and in a Turkish one lowers ``I``
-    to ``ı``) and this module's tables for what case folding adds. ASCII text (as many bytes as
-    characters) takes the short way, as :func:`fold` does."""
+    """The SQL that defines (or replaces) ``rem_fold(text)``, ``rem_search_text(text)`` and
+    ``rem_index_text(text)`` on PostgreSQL (a UTF8 database): :func:`fold`, :func:`search_text` and
+    :func:`index_text` written with ``normalize``, ``regexp_replace``, ``lower`` under the ICU root
+    collation (``und-x-icu``: Unicode's case mapping, never the server's locale, which in a ``C``
+    cluster lowers ASCII only and in a Turkish one lowers ``I`` to ``ı``) and this module's tables
+    for what case folding adds and which characters are part of a word (:func:`_word_ranges`, code
+    points, never the locale's classes). ASCII text (as many bytes as characters) takes the short
+    way, as :func:`fold` does."""
     source, target, longer = _after_lower()
     # Each step is skipped when it would change nothing: translate() reads its whole character
     # list for every character of the text, and NFC costs 10 µs a sentence even when there is
@@ -163,14 +209,22 @@ def postgres_functions() -> str:
         f"{longer_folds}"
         "    IF d IS NOT NFC NORMALIZED THEN\n        d := normalize(d, NFC);\n    END IF;\n"
     )
+    short = 'lower(t COLLATE "C")'
     spaced = f"regexp_replace(d, {_literal(_SPACELESS.pattern)}, ' \\1 ', 'g')"
+    # No word character needs escaping in a bracket expression (``]``, ``\``, ``^``, ``-`` part words).
+    parting = _literal("[^" + _char_class(_word_ranges())[1:] + "+")
+
+    def words(text: str) -> str:
+        return f"btrim(regexp_replace({text}, {parting}, ' ', 'g'), ' ')"
+
     # Each function holds the whole rule and calls only pg_catalog's: a generated column's function
     # that called another by name failed pg_restore, which runs with an empty search_path.
     return "".join(
-        f"CREATE FUNCTION {name}(t text) RETURNS text LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE AS $fold$\n"
+        f"CREATE OR REPLACE FUNCTION {name}(t text) RETURNS text LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE AS $fold$\n"
         "DECLARE\n    d text;\nBEGIN\n"
-        '    IF octet_length(t) = length(t) THEN\n        RETURN lower(t COLLATE "C");\n    END IF;\n'
+        f'    IF octet_length(t) = length(t) THEN\n        RETURN {ascii_result};\n    END IF;\n'
         f"{steps}"
         f'    RETURN {result} COLLATE "C";\nEND\n$fold$;\n'
-        for name, result in (("rem_fold", "d"), ("rem_search_text", spaced))
+        for name, ascii_result, result in (("rem_fold", short, "d"), ("rem_search_text", short, spaced),
+                                           ("rem_index_text", words(short), words(spaced)))
     )

@@ -8,9 +8,10 @@ from typing import Any
 
 from store.db import (
     CHUNK_TEXT_VERSION, ERASE_AT_COMMIT_VERSION, FOLD_RANK_VERSION, LAST_ROW_VERSION, MIGRATIONS, POINTS_BY_MEMORY_VERSION, QUEUE_WITHDRAWALS_VERSION,
-    SEARCH_FOLD_VERSION, TEXT_CLAIMS_VERSION,
+    SEARCH_FOLD_VERSION, TEXT_CLAIMS_VERSION, WORD_SPLIT_VERSION,
     _statements,
 )
+from store.postgres_schema import search_vectors
 
 RUN_COUNTS_VERSION = 13
 COMMUNITY_NAMES_VERSION = 14
@@ -42,6 +43,15 @@ _UNFOLDED_SEARCH = {
     "recall_node_docs": "setweight(to_tsvector('english', name), 'A') || setweight(to_tsvector('english', aliases), 'B') "
                         "|| setweight(to_tsvector('english', description), 'D')",
 }
+
+
+def _search_columns(vectors: dict[str, str]) -> tuple[str, ...]:
+    """PostgreSQL: each recall table's ``search`` column made again as ``vectors`` gives it, with its index."""
+    return tuple(statement for table, vector in vectors.items() for statement in (
+        f"ALTER TABLE {table} DROP COLUMN search",
+        f"ALTER TABLE {table} ADD COLUMN search tsvector GENERATED ALWAYS AS ({vector}) STORED",
+        f"CREATE INDEX {table}_search ON {table} USING gin(search)"))
+
 
 # What each migration adds, as each engine drops it.
 UNDO: dict[int, dict[str, tuple[str, ...]]] = {
@@ -79,11 +89,7 @@ UNDO: dict[int, dict[str, tuple[str, ...]]] = {
     SEARCH_FOLD_VERSION: {
         "sqlite": (*(f"DROP TRIGGER {t}" for t in _FOLDED_TRIGGERS), *(f"DROP TABLE {t}" for t in _FOLDED_FTS),
                    *_UNFOLDED_RECALL, *(f"INSERT INTO {t}({t}) VALUES ('rebuild')" for t in _FOLDED_FTS)),
-        "postgresql": (*(statement for table, vector in _UNFOLDED_SEARCH.items() for statement in (
-                           f"ALTER TABLE {table} DROP COLUMN search",
-                           f"ALTER TABLE {table} ADD COLUMN search tsvector GENERATED ALWAYS AS ({vector}) STORED",
-                           f"CREATE INDEX {table}_search ON {table} USING gin(search)")),
-                       "DROP FUNCTION rem_search_text(text)", "DROP FUNCTION rem_fold(text)"),
+        "postgresql": (*_search_columns(_UNFOLDED_SEARCH), "DROP FUNCTION rem_search_text(text)", "DROP FUNCTION rem_fold(text)"),
     },
     CHUNK_TEXT_VERSION: {
         "sqlite": ("DROP INDEX chunk_results_text", "ALTER TABLE chunk_results DROP COLUMN memory_ids",
@@ -101,6 +107,10 @@ UNDO: dict[int, dict[str, tuple[str, ...]]] = {
                                "postgresql": ("DROP INDEX node_points_memory", "DROP INDEX edge_points_memory")},
     LAST_ROW_VERSION: {"sqlite": ("ALTER TABLE chroma_scan_state DROP COLUMN last_row",),
                        "postgresql": ("ALTER TABLE chroma_scan_state DROP COLUMN last_row",)},
+    # SQLite's index is unchanged by it; PostgreSQL's columns go back to the folded text, which its
+    # parser reads as hosts, files, URLs, e-mail addresses and versions.
+    WORD_SPLIT_VERSION: {"sqlite": (),
+                         "postgresql": (*_search_columns(search_vectors("rem_search_text")), "DROP FUNCTION rem_index_text(text)")},
 }
 assert "rem_run_counts" in MIGRATIONS[RUN_COUNTS_VERSION - 1] and "community_names" in MIGRATIONS[COMMUNITY_NAMES_VERSION - 1]
 assert "justification" in MIGRATIONS[EDGE_JUSTIFICATIONS_VERSION - 1]
