@@ -12,6 +12,7 @@ turns) are known from their own ``createdAt``, a notes file once one of its poin
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
@@ -26,10 +27,22 @@ class AsOfError(ValueError):
     """An ``--as-of`` value that is no date."""
 
 
+def bare_year(text: str) -> str | None:
+    """Why ``text`` is no as-of time when it is a year alone (four digits, 1000-9999); ``None``
+    otherwise. A year names no day: read as epoch seconds (recall's reading of a number) ``2026``
+    was 1970-01-01T00:33:46Z, and a date without its day is refused (``2026-11``, "Nov 2026")."""
+    value = text.strip()
+    if re.fullmatch(r"[1-9][0-9]{3}", value):
+        return f"{value!r} is a year, not a date: name its day ({value}-01-01 for its start, {value}-12-31 for all of it)"
+    return None
+
+
 def parse_as_of(text: str) -> str:
     """``DATE`` (the end of that day, UTC) or an ISO 8601 time → the ``observed_at`` form
-    (``YYYY-MM-DDTHH:MM:SS.mmmZ``) it is compared with."""
+    (``YYYY-MM-DDTHH:MM:SS.mmmZ``) it is compared with; a year alone is refused (:func:`bare_year`)."""
     value = text.strip()
+    if (year := bare_year(value)) is not None:
+        raise AsOfError(f"--as-of {year}")
     try:
         # Any ISO 8601 date form (2026-11-15, 20261115) is the end of that day, not its start.
         return f"{date.fromisoformat(value).isoformat()}T23:59:59.999Z"
