@@ -6,6 +6,7 @@ Chroma, real cycles, real ``rem-cycle`` processes and the real ``rem-cycle mcp``
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from mcp import Client
@@ -17,8 +18,26 @@ from pipelines.recall import RecallInputError, parse_as_of
 from store.backend import open_database
 from tests.conftest import run_cli
 from tests.test_mcp import stdio_params, text_of
+from tests.test_recall import build
 
 pytestmark = pytest.mark.timeout(120)
+
+# One session whose summary (written at its end) says what only its last turn, two days after the
+# first, said: KAFKAPLAN. Its first turns name a class and a method one name holds.
+SECRET_LATER = "KAFKAPLAN"
+SESSIONS: list[dict[str, Any]] = [
+    {"sessionId": "s1", "title": "Queue work", "createdAt": "2026-11-01T10:00:00Z", "userId": "alice",
+     "summary": f"Alice decided to replace the LazyEdgeQueue with {SECRET_LATER}.",
+     "turns": [{"id": "t1", "role": "user", "createdAt": "2026-11-01T10:00:00Z", "text": "The LazyEdgeQueue drain loses lines."},
+               {"id": "t2", "role": "assistant", "createdAt": "2026-11-01T10:05:00Z", "text": "Call lazyEdgeQueue() once a cycle."},
+               {"id": "t3", "role": "user", "createdAt": "2026-11-03T10:00:00Z", "text": f"We replace it with {SECRET_LATER}."}]},
+]
+
+
+@pytest.fixture
+async def graph(settings: Settings, tmp_path: Path) -> Settings:
+    await build(settings, tmp_path, SESSIONS)
+    return settings
 
 
 # --- a year alone ----------------------------------------------------------------------------
@@ -50,3 +69,23 @@ async def test_a_year_alone_is_refused_by_the_mcp_tools(settings: Settings) -> N
                                 ("show_node", {"node_id": "session:s1"})):
             result = await client.call_tool(tool, {**arguments, "as_of": "2026"})
             assert result.is_error and "'2026' is a year, not a date" in text_of(result), (tool, text_of(result))
+
+
+# --- a name several nodes hold ------------------------------------------------------------------
+def test_show_as_of_lists_the_nodes_a_name_holds_when_none_was_known_yet(graph: Settings) -> None:
+    """``show LazyEdgeQueue`` (a class and a method hold the name) lists both; with ``--as-of`` a
+    date before either said ``no node 'LazyEdgeQueue'``, as of a name nothing ever held."""
+    env = {"REM_DATA_DIR": str(graph.data_dir)}
+    now = run_cli("show", "LazyEdgeQueue", env=env)
+    before = run_cli("show", "LazyEdgeQueue", "--as-of", "2026-10-01", env=env)
+    both = run_cli("show", "LazyEdgeQueue", "--as-of", "2026-11-02", env=env)
+    one = run_cli("show", "LazyEdgeQueue", "--as-of", "2026-11-01T10:02:00Z", env=env)
+
+    assert now.stderr.strip() == "rem-cycle: no node 'LazyEdgeQueue'; did you mean: CLASS:LazyEdgeQueue, METHOD:lazyEdgeQueue"
+    assert (before.returncode, before.stderr.strip()) == (1, (
+        "rem-cycle: no node 'LazyEdgeQueue' was known yet as of 2026-10-01T23:59:59.999Z; 2 have that name now: "
+        "CLASS:LazyEdgeQueue (first seen 2026-11-01T10:00:00.000Z), METHOD:lazyEdgeQueue (first seen 2026-11-01T10:05:00.000Z)"))
+    assert (both.returncode, both.stderr.strip()) == (1, now.stderr.strip())
+    assert one.returncode == 0 and "CLASS:LazyEdgeQueue" in one.stdout, one.stderr  # the one known by then
+    unknown = run_cli("show", "NoSuchName", "--as-of", "2026-10-01", env=env)
+    assert (unknown.returncode, unknown.stderr.strip()) == (1, "rem-cycle: no node 'NoSuchName'")
