@@ -5,6 +5,7 @@ Chroma, real cycles, real ``rem-cycle`` processes and the real ``rem-cycle mcp``
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -15,10 +16,15 @@ from config import Settings
 from pipelines.asof import AsOfError
 from pipelines.asof import parse_as_of as show_as_of
 from pipelines.recall import RecallInputError, parse_as_of
+import worker.recall
 from store.backend import open_database
+from store.db import MIGRATIONS
 from tests.conftest import run_cli
 from tests.test_mcp import stdio_params, text_of
+from tests.migrations_support import rolled_back
+from tests.test_forget import _env
 from tests.test_recall import build
+from worker.recall import RecallTimeoutError, show_entity
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -89,3 +95,46 @@ def test_show_as_of_lists_the_nodes_a_name_holds_when_none_was_known_yet(graph: 
     assert one.returncode == 0 and "CLASS:LazyEdgeQueue" in one.stdout, one.stderr  # the one known by then
     unknown = run_cli("show", "NoSuchName", "--as-of", "2026-10-01", env=env)
     assert (unknown.returncode, unknown.stderr.strip()) == (1, "rem-cycle: no node 'NoSuchName'")
+
+
+# --- MCP show_node of a session or a turn --------------------------------------------------------
+@pytest.mark.both_backends
+async def test_mcp_show_node_of_a_session_or_a_turn_never_migrates_the_graph(graph: Settings, backend: str) -> None:
+    """The tools are read-only (recall opens the graph ``readonly``); ``show_node`` of a
+    ``session:``/``memory:`` id went through ``rem-cycle show``'s reader, which opens the graph to
+    write and migrates it: a graph a release before this one wrote was upgraded by a read."""
+    rolled_back(graph, backend, to=len(MIGRATIONS) - 1)
+    async with Client(stdio_params(graph, **_env(graph))) as client:
+        for node_id in ("session:s1", "memory:t1"):
+            shown = await client.call_tool("show_node", {"node_id": node_id})
+            assert not shown.is_error, text_of(shown)
+            assert _schema_version(graph) == len(MIGRATIONS) - 1, node_id
+        assert [t["memory_id"] for t in shown.structured_content["turns"]] == ["memory:t1"]
+
+
+@pytest.mark.both_backends
+async def test_mcp_show_node_of_a_session_stops_at_recalls_deadline(graph: Settings, backend: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Recall's reads stop at ``RECALL_DEADLINE_SECONDS``; ``show_node`` of a session had no
+    deadline: behind a lock (PostgreSQL: a migration's, an operator's ``LOCK TABLE``) it waited
+    for the lock's own 30 s, holding a worker thread."""
+    if backend != "postgresql":
+        pytest.skip("a SQLite reader is never held by a lock (WAL); its deadline is the same set_deadline")
+    monkeypatch.setattr(worker.recall, "RECALL_DEADLINE_SECONDS", 1.0)
+    holder = open_database(graph)
+    try:
+        with holder.transaction() as conn:
+            conn.execute("LOCK TABLE nodes IN ACCESS EXCLUSIVE MODE")
+            started = time.monotonic()
+            with pytest.raises(RecallTimeoutError, match="more than 1 s"):
+                await show_entity(graph, "session:s1")
+            assert time.monotonic() - started < 5
+    finally:
+        holder.close()
+
+
+def _schema_version(settings: Settings) -> int:
+    db = open_database(settings, readonly=True)
+    try:
+        return db.schema_version
+    finally:
+        db.close()

@@ -8,8 +8,8 @@ import itertools
 import json
 import os
 import time
-from collections.abc import AsyncIterator, Collection, Iterator, Mapping
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator, Callable, Collection, Iterator, Mapping
+from contextlib import AbstractContextManager, asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -135,6 +135,11 @@ def install_identity_index(settings: Settings, kept: KeptIndex) -> None:
 
 class NoGraphError(FileNotFoundError):
     """The data dir has no graph database yet."""
+
+
+# How a read opens the graph: ``open_graph_db`` (the commands), or read-only within a deadline
+# (the MCP tools: worker.recall.open_bounded).
+GraphOpener = Callable[[Settings], AbstractContextManager[Database]]
 
 
 @contextmanager
@@ -344,9 +349,10 @@ def _load_shown(db: Database, loaded: _Loaded, node_id: str, limit: int | None) 
     loaded.counted = ViewCounts(turn_ids, edges_total, turns_total, provenance.node_seen(node_id), sources_total)
 
 
-def _load_node(settings: Settings, node_id: str, as_of: str | None = None, limit: int | None = None) -> _Loaded:
+def _load_node(settings: Settings, node_id: str, as_of: str | None = None, limit: int | None = None,
+               open_db: GraphOpener = open_graph_db) -> _Loaded:
     """The node (or, when it was merged away, the node it was merged into), its edges and merges."""
-    with open_graph_db(settings) as db:
+    with open_db(settings) as db:
         graph, merges = GraphStore(db), MergeStore(db)
         loaded = _Loaded(node=graph.get_node(node_id))
         if loaded.node is None:
@@ -375,12 +381,13 @@ def _load_node(settings: Settings, node_id: str, as_of: str | None = None, limit
         return loaded
 
 
-async def show_node(settings: Settings, node_id: str, *, limit: int | None = None, as_of: str | None = None) -> dict[str, Any] | None:
+async def show_node(settings: Settings, node_id: str, *, limit: int | None = None, as_of: str | None = None,
+                    open_db: GraphOpener = open_graph_db, chroma_seconds: float | None = None) -> dict[str, Any] | None:
     """The ``show`` view of one node, with the text of the turns it came from (read from Chroma;
     at most ``limit`` edges, sources and turns, see :func:`pipelines.query.node_view`); ``None`` when the
-    graph has no such node. When Chroma cannot be read the view still comes back, without turn
-    texts and with ``turns_error``."""
-    loaded = await anyio.to_thread.run_sync(_load_node, settings, node_id, as_of, limit)
+    graph has no such node. When Chroma cannot be read (within ``chroma_seconds``, when given) the
+    view still comes back, without turn texts and with ``turns_error``. ``open_db`` opens the graph."""
+    loaded = await anyio.to_thread.run_sync(_load_node, settings, node_id, as_of, limit, open_db)
     node, edges = loaded.node, loaded.edges
     if node is None:
         return None
@@ -389,9 +396,12 @@ async def show_node(settings: Settings, node_id: str, *, limit: int | None = Non
     memory_ids = list(loaded.counted.turn_ids) if loaded.counted else turn_memory_ids(node, edges, loaded.points)[:limit]
     if memory_ids:
         try:
-            rows = await ChromaStore(settings).memories_by_ids([row_suffix(m) for m in memory_ids])
+            with anyio.fail_after(chroma_seconds):
+                rows = await ChromaStore(settings).memories_by_ids([row_suffix(m) for m in memory_ids])
         except ChromaStoreError as exc:
             rows, error = [], str(exc)
+        except TimeoutError:
+            rows, error = [], f"Chroma did not answer within {chroma_seconds:g} s"
         turns = {memory_node_id(r.id): r for r in rows or []}
     view = node_view(node, edges, loaded.neighbours, turns, points=loaded.points, merged_from=loaded.merged_from, limit=limit,
                      counted=loaded.counted)
