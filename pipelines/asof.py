@@ -7,7 +7,9 @@ from before schema 5, anchor '', counts whenever the node is known). A semantic 
 one of its points was; its weight is its distinct places among those points. Provenance edges
 (``MENTIONED_IN``/``DISCUSSED_IN``) are rebuilt from the points known by then. Anchors (sessions,
 turns) are known from their own ``createdAt``, a notes file once one of its points is; an edge without points (a reference,
-``ORIGINATES_IN``, one written by hand) when both its ends are known.
+``ORIGINATES_IN``, one written by hand) when both its ends are known. A session is what recall sees of
+it then (``store.recall_index.RecallIndex.sessions``): created by then, its summary only once every
+turn of it was said.
 """
 
 from __future__ import annotations
@@ -17,10 +19,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 
-from pipelines.vocabulary import ANCHOR_LABELS, DISCUSSED_IN, MENTIONED_IN, NOTE_LABEL
+from pipelines.vocabulary import ANCHOR_LABELS, DISCUSSED_IN, MENTIONED_IN, NOTE_LABEL, SESSION_LABEL
 from store.facts import combine_all, facts_of, with_facts
 from store.graph import Edge, Node
 from store.provenance import ClaimRow, EdgeKey, PointRow, anchor_edges, place_count
+from store.recall_index import SessionRecord
 
 
 class AsOfError(ValueError):
@@ -75,9 +78,11 @@ def graph_as_of(
     node_points: Mapping[str, Sequence[PointRow]],
     edge_points: Mapping[EdgeKey, Sequence[PointRow]],
     claims: Mapping[str, Sequence[ClaimRow]],
+    sessions: Mapping[str, SessionRecord],
     as_of: str,
 ) -> GraphAsOf:
-    """The part of the graph known at ``as_of`` (see the module docstring)."""
+    """The part of the graph known at ``as_of`` (see the module docstring); ``sessions``: the
+    SESSION nodes among ``nodes`` known then, as recall reads them at ``as_of``."""
     known_points = {
         node_id: [p for p in points if p.observed_at is not None and p.observed_at <= as_of]
         for node_id, points in node_points.items()
@@ -90,6 +95,10 @@ def graph_as_of(
         if node.label == NOTE_LABEL:
             if node.id in known_files:
                 kept[node.id] = node
+            continue
+        if node.label == SESSION_LABEL:
+            if (seen := sessions.get(node.id)) is not None:
+                kept[node.id] = node if seen.summary else _without_summary(node)
             continue
         if node.label in ANCHOR_LABELS:
             created = node.properties.get("createdAt")
@@ -121,3 +130,8 @@ def graph_as_of(
                 out.extend(e for e in anchor_edges(node_id, anchor, [p for p in points if p.anchor == anchor]) if e.target in kept)
     out.sort(key=lambda e: (e.source, e.target, e.relationship))
     return GraphAsOf(sorted(kept.values(), key=lambda n: n.id), out, {k: v for k, v in known_points.items() if k in kept})
+
+
+def _without_summary(session: Node) -> Node:
+    """``session`` without its summary (not known yet, or none)."""
+    return Node(session.id, session.label, session.name, {k: v for k, v in session.properties.items() if k != "summary"})

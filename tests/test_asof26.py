@@ -5,6 +5,7 @@ Chroma, real cycles, real ``rem-cycle`` processes and the real ``rem-cycle mcp``
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -19,11 +20,13 @@ from pipelines.recall import RecallInputError, parse_as_of
 import worker.recall
 from store.backend import open_database
 from store.db import MIGRATIONS
+from store.graph import GraphStore, Node
+from store.recall_index import RecallIndex, Scope, TurnRecord, term_match
 from tests.conftest import run_cli
 from tests.test_mcp import stdio_params, text_of
 from tests.migrations_support import rolled_back
 from tests.test_forget import _env
-from tests.test_recall import build
+from tests.test_recall import ask, build
 from worker.recall import RecallTimeoutError, show_entity
 
 pytestmark = pytest.mark.timeout(120)
@@ -75,6 +78,62 @@ async def test_a_year_alone_is_refused_by_the_mcp_tools(settings: Settings) -> N
                                 ("show_node", {"node_id": "session:s1"})):
             result = await client.call_tool(tool, {**arguments, "as_of": "2026"})
             assert result.is_error and "'2026' is a year, not a date" in text_of(result), (tool, text_of(result))
+
+
+# --- a summary written after the date ------------------------------------------------------------
+@pytest.mark.both_backends
+async def test_a_summary_is_not_served_as_of_a_time_before_the_turns_it_speaks_of(graph: Settings) -> None:
+    """As of the 2nd, ``s1`` had said nothing of KAFKAPLAN (its last turn is of the 3rd), but its
+    summary, written after that turn, was served whole: by recall (listed, and matched by its
+    words: ``keyword_sessions`` asked only the session's start), by ``show``, ``export`` and MCP
+    ``show_node``. Now one rule (``RecallIndex.sessions``) decides for all of them."""
+    env = _env(graph)
+    then, later = "2026-11-02", "2026-11-04"
+    for as_of, summary in ((then, False), (later, True)):
+        answer = run_cli("recall", "decided", "--as-of", as_of, "--json", env=env)
+        assert answer.returncode == 0, answer.stderr
+        sessions = json.loads(answer.stdout)["sessions"]
+        assert [s["id"] for s in sessions] == (["session:s1"] if summary else []), (as_of, sessions)
+        listed = ask(graph, "lazyedgequeue", as_of=parse_as_of(as_of))["sessions"]
+        assert [(s["id"], SECRET_LATER in s["summary"]) for s in listed] == [("session:s1", summary)], as_of
+        shown = run_cli("show", "session:s1", "--as-of", as_of, "--json", env=env)
+        assert shown.returncode == 0, shown.stderr
+        assert (SECRET_LATER in shown.stdout) is summary, as_of
+        exported = run_cli("export", "--as-of", as_of, "--include-anchors", env=env)
+        assert exported.returncode == 0, exported.stderr
+        session = next(n for n in json.loads(exported.stdout)["nodes"] if n["id"] == "session:s1")
+        assert (SECRET_LATER in json.dumps(session)) is summary, as_of
+    async with Client(stdio_params(graph, **env)) as client:
+        for as_of, summary in ((then, False), (later, True)):
+            shown = await client.call_tool("show_node", {"node_id": "session:s1", "as_of": as_of})
+            assert not shown.is_error, text_of(shown)
+            assert (SECRET_LATER in text_of(shown)) is summary, as_of
+            recalled = await client.call_tool("recall", {"query": "lazyedgequeue decided", "as_of": as_of})
+            assert (SECRET_LATER in text_of(recalled)) is summary, as_of
+
+
+@pytest.mark.both_backends
+def test_sessions_whose_summary_is_not_known_yet_give_their_places_to_the_next_ones(settings: Settings) -> None:
+    """``keyword_sessions`` ranks first and asks the summaries' turns after, of the best ones only:
+    a session passed over for its summary leaves its place to the next one that matches."""
+    db = open_database(settings)
+    try:
+        GraphStore(db).upsert_nodes([
+            Node(f"session:{sid}", "SESSION", sid, {"createdAt": "2026-11-01T10:00:00.000Z", "summary": summary})
+            for sid, summary in (("early", "queue"), ("late", "queue queue queue, the queue"))])
+        index = RecallIndex(db)
+        index.index_turns(TurnRecord(f"memory:{sid}-{i}", f"session:{sid}", i, "user", at, "words")
+                          for sid, times in (("early", ["2026-11-01T10:00:00.000Z"]),
+                                             ("late", ["2026-11-01T10:00:00.000Z", "2026-11-05T10:00:00.000Z"]))
+                          for i, at in enumerate(times))
+        match = term_match("queue")
+        assert index.keyword_sessions(match, Scope(), limit=1) == ["session:late"]
+        assert index.keyword_sessions(match, Scope(as_of="2026-11-02T00:00:00.000Z"), limit=1) == ["session:early"]
+        assert index.keyword_sessions(match, Scope(as_of="2026-11-06T00:00:00.000Z"), limit=2) == ["session:late", "session:early"]
+        then = index.sessions(["session:early", "session:late"], Scope(as_of="2026-11-02T00:00:00.000Z"))
+        assert {k: v.summary for k, v in then.items()} == {"session:early": "queue", "session:late": ""}
+    finally:
+        db.close()
 
 
 # --- a name several nodes hold ------------------------------------------------------------------

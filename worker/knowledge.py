@@ -34,7 +34,7 @@ from pipelines.judge import ModelJudge
 from pipelines.lazy_edge import ExtractionLines
 from pipelines.query import ViewCounts, node_view, search_row, turn_memory_ids
 from pipelines.resolver import GraphResolver, KeptIndex, node_refs
-from pipelines.vocabulary import ANCHOR_LABELS, DISCUSSED_IN, MEMORY_LABEL, NOTE_LABEL, ORIGINATES_IN, PROVENANCE_RELATIONSHIPS
+from pipelines.vocabulary import ANCHOR_LABELS, DISCUSSED_IN, MEMORY_LABEL, NOTE_LABEL, ORIGINATES_IN, PROVENANCE_RELATIONSHIPS, SESSION_LABEL
 from store.chroma import ChromaStore, ChromaStoreError
 from store.communities import CommunityStore
 from store.backend import database_exists, database_location, open_database
@@ -49,6 +49,7 @@ from store.lazy_table import LazyEdgeTable, lazy_edge_sink
 from store.library_log import get_logger
 from store.merges import MergeStore
 from store.provenance import ProvenanceStore
+from store.recall_index import RecallIndex, Scope, SessionRecord
 from store.runstate import RunStateStore
 from store.unit_of_work import DatabaseUnitOfWork
 from store.verdicts import VerdictStore
@@ -168,7 +169,7 @@ def snapshot_from_db(db: Database, *, include_anchors: bool = False, as_of: str 
     if as_of is not None:
         edge_points = provenance.points_by_edge()
         view = graph_as_of(nodes, edges, node_points=points, edge_points=edge_points,
-                           claims=provenance.claims_by_node(), as_of=as_of)
+                           claims=provenance.claims_by_node(), sessions=_sessions_as_of(db, nodes, as_of), as_of=as_of)
         nodes, edges, points = view.nodes, view.edges, view.points
         edge_seen = {k: _first_last(p.observed_at for p in v if p.observed_at and p.observed_at <= as_of) for k, v in edge_points.items()}
     snapshot = build_snapshot(
@@ -212,9 +213,14 @@ def _as_of_subgraph(db: Database, nodes: list[Node], edges: list[Edge], as_of: s
     view = graph_as_of(
         nodes, edges, node_points=provenance.points_by_node(ids),
         edge_points=provenance.points_by_edge((e.source, e.target, e.relationship) for e in edges),
-        claims=provenance.claims_by_node(ids), as_of=as_of,
+        claims=provenance.claims_by_node(ids), sessions=_sessions_as_of(db, nodes, as_of), as_of=as_of,
     )
     return view.nodes, view.edges, view.points
+
+
+def _sessions_as_of(db: Database, nodes: list[Node], as_of: str) -> dict[str, SessionRecord]:
+    """The sessions among ``nodes`` as recall reads them at ``as_of`` (one rule for every reader)."""
+    return RecallIndex(db).sessions([n.id for n in nodes if n.label == SESSION_LABEL], Scope(as_of=as_of))
 
 
 @dataclass(frozen=True, slots=True)
