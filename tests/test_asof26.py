@@ -73,6 +73,7 @@ def test_a_year_alone_is_one_line_on_every_command_and_tool(settings: Settings, 
 
 
 async def test_a_year_alone_is_refused_by_the_mcp_tools(settings: Settings) -> None:
+    open_database(settings).close()
     async with Client(stdio_params(settings)) as client:
         for tool, arguments in (("recall", {"query": "drain"}), ("search_nodes", {"query": "drain"}),
                                 ("show_node", {"node_id": "session:s1"})):
