@@ -7,29 +7,45 @@ from before schema 5, anchor '', counts whenever the node is known). A semantic 
 one of its points was; its weight is its distinct places among those points. Provenance edges
 (``MENTIONED_IN``/``DISCUSSED_IN``) are rebuilt from the points known by then. Anchors (sessions,
 turns) are known from their own ``createdAt``, a notes file once one of its points is; an edge without points (a reference,
-``ORIGINATES_IN``, one written by hand) when both its ends are known.
+``ORIGINATES_IN``, one written by hand) when both its ends are known. A session is what recall sees of
+it then (``store.recall_index.RecallIndex.sessions``): created by then, its summary only once every
+turn of it was said.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 
-from pipelines.vocabulary import ANCHOR_LABELS, DISCUSSED_IN, MENTIONED_IN, NOTE_LABEL
+from pipelines.vocabulary import ANCHOR_LABELS, DISCUSSED_IN, MENTIONED_IN, NOTE_LABEL, SESSION_LABEL
 from store.facts import combine_all, facts_of, with_facts
 from store.graph import Edge, Node
 from store.provenance import ClaimRow, EdgeKey, PointRow, anchor_edges, place_count
+from store.recall_index import SessionRecord
 
 
 class AsOfError(ValueError):
     """An ``--as-of`` value that is no date."""
 
 
+def bare_year(text: str) -> str | None:
+    """Why ``text`` is no as-of time when it is a year alone (four digits, 1000-9999); ``None``
+    otherwise. A year names no day: read as epoch seconds (recall's reading of a number) ``2026``
+    was 1970-01-01T00:33:46Z, and a date without its day is refused (``2026-11``, "Nov 2026")."""
+    value = text.strip()
+    if re.fullmatch(r"[1-9][0-9]{3}", value):
+        return f"{value!r} is a year, not a date: name its day ({value}-01-01 for its start, {value}-12-31 for all of it)"
+    return None
+
+
 def parse_as_of(text: str) -> str:
     """``DATE`` (the end of that day, UTC) or an ISO 8601 time → the ``observed_at`` form
-    (``YYYY-MM-DDTHH:MM:SS.mmmZ``) it is compared with."""
+    (``YYYY-MM-DDTHH:MM:SS.mmmZ``) it is compared with; a year alone is refused (:func:`bare_year`)."""
     value = text.strip()
+    if (year := bare_year(value)) is not None:
+        raise AsOfError(f"--as-of {year}")
     try:
         # Any ISO 8601 date form (2026-11-15, 20261115) is the end of that day, not its start.
         return f"{date.fromisoformat(value).isoformat()}T23:59:59.999Z"
@@ -62,9 +78,11 @@ def graph_as_of(
     node_points: Mapping[str, Sequence[PointRow]],
     edge_points: Mapping[EdgeKey, Sequence[PointRow]],
     claims: Mapping[str, Sequence[ClaimRow]],
+    sessions: Mapping[str, SessionRecord],
     as_of: str,
 ) -> GraphAsOf:
-    """The part of the graph known at ``as_of`` (see the module docstring)."""
+    """The part of the graph known at ``as_of`` (see the module docstring); ``sessions``: the
+    SESSION nodes among ``nodes`` known then, as recall reads them at ``as_of``."""
     known_points = {
         node_id: [p for p in points if p.observed_at is not None and p.observed_at <= as_of]
         for node_id, points in node_points.items()
@@ -77,6 +95,10 @@ def graph_as_of(
         if node.label == NOTE_LABEL:
             if node.id in known_files:
                 kept[node.id] = node
+            continue
+        if node.label == SESSION_LABEL:
+            if (seen := sessions.get(node.id)) is not None:
+                kept[node.id] = node if seen.summary else _without_summary(node)
             continue
         if node.label in ANCHOR_LABELS:
             created = node.properties.get("createdAt")
@@ -108,3 +130,8 @@ def graph_as_of(
                 out.extend(e for e in anchor_edges(node_id, anchor, [p for p in points if p.anchor == anchor]) if e.target in kept)
     out.sort(key=lambda e: (e.source, e.target, e.relationship))
     return GraphAsOf(sorted(kept.values(), key=lambda n: n.id), out, {k: v for k, v in known_points.items() if k in kept})
+
+
+def _without_summary(session: Node) -> Node:
+    """``session`` without its summary (not known yet, or none)."""
+    return Node(session.id, session.label, session.name, {k: v for k, v in session.properties.items() if k != "summary"})

@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, time
 from typing import Any, Protocol
 
-from pipelines.asof import AsOfError
+from pipelines.asof import AsOfError, bare_year
 from pipelines.asof import parse_as_of as iso_as_of
 from pipelines.chunker import estimate_tokens
 from pipelines.vocabulary import PROVENANCE_RELATIONSHIPS
@@ -267,12 +267,15 @@ def parse_as_of(value: str | None) -> str | None:
     that day); also epoch seconds or milliseconds and the common written forms ("1 March 2026",
     "2026/03/01 10:00"), a date alone the end of that day. A time without zone is UTC. A written
     form that names no whole date ("Nov 2026", "10:00") or a zone by a name not understood
-    ("PST") is refused: the parser took the missing day from today's date, and read the zone as UTC."""
+    ("PST") is refused: the parser took the missing day from today's date, and read the zone as UTC.
+    So is a year alone (``2026``: :func:`pipelines.asof.bare_year`), which is no epoch time."""
     if value is None:
         return None
     text = value.strip()
     if not text or len(text) > 100:
         raise RecallInputError(f"as_of {value[:40]!r} is not a date")
+    if (year := bare_year(text)) is not None:
+        raise RecallInputError(f"as_of {year}")
     try:
         return iso_as_of(text)
     except AsOfError:

@@ -562,11 +562,11 @@ async def cmd_show(settings: Settings, args: argparse.Namespace) -> int:
         exact, hits = await _named(settings, args.node_id, as_of=args.as_of)
         view = await show_node(settings, exact[0]["id"], limit=args.limit or None, as_of=args.as_of) if len(exact) == 1 else None
         if view is None:
-            # A node the graph has now but did not know by --as-of is no unknown node: say so, and
-            # since when — whether it was asked for by its id or by its name.
-            now = await _shown_now(settings, args.node_id) if args.as_of else None
-            if now is not None:
-                print(f"rem-cycle: {_not_known_yet(now, args.as_of)}", file=sys.stderr)
+            # Nodes the graph has now but did not know by --as-of are no unknown node: say so, and
+            # since when — whether they were asked for by an id or by a name one or several hold.
+            now = await _shown_now(settings, args.node_id) if args.as_of and not exact else []
+            if now:
+                print(f"rem-cycle: {_not_known_yet(now, args.node_id, args.as_of)}", file=sys.stderr)
                 return EXIT_FAILED
             suggestions = ", ".join(h["id"] for h in (exact or hits)[:10])
             print(f"rem-cycle: no node {args.node_id!r}" + (f"; did you mean: {suggestions}" if suggestions else ""), file=sys.stderr)
@@ -585,31 +585,45 @@ async def _named(settings: Settings, name: str, *, as_of: str | None) -> tuple[l
     return [h for h in hits if named in {a.casefold() for a in [h["name"], *h["aliases"]]}], hits
 
 
-async def _shown_now(settings: Settings, wanted: str) -> dict[str, Any] | None:
-    """The node ``wanted`` (an id, or the name or alias of exactly one node) as the graph has it now."""
+async def _shown_now(settings: Settings, wanted: str) -> list[dict[str, Any]]:
+    """The node ``wanted`` (an id), or every node whose name or alias it is (at most ten), as the
+    graph has them now."""
     from worker.knowledge import show_node
 
     now = await show_node(settings, wanted, limit=1)
-    if now is None:
-        exact, _ = await _named(settings, wanted, as_of=None)
-        now = await show_node(settings, exact[0]["id"], limit=1) if len(exact) == 1 else None
-    return now
+    if now is not None:
+        return [now]
+    exact, _ = await _named(settings, wanted, as_of=None)
+    return [view for hit in exact[:10] if (view := await show_node(settings, hit["id"], limit=1)) is not None]
 
 
-def _not_known_yet(view: dict[str, Any], as_of: str) -> str:
-    """Why ``show --as-of`` has no view of the node ``view`` (as it is now): a knowledge node is
-    known from its first point's turn time, a session or a turn from its ``createdAt``, a notes
-    file once something it said was (pipelines/asof.py). A knowledge node said only in turns
-    without a ``createdAt`` has no time, and no date shows it."""
+def _not_known_yet(views: list[dict[str, Any]], wanted: str, as_of: str) -> str:
+    """Why ``show --as-of`` has no view of ``wanted``, which names the nodes ``views`` (as they are
+    now): none was known yet. A knowledge node is known from its first point's turn time, a session
+    or a turn from its ``createdAt``, a notes file once something it said was (pipelines/asof.py).
+    A knowledge node said only in turns without a ``createdAt`` has no time, and no date shows it."""
+    if len(views) > 1:  # a name several nodes hold: each, and since when (as `show NAME` lists them)
+        listed = ", ".join(f"{v['id']}{_since(v)}" for v in views)
+        return f"no node {wanted!r} was known yet as of {as_of}; {len(views)} have that name now: {listed}"
+    view = views[0]
+    if _since(view) == _TIMELESS:
+        return (f"{view['id']} has no time of its own: no turn that said it has a createdAt, and --as-of shows only "
+                "what was said at a known time")
+    return f"{view['id']} was not known yet as of {as_of}{_since(view)}"
+
+
+_TIMELESS = " (no time of its own)"
+
+
+def _since(view: dict[str, Any]) -> str:
+    """Since when the node ``view`` (as it is now) is known, as `` (first seen …)`` or `` (created
+    …)``; :data:`_TIMELESS` for a knowledge node with no time, ``""`` for an anchor without one."""
     from pipelines.vocabulary import ANCHOR_LABELS
 
     if view["label"] in ANCHOR_LABELS:
         created = view["properties"].get("createdAt")
-        return f"{view['id']} was not known yet as of {as_of}" + (f" (created {created})" if isinstance(created, str) else "")
-    if view["first_seen"] is None:
-        return (f"{view['id']} has no time of its own: no turn that said it has a createdAt, and --as-of shows only "
-                "what was said at a known time")
-    return f"{view['id']} was not known yet as of {as_of} (first seen {view['first_seen']})"
+        return f" (created {created})" if isinstance(created, str) else ""
+    return _TIMELESS if view["first_seen"] is None else f" (first seen {view['first_seen']})"
 
 
 T = TypeVar("T")

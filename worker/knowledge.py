@@ -8,8 +8,8 @@ import itertools
 import json
 import os
 import time
-from collections.abc import AsyncIterator, Collection, Iterator, Mapping
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator, Callable, Collection, Iterator, Mapping
+from contextlib import AbstractContextManager, asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -34,7 +34,7 @@ from pipelines.judge import ModelJudge
 from pipelines.lazy_edge import ExtractionLines
 from pipelines.query import ViewCounts, node_view, search_row, turn_memory_ids
 from pipelines.resolver import GraphResolver, KeptIndex, node_refs
-from pipelines.vocabulary import ANCHOR_LABELS, DISCUSSED_IN, MEMORY_LABEL, NOTE_LABEL, ORIGINATES_IN, PROVENANCE_RELATIONSHIPS
+from pipelines.vocabulary import ANCHOR_LABELS, DISCUSSED_IN, MEMORY_LABEL, NOTE_LABEL, ORIGINATES_IN, PROVENANCE_RELATIONSHIPS, SESSION_LABEL
 from store.chroma import ChromaStore, ChromaStoreError
 from store.communities import CommunityStore
 from store.backend import database_exists, database_location, open_database
@@ -49,6 +49,7 @@ from store.lazy_table import LazyEdgeTable, lazy_edge_sink
 from store.library_log import get_logger
 from store.merges import MergeStore
 from store.provenance import ProvenanceStore
+from store.recall_index import RecallIndex, Scope, SessionRecord
 from store.runstate import RunStateStore
 from store.unit_of_work import DatabaseUnitOfWork
 from store.verdicts import VerdictStore
@@ -137,6 +138,11 @@ class NoGraphError(FileNotFoundError):
     """The data dir has no graph database yet."""
 
 
+# How a read opens the graph: ``open_graph_db`` (the commands), or read-only within a deadline
+# (the MCP tools: worker.recall.open_bounded).
+GraphOpener = Callable[[Settings], AbstractContextManager[Database]]
+
+
 @contextmanager
 def open_graph_db(settings: Settings) -> Iterator[Database]:
     """The existing graph database (migrated); :class:`NoGraphError` when there is none, so a read
@@ -163,7 +169,7 @@ def snapshot_from_db(db: Database, *, include_anchors: bool = False, as_of: str 
     if as_of is not None:
         edge_points = provenance.points_by_edge()
         view = graph_as_of(nodes, edges, node_points=points, edge_points=edge_points,
-                           claims=provenance.claims_by_node(), as_of=as_of)
+                           claims=provenance.claims_by_node(), sessions=_sessions_as_of(db, nodes, as_of), as_of=as_of)
         nodes, edges, points = view.nodes, view.edges, view.points
         edge_seen = {k: _first_last(p.observed_at for p in v if p.observed_at and p.observed_at <= as_of) for k, v in edge_points.items()}
     snapshot = build_snapshot(
@@ -207,9 +213,14 @@ def _as_of_subgraph(db: Database, nodes: list[Node], edges: list[Edge], as_of: s
     view = graph_as_of(
         nodes, edges, node_points=provenance.points_by_node(ids),
         edge_points=provenance.points_by_edge((e.source, e.target, e.relationship) for e in edges),
-        claims=provenance.claims_by_node(ids), as_of=as_of,
+        claims=provenance.claims_by_node(ids), sessions=_sessions_as_of(db, nodes, as_of), as_of=as_of,
     )
     return view.nodes, view.edges, view.points
+
+
+def _sessions_as_of(db: Database, nodes: list[Node], as_of: str) -> dict[str, SessionRecord]:
+    """The sessions among ``nodes`` as recall reads them at ``as_of`` (one rule for every reader)."""
+    return RecallIndex(db).sessions([n.id for n in nodes if n.label == SESSION_LABEL], Scope(as_of=as_of))
 
 
 @dataclass(frozen=True, slots=True)
@@ -344,9 +355,10 @@ def _load_shown(db: Database, loaded: _Loaded, node_id: str, limit: int | None) 
     loaded.counted = ViewCounts(turn_ids, edges_total, turns_total, provenance.node_seen(node_id), sources_total)
 
 
-def _load_node(settings: Settings, node_id: str, as_of: str | None = None, limit: int | None = None) -> _Loaded:
+def _load_node(settings: Settings, node_id: str, as_of: str | None = None, limit: int | None = None,
+               open_db: GraphOpener = open_graph_db) -> _Loaded:
     """The node (or, when it was merged away, the node it was merged into), its edges and merges."""
-    with open_graph_db(settings) as db:
+    with open_db(settings) as db:
         graph, merges = GraphStore(db), MergeStore(db)
         loaded = _Loaded(node=graph.get_node(node_id))
         if loaded.node is None:
@@ -375,12 +387,13 @@ def _load_node(settings: Settings, node_id: str, as_of: str | None = None, limit
         return loaded
 
 
-async def show_node(settings: Settings, node_id: str, *, limit: int | None = None, as_of: str | None = None) -> dict[str, Any] | None:
+async def show_node(settings: Settings, node_id: str, *, limit: int | None = None, as_of: str | None = None,
+                    open_db: GraphOpener = open_graph_db, chroma_seconds: float | None = None) -> dict[str, Any] | None:
     """The ``show`` view of one node, with the text of the turns it came from (read from Chroma;
     at most ``limit`` edges, sources and turns, see :func:`pipelines.query.node_view`); ``None`` when the
-    graph has no such node. When Chroma cannot be read the view still comes back, without turn
-    texts and with ``turns_error``."""
-    loaded = await anyio.to_thread.run_sync(_load_node, settings, node_id, as_of, limit)
+    graph has no such node. When Chroma cannot be read (within ``chroma_seconds``, when given) the
+    view still comes back, without turn texts and with ``turns_error``. ``open_db`` opens the graph."""
+    loaded = await anyio.to_thread.run_sync(_load_node, settings, node_id, as_of, limit, open_db)
     node, edges = loaded.node, loaded.edges
     if node is None:
         return None
@@ -389,9 +402,12 @@ async def show_node(settings: Settings, node_id: str, *, limit: int | None = Non
     memory_ids = list(loaded.counted.turn_ids) if loaded.counted else turn_memory_ids(node, edges, loaded.points)[:limit]
     if memory_ids:
         try:
-            rows = await ChromaStore(settings).memories_by_ids([row_suffix(m) for m in memory_ids])
+            with anyio.fail_after(chroma_seconds):
+                rows = await ChromaStore(settings).memories_by_ids([row_suffix(m) for m in memory_ids])
         except ChromaStoreError as exc:
             rows, error = [], str(exc)
+        except TimeoutError:
+            rows, error = [], f"Chroma did not answer within {chroma_seconds:g} s"
         turns = {memory_node_id(r.id): r for r in rows or []}
     view = node_view(node, edges, loaded.neighbours, turns, points=loaded.points, merged_from=loaded.merged_from, limit=limit,
                      counted=loaded.counted)

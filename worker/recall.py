@@ -31,6 +31,7 @@ from pipelines.recall import (
 from pipelines.vocabulary import PROVENANCE_RELATIONSHIPS
 from store.chroma import ChromaStore, ChromaStoreError
 from store.backend import database_exists, database_location, open_database
+from store.db import Database
 from store.errors import QueryInterruptedError
 from store.graph import GraphStore
 from store.ids import InvalidIdError, normalize_graph_node_id, row_kind
@@ -63,27 +64,35 @@ def weights_from(settings: Settings) -> RecallWeights:
 
 
 @contextmanager
-def open_index(settings: Settings) -> Iterator[RecallIndex]:
-    """The recall index of the existing graph, opened read-only (recall never writes; a running
-    cycle is not blocked), every read through it of one state of the graph (a read snapshot: a
-    cycle or a forget committing meanwhile is wholly in or wholly out of the answer).
-    :class:`NoGraphError` when there is no graph yet, and a clear error when the graph predates the
-    index (open it once with any writing command to migrate it)."""
+def open_bounded(settings: Settings) -> Iterator[Database]:
+    """The existing graph, opened read-only (the agent-facing reads never write, nor migrate; a
+    running cycle is not blocked) within :data:`RECALL_DEADLINE_SECONDS` (else
+    :class:`RecallTimeoutError`), every read through it of one state of the graph (a read snapshot:
+    a cycle or a forget committing meanwhile is wholly in or wholly out of the answer).
+    :class:`NoGraphError` when there is no graph yet."""
     if not database_exists(settings):
         raise NoGraphError(f"no graph database at {database_location(settings)} (run a REM cycle first)")
     db = open_database(settings, readonly=True)
     db.set_deadline(RECALL_DEADLINE_SECONDS)
     try:
-        if not db.table_exists("recall_turns"):
-            raise NoGraphError(
-                f"the graph at {database_location(settings)} has no recall index yet: run `rem-cycle reindex` (it migrates and fills it)"
-            )
         with db.read_snapshot():
-            yield RecallIndex(db)
+            yield db
     except QueryInterruptedError as exc:
         raise RecallTimeoutError(f"recall took more than {RECALL_DEADLINE_SECONDS:g} s and was stopped; ask something narrower") from exc
     finally:
         db.close()
+
+
+@contextmanager
+def open_index(settings: Settings) -> Iterator[RecallIndex]:
+    """The recall index of the existing graph, opened as :func:`open_bounded` opens it, and a clear
+    error when the graph predates the index (open it once with any writing command to migrate it)."""
+    with open_bounded(settings) as db:
+        if not db.table_exists("recall_turns"):
+            raise NoGraphError(
+                f"the graph at {database_location(settings)} has no recall index yet: run `rem-cycle reindex` (it migrates and fills it)"
+            )
+        yield RecallIndex(db)
 
 
 class ChromaNearest:
@@ -221,7 +230,10 @@ async def show_entity(settings: Settings, node_id: str, *, user: str | None = No
         )
     if not await anyio.to_thread.run_sync(_row_in_scope, settings, node_id, user, as_of):
         return None
-    view = await knowledge.show_node(settings, node_id, limit=_SHOW_TURNS, as_of=as_of)
+    # Read-only and within recall's deadline, as every other read of the tools (it migrated an old
+    # graph, and had no deadline).
+    view = await knowledge.show_node(settings, node_id, limit=_SHOW_TURNS, as_of=as_of, open_db=open_bounded,
+                                     chroma_seconds=RECALL_DEADLINE_SECONDS)
     if view is None:
         return None
     entity = {
