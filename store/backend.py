@@ -68,7 +68,7 @@ def restore(
     untouched) and returns what must run on the restored graph before anything reads it, or None:
     on SQLite on the checked copy before it goes in place (raising, it changes nothing), on
     PostgreSQL once ``pg_restore`` has committed. Returns ``{path, bytes, integrity, schema_version}``."""
-    _refuse_the_other_engines_backup(source, postgres=settings.database_url is not None)
+    _refuse_what_is_no_backup_here(source, postgres=settings.database_url is not None)
     step: Callable[[Database], object] | None = None
     if settings.database_url is None:
         restored = restore_database(source, settings.graph_path, prepare=None if carry is None else partial(_on_copy, carry))
@@ -102,14 +102,18 @@ def _on_copy(carry: Callable[[], Callable[[Database], object] | None], copy: Pat
 _SQLITE_MAGIC, _PG_DUMP_MAGIC = b"SQLite format 3\x00", b"PGDMP"
 
 
-def _refuse_the_other_engines_backup(source: Path, *, postgres: bool) -> None:
-    """Raise :class:`DatabaseUnreadableError` naming the engine when ``source`` is the other
-    engine's backup (each engine's own check would only say it is not one of its own)."""
+def _refuse_what_is_no_backup_here(source: Path, *, postgres: bool) -> None:
+    """Raise :class:`DatabaseUnreadableError` saying what ``source`` is when it is empty or the
+    other engine's backup: each engine's own check would only say it is not one of its own (SQLite
+    reads an empty file as an empty database, "no rem-cycle graph", when a backup that was never
+    written — a full disk, a copy cut short — is what a user needs to hear)."""
     try:
         with open(source, "rb") as file:
             head = file.read(len(_SQLITE_MAGIC))
     except OSError:
         return  # the restore itself says why it cannot read it
+    if not head:
+        raise DatabaseUnreadableError(f"{source} is empty (0 bytes): no backup was written to it")
     if postgres and head.startswith(_SQLITE_MAGIC):
         raise DatabaseUnreadableError(f"{source} is an SQLite backup: restore it without REM_DATABASE_URL (into a data dir's graph.sqlite3)")
     if not postgres and head.startswith(_PG_DUMP_MAGIC):

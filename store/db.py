@@ -1383,17 +1383,23 @@ def _damage_of(path: Path) -> str | None:
     return None if found == "ok" else found
 
 
+# How many of ``integrity_check``'s problems a message counts: one more is asked for, so that 100
+# is told from "more than 100" (SQLite stops at the limit it is given).
+_INTEGRITY_PROBLEMS_SAID = 100
+
+
 def _integrity(conn: sqlite3.Connection) -> str:
     """``PRAGMA integrity_check`` on one line: ``ok``, or how many problems it found and the first.
     SQLite lists its problems a row each, and a row may hold several lines (a table's b-tree
-    problems under a ``*** in database main ***`` heading); it stops at 100."""
-    rows = [row for (row,) in conn.execute("PRAGMA integrity_check").fetchall()]
+    problems under a ``*** in database main ***`` heading), a line per problem."""
+    rows = [row for (row,) in conn.execute(f"PRAGMA integrity_check({_INTEGRITY_PROBLEMS_SAID + 1})").fetchall()]
     if rows == ["ok"]:
         return "ok"
     problems = [line.strip() for row in rows for line in str(row).splitlines() if line.strip() and not line.startswith("***")]
     if len(problems) == 1:
         return problems[0]
-    return f"{len(problems)}{' or more' if len(problems) >= 100 else ''} problems, the first: {problems[0]}"
+    many = f"more than {_INTEGRITY_PROBLEMS_SAID}" if len(problems) > _INTEGRITY_PROBLEMS_SAID else str(len(problems))
+    return f"{many} problems, the first: {problems[0]}"
 
 
 def backup_database(source: str | Path, destination: str | Path) -> dict[str, object]:

@@ -117,3 +117,16 @@ def test_a_bad_backup_is_refused_and_changes_nothing(backed_up: tuple[Path, Path
     assert done.returncode == 1, done.stderr[-2000:]
     assert "Traceback" not in done.stderr and len(done.stderr.splitlines()) == 1
     assert {p.name: p.read_bytes() for p in data.iterdir() if p.name.startswith("graph.sqlite3")} == before
+
+
+def test_an_empty_backup_is_called_empty_not_a_database_of_another_kind(backed_up: tuple[Path, Path], tmp_path: Path) -> None:
+    """A backup that was never written (a full disk, a copy cut short) leaves a file of 0 bytes;
+    SQLite reads it as an empty database, and the refusal said "no rem-cycle graph"."""
+    data, _ = backed_up
+    empty = tmp_path / "backup.sqlite3"
+    empty.touch()
+    before = {p.name: p.read_bytes() for p in data.iterdir() if p.name.startswith("graph.sqlite3")}
+    done = run_cli("restore", str(empty), env=_env(data))
+    assert (done.returncode, done.stderr.splitlines()) == (
+        1, [f"rem-cycle: restore from {empty} failed, nothing was changed: {empty} is empty (0 bytes): no backup was written to it"])
+    assert {p.name: p.read_bytes() for p in data.iterdir() if p.name.startswith("graph.sqlite3")} == before

@@ -10,12 +10,14 @@ import json
 import sqlite3
 from pathlib import Path
 
+import pytest
 
 from config import Settings
 from tests.conftest import run_cli
 from tests.llm_server import LLMServer
 from tests.llm_server import llm_server  # noqa: F401 - fixture
 from tests.test_extract_cycle import TURNS, llm_settings, load, session
+from store.db import Database, DatabaseUnreadableError, restore_database
 from worker.cycle import PHASES, open_stores, run_cycle
 from worker.http import Liveness
 
@@ -139,3 +141,17 @@ async def test_restore_of_a_damaged_backup_refuses_it_in_one_line(settings: Sett
         f"3 problems, the first: Page {int.from_bytes(backup.read_bytes()[28:32], 'big') - 2} is never used"
     ], done.stderr
     assert charged(settings.graph_path) == before
+
+
+@pytest.mark.parametrize(("extra", "said"), [(100, "100 problems"), (101, "more than 100 problems"), (250, "more than 100 problems")])
+def test_a_backups_problems_are_counted_exactly_up_to_100(tmp_path: Path, extra: int, said: str) -> None:
+    """SQLite stops its report at the limit it is given: exactly 100 problems are said as 100, and
+    only a report cut short as "more than 100" (before, both were "100 or more")."""
+    backup = tmp_path / "backup.sqlite3"
+    Database(backup).close()
+    pages_never_used(backup, extra)
+    first = int.from_bytes(backup.read_bytes()[28:32], "big") - extra + 1
+    with pytest.raises(DatabaseUnreadableError) as refused:
+        restore_database(backup, tmp_path / "graph.sqlite3")
+    assert str(refused.value) == f"{backup} failed integrity_check: {said}, the first: Page {first} is never used"
+    assert not (tmp_path / "graph.sqlite3").exists()
