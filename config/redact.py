@@ -31,7 +31,12 @@ _TOKEN_SETTINGS = ("chroma_token", "llm_api_key", "embedding_api_key", "mcp_toke
 _SECRET_NAME = r"[A-Za-z0-9_.-]*(?:api[_-]?key|token|secret|password|passwd|pwd|auth|signature|sig|credential)[A-Za-z0-9_.-]*"
 # scheme://userinfo@ — greedy up to the last '@' before the path, so an unencoded '@' in a password is covered.
 _URL_USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^\s/?#]*)@")
-_SECRET_PARAMETER = re.compile(rf"(?P<name>[?&;]{_SECRET_NAME}=)[^&#\s'\"()<>\[\]]*", re.IGNORECASE)
+# A value already masked (``***``, perhaps followed by a ``:`` that ends a message's clause) is
+# kept as it is: a message that quotes a redacted URL (store.postgres.redacted) is redacted again on
+# its way out, and the value's characters would swallow that ``:``. Redaction is idempotent.
+_PARAMETER_VALUE = r"[^&#\s'\"()<>\[\]]"
+_MASKED_VALUE = r"\*\*\*(?=:?(?:[&#\s'\"()<>\[\]]|$))"
+_SECRET_PARAMETER = re.compile(rf"(?P<name>[?&;]{_SECRET_NAME}=)(?:{_MASKED_VALUE}|{_PARAMETER_VALUE}*)", re.IGNORECASE)
 
 # URL schemes whose user part, without a password, is a name and not a secret (_user_is_a_name).
 _NAMED_USER_SCHEMES = frozenset({"postgresql", "postgres"})

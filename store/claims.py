@@ -42,6 +42,7 @@ from typing import Any, Literal
 from store.db import Database, in_batches
 from store.errors import LeaseLostError, StoreError
 from store.library_log import get_logger
+from store.graph import utc_now
 from store.runstate import DigestRecord, digest_record
 
 log = get_logger(__name__)
@@ -73,6 +74,13 @@ def host_identity() -> str:
     except (OSError, ValueError):
         return name
     return f"{name}@{boot}.{namespace}"
+
+
+def lock_holder_line() -> str:
+    """Who holds a lock file, as this process writes itself into it while it does
+    (:func:`store.confined.exclusive_lock`'s ``holder``): pid, host (:func:`host_identity`) and
+    since when — what a refused process tells its user."""
+    return f"pid {os.getpid()} on {host_identity()} since {utc_now()}"
 
 
 def worker_owner() -> str:

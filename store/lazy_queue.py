@@ -43,7 +43,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from store.confined import check_confined, exclusive_lock, open_confined
+from store.claims import lock_holder_line
+from store.confined import check_confined, exclusive_lock, lock_holder, open_confined
 from store.durable import fsync_dir
 from store.errors import QueueFullError
 from store.graph import utc_now
@@ -209,10 +210,13 @@ class LazyEdgeQueue:
     # --- the drain's side ----------------------------------------------------------------
     @contextmanager
     def exclusive(self) -> Iterator[None]:
-        """Hold the single-flight drain lock, or raise :class:`QueueBusyError` at once."""
-        with exclusive_lock(self.lock_path, root=self.root) as held:
+        """Hold the single-flight drain lock, or raise :class:`QueueBusyError` at once, naming the
+        process that holds it as it wrote itself in the lock file (as the cycle's lock does)."""
+        with exclusive_lock(self.lock_path, root=self.root, holder=lock_holder_line()) as held:
             if not held:
-                raise QueueBusyError(f"another drain of {self.path} is running (lock {self.lock_path})")
+                running = lock_holder(self.lock_path, root=self.root) or "a process that did not say which"
+                raise QueueBusyError(f"another drain of {os.path.abspath(self.path)} is running: {running} "
+                                     f"(it holds {os.path.abspath(self.lock_path)})")
             yield
 
     def rotate(self) -> Path | None:

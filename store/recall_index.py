@@ -119,6 +119,24 @@ def _known(col: str, scope: Scope) -> tuple[str, tuple[Any, ...]]:
     return _KNOWN_BY.format(col=col), (scope.as_of, scope.as_of)
 
 
+def _points_seen(table: str, scope: Scope) -> tuple[str, tuple[Any, ...]]:
+    """The points of ``table`` (``node_points`` or its alias) ``scope`` shows, as a condition an
+    index can seek: its sessions as a plain ``IN`` (``_SESSION_VISIBLE``'s ``? IS NULL OR`` keeps
+    both planners from seeking it) and its ``as_of`` as a plain bound, each left out when unset."""
+    parts: list[str] = []
+    params: list[Any] = []
+    if scope.sessions is not None:
+        parts.append(f"{table}.anchor IN (SELECT value FROM json_each(?))")
+        params.append(scope.sessions_json())
+    if scope.as_of is not None:
+        # Beside sessions, the bound is an expression (NULL stays unknown, so not known by then):
+        # a planner then seeks the scope's sessions, never every user's points before the date.
+        known = f"({table}.observed_at || '')" if parts else f"{table}.observed_at"
+        parts.append(f"{known} IS NOT NULL AND {known} <= ?")
+        params.append(scope.as_of)
+    return " AND ".join(parts) or "1 = 1", tuple(params)
+
+
 # A session's summary is written after turns of it and speaks of them, and when it was written is
 # kept nowhere: the summary row's createdAt (the SESSION node's, ``recall_sessions.created_at``)
 # is the session's start, and a node's ``updated_at`` is when the graph last wrote it (a back-fill
@@ -388,8 +406,9 @@ class RecallIndex:
         return found
 
     def session_lengths(self, session_ids: Sequence[str]) -> dict[str, int]:
-        """How many turns each session has in the whole index (a ranking statistic, like
-        :meth:`point_counts`: it orders what the scope shows and is never returned)."""
+        """How many turns each session has in the whole index: BM25's length of a session the
+        scope shows (all of it is the caller's, whatever ``as_of`` hides of it); it orders and is
+        never returned."""
         rows = self.db.query(
             "SELECT session_id, COUNT(*) FROM recall_turns WHERE session_id IN (SELECT value FROM json_each(?)) GROUP BY session_id",
             (json.dumps(list(dict.fromkeys(session_ids))),),
@@ -452,28 +471,34 @@ class RecallIndex:
         visible, vp = _visible("anchor", scope)
         return bool(self.db.query(f"SELECT 1 FROM node_points WHERE merge_id = ? AND {visible} LIMIT 1", (merge_id, *vp)))
 
-    def point_counts(self, node_ids: Sequence[str], *, cap: int) -> dict[str, int]:
-        """How many provenance points each node has in the whole graph, counted up to ``cap`` (so a
-        speaker cited by every turn costs no more than a rare name). A ranking statistic, like
-        BM25's document frequencies: it orders what the scope shows and is never returned."""
+    def point_counts(self, node_ids: Sequence[str], scope: Scope, *, cap: int) -> dict[str, int]:
+        """How many of each node's provenance points ``scope`` shows, counted up to ``cap`` (so a
+        speaker cited by every turn costs no more than a rare name): like the term counts, a
+        ranking statistic of the caller's own scope — a node other users cite everywhere is not
+        common for one who cites it twice, and their citations say nothing through this one's
+        answer (``signals.entities.common``). A scope's sessions are sought through the
+        ``(node_id, anchor)`` index, an ``as_of`` through ``(node_id, observed_at)``: what is
+        read is the node's points the scope shows, never all of them."""
+        seen, sp = _points_seen("p", scope)
         rows = self.db.query(
-            "SELECT j.value, (SELECT COUNT(*) FROM (SELECT 1 FROM node_points AS p WHERE p.node_id = j.value LIMIT ?) AS capped) "
-            "FROM json_each(?) AS j",
-            (cap, json.dumps(list(node_ids))),
+            "SELECT j.value, (SELECT COUNT(*) FROM (SELECT 1 FROM node_points AS p WHERE p.node_id = j.value "
+            f"AND {seen} LIMIT ?) AS capped) FROM json_each(?) AS j",
+            (*sp, cap, json.dumps(list(node_ids))),
         )
         return {r[0]: r[1] for r in rows}
 
     def grounding_turns(self, node_ids: Sequence[str], scope: Scope) -> dict[str, list[tuple[str, int]]]:
-        """For each node, the turns its visible points cite: ``[(memory_id, points)]``, most points first."""
+        """For each node, the turns its visible points cite: ``[(memory_id, points)]``, most points
+        first. Only the points the scope shows are read (:meth:`point_counts`): a node kept as not
+        common in this scope may have many more in others'."""
         if not node_ids:
             return {}
-        visible, vp = _visible("anchor", scope)
-        known, kp = _known("observed_at", scope)
+        seen, sp = _points_seen("node_points", scope)
         rows = self.db.query(
             "SELECT node_id, memory_id, COUNT(*) AS n FROM node_points "
-            f"WHERE node_id IN (SELECT value FROM json_each(?)) AND memory_id != '' AND {visible} AND {known} "
+            f"WHERE node_id IN (SELECT value FROM json_each(?)) AND memory_id != '' AND {seen} "
             "GROUP BY node_id, memory_id ORDER BY node_id, n DESC, memory_id",
-            (json.dumps(list(node_ids)), *vp, *kp),
+            (json.dumps(list(node_ids)), *sp),
         )
         found: dict[str, list[tuple[str, int]]] = {}
         for r in rows:

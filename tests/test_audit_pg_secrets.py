@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from config.redact import redact
 from store.postgres import redacted, without_password
-from tests.conftest import run_cli
+from tests.conftest import free_port, run_cli
 
 
 def test_a_password_in_the_query_is_masked_and_taken_out() -> None:
@@ -46,3 +47,29 @@ def test_backup_never_puts_a_query_password_on_pg_dumps_command_line(database_ur
     assert f"PGPASSWORD={secret}" in arguments  # given to pg_dump through its environment
     assert secret not in done.stdout + done.stderr
     assert json.loads(done.stdout)["integrity"] == "ok"
+
+
+def test_a_query_password_already_masked_keeps_the_message_around_it(tmp_path: Path) -> None:
+    """The connection error quotes the URL as ``store.postgres.redacted`` masks it, and the line is
+    redacted again on its way out: the second mask took the ``:`` ending the URL's clause with it
+    (``…?password=*** connection failed``)."""
+    port = free_port()
+    url = f"postgresql://rem@127.0.0.1:{port}/rem?sslmode=disable&password=s3cret-in-the-query"
+    done = run_cli("status", env={"REM_DATA_DIR": str(tmp_path / "d"), "REM_DATABASE_URL": url})
+    assert done.returncode == 1
+    assert done.stderr.startswith(
+        f"rem-cycle: cannot connect to the PostgreSQL database postgresql://rem@127.0.0.1:{port}/rem?sslmode=disable&password=***: "
+        "connection failed: "), done.stderr
+    assert "s3cret" not in done.stderr + done.stdout
+
+
+@pytest.mark.parametrize(("text", "shown"), [
+    ("postgresql://rem@db/rem?password=***: connection failed", "postgresql://rem@db/rem?password=***: connection failed"),
+    ("http://u:***@h/?api_key=***: then ?secret=***)", "http://u:***@h/?api_key=***: then ?secret=***)"),
+    ("http://h/x?token=***:abc rest", "http://h/x?token=*** rest"),  # begins like a mask: masked whole
+    ("http://h/x?token=***abc", "http://h/x?token=***"),
+])
+def test_redaction_is_idempotent(text: str, shown: str) -> None:
+    """A message quoting a URL something masked already comes out as it went in, and a value that
+    merely begins like a mask is still masked whole."""
+    assert redact(text) == shown == redact(shown)

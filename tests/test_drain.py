@@ -234,6 +234,34 @@ async def test_second_drain_is_refused_while_one_runs(settings: Settings, stores
     assert queue.depth() == 1  # untouched
 
 
+_HOLD_THE_QUEUE = """
+import sys
+sys.path.insert(0, sys.argv[2])
+from store.lazy_queue import LazyEdgeQueue
+with LazyEdgeQueue(sys.argv[1]).exclusive():
+    print("held", flush=True)
+    sys.stdin.read()
+"""
+
+
+async def test_a_busy_drain_names_the_process_holding_the_queue(settings: Settings, stores: Stores) -> None:
+    """The drain's lock names its holder as the cycle's does (before: only the lock file)."""
+    queue = queue_of(settings)
+    queue.append([{"source": "CONCEPT:a", "target": "CONCEPT:b", "relationship": "RELATES_TO"}])
+    holder = subprocess.Popen([sys.executable, "-c", _HOLD_THE_QUEUE, str(settings.queue_path), str(ROOT)],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        result = run_cli("drain", env={"REM_DATA_DIR": str(settings.data_dir)})
+    finally:
+        holder.communicate("", timeout=30)
+    lock = os.path.abspath(queue.lock_path)
+    assert result.returncode == 3, result.stderr
+    assert result.stderr.startswith(f"rem-cycle: another drain of {os.path.abspath(queue.path)} is running: pid {holder.pid} on "), result.stderr
+    assert result.stderr.rstrip().endswith(f"(it holds {lock}); not starting a second one"), result.stderr
+    assert queue.depth() == 1 and queue.lock_path.read_bytes() == b""  # released: emptied
+
+
 async def test_stop_requested_mid_drain_requeues_unread_lines_untouched(settings: Settings, stores: Stores) -> None:
     add_concepts(stores.graph, *[f"c{i}" for i in range(30)])
     queue = queue_of(settings)

@@ -609,3 +609,25 @@ async def test_the_passage_anchor_puts_the_best_passage_of_the_best_sessions_fir
     dave = ask(settings, query, user="dave", limit=20)
     assert dave["signals"]["passage_anchor"][0].startswith("memory:dm") and dave["turns"][0]["memory_id"] == dave["signals"]["passage_anchor"][0]
     assert ask(settings, query, signals=("keyword", "context"), limit=20)["signals"]["passage_anchor"] == []
+
+
+@pytest.mark.both_backends
+async def test_a_node_is_common_by_the_points_the_scope_shows(graph: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whether a node is too common to ground turns is counted in the caller's scope, as the terms
+    are: Bob's citations of the LazyEdgeQueue made it "common" in Alice's recall (her answer lost
+    its grounding and told her, through ``signals.entities.common``, how much others cite it)."""
+    db = open_database(graph, readonly=True)
+    try:
+        by_anchor = dict(db.query("SELECT anchor, COUNT(*) FROM node_points WHERE node_id = ? GROUP BY anchor", ("CLASS:LazyEdgeQueue",)))
+    finally:
+        db.close()
+    alices = by_anchor["session:alice-s1"]
+    assert sum(by_anchor.values()) > alices > 0
+    monkeypatch.setattr("pipelines.recall.COMMON_NODE_POINTS", alices)  # common in the whole graph, not in her scope
+    everyone = ask(graph, "LazyEdgeQueue")
+    assert "CLASS:LazyEdgeQueue" in everyone["signals"]["entities"]["common"]
+    hers = ask(graph, "LazyEdgeQueue", user="alice")
+    assert "CLASS:LazyEdgeQueue" not in hers["signals"]["entities"]["common"]
+    assert "CLASS:LazyEdgeQueue" in hers["signals"]["entities"]["nodes"]
+    assert {t["memory_id"] for t in hers["turns"] if "entities" in t["signals"]} >= {"memory:am1"}
+    assert {t["session_id"] for t in hers["turns"]} == {"session:alice-s1"}

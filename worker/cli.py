@@ -1032,6 +1032,7 @@ async def cmd_drain(settings: Settings, args: argparse.Namespace, progress: Comm
     from store.lazy_queue import LazyEdgeQueue, QueueBusyError
     from worker.knowledge import erase_when_due, withdraw_retracted
     from worker.report import print_drain
+    from worker.views import printable
 
     stores = await open_stores(settings, dry_run=args.dry_run)
     try:
@@ -1048,8 +1049,8 @@ async def cmd_drain(settings: Settings, args: argparse.Namespace, progress: Comm
                         held=held_answers_file(settings), wait_seconds=0))
             withdrawn.update(await anyio.to_thread.run_sync(erase_when_due, stores.db))
         payload = {**await _drain_once(settings, stores, args, progress), **withdrawn}
-    except QueueBusyError as exc:
-        print(f"rem-cycle: {exc}; not starting a second one", file=sys.stderr)
+    except QueueBusyError as exc:  # printable: the holder's line is as the lock file's writer wrote it
+        print(f"rem-cycle: {printable(str(exc))}; not starting a second one", file=sys.stderr)
         return EXIT_BUSY
     except ChromaGoneDuringDrainError as exc:  # says itself what was done and what waits
         print(f"rem-cycle: {exc}", file=sys.stderr)

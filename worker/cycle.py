@@ -36,7 +36,7 @@ from pipelines.extract.inflight import HeldAnswers
 from pipelines.forget import MassRetractionRefused, retract_vanished, sessions_to_retract
 from pipelines.ingest import ScanResult, mark_holds, scan_changed_sessions, sessions_to_sync, sync_batch_isolating_failures
 from store.chroma import ChromaStore, ChromaStoreError, ChromaUnavailableError, TurnsHandOff
-from store.claims import CYCLE_LOCK, ClaimStore, LockStore, TextClaimStore, host_identity, worker_owner
+from store.claims import CYCLE_LOCK, ClaimStore, LockStore, TextClaimStore, host_identity, lock_holder_line, worker_owner
 from store.confined import UnsafePathError, exclusive_lock, lock_holder
 from store.backend import database_exists, database_location, open_database, open_database_at
 from store.db import Database
@@ -615,8 +615,7 @@ async def _host_lock(settings: Settings, *, lock_path: Path | None = None, what:
     """Hold the lock file and yield ``True``; when another process holds it, yield ``False`` if
     ``follow`` else raise :class:`CycleBusyError`."""
     path = lock_path or settings.lock_path
-    holder = f"pid {os.getpid()} on {host_identity()} since {utc_now()}"
-    with exclusive_lock(path, root=settings.data_dir, holder=holder) as held:
+    with exclusive_lock(path, root=settings.data_dir, holder=lock_holder_line()) as held:
         if not held and not follow:
             from worker.views import printable  # here: worker.views imports this module
 
