@@ -59,7 +59,7 @@ def _plan(db: Any, engine: str) -> str:
         from store.lazy_table import holding_read  # noqa: PLC0415 - absent on main: the plan prints "-" there
     except ImportError:
         return "-"
-    statement, patterns = holding_read("lazy_edges", ExtractionLines({"s-again": None}).filters)
+    statement, patterns = holding_read("lazy_edges", ExtractionLines({"s-again": None}).filters, db.dialect)
     statement = statement.format(line="line")
     if engine == "sqlite":
         return "; ".join(row[-1] for row in db.query(f"EXPLAIN QUERY PLAN {statement}", (0, *patterns, 2000)))

@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 from store.graph import Edge
 from store.ids import InvalidIdError, normalize_graph_node_id
-from store.lazy_queue import MAX_LINE_BYTES, OversizedLine, edge_line
+from store.lazy_queue import CHUNK_IDS_TEXT, MAX_LINE_BYTES, LineFilter, OversizedLine, edge_line
 
 class LazyEdgeSink(Protocol):
     """Where a pipeline puts the edges it could not link yet: the JSONL queue
@@ -31,9 +31,9 @@ class LazyEdgeSink(Protocol):
 
     def append(self, edges: Iterable[Mapping[str, Any]]) -> int: ...
 
-    def supersede(self, edges: Sequence[Mapping[str, Any]], *, filters: Sequence[str], picks: Callable[[bytes], bool]) -> int:
-        """Queue ``edges`` in place of the queued lines ``picks`` chooses (``filters``: texts one
-        of which each holds); returns how many were queued."""
+    def supersede(self, edges: Sequence[Mapping[str, Any]], *, filters: LineFilter, picks: Callable[[bytes], bool]) -> int:
+        """Queue ``edges`` in place of the queued lines ``picks`` chooses (``filters``: which lines
+        a store that selects reads for it); returns how many were queued."""
         ...
 
 
@@ -202,7 +202,6 @@ _CHUNK_NUMBER = re.compile(r"[0-9]+(?::part:[0-9]+)?")
 # each, OR-ed, for at most this many anchors; past that by the text every line of rem-cycle's
 # extraction holds. Either way each table is scanned once, however many anchors.
 _MAX_FILTERS = 8
-_CHUNK_IDS = '"chunk_ids":['
 # Where a line's first chunk id starts and ends, as ``edge_line`` writes it, and as a dead-letter
 # record holds that line (a JSON string: each quote escaped).
 _FIRST_CHUNK = ('"chunk_ids":["', '"')
@@ -255,15 +254,16 @@ class ExtractionLines:
         return bool(self.taken or self.loose_turns)
 
     @cached_property
-    def filters(self) -> tuple[str, ...]:
-        """Texts one of which every such line holds as rem-cycle writes it
-        (``store.lazy_queue.edge_line``), for a store that selects by text (the queue table's
-        ``LIKE``): the anchors' chunk-id prefixes when they are few, else the text all extraction
-        lines hold; a loose turn's, ``"target":"<turn>"``. Built once."""
+    def filters(self) -> LineFilter:
+        """Which lines a store that selects (the queue table) reads for :meth:`matches`: those
+        whose first chunk id is a chunk of a taken anchor (``<key>:chunk:``, sought through an
+        index) when the anchors are few, else every line holding the text all extraction lines
+        hold; and for a loose turn, the lines holding ``"target":"<turn>"`` (a scan: a forget run
+        again, rare). Built once."""
         if len(self.taken) + len(self.loose_turns) > _MAX_FILTERS:
-            return (_CHUNK_IDS,)
-        return (*(_CHUNK_IDS + json.dumps(f"{key}:chunk:", ensure_ascii=False)[:-1] for key in sorted(self.taken)),
-                *('"target":' + json.dumps(turn, ensure_ascii=False) for turn in sorted(self.loose_turns)))
+            return LineFilter(texts=(CHUNK_IDS_TEXT,))
+        return LineFilter(first_chunk_prefixes=tuple(f"{key}:chunk:" for key in sorted(self.taken)),
+                          texts=tuple('"target":' + json.dumps(turn, ensure_ascii=False) for turn in sorted(self.loose_turns)))
 
     def matches(self, raw: bytes | str) -> bool:
         """Whether the queue line ``raw`` is one of them (parsed only when its first chunk id, read

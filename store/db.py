@@ -323,6 +323,17 @@ WORD_SPLIT_MIGRATION = """
 SELECT 1
 """
 
+# 27: an anchor's queue lines found through an index (mig27). A re-extraction's superseding read
+# and a forget's or retraction's withdrawal selected them by ``LIKE`` over every row of the queue
+# table (tests/test_day400d.py): they are sought by their first chunk id (``<anchor>:chunk:…``,
+# store.dialect.Dialect.queue_first_chunk). An index on an expression of the line, not a column,
+# so that a producer's plain INSERT (store/lazy_table.py) still gives every row its key.
+# PostgreSQL's own text: store/postgres_schema.py OVERRIDES.
+FIRST_CHUNK_MIGRATION = f"""
+CREATE INDEX lazy_edges_first_chunk ON lazy_edges({SQLITE.queue_first_chunk()}, id);
+CREATE INDEX lazy_edges_dead_first_chunk ON lazy_edges_dead({SQLITE.queue_first_chunk()}, id)
+"""
+
 RUN_COUNTS_MIGRATION = """
 CREATE INDEX rem_runs_outcome_finished ON rem_runs(outcome, finished_at);
 CREATE INDEX rem_runs_running ON rem_runs(started_at) WHERE outcome = 'running';
@@ -967,6 +978,8 @@ MIGRATIONS: tuple[str, ...] = (
     LAST_ROW_MIGRATION,
     # 26: WORD_SPLIT_MIGRATION above.
     WORD_SPLIT_MIGRATION,
+    # 27: FIRST_CHUNK_MIGRATION above.
+    FIRST_CHUNK_MIGRATION,
 )
 
 # The queue table's schema version, wherever the entry sits (the PostgreSQL port keys its own form by it).
@@ -980,6 +993,7 @@ ERASE_AT_COMMIT_VERSION = MIGRATIONS.index(ERASE_AT_COMMIT_MIGRATION) + 1
 POINTS_BY_MEMORY_VERSION = MIGRATIONS.index(POINTS_BY_MEMORY_MIGRATION) + 1
 LAST_ROW_VERSION = MIGRATIONS.index(LAST_ROW_MIGRATION) + 1
 WORD_SPLIT_VERSION = MIGRATIONS.index(WORD_SPLIT_MIGRATION) + 1
+FIRST_CHUNK_VERSION = MIGRATIONS.index(FIRST_CHUNK_MIGRATION) + 1
 
 
 # SQLite's primary result codes (https://sqlite.org/rescode.html) that name a kind of failure.

@@ -69,6 +69,20 @@ class Dialect:
             return f'(CASE WHEN octet_length({expression}) = length({expression}) THEN lower({expression} COLLATE "C") ELSE rem_fold({expression}) END)'
         return f"(CASE WHEN {expression} GLOB '*[^ -~]*' THEN rem_fold({expression}) ELSE lower({expression}) END)"
 
+    def queue_first_chunk(self) -> str:
+        """A queue line's first chunk id (``properties.chunk_ids[0]`` of the text column ``line``;
+        NULL for a line that is no JSON or has none), as the queue tables' first-chunk indexes hold
+        it (migration 27): a read must spell it so for either engine to use them, and their
+        migration's text is frozen, so this never changes. ``json_valid`` keeps a malformed line (a
+        drain dead-letters it) from failing its insert. PostgreSQL's is built-in operators under
+        ``"C"`` (bytewise, as SQLite's): an index expression runs where the schema is not on the
+        search path (``pg_dump``, autovacuum), and the schema's ``json_extract`` calls another of
+        its functions by name; ``json_valid`` calls none. No braces: a read's text is a
+        ``str.format`` template (store.lazy_table.holding_read)."""
+        if self.postgres:
+            return "((CASE WHEN json_valid(line) THEN line::jsonb #>> ARRAY['properties', 'chunk_ids', '0'] END) COLLATE \"C\")"
+        return "(CASE WHEN json_valid(line) THEN json_extract(line, '$.properties.chunk_ids[0]') END)"
+
     def skip_locked(self, alias: str) -> str:
         """The clause that ends a query picking work rows (``alias``'s) for one of several workers:
         on PostgreSQL each picked row is locked and rows another worker's open transaction holds

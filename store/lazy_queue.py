@@ -89,6 +89,30 @@ def edge_line(edge: Mapping[str, Any], *, timestamp: str | None = None) -> bytes
     return (json.dumps(record, ensure_ascii=False, separators=(",", ":"), default=str) + "\n").encode("utf-8")
 
 
+@dataclass(frozen=True, slots=True)
+class LineFilter:
+    """Which queue lines a read of the queue table selects for its caller's ``picks`` to decide on
+    (the JSONL queue reads every line and ignores it): the lines whose first chunk id
+    (``properties.chunk_ids[0]``, as :func:`edge_line` writes it) begins with one of
+    ``first_chunk_prefixes`` — sought through an index (store.lazy_table.FIRST_CHUNK) — and the
+    lines that hold one of ``texts`` anywhere, which only a read of every line finds. Empty: none."""
+
+    first_chunk_prefixes: tuple[str, ...] = ()
+    texts: tuple[str, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.first_chunk_prefixes or self.texts)
+
+    def as_texts(self) -> tuple[str, ...]:
+        """Every condition as a text such a line holds as :func:`edge_line` writes it (for a read
+        that scans anyway): a first chunk id's prefix as ``"chunk_ids":["<prefix>``."""
+        return (*(CHUNK_IDS_TEXT + json.dumps(prefix, ensure_ascii=False)[:-1] for prefix in self.first_chunk_prefixes), *self.texts)
+
+
+# How a line's chunk ids begin, as :func:`edge_line` writes them: every extraction line holds it.
+CHUNK_IDS_TEXT = '"chunk_ids":['
+
+
 class LazyEdgeQueue:
     """The queue file at ``path`` and the files a drain keeps beside it (see the module doc).
 
@@ -173,7 +197,7 @@ class LazyEdgeQueue:
             _write_whole_lines(fd, handle)
             _unlock_and_sync(fd, fsync=fsync)
 
-    def supersede(self, edges: Sequence[Mapping[str, Any]], *, filters: Sequence[str] = (), picks: Callable[[bytes], bool]) -> int:
+    def supersede(self, edges: Sequence[Mapping[str, Any]], *, filters: LineFilter = LineFilter(), picks: Callable[[bytes], bool]) -> int:
         """Append one line per edge, then blank the lines ``picks`` chooses in the live queue and
         the ``.draining`` files (:meth:`blank`; the dead letters stay) but for these new ones —
         when no drain holds the queue: one that does is working on those lines, and the new ones

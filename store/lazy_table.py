@@ -27,9 +27,10 @@ from typing import Any
 from config.settings import Settings
 from store.backend import open_database_at
 from store.db import Database, in_batches
+from store.dialect import Dialect
 from store.errors import DatabaseError, DatabaseUnreadableError
 from store.graph import chunked, utc_now
-from store.lazy_queue import LazyEdgeQueue, edge_line
+from store.lazy_queue import LazyEdgeQueue, LineFilter, edge_line
 
 # The longest ``line`` the table takes (its CHECK constraint, migration 9): a longer insert fails
 # at once, so the producer learns; the JSONL form's limit is the same number of bytes.
@@ -60,13 +61,24 @@ def _read_lines(run: Callable[[str], Sequence[Any]], statement: str) -> Sequence
             raise exc from None
 
 
-def holding_read(table: str, filters: Sequence[str]) -> tuple[str, list[str]]:
+def holding_read(table: str, filters: LineFilter, dialect: Dialect) -> tuple[str, list[str]]:
     """The read of a page of ``table``'s rows (``id``, the line as ``{line}`` stands for it,
-    :func:`_read_lines`) whose line holds one of ``filters``, in id order after an id — parameters
-    the id, the returned patterns, the page's length. ``table``: the caller's constant, never input."""
-    patterns = ["%" + f.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%" for f in filters]
-    holds = " OR ".join("line LIKE ? ESCAPE '\\'" for _ in patterns)
-    return f"SELECT id, {{line}} FROM {table} WHERE id > ? AND ({holds}) ORDER BY id LIMIT ?", patterns
+    :func:`_read_lines`) that ``filters`` selects, in id order after an id — parameters the id,
+    the returned ones, the page's length. First chunk ids alone are sought through the
+    first-chunk index (``dialect``'s :meth:`~store.dialect.Dialect.queue_first_chunk`, migration
+    27), a range of it per prefix, the id bound kept out of the seek (``+id``: an anchor's rows are
+    few, and sorted); any text makes it a read of every row, as ``LIKE``. ``table``: the caller's
+    constant, never input."""
+    if filters.texts:
+        patterns = ["%" + f.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%" for f in filters.as_texts()]
+        holds = " OR ".join("line LIKE ? ESCAPE '\\'" for _ in patterns)
+        return f"SELECT id, {{line}} FROM {table} WHERE id > ? AND ({holds}) ORDER BY id LIMIT ?", patterns
+    # A prefix's range: every text that begins with it sorts from it up to the prefix with its last
+    # character's successor (bytewise on both engines: SQLite's BINARY, PostgreSQL's "C").
+    first = dialect.queue_first_chunk()
+    bounds = [bound for prefix in filters.first_chunk_prefixes for bound in (prefix, prefix[:-1] + chr(ord(prefix[-1]) + 1))]
+    seeks = " OR ".join(f"({first} >= ? AND {first} < ?)" for _ in filters.first_chunk_prefixes)
+    return f"SELECT id, {{line}} FROM {table} WHERE +id > ? AND ({seeks}) ORDER BY id LIMIT ?", bounds
 
 
 class RowsTakenError(DatabaseError):
@@ -123,9 +135,9 @@ class LazyEdgeTable:
                 count += len(batch)
         return count
 
-    def supersede(self, edges: Sequence[Mapping[str, Any]], *, filters: Sequence[str], picks: Callable[[bytes], bool]) -> int:
-        """Insert one row per edge in place of the rows of ``lazy_edges`` holding one of
-        ``filters`` that ``picks`` chooses (:meth:`withdraw`; dead rows stay), in one transaction:
+    def supersede(self, edges: Sequence[Mapping[str, Any]], *, filters: LineFilter, picks: Callable[[bytes], bool]) -> int:
+        """Insert one row per edge in place of the rows of ``lazy_edges`` ``filters`` selects
+        that ``picks`` chooses (:meth:`withdraw`; dead rows stay), in one transaction:
         the caller's (a commit's), so the old rows go only with the new ones. Returns how many
         rows were inserted."""
         with self.db.transaction():
@@ -186,15 +198,16 @@ class LazyEdgeTable:
                     [(_text(d.row.line), d.reason, d.detail, d.attempts, d.row.enqueued_at, d.dead_lettered_at) for d in dead],
                 )
 
-    def withdraw(self, filters: Sequence[str], picks: Callable[[bytes], bool], *, dry_run: bool = False) -> int:
+    def withdraw(self, filters: LineFilter, picks: Callable[[bytes], bool], *, dry_run: bool = False) -> int:
         """Delete, in one transaction, the rows of ``lazy_edges`` and ``lazy_edges_dead`` whose
-        ``line`` holds one of ``filters`` and that ``picks`` chooses (given the line as UTF-8);
-        returns how many (``dry_run``: only counts them). Each table is read once (the filters are
-        a few conditions of one statement: ``pipelines.lazy_edge.ExtractionLines.filters``). A drain settling a row deleted here rolls its batch back and reads
+        ``line`` ``filters`` selects (:func:`holding_read`) and that ``picks`` chooses (given the
+        line as UTF-8); returns how many (``dry_run``: only counts them). Each table is read once
+        (the filters are a few conditions of one statement:
+        ``pipelines.lazy_edge.ExtractionLines.filters``). A drain settling a row deleted here rolls its batch back and reads
         again (:class:`RowsTakenError`), so no other row is lost."""
         return self._withdraw(filters, picks, tables=("lazy_edges", "lazy_edges_dead"), dry_run=dry_run)
 
-    def _withdraw(self, filters: Sequence[str], picks: Callable[[bytes], bool], *, tables: Sequence[str], dry_run: bool = False) -> int:
+    def _withdraw(self, filters: LineFilter, picks: Callable[[bytes], bool], *, tables: Sequence[str], dry_run: bool = False) -> int:
         """:meth:`withdraw` from ``tables``."""
         if not filters:
             return 0
@@ -207,7 +220,7 @@ class LazyEdgeTable:
                 # A row that is not UTF-8 (a producer's, not dead-lettered yet) comes as bytes: failing
                 # on it, the withdrawal failed every time, and with it every cycle and drain (each
                 # withdraws first), so no drain came to dead-letter it.
-                statement, patterns = holding_read(table, filters)
+                statement, patterns = holding_read(table, filters, self.db.dialect)
                 while rows := _read_lines(
                     lambda statement, after=after: conn.execute(statement, (after, *patterns, APPEND_BATCH_ROWS)).fetchall(),
                     statement,

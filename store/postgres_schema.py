@@ -11,6 +11,7 @@ import re
 from collections.abc import Sequence
 
 from store.db import SEARCH_FOLD_MIGRATION, WORD_SPLIT_MIGRATION
+from store.dialect import POSTGRESQL
 from store.textfold import postgres_functions
 
 # The SQLite schema versions 1..BASELINE exist on PostgreSQL as one script (no PostgreSQL database
@@ -359,6 +360,11 @@ CREATE TRIGGER graph_counts_{table}_au AFTER UPDATE OF {column} ON {table} FOR E
 # Versions after BASELINE whose SQLite text PostgreSQL cannot run even in :func:`postgres_form`:
 # their PostgreSQL script.
 OVERRIDES: dict[int, str] = {
+    # 27 (store.db.FIRST_CHUNK_MIGRATION): the first-chunk indexes on PostgreSQL's expression.
+    27: f"""
+CREATE INDEX lazy_edges_first_chunk ON lazy_edges({POSTGRESQL.queue_first_chunk()}, id);
+CREATE INDEX lazy_edges_dead_first_chunk ON lazy_edges_dead({POSTGRESQL.queue_first_chunk()}, id)
+""",
     # 21 (store.db.FOLD_RANK_MIGRATION): nothing to do. ``ts_rank`` counts a word by the positions
     # the ``search`` column keeps of the folded text (migration 18): the folded words already.
     21: "SELECT 1",

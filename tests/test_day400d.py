@@ -2,9 +2,8 @@
 
 A session's commit reads its MEMORY nodes once (``commit_session`` passes what it read to
 ``link_nodes``), counted with SQLite's trace callback on the real file. The read by which a
-re-extraction's queue lines stand in for the earlier ones still walks the live queue table (no
-index finds an anchor's lines without a migration): its plan is checked on both engines, a known
-gap (``xfail``) until one lands."""
+re-extraction's queue lines stand in for the earlier ones seeks the anchor's lines through the
+first-chunk index (migration 27): its plan is checked on both engines."""
 
 from __future__ import annotations
 
@@ -63,8 +62,6 @@ def _removed_by_filter(plan: Any) -> int:
 
 
 @pytest.mark.both_backends
-@pytest.mark.xfail(strict=True, reason="no index finds an anchor's queue lines: the read walks the live queue until a "
-                                       "migration adds one (RELIABILITY.md, day400d)")
 def test_the_superseding_read_seeks_only_the_anchors_lines(tmp_path: Path, open_graph_database: Callable[..., Any], backend: str) -> None:
     db = open_graph_database(tmp_path / "g.sqlite3")
     try:
@@ -74,7 +71,7 @@ def test_the_superseding_read_seeks_only_the_anchors_lines(tmp_path: Path, open_
                                       "properties": {"chunk_ids": [f"o{n % 7}:chunk:0"]}}) for n in range(others))
         table.append([{"source": "CLASS:Q", "target": "memory:s-again-m1", "relationship": "MENTIONED_IN",
                        "properties": {"chunk_ids": ["s-again:chunk:0"]}}])
-        statement, patterns = holding_read("lazy_edges", ExtractionLines({"s-again": None}).filters)
+        statement, patterns = holding_read("lazy_edges", ExtractionLines({"s-again": None}).filters, db.dialect)
         statement, params = statement.format(line="line"), (0, *patterns, APPEND_BATCH_ROWS)
         if backend == "sqlite":
             plan = [row[-1] for row in db.query(f"EXPLAIN QUERY PLAN {statement}", params)]

@@ -21,7 +21,7 @@ from config import Settings
 from pipelines.enqueue import enqueue_lazy_edges
 from store.backend import open_database
 from store.chroma import ChromaStore
-from store.lazy_queue import LazyEdgeQueue
+from store.lazy_queue import LazyEdgeQueue, LineFilter
 from tests.conftest import run_cli
 from tests.lazy_fixtures import seed_chroma
 from tests.test_forget_bytes import _files_holding
@@ -165,7 +165,7 @@ def test_many_anchors_are_matched_by_what_each_line_names_not_one_filter_each() 
 
     sessions = [f"s{i}" for i in range(9)] + ["s0:chunk:9"]
     taken = ExtractionLines.union([*(ExtractionLines.of(sid) for sid in sessions[:8]), ExtractionLines.of("s8", turn="memory:s8-t1")])
-    assert len(taken.filters) == 1
+    assert taken.filters == LineFilter(texts=('"chunk_ids":[',))  # the text every extraction line holds
     picked = [sid for sid in sessions if taken.matches(line(sid, f"memory:{sid}-t1"))]
     assert picked == sessions[:9]
     assert not taken.matches(line("s8", "memory:s8-t2"))  # s8's other turn
@@ -202,7 +202,7 @@ def test_the_queue_table_withdraws_many_anchors_lines_a_page_at_a_time(settings:
             conn.execute("INSERT INTO lazy_edges_dead(line, reason, detail, attempts, enqueued_at, dead_lettered_at) "
                          "SELECT line, 'max-attempts', '', 5, enqueued_at, enqueued_at FROM lazy_edges WHERE id % 500 = 0")
         taken = ExtractionLines.union([ExtractionLines.of(sid) for sid in sessions[:10]])
-        assert len(taken.filters) == 1
+        assert taken.filters == LineFilter(texts=('"chunk_ids":[',))  # the text every extraction line holds
         expected = sum(1 for text in lines if taken.matches(text)) + sum(
             1 for (text,) in db.query("SELECT line FROM lazy_edges_dead") if taken.matches(text))
         assert expected > APPEND_BATCH_ROWS and taken.matches(lines[0]) and not taken.matches(lines[10])
