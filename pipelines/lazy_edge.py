@@ -198,9 +198,9 @@ _EXTRACTION_RELATIONSHIPS = frozenset({"MENTIONED_IN", "DISCUSSED_IN", "REFERENC
 _CHUNK_NUMBER = re.compile(r"[0-9]+(?::part:[0-9]+)?")
 
 
-# The queue table's rows are selected by text (``LIKE``), an anchor's chunk-id prefix a condition
-# each, OR-ed, for at most this many anchors; past that by the text every line of rem-cycle's
-# extraction holds. Either way each table is scanned once, however many anchors.
+# The queue table's rows are sought by their first chunk id, a range of its index per anchor, OR-ed,
+# for at most this many anchors; past that selected by the text every line of rem-cycle's
+# extraction holds, one scan of each table however many anchors.
 _MAX_FILTERS = 8
 # Where a line's first chunk id starts and ends, as ``edge_line`` writes it, and as a dead-letter
 # record holds that line (a JSON string: each quote escaped).

@@ -41,8 +41,8 @@ from typing import Any, Literal
 
 from store.db import Database, in_batches
 from store.errors import LeaseLostError, StoreError
-from store.library_log import get_logger
 from store.graph import utc_now
+from store.library_log import get_logger
 from store.runstate import DigestRecord, digest_record
 
 log = get_logger(__name__)

@@ -94,7 +94,7 @@ class LineFilter:
     """Which queue lines a read of the queue table selects for its caller's ``picks`` to decide on
     (the JSONL queue reads every line and ignores it): the lines whose first chunk id
     (``properties.chunk_ids[0]``, as :func:`edge_line` writes it) begins with one of
-    ``first_chunk_prefixes`` — sought through an index (store.lazy_table.FIRST_CHUNK) — and the
+    ``first_chunk_prefixes`` — sought through an index (store.dialect.Dialect.queue_first_chunk) — and the
     lines that hold one of ``texts`` anywhere, which only a read of every line finds. Empty: none."""
 
     first_chunk_prefixes: tuple[str, ...] = ()
