@@ -153,7 +153,7 @@ def test_a_graph_of_schema_25_finds_them_once_opened(settings: Settings, backend
 
     db = open_database(settings)
     try:
-        assert db.schema_version == len(MIGRATIONS) == WORD_SPLIT_VERSION
+        assert db.schema_version == len(MIGRATIONS) >= WORD_SPLIT_VERSION
         assert RecallIndex(db).counts() == counts  # nothing lost
         assert _found(db) == EXPECTED
         # Rows written, rewritten and deleted after the upgrade are indexed by the same rule.
