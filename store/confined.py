@@ -135,20 +135,25 @@ def exclusive_lock(path: str | os.PathLike[str], *, root: str | os.PathLike[str]
         os.close(fd)  # also releases the flock
 
 
-def lock_holder(path: str | os.PathLike[str], *, root: str | os.PathLike[str]) -> str | None:
+def lock_holder(path: str | os.PathLike[str], *, root: str | os.PathLike[str]) -> str:
     """The line the holder of the lock file ``path`` wrote (:func:`exclusive_lock`'s ``holder``),
-    its first line only (anything after it is no holder's), or None when it wrote none (or the
-    file is gone or unreadable: the caller says less). Its characters are as written: a caller
+    its first line only (anything after it is no holder's), or ``a process that did not say which``
+    when it wrote none (or the file is gone or unreadable). Its characters are as written: a caller
     showing it to a terminal makes them printable."""
     try:
         fd = open_confined(path, os.O_RDONLY, root=root)
     except OSError:
-        return None
+        return _NO_HOLDER_LINE
     try:
         said = os.pread(fd, 512, 0).decode("utf-8", "replace").strip()
     finally:
         os.close(fd)
-    return said.splitlines()[0].strip() if said else None
+    return said.splitlines()[0].strip() if said else _NO_HOLDER_LINE
+
+
+# What a refused process says of a holder that wrote no line (an older release, or the instant
+# between a holder's truncate and its write).
+_NO_HOLDER_LINE = "a process that did not say which"
 
 
 def _refuse_unsafe(mode: int, links: int, path: Path, *, written: bool) -> None:

@@ -238,7 +238,7 @@ class LazyEdgeQueue:
         process that holds it as it wrote itself in the lock file (as the cycle's lock does)."""
         with exclusive_lock(self.lock_path, root=self.root, holder=lock_holder_line()) as held:
             if not held:
-                running = lock_holder(self.lock_path, root=self.root) or "a process that did not say which"
+                running = lock_holder(self.lock_path, root=self.root)
                 raise QueueBusyError(f"another drain of {os.path.abspath(self.path)} is running: {running} "
                                      f"(it holds {os.path.abspath(self.lock_path)})")
             yield

@@ -621,7 +621,7 @@ async def _host_lock(settings: Settings, *, lock_path: Path | None = None, what:
 
             # The process that holds it, as it wrote itself in the file (status shows its run);
             # printable: the file is anyone's who can write the data dir, and the line goes to a terminal.
-            running = printable(lock_holder(path, root=settings.data_dir) or "a process that did not say which")
+            running = printable(lock_holder(path, root=settings.data_dir))
             raise CycleBusyError(f"another {what} is running on {os.path.abspath(settings.data_dir)}: {running} "
                                  f"(it holds {os.path.abspath(path)})")
         yield held
