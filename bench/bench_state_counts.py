@@ -5,7 +5,10 @@ Every ``/metrics`` scrape on PostgreSQL (on SQLite, the first after each write),
 their tokens. Before migration 17 that was a ``GROUP BY`` over both tables (:data:`SCANS_BEFORE_17`):
 every session and chunk result ever recorded. Now ``RunStateStore.digest_counts`` and
 ``chunk_totals`` read ``state_counts`` plus the changes recorded since the last fold (a cycle's
-worth, :data:`UNFOLDED`, is left unfolded here). Both readings, and a whole scrape
+worth, :data:`UNFOLDED`, is left unfolded here). The back-filled MEMORY/SESSION nodes by reason
+the same way since migration 28: :data:`TURNS` turn nodes and a session node per session, one in
+ten back-filled, read whole before (``bench_metrics.backfill_before_28``), now
+``GraphStore.backfill_counts``. The readings, and a whole scrape
 (``RemCycleCollector.collect``, a fresh connection each: what Prometheus gets), on the same database
 at N and 8 × N sessions (``--chunks`` results each), in one process.
 
@@ -22,10 +25,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.bench_metrics import best_of  # noqa: E402
+from bench.bench_metrics import backfill_before_28, best_of  # noqa: E402
 from bench.growth import at_scales, engines  # noqa: E402
 from config import load_settings  # noqa: E402
 from store.db import Database  # noqa: E402
+from store.graph import GraphStore  # noqa: E402
 from store.runstate import RunStateStore  # noqa: E402
 from worker.metrics import RemCycleCollector  # noqa: E402
 
@@ -34,6 +38,7 @@ SCANS_BEFORE_17 = (
     "SELECT status, COUNT(*), COALESCE(SUM(tokens_in), 0), COALESCE(SUM(tokens_out), 0) FROM chunk_results GROUP BY status",
 )
 UNFOLDED = 100  # sessions digested since the last fold (a cycle's worth of changes)
+TURNS = 20  # MEMORY nodes per session
 
 # ``n`` rows 0 … count - 1, on both engines.
 _NUMBERS = "WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i + 1 < ?) "
@@ -56,8 +61,18 @@ def fill(db: Database, *, sessions: int, chunks: int) -> None:
             "1000 + i % 7, 200, '2026-11-01T00:00:00Z' FROM n",
             (sessions * chunks, chunks),
         )
+        # One turn node in ten and one session node in ten back-filled (one in twenty minimal).
+        for label, key, count, minimal in (("SESSION", "session:s", sessions, "i % 20 = 0"), ("MEMORY", "memory:m", sessions * TURNS, "0 = 1")):
+            conn.execute(
+                _NUMBERS + "INSERT INTO nodes(id, label, name, properties, created_at, updated_at) SELECT ? || i, ?, 'n' || i, "
+                f"CASE WHEN i % 10 = 0 THEN (CASE WHEN {minimal} THEN '{{\"backfilled\": true, \"minimal\": true}}' "
+                "ELSE '{\"backfilled\": true}' END) ELSE '{\"liveIngested\": true}' END, "
+                "'2026-11-01T00:00:00Z', '2026-11-01T00:00:00Z' FROM n",
+                (count, key, label),
+            )
     runstate = RunStateStore(db)
     runstate.fold_counts()
+    GraphStore(db).fold_counts()
     with db.transaction() as conn:
         conn.execute(
             "UPDATE session_digests SET state = 'digested', updated_at = '2026-11-20T00:00:00Z' WHERE session_id IN ("
@@ -77,6 +92,7 @@ def vacuumed(db: Database) -> None:
 
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute("VACUUM FULL state_count_changes")
+            conn.execute("VACUUM FULL backfill_count_changes")
             conn.execute("VACUUM ANALYZE")
 
 
@@ -93,12 +109,17 @@ def measure(db: Database, settings: Any, *, sessions: int, chunks: int) -> dict[
     before = [{r[0]: tuple(r[1:]) for r in db.query(sql)} for sql in SCANS_BEFORE_17]
     assert runstate.digest_counts() == {**dict.fromkeys(("undigested", "digested", "undigestible"), 0), **{k: v[0] for k, v in before[0].items()}}
     assert runstate.chunk_totals() == {k: {"count": v[0], "tokens_in": int(v[1]), "tokens_out": int(v[2])} for k, v in before[1].items()}
+    graph = GraphStore(db)
+    backfill_before = backfill_before_28(db.dialect)
+    assert graph.backfill_counts() == {r[0]: {"backfilled": int(r[1]), "backfilled-minimal": int(r[2])} for r in db.query(backfill_before)}
     collector = RemCycleCollector(settings)
     list(collector.collect())  # the run families' cache, as a running exporter has it
     return {
         "sessions": sessions,
         "before": best_of(lambda: [db.query(sql) for sql in SCANS_BEFORE_17], repeat=21),
         "now": best_of(lambda: (runstate.digest_counts(), runstate.chunk_totals()), repeat=21),
+        "backfill_before": best_of(lambda: db.query(backfill_before), repeat=21),
+        "backfill_now": best_of(graph.backfill_counts, repeat=21),
         "scrape": best_of(lambda: list(collector.collect()), repeat=11),
         "changes": db.query("SELECT COUNT(*) FROM state_count_changes")[0][0],
         **digested_since(db, runstate),
@@ -132,6 +153,12 @@ def main(argv: list[str] | None = None) -> None:
         for r in results:
             print(f"| {r['sessions']:,} | {r['sessions'] * args.chunks:,} | {r['before'] * 1000:.2f} ms | {r['before'] / first['before']:.2f}× "
                   f"| {r['now'] * 1000:.2f} ms | {r['now'] / first['now']:.2f}× | {r['scrape'] * 1000:.1f} ms | {r['scrape'] / first['scrape']:.2f}× |")
+        print(f"{engine}: back-filled MEMORY/SESSION nodes by reason ({TURNS} turn nodes a session, one in ten back-filled)")
+        print("| nodes | every node read (before) | ÷ 1× | backfill_counts (now) | ÷ 1× |")
+        print("| --- | --- | --- | --- | --- |")
+        for r in results:
+            print(f"| {r['sessions'] * (TURNS + 1):,} | {r['backfill_before'] * 1000:.2f} ms | {r['backfill_before'] / first['backfill_before']:.2f}× "
+                  f"| {r['backfill_now'] * 1000:.2f} ms | {r['backfill_now'] / first['backfill_now']:.2f}× |")
         print(f"{engine}: finalize's count of the {UNFOLDED} sessions digested since the last community detection")
         print("| sessions | without session_digests_updated (before) | ÷ 1× | with it (now) | ÷ 1× |")
         print("| --- | --- | --- | --- | --- |")

@@ -334,6 +334,69 @@ CREATE INDEX lazy_edges_first_chunk ON lazy_edges({SQLITE.queue_first_chunk()}, 
 CREATE INDEX lazy_edges_dead_first_chunk ON lazy_edges_dead({SQLITE.queue_first_chunk()}, id)
 """
 
+# Why a MEMORY or SESSION node was made by back-fill (pipelines/backfill.py marks it ``backfilled``,
+# and ``minimal`` when the session had no summary row): the ``rem_cycle_backfilled_nodes`` series.
+BACKFILL_LABELS = ("MEMORY", "SESSION")
+BACKFILL_REASONS = ("backfilled", "backfilled-minimal")
+
+
+def backfill_reason(dialect: Dialect, document: str) -> str:
+    """The SQL expression of the back-fill reason (:data:`BACKFILL_REASONS`) of a node whose
+    ``properties`` text is ``document``; NULL for a node no back-fill made. Migration 28's triggers
+    and their first count use this one expression, on both engines."""
+    backfilled, minimal = (dialect.json_flag(document, key) for key in ("backfilled", "minimal"))
+    return f"(CASE WHEN {backfilled} THEN (CASE WHEN {minimal} THEN '{BACKFILL_REASONS[1]}' ELSE '{BACKFILL_REASONS[0]}' END) END)"
+
+
+def backfill_counts_script(dialect: Dialect, *, key: str = "TEXT") -> str:
+    """Migration 28's tables and their first count (the triggers are each engine's own text): the
+    folded back-fill counts, ``kind`` a label of :data:`BACKFILL_LABELS` and ``name`` a reason, and
+    the changes the triggers append. ``key``: the type of the key columns."""
+    labels = ", ".join(f"'{label}'" for label in BACKFILL_LABELS)
+    return f"""CREATE TABLE backfill_counts (
+    kind   {key} NOT NULL,
+    name   {key} NOT NULL,
+    total  BIGINT NOT NULL,
+    PRIMARY KEY (kind, name)
+);
+CREATE TABLE backfill_count_changes (
+    kind   {key} NOT NULL,
+    name   {key} NOT NULL,
+    delta  INTEGER NOT NULL
+);
+INSERT INTO backfill_counts(kind, name, total)
+    SELECT label, reason, COUNT(*) FROM (SELECT label, {backfill_reason(dialect, "properties")} AS reason
+                                         FROM nodes WHERE label IN ({labels})) AS n
+    WHERE reason IS NOT NULL GROUP BY label, reason;
+"""
+
+
+def counted_backfill(dialect: Dialect, row: str) -> str:
+    """``row`` (``new``/``old``) is a node :func:`backfill_reason` gives a reason."""
+    return f"({row}.label IN ({', '.join(repr(label) for label in BACKFILL_LABELS)}) AND {dialect.json_flag(row + '.properties', 'backfilled')})"
+
+
+# 28: the back-fill counts the metrics read (scrape-a), kept as ``graph_counts`` are (migration 10):
+# every ``/metrics`` scrape on PostgreSQL, and the first after each write on SQLite, grouped every
+# MEMORY and SESSION node (one per turn: the bulk of a graph) to count the back-filled ones.
+# Triggers append each change of a node's back-fill reason to ``backfill_count_changes``;
+# ``finalize`` folds them (GraphStore.fold_counts). A node that is not MEMORY/SESSION costs its
+# writes one comparison. PostgreSQL's triggers: store/postgres_schema.py OVERRIDES.
+BACKFILL_COUNTS_MIGRATION = backfill_counts_script(SQLITE) + f"""CREATE TRIGGER backfill_counts_nodes_ai AFTER INSERT ON nodes WHEN {counted_backfill(SQLITE, "new")} BEGIN
+    INSERT INTO backfill_count_changes(kind, name, delta) VALUES (new.label, {backfill_reason(SQLITE, "new.properties")}, 1);
+END;
+CREATE TRIGGER backfill_counts_nodes_ad AFTER DELETE ON nodes WHEN {counted_backfill(SQLITE, "old")} BEGIN
+    INSERT INTO backfill_count_changes(kind, name, delta) VALUES (old.label, {backfill_reason(SQLITE, "old.properties")}, -1);
+END;
+CREATE TRIGGER backfill_counts_nodes_au AFTER UPDATE OF label, properties ON nodes
+    WHEN ({counted_backfill(SQLITE, "old")} OR {counted_backfill(SQLITE, "new")})
+    AND (old.label != new.label OR {backfill_reason(SQLITE, "old.properties")} IS NOT {backfill_reason(SQLITE, "new.properties")}) BEGIN
+    INSERT INTO backfill_count_changes(kind, name, delta)
+        SELECT old.label, {backfill_reason(SQLITE, "old.properties")}, -1 WHERE {counted_backfill(SQLITE, "old")}
+        UNION ALL SELECT new.label, {backfill_reason(SQLITE, "new.properties")}, 1 WHERE {counted_backfill(SQLITE, "new")};
+END
+"""
+
 RUN_COUNTS_MIGRATION = """
 CREATE INDEX rem_runs_outcome_finished ON rem_runs(outcome, finished_at);
 CREATE INDEX rem_runs_running ON rem_runs(started_at) WHERE outcome = 'running';
@@ -980,6 +1043,8 @@ MIGRATIONS: tuple[str, ...] = (
     WORD_SPLIT_MIGRATION,
     # 27: FIRST_CHUNK_MIGRATION above.
     FIRST_CHUNK_MIGRATION,
+    # 28: BACKFILL_COUNTS_MIGRATION above.
+    BACKFILL_COUNTS_MIGRATION,
 )
 
 # The queue table's schema version, wherever the entry sits (the PostgreSQL port keys its own form by it).
@@ -994,6 +1059,7 @@ POINTS_BY_MEMORY_VERSION = MIGRATIONS.index(POINTS_BY_MEMORY_MIGRATION) + 1
 LAST_ROW_VERSION = MIGRATIONS.index(LAST_ROW_MIGRATION) + 1
 WORD_SPLIT_VERSION = MIGRATIONS.index(WORD_SPLIT_MIGRATION) + 1
 FIRST_CHUNK_VERSION = MIGRATIONS.index(FIRST_CHUNK_MIGRATION) + 1
+BACKFILL_COUNTS_VERSION = MIGRATIONS.index(BACKFILL_COUNTS_MIGRATION) + 1
 
 
 # SQLite's primary result codes (https://sqlite.org/rescode.html) that name a kind of failure.

@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from itertools import islice
 from typing import Any
 
-from store.db import UNLIMITED, Database, alias_key, fold_changes, in_batches, value_rows
+from store.db import BACKFILL_LABELS, BACKFILL_REASONS, UNLIMITED, Database, alias_key, fold_changes, in_batches, value_rows
 from store.ids import normalize_graph_node_id
 from store.library_log import get_logger
 from store.textfold import fold
@@ -282,22 +282,22 @@ class GraphStore:
         return {"nodes": nodes, "edges": edges, "node_total": sum(nodes.values()), "edge_total": sum(edges.values())}
 
     def fold_counts(self) -> int:
-        """Fold the recorded count changes into ``graph_counts`` (:func:`store.db.fold_changes`);
-        returns how many were folded."""
+        """Fold the recorded count changes into ``graph_counts`` and ``backfill_counts``
+        (:func:`store.db.fold_changes`); returns how many were folded."""
         with self.db.transaction() as conn:
-            return fold_changes(conn, changes="graph_count_changes", totals="graph_counts")
+            return sum(fold_changes(conn, changes=f"{counts}_changes", totals=f"{counts}s")
+                       for counts in ("graph_count", "backfill_count"))
 
     def backfill_counts(self) -> dict[str, dict[str, int]]:
-        """Row-backed nodes by label and provenance: ``{label: {backfilled, backfilled-minimal}}``
-        (a minimal session is counted once, as ``backfilled-minimal``)."""
-        backfilled, minimal = (self.db.dialect.json_flag("properties", key) for key in ("backfilled", "minimal"))
-        rows = self.db.query(
-            "SELECT label, "
-            f"SUM(CASE WHEN {backfilled} AND NOT {minimal} THEN 1 ELSE 0 END), "
-            f"SUM(CASE WHEN {backfilled} AND {minimal} THEN 1 ELSE 0 END) "
-            "FROM nodes WHERE label IN ('MEMORY', 'SESSION') GROUP BY label"
-        )
-        return {r[0]: {"backfilled": int(r[1]), "backfilled-minimal": int(r[2])} for r in rows}
+        """Nodes back-fill made, by label and reason: ``{label: {backfilled, backfilled-minimal}}``
+        for each of MEMORY and SESSION (0 where there are none; a minimal session counts once, as
+        ``backfilled-minimal``). The folded counts plus the changes since (migration 28), as
+        :meth:`counts`: O(changes since the last fold), never O(graph)."""
+        counted = {(r[0], r[1]): int(r[2]) for r in self.db.query(
+            "SELECT kind, name, SUM(total) FROM (SELECT kind, name, total FROM backfill_counts "
+            "UNION ALL SELECT kind, name, delta FROM backfill_count_changes) AS c GROUP BY kind, name"
+        )}
+        return {label: {reason: counted.get((label, reason), 0) for reason in BACKFILL_REASONS} for label in BACKFILL_LABELS}
 
     # --- writes --------------------------------------------------------------------------
     def upsert_nodes(self, nodes: Iterable[Node]) -> int:

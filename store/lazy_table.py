@@ -42,7 +42,7 @@ MAX_LINE_CHARACTERS = 1024 * 1024
 APPEND_BATCH_ROWS = 2000
 # The tables a drain's batch writes: back-filled nodes (their aliases, and the recall row a session
 # node gets), the edges, what their triggers log for the counts, and this queue's own two tables.
-DRAIN_TABLES = ("nodes", "node_aliases", "recall_sessions", "edges", "graph_count_changes", "lazy_edges", "lazy_edges_dead")
+DRAIN_TABLES = ("nodes", "node_aliases", "recall_sessions", "edges", "graph_count_changes", "backfill_count_changes", "lazy_edges", "lazy_edges_dead")
 
 
 _READ_BATCH = "SELECT id, {line} AS line, attempts, enqueued_at FROM lazy_edges WHERE id > ? AND id <= ? ORDER BY id LIMIT ?"

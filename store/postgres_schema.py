@@ -10,7 +10,14 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from store.db import SEARCH_FOLD_MIGRATION, WORD_SPLIT_MIGRATION
+from store.db import (
+    BACKFILL_COUNTS_VERSION,
+    SEARCH_FOLD_MIGRATION,
+    WORD_SPLIT_MIGRATION,
+    backfill_counts_script,
+    backfill_reason,
+    counted_backfill,
+)
 from store.dialect import POSTGRESQL
 from store.textfold import postgres_functions
 
@@ -360,6 +367,31 @@ CREATE TRIGGER graph_counts_{table}_au AFTER UPDATE OF {column} ON {table} FOR E
 # Versions after BASELINE whose SQLite text PostgreSQL cannot run even in :func:`postgres_form`:
 # their PostgreSQL script.
 OVERRIDES: dict[int, str] = {
+    # 28 (store.db.BACKFILL_COUNTS_MIGRATION): the back-fill count triggers as a PL/pgSQL function.
+    BACKFILL_COUNTS_VERSION: backfill_counts_script(POSTGRESQL, key='TEXT COLLATE "C"') + f"""CREATE FUNCTION rem_count_backfill() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP IN ('DELETE', 'UPDATE') THEN
+        IF {counted_backfill(POSTGRESQL, "OLD")} THEN
+            INSERT INTO backfill_count_changes(kind, name, delta) VALUES (OLD.label, {backfill_reason(POSTGRESQL, "OLD.properties")}, -1);
+        END IF;
+    END IF;
+    IF TG_OP IN ('INSERT', 'UPDATE') THEN
+        IF {counted_backfill(POSTGRESQL, "NEW")} THEN
+            INSERT INTO backfill_count_changes(kind, name, delta) VALUES (NEW.label, {backfill_reason(POSTGRESQL, "NEW.properties")}, 1);
+        END IF;
+    END IF;
+    RETURN NULL;
+END $$;
+CREATE TRIGGER backfill_counts_nodes_ai AFTER INSERT ON nodes FOR EACH ROW
+    WHEN ({counted_backfill(POSTGRESQL, "NEW")}) EXECUTE FUNCTION rem_count_backfill();
+CREATE TRIGGER backfill_counts_nodes_ad AFTER DELETE ON nodes FOR EACH ROW
+    WHEN ({counted_backfill(POSTGRESQL, "OLD")}) EXECUTE FUNCTION rem_count_backfill();
+CREATE TRIGGER backfill_counts_nodes_au AFTER UPDATE OF label, properties ON nodes FOR EACH ROW
+    WHEN (({counted_backfill(POSTGRESQL, "OLD")} OR {counted_backfill(POSTGRESQL, "NEW")})
+          AND (OLD.label IS DISTINCT FROM NEW.label
+               OR {backfill_reason(POSTGRESQL, "OLD.properties")} IS DISTINCT FROM {backfill_reason(POSTGRESQL, "NEW.properties")}))
+    EXECUTE FUNCTION rem_count_backfill();
+""",
     # 27 (store.db.FIRST_CHUNK_MIGRATION): the first-chunk indexes on PostgreSQL's expression.
     27: f"""
 CREATE INDEX lazy_edges_first_chunk ON lazy_edges({POSTGRESQL.queue_first_chunk()}, id);

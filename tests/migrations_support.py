@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from store.db import (
-    CHUNK_TEXT_VERSION, ERASE_AT_COMMIT_VERSION, FIRST_CHUNK_VERSION, FOLD_RANK_VERSION, LAST_ROW_VERSION, MIGRATIONS, POINTS_BY_MEMORY_VERSION, QUEUE_WITHDRAWALS_VERSION,
+    BACKFILL_COUNTS_VERSION, CHUNK_TEXT_VERSION, ERASE_AT_COMMIT_VERSION, FIRST_CHUNK_VERSION, FOLD_RANK_VERSION, LAST_ROW_VERSION, MIGRATIONS, POINTS_BY_MEMORY_VERSION, QUEUE_WITHDRAWALS_VERSION,
     SEARCH_FOLD_VERSION, TEXT_CLAIMS_VERSION, WORD_SPLIT_VERSION,
     _statements,
 )
@@ -113,6 +113,12 @@ UNDO: dict[int, dict[str, tuple[str, ...]]] = {
                          "postgresql": (*_search_columns(search_vectors("rem_search_text")), "DROP FUNCTION rem_index_text(text)")},
     FIRST_CHUNK_VERSION: {engine: ("DROP INDEX lazy_edges_first_chunk", "DROP INDEX lazy_edges_dead_first_chunk")
                           for engine in ("sqlite", "postgresql")},
+    BACKFILL_COUNTS_VERSION: {
+        "sqlite": (*(f"DROP TRIGGER backfill_counts_nodes_{op}" for op in ("ai", "ad", "au")),
+                   "DROP TABLE backfill_count_changes", "DROP TABLE backfill_counts"),
+        "postgresql": (*(f"DROP TRIGGER backfill_counts_nodes_{op} ON nodes" for op in ("ai", "ad", "au")),
+                       "DROP FUNCTION rem_count_backfill()", "DROP TABLE backfill_count_changes", "DROP TABLE backfill_counts"),
+    },
 }
 assert "rem_run_counts" in MIGRATIONS[RUN_COUNTS_VERSION - 1] and "community_names" in MIGRATIONS[COMMUNITY_NAMES_VERSION - 1]
 assert "justification" in MIGRATIONS[EDGE_JUSTIFICATIONS_VERSION - 1]
