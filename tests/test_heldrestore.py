@@ -161,17 +161,19 @@ async def test_an_answer_held_longer_than_the_age_limit_is_dropped_and_its_words
     assert [e["answers"] for e in logs if e["event"].startswith("held answers dropped: no attempt")] == [1]
 
 
-@pytest.mark.parametrize(("hours_ago", "sent"), [(12, [1, 1, 1]), (48, [2, 2, 2])])
+@pytest.mark.parametrize(("hours_ago", "said", "sent"), [(12, None, [1, 1, 1]), (48, None, [2, 2, 2]),
+                                                        (48, "2100-01-01T00:00:00+00:00", [2, 2, 2])])
 async def test_a_file_written_before_held_at_counts_its_answers_age_from_the_files_time(
-    tmp_path: Path, settings: Settings, quick_refusal: None, hours_ago: int, sent: list[int]
+    tmp_path: Path, settings: Settings, quick_refusal: None, hours_ago: int, said: str | None, sent: list[int]
 ) -> None:
-    """A file whose records say no ``held_at`` (written before they did) and whose modification
+    """A file whose records say no ``held_at`` (written before they did), or say a time after the
+    file was written (a clock ahead, a hand edit: before, kept until 2100), and whose modification
     time is ``hours_ago``, with ``REM_HELD_ANSWER_MAX_AGE_DAYS=1``: read as held then — stored
     with no request at 12 hours, dropped and asked again at 48."""
     with LLMServer() as llm:
         await _three_answers_in_the_file(settings, llm, tmp_path)
         config = llm_settings(settings.data_dir, llm, held_answer_max_age_days=1)
-        _rewrite(config, {0: None, 1: None, 2: None})
+        _rewrite(config, {0: said, 1: said, 2: said})
         then = (datetime.now(UTC) - timedelta(hours=hours_ago)).timestamp()
         os.utime(config.held_answers_path, (then, then))
         phase = await extract_phase(config)

@@ -219,16 +219,20 @@ def _record(key: TextKey, answer: HeldAnswer) -> dict[str, Any]:
 
 
 def _from_record(record: Mapping[str, Any], *, held_at: datetime) -> tuple[TextKey, HeldAnswer]:
-    """The key and answer of one of :meth:`HeldAnswers.records` (``held_at``: when, if it does not
-    say); raises for anything else."""
+    """The key and answer of one of :meth:`HeldAnswers.records` (``held_at``: when its file was
+    written, so when it was held if it does not say, and at the latest if it says later); raises
+    for anything else."""
     key = (_text(record["fingerprint"]), _text(record["text_hash"]))
     memory_ids = tuple(_text(m) for m in record["memory_ids"])
     counts = [record[name] for name in ("tokens_in", "tokens_out")]
     if not all(type(n) is int and n >= 0 for n in counts) or type(record["latency_ms"]) not in (int, float):
         raise ValueError("its cost is not counts of tokens and a latency")
     if "held_at" in record:
-        held_at = datetime.fromisoformat(_text(record["held_at"]))
-        held_at = held_at if held_at.tzinfo else held_at.replace(tzinfo=UTC)
+        said = datetime.fromisoformat(_text(record["held_at"]))
+        # No later than the file's own time: a record says when it was held, never after its file
+        # was written, and one that says a later time (a clock ahead, a hand edit) would outlive the
+        # age limit by as much.
+        held_at = min(said if said.tzinfo else said.replace(tzinfo=UTC), held_at)
     return key, HeldAnswer(ChunkExtraction.from_payload(record["extraction"]), _text(record["session_id"]), memory_ids,
                            counts[0], counts[1], float(record["latency_ms"]), held_at)
 
