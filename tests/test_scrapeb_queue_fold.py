@@ -12,12 +12,12 @@ import zlib
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings as hsettings, strategies as st
+from hypothesis import example, given, settings as hsettings, strategies as st
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from config import Settings
-from store.lazy_queue import MAX_LINE_BYTES, LazyEdgeQueue, LineFold, edge_line
+from store.lazy_queue import MAX_LINE_BYTES, DeadLetterCounter, LazyEdgeQueue, LineFold, edge_line
 from worker import metrics
 from worker.cycle import PHASES, Stores, run_cycle
 from worker.metrics import QueueGauges, QueueSummary, add_queue_line, build_registry, summarize_queue_lines
@@ -51,7 +51,7 @@ def bytes_read() -> int:
 
 # A line as a kind and a size; each gets a serial number of its own (queue lines carry their time
 # and content: no two are alike).
-kinds = st.tuples(st.sampled_from(("json", "padded", "junk", "blank", "blank-head", "list")), st.integers(0, 60),
+kinds = st.tuples(st.sampled_from(("json", "padded", "junk", "blank", "blank-head", "list")), st.integers(0, 300),
                   st.sampled_from(range(len(STAMPS))))
 
 
@@ -71,19 +71,25 @@ def materialise(kind: tuple[str, int, int], serial: int) -> bytes:
 
 
 targets = st.integers(0, 2)  # the live queue, the first .draining file, the last one
-steps = st.lists(st.one_of(
-    st.tuples(st.just("append"), targets, st.lists(kinds, max_size=6), st.booleans()),
+appends = st.tuples(st.just("append"), targets, st.lists(kinds, max_size=12), st.booleans())
+# Each step: a change to the files, and whether a scrape follows it.
+steps = st.lists(st.tuples(st.one_of(
+    appends, appends,  # twice as likely as any other change: files long enough to have a past
     st.tuples(st.just("cut"), targets, st.floats(0, 1)),
     st.tuples(st.just("replace"), targets, st.lists(kinds, max_size=6)),
     st.tuples(st.just("rotate")),
     st.tuples(st.just("delete"), targets),
     st.tuples(st.just("blank"), st.integers(0, 2)),
-    st.tuples(st.just("scrape")),
-), max_size=25)
+), st.booleans()), min_size=4, max_size=40)
 
 
-@hsettings(max_examples=300)
+@hsettings(max_examples=1000)
 @given(steps)
+# A forget's blank well before the end of what was folded, then an append (the blank stamp's case).
+@example([(("append", 0, [("json", 300, 0)] * 3, True), True), (("blank", 1), False), (("append", 0, [("junk", 0, 0)], True), False)])
+# A drain renames the queue, a producer starts a new one, the drain deletes its input.
+@example([(("append", 0, [("json", 9, 0), ("junk", 0, 0)], False), True), (("rotate",), False),
+          (("append", 0, [("list", 0, 0)], True), True), (("append", 1, [("padded", 0, 0)], True), True), (("delete", 1), False)])
 def test_the_fold_reports_what_a_full_read_reports_whatever_happens_to_the_files(plan: list[tuple]) -> None:
     with tempfile.TemporaryDirectory() as directory, pytest.MonkeyPatch.context() as patch:
         patch.setattr(metrics, "QUEUE_LINES", SMALL)
@@ -113,7 +119,7 @@ def test_the_fold_reports_what_a_full_read_reports_whatever_happens_to_the_files
                 out.append(materialise(kind, serial) + end)
             return b"".join(out)
 
-        for step in [*plan, ("scrape",)]:
+        for step, scrape in plan:
             if step[0] == "append":
                 path = queue.path if step[1] == 0 else target(step[1])
                 if path is not None:
@@ -137,8 +143,9 @@ def test_the_fold_reports_what_a_full_read_reports_whatever_happens_to_the_files
             elif step[0] == "blank":
                 with queue.exclusive():
                     queue.blank(lambda body, pick=step[1]: zlib.crc32(body) % 3 == pick, None)
-            elif step[0] == "scrape":
+            if scrape:
                 assert gauges.read() == full_read(queue, BOUND)
+        assert gauges.read() == full_read(queue, BOUND)
 
 
 def test_lines_past_the_real_bound_and_across_pieces_are_read_as_the_queue_reads_them(tmp_path: Path) -> None:
@@ -231,3 +238,22 @@ async def test_a_scrape_reads_of_the_queue_only_what_was_appended(settings: Sett
     assert samples["rem_cycle_lazy_queue_depth"] == 32_002 == full_read(queue).depth
     age = samples["rem_cycle_lazy_queue_oldest_age_seconds"]
     assert abs(age - metrics.age_seconds("2026-11-01T00:00:00.000Z", metrics.datetime.now(metrics.UTC))) < 60
+
+
+def test_the_dead_letter_count_on_the_same_fold_still_counts_every_non_blank_record(tmp_path: Path) -> None:
+    """The dead-letter count now goes through the same fold: a record longer than the queue's bound
+    counts unless all of it is white space (a blanked record, however long), as it did."""
+    queue = LazyEdgeQueue(tmp_path / "lazy-edges.jsonl")
+    counter = DeadLetterCounter(queue)
+    record = b'{"reason":"max-attempts","line":"{}"}\n'
+    long_blanked = b" " * (MAX_LINE_BYTES + 10) + b"\n"
+    long_with_a_blank_head = b" " * 4096 + b"x" * MAX_LINE_BYTES + b"\n"
+    content = record + long_blanked + long_with_a_blank_head + record
+    queue.dead_letter_path.write_bytes(content)
+    assert counter.count() == 3 == sum(1 for part in content.split(b"\n") if part.strip())
+    with queue.dead_letter_path.open("ab") as out:
+        out.write(long_blanked + record + b" " * (2 * MAX_LINE_BYTES))  # the last without its newline
+    assert counter.count() == 4
+    with queue.dead_letter_path.open("ab") as out:
+        out.write(b"x\n")
+    assert counter.count() == 5
