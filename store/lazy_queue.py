@@ -514,14 +514,19 @@ class LazyEdgeQueue:
     def _stamp_blanked(self) -> None:
         """Replace the blank stamp by a new file (called after a blank in place): a new inode while
         the old one is still there, so its key differs from the last one seen (no ``fsync``: a
-        crash ends the process that kept a fold too)."""
+        crash ends the process that kept a fold too). The lines are blanked already: a stamp the
+        disk refuses is logged, not raised, and a kept fold may count them until the daemon restarts."""
         temporary = self.blank_stamp_path.with_name(self.blank_stamp_path.name + ".tmp")
-        fd = self._open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
         try:
-            _write_all(fd, str(time.time_ns()).encode("ascii"))
-        finally:
-            os.close(fd)
-        os.rename(temporary, self.blank_stamp_path)
+            fd = self._open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+            try:
+                _write_all(fd, str(time.time_ns()).encode("ascii"))
+            finally:
+                os.close(fd)
+            os.rename(temporary, self.blank_stamp_path)
+        except OSError as exc:
+            log.warning("the queue's blank stamp was not replaced: the metrics may count blanked lines until restart",
+                        path=str(self.blank_stamp_path), error=str(exc))
 
     @property
     def blanking_path(self) -> Path:
