@@ -614,8 +614,8 @@ class FoldedFile(Generic[S]):
 
     key: FileKey
     end: int
-    whole: Any
-    value: Any
+    whole: S
+    value: S
     tail: bytes
 
 

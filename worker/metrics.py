@@ -4,9 +4,10 @@ Nothing is counted in process memory: every value comes from ``rem_runs``, ``ses
 ``chunk_results``, ``nodes``/``edges`` and the queue files when ``/metrics`` is scraped, so the
 numbers survive restarts, include work done by ``rem-cycle --once`` runs, and a scrape never
 touches the cycle's connection (it opens its own read-only one). What only grows and changes
-only now and then (the run history, the dead-letter file) is recounted only when it changed, and
-nothing is read from the database while its files are unchanged (:func:`database_files_key`): a
-scrape between cycles costs a few ``stat`` calls, however long the history.
+only now and then (the run history) is recounted only when it changed, the queue files and the
+dead-letter file are read only where they grew (:class:`QueueGauges`), and nothing is read from the
+database while its files are unchanged (:func:`database_files_key`): a scrape between cycles costs
+a few ``stat`` calls, however long the history or the queue.
 Every name starts with ``rem_cycle_``.
 """
 
