@@ -8,13 +8,19 @@ index ``session_digests_no_turns`` (the sessions without turns only); a scrape r
 when a run started or finished. Times, in the same process: a full recount / the query (what a scrape would pay without
 the cache) against a cached scrape's ``stat`` / a dictionary lookup, at N and 8 × N.
 
+The lazy-edge queue's gauges (depth, oldest line's age) read every line of the queue and of its
+``.draining`` files at every scrape before scrapeb (:func:`full_read`, the baseline); now a fold
+kept per file (worker.metrics ``QueueGauges``) costs a ``stat`` per file when unchanged and reads
+the lines appended after a producer's append (:data:`QUEUE_APPEND` lines). Q lines (a quarter of
+them in a ``.draining`` file) and 8 × Q.
+
 Every scrape after a write reads the runs by outcome, each outcome's latest finish and the running
 runs: from ``rem_run_counts`` and the ``rem_runs_outcome_finished`` index (migration 13), against
 the three scans of ``rem_runs`` a scrape ran before it (:data:`SCANS_BEFORE_13`), on the same
 database at R and 8 × R runs.
 
     python bench/bench_scrape_growth.py
-    python bench/bench_scrape_growth.py --dead-letters 20000 --sessions 5000 --runs 1000
+    python bench/bench_scrape_growth.py --dead-letters 20000 --sessions 5000 --runs 1000 --queue-lines 20000
 """
 
 from __future__ import annotations
@@ -34,8 +40,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.bench_metrics import best_of  # noqa: E402
 from store.db import Database  # noqa: E402
-from store.lazy_queue import DeadLetterCounter, LazyEdgeQueue  # noqa: E402
+from store.lazy_queue import DeadLetterCounter, LazyEdgeQueue, edge_line  # noqa: E402
 from store.runstate import RunStateStore  # noqa: E402
+from worker.metrics import QueueGauges, QueueSummary, summarize_queue_lines  # noqa: E402
 
 TURNS_PER_SESSION = 20
 # How the sessions left without turns were counted before migration 17: the memory index probed
@@ -74,6 +81,56 @@ def count_after_a_drain(queue: LazyEdgeQueue, count: Callable[[], int], repeat: 
         count()
         times.append(time.perf_counter() - started)
     return statistics.median(times)
+
+
+QUEUE_EDGE = {"source": "CONCEPT:x", "target": "memory:nope", "relationship": "MENTIONED_IN",
+              "properties": {"chunk_ids": ["s1:chunk:0"], "confidence": 0.8}}
+QUEUE_APPEND = 10  # lines a producer appends between two scrapes
+
+
+def full_read(path: Path) -> QueueSummary:
+    """The queue gauges' read before scrapeb: every line of the live queue and its ``.draining``
+    files, parsed at every scrape."""
+    queue = LazyEdgeQueue(path)
+    return summarize_queue_lines(line for file in [path, *queue.draining_files()] for line in LazyEdgeQueue.read_lines(file))
+
+
+def queue_files(queue: LazyEdgeQueue, lines: int) -> None:
+    """``lines`` queue lines, the first quarter renamed to ``.draining`` (a drain's input)."""
+    draining = lines // 4
+    for count, offset in ((draining, 0), (lines - draining, draining)):
+        queue.path.write_bytes(b"".join(edge_line({**QUEUE_EDGE, "n": offset + n}, timestamp="2026-11-29T10:00:00.000Z")
+                                        for n in range(count)))
+        if not offset:
+            queue.rotate()
+
+
+def after_an_append(queue: LazyEdgeQueue, read: Callable[[], QueueSummary], repeat: int = 5) -> float:
+    """Median time of ``read()`` right after a producer appended :data:`QUEUE_APPEND` lines (the
+    append not timed)."""
+    times = []
+    for _ in range(repeat):
+        queue.append([QUEUE_EDGE] * QUEUE_APPEND, fsync=False)
+        started = time.perf_counter()
+        read()
+        times.append(time.perf_counter() - started)
+    return statistics.median(times)
+
+
+def measure_queue(root: Path, lines: int) -> dict[str, float]:
+    queue = LazyEdgeQueue(root / "queue" / "lazy-edges.jsonl")
+    queue.path.parent.mkdir(parents=True)
+    queue_files(queue, lines)
+    gauges = QueueGauges(queue.path)
+    assert gauges.read() == full_read(queue.path) and gauges.read().depth == lines
+    measured = {
+        "queue_full_unchanged": best_of(lambda: full_read(queue.path)),
+        "queue_fold_unchanged": best_of(gauges.read, repeat=21),
+        "queue_full_append": after_an_append(queue, lambda: full_read(queue.path)),
+        "queue_fold_append": after_an_append(queue, gauges.read),
+    }
+    assert gauges.read() == full_read(queue.path)
+    return measured
 
 
 def session_tables(db: Database, sessions: int) -> None:
@@ -119,8 +176,9 @@ def run_reads(runstate: RunStateStore) -> None:
     runstate.running_runs()
 
 
-def measure(root: Path, *, dead_letters: int, sessions: int, runs: int) -> dict[str, float]:
+def measure(root: Path, *, dead_letters: int, sessions: int, runs: int, queue_lines: int) -> dict[str, float]:
     root.mkdir(parents=True)
+    queued = measure_queue(root, queue_lines)
     queue = LazyEdgeQueue(root / "lazy-edges.jsonl")
     dead_letter_file(queue, dead_letters)
     counter = DeadLetterCounter(queue)
@@ -142,6 +200,7 @@ def measure(root: Path, *, dead_letters: int, sessions: int, runs: int) -> dict[
             "cached_count": best_of(counter.count),
             "no_turn_query": best_of(runstate.sessions_without_turns),
             "no_turn_before": best_of(lambda: db.query(NO_TURNS_BEFORE_17)),
+            **queued,
         }
     finally:
         db.close()
@@ -152,13 +211,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--dead-letters", type=int, default=20_000)
     parser.add_argument("--sessions", type=int, default=5_000)
     parser.add_argument("--runs", type=int, default=1_000)
+    parser.add_argument("--queue-lines", type=int, default=20_000)
     args = parser.parse_args(argv)
     workdir = Path(tempfile.mkdtemp(prefix="rem-bench-scrape-"))
     try:
         measured = {}
         for scale in (1, 8):
             m = measured[scale] = measure(workdir / f"x{scale}", dead_letters=scale * args.dead_letters,
-                                          sessions=scale * args.sessions, runs=scale * args.runs)
+                                          sessions=scale * args.sessions, runs=scale * args.runs,
+                                          queue_lines=scale * args.queue_lines)
             print(
                 f"{scale}x ({scale * args.dead_letters} dead letters, {scale * args.sessions} sessions): "
                 f"after a drain's {DEAD_PER_DRAIN} dead letters: recount {m['recount'] * 1000:.2f} ms (before) vs "
@@ -166,11 +227,18 @@ def main(argv: list[str] | None = None) -> None:
                 "sessions-without-turns query "
                 f"{m['no_turn_query'] * 1000:.2f} ms (before migration 17: {m['no_turn_before'] * 1000:.1f} ms; run once per finished run, cached between); "
                 f"{scale * args.runs} runs: a scrape's run reads {m['run_reads'] * 1e6:.0f} µs vs the scans before "
-                f"migration 13 {m['run_scans'] * 1e6:.0f} µs"
+                f"migration 13 {m['run_scans'] * 1e6:.0f} µs; "
+                f"{scale * args.queue_lines} queue lines: unchanged, full read {m['queue_full_unchanged'] * 1000:.2f} ms (before) vs "
+                f"fold {m['queue_fold_unchanged'] * 1e6:.0f} µs (now); after an append of {QUEUE_APPEND}, full read "
+                f"{m['queue_full_append'] * 1000:.2f} ms vs fold {m['queue_fold_append'] * 1e6:.0f} µs"
             )
         for name, label in (("recount", "dead-letter recount after a drain (before)"),
                             ("after_append", "dead-letter count after a drain (now)"), ("run_reads", "run reads (migration 13)"), ("run_scans", "scans before migration 13"),
-                            ("no_turn_query", "sessions without turns (migration 17)"), ("no_turn_before", "sessions without turns before 17")):
+                            ("no_turn_query", "sessions without turns (migration 17)"), ("no_turn_before", "sessions without turns before 17"),
+                            ("queue_full_unchanged", "queue gauges, full read, unchanged (before)"),
+                            ("queue_fold_unchanged", "queue gauges, fold, unchanged (now)"),
+                            ("queue_full_append", "queue gauges, full read after an append (before)"),
+                            ("queue_fold_append", "queue gauges, fold after an append (now)")):
             print(f"{label}: 8x / 1x = {measured[8][name] / measured[1][name]:.2f}")
     finally:
         shutil.rmtree(workdir, ignore_errors=True)

@@ -12,6 +12,8 @@ Files next to the queue ``Q`` (default ``<data_dir>/lazy-edges.jsonl``):
 - ``Q.publishing``: present only while a drain publishes its outputs (see ``commit_drain``);
 - ``<stem>.dead.jsonl``: the dead-letter file (lines that will never link, with the reason);
 - ``Q.lock``: the drain's single-flight lock.
+- ``Q.blanked``: replaced after lines of ``Q`` or a ``.draining`` file were blanked in place, so that
+  a count of their lines kept across reads (the metrics' :func:`fold_file`) starts anew.
 
 Every one of them is opened through :func:`store.confined.open_confined`: a link planted at any
 of these names is refused before a byte is read or written.
@@ -37,11 +39,12 @@ import errno
 import fcntl
 import json
 import os
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Generic, TypeVar
 
 from store.claims import lock_holder_line
 from store.confined import check_confined, exclusive_lock, lock_holder, open_confined
@@ -67,13 +70,15 @@ OVERSIZED_HEAD_BYTES = 1024
 
 class OversizedLine(bytes):
     """A line longer than :data:`MAX_LINE_BYTES`: the value is its first
-    :data:`OVERSIZED_HEAD_BYTES` bytes, ``size`` its full length in bytes (newline excluded)."""
+    :data:`OVERSIZED_HEAD_BYTES` bytes, ``size`` its full length in bytes (newline excluded),
+    ``blank`` whether every byte of it is white space (a blanked record: no record)."""
 
     size: int
+    blank: bool
 
-    def __new__(cls, head: bytes, size: int) -> "OversizedLine":
+    def __new__(cls, head: bytes, size: int, *, blank: bool = False) -> "OversizedLine":
         line = super().__new__(cls, head)
-        line.size = size
+        line.size, line.blank = size, blank
         return line
 
 
@@ -276,15 +281,16 @@ class LazyEdgeQueue:
                 if not line:
                     return
                 if len(line) > max_line_bytes and not line.endswith(b"\n"):
-                    size = len(line)
+                    size, blank = len(line), not line.strip()
                     head = line[:OVERSIZED_HEAD_BYTES]
                     del line
                     while True:
                         piece = handle.readline(_READ_PIECE)
                         size += len(piece)
+                        blank = blank and not piece.strip()
                         if not piece or piece.endswith(b"\n"):
                             break
-                    yield OversizedLine(head, size - (1 if piece.endswith(b"\n") else 0))
+                    yield OversizedLine(head, size - (1 if piece.endswith(b"\n") else 0), blank=blank)
                 elif line.strip():
                     yield line
 
@@ -417,6 +423,7 @@ class LazyEdgeQueue:
                 os.pwrite(fd, b" " * len(body), at)
             if torn:
                 os.fsync(fd)
+                self._stamp_blanked()
             return bool(torn)
         finally:
             os.close(fd)
@@ -483,9 +490,43 @@ class LazyEdgeQueue:
                 for at, body in chosen:
                     os.pwrite(fd, b" " * len(body), at)
                 os.fsync(fd)
+                self._stamp_blanked()
             finally:
                 os.close(fd)
         return blanked
+
+    @property
+    def blank_stamp_path(self) -> Path:
+        """Replaced each time lines of the live queue or a ``.draining`` file are blanked in place."""
+        return self.path.with_name(self.path.name + ".blanked")
+
+    def blank_stamp(self) -> FileKey | None:
+        """(device, inode, size, mtime ns) of :attr:`blank_stamp_path`, ``None`` before any blank.
+        A fold kept across reads of the queue files (worker.metrics) starts anew when it changed: a
+        line blanked in place and then an append leave a file grown and unchanged at the end of
+        what was folded, which :func:`fold_file` would read as appended to."""
+        try:
+            stat = os.stat(self.blank_stamp_path, follow_symlinks=False)
+        except FileNotFoundError:
+            return None
+        return (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns)
+
+    def _stamp_blanked(self) -> None:
+        """Replace the blank stamp by a new file (called after a blank in place): a new inode while
+        the old one is still there, so its key differs from the last one seen (no ``fsync``: a
+        crash ends the process that kept a fold too). The lines are blanked already: a stamp the
+        disk refuses is logged, not raised, and a kept fold may count them until the daemon restarts."""
+        temporary = self.blank_stamp_path.with_name(self.blank_stamp_path.name + ".tmp")
+        try:
+            fd = self._open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+            try:
+                _write_all(fd, str(time.time_ns()).encode("ascii"))
+            finally:
+                os.close(fd)
+            os.rename(temporary, self.blank_stamp_path)
+        except OSError as exc:
+            log.warning("the queue's blank stamp was not replaced: the metrics may count blanked lines until restart",
+                        path=str(self.blank_stamp_path), error=str(exc))
 
     @property
     def blanking_path(self) -> Path:
@@ -541,93 +582,165 @@ class LazyEdgeQueue:
         return _count_lines(self.dead_letter_path)
 
 
-# Bytes of the dead-letter file just before the end of what a :class:`DeadLetterCounter` counted,
-# kept to see that part is still there before only what follows is read (records carry their time
-# and line, so bytes rewritten there differ from these).
+# Bytes of a file just before the end of what a :class:`FoldedFile` folded, kept to see that part is
+# still there before only what follows is read (queue lines and dead letters carry their time and
+# content, so bytes rewritten there differ from these).
 _COUNTED_TAIL_BYTES = 256
 _COUNT_PIECE = 1 << 20
 
+S = TypeVar("S")
+FileKey = tuple[int, int, int, int]
+
 
 @dataclass(frozen=True, slots=True)
-class _Counted:
-    """What a :class:`DeadLetterCounter` last read: the file (device, inode, size, mtime), how far
-    its whole lines go (``end``, just past the last newline), the non-blank lines before ``end``,
-    whether the bytes after ``end`` (a line without its newline yet) are a record, and the
-    :data:`_COUNTED_TAIL_BYTES` before ``end``."""
+class LineFold(Generic[S]):
+    """A fold over the lines :meth:`LazyEdgeQueue.read_lines` yields for a file (the non-blank lines
+    without their newline, a line longer than ``max_line_bytes`` as its :class:`OversizedLine`), in
+    file order: ``add(state, line)`` from ``empty``. Folded per file by :func:`fold_file`, which reads
+    ``piece_bytes`` at a time whatever the lines' lengths."""
 
-    key: tuple[int, int, int, int]
+    empty: S
+    add: Callable[[S, bytes], S]
+    max_line_bytes: int = MAX_LINE_BYTES
+    piece_bytes: int = _COUNT_PIECE
+
+
+@dataclass(frozen=True, slots=True)
+class FoldedFile(Generic[S]):
+    """What :func:`fold_file` last read of a file: the file (device, inode, size, mtime), how far its
+    whole lines go (``end``, just past the last newline), the fold of the lines before ``end``
+    (``whole``) and with the line after it, whose newline is not written yet (``value``: what the
+    file holds now), and the :data:`_COUNTED_TAIL_BYTES` before ``end``."""
+
+    key: FileKey
     end: int
-    lines: int
-    open_line: bool
+    whole: S
+    value: S
     tail: bytes
 
-    @property
-    def records(self) -> int:
-        return self.lines + self.open_line
+
+def fold_file(path: Path, fold: LineFold[S], last: FoldedFile[S] | None, *, root: Path) -> FoldedFile[S] | None:
+    """``fold`` over the lines of ``path`` (``None`` when there is no file), going on from ``last``
+    (the previous call's answer for this path, from the same ``fold``) when the file still holds
+    what it folded: unchanged, the file costs a ``stat``; grown, only the bytes after the last whole
+    line folded are read. Replaced (another inode), cut back below that end, rewritten just before it
+    or in place at the same size (a new mtime), it is folded anew. A file at ``path`` otherwise only
+    appended to is never read twice; a rewrite well inside the folded part is seen when the file is
+    replaced or cut, or when the caller drops ``last``. Read confined to ``root`` (a link refused);
+    a line split across the pieces read is folded whole."""
+    try:
+        stat = os.stat(path, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+    if last is not None and last.key == (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns):
+        return last
+    try:
+        handle = os.fdopen(open_confined(path, os.O_RDONLY, root=root), "rb")
+    except FileNotFoundError:  # removed since (a drain's input deleted)
+        return None
+    with handle:
+        # The key of what is read, taken from the file opened: bytes appended meanwhile are read
+        # too, and the next call sees the size changed.
+        stat = os.fstat(handle.fileno())
+        key = (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns)
+        # The same size with a new mtime: rewritten in place (a forget blanks records), fold anew.
+        resized = last is not None and key[2] != last.key[2]
+        start = last if resized and _still_folded(handle, last, key) else None
+        return _fold_from(handle, start, key, fold)
+
+
+def _still_folded(handle: IO[bytes], last: FoldedFile[Any], key: FileKey) -> bool:
+    """Whether the file open on ``handle`` (now ``key``) still holds what ``last`` folded: the
+    same file, no shorter than the folded whole lines, the bytes just before their end unchanged."""
+    if key[:2] != last.key[:2] or key[2] < last.end:
+        return False
+    handle.seek(last.end - len(last.tail))
+    return handle.read(len(last.tail)) == last.tail
+
+
+class _LineSoFar:
+    """The line being read across pieces: its first ``bound + 1`` bytes, its length, and whether
+    every byte of it is white space — what :meth:`LazyEdgeQueue.read_lines` makes of it, whatever
+    its length, without holding more than the bound."""
+
+    __slots__ = ("bound", "held", "size", "blank")
+
+    def __init__(self, bound: int) -> None:
+        self.bound, self.held, self.size, self.blank = bound, bytearray(), 0, True
+
+    def extend(self, part: bytes) -> None:
+        if len(self.held) <= self.bound:
+            self.held += part[: self.bound + 1 - len(self.held)]
+        self.size += len(part)
+        self.blank = self.blank and not part.strip()
+
+    def line(self) -> bytes | None:
+        """The line as :meth:`LazyEdgeQueue.read_lines` yields it (newline excluded), ``None`` for
+        one it skips (empty or blank, within the bound)."""
+        if self.size > self.bound:
+            return OversizedLine(bytes(self.held[:OVERSIZED_HEAD_BYTES]), self.size, blank=self.blank)
+        return None if self.blank else bytes(self.held)
+
+
+def _fold_from(handle: IO[bytes], start: FoldedFile[S] | None, key: FileKey, fold: LineFold[S]) -> FoldedFile[S]:
+    """Fold the lines of the file open on ``handle`` from ``start``'s end (the whole file without
+    one), in pieces of ``fold.piece_bytes`` bytes whatever its lines' lengths."""
+    state, end = (start.whole, start.end) if start is not None else (fold.empty, 0)
+    bound, add = fold.max_line_bytes, fold.add
+    position = end
+    handle.seek(position)
+    so_far = _LineSoFar(bound)
+    while piece := handle.read(fold.piece_bytes):
+        parts = piece.split(b"\n")
+        for part in parts[:-1]:
+            if not so_far.size and len(part) <= bound:  # a whole line in this piece: most lines
+                if part.strip():
+                    state = add(state, part)
+            else:
+                so_far.extend(part)
+                line = so_far.line()
+                if line is not None:
+                    state = add(state, line)
+                so_far = _LineSoFar(bound)
+            position += len(part) + 1
+        end = position if len(parts) > 1 else end
+        so_far.extend(parts[-1])
+        position += len(parts[-1])
+    # A last line without its newline yet (being written, or a writer killed mid-line) is read as a
+    # line, but only into ``value``: the next fold reads it again from ``end``.
+    last_line = so_far.line()
+    value = state if last_line is None else add(state, last_line)
+    handle.seek(max(0, end - _COUNTED_TAIL_BYTES))
+    tail = handle.read(end - max(0, end - _COUNTED_TAIL_BYTES))
+    return FoldedFile(key, end, state, value, tail)
+
+
+def _count_record(count: int, line: bytes) -> int:
+    """A dead letter: any line but one past the bound that is all white space (a blanked record)."""
+    return count + (not (isinstance(line, OversizedLine) and line.blank))
+
+
+_DEAD_LETTER_RECORDS: LineFold[int] = LineFold(0, _count_record)
 
 
 class DeadLetterCounter:
     """The dead-letter file's record count (its non-blank lines, as :meth:`LazyEdgeQueue.dead_letter_count`
-    counts them), kept across calls: unchanged, the file costs a ``stat``; grown, only the bytes
-    after the last whole line counted are read; replaced, cut back (a drain's recovery undoing an
-    append; a forget blanking its own records, :meth:`LazyEdgeQueue.blank`), rewritten just before
-    that point or in place at the same size, it is counted anew. Otherwise rem-cycle only appends
-    to the file, so a count never rereads its history; a hand edit well inside the counted part is
-    seen when the file is replaced or cut. Calls may come from several
+    counts them), kept across calls by :func:`fold_file`: unchanged, the file costs a ``stat``;
+    grown, only the bytes after the last whole line counted are read; replaced, cut back (a drain's
+    recovery undoing an append; a forget blanking its own records, :meth:`LazyEdgeQueue.blank`),
+    rewritten just before that point or in place at the same size, it is counted anew. Otherwise
+    rem-cycle only appends to the file, so a count never rereads its history; a hand edit well
+    inside the counted part is seen when the file is replaced or cut. Calls may come from several
     threads: the state is one object replaced at once, and a lost race only reads again."""
 
     def __init__(self, queue: LazyEdgeQueue) -> None:
         self.queue = queue
-        self._counted: _Counted | None = None
+        self._counted: FoldedFile[int] | None = None
 
     def count(self) -> int:
         """Records in the dead-letter file now."""
-        path = self.queue.dead_letter_path
-        try:
-            stat = os.stat(path, follow_symlinks=False)
-        except FileNotFoundError:
-            self._counted = None
-            return 0
-        key = (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns)
-        counted = self._counted
-        if counted is not None and counted.key == key:
-            return counted.records
-        with os.fdopen(self.queue._open(path, os.O_RDONLY), "rb") as handle:
-            # The same size with a new mtime: rewritten in place (a forget blanks records), count anew.
-            resized = counted is not None and key[2] != counted.key[2]
-            start = counted if resized and _still_counted(handle, counted, key) else None
-            self._counted = counted = _count_from(handle, start, key)
-        return counted.records
-
-
-def _still_counted(handle: IO[bytes], counted: _Counted, key: tuple[int, int, int, int]) -> bool:
-    """Whether the file open on ``handle`` (now ``key``) still holds what ``counted`` counted: the
-    same file, no shorter than the counted whole lines, the bytes just before their end unchanged."""
-    if key[:2] != counted.key[:2] or key[2] < counted.end:
-        return False
-    handle.seek(counted.end - len(counted.tail))
-    return handle.read(len(counted.tail)) == counted.tail
-
-
-def _count_from(handle: IO[bytes], start: _Counted | None, key: tuple[int, int, int, int]) -> _Counted:
-    """Count the non-blank lines of the file open on ``handle`` from ``start``'s end (the whole file
-    without one), in pieces of :data:`_COUNT_PIECE` bytes whatever its lines' lengths."""
-    end, lines = (start.end, start.lines) if start is not None else (0, 0)
-    position = end
-    handle.seek(position)
-    open_line = False  # the line being read so far has a byte that is not white space
-    while piece := handle.read(_COUNT_PIECE):
-        parts = piece.split(b"\n")
-        for part in parts[:-1]:
-            lines += open_line or bool(part.strip())
-            open_line = False
-            position += len(part) + 1
-            end = position
-        open_line = open_line or bool(parts[-1].strip())
-        position += len(parts[-1])
-    handle.seek(max(0, end - _COUNTED_TAIL_BYTES))
-    tail = handle.read(end - max(0, end - _COUNTED_TAIL_BYTES))
-    return _Counted(key, end, lines, open_line, tail)
+        self._counted = counted = fold_file(self.queue.dead_letter_path, _DEAD_LETTER_RECORDS, self._counted, root=self.queue.root)
+        return 0 if counted is None else counted.value
 
 
 def _count_lines(path: Path) -> int:

@@ -4,14 +4,16 @@ Nothing is counted in process memory: every value comes from ``rem_runs``, ``ses
 ``chunk_results``, ``nodes``/``edges`` and the queue files when ``/metrics`` is scraped, so the
 numbers survive restarts, include work done by ``rem-cycle --once`` runs, and a scrape never
 touches the cycle's connection (it opens its own read-only one). What only grows and changes
-only now and then (the run history, the dead-letter file) is recounted only when it changed, and
-nothing is read from the database while its files are unchanged (:func:`database_files_key`): a
-scrape between cycles costs a few ``stat`` calls, however long the history.
+only now and then (the run history) is recounted only when it changed, the queue files and the
+dead-letter file are read only where they grew (:class:`QueueGauges`), and nothing is read from the
+database while its files are unchanged (:func:`database_files_key`): a scrape between cycles costs
+a few ``stat`` calls, however long the history or the queue.
 Every name starts with ``rem_cycle_``.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import time
@@ -31,7 +33,7 @@ from pipelines.vocabulary import PROVENANCE_RELATIONSHIPS
 from store.backend import open_database
 from store.errors import StoreError
 from store.graph import GraphStore
-from store.lazy_queue import DeadLetterCounter, LazyEdgeQueue
+from store.lazy_queue import DeadLetterCounter, FoldedFile, LazyEdgeQueue, LineFold, fold_file
 from store.lazy_table import LazyEdgeTable
 from store.library_log import get_logger
 from store.runstate import (
@@ -77,28 +79,77 @@ def silent_seconds(run: Mapping[str, Any], now: datetime) -> float:
 
 @dataclass(frozen=True, slots=True)
 class QueueSummary:
-    """What the lazy-edge queue holds: lines waiting, and the oldest line's ``timestamp``."""
+    """What the lazy-edge queue holds: lines waiting, and the oldest line's ``timestamp`` (as
+    written; ``oldest_at`` the moment it means)."""
 
     depth: int = 0
     oldest_timestamp: str | None = None
+    oldest_at: datetime | None = None
+
+
+def add_queue_line(summary: QueueSummary, line: bytes) -> QueueSummary:
+    """``summary`` with one more line: a blank line does not count, an unparsable one counts with
+    no timestamp, and of equal moments the first keeps its spelling. Pure."""
+    if not line.strip():
+        return summary
+    try:
+        stamp = json.loads(line).get("timestamp")
+    except (ValueError, AttributeError, RecursionError):  # a line the drain will dead-letter
+        stamp = None
+    moment = parse_utc(stamp)
+    if moment is not None and (summary.oldest_at is None or moment < summary.oldest_at):
+        return QueueSummary(summary.depth + 1, stamp, moment)
+    return QueueSummary(summary.depth + 1, summary.oldest_timestamp, summary.oldest_at)
+
+
+def merge_queue_summaries(first: QueueSummary, then: QueueSummary) -> QueueSummary:
+    """The summary of ``first``'s lines followed by ``then``'s (what adding them one by one gives). Pure."""
+    oldest = then if then.oldest_at is not None and (first.oldest_at is None or then.oldest_at < first.oldest_at) else first
+    return QueueSummary(first.depth + then.depth, oldest.oldest_timestamp, oldest.oldest_at)
 
 
 def summarize_queue_lines(lines: Iterable[bytes]) -> QueueSummary:
     """Count non-blank lines and find the oldest parsable ``timestamp`` (lines are not in time
     order: retried lines go back to the end with their original timestamp). Pure."""
-    depth, oldest, oldest_raw = 0, None, None
-    for line in lines:
-        if not line.strip():
-            continue
-        depth += 1
-        try:
-            stamp = json.loads(line).get("timestamp")
-        except (ValueError, AttributeError, RecursionError):  # a line the drain will dead-letter
-            continue
-        moment = parse_utc(stamp)
-        if moment is not None and (oldest is None or moment < oldest):
-            oldest, oldest_raw = moment, stamp
-    return QueueSummary(depth=depth, oldest_timestamp=oldest_raw)
+    return functools.reduce(add_queue_line, lines, QueueSummary())
+
+
+QUEUE_LINES: LineFold[QueueSummary] = LineFold(QueueSummary(), add_queue_line)
+
+
+class QueueGauges:
+    """The live queue plus the ``.draining`` files a drain is working through or left behind (their
+    lines are still waiting for their edges), summarised by one :func:`~store.lazy_queue.fold_file`
+    per file kept across reads: a scrape reads only what was appended since the last one, and a
+    file that is unchanged costs a ``stat``. A path whose file is another one (a drain renamed the
+    queue to ``.draining`` and a producer started a new queue, or deleted what it drained) is read
+    anew; the folds of files gone are dropped; every fold starts anew after a blank in place
+    (:meth:`~store.lazy_queue.LazyEdgeQueue.blank_stamp`). Reads through the queue's confinement: a
+    symbolic link in place of a queue file is refused. Calls may come from several threads: the
+    state is one tuple replaced at once, and a lost race only reads again."""
+
+    def __init__(self, path: Path) -> None:
+        self.queue = LazyEdgeQueue(path)
+        self._kept: tuple[Any, dict[Path, FoldedFile[QueueSummary]]] = (None, {})
+
+    def read(self) -> QueueSummary:
+        """The queue's summary now (what :func:`summarize_queue_lines` makes of every line)."""
+        # The stamp before the files: a blank after this read is seen at the next one.
+        stamp = self.queue.blank_stamp()
+        kept_stamp, kept = self._kept
+        last = kept if stamp == kept_stamp else {}
+        folded: dict[Path, FoldedFile[QueueSummary]] = {}
+        for file in [self.queue.path, *self.queue.draining_files()]:
+            result = fold_file(file, QUEUE_LINES, last.get(file), root=self.queue.root)
+            if result is not None:  # absent, or renamed or deleted by a drain meanwhile
+                folded[file] = result
+        self._kept = (stamp, folded)
+        return functools.reduce(merge_queue_summaries, (result.value for result in folded.values()), QueueSummary())
+
+
+def read_queue(path: Path) -> QueueSummary:
+    """Summarise the live queue plus the ``.draining`` files once (:class:`QueueGauges`)."""
+    return QueueGauges(path).read()
 
 
 # A database whose files changed less than this long ago is read again at the next scrape: a write
@@ -140,22 +191,6 @@ class DatabaseReading:
     oldest_undigested_created_at: str | None
 
 
-def read_queue(path: Path) -> QueueSummary:
-    """Summarise the live queue plus the ``.draining`` files a drain is working through or left
-    behind (their lines are still waiting for their edges). Reads through the queue's own reader:
-    bounded per line, and it refuses a symbolic link in place of a queue file."""
-    queue = LazyEdgeQueue(path)
-
-    def lines() -> Iterator[bytes]:
-        for file in [path, *queue.draining_files()]:
-            try:
-                yield from LazyEdgeQueue.read_lines(file)
-            except FileNotFoundError:  # absent, or renamed by a drain meanwhile
-                continue
-
-    return summarize_queue_lines(lines())
-
-
 class RemCycleCollector(Collector):
     """Builds every ``rem_cycle_*`` family from the data dir on each scrape."""
 
@@ -172,6 +207,7 @@ class RemCycleCollector(Collector):
         # replace as above).
         self._by_files: tuple[FileKey, DatabaseReading] | None = None
         self._dead_letters = DeadLetterCounter(LazyEdgeQueue(settings.queue_path))
+        self._queue = QueueGauges(settings.queue_path)
 
     def collect(self) -> Iterator[Metric]:
         try:
@@ -243,7 +279,7 @@ class RemCycleCollector(Collector):
         now = self.now()
         reading = self._read_database()
         families = [*reading.fixed, *_age_families(reading, now, self.settings.lease_timeout_seconds)]
-        families.extend(_queue_families(read_queue(self.settings.queue_path), now))
+        families.extend(_queue_families(self._queue.read(), now))
         families.append(
             GaugeMetricFamily(
                 "rem_cycle_dead_letters", "Records in the lazy-edge dead-letter file (lines that will never link)",
