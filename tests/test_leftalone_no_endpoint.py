@@ -11,7 +11,7 @@ import json
 import sqlite3
 from collections.abc import Iterator
 from functools import partial
-from http.server import SimpleHTTPRequestHandler
+from http.server import BaseHTTPRequestHandler, SimpleHTTPRequestHandler
 from pathlib import Path
 
 import pytest
@@ -67,6 +67,35 @@ async def test_provider_ready_fails_naming_the_url_when_no_models_endpoint_is_th
         f"LLM server {static_server} has no OpenAI-compatible API there: GET {static_server}/models answered HTTP 404; "
         f"REM_LLM_BASE_URL usually ends in /v1 (try {static_server}/v1)"
     )
+
+
+class _ListlessRedirecting(BaseHTTPRequestHandler):
+    """No model list (``GET`` 404); the chat endpoint redirects (``POST`` 308) to another host."""
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        self.send_response(404)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def do_POST(self) -> None:  # noqa: N802 - http.server's name
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self.send_response(308)
+        self.send_header("Location", "https://elsewhere.invalid/v1/chat/completions")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - quiet test output
+        pass
+
+
+async def test_provider_ready_names_the_chat_endpoints_redirect_when_there_is_no_model_list(settings: Settings, tmp_path: Path) -> None:
+    """A server with no model list whose chat endpoint redirects: ``provider-ready`` says where the
+    chat requests are sent, not that the URL lacks ``/v1`` (the model list's 404, which said so)."""
+    with serving(_ListlessRedirecting) as url:
+        message = await readiness_refused(settings, tmp_path, url)
+    assert message == (f"LLM server {url} redirects POST {url}/chat/completions to https://elsewhere.invalid/v1/chat/completions "
+                       "(HTTP 308), and rem-cycle follows no redirect: set REM_LLM_BASE_URL to the address it redirects to "
+                       "(https://elsewhere.invalid/v1)")
 
 
 @pytest.mark.parametrize("refusal", [Status(404, "<!DOCTYPE HTML><html>no</html>"), Status(405, "<!DOCTYPE HTML><html>no</html>"),

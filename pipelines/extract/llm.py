@@ -156,7 +156,9 @@ class OpenAIExtractor:
             # An empty object: a server validates it and refuses it (400/422) before any model
             # works, so nothing is paid; "no endpoint" again means there is none.
             status, chat_wrong = await self._knock("POST", "/chat/completions", body={})
-            wrong = None if chat_wrong is None else wrong
+            # The chat endpoint's own wrong answer (a redirect) says more than the list's missing
+            # endpoint, unless it is a missing endpoint too.
+            wrong = None if chat_wrong is None else wrong if status in NO_ENDPOINT_STATUSES else chat_wrong
         if wrong is not None:
             raise ExtractionFailure("provider-error", wrong)
         if status in (401, 403) or status >= 500:
