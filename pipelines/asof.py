@@ -52,7 +52,8 @@ def parse_as_of(text: str) -> str:
     except ValueError:
         pass
     try:
-        moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        # ``z`` as ``Z`` (RFC 3339), as the turns' own times are read (store.timeparse.iso_to_utc).
+        moment = datetime.fromisoformat(value.replace("Z", "+00:00").replace("z", "+00:00"))
     except ValueError:
         raise AsOfError(f"--as-of {text!r}: expected a date (2026-11-15) or an ISO 8601 time") from None
     if moment.tzinfo is None:
