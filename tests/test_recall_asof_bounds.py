@@ -2,7 +2,8 @@
 edge, a term, a ``common`` count and a grounding turn observed exactly at the as-of moment are in;
 one millisecond later they are out, on SQLite and PostgreSQL, whatever form the stored time and the
 argument were written in (both become ``YYYY-MM-DDTHH:MM:SS.mmmZ``, compared as text). A written
-date names midnight without a colon, and a zone name means the same on every machine. Real SQLite
+date names midnight without a colon, a zone name means the same on every machine, and a turn
+without a time is known at no date by any reader. Real SQLite
 files and the test PostgreSQL server, embedded Chroma, a real cycle and real ``rem-cycle`` processes."""
 
 from __future__ import annotations
@@ -162,3 +163,21 @@ def test_a_lower_case_z_is_utc_for_show_as_for_recall_and_the_turns_times() -> N
     where recall read it as UTC and ingest reads a turn's ``createdAt`` so (``iso_to_utc``)."""
     assert show_as_of("2026-12-04t10:00:00.5z") == parse_as_of("2026-12-04t10:00:00.5z") == iso_to_utc("2026-12-04t10:00:00.5z")
     assert show_as_of("2026-12-04T10:00z") == "2026-12-04T10:00:00.000Z"
+
+
+@pytest.mark.both_backends
+async def test_a_turn_without_a_time_is_known_at_no_date_by_every_reader(settings: Settings, tmp_path: Path) -> None:
+    """A turn with no ``createdAt`` (nor its session's) is known at no date by recall and MCP
+    ``show_node`` (``_known``: NULL is not known), and its session by every reader; ``show`` and
+    ``export`` as of any date showed the turn (``graph_as_of`` kept an anchor without a time)."""
+    untimed = {"sessionId": "s0", "title": "Untimed", "userId": "alice",
+               "turns": [{"id": "u1", "role": "user", "text": "The OspreyStore keeps no clock."}]}
+    await build(settings, tmp_path, [*SESSIONS, untimed])
+    env = _env(settings)
+    exported = run_cli("export", "--as-of", "2999-01-01", "--include-anchors", env=env)
+    assert exported.returncode == 0, exported.stderr
+    ids = {n["id"] for n in json.loads(exported.stdout)["nodes"]}
+    assert {"memory:t1", "memory:t2", "session:s1"} <= ids and not ids & {"memory:u1", "session:s0"}, ids
+    shown = run_cli("show", "memory:u1", "--as-of", "2999-01-01", env=env)
+    assert shown.returncode == 1, (shown.stdout, shown.stderr)
+    assert view(settings, Scope(as_of=parse_as_of("2999-01-01")))["turns"] == ["memory:t1", "memory:t2"]
