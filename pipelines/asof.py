@@ -6,7 +6,7 @@ the combination of the claims of the anchors that had pointed at it by then (a c
 from before schema 5, anchor '', counts whenever the node is known). A semantic edge is known when
 one of its points was; its weight is its distinct places among those points. Provenance edges
 (``MENTIONED_IN``/``DISCUSSED_IN``) are rebuilt from the points known by then. Anchors (sessions,
-turns) are known from their own ``createdAt``, a notes file once one of its points is; an edge without points (a reference,
+turns) are known from their own ``createdAt`` (without one, at no date), a notes file once one of its points is; an edge without points (a reference,
 ``ORIGINATES_IN``, one written by hand) when both its ends are known. A session is what recall sees of
 it then (``store.recall_index.RecallIndex.sessions``): created by then, its summary only once every
 turn of it was said.
@@ -52,7 +52,8 @@ def parse_as_of(text: str) -> str:
     except ValueError:
         pass
     try:
-        moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        # ``z`` as ``Z`` (RFC 3339), as the turns' own times are read (store.timeparse.iso_to_utc).
+        moment = datetime.fromisoformat(value.replace("Z", "+00:00").replace("z", "+00:00"))
     except ValueError:
         raise AsOfError(f"--as-of {text!r}: expected a date (2026-11-15) or an ISO 8601 time") from None
     if moment.tzinfo is None:
@@ -101,8 +102,10 @@ def graph_as_of(
                 kept[node.id] = node if seen.summary else _without_summary(node)
             continue
         if node.label in ANCHOR_LABELS:
+            # A turn without a time is known at no date, as recall (``RecallIndex.turns``) and its
+            # session (``sessions``) have it: kept, it showed at every date a turn recall hides.
             created = node.properties.get("createdAt")
-            if not isinstance(created, str) or created <= as_of:
+            if isinstance(created, str) and created <= as_of:
                 kept[node.id] = node
             continue
         points = known_points.get(node.id)

@@ -46,7 +46,7 @@ import re
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, time
+from datetime import UTC, datetime, timedelta, timezone, tzinfo
 from typing import Any, Protocol
 
 from pipelines.asof import AsOfError, bare_year
@@ -289,8 +289,7 @@ def parse_as_of(value: str | None) -> str | None:
         except (OverflowError, OSError, ValueError) as exc:
             raise RecallInputError(f"as_of {text!r} is out of range") from exc
     else:
-        moment = _written_date(text)
-        date_only = moment.time() == time() and not re.search(r"\d:\d", text)
+        moment, date_only = _written_date(text)
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
     if date_only:  # its last millisecond (adding a day overflowed on 9999-12-31)
@@ -302,20 +301,35 @@ def parse_as_of(value: str | None) -> str | None:
 
 
 # dateutil fills what a text leaves out from a default (today's date, by default): parsed with
-# each of these, a text that names its year, month and day gives the same date twice.
-_WRITTEN_DEFAULTS = (datetime(2000, 1, 1), datetime(2001, 2, 2))
+# each of these, a text that names its year, month and day gives the same date twice, and one
+# that names an hour the same hour ("12am" and "0000" name midnight without a colon).
+_WRITTEN_DEFAULTS = (datetime(2000, 1, 1), datetime(2001, 2, 2, 1))
 
 
-def _written_date(text: str) -> datetime:
+def _written_zone(name: str | None, offset: int | None) -> tzinfo | None:
+    """The zone of a written date, the same on every machine: an offset (``+02:00``; ``UTC``,
+    ``GMT`` and ``Z`` are offset 0), none (UTC, said by the caller), else refused. Left to itself
+    dateutil read a name of the machine's own zone (``CEST`` on a Paris laptop, ``EDT`` in New
+    York) as that zone's offset on the date, not the one the name says, and refused it elsewhere."""
+    from dateutil import parser as date_parser
+
+    if offset is not None:
+        return UTC if offset == 0 else timezone(timedelta(seconds=offset))
+    if name is not None:
+        raise date_parser.UnknownTimezoneWarning(name)
+    return None
+
+
+def _written_date(text: str) -> tuple[datetime, bool]:
     """``text``, a date written as people write them ("1 March 2026", "2026/03/01 10:00"), read by
-    dateutil; :class:`RecallInputError` unless it names a whole date, and any zone it names is one
-    dateutil knows (an offset, ``Z``, ``UTC``)."""
+    dateutil, and whether it names no time of day; :class:`RecallInputError` unless it names a
+    whole date, and any zone it names is an offset, ``Z``, ``UTC`` or ``GMT`` (:func:`_written_zone`)."""
     from dateutil import parser as date_parser
 
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", date_parser.UnknownTimezoneWarning)
-            first, second = (date_parser.parse(text, default=default) for default in _WRITTEN_DEFAULTS)
+            first, second = (date_parser.parse(text, default=default, tzinfos=_written_zone) for default in _WRITTEN_DEFAULTS)
     except date_parser.UnknownTimezoneWarning as exc:
         raise RecallInputError(f"as_of {text[:40]!r} names a time zone not understood: give an offset "
                                "(2026-03-01T10:00-08:00) or Z") from exc
@@ -324,7 +338,7 @@ def _written_date(text: str) -> datetime:
     if first.date() != second.date():
         raise RecallInputError(f"as_of {text[:40]!r} names no whole date (a year, a month and a day): "
                                "try 2026-03-01 or 2026-03-01T10:00Z")
-    return first
+    return first, first.hour != second.hour
 
 
 def validate(request: RecallRequest) -> list[str]:
