@@ -38,7 +38,7 @@ from pydantic import (
     model_validator,
 )
 
-from store.chroma import ChromaStore
+from store.chroma import ChromaStore, without_nul
 from store.ids import MAX_ROW_ID_LENGTH, validate_row_id
 from store.timeparse import BadTimeError, iso_to_utc
 
@@ -56,11 +56,13 @@ class ImportLineError(ValueError):
 
 
 def _unicode_text(value: Any) -> Any:
-    """Runs before pydantic's own string checks, so that a surrogate gets this reason."""
+    """Runs before pydantic's own string checks, so that a surrogate gets this reason. A NUL is
+    written as ingest reads it (:func:`store.chroma.without_nul`): a re-import of the same line
+    finds the row it wrote unchanged."""
     found = _LONE_SURROGATE.search(value) if isinstance(value, str) else None
     if found:
         raise ValueError(f"lone surrogate \\u{ord(found.group()):04x} at character {found.start()} is not Unicode text")
-    return value
+    return without_nul(value)
 
 
 def _iso_time(value: str) -> str:

@@ -236,11 +236,34 @@ def latest_by_session(summaries: Iterable[SummaryRow]) -> dict[str, SummaryRow]:
     return found
 
 
+# What a NUL (U+0000) in a row's text or metadata is read as. PostgreSQL's text holds no NUL, and
+# the JSON of a node's properties cannot give one up as text there (``\u0000 cannot be converted to
+# text``): a session with one in a turn or its summary failed its sync at every cycle on PostgreSQL
+# and was never ingested. Read as U+FFFD (Unicode's character for one that cannot be shown) on both
+# engines, the two graphs agree and nothing else of the row is lost.
+NUL_STAND_IN = "\ufffd"
+
+
+def without_nul(value: Any) -> Any:
+    """``value`` with every NUL of a string, or of the strings of a list, read as
+    :data:`NUL_STAND_IN`; any other value as it is. Pure."""
+    if isinstance(value, str):
+        return value.replace("\x00", NUL_STAND_IN) if "\x00" in value else value
+    if isinstance(value, list):
+        return [without_nul(v) for v in value]
+    return value
+
+
 def _rows(result: dict[str, Any], cls: Callable[..., Any]) -> list[Any]:
+    """The rows of a ``get`` answer as ``cls``, their text and metadata :func:`without_nul` but
+    the ids (the row's and its ``sessionId``): an id with a NUL stays one :func:`row_problems`
+    refuses, never becomes another session's."""
     ids = result.get("ids") or []
     docs = result.get("documents") or [None] * len(ids)
     metas = result.get("metadatas") or [None] * len(ids)
-    return [cls(i, d if isinstance(d, str) else "", dict(m or {})) for i, d, m in zip(ids, docs, metas, strict=True)]
+    return [cls(i, without_nul(d) if isinstance(d, str) else "",
+                {without_nul(k): v if k == "sessionId" else without_nul(v) for k, v in (m or {}).items()})
+            for i, d, m in zip(ids, docs, metas, strict=True)]
 
 
 class ChromaStore:
