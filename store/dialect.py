@@ -42,7 +42,10 @@ class Dialect:
         """A boolean expression, never NULL: the JSON object in the text column ``document`` has
         ``key`` set to ``true`` (or ``1``)."""
         if self.postgres:
-            return f"COALESCE(({document})::jsonb -> '{key}' IN ('true'::jsonb, '1'::jsonb), false)"
+            # A ``\u0000`` anywhere in the document (a NUL, which PostgreSQL's text cannot hold) makes
+            # every JSON operator refuse it: read as ``\ufffd``, an escape of the same shape, the
+            # document stays JSON whatever precedes it (an escaped backslash too), and the flag is read.
+            return f"COALESCE(replace({document}, '\\u0000', '\\ufffd')::jsonb -> '{key}' IN ('true'::jsonb, '1'::jsonb), false)"
         return f"COALESCE(json_extract({document}, '$.{key}') = 1, 0)"
 
     def json_text(self, document: str, key: str) -> str:

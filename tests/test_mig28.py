@@ -64,11 +64,13 @@ def test_the_backfill_counts_follow_every_write_and_every_fold(settings: Setting
             graph.fold_counts,
             lambda: graph.upsert_nodes([Node("memory:s1-live", "MEMORY", "live", MINIMAL)]),
             lambda: graph.delete_node("memory:s1-live"),
+            # A NUL in another property (JSON ``\u0000``: PostgreSQL's jsonb refuses the document).
+            lambda: graph.upsert_nodes([Node("memory:s1-nul", "MEMORY", "nul", {**BACKFILLED, "note": "a\x00b"})]),
         ]
         for number, step in enumerate(steps):
             step()
             assert graph.backfill_counts() == truth(db), f"after step {number}"
-        assert graph.backfill_counts() == {"MEMORY": {"backfilled": 1, "backfilled-minimal": 1},
+        assert graph.backfill_counts() == {"MEMORY": {"backfilled": 2, "backfilled-minimal": 1},
                                            "SESSION": {"backfilled": 2, "backfilled-minimal": 0}}
         graph.fold_counts()
         assert db.query("SELECT COUNT(*) FROM backfill_count_changes")[0][0] == 0
