@@ -7,12 +7,16 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
 
+from config import Settings
 from pipelines.importer import ImportLineError, parse_session_line
 from pipelines.ingest import plan_session_sync
+from store.backend import open_database
 from store.chroma import MemoryRow, row_created_at, turn_order_key
 from tests.conftest import free_port, make_session, run_cli, write_sessions
+from tests.test_roundtrip_restore import _env
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=30),
@@ -58,8 +62,11 @@ HOSTILE_TEXTS = [
 ]
 
 
-def test_hostile_transcripts_survive_a_cycle(tmp_path: Path) -> None:
-    env = {"REM_DATA_DIR": str(tmp_path / "d")}
+@pytest.mark.both_backends
+def test_hostile_transcripts_survive_a_cycle(settings: Settings, tmp_path: Path) -> None:
+    # Both engines: a NUL in a turn (PostgreSQL's text holds none) failed the session's sync at
+    # every cycle there, while SQLite took it (tests/test_nul_text.py).
+    env = _env(settings)
     session = make_session("hostile", 0)
     session["turns"] = [{"role": "user", "text": t} for t in HOSTILE_TEXTS]
     session["turns"].append({"role": "tool", "text": "x" * (10 * 1024 * 1024)})  # a 10 MB pasted log
@@ -71,17 +78,23 @@ def test_hostile_transcripts_survive_a_cycle(tmp_path: Path) -> None:
     assert result["sessions"] == 1 and result["bad_lines"] == 1 and "UTF-8" in result["errors"][0]["error"]
     done = run_cli("--once", "--json", env=env)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert json.loads(done.stdout)["phases"]["ingest"]["processed"] == len(HOSTILE_TEXTS) + 1
-    conn = sqlite3.connect(tmp_path / "d" / "graph.sqlite3")
+    ingest = json.loads(done.stdout)["phases"]["ingest"]
+    assert (ingest["processed"], ingest["sessions_failed"]) == (len(HOSTILE_TEXTS) + 1, 0), ingest
+    if settings.database_url is None:
+        conn = sqlite3.connect(settings.graph_path)
+        try:
+            assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        finally:
+            conn.close()
+    db = open_database(settings, readonly=True)
     try:
-        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
-        assert conn.execute("SELECT COUNT(*) FROM nodes WHERE label = 'MEMORY'").fetchone()[0] == len(HOSTILE_TEXTS) + 1
-        big = json.loads(conn.execute("SELECT properties FROM nodes WHERE id = 'memory:hostile-t0005'").fetchone()[0])
+        assert db.query("SELECT COUNT(*) FROM nodes WHERE label = 'MEMORY'")[0][0] == len(HOSTILE_TEXTS) + 1
+        big = json.loads(db.query("SELECT properties FROM nodes WHERE id = 'memory:hostile-t0005'")[0][0])
         assert big["chars"] == 10 * 1024 * 1024
     finally:
-        conn.close()
+        db.close()
     # Nothing escaped the data dir.
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["d", "h.jsonl"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([settings.data_dir.name, "h.jsonl"])
 
 
 def test_secrets_never_reach_logs_or_output(tmp_path: Path) -> None:
