@@ -334,6 +334,15 @@ CREATE INDEX lazy_edges_first_chunk ON lazy_edges({SQLITE.queue_first_chunk()}, 
 CREATE INDEX lazy_edges_dead_first_chunk ON lazy_edges_dead({SQLITE.queue_first_chunk()}, id)
 """
 
+# 29: a turn's ``turnIndex`` is any integer up to store.chroma.MAX_TURN_INDEX (2**53 - 1, what a
+# JSON number holds exactly), and ``recall_turns.turn_index`` keeps it (pghostile). SQLite's
+# INTEGER holds 64 bits already: nothing to do here. PostgreSQL's was INTEGER (32 bits): a turn
+# past 2**31 - 1 failed its session's sync at every cycle ("integer out of range"); its column
+# becomes BIGINT (store/postgres_schema.py OVERRIDES; the table and its indexes are rewritten once).
+TURN_INDEX_MIGRATION = """
+SELECT 'recall_turns.turn_index holds 64 bits'
+"""
+
 # Why a MEMORY or SESSION node was made by back-fill (pipelines/backfill.py marks it ``backfilled``,
 # and ``minimal`` when the session had no summary row): the ``rem_cycle_backfilled_nodes`` series.
 BACKFILL_LABELS = ("MEMORY", "SESSION")
@@ -1045,6 +1054,8 @@ MIGRATIONS: tuple[str, ...] = (
     FIRST_CHUNK_MIGRATION,
     # 28: BACKFILL_COUNTS_MIGRATION above.
     BACKFILL_COUNTS_MIGRATION,
+    # 29: TURN_INDEX_MIGRATION above.
+    TURN_INDEX_MIGRATION,
 )
 
 # The queue table's schema version, wherever the entry sits (the PostgreSQL port keys its own form by it).
@@ -1060,6 +1071,7 @@ LAST_ROW_VERSION = MIGRATIONS.index(LAST_ROW_MIGRATION) + 1
 WORD_SPLIT_VERSION = MIGRATIONS.index(WORD_SPLIT_MIGRATION) + 1
 FIRST_CHUNK_VERSION = MIGRATIONS.index(FIRST_CHUNK_MIGRATION) + 1
 BACKFILL_COUNTS_VERSION = MIGRATIONS.index(BACKFILL_COUNTS_MIGRATION) + 1
+TURN_INDEX_VERSION = MIGRATIONS.index(TURN_INDEX_MIGRATION) + 1
 
 
 # SQLite's primary result codes (https://sqlite.org/rescode.html) that name a kind of failure.

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from store.db import (
     BACKFILL_COUNTS_VERSION,
     SEARCH_FOLD_MIGRATION,
+    TURN_INDEX_VERSION,
     WORD_SPLIT_MIGRATION,
     backfill_counts_script,
     backfill_reason,
@@ -367,6 +368,8 @@ CREATE TRIGGER graph_counts_{table}_au AFTER UPDATE OF {column} ON {table} FOR E
 # Versions after BASELINE whose SQLite text PostgreSQL cannot run even in :func:`postgres_form`:
 # their PostgreSQL script.
 OVERRIDES: dict[int, str] = {
+    # 29 (store.db.TURN_INDEX_MIGRATION): a turn index past 32 bits (up to 2**53 - 1) fits.
+    TURN_INDEX_VERSION: "ALTER TABLE recall_turns ALTER COLUMN turn_index TYPE BIGINT",
     # 28 (store.db.BACKFILL_COUNTS_MIGRATION): the back-fill count triggers as a PL/pgSQL function.
     BACKFILL_COUNTS_VERSION: backfill_counts_script(POSTGRESQL, key='TEXT COLLATE "C"') + f"""CREATE FUNCTION rem_count_backfill() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN

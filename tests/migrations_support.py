@@ -8,7 +8,7 @@ from typing import Any
 
 from store.db import (
     BACKFILL_COUNTS_VERSION, CHUNK_TEXT_VERSION, ERASE_AT_COMMIT_VERSION, FIRST_CHUNK_VERSION, FOLD_RANK_VERSION, LAST_ROW_VERSION, MIGRATIONS, POINTS_BY_MEMORY_VERSION, QUEUE_WITHDRAWALS_VERSION,
-    SEARCH_FOLD_VERSION, TEXT_CLAIMS_VERSION, WORD_SPLIT_VERSION,
+    SEARCH_FOLD_VERSION, TEXT_CLAIMS_VERSION, TURN_INDEX_VERSION, WORD_SPLIT_VERSION,
     _statements,
 )
 from store.postgres_schema import search_vectors
@@ -119,6 +119,7 @@ UNDO: dict[int, dict[str, tuple[str, ...]]] = {
         "postgresql": (*(f"DROP TRIGGER backfill_counts_nodes_{op} ON nodes" for op in ("ai", "ad", "au")),
                        "DROP FUNCTION rem_count_backfill()", "DROP TABLE backfill_count_changes", "DROP TABLE backfill_counts"),
     },
+    TURN_INDEX_VERSION: {"sqlite": (), "postgresql": ("ALTER TABLE recall_turns ALTER COLUMN turn_index TYPE INTEGER",)},
 }
 assert "rem_run_counts" in MIGRATIONS[RUN_COUNTS_VERSION - 1] and "community_names" in MIGRATIONS[COMMUNITY_NAMES_VERSION - 1]
 assert "justification" in MIGRATIONS[EDGE_JUSTIFICATIONS_VERSION - 1]

@@ -1,0 +1,98 @@
+"""Hostile input that SQLite takes and PostgreSQL refused (pghostile): the nastiest values a model
+answer, a queue line or a transcript may legally carry, through the real cycle on both engines.
+
+PostgreSQL keeps a btree index entry on one page (about 2,700 bytes after compression): a value
+longer than that in an indexed text column fails its INSERT ("index row size exceeds maximum"),
+where SQLite has no such limit. The values here are random characters outside the Basic
+Multilingual Plane (4 bytes each in UTF-8, and nothing for compression to shorten)."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from config import Settings
+from pipelines.importer import import_sessions
+from store.backend import open_database
+from store.chroma import MAX_TURN_INDEX, ChromaStore
+from tests.conftest import write_sessions
+from tests.llm_server import LLMServer, ok
+from tests.test_recall import ask
+from worker.cycle import run_cycle
+
+_RANDOM = random.Random(26)
+
+
+def _noise(chars: int) -> str:
+    """``chars`` random letters of CJK Extension B (U+20000-U+2A6DF): 4 UTF-8 bytes each, incompressible."""
+    return "".join(chr(_RANDOM.randrange(0x20000, 0x2A6E0)) for _ in range(chars))
+
+
+NAME_A, NAME_B, REASON = _noise(300), _noise(300), _noise(500)
+TURN = f"{NAME_A} talks to {NAME_B} because {REASON}"
+
+
+def _answer(body: dict[str, Any]) -> dict[str, Any]:
+    """An extraction at every limit the validation keeps: two 300-character names and a
+    500-character justification, each quoted from the turn."""
+    nodes = [{"id": n, "type": "CLASS", "name": n, "description": "", "confidence": 0.9,
+              "evidence": [{"turn": 1, "quote": n}]} for n in (NAME_A, NAME_B)]
+    edge = {"source": NAME_A, "target": NAME_B, "relationship": "DEPENDS_ON", "justification": REASON,
+            "evidence": [{"turn": 1, "quote": REASON}]}
+    return {"summary": "long names", "nodes": nodes, "edges": [edge]}
+
+
+@pytest.mark.both_backends
+async def test_an_edge_with_the_longest_names_and_justification_commits(
+    settings: Settings, tmp_path: Path, backend: str, request: pytest.FixtureRequest
+) -> None:
+    """A model answer at every length the validation allows (two 300-character names, a
+    500-character justification) commits on both engines. On PostgreSQL the edge point's
+    ``edge_points_reason`` entry (source, target, relationship, justification) is ~4.4 kB, and the
+    commit fails "index row size 4448 exceeds btree version 4 maximum 2704": the session is
+    charged an attempt at every cycle and ends ``undigestible`` (tests/test_audit19_outages.py),
+    while SQLite digests it. Left as it is (see RELIABILITY.md, pghostile): the index is the seek
+    tests/test_day400d.py holds PostgreSQL to, and a key that fits needs a new query on both engines."""
+    if backend == "postgresql":
+        request.applymarker(pytest.mark.xfail(strict=False, reason="edge_points_reason: index row over PostgreSQL's 2704-byte btree limit"))
+    sessions = write_sessions(tmp_path / "in.jsonl", [{
+        "sessionId": "long", "createdAt": "2026-11-01T10:00:00Z", "userId": "u", "title": "T", "summary": "S",
+        "turns": [{"id": "long-t0", "role": "user", "text": TURN}]}])
+    await import_sessions(sessions, chroma=ChromaStore(settings), memory_collection=settings.memory_collection,
+                          summary_collection=settings.session_collection)
+    with LLMServer(default=ok(_answer)) as llm:
+        result = await run_cycle(settings.model_copy(update={"llm_base_url": llm.url, "extractor": "openai"}))
+    digest = result.phases.get("digest") or result.phases
+    db = open_database(settings)
+    try:
+        states = [tuple(r) for r in db.query("SELECT state, defer_reason FROM session_digests")]
+        reasons = [r[0] for r in db.query("SELECT justification FROM edge_points")]
+    finally:
+        db.close()
+    assert states == [("digested", None)], (states, digest)
+    assert reasons == [REASON]
+
+
+@pytest.mark.both_backends
+async def test_a_turn_index_past_32_bits_is_ingested_and_recalled(settings: Settings) -> None:
+    """``turnIndex`` is any integer up to MAX_TURN_INDEX (2**53 - 1, what a JSON number holds
+    exactly): SQLite's INTEGER took it, PostgreSQL's ``recall_turns.turn_index`` (INTEGER, 32 bits)
+    refused it ("integer out of range"), so the session failed its sync at every cycle there.
+    Recall's neighbouring turns (``adjacent_turns``: the index ± a radius) are found on both."""
+    far = [2**31, MAX_TURN_INDEX - 1, MAX_TURN_INDEX]
+    await ChromaStore(settings).upsert(settings.memory_collection, [f"big-t{n}" for n in range(3)],
+                                       ["the osprey nests", "the heron waits", "the kestrel hovers"], [
+        {"sessionId": "big", "turnIndex": index, "role": "user", "createdAt": "2026-11-01T10:00:00Z"} for index in far])
+    result = await run_cycle(settings)
+    ingest = result.phases["ingest"]
+    assert result.outcome == "completed" and ingest["sessions_failed"] == 0, ingest.get("session_failures")
+    db = open_database(settings)
+    try:
+        stored = sorted(r[0] for r in db.query("SELECT turn_index FROM recall_turns"))
+    finally:
+        db.close()
+    assert stored == far
+    assert "the kestrel hovers" in [t["text"] for t in ask(settings, "heron")["turns"]]
