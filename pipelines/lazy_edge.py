@@ -80,6 +80,11 @@ def parse_line(raw: bytes) -> QueuedEdge | MalformedLine:
         return MalformedLine("malformed-json", f"not JSON we accept: {exc}"[:300])
     if not isinstance(record, dict):
         return MalformedLine("malformed-json", f"expected a JSON object, got {type(record).__name__}")
+    try:
+        if _holds_nul(record):
+            return MalformedLine("invalid-edge", "a string holds a NUL (U+0000), which PostgreSQL's text cannot store")
+    except RecursionError:  # as deep as the decoder went, and this walk a frame deeper
+        return MalformedLine("malformed-json", "not JSON we accept: nested too deeply")
     missing = [name for name in ("source", "target", "relationship") if record.get(name) in (None, "")]
     if missing:
         return MalformedLine("invalid-edge", f"missing {', '.join(missing)}")
@@ -124,6 +129,19 @@ def _is_finite(number: int | float) -> bool:
         return math.isfinite(number)
     except OverflowError:
         return False
+
+
+def _holds_nul(value: Any) -> bool:
+    """Whether a string of ``value`` (a decoded JSON line: keys, values, nested) holds a NUL. Such a
+    line was linked on SQLite and refused by PostgreSQL's queue table (its first-chunk index reads
+    the line as ``jsonb``, which holds no NUL) — the same line, two fates: refused on both (pghostile)."""
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(_holds_nul(k) or _holds_nul(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_holds_nul(v) for v in value)
+    return False
 
 
 def _unstorable(properties: dict[str, Any]) -> str | None:

@@ -16,8 +16,10 @@ import pytest
 
 from config import Settings
 from pipelines.importer import import_sessions
+from pipelines.enqueue import InvalidLazyEdgeError, enqueue_lazy_edges
 from store.backend import open_database
 from store.chroma import MAX_TURN_INDEX, ChromaStore
+from store.lazy_queue import edge_line
 from tests.conftest import write_sessions
 from tests.llm_server import LLMServer, ok
 from tests.test_recall import ask
@@ -96,3 +98,26 @@ async def test_a_turn_index_past_32_bits_is_ingested_and_recalled(settings: Sett
         db.close()
     assert stored == far
     assert "the kestrel hovers" in [t["text"] for t in ask(settings, "heron")["turns"]]
+
+
+@pytest.mark.both_backends
+@pytest.mark.parametrize("queue", ["file", "database"])
+async def test_a_queue_line_holding_a_nul_is_refused_alike(settings: Settings, queue: str) -> None:
+    """A lazy edge whose property holds a NUL: the queue table on SQLite took it (and the drain
+    linked it), on PostgreSQL the INSERT failed ("\\u0000 cannot be converted to text": the
+    first-chunk index reads the line as ``jsonb``), and the call died on a DatabaseError. Now
+    refused by the one rule of both queue forms (pipelines.lazy_edge.parse_line) on either engine:
+    ``enqueue`` names it, and a line a producer wrote to the file anyway is a dead letter."""
+    mine = settings.model_copy(update={"lazy_queue": queue})
+    assert (await run_cycle(mine)).outcome == "completed"  # the data dir and the graph database made
+    edge = {"source": "CONCEPT:a", "target": "CONCEPT:b", "relationship": "RELATES_TO", "properties": {"note": "a\x00b"}}
+    with pytest.raises(InvalidLazyEdgeError, match="NUL"):
+        enqueue_lazy_edges(mine.lazy_queue_target, [edge, {**edge, "properties": {}}])
+    if queue == "file":  # a producer that wrote the line itself: the drain dead-letters it at once
+        mine.queue_path.write_bytes(edge_line(edge) + edge_line({**edge, "properties": {}}))
+    else:
+        assert enqueue_lazy_edges(mine.lazy_queue_target, [{**edge, "properties": {}}]) == 1
+    result = await run_cycle(mine)
+    assert result.outcome == "completed", result.phases
+    drained = result.phases["drain"]
+    assert drained.get("dead_lettered", 0) == (1 if queue == "file" else 0), drained
