@@ -37,7 +37,7 @@ import anyio
 
 from pipelines.extract.commit import CommitStats, commit_session
 from pipelines.extract.map import map_units
-from pipelines.extract.model import Extractor
+from pipelines.extract.model import MAX_NAME_CHARS, Extractor
 from pipelines.extract.reduce import reduce_session
 from pipelines.extract.units import SourceTurn, plan_units
 from pipelines.lazy_edge import LazyEdgeSink, queue_superseding
@@ -174,12 +174,21 @@ def note_turns(note: NoteFile) -> list[SourceTurn]:
     return [SourceTurn(f"{note.key}-p{n}", text) for n, text in enumerate(p for p in paragraphs if p)]
 
 
+def note_name(shown: str) -> str:
+    """A NOTE node's name: the path as the user gave it, or its last :data:`MAX_NAME_CHARS`
+    characters ("…" and the file's name and nearest folders) when longer. Pure. A node's name is
+    indexed (``nodes_label_name``), and PostgreSQL keeps an index entry on one page (2,704
+    bytes): a path of up to PATH_MAX (4,096 bytes) failed its import there, not on SQLite
+    (pghostile). The whole absolute path stays the node's ``path`` property."""
+    return shown if len(shown) <= MAX_NAME_CHARS else "…" + shown[1 - MAX_NAME_CHARS:]
+
+
 def note_node(note: NoteFile, *, content_hash: str | None) -> Node:
     """The NOTE anchor node; ``content_hash`` is set once the file's extraction is committed."""
     properties: dict[str, Any] = {"path": str(note.path), "chars": len(note.text)}
     if content_hash is not None:
         properties["contentHash"] = content_hash
-    return Node(note.note_id, NOTE_LABEL, note.shown, properties)
+    return Node(note.note_id, NOTE_LABEL, note_name(note.shown), properties)
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ Multilingual Plane (4 bytes each in UTF-8, and nothing for compression to shorte
 
 from __future__ import annotations
 
+import json
 import random
 from pathlib import Path
 from typing import Any
@@ -16,13 +17,15 @@ import pytest
 
 from config import Settings
 from pipelines.importer import import_sessions
+from pipelines.extract.model import MAX_NAME_CHARS
 from pipelines.enqueue import InvalidLazyEdgeError, enqueue_lazy_edges
 from store.backend import open_database
 from store.chroma import MAX_TURN_INDEX, ChromaStore
 from store.lazy_queue import edge_line
-from tests.conftest import write_sessions
+from tests.conftest import run_cli, write_sessions
 from tests.llm_server import LLMServer, ok
 from tests.test_recall import ask
+from tests.test_roundtrip_restore import _env
 from worker.cycle import run_cycle
 
 _RANDOM = random.Random(26)
@@ -138,3 +141,29 @@ async def test_a_turn_of_a_million_distinct_words_is_ingested(settings: Settings
     ingest = result.phases["ingest"]
     assert ingest["sessions_failed"] == 0, ingest.get("session_failures")
     assert "the osprey nests" in [t["text"] for t in ask(settings, "osprey")["turns"]]
+
+
+@pytest.mark.both_backends
+def test_a_notes_file_deep_under_long_directory_names_is_imported(settings: Settings, tmp_path: Path) -> None:
+    """A notes file whose path is long (eleven directories of 60 characters outside the Basic
+    Multilingual Plane: 2.7 kB, well inside PATH_MAX). Its NOTE node was named by the whole path,
+    and PostgreSQL refused the node ("index row size 2744 exceeds btree version 4 maximum 2704 for
+    index nodes_label_name"): the import failed there, not on SQLite. Now the name is the path's
+    last MAX_NAME_CHARS characters on both engines, and the ``path`` property (export's
+    ``file_sources``) the whole path."""
+    folder = tmp_path
+    for _ in range(11):
+        folder = folder / _noise(60)
+    folder.mkdir(parents=True)
+    note = folder / "osprey.md"
+    note.write_text("The LazyEdgeQueue feeds the GraphStore.\n\nThe osprey nests by the river.\n", encoding="utf-8")
+    done = run_cli("import-notes", str(note), "--json", env=_env(settings))
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    db = open_database(settings)
+    try:
+        (name, properties), = db.query("SELECT name, properties FROM nodes WHERE label = 'NOTE'")
+    finally:
+        db.close()
+    assert (name, json.loads(properties)["path"]) == ("…" + str(note)[1 - MAX_NAME_CHARS:], str(note))
+    exported = json.loads(run_cli("export", env=_env(settings)).stdout or "{}")
+    assert str(note) in json.dumps(exported, ensure_ascii=False), exported.keys()
