@@ -41,6 +41,11 @@ class LazyEdgeSink(Protocol):
 # edge property (the earlier system lost ``justification`` by forwarding only ``properties``).
 LINE_FIELDS = frozenset({"source", "target", "relationship", "weight", "properties", "timestamp", "attempts", "lastError"})
 MAX_RELATIONSHIP_LENGTH = 128
+# The queue tables index a line's first chunk id (store.dialect.Dialect.queue_first_chunk), and
+# PostgreSQL keeps an index entry on one page (2,704 bytes): a longer one failed the producer's
+# INSERT there and not on SQLite (pghostile). rem-cycle's own are ``<session id>:chunk:<n>``
+# (at most ~220 bytes); this leaves producers five times that.
+MAX_FIRST_CHUNK_BYTES = 1024
 _CONTROL = re.compile("[\x00-\x1f\x7f]")
 
 
@@ -111,6 +116,9 @@ def parse_line(raw: bytes) -> QueuedEdge | MalformedLine:
     properties = record.get("properties") or {}
     if not isinstance(properties, dict):
         return MalformedLine("invalid-edge", "properties must be a JSON object")
+    first_chunk = _first_chunk_bytes(properties)
+    if first_chunk > MAX_FIRST_CHUNK_BYTES:
+        return MalformedLine("invalid-edge", f"properties.chunk_ids[0] is {first_chunk} bytes; the limit is {MAX_FIRST_CHUNK_BYTES} bytes")
     extras = {k: v for k, v in record.items() if k not in LINE_FIELDS}
     attempts = record.get("attempts", 0)
     attempts = attempts if isinstance(attempts, int) and not isinstance(attempts, bool) and attempts >= 0 else 0
@@ -129,6 +137,17 @@ def _is_finite(number: int | float) -> bool:
         return math.isfinite(number)
     except OverflowError:
         return False
+
+
+def _first_chunk_bytes(properties: dict[str, Any]) -> int:
+    """The UTF-8 size of what the queue tables' first-chunk index holds of a line whose
+    ``properties`` these are (``chunk_ids[0]``: a string's text, any other value's JSON; PostgreSQL's
+    path also reads key ``"0"`` of an object); 0 when there is none."""
+    chunks = properties.get("chunk_ids")
+    first = chunks[0] if isinstance(chunks, list) and chunks else chunks.get("0") if isinstance(chunks, dict) else None
+    if first is None:
+        return 0
+    return len((first if isinstance(first, str) else json.dumps(first, ensure_ascii=False)).encode("utf-8", "surrogatepass"))
 
 
 def _holds_nul(value: Any) -> bool:

@@ -167,3 +167,19 @@ def test_a_notes_file_deep_under_long_directory_names_is_imported(settings: Sett
     assert (name, json.loads(properties)["path"]) == ("…" + str(note)[1 - MAX_NAME_CHARS:], str(note))
     exported = json.loads(run_cli("export", env=_env(settings)).stdout or "{}")
     assert str(note) in json.dumps(exported, ensure_ascii=False), exported.keys()
+
+
+@pytest.mark.both_backends
+def test_a_queue_line_with_a_long_first_chunk_id_is_refused_alike(settings: Settings) -> None:
+    """``properties.chunk_ids[0]`` is what the queue tables' first-chunk index holds: a producer's
+    line whose first chunk id is 1,000 characters outside the Basic Multilingual Plane (4 kB) was
+    written on SQLite and refused by PostgreSQL ("index row size 4024 exceeds btree version 4
+    maximum 2704 for index lazy_edges_first_chunk"), a DatabaseError out of ``enqueue``. Now
+    refused on both, by name, as every other line that can never be stored."""
+    mine = settings.model_copy(update={"lazy_queue": "database"})
+    open_database(mine).close()  # the graph database made, as a worker's first cycle does
+    edge = {"source": "CONCEPT:a", "target": "CONCEPT:b", "relationship": "RELATES_TO"}
+    for chunks in ([_noise(1000)], [{"chunk": _noise(1000)}], {"0": _noise(1000)}):
+        with pytest.raises(InvalidLazyEdgeError, match="chunk_ids"):
+            enqueue_lazy_edges(mine.lazy_queue_target, [{**edge, "properties": {"chunk_ids": chunks}}])
+    assert enqueue_lazy_edges(mine.lazy_queue_target, [{**edge, "properties": {"chunk_ids": [_noise(250)]}}]) == 1
