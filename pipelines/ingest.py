@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 import anyio
 
+from pipelines.extract.model import MAX_NAME_CHARS
 from pipelines.ports import UnitOfWork
 from pipelines.vocabulary import MEMORY_LABEL
 from store.chroma import ChromaStore, ChromaUnavailableError, MemoryRow, SummaryRow, TurnsHandOff, latest_by_session
@@ -109,7 +110,10 @@ def session_node(session_id: str, summary: SummaryRow | None, *, marker: str, me
     properties = {**fields, "payloadHash": payload_hash(fields), marker: True}
     if summary is None:
         properties["minimal"] = True
-    return Node(session_node_id(session_id), "SESSION", title or session_id, properties)
+    # The node's name is indexed (``nodes_label_name``), and PostgreSQL keeps an index entry on one
+    # page (2,704 bytes): a title of any length (the ``title`` property keeps it whole) failed the
+    # session's sync there at every cycle, not on SQLite (pghostile). Its first MAX_NAME_CHARS.
+    return Node(session_node_id(session_id), "SESSION", (title or session_id)[:MAX_NAME_CHARS], properties)
 
 
 def memory_node(row: MemoryRow, *, marker: str) -> Node:

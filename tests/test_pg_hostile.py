@@ -183,3 +183,45 @@ def test_a_queue_line_with_a_long_first_chunk_id_is_refused_alike(settings: Sett
         with pytest.raises(InvalidLazyEdgeError, match="chunk_ids"):
             enqueue_lazy_edges(mine.lazy_queue_target, [{**edge, "properties": {"chunk_ids": chunks}}])
     assert enqueue_lazy_edges(mine.lazy_queue_target, [{**edge, "properties": {"chunk_ids": [_noise(250)]}}]) == 1
+
+
+@pytest.mark.both_backends
+async def test_a_session_with_a_long_title_is_ingested(settings: Settings) -> None:
+    """A summary row's title of 1,000 characters outside the Basic Multilingual Plane (4 kB): the
+    SESSION node was named by it, and PostgreSQL refused the node ("index row size 4024 exceeds
+    btree version 4 maximum 2704 for index nodes_label_name"): the session failed its sync at every
+    cycle there, not on SQLite. Now the node's name is the title's first MAX_NAME_CHARS characters
+    on both; the ``title`` property and recall's session title keep it whole."""
+    title = _noise(1000)
+    await ChromaStore(settings).upsert(settings.memory_collection, ["t-t0"], ["the osprey nests"], [
+        {"sessionId": "t", "turnIndex": 0, "role": "user", "createdAt": "2026-11-01T10:00:00Z"}])
+    await ChromaStore(settings).upsert(settings.session_collection, ["summary_t"], ["Ospreys"], [
+        {"sessionId": "t", "title": title, "createdAt": "2026-11-01T10:00:00Z"}])
+    result = await run_cycle(settings)
+    assert result.phases["ingest"]["sessions_failed"] == 0, result.phases["ingest"].get("session_failures")
+    db = open_database(settings)
+    try:
+        (name, properties), = db.query("SELECT name, properties FROM nodes WHERE label = 'SESSION'")
+        kept = [r[0] for r in db.query("SELECT title FROM recall_sessions")]
+    finally:
+        db.close()
+    assert (name, json.loads(properties)["title"], kept) == (title[:MAX_NAME_CHARS], title, [title])
+    assert (await run_cycle(settings)).phases["ingest"]["sessions_changed"] == 0
+
+
+@pytest.mark.both_backends
+async def test_a_long_user_id_is_ingested(settings: Settings, backend: str, request: pytest.FixtureRequest) -> None:
+    """A ``userId`` of 1,000 characters outside the Basic Multilingual Plane (4 kB): SQLite ingests
+    the session; PostgreSQL refuses it ("index row size 4016 exceeds btree version 4 maximum 2704
+    for index recall_sessions_user"; ``recall_session_users``' key holds it too), and the session
+    fails its sync at every cycle. Left as it is (RELIABILITY.md, pghostile): read as missing, a
+    user id would make the session everyone's; refusing the row is the lead's call."""
+    if backend == "postgresql":
+        request.applymarker(pytest.mark.xfail(strict=False, reason="recall_sessions_user: index row over PostgreSQL's 2704-byte btree limit"))
+    user = _noise(1000)
+    await ChromaStore(settings).upsert(settings.memory_collection, ["u-t0"], ["the osprey nests"], [
+        {"sessionId": "u", "turnIndex": 0, "role": "user", "userId": user, "createdAt": "2026-11-01T10:00:00Z"}])
+    await ChromaStore(settings).upsert(settings.session_collection, ["summary_u"], ["Ospreys"], [
+        {"sessionId": "u", "title": "T", "userId": user, "createdAt": "2026-11-01T10:00:00Z"}])
+    result = await run_cycle(settings)
+    assert result.phases["ingest"]["sessions_failed"] == 0, result.phases["ingest"].get("session_failures")
