@@ -19,7 +19,7 @@ import anyio
 from pipelines.extract.model import MAX_NAME_CHARS
 from pipelines.ports import UnitOfWork
 from pipelines.vocabulary import MEMORY_LABEL
-from store.chroma import ChromaStore, ChromaUnavailableError, MemoryRow, SummaryRow, TurnsHandOff, latest_by_session
+from store.chroma import ChromaStore, ChromaUnavailableError, MemoryRow, SummaryRow, TurnsHandOff, latest_by_session, read_user_id
 from store.errors import LeaseLostError
 from store.graph import Edge, Node, dumps
 from store.ids import InvalidIdError, is_valid_row_id, memory_node_id, session_node_id
@@ -99,7 +99,7 @@ def session_node(session_id: str, summary: SummaryRow | None, *, marker: str, me
     fields: dict[str, Any] = {
         "sessionId": session_id,
         "createdAt": summary.created_at if summary else None,
-        "userId": meta.get("userId") if isinstance(meta.get("userId"), str) else None,
+        "userId": read_user_id(meta),
         "title": title,
         "chromaId": summary.id if summary else None,
         "summary": summary.document if summary else None,
@@ -123,7 +123,7 @@ def memory_node(row: MemoryRow, *, marker: str) -> Node:
         "chromaId": row.id,
         "sessionId": row.session_id,
         "createdAt": row.created_at,
-        "userId": meta.get("userId") if isinstance(meta.get("userId"), str) else None,
+        "userId": read_user_id(meta),
         "turnIndex": row.turn_index,
         "role": meta.get("role") if isinstance(meta.get("role"), str) else None,
         "agent": meta.get("agent") if isinstance(meta.get("agent"), str) else None,

@@ -53,6 +53,7 @@ from pipelines.asof import AsOfError, bare_year
 from pipelines.asof import parse_as_of as iso_as_of
 from pipelines.chunker import estimate_tokens
 from pipelines.vocabulary import PROVENANCE_RELATIONSHIPS
+from store.chroma import MAX_USER_ID_CHARS
 from store.ids import InvalidIdError, has_forbidden_characters, row_id_given, session_node_id
 from store.recall_index import FactRecord, Scope, SessionRecord, TurnRecord, term_match
 from store.textfold import fold, spaceless
@@ -62,7 +63,7 @@ MAX_QUERY_CHARS = 4_000
 MAX_TERMS = 24
 MAX_LIMIT = 100
 MAX_BUDGET_TOKENS = 200_000
-MAX_USER_CHARS = 200
+MAX_USER_CHARS = MAX_USER_ID_CHARS
 SIGNALS: tuple[str, ...] = ("keyword", "entities", "vector", "context", "session", "recency")
 # Candidates each signal contributes before fusion: deeper than ``limit`` so that a turn ranked
 # modestly by two signals can overtake one ranked first by a single signal.

@@ -84,6 +84,11 @@ FALLBACK_MAX_BATCH_SIZE = 1000
 
 # The largest integer every JSON reader keeps exact; a larger turn index is a corrupt value.
 MAX_TURN_INDEX = 2**53 - 1
+# The longest ``userId`` the worker keeps: what recall can be asked for (pipelines.recall
+# check_user). A longer one could never be asked for, and PostgreSQL's user indexes refused one
+# over ~2,700 bytes (the session failed its sync at every cycle there, not on SQLite: pghostile):
+# it is a bad value, read as missing — the session is then no user's, shown to no user's recall.
+MAX_USER_ID_CHARS = 200
 # Metadata fields the worker reads as text; any other type is a bad value (read as missing).
 TEXT_FIELDS: dict[str, tuple[str, ...]] = {"memory": ("userId", "role", "agent"), "summary": ("userId", "title")}
 
@@ -218,7 +223,16 @@ def row_problems(row_id: object, metadata: Metadata, *, kind: str) -> list[str]:
     elif not is_valid_row_id(session_id):
         problems.append("sessionId:invalid")
     problems.extend(f"{name}:wrong-type" for name in TEXT_FIELDS[kind] if metadata.get(name) is not None and not isinstance(metadata[name], str))
+    if isinstance(metadata.get("userId"), str) and read_user_id(metadata) is None:
+        problems.append("userId:too-long")
     return problems
+
+
+def read_user_id(metadata: Metadata) -> str | None:
+    """A row's ``userId``: its text, or ``None`` when missing, not text or longer than
+    :data:`MAX_USER_ID_CHARS`. Pure."""
+    user = metadata.get("userId")
+    return user if isinstance(user, str) and len(user) <= MAX_USER_ID_CHARS else None
 
 
 def turn_order_key(row: MemoryRow) -> tuple[int, int, str, str]:

@@ -20,7 +20,7 @@ from pipelines.importer import import_sessions
 from pipelines.extract.model import MAX_NAME_CHARS
 from pipelines.enqueue import InvalidLazyEdgeError, enqueue_lazy_edges
 from store.backend import open_database
-from store.chroma import MAX_TURN_INDEX, ChromaStore
+from store.chroma import MAX_TURN_INDEX, MAX_USER_ID_CHARS, ChromaStore
 from store.lazy_queue import edge_line
 from tests.conftest import run_cli, write_sessions
 from tests.llm_server import LLMServer, ok
@@ -210,18 +210,29 @@ async def test_a_session_with_a_long_title_is_ingested(settings: Settings) -> No
 
 
 @pytest.mark.both_backends
-async def test_a_long_user_id_is_ingested(settings: Settings, backend: str, request: pytest.FixtureRequest) -> None:
-    """A ``userId`` of 1,000 characters outside the Basic Multilingual Plane (4 kB): SQLite ingests
-    the session; PostgreSQL refuses it ("index row size 4016 exceeds btree version 4 maximum 2704
-    for index recall_sessions_user"; ``recall_session_users``' key holds it too), and the session
-    fails its sync at every cycle. Left as it is (RELIABILITY.md, pghostile): read as missing, a
-    user id would make the session everyone's; refusing the row is the lead's call."""
-    if backend == "postgresql":
-        request.applymarker(pytest.mark.xfail(strict=False, reason="recall_sessions_user: index row over PostgreSQL's 2704-byte btree limit"))
+async def test_a_long_user_id_is_read_as_missing_alike(settings: Settings) -> None:
+    """A ``userId`` of 1,000 characters outside the Basic Multilingual Plane (4 kB): SQLite
+    ingested the session under it; PostgreSQL refused it ("index row size 4016 exceeds btree
+    version 4 maximum 2704 for index recall_sessions_user"), and the session failed its sync at
+    every cycle. Recall is never asked for a user over MAX_USER_ID_CHARS, so such a value is a bad
+    one on both engines, read as missing and counted: the session is ingested, no user's, and no
+    user's recall shows it."""
     user = _noise(1000)
     await ChromaStore(settings).upsert(settings.memory_collection, ["u-t0"], ["the osprey nests"], [
         {"sessionId": "u", "turnIndex": 0, "role": "user", "userId": user, "createdAt": "2026-11-01T10:00:00Z"}])
     await ChromaStore(settings).upsert(settings.session_collection, ["summary_u"], ["Ospreys"], [
         {"sessionId": "u", "title": "T", "userId": user, "createdAt": "2026-11-01T10:00:00Z"}])
     result = await run_cycle(settings)
-    assert result.phases["ingest"]["sessions_failed"] == 0, result.phases["ingest"].get("session_failures")
+    ingest = result.phases["ingest"]
+    assert ingest["sessions_failed"] == 0, ingest.get("session_failures")
+    db = open_database(settings)
+    try:
+        users = [tuple(r) for r in db.query("SELECT (SELECT COUNT(*) FROM recall_session_users), "
+                                            "(SELECT COUNT(*) FROM recall_turns WHERE user_id IS NOT NULL)")]
+    finally:
+        db.close()
+    assert users == [(0, 0)]
+    assert [t["text"] for t in ask(settings, "osprey")["turns"]] == ["the osprey nests"]
+    assert ask(settings, "osprey", user=user[:MAX_USER_ID_CHARS])["turns"] == []
+
+
