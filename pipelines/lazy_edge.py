@@ -46,6 +46,12 @@ MAX_RELATIONSHIP_LENGTH = 128
 # INSERT there and not on SQLite (pghostile). rem-cycle's own are ``<session id>:chunk:<n>``
 # (at most ~220 bytes); this leaves producers five times that.
 MAX_FIRST_CHUNK_BYTES = 1024
+# An edge's key (source, target, relationship) is one entry of the ``edges`` primary key, which
+# PostgreSQL keeps on one page (2,704 bytes with the entry's own headers): a 128-character
+# relationship between two nodes with 300-character names outside the Basic Multilingual Plane
+# failed every drain there (until dead-lettered as max-attempts) and linked on SQLite (pghostile).
+# rem-cycle's own ids are at most ~1,210 bytes each and its relationships a few ASCII words.
+MAX_EDGE_KEY_BYTES = 2_600
 _CONTROL = re.compile("[\x00-\x1f\x7f]")
 
 
@@ -108,6 +114,10 @@ def parse_line(raw: bytes) -> QueuedEdge | MalformedLine:
         return MalformedLine(
             "invalid-edge", f"relationship must be a string of 1-{MAX_RELATIONSHIP_LENGTH} characters without control characters"
         )
+    key_bytes = sum(len(part.encode("utf-8", "surrogatepass")) for part in (source, target, relationship))
+    if key_bytes > MAX_EDGE_KEY_BYTES:
+        return MalformedLine("invalid-edge", f"source, target and relationship are {key_bytes} bytes together; "
+                                             f"the limit is {MAX_EDGE_KEY_BYTES} bytes")
     weight = record.get("weight", 1.0)
     if weight is None:
         weight = 1.0

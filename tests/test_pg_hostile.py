@@ -236,3 +236,38 @@ async def test_a_long_user_id_is_read_as_missing_alike(settings: Settings) -> No
     assert ask(settings, "osprey", user=user[:MAX_USER_ID_CHARS])["turns"] == []
 
 
+
+
+@pytest.mark.both_backends
+@pytest.mark.parametrize("queue", ["file", "database"])
+async def test_a_lazy_edge_whose_key_is_over_a_page_is_refused_alike(settings: Settings, tmp_path: Path, queue: str) -> None:
+    """A lazy edge between two nodes with 300-character names (outside the Basic Multilingual
+    Plane) under a 128-character relationship: its ``edges`` key is ~2.9 kB. SQLite linked it;
+    PostgreSQL failed every drain ("index row size 2952 exceeds btree version 4 maximum 2704 for
+    index edges_pkey") until the line went dead as ``max-attempts``. Now refused at ``enqueue`` on
+    both engines, naming the key's size; a shorter relationship between the same nodes links on both."""
+    mine = settings.model_copy(update={"lazy_queue": queue})
+    sessions = write_sessions(tmp_path / "in.jsonl", [{
+        "sessionId": "long", "createdAt": "2026-11-01T10:00:00Z", "userId": "u", "title": "T", "summary": "S",
+        "turns": [{"id": "long-t0", "role": "user", "text": TURN}]}])
+    await import_sessions(sessions, chroma=ChromaStore(mine), memory_collection=mine.memory_collection,
+                          summary_collection=mine.session_collection)
+    with LLMServer(default=ok(lambda body: {**_answer(body), "edges": []})) as llm:
+        assert (await run_cycle(mine.model_copy(update={"llm_base_url": llm.url, "extractor": "openai"}))).outcome == "completed"
+    db = open_database(mine)
+    try:
+        source, target = sorted(r[0] for r in db.query("SELECT id FROM nodes WHERE label = 'CLASS'"))
+    finally:
+        db.close()
+    long_relationship, short_relationship = _noise(128), _noise(20)
+    with pytest.raises(InvalidLazyEdgeError, match="bytes together"):
+        enqueue_lazy_edges(mine.lazy_queue_target, [{"source": source, "target": target, "relationship": long_relationship}])
+    assert enqueue_lazy_edges(mine.lazy_queue_target, [{"source": source, "target": target, "relationship": short_relationship}]) == 1
+    drained = (await run_cycle(mine)).phases["drain"]
+    db = open_database(mine)
+    try:
+        linked = [tuple(r) for r in db.query("SELECT source, target, relationship FROM edges WHERE relationship NOT IN "
+                                              "('MENTIONED_IN', 'DISCUSSED_IN', 'ORIGINATES_IN', 'PART_OF')")]
+    finally:
+        db.close()
+    assert linked == [(source, target, short_relationship)], drained
