@@ -343,6 +343,16 @@ TURN_INDEX_MIGRATION = """
 SELECT 'recall_turns.turn_index holds 64 bits'
 """
 
+# 30: a turn of any size is ingested on PostgreSQL (tsv30). Its ``search`` column, a ``tsvector`` of
+# the turn's words, holds at most 1 MB there: a pasted log of some 150,000 distinct words failed
+# its session's sync at every cycle ("string is too long for tsvector"), and SQLite's FTS5 took it.
+# PostgreSQL's ``search`` columns are made again from the first
+# store.postgres_schema.INDEXED_TEXT_MOST characters of each text (store/postgres_schema.py
+# OVERRIDES); SQLite's index is unchanged: nothing to do here.
+SEARCH_BOUND_MIGRATION = """
+SELECT 'PostgreSQL indexes the first characters of a long text'
+"""
+
 # Why a MEMORY or SESSION node was made by back-fill (pipelines/backfill.py marks it ``backfilled``,
 # and ``minimal`` when the session had no summary row): the ``rem_cycle_backfilled_nodes`` series.
 BACKFILL_LABELS = ("MEMORY", "SESSION")
@@ -1056,6 +1066,8 @@ MIGRATIONS: tuple[str, ...] = (
     BACKFILL_COUNTS_MIGRATION,
     # 29: TURN_INDEX_MIGRATION above.
     TURN_INDEX_MIGRATION,
+    # 30: SEARCH_BOUND_MIGRATION above.
+    SEARCH_BOUND_MIGRATION,
 )
 
 # The queue table's schema version, wherever the entry sits (the PostgreSQL port keys its own form by it).
@@ -1072,6 +1084,7 @@ WORD_SPLIT_VERSION = MIGRATIONS.index(WORD_SPLIT_MIGRATION) + 1
 FIRST_CHUNK_VERSION = MIGRATIONS.index(FIRST_CHUNK_MIGRATION) + 1
 BACKFILL_COUNTS_VERSION = MIGRATIONS.index(BACKFILL_COUNTS_MIGRATION) + 1
 TURN_INDEX_VERSION = MIGRATIONS.index(TURN_INDEX_MIGRATION) + 1
+SEARCH_BOUND_VERSION = MIGRATIONS.index(SEARCH_BOUND_MIGRATION) + 1
 
 
 # SQLite's primary result codes (https://sqlite.org/rescode.html) that name a kind of failure.

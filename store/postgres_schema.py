@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 from store.db import (
     BACKFILL_COUNTS_VERSION,
+    SEARCH_BOUND_VERSION,
     SEARCH_FOLD_MIGRATION,
     TURN_INDEX_VERSION,
     WORD_SPLIT_MIGRATION,
@@ -542,11 +543,21 @@ CREATE TRIGGER state_counts_chunks_au AFTER UPDATE OF status, tokens_in, tokens_
 
 
 
-def search_vectors(function: str) -> dict[str, str]:
+# The characters of a text PostgreSQL's ``search`` columns index (migration 30): a ``tsvector``
+# holds at most 1 MB (1,048,575 bytes), and every word costs its lexeme, a 4-byte entry and its
+# positions. The worst measured of 100,000 characters, distinct two-character words outside the
+# Basic Multilingual Plane, is a 489 kB vector (ASCII words: 211 kB). A longer text (a pasted log)
+# is found by the words of its first 100,000 characters on PostgreSQL, by all of them on SQLite.
+INDEXED_TEXT_MOST = 100_000
+
+
+def search_vectors(function: str, *, most: int | None = None) -> dict[str, str]:
     """Each recall table's ``search`` column: the ``tsvector`` of its text columns as the SQL
-    function ``function`` gives them (weights A, B, D in the columns' order). Pure."""
+    function ``function`` gives them (weights A, B, D in the columns' order), of the first ``most``
+    characters of each when given. Pure."""
     def vector(column: str) -> str:
-        return f"to_tsvector('english', {function}({column}))"
+        text = f"{function}({column})" if most is None else f"{function}(left({column}, {most}))"
+        return f"to_tsvector('english', {text})"
 
     return {
         "recall_turns": vector("text"),
@@ -556,16 +567,21 @@ def search_vectors(function: str) -> dict[str, str]:
     }
 
 
-def _search_columns(function: str) -> str:
+def _search_columns(function: str, *, most: int | None = None) -> str:
     """The folding functions (:func:`store.textfold.postgres_functions`), then each recall table's
-    ``search`` column made again from ``function``'s text (:func:`search_vectors`), with its GIN
-    index: every row's vector computed anew, the table rewritten."""
+    ``search`` column made again from ``function``'s text (:func:`search_vectors`, ``most``), with
+    its GIN index: every row's vector computed anew, the table rewritten."""
     return postgres_functions() + "".join(
         f"ALTER TABLE {table} DROP COLUMN search;\n"
         f"ALTER TABLE {table} ADD COLUMN search tsvector GENERATED ALWAYS AS ({vector}) STORED;\n"
         f"CREATE INDEX {table}_search ON {table} USING gin(search);\n"
-        for table, vector in search_vectors(function).items()
+        for table, vector in search_vectors(function, most=most).items()
     )
+
+
+# 30 (store.db.SEARCH_BOUND_MIGRATION): the ``search`` columns of each text's first
+# INDEXED_TEXT_MOST characters (written here: the columns' text is this module's).
+OVERRIDES[SEARCH_BOUND_VERSION] = _search_columns("rem_index_text", most=INDEXED_TEXT_MOST)
 
 
 # Versions whose PostgreSQL script is written from store.textfold's rule (each SQLite migration

@@ -21,9 +21,11 @@ from pipelines.extract.model import MAX_NAME_CHARS
 from pipelines.enqueue import InvalidLazyEdgeError, enqueue_lazy_edges
 from store.backend import open_database
 from store.chroma import MAX_TURN_INDEX, MAX_USER_ID_CHARS, ChromaStore
+from store.db import SEARCH_BOUND_VERSION
 from store.lazy_queue import edge_line
 from tests.conftest import run_cli, write_sessions
 from tests.llm_server import LLMServer, ok
+from tests.migrations_support import rolled_back
 from tests.test_recall import ask
 from tests.test_roundtrip_restore import _env
 from worker.cycle import run_cycle
@@ -126,21 +128,27 @@ async def test_a_queue_line_holding_a_nul_is_refused_alike(settings: Settings, q
     assert drained.get("dead_lettered", 0) == (1 if queue == "file" else 0), drained
 
 
+@pytest.mark.parametrize("upgraded", [False, True], ids=["fresh", "upgraded"])
 @pytest.mark.both_backends
-async def test_a_turn_of_a_million_distinct_words_is_ingested(settings: Settings, backend: str, request: pytest.FixtureRequest) -> None:
+async def test_a_turn_of_a_million_distinct_words_is_ingested(settings: Settings, backend: str, upgraded: bool) -> None:
     """A pasted log of 150,000 distinct words (1.6 MB; a turn may be 64 MB): SQLite's FTS5 indexes
     it; PostgreSQL's ``recall_turns.search`` (a ``tsvector`` of the turn's words, at most 1 MB)
-    refuses the row ("string is too long for tsvector (2098380 bytes, max 1048575 bytes)"), and the
-    session fails its sync at every cycle. Left as it is (RELIABILITY.md, pghostile)."""
-    if backend == "postgresql":
-        request.applymarker(pytest.mark.xfail(strict=False, reason="recall_turns.search: a tsvector over PostgreSQL's 1 MB limit"))
-    words = " ".join("".join(_RANDOM.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(10)) for _ in range(150_000))
-    await ChromaStore(settings).upsert(settings.memory_collection, ["log-t0", "log-t1"], [words, "the osprey nests"], [
+    refused the row ("string is too long for tsvector (2098380 bytes, max 1048575 bytes)"), and the
+    session failed its sync at every cycle. Now PostgreSQL indexes the first INDEXED_TEXT_MOST
+    characters of a text (migration 30: ``upgraded``, a graph of schema 29 opened again): the
+    session is ingested, a word of the log's start is found on both engines."""
+    if upgraded:
+        db = open_database(settings)
+        db.close()
+        rolled_back(settings, backend, to=SEARCH_BOUND_VERSION - 1)
+    words = [f"{''.join(_RANDOM.choice('abcdefghijklmnopqrstuvwxyz') for _ in range(9))}q" for _ in range(150_000)]
+    await ChromaStore(settings).upsert(settings.memory_collection, ["log-t0", "log-t1"], [" ".join(words), "the osprey nests"], [
         {"sessionId": "log", "turnIndex": n, "role": "tool", "createdAt": "2026-11-01T10:00:00Z"} for n in range(2)])
     result = await run_cycle(settings)
     ingest = result.phases["ingest"]
     assert ingest["sessions_failed"] == 0, ingest.get("session_failures")
     assert "the osprey nests" in [t["text"] for t in ask(settings, "osprey")["turns"]]
+    assert [t["text"][:10] for t in ask(settings, words[10], signals=("keyword",))["turns"]] == [words[0]]
 
 
 @pytest.mark.both_backends
