@@ -357,6 +357,7 @@ SELECT 'PostgreSQL indexes the first characters of a long text'
 # and ``minimal`` when the session had no summary row): the ``rem_cycle_backfilled_nodes`` series.
 BACKFILL_LABELS = ("MEMORY", "SESSION")
 BACKFILL_REASONS = ("backfilled", "backfilled-minimal")
+_BACKFILL_LABELS_SQL = ", ".join(f"'{label}'" for label in BACKFILL_LABELS)
 
 
 def backfill_reason(dialect: Dialect, document: str) -> str:
@@ -371,7 +372,6 @@ def backfill_counts_script(dialect: Dialect, *, key: str = "TEXT") -> str:
     """Migration 28's tables and their first count (the triggers are each engine's own text): the
     folded back-fill counts, ``kind`` a label of :data:`BACKFILL_LABELS` and ``name`` a reason, and
     the changes the triggers append. ``key``: the type of the key columns."""
-    labels = ", ".join(f"'{label}'" for label in BACKFILL_LABELS)
     return f"""CREATE TABLE backfill_counts (
     kind   {key} NOT NULL,
     name   {key} NOT NULL,
@@ -385,14 +385,14 @@ CREATE TABLE backfill_count_changes (
 );
 INSERT INTO backfill_counts(kind, name, total)
     SELECT label, reason, COUNT(*) FROM (SELECT label, {backfill_reason(dialect, "properties")} AS reason
-                                         FROM nodes WHERE label IN ({labels})) AS n
+                                         FROM nodes WHERE label IN ({_BACKFILL_LABELS_SQL})) AS n
     WHERE reason IS NOT NULL GROUP BY label, reason;
 """
 
 
 def counted_backfill(dialect: Dialect, row: str) -> str:
     """``row`` (``new``/``old``) is a node :func:`backfill_reason` gives a reason."""
-    return f"({row}.label IN ({', '.join(repr(label) for label in BACKFILL_LABELS)}) AND {dialect.json_flag(row + '.properties', 'backfilled')})"
+    return f"({row}.label IN ({_BACKFILL_LABELS_SQL}) AND {dialect.json_flag(row + '.properties', 'backfilled')})"
 
 
 # 28: the back-fill counts the metrics read (scrape-a), kept as ``graph_counts`` are (migration 10):

@@ -285,8 +285,8 @@ class GraphStore:
         """Fold the recorded count changes into ``graph_counts`` and ``backfill_counts``
         (:func:`store.db.fold_changes`); returns how many were folded."""
         with self.db.transaction() as conn:
-            return sum(fold_changes(conn, changes=f"{counts}_changes", totals=f"{counts}s")
-                       for counts in ("graph_count", "backfill_count"))
+            return sum(fold_changes(conn, changes=changes, totals=totals)
+                       for changes, totals in (("graph_count_changes", "graph_counts"), ("backfill_count_changes", "backfill_counts")))
 
     def backfill_counts(self) -> dict[str, dict[str, int]]:
         """Nodes back-fill made, by label and reason: ``{label: {backfilled, backfilled-minimal}}``

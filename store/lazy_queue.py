@@ -509,7 +509,7 @@ class LazyEdgeQueue:
             stat = os.stat(self.blank_stamp_path, follow_symlinks=False)
         except FileNotFoundError:
             return None
-        return (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns)
+        return file_key(stat)
 
     def _stamp_blanked(self) -> None:
         """Replace the blank stamp by a new file (called after a blank in place): a new inode while
@@ -589,7 +589,13 @@ _COUNTED_TAIL_BYTES = 256
 _COUNT_PIECE = 1 << 20
 
 S = TypeVar("S")
+# (device, inode, size, mtime ns): what tells a file changed without reading it.
 FileKey = tuple[int, int, int, int]
+
+
+def file_key(stat: os.stat_result) -> FileKey:
+    """The :data:`FileKey` of a file's ``stat``. Pure."""
+    return (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns)
 
 
 @dataclass(frozen=True, slots=True)
@@ -632,7 +638,7 @@ def fold_file(path: Path, fold: LineFold[S], last: FoldedFile[S] | None, *, root
         stat = os.stat(path, follow_symlinks=False)
     except FileNotFoundError:
         return None
-    if last is not None and last.key == (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns):
+    if last is not None and last.key == file_key(stat):
         return last
     try:
         handle = os.fdopen(open_confined(path, os.O_RDONLY, root=root), "rb")
@@ -641,8 +647,7 @@ def fold_file(path: Path, fold: LineFold[S], last: FoldedFile[S] | None, *, root
     with handle:
         # The key of what is read, taken from the file opened: bytes appended meanwhile are read
         # too, and the next call sees the size changed.
-        stat = os.fstat(handle.fileno())
-        key = (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns)
+        key = file_key(os.fstat(handle.fileno()))
         # The same size with a new mtime: rewritten in place (a forget blanks records), fold anew.
         resized = last is not None and key[2] != last.key[2]
         start = last if resized and _still_folded(handle, last, key) else None

@@ -33,7 +33,7 @@ from pipelines.vocabulary import PROVENANCE_RELATIONSHIPS
 from store.backend import open_database
 from store.errors import StoreError
 from store.graph import GraphStore
-from store.lazy_queue import DeadLetterCounter, FoldedFile, LazyEdgeQueue, LineFold, fold_file
+from store.lazy_queue import DeadLetterCounter, FileKey, FoldedFile, LazyEdgeQueue, LineFold, file_key, fold_file
 from store.lazy_table import LazyEdgeTable
 from store.library_log import get_logger
 from store.runstate import (
@@ -157,10 +157,10 @@ def read_queue(path: Path) -> QueueSummary:
 # files' sizes and times as they were.
 SETTLE_SECONDS = 2.0
 
-FileKey = tuple[tuple[int, int, int, int] | None, ...]
+FilesKey = tuple[FileKey | None, ...]
 
 
-def database_files_key(path: Path) -> FileKey:
+def database_files_key(path: Path) -> FilesKey:
     """(device, inode, size, mtime ns) of the database file and of its write-ahead log (None when
     absent). Every commit writes the log, a checkpoint the file, a restore replaces the file: any
     change to the data changes the key."""
@@ -171,11 +171,11 @@ def database_files_key(path: Path) -> FileKey:
         except FileNotFoundError:
             key.append(None)
             continue
-        key.append((stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns))
+        key.append(file_key(stat))
     return tuple(key)
 
 
-def settled(key: FileKey, now_seconds: float) -> bool:
+def settled(key: FilesKey, now_seconds: float) -> bool:
     """Whether every file of ``key`` was last written at least :data:`SETTLE_SECONDS` before
     ``now_seconds`` (so that a later write is bound to change the key). Pure."""
     return all(part is None or part[3] / 1e9 <= now_seconds - SETTLE_SECONDS for part in key)
@@ -205,7 +205,7 @@ class RemCycleCollector(Collector):
         self._by_runs: tuple[Any, list[Metric]] | None = None
         # Everything read from the database, kept while its files are unchanged (the same atomic
         # replace as above).
-        self._by_files: tuple[FileKey, DatabaseReading] | None = None
+        self._by_files: tuple[FilesKey, DatabaseReading] | None = None
         self._dead_letters = DeadLetterCounter(LazyEdgeQueue(settings.queue_path))
         self._queue = QueueGauges(settings.queue_path)
 
