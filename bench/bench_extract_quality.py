@@ -13,6 +13,7 @@ tuning and a held-out half before anything was labelled. Labels (committed, smal
     python -m bench.bench_extract_quality sample --data /tmp/q3/data2 --source aider --split untouched   # sixth round
     python -m bench.bench_extract_quality sample --data /tmp/q3/data2 --source swe --split untouched7    # seventh round
     python -m bench.bench_extract_quality sample --data /tmp/q3/data2 --source aider --split untouched9  # eighth round
+    python -m bench.bench_extract_quality sample --data /tmp/q3/data2 --source swe --split untouched10   # tenth round
     REM_TRANSCRIPTS=/tmp/qe-data python bench/run_all.py extract_quality
 
 ``report`` prints, per source and split, node precision over the labelled nodes the extractor
@@ -57,7 +58,9 @@ SOURCES = ("friends", "swe", "sweagent", "aider")
 # above; the second drawn after the first had been read for the evidence candidates).
 # ``untouched9``: the eighth round's sample (same shape; also none of the seventh round's salience
 # pool sessions).
-SPLITS = ("tune", "heldout", "fresh", "untouched", "untouched7", "untouched8", "untouched9")
+# ``untouched10``: the tenth round's sample (same shape), drawn and labelled before that round
+# measured anything.
+SPLITS = ("tune", "heldout", "fresh", "untouched", "untouched7", "untouched8", "untouched9", "untouched10")
 # Sessions whose nodes are sampled for precision labels, and conversations labelled for recall.
 # ``sweagent``: SWE-agent's own trajectories (issue 11's third round; 15 sessions, all sampled);
 # ``aider``: aider's own chat history (third round, held out).
@@ -83,7 +86,7 @@ UNTOUCHED_NODES = 60
 # the order they were drawn: each excludes the sessions of the ones before it.
 UNTOUCHED_SALTS = {
     "untouched": "round6-untouched", "untouched7": "round7-untouched", "untouched8": "round8-untouched",
-    "untouched9": "round9-untouched",
+    "untouched9": "round9-untouched", "untouched10": "round10-untouched",
 }
 # Tuning pools drawn from the sessions outside every sample (their labels carry ``"pool"``): the
 # untouched splits drawn after a pool (value: the first such split) also exclude its sessions.
