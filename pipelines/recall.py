@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta, timezone, tzinfo
 from typing import Any, Protocol
 
-from pipelines.asof import AsOfError, bare_year
+from pipelines.asof import AsOfError, AsOfRefused, bare_year
 from pipelines.asof import parse_as_of as iso_as_of
 from pipelines.chunker import estimate_tokens
 from pipelines.vocabulary import PROVENANCE_RELATIONSHIPS
@@ -279,10 +279,15 @@ def parse_as_of(value: str | None) -> str | None:
         raise RecallInputError(f"as_of {year}")
     try:
         return iso_as_of(text)
+    except AsOfRefused as exc:
+        raise RecallInputError(f"as_of {text[:40]!r}: {exc.detail}") from None
     except AsOfError:
         pass  # not ISO 8601 (or out of range: said below, in recall's words)
     date_only = False
     if re.fullmatch(r"-?\d+(\.\d+)?", text):
+        if (basic := _basic_date_time(text)) is not None:
+            raise RecallInputError(f"as_of {text!r} reads as epoch milliseconds and as {basic}: write {basic} "
+                                   "or the epoch in seconds")
         number = float(text)
         seconds = number / 1000 if abs(number) >= 1e11 else number
         try:
@@ -307,6 +312,74 @@ def parse_as_of(value: str | None) -> str | None:
 _WRITTEN_DEFAULTS = (datetime(2000, 1, 1), datetime(2001, 2, 2, 1))
 
 
+def _basic_date_time(digits: str) -> str | None:
+    """``digits`` as the ISO 8601 time it also is without its ``T`` (``202612041000``,
+    ``20261204100000``), ``None`` when it is none. As epoch milliseconds 12 digits are 1973-2001 and
+    14 the year 2612 on: ``202612041000`` was read as 1976-06-03T01:07:21Z."""
+    layout = {12: "%Y%m%d%H%M", 14: "%Y%m%d%H%M%S"}.get(len(digits))  # strptime's fields are of any width
+    try:
+        return datetime.strptime(digits, layout).isoformat() if layout else None
+    except ValueError:
+        return None
+
+
+# A zone name with an offset after it (UTC+2, GMT-05:00, CEST+2, Z+02:00). dateutil reads it the
+# POSIX way, the sign turned (UTC+2 two hours behind UTC); people mean UTC+2 = +02:00, as the
+# Windows zone list, JavaScript's "GMT+0200" and "Paris is UTC+1" write it. So UTC/GMT with an
+# offset is read as that offset; any other name with one is refused (CEST+2 says two offsets).
+_NAMED_OFFSET = re.compile(r"(?<![A-Za-z])(?P<name>[A-Za-z]+)\s*(?P<sign>[+-])\s*(?P<hours>\d{1,2})(?::?(?P<minutes>\d{2}))?(?!\d)")
+# An offset dateutil reads as the zone: a sign after white space, a time (10:00) or am/pm. With two
+# it kept the last one (10:00 +02:00 +03:00 was 07:00Z).
+_OFFSET = re.compile(r"(?:(?<=\s)|(?<=\d:\d\d)|(?<=[AaPp][Mm]))[+-]\d")
+# Three numbers naming a date (4/12/2026, 04.12.2026, 12-04-2026, 2026/12/04, 04 12 2026).
+_NUMERIC_DATE = re.compile(r"(?<![\d.:,])(?P<a>\d{1,4})(?P<sep>[/.\- ])(?P<b>\d{1,2})(?P=sep)(?P<c>\d{1,4})(?![\d:])")
+
+
+def _people_zone(text: str) -> str:
+    """``text`` with a ``UTC``/``GMT`` offset written as the offset alone (``UTC+2`` → ``+02:00``,
+    what people mean by it); :class:`RecallInputError` for another zone name with an offset, an
+    offset of 24 hours or more, or two offsets (see :data:`_NAMED_OFFSET`, :data:`_OFFSET`)."""
+    from dateutil import parser as date_parser
+
+    info = date_parser.parserinfo()
+
+    def offset(match: re.Match[str]) -> str:
+        name = match["name"]
+        if any(found is not None for found in (info.month(name), info.weekday(name), info.ampm(name))) or info.jump(name):
+            return match[0]  # Dec-04-2026, 10 PM -05:00: a word of the date, then a number or an offset
+        if name not in ("UTC", "GMT"):
+            raise RecallInputError(f"as_of {text[:40]!r} puts an offset after the zone name {name!r}, which is read "
+                                   "two ways: write the offset alone (+02:00) or after UTC (UTC+2 = +02:00)")
+        hours, minutes = int(match["hours"]), int(match["minutes"] or 0)
+        if hours > 23 or minutes > 59:
+            raise RecallInputError(f"as_of {text[:40]!r} names no offset of a zone (at most UTC+23:59)")
+        return f" {match['sign']}{hours:02d}:{minutes:02d}"
+
+    rewritten = _NAMED_OFFSET.sub(offset, text)
+    if len(_OFFSET.findall(rewritten)) > 1:
+        raise RecallInputError(f"as_of {text[:40]!r} names two offsets: give one (2026-03-01T10:00+02:00)")
+    return rewritten
+
+
+def _day_and_month_told(text: str) -> None:
+    """:class:`RecallInputError` when ``text`` writes a date in three numbers that do not tell the
+    day from the month or name the year in two digits: ``4/12/2026`` is the 4th of December in
+    most of the world and the 12th of April in the US (dateutil read the latter). ``13/4/2026``,
+    ``4/13/2026``, ``4/4/2026`` and a year first (``2026/12/04``, year, month, day) are told."""
+    for match in _NUMERIC_DATE.finditer(text):
+        first, middle, last = match["a"], int(match["b"]), match["c"]
+        if len(first) == 4:
+            if middle > 12:
+                raise RecallInputError(f"as_of {text[:40]!r}: a date that starts with its year goes on with its month "
+                                       f"(there is no month {middle}): write it as 2026-12-04")
+        elif len(last) != 4:
+            raise RecallInputError(f"as_of {text[:40]!r} names its year in two digits, which does not tell the year, "
+                                   "month and day apart: write the date as 2026-12-04")
+        elif int(first) <= 12 and middle <= 12 and int(first) != middle:
+            raise RecallInputError(f"as_of {text[:40]!r} does not tell the day from the month ({first} or {middle}): "
+                                   f"write it as {last}-{middle:02d}-{int(first):02d} or {last}-{int(first):02d}-{middle:02d} (ISO 8601)")
+
+
 def _written_zone(name: str | None, offset: int | None) -> tzinfo | None:
     """The zone of a written date, the same on every machine: an offset (``+02:00``; ``UTC``,
     ``GMT`` and ``Z`` are offset 0), none (UTC, said by the caller), else refused. Left to itself
@@ -327,10 +400,12 @@ def _written_date(text: str) -> tuple[datetime, bool]:
     whole date, and any zone it names is an offset, ``Z``, ``UTC`` or ``GMT`` (:func:`_written_zone`)."""
     from dateutil import parser as date_parser
 
+    _day_and_month_told(text)
+    zoned = _people_zone(text)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", date_parser.UnknownTimezoneWarning)
-            first, second = (date_parser.parse(text, default=default, tzinfos=_written_zone) for default in _WRITTEN_DEFAULTS)
+            first, second = (date_parser.parse(zoned, default=default, tzinfos=_written_zone) for default in _WRITTEN_DEFAULTS)
     except date_parser.UnknownTimezoneWarning as exc:
         raise RecallInputError(f"as_of {text[:40]!r} names a time zone not understood: give an offset "
                                "(2026-03-01T10:00-08:00) or Z") from exc
@@ -339,6 +414,12 @@ def _written_date(text: str) -> tuple[datetime, bool]:
     if first.date() != second.date():
         raise RecallInputError(f"as_of {text[:40]!r} names no whole date (a year, a month and a day): "
                                "try 2026-03-01 or 2026-03-01T10:00Z")
+    info = date_parser.parserinfo()
+    # A day of the week that is not the date's (Mon Dec 4 2026, a Friday) says one of them is wrong.
+    for word in re.findall(r"[A-Za-z]+", text):
+        if (named := info.weekday(word)) is not None and named != first.weekday():
+            raise RecallInputError(f"as_of {text[:40]!r}: {first.date().isoformat()} is a {first:%A}, not a "
+                                   f"{info.WEEKDAYS[named][1]}")
     return first, first.hour != second.hour
 
 
