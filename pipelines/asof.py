@@ -39,6 +39,9 @@ class AsOfRefused(AsOfError):
         self.detail = detail
 
 
+# The date forms date.fromisoformat is given: Python 3.11's takes any 10 characters whose first 8
+# are a basic date (2026120410, 20261204xx: 2026-12-04, the rest dropped).
+_ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}|\d{8}|\d{4}-W\d{2}(?:-\d)?|\d{4}W\d{2}\d?")
 # ISO 8601's end of a day: the hour 24 with nothing after it but zeros (24, 24:00, 24:00:00.000).
 _END_OF_DAY = re.compile(r"(?P<date>[^Tt ]+)[Tt ]24(?P<rest>(?::?00(?::?00(?:[.,]0+)?)?)?)(?P<zone>(?:[Zz]|[+-].*)?)")
 # A time whose last part is an hour or a minute with a fraction (10.5, 10:30.5, 1030,5): ISO 8601
@@ -67,7 +70,8 @@ def parse_as_of(text: str) -> str:
         raise AsOfError(f"--as-of {year}")
     try:
         # Any ISO 8601 date form (2026-11-15, 20261115) is the end of that day, not its start.
-        return f"{date.fromisoformat(value).isoformat()}T23:59:59.999Z"
+        if _ISO_DATE.fullmatch(value):
+            return f"{date.fromisoformat(value).isoformat()}T23:59:59.999Z"
     except ValueError:
         pass
     if _FRACTION_OF_HOUR_OR_MINUTE.match(value):

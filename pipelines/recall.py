@@ -285,9 +285,10 @@ def parse_as_of(value: str | None) -> str | None:
         pass  # not ISO 8601 (or out of range: said below, in recall's words)
     date_only = False
     if re.fullmatch(r"-?\d+(\.\d+)?", text):
-        if (basic := _basic_date_time(text)) is not None:
-            raise RecallInputError(f"as_of {text!r} reads as epoch milliseconds and as {basic}: write {basic} "
-                                   "or the epoch in seconds")
+        if dates := _digits_as_dates(text):
+            unit = "milliseconds" if abs(float(text)) >= 1e11 else "seconds"
+            raise RecallInputError(f"as_of {text!r} reads as epoch {unit} and as {' or '.join(dates)}: write the "
+                                   "moment in ISO 8601 (2026-12-04T10:00Z)")
         number = float(text)
         seconds = number / 1000 if abs(number) >= 1e11 else number
         try:
@@ -308,19 +309,30 @@ def parse_as_of(value: str | None) -> str | None:
 
 # dateutil fills what a text leaves out from a default (today's date, by default): parsed with
 # each of these, a text that names its year, month and day gives the same date twice, and one
-# that names an hour the same hour ("12am" and "0000" name midnight without a colon).
-_WRITTEN_DEFAULTS = (datetime(2000, 1, 1), datetime(2001, 2, 2, 1))
+# that names an hour the same hour ("12am" and "0000" name midnight without a colon). The days are
+# more than a week apart: a weekday without a day ("Monday Aug 2026") moves each to the next such
+# day, which was the same date from the 1st and the 2nd (the 3rd).
+_WRITTEN_DEFAULTS = (datetime(2000, 1, 1), datetime(2001, 2, 16, 1))
 
 
-def _basic_date_time(digits: str) -> str | None:
-    """``digits`` as the ISO 8601 time it also is without its ``T`` (``202612041000``,
-    ``20261204100000``), ``None`` when it is none. As epoch milliseconds 12 digits are 1973-2001 and
-    14 the year 2612 on: ``202612041000`` was read as 1976-06-03T01:07:21Z."""
-    layout = {12: "%Y%m%d%H%M", 14: "%Y%m%d%H%M%S"}.get(len(digits))  # strptime's fields are of any width
-    try:
-        return datetime.strptime(digits, layout).isoformat() if layout else None
-    except ValueError:
-        return None
+# The dates written in digits alone that an epoch number can also be: day and month first
+# (04122026, both orders), or a basic date-time without its T (2026120410, 202612041000, 20261204100000).
+_DIGIT_LAYOUTS = {8: ("%d%m%Y", "%m%d%Y"), 10: ("%Y%m%d%H",), 12: ("%Y%m%d%H%M",), 14: ("%Y%m%d%H%M%S",)}
+
+
+def _digits_as_dates(digits: str) -> list[str]:
+    """The times of 1970-2099 that ``digits`` also writes (:data:`_DIGIT_LAYOUTS`), ISO 8601. As an
+    epoch ``04122026`` was 1970-02-17 and ``202612041000`` (milliseconds) 1976-06-03; the 10-digit
+    epochs that are such a date are after 2030, the 12- and 14-digit ones before 2002 or after 2600."""
+    found = []
+    for layout in _DIGIT_LAYOUTS.get(len(digits), ()):
+        try:
+            moment = datetime.strptime(digits, layout)  # its fields are of any width: the length is fixed above
+        except ValueError:
+            continue
+        if 1970 <= moment.year <= 2099:
+            found.append(moment.isoformat() if "%H" in layout else moment.date().isoformat())
+    return found
 
 
 # A zone name with an offset after it (UTC+2, GMT-05:00, CEST+2, Z+02:00). dateutil reads it the
@@ -363,19 +375,17 @@ def _people_zone(text: str) -> str:
 
 def _day_and_month_told(text: str) -> None:
     """:class:`RecallInputError` when ``text`` writes a date in three numbers that do not tell the
-    day from the month or name the year in two digits: ``4/12/2026`` is the 4th of December in
-    most of the world and the 12th of April in the US (dateutil read the latter). ``13/4/2026``,
-    ``4/13/2026``, ``4/4/2026`` and a year first (``2026/12/04``, year, month, day) are told."""
+    day from the month: ``4/12/2026`` is the 4th of December in most of the world and the 12th of
+    April in the US (dateutil read the latter). ``13/4/2026``, ``4/13/2026``, ``4/4/2026`` and a
+    year first (``2026/12/04``, year, month, day) are told; a year of two digits is refused once
+    read (:func:`_written_date`)."""
     for match in _NUMERIC_DATE.finditer(text):
         first, middle, last = match["a"], int(match["b"]), match["c"]
         if len(first) == 4:
             if middle > 12:
                 raise RecallInputError(f"as_of {text[:40]!r}: a date that starts with its year goes on with its month "
                                        f"(there is no month {middle}): write it as 2026-12-04")
-        elif len(last) != 4:
-            raise RecallInputError(f"as_of {text[:40]!r} names its year in two digits, which does not tell the year, "
-                                   "month and day apart: write the date as 2026-12-04")
-        elif int(first) <= 12 and middle <= 12 and int(first) != middle:
+        elif len(last) == 4 and int(first) <= 12 and middle <= 12 and int(first) != middle:
             raise RecallInputError(f"as_of {text[:40]!r} does not tell the day from the month ({first} or {middle}): "
                                    f"write it as {last}-{middle:02d}-{int(first):02d} or {last}-{int(first):02d}-{middle:02d} (ISO 8601)")
 
@@ -414,6 +424,11 @@ def _written_date(text: str) -> tuple[datetime, bool]:
     if first.date() != second.date():
         raise RecallInputError(f"as_of {text[:40]!r} names no whole date (a year, a month and a day): "
                                "try 2026-03-01 or 2026-03-01T10:00Z")
+    if not re.search(rf"(?<!\d){first.year}(?!\d)", text):
+        # dateutil takes a year of one or two digits as the one nearest today: 26/12/04 was
+        # 2004-12-26 (2026/12/04 written short?), Dec 4 04 2004, 1/2/3 2003-01-02.
+        raise RecallInputError(f"as_of {text[:40]!r} does not write its year in full (read as {first.year}): "
+                               "write the date as 2026-12-04")
     info = date_parser.parserinfo()
     # A day of the week that is not the date's (Mon Dec 4 2026, a Friday) says one of them is wrong.
     for word in re.findall(r"[A-Za-z]+", text):

@@ -82,10 +82,11 @@ def test_a_date_that_does_not_tell_the_day_from_the_month_is_refused(text: str) 
     assert "does not tell the day from the month" in message and "2026-12-04" in message and "2026-04-12" in message
 
 
-@pytest.mark.parametrize("text", ["04/12/26", "4/12/26", "26/12/04", "1/2/3"])
-def test_a_numeric_date_with_a_two_digit_year_is_refused(text: str) -> None:
-    """``26/12/04`` was 2004-12-26 (``2026/12/04`` written short is the 4th of December 2026)."""
-    assert "names its year in two digits" in refused(text)
+@pytest.mark.parametrize("text", ["04/12/26", "4/12/26", "26/12/04", "1/2/3", "Dec 4 04", "4 Dec 26", "Dec 04 26 10:00"])
+def test_a_date_with_a_short_year_is_refused(text: str) -> None:
+    """dateutil took a year of two digits as the one nearest today: ``26/12/04`` was 2004-12-26
+    (``2026/12/04`` written short?), ``Dec 04 26`` the 4th of December 2026 or the 26th of 2004."""
+    assert "does not write its year in full" in refused(text)
 
 
 @pytest.mark.parametrize(("text", "day"), [
@@ -135,17 +136,42 @@ def test_a_fraction_of_an_hour_or_a_minute_is_refused(text: str) -> None:
     assert show_as_of("2026-12-04T10:30:00.5Z") == parse_as_of("2026-12-04T10:30:00.5Z") == "2026-12-04T10:30:00.500Z"
 
 
-@pytest.mark.parametrize("text", ["202612041000", "20261204100000"])
-def test_a_date_time_in_digits_is_not_epoch_milliseconds(text: str) -> None:
-    """``202612041000`` (2026-12-04 10:00 without its ``T``) was epoch milliseconds, 1976-06-03."""
-    assert "reads as epoch milliseconds and as 2026-12-04T10:00:00" in refused(text)
+@pytest.mark.parametrize(("text", "says"), [
+    ("202612041000", "reads as epoch milliseconds and as 2026-12-04T10:00:00"),
+    ("20261204100000", "reads as epoch milliseconds and as 2026-12-04T10:00:00"),
+    ("2026120410", "reads as epoch seconds and as 2026-12-04T10:00:00"),
+    ("04122026", "reads as epoch seconds and as 2026-12-04 or 2026-04-12"),
+    ("13042026", "reads as epoch seconds and as 2026-04-13"),
+])
+def test_a_date_in_digits_is_not_an_epoch(text: str, says: str) -> None:
+    """``202612041000`` (2026-12-04 10:00 without its ``T``) was epoch milliseconds, 1976-06-03;
+    ``04122026`` epoch seconds, 1970-02-17; ``2026120410`` the end of 2026-12-04 (Python 3.11's
+    ``date.fromisoformat`` dropped the ``10``). Real epochs are read as before."""
+    assert says in refused(text)
     assert parse_as_of("1796378400000") == parse_as_of("1796378400") == "2026-12-04T10:00:00.000Z"
+    assert parse_as_of("1712010100") == "2024-04-01T22:21:40.000Z"  # also 1712-01-01T00:00 in digits: not 1970-2099
+
+
+def test_an_iso_date_is_all_the_text() -> None:
+    """``date.fromisoformat`` of Python 3.11 read any 10 characters starting with a basic date as
+    that date: ``20261204xx`` was 2026-12-04 for ``show``, ``search`` and ``export`` too."""
+    with pytest.raises(AsOfError, match="expected a date"):
+        show_as_of("20261204xx")
+    assert "is not a date" in refused("20261204xx")
+    assert show_as_of("2026-W49-5") == show_as_of("20261204") == "2026-12-04T23:59:59.999Z"
 
 
 def test_a_day_of_the_week_the_date_is_not_is_refused() -> None:
     """``Mon Dec 4 2026``: the 4th is a Friday, and one of the two is wrong; the weekday was dropped."""
     assert "2026-12-04 is a Friday, not a Monday" in refused("Mon Dec 4 2026")
     assert parse_as_of("Fri Dec 4 2026 10:00") == parse_as_of("Friday, 4 December 2026 10:00") == "2026-12-04T10:00:00.000Z"
+
+
+@pytest.mark.parametrize("text", ["Monday Aug 2026", "Aug 2026 Mon", "8Mon 2026"])
+def test_a_weekday_without_its_day_names_no_date(text: str) -> None:
+    """``Monday Aug 2026`` was 2026-08-03 (the first Monday): the day the text leaves out was
+    filled from the weekday, the same from either default, so it passed for a whole date."""
+    assert "names no whole date" in refused(text)
 
 
 # --- properties ----------------------------------------------------------------------------------
