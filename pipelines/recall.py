@@ -269,7 +269,10 @@ def parse_as_of(value: str | None) -> str | None:
     "2026/03/01 10:00"), a date alone the end of that day. A time without zone is UTC. A written
     form that names no whole date ("Nov 2026", "10:00") or a zone by a name not understood
     ("PST") is refused: the parser took the missing day from today's date, and read the zone as UTC.
-    So is a year alone (``2026``: :func:`pipelines.asof.bare_year`), which is no epoch time."""
+    So is a year alone (``2026``: :func:`pipelines.asof.bare_year`), which is no epoch time.
+    ``UTC+2`` is +02:00 (:func:`_people_zone`); what could name another moment is refused: a day
+    and month that do not tell themselves apart (``4/12/2026``), a year not written in full, a
+    weekday the date is not, digits that also write a date (:func:`_digits_as_dates`)."""
     if value is None:
         return None
     text = value.strip()
