@@ -43,7 +43,7 @@ class AsOfRefused(AsOfError):
 # are a basic date (2026120410, 20261204xx: 2026-12-04, the rest dropped).
 _ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}|\d{8}|\d{4}-W\d{2}(?:-\d)?|\d{4}W\d{2}\d?")
 # ISO 8601's end of a day: the hour 24 with nothing after it but zeros (24, 24:00, 24:00:00.000).
-_END_OF_DAY = re.compile(r"(?P<date>[^Tt ]+)[Tt ]24(?P<rest>(?::?00(?::?00(?:[.,]0+)?)?)?)(?P<zone>(?:[Zz]|[+-].*)?)")
+_END_OF_DAY = re.compile(r"(?P<date>[^Tt ]+)[Tt ]24(?::?00(?::?00(?:[.,]0+)?)?)?(?P<zone>(?:[Zz]|[+-].*)?)")
 # A time whose last part is an hour or a minute with a fraction (10.5, 10:30.5, 1030,5): ISO 8601
 # reads it as a fraction of that hour or minute (10.5 is 10:30), Python's fromisoformat as
 # milliseconds (10:00:00.500).

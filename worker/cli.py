@@ -236,14 +236,12 @@ def _as_of(command: str, value: str) -> str:
     """``--as-of`` of ``command`` in the graph's time form: recall's reading (ISO 8601, epoch, written
     dates) for ``recall``, ISO 8601 for ``show``/``search``/``export``. Read here, before any
     settings or graph, so every command refuses a moment alike: one line, exit 2 (argparse's type
-    check wrote its usage as well)."""
-    from pipelines.asof import AsOfError, parse_as_of
+    check wrote its usage as well). Raises :class:`pipelines.asof.AsOfError` or
+    :class:`pipelines.recall.RecallInputError` with the reason."""
+    from pipelines.asof import parse_as_of
     from pipelines.recall import parse_as_of as recall_as_of
 
-    try:
-        return cast(str, recall_as_of(value)) if command == "recall" else parse_as_of(value)
-    except AsOfError as exc:
-        raise ValueError(str(exc)) from None
+    return cast(str, recall_as_of(value)) if command == "recall" else parse_as_of(value)
 
 
 def _whole_number(value: str) -> int:
@@ -1270,9 +1268,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.allow_mass_retraction and (args.command or not args.once):  # one cycle's word, never a standing one
         parser.error("--allow-mass-retraction goes with --once (and no COMMAND)")
     if getattr(args, "as_of", None) is not None:
+        from pipelines.asof import AsOfError
+        from pipelines.recall import RecallInputError
+
         try:
             args.as_of = _as_of(args.command, args.as_of)
-        except ValueError as exc:  # RecallInputError is one
+        except (AsOfError, RecallInputError) as exc:
             print(f"rem-cycle: {exc}", file=sys.stderr)
             return EXIT_USAGE
     try:
