@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, timedelta
 
 from pipelines.vocabulary import ANCHOR_LABELS, DISCUSSED_IN, MENTIONED_IN, NOTE_LABEL, SESSION_LABEL
 from store.facts import combine_all, facts_of, with_facts
@@ -28,6 +28,26 @@ from store.recall_index import SessionRecord
 
 class AsOfError(ValueError):
     """An ``--as-of`` value that is no date."""
+
+
+class AsOfRefused(AsOfError):
+    """An ``--as-of`` value written as an ISO 8601 time that is refused, not merely not ISO:
+    ``detail`` says why, and no other reading (recall's written dates) may take it instead."""
+
+    def __init__(self, text: str, detail: str) -> None:
+        super().__init__(f"--as-of {text!r}: {detail}")
+        self.detail = detail
+
+
+# The date forms date.fromisoformat is given: Python 3.11's takes any 10 characters whose first 8
+# are a basic date (2026120410, 20261204xx: 2026-12-04, the rest dropped).
+_ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}|\d{8}|\d{4}-W\d{2}(?:-\d)?|\d{4}W\d{2}\d?")
+# ISO 8601's end of a day: the hour 24 with nothing after it but zeros (24, 24:00, 24:00:00.000).
+_END_OF_DAY = re.compile(r"(?P<date>[^Tt ]+)[Tt ]24(?::?00(?::?00(?:[.,]0+)?)?)?(?P<zone>(?:[Zz]|[+-].*)?)")
+# A time whose last part is an hour or a minute with a fraction (10.5, 10:30.5, 1030,5): ISO 8601
+# reads it as a fraction of that hour or minute (10.5 is 10:30), Python's fromisoformat as
+# milliseconds (10:00:00.500).
+_FRACTION_OF_HOUR_OR_MINUTE = re.compile(r"[^Tt ]+[Tt ](?:\d{2}|\d{2}:\d{2}|\d{4})[.,]\d")
 
 
 def bare_year(text: str) -> str | None:
@@ -42,15 +62,23 @@ def bare_year(text: str) -> str | None:
 
 def parse_as_of(text: str) -> str:
     """``DATE`` (the end of that day, UTC) or an ISO 8601 time → the ``observed_at`` form
-    (``YYYY-MM-DDTHH:MM:SS.mmmZ``) it is compared with; a year alone is refused (:func:`bare_year`)."""
+    (``YYYY-MM-DDTHH:MM:SS.mmmZ``) it is compared with; a year alone is refused (:func:`bare_year`).
+    ``T24:00`` is the next day's ``T00:00`` (the same moment, ISO 8601's end of day); a fraction of
+    an hour or a minute is refused (:class:`AsOfRefused`), as Python read ``10.5`` as 10:00:00.500."""
     value = text.strip()
     if (year := bare_year(value)) is not None:
         raise AsOfError(f"--as-of {year}")
     try:
         # Any ISO 8601 date form (2026-11-15, 20261115) is the end of that day, not its start.
-        return f"{date.fromisoformat(value).isoformat()}T23:59:59.999Z"
+        if _ISO_DATE.fullmatch(value):
+            return f"{date.fromisoformat(value).isoformat()}T23:59:59.999Z"
     except ValueError:
         pass
+    if _FRACTION_OF_HOUR_OR_MINUTE.match(value):
+        raise AsOfRefused(text, "a fraction is read on seconds only (10:30 for half past ten, 10:00:00.5 for half a second)")
+    end_of_day = _END_OF_DAY.fullmatch(value)
+    if end_of_day is not None:
+        value = f"{end_of_day['date']}T00:00{end_of_day['zone']}"
     try:
         # ``z`` as ``Z`` (RFC 3339), as the turns' own times are read (store.timeparse.iso_to_utc).
         moment = datetime.fromisoformat(value.replace("Z", "+00:00").replace("z", "+00:00"))
@@ -59,6 +87,8 @@ def parse_as_of(text: str) -> str:
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
     try:
+        if end_of_day is not None:
+            moment += timedelta(days=1)
         return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
     except OverflowError:
         # 9999-12-31T23:59:59-05:00 is year 10000 in UTC, which the graph's times cannot hold.

@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta, timezone, tzinfo
 from typing import Any, Protocol
 
-from pipelines.asof import AsOfError, bare_year
+from pipelines.asof import AsOfError, AsOfRefused, bare_year
 from pipelines.asof import parse_as_of as iso_as_of
 from pipelines.chunker import estimate_tokens
 from pipelines.vocabulary import PROVENANCE_RELATIONSHIPS
@@ -269,7 +269,10 @@ def parse_as_of(value: str | None) -> str | None:
     "2026/03/01 10:00"), a date alone the end of that day. A time without zone is UTC. A written
     form that names no whole date ("Nov 2026", "10:00") or a zone by a name not understood
     ("PST") is refused: the parser took the missing day from today's date, and read the zone as UTC.
-    So is a year alone (``2026``: :func:`pipelines.asof.bare_year`), which is no epoch time."""
+    So is a year alone (``2026``: :func:`pipelines.asof.bare_year`), which is no epoch time.
+    ``UTC+2`` is +02:00 (:func:`_people_zone`); what could name another moment is refused: a day
+    and month that do not tell themselves apart (``4/12/2026``), a year not written in full, a
+    weekday the date is not, digits that also write a date (:func:`_digits_as_dates`)."""
     if value is None:
         return None
     text = value.strip()
@@ -279,10 +282,16 @@ def parse_as_of(value: str | None) -> str | None:
         raise RecallInputError(f"as_of {year}")
     try:
         return iso_as_of(text)
+    except AsOfRefused as exc:
+        raise RecallInputError(f"as_of {text[:40]!r}: {exc.detail}") from None
     except AsOfError:
         pass  # not ISO 8601 (or out of range: said below, in recall's words)
     date_only = False
     if re.fullmatch(r"-?\d+(\.\d+)?", text):
+        if dates := _digits_as_dates(text):
+            unit = "milliseconds" if abs(float(text)) >= 1e11 else "seconds"
+            raise RecallInputError(f"as_of {text!r} reads as epoch {unit} and as {' or '.join(dates)}: write the "
+                                   "moment in ISO 8601 (2026-12-04T10:00Z)")
         number = float(text)
         seconds = number / 1000 if abs(number) >= 1e11 else number
         try:
@@ -303,8 +312,85 @@ def parse_as_of(value: str | None) -> str | None:
 
 # dateutil fills what a text leaves out from a default (today's date, by default): parsed with
 # each of these, a text that names its year, month and day gives the same date twice, and one
-# that names an hour the same hour ("12am" and "0000" name midnight without a colon).
-_WRITTEN_DEFAULTS = (datetime(2000, 1, 1), datetime(2001, 2, 2, 1))
+# that names an hour the same hour ("12am" and "0000" name midnight without a colon). The days are
+# more than a week apart: a weekday without a day ("Monday Aug 2026") moves each to the next such
+# day, which was the same date from the 1st and the 2nd (the 3rd).
+_WRITTEN_DEFAULTS = (datetime(2000, 1, 1), datetime(2001, 2, 16, 1))
+
+
+# The dates written in digits alone that an epoch number can also be: day and month first
+# (04122026, both orders), or a basic date-time without its T (2026120410, 202612041000, 20261204100000).
+_DIGIT_LAYOUTS = {8: ("%d%m%Y", "%m%d%Y"), 10: ("%Y%m%d%H",), 12: ("%Y%m%d%H%M",), 14: ("%Y%m%d%H%M%S",)}
+
+
+def _digits_as_dates(digits: str) -> list[str]:
+    """The times of 1970-2099 that ``digits`` also writes (:data:`_DIGIT_LAYOUTS`), ISO 8601. As an
+    epoch ``04122026`` was 1970-02-17 and ``202612041000`` (milliseconds) 1976-06-03; the 10-digit
+    epochs that are such a date are after 2030, the 12- and 14-digit ones before 2002 or after 2600."""
+    found = []
+    for layout in _DIGIT_LAYOUTS.get(len(digits), ()):
+        try:
+            moment = datetime.strptime(digits, layout)  # its fields are of any width: the length is fixed above
+        except ValueError:
+            continue
+        if 1970 <= moment.year <= 2099:
+            found.append(moment.isoformat() if "%H" in layout else moment.date().isoformat())
+    return found
+
+
+# A zone name with an offset after it (UTC+2, GMT-05:00, CEST+2, Z+02:00). dateutil reads it the
+# POSIX way, the sign turned (UTC+2 two hours behind UTC); people mean UTC+2 = +02:00, as the
+# Windows zone list, JavaScript's "GMT+0200" and "Paris is UTC+1" write it. So UTC/GMT with an
+# offset is read as that offset; any other name with one is refused (CEST+2 says two offsets).
+_NAMED_OFFSET = re.compile(r"(?<![A-Za-z])(?P<name>[A-Za-z]+)\s*(?P<sign>[+-])\s*(?P<hours>\d{1,2})(?::?(?P<minutes>\d{2}))?(?!\d)")
+# An offset dateutil reads as the zone: a sign after white space, a time (10:00) or am/pm. With two
+# it kept the last one (10:00 +02:00 +03:00 was 07:00Z).
+_OFFSET = re.compile(r"(?:(?<=\s)|(?<=\d:\d\d)|(?<=[AaPp][Mm]))[+-]\d")
+# Three numbers naming a date (4/12/2026, 04.12.2026, 12-04-2026, 2026/12/04, 04 12 2026).
+_NUMERIC_DATE = re.compile(r"(?<![\d.:,])(?P<a>\d{1,4})(?P<sep>[/.\- ])(?P<b>\d{1,2})(?P=sep)(?P<c>\d{1,4})(?![\d:])")
+
+
+def _people_zone(text: str) -> str:
+    """``text`` with a ``UTC``/``GMT`` offset written as the offset alone (``UTC+2`` → ``+02:00``,
+    what people mean by it); :class:`RecallInputError` for another zone name with an offset, an
+    offset of 24 hours or more, or two offsets (see :data:`_NAMED_OFFSET`, :data:`_OFFSET`)."""
+    from dateutil import parser as date_parser
+
+    info = date_parser.parserinfo()
+
+    def offset(match: re.Match[str]) -> str:
+        name = match["name"]
+        if any(found is not None for found in (info.month(name), info.weekday(name), info.ampm(name))) or info.jump(name):
+            return match[0]  # Dec-04-2026, 10 PM -05:00: a word of the date, then a number or an offset
+        if name not in ("UTC", "GMT"):
+            raise RecallInputError(f"as_of {text[:40]!r} puts an offset after the zone name {name!r}, which is read "
+                                   "two ways: write the offset alone (+02:00) or after UTC (UTC+2 = +02:00)")
+        hours, minutes = int(match["hours"]), int(match["minutes"] or 0)
+        if hours > 23 or minutes > 59:
+            raise RecallInputError(f"as_of {text[:40]!r} names no offset of a zone (at most UTC+23:59)")
+        return f" {match['sign']}{hours:02d}:{minutes:02d}"
+
+    rewritten = _NAMED_OFFSET.sub(offset, text)
+    if len(_OFFSET.findall(rewritten)) > 1:
+        raise RecallInputError(f"as_of {text[:40]!r} names two offsets: give one (2026-03-01T10:00+02:00)")
+    return rewritten
+
+
+def _day_and_month_told(text: str) -> None:
+    """:class:`RecallInputError` when ``text`` writes a date in three numbers that do not tell the
+    day from the month: ``4/12/2026`` is the 4th of December in most of the world and the 12th of
+    April in the US (dateutil read the latter). ``13/4/2026``, ``4/13/2026``, ``4/4/2026`` and a
+    year first (``2026/12/04``, year, month, day) are told; a year of two digits is refused once
+    read (:func:`_written_date`)."""
+    for match in _NUMERIC_DATE.finditer(text):
+        first, middle, last = match["a"], int(match["b"]), match["c"]
+        if len(first) == 4:
+            if middle > 12:
+                raise RecallInputError(f"as_of {text[:40]!r}: a date that starts with its year goes on with its month "
+                                       f"(there is no month {middle}): write it as 2026-12-04")
+        elif len(last) == 4 and int(first) <= 12 and middle <= 12 and int(first) != middle:
+            raise RecallInputError(f"as_of {text[:40]!r} does not tell the day from the month ({first} or {middle}): "
+                                   f"write it as {last}-{middle:02d}-{int(first):02d} or {last}-{int(first):02d}-{middle:02d} (ISO 8601)")
 
 
 def _written_zone(name: str | None, offset: int | None) -> tzinfo | None:
@@ -327,10 +413,12 @@ def _written_date(text: str) -> tuple[datetime, bool]:
     whole date, and any zone it names is an offset, ``Z``, ``UTC`` or ``GMT`` (:func:`_written_zone`)."""
     from dateutil import parser as date_parser
 
+    _day_and_month_told(text)
+    zoned = _people_zone(text)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", date_parser.UnknownTimezoneWarning)
-            first, second = (date_parser.parse(text, default=default, tzinfos=_written_zone) for default in _WRITTEN_DEFAULTS)
+            first, second = (date_parser.parse(zoned, default=default, tzinfos=_written_zone) for default in _WRITTEN_DEFAULTS)
     except date_parser.UnknownTimezoneWarning as exc:
         raise RecallInputError(f"as_of {text[:40]!r} names a time zone not understood: give an offset "
                                "(2026-03-01T10:00-08:00) or Z") from exc
@@ -339,6 +427,17 @@ def _written_date(text: str) -> tuple[datetime, bool]:
     if first.date() != second.date():
         raise RecallInputError(f"as_of {text[:40]!r} names no whole date (a year, a month and a day): "
                                "try 2026-03-01 or 2026-03-01T10:00Z")
+    if not re.search(rf"(?<!\d){first.year}(?!\d)", text):
+        # dateutil takes a year of one or two digits as the one nearest today: 26/12/04 was
+        # 2004-12-26 (2026/12/04 written short?), Dec 4 04 2004, 1/2/3 2003-01-02.
+        raise RecallInputError(f"as_of {text[:40]!r} does not write its year in full (read as {first.year}): "
+                               "write the date as 2026-12-04")
+    info = date_parser.parserinfo()
+    # A day of the week that is not the date's (Mon Dec 4 2026, a Friday) says one of them is wrong.
+    for word in re.findall(r"[A-Za-z]+", text):
+        if (named := info.weekday(word)) is not None and named != first.weekday():
+            raise RecallInputError(f"as_of {text[:40]!r}: {first.date().isoformat()} is a {first:%A}, not a "
+                                   f"{info.WEEKDAYS[named][1]}")
     return first, first.hour != second.hour
 
 

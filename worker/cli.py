@@ -148,9 +148,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--include-anchors", action="store_true", help="also export MEMORY/SESSION/NOTE nodes and provenance edges"
     )
     as_of_help = "the graph as known at DATE (2026-11-15, end of day UTC) or an ISO 8601 time"
-    export.add_argument("--as-of", type=_as_of, metavar="DATE", help=as_of_help)
+    export.add_argument("--as-of", metavar="DATE", help=as_of_help)
     show = add_command(sub, "show", common, "one node: aliases, edges, and the turns it came from")
-    show.add_argument("--as-of", type=_as_of, metavar="DATE", help=as_of_help)
+    show.add_argument("--as-of", metavar="DATE", help=as_of_help)
     show.add_argument("node_id", metavar="NODE_ID", help="e.g. CLASS:LazyEdgeQueue (or an exact name)")
     show.add_argument(
         "--limit", type=_non_negative_int, default=SHOW_LIMIT,
@@ -160,7 +160,7 @@ def build_parser() -> argparse.ArgumentParser:
     search.add_argument("text", metavar="TEXT", help="part of a node's name or alias")
     search.add_argument("--label", help="only nodes with this label, e.g. CLASS")
     search.add_argument("--limit", type=_non_negative_int, default=50, help="at most this many nodes (default 50; 0: all)")
-    search.add_argument("--as-of", type=_as_of, metavar="DATE", help=as_of_help)
+    search.add_argument("--as-of", metavar="DATE", help=as_of_help)
     backup = add_command(sub, "backup", common, "copy the graph database (safe while the daemon runs)")
     backup.add_argument("path", help="destination file (replaced atomically when the copy is sound)")
     restore = add_command(sub, "restore", common, "put a backup in place of the graph database (workers stopped)")
@@ -232,13 +232,16 @@ def _version() -> str:
         return "unknown (not installed)"
 
 
-def _as_of(value: str) -> str:
-    from pipelines.asof import AsOfError, parse_as_of
+def _as_of(command: str, value: str) -> str:
+    """``--as-of`` of ``command`` in the graph's time form: recall's reading (ISO 8601, epoch, written
+    dates) for ``recall``, ISO 8601 for ``show``/``search``/``export``. Read here, before any
+    settings or graph, so every command refuses a moment alike: one line, exit 2 (argparse's type
+    check wrote its usage as well). Raises :class:`pipelines.asof.AsOfError` or
+    :class:`pipelines.recall.RecallInputError` with the reason."""
+    from pipelines.asof import parse_as_of
+    from pipelines.recall import parse_as_of as recall_as_of
 
-    try:
-        return parse_as_of(value)
-    except AsOfError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+    return cast(str, recall_as_of(value)) if command == "recall" else parse_as_of(value)
 
 
 def _whole_number(value: str) -> int:
@@ -1163,13 +1166,13 @@ async def cmd_daemon(settings: Settings, args: argparse.Namespace) -> int:
 
 
 async def cmd_recall(settings: Settings, args: argparse.Namespace) -> int:
-    from pipelines.recall import RecallInputError, RecallRequest, parse_as_of
+    from pipelines.recall import RecallInputError, RecallRequest
     from worker.recall import RecallTimeoutError, run_recall
     from worker.views import print_recall
 
     try:
         request = RecallRequest(
-            query=args.query, user=args.user, session=args.session, as_of=parse_as_of(args.as_of), limit=args.limit,
+            query=args.query, user=args.user, session=args.session, as_of=args.as_of, limit=args.limit,
             budget_tokens=settings.recall_budget_tokens if args.budget_tokens is None else args.budget_tokens,
             recency=args.recency,
         )
@@ -1264,6 +1267,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.allow_mass_retraction and (args.command or not args.once):  # one cycle's word, never a standing one
         parser.error("--allow-mass-retraction goes with --once (and no COMMAND)")
+    if getattr(args, "as_of", None) is not None:
+        from pipelines.asof import AsOfError
+        from pipelines.recall import RecallInputError
+
+        try:
+            args.as_of = _as_of(args.command, args.as_of)
+        except (AsOfError, RecallInputError) as exc:
+            print(f"rem-cycle: {exc}", file=sys.stderr)
+            return EXIT_USAGE
     try:
         settings = load_settings(getattr(args, "config", None))
     except ConfigError as exc:
