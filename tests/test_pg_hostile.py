@@ -53,18 +53,13 @@ def _answer(body: dict[str, Any]) -> dict[str, Any]:
 
 
 @pytest.mark.both_backends
-async def test_an_edge_with_the_longest_names_and_justification_commits(
-    settings: Settings, tmp_path: Path, backend: str, request: pytest.FixtureRequest
-) -> None:
+async def test_an_edge_with_the_longest_names_and_justification_commits(settings: Settings, tmp_path: Path) -> None:
     """A model answer at every length the validation allows (two 300-character names, a
     500-character justification) commits on both engines. On PostgreSQL the edge point's
-    ``edge_points_reason`` entry (source, target, relationship, justification) is ~4.4 kB, and the
-    commit fails "index row size 4448 exceeds btree version 4 maximum 2704": the session is
-    charged an attempt at every cycle and ends ``undigestible`` (tests/test_audit19_outages.py),
-    while SQLite digests it. Left as it is (see RELIABILITY.md, pghostile): the index is the seek
-    tests/test_day400d.py holds PostgreSQL to, and a key that fits needs a new query on both engines."""
-    if backend == "postgresql":
-        request.applymarker(pytest.mark.xfail(strict=False, reason="edge_points_reason: index row over PostgreSQL's 2704-byte btree limit"))
+    ``edge_points_reason`` entry (source, target, relationship, justification) was ~4.4 kB, and the
+    commit failed "index row size 4448 exceeds btree version 4 maximum 2704": the session was
+    charged an attempt at every cycle and ended ``undigestible``, while SQLite digested it. Since
+    migration 31 PostgreSQL's index leads with a digest of the edge's key (pgreason)."""
     sessions = write_sessions(tmp_path / "in.jsonl", [{
         "sessionId": "long", "createdAt": "2026-11-01T10:00:00Z", "userId": "u", "title": "T", "summary": "S",
         "turns": [{"id": "long-t0", "role": "user", "text": TURN}]}])
