@@ -21,7 +21,9 @@ from pipelines.extract.model import MAX_NAME_CHARS
 from pipelines.enqueue import InvalidLazyEdgeError, enqueue_lazy_edges
 from store.backend import open_database
 from store.chroma import MAX_TURN_INDEX, MAX_USER_ID_CHARS, ChromaStore
-from store.db import SEARCH_BOUND_VERSION
+from store.db import MIGRATIONS, REASON_DIGEST_VERSION, SEARCH_BOUND_VERSION
+from store.graph import Edge, GraphStore, Node
+from store.provenance import EdgePointRow, PointRow, ProvenanceStore
 from store.lazy_queue import edge_line
 from tests.conftest import run_cli, write_sessions
 from tests.llm_server import LLMServer, ok
@@ -71,7 +73,7 @@ async def test_an_edge_with_the_longest_names_and_justification_commits(settings
     db = open_database(settings)
     try:
         states = [tuple(r) for r in db.query("SELECT state, defer_reason FROM session_digests")]
-        reasons = [r[0] for r in db.query("SELECT justification FROM edge_points")]
+        reasons = [r[0] for r in db.query("SELECT justification FROM edge_points WHERE anchor = 'session:long'")]
     finally:
         db.close()
     assert states == [("digested", None)], (states, digest)
@@ -81,6 +83,36 @@ async def test_an_edge_with_the_longest_names_and_justification_commits(settings
 def _han(chars: int) -> str:
     """``chars`` random CJK Unified Ideographs (U+4E00-U+9FFF): 3 UTF-8 bytes each, incompressible."""
     return "".join(chr(_RANDOM.randrange(0x4E00, 0xA000)) for _ in range(chars))
+
+
+@pytest.mark.both_backends
+async def test_a_graph_of_the_schema_before_migration_31_keeps_its_edges_texts_and_takes_the_longest_edge(
+    settings: Settings, tmp_path: Path, backend: str
+) -> None:
+    """A graph of schema ``REASON_DIGEST_VERSION - 1`` holding an edge with points of three
+    sessions, opened again: migrated (PostgreSQL's ``edge_points_reason`` made anew on the edge's
+    digest, over the rows it holds), the edge's texts are found as before (``edge_texts``, by the
+    index), and a session answering with the longest edge is digested."""
+    db = open_database(settings)
+    try:
+        GraphStore(db).upsert_nodes([Node("class:a", "CLASS", "a", {}), Node("class:b", "CLASS", "b", {})])
+        GraphStore(db).link_nodes([Edge("class:a", "class:b", "DEPENDS_ON")])
+        key = ("class:a", "class:b", "DEPENDS_ON")
+        ProvenanceStore(db).add_edge_points([EdgePointRow(key, PointRow(f"session:{n}", "", f"{n}:chunk:0", ""), "class:a", "class:b",
+                                                          justification=text) for n, text in (("x", "why"), ("y", "because"), ("z", None))])
+    finally:
+        db.close()
+    rolled_back(settings, backend, to=REASON_DIGEST_VERSION - 1)
+    db = open_database(settings)  # migrates it
+    try:
+        assert db.schema_version == len(MIGRATIONS)
+        assert ProvenanceStore(db).edge_texts([key], besides="session:y") == {key: ("why",)}
+        if backend == "postgresql":
+            (definition,), = db.query("SELECT indexdef FROM pg_indexes WHERE indexname = 'edge_points_reason'")
+            assert "md5(" in definition, definition
+    finally:
+        db.close()
+    await test_an_edge_with_the_longest_names_and_justification_commits(settings, tmp_path)
 
 
 # The longest type REM_SEMANTIC_TYPES accepts (config.settings._TYPE_NAME): 64 characters.
