@@ -91,7 +91,7 @@ async def test_a_graph_of_the_schema_before_migration_31_keeps_its_edges_texts_a
 ) -> None:
     """A graph of schema ``REASON_DIGEST_VERSION - 1`` holding an edge with points of three
     sessions, opened again: migrated (PostgreSQL's ``edge_points_reason`` made anew on the edge's
-    digest, over the rows it holds), the edge's texts are found as before (``edge_texts``, by the
+    digest and ``edge_points_owner`` on its key alone, over the rows they hold), the edge's texts are found as before (``edge_texts``, by the
     index), and a session answering with the longest edge is digested."""
     db = open_database(settings)
     try:
@@ -108,8 +108,9 @@ async def test_a_graph_of_the_schema_before_migration_31_keeps_its_edges_texts_a
         assert db.schema_version == len(MIGRATIONS)
         assert ProvenanceStore(db).edge_texts([key], besides="session:y") == {key: ("why",)}
         if backend == "postgresql":
-            (definition,), = db.query("SELECT indexdef FROM pg_indexes WHERE indexname = 'edge_points_reason'")
-            assert "md5(" in definition, definition
+            definitions = dict(db.query("SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'edge_points'"))
+            assert "md5(" in definitions["edge_points_reason"], definitions
+            assert definitions["edge_points_owner"].endswith("(source, target, relationship)"), definitions
     finally:
         db.close()
     await test_an_edge_with_the_longest_names_and_justification_commits(settings, tmp_path)
@@ -123,22 +124,19 @@ _LONGEST_TYPE = "T" * 64
 @pytest.mark.parametrize("noise", [_noise, _han], ids=["4-byte", "han"])
 @pytest.mark.parametrize("node_type", ["ORGANIZATION", _LONGEST_TYPE], ids=["default-types", "longest-type"])
 async def test_every_index_takes_the_longest_edge_from_two_sessions_of_the_longest_ids(
-    settings: Settings, tmp_path: Path, noise: Any, node_type: str, backend: str, request: pytest.FixtureRequest
+    settings: Settings, tmp_path: Path, noise: Any, node_type: str
 ) -> None:
     """Every btree index holding an edge's or a node's key takes its longest form: two sessions of
-    200-character ids (their anchors), each answering with two ORGANIZATION nodes (the longest
-    default type) of 300-character names, a CAUSES_ISSUE edge (the longest relationship) with a
+    200-character ids (their anchors), each answering with two nodes of 300-character names (of
+    ORGANIZATION, the longest default type, or of a 64-character one), a CAUSES_ISSUE edge (the longest relationship) with a
     500-character justification and 500-character quotes, in 4-byte and in 3-byte characters. The
     second session's commit reads the first's texts of the edge (``edge_texts``, by
     ``edge_points_reason``); ``edge_points_owner``, ``edges``' key, ``node_points``, the aliases and
     the recall documents hold the rest. Both sessions are digested on both engines; the edge's
-    justification is made of both sessions' texts.
-
-    Still over the limit on PostgreSQL (pinned): with REM_SEMANTIC_TYPES naming a type of 64
-    characters, ``edge_points_owner`` (source, target, relationship, anchor) of 4-byte names under
-    200-character session ids is 2,776 bytes; the default types leave it 2,672 (32 to spare)."""
-    if backend == "postgresql" and node_type == _LONGEST_TYPE and noise is _noise:
-        request.applymarker(pytest.mark.xfail(strict=True, reason="edge_points_owner: index row over PostgreSQL's 2704-byte btree limit"))
+    justification is made of both sessions' texts. Under a type of 64 characters
+    (REM_SEMANTIC_TYPES allows it), PostgreSQL's ``edge_points_owner`` (source, target,
+    relationship, anchor) of 4-byte names was 2,776 bytes and refused the commit; since migration 31
+    it holds the edge's key alone (the default types left it 2,672 bytes, 32 to spare)."""
     names, reasons = (noise(300), noise(300)), (noise(500), noise(500))
     turns = [f"{names[0]} {names[1]} {reason}" for reason in reasons]
     ids = [c * 200 for c in "pq"]
