@@ -353,6 +353,18 @@ SEARCH_BOUND_MIGRATION = """
 SELECT 'PostgreSQL indexes the first characters of a long text'
 """
 
+# 31: an edge of any length the extraction allows commits on PostgreSQL (pgreason). Its point's
+# ``edge_points_reason`` entry (source, target, relationship, justification: two 300-character
+# names and a 500-character justification of 4-byte characters, ~4.4 kB) was over PostgreSQL's
+# btree limit (2,704 bytes an entry): the session's commit failed at every cycle until it ended
+# ``undigestible``, and SQLite digested it. PostgreSQL's index keys the edge by a digest of its key
+# instead (store.dialect.Dialect.edge_digest; store/postgres_schema.py OVERRIDES), which the seek
+# of store.provenance.ProvenanceStore.edge_texts compares; SQLite's btree has no entry limit:
+# nothing to do here.
+REASON_DIGEST_MIGRATION = """
+SELECT 'PostgreSQL seeks an edge''s reasons by a digest of its key'
+"""
+
 # Why a MEMORY or SESSION node was made by back-fill (pipelines/backfill.py marks it ``backfilled``,
 # and ``minimal`` when the session had no summary row): the ``rem_cycle_backfilled_nodes`` series.
 BACKFILL_LABELS = ("MEMORY", "SESSION")
@@ -1068,6 +1080,8 @@ MIGRATIONS: tuple[str, ...] = (
     TURN_INDEX_MIGRATION,
     # 30: SEARCH_BOUND_MIGRATION above.
     SEARCH_BOUND_MIGRATION,
+    # 31: REASON_DIGEST_MIGRATION above.
+    REASON_DIGEST_MIGRATION,
 )
 
 # The queue table's schema version, wherever the entry sits (the PostgreSQL port keys its own form by it).
@@ -1085,6 +1099,7 @@ FIRST_CHUNK_VERSION = MIGRATIONS.index(FIRST_CHUNK_MIGRATION) + 1
 BACKFILL_COUNTS_VERSION = MIGRATIONS.index(BACKFILL_COUNTS_MIGRATION) + 1
 TURN_INDEX_VERSION = MIGRATIONS.index(TURN_INDEX_MIGRATION) + 1
 SEARCH_BOUND_VERSION = MIGRATIONS.index(SEARCH_BOUND_MIGRATION) + 1
+REASON_DIGEST_VERSION = MIGRATIONS.index(REASON_DIGEST_MIGRATION) + 1
 
 
 # SQLite's primary result codes (https://sqlite.org/rescode.html) that name a kind of failure.

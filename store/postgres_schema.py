@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 from store.db import (
     BACKFILL_COUNTS_VERSION,
+    REASON_DIGEST_VERSION,
     SEARCH_BOUND_VERSION,
     SEARCH_FOLD_MIGRATION,
     TURN_INDEX_VERSION,
@@ -369,6 +370,17 @@ CREATE TRIGGER graph_counts_{table}_au AFTER UPDATE OF {column} ON {table} FOR E
 # Versions after BASELINE whose SQLite text PostgreSQL cannot run even in :func:`postgres_form`:
 # their PostgreSQL script.
 OVERRIDES: dict[int, str] = {
+    # 31 (store.db.REASON_DIGEST_MIGRATION): ``edge_points_reason`` keyed by the edge's digest, so
+    # that an entry is at most ~2 kB (a 500-character justification of 4-byte characters), and
+    # ``edge_points_owner`` by the edge's key alone, no longer than the ``edges`` key it refers to
+    # (the anchor after it, up to 208 bytes, put it over the limit under a long REM_SEMANTIC_TYPES
+    # type; no read seeks an edge's points by key and anchor: by anchor, ``edge_points_anchor``).
+    REASON_DIGEST_VERSION: f"""
+DROP INDEX edge_points_reason;
+CREATE INDEX edge_points_reason ON edge_points({POSTGRESQL.edge_digest("source", "target", "relationship")}, justification);
+DROP INDEX edge_points_owner;
+CREATE INDEX edge_points_owner ON edge_points(source, target, relationship)
+""",
     # 29 (store.db.TURN_INDEX_MIGRATION): a turn index past 32 bits (up to 2**53 - 1) fits.
     TURN_INDEX_VERSION: "ALTER TABLE recall_turns ALTER COLUMN turn_index TYPE BIGINT",
     # 28 (store.db.BACKFILL_COUNTS_MIGRATION): the back-fill count triggers as a PL/pgSQL function.

@@ -21,6 +21,7 @@ from operator import attrgetter
 from typing import Any
 
 from store.db import UNLIMITED, Database, in_batches, value_rows
+from store.dialect import Dialect
 from store.facts import NodeFacts, combine_all, least_name, longer_text_order
 from store.graph import Edge, chunked, dumps
 
@@ -160,13 +161,13 @@ def place_count(points: Iterable[PointRow]) -> int:
 
 _POINT_COLUMNS = "anchor, memory_id, chunk_id, evidence, observed_at"
 # The least justification of an edge (``{at}``.s, .t, .r) after ``{after}`` among other anchors'
-# points: one seek of ``edge_points_reason`` (after ``''`` first: NULL and empty texts are no reasons).
-_REASON_AFTER = (
-    "SELECT p.justification FROM edge_points p WHERE p.source = {at}.s AND p.target = {at}.t AND p.relationship = {at}.r "
-    "AND p.justification > {after} AND p.anchor != ? ORDER BY p.justification LIMIT 1"
-)
-_FIRST_REASON = _REASON_AFTER.format(at="k", after="''")
-_NEXT_REASON = _REASON_AFTER.format(at="d", after="d.j")
+# points: one seek of ``edge_points_reason`` (after ``''`` first: NULL and empty texts are no
+# reasons), whose key the dialect spells (PostgreSQL's leads with a digest of the edge, migration 31).
+def _reason_after(dialect: Dialect, at: str, after: str) -> str:
+    return (
+        f"SELECT p.justification FROM edge_points p WHERE {dialect.same_edge('p', at)} "
+        f"AND p.justification > {after} AND p.anchor != ? ORDER BY p.justification LIMIT 1"
+    )
 
 
 class ProvenanceStore:
@@ -372,11 +373,12 @@ class ProvenanceStore:
         stopping at :data:`JUSTIFICATION_TEXTS` — the cost of at most that many seeks an edge,
         however many points and texts its history gave it."""
         found: dict[EdgeKey, list[str]] = {key: [] for key in keys}
+        first, after = _reason_after(self.db.dialect, "k", "''"), _reason_after(self.db.dialect, "d", "d.j")
         for batch, _ in in_batches(sorted(found), lists=3):
             keys, params = value_rows(batch)
             rows = self.db.query_seeking(
-                f"WITH RECURSIVE k(s, t, r) AS (VALUES {keys}), d(s, t, r, j, n) AS (SELECT s, t, r, ({_FIRST_REASON}), 1 FROM k "
-                f"UNION ALL SELECT s, t, r, ({_NEXT_REASON}), n + 1 FROM d WHERE d.j IS NOT NULL AND d.n < {JUSTIFICATION_TEXTS:d}) "
+                f"WITH RECURSIVE k(s, t, r) AS (VALUES {keys}), d(s, t, r, j, n) AS (SELECT s, t, r, ({first}), 1 FROM k "
+                f"UNION ALL SELECT s, t, r, ({after}), n + 1 FROM d WHERE d.j IS NOT NULL AND d.n < {JUSTIFICATION_TEXTS:d}) "
                 "SELECT s, t, r, j FROM d WHERE j IS NOT NULL",
                 (*params, besides, besides),
             )

@@ -21,21 +21,24 @@ from tests.test_pgcut_sessions import charged, extract_one, ingested, stores_on
 from worker.cycle import Stores
 
 
-def _han(start: int, count: int) -> str:
-    """``count`` distinct Han characters (3 bytes each in UTF-8, which the server cannot compress)."""
-    return "".join(chr(0x4E00 + (start + i * 7919) % 20000) for i in range(count))
+def _plane_b(start: int, count: int) -> str:
+    """``count`` distinct CJK Extension B characters (4 bytes each in UTF-8)."""
+    return "".join(chr(0x20000 + (start + i * 7919) % 40000) for i in range(count))
 
 
-# An edge between two nodes with 300-character names (MAX_NAME_CHARS), with a 500-character
-# justification: its ``edge_points_reason`` index row is ~3.3 kB, over the server's 2704-byte
-# btree limit (SQLSTATE 54000, program_limit_exceeded). Every cycle it would be refused again.
+# The longest node type REM_SEMANTIC_TYPES accepts (64 letters, here 4-byte ones) over nodes of
+# 300-character names (MAX_NAME_CHARS): each id is ~1.5 kB, and the edge's ``edges`` key (source,
+# target, relationship) ~2.8 kB, over the server's 2704-byte btree limit (SQLSTATE 54000,
+# program_limit_exceeded). Every cycle it would be refused again. (The 500-character justification
+# this test used before, over ``edge_points_reason``, commits since migration 31: pgreason.)
+LONG_TYPE = _plane_b(30000, 64)
 OVERSIZED = {
     "summary": "long names",
     "nodes": [
-        {"id": "a", "type": "CONCEPT", "name": _han(0, 300), "evidence": [{"turn": 0, "quote": "CHUNK"}]},
-        {"id": "b", "type": "CONCEPT", "name": _han(5000, 300), "evidence": [{"turn": 0, "quote": "CHUNK"}]},
+        {"id": "a", "type": LONG_TYPE, "name": _plane_b(0, 300), "evidence": [{"turn": 0, "quote": "CHUNK"}]},
+        {"id": "b", "type": LONG_TYPE, "name": _plane_b(10000, 300), "evidence": [{"turn": 0, "quote": "CHUNK"}]},
     ],
-    "edges": [{"source": "a", "target": "b", "relationship": "relates_to", "justification": _han(10000, 500),
+    "edges": [{"source": "a", "target": "b", "relationship": "relates_to", "justification": "why",
                "evidence": [{"turn": 0, "quote": "CHUNK"}]}],
 }
 
@@ -50,7 +53,7 @@ async def test_a_session_whose_own_answer_the_server_cannot_index_is_charged_not
     ``undigestible`` after ``max_chunk_attempts``, shown by ``status``) and the reason is recorded. Before, the error was
     classified ``DatabaseUnreadableError``, one of ``DATABASE_OUTAGES``: the session was deferred,
     charged nothing, and extracted again every cycle for ever."""
-    mine = llm_settings(settings.data_dir, llm_server)
+    mine = llm_settings(settings.data_dir, llm_server, semantic_types=(*settings.semantic_types, LONG_TYPE))
     llm_server.default = ok(OVERSIZED)
     with stores_on(mine, timeout=5.0) as stores:
         await ingested(mine, stores, tmp_path)
@@ -59,11 +62,6 @@ async def test_a_session_whose_own_answer_the_server_cannot_index_is_charged_not
         assert (state, attempts) == ("undigested", 1)  # charged, backing off; undigestible at max_chunk_attempts
         reason = stores.runstate.get_digests(["s1"])["s1"].defer_reason or ""
         assert "index row" in reason, reason
-
-
-def _plane_b(start: int, count: int) -> str:
-    """``count`` distinct CJK Extension B characters (4 bytes each in UTF-8)."""
-    return "".join(chr(0x20000 + (start + i * 7919) % 40000) for i in range(count))
 
 
 @pytest.mark.parametrize("backend", ["postgresql"], indirect=True)

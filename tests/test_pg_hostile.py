@@ -21,7 +21,9 @@ from pipelines.extract.model import MAX_NAME_CHARS
 from pipelines.enqueue import InvalidLazyEdgeError, enqueue_lazy_edges
 from store.backend import open_database
 from store.chroma import MAX_TURN_INDEX, MAX_USER_ID_CHARS, ChromaStore
-from store.db import SEARCH_BOUND_VERSION
+from store.db import MIGRATIONS, REASON_DIGEST_VERSION, SEARCH_BOUND_VERSION
+from store.graph import Edge, GraphStore, Node
+from store.provenance import EdgePointRow, PointRow, ProvenanceStore
 from store.lazy_queue import edge_line
 from tests.conftest import run_cli, write_sessions
 from tests.llm_server import LLMServer, ok
@@ -53,18 +55,13 @@ def _answer(body: dict[str, Any]) -> dict[str, Any]:
 
 
 @pytest.mark.both_backends
-async def test_an_edge_with_the_longest_names_and_justification_commits(
-    settings: Settings, tmp_path: Path, backend: str, request: pytest.FixtureRequest
-) -> None:
+async def test_an_edge_with_the_longest_names_and_justification_commits(settings: Settings, tmp_path: Path) -> None:
     """A model answer at every length the validation allows (two 300-character names, a
     500-character justification) commits on both engines. On PostgreSQL the edge point's
-    ``edge_points_reason`` entry (source, target, relationship, justification) is ~4.4 kB, and the
-    commit fails "index row size 4448 exceeds btree version 4 maximum 2704": the session is
-    charged an attempt at every cycle and ends ``undigestible`` (tests/test_audit19_outages.py),
-    while SQLite digests it. Left as it is (see RELIABILITY.md, pghostile): the index is the seek
-    tests/test_day400d.py holds PostgreSQL to, and a key that fits needs a new query on both engines."""
-    if backend == "postgresql":
-        request.applymarker(pytest.mark.xfail(strict=False, reason="edge_points_reason: index row over PostgreSQL's 2704-byte btree limit"))
+    ``edge_points_reason`` entry (source, target, relationship, justification) was ~4.4 kB, and the
+    commit failed "index row size 4448 exceeds btree version 4 maximum 2704": the session was
+    charged an attempt at every cycle and ended ``undigestible``, while SQLite digested it. Since
+    migration 31 PostgreSQL's index leads with a digest of the edge's key (pgreason)."""
     sessions = write_sessions(tmp_path / "in.jsonl", [{
         "sessionId": "long", "createdAt": "2026-11-01T10:00:00Z", "userId": "u", "title": "T", "summary": "S",
         "turns": [{"id": "long-t0", "role": "user", "text": TURN}]}])
@@ -76,11 +73,98 @@ async def test_an_edge_with_the_longest_names_and_justification_commits(
     db = open_database(settings)
     try:
         states = [tuple(r) for r in db.query("SELECT state, defer_reason FROM session_digests")]
-        reasons = [r[0] for r in db.query("SELECT justification FROM edge_points")]
+        reasons = [r[0] for r in db.query("SELECT justification FROM edge_points WHERE anchor = 'session:long'")]
     finally:
         db.close()
     assert states == [("digested", None)], (states, digest)
     assert reasons == [REASON]
+
+
+def _han(chars: int) -> str:
+    """``chars`` random CJK Unified Ideographs (U+4E00-U+9FFF): 3 UTF-8 bytes each, incompressible."""
+    return "".join(chr(_RANDOM.randrange(0x4E00, 0xA000)) for _ in range(chars))
+
+
+@pytest.mark.both_backends
+async def test_a_graph_of_the_schema_before_migration_31_keeps_its_edges_texts_and_takes_the_longest_edge(
+    settings: Settings, tmp_path: Path, backend: str
+) -> None:
+    """A graph of schema ``REASON_DIGEST_VERSION - 1`` holding an edge with points of three
+    sessions, opened again: migrated (PostgreSQL's ``edge_points_reason`` made anew on the edge's
+    digest and ``edge_points_owner`` on its key alone, over the rows they hold), the edge's texts are found as before (``edge_texts``, by the
+    index), and a session answering with the longest edge is digested."""
+    db = open_database(settings)
+    try:
+        GraphStore(db).upsert_nodes([Node("class:a", "CLASS", "a", {}), Node("class:b", "CLASS", "b", {})])
+        GraphStore(db).link_nodes([Edge("class:a", "class:b", "DEPENDS_ON")])
+        key = ("class:a", "class:b", "DEPENDS_ON")
+        ProvenanceStore(db).add_edge_points([EdgePointRow(key, PointRow(f"session:{n}", "", f"{n}:chunk:0", ""), "class:a", "class:b",
+                                                          justification=text) for n, text in (("x", "why"), ("y", "because"), ("z", None))])
+    finally:
+        db.close()
+    rolled_back(settings, backend, to=REASON_DIGEST_VERSION - 1)
+    db = open_database(settings)  # migrates it
+    try:
+        assert db.schema_version == len(MIGRATIONS)
+        assert ProvenanceStore(db).edge_texts([key], besides="session:y") == {key: ("why",)}
+        if backend == "postgresql":
+            definitions = dict(db.query("SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'edge_points'"))
+            assert "md5(" in definitions["edge_points_reason"], definitions
+            assert definitions["edge_points_owner"].endswith("(source, target, relationship)"), definitions
+    finally:
+        db.close()
+    await test_an_edge_with_the_longest_names_and_justification_commits(settings, tmp_path)
+
+
+# The longest type REM_SEMANTIC_TYPES accepts (config.settings._TYPE_NAME): 64 characters.
+_LONGEST_TYPE = "T" * 64
+
+
+@pytest.mark.both_backends
+@pytest.mark.parametrize("noise", [_noise, _han], ids=["4-byte", "han"])
+@pytest.mark.parametrize("node_type", ["ORGANIZATION", _LONGEST_TYPE], ids=["default-types", "longest-type"])
+async def test_every_index_takes_the_longest_edge_from_two_sessions_of_the_longest_ids(
+    settings: Settings, tmp_path: Path, noise: Any, node_type: str
+) -> None:
+    """Every btree index holding an edge's or a node's key takes its longest form: two sessions of
+    200-character ids (their anchors), each answering with two nodes of 300-character names (of
+    ORGANIZATION, the longest default type, or of a 64-character one), a CAUSES_ISSUE edge (the longest relationship) with a
+    500-character justification and 500-character quotes, in 4-byte and in 3-byte characters. The
+    second session's commit reads the first's texts of the edge (``edge_texts``, by
+    ``edge_points_reason``); ``edge_points_owner``, ``edges``' key, ``node_points``, the aliases and
+    the recall documents hold the rest. Both sessions are digested on both engines; the edge's
+    justification is made of both sessions' texts. Under a type of 64 characters
+    (REM_SEMANTIC_TYPES allows it), PostgreSQL's ``edge_points_owner`` (source, target,
+    relationship, anchor) of 4-byte names was 2,776 bytes and refused the commit; since migration 31
+    it holds the edge's key alone (the default types left it 2,672 bytes, 32 to spare)."""
+    names, reasons = (noise(300), noise(300)), (noise(500), noise(500))
+    turns = [f"{names[0]} {names[1]} {reason}" for reason in reasons]
+    ids = [c * 200 for c in "pq"]
+    sessions = write_sessions(tmp_path / "in.jsonl", [{
+        "sessionId": sid, "createdAt": "2026-11-01T10:00:00Z", "userId": "u", "title": "T", "summary": "S",
+        "turns": [{"id": f"{sid[:20]}-t0", "role": "user", "text": turn}]} for sid, turn in zip(ids, turns)])
+    await import_sessions(sessions, chroma=ChromaStore(settings), memory_collection=settings.memory_collection,
+                          summary_collection=settings.session_collection)
+
+    def answer(body: dict[str, Any]) -> dict[str, Any]:
+        reason = next(r for r in reasons if r in json.dumps(body, ensure_ascii=False))
+        nodes = [{"id": n, "type": node_type, "name": n, "aliases": [n[::-1]], "description": reason,
+                  "confidence": 0.9, "evidence": [{"turn": 1, "quote": n}]} for n in names]
+        edge = {"source": names[0], "target": names[1], "relationship": "CAUSES_ISSUE", "justification": reason,
+                "evidence": [{"turn": 1, "quote": reason}]}
+        return {"summary": "long names", "nodes": nodes, "edges": [edge]}
+
+    with LLMServer(default=ok(answer)) as llm:
+        await run_cycle(settings.model_copy(update={"llm_base_url": llm.url, "extractor": "openai",
+                                                    "semantic_types": (*settings.semantic_types, _LONGEST_TYPE)}))
+    db = open_database(settings)
+    try:
+        states = sorted(tuple(r) for r in db.query("SELECT state, defer_reason FROM session_digests"))
+        edges = [json.loads(r[0]) for r in db.query("SELECT properties FROM edges WHERE relationship = 'CAUSES_ISSUE'")]
+    finally:
+        db.close()
+    assert states == [("digested", None)] * 2
+    assert [e.get("justification") for e in edges] == ["; ".join(sorted(reasons))]
 
 
 @pytest.mark.both_backends
