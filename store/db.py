@@ -353,6 +353,17 @@ SEARCH_BOUND_MIGRATION = """
 SELECT 'PostgreSQL indexes the first characters of a long text'
 """
 
+# 31: the texts of one row share PostgreSQL's bound (audit27). Migration 30 indexes each text's first
+# INDEXED_TEXT_MOST characters, but a row's ``tsvector`` holds at most 1 MB of words whatever its
+# columns: a session whose title and summary were each 100,000 characters of words that fold long
+# (a ligature folds to a word of 8 bytes) was 1.4 MB, and failed its sync at every cycle. The
+# session and node-document ``search`` columns are made again from shares of the bound
+# (store.postgres_schema.SHARED_TEXT_MOST; store/postgres_schema.py OVERRIDES); SQLite's index is
+# unchanged: nothing to do here.
+SEARCH_SHARE_MIGRATION = """
+SELECT 'PostgreSQL indexes the first characters of the texts of a row together'
+"""
+
 # Why a MEMORY or SESSION node was made by back-fill (pipelines/backfill.py marks it ``backfilled``,
 # and ``minimal`` when the session had no summary row): the ``rem_cycle_backfilled_nodes`` series.
 BACKFILL_LABELS = ("MEMORY", "SESSION")
@@ -1068,6 +1079,8 @@ MIGRATIONS: tuple[str, ...] = (
     TURN_INDEX_MIGRATION,
     # 30: SEARCH_BOUND_MIGRATION above.
     SEARCH_BOUND_MIGRATION,
+    # 31: SEARCH_SHARE_MIGRATION above.
+    SEARCH_SHARE_MIGRATION,
 )
 
 # The queue table's schema version, wherever the entry sits (the PostgreSQL port keys its own form by it).
@@ -1085,6 +1098,7 @@ FIRST_CHUNK_VERSION = MIGRATIONS.index(FIRST_CHUNK_MIGRATION) + 1
 BACKFILL_COUNTS_VERSION = MIGRATIONS.index(BACKFILL_COUNTS_MIGRATION) + 1
 TURN_INDEX_VERSION = MIGRATIONS.index(TURN_INDEX_MIGRATION) + 1
 SEARCH_BOUND_VERSION = MIGRATIONS.index(SEARCH_BOUND_MIGRATION) + 1
+SEARCH_SHARE_VERSION = MIGRATIONS.index(SEARCH_SHARE_MIGRATION) + 1
 
 
 # SQLite's primary result codes (https://sqlite.org/rescode.html) that name a kind of failure.
