@@ -516,9 +516,10 @@ class LazyEdgeQueue:
         return file_key(stat)
 
     def _stamp_blanked(self) -> None:
-        """Replace the blank stamp by a new file (called after a blank in place): a new inode while
-        the old one is still there, so its key differs from the last one seen (no ``fsync``: a
-        crash ends the process that kept a fold too). The lines are blanked already: a stamp the
+        """Replace the blank stamp by a new file (called after a blank, in place or of the dead-letter
+        file by its copy): a new inode while the old one is still there, written now, so its key
+        differs from the last one seen — an inode number handed out again comes with a later mtime
+        (no ``fsync``: a crash ends the process that kept a fold too). The lines are blanked already: a stamp the
         disk refuses is logged, not raised, and a kept fold may count them until the daemon restarts."""
         temporary = self.blank_stamp_path.with_name(self.blank_stamp_path.name + ".tmp")
         try:
