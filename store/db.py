@@ -365,6 +365,17 @@ REASON_DIGEST_MIGRATION = """
 SELECT 'PostgreSQL seeks an edge''s reasons by a digest of its key'
 """
 
+# 32: the texts of one row share PostgreSQL's bound (audit27). Migration 30 indexes each text's first
+# INDEXED_TEXT_MOST characters, but a row's ``tsvector`` holds at most 1 MB of words whatever its
+# columns: a session whose title and summary were each 100,000 characters of words that fold long
+# (a ligature folds to a word of 8 bytes) was 1.4 MB, and failed its sync at every cycle. The
+# session and node-document ``search`` columns are made again from shares of the bound
+# (store.postgres_schema.SHARED_TEXT_MOST; store/postgres_schema.py OVERRIDES); SQLite's index is
+# unchanged: nothing to do here.
+SEARCH_SHARE_MIGRATION = """
+SELECT 'PostgreSQL indexes the first characters of the texts of a row together'
+"""
+
 # Why a MEMORY or SESSION node was made by back-fill (pipelines/backfill.py marks it ``backfilled``,
 # and ``minimal`` when the session had no summary row): the ``rem_cycle_backfilled_nodes`` series.
 BACKFILL_LABELS = ("MEMORY", "SESSION")
@@ -1082,6 +1093,8 @@ MIGRATIONS: tuple[str, ...] = (
     SEARCH_BOUND_MIGRATION,
     # 31: REASON_DIGEST_MIGRATION above.
     REASON_DIGEST_MIGRATION,
+    # 32: SEARCH_SHARE_MIGRATION above.
+    SEARCH_SHARE_MIGRATION,
 )
 
 # The queue table's schema version, wherever the entry sits (the PostgreSQL port keys its own form by it).
@@ -1100,6 +1113,7 @@ BACKFILL_COUNTS_VERSION = MIGRATIONS.index(BACKFILL_COUNTS_MIGRATION) + 1
 TURN_INDEX_VERSION = MIGRATIONS.index(TURN_INDEX_MIGRATION) + 1
 SEARCH_BOUND_VERSION = MIGRATIONS.index(SEARCH_BOUND_MIGRATION) + 1
 REASON_DIGEST_VERSION = MIGRATIONS.index(REASON_DIGEST_MIGRATION) + 1
+SEARCH_SHARE_VERSION = MIGRATIONS.index(SEARCH_SHARE_MIGRATION) + 1
 
 
 # SQLite's primary result codes (https://sqlite.org/rescode.html) that name a kind of failure.

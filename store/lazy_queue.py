@@ -12,8 +12,8 @@ Files next to the queue ``Q`` (default ``<data_dir>/lazy-edges.jsonl``):
 - ``Q.publishing``: present only while a drain publishes its outputs (see ``commit_drain``);
 - ``<stem>.dead.jsonl``: the dead-letter file (lines that will never link, with the reason);
 - ``Q.lock``: the drain's single-flight lock.
-- ``Q.blanked``: replaced after lines of ``Q`` or a ``.draining`` file were blanked in place, so that
-  a count of their lines kept across reads (the metrics' :func:`fold_file`) starts anew.
+- ``Q.blanked``: replaced after lines of ``Q``, a ``.draining`` file or the dead-letter file were
+  blanked, so that a count of their lines kept across reads (the metrics' :func:`fold_file`) starts anew.
 
 Every one of them is opened through :func:`store.confined.open_confined`: a link planted at any
 of these names is refused before a byte is read or written.
@@ -486,10 +486,10 @@ class LazyEdgeQueue:
                     continue
                 if path == self.dead_letter_path:
                     self._replace_blanked(fd, path, chosen)
-                    continue
-                for at, body in chosen:
-                    os.pwrite(fd, b" " * len(body), at)
-                os.fsync(fd)
+                else:
+                    for at, body in chosen:
+                        os.pwrite(fd, b" " * len(body), at)
+                    os.fsync(fd)
                 self._stamp_blanked()
             finally:
                 os.close(fd)
@@ -497,14 +497,18 @@ class LazyEdgeQueue:
 
     @property
     def blank_stamp_path(self) -> Path:
-        """Replaced each time lines of the live queue or a ``.draining`` file are blanked in place."""
+        """Replaced each time lines of the live queue or a ``.draining`` file are blanked in place,
+        and each time the dead-letter file is replaced by its blanked copy."""
         return self.path.with_name(self.path.name + ".blanked")
 
     def blank_stamp(self) -> FileKey | None:
         """(device, inode, size, mtime ns) of :attr:`blank_stamp_path`, ``None`` before any blank.
-        A fold kept across reads of the queue files (worker.metrics) starts anew when it changed: a
-        line blanked in place and then an append leave a file grown and unchanged at the end of
-        what was folded, which :func:`fold_file` would read as appended to."""
+        A fold kept across reads of the queue files (worker.metrics) or of the dead-letter file
+        (:class:`DeadLetterCounter`) starts anew when it changed: a line blanked in place and then
+        an append leave a file grown and unchanged at the end of what was folded, which
+        :func:`fold_file` would read as appended to — and so does a dead-letter file replaced by a
+        blanked copy that the file system gave the inode number of the file folded (ext4 hands a
+        freed number out again at once: a second forget's copy has the first one's file's)."""
         try:
             stat = os.stat(self.blank_stamp_path, follow_symlinks=False)
         except FileNotFoundError:
@@ -512,9 +516,10 @@ class LazyEdgeQueue:
         return file_key(stat)
 
     def _stamp_blanked(self) -> None:
-        """Replace the blank stamp by a new file (called after a blank in place): a new inode while
-        the old one is still there, so its key differs from the last one seen (no ``fsync``: a
-        crash ends the process that kept a fold too). The lines are blanked already: a stamp the
+        """Replace the blank stamp by a new file (called after a blank, in place or of the dead-letter
+        file by its copy): a new inode while the old one is still there, written now, so its key
+        differs from the last one seen — an inode number handed out again comes with a later mtime
+        (no ``fsync``: a crash ends the process that kept a fold too). The lines are blanked already: a stamp the
         disk refuses is logged, not raised, and a kept fold may count them until the daemon restarts."""
         temporary = self.blank_stamp_path.with_name(self.blank_stamp_path.name + ".tmp")
         try:
@@ -735,16 +740,22 @@ class DeadLetterCounter:
     recovery undoing an append; a forget blanking its own records, :meth:`LazyEdgeQueue.blank`),
     rewritten just before that point or in place at the same size, it is counted anew. Otherwise
     rem-cycle only appends to the file, so a count never rereads its history; a hand edit well
-    inside the counted part is seen when the file is replaced or cut. Calls may come from several
-    threads: the state is one object replaced at once, and a lost race only reads again."""
+    inside the counted part is seen when the file is replaced or cut. A blank replaces the file, and
+    the count starts anew when the blank stamp changed (:meth:`LazyEdgeQueue.blank_stamp`): the
+    copy may have the inode number of the file counted. Calls may come from several threads: the
+    state is one tuple replaced at once, and a lost race only reads again."""
 
     def __init__(self, queue: LazyEdgeQueue) -> None:
         self.queue = queue
-        self._counted: FoldedFile[int] | None = None
+        self._counted: tuple[FileKey | None, FoldedFile[int] | None] = (None, None)
 
     def count(self) -> int:
         """Records in the dead-letter file now."""
-        self._counted = counted = fold_file(self.queue.dead_letter_path, _DEAD_LETTER_RECORDS, self._counted, root=self.queue.root)
+        # The stamp before the file: a blank after this read is seen at the next one.
+        stamp = self.queue.blank_stamp()
+        kept_stamp, kept = self._counted
+        counted = fold_file(self.queue.dead_letter_path, _DEAD_LETTER_RECORDS, kept if stamp == kept_stamp else None, root=self.queue.root)
+        self._counted = (stamp, counted)
         return 0 if counted is None else counted.value
 
 

@@ -8,13 +8,14 @@ them); every later version is SQLite's own migration in :func:`postgres_form`, o
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from store.db import (
     BACKFILL_COUNTS_VERSION,
     REASON_DIGEST_VERSION,
     SEARCH_BOUND_VERSION,
     SEARCH_FOLD_MIGRATION,
+    SEARCH_SHARE_VERSION,
     TURN_INDEX_VERSION,
     WORD_SPLIT_MIGRATION,
     backfill_counts_script,
@@ -562,13 +563,25 @@ CREATE TRIGGER state_counts_chunks_au AFTER UPDATE OF status, tokens_in, tokens_
 # is found by the words of its first 100,000 characters on PostgreSQL, by all of them on SQLite.
 INDEXED_TEXT_MOST = 100_000
 
+# What each text column of a recall table indexes since migration 32 (audit27): the columns of one
+# row share INDEXED_TEXT_MOST, as the 1 MB holds the words of all of them. A character folds to at
+# most 9 bytes of a word (a Tibetan vowel sign; an Arabic ligature of a word, 8), so 100,000
+# characters are at most 900 kB whatever they are; a session's title and summary each of 100,000
+# characters of such words were 1.4 MB under migration 30's bound of each text alone.
+SHARED_TEXT_MOST: dict[str, int] = {
+    "text": INDEXED_TEXT_MOST,
+    "title": 10_000, "summary": INDEXED_TEXT_MOST - 10_000,
+    "name": 10_000, "aliases": 10_000, "description": INDEXED_TEXT_MOST - 20_000,
+}
 
-def search_vectors(function: str, *, most: int | None = None) -> dict[str, str]:
+
+def search_vectors(function: str, *, most: int | Mapping[str, int] | None = None) -> dict[str, str]:
     """Each recall table's ``search`` column: the ``tsvector`` of its text columns as the SQL
     function ``function`` gives them (weights A, B, D in the columns' order), of the first ``most``
-    characters of each when given. Pure."""
+    characters of each when given (a mapping: each column's own). Pure."""
     def vector(column: str) -> str:
-        text = f"{function}({column})" if most is None else f"{function}(left({column}, {most}))"
+        bound = most.get(column) if isinstance(most, Mapping) else most
+        text = f"{function}({column})" if bound is None else f"{function}(left({column}, {bound}))"
         return f"to_tsvector('english', {text})"
 
     return {
@@ -579,21 +592,26 @@ def search_vectors(function: str, *, most: int | None = None) -> dict[str, str]:
     }
 
 
-def _search_columns(function: str, *, most: int | None = None) -> str:
+def _search_columns(function: str, *, most: int | Mapping[str, int] | None = None, tables: Collection[str] | None = None) -> str:
     """The folding functions (:func:`store.textfold.postgres_functions`), then each recall table's
-    ``search`` column made again from ``function``'s text (:func:`search_vectors`, ``most``), with
-    its GIN index: every row's vector computed anew, the table rewritten."""
+    (or each of ``tables``') ``search`` column made again from ``function``'s text
+    (:func:`search_vectors`, ``most``), with its GIN index: every row's vector computed anew, the
+    table rewritten."""
     return postgres_functions() + "".join(
         f"ALTER TABLE {table} DROP COLUMN search;\n"
         f"ALTER TABLE {table} ADD COLUMN search tsvector GENERATED ALWAYS AS ({vector}) STORED;\n"
         f"CREATE INDEX {table}_search ON {table} USING gin(search);\n"
-        for table, vector in search_vectors(function, most=most).items()
+        for table, vector in search_vectors(function, most=most).items() if tables is None or table in tables
     )
 
 
 # 30 (store.db.SEARCH_BOUND_MIGRATION): the ``search`` columns of each text's first
 # INDEXED_TEXT_MOST characters (written here: the columns' text is this module's).
 OVERRIDES[SEARCH_BOUND_VERSION] = _search_columns("rem_index_text", most=INDEXED_TEXT_MOST)
+# 32 (store.db.SEARCH_SHARE_MIGRATION): the columns of a session's and a node document's row share
+# the bound (SHARED_TEXT_MOST); the turns' single column is as migration 30 made it.
+SHARED_TABLES = ("recall_sessions", "recall_node_docs")
+OVERRIDES[SEARCH_SHARE_VERSION] = _search_columns("rem_index_text", most=SHARED_TEXT_MOST, tables=SHARED_TABLES)
 
 
 # Versions whose PostgreSQL script is written from store.textfold's rule (each SQLite migration

@@ -7,11 +7,11 @@ from __future__ import annotations
 from typing import Any
 
 from store.db import (
-    BACKFILL_COUNTS_VERSION, CHUNK_TEXT_VERSION, SEARCH_BOUND_VERSION, REASON_DIGEST_VERSION, ERASE_AT_COMMIT_VERSION, FIRST_CHUNK_VERSION, FOLD_RANK_VERSION, LAST_ROW_VERSION, MIGRATIONS, POINTS_BY_MEMORY_VERSION, QUEUE_WITHDRAWALS_VERSION,
+    BACKFILL_COUNTS_VERSION, CHUNK_TEXT_VERSION, SEARCH_BOUND_VERSION, REASON_DIGEST_VERSION, SEARCH_SHARE_VERSION, ERASE_AT_COMMIT_VERSION, FIRST_CHUNK_VERSION, FOLD_RANK_VERSION, LAST_ROW_VERSION, MIGRATIONS, POINTS_BY_MEMORY_VERSION, QUEUE_WITHDRAWALS_VERSION,
     SEARCH_FOLD_VERSION, TEXT_CLAIMS_VERSION, TURN_INDEX_VERSION, WORD_SPLIT_VERSION,
     _statements,
 )
-from store.postgres_schema import search_vectors
+from store.postgres_schema import INDEXED_TEXT_MOST, SHARED_TABLES, search_vectors
 
 RUN_COUNTS_VERSION = 13
 COMMUNITY_NAMES_VERSION = 14
@@ -124,6 +124,8 @@ UNDO: dict[int, dict[str, tuple[str, ...]]] = {
     REASON_DIGEST_VERSION: {"sqlite": (), "postgresql": (
         "DROP INDEX edge_points_reason", "CREATE INDEX edge_points_reason ON edge_points(source, target, relationship, justification)",
         "DROP INDEX edge_points_owner", "CREATE INDEX edge_points_owner ON edge_points(source, target, relationship, anchor)")},
+    SEARCH_SHARE_VERSION: {"sqlite": (), "postgresql": _search_columns(
+        {table: vector for table, vector in search_vectors("rem_index_text", most=INDEXED_TEXT_MOST).items() if table in SHARED_TABLES})},
 }
 assert "rem_run_counts" in MIGRATIONS[RUN_COUNTS_VERSION - 1] and "community_names" in MIGRATIONS[COMMUNITY_NAMES_VERSION - 1]
 assert "justification" in MIGRATIONS[EDGE_JUSTIFICATIONS_VERSION - 1]
