@@ -96,7 +96,15 @@ def test_a_retry_time_set_by_a_clock_ahead_holds_the_erase_back_no_longer_than_t
         assert (failed["erased"], failed["erase_failures"]) == (False, 1)
         assert EraseDueStore(db).state().retry_at > time.time() + RETRY_MAX_SECONDS
         done = erase_when_due(db)  # this host's clock
-        assert done.get("erased") is True, done
+        # It tries (a report with ``erased``) where a skipped cycle reports only the retry state. On
+        # PostgreSQL a transaction of another test on the same server (the suite runs in parallel)
+        # is a reader too, and can fail this try: then the erase completes at a later one.
+        assert "erased" in done, done
+        deadline = time.monotonic() + 30
+        while not done["erased"] and time.monotonic() < deadline:
+            time.sleep(0.2)
+            done = erase_when_due(db, at_once=True)
+        assert done["erased"] is True, done
         assert EraseDueStore(db).state() == EraseState()
     finally:
         db.close()
