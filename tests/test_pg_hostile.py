@@ -28,6 +28,7 @@ from store.lazy_queue import edge_line
 from tests.conftest import run_cli, write_sessions
 from tests.llm_server import LLMServer, ok
 from tests.migrations_support import rolled_back
+from tests.test_change_scan import _query
 from tests.test_recall import ask
 from tests.test_roundtrip_restore import _env
 from worker.cycle import run_cycle
@@ -70,12 +71,8 @@ async def test_an_edge_with_the_longest_names_and_justification_commits(settings
     with LLMServer(default=ok(_answer)) as llm:
         result = await run_cycle(settings.model_copy(update={"llm_base_url": llm.url, "extractor": "openai"}))
     digest = result.phases.get("digest") or result.phases
-    db = open_database(settings)
-    try:
-        states = [tuple(r) for r in db.query("SELECT state, defer_reason FROM session_digests")]
-        reasons = [r[0] for r in db.query("SELECT justification FROM edge_points WHERE anchor = 'session:long'")]
-    finally:
-        db.close()
+    states = _query(settings, "SELECT state, defer_reason FROM session_digests")
+    reasons = [r[0] for r in _query(settings, "SELECT justification FROM edge_points WHERE anchor = 'session:long'")]
     assert states == [("digested", None)], (states, digest)
     assert reasons == [REASON]
 
@@ -157,12 +154,8 @@ async def test_every_index_takes_the_longest_edge_from_two_sessions_of_the_longe
     with LLMServer(default=ok(answer)) as llm:
         await run_cycle(settings.model_copy(update={"llm_base_url": llm.url, "extractor": "openai",
                                                     "semantic_types": (*settings.semantic_types, _LONGEST_TYPE)}))
-    db = open_database(settings)
-    try:
-        states = sorted(tuple(r) for r in db.query("SELECT state, defer_reason FROM session_digests"))
-        edges = [json.loads(r[0]) for r in db.query("SELECT properties FROM edges WHERE relationship = 'CAUSES_ISSUE'")]
-    finally:
-        db.close()
+    states = sorted(_query(settings, "SELECT state, defer_reason FROM session_digests"))
+    edges = [json.loads(r[0]) for r in _query(settings, "SELECT properties FROM edges WHERE relationship = 'CAUSES_ISSUE'")]
     assert states == [("digested", None)] * 2
     assert [e.get("justification") for e in edges] == ["; ".join(sorted(reasons))]
 
@@ -180,11 +173,7 @@ async def test_a_turn_index_past_32_bits_is_ingested_and_recalled(settings: Sett
     result = await run_cycle(settings)
     ingest = result.phases["ingest"]
     assert result.outcome == "completed" and ingest["sessions_failed"] == 0, ingest.get("session_failures")
-    db = open_database(settings)
-    try:
-        stored = sorted(r[0] for r in db.query("SELECT turn_index FROM recall_turns"))
-    finally:
-        db.close()
+    stored = sorted(r[0] for r in _query(settings, "SELECT turn_index FROM recall_turns"))
     assert stored == far
     assert "the kestrel hovers" in [t["text"] for t in ask(settings, "heron")["turns"]]
 
@@ -251,11 +240,7 @@ def test_a_notes_file_deep_under_long_directory_names_is_imported(settings: Sett
     note.write_text("The LazyEdgeQueue feeds the GraphStore.\n\nThe osprey nests by the river.\n", encoding="utf-8")
     done = run_cli("import-notes", str(note), "--json", env=_env(settings))
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
-    db = open_database(settings)
-    try:
-        (name, properties), = db.query("SELECT name, properties FROM nodes WHERE label = 'NOTE'")
-    finally:
-        db.close()
+    (name, properties), = _query(settings, "SELECT name, properties FROM nodes WHERE label = 'NOTE'")
     assert (name, json.loads(properties)["path"]) == ("…" + str(note)[1 - MAX_NAME_CHARS:], str(note))
     exported = json.loads(run_cli("export", env=_env(settings)).stdout or "{}")
     assert str(note) in json.dumps(exported, ensure_ascii=False), exported.keys()
@@ -291,12 +276,8 @@ async def test_a_session_with_a_long_title_is_ingested(settings: Settings) -> No
         {"sessionId": "t", "title": title, "createdAt": "2026-11-01T10:00:00Z"}])
     result = await run_cycle(settings)
     assert result.phases["ingest"]["sessions_failed"] == 0, result.phases["ingest"].get("session_failures")
-    db = open_database(settings)
-    try:
-        (name, properties), = db.query("SELECT name, properties FROM nodes WHERE label = 'SESSION'")
-        kept = [r[0] for r in db.query("SELECT title FROM recall_sessions")]
-    finally:
-        db.close()
+    (name, properties), = _query(settings, "SELECT name, properties FROM nodes WHERE label = 'SESSION'")
+    kept = [r[0] for r in _query(settings, "SELECT title FROM recall_sessions")]
     assert (name, json.loads(properties)["title"], kept) == (title[:MAX_NAME_CHARS], title, [title])
     assert (await run_cycle(settings)).phases["ingest"]["sessions_changed"] == 0
 
@@ -317,17 +298,11 @@ async def test_a_long_user_id_is_read_as_missing_alike(settings: Settings) -> No
     result = await run_cycle(settings)
     ingest = result.phases["ingest"]
     assert ingest["sessions_failed"] == 0, ingest.get("session_failures")
-    db = open_database(settings)
-    try:
-        users = [tuple(r) for r in db.query("SELECT (SELECT COUNT(*) FROM recall_session_users), "
-                                            "(SELECT COUNT(*) FROM recall_turns WHERE user_id IS NOT NULL)")]
-    finally:
-        db.close()
+    users = _query(settings, "SELECT (SELECT COUNT(*) FROM recall_session_users), "
+                             "(SELECT COUNT(*) FROM recall_turns WHERE user_id IS NOT NULL)")
     assert users == [(0, 0)]
     assert [t["text"] for t in ask(settings, "osprey")["turns"]] == ["the osprey nests"]
     assert ask(settings, "osprey", user=user[:MAX_USER_ID_CHARS])["turns"] == []
-
-
 
 
 @pytest.mark.both_backends
@@ -346,20 +321,12 @@ async def test_a_lazy_edge_whose_key_is_over_a_page_is_refused_alike(settings: S
                           summary_collection=mine.session_collection)
     with LLMServer(default=ok(lambda body: {**_answer(body), "edges": []})) as llm:
         assert (await run_cycle(mine.model_copy(update={"llm_base_url": llm.url, "extractor": "openai"}))).outcome == "completed"
-    db = open_database(mine)
-    try:
-        source, target = sorted(r[0] for r in db.query("SELECT id FROM nodes WHERE label = 'CLASS'"))
-    finally:
-        db.close()
+    source, target = sorted(r[0] for r in _query(mine, "SELECT id FROM nodes WHERE label = 'CLASS'"))
     long_relationship, short_relationship = _noise(128), _noise(20)
     with pytest.raises(InvalidLazyEdgeError, match="bytes together"):
         enqueue_lazy_edges(mine.lazy_queue_target, [{"source": source, "target": target, "relationship": long_relationship}])
     assert enqueue_lazy_edges(mine.lazy_queue_target, [{"source": source, "target": target, "relationship": short_relationship}]) == 1
     drained = (await run_cycle(mine)).phases["drain"]
-    db = open_database(mine)
-    try:
-        linked = [tuple(r) for r in db.query("SELECT source, target, relationship FROM edges WHERE relationship NOT IN "
-                                              "('MENTIONED_IN', 'DISCUSSED_IN', 'ORIGINATES_IN', 'PART_OF')")]
-    finally:
-        db.close()
+    linked = _query(mine, "SELECT source, target, relationship FROM edges WHERE relationship NOT IN "
+                          "('MENTIONED_IN', 'DISCUSSED_IN', 'ORIGINATES_IN', 'PART_OF')")
     assert linked == [(source, target, short_relationship)], drained
