@@ -20,7 +20,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import httpx
 import pytest
@@ -168,6 +168,11 @@ def drop_database(server: str, name: str) -> None:
             time.sleep(0.2)
 
 
+def database_named(server: str, name: str) -> str:
+    """``server``'s URL naming the database ``name`` instead of its own."""
+    return urlsplit(server)._replace(path=f"/{name}").geturl()
+
+
 def schema_url(server: str, schema: str) -> str:
     """``server``'s URL with ``schema`` as the search path."""
     separator = "&" if "?" in server else "?"
@@ -227,7 +232,9 @@ def database_url(backend: str, request: pytest.FixtureRequest) -> Iterator[str |
     """``None`` on SQLite; on PostgreSQL the URL of a fresh schema (dropped afterwards), holding
     rem-cycle's tables at the newest schema version as migrating an empty schema leaves them
     (:func:`migrated_schema_script`) — or empty, for a test marked ``empty_schema`` (one about the
-    first migration itself, or a graph not created yet)."""
+    first migration itself, or a graph not created yet). A test marked ``own_database`` has its
+    schema in a database of its own (dropped afterwards): one that holds a reader open, or needs
+    none of the other tests' readers about while it erases."""
     if backend == "sqlite":
         yield None
         return
@@ -237,6 +244,13 @@ def database_url(backend: str, request: pytest.FixtureRequest) -> Iterator[str |
 
     server = request.getfixturevalue("postgres_server_url")
     schema = f"test_{uuid.uuid4().hex[:16]}"
+    own = request.node.get_closest_marker("own_database") is not None
+    if own:
+        # Its own database: a reader this test holds open is no reader of the other tests' erases
+        # (their check counts the transactions of the current database only), nor theirs of its.
+        with psycopg.connect(server, autocommit=True) as conn:
+            conn.execute(f"CREATE DATABASE {schema}")
+        server = database_named(server, schema)
     with psycopg.connect(server, autocommit=True) as conn:
         if request.node.get_closest_marker("empty_schema"):
             conn.execute(f"CREATE SCHEMA {schema}")
@@ -244,6 +258,9 @@ def database_url(backend: str, request: pytest.FixtureRequest) -> Iterator[str |
             replay_migrated_schema(conn, request.getfixturevalue("migrated_schema_script"), schema)
     yield schema_url(server, schema)
     close_pools()
+    if own:
+        drop_database(request.getfixturevalue("postgres_server_url"), schema)
+        return
     with psycopg.connect(server, autocommit=True) as conn:
         conn.execute(f"DROP SCHEMA {schema} CASCADE")
 

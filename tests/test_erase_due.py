@@ -204,6 +204,7 @@ async def test_a_session_a_backfill_took_a_turn_of_re_extracted_cycles_later_is_
     await _re_extraction_erases_the_description(settings, database_url)
 
 
+@pytest.mark.own_database  # the reader it holds would hold the other tests' erases back
 @pytest.mark.both_backends
 async def test_an_erase_a_reader_holds_back_is_counted_said_and_tried_again_after_a_wait(
     settings: Settings, database_url: str | None, tmp_path: Path,
