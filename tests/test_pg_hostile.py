@@ -105,7 +105,7 @@ async def test_a_graph_of_the_schema_before_migration_31_keeps_its_edges_texts_a
         assert db.schema_version == len(MIGRATIONS)
         assert ProvenanceStore(db).edge_texts([key], besides="session:y") == {key: ("why",)}
         if backend == "postgresql":
-            definitions = dict(db.query("SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'edge_points'"))
+            definitions = dict(db.query("SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = current_schema() AND tablename = 'edge_points'"))
             assert "md5(" in definitions["edge_points_reason"], definitions
             assert definitions["edge_points_owner"].endswith("(source, target, relationship)"), definitions
     finally:
