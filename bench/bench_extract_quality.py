@@ -5,8 +5,9 @@ tuning and a held-out half before anything was labelled. Labels (committed, smal
 
 - ``bench/data/extract_node_labels.jsonl`` — ``{"session", "node", "useful": bool}``: nodes drawn at
   random from the extractor's output on sampled sessions, each judged useful or noise;
-- ``bench/data/chat_entities.jsonl`` — ``{"session", "entities": [{"name", "type", "aliases"}]}``:
-  for sampled conversations, the named people, places, works and organisations a person would list.
+- ``bench/data/chat_entities.jsonl`` — ``{"source", "split", "session", "entities": [{"name", "type",
+  "aliases"}]}``: for sampled conversations of a chat source (:data:`CHAT_SOURCES`), the named
+  people, places, works and organisations a person would list.
 
     python -m bench.bench_extract_quality report --data /tmp/qe-data --splits tune heldout --speed
     python -m bench.bench_extract_quality sample --data /tmp/qe-data --source swe --split tune [--before|--tool-only]
@@ -14,6 +15,8 @@ tuning and a held-out half before anything was labelled. Labels (committed, smal
     python -m bench.bench_extract_quality sample --data /tmp/q3/data2 --source swe --split untouched7    # seventh round
     python -m bench.bench_extract_quality sample --data /tmp/q3/data2 --source aider --split untouched9  # eighth round
     python -m bench.bench_extract_quality sample --data /tmp/q3/data2 --source swe --split untouched10   # tenth round
+    python -m bench.bench_extract_quality sample --data /tmp/q3/data2 --source office --split heldout   # second chat corpus
+    python -m bench.bench_extract_quality show --data /tmp/q3/data2 --source office --split heldout     # its recall conversations
     REM_TRANSCRIPTS=/tmp/qe-data python bench/run_all.py extract_quality
 
 ``report`` prints, per source and split, node precision over the labelled nodes the extractor
@@ -50,7 +53,10 @@ from pipelines.extract.units import SourceTurn, plan_units  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 NODE_LABELS = ROOT / "bench" / "data" / "extract_node_labels.jsonl"
 CHAT_ENTITIES = ROOT / "bench" / "data" / "chat_entities.jsonl"
-SOURCES = ("friends", "swe", "sweagent", "aider")
+SOURCES = ("friends", "office", "swe", "sweagent", "aider")
+# Conversations between named people: entity recall is measured on them (labels carry the source).
+# ``office`` (The Office scripts) is a second chat corpus nobody tuned on (issue 11).
+CHAT_SOURCES = ("friends", "office")
 # ``fresh``: held-out sessions never sampled for a label before issue 11's second round (labelled
 # before its rule changes; see bench/RESULTS.md).
 # ``untouched``: the sixth round's sample (:data:`UNTOUCHED_SESSIONS`), labelled before its rules.
@@ -64,7 +70,7 @@ SPLITS = ("tune", "heldout", "fresh", "untouched", "untouched7", "untouched8", "
 # Sessions whose nodes are sampled for precision labels, and conversations labelled for recall.
 # ``sweagent``: SWE-agent's own trajectories (issue 11's third round; 15 sessions, all sampled);
 # ``aider``: aider's own chat history (third round, held out).
-PRECISION_SESSIONS = {"friends": 40, "swe": 12, "sweagent": 15, "aider": 60}
+PRECISION_SESSIONS = {"friends": 40, "office": 40, "swe": 12, "sweagent": 15, "aider": 60}
 NODES_PER_SPLIT = 80
 # Issue 11's fourth round: the third round's two new sources (``sweagent``, ``aider``; split
 # ``fresh``) had been seen as aggregate figures, so each is cut by session into a tuning half and
@@ -320,7 +326,7 @@ def main(argv: list[str] | None = None) -> None:
 NEVER = 10**6
 TOOL_THRESHOLDS = (1, 2, 3, 4, 6, NEVER)
 TOOL_ONLY_SAMPLE = 100
-SPEED_SESSIONS = {"friends": 400, "swe": 30}
+SPEED_SESSIONS = {"friends": 400, "office": 400, "swe": 30}
 
 
 def precision(labels: dict[tuple[str, str], bool], sample: Sequence[tuple[str, SeenNode]]) -> dict[str, Any]:
@@ -329,15 +335,20 @@ def precision(labels: dict[tuple[str, str], bool], sample: Sequence[tuple[str, S
     return {"sampled": len(sample), "labelled": len(judged), "precision": round(sum(judged) / len(judged), 3) if judged else None}
 
 
-def entity_recall(data: Path, split: str, extract: Extract, settings: Settings) -> dict[str, Any]:
-    """Share of the labelled entities of each conversation that some node names (name or alias
-    equal, case-insensitive); ``said`` counts only entities that are not a speaker of the session."""
-    sessions = {s["sessionId"]: s for s in load_sessions(data / f"friends.{split}.jsonl")}
+def entity_rows(source: str, split: str) -> list[dict[str, Any]]:
+    """The labelled conversations of a chat source's split (:data:`CHAT_ENTITIES`)."""
+    return [r for r in read_jsonl(CHAT_ENTITIES) if r["source"] == source and r["split"] == split]
+
+
+def entity_recall(data: Path, source: str, split: str, extract: Extract, settings: Settings) -> dict[str, Any]:
+    """Share of the labelled entities of each conversation of a chat source that some node names
+    (name or alias equal, case-insensitive); ``said`` counts only entities that are not a speaker
+    of the session."""
+    sessions = {s["sessionId"]: s for s in load_sessions(data / f"{source}.{split}.jsonl")}
     hits = total = said_hits = said_total = 0
     missed: list[str] = []
-    for row in read_jsonl(CHAT_ENTITIES):
-        if row["split"] != split:
-            continue
+    rows = entity_rows(source, split)
+    for row in rows:
         session = sessions[row["session"]]
         names = {n.name.casefold() for n in extract_session(units_of(session, settings), extract, settings).values()}
         roles = {str(t.get("role", "")).casefold() for t in session["turns"]}
@@ -352,7 +363,7 @@ def entity_recall(data: Path, split: str, extract: Extract, settings: Settings) 
                 if not found:
                     missed.append(entity["name"])
     return {
-        "conversations": sum(1 for r in read_jsonl(CHAT_ENTITIES) if r["split"] == split),
+        "conversations": len(rows),
         "entities": total, "recall": round(hits / total, 3) if total else None,
         "said_entities": said_total, "said_recall": round(said_hits / said_total, 3) if said_total else None,
         "missed_said": missed[:15],
@@ -467,9 +478,9 @@ def cmd_report(args: argparse.Namespace) -> None:
                         entry[f"precision_{name}_{half}_half"] = precision(labels, [(sid, n) for sid, n in sample if half_of[sid] == half])
                 if source in POOL_SESSIONS and split == "fresh":
                     entry[f"precision_{name}_tuning_pool"] = precision(labels, pool_nodes(args.data, source, extract, settings))
-            if source == "friends":
+            if source in CHAT_SOURCES:
                 for name, extract in (("before", before), ("after", after)):
-                    entry[f"entity_recall_{name}"] = entity_recall(args.data, split, extract, settings)
+                    entry[f"entity_recall_{name}"] = entity_recall(args.data, source, split, extract, settings)
             elif source == "swe":
                 entry["tool_only_tradeoff"] = tool_only_tradeoff(args.data, split, labels, settings)
             report[f"{source}/{split}"] = entry

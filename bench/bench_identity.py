@@ -69,7 +69,9 @@ _IDENTITY_SPLIT = {"tune": "tuning", "heldout": "held-out"}
 # part is untouched until the rule is frozen.
 # ``person-audit``: every link the ``person`` rule made on the Friends runs once it was frozen
 # (issue 11's seventh round), labelled afterwards by reading the turns: an audit of that rule.
-LABELLED_SPLITS = (*SPLITS, "fresh", "sweagent", "aider", "extension-tuning", "extension-fresh", "person-audit")
+# ``extension-office``: pairs of the sixth round's shape from a run over The Office's held-out
+# windows (issue 11's eleventh round, a second chat corpus), labelled before any figure; untouched.
+LABELLED_SPLITS = (*SPLITS, "fresh", "sweagent", "aider", "extension-tuning", "extension-fresh", "person-audit", "extension-office")
 
 
 def load_pairs(path: Path) -> list[dict[str, Any]]:

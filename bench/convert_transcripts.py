@@ -5,6 +5,12 @@ Two sources (fetched by the operator, never committed; see bench/RESULTS.md for 
 - ``friends``: the Friends scripts as tidied by EmilHvitfeldt/friends (``data/friends.rda``, MIT,
   from emorynlp/character-mining, Apache-2.0). One session per scene (a conversation between named
   people); a turn's role is the speaker's name. Scene directions are dropped (nobody says them).
+- ``office``: The Office (US) scripts as tidied by bradlindblad/schrute (``data/theoffice.rda``,
+  MIT). The scripts have no scene numbers, so a session is a window of 30 consecutive spoken lines
+  of one episode (an episode's last window joins the one before it if it has fewer than 10 lines);
+  a turn's role is the speaker's name as the data gives it (``Michael``, ``Todd Packer``,
+  ``Michael and Dwight``), its text the spoken ``text`` (not ``text_w_direction``); empty texts
+  (lines that were only a stage direction) are dropped. Split by episode, like friends.
 - ``swe``: mini-swe-agent trajectories (``*.traj.json``, MIT) — the task (the first ``user``
   message), the agent's messages (``assistant``) and the environment's answers (``tool``: every
   later ``user`` message — command output, format errors, timeouts, the submitted diff).
@@ -19,9 +25,10 @@ Two sources (fetched by the operator, never committed; see bench/RESULTS.md for 
   output), the rest the model's answer (``assistant``; a fenced block stays with it). All held out
   (split ``fresh``).
 
-The split is by a hash of the episode (friends) or the task id (swe), fixed before any labelling::
+The split is by a hash of the episode (friends, office) or the task id (swe), fixed before any labelling::
 
     python -m bench.convert_transcripts friends /tmp/qe-data/friends.rda --out /tmp/qe-data/friends
+    python -m bench.convert_transcripts office /tmp/q3/office/theoffice.rda --out /tmp/q3/data2/office
     python -m bench.convert_transcripts swe /tmp/qe-data/trajs --out /tmp/qe-data/swe
 
 writes ``<out>.tune.jsonl`` and ``<out>.heldout.jsonl``; ``--all`` writes every session to one
@@ -39,7 +46,7 @@ import argparse
 import hashlib
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -47,6 +54,10 @@ from typing import Any
 SPLITS = ("tune", "heldout")
 _EPOCH = datetime(2026, 1, 1, tzinfo=timezone.utc)
 _NOT_SPOKEN = {"Scene Directions"}
+# The Office: a session is this many consecutive spoken lines of an episode; an episode's last
+# window shorter than OFFICE_LEAST joins the one before it.
+OFFICE_WINDOW = 30
+OFFICE_LEAST = 10
 
 
 def split_of(key: str) -> str:
@@ -54,27 +65,59 @@ def split_of(key: str) -> str:
     return SPLITS[hashlib.sha256(key.encode()).digest()[0] % 2]
 
 
+def _script_lines(rda_path: Path, frame_name: str, key: Sequence[str], number: str, speaker: str) -> dict[tuple[int, ...], list[tuple[int, str, str]]]:
+    """The spoken lines of a tidy script data frame (an R ``.rda``), grouped by its ``key``
+    columns in order: (line number, speaker, text) sorted by line number. Scene directions and
+    empty texts are dropped (nobody says them); a speaker's name loses surrounding spaces."""
+    import rdata  # only the chat converters need it: pip install rdata
+
+    frame = rdata.read_rda(str(rda_path))[frame_name]
+    groups: dict[tuple[int, ...], list[tuple[int, str, str]]] = {}
+    for *group, line, name, text in frame[[*key, number, speaker, "text"]].itertuples(index=False):
+        if name in _NOT_SPOKEN or not isinstance(text, str) or not text.strip():
+            continue
+        groups.setdefault(tuple(int(k) for k in group), []).append((int(line), str(name).strip(), text))
+    return {group: sorted(lines) for group, lines in sorted(groups.items())}
+
+
+def _chat_session(session_id: str, number: int, lines: Sequence[tuple[int, str, str]]) -> dict[str, Any]:
+    """The import line of one conversation between named people: a turn per (line number,
+    speaker, text), the speaker's name as its role; the ``number``-th session starts a day after
+    the one before it."""
+    start = _EPOCH + timedelta(days=number)
+    turns = [
+        {"id": f"{session_id}-u{utterance:04d}", "role": speaker[:64], "text": text,
+         "createdAt": (start + timedelta(seconds=i)).isoformat()}
+        for i, (utterance, speaker, text) in enumerate(lines)
+    ]
+    return {"sessionId": session_id, "title": session_id, "createdAt": start.isoformat(), "turns": turns, "noSummary": True}
+
+
 def friends_sessions(rda_path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
     """(split key, import line) per scene of the Friends scripts."""
-    import rdata  # only this converter needs it: pip install rdata
+    scenes = _script_lines(rda_path, "friends", ("season", "episode", "scene"), "utterance", "speaker")
+    for number, ((season, episode, scene), lines) in enumerate(scenes.items()):
+        yield f"friends-s{season:02d}e{episode:02d}", _chat_session(f"friends-s{season:02d}e{episode:02d}-c{scene:02d}", number, lines)
 
-    frame = rdata.read_rda(str(rda_path))["friends"]
-    scenes: dict[tuple[int, int, int], list[tuple[int, str, str]]] = {}
-    for text, speaker, season, episode, scene, utterance in frame.itertuples(index=False):
-        if speaker in _NOT_SPOKEN or not isinstance(text, str) or not text.strip():
-            continue
-        scenes.setdefault((int(season), int(episode), int(scene)), []).append((int(utterance), str(speaker), text))
-    for number, ((season, episode, scene), lines) in enumerate(sorted(scenes.items())):
-        session_id = f"friends-s{season:02d}e{episode:02d}-c{scene:02d}"
-        start = _EPOCH + timedelta(days=number)
-        turns = [
-            {"id": f"{session_id}-u{utterance:04d}", "role": speaker[:64], "text": text,
-             "createdAt": (start + timedelta(seconds=i)).isoformat()}
-            for i, (utterance, speaker, text) in enumerate(sorted(lines))
-        ]
-        yield f"friends-s{season:02d}e{episode:02d}", {
-            "sessionId": session_id, "title": session_id, "createdAt": start.isoformat(), "turns": turns, "noSummary": True,
-        }
+
+def windows(lines: Sequence[Any], size: int = OFFICE_WINDOW, least: int = OFFICE_LEAST) -> list[list[Any]]:
+    """``lines`` cut into windows of ``size`` consecutive lines; a last window shorter than
+    ``least`` joins the one before it (a few closing lines are no conversation of their own)."""
+    cut = [list(lines[at:at + size]) for at in range(0, len(lines), size)]
+    if len(cut) > 1 and len(cut[-1]) < least:
+        tail = cut.pop()
+        cut[-1] += tail
+    return cut
+
+
+def office_sessions(rda_path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(split key, import line) per window of :data:`OFFICE_WINDOW` spoken lines of an episode of
+    The Office (the scripts have no scene numbers; ``index`` numbers the lines of the series)."""
+    episodes = _script_lines(rda_path, "theoffice", ("season", "episode"), "index", "character")
+    parts = [(season, episode, window, part) for (season, episode), lines in episodes.items()
+             for window, part in enumerate(windows(lines))]
+    for number, (season, episode, window, part) in enumerate(parts):
+        yield f"office-s{season:02d}e{episode:02d}", _chat_session(f"office-s{season:02d}e{episode:02d}-w{window:02d}", number, part)
 
 
 def swe_sessions(trajs_dir: Path) -> Iterator[tuple[str, dict[str, Any]]]:
@@ -185,12 +228,12 @@ def aider_sessions(history: Path) -> Iterator[tuple[str, dict[str, Any]]]:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("source", choices=("friends", "swe", "sweagent", "aider"))
-    parser.add_argument("path", type=Path, help="friends.rda, a directory of *.traj.json / *.traj, or an aider chat history")
+    parser.add_argument("source", choices=("friends", "office", "swe", "sweagent", "aider"))
+    parser.add_argument("path", type=Path, help="friends.rda, theoffice.rda, a directory of *.traj.json / *.traj, or an aider chat history")
     parser.add_argument("--out", type=Path, required=True, help="output prefix")
     parser.add_argument("--all", action="store_true", help="every session in one file, <out>.jsonl (no split)")
     args = parser.parse_args(argv)
-    sessions = {"friends": friends_sessions, "swe": swe_sessions, "sweagent": sweagent_sessions, "aider": aider_sessions}[args.source](args.path)
+    sessions = {"friends": friends_sessions, "office": office_sessions, "swe": swe_sessions, "sweagent": sweagent_sessions, "aider": aider_sessions}[args.source](args.path)
     held_out = args.source in ("sweagent", "aider")  # every session held out
     splits = ("all",) if args.all else ("fresh",) if held_out else SPLITS
     counts = dict.fromkeys(splits, 0)

@@ -78,7 +78,7 @@ def chat_changes(data: Path, before: quality.Extract, after: quality.Extract, se
     for name, extract in (("before", before), ("after", after)):
         _, sample = quality.precision_nodes(data, "friends", split, extract, settings)
         figures[name] = {"precision": quality.precision(labels, sample),
-                         "entity_recall": quality.entity_recall(data, split, extract, settings)["recall"]}
+                         "entity_recall": quality.entity_recall(data, "friends", split, extract, settings)["recall"]}
     return {"split": split, **figures, "changes": changes}
 
 
