@@ -20,7 +20,7 @@ FILLED, BARE = "\uac00\u11a7", "\uac00"  # 가 and U+11A7; 가 alone
 TURNS = {"hangul-t0": f"the {FILLED} stone", "hangul-t1": f"the {BARE} stone"}
 # Text the engines' functions are compared on: the filler after a syllable, after the jamo of one,
 # alone, twice, between accents and ligatures (which the rule folds around it).
-TEXTS = [FILLED, f"\u1100\u1161\u11a7", "\u11a7", f"{FILLED}\u11a7{BARE}", f"ÉCOLE {FILLED}\u0301 ﬁ", f"\u11a7\u0301a{FILLED}"]
+TEXTS = [FILLED, "\u1100\u1161\u11a7", "\u11a7", f"{FILLED}\u11a7{BARE}", f"ÉCOLE {FILLED}\u0301 ﬁ", f"\u11a7\u0301a{FILLED}"]
 
 
 def _found(settings: Settings) -> dict[str, list[str]]:
