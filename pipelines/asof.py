@@ -17,13 +17,14 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, date, datetime, timedelta
+from datetime import date
 
 from pipelines.vocabulary import ANCHOR_LABELS, DISCUSSED_IN, MENTIONED_IN, NOTE_LABEL, SESSION_LABEL
 from store.facts import combine_all, facts_of, with_facts
 from store.graph import Edge, Node
 from store.provenance import ClaimRow, EdgeKey, PointRow, anchor_edges, place_count
 from store.recall_index import SessionRecord
+from store.timeparse import BadTimeError, format_utc, has_fraction_of_hour_or_minute, iso_moment
 
 
 class AsOfError(ValueError):
@@ -42,12 +43,6 @@ class AsOfRefused(AsOfError):
 # The date forms date.fromisoformat is given: Python 3.11's takes any 10 characters whose first 8
 # are a basic date (2026120410, 20261204xx: 2026-12-04, the rest dropped).
 _ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}|\d{8}|\d{4}-W\d{2}(?:-\d)?|\d{4}W\d{2}\d?")
-# ISO 8601's end of a day: the hour 24 with nothing after it but zeros (24, 24:00, 24:00:00.000).
-_END_OF_DAY = re.compile(r"(?P<date>[^Tt ]+)[Tt ]24(?::?00(?::?00(?:[.,]0+)?)?)?(?P<zone>(?:[Zz]|[+-].*)?)")
-# A time whose last part is an hour or a minute with a fraction (10.5, 10:30.5, 1030,5): ISO 8601
-# reads it as a fraction of that hour or minute (10.5 is 10:30), Python's fromisoformat as
-# milliseconds (10:00:00.500).
-_FRACTION_OF_HOUR_OR_MINUTE = re.compile(r"[^Tt ]+[Tt ](?:\d{2}|\d{2}:\d{2}|\d{4})[.,]\d")
 
 
 def bare_year(text: str) -> str | None:
@@ -74,25 +69,18 @@ def parse_as_of(text: str) -> str:
             return f"{date.fromisoformat(value).isoformat()}T23:59:59.999Z"
     except ValueError:
         pass
-    if _FRACTION_OF_HOUR_OR_MINUTE.match(value):
+    # A person typing 10.5 may mean half past ten or ten past ten and half a second: refused, where
+    # a stored createdAt is read as ISO 8601 says (store.timeparse.iso_moment, the one reading).
+    if has_fraction_of_hour_or_minute(value):
         raise AsOfRefused(text, "a fraction is read on seconds only (10:30 for half past ten, 10:00:00.5 for half a second)")
-    end_of_day = _END_OF_DAY.fullmatch(value)
-    if end_of_day is not None:
-        value = f"{end_of_day['date']}T00:00{end_of_day['zone']}"
     try:
-        # ``z`` as ``Z`` (RFC 3339), as the turns' own times are read (store.timeparse.iso_to_utc).
-        moment = datetime.fromisoformat(value.replace("Z", "+00:00").replace("z", "+00:00"))
-    except ValueError:
+        moment = iso_moment(value)
+    except BadTimeError as exc:
+        if exc.reason == "out-of-range":
+            # 9999-12-31T23:59:59-05:00 is year 10000 in UTC, which the graph's times cannot hold.
+            raise AsOfError(f"--as-of {text!r}: out of range (after conversion to UTC)") from None
         raise AsOfError(f"--as-of {text!r}: expected a date (2026-11-15) or an ISO 8601 time") from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    try:
-        if end_of_day is not None:
-            moment += timedelta(days=1)
-        return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-    except OverflowError:
-        # 9999-12-31T23:59:59-05:00 is year 10000 in UTC, which the graph's times cannot hold.
-        raise AsOfError(f"--as-of {text!r}: out of range (after conversion to UTC)") from None
+    return format_utc(moment)
 
 
 @dataclass(frozen=True, slots=True)

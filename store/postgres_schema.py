@@ -12,6 +12,7 @@ from collections.abc import Collection, Mapping, Sequence
 
 from store.db import (
     BACKFILL_COUNTS_VERSION,
+    FOLD_FILLER_VERSION,
     REASON_DIGEST_VERSION,
     SEARCH_BOUND_VERSION,
     SEARCH_FOLD_MIGRATION,
@@ -23,7 +24,7 @@ from store.db import (
     counted_backfill,
 )
 from store.dialect import POSTGRESQL
-from store.textfold import postgres_functions
+from store.textfold import HANGUL_FILLER, postgres_functions
 
 # The SQLite schema versions 1..BASELINE exist on PostgreSQL as one script (no PostgreSQL database
 # predates them); later versions follow store.db.MIGRATIONS one by one (see :func:`migrations`).
@@ -612,6 +613,17 @@ OVERRIDES[SEARCH_BOUND_VERSION] = _search_columns("rem_index_text", most=INDEXED
 # the bound (SHARED_TEXT_MOST); the turns' single column is as migration 30 made it.
 SHARED_TABLES = ("recall_sessions", "recall_node_docs")
 OVERRIDES[SEARCH_SHARE_VERSION] = _search_columns("rem_index_text", most=SHARED_TEXT_MOST, tables=SHARED_TABLES)
+# 34 (store.db.FOLD_FILLER_MIGRATION): the folding functions keep U+11A7 (store.textfold.NFC_STEP);
+# a row holding one is written again, which makes its generated ``search`` column again (each
+# table read once; every other row's column is what the new functions give it).
+RECALL_TEXT_COLUMNS: dict[str, tuple[str, ...]] = {
+    "recall_turns": ("text",), "recall_sessions": ("title", "summary"), "recall_node_docs": ("name", "aliases", "description"),
+}
+OVERRIDES[FOLD_FILLER_VERSION] = postgres_functions() + "".join(
+    f"UPDATE {table} SET {columns[0]} = {columns[0]} WHERE "
+    + " OR ".join(f"strpos({column}, chr({ord(HANGUL_FILLER)})) > 0" for column in columns) + ";\n"
+    for table, columns in RECALL_TEXT_COLUMNS.items()
+)
 
 
 # Versions whose PostgreSQL script is written from store.textfold's rule (each SQLite migration

@@ -184,6 +184,21 @@ def _after_lower() -> tuple[str, str, list[tuple[str, str]]]:
     return "".join(source), "".join(target), longer
 
 
+# The composition (NFC) of :func:`postgres_functions`. PostgreSQL 15's ``normalize(…, NFC)``
+# composes a Hangul syllable without a final consonant (``가``) with a following U+11A7 (a filler
+# jamo, which Unicode composes with nothing) into that syllable alone: the U+11A7 was lost, where
+# Python keeps it. U+11A7 is a starter that begins no composition, so nothing composes across it:
+# the text is composed between its U+11A7s, as the rule composes it (audit28).
+HANGUL_FILLER = "\u11a7"
+NFC_STEP = (
+    "    IF d IS NOT NFC NORMALIZED THEN\n"
+    f"        IF strpos(d, chr({ord(HANGUL_FILLER)})) > 0 THEN\n"
+    f"            d := (SELECT string_agg(normalize(part, NFC), chr({ord(HANGUL_FILLER)}) ORDER BY n)\n"
+    f"                  FROM unnest(string_to_array(d, chr({ord(HANGUL_FILLER)}))) WITH ORDINALITY AS parts(part, n));\n"
+    "        ELSE\n            d := normalize(d, NFC);\n        END IF;\n    END IF;\n"
+)
+
+
 def _literal(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
@@ -207,7 +222,7 @@ def postgres_functions() -> str:
         f"    d := lower(regexp_replace(normalize(t, NFKD), {_literal(_MARKS.pattern)}, '', 'g') COLLATE \"und-x-icu\");\n"
         f"    IF d ~ {_literal('[' + source + ']')} THEN\n        d := translate(d, {_literal(source)}, {_literal(target)});\n    END IF;\n"
         f"{longer_folds}"
-        "    IF d IS NOT NFC NORMALIZED THEN\n        d := normalize(d, NFC);\n    END IF;\n"
+        f"{NFC_STEP}"
     )
     short = 'lower(t COLLATE "C")'
     spaced = f"regexp_replace(d, {_literal(_SPACELESS.pattern)}, ' \\1 ', 'g')"

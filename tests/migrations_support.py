@@ -7,11 +7,12 @@ from __future__ import annotations
 from typing import Any
 
 from store.db import (
-    BACKFILL_COUNTS_VERSION, CHUNK_TEXT_VERSION, SEARCH_BOUND_VERSION, REASON_DIGEST_VERSION, SEARCH_SHARE_VERSION, ERASE_AT_COMMIT_VERSION, FIRST_CHUNK_VERSION, FOLD_RANK_VERSION, LAST_ROW_VERSION, MIGRATIONS, POINTS_BY_MEMORY_VERSION, QUEUE_WITHDRAWALS_VERSION,
+    BACKFILL_COUNTS_VERSION, CHUNK_TEXT_VERSION, FOLD_FILLER_VERSION, SEARCH_BOUND_VERSION, REASON_DIGEST_VERSION, SEARCH_SHARE_VERSION, ERASE_AT_COMMIT_VERSION, FIRST_CHUNK_VERSION, FOLD_RANK_VERSION, LAST_ROW_VERSION, MIGRATIONS, POINTS_BY_MEMORY_VERSION, QUEUE_WITHDRAWALS_VERSION,
     SEARCH_FOLD_VERSION, TEXT_CLAIMS_VERSION, TURN_INDEX_VERSION, WORD_SPLIT_VERSION,
     _statements,
 )
 from store.postgres_schema import INDEXED_TEXT_MOST, SHARED_TABLES, search_vectors
+from store.textfold import NFC_STEP, postgres_functions
 
 RUN_COUNTS_VERSION = 13
 COMMUNITY_NAMES_VERSION = 14
@@ -51,6 +52,16 @@ def _search_columns(vectors: dict[str, str]) -> tuple[str, ...]:
         f"ALTER TABLE {table} DROP COLUMN search",
         f"ALTER TABLE {table} ADD COLUMN search tsvector GENERATED ALWAYS AS ({vector}) STORED",
         f"CREATE INDEX {table}_search ON {table} USING gin(search)"))
+
+
+# The folding functions before FOLD_FILLER_VERSION: PostgreSQL's NFC over the whole text, which
+# drops a U+11A7 after a Hangul syllable; one statement a function.
+_FILLER_DROPPING_FUNCTIONS = tuple(
+    f"CREATE OR REPLACE FUNCTION {function}" for function in postgres_functions().replace(
+        NFC_STEP, "    IF d IS NOT NFC NORMALIZED THEN\n        d := normalize(d, NFC);\n    END IF;\n"
+    ).split("CREATE OR REPLACE FUNCTION ")[1:]
+)
+assert len(_FILLER_DROPPING_FUNCTIONS) == 3 and NFC_STEP not in "".join(_FILLER_DROPPING_FUNCTIONS)
 
 
 # What each migration adds, as each engine drops it.
@@ -126,6 +137,7 @@ UNDO: dict[int, dict[str, tuple[str, ...]]] = {
         "DROP INDEX edge_points_owner", "CREATE INDEX edge_points_owner ON edge_points(source, target, relationship, anchor)")},
     SEARCH_SHARE_VERSION: {"sqlite": (), "postgresql": _search_columns(
         {table: vector for table, vector in search_vectors("rem_index_text", most=INDEXED_TEXT_MOST).items() if table in SHARED_TABLES})},
+    FOLD_FILLER_VERSION: {"sqlite": (), "postgresql": _FILLER_DROPPING_FUNCTIONS},
 }
 assert "rem_run_counts" in MIGRATIONS[RUN_COUNTS_VERSION - 1] and "community_names" in MIGRATIONS[COMMUNITY_NAMES_VERSION - 1]
 assert "justification" in MIGRATIONS[EDGE_JUSTIFICATIONS_VERSION - 1]

@@ -26,20 +26,18 @@ def _plane_b(start: int, count: int) -> str:
     return "".join(chr(0x20000 + (start + i * 7919) % 40000) for i in range(count))
 
 
-# The longest node type REM_SEMANTIC_TYPES accepts (64 letters, here 4-byte ones) over nodes of
-# 300-character names (MAX_NAME_CHARS): each id is ~1.5 kB, and the edge's ``edges`` key (source,
-# target, relationship) ~2.8 kB, over the server's 2704-byte btree limit (SQLSTATE 54000,
-# program_limit_exceeded). Every cycle it would be refused again. (The 500-character justification
-# this test used before, over ``edge_points_reason``, commits since migration 31: pgreason.)
-LONG_TYPE = _plane_b(30000, 64)
+# A node whose description is MAX_TEXT_CHARS (2,000) letters of 4 bytes: its properties are ~8 kB
+# of incompressible JSON. rem-cycle's own indexes hold no node's properties, but an index an
+# operator added on them (``nodes_by_properties`` below) cannot hold this one: the server refuses
+# the commit with SQLSTATE 54000 (program_limit_exceeded, "index row requires … bytes" / "index row
+# size … exceeds …"), and every cycle it would be refused again. (Until audit28 this test used an
+# ``edges`` key over the limit, under a 64-letter REM_SEMANTIC_TYPES type; a semantic id is now
+# bounded in bytes, pipelines.extract.model.MAX_SEMANTIC_ID_BYTES, and such an edge commits.)
 OVERSIZED = {
-    "summary": "long names",
-    "nodes": [
-        {"id": "a", "type": LONG_TYPE, "name": _plane_b(0, 300), "evidence": [{"turn": 0, "quote": "CHUNK"}]},
-        {"id": "b", "type": LONG_TYPE, "name": _plane_b(10000, 300), "evidence": [{"turn": 0, "quote": "CHUNK"}]},
-    ],
-    "edges": [{"source": "a", "target": "b", "relationship": "relates_to", "justification": "why",
+    "summary": "a long description",
+    "nodes": [{"id": "a", "type": "CONCEPT", "name": "osprey", "description": _plane_b(0, 2_000),
                "evidence": [{"turn": 0, "quote": "CHUNK"}]}],
+    "edges": [],
 }
 
 
@@ -53,10 +51,12 @@ async def test_a_session_whose_own_answer_the_server_cannot_index_is_charged_not
     ``undigestible`` after ``max_chunk_attempts``, shown by ``status``) and the reason is recorded. Before, the error was
     classified ``DatabaseUnreadableError``, one of ``DATABASE_OUTAGES``: the session was deferred,
     charged nothing, and extracted again every cycle for ever."""
-    mine = llm_settings(settings.data_dir, llm_server, semantic_types=(*settings.semantic_types, LONG_TYPE))
+    mine = llm_settings(settings.data_dir, llm_server)
     llm_server.default = ok(OVERSIZED)
     with stores_on(mine, timeout=5.0) as stores:
         await ingested(mine, stores, tmp_path)
+        with stores.db.transaction() as conn:
+            conn.execute("CREATE INDEX nodes_by_properties ON nodes (properties)")
         assert await extract_one(mine, stores) == "failed"
         state, attempts, _ = charged(stores)
         assert (state, attempts) == ("undigested", 1)  # charged, backing off; undigestible at max_chunk_attempts

@@ -31,6 +31,7 @@ from typing import Annotated, Any, Protocol, get_args, get_origin
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from pipelines.identity import is_identifier, normal_path
+from pipelines.lazy_edge import MAX_EDGE_KEY_BYTES
 from store.graph import dumps
 from store.ids import MAX_NODE_ID_LENGTH, InvalidIdError, normalize_graph_node_id
 
@@ -62,6 +63,14 @@ DEFAULT_RELATIONSHIP = "RELATES_TO"
 # and "map reduce" are one CONCEPT. Identifier-like types (CLASS, FILE …) keep their case.
 PROSE_TYPES: frozenset[str] = frozenset({"CONCEPT", "STRATEGY", "DECISION", "GUIDE"})
 MAX_NAME_CHARS = 300
+# The UTF-8 bytes of a semantic node id: an extracted edge's key (two ids and a relationship of
+# SEMANTIC_RELATIONSHIPS) is one entry of the ``edges`` primary key, which PostgreSQL keeps on one
+# page, and within the queue's bound of an edge key (MAX_EDGE_KEY_BYTES) it fits. The default
+# types' longest ids (ORGANIZATION: and 300 characters of 4 bytes, 1,213 bytes) are within it; a
+# longer REM_SEMANTIC_TYPES type of non-ASCII letters, or a prose name whose case folding makes
+# more characters (``ΐ`` folds to three), made ids of up to ~1.5 kB, and the edge's commit failed
+# on PostgreSQL at every cycle (audit28).
+MAX_SEMANTIC_ID_BYTES = (MAX_EDGE_KEY_BYTES - max(len(r) for r in SEMANTIC_RELATIONSHIPS)) // 2
 MAX_TEXT_CHARS = 2_000
 
 
@@ -465,7 +474,8 @@ def identity_key(node_type: str, name: str) -> tuple[str, str]:
 
 @lru_cache(maxsize=16384)  # a session names its few things in thousands of turns
 def semantic_node_id(node_type: str, name: str) -> str | None:
-    """``<TYPE>:<canonical name>``, or ``None`` when the name is empty or the id invalid."""
+    """``<TYPE>:<canonical name>`` cut to :data:`MAX_NODE_ID_LENGTH` characters and
+    :data:`MAX_SEMANTIC_ID_BYTES` bytes, or ``None`` when the name is empty or the id invalid."""
     canonical = canonical_name(node_type, name)
     if not canonical:
         return None
@@ -474,6 +484,9 @@ def semantic_node_id(node_type: str, name: str) -> str | None:
         normalized = normalize_graph_node_id(node_id)
     except InvalidIdError:
         return None
+    encoded = normalized.encode()  # no lone surrogate: normalize_graph_node_id refuses them
+    if len(encoded) > MAX_SEMANTIC_ID_BYTES:  # "ignore": a character cut in two is dropped whole
+        normalized = encoded[:MAX_SEMANTIC_ID_BYTES].decode(errors="ignore").rstrip()
     # A name like "memory:x" would make a row-backed id; those are never semantic nodes.
     return normalized if normalized.partition(":")[0] == node_type else None
 
