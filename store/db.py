@@ -376,6 +376,28 @@ SEARCH_SHARE_MIGRATION = """
 SELECT 'PostgreSQL indexes the first characters of the texts of a row together'
 """
 
+# 33: the knowledge nodes ``rem-cycle forget --node`` took out and keeps out (store/suppressions.py).
+# ``suppressed_nodes``: one row per forgotten node — its id, type and name, and the anchors (sessions,
+# notes files) that had said it, which ``--undo`` marks for re-extraction. ``suppression_keys``: the
+# folded keys of its name and aliases (pipelines.extract.model.suppression_keys) under its type; an
+# extraction commit looks up only its own nodes' keys, by the primary key.
+SUPPRESSIONS_MIGRATION = """
+CREATE TABLE suppressed_nodes (
+    node_id     TEXT NOT NULL PRIMARY KEY,
+    label       TEXT NOT NULL,
+    name        TEXT NOT NULL,
+    anchors     TEXT NOT NULL DEFAULT '[]',
+    created_at  TEXT NOT NULL
+);
+CREATE TABLE suppression_keys (
+    key         TEXT NOT NULL,
+    label       TEXT NOT NULL,
+    node_id     TEXT NOT NULL REFERENCES suppressed_nodes(node_id) ON DELETE CASCADE,
+    PRIMARY KEY (key, label)
+);
+CREATE INDEX suppression_keys_node ON suppression_keys(node_id)
+"""
+
 # Why a MEMORY or SESSION node was made by back-fill (pipelines/backfill.py marks it ``backfilled``,
 # and ``minimal`` when the session had no summary row): the ``rem_cycle_backfilled_nodes`` series.
 BACKFILL_LABELS = ("MEMORY", "SESSION")
@@ -1095,6 +1117,8 @@ MIGRATIONS: tuple[str, ...] = (
     REASON_DIGEST_MIGRATION,
     # 32: SEARCH_SHARE_MIGRATION above.
     SEARCH_SHARE_MIGRATION,
+    # 33: SUPPRESSIONS_MIGRATION above.
+    SUPPRESSIONS_MIGRATION,
 )
 
 # The queue table's schema version, wherever the entry sits (the PostgreSQL port keys its own form by it).
@@ -1114,6 +1138,7 @@ TURN_INDEX_VERSION = MIGRATIONS.index(TURN_INDEX_MIGRATION) + 1
 SEARCH_BOUND_VERSION = MIGRATIONS.index(SEARCH_BOUND_MIGRATION) + 1
 REASON_DIGEST_VERSION = MIGRATIONS.index(REASON_DIGEST_MIGRATION) + 1
 SEARCH_SHARE_VERSION = MIGRATIONS.index(SEARCH_SHARE_MIGRATION) + 1
+SUPPRESSIONS_VERSION = MIGRATIONS.index(SUPPRESSIONS_MIGRATION) + 1
 
 
 # SQLite's primary result codes (https://sqlite.org/rescode.html) that name a kind of failure.
