@@ -731,7 +731,7 @@ def forgotten_and_paid_in_place(settings: Settings, answers: TextIO) -> tuple[li
     from store.tombstones import MEMORY, SESSION, TombstoneStore
 
     if not database_exists(settings):
-        return [], None
+        return [], [], None
     try:
         db = open_database(settings, readonly=True)
         try:
