@@ -203,3 +203,23 @@ async def test_restore_forgets_again_a_node_forgotten_after_the_backup(settings:
     again = await _extract_again(settings, "b")
     assert again["suppressed"] >= 1 and _traces(settings, NODE)["nodes"] == 0
 
+
+
+async def test_the_queue_lines_extracted_from_the_node_are_withdrawn(settings: Settings, tmp_path: Path) -> None:
+    """The lines rem-cycle's extraction queued from the forgotten node (a provenance edge to a turn
+    not in the graph yet, its chunk ids one anchor's) are blanked in the queue file, the dry run
+    counting them first; an agent's line from the node (no chunk ids) and the other nodes' lines stay."""
+    from store.lazy_queue import LazyEdgeQueue
+
+    await _build(settings, tmp_path, ["b"])
+    queue = LazyEdgeQueue(settings.queue_path)
+    extracted = {"relationship": "MENTIONED_IN", "target": "memory:later-t0", "weight": 1.0, "properties": {"chunk_ids": ["b:chunk:0"]}}
+    queue.append([{**extracted, "source": NODE}, {**extracted, "source": "CLASS:GraphStore"},
+                  {"source": NODE, "target": "memory:later-t0", "relationship": "MENTIONED_IN", "weight": 1.0}])
+    env = _env(settings)
+    dry = run_cli("forget", "--node", NODE, "--dry-run", "--json", env=env)
+    assert dry.returncode == 0 and json.loads(dry.stdout)["queue_lines_withdrawn"] == 1, dry.stderr
+    done = run_cli("forget", "--node", NODE, "--json", env=env)
+    assert done.returncode == 0 and json.loads(done.stdout)["queue_lines_withdrawn"] == 1, done.stderr
+    kept = [json.loads(line) for line in settings.queue_path.read_bytes().splitlines() if line.strip()]
+    assert sorted((r["source"], "properties" in r) for r in kept) == [(NODE, False), ("CLASS:GraphStore", True)]
