@@ -21,18 +21,11 @@ from store.runstate import RunStateStore
 from tests.conftest import run_cli, write_sessions
 from tests.llm_server import LLMServer
 from tests.test_audit_llm_chunks import llm_settings
+from tests.test_change_scan import _query
 from tests.test_forget import SESSIONS, _build, _env, canonical
 from worker.cycle import run_cycle
 
 NODE = "CLASS:DrainWorker"
-
-
-def _query(settings: Settings, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    db = open_database(settings)
-    try:
-        return [tuple(r) for r in db.query(sql, params)]
-    finally:
-        db.close()
 
 
 def _traces(settings: Settings, node_id: str) -> dict[str, int]:
