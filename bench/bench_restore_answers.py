@@ -47,7 +47,7 @@ def timed_restore(settings: Any, source: Path, *, carry: bool) -> float:
     with tempfile.TemporaryFile("w+", encoding="utf-8") as answers:
 
         def step_for() -> Any:
-            tombstones, _ = forgotten_and_paid_in_place(settings, answers)
+            tombstones, _, _ = forgotten_and_paid_in_place(settings, answers)
 
             def step(db: Any) -> None:
                 forget_again(db, tombstones)

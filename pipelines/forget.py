@@ -24,6 +24,14 @@ extracted (``rem-cycle forget``), and the retraction of sessions whose rows left
   give, everywhere the id is stored; and a stored community that listed a node it removed,
   renamed or re-keyed is rewritten with the members left and their default label
   (:func:`_forget_traces`), so a forgotten name outlives the forget nowhere in the graph.
+- **A knowledge node** (``--node``, :func:`forget_node`): the node goes with every edge touching it,
+  its points, claims, aliases and search-index rows (by cascade), the review-list pairs naming it;
+  the merge records, communities and identity verdicts that name it are rewritten as for a node a
+  forget of its last source removed (:func:`_forget_traces`, the same path). A suppression keyed
+  by its type and the folded keys of its name, aliases and claimed spellings
+  (:func:`pipelines.extract.model.suppression_keys`) keeps every later commit from writing it again
+  (:func:`pipelines.extract.commit.drop_suppressed`). :func:`lift_node` undoes that and marks the
+  sessions that had said it for re-extraction (from their stored chunk results: no model call).
 - ``dry_run``: everything is done in one transaction that is rolled back, so the report says
   exactly what a real run removes.
 """
@@ -36,14 +44,18 @@ from typing import Any
 
 from pipelines.communities import without_members
 from pipelines.extract.commit import TakeBack, commit_session, recombine_node
-from pipelines.extract.model import ChunkExtraction, ExtractedNode, identity_key
+from pipelines.extract.model import ChunkExtraction, ExtractedNode, identity_key, suppression_keys
 from pipelines.extract.reduce import ReducedNode, reduce_session
 from pipelines.ports import Graph, UnitOfWork
 from store.facts import NodeFacts, combine_all
 from store.graph import Edge
-from store.ids import memory_node_id, session_node_id
+from store.ids import memory_node_id, row_kind, row_suffix, session_node_id
 from store.provenance import DISCUSSED_IN, EdgeKey, anchor_edges, with_justification
+from store.suppressions import Suppression
 from store.tombstones import MEMORY, NOTE, SESSION
+
+# The ``kind`` of a forget's report for a knowledge node.
+NODE = "node"
 
 
 class _Rollback(Exception):
@@ -125,7 +137,7 @@ def forget_anchor(
 
 def _forget_traces(
     unit: UnitOfWork, carried: set[int], names: dict[str, str], near: set[int], *, removed: set[str], gave_id: set[str],
-    anchor: str, session: str | None = None, memory_id: str | None = None,
+    anchor: str | None, session: str | None = None, memory_id: str | None = None,
 ) -> dict[str, Any]:
     """Once a forget took its rows out: what the merge records held of them
     (:meth:`store.merges.MergeStore.forget_traces`; ``carried``: the merges into the touched nodes
@@ -135,7 +147,8 @@ def _forget_traces(
     :meth:`store.merges.MergeStore.rekey_unsupported`), and the stored communities that list a
     node it removed, renamed or re-keyed (``names``: the touched nodes' names before; a merged
     node whose record went, too), and the identity verdicts of sessions in flight whose answer is a
-    node it removed or re-keyed."""
+    node it removed or re-keyed. ``anchor`` ``None``: no source was forgotten (a node was), the
+    records keep every source's points."""
     traces, merged_away = unit.merges.forget_traces(carried, removed=removed, touched=names.keys() | removed, near=near,
                                                     session=session, anchor=anchor, memory_id=memory_id)
     rekeyed = unit.merges.rekey_unsupported(gave_id - removed)
@@ -255,6 +268,65 @@ def forget_memory(unit: UnitOfWork, memory_id: str, *, dry_run: bool = False) ->
     except _Rollback:
         pass
     return report
+
+
+def forget_node(unit: UnitOfWork, node_id: str, *, dry_run: bool = False, carried_over: Suppression | None = None) -> dict[str, Any]:
+    """Forget one knowledge node and keep it out (see the module docstring): the node goes as a
+    node a forget left without support goes (:func:`_forget_traces`), and its suppression is
+    recorded in the same transaction. ``carried_over``: a suppression of another copy of the graph
+    (a restore's replaced database) recorded here too, whether or not the node is here. Returns what
+    went (``already_forgotten``: its suppression was there before)."""
+    graph, provenance = unit.graph, unit.provenance
+    report: dict[str, Any] = {"kind": NODE, "id": node_id, "dry_run": dry_run}
+    try:
+        with unit.transaction():
+            _hold_commit_order(unit)
+            node = graph.get_node(node_id)
+            anchors, spellings = provenance.node_sources(node_id)
+            counter = _RemovalCount.of(graph, small={node_id}, keys=())
+            nodes_before, edges_before = counter.now()
+            carried, names, near = unit.merges.carried({node_id}), _names(graph, {node_id}), unit.merges.records_near({node_id})
+            graph.delete_node(node_id)  # its edges, points, claims, aliases and review pairs by cascade
+            nodes_after, edges_after = counter.now()
+            removed = {node_id} if node is not None else set()
+            traces = _forget_traces(unit, carried, names, near, removed=removed, gave_id=set(), anchor=None)
+            keys: set[str] = set(carried_over.keys) if carried_over else set()
+            if node is not None:
+                aliases = [a for a in node.properties.get("aliases") or () if isinstance(a, str)]
+                keys |= suppression_keys(node.label, node.name, [*aliases, *spellings])
+            label = node.label if node is not None else carried_over.label if carried_over else ""
+            already = bool(unit.suppressions.holding(node_id))
+            if label:
+                unit.suppressions.suppress(
+                    node_id, label=label, name=node.name if node is not None else carried_over.name if carried_over else node_id,
+                    keys=keys, anchors=anchors | set(carried_over.anchors if carried_over else ()),
+                    created_at=carried_over.created_at if carried_over else None,
+                )
+            report.update(
+                **traces, label=label, nodes_removed=nodes_before - nodes_after, edges_removed=edges_before - edges_after,
+                knowledge_nodes_removed=sorted(removed), sessions=sorted(row_suffix(a) for a in anchors if row_kind(a) == SESSION),
+                anchors=sorted(anchors), suppressed_keys=sorted(keys), points=0, suppressed=bool(label),
+                already_forgotten=already,
+            )
+            if dry_run:
+                raise _Rollback
+    except _Rollback:
+        pass
+    return report
+
+
+def lift_node(unit: UnitOfWork, node_id: str) -> dict[str, Any]:
+    """Undo ``forget --node`` of ``node_id``: its suppression goes, and the sessions that had said
+    it are marked for re-extraction, which commits them again from their stored chunk results (the
+    node comes back without a model call); a notes file says it again when it is imported again.
+    Returns what was lifted (``lifted`` ``False``: nothing was suppressed under that id)."""
+    with unit.transaction():
+        lifted = unit.suppressions.lift(node_id)
+        sessions = sorted(row_suffix(a) for a in (lifted.anchors if lifted else ()) if row_kind(a) == SESSION)
+        unit.runstate.require_extraction(sessions)
+    return {"kind": NODE, "id": node_id, "lifted": lifted is not None, "sessions_to_extract": sessions,
+            "notes": sorted(a for a in (lifted.anchors if lifted else ()) if a.startswith("note:")),
+            "suppressed_keys": list(lifted.keys) if lifted else []}
 
 
 def _take_back_turn_claims(

@@ -266,11 +266,14 @@ class ExtractionLines:
     no agent writes); an agent's line is never one (README). ``loose_turns``: turns whose session
     is no longer known (a forget of the turn committed before and took the one row that said it):
     their lines are those with the turn as target whose chunks are all one anchor's — only its own
-    session's extraction writes a line to a turn. Several taken out at once (:meth:`union`) are
-    matched in one read of each line. Pure."""
+    session's extraction writes a line to a turn. ``sources``: knowledge nodes ``forget --node`` took
+    out: their lines are those with the node as source whose chunks are all one anchor's (a
+    provenance edge from it). Several taken out at once (:meth:`union`) are matched in one read of
+    each line. Pure."""
 
     taken: Mapping[str, frozenset[str] | None]
     loose_turns: frozenset[str] = frozenset()
+    sources: frozenset[str] = frozenset()
 
     @classmethod
     def of(cls, chunk_key: str | None, *, turn: str | None = None) -> "ExtractionLines":
@@ -287,18 +290,20 @@ class ExtractionLines:
         """The lines of every one of ``parts`` (an anchor taken out whole covers its turns)."""
         taken: dict[str, frozenset[str] | None] = {}
         loose: set[str] = set()
+        sources: set[str] = set()
         for part in parts:
             loose |= part.loose_turns
+            sources |= part.sources
             for key, turns in part.taken.items():
                 if key in taken:
                     before = taken[key]
                     taken[key] = None if before is None or turns is None else before | turns
                 else:
                     taken[key] = turns
-        return cls(taken, frozenset(loose))
+        return cls(taken, frozenset(loose), frozenset(sources))
 
     def __bool__(self) -> bool:
-        return bool(self.taken or self.loose_turns)
+        return bool(self.taken or self.loose_turns or self.sources)
 
     @cached_property
     def filters(self) -> LineFilter:
@@ -306,11 +311,13 @@ class ExtractionLines:
         whose first chunk id is a chunk of a taken anchor (``<key>:chunk:``, sought through an
         index) when the anchors are few, else every line holding the text all extraction lines
         hold; and for a loose turn, the lines holding ``"target":"<turn>"`` (a scan: a forget run
-        again, rare). Built once."""
-        if len(self.taken) + len(self.loose_turns) > _MAX_FILTERS:
+        again, rare), and for a forgotten node, those holding ``"source":"<node>"`` (a scan too).
+        Built once."""
+        if len(self.taken) + len(self.loose_turns) + len(self.sources) > _MAX_FILTERS:
             return LineFilter(texts=(CHUNK_IDS_TEXT,))
         return LineFilter(first_chunk_prefixes=tuple(f"{key}:chunk:" for key in sorted(self.taken)),
-                          texts=tuple('"target":' + json.dumps(turn, ensure_ascii=False) for turn in sorted(self.loose_turns)))
+                          texts=tuple(f'"{end}":' + json.dumps(item, ensure_ascii=False)
+                                      for end, items in (("target", self.loose_turns), ("source", self.sources)) for item in sorted(items)))
 
     def matches(self, raw: bytes | str) -> bool:
         """Whether the queue line ``raw`` is one of them (parsed only when its first chunk id, read
@@ -326,7 +333,9 @@ class ExtractionLines:
             return False
         # An agent's line may hold anything (a list, an object) where an extraction's holds an id:
         # not one of them, and never looked up as a key (unhashable).
-        relationship, target = (value if isinstance(value, str) else None for value in (record.get("relationship"), record.get("target")))
+        relationship, target, source = (
+            value if isinstance(value, str) else None for value in (record.get("relationship"), record.get("target"), record.get("source"))
+        )
         if relationship not in _EXTRACTION_RELATIONSHIPS:
             return False
         properties = record.get("properties")
@@ -338,7 +347,7 @@ class ExtractionLines:
             return False
         if key in self.taken and (self.taken[key] is None or target in self.taken[key]):
             return True
-        return target in self.loose_turns
+        return target in self.loose_turns or source in self.sources
 
     def matches_dead_letter(self, raw: bytes) -> bool:
         """Whether the dead-letter record ``raw`` (:func:`dead_letter_record`) holds one of them."""
@@ -364,7 +373,7 @@ class ExtractionLines:
         start = at + len(opening)
         end = text.find(closing, start)
         first = text[start:end] if end >= 0 else text[start:]
-        return bool(self.loose_turns) or "\\" in first or _anchor_of(first) in self.taken
+        return bool(self.loose_turns or self.sources) or "\\" in first or _anchor_of(first) in self.taken
 
 
 def _anchor_of(chunk_id: object) -> str | None:

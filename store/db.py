@@ -376,7 +376,29 @@ SEARCH_SHARE_MIGRATION = """
 SELECT 'PostgreSQL indexes the first characters of the texts of a row together'
 """
 
-# 34 (audit28; another branch adds a 33): PostgreSQL folds a Hangul filler U+11A7 after a syllable
+# 33: the knowledge nodes ``rem-cycle forget --node`` took out and keeps out (store/suppressions.py).
+# ``suppressed_nodes``: one row per forgotten node — its id, type and name, and the anchors (sessions,
+# notes files) that had said it, which ``--undo`` marks for re-extraction. ``suppression_keys``: the
+# folded keys of its name and aliases (pipelines.extract.model.suppression_keys) under its type; an
+# extraction commit looks up only its own nodes' keys, by the primary key.
+SUPPRESSIONS_MIGRATION = """
+CREATE TABLE suppressed_nodes (
+    node_id     TEXT NOT NULL PRIMARY KEY,
+    label       TEXT NOT NULL,
+    name        TEXT NOT NULL,
+    anchors     TEXT NOT NULL DEFAULT '[]',
+    created_at  TEXT NOT NULL
+);
+CREATE TABLE suppression_keys (
+    key         TEXT NOT NULL,
+    label       TEXT NOT NULL,
+    node_id     TEXT NOT NULL REFERENCES suppressed_nodes(node_id) ON DELETE CASCADE,
+    PRIMARY KEY (key, label)
+);
+CREATE INDEX suppression_keys_node ON suppression_keys(node_id)
+"""
+
+# 34 (audit28): PostgreSQL folds a Hangul filler U+11A7 after a syllable
 # as the rule does. Its ``normalize(…, NFC)`` composed ``가`` and a following U+11A7 into ``가``
 # alone, so ``rem_fold`` and the ``search`` columns lost the U+11A7 that Python's rule keeps, and
 # recall missed a word holding it there (store.textfold.NFC_STEP). The folding functions are
@@ -1105,6 +1127,9 @@ MIGRATIONS: tuple[str, ...] = (
     REASON_DIGEST_MIGRATION,
     # 32: SEARCH_SHARE_MIGRATION above.
     SEARCH_SHARE_MIGRATION,
+    # 33: SUPPRESSIONS_MIGRATION above.
+    SUPPRESSIONS_MIGRATION,
+    # 34: FOLD_FILLER_MIGRATION above.
     FOLD_FILLER_MIGRATION,
 )
 
@@ -1125,6 +1150,7 @@ TURN_INDEX_VERSION = MIGRATIONS.index(TURN_INDEX_MIGRATION) + 1
 SEARCH_BOUND_VERSION = MIGRATIONS.index(SEARCH_BOUND_MIGRATION) + 1
 REASON_DIGEST_VERSION = MIGRATIONS.index(REASON_DIGEST_MIGRATION) + 1
 SEARCH_SHARE_VERSION = MIGRATIONS.index(SEARCH_SHARE_MIGRATION) + 1
+SUPPRESSIONS_VERSION = MIGRATIONS.index(SUPPRESSIONS_MIGRATION) + 1
 FOLD_FILLER_VERSION = MIGRATIONS.index(FOLD_FILLER_MIGRATION) + 1
 
 

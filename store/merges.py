@@ -462,7 +462,7 @@ class MergeStore:
 
     def forget_traces(
         self, carried_before: Collection[int], *, removed: Iterable[str], touched: Iterable[str], near: Collection[int] = (),
-        session: str | None = None, anchor: str = "", memory_id: str | None = None,
+        session: str | None = None, anchor: str | None = "", memory_id: str | None = None,
     ) -> tuple[dict[str, int], set[str]]:
         """After a forget took an anchor's (``anchor``; ``session``, its session id, when it was a
         session's) or one turn's (``memory_id``) rows out, inside its transaction, take what the

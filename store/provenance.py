@@ -305,6 +305,16 @@ class ProvenanceStore:
         """Questions about ``node_id``'s claims for :func:`store.facts.without_claim`."""
         return NodeClaimLookup(self.db, node_id)
 
+    def node_sources(self, node_id: str) -> tuple[set[str], set[str]]:
+        """The anchors that gave ``node_id`` a point or a claim, and the names its claims spelled
+        (a ``forget --node`` keeps the node out under them and re-extracts the anchors on undo).
+        Read by the ``*_owner`` indexes: the node's own rows."""
+        rows = self.db.query(
+            "SELECT anchor, '' FROM node_points WHERE node_id = ? UNION SELECT anchor, name FROM node_claims WHERE node_id = ?",
+            (node_id, node_id),
+        )
+        return {r[0] for r in rows if r[0]}, {r[1] for r in rows if r[1]}
+
     def claimed_by(self, anchors: Iterable[str]) -> set[str]:
         """The nodes that ``anchors`` (``session:<id>`` …) have claims on."""
         found: set[str] = set()

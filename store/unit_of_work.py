@@ -22,6 +22,7 @@ from store.merges import MergeStore
 from store.provenance import ProvenanceStore
 from store.recall_index import RecallIndex
 from store.runstate import RunStateStore
+from store.suppressions import SuppressionStore
 from store.tombstones import TombstoneStore
 from store.verdicts import VerdictStore
 from store.withdrawals import QueueWithdrawalStore
@@ -46,6 +47,7 @@ class DatabaseUnitOfWork:
         self.chunks = ChunkResultStore(db, clock=clock)
         self.tombstones = TombstoneStore(db, clock=clock)
         self.verdicts = VerdictStore(db, clock=clock)
+        self.suppressions = SuppressionStore(db, clock=clock)
         self.withdrawals = QueueWithdrawalStore(db, clock=clock)
         self.erasure = EraseDueStore(db)
 

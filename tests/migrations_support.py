@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from store.db import (
-    BACKFILL_COUNTS_VERSION, CHUNK_TEXT_VERSION, FOLD_FILLER_VERSION, SEARCH_BOUND_VERSION, REASON_DIGEST_VERSION, SEARCH_SHARE_VERSION, ERASE_AT_COMMIT_VERSION, FIRST_CHUNK_VERSION, FOLD_RANK_VERSION, LAST_ROW_VERSION, MIGRATIONS, POINTS_BY_MEMORY_VERSION, QUEUE_WITHDRAWALS_VERSION,
+    BACKFILL_COUNTS_VERSION, CHUNK_TEXT_VERSION, FOLD_FILLER_VERSION, SEARCH_BOUND_VERSION, REASON_DIGEST_VERSION, SEARCH_SHARE_VERSION, SUPPRESSIONS_VERSION, ERASE_AT_COMMIT_VERSION, FIRST_CHUNK_VERSION, FOLD_RANK_VERSION, LAST_ROW_VERSION, MIGRATIONS, POINTS_BY_MEMORY_VERSION, QUEUE_WITHDRAWALS_VERSION,
     SEARCH_FOLD_VERSION, TEXT_CLAIMS_VERSION, TURN_INDEX_VERSION, WORD_SPLIT_VERSION,
     _statements,
 )
@@ -137,6 +137,7 @@ UNDO: dict[int, dict[str, tuple[str, ...]]] = {
         "DROP INDEX edge_points_owner", "CREATE INDEX edge_points_owner ON edge_points(source, target, relationship, anchor)")},
     SEARCH_SHARE_VERSION: {"sqlite": (), "postgresql": _search_columns(
         {table: vector for table, vector in search_vectors("rem_index_text", most=INDEXED_TEXT_MOST).items() if table in SHARED_TABLES})},
+    SUPPRESSIONS_VERSION: {engine: ("DROP TABLE suppression_keys", "DROP TABLE suppressed_nodes") for engine in ("sqlite", "postgresql")},
     FOLD_FILLER_VERSION: {"sqlite": (), "postgresql": _FILLER_DROPPING_FUNCTIONS},
 }
 assert "rem_run_counts" in MIGRATIONS[RUN_COUNTS_VERSION - 1] and "community_names" in MIGRATIONS[COMMUNITY_NAMES_VERSION - 1]

@@ -250,7 +250,7 @@ async def test_a_restore_over_a_graph_written_before_migration_19_keeps_its_answ
         paid = llm.chat_count
 
         restored = json.loads(_cli(mine, "restore", str(backup), "--json"))
-        assert (restored["answers_kept"], restored["forgotten_again"]) == (3, {"sessions": 1, "memories": 0})
+        assert (restored["answers_kept"], restored["forgotten_again"]) == (3, {"sessions": 1, "memories": 0, "nodes": 0})
         again = await cycle(mine, tmp_path)
         assert (llm.chat_count, again["chunks_reused"]) == (paid, 3)
 

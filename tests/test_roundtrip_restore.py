@@ -72,7 +72,7 @@ async def test_a_restored_backup_made_before_a_forget_does_not_bring_it_back(set
     # Before: the session, its turns, points and text, and the turn, all back — and, with no
     # tombstone left, kept by every later cycle while their rows are in Chroma.
     assert set(_gone(settings).values()) == {0}, _gone(settings)
-    assert json.loads(done.stdout)["forgotten_again"] == {"sessions": 1, "memories": 1}
+    assert json.loads(done.stdout)["forgotten_again"] == {"sessions": 1, "memories": 1, "nodes": 0}
     assert _count(settings, "SELECT COUNT(*) FROM tombstones") == 2
     assert (await run_cycle(settings)).outcome == "completed"
     assert set(_gone(settings).values()) == {0}, _gone(settings)

@@ -53,6 +53,7 @@ class FailingUnitOfWork:
         self._real = real
         self._failing = {store: _FailsAfter(getattr(real, store), method)}
         self.provenance, self.merges, self.runstate, self.chunks = real.provenance, real.merges, real.runstate, real.chunks
+        self.suppressions = real.suppressions
 
     @property
     def graph(self) -> Graph:

@@ -76,7 +76,7 @@ async def test_a_restored_backup_does_not_pay_again_for_what_was_extracted_since
 
         restored = json.loads(_cli(mine, "restore", str(backup), "--json"))
         assert restored["answers_kept"] == since["chunks_total"]
-        assert restored["forgotten_again"] == {"sessions": 1, "memories": 0}
+        assert restored["forgotten_again"] == {"sessions": 1, "memories": 0, "nodes": 0}
         assert _answers(mine, "before") == 0
         again = (await run_cycle(mine)).phases["extract"]
         # Before: every chunk of since-1 and since-2 asked again (the backup had no answer for them).

@@ -14,7 +14,6 @@ import stat
 import tempfile
 from importlib.metadata import PackageNotFoundError, version
 import sys
-import unicodedata
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from functools import partial
@@ -175,13 +174,17 @@ def build_parser() -> argparse.ArgumentParser:
     merge.add_argument("merged_id", metavar="NODE_ID", help="the node to merge away")
     merge.add_argument("into_id", metavar="INTO_ID", help="the node that keeps its id and takes the edges and aliases")
     forget = add_command(
-        sub, "forget", common, "remove a session, turn or notes file from the graph (tombstoned: not brought back)"
+        sub, "forget", common, "remove a session, turn, notes file or knowledge node from the graph (not brought back)"
     )
     what = forget.add_mutually_exclusive_group(required=True)
     what.add_argument("--session", metavar="ID", help="a session id")
     what.add_argument("--memory", metavar="ID", help="a memory (turn) id, with or without memory:")
     what.add_argument("--note", metavar="PATH", help="an imported notes file: the path it was imported from, or its note:<id>")
+    what.add_argument("--node", metavar="ID|NAME", help="a knowledge node: its id as show prints it, or its name or an alias "
+                      "(kept out of later extractions; --undo lets it back)")
     forget.add_argument("--dry-run", action="store_true", help="report what would be removed; change nothing")
+    forget.add_argument("--undo", action="store_true", help="with --node: stop keeping the node out; the sessions that said "
+                        "it are extracted again from their stored results")
     notes = add_command(sub, "import-notes", common, "extract Markdown/text notes files into the graph")
     notes.add_argument("paths", nargs="+", metavar="PATH", help="files, or folders searched for *.md / *.txt")
     enqueue = add_command(sub, "enqueue", common, "queue lazy edges from a JSONL file (REM_LAZY_QUEUE: the file or the table)")
@@ -581,11 +584,10 @@ async def cmd_show(settings: Settings, args: argparse.Namespace) -> int:
 async def _named(settings: Settings, name: str, *, as_of: str | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The search hits for ``name`` as of ``as_of``, and those of them whose name or an alias is
     ``name`` (case-insensitive)."""
-    from worker.knowledge import search_graph
+    from worker.knowledge import exactly_named, search_graph
 
     hits = await anyio.to_thread.run_sync(lambda: search_graph(settings, name, limit=20, as_of=as_of))
-    named = unicodedata.normalize("NFC", name).casefold()  # names are NFC: e + U+0301 is é
-    return [h for h in hits if named in {a.casefold() for a in [h["name"], *h["aliases"]]}], hits
+    return exactly_named(hits, name), hits
 
 
 async def _shown_now(settings: Settings, wanted: str) -> list[dict[str, Any]]:
@@ -713,6 +715,9 @@ async def cmd_forget(settings: Settings, args: argparse.Namespace, progress: Com
     from store.ids import InvalidIdError
     from worker.knowledge import NoGraphError, forget
 
+    if args.undo or args.node is not None:
+        return await _forget_node(settings, args, progress)
+
     def text() -> None:
         if not (report["points"] or report["nodes_removed"] or report.get("digests")):
             if report.get("already_forgotten"):  # the same forget run again: it finishes what a killed one left
@@ -746,20 +751,66 @@ async def cmd_forget(settings: Settings, args: argparse.Namespace, progress: Com
         except _EditRefused as refusal:
             return refusal.status
         _emit(args, report, text)
-        # What is left stays recorded (queue_withdrawals, rem_counters erase_due): a cycle or a drain finishes it.
-        if report.get("erased") is False:
-            kept = ("PostgreSQL keeps the deleted rows it may read until a later VACUUM" if settings.database_url is not None
-                    else f"{settings.graph_path.name}-wal holds it until SQLite next checkpoints")
-            why = report.get("erase_error") or f"another process kept reading an older snapshot, so {kept}"
-            print(f"rem-cycle: warning: the forget is done, but the database's files may still hold the forgotten text ({why}); "
-                  "the erase stays due: the first cycle or rem-cycle drain"
-                  + (f" after {report['erase_retry_at']}" if report.get("erase_retry_at") else "") + " erases it", file=sys.stderr)
-        if report.get("held_answers_error"):
-            print(f"rem-cycle: warning: the forget is done, but {settings.held_answers_path.name} may still hold answers "
-                  f"quoting it ({report['held_answers_error']}); the next cycle's extract phase drops them", file=sys.stderr)
-        if report.get("queue_error"):
-            print(f"rem-cycle: warning: the forget is done, but the lazy-edge queue files may still hold lines its extraction "
-                  f"queued ({report['queue_error']}); they stay recorded: the next cycle or rem-cycle drain withdraws them", file=sys.stderr)
+        _warn_after_forget(settings, report)
+        return EXIT_OK
+
+
+def _warn_after_forget(settings: Settings, report: dict[str, Any]) -> None:
+    """Say on stderr what a committed forget left to a later cycle or drain."""
+    # What is left stays recorded (queue_withdrawals, rem_counters erase_due): a cycle or a drain finishes it.
+    if report.get("erased") is False:
+        kept = ("PostgreSQL keeps the deleted rows it may read until a later VACUUM" if settings.database_url is not None
+                else f"{settings.graph_path.name}-wal holds it until SQLite next checkpoints")
+        why = report.get("erase_error") or f"another process kept reading an older snapshot, so {kept}"
+        print(f"rem-cycle: warning: the forget is done, but the database's files may still hold the forgotten text ({why}); "
+              "the erase stays due: the first cycle or rem-cycle drain"
+              + (f" after {report['erase_retry_at']}" if report.get("erase_retry_at") else "") + " erases it", file=sys.stderr)
+    if report.get("held_answers_error"):
+        print(f"rem-cycle: warning: the forget is done, but {settings.held_answers_path.name} may still hold answers "
+              f"quoting it ({report['held_answers_error']}); the next cycle's extract phase drops them", file=sys.stderr)
+    if report.get("queue_error"):
+        print(f"rem-cycle: warning: the forget is done, but the lazy-edge queue files may still hold lines its extraction "
+              f"queued ({report['queue_error']}); they stay recorded: the next cycle or rem-cycle drain withdraws them", file=sys.stderr)
+
+
+async def _forget_node(settings: Settings, args: argparse.Namespace, progress: CommandProgress) -> int:
+    """``forget --node ID|NAME [--undo]``: a knowledge node out of the graph and kept out of later
+    extractions (:func:`worker.knowledge.forget`), or let back in (:func:`worker.knowledge.unforget_node`).
+    Exit 1: no such node or a bad id; 2: several nodes have the name, or it names a session, turn
+    or notes file (``--undo`` without ``--node``, or with ``--dry-run``: a usage error)."""
+    from store.ids import InvalidIdError
+    from worker.knowledge import NodeNotChosen, NoGraphError, forget, unforget_node
+
+    if args.node is None or (args.undo and args.dry_run):
+        print("rem-cycle: --undo goes with --node (and without --dry-run)", file=sys.stderr)
+        return EXIT_USAGE
+
+    def text() -> None:
+        if args.undo:
+            print(f"{report['id']} is no longer kept out; the next cycle extracts again the {len(report['sessions_to_extract'])} "
+                  "sessions that said it, from their stored results (no model call)"
+                  + (f"; notes files that said it come back when imported again: {', '.join(report['notes'])}" if report["notes"] else ""))
+            return
+        verb = "would remove" if report["dry_run"] else "removed"
+        kept = "would be kept out" if report["dry_run"] else "kept out"
+        gone = f"{report['nodes_removed']} node, {report['edges_removed']} edges" if report["nodes_removed"] else "nothing (it was gone already)"
+        print(f"{verb} {report['id']}: {gone}; {kept} of later extractions under {len(report['suppressed_keys'])} names "
+              f"(undo: rem-cycle forget --node {report['id']} --undo); what its turns say stays: forget them to erase the words")
+
+    with progress.to_the_end():
+        try:
+            report = await _edit_graph(
+                settings, "forget",
+                (lambda: unforget_node(settings, args.node)) if args.undo else (lambda: forget(settings, node=args.node, dry_run=args.dry_run)),
+                refused=(InvalidIdError, NoGraphError),
+            )
+        except _EditRefused as refusal:
+            return refusal.status
+        except NodeNotChosen as exc:
+            print(f"rem-cycle: {exc}", file=sys.stderr)
+            return exc.status
+        _emit(args, report, text)
+        _warn_after_forget(settings, report)
         return EXIT_OK
 
 
@@ -848,12 +899,12 @@ async def cmd_restore(settings: Settings, args: argparse.Namespace, progress: Co
         — what the replaced graph has a tombstone for is forgotten again, first — and a chunk the
         model was paid to extract is not paid for again (the replaced graph holds no extraction of
         what it forgot)."""
-        tombstones, why = forgotten_and_paid_in_place(settings, answers)
+        tombstones, suppressions, why = forgotten_and_paid_in_place(settings, answers)
         unread.extend([why] if why else [])
 
         def step(db: Database) -> None:
-            if tombstones:
-                carried.update(forget_again(db, tombstones))
+            if tombstones or suppressions:
+                carried.update(forget_again(db, tombstones, suppressions))
             kept.append(keep_answers(db, answers))
         return step
 
@@ -883,7 +934,8 @@ def _report_restore(args: argparse.Namespace, payload: dict[str, Any], carried: 
         payload["forgets_unread"] = unread[0]
         print(f"rem-cycle: warning: the replaced graph database could not be read ({unread[0]}), so what forget took out "
               "after the backup may be back: forget it again", file=sys.stderr)
-    again = f"; forgotten again since the backup: {carried['sessions']} sessions, {carried['memories']} turns" if any(carried.values()) else ""
+    again = (f"; forgotten again since the backup: {carried['sessions']} sessions, {carried['memories']} turns, "
+             f"{carried['nodes']} knowledge nodes") if any(carried.values()) else ""
     paid = f"; {payload['answers_kept']} chunk extractions paid for since the backup kept" if payload["answers_kept"] else ""
     _emit(args, payload, lambda: print(
         f"restored {payload['path']} from {args.path} ({payload['bytes']} bytes, integrity ok){again}{paid}; the next cycle "

@@ -8,6 +8,7 @@ import itertools
 import json
 import os
 import time
+import unicodedata
 from collections.abc import AsyncIterator, Callable, Collection, Iterator, Mapping
 from contextlib import AbstractContextManager, asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
@@ -38,12 +39,12 @@ from pipelines.vocabulary import ANCHOR_LABELS, DISCUSSED_IN, MEMORY_LABEL, NOTE
 from store.chroma import ChromaStore, ChromaStoreError
 from store.communities import CommunityStore
 from store.backend import database_exists, database_location, open_database
-from store.db import Database
+from store.db import SUPPRESSIONS_VERSION, Database
 from store.erasure import EraseDueStore
 from store.errors import DatabaseError
 from store.graph import Edge, GraphStore, Node, utc_now
 from store.held_file import HeldAnswersFile, held_answers_file
-from store.ids import memory_node_id, normalize_graph_node_id, row_id_given, row_suffix
+from store.ids import memory_node_id, normalize_graph_node_id, row_id_given, row_kind, row_suffix
 from store.lazy_queue import LazyEdgeQueue, QueueBusyError
 from store.lazy_table import LazyEdgeTable, lazy_edge_sink
 from store.library_log import get_logger
@@ -51,6 +52,7 @@ from store.merges import MergeStore
 from store.provenance import ProvenanceStore
 from store.recall_index import RecallIndex, Scope, SessionRecord
 from store.runstate import RunStateStore
+from store.suppressions import Suppression, SuppressionStore
 from store.unit_of_work import DatabaseUnitOfWork
 from store.verdicts import VerdictStore
 from store.withdrawals import SESSION_UNKNOWN, WHOLE_ANCHOR, QueueWithdrawalStore
@@ -438,9 +440,69 @@ def merge_node(settings: Settings, merged_id: str, into_id: str) -> int:
         )
 
 
+class NodeNotChosen(Exception):
+    """``forget --node`` named no single knowledge node: ``status`` 1 (no such node) or 2 (several
+    nodes have that name, or it is a session, turn or notes file); nothing was changed."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def exactly_named(rows: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
+    """The search rows (:func:`pipelines.query.search_row`) whose name or an alias is ``name``, case
+    folded and NFC (``e`` + U+0301 is ``é``): the look-up ``show NAME`` and ``forget --node NAME`` share."""
+    named = unicodedata.normalize("NFC", name).casefold()
+    return [r for r in rows if named in {a.casefold() for a in [r["name"], *r["aliases"]]}]
+
+
+def choose_node(db: Database, given: str) -> str:
+    """The knowledge node ``given`` names: its id (``TYPE:name`` as ``show`` prints it), else the one
+    node whose name or alias it is (:func:`exactly_named`). :class:`store.ids.InvalidIdError` for
+    an id too long or with forbidden characters; :class:`NodeNotChosen` otherwise."""
+    kind = row_kind(given) or ("note" if given.partition(":")[0].lower() == "note" and ":" in given else None)
+    if kind is not None:
+        raise NodeNotChosen(f"{given} is a {'turn' if kind == 'memory' else kind}, not a knowledge node: use forget --{kind}", 2)
+    node_id = normalize_graph_node_id(given)
+    graph = GraphStore(db)
+    node = graph.get_node(node_id)
+    if node is not None and node.label in ANCHOR_LABELS:
+        flag = {MEMORY_LABEL: "memory", SESSION_LABEL: "session", NOTE_LABEL: "note"}[node.label]
+        raise NodeNotChosen(f"{node_id} is a {node.label} node, not a knowledge node: use forget --{flag}", 2)
+    if node is not None:
+        return node.id
+    named = exactly_named([search_row(n) for n in graph.search_nodes(given, limit=None, exclude_labels=ANCHOR_LABELS)], given)
+    if not named:
+        raise NodeNotChosen(f"no knowledge node {given!r} (an id as show prints it, or a name or alias): nothing was changed", 1)
+    if len(named) > 1:
+        raise NodeNotChosen(f"{len(named)} nodes are named {given!r}: {', '.join(sorted(r['id'] for r in named))}; "
+                            "forget one by its id (nothing was changed)", 2)
+    return str(named[0]["id"])
+
+
+def unforget_node(settings: Settings, given: str) -> dict[str, Any]:
+    """``forget --node … --undo``: lift the suppression of the node ``given`` names (its id, or a
+    name or alias it was kept out under) and mark the sessions that had said it for re-extraction
+    (:func:`pipelines.forget.lift_node`). :class:`NodeNotChosen` when none or several are suppressed
+    under it."""
+    from pipelines.forget import lift_node
+
+    normalize_graph_node_id(given)  # validated as an id is
+    with open_graph_db(settings) as db:
+        unit = DatabaseUnitOfWork(db)
+        held = unit.suppressions.holding(given) or unit.suppressions.holding(key=unicodedata.normalize("NFC", given.strip()).casefold())
+        if not held:
+            raise NodeNotChosen(f"no forgotten node {given!r} (rem-cycle forget --node took none out under that id or name)", 1)
+        if len(held) > 1:
+            raise NodeNotChosen(f"{len(held)} forgotten nodes were named {given!r}: {', '.join(s.node_id for s in held)}; "
+                                "undo one by its id (nothing was changed)", 2)
+        return lift_node(unit, held[0].node_id)
+
+
 def forget(settings: Settings, *, session: str | None = None, memory: str | None = None, note: str | None = None,
-           dry_run: bool = False) -> dict[str, Any]:
-    """``forget``: one session, turn or imported notes file out of the graph (see :mod:`pipelines.forget`),
+           node: str | None = None, dry_run: bool = False) -> dict[str, Any]:
+    """``forget``: one session, turn, imported notes file or knowledge node (``node``: an id, name or
+    alias, :func:`choose_node`) out of the graph (see :mod:`pipelines.forget`),
     then the lines its extraction queued out of the lazy-edge queue and its text out of the
     database's files as far as the engine allows. The forget records both as due in its own
     transaction (``queue_withdrawals``, ``rem_counters`` ``erase_due``), then does them
@@ -448,13 +510,17 @@ def forget(settings: Settings, *, session: str | None = None, memory: str | None
     queue or a held-back erase in between leaves them to the next cycle or ``rem-cycle drain``.
     The report's ``erased`` says whether the erase completed. A dry run counts this forget's lines
     and changes nothing."""
-    from pipelines.forget import forget_memory, forget_note, forget_session
+    from pipelines.forget import forget_memory, forget_node, forget_note, forget_session
     from pipelines.notes import note_anchor
 
     with open_graph_db(settings) as db:
         unit = DatabaseUnitOfWork(db)
+        chosen = choose_node(db, node) if node is not None else None
 
         def forget_one() -> tuple[dict[str, Any], tuple[str, str]]:
+            if chosen is not None:
+                report = forget_node(unit, chosen, dry_run=dry_run)
+                return report, _forget_record(report)
             if session is not None:
                 report = forget_session(unit, row_id_given(session, "session"), dry_run=dry_run)
                 return report, _forget_record(report)
@@ -486,11 +552,15 @@ def forget(settings: Settings, *, session: str | None = None, memory: str | None
 
 
 def _forget_record(report: Mapping[str, Any]) -> tuple[str, str]:
-    """The ``queue_withdrawals`` row ``(chunk key, turn)`` of what the forget of a session or a
-    turn (``report``) took out. A turn's session is unknown (:data:`store.withdrawals.SESSION_UNKNOWN`)
-    when a forget of it committed before (this is that forget run again) or the graph never had it."""
+    """The ``queue_withdrawals`` row ``(chunk key, turn)`` of what the forget of a session, a turn
+    or a knowledge node (``report``) took out. A turn's session is unknown (:data:`store.withdrawals.SESSION_UNKNOWN`)
+    when a forget of it committed before (this is that forget run again) or the graph never had it;
+    a node's row has no anchor and the node's id as its turn (:func:`_lines_of`)."""
+    from pipelines.forget import NODE
     from store.tombstones import MEMORY
 
+    if report["kind"] == NODE:
+        return SESSION_UNKNOWN, report["id"]
     if report["kind"] != MEMORY:
         return report["id"], WHOLE_ANCHOR
     return report.get("session") or SESSION_UNKNOWN, memory_node_id(report["id"])
@@ -498,9 +568,12 @@ def _forget_record(report: Mapping[str, Any]) -> tuple[str, str]:
 
 def _lines_of(chunk_key: str, turn: str) -> ExtractionLines:
     """The queue lines a ``queue_withdrawals`` row ``(chunk_key, turn)`` stands for: the anchor's
-    (``turn`` :data:`store.withdrawals.WHOLE_ANCHOR`), or the turn's of it, or of no known session."""
+    (``turn`` :data:`store.withdrawals.WHOLE_ANCHOR`), or the turn's of it, or of no known session;
+    a knowledge node's id in place of a turn (``forget --node``): the lines from that node."""
     if turn == WHOLE_ANCHOR:
         return ExtractionLines.of(chunk_key)
+    if row_kind(turn) != "memory":
+        return ExtractionLines({}, sources=frozenset({turn}))
     return ExtractionLines.of(None if chunk_key == SESSION_UNKNOWN else chunk_key, turn=turn)
 
 
@@ -539,7 +612,7 @@ def _scrub_held_answers(held: HeldAnswersFile, due: Collection[tuple[str, str]])
 
     try:
         drop_withdrawn_from_file(held, sessions={key for key, turn in due if turn == WHOLE_ANCHOR},
-                                 memories={row_suffix(turn) for _, turn in due if turn != WHOLE_ANCHOR})
+                                 memories={row_suffix(turn) for _, turn in due if row_kind(turn) == "memory"})
     except OSError as exc:
         log.error("held answers file not scrubbed of what was taken out or rewritten: the next extract phase drops "
                   "what was taken out; a rewritten turn's old answer stays until its session is digested again",
@@ -646,10 +719,11 @@ def erase_deleted_text(db: Database) -> dict[str, Any]:
         return {"erased": False, "erase_error": str(exc)}
 
 
-def forgotten_and_paid_in_place(settings: Settings, answers: TextIO) -> tuple[list[tuple[str, str]], str | None]:
-    """The tombstones ``(kind, id)`` of the graph database a restore is about to replace — what
-    ``forget`` took out, which a backup made before must not bring back — and, when that database
-    cannot be read (damaged: the reason to restore), why not, with no tombstone. Its chunk
+def forgotten_and_paid_in_place(settings: Settings, answers: TextIO) -> tuple[list[tuple[str, str]], list[Suppression], str | None]:
+    """The tombstones ``(kind, id)`` and the node suppressions (``forget --node``) of the graph
+    database a restore is about to replace — what ``forget`` took out, which a backup made before
+    must not bring back — and, when that database cannot be read (damaged: the reason to
+    restore), why not, with neither. Its chunk
     extractions the model was paid for are written to ``answers`` (JSON lines, for
     :func:`keep_answers`): a backup made before them would have the model asked again."""
     from store.chunks import ChunkResultStore
@@ -657,20 +731,22 @@ def forgotten_and_paid_in_place(settings: Settings, answers: TextIO) -> tuple[li
     from store.tombstones import MEMORY, SESSION, TombstoneStore
 
     if not database_exists(settings):
-        return [], None
+        return [], [], None
     try:
         db = open_database(settings, readonly=True)
         try:
             for row in ChunkResultStore(db).answers():
                 answers.write(json.dumps(row) + "\n")
             store = TombstoneStore(db)
-            return sorted((kind, item_id) for kind in (SESSION, MEMORY) for item_id in store.buried(kind)), None
+            # A database this code never opened (opened read-only: not migrated) has no suppressions.
+            suppressions = SuppressionStore(db).all() if db.schema_version >= SUPPRESSIONS_VERSION else []
+            return sorted((kind, item_id) for kind in (SESSION, MEMORY) for item_id in store.buried(kind)), suppressions, None
         finally:
             db.close()
     except StoreError as exc:
         answers.seek(0)
         answers.truncate()
-        return [], str(exc)
+        return [], [], str(exc)
 
 
 def keep_answers(db: Database, answers: TextIO, *, batch: int = 500) -> int:
@@ -686,17 +762,25 @@ def keep_answers(db: Database, answers: TextIO, *, batch: int = 500) -> int:
     return kept
 
 
-def forget_again(db: Database, tombstones: list[tuple[str, str]]) -> dict[str, int]:
+def forget_again(db: Database, tombstones: list[tuple[str, str]], suppressions: Collection[Suppression] = ()) -> dict[str, int]:
     """Forget in ``db`` (a restored backup before anything reads it) every session and turn of
-    ``tombstones`` it has no tombstone for, as ``rem-cycle forget`` would (the lines its queue
-    table holds of their extraction too); returns how many of each kind."""
-    from pipelines.forget import forget_memory, forget_session
+    ``tombstones`` it has no tombstone for, and every node of ``suppressions`` it does not keep
+    out (recording the suppression whether or not the backup has the node), as ``rem-cycle
+    forget`` would (the lines its queue table holds of their extraction too); returns how many of
+    each kind."""
+    from pipelines.forget import forget_memory, forget_node, forget_session
     from store.tombstones import MEMORY, SESSION, TombstoneStore
 
-    carried = {"sessions": 0, "memories": 0}
-    if not tombstones:
+    carried = {"sessions": 0, "memories": 0, "nodes": 0}
+    if not tombstones and not suppressions:
         return carried
     unit = DatabaseUnitOfWork(db)
+    for suppression in suppressions:
+        if unit.suppressions.holding(suppression.node_id):
+            continue
+        report = forget_node(unit, suppression.node_id, carried_over=suppression)
+        carried["nodes"] += 1
+        withdraw_queued_lines(db, _lines_of(*_forget_record(report)), queue=None)
     buried = {kind: TombstoneStore(db).buried(kind, [i for k, i in tombstones if k == kind]) for kind in (SESSION, MEMORY)}
     for kind, item_id in tombstones:
         if item_id in buried[kind]:
@@ -709,7 +793,7 @@ def forget_again(db: Database, tombstones: list[tuple[str, str]]) -> dict[str, i
             carried["memories"] += 1
         # The backup's queue table may hold what its extraction queued (the queue files are not in it).
         withdraw_queued_lines(db, _lines_of(*_forget_record(report)), queue=None)
-    if carried["sessions"] or carried["memories"]:
+    if any(carried.values()):
         db.erase_deleted()  # the backup's copy of the text must not stay in the restored files either
     return carried
 

@@ -26,6 +26,9 @@ A commit costs what its session costs, whatever the graph's history (DESIGN §3)
   edges (nothing supports it any more).
 - A provenance edge whose ``memory:``/``session:`` endpoint is not in the graph goes to the lazy-edge
   queue; any other edge with a missing endpoint is dropped, counted and logged.
+- A node ``rem-cycle forget --node`` keeps out — its name or an alias folds to a suppressed key of
+  its type (:func:`drop_suppressed`) — is left out first, with the edges touching it, before
+  identity resolution sees it, so no merge or alias brings it back (counted ``suppressed``).
 
 :func:`plan_commit` is pure: given the reduced session, the matches, the anchor's old rows and the
 current state of what they touch, it decides every write. :func:`commit_session` does the I/O.
@@ -37,13 +40,13 @@ import gc
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from pipelines.extract.model import identity_key
+from pipelines.extract.model import identity_key, suppression_keys
 from pipelines.hubs import Checked
 from pipelines.identity import CANDIDATE, LINK, Verdict
-from pipelines.ports import Graph, MergeRecorder, Provenance, UnitOfWork
+from pipelines.ports import Graph, MergeRecorder, Provenance, Suppressions, UnitOfWork
 from pipelines.extract.reduce import POINT_ORDER, Point, ReducedReference, ReducedSession
 from pipelines.vocabulary import DISCUSSED_IN, MENTIONED_IN, REFERENCED_BY
 from store.facts import NodeFacts, combine_all, combine_facts, facts_of, least_name, with_facts, without_claim
@@ -166,6 +169,22 @@ def match_existing(candidates: Sequence[Candidate], graph_index: GraphIndex) -> 
                     mapping[candidate.id] = node.id
                     break
     return mapping
+
+
+def drop_suppressed(reduced: ReducedSession, suppressions: Suppressions) -> tuple[ReducedSession, int]:
+    """``reduced`` without the nodes ``forget --node`` keeps out — those one of whose keys
+    (:func:`pipelines.extract.model.suppression_keys` of its name and aliases) is suppressed under
+    its type — nor the edges touching them; and how many nodes went. One look-up of this session's
+    own keys (:meth:`store.suppressions.SuppressionStore.suppressed`), whatever was ever forgotten."""
+    keys = {node.id: {(node.type, key) for key in suppression_keys(node.type, node.name, node.aliases)} for node in reduced.nodes}
+    found = suppressions.suppressed(set().union(*keys.values())) if keys else set()
+    gone = {node_id for node_id, wanted in keys.items() if wanted & found}
+    if not gone:
+        return reduced, 0
+    return replace(
+        reduced, nodes=tuple(n for n in reduced.nodes if n.id not in gone),
+        edges=tuple(e for e in reduced.edges if e.source not in gone and e.target not in gone),
+    ), len(gone)
 
 
 @dataclass(frozen=True, slots=True)
@@ -460,6 +479,8 @@ class CommitStats:
     nodes_removed: int = 0
     nodes_folded: int = 0
     names_split: int = 0
+    # Nodes left out because ``forget --node`` keeps them out (:func:`drop_suppressed`).
+    suppressed: int = 0
 
     def add(self, other: "CommitStats") -> None:
         """Add ``other``'s counts to these (a phase sums its sessions' commits)."""
@@ -506,6 +527,7 @@ def commit_session(
     with unit.transaction():
         if on_begin is not None:
             on_begin()
+        reduced, stats.suppressed = drop_suppressed(reduced, unit.suppressions)
         candidates = [Candidate(n.id, n.type, n.name, n.aliases) for n in reduced.nodes]
         resolved = matcher(candidates, graph_index)
         verdicts = dict(getattr(resolved, "verdicts", {}))

@@ -472,6 +472,15 @@ def identity_key(node_type: str, name: str) -> tuple[str, str]:
     return node_type, canonical if is_identifier(node_type, canonical) else canonical.casefold()
 
 
+def suppression_keys(node_type: str, name: str, aliases: Sequence[str] = ()) -> frozenset[str]:
+    """The keys a node forgotten by ``rem-cycle forget --node`` is kept out by, under its type
+    (store/suppressions.py): its name's and each alias's canonical name (:func:`canonical_name`:
+    ``./a/x.py`` is ``a/x.py``), NFC and case folded as ``show``'s name look-up folds — a code
+    identifier's other casing is kept out too. Pure."""
+    keys = (unicodedata.normalize("NFC", canonical_name(node_type, n)).casefold() for n in (name, *aliases) if n)
+    return frozenset(k for k in keys if k)
+
+
 @lru_cache(maxsize=16384)  # a session names its few things in thousands of turns
 def semantic_node_id(node_type: str, name: str) -> str | None:
     """``<TYPE>:<canonical name>`` cut to :data:`MAX_NODE_ID_LENGTH` characters and
