@@ -48,10 +48,11 @@ def look_up(suppressed: int) -> float:
             db.close()
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
+def main(argv: list[str] | None = None) -> None:
+    """Print the per-commit look-up at 0, ``--nodes`` and 8× ``--nodes`` suppressed nodes."""
+    parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--nodes", type=int, default=5000)
-    n = parser.parse_args().nodes
+    n = parser.parse_args(argv).nodes
     base = look_up(0)
     for count in (n, 8 * n):
         took = look_up(count)
