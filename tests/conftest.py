@@ -41,7 +41,7 @@ SAMPLE = ROOT / "examples" / "sessions.jsonl"
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """SIGINT at its default for every process the tests start. Byte-compile the project once, so
+    """SIGINT and SIGHUP at their defaults for every process the tests start. Byte-compile the project once, so
     that the hundreds of ``python -m worker`` subprocesses the suite starts load it from
     ``__pycache__`` instead of each compiling ~19,000 lines: with PYTHONDONTWRITEBYTECODE=1 (set in
     CI's environment) Python never caches them itself."""
@@ -53,6 +53,12 @@ def pytest_configure(config: pytest.Config) -> None:
     # SIGINT at its default, as a terminal does.
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    # Under `nohup` SIGHUP is ignored, and an ignored signal stays ignored across exec: the daemon
+    # then rightly keeps ignoring it (worker.signals), and the tests that hang up on it timed out.
+    # A handler that does nothing keeps this run outliving its terminal as nohup asked, while exec
+    # resets a handler, so the processes the tests start get SIGHUP at its default.
+    if signal.getsignal(signal.SIGHUP) is signal.SIG_IGN:
+        signal.signal(signal.SIGHUP, lambda signum, frame: None)
     if hasattr(config, "workerinput"):  # a pytest-xdist worker: the controller has compiled it
         return
     for package in ("config", "store", "pipelines", "worker", "tests"):
