@@ -794,7 +794,8 @@ async def _forget_node(settings: Settings, args: argparse.Namespace, progress: C
         verb = "would remove" if report["dry_run"] else "removed"
         kept = "would be kept out" if report["dry_run"] else "kept out"
         gone = f"{report['nodes_removed']} node, {report['edges_removed']} edges" if report["nodes_removed"] else "nothing (it was gone already)"
-        print(f"{verb} {report['id']}: {gone}; {kept} of later extractions under {len(report['suppressed_keys'])} names "
+        names = len(report["suppressed_keys"])
+        print(f"{verb} {report['id']}: {gone}; {kept} of later extractions under {names} name{'' if names == 1 else 's'} "
               f"(undo: rem-cycle forget --node {report['id']} --undo); what its turns say stays: forget them to erase the words")
 
     with progress.to_the_end():
