@@ -40,8 +40,9 @@ class SuppressionStore:
     def suppress(self, node_id: str, *, label: str, name: str, keys: Iterable[str], anchors: Iterable[str],
                  created_at: str | None = None) -> None:
         """Keep the node ``node_id`` (of ``label``, named ``name``) out under ``keys``; a key another
-        suppressed node of ``label`` holds stays that node's. ``anchors``: the sources that had said
-        it (an undo marks them for re-extraction). Run again, it adds keys and anchors."""
+        suppressed node of ``label`` holds too is held by both, and stays suppressed until both are
+        lifted. ``anchors``: the sources that had said it (an undo marks them for re-extraction).
+        Run again, it adds keys and anchors."""
         with self.db.transaction() as conn:
             before = self.db.query("SELECT anchors FROM suppressed_nodes WHERE node_id = ?", (node_id,))
             merged = sorted(set(anchors) | (set(json.loads(before[0][0])) if before else set()))

@@ -216,3 +216,28 @@ async def test_the_queue_lines_extracted_from_the_node_are_withdrawn(settings: S
     assert done.returncode == 0 and json.loads(done.stdout)["queue_lines_withdrawn"] == 1, done.stderr
     kept = [json.loads(line) for line in settings.queue_path.read_bytes().splitlines() if line.strip()]
     assert sorted((r["source"], "properties" in r) for r in kept) == [(NODE, False), ("CLASS:GraphStore", True)]
+
+
+@pytest.mark.both_backends
+def test_a_key_two_forgotten_nodes_share_stays_suppressed_until_both_are_let_back(settings: Settings) -> None:
+    """Two forgotten nodes of one type share a key (``GraphStore`` and ``graphstore``, two code
+    identifiers, both fold to ``graphstore``). Letting one back must not let the other back under
+    that key. Before, the second suppression's copy of the key was dropped (``ON CONFLICT DO
+    NOTHING`` on the key and type alone), so lifting the first left ``graphstore`` free while its
+    node was still forgotten."""
+    from store.suppressions import SuppressionStore
+
+    db = open_database(settings)
+    try:
+        store = SuppressionStore(db)
+        store.suppress("CLASS:GraphStore", label="CLASS", name="GraphStore", keys={"graphstore", "graph store"}, anchors={"session:a"})
+        store.suppress("CLASS:graphstore", label="CLASS", name="graphstore", keys={"graphstore"}, anchors={"session:b"})
+        wanted = {("CLASS", "graphstore"), ("CLASS", "graph store")}
+        assert store.suppressed(wanted) == wanted
+        assert [s.node_id for s in store.holding(key="graphstore")] == ["CLASS:GraphStore", "CLASS:graphstore"]
+        store.lift("CLASS:GraphStore")
+        assert store.suppressed(wanted) == {("CLASS", "graphstore")}  # still the other forgotten node's
+        store.lift("CLASS:graphstore")
+        assert store.suppressed(wanted) == set()
+    finally:
+        db.close()
