@@ -290,18 +290,18 @@ def forget_node(unit: UnitOfWork, node_id: str, *, dry_run: bool = False, carrie
             nodes_after, edges_after = counter.now()
             removed = {node_id} if node is not None else set()
             traces = _forget_traces(unit, carried, names, near, removed=removed, gave_id=set(), anchor=None)
-            keys: set[str] = set(carried_over.keys) if carried_over else set()
+            keys, label, name, said_by = set(), "", node_id, set(anchors)
+            if carried_over is not None:
+                keys, label, name = set(carried_over.keys), carried_over.label, carried_over.name
+                said_by |= set(carried_over.anchors)
             if node is not None:
                 aliases = [a for a in node.properties.get("aliases") or () if isinstance(a, str)]
                 keys |= suppression_keys(node.label, node.name, [*aliases, *spellings])
-            label = node.label if node is not None else carried_over.label if carried_over else ""
+                label, name = node.label, node.name
             already = bool(unit.suppressions.holding(node_id))
             if label:
-                unit.suppressions.suppress(
-                    node_id, label=label, name=node.name if node is not None else carried_over.name if carried_over else node_id,
-                    keys=keys, anchors=anchors | set(carried_over.anchors if carried_over else ()),
-                    created_at=carried_over.created_at if carried_over else None,
-                )
+                unit.suppressions.suppress(node_id, label=label, name=name, keys=keys, anchors=said_by,
+                                           created_at=carried_over.created_at if carried_over else None)
             report.update(
                 **traces, label=label, nodes_removed=nodes_before - nodes_after, edges_removed=edges_before - edges_after,
                 knowledge_nodes_removed=sorted(removed), sessions=sorted(row_suffix(a) for a in anchors if row_kind(a) == SESSION),

@@ -248,15 +248,15 @@ def database_url(backend: str, request: pytest.FixtureRequest) -> Iterator[str |
 
     from store.postgres import close_pools
 
-    server = request.getfixturevalue("postgres_server_url")
+    admin = request.getfixturevalue("postgres_server_url")
     schema = f"test_{uuid.uuid4().hex[:16]}"
     own = request.node.get_closest_marker("own_database") is not None
     if own:
         # Its own database: a reader this test holds open is no reader of the other tests' erases
         # (their check counts the transactions of the current database only), nor theirs of its.
-        with psycopg.connect(server, autocommit=True) as conn:
+        with psycopg.connect(admin, autocommit=True) as conn:
             conn.execute(f"CREATE DATABASE {schema}")
-        server = database_named(server, schema)
+    server = database_named(admin, schema) if own else admin
     with psycopg.connect(server, autocommit=True) as conn:
         if request.node.get_closest_marker("empty_schema"):
             conn.execute(f"CREATE SCHEMA {schema}")
@@ -265,7 +265,7 @@ def database_url(backend: str, request: pytest.FixtureRequest) -> Iterator[str |
     yield schema_url(server, schema)
     close_pools()
     if own:
-        drop_database(request.getfixturevalue("postgres_server_url"), schema)
+        drop_database(admin, schema)
         return
     with psycopg.connect(server, autocommit=True) as conn:
         conn.execute(f"DROP SCHEMA {schema} CASCADE")
