@@ -17,14 +17,14 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import date
+from datetime import UTC, date, datetime
 
 from pipelines.vocabulary import ANCHOR_LABELS, DISCUSSED_IN, MENTIONED_IN, NOTE_LABEL, SESSION_LABEL
 from store.facts import combine_all, facts_of, with_facts
 from store.graph import Edge, Node
 from store.provenance import ClaimRow, EdgeKey, PointRow, anchor_edges, place_count
 from store.recall_index import SessionRecord
-from store.timeparse import BadTimeError, format_utc, has_fraction_of_hour_or_minute, iso_moment
+from store.timeparse import EARLIEST, BadTimeError, format_utc, has_fraction_of_hour_or_minute, iso_moment
 
 
 class AsOfError(ValueError):
@@ -55,20 +55,34 @@ def bare_year(text: str) -> str | None:
     return None
 
 
+def before_the_epoch(moment: datetime) -> str | None:
+    """Why ``moment`` (aware) is no as-of time when it is before 1970-01-01T00:00Z
+    (:data:`store.timeparse.EARLIEST`); ``None`` otherwise. No time the graph holds is earlier
+    (ingest refuses one as a sign or unit slip), so such a moment was one too: ``-1`` was read as
+    epoch second -1 and answered an empty graph without a word."""
+    if moment < EARLIEST:
+        return f"{format_utc(moment)} is before 1970-01-01T00:00Z, the earliest time a memory can have (epoch 0)"
+    return None
+
+
 def parse_as_of(text: str) -> str:
     """``DATE`` (the end of that day, UTC) or an ISO 8601 time → the ``observed_at`` form
     (``YYYY-MM-DDTHH:MM:SS.mmmZ``) it is compared with; a year alone is refused (:func:`bare_year`).
     ``T24:00`` is the next day's ``T00:00`` (the same moment, ISO 8601's end of day); a fraction of
-    an hour or a minute is refused (:class:`AsOfRefused`), as Python read ``10.5`` as 10:00:00.500."""
+    an hour or a minute is refused (:class:`AsOfRefused`), as Python read ``10.5`` as 10:00:00.500,
+    and so is a moment before 1970 (:func:`before_the_epoch`)."""
     value = text.strip()
     if (year := bare_year(value)) is not None:
         raise AsOfError(f"--as-of {year}")
+    day: date | None = None
     try:
         # Any ISO 8601 date form (2026-11-15, 20261115) is the end of that day, not its start.
         if _ISO_DATE.fullmatch(value):
-            return f"{date.fromisoformat(value).isoformat()}T23:59:59.999Z"
+            day = date.fromisoformat(value)
     except ValueError:
         pass
+    if day is not None:
+        return _in_range(text, datetime(day.year, day.month, day.day, 23, 59, 59, 999_000, tzinfo=UTC))
     # A person typing 10.5 may mean half past ten or ten past ten and half a second: refused, where
     # a stored createdAt is read as ISO 8601 says (store.timeparse.iso_moment, the one reading).
     if has_fraction_of_hour_or_minute(value):
@@ -80,6 +94,13 @@ def parse_as_of(text: str) -> str:
             # 9999-12-31T23:59:59-05:00 is year 10000 in UTC, which the graph's times cannot hold.
             raise AsOfError(f"--as-of {text!r}: out of range (after conversion to UTC)") from None
         raise AsOfError(f"--as-of {text!r}: expected a date (2026-11-15) or an ISO 8601 time") from None
+    return _in_range(text, moment)
+
+
+def _in_range(text: str, moment: datetime) -> str:
+    """``moment`` in the graph's time form; :class:`AsOfRefused` before 1970 (:func:`before_the_epoch`)."""
+    if (early := before_the_epoch(moment)) is not None:
+        raise AsOfRefused(text, early)
     return format_utc(moment)
 
 

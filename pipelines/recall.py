@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta, timezone, tzinfo
 from typing import Any, Protocol
 
-from pipelines.asof import AsOfError, AsOfRefused, bare_year
+from pipelines.asof import AsOfError, AsOfRefused, bare_year, before_the_epoch
 from pipelines.asof import parse_as_of as iso_as_of
 from pipelines.chunker import estimate_tokens
 from pipelines.vocabulary import PROVENANCE_RELATIONSHIPS
@@ -272,7 +272,8 @@ def parse_as_of(value: str | None) -> str | None:
     So is a year alone (``2026``: :func:`pipelines.asof.bare_year`), which is no epoch time.
     ``UTC+2`` is +02:00 (:func:`_people_zone`); what could name another moment is refused: a day
     and month that do not tell themselves apart (``4/12/2026``), a year not written in full, a
-    weekday the date is not, digits that also write a date (:func:`_digits_as_dates`)."""
+    weekday the date is not, digits that also write a date (:func:`_digits_as_dates`), and a moment
+    before 1970 (:func:`pipelines.asof.before_the_epoch`: ``-1``, a negative epoch)."""
     if value is None:
         return None
     text = value.strip()
@@ -305,9 +306,12 @@ def parse_as_of(value: str | None) -> str | None:
     if date_only:  # its last millisecond (adding a day overflowed on 9999-12-31)
         moment = moment.replace(hour=23, minute=59, second=59, microsecond=999_000)
     try:
-        return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+        moment = moment.astimezone(UTC)
     except (OverflowError, ValueError) as exc:
         raise RecallInputError(f"as_of {text!r} is out of range") from exc
+    if (early := before_the_epoch(moment)) is not None:  # -1 was epoch second -1: an empty answer, no word
+        raise RecallInputError(f"as_of {text[:40]!r}: {early}")
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 # dateutil fills what a text leaves out from a default (today's date, by default): parsed with
@@ -346,8 +350,11 @@ _NAMED_OFFSET = re.compile(r"(?<![A-Za-z])(?P<name>[A-Za-z]+)\s*(?P<sign>[+-])\s
 # An offset dateutil reads as the zone: a sign after white space, a time (10:00) or am/pm. With two
 # it kept the last one (10:00 +02:00 +03:00 was 07:00Z).
 _OFFSET = re.compile(r"(?:(?<=\s)|(?<=\d:\d\d)|(?<=[AaPp][Mm]))[+-]\d")
-# Three numbers naming a date (4/12/2026, 04.12.2026, 12-04-2026, 2026/12/04, 04 12 2026).
-_NUMERIC_DATE = re.compile(r"(?<![\d.:,])(?P<a>\d{1,4})(?P<sep>[/.\- ])(?P<b>\d{1,2})(?P=sep)(?P<c>\d{1,4})(?![\d:])")
+# Three numbers naming a date (4/12/2026, 04.12.2026, 12-04-2026, 2026/12/04, 04 12 2026), apart by
+# anything but a letter or a colon, mixed or doubled as dateutil reads them (4/12-2026, 4 / 12 / 2026,
+# 4, 12, 2026, 4;12;2026): only a word or a time stands between a date's numbers.
+_DATE_SEPARATOR = r"[^\w:]+|_"
+_NUMERIC_DATE = re.compile(rf"(?<![\d.:,])(?P<a>\d{{1,4}})(?:{_DATE_SEPARATOR})(?P<b>\d{{1,2}})(?:{_DATE_SEPARATOR})(?P<c>\d{{1,4}})(?![\d:])")
 
 
 def _people_zone(text: str) -> str:
@@ -376,21 +383,24 @@ def _people_zone(text: str) -> str:
     return rewritten
 
 
-def _day_and_month_told(text: str) -> None:
+def _day_and_month_told(text: str) -> bool:
     """:class:`RecallInputError` when ``text`` writes a date in three numbers that do not tell the
     day from the month: ``4/12/2026`` is the 4th of December in most of the world and the 12th of
     April in the US (dateutil read the latter). ``13/4/2026``, ``4/13/2026``, ``4/4/2026`` and a
     year first (``2026/12/04``, year, month, day) are told; a year of two digits is refused once
-    read (:func:`_written_date`)."""
+    read (:func:`_written_date`). Returns whether ``text`` writes such a date year first."""
+    year_first = False
     for match in _NUMERIC_DATE.finditer(text):
         first, middle, last = match["a"], int(match["b"]), match["c"]
         if len(first) == 4:
+            year_first = True
             if middle > 12:
                 raise RecallInputError(f"as_of {text[:40]!r}: a date that starts with its year goes on with its month "
                                        f"(there is no month {middle}): write it as 2026-12-04")
         elif len(last) == 4 and int(first) <= 12 and middle <= 12 and int(first) != middle:
             raise RecallInputError(f"as_of {text[:40]!r} does not tell the day from the month ({first} or {middle}): "
                                    f"write it as {last}-{middle:02d}-{int(first):02d} or {last}-{int(first):02d}-{middle:02d} (ISO 8601)")
+    return year_first
 
 
 def _written_zone(name: str | None, offset: int | None) -> tzinfo | None:
@@ -413,12 +423,13 @@ def _written_date(text: str) -> tuple[datetime, bool]:
     whole date, and any zone it names is an offset, ``Z``, ``UTC`` or ``GMT`` (:func:`_written_zone`)."""
     from dateutil import parser as date_parser
 
-    _day_and_month_told(text)
+    year_first = _day_and_month_told(text)
     zoned = _people_zone(text)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", date_parser.UnknownTimezoneWarning)
             first, second = (date_parser.parse(zoned, default=default, tzinfos=_written_zone) for default in _WRITTEN_DEFAULTS)
+            day_first = date_parser.parse(zoned, default=_WRITTEN_DEFAULTS[0], dayfirst=True, tzinfos=_written_zone)
     except date_parser.UnknownTimezoneWarning as exc:
         raise RecallInputError(f"as_of {text[:40]!r} names a time zone not understood: give an offset "
                                "(2026-03-01T10:00-08:00) or Z") from exc
@@ -432,6 +443,11 @@ def _written_date(text: str) -> tuple[datetime, bool]:
         # 2004-12-26 (2026/12/04 written short?), Dec 4 04 2004, 1/2/3 2003-01-02.
         raise RecallInputError(f"as_of {text[:40]!r} does not write its year in full (read as {first.year}): "
                                "write the date as 2026-12-04")
+    if not year_first and day_first.date() != first.date():
+        # dateutil guesses month first wherever nothing tells them apart, also where words it skips
+        # stand between the numbers (4th 12 2026, 4 of 12 2026): asked to guess day first, it reads another date.
+        raise RecallInputError(f"as_of {text[:40]!r} does not tell the day from the month: write it as "
+                               f"{day_first.date().isoformat()} or {first.date().isoformat()} (ISO 8601)")
     info = date_parser.parserinfo()
     # A day of the week that is not the date's (Mon Dec 4 2026, a Friday) says one of them is wrong.
     for word in re.findall(r"[A-Za-z]+", text):
@@ -447,10 +463,10 @@ def validate(request: RecallRequest) -> list[str]:
         raise RecallInputError("query is empty")
     if len(request.query) > MAX_QUERY_CHARS:
         raise RecallInputError(f"query is {len(request.query)} characters; at most {MAX_QUERY_CHARS}")
-    if not 1 <= request.limit <= MAX_LIMIT:
-        raise RecallInputError(f"limit must be 1..{MAX_LIMIT}, not {request.limit}")
-    if not 1 <= request.budget_tokens <= MAX_BUDGET_TOKENS:
-        raise RecallInputError(f"budget_tokens must be 1..{MAX_BUDGET_TOKENS}, not {request.budget_tokens}")
+    for name, value, most in (("limit", request.limit, MAX_LIMIT), ("budget_tokens", request.budget_tokens, MAX_BUDGET_TOKENS)):
+        # A bool is an int to Python: True was a limit of 1.
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= most:
+            raise RecallInputError(f"{name} must be a whole number 1..{most}, not {value!r}")
     if request.user is not None:
         check_user(request.user)
     if request.session is not None:

@@ -47,10 +47,11 @@ async def test_a_user_with_characters_no_id_has_is_a_tool_error(graph: Settings)
 
 def test_cli_recall_with_a_user_that_is_not_utf8_is_a_usage_error(graph: Settings) -> None:  # noqa: F811
     env = env_of(graph)
-    for args in (["recall", "torn lines", "--user", "\udcff"], ["recall", "torn lines", "--user", "alice\x01"]):
+    for args, says in ((["recall", "torn lines", "--user", "\udcff"], "--user b'\\xff' is not UTF-8"),
+                       (["recall", "torn lines", "--user", "alice\x01"], "invalid user")):
         done = run_cli(*args, env=env)
         assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
-        assert "invalid user" in done.stderr
+        assert says in done.stderr, done.stderr
 
 
 @pytest.mark.parametrize("outage", ["frozen", "killed"])

@@ -35,5 +35,6 @@ def test_commands_given_a_byte_that_is_not_utf8_say_so_in_one_line(settings: Set
     assert run_cli("--once", env=env).returncode == 0
     for args in (["search", "Graph\udcff"], ["retry", "--session", "s\udcff"]):
         done = run_cli(*args, env=env)
-        assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
-        assert len(done.stderr.strip().splitlines()) == 1 and "cannot store" in done.stderr, done.stderr
+        # input29: refused before the database sees it (exit 2), where the database's refusal was exit 1.
+        assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
+        assert len(done.stderr.strip().splitlines()) == 1 and "is not UTF-8" in done.stderr, done.stderr

@@ -247,6 +247,41 @@ def _as_of(command: str, value: str) -> str:
     return cast(str, recall_as_of(value)) if command == "recall" else parse_as_of(value)
 
 
+# The arguments that name a file: a file name need not be UTF-8 (a Latin-1 system's caf\xe9.md),
+# and Python gives its bytes back to open().
+_FILE_ARGUMENTS = frozenset({"config", "out", "file", "path", "paths", "note"})
+
+
+def _not_utf8(args: argparse.Namespace, argv: list[str]) -> str | None:
+    """Why a text argument of ``args`` (a query, a name, an id, a time: any but a file's) cannot be
+    read, when it holds bytes that are not UTF-8 (Python keeps such a command-line byte as a lone
+    surrogate); ``None`` otherwise. ``argv``: the command line, to name an option as it was given.
+    No text the graph holds has such bytes: ``search`` failed as the database refused the text
+    (exit 1), ``recall`` left the word out and answered another query."""
+    for name, given in vars(args).items():
+        if name in _FILE_ARGUMENTS:
+            continue
+        for value in given if isinstance(given, list) else [given]:
+            if isinstance(value, str) and (shown := _bytes_not_utf8(value)) is not None:
+                option = f"--{name.replace('_', '-')}"
+                named = option if any(a == option or a.startswith(f"{option}=") for a in argv) else name.upper()
+                return f"{named} {shown} is not UTF-8: give it in UTF-8 (the terminal or script that ran rem-cycle writes another encoding)"
+    return None
+
+
+def _bytes_not_utf8(value: str) -> str | None:
+    """``value`` written as the bytes it was given as when they are not UTF-8 (Python reads such a
+    byte as a lone surrogate, U+DC80-U+DCFF); ``None`` for UTF-8 text."""
+    try:
+        value.encode("utf-8")
+        return None
+    except UnicodeEncodeError:
+        try:
+            return repr(value.encode("utf-8", "surrogateescape"))
+        except UnicodeEncodeError:  # another lone surrogate, which no command line gives
+            return ascii(value)
+
+
 def _whole_number(value: str) -> int:
     try:
         return int(value)
@@ -1320,6 +1355,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.allow_mass_retraction and (args.command or not args.once):  # one cycle's word, never a standing one
         parser.error("--allow-mass-retraction goes with --once (and no COMMAND)")
+    if (said := _not_utf8(args, sys.argv[1:] if argv is None else argv)) is not None:
+        print(f"rem-cycle: {said}", file=sys.stderr)
+        return EXIT_USAGE
     if getattr(args, "as_of", None) is not None:
         from pipelines.asof import AsOfError
         from pipelines.recall import RecallInputError

@@ -31,7 +31,8 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.stdio import stdio_server
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp_types import CallToolResult, TextContent, ToolAnnotations
-from pydantic import Field
+from pydantic import BeforeValidator, Field, Strict
+from pydantic_core import PydanticCustomError
 
 from config import Settings
 from config.redact import redact
@@ -81,6 +82,24 @@ AsOf = Annotated[str | None, Field(
 )]
 
 
+def _json_number(value: Any) -> Any:
+    """``value`` for pydantic's integer check, unless it is JSON ``true``/``false`` or a string:
+    pydantic's lax mode read ``true`` as 1 (Python's bool is an int) and ``"3"`` as 3. Refused as
+    any other value that is no integer is (``2.5``), the same tool error naming the argument."""
+    if isinstance(value, bool | str):
+        raise PydanticCustomError("int_type", "Input should be a valid integer")
+    return value
+
+
+# A tool argument is of the JSON type its schema names: a number (3, or 3.0, which JSON Schema
+# counts as an integer) for an integer, true/false for a boolean (lax, "yes" and 1 were true). The
+# bounds come before the validator: after it, pydantic wrote them into the schema as "ge"/"le",
+# which no client reads, for "minimum"/"maximum".
+Limit = Annotated[int, Field(ge=1, le=MAX_LIMIT), BeforeValidator(_json_number)]
+Budget = Annotated[int, Field(ge=1, le=MAX_BUDGET_TOKENS), BeforeValidator(_json_number)]
+Flag = Annotated[bool, Strict()]
+
+
 # What a tool answers: the JSON object (its output schema) and, as the text the model reads, that
 # object as compact JSON (see :func:`_answer`).
 Answer = Annotated[CallToolResult, dict[str, Any]]
@@ -105,12 +124,11 @@ def build_server(settings: Settings) -> MCPServer:
         user: User = None,
         session: Annotated[str | None, Field(description="Only this session id.", max_length=200)] = None,
         as_of: AsOf = None,
-        limit: Annotated[int, Field(description="At most this many turns.", ge=1, le=MAX_LIMIT)] = 10,
-        budget_tokens: Annotated[int, Field(
+        limit: Annotated[Limit, Field(description="At most this many turns.")] = 10,
+        budget_tokens: Annotated[Budget, Field(
             description="Pack the answer into about this many tokens; what does not fit is listed in `omitted`.",
-            ge=1, le=MAX_BUDGET_TOKENS,
         )] = settings.recall_budget_tokens,
-        recency: Annotated[bool, Field(description="Also rank newer turns higher.")] = False,
+        recency: Annotated[Flag, Field(description="Also rank newer turns higher.")] = False,
     ) -> Answer:
         """Recall facts, past turns (verbatim, with memory_id, session_id, turn_index, role, created_at and the
         signals that found them) and session summaries that answer a question. Turns are in rank order."""
@@ -123,10 +141,10 @@ def build_server(settings: Settings) -> MCPServer:
         query: Query,
         user: User = None,
         as_of: AsOf = None,
-        limit: Annotated[int, Field(description="At most this many entities.", ge=1, le=MAX_LIMIT)] = 10,
-        budget_tokens: Annotated[int, Field(
+        limit: Annotated[Limit, Field(description="At most this many entities.")] = 10,
+        budget_tokens: Annotated[Budget, Field(
             description="Pack the answer into about this many tokens: the best entities whole, in order; those that do "
-            "not fit are listed in `omitted`.", ge=1, le=MAX_BUDGET_TOKENS,
+            "not fit are listed in `omitted`.",
         )] = settings.recall_budget_tokens,
     ) -> Answer:
         """Find entities of the knowledge graph (concepts, classes, methods, files, issues, people, decisions…)
@@ -144,9 +162,9 @@ def build_server(settings: Settings) -> MCPServer:
                                       min_length=1, max_length=512)],
         user: User = None,
         as_of: AsOf = None,
-        budget_tokens: Annotated[int, Field(
+        budget_tokens: Annotated[Budget, Field(
             description="Pack the answer into about this many tokens: the entity, then as many of its turns as fit "
-            "(a long one cut); the others are listed in `omitted`.", ge=1, le=MAX_BUDGET_TOKENS,
+            "(a long one cut); the others are listed in `omitted`.",
         )] = settings.recall_budget_tokens,
     ) -> Answer:
         """Everything known about one entity: description, relations (strongest first, each with its evidence

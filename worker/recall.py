@@ -13,7 +13,6 @@ import anyio.from_thread
 
 from config import Settings
 from pipelines.recall import (
-    MAX_LIMIT,
     RecallInputError,
     RecallRequest,
     RecallWeights,
@@ -164,7 +163,7 @@ def search_nodes(settings: Settings, query: str, *, user: str | None = None, as_
     packs its facts (:func:`pipelines.recall.pack_nodes`): a node's description and quotes can be
     long, and ``limit`` of them are no bound on what a caller's context receives."""
     budget = settings.recall_budget_tokens if budget_tokens is None else budget_tokens
-    request = RecallRequest(query=query, user=user, as_of=as_of, limit=min(max(limit, 1), MAX_LIMIT), budget_tokens=budget)
+    request = RecallRequest(query=query, user=user, as_of=as_of, limit=limit, budget_tokens=budget)  # validate() checks them
     terms = validate(request)
     match = match_expression(terms)
     with open_index(settings) as index:
