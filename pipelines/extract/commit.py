@@ -38,14 +38,15 @@ from __future__ import annotations
 
 import gc
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Container, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from pipelines.extract.model import identity_key, suppression_keys
+from pipelines.extract.model import identity_key, ids_before_cut, suppression_keys
 from pipelines.hubs import Checked
 from pipelines.identity import CANDIDATE, LINK, Verdict
+from pipelines.resolver import CandidateLike
 from pipelines.ports import Graph, MergeRecorder, Provenance, Suppressions, UnitOfWork
 from pipelines.extract.reduce import POINT_ORDER, Point, ReducedReference, ReducedSession
 from pipelines.vocabulary import DISCUSSED_IN, MENTIONED_IN, REFERENCED_BY
@@ -171,14 +172,46 @@ def match_existing(candidates: Sequence[Candidate], graph_index: GraphIndex) -> 
     return mapping
 
 
-def drop_suppressed(reduced: ReducedSession, suppressions: Suppressions) -> tuple[ReducedSession, int]:
-    """``reduced`` without the nodes ``forget --node`` keeps out — those one of whose keys
+def before_cut(
+    candidates: Sequence[Candidate], graph: Graph, *, blocked: Callable[[], Container[tuple[str, str]]],
+) -> dict[str, list[str]]:
+    """Candidate id → the existing nodes of its type under an id its names made before audit28
+    cut semantic ids to ``MAX_SEMANTIC_ID_BYTES`` bytes (:func:`pipelines.extract.model.ids_before_cut`):
+    they are the candidate (its exact id, as the graph stored it), whatever identity resolution
+    finds by name — the commit joins them to it, and its least id, the cut one, survives. Several
+    such ids share one cut form when names differed past it. A pair whose merge an operator
+    undid (``blocked``: (merged, into) pairs, read only when such a node exists) stays apart. No
+    look-up when no candidate's id was cut (never under the default types)."""
+    wanted = {
+        old: candidate for candidate in candidates
+        for old in ids_before_cut(candidate.type, candidate.id, (candidate.name, *candidate.aliases))
+    }
+    found = sorted(old for old, node in graph.get_nodes(wanted).items() if node.label == wanted[old].type) if wanted else []
+    kept_apart = blocked() if found else frozenset()
+    joins: dict[str, list[str]] = {}
+    for old in found:
+        new = wanted[old].id
+        if (old, new) not in kept_apart and (new, old) not in kept_apart:
+            joins.setdefault(new, []).append(old)
+    return joins
+
+
+def suppressed_ids(nodes: Iterable[CandidateLike], suppressions: Suppressions) -> set[str]:
+    """The ids of ``nodes`` that ``forget --node`` keeps out: one of whose keys
     (:func:`pipelines.extract.model.suppression_keys` of its name and aliases) is suppressed under
-    its type — nor the edges touching them; and how many nodes went. One look-up of this session's
-    own keys (:meth:`store.suppressions.SuppressionStore.suppressed`), whatever was ever forgotten."""
-    keys = {node.id: {(node.type, key) for key in suppression_keys(node.type, node.name, node.aliases)} for node in reduced.nodes}
+    its type. One look-up of these nodes' own keys (:meth:`store.suppressions.SuppressionStore.suppressed`),
+    whatever was ever forgotten. The commit (:func:`drop_suppressed`) and the resolver's model
+    questions (:meth:`pipelines.resolver.GraphResolver.prepare`) both ask it, so no question is
+    paid for about a node the commit drops."""
+    keys = {node.id: {(node.type, key) for key in suppression_keys(node.type, node.name, node.aliases)} for node in nodes}
     found = suppressions.suppressed(set().union(*keys.values())) if keys else set()
-    gone = {node_id for node_id, wanted in keys.items() if wanted & found}
+    return {node_id for node_id, wanted in keys.items() if wanted & found}
+
+
+def drop_suppressed(reduced: ReducedSession, suppressions: Suppressions) -> tuple[ReducedSession, int]:
+    """``reduced`` without the nodes ``forget --node`` keeps out (:func:`suppressed_ids`) nor the
+    edges touching them; and how many nodes went."""
+    gone = suppressed_ids(reduced.nodes, suppressions)
     if not gone:
         return reduced, 0
     return replace(
@@ -543,8 +576,10 @@ def commit_session(
             # names had been committed in any other order.
             bridged = bridges(verdicts.values())
             verdicts.update(bridged)
-            moved = survivors(incoming, matches, joins={node_id: [m.node_id for m in v.candidates] for node_id, v in bridged.items()},
-                              shorts=checked.shorts if checked is not None else frozenset())
+            joins = {node_id: [m.node_id for m in v.candidates] for node_id, v in bridged.items()}
+            for node_id, old_ids in before_cut(candidates, graph, blocked=merges.blocked_pairs).items():
+                joins[node_id] = [*joins.get(node_id, ()), *old_ids]
+            moved = survivors(incoming, matches, joins=joins, shorts=checked.shorts if checked is not None else frozenset())
             folded = {target: least for target, least in moved.items() if target not in incoming}
             matches = {node_id: moved.get(node_id, node_id) for node_id in incoming if moved.get(node_id, node_id) != node_id or node_id in matches}
             # A short name that stopped naming one thing leaves the node it joined (pipelines.hubs):

@@ -23,7 +23,7 @@ from __future__ import annotations
 import hashlib
 import re
 import unicodedata
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from functools import cache, lru_cache
 from typing import Annotated, Any, Protocol, get_args, get_origin
@@ -72,6 +72,9 @@ MAX_NAME_CHARS = 300
 # on PostgreSQL at every cycle (audit28).
 MAX_SEMANTIC_ID_BYTES = (MAX_EDGE_KEY_BYTES - max(len(r) for r in SEMANTIC_RELATIONSHIPS)) // 2
 MAX_TEXT_CHARS = 2_000
+# The most bytes the cut to MAX_SEMANTIC_ID_BYTES takes beyond it: a character cut in two (at most
+# 3 of its 4 bytes) and the one white-space character before it (clean_text leaves single spaces).
+_CUT_SLACK = 4
 
 
 # --- the model schema: one definition -------------------------------------------------------
@@ -482,9 +485,10 @@ def suppression_keys(node_type: str, name: str, aliases: Sequence[str] = ()) -> 
 
 
 @lru_cache(maxsize=16384)  # a session names its few things in thousands of turns
-def semantic_node_id(node_type: str, name: str) -> str | None:
-    """``<TYPE>:<canonical name>`` cut to :data:`MAX_NODE_ID_LENGTH` characters and
-    :data:`MAX_SEMANTIC_ID_BYTES` bytes, or ``None`` when the name is empty or the id invalid."""
+def uncut_semantic_id(node_type: str, name: str) -> str | None:
+    """``<TYPE>:<canonical name>`` cut to :data:`MAX_NODE_ID_LENGTH` characters only — the id
+    :func:`semantic_node_id` gave before audit28 bounded it in bytes — or ``None`` when the name
+    is empty or the id invalid."""
     canonical = canonical_name(node_type, name)
     if not canonical:
         return None
@@ -493,11 +497,36 @@ def semantic_node_id(node_type: str, name: str) -> str | None:
         normalized = normalize_graph_node_id(node_id)
     except InvalidIdError:
         return None
-    encoded = normalized.encode()  # no lone surrogate: normalize_graph_node_id refuses them
-    if len(encoded) > MAX_SEMANTIC_ID_BYTES:  # "ignore": a character cut in two is dropped whole
-        normalized = encoded[:MAX_SEMANTIC_ID_BYTES].decode(errors="ignore").rstrip()
     # A name like "memory:x" would make a row-backed id; those are never semantic nodes.
     return normalized if normalized.partition(":")[0] == node_type else None
+
+
+@lru_cache(maxsize=16384)
+def semantic_node_id(node_type: str, name: str) -> str | None:
+    """``<TYPE>:<canonical name>`` cut to :data:`MAX_NODE_ID_LENGTH` characters and
+    :data:`MAX_SEMANTIC_ID_BYTES` bytes, or ``None`` when the name is empty or the id invalid."""
+    whole = uncut_semantic_id(node_type, name)
+    if whole is None:
+        return None
+    encoded = whole.encode()  # no lone surrogate: normalize_graph_node_id refuses them
+    if len(encoded) <= MAX_SEMANTIC_ID_BYTES:
+        return whole
+    cut = encoded[:MAX_SEMANTIC_ID_BYTES].decode(errors="ignore").rstrip()  # a character cut in two is dropped whole
+    return cut if cut.partition(":")[0] == node_type else None
+
+
+def ids_before_cut(node_type: str, node_id: str, names: Iterable[str]) -> frozenset[str]:
+    """The ids that ``names`` of the semantic node ``node_id`` made before audit28 cut ids to
+    :data:`MAX_SEMANTIC_ID_BYTES` bytes, where they are longer than ``node_id`` (none for a node
+    whose id was not cut). A graph written before the cut may hold a node under one of them (on
+    SQLite any; on PostgreSQL one whose edges fitted): the commit folds it into ``node_id``
+    (:func:`pipelines.extract.commit.before_cut`). Pure."""
+    if len(node_id.encode()) < MAX_SEMANTIC_ID_BYTES - _CUT_SLACK:
+        return frozenset()  # not cut: the common case costs no canonical name
+    return frozenset(
+        whole for name in names
+        if (whole := uncut_semantic_id(node_type, name)) not in (None, node_id) and semantic_node_id(node_type, name) == node_id
+    )
 
 
 # Noise no extractor may turn into a node (each a ``rejected`` reason of its own).
