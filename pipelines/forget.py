@@ -32,15 +32,18 @@ extracted (``rem-cycle forget``), and the retraction of sessions whose rows left
   (:func:`pipelines.extract.model.suppression_keys`) keeps every later commit from writing it again
   (:func:`pipelines.extract.commit.drop_suppressed`). :func:`lift_node` undoes that and marks the
   sessions that had said it for re-extraction (from their stored chunk results: no model call).
+  An edit outside the commit that moves names between nodes (a hand ``merge``, an ``unmerge``)
+  goes through :func:`refusing_kept_out`: it is rolled back, and refused, when it gives a node a
+  name kept out under that node's type.
 - ``dry_run``: everything is done in one transaction that is rolled back, so the report says
   exactly what a real run removes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TypeVar
 
 from pipelines.communities import without_members
 from pipelines.extract.commit import TakeBack, commit_session, recombine_node
@@ -48,7 +51,7 @@ from pipelines.extract.model import ChunkExtraction, ExtractedNode, identity_key
 from pipelines.extract.reduce import ReducedNode, reduce_session
 from pipelines.ports import Graph, UnitOfWork
 from store.facts import NodeFacts, combine_all
-from store.graph import Edge
+from store.graph import Edge, Node
 from store.ids import memory_node_id, row_kind, row_suffix, session_node_id
 from store.provenance import DISCUSSED_IN, EdgeKey, anchor_edges, with_justification
 from store.suppressions import Suppression
@@ -295,8 +298,7 @@ def forget_node(unit: UnitOfWork, node_id: str, *, dry_run: bool = False, carrie
                 keys, label, name = set(carried_over.keys), carried_over.label, carried_over.name
                 said_by |= set(carried_over.anchors)
             if node is not None:
-                aliases = [a for a in node.properties.get("aliases") or () if isinstance(a, str)]
-                keys |= suppression_keys(node.label, node.name, [*aliases, *spellings])
+                keys |= carried_keys(node, spellings)
                 label, name = node.label, node.name
             already = bool(unit.suppressions.holding(node_id))
             if label:
@@ -313,6 +315,62 @@ def forget_node(unit: UnitOfWork, node_id: str, *, dry_run: bool = False, carrie
     except _Rollback:
         pass
     return report
+
+
+def carried_keys(node: Node, spellings: Iterable[str]) -> frozenset[str]:
+    """The keys ``node`` is known by under its type (:func:`pipelines.extract.model.suppression_keys`
+    of its name, its aliases and the names its claims spelled, ``spellings``): those a ``forget
+    --node`` of it keeps out, and those an edit must not give it while they are kept out. Pure."""
+    aliases = [a for a in node.properties.get("aliases") or () if isinstance(a, str)]
+    return suppression_keys(node.label, node.name, [*aliases, *spellings])
+
+
+class KeptOut(Exception):
+    """An edit outside an extraction commit (a hand ``merge``, an ``unmerge``) would have given a
+    node a name ``forget --node`` keeps out under the node's type; it was rolled back: nothing was
+    changed. ``status`` 2: the command is refused for what it asks, as an ambiguous ``forget --node``."""
+
+    status = 2
+
+    def __init__(self, what: str, node_id: str, label: str, key: str, held: Sequence[Suppression]) -> None:
+        forgotten = ", ".join(f"{s.node_id} ({s.name!r})" for s in held)
+        undo = "; ".join(f"rem-cycle forget --node {s.node_id} --undo" for s in held)
+        super().__init__(
+            f"{what} refused: {node_id} would be named {key!r}, which rem-cycle forget --node keeps out of {label} nodes "
+            f"(forgotten: {forgotten}); nothing was changed. To let that name back first: {undo}"
+        )
+        self.node_id, self.label, self.key = node_id, label, key
+        self.held = tuple(held)
+
+
+T = TypeVar("T")
+
+
+def refusing_kept_out(unit: UnitOfWork, node_ids: Iterable[str], edit: Callable[[], T], *, what: str) -> T:
+    """Run ``edit`` (a hand ``merge`` or an ``unmerge``, ``what``) in one transaction of ``unit``
+    and keep it only when it gave none of ``node_ids`` (the nodes it writes names to) a key kept
+    out under that node's type (:meth:`store.suppressions.SuppressionStore.suppressed`) that the
+    node was not known by before (:func:`carried_keys`); else roll it back and raise
+    :class:`KeptOut`, naming the forgotten node and how to let it back. The one rule for every
+    path that gives a node names outside an extraction commit (which drops such nodes itself:
+    :func:`pipelines.extract.commit.drop_suppressed`)."""
+    ids = sorted(set(node_ids))
+
+    def known_by(node_id: str) -> set[tuple[str, str]]:
+        node = unit.graph.get_node(node_id)
+        if node is None:
+            return set()
+        return {(node.label, key) for key in carried_keys(node, unit.provenance.claimed_names(node_id))}
+
+    with unit.transaction():
+        before = {node_id: known_by(node_id) for node_id in ids}
+        result = edit()
+        for node_id in ids:
+            held = sorted(unit.suppressions.suppressed(known_by(node_id) - before[node_id]))
+            if held:
+                label, key = held[0]
+                raise KeptOut(what, node_id, label, key, [s for s in unit.suppressions.holding(key=key) if s.label == label])
+    return result
 
 
 def lift_node(unit: UnitOfWork, node_id: str) -> dict[str, Any]:

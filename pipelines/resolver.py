@@ -19,7 +19,10 @@ learns the commits made since like any others' — so a daemon builds it once, n
 The optional model auditor is asked *before* the transaction (:meth:`GraphResolver.prepare`, in
 async code), never while the database is locked; each answer is kept as it is given, by the
 question it answers (:class:`GivenVerdicts`: ``identity_verdicts``, migration 16), so the same
-question is never paid for twice — not even by a worker killed before the session's commit.
+question is never paid for twice — not even by a worker killed before the session's commit. The
+candidates ``rem-cycle forget --node`` keeps out (``kept_out``) are left out of those questions, as
+the commit leaves them out of its batch: no call is paid for about a node the commit drops, and
+the batch asked about is the one the commit resolves.
 """
 
 from __future__ import annotations
@@ -94,7 +97,9 @@ class GraphResolver:
     """The stateful matcher. ``load_nodes`` lists the graph's knowledge nodes, ``load_blocked`` the
     (merged, into) pairs whose merge was undone, ``existing`` says which of some ids exist;
     ``epoch`` the graph's identity epoch (``None`` while a write other than a commit is pending);
-    ``kept`` an index a previous phase's resolver built (taken up only in the same epoch)."""
+    ``kept`` an index a previous phase's resolver built (taken up only in the same epoch);
+    ``kept_out`` the ids of some candidates that ``forget --node`` keeps out
+    (:func:`pipelines.extract.commit.suppressed_ids`), never asked about."""
 
     def __init__(
         self,
@@ -108,8 +113,10 @@ class GraphResolver:
         thresholds: Thresholds = Thresholds(),
         epoch: Callable[[], str | None] | None = None,
         kept: KeptIndex | None = None,
+        kept_out: Callable[[Sequence[CandidateLike]], Collection[str]] | None = None,
     ) -> None:
         self._load_nodes = load_nodes
+        self._kept_out = kept_out
         self._load_blocked = load_blocked
         self._existing = existing
         # (latest commit number, the nodes of the sessions committed after ``since``); ``None``:
@@ -186,14 +193,16 @@ class GraphResolver:
         the auditor (when there is one), before the commit. Returns how many questions were asked."""
         if self.auditor is None:
             return 0
-        refs = _refs(candidates)
 
-        def resolve_now() -> tuple[AliasIndex, list[Verdict]]:
+        def resolve_now() -> tuple[list[NodeRef], AliasIndex, list[Verdict]]:
+            # Without the candidates the commit drops before it resolves (pipelines/extract/commit.py).
+            gone = self._kept_out(candidates) if self._kept_out is not None else ()
+            refs = _refs(c for c in candidates if c.id not in gone)
             with self._lock:
                 index = self._ready_index()
-                return index, resolve_batch(refs, index, blocked=self._blocked, thresholds=self.thresholds)
+                return refs, index, resolve_batch(refs, index, blocked=self._blocked, thresholds=self.thresholds)
 
-        index, verdicts = await anyio.to_thread.run_sync(resolve_now)
+        refs, index, verdicts = await anyio.to_thread.run_sync(resolve_now)
         questions: dict[tuple[str, tuple[str, ...]], tuple[NodeRef, list[NodeRef], str]] = {}
         for ref, verdict in zip(refs, verdicts, strict=True):
             key = _question(verdict)

@@ -305,6 +305,11 @@ class ProvenanceStore:
         """Questions about ``node_id``'s claims for :func:`store.facts.without_claim`."""
         return NodeClaimLookup(self.db, node_id)
 
+    def claimed_names(self, node_id: str) -> set[str]:
+        """The names ``node_id``'s claims spelled (an edit must not give it a kept-out one:
+        ``pipelines.forget.refusing_kept_out``); its claims only, not its points."""
+        return {r[0] for r in self.db.query("SELECT DISTINCT name FROM node_claims WHERE node_id = ?", (node_id,)) if r[0]}
+
     def node_sources(self, node_id: str) -> tuple[set[str], set[str]]:
         """The anchors that gave ``node_id`` a point or a claim, and the names its claims spelled
         (a ``forget --node`` keeps the node out under them and re-extracts the anchors on undo).

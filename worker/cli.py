@@ -680,8 +680,8 @@ class _EditRefused(Exception):
 async def _edit_graph(settings: Settings, what: str, edit: Callable[[], T], *, refused: tuple[type[Exception], ...]) -> T:
     """``edit`` (a ``merge``, ``unmerge`` or ``forget``) in a thread under the cycle's single-flight
     lock: a cycle's identity resolution keeps its own view of the graph, so it is never changed
-    under one. A held lock (exit 3) or an input in ``refused`` (exit 1) is printed and raised as
-    :class:`_EditRefused`."""
+    under one. A held lock (exit 3) or an input in ``refused`` (exit 1, or the exception's own
+    ``status``) is printed and raised as :class:`_EditRefused`."""
     from worker.cycle import graph_single_flight
 
     try:
@@ -692,10 +692,11 @@ async def _edit_graph(settings: Settings, what: str, edit: Callable[[], T], *, r
         raise _EditRefused(EXIT_BUSY) from exc
     except refused as exc:
         print(f"rem-cycle: {exc}", file=sys.stderr)
-        raise _EditRefused(EXIT_FAILED) from exc
+        raise _EditRefused(getattr(exc, "status", EXIT_FAILED)) from exc
 
 
 async def cmd_unmerge(settings: Settings, args: argparse.Namespace, progress: CommandProgress) -> int:
+    from pipelines.forget import KeptOut
     from store.ids import InvalidIdError
     from store.merges import MergeError
     from worker.knowledge import unmerge_node
@@ -710,7 +711,7 @@ async def cmd_unmerge(settings: Settings, args: argparse.Namespace, progress: Co
 
     with progress.to_the_end():
         try:
-            undone = await _edit_graph(settings, "unmerge", lambda: unmerge_node(settings, args.node_id), refused=(MergeError, InvalidIdError))
+            undone = await _edit_graph(settings, "unmerge", lambda: unmerge_node(settings, args.node_id), refused=(MergeError, InvalidIdError, KeptOut))
         except _EditRefused as refusal:
             return refusal.status
         _emit(args, {"node": args.node_id, "undone": undone}, text)
@@ -727,6 +728,7 @@ async def cmd_candidates(settings: Settings, args: argparse.Namespace) -> int:
 
 
 async def cmd_merge(settings: Settings, args: argparse.Namespace, progress: CommandProgress) -> int:
+    from pipelines.forget import KeptOut
     from store.ids import InvalidIdError
     from store.merges import MergeError
     from worker.knowledge import merge_node
@@ -734,7 +736,7 @@ async def cmd_merge(settings: Settings, args: argparse.Namespace, progress: Comm
     with progress.to_the_end():
         try:
             merge_id = await _edit_graph(
-                settings, "merge", lambda: merge_node(settings, args.merged_id, args.into_id), refused=(MergeError, InvalidIdError)
+                settings, "merge", lambda: merge_node(settings, args.merged_id, args.into_id), refused=(MergeError, InvalidIdError, KeptOut)
             )
         except _EditRefused as refusal:
             return refusal.status

@@ -88,7 +88,9 @@ _KEPT_INDEXES: dict[str, KeptIndex] = {}
 def identity_resolver(db: Database, *, auditor: Auditor | None = None, keep_as: str | None = None) -> GraphResolver:
     """The extraction commit's identity resolution over the graph in ``db``; ``keep_as`` (the
     database's location): take up the index a previous phase kept under that name (see
-    :func:`keep_identity_index`)."""
+    :func:`keep_identity_index`). The model is never asked about a node ``forget --node`` keeps out."""
+    from pipelines.extract.commit import suppressed_ids  # the extraction modules: loaded where used
+
     graph, runstate, provenance = GraphStore(db), RunStateStore(db), ProvenanceStore(db)
 
     def committed_since(seq: int | None) -> tuple[int, list[NodeRef]]:
@@ -107,6 +109,7 @@ def identity_resolver(db: Database, *, auditor: Auditor | None = None, keep_as: 
         verdicts=StoredVerdicts(VerdictStore(db)) if auditor is not None else None,
         epoch=runstate.identity_epoch,
         kept=_KEPT_INDEXES.pop(keep_as, None) if keep_as else None,
+        kept_out=partial(suppressed_ids, suppressions=SuppressionStore(db)),
     )
 
 
@@ -419,9 +422,15 @@ async def show_node(settings: Settings, node_id: str, *, limit: int | None = Non
 
 
 def unmerge_node(settings: Settings, node_id: str) -> list[dict[str, Any]]:
-    """Undo the merges of ``node_id`` (see :meth:`store.merges.MergeStore.unmerge`)."""
+    """Undo the merges of ``node_id`` (see :meth:`store.merges.MergeStore.unmerge`), unless the node
+    it brings back is named as ``forget --node`` keeps out (:class:`pipelines.forget.KeptOut`:
+    nothing changed)."""
+    from pipelines.forget import refusing_kept_out
+
+    node_id = normalize_graph_node_id(node_id)
     with open_graph_db(settings) as db:
-        return MergeStore(db).unmerge(node_id)
+        unit = DatabaseUnitOfWork(db)
+        return refusing_kept_out(unit, [node_id], lambda: unit.merges.unmerge(node_id), what="unmerge")
 
 
 def identity_candidates(settings: Settings, *, limit: int | None = 50) -> tuple[list[dict[str, Any]], int]:
@@ -433,11 +442,17 @@ def identity_candidates(settings: Settings, *, limit: int | None = 50) -> tuple[
 
 
 def merge_node(settings: Settings, merged_id: str, into_id: str) -> int:
-    """Fold ``merged_id`` into ``into_id`` by hand (an operator confirming a reported candidate)."""
+    """Fold ``merged_id`` into ``into_id`` by hand (an operator confirming a reported candidate),
+    unless ``into_id`` would take a name ``forget --node`` keeps out of its type
+    (:class:`pipelines.forget.KeptOut`: nothing changed)."""
+    from pipelines.forget import refusing_kept_out
+
+    merged_id, into_id = normalize_graph_node_id(merged_id), normalize_graph_node_id(into_id)
     with open_graph_db(settings) as db:
-        return MergeStore(db).merge_nodes(
+        unit = DatabaseUnitOfWork(db)
+        return refusing_kept_out(unit, [into_id], lambda: unit.merges.merge_nodes(
             merged_id, into_id, rule="manual", score=1.0, evidence={"by": "operator"}, anchor_labels=ANCHOR_LABELS
-        )
+        ), what="merge")
 
 
 class NodeNotChosen(Exception):
