@@ -47,13 +47,14 @@ word sets with Jaccard ≥ ``candidate_threshold``, a near-identical *prose* spe
 similarity ≥ ``fuzzy_threshold``), a file named by its base name alone beside a full path ending
 in it (unless the base name is :func:`crowded_basename`: more than :data:`MAX_SHARED_NAME` paths,
 or paths of two files), a 2-letter acronym,
-and the same name under a *different type* — which is reported, never merged. Two session-context
+and the same name under a *different type* — which is reported, never merged, against one node of
+the name only (:func:`cross_type_rank`). Two session-context
 rules add candidates per batch: ``extension`` (:func:`said_together`) and ``person`` (a name and the
 same name with words more when a PERSON node holds both, :func:`named_person`); one drops them
 (:func:`without_foreign_receivers`: a ``qualified`` pair across sessions whose shorter node holds
-another receiver's name). Never a
-candidate: two identifiers a letter apart or sharing some words, two full paths with the same base
-name. Names whose numbers differ (``#123``/``#124``, ``v2``/``v3``) never link. Without a model,
+another receiver's name). Never a candidate: a one-word name and it with letters added at its end
+(:func:`derived`), a longer name that says the shorter as an owner or after *of* (:func:`owned`),
+two identifiers a letter apart or sharing some words, two full paths with the same base name. Names whose numbers differ (``#123``/``#124``, ``v2``/``v3``) never link. Without a model,
 ``candidate`` means create and report; with one, an auditor decides link-or-create for the
 same-type candidates only. Before any of this, a session's own names fold where the session
 decides them (:func:`session_folds`: a bare base name beside its one full path, a METHOD beside
@@ -134,6 +135,8 @@ _PERSON_RULE_MAX_WORDS = 6
 _FULL_NAME_MAX_WORDS = 3
 # The types a CONCEPT of the identical multi-word name may be (the ``named`` rule).
 NAMED_TYPES = frozenset({"PERSON", "PLACE", "ORGANIZATION", "WORK"})
+# The typed nodes a ``cross-type`` question is asked against first (:func:`cross_type_rank`).
+_CROSS_TYPE_ORDER = {kind: rank for rank, kind in enumerate(("PERSON", "ORGANIZATION", "PLACE", "WORK"))}
 # A base name shared by more files than this names none of them in particular (`__init__.py`);
 # the same for a bare method name shared by more qualified ones.
 MAX_SHARED_NAME = 3
@@ -533,6 +536,7 @@ def resolve(
     acronym_hits: dict[str, str] = {}
     token_scores: dict[str, tuple[float, str]] = {}
     candidates: dict[str, Match] = {}
+    other_types: dict[str, Match] = {}
 
     def offer(match: Match) -> None:
         if match.node_id not in candidates or candidates[match.node_id].score < match.score:
@@ -549,7 +553,7 @@ def resolve(
             normal_hits.update(dict.fromkeys(found, text))
             for other in allowed(_same_name(index, "*", form), form, check_numbers=False):
                 if index.nodes[other].type != kind:
-                    offer(Match(other, "cross-type", 0.5, text, index.nodes[other].type))
+                    other_types.setdefault(other, Match(other, "cross-type", 0.5, text, index.nodes[other].type))
         if kind == "FILE":
             _offer_basename(index, form, allowed, offer)
             continue
@@ -629,6 +633,8 @@ def resolve(
         if not form.identifier:
             for match in _fuzzy(node, form, index, blocked, thresholds.fuzzy, exclude=set(candidates)):
                 offer(match)
+    if other_types:
+        offer(min(other_types.values(), key=cross_type_rank))
     if kind == "PERSON":
         # Nor a question for review: `Jill Green` beside `Jill Goodacre` shares a name, not a person.
         candidates = {t: m for t, m in candidates.items() if m.type != kind or not namesakes(forms, index.forms[t])}
@@ -636,6 +642,18 @@ def resolve(
         ranked = tuple(sorted(candidates.values(), key=lambda m: (-m.score, m.node_id)))
         return Verdict(node.id, CANDIDATE, None, ranked[0].rule, ranked[0].score, ranked)
     return Verdict(node.id, CREATE)
+
+
+def cross_type_rank(match: Match) -> tuple[int, str]:
+    """The order in which the nodes of the same name under other types are offered for review
+    (the ``cross-type`` rule offers the first only): a person, organisation, place or work before
+    any other type, CONCEPT (the extractor's fallback type) last, then by id. Why one: a name the
+    extractor typed three or four ways (`Emma` as PERSON, PLACE, WORK and CONCEPT) made every two
+    of its nodes a pair — six questions where three join them all; each new node asked about one
+    earlier node keeps them one tree (bench/RESULTS.md, issue 11, twelfth round)."""
+    if match.type == "CONCEPT":
+        return len(_CROSS_TYPE_ORDER) + 1, match.node_id
+    return _CROSS_TYPE_ORDER.get(match.type, len(_CROSS_TYPE_ORDER)), match.node_id
 
 
 def _named(node: NodeRef, form: NameForm, index: AliasIndex, allowed: Callable[..., set[str]]) -> str | None:
@@ -732,6 +750,19 @@ def _shared_tokens(index: AliasIndex, kind: str, own: Iterable[str]) -> Counter[
     return shared
 
 
+def derived(one: str, other: str) -> bool:
+    """Whether of two different one-word prose names (their words) one is the other with letters
+    added at its end: a word made from it (`Victorian` / `Victoria`, `American` / `America`,
+    `Thanksgivingy`), a feminine or family form (`Martina` / `Martin`, `Helena` / `Helen`,
+    `Tribbianis`), not a typo of it. Why: every such ``fuzzy`` pair of the Friends tuning run's
+    review list was two things (7 of 7; the 7 right pairs had letters changed inside: `Remore` /
+    `Ramore`) — bench/RESULTS.md, issue 11, twelfth round. A word cut short inside a longer name
+    stays a typo (`map reduc` / `map reduce`): the other words say which name it is."""
+    if one == other or " " in one or " " in other:
+        return False
+    return one.startswith(other) or other.startswith(one)
+
+
 def _fuzzy(
     node: NodeRef, form: NameForm, index: AliasIndex, blocked: frozenset[tuple[str, str]], threshold: float, *, exclude: set[str]
 ) -> list[Match]:
@@ -753,6 +784,8 @@ def _fuzzy(
                 continue
             # ratio() <= 2·min(len)/(sum of lens): skip pairs whose lengths alone rule it out.
             if 2 * min(len(form.words), len(other.words)) / (len(form.words) + len(other.words)) < threshold:
+                continue
+            if derived(form.words, other.words):
                 continue
             matcher = SequenceMatcher(None, form.words, other.words)
             if matcher.quick_ratio() < threshold or form.numbers != other.numbers:
@@ -904,6 +937,15 @@ def named_person(
     return out
 
 
+def owned(short: str, long: str) -> bool:
+    """Whether prose ``long`` names something of ``short``'s rather than ``short`` itself: it says
+    ``short`` as an owner (`Pete's Mom`, `Hayley's Roommate`) or after *of* (`Tower of London`,
+    `Fear of Triscuts`). Why: every ``extension`` pair of this shape on the Friends tuning run's
+    review list was two things (4 of 4 labelled) — bench/RESULTS.md, issue 11, twelfth round."""
+    name = re.escape(fold(short))
+    return re.search(rf"(?<!\w){name}['’]s(?!\w)|(?<!\w)of (?:the )?{name}(?!\w)", fold(long)) is not None
+
+
 def said_together(
     nodes: Sequence[NodeRef], verdicts: Sequence[Verdict], index: AliasIndex, batch: AliasIndex,
     *, blocked: frozenset[tuple[str, str]] = frozenset(),
@@ -937,7 +979,7 @@ def said_together(
             # An ambiguity of a decisive rule stays as it is (a bridging one joins its candidates).
             if verdict.action == LINK or verdict.rule.startswith("ambiguous-") or target == nodes[holder].id or (nodes[holder].id, target) in blocked:
                 break
-            if any(m.node_id == target for m in verdict.candidates):
+            if any(m.node_id == target for m in verdict.candidates) or owned(short.name, long.name):
                 break
             match = Match(target, "extension", 0.6, nodes[holder].name, short.type)
             ranked = tuple(sorted((*verdict.candidates, match), key=lambda m: (-m.score, m.node_id)))
