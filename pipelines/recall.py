@@ -262,8 +262,9 @@ def match_expression(terms: Sequence[str]) -> str | None:
 
 
 def parse_as_of(value: str | None) -> str | None:
-    """``value`` as the graph's time format (ISO 8601 UTC with milliseconds, ``Z``). An ISO 8601
-    date or time is read as ``show``, ``search`` and ``export`` read ``--as-of``
+    """``value`` as the graph's time format (ISO 8601 UTC with milliseconds, ``Z``): the one reading of
+    ``as_of`` for every command (``recall``, ``show``, ``search``, ``export``) and MCP tool. An ISO 8601
+    date or time is read first, by the ISO rule
     (:func:`pipelines.asof.parse_as_of`: ``20261101`` and ``2026-W44`` are dates, each the end of
     that day); also epoch seconds or milliseconds and the common written forms ("1 March 2026",
     "2026/03/01 10:00"), a date alone the end of that day. A time without zone is UTC. A written

@@ -59,4 +59,25 @@ async def test_the_graph_as_of_a_date_is_the_graph_of_the_sessions_seen_by_then(
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["as_of"] == then
     bad = run_cli("export", "--as-of", "soon", env=env)
-    assert bad.returncode == 2 and "expected a date" in bad.stderr
+    assert bad.returncode == 2 and "is not a date" in bad.stderr
+
+
+async def test_every_command_reads_as_of_as_recall_and_the_mcp_tools_do(settings: Settings, tmp_path: Path) -> None:
+    """One reading of ``--as-of`` (asofone): ``show``, ``search`` and ``export`` take epoch seconds,
+    epoch milliseconds and a written date as ``recall`` and the MCP tools do, the same moment each
+    way, where they refused all but ISO 8601 (exit 2)."""
+    await _build(settings, tmp_path, ["a", "b", "c"])
+    env = {"REM_DATA_DIR": str(settings.data_dir)}
+    iso = "2026-11-02T23:59:59.999Z"
+    spellings = [iso, "1793663999.999", "1793663999999", "2 November 2026", "Nov 2, 2026"]
+    exported = [run_cli("export", "--as-of", when, env=env) for when in spellings]
+    assert all(done.returncode == 0 for done in exported), [done.stderr[-500:] for done in exported]
+    graphs = [{k: v for k, v in json.loads(done.stdout).items() if k != "generated_at"} for done in exported]
+    assert all(graph == graphs[0] for graph in graphs) and graphs[0]["as_of"] == iso
+    for command in (["show", "CLASS:LazyEdgeQueue", "--json"], ["search", "RetryPolicy", "--json"]):
+        answers = [run_cli(*command, "--as-of", when, env=env) for when in spellings]
+        assert all(done.returncode == 0 for done in answers), [done.stderr[-500:] for done in answers]
+        assert len({done.stdout for done in answers}) == 1, command
+    assert json.loads(answers[0].stdout)["results"] == []  # RetryPolicy: named only in session c, after the 2nd
+    ambiguous = run_cli("show", "CLASS:LazyEdgeQueue", "--as-of", "4/11/2026", env=env)
+    assert ambiguous.returncode == 2 and "does not tell the day from the month" in ambiguous.stderr

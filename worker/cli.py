@@ -146,7 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument(
         "--include-anchors", action="store_true", help="also export MEMORY/SESSION/NOTE nodes and provenance edges"
     )
-    as_of_help = "the graph as known at DATE (2026-11-15, end of day UTC) or an ISO 8601 time"
+    as_of_help = "the graph as known at DATE (2026-11-15, end of day UTC), an ISO 8601 time, epoch seconds or a written date"
     export.add_argument("--as-of", metavar="DATE", help=as_of_help)
     show = add_command(sub, "show", common, "one node: aliases, edges, and the turns it came from")
     show.add_argument("--as-of", metavar="DATE", help=as_of_help)
@@ -235,16 +235,16 @@ def _version() -> str:
         return "unknown (not installed)"
 
 
-def _as_of(command: str, value: str) -> str:
-    """``--as-of`` of ``command`` in the graph's time form: recall's reading (ISO 8601, epoch, written
-    dates) for ``recall``, ISO 8601 for ``show``/``search``/``export``. Read here, before any
-    settings or graph, so every command refuses a moment alike: one line, exit 2 (argparse's type
-    check wrote its usage as well). Raises :class:`pipelines.asof.AsOfError` or
-    :class:`pipelines.recall.RecallInputError` with the reason."""
-    from pipelines.asof import parse_as_of
-    from pipelines.recall import parse_as_of as recall_as_of
+def _as_of(value: str) -> str:
+    """``--as-of`` in the graph's time form, one reading for every command that takes it (``recall``,
+    ``show``, ``search``, ``export``) and for the MCP tools: ISO 8601, epoch seconds or milliseconds,
+    written dates (:func:`pipelines.recall.parse_as_of`). Read here, before any settings or graph,
+    so every command refuses a moment alike: one line, exit 2 (argparse's type check wrote its usage
+    as well). Raises :class:`pipelines.asof.AsOfError` or :class:`pipelines.recall.RecallInputError`
+    with the reason."""
+    from pipelines.recall import parse_as_of
 
-    return cast(str, recall_as_of(value)) if command == "recall" else parse_as_of(value)
+    return cast(str, parse_as_of(value))
 
 
 # The arguments that name a file: a file name need not be UTF-8 (a Latin-1 system's caf\xe9.md),
@@ -1365,7 +1365,7 @@ def main(argv: list[str] | None = None) -> int:
         from pipelines.recall import RecallInputError
 
         try:
-            args.as_of = _as_of(args.command, args.as_of)
+            args.as_of = _as_of(args.as_of)
         except (AsOfError, RecallInputError) as exc:
             print(f"rem-cycle: {exc}", file=sys.stderr)
             return EXIT_USAGE
