@@ -29,12 +29,12 @@ extracted (``rem-cycle forget``), and the retraction of sessions whose rows left
   the merge records, communities and identity verdicts that name it are rewritten as for a node a
   forget of its last source removed (:func:`_forget_traces`, the same path). A suppression keyed
   by its type and the folded keys of its name, aliases and claimed spellings
-  (:func:`pipelines.extract.model.suppression_keys`) keeps every later commit from writing it again
+  (:func:`pipelines.extract.model.suppression_names`) keeps every later commit from writing it again
   (:func:`pipelines.extract.commit.drop_suppressed`). :func:`lift_node` undoes that and marks the
   sessions that had said it for re-extraction (from their stored chunk results: no model call).
   An edit outside the commit that moves names between nodes (a hand ``merge``, an ``unmerge``)
   goes through :func:`refusing_kept_out`: it is rolled back, and refused, when it gives a node a
-  name kept out under that node's type.
+  name kept out of that node (under its type, or a type the ``named`` rule makes it one thing with).
 - ``dry_run``: everything is done in one transaction that is rolled back, so the report says
   exactly what a real run removes.
 """
@@ -46,8 +46,8 @@ from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 from pipelines.communities import without_members
-from pipelines.extract.commit import TakeBack, commit_session, recombine_node
-from pipelines.extract.model import ChunkExtraction, ExtractedNode, identity_key, suppression_keys
+from pipelines.extract.commit import TakeBack, commit_session, kept_out, recombine_node
+from pipelines.extract.model import ChunkExtraction, ExtractedNode, identity_key, suppression_names
 from pipelines.extract.reduce import ReducedNode, reduce_session
 from pipelines.ports import Graph, UnitOfWork
 from store.facts import NodeFacts, combine_all
@@ -298,7 +298,7 @@ def forget_node(unit: UnitOfWork, node_id: str, *, dry_run: bool = False, carrie
                 keys, label, name = set(carried_over.keys), carried_over.label, carried_over.name
                 said_by |= set(carried_over.anchors)
             if node is not None:
-                keys |= carried_keys(node, spellings)
+                keys |= set(carried_names(node, spellings))
                 label, name = node.label, node.name
             already = bool(unit.suppressions.holding(node_id))
             if label:
@@ -317,12 +317,13 @@ def forget_node(unit: UnitOfWork, node_id: str, *, dry_run: bool = False, carrie
     return report
 
 
-def carried_keys(node: Node, spellings: Iterable[str]) -> frozenset[str]:
-    """The keys ``node`` is known by under its type (:func:`pipelines.extract.model.suppression_keys`
-    of its name, its aliases and the names its claims spelled, ``spellings``): those a ``forget
-    --node`` of it keeps out, and those an edit must not give it while they are kept out. Pure."""
+def carried_names(node: Node, spellings: Iterable[str]) -> dict[str, str]:
+    """The keys ``node`` is known by under its type, each with a spelling
+    (:func:`pipelines.extract.model.suppression_names` of its name, its aliases and the names its
+    claims spelled, ``spellings``): those a ``forget --node`` of it keeps out, and those an edit
+    must not give it while they are kept out. Pure."""
     aliases = [a for a in node.properties.get("aliases") or () if isinstance(a, str)]
-    return suppression_keys(node.label, node.name, [*aliases, *spellings])
+    return suppression_names(node.label, [node.name, *aliases, *spellings])
 
 
 class KeptOut(Exception):
@@ -332,11 +333,13 @@ class KeptOut(Exception):
 
     status = 2
 
-    def __init__(self, what: str, node_id: str, label: str, key: str, held: Sequence[Suppression]) -> None:
+    def __init__(self, what: str, node_id: str, label: str, key: str, held: Sequence[Suppression], *, node_label: str) -> None:
         forgotten = ", ".join(f"{s.node_id} ({s.name!r})" for s in held)
         undo = "; ".join(f"rem-cycle forget --node {s.node_id} --undo" for s in held)
+        # Kept out of another type: the ``named`` rule makes the two one thing (pipelines.identity.named_alike).
+        also = f", and so of {node_label} nodes of that name (one thing across the two types)" if label != node_label else ""
         super().__init__(
-            f"{what} refused: {node_id} would be named {key!r}, which rem-cycle forget --node keeps out of {label} nodes "
+            f"{what} refused: {node_id} would be named {key!r}, which rem-cycle forget --node keeps out of {label} nodes{also} "
             f"(forgotten: {forgotten}); nothing was changed. To let that name back first: {undo}"
         )
         self.node_id, self.label, self.key = node_id, label, key
@@ -349,27 +352,31 @@ T = TypeVar("T")
 def refusing_kept_out(unit: UnitOfWork, node_ids: Iterable[str], edit: Callable[[], T], *, what: str) -> T:
     """Run ``edit`` (a hand ``merge`` or an ``unmerge``, ``what``) in one transaction of ``unit``
     and keep it only when it gave none of ``node_ids`` (the nodes it writes names to) a key kept
-    out under that node's type (:meth:`store.suppressions.SuppressionStore.suppressed`) that the
-    node was not known by before (:func:`carried_keys`); else roll it back and raise
-    :class:`KeptOut`, naming the forgotten node and how to let it back. The one rule for every
-    path that gives a node names outside an extraction commit (which drops such nodes itself:
-    :func:`pipelines.extract.commit.drop_suppressed`)."""
+    out of that node (:func:`pipelines.extract.commit.kept_out`: under its type, or a type the
+    ``named`` rule makes it one thing with) that the node was not known by before
+    (:func:`carried_names`); else roll it back and raise :class:`KeptOut`, naming the forgotten
+    node and how to let it back. The one rule for every path that gives a node names outside an
+    extraction commit (which drops such nodes itself: :func:`pipelines.extract.commit.drop_suppressed`)."""
     ids = sorted(set(node_ids))
 
-    def known_by(node_id: str) -> set[tuple[str, str]]:
+    def known_by(node_id: str) -> tuple[str, dict[str, str]]:
         node = unit.graph.get_node(node_id)
         if node is None:
-            return set()
-        return {(node.label, key) for key in carried_keys(node, unit.provenance.claimed_names(node_id))}
+            return "", {}
+        return node.label, carried_names(node, unit.provenance.claimed_names(node_id))
 
     with unit.transaction():
-        before = {node_id: known_by(node_id) for node_id in ids}
+        before = {node_id: known_by(node_id)[1] for node_id in ids}
         result = edit()
+        gained: dict[str, tuple[str, dict[str, str]]] = {}
         for node_id in ids:
-            held = sorted(unit.suppressions.suppressed(known_by(node_id) - before[node_id]))
-            if held:
-                label, key = held[0]
-                raise KeptOut(what, node_id, label, key, [s for s in unit.suppressions.holding(key=key) if s.label == label])
+            label, names = known_by(node_id)
+            if new := {key: name for key, name in names.items() if key not in before[node_id]}:
+                gained[node_id] = (label, new)
+        if held := kept_out(gained, unit.suppressions, unit.graph, gaining=True):
+            node_id, (label, key) = min(held.items())
+            raise KeptOut(what, node_id, label, key, [s for s in unit.suppressions.holding(key=key) if s.label == label],
+                          node_label=gained[node_id][0])
     return result
 
 

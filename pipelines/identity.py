@@ -656,6 +656,19 @@ def cross_type_rank(match: Match) -> tuple[int, str]:
     return _CROSS_TYPE_ORDER.get(match.type, len(_CROSS_TYPE_ORDER)), match.node_id
 
 
+def named_alike(node_type: str, key: str) -> frozenset[str]:
+    """The other types whose node of the name ``key`` (folded) the ``named`` rule counts as the
+    same thing as a node of ``node_type``: :data:`NAMED_TYPES` for a CONCEPT, CONCEPT for one of
+    those, none for a name of one word or another type. The rule's one statement: :func:`_named`
+    links by it, and ``forget --node`` keeps a name out by it
+    (:func:`pipelines.extract.commit.kept_out`). Pure."""
+    if len(key.split()) < 2:
+        return frozenset()
+    if node_type == "CONCEPT":
+        return NAMED_TYPES
+    return frozenset({"CONCEPT"}) if node_type in NAMED_TYPES else frozenset()
+
+
 def _named(node: NodeRef, form: NameForm, index: AliasIndex, allowed: Callable[..., set[str]]) -> str | None:
     """The ``named`` rule: a CONCEPT (the extractor's fallback type) and a node of
     :data:`NAMED_TYPES` with the identical name of two words or more (ignoring case) are one thing
@@ -666,7 +679,7 @@ def _named(node: NodeRef, form: NameForm, index: AliasIndex, allowed: Callable[.
     of 39 labelled tuning pairs and 39 of 39 untouched ones; the rule linked 33 and 27 of them, all
     right (bench/RESULTS.md, issue 11, seventh round, second wave)."""
     key = fold(node.name)
-    if len(key.split()) < 2 or form.identifier or node.type not in NAMED_TYPES | {"CONCEPT"}:
+    if form.identifier or not named_alike(node.type, key):
         return None
     typed = {i for t in NAMED_TYPES for i in index.exact.get((t, key), ())} - {node.id}
     found = typed if node.type == "CONCEPT" else set() if typed else set(index.exact.get(("CONCEPT", key), ()))

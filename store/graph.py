@@ -108,6 +108,16 @@ class GraphStore:
             found.update(r[0] for r in self.db.query(f"SELECT id FROM nodes WHERE id IN ({marks})", part))
         return found
 
+    def alias_holders(self, keys: Iterable[str]) -> set[tuple[str, str, str]]:
+        """``(node id, label, alias_key)`` of the nodes holding an alias whose key
+        (:func:`store.db.alias_key`) is one of ``keys``: by the alias index, one statement per batch."""
+        found: set[tuple[str, str, str]] = set()
+        for part, marks in in_batches(sorted(set(keys))):
+            found.update((r[0], r[1], r[2]) for r in self.db.query(
+                f"SELECT a.node_id, n.label, a.alias_key FROM node_aliases AS a JOIN nodes AS n ON n.id = a.node_id "
+                f"WHERE a.alias_key IN ({marks})", part))
+        return found
+
     def nodes_by_label(self, label: str) -> list[Node]:
         rows = self.db.query("SELECT id, label, name, properties FROM nodes WHERE label = ? ORDER BY id", (label,))
         return [node_from_row(r) for r in rows]

@@ -109,7 +109,7 @@ def identity_resolver(db: Database, *, auditor: Auditor | None = None, keep_as: 
         verdicts=StoredVerdicts(VerdictStore(db)) if auditor is not None else None,
         epoch=runstate.identity_epoch,
         kept=_KEPT_INDEXES.pop(keep_as, None) if keep_as else None,
-        kept_out=partial(suppressed_ids, suppressions=SuppressionStore(db)),
+        kept_out=partial(suppressed_ids, suppressions=SuppressionStore(db), graph=graph),
     )
 
 

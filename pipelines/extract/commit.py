@@ -27,7 +27,7 @@ A commit costs what its session costs, whatever the graph's history (DESIGN §3)
 - A provenance edge whose ``memory:``/``session:`` endpoint is not in the graph goes to the lazy-edge
   queue; any other edge with a missing endpoint is dropped, counted and logged.
 - A node ``rem-cycle forget --node`` keeps out — its name or an alias folds to a suppressed key of
-  its type (:func:`drop_suppressed`) — is left out first, with the edges touching it, before
+  its type, or of a type the ``named`` rule makes it one thing with (:func:`kept_out`) — is left out first, with the edges touching it, before
   identity resolution sees it, so no merge or alias brings it back (counted ``suppressed``).
 
 :func:`plan_commit` is pure: given the reduced session, the matches, the anchor's old rows and the
@@ -38,14 +38,14 @@ from __future__ import annotations
 
 import gc
 import threading
-from collections.abc import Callable, Container, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Container, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from pipelines.extract.model import identity_key, ids_before_cut, suppression_keys
+from pipelines.extract.model import identity_key, ids_before_cut, semantic_node_id, suppression_names
 from pipelines.hubs import Checked
-from pipelines.identity import CANDIDATE, LINK, Verdict
+from pipelines.identity import CANDIDATE, LINK, Verdict, named_alike
 from pipelines.resolver import CandidateLike
 from pipelines.ports import Graph, MergeRecorder, Provenance, Suppressions, UnitOfWork
 from pipelines.extract.reduce import POINT_ORDER, Point, ReducedReference, ReducedSession
@@ -196,22 +196,63 @@ def before_cut(
     return joins
 
 
-def suppressed_ids(nodes: Iterable[CandidateLike], suppressions: Suppressions) -> set[str]:
-    """The ids of ``nodes`` that ``forget --node`` keeps out: one of whose keys
-    (:func:`pipelines.extract.model.suppression_keys` of its name and aliases) is suppressed under
-    its type. One look-up of these nodes' own keys (:meth:`store.suppressions.SuppressionStore.suppressed`),
-    whatever was ever forgotten. The commit (:func:`drop_suppressed`) and the resolver's model
-    questions (:meth:`pipelines.resolver.GraphResolver.prepare`) both ask it, so no question is
-    paid for about a node the commit drops."""
-    keys = {node.id: {(node.type, key) for key in suppression_keys(node.type, node.name, node.aliases)} for node in nodes}
-    found = suppressions.suppressed(set().union(*keys.values())) if keys else set()
-    return {node_id for node_id, wanted in keys.items() if wanted & found}
+def kept_out(
+    wanted: Mapping[str, tuple[str, Mapping[str, str]]], suppressions: Suppressions, graph: Graph, *, gaining: bool = False,
+) -> dict[str, tuple[str, str]]:
+    """Of ``wanted`` (a node's id → its type and the keys it has or would take, each with its
+    spelling: :func:`pipelines.extract.model.suppression_names`), the nodes ``forget --node`` keeps out, each
+    with the suppressed ``(type, key)`` that keeps it out: a key suppressed under the node's own
+    type; or a name the ``named`` rule makes one thing across types
+    (:func:`pipelines.identity.named_alike`: `Jane Doe` kept out of PERSON keeps the CONCEPT `Jane
+    Doe` out, which that rule would have merged into the person) — unless a node of the node's own
+    type is known by that name (its id, :func:`pipelines.extract.model.semantic_node_id`, or an
+    alias), which the forget left or an operator kept: another thing. ``gaining``: the nodes of
+    ``wanted`` are in the graph and have just taken these keys (a hand edit), so their own holding
+    does not count. One look-up of these keys (:meth:`store.suppressions.SuppressionStore.suppressed`,
+    whatever was ever forgotten); the graph is read only for such a cross-type hit. The one rule of
+    every path: an extraction commit (:func:`suppressed_ids`) and an edit by hand
+    (:func:`pipelines.forget.refusing_kept_out`)."""
+    own = {node_id: {(kind, key) for key in keys} for node_id, (kind, keys) in wanted.items()}
+    alike = {node_id: {(other, key) for key in keys for other in named_alike(kind, key)} for node_id, (kind, keys) in wanted.items()}
+    found = suppressions.suppressed(set().union(*own.values(), *alike.values())) if wanted else set()
+    if not found:
+        return {}
+    held = {node_id: min(pairs & found) for node_id, pairs in own.items() if pairs & found}
+    crossed = {node_id: sorted(pairs & found) for node_id, pairs in alike.items() if node_id not in held and pairs & found}
+    if crossed:
+        # Each cross-type hit's name under the node's own type, and the nodes of that type known by it.
+        named = {node_id: {(wanted[node_id][0], key) for _, key in pairs} for node_id, pairs in crossed.items()}
+        asked = set().union(*named.values())
+        by_id = {
+            found_id: (kind, key) for node_id, names in named.items() for kind, key in names
+            if (found_id := semantic_node_id(kind, wanted[node_id][1][key]))
+        }
+        holders: dict[tuple[str, str], set[str]] = {}
+        for node_id in graph.existing_ids(by_id) if by_id else ():
+            holders.setdefault(by_id[node_id], set()).add(node_id)
+        for node_id, label, key in graph.alias_holders({key for _, key in asked}):
+            if (label, key) in asked:
+                holders.setdefault((label, key), set()).add(node_id)
+        for node_id, pairs in crossed.items():
+            itself = {node_id} if gaining else set()
+            if not any(holders.get(name, set()) - itself for name in named[node_id]):
+                held[node_id] = pairs[0]
+    return held
 
 
-def drop_suppressed(reduced: ReducedSession, suppressions: Suppressions) -> tuple[ReducedSession, int]:
+def suppressed_ids(nodes: Iterable[CandidateLike], suppressions: Suppressions, graph: Graph) -> set[str]:
+    """The ids of ``nodes`` (an extraction's candidates) that ``forget --node`` keeps out
+    (:func:`kept_out` of the keys of their names and aliases). The commit (:func:`drop_suppressed`)
+    and the resolver's model questions (:meth:`pipelines.resolver.GraphResolver.prepare`) both ask
+    it, so no question is paid for about a node the commit drops."""
+    return set(kept_out({node.id: (node.type, suppression_names(node.type, (node.name, *node.aliases))) for node in nodes},
+                        suppressions, graph))
+
+
+def drop_suppressed(reduced: ReducedSession, suppressions: Suppressions, graph: Graph) -> tuple[ReducedSession, int]:
     """``reduced`` without the nodes ``forget --node`` keeps out (:func:`suppressed_ids`) nor the
     edges touching them; and how many nodes went."""
-    gone = suppressed_ids(reduced.nodes, suppressions)
+    gone = suppressed_ids(reduced.nodes, suppressions, graph)
     if not gone:
         return reduced, 0
     return replace(
@@ -560,7 +601,7 @@ def commit_session(
     with unit.transaction():
         if on_begin is not None:
             on_begin()
-        reduced, stats.suppressed = drop_suppressed(reduced, unit.suppressions)
+        reduced, stats.suppressed = drop_suppressed(reduced, unit.suppressions, graph)
         candidates = [Candidate(n.id, n.type, n.name, n.aliases) for n in reduced.nodes]
         resolved = matcher(candidates, graph_index)
         verdicts = dict(getattr(resolved, "verdicts", {}))

@@ -475,13 +475,17 @@ def identity_key(node_type: str, name: str) -> tuple[str, str]:
     return node_type, canonical if is_identifier(node_type, canonical) else canonical.casefold()
 
 
-def suppression_keys(node_type: str, name: str, aliases: Sequence[str] = ()) -> frozenset[str]:
+def suppression_names(node_type: str, names: Iterable[str]) -> dict[str, str]:
     """The keys a node forgotten by ``rem-cycle forget --node`` is kept out by, under its type
-    (store/suppressions.py): its name's and each alias's canonical name (:func:`canonical_name`:
-    ``./a/x.py`` is ``a/x.py``), NFC and case folded as ``show``'s name look-up folds — a code
-    identifier's other casing is kept out too. Pure."""
-    keys = (unicodedata.normalize("NFC", canonical_name(node_type, n)).casefold() for n in (name, *aliases) if n)
-    return frozenset(k for k in keys if k)
+    (store/suppressions.py), each with the first of ``names`` (its name, aliases, spellings) that
+    makes it: the name's canonical name (:func:`canonical_name`: ``./a/x.py`` is ``a/x.py``), NFC
+    and case folded as ``show``'s name look-up folds — a code identifier's other casing is kept out
+    too. The spelling gives the id a node of that name has (:func:`semantic_node_id`). Pure."""
+    keyed: dict[str, str] = {}
+    for name in names:
+        if name and (key := unicodedata.normalize("NFC", canonical_name(node_type, name)).casefold()):
+            keyed.setdefault(key, name)
+    return keyed
 
 
 @lru_cache(maxsize=16384)  # a session names its few things in thousands of turns
