@@ -1,0 +1,216 @@
+"""The model judge (``REM_LLM_JUDGE``) on the real labelled identity pairs: precision and recall of
+the rules alone and of the rules with the judge settling the pairs they leave for review, per
+split and kind of name — the same rule verdicts, questions and answer handling as a cycle
+(:func:`pipelines.identity.resolve`, :func:`pipelines.identity.audit_options`,
+:meth:`pipelines.judge.ModelJudge.audit_identity`), against the OpenAI-compatible server the
+``REM_LLM_*`` settings name.
+
+    REM_EXTRACTOR=openai REM_LLM_BASE_URL=http://127.0.0.1:8080/v1 REM_LLM_MODEL=qwen2.5-7b-instruct \\
+        python bench/identity_judge.py --splits fresh extension-fresh --kinds prose \\
+        [--answers /tmp/judge-answers.jsonl] [--concurrency 4]
+
+Each pair is resolved as :mod:`bench.bench_identity` resolves it in its *isolated* setting (the
+index holds the pair's existing node only). A ``candidate`` verdict naming it is a question for
+the judge; a ``link`` to it is the judge's answer. Each answer is appended to ``--answers`` by its
+question (:func:`pipelines.identity.audit_question`, the key a cycle keeps answers by), and read
+back by the next run: a run that stopped, or a run over more splits, pays no question twice. A
+failed call is counted ``unanswered`` and not kept (the next run asks it again), as a cycle does.
+
+The issue-11 figures of prose identity are the rules' alone (no model runs where they were
+measured); this measures the model path with one command wherever a model server runs. Which
+splits are untouched, and so printed once, is bench/RESULTS.md's "Issue 11 at a glance".
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.bench_identity import LABELLED_SPLITS, REAL, load_pairs  # noqa: E402
+from config import load_settings  # noqa: E402
+from pipelines.identity import (  # noqa: E402
+    CANDIDATE, LINK, AliasIndex, AuditUnanswered, Auditor, NodeRef, audit_options, audit_question, resolve,
+)
+
+KINDS = ("identifier", "path", "prose")
+
+
+@dataclass(frozen=True, slots=True)
+class Judged:
+    """One labelled pair: what the rules did with it and what the judge answered (``asked``:
+    a question was put for it; ``answer``: the id the judge chose, ``None`` for "a new node";
+    ``unanswered``: the call failed)."""
+
+    split: str
+    kind: str
+    same: bool
+    rule_linked: bool
+    asked: bool = False
+    answer: str | None = None
+    unanswered: bool = False
+    cached: bool = False
+    existing_id: str = ""
+
+    @property
+    def judge_linked(self) -> bool:
+        return self.rule_linked or (self.asked and self.answer == self.existing_id)
+
+
+def read_answers(path: Path | None) -> dict[str, str | None]:
+    """The answers kept in ``path`` (one JSON object a line: ``question``, ``target``); a torn last
+    line (a run killed mid-write) is skipped, and so asked again."""
+    answers: dict[str, str | None] = {}
+    if path is None or not path.exists():
+        return answers
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(row, dict) and isinstance(row.get("question"), str):
+            answers[row["question"]] = row.get("target") if isinstance(row.get("target"), str) else None
+    return answers
+
+
+async def judge_pairs(
+    pairs: Sequence[Mapping[str, Any]], auditor: Auditor, *, answers: dict[str, str | None],
+    keep: Path | None = None, concurrency: int = 4,
+) -> list[Judged]:
+    """Each pair resolved by the rules and, where they leave it for review, settled by ``auditor``:
+    each distinct question once (pairs that put the same question share its answer), none that
+    ``answers`` holds; new answers are added there and appended to ``keep``."""
+    ruled: list[tuple[Judged, str | None]] = []
+    todo: dict[str, tuple[NodeRef, list[NodeRef]]] = {}
+    for pair in pairs:
+        existing, incoming = pair["existing_ref"], pair["incoming_ref"]
+        index = AliasIndex.build([existing])
+        verdict = resolve(incoming, index)
+        base = Judged(pair["split"], pair["name_kind"], bool(pair["same"]),
+                      verdict.action == LINK and verdict.target == existing.id, existing_id=existing.id)
+        options = audit_options(verdict, incoming, index) if verdict.action == CANDIDATE else []
+        question = audit_question(incoming, options) if any(o.id == existing.id for o in options) else None
+        if question is not None and question not in answers:
+            todo.setdefault(question, (incoming, options))
+        ruled.append((base, question))
+    known = set(answers)
+    failed: set[str] = set()
+    limiter = anyio.Semaphore(max(1, concurrency))
+    kept = keep.open("a", encoding="utf-8") if keep is not None else None
+
+    async def ask(question: str, node: NodeRef, options: Sequence[NodeRef]) -> None:
+        async with limiter:
+            try:
+                chosen = await auditor(node, options)
+            except AuditUnanswered:
+                failed.add(question)
+                return
+        answers[question] = chosen if chosen in {o.id for o in options} else None
+        if kept is not None:
+            kept.write(json.dumps({"question": question, "target": answers[question]}) + "\n")
+            kept.flush()
+
+    try:
+        async with anyio.create_task_group() as group:
+            for question, (node, options) in todo.items():
+                group.start_soon(ask, question, node, options)
+    finally:
+        if kept is not None:
+            kept.close()
+    return [
+        base if question is None else
+        replace(base, asked=True, answer=answers.get(question), cached=question in known, unanswered=question in failed)
+        for base, question in ruled
+    ]
+
+
+def report(judged: Sequence[Judged]) -> dict[str, dict[str, Any]]:
+    """Per ``split/kind`` (and ``split/all``): precision and recall of the rules and of the rules
+    with the judge, and what was asked."""
+    groups: dict[str, list[Judged]] = {}
+    for j in judged:
+        for key in (f"{j.split}/{j.kind}", f"{j.split}/all"):
+            groups.setdefault(key, []).append(j)
+    out: dict[str, dict[str, Any]] = {}
+    for key, rows in sorted(groups.items()):
+        figures: dict[str, Any] = {"pairs": len(rows), "positives": sum(j.same for j in rows)}
+        for name, linked in (("rules", lambda j: j.rule_linked), ("judge", lambda j: j.judge_linked)):
+            c = Counter(("tp" if linked(j) else "fn") if j.same else ("fp" if linked(j) else "tn") for j in rows)
+            figures[name] = {
+                "precision": round(c["tp"] / (c["tp"] + c["fp"]), 3) if c["tp"] + c["fp"] else 1.0,
+                "recall": round(c["tp"] / (c["tp"] + c["fn"]), 3) if c["tp"] + c["fn"] else 1.0,
+                **{k: c[k] for k in ("tp", "fp", "fn", "tn")},
+            }
+        figures["asked"] = sum(j.asked and not j.cached for j in rows)
+        figures["from_answers"] = sum(j.cached for j in rows)
+        figures["unanswered"] = sum(j.unanswered for j in rows)
+        out[key] = figures
+    return out
+
+
+def oracle(pairs: Sequence[Mapping[str, Any]]) -> Auditor:
+    """An auditor that answers from the labels (the pair's existing node when it is the same thing,
+    else "a new node"): the most the judge can add to the rules, since it is asked only about the
+    pairs they leave for review — a ceiling, not a model's figure."""
+    same = {(p["incoming_ref"].id, p["existing_ref"].id) for p in pairs if p["same"]}
+
+    async def answer(node: NodeRef, options: Sequence[NodeRef]) -> str | None:
+        return next((o.id for o in options if (node.id, o.id) in same), None)
+
+    return answer
+
+
+async def run(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    """Judge the chosen pairs with the model the settings name (or, ``--oracle``, with the labels),
+    and print the report."""
+    from pipelines.extract.llm import OpenAIExtractor
+    from pipelines.judge import ModelJudge
+
+    pairs = [p for p in load_pairs(args.real)
+             if p["split"] in args.splits and p.get("name_kind") in args.kinds and p["rule"] != "cross-type"]
+    if args.oracle:
+        judged = await judge_pairs(pairs, oracle(pairs), answers={})
+    else:
+        answers = read_answers(args.answers)
+        async with OpenAIExtractor(load_settings()) as extractor:
+            judge = ModelJudge(extractor)
+            judged = await judge_pairs(pairs, judge.audit_identity, answers=answers, keep=args.answers, concurrency=args.concurrency)
+    figures = report(judged)
+    if args.json:
+        print(json.dumps(figures, indent=1, sort_keys=True))
+        return figures
+    for key, f in figures.items():
+        r, j = f["rules"], f["judge"]
+        print(f"{key:28} pairs={f['pairs']:4} same={f['positives']:4}  rules P={r['precision']:.3f} R={r['recall']:.3f}  "
+              f"with judge P={j['precision']:.3f} R={j['recall']:.3f}  asked={f['asked']} from_answers={f['from_answers']} "
+              f"unanswered={f['unanswered']}")
+    return figures
+
+
+def main(argv: list[str] | None = None) -> dict[str, dict[str, Any]]:
+    """Parse the arguments and run (the model settings come from the environment, as a worker's)."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--real", type=Path, default=REAL, help="the labelled pairs")
+    parser.add_argument("--splits", nargs="+", default=["fresh", "extension-fresh"], choices=LABELLED_SPLITS)
+    parser.add_argument("--kinds", nargs="+", default=list(KINDS), choices=KINDS)
+    parser.add_argument("--answers", type=Path, default=None, help="keep and reuse the judge's answers (JSON lines)")
+    parser.add_argument("--concurrency", type=int, default=4, help="questions in flight at once")
+    parser.add_argument("--oracle", action="store_true", help="answer from the labels (no model): the judge's ceiling")
+    parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    args = parser.parse_args(argv)
+    if not args.oracle and load_settings().extractor != "openai":
+        parser.error("the judge is the model's: set REM_EXTRACTOR=openai and REM_LLM_BASE_URL (and REM_LLM_MODEL)")
+    return anyio.run(run, args)
+
+
+if __name__ == "__main__":
+    main()
