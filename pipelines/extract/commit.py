@@ -27,8 +27,9 @@ A commit costs what its session costs, whatever the graph's history (DESIGN §3)
 - A provenance edge whose ``memory:``/``session:`` endpoint is not in the graph goes to the lazy-edge
   queue; any other edge with a missing endpoint is dropped, counted and logged.
 - A node ``rem-cycle forget --node`` keeps out — its name or an alias folds to a suppressed key of
-  its type, or of a type the ``named`` rule makes it one thing with (:func:`kept_out`) — is left out first, with the edges touching it, before
-  identity resolution sees it, so no merge or alias brings it back (counted ``suppressed``).
+  its type, or of a type the ``named`` rule makes it one thing with (:func:`kept_out`) — is left
+  out first, with the edges touching it, before identity resolution sees it, so no merge or alias
+  brings it back (counted ``suppressed``).
 
 :func:`plan_commit` is pure: given the reduced session, the matches, the anchor's old rows and the
 current state of what they touch, it decides every write. :func:`commit_session` does the I/O.
@@ -200,9 +201,9 @@ def kept_out(
     wanted: Mapping[str, tuple[str, Mapping[str, str]]], suppressions: Suppressions, graph: Graph, *, gaining: bool = False,
 ) -> dict[str, tuple[str, str]]:
     """Of ``wanted`` (a node's id → its type and the keys it has or would take, each with its
-    spelling: :func:`pipelines.extract.model.suppression_names`), the nodes ``forget --node`` keeps out, each
-    with the suppressed ``(type, key)`` that keeps it out: a key suppressed under the node's own
-    type; or a name the ``named`` rule makes one thing across types
+    spelling: :func:`pipelines.extract.model.suppression_names`), the nodes ``forget --node`` keeps
+    out, each with the suppressed ``(type, key)`` that keeps it out: a key suppressed under the
+    node's own type; or a name the ``named`` rule makes one thing across types
     (:func:`pipelines.identity.named_alike`: `Jane Doe` kept out of PERSON keeps the CONCEPT `Jane
     Doe` out, which that rule would have merged into the person) — unless a node of the node's own
     type is known by that name (its id, :func:`pipelines.extract.model.semantic_node_id`, or an
