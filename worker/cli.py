@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import shutil
 import stat
 import tempfile
@@ -457,12 +458,15 @@ async def cmd_retry(settings: Settings, args: argparse.Namespace, progress: Comm
             payload = {**await anyio.to_thread.run_sync(lambda: reset_failures(stores, sessions)), "unknown": unknown}
         finally:
             stores.close()
-        _emit(
-            args,
-            payload,
-            lambda: print(f"reset {payload['sessions_reset']} sessions and {payload['chunks_reset']} failed chunks; "
-                          "the next cycle tries them again"),
-        )
+        def text() -> None:
+            if payload["sessions_reset"] or payload["chunks_reset"]:
+                print(f"reset {payload['sessions_reset']} sessions and {payload['chunks_reset']} failed chunks; "
+                      "the next cycle tries them again")
+            elif not sessions or len(set(unknown)) < len(set(sessions)):  # ids all unknown: said on stderr alone
+                print(f"nothing to reset: no session{' named' if sessions else ''} is failing or undigestible "
+                      "(rem-cycle status lists them)")
+
+        _emit(args, payload, text)
         # An id no cycle has read (mistyped, or not ingested yet) fails as show's unknown node does.
         for session in payload["unknown"]:
             print(f"rem-cycle: no session {session!r} in the graph's run state: no cycle has read it (check the id: "
@@ -578,13 +582,17 @@ _export_to_file = interruptible(_export_file, name="export", rerun="running it a
 
 
 async def cmd_search(settings: Settings, args: argparse.Namespace) -> int:
-    from worker.knowledge import search_graph
+    from worker.knowledge import knowledge_types, search_graph
     from worker.views import print_search
 
+    label = args.label and args.label.upper()
     rows = await anyio.to_thread.run_sync(
-        lambda: search_graph(settings, args.text, limit=args.limit or None, label=args.label and args.label.upper(), as_of=args.as_of)
+        lambda: search_graph(settings, args.text, limit=args.limit or None, label=label, as_of=args.as_of)
     )
-    _emit(args, {"query": args.text, "results": rows}, lambda: print_search(rows, args.text))
+    # A type no knowledge node has (a typo, or SESSION: search finds knowledge nodes) would read as
+    # a word no name holds: the printed answer names the types there are.
+    types = await anyio.to_thread.run_sync(lambda: knowledge_types(settings)) if label and not rows and not getattr(args, "json", False) else None
+    _emit(args, {"query": args.text, "results": rows}, lambda: print_search(rows, args.text, label=label, types=types))
     return EXIT_OK
 
 
@@ -743,7 +751,7 @@ async def cmd_merge(settings: Settings, args: argparse.Namespace, progress: Comm
         _emit(
             args,
             {"merge_id": merge_id, "merged": args.merged_id, "into": args.into_id},
-            lambda: print(f"merged {args.merged_id} into {args.into_id} (merge #{merge_id}; undo: rem-cycle unmerge {args.merged_id})"),
+            lambda: print(f"merged {args.merged_id} into {args.into_id} (merge #{merge_id}; undo: rem-cycle unmerge {shlex.quote(args.merged_id)})"),
         )
         return EXIT_OK
 
@@ -833,7 +841,7 @@ async def _forget_node(settings: Settings, args: argparse.Namespace, progress: C
         gone = f"{report['nodes_removed']} node, {report['edges_removed']} edges" if report["nodes_removed"] else "nothing (it was gone already)"
         names = len(report["suppressed_keys"])
         print(f"{verb} {report['id']}: {gone}; {kept} of later extractions under {names} name{'' if names == 1 else 's'} "
-              f"(undo: rem-cycle forget --node {report['id']} --undo); what its turns say stays: forget them to erase the words")
+              f"(undo: rem-cycle forget --node {shlex.quote(report['id'])} --undo); what its turns say stays: forget them to erase the words")
 
     with progress.to_the_end():
         try:

@@ -326,6 +326,13 @@ def search_graph(settings: Settings, text: str, *, limit: int | None = 50, label
     return [search_row(n) for n in nodes]
 
 
+def knowledge_types(settings: Settings) -> list[str]:
+    """The types of the graph's knowledge nodes (not its anchors), from its counts: ``search
+    --label`` says them when no node has the type asked for."""
+    with open_graph_db(settings) as db:
+        return sorted(set(GraphStore(db).counts()["nodes"]) - set(ANCHOR_LABELS))
+
+
 @dataclass
 class _Loaded:
     node: Node | None = None
@@ -487,12 +494,20 @@ def choose_node(db: Database, given: str) -> str:
     if node is not None:
         return node.id
     named = exactly_named([search_row(n) for n in graph.search_nodes(given, limit=None, exclude_labels=ANCHOR_LABELS)], given)
+    if not named and len(held := forgotten_under(SuppressionStore(db), given)) == 1:
+        return held[0].node_id  # forgotten already: the forget run again, which keeps it out as it was
     if not named:
         raise NodeNotChosen(f"no knowledge node {given!r} (an id as show prints it, or a name or alias): nothing was changed", 1)
     if len(named) > 1:
         raise NodeNotChosen(f"{len(named)} nodes are named {given!r}: {', '.join(sorted(r['id'] for r in named))}; "
                             "forget one by its id (nothing was changed)", 2)
     return str(named[0]["id"])
+
+
+def forgotten_under(suppressions: SuppressionStore, given: str) -> list[Suppression]:
+    """The forgotten nodes ``given`` names: by its id, else by a name or alias it was kept out
+    under (case and NFC folded): what ``forget --node`` (run again) and ``--undo`` take."""
+    return suppressions.holding(given) or suppressions.holding(key=unicodedata.normalize("NFC", given.strip()).casefold())
 
 
 def unforget_node(settings: Settings, given: str) -> dict[str, Any]:
@@ -505,7 +520,7 @@ def unforget_node(settings: Settings, given: str) -> dict[str, Any]:
     normalize_graph_node_id(given)  # validated as an id is
     with open_graph_db(settings) as db:
         unit = DatabaseUnitOfWork(db)
-        held = unit.suppressions.holding(given) or unit.suppressions.holding(key=unicodedata.normalize("NFC", given.strip()).casefold())
+        held = forgotten_under(unit.suppressions, given)
         if not held:
             raise NodeNotChosen(f"no forgotten node {given!r} (rem-cycle forget --node took none out under that id or name)", 1)
         if len(held) > 1:
