@@ -114,3 +114,18 @@ def test_retry_with_nothing_to_reset_promises_no_retry(digested_sample: Path, tm
     assert unknown.returncode == 1
     assert unknown.stdout == "" and unknown.stderr.splitlines() == [
         "rem-cycle: no session 'nope' in the graph's run state: no cycle has read it (check the id: rem-cycle status lists failing sessions)"]
+
+
+def test_show_of_a_forgotten_node_says_it_is_kept_out(digested_sample: Path, tmp_path: Path) -> None:
+    """``show "Jonas Weber"`` after ``forget --node "Jonas Weber"`` said ``no node 'Jonas Weber'``,
+    as of a name never in the graph: the reader could not tell a typo from a forget, nor how to let
+    the node back. It names the forgotten node and the ``--undo``; still exit 1."""
+    env = _env(digested_sample, tmp_path)
+    assert run_cli("forget", "--node", "Jonas Weber", env=env).returncode == 0
+    for given in ("Jonas Weber", PERSON):
+        shown = run_cli("show", given, env=env)
+        assert shown.returncode == 1
+        assert shown.stderr.splitlines() == [
+            f"rem-cycle: no node {given!r}: {PERSON} was forgotten and is kept out (rem-cycle forget --node; "
+            "let it back: rem-cycle forget --node 'PERSON:Jonas Weber' --undo)"], shown.stderr
+    assert run_cli("show", "Nobody Here", env=env).stderr.splitlines() == ["rem-cycle: no node 'Nobody Here'"]

@@ -598,7 +598,7 @@ async def cmd_search(settings: Settings, args: argparse.Namespace) -> int:
 
 async def cmd_show(settings: Settings, args: argparse.Namespace) -> int:
     from store.ids import InvalidIdError
-    from worker.knowledge import show_node
+    from worker.knowledge import forgotten_nodes, show_node
     from worker.views import print_node
 
     try:
@@ -618,10 +618,25 @@ async def cmd_show(settings: Settings, args: argparse.Namespace) -> int:
                 print(f"rem-cycle: {_not_known_yet(now, args.node_id, args.as_of)}", file=sys.stderr)
                 return EXIT_FAILED
             suggestions = ", ".join(h["id"] for h in (exact or hits)[:10])
-            print(f"rem-cycle: no node {args.node_id!r}" + (f"; did you mean: {suggestions}" if suggestions else ""), file=sys.stderr)
+            # A node forget --node took out is gone by its id and its names alike: say so, and how to let it back.
+            forgotten = [] if suggestions else await anyio.to_thread.run_sync(lambda: forgotten_nodes(settings, args.node_id))
+            print(f"rem-cycle: no node {args.node_id!r}" + (f"; did you mean: {suggestions}" if suggestions else "")
+                  + _kept_out(forgotten), file=sys.stderr)
             return EXIT_FAILED
     _emit(args, view, lambda: print_node(view))
     return EXIT_OK
+
+
+def _kept_out(forgotten: list[str]) -> str:
+    """What ``show`` adds to ``no node …`` when the name or id is that of nodes ``forget --node``
+    took out (``forgotten``, their ids): that they are kept out, and the ``--undo`` that lets one back."""
+    if not forgotten:
+        return ""
+    if len(forgotten) == 1:
+        return (f": {forgotten[0]} was forgotten and is kept out (rem-cycle forget --node; let it back: "
+                f"rem-cycle forget --node {shlex.quote(forgotten[0])} --undo)")
+    return (f": {', '.join(forgotten)} were forgotten and are kept out (rem-cycle forget --node; let one back: "
+            "rem-cycle forget --node ID --undo)")
 
 
 async def _named(settings: Settings, name: str, *, as_of: str | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:

@@ -510,6 +510,13 @@ def forgotten_under(suppressions: SuppressionStore, given: str) -> list[Suppress
     return suppressions.holding(given) or suppressions.holding(key=unicodedata.normalize("NFC", given.strip()).casefold())
 
 
+def forgotten_nodes(settings: Settings, given: str) -> list[str]:
+    """The ids of the forgotten nodes ``given`` names (:func:`forgotten_under`): ``show`` of one
+    says it is kept out rather than never there."""
+    with open_graph_db(settings) as db:
+        return [s.node_id for s in forgotten_under(SuppressionStore(db), given)]
+
+
 def unforget_node(settings: Settings, given: str) -> dict[str, Any]:
     """``forget --node … --undo``: lift the suppression of the node ``given`` names (its id, or a
     name or alias it was kept out under) and mark the sessions that had said it for re-extraction
