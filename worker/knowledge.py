@@ -480,7 +480,8 @@ def exactly_named(rows: list[dict[str, Any]], name: str) -> list[dict[str, Any]]
 
 def choose_node(db: Database, given: str) -> str:
     """The knowledge node ``given`` names: its id (``TYPE:name`` as ``show`` prints it), else the one
-    node whose name or alias it is (:func:`exactly_named`). :class:`store.ids.InvalidIdError` for
+    node whose name or alias it is (:func:`exactly_named`), else the one forgotten node it names
+    (:func:`forgotten_under`: the forget run again). :class:`store.ids.InvalidIdError` for
     an id too long or with forbidden characters; :class:`NodeNotChosen` otherwise."""
     kind = row_kind(given) or ("note" if given.partition(":")[0].lower() == "note" and ":" in given else None)
     if kind is not None:
