@@ -41,6 +41,7 @@ extracted (``rem-cycle forget``), and the retraction of sessions whose rows left
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
@@ -294,13 +295,16 @@ def forget_node(unit: UnitOfWork, node_id: str, *, dry_run: bool = False, carrie
             removed = {node_id} if node is not None else set()
             traces = _forget_traces(unit, carried, names, near, removed=removed, gave_id=set(), anchor=None)
             keys, label, name, said_by = set(), "", node_id, set(anchors)
+            held = unit.suppressions.holding(node_id)
+            if node is None and carried_over is None and held:
+                carried_over = held[0]  # forgotten before (this is that forget run again): kept out as it was
             if carried_over is not None:
                 keys, label, name = set(carried_over.keys), carried_over.label, carried_over.name
                 said_by |= set(carried_over.anchors)
             if node is not None:
                 keys |= set(carried_names(node, spellings))
                 label, name = node.label, node.name
-            already = bool(unit.suppressions.holding(node_id))
+            already = bool(held)
             if label:
                 unit.suppressions.suppress(node_id, label=label, name=name, keys=keys, anchors=said_by,
                                            created_at=carried_over.created_at if carried_over else None)
@@ -335,7 +339,7 @@ class KeptOut(Exception):
 
     def __init__(self, what: str, node_id: str, label: str, key: str, held: Sequence[Suppression], *, node_label: str) -> None:
         forgotten = ", ".join(f"{s.node_id} ({s.name!r})" for s in held)
-        undo = "; ".join(f"rem-cycle forget --node {s.node_id} --undo" for s in held)
+        undo = "; ".join(f"rem-cycle forget --node {shlex.quote(s.node_id)} --undo" for s in held)
         # Kept out of another type: the ``named`` rule makes the two one thing (pipelines.identity.named_alike).
         also = f", and so of {node_label} nodes of that name (one thing across the two types)" if label != node_label else ""
         super().__init__(

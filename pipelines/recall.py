@@ -299,7 +299,7 @@ def parse_as_of(value: str | None) -> str | None:
         try:
             moment = datetime.fromtimestamp(seconds, UTC)
         except (OverflowError, OSError, ValueError) as exc:
-            raise RecallInputError(f"as_of {text!r} is out of range") from exc
+            raise RecallInputError(_out_of_range(text)) from exc
     else:
         moment, date_only = _written_date(text)
     if moment.tzinfo is None:
@@ -309,10 +309,16 @@ def parse_as_of(value: str | None) -> str | None:
     try:
         moment = moment.astimezone(UTC)
     except (OverflowError, ValueError) as exc:
-        raise RecallInputError(f"as_of {text!r} is out of range") from exc
+        raise RecallInputError(_out_of_range(text)) from exc
     if (early := before_the_epoch(moment)) is not None:  # -1 was epoch second -1: an empty answer, no word
         raise RecallInputError(f"as_of {text[:40]!r}: {early}")
     return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _out_of_range(text: str) -> str:
+    """The refusal of an ``as_of`` whose moment no date can hold, saying which dates can: a time
+    that looks valid as typed (``9999-12-31T23:59:59-05:00``) leaves them only after its offset."""
+    return f"as_of {text[:40]!r} is out of range: a moment must fall within the years 1-9999 in UTC"
 
 
 # dateutil fills what a text leaves out from a default (today's date, by default): parsed with

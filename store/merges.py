@@ -30,6 +30,7 @@ way round) is not listed.
 from __future__ import annotations
 
 import json
+import shlex
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -241,7 +242,7 @@ class MergeStore:
                 missing = merged_id if merged is None else into_id
                 onward = self.records(merged_id=missing, active=True, limit=1)
                 # A node merged away is gone by its id; say where it went, as `show` does.
-                where = f" (it was merged into {onward[0].into_id}: rem-cycle unmerge {missing} brings it back)" if onward else ""
+                where = f" (it was merged into {onward[0].into_id}: rem-cycle unmerge {shlex.quote(missing)} brings it back)" if onward else ""
                 raise MergeError(f"no node {missing}{where}")
             if anchor := next((n for n in (merged, into) if n.label in anchor_labels), None):
                 raise MergeError(
@@ -320,7 +321,7 @@ class MergeStore:
                 # there), so "undo a node's merges" is tried on it first: name the ones to unmerge.
                 absorbed = [r.merged_id for r in self.records(into_id=node_id, active=True, limit=_NAMED + 1)]
                 named = ", ".join(absorbed[:_NAMED]) + (", …" if len(absorbed) > _NAMED else "")
-                hint = f" (merged into it, newest first: {named}; undo one with rem-cycle unmerge {absorbed[0]})" if absorbed else ""
+                hint = f" (merged into it, newest first: {named}; undo one with rem-cycle unmerge {shlex.quote(absorbed[0])})" if absorbed else ""
                 raise MergeError(f"{node_id} has no active merge to undo{hint}")
             for row in rows:
                 into = self.graph.get_node(row["into_id"])

@@ -28,5 +28,5 @@ def test_an_out_of_range_as_of_on_the_command_line_exits_2_with_one_line(tmp_pat
     done = run_cli(*command, "--as-of", "9999-12-31T23:59:59-05:00", env={"REM_DATA_DIR": str(tmp_path / "d")})
     assert done.returncode == 2, done.stderr[-2000:]
     assert "Traceback" not in done.stderr
-    assert done.stderr.splitlines()[-1].endswith("is out of range")
+    assert done.stderr.splitlines()[-1].endswith("is out of range: a moment must fall within the years 1-9999 in UTC")
     assert not (tmp_path / "d").exists()

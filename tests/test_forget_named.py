@@ -116,7 +116,7 @@ async def test_a_hand_merge_that_would_carry_a_forgotten_persons_name_to_a_conce
         merged = run_cli("merge", "PLACE:Jane Doe", "CONCEPT:doe family", env=env)
         assert merged.returncode == 2, merged.stderr
         assert "keeps out of PERSON nodes, and so of CONCEPT nodes" in merged.stderr, merged.stderr
-        assert "rem-cycle forget --node PERSON:Jane Doe --undo" in merged.stderr, merged.stderr
+        assert "rem-cycle forget --node 'PERSON:Jane Doe' --undo" in merged.stderr, merged.stderr
         assert (_ids(settings), _query(settings, "SELECT merge_id FROM merges")) == before
         into_place = run_cli("merge", "PLACE:Jane Doe", "PLACE:Doe Hill", env=env)
         assert into_place.returncode == 0, into_place.stderr

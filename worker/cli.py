@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import shutil
 import stat
 import tempfile
@@ -457,12 +458,15 @@ async def cmd_retry(settings: Settings, args: argparse.Namespace, progress: Comm
             payload = {**await anyio.to_thread.run_sync(lambda: reset_failures(stores, sessions)), "unknown": unknown}
         finally:
             stores.close()
-        _emit(
-            args,
-            payload,
-            lambda: print(f"reset {payload['sessions_reset']} sessions and {payload['chunks_reset']} failed chunks; "
-                          "the next cycle tries them again"),
-        )
+        def text() -> None:
+            if payload["sessions_reset"] or payload["chunks_reset"]:
+                print(f"reset {payload['sessions_reset']} sessions and {payload['chunks_reset']} failed chunks; "
+                      "the next cycle tries them again")
+            elif not sessions or len(set(unknown)) < len(set(sessions)):  # ids all unknown: said on stderr alone
+                print(f"nothing to reset: no session{' named' if sessions else ''} is failing or undigestible "
+                      "(rem-cycle status lists them)")
+
+        _emit(args, payload, text)
         # An id no cycle has read (mistyped, or not ingested yet) fails as show's unknown node does.
         for session in payload["unknown"]:
             print(f"rem-cycle: no session {session!r} in the graph's run state: no cycle has read it (check the id: "
@@ -578,19 +582,23 @@ _export_to_file = interruptible(_export_file, name="export", rerun="running it a
 
 
 async def cmd_search(settings: Settings, args: argparse.Namespace) -> int:
-    from worker.knowledge import search_graph
+    from worker.knowledge import knowledge_types, search_graph
     from worker.views import print_search
 
+    label = args.label and args.label.upper()
     rows = await anyio.to_thread.run_sync(
-        lambda: search_graph(settings, args.text, limit=args.limit or None, label=args.label and args.label.upper(), as_of=args.as_of)
+        lambda: search_graph(settings, args.text, limit=args.limit or None, label=label, as_of=args.as_of)
     )
-    _emit(args, {"query": args.text, "results": rows}, lambda: print_search(rows, args.text))
+    # A type no knowledge node has (a typo, or SESSION: search finds knowledge nodes) would read as
+    # a word no name holds: the printed answer names the types there are.
+    types = await anyio.to_thread.run_sync(lambda: knowledge_types(settings)) if label and not rows and not getattr(args, "json", False) else None
+    _emit(args, {"query": args.text, "results": rows}, lambda: print_search(rows, args.text, label=label, types=types))
     return EXIT_OK
 
 
 async def cmd_show(settings: Settings, args: argparse.Namespace) -> int:
     from store.ids import InvalidIdError
-    from worker.knowledge import show_node
+    from worker.knowledge import forgotten_nodes, show_node
     from worker.views import print_node
 
     try:
@@ -610,10 +618,25 @@ async def cmd_show(settings: Settings, args: argparse.Namespace) -> int:
                 print(f"rem-cycle: {_not_known_yet(now, args.node_id, args.as_of)}", file=sys.stderr)
                 return EXIT_FAILED
             suggestions = ", ".join(h["id"] for h in (exact or hits)[:10])
-            print(f"rem-cycle: no node {args.node_id!r}" + (f"; did you mean: {suggestions}" if suggestions else ""), file=sys.stderr)
+            # A node forget --node took out is gone by its id and its names alike: say so, and how to let it back.
+            forgotten = [] if suggestions else await anyio.to_thread.run_sync(lambda: forgotten_nodes(settings, args.node_id))
+            print(f"rem-cycle: no node {args.node_id!r}" + (f"; did you mean: {suggestions}" if suggestions else "")
+                  + _kept_out(forgotten), file=sys.stderr)
             return EXIT_FAILED
     _emit(args, view, lambda: print_node(view))
     return EXIT_OK
+
+
+def _kept_out(forgotten: list[str]) -> str:
+    """What ``show`` adds to ``no node …`` when the name or id is that of nodes ``forget --node``
+    took out (``forgotten``, their ids): that they are kept out, and the ``--undo`` that lets one back."""
+    if not forgotten:
+        return ""
+    if len(forgotten) == 1:
+        return (f": {forgotten[0]} was forgotten and is kept out (rem-cycle forget --node; let it back: "
+                f"rem-cycle forget --node {shlex.quote(forgotten[0])} --undo)")
+    return (f": {', '.join(forgotten)} were forgotten and are kept out (rem-cycle forget --node; let one back: "
+            "rem-cycle forget --node ID --undo)")
 
 
 async def _named(settings: Settings, name: str, *, as_of: str | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -743,7 +766,7 @@ async def cmd_merge(settings: Settings, args: argparse.Namespace, progress: Comm
         _emit(
             args,
             {"merge_id": merge_id, "merged": args.merged_id, "into": args.into_id},
-            lambda: print(f"merged {args.merged_id} into {args.into_id} (merge #{merge_id}; undo: rem-cycle unmerge {args.merged_id})"),
+            lambda: print(f"merged {args.merged_id} into {args.into_id} (merge #{merge_id}; undo: rem-cycle unmerge {shlex.quote(args.merged_id)})"),
         )
         return EXIT_OK
 
@@ -833,7 +856,7 @@ async def _forget_node(settings: Settings, args: argparse.Namespace, progress: C
         gone = f"{report['nodes_removed']} node, {report['edges_removed']} edges" if report["nodes_removed"] else "nothing (it was gone already)"
         names = len(report["suppressed_keys"])
         print(f"{verb} {report['id']}: {gone}; {kept} of later extractions under {names} name{'' if names == 1 else 's'} "
-              f"(undo: rem-cycle forget --node {report['id']} --undo); what its turns say stays: forget them to erase the words")
+              f"(undo: rem-cycle forget --node {shlex.quote(report['id'])} --undo); what its turns say stays: forget them to erase the words")
 
     with progress.to_the_end():
         try:

@@ -326,6 +326,13 @@ def search_graph(settings: Settings, text: str, *, limit: int | None = 50, label
     return [search_row(n) for n in nodes]
 
 
+def knowledge_types(settings: Settings) -> list[str]:
+    """The types of the graph's knowledge nodes (not its anchors), from its counts: ``search
+    --label`` says them when no node has the type asked for."""
+    with open_graph_db(settings) as db:
+        return sorted(set(GraphStore(db).counts()["nodes"]) - set(ANCHOR_LABELS))
+
+
 @dataclass
 class _Loaded:
     node: Node | None = None
@@ -473,7 +480,8 @@ def exactly_named(rows: list[dict[str, Any]], name: str) -> list[dict[str, Any]]
 
 def choose_node(db: Database, given: str) -> str:
     """The knowledge node ``given`` names: its id (``TYPE:name`` as ``show`` prints it), else the one
-    node whose name or alias it is (:func:`exactly_named`). :class:`store.ids.InvalidIdError` for
+    node whose name or alias it is (:func:`exactly_named`), else the one forgotten node it names
+    (:func:`forgotten_under`: the forget run again). :class:`store.ids.InvalidIdError` for
     an id too long or with forbidden characters; :class:`NodeNotChosen` otherwise."""
     kind = row_kind(given) or ("note" if given.partition(":")[0].lower() == "note" and ":" in given else None)
     if kind is not None:
@@ -487,12 +495,27 @@ def choose_node(db: Database, given: str) -> str:
     if node is not None:
         return node.id
     named = exactly_named([search_row(n) for n in graph.search_nodes(given, limit=None, exclude_labels=ANCHOR_LABELS)], given)
+    if not named and len(held := forgotten_under(SuppressionStore(db), given)) == 1:
+        return held[0].node_id  # forgotten already: the forget run again, which keeps it out as it was
     if not named:
         raise NodeNotChosen(f"no knowledge node {given!r} (an id as show prints it, or a name or alias): nothing was changed", 1)
     if len(named) > 1:
         raise NodeNotChosen(f"{len(named)} nodes are named {given!r}: {', '.join(sorted(r['id'] for r in named))}; "
                             "forget one by its id (nothing was changed)", 2)
     return str(named[0]["id"])
+
+
+def forgotten_under(suppressions: SuppressionStore, given: str) -> list[Suppression]:
+    """The forgotten nodes ``given`` names: by its id, else by a name or alias it was kept out
+    under (case and NFC folded): what ``forget --node`` (run again) and ``--undo`` take."""
+    return suppressions.holding(given) or suppressions.holding(key=unicodedata.normalize("NFC", given.strip()).casefold())
+
+
+def forgotten_nodes(settings: Settings, given: str) -> list[str]:
+    """The ids of the forgotten nodes ``given`` names (:func:`forgotten_under`): ``show`` of one
+    says it is kept out rather than never there."""
+    with open_graph_db(settings) as db:
+        return [s.node_id for s in forgotten_under(SuppressionStore(db), given)]
 
 
 def unforget_node(settings: Settings, given: str) -> dict[str, Any]:
@@ -505,7 +528,7 @@ def unforget_node(settings: Settings, given: str) -> dict[str, Any]:
     normalize_graph_node_id(given)  # validated as an id is
     with open_graph_db(settings) as db:
         unit = DatabaseUnitOfWork(db)
-        held = unit.suppressions.holding(given) or unit.suppressions.holding(key=unicodedata.normalize("NFC", given.strip()).casefold())
+        held = forgotten_under(unit.suppressions, given)
         if not held:
             raise NodeNotChosen(f"no forgotten node {given!r} (rem-cycle forget --node took none out under that id or name)", 1)
         if len(held) > 1:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shlex
 from collections.abc import Sequence
 from typing import Any
 
@@ -31,11 +32,14 @@ def escape(text: str) -> str:
     return escape_markup(printable(text))
 
 
-def print_search(rows: Sequence[dict[str, Any]], text: str) -> None:
-    """Search hits as a table."""
+def print_search(rows: Sequence[dict[str, Any]], text: str, *, label: str | None = None, types: Sequence[str] | None = None) -> None:
+    """Search hits as a table; none: says so, naming the type ``label`` searched, and the graph's
+    knowledge node ``types`` when ``label`` is none of them."""
     console = output_console()
     if not rows:
-        console.print(f"no node matches {escape(repr(text))}")
+        unknown = f" (no knowledge node is of type {escape(label)}: the graph's types are {escape(', '.join(types))})" \
+            if label and types is not None and label not in types else ""
+        console.print(f"no {escape(label) + ' ' if label else ''}node matches {escape(repr(text))}{unknown}")
         return
     table = Table("id", "label", "name", "aliases")
     for row in rows:
@@ -68,7 +72,7 @@ def print_node(view: dict[str, Any]) -> None:
     """One node: header, description, aliases, edges, sources and the turns it came from."""
     console = output_console()
     if view.get("redirected_from"):
-        console.print(f"{escape(view['redirected_from'])} was merged into {escape(view['id'])} (undo: rem-cycle unmerge {escape(view['redirected_from'])})")
+        console.print(f"{escape(view['redirected_from'])} was merged into {escape(view['id'])} (undo: rem-cycle unmerge {escape(shlex.quote(view['redirected_from']))})")
     console.print(f"[bold]{escape(view['name'])}[/bold]  {escape(view['id'])}  ({view['label']})")
     if view.get("description"):
         console.print(escape(view["description"]))
@@ -111,7 +115,7 @@ def _more(console: Console, view: dict[str, Any], what: str) -> None:
     """``… N more edges/sources/turns`` when ``show`` printed only the first ones."""
     hidden = view.get(f"{what}_total", 0) - len(view[what])
     if hidden > 0:
-        console.print(f"… {hidden} more {what} (rem-cycle show {escape(view['id'])} --limit 0 for all)")
+        console.print(f"… {hidden} more {what} (rem-cycle show {escape(shlex.quote(view['id']))} --limit 0 for all)")
 
 
 def print_recall(answer: dict[str, Any]) -> None:
