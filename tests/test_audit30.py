@@ -1,0 +1,91 @@
+"""The last two sessions' code, attacked (audit30, thirtieth session).
+
+- A hand ``merge`` of a CONCEPT known by a forgotten person's full name into another CONCEPT, and
+  its ``unmerge``, were refused (exit 2) as bringing that name back into CONCEPT nodes, though a
+  CONCEPT held it before the edit (the forget left it: another thing) and only moved it — where a
+  later extraction of that CONCEPT name was let in (:func:`pipelines.extract.commit.kept_out`).
+  An edit that moves a name between two nodes of one type is judged by who held it before.
+- A CONCEPT whose name a CONCEPT still held passed the cross-type rule whole, with an alias the
+  rule kept out (a forgotten person's other full name, held by no CONCEPT): the alias came in
+  under the CONCEPT type. Each name is judged on its own now.
+
+Real SQLite and PostgreSQL, the ``rem-cycle`` CLI in a subprocess, a real cycle over a real
+OpenAI-compatible server on loopback.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from config import Settings
+from store.backend import open_database
+from store.graph import GraphStore, Node
+from tests.conftest import run_cli
+from tests.llm_server import LLMServer, Reply, prompt_turns
+from tests.test_forget import _env
+from tests.test_forget_named import _ids, _model, _said, typed_as_written
+from tests.test_change_scan import _query
+
+
+@pytest.mark.both_backends
+async def test_a_hand_merge_and_unmerge_that_move_a_name_within_its_type_are_not_refused(settings: Settings, tmp_path: Path) -> None:
+    """PERSON ``Jane Doe`` forgotten while a CONCEPT ``Jane Doe`` is kept (another thing): merging
+    that CONCEPT into the CONCEPT ``Doe Papers`` moves the name within CONCEPT nodes, and
+    unmerging it moves it back — both go through (exit 0), as a later extraction of the CONCEPT
+    ``Jane Doe`` joins the node that holds the name. Before, both were refused as giving a
+    CONCEPT a name kept out of CONCEPT nodes."""
+    with LLMServer(default=Reply(typed_as_written)) as server:
+        mine = _model(settings, server)
+        await _said(mine, tmp_path, "s1", 1, ["We met [PERSON Jane Doe]."])
+        env = _env(settings)
+        assert run_cli("forget", "--node", "PERSON:Jane Doe", env=env).returncode == 0
+        db = open_database(settings)
+        try:
+            GraphStore(db).upsert_nodes([Node("CONCEPT:jane doe", "CONCEPT", "Jane Doe", {}),
+                                         Node("CONCEPT:doe papers", "CONCEPT", "Doe Papers", {})])
+        finally:
+            db.close()
+        merged = run_cli("merge", "CONCEPT:jane doe", "CONCEPT:doe papers", env=env)
+        assert merged.returncode == 0, merged.stderr
+        assert "CONCEPT:jane doe" not in _ids(settings)
+        extract = await _said(mine, tmp_path, "s2", 2, ["[CONCEPT Jane Doe] wrote again."])
+        assert extract["suppressed"] == 0, extract  # the commit's view: a CONCEPT holds the name
+        unmerged = run_cli("unmerge", "CONCEPT:jane doe", env=env)
+        assert unmerged.returncode == 0, unmerged.stderr
+    assert {"CONCEPT:jane doe", "CONCEPT:doe papers"} <= _ids(settings)
+    assert _query(settings, "SELECT COUNT(*) FROM merges WHERE undone_at IS NULL")[0][0] == 0
+
+
+def _with_alias(body: dict[str, Any]) -> dict[str, Any]:
+    """The model: as :func:`typed_as_written`, and ``[CONCEPT Jane Doe]`` also called ``John Roe``."""
+    reply = typed_as_written(body)
+    for node in reply["nodes"]:
+        if node["name"] == "Jane Doe" and node["type"] == "CONCEPT":
+            node["aliases"] = ["John Roe"]
+    assert prompt_turns(body)
+    return reply
+
+
+@pytest.mark.both_backends
+async def test_a_name_the_type_still_knows_does_not_let_in_an_alias_it_keeps_out(settings: Settings, tmp_path: Path) -> None:
+    """PERSONs ``Jane Doe`` and ``John Roe`` forgotten, a CONCEPT ``Jane Doe`` kept: a later CONCEPT
+    ``Jane Doe`` also called ``John Roe`` is left out (counted ``suppressed``), where its first name
+    let it in whole and the CONCEPT took ``John Roe``, kept out of CONCEPT nodes as no CONCEPT was
+    known by it."""
+    with LLMServer(default=Reply(_with_alias)) as server:
+        mine = _model(settings, server)
+        await _said(mine, tmp_path, "s1", 1, ["We met [PERSON Jane Doe] and [PERSON John Roe]."])
+        env = _env(settings)
+        for person in ("PERSON:Jane Doe", "PERSON:John Roe"):
+            assert run_cli("forget", "--node", person, env=env).returncode == 0
+        db = open_database(settings)
+        try:
+            GraphStore(db).upsert_nodes([Node("CONCEPT:jane doe", "CONCEPT", "Jane Doe", {})])
+        finally:
+            db.close()
+        extract = await _said(mine, tmp_path, "s2", 2, ["[CONCEPT Jane Doe] wrote again."])
+    assert extract["suppressed"] == 1, extract
+    assert _query(settings, "SELECT COUNT(*) FROM node_aliases WHERE alias_key = 'john roe'")[0][0] == 0
