@@ -8,6 +8,9 @@
 - A CONCEPT whose name a CONCEPT still held passed the cross-type rule whole, with an alias the
   rule kept out (a forgotten person's other full name, held by no CONCEPT): the alias came in
   under the CONCEPT type. Each name is judged on its own now.
+- input29 made ``recall`` and ``search_nodes`` refuse a budget or limit that is no whole number (a
+  bool, a string); ``show_node``'s budget, checked by another test in ``pack_entity``, still took
+  ``True`` as a budget of 1 token and raised ``TypeError`` on ``"500"``. One check for all three.
 
 Real SQLite and PostgreSQL, the ``rem-cycle`` CLI in a subprocess, a real cycle over a real
 OpenAI-compatible server on loopback.
@@ -21,13 +24,16 @@ from typing import Any
 import pytest
 
 from config import Settings
+from pipelines.recall import RecallInputError
 from store.backend import open_database
 from store.graph import GraphStore, Node
 from tests.conftest import run_cli
 from tests.llm_server import LLMServer, Reply, prompt_turns
+from tests.test_change_scan import _query
 from tests.test_forget import _env
 from tests.test_forget_named import _ids, _model, _said, typed_as_written
-from tests.test_change_scan import _query
+from tests.test_mcp import graph  # noqa: F401 - the fixture
+from worker.recall import search_nodes, show_node
 
 
 @pytest.mark.both_backends
@@ -89,3 +95,14 @@ async def test_a_name_the_type_still_knows_does_not_let_in_an_alias_it_keeps_out
         extract = await _said(mine, tmp_path, "s2", 2, ["[CONCEPT Jane Doe] wrote again."])
     assert extract["suppressed"] == 1, extract
     assert _query(settings, "SELECT COUNT(*) FROM node_aliases WHERE alias_key = 'john roe'")[0][0] == 0
+
+
+@pytest.mark.parametrize("budget", [True, False, "500", 2.0, 0])
+async def test_show_node_refuses_a_budget_that_is_no_whole_number_as_recall_does(graph: Settings, budget: Any) -> None:  # noqa: F811
+    """``show_node(budget_tokens=True)`` packed the entity into 1 token (and refused it as too large
+    for that), ``"500"`` raised ``TypeError``: the same refusal as ``recall`` and ``search_nodes``."""
+    for call in (lambda: show_node(graph, "CLASS:LazyEdgeQueue", budget_tokens=budget),
+                 lambda: search_nodes(graph, "LazyEdgeQueue", budget_tokens=budget)):
+        with pytest.raises(RecallInputError, match="budget_tokens must be a whole number"):
+            call()
+    assert show_node(graph, "CLASS:LazyEdgeQueue", budget_tokens=500) is not None
