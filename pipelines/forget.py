@@ -358,10 +358,10 @@ def refusing_kept_out(
     ``named`` rule makes it one thing with) that the node was not known by before
     (:func:`carried_names`); else roll it back and raise :class:`KeptOut`, naming the forgotten
     node and how to let it back. ``taking_from``: the nodes the edit takes names from (a merge's
-    merged node, the node an unmerge takes its names back from); a name one of them held under
+    merged node, the nodes an unmerge takes its names back from); a name one of them held under
     the receiving node's type before the edit only moves within that type, which a cross-type
-    suppression does not keep out (it kept out no node of that type known by the name). The one rule for every path that gives a node names outside an
-    extraction commit (which drops such nodes itself: :func:`pipelines.extract.commit.drop_suppressed`)."""
+    suppression does not keep out (it kept out no node of that type known by the name). The one
+    rule for every path that gives a node names outside an extraction commit (which drops such nodes itself: :func:`pipelines.extract.commit.drop_suppressed`)."""
     ids = sorted(set(node_ids))
 
     def known_by(node_id: str) -> tuple[str, dict[str, str]]:

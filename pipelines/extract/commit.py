@@ -239,7 +239,9 @@ def kept_out(
             itself = {node_id} if gaining else set()
             kind = wanted[node_id][0]
             # Each name on its own: one the type still knows does not let in another it does not.
-            if unheld := [pair for pair in pairs if not holders.get((kind, pair[1]), set()) - itself and (kind, pair[1]) not in known_before]:
+            unheld = [(other, key) for other, key in pairs
+                      if not holders.get((kind, key), set()) - itself and (kind, key) not in known_before]
+            if unheld:
                 held[node_id] = unheld[0]
     return held
 
