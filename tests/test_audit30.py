@@ -9,8 +9,10 @@
   rule kept out (a forgotten person's other full name, held by no CONCEPT): the alias came in
   under the CONCEPT type. Each name is judged on its own now.
 - input29 made ``recall`` and ``search_nodes`` refuse a budget or limit that is no whole number (a
-  bool, a string); ``show_node``'s budget, checked by another test in ``pack_entity``, still took
-  ``True`` as a budget of 1 token and raised ``TypeError`` on ``"500"``. One check for all three.
+  bool, a string); ``show_node``'s budget, checked apart in ``pack_entity``, still took ``True``
+  as a budget of 1 token and raised ``TypeError`` on ``"500"``. One check for all three.
+- Text that is not UTF-8 was refused naming ``merge``'s first id ``MERGED_ID`` (its usage says
+  ``NODE_ID``) and an abbreviated ``--us`` as ``USER``: named as the usage names them now.
 
 Real SQLite and PostgreSQL, the ``rem-cycle`` CLI in a subprocess, a real cycle over a real
 OpenAI-compatible server on loopback.
@@ -106,3 +108,14 @@ async def test_show_node_refuses_a_budget_that_is_no_whole_number_as_recall_does
         with pytest.raises(RecallInputError, match="budget_tokens must be a whole number"):
             call()
     assert show_node(graph, "CLASS:LazyEdgeQueue", budget_tokens=500) is not None
+
+
+def test_text_not_utf8_is_named_as_the_usage_names_its_argument(graph: Settings) -> None:  # noqa: F811
+    """The refusal named a positional by its destination (``MERGED_ID``, where ``merge``'s usage
+    says ``NODE_ID``) and an abbreviated option (``--us``) as ``USER``: now as ``--help`` shows them."""
+    env = _env(graph)
+    for args, says in ((("merge", "A\udce9", "CLASS:B"), "NODE_ID b'A\\xe9'"),
+                       (("recall", "torn lines", "--us", "alice\udcff"), "--user b'alice\\xff'"),
+                       (("recall", "torn lines", "--user=alice\udcff"), "--user b'alice\\xff'")):
+        done = run_cli(*args, env=env)
+        assert done.returncode == 2 and done.stderr.startswith(f"rem-cycle: {says} is not UTF-8"), (args, done.stderr)
