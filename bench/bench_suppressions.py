@@ -1,6 +1,6 @@
 """What ``forget --node``'s suppressions cost an extraction commit (SQLite).
 
-Every commit now asks ``suppression_keys`` about its own nodes' keys
+Every commit now asks the ``suppression_keys`` table about its own nodes' keys
 (:func:`pipelines.extract.commit.drop_suppressed`) before identity resolution. Measured: that
 look-up for a session of 300 CONCEPT nodes (two keys of two words each, so each is also asked
 under the four types the ``named`` rule makes one thing with a CONCEPT), with no suppression, N and

@@ -353,14 +353,19 @@ class KeptOut(Exception):
 T = TypeVar("T")
 
 
-def refusing_kept_out(unit: UnitOfWork, node_ids: Iterable[str], edit: Callable[[], T], *, what: str) -> T:
+def refusing_kept_out(
+    unit: UnitOfWork, node_ids: Iterable[str], edit: Callable[[], T], *, what: str, taking_from: Iterable[str] = (),
+) -> T:
     """Run ``edit`` (a hand ``merge`` or an ``unmerge``, ``what``) in one transaction of ``unit``
     and keep it only when it gave none of ``node_ids`` (the nodes it writes names to) a key kept
     out of that node (:func:`pipelines.extract.commit.kept_out`: under its type, or a type the
     ``named`` rule makes it one thing with) that the node was not known by before
     (:func:`carried_names`); else roll it back and raise :class:`KeptOut`, naming the forgotten
-    node and how to let it back. The one rule for every path that gives a node names outside an
-    extraction commit (which drops such nodes itself: :func:`pipelines.extract.commit.drop_suppressed`)."""
+    node and how to let it back. ``taking_from``: the nodes the edit takes names from (a merge's
+    merged node, the nodes an unmerge takes its names back from); a name one of them held under
+    the receiving node's type before the edit only moves within that type, which a cross-type
+    suppression does not keep out (it kept out no node of that type known by the name). The one
+    rule for every path that gives a node names outside an extraction commit (which drops such nodes itself: :func:`pipelines.extract.commit.drop_suppressed`)."""
     ids = sorted(set(node_ids))
 
     def known_by(node_id: str) -> tuple[str, dict[str, str]]:
@@ -371,13 +376,15 @@ def refusing_kept_out(unit: UnitOfWork, node_ids: Iterable[str], edit: Callable[
 
     with unit.transaction():
         before = {node_id: known_by(node_id)[1] for node_id in ids}
+        known_before = {(label, key) for source in set(taking_from) - set(ids)
+                        for label, names in [known_by(source)] for key in names}
         result = edit()
         gained: dict[str, tuple[str, dict[str, str]]] = {}
         for node_id in ids:
             label, names = known_by(node_id)
             if new := {key: name for key, name in names.items() if key not in before[node_id]}:
                 gained[node_id] = (label, new)
-        if held := kept_out(gained, unit.suppressions, unit.graph, gaining=True):
+        if held := kept_out(gained, unit.suppressions, unit.graph, gaining=True, known_before=known_before):
             node_id, (label, key) = min(held.items())
             raise KeptOut(what, node_id, label, key, [s for s in unit.suppressions.holding(key=key) if s.label == label],
                           node_label=gained[node_id][0])

@@ -470,15 +470,22 @@ def validate(request: RecallRequest) -> list[str]:
         raise RecallInputError("query is empty")
     if len(request.query) > MAX_QUERY_CHARS:
         raise RecallInputError(f"query is {len(request.query)} characters; at most {MAX_QUERY_CHARS}")
-    for name, value, most in (("limit", request.limit, MAX_LIMIT), ("budget_tokens", request.budget_tokens, MAX_BUDGET_TOKENS)):
-        # A bool is an int to Python: True was a limit of 1.
-        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= most:
-            raise RecallInputError(f"{name} must be a whole number 1..{most}, not {value!r}")
+    check_count("limit", request.limit, MAX_LIMIT)
+    check_count("budget_tokens", request.budget_tokens, MAX_BUDGET_TOKENS)
     if request.user is not None:
         check_user(request.user)
     if request.session is not None:
         session_anchor(request.session)
     return query_terms(request.query)
+
+
+def check_count(name: str, value: object, most: int) -> None:
+    """Raise :class:`RecallInputError` unless ``value`` (the argument ``name``) is a whole number
+    1..``most``: a limit or a token budget of every reader (:func:`validate`, :func:`pack_entity`,
+    :func:`pack_nodes`). A bool is an int to Python: ``True`` was a limit of 1; ``"500"`` failed
+    as a ``TypeError``."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= most:
+        raise RecallInputError(f"{name} must be a whole number 1..{most}, not {value!r}")
 
 
 def check_user(user: str) -> None:
@@ -853,8 +860,7 @@ def pack_entity(fact: dict[str, Any], turns: list[dict[str, Any]], *, budget_tok
     :func:`recall` packs its answer: the entity whole, then the turns in order, a turn that does not
     fit cut to the room left, the rest listed in ``omitted``. An entity that alone exceeds the
     budget is a :class:`RecallInputError` saying how much it takes."""
-    if not 1 <= budget_tokens <= MAX_BUDGET_TOKENS:
-        raise RecallInputError(f"budget_tokens must be 1..{MAX_BUDGET_TOKENS}, not {budget_tokens}")
+    check_count("budget_tokens", budget_tokens, MAX_BUDGET_TOKENS)
     result = RecallResult(budget_tokens=budget_tokens)
     _pack(result, facts=[fact], turns=turns, sessions=[])
     if not result.facts:
@@ -868,8 +874,7 @@ def pack_nodes(nodes: list[dict[str, Any]], *, budget_tokens: int) -> dict[str, 
     """Entities (``fact_item`` dicts, best first) packed into ``budget_tokens`` as :func:`recall`
     packs its facts: each whole, in order, while it fits; one that does not is listed in
     ``omitted`` (``kind`` ``node``, ``id``, ``tokens``) and a smaller one after it may still fit."""
-    if not 1 <= budget_tokens <= MAX_BUDGET_TOKENS:
-        raise RecallInputError(f"budget_tokens must be 1..{MAX_BUDGET_TOKENS}, not {budget_tokens}")
+    check_count("budget_tokens", budget_tokens, MAX_BUDGET_TOKENS)
     result = RecallResult(budget_tokens=budget_tokens)
     _pack(result, facts=nodes, turns=[], sessions=[])
     return {"nodes": result.facts, "omitted": [{**o, "kind": "node"} for o in result.omitted],

@@ -379,7 +379,7 @@ SELECT 'PostgreSQL indexes the first characters of the texts of a row together'
 # 33: the knowledge nodes ``rem-cycle forget --node`` took out and keeps out (store/suppressions.py).
 # ``suppressed_nodes``: one row per forgotten node — its id, type and name, and the anchors (sessions,
 # notes files) that had said it, which ``--undo`` marks for re-extraction. ``suppression_keys``: the
-# folded keys of its name and aliases (pipelines.extract.model.suppression_keys) under its type, one
+# folded keys of its name and aliases (pipelines.extract.model.suppression_names) under its type, one
 # row per node that holds the key (two forgotten nodes may share one: the key stays suppressed until
 # both are let back); an extraction commit looks up only its own nodes' keys, by the primary key.
 SUPPRESSIONS_MIGRATION = """

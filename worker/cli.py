@@ -253,21 +253,31 @@ def _as_of(value: str) -> str:
 _FILE_ARGUMENTS = frozenset({"config", "out", "file", "path", "paths", "note"})
 
 
-def _not_utf8(args: argparse.Namespace, argv: list[str]) -> str | None:
+def _not_utf8(args: argparse.Namespace, parser: argparse.ArgumentParser) -> str | None:
     """Why a text argument of ``args`` (a query, a name, an id, a time: any but a file's) cannot be
     read, when it holds bytes that are not UTF-8 (Python keeps such a command-line byte as a lone
-    surrogate); ``None`` otherwise. ``argv``: the command line, to name an option as it was given.
-    No text the graph holds has such bytes: ``search`` failed as the database refused the text
-    (exit 1), ``recall`` left the word out and answered another query."""
+    surrogate); ``None`` otherwise. The argument is named as ``parser``'s usage names it
+    (:func:`_usage_names`). No text the graph holds has such bytes: ``search`` failed as the
+    database refused the text (exit 1), ``recall`` left the word out and answered another query."""
+    names = _usage_names(parser, getattr(args, "command", None))
     for name, given in vars(args).items():
         if name in _FILE_ARGUMENTS:
             continue
         for value in given if isinstance(given, list) else [given]:
             if isinstance(value, str) and (shown := _bytes_not_utf8(value)) is not None:
-                option = f"--{name.replace('_', '-')}"
-                named = option if any(a == option or a.startswith(f"{option}=") for a in argv) else name.upper()
+                named = names.get(name, name.upper())
                 return f"{named} {shown} is not UTF-8: give it in UTF-8 (the terminal or script that ran rem-cycle writes another encoding)"
     return None
+
+
+def _usage_names(parser: argparse.ArgumentParser, command: str | None) -> dict[str, str]:
+    """Each argument's destination → its name in ``parser``'s usage (and ``command``'s): an
+    option's long form (``--user``, however abbreviated on the command line), a positional's
+    metavar (``merge``'s ``NODE_ID``, whose destination is ``merged_id``)."""
+    parsers = [parser, *(action.choices[command] for action in parser._actions  # argparse keeps its actions private
+                         if isinstance(action, argparse._SubParsersAction) and command in action.choices)]
+    return {action.dest: max(action.option_strings, key=len) if action.option_strings else str(action.metavar or action.dest.upper())
+            for each in parsers for action in each._actions}
 
 
 def _bytes_not_utf8(value: str) -> str | None:
@@ -1380,7 +1390,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.allow_mass_retraction and (args.command or not args.once):  # one cycle's word, never a standing one
         parser.error("--allow-mass-retraction goes with --once (and no COMMAND)")
-    if (said := _not_utf8(args, sys.argv[1:] if argv is None else argv)) is not None:
+    if (said := _not_utf8(args, parser)) is not None:
         print(f"rem-cycle: {said}", file=sys.stderr)
         return EXIT_USAGE
     if getattr(args, "as_of", None) is not None:

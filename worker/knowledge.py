@@ -437,7 +437,9 @@ def unmerge_node(settings: Settings, node_id: str) -> list[dict[str, Any]]:
     node_id = normalize_graph_node_id(node_id)
     with open_graph_db(settings) as db:
         unit = DatabaseUnitOfWork(db)
-        return refusing_kept_out(unit, [node_id], lambda: unit.merges.unmerge(node_id), what="unmerge")
+        # The names it takes back are those of the nodes it was merged into.
+        into = [record.into_id for record in MergeStore(db).records(merged_id=node_id, active=True)]
+        return refusing_kept_out(unit, [node_id], lambda: unit.merges.unmerge(node_id), what="unmerge", taking_from=into)
 
 
 def identity_candidates(settings: Settings, *, limit: int | None = 50) -> tuple[list[dict[str, Any]], int]:
@@ -459,7 +461,7 @@ def merge_node(settings: Settings, merged_id: str, into_id: str) -> int:
         unit = DatabaseUnitOfWork(db)
         return refusing_kept_out(unit, [into_id], lambda: unit.merges.merge_nodes(
             merged_id, into_id, rule="manual", score=1.0, evidence={"by": "operator"}, anchor_labels=ANCHOR_LABELS
-        ), what="merge")
+        ), what="merge", taking_from=[merged_id])
 
 
 class NodeNotChosen(Exception):

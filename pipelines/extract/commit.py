@@ -199,6 +199,7 @@ def before_cut(
 
 def kept_out(
     wanted: Mapping[str, tuple[str, Mapping[str, str]]], suppressions: Suppressions, graph: Graph, *, gaining: bool = False,
+    known_before: Collection[tuple[str, str]] = frozenset(),
 ) -> dict[str, tuple[str, str]]:
     """Of ``wanted`` (a node's id → its type and the keys it has or would take, each with its
     spelling: :func:`pipelines.extract.model.suppression_names`), the nodes ``forget --node`` keeps
@@ -209,7 +210,9 @@ def kept_out(
     type is known by that name (its id, :func:`pipelines.extract.model.semantic_node_id`, or an
     alias), which the forget left or an operator kept: another thing. ``gaining``: the nodes of
     ``wanted`` are in the graph and have just taken these keys (a hand edit), so their own holding
-    does not count. One look-up of these keys (:meth:`store.suppressions.SuppressionStore.suppressed`,
+    does not count, but a name another node of the same type held before the edit does
+    (``known_before``: its ``(type, key)`` pairs; the edit moved the name within the type, as
+    merging a CONCEPT into another CONCEPT does). One look-up of these keys (:meth:`store.suppressions.SuppressionStore.suppressed`,
     whatever was ever forgotten); the graph is read only for such a cross-type hit. The one rule of
     every path: an extraction commit (:func:`suppressed_ids`) and an edit by hand
     (:func:`pipelines.forget.refusing_kept_out`)."""
@@ -222,11 +225,10 @@ def kept_out(
     crossed = {node_id: sorted(pairs & found) for node_id, pairs in alike.items() if node_id not in held and pairs & found}
     if crossed:
         # Each cross-type hit's name under the node's own type, and the nodes of that type known by it.
-        named = {node_id: {(wanted[node_id][0], key) for _, key in pairs} for node_id, pairs in crossed.items()}
-        asked = set().union(*named.values())
+        asked = {(wanted[node_id][0], key) for node_id, pairs in crossed.items() for _, key in pairs}
         by_id = {
-            found_id: (kind, key) for node_id, names in named.items() for kind, key in names
-            if (found_id := semantic_node_id(kind, wanted[node_id][1][key]))
+            found_id: (wanted[node_id][0], key) for node_id, pairs in crossed.items() for _, key in pairs
+            if (found_id := semantic_node_id(wanted[node_id][0], wanted[node_id][1][key]))
         }
         holders: dict[tuple[str, str], set[str]] = {}
         for node_id in graph.existing_ids(by_id) if by_id else ():
@@ -236,8 +238,12 @@ def kept_out(
                 holders.setdefault((label, key), set()).add(node_id)
         for node_id, pairs in crossed.items():
             itself = {node_id} if gaining else set()
-            if not any(holders.get(name, set()) - itself for name in named[node_id]):
-                held[node_id] = pairs[0]
+            kind = wanted[node_id][0]
+            # Each name on its own: one the type still knows does not let in another it does not.
+            unheld = [(other, key) for other, key in pairs
+                      if not holders.get((kind, key), set()) - itself and (kind, key) not in known_before]
+            if unheld:
+                held[node_id] = unheld[0]
     return held
 
 
