@@ -365,7 +365,8 @@ def refusing_kept_out(
     merged node, the nodes an unmerge takes its names back from); a name one of them held under
     the receiving node's type before the edit only moves within that type, which a cross-type
     suppression does not keep out (it kept out no node of that type known by the name). The one
-    rule for every path that gives a node names outside an extraction commit (which drops such nodes itself: :func:`pipelines.extract.commit.drop_suppressed`)."""
+    rule for every path that gives a node names outside an extraction commit (which drops such
+    nodes itself: :func:`pipelines.extract.commit.drop_suppressed`)."""
     ids = sorted(set(node_ids))
 
     def known_by(node_id: str) -> tuple[str, dict[str, str]]:

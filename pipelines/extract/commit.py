@@ -212,8 +212,9 @@ def kept_out(
     ``wanted`` are in the graph and have just taken these keys (a hand edit), so their own holding
     does not count, but a name another node of the same type held before the edit does
     (``known_before``: its ``(type, key)`` pairs; the edit moved the name within the type, as
-    merging a CONCEPT into another CONCEPT does). One look-up of these keys (:meth:`store.suppressions.SuppressionStore.suppressed`,
-    whatever was ever forgotten); the graph is read only for such a cross-type hit. The one rule of
+    merging a CONCEPT into another CONCEPT does). One look-up of these keys
+    (:meth:`store.suppressions.SuppressionStore.suppressed`, whatever was ever forgotten); the
+    graph is read only for such a cross-type hit. The one rule of
     every path: an extraction commit (:func:`suppressed_ids`) and an edit by hand
     (:func:`pipelines.forget.refusing_kept_out`)."""
     own = {node_id: {(kind, key) for key in keys} for node_id, (kind, keys) in wanted.items()}
