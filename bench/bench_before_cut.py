@@ -17,17 +17,17 @@ from __future__ import annotations
 import argparse
 import itertools
 import sys
-import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from config import load_settings  # noqa: E402
+from bench.growth import at_scales  # noqa: E402
 from pipelines.extract.commit import Candidate, before_cut, drop_suppressed  # noqa: E402
 from pipelines.extract.model import semantic_node_id, uncut_semantic_id  # noqa: E402
 from pipelines.extract.reduce import ReducedNode, ReducedSession  # noqa: E402
-from store.backend import open_database  # noqa: E402
+from store.db import Database  # noqa: E402
 from store.graph import GraphStore, Node  # noqa: E402
 from store.merges import MergeStore  # noqa: E402
 from store.suppressions import SuppressionStore  # noqa: E402
@@ -44,30 +44,25 @@ def _session(node_type: str, letter: str) -> tuple[list[Candidate], ReducedSessi
     return [Candidate(n.id, n.type, n.name, n.aliases) for n in nodes], ReducedSession("s", "", tuple(nodes), (), ())
 
 
-def measure(graph_nodes: int) -> dict[str, float]:
-    """Best of 5 seconds of each look-up in a graph of ``graph_nodes`` CLASS nodes."""
-    with tempfile.TemporaryDirectory() as tmp:
-        db = open_database(load_settings(data_dir=Path(tmp)))
-        try:
-            graph, merges, suppressions = GraphStore(db), MergeStore(db), SuppressionStore(db)
-            with db.transaction():
-                graph.upsert_nodes(Node(f"CLASS:Thing{i}", "CLASS", f"Thing{i}") for i in range(graph_nodes))
-            best: dict[str, float] = {}
-            for label, node_type, letter in (("default type", "CONCEPT", "a"), ("cut ids", _LONG_TYPE, "\U00020001")):
-                for _ in range(5):
-                    candidates, session = _session(node_type, letter)
-                    assert all(uncut_semantic_id(c.type, c.name) != c.id for c in candidates) == (label == "cut ids")
-                    start = time.perf_counter()
-                    joins = before_cut(candidates, graph, blocked=merges.blocked_pairs)
-                    took = time.perf_counter() - start
-                    assert joins == {}
-                    best[label] = min(best.get(label, float("inf")), took)
-                    start = time.perf_counter()
-                    drop_suppressed(session, suppressions, graph)
-                    best["suppression look-up"] = min(best.get("suppression look-up", float("inf")), time.perf_counter() - start)
-            return best
-        finally:
-            db.close()
+def measure(db: Database, scale: int, *, nodes: int) -> dict[str, float]:
+    """Best of 5 seconds of each look-up in a graph of ``scale`` × ``nodes`` CLASS nodes."""
+    graph, merges, suppressions = GraphStore(db), MergeStore(db), SuppressionStore(db)
+    with db.transaction():
+        graph.upsert_nodes(Node(f"CLASS:Thing{i}", "CLASS", f"Thing{i}") for i in range(scale * nodes))
+    best: dict[str, float] = {}
+    for label, node_type, letter in (("default type", "CONCEPT", "a"), ("cut ids", _LONG_TYPE, "\U00020001")):
+        for _ in range(5):
+            candidates, session = _session(node_type, letter)
+            assert all(uncut_semantic_id(c.type, c.name) != c.id for c in candidates) == (label == "cut ids")
+            start = time.perf_counter()
+            joins = before_cut(candidates, graph, blocked=merges.blocked_pairs)
+            took = time.perf_counter() - start
+            assert joins == {}
+            best[label] = min(best.get(label, float("inf")), took)
+            start = time.perf_counter()
+            drop_suppressed(session, suppressions, graph)
+            best["suppression look-up"] = min(best.get("suppression look-up", float("inf")), time.perf_counter() - start)
+    return best
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -75,8 +70,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--nodes", type=int, default=5000)
     n = parser.parse_args(argv).nodes
-    for count in (n, 8 * n):
-        best = measure(count)
+    for count, best in zip((n, 8 * n), at_scales(None, partial(measure, nodes=n)), strict=True):
         base = best["suppression look-up"]
         for label in ("default type", "cut ids"):
             print(f"{count:>7} nodes, {label}: {best[label] * 1000:.2f} ms per commit "

@@ -13,16 +13,16 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from config import load_settings  # noqa: E402
+from bench.growth import at_scales  # noqa: E402
 from pipelines.extract.commit import drop_suppressed  # noqa: E402
 from pipelines.extract.reduce import ReducedNode, ReducedSession  # noqa: E402
-from store.backend import open_database  # noqa: E402
+from store.db import Database  # noqa: E402
 from store.graph import GraphStore  # noqa: E402
 from store.suppressions import SuppressionStore  # noqa: E402
 
@@ -30,24 +30,19 @@ SESSION = ReducedSession("s", "", tuple(
     ReducedNode(f"CONCEPT:thing {i}", "CONCEPT", f"Thing {i}", "", (f"T {i}",), 0.9, (), ()) for i in range(300)), (), ())
 
 
-def look_up(suppressed: int) -> float:
-    """Best of 5 seconds of one look-up with ``suppressed`` nodes kept out (none the session names)."""
-    with tempfile.TemporaryDirectory() as tmp:
-        db = open_database(load_settings(data_dir=Path(tmp)))
-        try:
-            store, graph = SuppressionStore(db), GraphStore(db)
-            with db.transaction():
-                for n in range(suppressed):
-                    store.suppress(f"PERSON:p{n}", label="PERSON", name=f"p{n}", keys=(f"p{n}", f"q{n}", f"r{n}"), anchors=(f"session:s{n}",))
-            best = float("inf")
-            for _ in range(5):
-                start = time.perf_counter()
-                _, dropped = drop_suppressed(SESSION, store, graph)
-                best = min(best, time.perf_counter() - start)
-                assert dropped == 0
-            return best
-        finally:
-            db.close()
+def look_up(db: Database, scale: int, *, nodes: int) -> float:
+    """Best of 5 seconds of one look-up with ``scale`` × ``nodes`` nodes kept out (none the session names)."""
+    store, graph = SuppressionStore(db), GraphStore(db)
+    with db.transaction():
+        for n in range(scale * nodes):
+            store.suppress(f"PERSON:p{n}", label="PERSON", name=f"p{n}", keys=(f"p{n}", f"q{n}", f"r{n}"), anchors=(f"session:s{n}",))
+    best = float("inf")
+    for _ in range(5):
+        start = time.perf_counter()
+        _, dropped = drop_suppressed(SESSION, store, graph)
+        best = min(best, time.perf_counter() - start)
+        assert dropped == 0
+    return best
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -55,9 +50,8 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--nodes", type=int, default=5000)
     n = parser.parse_args(argv).nodes
-    base = look_up(0)
-    for count in (n, 8 * n):
-        took = look_up(count)
+    base, *scaled = at_scales(None, partial(look_up, nodes=n), scales=(0, 1, 8))
+    for count, took in zip((n, 8 * n), scaled, strict=True):
         print(f"{count:>7} suppressed: {took * 1000:.2f} ms per commit ({took / base:.2f}x the look-up with none, {base * 1000:.2f} ms)")
 
 
