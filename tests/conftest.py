@@ -298,6 +298,19 @@ async def stores(settings: Settings) -> AsyncIterator[Stores]:
         opened.close()
 
 
+def add_nodes(settings: Settings, nodes: list[Any]) -> None:
+    """Write ``nodes`` (:class:`store.graph.Node`) straight into the graph ``settings`` names, as an
+    operator's earlier edit or another worker would have left them."""
+    from store.backend import open_database
+    from store.graph import GraphStore
+
+    db = open_database(settings)
+    try:
+        GraphStore(db).upsert_nodes(nodes)
+    finally:
+        db.close()
+
+
 def write_sessions(path: Path, sessions: list[dict[str, Any]]) -> Path:
     """Write sessions as an import JSONL file."""
     path.write_text("".join(json.dumps(s) + "\n" for s in sessions), encoding="utf-8")

@@ -27,9 +27,8 @@ import pytest
 
 from config import Settings
 from pipelines.recall import RecallInputError
-from store.backend import open_database
-from store.graph import GraphStore, Node
-from tests.conftest import run_cli
+from store.graph import Node
+from tests.conftest import add_nodes, run_cli
 from tests.llm_server import LLMServer, Reply, prompt_turns
 from tests.test_change_scan import _query
 from tests.test_forget import _env
@@ -50,12 +49,7 @@ async def test_a_hand_merge_and_unmerge_that_move_a_name_within_its_type_are_not
         await _said(mine, tmp_path, "s1", 1, ["We met [PERSON Jane Doe]."])
         env = _env(settings)
         assert run_cli("forget", "--node", "PERSON:Jane Doe", env=env).returncode == 0
-        db = open_database(settings)
-        try:
-            GraphStore(db).upsert_nodes([Node("CONCEPT:jane doe", "CONCEPT", "Jane Doe", {}),
-                                         Node("CONCEPT:doe papers", "CONCEPT", "Doe Papers", {})])
-        finally:
-            db.close()
+        add_nodes(settings, [Node("CONCEPT:jane doe", "CONCEPT", "Jane Doe", {}), Node("CONCEPT:doe papers", "CONCEPT", "Doe Papers", {})])
         merged = run_cli("merge", "CONCEPT:jane doe", "CONCEPT:doe papers", env=env)
         assert merged.returncode == 0, merged.stderr
         assert "CONCEPT:jane doe" not in _ids(settings)
@@ -89,11 +83,7 @@ async def test_a_name_the_type_still_knows_does_not_let_in_an_alias_it_keeps_out
         env = _env(settings)
         for person in ("PERSON:Jane Doe", "PERSON:John Roe"):
             assert run_cli("forget", "--node", person, env=env).returncode == 0
-        db = open_database(settings)
-        try:
-            GraphStore(db).upsert_nodes([Node("CONCEPT:jane doe", "CONCEPT", "Jane Doe", {})])
-        finally:
-            db.close()
+        add_nodes(settings, [Node("CONCEPT:jane doe", "CONCEPT", "Jane Doe", {})])
         extract = await _said(mine, tmp_path, "s2", 2, ["[CONCEPT Jane Doe] wrote again."])
     assert extract["suppressed"] == 1, extract
     assert _query(settings, "SELECT COUNT(*) FROM node_aliases WHERE alias_key = 'john roe'")[0][0] == 0

@@ -15,9 +15,8 @@ from typing import Any
 import pytest
 
 from config import Settings
-from store.backend import open_database
-from store.graph import GraphStore, Node
-from tests.conftest import run_cli
+from store.graph import Node
+from tests.conftest import add_nodes, run_cli
 from tests.llm_server import LLMServer, Reply, prompt_turns
 from tests.test_change_scan import _query
 from tests.test_forget import _env, _session
@@ -90,11 +89,7 @@ async def test_a_concept_of_the_name_the_forget_left_keeps_taking_it(settings: S
         assert run_cli("forget", "--node", "PERSON:Jane Doe", env=_env(settings)).returncode == 0
         node = (Node("CONCEPT:jane doe", "CONCEPT", "Jane Doe", {}) if kept == "by its id"
                 else Node("CONCEPT:doe papers", "CONCEPT", "Doe Papers", {"aliases": ["Jane Doe"]}))
-        db = open_database(settings)
-        try:
-            GraphStore(db).upsert_nodes([node])
-        finally:
-            db.close()
+        add_nodes(settings, [node])
         extract = await _said(mine, tmp_path, "s2", 2, ["[CONCEPT Jane Doe] wrote again."])
     assert extract["suppressed"] == 0, extract
     points = _query(settings, "SELECT DISTINCT node_id FROM node_points WHERE anchor = 'session:s2'")

@@ -13,9 +13,8 @@ from pathlib import Path
 import pytest
 
 from config import Settings
-from store.backend import open_database
-from store.graph import GraphStore, Node
-from tests.conftest import run_cli
+from store.graph import Node
+from tests.conftest import add_nodes, run_cli
 from tests.llm_server import LLMServer, Reply
 from tests.test_change_scan import _query
 from tests.test_forget import _build, _env, _session, canonical
@@ -37,12 +36,7 @@ async def _forgotten(settings: Settings, tmp_path: Path) -> dict[str, str]:
     CLASS ``RetryPolicy`` merged into ``GraphStore``; then CLASS ``DrainWorker`` and CLASS
     ``retrypolicy`` forgotten. The environment of a ``rem-cycle`` subprocess."""
     await _build(settings, tmp_path, ["a", "b", "c"])
-    db = open_database(settings)
-    try:
-        GraphStore(db).upsert_nodes([Node("CONCEPT:drainworker", "CONCEPT", "DrainWorker", {}),
-                                     Node("CLASS:retrypolicy", "CLASS", "retrypolicy", {})])
-    finally:
-        db.close()
+    add_nodes(settings, [Node("CONCEPT:drainworker", "CONCEPT", "DrainWorker", {}), Node("CLASS:retrypolicy", "CLASS", "retrypolicy", {})])
     env = _env(settings)
     assert run_cli("merge", "CLASS:RetryPolicy", "CLASS:GraphStore", env=env).returncode == 0
     for forgotten in ("CLASS:DrainWorker", "CLASS:retrypolicy"):

@@ -438,7 +438,7 @@ def unmerge_node(settings: Settings, node_id: str) -> list[dict[str, Any]]:
     with open_graph_db(settings) as db:
         unit = DatabaseUnitOfWork(db)
         # The names it takes back are those of the nodes it was merged into.
-        into = [record.into_id for record in MergeStore(db).records(merged_id=node_id, active=True)]
+        into = [record.into_id for record in unit.merges.records(merged_id=node_id, active=True)]
         return refusing_kept_out(unit, [node_id], lambda: unit.merges.unmerge(node_id), what="unmerge", taking_from=into)
 
 
