@@ -1,7 +1,7 @@
 """The model judge (``REM_LLM_JUDGE``) on the real labelled identity pairs: precision and recall of
 the rules alone and of the rules with the judge settling the pairs they leave for review, per
 split and kind of name — the same rule verdicts, questions and answer handling as a cycle
-(:func:`pipelines.identity.resolve`, :func:`pipelines.identity.audit_options`,
+(:func:`pipelines.identity.resolve_batch` with ``judged``, :func:`pipelines.identity.audit_options`,
 :meth:`pipelines.judge.ModelJudge.audit_identity`), against the OpenAI-compatible server the
 ``REM_LLM_*`` settings name.
 
@@ -10,7 +10,16 @@ split and kind of name — the same rule verdicts, questions and answer handling
         [--answers /tmp/judge-answers.jsonl] [--concurrency 4]
 
 Each pair is resolved as :mod:`bench.bench_identity` resolves it in its *isolated* setting (the
-index holds the pair's existing node only). A ``candidate`` verdict naming it is a question for
+index holds the pair's existing node only), where every name beside one with words more is the only
+such name — so the ``extension-asked`` rule offers every such pair and the ceiling is loose. A
+run puts them among all the names of its sessions:
+
+    python bench/identity_judge.py --oracle --runs office-heldout=office.heldout.jsonl [NAME=FILE …] [--keep DIR]
+
+imports each file into a fresh data dir and digests it in this process with the heuristic
+extractor and the labels as the judge (``--oracle``: the pairs labelled same linked, every other
+question answered "a new node"), then scores the labelled pairs of that run (``run`` in the labels)
+as ``bench_identity.py --runs`` does, and counts the questions asked. A ``candidate`` verdict naming it is a question for
 the judge; a ``link`` to it is the judge's answer. Each answer is appended to ``--answers`` by its
 question (:func:`pipelines.identity.audit_question`, the key a cycle keeps answers by), and read
 back by the next run: a run that stopped, or a run over more splits, pays no question twice. A
@@ -26,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import tempfile
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -36,10 +46,10 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.bench_identity import LABELLED_SPLITS, REAL, load_pairs  # noqa: E402
+from bench.bench_identity import LABELLED_SPLITS, REAL, load_pairs, run_report  # noqa: E402
 from config import load_settings  # noqa: E402
 from pipelines.identity import (  # noqa: E402
-    CANDIDATE, LINK, AliasIndex, AuditUnanswered, Auditor, NodeRef, audit_options, audit_question, resolve,
+    CANDIDATE, LINK, AliasIndex, AuditUnanswered, Auditor, NodeRef, audit_options, audit_question, fold, resolve_batch,
 )
 
 KINDS = ("identifier", "path", "prose")
@@ -94,7 +104,8 @@ async def judge_pairs(
     for pair in pairs:
         existing, incoming = pair["existing_ref"], pair["incoming_ref"]
         index = AliasIndex.build([existing])
-        verdict = resolve(incoming, index)
+        # As a cycle with a judge resolves (its rules offer the judge more than the review list).
+        (verdict,) = resolve_batch([incoming], index, judged=True)
         base = Judged(pair["split"], pair["name_kind"], bool(pair["same"]),
                       verdict.action == LINK and verdict.target == existing.id, existing_id=existing.id)
         options = audit_options(verdict, incoming, index) if verdict.action == CANDIDATE else []
@@ -157,6 +168,60 @@ def report(judged: Sequence[Judged]) -> dict[str, dict[str, Any]]:
     return out
 
 
+def run_oracle(pairs: Sequence[Mapping[str, Any]], asked: list[bool]) -> Auditor:
+    """The labels as the judge of a run: the first option that a pair labelled same names beside
+    the node (any of their names, ignoring case), else "a new node". Each question appends whether a
+    labelled pair was among it to ``asked``."""
+    labels = {frozenset(((p["type"], fold(p["existing"]["name"])), (p["type"], fold(p["incoming"]["name"])))): bool(p["same"])
+              for p in pairs}
+
+    async def answer(node: NodeRef, options: Sequence[NodeRef]) -> str | None:
+        found = [(o.id, labels[key]) for o in options for f in node.forms for g in o.forms
+                 if (key := frozenset(((node.type, fold(f)), (o.type, fold(g))))) in labels]
+        asked.append(bool(found))
+        return next((option for option, same in found if same), None)
+
+    return answer
+
+
+async def judge_runs(runs: Mapping[str, Path], pairs: Sequence[Mapping[str, Any]], *, keep: Path) -> dict[str, Any]:
+    """Each run's sessions digested with the labels as the judge (see the module docstring), in a
+    data dir under ``keep``; the figures of :func:`bench.bench_identity.run_report` over them, and
+    per run the questions asked (per 100 sessions) and how many of them held a labelled pair."""
+    import os
+    import subprocess
+
+    import worker.cycle
+    from worker.cycle import run_cycle
+
+    root = Path(__file__).resolve().parent.parent
+    made = worker.cycle.identity_resolver
+    questions: dict[str, list[bool]] = {}
+    dirs: dict[str, Path] = {}
+    try:
+        for name, sessions in runs.items():
+            data_dir = dirs[name] = keep / name
+            asked = questions[name] = []
+            auditor = run_oracle(pairs, asked)
+            # The seam a model takes in a cycle (REM_LLM_JUDGE), taken by the labels: the
+            # extraction stays the heuristic one, whose graph the labelled pairs come from.
+            worker.cycle.identity_resolver = lambda db, *, judge=auditor, keep_as=None, **_: made(db, auditor=judge, keep_as=keep_as)
+            env = {**os.environ, "REM_DATA_DIR": str(data_dir), "REM_EXTRACTOR": "heuristic", "REM_LOG_LEVEL": "warning"}
+            subprocess.run([sys.executable, "-m", "worker", "import", str(sessions)], cwd=root, env=env, check=True, capture_output=True)
+            settings = load_settings(data_dir=data_dir, extractor="heuristic", batch_limit=1_000_000, log_level="warning")
+            result = await run_cycle(settings)
+            if result.exit_code != 0:
+                raise SystemExit(f"{name}: the cycle ended {result.outcome}: {result.message}")
+    finally:
+        worker.cycle.identity_resolver = made
+    figures = run_report(dirs, pairs)
+    for name, asked in questions.items():
+        sessions = figures["runs"][name]["sessions"]
+        figures["runs"][name] |= {"questions": len(asked), "questions_labelled": sum(asked),
+                                  "questions_per_100_sessions": round(len(asked) * 100 / sessions, 1) if sessions else 0.0}
+    return figures
+
+
 def oracle(pairs: Sequence[Mapping[str, Any]]) -> Auditor:
     """An auditor that answers from the labels (the pair's existing node when it is the same thing,
     else "a new node"): the most the judge can add to the rules, since it is asked only about the
@@ -177,6 +242,22 @@ async def run(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
 
     pairs = [p for p in load_pairs(args.real)
              if p["split"] in args.splits and p.get("name_kind") in args.kinds and p["rule"] != "cross-type"]
+    if args.runs:
+        if args.keep is not None:
+            ran = await judge_runs(args.runs, pairs, keep=args.keep)
+        else:
+            with tempfile.TemporaryDirectory(prefix="rem-judge-runs-") as tmp:
+                ran = await judge_runs(args.runs, pairs, keep=Path(tmp))
+        if args.json:
+            print(json.dumps(ran, indent=1, sort_keys=True))
+            return ran
+        for name, r in ran["runs"].items():
+            print(f"{name:28} sessions={r['sessions']} questions={r['questions']} ({r['questions_per_100_sessions']} per 100 sessions, "
+                  f"{r['questions_labelled']} about a labelled pair)  review list {r['review_per_100_sessions']} per 100 sessions")
+        for key, f in ran["splits"].items():
+            print(f"{key:28} pairs={f['pairs']:4} same={f['positives']:4} absent={f['absent']}  with the labels judging "
+                  f"P={f['precision']:.3f} R={f['recall']:.3f}  R with review={f['recall_with_review']:.3f}")
+        return ran
     if args.oracle:
         judged = await judge_pairs(pairs, oracle(pairs), answers={})
     else:
@@ -196,6 +277,13 @@ async def run(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     return figures
 
 
+def _run(text: str) -> tuple[str, Path]:
+    name, sep, path = text.partition("=")
+    if not sep or not name or not path:
+        raise argparse.ArgumentTypeError(f"expected NAME=SESSIONS_FILE, got {text!r}")
+    return name, Path(path)
+
+
 def main(argv: list[str] | None = None) -> dict[str, dict[str, Any]]:
     """Parse the arguments and run (the model settings come from the environment, as a worker's)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -206,7 +294,14 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, Any]]:
     parser.add_argument("--concurrency", type=int, default=4, help="questions in flight at once")
     parser.add_argument("--oracle", action="store_true", help="answer from the labels (no model): the judge's ceiling")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    parser.add_argument("--runs", nargs="+", type=_run, default=None, metavar="NAME=SESSIONS",
+                        help="digest these import files with the labels as the judge (with --oracle) and score their runs")
+    parser.add_argument("--keep", type=Path, default=None, help="with --runs: leave the runs' data dirs here")
     args = parser.parse_args(argv)
+    if args.runs is not None:
+        if not args.oracle:
+            parser.error("--runs judges with the labels: add --oracle (a model judges a run through rem-cycle itself)")
+        args.runs = dict(args.runs)
     if not args.oracle and load_settings().extractor != "openai":
         parser.error("the judge is the model's: set REM_EXTRACTOR=openai and REM_LLM_BASE_URL (and REM_LLM_MODEL)")
     return anyio.run(run, args)

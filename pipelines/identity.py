@@ -72,7 +72,7 @@ import re
 import sys
 import unicodedata
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from difflib import SequenceMatcher
 from typing import Any
@@ -80,6 +80,12 @@ from typing import Any
 LINK = "link"
 CREATE = "create"
 CANDIDATE = "candidate"
+# The rule of the ``extension`` pairs offered only to a judge (:func:`said_together`, ``judged``):
+# a judge's "a new node" settles them, they never wait on the review list.
+ASKED_EXTENSION = "extension-asked"
+# With a judge, a name beside at most this many names with words more is asked about each of them
+# (one question, these options); beside more, it names none of them for sure enough to ask.
+MAX_ASKED_EXTENSIONS = 3
 
 LINK_THRESHOLD = 0.9
 # Prose sharing half its words (`Then Python` / `The Python`) was another thing in every such
@@ -816,10 +822,12 @@ def resolve_batch(
     *,
     blocked: frozenset[tuple[str, str]] = frozenset(),
     thresholds: Thresholds = Thresholds(),
+    judged: bool = False,
 ) -> list[Verdict]:
     """Resolve nodes in order against ``index`` (left unchanged) and against each other: a node
-    not linked to the graph may link to an earlier node of the same batch. Call :func:`learn`
-    once the batch is committed."""
+    not linked to the graph may link to an earlier node of the same batch. ``judged``: a judge
+    settles the candidates (the ``extension`` rule then offers pairs across sessions,
+    :func:`said_together`). Call :func:`learn` once the batch is committed."""
     batch = AliasIndex()
     verdicts = []
     for node in nodes:
@@ -831,7 +839,7 @@ def resolve_batch(
         verdicts.append(verdict)
         learn(batch, [node], [verdict])
     verdicts = named_person(nodes, verdicts, index, batch, blocked=blocked)
-    verdicts = said_together(nodes, verdicts, index, batch, blocked=blocked)
+    verdicts = said_together(nodes, verdicts, index, batch, blocked=blocked, judged=judged)
     return [_without_crowded_basenames(v, index, batch) for v in verdicts]
 
 
@@ -961,44 +969,74 @@ def owned(short: str, long: str) -> bool:
 
 def said_together(
     nodes: Sequence[NodeRef], verdicts: Sequence[Verdict], index: AliasIndex, batch: AliasIndex,
-    *, blocked: frozenset[tuple[str, str]] = frozenset(),
+    *, blocked: frozenset[tuple[str, str]] = frozenset(), judged: bool = False,
 ) -> list[Verdict]:
     """The ``extension`` rule, with the session as context (pure): a prose name and the same name
-    with words more (:func:`extends`) are a *candidate* pair for review — never a link — when both
-    are said in this session (``nodes``, the batch: a name it says that the graph already holds is
-    in it too) and the longer name is the only node, in the graph (``index``) or the session
-    (``batch``), that extends the shorter one. Otherwise they stay apart, as before. Why no link:
-    on labelled real pairs of this shape, no context reached link precision (bench/RESULTS.md,
-    issue 11, sixth round): `Ross Geller` / `Ross` but `Joey Special` / `Joey`."""
+    with words more (:func:`extends`) are a *candidate* pair — never a link — when both are said in
+    this session (``nodes``, the batch: a name it says that the graph already holds is in it too)
+    and the longer name is the only node, in the graph (``index``) or the session (``batch``), that
+    extends the shorter one. Otherwise they stay apart, as before. Why no link: on labelled real
+    pairs of this shape, no context reached link precision (bench/RESULTS.md, issue 11, sixth
+    round): `Ross Geller` / `Ross` but `Joey Special` / `Joey`.
+
+    ``judged`` (a judge settles candidates, ``REM_LLM_JUDGE``): one of the two said in this session
+    is enough, the other may be a graph node of any earlier session (rule :data:`ASKED_EXTENSION`). Without a judge such pairs
+    would be the review list's bulk (most of them two things); with one, each is a question it
+    answers once, and the names rarely meet in one session otherwise (`Wallace` in one scene,
+    `David Wallace` in another): bench/RESULTS.md, issue 11, "The judge asked across sessions"."""
     out = list(verdicts)
     own = [v.target if v.action == LINK and v.target else n.id for n, v in zip(nodes, verdicts, strict=True)]
     paired: set[frozenset[str]] = set()  # one pair per two nodes, however many spellings say them
+
+    def pair(holder: int, target: str, short: str, long: str, rule: str) -> None:
+        verdict = out[holder]
+        # An ambiguity of a decisive rule stays as it is (a bridging one joins its candidates).
+        if verdict.action == LINK or verdict.rule.startswith("ambiguous-") or target == nodes[holder].id or (nodes[holder].id, target) in blocked:
+            return
+        if any(m.node_id == target for m in verdict.candidates) or owned(short, long):
+            return
+        match = Match(target, rule, 0.6, nodes[holder].name, nodes[holder].type)
+        ranked = tuple(sorted((*verdict.candidates, match), key=lambda m: (-m.score, m.node_id)))
+        out[holder] = Verdict(verdict.node_id, CANDIDATE, None, ranked[0].rule, ranked[0].score, ranked)
+        paired.add(frozenset((own[holder], target)))
+
+    def wider(kind: str, form: NameForm, short_id: str) -> set[str]:
+        return (_extensions(index, kind, form) | _extensions(batch, kind, form)) - {short_id}
+
+    most = MAX_ASKED_EXTENSIONS if judged else 1
     for i, short in enumerate(nodes):
         form = name_form(short.type, short.name)
         if form.identifier or short.type in ("FILE", "ISSUE"):
             continue
-        wider = (_extensions(index, short.type, form) | _extensions(batch, short.type, form)) - {own[i]}
-        if len(wider) != 1:
+        longer = wider(short.type, form, own[i])
+        if len(longer) > most:
             continue
-        (long_id,) = wider
-        if frozenset((own[i], long_id)) in paired:
-            continue
-        for j, long in enumerate(nodes):
-            if own[j] != long_id or long.type != short.type or not extends(form, name_form(long.type, long.name)):
+        rule = "extension" if len(longer) == 1 else ASKED_EXTENSION
+        for long_id in sorted(longer):
+            if frozenset((own[i], long_id)) in paired:
                 continue
-            # The pair goes on the name that is not linked already (the shorter one first).
-            holder, target = (i, own[j]) if out[i].action != LINK else (j, own[i])
-            verdict = out[holder]
-            # An ambiguity of a decisive rule stays as it is (a bridging one joins its candidates).
-            if verdict.action == LINK or verdict.rule.startswith("ambiguous-") or target == nodes[holder].id or (nodes[holder].id, target) in blocked:
-                break
-            if any(m.node_id == target for m in verdict.candidates) or owned(short.name, long.name):
-                break
-            match = Match(target, "extension", 0.6, nodes[holder].name, short.type)
-            ranked = tuple(sorted((*verdict.candidates, match), key=lambda m: (-m.score, m.node_id)))
-            out[holder] = Verdict(verdict.node_id, CANDIDATE, None, ranked[0].rule, ranked[0].score, ranked)
-            paired.add(frozenset((own[i], long_id)))
-            break
+            said = next((j for j, long in enumerate(nodes)
+                         if own[j] == long_id and long.type == short.type and extends(form, name_form(long.type, long.name))), None)
+            if said is not None:
+                # The pair goes on the name that is not linked already (the shorter one first).
+                holder, target = (i, own[said]) if out[i].action != LINK else (said, own[i])
+                pair(holder, target, short.name, nodes[said].name, rule)
+            elif judged and long_id in index.nodes:
+                pair(i, long_id, short.name, index.nodes[long_id].name, ASKED_EXTENSION)
+    if not judged:
+        return out
+    # The longer name said in this session, the shorter one only in the graph.
+    for j, long in enumerate(nodes):
+        form = name_form(long.type, long.name)
+        if out[j].action == LINK or form.identifier or long.type in ("FILE", "ISSUE"):
+            continue
+        for run in sub_runs(form.words.split()):
+            for short_id in sorted(index.prose_words.get((long.type, run), ())):
+                if frozenset((own[j], short_id)) in paired:
+                    continue
+                longer = wider(long.type, name_form(long.type, run), short_id)
+                if own[j] in longer and len(longer) <= most:
+                    pair(j, short_id, index.nodes[short_id].name, long.name, ASKED_EXTENSION)
     return out
 
 
@@ -1094,13 +1132,17 @@ class AuditUnanswered(Exception):
     answer is kept, so a later cycle asks again."""
 
 
-def audit_options(verdict: Verdict, node: NodeRef, index: AliasIndex) -> list[NodeRef]:
-    """The existing nodes an auditor chooses among to settle ``verdict`` (pure): its same-type
-    candidates still in ``index``; none — nothing to ask — unless it is a ``candidate`` verdict.
+def audit_options(verdict: Verdict, node: NodeRef, index: AliasIndex, batch: Mapping[str, NodeRef] | None = None) -> list[NodeRef]:
+    """The nodes an auditor chooses among to settle ``verdict`` (pure): its same-type candidates
+    still in ``index`` or new in the same ``batch`` (by id: a name and the same name with words
+    more, both first said in this session, are a question too — the commit links one to the other
+    as to any node of its batch); none — nothing to ask — unless it is a ``candidate`` verdict.
     Cross-type candidates are never offered (never merged)."""
     if verdict.action != CANDIDATE:
         return []
-    return [index.nodes[m.node_id] for m in verdict.candidates if m.type == node.type and m.node_id in index.nodes]
+    batch = batch or {}
+    known = ((index.nodes.get(m.node_id) or batch.get(m.node_id)) for m in verdict.candidates if m.type == node.type)
+    return [ref for ref in known if ref is not None]
 
 
 def audit_question(node: NodeRef, options: Sequence[NodeRef]) -> str:

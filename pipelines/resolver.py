@@ -36,7 +36,9 @@ import anyio
 
 from pipelines import hubs
 from pipelines.identity import (
+    ASKED_EXTENSION,
     CANDIDATE,
+    CREATE,
     LINK,
     AliasIndex,
     Auditor,
@@ -130,6 +132,7 @@ class GraphResolver:
         self._blocked: frozenset[tuple[str, str]] = frozenset()
         self._created: list[str] = []
         self._decisions: dict[tuple[str, tuple[str, ...]], str | None] = {}
+        self._unanswered: set[tuple[str, tuple[str, ...]]] = set()  # decisions the auditor could not give
         self._lock = threading.RLock()
         self._epoch = epoch
         self._kept = kept if epoch is not None and committed_since is not None else None
@@ -200,13 +203,14 @@ class GraphResolver:
             refs = _refs(c for c in candidates if c.id not in gone)
             with self._lock:
                 index = self._ready_index()
-                return refs, index, resolve_batch(refs, index, blocked=self._blocked, thresholds=self.thresholds)
+                return refs, index, resolve_batch(refs, index, blocked=self._blocked, thresholds=self.thresholds, judged=self.auditor is not None)
 
         refs, index, verdicts = await anyio.to_thread.run_sync(resolve_now)
         questions: dict[tuple[str, tuple[str, ...]], tuple[NodeRef, list[NodeRef], str]] = {}
+        batch = {ref.id: ref for ref in refs}
         for ref, verdict in zip(refs, verdicts, strict=True):
             key = _question(verdict)
-            options = audit_options(verdict, ref, index)
+            options = audit_options(verdict, ref, index, batch)
             if options and key not in self._decisions:
                 questions[key] = (ref, options, audit_question(ref, options))
         given = await self.verdicts.given({q for *_, q in questions.values()}) if self.verdicts is not None and questions else {}
@@ -220,6 +224,7 @@ class GraphResolver:
                 chosen = await self.auditor(ref, options)
             except AuditUnanswered:
                 self._decisions[key] = None  # this phase goes on without it; a later one asks again
+                self._unanswered.add(key)
                 continue
             chosen = chosen if chosen in {o.id for o in options} else None
             if self.verdicts is not None:
@@ -232,7 +237,7 @@ class GraphResolver:
         with self._lock:
             index = self._ready_index()
             refs = _refs(candidates)
-            verdicts = resolve_batch(refs, index, blocked=self._blocked, thresholds=self.thresholds)
+            verdicts = resolve_batch(refs, index, blocked=self._blocked, thresholds=self.thresholds, judged=self.auditor is not None)
             # The graph's nodes a verdict names (an exact id, a link or a candidate not of this
             # batch): one of them gone (another worker folded or forgot it) means the index is
             # stale — and a stale node beside the one it was folded into would make an ambiguity.
@@ -246,7 +251,7 @@ class GraphResolver:
                 log.info("identity index stale (a node it links to is gone, or one it links away exists): rebuilding")
                 self._index = None
                 index = self._ready_index()
-                verdicts = resolve_batch(refs, index, blocked=self._blocked, thresholds=self.thresholds)
+                verdicts = resolve_batch(refs, index, blocked=self._blocked, thresholds=self.thresholds, judged=self.auditor is not None)
             verdicts = [separated(self._settled(v), self._blocked) for v in verdicts]
             checked = hubs.check(refs, verdicts, index)
             verdicts = without_foreign_receivers(refs, checked.verdicts, index)
@@ -267,11 +272,21 @@ class GraphResolver:
             return resolution
 
     def _settled(self, verdict: Verdict) -> Verdict:
-        chosen = self._decisions.get(_question(verdict)) if verdict.action == CANDIDATE else None
-        if chosen is None:
+        key = _question(verdict)
+        if verdict.action != CANDIDATE or key not in self._decisions:
             return verdict
-        score = next(m.score for m in verdict.candidates if m.node_id == chosen)
-        return Verdict(verdict.node_id, LINK, chosen, "auditor", score, verdict.candidates)
+        chosen = self._decisions[key]
+        if chosen is not None:
+            score = next(m.score for m in verdict.candidates if m.node_id == chosen)
+            return Verdict(verdict.node_id, LINK, chosen, "auditor", score, verdict.candidates)
+        if key in self._unanswered:
+            return verdict
+        # The judge said "a new node": the pairs offered to it alone leave with its answer (they
+        # were never the review list's); the others stay there, as before.
+        kept = tuple(m for m in verdict.candidates if m.rule != ASKED_EXTENSION)
+        if not kept:
+            return Verdict(verdict.node_id, CREATE, None, "auditor", 0.0, ())
+        return Verdict(verdict.node_id, CANDIDATE, None, kept[0].rule, kept[0].score, kept) if len(kept) < len(verdict.candidates) else verdict
 
 
 def separated(verdict: Verdict, blocked: frozenset[tuple[str, str]]) -> Verdict:
