@@ -22,7 +22,10 @@ question it answers (:class:`GivenVerdicts`: ``identity_verdicts``, migration 16
 question is never paid for twice — not even by a worker killed before the session's commit. The
 candidates ``rem-cycle forget --node`` keeps out (``kept_out``) are left out of those questions, as
 the commit leaves them out of its batch: no call is paid for about a node the commit drops, and
-the batch asked about is the one the commit resolves.
+the batch asked about is the one the commit resolves. Each node of a question is shown with a
+few bounded quotes of where it is said (:func:`pipelines.identity.node_quotes`): an incoming
+node's from the session being committed (``said``), an existing one's from its earliest grounding
+turns (:meth:`GivenVerdicts.first_texts`).
 """
 
 from __future__ import annotations
@@ -37,8 +40,8 @@ import anyio
 from pipelines import hubs
 from pipelines.identity import (
     CANDIDATE,
-    QUOTES_PER_NODE,
     LINK,
+    QUOTES_PER_NODE,
     AliasIndex,
     Auditor,
     AuditUnanswered,
