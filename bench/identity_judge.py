@@ -228,7 +228,7 @@ def oracle(pairs: Sequence[Mapping[str, Any]]) -> Auditor:
     pairs they leave for review — a ceiling, not a model's figure."""
     same = {(p["incoming_ref"].id, p["existing_ref"].id) for p in pairs if p["same"]}
 
-    async def answer(node: NodeRef, options: Sequence[NodeRef]) -> str | None:
+    async def answer(node: NodeRef, options: Sequence[NodeRef], *, quotes: Mapping[str, Sequence[str]] = {}) -> str | None:
         return next((o.id for o in options if (node.id, o.id) in same), None)
 
     return answer

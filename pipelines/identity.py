@@ -75,7 +75,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from difflib import SequenceMatcher
-from typing import Any
+from typing import Any, Protocol
 
 LINK = "link"
 CREATE = "create"
@@ -1121,10 +1121,53 @@ class Resolution(dict[str, str]):
         return [v for v in self.verdicts.values() if v.action == CANDIDATE]
 
 
-# Given an incoming node and the existing same-type nodes it may be, return the id of the one it
-# is, or None for "a new node"; raise :class:`AuditUnanswered` when it could not answer (the model
-# call failed: nothing to keep). Only asked about ``candidate`` verdicts.
-Auditor = Callable[[NodeRef, Sequence[NodeRef]], Awaitable[str | None]]
+class Auditor(Protocol):
+    """Given an incoming node, the existing same-type nodes it may be and, by node id, the
+    :func:`node_quotes` of each, return the id of the one it is, or ``None`` for "a new node";
+    raise :class:`AuditUnanswered` when it could not answer (the model call failed: nothing to
+    keep). Only asked about ``candidate`` verdicts."""
+
+    def __call__(
+        self, node: NodeRef, options: Sequence[NodeRef], *, quotes: Mapping[str, Sequence[str]] = ...,
+    ) -> Awaitable[str | None]: ...
+
+
+# What the auditor is shown of where each node's name is said: at most this many quotes a node,
+# each at most this many characters — a question's size does not grow with a turn's or a node's
+# history. Names alone do not tell `Ross` / `Ross Geller` (one person) from `Ross` / `Ross Tillman`
+# (two); the lines that say them do (bench/RESULTS.md, issue 11, sixth to eighth rounds).
+QUOTES_PER_NODE = 3
+QUOTE_CHARS = 300
+_CUT = "…"
+
+
+def quote(text: str, forms: Sequence[str]) -> str:
+    """``text`` with its whitespace collapsed, cut to at most :data:`QUOTE_CHARS` characters around
+    the first place it says one of ``forms`` (ignoring case; its start when it says none), a cut
+    end marked ``…`` (pure)."""
+    flat = " ".join(text.split())
+    if len(flat) <= QUOTE_CHARS:
+        return flat
+    lowered = flat.casefold()
+    found = [at for form in forms if form.strip() and (at := lowered.find(" ".join(form.split()).casefold())) >= 0]
+    room = QUOTE_CHARS - 2 * len(_CUT)
+    # The name a third of the way in: what leads up to it says who is meant as much as what follows.
+    start = max(0, min(min(found, default=0) - room // 3, len(flat) - room))
+    body = flat[start:start + room]
+    return (_CUT if start > 0 else "") + body + (_CUT if start + room < len(flat) else "")
+
+
+def node_quotes(node: NodeRef, texts: Iterable[str]) -> tuple[str, ...]:
+    """What the auditor is shown of where ``node`` is said (pure): the first
+    :data:`QUOTES_PER_NODE` distinct non-empty ``texts`` (in the order given: earliest first), each
+    cut by :func:`quote` around the node's names."""
+    quotes: dict[str, None] = {}
+    for text in texts:
+        if len(quotes) == QUOTES_PER_NODE:
+            break
+        if cut := quote(text, node.forms):
+            quotes.setdefault(cut)
+    return tuple(quotes)
 
 
 class AuditUnanswered(Exception):
@@ -1146,9 +1189,12 @@ def audit_options(verdict: Verdict, node: NodeRef, index: AliasIndex, batch: Map
 
 
 def audit_question(node: NodeRef, options: Sequence[NodeRef]) -> str:
-    """The key of the question "which of ``options`` is ``node``?" (pure): sha256 of everything the
-    auditor is shown — each node's id, type, name and aliases, the options in id order — so a
-    question is asked once and a changed one (a new alias, another option) is a new question."""
+    """The key of the question "which of ``options`` is ``node``?" (pure): sha256 of each node's
+    id, type, name and aliases, the options in id order — so a question is asked once and a changed
+    one (a new alias, another option) is a new question."""
+    # Not the quotes the auditor is also shown (:func:`node_quotes`): an answer is about the two
+    # entities, kept once — the quotes are what the model reads the first time it is asked, and
+    # the same pair met again in another session's lines is the same question, not a new paid one.
     def shown(ref: NodeRef) -> list[Any]:
         return [ref.id, ref.type, ref.name, sorted(ref.aliases)]
 

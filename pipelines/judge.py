@@ -6,11 +6,11 @@ JSON mode), and both fail soft: an error or an unusable answer means "no label" 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pipelines.extract.model import ExtractionFailure
-from pipelines.identity import AuditUnanswered, NodeRef
+from pipelines.identity import QUOTES_PER_NODE, AuditUnanswered, NodeRef
 from store.library_log import get_logger
 
 if TYPE_CHECKING:  # the transport (httpx) is imported where an extractor is made, not by every command
@@ -37,12 +37,19 @@ AUDITOR_PROMPT = (
     "You decide whether a newly extracted entity is the same thing as one of the existing entities "
     "of a knowledge graph. Same thing = the same class, file, issue, person, concept … written "
     "differently (spelling, abbreviation, paraphrase). Similar but distinct things are NOT the same. "
+    "Each entity comes with quotes of the text where it is said. When the names alone do not settle "
+    "it, decide from the quotes: a shorter name (a first name, a bare word) is the same entity as a "
+    "longer one only if the quotes show the same one (the same person, file, thing) — a shared word "
+    "is not enough. "
     'Answer as JSON: {"verdict": "link", "target": "<existing id>"} or {"verdict": "create"}.'
 )
 
 
-def _describe(node: NodeRef) -> dict[str, Any]:
-    return {"id": node.id, "type": node.type, "name": node.name, "aliases": list(node.aliases[:10])}
+def _describe(node: NodeRef, quotes: Mapping[str, Sequence[str]]) -> dict[str, Any]:
+    return {
+        "id": node.id, "type": node.type, "name": node.name, "aliases": list(node.aliases[:10]),
+        "quotes": list(quotes.get(node.id, ())[:QUOTES_PER_NODE]),
+    }
 
 
 class ModelJudge:
@@ -71,10 +78,14 @@ class ModelJudge:
         label = answer.get("label") if isinstance(answer, dict) else None
         return label if isinstance(label, str) and label.strip() else None
 
-    async def audit_identity(self, node: NodeRef, options: Sequence[NodeRef]) -> str | None:
+    async def audit_identity(
+        self, node: NodeRef, options: Sequence[NodeRef], *, quotes: Mapping[str, Sequence[str]] = {},
+    ) -> str | None:
         """The id of the existing node ``node`` is, or ``None`` (a new node; an answer that is no
-        usable verdict says so too). :class:`AuditUnanswered` when the call failed."""
-        payload = {"new": _describe(node), "existing": [_describe(o) for o in options]}
+        usable verdict says so too); each node is shown with its ``quotes`` (by node id, already
+        bounded: :func:`pipelines.identity.node_quotes`; none when missing).
+        :class:`AuditUnanswered` when the call failed."""
+        payload = {"new": _describe(node, quotes), "existing": [_describe(o, quotes) for o in options]}
         try:
             answer = await self._ask(AUDITOR_PROMPT, payload, schema_name="identity_verdict", schema=VERDICT_SCHEMA)
         except ExtractionFailure as exc:

@@ -38,7 +38,7 @@ import anyio
 from pipelines.extract.commit import CommitStats, commit_session
 from pipelines.extract.map import map_units
 from pipelines.extract.model import MAX_NAME_CHARS, Extractor
-from pipelines.extract.reduce import reduce_session
+from pipelines.extract.reduce import reduce_session, said_texts
 from pipelines.extract.units import SourceTurn, plan_units
 from pipelines.lazy_edge import LazyEdgeSink, queue_superseding
 from pipelines.ports import MergeRecorder, UnitOfWork
@@ -281,7 +281,8 @@ async def import_note(note: NoteFile, env: NotesEnv, result: NoteResult | None =
             if e.relationship == REFERENCED_BY and e.target == note.note_id and e.source not in referenced
         )
 
-    await env.resolver.prepare(reduced.nodes, session=note.note_id)  # forget --note takes its verdicts
+    # forget --note takes its verdicts; a file has no turns: the auditor reads its nodes' evidence.
+    await env.resolver.prepare(reduced.nodes, session=note.note_id, said=said_texts(reduced, {}))
 
     def commit() -> CommitStats:
         committed = commit_session(

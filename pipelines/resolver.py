@@ -22,13 +22,16 @@ question it answers (:class:`GivenVerdicts`: ``identity_verdicts``, migration 16
 question is never paid for twice — not even by a worker killed before the session's commit. The
 candidates ``rem-cycle forget --node`` keeps out (``kept_out``) are left out of those questions, as
 the commit leaves them out of its batch: no call is paid for about a node the commit drops, and
-the batch asked about is the one the commit resolves.
+the batch asked about is the one the commit resolves. Each node of a question is shown with a
+few bounded quotes of where it is said (:func:`pipelines.identity.node_quotes`): an incoming
+node's from the session being committed (``said``), an existing one's from its earliest grounding
+turns (:meth:`GivenVerdicts.first_texts`).
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -40,6 +43,7 @@ from pipelines.identity import (
     CANDIDATE,
     CREATE,
     LINK,
+    QUOTES_PER_NODE,
     AliasIndex,
     Auditor,
     AuditUnanswered,
@@ -50,12 +54,17 @@ from pipelines.identity import (
     audit_options,
     audit_question,
     learn,
+    node_quotes,
     resolve_batch,
     without_foreign_receivers,
 )
 from store.library_log import get_logger
 
 log = get_logger(__name__)
+
+# An existing node's earliest provenance points read for its quotes: a turn often holds several
+# points of one node, and a few turns are what the auditor is shown.
+_QUOTE_POINTS = 4 * QUOTES_PER_NODE
 
 
 class CandidateLike(Protocol):
@@ -80,6 +89,12 @@ class GivenVerdicts(Protocol):
     async def keep(self, question: str, target: str | None, *, session: str) -> None:
         """Keep an answer just given to a question ``session``'s extraction asked, durably, before
         the next question is asked."""
+        ...
+
+    async def first_texts(self, node_ids: Collection[str], *, points: int) -> dict[str, list[str]]:
+        """For each of the graph's nodes ``node_ids``, the texts it was first grounded in (of its
+        ``points`` earliest provenance points: each point's turn text, else its evidence), earliest
+        first: what the auditor reads of where an existing node is said."""
         ...
 
 
@@ -191,9 +206,14 @@ class GraphResolver:
                 self._index.add(ref)
         return self._index
 
-    async def prepare(self, candidates: Sequence[CandidateLike], *, session: str = "") -> int:
+    async def prepare(
+        self, candidates: Sequence[CandidateLike], *, session: str = "", said: Mapping[str, Sequence[str]] = {},
+    ) -> int:
         """Settle the ambiguous candidates of ``session`` (its id: the kept verdicts name it) with
-        the auditor (when there is one), before the commit. Returns how many questions were asked."""
+        the auditor (when there is one), before the commit. ``said``: by candidate id, the texts of
+        the session that say it (:func:`pipelines.extract.reduce.said_texts`), shown to the auditor
+        beside the earliest texts each existing option was grounded in (``verdicts.first_texts``).
+        Returns how many questions were asked."""
         if self.auditor is None:
             return 0
 
@@ -214,14 +234,14 @@ class GraphResolver:
             if options and key not in self._decisions:
                 questions[key] = (ref, options, audit_question(ref, options))
         given = await self.verdicts.given({q for *_, q in questions.values()}) if self.verdicts is not None and questions else {}
-        asked = 0
-        for key, (ref, options, question) in questions.items():
+        for key, (*_, question) in list(questions.items()):
             if question in given:
                 self._decisions[key] = given[question]
-                continue
-            asked += 1
+                del questions[key]
+        shown = await self._quotes(questions.values(), said)
+        for key, (ref, options, question) in questions.items():
             try:
-                chosen = await self.auditor(ref, options)
+                chosen = await self.auditor(ref, options, quotes=shown)
             except AuditUnanswered:
                 self._decisions[key] = None  # this phase goes on without it; a later one asks again
                 self._unanswered.add(key)
@@ -230,7 +250,21 @@ class GraphResolver:
             if self.verdicts is not None:
                 await self.verdicts.keep(question, chosen, session=session)
             self._decisions[key] = chosen
-        return asked
+        return len(questions)
+
+    async def _quotes(
+        self, questions: Iterable[tuple[NodeRef, list[NodeRef], str]], said: Mapping[str, Sequence[str]],
+    ) -> dict[str, tuple[str, ...]]:
+        """By node id, the quotes the auditor is shown: an incoming node's from ``said``, an
+        existing option's from the graph (one bounded read for all the questions to ask)."""
+        asked = list(questions)
+        incoming = {ref.id: ref for ref, _, _ in asked}
+        existing = {o.id: o for _, options, _ in asked for o in options}
+        read = await self.verdicts.first_texts(sorted(existing), points=_QUOTE_POINTS) if self.verdicts is not None and existing else {}
+        return {
+            **{node_id: node_quotes(ref, read.get(node_id, ())) for node_id, ref in existing.items()},
+            **{node_id: node_quotes(ref, said.get(node_id, ())) for node_id, ref in incoming.items()},
+        }
 
     def __call__(self, candidates: Sequence[CandidateLike], graph_index: Any = None) -> Resolution:
         """The matcher: resolve, apply settled auditor answers, learn the outcome."""

@@ -225,6 +225,20 @@ class ProvenanceStore:
             found.update(_point(r) for r in rows)
         return sorted(found)
 
+    def first_texts(self, node_id: str, *, points: int) -> list[str]:
+        """The texts ``node_id`` was first grounded in: for each of its ``points`` earliest points
+        (turn time, then turn), the text of its turn (``recall_turns``, written by ingest) or, for a
+        point with no readable turn (a notes file's, a turn since forgotten), its evidence quote;
+        in that order, distinct, empty ones left out. One query walking ``node_points_first`` in
+        time order and stopping after ``points`` rows: its cost does not grow with the node's history."""
+        rows = self.db.query(
+            "SELECT p.evidence, t.text FROM (SELECT memory_id, evidence, observed_at FROM node_points WHERE node_id = ? "
+            "ORDER BY observed_at, memory_id LIMIT ?) AS p LEFT JOIN recall_turns AS t "
+            "ON p.memory_id != '' AND t.memory_id = p.memory_id ORDER BY p.observed_at, p.memory_id",
+            (node_id, points),
+        )
+        return list(dict.fromkeys(text for row in rows if (text := row[1] or row[0])))
+
     def node_seen(self, node_id: str) -> tuple[str | None, str | None]:
         """(first, last) turn time among ``node_id``'s points (one indexed aggregate)."""
         row = self.db.query("SELECT MIN(observed_at), MAX(observed_at) FROM node_points WHERE node_id = ?", (node_id,))[0]

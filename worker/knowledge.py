@@ -230,7 +230,8 @@ def _sessions_as_of(db: Database, nodes: list[Node], as_of: str) -> dict[str, Se
 
 @dataclass(frozen=True, slots=True)
 class StoredVerdicts:
-    """:class:`pipelines.resolver.GivenVerdicts` over ``identity_verdicts``, off the event loop."""
+    """:class:`pipelines.resolver.GivenVerdicts` over ``identity_verdicts`` and, for the texts the
+    auditor reads, the provenance of the same database, off the event loop."""
 
     store: VerdictStore
 
@@ -239,6 +240,14 @@ class StoredVerdicts:
 
     async def keep(self, question: str, target: str | None, *, session: str) -> None:
         await anyio.to_thread.run_sync(partial(self.store.keep, question, target, session=session))
+
+    async def first_texts(self, node_ids: Collection[str], *, points: int) -> dict[str, list[str]]:
+        provenance = ProvenanceStore(self.store.db)
+
+        def read() -> dict[str, list[str]]:
+            return {node_id: provenance.first_texts(node_id, points=points) for node_id in node_ids}
+
+        return await anyio.to_thread.run_sync(read)
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,13 +11,13 @@ Summaries are joined in chunk order.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from operator import attrgetter
 from typing import Any
 
 from pipelines.extract.model import ChunkExtraction, Evidence, identity_key
-from pipelines.identity import session_folds
+from pipelines.identity import QUOTES_PER_NODE, session_folds
 from store.facts import NodeFacts, combine_facts
 
 
@@ -113,6 +113,20 @@ def points(session_id: str, chunk_id: str, evidence: Iterable[Evidence], *, anch
         return [Point(anchor, "", chunk_id, e.quote) for e in evidence] or [Point(anchor, "", chunk_id, "")]
     found = [Point(f"session:{session_id}", f"memory:{e.memory_id}", chunk_id, e.quote) for e in evidence]
     return found or [Point(f"session:{session_id}", "", chunk_id, "")]
+
+
+def said_texts(reduced: ReducedSession, turns: Mapping[str, str]) -> dict[str, tuple[str, ...]]:
+    """By node id, where the session says each of its nodes (pure): the texts of the first
+    :data:`~pipelines.identity.QUOTES_PER_NODE` turns its points cite (``turns``: the session's
+    turn texts by ``memory:`` id, in turn order), else the evidence of its points (a notes file's
+    have no turn) — what the identity auditor is shown of an incoming node."""
+    order = {memory: position for position, memory in enumerate(turns)}
+    found: dict[str, tuple[str, ...]] = {}
+    for node in reduced.nodes:
+        cited = sorted({p.memory for p in node.provenance if p.memory in order}, key=order.__getitem__)[:QUOTES_PER_NODE]
+        texts = [turns[memory] for memory in cited] or [p.evidence for p in node.provenance if p.evidence][:QUOTES_PER_NODE]
+        found[node.id] = tuple(texts)
+    return found
 
 
 def reduce_session(session_id: str, extractions: Sequence[ChunkExtraction], *, anchor: str = "") -> ReducedSession:

@@ -19,7 +19,7 @@ from pipelines.extract.heuristic import HeuristicExtractor
 from pipelines.extract.inflight import HeldAnswers, InFlight
 from pipelines.extract.map import ANSWER_UNSTORED, STOPPED, UnitOutcome, map_units
 from pipelines.extract.model import Extractor, WorkUnit
-from pipelines.extract.reduce import reduce_session
+from pipelines.extract.reduce import reduce_session, said_texts
 from pipelines.extract.units import SourceTurn, plan_units
 from pipelines.lazy_edge import LazyEdgeSink, queue_superseding
 from pipelines.ports import MergeRecorder, TextClaims, UnitOfWork
@@ -259,7 +259,9 @@ async def extract_session(
             await commit_turn()
         identity: dict[str, Any] = {}
         if env.resolver is not None:
-            await env.resolver.prepare(reduced.nodes, session=sid)
+            # The auditor reads where the session says each node: its turns' texts, in hand here.
+            said = said_texts(reduced, {f"memory:{row.id}": row.document for row in rows})
+            await env.resolver.prepare(reduced.nodes, session=sid, said=said)
             identity["matcher"] = env.resolver
         # A session extracted before may have queued these lines already: its new ones stand in
         # for them. A first extraction has none to look for, and does not read the queue.
