@@ -175,7 +175,7 @@ def run_oracle(pairs: Sequence[Mapping[str, Any]], asked: list[bool]) -> Auditor
     labels = {frozenset(((p["type"], fold(p["existing"]["name"])), (p["type"], fold(p["incoming"]["name"])))): bool(p["same"])
               for p in pairs}
 
-    async def answer(node: NodeRef, options: Sequence[NodeRef]) -> str | None:
+    async def answer(node: NodeRef, options: Sequence[NodeRef], *, quotes: Mapping[str, Sequence[str]] = {}) -> str | None:
         found = [(o.id, labels[key]) for o in options for f in node.forms for g in o.forms
                  if (key := frozenset(((node.type, fold(f)), (o.type, fold(g))))) in labels]
         asked.append(bool(found))

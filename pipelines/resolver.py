@@ -259,10 +259,12 @@ class GraphResolver:
         existing option's from the graph (one bounded read for all the questions to ask)."""
         asked = list(questions)
         incoming = {ref.id: ref for ref, _, _ in asked}
-        existing = {o.id: o for _, options, _ in asked for o in options}
-        read = await self.verdicts.first_texts(sorted(existing), points=_QUOTE_POINTS) if self.verdicts is not None and existing else {}
+        options = {o.id: o for _, chosen, _ in asked for o in chosen}
+        # An option new in this session (audit_options: a batch node) is said here, not in the graph.
+        existing = sorted(set(options) - set(said))
+        read = await self.verdicts.first_texts(existing, points=_QUOTE_POINTS) if self.verdicts is not None and existing else {}
         return {
-            **{node_id: node_quotes(ref, read.get(node_id, ())) for node_id, ref in existing.items()},
+            **{node_id: node_quotes(ref, said.get(node_id) or read.get(node_id, ())) for node_id, ref in options.items()},
             **{node_id: node_quotes(ref, said.get(node_id, ())) for node_id, ref in incoming.items()},
         }
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -87,3 +88,41 @@ async def test_a_failed_call_is_counted_unanswered_kept_nowhere_and_asked_again(
     with LLMServer(default=Reply(model)) as server:
         back = _judge(server, answers, tmp_path)["tuning/all"]
         assert back["asked"] == failed["asked"] and back["unanswered"] == 0 and server.chat_count == back["asked"], back
+
+
+def test_runs_digest_sessions_with_the_labels_as_the_judge(tmp_path: Path) -> None:
+    """``--oracle --runs``: the sessions imported and digested (heuristic extraction) with the
+    labels answering the questions, the run's labelled pairs scored as bench_identity scores a run.
+    `David Wallace` speaks in one scene and `Wallace` in another: one question, a link where the
+    label says same, two nodes and no review row where it says different."""
+    scenes = [
+        {"sessionId": f"s{i}", "title": f"s{i}", "createdAt": f"2026-01-0{i + 1}T00:00:00+00:00",
+         "turns": [{"id": f"s{i}-u{j}", "role": who, "text": text, "createdAt": f"2026-01-0{i + 1}T00:00:0{j}+00:00"}
+                   for j, (who, text) in enumerate([(speaker, "The numbers look good this quarter."), ("Jan", "They do.")])]}
+        for i, speaker in enumerate(["David Wallace", "Wallace"])
+    ]
+    sessions = tmp_path / "scenes.jsonl"
+    sessions.write_text("".join(json.dumps(s) + "\n" for s in scenes), encoding="utf-8")
+    for same in (True, False):
+        labels = tmp_path / f"labels-{same}.jsonl"
+        labels.write_text(json.dumps({
+            "split": "extension-tuning", "type": "PERSON", "existing": {"name": "David Wallace", "aliases": []},
+            "incoming": {"name": "Wallace", "aliases": []}, "source": "extension", "rule": "", "score": 0.0,
+            "same": same, "run": "scenes"}) + "\n", encoding="utf-8")
+        env = {**{k: v for k, v in os.environ.items() if not k.startswith("REM_")}}
+        done = subprocess.run(
+            [sys.executable, "bench/identity_judge.py", "--oracle", "--real", str(labels), "--splits", "extension-tuning",
+             "--kinds", "prose", "--runs", f"scenes={sessions}", "--keep", str(tmp_path / f"runs-{same}"), "--json"],
+            cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        figures = json.loads(done.stdout)
+        run, split = figures["runs"]["scenes"], figures["splits"]["extension-tuning/all"]
+        assert run["sessions"] == 2 and run["questions"] == 1 and run["questions_labelled"] == 1
+        assert split["pairs"] == 1 and split["absent"] == 0
+        assert split["positives"] == int(same) and split["precision"] == 1.0 and split["recall"] == 1.0
+        assert run["review_pairs"] == 0 and split["reviewed_different"] == 0
+        db = sqlite3.connect(tmp_path / f"runs-{same}" / "scenes" / "graph.sqlite3")
+        people = {name for (name,) in db.execute("SELECT name FROM nodes WHERE label = 'PERSON'")}
+        db.close()
+        assert {"David Wallace", "Wallace"} & people == ({"David Wallace"} if same else {"David Wallace", "Wallace"})

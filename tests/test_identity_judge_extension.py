@@ -1,0 +1,162 @@
+"""With a judge (``REM_LLM_JUDGE``), the ``extension`` rule asks across sessions (judgeext31): a
+name and the same name with words more (`Wallace` / `David Wallace`) are a question for the model
+when either is said in the session being committed and the other is a graph node of any earlier
+session — on real runs such names rarely meet in one session. Without a judge nothing changes (no
+pair, no review row). The judge's "a new node" settles such a pair (it never waits on the review
+list); a failed call leaves it there. Two such names both new in one session are asked too (the
+question's options include the session's own new nodes). Pure rules, and real cycles over real
+Chroma, real SQLite and a real loopback model server."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from config import Settings
+from pipelines.identity import (
+    ASKED_EXTENSION, CANDIDATE, CREATE, MAX_ASKED_EXTENSIONS, AliasIndex, NodeRef, audit_options, resolve_batch,
+)
+from store.backend import open_database
+from tests.llm_server import LLMServer, Reply, Status, prompt_turns
+from tests.test_forget import _session
+from tests.test_migrations_identity_verdicts import _import, questions
+from worker.cycle import run_cycle
+
+
+def person(name: str) -> NodeRef:
+    return NodeRef(f"PERSON:{name}", "PERSON", name)
+
+
+def test_across_sessions_only_with_a_judge() -> None:
+    graph = AliasIndex.build([person("David Wallace")])
+    # The shorter name new, the longer one only in the graph (said in an earlier session).
+    (plain,) = resolve_batch([person("Wallace")], graph)
+    (asked,) = resolve_batch([person("Wallace")], graph, judged=True)
+    assert plain.action == CREATE and not plain.candidates
+    assert asked.action == CANDIDATE and [(m.node_id, m.rule) for m in asked.candidates] == [("PERSON:David Wallace", ASKED_EXTENSION)]
+    # The longer name new, the shorter one only in the graph: the question is the new node's.
+    (longer,) = resolve_batch([person("Pete Halpert")], AliasIndex.build([person("Pete")]), judged=True)
+    assert [(m.node_id, m.rule) for m in longer.candidates] == [("PERSON:Pete", ASKED_EXTENSION)]
+    assert resolve_batch([person("Pete Halpert")], AliasIndex.build([person("Pete")]))[0].action == CREATE
+    # A name of the shorter one's (`Pete's Mom`) is never a pair.
+    assert resolve_batch([NodeRef("CONCEPT:Pete's Mom", "CONCEPT", "Pete's Mom")],
+                         AliasIndex.build([NodeRef("CONCEPT:Pete", "CONCEPT", "Pete")]), judged=True)[0].action == CREATE
+
+
+def test_a_name_beside_a_few_longer_names_is_one_question_with_each() -> None:
+    few = [person(f"Darryl {last}") for last in ("Philbin", "Hannah", "Val")][:MAX_ASKED_EXTENSIONS]
+    (verdict,) = resolve_batch([person("Darryl")], AliasIndex.build(few), judged=True)
+    assert sorted(m.node_id for m in verdict.candidates) == sorted(n.id for n in few)
+    # Beside more, the name says none of them for sure enough to ask.
+    many = AliasIndex.build([*few, person("Darryl Smith"), person("Darryl Jones")][: MAX_ASKED_EXTENSIONS + 1])
+    assert resolve_batch([person("Darryl")], many, judged=True)[0].action == CREATE
+
+
+def test_a_question_may_offer_a_node_new_in_the_same_session() -> None:
+    batch = [person("David Wallace"), person("Wallace")]
+    verdicts = resolve_batch(batch, AliasIndex())
+    (holder,) = [(n, v) for n, v in zip(batch, verdicts, strict=True) if v.action == CANDIDATE]
+    node, verdict = holder
+    assert audit_options(verdict, node, AliasIndex()) == []  # before: not the graph's, never asked
+    assert audit_options(verdict, node, AliasIndex(), {n.id: n for n in batch}) == [person("David Wallace")]
+
+
+NAMES = ("David Wallace", "Wallace", "Michael Scott")
+
+
+def model(answer: str) -> Any:
+    """The model: a PERSON per name of NAMES a turn says (longest first, so `David Wallace` is not
+    also `Wallace`); an identity question answered ``answer`` ("link": the first option)."""
+    def reply(body: dict[str, Any]) -> dict[str, Any]:
+        prompt = next(m["content"] for m in body["messages"] if m["role"] == "user")
+        if '"existing"' in prompt:
+            if answer == "link":
+                return {"verdict": "link", "target": json.loads(prompt)["existing"][0]["id"]}
+            return {"verdict": "create"}
+        if '"members"' in prompt:
+            return {"label": "People"}
+        nodes: dict[str, dict[str, Any]] = {}
+        for number, text in prompt_turns(body):
+            for name in sorted(NAMES, key=len, reverse=True):
+                if re.search(rf"\b{name}\b", text):
+                    text = re.sub(rf"\b{name}\b", "_", text)
+                    nodes.setdefault(name, {"id": name, "type": "PERSON", "name": name, "description": f"the person {name}",
+                                            "confidence": 0.8, "evidence": [{"turn": number, "quote": name}]})
+        return {"summary": "people", "nodes": list(nodes.values()), "edges": []}
+    return reply
+
+
+def judged(settings: Settings, server: LLMServer) -> Settings:
+    return settings.model_copy(update={"extractor": "openai", "llm_base_url": server.url, "llm_judge": True, "llm_max_retries": 0})
+
+
+async def two_sessions(settings: Settings, tmp_path: Path, server: LLMServer) -> Settings:
+    mine = judged(settings, server)
+    await _import(mine, tmp_path / "one.jsonl", [_session("one", "2026-11-01T10:00:00Z", ["David Wallace is the CFO."])])
+    assert (await run_cycle(mine)).outcome == "completed"
+    assert questions(server) == []
+    await _import(mine, tmp_path / "two.jsonl", [_session("two", "2026-11-02T10:00:00Z", ["Wallace called from corporate."])])
+    assert (await run_cycle(mine)).outcome == "completed"
+    return mine
+
+
+def graph_rows(settings: Settings) -> tuple[set[str], list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+    db = open_database(settings)
+    try:
+        people = {r[0] for r in db.query("SELECT id FROM nodes WHERE label = 'PERSON'")}
+        merges = [tuple(r) for r in db.query("SELECT merged_id, into_id, rule FROM merges")]
+        review = [tuple(r) for r in db.query("SELECT node_id, candidate_id, rule FROM identity_candidates")]
+        return people, merges, review
+    finally:
+        db.close()
+
+
+async def test_the_judge_links_a_shorter_name_said_in_a_later_session(settings: Settings, tmp_path: Path) -> None:
+    with LLMServer(default=Reply(model("link"))) as server:
+        await two_sessions(settings, tmp_path, server)
+        (question,) = [json.loads(q) for q in questions(server)]
+    assert question["new"]["name"] == "Wallace" and [o["id"] for o in question["existing"]] == ["PERSON:David Wallace"]
+    assert question["new"]["quotes"] == ["Wallace called from corporate."]
+    assert question["existing"][0]["quotes"] == ["David Wallace is the CFO."]
+    people, merges, review = graph_rows(settings)
+    assert people == {"PERSON:David Wallace"} and merges == [("PERSON:Wallace", "PERSON:David Wallace", "auditor")] and review == []
+
+
+async def test_the_judges_no_settles_the_pair_and_a_failed_call_leaves_it_for_review(settings: Settings, tmp_path: Path) -> None:
+    with LLMServer(default=Reply(model("create"))) as server:
+        await two_sessions(settings, tmp_path, server)
+        assert len(questions(server)) == 1
+    people, merges, review = graph_rows(settings)
+    assert people == {"PERSON:David Wallace", "PERSON:Wallace"} and merges == [] and review == []
+
+    other = settings.model_copy(update={"data_dir": tmp_path / "failed"})
+    with LLMServer(default=Reply(model("link"))) as server:
+        server.script(Status(500, "down"), match='"existing"')
+        await two_sessions(other, tmp_path, server)
+    people, merges, review = graph_rows(other)
+    assert people == {"PERSON:David Wallace", "PERSON:Wallace"} and merges == []
+    assert review == [("PERSON:Wallace", "PERSON:David Wallace", ASKED_EXTENSION)]
+
+
+async def test_two_new_names_of_one_session_are_asked_about(settings: Settings, tmp_path: Path) -> None:
+    """Before, the pair went to the review list unasked: its options held only the graph's nodes."""
+    with LLMServer(default=Reply(model("link"))) as server:
+        mine = judged(settings, server)
+        await _import(mine, tmp_path / "one.jsonl", [_session("one", "2026-11-01T10:00:00Z", ["David Wallace is the CFO.", "Wallace called."])])
+        assert (await run_cycle(mine)).outcome == "completed"
+        assert len(questions(server)) == 1
+    people, merges, review = graph_rows(settings)
+    assert len(people) == 1 and len(merges) == 1 and merges[0][2] == "auditor" and review == []
+
+
+async def test_without_a_judge_nothing_changes(settings: Settings, tmp_path: Path) -> None:
+    with LLMServer(default=Reply(model("link"))) as server:
+        mine = settings.model_copy(update={"extractor": "openai", "llm_base_url": server.url, "llm_max_retries": 0})
+        await _import(mine, tmp_path / "one.jsonl", [_session("one", "2026-11-01T10:00:00Z", ["David Wallace is the CFO."])])
+        await _import(mine, tmp_path / "two.jsonl", [_session("two", "2026-11-02T10:00:00Z", ["Wallace called from corporate."])])
+        assert (await run_cycle(mine)).outcome == "completed"
+        assert questions(server) == []
+    people, merges, review = graph_rows(settings)
+    assert people == {"PERSON:David Wallace", "PERSON:Wallace"} and merges == [] and review == []
