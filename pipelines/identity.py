@@ -49,7 +49,8 @@ in it (unless the base name is :func:`crowded_basename`: more than :data:`MAX_SH
 or paths of two files), a 2-letter acronym,
 and the same name under a *different type* — which is reported, never merged, against one node of
 the name only (:func:`cross_type_rank`). Two session-context
-rules add candidates per batch: ``extension`` (:func:`said_together`) and ``person`` (a name and the
+rules add candidates per batch: ``extension`` (:func:`said_together`; with a judge, also across
+sessions: ``extension-asked``) and ``person`` (a name and the
 same name with words more when a PERSON node holds both, :func:`named_person`); one drops them
 (:func:`without_foreign_receivers`: a ``qualified`` pair across sessions whose shorter node holds
 another receiver's name). Never a candidate: a one-word name and it with letters added at its end
