@@ -435,7 +435,7 @@ def extension_speed(names: Sequence[str], rng: random.Random, *, sessions: int =
         said = [" ".join(_split(rng.choice(names))) for _ in range(per_session)]
         said += [" ".join(name.split()[1:]) for name in said[: per_session // 2]]
         batches.append([NodeRef(f"CONCEPT:{name} {number}", "CONCEPT", name) for name in said])
-    whole = rule = person = 0.0
+    whole = rule = judged = person = 0.0
     for batch in batches:
         t0 = time.perf_counter()
         verdicts = resolve_batch(batch, index)
@@ -446,11 +446,15 @@ def extension_speed(names: Sequence[str], rng: random.Random, *, sessions: int =
         said_together(batch, verdicts, index, local)
         t3 = time.perf_counter()
         named_person(batch, verdicts, index, local)
+        t4 = time.perf_counter()
+        said_together(batch, verdicts, index, local, judged=True)  # with a judge: across sessions too
         whole += t1 - t0
         rule += t3 - t2
-        person += time.perf_counter() - t3
+        person += t4 - t3
+        judged += time.perf_counter() - t4
     return {"session_batches": sessions, "ms_per_session_batch": round(whole / sessions * 1000, 2),
             "extension_rule_ms_per_session_batch": round(rule / sessions * 1000, 2), "extension_rule_share": round(rule / whole, 3) if whole else 0.0,
+            "extension_rule_judged_ms_per_session_batch": round(judged / sessions * 1000, 2),
             "person_rule_ms_per_session_batch": round(person / sessions * 1000, 2), "person_rule_share": round(person / whole, 3) if whole else 0.0,
             "person_nodes": len(people)}
 
