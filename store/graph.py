@@ -36,6 +36,10 @@ def dumps(value: Any) -> str:
     return _CANONICAL.encode(value)
 
 
+# Above every character a key can go on with: ``start + _LAST_CODE_POINT`` ends the range of keys
+# beginning with ``start`` (UTF-8 bytes and PostgreSQL's "C" collation both order by code point).
+_LAST_CODE_POINT = "\U0010ffff"
+
 @dataclass(frozen=True, slots=True)
 class Node:
     id: str
@@ -108,14 +112,18 @@ class GraphStore:
             found.update(r[0] for r in self.db.query(f"SELECT id FROM nodes WHERE id IN ({marks})", part))
         return found
 
-    def alias_holders(self, keys: Iterable[str]) -> set[tuple[str, str, str]]:
-        """``(node id, label, alias_key)`` of the nodes holding an alias whose key
-        (:func:`store.db.alias_key`) is one of ``keys``: by the alias index, one statement per batch."""
+    def aliases_beginning(self, starts: Iterable[tuple[str, str]]) -> set[tuple[str, str, str]]:
+        """``(node id, label, alias)`` of the nodes of each ``(label, start)`` holding an alias whose
+        key (:func:`store.db.alias_key`) begins with ``start``: a range of the alias index (its keys
+        compare by code point on both engines), one statement per batch. A caller compares each alias
+        it gets by its own key (an alias's case fold is not a canonical name: ``jane-doe``)."""
         found: set[tuple[str, str, str]] = set()
-        for part, marks in in_batches(sorted(set(keys))):
+        for part, _ in in_batches(sorted(set(starts)), lists=3):
+            ranges = " OR ".join(["(n.label = ? AND a.alias_key >= ? AND a.alias_key < ?)"] * len(part))
+            params = [value for label, start in part for value in (label, start, start + _LAST_CODE_POINT)]
             found.update((r[0], r[1], r[2]) for r in self.db.query(
-                f"SELECT a.node_id, n.label, a.alias_key FROM node_aliases AS a JOIN nodes AS n ON n.id = a.node_id "
-                f"WHERE a.alias_key IN ({marks})", part))
+                f"SELECT a.node_id, n.label, a.alias FROM node_aliases AS a JOIN nodes AS n ON n.id = a.node_id WHERE {ranges}",
+                params))
         return found
 
     def nodes_by_label(self, label: str) -> list[Node]:

@@ -208,7 +208,7 @@ def kept_out(
     (:func:`pipelines.identity.named_alike`: `Jane Doe` kept out of PERSON keeps the CONCEPT `Jane
     Doe` out, which that rule would have merged into the person) — unless a node of the node's own
     type is known by that name (its id, :func:`pipelines.extract.model.semantic_node_id`, or an
-    alias), which the forget left or an operator kept: another thing. ``gaining``: the nodes of
+    alias of that key), which the forget left or an operator kept: another thing. ``gaining``: the nodes of
     ``wanted`` are in the graph and have just taken these keys (a hand edit), so their own holding
     does not count, but a name another node of the same type held before the edit does
     (``known_before``: its ``(type, key)`` pairs; the edit moved the name within the type, as
@@ -234,8 +234,10 @@ def kept_out(
         holders: dict[tuple[str, str], set[str]] = {}
         for node_id in graph.existing_ids(by_id) if by_id else ():
             holders.setdefault(by_id[node_id], set()).add(node_id)
-        for node_id, label, key in graph.alias_holders({key for _, key in asked}):
-            if (label, key) in asked:
+        # An alias is compared by the key a name is kept out by (``Jane-Doe`` is the CONCEPT ``jane
+        # doe``), read from the alias index by the key's first word, with which such an alias begins.
+        for node_id, label, alias in graph.aliases_beginning({(kind, key.split(" ", 1)[0]) for kind, key in asked}):
+            for key in suppression_names(label, (alias,)).keys() & {key for kind, key in asked if kind == label}:
                 holders.setdefault((label, key), set()).add(node_id)
         for node_id, pairs in crossed.items():
             itself = {node_id} if gaining else set()
