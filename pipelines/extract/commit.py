@@ -215,8 +215,8 @@ def kept_out(
     merging a CONCEPT into another CONCEPT does). One look-up of these keys
     (:meth:`store.suppressions.SuppressionStore.suppressed`, whatever was ever forgotten); the
     graph is read only for such a cross-type hit. The one rule of
-    every path: an extraction commit (:func:`suppressed_ids`) and an edit by hand
-    (:func:`pipelines.forget.refusing_kept_out`)."""
+    every path: an extraction commit (:func:`suppressed_ids`), the commit's split of a short name
+    (:func:`commit_session`), and an edit by hand (:func:`pipelines.forget.refusing_kept_out`)."""
     own = {node_id: {(kind, key) for key in keys} for node_id, (kind, keys) in wanted.items()}
     alike = {node_id: {(other, key) for key in keys for other in named_alike(kind, key)} for node_id, (kind, keys) in wanted.items()}
     found = suppressions.suppressed(set().union(*own.values(), *alike.values())) if wanted else set()
@@ -634,8 +634,16 @@ def commit_session(
             folded = {target: least for target, least in moved.items() if target not in incoming}
             matches = {node_id: moved.get(node_id, node_id) for node_id in incoming if moved.get(node_id, node_id) != node_id or node_id in matches}
             # A short name that stopped naming one thing leaves the node it joined (pipelines.hubs):
-            # before anything is read, so this commit plans against the split graph.
-            for split in checked.splits if checked is not None else ():
+            # before anything is read, so this commit plans against the split graph. Not when it
+            # would come back as a node of a name forget --node keeps out (forgotten, by the id of
+            # another node known by it, while the link stood): it stays on the node holding it.
+            splits = checked.splits if checked is not None else ()
+            labels = {split.merged_id: split.merged_id.partition(":")[0] for split in splits}
+            staying = kept_out({split.merged_id: (labels[split.merged_id], suppression_names(labels[split.merged_id], (split.short,)))
+                                for split in splits}, unit.suppressions, graph)
+            for split in splits:
+                if split.merged_id in staying:
+                    continue
                 undone = merges.split(split.merged_id, rules=split.rules, evidence={
                     "session": reduced.session_id, "short": split.short, "ambiguous_with": split.ambiguous_with})
                 if undone:
