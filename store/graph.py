@@ -40,6 +40,11 @@ def dumps(value: Any) -> str:
 # beginning with ``start`` (UTF-8 bytes and PostgreSQL's "C" collation both order by code point).
 _LAST_CODE_POINT = "\U0010ffff"
 
+
+def _like_escaped(text: str) -> str:
+    """``text`` as a ``LIKE`` pattern matching itself (``ESCAPE '!'``)."""
+    return text.replace("!", "!!").replace("%", "!%").replace("_", "!_")
+
 @dataclass(frozen=True, slots=True)
 class Node:
     id: str
@@ -112,15 +117,17 @@ class GraphStore:
             found.update(r[0] for r in self.db.query(f"SELECT id FROM nodes WHERE id IN ({marks})", part))
         return found
 
-    def aliases_beginning(self, starts: Iterable[tuple[str, str]]) -> set[tuple[str, str, str]]:
-        """``(node id, label, alias)`` of the nodes of each ``(label, start)`` holding an alias whose
-        key (:func:`store.db.alias_key`) begins with ``start``: a range of the alias index (its keys
-        compare by code point on both engines), one statement per batch. A caller compares each alias
-        it gets by its own key (an alias's case fold is not a canonical name: ``jane-doe``)."""
+    def aliases_with_words(self, wanted: Iterable[tuple[str, tuple[str, ...]]]) -> set[tuple[str, str, str]]:
+        """``(node id, label, alias)`` of the nodes of each ``(label, words)`` holding an alias whose
+        key (:func:`store.db.alias_key`) begins with the first of ``words`` and holds the others
+        after it, in order: a range of the alias index (its keys compare by code point on both
+        engines) narrowed by a ``LIKE``, one statement per batch. A caller compares each alias it
+        gets by its own key (an alias's case fold is not a canonical name: ``jane-doe``)."""
         found: set[tuple[str, str, str]] = set()
-        for part, _ in in_batches(sorted(set(starts)), lists=3):
-            ranges = " OR ".join(["(n.label = ? AND a.alias_key >= ? AND a.alias_key < ?)"] * len(part))
-            params = [value for label, start in part for value in (label, start, start + _LAST_CODE_POINT)]
+        for part, _ in in_batches(sorted(set(wanted)), lists=4):
+            ranges = " OR ".join(["(n.label = ? AND a.alias_key >= ? AND a.alias_key < ? AND a.alias_key LIKE ? ESCAPE '!')"] * len(part))
+            params = [value for label, words in part
+                      for value in (label, words[0], words[0] + _LAST_CODE_POINT, "%".join(_like_escaped(w) for w in words) + "%")]
             found.update((r[0], r[1], r[2]) for r in self.db.query(
                 f"SELECT a.node_id, n.label, a.alias FROM node_aliases AS a JOIN nodes AS n ON n.id = a.node_id WHERE {ranges}",
                 params))

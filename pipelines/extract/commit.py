@@ -235,8 +235,8 @@ def kept_out(
         for node_id in graph.existing_ids(by_id) if by_id else ():
             holders.setdefault(by_id[node_id], set()).add(node_id)
         # An alias is compared by the key a name is kept out by (``Jane-Doe`` is the CONCEPT ``jane
-        # doe``), read from the alias index by the key's first word, with which such an alias begins.
-        for node_id, label, alias in graph.aliases_beginning({(kind, key.split(" ", 1)[0]) for kind, key in asked}):
+        # doe``), read from the alias index by the key's words, which such an alias holds in order.
+        for node_id, label, alias in graph.aliases_with_words({(kind, tuple(key.split(" "))) for kind, key in asked}):
             for key in suppression_names(label, (alias,)).keys() & {key for kind, key in asked if kind == label}:
                 holders.setdefault((label, key), set()).add(node_id)
         for node_id, pairs in crossed.items():
