@@ -36,6 +36,16 @@ def dumps(value: Any) -> str:
     return _CANONICAL.encode(value)
 
 
+# Above every character a key can go on with: ``start + _LAST_CODE_POINT`` ends the range of keys
+# beginning with ``start`` (UTF-8 bytes and PostgreSQL's "C" collation both order by code point).
+_LAST_CODE_POINT = "\U0010ffff"
+
+
+def _like_escaped(text: str) -> str:
+    """``text`` as a ``LIKE`` pattern matching itself (``ESCAPE '!'``)."""
+    return text.replace("!", "!!").replace("%", "!%").replace("_", "!_")
+
+
 @dataclass(frozen=True, slots=True)
 class Node:
     id: str
@@ -108,14 +118,20 @@ class GraphStore:
             found.update(r[0] for r in self.db.query(f"SELECT id FROM nodes WHERE id IN ({marks})", part))
         return found
 
-    def alias_holders(self, keys: Iterable[str]) -> set[tuple[str, str, str]]:
-        """``(node id, label, alias_key)`` of the nodes holding an alias whose key
-        (:func:`store.db.alias_key`) is one of ``keys``: by the alias index, one statement per batch."""
+    def aliases_with_words(self, wanted: Iterable[tuple[str, tuple[str, ...]]]) -> set[tuple[str, str, str]]:
+        """``(node id, label, alias)`` of the nodes of each ``(label, words)`` holding an alias whose
+        key (:func:`store.db.alias_key`) begins with the first of ``words`` and holds the others
+        after it, in order: a range of the alias index (its keys compare by code point on both
+        engines) narrowed by a ``LIKE``, one statement per batch. A caller compares each alias it
+        gets by its own key (an alias's case fold is not a canonical name: ``jane-doe``)."""
         found: set[tuple[str, str, str]] = set()
-        for part, marks in in_batches(sorted(set(keys))):
+        for part, _ in in_batches(sorted(set(wanted)), lists=4):
+            ranges = " OR ".join(["(n.label = ? AND a.alias_key >= ? AND a.alias_key < ? AND a.alias_key LIKE ? ESCAPE '!')"] * len(part))
+            params = [value for label, words in part
+                      for value in (label, words[0], words[0] + _LAST_CODE_POINT, "%".join(_like_escaped(w) for w in words) + "%")]
             found.update((r[0], r[1], r[2]) for r in self.db.query(
-                f"SELECT a.node_id, n.label, a.alias_key FROM node_aliases AS a JOIN nodes AS n ON n.id = a.node_id "
-                f"WHERE a.alias_key IN ({marks})", part))
+                f"SELECT a.node_id, n.label, a.alias FROM node_aliases AS a JOIN nodes AS n ON n.id = a.node_id WHERE {ranges}",
+                params))
         return found
 
     def nodes_by_label(self, label: str) -> list[Node]:

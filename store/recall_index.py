@@ -557,6 +557,19 @@ class RecallIndex:
         )
         return {r[0]: SessionRecord(*r) for r in rows}
 
+    def first_seen(self, node_id: str, scope: Scope) -> tuple[bool, str | None]:
+        """Whether ``node_id`` has a point ``scope`` shows, and the earliest turn time of those
+        points (``None``: none has one) — since when the caller of that scope can know the node,
+        which tells nothing of a session outside it."""
+        visible, vp = _visible("anchor", scope)
+        known, kp = _known("observed_at", scope)
+        rows = self.db.query(
+            f"SELECT observed_at FROM node_points WHERE node_id = ? AND {visible} AND {known} "
+            "ORDER BY observed_at IS NULL, observed_at LIMIT 1",
+            (node_id, *vp, *kp),
+        )
+        return bool(rows), rows[0][0] if rows else None
+
     def facts(self, node_ids: Sequence[str], scope: Scope, *, exclude_relationships: Iterable[str], edges_per_node: int) -> list[FactRecord]:
         """Each visible node of ``node_ids`` (in that order) with the description its visible claims
         give, its first visible quote and its strongest visible semantic edges."""

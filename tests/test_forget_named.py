@@ -78,17 +78,19 @@ async def test_a_person_forgotten_is_kept_out_as_a_concept_of_the_full_name(sett
 
 
 @pytest.mark.both_backends
-@pytest.mark.parametrize("kept", ["by its id", "by an alias"])
+@pytest.mark.parametrize("kept", ["by its id", "by an alias", "by an alias spelled otherwise"])
 async def test_a_concept_of_the_name_the_forget_left_keeps_taking_it(settings: Settings, tmp_path: Path, kept: str) -> None:
     """PERSON ``Jane Doe`` forgotten while the graph holds a CONCEPT known by ``Jane Doe`` (as its
-    id, or an alias of another CONCEPT): that is another thing the operator kept, and a later
-    CONCEPT ``Jane Doe`` still joins it, not left out."""
+    id, or an alias of another CONCEPT — also spelled ``Jane-Doe``, one CONCEPT name with ``Jane
+    Doe``): that is another thing the operator kept, and a later CONCEPT ``Jane Doe`` still joins
+    it, not left out."""
     with LLMServer(default=Reply(typed_as_written)) as server:
         mine = _model(settings, server)
         await _said(mine, tmp_path, "s1", 1, ["We met [PERSON Jane Doe]."])
         assert run_cli("forget", "--node", "PERSON:Jane Doe", env=_env(settings)).returncode == 0
         node = (Node("CONCEPT:jane doe", "CONCEPT", "Jane Doe", {}) if kept == "by its id"
-                else Node("CONCEPT:doe papers", "CONCEPT", "Doe Papers", {"aliases": ["Jane Doe"]}))
+                else Node("CONCEPT:doe papers", "CONCEPT", "Doe Papers",
+                          {"aliases": ["Jane Doe" if kept == "by an alias" else "Jane-Doe"]}))
         add_nodes(settings, [node])
         extract = await _said(mine, tmp_path, "s2", 2, ["[CONCEPT Jane Doe] wrote again."])
     assert extract["suppressed"] == 0, extract

@@ -195,3 +195,34 @@ def test_http_beyond_loopback_requires_a_token(graph: Settings) -> None:
     done = run_cli("mcp", "--http", env={"REM_DATA_DIR": str(graph.data_dir), "REM_MCP_HOST": "0.0.0.0",
                                           "REM_MCP_PORT": str(free_port())}, timeout=60)
     assert done.returncode == 2 and "REM_MCP_TOKEN is required" in done.stderr and "Traceback" not in done.stderr
+
+
+async def test_show_node_says_a_node_was_not_known_yet_within_the_callers_scope(graph: Settings) -> None:
+    """``show_node`` of a node the caller's scope holds now but not at ``as_of`` says so, and since
+    when *in that scope*, as ``rem-cycle show --as-of`` (whose scope is the whole graph) says it:
+    `CLASS:LazyEdgeQueue` was first said by alice on 1 November and by bob on 5 November. Bob, as
+    of 3 November, hears 5 November (alice's date would tell him of her session); without a user,
+    1 November, word for word the CLI's line. A session: since its own creation. A node or session
+    only another user's sessions hold stays `no entity` (not known yet and out of scope are not told
+    apart)."""
+    shown = run_cli("show", "CLASS:LazyEdgeQueue", "--as-of", "2026-10-01", env={"REM_DATA_DIR": str(graph.data_dir)})
+    assert shown.returncode == 1, shown.stderr
+    cli_line = shown.stderr.strip().removeprefix("rem-cycle: ")
+    async with Client(stdio_params(graph)) as client:
+        anyone = await client.call_tool("show_node", {"node_id": "CLASS:LazyEdgeQueue", "as_of": "2026-10-01"})
+        bob = await client.call_tool("show_node", {"node_id": "CLASS:LazyEdgeQueue", "user": "bob", "as_of": "2026-11-03"})
+        found = await client.call_tool("search_nodes", {"query": "Zephyr", "user": "bob"})
+        zephyr = found.structured_content["nodes"][0]["id"]
+        alice = await client.call_tool("show_node", {"node_id": zephyr, "user": "alice", "as_of": "2026-10-01"})
+        session = await client.call_tool("show_node", {"node_id": "session:bob-s2", "user": "bob", "as_of": "2026-11-10"})
+        not_hers = await client.call_tool("show_node", {"node_id": "session:bob-s2", "user": "alice", "as_of": "2026-11-10"})
+    said = {name: text_of(result).removeprefix("Error executing tool show_node: ") for name, result in
+            (("anyone", anyone), ("bob", bob), ("alice", alice), ("session", session), ("not_hers", not_hers)) if result.is_error}
+    assert cli_line == "CLASS:LazyEdgeQueue was not known yet as of 2026-10-01T23:59:59.999Z (first seen 2026-11-01T10:00:00.000Z)"
+    assert said == {
+        "anyone": cli_line,
+        "bob": "CLASS:LazyEdgeQueue was not known yet as of 2026-11-03T23:59:59.999Z (first seen 2026-11-05T10:00:00.000Z)",
+        "alice": f"no entity {zephyr!r} (search_nodes finds ids by name)",
+        "session": "session:bob-s2 was not known yet as of 2026-11-10T23:59:59.999Z (created 2026-11-20T10:00:00.000Z)",
+        "not_hers": "no entity 'session:bob-s2' (search_nodes finds ids by name)",
+    }, said

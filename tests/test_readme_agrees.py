@@ -1,16 +1,19 @@
 """README is the user's manual: its settings table and its command table must say what the code
 does. A new setting, a renamed one, a changed default or a new flag that README does not name fails
-here (the docsrun audit found `status --runs`, `export --include-anchors` and others missing)."""
+here (the docsrun audit found `status --runs`, `export --include-anchors` and others missing). Its
+example commands of merging and forgetting a node run on the shipped sample as written."""
 
 from __future__ import annotations
 
 import argparse
 import re
+import shlex
+from pathlib import Path
 
 import pytest
 
 from config import Settings, load_settings
-from tests.conftest import ROOT
+from tests.conftest import ROOT, run_cli
 from worker.cli import build_parser
 
 README = (ROOT / "README.md").read_text(encoding="utf-8")
@@ -91,3 +94,27 @@ def test_the_mcp_section_gives_show_nodes_budget_refusal_in_its_own_words() -> N
     section = README.split("\n### MCP server: recall for agents\n", 1)[1].split("\n### ", 1)[0]
     words = re.compile(r"\d+")
     assert words.sub("N", str(refused.value)) in words.sub("N", " ".join(section.split()))
+
+
+def _sh_block(section: str) -> list[list[str]]:
+    """The commands of the first ``sh`` block under README's heading ``section``, as a shell splits
+    them (comments dropped)."""
+    block = re.search(rf"^{re.escape(section)}\n+```sh\n(.*?)```", README, re.MULTILINE | re.DOTALL)
+    assert block, section
+    return [shlex.split(line, comments=True) for line in block.group(1).splitlines() if line.strip()]
+
+
+def test_the_identity_and_forget_node_examples_run_on_the_shipped_sample(tmp_path: Path) -> None:
+    """README's demo (import the shipped sample, one cycle) and then the example blocks of
+    "Identity resolution, merges and unmerge" and "Forgetting a node", in order, as written: each
+    exits 0 — their ids are nodes the sample builds (they named `FILE:lazy_queue.py`,
+    `CLASS:LazyEdgeQueues` and `Jane Doe`, which it does not: `no node …`, exit 1)."""
+    env = {"REM_DATA_DIR": str(tmp_path / "data")}
+    for command in (["import", "examples/sessions.jsonl"], ["--once"]):
+        done = run_cli(*command, env=env)
+        assert done.returncode == 0, (command, done.stderr)
+    for section in ("### Identity resolution, merges and unmerge", "### Forgetting a node"):
+        for command in _sh_block(section):
+            assert command[0] == "rem-cycle", command
+            done = run_cli(*command[1:], env=env)
+            assert done.returncode == 0, (command, done.stdout, done.stderr)

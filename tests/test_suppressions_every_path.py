@@ -121,3 +121,34 @@ async def test_the_judge_is_never_asked_about_a_node_the_commit_drops(settings: 
     assert _query(settings, "SELECT COUNT(*) FROM nodes WHERE id = 'FILE:alpha.py'")[0][0] == 0
     assert _query(settings, "SELECT COUNT(*) FROM node_aliases WHERE alias_key = 'alpha.py'")[0][0] == 0
     assert _query(settings, "SELECT COUNT(*) FROM nodes WHERE id = 'FILE:store/bravo.py' OR id = 'FILE:bravo.py'")[0][0] == 1  # linked
+
+
+@pytest.mark.both_backends
+def test_a_namesake_split_does_not_bring_back_a_kept_out_name(settings: Settings) -> None:
+    """`Kate` (bare), then `Kate Miller` (joins it); a PERSON `K. Miller` also called `Kate Miller`
+    is forgotten by its id, which keeps the name `Kate Miller` out of PERSON nodes; then `Kate
+    Smith` arrives, a namesake, whose commit would split `Kate Miller` back out of `Kate` — re-creating
+    the node `PERSON:Kate Miller` under the kept-out name. The split is skipped: no such node, the
+    link record stands, and the name stays on the node that held it before the forget."""
+    from store.backend import open_database
+    from tests.test_identity_namesakes import BARE, MILLER, SMITH, commit_scene
+    from worker.knowledge import identity_resolver
+
+    def scene(s: tuple[str, tuple[tuple[str, str], ...]]) -> None:
+        db = open_database(settings)
+        try:
+            commit_scene(db, s, index_per_session=True, resolver=identity_resolver(db))
+        finally:
+            db.close()
+
+    scene(BARE)
+    scene(MILLER)
+    add_nodes(settings, [Node("PERSON:K. Miller", "PERSON", "K. Miller", {"aliases": ["Kate Miller"]})])
+    done = run_cli("forget", "--node", "PERSON:K. Miller", env=_env(settings))
+    assert done.returncode == 0, done.stderr
+    scene(SMITH)
+    people = {r[0] for r in _query(settings, "SELECT id FROM nodes WHERE label = 'PERSON'")}
+    assert "PERSON:Kate Miller" not in people, people
+    assert {"PERSON:Kate", "PERSON:Kate Smith"} <= people, people
+    records = _query(settings, "SELECT into_id, undone_at FROM merges WHERE merged_id = 'PERSON:Kate Miller'")
+    assert [(r[0], r[1]) for r in records] == [("PERSON:Kate", None)], records

@@ -609,7 +609,7 @@ async def cmd_search(settings: Settings, args: argparse.Namespace) -> int:
 async def cmd_show(settings: Settings, args: argparse.Namespace) -> int:
     from store.ids import InvalidIdError
     from worker.knowledge import forgotten_nodes, show_node
-    from worker.views import print_node
+    from worker.views import not_known_yet, print_node
 
     try:
         view = await show_node(settings, args.node_id, limit=args.limit or None, as_of=args.as_of)
@@ -625,7 +625,7 @@ async def cmd_show(settings: Settings, args: argparse.Namespace) -> int:
             # since when — whether they were asked for by an id or by a name one or several hold.
             now = await _shown_now(settings, args.node_id) if args.as_of and not exact else []
             if now:
-                print(f"rem-cycle: {_not_known_yet(now, args.node_id, args.as_of)}", file=sys.stderr)
+                print(f"rem-cycle: {not_known_yet(now, args.node_id, args.as_of)}", file=sys.stderr)
                 return EXIT_FAILED
             suggestions = ", ".join(h["id"] for h in (exact or hits)[:10])
             # A node forget --node took out is gone by its id and its names alike: say so, and how to let it back.
@@ -668,35 +668,6 @@ async def _shown_now(settings: Settings, wanted: str) -> list[dict[str, Any]]:
         return [now]
     exact, _ = await _named(settings, wanted, as_of=None)
     return [view for hit in exact[:10] if (view := await show_node(settings, hit["id"], limit=1)) is not None]
-
-
-def _not_known_yet(views: list[dict[str, Any]], wanted: str, as_of: str) -> str:
-    """Why ``show --as-of`` has no view of ``wanted``, which names the nodes ``views`` (as they are
-    now): none was known yet. A knowledge node is known from its first point's turn time, a session
-    or a turn from its ``createdAt``, a notes file once something it said was (pipelines/asof.py).
-    A knowledge node said only in turns without a ``createdAt`` has no time, and no date shows it."""
-    if len(views) > 1:  # a name several nodes hold: each, and since when (as `show NAME` lists them)
-        listed = ", ".join(f"{v['id']}{_since(v)}" for v in views)
-        return f"no node {wanted!r} was known yet as of {as_of}; {len(views)} have that name now: {listed}"
-    view = views[0]
-    if _since(view) == _TIMELESS:
-        return (f"{view['id']} has no time of its own: no turn that said it has a createdAt, and --as-of shows only "
-                "what was said at a known time")
-    return f"{view['id']} was not known yet as of {as_of}{_since(view)}"
-
-
-_TIMELESS = " (no time of its own)"
-
-
-def _since(view: dict[str, Any]) -> str:
-    """Since when the node ``view`` (as it is now) is known, as `` (first seen …)`` or `` (created
-    …)``; :data:`_TIMELESS` for a knowledge node with no time, ``""`` for an anchor without one."""
-    from pipelines.vocabulary import ANCHOR_LABELS
-
-    if view["label"] in ANCHOR_LABELS:
-        created = view["properties"].get("createdAt")
-        return f" (created {created})" if isinstance(created, str) else ""
-    return _TIMELESS if view["first_seen"] is None else f" (first seen {view['first_seen']})"
 
 
 T = TypeVar("T")

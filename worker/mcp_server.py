@@ -48,10 +48,11 @@ from pipelines.recall import (
 )
 from store.backend import database_exists, database_location
 from store.errors import StoreError
+from store.ids import normalize_graph_node_id
 from store.library_log import get_logger
 from worker.http import cannot_listen
 from worker.knowledge import NoGraphError
-from worker.recall import RecallTimeoutError, run_recall, search_nodes, show_entity
+from worker.recall import RecallTimeoutError, run_recall, search_nodes, show_entity, unseen_entity
 from worker.signals import stop_on_signals
 
 if TYPE_CHECKING:
@@ -172,10 +173,10 @@ def build_server(settings: Settings) -> MCPServer:
         says how many there are), verbatim, within a token budget. For a session or a turn (a session_id or
         memory_id from recall): the entities said in it, and a turn's own text."""
         async def shown() -> dict[str, Any]:
-            view = await show_entity(settings, node_id, user=scoped_user(user), as_of=parse_as_of(as_of),
-                                     budget_tokens=budget_tokens)
+            scope = {"user": scoped_user(user), "as_of": parse_as_of(as_of)}
+            view = await show_entity(settings, node_id, **scope, budget_tokens=budget_tokens)
             if view is None:
-                raise ToolError(f"no entity {node_id!r} (search_nodes finds ids by name)")
+                raise ToolError(await unseen_entity(settings, normalize_graph_node_id(node_id), **scope))
             return view
 
         return await _answer(shown)

@@ -260,6 +260,35 @@ async def show_entity(settings: Settings, node_id: str, *, user: str | None = No
     return {**entity, "turns": turns}
 
 
+async def unseen_entity(settings: Settings, node_id: str, *, user: str | None = None, as_of: str | None = None) -> str:
+    """What the MCP ``show_node`` says of ``node_id`` (valid) when :func:`show_entity` has no view of
+    it: when ``user``'s scope (every session, without a user) holds it now but not at ``as_of``,
+    that it was not known yet and since when *in that scope* — the line ``rem-cycle show --as-of``
+    gives for the whole graph (:func:`worker.views.not_known_yet`); else ``no entity``. A node out
+    of the caller's scope and one that does not exist are not told apart, as recall tells them not:
+    another user's first mention of a node would tell of their sessions."""
+    from worker.views import not_known_yet
+
+    gone = f"no entity {node_id!r} (search_nodes finds ids by name)"
+    if as_of is None:
+        return gone
+    if row_kind(node_id) is not None:
+        # A session or a turn is known from its own createdAt, which its being in scope shows.
+        if not await anyio.to_thread.run_sync(_row_in_scope, settings, node_id, user, None):
+            return gone
+        view = await knowledge.show_node(settings, node_id, limit=1, open_db=open_bounded, chroma_seconds=RECALL_DEADLINE_SECONDS)
+        return gone if view is None else not_known_yet([view], node_id, as_of)
+
+    def first_seen() -> tuple[bool, str | None]:
+        with open_index(settings) as index:
+            return index.first_seen(node_id, _scope(index, user=user, as_of=None))
+
+    seen, first = await anyio.to_thread.run_sync(first_seen)
+    if not seen:
+        return gone
+    return not_known_yet([{"id": node_id, "label": node_id.partition(":")[0], "first_seen": first}], node_id, as_of)
+
+
 def _row_in_scope(settings: Settings, node_id: str, user: str | None, as_of: str | None) -> bool:
     """Whether the session or turn ``node_id`` is ``user``'s (any, without a user) and known by ``as_of``."""
     if row_kind(node_id) == "memory":

@@ -138,3 +138,33 @@ def print_recall(answer: dict[str, Any]) -> None:
         console.print(f"session {escape(session['id'])}: {escape(session['title'])} — {escape(session['summary'][:TURN_TEXT_CHARS])}")
     if answer["omitted"]:
         console.print(f"({len(answer['omitted'])} more did not fit in {answer['budget_tokens']} tokens)")
+
+
+def not_known_yet(views: list[dict[str, Any]], wanted: str, as_of: str) -> str:
+    """Why ``show --as-of`` (and the MCP ``show_node`` with ``as_of``) has no view of ``wanted``,
+    which names the nodes ``views`` (as they are now, in the caller's scope: the MCP tool's
+    ``user``, the whole graph for the CLI): none was known yet. A knowledge node is known from its first point's turn time, a session
+    or a turn from its ``createdAt``, a notes file once something it said was (pipelines/asof.py).
+    A knowledge node said only in turns without a ``createdAt`` has no time, and no date shows it."""
+    if len(views) > 1:  # a name several nodes hold: each, and since when (as `show NAME` lists them)
+        listed = ", ".join(f"{v['id']}{_since(v)}" for v in views)
+        return f"no node {wanted!r} was known yet as of {as_of}; {len(views)} have that name now: {listed}"
+    view = views[0]
+    if _since(view) == _TIMELESS:
+        return (f"{view['id']} has no time of its own: no turn that said it has a createdAt, and --as-of shows only "
+                "what was said at a known time")
+    return f"{view['id']} was not known yet as of {as_of}{_since(view)}"
+
+
+_TIMELESS = " (no time of its own)"
+
+
+def _since(view: dict[str, Any]) -> str:
+    """Since when the node ``view`` (as it is now) is known, as `` (first seen …)`` or `` (created
+    …)``; :data:`_TIMELESS` for a knowledge node with no time, ``""`` for an anchor without one."""
+    from pipelines.vocabulary import ANCHOR_LABELS
+
+    if view["label"] in ANCHOR_LABELS:
+        created = view["properties"].get("createdAt")
+        return f" (created {created})" if isinstance(created, str) else ""
+    return _TIMELESS if view["first_seen"] is None else f" (first seen {view['first_seen']})"

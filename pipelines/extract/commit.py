@@ -208,15 +208,15 @@ def kept_out(
     (:func:`pipelines.identity.named_alike`: `Jane Doe` kept out of PERSON keeps the CONCEPT `Jane
     Doe` out, which that rule would have merged into the person) — unless a node of the node's own
     type is known by that name (its id, :func:`pipelines.extract.model.semantic_node_id`, or an
-    alias), which the forget left or an operator kept: another thing. ``gaining``: the nodes of
+    alias of that key), which the forget left or an operator kept: another thing. ``gaining``: the nodes of
     ``wanted`` are in the graph and have just taken these keys (a hand edit), so their own holding
     does not count, but a name another node of the same type held before the edit does
     (``known_before``: its ``(type, key)`` pairs; the edit moved the name within the type, as
     merging a CONCEPT into another CONCEPT does). One look-up of these keys
     (:meth:`store.suppressions.SuppressionStore.suppressed`, whatever was ever forgotten); the
     graph is read only for such a cross-type hit. The one rule of
-    every path: an extraction commit (:func:`suppressed_ids`) and an edit by hand
-    (:func:`pipelines.forget.refusing_kept_out`)."""
+    every path: an extraction commit (:func:`suppressed_ids`), the commit's split of a short name
+    (:func:`commit_session`), and an edit by hand (:func:`pipelines.forget.refusing_kept_out`)."""
     own = {node_id: {(kind, key) for key in keys} for node_id, (kind, keys) in wanted.items()}
     alike = {node_id: {(other, key) for key in keys for other in named_alike(kind, key)} for node_id, (kind, keys) in wanted.items()}
     found = suppressions.suppressed(set().union(*own.values(), *alike.values())) if wanted else set()
@@ -234,8 +234,10 @@ def kept_out(
         holders: dict[tuple[str, str], set[str]] = {}
         for node_id in graph.existing_ids(by_id) if by_id else ():
             holders.setdefault(by_id[node_id], set()).add(node_id)
-        for node_id, label, key in graph.alias_holders({key for _, key in asked}):
-            if (label, key) in asked:
+        # An alias is compared by the key a name is kept out by (``Jane-Doe`` is the CONCEPT ``jane
+        # doe``), read from the alias index by the key's words, which such an alias holds in order.
+        for node_id, label, alias in graph.aliases_with_words({(kind, tuple(key.split(" "))) for kind, key in asked}):
+            for key in suppression_names(label, (alias,)).keys() & {key for kind, key in asked if kind == label}:
                 holders.setdefault((label, key), set()).add(node_id)
         for node_id, pairs in crossed.items():
             itself = {node_id} if gaining else set()
@@ -632,8 +634,16 @@ def commit_session(
             folded = {target: least for target, least in moved.items() if target not in incoming}
             matches = {node_id: moved.get(node_id, node_id) for node_id in incoming if moved.get(node_id, node_id) != node_id or node_id in matches}
             # A short name that stopped naming one thing leaves the node it joined (pipelines.hubs):
-            # before anything is read, so this commit plans against the split graph.
-            for split in checked.splits if checked is not None else ():
+            # before anything is read, so this commit plans against the split graph. Not when it
+            # would come back as a node of a name forget --node keeps out (forgotten, by the id of
+            # another node known by it, while the link stood): it stays on the node holding it.
+            splits = checked.splits if checked is not None else ()
+            labels = {split.merged_id: split.merged_id.partition(":")[0] for split in splits}
+            staying = kept_out({split.merged_id: (labels[split.merged_id], suppression_names(labels[split.merged_id], (split.short,)))
+                                for split in splits}, unit.suppressions, graph)
+            for split in splits:
+                if split.merged_id in staying:
+                    continue
                 undone = merges.split(split.merged_id, rules=split.rules, evidence={
                     "session": reduced.session_id, "short": split.short, "ambiguous_with": split.ambiguous_with})
                 if undone:
