@@ -10,20 +10,26 @@ split and kind of name — the same rule verdicts, questions and answer handling
         [--answers /tmp/judge-answers.jsonl] [--concurrency 4]
 
 Each pair is resolved as :mod:`bench.bench_identity` resolves it in its *isolated* setting (the
-index holds the pair's existing node only), where every name beside one with words more is the only
-such name — so the ``extension-asked`` rule offers every such pair and the ceiling is loose. A
-run puts them among all the names of its sessions:
-
-    python bench/identity_judge.py --oracle --runs office-heldout=office.heldout.jsonl [NAME=FILE …] [--keep DIR]
-
-imports each file into a fresh data dir and digests it in this process with the heuristic
-extractor and the labels as the judge (``--oracle``: the pairs labelled same linked, every other
-question answered "a new node"), then scores the labelled pairs of that run (``run`` in the labels)
-as ``bench_identity.py --runs`` does, and counts the questions asked. A ``candidate`` verdict naming it is a question for
-the judge; a ``link`` to it is the judge's answer. Each answer is appended to ``--answers`` by its
+index holds the pair's existing node only). A ``candidate`` verdict naming it is a question for the
+judge; a ``link`` to it is the judge's answer. Each answer is appended to ``--answers`` by its
 question (:func:`pipelines.identity.audit_question`, the key a cycle keeps answers by), and read
 back by the next run: a run that stopped, or a run over more splits, pays no question twice. A
 failed call is counted ``unanswered`` and not kept (the next run asks it again), as a cycle does.
+In isolation every name beside one with words more is the only such name, so the
+``extension-asked`` rule offers every such pair, the ceiling is loose, and the judge sees names
+without quotes. A run puts the pairs among all the names of its sessions and shows the judge the
+quotes a cycle shows:
+
+    python bench/identity_judge.py --runs office-heldout=office.heldout.jsonl [NAME=FILE …] [--keep DIR] \
+        [--answers /tmp/judge-run-answers.jsonl] [--oracle]
+
+imports each file into a fresh data dir and digests it in this process with the heuristic
+extractor and the model the ``REM_LLM_*`` settings name as the cycle's judge (``--oracle``: the
+labels — a question naming a pair labelled same linked, every other one answered "a new node"),
+then scores the labelled pairs of that run (``run`` in the labels) as ``bench_identity.py --runs``
+does, and counts the questions: asked, about a labelled pair, answered from ``--answers``,
+unanswered. Keep the runs' answers in a file of their own: an isolated run's answers are keyed
+alike but were given without quotes.
 
 The issue-11 figures of prose identity are the rules' alone (no model runs where they were
 measured); this measures the model path with one command wherever a model server runs. Which
@@ -38,6 +44,7 @@ import sys
 import tempfile
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from contextlib import AsyncExitStack
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -168,26 +175,76 @@ def report(judged: Sequence[Judged]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def run_oracle(pairs: Sequence[Mapping[str, Any]], asked: list[bool]) -> Auditor:
+def pair_labels(pairs: Sequence[Mapping[str, Any]]) -> dict[frozenset[tuple[str, str]], bool]:
+    """The labelled pairs by their two ``(type, folded name)``: whether they are one thing."""
+    return {frozenset(((p["type"], fold(p["existing"]["name"])), (p["type"], fold(p["incoming"]["name"])))): bool(p["same"])
+            for p in pairs}
+
+
+def labelled_options(labels: Mapping[frozenset[tuple[str, str]], bool], node: NodeRef, options: Sequence[NodeRef]) -> list[tuple[str, bool]]:
+    """``(option id, same)`` for each option a labelled pair names beside ``node`` (any of their
+    names, ignoring case), in the options' order."""
+    return [(o.id, labels[key]) for o in options for f in node.forms for g in o.forms
+            if (key := frozenset(((node.type, fold(f)), (o.type, fold(g))))) in labels]
+
+
+def run_oracle(pairs: Sequence[Mapping[str, Any]]) -> Auditor:
     """The labels as the judge of a run: the first option that a pair labelled same names beside
-    the node (any of their names, ignoring case), else "a new node". Each question appends whether a
-    labelled pair was among it to ``asked``."""
-    labels = {frozenset(((p["type"], fold(p["existing"]["name"])), (p["type"], fold(p["incoming"]["name"])))): bool(p["same"])
-              for p in pairs}
+    the node, else "a new node"."""
+    labels = pair_labels(pairs)
 
     async def answer(node: NodeRef, options: Sequence[NodeRef], *, quotes: Mapping[str, Sequence[str]] = {}) -> str | None:
-        found = [(o.id, labels[key]) for o in options for f in node.forms for g in o.forms
-                 if (key := frozenset(((node.type, fold(f)), (o.type, fold(g))))) in labels]
-        asked.append(bool(found))
-        return next((option for option, same in found if same), None)
+        return next((option for option, same in labelled_options(labels, node, options) if same), None)
 
     return answer
 
 
-async def judge_runs(runs: Mapping[str, Path], pairs: Sequence[Mapping[str, Any]], *, keep: Path) -> dict[str, Any]:
-    """Each run's sessions digested with the labels as the judge (see the module docstring), in a
-    data dir under ``keep``; the figures of :func:`bench.bench_identity.run_report` over them, and
-    per run the questions asked (per 100 sessions) and how many of them held a labelled pair."""
+@dataclass(slots=True)
+class RunQuestions:
+    """What one run asked its judge: each question's count by outcome."""
+
+    asked: int = 0
+    labelled: int = 0
+    from_answers: int = 0
+    unanswered: int = 0
+
+
+def counting(auditor: Auditor, labels: Mapping[frozenset[tuple[str, str]], bool], counts: RunQuestions,
+             answers: dict[str, str | None], keep: Any = None) -> Auditor:
+    """``auditor`` as a cycle's judge that counts its questions, answers from ``answers`` those it
+    holds (by :func:`pipelines.identity.audit_question`, the key a cycle keeps answers by), and
+    appends each new answer to the open file ``keep``; a failed call is counted and raised on (the
+    cycle leaves the pair for review, as with a model)."""
+    async def answer(node: NodeRef, options: Sequence[NodeRef], *, quotes: Mapping[str, Sequence[str]] = {}) -> str | None:
+        counts.labelled += bool(labelled_options(labels, node, options))
+        question = audit_question(node, options)
+        if question in answers:
+            counts.from_answers += 1
+            return answers[question]
+        counts.asked += 1
+        try:
+            chosen = await auditor(node, options, quotes=quotes)
+        except AuditUnanswered:
+            counts.unanswered += 1
+            raise
+        answers[question] = chosen if chosen in {o.id for o in options} else None
+        if keep is not None:
+            keep.write(json.dumps({"question": question, "target": answers[question]}) + "\n")
+            keep.flush()
+        return answers[question]
+
+    return answer
+
+
+async def judge_runs(
+    runs: Mapping[str, Path], pairs: Sequence[Mapping[str, Any]], *, keep: Path, judge: Auditor | None = None,
+    answers: dict[str, str | None] | None = None, kept_answers: Path | None = None,
+) -> dict[str, Any]:
+    """Each run's sessions digested with ``judge`` (``None``: the labels, :func:`run_oracle`) as the
+    cycle's judge (see the module docstring), in a data dir under ``keep``; the figures of
+    :func:`bench.bench_identity.run_report` over them, and per run its questions: asked (and per
+    100 sessions), about a labelled pair, answered from ``answers`` (the answers of earlier runs,
+    each new one appended to ``kept_answers``), unanswered."""
     import os
     import subprocess
 
@@ -196,14 +253,17 @@ async def judge_runs(runs: Mapping[str, Path], pairs: Sequence[Mapping[str, Any]
 
     root = Path(__file__).resolve().parent.parent
     made = worker.cycle.identity_resolver
-    questions: dict[str, list[bool]] = {}
+    labels = pair_labels(pairs)
+    answers = {} if answers is None else answers
+    questions: dict[str, RunQuestions] = {}
     dirs: dict[str, Path] = {}
+    kept = kept_answers.open("a", encoding="utf-8") if kept_answers is not None else None
     try:
         for name, sessions in runs.items():
             data_dir = dirs[name] = keep / name
-            asked = questions[name] = []
-            auditor = run_oracle(pairs, asked)
-            # The seam a model takes in a cycle (REM_LLM_JUDGE), taken by the labels: the
+            counts = questions[name] = RunQuestions()
+            auditor = counting(judge or run_oracle(pairs), labels, counts, answers, kept)
+            # The seam a model takes in a cycle (REM_LLM_JUDGE), taken by this judge: the
             # extraction stays the heuristic one, whose graph the labelled pairs come from.
             worker.cycle.identity_resolver = lambda db, *, judge=auditor, keep_as=None, **_: made(db, auditor=judge, keep_as=keep_as)
             env = {**os.environ, "REM_DATA_DIR": str(data_dir), "REM_EXTRACTOR": "heuristic", "REM_LOG_LEVEL": "warning"}
@@ -214,11 +274,14 @@ async def judge_runs(runs: Mapping[str, Path], pairs: Sequence[Mapping[str, Any]
                 raise SystemExit(f"{name}: the cycle ended {result.outcome}: {result.message}")
     finally:
         worker.cycle.identity_resolver = made
+        if kept is not None:
+            kept.close()
     figures = run_report(dirs, pairs)
-    for name, asked in questions.items():
+    for name, counts in questions.items():
         sessions = figures["runs"][name]["sessions"]
-        figures["runs"][name] |= {"questions": len(asked), "questions_labelled": sum(asked),
-                                  "questions_per_100_sessions": round(len(asked) * 100 / sessions, 1) if sessions else 0.0}
+        figures["runs"][name] |= {"questions": counts.asked, "questions_labelled": counts.labelled,
+                                  "questions_from_answers": counts.from_answers, "questions_unanswered": counts.unanswered,
+                                  "questions_per_100_sessions": round((counts.asked + counts.from_answers) * 100 / sessions, 1) if sessions else 0.0}
     return figures
 
 
@@ -243,19 +306,22 @@ async def run(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     pairs = [p for p in load_pairs(args.real)
              if p["split"] in args.splits and p.get("name_kind") in args.kinds and p["rule"] != "cross-type"]
     if args.runs:
-        if args.keep is not None:
-            ran = await judge_runs(args.runs, pairs, keep=args.keep)
-        else:
-            with tempfile.TemporaryDirectory(prefix="rem-judge-runs-") as tmp:
-                ran = await judge_runs(args.runs, pairs, keep=Path(tmp))
+        async with AsyncExitStack() as stack:
+            judge = None
+            if not args.oracle:
+                judge = ModelJudge(await stack.enter_async_context(OpenAIExtractor(load_settings()))).audit_identity
+            keep = args.keep if args.keep is not None else Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="rem-judge-runs-")))
+            ran = await judge_runs(args.runs, pairs, keep=keep, judge=judge, answers=read_answers(args.answers), kept_answers=args.answers)
         if args.json:
             print(json.dumps(ran, indent=1, sort_keys=True))
             return ran
+        who = "the labels" if args.oracle else "the model"
         for name, r in ran["runs"].items():
-            print(f"{name:28} sessions={r['sessions']} questions={r['questions']} ({r['questions_per_100_sessions']} per 100 sessions, "
+            print(f"{name:28} sessions={r['sessions']} questions={r['questions']} from_answers={r['questions_from_answers']} "
+                  f"unanswered={r['questions_unanswered']} ({r['questions_per_100_sessions']} per 100 sessions, "
                   f"{r['questions_labelled']} about a labelled pair)  review list {r['review_per_100_sessions']} per 100 sessions")
         for key, f in ran["splits"].items():
-            print(f"{key:28} pairs={f['pairs']:4} same={f['positives']:4} absent={f['absent']}  with the labels judging "
+            print(f"{key:28} pairs={f['pairs']:4} same={f['positives']:4} absent={f['absent']}  with {who} judging "
                   f"P={f['precision']:.3f} R={f['recall']:.3f}  R with review={f['recall_with_review']:.3f}")
         return ran
     if args.oracle:
@@ -295,12 +361,10 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, Any]]:
     parser.add_argument("--oracle", action="store_true", help="answer from the labels (no model): the judge's ceiling")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     parser.add_argument("--runs", nargs="+", type=_run, default=None, metavar="NAME=SESSIONS",
-                        help="digest these import files with the labels as the judge (with --oracle) and score their runs")
+                        help="digest these import files (heuristic extraction) with the model, or the labels (--oracle), as the judge, and score their runs")
     parser.add_argument("--keep", type=Path, default=None, help="with --runs: leave the runs' data dirs here")
     args = parser.parse_args(argv)
     if args.runs is not None:
-        if not args.oracle:
-            parser.error("--runs judges with the labels: add --oracle (a model judges a run through rem-cycle itself)")
         args.runs = dict(args.runs)
     if not args.oracle and load_settings().extractor != "openai":
         parser.error("the judge is the model's: set REM_EXTRACTOR=openai and REM_LLM_BASE_URL (and REM_LLM_MODEL)")
