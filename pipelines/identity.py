@@ -994,6 +994,11 @@ def said_together(
         # An ambiguity of a decisive rule stays as it is (a bridging one joins its candidates).
         if verdict.action == LINK or verdict.rule.startswith("ambiguous-") or target == nodes[holder].id or (nodes[holder].id, target) in blocked:
             return
+        # A name of the session linked to a graph node of another type (`named`: the PLACE `Las
+        # Vegas` to the CONCEPT `las vegas`) stands in the batch under that node's id: never a
+        # same-type pair with it (a judge would merge across types, a reviewer be shown one).
+        if (known := index.nodes.get(target)) is not None and known.type != nodes[holder].type:
+            return
         if any(m.node_id == target for m in verdict.candidates) or owned(short, long):
             return
         match = Match(target, rule, 0.6, nodes[holder].name, nodes[holder].type)

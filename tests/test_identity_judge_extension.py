@@ -160,3 +160,16 @@ async def test_without_a_judge_nothing_changes(settings: Settings, tmp_path: Pat
         assert questions(server) == []
     people, merges, review = graph_rows(settings)
     assert people == {"PERSON:David Wallace", "PERSON:Wallace"} and merges == [] and review == []
+
+
+def test_a_name_linked_to_another_type_is_no_same_type_pair() -> None:
+    """`Las Vegas` said as a PLACE links (`named`) to the graph's CONCEPT `las vegas`; `Vegas`, a
+    PLACE said beside it, was paired with that CONCEPT as if it were a PLACE: a review pair across
+    types, and with a judge a question whose "link" merged across types. Now no pair, either way."""
+    graph = AliasIndex.build([NodeRef("CONCEPT:las vegas", "CONCEPT", "Las Vegas")])
+    said = [NodeRef("PLACE:Las Vegas", "PLACE", "Las Vegas"), NodeRef("PLACE:Vegas", "PLACE", "Vegas")]
+    for judged in (False, True):
+        linked, vegas = resolve_batch(said, graph, judged=judged)
+        assert linked.rule == "named" and linked.target == "CONCEPT:las vegas"
+        assert vegas.action == CREATE and not vegas.candidates
+        assert audit_options(vegas, said[1], graph, {n.id: n for n in said}) == []
