@@ -1125,8 +1125,9 @@ class Resolution(dict[str, str]):
 class Auditor(Protocol):
     """Given an incoming node, the existing same-type nodes it may be and, by node id, the
     :func:`node_quotes` of each, return the id of the one it is, or ``None`` for "a new node";
-    raise :class:`AuditUnanswered` when it could not answer (the model call failed: nothing to
-    keep). Only asked about ``candidate`` verdicts."""
+    raise :class:`AuditUnanswered` when it could not answer (the model call failed, or answered
+    no verdict: nothing to keep; an id not among the options counts as no answer too). Only
+    asked about ``candidate`` verdicts."""
 
     def __call__(
         self, node: NodeRef, options: Sequence[NodeRef], *, quotes: Mapping[str, Sequence[str]] = ...,

@@ -242,11 +242,15 @@ class GraphResolver:
         for key, (ref, options, question) in questions.items():
             try:
                 chosen = await self.auditor(ref, options, quotes=shown)
+                if chosen is not None and chosen not in {o.id for o in options}:
+                    # A link to an id not offered (the name without its type, another question's
+                    # id) is no answer: kept as "a new node" it would settle the pair (audit31).
+                    log.warning("identity answer names no option; the candidate stays one", node=ref.id)
+                    raise AuditUnanswered(f"the answer names no option: {chosen[:200]!r}")
             except AuditUnanswered:
                 self._decisions[key] = None  # this phase goes on without it; a later one asks again
                 self._unanswered.add(key)
                 continue
-            chosen = chosen if chosen in {o.id for o in options} else None
             if self.verdicts is not None:
                 await self.verdicts.keep(question, chosen, session=session)
             self._decisions[key] = chosen

@@ -160,3 +160,27 @@ async def test_without_a_judge_nothing_changes(settings: Settings, tmp_path: Pat
         assert questions(server) == []
     people, merges, review = graph_rows(settings)
     assert people == {"PERSON:David Wallace", "PERSON:Wallace"} and merges == [] and review == []
+
+
+async def test_an_answer_naming_no_option_settles_nothing(settings: Settings, tmp_path: Path) -> None:
+    """audit31: a "link" to an id the question did not offer (the name without its type, another
+    question's id) was taken as "a new node" and kept — which, since the judge's "new" settles an
+    ``extension-asked`` pair, took the pair off the review list for good. It is no answer: nothing
+    is kept, the pair stays for review, as after a failed call."""
+    def misnamed(body: dict[str, Any]) -> dict[str, Any]:
+        prompt = next(m["content"] for m in body["messages"] if m["role"] == "user")
+        if '"existing"' in prompt:
+            return {"verdict": "link", "target": json.loads(prompt)["existing"][0]["name"]}
+        return model("link")(body)
+
+    with LLMServer(default=Reply(misnamed)) as server:
+        await two_sessions(settings, tmp_path, server)
+        assert len(questions(server)) == 1
+    people, merges, review = graph_rows(settings)
+    assert people == {"PERSON:David Wallace", "PERSON:Wallace"} and merges == []
+    assert review == [("PERSON:Wallace", "PERSON:David Wallace", ASKED_EXTENSION)]
+    db = open_database(settings)
+    try:
+        assert db.query("SELECT COUNT(*) FROM identity_verdicts")[0][0] == 0
+    finally:
+        db.close()
