@@ -49,7 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.bench_identity import LABELLED_SPLITS, REAL, load_pairs, run_report  # noqa: E402
 from config import load_settings  # noqa: E402
 from pipelines.identity import (  # noqa: E402
-    CANDIDATE, LINK, AliasIndex, AuditUnanswered, Auditor, NodeRef, audit_options, audit_question, fold, resolve_batch,
+    CANDIDATE, LINK, AliasIndex, AuditUnanswered, Auditor, NodeRef, audit_options, audit_question, fold, offered, resolve_batch,
 )
 
 KINDS = ("identifier", "path", "prose")
@@ -121,11 +121,11 @@ async def judge_pairs(
     async def ask(question: str, node: NodeRef, options: Sequence[NodeRef]) -> None:
         async with limiter:
             try:
-                chosen = await auditor(node, options)
+                chosen = offered(await auditor(node, options), options)
             except AuditUnanswered:
                 failed.add(question)
                 return
-        answers[question] = chosen if chosen in {o.id for o in options} else None
+        answers[question] = chosen
         if kept is not None:
             kept.write(json.dumps({"question": question, "target": answers[question]}) + "\n")
             kept.flush()

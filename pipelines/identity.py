@@ -1220,6 +1220,16 @@ class AuditUnanswered(Exception):
     answer is kept, so a later cycle asks again."""
 
 
+def offered(chosen: str | None, options: Sequence[NodeRef]) -> str | None:
+    """An auditor's answer ``chosen`` as it may be kept (pure): one of ``options``' ids, or ``None``
+    ("a new node"). :class:`AuditUnanswered` for an id not among them (the name without its type,
+    another question's id): taken as "a new node" it would settle an ``extension-asked`` pair for
+    good on a wrong answer (audit31), so it is no answer — nothing kept, the pair stays for review."""
+    if chosen is not None and chosen not in {o.id for o in options}:
+        raise AuditUnanswered(f"the answer names no option: {chosen[:200]!r}")
+    return chosen
+
+
 def audit_options(verdict: Verdict, node: NodeRef, index: AliasIndex, batch: Mapping[str, NodeRef] | None = None) -> list[NodeRef]:
     """The nodes an auditor chooses among to settle ``verdict`` (pure): its same-type candidates
     still in ``index`` or new in the same ``batch`` (by id: a name and the same name with words

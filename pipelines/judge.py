@@ -86,7 +86,7 @@ class ModelJudge:
         none when missing). :class:`AuditUnanswered` when the call failed or its answer is no
         verdict (no JSON, neither "link" to an id nor "create"): since a judge's "a new node"
         settles an ``extension-asked`` pair, a junk answer must not stand for one (audit31). The
-        caller checks that a linked id is one of ``options``."""
+        caller checks that a linked id is one of ``options`` (:func:`pipelines.identity.offered`)."""
         payload = {"new": _describe(node, quotes), "existing": [_describe(o, quotes) for o in options]}
         try:
             answer = await self._ask(AUDITOR_PROMPT, payload, schema_name="identity_verdict", schema=VERDICT_SCHEMA)

@@ -55,6 +55,7 @@ from pipelines.identity import (
     audit_question,
     learn,
     node_quotes,
+    offered,
     resolve_batch,
     without_foreign_receivers,
 )
@@ -241,12 +242,7 @@ class GraphResolver:
         shown = await self._quotes(questions.values(), said)
         for key, (ref, options, question) in questions.items():
             try:
-                chosen = await self.auditor(ref, options, quotes=shown)
-                if chosen is not None and chosen not in {o.id for o in options}:
-                    # A link to an id not offered (the name without its type, another question's
-                    # id) is no answer: kept as "a new node" it would settle the pair (audit31).
-                    log.warning("identity answer names no option; the candidate stays one", node=ref.id)
-                    raise AuditUnanswered(f"the answer names no option: {chosen[:200]!r}")
+                chosen = offered(await self.auditor(ref, options, quotes=shown), options)
             except AuditUnanswered:
                 self._decisions[key] = None  # this phase goes on without it; a later one asks again
                 self._unanswered.add(key)
