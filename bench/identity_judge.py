@@ -56,7 +56,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.bench_identity import LABELLED_SPLITS, REAL, load_pairs, run_report  # noqa: E402
 from config import load_settings  # noqa: E402
 from pipelines.identity import (  # noqa: E402
-    CANDIDATE, LINK, AliasIndex, AuditUnanswered, Auditor, NodeRef, audit_options, audit_question, fold, resolve_batch,
+    CANDIDATE, LINK, AliasIndex, AuditUnanswered, Auditor, NodeRef, audit_options, audit_question, fold, offered, resolve_batch,
 )
 
 KINDS = ("identifier", "path", "prose")
@@ -128,11 +128,11 @@ async def judge_pairs(
     async def ask(question: str, node: NodeRef, options: Sequence[NodeRef]) -> None:
         async with limiter:
             try:
-                chosen = await auditor(node, options)
+                chosen = offered(await auditor(node, options), options)
             except AuditUnanswered:
                 failed.add(question)
                 return
-        answers[question] = chosen if chosen in {o.id for o in options} else None
+        answers[question] = chosen
         if kept is not None:
             kept.write(json.dumps({"question": question, "target": answers[question]}) + "\n")
             kept.flush()
@@ -213,8 +213,9 @@ def counting(auditor: Auditor, labels: Mapping[frozenset[tuple[str, str]], bool]
              answers: dict[str, str | None], keep: Any = None) -> Auditor:
     """``auditor`` as a cycle's judge that counts its questions, answers from ``answers`` those it
     holds (by :func:`pipelines.identity.audit_question`, the key a cycle keeps answers by), and
-    appends each new answer to the open file ``keep``; a failed call is counted and raised on (the
-    cycle leaves the pair for review, as with a model)."""
+    appends each new answer to the open file ``keep``; a failed call, or an answer naming no option
+    (:func:`pipelines.identity.offered`), is counted and raised on (the cycle leaves the pair for
+    review, as with a model)."""
     async def answer(node: NodeRef, options: Sequence[NodeRef], *, quotes: Mapping[str, Sequence[str]] = {}) -> str | None:
         counts.labelled += bool(labelled_options(labels, node, options))
         question = audit_question(node, options)
@@ -223,11 +224,10 @@ def counting(auditor: Auditor, labels: Mapping[frozenset[tuple[str, str]], bool]
             return answers[question]
         counts.asked += 1
         try:
-            chosen = await auditor(node, options, quotes=quotes)
+            answers[question] = offered(await auditor(node, options, quotes=quotes), options)
         except AuditUnanswered:
             counts.unanswered += 1
             raise
-        answers[question] = chosen if chosen in {o.id for o in options} else None
         if keep is not None:
             keep.write(json.dumps({"question": question, "target": answers[question]}) + "\n")
             keep.flush()

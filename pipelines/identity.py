@@ -1130,8 +1130,9 @@ class Resolution(dict[str, str]):
 class Auditor(Protocol):
     """Given an incoming node, the existing same-type nodes it may be and, by node id, the
     :func:`node_quotes` of each, return the id of the one it is, or ``None`` for "a new node";
-    raise :class:`AuditUnanswered` when it could not answer (the model call failed: nothing to
-    keep). Only asked about ``candidate`` verdicts."""
+    raise :class:`AuditUnanswered` when it could not answer (the model call failed, or answered
+    no verdict: nothing to keep; an id not among the options counts as no answer too). Only
+    asked about ``candidate`` verdicts."""
 
     def __call__(
         self, node: NodeRef, options: Sequence[NodeRef], *, quotes: Mapping[str, Sequence[str]] = ...,
@@ -1154,13 +1155,56 @@ def quote(text: str, forms: Sequence[str]) -> str:
     flat = " ".join(text.split())
     if len(flat) <= QUOTE_CHARS:
         return flat
-    lowered = flat.casefold()
-    found = [at for form in forms if form.strip() and (at := lowered.find(" ".join(form.split()).casefold())) >= 0]
     room = QUOTE_CHARS - 2 * len(_CUT)
     # The name a third of the way in: what leads up to it says who is meant as much as what follows.
-    start = max(0, min(min(found, default=0) - room // 3, len(flat) - room))
-    body = flat[start:start + room]
-    return (_CUT if start > 0 else "") + body + (_CUT if start + room < len(flat) else "")
+    start = max(0, min(_first_said(flat, forms) - room // 3, len(flat) - room))
+    end = start + room
+    # Each cut moves inward to where a character (a letter and its marks, a joined emoji) ends.
+    for _ in range(_CLUSTER_REACH):
+        if not _splits(flat, start):
+            break
+        start += 1
+    for _ in range(_CLUSTER_REACH):
+        if not _splits(flat, end):
+            break
+        end -= 1
+    return (_CUT if start > 0 else "") + flat[start:end] + (_CUT if end < len(flat) else "")
+
+
+# A cut moves at most this far to keep a character whole: further (a letter under dozens of marks)
+# it falls inside one, and the quote stays bounded.
+_CLUSTER_REACH = 16
+_JOINER = "\u200d"
+
+
+def _first_said(flat: str, forms: Sequence[str]) -> int:
+    """Where ``flat`` first says one of ``forms``, ignoring case (0: nowhere). Found in the case
+    fold, whose offsets are the text's unless a letter folds to several (`ß` → `ss`, `İ`, `ﬁ`):
+    then each folded offset is mapped back to the letter it came from (audit31)."""
+    folded = flat.casefold()
+    found = [at for form in forms if form.strip() and (at := folded.find(" ".join(form.split()).casefold())) >= 0]
+    if not found:
+        return 0
+    if len(folded) == len(flat):
+        return min(found)
+    return [at for at, char in enumerate(flat) for _ in char.casefold()][min(found)]
+
+
+def _splits(text: str, at: int) -> bool:
+    """Whether cutting ``text`` before index ``at`` parts a character as a reader sees it: a mark
+    from its letter, either side of a zero-width joiner, a skin tone or tag from its emoji, the
+    two halves of a flag (pure; a rule of thumb of Unicode's grapheme clusters, not all of them)."""
+    if not 0 < at < len(text):
+        return False
+    char, before = text[at], text[at - 1]
+    if unicodedata.category(char) in ("Mn", "Mc", "Me") or _JOINER in (char, before):
+        return True
+    if "\U0001f3fb" <= char <= "\U0001f3ff" or "\U000e0020" <= char <= "\U000e007f":
+        return True
+    if not ("\U0001f1e6" <= char <= "\U0001f1ff" and "\U0001f1e6" <= before <= "\U0001f1ff"):
+        return False
+    run = at - next((i for i in range(at - 1, -1, -1) if not "\U0001f1e6" <= text[i] <= "\U0001f1ff"), -1) - 1
+    return run % 2 == 1
 
 
 def node_quotes(node: NodeRef, texts: Iterable[str]) -> tuple[str, ...]:
@@ -1179,6 +1223,16 @@ def node_quotes(node: NodeRef, texts: Iterable[str]) -> tuple[str, ...]:
 class AuditUnanswered(Exception):
     """The auditor could not be asked (its call failed): the verdict stays a candidate, and no
     answer is kept, so a later cycle asks again."""
+
+
+def offered(chosen: str | None, options: Sequence[NodeRef]) -> str | None:
+    """An auditor's answer ``chosen`` as it may be kept (pure): one of ``options``' ids, or ``None``
+    ("a new node"). :class:`AuditUnanswered` for an id not among them (the name without its type,
+    another question's id): taken as "a new node" it would settle an ``extension-asked`` pair for
+    good on a wrong answer (audit31), so it is no answer — nothing kept, the pair stays for review."""
+    if chosen is not None and chosen not in {o.id for o in options}:
+        raise AuditUnanswered(f"the answer names no option: {chosen[:200]!r}")
+    return chosen
 
 
 def audit_options(verdict: Verdict, node: NodeRef, index: AliasIndex, batch: Mapping[str, NodeRef] | None = None) -> list[NodeRef]:

@@ -81,17 +81,23 @@ class ModelJudge:
     async def audit_identity(
         self, node: NodeRef, options: Sequence[NodeRef], *, quotes: Mapping[str, Sequence[str]] = {},
     ) -> str | None:
-        """The id of the existing node ``node`` is, or ``None`` (a new node; an answer that is no
-        usable verdict says so too); each node is shown with its ``quotes`` (by node id, already
-        bounded: :func:`pipelines.identity.node_quotes`; none when missing).
-        :class:`AuditUnanswered` when the call failed."""
+        """The id of the existing node ``node`` is, or ``None`` (a new node); each node is shown
+        with its ``quotes`` (by node id, already bounded: :func:`pipelines.identity.node_quotes`;
+        none when missing). :class:`AuditUnanswered` when the call failed or its answer is no
+        verdict (no JSON, neither "link" to an id nor "create"): since a judge's "a new node"
+        settles an ``extension-asked`` pair, a junk answer must not stand for one (audit31). The
+        caller checks that a linked id is one of ``options`` (:func:`pipelines.identity.offered`)."""
         payload = {"new": _describe(node, quotes), "existing": [_describe(o, quotes) for o in options]}
         try:
             answer = await self._ask(AUDITOR_PROMPT, payload, schema_name="identity_verdict", schema=VERDICT_SCHEMA)
         except ExtractionFailure as exc:
             log.warning("model call failed; the candidate stays one", job="identity_verdict", error=str(exc)[:200])
             raise AuditUnanswered(str(exc)) from exc
-        if not isinstance(answer, dict) or answer.get("verdict") != "link":
+        verdict = answer.get("verdict") if isinstance(answer, dict) else None
+        if verdict == "create":
             return None
-        target = answer.get("target")
-        return target if isinstance(target, str) and target in {o.id for o in options} else None
+        target = answer.get("target") if verdict == "link" else None
+        if not isinstance(target, str):
+            log.warning("model answer is no identity verdict; the candidate stays one", job="identity_verdict")
+            raise AuditUnanswered("the answer is no identity verdict")
+        return target

@@ -55,6 +55,7 @@ from pipelines.identity import (
     audit_question,
     learn,
     node_quotes,
+    offered,
     resolve_batch,
     without_foreign_receivers,
 )
@@ -241,12 +242,11 @@ class GraphResolver:
         shown = await self._quotes(questions.values(), said)
         for key, (ref, options, question) in questions.items():
             try:
-                chosen = await self.auditor(ref, options, quotes=shown)
+                chosen = offered(await self.auditor(ref, options, quotes=shown), options)
             except AuditUnanswered:
                 self._decisions[key] = None  # this phase goes on without it; a later one asks again
                 self._unanswered.add(key)
                 continue
-            chosen = chosen if chosen in {o.id for o in options} else None
             if self.verdicts is not None:
                 await self.verdicts.keep(question, chosen, session=session)
             self._decisions[key] = chosen

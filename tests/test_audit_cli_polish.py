@@ -205,3 +205,18 @@ def test_enqueue_from_standard_input_reads_it_once_and_numbers_lines_as_an_edito
                           text=True, env=env, cwd=ROOT, timeout=120)
     assert json.loads(done.stdout) == {"queue": "file", "queued": 2}
     assert [json.loads(line)["source"] for line in (data / "lazy-edges.jsonl").open(encoding="utf-8")] == ["CONCEPT:a", "CONCEPT:b"]
+
+
+def test_text_with_emoji_codes_is_printed_as_written(tmp_path: Path) -> None:
+    """audit31: every command's console turned `:name:` into an emoji — a turn saying `Fix the
+    :bug: label` was shown `Fix the 🐛 label`, and `show` named the session `session:two` as
+    `session2️⃣` (its `session:two: Session two` line), an id no one could copy back."""
+    env = {"REM_DATA_DIR": str(tmp_path / "data")}
+    session = make_session("two", 1, text="Fix the :bug: label in GraphStore :thumbs_up:")
+    assert run_cli("import", str(write_sessions(tmp_path / "s.jsonl", [session])), env=env).returncode == 0
+    assert run_cli("--once", env=env).returncode == 0
+    for args in (["show", "CLASS:GraphStore"], ["show", "session:two"]):
+        done = run_cli(*args, env=env)
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert "🐛" not in done.stdout and "2️⃣" not in done.stdout, (args, done.stdout)
+        assert ":bug:" in done.stdout or "session:two" in done.stdout, (args, done.stdout)

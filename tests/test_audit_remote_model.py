@@ -18,7 +18,7 @@ import pytest
 
 from config import Settings, load_settings
 from pipelines.extract.llm import OpenAIExtractor
-from pipelines.identity import NodeRef
+from pipelines.identity import AuditUnanswered, NodeRef
 from pipelines.importer import import_sessions
 from tests.conftest import SAMPLE
 from tests.test_extract_llm import unit
@@ -170,15 +170,17 @@ JUNK_VERDICTS = [
 
 
 @pytest.mark.parametrize("answer", [*JUNK_VERDICTS, DEEP], ids=["target-list", "target-object", "verdict-list", "no-target", "deep"])
-async def test_a_junk_identity_verdict_means_a_new_node(tmp_path: Path, answer: object) -> None:
+async def test_a_junk_identity_verdict_is_no_answer(tmp_path: Path, answer: object) -> None:
     with LLMServer() as server:
         server.script(Reply(answer), match='"existing"')  # type: ignore[arg-type]
         settings = load_settings(data_dir=tmp_path, extractor="openai", llm_base_url=server.url, llm_judge=True, llm_max_retries=0)
         async with model_judge(settings) as judge:
             assert judge is not None
             node = NodeRef("CLASS:GraphStores", "CLASS", "GraphStores")
-            verdict = await judge.audit_identity(node, [NodeRef("CLASS:GraphStore", "CLASS", "GraphStore")])
-        assert verdict is None and server.chat_count == 1
+            # audit31: before, a new node — which settles an ``extension-asked`` pair for good.
+            with pytest.raises(AuditUnanswered):
+                await judge.audit_identity(node, [NodeRef("CLASS:GraphStore", "CLASS", "GraphStore")])
+        assert server.chat_count == 1
 
 
 @pytest.mark.both_backends

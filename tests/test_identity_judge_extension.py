@@ -14,13 +14,16 @@ import re
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from config import Settings
 from pipelines.identity import (
     ASKED_EXTENSION, CANDIDATE, CREATE, MAX_ASKED_EXTENSIONS, AliasIndex, NodeRef, audit_options, resolve_batch,
 )
 from store.backend import open_database
-from tests.llm_server import LLMServer, Reply, Status, prompt_turns
+from tests.llm_server import LLMServer, Reply, Status, held, prompt_turns
 from tests.test_forget import _session
+from tests.test_migrations_community_names import killed_while_asked, once_log, worker_once
 from tests.test_migrations_identity_verdicts import _import, questions
 from worker.cycle import run_cycle
 
@@ -173,3 +176,104 @@ def test_a_name_linked_to_another_type_is_no_same_type_pair() -> None:
         assert linked.rule == "named" and linked.target == "CONCEPT:las vegas"
         assert vegas.action == CREATE and not vegas.candidates
         assert audit_options(vegas, said[1], graph, {n.id: n for n in said}) == []
+async def test_an_answer_naming_no_option_settles_nothing(settings: Settings, tmp_path: Path) -> None:
+    """audit31: a "link" to an id the question did not offer (the name without its type, another
+    question's id) was taken as "a new node" and kept — which, since the judge's "new" settles an
+    ``extension-asked`` pair, took the pair off the review list for good. It is no answer: nothing
+    is kept, the pair stays for review, as after a failed call."""
+    def misnamed(body: dict[str, Any]) -> dict[str, Any]:
+        prompt = next(m["content"] for m in body["messages"] if m["role"] == "user")
+        if '"existing"' in prompt:
+            return {"verdict": "link", "target": json.loads(prompt)["existing"][0]["name"]}
+        return model("link")(body)
+
+    with LLMServer(default=Reply(misnamed)) as server:
+        await two_sessions(settings, tmp_path, server)
+        assert len(questions(server)) == 1
+    people, merges, review = graph_rows(settings)
+    assert people == {"PERSON:David Wallace", "PERSON:Wallace"} and merges == []
+    assert review == [("PERSON:Wallace", "PERSON:David Wallace", ASKED_EXTENSION)]
+    db = open_database(settings)
+    try:
+        assert db.query("SELECT COUNT(*) FROM identity_verdicts")[0][0] == 0
+    finally:
+        db.close()
+
+
+PAIRS = ("David Wallace", "Michael Scott", "Pam Beesly", "Oscar Martinez")
+
+
+def people_model(body: dict[str, Any]) -> dict[str, Any]:
+    """A PERSON per name of PAIRS, or of its last word alone, a turn says; an identity question
+    linked to its first option."""
+    prompt = next(m["content"] for m in body["messages"] if m["role"] == "user")
+    if '"existing"' in prompt:
+        return {"verdict": "link", "target": json.loads(prompt)["existing"][0]["id"]}
+    if '"members"' in prompt:
+        return {"label": "People"}
+    nodes: dict[str, dict[str, Any]] = {}
+    for number, text in prompt_turns(body):
+        for name in sorted({*PAIRS, *(n.split()[-1] for n in PAIRS)}, key=len, reverse=True):
+            if re.search(rf"\b{name}\b", text):
+                text = re.sub(rf"\b{name}\b", "_", text)
+                nodes.setdefault(name, {"id": name, "type": "PERSON", "name": name, "description": f"the person {name}",
+                                        "confidence": 0.8, "evidence": [{"turn": number, "quote": name}]})
+    return {"summary": "people", "nodes": list(nodes.values()), "edges": []}
+
+
+@pytest.mark.both_backends
+async def test_answers_about_a_sessions_own_nodes_outlive_a_kill(settings: Settings, tmp_path: Path, database_url: str | None) -> None:
+    """audit31, an attack that found nothing: the options new in the session being committed are in
+    the question's key (their ids, names, aliases) as the graph's are, so a worker SIGKILLed between
+    the answers and the commit asks again only what it was not answered, and the commit links each
+    shorter name to its session's longer one."""
+    with LLMServer(default=Reply(people_model)) as server:
+        mine = judged(settings, server)
+        await _import(mine, tmp_path / "one.jsonl", [_session("one", "2026-11-01T10:00:00Z", [
+            f"{name} and {name.split()[-1]} again." for name in PAIRS])])
+        server.script(*[Reply(people_model)] * 2, held(Reply(people_model)), match='"existing"')
+        killed_while_asked(settings, server, database_url, lambda: len(questions(server)), count=3)
+        before = questions(server)
+        again = worker_once(settings, server, database_url)
+        assert again.wait(120) == 0, once_log(settings).read_text()[-3000:]
+        after = questions(server)[len(before):]
+    assert len(before) == 3 and len(after) == len(PAIRS) - 2 and not set(after) & set(before[:2]), (before, after)
+    people, merges, review = graph_rows(settings)
+    # Each pair one node; of two nodes new in one session the commit keeps the least id.
+    pairs = [sorted((f"PERSON:{name.split()[-1]}", f"PERSON:{name}")) for name in PAIRS]
+    assert people == {least for least, _ in pairs} and review == []
+    assert sorted(merges) == sorted((other, least, "auditor") for least, other in pairs)
+
+
+def naming(kind: str, names: tuple[str, ...]) -> Any:
+    """The model: a ``kind`` node per name of ``names`` a turn says, in the order said; an identity
+    question linked to its first option."""
+    def reply(body: dict[str, Any]) -> dict[str, Any]:
+        prompt = next(m["content"] for m in body["messages"] if m["role"] == "user")
+        if '"existing"' in prompt:
+            return {"verdict": "link", "target": json.loads(prompt)["existing"][0]["id"]}
+        if '"members"' in prompt:
+            return {"label": "Things"}
+        nodes: dict[str, dict[str, Any]] = {}
+        for number, text in prompt_turns(body):
+            for name in sorted(names, key=lambda n: text.find(rf"{n} ")):
+                if f"{name} " in text:
+                    nodes.setdefault(name, {"id": name, "type": kind, "name": name, "description": f"the {name}",
+                                            "confidence": 0.8, "evidence": [{"turn": number, "quote": name}]})
+        return {"summary": "things", "nodes": list(nodes.values()), "edges": []}
+    return reply
+
+
+async def test_a_link_the_least_id_turns_around_keeps_its_rule(settings: Settings, tmp_path: Path) -> None:
+    """audit31: the judge linked `Beesly` to `Pam Beesly`, both new in one session; the commit
+    keeps the least id, so `Pam Beesly` is what moves — and its merge record took that node's own
+    verdict ("a new node"): rule `''`, which tells no one why the two are one (`auditor`). The
+    record now names the rule of the link that joined the two."""
+    with LLMServer(default=Reply(naming("PERSON", ("Pam Beesly", "Beesly")))) as server:
+        mine = judged(settings, server)
+        await _import(mine, tmp_path / "one.jsonl", [_session("one", "2026-11-01T10:00:00Z", ["Pam Beesly and Beesly again."])])
+        assert (await run_cycle(mine)).outcome == "completed"
+        assert len(questions(server)) == 1
+    people, merges, review = graph_rows(settings)
+    assert people == {"PERSON:Beesly"} and review == []
+    assert merges == [("PERSON:Pam Beesly", "PERSON:Beesly", "auditor")]

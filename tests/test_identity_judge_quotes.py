@@ -115,3 +115,33 @@ def test_a_quote_is_cut_around_the_name_and_bounded() -> None:
     ross = NodeRef("PERSON:Ross", "PERSON", "Ross")
     texts = ["Ross hi", "Ross hi", "", "Ross two", "Ross three", "Ross four"]
     assert node_quotes(ross, texts) == ("Ross hi", "Ross two", "Ross three")[:QUOTES_PER_NODE]
+
+
+@pytest.mark.parametrize("before", ["Straße ", "İstanbul ", "ﬁle "], ids=["sharp-s", "dotted-I", "ligature"])
+def test_a_quote_finds_the_name_after_letters_whose_case_fold_is_longer(before: str) -> None:
+    """audit31: the name was looked for in the text's case fold and the text cut at that offset —
+    but `ß`, `İ`, `ﬁ` fold to two characters, so after many of them (a German or Turkish turn) the
+    cut landed past the name and the quote did not say it."""
+    text = before * 150 + "then Ross Geller walked in " + "y " * 300
+    cut = quote(text, ["Ross Geller"])
+    assert "Ross Geller walked in" in cut and len(cut) <= QUOTE_CHARS
+
+
+def test_a_quote_never_cuts_a_character_apart() -> None:
+    """audit31: a cut fell between a letter and its combining mark (the quote began `…́`) or inside
+    an emoji joined by zero-width joiners; it now moves to the nearest boundary inside the quote."""
+    from unicodedata import category
+
+    def joined(char: str) -> bool:
+        return category(char) in ("Mn", "Mc", "Me") or char == "\u200d"
+
+    family = "👨\u200d👩\u200d👧"
+    for filler in ("e\u0301", family, "🇩🇪", "👍🏽"):
+        for n in range(0, 120, 7):
+            text = filler * n + " Ross " + filler * 300
+            cut = quote(text, ["Ross"])
+            assert len(cut) <= QUOTE_CHARS and "Ross" in cut
+            body = cut.strip("…")
+            assert not joined(body[0]) and body[-1] != "\u200d" and body[0] not in "\U0001f3fb\U0001f3fc\U0001f3fd\U0001f3fe\U0001f3ff"
+            # What is left of the quote, the name taken out, is whole characters only.
+            assert body.replace("Ross", "").replace(" ", "").replace(filler, "") == "", (filler, n)

@@ -112,8 +112,9 @@ class _OutputConsole(Console):
 
 
 def output_console() -> Console:
-    """The console every command's report prints to (stdout)."""
-    return _OutputConsole(highlight=False, soft_wrap=True)
+    """The console every command's report prints to (stdout). No emoji codes: what it prints holds
+    turn texts, names and ids (`:bug:`, `session:two: …`), shown as written (audit31)."""
+    return _OutputConsole(highlight=False, soft_wrap=True, emoji=False)
 
 
 def print_cycle(result: dict[str, Any]) -> None:

@@ -665,7 +665,10 @@ def commit_session(
                 into = matches.get(node.id, node.id)
                 if into == node.id:
                     continue
-                verdict = verdicts.get(node.id)
+                # A node another one linked to, moved because its id is not the least, was joined
+                # by that link: its record names that link's rule, not its own "a new node".
+                own = verdicts.get(node.id)
+                verdict = own if own is None or own.action == LINK else _link_to(node.id, verdicts) or own
                 merge_of[node.id] = merges.record_link(
                     Node(node.id, node.type, node.name), into_id=into, rule=verdict.rule if verdict else "exact-key",
                     score=verdict.score if verdict else 1.0,
@@ -698,7 +701,7 @@ def commit_session(
         stats.nodes_removed = len(orphans)
         for target, least in sorted(folded.items()):
             if merges is not None and graph.get_node(target) is not None:
-                verdict = next((v for v in verdicts.values() if v.action == LINK and target in {v.target, *(m.node_id for m in v.candidates)}), None)
+                verdict = _link_to(target, verdicts)
                 evidence = {"session": reduced.session_id, "survivor": "least-id"}
                 if verdict is not None and verdict.node_id in bridged:
                     evidence["bridge"] = verdict.node_id
@@ -717,6 +720,15 @@ def commit_session(
         log.warning("edge dropped: endpoint missing", session_id=reduced.session_id, source=edge.source,
                     target=edge.target, relationship=edge.relationship)
     return stats
+
+
+def _link_to(node_id: str, verdicts: Mapping[str, Verdict]) -> Verdict | None:
+    """The link verdict that joined ``node_id`` to its group from the other side: one whose target
+    is ``node_id``, else (a bridge: it links the least of its candidates) one of whose candidates
+    it is (pure). What a merge record of a node the least id moved (it did not link: another
+    node linked to it) names as its rule."""
+    links = [v for v in verdicts.values() if v.action == LINK]
+    return next((v for v in links if v.target == node_id), None) or next((v for v in links if node_id in {m.node_id for m in v.candidates}), None)
 
 
 def _places(edge: Edge, provenance: Provenance) -> int:
