@@ -87,6 +87,9 @@ ASKED_EXTENSION = "extension-asked"
 # With a judge, a name beside at most this many names with words more is asked about each of them
 # (one question, these options); beside more, it names none of them for sure enough to ask.
 MAX_ASKED_EXTENSIONS = 3
+# Candidates kept per ambiguous node, the strongest first: the review list's pairs, and the options
+# a judge is asked to choose among (the rest are noise, and each option's quotes lengthen the question).
+CANDIDATES_KEPT = 5
 
 LINK_THRESHOLD = 0.9
 # Prose sharing half its words (`Then Python` / `The Python`) was another thing in every such
@@ -1236,16 +1239,17 @@ def offered(chosen: str | None, options: Sequence[NodeRef]) -> str | None:
 
 
 def audit_options(verdict: Verdict, node: NodeRef, index: AliasIndex, batch: Mapping[str, NodeRef] | None = None) -> list[NodeRef]:
-    """The nodes an auditor chooses among to settle ``verdict`` (pure): its same-type candidates
-    still in ``index`` or new in the same ``batch`` (by id: a name and the same name with words
-    more, both first said in this session, are a question too — the commit links one to the other
-    as to any node of its batch); none — nothing to ask — unless it is a ``candidate`` verdict.
+    """The nodes an auditor chooses among to settle ``verdict`` (pure): its strongest
+    :data:`CANDIDATES_KEPT` same-type candidates still in ``index`` or new in the same ``batch``
+    (by id: a name and the same name with words more, both first said in this session, are a
+    question too — the commit links one to the other as to any node of its batch), as the review
+    list would show them; none — nothing to ask — unless it is a ``candidate`` verdict.
     Cross-type candidates are never offered (never merged)."""
     if verdict.action != CANDIDATE:
         return []
     batch = batch or {}
     known = ((index.nodes.get(m.node_id) or batch.get(m.node_id)) for m in verdict.candidates if m.type == node.type)
-    return [ref for ref in known if ref is not None]
+    return [ref for ref in known if ref is not None][:CANDIDATES_KEPT]
 
 
 def audit_question(node: NodeRef, options: Sequence[NodeRef]) -> str:

@@ -277,3 +277,18 @@ async def test_a_link_the_least_id_turns_around_keeps_its_rule(settings: Setting
     people, merges, review = graph_rows(settings)
     assert people == {"PERSON:Beesly"} and review == []
     assert merges == [("PERSON:Pam Beesly", "PERSON:Beesly", "auditor")]
+
+
+def test_a_question_offers_the_strongest_few_options() -> None:
+    """A bare name beside many same-type candidates was asked with every one of them (26 to 30 in
+    the audit, about 27,000 characters with their quotes). Now the strongest CANDIDATES_KEPT, in
+    rank order: what the review list would show a person."""
+    from pipelines.identity import CANDIDATES_KEPT, Match, Verdict
+
+    many = [NodeRef(f"METHOD:C{i}.save", "METHOD", f"C{i}.save") for i in range(CANDIDATES_KEPT + 3)]
+    ranked = tuple(Match(n.id, "qualified", round(0.9 - i / 100, 2), "save", "METHOD") for i, n in enumerate(many))
+    other = Match("CLASS:save", "cross-type", 0.95, "save", "CLASS")
+    verdict = Verdict("METHOD:save", CANDIDATE, None, "ambiguous-qualified", 0.95, (other, *ranked))
+    node = NodeRef("METHOD:save", "METHOD", "save")
+    index = AliasIndex.build([*many, NodeRef("CLASS:save", "CLASS", "save")])
+    assert audit_options(verdict, node, index) == many[:CANDIDATES_KEPT]

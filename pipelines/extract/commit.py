@@ -46,7 +46,7 @@ from typing import Any, Protocol
 
 from pipelines.extract.model import identity_key, ids_before_cut, semantic_node_id, suppression_names
 from pipelines.hubs import Checked
-from pipelines.identity import CANDIDATE, LINK, Verdict, named_alike
+from pipelines.identity import CANDIDATE, CANDIDATES_KEPT, LINK, Verdict, named_alike
 from pipelines.resolver import CandidateLike
 from pipelines.ports import Graph, MergeRecorder, Provenance, Suppressions, UnitOfWork
 from pipelines.extract.reduce import POINT_ORDER, Point, ReducedReference, ReducedSession
@@ -72,9 +72,6 @@ from store.provenance import (
 )
 
 log = get_logger(__name__)
-
-# Candidate pairs kept for review per ambiguous node (the strongest ones; the rest are noise).
-CANDIDATES_KEPT = 5
 
 
 @dataclass(frozen=True, slots=True)
