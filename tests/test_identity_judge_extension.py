@@ -69,9 +69,10 @@ def test_a_question_may_offer_a_node_new_in_the_same_session() -> None:
 NAMES = ("David Wallace", "Wallace", "Michael Scott")
 
 
-def model(answer: str) -> Any:
-    """The model: a PERSON per name of NAMES a turn says (longest first, so `David Wallace` is not
-    also `Wallace`); an identity question answered ``answer`` ("link": the first option)."""
+def model(answer: str = "link", *, names: tuple[str, ...] = NAMES) -> Any:
+    """The model: a PERSON per name of ``names`` a turn says, in the order said (longest
+    first, so `David Wallace` is not also `Wallace`); an identity question answered ``answer``
+    ("link": the first option; "create")."""
     def reply(body: dict[str, Any]) -> dict[str, Any]:
         prompt = next(m["content"] for m in body["messages"] if m["role"] == "user")
         if '"existing"' in prompt:
@@ -80,14 +81,17 @@ def model(answer: str) -> Any:
             return {"verdict": "create"}
         if '"members"' in prompt:
             return {"label": "People"}
-        nodes: dict[str, dict[str, Any]] = {}
+        said: dict[str, tuple[int, int]] = {}
         for number, text in prompt_turns(body):
-            for name in sorted(NAMES, key=len, reverse=True):
-                if re.search(rf"\b{name}\b", text):
-                    text = re.sub(rf"\b{name}\b", "_", text)
-                    nodes.setdefault(name, {"id": name, "type": "PERSON", "name": name, "description": f"the person {name}",
-                                            "confidence": 0.8, "evidence": [{"turn": number, "quote": name}]})
-        return {"summary": "people", "nodes": list(nodes.values()), "edges": []}
+            for name in sorted(names, key=len, reverse=True):
+                pattern = rf"\b{re.escape(name)}\b"
+                for found in re.finditer(pattern, text):
+                    said.setdefault(name, (number, found.start()))
+                text = re.sub(pattern, lambda m: "_" * len(m.group()), text)  # blanked, places kept
+        nodes = [{"id": name, "type": "PERSON", "name": name, "description": f"the person {name}", "confidence": 0.8,
+                  "evidence": [{"turn": number, "quote": name}]}
+                 for name, (number, _) in sorted(said.items(), key=lambda item: item[1])]
+        return {"summary": "things", "nodes": nodes, "edges": []}
     return reply
 
 
@@ -185,7 +189,7 @@ async def test_an_answer_naming_no_option_settles_nothing(settings: Settings, tm
         prompt = next(m["content"] for m in body["messages"] if m["role"] == "user")
         if '"existing"' in prompt:
             return {"verdict": "link", "target": json.loads(prompt)["existing"][0]["name"]}
-        return model("link")(body)
+        return model()(body)
 
     with LLMServer(default=Reply(misnamed)) as server:
         await two_sessions(settings, tmp_path, server)
@@ -201,24 +205,8 @@ async def test_an_answer_naming_no_option_settles_nothing(settings: Settings, tm
 
 
 PAIRS = ("David Wallace", "Michael Scott", "Pam Beesly", "Oscar Martinez")
-
-
-def people_model(body: dict[str, Any]) -> dict[str, Any]:
-    """A PERSON per name of PAIRS, or of its last word alone, a turn says; an identity question
-    linked to its first option."""
-    prompt = next(m["content"] for m in body["messages"] if m["role"] == "user")
-    if '"existing"' in prompt:
-        return {"verdict": "link", "target": json.loads(prompt)["existing"][0]["id"]}
-    if '"members"' in prompt:
-        return {"label": "People"}
-    nodes: dict[str, dict[str, Any]] = {}
-    for number, text in prompt_turns(body):
-        for name in sorted({*PAIRS, *(n.split()[-1] for n in PAIRS)}, key=len, reverse=True):
-            if re.search(rf"\b{name}\b", text):
-                text = re.sub(rf"\b{name}\b", "_", text)
-                nodes.setdefault(name, {"id": name, "type": "PERSON", "name": name, "description": f"the person {name}",
-                                        "confidence": 0.8, "evidence": [{"turn": number, "quote": name}]})
-    return {"summary": "people", "nodes": list(nodes.values()), "edges": []}
+# The pairs' names and their last words alone, said beside them.
+PEOPLE = (*PAIRS, *(name.split()[-1] for name in PAIRS))
 
 
 @pytest.mark.both_backends
@@ -227,11 +215,11 @@ async def test_answers_about_a_sessions_own_nodes_outlive_a_kill(settings: Setti
     the question's key (their ids, names, aliases) as the graph's are, so a worker SIGKILLed between
     the answers and the commit asks again only what it was not answered, and the commit links each
     shorter name to its session's longer one."""
-    with LLMServer(default=Reply(people_model)) as server:
+    with LLMServer(default=Reply(model(names=PEOPLE))) as server:
         mine = judged(settings, server)
         await _import(mine, tmp_path / "one.jsonl", [_session("one", "2026-11-01T10:00:00Z", [
             f"{name} and {name.split()[-1]} again." for name in PAIRS])])
-        server.script(*[Reply(people_model)] * 2, held(Reply(people_model)), match='"existing"')
+        server.script(*[Reply(model(names=PEOPLE))] * 2, held(Reply(model(names=PEOPLE))), match='"existing"')
         killed_while_asked(settings, server, database_url, lambda: len(questions(server)), count=3)
         before = questions(server)
         again = worker_once(settings, server, database_url)
@@ -245,31 +233,12 @@ async def test_answers_about_a_sessions_own_nodes_outlive_a_kill(settings: Setti
     assert sorted(merges) == sorted((other, least, "auditor") for least, other in pairs)
 
 
-def naming(kind: str, names: tuple[str, ...]) -> Any:
-    """The model: a ``kind`` node per name of ``names`` a turn says, in the order said; an identity
-    question linked to its first option."""
-    def reply(body: dict[str, Any]) -> dict[str, Any]:
-        prompt = next(m["content"] for m in body["messages"] if m["role"] == "user")
-        if '"existing"' in prompt:
-            return {"verdict": "link", "target": json.loads(prompt)["existing"][0]["id"]}
-        if '"members"' in prompt:
-            return {"label": "Things"}
-        nodes: dict[str, dict[str, Any]] = {}
-        for number, text in prompt_turns(body):
-            for name in sorted(names, key=lambda n: text.find(rf"{n} ")):
-                if f"{name} " in text:
-                    nodes.setdefault(name, {"id": name, "type": kind, "name": name, "description": f"the {name}",
-                                            "confidence": 0.8, "evidence": [{"turn": number, "quote": name}]})
-        return {"summary": "things", "nodes": list(nodes.values()), "edges": []}
-    return reply
-
-
 async def test_a_link_the_least_id_turns_around_keeps_its_rule(settings: Settings, tmp_path: Path) -> None:
     """audit31: the judge linked `Beesly` to `Pam Beesly`, both new in one session; the commit
     keeps the least id, so `Pam Beesly` is what moves — and its merge record took that node's own
     verdict ("a new node"): rule `''`, which tells no one why the two are one (`auditor`). The
     record now names the rule of the link that joined the two."""
-    with LLMServer(default=Reply(naming("PERSON", ("Pam Beesly", "Beesly")))) as server:
+    with LLMServer(default=Reply(model(names=("Pam Beesly", "Beesly")))) as server:
         mine = judged(settings, server)
         await _import(mine, tmp_path / "one.jsonl", [_session("one", "2026-11-01T10:00:00Z", ["Pam Beesly and Beesly again."])])
         assert (await run_cycle(mine)).outcome == "completed"
