@@ -99,6 +99,14 @@ def read_answers(path: Path | None) -> dict[str, str | None]:
     return answers
 
 
+def keep_answer(kept: Any, question: str, target: str | None) -> None:
+    """Append one answer to the open answers file ``kept`` (``None``: none kept) as
+    :func:`read_answers` reads it back, flushed at once: a run killed later loses nothing paid."""
+    if kept is not None:
+        kept.write(json.dumps({"question": question, "target": target}) + "\n")
+        kept.flush()
+
+
 async def judge_pairs(
     pairs: Sequence[Mapping[str, Any]], auditor: Auditor, *, answers: dict[str, str | None],
     keep: Path | None = None, concurrency: int = 4,
@@ -133,9 +141,7 @@ async def judge_pairs(
                 failed.add(question)
                 return
         answers[question] = chosen
-        if kept is not None:
-            kept.write(json.dumps({"question": question, "target": answers[question]}) + "\n")
-            kept.flush()
+        keep_answer(kept, question, chosen)
 
     try:
         async with anyio.create_task_group() as group:
@@ -228,9 +234,7 @@ def counting(auditor: Auditor, labels: Mapping[frozenset[tuple[str, str]], bool]
         except AuditUnanswered:
             counts.unanswered += 1
             raise
-        if keep is not None:
-            keep.write(json.dumps({"question": question, "target": answers[question]}) + "\n")
-            keep.flush()
+        keep_answer(keep, question, answers[question])
         return answers[question]
 
     return answer
