@@ -282,7 +282,7 @@ async def import_note(note: NoteFile, env: NotesEnv, result: NoteResult | None =
         )
 
     # forget --note takes its verdicts; a file has no turns: the auditor reads its nodes' evidence.
-    await env.resolver.prepare(reduced.nodes, session=note.note_id, said=said_texts(reduced, {}))
+    await env.resolver.prepare(reduced.nodes, session=note.note_id, said=lambda: said_texts(reduced, {}))
 
     def commit() -> CommitStats:
         committed = commit_session(

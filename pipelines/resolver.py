@@ -208,11 +208,12 @@ class GraphResolver:
         return self._index
 
     async def prepare(
-        self, candidates: Sequence[CandidateLike], *, session: str = "", said: Mapping[str, Sequence[str]] = {},
+        self, candidates: Sequence[CandidateLike], *, session: str = "",
+        said: Callable[[], Mapping[str, Sequence[str]]] | None = None,
     ) -> int:
         """Settle the ambiguous candidates of ``session`` (its id: the kept verdicts name it) with
-        the auditor (when there is one), before the commit. ``said``: by candidate id, the texts of
-        the session that say it (:func:`pipelines.extract.reduce.said_texts`), shown to the auditor
+        the auditor (when there is one), before the commit. ``said``, called once there is a question:
+        by candidate id, the texts of the session that say it (:func:`pipelines.extract.reduce.said_texts`), shown to the auditor
         beside the earliest texts each existing option was grounded in (``verdicts.first_texts``).
         Returns how many questions were asked."""
         if self.auditor is None:
@@ -239,7 +240,8 @@ class GraphResolver:
             if question in given:
                 self._decisions[key] = given[question]
                 del questions[key]
-        shown = await self._quotes(questions.values(), said)
+        # Where the session says its nodes is read only when there is a question to show it with.
+        shown = await self._quotes(questions.values(), said() if said is not None and questions else {})
         for key, (ref, options, question) in questions.items():
             try:
                 chosen = offered(await self.auditor(ref, options, quotes=shown), options)

@@ -260,8 +260,7 @@ async def extract_session(
         identity: dict[str, Any] = {}
         if env.resolver is not None:
             # The auditor reads where the session says each node: its turns' texts, in hand here.
-            said = said_texts(reduced, {f"memory:{row.id}": row.document for row in rows})
-            await env.resolver.prepare(reduced.nodes, session=sid, said=said)
+            await env.resolver.prepare(reduced.nodes, session=sid, said=lambda: said_texts(reduced, {f"memory:{row.id}": row.document for row in rows}))
             identity["matcher"] = env.resolver
         # A session extracted before may have queued these lines already: its new ones stand in
         # for them. A first extraction has none to look for, and does not read the queue.
