@@ -29,7 +29,8 @@ labels — a question naming a pair labelled same linked, every other one answer
 then scores the labelled pairs of that run (``run`` in the labels) as ``bench_identity.py --runs``
 does, and counts the questions: asked, about a labelled pair, answered from ``--answers``,
 unanswered. Keep the runs' answers in a file of their own: an isolated run's answers are keyed
-alike but were given without quotes.
+alike but were given without quotes. ``--oracle`` answers from the labels of the ``--splits``
+named: other splits, other answers, so another graph and another question count for the same file.
 
 The issue-11 figures of prose identity are the rules' alone (no model runs where they were
 measured); this measures the model path with one command wherever a model server runs. Which
