@@ -23,7 +23,7 @@ from typing import Any, BinaryIO, TextIO, TypeVar, cast
 
 import anyio
 
-from config import ConfigError, Settings, load_settings, unknown_environment
+from config import ConfigError, Settings, idle_settings, load_settings, unknown_environment
 from config.redact import redact, remember_secrets, secret_values
 from pipelines.recall import MAX_BUDGET_TOKENS, MAX_LIMIT
 from store.durable import replace_file
@@ -1380,7 +1380,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     remember_secrets(secret_values(settings))
     configure_logging(level=settings.log_level, fmt=settings.log_format)
-    for warning in unknown_environment(os.environ):
+    for warning in [*unknown_environment(os.environ), *idle_settings(settings)]:
         log.warning(warning)
     try:
         missing = _missing_data(settings, graph=args.command in GRAPH_COMMANDS) if args.command in DATA_DIR_COMMANDS else None
