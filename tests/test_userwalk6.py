@@ -16,7 +16,7 @@ import pytest
 
 from config import Settings
 from tests.conftest import ROOT, run_cli
-from tests.llm_server import LLMServer, malformed
+from tests.llm_server import LLMServer, Status, malformed
 from tests.llm_server import llm_server  # noqa: F401 - fixture
 from tests.test_identity import _import, _session
 
@@ -137,3 +137,25 @@ def test_the_judge_without_the_openai_extractor_is_warned_about(tmp_path: Path) 
     quiet = run_cli("status", env={"REM_DATA_DIR": str(tmp_path / "none"), "REM_LLM_JUDGE": "true", "REM_EXTRACTOR": "openai",
                                     "REM_LOG_FORMAT": "json"})
     assert not [line for line in quiet.stderr.splitlines() if line.startswith("{")]
+
+
+def test_a_notes_file_retried_is_said_to_be_tried_by_import_notes(tmp_path: Path, llm_server: LLMServer) -> None:
+    """A notes file whose chunk failed said ``… rem-cycle retry --session note-… tries them now``,
+    and that ``retry`` said ``reset 0 sessions and 1 failed chunks; the next cycle tries them
+    again`` — but no cycle reads notes files: nothing tried them until ``import-notes`` was run
+    again. Both lines say that ``import-notes`` does."""
+    llm_server.script(Status(500))
+    notes = tmp_path / "design.md"
+    notes.write_text("The LazyEdgeQueue feeds the GraphStore.\n", encoding="utf-8")
+    env = {"REM_DATA_DIR": str(tmp_path / "data"), "REM_EXTRACTOR": "openai", "REM_LLM_BASE_URL": llm_server.url,
+           "REM_LLM_MAX_RETRIES": "0"}
+    assert run_cli("import-notes", str(notes), env=env).returncode == 1
+    waiting = run_cli("import-notes", str(notes), env=env)
+    assert waiting.returncode == 1
+    key = waiting.stdout.split("retry --session ", 1)[1].split()[0]
+    assert f"; after rem-cycle retry --session {key} the next import-notes of it tries them at once)" in waiting.stdout, waiting.stdout
+    retried = run_cli("retry", "--session", key, env=env)
+    assert retried.returncode == 0, retried.stderr
+    assert retried.stdout.strip() == ("reset 0 sessions and 1 failed chunks; the next import-notes of the file tries them again "
+                                      "(no cycle reads notes files)")
+    assert run_cli("import-notes", str(notes), env=env).returncode == 0
