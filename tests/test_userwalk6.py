@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import socket
-import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +17,9 @@ from config import Settings
 from tests.conftest import ROOT, run_cli
 from tests.llm_server import LLMServer, Status, malformed
 from tests.llm_server import llm_server  # noqa: F401 - fixture
+from store.backend import open_database
+from store.runstate import RunStateStore
+from tests.test_forget import _env
 from tests.test_identity import _import, _session
 
 pytestmark = pytest.mark.timeout(120)
@@ -78,6 +80,7 @@ def test_a_cycle_report_masks_a_configured_secret(monkeypatch: pytest.MonkeyPatc
     assert SECRET not in shown and "Bearer ***" in shown
 
 
+@pytest.mark.both_backends
 async def test_retry_all_gives_a_failing_session_fresh_attempts_and_a_second_retry_resets_nothing(
     settings: Settings, tmp_path: Path, llm_server: LLMServer,
 ) -> None:
@@ -93,12 +96,16 @@ async def test_retry_all_gives_a_failing_session_fresh_attempts_and_a_second_ret
     model = settings.model_copy(update={"extractor": "openai", "llm_base_url": llm_server.url, "llm_max_retries": 0})
     await _import(settings, tmp_path, [_session("a", "2026-11-01T10:00:00Z", ["The LazyEdgeQueue drops lines."])])
     assert (await run_cycle(model)).phases["extract"]["chunks_failed"] == 1
-    env = {"REM_DATA_DIR": str(settings.data_dir)}
+    env = _env(settings)
     everything = run_cli("retry", "--all", "--json", env=env)
     assert everything.returncode == 0, everything.stderr
     assert json.loads(everything.stdout) == {"chunks_reset": 1, "sessions_reset": 1, "unknown": []}
-    with sqlite3.connect(settings.data_dir / "graph.sqlite3") as db:
-        assert db.execute("SELECT state, attempts FROM session_digests WHERE session_id = 'a'").fetchall() == [("undigested", 0)]
+    db = open_database(settings)
+    try:
+        digest = RunStateStore(db).get_digests(["a"])["a"]
+    finally:
+        db.close()
+    assert (digest.state, digest.attempts) == ("undigested", 0)
     again = run_cli("retry", "--session", "a", env=env)
     assert again.returncode == 0, again.stderr
     assert again.stdout.strip() == "nothing to reset: no session named is failing or undigestible (rem-cycle status lists them)"
