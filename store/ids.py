@@ -16,8 +16,9 @@ ROW_PREFIXES: tuple[str, ...] = ("memory", "session")
 RowKind = Literal["memory", "session"]
 
 _ROW_ID = re.compile(r"[A-Za-z0-9_.:@+=-]{1,%d}" % MAX_ROW_ID_LENGTH)
-# Control characters, and lone surrogates (JSON "\\udc00" decodes to one; SQLite cannot store it).
+# A notes file's key (:func:`note_key`).
 _NOTE_KEY = re.compile(r"note-[0-9a-f]{16}")
+# Control characters, and lone surrogates (JSON "\\udc00" decodes to one; SQLite cannot store it).
 _FORBIDDEN = re.compile("[\x00-\x1f\x7f\ud800-\udfff]")
 
 
