@@ -55,7 +55,7 @@ import anyio
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.bench_identity import LABELLED_SPLITS, REAL, load_pairs, run_report  # noqa: E402
-from config import load_settings  # noqa: E402
+from config import ConfigError, load_settings  # noqa: E402
 from pipelines.identity import (  # noqa: E402
     CANDIDATE, LINK, AliasIndex, AuditUnanswered, Auditor, NodeRef, audit_options, audit_question, fold, offered, resolve_batch,
 )
@@ -302,19 +302,34 @@ def oracle(pairs: Sequence[Mapping[str, Any]]) -> Auditor:
     return answer
 
 
+async def model_judge(stack: AsyncExitStack) -> Any:
+    """The model the ``REM_LLM_*`` settings name as the judge (a :class:`pipelines.judge.ModelJudge`
+    open on ``stack``), once its server passed the check a cycle's ``provider-ready`` makes;
+    :class:`SystemExit` with that check's line when it fails. Without it a server that was not
+    there failed every question, each after its retries, and the run printed the rules' figures
+    as the judge's, exit 0 (userwalk6)."""
+    from pipelines.extract.llm import OpenAIExtractor
+    from pipelines.extract.model import ExtractionFailure
+    from pipelines.judge import ModelJudge
+
+    extractor = await stack.enter_async_context(OpenAIExtractor(load_settings()))
+    try:
+        await extractor.ping()
+    except ExtractionFailure as exc:
+        raise SystemExit(f"identity_judge.py: no judge to measure: {exc}") from None
+    return ModelJudge(extractor)
+
+
 async def run(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     """Judge the chosen pairs with the model the settings name (or, ``--oracle``, with the labels),
     and print the report."""
-    from pipelines.extract.llm import OpenAIExtractor
-    from pipelines.judge import ModelJudge
-
     pairs = [p for p in load_pairs(args.real)
              if p["split"] in args.splits and p.get("name_kind") in args.kinds and p["rule"] != "cross-type"]
     if args.runs:
         async with AsyncExitStack() as stack:
             judge = None
             if not args.oracle:
-                judge = ModelJudge(await stack.enter_async_context(OpenAIExtractor(load_settings()))).audit_identity
+                judge = (await model_judge(stack)).audit_identity
             keep = args.keep if args.keep is not None else Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="rem-judge-runs-")))
             ran = await judge_runs(args.runs, pairs, keep=keep, judge=judge, answers=read_answers(args.answers), kept_answers=args.answers)
         if args.json:
@@ -333,8 +348,8 @@ async def run(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
         judged = await judge_pairs(pairs, oracle(pairs), answers={})
     else:
         answers = read_answers(args.answers)
-        async with OpenAIExtractor(load_settings()) as extractor:
-            judge = ModelJudge(extractor)
+        async with AsyncExitStack() as stack:
+            judge = await model_judge(stack)
             judged = await judge_pairs(pairs, judge.audit_identity, answers=answers, keep=args.answers, concurrency=args.concurrency)
     figures = report(judged)
     if args.json:
@@ -371,7 +386,11 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, Any]]:
     args = parser.parse_args(argv)
     if args.runs is not None:
         args.runs = dict(args.runs)
-    if not args.oracle and load_settings().extractor != "openai":
+    try:
+        settings = load_settings()
+    except ConfigError as exc:
+        parser.error(str(exc))
+    if not args.oracle and settings.extractor != "openai":
         parser.error("the judge is the model's: set REM_EXTRACTOR=openai and REM_LLM_BASE_URL (and REM_LLM_MODEL)")
     return anyio.run(run, args)
 

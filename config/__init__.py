@@ -1,5 +1,5 @@
 """Settings: one typed object from ``REM_*`` environment variables and an optional TOML file."""
 
-from config.settings import DEFAULT_SEMANTIC_TYPES, ConfigError, Settings, load_settings, unknown_environment
+from config.settings import DEFAULT_SEMANTIC_TYPES, ConfigError, Settings, idle_settings, load_settings, unknown_environment
 
-__all__ = ["DEFAULT_SEMANTIC_TYPES", "ConfigError", "Settings", "load_settings", "unknown_environment"]
+__all__ = ["DEFAULT_SEMANTIC_TYPES", "ConfigError", "Settings", "idle_settings", "load_settings", "unknown_environment"]

@@ -13,6 +13,7 @@ import math
 import os
 import re
 import tomllib
+import unicodedata
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
@@ -237,6 +238,25 @@ class Settings(BaseSettings):
                              "rem-cycle's client adds /api/v2 itself, and a path, query or fragment is not used")
         return value.rstrip("/")
 
+    @field_validator("chroma_token", "llm_api_key", "embedding_api_key", "mcp_token")
+    @classmethod
+    def _check_token(cls, value: SecretStr | None) -> SecretStr | None:
+        # ``REM_LLM_API_KEY=`` (.env.example's line uncommented) means no key: sent, it was the
+        # header ``Bearer `` every server refuses. A token goes in an HTTP header, which carries
+        # visible ASCII only: a key pasted with a no-break space, a newline or README's ``sk-…``
+        # failed every request later, its text quoted in the error (userwalk6). Said without it.
+        if value is None or not value.get_secret_value().strip():
+            return None
+        text = value.get_secret_value()
+        for place, char in enumerate(text, 1):
+            if not "!" <= char <= "~":
+                raise ValueError(
+                    f"character {place} of {len(text)} is {_character_name(char)}, which an HTTP header cannot carry "
+                    "(the value is not shown: a secret); give the token as its issuer shows it, without spaces or "
+                    "other characters copied with it"
+                )
+        return value
+
     @field_validator("database_url")
     @classmethod
     def _check_database_url(cls, value: SecretStr | None) -> SecretStr | None:
@@ -456,6 +476,11 @@ def home_expanded(path: str | os.PathLike[str]) -> Path:
     return expanded
 
 
+def _character_name(char: str) -> str:
+    """``char`` as a message names it without showing it: its code point and Unicode name."""
+    return f"U+{ord(char):04X} ({unicodedata.name(char, 'a control character').lower()})"
+
+
 def _inside(path: Path, root: Path) -> bool:
     resolved, base = path.resolve(), root.resolve()
     return resolved == base or base in resolved.parents
@@ -526,6 +551,16 @@ def unknown_environment(environ: Mapping[str, str]) -> list[str]:
         for name in sorted(environ)
         if name.startswith("REM_") and name not in known
     ]
+
+
+def idle_settings(settings: Settings) -> list[str]:
+    """One warning per setting that another setting leaves with nothing to do: ``REM_LLM_JUDGE``
+    asks the openai extractor's model, so with the heuristic extractor no model judges (userwalk6:
+    README's identity section names the judge alone, and it was ignored without a word)."""
+    if settings.llm_judge and settings.extractor != "openai":
+        return [f"REM_LLM_JUDGE is on but REM_EXTRACTOR is {settings.extractor}: no model names communities or settles "
+                "identity candidates (the judge is the openai extractor's model: set REM_EXTRACTOR=openai and REM_LLM_*)"]
+    return []
 
 
 def _did_you_mean(name: str, known: Iterable[str]) -> str:

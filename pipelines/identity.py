@@ -624,7 +624,7 @@ def resolve(
             ):
                 # A first name two nodes go by (two people of that name, or a bare `Phoebe` split
                 # out of `Phoebe Buffay`) names neither: a review question, never a bridge between
-                # them (pipelines.extract.commit.BRIDGING_RULES).
+                # them (BRIDGING_RULES).
                 matches = tuple(Match(t, rule, score, f, kind) for t, f in sorted(hits.items()))
                 return Verdict(node.id, CANDIDATE, None, "ambiguous-namesakes", score, matches)
         if len(hits) == 1:
@@ -1105,14 +1105,64 @@ def _foreign(node: NodeRef, other: str, index: AliasIndex) -> bool:
     return False
 
 
-def learn(index: AliasIndex, nodes: Sequence[NodeRef], verdicts: Sequence[Verdict]) -> None:
+def learn(index: AliasIndex, nodes: Sequence[NodeRef], verdicts: Sequence[Verdict], moved: Mapping[str, str] | None = None) -> None:
     """Add a resolved batch to ``index``: created nodes under their id, linked nodes' forms as
-    aliases of their target."""
+    aliases of their target — each under the id the commit keeps for it when ``moved``
+    (:func:`survivors`: a link within the batch keeps the group's least id)."""
+    moved = moved or {}
     for node, verdict in zip(nodes, verdicts, strict=True):
-        if verdict.action == LINK and verdict.target is not None:
-            index.add(NodeRef(verdict.target, node.type, node.name, node.forms))
-        else:
-            index.add(node)
+        own = verdict.target if verdict.action == LINK and verdict.target is not None else node.id
+        index.add(NodeRef(moved.get(own, own), node.type, node.name, node.forms))
+
+
+def survivors(
+    node_ids: Iterable[str], matches: Mapping[str, str], *, joins: Mapping[str, Iterable[str]] = {}, shorts: frozenset[str] = frozenset(),
+) -> dict[str, str]:
+    """The id each linked node ends up under, whatever order sessions commit in (pure): a group is
+    every node connected by links — an incoming node and the node it ``matches``, and every node
+    it ``joins`` (:func:`bridges`) — and all of it becomes the group's **least id** (code-point
+    order) among those that are not ``shorts`` (a short name linked to a longer one it stands for,
+    :mod:`pipelines.hubs`). Returns ``id -> survivor`` for the ids whose survivor is another id —
+    the incoming nodes, and existing nodes that must be folded into the survivor
+    (:func:`pipelines.extract.commit.commit_session` does it)."""
+    parent: dict[str, str] = {}
+
+    def rank(node_id: str) -> tuple[bool, str]:
+        return node_id in shorts, node_id
+
+    def root(node_id: str) -> str:
+        while parent.setdefault(node_id, node_id) != node_id:
+            node_id = parent[node_id]
+        return node_id
+
+    for node_id in node_ids:
+        for other in (matches.get(node_id, node_id), *joins.get(node_id, ())):
+            one, two = sorted((root(node_id), root(other)), key=rank)
+            parent[two] = one
+    return {node_id: least for node_id in parent if (least := root(node_id)) != node_id}
+
+
+# The rules whose ambiguity (one name linking several existing nodes) is a bridge between them:
+# each says that two spellings write one name (its key, an alias, an issue number, the same prose
+# words), so whatever links to both is one thing with them. Not the rules that let one *short*
+# name stand for longer ones — a bare method name for qualified ones, an acronym for expansions:
+# `save` beside `user.save` and `form.save`, `LEQ` beside `Lazy Edge Queue` and `Lazy Event
+# Queue` name none of them in particular, and folding through them would make one node of every
+# `*.save` of a code base.
+BRIDGING_RULES = frozenset({"ambiguous-alias", "ambiguous-normalised", "ambiguous-issue-number", "ambiguous-token-set"})
+
+
+def bridges(verdicts: Iterable[Verdict]) -> dict[str, Verdict]:
+    """The verdicts whose incoming node joins several existing nodes into one group (pure): node
+    id → the verdict as a link to the least of them (the others are folded in, :func:`survivors`).
+    Groups linked by these rules are then the connected components of the links among all the
+    names seen, so the order in which a chain's names arrive decides nothing."""
+    return {
+        verdict.node_id: Verdict(verdict.node_id, LINK, min(m.node_id for m in verdict.candidates),
+                                 verdict.rule.removeprefix("ambiguous-"), verdict.score, verdict.candidates)
+        for verdict in verdicts
+        if verdict.action == CANDIDATE and verdict.rule in BRIDGING_RULES and len(verdict.candidates) > 1
+    }
 
 
 class Resolution(dict[str, str]):

@@ -45,6 +45,7 @@ from pipelines.ports import MergeRecorder, UnitOfWork
 from pipelines.resolver import GraphResolver
 from pipelines.vocabulary import NOTE_LABEL, REFERENCED_BY
 from store.graph import Node
+from store.ids import note_key
 
 NOTE_SUFFIXES: tuple[str, ...] = (".md", ".markdown", ".mdown", ".txt", ".text")
 
@@ -69,7 +70,7 @@ class NoteFile:
     @property
     def key(self) -> str:
         """The session-like key of its chunks (``<key>:chunk:<N>``) and chunk results."""
-        return f"note-{self.digest[:16]}"
+        return note_key(self.digest)
 
     @property
     def content_hash(self) -> str:
@@ -89,7 +90,7 @@ def note_anchor(given: str, *, cwd: Path | None = None) -> tuple[str, str]:
     named = _NOTE_ID.fullmatch(given)
     if named is not None and not (base / given).exists():
         digest = named.group(1).lower()
-        return f"note:{digest}", f"note-{digest}"
+        return f"note:{digest}", note_key(digest)
     file = NoteFile((base / given).resolve(), given, "")
     return file.note_id, file.key
 
@@ -260,7 +261,8 @@ async def import_note(note: NoteFile, env: NotesEnv, result: NoteResult | None =
             first = failed[0]
             result.error = (
                 f"{len(failed)}/{len(outcomes)} chunks waiting to retry after {first.error_kind}: {first.error} "
-                f"(next attempt after {first.retry_at}; rem-cycle retry --session {note.key} tries them now)"
+                f"(next attempt after {first.retry_at}; after rem-cycle retry --session {note.key} the next "
+                f"import-notes of it tries them at once)"
             )
         return result
     reduced = reduce_session(note.key, [o.extraction for o in outcomes if o.extraction is not None], anchor=note.note_id)

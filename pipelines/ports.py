@@ -82,7 +82,7 @@ class MergeRecorder(Protocol):
     candidate to a *different* existing node (the rows the commit writes for it carry the returned
     merge id, so an unmerge moves exactly those back), and the ambiguous pairs left unmerged; and
     the fold of an existing node into another (a group's survivor,
-    :func:`pipelines.extract.commit.survivors`); and the split of a short name back out of a node
+    :func:`pipelines.identity.survivors`); and the split of a short name back out of a node
     (:mod:`pipelines.hubs`), an undo that blocks nothing; and the pairs an operator kept apart."""
 
     def record_link(

@@ -53,10 +53,12 @@ from pipelines.identity import (
     Verdict,
     audit_options,
     audit_question,
+    bridges,
     learn,
     node_quotes,
     offered,
     resolve_batch,
+    survivors,
     without_foreign_receivers,
 )
 from store.library_log import get_logger
@@ -293,10 +295,17 @@ class GraphResolver:
             verdicts = [separated(self._settled(v), self._blocked) for v in verdicts]
             checked = hubs.check(refs, verdicts, index)
             verdicts = without_foreign_receivers(refs, checked.verdicts, index)
-            learn(index, refs, verdicts)
+            # Learned under the ids the commit keeps: a link within the batch keeps its group's least
+            # id (`Beesly` linked to `Pam Beesly`, both new, is `PERSON:Beesly`). Learned under the
+            # link's target instead, the index would hold a node the graph lacks, and the next call
+            # would rebuild it all for a rollback that never happened.
+            bridged = bridges(verdicts)
+            links = {v.node_id: v.target for v in (bridged.get(v.node_id, v) for v in verdicts) if v.action == LINK and v.target is not None}
+            moved = survivors([r.id for r in refs], links, joins={i: [m.node_id for m in v.candidates] for i, v in bridged.items()}, shorts=checked.shorts)
+            learn(index, refs, verdicts, moved)
             if checked.splits:
                 self._index = None  # the commit moves names out of nodes: rebuild at the next call
-            self._created = [v.node_id for v in verdicts if v.target is None or v.target == v.node_id]
+            self._created = sorted({moved.get(v.node_id, v.node_id) for v in verdicts if v.target is None or v.target == v.node_id})
             for verdict in verdicts:
                 if verdict.action == CANDIDATE:
                     # Debug: a busy graph reports many; the run record counts them (identity_candidates).
@@ -329,7 +338,7 @@ class GraphResolver:
 
 def separated(verdict: Verdict, blocked: frozenset[tuple[str, str]]) -> Verdict:
     """An ambiguity among nodes someone separated (a merge undone between two of them) stays a
-    question for review: the commit never bridges it (pure; :func:`pipelines.extract.commit.bridges`)."""
+    question for review: the commit never bridges it (pure; :func:`pipelines.identity.bridges`)."""
     ids = [m.node_id for m in verdict.candidates]
     if verdict.action == CANDIDATE and verdict.rule.startswith("ambiguous-") and any((a, b) in blocked for a in ids for b in ids):
         return Verdict(verdict.node_id, CANDIDATE, None, "ambiguous-separated", verdict.score, verdict.candidates)

@@ -16,6 +16,8 @@ ROW_PREFIXES: tuple[str, ...] = ("memory", "session")
 RowKind = Literal["memory", "session"]
 
 _ROW_ID = re.compile(r"[A-Za-z0-9_.:@+=-]{1,%d}" % MAX_ROW_ID_LENGTH)
+# A notes file's key (:func:`note_key`).
+_NOTE_KEY = re.compile(r"note-[0-9a-f]{16}")
 # Control characters, and lone surrogates (JSON "\\udc00" decodes to one; SQLite cannot store it).
 _FORBIDDEN = re.compile("[\x00-\x1f\x7f\ud800-\udfff]")
 
@@ -94,6 +96,18 @@ def row_id_given(given: str, kind: RowKind) -> str:
     if row_kind(given) == kind:
         return row_suffix(given)
     return given
+
+
+def note_key(path_digest: str) -> str:
+    """The session-like key a notes file's chunks and chunk results are kept under
+    (``note-<first 16 hex of its path's sha256>``): ``retry --session`` takes it."""
+    return f"note-{path_digest[:16]}"
+
+
+def is_note_key(session_id: str) -> bool:
+    """Whether ``session_id`` is a notes file's key (:func:`note_key`), which ``import-notes``
+    extracts and no cycle does."""
+    return _NOTE_KEY.fullmatch(session_id) is not None
 
 
 def memory_node_id(chroma_id: str) -> str:

@@ -578,7 +578,7 @@ class MergeStore:
         """After a forget took its rows out (inside its transaction): each node of ``node_ids``
         that exists and has rows, none of them extracted for its id any more (``extracted_for`` of
         its claims and points: the id its source's own name made), takes the least id its rows
-        were extracted for — the survivor rule of a commit (``pipelines.extract.commit.survivors``)
+        were extracted for — the survivor rule of a commit (``pipelines.identity.survivors``)
         among the names left, less those recorded as merged into another node (the first links of
         a chain that ends in it) — or, when another node has that id, the id with ``~2``, ``~3``… (a
         node an operator kept apart is not joined behind their back). A merge of the node whose

@@ -473,22 +473,19 @@ class RunStateStore:
         return row[0] if row else "undigested"
 
     def reset_sessions(self, session_ids: Iterable[str] | None = None) -> int:
-        """Make undigestible sessions eligible again (all of them when ``session_ids`` is None)."""
+        """Make failing sessions eligible again with a fresh count of attempts (all of them when
+        ``session_ids`` is None): the undigestible ones, and those not digested yet that were
+        charged an attempt. Returns how many there were; a session with nothing of
+        that (digested, or not tried yet) is not counted (userwalk6: ``--all`` left a failing
+        session's attempts, so one more failure made it undigestible, and ``--session`` counted a
+        session with nothing to reset)."""
         now = self.clock()
+        failing = "(state = 'undigestible' OR (state = 'undigested' AND attempts > 0))"
+        reset = f"UPDATE session_digests SET state = 'undigested', attempts = 0, defer_reason = NULL, updated_at = ? WHERE {failing}"
         with self.db.transaction() as conn:
             if session_ids is None:
-                cur = conn.execute(
-                    "UPDATE session_digests SET state = 'undigested', attempts = 0, defer_reason = NULL, "
-                    "updated_at = ? WHERE state = 'undigestible'",
-                    (now,),
-                )
-                return cur.rowcount
-            cur = conn.executemany(
-                "UPDATE session_digests SET state = 'undigested', attempts = 0, defer_reason = NULL, "
-                "updated_at = ? WHERE session_id = ? AND state != 'digested'",
-                [(now, sid) for sid in session_ids],
-            )
-            return cur.rowcount
+                return conn.execute(reset, (now,)).rowcount
+            return conn.executemany(reset + " AND session_id = ?", [(now, sid) for sid in session_ids]).rowcount
 
     def digest_counts(self) -> dict[str, int]:
         """Sessions by digest state, every state named (:meth:`state_totals`)."""

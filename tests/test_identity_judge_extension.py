@@ -248,6 +248,25 @@ async def test_a_link_the_least_id_turns_around_keeps_its_rule(settings: Setting
     assert merges == [("PERSON:Pam Beesly", "PERSON:Beesly", "auditor")]
 
 
+async def test_a_link_the_least_id_turns_around_is_learned_as_the_commit_keeps_it(settings: Settings, tmp_path: Path) -> None:
+    """created32: the resolver learned `Beesly` linked to `Pam Beesly` (both new in one session)
+    under the link's target, `PERSON:Pam Beesly`, which the commit never keeps (the least id,
+    `PERSON:Beesly`, survives). The next session's call found a node it had learned as created
+    missing, logged "a commit rolled back", which no commit had, and rebuilt the whole index.
+    Learned under the survivor, one cycle of both sessions builds the index once."""
+    with LLMServer(default=Reply(model(names=("Pam Beesly", "Beesly", "Michael Scott")))) as server:
+        mine = judged(settings, server)
+        await _import(mine, tmp_path / "two.jsonl", [
+            _session("one", "2026-11-01T10:00:00Z", ["Pam Beesly and Beesly again."]),
+            _session("two", "2026-11-02T10:00:00Z", ["Beesly met Michael Scott."]),
+        ])
+        result = await run_cycle(mine)
+        assert result.outcome == "completed" and len(questions(server)) == 1
+    assert (result.phases["extract"]["sessions_digested"], result.phases["extract"]["identity_index_builds"]) == (2, 1)
+    people, merges, review = graph_rows(settings)
+    assert people == {"PERSON:Beesly", "PERSON:Michael Scott"} and review == []
+
+
 def test_a_question_offers_the_strongest_few_options() -> None:
     """A bare name beside many same-type candidates was asked with every one of them (26 to 30 in
     the audit, about 27,000 characters with their quotes). Now the strongest CANDIDATES_KEPT, in

@@ -182,7 +182,7 @@ def _person(name: str, *aliases: str) -> NodeRef:
 
 def test_the_resolver_neither_links_nor_bridges_namesakes() -> None:
     """Pure: a full name never links to a node holding another full name of its first name, and a
-    bare first name beside two such nodes is a review question, not a bridge (commit.BRIDGING_RULES)."""
+    bare first name beside two such nodes is a review question, not a bridge (identity.BRIDGING_RULES)."""
     miller, smith = _person("Kate Miller", "Kate"), _person("Kate Smith", "Kate")
     assert resolve(smith, AliasIndex.build([miller])).action != LINK
     assert resolve(smith, AliasIndex.build([_person("Kate", "Kate Miller")])).action != LINK

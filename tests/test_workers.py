@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from config import Settings, load_settings
-from pipelines.extract.commit import survivors
+from pipelines.identity import survivors
 from pipelines.importer import import_sessions
 from store.chroma import ChromaStore
 from store.backend import open_database

@@ -23,7 +23,7 @@ from typing import Any, BinaryIO, TextIO, TypeVar, cast
 
 import anyio
 
-from config import ConfigError, Settings, load_settings, unknown_environment
+from config import ConfigError, Settings, idle_settings, load_settings, unknown_environment
 from config.redact import redact, remember_secrets, secret_values
 from pipelines.recall import MAX_BUDGET_TOKENS, MAX_LIMIT
 from store.durable import replace_file
@@ -471,7 +471,7 @@ async def cmd_retry(settings: Settings, args: argparse.Namespace, progress: Comm
         def text() -> None:
             if payload["sessions_reset"] or payload["chunks_reset"]:
                 print(f"reset {payload['sessions_reset']} sessions and {payload['chunks_reset']} failed chunks; "
-                      "the next cycle tries them again")
+                      f"{_who_tries(sessions)}")
             elif not sessions or len(set(unknown)) < len(set(sessions)):  # ids all unknown: said on stderr alone
                 print(f"nothing to reset: no session{' named' if sessions else ''} is failing or undigestible "
                       "(rem-cycle status lists them)")
@@ -482,6 +482,20 @@ async def cmd_retry(settings: Settings, args: argparse.Namespace, progress: Comm
             print(f"rem-cycle: no session {session!r} in the graph's run state: no cycle has read it (check the id: "
                   "rem-cycle status lists failing sessions)", file=sys.stderr)
         return EXIT_FAILED if payload["unknown"] else EXIT_OK
+
+
+def _who_tries(sessions: list[str] | None) -> str:
+    """What tries again what ``retry`` reset: a cycle a session, the next ``import-notes`` of it a
+    notes file (its key, ``note-…``), which no cycle reads (userwalk6: ``retry --session note-…``
+    promised the next cycle)."""
+    from store.ids import is_note_key
+
+    notes = sum(is_note_key(session) for session in sessions or [])
+    if not notes:
+        return "the next cycle tries them again"
+    if notes == len(sessions or []):
+        return "the next import-notes of the file tries them again (no cycle reads notes files)"
+    return "the next cycle tries the sessions again, the next import-notes of each notes file its chunks"
 
 
 def _refused_output(settings: Settings, path: str) -> bool:
@@ -1380,7 +1394,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     remember_secrets(secret_values(settings))
     configure_logging(level=settings.log_level, fmt=settings.log_format)
-    for warning in unknown_environment(os.environ):
+    for warning in [*unknown_environment(os.environ), *idle_settings(settings)]:
         log.warning(warning)
     try:
         missing = _missing_data(settings, graph=args.command in GRAPH_COMMANDS) if args.command in DATA_DIR_COMMANDS else None

@@ -562,7 +562,9 @@ class CycleResult:
         return EXIT_OK if self.outcome in ("completed", "interrupted") else EXIT_FAILED
 
     def as_dict(self) -> dict[str, Any]:
-        return {
+        """The result as ``--once`` prints it (``--json`` too), secrets masked as in its run
+        record (store.runstate): an error may quote a configured token (userwalk6)."""
+        return redact({
             "run_id": self.run_id,
             "outcome": self.outcome,
             "reason_code": self.reason_code,
@@ -573,7 +575,7 @@ class CycleResult:
             "wall_ms": round(self.wall_ms, 1),
             "message": self.message,
             "phases": self.phases,
-        }
+        })
 
 
 @asynccontextmanager

@@ -4,9 +4,9 @@ A commit costs what its session costs, whatever the graph's history (DESIGN §3)
 
 - Identity against the existing graph (:func:`match_existing` or the resolver): a node whose
   (type, normalised name) or alias already exists links to that node. The linked group keeps the
-  **least id** (:func:`survivors`): an existing node whose id comes after an incoming one is folded
+  **least id** (:func:`pipelines.identity.survivors`): an existing node whose id comes after an incoming one is folded
   into it, and a node that links several existing nodes by a spelling rule joins them
-  (:func:`bridges`), so the result does not depend on which session committed first.
+  (:func:`pipelines.identity.bridges`), so the result does not depend on which session committed first.
 - The session's *anchor* (``session:<id>`` or ``note:<hash>``) owns rows: the provenance points of
   the nodes and edges it yielded (``node_points``/``edge_points``) and what it said of each node
   (``node_claims``). A commit **replaces this anchor's rows**: re-running a session changes
@@ -46,7 +46,7 @@ from typing import Any, Protocol
 
 from pipelines.extract.model import identity_key, ids_before_cut, semantic_node_id, suppression_names
 from pipelines.hubs import Checked
-from pipelines.identity import CANDIDATE, CANDIDATES_KEPT, LINK, Verdict, named_alike
+from pipelines.identity import CANDIDATE, CANDIDATES_KEPT, LINK, Verdict, bridges, named_alike, survivors
 from pipelines.resolver import CandidateLike
 from pipelines.ports import Graph, MergeRecorder, Provenance, Suppressions, UnitOfWork
 from pipelines.extract.reduce import POINT_ORDER, Point, ReducedReference, ReducedSession
@@ -82,56 +82,6 @@ class Candidate:
     type: str
     name: str
     aliases: tuple[str, ...] = ()
-
-
-def survivors(
-    node_ids: Iterable[str], matches: Mapping[str, str], *, joins: Mapping[str, Iterable[str]] = {}, shorts: frozenset[str] = frozenset(),
-) -> dict[str, str]:
-    """The id each linked node ends up under, whatever order sessions commit in (pure): a group is
-    every node connected by links — an incoming node and the node it ``matches``, and every node
-    it ``joins`` (:func:`bridges`) — and all of it becomes the group's **least id** (code-point
-    order) among those that are not ``shorts`` (a short name linked to a longer one it stands for,
-    :mod:`pipelines.hubs`). Returns ``id -> survivor`` for the ids whose survivor is another id —
-    the incoming nodes, and existing nodes that must be folded into the survivor
-    (:func:`commit_session` does it)."""
-    parent: dict[str, str] = {}
-
-    def rank(node_id: str) -> tuple[bool, str]:
-        return node_id in shorts, node_id
-
-    def root(node_id: str) -> str:
-        while parent.setdefault(node_id, node_id) != node_id:
-            node_id = parent[node_id]
-        return node_id
-
-    for node_id in node_ids:
-        for other in (matches.get(node_id, node_id), *joins.get(node_id, ())):
-            one, two = sorted((root(node_id), root(other)), key=rank)
-            parent[two] = one
-    return {node_id: least for node_id in parent if (least := root(node_id)) != node_id}
-
-
-# The rules whose ambiguity (one name linking several existing nodes) is a bridge between them:
-# each says that two spellings write one name (its key, an alias, an issue number, the same prose
-# words), so whatever links to both is one thing with them. Not the rules that let one *short*
-# name stand for longer ones — a bare method name for qualified ones, an acronym for expansions:
-# `save` beside `user.save` and `form.save`, `LEQ` beside `Lazy Edge Queue` and `Lazy Event
-# Queue` name none of them in particular, and folding through them would make one node of every
-# `*.save` of a code base.
-BRIDGING_RULES = frozenset({"ambiguous-alias", "ambiguous-normalised", "ambiguous-issue-number", "ambiguous-token-set"})
-
-
-def bridges(verdicts: Iterable[Verdict]) -> dict[str, Verdict]:
-    """The verdicts whose incoming node joins several existing nodes into one group (pure): node
-    id → the verdict as a link to the least of them (the others are folded in, :func:`survivors`).
-    Groups linked by these rules are then the connected components of the links among all the
-    names seen, so the order in which a chain's names arrive decides nothing."""
-    return {
-        verdict.node_id: Verdict(verdict.node_id, LINK, min(m.node_id for m in verdict.candidates),
-                                 verdict.rule.removeprefix("ambiguous-"), verdict.score, verdict.candidates)
-        for verdict in verdicts
-        if verdict.action == CANDIDATE and verdict.rule in BRIDGING_RULES and len(verdict.candidates) > 1
-    }
 
 
 class GraphIndex(Protocol):
