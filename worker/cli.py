@@ -629,7 +629,7 @@ async def cmd_show(settings: Settings, args: argparse.Namespace) -> int:
             # since when — whether they were asked for by an id or by a name one or several hold.
             now = await _shown_now(settings, args.node_id) if args.as_of and not exact else []
             if now:
-                print(f"rem-cycle: {not_known_yet(now, args.node_id, args.as_of)}", file=sys.stderr)
+                print(f"rem-cycle: {not_known_yet(now, args.node_id, args.as_of, date_option='--as-of')}", file=sys.stderr)
                 return EXIT_FAILED
             suggestions = ", ".join(h["id"] for h in (exact or hits)[:10])
             # A node forget --node took out is gone by its id and its names alike: say so, and how to let it back.

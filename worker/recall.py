@@ -277,7 +277,7 @@ async def unseen_entity(settings: Settings, node_id: str, *, user: str | None = 
         if not await anyio.to_thread.run_sync(_row_in_scope, settings, node_id, user, None):
             return gone
         view = await knowledge.show_node(settings, node_id, limit=1, open_db=open_bounded, chroma_seconds=RECALL_DEADLINE_SECONDS)
-        return gone if view is None else not_known_yet([view], node_id, as_of)
+        return gone if view is None else not_known_yet([view], node_id, as_of, date_option="as_of")
 
     def first_seen() -> tuple[bool, str | None]:
         with open_index(settings) as index:
@@ -286,7 +286,7 @@ async def unseen_entity(settings: Settings, node_id: str, *, user: str | None = 
     seen, first = await anyio.to_thread.run_sync(first_seen)
     if not seen:
         return gone
-    return not_known_yet([{"id": node_id, "label": node_id.partition(":")[0], "first_seen": first}], node_id, as_of)
+    return not_known_yet([{"id": node_id, "label": node_id.partition(":")[0], "first_seen": first}], node_id, as_of, date_option="as_of")
 
 
 def _row_in_scope(settings: Settings, node_id: str, user: str | None, as_of: str | None) -> bool:
