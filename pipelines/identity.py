@@ -72,11 +72,15 @@ import math
 import re
 import sys
 import unicodedata
+from bisect import bisect_left, bisect_right
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from difflib import SequenceMatcher
+from itertools import accumulate
 from typing import Any, Protocol
+
+import regex
 
 LINK = "link"
 CREATE = "create"
@@ -1204,30 +1208,24 @@ _CUT = "…"
 def quote(text: str, forms: Sequence[str]) -> str:
     """``text`` with its whitespace collapsed, cut to at most :data:`QUOTE_CHARS` characters around
     the first place it says one of ``forms`` (ignoring case; its start when it says none), a cut
-    end marked ``…`` (pure)."""
+    end marked ``…`` and never parting a character (:func:`_whole_characters`; pure)."""
     flat = " ".join(text.split())
     if len(flat) <= QUOTE_CHARS:
         return flat
     room = QUOTE_CHARS - 2 * len(_CUT)
     # The name a third of the way in: what leads up to it says who is meant as much as what follows.
     start = max(0, min(_first_said(flat, forms) - room // 3, len(flat) - room))
-    end = start + room
-    # Each cut moves inward to where a character (a letter and its marks, a joined emoji) ends.
-    for _ in range(_CLUSTER_REACH):
-        if not _splits(flat, start):
-            break
-        start += 1
-    for _ in range(_CLUSTER_REACH):
-        if not _splits(flat, end):
-            break
-        end -= 1
+    start, end = _whole_characters(flat, start, start + room)
     return (_CUT if start > 0 else "") + flat[start:end] + (_CUT if end < len(flat) else "")
 
 
 # A cut moves at most this far to keep a character whole: further (a letter under dozens of marks)
 # it falls inside one, and the quote stays bounded.
 _CLUSTER_REACH = 16
-_JOINER = "\u200d"
+# A character as a reader sees it: an extended grapheme cluster of Unicode's text segmentation
+# (UAX #29) as the `regex` module finds it — a letter and its marks, a Hangul syllable's jamo, an
+# Indic conjunct (consonants joined by a virama), an emoji with its joiners and modifiers, a flag.
+_CHARACTER = regex.compile(r"\X")
 
 
 def _first_said(flat: str, forms: Sequence[str]) -> int:
@@ -1243,21 +1241,16 @@ def _first_said(flat: str, forms: Sequence[str]) -> int:
     return [at for at, char in enumerate(flat) for _ in char.casefold()][min(found)]
 
 
-def _splits(text: str, at: int) -> bool:
-    """Whether cutting ``text`` before index ``at`` parts a character as a reader sees it: a mark
-    from its letter, either side of a zero-width joiner, a skin tone or tag from its emoji, the
-    two halves of a flag (pure; a rule of thumb of Unicode's grapheme clusters, not all of them)."""
-    if not 0 < at < len(text):
-        return False
-    char, before = text[at], text[at - 1]
-    if unicodedata.category(char) in ("Mn", "Mc", "Me") or _JOINER in (char, before):
-        return True
-    if "\U0001f3fb" <= char <= "\U0001f3ff" or "\U000e0020" <= char <= "\U000e007f":
-        return True
-    if not ("\U0001f1e6" <= char <= "\U0001f1ff" and "\U0001f1e6" <= before <= "\U0001f1ff"):
-        return False
-    run = at - next((i for i in range(at - 1, -1, -1) if not "\U0001f1e6" <= text[i] <= "\U0001f1ff"), -1) - 1
-    return run % 2 == 1
+def _whole_characters(flat: str, start: int, end: int) -> tuple[int, int]:
+    """The cut ``flat[start:end]`` narrowed to whole characters (:data:`_CHARACTER`): each end moves
+    inward to the nearest place a character begins or ends, when that is within
+    :data:`_CLUSTER_REACH` (pure)."""
+    # Clusters are found from the text's start (a flag's halves pair from the start of their run)
+    # to a little past the cut's end (whether a character ends there depends on what follows).
+    bounds = [0, *accumulate(map(len, _CHARACTER.findall(flat, 0, end + _CLUSTER_REACH)))]
+    begins = bounds[bisect_left(bounds, start)]
+    ends = bounds[bisect_right(bounds, end) - 1]
+    return (begins if begins - start <= _CLUSTER_REACH else start, ends if end - ends <= _CLUSTER_REACH else end)
 
 
 def node_quotes(node: NodeRef, texts: Iterable[str]) -> tuple[str, ...]:

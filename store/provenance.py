@@ -227,15 +227,20 @@ class ProvenanceStore:
 
     def first_texts(self, node_id: str, *, points: int) -> list[str]:
         """The texts ``node_id`` was first grounded in: for each of its ``points`` earliest points
-        (turn time, then turn), the text of its turn (``recall_turns``, written by ingest) or, for a
-        point with no readable turn (a notes file's, a turn since forgotten), its evidence quote;
-        in that order, distinct, empty ones left out. One query walking ``node_points_first`` in
-        time order and stopping after ``points`` rows: its cost does not grow with the node's history."""
+        (turn time, then turn; points with no turn time after all timed ones, on both engines), the
+        text of its turn (``recall_turns``, written by ingest) or, for a point with no readable turn
+        (a notes file's, a turn since forgotten), its evidence quote; in that order, distinct, empty
+        ones left out. One query: two walks of ``node_points_first`` (the timed points in time order,
+        then the untimed), each stopping after ``points`` rows, so its cost does not grow with the
+        node's history. A plain ``ORDER BY observed_at`` put the untimed first on SQLite and last on
+        PostgreSQL (la32out)."""
+        walk = "SELECT * FROM (SELECT {untimed} AS untimed, memory_id, evidence, observed_at FROM node_points " \
+            "WHERE node_id = ? AND observed_at IS {null} ORDER BY observed_at, memory_id LIMIT ?) AS {name}"
         rows = self.db.query(
-            "SELECT p.evidence, t.text FROM (SELECT memory_id, evidence, observed_at FROM node_points WHERE node_id = ? "
-            "ORDER BY observed_at, memory_id LIMIT ?) AS p LEFT JOIN recall_turns AS t "
-            "ON p.memory_id != '' AND t.memory_id = p.memory_id ORDER BY p.observed_at, p.memory_id",
-            (node_id, points),
+            f"SELECT p.evidence, t.text FROM ({walk.format(untimed=0, null='NOT NULL', name='timed')} UNION ALL "
+            f"{walk.format(untimed=1, null='NULL', name='untimed')}) AS p LEFT JOIN recall_turns AS t "
+            "ON p.memory_id != '' AND t.memory_id = p.memory_id ORDER BY p.untimed, p.observed_at, p.memory_id LIMIT ?",
+            (node_id, points, node_id, points, points),
         )
         return list(dict.fromkeys(text for row in rows if (text := row[1] or row[0])))
 

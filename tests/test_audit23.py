@@ -114,6 +114,12 @@ async def test_show_as_of_of_an_undated_node_or_of_an_anchor_says_when_it_was_kn
                                       "createdAt, and --as-of shows only what was said at a known time")
     assert session.stderr.strip() == ("rem-cycle: session:s-dated was not known yet as of 2020-01-01T23:59:59.999Z "
                                       "(created 2026-11-01T10:00:00.000Z)")
+    # The MCP show_node's line (worker.recall.unseen_entity) names its own parameter, not the CLI's flag (la32out).
+    from worker.recall import unseen_entity
+
+    assert await unseen_entity(settings, "CLASS:RetryPolicy", as_of="2099-01-01T23:59:59.999Z") == (
+        "CLASS:RetryPolicy has no time of its own: no turn that said it has a createdAt, and as_of shows only "
+        "what was said at a known time")
 
 
 @pytest.mark.parametrize("command", ["import", "enqueue"])

@@ -4,6 +4,7 @@ words of a refused argument."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import re
@@ -220,3 +221,31 @@ def test_text_with_emoji_codes_is_printed_as_written(tmp_path: Path) -> None:
         assert done.returncode == 0, done.stderr[-2000:]
         assert "🐛" not in done.stdout and "2️⃣" not in done.stdout, (args, done.stdout)
         assert ":bug:" in done.stdout or "session:two" in done.stdout, (args, done.stdout)
+
+
+def test_the_progress_bar_shows_emoji_codes_as_written(monkeypatch: pytest.MonkeyPatch) -> None:
+    """la32out: the progress bar (`sync`, `drain`: stderr on a terminal) had a console of its own
+    that still turned `:bug:` into 🐛 — the one console left after audit31. It is now
+    ``output_console``'s, so one rule holds for every console. A real pseudo-terminal stands for the
+    user's, so the bar is drawn as there."""
+    from worker.cli import _progress_bar
+
+    main, side = os.openpty()
+    terminal = os.fdopen(side, "w", encoding="utf-8")
+    with monkeypatch.context() as patched:
+        patched.setattr(sys, "stderr", terminal)
+        with _progress_bar(argparse.Namespace(), "fixing the :bug: label") as on_progress:
+            assert on_progress is not None, "no bar on a terminal"
+            on_progress(1, 2)
+    terminal.close()
+    drawn = b""
+    with os.fdopen(main, "rb", buffering=0) as screen:
+        while True:
+            try:
+                chunk = screen.read(1 << 16)
+            except OSError:  # EIO: the terminal's other end is closed and all it wrote was read
+                break
+            if not chunk:
+                break
+            drawn += chunk
+    assert "fixing the :bug: label" in drawn.decode() and "🐛" not in drawn.decode(), drawn

@@ -226,3 +226,19 @@ async def test_show_node_says_a_node_was_not_known_yet_within_the_callers_scope(
         "session": "session:bob-s2 was not known yet as of 2026-11-10T23:59:59.999Z (created 2026-11-20T10:00:00.000Z)",
         "not_hers": "no entity 'session:bob-s2' (search_nodes finds ids by name)",
     }, said
+
+
+async def test_show_node_of_a_merged_away_id_not_known_yet_follows_the_merge(graph: Settings) -> None:
+    """la32out: ``show_node`` of an id merged away, asked as of before it was known, said `no
+    entity`: the not-known-yet line did not follow the merge as the current answer does. It now
+    names the node it was merged into, word for word the CLI's ``show --as-of`` line."""
+    from worker.recall import unseen_entity
+
+    env = {"REM_DATA_DIR": str(graph.data_dir)}
+    merged = "METHOD:drain"
+    assert run_cli("merge", merged, "CLASS:LazyEdgeQueue", env=env).returncode == 0
+    shown = run_cli("show", merged, "--as-of", "2026-10-01", env=env)
+    assert shown.returncode == 1, shown.stderr
+    cli_line = shown.stderr.strip().removeprefix("rem-cycle: ")
+    assert cli_line.startswith("CLASS:LazyEdgeQueue was not known yet as of 2026-10-01T23:59:59.999Z (first seen "), cli_line
+    assert await unseen_entity(graph, merged, as_of="2026-10-01T23:59:59.999Z") == cli_line

@@ -333,14 +333,18 @@ def _positive_days(value: str) -> float:
 
 @contextmanager
 def _progress_bar(args: argparse.Namespace, description: str) -> Iterator[Callable[[int, int], None] | None]:
-    """A rich progress bar on stderr when it is a terminal (and no ``--json``); else no callback."""
+    """A rich progress bar on stderr when it is a terminal (and no ``--json``); else no callback.
+    Its description is shown as written, as every console shows text (no markup, no emoji codes:
+    the default columns read it as markup, and markup turns `:bug:` into 🐛; la32out)."""
     if getattr(args, "json", False) or not sys.stderr.isatty():
         yield None
         return
-    from rich.console import Console
-    from rich.progress import Progress
+    from rich.progress import Progress, TextColumn
 
-    with Progress(console=Console(stderr=True), transient=True) as progress:
+    from worker.report import output_console
+
+    columns = (TextColumn("{task.description}", markup=False, style="progress.description"), *Progress.get_default_columns()[1:])
+    with Progress(*columns, console=output_console(stderr=True), transient=True) as progress:
         task = progress.add_task(description, total=None)
         yield lambda done, total: progress.update(task, completed=done, total=total or None)
 
@@ -639,7 +643,7 @@ async def cmd_show(settings: Settings, args: argparse.Namespace) -> int:
             # since when — whether they were asked for by an id or by a name one or several hold.
             now = await _shown_now(settings, args.node_id) if args.as_of and not exact else []
             if now:
-                print(f"rem-cycle: {not_known_yet(now, args.node_id, args.as_of)}", file=sys.stderr)
+                print(f"rem-cycle: {not_known_yet(now, args.node_id, args.as_of, date_option='--as-of')}", file=sys.stderr)
                 return EXIT_FAILED
             suggestions = ", ".join(h["id"] for h in (exact or hits)[:10])
             # A node forget --node took out is gone by its id and its names alike: say so, and how to let it back.

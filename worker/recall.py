@@ -3,10 +3,10 @@ signal to Chroma when ``REM_RECALL_VECTOR`` is on, run the pure core, and re-ind
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import anyio.from_thread
@@ -173,6 +173,27 @@ def search_nodes(settings: Settings, query: str, *, user: str | None = None, as_
     return {"query": query, "terms": query_terms(query), **pack_nodes([fact_item(f) for f in facts], budget_tokens=budget)}
 
 
+T = TypeVar("T")
+
+
+def _merged_onward(index: RecallIndex, scope: Scope, node_id: str, read: Callable[[str], T]) -> tuple[str, T] | None:
+    """``read(node_id)`` when it finds something (truthy), else of the node ``node_id`` was merged
+    into, and onward (an id a caller kept from before a merge, as `show` follows it): the id read
+    and what was found, ``None`` for nothing. The id of a node the caller never saw is no entity to
+    them, merged or not: a redirect would tell that another user's memory held it."""
+    merges = MergeStore(index.db)
+    found = read(node_id)
+    for _ in range(_MERGE_HOPS):
+        if found:
+            break
+        onward = merges.records(merged_id=node_id, active=True, limit=1)
+        if not onward or (scope.sessions is not None and not index.merge_seen(onward[0].merge_id, scope)):
+            return None
+        node_id = onward[0].into_id
+        found = read(node_id)
+    return (node_id, found) if found else None
+
+
 def show_node(settings: Settings, node_id: str, *, user: str | None = None, as_of: str | None = None,
               budget_tokens: int | None = None) -> dict[str, Any] | None:
     """One node in ``user``'s scope: its facts, strongest edges and the turns it came from; ``None``
@@ -189,20 +210,11 @@ def show_node(settings: Settings, node_id: str, *, user: str | None = None, as_o
     asked = node_id
     with open_index(settings) as index:
         scope = _scope(index, user=user, as_of=as_of)
-        facts = index.facts([node_id], scope, exclude_relationships=PROVENANCE_RELATIONSHIPS, edges_per_node=20)
-        merges = MergeStore(index.db)
-        for _ in range(_MERGE_HOPS):  # an id a caller kept from before a merge: the node it was merged into, as `show` does
-            if facts:
-                break
-            onward = merges.records(merged_id=node_id, active=True, limit=1)
-            # The id of a node the caller never saw is no entity to them, merged or not: a
-            # redirect would tell that another user's memory held it.
-            if not onward or (scope.sessions is not None and not index.merge_seen(onward[0].merge_id, scope)):
-                return None
-            node_id = onward[0].into_id
-            facts = index.facts([node_id], scope, exclude_relationships=PROVENANCE_RELATIONSHIPS, edges_per_node=20)
-        if not facts:
+        found = _merged_onward(index, scope, node_id, lambda n: index.facts(
+            [n], scope, exclude_relationships=PROVENANCE_RELATIONSHIPS, edges_per_node=20))
+        if found is None:
             return None
+        node_id, facts = found
         grounding = index.grounding_turns([node_id], scope).get(node_id, [])
         turns = index.turns([m for m, _ in grounding[:_SHOW_TURNS]], scope)
     shown = [turn_item(turns[m], float(n), ["entities"]) for m, n in grounding[:_SHOW_TURNS] if m in turns]
@@ -277,16 +289,19 @@ async def unseen_entity(settings: Settings, node_id: str, *, user: str | None = 
         if not await anyio.to_thread.run_sync(_row_in_scope, settings, node_id, user, None):
             return gone
         view = await knowledge.show_node(settings, node_id, limit=1, open_db=open_bounded, chroma_seconds=RECALL_DEADLINE_SECONDS)
-        return gone if view is None else not_known_yet([view], node_id, as_of)
+        return gone if view is None else not_known_yet([view], node_id, as_of, date_option="as_of")
 
-    def first_seen() -> tuple[bool, str | None]:
+    def first_seen() -> tuple[str, tuple[bool, str | None]] | None:
+        # A merged-away id: the node it was merged into, as show_node follows it now (la32out).
         with open_index(settings) as index:
-            return index.first_seen(node_id, _scope(index, user=user, as_of=None))
+            scope = _scope(index, user=user, as_of=None)
+            return _merged_onward(index, scope, node_id, lambda n: seen if (seen := index.first_seen(n, scope))[0] else None)
 
-    seen, first = await anyio.to_thread.run_sync(first_seen)
-    if not seen:
+    found = await anyio.to_thread.run_sync(first_seen)
+    if found is None:
         return gone
-    return not_known_yet([{"id": node_id, "label": node_id.partition(":")[0], "first_seen": first}], node_id, as_of)
+    shown, (_, first) = found
+    return not_known_yet([{"id": shown, "label": shown.partition(":")[0], "first_seen": first}], node_id, as_of, date_option="as_of")
 
 
 def _row_in_scope(settings: Settings, node_id: str, user: str | None, as_of: str | None) -> bool:

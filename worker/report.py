@@ -111,10 +111,11 @@ class _OutputConsole(Console):
         raise BrokenPipeError(errno.EPIPE, os.strerror(errno.EPIPE))
 
 
-def output_console() -> Console:
-    """The console every command's report prints to (stdout). No emoji codes: what it prints holds
-    turn texts, names and ids (`:bug:`, `session:two: …`), shown as written (audit31)."""
-    return _OutputConsole(highlight=False, soft_wrap=True, emoji=False)
+def output_console(*, stderr: bool = False) -> Console:
+    """The console every command's report prints to (stdout; ``stderr``: its progress bar, see
+    ``worker.cli``). No emoji codes: what it prints holds turn texts, names and ids (`:bug:`,
+    `session:two: …`), shown as written (audit31; the progress bar's too, la32out)."""
+    return _OutputConsole(stderr=stderr, highlight=False, soft_wrap=True, emoji=False)
 
 
 def print_cycle(result: dict[str, Any]) -> None:

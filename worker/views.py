@@ -140,18 +140,19 @@ def print_recall(answer: dict[str, Any]) -> None:
         console.print(f"({len(answer['omitted'])} more did not fit in {answer['budget_tokens']} tokens)")
 
 
-def not_known_yet(views: list[dict[str, Any]], wanted: str, as_of: str) -> str:
+def not_known_yet(views: list[dict[str, Any]], wanted: str, as_of: str, *, date_option: str) -> str:
     """Why ``show --as-of`` (and the MCP ``show_node`` with ``as_of``) has no view of ``wanted``,
     which names the nodes ``views`` (as they are now, in the caller's scope: the MCP tool's
     ``user``, the whole graph for the CLI): none was known yet. A knowledge node is known from its first point's turn time, a session
     or a turn from its ``createdAt``, a notes file once something it said was (pipelines/asof.py).
-    A knowledge node said only in turns without a ``createdAt`` has no time, and no date shows it."""
+    A knowledge node said only in turns without a ``createdAt`` has no time, and no date shows it:
+    that line names the caller's ``date_option`` (the CLI's ``--as-of``, the MCP tool's ``as_of``)."""
     if len(views) > 1:  # a name several nodes hold: each, and since when (as `show NAME` lists them)
         listed = ", ".join(f"{v['id']}{_since(v)}" for v in views)
         return f"no node {wanted!r} was known yet as of {as_of}; {len(views)} have that name now: {listed}"
     view = views[0]
     if _since(view) == _TIMELESS:
-        return (f"{view['id']} has no time of its own: no turn that said it has a createdAt, and --as-of shows only "
+        return (f"{view['id']} has no time of its own: no turn that said it has a createdAt, and {date_option} shows only "
                 "what was said at a known time")
     return f"{view['id']} was not known yet as of {as_of}{_since(view)}"
 
