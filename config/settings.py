@@ -61,7 +61,9 @@ class ConfigError(ValueError):
 class Settings(BaseSettings):
     """Every knob of rem-cycle. Environment variable = ``REM_`` + the upper-case field name."""
 
-    model_config = SettingsConfigDict(env_prefix="REM_", extra="forbid", frozen=True)
+    # An error never quotes the value given (pydantic's own text does, input_value='…'): the tokens
+    # and the database URL are secrets, and Settings() built directly (bench/) shows that text (audit32).
+    model_config = SettingsConfigDict(env_prefix="REM_", extra="forbid", frozen=True, hide_input_in_errors=True)
 
     # --- storage -------------------------------------------------------------------------
     data_dir: Path = Field(Path("./.rem-data"), description="Graph DB, queue and embedded Chroma live here")

@@ -247,6 +247,10 @@ class ChunkResultStore:
             found.update(r[0] for r in rows)
         return found
 
+    def sessions_with_failures(self) -> set[str]:
+        """The keys (sessions, notes files' ``note-…``) with a failed chunk result."""
+        return {r[0] for r in self.db.query("SELECT DISTINCT session_id FROM chunk_results WHERE status = 'failed'", ())}
+
     def reset_failures(self, session_ids: Iterable[str] | None = None) -> int:
         """Forget failed attempts (all, or of ``session_ids``) so the chunks are tried at once."""
         with self.db.transaction() as conn:

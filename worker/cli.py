@@ -461,6 +461,7 @@ async def cmd_status(settings: Settings, args: argparse.Namespace) -> int:
 
 
 async def cmd_retry(settings: Settings, args: argparse.Namespace, progress: CommandProgress) -> int:
+    from store.chunks import ChunkResultStore
     from store.ids import row_id_given
     from worker.report import reset_failures, sessions_never_read
 
@@ -469,13 +470,15 @@ async def cmd_retry(settings: Settings, args: argparse.Namespace, progress: Comm
         stores = await open_stores(settings)
         try:
             unknown = await anyio.to_thread.run_sync(lambda: sessions_never_read(stores, sessions or []))
+            # What --all resets: read first, the reset deletes the failed results that say it.
+            failing = sessions if sessions is not None else sorted(await anyio.to_thread.run_sync(ChunkResultStore(stores.db).sessions_with_failures))
             payload = {**await anyio.to_thread.run_sync(lambda: reset_failures(stores, sessions)), "unknown": unknown}
         finally:
             stores.close()
         def text() -> None:
             if payload["sessions_reset"] or payload["chunks_reset"]:
                 print(f"reset {payload['sessions_reset']} sessions and {payload['chunks_reset']} failed chunks; "
-                      f"{_who_tries(sessions)}")
+                      f"{_who_tries(failing, sessions_too=sessions is None and payload['sessions_reset'] > 0)}")
             elif not sessions or len(set(unknown)) < len(set(sessions)):  # ids all unknown: said on stderr alone
                 print(f"nothing to reset: no session{' named' if sessions else ''} is failing or undigestible "
                       "(rem-cycle status lists them)")
@@ -488,16 +491,17 @@ async def cmd_retry(settings: Settings, args: argparse.Namespace, progress: Comm
         return EXIT_FAILED if payload["unknown"] else EXIT_OK
 
 
-def _who_tries(sessions: list[str] | None) -> str:
-    """What tries again what ``retry`` reset: a cycle a session, the next ``import-notes`` of it a
-    notes file (its key, ``note-…``), which no cycle reads (userwalk6: ``retry --session note-…``
-    promised the next cycle)."""
+def _who_tries(keys: list[str], *, sessions_too: bool = False) -> str:
+    """What tries again what ``retry`` reset (``keys``, and sessions besides when ``sessions_too``):
+    a cycle a session, the next ``import-notes`` of it a notes file (its key, ``note-…``), which no
+    cycle reads (userwalk6: ``retry --session note-…`` promised the next cycle; audit32: so did
+    ``retry --all`` that reset a notes file's chunks)."""
     from store.ids import is_note_key
 
-    notes = sum(is_note_key(session) for session in sessions or [])
+    notes = sum(is_note_key(key) for key in keys)
     if not notes:
         return "the next cycle tries them again"
-    if notes == len(sessions or []):
+    if notes == len(keys) and not sessions_too:
         return "the next import-notes of the file tries them again (no cycle reads notes files)"
     return "the next cycle tries the sessions again, the next import-notes of each notes file its chunks"
 
