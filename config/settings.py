@@ -245,13 +245,15 @@ class Settings(BaseSettings):
     def _check_token(cls, value: SecretStr | None) -> SecretStr | None:
         # ``REM_LLM_API_KEY=`` (.env.example's line uncommented) means no key: sent, it was the
         # header ``Bearer `` every server refuses. A token goes in an HTTP header, which carries
-        # visible ASCII only: a key pasted with a no-break space, a newline or README's ``sk-…``
-        # failed every request later, its text quoted in the error (userwalk6). Said without it.
+        # visible ASCII and spaces between them only: a key pasted with a no-break space, a newline
+        # or README's ``sk-…`` failed every request later, its text quoted in the error (userwalk6).
+        # Said without it. A space inside stays allowed: an `REM_MCP_TOKEN` passphrase worked, and
+        # a header keeps it; at either end a header would drop it.
         if value is None or not value.get_secret_value().strip():
             return None
         text = value.get_secret_value()
         for place, char in enumerate(text, 1):
-            if not "!" <= char <= "~":
+            if not ("!" <= char <= "~" or (char == " " and 1 < place < len(text))):
                 raise ValueError(
                     f"character {place} of {len(text)} is {_character_name(char)}, which an HTTP header cannot carry "
                     "(the value is not shown: a secret); give the token as its issuer shows it, without spaces or "

@@ -50,6 +50,18 @@ def test_an_api_key_an_http_header_cannot_carry_is_refused_unshown(tmp_path: Pat
     assert llm_server.requests == []
 
 
+def test_a_space_inside_a_token_is_kept_and_one_at_an_end_refused() -> None:
+    """audit32 noticed userwalk6's check refusing a token with a space inside, which a header
+    carries and an ``REM_MCP_TOKEN`` passphrase used to be: it is allowed; at either end, where a
+    header would drop it, refused."""
+    from config import Settings
+
+    assert Settings(mcp_token="correct horse battery staple").mcp_token.get_secret_value() == "correct horse battery staple"
+    for token in (" leading", "trailing "):
+        with pytest.raises(ValueError, match="U\\+0020 \\(space\\)"):
+            Settings(mcp_token=token)
+
+
 def test_an_empty_api_key_is_no_key(tmp_path: Path, llm_server: LLMServer) -> None:
     """``REM_LLM_API_KEY=`` (.env.example's line uncommented, or an unset shell variable) sent the
     header ``Bearer ``, and the cycle failed ``llm-unavailable — LLM server … unreachable: Illegal
