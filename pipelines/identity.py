@@ -1271,13 +1271,17 @@ class AuditUnanswered(Exception):
     answer is kept, so a later cycle asks again."""
 
 
+class AnswerOffOptions(AuditUnanswered):
+    """The auditor answered, but with an id the question did not offer (:func:`offered`)."""
+
+
 def offered(chosen: str | None, options: Sequence[NodeRef]) -> str | None:
     """An auditor's answer ``chosen`` as it may be kept (pure): one of ``options``' ids, or ``None``
-    ("a new node"). :class:`AuditUnanswered` for an id not among them (the name without its type,
+    ("a new node"). :class:`AnswerOffOptions` for an id not among them (the name without its type,
     another question's id): taken as "a new node" it would settle an ``extension-asked`` pair for
     good on a wrong answer (audit31), so it is no answer — nothing kept, the pair stays for review."""
     if chosen is not None and chosen not in {o.id for o in options}:
-        raise AuditUnanswered(f"the answer names no option: {chosen[:200]!r}")
+        raise AnswerOffOptions(f"the answer names no option: {chosen[:200]!r}")
     return chosen
 
 

@@ -45,6 +45,7 @@ from pipelines.identity import (
     LINK,
     QUOTES_PER_NODE,
     AliasIndex,
+    AnswerOffOptions,
     Auditor,
     AuditUnanswered,
     NodeRef,
@@ -247,7 +248,12 @@ class GraphResolver:
         for key, (ref, options, question) in questions.items():
             try:
                 chosen = offered(await self.auditor(ref, options, quotes=shown), options)
-            except AuditUnanswered:
+            except AuditUnanswered as exc:
+                if isinstance(exc, AnswerOffOptions):
+                    # A failed call is logged where it failed; an answer off the list only here, so
+                    # an operator sees a model that names ids it was not shown.
+                    log.warning("identity judge answered with no option: nothing kept, the pair stays for review",
+                                node=ref.id, options=[o.id for o in options], reason=str(exc))
                 self._decisions[key] = None  # this phase goes on without it; a later one asks again
                 self._unanswered.add(key)
                 continue

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.extract.commit import commit_session
+from pipelines.extract.commit import CommitStats, commit_session
 from pipelines.extract.heuristic import extract_heuristic
 from pipelines.extract.model import UnitTurn, WorkUnit, validate_extraction
 from pipelines.extract.reduce import reduce_session
@@ -56,8 +56,9 @@ def said_of(first: str) -> Scene:
 MILLER, SMITH, BARE = spoken_by("Kate", "Miller"), spoken_by("Kate", "Smith"), said_of("Kate")
 
 
-def commit_scene(db: Database, scene: Scene, *, index_per_session: bool, resolver: object) -> None:
-    """Extract ``scene`` with the offline extractor and commit it through the worker's resolver."""
+def commit_scene(db: Database, scene: Scene, *, index_per_session: bool, resolver: object) -> CommitStats:
+    """Extract ``scene`` with the offline extractor and commit it through the worker's resolver;
+    what the commit counted."""
     sid, lines = scene
     turns = tuple(UnitTurn(i + 1, f"{sid}-m{i + 1}", text, role) for i, (role, text) in enumerate(lines))
     work = WorkUnit(f"{sid}:chunk:0", sid, 0, turns, "h")
@@ -69,6 +70,7 @@ def commit_scene(db: Database, scene: Scene, *, index_per_session: bool, resolve
                            on_commit=lambda: None)
     if stats.nodes_removed or stats.nodes_folded:
         matcher.reset()  # type: ignore[attr-defined]  # as the extract phase does
+    return stats
 
 
 def person_names(db: Database) -> dict[str, set[str]]:

@@ -512,6 +512,9 @@ class CommitStats:
     names_split: int = 0
     # Nodes left out because ``forget --node`` keeps them out (:func:`drop_suppressed`).
     suppressed: int = 0
+    # Short names a namesake split would have brought back under a name ``forget --node`` keeps
+    # out: left on the node holding them (:func:`pipelines.hubs.check`'s splits, ``kept_out``).
+    splits_kept_out: int = 0
 
     def add(self, other: "CommitStats") -> None:
         """Add ``other``'s counts to these (a phase sums its sessions' commits)."""
@@ -590,6 +593,7 @@ def commit_session(
                                 for split in splits}, unit.suppressions, graph)
             for split in splits:
                 if split.merged_id in staying:
+                    stats.splits_kept_out += 1
                     continue
                 undone = merges.split(split.merged_id, rules=split.rules, evidence={
                     "session": reduced.session_id, "short": split.short, "ambiguous_with": split.ambiguous_with})
