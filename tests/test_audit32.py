@@ -10,8 +10,9 @@ from pydantic import ValidationError
 
 from config import Settings
 from tests.conftest import run_cli
-from tests.llm_server import LLMServer, Status
+from tests.llm_server import LLMServer
 from tests.llm_server import llm_server  # noqa: F401 - fixture
+from tests.test_userwalk6 import notes_file_failed
 
 
 @pytest.mark.parametrize("variable", ["REM_LLM_API_KEY", "REM_EMBEDDING_API_KEY", "REM_CHROMA_TOKEN", "REM_MCP_TOKEN"])
@@ -28,12 +29,7 @@ def test_a_refused_token_is_not_quoted_by_the_validation_error_itself(monkeypatc
 def test_retry_all_says_import_notes_tries_a_notes_files_chunks(tmp_path: Path, llm_server: LLMServer) -> None:
     """``retry --all`` that reset a notes file's failed chunk said "the next cycle tries them
     again", as ``retry --session note-…`` did before userwalk6: no cycle reads notes files."""
-    llm_server.script(Status(500))
-    notes = tmp_path / "design.md"
-    notes.write_text("The LazyEdgeQueue feeds the GraphStore.\n", encoding="utf-8")
-    env = {"REM_DATA_DIR": str(tmp_path / "data"), "REM_EXTRACTOR": "openai", "REM_LLM_BASE_URL": llm_server.url,
-           "REM_LLM_MAX_RETRIES": "0"}
-    assert run_cli("import-notes", str(notes), env=env).returncode == 1
+    _, env = notes_file_failed(tmp_path, llm_server)
     retried = run_cli("retry", "--all", env=env)
     assert retried.returncode == 0, retried.stderr
     assert retried.stdout.strip() == ("reset 0 sessions and 1 failed chunks; the next import-notes of the file tries them again "

@@ -158,17 +158,24 @@ def test_the_judge_without_the_openai_extractor_is_warned_about(tmp_path: Path) 
     assert not [line for line in quiet.stderr.splitlines() if line.startswith("{")]
 
 
-def test_a_notes_file_retried_is_said_to_be_tried_by_import_notes(tmp_path: Path, llm_server: LLMServer) -> None:
-    """A notes file whose chunk failed said ``… rem-cycle retry --session note-… tries them now``,
-    and that ``retry`` said ``reset 0 sessions and 1 failed chunks; the next cycle tries them
-    again`` — but no cycle reads notes files: nothing tried them until ``import-notes`` was run
-    again. Both lines say that ``import-notes`` does."""
+def notes_file_failed(tmp_path: Path, llm_server: LLMServer) -> tuple[Path, dict[str, str]]:
+    """A notes file imported once with the model answering 500: its chunk failed, waiting to retry.
+    The file and the environment of its data dir."""
     llm_server.script(Status(500))
     notes = tmp_path / "design.md"
     notes.write_text("The LazyEdgeQueue feeds the GraphStore.\n", encoding="utf-8")
     env = {"REM_DATA_DIR": str(tmp_path / "data"), "REM_EXTRACTOR": "openai", "REM_LLM_BASE_URL": llm_server.url,
            "REM_LLM_MAX_RETRIES": "0"}
     assert run_cli("import-notes", str(notes), env=env).returncode == 1
+    return notes, env
+
+
+def test_a_notes_file_retried_is_said_to_be_tried_by_import_notes(tmp_path: Path, llm_server: LLMServer) -> None:
+    """A notes file whose chunk failed said ``… rem-cycle retry --session note-… tries them now``,
+    and that ``retry`` said ``reset 0 sessions and 1 failed chunks; the next cycle tries them
+    again`` — but no cycle reads notes files: nothing tried them until ``import-notes`` was run
+    again. Both lines say that ``import-notes`` does."""
+    notes, env = notes_file_failed(tmp_path, llm_server)
     waiting = run_cli("import-notes", str(notes), env=env)
     assert waiting.returncode == 1
     key = waiting.stdout.split("retry --session ", 1)[1].split()[0]
