@@ -1169,6 +1169,22 @@ def bridges(verdicts: Iterable[Verdict]) -> dict[str, Verdict]:
     }
 
 
+def batch_groups(
+    node_ids: Iterable[str], matches: Mapping[str, str], verdicts: Iterable[Verdict], *,
+    shorts: frozenset[str] = frozenset(), joins: Mapping[str, Iterable[str]] = {},
+) -> tuple[dict[str, Verdict], dict[str, str]]:
+    """What a commit makes of a resolved batch (pure): its bridging verdicts as links
+    (:func:`bridges`), and ``id -> survivor`` for every id whose group keeps another
+    (:func:`survivors` over ``matches``, the bridges and ``joins``, more ids to join — the commit's
+    ids before a byte cut). The commit applies both; the resolver learns its batch by the second,
+    so the ids it remembers are the graph's."""
+    bridged = bridges(verdicts)
+    joined = {node_id: [m.node_id for m in v.candidates] for node_id, v in bridged.items()}
+    for node_id, more in joins.items():
+        joined[node_id] = [*joined.get(node_id, ()), *more]
+    return bridged, survivors(node_ids, matches, joins=joined, shorts=shorts)
+
+
 class Resolution(dict[str, str]):
     """What the extraction commit's matcher returns: candidate id → the existing id it is (the
     plain mapping the commit reads), with the :class:`Verdict` behind every decision in

@@ -54,12 +54,11 @@ from pipelines.identity import (
     Verdict,
     audit_options,
     audit_question,
-    bridges,
+    batch_groups,
     learn,
     node_quotes,
     offered,
     resolve_batch,
-    survivors,
     without_foreign_receivers,
 )
 from store.library_log import get_logger
@@ -305,9 +304,8 @@ class GraphResolver:
             # id (`Beesly` linked to `Pam Beesly`, both new, is `PERSON:Beesly`). Learned under the
             # link's target instead, the index would hold a node the graph lacks, and the next call
             # would rebuild it all for a rollback that never happened.
-            bridged = bridges(verdicts)
-            links = {v.node_id: v.target for v in (bridged.get(v.node_id, v) for v in verdicts) if v.action == LINK and v.target is not None}
-            moved = survivors([r.id for r in refs], links, joins={i: [m.node_id for m in v.candidates] for i, v in bridged.items()}, shorts=checked.shorts)
+            resolution = Resolution(verdicts)
+            _, moved = batch_groups([r.id for r in refs], resolution, verdicts, shorts=checked.shorts)
             learn(index, refs, verdicts, moved)
             if checked.splits:
                 self._index = None  # the commit moves names out of nodes: rebuild at the next call
@@ -320,7 +318,6 @@ class GraphResolver:
                         node=verdict.node_id, rule=verdict.rule,
                         candidates=[(m.node_id, m.rule, m.score) for m in verdict.candidates[:5]],
                     )
-            resolution = Resolution(verdicts)
             resolution.hubs = checked  # type: ignore[attr-defined]
             return resolution
 

@@ -46,7 +46,7 @@ from typing import Any, Protocol
 
 from pipelines.extract.model import identity_key, ids_before_cut, semantic_node_id, suppression_names
 from pipelines.hubs import Checked
-from pipelines.identity import CANDIDATE, CANDIDATES_KEPT, LINK, Verdict, bridges, named_alike, survivors
+from pipelines.identity import CANDIDATE, CANDIDATES_KEPT, LINK, Verdict, batch_groups, named_alike
 from pipelines.resolver import CandidateLike
 from pipelines.ports import Graph, MergeRecorder, Provenance, Suppressions, UnitOfWork
 from pipelines.extract.reduce import POINT_ORDER, Point, ReducedReference, ReducedSession
@@ -575,12 +575,9 @@ def commit_session(
             # Order-independent groups: a node that links several existing nodes joins them, and a
             # target whose id comes after an incoming one is folded into it below — as if the
             # names had been committed in any other order.
-            bridged = bridges(verdicts.values())
+            bridged, moved = batch_groups(incoming, matches, verdicts.values(), shorts=checked.shorts if checked is not None else frozenset(),
+                                          joins=before_cut(candidates, graph, blocked=merges.blocked_pairs))
             verdicts.update(bridged)
-            joins = {node_id: [m.node_id for m in v.candidates] for node_id, v in bridged.items()}
-            for node_id, old_ids in before_cut(candidates, graph, blocked=merges.blocked_pairs).items():
-                joins[node_id] = [*joins.get(node_id, ()), *old_ids]
-            moved = survivors(incoming, matches, joins=joins, shorts=checked.shorts if checked is not None else frozenset())
             folded = {target: least for target, least in moved.items() if target not in incoming}
             matches = {node_id: moved.get(node_id, node_id) for node_id in incoming if moved.get(node_id, node_id) != node_id or node_id in matches}
             # A short name that stopped naming one thing leaves the node it joined (pipelines.hubs):
