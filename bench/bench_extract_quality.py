@@ -66,7 +66,9 @@ CHAT_SOURCES = ("friends", "office")
 # pool sessions).
 # ``untouched10``: the tenth round's sample (same shape), drawn and labelled before that round
 # measured anything.
-SPLITS = ("tune", "heldout", "fresh", "untouched", "untouched7", "untouched8", "untouched9", "untouched10")
+# ``untouched13``: the thirteenth round's sample (same shape), drawn and labelled before that round
+# measured anything.
+SPLITS = ("tune", "heldout", "fresh", "untouched", "untouched7", "untouched8", "untouched9", "untouched10", "untouched13")
 # Sessions whose nodes are sampled for precision labels, and conversations labelled for recall.
 # ``sweagent``: SWE-agent's own trajectories (issue 11's third round; 15 sessions, all sampled);
 # ``aider``: aider's own chat history (third round, held out).
@@ -92,7 +94,7 @@ UNTOUCHED_NODES = 60
 # the order they were drawn: each excludes the sessions of the ones before it.
 UNTOUCHED_SALTS = {
     "untouched": "round6-untouched", "untouched7": "round7-untouched", "untouched8": "round8-untouched",
-    "untouched9": "round9-untouched", "untouched10": "round10-untouched",
+    "untouched9": "round9-untouched", "untouched10": "round10-untouched", "untouched13": "round13-untouched",
 }
 # Tuning pools drawn from the sessions outside every sample (their labels carry ``"pool"``): the
 # untouched splits drawn after a pool (value: the first such split) also exclude its sessions.
