@@ -458,6 +458,20 @@ def test_heuristic_the_standard_librarys_mocks_are_no_nodes() -> None:
     assert set(found) == {"CLASS:DummyInput", "CLASS:RepoMap"}
 
 
+def test_heuristic_a_name_imported_from_the_standard_library_is_no_node() -> None:
+    # Issue 11, thirteenth round: a class or a call the unit imports by name from the standard
+    # library (StringIO, OrderedDict, Path.home) was labelled noise 8 times in 9; the project's
+    # own imports, and the same names where the unit imports them from elsewhere, stay.
+    edit = ("```python\nfrom io import StringIO\n+from pathlib import Path, PurePath as PP\n"
+            "from collections import (OrderedDict, defaultdict)\nfrom aider.io import InputOutput\n"
+            "buf = StringIO()\nhome = Path.home()\ncache = OrderedDict()\nio = InputOutput(pretty=False)\n```")
+    found = nodes_of(conversation(("user", "fix InputOutput"), ("assistant", edit), ("assistant", "`InputOutput` now reads `Path.home()`.")))
+    assert set(found) == {"CLASS:InputOutput"}
+    elsewhere = nodes_of(conversation(("user", "fix the buffer"), ("assistant", "```python\nfrom mylib.buffers import StringIO\nbuf = StringIO()\n```"),
+                                      ("assistant", "`StringIO` is ours.")))
+    assert set(elsewhere) == {"CLASS:StringIO"}
+
+
 def test_heuristic_a_standalone_scripts_scaffolding_is_no_node() -> None:
     # Issue 11, eighth round: mini-swe-agent's reproduction scripts configure Django, declare an
     # app and subclass the test framework's base class; said again in the agent's prose, those

@@ -33,7 +33,7 @@ from pipelines.extract.message_parts import EDIT_KINDS, agent_zones, zone_at
 from pipelines.extract.model import ExtractorReply, UnitTurn, WorkUnit, clean_text, semantic_node_id
 from pipelines.identity import normal_path
 
-HEURISTIC_VERSION = 11
+HEURISTIC_VERSION = 12
 # Entities of one turn linked pairwise: the first few only, so a long tool dump does not turn
 # into a clique of hundreds of edges.
 MAX_LINKED_PER_TURN = 6
@@ -126,6 +126,10 @@ BUSY_TURN_NAMES = 20
 # (`Config File`, `Warm Up`, `Change the CharField`), see :func:`_said_once_in_passing`.
 _PROSE_TYPES = frozenset({"CONCEPT", "PERSON", "PLACE", "ORGANIZATION", "WORK"})
 # A keyword that defines the name written right after it (`class X`, `def x`, `function x`).
+# ``from pkg.mod import A, B as C`` on one line (a diff's +/- or a numbered view's gutter before it);
+# the names it brings in, aliases included.
+_FROM_IMPORT = re.compile(r"^[ \t+-]*(?:\d+[│|:][ \t]*)?from[ \t]+([A-Za-z_][\w.]*)[ \t]+import[ \t]+\(?([^\n#]*)", re.M)
+_IMPORTED_NAME = re.compile(r"(?<![\w.])[A-Za-z_]\w*(?=[ \t]*(?:,|\)|$|[ \t]as\b))|(?<=\bas[ \t])[A-Za-z_]\w*")
 _DEFINITION_LEAD = re.compile(r"\b(?:class|def|function|func|fn|interface|struct|type)[ \t]+$")
 # Every script has a `main()`: alone it is no function in particular (`cli.main()` is one).
 _GENERIC_CALLS = frozenset({"main"})
@@ -373,10 +377,12 @@ def extract_heuristic(unit: WorkUnit, *, tool_only_min_turns: int = TOOL_ONLY_MI
     }
     if coding:
         busy = _BusyTurns(linked_per_turn, written_at)
+        imported = _standard_library_imports(unit)
         kept = {
             node_id for node_id in kept
             if not _said_once_in_passing(nodes[node_id], seen_in[node_id], unit)
             and not busy.shows_only_in_passing(nodes[node_id], seen_in[node_id])
+            and not _imported_from_standard_library(nodes[node_id], imported)
         }
     for node_id in kept:
         turns = seen_in[node_id]
@@ -413,6 +419,28 @@ def mentions_per_turn(
     capitalised = _capitalised_words(unit)
     per_turn = [(turn, _turn_mentions(turn, people, capitalised, coding=coding)) for turn in unit.turns]
     return _agree_on_types(_without_phrase_persons(per_turn, unit))
+
+
+def _imported_from_standard_library(node: Mapping[str, Any], imported: frozenset[str]) -> bool:
+    """A class or call whose name the unit imports from the standard library (``from io import
+    StringIO``, ``from pathlib import Path`` → ``Path.home()``) is the language, not the project,
+    as a standard-library module's own function already is (:func:`_is_language`). Issue 11,
+    thirteenth round: on the coding tuning material 8 labelled noise nodes and 1 useful
+    (``TextIOBase``, a bug's base class)."""
+    return node["type"] in ("CLASS", "METHOD") and node["name"].partition(".")[0] in imported
+
+
+def _standard_library_imports(unit: WorkUnit) -> frozenset[str]:
+    """Names the unit's text imports by name from a standard-library module (any turn: a file's
+    import lines shown by a command say where its names come from as well as an edit does)."""
+    names: set[str] = set()
+    for turn in unit.turns:
+        if "import" not in turn.text:
+            continue
+        for match in _FROM_IMPORT.finditer(turn.text):
+            if match.group(1).partition(".")[0] in sys.stdlib_module_names:
+                names.update(n for n in _IMPORTED_NAME.findall(match.group(2)) if n != "*")
+    return frozenset(names)
 
 
 def _without_phrase_persons(per_turn: list[tuple[UnitTurn, list[_Mention]]], unit: WorkUnit) -> list[tuple[UnitTurn, list[_Mention]]]:
