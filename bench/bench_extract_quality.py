@@ -69,8 +69,9 @@ CHAT_SOURCES = ("friends", "office")
 # ``untouched13``: the thirteenth round's sample (same shape), drawn and labelled before that round
 # measured anything; ``untouched14``: its second (same shape), drawn after the first's labels had
 # been read (so, as ``untouched8`` for the seventh round, the one nobody had read when the round's
-# rule was frozen).
-SPLITS = ("tune", "heldout", "fresh", "untouched", "untouched7", "untouched8", "untouched9", "untouched10", "untouched13", "untouched14")
+# rule was frozen). ``untouched15``: the fourteenth round's (same shape, heuristic v12's nodes),
+# drawn and labelled before that round's rules were frozen.
+SPLITS = ("tune", "heldout", "fresh", "untouched", "untouched7", "untouched8", "untouched9", "untouched10", "untouched13", "untouched14", "untouched15")
 # Sessions whose nodes are sampled for precision labels, and conversations labelled for recall.
 # ``sweagent``: SWE-agent's own trajectories (issue 11's third round; 15 sessions, all sampled);
 # ``aider``: aider's own chat history (third round, held out).
@@ -97,7 +98,7 @@ UNTOUCHED_NODES = 60
 UNTOUCHED_SALTS = {
     "untouched": "round6-untouched", "untouched7": "round7-untouched", "untouched8": "round8-untouched",
     "untouched9": "round9-untouched", "untouched10": "round10-untouched", "untouched13": "round13-untouched",
-    "untouched14": "round13-second-untouched",
+    "untouched14": "round13-second-untouched", "untouched15": "round14-untouched",
 }
 # Tuning pools drawn from the sessions outside every sample (their labels carry ``"pool"``): the
 # untouched splits drawn after a pool (value: the first such split) also exclude its sessions.
