@@ -472,6 +472,15 @@ def test_heuristic_a_name_imported_from_the_standard_library_is_no_node() -> Non
     assert set(elsewhere) == {"CLASS:StringIO"}
 
 
+def test_heuristic_a_sed_substitution_is_no_file() -> None:
+    # Issue 11, fourteenth round: mini-swe-agent edits with sed; the `s/` of a quoted substitution
+    # made "files" of the code it replaces (`s/self.config.pluginmanager._duplicatepaths.add`).
+    command = ("```bash\nsed -i 's/self.config.pluginmanager._duplicatepaths.add(pkginit)/pass/' src/_pytest/main.py\n"
+               "sed -i \"s/re.compile(r'x')/re.compile(r'y')/g\" tests/test_writer.py\n```")
+    found = nodes_of(conversation(("user", "fix it"), ("assistant", command), ("assistant", "Done: `src/_pytest/main.py` and `docs/s/x.py`.")))
+    assert {n for n in found if n.startswith("FILE:")} == {"FILE:src/_pytest/main.py", "FILE:tests/test_writer.py", "FILE:docs/s/x.py"}
+
+
 def test_heuristic_a_standalone_scripts_scaffolding_is_no_node() -> None:
     # Issue 11, eighth round: mini-swe-agent's reproduction scripts configure Django, declare an
     # app and subclass the test framework's base class; said again in the agent's prose, those
