@@ -15,6 +15,7 @@ tuning and a held-out half before anything was labelled. Labels (committed, smal
     python -m bench.bench_extract_quality sample --data /tmp/q3/data2 --source swe --split untouched7    # seventh round
     python -m bench.bench_extract_quality sample --data /tmp/q3/data2 --source aider --split untouched9  # eighth round
     python -m bench.bench_extract_quality sample --data /tmp/q3/data2 --source swe --split untouched10   # tenth round
+    python -m bench.bench_extract_quality sample --data /tmp/q3/data2 --source swe --split untouched15   # fourteenth round
     python -m bench.bench_extract_quality sample --data /tmp/q3/data2 --source office --split heldout   # second chat corpus
     python -m bench.bench_extract_quality show --data /tmp/q3/data2 --source office --split heldout     # its recall conversations
     REM_TRANSCRIPTS=/tmp/qe-data python bench/run_all.py extract_quality

@@ -12,6 +12,10 @@ current one on tuning material only, and prints JSON lines:
   labelled ones): ``-`` the baseline's node, ``+`` the current one, per scene, for a person to judge
   (a glued word dropped, a type changed), and the labelled precision / entity recall of both.
 
+With ``--printed-except SPLIT`` (issue 11, thirteenth round) the coding material is every labelled
+coding node of every split already printed — all but ``SPLIT``, the untouched sample not yet read —
+that the baseline makes, with the precision and recall of the useful before and after.
+
 Rules are chosen from these figures; the untouched and held-out splits are printed only after the
 choice is committed (``bench.bench_extract_quality report``).
 """
@@ -33,19 +37,38 @@ from config import Settings  # noqa: E402
 from pipelines.extract import heuristic  # noqa: E402
 
 CODING_SOURCES = ("swe.tune", "sweagent.fresh", "aider.fresh")
+# Where each coding source's labelled sessions are: mini-swe-agent's untouched samples come from
+# its held-out split.
+LABELLED_FILES = {"swe": ("swe.tune", "swe.heldout"), "aider": ("aider.fresh",), "sweagent": ("sweagent.fresh",)}
 
 
 def _name_of(node_id: str) -> str:
     return node_id.partition(":")[2].casefold()
 
 
-def coding_changes(data: Path, before: quality.Extract, after: quality.Extract, settings: Settings) -> dict[str, Any]:
-    """The baseline's labelled tuning nodes the current extractor drops or retypes."""
-    labels = {(r["session"], r["node"]): bool(r["useful"]) for r in quality.read_jsonl(quality.NODE_LABELS)}
-    labelled = quality.tuning_nodes(data, labels, before, settings)
-    labelled += [(sid, quality.SeenNode(node_id, *node_id.split(":", 1)), labels[(sid, node_id)])
-                 for sid, node_id, _ in extract_evidence.salience_pool(data, settings) if (sid, node_id) in labels]
-    sessions = {s["sessionId"]: s for name in CODING_SOURCES for s in quality.load_sessions(data / f"{name}.jsonl")}
+def printed_nodes(data: Path, before: quality.Extract, settings: Settings, *, unread: str) -> list[tuple[str, quality.SeenNode, bool]]:
+    """Every labelled coding node outside the split ``unread`` that ``before`` makes in its
+    session, once each."""
+    sessions = {s["sessionId"]: s for names in LABELLED_FILES.values() for name in names for s in quality.load_sessions(data / f"{name}.jsonl")}
+    labels = {(r["session"], r["node"]): bool(r["useful"]) for r in quality.read_jsonl(quality.NODE_LABELS)
+              if r["source"] in LABELLED_FILES and r.get("split") != unread}
+    made = {sid: quality.extract_session(quality.units_of(sessions[sid], settings), before, settings) for sid in {sid for sid, _ in labels}}
+    return [(sid, made[sid][node_id], useful) for (sid, node_id), useful in labels.items() if node_id in made[sid]]
+
+
+def coding_changes(data: Path, before: quality.Extract, after: quality.Extract, settings: Settings, *, unread: str | None = None) -> dict[str, Any]:
+    """The baseline's labelled tuning nodes (with ``unread``, every printed one: :func:`printed_nodes`)
+    the current extractor drops or retypes."""
+    if unread is not None:
+        labelled = printed_nodes(data, before, settings, unread=unread)
+        names = [name for names in LABELLED_FILES.values() for name in names]
+    else:
+        labels = {(r["session"], r["node"]): bool(r["useful"]) for r in quality.read_jsonl(quality.NODE_LABELS)}
+        labelled = quality.tuning_nodes(data, labels, before, settings)
+        labelled += [(sid, quality.SeenNode(node_id, *node_id.split(":", 1)), labels[(sid, node_id)])
+                     for sid, node_id, _ in extract_evidence.salience_pool(data, settings) if (sid, node_id) in labels]
+        names = list(CODING_SOURCES)
+    sessions = {s["sessionId"]: s for name in names for s in quality.load_sessions(data / f"{name}.jsonl")}
     now = {sid: quality.extract_session(quality.units_of(sessions[sid], settings), after, settings) for sid in {sid for sid, _, _ in labelled}}
     removed: list[tuple[str, str, bool]] = []
     retyped: list[tuple[str, str, list[str], bool]] = []
@@ -57,9 +80,13 @@ def coding_changes(data: Path, before: quality.Extract, after: quality.Extract, 
             retyped.append((sid, node.id, other, useful))
         else:
             removed.append((sid, node.id, useful))
+    useful = sum(u for *_, u in labelled)
+    lost = sum(u for *_, u in removed)
+    kept = len(labelled) - len(removed)
     return {
-        "labelled": len(labelled), "noise_removed": sum(not u for *_, u in removed), "useful_lost": sum(u for *_, u in removed),
-        "removed": removed, "retyped": retyped,
+        "labelled": len(labelled), "precision_before": round(useful / len(labelled), 3) if labelled else None,
+        "precision_after": round((useful - lost) / kept, 3) if kept else None, "recall_after": round((useful - lost) / useful, 3) if useful else None,
+        "noise_removed": len(removed) - lost, "useful_lost": lost, "removed": removed, "retyped": retyped,
     }
 
 
@@ -86,10 +113,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", type=Path, required=True, help="directory of converted <source>.<split>.jsonl")
     parser.add_argument("--baseline-ref", required=True, help="git ref of the heuristic to compare with")
+    parser.add_argument("--printed-except", metavar="SPLIT", help="coding material: every labelled split but this unread one")
     args = parser.parse_args(argv)
     settings = Settings()
     before = quality.baseline_module(args.baseline_ref).extract_heuristic
-    print(json.dumps({"coding": coding_changes(args.data, before, heuristic.extract_heuristic, settings)}, ensure_ascii=False))
+    coding = coding_changes(args.data, before, heuristic.extract_heuristic, settings, unread=args.printed_except)
+    print(json.dumps({"coding": coding}, ensure_ascii=False))
     print(json.dumps({"chat": chat_changes(args.data, before, heuristic.extract_heuristic, settings)}, ensure_ascii=False))
 
 

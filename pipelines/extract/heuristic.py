@@ -8,7 +8,7 @@ whose role is a person's name become PERSON nodes, capitalised names inside sent
 interjections, contractions and dates are stripped off them ("Hey John" → John, "Last Friday" →
 nothing), and a word glued before a speaker's name is dropped ("To Monica" → Monica). The
 scaffolding of a standalone script (``django.setup()``, ``TestCase``, ``ReproduceAppConfig``) is no
-node. In a coding session a prose name or a call on a local variable shown in one turn only
+node, nor is a name the chunk imports from the standard library, nor a sed substitution's pattern. In a coding session a prose name or a call on a local variable shown in one turn only
 makes no node, nor does a name shown once in a turn of more than 20 names that no edit of the agent
 writes (measured: mostly noise). The entities of one turn are linked with ``RELATES_TO``. Evidence is always the matched
 text (or, for a speaker, the turn's role), so everything it says is grounded. Explicit
