@@ -283,6 +283,14 @@ def test_heuristic_output_passes_the_same_noise_rules() -> None:
     assert "#42" in names and not names & {"#ff0000", "AbCdEfGh12IjKlMn34OpQr", "b6166dccb4d2b48173aa7e7739be52db9d2d56a0"}
 
 
+def test_heuristic_a_colour_in_decimal_digits_is_no_issue() -> None:
+    # Issue 11, fourteenth round: aider's plotting and diagram edits set colours of digits only.
+    text = ('ax.set_xlabel("date", color="#555")\nstyle a fill:#f0f0f0,stroke:#333,stroke-width:2px\nbg = "#333333"\n'
+            "background-color: #999;\nFixes #42; see also #77.")
+    names = {n.name for n in validate_extraction(extract_heuristic(unit(text)), unit(text), semantic_types=TYPES).nodes}
+    assert {n for n in names if n.startswith("#")} == {"#42", "#77"}
+
+
 def test_a_speaker_named_as_evidence_is_grounded_in_the_turn() -> None:
     turns = (UnitTurn(1, "m0", "We met in Paris.", "Alice"), UnitTurn(2, "m1", "Yes!", "Bob"))
     work = WorkUnit("s:chunk:0", "s", 0, turns, unit_content_hash("s", turns))

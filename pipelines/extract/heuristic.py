@@ -88,6 +88,8 @@ _CLASS = re.compile(r"(?<![\w.])[A-Z][a-z0-9]+(?:[A-Z][a-z0-9]*)+\b")
 # "McCartney", "DeMarco", "LeBlanc": CamelCase that is a surname, not a class.
 _SURNAME = re.compile(r"(?:Mc|Mac|De|Di|Da|Du|La|Le|Van|Von|O)[A-Z][a-z]{2,}")
 _ISSUE = re.compile(r"(?<![\w&#/])#(\d{1,7})\b")
+# A colour written in decimal digits is no issue: `color="#555"`, `stroke:#333`, a quoted "#333333".
+_COLOUR_LEAD = re.compile(r"""(?:colou?r|fill|stroke|background|bg|fg)[\w-]*["']?[ \t]*[=:][ \t]*["']?$""", re.I)
 # Python's own names: builtins, and the types module's (`NoneType`).
 _BUILTINS = frozenset(dir(builtins)) | frozenset(n for n in dir(types) if n[:1].isupper())
 # Methods of Python's built-in types and file objects, and the built-in functions: called on a
@@ -705,6 +707,8 @@ def find_mentions(
         kind = "CLASS" if _CLASS.fullmatch(match.group(1)) else "METHOD"
         candidates.append(_Mention(match.start(), match.end(), kind, match.group(1), match.group(0)))
     for match in _ISSUE.finditer(text):
+        if _is_colour(text, match.start(), match.end()):
+            continue
         candidates.append(_Mention(match.start(), match.end(), "ISSUE", match.group(0), match.group(0)))
     for match in _CLASS.finditer(text):
         if not (chat and _SURNAME.fullmatch(match.group(0))):
@@ -734,6 +738,14 @@ def find_mentions(
             chosen.append(mention)
             taken_until = mention.end
     return chosen
+
+
+def _is_colour(text: str, start: int, end: int) -> bool:
+    """Whether the ``#123`` at ``start``:``end`` is a colour: set as one (``color="#555"``,
+    ``stroke:#333``) or a quoted string of its own (``"#333333"``). Issue 11, fourteenth round:
+    both labelled such issues were colours (45 in the coding sessions)."""
+    quote = text[start - 1:start] if start else ""
+    return (quote in ("'", '"') and text[end:end + 1] == quote) or _COLOUR_LEAD.search(text, max(0, start - 40), start) is not None
 
 
 def _mask_code(text: str) -> str:
