@@ -9,7 +9,9 @@ It masks two kinds of secret:
   or not they were configured — but a PostgreSQL URL's user without a password is its role name,
   kept (``postgresql://rem@db/rem``);
 - the configured secret values (tokens, API keys, URL passwords) wherever they appear, once
-  :func:`remember_secrets` was called — they are process-wide, like the settings they come from.
+  :func:`remember_secrets` was called — they are process-wide, like the settings they come from —
+  and a head of one quoted cut short (``Incorrect API key provided: sk-abcdef12****``, a message
+  cut mid-key) where it stands on its own (:func:`_mask_heads`).
 """
 
 from __future__ import annotations
@@ -26,6 +28,12 @@ MASK = "***"
 # Shorter values are too likely to occur by chance in ordinary text; URL credentials are masked
 # by their place in the URL whatever their length.
 MIN_SECRET_LENGTH = 4
+# A head of a secret (its first characters, quoted cut short by a library) is masked from this
+# length on: eight characters of a random key are far too many to meet by chance (62**8 ≈ 2e14),
+# while fewer would mask common fragments and a provider's bare prefix (``sk-a``, ``http``,
+# ``ghp_``) — and four, what OpenAI shows of a key's end, say nothing of it. A secret of this
+# length or shorter is masked whole only: a head is shorter than its secret.
+MIN_HEAD_LENGTH = 8
 _URL_SETTINGS = ("chroma_url", "llm_base_url", "embedding_url")
 _TOKEN_SETTINGS = ("chroma_token", "llm_api_key", "embedding_api_key", "mcp_token")
 _SECRET_NAME = r"[A-Za-z0-9_.-]*(?:api[_-]?key|token|secret|password|passwd|pwd|auth|signature|sig|credential)[A-Za-z0-9_.-]*"
@@ -86,9 +94,45 @@ def _redact_text(text: str, also: Iterable[str]) -> str:
     # Longest first, so a secret containing another is masked whole.
     extra = {value for value in also if len(value) >= MIN_SECRET_LENGTH}
     for secret in sorted(_remembered | extra, key=len, reverse=True):
-        text = text.replace(secret, MASK)
+        text = _mask_heads(text.replace(secret, MASK), secret)
     text = _URL_USERINFO.sub(_mask_userinfo, text)
     return _SECRET_PARAMETER.sub(lambda m: m["name"] + MASK, text)
+
+
+def _mask_heads(text: str, secret: str) -> str:
+    """``text`` with each head of ``secret`` (at least :data:`MIN_HEAD_LENGTH` of its first
+    characters, fewer than all) masked where it stands on its own: not after a letter or digit, and
+    followed by the end of the text or by anything but a letter or digit (``****``, ``…``, ``.``, a
+    quote) — where a library cut the quote short. A longer token that only begins like the secret
+    is another one, and kept. A head that is a word (letters, lower case after the first: the
+    start of a passphrase like ``password-…``) is kept too: masked, it would mask that word in
+    every message (PostgreSQL's ``password authentication failed``), and a random key's head is
+    almost never one."""
+    first = secret[:MIN_HEAD_LENGTH]
+    if len(secret) <= MIN_HEAD_LENGTH or first not in text:
+        return text
+    kept, done, at = [], 0, text.find(first)
+    while at != -1:
+        end = _head_end(text, at, secret)
+        if end is not None:
+            kept += (text[done:at], MASK)
+            done = end
+        at = text.find(first, at + 1 if end is None else end)
+    return "".join(kept) + text[done:]
+
+
+def _head_end(text: str, at: int, secret: str) -> int | None:
+    """Where the head of ``secret`` that begins at ``at`` in ``text`` ends, or ``None`` when none
+    stands on its own there (see :func:`_mask_heads`)."""
+    if at > 0 and text[at - 1].isalnum():
+        return None
+    end, most = at + MIN_HEAD_LENGTH, min(len(text), at + len(secret) - 1)
+    while end < most and text[end] == secret[end - at]:
+        end += 1
+    head = text[at:end]
+    if end < len(text) and text[end].isalnum() or head.isalpha() and head[1:].islower():
+        return None
+    return end
 
 
 def _mask_userinfo(match: re.Match[str]) -> str:

@@ -35,6 +35,7 @@ from typing import Any
 
 import anyio
 
+from config.redact import redact
 from pipelines.extract.commit import CommitStats, commit_session
 from pipelines.extract.map import map_units
 from pipelines.extract.model import MAX_NAME_CHARS, Extractor
@@ -115,14 +116,18 @@ def find_note_paths(paths: Iterable[str | os.PathLike[str]]) -> tuple[list[tuple
     for given in paths:
         root = Path(given)
         if root.is_dir():
-            candidates = sorted(
+            named = sorted(
                 p for p in root.rglob("*")
-                if p.is_file() and p.suffix.lower() in NOTE_SUFFIXES and not any(part.startswith(".") for part in p.relative_to(root).parts)
+                if p.suffix.lower() in NOTE_SUFFIXES and not p.is_dir() and not any(part.startswith(".") for part in p.relative_to(root).parts)
             )
+            # A FIFO, device or socket named like a notes file is listed as one named itself is
+            # (la33ops: it was passed over without a word).
+            candidates = [p for p in named if p.is_file()]
+            errors += [_not_regular(p) for p in named if not p.is_file() and p.exists()]
         elif root.is_file():
             candidates = [root]
-        elif root.exists():  # never opened: reading a FIFO would wait for a writer
-            errors.append(f"{given}: not a regular file or folder (a device, a FIFO or a socket); not read")
+        elif root.exists():
+            errors.append(_not_regular(given))
             continue
         else:
             errors.append(f"{given}: no such file or folder")
@@ -130,6 +135,12 @@ def find_note_paths(paths: Iterable[str | os.PathLike[str]]) -> tuple[list[tuple
         for candidate in candidates:
             found.setdefault(candidate.resolve(), str(candidate))
     return sorted(found.items()), errors
+
+
+def _not_regular(path: str | os.PathLike[str]) -> str:
+    """The error of a path that exists and is no regular file or folder: never opened, since
+    reading a FIFO would wait for a writer."""
+    return f"{path}: not a regular file or folder (a device, a FIFO or a socket); not read"
 
 
 def vanished(notes: Iterable[Node], folders: Iterable[Path], found: Iterable[Path], *, exists: Callable[[str], bool]) -> list[dict[str, str]]:
@@ -230,7 +241,10 @@ class NoteResult:
     error: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in ("note_id", "path", "status", "chunks", "chunks_reused", "nodes_written", "edges_written", "merges_recorded", "error")}
+        """The result as ``import-notes`` prints it (``--json`` too), its error's secrets masked: a
+        failed chunk's error may quote the model server's answer, which may quote the key."""
+        shown = {k: getattr(self, k) for k in ("note_id", "path", "status", "chunks", "chunks_reused", "nodes_written", "edges_written", "merges_recorded")}
+        return {**shown, "error": redact(self.error)}
 
 
 async def import_note(note: NoteFile, env: NotesEnv, result: NoteResult | None = None) -> NoteResult:
