@@ -71,7 +71,6 @@ import json
 import math
 import re
 import sys
-import unicodedata
 from bisect import bisect_left, bisect_right
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -81,6 +80,8 @@ from itertools import accumulate
 from typing import Any, Protocol
 
 import regex
+
+from store.names import CALL as _CALL, POSSESSIVE as _POSSESSIVE, plain as _plain, words
 
 LINK = "link"
 CREATE = "create"
@@ -102,20 +103,9 @@ CANDIDATE_THRESHOLD = 0.6
 FUZZY_THRESHOLD = 0.9
 MIN_ACRONYM_LETTERS = 3
 
-_CAMEL_LOWER_UPPER = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
-_CAMEL_ACRONYM = re.compile(r"(?<=[A-Z])(?=[A-Z][a-z])")
-_NON_WORD = re.compile(r"[^0-9a-z]+")
 _DIGITS = re.compile(r"\d+")
-_CALL = re.compile(r"\([^()]*\)\s*$")
 _ISSUE = re.compile(r"^(?:(?:issue|bug|ticket|pr|pull request|gh)\s*)?[#-]?\s*(\d+)$")
 _ACRONYM = re.compile(r"^[A-Z]{2,8}s?$")
-_QUOTES = "`'\"“”‘’"
-_POSSESSIVE = re.compile(r"['’]s\b")
-# Dropped at the start of a name: articles and demonstratives ("this Sequential Feature Selector").
-_ARTICLES = frozenset({"the", "a", "an", "this", "that", "these", "those"})
-# Dropped inside a name too ("Accessing the UserAdmin" = "Accessing UserAdmin"); not "a", which
-# inside a name is often a letter ("Type A Error").
-_INNER_ARTICLES = frozenset({"the", "an"})
 # Identifier types whose plural is another identifier (get_node / get_nodes): no plural folding.
 _NO_PLURAL_TYPES = frozenset({"METHOD", "TEST", "FILE"})
 # Types whose one-word names are code identifiers: compared as written (see identifier_key).
@@ -201,29 +191,9 @@ class Verdict:
 
 
 # --- normal forms (pure) -------------------------------------------------------------------------
-def _plain(text: str) -> str:
-    """NFKD with accents dropped (``Tomás`` → ``Tomas``), quotes around it stripped."""
-    if text.isascii():  # nothing to decompose or drop: skips a Python loop over each character
-        return text.strip().strip(_QUOTES)
-    decomposed = unicodedata.normalize("NFKD", text)
-    return "".join(c for c in decomposed if not unicodedata.combining(c)).strip().strip(_QUOTES)
-
-
 def fold(text: str) -> str:
     """Case-folded, accents dropped, surrounding quotes stripped, white space collapsed."""
     return " ".join(_plain(text).casefold().split())
-
-
-def words(text: str) -> list[str]:
-    """Lower-case words: camelCase split, punctuation and underscores as separators, accents, a
-    possessive ``'s`` and a call's ``(…)`` dropped, a leading article dropped, and ``the``/``an``
-    inside the name.
-    ``"LazyEdgeQueue.drain()"`` → ``["lazy", "edge", "queue", "drain"]``."""
-    text = _POSSESSIVE.sub("", _CALL.sub("", _plain(text)))
-    text = _CAMEL_ACRONYM.sub(" ", _CAMEL_LOWER_UPPER.sub(" ", text))
-    found = [w for w in _NON_WORD.split(text.casefold()) if w]
-    found = found[1:] if len(found) > 1 and found[0] in _ARTICLES else found
-    return [w for i, w in enumerate(found) if i == 0 or w not in _INNER_ARTICLES]
 
 
 def singular(word: str) -> str:
