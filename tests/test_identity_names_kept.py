@@ -137,20 +137,24 @@ def typed_with_aliases(body: dict[str, Any]) -> dict[str, Any]:
 @pytest.mark.both_backends
 @pytest.mark.parametrize("alias", ['"Jane Doe"', "-Jane Doe", "'Jane Doe'", "— Jane Doe"])
 async def test_an_alias_said_with_quotes_or_a_separator_around_it_is_found_by_its_words(settings: Settings, tmp_path: Path, alias: str) -> None:
-    """A CONCEPT `Doe Papers` the model gave the alias ``"Jane Doe"`` (or ``-Jane Doe``…); then
-    PERSON `Jane Doe` forgotten. A later CONCEPT `Jane Doe` is another thing the graph's CONCEPTs
-    know by that name, so it joins `Doe Papers` and is not left out. Before, the alias was stored
-    as said, its key (``"jane doe"``) outside the alias index's range by the first word (``jane``):
-    the CONCEPT was left out (``suppressed`` 1)."""
+    """A CONCEPT `Doe Papers` the model gave the alias ``"Jane Doe"`` (or ``-Jane Doe``…) beside the
+    PERSON `Jane Doe`: the `named` rule joins the two; an operator parts them (``unmerge``), then
+    forgets the person. A later CONCEPT `Jane Doe` is another thing the graph's CONCEPTs know by
+    that name, so it joins `Doe Papers` and is not left out. Before, the alias was stored as said,
+    its key (``"jane doe"``) outside the alias index's range by the first word (``jane``): the
+    CONCEPT was left out (``suppressed`` 1)."""
+    env = _env(settings)
     with LLMServer(default=Reply(typed_with_aliases)) as server:
         mine = settings.model_copy(update={"extractor": "openai", "llm_base_url": server.url, "llm_max_retries": 0})
         await _import(mine, tmp_path / "s1.jsonl", [_session("s1", "2026-11-01T10:00:00Z", [f"We met [PERSON Jane Doe] over the [CONCEPT Doe Papers|{alias}]."])])
         assert (await run_cycle(mine)).outcome == "completed"
-        assert run_cli("forget", "--node", "PERSON:Jane Doe", env=_env(settings)).returncode == 0
+        assert _query(settings, "SELECT merged_id, into_id FROM merges") == [("CONCEPT:doe papers", "PERSON:Jane Doe")]
+        for command in (("unmerge", "CONCEPT:doe papers"), ("forget", "--node", "PERSON:Jane Doe")):
+            done = run_cli(*command, env=env)
+            assert done.returncode == 0, done.stderr
         await _import(mine, tmp_path / "s2.jsonl", [_session("s2", "2026-11-02T10:00:00Z", ["[CONCEPT Jane Doe] wrote again."])])
         result = await run_cycle(mine)
     assert result.outcome == "completed" and result.phases["extract"]["suppressed"] == 0, result.phases["extract"]
     points = _query(settings, "SELECT DISTINCT node_id FROM node_points WHERE anchor = 'session:s2'")
     assert [r[0] for r in points] == ["CONCEPT:doe papers"], points
     assert "Jane Doe" in _aliases(settings, "CONCEPT:doe papers")
-
