@@ -81,7 +81,7 @@ from typing import Any, Protocol
 
 import regex
 
-from store.names import CALL as _CALL, POSSESSIVE as _POSSESSIVE, plain as _plain, words
+from store.names import CALL as _CALL, POSSESSIVE as _POSSESSIVE, URL as _URL, normal_path, plain as _plain, words
 
 LINK = "link"
 CREATE = "create"
@@ -110,9 +110,6 @@ _ACRONYM = re.compile(r"^[A-Z]{2,8}s?$")
 _NO_PLURAL_TYPES = frozenset({"METHOD", "TEST", "FILE"})
 # Types whose one-word names are code identifiers: compared as written (see identifier_key).
 _CODE_TYPES = frozenset({"CLASS", "METHOD", "TEST"})
-# What a git diff, a relative path or a shell puts before a path: `a/x.py`, `b/x.py`, `./x.py`.
-_PATH_PREFIX = re.compile(r"^(?:[ab]/(?=.))?(?:\./)*")
-_URL = re.compile(r"^[a-z][a-z0-9+.-]*://", re.IGNORECASE)
 _CAMEL_NAME = re.compile(r"(?:[A-Z][a-z0-9]+){2,}")
 # A bare call of a Python builtin (`min()`, `len()`) names the builtin, never `A.min()`.
 _BUILTINS = frozenset(name for name in dir(builtins) if name.islower() and not name.startswith("_"))
@@ -221,13 +218,6 @@ def is_identifier(node_type: str, text: str) -> bool:
     """Whether ``text`` is a code identifier: a CLASS/METHOD/TEST name without spaces
     (CamelCase, snake_case, dotted, dunder) or a FILE path. Identifiers are compared as written."""
     return node_type == "FILE" or (node_type in _CODE_TYPES and len(_plain(text).split()) == 1)
-
-
-def normal_path(text: str) -> str:
-    """A path as the file system reads it: ``\\`` as ``/``, a git diff's ``a/``/``b/`` and any
-    ``./`` in front dropped, case kept (``a/src/X.py`` → ``src/X.py``). URLs are left whole."""
-    path = _plain(text).replace("\\", "/")
-    return path if _URL.match(path) else _PATH_PREFIX.sub("", path)
 
 
 def identifier_key(node_type: str, text: str) -> str:

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from store.names import words
+from store.names import normal_path, words
 
 FACT_KEYS: tuple[str, ...] = ("description", "aliases", "tags", "confidence")
 
@@ -54,14 +54,18 @@ def longer_text_order(column: str) -> str:
 def name_order(name: str, node_id: str) -> tuple[int, bool, int, str, str]:
     """How spellings of the node ``node_id``'s name are ranked, best first (pure): the name of
     **most words** (:func:`store.names.words`: `Pam Beesly` before `Beesly`, `QuerySet.iterator`
-    before `iterator`; `LazyEdgeQueue` and `lazy edge queue` are three words each), so that a
+    before `iterator`; `LazyEdgeQueue` and `lazy edge queue` are three words each, a FILE's the
+    words of its path as the file system reads it, :func:`store.names.normal_path`), so that a
     group joined under its least id (`PERSON:Beesly`) is named by its fuller name; then those that
     write its id (the part after ``TYPE:``, case aside), the spelling of the same words that named
     the survivor (`LazyEdgeQueue` for `CLASS:LazyEdgeQueue`); then the longer (its case fold);
     then case-folded, then as written. Every name a node is named by stays one of its aliases (a
     claim's name is among its aliases), so the id's own spelling is never lost."""
+    label, _, id_name = node_id.partition(":")
+    # A path's words are its file's: `a/src/x.py` (a git diff's) is no fuller than `src/x.py`.
+    said = words(normal_path(name) if label == "FILE" else name)
     folded = name.casefold()
-    return -len(words(name)), node_id.partition(":")[2].casefold() != folded, -len(folded), folded, name
+    return -len(said), id_name.casefold() != folded, -len(folded), folded, name
 
 
 def least_name(names: Iterable[str], *, node_id: str) -> str | None:

@@ -1,7 +1,8 @@
-"""The words of a name (pure): the one split identity compares prose by
-(:func:`pipelines.identity.words`, re-exported there) and a node's display name is ranked by
-(:func:`store.facts.name_order`: the name of more words names the node). Here, below both, so that
-the store's merges and the pipelines' commits rank names by the same words."""
+"""The words of a name, and a path as the file system reads it (pure): the one split identity
+compares prose by (:func:`words`, :func:`normal_path`, imported by :mod:`pipelines.identity`) and
+a node's display name is ranked by (:func:`store.facts.name_order`: the name of more words names
+the node). Here, below both, so that the store's merges and the pipelines' commits rank names by
+the same words."""
 
 from __future__ import annotations
 
@@ -19,6 +20,9 @@ ARTICLES = frozenset({"the", "a", "an", "this", "that", "these", "those"})
 # Dropped inside a name too ("Accessing the UserAdmin" = "Accessing UserAdmin"); not "a", which
 # inside a name is often a letter ("Type A Error").
 INNER_ARTICLES = frozenset({"the", "an"})
+# What a git diff, a relative path or a shell puts before a path: `a/x.py`, `b/x.py`, `./x.py`.
+PATH_PREFIX = re.compile(r"^(?:[ab]/(?=.))?(?:\./)*")
+URL = re.compile(r"^[a-z][a-z0-9+.-]*://", re.IGNORECASE)
 
 
 def plain(text: str) -> str:
@@ -39,3 +43,10 @@ def words(text: str) -> list[str]:
     found = [w for w in NON_WORD.split(text.casefold()) if w]
     found = found[1:] if len(found) > 1 and found[0] in ARTICLES else found
     return [w for i, w in enumerate(found) if i == 0 or w not in INNER_ARTICLES]
+
+
+def normal_path(text: str) -> str:
+    """A path as the file system reads it: ``\\`` as ``/``, a git diff's ``a/``/``b/`` and any
+    ``./`` in front dropped, case kept (``a/src/X.py`` → ``src/X.py``). URLs are left whole."""
+    path = plain(text).replace("\\", "/")
+    return path if URL.match(path) else PATH_PREFIX.sub("", path)

@@ -35,12 +35,16 @@ from worker.cycle import run_cycle
 def test_the_fuller_name_names_the_node_whatever_the_order_of_its_names() -> None:
     """Most words first (a word as identity splits it: `QuerySet.iterator` is three, as `lazy edge
     queue` and `LazyEdgeQueue` are), then the spelling that writes the id, then the longer, then the
-    least by case fold and as written: a minimum, so any order of the names gives it."""
+    least by case fold and as written: a minimum, so any order of the names gives it. Before, the
+    spelling writing the id came first: `Beesly`."""
     for names in (["Beesly", "Pam Beesly"], ["Pam Beesly", "Beesly"]):
         assert least_name(names, node_id="PERSON:Beesly") == "Pam Beesly"
     assert least_name(["Pam Beesly", "Pamela Beesly", "Beesly"], node_id="PERSON:Beesly") == "Pamela Beesly"
     assert least_name(["Pamela Beesly", "Pam Beesly"], node_id="PERSON:Pam Beesly") == "Pam Beesly"
     assert least_name(["lazy_edge_queue", "lazy edge queue", "LazyEdgeQueue"], node_id="CLASS:LazyEdgeQueue") == "LazyEdgeQueue"
+    # Words as identity reads them: a leading article, a git diff's `a/` before a path add none.
+    assert least_name(["the lazy edge queue", "lazy edge queue"], node_id="CONCEPT:lazy edge queue") == "lazy edge queue"
+    assert least_name(["a/src/x.py", "src/x.py"], node_id="FILE:src/x.py") == "src/x.py"
 
 
 def _people(settings: Settings) -> list[tuple[Any, ...]]:
