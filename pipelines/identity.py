@@ -71,7 +71,6 @@ import json
 import math
 import re
 import sys
-import unicodedata
 from bisect import bisect_left, bisect_right
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -81,6 +80,8 @@ from itertools import accumulate
 from typing import Any, Protocol
 
 import regex
+
+from store.names import CALL as _CALL, POSSESSIVE as _POSSESSIVE, URL as _URL, normal_path, plain as _plain, words
 
 LINK = "link"
 CREATE = "create"
@@ -102,27 +103,13 @@ CANDIDATE_THRESHOLD = 0.6
 FUZZY_THRESHOLD = 0.9
 MIN_ACRONYM_LETTERS = 3
 
-_CAMEL_LOWER_UPPER = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
-_CAMEL_ACRONYM = re.compile(r"(?<=[A-Z])(?=[A-Z][a-z])")
-_NON_WORD = re.compile(r"[^0-9a-z]+")
 _DIGITS = re.compile(r"\d+")
-_CALL = re.compile(r"\([^()]*\)\s*$")
 _ISSUE = re.compile(r"^(?:(?:issue|bug|ticket|pr|pull request|gh)\s*)?[#-]?\s*(\d+)$")
 _ACRONYM = re.compile(r"^[A-Z]{2,8}s?$")
-_QUOTES = "`'\"“”‘’"
-_POSSESSIVE = re.compile(r"['’]s\b")
-# Dropped at the start of a name: articles and demonstratives ("this Sequential Feature Selector").
-_ARTICLES = frozenset({"the", "a", "an", "this", "that", "these", "those"})
-# Dropped inside a name too ("Accessing the UserAdmin" = "Accessing UserAdmin"); not "a", which
-# inside a name is often a letter ("Type A Error").
-_INNER_ARTICLES = frozenset({"the", "an"})
 # Identifier types whose plural is another identifier (get_node / get_nodes): no plural folding.
 _NO_PLURAL_TYPES = frozenset({"METHOD", "TEST", "FILE"})
 # Types whose one-word names are code identifiers: compared as written (see identifier_key).
 _CODE_TYPES = frozenset({"CLASS", "METHOD", "TEST"})
-# What a git diff, a relative path or a shell puts before a path: `a/x.py`, `b/x.py`, `./x.py`.
-_PATH_PREFIX = re.compile(r"^(?:[ab]/(?=.))?(?:\./)*")
-_URL = re.compile(r"^[a-z][a-z0-9+.-]*://", re.IGNORECASE)
 _CAMEL_NAME = re.compile(r"(?:[A-Z][a-z0-9]+){2,}")
 # A bare call of a Python builtin (`min()`, `len()`) names the builtin, never `A.min()`.
 _BUILTINS = frozenset(name for name in dir(builtins) if name.islower() and not name.startswith("_"))
@@ -201,29 +188,9 @@ class Verdict:
 
 
 # --- normal forms (pure) -------------------------------------------------------------------------
-def _plain(text: str) -> str:
-    """NFKD with accents dropped (``Tomás`` → ``Tomas``), quotes around it stripped."""
-    if text.isascii():  # nothing to decompose or drop: skips a Python loop over each character
-        return text.strip().strip(_QUOTES)
-    decomposed = unicodedata.normalize("NFKD", text)
-    return "".join(c for c in decomposed if not unicodedata.combining(c)).strip().strip(_QUOTES)
-
-
 def fold(text: str) -> str:
     """Case-folded, accents dropped, surrounding quotes stripped, white space collapsed."""
     return " ".join(_plain(text).casefold().split())
-
-
-def words(text: str) -> list[str]:
-    """Lower-case words: camelCase split, punctuation and underscores as separators, accents, a
-    possessive ``'s`` and a call's ``(…)`` dropped, a leading article dropped, and ``the``/``an``
-    inside the name.
-    ``"LazyEdgeQueue.drain()"`` → ``["lazy", "edge", "queue", "drain"]``."""
-    text = _POSSESSIVE.sub("", _CALL.sub("", _plain(text)))
-    text = _CAMEL_ACRONYM.sub(" ", _CAMEL_LOWER_UPPER.sub(" ", text))
-    found = [w for w in _NON_WORD.split(text.casefold()) if w]
-    found = found[1:] if len(found) > 1 and found[0] in _ARTICLES else found
-    return [w for i, w in enumerate(found) if i == 0 or w not in _INNER_ARTICLES]
 
 
 def singular(word: str) -> str:
@@ -251,13 +218,6 @@ def is_identifier(node_type: str, text: str) -> bool:
     """Whether ``text`` is a code identifier: a CLASS/METHOD/TEST name without spaces
     (CamelCase, snake_case, dotted, dunder) or a FILE path. Identifiers are compared as written."""
     return node_type == "FILE" or (node_type in _CODE_TYPES and len(_plain(text).split()) == 1)
-
-
-def normal_path(text: str) -> str:
-    """A path as the file system reads it: ``\\`` as ``/``, a git diff's ``a/``/``b/`` and any
-    ``./`` in front dropped, case kept (``a/src/X.py`` → ``src/X.py``). URLs are left whole."""
-    path = _plain(text).replace("\\", "/")
-    return path if _URL.match(path) else _PATH_PREFIX.sub("", path)
 
 
 def identifier_key(node_type: str, text: str) -> str:

@@ -7,7 +7,7 @@ associative, commutative, idempotent — so the facts of a node are the same wha
 claims arrive in, and adding one claim to the combination of the others equals recombining all.
 The tie-break: the longer description wins; between equally long ones the larger string, so no
 result depends on who came first. A node's *name* follows the same idea (:func:`least_name`): the
-least of the spellings its claims gave it.
+least of the spellings its claims gave it, by :func:`name_order` (the fullest first).
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
+
+from store.names import normal_path, words
 
 FACT_KEYS: tuple[str, ...] = ("description", "aliases", "tags", "confidence")
 
@@ -49,11 +51,21 @@ def longer_text_order(column: str) -> str:
     return f"length({column}) DESC, {column} DESC"
 
 
-def name_order(name: str, node_id: str) -> tuple[bool, str, str]:
-    """How spellings of the node ``node_id``'s name are ranked: those that write its id (the part
-    after ``TYPE:``, case aside) first — the id is the least of its linked group's, so this is
-    the spelling that named the survivor — then case-folded, then as written. Pure."""
-    return node_id.partition(":")[2].casefold() != name.casefold(), name.casefold(), name
+def name_order(name: str, node_id: str) -> tuple[int, bool, int, str, str]:
+    """How spellings of the node ``node_id``'s name are ranked, best first (pure): the name of
+    **most words** (:func:`store.names.words`: `Pam Beesly` before `Beesly`, `QuerySet.iterator`
+    before `iterator`; `LazyEdgeQueue` and `lazy edge queue` are three words each, a FILE's the
+    words of its path as the file system reads it, :func:`store.names.normal_path`), so that a
+    group joined under its least id (`PERSON:Beesly`) is named by its fuller name; then those that
+    write its id (the part after ``TYPE:``, case aside), the spelling of the same words that named
+    the survivor (`LazyEdgeQueue` for `CLASS:LazyEdgeQueue`); then the longer (its case fold);
+    then case-folded, then as written. Every name a node is named by stays one of its aliases (a
+    claim's name is among its aliases), so the id's own spelling is never lost."""
+    label, _, id_name = node_id.partition(":")
+    # A path's words are its file's: `a/src/x.py` (a git diff's) is no fuller than `src/x.py`.
+    said = words(normal_path(name) if label == "FILE" else name)
+    folded = name.casefold()
+    return -len(said), id_name.casefold() != folded, -len(folded), folded, name
 
 
 def least_name(names: Iterable[str], *, node_id: str) -> str | None:

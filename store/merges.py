@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from store.db import CANDIDATE_PAIR_KEY, UNLIMITED, Database, in_batches
-from store.facts import NodeFacts, facts_of, with_facts
+from store.facts import NodeFacts, with_facts
 from store.graph import Edge, GraphStore, Node, dumps, utc_now
 from store.ids import MAX_NODE_ID_LENGTH, normalize_graph_node_id
 from store.provenance import (
@@ -47,6 +47,7 @@ from store.provenance import (
     ProvenanceStore,
     anchor_edges,
     facts_from_claims,
+    first_claim,
     justification_parts,
     name_from_claims,
     with_justification,
@@ -697,9 +698,9 @@ class MergeStore:
         self.graph.delete_node(old_id)
 
     def _ensure_claims(self, nodes: Sequence[Node]) -> None:
-        """A node written before claims existed gets its current facts as its first claim."""
+        """A node with no claim (written by hand, or before claims existed) gets its first (:func:`store.provenance.first_claim`)."""
         claimed = self.provenance.with_claims(n.id for n in nodes)
-        self.provenance.add_claims(ClaimRow(n.id, "", n.id, facts_of(n.properties), name=n.name) for n in nodes if n.id not in claimed)
+        self.provenance.add_claims(first_claim(n) for n in nodes if n.id not in claimed)
 
     def _refacts(self, node_id: str) -> None:
         """The node's facts and name recomputed from its claims."""

@@ -16,14 +16,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from operator import attrgetter
 from typing import Any
 
 from store.db import UNLIMITED, Database, in_batches, value_rows
 from store.dialect import Dialect
-from store.facts import NodeFacts, combine_all, least_name, longer_text_order
-from store.graph import Edge, chunked, dumps
+from store.facts import NodeFacts, combine_all, facts_of, least_name, longer_text_order
+from store.graph import Edge, Node, chunked, dumps
 
 # The provenance relationships derived from points (their names are a public interface).
 MENTIONED_IN = "MENTIONED_IN"
@@ -94,6 +94,16 @@ class ClaimRow:
     merge_id: int | None = None
     # The spelling this claim named the node with ("" when unknown: written before schema 8).
     name: str = ""
+
+
+def first_claim(node: Node) -> ClaimRow:
+    """The claim a node with none gets (written by hand, or before claims existed) when a commit or
+    merge first touches it: its current facts, with its own name among its aliases, as an
+    extracted node's claim holds its name (:func:`pipelines.extract.model.validate_extraction`). So a name
+    it is no longer shown by (another name of its group is fuller, :func:`store.facts.name_order`)
+    or lost with its id (folded into another node) stays an alias of the node."""
+    facts = facts_of(node.properties)
+    return ClaimRow(node.id, "", node.id, replace(facts, aliases=tuple(sorted({*facts.aliases, node.name} - {""}))), name=node.name)
 
 
 @dataclass(frozen=True, slots=True)

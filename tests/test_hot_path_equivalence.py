@@ -1,6 +1,6 @@
 """The big-session fast paths give what the code they replaced gave (bench/RESULTS.md "A big
 session costs less CPU"): sorting points by their attribute key is ``order=True``'s order, the
-export's point text is ``json.dumps``'s, and ``_plain`` of ASCII text is its NFKD reading."""
+export's point text is ``json.dumps``'s, and ``store.names.plain`` of ASCII text is its NFKD reading."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from hypothesis import given, strategies as st
 
 from pipelines.export import _point_json
 from pipelines.extract.reduce import POINT_ORDER, Point
-from pipelines.identity import _QUOTES, _plain
+from store.names import QUOTES as _QUOTES, plain as _plain
 from store.provenance import POINT_ROW_ORDER, PointRow
 
 # Few distinct values, so that points often share their first fields and later ones decide.

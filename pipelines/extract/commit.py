@@ -65,6 +65,7 @@ from store.provenance import (
     POINT_ROW_ORDER,
     PointRow,
     anchor_edges,
+    first_claim,
     justification_of,
     justification_parts,
     justification_text,
@@ -341,13 +342,16 @@ def plan_commit(
         if existing is None:
             plan.nodes.append(Node(target, labels[target], least_name(spellings[target], node_id=target) or target, with_facts({}, mine)))
             continue
+        current = facts_of(existing.properties)
         if target not in state.claimed:
-            # Written before claims existed: what it says now is its first claim.
-            plan.claims.append(ClaimRow(target, "", target, facts_of(existing.properties), name=existing.name))
+            # Written by hand or before claims existed: what it says now, and its name, is its first claim.
+            first = first_claim(existing)
+            plan.claims.append(first)
+            current = first.facts
         withdrawn = combine_all(old_claims.get(target, ()))
         withdrawn_names = old_names.get(target, set())
         if combine_facts(mine, withdrawn) == mine and set(spellings[target]) >= withdrawn_names:
-            facts = combine_facts(facts_of(existing.properties), mine)
+            facts = combine_facts(current, mine)
             name = least_name([existing.name, *spellings[target]], node_id=target) or existing.name
             plan.nodes.append(Node(existing.id, existing.label, name, with_facts(existing.properties, facts)))
         else:

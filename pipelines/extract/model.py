@@ -448,7 +448,11 @@ def _model_texts(extraction: ChunkExtraction) -> Iterator[str]:
 # --- names and ids -----------------------------------------------------------------------------
 # Control characters, and lone surrogates (JSON "\\ud800" decodes to one; SQLite cannot store it).
 _CONTROL = re.compile("[\x00-\x1f\x7f\ud800-\udfff]")
-_PROSE_SEPARATORS = re.compile(r"[\s_\-–—→/]+")
+# What a name's key (:func:`canonical_name`) ignores around it: quotes, whatever the type; and
+# between and around the words of a prose type, white space and these separators.
+_NAME_QUOTES = "`'\""
+_PROSE_SEPARATOR_CHARS = "_-–—→/"
+_PROSE_SEPARATORS = re.compile(rf"[\s{re.escape(_PROSE_SEPARATOR_CHARS)}]+")
 
 
 def clean_text(value: Any, *, limit: int = MAX_TEXT_CHARS) -> str:
@@ -458,9 +462,21 @@ def clean_text(value: Any, *, limit: int = MAX_TEXT_CHARS) -> str:
     return " ".join(_CONTROL.sub(" ", unicodedata.normalize("NFC", value)).split())[:limit]
 
 
+def clean_alias(node_type: str, value: Any) -> str:
+    """An alias as a node of ``node_type`` keeps it: :func:`clean_text`, without what its key
+    (:func:`canonical_name`) ignores at either end — quotes (``"Jane Doe"``), white space, and for a
+    prose type its separators (``-Jane Doe``, ``— Jane Doe``). So the key's first word begins the
+    alias's case fold, by which the alias index is read (:meth:`store.graph.GraphStore.aliases_with_words`,
+    whether a name ``forget --node`` keeps out is another node's): said with them, such an alias
+    was never found. The one place an extraction's aliases come in (:func:`validate_extraction`,
+    whose node's name is among them). Pure."""
+    ignored = " " + _NAME_QUOTES + (_PROSE_SEPARATOR_CHARS if node_type in PROSE_TYPES else "")
+    return clean_text(value, limit=MAX_NAME_CHARS).strip(ignored)
+
+
 def canonical_name(node_type: str, name: str) -> str:
     """The name part of a semantic node id: prose types lower-cased with separators unified."""
-    cleaned = clean_text(name, limit=MAX_NAME_CHARS).strip("`'\"")
+    cleaned = clean_text(name, limit=MAX_NAME_CHARS).strip(_NAME_QUOTES)
     if node_type in PROSE_TYPES:
         cleaned = " ".join(_PROSE_SEPARATORS.sub(" ", cleaned.casefold()).split())
     elif node_type == "FILE":
@@ -739,14 +755,14 @@ def _node(item: Any, semantic_types: Collection[str], grounding: _Grounding) -> 
     noise = noise_reason(node_type, display)
     if noise is not None:
         return noise
-    aliases = [clean_text(a, limit=MAX_NAME_CHARS) for a in fields["aliases"]]
+    aliases = {clean_alias(node_type, a) for a in [display, *fields["aliases"]]}
     tags = [clean_text(t, limit=64).lower() for t in fields["tags"]]
     return ExtractedNode(
         id=node_id,
         type=node_type,
         name=display,
         description=clean_text(fields["description"]),
-        aliases=tuple(sorted({a for a in [display, *aliases] if a})),
+        aliases=tuple(sorted(aliases - {""})),
         confidence=round(float(fields["confidence"]), 4),
         tags=tuple(sorted({t for t in tags if t})),
         evidence=grounding.ground(fields["evidence"], node_id),
