@@ -56,14 +56,16 @@ def name_order(name: str, node_id: str) -> tuple[int, bool, int, str, str]:
     **most words** (:func:`store.names.words`: `Pam Beesly` before `Beesly`, `QuerySet.iterator`
     before `iterator`; `LazyEdgeQueue` and `lazy edge queue` are three words each, a FILE's the
     words of its path as the file system reads it, :func:`store.names.normal_path`), so that a
-    group joined under its least id (`PERSON:Beesly`) is named by its fuller name; then those that
-    write its id (the part after ``TYPE:``, case aside), the spelling of the same words that named
-    the survivor (`LazyEdgeQueue` for `CLASS:LazyEdgeQueue`); then the longer (its case fold);
+    group joined under its least id (`PERSON:Beesly`) is named by its fuller name (an issue's names
+    all count alike: it is its number); then those that write its id (the part after ``TYPE:``,
+    case aside), the spelling of the same words that named the survivor (`LazyEdgeQueue` for
+    `CLASS:LazyEdgeQueue`, `#42` for `ISSUE:#42`); then the longer (its case fold);
     then case-folded, then as written. Every name a node is named by stays one of its aliases (a
     claim's name is among its aliases), so the id's own spelling is never lost."""
     label, _, id_name = node_id.partition(":")
-    # A path's words are its file's: `a/src/x.py` (a git diff's) is no fuller than `src/x.py`.
-    said = words(normal_path(name) if label == "FILE" else name)
+    # A path's words are its file's: `a/src/x.py` (a git diff's) is no fuller than `src/x.py`. An
+    # issue is its number, whatever the words around it: `issue 42` is no fuller than `#42`.
+    said = () if label == "ISSUE" else words(normal_path(name) if label == "FILE" else name)
     folded = name.casefold()
     return -len(said), id_name.casefold() != folded, -len(folded), folded, name
 

@@ -45,6 +45,8 @@ def test_the_fuller_name_names_the_node_whatever_the_order_of_its_names() -> Non
     # Words as identity reads them: a leading article, a git diff's `a/` before a path add none.
     assert least_name(["the lazy edge queue", "lazy edge queue"], node_id="CONCEPT:lazy edge queue") == "lazy edge queue"
     assert least_name(["a/src/x.py", "src/x.py"], node_id="FILE:src/x.py") == "src/x.py"
+    # An issue is its number: the id's spelling names it, not a longer way of saying it.
+    assert least_name(["issue 42", "#42", "Issue #42: crash on start"], node_id="ISSUE:#42") == "#42"
 
 
 def _people(settings: Settings) -> list[tuple[Any, ...]]:
