@@ -264,11 +264,15 @@ _SPLIT_RUN = {"tuning": "swe-tune", "held-out": "swe-heldout", "fresh": "swe-hel
 
 def node_of_name(db: Any) -> dict[tuple[str, str], str]:
     """(type, name) → the node a run's graph (an open sqlite3 connection) holds that name on: its
-    own node, or where its merge went, or further where that node was folded (a node that exists
-    is the end of the chain)."""
+    own node, the node it is an alias of, or where its merge went, or further where that node was
+    folded (a node that exists is the end of the chain)."""
     where: dict[tuple[str, str], str] = {}
     for node_id, label, name in db.execute("SELECT id, label, name FROM nodes"):
         where[(label, name)] = node_id
+    # A name the node is no longer shown by (a fuller one of its group names it) is one of its
+    # aliases; a display name of another node comes first.
+    for node_id, label, alias in db.execute("SELECT a.node_id, n.label, a.alias FROM node_aliases a JOIN nodes n ON n.id = a.node_id ORDER BY a.node_id"):
+        where.setdefault((label, alias), node_id)
     into = dict(db.execute("SELECT merged_id, into_id FROM merges WHERE undone_at IS NULL ORDER BY merge_id"))
     existing = set(where.values())
     for merged, restore in db.execute("SELECT merged_id, restore FROM merges WHERE undone_at IS NULL"):
