@@ -26,13 +26,13 @@ from tests.test_migrations_community_names import killed_while_asked, once_log, 
 from tests.test_migrations_identity_verdicts import _import, model, questions
 from worker.cycle import run_cycle
 
-# Said first: `alpha.py` is the node's id and, alone, its name.
-FIRST = _session("first", "2026-11-01T10:00:00Z", ["See alpha.py."])
+# Said first: `alpha.py` is the node's id and, alone, its name (and `bravo.py` the same).
+FIRST = _session("first", "2026-11-01T10:00:00Z", ["See alpha.py and bravo.py."])
 # The judge links `store/alpha.py` to it: the graph names the node by the fuller `store/alpha.py`,
 # and a resolver that learned the node from the first session still calls it `alpha.py`.
 FULLER = _session("fuller", "2026-11-02T10:00:00Z", ["Then store/alpha.py changed."])
-# A question about the same node, asked after that rename.
-THIRD = _session("third", "2026-11-03T10:00:00Z", ["Then lib/alpha.py changed."])
+# Two questions, asked in this order: about the renamed node, then about `bravo.py`.
+THIRD = _session("third", "2026-11-03T10:00:00Z", ["Then lib/alpha.py and lib/bravo.py changed."])
 
 
 def judged(settings: Settings, server: LLMServer) -> Settings:
@@ -46,32 +46,38 @@ def options(prompt: str) -> list[tuple[str, str]]:
 
 @pytest.mark.both_backends
 async def test_a_question_asked_before_a_restart_is_not_paid_for_again(settings: Settings, tmp_path: Path, database_url: str | None) -> None:
-    """One worker commits "fuller" (the judge links it: the graph renames the node `store/alpha.py`)
-    and is killed while the judge is asked about "third"; the answer was kept before the kill. The
-    restarted worker builds its index fresh from the graph. Before, the killed worker's question
-    named the option `alpha.py` (its learned index), the restarted one's `store/alpha.py` (the
-    graph): another key, and the model was paid a second time for the same question."""
+    """One worker commits "fuller" (the judge links it: the graph renames the node `store/alpha.py`),
+    is answered the first question of "third" (kept as it is given) and is killed while the second
+    is with the model. The restarted worker builds its index fresh from the graph, and asks only
+    the question in flight at the kill. Before, the killed worker's first question of "third" named
+    the option `alpha.py` (its learned index), the restarted one's `store/alpha.py` (the graph):
+    another key, and the model was paid a second time for the same question."""
     with LLMServer(default=Reply(model)) as server:
         mine = judged(settings, server)
         await _import(mine, tmp_path / "first.jsonl", [FIRST])
         assert (await run_cycle(mine)).outcome == "completed"
         await _import(mine, tmp_path / "more.jsonl", [FULLER, THIRD])
-        # The first question answered, the second answered too but held back until the kill: a
-        # worker killed after the model answered and before the session's commit.
-        server.script(Reply(model), held(Reply(model)), match='"existing"')
-        killed_while_asked(settings, server, database_url, lambda: len(questions(server)), count=2)
+        # The question about `lib/bravo.py` is held: the kill lands while it is with the model,
+        # after the one about `lib/alpha.py` was answered and kept, before the session's commit.
+        server.script(held(Reply(model)), match='"new": {"id": "FILE:lib/bravo.py"')
+        killed_while_asked(settings, server, database_url, lambda: len(questions(server)), count=3)
         before = questions(server)
-        assert [options(q) for q in before] == [[("FILE:alpha.py", "alpha.py")], [("FILE:alpha.py", "store/alpha.py")]]
 
         again = worker_once(settings, server, database_url)
         assert again.wait(120) == 0, once_log(settings).read_text()[-3000:]
         after = questions(server)[len(before):]
 
-    assert after == []  # never asked twice
+    assert len(before) == 3 and after == before[2:]  # only the question in flight at the kill
+    # Each option as the graph named it when asked: `store/alpha.py` once "fuller" committed.
+    assert [options(q) for q in before] == [
+        [("FILE:alpha.py", "alpha.py")], [("FILE:alpha.py", "store/alpha.py")], [("FILE:bravo.py", "bravo.py")],
+    ]
     db = open_database(settings)
     try:  # and the answer kept before the kill was applied: one node with the three names
-        node = GraphStore(db).get_node("FILE:alpha.py")
-        assert node is not None and GraphStore(db).get_node("FILE:lib/alpha.py") is None
-        assert {"alpha.py", "store/alpha.py", "lib/alpha.py"} <= set(node.properties["aliases"])
+        graph = GraphStore(db)
+        node = graph.get_node("FILE:alpha.py")
+        assert node is not None and graph.get_node("FILE:lib/alpha.py") is None
+        assert node.name == "store/alpha.py" and {"alpha.py", "store/alpha.py", "lib/alpha.py"} <= set(node.properties["aliases"])
+        assert graph.get_node("FILE:lib/bravo.py") is None
     finally:
         db.close()
