@@ -13,13 +13,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from config import Settings
+from pipelines.identity import NodeRef, audit_question
+from pipelines.resolver import node_refs
+from pipelines.vocabulary import ANCHOR_LABELS
 from store.backend import open_database
 from store.graph import GraphStore
+from store.verdicts import VerdictStore
 from tests.llm_server import LLMServer, Reply, held
 from tests.test_forget import _session
 from tests.test_migrations_community_names import killed_while_asked, once_log, worker_once
@@ -33,6 +36,12 @@ FIRST = _session("first", "2026-11-01T10:00:00Z", ["See alpha.py and bravo.py."]
 FULLER = _session("fuller", "2026-11-02T10:00:00Z", ["Then store/alpha.py changed."])
 # Two questions, asked in this order: about the renamed node, then about `bravo.py`.
 THIRD = _session("third", "2026-11-03T10:00:00Z", ["Then lib/alpha.py and lib/bravo.py changed."])
+# One question, about the renamed node.
+ALONE = _session("alone", "2026-11-03T10:00:00Z", ["Then lib/alpha.py changed."])
+
+
+# audit_question of the pinned question below, as the code before qkey33 made it too.
+KEY = "ade65ca3e2b01845c4d03b2d3a7bff533cf0699772ed8575e24dc0fa8ce81172"
 
 
 def judged(settings: Settings, server: LLMServer) -> Settings:
@@ -81,3 +90,49 @@ async def test_a_question_asked_before_a_restart_is_not_paid_for_again(settings:
         assert graph.get_node("FILE:lib/bravo.py") is None
     finally:
         db.close()
+
+
+@pytest.mark.both_backends
+async def test_an_answer_kept_by_a_fresh_index_is_found_by_a_kept_one(settings: Settings, tmp_path: Path) -> None:
+    """The other way round, and the key's format: a worker just started (its index fresh from the
+    graph) asked about "third" and kept the answer under the key the code before qkey33 made too,
+    then stopped before the commit; a worker that kept its index since "fuller" takes "third" up.
+    It finds the answer kept and asks nothing. Before, it named the option `alpha.py` and paid for
+    the question again. The key kept here is built as a fresh index built it (the graph's rows,
+    :func:`worker.knowledge.identity_resolver`'s reading), so answers kept before this change by a
+    fresh index are found as they were."""
+    with LLMServer(default=Reply(model)) as server:
+        mine = judged(settings, server)
+        await _import(mine, tmp_path / "first.jsonl", [FIRST])
+        assert (await run_cycle(mine)).outcome == "completed"
+        await _import(mine, tmp_path / "fuller.jsonl", [FULLER])
+        assert (await run_cycle(mine)).outcome == "completed"  # the index is kept for the next cycle
+        asked = len(questions(server))
+        db = open_database(settings)
+        try:
+            (option,) = node_refs(GraphStore(db).node_names(exclude_labels=ANCHOR_LABELS, ids=["FILE:alpha.py"]))
+            assert option.name == "store/alpha.py"
+            incoming = NodeRef("FILE:lib/alpha.py", "FILE", "lib/alpha.py", ("lib/alpha.py",))
+            VerdictStore(db).keep(audit_question(incoming, [option]), "FILE:alpha.py", session="alone")
+        finally:
+            db.close()
+        await _import(mine, tmp_path / "alone.jsonl", [ALONE])
+        result = await run_cycle(mine)
+        assert result.outcome == "completed" and result.phases["extract"]["identity_index_builds"] == 0  # the kept index asked
+
+    assert questions(server)[asked:] == []
+    db = open_database(settings)
+    try:  # the kept answer was applied, and used up by the commit
+        node = GraphStore(db).get_node("FILE:alpha.py")
+        assert node is not None and "lib/alpha.py" in node.properties["aliases"] and GraphStore(db).get_node("FILE:lib/alpha.py") is None
+        assert VerdictStore(db).given([audit_question(incoming, [option])]) == {}
+    finally:
+        db.close()
+
+
+def test_the_question_key_is_the_one_answers_were_kept_by() -> None:
+    """The key's format is unchanged by qkey33 (only the words an option is shown with are the
+    graph's): answers kept before it, by this key, are found."""
+    incoming = NodeRef("FILE:lib/alpha.py", "FILE", "lib/alpha.py", ("lib/alpha.py",))
+    option = NodeRef("FILE:alpha.py", "FILE", "store/alpha.py", ("store/alpha.py", "alpha.py"))
+    assert audit_question(incoming, [option]) == KEY
