@@ -19,7 +19,10 @@ learns the commits made since like any others' — so a daemon builds it once, n
 The optional model auditor is asked *before* the transaction (:meth:`GraphResolver.prepare`, in
 async code), never while the database is locked; each answer is kept as it is given, by the
 question it answers (:class:`GivenVerdicts`: ``identity_verdicts``, migration 16), so the same
-question is never paid for twice — not even by a worker killed before the session's commit. The
+question is never paid for twice — not even by a worker killed before the session's commit. A
+question shows its existing options as the graph names them (read by id, ``load_named``), never as
+the index learned them: the key is made of those words, and a kept index and a fresh one (after a
+restart, in another worker) must word one question alike (qkey33). The
 candidates ``rem-cycle forget --node`` keeps out (``kept_out``) are left out of those questions, as
 the commit leaves them out of its batch: no call is paid for about a node the commit drops, and
 the batch asked about is the one the commit resolves. Each node of a question is shown with a

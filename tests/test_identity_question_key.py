@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from config import Settings
-from pipelines.identity import NodeRef, audit_question
+from pipelines.identity import CANDIDATE, Match, NodeRef, Verdict, audit_options, audit_question
 from pipelines.resolver import node_refs
 from pipelines.vocabulary import ANCHOR_LABELS
 from store.backend import open_database
@@ -136,3 +136,18 @@ def test_the_question_key_is_the_one_answers_were_kept_by() -> None:
     incoming = NodeRef("FILE:lib/alpha.py", "FILE", "lib/alpha.py", ("lib/alpha.py",))
     option = NodeRef("FILE:alpha.py", "FILE", "store/alpha.py", ("store/alpha.py", "alpha.py"))
     assert audit_question(incoming, [option]) == KEY
+
+
+
+def test_an_option_is_shown_as_the_graph_holds_it_and_only_while_it_does() -> None:
+    """:func:`pipelines.identity.audit_options` takes an option from the graph's rows (by id), not
+    from the index that found it: the graph's name and aliases, and no option the graph no longer
+    holds (a node another worker's commit folded away, still in a kept index). A node new in the
+    session is taken from the session's batch."""
+    incoming = NodeRef("FILE:lib/alpha.py", "FILE", "lib/alpha.py", ("lib/alpha.py",))
+    learned = NodeRef("FILE:alpha.py", "FILE", "alpha.py", ("alpha.py", "store/alpha.py"))
+    graph = {learned.id: NodeRef("FILE:alpha.py", "FILE", "store/alpha.py", ("alpha.py", "store/alpha.py"))}
+    new = NodeRef("FILE:src/alpha.py", "FILE", "src/alpha.py", ("src/alpha.py",))
+    found = tuple(Match(i, "file-basename", 0.7, "alpha.py", "FILE") for i in (learned.id, "FILE:store/alpha.py", new.id))
+    verdict = Verdict(incoming.id, CANDIDATE, None, "file-basename", 0.7, found)
+    assert audit_options(verdict, incoming, graph, {incoming.id: incoming, new.id: new}) == [graph[learned.id], new]
