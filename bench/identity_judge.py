@@ -124,7 +124,7 @@ async def judge_pairs(
         (verdict,) = resolve_batch([incoming], index, judged=True)
         base = Judged(pair["split"], pair["name_kind"], bool(pair["same"]),
                       verdict.action == LINK and verdict.target == existing.id, existing_id=existing.id)
-        options = audit_options(verdict, incoming, index) if verdict.action == CANDIDATE else []
+        options = audit_options(verdict, incoming, index.nodes) if verdict.action == CANDIDATE else []
         question = audit_question(incoming, options) if any(o.id == existing.id for o in options) else None
         if question is not None and question not in answers:
             todo.setdefault(question, (incoming, options))

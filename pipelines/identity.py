@@ -1261,17 +1261,23 @@ def offered(chosen: str | None, options: Sequence[NodeRef]) -> str | None:
     return chosen
 
 
-def audit_options(verdict: Verdict, node: NodeRef, index: AliasIndex, batch: Mapping[str, NodeRef] | None = None) -> list[NodeRef]:
+def audit_options(verdict: Verdict, node: NodeRef, graph: Mapping[str, NodeRef], batch: Mapping[str, NodeRef] | None = None) -> list[NodeRef]:
     """The nodes an auditor chooses among to settle ``verdict`` (pure): its strongest
-    :data:`CANDIDATES_KEPT` same-type candidates still in ``index`` or new in the same ``batch``
+    :data:`CANDIDATES_KEPT` same-type candidates still in the ``graph`` or new in the same ``batch``
     (by id: a name and the same name with words more, both first said in this session, are a
     question too — the commit links one to the other as to any node of its batch), as the review
     list would show them; none — nothing to ask — unless it is a ``candidate`` verdict.
-    Cross-type candidates are never offered (never merged)."""
+    Cross-type candidates are never offered (never merged).
+
+    ``graph`` holds the graph's nodes by id *as the graph names them now* (its display name and
+    aliases), never as an :class:`AliasIndex` remembers them: a kept index names a node by the
+    first name it learned, a fresh one by the graph's name, and the question's words are its key
+    (:func:`audit_question`) — worded by the index, the same question asked again after a restart
+    was another question, paid for again (qkey33)."""
     if verdict.action != CANDIDATE:
         return []
     batch = batch or {}
-    known = ((index.nodes.get(m.node_id) or batch.get(m.node_id)) for m in verdict.candidates if m.type == node.type)
+    known = ((graph.get(m.node_id) or batch.get(m.node_id)) for m in verdict.candidates if m.type == node.type)
     return [ref for ref in known if ref is not None][:CANDIDATES_KEPT]
 
 

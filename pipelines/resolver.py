@@ -19,7 +19,10 @@ learns the commits made since like any others' — so a daemon builds it once, n
 The optional model auditor is asked *before* the transaction (:meth:`GraphResolver.prepare`, in
 async code), never while the database is locked; each answer is kept as it is given, by the
 question it answers (:class:`GivenVerdicts`: ``identity_verdicts``, migration 16), so the same
-question is never paid for twice — not even by a worker killed before the session's commit. The
+question is never paid for twice — not even by a worker killed before the session's commit. A
+question shows its existing options as the graph names them (read by id, ``load_named``), never as
+the index learned them: the key is made of those words, and a kept index and a fresh one (after a
+restart, in another worker) must word one question alike (qkey33). The
 candidates ``rem-cycle forget --node`` keeps out (``kept_out``) are left out of those questions, as
 the commit leaves them out of its batch: no call is paid for about a node the commit drops, and
 the batch asked about is the one the commit resolves. Each node of a question is shown with a
@@ -119,7 +122,9 @@ class GraphResolver:
     ``epoch`` the graph's identity epoch (``None`` while a write other than a commit is pending);
     ``kept`` an index a previous phase's resolver built (taken up only in the same epoch);
     ``kept_out`` the ids of some candidates that ``forget --node`` keeps out
-    (:func:`pipelines.extract.commit.suppressed_ids`), never asked about."""
+    (:func:`pipelines.extract.commit.suppressed_ids`), never asked about; ``load_named`` the
+    graph's nodes among some ids, as ``load_nodes`` lists them (default: ``load_nodes`` filtered):
+    an auditor's question shows its options as the graph names them (:func:`pipelines.identity.audit_options`)."""
 
     def __init__(
         self,
@@ -134,8 +139,10 @@ class GraphResolver:
         epoch: Callable[[], str | None] | None = None,
         kept: KeptIndex | None = None,
         kept_out: Callable[[Sequence[CandidateLike]], Collection[str]] | None = None,
+        load_named: Callable[[Collection[str]], Iterable[NodeRef]] | None = None,
     ) -> None:
         self._load_nodes = load_nodes
+        self._load_named = load_named or (lambda ids: [ref for ref in load_nodes() if ref.id in ids])
         self._kept_out = kept_out
         self._load_blocked = load_blocked
         self._existing = existing
@@ -221,20 +228,26 @@ class GraphResolver:
         if self.auditor is None:
             return 0
 
-        def resolve_now() -> tuple[list[NodeRef], AliasIndex, list[Verdict]]:
+        def resolve_now() -> tuple[list[NodeRef], list[Verdict], dict[str, NodeRef]]:
             # Without the candidates the commit drops before it resolves (pipelines/extract/commit.py).
             gone = self._kept_out(candidates) if self._kept_out is not None else ()
             refs = _refs(c for c in candidates if c.id not in gone)
             with self._lock:
                 index = self._ready_index()
-                return refs, index, resolve_batch(refs, index, blocked=self._blocked, thresholds=self.thresholds, judged=self.auditor is not None)
+                verdicts = resolve_batch(refs, index, blocked=self._blocked, thresholds=self.thresholds, judged=self.auditor is not None)
+            # The options of a question as the graph names them, not as the index learned them:
+            # a question's words are its key, and a fresh index (after a restart) has the graph's.
+            said = {ref.id for ref in refs}
+            wanted = {m.node_id for ref, v in zip(refs, verdicts, strict=True) if v.action == CANDIDATE and _question(v) not in self._decisions
+                      for m in v.candidates if m.type == ref.type and m.node_id not in said}
+            return refs, verdicts, {ref.id: ref for ref in self._load_named(wanted)} if wanted else {}
 
-        refs, index, verdicts = await anyio.to_thread.run_sync(resolve_now)
+        refs, verdicts, graph = await anyio.to_thread.run_sync(resolve_now)
         questions: dict[tuple[str, tuple[str, ...]], tuple[NodeRef, list[NodeRef], str]] = {}
         batch = {ref.id: ref for ref in refs}
         for ref, verdict in zip(refs, verdicts, strict=True):
             key = _question(verdict)
-            options = audit_options(verdict, ref, index, batch)
+            options = audit_options(verdict, ref, graph, batch)
             if options and key not in self._decisions:
                 questions[key] = (ref, options, audit_question(ref, options))
         given = await self.verdicts.given({q for *_, q in questions.values()}) if self.verdicts is not None and questions else {}

@@ -63,8 +63,8 @@ def test_a_question_may_offer_a_node_new_in_the_same_session() -> None:
     verdicts = resolve_batch(batch, AliasIndex())
     (holder,) = [(n, v) for n, v in zip(batch, verdicts, strict=True) if v.action == CANDIDATE]
     node, verdict = holder
-    assert audit_options(verdict, node, AliasIndex()) == []  # before: not the graph's, never asked
-    assert audit_options(verdict, node, AliasIndex(), {n.id: n for n in batch}) == [person("David Wallace")]
+    assert audit_options(verdict, node, {}) == []  # before: not the graph's, never asked
+    assert audit_options(verdict, node, {}, {n.id: n for n in batch}) == [person("David Wallace")]
 
 
 NAMES = ("David Wallace", "Wallace", "Michael Scott")
@@ -180,7 +180,7 @@ def test_a_name_linked_to_another_type_is_no_same_type_pair() -> None:
         linked, vegas = resolve_batch(said, graph, judged=judged)
         assert linked.rule == "named" and linked.target == "CONCEPT:las vegas"
         assert vegas.action == CREATE and not vegas.candidates
-        assert audit_options(vegas, said[1], graph, {n.id: n for n in said}) == []
+        assert audit_options(vegas, said[1], graph.nodes, {n.id: n for n in said}) == []
 async def test_an_answer_naming_no_option_settles_nothing(settings: Settings, tmp_path: Path) -> None:
     """audit31: a "link" to an id the question did not offer (the name without its type, another
     question's id) was taken as "a new node" and kept — which, since the judge's "new" settles an
@@ -284,4 +284,4 @@ def test_a_question_offers_the_strongest_few_options() -> None:
     verdict = Verdict("METHOD:save", CANDIDATE, None, "ambiguous-qualified", 0.95, (other, *ranked))
     node = NodeRef("METHOD:save", "METHOD", "save")
     index = AliasIndex.build([*many, NodeRef("CLASS:save", "CLASS", "save")])
-    assert audit_options(verdict, node, index) == many[:CANDIDATES_KEPT]
+    assert audit_options(verdict, node, index.nodes) == many[:CANDIDATES_KEPT]

@@ -9,7 +9,7 @@ import json
 import os
 import time
 import unicodedata
-from collections.abc import AsyncIterator, Callable, Collection, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Collection, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager, asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from functools import partial
@@ -93,15 +93,19 @@ def identity_resolver(db: Database, *, auditor: Auditor | None = None, keep_as: 
 
     graph, runstate, provenance = GraphStore(db), RunStateStore(db), ProvenanceStore(db)
 
+    def knowledge_nodes(ids: Iterable[str] | None = None) -> list[NodeRef]:
+        """The graph's knowledge nodes (of those among ``ids``, when given), as identity reads them."""
+        return node_refs(graph.node_names(exclude_labels=ANCHOR_LABELS, ids=ids))
+
     def committed_since(seq: int | None) -> tuple[int, list[NodeRef]]:
         latest, sessions = runstate.commits_since(seq)
         if not sessions:
             return latest, []
-        touched = provenance.claimed_by(f"session:{sid}" for sid in sessions)
-        return latest, node_refs(graph.node_names(exclude_labels=ANCHOR_LABELS, ids=touched))
+        return latest, knowledge_nodes(provenance.claimed_by(f"session:{sid}" for sid in sessions))
 
     return GraphResolver(
-        load_nodes=lambda: node_refs(graph.node_names(exclude_labels=ANCHOR_LABELS)),
+        load_nodes=knowledge_nodes,
+        load_named=knowledge_nodes,
         load_blocked=MergeStore(db).blocked_pairs,
         existing=graph.existing_ids,
         committed_since=committed_since,
