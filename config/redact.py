@@ -36,6 +36,8 @@ MIN_SECRET_LENGTH = 4
 MIN_HEAD_LENGTH = 8
 _URL_SETTINGS = ("chroma_url", "llm_base_url", "embedding_url")
 _TOKEN_SETTINGS = ("chroma_token", "llm_api_key", "embedding_api_key", "mcp_token")
+# What shows a quote cut short right after it: a mask, an ellipsis, or the end of the text.
+_CUT = re.compile(r"\*|…|\.\.|$")
 _SECRET_NAME = r"[A-Za-z0-9_.-]*(?:api[_-]?key|token|secret|password|passwd|pwd|auth|signature|sig|credential)[A-Za-z0-9_.-]*"
 # scheme://userinfo@ — greedy up to the last '@' before the path, so an unencoded '@' in a password is covered.
 _URL_USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^\s/?#]*)@")
@@ -107,7 +109,10 @@ def _mask_heads(text: str, secret: str) -> str:
     is another one, and kept. A head that is a word (letters, lower case after the first: the
     start of a passphrase like ``password-…``) is kept too: masked, it would mask that word in
     every message (PostgreSQL's ``password authentication failed``), and a random key's head is
-    almost never one."""
+    almost never one. A head that stops where the secret goes on with one of its own separators
+    is masked only before a cut (``*``, ``…``, ``..``, the end of the text): before anything else it
+    is the secret's first words said as a name (``rem-cycle:`` of the token ``rem-cycle-dev-token``,
+    ``http://chroma-prod:8000`` of ``chroma-prod-token-…``)."""
     first = secret[:MIN_HEAD_LENGTH]
     if len(secret) <= MIN_HEAD_LENGTH or first not in text:
         return text
@@ -131,6 +136,11 @@ def _head_end(text: str, at: int, secret: str) -> int | None:
         end += 1
     head = text[at:end]
     if end < len(text) and text[end].isalnum() or head.isalpha() and head[1:].islower():
+        return None
+    if not secret[end - at].isalnum() and not _CUT.match(text, end):
+        # The text stops where the secret goes on with one of its own separators: it says the
+        # secret's first words (``rem-cycle`` of ``rem-cycle-dev-token``, a host, a database),
+        # a name said for itself unless a cut shows there (audit33).
         return None
     return end
 

@@ -1,0 +1,69 @@
+"""An attack on the thirty-third session's code (audit33): the v12 heuristic's colour and
+standard-library rules, and the masking of a secret's head quoted cut short.
+
+- A colour of digits has three, four or six of them (CSS's ``#RGB``, ``#RGBA``, ``#RRGGBB``): a
+  quoted or JSON ``"#42"``, ``"#12345"`` is an issue number no colour can be, and a word that only
+  ends like a colour's key (``Backfill: #1234``, ``subgraph: #555``, ``cfg: #123``) sets no colour.
+- ``from os import path; from mypkg.models import InputConfig`` imports ``InputConfig`` from the project,
+  not from the standard library: the names of one import statement end at its ``;``.
+- A token that begins with a name said elsewhere (``rem-cycle-dev-token`` and ``rem-cycle``, a
+  host, a database) masked that name wherever it stood alone, though nothing was cut there.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from config.redact import MASK, redact
+from pipelines.extract.model import validate_extraction
+from pipelines.extract.heuristic import extract_heuristic
+from tests.test_extract import TYPES, conversation, nodes_of, unit
+
+
+def issues_in(text: str) -> set[str]:
+    work = unit(text)
+    return {n.name for n in validate_extraction(extract_heuristic(work), work, semantic_types=TYPES).nodes if n.type == "ISSUE"}
+
+
+def test_an_issue_number_no_colour_can_be_is_an_issue() -> None:
+    """Before, any quoted ``#digits`` and any ``#digits`` after a key merely containing ``fill``,
+    ``bg``, ``fg`` or ``color`` was taken for a colour: every issue below was dropped."""
+    text = ('{"ref": "#42", "closes": "#12345"}\nRevert "#77"\nBackfill: #1234, prefill= #88\n'
+            "subgraph: #555; cfg: #123; Fulfilled: #321\nbg: #12\n")
+    assert issues_in(text) == {"#42", "#12345", "#77", "#1234", "#88", "#555", "#123", "#321", "#12"}
+
+
+def test_a_colour_of_three_four_or_six_digits_is_still_no_issue() -> None:
+    text = ('textColor: "#333", fill:#555, bgColor="#1234", "#333333"\nBACKGROUND_COLOR = "#999"\n'
+            "border-color: #000; --fg-color: #111111\nFixes #42.")
+    assert issues_in(text) == {"#42"}
+
+
+def test_a_name_imported_after_a_semicolon_from_the_project_is_a_node() -> None:
+    script = ("```python\nfrom os import path; from mypkg.models import InputConfig\nfrom io import StringIO; import sys\n"
+              "config = InputConfig(path.join('a', 'b'))\nbuf = StringIO()\n```")
+    found = nodes_of(conversation(("user", "fix InputConfig"), ("assistant", script), ("assistant", "`InputConfig` joins paths; `StringIO()` too.")))
+    assert "CLASS:InputConfig" in found and "CLASS:StringIO" not in found
+
+
+@pytest.mark.parametrize(("secret", "text"), [
+    ("rem-cycle-dev-token", "rem-cycle: cannot open /home/u/rem-cycle/graph.db"),
+    ("chroma-prod-token-8f3k2", "cannot reach http://chroma-prod:8000 (timeout)"),
+    ("myapp_dev_password", 'FATAL: database "myapp_dev" does not exist'),
+    ("rem-cycle-dev-token", "rem-cycle-dev is the dev deployment"),
+])
+def test_a_name_a_secret_begins_with_is_kept_where_nothing_cut_it(secret: str, text: str) -> None:
+    """The text stops where the secret goes on with one of its own separators: it says the
+    secret's first words, as a name, and no cut is there (no ``*``, ``…`` or end of text)."""
+    assert redact(text, also=[secret]) == text
+
+
+@pytest.mark.parametrize(("secret", "text", "shown"), [
+    ("rem-cycle-dev-token", "Bearer rem-cycle-dev…", f"Bearer {MASK}…"),
+    ("rem-cycle-dev-token", "sent: rem-cycle-dev", f"sent: {MASK}"),
+    ("rem-cycle-dev-token", "token rem-cycle-***", f"token {MASK}***"),
+    ("rem-cycle-dev-token", "token rem-cycle-d: refused", f"token {MASK}: refused"),
+    ("chroma-prod-token-8f3k2", "token chroma-prod-token-8f… refused", f"token {MASK}… refused"),
+])
+def test_a_head_cut_at_one_of_the_secrets_separators_is_still_masked(secret: str, text: str, shown: str) -> None:
+    assert redact(text, also=[secret]) == shown
