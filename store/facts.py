@@ -51,21 +51,25 @@ def longer_text_order(column: str) -> str:
     return f"length({column}) DESC, {column} DESC"
 
 
-def name_order(name: str, node_id: str) -> tuple[int, bool, int, str, str]:
+def name_order(name: str, node_id: str) -> tuple[int, bool, int, int, str, str]:
     """How spellings of the node ``node_id``'s name are ranked, best first (pure): the name of
     **most words** (:func:`store.names.words`: `Pam Beesly` before `Beesly`, `QuerySet.iterator`
     before `iterator`; `LazyEdgeQueue` and `lazy edge queue` are three words each, a FILE's the
     words of its path as the file system reads it, :func:`store.names.normal_path`), so that a
     group joined under its least id (`PERSON:Beesly`) is named by its fuller name; then those that
     write its id (the part after ``TYPE:``, case aside), the spelling of the same words that named
-    the survivor (`LazyEdgeQueue` for `CLASS:LazyEdgeQueue`); then the longer (its case fold);
-    then case-folded, then as written. Every name a node is named by stays one of its aliases (a
-    claim's name is among its aliases), so the id's own spelling is never lost."""
+    the survivor (`LazyEdgeQueue` for `CLASS:LazyEdgeQueue`); then the one of longer words
+    (`Pamela Beesly` before `Pam Beesly`); then the shorter as written, the plainer spelling of the
+    same words (`Pam Beesly` before `Pam Beesly's` or `"Pam Beesly"`, `src/x.py` before a git
+    diff's `a/src/x.py`); then case-folded, then as written. Every name a node is named by stays one
+    of its aliases (a claim's name is among its aliases), so the id's own spelling is never lost."""
     label, _, id_name = node_id.partition(":")
     # A path's words are its file's: `a/src/x.py` (a git diff's) is no fuller than `src/x.py`.
     said = words(normal_path(name) if label == "FILE" else name)
     folded = name.casefold()
-    return -len(said), id_name.casefold() != folded, -len(folded), folded, name
+    # What the words leave out (quotes, a possessive, an article, `()`, a diff's `a/`) adds no
+    # length: it would make the decorated spelling the fuller (audit33).
+    return -len(said), id_name.casefold() != folded, -sum(map(len, said)), len(folded), folded, name
 
 
 def least_name(names: Iterable[str], *, node_id: str) -> str | None:

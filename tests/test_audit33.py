@@ -15,6 +15,7 @@ from __future__ import annotations
 import pytest
 
 from config.redact import MASK, redact
+from store.facts import least_name
 from pipelines.extract.model import validate_extraction
 from pipelines.extract.heuristic import extract_heuristic
 from tests.test_extract import TYPES, conversation, nodes_of, unit
@@ -67,3 +68,20 @@ def test_a_name_a_secret_begins_with_is_kept_where_nothing_cut_it(secret: str, t
 ])
 def test_a_head_cut_at_one_of_the_secrets_separators_is_still_masked(secret: str, text: str, shown: str) -> None:
     assert redact(text, also=[secret]) == shown
+
+
+def test_the_plainer_spelling_of_the_same_words_names_the_node() -> None:
+    """Among names of as many words, neither writing the id, the longer as written won: what the
+    words leave out (a possessive, quotes, an article, a call's ``()``, a git diff's ``a/``) made
+    the decorated spelling the display name. Longer words still win (``Pamela``)."""
+    cases = [
+        (["Pam Beesly's", "Pam Beesly", "Beesly"], "PERSON:Beesly", "Pam Beesly"),
+        (['"Pam Beesly"', "Pam Beesly"], "PERSON:Beesly", "Pam Beesly"),
+        (["the lazy edge queue", "lazy edge queue", "LEQ"], "CONCEPT:leq", "lazy edge queue"),
+        (["LazyEdgeQueue.drain()", "LazyEdgeQueue.drain", "drain"], "METHOD:drain", "LazyEdgeQueue.drain"),
+        (["a/django/contrib/admin/admin.py", "django/contrib/admin/admin.py", "admin.py"], "FILE:admin.py", "django/contrib/admin/admin.py"),
+        (["Pam Beesly", "Pamela Beesly", "Beesly"], "PERSON:Beesly", "Pamela Beesly"),
+    ]
+    for names, node_id, named in cases:
+        for order in (names, names[::-1]):
+            assert least_name(order, node_id=node_id) == named, (order, node_id)
