@@ -40,7 +40,10 @@ _TOKEN_SETTINGS = ("chroma_token", "llm_api_key", "embedding_api_key", "mcp_toke
 _CUT = re.compile(r"\*|…|\.\.|$")
 _SECRET_NAME = r"[A-Za-z0-9_.-]*(?:api[_-]?key|token|secret|password|passwd|pwd|auth|signature|sig|credential)[A-Za-z0-9_.-]*"
 # scheme://userinfo@ — greedy up to the last '@' before the path, so an unencoded '@' in a password is covered.
-_URL_USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^\s/?#]*)@")
+# A scheme is at most 32 characters (audit33): unbounded, it was tried from every word boundary of
+# a long run of its characters (`ab-cd-ef-…`) to the run's end, a quadratic cost. Any letter may
+# begin it, so a URL glued to a word or after a long run is still found.
+_URL_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]{0,31}://)(?P<userinfo>[^\s/?#]*)@")
 # A value already masked (``***``, perhaps followed by a ``:`` that ends a message's clause) is
 # kept as it is: a message that quotes a redacted URL (store.postgres.redacted) is redacted again on
 # its way out, and the value's characters would swallow that ``:``. Redaction is idempotent.

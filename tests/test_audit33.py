@@ -12,6 +12,8 @@ standard-library rules, and the masking of a secret's head quoted cut short.
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from config.redact import MASK, redact
@@ -85,3 +87,17 @@ def test_the_plainer_spelling_of_the_same_words_names_the_node() -> None:
     for names, node_id, named in cases:
         for order in (names, names[::-1]):
             assert least_name(order, node_id=node_id) == named, (order, node_id)
+
+
+def test_a_long_run_of_letters_and_hyphens_is_redacted_in_linear_time() -> None:
+    """The URL pattern's scheme (``\\b[A-Za-z][A-Za-z0-9+.-]*://``) was tried from every word
+    boundary of a run of such characters, each try reading to the run's end: a 240 KB run of
+    ``ab-cd-…`` (a model's repetition loop quoted in an error, a long dotted or hyphenated list)
+    took some 14 s, 480 KB a minute. A scheme is at most 32 characters now; a URL's password after
+    a long run, or glued to a word (``x_http://``), is still masked."""
+    started = time.perf_counter()
+    assert redact("ab-cd-ef-gh-" * 20000) == "ab-cd-ef-gh-" * 20000
+    assert time.perf_counter() - started < 2
+    assert redact("x" * 100 + "-https://rem:hunter2@db/x") == "x" * 100 + f"-https://rem:{MASK}@db/x"
+    assert redact("x_https://rem:hunter2@db/x") == f"x_https://rem:{MASK}@db/x"
+    assert redact("see postgresql://rem@db/rem") == "see postgresql://rem@db/rem"
