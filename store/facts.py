@@ -59,8 +59,8 @@ def name_order(name: str, node_id: str) -> tuple[int, bool, int, int, str, str]:
     group joined under its least id (`PERSON:Beesly`) is named by its fuller name; then those that
     write its id (the part after ``TYPE:``, case aside), the spelling of the same words that named
     the survivor (`LazyEdgeQueue` for `CLASS:LazyEdgeQueue`); then the one of longer words
-    (`Pamela Beesly` before `Pam Beesly`); then the shorter as written, the plainer spelling of the
-    same words (`Pam Beesly` before `Pam Beesly's` or `"Pam Beesly"`, `src/x.py` before a git
+    (`Pamela Beesly` before `Pam Beesly`); then the shorter as written, white space aside, the
+    plainer spelling of the same words (`Pam Beesly` before `Pam Beesly's` or `"Pam Beesly"`, `src/x.py` before a git
     diff's `a/src/x.py`); then case-folded, then as written. Every name a node is named by stays one
     of its aliases (a claim's name is among its aliases), so the id's own spelling is never lost."""
     label, _, id_name = node_id.partition(":")
@@ -68,8 +68,10 @@ def name_order(name: str, node_id: str) -> tuple[int, bool, int, int, str, str]:
     said = words(normal_path(name) if label == "FILE" else name)
     folded = name.casefold()
     # What the words leave out (quotes, a possessive, an article, `()`, a diff's `a/`) adds no
-    # length: it would make the decorated spelling the fuller (audit33).
-    return -len(said), id_name.casefold() != folded, -sum(map(len, said)), len(folded), folded, name
+    # length: it would make the decorated spelling the fuller (audit33). White space is no
+    # decoration: `Pam Beesly` is as plain as `PamBeesly`, and the case fold puts it first.
+    plain_length = len("".join(folded.split()))
+    return -len(said), id_name.casefold() != folded, -sum(map(len, said)), plain_length, folded, name
 
 
 def least_name(names: Iterable[str], *, node_id: str) -> str | None:

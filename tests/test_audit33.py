@@ -83,6 +83,9 @@ def test_the_plainer_spelling_of_the_same_words_names_the_node() -> None:
         (["LazyEdgeQueue.drain()", "LazyEdgeQueue.drain", "drain"], "METHOD:drain", "LazyEdgeQueue.drain"),
         (["a/django/contrib/admin/admin.py", "django/contrib/admin/admin.py", "admin.py"], "FILE:admin.py", "django/contrib/admin/admin.py"),
         (["Pam Beesly", "Pamela Beesly", "Beesly"], "PERSON:Beesly", "Pamela Beesly"),
+        # White space is no decoration: the spaced spelling stays first, as before.
+        (["PamBeesly", "Pam Beesly", "Beesly"], "PERSON:Beesly", "Pam Beesly"),
+        (["LazyEdgeQueue", "lazy_edge_queue", "lazy edge queue", "LEQ"], "CONCEPT:leq", "lazy edge queue"),
     ]
     for names, node_id, named in cases:
         for order in (names, names[::-1]):
