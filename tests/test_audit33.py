@@ -13,14 +13,22 @@ standard-library rules, and the masking of a secret's head quoted cut short.
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 
+from config import Settings
 from config.redact import MASK, redact
-from store.facts import least_name
-from pipelines.extract.model import validate_extraction
 from pipelines.extract.heuristic import extract_heuristic
+from pipelines.extract.model import validate_extraction
+from store.facts import least_name
+from tests.llm_server import LLMServer, Reply
+from tests.test_change_scan import _query
 from tests.test_extract import TYPES, conversation, nodes_of, unit
+from tests.test_forget import _session
+from tests.test_identity_judge_extension import judged, model
+from tests.test_migrations_identity_verdicts import _import
+from worker.cycle import run_cycle
 
 
 def issues_in(text: str) -> set[str]:
@@ -104,3 +112,19 @@ def test_a_long_run_of_letters_and_hyphens_is_redacted_in_linear_time() -> None:
     assert redact("x" * 100 + "-https://rem:hunter2@db/x") == "x" * 100 + f"-https://rem:{MASK}@db/x"
     assert redact("x_https://rem:hunter2@db/x") == f"x_https://rem:{MASK}@db/x"
     assert redact("see postgresql://rem@db/rem") == "see postgresql://rem@db/rem"
+
+
+@pytest.mark.both_backends
+async def test_a_cycle_names_the_joined_person_by_the_plain_spelling(settings: Settings, tmp_path: Path) -> None:
+    """A real cycle: the model says `Pam Beesly's`, `Pam Beesly` and `Beesly`; the possessive joins
+    `Pam Beesly` by its words, the judge joins `Beesly`. The node keeps the least id,
+    `PERSON:Beesly`, and is named `Pam Beesly` (before: `Pam Beesly's`); every spelling stays an
+    alias."""
+    with LLMServer(default=Reply(model(names=("Pam Beesly's", "Pam Beesly", "Beesly")))) as server:
+        mine = judged(settings, server)
+        await _import(mine, tmp_path / "one.jsonl", [_session("one", "2026-11-01T10:00:00Z", ["Pam Beesly's desk: Pam Beesly and Beesly again."])])
+        assert (await run_cycle(mine)).outcome == "completed"
+    people = _query(settings, "SELECT id, name FROM nodes WHERE label = 'PERSON'")
+    assert people == [("PERSON:Beesly", "Pam Beesly")], people
+    aliases = {r[0] for r in _query(settings, "SELECT alias FROM node_aliases WHERE node_id = ?", ("PERSON:Beesly",))}
+    assert aliases == {"Beesly", "Pam Beesly", "Pam Beesly's"}
