@@ -1,5 +1,5 @@
 """An attack on the thirty-third session's code (audit33): the v12 heuristic's colour and
-standard-library rules, and the masking of a secret's head quoted cut short.
+standard-library rules, the masking of a secret's head quoted cut short, the fullest name.
 
 - A colour of digits has three, four or six of them (CSS's ``#RGB``, ``#RGBA``, ``#RRGGBB``): a
   quoted or JSON ``"#42"``, ``"#12345"`` is an issue number no colour can be, and a word that only
@@ -8,6 +8,9 @@ standard-library rules, and the masking of a secret's head quoted cut short.
   not from the standard library: the names of one import statement end at its ``;``.
 - A token that begins with a name said elsewhere (``rem-cycle-dev-token`` and ``rem-cycle``, a
   host, a database) masked that name wherever it stood alone, though nothing was cut there.
+- A long run of a URL scheme's characters (``ab-cd-ef-…``) took quadratic time to redact.
+- Of names of as many words, the longer as written named the node: ``Pam Beesly's``, a git diff's
+  ``a/…``, quotes, an article, ``()`` made the decorated spelling the display name.
 """
 
 from __future__ import annotations
