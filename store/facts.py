@@ -60,9 +60,10 @@ def name_order(name: str, node_id: str) -> tuple[int, bool, int, int, str, str]:
     write its id (the part after ``TYPE:``, case aside), the spelling of the same words that named
     the survivor (`LazyEdgeQueue` for `CLASS:LazyEdgeQueue`); then the one of longer words
     (`Pamela Beesly` before `Pam Beesly`); then the shorter as written, white space aside, the
-    plainer spelling of the same words (`Pam Beesly` before `Pam Beesly's` or `"Pam Beesly"`, `src/x.py` before a git
-    diff's `a/src/x.py`); then case-folded, then as written. Every name a node is named by stays one
-    of its aliases (a claim's name is among its aliases), so the id's own spelling is never lost."""
+    plainer spelling of the same words (`Pam Beesly` before `Pam Beesly's` or `"Pam Beesly"`,
+    `src/x.py` before a git diff's `a/src/x.py`); then case-folded, then as written. Every name a
+    node is named by stays one of its aliases (a claim's name is among its aliases), so the id's
+    own spelling is never lost."""
     label, _, id_name = node_id.partition(":")
     # A path's words are its file's: `a/src/x.py` (a git diff's) is no fuller than `src/x.py`.
     said = words(normal_path(name) if label == "FILE" else name)
