@@ -36,9 +36,14 @@ MIN_SECRET_LENGTH = 4
 MIN_HEAD_LENGTH = 8
 _URL_SETTINGS = ("chroma_url", "llm_base_url", "embedding_url")
 _TOKEN_SETTINGS = ("chroma_token", "llm_api_key", "embedding_api_key", "mcp_token")
+# What shows a quote cut short right after it: a mask, an ellipsis, or the end of the text.
+_CUT = re.compile(r"\*|…|\.\.|$")
 _SECRET_NAME = r"[A-Za-z0-9_.-]*(?:api[_-]?key|token|secret|password|passwd|pwd|auth|signature|sig|credential)[A-Za-z0-9_.-]*"
 # scheme://userinfo@ — greedy up to the last '@' before the path, so an unencoded '@' in a password is covered.
-_URL_USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^\s/?#]*)@")
+# A scheme is at most 32 characters (audit33): unbounded, it was tried from every word boundary of
+# a long run of its characters (`ab-cd-ef-…`) to the run's end, a quadratic cost. Any letter may
+# begin it, so a URL glued to a word or after a long run is still found.
+_URL_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]{0,31}://)(?P<userinfo>[^\s/?#]*)@")
 # A value already masked (``***``, perhaps followed by a ``:`` that ends a message's clause) is
 # kept as it is: a message that quotes a redacted URL (store.postgres.redacted) is redacted again on
 # its way out, and the value's characters would swallow that ``:``. Redaction is idempotent.
@@ -107,7 +112,10 @@ def _mask_heads(text: str, secret: str) -> str:
     is another one, and kept. A head that is a word (letters, lower case after the first: the
     start of a passphrase like ``password-…``) is kept too: masked, it would mask that word in
     every message (PostgreSQL's ``password authentication failed``), and a random key's head is
-    almost never one."""
+    almost never one. A head that stops where the secret goes on with one of its own separators
+    is masked only before a cut (``*``, ``…``, ``..``, the end of the text): before anything else it
+    is the secret's first words said as a name (``rem-cycle:`` of the token ``rem-cycle-dev-token``,
+    ``http://chroma-prod:8000`` of ``chroma-prod-token-…``)."""
     first = secret[:MIN_HEAD_LENGTH]
     if len(secret) <= MIN_HEAD_LENGTH or first not in text:
         return text
@@ -131,6 +139,11 @@ def _head_end(text: str, at: int, secret: str) -> int | None:
         end += 1
     head = text[at:end]
     if end < len(text) and text[end].isalnum() or head.isalpha() and head[1:].islower():
+        return None
+    if not secret[end - at].isalnum() and not _CUT.match(text, end):
+        # The text stops where the secret goes on with one of its own separators: it says the
+        # secret's first words (``rem-cycle`` of ``rem-cycle-dev-token``, a host, a database),
+        # a name said for itself unless a cut shows there (audit33).
         return None
     return end
 

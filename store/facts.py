@@ -51,7 +51,7 @@ def longer_text_order(column: str) -> str:
     return f"length({column}) DESC, {column} DESC"
 
 
-def name_order(name: str, node_id: str) -> tuple[int, bool, int, str, str]:
+def name_order(name: str, node_id: str) -> tuple[int, bool, int, int, str, str]:
     """How spellings of the node ``node_id``'s name are ranked, best first (pure): the name of
     **most words** (:func:`store.names.words`: `Pam Beesly` before `Beesly`, `QuerySet.iterator`
     before `iterator`; `LazyEdgeQueue` and `lazy edge queue` are three words each, a FILE's the
@@ -59,15 +59,22 @@ def name_order(name: str, node_id: str) -> tuple[int, bool, int, str, str]:
     group joined under its least id (`PERSON:Beesly`) is named by its fuller name (an issue's names
     all count alike: it is its number); then those that write its id (the part after ``TYPE:``,
     case aside), the spelling of the same words that named the survivor (`LazyEdgeQueue` for
-    `CLASS:LazyEdgeQueue`, `#42` for `ISSUE:#42`); then the longer (its case fold);
-    then case-folded, then as written. Every name a node is named by stays one of its aliases (a
-    claim's name is among its aliases), so the id's own spelling is never lost."""
+    `CLASS:LazyEdgeQueue`, `#42` for `ISSUE:#42`); then the one of longer words (`Pamela Beesly`
+    before `Pam Beesly`); then the shorter as written, white space aside, the plainer spelling of
+    the same words (`Pam Beesly` before `Pam Beesly's` or `"Pam Beesly"`, `src/x.py` before a git
+    diff's `a/src/x.py`); then case-folded, then as written. Every name a node is named by stays
+    one of its aliases (a claim's name is among its aliases), so the id's own spelling is never
+    lost."""
     label, _, id_name = node_id.partition(":")
     # A path's words are its file's: `a/src/x.py` (a git diff's) is no fuller than `src/x.py`. An
     # issue is its number, whatever the words around it: `issue 42` is no fuller than `#42`.
     said = () if label == "ISSUE" else words(normal_path(name) if label == "FILE" else name)
     folded = name.casefold()
-    return -len(said), id_name.casefold() != folded, -len(folded), folded, name
+    # What the words leave out (quotes, a possessive, an article, `()`, a diff's `a/`) adds no
+    # length: it would make the decorated spelling the fuller (audit33). White space is no
+    # decoration: `Pam Beesly` is as plain as `PamBeesly`, and the case fold puts it first.
+    plain_length = len("".join(folded.split()))
+    return -len(said), id_name.casefold() != folded, -sum(map(len, said)), plain_length, folded, name
 
 
 def least_name(names: Iterable[str], *, node_id: str) -> str | None:

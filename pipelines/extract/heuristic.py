@@ -89,7 +89,13 @@ _CLASS = re.compile(r"(?<![\w.])[A-Z][a-z0-9]+(?:[A-Z][a-z0-9]*)+\b")
 _SURNAME = re.compile(r"(?:Mc|Mac|De|Di|Da|Du|La|Le|Van|Von|O)[A-Z][a-z]{2,}")
 _ISSUE = re.compile(r"(?<![\w&#/])#(\d{1,7})\b")
 # A colour written in decimal digits is no issue: `color="#555"`, `stroke:#333`, a quoted "#333333".
-_COLOUR_LEAD = re.compile(r"""(?:colou?r|fill|stroke|background|bg|fg)[\w-]*["']?[ \t]*[=:][ \t]*["']?$""", re.I)
+# Its key begins a word or a camelCase part (`fillColor`, `bg_color`; not `Backfill`, `subgraph`,
+# `cfg`), and it has as many digits as a CSS colour (`#RGB`, `#RGBA`, `#RRGGBB`; audit33).
+_COLOUR_LEAD = re.compile(
+    r"""(?:(?<![A-Za-z])(?i:colou?r|fill|stroke|background|bg|fg)|(?<=[a-z])(?:Colou?r|Fill|Stroke|Background|Bg|Fg))"""
+    r"""[\w-]*["']?[ \t]*[=:][ \t]*["']?$"""
+)
+_COLOUR_DIGITS = frozenset({3, 4, 6})
 # Python's own names: builtins, and the types module's (`NoneType`).
 _BUILTINS = frozenset(dir(builtins)) | frozenset(n for n in dir(types) if n[:1].isupper())
 # Methods of Python's built-in types and file objects, and the built-in functions: called on a
@@ -133,8 +139,8 @@ BUSY_TURN_NAMES = 20
 _PROSE_TYPES = frozenset({"CONCEPT", "PERSON", "PLACE", "ORGANIZATION", "WORK"})
 # A keyword that defines the name written right after it (`class X`, `def x`, `function x`).
 # ``from pkg.mod import A, B as C`` on one line (a diff's +/- or a numbered view's gutter before it);
-# the names it brings in, aliases included.
-_FROM_IMPORT = re.compile(r"^[ \t+-]*(?:\d+[│|:][ \t]*)?from[ \t]+([A-Za-z_][\w.]*)[ \t]+import[ \t]+\(?([^\n#]*)", re.M)
+# the names it brings in, aliases included, up to a ``;`` that ends the statement (audit33).
+_FROM_IMPORT = re.compile(r"^[ \t+-]*(?:\d+[│|:][ \t]*)?from[ \t]+([A-Za-z_][\w.]*)[ \t]+import[ \t]+\(?([^\n#;]*)", re.M)
 _IMPORTED_NAME = re.compile(r"(?<![\w.])[A-Za-z_]\w*(?=[ \t]*(?:,|\)|$|[ \t]as\b))|(?<=\bas[ \t])[A-Za-z_]\w*")
 _DEFINITION_LEAD = re.compile(r"\b(?:class|def|function|func|fn|interface|struct|type)[ \t]+$")
 # Every script has a `main()`: alone it is no function in particular (`cli.main()` is one).
@@ -744,6 +750,8 @@ def _is_colour(text: str, start: int, end: int) -> bool:
     """Whether the ``#123`` at ``start``:``end`` is a colour: set as one (``color="#555"``,
     ``stroke:#333``) or a quoted string of its own (``"#333333"``). Issue 11, fourteenth round:
     both labelled such issues were colours (45 in the coding sessions)."""
+    if end - start - 1 not in _COLOUR_DIGITS:
+        return False
     quote = text[start - 1:start] if start else ""
     return (quote in ("'", '"') and text[end:end + 1] == quote) or _COLOUR_LEAD.search(text, max(0, start - 40), start) is not None
 
