@@ -8,9 +8,10 @@ whose role is a person's name become PERSON nodes, capitalised names inside sent
 interjections, contractions and dates are stripped off them ("Hey John" → John, "Last Friday" →
 nothing), and a word glued before a speaker's name is dropped ("To Monica" → Monica). The
 scaffolding of a standalone script (``django.setup()``, ``TestCase``, ``ReproduceAppConfig``) is no
-node, nor is a name the chunk imports from the standard library, nor a sed substitution's pattern. In a coding session a prose name or a call on a local variable shown in one turn only
-makes no node, nor does a name shown once in a turn of more than 20 names that no edit of the agent
-writes (measured: mostly noise). The entities of one turn are linked with ``RELATES_TO``. Evidence is always the matched
+node, nor is a name the chunk imports from the standard library, nor a sed substitution's pattern.
+In a coding session a prose name or a call on a local variable shown in one turn only makes no
+node, nor does a name shown once in a turn of more than 20 names that no edit of the agent writes
+(measured: mostly noise). The entities of one turn are linked with ``RELATES_TO``. Evidence is always the matched
 text (or, for a speaker, the turn's role), so everything it says is grounded. Explicit
 ``memory:``/``session:`` references are found for every extractor by
 :func:`pipelines.extract.model.find_references`.
@@ -137,11 +138,11 @@ BUSY_TURN_NAMES = 20
 # Prose names: said once in a coding session they are mostly a heading or a phrase of a dump
 # (`Config File`, `Warm Up`, `Change the CharField`), see :func:`_said_once_in_passing`.
 _PROSE_TYPES = frozenset({"CONCEPT", "PERSON", "PLACE", "ORGANIZATION", "WORK"})
-# A keyword that defines the name written right after it (`class X`, `def x`, `function x`).
 # ``from pkg.mod import A, B as C`` on one line (a diff's +/- or a numbered view's gutter before it);
 # the names it brings in, aliases included, up to a ``;`` that ends the statement (audit33).
 _FROM_IMPORT = re.compile(r"^[ \t+-]*(?:\d+[│|:][ \t]*)?from[ \t]+([A-Za-z_][\w.]*)[ \t]+import[ \t]+\(?([^\n#;]*)", re.M)
 _IMPORTED_NAME = re.compile(r"(?<![\w.])[A-Za-z_]\w*(?=[ \t]*(?:,|\)|$|[ \t]as\b))|(?<=\bas[ \t])[A-Za-z_]\w*")
+# A keyword that defines the name written right after it (`class X`, `def x`, `function x`).
 _DEFINITION_LEAD = re.compile(r"\b(?:class|def|function|func|fn|interface|struct|type)[ \t]+$")
 # Every script has a `main()`: alone it is no function in particular (`cli.main()` is one).
 _GENERIC_CALLS = frozenset({"main"})
