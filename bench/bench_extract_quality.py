@@ -58,6 +58,9 @@ SOURCES = ("friends", "office", "swe", "sweagent", "aider")
 # Conversations between named people: entity recall is measured on them (labels carry the source).
 # ``office`` (The Office scripts) is a second chat corpus nobody tuned on (issue 11).
 CHAT_SOURCES = ("friends", "office")
+# The converted files that hold each coding source's labelled sessions (mini-swe-agent's held-out
+# and untouched samples come from its held-out split).
+LABELLED_CODING_FILES = {"swe": ("swe.tune", "swe.heldout"), "aider": ("aider.fresh",), "sweagent": ("sweagent.fresh",)}
 # ``fresh``: held-out sessions never sampled for a label before issue 11's second round (labelled
 # before its rule changes; see bench/RESULTS.md).
 # ``untouched``: the sixth round's sample (:data:`UNTOUCHED_SESSIONS`), labelled before its rules.
@@ -133,6 +136,11 @@ def load_sessions(path: Path) -> list[dict[str, Any]]:
     """The import lines of one converted file."""
     with path.open(encoding="utf-8") as handle:
         return [json.loads(line) for line in handle if line.strip()]
+
+
+def labelled_coding_sessions(data: Path) -> dict[str, dict[str, Any]]:
+    """Every session of :data:`LABELLED_CODING_FILES` under ``data``, by id."""
+    return {s["sessionId"]: s for names in LABELLED_CODING_FILES.values() for name in names for s in load_sessions(data / f"{name}.jsonl")}
 
 
 def units_of(session: dict[str, Any], settings: Settings) -> list[WorkUnit]:

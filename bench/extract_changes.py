@@ -25,7 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,21 +37,17 @@ from config import Settings  # noqa: E402
 from pipelines.extract import heuristic  # noqa: E402
 
 CODING_SOURCES = ("swe.tune", "sweagent.fresh", "aider.fresh")
-# Where each coding source's labelled sessions are: mini-swe-agent's untouched samples come from
-# its held-out split.
-LABELLED_FILES = {"swe": ("swe.tune", "swe.heldout"), "aider": ("aider.fresh",), "sweagent": ("sweagent.fresh",)}
 
 
 def _name_of(node_id: str) -> str:
     return node_id.partition(":")[2].casefold()
 
 
-def printed_nodes(data: Path, before: quality.Extract, settings: Settings, *, unread: str) -> list[tuple[str, quality.SeenNode, bool]]:
+def printed_nodes(sessions: Mapping[str, dict[str, Any]], before: quality.Extract, settings: Settings, *, unread: str) -> list[tuple[str, quality.SeenNode, bool]]:
     """Every labelled coding node outside the split ``unread`` that ``before`` makes in its
-    session, once each."""
-    sessions = {s["sessionId"]: s for names in LABELLED_FILES.values() for name in names for s in quality.load_sessions(data / f"{name}.jsonl")}
+    session (``sessions``: :func:`bench.bench_extract_quality.labelled_coding_sessions`), once each."""
     labels = {(r["session"], r["node"]): bool(r["useful"]) for r in quality.read_jsonl(quality.NODE_LABELS)
-              if r["source"] in LABELLED_FILES and r.get("split") != unread}
+              if r["source"] in quality.LABELLED_CODING_FILES and r.get("split") != unread}
     made = {sid: quality.extract_session(quality.units_of(sessions[sid], settings), before, settings) for sid in {sid for sid, _ in labels}}
     return [(sid, made[sid][node_id], useful) for (sid, node_id), useful in labels.items() if node_id in made[sid]]
 
@@ -60,15 +56,14 @@ def coding_changes(data: Path, before: quality.Extract, after: quality.Extract, 
     """The baseline's labelled tuning nodes (with ``unread``, every printed one: :func:`printed_nodes`)
     the current extractor drops or retypes."""
     if unread is not None:
-        labelled = printed_nodes(data, before, settings, unread=unread)
-        names = [name for names in LABELLED_FILES.values() for name in names]
+        sessions = quality.labelled_coding_sessions(data)
+        labelled = printed_nodes(sessions, before, settings, unread=unread)
     else:
         labels = {(r["session"], r["node"]): bool(r["useful"]) for r in quality.read_jsonl(quality.NODE_LABELS)}
         labelled = quality.tuning_nodes(data, labels, before, settings)
         labelled += [(sid, quality.SeenNode(node_id, *node_id.split(":", 1)), labels[(sid, node_id)])
                      for sid, node_id, _ in extract_evidence.salience_pool(data, settings) if (sid, node_id) in labels]
-        names = list(CODING_SOURCES)
-    sessions = {s["sessionId"]: s for name in names for s in quality.load_sessions(data / f"{name}.jsonl")}
+        sessions = {s["sessionId"]: s for name in CODING_SOURCES for s in quality.load_sessions(data / f"{name}.jsonl")}
     now = {sid: quality.extract_session(quality.units_of(sessions[sid], settings), after, settings) for sid in {sid for sid, _, _ in labelled}}
     removed: list[tuple[str, str, bool]] = []
     retyped: list[tuple[str, str, list[str], bool]] = []

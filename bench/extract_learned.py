@@ -45,7 +45,6 @@ from bench import bench_extract_quality as quality  # noqa: E402
 from bench.extract_evidence import NameEvidence, session_chunks  # noqa: E402
 from config import Settings  # noqa: E402
 
-CODING_SOURCES = {"swe": ("swe.tune", "swe.heldout"), "aider": ("aider.fresh",), "sweagent": ("sweagent.fresh",)}
 HELD_OUT = "untouched10"
 ALWAYS_KEPT = ("FILE", "URL", "ISSUE")
 KINDS = ("user", "prose", "command", "edit", "edit-context", "quote", "tool")
@@ -58,11 +57,10 @@ FROZEN = ("gradient-boosted trees", 0.85)
 def labelled_nodes(data: Path, settings: Settings, *, held_out: bool = False) -> list[dict[str, Any]]:
     """Every labelled coding node the current extractor makes outside :data:`HELD_OUT` (or, with
     ``held_out``, in it), with its session-level evidence."""
-    sessions = {s["sessionId"]: s for names in CODING_SOURCES.values() for name in names
-                for s in quality.load_sessions(data / f"{name}.jsonl")}
+    sessions = quality.labelled_coding_sessions(data)
     labels: dict[str, list[dict[str, Any]]] = {}
     for row in quality.read_jsonl(quality.NODE_LABELS):
-        if row["source"] in CODING_SOURCES and (row.get("split") == HELD_OUT) == held_out:
+        if row["source"] in quality.LABELLED_CODING_FILES and (row.get("split") == HELD_OUT) == held_out:
             labels.setdefault(row["session"], []).append(row)
     found = []
     for sid, rows in sorted(labels.items()):
