@@ -38,7 +38,15 @@ _URL_SETTINGS = ("chroma_url", "llm_base_url", "embedding_url")
 _TOKEN_SETTINGS = ("chroma_token", "llm_api_key", "embedding_api_key", "mcp_token")
 # What shows a quote cut short right after it: a mask, an ellipsis, or the end of the text.
 _CUT = re.compile(r"\*|…|\.\.|$")
-_SECRET_NAME = r"[A-Za-z0-9_.-]*(?:api[_-]?key|token|secret|password|passwd|pwd|auth|signature|sig|credential)[A-Za-z0-9_.-]*"
+# A JSON string's escape of one letter or of a code point (:func:`_after_json_escape`).
+_JSON_ESCAPE = re.compile(r"\\(?:[bfnrt]|u[0-9A-Fa-f]{4})")
+# A parameter's name that says a secret: a run of name characters with one of these words in it.
+# The word is looked for ahead, lazily, and the run is then taken whole without giving any back
+# (possessive, Python 3.11+): one pass over the run from each ``?``/``&``/``;``, none of which is a
+# name character, so the runs are disjoint and the search is linear in the text (determ34). Written
+# as a run, a word and a run, it tried every split of a long run (``?tokentoken…`` of 200 KB: 32 s).
+_SECRET_WORD = r"api[_-]?key|token|secret|password|passwd|pwd|auth|signature|sig|credential"
+_SECRET_NAME = rf"(?=[A-Za-z0-9_.-]*?(?:{_SECRET_WORD}))[A-Za-z0-9_.-]*+"
 # scheme://userinfo@ — greedy up to the last '@' before the path, so an unencoded '@' in a password is covered.
 # A scheme is at most 32 characters (audit33): unbounded, it was tried from every word boundary of
 # a long run of its characters (`ab-cd-ef-…`) to the run's end, a quadratic cost. Any letter may
@@ -106,9 +114,10 @@ def _redact_text(text: str, also: Iterable[str]) -> str:
 
 def _mask_heads(text: str, secret: str) -> str:
     """``text`` with each head of ``secret`` (at least :data:`MIN_HEAD_LENGTH` of its first
-    characters, fewer than all) masked where it stands on its own: not after a letter or digit, and
-    followed by the end of the text or by anything but a letter or digit (``****``, ``…``, ``.``, a
-    quote) — where a library cut the quote short. A longer token that only begins like the secret
+    characters, fewer than all) masked where it stands on its own: not after a letter or digit (but
+    after a JSON string's escape, ``\\n`` or ``\\u0022``: a message quoted as JSON), and followed
+    by the end of the text or by anything but a letter or digit (``****``, ``…``, ``.``, a quote) —
+    where a library cut the quote short. A longer token that only begins like the secret
     is another one, and kept. A head that is a word (letters, lower case after the first: the
     start of a passphrase like ``password-…``) is kept too: masked, it would mask that word in
     every message (PostgreSQL's ``password authentication failed``), and a random key's head is
@@ -132,7 +141,7 @@ def _mask_heads(text: str, secret: str) -> str:
 def _head_end(text: str, at: int, secret: str) -> int | None:
     """Where the head of ``secret`` that begins at ``at`` in ``text`` ends, or ``None`` when none
     stands on its own there (see :func:`_mask_heads`)."""
-    if at > 0 and text[at - 1].isalnum():
+    if at > 0 and text[at - 1].isalnum() and not _after_json_escape(text, at):
         return None
     end, most = at + MIN_HEAD_LENGTH, min(len(text), at + len(secret) - 1)
     while end < most and text[end] == secret[end - at]:
@@ -146,6 +155,21 @@ def _head_end(text: str, at: int, secret: str) -> int | None:
         # a name said for itself unless a cut shows there (audit33).
         return None
     return end
+
+
+def _after_json_escape(text: str, at: int) -> bool:
+    """Whether a JSON string's escape (``\\n``, ``\\t``, ``\\u0022``) ends at ``at`` in ``text``:
+    its letter or hex digit is no part of the word after it (``"error:\\nsk-abcdef12…"``, a model's
+    answer quoted as JSON, determ34). A backslash escaped before it (``\\\\n``) is a backslash, and
+    the letter after it the word's."""
+    for length in (2, 6):
+        start = at - length
+        if start >= 0 and _JSON_ESCAPE.fullmatch(text, start, at):
+            backslash = start
+            while backslash > 0 and text[backslash - 1] == "\\":
+                backslash -= 1
+            return (start - backslash) % 2 == 0
+    return False
 
 
 def _mask_userinfo(match: re.Match[str]) -> str:
