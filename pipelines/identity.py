@@ -81,6 +81,7 @@ from typing import Any, Protocol
 
 import regex
 
+from store.facts import name_order
 from store.names import CALL as _CALL, POSSESSIVE as _POSSESSIVE, URL as _URL, normal_path, plain as _plain, words
 
 LINK = "link"
@@ -1178,6 +1179,8 @@ class Auditor(Protocol):
 # (two); the lines that say them do (bench/RESULTS.md, issue 11, sixth to eighth rounds).
 QUOTES_PER_NODE = 3
 QUOTE_CHARS = 300
+# Aliases the auditor is shown a node: a question's size does not grow with a node's spellings.
+ALIASES_SHOWN = 10
 _CUT = "…"
 
 
@@ -1240,6 +1243,15 @@ def node_quotes(node: NodeRef, texts: Iterable[str]) -> tuple[str, ...]:
         if cut := quote(text, node.forms):
             quotes.setdefault(cut)
     return tuple(quotes)
+
+
+def shown_aliases(node: NodeRef) -> list[str]:
+    """The aliases the auditor is shown of ``node`` (pure): its first :data:`ALIASES_SHOWN`
+    distinct ones in the names' own order (:func:`store.facts.name_order`, the fullest first) — of
+    the aliases as a set, as :func:`audit_question` hashes them sorted, so one question key is
+    always one question text, whatever order the graph gave them in (determ34: the first ten as
+    given, two texts of one question, one answer kept for both)."""
+    return sorted(set(node.aliases), key=lambda alias: name_order(alias, node.id))[:ALIASES_SHOWN]
 
 
 class AuditUnanswered(Exception):

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pipelines.extract.model import ExtractionFailure
-from pipelines.identity import QUOTES_PER_NODE, AuditUnanswered, NodeRef
+from pipelines.identity import QUOTES_PER_NODE, AuditUnanswered, NodeRef, shown_aliases
 from store.library_log import get_logger
 
 if TYPE_CHECKING:  # the transport (httpx) is imported where an extractor is made, not by every command
@@ -47,7 +47,7 @@ AUDITOR_PROMPT = (
 
 def _describe(node: NodeRef, quotes: Mapping[str, Sequence[str]]) -> dict[str, Any]:
     return {
-        "id": node.id, "type": node.type, "name": node.name, "aliases": list(node.aliases[:10]),
+        "id": node.id, "type": node.type, "name": node.name, "aliases": shown_aliases(node),
         "quotes": list(quotes.get(node.id, ())[:QUOTES_PER_NODE]),
     }
 

@@ -15,11 +15,17 @@
 
 from __future__ import annotations
 
+import json
 import time
+from pathlib import Path
 
 import pytest
 
+from config import load_settings
 from config.redact import MASK, redact
+from pipelines.identity import NodeRef, audit_question
+from tests.llm_server import LLMServer, Reply
+from worker.knowledge import model_judge
 
 KEY = "sk-abcdef1234567890XYZ"
 
@@ -69,3 +75,25 @@ def test_a_head_after_a_json_escape_is_masked(text: str, shown: str) -> None:
 ])
 def test_a_word_or_another_token_after_an_escape_is_kept(secret: str, text: str) -> None:
     assert redact(text, also=[secret]) == text
+
+
+async def test_one_question_key_is_always_one_question_text(tmp_path: Path) -> None:
+    """The same node with its aliases in two orders (as two reads of the graph may give them):
+    one key, and — before, the first ten as given — one text, the fullest spellings shown."""
+    spellings = ["LazyEdgeQueue"] + [f"LazyEdgeQueue{n:02d}" for n in range(11)] + ["leq", "LEQ"]
+    forward = NodeRef("CLASS:LazyEdgeQueue", "CLASS", "LazyEdgeQueue", tuple(spellings))
+    backward = NodeRef(forward.id, forward.type, forward.name, tuple(reversed(spellings)))
+    options = [NodeRef("CLASS:EdgeQueue", "CLASS", "EdgeQueue", ("EdgeQueue", "edge queue"))]
+    assert audit_question(forward, options) == audit_question(backward, options)
+    with LLMServer() as server:
+        server.script(*[Reply({"verdict": "create"})] * 2, match='"existing"')
+        settings = load_settings(data_dir=tmp_path, extractor="openai", llm_base_url=server.url, llm_judge=True, llm_max_retries=0)
+        async with model_judge(settings) as judge:
+            assert judge is not None
+            for node in (forward, backward):
+                assert await judge.audit_identity(node, options) is None
+        first, second = (json.loads(request.prompt) for request in server.chat_requests)
+    assert first == second
+    # Of as many words, the spelling that writes the id first, then the shorter.
+    assert first["new"]["aliases"] == ["LazyEdgeQueue"] + [f"LazyEdgeQueue{n:02d}" for n in range(9)]
+    assert first["existing"][0]["aliases"] == ["EdgeQueue", "edge queue"]
