@@ -70,7 +70,6 @@ import hashlib
 import json
 import math
 import re
-import sys
 from bisect import bisect_left, bisect_right
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -81,6 +80,7 @@ from typing import Any, Protocol
 
 import regex
 
+from pipelines.stdlib_modules import STANDARD_LIBRARY_MODULES
 from store.facts import name_order
 from store.names import CALL as _CALL, POSSESSIVE as _POSSESSIVE, URL as _URL, normal_path, plain as _plain, words
 
@@ -116,7 +116,7 @@ _CAMEL_NAME = re.compile(r"(?:[A-Z][a-z0-9]+){2,}")
 _BUILTINS = frozenset(name for name in dir(builtins) if name.islower() and not name.startswith("_"))
 # A bare call named like a standard-library module (`copy()`, `time()`, `glob()`) is that module's
 # function (`copy.copy`), never a method of some object (`attrs.copy` is `dict.copy`).
-_STDLIB_MODULES = frozenset(name for name in sys.stdlib_module_names if not name.startswith("_"))
+_STDLIB_MODULES = frozenset(name for name in STANDARD_LIBRARY_MODULES if not name.startswith("_"))
 # Words said or written glued before a person's name: prepositions and conjunctions the extractor
 # left on a name (`To Ross`, `Between Monica`) and titles (`Doctor Chandler`, `Officer Bing`). The
 # ``person`` rule drops one of them — only where what is left is a person's name the graph knows.

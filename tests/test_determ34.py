@@ -4,7 +4,7 @@
   running Python's ``sys.stdlib_module_names``: two workers on different Pythons extracted one
   chunk differently under one extractor version. The list is frozen in the project now
   (:data:`pipelines.python_stdlib.STANDARD_LIBRARY_MODULES`). A project module named like a
-  standard-library one (``from secrets import Vault`` beside the project's ``secrets.py``) lost
+  standard-library one (``from secrets import SecretVault`` beside the project's ``secrets.py``) lost
   its names; the session showing the project's module keeps them.
 - The model judge was shown at most ten of a node's aliases in the graph's order, while the
   question's key hashes all of them sorted: one question, two texts. They are shown in the
@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -24,10 +25,70 @@ import pytest
 from config import load_settings
 from config.redact import MASK, redact
 from pipelines.identity import NodeRef, audit_question
+from pipelines.stdlib_modules import STANDARD_LIBRARY_MODULES
+from tests.test_extract import conversation, nodes_of
 from tests.llm_server import LLMServer, Reply
 from worker.knowledge import model_judge
 
 KEY = "sk-abcdef1234567890XYZ"
+
+
+def imports_and_uses(imports: str, *shown: str) -> set[str]:
+    """The nodes of a coding chunk whose edit imports by ``imports`` and uses ``SecretVault``,
+    ``LooseVersion`` and ``cgi.escape()``, and whose other turns show ``shown``."""
+    edit = f"```python\n{imports}\nvault = SecretVault()\nv = LooseVersion('1.2')\nsafe = cgi.escape(text)\n```"
+    turns = [("user", "fix the SecretVault"), ("assistant", edit), *(("tool", text) for text in shown),
+             ("assistant", "`SecretVault()` checks `LooseVersion`; `cgi.escape()` quotes.")]
+    return set(nodes_of(conversation(*turns)))
+
+
+# Python 3.13's names lack those it removed (`distutils` in 3.12, `cgi` in 3.13).
+ANOTHER_PYTHON = frozenset(sys.stdlib_module_names) - {"distutils", "cgi"}
+
+
+def test_the_standard_library_rule_reads_no_running_python(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before, the rule read ``sys.stdlib_module_names``: on another Python (3.13's list) the same
+    chunk made ``LooseVersion`` and ``cgi.escape`` nodes under the same extractor version."""
+    imports = "from distutils.version import LooseVersion\nfrom vaults import SecretVault\nimport cgi"
+    here = imports_and_uses(imports)
+    monkeypatch.setattr(sys, "stdlib_module_names", ANOTHER_PYTHON)
+    assert imports_and_uses(imports) == here == {"CLASS:SecretVault"}
+
+
+def test_the_frozen_list_holds_the_running_pythons_names() -> None:
+    """The list is the union of 3.10 to 3.14's (:mod:`pipelines.stdlib_modules`); a newer Python's
+    new names show here, to be added with a new extractor version."""
+    if sys.version_info >= (3, 14):
+        pytest.skip("3.14's final names were not known when the list was frozen; see pipelines/stdlib_modules.py")
+    assert set(sys.stdlib_module_names) <= STANDARD_LIBRARY_MODULES
+    assert {"distutils", "imp", "cgi", "binhex", "tomllib", "annotationlib"} <= STANDARD_LIBRARY_MODULES
+
+
+@pytest.mark.parametrize("shown", [
+    "$ ls\n./secrets.py  ./README.md",
+    "diff --git a/secrets.py b/secrets.py",
+    "$ cat secrets/__init__.py",
+    "Editing src/secrets/__init__.py",
+])
+def test_a_project_module_named_like_the_standard_librarys_keeps_its_names(shown: str) -> None:
+    """``from secrets import SecretVault`` where the chunk shows the project's own top-level
+    ``secrets`` module imports the project's ``SecretVault``: before, it was taken for the standard
+    library's and made no node."""
+    assert imports_and_uses("from secrets import SecretVault\nfrom distutils.version import LooseVersion\nimport cgi", shown) == {"CLASS:SecretVault"}
+
+
+@pytest.mark.parametrize("shown", [
+    "",
+    # A package's module of that name shadows nothing: `from secrets import` is the standard library's.
+    "diff --git a/vaults/secrets.py b/vaults/secrets.py",
+    "from .secrets import SecretVault",
+    # A bare name in a listing of some folder, a traceback through the standard library.
+    "$ ls vaults\nsecrets.py\nstore.py",
+    "  File \"/usr/lib/python3.11/secrets.py\", line 3",
+    "  File \"/home/u/.venv/lib/python3.11/site-packages/secrets/__init__.py\"",
+])
+def test_a_name_from_the_standard_librarys_module_stays_no_node(shown: str) -> None:
+    assert imports_and_uses("from secrets import SecretVault\nfrom distutils.version import LooseVersion\nimport cgi", shown) == set()
 
 
 def test_a_long_parameter_name_is_redacted_in_linear_time() -> None:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import builtins
 import re
-import sys
 import types
 from collections.abc import Iterable, Mapping
 from collections import Counter
@@ -33,6 +32,7 @@ from typing import Any
 from pipelines.extract.message_parts import EDIT_KINDS, agent_zones, zone_at
 from pipelines.extract.model import ExtractorReply, UnitTurn, WorkUnit, clean_text, semantic_node_id
 from pipelines.identity import normal_path
+from pipelines.stdlib_modules import STANDARD_LIBRARY_MODULES
 
 HEURISTIC_VERSION = 12
 # Entities of one turn linked pairwise: the first few only, so a long tool dump does not turn
@@ -141,6 +141,13 @@ _PROSE_TYPES = frozenset({"CONCEPT", "PERSON", "PLACE", "ORGANIZATION", "WORK"})
 # ``from pkg.mod import A, B as C`` on one line (a diff's +/- or a numbered view's gutter before it);
 # the names it brings in, aliases included, up to a ``;`` that ends the statement (audit33).
 _FROM_IMPORT = re.compile(r"^[ \t+-]*(?:\d+[│|:][ \t]*)?from[ \t]+([A-Za-z_][\w.]*)[ \t]+import[ \t]+\(?([^\n#;]*)", re.M)
+# A Python file's path, tried only where a run of path characters begins: one pass over the text.
+_PYTHON_FILE = re.compile(r"(?<![\w./\\-])[\w./-]*\.py(?![\w.-])")
+# Where a module shadows the standard library's of its name: at the top of the project's tree
+# (`./secrets.py`, a git diff's `a/secrets.py`, `secrets/__init__.py`), or of its `src` layout.
+# Deeper (`sphinx/builders/gettext.py`, `src/_pytest/pathlib.py`) it is a package's module, and
+# `from gettext import …` is the standard library's still.
+_TOP_LEVEL_FOLDERS = frozenset({"", "src"})
 _IMPORTED_NAME = re.compile(r"(?<![\w.])[A-Za-z_]\w*(?=[ \t]*(?:,|\)|$|[ \t]as\b))|(?<=\bas[ \t])[A-Za-z_]\w*")
 # A keyword that defines the name written right after it (`class X`, `def x`, `function x`).
 _DEFINITION_LEAD = re.compile(r"\b(?:class|def|function|func|fn|interface|struct|type)[ \t]+$")
@@ -445,15 +452,43 @@ def _imported_from_standard_library(node: Mapping[str, Any], imported: frozenset
 
 def _standard_library_imports(unit: WorkUnit) -> frozenset[str]:
     """Names the unit's text imports by name from a standard-library module (any turn: a file's
-    import lines shown by a command say where its names come from as well as an edit does)."""
-    names: set[str] = set()
+    import lines shown by a command say where its names come from as well as an edit does) — the
+    project's list of them (:data:`STANDARD_LIBRARY_MODULES`, the same on every Python), unless
+    the unit shows the project owns a module of that name (:func:`_project_modules`): ``from
+    secrets import Vault`` beside the project's ``secrets.py`` imports the project's ``Vault``."""
+    imported: dict[str, set[str]] = {}
     for turn in unit.turns:
         if "import" not in turn.text:
             continue
         for match in _FROM_IMPORT.finditer(turn.text):
-            if match.group(1).partition(".")[0] in sys.stdlib_module_names:
-                names.update(n for n in _IMPORTED_NAME.findall(match.group(2)) if n != "*")
-    return frozenset(names)
+            if (module := match.group(1).partition(".")[0]) in STANDARD_LIBRARY_MODULES:
+                imported.setdefault(module, set()).update(n for n in _IMPORTED_NAME.findall(match.group(2)) if n != "*")
+    if not imported:
+        return frozenset()
+    own = _project_modules(unit)
+    return frozenset(name for module, names in imported.items() if module not in own for name in names)
+
+
+def _project_modules(unit: WorkUnit) -> set[str]:
+    """The top-level modules whose file the unit shows by a path (``./secrets.py``,
+    ``src/secrets.py``, ``secrets/__init__.py``; :data:`_TOP_LEVEL_FOLDERS`): the project's, though
+    named like one of the standard library, and the one ``from secrets import …`` imports
+    (determ34). A traceback's ``/usr/lib/python3.11/secrets.py`` is no top of the project's tree,
+    and a relative import (``from .typing import …``) shows a package's module, which shadows
+    nothing (on the coding material both kept ``ClassVar``, ``PurePath``, ``NullTranslations``)."""
+    modules: set[str] = set()
+    for turn in unit.turns:
+        if ".py" not in turn.text:
+            continue
+        for match in _PYTHON_FILE.finditer(turn.text):
+            if "/" not in match.group(0):
+                continue  # a bare `pathlib.py`: a listing's (`ls src/_pytest`), a file's short name
+            folder, _, file = normal_path(match.group(0))[:-3].rpartition("/")
+            if file == "__init__":
+                folder, _, file = folder.rpartition("/")
+            if folder in _TOP_LEVEL_FOLDERS:
+                modules.add(file)
+    return modules
 
 
 def _without_phrase_persons(per_turn: list[tuple[UnitTurn, list[_Mention]]], unit: WorkUnit) -> list[tuple[UnitTurn, list[_Mention]]]:
@@ -784,7 +819,7 @@ def _is_language(name: str) -> bool:
     if method.startswith("__") and method.endswith("__") and variable.lstrip("_")[:1].islower() and receiver not in _OWN_RECEIVERS:
         return True
     module = receiver.split(".")
-    return module[0] in sys.stdlib_module_names and all(part.islower() for part in module)
+    return module[0] in STANDARD_LIBRARY_MODULES and all(part.islower() for part in module)
 
 
 def _is_script_scaffolding(name: str) -> bool:
