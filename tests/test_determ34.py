@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from config import load_settings
-from config.redact import MASK, redact
+from config.redact import MASK, redact, secret_values
 from pipelines.identity import NodeRef, audit_question
 from pipelines.stdlib_modules import STANDARD_LIBRARY_MODULES
 from tests.test_extract import conversation, nodes_of
@@ -114,6 +114,12 @@ def test_a_long_parameter_name_is_redacted_in_linear_time() -> None:
 ])
 def test_a_secret_parameter_is_masked_as_before(text: str, shown: str) -> None:
     assert redact(text) == shown
+
+
+def test_a_url_settings_secret_parameters_are_still_its_secrets(tmp_path: Path) -> None:
+    """The same name pattern tells which of a URL setting's parameters are secrets."""
+    settings = load_settings(data_dir=tmp_path, llm_base_url="http://h/v1?api_key=abcd1234&page=22&X-Amz-Signature=zz99zz99")
+    assert {"abcd1234", "zz99zz99"} <= secret_values(settings) and "22" not in secret_values(settings)
 
 
 @pytest.mark.parametrize(("text", "shown"), [
