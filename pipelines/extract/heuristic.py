@@ -141,6 +141,7 @@ _PROSE_TYPES = frozenset({"CONCEPT", "PERSON", "PLACE", "ORGANIZATION", "WORK"})
 # ``from pkg.mod import A, B as C`` on one line (a diff's +/- or a numbered view's gutter before it);
 # the names it brings in, aliases included, up to a ``;`` that ends the statement (audit33).
 _FROM_IMPORT = re.compile(r"^[ \t+-]*(?:\d+[│|:][ \t]*)?from[ \t]+([A-Za-z_][\w.]*)[ \t]+import[ \t]+\(?([^\n#;]*)", re.M)
+_IMPORTED_NAME = re.compile(r"(?<![\w.])[A-Za-z_]\w*(?=[ \t]*(?:,|\)|$|[ \t]as\b))|(?<=\bas[ \t])[A-Za-z_]\w*")
 # A Python file's path, tried only where a run of path characters begins: one pass over the text.
 _PYTHON_FILE = re.compile(r"(?<![\w./\\-])[\w./-]*\.py(?![\w.-])")
 # Where a module shadows the standard library's of its name: at the top of the project's tree
@@ -148,7 +149,6 @@ _PYTHON_FILE = re.compile(r"(?<![\w./\\-])[\w./-]*\.py(?![\w.-])")
 # Deeper (`sphinx/builders/gettext.py`, `src/_pytest/pathlib.py`) it is a package's module, and
 # `from gettext import …` is the standard library's still.
 _TOP_LEVEL_FOLDERS = frozenset({"", "src"})
-_IMPORTED_NAME = re.compile(r"(?<![\w.])[A-Za-z_]\w*(?=[ \t]*(?:,|\)|$|[ \t]as\b))|(?<=\bas[ \t])[A-Za-z_]\w*")
 # A keyword that defines the name written right after it (`class X`, `def x`, `function x`).
 _DEFINITION_LEAD = re.compile(r"\b(?:class|def|function|func|fn|interface|struct|type)[ \t]+$")
 # Every script has a `main()`: alone it is no function in particular (`cli.main()` is one).
