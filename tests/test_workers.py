@@ -24,7 +24,7 @@ from store.facts import least_name
 from tests.conftest import write_sessions
 from tests.llm_server import LLMServer, held, slow
 from tests.test_forget import canonical
-from tests.workers_support import ELSEWHERE, corpus, digest_report, ingested, run_workers
+from tests.workers_support import ELSEWHERE, corpus, digest_report, ingested, run_workers, slow_commits_elsewhere
 from worker.cycle import PHASES, run_cycle
 
 
@@ -172,6 +172,7 @@ def test_on_postgresql_a_worker_killed_mid_commit_loses_nothing_and_its_claims_w
     lease = 3.0
     with LLMServer(default=slow(0.05)) as server:
         asyncio.run(ingested(settings.data_dir, sessions, tmp_path, database_url=database_url))
+        slow_commits_elsewhere(database_url)
         run = run_workers(settings.data_dir, server.url, workers=3, logs=tmp_path / "logs", timeout=120, database_url=database_url,
                           remote_first=True, mid_commit=True, kills=1, kill_after=(0.0, 0.0), lease_timeout_seconds=lease,
                           llm_concurrency=2)

@@ -98,6 +98,19 @@ def refuse_answers(settings: Settings, database_url: str | None, *, chunk: str |
                      "FOR EACH ROW EXECUTE FUNCTION refuse_answers()")
 
 
+def slow_commits_elsewhere(database_url: str, *, seconds: float = 0.3) -> None:
+    """(PostgreSQL) Each statement that inserts ``nodes`` rows for the worker running as if on
+    another host (:data:`ELSEWHERE`) waits ``seconds`` before it returns, inside its transaction: its
+    commit stays observable long enough for a kill to land mid-commit on a loaded machine, where a
+    commit of a few milliseconds can fall between two looks at ``pg_locks`` every time."""
+    with psycopg.connect(database_url) as conn:
+        conn.execute(f"CREATE FUNCTION slow_commits_elsewhere() RETURNS trigger LANGUAGE plpgsql AS "
+                     f"$$BEGIN IF current_setting('application_name') LIKE '%-{ELSEWHERE}' THEN "
+                     f"PERFORM pg_sleep({float(seconds)}); END IF; RETURN NULL; END$$")
+        conn.execute("CREATE TRIGGER slow_commits_elsewhere AFTER INSERT ON nodes "
+                     "FOR EACH STATEMENT EXECUTE FUNCTION slow_commits_elsewhere()")
+
+
 def accept_answers(settings: Settings, database_url: str | None) -> None:
     if database_url is None:
         with sqlite3.connect(settings.graph_path) as conn:
@@ -217,7 +230,7 @@ def run_workers(data_dir: Path, llm_url: str, *, workers: int, logs: Path, kills
 
 
 def _launch(env: dict[str, str], slot: int, logs: Path, *, remote: bool) -> subprocess.Popen[bytes]:
-    env = {**env, "PGAPPNAME": f"rem-worker-{slot}"}
+    env = {**env, "PGAPPNAME": f"rem-worker-{slot}" + (f"-{ELSEWHERE}" if remote else "")}
     log_path = logs / f"worker-{slot}.log"
     if not remote:
         return start_worker("--once", env=env, log_path=log_path)
@@ -259,7 +272,7 @@ def committing_slots(db: Any) -> set[int]:
         "SELECT DISTINCT a.application_name FROM pg_stat_activity AS a JOIN pg_locks AS l ON l.pid = a.pid "
         "WHERE a.application_name LIKE 'rem-worker-%' AND l.relation = 'nodes'::regclass AND l.mode = 'RowExclusiveLock'"
     )
-    return {int(name.rsplit("-", 1)[1]) for (name,) in rows}
+    return {int(name.split("-")[2]) for (name,) in rows}
 
 
 def pending(db: Any) -> int:
