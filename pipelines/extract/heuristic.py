@@ -34,7 +34,7 @@ from pipelines.extract.model import ExtractorReply, UnitTurn, WorkUnit, clean_te
 from pipelines.identity import normal_path
 from pipelines.stdlib_modules import STANDARD_LIBRARY_MODULES
 
-HEURISTIC_VERSION = 12
+HEURISTIC_VERSION = 13
 # Entities of one turn linked pairwise: the first few only, so a long tool dump does not turn
 # into a clique of hundreds of edges.
 MAX_LINKED_PER_TURN = 6
