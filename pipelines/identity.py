@@ -72,7 +72,7 @@ import math
 import re
 from bisect import bisect_left, bisect_right
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from difflib import SequenceMatcher
 from itertools import accumulate
@@ -333,44 +333,70 @@ class AliasIndex:
             node = NodeRef(node.id, known.type, known.name, tuple(dict.fromkeys((*known.aliases, node.name, *node.aliases))))
         self.nodes[node.id] = node
         seen = {f.text for f in self.forms.get(node.id, ())}
-        kind = node.type
-
-        def file(table: dict[_Key, set[str]], key: str, *, any_type: bool = False) -> None:
-            table.setdefault((kind, key), set()).add(node.id)
-            if any_type:
-                table.setdefault(("*", key), set()).add(node.id)
-
         for text in node.forms:
             if text in seen:
                 continue
-            form = name_form(kind, text)
+            form = name_form(node.type, text)
             self.forms.setdefault(node.id, []).append(form)
-            file(self.exact, _alias_key(kind, text))
-            if form.identifier:
-                file(self.identifiers, form.key, any_type=True)
-                file(self.identifier_words, form.words, any_type=True)
-                if kind == "METHOD":
-                    file(self.members, form.key.rsplit(".", 1)[-1])
-            else:
-                file(self.prose_words, form.words, any_type=True)
-                if len(form.tokens) > 1:
-                    file(self.joined, form.words.replace(" ", ""))
-                said = form.words.split()
-                if _person_core(said) != said:
-                    file(self.led, " ".join(said[1:]))
-                for token in form.tokens:
-                    file(self.by_token, token)
-                file(self.by_prefix, form.words[:4])
-            letters = form_initials(form)
-            if letters:
-                file(self.by_initials, letters)
-            acronym = acronym_of(text)
-            if acronym:
-                file(self.by_acronym, acronym)
-            if kind == "FILE" and not _URL.match(form.key):
-                base = form.key.rsplit("/", 1)[-1]
-                target = self.paths_by_basename if "/" in form.key else self.bare_files
-                target.setdefault(base, set()).add(node.id)
+            for table, key in self._filings(node.type, form):
+                table.setdefault(key, set()).add(node.id)
+
+    def remove(self, node_id: str) -> None:
+        """Forget ``node_id`` and every form filed under it: a node another worker's commit folded
+        into another (the graph no longer has it)."""
+        node = self.nodes.pop(node_id, None)
+        if node is None:
+            return
+        for form in self.forms.pop(node_id, ()):
+            for table, key in self._filings(node.type, form):
+                ids = table.get(key)
+                if ids is not None:
+                    ids.discard(node_id)
+                    if not ids:
+                        del table[key]
+
+    def _filings(self, kind: str, form: NameForm) -> Iterator[tuple[dict[Any, set[str]], Any]]:
+        """Each table and key a form of a node of type ``kind`` is filed under: the one list
+        :meth:`add` files by and :meth:`remove` takes back."""
+
+        def under(table: dict[_Key, set[str]], key: str, *, any_type: bool = False) -> Iterator[tuple[dict[Any, set[str]], Any]]:
+            yield table, (kind, key)
+            if any_type:
+                yield table, ("*", key)
+
+        text = form.text
+        yield from under(self.exact, _alias_key(kind, text))
+        if form.identifier:
+            yield from under(self.identifiers, form.key, any_type=True)
+            yield from under(self.identifier_words, form.words, any_type=True)
+            if kind == "METHOD":
+                yield from under(self.members, form.key.rsplit(".", 1)[-1])
+        else:
+            yield from under(self.prose_words, form.words, any_type=True)
+            if len(form.tokens) > 1:
+                yield from under(self.joined, form.words.replace(" ", ""))
+            said = form.words.split()
+            if _person_core(said) != said:
+                yield from under(self.led, " ".join(said[1:]))
+            for token in form.tokens:
+                yield from under(self.by_token, token)
+            yield from under(self.by_prefix, form.words[:4])
+        letters = form_initials(form)
+        if letters:
+            yield from under(self.by_initials, letters)
+        acronym = acronym_of(text)
+        if acronym:
+            yield from under(self.by_acronym, acronym)
+        if kind == "FILE" and not _URL.match(form.key):
+            base = form.key.rsplit("/", 1)[-1]
+            yield (self.paths_by_basename if "/" in form.key else self.bare_files), base
+
+    def sharing_a_name(self, node: NodeRef) -> set[str]:
+        """The other indexed nodes of ``node``'s type filed under one of its names as written
+        (the ``alias`` rule's key): a node folded into it keeps its name as an alias."""
+        ids = {other for text in node.forms for other in self.exact.get((node.type, _alias_key(node.type, text)), ())}
+        ids.discard(node.id)
+        return ids
 
 
 def _repeats(form: NameForm) -> bool:

@@ -214,6 +214,13 @@ class GraphResolver:
             self._seen, refs = self._committed_since(self._seen)
             for ref in refs:
                 self._index.add(ref)
+            # A node another worker's commit folded into one of these keeps its name as the
+            # survivor's alias, and commits start no new epoch: left in the index, it would sit
+            # beside the survivor and keep a later name from being a candidate of either
+            # (foldidx). One existence read of the nodes sharing a name with what was committed.
+            sharing = {other for ref in refs for other in self._index.sharing_a_name(ref)}
+            for gone in sharing - self._existing(sharing) if sharing else ():
+                self._index.remove(gone)
         return self._index
 
     async def prepare(

@@ -227,6 +227,54 @@ def test_a_workers_identity_index_learns_what_the_others_committed(tmp_path: Pat
         b.close()
 
 
+def test_a_node_folded_by_another_workers_commit_leaves_a_kept_index(tmp_path: Path) -> None:
+    """Worker A's commit folds ``FILE:store/alpha.py`` into ``FILE:alpha.py`` (the lesser id; the
+    claims moved keep ``store/alpha.py`` an alias), as a judged link does, and starts no new
+    identity epoch. Worker B's index, built before, learns the survivor from A's commit and drops
+    the folded node: ``lib/alpha.py`` is then the survivor's candidate, as it is for an index
+    built after the fold — not created apart with no candidate (foldidx)."""
+    from pipelines.extract.commit import Candidate
+    from store.db import Database
+    from store.facts import NodeFacts
+    from store.graph import GraphStore, Node
+    from store.merges import MergeStore
+    from store.provenance import ClaimRow, ProvenanceStore
+    from store.runstate import RunStateStore, SessionRevision
+    from worker.knowledge import identity_resolver
+
+    path = tmp_path / "g.db"
+    a, b, c = Database(path), Database(path), Database(path)
+    runstate = RunStateStore(a)
+
+    def committed(session: str, node: str, name: str, *, fold: str | None = None) -> None:
+        """What a commit of ``session`` naming ``node`` writes (commit_session: claims, then its fold)."""
+        runstate.mark_ingested(SessionRevision(session, "r1", "2026-11-01T00:00:00Z"), "run-a")
+        with a.transaction():
+            runstate.begin_commit()
+            GraphStore(a).upsert_nodes([Node(node, "FILE", name, {"aliases": [name]})])
+            ProvenanceStore(a).add_claims([ClaimRow(node, f"session:{session}", node, NodeFacts.of(aliases=[name]), name=name)])
+            if fold is not None:
+                MergeStore(a).merge_nodes(fold, node, rule="judge", name_as_alias=False)
+            runstate.mark_digested(session, "r1", "run-a")
+
+    def outcome(resolver: Any) -> tuple[str, str, list[str]]:
+        [verdict] = resolver([Candidate("FILE:lib/alpha.py", "FILE", "lib/alpha.py")]).verdicts.values()
+        return verdict.action, verdict.rule, [m.node_id for m in verdict.candidates]
+
+    try:
+        committed("s0", "FILE:store/alpha.py", "store/alpha.py")
+        committed("s1", "FILE:bravo.py", "bravo.py")
+        kept = identity_resolver(b)
+        assert kept([Candidate("FILE:bravo.py", "FILE", "bravo.py")]) == {"FILE:bravo.py": "FILE:bravo.py"}  # index built
+        committed("s2", "FILE:alpha.py", "alpha.py", fold="FILE:store/alpha.py")
+        assert outcome(kept) == outcome(identity_resolver(c)) == ("candidate", "file-basename", ["FILE:alpha.py"])
+        assert kept.builds == 1  # learned from the commit, not rebuilt
+    finally:
+        a.close()
+        b.close()
+        c.close()
+
+
 def test_a_node_folded_by_another_worker_never_makes_an_ambiguity(tmp_path: Path) -> None:
     """Worker B's index knows ``CLASS:LazyQueues``; worker A folds it into ``CLASS:LazyQueue`` (a
     lesser id) and B learns the survivor, with the folded spelling among its aliases, from A's
