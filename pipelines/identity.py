@@ -67,6 +67,7 @@ from __future__ import annotations
 
 import builtins
 import hashlib
+import heapq
 import json
 import math
 import re
@@ -987,7 +988,7 @@ def said_together(
         # asked — the question and its options stay bounded, whatever the graph's history).
         if len(longer) <= 1 or (judged and len(longer) <= MAX_ASKED_EXTENSIONS):
             return sorted(longer)
-        return best_extensions(form, longer, index, batch, said_here)[:MAX_ASKED_EXTENSIONS] if judged else []
+        return best_extensions(form, longer, index, batch, said_here) if judged else []
 
     for i, short in enumerate(nodes):
         form = name_form(short.type, short.name)
@@ -1018,22 +1019,25 @@ def said_together(
                 if frozenset((own[j], short_id)) in paired:
                     continue
                 run_form = name_form(long.type, run)
-                if own[j] in asked(run_form, wider(long.type, run_form, short_id)):
+                longer = wider(long.type, run_form, short_id)
+                # Said here, the longer name ranks among the names said here first: only they are read.
+                if own[j] in longer and (len(longer) <= MAX_ASKED_EXTENSIONS or own[j] in asked(run_form, longer & said_here)):
                     pair(j, short_id, index.nodes[short_id].name, long.name, ASKED_EXTENSION)
     return out
 
 
-def best_extensions(form: NameForm, longer: Iterable[str], index: AliasIndex, batch: AliasIndex, said: Collection[str]) -> list[str]:
-    """The nodes ``longer`` (each with a prose name that :func:`extends` ``form``), the likeliest
-    first (pure): those ``said`` in this session first (a name and its longer one said together),
-    then the closest (fewest words more: `Joey Smith` before `Reverend Joey Tribbiani`), then by id.
-    A judge is asked about the first :data:`MAX_ASKED_EXTENSIONS` (judge34)."""
+def best_extensions(form: NameForm, longer: Collection[str], index: AliasIndex, batch: AliasIndex, said: Collection[str]) -> list[str]:
+    """The likeliest :data:`MAX_ASKED_EXTENSIONS` of the nodes ``longer`` (each with a prose name
+    that :func:`extends` ``form``), best first (pure): those ``said`` in this session first (a name
+    and its longer one said together), then the closest (fewest words more: `Joey Smith` before
+    `Reverend Joey Tribbiani`), then by id. What a judge is asked about (judge34)."""
     size = len(form.words.split())
 
-    def words_more(node_id: str) -> int:
-        return min(len(f.words.split()) - size for table in (index, batch) for f in table.forms.get(node_id, ()) if extends(form, f))
+    def rank(node_id: str) -> tuple[int, str]:
+        return min(len(f.words.split()) - size for table in (index, batch) for f in table.forms.get(node_id, ()) if extends(form, f)), node_id
 
-    return sorted(longer, key=lambda node_id: (node_id not in said, words_more(node_id), node_id))
+    together = sorted((node_id for node_id in longer if node_id in said), key=rank)[:MAX_ASKED_EXTENSIONS]
+    return together + heapq.nsmallest(MAX_ASKED_EXTENSIONS - len(together), (node_id for node_id in longer if node_id not in said), key=rank)
 
 
 def _without_crowded_basenames(verdict: Verdict, index: AliasIndex, batch: AliasIndex) -> Verdict:
