@@ -67,12 +67,13 @@ from __future__ import annotations
 
 import builtins
 import hashlib
+import heapq
 import json
 import math
 import re
 from bisect import bisect_left, bisect_right
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from difflib import SequenceMatcher
 from itertools import accumulate
@@ -90,8 +91,9 @@ CANDIDATE = "candidate"
 # The rule of the ``extension`` pairs offered only to a judge (:func:`said_together`, ``judged``):
 # a judge's "a new node" settles them, they never wait on the review list.
 ASKED_EXTENSION = "extension-asked"
-# With a judge, a name beside at most this many names with words more is asked about each of them
-# (one question, these options); beside more, it names none of them for sure enough to ask.
+# With a judge, a name beside names with words more is asked about at most this many of them (one
+# question, these options; beside more, the likeliest: :func:`best_extensions`). 5 asked more and
+# found nothing more on the Friends tuning runs (bench/RESULTS.md, "The judge asked across sessions").
 MAX_ASKED_EXTENSIONS = 3
 # Candidates kept per ambiguous node, the strongest first: the review list's pairs, and the options
 # a judge is asked to choose among (the rest are noise, and each option's quotes lengthen the question).
@@ -975,7 +977,9 @@ def said_together(
     round): `Ross Geller` / `Ross` but `Joey Special` / `Joey`.
 
     ``judged`` (a judge settles candidates, ``REM_LLM_JUDGE``): one of the two said in this session
-    is enough, the other may be a graph node of any earlier session (rule :data:`ASKED_EXTENSION`). Without a judge such pairs
+    is enough, the other may be a graph node of any earlier session (rule :data:`ASKED_EXTENSION`),
+    and a name beside more than :data:`MAX_ASKED_EXTENSIONS` longer names is paired with the
+    likeliest of them (:func:`best_extensions`; judge34: before, with none). Without a judge such pairs
     would be the review list's bulk (most of them two things); with one, each is a question it
     answers once, and the names rarely meet in one session otherwise (`Wallace` in one scene,
     `David Wallace` in another): bench/RESULTS.md, issue 11, "The judge asked across sessions"."""
@@ -1003,16 +1007,23 @@ def said_together(
     def wider(kind: str, form: NameForm, short_id: str) -> set[str]:
         return (_extensions(index, kind, form) | _extensions(batch, kind, form)) - {short_id}
 
-    most = MAX_ASKED_EXTENSIONS if judged else 1
+    said_here = set(own)
+
+    def asked(form: NameForm, longer: set[str]) -> list[str]:
+        # The longer names a shorter one is paired with: without a judge, the only one; with one,
+        # the likeliest few however many there are (judge34: beside more than a few, none was
+        # asked — the question and its options stay bounded, whatever the graph's history).
+        if len(longer) <= 1 or (judged and len(longer) <= MAX_ASKED_EXTENSIONS):
+            return sorted(longer)
+        return best_extensions(form, longer, index, batch, said_here) if judged else []
+
     for i, short in enumerate(nodes):
         form = name_form(short.type, short.name)
         if form.identifier or short.type in ("FILE", "ISSUE"):
             continue
         longer = wider(short.type, form, own[i])
-        if len(longer) > most:
-            continue
         rule = "extension" if len(longer) == 1 else ASKED_EXTENSION
-        for long_id in sorted(longer):
+        for long_id in asked(form, longer):
             if frozenset((own[i], long_id)) in paired:
                 continue
             said = next((j for j, long in enumerate(nodes)
@@ -1034,10 +1045,26 @@ def said_together(
             for short_id in sorted(index.prose_words.get((long.type, run), ())):
                 if frozenset((own[j], short_id)) in paired:
                     continue
-                longer = wider(long.type, name_form(long.type, run), short_id)
-                if own[j] in longer and len(longer) <= most:
+                run_form = name_form(long.type, run)
+                longer = wider(long.type, run_form, short_id)
+                # Said here, the longer name ranks among the names said here first: only they are read.
+                if own[j] in longer and (len(longer) <= MAX_ASKED_EXTENSIONS or own[j] in asked(run_form, longer & said_here)):
                     pair(j, short_id, index.nodes[short_id].name, long.name, ASKED_EXTENSION)
     return out
+
+
+def best_extensions(form: NameForm, longer: Collection[str], index: AliasIndex, batch: AliasIndex, said: Collection[str]) -> list[str]:
+    """The likeliest :data:`MAX_ASKED_EXTENSIONS` of the nodes ``longer`` (each with a prose name
+    that :func:`extends` ``form``), best first (pure): those ``said`` in this session first (a name
+    and its longer one said together), then the closest (fewest words more: `Joey Smith` before
+    `Reverend Joey Tribbiani`), then by id. What a judge is asked about (judge34)."""
+    size = len(form.words.split())
+
+    def rank(node_id: str) -> tuple[int, str]:
+        return min(len(f.words.split()) - size for table in (index, batch) for f in table.forms.get(node_id, ()) if extends(form, f)), node_id
+
+    together = sorted((node_id for node_id in longer if node_id in said), key=rank)[:MAX_ASKED_EXTENSIONS]
+    return together + heapq.nsmallest(MAX_ASKED_EXTENSIONS - len(together), (node_id for node_id in longer if node_id not in said), key=rank)
 
 
 def _without_crowded_basenames(verdict: Verdict, index: AliasIndex, batch: AliasIndex) -> Verdict:

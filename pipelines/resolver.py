@@ -158,6 +158,8 @@ class GraphResolver:
         self._created: list[str] = []
         self._decisions: dict[tuple[str, tuple[str, ...]], str | None] = {}
         self._unanswered: set[tuple[str, tuple[str, ...]]] = set()  # decisions the auditor could not give
+        # By question, the ids of the options the auditor was shown: its "a new node" settles those.
+        self._shown: dict[tuple[str, tuple[str, ...]], frozenset[str]] = {}
         self._lock = threading.RLock()
         self._epoch = epoch
         self._kept = kept if epoch is not None and committed_since is not None else None
@@ -257,6 +259,7 @@ class GraphResolver:
             options = audit_options(verdict, ref, graph, batch)
             if options and key not in self._decisions:
                 questions[key] = (ref, options, audit_question(ref, options))
+                self._shown[key] = frozenset(o.id for o in options)
         given = await self.verdicts.given({q for *_, q in questions.values()}) if self.verdicts is not None and questions else {}
         for key, (*_, question) in list(questions.items()):
             if question in given:
@@ -351,9 +354,12 @@ class GraphResolver:
             return Verdict(verdict.node_id, LINK, chosen, "auditor", score, verdict.candidates)
         if key in self._unanswered:
             return verdict
-        # The judge said "a new node": the pairs offered to it alone leave with its answer (they
-        # were never the review list's); the others stay there, as before.
-        kept = tuple(m for m in verdict.candidates if m.rule != ASKED_EXTENSION)
+        # The judge said "a new node": every pair it was shown leaves with its answer (judge34;
+        # before, only the ``extension-asked`` ones), and the pairs offered to a judge alone (never
+        # the review list's). What else it was not shown — a cross-type pair, one ranked past the
+        # options — it did not settle: that stays for review.
+        shown = self._shown.get(key, frozenset())
+        kept = tuple(m for m in verdict.candidates if m.node_id not in shown and m.rule != ASKED_EXTENSION)
         if not kept:
             return Verdict(verdict.node_id, CREATE, None, "auditor", 0.0, ())
         return Verdict(verdict.node_id, CANDIDATE, None, kept[0].rule, kept[0].score, kept) if len(kept) < len(verdict.candidates) else verdict

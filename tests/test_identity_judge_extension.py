@@ -53,9 +53,10 @@ def test_a_name_beside_a_few_longer_names_is_one_question_with_each() -> None:
     few = [person(f"Darryl {last}") for last in ("Philbin", "Hannah", "Val")][:MAX_ASKED_EXTENSIONS]
     (verdict,) = resolve_batch([person("Darryl")], AliasIndex.build(few), judged=True)
     assert sorted(m.node_id for m in verdict.candidates) == sorted(n.id for n in few)
-    # Beside more, the name says none of them for sure enough to ask.
+    # Beside more, the likeliest few of them (judge34: before, none;
+    # tests/test_identity_judge_options.py).
     many = AliasIndex.build([*few, person("Darryl Smith"), person("Darryl Jones")][: MAX_ASKED_EXTENSIONS + 1])
-    assert resolve_batch([person("Darryl")], many, judged=True)[0].action == CREATE
+    assert len(resolve_batch([person("Darryl")], many, judged=True)[0].candidates) == MAX_ASKED_EXTENSIONS
 
 
 def test_a_question_may_offer_a_node_new_in_the_same_session() -> None:
