@@ -38,8 +38,10 @@ _URL_SETTINGS = ("chroma_url", "llm_base_url", "embedding_url")
 _TOKEN_SETTINGS = ("chroma_token", "llm_api_key", "embedding_api_key", "mcp_token")
 # What shows a quote cut short right after it: a mask, an ellipsis, or the end of the text.
 _CUT = re.compile(r"\*|…|\.\.|$")
-# A JSON string's escape of one letter or of a code point (:func:`_after_json_escape`).
+# A JSON string's escape of one letter or of a code point (:func:`_after_escape`).
 _JSON_ESCAPE = re.compile(r"\\(?:[bfnrt]|u[0-9A-Fa-f]{4})")
+# A URL's percent escape of one byte (``%20``, ``%3D``): a query or form value quoted in a message.
+_PERCENT_ESCAPE = re.compile(r"%[0-9A-Fa-f]{2}")
 # A parameter's name that says a secret: a run of name characters with one of these words in it.
 # The word is looked for ahead, lazily, and the run is then taken whole without giving any back
 # (possessive, Python 3.11+): one pass over the run from each ``?``/``&``/``;``, none of which is a
@@ -115,7 +117,7 @@ def _redact_text(text: str, also: Iterable[str]) -> str:
 def _mask_heads(text: str, secret: str) -> str:
     """``text`` with each head of ``secret`` (at least :data:`MIN_HEAD_LENGTH` of its first
     characters, fewer than all) masked where it stands on its own: not after a letter or digit (but
-    after a JSON string's escape, ``\\n`` or ``\\u0022``: a message quoted as JSON), and followed
+    after an escape: JSON's ``\\n`` or ``\\u0022``, a URL's ``%20``; :func:`_after_escape`), and followed
     by the end of the text or by anything but a letter or digit (``****``, ``…``, ``.``, a quote) —
     where a library cut the quote short. A longer token that only begins like the secret
     is another one, and kept. A head that is a word (letters, lower case after the first: the
@@ -141,7 +143,7 @@ def _mask_heads(text: str, secret: str) -> str:
 def _head_end(text: str, at: int, secret: str) -> int | None:
     """Where the head of ``secret`` that begins at ``at`` in ``text`` ends, or ``None`` when none
     stands on its own there (see :func:`_mask_heads`)."""
-    if at > 0 and text[at - 1].isalnum() and not _after_json_escape(text, at):
+    if at > 0 and text[at - 1].isalnum() and not _after_escape(text, at):
         return None
     end, most = at + MIN_HEAD_LENGTH, min(len(text), at + len(secret) - 1)
     while end < most and text[end] == secret[end - at]:
@@ -157,11 +159,14 @@ def _head_end(text: str, at: int, secret: str) -> int | None:
     return end
 
 
-def _after_json_escape(text: str, at: int) -> bool:
-    """Whether a JSON string's escape (``\\n``, ``\\t``, ``\\u0022``) ends at ``at`` in ``text``:
-    its letter or hex digit is no part of the word after it (``"error:\\nsk-abcdef12…"``, a model's
-    answer quoted as JSON, determ34). A backslash escaped before it (``\\\\n``) is a backslash, and
-    the letter after it the word's."""
+def _after_escape(text: str, at: int) -> bool:
+    """Whether an escape ends at ``at`` in ``text``, so that its last letter or digit is no part of
+    the word after it: a JSON string's (``\\n``, ``\\t``, ``\\u0022``: ``"error:\\nsk-abcdef12…"``, a
+    model's answer quoted as JSON, determ34) or a URL's percent escape (``%20sk-abcdef12…``, ``%3D``:
+    a form or query value quoted in a message, determ35). A backslash escaped before a JSON escape
+    (``\\\\n``) is a backslash, and the letter after it the word's."""
+    if at >= 3 and _PERCENT_ESCAPE.fullmatch(text, at - 3, at):
+        return True
     for length in (2, 6):
         start = at - length
         if start >= 0 and _JSON_ESCAPE.fullmatch(text, start, at):

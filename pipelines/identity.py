@@ -65,7 +65,6 @@ the evidence: bench/RESULTS.md.
 
 from __future__ import annotations
 
-import builtins
 import hashlib
 import heapq
 import json
@@ -81,7 +80,7 @@ from typing import Any, Protocol
 
 import regex
 
-from pipelines.stdlib_modules import STANDARD_LIBRARY_MODULES
+from pipelines.python_names import BUILTIN_NAMES, STANDARD_LIBRARY_MODULES
 from store.facts import name_order
 from store.names import CALL as _CALL, POSSESSIVE as _POSSESSIVE, URL as _URL, normal_path, plain as _plain, words
 
@@ -115,7 +114,7 @@ _NO_PLURAL_TYPES = frozenset({"METHOD", "TEST", "FILE"})
 _CODE_TYPES = frozenset({"CLASS", "METHOD", "TEST"})
 _CAMEL_NAME = re.compile(r"(?:[A-Z][a-z0-9]+){2,}")
 # A bare call of a Python builtin (`min()`, `len()`) names the builtin, never `A.min()`.
-_BUILTINS = frozenset(name for name in dir(builtins) if name.islower() and not name.startswith("_"))
+_BUILTINS = frozenset(name for name in BUILTIN_NAMES if name.islower() and not name.startswith("_"))
 # A bare call named like a standard-library module (`copy()`, `time()`, `glob()`) is that module's
 # function (`copy.copy`), never a method of some object (`attrs.copy` is `dict.copy`).
 _STDLIB_MODULES = frozenset(name for name in STANDARD_LIBRARY_MODULES if not name.startswith("_"))

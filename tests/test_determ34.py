@@ -3,7 +3,7 @@
 - The offline extractor's "imported by name from the standard library is no node" rule read the
   running Python's ``sys.stdlib_module_names``: two workers on different Pythons extracted one
   chunk differently under one extractor version. The list is frozen in the project now
-  (:data:`pipelines.python_stdlib.STANDARD_LIBRARY_MODULES`). A project module named like a
+  (:data:`pipelines.python_names.STANDARD_LIBRARY_MODULES`). A project module named like a
   standard-library one (``from secrets import SecretVault`` beside the project's ``secrets.py``) lost
   its names; the session showing the project's module keeps them.
 - The model judge was shown at most ten of a node's aliases in the graph's order, while the
@@ -25,7 +25,7 @@ import pytest
 from config import load_settings
 from config.redact import MASK, redact, secret_values
 from pipelines.identity import NodeRef, audit_question
-from pipelines.stdlib_modules import STANDARD_LIBRARY_MODULES
+from pipelines.python_names import STANDARD_LIBRARY_MODULES
 from tests.test_extract import conversation, nodes_of
 from tests.llm_server import LLMServer, Reply
 from worker.knowledge import model_judge
@@ -56,10 +56,10 @@ def test_the_standard_library_rule_reads_no_running_python(monkeypatch: pytest.M
 
 
 def test_the_frozen_list_holds_the_running_pythons_names() -> None:
-    """The list is the union of 3.10 to 3.14's (:mod:`pipelines.stdlib_modules`); a newer Python's
+    """The list is the union of 3.10 to 3.14's (:mod:`pipelines.python_names`); a newer Python's
     new names show here, to be added with a new extractor version."""
     if sys.version_info >= (3, 14):
-        pytest.skip("3.14's final names were not known when the list was frozen; see pipelines/stdlib_modules.py")
+        pytest.skip("3.14's final names were not known when the list was frozen; see pipelines/python_names.py")
     assert set(sys.stdlib_module_names) <= STANDARD_LIBRARY_MODULES
     assert {"distutils", "imp", "cgi", "binhex", "tomllib", "annotationlib"} <= STANDARD_LIBRARY_MODULES
 

@@ -19,9 +19,7 @@ text (or, for a speaker, the turn's role), so everything it says is grounded. Ex
 
 from __future__ import annotations
 
-import builtins
 import re
-import types
 from collections.abc import Iterable, Mapping
 from collections import Counter
 from dataclasses import dataclass, replace
@@ -32,9 +30,9 @@ from typing import Any
 from pipelines.extract.message_parts import EDIT_KINDS, agent_zones, zone_at
 from pipelines.extract.model import ExtractorReply, UnitTurn, WorkUnit, clean_text, semantic_node_id
 from pipelines.identity import normal_path
-from pipelines.stdlib_modules import STANDARD_LIBRARY_MODULES
+from pipelines.python_names import BUILTIN_NAMES, BUILTIN_TYPE_METHODS, STANDARD_LIBRARY_MODULES, TYPES_CLASSES
 
-HEURISTIC_VERSION = 13
+HEURISTIC_VERSION = 14
 # Entities of one turn linked pairwise: the first few only, so a long tool dump does not turn
 # into a clique of hundreds of edges.
 MAX_LINKED_PER_TURN = 6
@@ -97,14 +95,13 @@ _COLOUR_LEAD = re.compile(
     r"""[\w-]*["']?[ \t]*[=:][ \t]*["']?$"""
 )
 _COLOUR_DIGITS = frozenset({3, 4, 6})
-# Python's own names: builtins, and the types module's (`NoneType`).
-_BUILTINS = frozenset(dir(builtins)) | frozenset(n for n in dir(types) if n[:1].isupper())
+# Python's own names: builtins, and the types module's (`NoneType`); the project's lists, the same
+# on every Python (pipelines/python_names.py, determ35).
+_BUILTINS = BUILTIN_NAMES | TYPES_CLASSES
 # Methods of Python's built-in types and file objects, and the built-in functions: called on a
 # variable (`seen.items()`, `f.readlines()`, `a.all()`) they are the language, not the project.
-_BUILTIN_METHODS = frozenset(
-    name for kind in (dict, list, str, set, bytes, tuple, int, float) for name in dir(kind) if not name.startswith("_")
-) | frozenset("read readline readlines write writelines close seek tell flush".split()) | frozenset(
-    name for name in dir(builtins) if name.islower() and not name.startswith("_")
+_BUILTIN_METHODS = BUILTIN_TYPE_METHODS | frozenset("read readline readlines write writelines close seek tell flush".split()) | frozenset(
+    name for name in BUILTIN_NAMES if name.islower() and not name.startswith("_")
 )
 # A method of the class at hand (`self.add()`) is the project's, whatever its name.
 _OWN_RECEIVERS = frozenset({"self", "cls"})
@@ -138,10 +135,15 @@ BUSY_TURN_NAMES = 20
 # Prose names: said once in a coding session they are mostly a heading or a phrase of a dump
 # (`Config File`, `Warm Up`, `Change the CharField`), see :func:`_said_once_in_passing`.
 _PROSE_TYPES = frozenset({"CONCEPT", "PERSON", "PLACE", "ORGANIZATION", "WORK"})
-# ``from pkg.mod import A, B as C`` on one line (a diff's +/- or a numbered view's gutter before it);
-# the names it brings in, aliases included, up to a ``;`` that ends the statement (audit33).
-_FROM_IMPORT = re.compile(r"^[ \t+-]*(?:\d+[│|:][ \t]*)?from[ \t]+([A-Za-z_][\w.]*)[ \t]+import[ \t]+\(?([^\n#;]*)", re.M)
+# ``from pkg.mod import A, B as C`` on one line (a diff's +/- or a numbered view's gutter before it:
+# `12│`, `12:`, or `cat -n`'s number and tab, as SWE-agent's file views show it, determ35);
+# the names it brings in, up to a ``;`` that ends the statement (audit33).
+_FROM_IMPORT = re.compile(r"^[ \t+-]*(?:\d+(?:[│|:][ \t]*|\t))?from[ \t]+([A-Za-z_][\w.]*)[ \t]+import[ \t]+\(?([^\n#;]*)", re.M)
+# The names an import line says, aliases included (`PurePath` and `PP` of `PurePath as PP`) …
 _IMPORTED_NAME = re.compile(r"(?<![\w.])[A-Za-z_]\w*(?=[ \t]*(?:,|\)|$|[ \t]as\b))|(?<=\bas[ \t])[A-Za-z_]\w*")
+# … and those it binds: a name, or the alias after its ``as`` — ``timezone as dt_timezone`` binds
+# no ``timezone``, and ``timezone.now()`` beside it is another module's (determ35).
+_BOUND_NAME = re.compile(r"(?<![\w.])[A-Za-z_]\w*(?=[ \t]*(?:,|\)|$))")
 # A Python file's path, tried only where a run of path characters begins: one pass over the text.
 _PYTHON_FILE = re.compile(r"(?<![\w./\\-])[\w./-]*\.py(?![\w.-])")
 # Where a module shadows the standard library's of its name: at the top of the project's tree
@@ -441,32 +443,50 @@ def mentions_per_turn(
     return _agree_on_types(_without_phrase_persons(per_turn, unit))
 
 
-def _imported_from_standard_library(node: Mapping[str, Any], imported: frozenset[str]) -> bool:
+@dataclass(frozen=True)
+class _StandardImports:
+    """What a unit imports by name from the standard library: every name its import lines say
+    (``PurePath`` of ``PurePath as PP`` too: the class is the language's whatever the file calls
+    it), and the names they bind, which a call is made on (``PP.cwd()``; ``PurePath.x()`` beside
+    that import is some other ``PurePath``'s, determ35)."""
+
+    named: frozenset[str] = frozenset()
+    bound: frozenset[str] = frozenset()
+
+
+def _imported_from_standard_library(node: Mapping[str, Any], imported: _StandardImports) -> bool:
     """A class or call whose name the unit imports from the standard library (``from io import
     StringIO``, ``from pathlib import Path`` → ``Path.home()``) is the language, not the project,
     as a standard-library module's own function already is (:func:`_is_language`). Issue 11,
     thirteenth round: on the coding tuning material 8 labelled noise nodes and 1 useful
     (``TextIOBase``, a bug's base class)."""
-    return node["type"] in ("CLASS", "METHOD") and node["name"].partition(".")[0] in imported
+    if node["type"] not in ("CLASS", "METHOD"):
+        return False
+    receiver, dot, _ = node["name"].partition(".")
+    return receiver in (imported.bound if dot else imported.named)
 
 
-def _standard_library_imports(unit: WorkUnit) -> frozenset[str]:
+def _standard_library_imports(unit: WorkUnit) -> _StandardImports:
     """Names the unit's text imports by name from a standard-library module (any turn: a file's
     import lines shown by a command say where its names come from as well as an edit does) — the
     project's list of them (:data:`STANDARD_LIBRARY_MODULES`, the same on every Python), unless
     the unit shows the project owns a module of that name (:func:`_project_modules`): ``from
     secrets import Vault`` beside the project's ``secrets.py`` imports the project's ``Vault``."""
-    imported: dict[str, set[str]] = {}
+    imported: dict[str, list[str]] = {}
     for turn in unit.turns:
         if "import" not in turn.text:
             continue
         for match in _FROM_IMPORT.finditer(turn.text):
             if (module := match.group(1).partition(".")[0]) in STANDARD_LIBRARY_MODULES:
-                imported.setdefault(module, set()).update(n for n in _IMPORTED_NAME.findall(match.group(2)) if n != "*")
+                imported.setdefault(module, []).append(match.group(2))
     if not imported:
-        return frozenset()
+        return _StandardImports()
     own = _project_modules(unit)
-    return frozenset(name for module, names in imported.items() if module not in own for name in names)
+    lines = [line for module, lines in imported.items() if module not in own for line in lines]
+    return _StandardImports(
+        named=frozenset(n for line in lines for n in _IMPORTED_NAME.findall(line) if n != "*"),
+        bound=frozenset(n for line in lines for n in _BOUND_NAME.findall(line) if n != "*"),
+    )
 
 
 def _project_modules(unit: WorkUnit) -> set[str]:
