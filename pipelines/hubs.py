@@ -35,6 +35,7 @@ from pipelines.identity import (
     NodeRef,
     Verdict,
     acronym_of,
+    folds_a_concept,
     form_initials,
     full_names,
     identifier_key,
@@ -153,7 +154,7 @@ def check(refs: Sequence[NodeRef], verdicts: Sequence[Verdict], index: AliasInde
             return known[short]
 
         if verdict.action == LINK and verdict.rule == "named" and verdict.target is not None:
-            shorts.add(ref.id if ref.type == "CONCEPT" else verdict.target)  # the typed node's id survives
+            shorts.add(verdict.target if folds_a_concept(ref, verdict) else ref.id)  # the typed node's id survives
         # This name as the short one: it joins only a set of longer names that is one thing.
         if verdict.action == LINK and verdict.rule in HUB_RULES and verdict.target != ref.id:
             if any((matched := longer(form)) and not one_thing(kind, matched) for form in ref.forms):

@@ -983,7 +983,7 @@ def said_together(
     answers once, and the names rarely meet in one session otherwise (`Wallace` in one scene,
     `David Wallace` in another): bench/RESULTS.md, issue 11, "The judge asked across sessions"."""
     out = list(verdicts)
-    own = [v.target if v.action == LINK and v.target else n.id for n, v in zip(nodes, verdicts, strict=True)]
+    own = [kept_id(n, v) for n, v in zip(nodes, verdicts, strict=True)]
     paired: set[frozenset[str]] = set()  # one pair per two nodes, however many spellings say them
 
     def pair(holder: int, target: str, short: str, long: str, rule: str) -> None:
@@ -1122,13 +1122,30 @@ def _foreign(node: NodeRef, other: str, index: AliasIndex) -> bool:
     return False
 
 
+def folds_a_concept(node: NodeRef, verdict: Verdict) -> bool:
+    """Whether ``verdict`` is a ``named`` link of a typed node to a CONCEPT of its name: the commit
+    folds the CONCEPT into the node, whose id survives (:mod:`pipelines.hubs` names the CONCEPT a
+    short; a CONCEPT linked to a typed node is folded into that node, as any link)."""
+    return verdict.action == LINK and verdict.rule == "named" and verdict.target is not None and node.type != "CONCEPT"
+
+
+def kept_id(node: NodeRef, verdict: Verdict) -> str:
+    """The id ``node``'s name is kept under, by its verdict alone: a link's target, but the node's
+    own id when its link folds a CONCEPT into it (:func:`folds_a_concept`) — the PLACE `Las Vegas`
+    linked to the CONCEPT `las vegas` is the node `PLACE:Las Vegas` (named35: learned under the
+    CONCEPT's id, a batch held a PLACE of that id, and the `extension` rule paired no `Vegas` with it)."""
+    if verdict.action == LINK and verdict.target is not None and not folds_a_concept(node, verdict):
+        return verdict.target
+    return node.id
+
+
 def learn(index: AliasIndex, nodes: Sequence[NodeRef], verdicts: Sequence[Verdict], moved: Mapping[str, str] | None = None) -> None:
     """Add a resolved batch to ``index``: created nodes under their id, linked nodes' forms as
-    aliases of their target — each under the id the commit keeps for it when ``moved``
-    (:func:`survivors`: a link within the batch keeps the group's least id)."""
+    aliases of their target (:func:`kept_id`) — each under the id the commit keeps for it when
+    ``moved`` (:func:`survivors`: a link within the batch keeps the group's least id)."""
     moved = moved or {}
     for node, verdict in zip(nodes, verdicts, strict=True):
-        own = verdict.target if verdict.action == LINK and verdict.target is not None else node.id
+        own = kept_id(node, verdict)
         index.add(NodeRef(moved.get(own, own), node.type, node.name, node.forms))
 
 

@@ -174,14 +174,18 @@ async def test_without_a_judge_nothing_changes(settings: Settings, tmp_path: Pat
 def test_a_name_linked_to_another_type_is_no_same_type_pair() -> None:
     """`Las Vegas` said as a PLACE links (`named`) to the graph's CONCEPT `las vegas`; `Vegas`, a
     PLACE said beside it, was paired with that CONCEPT as if it were a PLACE: a review pair across
-    types, and with a judge a question whose "link" merged across types. Now no pair, either way."""
+    types, and with a judge a question whose "link" merged across types. The commit keeps the PLACE's
+    id (the CONCEPT is folded into it), so `Vegas` is paired with `PLACE:Las Vegas` — the same type,
+    as with any longer name said beside it (named35: from 79eb679 to it, no pair at all)."""
     graph = AliasIndex.build([NodeRef("CONCEPT:las vegas", "CONCEPT", "Las Vegas")])
     said = [NodeRef("PLACE:Las Vegas", "PLACE", "Las Vegas"), NodeRef("PLACE:Vegas", "PLACE", "Vegas")]
     for judged in (False, True):
         linked, vegas = resolve_batch(said, graph, judged=judged)
         assert linked.rule == "named" and linked.target == "CONCEPT:las vegas"
-        assert vegas.action == CREATE and not vegas.candidates
-        assert audit_options(vegas, said[1], graph.nodes, {n.id: n for n in said}) == []
+        assert vegas.action == CANDIDATE and [(m.node_id, m.rule, m.type) for m in vegas.candidates] == [("PLACE:Las Vegas", "extension", "PLACE")]
+        assert [o.id for o in audit_options(vegas, said[1], graph.nodes, {n.id: n for n in said})] == ["PLACE:Las Vegas"]
+
+
 async def test_an_answer_naming_no_option_settles_nothing(settings: Settings, tmp_path: Path) -> None:
     """audit31: a "link" to an id the question did not offer (the name without its type, another
     question's id) was taken as "a new node" and kept — which, since the judge's "new" settles an
