@@ -138,6 +138,8 @@ _PERSON_RULE_MAX_WORDS = 6
 _FULL_NAME_MAX_WORDS = 3
 # The types a CONCEPT of the identical multi-word name may be (the ``named`` rule).
 NAMED_TYPES = frozenset({"PERSON", "PLACE", "ORGANIZATION", "WORK"})
+# The rule of :func:`_named`'s links (and of the folds a question keeps, :func:`folded_concepts`).
+NAMED_RULE = "named"
 # The typed nodes a ``cross-type`` question is asked against first (:func:`cross_type_rank`).
 _CROSS_TYPE_ORDER = {kind: rank for rank, kind in enumerate(("PERSON", "ORGANIZATION", "PLACE", "WORK"))}
 # A base name shared by more files than this names none of them in particular (`__init__.py`);
@@ -627,7 +629,7 @@ def resolve(
             return Verdict(node.id, CANDIDATE, None, f"ambiguous-{rule}", score, matches)
     named = _named(node, forms[0], index, allowed) if forms else None
     if named is not None:
-        return Verdict(node.id, LINK, named, "named", 0.95, (Match(named, "named", 0.95, node.name, index.nodes[named].type),))
+        return Verdict(node.id, LINK, named, NAMED_RULE, 0.95, (Match(named, NAMED_RULE, 0.95, node.name, index.nodes[named].type),))
     for target, (score, text) in token_scores.items():
         if score >= thresholds.candidate:
             offer(Match(target, "token-set", round(score, 3), text, kind))
@@ -988,8 +990,11 @@ def said_together(
 
     def pair(holder: int, target: str, short: str, long: str, rule: str) -> None:
         verdict = out[holder]
+        # A typed name whose link only folds a CONCEPT into it is new (named35): it is asked too,
+        # and the fold goes with it as a `named` candidate (:func:`folded_concepts`).
+        folds = tuple(m for m in verdict.candidates if m.rule == NAMED_RULE and m.type == "CONCEPT" and nodes[holder].type != "CONCEPT")
         # An ambiguity of a decisive rule stays as it is (a bridging one joins its candidates).
-        if verdict.action == LINK or verdict.rule.startswith("ambiguous-") or target == nodes[holder].id or (nodes[holder].id, target) in blocked:
+        if verdict.action == LINK and not folds or verdict.rule.startswith("ambiguous-") or target == nodes[holder].id or (nodes[holder].id, target) in blocked:
             return
         # A name of the session linked to a graph node of another type (`named`: the PLACE `Las
         # Vegas` to the CONCEPT `las vegas`) stands in the batch under that node's id: never a
@@ -999,8 +1004,9 @@ def said_together(
         if any(m.node_id == target for m in verdict.candidates) or owned(short, long):
             return
         match = Match(target, rule, 0.6, nodes[holder].name, nodes[holder].type)
-        ranked = tuple(sorted((*verdict.candidates, match), key=lambda m: (-m.score, m.node_id)))
-        out[holder] = Verdict(verdict.node_id, CANDIDATE, None, ranked[0].rule, ranked[0].score, ranked)
+        asked = [m for m in verdict.candidates if m.rule != NAMED_RULE]
+        ranked = tuple(sorted((*asked, match), key=lambda m: (-m.score, m.node_id)))
+        out[holder] = Verdict(verdict.node_id, CANDIDATE, None, ranked[0].rule, ranked[0].score, (*ranked, *folds))
         paired.add(frozenset((own[holder], target)))
 
     def wider(kind: str, form: NameForm, short_id: str) -> set[str]:
@@ -1038,7 +1044,7 @@ def said_together(
     # The longer name said in this session, the shorter one only in the graph.
     for j, long in enumerate(nodes):
         form = name_form(long.type, long.name)
-        if out[j].action == LINK or form.identifier or long.type in ("FILE", "ISSUE"):
+        if out[j].action == LINK and not folds_a_concept(long, out[j]) or form.identifier or long.type in ("FILE", "ISSUE"):
             continue
         for run in sub_runs(form.words.split()):
             for short_id in sorted(index.prose_words.get((long.type, run), ())):
@@ -1122,11 +1128,19 @@ def _foreign(node: NodeRef, other: str, index: AliasIndex) -> bool:
     return False
 
 
+def folded_concepts(verdict: Verdict) -> list[str]:
+    """The CONCEPTs a node folds into itself by ``named`` without linking to them: a typed name whose
+    link to its CONCEPT became a question about a longer name (named35, :func:`said_together`) keeps
+    the fold as a ``named`` candidate, whatever the answer — the commit joins the CONCEPT to the
+    node's group, as a short (:func:`batch_groups`), and the review list never shows it."""
+    return [m.node_id for m in verdict.candidates if m.rule == NAMED_RULE and m.node_id != verdict.target and m.type == "CONCEPT"]
+
+
 def folds_a_concept(node: NodeRef, verdict: Verdict) -> bool:
     """Whether ``verdict`` is a ``named`` link of a typed node to a CONCEPT of its name: the commit
     folds the CONCEPT into the node, whose id survives (:mod:`pipelines.hubs` names the CONCEPT a
     short; a CONCEPT linked to a typed node is folded into that node, as any link)."""
-    return verdict.action == LINK and verdict.rule == "named" and verdict.target is not None and node.type != "CONCEPT"
+    return verdict.action == LINK and verdict.rule == NAMED_RULE and verdict.target is not None and node.type != "CONCEPT"
 
 
 def kept_id(node: NodeRef, verdict: Verdict) -> str:
@@ -1208,11 +1222,13 @@ def batch_groups(
     (:func:`survivors` over ``matches``, the bridges and ``joins``, more ids to join — the commit's
     ids before a byte cut). The commit applies both; the resolver learns its batch by the second,
     so the ids it remembers are the graph's."""
+    verdicts = list(verdicts)
     bridged = bridges(verdicts)
     joined = {node_id: [m.node_id for m in v.candidates] for node_id, v in bridged.items()}
-    for node_id, more in joins.items():
+    folds = {v.node_id: folded for v in verdicts if (folded := folded_concepts(v))}
+    for node_id, more in [*joins.items(), *folds.items()]:
         joined[node_id] = [*joined.get(node_id, ()), *more]
-    return bridged, survivors(node_ids, matches, joins=joined, shorts=shorts)
+    return bridged, survivors(node_ids, matches, joins=joined, shorts=shorts | {c for folded in folds.values() for c in folded})
 
 
 class Resolution(dict[str, str]):

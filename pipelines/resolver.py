@@ -58,6 +58,7 @@ from pipelines.identity import (
     audit_options,
     audit_question,
     batch_groups,
+    folded_concepts,
     learn,
     node_quotes,
     offered,
@@ -358,11 +359,13 @@ class GraphResolver:
         # before, only the ``extension-asked`` ones), and the pairs offered to a judge alone (never
         # the review list's). What else it was not shown — a cross-type pair, one ranked past the
         # options — it did not settle: that stays for review.
+        # A fold the question kept (named35: a CONCEPT the node absorbs) is no pair: it stays, answered or not.
         shown = self._shown.get(key, frozenset())
-        kept = tuple(m for m in verdict.candidates if m.node_id not in shown and m.rule != ASKED_EXTENSION)
+        folds = tuple(m for m in verdict.candidates if m.node_id in folded_concepts(verdict))
+        kept = tuple(m for m in verdict.candidates if m.node_id not in shown and m.rule != ASKED_EXTENSION and m not in folds)
         if not kept:
-            return Verdict(verdict.node_id, CREATE, None, "auditor", 0.0, ())
-        return Verdict(verdict.node_id, CANDIDATE, None, kept[0].rule, kept[0].score, kept) if len(kept) < len(verdict.candidates) else verdict
+            return Verdict(verdict.node_id, CREATE, None, "auditor", 0.0, folds)
+        return Verdict(verdict.node_id, CANDIDATE, None, kept[0].rule, kept[0].score, (*kept, *folds)) if len(kept) + len(folds) < len(verdict.candidates) else verdict
 
 
 def separated(verdict: Verdict, blocked: frozenset[tuple[str, str]]) -> Verdict:

@@ -46,7 +46,7 @@ from typing import Any, Protocol
 
 from pipelines.extract.model import identity_key, ids_before_cut, semantic_node_id, suppression_names
 from pipelines.hubs import Checked
-from pipelines.identity import CANDIDATE, CANDIDATES_KEPT, LINK, Verdict, batch_groups, named_alike
+from pipelines.identity import CANDIDATE, CANDIDATES_KEPT, LINK, NAMED_RULE, Verdict, batch_groups, folded_concepts, named_alike
 from pipelines.resolver import CandidateLike
 from pipelines.ports import Graph, MergeRecorder, Provenance, Suppressions, UnitOfWork
 from pipelines.extract.reduce import POINT_ORDER, Point, ReducedReference, ReducedSession
@@ -527,12 +527,14 @@ class CommitStats:
 
 
 def candidate_pairs(verdicts: Iterable[Verdict], session_id: str) -> list[CandidatePair]:
-    """The pairs of the ``candidate`` verdicts (created, not merged), strongest few per node."""
+    """The pairs of the ``candidate`` verdicts (created, not merged), strongest few per node — never
+    a CONCEPT the node folds into itself (:func:`pipelines.identity.folded_concepts`: joined, not a
+    question)."""
     return [
         CandidatePair(verdict.node_id, match.node_id, match.rule, match.score, match.form, session_id)
         for verdict in verdicts
         if verdict.action == CANDIDATE
-        for match in verdict.candidates[:CANDIDATES_KEPT]
+        for match in [m for m in verdict.candidates if m.node_id not in folded_concepts(verdict)][:CANDIDATES_KEPT]
     ]
 
 
@@ -680,6 +682,9 @@ def _link_to(node_id: str, verdicts: Mapping[str, Verdict]) -> Verdict | None:
     it is (pure). What a merge record of a node the least id moved (it did not link: another
     node linked to it) names as its rule."""
     links = [v for v in verdicts.values() if v.action == LINK]
+    folded = next((v for v in verdicts.values() if node_id in folded_concepts(v)), None)
+    if folded is not None:  # a CONCEPT a question's node absorbed (named35): its rule is the fold's
+        return Verdict(folded.node_id, LINK, node_id, NAMED_RULE, 0.95, tuple(m for m in folded.candidates if m.node_id == node_id))
     return next((v for v in links if v.target == node_id), None) or next((v for v in links if node_id in {m.node_id for m in v.candidates}), None)
 
 
