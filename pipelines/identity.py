@@ -1034,8 +1034,9 @@ def said_together(
             said = next((j for j, long in enumerate(nodes)
                          if own[j] == long_id and long.type == short.type and extends(form, name_form(long.type, long.name))), None)
             if said is not None:
-                # The pair goes on the name that is not linked already (the shorter one first).
-                holder, target = (i, own[said]) if out[i].action != LINK else (said, own[i])
+                # The pair goes on the name that is not linked already (the shorter one first; a link
+                # that only folds a CONCEPT into it links nothing, named35).
+                holder, target = (i, own[said]) if out[i].action != LINK or folds_a_concept(short, out[i]) else (said, own[i])
                 pair(holder, target, short.name, nodes[said].name, rule)
             elif judged and long_id in index.nodes:
                 pair(i, long_id, short.name, index.nodes[long_id].name, ASKED_EXTENSION)

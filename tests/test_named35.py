@@ -16,7 +16,7 @@ from typing import Any
 
 from config import Settings
 from pipelines.extract.commit import candidate_pairs
-from pipelines.identity import ASKED_EXTENSION, CANDIDATE, AliasIndex, NodeRef, audit_options, folded_concepts, resolve_batch
+from pipelines.identity import ASKED_EXTENSION, CANDIDATE, LINK, AliasIndex, NodeRef, audit_options, folded_concepts, resolve_batch
 from store.backend import open_database
 from tests.llm_server import LLMServer, Reply, prompt_turns
 from tests.test_forget import _session
@@ -145,3 +145,18 @@ def test_a_longer_name_folding_a_concept_is_asked_about_the_shorter_one() -> Non
     assert folded_concepts(verdict) == ["CONCEPT:princess consuela banana hammock"]
     assert [(p.node_id, p.candidate_id) for p in candidate_pairs([verdict], "s")] == [(said.id, "PERSON:Princess Consuela")]
     assert [o.id for o in audit_options(verdict, said, graph.nodes)] == ["PERSON:Princess Consuela"]
+
+
+def test_a_shorter_name_folding_a_concept_is_asked_beside_a_longer_one_said_with_it() -> None:
+    """Both said in one scene (`Princess Consuela`, folding its CONCEPT, and `Princess Consuela
+    Banana Hammock`, a graph node said again): the pair went on the longer name, whose link to the
+    graph carries no question, and nothing was asked."""
+    graph = AliasIndex.build([NodeRef("CONCEPT:princess consuela", "CONCEPT", "Princess Consuela"),
+                              NodeRef("PERSON:Princess Consuela Banana Hammock", "PERSON", "Princess Consuela Banana Hammock")])
+    said = [NodeRef("PERSON:Princess Consuela", "PERSON", "Princess Consuela"),
+            NodeRef("PERSON:Princess Consuela Banana Hammock", "PERSON", "Princess Consuela Banana Hammock")]
+    for judged in (False, True):
+        short, long = resolve_batch(said, graph, judged=judged)
+        assert long.action == LINK and long.target == "PERSON:Princess Consuela Banana Hammock"
+        assert short.action == CANDIDATE and [(m.node_id, m.rule) for m in short.candidates] == [
+            ("PERSON:Princess Consuela Banana Hammock", "extension"), ("CONCEPT:princess consuela", "named")]
