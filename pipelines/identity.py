@@ -996,6 +996,9 @@ def said_together(
         # An ambiguity of a decisive rule stays as it is (a bridging one joins its candidates).
         if verdict.action == LINK and not folds or verdict.rule.startswith("ambiguous-") or target == nodes[holder].id or (nodes[holder].id, target) in blocked:
             return
+        # A "same" would join the folded CONCEPT to the target too: not where someone undid their merge.
+        if any((m.node_id, target) in blocked or (target, m.node_id) in blocked for m in folds):
+            return
         # A name of the session linked to a graph node of another type (`named`: the PLACE `Las
         # Vegas` to the CONCEPT `las vegas`) stands in the batch under that node's id: never a
         # same-type pair with it (a judge would merge across types, a reviewer be shown one).

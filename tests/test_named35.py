@@ -160,3 +160,15 @@ def test_a_shorter_name_folding_a_concept_is_asked_beside_a_longer_one_said_with
         assert long.action == LINK and long.target == "PERSON:Princess Consuela Banana Hammock"
         assert short.action == CANDIDATE and [(m.node_id, m.rule) for m in short.candidates] == [
             ("PERSON:Princess Consuela Banana Hammock", "extension"), ("CONCEPT:princess consuela", "named")]
+
+
+def test_no_question_joins_a_folded_concept_to_a_node_someone_separated_it_from() -> None:
+    """A person undid the merge of the CONCEPT `new york` into `New York City`: a "same" about the
+    PLACE `New York` (which folds that CONCEPT) would join them again, so it is not asked; the fold
+    stands as before."""
+    graph = AliasIndex.build([NodeRef("CONCEPT:new york", "CONCEPT", "New York"), NodeRef("PLACE:New York City", "PLACE", "New York City")])
+    said = [NodeRef("PLACE:New York", "PLACE", "New York")]
+    (asked,) = resolve_batch(said, graph, judged=True)
+    assert asked.action == CANDIDATE and folded_concepts(asked) == ["CONCEPT:new york"]
+    (kept,) = resolve_batch(said, graph, judged=True, blocked=frozenset({("CONCEPT:new york", "PLACE:New York City")}))
+    assert kept.action == LINK and kept.rule == "named" and kept.target == "CONCEPT:new york"
