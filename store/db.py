@@ -573,6 +573,19 @@ CANDIDATE_PAIR_KEY = (
     "(CASE WHEN node_id < candidate_id THEN candidate_id ELSE node_id END))"
 )
 
+# 35 (apart35): two nodes a person said are different things (`rem-cycle apart`): off the review
+# list, and identity resolution never links, pairs or asks about them again (MergeStore.blocked_pairs).
+# One row a pair, its ids in code-point order.
+APART_MIGRATION = """
+CREATE TABLE identity_apart (
+    node_id     TEXT NOT NULL,
+    other_id    TEXT NOT NULL,
+    created_at  TEXT NOT NULL,
+    PRIMARY KEY (node_id, other_id)
+);
+CREATE INDEX identity_apart_other ON identity_apart(other_id)
+"""
+
 MIGRATIONS: tuple[str, ...] = (
     """
     CREATE TABLE nodes (
@@ -1132,6 +1145,8 @@ MIGRATIONS: tuple[str, ...] = (
     SUPPRESSIONS_MIGRATION,
     # 34: FOLD_FILLER_MIGRATION above.
     FOLD_FILLER_MIGRATION,
+    # 35: APART_MIGRATION above.
+    APART_MIGRATION,
 )
 
 # The queue table's schema version, wherever the entry sits (the PostgreSQL port keys its own form by it).
@@ -1153,6 +1168,7 @@ REASON_DIGEST_VERSION = MIGRATIONS.index(REASON_DIGEST_MIGRATION) + 1
 SEARCH_SHARE_VERSION = MIGRATIONS.index(SEARCH_SHARE_MIGRATION) + 1
 SUPPRESSIONS_VERSION = MIGRATIONS.index(SUPPRESSIONS_MIGRATION) + 1
 FOLD_FILLER_VERSION = MIGRATIONS.index(FOLD_FILLER_MIGRATION) + 1
+APART_VERSION = MIGRATIONS.index(APART_MIGRATION) + 1
 
 
 # SQLite's primary result codes (https://sqlite.org/rescode.html) that name a kind of failure.

@@ -122,7 +122,10 @@ _SPLIT = "evidence LIKE '%\"split\":%'"
 _NOT_UNDONE = (
     "NOT EXISTS (SELECT 1 FROM merges b WHERE b.undone_at IS NOT NULL "
     "AND ((b.merged_id = c.node_id AND b.into_id = c.candidate_id) OR (b.merged_id = c.candidate_id AND b.into_id = c.node_id)) "
-    f"AND NOT b.{_SPLIT})"
+    f"AND NOT b.{_SPLIT}) "
+    # Nor two nodes a person said are different things (keep_apart; one row a pair, ids in order).
+    "AND NOT EXISTS (SELECT 1 FROM identity_apart a WHERE (a.node_id = c.node_id AND a.other_id = c.candidate_id) "
+    "OR (a.node_id = c.candidate_id AND a.other_id = c.node_id))"
 )
 
 
@@ -150,10 +153,41 @@ class MergeStore:
         ]
 
     def blocked_pairs(self) -> frozenset[tuple[str, str]]:
-        """(merged, into) pairs whose merge was undone by an operator (not by a split): identity
-        resolution must not link them again."""
+        """(merged, into) pairs whose merge was undone by an operator (not by a split), and the pairs
+        an operator kept apart (:meth:`keep_apart`, in both orders): identity resolution must not
+        link, pair or ask about them again."""
         rows = self.db.query(f"SELECT DISTINCT merged_id, into_id FROM merges WHERE undone_at IS NOT NULL AND NOT {_SPLIT}")
-        return frozenset((r[0], r[1]) for r in rows)
+        apart = self.db.query("SELECT node_id, other_id FROM identity_apart")
+        return frozenset((r[0], r[1]) for r in rows) | frozenset(pair for r in apart for pair in ((r[0], r[1]), (r[1], r[0])))
+
+    def keep_apart(self, node_id: str, other_id: str, *, anchor_labels: frozenset[str] = frozenset()) -> bool:
+        """Record that ``node_id`` and ``other_id`` (existing knowledge nodes: not one of
+        ``anchor_labels``) are different things, and take their pair off the review list (one
+        transaction). Returns whether it was new. A
+        new identity epoch follows, so every worker's identity index learns the pair at its next
+        commit (:meth:`store.runstate.RunStateStore.begin_commit`)."""
+        node_id, other_id = sorted((normalize_graph_node_id(node_id), normalize_graph_node_id(other_id)))
+        if node_id == other_id:
+            raise MergeError("a node is not apart from itself")
+        with self.db.transaction() as conn:
+            for given in (node_id, other_id):
+                node = self.graph.get_node(given)
+                if node is None:
+                    onward = self.records(merged_id=given, active=True, limit=1)
+                    where = f" (it was merged into {onward[0].into_id})" if onward else ""
+                    raise MergeError(f"no node {given}{where}")
+                if node.label in anchor_labels:
+                    raise MergeError(f"{given} is a {node.label} node, a provenance anchor: only knowledge nodes are kept apart")
+            added = conn.execute(
+                "INSERT INTO identity_apart(node_id, other_id, created_at) VALUES (?,?,?) ON CONFLICT DO NOTHING",
+                (node_id, other_id, self.clock()),
+            ).rowcount
+            conn.execute(
+                "DELETE FROM identity_candidates WHERE (node_id = ? AND candidate_id = ?) OR (node_id = ? AND candidate_id = ?)",
+                (node_id, other_id, other_id, node_id),
+            )
+            conn.execute("UPDATE rem_counters SET value = value + 1 WHERE name = 'identity'")
+        return added == 1
 
     def candidates(self, *, limit: int | None = 100) -> list[dict[str, Any]]:
         """Reported pairs whose nodes both exist and whose merge was never undone, best score first,
@@ -477,7 +511,8 @@ class MergeStore:
           carries none now merged what only the forgotten source said: its alias claim goes, the
           node it went into is recombined, and the record goes (nothing is left to undo);
         - a record into a node the forget ``removed``, or of one that no row carries the record's
-          id for (an undone one too: the pair it kept apart no longer exists), goes;
+          id for (an undone one too: the pair it kept apart no longer exists), goes, and so does a
+          pair kept apart (:meth:`keep_apart`) with a removed node;
         - the others keep their records, without the forgotten source's points in what an
           unmerge would put back (``restore.loop_points``), nor the edges it saved to or from a
           removed node (an unmerge could not link them again anyway) and, for a session, without the
@@ -521,6 +556,9 @@ class MergeStore:
                 rewritten += 1
         for batch, marks in in_batches(sorted(dropped)):
             self.db.conn.execute(f"DELETE FROM merges WHERE merge_id IN ({marks})", batch)
+        # A pair kept apart (keep_apart) with a node the forget removed: it names what was forgotten.
+        for batch, marks in in_batches(sorted(removed), lists=2):
+            self.db.conn.execute(f"DELETE FROM identity_apart WHERE node_id IN ({marks}) OR other_id IN ({marks})", batch + batch)
         return {"merges_dropped": len(dropped), "merges_rewritten": rewritten}, merged_ids
 
     def carries(self, merge_id: int) -> bool:

@@ -43,7 +43,7 @@ EXIT_USAGE = 2
 # The cycle, ``import``, ``import-notes``, ``restore`` and ``backfill`` (a live sync of sessions,
 # an ingest) create one; ``mcp`` serves without one: its tools say so until a cycle creates it.
 GRAPH_COMMANDS = frozenset({
-    "status", "search", "show", "export", "candidates", "retry", "merge", "unmerge", "backup", "forget", "recall",
+    "status", "search", "show", "export", "candidates", "retry", "merge", "unmerge", "apart", "backup", "forget", "recall",
     "reindex", "drain",
 })
 # ``enqueue`` writes the queue file or table in an existing data dir, graph or not.
@@ -171,6 +171,9 @@ def build_parser() -> argparse.ArgumentParser:
         sub, "candidates", common, "pairs identity resolution found ambiguous and did not merge, to review"
     )
     candidates.add_argument("--limit", type=_non_negative_int, default=50, help="at most this many pairs (default 50; 0: all)")
+    apart = add_command(sub, "apart", common, "say two nodes are different things: off the review list, never merged by identity resolution")
+    apart.add_argument("node_id", metavar="NODE_ID", help="one node of a reported pair (as candidates prints it)")
+    apart.add_argument("other_id", metavar="OTHER_ID", help="the other")
     merge = add_command(sub, "merge", common, "fold one node into another by hand (recorded, undoable)")
     merge.add_argument("merged_id", metavar="NODE_ID", help="the node to merge away")
     merge.add_argument("into_id", metavar="INTO_ID", help="the node that keeps its id and takes the edges and aliases")
@@ -751,6 +754,25 @@ async def cmd_candidates(settings: Settings, args: argparse.Namespace) -> int:
     pairs, total = await anyio.to_thread.run_sync(lambda: identity_candidates(settings, limit=args.limit or None))
     _emit(args, {"candidates": pairs, "total": total}, lambda: print_candidates(pairs, total))
     return EXIT_OK
+
+
+async def cmd_apart(settings: Settings, args: argparse.Namespace, progress: CommandProgress) -> int:
+    from store.ids import InvalidIdError
+    from store.merges import MergeError
+    from worker.knowledge import keep_apart
+
+    with progress.to_the_end():
+        try:
+            added = await _edit_graph(settings, "apart", lambda: keep_apart(settings, args.node_id, args.other_id), refused=(MergeError, InvalidIdError))
+        except _EditRefused as refusal:
+            return refusal.status
+        _emit(
+            args,
+            {"node": args.node_id, "other": args.other_id, "added": added},
+            lambda: print(f"{args.node_id} and {args.other_id} are kept apart{'' if added else ' (they already were)'}: "
+                          "off the review list, never merged by identity resolution"),
+        )
+        return EXIT_OK
 
 
 async def cmd_merge(settings: Settings, args: argparse.Namespace, progress: CommandProgress) -> int:
@@ -1337,6 +1359,7 @@ COMMANDS: dict[str, Handler] = {
     "unmerge": interruptible(cmd_unmerge, name="unmerge", rerun="running it again is safe"),
     "candidates": cmd_candidates,
     "merge": interruptible(cmd_merge, name="merge", rerun="running it again is safe"),
+    "apart": interruptible(cmd_apart, name="apart", rerun="running it again is safe"),
     "forget": interruptible(cmd_forget, name="forget", rerun="running it again is safe"),
     "enqueue": interruptible(cmd_enqueue, name="enqueue", rerun="running it again is safe"),
     "drain": interruptible(cmd_drain, name="drain", rerun="re-running the drain is safe: no queued line is lost"),

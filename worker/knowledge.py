@@ -477,6 +477,15 @@ def merge_node(settings: Settings, merged_id: str, into_id: str) -> int:
         ), what="merge", taking_from=[merged_id])
 
 
+def keep_apart(settings: Settings, node_id: str, other_id: str) -> bool:
+    """Record by hand that two knowledge nodes are different things (an operator answering a
+    reported candidate "not the same"): off the review list, and identity resolution never links,
+    pairs or asks about them again (:meth:`store.merges.MergeStore.keep_apart`). Returns whether
+    it was new."""
+    with open_graph_db(settings) as db:
+        return DatabaseUnitOfWork(db).merges.keep_apart(node_id, other_id, anchor_labels=ANCHOR_LABELS)
+
+
 class NodeNotChosen(Exception):
     """``forget --node`` named no single knowledge node: ``status`` 1 (no such node) or 2 (several
     nodes have that name, or it is a session, turn or notes file); nothing was changed."""

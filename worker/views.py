@@ -65,7 +65,7 @@ def print_candidates(pairs: Sequence[dict[str, Any]], total: int) -> None:
             pair["rule"], f"{pair['score']:.2f}", escape(pair["session_id"]),
         )
     console.print(table)
-    console.print("to merge a pair: rem-cycle merge NODE MAY_BE  (undo: rem-cycle unmerge NODE)")
+    console.print("to merge a pair: rem-cycle merge NODE MAY_BE  (undo: rem-cycle unmerge NODE); two different things: rem-cycle apart NODE MAY_BE")
 
 
 def print_node(view: dict[str, Any]) -> None:
