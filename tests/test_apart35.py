@@ -22,7 +22,7 @@ from store.merges import MergeError
 from tests.conftest import run_cli
 from tests.llm_server import LLMServer, Reply, prompt_turns
 from tests.test_forget import _session
-from tests.test_migrations_identity_verdicts import _import, questions
+from tests.test_migrations_identity_verdicts import _import
 from tests.test_named35 import VEGAS, model
 from worker.cycle import run_cycle
 from worker.knowledge import keep_apart
