@@ -189,6 +189,17 @@ class MergeStore:
             conn.execute("UPDATE rem_counters SET value = value + 1 WHERE name = 'identity'")
         return added == 1
 
+    def undo_apart(self, node_id: str, other_id: str) -> bool:
+        """Take back :meth:`keep_apart` of the two ids (whether or not the nodes still exist):
+        identity resolution may link or pair them again from the next commit on (a new epoch).
+        Returns whether there was such a record."""
+        node_id, other_id = sorted((normalize_graph_node_id(node_id), normalize_graph_node_id(other_id)))
+        with self.db.transaction() as conn:
+            removed = conn.execute("DELETE FROM identity_apart WHERE node_id = ? AND other_id = ?", (node_id, other_id)).rowcount
+            if removed:
+                conn.execute("UPDATE rem_counters SET value = value + 1 WHERE name = 'identity'")
+        return removed == 1
+
     def candidates(self, *, limit: int | None = 100) -> list[dict[str, Any]]:
         """Reported pairs whose nodes both exist and whose merge was never undone, best score first,
         with both nodes' labels and names; at most ``limit`` (``None``: all)."""

@@ -3,7 +3,8 @@
 The review list could only be left by a merge: a pair a person read and found to be two things
 stayed listed, and came back with every session that said the names again, so the list could not
 be finished. `rem-cycle apart NODE OTHER` records the decision (migration 35, ``identity_apart``):
-the pair leaves the list, and identity resolution never links, pairs or asks about it again. Real
+the pair leaves the list, and identity resolution never links, pairs or asks about it again
+(`--undo` takes it back). Real
 cycles: real SQLite and PostgreSQL, real embedded Chroma, the loopback model server as extractor
 and judge.
 """
@@ -25,7 +26,7 @@ from tests.test_forget import _session
 from tests.test_migrations_identity_verdicts import _import
 from tests.test_named35 import VEGAS, model
 from worker.cycle import run_cycle
-from worker.knowledge import keep_apart
+from worker.knowledge import keep_apart, undo_apart
 
 PAIR = ("PLACE:Vegas", "PLACE:Las Vegas")
 
@@ -91,6 +92,17 @@ async def test_without_the_decision_the_bridge_joins_them(settings: Settings, tm
     assert {"PLACE:Vegas", "PLACE:Sin City"} <= {m for m, _ in merged} and {into for _, into in merged} == {"PLACE:Las Vegas"}
 
 
+async def test_an_undone_answer_lets_the_bridge_join_them(settings: Settings, tmp_path: Path) -> None:
+    with LLMServer(default=Reply(bridging_model("link"))) as server:
+        await sessions(settings, tmp_path, server, VEGAS, judge=False)
+        keep_apart(settings, *PAIR)
+        assert undo_apart(settings, *reversed(PAIR)) is True  # either order
+        assert undo_apart(settings, *PAIR) is False
+        await sessions(settings, tmp_path, server, [BRIDGE], judge=False, first=3)
+    review, apart, merges = rows(settings)
+    assert apart == [] and ("PLACE:Vegas", "PLACE:Las Vegas") in {(m, i) for m, i, _ in merges}
+
+
 async def test_forgetting_a_node_forgets_the_pair_it_was_kept_apart_in(settings: Settings, tmp_path: Path) -> None:
     with LLMServer(default=Reply(model("link"))) as server:
         await sessions(settings, tmp_path, server, VEGAS, judge=False)
@@ -123,5 +135,7 @@ async def test_the_command(settings: Settings, tmp_path: Path) -> None:
     assert json.loads(done.stdout) == {"node": PAIR[0], "other": PAIR[1], "added": True}
     listed = run_cli("--json", "candidates", env=env)
     assert json.loads(listed.stdout)["total"] == 0
+    undone = run_cli("--json", "apart", "--undo", *PAIR, env=env)
+    assert undone.returncode == 0 and json.loads(undone.stdout) == {"node": PAIR[0], "other": PAIR[1], "undone": True}
     missing = run_cli("apart", "PLACE:Vegas", "PLACE:Nowhere", env=env)
     assert missing.returncode == 1 and "no node PLACE:Nowhere" in missing.stderr

@@ -174,6 +174,7 @@ def build_parser() -> argparse.ArgumentParser:
     apart = add_command(sub, "apart", common, "say two nodes are different things: off the review list, never merged by identity resolution")
     apart.add_argument("node_id", metavar="NODE_ID", help="one node of a reported pair (as candidates prints it)")
     apart.add_argument("other_id", metavar="OTHER_ID", help="the other")
+    apart.add_argument("--undo", action="store_true", help="take the answer back: they may be linked or paired again")
     merge = add_command(sub, "merge", common, "fold one node into another by hand (recorded, undoable)")
     merge.add_argument("merged_id", metavar="NODE_ID", help="the node to merge away")
     merge.add_argument("into_id", metavar="INTO_ID", help="the node that keeps its id and takes the edges and aliases")
@@ -759,18 +760,24 @@ async def cmd_candidates(settings: Settings, args: argparse.Namespace) -> int:
 async def cmd_apart(settings: Settings, args: argparse.Namespace, progress: CommandProgress) -> int:
     from store.ids import InvalidIdError
     from store.merges import MergeError
-    from worker.knowledge import keep_apart
+    from worker.knowledge import keep_apart, undo_apart
 
     with progress.to_the_end():
+        edit = undo_apart if args.undo else keep_apart
         try:
-            added = await _edit_graph(settings, "apart", lambda: keep_apart(settings, args.node_id, args.other_id), refused=(MergeError, InvalidIdError))
+            changed = await _edit_graph(settings, "apart", lambda: edit(settings, args.node_id, args.other_id), refused=(MergeError, InvalidIdError))
         except _EditRefused as refusal:
             return refusal.status
+        if args.undo:
+            said = (f"{args.node_id} and {args.other_id} are no longer kept apart" if changed
+                    else f"{args.node_id} and {args.other_id} were not kept apart: nothing to undo")
+            _emit(args, {"node": args.node_id, "other": args.other_id, "undone": changed}, lambda: print(said))
+            return EXIT_OK
         _emit(
             args,
-            {"node": args.node_id, "other": args.other_id, "added": added},
-            lambda: print(f"{args.node_id} and {args.other_id} are kept apart{'' if added else ' (they already were)'}: "
-                          "off the review list, never merged by identity resolution"),
+            {"node": args.node_id, "other": args.other_id, "added": changed},
+            lambda: print(f"{args.node_id} and {args.other_id} are kept apart{'' if changed else ' (they already were)'}: "
+                          "off the review list, never merged by identity resolution (undo: rem-cycle apart --undo)"),
         )
         return EXIT_OK
 

@@ -486,6 +486,12 @@ def keep_apart(settings: Settings, node_id: str, other_id: str) -> bool:
         return DatabaseUnitOfWork(db).merges.keep_apart(node_id, other_id, anchor_labels=ANCHOR_LABELS)
 
 
+def undo_apart(settings: Settings, node_id: str, other_id: str) -> bool:
+    """Take back :func:`keep_apart` (:meth:`store.merges.MergeStore.undo_apart`)."""
+    with open_graph_db(settings) as db:
+        return DatabaseUnitOfWork(db).merges.undo_apart(node_id, other_id)
+
+
 class NodeNotChosen(Exception):
     """``forget --node`` named no single knowledge node: ``status`` 1 (no such node) or 2 (several
     nodes have that name, or it is a session, turn or notes file); nothing was changed."""
