@@ -71,7 +71,7 @@ log = get_logger(__name__)
 
 # An existing node's earliest provenance points read for its quotes: a turn often holds several
 # points of one node, and a few turns are what the auditor is shown.
-_QUOTE_POINTS = 4 * QUOTES_PER_NODE
+QUOTE_POINTS = 4 * QUOTES_PER_NODE
 
 
 class CandidateLike(Protocol):
@@ -295,7 +295,7 @@ class GraphResolver:
         options = {o.id: o for _, chosen, _ in asked for o in chosen}
         # An option new in this session (audit_options: a batch node) is said here, not in the graph.
         existing = sorted(set(options) - set(said))
-        read = await self.verdicts.first_texts(existing, points=_QUOTE_POINTS) if self.verdicts is not None and existing else {}
+        read = await self.verdicts.first_texts(existing, points=QUOTE_POINTS) if self.verdicts is not None and existing else {}
         return {
             **{node_id: node_quotes(ref, said.get(node_id) or read.get(node_id, ())) for node_id, ref in options.items()},
             **{node_id: node_quotes(ref, said.get(node_id, ())) for node_id, ref in incoming.items()},

@@ -586,6 +586,11 @@ CREATE TABLE identity_apart (
 CREATE INDEX identity_apart_other ON identity_apart(other_id)
 """
 
+# 36 (sweep36): who said the two nodes are different things — a person (`rem-cycle apart`) or the
+# model judge settling the review list (`rem-cycle candidates --judge`): a model's answer is
+# listed as the model's, and a person can find and take back each one (`rem-cycle apart --list`).
+APART_BY_MIGRATION = "ALTER TABLE identity_apart ADD COLUMN decided_by TEXT NOT NULL DEFAULT 'operator'"
+
 MIGRATIONS: tuple[str, ...] = (
     """
     CREATE TABLE nodes (
@@ -1147,6 +1152,8 @@ MIGRATIONS: tuple[str, ...] = (
     FOLD_FILLER_MIGRATION,
     # 35: APART_MIGRATION above.
     APART_MIGRATION,
+    # 36: APART_BY_MIGRATION above.
+    APART_BY_MIGRATION,
 )
 
 # The queue table's schema version, wherever the entry sits (the PostgreSQL port keys its own form by it).
@@ -1169,6 +1176,7 @@ SEARCH_SHARE_VERSION = MIGRATIONS.index(SEARCH_SHARE_MIGRATION) + 1
 SUPPRESSIONS_VERSION = MIGRATIONS.index(SUPPRESSIONS_MIGRATION) + 1
 FOLD_FILLER_VERSION = MIGRATIONS.index(FOLD_FILLER_MIGRATION) + 1
 APART_VERSION = MIGRATIONS.index(APART_MIGRATION) + 1
+APART_BY_VERSION = MIGRATIONS.index(APART_BY_MIGRATION) + 1
 
 
 # SQLite's primary result codes (https://sqlite.org/rescode.html) that name a kind of failure.

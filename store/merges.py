@@ -114,6 +114,10 @@ class CandidatePair:
     session_id: str
 
 
+# Who said two nodes are different things (``identity_apart.decided_by``): a person, or the model
+# judge answering the review list (pipelines/review.py).
+OPERATOR = "operator"
+JUDGE = "judge"
 # A merge undone by a commit's split (a short name that stopped naming one thing) is no operator's
 # decision: its pair is not blocked and stays listed. Marked in its evidence (``{"split": …}``).
 _SPLIT = "evidence LIKE '%\"split\":%'"
@@ -160,17 +164,22 @@ class MergeStore:
         apart = self.db.query("SELECT node_id, other_id FROM identity_apart")
         return frozenset((r[0], r[1]) for r in rows) | frozenset(pair for r in apart for pair in ((r[0], r[1]), (r[1], r[0])))
 
-    def keep_apart(self, node_id: str, other_id: str, *, anchor_labels: frozenset[str] = frozenset()) -> bool:
-        """Record that ``node_id`` and ``other_id`` (existing knowledge nodes: not one of
-        ``anchor_labels``) are different things, and take their pair off the review list (one
-        transaction). Returns whether it was new. A
-        new identity epoch follows, so every worker's identity index learns the pair at its next
-        commit (:meth:`store.runstate.RunStateStore.begin_commit`)."""
-        node_id, other_id = sorted((normalize_graph_node_id(node_id), normalize_graph_node_id(other_id)))
-        if node_id == other_id:
+    def keep_apart(
+        self, node_id: str, *other_ids: str, anchor_labels: frozenset[str] = frozenset(), decided_by: str = OPERATOR,
+    ) -> int:
+        """Record that ``node_id`` is none of ``other_ids`` (existing knowledge nodes: not one of
+        ``anchor_labels``), as ``decided_by`` said (:data:`OPERATOR` or :data:`JUDGE`), and take
+        those pairs off the review list, all in one transaction (any refusal — a node missing or an
+        anchor — changes nothing). Returns how many pairs were new (a pair already kept apart keeps
+        who said it first). A new identity epoch follows, so every worker's identity index learns
+        the pairs at its next commit (:meth:`store.runstate.RunStateStore.begin_commit`)."""
+        node_id = normalize_graph_node_id(node_id)
+        pairs = [tuple(sorted((node_id, normalize_graph_node_id(other)))) for other in other_ids]
+        if any(one == other for one, other in pairs):
             raise MergeError("a node is not apart from itself")
+        added = 0
         with self.db.transaction() as conn:
-            for given in (node_id, other_id):
+            for given in dict.fromkeys(given for pair in pairs for given in pair):
                 node = self.graph.get_node(given)
                 if node is None:
                     onward = self.records(merged_id=given, active=True, limit=1)
@@ -178,16 +187,17 @@ class MergeStore:
                     raise MergeError(f"no node {given}{where}")
                 if node.label in anchor_labels:
                     raise MergeError(f"{given} is a {node.label} node, a provenance anchor: only knowledge nodes are kept apart")
-            added = conn.execute(
-                "INSERT INTO identity_apart(node_id, other_id, created_at) VALUES (?,?,?) ON CONFLICT DO NOTHING",
-                (node_id, other_id, self.clock()),
-            ).rowcount
-            conn.execute(
-                "DELETE FROM identity_candidates WHERE (node_id = ? AND candidate_id = ?) OR (node_id = ? AND candidate_id = ?)",
-                (node_id, other_id, other_id, node_id),
-            )
+            for one, other in pairs:
+                added += conn.execute(
+                    "INSERT INTO identity_apart(node_id, other_id, created_at, decided_by) VALUES (?,?,?,?) ON CONFLICT DO NOTHING",
+                    (one, other, self.clock(), decided_by),
+                ).rowcount
+                conn.execute(
+                    "DELETE FROM identity_candidates WHERE (node_id = ? AND candidate_id = ?) OR (node_id = ? AND candidate_id = ?)",
+                    (one, other, other, one),
+                )
             conn.execute("UPDATE rem_counters SET value = value + 1 WHERE name = 'identity'")
-        return added == 1
+        return added
 
     def undo_apart(self, node_id: str, other_id: str) -> bool:
         """Take back :meth:`keep_apart` of the two ids (whether or not the nodes still exist):
@@ -199,6 +209,22 @@ class MergeStore:
             if removed:
                 conn.execute("UPDATE rem_counters SET value = value + 1 WHERE name = 'identity'")
         return removed == 1
+
+    def kept_apart(self, *, limit: int | None = 100) -> list[dict[str, Any]]:
+        """The pairs kept apart, newest first, with who said so and both nodes' labels and names
+        where they still exist (``None`` where not); at most ``limit`` (``None``: all)."""
+        rows = self.db.query(
+            "SELECT a.node_id, n.label AS node_label, n.name AS node_name, a.other_id, m.label AS other_label, "
+            "m.name AS other_name, a.decided_by, a.created_at FROM identity_apart a "
+            "LEFT JOIN nodes n ON n.id = a.node_id LEFT JOIN nodes m ON m.id = a.other_id "
+            "ORDER BY a.created_at DESC, a.node_id, a.other_id LIMIT ?",
+            (UNLIMITED if limit is None else limit,),
+        )
+        return [dict(r) for r in rows]
+
+    def kept_apart_count(self) -> int:
+        """How many pairs are kept apart."""
+        return self.db.query("SELECT COUNT(*) FROM identity_apart")[0][0]
 
     def candidates(self, *, limit: int | None = 100) -> list[dict[str, Any]]:
         """Reported pairs whose nodes both exist and whose merge was never undone, best score first,

@@ -64,7 +64,7 @@ exit codes:
      unreachable, no data dir or graph database (read commands and drain never create one)
   2  usage or configuration error (bad argument, invalid TOML, invalid setting)
   3  busy: another cycle, daemon or drain holds the data dir's lock
-  130, 143, 129  import, import-notes, drain, backfill or reindex stopped by SIGINT (Ctrl-C), SIGTERM or
+  130, 143, 129  import, import-notes, drain, backfill, reindex or candidates --judge stopped by SIGINT (Ctrl-C), SIGTERM or
      SIGHUP; a line on stderr says what was done, and re-running is safe (merge, forget, backup,
      restore … once under way finish and report instead)
   141  the output's reader went away (rem-cycle export | head): stopped without a message, as by SIGPIPE
@@ -170,11 +170,20 @@ def build_parser() -> argparse.ArgumentParser:
     candidates = add_command(
         sub, "candidates", common, "pairs identity resolution found ambiguous and did not merge, to review"
     )
-    candidates.add_argument("--limit", type=_non_negative_int, default=50, help="at most this many pairs (default 50; 0: all)")
+    candidates.add_argument("--limit", type=_non_negative_int, default=50,
+                            help="at most this many pairs (with --judge: questions) (default 50; 0: all)")
+    candidates.add_argument(
+        "--judge", action="store_true",
+        help="ask the model judge (REM_EXTRACTOR=openai, REM_LLM_JUDGE=true) about the listed same-type pairs and apply "
+        "each answer: a link merges the pair (rem-cycle unmerge takes it back), 'a new node' keeps it apart (apart --undo)",
+    )
     apart = add_command(sub, "apart", common, "say two nodes are different things: off the review list, never merged by identity resolution")
-    apart.add_argument("node_id", metavar="NODE_ID", help="one node of a reported pair (as candidates prints it)")
-    apart.add_argument("other_id", metavar="OTHER_ID", help="the other")
-    apart.add_argument("--undo", action="store_true", help="take the answer back: they may be linked or paired again")
+    apart.add_argument("node_id", metavar="NODE_ID", nargs="?", help="one node of a reported pair (as candidates prints it)")
+    apart.add_argument("other_id", metavar="OTHER_ID", nargs="?", help="the other")
+    apart_how = apart.add_mutually_exclusive_group()
+    apart_how.add_argument("--undo", action="store_true", help="take the answer back: they may be linked or paired again")
+    apart_how.add_argument("--list", action="store_true", help="list the pairs kept apart, newest first, and who said so (a person or the judge)")
+    apart.add_argument("--limit", type=_non_negative_int, default=50, help="with --list: at most this many pairs (default 50; 0: all)")
     merge = add_command(sub, "merge", common, "fold one node into another by hand (recorded, undoable)")
     merge.add_argument("merged_id", metavar="NODE_ID", help="the node to merge away")
     merge.add_argument("into_id", metavar="INTO_ID", help="the node that keeps its id and takes the edges and aliases")
@@ -748,20 +757,66 @@ async def cmd_unmerge(settings: Settings, args: argparse.Namespace, progress: Co
         return EXIT_OK
 
 
-async def cmd_candidates(settings: Settings, args: argparse.Namespace) -> int:
+async def cmd_candidates(settings: Settings, args: argparse.Namespace, progress: CommandProgress) -> int:
     from worker.knowledge import identity_candidates
     from worker.views import print_candidates
 
+    if args.judge:
+        return await _judge_candidates(settings, args, progress)
     pairs, total = await anyio.to_thread.run_sync(lambda: identity_candidates(settings, limit=args.limit or None))
     _emit(args, {"candidates": pairs, "total": total}, lambda: print_candidates(pairs, total))
+    return EXIT_OK
+
+
+async def _judge_candidates(settings: Settings, args: argparse.Namespace, progress: CommandProgress) -> int:
+    """``candidates --judge``: the review list settled by the model judge, under the cycle's lock
+    (an answer changes the graph), its server checked first as a cycle's ``provider-ready`` does."""
+    from pipelines.extract.model import ExtractionFailure
+    from pipelines.review import ReviewSweep
+    from worker.cycle import graph_single_flight
+    from worker.knowledge import model_judge, settle_review_list
+    from worker.views import print_review_sweep
+
+    sweep = ReviewSweep()
+    progress.describe = lambda: (f"{len(sweep.linked)} pairs linked and {len(sweep.apart)} kept apart as the judge answered "
+                                 "(each answer applied when given); the rest were not asked")
+    async with model_judge(settings) as judge:
+        if judge is None:
+            print("rem-cycle: candidates --judge needs the model judge: REM_EXTRACTOR=openai and REM_LLM_JUDGE=true "
+                  f"(now REM_EXTRACTOR={settings.extractor}, REM_LLM_JUDGE={str(settings.llm_judge).lower()})", file=sys.stderr)
+            return EXIT_USAGE
+        try:
+            await judge.extractor.ping()
+        except ExtractionFailure as exc:
+            print(f"rem-cycle: candidates --judge: no judge to ask: {exc}", file=sys.stderr)
+            return EXIT_FAILED
+        try:
+            async with graph_single_flight(settings):
+                await settle_review_list(settings, judge, limit=args.limit or None, sweep=sweep)
+        except CycleBusyError as exc:
+            print(f"rem-cycle: {exc}; candidates --judge when it has finished", file=sys.stderr)
+            return EXIT_BUSY
+    report = sweep.as_dict()
+    _emit(args, report, lambda: print_review_sweep(report))
     return EXIT_OK
 
 
 async def cmd_apart(settings: Settings, args: argparse.Namespace, progress: CommandProgress) -> int:
     from store.ids import InvalidIdError
     from store.merges import MergeError
-    from worker.knowledge import keep_apart, undo_apart
+    from worker.knowledge import keep_apart, kept_apart, undo_apart
+    from worker.views import print_kept_apart
 
+    if args.list:
+        if args.node_id is not None:
+            print("rem-cycle: apart --list takes no NODE_ID", file=sys.stderr)
+            return EXIT_USAGE
+        pairs, total = await anyio.to_thread.run_sync(lambda: kept_apart(settings, limit=args.limit or None))
+        _emit(args, {"apart": pairs, "total": total}, lambda: print_kept_apart(pairs, total))
+        return EXIT_OK
+    if args.other_id is None:
+        print("rem-cycle: apart needs NODE_ID and OTHER_ID (or --list)", file=sys.stderr)
+        return EXIT_USAGE
     with progress.to_the_end():
         edit = undo_apart if args.undo else keep_apart
         try:
@@ -1364,7 +1419,7 @@ COMMANDS: dict[str, Handler] = {
     "backup": interruptible(cmd_backup, name="backup", rerun="running it again is safe"),
     "restore": interruptible(cmd_restore, name="restore", rerun="running it again is safe"),
     "unmerge": interruptible(cmd_unmerge, name="unmerge", rerun="running it again is safe"),
-    "candidates": cmd_candidates,
+    "candidates": interruptible(cmd_candidates, name="candidates", rerun="running it again asks only what is still listed"),
     "merge": interruptible(cmd_merge, name="merge", rerun="running it again is safe"),
     "apart": interruptible(cmd_apart, name="apart", rerun="running it again is safe"),
     "forget": interruptible(cmd_forget, name="forget", rerun="running it again is safe"),

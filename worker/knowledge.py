@@ -9,7 +9,7 @@ import json
 import os
 import time
 import unicodedata
-from collections.abc import AsyncIterator, Callable, Collection, Iterable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from functools import partial
@@ -35,6 +35,7 @@ from pipelines.judge import ModelJudge
 from pipelines.lazy_edge import ExtractionLines
 from pipelines.query import ViewCounts, node_view, search_row, turn_memory_ids
 from pipelines.resolver import GraphResolver, KeptIndex, node_refs
+from pipelines.review import LinkRefused, ReviewSweep, judge_review_list
 from pipelines.vocabulary import ANCHOR_LABELS, DISCUSSED_IN, MEMORY_LABEL, NOTE_LABEL, ORIGINATES_IN, PROVENANCE_RELATIONSHIPS, SESSION_LABEL
 from store.chroma import ChromaStore, ChromaStoreError
 from store.communities import CommunityStore
@@ -48,7 +49,7 @@ from store.ids import memory_node_id, normalize_graph_node_id, row_id_given, row
 from store.lazy_queue import LazyEdgeQueue, QueueBusyError
 from store.lazy_table import LazyEdgeTable, lazy_edge_sink
 from store.library_log import get_logger
-from store.merges import MergeStore
+from store.merges import JUDGE, MergeStore
 from store.provenance import ProvenanceStore
 from store.recall_index import RecallIndex, Scope, SessionRecord
 from store.runstate import RunStateStore
@@ -483,13 +484,64 @@ def keep_apart(settings: Settings, node_id: str, other_id: str) -> bool:
     pairs or asks about them again (:meth:`store.merges.MergeStore.keep_apart`). Returns whether
     it was new."""
     with open_graph_db(settings) as db:
-        return DatabaseUnitOfWork(db).merges.keep_apart(node_id, other_id, anchor_labels=ANCHOR_LABELS)
+        return DatabaseUnitOfWork(db).merges.keep_apart(node_id, other_id, anchor_labels=ANCHOR_LABELS) == 1
 
 
 def undo_apart(settings: Settings, node_id: str, other_id: str) -> bool:
     """Take back :func:`keep_apart` (:meth:`store.merges.MergeStore.undo_apart`)."""
     with open_graph_db(settings) as db:
         return DatabaseUnitOfWork(db).merges.undo_apart(node_id, other_id)
+
+
+def kept_apart(settings: Settings, *, limit: int | None = 50) -> tuple[list[dict[str, Any]], int]:
+    """The pairs kept apart, newest first, with who said so (at most ``limit``; ``None``: all),
+    and how many there are in all."""
+    with open_graph_db(settings) as db:
+        merges = MergeStore(db)
+        return merges.kept_apart(limit=limit), merges.kept_apart_count()
+
+
+@dataclass(frozen=True, slots=True)
+class GraphReviewDesk:
+    """:class:`pipelines.review.ReviewDesk` over the graph database, off the event loop."""
+
+    unit: DatabaseUnitOfWork
+
+    async def nodes(self, node_ids: Collection[str]) -> dict[str, NodeRef]:
+        graph = GraphStore(self.unit.db)
+        rows = await anyio.to_thread.run_sync(lambda: graph.node_names(exclude_labels=ANCHOR_LABELS, ids=node_ids))
+        return {ref.id: ref for ref in node_refs(rows)}
+
+    async def first_texts(self, node_ids: Collection[str], *, points: int) -> dict[str, list[str]]:
+        return await StoredVerdicts(VerdictStore(self.unit.db)).first_texts(node_ids, points=points)
+
+    async def link(self, node_id: str, into_id: str, *, score: float, options: Sequence[str]) -> int:
+        from pipelines.forget import KeptOut, refusing_kept_out
+        from store.merges import MergeError
+
+        def merge() -> int:
+            return refusing_kept_out(self.unit, [into_id], lambda: self.unit.merges.merge_nodes(
+                node_id, into_id, rule="auditor", score=score, evidence={"by": JUDGE, "options": list(options)},
+                anchor_labels=ANCHOR_LABELS,
+            ), what="merge", taking_from=[node_id])
+
+        try:
+            return await anyio.to_thread.run_sync(merge)
+        except (MergeError, KeptOut) as exc:
+            raise LinkRefused(str(exc)) from exc
+
+    async def keep_apart(self, node_id: str, others: Sequence[str]) -> None:
+        await anyio.to_thread.run_sync(partial(self.unit.merges.keep_apart, node_id, *others, anchor_labels=ANCHOR_LABELS, decided_by=JUDGE))
+
+
+async def settle_review_list(settings: Settings, judge: ModelJudge, *, limit: int | None = 50, sweep: ReviewSweep | None = None) -> ReviewSweep:
+    """Settle the review list with ``judge``: at most ``limit`` questions (``None``: all), each
+    answer applied before the next is asked, the figures kept in ``sweep`` as they come
+    (:func:`pipelines.review.judge_review_list`). The caller holds the cycle's single-flight lock."""
+    with open_graph_db(settings) as db:
+        unit = DatabaseUnitOfWork(db)
+        pairs = await anyio.to_thread.run_sync(lambda: unit.merges.candidates(limit=None))
+        return await judge_review_list(pairs, GraphReviewDesk(unit), judge.audit_identity, limit=limit, sweep=sweep)
 
 
 class NodeNotChosen(Exception):

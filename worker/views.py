@@ -55,17 +55,51 @@ def print_candidates(pairs: Sequence[dict[str, Any]], total: int) -> None:
         return
     table = Table("node", "may be", "rule", "score", "session", title=f"identity candidate pairs ({len(pairs)} of {total})")
 
-    def shown(node_id: str, name: str) -> str:
-        # The name only when the id does not already say it.
-        return escape(node_id if node_id.partition(":")[2] == name else f"{node_id} ({name})")
-
     for pair in pairs:
         table.add_row(
-            shown(pair["node_id"], pair["node_name"]), shown(pair["candidate_id"], pair["candidate_name"]),
+            _shown(pair["node_id"], pair["node_name"]), _shown(pair["candidate_id"], pair["candidate_name"]),
             pair["rule"], f"{pair['score']:.2f}", escape(pair["session_id"]),
         )
     console.print(table)
     console.print("to merge a pair: rem-cycle merge NODE MAY_BE  (undo: rem-cycle unmerge NODE); two different things: rem-cycle apart NODE MAY_BE")
+
+
+def _shown(node_id: str, name: str | None) -> str:
+    """A node as a listing shows it: its id, and its name when the id does not say it already."""
+    return escape(node_id if name is None or node_id.partition(":")[2] == name else f"{node_id} ({name})")
+
+
+def print_kept_apart(pairs: Sequence[dict[str, Any]], total: int) -> None:
+    """The pairs kept apart, with who said so and the command that takes one back."""
+    console = output_console()
+    if not pairs:
+        console.print("no pairs kept apart")
+        return
+    table = Table("node", "is not", "said by", "at", title=f"pairs kept apart ({len(pairs)} of {total})")
+    for pair in pairs:
+        table.add_row(_shown(pair["node_id"], pair["node_name"]), _shown(pair["other_id"], pair["other_name"]),
+                      pair["decided_by"], pair["created_at"])
+    console.print(table)
+    console.print("to take one back: rem-cycle apart --undo NODE IS_NOT")
+
+
+def print_review_sweep(sweep: dict[str, Any]) -> None:
+    """What ``candidates --judge`` asked the model and did with its answers."""
+    console = output_console()
+    for link in sweep["linked"]:
+        console.print(f"linked  {escape(link['node'])} -> {escape(link['into'])} (merge #{link['merge_id']}; undo: "
+                      f"rem-cycle unmerge {escape(shlex.quote(link['node']))})")
+    for apart in sweep["apart"]:
+        console.print(f"apart   {escape(apart['node'])} is not {escape(', '.join(apart['from']))} (undo: rem-cycle apart --undo NODE OTHER)")
+    for refused in sweep["refused"]:
+        console.print(f"refused {escape(refused['node'])} -> {escape(refused['into'])}: {escape(refused['why'])}")
+    for node in sweep["unanswered"]:
+        console.print(f"no answer about {escape(node)}: its pairs stay listed")
+    left = [f"{sweep['not_asked']} questions past --limit" if sweep["not_asked"] else "",
+            f"{sweep['cross_type']} cross-type pairs (never asked: for a person)" if sweep["cross_type"] else ""]
+    console.print(f"{sweep['asked']} questions asked: {len(sweep['linked'])} linked, {len(sweep['apart'])} kept apart, "
+                  f"{len(sweep['refused'])} refused, {len(sweep['unanswered'])} unanswered"
+                  + "".join(f"; {item}" for item in left if item))
 
 
 def print_node(view: dict[str, Any]) -> None:

@@ -1,0 +1,161 @@
+"""The review list settled by the model judge (``rem-cycle candidates --judge``).
+
+A cycle asks the judge (``REM_LLM_JUDGE``) about a name only while it commits the session that says
+it, so pairs reach the review list that no model was ever shown: every pair of a graph built
+before the judge was turned on, two names that were both in the graph before they met, and the
+pairs of a call that failed (the cycle leaves them for a person, and asks again only when a later
+session raises the same question). This sweep asks the judge about the pairs on the list, as the
+cycle would have: one question a reported node, its strongest :data:`CANDIDATES_KEPT` same-type
+candidates as the options, each node shown with quotes of the earliest turns that say it.
+
+Each answer is applied before the next question is asked, so no answer is paid for twice: "link"
+folds the node into the option it names (merge rule ``auditor``, undone by ``rem-cycle unmerge``),
+"a new node" keeps the node apart from every option it was shown (``identity_apart`` with
+``decided_by = judge``, taken back by ``rem-cycle apart --undo``). A failed call, or an answer
+naming no option, changes nothing: the pairs stay listed for a person or a later sweep. Cross-type
+pairs are never asked (a cycle never asks them either: a link across types does not last) and stay
+for a person.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from pipelines.identity import CANDIDATES_KEPT, AnswerOffOptions, Auditor, AuditUnanswered, NodeRef, node_quotes, offered
+from pipelines.resolver import QUOTE_POINTS
+from store.library_log import get_logger
+
+log = get_logger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class ReviewQuestion:
+    """"Which of ``options`` is ``node_id``?": a reported node and (some of) its same-type
+    candidates, strongest first, each with the score the review list gives it."""
+
+    node_id: str
+    options: tuple[str, ...]
+    scores: tuple[float, ...]
+
+
+def review_questions(pairs: Sequence[Mapping[str, Any]]) -> tuple[list[ReviewQuestion], int]:
+    """The questions that settle the review list's ``pairs`` (rows as
+    :meth:`store.merges.MergeStore.candidates` lists them, best score first), and how many pairs
+    no question asks (cross-type: for a person). Pure. A node's candidates are asked about
+    :data:`CANDIDATES_KEPT` at a time, strongest first; the questions come in the order of each
+    node's strongest pair."""
+    by_node: dict[str, list[tuple[str, float]]] = {}
+    cross_type = 0
+    for pair in pairs:
+        if pair["node_label"] != pair["candidate_label"]:
+            cross_type += 1
+            continue
+        by_node.setdefault(pair["node_id"], []).append((pair["candidate_id"], float(pair["score"])))
+    questions = []
+    for node_id, options in by_node.items():
+        for start in range(0, len(options), CANDIDATES_KEPT):
+            shown = options[start:start + CANDIDATES_KEPT]
+            questions.append(ReviewQuestion(node_id, tuple(o for o, _ in shown), tuple(s for _, s in shown)))
+    return questions, cross_type
+
+
+class ReviewDesk(Protocol):
+    """What the sweep reads and changes (the worker's adapter over the graph's stores)."""
+
+    async def nodes(self, node_ids: Collection[str]) -> dict[str, NodeRef]:
+        """The knowledge nodes among ``node_ids`` that exist now, as the graph names them."""
+        ...
+
+    async def first_texts(self, node_ids: Collection[str], *, points: int) -> dict[str, list[str]]:
+        """By node id, the texts of its earliest ``points`` provenance points, earliest first."""
+        ...
+
+    async def link(self, node_id: str, into_id: str, *, score: float, options: Sequence[str]) -> int:
+        """Fold ``node_id`` into ``into_id`` as the judge said (one transaction); the merge id.
+        :class:`LinkRefused` when the graph refuses the merge (nothing changed)."""
+        ...
+
+    async def keep_apart(self, node_id: str, others: Sequence[str]) -> None:
+        """Record that ``node_id`` is none of ``others``, as the judge said (one transaction)."""
+        ...
+
+
+class LinkRefused(Exception):
+    """The graph refused a link the judge answered (a name ``forget --node`` keeps out of the
+    node it would join, a node gone meanwhile): nothing changed, the pairs stay listed."""
+
+
+@dataclass(slots=True)
+class ReviewSweep:
+    """What a sweep asked and did. ``linked``: (node, into, merge id); ``apart``: (node, the options
+    it was kept apart from); ``unanswered``: nodes whose question got no answer; ``refused``: (node,
+    the option it was linked to, why the graph refused the merge); ``gone``: questions
+    not asked because the node, or every option, left the graph first (folded by an earlier answer,
+    or by a cycle); ``not_asked``: questions past the limit; ``cross_type``: pairs left for a person."""
+
+    asked: int = 0
+    linked: list[tuple[str, str, int]] = field(default_factory=list)
+    apart: list[tuple[str, tuple[str, ...]]] = field(default_factory=list)
+    unanswered: list[str] = field(default_factory=list)
+    refused: list[tuple[str, str, str]] = field(default_factory=list)
+    gone: int = 0
+    not_asked: int = 0
+    cross_type: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        """The sweep as JSON-ready data."""
+        return {
+            "asked": self.asked,
+            "linked": [{"node": n, "into": i, "merge_id": m} for n, i, m in self.linked],
+            "apart": [{"node": n, "from": list(o)} for n, o in self.apart],
+            "unanswered": self.unanswered, "refused": [{"node": n, "into": i, "why": w} for n, i, w in self.refused],
+            "gone": self.gone, "not_asked": self.not_asked, "cross_type": self.cross_type,
+        }
+
+
+async def judge_review_list(
+    pairs: Sequence[Mapping[str, Any]], desk: ReviewDesk, auditor: Auditor, *, limit: int | None = None,
+    sweep: ReviewSweep | None = None,
+) -> ReviewSweep:
+    """Ask ``auditor`` the :func:`review_questions` of ``pairs``, at most ``limit`` of them
+    (``None``: all), and apply each answer through ``desk`` before asking the next (module
+    docstring); the figures go into ``sweep`` as they come (a caller stopped midway reads what was
+    done). Each question is read from the graph as it is when asked: an option folded or
+    forgotten since the list was read is not offered."""
+    questions, cross_type = review_questions(pairs)
+    sweep = sweep if sweep is not None else ReviewSweep()
+    sweep.cross_type = cross_type
+    for number, question in enumerate(questions):
+        if limit is not None and sweep.asked >= limit:
+            sweep.not_asked = len(questions) - number
+            break
+        refs = await desk.nodes({question.node_id, *question.options})
+        node = refs.get(question.node_id)
+        options = [refs[o] for o in question.options if o in refs and refs[o].type == (node.type if node else None)]
+        if node is None or not options:
+            sweep.gone += 1
+            continue
+        texts = await desk.first_texts([node.id, *(o.id for o in options)], points=QUOTE_POINTS)
+        quotes = {ref.id: node_quotes(ref, texts.get(ref.id, ())) for ref in (node, *options)}
+        sweep.asked += 1
+        try:
+            chosen = offered(await auditor(node, options, quotes=quotes), options)
+        except AuditUnanswered as exc:
+            if isinstance(exc, AnswerOffOptions):
+                log.warning("identity judge answered with no option: the pairs stay for review",
+                            node=node.id, options=[o.id for o in options], reason=str(exc))
+            sweep.unanswered.append(node.id)
+            continue
+        shown = tuple(o.id for o in options)
+        if chosen is None:
+            await desk.keep_apart(node.id, shown)
+            sweep.apart.append((node.id, shown))
+            continue
+        score = question.scores[question.options.index(chosen)]
+        try:
+            sweep.linked.append((node.id, chosen, await desk.link(node.id, chosen, score=score, options=shown)))
+        except LinkRefused as exc:
+            sweep.refused.append((node.id, chosen, str(exc)))
+    return sweep

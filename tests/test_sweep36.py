@@ -1,0 +1,153 @@
+"""The review list settled by the model judge (`rem-cycle candidates --judge`, sweep36).
+
+A cycle asks the judge about a name only while it commits the session that says it: the pairs of
+a graph built before the judge was on, and those of a call that failed, waited on the review list
+for a person, however long. `candidates --judge` asks the judge about them: "link" merges (rule
+``auditor``), "a new node" keeps the pair apart with ``decided_by = judge`` (migration 36), no
+answer changes nothing. Real cycles and commands: real SQLite and PostgreSQL, real embedded
+Chroma, the loopback model server as extractor and judge.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from config import Settings
+from pipelines.identity import CANDIDATES_KEPT
+from pipelines.review import review_questions
+from store.backend import open_database
+from tests.conftest import run_cli
+from tests.llm_server import LLMServer, Reply, Status
+from tests.test_apart35 import PAIR, rows, sessions
+from tests.test_named35 import VEGAS, model
+
+
+def graph_env(settings: Settings) -> dict[str, str]:
+    """The environment that names the test's graph (its data dir, and its PostgreSQL database)."""
+    env = {"REM_DATA_DIR": str(settings.data_dir)}
+    if settings.database_url is not None:
+        env["REM_DATABASE_URL"] = settings.database_url.get_secret_value()
+    return env
+
+
+def judge_env(settings: Settings, server: LLMServer) -> dict[str, str]:
+    """:func:`graph_env` with ``server`` as the extractor's model and the judge."""
+    return graph_env(settings) | {"REM_EXTRACTOR": "openai", "REM_LLM_BASE_URL": server.url, "REM_LLM_JUDGE": "true", "REM_LLM_MAX_RETRIES": "0"}
+
+
+def questions_asked(server: LLMServer) -> list[dict[str, Any]]:
+    """The identity questions the server was sent, as the judge's user message."""
+    return [json.loads(request.prompt) for request in server.chat_requests if '"existing"' in request.prompt]
+
+
+def apart_rows(settings: Settings) -> list[tuple[Any, ...]]:
+    db = open_database(settings)
+    try:
+        return [tuple(r) for r in db.query("SELECT node_id, other_id, decided_by FROM identity_apart")]
+    finally:
+        db.close()
+
+
+@pytest.mark.both_backends
+async def test_a_link_merges_the_pair_with_the_quotes_of_both_shown(settings: Settings, tmp_path: Path) -> None:
+    with LLMServer(default=Reply(model("link"))) as server:
+        await sessions(settings, tmp_path, server, VEGAS, judge=False)
+        assert rows(settings)[0] == [(*PAIR, "extension")]
+        done = run_cli("candidates", "--judge", "--json", env=judge_env(settings, server))
+        assert done.returncode == 0, done.stderr[-2000:]
+        asked = questions_asked(server)
+    sweep = json.loads(done.stdout)
+    assert sweep["asked"] == 1 and [(link["node"], link["into"]) for link in sweep["linked"]] == [PAIR]
+    review, apart, merges = rows(settings)
+    assert review == [] and apart == []
+    assert ("PLACE:Vegas", "PLACE:Las Vegas", "auditor") in merges
+    # The question shows both nodes with the turns the graph grounds them in.
+    [question] = asked
+    assert question["new"]["id"] == "PLACE:Vegas" and [o["id"] for o in question["existing"]] == ["PLACE:Las Vegas"]
+    assert any("Vegas was hot" in quote for quote in question["new"]["quotes"])
+    assert any("city of lights" in quote for quote in question["existing"][0]["quotes"])
+    undone = run_cli("unmerge", "PLACE:Vegas", env=graph_env(settings))
+    assert undone.returncode == 0, undone.stderr[-2000:]
+    review, apart, merges = rows(settings)
+    assert ("PLACE:Vegas", "PLACE:Las Vegas", "auditor") not in merges and review == []  # an undone merge: settled apart
+
+
+async def test_a_new_node_keeps_the_pair_apart_as_the_judge_said_and_is_never_asked_again(settings: Settings, tmp_path: Path) -> None:
+    with LLMServer(default=Reply(model("create"))) as server:
+        await sessions(settings, tmp_path, server, VEGAS, judge=False)
+        first = run_cli("candidates", "--judge", env=judge_env(settings, server))
+        assert first.returncode == 0, first.stderr[-2000:]
+        assert "1 questions asked: 0 linked, 1 kept apart" in first.stdout
+        again = run_cli("candidates", "--judge", "--json", env=judge_env(settings, server))
+        assert again.returncode == 0 and json.loads(again.stdout)["asked"] == 0
+        assert len(questions_asked(server)) == 1  # paid once
+        listed = run_cli("apart", "--list", "--json", env=judge_env(settings, server))
+    assert apart_rows(settings) == [("PLACE:Las Vegas", "PLACE:Vegas", "judge")]
+    assert rows(settings)[0] == []
+    assert [(p["node_id"], p["other_id"], p["decided_by"]) for p in json.loads(listed.stdout)["apart"]] == [("PLACE:Las Vegas", "PLACE:Vegas", "judge")]
+
+
+async def test_an_operator_apart_is_listed_as_the_operators(settings: Settings, tmp_path: Path) -> None:
+    with LLMServer(default=Reply(model("link"))) as server:
+        await sessions(settings, tmp_path, server, VEGAS, judge=False)
+    env = graph_env(settings)
+    assert run_cli("apart", *PAIR, env=env).returncode == 0
+    listed = run_cli("apart", "--list", env=env)
+    assert listed.returncode == 0 and "operator" in listed.stdout and "PLACE:Las Vegas" in listed.stdout
+    assert run_cli("apart", "PLACE:Vegas", env=env).returncode == 2  # one id: a usage error
+
+
+@pytest.mark.parametrize(("behaviour", "why"), [
+    (Reply(model("junk")), "no verdict"),
+    (Status(500, "overloaded"), "a failed call"),
+])
+async def test_no_answer_changes_nothing(settings: Settings, tmp_path: Path, behaviour: Any, why: str) -> None:
+    with LLMServer(default=Reply(model("link"))) as server:
+        await sessions(settings, tmp_path, server, VEGAS, judge=False)
+        before = rows(settings)
+        server.script(behaviour, match='"existing"')
+        done = run_cli("candidates", "--judge", "--json", env=judge_env(settings, server))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout)["unanswered"] == ["PLACE:Vegas"], why
+    assert rows(settings) == before and apart_rows(settings) == []
+
+
+async def test_without_a_judge_it_says_what_to_set_and_changes_nothing(settings: Settings, tmp_path: Path) -> None:
+    with LLMServer(default=Reply(model("link"))) as server:
+        await sessions(settings, tmp_path, server, VEGAS, judge=False)
+        before = rows(settings)
+        plain = run_cli("candidates", "--judge", env=graph_env(settings))
+        env = judge_env(settings, server)
+    assert plain.returncode == 2 and "REM_LLM_JUDGE=true" in plain.stderr
+    gone = run_cli("candidates", "--judge", env=env)  # the server has stopped
+    assert gone.returncode == 1 and "no judge to ask" in gone.stderr
+    assert rows(settings) == before
+
+
+async def test_the_limit_counts_questions(settings: Settings, tmp_path: Path) -> None:
+    turns = [*VEGAS, "We moved to New York, under the skyline of New York City."]
+    with LLMServer(default=Reply(model("create"))) as server:
+        await sessions(settings, tmp_path, server, turns, judge=False)
+        assert len(rows(settings)[0]) == 2
+        done = run_cli("candidates", "--judge", "--limit", "1", "--json", env=judge_env(settings, server))
+    sweep = json.loads(done.stdout)
+    assert (sweep["asked"], sweep["not_asked"], len(rows(settings)[0])) == (1, 1, 1)
+
+
+def pair(node: str, candidate: str, score: float, *, labels: tuple[str, str] = ("PERSON", "PERSON")) -> dict[str, Any]:
+    return {"node_id": node, "node_label": labels[0], "candidate_id": candidate, "candidate_label": labels[1], "score": score}
+
+
+def test_questions_group_a_nodes_pairs_strongest_first_and_leave_cross_type_ones() -> None:
+    many = [pair("PERSON:Joey", f"PERSON:Joey {n}", 0.9 - n / 100) for n in range(CANDIDATES_KEPT + 2)]
+    questions, cross_type = review_questions([
+        *many[:3], pair("PERSON:Ross", "PERSON:Ross Geller", 0.8), *many[3:],
+        pair("CONCEPT:ross", "PERSON:Ross Geller", 0.95, labels=("CONCEPT", "PERSON")),
+    ])
+    assert cross_type == 1
+    assert [(q.node_id, len(q.options)) for q in questions] == [("PERSON:Joey", CANDIDATES_KEPT), ("PERSON:Joey", 2), ("PERSON:Ross", 1)]
+    assert questions[0].options[0] == "PERSON:Joey 0" and questions[0].scores[0] == pytest.approx(0.9)
