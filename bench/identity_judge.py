@@ -26,6 +26,8 @@ quotes a cycle shows:
 imports each file into a fresh data dir and digests it in this process with the heuristic
 extractor and the model the ``REM_LLM_*`` settings name as the cycle's judge (``--oracle``: the
 labels — a question naming a pair labelled same linked, every other one answered "a new node"),
+(``--judged-by sweep``: a cycle without a judge, then the review list swept as ``rem-cycle
+candidates --judge`` sweeps it; ``both``: the judge in the cycle and the sweep after it),
 then scores the labelled pairs of that run (``run`` in the labels) as ``bench_identity.py --runs``
 does, and counts the questions: asked, about a labelled pair, answered from ``--answers``,
 unanswered. Keep the runs' answers in a file of their own: an isolated run's answers are keyed
@@ -241,26 +243,36 @@ def counting(auditor: Auditor, labels: Mapping[frozenset[tuple[str, str]], bool]
     return answer
 
 
+# Where a run's judge answers: in the cycle (a question per name as its session commits), in a sweep
+# of the review list after the cycle (``rem-cycle candidates --judge``), or both.
+JUDGED_BY = ("cycle", "sweep", "both")
+
+
 async def judge_runs(
     runs: Mapping[str, Path], pairs: Sequence[Mapping[str, Any]], *, keep: Path, judge: Auditor | None = None,
-    answers: dict[str, str | None] | None = None, kept_answers: Path | None = None,
+    answers: dict[str, str | None] | None = None, kept_answers: Path | None = None, judged_by: str = "cycle", across: bool = False,
 ) -> dict[str, Any]:
     """Each run's sessions digested with ``judge`` (``None``: the labels, :func:`run_oracle`) as the
-    cycle's judge (see the module docstring), in a data dir under ``keep``; the figures of
+    cycle's judge (see the module docstring), in a data dir under ``keep``, and with ``judged_by``
+    ``sweep`` or ``both`` the review list then swept by it (:func:`worker.knowledge.settle_review_list`,
+    every question, ``across`` as ``--across``; with ``sweep`` the cycle has no judge); the figures of
     :func:`bench.bench_identity.run_report` over them, and per run its questions: asked (and per
     100 sessions), about a labelled pair, answered from ``answers`` (the answers of earlier runs,
-    each new one appended to ``kept_answers``), unanswered."""
+    each new one appended to ``kept_answers``), unanswered; the sweep's separately (``sweep_*``)."""
     import os
     import subprocess
 
     import worker.cycle
+    from pipelines.review import ReviewSweep
     from worker.cycle import run_cycle
+    from worker.knowledge import settle_review_list
 
     root = Path(__file__).resolve().parent.parent
     made = worker.cycle.identity_resolver
     labels = pair_labels(pairs)
     answers = {} if answers is None else answers
     questions: dict[str, RunQuestions] = {}
+    swept: dict[str, tuple[RunQuestions, ReviewSweep]] = {}
     dirs: dict[str, Path] = {}
     kept = kept_answers.open("a", encoding="utf-8") if kept_answers is not None else None
     try:
@@ -270,13 +282,19 @@ async def judge_runs(
             auditor = counting(judge or run_oracle(pairs), labels, counts, answers, kept)
             # The seam a model takes in a cycle (REM_LLM_JUDGE), taken by this judge: the
             # extraction stays the heuristic one, whose graph the labelled pairs come from.
-            worker.cycle.identity_resolver = lambda db, *, judge=auditor, keep_as=None, **_: made(db, auditor=judge, keep_as=keep_as)
+            cycle_judge = auditor if judged_by != "sweep" else None
+            worker.cycle.identity_resolver = lambda db, *, judge=cycle_judge, keep_as=None, **_: made(db, auditor=judge, keep_as=keep_as)
             env = {**os.environ, "REM_DATA_DIR": str(data_dir), "REM_EXTRACTOR": "heuristic", "REM_LOG_LEVEL": "warning"}
             subprocess.run([sys.executable, "-m", "worker", "import", str(sessions)], cwd=root, env=env, check=True, capture_output=True)
             settings = load_settings(data_dir=data_dir, extractor="heuristic", batch_limit=1_000_000, log_level="warning")
             result = await run_cycle(settings)
             if result.exit_code != 0:
                 raise SystemExit(f"{name}: the cycle ended {result.outcome}: {result.message}")
+            if judged_by != "cycle":
+                sweep_counts = RunQuestions()
+                sweep = await settle_review_list(settings, counting(judge or run_oracle(pairs), labels, sweep_counts, answers, kept),
+                                                 limit=None, across=across)
+                swept[name] = (sweep_counts, sweep)
     finally:
         worker.cycle.identity_resolver = made
         if kept is not None:
@@ -287,6 +305,12 @@ async def judge_runs(
         figures["runs"][name] |= {"questions": counts.asked, "questions_labelled": counts.labelled,
                                   "questions_from_answers": counts.from_answers, "questions_unanswered": counts.unanswered,
                                   "questions_per_100_sessions": round((counts.asked + counts.from_answers) * 100 / sessions, 1) if sessions else 0.0}
+    for name, (counts, sweep) in swept.items():
+        sessions = figures["runs"][name]["sessions"]
+        figures["runs"][name] |= {"sweep_questions": counts.asked + counts.from_answers, "sweep_questions_labelled": counts.labelled,
+                                  "sweep_questions_per_100_sessions": round((counts.asked + counts.from_answers) * 100 / sessions, 1) if sessions else 0.0,
+                                  "sweep_linked": len(sweep.linked), "sweep_apart": len(sweep.apart), "sweep_unanswered": len(sweep.unanswered),
+                                  "sweep_refused": len(sweep.refused), "sweep_gone": sweep.gone, "sweep_cross_type_left": sweep.cross_type}
     return figures
 
 
@@ -331,7 +355,8 @@ async def run(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
             if not args.oracle:
                 judge = (await model_judge(stack)).audit_identity
             keep = args.keep if args.keep is not None else Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="rem-judge-runs-")))
-            ran = await judge_runs(args.runs, pairs, keep=keep, judge=judge, answers=read_answers(args.answers), kept_answers=args.answers)
+            ran = await judge_runs(args.runs, pairs, keep=keep, judge=judge, answers=read_answers(args.answers), kept_answers=args.answers,
+                                   judged_by=args.judged_by, across=args.across)
         if args.json:
             print(json.dumps(ran, indent=1, sort_keys=True))
             return ran
@@ -340,6 +365,10 @@ async def run(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
             print(f"{name:28} sessions={r['sessions']} questions={r['questions']} from_answers={r['questions_from_answers']} "
                   f"unanswered={r['questions_unanswered']} ({r['questions_per_100_sessions']} per 100 sessions, "
                   f"{r['questions_labelled']} about a labelled pair)  review list {r['review_per_100_sessions']} per 100 sessions")
+            if "sweep_questions" in r:
+                print(f"{'':28} sweep: questions={r['sweep_questions']} ({r['sweep_questions_per_100_sessions']} per 100 sessions, "
+                      f"{r['sweep_questions_labelled']} about a labelled pair) linked={r['sweep_linked']} apart={r['sweep_apart']} "
+                      f"unanswered={r['sweep_unanswered']} refused={r['sweep_refused']} cross-type left={r['sweep_cross_type_left']}")
         for key, f in ran["splits"].items():
             print(f"{key:28} pairs={f['pairs']:4} same={f['positives']:4} absent={f['absent']}  with {who} judging "
                   f"P={f['precision']:.3f} R={f['recall']:.3f}  R with review={f['recall_with_review']:.3f}")
@@ -383,6 +412,10 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, Any]]:
     parser.add_argument("--runs", nargs="+", type=_run, default=None, metavar="NAME=SESSIONS",
                         help="digest these import files (heuristic extraction) with the model, or the labels (--oracle), as the judge, and score their runs")
     parser.add_argument("--keep", type=Path, default=None, help="with --runs: leave the runs' data dirs here")
+    parser.add_argument("--judged-by", choices=JUDGED_BY, default="cycle",
+                        help="with --runs: the judge answers in the cycle (default), in a sweep of the review list after "
+                        "a cycle without it (rem-cycle candidates --judge), or both")
+    parser.add_argument("--across", action="store_true", help="the sweep as candidates --judge --across")
     args = parser.parse_args(argv)
     if args.runs is not None:
         args.runs = dict(args.runs)

@@ -94,6 +94,8 @@ ASKED_EXTENSION = "extension-asked"
 # question, these options; beside more, the likeliest: :func:`best_extensions`). 5 asked more and
 # found nothing more on the Friends tuning runs (bench/RESULTS.md, "The judge asked across sessions").
 MAX_ASKED_EXTENSIONS = 3
+# The score of an ``extension`` pair (either rule): a question, never a link on its own.
+EXTENSION_SCORE = 0.6
 # Candidates kept per ambiguous node, the strongest first: the review list's pairs, and the options
 # a judge is asked to choose among (the rest are noise, and each option's quotes lengthen the question).
 CANDIDATES_KEPT = 5
@@ -1006,7 +1008,7 @@ def said_together(
             return
         if any(m.node_id == target for m in verdict.candidates) or owned(short, long):
             return
-        match = Match(target, rule, 0.6, nodes[holder].name, nodes[holder].type)
+        match = Match(target, rule, EXTENSION_SCORE, nodes[holder].name, nodes[holder].type)
         asked = [m for m in verdict.candidates if m.rule != NAMED_RULE]
         ranked = tuple(sorted((*asked, match), key=lambda m: (-m.score, m.node_id)))
         out[holder] = Verdict(verdict.node_id, CANDIDATE, None, ranked[0].rule, ranked[0].score, (*ranked, *folds))
@@ -1074,6 +1076,37 @@ def best_extensions(form: NameForm, longer: Collection[str], index: AliasIndex, 
 
     together = sorted((node_id for node_id in longer if node_id in said), key=rank)[:MAX_ASKED_EXTENSIONS]
     return together + heapq.nsmallest(MAX_ASKED_EXTENSIONS - len(together), (node_id for node_id in longer if node_id not in said), key=rank)
+
+
+def graph_extensions(
+    index: AliasIndex, *, blocked: frozenset[tuple[str, str]] = frozenset(),
+    said_with: Callable[[str, Collection[str]], Iterable[Collection[str]]] | None = None,
+) -> list[tuple[str, str]]:
+    """The :data:`ASKED_EXTENSION` pairs of a whole graph: each prose name of ``index`` beside
+    the same-type nodes whose names extend it — all of them up to :data:`MAX_ASKED_EXTENSIONS`, else
+    those a cycle with a judge would have offered at one of the short name's sessions
+    (:func:`best_extensions`: the closest few, and in each session the closest few of the longer
+    names said there too, ``said_with(short, longer)`` giving them session by session) — as
+    (shorter id, longer id), in id order; never a ``blocked`` pair (either way round) nor a name of
+    the shorter one's (:func:`owned`). What a cycle with a judge asks about the names its session
+    says (:func:`said_together`), for the names of sessions committed without one (``rem-cycle
+    candidates --judge --across``, sweep36). Pure but for ``said_with``, called only for a name
+    beside more than a few longer ones."""
+    pairs = []
+    for node_id in sorted(index.nodes):
+        short = index.nodes[node_id]
+        form = name_form(short.type, short.name)
+        if form.identifier or short.type in ("FILE", "ISSUE"):
+            continue
+        longer = _extensions(index, short.type, form) - {node_id}
+        if len(longer) > MAX_ASKED_EXTENSIONS:
+            crowd, none = longer, AliasIndex()
+            longer = set(best_extensions(form, crowd, index, none, ()))
+            for together in said_with(node_id, crowd) if said_with else ():
+                longer.update(best_extensions(form, set(together) & crowd, index, none, together))
+        pairs.extend((node_id, long_id) for long_id in sorted(longer)
+                     if {(node_id, long_id), (long_id, node_id)}.isdisjoint(blocked) and not owned(short.name, index.nodes[long_id].name))
+    return pairs
 
 
 def _without_crowded_basenames(verdict: Verdict, index: AliasIndex, batch: AliasIndex) -> Verdict:

@@ -8,6 +8,13 @@ session raises the same question). This sweep asks the judge about the pairs on 
 cycle would have: one question a reported node, its strongest :data:`CANDIDATES_KEPT` same-type
 candidates as the options, each node shown with quotes of the earliest turns that say it.
 
+With ``--across`` it also asks what a cycle with the judge asks across sessions and a cycle without
+it never lists: each prose name beside the graph's longer names of its type (`Wallace` / `David
+Wallace`, said in different sessions; :func:`with_graph_extensions`) — for a graph digested before
+the judge was turned on. Its answers of "a new node" are kept like the others, so a second sweep
+asks only the pairs that are new since; a cycle's own "a new node" is not kept once its session
+commits, so on a graph digested with the judge ``--across`` asks those pairs again.
+
 Each answer is applied before the next question is asked, so no answer is paid for twice: "link"
 folds the node into the option it names (merge rule ``auditor``, undone by ``rem-cycle unmerge``),
 "a new node" keeps the node apart from every option it was shown (``identity_apart`` with
@@ -19,11 +26,14 @@ for a person.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from pipelines.identity import CANDIDATES_KEPT, AnswerOffOptions, Auditor, AuditUnanswered, NodeRef, node_quotes, offered
+from pipelines.identity import (
+    ASKED_EXTENSION, CANDIDATES_KEPT, EXTENSION_SCORE, AliasIndex, AnswerOffOptions, Auditor, AuditUnanswered, NodeRef,
+    graph_extensions, node_quotes, offered,
+)
 from pipelines.resolver import QUOTE_POINTS
 from store.library_log import get_logger
 
@@ -59,6 +69,23 @@ def review_questions(pairs: Sequence[Mapping[str, Any]]) -> tuple[list[ReviewQue
             shown = options[start:start + CANDIDATES_KEPT]
             questions.append(ReviewQuestion(node_id, tuple(o for o, _ in shown), tuple(s for _, s in shown)))
     return questions, cross_type
+
+
+def with_graph_extensions(
+    pairs: Sequence[Mapping[str, Any]], index: AliasIndex, *, blocked: frozenset[tuple[str, str]] = frozenset(),
+    said_with: Callable[[str, Collection[str]], Iterable[Collection[str]]] | None = None,
+) -> list[Mapping[str, Any]]:
+    """``pairs`` (the review list's rows), then each :func:`pipelines.identity.graph_extensions` pair
+    of the graph ``index`` holds (``blocked``, ``said_with`` as there) that they do not list either
+    way round, as a row of rule :data:`ASKED_EXTENSION`. The questions a cycle with a judge asks
+    across sessions, for a graph whose sessions were committed without one (``--across``)."""
+    listed = {frozenset((p["node_id"], p["candidate_id"])) for p in pairs}
+    extra = [
+        {"node_id": short, "node_label": index.nodes[short].type, "candidate_id": long, "candidate_label": index.nodes[long].type,
+         "rule": ASKED_EXTENSION, "score": EXTENSION_SCORE}
+        for short, long in graph_extensions(index, blocked=blocked, said_with=said_with) if frozenset((short, long)) not in listed
+    ]
+    return [*pairs, *extra]
 
 
 class ReviewDesk(Protocol):

@@ -11,6 +11,7 @@ SQLite, real embedded Chroma, the loopback model server as extractor and judge.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -34,9 +35,10 @@ VEGAS = ["Las Vegas is a city of lights.", "We went to Las Vegas; Vegas was hot.
 NEW_YORK = ["New York City has a skyline.", "New York is an idea.", "We moved to New York."]
 
 
-def model(answer: str) -> Any:
-    """The extractor and the judge: nodes by :data:`SAID`; an identity question answered ``answer``
-    ("link": the first option, "create": a new node, "junk": no answer)."""
+def model(answer: str, said: Mapping[str, list[tuple[str, str]]] = SAID) -> Any:
+    """The extractor and the judge: nodes by ``said`` (a turn with the key word says those names and
+    types); an identity question answered ``answer`` ("link": the first option, "create": a new
+    node, "junk": no answer)."""
     def reply(body: dict[str, Any]) -> dict[str, Any]:
         prompt = next(m["content"] for m in body["messages"] if m["role"] == "user")
         if '"existing"' in prompt:
@@ -49,7 +51,7 @@ def model(answer: str) -> Any:
             {"id": f"{kind}:{name}", "type": kind, "name": name, "description": f"the {kind.lower()} {name}", "confidence": 0.8,
              "evidence": [{"turn": number, "quote": name}]}
             for number, text in prompt_turns(body)
-            for word, found in SAID.items() if word in text.lower()
+            for word, found in said.items() if word in text.lower()
             for name, kind in found
         ]
         return {"summary": "a trip", "nodes": nodes, "edges": []}

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 from config import Settings
-from pipelines.identity import CANDIDATES_KEPT
-from pipelines.review import review_questions
+from pipelines.identity import ASKED_EXTENSION, CANDIDATES_KEPT, AliasIndex, NodeRef, graph_extensions
+from pipelines.review import review_questions, with_graph_extensions
 from store.backend import open_database
 from tests.conftest import run_cli
 from tests.llm_server import LLMServer, Reply, Status
@@ -151,3 +151,56 @@ def test_questions_group_a_nodes_pairs_strongest_first_and_leave_cross_type_ones
     assert cross_type == 1
     assert [(q.node_id, len(q.options)) for q in questions] == [("PERSON:Joey", CANDIDATES_KEPT), ("PERSON:Joey", 2), ("PERSON:Ross", 1)]
     assert questions[0].options[0] == "PERSON:Joey 0" and questions[0].scores[0] == pytest.approx(0.9)
+
+
+# `Wallace` in one session, `David Wallace` in another: a cycle without the judge pairs them
+# nowhere (they never meet in one session); a cycle with it asks (`extension-asked`).
+WALLACE = {"boss": [("Wallace", "PERSON")], "ceo": [("David Wallace", "PERSON")]}
+WALLACE_TURNS = ["Wallace is the boss.", "David Wallace is the CEO."]
+
+
+async def test_across_asks_what_a_judged_cycle_would_have_asked_once(settings: Settings, tmp_path: Path) -> None:
+    with LLMServer(default=Reply(model("create", WALLACE))) as server:
+        await sessions(settings, tmp_path, server, WALLACE_TURNS, judge=False)
+        assert rows(settings)[0] == []
+        listed_only = run_cli("candidates", "--judge", "--json", env=judge_env(settings, server))
+        assert json.loads(listed_only.stdout)["asked"] == 0
+        first = run_cli("candidates", "--judge", "--across", "--json", env=judge_env(settings, server))
+        again = run_cli("candidates", "--judge", "--across", "--json", env=judge_env(settings, server))
+        asked = questions_asked(server)
+    assert first.returncode == 0, first.stderr[-2000:]
+    assert json.loads(first.stdout)["apart"] == [{"node": "PERSON:Wallace", "from": ["PERSON:David Wallace"]}]
+    assert json.loads(again.stdout)["asked"] == 0 and len(asked) == 1  # its "no" is kept: paid once
+    assert apart_rows(settings) == [("PERSON:David Wallace", "PERSON:Wallace", "judge")]
+
+
+async def test_across_links_on_a_yes(settings: Settings, tmp_path: Path) -> None:
+    with LLMServer(default=Reply(model("link", WALLACE))) as server:
+        await sessions(settings, tmp_path, server, WALLACE_TURNS, judge=False)
+        done = run_cli("candidates", "--judge", "--across", "--json", env=judge_env(settings, server))
+    assert [(link["node"], link["into"]) for link in json.loads(done.stdout)["linked"]] == [("PERSON:Wallace", "PERSON:David Wallace")]
+    assert ("PERSON:Wallace", "PERSON:David Wallace", "auditor") in rows(settings)[2]
+    assert run_cli("candidates", "--across", env=graph_env(settings)).returncode == 2  # --across goes with --judge
+
+
+def test_graph_extensions_are_bounded_and_skip_blocked_and_owned_names() -> None:
+    index = AliasIndex.build([
+        NodeRef("PERSON:Joey", "PERSON", "Joey"), *(NodeRef(f"PERSON:Joey {n}", "PERSON", f"Joey {n}") for n in ("Smith", "Jones", "Lauren")),
+        NodeRef("PERSON:Reverend Joey Tribbiani", "PERSON", "Reverend Joey Tribbiani"),
+        NodeRef("PERSON:Pete", "PERSON", "Pete"), NodeRef("PERSON:Pete's Mom", "PERSON", "Pete's Mom"),
+        NodeRef("PERSON:Ross", "PERSON", "Ross"), NodeRef("PERSON:Ross Geller", "PERSON", "Ross Geller"),
+        NodeRef("PLACE:Ross Island", "PLACE", "Ross Island"),
+    ])
+    pairs = graph_extensions(index, blocked=frozenset({("PERSON:Ross Geller", "PERSON:Ross")}))
+    # Beside four longer names, the closest three; a name of Pete's is not Pete; an undone merge
+    # blocks its pair either way round; another type is no extension.
+    assert pairs == [("PERSON:Joey", "PERSON:Joey Jones"), ("PERSON:Joey", "PERSON:Joey Lauren"), ("PERSON:Joey", "PERSON:Joey Smith")]
+    # A longer name said in one of the short one's sessions is offered too, however far.
+    together = graph_extensions(index, said_with=lambda short, longer: [{"PERSON:Reverend Joey Tribbiani"} & set(longer)])
+    assert [long for short, long in together if short == "PERSON:Joey"] == [
+        "PERSON:Joey Jones", "PERSON:Joey Lauren", "PERSON:Joey Smith", "PERSON:Reverend Joey Tribbiani"]
+    rows_ = with_graph_extensions([pair("PERSON:Joey Smith", "PERSON:Joey", 0.9)], index)
+    assert [(r["node_id"], r["candidate_id"], r["rule"]) for r in rows_[1:]] == [
+        ("PERSON:Joey", "PERSON:Joey Jones", ASKED_EXTENSION), ("PERSON:Joey", "PERSON:Joey Lauren", ASKED_EXTENSION),
+        ("PERSON:Ross", "PERSON:Ross Geller", ASKED_EXTENSION),
+    ]

@@ -177,6 +177,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="ask the model judge (REM_EXTRACTOR=openai, REM_LLM_JUDGE=true) about the listed same-type pairs and apply "
         "each answer: a link merges the pair (rem-cycle unmerge takes it back), 'a new node' keeps it apart (apart --undo)",
     )
+    candidates.add_argument(
+        "--across", action="store_true",
+        help="with --judge: also ask about each name beside the graph's longer names of its type, as a cycle with the judge "
+        "does across sessions (for a graph digested without the judge)",
+    )
     apart = add_command(sub, "apart", common, "say two nodes are different things: off the review list, never merged by identity resolution")
     apart.add_argument("node_id", metavar="NODE_ID", nargs="?", help="one node of a reported pair (as candidates prints it)")
     apart.add_argument("other_id", metavar="OTHER_ID", nargs="?", help="the other")
@@ -763,6 +768,9 @@ async def cmd_candidates(settings: Settings, args: argparse.Namespace, progress:
 
     if args.judge:
         return await _judge_candidates(settings, args, progress)
+    if args.across:
+        print("rem-cycle: candidates --across goes with --judge", file=sys.stderr)
+        return EXIT_USAGE
     pairs, total = await anyio.to_thread.run_sync(lambda: identity_candidates(settings, limit=args.limit or None))
     _emit(args, {"candidates": pairs, "total": total}, lambda: print_candidates(pairs, total))
     return EXIT_OK
@@ -792,7 +800,7 @@ async def _judge_candidates(settings: Settings, args: argparse.Namespace, progre
             return EXIT_FAILED
         try:
             async with graph_single_flight(settings):
-                await settle_review_list(settings, judge, limit=args.limit or None, sweep=sweep)
+                await settle_review_list(settings, judge.audit_identity, limit=args.limit or None, across=args.across, sweep=sweep)
         except CycleBusyError as exc:
             print(f"rem-cycle: {exc}; candidates --judge when it has finished", file=sys.stderr)
             return EXIT_BUSY

@@ -30,12 +30,12 @@ from pipelines.communities import (
     semantic_graph,
 )
 from pipelines.export import build_snapshot, render, write_json
-from pipelines.identity import Auditor, NodeRef
+from pipelines.identity import AliasIndex, Auditor, NodeRef
 from pipelines.judge import ModelJudge
 from pipelines.lazy_edge import ExtractionLines
 from pipelines.query import ViewCounts, node_view, search_row, turn_memory_ids
 from pipelines.resolver import GraphResolver, KeptIndex, node_refs
-from pipelines.review import LinkRefused, ReviewSweep, judge_review_list
+from pipelines.review import LinkRefused, ReviewSweep, judge_review_list, with_graph_extensions
 from pipelines.vocabulary import ANCHOR_LABELS, DISCUSSED_IN, MEMORY_LABEL, NOTE_LABEL, ORIGINATES_IN, PROVENANCE_RELATIONSHIPS, SESSION_LABEL
 from store.chroma import ChromaStore, ChromaStoreError
 from store.communities import CommunityStore
@@ -534,14 +534,36 @@ class GraphReviewDesk:
         await anyio.to_thread.run_sync(partial(self.unit.merges.keep_apart, node_id, *others, anchor_labels=ANCHOR_LABELS, decided_by=JUDGE))
 
 
-async def settle_review_list(settings: Settings, judge: ModelJudge, *, limit: int | None = 50, sweep: ReviewSweep | None = None) -> ReviewSweep:
-    """Settle the review list with ``judge``: at most ``limit`` questions (``None``: all), each
+async def settle_review_list(
+    settings: Settings, judge: Auditor, *, limit: int | None = 50, across: bool = False, sweep: ReviewSweep | None = None,
+) -> ReviewSweep:
+    """Settle the review list with ``judge`` (a :meth:`pipelines.judge.ModelJudge.audit_identity`),
+    and with ``across`` the graph's names beside longer ones of their type
+    (:func:`pipelines.review.with_graph_extensions`: the graph's knowledge nodes read whole):
+    at most ``limit`` questions (``None``: all), each
     answer applied before the next is asked, the figures kept in ``sweep`` as they come
     (:func:`pipelines.review.judge_review_list`). The caller holds the cycle's single-flight lock."""
     with open_graph_db(settings) as db:
         unit = DatabaseUnitOfWork(db)
         pairs = await anyio.to_thread.run_sync(lambda: unit.merges.candidates(limit=None))
-        return await judge_review_list(pairs, GraphReviewDesk(unit), judge.audit_identity, limit=limit, sweep=sweep)
+        if across:
+            provenance = ProvenanceStore(db)
+
+            def said_with(short: str, longer: Collection[str]) -> list[set[str]]:
+                # Session by session (or notes file), the longer names said where the short one is.
+                anchors = dict.fromkeys(provenance.node_sources(short)[0], ())
+                together: dict[str, set[str]] = {}
+                for node_id in longer:
+                    for anchor in provenance.node_sources(node_id)[0] & anchors.keys():
+                        together.setdefault(anchor, set()).add(node_id)
+                return list(together.values())
+
+            def across_pairs() -> list[Mapping[str, Any]]:
+                index = AliasIndex.build(node_refs(GraphStore(db).node_names(exclude_labels=ANCHOR_LABELS)))
+                return with_graph_extensions(pairs, index, blocked=unit.merges.blocked_pairs(), said_with=said_with)
+
+            pairs = await anyio.to_thread.run_sync(across_pairs)
+        return await judge_review_list(pairs, GraphReviewDesk(unit), judge, limit=limit, sweep=sweep)
 
 
 class NodeNotChosen(Exception):
