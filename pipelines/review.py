@@ -30,6 +30,8 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import anyio
+
 from pipelines.identity import (
     ASKED_EXTENSION, CANDIDATES_KEPT, EXTENSION_SCORE, AliasIndex, AnswerOffOptions, Auditor, AuditUnanswered, NodeRef,
     graph_extensions, node_quotes, offered,
@@ -175,14 +177,22 @@ async def judge_review_list(
                             node=node.id, options=[o.id for o in options], reason=str(exc))
             sweep.unanswered.append(node.id)
             continue
-        shown = tuple(o.id for o in options)
-        if chosen is None:
-            await desk.keep_apart(node.id, shown)
-            sweep.apart.append((node.id, shown))
-            continue
-        score = question.scores[question.options.index(chosen)]
-        try:
-            sweep.linked.append((node.id, chosen, await desk.link(node.id, chosen, score=score, options=shown)))
-        except LinkRefused as exc:
-            sweep.refused.append((node.id, chosen, str(exc)))
+        # A paid answer is applied and counted whole: a stop (a signal) waits for both, so what the
+        # caller reports of ``sweep`` is what the graph holds.
+        with anyio.CancelScope(shield=True):
+            await _apply(desk, sweep, question, node.id, chosen, tuple(o.id for o in options))
     return sweep
+
+
+async def _apply(desk: ReviewDesk, sweep: ReviewSweep, question: ReviewQuestion, node_id: str, chosen: str | None, shown: tuple[str, ...]) -> None:
+    """Apply the judge's answer ``chosen`` to ``question`` (about ``node_id``, ``shown`` the options
+    it was offered) through ``desk``, and count it in ``sweep``."""
+    if chosen is None:
+        await desk.keep_apart(node_id, shown)
+        sweep.apart.append((node_id, shown))
+        return
+    score = question.scores[question.options.index(chosen)]
+    try:
+        sweep.linked.append((node_id, chosen, await desk.link(node_id, chosen, score=score, options=shown)))
+    except LinkRefused as exc:
+        sweep.refused.append((node_id, chosen, str(exc)))

@@ -11,6 +11,8 @@ Chroma, the loopback model server as extractor and judge.
 from __future__ import annotations
 
 import json
+import os
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -20,9 +22,10 @@ from config import Settings
 from pipelines.identity import ASKED_EXTENSION, CANDIDATES_KEPT, AliasIndex, NodeRef, graph_extensions
 from pipelines.review import review_questions, with_graph_extensions
 from store.backend import open_database
-from tests.conftest import run_cli
-from tests.llm_server import LLMServer, Reply, Status
+from tests.conftest import ROOT, run_cli
+from tests.llm_server import LLMServer, Reply, Status, held
 from tests.test_apart35 import PAIR, rows, sessions
+from tests.test_command_signals import _interrupt_midway, _message
 from tests.test_named35 import VEGAS, model
 
 
@@ -204,3 +207,22 @@ def test_graph_extensions_are_bounded_and_skip_blocked_and_owned_names() -> None
         ("PERSON:Joey", "PERSON:Joey Jones", ASKED_EXTENSION), ("PERSON:Joey", "PERSON:Joey Lauren", ASKED_EXTENSION),
         ("PERSON:Ross", "PERSON:Ross Geller", ASKED_EXTENSION),
     ]
+
+
+async def test_a_signal_mid_sweep_keeps_what_was_applied_and_loses_only_the_question_in_flight(settings: Settings, tmp_path: Path) -> None:
+    turns = [*VEGAS, "We moved to New York, under the skyline of New York City."]
+    with LLMServer(default=Reply(model("create"))) as server:
+        await sessions(settings, tmp_path, server, turns, judge=False)
+        answer = held(Reply(model("create")))
+        server.script(answer, match="Vegas was hot")  # the second question (New York's comes first: by id)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("REM_")} | {"PYTHONPATH": str(ROOT)} | judge_env(settings, server)
+        try:
+            stopped = _interrupt_midway(["candidates", "--judge"], env, signal.SIGINT, lambda: len(questions_asked(server)) == 2)
+        finally:
+            answer.release.set()
+        assert stopped.returncode == 130, stopped.stderr[-2000:]
+        assert "0 pairs linked and 1 kept apart" in _message(stopped.stderr)
+        assert apart_rows(settings) == [("PLACE:New York", "PLACE:New York City", "judge")]
+        assert rows(settings)[0] == [(*PAIR, "extension")]  # the question in flight: still listed
+        again = run_cli("candidates", "--judge", "--json", env=judge_env(settings, server))
+    assert json.loads(again.stdout)["asked"] == 1 and rows(settings)[0] == []
