@@ -277,12 +277,26 @@ def node_of_name(db: Any) -> dict[tuple[str, str], str]:
     existing = set(where.values())
     for merged, restore in db.execute("SELECT merged_id, restore FROM merges WHERE undone_at IS NULL"):
         node = json.loads(restore).get("node", {})
-        target, seen = into[merged], {merged}
-        while target not in existing and target in into and target not in seen:
-            seen.add(target)
-            target = into[target]
-        where.setdefault((merged.partition(":")[0], node.get("name", merged.partition(":")[2])), target)
+        where.setdefault((merged.partition(":")[0], node.get("name", merged.partition(":")[2])), _end(into, merged, existing))
+    # A node folded into a node of another type (a CONCEPT the judge or a person joined to a
+    # PERSON, sweep36) leaves its names under the survivor's type: each of them that spells the
+    # folded id (`Bing` of `CONCEPT:bing`) is found under the folded node's type too.
+    folded = {(merged.partition(":")[0], fold(merged.partition(":")[2])): merged for merged, target in into.items()
+              if merged.partition(":")[0] != target.partition(":")[0]}
+    for (_, name), node_id in list(where.items()):
+        for label in {label for label, _ in folded}:
+            if (merged := folded.get((label, fold(name)))) is not None and _end(into, merged, existing) == node_id:
+                where.setdefault((label, name), node_id)
     return where
+
+
+def _end(into: dict[str, str], merged: str, existing: set[str]) -> str:
+    """Where the merge of ``merged`` leads: its target, followed to a node that exists."""
+    target, seen = into[merged], {merged}
+    while target not in existing and target in into and target not in seen:
+        seen.add(target)
+        target = into[target]
+    return target
 
 
 def run_report(runs: dict[str, Path], pairs: Sequence[dict[str, Any]]) -> dict[str, Any]:

@@ -192,9 +192,10 @@ def pair_labels(pairs: Sequence[Mapping[str, Any]]) -> dict[frozenset[tuple[str,
 
 def labelled_options(labels: Mapping[frozenset[tuple[str, str]], bool], node: NodeRef, options: Sequence[NodeRef]) -> list[tuple[str, bool]]:
     """``(option id, same)`` for each option a labelled pair names beside ``node`` (any of their
-    names, ignoring case), in the options' order."""
-    return [(o.id, labels[key]) for o in options for f in node.forms for g in o.forms
-            if (key := frozenset(((node.type, fold(f)), (o.type, fold(g))))) in labels]
+    names, ignoring case), in the options' order. A pair is labelled under one type: an option of
+    another type (a sweep's ``cross-type`` question) is looked up under either node's."""
+    return [(o.id, labels[key]) for o in options for f in node.forms for g in o.forms for kind in dict.fromkeys((node.type, o.type))
+            if (key := frozenset(((kind, fold(f)), (kind, fold(g))))) in labels]
 
 
 def run_oracle(pairs: Sequence[Mapping[str, Any]]) -> Auditor:
@@ -310,7 +311,7 @@ async def judge_runs(
         figures["runs"][name] |= {"sweep_questions": counts.asked + counts.from_answers, "sweep_questions_labelled": counts.labelled,
                                   "sweep_questions_per_100_sessions": round((counts.asked + counts.from_answers) * 100 / sessions, 1) if sessions else 0.0,
                                   "sweep_linked": len(sweep.linked), "sweep_apart": len(sweep.apart), "sweep_unanswered": len(sweep.unanswered),
-                                  "sweep_refused": len(sweep.refused), "sweep_gone": sweep.gone, "sweep_cross_type_left": sweep.cross_type}
+                                  "sweep_refused": len(sweep.refused), "sweep_gone": sweep.gone}
     return figures
 
 
@@ -368,7 +369,7 @@ async def run(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
             if "sweep_questions" in r:
                 print(f"{'':28} sweep: questions={r['sweep_questions']} ({r['sweep_questions_per_100_sessions']} per 100 sessions, "
                       f"{r['sweep_questions_labelled']} about a labelled pair) linked={r['sweep_linked']} apart={r['sweep_apart']} "
-                      f"unanswered={r['sweep_unanswered']} refused={r['sweep_refused']} cross-type left={r['sweep_cross_type_left']}")
+                      f"unanswered={r['sweep_unanswered']} refused={r['sweep_refused']}")
         for key, f in ran["splits"].items():
             print(f"{key:28} pairs={f['pairs']:4} same={f['positives']:4} absent={f['absent']}  with {who} judging "
                   f"P={f['precision']:.3f} R={f['recall']:.3f}  R with review={f['recall_with_review']:.3f}")

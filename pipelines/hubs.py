@@ -31,6 +31,7 @@ from pipelines.extract.model import semantic_node_id
 from pipelines.identity import (
     CANDIDATE,
     LINK,
+    REDIRECT_RULE,
     AliasIndex,
     NodeRef,
     Verdict,
@@ -155,6 +156,8 @@ def check(refs: Sequence[NodeRef], verdicts: Sequence[Verdict], index: AliasInde
 
         if verdict.action == LINK and verdict.rule == "named" and verdict.target is not None:
             shorts.add(verdict.target if folds_a_concept(ref, verdict) else ref.id)  # the typed node's id survives
+        if verdict.action == LINK and verdict.rule == REDIRECT_RULE:
+            shorts.add(ref.id)  # an id folded away across types: the node it went into keeps its id
         # This name as the short one: it joins only a set of longer names that is one thing.
         if verdict.action == LINK and verdict.rule in HUB_RULES and verdict.target != ref.id:
             if any((matched := longer(form)) and not one_thing(kind, matched) for form in ref.forms):

@@ -10,6 +10,9 @@ with an identifier. Rules, first decisive one wins:
 rule            score  matches (always the same type, never a blocked pair)
 ==============  =====  ===========================================================================
 exact-id        1.00   the incoming id exists (an update, not a merge)
+merged-id       1.00   the incoming id is a node folded into a node of another type (a person or
+                       the judge said `CONCEPT:rachel` is `PERSON:Rachel`): that node, whose type
+                       the name's next mention does not look under (:attr:`AliasIndex.redirects`)
 alias           1.00   a name/alias equals an existing name/alias: an identifier as written but
                        for a call's ``()``, prose ignoring case, space and quotes
 issue-number    1.00   ISSUE: the same decimal number written differently (``#123``, ``issue
@@ -142,6 +145,8 @@ _FULL_NAME_MAX_WORDS = 3
 NAMED_TYPES = frozenset({"PERSON", "PLACE", "ORGANIZATION", "WORK"})
 # The rule of :func:`_named`'s links (and of the folds a question keeps, :func:`folded_concepts`).
 NAMED_RULE = "named"
+# The rule of a link to the node an incoming id was folded into across types (:attr:`AliasIndex.redirects`).
+REDIRECT_RULE = "merged-id"
 # The typed nodes a ``cross-type`` question is asked against first (:func:`cross_type_rank`).
 _CROSS_TYPE_ORDER = {kind: rank for rank, kind in enumerate(("PERSON", "ORGANIZATION", "PLACE", "WORK"))}
 # A base name shared by more files than this names none of them in particular (`__init__.py`);
@@ -323,6 +328,10 @@ class AliasIndex:
     by_acronym: dict[_Key, set[str]] = field(default_factory=dict)
     paths_by_basename: dict[str, set[str]] = field(default_factory=dict)
     bare_files: dict[str, set[str]] = field(default_factory=dict)
+    # Ids folded into a node of another type, by the id they live on as (the graph's active merges
+    # across types, store.merges.MergeStore.redirects): names are looked up within a type, so
+    # without this a CONCEPT joined to a PERSON is made again at its next mention (sweep36).
+    redirects: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def build(cls, nodes: Iterable[NodeRef]) -> "AliasIndex":
@@ -525,6 +534,8 @@ def resolve(
     ``blocked`` holds (incoming id, existing id) pairs that must never link (undone merges)."""
     if node.id in index.nodes:
         return Verdict(node.id, LINK, node.id, "exact-id", 1.0)
+    if (into := index.redirects.get(node.id)) in index.nodes and (node.id, into) not in blocked:
+        return Verdict(node.id, LINK, into, REDIRECT_RULE, 1.0, (Match(into, REDIRECT_RULE, 1.0, node.name, index.nodes[into].type),))
     kind = node.type
 
     def allowed(ids: Iterable[str], form: NameForm, *, check_numbers: bool = True) -> set[str]:

@@ -125,7 +125,9 @@ class GraphResolver:
     ``kept_out`` the ids of some candidates that ``forget --node`` keeps out
     (:func:`pipelines.extract.commit.suppressed_ids`), never asked about; ``load_named`` the
     graph's nodes among some ids, as ``load_nodes`` lists them (default: ``load_nodes`` filtered):
-    an auditor's question shows its options as the graph names them (:func:`pipelines.identity.audit_options`)."""
+    an auditor's question shows its options as the graph names them (:func:`pipelines.identity.audit_options`);
+    ``load_redirects`` the ids folded into a node of another type, by where they went
+    (:attr:`pipelines.identity.AliasIndex.redirects`)."""
 
     def __init__(
         self,
@@ -141,8 +143,10 @@ class GraphResolver:
         kept: KeptIndex | None = None,
         kept_out: Callable[[Sequence[CandidateLike]], Collection[str]] | None = None,
         load_named: Callable[[Collection[str]], Iterable[NodeRef]] | None = None,
+        load_redirects: Callable[[], Mapping[str, str]] | None = None,
     ) -> None:
         self._load_nodes = load_nodes
+        self._load_redirects = load_redirects
         self._load_named = load_named or (lambda ids: [ref for ref in load_nodes() if ref.id in ids])
         self._kept_out = kept_out
         self._load_blocked = load_blocked
@@ -210,6 +214,7 @@ class GraphResolver:
                 self._seen = self._committed_since(None)[0]  # before the read: a commit between is re-read
             self._built_epoch = self._epoch() if self._epoch is not None else None  # before the read, too
             self._index = AliasIndex.build(self._load_nodes())
+            self._index.redirects = dict(self._load_redirects()) if self._load_redirects is not None else {}
             self.builds += 1
             self._blocked = self._load_blocked()
             self._created = []

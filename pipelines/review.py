@@ -19,9 +19,12 @@ Each answer is applied before the next question is asked, so no answer is paid f
 folds the node into the option it names (merge rule ``auditor``, undone by ``rem-cycle unmerge``),
 "a new node" keeps the node apart from every option it was shown (``identity_apart`` with
 ``decided_by = judge``, taken back by ``rem-cycle apart --undo``). A failed call, or an answer
-naming no option, changes nothing: the pairs stay listed for a person or a later sweep. Cross-type
-pairs are never asked (a cycle never asks them either: a link across types does not last) and stay
-for a person.
+naming no option, changes nothing: the pairs stay listed for a person or a later sweep. A pair
+across types (`CONCEPT:rachel` / `PERSON:Rachel`, the one name typed two ways) is asked too — a
+cycle never asks one, since a link across types did not last: names are looked up within a type,
+so the CONCEPT's next mention made it again. The judge's link is a merge, and a merge across types
+now lasts: the merged id's next mention links to where it went (``merged-id``,
+:attr:`pipelines.identity.AliasIndex.redirects`). A CONCEPT chosen for a typed node folds into it.
 """
 
 from __future__ import annotations
@@ -52,25 +55,30 @@ class ReviewQuestion:
     scores: tuple[float, ...]
 
 
-def review_questions(pairs: Sequence[Mapping[str, Any]]) -> tuple[list[ReviewQuestion], int]:
+def review_questions(pairs: Sequence[Mapping[str, Any]]) -> list[ReviewQuestion]:
     """The questions that settle the review list's ``pairs`` (rows as
-    :meth:`store.merges.MergeStore.candidates` lists them, best score first), and how many pairs
-    no question asks (cross-type: for a person). Pure. A node's candidates are asked about
-    :data:`CANDIDATES_KEPT` at a time, strongest first; the questions come in the order of each
-    node's strongest pair."""
+    :meth:`store.merges.MergeStore.candidates` lists them, best score first). Pure. A node's
+    candidates, of its type or another (a ``cross-type`` pair: `CONCEPT:rachel` / `PERSON:Rachel`),
+    are asked about :data:`CANDIDATES_KEPT` at a time, strongest first; the questions come in the
+    order of each node's strongest pair."""
     by_node: dict[str, list[tuple[str, float]]] = {}
-    cross_type = 0
     for pair in pairs:
-        if pair["node_label"] != pair["candidate_label"]:
-            cross_type += 1
-            continue
         by_node.setdefault(pair["node_id"], []).append((pair["candidate_id"], float(pair["score"])))
     questions = []
     for node_id, options in by_node.items():
         for start in range(0, len(options), CANDIDATES_KEPT):
             shown = options[start:start + CANDIDATES_KEPT]
             questions.append(ReviewQuestion(node_id, tuple(o for o, _ in shown), tuple(s for _, s in shown)))
-    return questions, cross_type
+    return questions
+
+
+def folded_way(node: NodeRef, chosen: NodeRef) -> tuple[str, str]:
+    """(merged, into) for the judge's answer that ``node`` is ``chosen`` (pure): ``node`` folds into
+    ``chosen``, unless a CONCEPT (the extractor's fallback type) was chosen for a typed node — the
+    typed node keeps its id then, as the ``named`` rule keeps it."""
+    if chosen.type == "CONCEPT" and node.type != "CONCEPT":
+        return chosen.id, node.id
+    return node.id, chosen.id
 
 
 def with_graph_extensions(
@@ -118,11 +126,11 @@ class LinkRefused(Exception):
 
 @dataclass(slots=True)
 class ReviewSweep:
-    """What a sweep asked and did. ``linked``: (node, into, merge id); ``apart``: (node, the options
-    it was kept apart from); ``unanswered``: nodes whose question got no answer; ``refused``: (node,
-    the option it was linked to, why the graph refused the merge); ``gone``: questions
+    """What a sweep asked and did. ``linked``: (merged, into, merge id); ``apart``: (node, the
+    options it was kept apart from); ``unanswered``: nodes whose question got no answer;
+    ``refused``: (merged, into, why the graph refused the merge); ``gone``: questions
     not asked because the node, or every option, left the graph first (folded by an earlier answer,
-    or by a cycle); ``not_asked``: questions past the limit; ``cross_type``: pairs left for a person."""
+    or by a cycle); ``not_asked``: questions past the limit."""
 
     asked: int = 0
     linked: list[tuple[str, str, int]] = field(default_factory=list)
@@ -131,7 +139,6 @@ class ReviewSweep:
     refused: list[tuple[str, str, str]] = field(default_factory=list)
     gone: int = 0
     not_asked: int = 0
-    cross_type: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         """The sweep as JSON-ready data."""
@@ -140,7 +147,7 @@ class ReviewSweep:
             "linked": [{"node": n, "into": i, "merge_id": m} for n, i, m in self.linked],
             "apart": [{"node": n, "from": list(o)} for n, o in self.apart],
             "unanswered": self.unanswered, "refused": [{"node": n, "into": i, "why": w} for n, i, w in self.refused],
-            "gone": self.gone, "not_asked": self.not_asked, "cross_type": self.cross_type,
+            "gone": self.gone, "not_asked": self.not_asked,
         }
 
 
@@ -153,16 +160,15 @@ async def judge_review_list(
     docstring); the figures go into ``sweep`` as they come (a caller stopped midway reads what was
     done). Each question is read from the graph as it is when asked: an option folded or
     forgotten since the list was read is not offered."""
-    questions, cross_type = review_questions(pairs)
+    questions = review_questions(pairs)
     sweep = sweep if sweep is not None else ReviewSweep()
-    sweep.cross_type = cross_type
     for number, question in enumerate(questions):
         if limit is not None and sweep.asked >= limit:
             sweep.not_asked = len(questions) - number
             break
         refs = await desk.nodes({question.node_id, *question.options})
         node = refs.get(question.node_id)
-        options = [refs[o] for o in question.options if o in refs and refs[o].type == (node.type if node else None)]
+        options = [refs[o] for o in question.options if o in refs]
         if node is None or not options:
             sweep.gone += 1
             continue
@@ -180,19 +186,20 @@ async def judge_review_list(
         # A paid answer is applied and counted whole: a stop (a signal) waits for both, so what the
         # caller reports of ``sweep`` is what the graph holds.
         with anyio.CancelScope(shield=True):
-            await _apply(desk, sweep, question, node.id, chosen, tuple(o.id for o in options))
+            await _apply(desk, sweep, question, node, next((o for o in options if o.id == chosen), None), tuple(o.id for o in options))
     return sweep
 
 
-async def _apply(desk: ReviewDesk, sweep: ReviewSweep, question: ReviewQuestion, node_id: str, chosen: str | None, shown: tuple[str, ...]) -> None:
-    """Apply the judge's answer ``chosen`` to ``question`` (about ``node_id``, ``shown`` the options
-    it was offered) through ``desk``, and count it in ``sweep``."""
+async def _apply(desk: ReviewDesk, sweep: ReviewSweep, question: ReviewQuestion, node: NodeRef, chosen: NodeRef | None, shown: tuple[str, ...]) -> None:
+    """Apply the judge's answer ``chosen`` (``None``: a new node) to ``question`` (about ``node``,
+    ``shown`` the options it was offered) through ``desk``, and count it in ``sweep``."""
     if chosen is None:
-        await desk.keep_apart(node_id, shown)
-        sweep.apart.append((node_id, shown))
+        await desk.keep_apart(node.id, shown)
+        sweep.apart.append((node.id, shown))
         return
-    score = question.scores[question.options.index(chosen)]
+    merged, into = folded_way(node, chosen)
+    score = question.scores[question.options.index(chosen.id)]
     try:
-        sweep.linked.append((node_id, chosen, await desk.link(node_id, chosen, score=score, options=shown)))
+        sweep.linked.append((merged, into, await desk.link(merged, into, score=score, options=shown)))
     except LinkRefused as exc:
-        sweep.refused.append((node_id, chosen, str(exc)))
+        sweep.refused.append((merged, into, str(exc)))

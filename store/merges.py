@@ -164,6 +164,26 @@ class MergeStore:
         apart = self.db.query("SELECT node_id, other_id FROM identity_apart")
         return frozenset((r[0], r[1]) for r in rows) | frozenset(pair for r in apart for pair in ((r[0], r[1]), (r[1], r[0])))
 
+    def redirects(self, *, besides: Collection[str] = ()) -> dict[str, str]:
+        """The ids folded into a node of another type by a merge still in force (of a rule not in
+        ``besides``), each by the node it lives on as now (a chain of merges followed to a node that
+        exists): identity resolution links the id's next mention there (``merged-id``), since names
+        are looked up within a type. Reads the active merges, once an identity index is built."""
+        rows = self.db.query("SELECT merged_id, into_id, rule FROM merges WHERE undone_at IS NULL ORDER BY merge_id")
+        into = {r[0]: r[1] for r in rows}
+        across = [r[0] for r in rows if r[0].partition(":")[0] != r[1].partition(":")[0] and r[2] not in besides]
+        if not across:
+            return {}
+        ends: dict[str, str] = {}
+        for merged in across:
+            target, seen = into[merged], {merged}
+            while target in into and target not in seen:
+                seen.add(target)
+                target = into[target]
+            ends[merged] = target
+        present = self.graph.existing_ids(set(ends.values()))
+        return {merged: target for merged, target in ends.items() if target in present}
+
     def keep_apart(
         self, node_id: str, *other_ids: str, anchor_labels: frozenset[str] = frozenset(), decided_by: str = OPERATOR,
     ) -> int:

@@ -20,7 +20,7 @@ import pytest
 
 from config import Settings
 from pipelines.identity import ASKED_EXTENSION, CANDIDATES_KEPT, AliasIndex, NodeRef, graph_extensions
-from pipelines.review import review_questions, with_graph_extensions
+from pipelines.review import folded_way, review_questions, with_graph_extensions
 from store.backend import open_database
 from tests.conftest import ROOT, run_cli
 from tests.llm_server import LLMServer, Reply, Status, held
@@ -145,15 +145,48 @@ def pair(node: str, candidate: str, score: float, *, labels: tuple[str, str] = (
     return {"node_id": node, "node_label": labels[0], "candidate_id": candidate, "candidate_label": labels[1], "score": score}
 
 
-def test_questions_group_a_nodes_pairs_strongest_first_and_leave_cross_type_ones() -> None:
+def test_questions_group_a_nodes_pairs_strongest_first() -> None:
     many = [pair("PERSON:Joey", f"PERSON:Joey {n}", 0.9 - n / 100) for n in range(CANDIDATES_KEPT + 2)]
-    questions, cross_type = review_questions([
+    questions = review_questions([
         *many[:3], pair("PERSON:Ross", "PERSON:Ross Geller", 0.8), *many[3:],
-        pair("CONCEPT:ross", "PERSON:Ross Geller", 0.95, labels=("CONCEPT", "PERSON")),
+        pair("CONCEPT:ross", "PERSON:Ross", 0.5, labels=("CONCEPT", "PERSON")),
     ])
-    assert cross_type == 1
-    assert [(q.node_id, len(q.options)) for q in questions] == [("PERSON:Joey", CANDIDATES_KEPT), ("PERSON:Joey", 2), ("PERSON:Ross", 1)]
+    assert [(q.node_id, len(q.options)) for q in questions] == [
+        ("PERSON:Joey", CANDIDATES_KEPT), ("PERSON:Joey", 2), ("PERSON:Ross", 1), ("CONCEPT:ross", 1)]
     assert questions[0].options[0] == "PERSON:Joey 0" and questions[0].scores[0] == pytest.approx(0.9)
+
+
+def test_a_concept_chosen_for_a_typed_node_folds_into_it() -> None:
+    concept, person, place = NodeRef("CONCEPT:ross", "CONCEPT", "ross"), NodeRef("PERSON:Ross", "PERSON", "Ross"), NodeRef("PLACE:Ross", "PLACE", "Ross")
+    assert folded_way(person, concept) == ("CONCEPT:ross", "PERSON:Ross") == folded_way(concept, person)
+    assert folded_way(place, person) == ("PLACE:Ross", "PERSON:Ross")
+
+
+# One name typed two ways, in two sessions: the PERSON `Rachel` and the CONCEPT `rachel` (a name of
+# one word: no `named` link) — a `cross-type` pair on the review list.
+RACHEL = {"friend": [("Rachel", "PERSON")], "idea": [("Rachel", "CONCEPT")]}
+
+
+@pytest.mark.both_backends
+@pytest.mark.parametrize("turns", [["Rachel is my friend.", "Rachel is an idea."], ["Rachel is an idea.", "Rachel is my friend."]])
+async def test_a_link_across_types_lasts(settings: Settings, tmp_path: Path, turns: list[str]) -> None:
+    with LLMServer(default=Reply(model("link", RACHEL))) as server:
+        await sessions(settings, tmp_path, server, turns, judge=False)
+        assert [rule for *_, rule in rows(settings)[0]] == ["cross-type"]
+        done = run_cli("candidates", "--judge", "--json", env=judge_env(settings, server))
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert [(link["node"], link["into"]) for link in json.loads(done.stdout)["linked"]] == [("CONCEPT:rachel", "PERSON:Rachel")]
+        # The CONCEPT said again, by a cycle with the judge: linked where it went, no node, no pair, no question.
+        asked = len(questions_asked(server))
+        await sessions(settings, tmp_path, server, ["Rachel is an idea again."], judge=True, first=3)
+        assert len(questions_asked(server)) == asked
+    review, apart, merges = rows(settings)
+    assert review == [] and merges == [("CONCEPT:rachel", "PERSON:Rachel", "auditor")]
+    db = open_database(settings)
+    try:
+        assert [r[0] for r in db.query("SELECT id FROM nodes WHERE label IN ('PERSON', 'CONCEPT')")] == ["PERSON:Rachel"]
+    finally:
+        db.close()
 
 
 # `Wallace` in one session, `David Wallace` in another: a cycle without the judge pairs them

@@ -174,7 +174,7 @@ def build_parser() -> argparse.ArgumentParser:
                             help="at most this many pairs (with --judge: questions) (default 50; 0: all)")
     candidates.add_argument(
         "--judge", action="store_true",
-        help="ask the model judge (REM_EXTRACTOR=openai, REM_LLM_JUDGE=true) about the listed same-type pairs and apply "
+        help="ask the model judge (REM_EXTRACTOR=openai, REM_LLM_JUDGE=true) about the listed pairs and apply "
         "each answer: a link merges the pair (rem-cycle unmerge takes it back), 'a new node' keeps it apart (apart --undo)",
     )
     candidates.add_argument(

@@ -30,7 +30,7 @@ from pipelines.communities import (
     semantic_graph,
 )
 from pipelines.export import build_snapshot, render, write_json
-from pipelines.identity import AliasIndex, Auditor, NodeRef
+from pipelines.identity import NAMED_RULE, AliasIndex, Auditor, NodeRef
 from pipelines.judge import ModelJudge
 from pipelines.lazy_edge import ExtractionLines
 from pipelines.query import ViewCounts, node_view, search_row, turn_memory_ids
@@ -108,6 +108,8 @@ def identity_resolver(db: Database, *, auditor: Auditor | None = None, keep_as: 
         load_nodes=knowledge_nodes,
         load_named=knowledge_nodes,
         load_blocked=MergeStore(db).blocked_pairs,
+        # A `named` fold is found again by its rule at every mention (and only while it names one node).
+        load_redirects=partial(MergeStore(db).redirects, besides=(NAMED_RULE,)),
         existing=graph.existing_ids,
         committed_since=committed_since,
         auditor=auditor,

@@ -95,11 +95,9 @@ def print_review_sweep(sweep: dict[str, Any]) -> None:
         console.print(f"refused {escape(refused['node'])} -> {escape(refused['into'])}: {escape(refused['why'])}")
     for node in sweep["unanswered"]:
         console.print(f"no answer about {escape(node)}: its pairs stay listed")
-    left = [f"{sweep['not_asked']} questions past --limit" if sweep["not_asked"] else "",
-            f"{sweep['cross_type']} cross-type pairs (never asked: for a person)" if sweep["cross_type"] else ""]
     console.print(f"{sweep['asked']} questions asked: {len(sweep['linked'])} linked, {len(sweep['apart'])} kept apart, "
                   f"{len(sweep['refused'])} refused, {len(sweep['unanswered'])} unanswered"
-                  + "".join(f"; {item}" for item in left if item))
+                  + (f"; {sweep['not_asked']} questions past --limit" if sweep["not_asked"] else ""))
 
 
 def print_node(view: dict[str, Any]) -> None:
