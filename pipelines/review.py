@@ -58,17 +58,22 @@ class ReviewQuestion:
 def review_questions(pairs: Sequence[Mapping[str, Any]]) -> list[ReviewQuestion]:
     """The questions that settle the review list's ``pairs`` (rows as
     :meth:`store.merges.MergeStore.candidates` lists them, best score first). Pure. A node's
-    candidates, of its type or another (a ``cross-type`` pair: `CONCEPT:rachel` / `PERSON:Rachel`),
-    are asked about :data:`CANDIDATES_KEPT` at a time, strongest first; the questions come in the
-    order of each node's strongest pair."""
-    by_node: dict[str, list[tuple[str, float]]] = {}
+    candidates of its own type are asked about :data:`CANDIDATES_KEPT` at a time, strongest first,
+    in the order of each node's strongest pair; then, likewise, its candidates of other types (a
+    ``cross-type`` pair: `CONCEPT:rachel` / `PERSON:Rachel`). Never the two kinds in one question:
+    an answer links a node to one option, and a node may be both its CONCEPT twin and a longer
+    name of its own type — one answer would settle the other pair unasked."""
+    same: dict[str, list[tuple[str, float]]] = {}
+    across: dict[str, list[tuple[str, float]]] = {}
     for pair in pairs:
-        by_node.setdefault(pair["node_id"], []).append((pair["candidate_id"], float(pair["score"])))
+        kind = same if pair["node_label"] == pair["candidate_label"] else across
+        kind.setdefault(pair["node_id"], []).append((pair["candidate_id"], float(pair["score"])))
     questions = []
-    for node_id, options in by_node.items():
-        for start in range(0, len(options), CANDIDATES_KEPT):
-            shown = options[start:start + CANDIDATES_KEPT]
-            questions.append(ReviewQuestion(node_id, tuple(o for o, _ in shown), tuple(s for _, s in shown)))
+    for by_node in (same, across):
+        for node_id, options in by_node.items():
+            for start in range(0, len(options), CANDIDATES_KEPT):
+                shown = options[start:start + CANDIDATES_KEPT]
+                questions.append(ReviewQuestion(node_id, tuple(o for o, _ in shown), tuple(s for _, s in shown)))
     return questions
 
 

@@ -148,12 +148,14 @@ def pair(node: str, candidate: str, score: float, *, labels: tuple[str, str] = (
 def test_questions_group_a_nodes_pairs_strongest_first() -> None:
     many = [pair("PERSON:Joey", f"PERSON:Joey {n}", 0.9 - n / 100) for n in range(CANDIDATES_KEPT + 2)]
     questions = review_questions([
+        pair("PERSON:Ross", "CONCEPT:ross", 0.95, labels=("PERSON", "CONCEPT")),
         *many[:3], pair("PERSON:Ross", "PERSON:Ross Geller", 0.8), *many[3:],
-        pair("CONCEPT:ross", "PERSON:Ross", 0.5, labels=("CONCEPT", "PERSON")),
     ])
-    assert [(q.node_id, len(q.options)) for q in questions] == [
-        ("PERSON:Joey", CANDIDATES_KEPT), ("PERSON:Joey", 2), ("PERSON:Ross", 1), ("CONCEPT:ross", 1)]
-    assert questions[0].options[0] == "PERSON:Joey 0" and questions[0].scores[0] == pytest.approx(0.9)
+    # Same-type questions first; a cross-type pair is a question of its own, after them.
+    assert [(q.node_id, q.options[0], len(q.options)) for q in questions] == [
+        ("PERSON:Joey", "PERSON:Joey 0", CANDIDATES_KEPT), ("PERSON:Joey", "PERSON:Joey 5", 2), ("PERSON:Ross", "PERSON:Ross Geller", 1),
+        ("PERSON:Ross", "CONCEPT:ross", 1)]
+    assert questions[0].scores[0] == pytest.approx(0.9)
 
 
 def test_a_concept_chosen_for_a_typed_node_folds_into_it() -> None:
