@@ -252,11 +252,13 @@ JUDGED_BY = ("cycle", "sweep", "both")
 async def judge_runs(
     runs: Mapping[str, Path], pairs: Sequence[Mapping[str, Any]], *, keep: Path, judge: Auditor | None = None,
     answers: dict[str, str | None] | None = None, kept_answers: Path | None = None, judged_by: str = "cycle", across: bool = False,
+    cross_type: bool = False,
 ) -> dict[str, Any]:
     """Each run's sessions digested with ``judge`` (``None``: the labels, :func:`run_oracle`) as the
     cycle's judge (see the module docstring), in a data dir under ``keep``, and with ``judged_by``
     ``sweep`` or ``both`` the review list then swept by it (:func:`worker.knowledge.settle_review_list`,
-    every question, ``across`` as ``--across``; with ``sweep`` the cycle has no judge); the figures of
+    every question, ``across`` and ``cross_type`` as ``--across`` and ``--cross-type``; with ``sweep``
+    the cycle has no judge); the figures of
     :func:`bench.bench_identity.run_report` over them, and per run its questions: asked (and per
     100 sessions), about a labelled pair, answered from ``answers`` (the answers of earlier runs,
     each new one appended to ``kept_answers``), unanswered; the sweep's separately (``sweep_*``)."""
@@ -294,7 +296,7 @@ async def judge_runs(
             if judged_by != "cycle":
                 sweep_counts = RunQuestions()
                 sweep = await settle_review_list(settings, counting(judge or run_oracle(pairs), labels, sweep_counts, answers, kept),
-                                                 limit=None, across=across)
+                                                 limit=None, across=across, cross_type=cross_type)
                 swept[name] = (sweep_counts, sweep)
     finally:
         worker.cycle.identity_resolver = made
@@ -311,7 +313,7 @@ async def judge_runs(
         figures["runs"][name] |= {"sweep_questions": counts.asked + counts.from_answers, "sweep_questions_labelled": counts.labelled,
                                   "sweep_questions_per_100_sessions": round((counts.asked + counts.from_answers) * 100 / sessions, 1) if sessions else 0.0,
                                   "sweep_linked": len(sweep.linked), "sweep_apart": len(sweep.apart), "sweep_unanswered": len(sweep.unanswered),
-                                  "sweep_refused": len(sweep.refused), "sweep_gone": sweep.gone}
+                                  "sweep_refused": len(sweep.refused), "sweep_gone": sweep.gone, "sweep_cross_type_left": sweep.cross_type_left}
     return figures
 
 
@@ -357,7 +359,7 @@ async def run(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
                 judge = (await model_judge(stack)).audit_identity
             keep = args.keep if args.keep is not None else Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="rem-judge-runs-")))
             ran = await judge_runs(args.runs, pairs, keep=keep, judge=judge, answers=read_answers(args.answers), kept_answers=args.answers,
-                                   judged_by=args.judged_by, across=args.across)
+                                   judged_by=args.judged_by, across=args.across, cross_type=args.cross_type)
         if args.json:
             print(json.dumps(ran, indent=1, sort_keys=True))
             return ran
@@ -417,6 +419,7 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, Any]]:
                         help="with --runs: the judge answers in the cycle (default), in a sweep of the review list after "
                         "a cycle without it (rem-cycle candidates --judge), or both")
     parser.add_argument("--across", action="store_true", help="the sweep as candidates --judge --across")
+    parser.add_argument("--cross-type", action="store_true", help="the sweep as candidates --judge --cross-type")
     args = parser.parse_args(argv)
     if args.runs is not None:
         args.runs = dict(args.runs)

@@ -19,12 +19,15 @@ Each answer is applied before the next question is asked, so no answer is paid f
 folds the node into the option it names (merge rule ``auditor``, undone by ``rem-cycle unmerge``),
 "a new node" keeps the node apart from every option it was shown (``identity_apart`` with
 ``decided_by = judge``, taken back by ``rem-cycle apart --undo``). A failed call, or an answer
-naming no option, changes nothing: the pairs stay listed for a person or a later sweep. A pair
-across types (`CONCEPT:rachel` / `PERSON:Rachel`, the one name typed two ways) is asked too — a
-cycle never asks one, since a link across types did not last: names are looked up within a type,
-so the CONCEPT's next mention made it again. The judge's link is a merge, and a merge across types
-now lasts: the merged id's next mention links to where it went (``merged-id``,
-:attr:`pipelines.identity.AliasIndex.redirects`). A CONCEPT chosen for a typed node folds into it.
+naming no option, changes nothing: the pairs stay listed for a person or a later sweep. With
+``--cross-type`` a pair across types (`CONCEPT:rachel` / `PERSON:Rachel`, the one name typed two
+ways) is asked too, in a question of its own — a cycle never asks one, since a link across types
+did not last: names are looked up within a type, so the CONCEPT's next mention made it again. The
+judge's link is a merge, and a merge across types now lasts: the merged id's next mention links to
+where it went (``merged-id``, :attr:`pipelines.identity.AliasIndex.redirects`). A CONCEPT chosen
+for a typed node folds into it. Off by default: with the labels answering it settled the list
+whole but added no labelled pair and cost one (bench/RESULTS.md, "The review list answered by the
+judge").
 """
 
 from __future__ import annotations
@@ -55,26 +58,26 @@ class ReviewQuestion:
     scores: tuple[float, ...]
 
 
-def review_questions(pairs: Sequence[Mapping[str, Any]]) -> list[ReviewQuestion]:
+def review_questions(pairs: Sequence[Mapping[str, Any]], *, cross_type: bool = False) -> tuple[list[ReviewQuestion], int]:
     """The questions that settle the review list's ``pairs`` (rows as
-    :meth:`store.merges.MergeStore.candidates` lists them, best score first). Pure. A node's
+    :meth:`store.merges.MergeStore.candidates` lists them, best score first), and how many
+    ``cross-type`` pairs (`CONCEPT:rachel` / `PERSON:Rachel`) no question asks. Pure. A node's
     candidates of its own type are asked about :data:`CANDIDATES_KEPT` at a time, strongest first,
-    in the order of each node's strongest pair; then, likewise, its candidates of other types (a
-    ``cross-type`` pair: `CONCEPT:rachel` / `PERSON:Rachel`). Never the two kinds in one question:
-    an answer links a node to one option, and a node may be both its CONCEPT twin and a longer
-    name of its own type — one answer would settle the other pair unasked."""
+    in the order of each node's strongest pair; then, with ``cross_type``, likewise its candidates
+    of other types. Never the two kinds in one question: an answer links a node to one option, and
+    a node may be both its CONCEPT twin and a longer name of its own type."""
     same: dict[str, list[tuple[str, float]]] = {}
     across: dict[str, list[tuple[str, float]]] = {}
     for pair in pairs:
         kind = same if pair["node_label"] == pair["candidate_label"] else across
         kind.setdefault(pair["node_id"], []).append((pair["candidate_id"], float(pair["score"])))
     questions = []
-    for by_node in (same, across):
+    for by_node in (same, across) if cross_type else (same,):
         for node_id, options in by_node.items():
             for start in range(0, len(options), CANDIDATES_KEPT):
                 shown = options[start:start + CANDIDATES_KEPT]
                 questions.append(ReviewQuestion(node_id, tuple(o for o, _ in shown), tuple(s for _, s in shown)))
-    return questions
+    return questions, 0 if cross_type else sum(map(len, across.values()))
 
 
 def folded_way(node: NodeRef, chosen: NodeRef) -> tuple[str, str]:
@@ -135,7 +138,8 @@ class ReviewSweep:
     options it was kept apart from); ``unanswered``: nodes whose question got no answer;
     ``refused``: (merged, into, why the graph refused the merge); ``gone``: questions
     not asked because the node, or every option, left the graph first (folded by an earlier answer,
-    or by a cycle); ``not_asked``: questions past the limit."""
+    or by a cycle); ``not_asked``: questions past the limit; ``cross_type_left``: cross-type pairs
+    not asked (without ``cross_type``)."""
 
     asked: int = 0
     linked: list[tuple[str, str, int]] = field(default_factory=list)
@@ -144,6 +148,7 @@ class ReviewSweep:
     refused: list[tuple[str, str, str]] = field(default_factory=list)
     gone: int = 0
     not_asked: int = 0
+    cross_type_left: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         """The sweep as JSON-ready data."""
@@ -152,21 +157,22 @@ class ReviewSweep:
             "linked": [{"node": n, "into": i, "merge_id": m} for n, i, m in self.linked],
             "apart": [{"node": n, "from": list(o)} for n, o in self.apart],
             "unanswered": self.unanswered, "refused": [{"node": n, "into": i, "why": w} for n, i, w in self.refused],
-            "gone": self.gone, "not_asked": self.not_asked,
+            "gone": self.gone, "not_asked": self.not_asked, "cross_type_left": self.cross_type_left,
         }
 
 
 async def judge_review_list(
     pairs: Sequence[Mapping[str, Any]], desk: ReviewDesk, auditor: Auditor, *, limit: int | None = None,
-    sweep: ReviewSweep | None = None,
+    cross_type: bool = False, sweep: ReviewSweep | None = None,
 ) -> ReviewSweep:
     """Ask ``auditor`` the :func:`review_questions` of ``pairs``, at most ``limit`` of them
-    (``None``: all), and apply each answer through ``desk`` before asking the next (module
-    docstring); the figures go into ``sweep`` as they come (a caller stopped midway reads what was
+    (``None``: all; ``cross_type``: the pairs across types too), and apply each answer through
+    ``desk`` before asking the next (module docstring); the figures go into ``sweep`` as they come (a caller stopped midway reads what was
     done). Each question is read from the graph as it is when asked: an option folded or
     forgotten since the list was read is not offered."""
-    questions = review_questions(pairs)
+    questions, left = review_questions(pairs, cross_type=cross_type)
     sweep = sweep if sweep is not None else ReviewSweep()
+    sweep.cross_type_left = left
     for number, question in enumerate(questions):
         if limit is not None and sweep.asked >= limit:
             sweep.not_asked = len(questions) - number

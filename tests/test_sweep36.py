@@ -147,10 +147,11 @@ def pair(node: str, candidate: str, score: float, *, labels: tuple[str, str] = (
 
 def test_questions_group_a_nodes_pairs_strongest_first() -> None:
     many = [pair("PERSON:Joey", f"PERSON:Joey {n}", 0.9 - n / 100) for n in range(CANDIDATES_KEPT + 2)]
-    questions = review_questions([
-        pair("PERSON:Ross", "CONCEPT:ross", 0.95, labels=("PERSON", "CONCEPT")),
-        *many[:3], pair("PERSON:Ross", "PERSON:Ross Geller", 0.8), *many[3:],
-    ])
+    listed = [pair("PERSON:Ross", "CONCEPT:ross", 0.95, labels=("PERSON", "CONCEPT")),
+              *many[:3], pair("PERSON:Ross", "PERSON:Ross Geller", 0.8), *many[3:]]
+    assert review_questions(listed)[1] == 1 and review_questions(listed)[0] == review_questions(listed, cross_type=True)[0][:-1]
+    questions, left = review_questions(listed, cross_type=True)
+    assert left == 0
     # Same-type questions first; a cross-type pair is a question of its own, after them.
     assert [(q.node_id, q.options[0], len(q.options)) for q in questions] == [
         ("PERSON:Joey", "PERSON:Joey 0", CANDIDATES_KEPT), ("PERSON:Joey", "PERSON:Joey 5", 2), ("PERSON:Ross", "PERSON:Ross Geller", 1),
@@ -175,7 +176,9 @@ async def test_a_link_across_types_lasts(settings: Settings, tmp_path: Path, tur
     with LLMServer(default=Reply(model("link", RACHEL))) as server:
         await sessions(settings, tmp_path, server, turns, judge=False)
         assert [rule for *_, rule in rows(settings)[0]] == ["cross-type"]
-        done = run_cli("candidates", "--judge", "--json", env=judge_env(settings, server))
+        plain = run_cli("candidates", "--judge", "--json", env=judge_env(settings, server))
+        assert json.loads(plain.stdout)["cross_type_left"] == 1 and json.loads(plain.stdout)["asked"] == 0
+        done = run_cli("candidates", "--judge", "--cross-type", "--json", env=judge_env(settings, server))
         assert done.returncode == 0, done.stderr[-2000:]
         assert [(link["node"], link["into"]) for link in json.loads(done.stdout)["linked"]] == [("CONCEPT:rachel", "PERSON:Rachel")]
         # The CONCEPT said again, by a cycle with the judge: linked where it went, no node, no pair, no question.

@@ -182,6 +182,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --judge: also ask about each name beside the graph's longer names of its type, as a cycle with the judge "
         "does across sessions (for a graph digested without the judge)",
     )
+    candidates.add_argument(
+        "--cross-type", action="store_true",
+        help="with --judge: also ask about the pairs of one name under two types (CONCEPT:rachel / PERSON:Rachel), each a question "
+        "of its own; a link folds the CONCEPT into the typed node and lasts",
+    )
     apart = add_command(sub, "apart", common, "say two nodes are different things: off the review list, never merged by identity resolution")
     apart.add_argument("node_id", metavar="NODE_ID", nargs="?", help="one node of a reported pair (as candidates prints it)")
     apart.add_argument("other_id", metavar="OTHER_ID", nargs="?", help="the other")
@@ -768,8 +773,8 @@ async def cmd_candidates(settings: Settings, args: argparse.Namespace, progress:
 
     if args.judge:
         return await _judge_candidates(settings, args, progress)
-    if args.across:
-        print("rem-cycle: candidates --across goes with --judge", file=sys.stderr)
+    if args.across or args.cross_type:
+        print(f"rem-cycle: candidates {'--across' if args.across else '--cross-type'} goes with --judge", file=sys.stderr)
         return EXIT_USAGE
     pairs, total = await anyio.to_thread.run_sync(lambda: identity_candidates(settings, limit=args.limit or None))
     _emit(args, {"candidates": pairs, "total": total}, lambda: print_candidates(pairs, total))
@@ -800,7 +805,8 @@ async def _judge_candidates(settings: Settings, args: argparse.Namespace, progre
             return EXIT_FAILED
         try:
             async with graph_single_flight(settings):
-                await settle_review_list(settings, judge.audit_identity, limit=args.limit or None, across=args.across, sweep=sweep)
+                await settle_review_list(settings, judge.audit_identity, limit=args.limit or None, across=args.across,
+                                         cross_type=args.cross_type, sweep=sweep)
         except CycleBusyError as exc:
             print(f"rem-cycle: {exc}; candidates --judge when it has finished", file=sys.stderr)
             return EXIT_BUSY

@@ -537,11 +537,13 @@ class GraphReviewDesk:
 
 
 async def settle_review_list(
-    settings: Settings, judge: Auditor, *, limit: int | None = 50, across: bool = False, sweep: ReviewSweep | None = None,
+    settings: Settings, judge: Auditor, *, limit: int | None = 50, across: bool = False, cross_type: bool = False,
+    sweep: ReviewSweep | None = None,
 ) -> ReviewSweep:
     """Settle the review list with ``judge`` (a :meth:`pipelines.judge.ModelJudge.audit_identity`),
     and with ``across`` the graph's names beside longer ones of their type
-    (:func:`pipelines.review.with_graph_extensions`: the graph's knowledge nodes read whole):
+    (:func:`pipelines.review.with_graph_extensions`: the graph's knowledge nodes read whole), and
+    with ``cross_type`` the pairs across types:
     at most ``limit`` questions (``None``: all), each
     answer applied before the next is asked, the figures kept in ``sweep`` as they come
     (:func:`pipelines.review.judge_review_list`). The caller holds the cycle's single-flight lock."""
@@ -565,7 +567,7 @@ async def settle_review_list(
                 return with_graph_extensions(pairs, index, blocked=unit.merges.blocked_pairs(), said_with=said_with)
 
             pairs = await anyio.to_thread.run_sync(across_pairs)
-        return await judge_review_list(pairs, GraphReviewDesk(unit), judge, limit=limit, sweep=sweep)
+        return await judge_review_list(pairs, GraphReviewDesk(unit), judge, limit=limit, cross_type=cross_type, sweep=sweep)
 
 
 class NodeNotChosen(Exception):

@@ -97,7 +97,8 @@ def print_review_sweep(sweep: dict[str, Any]) -> None:
         console.print(f"no answer about {escape(node)}: its pairs stay listed")
     console.print(f"{sweep['asked']} questions asked: {len(sweep['linked'])} linked, {len(sweep['apart'])} kept apart, "
                   f"{len(sweep['refused'])} refused, {len(sweep['unanswered'])} unanswered"
-                  + (f"; {sweep['not_asked']} questions past --limit" if sweep["not_asked"] else ""))
+                  + (f"; {sweep['not_asked']} questions past --limit" if sweep["not_asked"] else "")
+                  + (f"; {sweep['cross_type_left']} cross-type pairs not asked (--cross-type asks them)" if sweep["cross_type_left"] else ""))
 
 
 def print_node(view: dict[str, Any]) -> None:
