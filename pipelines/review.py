@@ -50,8 +50,9 @@ log = get_logger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class ReviewQuestion:
-    """"Which of ``options`` is ``node_id``?": a reported node and (some of) its same-type
-    candidates, strongest first, each with the score the review list gives it."""
+    """"Which of ``options`` is ``node_id``?": a reported node and (some of) its candidates of one
+    kind — of its type, or of other types — strongest first, each with the score the review list
+    gives it."""
 
     node_id: str
     options: tuple[str, ...]
