@@ -193,11 +193,14 @@ def run_workers(data_dir: Path, llm_url: str, *, workers: int, logs: Path, kills
         try:
             while True:
                 remaining = pending(db)
+                # The worker to be killed holds claims before the others start: started together, one
+                # of them could claim every session first and leave it nothing to die holding.
+                waiting = remote is not None and run.kills < kills and remote.poll() is None and remote.pid not in claim_holders(db)
                 for slot, proc in enumerate(procs):
                     if proc is not None and proc.poll() is not None:
                         run.exit_codes.append(proc.returncode)
                         procs[slot] = None
-                    if procs[slot] is None and remaining:
+                    if procs[slot] is None and remaining and not (waiting and slot > 0):
                         run.launches += 1
                         procs[slot] = _launch(env, slot, logs, remote=remote_first and run.launches == 1)
                         remote = procs[slot] if remote_first and run.launches == 1 else remote
