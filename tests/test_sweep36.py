@@ -4,8 +4,10 @@ A cycle asks the judge about a name only while it commits the session that says 
 a graph built before the judge was on, and those of a call that failed, waited on the review list
 for a person, however long. `candidates --judge` asks the judge about them: "link" merges (rule
 ``auditor``), "a new node" keeps the pair apart with ``decided_by = judge`` (migration 36), no
-answer changes nothing. Real cycles and commands: real SQLite and PostgreSQL, real embedded
-Chroma, the loopback model server as extractor and judge.
+answer changes nothing. ``--across`` asks what a judged cycle asks across sessions; ``--cross-type``
+the pairs of one name under two types, whose link now lasts (``merged-id``). Real cycles and
+commands: real SQLite and PostgreSQL, real embedded Chroma, the loopback model server as extractor
+and judge.
 """
 
 from __future__ import annotations
