@@ -32,7 +32,7 @@ from pipelines.extract.model import ExtractorReply, UnitTurn, WorkUnit, clean_te
 from pipelines.identity import normal_path
 from pipelines.python_names import BUILTIN_NAMES, BUILTIN_TYPE_METHODS, STANDARD_LIBRARY_MODULES, TYPES_CLASSES
 
-HEURISTIC_VERSION = 14
+HEURISTIC_VERSION = 15
 # Entities of one turn linked pairwise: the first few only, so a long tool dump does not turn
 # into a clique of hundreds of edges.
 MAX_LINKED_PER_TURN = 6
@@ -137,8 +137,9 @@ BUSY_TURN_NAMES = 20
 _PROSE_TYPES = frozenset({"CONCEPT", "PERSON", "PLACE", "ORGANIZATION", "WORK"})
 # ``from pkg.mod import A, B as C`` on one line (a diff's +/- or a numbered view's gutter before it:
 # `12│`, `12:`, or `cat -n`'s number and tab, as SWE-agent's file views show it, determ35);
-# the names it brings in, up to a ``;`` that ends the statement (audit33).
-_FROM_IMPORT = re.compile(r"^[ \t+-]*(?:\d+(?:[│|:][ \t]*|\t))?from[ \t]+([A-Za-z_][\w.]*)[ \t]+import[ \t]+\(?([^\n#;]*)", re.M)
+# the names it brings in, up to a ``;`` that ends the statement (audit33) or the line's end, a
+# ``\r\n`` one too (a GitHub issue's text: its ``\r`` hid the last name, audit35).
+_FROM_IMPORT = re.compile(r"^[ \t+-]*(?:\d+(?:[│|:][ \t]*|\t))?from[ \t]+([A-Za-z_][\w.]*)[ \t]+import[ \t]+\(?([^\r\n#;]*)", re.M)
 # The names an import line says, aliases included (`PurePath` and `PP` of `PurePath as PP`) …
 _IMPORTED_NAME = re.compile(r"(?<![\w.])[A-Za-z_]\w*(?=[ \t]*(?:,|\)|$|[ \t]as\b))|(?<=\bas[ \t])[A-Za-z_]\w*")
 # … and those it binds: a name, or the alias after its ``as`` — ``timezone as dt_timezone`` binds
