@@ -406,9 +406,15 @@ class AliasIndex:
             yield (self.paths_by_basename if "/" in form.key else self.bare_files), base
 
     def sharing_a_name(self, node: NodeRef) -> set[str]:
-        """The other indexed nodes of ``node``'s type filed under one of its names as written
-        (the ``alias`` rule's key): a node folded into it keeps its name as an alias."""
-        ids = {other for text in node.forms for other in self.exact.get((node.type, _alias_key(node.type, text)), ())}
+        """The other indexed nodes filed under one of ``node``'s names: as written, of its type
+        (the ``alias`` rule's key), or by the name's words, of any type — a node folded into it
+        keeps its name as an alias, and a fold may cross types (the CONCEPT `las vegas` that
+        ``named`` folds into the PLACE `Las Vegas`, audit35)."""
+        ids: set[str] = set()
+        for text in node.forms:
+            form = name_form(node.type, text)
+            ids |= self.exact.get((node.type, _alias_key(node.type, text)), set())
+            ids |= (self.identifiers if form.identifier else self.prose_words).get(("*", form.key if form.identifier else form.words), set())
         ids.discard(node.id)
         return ids
 

@@ -8,12 +8,18 @@
   turn: each mention found its sentence again (a scan of the whole line, when it has no ``. ``),
   and each new node of the turn was looked for in a list of the turn's nodes. 280 KB of file names
   on one line took about 17 s, 200 KB of one path said 7,000 times 37 s.
+- A kept identity index (foldidx) dropped a node another worker's commit folded away only when it
+  was of the survivor's type. A CONCEPT that ``named`` folds into the typed node of its name (the
+  CONCEPT `las vegas` into the PLACE `Las Vegas`) stayed, and it still counted as a longer name:
+  `vegas` said beside `vegas strip` was no ``extension`` pair for that worker, one for a fresh index.
 """
 
 from __future__ import annotations
 
 import random
 import time
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -72,3 +78,52 @@ def test_a_description_is_the_sentence_it_was() -> None:
             for end in range(start, min(len(text), start + 6) + 1):
                 left, right = _sentence_bounds(stops, lines, len(text), start, end)
                 assert " ".join(text[left:right].split())[:DESCRIPTION_CHARS] == _old_sentence_around(text, start, end), (text, start, end)
+
+
+def test_a_concept_folded_into_a_typed_node_by_another_worker_leaves_a_kept_index(tmp_path: Path) -> None:
+    """Worker A's commit folds ``CONCEPT:las vegas`` into ``PLACE:Las Vegas`` (a ``named`` link:
+    the typed node survives, the CONCEPT's claims keep `las vegas` its alias) and starts no new
+    identity epoch. Worker B's index, built before, learns the PLACE from A's commit and must drop
+    the CONCEPT, as an index built after the fold never has it."""
+    from pipelines.extract.commit import Candidate
+    from store.db import Database
+    from store.facts import NodeFacts
+    from store.graph import GraphStore, Node
+    from store.merges import MergeStore
+    from store.provenance import ClaimRow, ProvenanceStore
+    from store.runstate import RunStateStore, SessionRevision
+    from worker.knowledge import identity_resolver
+
+    path = tmp_path / "g.db"
+    a, b, c = Database(path), Database(path), Database(path)
+    runstate = RunStateStore(a)
+
+    def committed(session: str, node: str, name: str, *, fold: str | None = None) -> None:
+        """What a commit of ``session`` naming ``node`` writes (claims, then its fold)."""
+        runstate.mark_ingested(SessionRevision(session, "r1", "2026-11-01T00:00:00Z"), "run-a")
+        with a.transaction():
+            runstate.begin_commit()
+            GraphStore(a).upsert_nodes([Node(node, node.partition(":")[0], name, {"aliases": [name]})])
+            ProvenanceStore(a).add_claims([ClaimRow(node, f"session:{session}", node, NodeFacts.of(aliases=[name]), name=name)])
+            if fold is not None:
+                MergeStore(a).merge_nodes(fold, node, rule="named", name_as_alias=False)
+            runstate.mark_digested(session, "r1", "run-a")
+
+    def outcome(resolver: Any) -> list[tuple[str, str, list[str]]]:
+        said = [Candidate("CONCEPT:vegas", "CONCEPT", "vegas"), Candidate("CONCEPT:vegas strip", "CONCEPT", "vegas strip")]
+        return [(v.action, v.rule, [m.node_id for m in v.candidates]) for v in resolver(said).verdicts.values()]
+
+    try:
+        committed("s0", "CONCEPT:las vegas", "las vegas")
+        committed("s1", "PERSON:Bob", "Bob")
+        kept = identity_resolver(b)
+        assert kept([Candidate("PERSON:Bob", "PERSON", "Bob")]) == {"PERSON:Bob": "PERSON:Bob"}  # index built
+        committed("s2", "PLACE:Las Vegas", "Las Vegas", fold="CONCEPT:las vegas")
+        fresh = outcome(identity_resolver(c))
+        assert fresh == [("candidate", "extension", ["CONCEPT:vegas strip"]), ("create", "", [])]
+        assert outcome(kept) == fresh
+        assert kept.builds == 1  # learned from the commit, not rebuilt
+    finally:
+        a.close()
+        b.close()
+        c.close()
