@@ -25,6 +25,7 @@ import pytest
 
 from pipelines.extract.heuristic import DESCRIPTION_CHARS, _standard_library_imports, extract_heuristic
 from tests.test_extract import conversation, nodes_of
+from tests.workers_support import commit_naming
 
 
 @pytest.mark.parametrize("newline", ["\n", "\r\n"])
@@ -87,27 +88,13 @@ def test_a_concept_folded_into_a_typed_node_by_another_worker_leaves_a_kept_inde
     the CONCEPT, as an index built after the fold never has it."""
     from pipelines.extract.commit import Candidate
     from store.db import Database
-    from store.facts import NodeFacts
-    from store.graph import GraphStore, Node
-    from store.merges import MergeStore
-    from store.provenance import ClaimRow, ProvenanceStore
-    from store.runstate import RunStateStore, SessionRevision
     from worker.knowledge import identity_resolver
 
     path = tmp_path / "g.db"
     a, b, c = Database(path), Database(path), Database(path)
-    runstate = RunStateStore(a)
 
     def committed(session: str, node: str, name: str, *, fold: str | None = None) -> None:
-        """What a commit of ``session`` naming ``node`` writes (claims, then its fold)."""
-        runstate.mark_ingested(SessionRevision(session, "r1", "2026-11-01T00:00:00Z"), "run-a")
-        with a.transaction():
-            runstate.begin_commit()
-            GraphStore(a).upsert_nodes([Node(node, node.partition(":")[0], name, {"aliases": [name]})])
-            ProvenanceStore(a).add_claims([ClaimRow(node, f"session:{session}", node, NodeFacts.of(aliases=[name]), name=name)])
-            if fold is not None:
-                MergeStore(a).merge_nodes(fold, node, rule="named", name_as_alias=False)
-            runstate.mark_digested(session, "r1", "run-a")
+        commit_naming(a, session, node, name, fold=fold, rule="named")
 
     def outcome(resolver: Any) -> list[tuple[str, str, list[str]]]:
         said = [Candidate("CONCEPT:vegas", "CONCEPT", "vegas"), Candidate("CONCEPT:vegas strip", "CONCEPT", "vegas strip")]

@@ -24,7 +24,7 @@ from store.facts import least_name
 from tests.conftest import write_sessions
 from tests.llm_server import LLMServer, held, slow
 from tests.test_forget import canonical
-from tests.workers_support import ELSEWHERE, corpus, digest_report, ingested, run_workers, slow_commits_elsewhere
+from tests.workers_support import ELSEWHERE, commit_naming, corpus, digest_report, ingested, run_workers, slow_commits_elsewhere
 from worker.cycle import PHASES, run_cycle
 
 
@@ -235,27 +235,13 @@ def test_a_node_folded_by_another_workers_commit_leaves_a_kept_index(tmp_path: P
     built after the fold — not created apart with no candidate (foldidx)."""
     from pipelines.extract.commit import Candidate
     from store.db import Database
-    from store.facts import NodeFacts
-    from store.graph import GraphStore, Node
-    from store.merges import MergeStore
-    from store.provenance import ClaimRow, ProvenanceStore
-    from store.runstate import RunStateStore, SessionRevision
     from worker.knowledge import identity_resolver
 
     path = tmp_path / "g.db"
     a, b, c = Database(path), Database(path), Database(path)
-    runstate = RunStateStore(a)
 
     def committed(session: str, node: str, name: str, *, fold: str | None = None) -> None:
-        """What a commit of ``session`` naming ``node`` writes (commit_session: claims, then its fold)."""
-        runstate.mark_ingested(SessionRevision(session, "r1", "2026-11-01T00:00:00Z"), "run-a")
-        with a.transaction():
-            runstate.begin_commit()
-            GraphStore(a).upsert_nodes([Node(node, "FILE", name, {"aliases": [name]})])
-            ProvenanceStore(a).add_claims([ClaimRow(node, f"session:{session}", node, NodeFacts.of(aliases=[name]), name=name)])
-            if fold is not None:
-                MergeStore(a).merge_nodes(fold, node, rule="judge", name_as_alias=False)
-            runstate.mark_digested(session, "r1", "run-a")
+        commit_naming(a, session, node, name, fold=fold)
 
     def outcome(resolver: Any) -> tuple[str, str, list[str]]:
         [verdict] = resolver([Candidate("FILE:lib/alpha.py", "FILE", "lib/alpha.py")]).verdicts.values()

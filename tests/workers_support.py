@@ -268,6 +268,28 @@ def claims_of(db: Any, pid: int) -> dict[str, str]:
     return {session_id: expires for owner, session_id, expires in rows if _pid(owner) == pid}
 
 
+def commit_naming(db: Any, session: str, node: str, name: str, *, fold: str | None = None, rule: str = "judge") -> None:
+    """What another worker's commit of ``session`` naming ``node`` (of the type its id says) writes
+    on the graph database ``db``, in one transaction (commit_session: its claim, then its fold of
+    ``fold`` into ``node`` by ``rule``, the folded name kept by the claims moved): it starts no new
+    identity epoch, so a kept index must learn it."""
+    from store.facts import NodeFacts
+    from store.graph import GraphStore, Node
+    from store.merges import MergeStore
+    from store.provenance import ClaimRow, ProvenanceStore
+    from store.runstate import RunStateStore, SessionRevision
+
+    runstate = RunStateStore(db)
+    runstate.mark_ingested(SessionRevision(session, "r1", "2026-11-01T00:00:00Z"), "run-a")
+    with db.transaction():
+        runstate.begin_commit()
+        GraphStore(db).upsert_nodes([Node(node, node.partition(":")[0], name, {"aliases": [name]})])
+        ProvenanceStore(db).add_claims([ClaimRow(node, f"session:{session}", node, NodeFacts.of(aliases=[name]), name=name)])
+        if fold is not None:
+            MergeStore(db).merge_nodes(fold, node, rule=rule, name_as_alias=False)
+        runstate.mark_digested(session, "r1", "run-a")
+
+
 def committing_slots(db: Any) -> set[int]:
     """(PostgreSQL) The worker slots whose open transaction has written ``nodes`` rows: a session's
     commit is under way (the lock is held until the transaction ends)."""
