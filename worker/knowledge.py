@@ -12,7 +12,7 @@ import unicodedata
 from collections.abc import AsyncIterator, Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
-from functools import partial
+from functools import cache, partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -552,13 +552,14 @@ async def settle_review_list(
         pairs = await anyio.to_thread.run_sync(lambda: unit.merges.candidates(limit=None))
         if across:
             provenance = ProvenanceStore(db)
+            # A node's sessions and notes files, read once however many crowded names it extends.
+            anchors_of = cache(lambda node_id: provenance.node_sources(node_id)[0])
 
             def said_with(short: str, longer: Collection[str]) -> list[set[str]]:
                 # Session by session (or notes file), the longer names said where the short one is.
-                anchors = dict.fromkeys(provenance.node_sources(short)[0], ())
                 together: dict[str, set[str]] = {}
                 for node_id in longer:
-                    for anchor in provenance.node_sources(node_id)[0] & anchors.keys():
+                    for anchor in anchors_of(node_id) & anchors_of(short):
                         together.setdefault(anchor, set()).add(node_id)
                 return list(together.values())
 
