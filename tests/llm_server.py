@@ -40,6 +40,9 @@ class Reply:
     finish_reason: str = "stop"
     delay: float = 0.0
     usage: tuple[int, int] | None = None
+    # as a real server: an answer longer than the request's ``max_tokens`` (4 characters a token)
+    # is cut there, ``finish_reason: length``
+    bounded: bool = False
 
 
 @dataclass(frozen=True)
@@ -134,6 +137,11 @@ def malformed() -> Reply:
 
 def truncated() -> Reply:
     return Reply('{"summary": "cut', finish_reason="length")
+
+
+def bounded(content: Content = None) -> Reply:
+    """An answer cut at the request's ``max_tokens`` when longer, as a model's output limit cuts it."""
+    return Reply(content, bounded=True)
 
 
 def empty() -> Reply:
@@ -386,8 +394,13 @@ def _handler(server: LLMServer) -> type[BaseHTTPRequestHandler]:
             elif callable(content):
                 content = content(body)
             text = content if isinstance(content, str) else json.dumps(content)
+            finish_reason = behaviour.finish_reason
+            if isinstance(behaviour, Reply) and behaviour.bounded and len(text) > 4 * int(body.get("max_tokens") or len(text)):
+                text, finish_reason = text[: 4 * int(body["max_tokens"])], "length"
             tokens_in = sum(len(m.get("content", "")) for m in body.get("messages", [])) // 4
-            usage = behaviour.usage or (tokens_in, len(text) // 4)
+            # an answer stopped at the output limit is as long as the request let it be
+            spent = int(body.get("max_tokens") or 0) if finish_reason == "length" else 0
+            usage = behaviour.usage or (tokens_in, spent or len(text) // 4)
             self._send(
                 200,
                 {
@@ -395,7 +408,7 @@ def _handler(server: LLMServer) -> type[BaseHTTPRequestHandler]:
                     "object": "chat.completion",
                     "model": body.get("model", server.model),
                     "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
-                                 "finish_reason": behaviour.finish_reason}],
+                                 "finish_reason": finish_reason}],
                     "usage": {"prompt_tokens": usage[0], "completion_tokens": usage[1],
                               "total_tokens": usage[0] + usage[1]},
                 },

@@ -12,6 +12,11 @@ words and the unit is an outage: :data:`ANSWER_UNSTORED`)
 one's): then it waits for that answer and reuses it the same way (:mod:`pipelines.extract.inflight`); or by another worker on the same database
 (:class:`pipelines.ports.TextClaims`): then it waits for that worker's answer, polling — unless its
 cycle is stopping: then it ends deferred, with no call.
+
+A unit whose answer overran the model's output limit (``truncated-output``) — this cycle, or as its
+last stored failure — is mapped again as its two halves (:func:`pipelines.extract.units.halve_unit`,
+recursively), and their answers joined are stored as the unit's own answer: the words that did not
+fit one answer are never asked whole again, and no later cycle asks the halves again.
 """
 
 from __future__ import annotations
@@ -32,8 +37,10 @@ from pipelines.extract.model import (
     Extractor,
     WorkUnit,
     answer_moved_to,
+    joined_answer,
     validate_extraction,
 )
+from pipelines.extract.units import halve_unit
 from pipelines.ports import ChunkResults, TextClaims
 from store.chunks import AnswerCopy, ChunkResult
 from store.errors import DatabaseDamagedError, StoreError
@@ -61,6 +68,9 @@ ANSWER_UNSTORED = "answer-unstored"
 # it, the answer is held in the process (HeldAnswers) for the next attempt of its words.
 STORE_RETRY_SECONDS = 1.0
 
+# The failure kind of an answer that hit the output limit: its unit is asked again as two halves.
+OVERFLOWED = "truncated-output"
+
 
 @dataclass(frozen=True, slots=True)
 class UnitOutcome:
@@ -78,6 +88,8 @@ class UnitOutcome:
     # refused to store its paid answer (:data:`ANSWER_UNSTORED`): an outage (also a unit deferred
     # because the extraction of its text it waited on ended so)
     outage: bool = False
+    # mapped as its halves because an answer of it overran the output limit (this cycle or before)
+    halved: bool = False
     # deferred: when its backoff ends (run-state timestamp)
     retry_at: str | None = None
     # the database refused this unit's text claim (taking it: extracted without one, as if no other
@@ -129,7 +141,9 @@ async def map_units(
     one, this map's alone, when None; the daemon keeps one for its life). ``damaged``: the damaged
     database file errors met in the phase (its other sessions' maps too), to which this map adds
     the ones its units meet: no unit starts a call once it holds one (a new one when None). A
-    damaged file met by this map's units is raised once its other units end."""
+    damaged file met by this map's units is raised once its other units end. A unit whose answer
+    overran the output limit is mapped as its halves (see the module docstring): its outcome is
+    their answers joined (``halved``), else the failure of a half, with every call's cost."""
     in_flight = in_flight if in_flight is not None else InFlight()
     held = held if held is not None else HeldAnswers()
     fingerprint = extractor.fingerprint
@@ -141,6 +155,9 @@ async def map_units(
     outcomes: list[UnitOutcome | None] = [None] * len(units)
     copies: list[AnswerCopy] = []
     todo: list[int] = []
+    # units mapped as their halves: those whose last answer overran the output limit (no call on
+    # the whole, whatever its backoff), then those whose answer overruns it in this map
+    halving: dict[int, tuple[tuple[WorkUnit, WorkUnit], UnitOutcome | None]] = {}
     for index, unit in enumerate(units):
         row = known.get(unit.content_hash)
         moved = None if _answered(row) else _moved(elsewhere.get(unit.text_hash), unit)
@@ -155,6 +172,10 @@ async def map_units(
             # The session's own row from now on: a forget of the session it came from leaves it.
             copies.append(_copy(unit, moved, fingerprint, run_id))
             outcomes[index] = UnitOutcome(unit, "reused", moved)
+        elif row is not None and row.status == "failed" and row.error_kind == OVERFLOWED and (
+            halves := halve_unit(unit, answer_tokens=row.tokens_out)
+        ):
+            halving[index] = (halves, None)
         elif row is not None and row.status == "failed" and row.next_attempt_at and row.next_attempt_at > iso(now):
             outcomes[index] = UnitOutcome(unit, "deferred", error_kind=row.error_kind, error=row.error,
                                           retry_at=row.next_attempt_at)
@@ -186,7 +207,69 @@ async def map_units(
             tg.start_soon(run, index)
     if met:
         raise met[0]
+    for index in todo:
+        outcome = outcomes[index]
+        if outcome is not None and _overflowed(outcome) and (halves := halve_unit(outcome.unit, answer_tokens=outcome.tokens_out)):
+            halving[index] = (halves, outcome)
+    if halving:
+        again = partial(
+            map_units, extractor=extractor, store=store, semantic_types=semantic_types, limiter=limiter, now=now,
+            run_id=run_id, retry_base_seconds=retry_base_seconds, retry_max_seconds=retry_max_seconds,
+            in_flight=in_flight, text_claims=text_claims, should_stop=should_stop, held=held, damaged=damaged,
+        )
+
+        async def halve(index: int) -> None:
+            halves, overflow = halving[index]
+            if overflow is not None:
+                log.info("chunk answer overran the output limit: asking its halves", chunk_id=units[index].unit_id,
+                         tokens_out=overflow.tokens_out)
+            try:
+                outcomes[index] = await _joined(units[index], overflow, await again(list(halves)), store=store, held=held,
+                                                fingerprint=fingerprint, run_id=run_id, now=now)
+            except DatabaseDamagedError as exc:  # as above: the other units' calls end first
+                met.append(exc)
+
+        async with anyio.create_task_group() as tg:
+            for index in halving:
+                tg.start_soon(halve, index)
+        if met:
+            raise met[0]
     return [o for o in outcomes if o is not None]
+
+
+def _overflowed(outcome: UnitOutcome) -> bool:
+    """Whether ``outcome`` is a call whose answer hit the output limit (not an outage)."""
+    return outcome.status == "failed" and outcome.error_kind == OVERFLOWED and not outcome.outage
+
+
+async def _joined(
+    unit: WorkUnit,
+    overflow: UnitOutcome | None,
+    halves: Sequence[UnitOutcome],
+    *,
+    store: ChunkResults,
+    held: HeldAnswers,
+    fingerprint: str,
+    run_id: str | None,
+    now: datetime,
+) -> UnitOutcome:
+    """``unit``'s outcome from its halves' (``overflow``: its own call of this map, whose answer
+    overran the output limit): their answers joined (:func:`joined_answer`) and stored as the
+    unit's — ``ok`` when a call of this map paid for part of it, else ``reused`` — or, when a half
+    has no answer, that half's outcome (a failure of its own before an outage or a wait: what the
+    session is charged for), each with what every call of the unit cost."""
+    spent = [*halves, *([overflow] if overflow is not None else [])]
+    tokens_in, tokens_out = sum(o.tokens_in for o in spent), sum(o.tokens_out for o in spent)
+    latency = round(sum(o.latency_ms for o in spent), 1)
+    unanswered = [o for o in halves if o.extraction is None]
+    if unanswered:
+        first = next((o for o in unanswered if o.status == "failed" and not o.outage), unanswered[0])
+        return replace(first, tokens_in=tokens_in, tokens_out=tokens_out, latency_ms=latency, halved=True)
+    answer = joined_answer(unit, [o.extraction for o in halves if o.extraction is not None])
+    paid = HeldAnswer(answer, unit.session_id, unit.memory_ids, tokens_in, tokens_out, latency, now)
+    called = overflow is not None or any(o.status == "ok" for o in halves)
+    stored = await _stored(unit, answer, paid, store=store, held=held, fingerprint=fingerprint, run_id=run_id, called=called)
+    return replace(stored, halved=True)
 
 
 def _answered(row: ChunkResult | None) -> bool:

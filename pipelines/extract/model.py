@@ -419,6 +419,27 @@ def answer_moved_to(
     )
 
 
+def joined_answer(unit: WorkUnit, halves: Sequence[ChunkExtraction]) -> ChunkExtraction:
+    """The answers of ``unit``'s halves (:func:`pipelines.extract.units.halve_unit`, in order) as
+    one answer of ``unit``: their items side by side (their evidence already names memories, and
+    ids are canonical, so the reduce merges what both halves found as it merges across chunks),
+    summaries joined, counts summed, references found in ``unit``'s turns. Pure."""
+    rejected: dict[str, int] = {}
+    for reason, count in (r for half in halves for r in half.rejected):
+        rejected[reason] = rejected.get(reason, 0) + count
+    return ChunkExtraction(
+        unit_id=unit.unit_id,
+        summary="\n".join(h.summary for h in halves if h.summary),
+        nodes=tuple(n for h in halves for n in h.nodes),
+        edges=tuple(e for h in halves for e in h.edges),
+        references=find_references(unit),
+        ungrounded=tuple(u for h in halves for u in h.ungrounded),
+        invalid_turn_refs=sum(h.invalid_turn_refs for h in halves),
+        dropped_items=sum(h.dropped_items for h in halves),
+        rejected=tuple(sorted(rejected.items())),
+    )
+
+
 def names_its_session(extraction: ChunkExtraction, session_id: str, unit: WorkUnit) -> bool:
     """Whether the answer says ``session_id`` (case-insensitive, as a whole word) where ``unit``'s
     turns do not: a model may repeat the prompt's header (``Session <id>, …``: the one thing shown

@@ -2,13 +2,15 @@
 
 Chunks come from :func:`pipelines.chunker.chunk_session`; an oversized turn is cut into parts that
 fit (paragraph, then sentence boundaries), each its own unit whose one turn still points at the
-turn's memory, so nothing is dropped and provenance stays exact.
+turn's memory, so nothing is dropped and provenance stays exact. A unit whose answer overran the
+model's output limit is asked again as two halves (:func:`halve_unit`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import accumulate
 
 from pipelines.chunker import chunk_session, estimate_tokens, split_oversized_text
 from pipelines.extract.model import UnitTurn, WorkUnit, turn_line, unit_content_hash
@@ -65,3 +67,56 @@ def plan_units(session_id: str, turns: Sequence[SourceTurn], *, budget_tokens: i
             )
         )
     return units
+
+
+# What a half's unit id adds to its unit's: ``<chunk id>:half:0`` and ``…:half:1``.
+HALF = ":half:"
+# A half whose answer overruns the output limit again is halved again, at most this deep (a
+# sixteenth of its chunk); the words-against-answer test of halve_unit stops a looping model sooner.
+MAX_HALVINGS = 4
+
+
+def halve_unit(unit: WorkUnit, *, answer_tokens: int = 0) -> tuple[WorkUnit, WorkUnit] | None:
+    """The two halves of ``unit`` by size — its turns split between two units (each numbered from
+    1, as a chunk's are), or the text of its one turn cut in two on the boundaries an oversized
+    turn is cut on, each half still that turn's memory — or ``None`` when halving cannot help: one
+    turn too short to cut, already :data:`MAX_HALVINGS` deep, or words no more than
+    ``answer_tokens``, the answer of it that overran the output limit (0: not reported). An answer
+    of a faithful extraction is shorter than its words (names, and quotes of them), so a unit of
+    fewer words than the limit that still overran it was answered by a model repeating itself, and
+    its halves would each cost a full answer again. Pure and deterministic, so the halves of a unit
+    are the same units in every cycle (their answers are kept and reused)."""
+    if unit.unit_id.count(HALF) >= MAX_HALVINGS:
+        return None
+    if answer_tokens > 0 and sum(estimate_tokens(turn_line(t.number, t.role, t.text)) for t in unit.turns) <= answer_tokens:
+        return None
+    if len(unit.turns) > 1:
+        cut = _balanced_cut([estimate_tokens(turn_line(t.number, t.role, t.text)) for t in unit.turns])
+        groups = [unit.turns[:cut], unit.turns[cut:]]
+        halves = [tuple(UnitTurn(n, t.memory_id, t.text, t.role) for n, t in enumerate(g, start=1)) for g in groups]
+    else:
+        (turn,) = unit.turns
+        pieces = split_oversized_text(turn.text, limit_tokens=-(-estimate_tokens(turn.text) // 2))
+        if len(pieces) < 2:
+            return None
+        cut = _balanced_cut([estimate_tokens(p) for p in pieces])
+        halves = [(UnitTurn(1, turn.memory_id, "".join(g), turn.role),) for g in (pieces[:cut], pieces[cut:])]
+    first, second = (
+        WorkUnit(
+            unit_id=f"{unit.unit_id}{HALF}{number}",
+            session_id=unit.session_id,
+            chunk_index=unit.chunk_index,
+            turns=turns,
+            content_hash=unit_content_hash(unit.session_id, turns, part=unit.part),
+            part=unit.part,
+        )
+        for number, turns in enumerate(halves)
+    )
+    return first, second
+
+
+def _balanced_cut(sizes: Sequence[int]) -> int:
+    """Where to cut ``sizes`` (two or more) into two non-empty runs of the most even totals."""
+    total = sum(sizes)
+    before = list(accumulate(sizes))[:-1]
+    return 1 + min(range(len(before)), key=lambda i: abs(total - 2 * before[i]))

@@ -118,6 +118,8 @@ class ExtractStats(CommitStats):
     chunks_empty: int = 0
     chunks_failed: int = 0
     chunks_deferred: int = 0
+    # chunks asked as halves because an answer of theirs overran the output limit (pipelines/extract/map.py)
+    chunks_halved: int = 0
     # chunks whose text claim the database refused (REM_SHARED_EXTRACT): extracted without one
     chunks_claim_failed: int = 0
     tokens_in: int = 0
@@ -134,6 +136,7 @@ class ExtractStats(CommitStats):
         self.chunks_total += len(outcomes)
         for outcome in outcomes:
             self.chunks_claim_failed += outcome.claim_error is not None
+            self.chunks_halved += outcome.halved
             self.tokens_in += outcome.tokens_in
             self.tokens_out += outcome.tokens_out
             if outcome.status == "ok":
