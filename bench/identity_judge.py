@@ -329,12 +329,14 @@ def oracle(pairs: Sequence[Mapping[str, Any]]) -> Auditor:
     return answer
 
 
-async def model_judge(stack: AsyncExitStack) -> Any:
+async def model_judge(stack: AsyncExitStack, *, checked: bool = True) -> Any:
     """The model the ``REM_LLM_*`` settings name as the judge (a :class:`pipelines.judge.ModelJudge`
     open on ``stack``), once its server passed the check a cycle's ``provider-ready`` makes;
     :class:`SystemExit` with that check's line when it fails. Without it a server that was not
     there failed every question, each after its retries, and the run printed the rules' figures
-    as the judge's, exit 0 (userwalk6)."""
+    as the judge's, exit 0 (userwalk6). ``checked``: and once the model passed the judge's own
+    check (:meth:`pipelines.judge.ModelJudge.failed_check`), as a cycle asks it; a model that fails
+    it is no judge a cycle would ask (its figures are the rules'), :class:`SystemExit` saying so."""
     from pipelines.extract.llm import OpenAIExtractor
     from pipelines.extract.model import ExtractionFailure
     from pipelines.judge import ModelJudge
@@ -344,7 +346,11 @@ async def model_judge(stack: AsyncExitStack) -> Any:
         await extractor.ping()
     except ExtractionFailure as exc:
         raise SystemExit(f"identity_judge.py: no judge to measure: {exc}") from None
-    return ModelJudge(extractor)
+    judge = ModelJudge(extractor)
+    if checked and (failed := await judge.failed_check()) is not None:
+        raise SystemExit(f"identity_judge.py: the model judge failed its check ({failed}): a cycle asks it nothing, so "
+                         "its figures are the rules' alone; --unchecked measures its answers all the same")
+    return judge
 
 
 async def run(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
@@ -356,7 +362,7 @@ async def run(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
         async with AsyncExitStack() as stack:
             judge = None
             if not args.oracle:
-                judge = (await model_judge(stack)).audit_identity
+                judge = (await model_judge(stack, checked=not args.unchecked)).audit_identity
             keep = args.keep if args.keep is not None else Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="rem-judge-runs-")))
             ran = await judge_runs(args.runs, pairs, keep=keep, judge=judge, answers=read_answers(args.answers), kept_answers=args.answers,
                                    judged_by=args.judged_by, across=args.across, cross_type=args.cross_type)
@@ -381,7 +387,7 @@ async def run(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     else:
         answers = read_answers(args.answers)
         async with AsyncExitStack() as stack:
-            judge = await model_judge(stack)
+            judge = await model_judge(stack, checked=not args.unchecked)
             judged = await judge_pairs(pairs, judge.audit_identity, answers=answers, keep=args.answers, concurrency=args.concurrency)
     figures = report(judged)
     if args.json:
@@ -411,6 +417,8 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, Any]]:
     parser.add_argument("--answers", type=Path, default=None, help="keep and reuse the judge's answers (JSON lines)")
     parser.add_argument("--concurrency", type=int, default=4, help="questions in flight at once")
     parser.add_argument("--oracle", action="store_true", help="answer from the labels (no model): the judge's ceiling")
+    parser.add_argument("--unchecked", action="store_true",
+                        help="ask the model even when it fails the judge's check (a cycle would not ask it)")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     parser.add_argument("--runs", nargs="+", type=_run, default=None, metavar="NAME=SESSIONS",
                         help="digest these import files (heuristic extraction) with the model, or the labels (--oracle), as the judge, and score their runs")

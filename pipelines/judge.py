@@ -45,6 +45,25 @@ AUDITOR_PROMPT = (
 )
 
 
+# The judge's check (judgecheck37): two questions of the auditor's own kind whose answers no
+# reading model can miss — a first name whose quote says the full name (the same person) and the
+# same first name whose quote says it is someone else. A model that answers either wrong answers
+# by rote (always "a new node", always a link): measured on a real small model, every one of 846
+# answers was "a new node", and as the judge it took true pairs off the review list
+# (bench/RESULTS.md "A real model on this machine").
+_HOPPER = NodeRef("PERSON:grace hopper", "PERSON", "Grace Hopper")
+_KELLY = NodeRef("PERSON:grace kelly", "PERSON", "Grace Kelly")
+_GRACE = NodeRef("PERSON:grace", "PERSON", "Grace")
+_KNOWN = {
+    _HOPPER.id: ("Grace Hopper wrote the first compiler, A-0, in 1952.",),
+    _KELLY.id: ("Grace Kelly starred in Rear Window in 1954.",),
+}
+JUDGE_CHECK: tuple[tuple[Mapping[str, Sequence[str]], str | None], ...] = (
+    ({**_KNOWN, _GRACE.id: ("Grace Hopper found a moth in a relay of the Mark II and taped it into the log.",)}, _HOPPER.id),
+    ({**_KNOWN, _GRACE.id: ("My sister Grace starts at the bakery on Monday; she turned nineteen in May.",)}, None),
+)
+
+
 def _describe(node: NodeRef, quotes: Mapping[str, Sequence[str]]) -> dict[str, Any]:
     return {
         "id": node.id, "type": node.type, "name": node.name, "aliases": shown_aliases(node),
@@ -101,3 +120,16 @@ class ModelJudge:
             log.warning("model answer is no identity verdict; the candidate stays one", job="identity_verdict")
             raise AuditUnanswered("the answer is no identity verdict")
         return target
+
+    async def failed_check(self) -> str | None:
+        """Why the judge cannot be trusted with identity (it answered a question of
+        :data:`JUDGE_CHECK` wrong), or ``None`` when it answered both right. Two calls through
+        :meth:`audit_identity` — the same prompt, schema and answer handling — whose
+        :class:`AuditUnanswered` (a failed call, no verdict) is raised: no answer, no finding."""
+        for quotes, right in JUDGE_CHECK:
+            answer = await self.audit_identity(_GRACE, (_HOPPER, _KELLY), quotes=quotes)
+            if answer != right:
+                said = "a new node" if answer is None else f"a link to {answer}"
+                return (f"it answered {said} where the quotes say {'the same person' if right else 'someone else'} "
+                        f"(\"{quotes[_GRACE.id][0]}\")")
+        return None

@@ -198,6 +198,21 @@ def auto_extraction(body: dict[str, Any]) -> dict[str, Any]:
     return {"summary": f"{len(nodes)} entities", "nodes": list(nodes.values()), "edges": edges}
 
 
+def judge_check_answer(prompt: str) -> dict[str, Any] | None:
+    """The right answer to a question of the model judge's check (:data:`pipelines.judge.JUDGE_CHECK`),
+    or ``None`` when ``prompt`` is no such question."""
+    from pipelines.judge import JUDGE_CHECK
+
+    try:
+        new = json.loads(prompt)["new"]
+    except (ValueError, TypeError, KeyError):
+        return None
+    for quotes, right in JUDGE_CHECK:
+        if isinstance(new, dict) and new.get("id") in quotes and new.get("quotes") == list(quotes[new["id"]]):
+            return {"verdict": "link", "target": right} if right else {"verdict": "create"}
+    return None
+
+
 @dataclass(frozen=True)
 class Recorded:
     method: str
@@ -217,8 +232,13 @@ class LLMServer:
     """The server; start/stop it, or use it as a context manager."""
 
     def __init__(self, *, model: str = "test-model", default: Behaviour | None = None, port: int = 0,
-                 models: Trickle | Flood | Status | None = None) -> None:
+                 models: Trickle | Flood | Status | None = None, passes_judge_check: bool = True) -> None:
         self.model = model
+        # answer the model judge's check (pipelines.judge.JUDGE_CHECK) right, as a capable model
+        # does, before any script, and record its questions in ``check_requests``, not ``requests``
+        # (they are no question about the graph): False leaves them to the scripts and the default
+        self.passes_judge_check = passes_judge_check
+        self.check_requests: list[Recorded] = []
         self.models = models  # how ``GET /models`` misbehaves (its content is the model list, but for a Status)
         self.port = port  # 0 = any free port; a fixed one lets a test restart "the same" server
         self.default: Behaviour = default or ok()
@@ -295,6 +315,7 @@ class LLMServer:
         with self._lock:
             self._scripts.clear()
             self.requests.clear()
+            self.check_requests.clear()
 
     @property
     def chat_requests(self) -> list[Recorded]:
@@ -368,6 +389,13 @@ def _handler(server: LLMServer) -> type[BaseHTTPRequestHandler]:
                 self._send(400, {"error": {"message": "'messages' is a required property"}})
                 return
             recorded = Recorded("POST", self.path, dict(self.headers), body, time.monotonic())
+            if server.passes_judge_check and (right := judge_check_answer(recorded.prompt)) is not None:
+                with server._lock:
+                    server.check_requests.append(recorded)
+                self._send(200, {"id": "chatcmpl-test", "object": "chat.completion", "model": server.model,
+                                 "choices": [{"index": 0, "message": {"role": "assistant", "content": json.dumps(right)},
+                                              "finish_reason": "stop"}]})
+                return
             server._record(recorded)
             if not self.path.rstrip("/").endswith("/chat/completions"):
                 self._send(404, {"error": {"message": "not found"}})

@@ -787,7 +787,7 @@ async def _judge_candidates(settings: Settings, args: argparse.Namespace, progre
     from pipelines.extract.model import ExtractionFailure
     from pipelines.review import ReviewSweep
     from worker.cycle import graph_single_flight
-    from worker.knowledge import model_judge, settle_review_list
+    from worker.knowledge import judge_checked, model_judge, settle_review_list
     from worker.views import print_review_sweep
 
     sweep = ReviewSweep()
@@ -802,6 +802,11 @@ async def _judge_candidates(settings: Settings, args: argparse.Namespace, progre
             await judge.extractor.ping()
         except ExtractionFailure as exc:
             print(f"rem-cycle: candidates --judge: no judge to ask: {exc}", file=sys.stderr)
+            return EXIT_FAILED
+        trusted, failed = await judge_checked(settings, judge)
+        if trusted is None:
+            print(f"rem-cycle: candidates --judge: the model judge failed its check: {failed}; its answers would settle "
+                  f"the list by rote (REM_LLM_MODEL={settings.llm_model}: a stronger model passes it)", file=sys.stderr)
             return EXIT_FAILED
         try:
             async with graph_single_flight(settings):

@@ -55,6 +55,7 @@ from worker.held_answers import drop_taken_out, take_from_file, write_to_file
 from worker.knowledge import (
     erase_when_due,
     identity_resolver,
+    judge_checked,
     keep_identity_index,
     model_judge,
     refresh_communities_when_due,
@@ -403,7 +404,9 @@ async def extract(ctx: CycleContext) -> dict[str, Any]:
     text_claims = (TextClaimStore(stores.db, owner=ctx.lease_owner, lease_seconds=settings.lease_timeout_seconds)
                    if settings.shared_extract else None)
     async with open_extractor(settings) as extractor:
-        judge = ModelJudge(extractor) if settings.llm_judge and isinstance(extractor, OpenAIExtractor) else None
+        judge, judge_failed = await judge_checked(
+            settings, ModelJudge(extractor) if settings.llm_judge and isinstance(extractor, OpenAIExtractor) else None,
+        )
         resolver = identity_resolver(stores.db, auditor=judge.audit_identity if judge else None, keep_as=database_location(settings))
         env = ExtractEnv(
             chroma=stores.chroma, unit=stores.unit,
@@ -466,7 +469,9 @@ async def extract(ctx: CycleContext) -> dict[str, Any]:
         raise CycleInterrupted("stop requested")
     if not stats.sessions_failed and not stats.sessions_claim_lost:  # no commit rolled back after resolving
         keep_identity_index(resolver, keep_as=database_location(settings))
-    return {"extractor": extractor.fingerprint, "sessions_queued": queued, "identity_index_builds": resolver.builds, **stats.as_dict()}
+    checked = {"judge_failed_check": judge_failed} if judge_failed is not None else {}
+    return {"extractor": extractor.fingerprint, "sessions_queued": queued, "identity_index_builds": resolver.builds, **checked,
+            **stats.as_dict()}
 
 
 def claim_step(concurrency: int) -> int:

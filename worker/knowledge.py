@@ -30,7 +30,7 @@ from pipelines.communities import (
     semantic_graph,
 )
 from pipelines.export import build_snapshot, render, write_json
-from pipelines.identity import NAMED_RULE, AliasIndex, Auditor, NodeRef
+from pipelines.identity import NAMED_RULE, AliasIndex, AuditUnanswered, Auditor, NodeRef
 from pipelines.judge import ModelJudge
 from pipelines.lazy_edge import ExtractionLines
 from pipelines.query import ViewCounts, node_view, search_row, turn_memory_ids
@@ -75,6 +75,33 @@ async def model_judge(settings: Settings) -> AsyncIterator[ModelJudge | None]:
 
     async with OpenAIExtractor(settings) as extractor:
         yield ModelJudge(extractor)
+
+
+# The judge's check by (server URL, model), once a process: a model answers as it answers, and a
+# daemon asks it once, not every cycle. A check that went unanswered is not kept (asked again).
+_JUDGE_CHECKS: dict[tuple[str, str], str | None] = {}
+
+
+async def judge_checked(settings: Settings, judge: ModelJudge | None) -> tuple[ModelJudge | None, str | None]:
+    """``judge`` as identity may trust it: itself when it passed its check
+    (:meth:`ModelJudge.failed_check`), else ``None`` and why — identity candidates then stay for a
+    person's review, as with no judge, instead of being settled by rote (a small model answering
+    "a new node" to every question took true pairs off the review list). ``(None, None)`` with no
+    judge. Logged once a process for a model that failed."""
+    if judge is None:
+        return None, None
+    key = (settings.llm_base_url, settings.llm_model)
+    if key in _JUDGE_CHECKS:
+        failed = _JUDGE_CHECKS[key]
+    else:
+        try:
+            failed = _JUDGE_CHECKS[key] = await judge.failed_check()
+        except AuditUnanswered as exc:
+            failed = f"its check went unanswered ({str(exc)[:200]})"
+        if failed is not None:
+            log.warning("the model judge failed its check: identity candidates stay for review, as without it "
+                        "(a stronger REM_LLM_MODEL passes it)", model=settings.llm_model, reason=failed)
+    return (judge, None) if failed is None else (None, failed)
 
 
 # How long a forget or a cycle's withdrawal waits for a running drain to let go of the queue files
@@ -978,7 +1005,9 @@ async def _import_note_files(
     try:
         unfinished, why = await anyio.to_thread.run_sync(_forgets_left_unfinished, settings, db)
         async with open_extractor(settings) as extractor:
-            judge = ModelJudge(extractor) if settings.llm_judge and isinstance(extractor, OpenAIExtractor) else None
+            judge, _ = await judge_checked(
+                settings, ModelJudge(extractor) if settings.llm_judge and isinstance(extractor, OpenAIExtractor) else None,
+            )
             env = NotesEnv(
                 unit=DatabaseUnitOfWork(db), extractor=extractor,
                 semantic_types=settings.semantic_types, budget_tokens=settings.chunk_budget_tokens,
