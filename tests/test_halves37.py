@@ -10,6 +10,8 @@ whole or the halves again.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +24,7 @@ from pipelines.extract.units import HALF, MAX_HALVINGS, SourceTurn, halve_unit, 
 from pipelines.importer import import_sessions
 from tests.conftest import write_sessions
 from tests.llm_server import LLMServer, bounded, server_error
+from tests.test_model_faults import expire_backoff
 from worker.cycle import Stores, open_stores, run_cycle
 
 # Eight turns, each naming one class amid filler: the loopback server's answer is one CLASS node
@@ -49,10 +52,20 @@ def model_settings(settings: Settings, server: LLMServer, **overrides: Any) -> S
     return load_settings(**(values | overrides))
 
 
-async def load(settings: Settings, stores: Stores, tmp_path: Path, sessions: list[dict[str, Any]]) -> None:
-    path = write_sessions(tmp_path / "in.jsonl", sessions)
-    await import_sessions(path, chroma=stores.chroma, memory_collection=settings.memory_collection,
-                          summary_collection=settings.session_collection)
+@asynccontextmanager
+async def dense_cycle(settings: Settings, tmp_path: Path, server: LLMServer, **overrides: Any) -> AsyncIterator[tuple[Settings, Stores, dict[str, Any]]]:
+    """:func:`long_session` imported and a first cycle run against ``server``: the settings, the
+    open stores and that cycle's extract phase."""
+    mine = model_settings(settings, server, **overrides)
+    stores = await open_stores(mine)
+    try:
+        path = write_sessions(tmp_path / "in.jsonl", [long_session()])
+        await import_sessions(path, chroma=stores.chroma, memory_collection=mine.memory_collection,
+                              summary_collection=mine.session_collection)
+        first = await run_cycle(mine, stores=stores)
+        yield mine, stores, first.phases["extract"]
+    finally:
+        stores.close()
 
 
 def class_points(stores: Stores) -> dict[str, set[str]]:
@@ -104,12 +117,7 @@ def test_halving_stops_where_it_cannot_help() -> None:
 @pytest.mark.both_backends
 async def test_an_overflowing_chunk_is_answered_by_its_halves_and_never_asked_again(settings: Settings, tmp_path: Path) -> None:
     with LLMServer(default=bounded()) as server:
-        mine = model_settings(settings, server)
-        stores = await open_stores(mine)
-        try:
-            await load(mine, stores, tmp_path, [long_session()])
-            first = await run_cycle(mine, stores=stores)
-            extract = first.phases["extract"]
+        async with dense_cycle(settings, tmp_path, server) as (mine, stores, extract):
             assert (extract["sessions_digested"], extract["chunks_total"], extract["chunks_halved"]) == (1, 1, 1), extract
             assert extract["failures_by_kind"] == {}
             assert server.chat_count == 3  # the whole (cut at the limit), then each half
@@ -128,8 +136,6 @@ async def test_an_overflowing_chunk_is_answered_by_its_halves_and_never_asked_ag
             # an unchanged session is not extracted again: no call
             again = await run_cycle(mine, stores=stores)
             assert again.phases["extract"]["sessions_queued"] == 0 and server.chat_count == 3
-        finally:
-            stores.close()
 
 
 async def test_a_half_that_fails_leaves_the_session_to_retry_its_halves_only(settings: Settings, tmp_path: Path) -> None:
@@ -139,20 +145,14 @@ async def test_a_half_that_fails_leaves_the_session_to_retry_its_halves_only(set
     with LLMServer(default=bounded()) as server:
         server.script(bounded(), match="AlphaWidget")  # the whole (it says both names): cut at the limit
         server.script(server_error(500), match="HotelLedger")  # then the second half's first call
-        mine = model_settings(settings, server)
-        stores = await open_stores(mine)
-        try:
-            await load(mine, stores, tmp_path, [long_session()])
-            first = await run_cycle(mine, stores=stores)
-            extract = first.phases["extract"]
+        async with dense_cycle(settings, tmp_path, server) as (mine, stores, extract):
             assert (extract["sessions_failed"], extract["chunks_halved"]) == (1, 1), extract
             assert extract["failures_by_kind"] == {"provider-error": 1}
             assert server.chat_count == 3
             kinds = dict(stores.db.query("SELECT chunk_id, COALESCE(error_kind, status) FROM chunk_results", ()))
             assert kinds == {"dense:chunk:0": "truncated-output", f"dense:chunk:0{HALF}0": "ok",
                              f"dense:chunk:0{HALF}1": "provider-error"}
-            # the backoff passes
-            stores.db.conn.execute("UPDATE chunk_results SET next_attempt_at = '2000-01-01T00:00:00.000Z' WHERE status = 'failed'")
+            expire_backoff(stores)
             second = await run_cycle(mine, stores=stores)
             assert second.phases["extract"]["sessions_digested"] == 1, second.phases["extract"]
             assert server.chat_count == 4  # the failed half alone
@@ -160,8 +160,6 @@ async def test_a_half_that_fails_leaves_the_session_to_retry_its_halves_only(set
             assert sorted(class_points(stores)) == sorted(f"CLASS:{name}" for name in CLASSES)
             rows = stores.db.query("SELECT chunk_id, status FROM chunk_results WHERE session_id = 'dense'", ())
             assert [tuple(r) for r in rows] == [("dense:chunk:0", "ok")]  # the halves' rows went with the commit
-        finally:
-            stores.close()
 
 
 async def test_a_model_that_repeats_itself_is_not_asked_ever_smaller_halves(settings: Settings, tmp_path: Path) -> None:
@@ -170,24 +168,17 @@ async def test_a_model_that_repeats_itself_is_not_asked_ever_smaller_halves(sett
     once; theirs are not (fewer words than the answer they overran), and the failure stands."""
     runaway = bounded('{"summary": "' + "the same words again " * 400 + '"}')
     with LLMServer(default=runaway) as server:
-        mine = model_settings(settings, server, max_chunk_attempts=2)
-        stores = await open_stores(mine)
-        try:
-            await load(mine, stores, tmp_path, [long_session()])
-            first = await run_cycle(mine, stores=stores)
-            extract = first.phases["extract"]
+        async with dense_cycle(settings, tmp_path, server, max_chunk_attempts=2) as (mine, stores, extract):
             assert (extract["sessions_failed"], extract["failures_by_kind"]) == (1, {"truncated-output": 1}), extract
             words = sum(estimate_tokens(turn_line(n, "user", t["text"])) for n, t in enumerate(long_session()["turns"], start=1))
             assert words // 2 < LIMIT < words  # the halves are the smallest worth asking here
             assert server.chat_count == 3
-            stores.db.conn.execute("UPDATE chunk_results SET next_attempt_at = '2000-01-01T00:00:00.000Z' WHERE status = 'failed'")
+            expire_backoff(stores)
             second = await run_cycle(mine, stores=stores)
             assert second.phases["extract"]["sessions_undigestible"] == 1
             assert server.chat_count == 5  # the two halves again, not the whole
             digest = stores.runstate.get_digests(["dense"])["dense"]
             assert "truncated-output" in (digest.defer_reason or "")
-        finally:
-            stores.close()
 
 
 def test_plan_units_is_untouched_by_halving() -> None:
