@@ -86,12 +86,11 @@ def halve_unit(unit: WorkUnit, *, answer_tokens: int = 0) -> tuple[WorkUnit, Wor
     fewer words than the limit that still overran it was answered by a model repeating itself, and
     its halves would each cost a full answer again. Pure and deterministic, so the halves of a unit
     are the same units in every cycle (their answers are kept and reused)."""
-    if unit.unit_id.count(HALF) >= MAX_HALVINGS:
-        return None
-    if answer_tokens > 0 and sum(estimate_tokens(turn_line(t.number, t.role, t.text)) for t in unit.turns) <= answer_tokens:
+    sizes = [estimate_tokens(turn_line(t.number, t.role, t.text)) for t in unit.turns]
+    if unit.unit_id.count(HALF) >= MAX_HALVINGS or (answer_tokens > 0 and sum(sizes) <= answer_tokens):
         return None
     if len(unit.turns) > 1:
-        cut = _balanced_cut([estimate_tokens(turn_line(t.number, t.role, t.text)) for t in unit.turns])
+        cut = _balanced_cut(sizes)
         groups = [unit.turns[:cut], unit.turns[cut:]]
         halves = [tuple(UnitTurn(n, t.memory_id, t.text, t.role) for n, t in enumerate(g, start=1)) for g in groups]
     else:
