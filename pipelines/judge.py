@@ -23,11 +23,22 @@ LABEL_SCHEMA: dict[str, Any] = {
     "properties": {"label": {"type": "string"}},
     "required": ["label"],
 }
-VERDICT_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {"verdict": {"type": "string", "enum": ["link", "create"]}, "target": {"type": "string"}},
-    "required": ["verdict"],
-}
+
+
+def verdict_schema(options: Sequence[NodeRef]) -> dict[str, Any]:
+    """The JSON schema of the answer to one identity question: a verdict, and a target that can
+    only be one of the ``options``' ids. A server that decodes to the schema (llama.cpp's grammar,
+    vLLM, structured outputs) then cannot name an id it was not offered, nor run on inside the
+    string until the output limit — what a small model did with a free string (bench/RESULTS.md
+    "A real model on this machine": 104 of 1,222 questions unanswered so)."""
+    return {
+        "type": "object",
+        "properties": {"verdict": {"type": "string", "enum": ["link", "create"]},
+                       "target": {"type": "string", "enum": [o.id for o in options]}},
+        "required": ["verdict"],
+    }
+
+
 NAMER_PROMPT = (
     "You name clusters of a knowledge graph built from an AI agent's working sessions. Given the "
     "members of one cluster (most connected first), answer with a short label (2 to 5 words) for "
@@ -108,7 +119,7 @@ class ModelJudge:
         caller checks that a linked id is one of ``options`` (:func:`pipelines.identity.offered`)."""
         payload = {"new": _describe(node, quotes), "existing": [_describe(o, quotes) for o in options]}
         try:
-            answer = await self._ask(AUDITOR_PROMPT, payload, schema_name="identity_verdict", schema=VERDICT_SCHEMA)
+            answer = await self._ask(AUDITOR_PROMPT, payload, schema_name="identity_verdict", schema=verdict_schema(options))
         except ExtractionFailure as exc:
             log.warning("model call failed; the candidate stays one", job="identity_verdict", error=str(exc)[:200])
             raise AuditUnanswered(str(exc)) from exc

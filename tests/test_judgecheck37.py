@@ -74,6 +74,9 @@ async def test_a_judge_that_passes_is_asked_as_before(settings: Settings, tmp_pa
     with LLMServer(default=Reply(model("create"))) as server:
         phases = await judged_cycles(settings, tmp_path, server)
         assert len(server.check_requests) == 2 and graph_questions(server) == ["PLACE:Vegas"]
+        # the answer's schema offers the options' ids only: a server decoding to it cannot name another
+        (asked,) = [r.body for r in server.chat_requests if '"existing"' in r.prompt]
+        assert asked["response_format"]["json_schema"]["schema"]["properties"]["target"]["enum"] == ["PLACE:Las Vegas"]
     assert all("judge_failed_check" not in phase for phase in phases)
     assert rows(settings)[0] == []  # settled by the judge
 
