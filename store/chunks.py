@@ -252,12 +252,17 @@ class ChunkResultStore:
         return {r[0] for r in self.db.query("SELECT DISTINCT session_id FROM chunk_results WHERE status = 'failed'", ())}
 
     def reset_failures(self, session_ids: Iterable[str] | None = None) -> int:
-        """Forget failed attempts (all, or of ``session_ids``) so the chunks are tried at once."""
+        """Forget failed attempts (all, or of ``session_ids``) so the chunks are tried at once. An
+        answer that overran the output limit stays known, its wait cleared: its chunk is asked as
+        its halves, not whole again (pipelines/extract/map.py); it counts among those reset."""
+        cleared = "UPDATE chunk_results SET next_attempt_at = NULL WHERE status = 'failed' AND error_kind = 'truncated-output'"
+        forgotten = "DELETE FROM chunk_results WHERE status = 'failed' AND COALESCE(error_kind, '') != 'truncated-output'"
         with self.db.transaction() as conn:
             if session_ids is None:
-                return conn.execute("DELETE FROM chunk_results WHERE status = 'failed'").rowcount
-            return conn.executemany(
-                "DELETE FROM chunk_results WHERE status = 'failed' AND session_id = ?", [(s,) for s in session_ids]
+                return conn.execute(cleared).rowcount + conn.execute(forgotten).rowcount
+            keys = [(s,) for s in session_ids]
+            return conn.executemany(f"{cleared} AND session_id = ?", keys).rowcount + conn.executemany(
+                f"{forgotten} AND session_id = ?", keys
             ).rowcount
 
 

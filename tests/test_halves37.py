@@ -26,6 +26,7 @@ from tests.conftest import write_sessions
 from tests.llm_server import LLMServer, bounded, server_error
 from tests.test_model_faults import expire_backoff
 from worker.cycle import Stores, open_stores, run_cycle
+from worker.report import reset_failures
 
 # Eight turns, each naming one class amid filler: the loopback server's answer is one CLASS node
 # (about 45 tokens) a turn, so the whole chunk's (about 360) overruns a 200-token limit, each
@@ -138,10 +139,11 @@ async def test_an_overflowing_chunk_is_answered_by_its_halves_and_never_asked_ag
             assert again.phases["extract"]["sessions_queued"] == 0 and server.chat_count == 3
 
 
-async def test_a_half_that_fails_leaves_the_session_to_retry_its_halves_only(settings: Settings, tmp_path: Path) -> None:
+@pytest.mark.parametrize("wait_ends", ["backoff", "retry"])
+async def test_a_half_that_fails_leaves_the_session_to_retry_its_halves_only(settings: Settings, tmp_path: Path, wait_ends: str) -> None:
     """A half that fails (an HTTP 500) fails the session as any chunk does; the whole's overflow
-    stays recorded, so the next attempt asks the failed half alone — never the whole again, nor
-    the half already answered."""
+    stays recorded, so the next attempt — after the backoff, or at once after the operator's
+    ``retry`` — asks the failed half alone: never the whole again, nor the half already answered."""
     with LLMServer(default=bounded()) as server:
         server.script(bounded(), match="AlphaWidget")  # the whole (it says both names): cut at the limit
         server.script(server_error(500), match="HotelLedger")  # then the second half's first call
@@ -152,7 +154,10 @@ async def test_a_half_that_fails_leaves_the_session_to_retry_its_halves_only(set
             kinds = dict(stores.db.query("SELECT chunk_id, COALESCE(error_kind, status) FROM chunk_results", ()))
             assert kinds == {"dense:chunk:0": "truncated-output", f"dense:chunk:0{HALF}0": "ok",
                              f"dense:chunk:0{HALF}1": "provider-error"}
-            expire_backoff(stores)
+            if wait_ends == "backoff":
+                expire_backoff(stores)
+            else:  # the whole's overflow is kept, its wait cleared; the failed half's row goes
+                assert reset_failures(stores, ["dense"]) == {"sessions_reset": 1, "chunks_reset": 2}
             second = await run_cycle(mine, stores=stores)
             assert second.phases["extract"]["sessions_digested"] == 1, second.phases["extract"]
             assert server.chat_count == 4  # the failed half alone
