@@ -389,18 +389,16 @@ def _handler(server: LLMServer) -> type[BaseHTTPRequestHandler]:
                 self._send(400, {"error": {"message": "'messages' is a required property"}})
                 return
             recorded = Recorded("POST", self.path, dict(self.headers), body, time.monotonic())
-            if server.passes_judge_check and (right := judge_check_answer(recorded.prompt)) is not None:
+            right = judge_check_answer(recorded.prompt) if server.passes_judge_check else None
+            if right is not None:
                 with server._lock:
                     server.check_requests.append(recorded)
-                self._send(200, {"id": "chatcmpl-test", "object": "chat.completion", "model": server.model,
-                                 "choices": [{"index": 0, "message": {"role": "assistant", "content": json.dumps(right)},
-                                              "finish_reason": "stop"}]})
-                return
-            server._record(recorded)
+            else:
+                server._record(recorded)
             if not self.path.rstrip("/").endswith("/chat/completions"):
                 self._send(404, {"error": {"message": "not found"}})
                 return
-            behaviour = server._next(recorded.prompt)
+            behaviour = Reply(right) if right is not None else server._next(recorded.prompt)
             if isinstance(behaviour, Held):
                 behaviour.release.wait(HOLD_LIMIT_SECONDS)
                 behaviour = behaviour.behaviour

@@ -803,7 +803,7 @@ async def _judge_candidates(settings: Settings, args: argparse.Namespace, progre
         except ExtractionFailure as exc:
             print(f"rem-cycle: candidates --judge: no judge to ask: {exc}", file=sys.stderr)
             return EXIT_FAILED
-        trusted, failed = await judge_checked(settings, judge)
+        trusted, failed = await judge_checked(settings, judge.extractor)
         if trusted is None:
             print(f"rem-cycle: candidates --judge: the model judge failed its check: {failed}; its answers would settle "
                   f"the list by rote (REM_LLM_MODEL={settings.llm_model}: a stronger model passes it)", file=sys.stderr)

@@ -391,10 +391,8 @@ def _withdraw_retracted_lines(ctx: CycleContext, *, despite_failure: bool = Fals
 async def extract(ctx: CycleContext) -> dict[str, Any]:
     """Map → reduce → commit every ingested, not yet digested session (oldest first, up to the
     batch limit). A failing session is recorded and the phase goes on."""
-    from pipelines.extract.llm import OpenAIExtractor
     from pipelines.extract.map import iso
     from pipelines.extract.workflow import ExtractEnv, ExtractStats, extract_sessions, open_extractor
-    from pipelines.judge import ModelJudge
     from store.semantic_index import SemanticIndex
 
     settings, stores = ctx.settings, ctx.stores
@@ -404,9 +402,7 @@ async def extract(ctx: CycleContext) -> dict[str, Any]:
     text_claims = (TextClaimStore(stores.db, owner=ctx.lease_owner, lease_seconds=settings.lease_timeout_seconds)
                    if settings.shared_extract else None)
     async with open_extractor(settings) as extractor:
-        judge, judge_failed = await judge_checked(
-            settings, ModelJudge(extractor) if settings.llm_judge and isinstance(extractor, OpenAIExtractor) else None,
-        )
+        judge, judge_failed = await judge_checked(settings, extractor)
         resolver = identity_resolver(stores.db, auditor=judge.audit_identity if judge else None, keep_as=database_location(settings))
         env = ExtractEnv(
             chroma=stores.chroma, unit=stores.unit,

@@ -61,6 +61,7 @@ from store.withdrawals import SESSION_UNKNOWN, WHOLE_ANCHOR, QueueWithdrawalStor
 log = get_logger(__name__)
 
 if TYPE_CHECKING:  # imported where used: the notes pipeline loads the extraction modules
+    from pipelines.extract.model import Extractor
     from pipelines.notes import NoteResult
 
 
@@ -82,14 +83,18 @@ async def model_judge(settings: Settings) -> AsyncIterator[ModelJudge | None]:
 _JUDGE_CHECKS: dict[tuple[str, str], str | None] = {}
 
 
-async def judge_checked(settings: Settings, judge: ModelJudge | None) -> tuple[ModelJudge | None, str | None]:
-    """``judge`` as identity may trust it: itself when it passed its check
-    (:meth:`ModelJudge.failed_check`), else ``None`` and why — identity candidates then stay for a
-    person's review, as with no judge, instead of being settled by rote (a small model answering
-    "a new node" to every question took true pairs off the review list). ``(None, None)`` with no
-    judge. Logged once a process for a model that failed."""
-    if judge is None:
+async def judge_checked(settings: Settings, extractor: Extractor) -> tuple[ModelJudge | None, str | None]:
+    """The model judge over ``extractor`` as identity may trust it: the judge when it passed its
+    check (:meth:`ModelJudge.failed_check`), else ``None`` and why — identity candidates then stay
+    for a person's review, as with no judge, instead of being settled by rote (a small model
+    answering "a new node" to every question took true pairs off the review list). ``(None, None)``
+    with no judge (``REM_LLM_JUDGE`` off, or an extractor that is no model). Logged once a process
+    for a model that failed."""
+    from pipelines.extract.llm import OpenAIExtractor
+
+    if not settings.llm_judge or not isinstance(extractor, OpenAIExtractor):
         return None, None
+    judge = ModelJudge(extractor)
     key = (settings.llm_base_url, settings.llm_model)
     if key in _JUDGE_CHECKS:
         failed = _JUDGE_CHECKS[key]
@@ -997,7 +1002,6 @@ async def _import_note_files(
     each file's result goes into ``done`` as it begins."""
     from datetime import UTC, datetime
 
-    from pipelines.extract.llm import OpenAIExtractor
     from pipelines.extract.workflow import open_extractor
     from pipelines.notes import NOT_IMPORTED, NoteReadError, NotesEnv, NoteResult, import_note, read_note, vanished
 
@@ -1005,9 +1009,7 @@ async def _import_note_files(
     try:
         unfinished, why = await anyio.to_thread.run_sync(_forgets_left_unfinished, settings, db)
         async with open_extractor(settings) as extractor:
-            judge, _ = await judge_checked(
-                settings, ModelJudge(extractor) if settings.llm_judge and isinstance(extractor, OpenAIExtractor) else None,
-            )
+            judge, _ = await judge_checked(settings, extractor)
             env = NotesEnv(
                 unit=DatabaseUnitOfWork(db), extractor=extractor,
                 semantic_types=settings.semantic_types, budget_tokens=settings.chunk_budget_tokens,
