@@ -213,6 +213,34 @@ def judge_check_answer(prompt: str) -> dict[str, Any] | None:
     return None
 
 
+def _refusal(body: dict[str, Any], refuses: tuple[str, ...]) -> dict[str, Any] | None:
+    """OpenAI's HTTP 400 error object for the first parameter of ``refuses`` the request sends
+    (``temperature`` only when other than 1), or ``None``."""
+    if "max_tokens" in refuses and "max_tokens" in body:
+        return {"error": {"message": "Unsupported parameter: 'max_tokens' is not supported with this model. "
+                                     "Use 'max_completion_tokens' instead.",
+                          "type": "invalid_request_error", "param": "max_tokens", "code": "unsupported_parameter"}}
+    if "temperature" in refuses and body.get("temperature", 1) != 1:
+        return {"error": {"message": f"Unsupported value: 'temperature' does not support {body['temperature']} with this "
+                                     "model. Only the default (1) value is supported.",
+                          "type": "invalid_request_error", "param": "temperature", "code": "unsupported_value"}}
+    return None
+
+
+def thinking(content: Content = None, *, opened: bool = True) -> Reply:
+    """An answer (default :func:`auto_extraction`) after a reasoning block, as a reasoning model
+    writes it through a server with no reasoning parser: ``<think>…</think>`` first, or only the
+    closing tag when the chat template opened the block (``opened=False``)."""
+
+    def wrapped(body: dict[str, Any]) -> str:
+        answer = content(body) if callable(content) else auto_extraction(body) if content is None else content
+        text = answer if isinstance(answer, str) else json.dumps(answer)
+        thought = 'Okay, the user wants a graph. The schema says {"nodes": [...]}. Let me list the names.\n'
+        return f"{'<think>' if opened else ''}\n{thought}</think>\n\n{text}"
+
+    return Reply(wrapped)
+
+
 @dataclass(frozen=True)
 class Recorded:
     method: str
@@ -232,8 +260,12 @@ class LLMServer:
     """The server; start/stop it, or use it as a context manager."""
 
     def __init__(self, *, model: str = "test-model", default: Behaviour | None = None, port: int = 0,
-                 models: Trickle | Flood | Status | None = None, passes_judge_check: bool = True) -> None:
+                 models: Trickle | Flood | Status | None = None, passes_judge_check: bool = True,
+                 refuses: tuple[str, ...] = ()) -> None:
         self.model = model
+        # request parameters refused as OpenAI refuses them for its reasoning models (HTTP 400, its
+        # error object): "max_tokens" (say max_completion_tokens), "temperature" (other than 1)
+        self.refuses = refuses
         # answer the model judge's check (pipelines.judge.JUDGE_CHECK) right, as a capable model
         # does, before any script, and record its questions in ``check_requests``, not ``requests``
         # (they are no question about the graph): False leaves them to the scripts and the default
@@ -398,6 +430,10 @@ def _handler(server: LLMServer) -> type[BaseHTTPRequestHandler]:
             if not self.path.rstrip("/").endswith("/chat/completions"):
                 self._send(404, {"error": {"message": "not found"}})
                 return
+            refusal = _refusal(body, server.refuses)
+            if refusal is not None:
+                self._send(400, refusal)
+                return
             behaviour = Reply(right) if right is not None else server._next(recorded.prompt)
             if isinstance(behaviour, Held):
                 behaviour.release.wait(HOLD_LIMIT_SECONDS)
@@ -421,11 +457,12 @@ def _handler(server: LLMServer) -> type[BaseHTTPRequestHandler]:
                 content = content(body)
             text = content if isinstance(content, str) else json.dumps(content)
             finish_reason = behaviour.finish_reason
-            if isinstance(behaviour, Reply) and behaviour.bounded and len(text) > 4 * int(body.get("max_tokens") or len(text)):
-                text, finish_reason = text[: 4 * int(body["max_tokens"])], "length"
+            limit = int(body.get("max_tokens") or body.get("max_completion_tokens") or 0)
+            if isinstance(behaviour, Reply) and behaviour.bounded and limit and len(text) > 4 * limit:
+                text, finish_reason = text[: 4 * limit], "length"
             tokens_in = sum(len(m.get("content", "")) for m in body.get("messages", [])) // 4
             # an answer stopped at the output limit is as long as the request let it be
-            spent = int(body.get("max_tokens") or 0) if finish_reason == "length" else 0
+            spent = limit if finish_reason == "length" else 0
             usage = behaviour.usage or (tokens_in, spent or len(text) // 4)
             self._send(
                 200,

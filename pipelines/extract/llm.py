@@ -4,11 +4,15 @@ server, LM Studio, OpenAI).
 One unit = one conversation: the prompt shows the turns with local numbers ``[1] …``; the answer
 must be JSON in the model schema (:mod:`pipelines.extract.model`). Structured output is asked for
 with ``response_format`` (``json_schema``, else ``json_object``, else nothing — a server that
-rejects a mode is asked again one mode lower, and the extractor remembers). Transport failures
+rejects a mode is asked again one mode lower, and the extractor remembers; likewise a server that
+refuses ``max_tokens`` or ``temperature`` as OpenAI's reasoning models do is asked again with
+``max_completion_tokens`` or the default temperature, no try of the chunk). Transport failures
 (connection errors and connect timeouts, HTTP 429/5xx) are retried with exponential backoff
 honouring a capped ``Retry-After``; an answer that did not arrive in time is not asked for again
 (the server may still be generating it: the chunk is retried after its backoff). The timeout
-bounds the whole answer, and its size is capped. Unparseable JSON gets one repair round. Every
+bounds the whole answer, and its size is capped. An answer's JSON is read through the wrapping
+models put around it (a code fence, a reasoning block, a sentence around a fenced block); JSON
+still unreadable gets one repair round. Every
 failure ends as an :class:`ExtractionFailure` with one of the six kinds.
 """
 
@@ -65,6 +69,12 @@ _MODEL_UNKNOWN = re.compile(r"model_not_found|\bmodel\b.{0,120}?\b(not found|doe
                             r"|\b(unknown|no such) model\b", re.I | re.S)
 _CONTEXT_OVERFLOW = re.compile(r"context[ _-]?(length|window|size)|maximum context|too many tokens|prompt is too long|exceeds", re.I)
 _FORMAT_REJECTED = re.compile(r"response_format|json_schema|json_object|structured", re.I)
+# Request parameters a server may refuse whole for the model asked (OpenAI's o-series and GPT-5
+# family: "Unsupported parameter: 'max_tokens' … Use 'max_completion_tokens' instead.",
+# "Unsupported value: 'temperature' does not support 0 with this model."), and how a request
+# says what it meant without them.
+ADAPTABLE_PARAMETERS = ("max_tokens", "temperature")
+_PARAMETER_REFUSED = re.compile(r"\b(max_tokens|temperature)\b'?\s+(?:is\s+not\s+supported|is\s+unsupported|does\s+not\s+support)", re.I)
 
 # The JSON schema sent with ``response_format`` and the example in the prompt both come from the
 # one model of the answer (pipelines.extract.model.ExtractionSpec), which validation reads too.
@@ -116,6 +126,8 @@ class OpenAIExtractor:
         self.backoff_base = backoff_base
         self.retry_after_cap = retry_after_cap
         self.json_mode = settings.llm_json_mode
+        # what the server was seen to refuse (ADAPTABLE_PARAMETERS): requests say it another way
+        self.refused_parameters: set[str] = set()
         self._client = client
         self._own_client = client is None
         self._system = system_prompt(settings.semantic_types)
@@ -243,6 +255,16 @@ class OpenAIExtractor:
                 if response.status_code == 200:
                     return self._content(raw, usage)
                 text = raw[:500].decode("utf-8", "replace")
+                refused = refused_parameter(raw) if response.status_code == 400 else None
+                if refused is not None and refused in body:
+                    # Refused before any model worked on it: no try of the chunk. Asked again
+                    # without the parameter unless the request would still send it (the server
+                    # refuses what a request says instead, too: its failure below).
+                    if refused not in self.refused_parameters:
+                        self.refused_parameters.add(refused)
+                        log.warning("LLM server refused a request parameter, sending it another way", parameter=refused)
+                    if refused not in self._body(messages, schema, self.json_mode):
+                        continue
                 if response.status_code == 400 and json_mode != "none" and _FORMAT_REJECTED.search(text):
                     # One mode below the one this request sent: calls in flight together are all
                     # refused the same mode, and each must not lower the mode again.
@@ -293,12 +315,13 @@ class OpenAIExtractor:
         return response, b"".join(parts)
 
     def _body(self, messages: list[dict[str, str]], schema: tuple[str, dict[str, Any]], json_mode: str) -> dict[str, Any]:
-        body: dict[str, Any] = {
-            "model": self.settings.llm_model,
-            "messages": messages,
-            "temperature": 0,
-            "max_tokens": self.settings.output_reserve_tokens,
-        }
+        body: dict[str, Any] = {"model": self.settings.llm_model, "messages": messages}
+        if "temperature" not in self.refused_parameters:
+            body["temperature"] = 0
+        # max_completion_tokens: OpenAI's newer name, which its reasoning models require and some
+        # other servers do not know; the answer's cap either way.
+        limit = "max_completion_tokens" if "max_tokens" in self.refused_parameters else "max_tokens"
+        body[limit] = self.settings.output_reserve_tokens
         if json_mode == "json_schema":
             body["response_format"] = {"type": "json_schema", "json_schema": {"name": schema[0], "schema": schema[1]}}
         elif json_mode == "json_object":
@@ -329,6 +352,12 @@ class OpenAIExtractor:
                                     tokens_in=usage[0], tokens_out=usage[1])
         if isinstance(refusal, str) and refusal.strip() and not (isinstance(content, str) and content.strip()):
             raise ExtractionFailure("schema-failure", f"the model refused: {refusal.strip()[:300]}",
+                                    tokens_in=usage[0], tokens_out=usage[1])
+        if not (isinstance(content, str) and content.strip()) and any(
+            isinstance(message.get(key), str) and message[key].strip() for key in REASONING_FIELDS
+        ):
+            # A reasoning model that thought and never answered: the context held the prompt.
+            raise ExtractionFailure("schema-failure", "the model reasoned and gave no answer (empty content)",
                                     tokens_in=usage[0], tokens_out=usage[1])
         if not isinstance(content, str) or not content.strip():
             # The earlier system's lesson: an empty answer means the prompt overflowed the context.
@@ -379,6 +408,13 @@ def _token_count(value: Any) -> int:
 
 
 _FENCE = re.compile(r"^\s*```(?:json)?\s*(.*?)\s*```\s*$", re.S)
+_FENCED_BLOCK = re.compile(r"```(?:json)?[ \t]*\n(.*?)```", re.S)
+# A reasoning model served without a reasoning parser (DeepSeek-R1 and its distillations, Qwen3 or
+# QwQ behind a server or API that passes the thinking through) thinks in the answer, before the
+# JSON: ``<think>…</think>``, or only the closing tag when the chat template opened the block.
+_REASONING_BLOCK = re.compile(r"^\s*(?:<think>)?.*?</think>", re.S)
+# Where servers with a reasoning parser put the thinking instead (vLLM, llama.cpp: the first; Ollama).
+REASONING_FIELDS = ("reasoning_content", "reasoning")
 
 
 def load_json(text: str | bytes) -> Any:
@@ -391,10 +427,44 @@ def load_json(text: str | bytes) -> Any:
 
 
 def load_reply_json(content: str) -> Any:
-    """The JSON value of a model's reply, a Markdown code fence around it tolerated; ``ValueError``
-    when it is no JSON."""
-    match = _FENCE.match(content)
-    return load_json(match.group(1) if match else content)
+    """The JSON value of a model's reply; ``ValueError`` when it holds none. Read through the
+    wrapping models put around their JSON, which would otherwise cost a repair round (the chunk
+    paid for twice) or, for a reasoning model's every answer, the chunk: a Markdown code fence, a
+    reasoning block before it (``<think>…</think>``), and words before or after the one fenced
+    block of the answer. Bare JSON among words is not guessed at (an example in a refusal is no
+    answer)."""
+    try:
+        return load_json(content)
+    except ValueError as exc:
+        unreadable = exc
+    text = _REASONING_BLOCK.sub("", content, count=1)
+    whole = _FENCE.match(text)
+    blocks = _FENCED_BLOCK.findall(text)
+    candidates = [text, whole.group(1)] if whole else [text]
+    if len(blocks) == 1:
+        candidates.append(blocks[0])
+    for candidate in candidates:
+        try:
+            return load_json(candidate)
+        except ValueError:
+            continue
+    raise unreadable
+
+
+def refused_parameter(answer: bytes) -> str | None:
+    """The request parameter (of :data:`ADAPTABLE_PARAMETERS`) an HTTP 400 answer says the server
+    refuses for this model, or ``None``: OpenAI's error object names it (``param``, with code
+    ``unsupported_parameter`` or ``unsupported_value``); other servers' words are read too."""
+    try:
+        error = load_json(answer).get("error")
+    except (ValueError, AttributeError):
+        error = None
+    if isinstance(error, dict) and error.get("param") in ADAPTABLE_PARAMETERS and error.get("code") in (
+        "unsupported_parameter", "unsupported_value"
+    ):
+        return str(error["param"])
+    match = _PARAMETER_REFUSED.search(answer[:2000].decode("utf-8", "replace"))
+    return match.group(1).lower() if match else None
 
 
 def parse_json_reply(content: str) -> Any:
