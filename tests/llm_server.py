@@ -261,8 +261,14 @@ class LLMServer:
 
     def __init__(self, *, model: str = "test-model", default: Behaviour | None = None, port: int = 0,
                  models: Trickle | Flood | Status | None = None, passes_judge_check: bool = True,
-                 refuses: tuple[str, ...] = ()) -> None:
+                 refuses: tuple[str, ...] = (), context_window: int | None = None, over_window: str = "cut") -> None:
         self.model = model
+        # a prompt longer than ``context_window`` tokens (4 bytes a token) is, by
+        # ``over_window``, "cut" as Ollama cuts it — the front dropped, about half the window kept
+        # from the end and answered, only that reported read, no error — or "refuse"d with HTTP 400
+        # as llama.cpp's server refuses it
+        self.context_window = context_window
+        self.over_window = over_window
         # request parameters refused as OpenAI refuses them for its reasoning models (HTTP 400, its
         # error object): "max_tokens" (say max_completion_tokens), "temperature" (other than 1)
         self.refuses = refuses
@@ -434,6 +440,17 @@ def _handler(server: LLMServer) -> type[BaseHTTPRequestHandler]:
             if refusal is not None:
                 self._send(400, refusal)
                 return
+            # 4 bytes a token: any tokenizer spends at least a token on a character of 4 bytes
+            read = sum(len(m.get("content", "").encode()) for m in body.get("messages", [])) // 4
+            if server.context_window is not None and read > server.context_window:
+                if server.over_window == "refuse":
+                    self._send(400, {"error": {"code": 400, "type": "exceed_context_size_error", "message": (
+                        f"request ({read} tokens) exceeds the available context size ({server.context_window} tokens), "
+                        "try increasing it")}})
+                    return
+                read = server.context_window // 2 + 2
+                kept = recorded.prompt.encode()[-4 * (server.context_window // 2):].decode("utf-8", "ignore")
+                body = {**body, "messages": [{"role": "user", "content": kept}]}
             behaviour = Reply(right) if right is not None else server._next(recorded.prompt)
             if isinstance(behaviour, Held):
                 behaviour.release.wait(HOLD_LIMIT_SECONDS)
@@ -460,10 +477,9 @@ def _handler(server: LLMServer) -> type[BaseHTTPRequestHandler]:
             limit = int(body.get("max_tokens") or body.get("max_completion_tokens") or 0)
             if isinstance(behaviour, Reply) and behaviour.bounded and limit and len(text) > 4 * limit:
                 text, finish_reason = text[: 4 * limit], "length"
-            tokens_in = sum(len(m.get("content", "")) for m in body.get("messages", [])) // 4
             # an answer stopped at the output limit is as long as the request let it be
             spent = limit if finish_reason == "length" else 0
-            usage = behaviour.usage or (tokens_in, spent or len(text) // 4)
+            usage = behaviour.usage or (read, spent or len(text) // 4)
             self._send(
                 200,
                 {

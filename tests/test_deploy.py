@@ -98,6 +98,9 @@ def test_compose_topology(compose_config: dict[str, Any]) -> None:
     assert env["REM_LOG_FORMAT"] == "json"
     assert env["REM_EXTRACTOR"] == "openai"
     assert env["REM_LLM_BASE_URL"] == "http://ollama:11434/v1"
+    # One context window for the model server and the worker's chunks (cutprompt38): Ollama's own
+    # default of 4,096 tokens cut every longer prompt from the front without an error.
+    assert ollama["environment"]["OLLAMA_CONTEXT_LENGTH"] == env["REM_CONTEXT_LIMIT_TOKENS"] == "32768"
     # Secrets: not in the compose files; only .env can bring them (the example sets none).
     assert "REM_LLM_API_KEY" not in env and "REM_CHROMA_TOKEN" not in env
     for text in (COMPOSE.read_text(), COMPOSE_LLM.read_text()):
@@ -147,7 +150,14 @@ def test_env_example_lists_every_setting_with_its_default(clean_env: pytest.Monk
     assert load_settings() == defaults
     # Host-side knobs carry no REM_ prefix: rem-cycle would warn about them inside the container.
     assert {"PUBLISH_ADDRESS", "CHROMA_PUBLISH_PORT", "METRICS_PUBLISH_PORT", "CHROMA_VERSION",
-            "POSTGRES_PASSWORD", "POSTGRES_PUBLISH_PORT", "POSTGRES_VERSION"} <= set(documented) - rem_names
+            "POSTGRES_PASSWORD", "POSTGRES_PUBLISH_PORT", "POSTGRES_VERSION", "OLLAMA_CONTEXT_LENGTH"} <= set(documented) - rem_names
+
+
+def test_the_model_servers_context_window_is_the_workers(tmp_path: Path) -> None:
+    # REM_CONTEXT_LIMIT_TOKENS in .env would size chunks for another window: the llm file's wins.
+    services = _render(tmp_path, "OLLAMA_CONTEXT_LENGTH=16384\nREM_CONTEXT_LIMIT_TOKENS=131072\n", llm=True)["services"]
+    assert services["ollama"]["environment"]["OLLAMA_CONTEXT_LENGTH"] == "16384"
+    assert services["worker"]["environment"]["REM_CONTEXT_LIMIT_TOKENS"] == "16384"
 
 
 def test_every_setting_in_dotenv_reaches_the_worker(tmp_path: Path) -> None:

@@ -31,11 +31,10 @@ from config import Settings
 from pipelines.extract.llm import OpenAIExtractor, load_reply_json
 from pipelines.extract.model import ExtractionFailure, validate_extraction
 from tests.llm_server import LLMServer, Reply, Status, thinking
-from tests.test_apart35 import _import, _session
 from tests.test_extract_llm import extract, make_settings, unit
-from tests.test_named35 import VEGAS, model
+from tests.test_judgecheck37 import judged_cycles
+from tests.test_named35 import model
 from tests.test_sweep36 import questions_asked
-from worker.cycle import run_cycle
 
 GPT5 = ("max_tokens", "temperature")
 
@@ -154,18 +153,6 @@ async def test_a_server_that_refuses_the_other_way_too_fails_without_a_loop(tmp_
             await extract(make_settings(tmp_path, server), unit("x"))
         assert server.chat_count == 2
     assert failure.value.kind == "provider-error" and "max_completion_tokens" in str(failure.value)
-
-
-async def judged_cycles(settings: Settings, tmp_path: Path, server: LLMServer) -> list[dict[str, Any]]:
-    """One session of :data:`VEGAS` a cycle, the judge on: each cycle's extract phase."""
-    mine = settings.model_copy(update={"extractor": "openai", "llm_base_url": server.url, "llm_judge": True, "llm_max_retries": 0})
-    phases = []
-    for number, turn in enumerate(VEGAS, start=1):
-        await _import(mine, tmp_path / f"{number}.jsonl", [_session(f"s{number}", f"2026-11-{number:02d}T10:00:00Z", [turn])])
-        result = await run_cycle(mine)
-        assert result.outcome == "completed", result.message
-        phases.append(result.phases["extract"])
-    return phases
 
 
 def places(settings: Settings) -> set[str]:

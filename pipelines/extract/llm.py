@@ -39,6 +39,7 @@ from pipelines.extract.model import (
     ExtractionFailure,
     ExtractorReply,
     WorkUnit,
+    prompt_cut,
     response_schema,
     schema_example,
     turn_line,
@@ -128,6 +129,7 @@ class OpenAIExtractor:
         self.json_mode = settings.llm_json_mode
         # what the server was seen to refuse (ADAPTABLE_PARAMETERS): requests say it another way
         self.refused_parameters: set[str] = set()
+        self.prompt_cut_seen = False  # said once an extractor (a cycle or command)
         self._client = client
         self._own_client = client is None
         self._system = system_prompt(settings.semantic_types)
@@ -200,6 +202,20 @@ class OpenAIExtractor:
             raise ExtractionFailure("skip-over-band", f"prompt of ~{prompt_tokens} tokens exceeds the {band}-token band")
         usage = [0, 0]
         content = await self._complete(messages, usage)
+        if prompt_cut(prompt_tokens, usage[0]):
+            # An answer of the prompt's end only: stored, it would be the chunk's answer and the
+            # turns cut off lost. The map asks the chunk's halves instead.
+            if not self.prompt_cut_seen:
+                self.prompt_cut_seen = True
+                log.warning("LLM server cut a prompt to its context window: set REM_CONTEXT_LIMIT_TOKENS to that "
+                            "window (Ollama: OLLAMA_CONTEXT_LENGTH); chunks are asked in halves meanwhile",
+                            read_tokens=usage[0], prompt_tokens=prompt_tokens)
+            raise ExtractionFailure(
+                "context-overflow",
+                f"the server read {usage[0]} of the prompt's ~{prompt_tokens} tokens: it cut the prompt to its context "
+                "window (set REM_CONTEXT_LIMIT_TOKENS to that window; Ollama's is OLLAMA_CONTEXT_LENGTH)",
+                tokens_in=usage[0], tokens_out=usage[1],
+            )
         try:
             return ExtractorReply(parse_json_reply(content), usage[0], usage[1])
         except ValueError as exc:

@@ -13,10 +13,12 @@ one's): then it waits for that answer and reuses it the same way (:mod:`pipeline
 (:class:`pipelines.ports.TextClaims`): then it waits for that worker's answer, polling — unless its
 cycle is stopping: then it ends deferred, with no call.
 
-A unit whose answer overran the model's output limit (``truncated-output``) — this cycle, or as its
-last stored failure — is mapped again as its two halves (:func:`pipelines.extract.units.halve_unit`,
-recursively), and their answers joined are stored as the unit's own answer: the words that did not
-fit one answer are never asked whole again, and no later cycle asks the halves again.
+A unit whose answer overran the model's output limit (``truncated-output``), or whose prompt did
+not fit the server's context (``context-overflow``: refused, answered empty, or cut to the window)
+— this cycle, or as its last stored failure — is mapped again as its two halves
+(:func:`pipelines.extract.units.halve_unit`, recursively), and their answers joined are stored as
+the unit's own answer: the words that did not fit are never asked whole again, and no later cycle
+asks the halves again.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from pipelines.extract.model import (
     joined_answer,
     validate_extraction,
 )
-from pipelines.extract.units import halve_unit
+from pipelines.extract.units import MIN_CONTEXT_TOKENS, halve_unit, unit_tokens
 from pipelines.ports import ChunkResults, TextClaims
 from store.chunks import AnswerCopy, ChunkResult
 from store.errors import DatabaseDamagedError, StoreError
@@ -68,8 +70,10 @@ ANSWER_UNSTORED = "answer-unstored"
 # it, the answer is held in the process (HeldAnswers) for the next attempt of its words.
 STORE_RETRY_SECONDS = 1.0
 
-# The failure kind of an answer that hit the output limit: its unit is asked again as two halves.
+# The failure kinds whose unit is asked again as two halves: an answer that hit the output limit,
+# and a prompt the server's context did not hold (refused, answered empty, or cut).
 OVERFLOWED = "truncated-output"
+UNFIT = "context-overflow"
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +92,8 @@ class UnitOutcome:
     # refused to store its paid answer (:data:`ANSWER_UNSTORED`): an outage (also a unit deferred
     # because the extraction of its text it waited on ended so)
     outage: bool = False
-    # mapped as its halves because an answer of it overran the output limit (this cycle or before)
+    # mapped as its halves because it did not fit the model (its answer overran the output limit,
+    # or its prompt the server's context), this cycle or before
     halved: bool = False
     # deferred: when its backoff ends (run-state timestamp)
     retry_at: str | None = None
@@ -142,8 +147,9 @@ async def map_units(
     database file errors met in the phase (its other sessions' maps too), to which this map adds
     the ones its units meet: no unit starts a call once it holds one (a new one when None). A
     damaged file met by this map's units is raised once its other units end. A unit whose answer
-    overran the output limit is mapped as its halves (see the module docstring): its outcome is
-    their answers joined (``halved``), else the failure of a half, with every call's cost."""
+    overran the output limit, or whose prompt did not fit, is mapped as its halves (see the module
+    docstring): its outcome is their answers joined (``halved``), else the failure of a half, with
+    every call's cost."""
     in_flight = in_flight if in_flight is not None else InFlight()
     held = held if held is not None else HeldAnswers()
     fingerprint = extractor.fingerprint
@@ -172,9 +178,7 @@ async def map_units(
             # The session's own row from now on: a forget of the session it came from leaves it.
             copies.append(_copy(unit, moved, fingerprint, run_id))
             outcomes[index] = UnitOutcome(unit, "reused", moved)
-        elif row is not None and row.status == "failed" and row.error_kind == OVERFLOWED and (
-            halves := halve_unit(unit, answer_tokens=row.tokens_out)
-        ):
+        elif row is not None and row.status == "failed" and (halves := _halves(unit, row.error_kind, row.tokens_out)):
             halving[index] = (halves, None)
         elif row is not None and row.status == "failed" and row.next_attempt_at and row.next_attempt_at > iso(now):
             outcomes[index] = UnitOutcome(unit, "deferred", error_kind=row.error_kind, error=row.error,
@@ -209,7 +213,9 @@ async def map_units(
         raise met[0]
     for index in todo:
         outcome = outcomes[index]
-        if outcome is not None and _overflowed(outcome) and (halves := halve_unit(outcome.unit, answer_tokens=outcome.tokens_out)):
+        if outcome is not None and outcome.status == "failed" and not outcome.outage and (
+            halves := _halves(outcome.unit, outcome.error_kind, outcome.tokens_out)
+        ):
             halving[index] = (halves, outcome)
     if halving:
         again = partial(
@@ -221,8 +227,8 @@ async def map_units(
         async def halve(index: int) -> None:
             halves, overflow = halving[index]
             if overflow is not None:
-                log.info("chunk answer overran the output limit: asking its halves", chunk_id=units[index].unit_id,
-                         tokens_out=overflow.tokens_out)
+                log.info("chunk did not fit the model: asking its halves", chunk_id=units[index].unit_id,
+                         kind=overflow.error_kind, tokens_in=overflow.tokens_in, tokens_out=overflow.tokens_out)
             try:
                 outcomes[index] = await _joined(units[index], overflow, await again(list(halves)), store=store, held=held,
                                                 fingerprint=fingerprint, run_id=run_id, now=now)
@@ -237,9 +243,15 @@ async def map_units(
     return [o for o in outcomes if o is not None]
 
 
-def _overflowed(outcome: UnitOutcome) -> bool:
-    """Whether ``outcome`` is a call whose answer hit the output limit (not an outage)."""
-    return outcome.status == "failed" and outcome.error_kind == OVERFLOWED and not outcome.outage
+def _halves(unit: WorkUnit, kind: str | None, tokens_out: int) -> tuple[WorkUnit, WorkUnit] | None:
+    """The halves to ask instead of ``unit``, whose call failed ``kind`` with an answer of
+    ``tokens_out``, or ``None``: an answer that overran the output limit (unless the unit's words
+    are no more than that answer: a loop, :func:`halve_unit`), or a prompt the server's context
+    did not hold (refused, answered empty, or cut: :func:`pipelines.extract.model.prompt_cut`)
+    when the unit is larger than the smallest window (:data:`MIN_CONTEXT_TOKENS`)."""
+    if kind == OVERFLOWED:
+        return halve_unit(unit, answer_tokens=tokens_out)
+    return halve_unit(unit) if kind == UNFIT and unit_tokens(unit) > MIN_CONTEXT_TOKENS else None
 
 
 async def _joined(
@@ -253,8 +265,8 @@ async def _joined(
     run_id: str | None,
     now: datetime,
 ) -> UnitOutcome:
-    """``unit``'s outcome from its halves' (``overflow``: its own call of this map, whose answer
-    overran the output limit): their answers joined (:func:`joined_answer`) and stored as the
+    """``unit``'s outcome from its halves' (``overflow``: its own call of this map, which did not
+    fit the model): their answers joined (:func:`joined_answer`) and stored as the
     unit's — ``ok`` when a call of this map paid for part of it, else ``reused`` — or, when a half
     has no answer, that half's outcome (a failure of its own before an outage or a wait: what the
     session is charged for), each with what every call of the unit cost."""

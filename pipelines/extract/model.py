@@ -46,6 +46,20 @@ FAILURE_KINDS: tuple[str, ...] = (
     "provider-error",
 )
 
+
+
+def prompt_cut(estimated_tokens: int, read_tokens: int) -> bool:
+    """Whether a server that reports reading ``read_tokens`` of a prompt estimated at
+    ``estimated_tokens`` (:func:`pipelines.chunker.estimate_tokens`: 3 bytes a token) cut it to its
+    context window: it read fewer than 2 in 5 (0: it said nothing). A prompt read whole reports
+    0.57 to 1.65 of its estimate (bench/prompt_tokens.py: real coding-agent and chat prompts under
+    three tokenizers), so 2 in 5 leaves a margin below the fewest. Ollama, given a prompt longer
+    than its window (4,096 tokens unless set), keeps about half the window from the end, answers
+    that, and reports only what it kept: below 2 in 5 as soon as the prompt is over the window for
+    text of up to 0.8 tokens an estimated one (most coding sessions), over 1.25 windows for 1.0."""
+    return 0 < read_tokens and read_tokens * 5 < estimated_tokens * 2
+
+
 SEMANTIC_RELATIONSHIPS: tuple[str, ...] = (
     "IMPLEMENTS",
     "EXTENDS",

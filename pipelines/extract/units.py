@@ -3,7 +3,8 @@
 Chunks come from :func:`pipelines.chunker.chunk_session`; an oversized turn is cut into parts that
 fit (paragraph, then sentence boundaries), each its own unit whose one turn still points at the
 turn's memory, so nothing is dropped and provenance stays exact. A unit whose answer overran the
-model's output limit is asked again as two halves (:func:`halve_unit`).
+model's output limit, or whose prompt the server's context did not hold, is asked again as two
+halves (:func:`halve_unit`).
 """
 
 from __future__ import annotations
@@ -71,6 +72,10 @@ def plan_units(session_id: str, turns: Sequence[SourceTurn], *, budget_tokens: i
 
 # What a half's unit id adds to its unit's: ``<chunk id>:half:0`` and ``…:half:1``.
 HALF = ":half:"
+# The smallest context window a model server serves (Ollama's default before 0.6): a unit of no
+# more estimated tokens fits every window, so a context overflow of it is no window's to mend by
+# halving (a server that says so of any prompt) and its failure stands.
+MIN_CONTEXT_TOKENS = 2048
 # A half whose answer overruns the output limit again is halved again, at most this deep (a
 # sixteenth of its chunk); the words-against-answer test of halve_unit stops a looping model sooner.
 MAX_HALVINGS = 4
@@ -86,7 +91,7 @@ def halve_unit(unit: WorkUnit, *, answer_tokens: int = 0) -> tuple[WorkUnit, Wor
     fewer words than the limit that still overran it was answered by a model repeating itself, and
     its halves would each cost a full answer again. Pure and deterministic, so the halves of a unit
     are the same units in every cycle (their answers are kept and reused)."""
-    sizes = [estimate_tokens(turn_line(t.number, t.role, t.text)) for t in unit.turns]
+    sizes = _turn_sizes(unit)
     if unit.unit_id.count(HALF) >= MAX_HALVINGS or (answer_tokens > 0 and sum(sizes) <= answer_tokens):
         return None
     if len(unit.turns) > 1:
@@ -112,6 +117,15 @@ def halve_unit(unit: WorkUnit, *, answer_tokens: int = 0) -> tuple[WorkUnit, Wor
         for number, turns in enumerate(halves)
     )
     return first, second
+
+
+def unit_tokens(unit: WorkUnit) -> int:
+    """The estimated tokens of ``unit``'s turns as the extractor shows them (:func:`turn_line`)."""
+    return sum(_turn_sizes(unit))
+
+
+def _turn_sizes(unit: WorkUnit) -> list[int]:
+    return [estimate_tokens(turn_line(t.number, t.role, t.text)) for t in unit.turns]
 
 
 def _balanced_cut(sizes: Sequence[int]) -> int:

@@ -118,7 +118,8 @@ class ExtractStats(CommitStats):
     chunks_empty: int = 0
     chunks_failed: int = 0
     chunks_deferred: int = 0
-    # chunks asked as halves because an answer of theirs overran the output limit (pipelines/extract/map.py)
+    # chunks asked as halves because they did not fit the model: an answer overran the output limit, or
+    # the server's context did not hold the prompt (pipelines/extract/map.py)
     chunks_halved: int = 0
     # chunks whose text claim the database refused (REM_SHARED_EXTRACT): extracted without one
     chunks_claim_failed: int = 0

@@ -1,0 +1,91 @@
+"""A chunk whose prompt the model server's context did not hold (cutprompt38).
+
+Ollama serves a model with a context window of 4,096 tokens unless told otherwise
+(``OLLAMA_CONTEXT_LENGTH``), whatever ``REM_CONTEXT_LIMIT_TOKENS`` says. Given a longer prompt it
+keeps about half the window from the end, answers that, reports only what it kept as the prompt's
+tokens, and says nothing else. The answer, of the chunk's last turns, was stored as the chunk's:
+the turns before were lost without a word. A server that refuses such a prompt (llama.cpp: HTTP 400
+"exceeds the available context size") failed the chunk ``context-overflow`` at every attempt until
+its session was undigestible. Now a prompt the server read less than 2 in 5 of is a
+``context-overflow``, and a chunk that did not fit is asked as its halves, as halves37 does for an
+answer that overran the output limit.
+
+Real cycles, real SQLite and PostgreSQL, embedded Chroma, and the loopback server of
+tests/llm_server.py with a context window (``context_window``: cut as Ollama does, or refused).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from config import Settings
+from pipelines.extract.model import ExtractionFailure, prompt_cut
+from pipelines.importer import import_sessions
+from tests.conftest import write_sessions
+from tests.llm_server import LLMServer
+from tests.test_extract_llm import extract, make_settings, unit
+from tests.test_halves37 import class_points, model_settings
+from worker.cycle import open_stores, run_cycle
+
+NAMES = [f"{word}Widget" for word in "Alpha Bravo Charlie Delta Echo Foxtrot Golf Hotel India Juliet Kilo Lima Mike November Oscar Papa".split()]
+FILLER = "while we walked through the code path slowly and carefully for the review today, " * 40
+# Ollama's default window. The whole chunk's prompt is about 14,000 tokens as the loopback server
+# counts them (4 bytes a token), each half's about 7,100, each quarter's about 3,700.
+WINDOW = 4096
+
+
+def wide_session(shape: str) -> dict[str, Any]:
+    """Sixteen turns each naming one class (``turns``), or one turn of sixteen paragraphs."""
+    texts = [f"The {name} matters {FILLER}" for name in NAMES]
+    turns = [{"id": f"wide-t{i}", "role": "user", "text": text} for i, text in enumerate(texts)] if shape == "turns" else [
+        {"id": "wide-t0", "role": "user", "text": "\n\n".join(texts)}
+    ]
+    return {"sessionId": "wide", "title": "wide", "createdAt": "2026-11-01T10:00:00Z", "summary": "about wide", "turns": turns}
+
+
+def test_a_prompt_is_cut_when_less_than_two_in_five_of_it_was_read() -> None:
+    assert not prompt_cut(1000, 0)  # the server said nothing
+    assert not prompt_cut(1000, 400) and prompt_cut(1000, 399)
+    assert not prompt_cut(1000, 568)  # the fewest a real prompt read whole reported (bench/prompt_tokens.py)
+
+
+async def test_an_answer_to_a_cut_prompt_is_no_answer(tmp_path: Path) -> None:
+    with LLMServer(context_window=WINDOW) as server:
+        with pytest.raises(ExtractionFailure) as failure:
+            await extract(make_settings(tmp_path, server), unit(*(f"The {name} matters {FILLER}" for name in NAMES)))
+        assert server.chat_count == 1  # nothing asked again: the map asks the halves
+    assert failure.value.kind == "context-overflow" and failure.value.tokens_in == WINDOW // 2 + 2
+    assert f"read {WINDOW // 2 + 2} of the prompt" in str(failure.value) and "OLLAMA_CONTEXT_LENGTH" in str(failure.value)
+
+
+@pytest.mark.both_backends
+@pytest.mark.parametrize("shape", ["turns", "one turn"])
+@pytest.mark.parametrize("over_window", ["cut", "refuse"])
+async def test_a_chunk_the_context_did_not_hold_is_answered_by_its_quarters(
+    settings: Settings, tmp_path: Path, over_window: str, shape: str,
+) -> None:
+    with LLMServer(context_window=WINDOW, over_window=over_window) as server:
+        mine = model_settings(settings, server, output_reserve_tokens=2000)
+        stores = await open_stores(mine)
+        try:
+            path = write_sessions(tmp_path / "in.jsonl", [wide_session(shape)])
+            await import_sessions(path, chroma=stores.chroma, memory_collection=mine.memory_collection,
+                                  summary_collection=mine.session_collection)
+            first = await run_cycle(mine, stores=stores)
+            calls = server.chat_count
+            second = await run_cycle(mine, stores=stores)
+            points = class_points(stores)
+        finally:
+            stores.close()
+        after = server.chat_count
+    extract_phase = first.phases["extract"]
+    assert (extract_phase["chunks_failed"], extract_phase["chunks_halved"], extract_phase["sessions_digested"]) == (0, 1, 1)
+    # the whole, its two halves, their four halves (answered); cut at paragraphs, one quarter of the
+    # one turn holds five of the sixteen and is over the window: its halves too
+    assert calls == (7 if shape == "turns" else 9)
+    assert sorted(node.removeprefix("CLASS:") for node in points) == sorted(NAMES)  # not the last few only
+    assert all(chunks == {"wide:chunk:0"} for chunks in points.values())  # provenance names the chunk
+    assert second.outcome == "completed" and after == calls  # nothing asked again
