@@ -27,6 +27,7 @@ from pipelines.importer import import_sessions
 from tests.conftest import write_sessions
 from tests.llm_server import LLMServer
 from tests.test_extract_llm import extract, make_settings, unit
+from pipelines.extract.units import HALF, MAX_HALVINGS
 from tests.test_halves37 import class_points, model_settings
 from worker.cycle import open_stores, run_cycle
 
@@ -89,3 +90,31 @@ async def test_a_chunk_the_context_did_not_hold_is_answered_by_its_quarters(
     assert sorted(node.removeprefix("CLASS:") for node in points) == sorted(NAMES)  # not the last few only
     assert all(chunks == {"wide:chunk:0"} for chunks in points.values())  # provenance names the chunk
     assert second.outcome == "completed" and after == calls  # nothing asked again
+
+
+async def test_a_chunk_many_windows_long_is_halved_as_deep_as_it_takes(settings: Settings, tmp_path: Path) -> None:
+    """Fourteen windows of words: five levels of halves (deeper than an overrun answer is halved,
+    MAX_HALVINGS), until each piece is half a turn; every class found."""
+    with LLMServer(context_window=1000, over_window="refuse") as server:
+        mine = model_settings(settings, server, output_reserve_tokens=2000)
+        stores = await open_stores(mine)
+        try:
+            path = write_sessions(tmp_path / "in.jsonl", [wide_session("turns")])
+            await import_sessions(path, chroma=stores.chroma, memory_collection=mine.memory_collection,
+                                  summary_collection=mine.session_collection)
+            first = await run_cycle(mine, stores=stores)
+            points = class_points(stores)
+        finally:
+            stores.close()
+        depth = max(r.prompt.split("Turns:")[0].count(HALF) for r in server.chat_requests)
+    assert first.phases["extract"]["sessions_digested"] == 1
+    assert depth == 5 > MAX_HALVINGS
+    assert sorted(node.removeprefix("CLASS:") for node in points) == sorted(NAMES)
+
+
+def test_a_small_chunk_the_server_says_overflowed_is_not_halved() -> None:
+    """No window servers use is too small for it: the server says so of any prompt."""
+    from pipelines.extract.map import _halves
+
+    assert _halves(unit("The ChunkPlan is here."), "context-overflow", 0) is None
+    assert _halves(unit(*(f"The {name} matters {FILLER}" for name in NAMES)), "context-overflow", 0) is not None

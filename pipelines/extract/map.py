@@ -42,7 +42,7 @@ from pipelines.extract.model import (
     joined_answer,
     validate_extraction,
 )
-from pipelines.extract.units import MIN_CONTEXT_TOKENS, halve_unit, unit_tokens
+from pipelines.extract.units import MAX_PROMPT_HALVINGS, SMALLEST_UNFIT_TOKENS, halve_unit, unit_tokens
 from pipelines.ports import ChunkResults, TextClaims
 from store.chunks import AnswerCopy, ChunkResult
 from store.errors import DatabaseDamagedError, StoreError
@@ -248,10 +248,12 @@ def _halves(unit: WorkUnit, kind: str | None, tokens_out: int) -> tuple[WorkUnit
     ``tokens_out``, or ``None``: an answer that overran the output limit (unless the unit's words
     are no more than that answer: a loop, :func:`halve_unit`), or a prompt the server's context
     did not hold (refused, answered empty, or cut: :func:`pipelines.extract.model.prompt_cut`)
-    when the unit is larger than the smallest window (:data:`MIN_CONTEXT_TOKENS`)."""
+    when the unit is larger than :data:`SMALLEST_UNFIT_TOKENS`."""
     if kind == OVERFLOWED:
         return halve_unit(unit, answer_tokens=tokens_out)
-    return halve_unit(unit) if kind == UNFIT and unit_tokens(unit) > MIN_CONTEXT_TOKENS else None
+    if kind == UNFIT and unit_tokens(unit) > SMALLEST_UNFIT_TOKENS:
+        return halve_unit(unit, max_halvings=MAX_PROMPT_HALVINGS)
+    return None
 
 
 async def _joined(

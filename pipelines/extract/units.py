@@ -72,27 +72,31 @@ def plan_units(session_id: str, turns: Sequence[SourceTurn], *, budget_tokens: i
 
 # What a half's unit id adds to its unit's: ``<chunk id>:half:0`` and ``…:half:1``.
 HALF = ":half:"
-# The smallest context window a model server serves (Ollama's default before 0.6): a unit of no
-# more estimated tokens fits every window, so a context overflow of it is no window's to mend by
-# halving (a server that says so of any prompt) and its failure stands.
-MIN_CONTEXT_TOKENS = 2048
+# A unit whose prompt the server's context did not hold is halved until its pieces fit, as deep as
+# that takes (a 27,500-token chunk with one huge turn took 5 levels on llama.cpp's server at 2,048),
+# but not below this many estimated tokens: with the system prompt (about 390), even at 1.65 real
+# tokens an estimated one (bench/prompt_tokens.py), such a piece fits the smallest window servers
+# use (2,048 tokens), so an overflow of it is no window's to mend (a server that says so of any
+# prompt) and its failure stands. MAX_PROMPT_HALVINGS bounds a unit that halving shrinks slowly.
+SMALLEST_UNFIT_TOKENS = 512
+MAX_PROMPT_HALVINGS = 10
 # A half whose answer overruns the output limit again is halved again, at most this deep (a
 # sixteenth of its chunk); the words-against-answer test of halve_unit stops a looping model sooner.
 MAX_HALVINGS = 4
 
 
-def halve_unit(unit: WorkUnit, *, answer_tokens: int = 0) -> tuple[WorkUnit, WorkUnit] | None:
+def halve_unit(unit: WorkUnit, *, answer_tokens: int = 0, max_halvings: int = MAX_HALVINGS) -> tuple[WorkUnit, WorkUnit] | None:
     """The two halves of ``unit`` by size — its turns split between two units (each numbered from
     1, as a chunk's are), or the text of its one turn cut in two on the boundaries an oversized
     turn is cut on, each half still that turn's memory — or ``None`` when halving cannot help: one
-    turn too short to cut, already :data:`MAX_HALVINGS` deep, or words no more than
+    turn too short to cut, already ``max_halvings`` deep, or words no more than
     ``answer_tokens``, the answer of it that overran the output limit (0: not reported). An answer
     of a faithful extraction is shorter than its words (names, and quotes of them), so a unit of
     fewer words than the limit that still overran it was answered by a model repeating itself, and
     its halves would each cost a full answer again. Pure and deterministic, so the halves of a unit
     are the same units in every cycle (their answers are kept and reused)."""
     sizes = _turn_sizes(unit)
-    if unit.unit_id.count(HALF) >= MAX_HALVINGS or (answer_tokens > 0 and sum(sizes) <= answer_tokens):
+    if unit.unit_id.count(HALF) >= max_halvings or (answer_tokens > 0 and sum(sizes) <= answer_tokens):
         return None
     if len(unit.turns) > 1:
         cut = _balanced_cut(sizes)
