@@ -48,16 +48,25 @@ FAILURE_KINDS: tuple[str, ...] = (
 
 
 
+# A prompt of no more estimated tokens fits every context window servers use (2,048 tokens and
+# up), even at the most real tokens an estimated one counted in real prompts (1.65,
+# bench/prompt_tokens.py): 1,024 × 1.65 = 1,690.
+FITS_EVERY_WINDOW = 1024
+
+
 def prompt_cut(estimated_tokens: int, read_tokens: int) -> bool:
     """Whether a server that reports reading ``read_tokens`` of a prompt estimated at
     ``estimated_tokens`` (:func:`pipelines.chunker.estimate_tokens`: 3 bytes a token) cut it to its
-    context window: it read fewer than 2 in 5 (0: it said nothing). A prompt read whole reports
-    0.57 to 1.65 of its estimate (bench/prompt_tokens.py: real coding-agent and chat prompts under
-    three tokenizers), so 2 in 5 leaves a margin below the fewest. Ollama, given a prompt longer
-    than its window (4,096 tokens unless set), keeps about half the window from the end, answers
-    that, and reports only what it kept: below 2 in 5 as soon as the prompt is over the window for
-    text of up to 0.8 tokens an estimated one (most coding sessions), over 1.25 windows for 1.0."""
-    return 0 < read_tokens and read_tokens * 5 < estimated_tokens * 2
+    context window: it read fewer than 2 in 5 (0: it said nothing) of a prompt larger than
+    :data:`FITS_EVERY_WINDOW` (a smaller one no window cuts: a server that counts only the tokens
+    it had not cached, as some Ollama versions did, reports its shared system prompt unread). A
+    prompt read whole reports 0.57 to 1.65 of its estimate (bench/prompt_tokens.py: real
+    coding-agent and chat prompts under three tokenizers), so 2 in 5 leaves a margin below the
+    fewest. Ollama, given a prompt longer than its window (4,096 tokens unless set), keeps about
+    half the window from the end, answers that, and reports only what it kept: below 2 in 5 as
+    soon as the prompt is over the window for text of up to 0.8 tokens an estimated one (most
+    coding sessions), over 1.25 windows for 1.0."""
+    return estimated_tokens > FITS_EVERY_WINDOW and 0 < read_tokens and read_tokens * 5 < estimated_tokens * 2
 
 
 SEMANTIC_RELATIONSHIPS: tuple[str, ...] = (

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from itertools import accumulate
 
 from pipelines.chunker import chunk_session, estimate_tokens, split_oversized_text
-from pipelines.extract.model import UnitTurn, WorkUnit, turn_line, unit_content_hash
+from pipelines.extract.model import FITS_EVERY_WINDOW, UnitTurn, WorkUnit, turn_line, unit_content_hash
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,12 +73,11 @@ def plan_units(session_id: str, turns: Sequence[SourceTurn], *, budget_tokens: i
 # What a half's unit id adds to its unit's: ``<chunk id>:half:0`` and ``…:half:1``.
 HALF = ":half:"
 # A unit whose prompt the server's context did not hold is halved until its pieces fit, as deep as
-# that takes (a 27,500-token chunk with one huge turn took 5 levels on llama.cpp's server at 2,048),
-# but not below this many estimated tokens: with the system prompt (about 390), even at 1.65 real
-# tokens an estimated one (bench/prompt_tokens.py), such a piece fits the smallest window servers
-# use (2,048 tokens), so an overflow of it is no window's to mend (a server that says so of any
+# that takes (a 27,500-token chunk with one huge turn took 6 levels on llama.cpp's server at 2,048),
+# but not below this many estimated tokens: with the system prompt (about 390) its prompt is within
+# FITS_EVERY_WINDOW, so an overflow of it is no window's to mend (a server that says so of any
 # prompt) and its failure stands. MAX_PROMPT_HALVINGS bounds a unit that halving shrinks slowly.
-SMALLEST_UNFIT_TOKENS = 512
+SMALLEST_UNFIT_TOKENS = FITS_EVERY_WINDOW // 2
 MAX_PROMPT_HALVINGS = 10
 # A half whose answer overruns the output limit again is halved again, at most this deep (a
 # sixteenth of its chunk); the words-against-answer test of halve_unit stops a looping model sooner.
