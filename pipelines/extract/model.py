@@ -46,8 +46,6 @@ FAILURE_KINDS: tuple[str, ...] = (
     "provider-error",
 )
 
-
-
 # A prompt of no more estimated tokens fits every context window servers use (2,048 tokens and
 # up), even at the most real tokens an estimated one counted in real prompts (1.65,
 # bench/prompt_tokens.py): 1,024 × 1.65 = 1,690.
