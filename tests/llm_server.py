@@ -144,8 +144,10 @@ def bounded(content: Content = None) -> Reply:
     return Reply(content, bounded=True)
 
 
-def empty() -> Reply:
-    return Reply("")
+def empty(*, read: bool = True) -> Reply:
+    """An empty answer; ``read=False``: with no prompt tokens reported (the server says nothing of
+    what it read)."""
+    return Reply("") if read else Reply("", usage=(0, 0))
 
 
 def out_of_range_turns() -> Reply:

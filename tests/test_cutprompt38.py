@@ -25,7 +25,7 @@ from config import Settings
 from pipelines.extract.model import FITS_EVERY_WINDOW, ExtractionFailure, prompt_cut
 from pipelines.importer import import_sessions
 from tests.conftest import write_sessions
-from tests.llm_server import LLMServer
+from tests.llm_server import LLMServer, empty
 from tests.test_extract_llm import extract, make_settings, unit
 from pipelines.extract.units import HALF, MAX_HALVINGS
 from tests.test_halves37 import class_points, model_settings
@@ -119,5 +119,28 @@ def test_a_small_chunk_the_server_says_overflowed_is_not_halved() -> None:
     """No window servers use is too small for it: the server says so of any prompt."""
     from pipelines.extract.map import _halves
 
-    assert _halves(unit("The ChunkPlan is here."), "context-overflow", 0) is None
-    assert _halves(unit(*(f"The {name} matters {FILLER}" for name in NAMES)), "context-overflow", 0) is not None
+    refused = "HTTP 400: request (9000 tokens) exceeds the available context size (4096 tokens)"
+    assert _halves(unit("The ChunkPlan is here."), "context-overflow", refused, 0) is None
+    assert _halves(unit(*(f"The {name} matters {FILLER}" for name in NAMES)), "context-overflow", refused, 0) is not None
+
+
+@pytest.mark.parametrize(("behaviour", "kind"), [(empty(), "schema-failure"), (empty(read=False), "context-overflow")])
+async def test_an_empty_answer_is_not_asked_in_halves(
+    settings: Settings, tmp_path: Path, behaviour: Any, kind: str,
+) -> None:
+    """An empty answer to a prompt the server says it read whole is the model's failure, and one to
+    a prompt it says nothing of is an overflow (the earlier system's reading) with no sign of where
+    the context ends: neither is asked in halves, so a server that answers everything empty costs
+    one call a chunk, not a tree of 127."""
+    with LLMServer(default=behaviour) as server:
+        mine = model_settings(settings, server, output_reserve_tokens=2000)
+        stores = await open_stores(mine)
+        try:
+            path = write_sessions(tmp_path / "in.jsonl", [wide_session("turns")])
+            await import_sessions(path, chroma=stores.chroma, memory_collection=mine.memory_collection,
+                                  summary_collection=mine.session_collection)
+            first = await run_cycle(mine, stores=stores)
+        finally:
+            stores.close()
+    assert first.phases["extract"]["failures_by_kind"] == {kind: 1}
+    assert server.chat_count == 1

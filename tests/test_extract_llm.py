@@ -125,7 +125,10 @@ async def test_always_malformed_is_schema_failure_after_one_repair(tmp_path: Pat
 
 @pytest.mark.parametrize(
     ("behaviour", "kind"),
-    [(truncated(), "truncated-output"), (empty(), "context-overflow"), (context_overflow(), "context-overflow")],
+    # an empty answer: the context overflowed (the earlier system's lesson), unless the server says
+    # it read the prompt whole (cutprompt38: then no halves would mend it)
+    [(truncated(), "truncated-output"), (empty(read=False), "context-overflow"), (empty(), "schema-failure"),
+     (context_overflow(), "context-overflow")],
 )
 async def test_length_empty_and_overflow(tmp_path: Path, llm_server: LLMServer, behaviour: Any, kind: str) -> None:
     llm_server.script(behaviour)

@@ -117,7 +117,8 @@ FAULTS: list[tuple[str, Behaviour, str, int]] = [
     ("json-array", Reply("[1, 2, 3]"), "schema-failure", 2),
     ("nodes-not-a-list", Reply('{"nodes": {"n1": "x"}, "edges": []}'), "schema-failure", 2),
     ("truncated-output", truncated(), "truncated-output", 1),
-    ("empty-output", empty(), "context-overflow", 1),
+    ("empty-output", empty(read=False), "context-overflow", 1),
+    ("empty-output-read-whole", empty(), "schema-failure", 1),
     ("context-overflow", context_overflow(), "context-overflow", 1),
 ]
 

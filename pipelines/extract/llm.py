@@ -34,6 +34,7 @@ import httpx
 from config import Settings
 from pipelines.chunker import estimate_tokens
 from pipelines.extract.model import (
+    EMPTY_ANSWER,
     SCHEMA_VERSION,
     SEMANTIC_RELATIONSHIPS,
     ExtractionFailure,
@@ -201,7 +202,7 @@ class OpenAIExtractor:
         if prompt_tokens > band:
             raise ExtractionFailure("skip-over-band", f"prompt of ~{prompt_tokens} tokens exceeds the {band}-token band")
         usage = [0, 0]
-        content = await self._complete(messages, usage)
+        content = await self._complete(messages, usage, prompt_tokens=prompt_tokens)
         if prompt_cut(prompt_tokens, usage[0]):
             # An answer of the prompt's end only: stored, it would be the chunk's answer and the
             # turns cut off lost. The map asks the chunk's halves instead.
@@ -240,9 +241,11 @@ class OpenAIExtractor:
         return load_reply_json(await self._complete(messages, [0, 0], schema=(schema_name, schema)))
 
     async def _complete(
-        self, messages: list[dict[str, str]], usage: list[int], *, schema: tuple[str, dict[str, Any]] = ("extraction", RESPONSE_SCHEMA)
+        self, messages: list[dict[str, str]], usage: list[int], *, schema: tuple[str, dict[str, Any]] = ("extraction", RESPONSE_SCHEMA),
+        prompt_tokens: int = 0,
     ) -> str:
-        """One chat completion with retries; returns the message content."""
+        """One chat completion with retries; returns the message content. ``prompt_tokens``: the
+        prompt's estimate, which tells an empty answer to a prompt read whole from an overflow."""
         assert self._client is not None, "use the extractor as an async context manager"
         attempt = 0
         while True:
@@ -269,7 +272,7 @@ class OpenAIExtractor:
                 delay = None
             else:
                 if response.status_code == 200:
-                    return self._content(raw, usage)
+                    return self._content(raw, usage, prompt_tokens)
                 text = raw[:500].decode("utf-8", "replace")
                 refused = refused_parameter(raw) if response.status_code == 400 else None
                 if refused is not None and refused in body:
@@ -345,7 +348,7 @@ class OpenAIExtractor:
         return body
 
     @staticmethod
-    def _content(raw: bytes, usage: list[int]) -> str:
+    def _content(raw: bytes, usage: list[int], prompt_tokens: int = 0) -> str:
         try:
             data = load_json(raw)
             choice = data["choices"][0]
@@ -376,8 +379,14 @@ class OpenAIExtractor:
             raise ExtractionFailure("schema-failure", "the model reasoned and gave no answer (empty content)",
                                     tokens_in=usage[0], tokens_out=usage[1])
         if not isinstance(content, str) or not content.strip():
+            read = _token_count(counts.get("prompt_tokens"))
+            if prompt_tokens and read * 5 >= prompt_tokens * 2:
+                # The server says it read the prompt (at least 2 in 5 of its estimate: whole), so
+                # the context held it: no overflow its halves would mend.
+                raise ExtractionFailure("schema-failure", f"empty answer to a prompt the server read whole ({read} tokens)",
+                                        tokens_in=usage[0], tokens_out=usage[1])
             # The earlier system's lesson: an empty answer means the prompt overflowed the context.
-            raise ExtractionFailure("context-overflow", "empty answer", tokens_in=usage[0], tokens_out=usage[1])
+            raise ExtractionFailure("context-overflow", EMPTY_ANSWER, tokens_in=usage[0], tokens_out=usage[1])
         return content
 
 

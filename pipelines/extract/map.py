@@ -14,7 +14,7 @@ one's): then it waits for that answer and reuses it the same way (:mod:`pipeline
 cycle is stopping: then it ends deferred, with no call.
 
 A unit whose answer overran the model's output limit (``truncated-output``), or whose prompt did
-not fit the server's context (``context-overflow``: refused, answered empty, or cut to the window)
+not fit the server's context (``context-overflow``: refused, or cut to the window)
 — this cycle, or as its last stored failure — is mapped again as its two halves
 (:func:`pipelines.extract.units.halve_unit`, recursively), and their answers joined are stored as
 the unit's own answer: the words that did not fit are never asked whole again, and no later cycle
@@ -34,6 +34,7 @@ import anyio
 
 from pipelines.extract.inflight import HeldAnswer, HeldAnswers, InFlight, TextKey
 from pipelines.extract.model import (
+    EMPTY_ANSWER,
     ChunkExtraction,
     ExtractionFailure,
     Extractor,
@@ -71,7 +72,7 @@ ANSWER_UNSTORED = "answer-unstored"
 STORE_RETRY_SECONDS = 1.0
 
 # The failure kinds whose unit is asked again as two halves: an answer that hit the output limit,
-# and a prompt the server's context did not hold (refused, answered empty, or cut).
+# and a prompt the server's context did not hold (refused, or cut).
 OVERFLOWED = "truncated-output"
 UNFIT = "context-overflow"
 
@@ -178,7 +179,7 @@ async def map_units(
             # The session's own row from now on: a forget of the session it came from leaves it.
             copies.append(_copy(unit, moved, fingerprint, run_id))
             outcomes[index] = UnitOutcome(unit, "reused", moved)
-        elif row is not None and row.status == "failed" and (halves := _halves(unit, row.error_kind, row.tokens_out)):
+        elif row is not None and row.status == "failed" and (halves := _halves(unit, row.error_kind, row.error, row.tokens_out)):
             halving[index] = (halves, None)
         elif row is not None and row.status == "failed" and row.next_attempt_at and row.next_attempt_at > iso(now):
             outcomes[index] = UnitOutcome(unit, "deferred", error_kind=row.error_kind, error=row.error,
@@ -214,7 +215,7 @@ async def map_units(
     for index in todo:
         outcome = outcomes[index]
         if outcome is not None and outcome.status == "failed" and not outcome.outage and (
-            halves := _halves(outcome.unit, outcome.error_kind, outcome.tokens_out)
+            halves := _halves(outcome.unit, outcome.error_kind, outcome.error, outcome.tokens_out)
         ):
             halving[index] = (halves, outcome)
     if halving:
@@ -243,15 +244,15 @@ async def map_units(
     return [o for o in outcomes if o is not None]
 
 
-def _halves(unit: WorkUnit, kind: str | None, tokens_out: int) -> tuple[WorkUnit, WorkUnit] | None:
-    """The halves to ask instead of ``unit``, whose call failed ``kind`` with an answer of
-    ``tokens_out``, or ``None``: an answer that overran the output limit (unless the unit's words
-    are no more than that answer: a loop, :func:`halve_unit`), or a prompt the server's context
-    did not hold (refused, answered empty, or cut: :func:`pipelines.extract.model.prompt_cut`)
-    when the unit is larger than :data:`SMALLEST_UNFIT_TOKENS`."""
+def _halves(unit: WorkUnit, kind: str | None, error: str | None, tokens_out: int) -> tuple[WorkUnit, WorkUnit] | None:
+    """The halves to ask instead of ``unit``, whose call failed ``kind`` (``error``) with an answer
+    of ``tokens_out``, or ``None``: an answer that overran the output limit (unless the unit's
+    words are no more than that answer: a loop, :func:`halve_unit`), or a prompt the server's
+    context did not hold — refused, or cut (:func:`pipelines.extract.model.prompt_cut`), not an
+    :data:`EMPTY_ANSWER` — when the unit is larger than :data:`SMALLEST_UNFIT_TOKENS`."""
     if kind == OVERFLOWED:
         return halve_unit(unit, answer_tokens=tokens_out)
-    if kind == UNFIT and unit_tokens(unit) > SMALLEST_UNFIT_TOKENS:
+    if kind == UNFIT and error != EMPTY_ANSWER and unit_tokens(unit) > SMALLEST_UNFIT_TOKENS:
         return halve_unit(unit, max_halvings=MAX_PROMPT_HALVINGS)
     return None
 

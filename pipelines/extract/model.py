@@ -46,6 +46,12 @@ FAILURE_KINDS: tuple[str, ...] = (
     "provider-error",
 )
 
+# The error of an empty answer from a server that says nothing of what it read: a context
+# overflow by the earlier system's reading, but no sign of where the context ends, so its chunk is
+# not asked in halves (pipelines/extract/map.py): a server that answers everything empty would be
+# asked a whole tree of them.
+EMPTY_ANSWER = "empty answer"
+
 # A prompt of no more estimated tokens fits every context window servers use (2,048 tokens and
 # up), even at the most real tokens an estimated one counted in real prompts (1.65,
 # bench/prompt_tokens.py): 1,024 × 1.65 = 1,690.
