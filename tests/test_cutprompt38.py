@@ -29,7 +29,7 @@ from tests.llm_server import LLMServer, empty
 from tests.test_extract_llm import extract, make_settings, unit
 from pipelines.extract.units import HALF, MAX_HALVINGS
 from tests.test_halves37 import class_points, model_settings
-from worker.cycle import open_stores, run_cycle
+from worker.cycle import CycleResult, open_stores, run_cycle
 
 NAMES = [f"{word}Widget" for word in "Alpha Bravo Charlie Delta Echo Foxtrot Golf Hotel India Juliet Kilo Lima Mike November Oscar Papa".split()]
 FILLER = "while we walked through the code path slowly and carefully for the review today, " * 40
@@ -45,6 +45,25 @@ def wide_session(shape: str) -> dict[str, Any]:
         {"id": "wide-t0", "role": "user", "text": "\n\n".join(texts)}
     ]
     return {"sessionId": "wide", "title": "wide", "createdAt": "2026-11-01T10:00:00Z", "summary": "about wide", "turns": turns}
+
+
+async def wide_cycles(settings: Settings, tmp_path: Path, server: LLMServer, shape: str = "turns",
+                      cycles: int = 1) -> tuple[list[CycleResult], list[int], dict[str, set[str]]]:
+    """:func:`wide_session` imported and ``cycles`` cycles run against ``server``: their results,
+    the server's chat count after each, and the CLASS nodes' chunks."""
+    mine = model_settings(settings, server, output_reserve_tokens=2000)
+    stores = await open_stores(mine)
+    try:
+        path = write_sessions(tmp_path / "in.jsonl", [wide_session(shape)])
+        await import_sessions(path, chroma=stores.chroma, memory_collection=mine.memory_collection,
+                              summary_collection=mine.session_collection)
+        results, counts = [], []
+        for _ in range(cycles):
+            results.append(await run_cycle(mine, stores=stores))
+            counts.append(server.chat_count)
+        return results, counts, class_points(stores)
+    finally:
+        stores.close()
 
 
 def test_a_prompt_is_cut_when_less_than_two_in_five_of_it_was_read() -> None:
@@ -72,19 +91,7 @@ async def test_a_chunk_the_context_did_not_hold_is_answered_by_its_quarters(
     settings: Settings, tmp_path: Path, over_window: str, shape: str,
 ) -> None:
     with LLMServer(context_window=WINDOW, over_window=over_window) as server:
-        mine = model_settings(settings, server, output_reserve_tokens=2000)
-        stores = await open_stores(mine)
-        try:
-            path = write_sessions(tmp_path / "in.jsonl", [wide_session(shape)])
-            await import_sessions(path, chroma=stores.chroma, memory_collection=mine.memory_collection,
-                                  summary_collection=mine.session_collection)
-            first = await run_cycle(mine, stores=stores)
-            calls = server.chat_count
-            second = await run_cycle(mine, stores=stores)
-            points = class_points(stores)
-        finally:
-            stores.close()
-        after = server.chat_count
+        (first, second), (calls, after), points = await wide_cycles(settings, tmp_path, server, shape, cycles=2)
     extract_phase = first.phases["extract"]
     assert (extract_phase["chunks_failed"], extract_phase["chunks_halved"], extract_phase["sessions_digested"]) == (0, 1, 1)
     # the whole, its two halves, their four halves (answered); cut at paragraphs, one quarter of the
@@ -99,16 +106,7 @@ async def test_a_chunk_many_windows_long_is_halved_as_deep_as_it_takes(settings:
     """Fourteen windows of words: five levels of halves (deeper than an overrun answer is halved,
     MAX_HALVINGS), until each piece is half a turn; every class found."""
     with LLMServer(context_window=1000, over_window="refuse") as server:
-        mine = model_settings(settings, server, output_reserve_tokens=2000)
-        stores = await open_stores(mine)
-        try:
-            path = write_sessions(tmp_path / "in.jsonl", [wide_session("turns")])
-            await import_sessions(path, chroma=stores.chroma, memory_collection=mine.memory_collection,
-                                  summary_collection=mine.session_collection)
-            first = await run_cycle(mine, stores=stores)
-            points = class_points(stores)
-        finally:
-            stores.close()
+        (first,), _, points = await wide_cycles(settings, tmp_path, server)
         depth = max(r.prompt.split("Turns:")[0].count(HALF) for r in server.chat_requests)
     assert first.phases["extract"]["sessions_digested"] == 1
     assert depth == 5 > MAX_HALVINGS
@@ -133,14 +131,6 @@ async def test_an_empty_answer_is_not_asked_in_halves(
     the context ends: neither is asked in halves, so a server that answers everything empty costs
     one call a chunk, not a tree of 127."""
     with LLMServer(default=behaviour) as server:
-        mine = model_settings(settings, server, output_reserve_tokens=2000)
-        stores = await open_stores(mine)
-        try:
-            path = write_sessions(tmp_path / "in.jsonl", [wide_session("turns")])
-            await import_sessions(path, chroma=stores.chroma, memory_collection=mine.memory_collection,
-                                  summary_collection=mine.session_collection)
-            first = await run_cycle(mine, stores=stores)
-        finally:
-            stores.close()
+        (first,), _, _ = await wide_cycles(settings, tmp_path, server)
     assert first.phases["extract"]["failures_by_kind"] == {kind: 1}
     assert server.chat_count == 1
