@@ -810,7 +810,7 @@ async def _judge_candidates(settings: Settings, args: argparse.Namespace, progre
             return EXIT_FAILED
         try:
             async with graph_single_flight(settings):
-                await settle_review_list(settings, judge.audit_identity, limit=args.limit or None, across=args.across,
+                await settle_review_list(settings, trusted.audit_identity, limit=args.limit or None, across=args.across,
                                          cross_type=args.cross_type, sweep=sweep)
         except CycleBusyError as exc:
             print(f"rem-cycle: {exc}; candidates --judge when it has finished", file=sys.stderr)

@@ -203,20 +203,6 @@ class OpenAIExtractor:
             raise ExtractionFailure("skip-over-band", f"prompt of ~{prompt_tokens} tokens exceeds the {band}-token band")
         usage = [0, 0]
         content = await self._complete(messages, usage, prompt_tokens=prompt_tokens)
-        if prompt_cut(prompt_tokens, usage[0]):
-            # An answer of the prompt's end only: stored, it would be the chunk's answer and the
-            # turns cut off lost. The map asks the chunk's halves instead.
-            if not self.prompt_cut_seen:
-                self.prompt_cut_seen = True
-                log.warning("LLM server cut a prompt to its context window: set REM_CONTEXT_LIMIT_TOKENS to that "
-                            "window (Ollama: OLLAMA_CONTEXT_LENGTH); chunks are asked in halves meanwhile",
-                            read_tokens=usage[0], prompt_tokens=prompt_tokens)
-            raise ExtractionFailure(
-                "context-overflow",
-                f"the server read {usage[0]} of the prompt's ~{prompt_tokens} tokens: it cut the prompt to its context "
-                "window (set REM_CONTEXT_LIMIT_TOKENS to that window; Ollama's is OLLAMA_CONTEXT_LENGTH)",
-                tokens_in=usage[0], tokens_out=usage[1],
-            )
         try:
             return ExtractorReply(parse_json_reply(content), usage[0], usage[1])
         except ValueError as exc:
@@ -245,7 +231,8 @@ class OpenAIExtractor:
         prompt_tokens: int = 0,
     ) -> str:
         """One chat completion with retries; returns the message content. ``prompt_tokens``: the
-        prompt's estimate, which tells an empty answer to a prompt read whole from an overflow."""
+        prompt's estimate, against which the tokens the server says it read tell a prompt cut to
+        its context window (:func:`prompt_cut`) and an empty answer to a prompt read whole."""
         assert self._client is not None, "use the extractor as an async context manager"
         attempt = 0
         while True:
@@ -347,8 +334,7 @@ class OpenAIExtractor:
             body["response_format"] = {"type": "json_object"}
         return body
 
-    @staticmethod
-    def _content(raw: bytes, usage: list[int], prompt_tokens: int = 0) -> str:
+    def _content(self, raw: bytes, usage: list[int], prompt_tokens: int = 0) -> str:
         try:
             data = load_json(raw)
             choice = data["choices"][0]
@@ -360,8 +346,23 @@ class OpenAIExtractor:
         if isinstance(content, list):  # content parts: [{"type": "text", "text": …}, …]
             content = "".join(p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
         counts = data.get("usage") if isinstance(data.get("usage"), dict) else {}
-        usage[0] += _token_count(counts.get("prompt_tokens"))
+        read = _token_count(counts.get("prompt_tokens"))
+        usage[0] += read
         usage[1] += _token_count(counts.get("completion_tokens"))
+        if prompt_cut(prompt_tokens, read):
+            # An answer of the prompt's end only (whatever its shape): stored, it would be the
+            # chunk's answer and the turns cut off lost. The map asks the chunk's halves instead.
+            if not self.prompt_cut_seen:
+                self.prompt_cut_seen = True
+                log.warning("LLM server cut a prompt to its context window: set REM_CONTEXT_LIMIT_TOKENS to that "
+                            "window (Ollama: OLLAMA_CONTEXT_LENGTH); chunks are asked in halves meanwhile",
+                            read_tokens=read, prompt_tokens=prompt_tokens)
+            raise ExtractionFailure(
+                "context-overflow",
+                f"the server read {read} of the prompt's ~{prompt_tokens} tokens: it cut the prompt to its context "
+                "window (set REM_CONTEXT_LIMIT_TOKENS to that window; Ollama's is OLLAMA_CONTEXT_LENGTH)",
+                tokens_in=usage[0], tokens_out=usage[1],
+            )
         if finish == "length":
             raise ExtractionFailure("truncated-output", "the answer hit the output limit (finish_reason=length)",
                                     tokens_in=usage[0], tokens_out=usage[1])
@@ -379,10 +380,9 @@ class OpenAIExtractor:
             raise ExtractionFailure("schema-failure", "the model reasoned and gave no answer (empty content)",
                                     tokens_in=usage[0], tokens_out=usage[1])
         if not isinstance(content, str) or not content.strip():
-            read = _token_count(counts.get("prompt_tokens"))
-            if prompt_tokens and read * 5 >= prompt_tokens * 2:
-                # The server says it read the prompt (at least 2 in 5 of its estimate: whole), so
-                # the context held it: no overflow its halves would mend.
+            if prompt_tokens and read:
+                # The server says it read the prompt, and did not cut it (above): the context held
+                # it, so this is no overflow its halves would mend.
                 raise ExtractionFailure("schema-failure", f"empty answer to a prompt the server read whole ({read} tokens)",
                                         tokens_in=usage[0], tokens_out=usage[1])
             # The earlier system's lesson: an empty answer means the prompt overflowed the context.
