@@ -84,6 +84,15 @@ async def test_an_answer_to_a_cut_prompt_is_no_answer(tmp_path: Path) -> None:
     assert f"read {WINDOW // 2 + 2} of the prompt" in str(failure.value) and "OLLAMA_CONTEXT_LENGTH" in str(failure.value)
 
 
+async def test_a_cut_prompt_answered_empty_is_still_a_cut(tmp_path: Path) -> None:
+    """The cut is told by what the server read, whatever the answer: an empty one is no sign the
+    context held the prompt, and the chunk goes to its halves like any cut one."""
+    with LLMServer(context_window=WINDOW, default=empty()) as server:
+        with pytest.raises(ExtractionFailure) as failure:
+            await extract(make_settings(tmp_path, server), unit(*(f"The {name} matters {FILLER}" for name in NAMES)))
+    assert failure.value.kind == "context-overflow" and "cut the prompt" in str(failure.value)
+
+
 @pytest.mark.both_backends
 @pytest.mark.parametrize("shape", ["turns", "one turn"])
 @pytest.mark.parametrize("over_window", ["cut", "refuse"])
